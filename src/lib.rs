@@ -1,0 +1,14 @@
+//! oxlet: a kubelet-like pod lifecycle engine.
+//!
+//! Data flows one way: pod sources (`config`) → merged updates → the sync loop
+//! (`syncloop`) → one pod worker per pod → the CRI client (`runtime`) → containerd.
+//! `pleg` watches the runtime and wakes pod workers; `status` turns what we see into
+//! kubelet-faithful pod status; `server` serves read-only views.
+
+pub mod config;
+pub mod logging;
+pub mod pleg;
+pub mod runtime;
+pub mod server;
+pub mod status;
+pub mod syncloop;

@@ -6,6 +6,7 @@
 //! kubelet-faithful pod status; `server` serves read-only views.
 
 pub mod config;
+pub mod hash;
 pub mod logging;
 pub mod pleg;
 pub mod runtime;

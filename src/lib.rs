@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod hash;
+pub mod quantity;
 pub mod logging;
 pub mod pleg;
 pub mod runtime;

@@ -1,1 +1,312 @@
-//! (in progress)
+//! The pod lifecycle event generator: relists the runtime every second, diffs each
+//! container's state against the previous relist, refreshes the pod cache for pods
+//! that changed, and sends ContainerStarted / ContainerDied / ContainerRemoved events.
+
+pub mod cache;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+pub use cache::PodCache;
+
+use crate::runtime::RuntimeManager;
+use crate::runtime::types::{ContainerState, RuntimePod};
+
+/// kubelet's relist period.
+pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// PLEG is unhealthy when no relist succeeded for this long.
+pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+/// Capacity of the event channel; events beyond it are dropped (and counted).
+pub const EVENT_CHANNEL_CAPACITY: usize = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    ContainerStarted,
+    ContainerDied,
+    ContainerRemoved,
+}
+
+/// One lifecycle event of one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLifecycleEvent {
+    pub uid: String,
+    pub kind: EventKind,
+    pub container_id: String,
+}
+
+/// A container's (or sandbox's) state as seen by one relist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PlegState {
+    Running,
+    Exited,
+    Unknown,
+    NonExistent,
+}
+
+fn pod_states(pod: &RuntimePod) -> HashMap<String, PlegState> {
+    let mut m = HashMap::new();
+    for c in &pod.containers {
+        let s = match c.state {
+            ContainerState::Running => PlegState::Running,
+            ContainerState::Exited => PlegState::Exited,
+            // CRI "created" counts as unknown, as in kubelet.
+            _ => PlegState::Unknown,
+        };
+        m.insert(c.id.clone(), s);
+    }
+    for s in &pod.sandboxes {
+        let st = if s.ready {
+            PlegState::Running
+        } else {
+            PlegState::Exited
+        };
+        m.insert(s.id.clone(), st);
+    }
+    m
+}
+
+/// Events for one container moving from `old` to `new` (kubelet's `generateEvents`).
+fn events_for(uid: &str, id: &str, old: PlegState, new: PlegState) -> Vec<PodLifecycleEvent> {
+    if old == new {
+        return Vec::new();
+    }
+    let ev = |kind| PodLifecycleEvent {
+        uid: uid.to_string(),
+        kind,
+        container_id: id.to_string(),
+    };
+    match new {
+        PlegState::Running => vec![ev(EventKind::ContainerStarted)],
+        PlegState::Exited => vec![ev(EventKind::ContainerDied)],
+        PlegState::Unknown => Vec::new(),
+        PlegState::NonExistent => match old {
+            PlegState::Exited => vec![ev(EventKind::ContainerRemoved)],
+            _ => vec![ev(EventKind::ContainerDied), ev(EventKind::ContainerRemoved)],
+        },
+    }
+}
+
+/// Diffs two relists into events, and returns the pods that changed.
+fn diff(old: &HashMap<String, RuntimePod>, new: &HashMap<String, RuntimePod>) -> Vec<PodLifecycleEvent> {
+    let uids: HashSet<&String> = old.keys().chain(new.keys()).collect();
+    let mut events = Vec::new();
+    for uid in uids {
+        let o = old.get(uid).map(pod_states).unwrap_or_default();
+        let n = new.get(uid).map(pod_states).unwrap_or_default();
+        let ids: HashSet<&String> = o.keys().chain(n.keys()).collect();
+        for id in ids {
+            let os = o.get(id).copied().unwrap_or(PlegState::NonExistent);
+            let ns = n.get(id).copied().unwrap_or(PlegState::NonExistent);
+            events.extend(events_for(uid, id, os, ns));
+        }
+    }
+    events
+}
+
+/// Relist timing, for health, metrics and benchmarks.
+#[derive(Debug, Default)]
+pub struct PlegStats {
+    /// Duration of the last relist, in nanoseconds.
+    pub last_relist_nanos: AtomicU64,
+    pub relists: AtomicU64,
+    pub discarded_events: AtomicU64,
+    last_success: Mutex<Option<Instant>>,
+}
+
+impl PlegStats {
+    /// kubelet's PLEG health check.
+    pub fn healthy(&self) -> Result<(), String> {
+        match *self.last_success.lock().unwrap() {
+            None => Err("pleg has yet to be successful".into()),
+            Some(t) if t.elapsed() > RELIST_THRESHOLD => Err(format!(
+                "pleg was last seen active {:?} ago; threshold is 3m0s",
+                t.elapsed()
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// The generic (relisting) PLEG.
+pub struct GenericPleg {
+    runtime: Arc<RuntimeManager>,
+    cache: Arc<PodCache>,
+    events: mpsc::Sender<PodLifecycleEvent>,
+    stats: Arc<PlegStats>,
+    previous: HashMap<String, RuntimePod>,
+    /// Pods whose status read failed; retried on the next relist.
+    retry: HashSet<String>,
+}
+
+impl GenericPleg {
+    pub fn new(
+        runtime: Arc<RuntimeManager>,
+        cache: Arc<PodCache>,
+        events: mpsc::Sender<PodLifecycleEvent>,
+        stats: Arc<PlegStats>,
+    ) -> Self {
+        GenericPleg {
+            runtime,
+            cache,
+            events,
+            stats,
+            previous: HashMap::new(),
+            retry: HashSet::new(),
+        }
+    }
+
+    /// Relists every second until cancelled.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(RELIST_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => self.relist().await,
+            }
+        }
+    }
+
+    /// One relist: list, diff, refresh the cache of changed pods, send events.
+    pub async fn relist(&mut self) {
+        let start = Instant::now();
+        let pods = match self.runtime.get_pods().await {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(error = %e, "PLEG relist failed");
+                return;
+            }
+        };
+        *self.stats.last_success.lock().unwrap() = Some(start);
+        let current: HashMap<String, RuntimePod> =
+            pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+        let events = diff(&self.previous, &current);
+        let mut changed: HashSet<String> = events.iter().map(|e| e.uid.clone()).collect();
+        changed.extend(self.retry.drain());
+        for uid in &changed {
+            let Some(pod) = current.get(uid).or_else(|| self.previous.get(uid)) else {
+                continue;
+            };
+            match self
+                .runtime
+                .get_pod_status(uid, &pod.name, &pod.namespace)
+                .await
+            {
+                Ok(status) => {
+                    for ev in events.iter().filter(|e| &e.uid == uid && e.kind == EventKind::ContainerDied) {
+                        if let Some(c) = status.containers.iter().find(|c| c.id == ev.container_id) {
+                            info!(pod = %pod.pod_ref(), podUID = %uid, container = %c.name, containerID = %c.id, exitCode = c.exit_code, reason = %c.reason, "container exited");
+                        }
+                    }
+                    if current.contains_key(uid) {
+                        self.cache.set(uid, status, start);
+                    } else {
+                        self.cache.set(uid, Default::default(), start);
+                    }
+                }
+                Err(e) => {
+                    debug!(podUID = %uid, error = %e, "PLEG: cannot read pod status; will retry");
+                    self.retry.insert(uid.clone());
+                }
+            }
+        }
+        self.cache.update_time(start);
+        self.previous = current;
+        for ev in events {
+            if ev.kind == EventKind::ContainerRemoved {
+                continue;
+            }
+            if self.events.try_send(ev).is_err() {
+                self.stats.discarded_events.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let took = start.elapsed();
+        self.stats
+            .last_relist_nanos
+            .store(took.as_nanos() as u64, Ordering::Relaxed);
+        self.stats.relists.fetch_add(1, Ordering::Relaxed);
+        tracing::trace!(pods = self.previous.len(), ?took, "PLEG relist");
+    }
+
+    /// The pods found by the last relist (for housekeeping).
+    pub fn snapshot(&self) -> Vec<RuntimePod> {
+        self.previous.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::types::{RuntimeContainer, RuntimeSandbox};
+
+    fn pod(uid: &str, containers: &[(&str, ContainerState)]) -> (String, RuntimePod) {
+        (
+            uid.to_string(),
+            RuntimePod {
+                uid: uid.into(),
+                sandboxes: vec![RuntimeSandbox {
+                    id: format!("sb-{uid}"),
+                    ready: true,
+                    attempt: 0,
+                    created_at: 0,
+                }],
+                containers: containers
+                    .iter()
+                    .map(|(id, s)| RuntimeContainer {
+                        id: id.to_string(),
+                        sandbox_id: format!("sb-{uid}"),
+                        name: id.to_string(),
+                        state: *s,
+                        hash: 0,
+                        created_at: 0,
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn kinds(mut evs: Vec<PodLifecycleEvent>) -> Vec<(String, EventKind)> {
+        evs.sort_by(|a, b| a.container_id.cmp(&b.container_id));
+        evs.into_iter().map(|e| (e.container_id, e.kind)).collect()
+    }
+
+    #[test]
+    fn diff_generates_kubelet_events() {
+        let old = HashMap::from([pod("u", &[("a", ContainerState::Running), ("b", ContainerState::Running), ("c", ContainerState::Exited)])]);
+        let new = HashMap::from([pod("u", &[("a", ContainerState::Exited), ("b", ContainerState::Running), ("d", ContainerState::Running)])]);
+        assert_eq!(
+            kinds(diff(&old, &new)),
+            vec![
+                ("a".into(), EventKind::ContainerDied),
+                ("c".into(), EventKind::ContainerRemoved),
+                ("d".into(), EventKind::ContainerStarted),
+            ]
+        );
+    }
+
+    #[test]
+    fn vanished_running_container_dies_then_is_removed() {
+        let old = HashMap::from([pod("u", &[("a", ContainerState::Running)])]);
+        let new = HashMap::new();
+        let evs = kinds(diff(&old, &new));
+        assert!(evs.contains(&("a".into(), EventKind::ContainerDied)));
+        assert!(evs.contains(&("a".into(), EventKind::ContainerRemoved)));
+        assert!(evs.contains(&("sb-u".into(), EventKind::ContainerRemoved)));
+    }
+
+    #[test]
+    fn created_state_is_not_an_event() {
+        let old = HashMap::new();
+        let new = HashMap::from([pod("u", &[("a", ContainerState::Created)])]);
+        let evs = kinds(diff(&old, &new));
+        assert_eq!(evs, vec![("sb-u".into(), EventKind::ContainerStarted)]);
+    }
+}

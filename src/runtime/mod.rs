@@ -1,1 +1,15 @@
-//! (in progress)
+//! The runtime: the one module that talks to the CRI. It owns the CRI client
+//! (`cri`), the labels that let a restarted agent adopt containers (`labels`),
+//! sandbox and container configs, pod actions, back-off, and the managed containerd.
+
+pub mod actions;
+pub mod backoff;
+pub mod container;
+pub mod cri;
+pub mod labels;
+pub mod manager;
+pub mod sandbox;
+pub mod types;
+
+pub use cri::{CriError, RemoteRuntime};
+pub use manager::RuntimeManager;

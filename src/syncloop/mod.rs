@@ -1,1 +1,409 @@
-//! (in progress)
+//! The sync loop: `sync_loop_iteration` selects over merged pod updates, PLEG events,
+//! the 1 s sync tick and the 2 s housekeeping tick, and hands each pod to its worker.
+
+pub mod pod_manager;
+pub mod pod_syncer;
+pub mod pod_workers;
+pub mod work_queue;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::{PodOperation, PodUpdate, pod_ref, pod_uid};
+use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
+use crate::runtime::RuntimeManager;
+use crate::status::StatusManager;
+use pod_manager::PodManager;
+use pod_syncer::Syncer;
+use pod_workers::{KillRequest, PodWork, PodWorkers, UpdateType};
+use work_queue::WorkQueue;
+
+/// kubelet's housekeeping period.
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// kubelet's sync tick.
+pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
+
+/// Whether the runtime answered its last status check (kubelet's `runtimeState`).
+#[derive(Debug, Default)]
+pub struct RuntimeHealth {
+    up: AtomicBool,
+}
+
+impl RuntimeHealth {
+    pub fn set(&self, up: bool) {
+        self.up.store(up, Ordering::Relaxed);
+    }
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+}
+
+/// Checks the runtime every 5 s (kubelet's `updateRuntimeUp`).
+pub async fn run_runtime_health(
+    runtime: Arc<RuntimeManager>,
+    health: Arc<RuntimeHealth>,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let up = match runtime.cri().status().await {
+            Ok(_) => true,
+            Err(e) => {
+                warn!(error = %e, "container runtime status check failed");
+                false
+            }
+        };
+        if up != health.is_up() {
+            info!(up, "container runtime health changed");
+        }
+        health.set(up);
+    }
+}
+
+/// The sync loop's state and handlers.
+pub struct SyncLoop {
+    pub pods: Arc<PodManager>,
+    pub workers: PodWorkers<Syncer>,
+    pub statuses: Arc<StatusManager>,
+    pub runtime: Arc<RuntimeManager>,
+    pub queue: Arc<WorkQueue>,
+    pub pleg: Arc<PlegStats>,
+    pub health: Arc<RuntimeHealth>,
+    pub max_pods: u32,
+    /// Every configured source; housekeeping waits until each has reported.
+    pub sources: Vec<&'static str>,
+    seen: HashSet<&'static str>,
+    /// The runtime part of the last housekeeping, still running or done.
+    housekeeping: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The channels and tickers `sync_loop_iteration` selects over.
+pub struct LoopInputs {
+    pub updates: mpsc::Receiver<PodUpdate>,
+    pub pleg: mpsc::Receiver<PodLifecycleEvent>,
+    pub sync_tick: Interval,
+    pub housekeeping_tick: Interval,
+}
+
+impl LoopInputs {
+    pub fn new(updates: mpsc::Receiver<PodUpdate>, pleg: mpsc::Receiver<PodLifecycleEvent>) -> Self {
+        let mut sync_tick = tokio::time::interval(SYNC_PERIOD);
+        sync_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut housekeeping_tick = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        housekeeping_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        LoopInputs {
+            updates,
+            pleg,
+            sync_tick,
+            housekeeping_tick,
+        }
+    }
+}
+
+impl SyncLoop {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        pods: Arc<PodManager>,
+        workers: PodWorkers<Syncer>,
+        statuses: Arc<StatusManager>,
+        runtime: Arc<RuntimeManager>,
+        queue: Arc<WorkQueue>,
+        pleg: Arc<PlegStats>,
+        health: Arc<RuntimeHealth>,
+        max_pods: u32,
+        sources: Vec<&'static str>,
+    ) -> Self {
+        SyncLoop {
+            pods,
+            workers,
+            statuses,
+            runtime,
+            queue,
+            pleg,
+            health,
+            max_pods,
+            sources,
+            seen: HashSet::new(),
+            housekeeping: None,
+        }
+    }
+
+    /// True once every configured source has reported at least once.
+    pub fn sources_ready(&self) -> bool {
+        self.sources.iter().all(|s| self.seen.contains(s))
+    }
+
+    /// Runs until cancelled or the config channel closes. While the runtime is
+    /// unhealthy, no events are processed (back-off 100 ms doubling to 5 s).
+    pub async fn run(mut self, mut inputs: LoopInputs, cancel: CancellationToken) {
+        info!("starting sync loop");
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if let Err(why) = self.runtime_errors() {
+                warn!(reason = %why, "skipping pod synchronization");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            backoff = Duration::from_millis(100);
+            if !self.sync_loop_iteration(&mut inputs, &cancel).await {
+                info!("sync loop stopped");
+                return;
+            }
+        }
+    }
+
+    fn runtime_errors(&self) -> Result<(), String> {
+        if !self.health.is_up() {
+            return Err("container runtime is down".into());
+        }
+        self.pleg.healthy().map_err(|e| format!("PLEG is not healthy: {e}"))
+    }
+
+    /// One iteration: handles exactly one ready input. Returns false to stop.
+    pub async fn sync_loop_iteration(
+        &mut self,
+        inputs: &mut LoopInputs,
+        cancel: &CancellationToken,
+    ) -> bool {
+        tokio::select! {
+            _ = cancel.cancelled() => false,
+            update = inputs.updates.recv() => {
+                let Some(update) = update else {
+                    warn!("config channel closed");
+                    return false;
+                };
+                debug!(channel = "config", op = update.op.as_str(), source = update.source, pods = update.pods.len(), "sync loop iteration");
+                self.handle_update(update);
+                true
+            }
+            Some(event) = inputs.pleg.recv() => {
+                debug!(channel = "pleg", podUID = %event.uid, event = ?event.kind, containerID = %event.container_id, "sync loop iteration");
+                if event.kind != EventKind::ContainerRemoved
+                    && let Some(pod) = self.pods.get(&event.uid)
+                {
+                    self.handle_pod_syncs(vec![pod]);
+                }
+                true
+            }
+            _ = inputs.sync_tick.tick() => {
+                let due: Vec<Arc<Pod>> = self.queue.take_due().iter().filter_map(|u| self.pods.get(u)).collect();
+                if !due.is_empty() {
+                    debug!(channel = "sync", pods = due.len(), "sync loop iteration: pods due for resync");
+                    self.handle_pod_syncs(due);
+                }
+                true
+            }
+            _ = inputs.housekeeping_tick.tick() => {
+                if self.sources_ready() {
+                    debug!(channel = "housekeeping", "sync loop iteration: housekeeping");
+                    self.handle_pod_cleanups();
+                } else {
+                    debug!(channel = "housekeeping", "sync loop iteration: skipping housekeeping, sources not ready");
+                }
+                true
+            }
+        }
+    }
+
+    fn handle_update(&mut self, update: PodUpdate) {
+        let source = update.source;
+        for pod in &update.pods {
+            info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), source, op = update.op.as_str(), "pod update from config");
+        }
+        let pods: Vec<Arc<Pod>> = update.pods.into_iter().map(Arc::new).collect();
+        match update.op {
+            PodOperation::Add => self.handle_pod_additions(pods),
+            PodOperation::Update | PodOperation::Delete => self.handle_pod_updates(pods),
+            PodOperation::Remove => self.handle_pod_removes(pods),
+            PodOperation::Reconcile => self.handle_pod_reconcile(pods),
+        }
+        self.seen.insert(source);
+    }
+
+    fn is_terminal(&self, uid: &str) -> bool {
+        self.statuses
+            .get(uid)
+            .and_then(|s| s.phase)
+            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+    }
+
+    /// Pods admitted and not finished (what `maxPods` counts).
+    fn active_pods(&self) -> usize {
+        self.pods
+            .all()
+            .iter()
+            .filter(|p| {
+                let uid = pod_uid(p);
+                !self.is_terminal(uid) && !self.statuses.get(uid).is_some_and(|s| s.reason.as_deref() == Some("OutOfpods"))
+            })
+            .count()
+    }
+
+    /// kubelet's HandlePodAdditions: oldest first, admission (`maxPods`), dispatch.
+    pub fn handle_pod_additions(&mut self, mut pods: Vec<Arc<Pod>>) {
+        pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        for pod in pods {
+            let uid = pod_uid(&pod).to_string();
+            let active = self.active_pods();
+            let already = self.workers.is_active(&uid);
+            self.pods.add_or_update(pod.clone());
+            if !already && !self.is_terminal(&uid) && active >= self.max_pods as usize {
+                let message = format!(
+                    "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {}",
+                    self.max_pods
+                );
+                warn!(pod = %pod_ref(&pod), podUID = %uid, reason = "OutOfpods", %message, "pod admission rejected");
+                self.statuses.set(
+                    &uid,
+                    PodStatus {
+                        phase: Some("Failed".into()),
+                        reason: Some("OutOfpods".into()),
+                        message: Some(message),
+                        ..Default::default()
+                    },
+                );
+                continue;
+            }
+            self.dispatch(pod, UpdateType::Create);
+        }
+    }
+
+    fn handle_pod_updates(&mut self, pods: Vec<Arc<Pod>>) {
+        for pod in pods {
+            self.pods.add_or_update(pod.clone());
+            if self.statuses.get(pod_uid(&pod)).is_some_and(|s| s.reason.as_deref() == Some("OutOfpods")) {
+                continue;
+            }
+            self.dispatch(pod, UpdateType::Update);
+        }
+    }
+
+    /// Pods gone from their source are killed at once (with their own grace period).
+    fn handle_pod_removes(&mut self, pods: Vec<Arc<Pod>>) {
+        for pod in pods {
+            let uid = pod_uid(&pod).to_string();
+            self.pods.remove(&uid);
+            if !self.workers.is_active(&uid) {
+                // Never started (rejected) or already finished: nothing runs.
+                if self.statuses.get(&uid).is_some_and(|s| s.reason.as_deref() == Some("OutOfpods")) {
+                    self.statuses.remove(&uid);
+                }
+                continue;
+            }
+            self.workers.update_pod(PodWork {
+                update_type: UpdateType::Kill,
+                pod: Some(pod),
+                runtime_pod: None,
+                kill: Some(KillRequest {
+                    grace_override: None,
+                    reason: "removed from config".into(),
+                }),
+            });
+        }
+    }
+
+    fn handle_pod_reconcile(&mut self, pods: Vec<Arc<Pod>>) {
+        for pod in pods {
+            self.pods.add_or_update(pod);
+        }
+    }
+
+    fn handle_pod_syncs(&mut self, pods: Vec<Arc<Pod>>) {
+        for pod in pods {
+            self.dispatch(pod, UpdateType::Sync);
+        }
+    }
+
+    fn dispatch(&self, pod: Arc<Pod>, update_type: UpdateType) {
+        self.workers.update_pod(PodWork {
+            update_type,
+            pod: Some(pod),
+            runtime_pod: None,
+            kill: None,
+        });
+    }
+
+    /// kubelet's HandlePodCleanups: forget finished workers, restart re-created pods,
+    /// kill and remove what runs in the runtime but is not desired. Runs as its own
+    /// task so a slow runtime never stalls the loop; at most one at a time.
+    fn handle_pod_cleanups(&mut self) {
+        let pods = self.pods.clone();
+        let restarted = self.workers.sync_known_pods(&|uid| pods.contains(uid));
+        for uid in restarted {
+            if let Some(pod) = self.pods.get(&uid) {
+                info!(pod = %pod_ref(&pod), podUID = %uid, "restarting pod that was re-created");
+                self.dispatch(pod, UpdateType::Create);
+            }
+        }
+        // Pods that are desired but have no worker (e.g. a terminal worker was purged) stay as they are.
+        self.runtime.gc_backoff();
+        if self.housekeeping.as_ref().is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        let runtime = self.runtime.clone();
+        let workers = self.workers.clone();
+        let pods = self.pods.clone();
+        let started = Instant::now();
+        self.housekeeping = Some(tokio::spawn(async move {
+            cleanup_runtime_pods(&runtime, &workers, &pods).await;
+            let took = started.elapsed();
+            if took > Duration::from_secs(1) {
+                warn!(?took, "housekeeping took longer than expected");
+            }
+        }));
+    }
+}
+
+/// Kills runtime pods nobody wants (grace 1 s, through a pod worker) and removes
+/// dead ones that have no worker any more.
+async fn cleanup_runtime_pods(
+    runtime: &RuntimeManager,
+    workers: &PodWorkers<Syncer>,
+    pods: &PodManager,
+) {
+    let running = match runtime.get_pods().await {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(error = %e, "housekeeping: cannot list runtime pods");
+            return;
+        }
+    };
+    for rp in running {
+        if pods.contains(&rp.uid) || workers.is_active(&rp.uid) {
+            continue;
+        }
+        if rp.is_running() {
+            info!(pod = %rp.pod_ref(), podUID = %rp.uid, "killing runtime pod that is not in the config");
+            workers.update_pod(PodWork {
+                update_type: UpdateType::Kill,
+                pod: None,
+                runtime_pod: Some(rp),
+                kill: Some(KillRequest {
+                    grace_override: Some(1),
+                    reason: "runtime-only pod".into(),
+                }),
+            });
+        } else {
+            debug!(pod = %rp.pod_ref(), podUID = %rp.uid, "removing dead runtime pod that is not in the config");
+            if let Err(e) = runtime.remove_pod(&rp.uid, &rp.pod_ref()).await {
+                warn!(pod = %rp.pod_ref(), podUID = %rp.uid, error = %e, "cannot remove dead pod");
+            }
+        }
+    }
+}

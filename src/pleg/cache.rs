@@ -1,0 +1,142 @@
+//! The pod cache: the runtime's view of each pod, with the time it was read. Written
+//! only by the PLEG and by a pod worker right after it acted; a worker waits for data
+//! newer than its last sync so it never acts twice on the same stale view.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::runtime::types::PodRuntimeStatus;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    status: Arc<PodRuntimeStatus>,
+    modified: Instant,
+}
+
+/// Runtime pod statuses by pod UID, plus a global "everything is at least this fresh" time.
+#[derive(Debug)]
+pub struct PodCache {
+    entries: Mutex<HashMap<String, Entry>>,
+    /// Bumped on every write and after every relist; waiters watch it.
+    tick: watch::Sender<Instant>,
+    global: Mutex<Option<Instant>>,
+}
+
+impl Default for PodCache {
+    fn default() -> Self {
+        PodCache {
+            entries: Mutex::new(HashMap::new()),
+            tick: watch::channel(Instant::now()).0,
+            global: Mutex::new(None),
+        }
+    }
+}
+
+impl PodCache {
+    /// The latest status of a pod, if the cache has one.
+    pub fn get(&self, uid: &str) -> Option<Arc<PodRuntimeStatus>> {
+        self.entries
+            .lock()
+            .unwrap()
+            .get(uid)
+            .map(|e| e.status.clone())
+    }
+
+    /// Stores a status read at `modified` (older writes never replace newer ones).
+    pub fn set(&self, uid: &str, status: PodRuntimeStatus, modified: Instant) {
+        let mut entries = self.entries.lock().unwrap();
+        if entries.get(uid).is_some_and(|e| e.modified > modified) {
+            return;
+        }
+        entries.insert(
+            uid.to_string(),
+            Entry {
+                status: Arc::new(status),
+                modified,
+            },
+        );
+        drop(entries);
+        self.tick.send_replace(modified);
+    }
+
+    pub fn delete(&self, uid: &str) {
+        self.entries.lock().unwrap().remove(uid);
+    }
+
+    /// Marks every entry as fresh up to `t` (after a relist that saw no change for them).
+    pub fn update_time(&self, t: Instant) {
+        *self.global.lock().unwrap() = Some(t);
+        self.tick.send_replace(t);
+    }
+
+    fn newer_than(&self, uid: &str, since: Instant) -> Option<Arc<PodRuntimeStatus>> {
+        let global = *self.global.lock().unwrap();
+        let entries = self.entries.lock().unwrap();
+        let entry = entries.get(uid);
+        let fresh = entry.is_some_and(|e| e.modified > since) || global.is_some_and(|g| g > since);
+        if !fresh {
+            return None;
+        }
+        Some(
+            entry
+                .map(|e| e.status.clone())
+                .unwrap_or_else(|| Arc::new(PodRuntimeStatus::default())),
+        )
+    }
+
+    /// Waits until the cache holds data for `uid` read after `since`; a pod the runtime
+    /// does not know yields an empty status once a relist newer than `since` ran.
+    pub async fn get_newer_than(&self, uid: &str, since: Instant) -> Arc<PodRuntimeStatus> {
+        let mut rx = self.tick.subscribe();
+        loop {
+            if let Some(s) = self.newer_than(uid, since) {
+                return s;
+            }
+            if rx.changed().await.is_err() {
+                return self.get(uid).unwrap_or_default();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_for_newer_data() {
+        let cache = Arc::new(PodCache::default());
+        let since = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        let c = cache.clone();
+        let waiter = tokio::spawn(async move { c.get_newer_than("u1", since).await });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        cache.set(
+            "u1",
+            PodRuntimeStatus {
+                uid: "u1".into(),
+                ..Default::default()
+            },
+            Instant::now(),
+        );
+        assert_eq!(waiter.await.unwrap().uid, "u1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn relist_time_unblocks_unknown_pods_and_old_writes_lose() {
+        let cache = PodCache::default();
+        let t0 = Instant::now();
+        tokio::time::advance(Duration::from_millis(5)).await;
+        cache.update_time(Instant::now());
+        assert_eq!(cache.get_newer_than("nope", t0).await.uid, "");
+        let t1 = Instant::now();
+        cache.set("u", PodRuntimeStatus { name: "new".into(), ..Default::default() }, t1);
+        cache.set("u", PodRuntimeStatus { name: "old".into(), ..Default::default() }, t0);
+        assert_eq!(cache.get("u").unwrap().name, "new");
+    }
+}

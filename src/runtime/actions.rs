@@ -1,0 +1,361 @@
+//! Deciding what to do to bring a pod's runtime state to its spec (kubelet's
+//! `computePodActions`): whether the sandbox must be (re)created, which init container
+//! runs next, which containers start, which are killed. Pure, so it is unit tested.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::labels::container_hash;
+use super::sandbox::is_host_network;
+use super::types::{ContainerState, ContainerStatus, PodRuntimeStatus};
+
+/// What one sync must do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodActions {
+    /// Kill every container and sandbox of the pod first.
+    pub kill_pod: bool,
+    /// Create a new sandbox (with `attempt`).
+    pub create_sandbox: bool,
+    /// The sandbox to use when not creating one.
+    pub sandbox_id: Option<String>,
+    /// Attempt number of the sandbox to create.
+    pub attempt: u32,
+    /// Index into `spec.initContainers` of the init container to start next.
+    pub next_init: Option<usize>,
+    /// Indices into `spec.containers` to start.
+    pub start: Vec<usize>,
+    /// Running containers to kill: (id, name, why).
+    pub kill: Vec<(String, String, String)>,
+}
+
+impl PodActions {
+    /// True when the sync has nothing to do.
+    pub fn is_noop(&self) -> bool {
+        !self.kill_pod
+            && !self.create_sandbox
+            && self.next_init.is_none()
+            && self.start.is_empty()
+            && self.kill.is_empty()
+    }
+}
+
+fn restart_policy(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always")
+}
+
+/// Whether a container that is not running should be (re)started (kubelet's
+/// `ShouldContainerBeRestarted`).
+pub fn should_restart(pod: &Pod, latest: Option<&ContainerStatus>) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let Some(status) = latest else {
+        return true;
+    };
+    match status.state {
+        ContainerState::Running => false,
+        ContainerState::Unknown | ContainerState::Created => true,
+        ContainerState::Exited => match restart_policy(pod) {
+            "Never" => false,
+            "OnFailure" => status.exit_code != 0,
+            _ => true,
+        },
+    }
+}
+
+/// Whether the pod needs a new sandbox, and with which attempt number; otherwise the
+/// sandbox to keep using (kubelet's `podSandboxChanged`).
+fn sandbox_changed(pod: &Pod, status: &PodRuntimeStatus) -> (bool, u32, Option<String>) {
+    let Some(newest) = status.sandboxes.first() else {
+        return (true, 0, None);
+    };
+    let next = newest.attempt + 1;
+    let ready = status.sandboxes.iter().filter(|s| s.ready).count();
+    if ready > 1 || !newest.ready {
+        return (true, next, None);
+    }
+    if newest.host_network != is_host_network(pod) {
+        return (true, next, None);
+    }
+    if !newest.host_network && newest.ips.is_empty() {
+        return (true, next, None);
+    }
+    (false, newest.attempt, Some(newest.id.clone()))
+}
+
+/// Computes the actions for one sync of `pod` given what the runtime has.
+pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
+    let Some(spec) = pod.spec.as_ref() else {
+        return PodActions::default();
+    };
+    let policy = restart_policy(pod);
+    let (create_sandbox, attempt, sandbox_id) = sandbox_changed(pod, status);
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    let mut actions = PodActions {
+        create_sandbox,
+        attempt,
+        sandbox_id,
+        ..Default::default()
+    };
+
+    if create_sandbox {
+        // A pod that must never restart and already ran stays down.
+        if policy == "Never" && attempt > 0 && !status.containers.is_empty() {
+            actions.create_sandbox = false;
+            actions.kill_pod = status.sandboxes.iter().any(|s| s.ready)
+                || status.running_containers().next().is_some();
+            return actions;
+        }
+        actions.kill_pod = !status.sandboxes.is_empty();
+        if !inits.is_empty() {
+            actions.next_init = Some(0);
+            return actions;
+        }
+        actions.start = spec
+            .containers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                !(policy == "OnFailure"
+                    && status
+                        .latest(&c.name)
+                        .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        return actions;
+    }
+
+    // Running containers that the spec no longer has are killed.
+    for running in status.running_containers() {
+        let known = spec.containers.iter().any(|c| c.name == running.name)
+            || inits.iter().any(|c| c.name == running.name);
+        if !known {
+            actions.kill.push((
+                running.id.clone(),
+                running.name.clone(),
+                "Container is not in the pod spec".into(),
+            ));
+        }
+    }
+
+    // Init containers run one at a time, in order, each to success.
+    for (i, init) in inits.iter().enumerate() {
+        match status.latest(&init.name) {
+            None => {
+                actions.next_init = Some(i);
+                return actions;
+            }
+            Some(s) if s.state == ContainerState::Running => return actions,
+            Some(s) if s.state == ContainerState::Exited && s.exit_code == 0 => continue,
+            Some(s) if s.state == ContainerState::Exited => {
+                if policy == "Never" {
+                    actions.kill_pod = true;
+                } else {
+                    actions.next_init = Some(i);
+                }
+                return actions;
+            }
+            Some(_) => {
+                actions.next_init = Some(i);
+                return actions;
+            }
+        }
+    }
+
+    let mut keep = 0;
+    for (i, c) in spec.containers.iter().enumerate() {
+        let latest = status.latest(&c.name);
+        match latest {
+            Some(s) if s.state == ContainerState::Running => {
+                if s.hash != container_hash(c) {
+                    actions.kill.push((
+                        s.id.clone(),
+                        c.name.clone(),
+                        "Container spec hash changed, will be restarted".into(),
+                    ));
+                    actions.start.push(i);
+                } else {
+                    keep += 1;
+                }
+            }
+            _ => {
+                if should_restart(pod, latest) {
+                    actions.start.push(i);
+                }
+            }
+        }
+    }
+    if keep == 0 && actions.start.is_empty() {
+        // Nothing should run any more: the pod is done.
+        actions.kill_pod = true;
+        actions.kill.clear();
+    }
+    actions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::types::SandboxStatus;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+    fn pod(policy: &str, names: &[&str]) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                restart_policy: Some(policy.into()),
+                containers: names
+                    .iter()
+                    .map(|n| Container {
+                        name: n.to_string(),
+                        image: Some("img:1".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn sandbox(id: &str, ready: bool, attempt: u32) -> SandboxStatus {
+        SandboxStatus {
+            id: id.into(),
+            ready,
+            attempt,
+            created_at: attempt as i64,
+            ips: vec!["10.0.0.2".into()],
+            host_network: false,
+        }
+    }
+
+    fn container(pod: &Pod, name: &str, state: ContainerState, exit: i32) -> ContainerStatus {
+        let spec = pod.spec.as_ref().unwrap();
+        let c = spec.containers.iter().find(|c| c.name == name).unwrap();
+        ContainerStatus {
+            id: format!("id-{name}"),
+            name: name.into(),
+            state,
+            created_at: 0,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: exit,
+            image: String::new(),
+            image_ref: String::new(),
+            reason: String::new(),
+            message: String::new(),
+            hash: container_hash(c),
+            restart_count: 0,
+            is_init: false,
+        }
+    }
+
+    fn status(sandboxes: Vec<SandboxStatus>, containers: Vec<ContainerStatus>) -> PodRuntimeStatus {
+        PodRuntimeStatus {
+            sandboxes,
+            containers,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn new_pod_creates_sandbox_and_starts_everything() {
+        let p = pod("Always", &["a", "b"]);
+        let a = compute_pod_actions(&p, &PodRuntimeStatus::default());
+        assert!(a.create_sandbox && !a.kill_pod);
+        assert_eq!(a.attempt, 0);
+        assert_eq!(a.start, vec![0, 1]);
+    }
+
+    #[test]
+    fn running_pod_is_left_alone() {
+        let p = pod("Always", &["a"]);
+        let s = status(
+            vec![sandbox("s1", true, 0)],
+            vec![container(&p, "a", ContainerState::Running, 0)],
+        );
+        assert!(compute_pod_actions(&p, &s).is_noop());
+    }
+
+    #[test]
+    fn restart_policy_decides_restarts() {
+        for (policy, exit, restart) in [
+            ("Always", 0, true),
+            ("Always", 1, true),
+            ("OnFailure", 0, false),
+            ("OnFailure", 2, true),
+            ("Never", 1, false),
+            ("Never", 0, false),
+        ] {
+            let p = pod(policy, &["a", "b"]);
+            let s = status(
+                vec![sandbox("s1", true, 0)],
+                vec![
+                    container(&p, "a", ContainerState::Exited, exit),
+                    container(&p, "b", ContainerState::Running, 0),
+                ],
+            );
+            let a = compute_pod_actions(&p, &s);
+            assert_eq!(a.start == vec![0], restart, "{policy} exit {exit}");
+        }
+    }
+
+    #[test]
+    fn finished_pod_is_killed() {
+        let p = pod("Never", &["a"]);
+        let s = status(
+            vec![sandbox("s1", true, 0)],
+            vec![container(&p, "a", ContainerState::Exited, 0)],
+        );
+        let a = compute_pod_actions(&p, &s);
+        assert!(a.kill_pod && a.start.is_empty() && !a.create_sandbox);
+    }
+
+    #[test]
+    fn dead_sandbox_is_recreated_with_next_attempt() {
+        let p = pod("Always", &["a"]);
+        let s = status(
+            vec![sandbox("s2", false, 1)],
+            vec![container(&p, "a", ContainerState::Exited, 137)],
+        );
+        let a = compute_pod_actions(&p, &s);
+        assert!(a.create_sandbox && a.kill_pod);
+        assert_eq!(a.attempt, 2);
+        assert_eq!(a.start, vec![0]);
+    }
+
+    #[test]
+    fn never_pod_that_ran_is_not_recreated() {
+        let p = pod("Never", &["a"]);
+        let s = status(
+            vec![sandbox("s1", false, 0)],
+            vec![container(&p, "a", ContainerState::Exited, 0)],
+        );
+        let a = compute_pod_actions(&p, &s);
+        assert!(!a.create_sandbox && a.start.is_empty());
+    }
+
+    #[test]
+    fn changed_image_restarts_running_container() {
+        let p = pod("Always", &["a"]);
+        let mut c = container(&p, "a", ContainerState::Running, 0);
+        c.hash ^= 1;
+        let s = status(vec![sandbox("s1", true, 0)], vec![c]);
+        let a = compute_pod_actions(&p, &s);
+        assert_eq!(a.kill.len(), 1);
+        assert_eq!(a.start, vec![0]);
+    }
+
+    #[test]
+    fn host_network_toggle_recreates_sandbox() {
+        let p = pod("Always", &["a"]);
+        let mut sb = sandbox("s1", true, 0);
+        sb.host_network = true;
+        let s = status(vec![sb], vec![container(&p, "a", ContainerState::Running, 0)]);
+        let a = compute_pod_actions(&p, &s);
+        assert!(a.create_sandbox && a.kill_pod);
+        assert_eq!(a.attempt, 1);
+    }
+}

@@ -1,0 +1,344 @@
+//! The one CRI client: every call to containerd goes through [`RemoteRuntime`], which
+//! bounds it by `runtimeRequestTimeout` and logs it with its latency at `-v=6`.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+/// A failed CRI call, naming the call.
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    #[error("invalid CRI endpoint {endpoint:?}: {reason}")]
+    Endpoint { endpoint: String, reason: String },
+    #[error("cannot connect to the container runtime at {endpoint}: {reason}")]
+    Connect { endpoint: String, reason: String },
+    #[error("CRI {call} timed out after {timeout:?}")]
+    Timeout {
+        call: &'static str,
+        timeout: Duration,
+    },
+    #[error("CRI {call} failed: {code:?}: {message}")]
+    Status {
+        call: &'static str,
+        code: tonic::Code,
+        message: String,
+    },
+}
+
+impl CriError {
+    /// The gRPC code, when the runtime answered with one.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            CriError::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+    /// True when the runtime reported the object as missing.
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(tonic::Code::NotFound)
+    }
+}
+
+/// Runtime and image services over one gRPC channel (a unix socket).
+#[derive(Clone)]
+pub struct RemoteRuntime {
+    endpoint: String,
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RemoteRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteRuntime")
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+impl RemoteRuntime {
+    /// Connects (bounded by `connect_timeout`) and checks the runtime answers `Version`.
+    pub async fn connect(
+        endpoint: &str,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<(Self, cri::VersionResponse), CriError> {
+        if !endpoint.starts_with("unix://") {
+            return Err(CriError::Endpoint {
+                endpoint: endpoint.to_string(),
+                reason: "only unix:// endpoints are supported".into(),
+            });
+        }
+        let ep = Endpoint::from_shared(endpoint.to_string()).map_err(|e| CriError::Endpoint {
+            endpoint: endpoint.to_string(),
+            reason: e.to_string(),
+        })?;
+        let channel = tokio::time::timeout(connect_timeout, ep.connect())
+            .await
+            .map_err(|_| CriError::Connect {
+                endpoint: endpoint.to_string(),
+                reason: format!("no answer within {connect_timeout:?}"),
+            })?
+            .map_err(|e| CriError::Connect {
+                endpoint: endpoint.to_string(),
+                reason: error_chain(&e),
+            })?;
+        let rt = RemoteRuntime {
+            endpoint: endpoint.to_string(),
+            runtime: RuntimeServiceClient::new(channel.clone())
+                .max_decoding_message_size(16 * 1024 * 1024),
+            images: ImageServiceClient::new(channel).max_decoding_message_size(16 * 1024 * 1024),
+            timeout: request_timeout,
+        };
+        let version = tokio::time::timeout(connect_timeout, rt.version())
+            .await
+            .map_err(|_| CriError::Connect {
+                endpoint: endpoint.to_string(),
+                reason: format!("Version did not answer within {connect_timeout:?}"),
+            })??;
+        Ok((rt, version))
+    }
+
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    async fn call<T, Fut>(&self, name: &'static str, fut: Fut) -> Result<T, CriError>
+    where
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let start = Instant::now();
+        let res = tokio::time::timeout(self.timeout, fut).await;
+        let latency = start.elapsed();
+        match res {
+            Err(_) => {
+                tracing::trace!(call = name, ?latency, "CRI call timed out");
+                Err(CriError::Timeout {
+                    call: name,
+                    timeout: self.timeout,
+                })
+            }
+            Ok(Err(status)) => {
+                tracing::trace!(call = name, ?latency, code = ?status.code(), "CRI call failed");
+                Err(CriError::Status {
+                    call: name,
+                    code: status.code(),
+                    message: status.message().to_string(),
+                })
+            }
+            Ok(Ok(resp)) => {
+                tracing::trace!(call = name, ?latency, "CRI call");
+                Ok(resp.into_inner())
+            }
+        }
+    }
+
+    pub async fn version(&self) -> Result<cri::VersionResponse, CriError> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "Version",
+            c.version(cri::VersionRequest {
+                version: "v1".into(),
+            }),
+        )
+        .await
+    }
+
+    pub async fn status(&self) -> Result<cri::StatusResponse, CriError> {
+        let mut c = self.runtime.clone();
+        self.call("Status", c.status(cri::StatusRequest { verbose: false }))
+            .await
+    }
+
+    pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        };
+        Ok(self
+            .call("RunPodSandbox", c.run_pod_sandbox(req))
+            .await?
+            .pod_sandbox_id)
+    }
+
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        self.call("StopPodSandbox", c.stop_pod_sandbox(req))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        self.call("RemovePodSandbox", c.remove_pod_sandbox(req))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: false,
+        };
+        self.call("PodSandboxStatus", c.pod_sandbox_status(req))
+            .await?
+            .status
+            .ok_or(CriError::Status {
+                call: "PodSandboxStatus",
+                code: tonic::Code::Internal,
+                message: "empty status".into(),
+            })
+    }
+
+    pub async fn list_pod_sandbox(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>, CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::ListPodSandboxRequest { filter };
+        Ok(self
+            .call("ListPodSandbox", c.list_pod_sandbox(req))
+            .await?
+            .items)
+    }
+
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> Result<String, CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        Ok(self
+            .call("CreateContainer", c.create_container(req))
+            .await?
+            .container_id)
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::StartContainerRequest {
+            container_id: id.to_string(),
+        };
+        self.call("StartContainer", c.start_container(req))
+            .await
+            .map(|_| ())
+    }
+
+    /// Stops a container: SIGTERM, then SIGKILL after `timeout_secs`. The call's own
+    /// deadline is stretched by the grace period so a long grace is not cut short.
+    pub async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::StopContainerRequest {
+            container_id: id.to_string(),
+            timeout: timeout_secs,
+        };
+        let grace = Duration::from_secs(timeout_secs.max(0) as u64);
+        let this = RemoteRuntime {
+            timeout: self.timeout + grace,
+            ..self.clone()
+        };
+        this.call("StopContainer", c.stop_container(req))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::RemoveContainerRequest {
+            container_id: id.to_string(),
+        };
+        self.call("RemoveContainer", c.remove_container(req))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn list_containers(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> Result<Vec<cri::Container>, CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::ListContainersRequest { filter };
+        Ok(self
+            .call("ListContainers", c.list_containers(req))
+            .await?
+            .containers)
+    }
+
+    pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        };
+        self.call("ContainerStatus", c.container_status(req))
+            .await?
+            .status
+            .ok_or(CriError::Status {
+                call: "ContainerStatus",
+                code: tonic::Code::Internal,
+                message: "empty status".into(),
+            })
+    }
+
+    /// The image's status, or None when it is not present.
+    pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, CriError> {
+        let mut c = self.images.clone();
+        let req = cri::ImageStatusRequest {
+            image: Some(image_spec(image)),
+            verbose: false,
+        };
+        Ok(self.call("ImageStatus", c.image_status(req)).await?.image)
+    }
+
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> Result<String, CriError> {
+        let mut c = self.images.clone();
+        let req = cri::PullImageRequest {
+            image: Some(image_spec(image)),
+            auth: None,
+            sandbox_config,
+        };
+        Ok(self.call("PullImage", c.pull_image(req)).await?.image_ref)
+    }
+}
+
+/// An `ImageSpec` naming `image`.
+pub fn image_spec(image: &str) -> cri::ImageSpec {
+    cri::ImageSpec {
+        image: image.to_string(),
+        ..Default::default()
+    }
+}
+
+/// The whole `source()` chain of an error, so "transport error" says why.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}

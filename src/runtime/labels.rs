@@ -1,0 +1,251 @@
+//! The labels and annotations oxlet writes on CRI objects, with kubelet's names, so a
+//! restarted agent (or kubelet itself, or crictl) can tell which pod and container a
+//! runtime object belongs to, its restart count, spec hash and grace periods.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+
+pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+pub const CONTAINER_RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
+pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePath";
+pub const TERMINATION_MESSAGE_POLICY_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePolicy";
+pub const CONTAINER_PORTS_ANNOTATION: &str = "io.kubernetes.container.ports";
+pub const CONTAINER_TYPE_ANNOTATION: &str = "io.kubernetes.container.type";
+pub const POD_DELETION_GRACE_ANNOTATION: &str = "io.kubernetes.pod.deletionGracePeriod";
+pub const POD_TERMINATION_GRACE_ANNOTATION: &str = "io.kubernetes.pod.terminationGracePeriod";
+
+/// Kind of container, as recorded in [`CONTAINER_TYPE_ANNOTATION`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerType {
+    Init,
+    Regular,
+}
+
+impl ContainerType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerType::Init => "init",
+            ContainerType::Regular => "container",
+        }
+    }
+}
+
+fn meta(pod: &Pod) -> (&str, &str, &str) {
+    (
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.uid.as_deref().unwrap_or(""),
+    )
+}
+
+/// Sandbox labels: the pod's labels plus the three identity labels.
+pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
+    let mut labels: HashMap<String, String> = pod
+        .metadata
+        .labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    let (name, ns, uid) = meta(pod);
+    labels.insert(POD_NAME_LABEL.into(), name.into());
+    labels.insert(POD_NAMESPACE_LABEL.into(), ns.into());
+    labels.insert(POD_UID_LABEL.into(), uid.into());
+    labels
+}
+
+/// Sandbox annotations: the pod's annotations.
+pub fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
+    pod.metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect()
+}
+
+/// Container labels: pod identity plus the container name.
+pub fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, String> {
+    let (name, ns, uid) = meta(pod);
+    HashMap::from([
+        (POD_NAME_LABEL.into(), name.into()),
+        (POD_NAMESPACE_LABEL.into(), ns.into()),
+        (POD_UID_LABEL.into(), uid.into()),
+        (CONTAINER_NAME_LABEL.into(), container.name.clone()),
+    ])
+}
+
+/// Container annotations: what a restarted agent needs to adopt and stop the container.
+pub fn container_annotations(
+    pod: &Pod,
+    container: &Container,
+    restart_count: i32,
+    kind: ContainerType,
+) -> HashMap<String, String> {
+    let mut a: HashMap<String, String> = pod
+        .metadata
+        .annotations
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    a.insert(
+        CONTAINER_HASH_ANNOTATION.into(),
+        format!("{:x}", container_hash(container)),
+    );
+    a.insert(
+        CONTAINER_RESTART_COUNT_ANNOTATION.into(),
+        restart_count.to_string(),
+    );
+    a.insert(
+        TERMINATION_MESSAGE_PATH_ANNOTATION.into(),
+        container
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| "/dev/termination-log".into()),
+    );
+    a.insert(
+        TERMINATION_MESSAGE_POLICY_ANNOTATION.into(),
+        container
+            .termination_message_policy
+            .clone()
+            .unwrap_or_else(|| "File".into()),
+    );
+    a.insert(CONTAINER_TYPE_ANNOTATION.into(), kind.as_str().into());
+    if let Some(ports) = container.ports.as_ref().filter(|p| !p.is_empty())
+        && let Ok(json) = serde_json::to_string(ports)
+    {
+        a.insert(CONTAINER_PORTS_ANNOTATION.into(), json);
+    }
+    if let Some(grace) = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds) {
+        a.insert(POD_TERMINATION_GRACE_ANNOTATION.into(), grace.to_string());
+    }
+    if let Some(grace) = pod.metadata.deletion_grace_period_seconds {
+        a.insert(POD_DELETION_GRACE_ANNOTATION.into(), grace.to_string());
+    }
+    a
+}
+
+/// kubelet's container hash (since ~1.31): FNV-32a over the JSON of `{name, image}`,
+/// so that only a changed image (or name) restarts a running container.
+pub fn container_hash(container: &Container) -> u32 {
+    #[derive(serde::Serialize)]
+    struct Essential<'a> {
+        name: &'a str,
+        image: &'a str,
+    }
+    let json = serde_json::to_vec(&Essential {
+        name: &container.name,
+        image: container.image.as_deref().unwrap_or(""),
+    })
+    .unwrap_or_default();
+    let mut h = crate::hash::Fnv32a::default();
+    h.write(&json);
+    h.finish()
+}
+
+/// Identity and bookkeeping read back from a CRI container's labels and annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub pod_name: String,
+    pub pod_namespace: String,
+    pub pod_uid: String,
+    pub container_name: String,
+    pub hash: u32,
+    pub restart_count: i32,
+    pub termination_grace: Option<i64>,
+    pub is_init: bool,
+}
+
+/// Reads back what [`container_labels`] and [`container_annotations`] wrote; missing
+/// values fall back to defaults, as kubelet's do.
+pub fn container_info(
+    labels: &HashMap<String, String>,
+    annotations: &HashMap<String, String>,
+) -> ContainerInfo {
+    let get = |m: &HashMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
+    ContainerInfo {
+        pod_name: get(labels, POD_NAME_LABEL),
+        pod_namespace: get(labels, POD_NAMESPACE_LABEL),
+        pod_uid: get(labels, POD_UID_LABEL),
+        container_name: get(labels, CONTAINER_NAME_LABEL),
+        hash: annotations
+            .get(CONTAINER_HASH_ANNOTATION)
+            .and_then(|h| u32::from_str_radix(h, 16).ok())
+            .unwrap_or(0),
+        restart_count: annotations
+            .get(CONTAINER_RESTART_COUNT_ANNOTATION)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0),
+        termination_grace: annotations
+            .get(POD_TERMINATION_GRACE_ANNOTATION)
+            .and_then(|g| g.parse().ok()),
+        is_init: annotations.get(CONTAINER_TYPE_ANNOTATION).map(String::as_str) == Some("init"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod() -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web-node1".into()),
+                namespace: Some("default".into()),
+                uid: Some("abc".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                termination_grace_period_seconds: Some(7),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn container(image: &str) -> Container {
+        Container {
+            name: "app".into(),
+            image: Some(image.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn labels_and_annotations_round_trip() {
+        let p = pod();
+        let c = container("busybox:1");
+        let info = container_info(
+            &container_labels(&p, &c),
+            &container_annotations(&p, &c, 3, ContainerType::Regular),
+        );
+        assert_eq!(info.pod_name, "web-node1");
+        assert_eq!(info.pod_namespace, "default");
+        assert_eq!(info.pod_uid, "abc");
+        assert_eq!(info.container_name, "app");
+        assert_eq!(info.restart_count, 3);
+        assert_eq!(info.hash, container_hash(&c));
+        assert_eq!(info.termination_grace, Some(7));
+        assert!(!info.is_init);
+    }
+
+    #[test]
+    fn hash_changes_with_image_only() {
+        let a = container("busybox:1");
+        let mut b = container("busybox:1");
+        b.args = Some(vec!["x".into()]);
+        assert_eq!(container_hash(&a), container_hash(&b));
+        assert_ne!(container_hash(&a), container_hash(&container("busybox:2")));
+    }
+}

@@ -1,0 +1,699 @@
+//! The runtime manager (kubelet's `kubeGenericRuntimeManager`): reads pods back from
+//! CRI objects, and carries out one pod sync (sandbox, images, init containers,
+//! containers, restarts with CrashLoopBackOff) or a kill.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::join_all;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tracing::{debug, info, warn};
+
+use super::actions::compute_pod_actions;
+use super::backoff::Backoff;
+use super::container::{self, ContainerRequest, PodEnv};
+use super::cri::{CriError, RemoteRuntime};
+use super::labels::{self, ContainerType};
+use super::sandbox::{self, SandboxEnv};
+use super::types::*;
+use crate::config::{pod_ref, pod_uid};
+
+/// Waiting reasons kept between syncs, shown as the container's `waiting` state.
+pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
+pub const ERR_IMAGE_PULL: &str = "ErrImagePull";
+pub const IMAGE_PULL_BACK_OFF: &str = "ImagePullBackOff";
+pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+pub const CREATE_CONTAINER_ERROR: &str = "CreateContainerError";
+pub const RUN_CONTAINER_ERROR: &str = "RunContainerError";
+
+/// A sync failure that is not a per-container back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("failed to create pod sandbox: {0}")]
+    CreateSandbox(CriError),
+    #[error("failed to kill pod: {0}")]
+    KillPod(String),
+    #[error(transparent)]
+    Cri(#[from] CriError),
+    #[error("{0}")]
+    Containers(String),
+}
+
+/// The outcome of one successful sync.
+#[derive(Debug, Default)]
+pub struct SyncOutcome {
+    /// When a back-off (crash loop or image pull) ends and the pod should be synced again.
+    pub retry_after: Option<Duration>,
+    /// True when the sync changed something in the runtime.
+    pub acted: bool,
+}
+
+/// Why a container is waiting (reason, message), by pod UID and container name.
+#[derive(Debug, Default)]
+pub struct ReasonCache {
+    inner: Mutex<HashMap<(String, String), (String, String)>>,
+}
+
+impl ReasonCache {
+    pub fn get(&self, uid: &str, name: &str) -> Option<(String, String)> {
+        self.inner
+            .lock()
+            .unwrap()
+            .get(&(uid.to_string(), name.to_string()))
+            .cloned()
+    }
+    fn set(&self, uid: &str, name: &str, reason: &str, message: String) {
+        self.inner.lock().unwrap().insert(
+            (uid.to_string(), name.to_string()),
+            (reason.to_string(), message),
+        );
+    }
+    fn clear(&self, uid: &str, name: &str) {
+        self.inner
+            .lock()
+            .unwrap()
+            .remove(&(uid.to_string(), name.to_string()));
+    }
+    pub fn forget_pod(&self, uid: &str) {
+        self.inner.lock().unwrap().retain(|(u, _), _| u != uid);
+    }
+}
+
+/// Converts a CRI wall-clock timestamp (ns) into a tokio instant in the past.
+fn instant_of(ns: i64) -> tokio::time::Instant {
+    let now_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
+    let ago = Duration::from_nanos((now_ns - ns).max(0) as u64);
+    tokio::time::Instant::now()
+        .checked_sub(ago)
+        .unwrap_or_else(tokio::time::Instant::now)
+}
+
+/// Drives the CRI on behalf of pod workers.
+pub struct RuntimeManager {
+    cri: RemoteRuntime,
+    sandbox_env: SandboxEnv,
+    host_ip: String,
+    crash_backoff: Backoff,
+    image_backoff: Backoff,
+    reasons: ReasonCache,
+}
+
+impl RuntimeManager {
+    pub fn new(cri: RemoteRuntime, sandbox_env: SandboxEnv, host_ip: String) -> Self {
+        RuntimeManager {
+            cri,
+            sandbox_env,
+            host_ip,
+            crash_backoff: Backoff::default(),
+            image_backoff: Backoff::default(),
+            reasons: ReasonCache::default(),
+        }
+    }
+
+    pub fn cri(&self) -> &RemoteRuntime {
+        &self.cri
+    }
+
+    pub fn host_ip(&self) -> &str {
+        &self.host_ip
+    }
+
+    pub fn reasons(&self) -> &ReasonCache {
+        &self.reasons
+    }
+
+    /// Forgets per-pod back-off and waiting reasons of a pod that is gone.
+    pub fn forget_pod(&self, uid: &str) {
+        self.reasons.forget_pod(uid);
+        self.crash_backoff.forget_prefix(&format!("{uid}_"));
+        self.image_backoff.forget_prefix(&format!("{uid}_"));
+    }
+
+    /// Housekeeping of back-off entries.
+    pub fn gc_backoff(&self) {
+        self.crash_backoff.gc();
+        self.image_backoff.gc();
+    }
+
+    /// Every pod in the runtime, grouped by pod UID label (two list calls).
+    pub async fn get_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
+        let (sandboxes, containers) = tokio::try_join!(
+            self.cri.list_pod_sandbox(None),
+            self.cri.list_containers(None)
+        )?;
+        let mut pods: HashMap<String, RuntimePod> = HashMap::new();
+        for sb in sandboxes {
+            let Some(uid) = sb.labels.get(labels::POD_UID_LABEL).cloned() else {
+                continue;
+            };
+            let md = sb.metadata.clone().unwrap_or_default();
+            let pod = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
+                uid,
+                name: md.name.clone(),
+                namespace: md.namespace.clone(),
+                ..Default::default()
+            });
+            pod.sandboxes.push(RuntimeSandbox {
+                id: sb.id,
+                ready: sb.state == cri::PodSandboxState::SandboxReady as i32,
+                attempt: md.attempt,
+                created_at: sb.created_at,
+            });
+        }
+        for c in containers {
+            let info = labels::container_info(&c.labels, &c.annotations);
+            if info.pod_uid.is_empty() {
+                continue;
+            }
+            let pod = pods
+                .entry(info.pod_uid.clone())
+                .or_insert_with(|| RuntimePod {
+                    uid: info.pod_uid.clone(),
+                    name: info.pod_name.clone(),
+                    namespace: info.pod_namespace.clone(),
+                    ..Default::default()
+                });
+            pod.containers.push(RuntimeContainer {
+                id: c.id,
+                sandbox_id: c.pod_sandbox_id,
+                name: info.container_name,
+                state: ContainerState::from_cri(c.state),
+                hash: info.hash,
+                created_at: c.created_at,
+            });
+        }
+        let mut pods: Vec<RuntimePod> = pods.into_values().collect();
+        for p in &mut pods {
+            p.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            p.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        }
+        Ok(pods)
+    }
+
+    /// Full status of one pod: every sandbox and container, newest first.
+    pub async fn get_pod_status(
+        &self,
+        uid: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Result<PodRuntimeStatus, CriError> {
+        let selector = HashMap::from([(labels::POD_UID_LABEL.to_string(), uid.to_string())]);
+        let (sandboxes, containers) = tokio::try_join!(
+            self.cri.list_pod_sandbox(Some(cri::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            })),
+            self.cri.list_containers(Some(cri::ContainerFilter {
+                label_selector: selector,
+                ..Default::default()
+            }))
+        )?;
+        let sb_statuses = join_all(sandboxes.iter().map(|s| self.cri.pod_sandbox_status(&s.id))).await;
+        let mut status = PodRuntimeStatus {
+            uid: uid.to_string(),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            ..Default::default()
+        };
+        for s in sb_statuses {
+            let s = match s {
+                Ok(s) => s,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let host_network = s
+                .linux
+                .as_ref()
+                .and_then(|l| l.namespaces.as_ref())
+                .and_then(|n| n.options.as_ref())
+                .map(|o| o.network == cri::NamespaceMode::Node as i32)
+                .unwrap_or(false);
+            let mut ips = Vec::new();
+            if let Some(net) = &s.network {
+                if !net.ip.is_empty() {
+                    ips.push(net.ip.clone());
+                }
+                ips.extend(net.additional_ips.iter().map(|i| i.ip.clone()));
+            }
+            status.sandboxes.push(SandboxStatus {
+                id: s.id,
+                ready: s.state == cri::PodSandboxState::SandboxReady as i32,
+                attempt: s.metadata.map(|m| m.attempt).unwrap_or(0),
+                created_at: s.created_at,
+                ips,
+                host_network,
+            });
+        }
+        status
+            .sandboxes
+            .sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        if let Some(newest) = status.sandboxes.first().filter(|s| s.ready) {
+            status.ips = newest.ips.clone();
+        }
+        let c_statuses = join_all(containers.iter().map(|c| self.cri.container_status(&c.id))).await;
+        for cs in c_statuses {
+            let cs = match cs {
+                Ok(cs) => cs,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let info = labels::container_info(&cs.labels, &cs.annotations);
+            status.containers.push(ContainerStatus {
+                id: cs.id,
+                name: info.container_name,
+                state: ContainerState::from_cri(cs.state),
+                created_at: cs.created_at,
+                started_at: cs.started_at,
+                finished_at: cs.finished_at,
+                exit_code: cs.exit_code,
+                image: cs.image.map(|i| i.image).unwrap_or_default(),
+                image_ref: cs.image_ref,
+                reason: cs.reason,
+                message: cs.message,
+                hash: info.hash,
+                restart_count: info.restart_count,
+                is_init: info.is_init,
+            });
+        }
+        status
+            .containers
+            .sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        Ok(status)
+    }
+
+    fn pod_env(&self, status_ips: &[String], pod: &Pod) -> PodEnv {
+        let pod_ips = if sandbox::is_host_network(pod) {
+            vec![self.host_ip.clone()]
+        } else {
+            status_ips.to_vec()
+        };
+        PodEnv {
+            pod_ips,
+            host_ip: self.host_ip.clone(),
+        }
+    }
+
+    /// Brings the pod's runtime state towards its spec. Back-offs are not errors: they
+    /// show as waiting reasons and come back as `retry_after`.
+    pub async fn sync_pod(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+    ) -> Result<SyncOutcome, SyncError> {
+        let pod_ref = pod_ref(pod);
+        let uid = pod_uid(pod).to_string();
+        let actions = compute_pod_actions(pod, status);
+        debug!(pod = %pod_ref, podUID = %uid, ?actions, "computed pod actions");
+        let mut outcome = SyncOutcome::default();
+        if actions.is_noop() {
+            return Ok(outcome);
+        }
+        outcome.acted = true;
+
+        if actions.kill_pod {
+            let why = if actions.create_sandbox {
+                "pod sandbox changed, it will be killed and re-created"
+            } else {
+                "all containers of the pod are done"
+            };
+            info!(pod = %pod_ref, podUID = %uid, reason = why, "killing pod");
+            self.kill_pod_status(pod, status, None).await?;
+            if !actions.create_sandbox {
+                return Ok(outcome);
+            }
+        } else {
+            let grace = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30);
+            for (id, name, why) in &actions.kill {
+                info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, "killing container");
+                if let Err(e) = self.cri.stop_container(id, grace).await {
+                    warn!(pod = %pod_ref, podUID = %uid, container = %name, error = %e, "failed to kill container");
+                }
+            }
+        }
+
+        self.prune_dead_containers(pod, status).await;
+
+        let mut ips = status.ips.clone();
+        let sandbox_id = if actions.create_sandbox {
+            let config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env);
+            if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
+                warn!(pod = %pod_ref, podUID = %uid, dir = %config.log_directory, error = %e, "cannot create pod log directory");
+            }
+            info!(pod = %pod_ref, podUID = %uid, attempt = actions.attempt, hostNetwork = sandbox::is_host_network(pod), "creating pod sandbox");
+            let id = self
+                .cri
+                .run_pod_sandbox(config)
+                .await
+                .map_err(SyncError::CreateSandbox)?;
+            if !sandbox::is_host_network(pod) {
+                let st = self.cri.pod_sandbox_status(&id).await?;
+                ips = st
+                    .network
+                    .map(|n| {
+                        std::iter::once(n.ip)
+                            .chain(n.additional_ips.into_iter().map(|i| i.ip))
+                            .filter(|ip| !ip.is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            }
+            info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, ips = ?ips, "pod sandbox ready");
+            id
+        } else {
+            match actions.sandbox_id.clone() {
+                Some(id) => id,
+                None => return Ok(outcome),
+            }
+        };
+        let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env);
+        let env = self.pod_env(&ips, pod);
+        let spec = pod.spec.as_ref().expect("pod with actions has a spec");
+
+        let mut errors = Vec::new();
+        if let Some(i) = actions.next_init {
+            let c = &spec.init_containers.as_ref().expect("init index")[i];
+            let latest = status.latest(&c.name);
+            let started = self.start_container(
+                pod,
+                c,
+                ContainerType::Init,
+                latest,
+                &sandbox_id,
+                &sandbox_config,
+                &env,
+            );
+            match started.await {
+                Ok(retry) => merge_retry(&mut outcome.retry_after, retry),
+                Err(e) => errors.push(e),
+            }
+        }
+        let mut futs = Vec::new();
+        for &i in &actions.start {
+            let c = &spec.containers[i];
+            futs.push(self.start_container(
+                pod,
+                c,
+                ContainerType::Regular,
+                status.latest(&c.name),
+                &sandbox_id,
+                &sandbox_config,
+                &env,
+            ));
+        }
+        for r in join_all(futs).await {
+            match r {
+                Ok(retry) => merge_retry(&mut outcome.retry_after, retry),
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            Ok(outcome)
+        } else {
+            Err(SyncError::Containers(errors.join("; ")))
+        }
+    }
+
+    /// Starts one container: back-off check, image, create, start. Ok(Some(d)) means
+    /// "in back-off, retry after d"; Err is a real failure (already in the reason cache).
+    #[allow(clippy::too_many_arguments)]
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        kind: ContainerType,
+        latest: Option<&ContainerStatus>,
+        sandbox_id: &str,
+        sandbox_config: &cri::PodSandboxConfig,
+        env: &PodEnv,
+    ) -> Result<Option<Duration>, String> {
+        let pod_ref = pod_ref(pod);
+        let uid = pod_uid(pod);
+        let name = c.name.as_str();
+        // CrashLoopBackOff: only a container that already ran and exited backs off.
+        if let Some(prev) = latest.filter(|s| s.state == ContainerState::Exited) {
+            let key = format!("{uid}_{name}");
+            let died = instant_of(prev.finished_at);
+            if let Some(left) = self.crash_backoff.remaining(&key, died) {
+                let current = self.crash_backoff.current(&key).unwrap_or(left);
+                let msg = format!(
+                    "back-off {} restarting failed container={name} pod={}_{}({uid})",
+                    crate::config::duration::format_go_duration(current),
+                    pod.metadata.name.as_deref().unwrap_or(""),
+                    pod.metadata.namespace.as_deref().unwrap_or("default"),
+                );
+                debug!(pod = %pod_ref, podUID = %uid, container = name, message = %msg, "container in CrashLoopBackOff");
+                self.reasons.set(uid, name, CRASH_LOOP_BACK_OFF, msg);
+                return Ok(Some(left));
+            }
+            self.crash_backoff.next(&key, died);
+        }
+
+        let image_ref = match self.ensure_image(pod, c, sandbox_config).await {
+            Ok(r) => r,
+            Err((reason, msg, retry)) => {
+                self.reasons.set(uid, name, reason, msg.clone());
+                return match retry {
+                    Some(d) => Ok(Some(d)),
+                    None => Err(format!("{name}: {reason}: {msg}")),
+                };
+            }
+        };
+
+        let pod_log_dir = std::path::PathBuf::from(&sandbox_config.log_directory);
+        let log_dir = container::container_log_dir(&pod_log_dir, name);
+        let restart_count = match latest {
+            Some(s) => s.restart_count + 1,
+            None => container::restart_count_from_logs(&log_dir),
+        };
+        if let Err(e) = std::fs::create_dir_all(&log_dir) {
+            warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "cannot create container log directory");
+        }
+        let config = container::container_config(&ContainerRequest {
+            pod,
+            container: c,
+            kind,
+            restart_count,
+            image_ref: &image_ref,
+            env,
+            mounts: Vec::new(),
+        });
+        let id = match self
+            .cri
+            .create_container(sandbox_id, config, sandbox_config.clone())
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "failed to create container");
+                self.reasons
+                    .set(uid, name, CREATE_CONTAINER_ERROR, e.to_string());
+                return Err(format!("{name}: {CREATE_CONTAINER_ERROR}: {e}"));
+            }
+        };
+        info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, restartCount = restart_count, "created container");
+        if let Err(e) = self.cri.start_container(&id).await {
+            warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to start container");
+            self.reasons.set(uid, name, RUN_CONTAINER_ERROR, e.to_string());
+            return Err(format!("{name}: {RUN_CONTAINER_ERROR}: {e}"));
+        }
+        info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "started container");
+        self.reasons.clear(uid, name);
+        Ok(None)
+    }
+
+    /// Makes sure the container's image is present per its pull policy; returns the
+    /// image reference to run. Err carries (reason, message, retry-after if backing off).
+    async fn ensure_image(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, (&'static str, String, Option<Duration>)> {
+        let image = c.image.as_deref().unwrap_or("");
+        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let uid = pod_uid(pod);
+        let present = match self.cri.image_status(image).await {
+            Ok(p) => p,
+            Err(e) => return Err(("ImageInspectError", e.to_string(), None)),
+        };
+        match (policy, present) {
+            ("Never", None) => {
+                return Err((
+                    ERR_IMAGE_NEVER_PULL,
+                    format!("Container image \"{image}\" is not present with pull policy of Never"),
+                    None,
+                ));
+            }
+            ("Never", Some(img)) | ("IfNotPresent", Some(img)) => return Ok(img.id),
+            _ => {}
+        }
+        let key = format!("{uid}_{image}");
+        let now = tokio::time::Instant::now();
+        if let Some(left) = self.image_backoff.remaining(&key, now) {
+            return Err((
+                IMAGE_PULL_BACK_OFF,
+                format!("Back-off pulling image \"{image}\""),
+                Some(left),
+            ));
+        }
+        info!(pod = %pod_ref(pod), podUID = %uid, image, "pulling image");
+        match self.cri.pull_image(image, Some(sandbox_config.clone())).await {
+            Ok(r) => {
+                info!(pod = %pod_ref(pod), podUID = %uid, image, imageRef = %r, "pulled image");
+                Ok(r)
+            }
+            Err(e) => {
+                self.image_backoff.next(&key, now);
+                let left = self.image_backoff.current(&key);
+                warn!(pod = %pod_ref(pod), podUID = %uid, image, error = %e, "failed to pull image");
+                // The first failure reports ErrImagePull; retries wait out the back-off.
+                self.reasons.set(uid, &c.name, ERR_IMAGE_PULL, e.to_string());
+                Err((ERR_IMAGE_PULL, e.to_string(), left))
+            }
+        }
+    }
+
+    /// Keeps only the newest exited instance of each container (kubelet's
+    /// `maxPerPodContainer = 1`), so crash loops don't pile up dead containers.
+    async fn prune_dead_containers(&self, pod: &Pod, status: &PodRuntimeStatus) {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for c in &status.containers {
+            let n = seen.entry(c.name.as_str()).or_default();
+            *n += 1;
+            if *n > 2 && c.state != ContainerState::Running {
+                debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, containerID = %c.id, "removing old dead container");
+                if let Err(e) = self.cri.remove_container(&c.id).await {
+                    debug!(error = %e, "failed to remove dead container");
+                }
+            }
+        }
+    }
+
+    /// Stops every running container (in parallel, each with its grace period) and
+    /// then every sandbox of the pod.
+    pub async fn kill_pod_status(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+        grace_override: Option<i64>,
+    ) -> Result<(), SyncError> {
+        let grace = grace_override.unwrap_or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30)
+        });
+        self.kill_containers_and_sandboxes(
+            &pod_ref(pod),
+            pod_uid(pod),
+            status
+                .running_containers()
+                .map(|c| (c.id.clone(), c.name.clone(), grace))
+                .collect(),
+            status.sandboxes.iter().filter(|s| s.ready).map(|s| s.id.clone()).collect(),
+        )
+        .await
+    }
+
+    /// Kills a pod known only to the runtime (grace from its annotations, or the override).
+    pub async fn kill_runtime_pod(
+        &self,
+        pod: &RuntimePod,
+        grace_override: Option<i64>,
+    ) -> Result<(), SyncError> {
+        let grace = grace_override.unwrap_or(2);
+        self.kill_containers_and_sandboxes(
+            &pod.pod_ref(),
+            &pod.uid,
+            pod.containers
+                .iter()
+                .filter(|c| c.state == ContainerState::Running)
+                .map(|c| (c.id.clone(), c.name.clone(), grace))
+                .collect(),
+            pod.sandboxes.iter().filter(|s| s.ready).map(|s| s.id.clone()).collect(),
+        )
+        .await
+    }
+
+    async fn kill_containers_and_sandboxes(
+        &self,
+        pod_ref: &str,
+        uid: &str,
+        containers: Vec<(String, String, i64)>,
+        sandboxes: Vec<String>,
+    ) -> Result<(), SyncError> {
+        let kills = containers.iter().map(|(id, name, grace)| async move {
+            info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, gracePeriod = grace, "stopping container");
+            match self.cri.stop_container(id, *grace).await {
+                Ok(()) => Ok(()),
+                Err(e) if e.is_not_found() => Ok(()),
+                Err(e) => Err(format!("{name}: {e}")),
+            }
+        });
+        let errors: Vec<String> = join_all(kills).await.into_iter().filter_map(Result::err).collect();
+        if !errors.is_empty() {
+            return Err(SyncError::KillPod(errors.join("; ")));
+        }
+        for id in sandboxes {
+            info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, "stopping pod sandbox");
+            match self.cri.stop_pod_sandbox(&id).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(SyncError::KillPod(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every container and sandbox of a pod that has terminated (kubelet's
+    /// garbage collector does this later; oxlet does it at once).
+    pub async fn remove_pod(&self, uid: &str, pod_ref: &str) -> Result<(), CriError> {
+        let selector = HashMap::from([(labels::POD_UID_LABEL.to_string(), uid.to_string())]);
+        let containers = self
+            .cri
+            .list_containers(Some(cri::ContainerFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            }))
+            .await?;
+        for c in containers {
+            match self.cri.remove_container(&c.id).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let sandboxes = self
+            .cri
+            .list_pod_sandbox(Some(cri::PodSandboxFilter {
+                label_selector: selector,
+                ..Default::default()
+            }))
+            .await?;
+        for s in sandboxes {
+            info!(pod = %pod_ref, podUID = %uid, sandboxID = %s.id, "removing pod sandbox");
+            match self.cri.remove_pod_sandbox(&s.id).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.forget_pod(uid);
+        Ok(())
+    }
+}
+
+fn merge_retry(acc: &mut Option<Duration>, next: Option<Duration>) {
+    if let Some(d) = next {
+        *acc = Some(acc.map_or(d, |a| a.min(d)));
+    }
+}

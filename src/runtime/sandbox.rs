@@ -1,0 +1,236 @@
+//! Building a pod's `PodSandboxConfig`: identity, log directory, DNS, ports,
+//! namespaces, and the one place where the pod's cgroup parent is decided.
+
+use std::path::{Path, PathBuf};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::labels;
+
+/// The host facts a sandbox config needs.
+#[derive(Debug, Clone)]
+pub struct SandboxEnv {
+    /// `--pod-logs-dir`.
+    pub pod_logs_dir: PathBuf,
+    /// DNS of the host (from /etc/resolv.conf), used for pods with the default policies.
+    pub host_dns: cri::DnsConfig,
+}
+
+/// `<podLogsDir>/<namespace>_<name>_<uid>`: kubelet's pod log directory.
+pub fn pod_log_dir(pod_logs_dir: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
+    pod_logs_dir.join(format!("{namespace}_{name}_{uid}"))
+}
+
+/// Whether the pod shares the node's network namespace.
+pub fn is_host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+/// The cgroup parent for the pod's sandbox. Empty until the container manager owns
+/// QoS cgroups; then this is where `kubepods/<qos>/pod<uid>` is chosen.
+pub fn cgroup_parent(_pod: &Pod) -> String {
+    String::new()
+}
+
+/// Parses resolv.conf text into CRI DNS settings.
+pub fn parse_resolv_conf(text: &str) -> cri::DnsConfig {
+    let mut dns = cri::DnsConfig::default();
+    for line in text.lines() {
+        let line = line.split(['#', ';']).next().unwrap_or("");
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
+            Some("search") | Some("domain") => {
+                dns.searches = words.map(str::to_string).collect();
+            }
+            Some("options") => dns.options.extend(words.map(str::to_string)),
+            _ => {}
+        }
+    }
+    dns
+}
+
+/// Reads the host's /etc/resolv.conf (empty settings when unreadable).
+pub fn host_dns() -> cri::DnsConfig {
+    std::fs::read_to_string("/etc/resolv.conf")
+        .map(|t| parse_resolv_conf(&t))
+        .unwrap_or_default()
+}
+
+/// DNS for a pod: `None` policy uses only `spec.dnsConfig`; every other policy uses the
+/// host's settings here (no cluster DNS is configured), merged with `spec.dnsConfig`.
+fn dns_config(pod: &Pod, host: &cri::DnsConfig) -> cri::DnsConfig {
+    let spec = pod.spec.as_ref();
+    let policy = spec.and_then(|s| s.dns_policy.as_deref()).unwrap_or("ClusterFirst");
+    let mut dns = if policy == "None" {
+        cri::DnsConfig::default()
+    } else {
+        host.clone()
+    };
+    if let Some(extra) = spec.and_then(|s| s.dns_config.as_ref()) {
+        dns.servers
+            .extend(extra.nameservers.clone().unwrap_or_default());
+        dns.searches.extend(extra.searches.clone().unwrap_or_default());
+        for opt in extra.options.clone().unwrap_or_default() {
+            let name = opt.name.unwrap_or_default();
+            dns.options.push(match opt.value {
+                Some(v) => format!("{name}:{v}"),
+                None => name,
+            });
+        }
+    }
+    dns
+}
+
+fn protocol(p: Option<&str>) -> i32 {
+    match p {
+        Some("UDP") => cri::Protocol::Udp as i32,
+        Some("SCTP") => cri::Protocol::Sctp as i32,
+        _ => cri::Protocol::Tcp as i32,
+    }
+}
+
+/// The CRI port mappings of every container port that asks for a host port.
+pub fn port_mappings(pod: &Pod) -> Vec<cri::PortMapping> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    spec.containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.unwrap_or(0) > 0)
+        .map(|p| cri::PortMapping {
+            protocol: protocol(p.protocol.as_deref()),
+            container_port: p.container_port,
+            host_port: p.host_port.unwrap_or(0),
+            host_ip: p.host_ip.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// The namespace options shared by the sandbox and its containers.
+pub fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
+    let spec = pod.spec.as_ref();
+    let host_pid = spec.and_then(|s| s.host_pid).unwrap_or(false);
+    let host_ipc = spec.and_then(|s| s.host_ipc).unwrap_or(false);
+    let share_pid = spec.and_then(|s| s.share_process_namespace).unwrap_or(false);
+    cri::NamespaceOption {
+        network: if is_host_network(pod) {
+            cri::NamespaceMode::Node as i32
+        } else {
+            cri::NamespaceMode::Pod as i32
+        },
+        pid: if host_pid {
+            cri::NamespaceMode::Node as i32
+        } else if share_pid {
+            cri::NamespaceMode::Pod as i32
+        } else {
+            cri::NamespaceMode::Container as i32
+        },
+        ipc: if host_ipc {
+            cri::NamespaceMode::Node as i32
+        } else {
+            cri::NamespaceMode::Pod as i32
+        },
+        ..Default::default()
+    }
+}
+
+/// The full sandbox config for `pod` at sandbox `attempt`.
+pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> cri::PodSandboxConfig {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.as_ref();
+    let hostname = if is_host_network(pod) {
+        String::new()
+    } else {
+        let h = spec
+            .and_then(|s| s.hostname.clone())
+            .unwrap_or_else(|| name.clone());
+        h.chars().take(63).collect::<String>().trim_end_matches(['-', '.']).to_string()
+    };
+    let privileged = spec
+        .map(|s| {
+            s.containers.iter().chain(s.init_containers.iter().flatten()).any(|c| {
+                c.security_context
+                    .as_ref()
+                    .and_then(|sc| sc.privileged)
+                    .unwrap_or(false)
+            })
+        })
+        .unwrap_or(false);
+    let pod_sc = spec.and_then(|s| s.security_context.as_ref());
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.clone(),
+            uid: uid.clone(),
+            namespace: namespace.clone(),
+            attempt,
+        }),
+        hostname,
+        log_directory: pod_log_dir(&env.pod_logs_dir, &namespace, &name, &uid)
+            .to_string_lossy()
+            .into_owned(),
+        dns_config: Some(dns_config(pod, &env.host_dns)),
+        port_mappings: port_mappings(pod),
+        labels: labels::sandbox_labels(pod),
+        annotations: labels::sandbox_annotations(pod),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: cgroup_parent(pod),
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                privileged,
+                run_as_user: pod_sc
+                    .and_then(|sc| sc.run_as_user)
+                    .map(|value| cri::Int64Value { value }),
+                run_as_group: pod_sc
+                    .and_then(|sc| sc.run_as_group)
+                    .map(|value| cri::Int64Value { value }),
+                supplemental_groups: pod_sc
+                    .and_then(|sc| sc.supplemental_groups.clone())
+                    .unwrap_or_default(),
+                ..Default::default()
+            }),
+            sysctls: pod_sc
+                .and_then(|sc| sc.sysctls.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| (s.name, s.value))
+                .collect(),
+            ..Default::default()
+        }),
+        windows: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolv_conf_is_parsed() {
+        let dns = parse_resolv_conf(
+            "# comment\nnameserver 10.0.0.2\nnameserver 10.0.0.3\nsearch a.local b.local\noptions ndots:2 edns0\n",
+        );
+        assert_eq!(dns.servers, vec!["10.0.0.2", "10.0.0.3"]);
+        assert_eq!(dns.searches, vec!["a.local", "b.local"]);
+        assert_eq!(dns.options, vec!["ndots:2", "edns0"]);
+    }
+
+    #[test]
+    fn log_dir_follows_kubelet_layout() {
+        assert_eq!(
+            pod_log_dir(Path::new("/var/log/pods"), "default", "web-n1", "u1"),
+            PathBuf::from("/var/log/pods/default_web-n1_u1")
+        );
+    }
+}

@@ -1,0 +1,134 @@
+//! The runtime's view of pods, rebuilt from CRI objects and their labels (kubelet's
+//! `kubecontainer.Pod` / `PodStatus`). Timestamps are nanoseconds since the epoch, as CRI gives them.
+
+use k8s_cri::v1 as cri;
+
+/// A container's state as the runtime reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+impl ContainerState {
+    pub fn from_cri(state: i32) -> Self {
+        match cri::ContainerState::try_from(state) {
+            Ok(cri::ContainerState::ContainerCreated) => ContainerState::Created,
+            Ok(cri::ContainerState::ContainerRunning) => ContainerState::Running,
+            Ok(cri::ContainerState::ContainerExited) => ContainerState::Exited,
+            _ => ContainerState::Unknown,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerState::Created => "created",
+            ContainerState::Running => "running",
+            ContainerState::Exited => "exited",
+            ContainerState::Unknown => "unknown",
+        }
+    }
+}
+
+/// One container of a runtime pod, from `ListContainers` (cheap: no per-container call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeContainer {
+    pub id: String,
+    pub sandbox_id: String,
+    pub name: String,
+    pub state: ContainerState,
+    pub hash: u32,
+    pub created_at: i64,
+}
+
+/// One sandbox of a runtime pod, from `ListPodSandbox`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeSandbox {
+    pub id: String,
+    pub ready: bool,
+    pub attempt: u32,
+    pub created_at: i64,
+}
+
+/// A pod as found in the runtime, grouped by its `io.kubernetes.pod.uid` label.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimePod {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    pub sandboxes: Vec<RuntimeSandbox>,
+    pub containers: Vec<RuntimeContainer>,
+}
+
+impl RuntimePod {
+    /// `namespace/name`, for logs.
+    pub fn pod_ref(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+    /// True when any container is running or any sandbox is ready.
+    pub fn is_running(&self) -> bool {
+        self.containers
+            .iter()
+            .any(|c| c.state == ContainerState::Running)
+            || self.sandboxes.iter().any(|s| s.ready)
+    }
+}
+
+/// Detailed status of one container instance (kubelet's `kubecontainer.Status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerStatus {
+    pub id: String,
+    pub name: String,
+    pub state: ContainerState,
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub image: String,
+    pub image_ref: String,
+    pub reason: String,
+    pub message: String,
+    pub hash: u32,
+    pub restart_count: i32,
+    pub is_init: bool,
+}
+
+/// Detailed status of one sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxStatus {
+    pub id: String,
+    pub ready: bool,
+    pub attempt: u32,
+    pub created_at: i64,
+    pub ips: Vec<String>,
+    pub host_network: bool,
+}
+
+/// Everything the runtime knows about one pod: sandboxes and containers, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodRuntimeStatus {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    /// IPs of the newest ready sandbox (empty for host-network pods until filled by the caller).
+    pub ips: Vec<String>,
+    pub sandboxes: Vec<SandboxStatus>,
+    pub containers: Vec<ContainerStatus>,
+}
+
+impl PodRuntimeStatus {
+    /// The newest instance of the named container, if any.
+    pub fn latest(&self, name: &str) -> Option<&ContainerStatus> {
+        self.containers.iter().find(|c| c.name == name)
+    }
+    /// The instance before the newest (for `lastState`).
+    pub fn previous(&self, name: &str) -> Option<&ContainerStatus> {
+        self.containers.iter().filter(|c| c.name == name).nth(1)
+    }
+    pub fn running_containers(&self) -> impl Iterator<Item = &ContainerStatus> {
+        self.containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+    }
+}

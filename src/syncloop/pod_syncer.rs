@@ -1,0 +1,156 @@
+//! The real [`PodSyncer`]: kubelet's `SyncPod`, `SyncTerminatingPod` and
+//! `SyncTerminatedPod` over the runtime manager, the pod cache and the status manager.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::time::Instant;
+use tracing::debug;
+
+use super::pod_manager::PodManager;
+use super::pod_workers::{PodSyncer, SyncResult, UpdateType};
+use crate::config::{pod_ref, pod_uid};
+use crate::pleg::PodCache;
+use crate::runtime::RuntimeManager;
+use crate::runtime::types::{PodRuntimeStatus, RuntimePod};
+use crate::status::StatusManager;
+use crate::status::generate::{StatusInputs, generate};
+
+/// Everything a pod sync touches.
+pub struct Syncer {
+    pub runtime: Arc<RuntimeManager>,
+    pub cache: Arc<PodCache>,
+    pub statuses: Arc<StatusManager>,
+    pub pods: Arc<PodManager>,
+    /// The runtime's name, for container IDs (`containerd://…`).
+    pub runtime_name: String,
+}
+
+fn names(pod: &Pod) -> (String, String, String) {
+    (
+        pod_uid(pod).to_string(),
+        pod.metadata.name.clone().unwrap_or_default(),
+        pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+    )
+}
+
+impl Syncer {
+    /// Generates and stores the pod's API status from a runtime view.
+    fn update_status(&self, pod: &Pod, rt: &PodRuntimeStatus, terminating: bool) -> String {
+        let uid = pod_uid(pod);
+        let old = self.statuses.get(uid);
+        let reasons = self.runtime.reasons();
+        let lookup = |name: &str| reasons.get(uid, name);
+        let status = generate(&StatusInputs {
+            pod,
+            runtime: rt,
+            waiting_reason: &lookup,
+            old: old.as_ref(),
+            host_ip: self.runtime.host_ip(),
+            runtime_name: &self.runtime_name,
+            terminating,
+            now: jiff::Timestamp::now(),
+        });
+        let phase = status.phase.clone().unwrap_or_default();
+        if self.statuses.set(uid, status) {
+            debug!(pod = %pod_ref(pod), podUID = %uid, phase = %phase, "pod status changed");
+        }
+        phase
+    }
+
+    /// Reads the pod's runtime status now and stores it in the cache, so what an
+    /// action caused is visible at once rather than after the next relist.
+    async fn refresh(&self, pod: &Pod) -> Result<PodRuntimeStatus, String> {
+        let (uid, name, ns) = names(pod);
+        let read_at = Instant::now();
+        let st = self
+            .runtime
+            .get_pod_status(&uid, &name, &ns)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.cache.set(&uid, st.clone(), read_at);
+        Ok(st)
+    }
+}
+
+impl PodSyncer for Syncer {
+    async fn sync_pod(
+        &self,
+        update: UpdateType,
+        pod: Arc<Pod>,
+        last_sync: Option<Instant>,
+    ) -> Result<SyncResult, String> {
+        let uid = pod_uid(&pod).to_string();
+        debug!(pod = %pod_ref(&pod), podUID = %uid, ?update, "syncing pod");
+        let rt = match last_sync {
+            // First sync of this worker: read the runtime directly (adoption after a restart).
+            None => Arc::new(self.refresh(&pod).await?),
+            Some(t) => self.cache.get_newer_than(&uid, t).await,
+        };
+        let phase = self.update_status(&pod, &rt, false);
+        if phase == "Succeeded" || phase == "Failed" {
+            return Ok(SyncResult {
+                terminal: true,
+                retry_after: None,
+            });
+        }
+        let res = self.runtime.sync_pod(&pod, &rt).await;
+        let acted = res.as_ref().map(|o| o.acted).unwrap_or(true);
+        if acted {
+            let fresh = self.refresh(&pod).await?;
+            self.update_status(&pod, &fresh, false);
+        } else {
+            // Back-off reasons may have changed without any runtime action.
+            self.update_status(&pod, &rt, false);
+        }
+        let outcome = res.map_err(|e| e.to_string())?;
+        Ok(SyncResult {
+            terminal: false,
+            retry_after: outcome.retry_after,
+        })
+    }
+
+    async fn sync_terminating_pod(&self, pod: Arc<Pod>, grace: i64) -> Result<(), String> {
+        let rt = self.refresh(&pod).await?;
+        self.runtime
+            .kill_pod_status(&pod, &rt, Some(grace))
+            .await
+            .map_err(|e| e.to_string())?;
+        let after = self.refresh(&pod).await?;
+        self.update_status(&pod, &after, true);
+        if let Some(c) = after.running_containers().next() {
+            return Err(format!("container {} is still running", c.name));
+        }
+        Ok(())
+    }
+
+    async fn sync_terminating_runtime_pod(&self, pod: RuntimePod) -> Result<(), String> {
+        self.runtime
+            .kill_runtime_pod(&pod, Some(1))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn sync_terminated_pod(
+        &self,
+        pod: Option<Arc<Pod>>,
+        runtime_pod: Option<RuntimePod>,
+    ) -> Result<(), String> {
+        let (uid, pod_ref) = match (&pod, &runtime_pod) {
+            (Some(p), _) => (pod_uid(p).to_string(), pod_ref(p)),
+            (None, Some(r)) => (r.uid.clone(), r.pod_ref()),
+            (None, None) => return Ok(()),
+        };
+        // A pod still in the config keeps its (terminal) containers for its status;
+        // a pod gone from the config leaves nothing behind.
+        if !self.pods.contains(&uid) {
+            self.runtime
+                .remove_pod(&uid, &pod_ref)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.cache.delete(&uid);
+            self.statuses.remove(&uid);
+        }
+        Ok(())
+    }
+}

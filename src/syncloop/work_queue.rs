@@ -1,0 +1,68 @@
+//! The work queue consulted by the 1 s sync tick: when each pod is next due for a sync.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// `jitter(d, f)`: a random duration in `[d, d × (1 + f))`, as kubelet's `wait.Jitter`.
+pub fn jitter(d: Duration, factor: f64) -> Duration {
+    d + d.mul_f64(fastrand::f64() * factor)
+}
+
+#[derive(Debug, Default)]
+pub struct WorkQueue {
+    due: Mutex<HashMap<String, Instant>>,
+}
+
+impl WorkQueue {
+    /// Schedules a sync of `uid` after `delay` (replacing any earlier schedule).
+    pub fn enqueue(&self, uid: &str, delay: Duration) {
+        self.due
+            .lock()
+            .unwrap()
+            .insert(uid.to_string(), Instant::now() + delay);
+    }
+    /// Removes and returns the pods whose time has come.
+    pub fn take_due(&self) -> Vec<String> {
+        let now = Instant::now();
+        let mut due = self.due.lock().unwrap();
+        let ready: Vec<String> = due
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in &ready {
+            due.remove(u);
+        }
+        ready
+    }
+    pub fn forget(&self, uid: &str) {
+        self.due.lock().unwrap().remove(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn pods_become_due_in_time() {
+        let q = WorkQueue::default();
+        q.enqueue("a", Duration::from_secs(1));
+        q.enqueue("b", Duration::from_secs(10));
+        assert!(q.take_due().is_empty());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(q.take_due(), vec!["a".to_string()]);
+        assert!(q.take_due().is_empty());
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..100 {
+            let j = jitter(Duration::from_secs(60), 0.5);
+            assert!(j >= Duration::from_secs(60) && j < Duration::from_secs(90));
+        }
+    }
+}

@@ -1,1 +1,587 @@
-//! (in progress)
+//! The command line, spelled like kubelet's so existing unit files and scripts
+//! work: oxlet's own flags plus kubelet's other flags, which are accepted (and
+//! reported) rather than rejected so a kubelet command line does not fail.
+
+use std::ffi::OsString;
+
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Command};
+
+use super::options::{ConfigError, Problem};
+
+/// Whether a kubelet flag is a boolean (`--x`, `--x=false`) or takes a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagKind {
+    Bool,
+    Value,
+}
+
+use FlagKind::{Bool, Value};
+
+/// Kubelet flags oxlet accepts but does not implement yet (kubelet ~1.30-1.34).
+pub const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
+    ("allowed-unsafe-sysctls", Value),
+    ("anonymous-auth", Bool),
+    ("authentication-token-webhook", Bool),
+    ("authentication-token-webhook-cache-ttl", Value),
+    ("authorization-mode", Value),
+    ("authorization-webhook-cache-authorized-ttl", Value),
+    ("authorization-webhook-cache-unauthorized-ttl", Value),
+    ("bootstrap-kubeconfig", Value),
+    ("cert-dir", Value),
+    ("cgroup-driver", Value),
+    ("cgroup-root", Value),
+    ("cgroups-per-qos", Bool),
+    ("client-ca-file", Value),
+    ("cloud-config", Value),
+    ("cloud-provider", Value),
+    ("cluster-dns", Value),
+    ("cluster-domain", Value),
+    ("config-dir", Value),
+    ("container-log-max-files", Value),
+    ("container-log-max-size", Value),
+    ("container-log-max-workers", Value),
+    ("container-log-monitor-interval", Value),
+    ("contention-profiling", Bool),
+    ("cpu-cfs-quota", Bool),
+    ("cpu-cfs-quota-period", Value),
+    ("cpu-manager-policy", Value),
+    ("cpu-manager-policy-options", Value),
+    ("cpu-manager-reconcile-period", Value),
+    ("enable-controller-attach-detach", Bool),
+    ("enable-debugging-handlers", Bool),
+    ("enable-server", Bool),
+    ("enforce-node-allocatable", Value),
+    ("event-burst", Value),
+    ("event-qps", Value),
+    ("eviction-hard", Value),
+    ("eviction-max-pod-grace-period", Value),
+    ("eviction-minimum-reclaim", Value),
+    ("eviction-pressure-transition-period", Value),
+    ("eviction-soft", Value),
+    ("eviction-soft-grace-period", Value),
+    ("exit-on-lock-contention", Bool),
+    ("experimental-mounter-path", Value),
+    ("fail-cgroupv1", Bool),
+    ("fail-swap-on", Bool),
+    ("feature-gates", Value),
+    ("hairpin-mode", Value),
+    ("http-check-frequency", Value),
+    ("image-credential-provider-bin-dir", Value),
+    ("image-credential-provider-config", Value),
+    ("image-gc-high-threshold", Value),
+    ("image-gc-low-threshold", Value),
+    ("image-service-endpoint", Value),
+    ("kernel-memcg-notification", Bool),
+    ("kube-api-burst", Value),
+    ("kube-api-content-type", Value),
+    ("kube-api-qps", Value),
+    ("kube-reserved", Value),
+    ("kube-reserved-cgroup", Value),
+    ("kubeconfig", Value),
+    ("kubelet-cgroups", Value),
+    ("local-storage-capacity-isolation", Bool),
+    ("lock-file", Value),
+    ("log-flush-frequency", Value),
+    ("log-json-info-buffer-size", Value),
+    ("log-json-split-stream", Bool),
+    ("log-text-info-buffer-size", Value),
+    ("log-text-split-stream", Bool),
+    ("logging-format", Value),
+    ("make-iptables-util-chains", Bool),
+    ("manifest-url", Value),
+    ("manifest-url-header", Value),
+    ("max-open-files", Value),
+    ("maximum-dead-containers", Value),
+    ("maximum-dead-containers-per-container", Value),
+    ("memory-manager-policy", Value),
+    ("minimum-container-ttl-duration", Value),
+    ("minimum-image-ttl-duration", Value),
+    ("node-ip", Value),
+    ("node-labels", Value),
+    ("node-status-max-images", Value),
+    ("node-status-update-frequency", Value),
+    ("oom-score-adj", Value),
+    ("pod-cidr", Value),
+    ("pod-infra-container-image", Value),
+    ("pod-max-pids", Value),
+    ("pods-per-core", Value),
+    ("port", Value),
+    ("protect-kernel-defaults", Bool),
+    ("provider-id", Value),
+    ("qos-reserved", Value),
+    ("register-node", Bool),
+    ("register-with-taints", Value),
+    ("registry-burst", Value),
+    ("registry-qps", Value),
+    ("reserved-cpus", Value),
+    ("reserved-memory", Value),
+    ("resolv-conf", Value),
+    ("rotate-certificates", Bool),
+    ("rotate-server-certificates", Bool),
+    ("runtime-cgroups", Value),
+    ("seccomp-default", Bool),
+    ("serialize-image-pulls", Bool),
+    ("show-hidden-metrics-for-version", Value),
+    ("streaming-connection-idle-timeout", Value),
+    ("system-cgroups", Value),
+    ("system-reserved", Value),
+    ("system-reserved-cgroup", Value),
+    ("tls-cert-file", Value),
+    ("tls-cipher-suites", Value),
+    ("tls-min-version", Value),
+    ("tls-private-key-file", Value),
+    ("topology-manager-policy", Value),
+    ("topology-manager-policy-options", Value),
+    ("topology-manager-scope", Value),
+    ("vmodule", Value),
+    ("volume-plugin-dir", Value),
+    ("volume-stats-agg-period", Value),
+];
+
+/// Flags oxlet implements: (name, value name, default shown in --help, help).
+const IMPLEMENTED_FLAGS: &[(&str, &str, Option<&str>, &str)] = &[
+    (
+        "config",
+        "PATH",
+        None,
+        "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1); flags override it",
+    ),
+    (
+        "pod-manifest-path",
+        "PATH",
+        None,
+        "Directory of static pod manifests (empty: file source off)",
+    ),
+    (
+        "container-runtime-endpoint",
+        "URL",
+        Some(super::options::DEFAULT_RUNTIME_ENDPOINT),
+        "CRI endpoint (unix:// socket)",
+    ),
+    (
+        "root-dir",
+        "PATH",
+        Some("/var/lib/oxlet"),
+        "Directory for oxlet state",
+    ),
+    (
+        "pod-logs-dir",
+        "PATH",
+        Some("/var/log/pods"),
+        "Directory for container logs",
+    ),
+    (
+        "hostname-override",
+        "NAME",
+        None,
+        "Node name to use instead of the host name",
+    ),
+    (
+        "address",
+        "IP",
+        Some("127.0.0.1"),
+        "IP address the read-only API listens on",
+    ),
+    (
+        "read-only-port",
+        "PORT",
+        Some("10255"),
+        "Read-only API port (0 disables; KubeletConfiguration default is 0)",
+    ),
+    (
+        "healthz-bind-address",
+        "IP",
+        Some("127.0.0.1"),
+        "IP address the healthz server listens on",
+    ),
+    (
+        "healthz-port",
+        "PORT",
+        Some("10248"),
+        "Healthz port (0 disables)",
+    ),
+    (
+        "file-check-frequency",
+        "DURATION",
+        Some("20s"),
+        "How often to re-read the static pod directory",
+    ),
+    (
+        "sync-frequency",
+        "DURATION",
+        Some("1m0s"),
+        "Maximum period between syncs of running pods",
+    ),
+    (
+        "runtime-request-timeout",
+        "DURATION",
+        Some("2m0s"),
+        "Timeout for CRI requests, except long-running ones",
+    ),
+    (
+        "max-pods",
+        "N",
+        Some("110"),
+        "Maximum number of pods on this node",
+    ),
+];
+
+/// What the command line said. Implemented flags are `Some` only when given
+/// explicitly, so defaults never override the config file; values are the raw
+/// text, converted and validated by `options`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FlagValues {
+    pub config: Option<String>,
+    pub pod_manifest_path: Option<String>,
+    pub container_runtime_endpoint: Option<String>,
+    pub root_dir: Option<String>,
+    pub pod_logs_dir: Option<String>,
+    pub hostname_override: Option<String>,
+    pub verbosity: Option<String>,
+    pub address: Option<String>,
+    pub read_only_port: Option<String>,
+    pub healthz_bind_address: Option<String>,
+    pub healthz_port: Option<String>,
+    pub file_check_frequency: Option<String>,
+    pub sync_frequency: Option<String>,
+    pub runtime_request_timeout: Option<String>,
+    pub max_pods: Option<String>,
+    pub runonce: Option<bool>,
+    /// Unimplemented kubelet flags that were given, by name, in command-line order.
+    pub unimplemented: Vec<String>,
+    /// Values that are wrong at the flag level (a boolean that is not true/false).
+    pub problems: Vec<Problem>,
+}
+
+/// The clap command; kubelet (pflag) semantics: a repeated flag's last value
+/// wins, and a value may start with `-`.
+pub fn command() -> Command {
+    let mut cmd = Command::new("oxlet")
+        .about("A kubelet-like node agent: runs static pods through a CRI runtime")
+        .version(env!("CARGO_PKG_VERSION"))
+        .disable_version_flag(true)
+        .args_override_self(true)
+        .arg(
+            Arg::new("version")
+                .long("version")
+                .action(ArgAction::Version)
+                .help("Print version information and quit"),
+        );
+    for &(name, value_name, default, help) in IMPLEMENTED_FLAGS {
+        let mut arg = value_arg(name).value_name(value_name).help(help);
+        if let Some(default) = default {
+            arg = arg.default_value(default);
+        }
+        cmd = cmd.arg(arg);
+    }
+    cmd = cmd
+        .arg(
+            value_arg("v")
+                .short('v')
+                .value_name("LEVEL")
+                .default_value("0")
+                .help("Log verbosity (klog level)"),
+        )
+        .arg(bool_arg("runonce").help("Start the static pods once, wait for them, then exit"));
+    for &(name, kind) in UNIMPLEMENTED_FLAGS {
+        let arg = match kind {
+            Bool => bool_arg(name),
+            Value => value_arg(name).value_name("VALUE"),
+        };
+        cmd =
+            cmd.arg(arg.help_heading(
+                "Kubelet flags accepted but not implemented (ignored, with a warning)",
+            ));
+    }
+    cmd
+}
+
+fn value_arg(name: &'static str) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .num_args(1)
+        .allow_hyphen_values(true)
+        .action(ArgAction::Set)
+}
+
+/// A pflag-style boolean: `--x` means true, `--x=false` sets it; never `--x false`.
+fn bool_arg(name: &'static str) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .num_args(0..=1)
+        .require_equals(true)
+        .default_missing_value("true")
+        .value_name("true|false")
+        .action(ArgAction::Set)
+}
+
+/// Go's `strconv.ParseBool`, which pflag uses for boolean flags.
+pub fn parse_go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses the command line (argv[0] first). `--help` and `--version` come back
+/// as `ConfigError::Help`; anything clap rejects as one `Problem::Usage` line.
+pub fn parse_flags<I, T>(args: I) -> Result<FlagValues, ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let matches = command()
+        .try_get_matches_from(args)
+        .map_err(ConfigError::from_clap)?;
+    Ok(from_matches(&matches))
+}
+
+fn explicit(m: &ArgMatches, name: &str) -> Option<String> {
+    (m.value_source(name) == Some(ValueSource::CommandLine))
+        .then(|| m.get_one::<String>(name).cloned())
+        .flatten()
+}
+
+fn from_matches(m: &ArgMatches) -> FlagValues {
+    let mut problems = Vec::new();
+    let mut check_bool = |name: &'static str| -> Option<bool> {
+        let text = explicit(m, name)?;
+        let value = parse_go_bool(&text);
+        if value.is_none() {
+            problems.push(Problem::Flag {
+                flag: name.to_string(),
+                value: text,
+                reason: "must be true or false".to_string(),
+            });
+        }
+        value
+    };
+    let runonce = check_bool("runonce");
+    let mut given: Vec<(usize, &'static str)> = Vec::new();
+    for &(name, kind) in UNIMPLEMENTED_FLAGS {
+        if m.value_source(name) != Some(ValueSource::CommandLine) {
+            continue;
+        }
+        if kind == Bool {
+            check_bool(name);
+        }
+        given.push((m.index_of(name).unwrap_or(usize::MAX), name));
+    }
+    given.sort();
+    FlagValues {
+        config: explicit(m, "config"),
+        pod_manifest_path: explicit(m, "pod-manifest-path"),
+        container_runtime_endpoint: explicit(m, "container-runtime-endpoint"),
+        root_dir: explicit(m, "root-dir"),
+        pod_logs_dir: explicit(m, "pod-logs-dir"),
+        hostname_override: explicit(m, "hostname-override"),
+        verbosity: explicit(m, "v"),
+        address: explicit(m, "address"),
+        read_only_port: explicit(m, "read-only-port"),
+        healthz_bind_address: explicit(m, "healthz-bind-address"),
+        healthz_port: explicit(m, "healthz-port"),
+        file_check_frequency: explicit(m, "file-check-frequency"),
+        sync_frequency: explicit(m, "sync-frequency"),
+        runtime_request_timeout: explicit(m, "runtime-request-timeout"),
+        max_pods: explicit(m, "max-pods"),
+        runonce,
+        unimplemented: given.into_iter().map(|(_, n)| n.to_string()).collect(),
+        problems,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<FlagValues, ConfigError> {
+        parse_flags(std::iter::once("oxlet").chain(args.iter().copied()))
+    }
+
+    fn usage_error(args: &[&str]) -> String {
+        match parse(args) {
+            Err(ConfigError::Invalid(p)) => {
+                assert_eq!(p.len(), 1, "{p:?}");
+                p[0].to_string()
+            }
+            other => panic!("expected a usage error for {args:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn command_is_well_formed() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn verbosity_forms() {
+        for args in [
+            &["-v=4"][..],
+            &["--v=4"],
+            &["-v", "4"],
+            &["-v4"],
+            &["--v", "4"],
+        ] {
+            assert_eq!(
+                parse(args).unwrap().verbosity.as_deref(),
+                Some("4"),
+                "{args:?}"
+            );
+        }
+        assert_eq!(parse(&[]).unwrap().verbosity, None);
+    }
+
+    #[test]
+    fn defaults_are_not_explicit() {
+        assert_eq!(parse(&[]).unwrap(), FlagValues::default());
+    }
+
+    #[test]
+    fn value_flag_forms() {
+        let f = parse(&[
+            "--config=/etc/oxlet/config.yaml",
+            "--pod-manifest-path",
+            "/etc/kubernetes/manifests",
+            "--container-runtime-endpoint=unix:///run/crio/crio.sock",
+            "--root-dir=/tmp/root",
+            "--pod-logs-dir=/tmp/logs",
+            "--hostname-override=Node-1",
+            "--address=0.0.0.0",
+            "--read-only-port=0",
+            "--healthz-bind-address=::1",
+            "--healthz-port",
+            "0",
+            "--file-check-frequency=5s",
+            "--sync-frequency=10s",
+            "--runtime-request-timeout=30s",
+            "--max-pods=20",
+            "--runonce",
+        ])
+        .unwrap();
+        assert_eq!(f.config.as_deref(), Some("/etc/oxlet/config.yaml"));
+        assert_eq!(
+            f.pod_manifest_path.as_deref(),
+            Some("/etc/kubernetes/manifests")
+        );
+        assert_eq!(
+            f.container_runtime_endpoint.as_deref(),
+            Some("unix:///run/crio/crio.sock")
+        );
+        assert_eq!(f.root_dir.as_deref(), Some("/tmp/root"));
+        assert_eq!(f.pod_logs_dir.as_deref(), Some("/tmp/logs"));
+        assert_eq!(f.hostname_override.as_deref(), Some("Node-1"));
+        assert_eq!(f.address.as_deref(), Some("0.0.0.0"));
+        assert_eq!(f.read_only_port.as_deref(), Some("0"));
+        assert_eq!(f.healthz_bind_address.as_deref(), Some("::1"));
+        assert_eq!(f.healthz_port.as_deref(), Some("0"));
+        assert_eq!(f.file_check_frequency.as_deref(), Some("5s"));
+        assert_eq!(f.sync_frequency.as_deref(), Some("10s"));
+        assert_eq!(f.runtime_request_timeout.as_deref(), Some("30s"));
+        assert_eq!(f.max_pods.as_deref(), Some("20"));
+        assert_eq!(f.runonce, Some(true));
+        assert!(f.unimplemented.is_empty() && f.problems.is_empty());
+    }
+
+    #[test]
+    fn last_value_wins_and_hyphen_values_allowed() {
+        let f = parse(&["--max-pods=1", "--max-pods", "-5", "--hostname-override="]).unwrap();
+        assert_eq!(f.max_pods.as_deref(), Some("-5"));
+        assert_eq!(f.hostname_override.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn bool_flag_forms() {
+        let f = parse(&["--runonce=false"]).unwrap();
+        assert_eq!(f.runonce, Some(false));
+        for text in ["1", "t", "T", "TRUE", "true", "True"] {
+            let arg = format!("--runonce={text}");
+            assert_eq!(parse(&[&arg]).unwrap().runonce, Some(true), "{text}");
+        }
+        let f = parse(&["--runonce=maybe"]).unwrap();
+        assert_eq!(
+            f.problems[0].to_string(),
+            "invalid value \"maybe\" for --runonce: must be true or false"
+        );
+        // pflag never takes a boolean's value from the next argument.
+        assert!(parse(&["--runonce", "false"]).is_err());
+    }
+
+    #[test]
+    fn unimplemented_kubelet_flags_are_accepted_in_order() {
+        let f = parse(&[
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--fail-swap-on=false",
+            "--node-labels",
+            "a=b,c=d",
+            "--cgroups-per-qos",
+            "--oom-score-adj",
+            "-999",
+            "--kubeconfig=/other",
+        ])
+        .unwrap();
+        assert_eq!(
+            f.unimplemented,
+            [
+                "fail-swap-on",
+                "node-labels",
+                "cgroups-per-qos",
+                "oom-score-adj",
+                "kubeconfig"
+            ]
+        );
+        assert!(f.problems.is_empty(), "{:?}", f.problems);
+    }
+
+    #[test]
+    fn unimplemented_bool_flag_value_checked() {
+        let f = parse(&["--fail-swap-on=nope"]).unwrap();
+        assert_eq!(f.unimplemented, ["fail-swap-on"]);
+        assert_eq!(
+            f.problems[0].to_string(),
+            "invalid value \"nope\" for --fail-swap-on: must be true or false"
+        );
+    }
+
+    #[test]
+    fn unknown_flag_rejected() {
+        assert_eq!(
+            usage_error(&["--no-such-flag"]),
+            "unknown flag: --no-such-flag"
+        );
+        assert_eq!(
+            usage_error(&["--no-such-flag=3"]),
+            "unknown flag: --no-such-flag"
+        );
+        assert_eq!(usage_error(&["-x"]), "unknown flag: -x");
+        let msg = usage_error(&["stray"]);
+        assert!(msg.contains("stray"), "{msg}");
+        let msg = usage_error(&["--max-pods"]);
+        assert!(msg.contains("--max-pods"), "{msg}");
+    }
+
+    #[test]
+    fn help_and_version_are_not_failures() {
+        for arg in ["--help", "-h", "--version"] {
+            assert!(matches!(parse(&[arg]), Err(ConfigError::Help(_))), "{arg}");
+        }
+        let Err(ConfigError::Help(help)) = parse(&["--help"]) else {
+            unreachable!()
+        };
+        let text = help.to_string();
+        assert!(text.contains("--read-only-port"), "{text}");
+        assert!(text.contains("--fail-swap-on"), "{text}");
+    }
+
+    #[test]
+    fn table_has_no_duplicates() {
+        let mut names: Vec<&str> = UNIMPLEMENTED_FLAGS.iter().map(|(n, _)| *n).collect();
+        names.extend(IMPLEMENTED_FLAGS.iter().map(|(n, _, _, _)| *n));
+        names.extend(["v", "runonce", "version", "help"]);
+        let total = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), total);
+    }
+}

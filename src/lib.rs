@@ -5,9 +5,11 @@
 //! `pleg` watches the runtime and wakes pod workers; `status` turns what we see into
 //! kubelet-faithful pod status; `server` serves read-only views.
 
+pub mod app;
 pub mod config;
 pub mod hash;
 pub mod quantity;
+pub mod runonce;
 pub mod logging;
 pub mod pleg;
 pub mod runtime;

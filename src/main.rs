@@ -1,1 +1,27 @@
-fn main() {}
+//! The oxlet binary: parse flags and config, set up logging, run the agent.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let opts = oxlet::config::options::load_or_exit();
+    oxlet::logging::init(opts.verbosity);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("oxlet: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(oxlet::app::run(opts)) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("oxlet: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

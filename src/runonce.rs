@@ -1,0 +1,98 @@
+//! `--runonce`: start the static pods, wait until each runs or fails, print their
+//! statuses and exit 0 only if all of them run.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PodStatus;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::Agent;
+use crate::config::{pod_ref, pod_uid};
+
+/// Gives up on pods that neither run nor fail within this time.
+const RUNONCE_TIMEOUT: Duration = Duration::from_secs(120);
+/// kubelet waits about a second for the first manifest batch.
+const FIRST_BATCH_WAIT: Duration = Duration::from_secs(1);
+
+/// Waiting reasons that will not fix themselves.
+const FATAL_WAITING: &[&str] = &[
+    "ErrImageNeverPull",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerError",
+    "CreateContainerConfigError",
+    "RunContainerError",
+    "CrashLoopBackOff",
+];
+
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Running,
+    Failed(String),
+    Pending,
+}
+
+fn verdict(status: Option<&PodStatus>) -> Verdict {
+    let Some(s) = status else {
+        return Verdict::Pending;
+    };
+    let phase = s.phase.as_deref().unwrap_or("Pending");
+    if phase == "Failed" {
+        return Verdict::Failed(s.reason.clone().unwrap_or_else(|| "Failed".into()));
+    }
+    let cs = s.container_statuses.as_deref().unwrap_or_default();
+    for c in cs {
+        if let Some(w) = c.state.as_ref().and_then(|st| st.waiting.as_ref())
+            && let Some(r) = w.reason.as_deref().filter(|r| FATAL_WAITING.contains(r))
+        {
+            return Verdict::Failed(format!("container {}: {r}", c.name));
+        }
+    }
+    let all_running = !cs.is_empty() && cs.iter().all(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()));
+    if phase == "Succeeded" || (phase == "Running" && all_running) {
+        Verdict::Running
+    } else {
+        Verdict::Pending
+    }
+}
+
+/// Returns the process exit code.
+pub async fn run(agent: &Agent, cancel: &CancellationToken) -> i32 {
+    tokio::time::sleep(FIRST_BATCH_WAIT).await;
+    let deadline = tokio::time::Instant::now() + RUNONCE_TIMEOUT;
+    loop {
+        let pods = agent.pods.all();
+        let verdicts: Vec<_> = pods
+            .iter()
+            .map(|p| (p.clone(), verdict(agent.statuses.get(pod_uid(p)).as_ref())))
+            .collect();
+        let done = verdicts.iter().all(|(_, v)| *v != Verdict::Pending);
+        if done || tokio::time::Instant::now() >= deadline || cancel.is_cancelled() {
+            let mut ok = true;
+            for (p, v) in &verdicts {
+                let phase = agent
+                    .statuses
+                    .get(pod_uid(p))
+                    .and_then(|s| s.phase)
+                    .unwrap_or_else(|| "Pending".into());
+                match v {
+                    Verdict::Running => println!("{}: {phase}: running", pod_ref(p)),
+                    Verdict::Failed(why) => {
+                        ok = false;
+                        println!("{}: {phase}: failed: {why}", pod_ref(p));
+                    }
+                    Verdict::Pending => {
+                        ok = false;
+                        println!("{}: {phase}: did not start in time", pod_ref(p));
+                    }
+                }
+            }
+            if pods.is_empty() {
+                println!("no static pods found");
+            }
+            return if ok { 0 } else { 1 };
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,1 +1,599 @@
-//! (in progress)
+//! The static pod directory source (kubelet's `config/file.go`, `file_linux.go`).
+//!
+//! Every change re-reads the whole path and sends the complete set of pods: editors
+//! replace files by rename and half-written files come and go, so per-event
+//! bookkeeping would only add ways to be wrong. inotify (through `notify`) gives low
+//! latency; the periodic relist every `check_frequency` is the safety net for
+//! anything the watch misses or could not be set up for.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use notify::{EventKind, RecursiveMode, Watcher, event::AccessKind, event::AccessMode};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::manifest::{decode_static_pod, read_manifest};
+use super::{FILE_SOURCE, SourceSnapshot};
+
+/// How long to wait after the first inotify event for the rest of its burst (an editor's
+/// write + rename, `cp` of several files), so one relist covers them all.
+const COALESCE: Duration = Duration::from_millis(3);
+/// First and maximum delay between attempts to set up the watch (kubelet: 1s → 20s).
+const WATCH_RETRY_MIN: Duration = Duration::from_secs(1);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(20);
+
+/// The pods defined at `path` for `node_name`: every good manifest, in file name
+/// order. Bad files are logged and skipped; a missing path is an empty set.
+pub fn list_manifests(path: &Path, node_name: &str) -> Vec<Pod> {
+    scan(&normalize(path.to_path_buf()), node_name).pods
+}
+
+/// What one listing found.
+struct Scan {
+    pods: Vec<Pod>,
+    /// Manifest files considered (hidden files and subdirectories not counted).
+    files: usize,
+    missing: bool,
+}
+
+fn scan(path: &Path, node_name: &str) -> Scan {
+    let mut out = Scan {
+        pods: Vec::new(),
+        files: 0,
+        missing: false,
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            out.missing = true;
+            return out;
+        }
+        Err(e) => {
+            warn!(path = %path.display(), "cannot stat static pod path: {e}");
+            return out;
+        }
+    };
+    if meta.is_file() {
+        out.files = 1;
+        out.pods.extend(load(path, node_name));
+        return out;
+    }
+    if !meta.is_dir() {
+        warn!(path = %path.display(), "static pod path is neither a directory nor a regular file");
+        return out;
+    }
+    let entries = match std::fs::read_dir(path) {
+        Ok(e) => e,
+        Err(e) => {
+            warn!(path = %path.display(), "cannot list static pod directory: {e}");
+            return out;
+        }
+    };
+    // kubelet globs `[^.]*` and sorts: hidden files (editor swap files, our own
+    // temporaries) never count, and the order is stable.
+    let mut names: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|n| !n.as_encoded_bytes().starts_with(b"."))
+        .collect();
+    names.sort();
+    for name in names {
+        let file = path.join(&name);
+        // Follows symlinks, as kubelet's os.Stat does (config managers link files in).
+        let meta = match std::fs::metadata(&file) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                warn!(path = %file.display(), "skipping static pod manifest: cannot stat: {e}");
+                continue;
+            }
+        };
+        if meta.is_dir() {
+            debug!(path = %file.display(), "not recursing into subdirectory of the static pod path");
+            continue;
+        }
+        if !meta.is_file() {
+            // A FIFO or socket would block or fail the read; say so instead.
+            warn!(path = %file.display(), "skipping static pod manifest: not a regular file");
+            continue;
+        }
+        out.files += 1;
+        out.pods.extend(load(&file, node_name));
+    }
+    out
+}
+
+/// One manifest file to a pod, or a logged reason why not.
+fn load(file: &Path, node_name: &str) -> Option<Pod> {
+    let result = read_manifest(file).and_then(|bytes| decode_static_pod(&bytes, file, node_name));
+    match result {
+        Ok(pod) => Some(pod),
+        // Removed between listing and reading: the next event relists.
+        Err(e) if e.is_not_found() => None,
+        Err(e) => {
+            // The error names the file.
+            warn!("skipping static pod manifest: {e}");
+            None
+        }
+    }
+}
+
+/// `path` without a trailing `/` or `.` components, as kubelet strips them; the
+/// manifest paths (and so the UIDs) must not depend on how the flag was spelled.
+fn normalize(path: PathBuf) -> PathBuf {
+    let clean: PathBuf = path
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect();
+    if clean.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        clean
+    }
+}
+
+/// Why a relist happened, for the timing logs.
+#[derive(Debug, Clone, Copy)]
+enum Reason {
+    Initial,
+    Inotify,
+    Periodic,
+    WatchEstablished,
+}
+
+impl Reason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Reason::Initial => "initial",
+            Reason::Inotify => "inotify",
+            Reason::Periodic => "periodic",
+            Reason::WatchEstablished => "watch-established",
+        }
+    }
+}
+
+/// What to watch so that changes at `path` show up: the directory itself, or the
+/// parent when `path` is a single file (editors replace it by rename, which would
+/// orphan a watch on the file's inode) or does not exist yet (so its creation is seen).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WatchTarget {
+    dir: PathBuf,
+    /// When watching the parent: only events about this path matter.
+    only: Option<PathBuf>,
+    /// Device and inode of `dir`: a directory deleted and recreated needs a new watch.
+    id: Option<(u64, u64)>,
+}
+
+fn watch_target(path: &Path) -> WatchTarget {
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => WatchTarget {
+            dir: path.to_path_buf(),
+            only: None,
+            id: Some((m.dev(), m.ino())),
+        },
+        _ => {
+            let parent = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            WatchTarget {
+                id: id(&parent),
+                dir: parent,
+                only: Some(path.to_path_buf()),
+            }
+        }
+    }
+}
+
+/// Whether an inotify event can change the pod set. Opens and read-only closes are
+/// dropped: our own relist opens every file and would otherwise trigger itself.
+fn relevant(event: &notify::Event, target: &WatchTarget) -> bool {
+    match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => {}
+        EventKind::Access(_) => return false,
+        _ => {}
+    }
+    if event.need_rescan() || event.paths.is_empty() {
+        return true;
+    }
+    match &target.only {
+        // The path itself, or the watched parent going away.
+        Some(only) => event
+            .paths
+            .iter()
+            .any(|p| p.starts_with(only) || p == &target.dir),
+        None => event.paths.iter().any(|p| {
+            // Hidden files directly in the directory never become pods.
+            let hidden = p.parent() == Some(target.dir.as_path())
+                && p.file_name()
+                    .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."));
+            !hidden
+        }),
+    }
+}
+
+/// The watch, re-established when its target changes and retried with back-off when
+/// it cannot be set up.
+struct WatchState {
+    watcher: Option<(notify::RecommendedWatcher, WatchTarget)>,
+    events: mpsc::Sender<()>,
+    backoff: Duration,
+    /// When the failed target may be tried again.
+    next_attempt: Option<Instant>,
+    /// The target of the last failed attempt: a different target is tried at once.
+    failed: Option<WatchTarget>,
+}
+
+impl WatchState {
+    fn new(events: mpsc::Sender<()>) -> Self {
+        WatchState {
+            watcher: None,
+            events,
+            backoff: WATCH_RETRY_MIN,
+            next_attempt: None,
+            failed: None,
+        }
+    }
+
+    /// Makes the watch match the path's current shape; true when a new watch was set
+    /// up. `retry_due` says the back-off for a failed target has run out.
+    fn ensure(&mut self, path: &Path, retry_due: bool) -> bool {
+        let target = watch_target(path);
+        if let Some((_, current)) = &self.watcher {
+            if *current == target {
+                return false;
+            }
+            debug!(path = %path.display(), "static pod path changed shape; re-establishing watch");
+            self.watcher = None;
+        }
+        if self.failed.as_ref() == Some(&target) && !retry_due {
+            return false;
+        }
+        match self.start(&target) {
+            Ok(w) => {
+                debug!(dir = %target.dir.display(), "watching static pod path");
+                self.watcher = Some((w, target));
+                self.backoff = WATCH_RETRY_MIN;
+                self.next_attempt = None;
+                self.failed = None;
+                true
+            }
+            Err(e) => {
+                if self.failed.as_ref() != Some(&target) {
+                    self.backoff = WATCH_RETRY_MIN;
+                }
+                info!(
+                    dir = %target.dir.display(),
+                    retry_in = ?self.backoff,
+                    "cannot watch static pod path (periodic relist still applies): {e}"
+                );
+                self.next_attempt = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(WATCH_RETRY_MAX);
+                self.failed = Some(target);
+                false
+            }
+        }
+    }
+
+    fn start(&self, target: &WatchTarget) -> notify::Result<notify::RecommendedWatcher> {
+        let tx = self.events.clone();
+        let filter = target.clone();
+        let mut watcher =
+            notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+                let wake = match res {
+                    Ok(event) => relevant(&event, &filter),
+                    // An error from the backend may mean lost events: relist to be safe.
+                    Err(_) => true,
+                };
+                if wake {
+                    // Full means a relist is already pending, which will see this change too.
+                    let _ = tx.try_send(());
+                }
+            })?;
+        watcher.watch(&target.dir, RecursiveMode::NonRecursive)?;
+        Ok(watcher)
+    }
+}
+
+/// Runs the file source until `cancel` fires or `tx`'s receiver is gone: one snapshot
+/// at start, then one after every relevant inotify burst and every `check_frequency`.
+pub async fn run_file_source(
+    path: PathBuf,
+    check_frequency: Duration,
+    node_name: String,
+    tx: mpsc::Sender<SourceSnapshot>,
+    cancel: CancellationToken,
+) {
+    let path = normalize(path);
+    // Capacity 1: a pending wake-up already covers any number of later events.
+    let (event_tx, mut event_rx) = mpsc::channel::<()>(1);
+    let mut watch = WatchState::new(event_tx);
+    watch.ensure(&path, true);
+
+    let period = check_frequency.max(Duration::from_millis(10));
+    let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+
+    let mut was_missing = false;
+    let mut reason = Reason::Initial;
+    loop {
+        let started = std::time::Instant::now();
+        let scanned = {
+            let (path, node) = (path.clone(), node_name.clone());
+            match tokio::task::spawn_blocking(move || scan(&path, &node)).await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!("static pod listing task failed: {e}");
+                    Scan {
+                        pods: Vec::new(),
+                        files: 0,
+                        missing: false,
+                    }
+                }
+            }
+        };
+        if scanned.missing != was_missing {
+            if scanned.missing {
+                info!(path = %path.display(), "static pod path does not exist (yet); no static pods");
+            } else if !matches!(reason, Reason::Initial) {
+                info!(path = %path.display(), "static pod path appeared");
+            }
+            was_missing = scanned.missing;
+        }
+        debug!(
+            reason = reason.as_str(),
+            files = scanned.files,
+            pods = scanned.pods.len(),
+            elapsed = ?started.elapsed(),
+            "relisted static pod path"
+        );
+        let snapshot = SourceSnapshot {
+            source: FILE_SOURCE,
+            pods: scanned.pods,
+        };
+        tokio::select! {
+            sent = tx.send(snapshot) => if sent.is_err() { return },
+            _ = cancel.cancelled() => return,
+        }
+
+        // The relist may have seen the directory appear, vanish or be replaced.
+        if watch.ensure(&path, false) {
+            // Changes between the last listing and the new watch would otherwise wait
+            // for the next periodic relist.
+            reason = Reason::WatchEstablished;
+            continue;
+        }
+
+        reason = loop {
+            let retry_at = watch.next_attempt.filter(|_| watch.watcher.is_none());
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tx.closed() => return,
+                _ = ticker.tick() => break Reason::Periodic,
+                Some(()) = event_rx.recv() => {
+                    tokio::time::sleep(COALESCE).await;
+                    while event_rx.try_recv().is_ok() {}
+                    break Reason::Inotify;
+                }
+                _ = async {
+                    match retry_at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if watch.ensure(&path, true) {
+                        break Reason::WatchEstablished;
+                    }
+                }
+            }
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::pod_uid;
+
+    fn manifest(name: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: busybox:1.36\n"
+        )
+    }
+
+    fn names(pods: &[Pod]) -> Vec<String> {
+        pods.iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn lists_good_files_sorted_skipping_bad_hidden_and_subdirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("b.yaml"), manifest("bravo")).unwrap();
+        std::fs::write(d.join("a.json"), r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"alpha"},"spec":{"containers":[{"name":"c","image":"x"}]}}"#).unwrap();
+        std::fs::write(
+            d.join("c.yaml"),
+            "kind: Pod\napiVersion: v1\nmetadata:\n  name: [",
+        )
+        .unwrap();
+        std::fs::write(d.join("d.yaml"), manifest("Bad_Name")).unwrap();
+        std::fs::write(d.join(".hidden.yaml"), manifest("hidden")).unwrap();
+        std::fs::write(d.join("e.bin"), [0u8, 159, 146, 150]).unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        std::fs::write(d.join("sub").join("s.yaml"), manifest("nested")).unwrap();
+        std::fs::write(d.join("z.yaml"), manifest("zulu")).unwrap();
+
+        let pods = list_manifests(d, "n1");
+        assert_eq!(names(&pods), ["alpha-n1", "bravo-n1", "zulu-n1"]);
+        let s = scan(d, "n1");
+        assert_eq!(s.files, 6);
+        assert!(!s.missing);
+    }
+
+    #[test]
+    fn missing_path_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = scan(&dir.path().join("nope"), "n1");
+        assert!(s.pods.is_empty());
+        assert!(s.missing);
+    }
+
+    #[test]
+    fn single_file_path_is_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("only.yaml");
+        std::fs::write(&file, manifest("solo")).unwrap();
+        std::fs::write(dir.path().join("other.yaml"), manifest("other")).unwrap();
+        assert_eq!(names(&list_manifests(&file, "n1")), ["solo-n1"]);
+    }
+
+    #[test]
+    fn uid_depends_on_the_file_path_not_the_spelling_of_the_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), manifest("a")).unwrap();
+        let plain = list_manifests(dir.path(), "n1");
+        let slashed = list_manifests(&PathBuf::from(format!("{}/./", dir.path().display())), "n1");
+        assert_eq!(pod_uid(&plain[0]), pod_uid(&slashed[0]));
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<SourceSnapshot>, within: Duration) -> SourceSnapshot {
+        tokio::time::timeout(within, rx.recv())
+            .await
+            .expect("no snapshot in time")
+            .expect("source ended")
+    }
+
+    /// Waits for a snapshot whose pod names equal `want` (relists may send repeats).
+    async fn wait_for(rx: &mut mpsc::Receiver<SourceSnapshot>, want: &[&str]) -> Duration {
+        let start = std::time::Instant::now();
+        loop {
+            let s = next(rx, Duration::from_secs(5)).await;
+            assert_eq!(s.source, FILE_SOURCE);
+            if names(&s.pods) == want {
+                return start.elapsed();
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn source_sees_atomic_rename_and_removal_quickly() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_path_buf();
+        std::fs::write(d.join("a.yaml"), manifest("a")).unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        // A long period: only inotify can explain a fast update.
+        let task = tokio::spawn(run_file_source(
+            d.clone(),
+            Duration::from_secs(600),
+            "n1".into(),
+            tx,
+            cancel.clone(),
+        ));
+        let first = next(&mut rx, Duration::from_secs(5)).await;
+        assert_eq!(names(&first.pods), ["a-n1"]);
+
+        // Editor-style write: hidden temporary, then rename into place.
+        std::fs::write(d.join(".b.yaml.tmp"), manifest("b")).unwrap();
+        std::fs::rename(d.join(".b.yaml.tmp"), d.join("b.yaml")).unwrap();
+        let took = wait_for(&mut rx, &["a-n1", "b-n1"]).await;
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+
+        std::fs::remove_file(d.join("a.yaml")).unwrap();
+        let took = wait_for(&mut rx, &["b-n1"]).await;
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+
+        cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("source did not stop on cancel")
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn own_reads_do_not_trigger_relists() {
+        // inotify reports our own opens of the directory and files; they must not loop.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), manifest("a")).unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run_file_source(
+            dir.path().to_path_buf(),
+            Duration::from_secs(600),
+            "n1".into(),
+            tx,
+            cancel.clone(),
+        ));
+        next(&mut rx, Duration::from_secs(5)).await;
+        let more = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await;
+        assert!(more.is_err(), "unexpected relist without a change");
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn source_starts_empty_for_missing_dir_and_picks_it_up_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("manifests");
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run_file_source(
+            d.clone(),
+            Duration::from_secs(600),
+            "n1".into(),
+            tx,
+            cancel.clone(),
+        ));
+        let first = next(&mut rx, Duration::from_secs(5)).await;
+        assert!(first.pods.is_empty());
+
+        // Created after start: the watch on the parent notices, then moves to the dir.
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("x.yaml"), manifest("x")).unwrap();
+        wait_for(&mut rx, &["x-n1"]).await;
+        std::fs::write(d.join("y.yaml"), manifest("y")).unwrap();
+        wait_for(&mut rx, &["x-n1", "y-n1"]).await;
+
+        // Removed and recreated: the new directory is watched again.
+        std::fs::remove_dir_all(&d).unwrap();
+        wait_for(&mut rx, &[]).await;
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("z.yaml"), manifest("z")).unwrap();
+        wait_for(&mut rx, &["z-n1"]).await;
+
+        drop(rx);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("source did not stop when the receiver went away")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn periodic_relist_works_without_the_watch() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("a").join("b"); // parent missing too: no watch possible
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run_file_source(
+            d.clone(),
+            Duration::from_millis(50),
+            "n1".into(),
+            tx,
+            cancel.clone(),
+        ));
+        assert!(next(&mut rx, Duration::from_secs(5)).await.pods.is_empty());
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("p.yaml"), manifest("p")).unwrap();
+        wait_for(&mut rx, &["p-n1"]).await;
+        cancel.cancel();
+        task.await.unwrap();
+    }
+}

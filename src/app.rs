@@ -83,7 +83,7 @@ pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
         } else {
             let layout = ContainerdLayout::new(opts.root_dir.join("containerd"));
             info!(target: STARTUP_TARGET, root = %opts.root_dir.display(), "no container runtime answers at {DEFAULT_RUNTIME_ENDPOINT}; starting a managed containerd");
-            let m = ManagedContainerd::start(layout, CniSettings::default())
+            let m = ManagedContainerd::start(&layout, &CniSettings::default())
                 .await
                 .context("cannot start managed containerd")?;
             info!(target: STARTUP_TARGET, endpoint = %m.endpoint(), "managed containerd is up");

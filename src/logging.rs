@@ -28,6 +28,7 @@ pub fn init(verbosity: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(verbosity >= 4)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }
 

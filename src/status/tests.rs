@@ -77,7 +77,7 @@ fn gen_with(
     })
 }
 
-fn gen(p: &Pod, rt: &PodRuntimeStatus) -> PodStatus {
+fn status_of(p: &Pod, rt: &PodRuntimeStatus) -> PodStatus {
     gen_with(p, rt, None, None, false)
 }
 
@@ -95,7 +95,7 @@ fn cond<'a>(s: &'a PodStatus, kind: &str) -> (&'a str, Option<&'a str>) {
 #[test]
 fn new_pod_is_pending_with_container_creating() {
     let p = pod("Always", &["a"], &[]);
-    let s = gen(&p, &PodRuntimeStatus::default());
+    let s = status_of(&p, &PodRuntimeStatus::default());
     assert_eq!(s.phase.as_deref(), Some("Pending"));
     let cs = &s.container_statuses.as_ref().unwrap()[0];
     assert_eq!(
@@ -114,7 +114,7 @@ fn running_pod_is_ready() {
         ctr("a", ContainerState::Running, 0, 2, 0),
         ctr("b", ContainerState::Running, 0, 1, 0),
     ]);
-    let s = gen(&p, &rt);
+    let s = status_of(&p, &rt);
     assert_eq!(s.phase.as_deref(), Some("Running"));
     for kind in ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"] {
         assert_eq!(cond(&s, kind).0, "True", "{kind}");
@@ -139,7 +139,7 @@ fn phases_by_restart_policy_and_exit_codes() {
     ] {
         let p = pod(policy, &["a"], &[]);
         let rt = runtime(vec![ctr("a", ContainerState::Exited, exit, 1, 0)]);
-        let s = gen(&p, &rt);
+        let s = status_of(&p, &rt);
         assert_eq!(s.phase.as_deref(), Some(phase), "{policy} exit {exit}");
         let term = s.container_statuses.as_ref().unwrap()[0]
             .state
@@ -181,7 +181,7 @@ fn restarted_container_reports_previous_instance() {
         ctr("a", ContainerState::Running, 0, 2, 1),
         ctr("a", ContainerState::Exited, 2, 1, 0),
     ]);
-    let s = gen(&p, &rt);
+    let s = status_of(&p, &rt);
     let cs = &s.container_statuses.as_ref().unwrap()[0];
     assert!(cs.state.as_ref().unwrap().running.is_some());
     assert_eq!(
@@ -193,7 +193,7 @@ fn restarted_container_reports_previous_instance() {
 #[test]
 fn init_containers_gate_the_pod() {
     let p = pod("Always", &["a"], &["init"]);
-    let s = gen(&p, &runtime(vec![ctr("init", ContainerState::Running, 0, 1, 0)]));
+    let s = status_of(&p, &runtime(vec![ctr("init", ContainerState::Running, 0, 1, 0)]));
     assert_eq!(s.phase.as_deref(), Some("Pending"));
     assert_eq!(cond(&s, "Initialized"), ("False", Some("ContainersNotInitialized")));
     let cs = &s.container_statuses.as_ref().unwrap()[0];
@@ -201,7 +201,7 @@ fn init_containers_gate_the_pod() {
         cs.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
         Some("PodInitializing")
     );
-    let s = gen(
+    let s = status_of(
         &p,
         &runtime(vec![
             ctr("a", ContainerState::Running, 0, 2, 0),
@@ -215,7 +215,7 @@ fn init_containers_gate_the_pod() {
 #[test]
 fn terminal_phase_is_sticky_and_transition_times_are_kept() {
     let p = pod("Never", &["a"], &[]);
-    let done = gen(&p, &runtime(vec![ctr("a", ContainerState::Exited, 0, 1, 0)]));
+    let done = status_of(&p, &runtime(vec![ctr("a", ContainerState::Exited, 0, 1, 0)]));
     assert_eq!(done.phase.as_deref(), Some("Succeeded"));
     assert_eq!(cond(&done, "Ready"), ("False", Some("PodCompleted")));
     // Even if the runtime forgets the container, the phase stays.

@@ -1,0 +1,314 @@
+//! Running the real `oxlet` binary against a test bed: start it, read `/pods`, write
+//! manifests atomically, kill it with SIGKILL or SIGTERM. Used with `mod common;`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common::Testbed;
+
+/// An oxlet process and the directories it uses.
+pub struct Oxlet {
+    child: Option<Child>,
+    pub manifests: PathBuf,
+    pub root: PathBuf,
+    pub logs: PathBuf,
+    pub port: u16,
+    pub log_file: PathBuf,
+    endpoint: String,
+    starts: u32,
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Writes a manifest the way editors and config tools do: a hidden temp file, then rename.
+pub fn write_manifest(dir: &Path, name: &str, text: &str) {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, dir.join(name)).unwrap();
+}
+
+/// A one-container busybox pod manifest.
+pub fn pod_yaml(name: &str, command: &str, extra_spec: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+{extra_spec}  containers:
+  - name: main
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "{command}"]
+"#
+    )
+}
+
+impl Oxlet {
+    /// Starts oxlet on the bed's containerd with a fresh manifest directory.
+    pub fn start(bed: &Testbed, extra: &[&str]) -> Oxlet {
+        let mut o = Oxlet::new(bed);
+        o.spawn(extra);
+        o
+    }
+
+    /// Prepares the directories without starting the process.
+    pub fn new(bed: &Testbed) -> Oxlet {
+        let base = bed.base_dir().join("oxlet");
+        let manifests = base.join("manifests");
+        std::fs::create_dir_all(&manifests).unwrap();
+        Oxlet {
+            child: None,
+            manifests,
+            root: base.join("root"),
+            logs: base.join("pod-logs"),
+            port: free_port(),
+            log_file: base.join("oxlet.log"),
+            endpoint: bed.endpoint(),
+            starts: 0,
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
+        vec![
+            format!("--container-runtime-endpoint={}", self.endpoint),
+            format!("--pod-manifest-path={}", self.manifests.display()),
+            format!("--root-dir={}", self.root.display()),
+            format!("--pod-logs-dir={}", self.logs.display()),
+            format!("--read-only-port={}", self.port),
+            "--healthz-port=0".into(),
+            "--hostname-override=testnode".into(),
+            "--file-check-frequency=2s".into(),
+            "-v=4".into(),
+        ]
+    }
+
+    /// (Re)starts the process with the same directories.
+    pub fn spawn(&mut self, extra: &[&str]) {
+        self.starts += 1;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_file)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_oxlet"))
+            .args(self.args())
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("starting oxlet");
+        self.child = Some(child);
+    }
+
+    /// Runs oxlet to completion with extra args (e.g. `--runonce`); returns status and stdout.
+    pub fn run_to_end(&self, extra: &[&str]) -> (ExitStatus, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_oxlet"))
+            .args(self.args())
+            .args(extra)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("running oxlet");
+        (out.status, String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM; returns the exit status and how long it took.
+    pub fn sigterm(&mut self) -> (ExitStatus, Duration) {
+        let mut c = self.child.take().expect("oxlet is running");
+        let t = Instant::now();
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(c.id() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return (st, t.elapsed());
+            }
+            if t.elapsed() > Duration::from_secs(20) {
+                c.kill().unwrap();
+                panic!("oxlet did not stop within 20s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_file).unwrap_or_default()
+    }
+
+    /// GET a path on the read-only port; None while oxlet is not listening yet.
+    pub async fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_string()))
+    }
+
+    /// The pods on `/pods` (empty while oxlet is not up).
+    pub async fn pods(&self) -> Vec<Pod> {
+        let Some((200, body)) = self.get("/pods").await else {
+            return Vec::new();
+        };
+        let list: serde_json::Value = serde_json::from_str(&body).expect("/pods is JSON");
+        assert_eq!(list["kind"], "PodList");
+        serde_json::from_value(list["items"].clone()).expect("/pods items are Pods")
+    }
+
+    /// Waits until `check` holds for the pod list, or fails the test with the log.
+    pub async fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        check: impl Fn(&[Pod]) -> Option<T>,
+    ) -> T {
+        let t = Instant::now();
+        loop {
+            let pods = self.pods().await;
+            if let Some(v) = check(&pods) {
+                return v;
+            }
+            if t.elapsed() > timeout {
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}\npods: {}\n--- oxlet log (tail) ---\n{}",
+                    serde_json::to_string_pretty(&pods).unwrap(),
+                    tail(&self.log(), 60)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for the named pod to be Running with every container running; returns it.
+    pub async fn wait_running(&self, name: &str, timeout: Duration) -> Pod {
+        self.wait_for(&format!("{name} Running"), timeout, |pods| {
+            find(pods, name).filter(|p| is_running(p)).cloned()
+        })
+        .await
+    }
+}
+
+impl Drop for Oxlet {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The pod whose name starts with `name-` (static pods get the node name appended).
+pub fn find<'a>(pods: &'a [Pod], name: &str) -> Option<&'a Pod> {
+    pods.iter().find(|p| {
+        p.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n == format!("{name}-testnode"))
+    })
+}
+
+pub fn phase(p: &Pod) -> &str {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+}
+
+pub fn uid(p: &Pod) -> String {
+    p.metadata.uid.clone().unwrap_or_default()
+}
+
+pub fn is_running(p: &Pod) -> bool {
+    let cs = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or_default();
+    phase(p) == "Running"
+        && !cs.is_empty()
+        && cs
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+}
+
+/// The container status of `container` in pod `p`.
+pub fn container<'a>(
+    p: &'a Pod,
+    container: &str,
+) -> &'a k8s_openapi::api::core::v1::ContainerStatus {
+    p.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == container))
+        .unwrap_or_else(|| panic!("no status for container {container}"))
+}
+
+/// CRI containers of a pod (by UID label), any state.
+pub async fn cri_containers(bed: &Testbed, uid: &str) -> Vec<cri::Container> {
+    let mut c = bed.cri().await;
+    let filter = cri::ContainerFilter {
+        label_selector: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
+        ..Default::default()
+    };
+    c.list_containers(cri::ListContainersRequest {
+        filter: Some(filter),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .containers
+}
+
+/// CRI sandboxes of a pod (by UID label), any state.
+pub async fn cri_sandboxes(bed: &Testbed, uid: &str) -> Vec<cri::PodSandbox> {
+    let mut c = bed.cri().await;
+    let filter = cri::PodSandboxFilter {
+        label_selector: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
+        ..Default::default()
+    };
+    c.list_pod_sandbox(cri::ListPodSandboxRequest {
+        filter: Some(filter),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .items
+}
+
+pub const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;

@@ -1,10 +1,12 @@
 //! The runtime: the one module that talks to the CRI. It owns the CRI client
 //! (`cri`), the labels that let a restarted agent adopt containers (`labels`),
-//! sandbox and container configs, pod actions, back-off, and the managed containerd.
+//! sandbox and container configs, pod actions, back-off, and the managed containerd
+//! (`containerd`) started when no runtime answers.
 
 pub mod actions;
 pub mod backoff;
 pub mod container;
+pub mod containerd;
 pub mod cri;
 pub mod labels;
 pub mod manager;

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Install what oxlet's real-runtime tests and examples need, as root on Debian:
+# containerd (with CRI), runc, the CNI plugins, a static busybox (test images),
+# protoc (the k8s-cri build script) and iproute2. Only missing packages are installed,
+# so a prepared machine costs nothing (and no network).
+#
+# No system containerd is started: oxlet and the test bed run their own, and a system
+# one would only compete for nothing. A policy-rc.d that forbids service starts is put in
+# place for the duration of the install.
+set -euo pipefail
+
+PKGS=(containerd runc containernetworking-plugins busybox-static protobuf-compiler iproute2)
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: must run as root" >&2
+    exit 1
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all present (${PKGS[*]})"
+    exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+
+export DEBIAN_FRONTEND=noninteractive
+policy=/usr/sbin/policy-rc.d
+created_policy=
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# oxlet install-deps: no service starts during install\nexit 101\n' >"$policy"
+    chmod 0755 "$policy"
+    created_policy=1
+fi
+cleanup() { if [ -n "$created_policy" ]; then rm -f "$policy"; fi; }
+trap cleanup EXIT
+
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+
+# Should a service manager have started containerd anyway, stop it: it is not ours.
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    systemctl disable --now containerd.service >/dev/null 2>&1 || true
+fi
+for bin in containerd runc ctr containerd-shim-runc-v2 ip protoc /usr/lib/cni/bridge /bin/busybox; do
+    if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "$bin" ]; then
+        echo "install-deps: $bin still missing after install" >&2
+        exit 1
+    fi
+done
+echo "install-deps: done"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: install the runtime packages, build oxlet, put the
+# local images where oxlet imports them at start (<root-dir>/images), and run oxlet on the
+# example static pods. oxlet starts its own containerd under <root-dir>/containerd unless
+# one answers at the default socket.
+#   sudo scripts/run-example.sh            (OXLET_ROOT_DIR overrides /var/lib/oxlet)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+ROOT_DIR=${OXLET_ROOT_DIR:-/var/lib/oxlet}
+
+bash scripts/install-deps.sh
+cargo build --release
+bash scripts/build-images.sh "$ROOT_DIR/images"
+
+args=(--pod-manifest-path examples/manifests -v=2)
+if [ "$ROOT_DIR" != /var/lib/oxlet ]; then
+    args+=(--root-dir "$ROOT_DIR")
+fi
+exec target/release/oxlet "${args[@]}"

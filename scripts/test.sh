@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite: test images, every test target (unit, integration against real
+# containerd test beds, examples), and a build of the benchmarks if there are any.
+# Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/build-images.sh target/test-images
+# Two cores: two tests at a time keeps test beds (one containerd each) from starving.
+cargo test --all-targets -- --test-threads=2
+if [ -d benches ]; then
+    cargo bench --no-run
+fi

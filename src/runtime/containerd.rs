@@ -1,0 +1,771 @@
+//! oxlet's managed containerd (as k3s does it).
+//!
+//! When oxlet is started without `--container-runtime-endpoint` and nothing answers at the
+//! default socket, it runs a containerd of its own under `<root-dir>/containerd`: its own
+//! root, state, sockets, runc root and CNI config, so it never shares state with another
+//! containerd on the machine. The integration test bed uses the same code, one containerd
+//! per test bed.
+//!
+//! Settings here are the ones this kind of machine needs (see `shared/TESTBED.md`):
+//! `restrict_oom_score_adj` (no CAP_SYS_RESOURCE), an explicit `default_runtime_name`, a local
+//! sandbox image (no registry), and a bridge + host-local CNI config (loopback alone is rejected).
+
+use std::ffi::OsStr;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::{VersionRequest, VersionResponse};
+use tokio::process::{Child, Command};
+use tonic::transport::{Channel, Endpoint};
+
+/// The CRI sandbox ("pause") image: a local ref, built by `scripts/build-images.sh`.
+pub const DEFAULT_SANDBOX_IMAGE: &str = "localhost/oxlet/pause:1";
+/// Where Debian's containernetworking-plugins put the CNI binaries.
+pub const CNI_BIN_DIR: &str = "/usr/lib/cni";
+/// The containerd namespace the CRI plugin uses; images must be imported into it.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+/// How long [`ManagedContainerd::start`] waits for the CRI to answer.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`ManagedContainerd::stop`] waits after SIGTERM before SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Name of the CNI config file written into the layout's conf dir.
+pub const CNI_CONFLIST_NAME: &str = "10-oxlet.conflist";
+
+/// containerd refuses unix socket paths longer than this (it checks against the BSD limit,
+/// stricter than Linux's 108).
+pub const MAX_SOCKET_PATH: usize = 104;
+
+const POLL: Duration = Duration::from_millis(50);
+const LOG_TAIL_LINES: usize = 25;
+
+/// The pod network of a managed containerd. Configurable so that parallel test beds (and an
+/// oxlet beside a test bed) never share a bridge or a subnet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CniSettings {
+    /// Linux bridge name (at most 15 bytes, the kernel's IFNAMSIZ - 1).
+    pub bridge: String,
+    /// IPv4 subnet in CIDR form; the bridge gets its first address as the pods' gateway.
+    pub subnet: String,
+}
+
+impl Default for CniSettings {
+    fn default() -> Self {
+        CniSettings {
+            bridge: "oxlet0".to_string(),
+            subnet: "10.88.0.0/16".to_string(),
+        }
+    }
+}
+
+/// Every path a managed containerd uses, all under one base directory, so that one
+/// `rm -rf` (after unmounting) removes all of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerdLayout {
+    /// The base directory (oxlet: `<root-dir>/containerd`).
+    pub base: PathBuf,
+    /// containerd's TOML config, rewritten at every start.
+    pub config: PathBuf,
+    /// containerd `root` (content store, snapshots, metadata DB).
+    pub root: PathBuf,
+    /// containerd `state` (sockets of shims, rootfs mounts, fifos).
+    pub state: PathBuf,
+    /// The gRPC (CRI) socket.
+    pub socket: PathBuf,
+    /// The ttrpc socket (shims call back on it).
+    pub ttrpc_socket: PathBuf,
+    /// containerd's stdout and stderr, appended.
+    pub log: PathBuf,
+    /// CNI config dir (holds [`CNI_CONFLIST_NAME`]).
+    pub cni_conf_dir: PathBuf,
+    /// host-local IPAM allocations.
+    pub cni_data_dir: PathBuf,
+    /// runc's state root (`--root`), so `runc list` of other runtimes never sees ours.
+    pub runc_root: PathBuf,
+    /// The `opt` plugin's dir (default `/opt/containerd`, which we must not touch).
+    pub opt_dir: PathBuf,
+}
+
+impl ContainerdLayout {
+    /// All paths derived from `base`. Keep `base` short: containerd refuses socket paths
+    /// over [`MAX_SOCKET_PATH`] (104) bytes, and the ttrpc socket is `base` + 22 bytes.
+    pub fn new(base: impl Into<PathBuf>) -> Self {
+        let base = base.into();
+        ContainerdLayout {
+            config: base.join("config.toml"),
+            root: base.join("root"),
+            state: base.join("state"),
+            socket: base.join("containerd.sock"),
+            ttrpc_socket: base.join("containerd.sock.ttrpc"),
+            log: base.join("containerd.log"),
+            cni_conf_dir: base.join("cni/net.d"),
+            cni_data_dir: base.join("cni/ipam"),
+            runc_root: base.join("runc"),
+            opt_dir: base.join("opt"),
+            base,
+        }
+    }
+
+    /// The CRI endpoint, `unix://<socket>`.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// Create the directories containerd and CNI expect to exist before start.
+    pub fn create_dirs(&self) -> io::Result<()> {
+        for dir in [
+            &self.base,
+            &self.root,
+            &self.state,
+            &self.cni_conf_dir,
+            &self.cni_data_dir,
+            &self.runc_root,
+            &self.opt_dir,
+        ] {
+            fs::create_dir_all(dir)?;
+        }
+        Ok(())
+    }
+}
+
+/// A TOML basic string: quotes and backslashes escaped.
+fn toml_str(s: impl AsRef<OsStr>) -> String {
+    let s = s.as_ref().to_string_lossy();
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// containerd's `version = 2` config for `layout`.
+///
+/// Snapshotters that cannot work here (btrfs, zfs, devmapper, aufs) are disabled: they only
+/// add start-up probing and log noise.
+pub fn render_config(layout: &ContainerdLayout, cni: &CniSettings, sandbox_image: &str) -> String {
+    const CRI: &str = "plugins.\"io.containerd.grpc.v1.cri\"";
+    format!(
+        r#"# Written by oxlet at every start of its managed containerd; edits are lost.
+# Pod network: bridge {bridge_comment}, subnet {subnet_comment} (see cni conf_dir).
+version = 2
+root = {root}
+state = {state}
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+]
+
+[grpc]
+  address = {socket}
+
+[ttrpc]
+  address = {ttrpc}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {opt}
+
+[{CRI}]
+  sandbox_image = {sandbox_image}
+  # No CAP_SYS_RESOURCE here: never try to lower a container's oom_score_adj.
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+
+  [{CRI}.containerd]
+    snapshotter = "overlayfs"
+    # Without this, every CreateContainer fails: "container.Runtime.Name must be set".
+    default_runtime_name = "runc"
+
+    [{CRI}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [{CRI}.containerd.runtimes.runc.options]
+        BinaryName = "runc"
+        Root = {runc_root}
+        SystemdCgroup = false
+
+  [{CRI}.cni]
+    bin_dir = {bin_dir}
+    conf_dir = {conf_dir}
+    max_conf_num = 1
+"#,
+        bridge_comment = cni.bridge.replace('\n', " "),
+        subnet_comment = cni.subnet.replace('\n', " "),
+        root = toml_str(&layout.root),
+        state = toml_str(&layout.state),
+        socket = toml_str(&layout.socket),
+        ttrpc = toml_str(&layout.ttrpc_socket),
+        opt = toml_str(&layout.opt_dir),
+        sandbox_image = toml_str(sandbox_image),
+        runc_root = toml_str(&layout.runc_root),
+        bin_dir = toml_str(CNI_BIN_DIR),
+        conf_dir = toml_str(&layout.cni_conf_dir),
+    )
+}
+
+/// The CNI conflist: bridge (gateway on the bridge so the host reaches pod IPs, no
+/// masquerade so nothing touches iptables) with host-local IPAM, plus loopback.
+pub fn render_cni_conflist(layout: &ContainerdLayout, cni: &CniSettings) -> String {
+    let conf = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "oxlet",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": cni.bridge,
+                "isGateway": true,
+                "ipMasq": false,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{ "subnet": cni.subnet }]],
+                    "routes": [{ "dst": "0.0.0.0/0" }],
+                    "dataDir": layout.cni_data_dir,
+                }
+            },
+            { "type": "loopback" }
+        ]
+    });
+    let mut s = serde_json::to_string_pretty(&conf).expect("a JSON value always serialises");
+    s.push('\n');
+    s
+}
+
+/// Create the layout's dirs and write containerd's config and the CNI conflist.
+pub fn write_config(
+    layout: &ContainerdLayout,
+    cni: &CniSettings,
+    sandbox_image: &str,
+) -> io::Result<()> {
+    layout.create_dirs()?;
+    fs::write(&layout.config, render_config(layout, cni, sandbox_image))?;
+    fs::write(
+        layout.cni_conf_dir.join(CNI_CONFLIST_NAME),
+        render_cni_conflist(layout, cni),
+    )?;
+    Ok(())
+}
+
+/// Why a managed containerd could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerdError {
+    #[error(
+        "containerd binary not found in PATH; install the containerd package or pass --container-runtime-endpoint"
+    )]
+    BinaryNotFound,
+    #[error("socket path {} is longer than containerd accepts ({MAX_SOCKET_PATH} bytes); use a shorter --root-dir", .0.display())]
+    SocketPathTooLong(PathBuf),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("containerd exited during start-up ({status}); last lines of {}:\n{tail}", log.display())]
+    ExitedEarly {
+        status: ExitStatus,
+        log: PathBuf,
+        tail: String,
+    },
+    #[error("containerd did not answer a CRI Version call on {} within {timeout:?} (last error: {last_error}); last lines of {}:\n{tail}", socket.display(), log.display())]
+    StartTimeout {
+        socket: PathBuf,
+        timeout: Duration,
+        last_error: String,
+        log: PathBuf,
+        tail: String,
+    },
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> ContainerdError {
+    let context = context.into();
+    move |source| ContainerdError::Io { context, source }
+}
+
+/// The first executable file called `name` in `$PATH`.
+pub fn find_in_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            fs::metadata(p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+/// A gRPC channel to a CRI endpoint (`unix:///path` or `http://host:port`). Lazy: the
+/// connection is made at the first call, so this never blocks on a dead socket.
+pub fn cri_channel(endpoint: &str) -> Result<Channel, tonic::transport::Error> {
+    Ok(Endpoint::from_shared(endpoint.to_string())?
+        .connect_timeout(Duration::from_secs(2))
+        .connect_lazy())
+}
+
+/// One CRI `Version` call, bounded by `timeout`: whether a runtime answers at `endpoint`.
+pub async fn probe_cri(endpoint: &str, timeout: Duration) -> Result<VersionResponse, String> {
+    let call = async {
+        let channel = cri_channel(endpoint).map_err(|e| e.to_string())?;
+        RuntimeServiceClient::new(channel)
+            .version(VersionRequest {
+                version: "v1".to_string(),
+            })
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|s| format!("{}: {}", s.code(), s.message()))
+    };
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")))
+}
+
+/// The last `n` lines of a (possibly large) log file; "" if unreadable.
+pub fn log_tail(path: &Path, n: usize) -> String {
+    const MAX: u64 = 64 * 1024;
+    let Ok(mut f) = fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > MAX && f.seek(SeekFrom::Start(len - MAX)).is_err() {
+        return String::new();
+    }
+    let mut buf = Vec::new();
+    if f.read_to_end(&mut buf).is_err() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A containerd process oxlet started and owns.
+///
+/// It dies with oxlet: the child gets SIGKILL as its parent-death signal, and is killed if
+/// this value is dropped. Containers do not die with it (their shims are separate
+/// processes), just as with a system containerd.
+///
+/// The parent-death signal follows the *thread* that spawned the child (prctl semantics):
+/// call [`ManagedContainerd::start`] from a thread that lives as long as containerd should
+/// (a runtime's worker or main thread, a test's own thread), never from `spawn_blocking`.
+#[derive(Debug)]
+pub struct ManagedContainerd {
+    child: Child,
+    pid: u32,
+    layout: ContainerdLayout,
+}
+
+impl ManagedContainerd {
+    /// Write the config and start containerd with the default sandbox image; returns once
+    /// the CRI answers a `Version` call.
+    pub async fn start(
+        layout: &ContainerdLayout,
+        cni: &CniSettings,
+    ) -> Result<Self, ContainerdError> {
+        Self::start_with_sandbox_image(layout, cni, DEFAULT_SANDBOX_IMAGE).await
+    }
+
+    /// [`ManagedContainerd::start`] with another sandbox image.
+    pub async fn start_with_sandbox_image(
+        layout: &ContainerdLayout,
+        cni: &CniSettings,
+        sandbox_image: &str,
+    ) -> Result<Self, ContainerdError> {
+        let started = Instant::now();
+        let binary = find_in_path("containerd").ok_or(ContainerdError::BinaryNotFound)?;
+        for socket in [&layout.socket, &layout.ttrpc_socket] {
+            if socket.as_os_str().len() > MAX_SOCKET_PATH {
+                return Err(ContainerdError::SocketPathTooLong(socket.clone()));
+            }
+        }
+        write_config(layout, cni, sandbox_image).map_err(io_err(format!(
+            "writing containerd config under {}",
+            layout.base.display()
+        )))?;
+
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&layout.log)
+            .map_err(io_err(format!("opening {}", layout.log.display())))?;
+        let log_err = log
+            .try_clone()
+            .map_err(io_err(format!("opening {}", layout.log.display())))?;
+
+        let mut cmd = Command::new(&binary);
+        cmd.arg("--config")
+            .arg(&layout.config)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            // Its own process group: a Ctrl-C meant for oxlet must not reach containerd
+            // directly; oxlet decides when it stops.
+            .process_group(0)
+            .kill_on_drop(true);
+        let parent = rustix::process::getpid();
+        // SAFETY: only async-signal-safe raw syscalls (prctl, getppid) run between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                rustix::process::set_parent_process_death_signal(Some(
+                    rustix::process::Signal::KILL,
+                ))?;
+                // The parent may have died before prctl took effect.
+                if rustix::process::getppid() != Some(parent) {
+                    return Err(io::Error::other("parent exited before containerd started"));
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(io_err(format!("spawning {}", binary.display())))?;
+        let pid = child.id().unwrap_or(0);
+        tracing::debug!(pid, config = %layout.config.display(), "spawned managed containerd");
+
+        let endpoint = layout.endpoint();
+        let deadline = started + START_TIMEOUT;
+        let mut last_error = String::from("socket not created yet");
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(ContainerdError::ExitedEarly {
+                    status,
+                    log: layout.log.clone(),
+                    tail: log_tail(&layout.log, LOG_TAIL_LINES),
+                });
+            }
+            if layout.socket.exists() {
+                match probe_cri(&endpoint, Duration::from_secs(2)).await {
+                    Ok(v) => {
+                        tracing::info!(
+                            pid,
+                            endpoint = %endpoint,
+                            runtime = %format!("{} {}", v.runtime_name, v.runtime_version),
+                            elapsed_ms = started.elapsed().as_millis() as u64,
+                            "managed containerd is ready"
+                        );
+                        return Ok(ManagedContainerd {
+                            child,
+                            pid,
+                            layout: layout.clone(),
+                        });
+                    }
+                    Err(e) => last_error = e,
+                }
+            }
+            if Instant::now() >= deadline {
+                let _ = child.start_kill();
+                return Err(ContainerdError::StartTimeout {
+                    socket: layout.socket.clone(),
+                    timeout: START_TIMEOUT,
+                    last_error,
+                    log: layout.log.clone(),
+                    tail: log_tail(&layout.log, LOG_TAIL_LINES),
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The CRI endpoint, `unix://<socket>`.
+    pub fn endpoint(&self) -> String {
+        self.layout.endpoint()
+    }
+
+    /// The gRPC socket path (for `ctr -a`).
+    pub fn socket(&self) -> &Path {
+        &self.layout.socket
+    }
+
+    /// The layout this containerd runs with.
+    pub fn layout(&self) -> &ContainerdLayout {
+        &self.layout
+    }
+
+    /// containerd's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Wait until containerd exits on its own (for a supervisor's `select!`).
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// SIGTERM, up to [`STOP_GRACE`] for a clean exit, then SIGKILL. Running containers
+    /// stay up (their shims outlive containerd).
+    ///
+    /// Polls `try_wait` rather than awaiting the child, so this also works from another
+    /// tokio runtime than the one that started containerd (e.g. in a `Drop` helper thread).
+    pub async fn stop(mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        if self.poll_exit(STOP_GRACE).await {
+            return;
+        }
+        tracing::warn!(
+            pid = self.pid,
+            "managed containerd ignored SIGTERM for {STOP_GRACE:?}; killing it"
+        );
+        let _ = self.child.start_kill();
+        self.poll_exit(Duration::from_secs(5)).await;
+    }
+
+    async fn poll_exit(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    tracing::debug!(pid = self.pid, %status, "managed containerd exited");
+                    return true;
+                }
+                Ok(None) => {}
+                Err(_) => return true, // already reaped
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Whether `name` looks like an image archive `ctr images import` reads.
+fn is_image_archive(name: &str) -> bool {
+    [".tar", ".tar.gz", ".tgz", ".oci", ".oci.tar"]
+        .iter()
+        .any(|ext| name.ends_with(ext))
+}
+
+/// `ctr images import` of one archive. ctr 1.6 reads only plain tar, so a gzipped archive
+/// is piped through `gzip -dc` into `ctr images import -`.
+async fn import_one(socket: &Path, file: &Path) -> io::Result<std::process::Output> {
+    let mut ctr = Command::new("ctr");
+    ctr.arg("-a")
+        .arg(socket)
+        .args(["-n", CRI_NAMESPACE, "images", "import"])
+        .kill_on_drop(true);
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if !(name.ends_with(".gz") || name.ends_with(".tgz")) {
+        return ctr.arg(file).stdin(Stdio::null()).output().await;
+    }
+    let mut gunzip = Command::new("gzip")
+        .arg("-dc")
+        .arg(file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout: Stdio = gunzip.stdout.take().expect("stdout is piped").try_into()?;
+    let mut out = ctr.arg("-").stdin(stdout).output().await?;
+    let gz = gunzip.wait_with_output().await?;
+    if !gz.status.success() && out.status.success() {
+        // ctr may accept a truncated stream; a failed decompression is still a failure.
+        out.status = gz.status;
+    }
+    if !gz.status.success() {
+        out.stderr.extend_from_slice(b"; gzip: ");
+        out.stderr.extend_from_slice(&gz.stderr);
+    }
+    Ok(out)
+}
+
+/// Import every image archive in `dir` (k3s's `agent/images` convention) into the CRI
+/// namespace, each on its own with `ctr -a <socket> -n k8s.io images import <file>`, in
+/// name order. A broken archive is logged and skipped; a missing dir imports nothing.
+pub async fn import_images(socket: &Path, dir: &Path) -> Vec<(PathBuf, Result<(), String>)> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(is_image_archive)
+        })
+        .collect();
+    files.sort();
+
+    let mut results = Vec::with_capacity(files.len());
+    for file in files {
+        let started = Instant::now();
+        let result = match import_one(socket, &file).await {
+            Ok(o) if o.status.success() => {
+                tracing::info!(
+                    file = %file.display(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "imported image archive"
+                );
+                Ok(())
+            }
+            Ok(o) => {
+                let stderr = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                tracing::warn!(file = %file.display(), status = %o.status, stderr = %stderr, "image import failed; skipping this archive");
+                Err(format!("ctr images import: {}: {stderr}", o.status))
+            }
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "could not run ctr; skipping this archive");
+                Err(format!("running ctr: {e}"))
+            }
+        };
+        results.push((file, result));
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> ContainerdLayout {
+        ContainerdLayout::new("/var/lib/oxlet/containerd")
+    }
+
+    #[test]
+    fn layout_paths_live_under_base() {
+        let l = layout();
+        assert_eq!(
+            l.socket,
+            Path::new("/var/lib/oxlet/containerd/containerd.sock")
+        );
+        assert_eq!(
+            l.endpoint(),
+            "unix:///var/lib/oxlet/containerd/containerd.sock"
+        );
+        for p in [
+            &l.config,
+            &l.root,
+            &l.state,
+            &l.ttrpc_socket,
+            &l.log,
+            &l.cni_conf_dir,
+            &l.cni_data_dir,
+            &l.runc_root,
+            &l.opt_dir,
+        ] {
+            assert!(p.starts_with(&l.base), "{} not under base", p.display());
+            assert_ne!(p, &l.base);
+        }
+    }
+
+    #[test]
+    fn config_has_the_settings_this_machine_needs() {
+        let l = layout();
+        let c = render_config(&l, &CniSettings::default(), DEFAULT_SANDBOX_IMAGE);
+        for want in [
+            "version = 2",
+            "root = \"/var/lib/oxlet/containerd/root\"",
+            "state = \"/var/lib/oxlet/containerd/state\"",
+            "address = \"/var/lib/oxlet/containerd/containerd.sock\"",
+            "address = \"/var/lib/oxlet/containerd/containerd.sock.ttrpc\"",
+            "sandbox_image = \"localhost/oxlet/pause:1\"",
+            "restrict_oom_score_adj = true",
+            "default_runtime_name = \"runc\"",
+            "runtime_type = \"io.containerd.runc.v2\"",
+            "Root = \"/var/lib/oxlet/containerd/runc\"",
+            "SystemdCgroup = false",
+            "bin_dir = \"/usr/lib/cni\"",
+            "conf_dir = \"/var/lib/oxlet/containerd/cni/net.d\"",
+            "stream_server_address = \"127.0.0.1\"",
+            "stream_server_port = \"0\"",
+            "\"io.containerd.snapshotter.v1.btrfs\"",
+            "path = \"/var/lib/oxlet/containerd/opt\"",
+        ] {
+            assert!(c.contains(want), "config lacks {want:?}:\n{c}");
+        }
+        assert!(
+            c.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]")
+        );
+    }
+
+    #[test]
+    fn config_escapes_strings() {
+        let l = ContainerdLayout::new("/tmp/we\"ird\\dir");
+        let c = render_config(&l, &CniSettings::default(), "img");
+        assert!(c.contains(r#"root = "/tmp/we\"ird\\dir/root""#), "{c}");
+    }
+
+    #[test]
+    fn conflist_is_bridge_host_local_and_loopback() {
+        let l = layout();
+        let cni = CniSettings {
+            bridge: "oxt7".into(),
+            subnet: "10.234.7.0/24".into(),
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&render_cni_conflist(&l, &cni)).expect("valid JSON");
+        let plugins = v["plugins"].as_array().unwrap();
+        assert_eq!(plugins.len(), 2);
+        assert_eq!(plugins[0]["type"], "bridge");
+        assert_eq!(plugins[0]["bridge"], "oxt7");
+        assert_eq!(plugins[0]["isGateway"], true);
+        assert_eq!(plugins[0]["ipMasq"], false);
+        assert_eq!(plugins[0]["ipam"]["type"], "host-local");
+        assert_eq!(
+            plugins[0]["ipam"]["ranges"][0][0]["subnet"],
+            "10.234.7.0/24"
+        );
+        assert_eq!(
+            plugins[0]["ipam"]["dataDir"],
+            "/var/lib/oxlet/containerd/cni/ipam"
+        );
+        assert_eq!(plugins[1]["type"], "loopback");
+    }
+
+    #[test]
+    fn default_cni_settings() {
+        let d = CniSettings::default();
+        assert_eq!(d.bridge, "oxlet0");
+        assert_eq!(d.subnet, "10.88.0.0/16");
+    }
+
+    #[test]
+    fn archive_names() {
+        for ok in ["a.tar", "b.tar.gz", "c.tgz", "d.oci.tar"] {
+            assert!(is_image_archive(ok), "{ok}");
+        }
+        for no in ["README", "a.tar.partial", "x.json"] {
+            assert!(!is_image_archive(no), "{no}");
+        }
+    }
+
+    #[tokio::test]
+    async fn import_from_missing_dir_is_empty() {
+        let r = import_images(
+            Path::new("/nonexistent.sock"),
+            Path::new("/nonexistent/dir"),
+        )
+        .await;
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn tail_of_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log");
+        let text: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        fs::write(&p, text).unwrap();
+        assert_eq!(log_tail(&p, 2), "line 98\nline 99");
+        assert_eq!(log_tail(&dir.path().join("missing"), 2), "");
+    }
+}

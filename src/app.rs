@@ -92,7 +92,8 @@ pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
             ep
         }
     };
-    let deadline = tokio::time::Instant::now() + RUNTIME_WAIT;
+    // Wait like kubelet (30 s), but never longer than one runtime request may take.
+    let deadline = tokio::time::Instant::now() + RUNTIME_WAIT.min(timeout);
     let (cri, version) = loop {
         match RemoteRuntime::connect(&endpoint, Duration::from_secs(5), timeout).await {
             Ok(ok) => break ok,
@@ -108,12 +109,9 @@ pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
     info!(target: STARTUP_TARGET, endpoint = %endpoint, runtime = %version.runtime_name, version = %version.runtime_version, apiVersion = %version.runtime_api_version, "connected to container runtime");
     let images = opts.root_dir.join("images");
     if images.is_dir() {
-        for (file, res) in import_images(&socket_path(&endpoint), &images).await {
-            match res {
-                Ok(()) => info!(target: STARTUP_TARGET, file = %file.display(), "imported image archive"),
-                Err(e) => warn!(file = %file.display(), error = %e, "cannot import image archive; skipped"),
-            }
-        }
+        // Each archive is imported on its own; `import_images` logs successes and
+        // failures, and a broken archive is skipped.
+        import_images(&socket_path(&endpoint), &images).await;
     }
     Ok(Runtime {
         cri,
@@ -130,7 +128,11 @@ pub struct Agent {
 }
 
 /// Starts every task of the agent; they stop when `cancel` fires.
-pub async fn start(opts: &Options, rt: &Runtime, cancel: CancellationToken) -> anyhow::Result<Agent> {
+pub async fn start(
+    opts: &Options,
+    rt: &Runtime,
+    cancel: CancellationToken,
+) -> anyhow::Result<Agent> {
     let host_ip = detect_host_ip();
     let runtime = Arc::new(RuntimeManager::new(
         rt.cri.clone(),
@@ -171,7 +173,11 @@ pub async fn start(opts: &Options, rt: &Runtime, cancel: CancellationToken) -> a
     // One relist before the loop starts, so PLEG health and the cache are warm.
     pleg.relist().await;
     tracker.spawn(pleg.run(cancel.clone()));
-    tracker.spawn(run_runtime_health(runtime.clone(), health.clone(), cancel.clone()));
+    tracker.spawn(run_runtime_health(
+        runtime.clone(),
+        health.clone(),
+        cancel.clone(),
+    ));
 
     let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
@@ -205,7 +211,11 @@ pub async fn start(opts: &Options, rt: &Runtime, cancel: CancellationToken) -> a
                 .await
                 .with_context(|| format!("cannot listen on {addr} (--read-only-port)"))?;
             info!(target: STARTUP_TARGET, %addr, "serving the read-only API");
-            tracker.spawn(server::serve(l, server::read_only_router(views), cancel.clone()));
+            tracker.spawn(server::serve(
+                l,
+                server::read_only_router(views),
+                cancel.clone(),
+            ));
         }
         if opts.healthz_port != 0 {
             let addr = SocketAddr::new(opts.healthz_bind_address, opts.healthz_port);
@@ -261,7 +271,10 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
         0
     };
     cancel.cancel();
-    if tokio::time::timeout(Duration::from_secs(3), agent.tracker.wait()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(3), agent.tracker.wait())
+        .await
+        .is_err()
+    {
         warn!("some tasks did not stop within 3s");
     }
     if let Some(m) = rt.managed {

@@ -8,10 +8,10 @@
 pub mod app;
 pub mod config;
 pub mod hash;
-pub mod quantity;
-pub mod runonce;
 pub mod logging;
 pub mod pleg;
+pub mod quantity;
+pub mod runonce;
 pub mod runtime;
 pub mod server;
 pub mod status;

@@ -49,7 +49,10 @@ fn verdict(status: Option<&PodStatus>) -> Verdict {
             return Verdict::Failed(format!("container {}: {r}", c.name));
         }
     }
-    let all_running = !cs.is_empty() && cs.iter().all(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()));
+    let all_running = !cs.is_empty()
+        && cs
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()));
     if phase == "Succeeded" || (phase == "Running" && all_running) {
         Verdict::Running
     } else {

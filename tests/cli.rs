@@ -18,7 +18,10 @@ fn oxlet(args: &[&str]) -> (i32, String) {
 fn out_of_range_port_is_rejected() {
     let (code, err) = oxlet(&["--read-only-port=99999"]);
     assert_eq!(code, 1);
-    assert!(err.contains("--read-only-port") && err.contains("99999"), "{err}");
+    assert!(
+        err.contains("--read-only-port") && err.contains("99999"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -41,7 +44,10 @@ fn config_file_of_the_wrong_kind_is_rejected() {
     std::fs::write(&path, "apiVersion: v1\nkind: Pod\n").unwrap();
     let (code, err) = oxlet(&[&format!("--config={}", path.display())]);
     assert_eq!(code, 1);
-    assert!(err.contains("config.yaml") && err.contains("KubeletConfiguration"), "{err}");
+    assert!(
+        err.contains("config.yaml") && err.contains("KubeletConfiguration"),
+        "{err}"
+    );
     std::fs::write(
         &path,
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfileCheckFrequency: -1s\n",
@@ -49,7 +55,10 @@ fn config_file_of_the_wrong_kind_is_rejected() {
     .unwrap();
     let (code, err) = oxlet(&[&format!("--config={}", path.display())]);
     assert_eq!(code, 1);
-    assert!(err.contains("fileCheckFrequency") && err.contains("-1s"), "{err}");
+    assert!(
+        err.contains("fileCheckFrequency") && err.contains("-1s"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -15,8 +15,16 @@ const START: Duration = Duration::from_secs(30);
 async fn kill9_and_restart_adopts_running_pods_and_stops_vanished_ones() {
     let bed = Testbed::start().await;
     let mut ox = Oxlet::start(&bed, &[]);
-    write_manifest(&ox.manifests, "keep.yaml", &pod_yaml("keep", "sleep 3600", ""));
-    write_manifest(&ox.manifests, "gone.yaml", &pod_yaml("gone", "sleep 3600", "  hostNetwork: true\n"));
+    write_manifest(
+        &ox.manifests,
+        "keep.yaml",
+        &pod_yaml("keep", "sleep 3600", ""),
+    );
+    write_manifest(
+        &ox.manifests,
+        "gone.yaml",
+        &pod_yaml("gone", "sleep 3600", "  hostNetwork: true\n"),
+    );
     let keep = ox.wait_running("keep", START).await;
     let gone = ox.wait_running("gone", START).await;
     let keep_id = container(&keep, "main").container_id.clone();
@@ -27,7 +35,11 @@ async fn kill9_and_restart_adopts_running_pods_and_stops_vanished_ones() {
 
     let again = ox.wait_running("keep", START).await;
     assert_eq!(uid(&again), uid(&keep));
-    assert_eq!(container(&again, "main").container_id, keep_id, "same container adopted");
+    assert_eq!(
+        container(&again, "main").container_id,
+        keep_id,
+        "same container adopted"
+    );
     assert_eq!(container(&again, "main").restart_count, 0);
     let cs = cri_containers(&bed, &uid(&keep)).await;
     assert_eq!(cs.len(), 1, "nothing was restarted or duplicated");
@@ -36,7 +48,11 @@ async fn kill9_and_restart_adopts_running_pods_and_stops_vanished_ones() {
 
     let t = std::time::Instant::now();
     while !cri_sandboxes(&bed, &uid(&gone)).await.is_empty() {
-        assert!(t.elapsed() < START, "pod whose manifest vanished is still there\n{}", tail(&ox.log(), 40));
+        assert!(
+            t.elapsed() < START,
+            "pod whose manifest vanished is still there\n{}",
+            tail(&ox.log(), 40)
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(cri_containers(&bed, &uid(&gone)).await.is_empty());
@@ -65,10 +81,20 @@ async fn sigterm_stops_quickly_and_leaves_containers_running() {
 async fn runonce_reports_and_exits() {
     let bed = Testbed::start().await;
     let ox = Oxlet::new(&bed);
-    write_manifest(&ox.manifests, "one.yaml", &pod_yaml("one", "sleep 3600", ""));
+    write_manifest(
+        &ox.manifests,
+        "one.yaml",
+        &pod_yaml("one", "sleep 3600", ""),
+    );
     let (status, out) = ox.run_to_end(&["--runonce"]);
-    assert!(status.success(), "runonce with a good pod: {status:?}\n{out}");
-    assert!(out.contains("default/one-testnode: Running: running"), "{out}");
+    assert!(
+        status.success(),
+        "runonce with a good pod: {status:?}\n{out}"
+    );
+    assert!(
+        out.contains("default/one-testnode: Running: running"),
+        "{out}"
+    );
 
     let missing = pod_yaml("missing", "true", "")
         .replace("localhost/oxlet/busybox:1", "localhost/oxlet/nope:1")

@@ -135,8 +135,22 @@ mod tests {
         cache.update_time(Instant::now());
         assert_eq!(cache.get_newer_than("nope", t0).await.uid, "");
         let t1 = Instant::now();
-        cache.set("u", PodRuntimeStatus { name: "new".into(), ..Default::default() }, t1);
-        cache.set("u", PodRuntimeStatus { name: "old".into(), ..Default::default() }, t0);
+        cache.set(
+            "u",
+            PodRuntimeStatus {
+                name: "new".into(),
+                ..Default::default()
+            },
+            t1,
+        );
+        cache.set(
+            "u",
+            PodRuntimeStatus {
+                name: "old".into(),
+                ..Default::default()
+            },
+            t0,
+        );
         assert_eq!(cache.get("u").unwrap().name, "new");
     }
 }

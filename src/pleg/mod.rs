@@ -88,13 +88,19 @@ fn events_for(uid: &str, id: &str, old: PlegState, new: PlegState) -> Vec<PodLif
         PlegState::Unknown => Vec::new(),
         PlegState::NonExistent => match old {
             PlegState::Exited => vec![ev(EventKind::ContainerRemoved)],
-            _ => vec![ev(EventKind::ContainerDied), ev(EventKind::ContainerRemoved)],
+            _ => vec![
+                ev(EventKind::ContainerDied),
+                ev(EventKind::ContainerRemoved),
+            ],
         },
     }
 }
 
 /// Diffs two relists into events, and returns the pods that changed.
-fn diff(old: &HashMap<String, RuntimePod>, new: &HashMap<String, RuntimePod>) -> Vec<PodLifecycleEvent> {
+fn diff(
+    old: &HashMap<String, RuntimePod>,
+    new: &HashMap<String, RuntimePod>,
+) -> Vec<PodLifecycleEvent> {
     let uids: HashSet<&String> = old.keys().chain(new.keys()).collect();
     let mut events = Vec::new();
     for uid in uids {
@@ -200,8 +206,12 @@ impl GenericPleg {
                 .await
             {
                 Ok(status) => {
-                    for ev in events.iter().filter(|e| &e.uid == uid && e.kind == EventKind::ContainerDied) {
-                        if let Some(c) = status.containers.iter().find(|c| c.id == ev.container_id) {
+                    for ev in events
+                        .iter()
+                        .filter(|e| &e.uid == uid && e.kind == EventKind::ContainerDied)
+                    {
+                        if let Some(c) = status.containers.iter().find(|c| c.id == ev.container_id)
+                        {
                             info!(pod = %pod.pod_ref(), podUID = %uid, container = %c.name, containerID = %c.id, exitCode = c.exit_code, reason = %c.reason, "container exited");
                         }
                     }
@@ -280,8 +290,22 @@ mod tests {
 
     #[test]
     fn diff_generates_kubelet_events() {
-        let old = HashMap::from([pod("u", &[("a", ContainerState::Running), ("b", ContainerState::Running), ("c", ContainerState::Exited)])]);
-        let new = HashMap::from([pod("u", &[("a", ContainerState::Exited), ("b", ContainerState::Running), ("d", ContainerState::Running)])]);
+        let old = HashMap::from([pod(
+            "u",
+            &[
+                ("a", ContainerState::Running),
+                ("b", ContainerState::Running),
+                ("c", ContainerState::Exited),
+            ],
+        )]);
+        let new = HashMap::from([pod(
+            "u",
+            &[
+                ("a", ContainerState::Exited),
+                ("b", ContainerState::Running),
+                ("d", ContainerState::Running),
+            ],
+        )]);
         assert_eq!(
             kinds(diff(&old, &new)),
             vec![

@@ -353,7 +353,10 @@ mod tests {
         let p = pod("Always", &["a"]);
         let mut sb = sandbox("s1", true, 0);
         sb.host_network = true;
-        let s = status(vec![sb], vec![container(&p, "a", ContainerState::Running, 0)]);
+        let s = status(
+            vec![sb],
+            vec![container(&p, "a", ContainerState::Running, 0)],
+        );
         let a = compute_pod_actions(&p, &s);
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!(a.attempt, 1);

@@ -141,7 +141,10 @@ mod tests {
         assert_eq!(b.current("c"), Some(Duration::from_secs(20)));
         tokio::time::advance(Duration::from_secs(601)).await;
         let died = Instant::now();
-        assert!(b.remaining("c", died).is_none(), "expired entry is not in back-off");
+        assert!(
+            b.remaining("c", died).is_none(),
+            "expired entry is not in back-off"
+        );
         b.next("c", died);
         assert_eq!(b.current("c"), Some(INITIAL));
     }

@@ -249,7 +249,9 @@ pub fn container_config(req: &ContainerRequest<'_>) -> cri::ContainerConfig {
                     .and_then(|s| s.run_as_group)
                     .or(pod_sc.and_then(|s| s.run_as_group))
                     .map(|value| cri::Int64Value { value }),
-                readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+                readonly_rootfs: sc
+                    .and_then(|s| s.read_only_root_filesystem)
+                    .unwrap_or(false),
                 capabilities: caps.map(|c| cri::Capability {
                     add_capabilities: c.add.clone().unwrap_or_default(),
                     drop_capabilities: c.drop.clone().unwrap_or_default(),

@@ -125,7 +125,11 @@ pub fn container_annotations(
     {
         a.insert(CONTAINER_PORTS_ANNOTATION.into(), json);
     }
-    if let Some(grace) = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds) {
+    if let Some(grace) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+    {
         a.insert(POD_TERMINATION_GRACE_ANNOTATION.into(), grace.to_string());
     }
     if let Some(grace) = pod.metadata.deletion_grace_period_seconds {
@@ -188,7 +192,10 @@ pub fn container_info(
         termination_grace: annotations
             .get(POD_TERMINATION_GRACE_ANNOTATION)
             .and_then(|g| g.parse().ok()),
-        is_init: annotations.get(CONTAINER_TYPE_ANNOTATION).map(String::as_str) == Some("init"),
+        is_init: annotations
+            .get(CONTAINER_TYPE_ANNOTATION)
+            .map(String::as_str)
+            == Some("init"),
     }
 }
 

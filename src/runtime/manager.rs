@@ -189,8 +189,9 @@ impl RuntimeManager {
         }
         let mut pods: Vec<RuntimePod> = pods.into_values().collect();
         for p in &mut pods {
-            p.sandboxes.sort_by(|a, b| b.created_at.cmp(&a.created_at));
-            p.containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            p.sandboxes.sort_by_key(|x| std::cmp::Reverse(x.created_at));
+            p.containers
+                .sort_by_key(|x| std::cmp::Reverse(x.created_at));
         }
         Ok(pods)
     }
@@ -213,7 +214,8 @@ impl RuntimeManager {
                 ..Default::default()
             }))
         )?;
-        let sb_statuses = join_all(sandboxes.iter().map(|s| self.cri.pod_sandbox_status(&s.id))).await;
+        let sb_statuses =
+            join_all(sandboxes.iter().map(|s| self.cri.pod_sandbox_status(&s.id))).await;
         let mut status = PodRuntimeStatus {
             uid: uid.to_string(),
             name: name.to_string(),
@@ -251,11 +253,12 @@ impl RuntimeManager {
         }
         status
             .sandboxes
-            .sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            .sort_by_key(|x| std::cmp::Reverse(x.created_at));
         if let Some(newest) = status.sandboxes.first().filter(|s| s.ready) {
             status.ips = newest.ips.clone();
         }
-        let c_statuses = join_all(containers.iter().map(|c| self.cri.container_status(&c.id))).await;
+        let c_statuses =
+            join_all(containers.iter().map(|c| self.cri.container_status(&c.id))).await;
         for cs in c_statuses {
             let cs = match cs {
                 Ok(cs) => cs,
@@ -282,7 +285,7 @@ impl RuntimeManager {
         }
         status
             .containers
-            .sort_by(|a, b| b.created_at.cmp(&a.created_at));
+            .sort_by_key(|x| std::cmp::Reverse(x.created_at));
         Ok(status)
     }
 
@@ -502,7 +505,8 @@ impl RuntimeManager {
         info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, restartCount = restart_count, "created container");
         if let Err(e) = self.cri.start_container(&id).await {
             warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to start container");
-            self.reasons.set(uid, name, RUN_CONTAINER_ERROR, e.to_string());
+            self.reasons
+                .set(uid, name, RUN_CONTAINER_ERROR, e.to_string());
             return Err(format!("{name}: {RUN_CONTAINER_ERROR}: {e}"));
         }
         info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "started container");
@@ -546,7 +550,11 @@ impl RuntimeManager {
             ));
         }
         info!(pod = %pod_ref(pod), podUID = %uid, image, "pulling image");
-        match self.cri.pull_image(image, Some(sandbox_config.clone())).await {
+        match self
+            .cri
+            .pull_image(image, Some(sandbox_config.clone()))
+            .await
+        {
             Ok(r) => {
                 info!(pod = %pod_ref(pod), podUID = %uid, image, imageRef = %r, "pulled image");
                 Ok(r)
@@ -556,7 +564,8 @@ impl RuntimeManager {
                 let left = self.image_backoff.current(&key);
                 warn!(pod = %pod_ref(pod), podUID = %uid, image, error = %e, "failed to pull image");
                 // The first failure reports ErrImagePull; retries wait out the back-off.
-                self.reasons.set(uid, &c.name, ERR_IMAGE_PULL, e.to_string());
+                self.reasons
+                    .set(uid, &c.name, ERR_IMAGE_PULL, e.to_string());
                 Err((ERR_IMAGE_PULL, e.to_string(), left))
             }
         }
@@ -599,7 +608,12 @@ impl RuntimeManager {
                 .running_containers()
                 .map(|c| (c.id.clone(), c.name.clone(), grace))
                 .collect(),
-            status.sandboxes.iter().filter(|s| s.ready).map(|s| s.id.clone()).collect(),
+            status
+                .sandboxes
+                .iter()
+                .filter(|s| s.ready)
+                .map(|s| s.id.clone())
+                .collect(),
         )
         .await
     }
@@ -619,7 +633,11 @@ impl RuntimeManager {
                 .filter(|c| c.state == ContainerState::Running)
                 .map(|c| (c.id.clone(), c.name.clone(), grace))
                 .collect(),
-            pod.sandboxes.iter().filter(|s| s.ready).map(|s| s.id.clone()).collect(),
+            pod.sandboxes
+                .iter()
+                .filter(|s| s.ready)
+                .map(|s| s.id.clone())
+                .collect(),
         )
         .await
     }
@@ -639,7 +657,11 @@ impl RuntimeManager {
                 Err(e) => Err(format!("{name}: {e}")),
             }
         });
-        let errors: Vec<String> = join_all(kills).await.into_iter().filter_map(Result::err).collect();
+        let errors: Vec<String> = join_all(kills)
+            .await
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
         if !errors.is_empty() {
             return Err(SyncError::KillPod(errors.join("; ")));
         }

@@ -65,7 +65,9 @@ pub fn host_dns() -> cri::DnsConfig {
 /// host's settings here (no cluster DNS is configured), merged with `spec.dnsConfig`.
 fn dns_config(pod: &Pod, host: &cri::DnsConfig) -> cri::DnsConfig {
     let spec = pod.spec.as_ref();
-    let policy = spec.and_then(|s| s.dns_policy.as_deref()).unwrap_or("ClusterFirst");
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
     let mut dns = if policy == "None" {
         cri::DnsConfig::default()
     } else {
@@ -74,7 +76,8 @@ fn dns_config(pod: &Pod, host: &cri::DnsConfig) -> cri::DnsConfig {
     if let Some(extra) = spec.and_then(|s| s.dns_config.as_ref()) {
         dns.servers
             .extend(extra.nameservers.clone().unwrap_or_default());
-        dns.searches.extend(extra.searches.clone().unwrap_or_default());
+        dns.searches
+            .extend(extra.searches.clone().unwrap_or_default());
         for opt in extra.options.clone().unwrap_or_default() {
             let name = opt.name.unwrap_or_default();
             dns.options.push(match opt.value {
@@ -117,7 +120,9 @@ pub fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
     let spec = pod.spec.as_ref();
     let host_pid = spec.and_then(|s| s.host_pid).unwrap_or(false);
     let host_ipc = spec.and_then(|s| s.host_ipc).unwrap_or(false);
-    let share_pid = spec.and_then(|s| s.share_process_namespace).unwrap_or(false);
+    let share_pid = spec
+        .and_then(|s| s.share_process_namespace)
+        .unwrap_or(false);
     cri::NamespaceOption {
         network: if is_host_network(pod) {
             cri::NamespaceMode::Node as i32
@@ -156,16 +161,23 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> cri::PodSand
         let h = spec
             .and_then(|s| s.hostname.clone())
             .unwrap_or_else(|| name.clone());
-        h.chars().take(63).collect::<String>().trim_end_matches(['-', '.']).to_string()
+        h.chars()
+            .take(63)
+            .collect::<String>()
+            .trim_end_matches(['-', '.'])
+            .to_string()
     };
     let privileged = spec
         .map(|s| {
-            s.containers.iter().chain(s.init_containers.iter().flatten()).any(|c| {
-                c.security_context
-                    .as_ref()
-                    .and_then(|sc| sc.privileged)
-                    .unwrap_or(false)
-            })
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .any(|c| {
+                    c.security_context
+                        .as_ref()
+                        .and_then(|sc| sc.privileged)
+                        .unwrap_or(false)
+                })
         })
         .unwrap_or(false);
     let pod_sc = spec.and_then(|s| s.security_context.as_ref());

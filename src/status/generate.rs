@@ -54,7 +54,6 @@ fn terminated(c: &rt::ContainerStatus, runtime_name: &str) -> ContainerStateTerm
         finished_at: time_of(c.finished_at),
         container_id: Some(format!("{runtime_name}://{}", c.id)),
         signal: None,
-        ..Default::default()
     }
 }
 
@@ -89,7 +88,8 @@ fn container_status(
     let cached = (inputs.waiting_reason)(&spec.name);
     match latest {
         None => {
-            let (reason, msg) = cached.map_or((default_waiting.to_string(), None), |(r, m)| (r, Some(m)));
+            let (reason, msg) =
+                cached.map_or((default_waiting.to_string(), None), |(r, m)| (r, Some(m)));
             status.state = Some(waiting(&reason, msg));
             // Keep what we reported about an earlier instance that the runtime no longer has.
             status.last_state = inputs.old.and_then(|o| {
@@ -154,7 +154,12 @@ fn container_status(
 }
 
 /// kubelet's `getPhase` over generated container statuses.
-pub fn pod_phase(pod: &Pod, init: &[ContainerStatus], regular: &[ContainerStatus], terminating: bool) -> &'static str {
+pub fn pod_phase(
+    pod: &Pod,
+    init: &[ContainerStatus],
+    regular: &[ContainerStatus],
+    terminating: bool,
+) -> &'static str {
     let policy = pod
         .spec
         .as_ref()
@@ -198,7 +203,11 @@ pub fn pod_phase(pod: &Pod, init: &[ContainerStatus], regular: &[ContainerStatus
                 succeeded += 1;
             }
         } else if st.waiting.is_some() {
-            if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+            if s.last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_some()
+            {
                 stopped += 1;
             } else {
                 waiting += 1;
@@ -218,7 +227,11 @@ pub fn pod_phase(pod: &Pod, init: &[ContainerStatus], regular: &[ContainerStatus
     }
     if running == 0 && stopped > 0 && unknown == 0 {
         if terminating {
-            return if stopped == succeeded { "Succeeded" } else { "Failed" };
+            return if stopped == succeeded {
+                "Succeeded"
+            } else {
+                "Failed"
+            };
         }
         return match policy {
             "Always" => "Running",
@@ -260,7 +273,9 @@ fn condition(
 pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
     let pod = inputs.pod;
     let spec = pod.spec.as_ref();
-    let inits = spec.and_then(|s| s.init_containers.as_deref()).unwrap_or_default();
+    let inits = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or_default();
     let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
     let init_statuses: Vec<ContainerStatus> = inits
         .iter()
@@ -272,7 +287,11 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
             .and_then(|st| st.terminated.as_ref())
             .is_some_and(|t| t.exit_code == 0)
     });
-    let default_waiting = if inits_done { "ContainerCreating" } else { "PodInitializing" };
+    let default_waiting = if inits_done {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
     let statuses: Vec<ContainerStatus> = containers
         .iter()
         .map(|c| container_status(c, inputs, default_waiting))
@@ -281,7 +300,11 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
     let mut phase = pod_phase(pod, &init_statuses, &statuses, inputs.terminating);
     // A terminal phase is never left again.
     if let Some(p @ ("Succeeded" | "Failed")) = old_phase {
-        phase = if p == "Succeeded" { "Succeeded" } else { "Failed" };
+        phase = if p == "Succeeded" {
+            "Succeeded"
+        } else {
+            "Failed"
+        };
     }
     let completed = phase == "Succeeded" || phase == "Failed";
 
@@ -294,10 +317,10 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         .iter()
         .zip(&init_statuses)
         .filter(|(_, s)| {
-            !s.state
+            s.state
                 .as_ref()
                 .and_then(|st| st.terminated.as_ref())
-                .is_some_and(|t| t.exit_code == 0)
+                .is_none_or(|t| t.exit_code != 0)
         })
         .map(|(c, _)| c.name.as_str())
         .collect();
@@ -307,13 +330,22 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         .map(|s| s.name.as_str())
         .collect();
     let initialized = if incomplete.is_empty() {
-        condition("Initialized", true, completed.then_some("PodCompleted"), None, inputs)
+        condition(
+            "Initialized",
+            true,
+            completed.then_some("PodCompleted"),
+            None,
+            inputs,
+        )
     } else {
         condition(
             "Initialized",
             false,
             Some("ContainersNotInitialized"),
-            Some(format!("containers with incomplete status: [{}]", incomplete.join(" "))),
+            Some(format!(
+                "containers with incomplete status: [{}]",
+                incomplete.join(" ")
+            )),
             inputs,
         )
     };
@@ -327,13 +359,22 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
                 kind,
                 false,
                 Some("ContainersNotReady"),
-                Some(format!("containers with unready status: [{}]", unready.join(" "))),
+                Some(format!(
+                    "containers with unready status: [{}]",
+                    unready.join(" ")
+                )),
                 inputs,
             )
         }
     };
     let conditions = vec![
-        condition("PodReadyToStartContainers", sandbox_ready, None, None, inputs),
+        condition(
+            "PodReadyToStartContainers",
+            sandbox_ready,
+            None,
+            None,
+            inputs,
+        ),
         initialized,
         ready_cond("Ready"),
         ready_cond("ContainersReady"),

@@ -19,7 +19,11 @@ pub struct StatusManager {
 impl StatusManager {
     /// The last status reported for `uid`.
     pub fn get(&self, uid: &str) -> Option<PodStatus> {
-        self.statuses.read().unwrap().get(uid).map(|(s, _)| s.clone())
+        self.statuses
+            .read()
+            .unwrap()
+            .get(uid)
+            .map(|(s, _)| s.clone())
     }
 
     /// Stores a newly generated status; returns true when it differs from the last one.
@@ -41,7 +45,11 @@ impl StatusManager {
 
     /// The version of a pod's status (how many times it changed).
     pub fn version(&self, uid: &str) -> u64 {
-        self.statuses.read().unwrap().get(uid).map_or(0, |(_, v)| *v)
+        self.statuses
+            .read()
+            .unwrap()
+            .get(uid)
+            .map_or(0, |(_, v)| *v)
     }
 
     /// Forgets a pod that is gone.

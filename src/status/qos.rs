@@ -22,14 +22,24 @@ pub fn qos_class(pod: &Pod) -> &'static str {
     };
     let mut any = false;
     let mut guaranteed = true;
-    for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
         let empty = BTreeMap::new();
         let res = c.resources.as_ref();
         let limits = res.and_then(|r| r.limits.as_ref()).unwrap_or(&empty);
         let requests = res.and_then(|r| r.requests.as_ref()).unwrap_or(&empty);
         for name in ["cpu", "memory"] {
-            let limit = limits.get(name).and_then(|q| value(name, q)).filter(|v| *v > 0);
-            let request = requests.get(name).and_then(|q| value(name, q)).filter(|v| *v > 0);
+            let limit = limits
+                .get(name)
+                .and_then(|q| value(name, q))
+                .filter(|v| *v > 0);
+            let request = requests
+                .get(name)
+                .and_then(|q| value(name, q))
+                .filter(|v| *v > 0);
             if limit.is_some() || request.is_some() {
                 any = true;
             }
@@ -86,11 +96,17 @@ mod tests {
             "Guaranteed"
         );
         assert_eq!(
-            qos_class(&pod(&[("cpu", "1000m"), ("memory", "64Mi")], &[("cpu", "1"), ("memory", "64Mi")])),
+            qos_class(&pod(
+                &[("cpu", "1000m"), ("memory", "64Mi")],
+                &[("cpu", "1"), ("memory", "64Mi")]
+            )),
             "Guaranteed"
         );
         assert_eq!(
-            qos_class(&pod(&[("cpu", "500m")], &[("cpu", "1"), ("memory", "64Mi")])),
+            qos_class(&pod(
+                &[("cpu", "500m")],
+                &[("cpu", "1"), ("memory", "64Mi")]
+            )),
             "Burstable"
         );
     }

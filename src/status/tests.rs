@@ -22,14 +22,24 @@ fn pod(policy: &str, names: &[&str], inits: &[&str]) -> Pod {
     }
 }
 
-fn ctr(name: &str, state: ContainerState, exit: i32, created: i64, restarts: i32) -> ContainerStatus {
+fn ctr(
+    name: &str,
+    state: ContainerState,
+    exit: i32,
+    created: i64,
+    restarts: i32,
+) -> ContainerStatus {
     ContainerStatus {
         id: format!("{name}-{created}"),
         name: name.into(),
         state,
         created_at: created,
         started_at: 1_700_000_000_000_000_000,
-        finished_at: if state == ContainerState::Exited { 1_700_000_001_000_000_000 } else { 0 },
+        finished_at: if state == ContainerState::Exited {
+            1_700_000_001_000_000_000
+        } else {
+            0
+        },
         exit_code: exit,
         image: "img:1".into(),
         image_ref: "sha256:abc".into(),
@@ -99,7 +109,14 @@ fn new_pod_is_pending_with_container_creating() {
     assert_eq!(s.phase.as_deref(), Some("Pending"));
     let cs = &s.container_statuses.as_ref().unwrap()[0];
     assert_eq!(
-        cs.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
+        cs.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
         Some("ContainerCreating")
     );
     assert_eq!(cond(&s, "PodReadyToStartContainers").0, "False");
@@ -116,7 +133,13 @@ fn running_pod_is_ready() {
     ]);
     let s = status_of(&p, &rt);
     assert_eq!(s.phase.as_deref(), Some("Running"));
-    for kind in ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"] {
+    for kind in [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+        "PodScheduled",
+    ] {
         assert_eq!(cond(&s, kind).0, "True", "{kind}");
     }
     let cs = &s.container_statuses.as_ref().unwrap()[0];
@@ -160,14 +183,33 @@ fn crash_loop_shows_waiting_with_last_state() {
         ctr("a", ContainerState::Exited, 1, 2, 1),
         ctr("a", ContainerState::Exited, 1, 1, 0),
     ]);
-    let s = gen_with(&p, &rt, None, Some(("CrashLoopBackOff", "back-off 10s")), false);
+    let s = gen_with(
+        &p,
+        &rt,
+        None,
+        Some(("CrashLoopBackOff", "back-off 10s")),
+        false,
+    );
     let cs = &s.container_statuses.as_ref().unwrap()[0];
     assert_eq!(
-        cs.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
+        cs.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
         Some("CrashLoopBackOff")
     );
     assert_eq!(
-        cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code,
+        cs.last_state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
         1
     );
     assert_eq!(cs.restart_count, 1);
@@ -185,7 +227,13 @@ fn restarted_container_reports_previous_instance() {
     let cs = &s.container_statuses.as_ref().unwrap()[0];
     assert!(cs.state.as_ref().unwrap().running.is_some());
     assert_eq!(
-        cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code,
+        cs.last_state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
         2
     );
 }
@@ -193,12 +241,25 @@ fn restarted_container_reports_previous_instance() {
 #[test]
 fn init_containers_gate_the_pod() {
     let p = pod("Always", &["a"], &["init"]);
-    let s = status_of(&p, &runtime(vec![ctr("init", ContainerState::Running, 0, 1, 0)]));
+    let s = status_of(
+        &p,
+        &runtime(vec![ctr("init", ContainerState::Running, 0, 1, 0)]),
+    );
     assert_eq!(s.phase.as_deref(), Some("Pending"));
-    assert_eq!(cond(&s, "Initialized"), ("False", Some("ContainersNotInitialized")));
+    assert_eq!(
+        cond(&s, "Initialized"),
+        ("False", Some("ContainersNotInitialized"))
+    );
     let cs = &s.container_statuses.as_ref().unwrap()[0];
     assert_eq!(
-        cs.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(),
+        cs.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
         Some("PodInitializing")
     );
     let s = status_of(
@@ -215,7 +276,10 @@ fn init_containers_gate_the_pod() {
 #[test]
 fn terminal_phase_is_sticky_and_transition_times_are_kept() {
     let p = pod("Never", &["a"], &[]);
-    let done = status_of(&p, &runtime(vec![ctr("a", ContainerState::Exited, 0, 1, 0)]));
+    let done = status_of(
+        &p,
+        &runtime(vec![ctr("a", ContainerState::Exited, 0, 1, 0)]),
+    );
     assert_eq!(done.phase.as_deref(), Some("Succeeded"));
     assert_eq!(cond(&done, "Ready"), ("False", Some("PodCompleted")));
     // Even if the runtime forgets the container, the phase stays.
@@ -223,7 +287,14 @@ fn terminal_phase_is_sticky_and_transition_times_are_kept() {
     assert_eq!(later.phase.as_deref(), Some("Succeeded"));
     assert_eq!(later.start_time, done.start_time);
     let t = |s: &PodStatus| {
-        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "PodScheduled").unwrap().last_transition_time.clone()
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "PodScheduled")
+            .unwrap()
+            .last_transition_time
+            .clone()
     };
     assert_eq!(t(&later), t(&done));
 }
@@ -231,6 +302,12 @@ fn terminal_phase_is_sticky_and_transition_times_are_kept() {
 #[test]
 fn terminating_pod_with_stopped_containers_is_terminal() {
     let p = pod("Always", &["a"], &[]);
-    let s = gen_with(&p, &runtime(vec![ctr("a", ContainerState::Exited, 137, 1, 0)]), None, None, true);
+    let s = gen_with(
+        &p,
+        &runtime(vec![ctr("a", ContainerState::Exited, 137, 1, 0)]),
+        None,
+        None,
+        true,
+    );
     assert_eq!(s.phase.as_deref(), Some("Failed"));
 }

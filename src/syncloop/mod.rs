@@ -98,7 +98,10 @@ pub struct LoopInputs {
 }
 
 impl LoopInputs {
-    pub fn new(updates: mpsc::Receiver<PodUpdate>, pleg: mpsc::Receiver<PodLifecycleEvent>) -> Self {
+    pub fn new(
+        updates: mpsc::Receiver<PodUpdate>,
+        pleg: mpsc::Receiver<PodLifecycleEvent>,
+    ) -> Self {
         let mut sync_tick = tokio::time::interval(SYNC_PERIOD);
         sync_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut housekeeping_tick = tokio::time::interval(HOUSEKEEPING_PERIOD);
@@ -172,7 +175,9 @@ impl SyncLoop {
         if !self.health.is_up() {
             return Err("container runtime is down".into());
         }
-        self.pleg.healthy().map_err(|e| format!("PLEG is not healthy: {e}"))
+        self.pleg
+            .healthy()
+            .map_err(|e| format!("PLEG is not healthy: {e}"))
     }
 
     /// One iteration: handles exactly one ready input. Returns false to stop.
@@ -250,7 +255,11 @@ impl SyncLoop {
             .iter()
             .filter(|p| {
                 let uid = pod_uid(p);
-                !self.is_terminal(uid) && !self.statuses.get(uid).is_some_and(|s| s.reason.as_deref() == Some("OutOfpods"))
+                !self.is_terminal(uid)
+                    && self
+                        .statuses
+                        .get(uid)
+                        .is_none_or(|s| s.reason.as_deref() != Some("OutOfpods"))
             })
             .count()
     }
@@ -287,7 +296,11 @@ impl SyncLoop {
     fn handle_pod_updates(&mut self, pods: Vec<Arc<Pod>>) {
         for pod in pods {
             self.pods.add_or_update(pod.clone());
-            if self.statuses.get(pod_uid(&pod)).is_some_and(|s| s.reason.as_deref() == Some("OutOfpods")) {
+            if self
+                .statuses
+                .get(pod_uid(&pod))
+                .is_some_and(|s| s.reason.as_deref() == Some("OutOfpods"))
+            {
                 continue;
             }
             self.dispatch(pod, UpdateType::Update);
@@ -301,7 +314,11 @@ impl SyncLoop {
             self.pods.remove(&uid);
             if !self.workers.is_active(&uid) {
                 // Never started (rejected) or already finished: nothing runs.
-                if self.statuses.get(&uid).is_some_and(|s| s.reason.as_deref() == Some("OutOfpods")) {
+                if self
+                    .statuses
+                    .get(&uid)
+                    .is_some_and(|s| s.reason.as_deref() == Some("OutOfpods"))
+                {
                     self.statuses.remove(&uid);
                 }
                 continue;

@@ -30,7 +30,10 @@ fn names(pod: &Pod) -> (String, String, String) {
     (
         pod_uid(pod).to_string(),
         pod.metadata.name.clone().unwrap_or_default(),
-        pod.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
     )
 }
 

@@ -87,7 +87,11 @@ pub fn effective_grace(pod: Option<&Pod>, kill: Option<&KillRequest>) -> i64 {
         } else {
             None
         }
-        .or_else(|| p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+        .or_else(|| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
     });
     kill.and_then(|k| k.grace_override)
         .or(from_pod)
@@ -186,7 +190,10 @@ impl<S: PodSyncer> PodWorkers<S> {
         let mut state = self.state.lock().unwrap();
         let state = &mut *state;
         if !state.pods.contains_key(&uid) {
-            if work.update_type == UpdateType::Kill && work.pod.is_none() && work.runtime_pod.is_none() {
+            if work.update_type == UpdateType::Kill
+                && work.pod.is_none()
+                && work.runtime_pod.is_none()
+            {
                 return;
             }
             let (full_name, is_static) = match work.pod.as_deref() {
@@ -259,14 +266,22 @@ impl<S: PodSyncer> PodWorkers<S> {
             }
         }
         // Latest update wins, but a kill is never lost to a later plain update.
-        let kill = work.kill.clone().or_else(|| status.pending.as_ref().and_then(|p| p.kill.clone()));
+        let kill = work
+            .kill
+            .clone()
+            .or_else(|| status.pending.as_ref().and_then(|p| p.kill.clone()));
         status.pending = Some(PodWork { kill, ..work });
         status.notify.notify_one();
     }
 
     /// The lifecycle of a pod's worker, if it has one.
     pub fn lifecycle(&self, uid: &str) -> Option<Lifecycle> {
-        self.state.lock().unwrap().pods.get(uid).map(|s| s.lifecycle)
+        self.state
+            .lock()
+            .unwrap()
+            .pods
+            .get(uid)
+            .map(|s| s.lifecycle)
     }
 
     /// True when the worker exists and has not finished.
@@ -331,7 +346,11 @@ impl<S: PodSyncer> PodWorkers<S> {
                     _ = notify.notified() => {}
                 }
             };
-            let pod_name = pod.as_deref().map(pod_ref).or_else(|| runtime_pod.as_ref().map(|r| r.pod_ref())).unwrap_or_default();
+            let pod_name = pod
+                .as_deref()
+                .map(pod_ref)
+                .or_else(|| runtime_pod.as_ref().map(|r| r.pod_ref()))
+                .unwrap_or_default();
             match lifecycle {
                 Lifecycle::Syncing => {
                     let Some(pod) = pod else { continue };
@@ -361,8 +380,12 @@ impl<S: PodSyncer> PodWorkers<S> {
                     info!(pod = %pod_name, podUID = %uid, gracePeriod = grace, reason = %work.kill.as_ref().map(|k| k.reason.as_str()).unwrap_or("deleted"), "terminating pod");
                     let fut = async {
                         match (&pod, &runtime_pod) {
-                            (Some(p), _) => self.syncer.sync_terminating_pod(p.clone(), grace).await,
-                            (None, Some(r)) => self.syncer.sync_terminating_runtime_pod(r.clone()).await,
+                            (Some(p), _) => {
+                                self.syncer.sync_terminating_pod(p.clone(), grace).await
+                            }
+                            (None, Some(r)) => {
+                                self.syncer.sync_terminating_runtime_pod(r.clone()).await
+                            }
                             (None, None) => Ok(()),
                         }
                     };
@@ -415,10 +438,10 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     fn requeue_now(&self, uid: &str, work: PodWork) {
         let mut state = self.state.lock().unwrap();
-        if let Some(s) = state.pods.get_mut(uid) {
-            if s.pending.is_none() {
-                s.pending = Some(work);
-            }
+        if let Some(s) = state.pods.get_mut(uid)
+            && s.pending.is_none()
+        {
+            s.pending = Some(work);
         }
     }
 
@@ -467,7 +490,11 @@ impl<S: PodSyncer> PodWorkers<S> {
             order.retain(|u| u != uid);
             order.first().cloned()
         });
-        if state.static_order.get(&full_name).is_some_and(|o| o.is_empty()) {
+        if state
+            .static_order
+            .get(&full_name)
+            .is_some_and(|o| o.is_empty())
+        {
             state.static_order.remove(&full_name);
         }
         if let Some(next) = next

@@ -124,7 +124,10 @@ impl Oxlet {
             .stderr(Stdio::inherit())
             .output()
             .expect("running oxlet");
-        (out.status, String::from_utf8_lossy(&out.stdout).into_owned())
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     }
 
     pub fn pid(&self) -> u32 {
@@ -167,7 +170,9 @@ impl Oxlet {
 
     /// GET a path on the read-only port; None while oxlet is not listening yet.
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.ok()?;
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .ok()?;
         s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
             .await
             .ok()?;
@@ -247,7 +252,10 @@ pub fn find<'a>(pods: &'a [Pod], name: &str) -> Option<&'a Pod> {
 }
 
 pub fn phase(p: &Pod) -> &str {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("")
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
 }
 
 pub fn uid(p: &Pod) -> String {

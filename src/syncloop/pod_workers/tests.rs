@@ -28,13 +28,25 @@ impl Fake {
 }
 
 impl PodSyncer for Fake {
-    async fn sync_pod(&self, _u: UpdateType, pod: Arc<Pod>, _l: Option<Instant>) -> Result<SyncResult, String> {
+    async fn sync_pod(
+        &self,
+        _u: UpdateType,
+        pod: Arc<Pod>,
+        _l: Option<Instant>,
+    ) -> Result<SyncResult, String> {
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(n, Ordering::SeqCst);
         tokio::time::sleep(self.sync_delay).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         let count = self.syncs.fetch_add(1, Ordering::SeqCst) + 1;
-        let img = pod.spec.as_ref().unwrap().containers.first().and_then(|c| c.image.clone()).unwrap_or_default();
+        let img = pod
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers
+            .first()
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
         self.record(format!("sync {} {img}", pod_uid(&pod)));
         Ok(SyncResult {
             terminal: self.terminal_after.is_some_and(|t| count >= t),
@@ -51,8 +63,16 @@ impl PodSyncer for Fake {
         self.record(format!("terminating-runtime {}", pod.uid));
         Ok(())
     }
-    async fn sync_terminated_pod(&self, pod: Option<Arc<Pod>>, rp: Option<RuntimePod>) -> Result<(), String> {
-        let uid = pod.as_deref().map(|p| pod_uid(p).to_string()).or(rp.map(|r| r.uid)).unwrap_or_default();
+    async fn sync_terminated_pod(
+        &self,
+        pod: Option<Arc<Pod>>,
+        rp: Option<RuntimePod>,
+    ) -> Result<(), String> {
+        let uid = pod
+            .as_deref()
+            .map(|p| pod_uid(p).to_string())
+            .or(rp.map(|r| r.uid))
+            .unwrap_or_default();
         self.record(format!("terminated {uid}"));
         Ok(())
     }
@@ -64,7 +84,13 @@ fn pod(uid: &str, name: &str, image: &str, grace: Option<i64>) -> Arc<Pod> {
             name: Some(name.into()),
             namespace: Some("default".into()),
             uid: Some(uid.into()),
-            annotations: Some([("kubernetes.io/config.source".to_string(), "file".to_string())].into()),
+            annotations: Some(
+                [(
+                    "kubernetes.io/config.source".to_string(),
+                    "file".to_string(),
+                )]
+                .into(),
+            ),
             ..Default::default()
         },
         spec: Some(PodSpec {
@@ -103,7 +129,12 @@ fn kill(p: &Arc<Pod>, grace: Option<i64>) -> PodWork {
 
 fn workers(fake: Fake) -> (PodWorkers<Fake>, Arc<Fake>) {
     let fake = Arc::new(fake);
-    let w = PodWorkers::new(fake.clone(), Arc::default(), Duration::from_secs(60), CancellationToken::new());
+    let w = PodWorkers::new(
+        fake.clone(),
+        Arc::default(),
+        Duration::from_secs(60),
+        CancellationToken::new(),
+    );
     (w, fake)
 }
 
@@ -118,9 +149,15 @@ fn grace_selection_follows_kubelet() {
     let p = pod("u", "p", "i", Some(20));
     assert_eq!(effective_grace(Some(&p), None), 20);
     assert_eq!(effective_grace(Some(&pod("u", "p", "i", None)), None), 30);
-    let k = KillRequest { grace_override: Some(0), reason: String::new() };
+    let k = KillRequest {
+        grace_override: Some(0),
+        reason: String::new(),
+    };
     assert_eq!(effective_grace(Some(&p), Some(&k)), 1, "minimum is 1s");
-    let k = KillRequest { grace_override: Some(5), reason: String::new() };
+    let k = KillRequest {
+        grace_override: Some(5),
+        reason: String::new(),
+    };
     assert_eq!(effective_grace(Some(&p), Some(&k)), 5);
     let mut deleting = (*p).clone();
     deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
@@ -133,7 +170,10 @@ fn grace_selection_follows_kubelet() {
 
 #[tokio::test(start_paused = true)]
 async fn latest_update_wins_and_syncs_never_overlap() {
-    let (w, fake) = workers(Fake { sync_delay: Duration::from_millis(100), ..Default::default() });
+    let (w, fake) = workers(Fake {
+        sync_delay: Duration::from_millis(100),
+        ..Default::default()
+    });
     w.update_pod(work(&pod("u1", "p", "v1", None), UpdateType::Create));
     settle().await;
     for v in ["v2", "v3", "v4"] {
@@ -152,7 +192,15 @@ async fn kill_runs_terminating_then_terminated_once() {
     settle().await;
     w.update_pod(kill(&p, None));
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(fake.log(), vec!["sync u1 v1", "terminating u1 7", "killed u1 7", "terminated u1"]);
+    assert_eq!(
+        fake.log(),
+        vec![
+            "sync u1 v1",
+            "terminating u1 7",
+            "killed u1 7",
+            "terminated u1"
+        ]
+    );
     assert_eq!(w.lifecycle("u1"), Some(Lifecycle::Finished));
     // A finished pod is never synced again.
     w.update_pod(work(&p, UpdateType::Sync));
@@ -165,27 +213,52 @@ async fn kill_runs_terminating_then_terminated_once() {
 
 #[tokio::test(start_paused = true)]
 async fn shorter_grace_restarts_termination_longer_is_ignored() {
-    let (w, fake) = workers(Fake { terminate_delay: Duration::from_secs(5), ..Default::default() });
+    let (w, fake) = workers(Fake {
+        terminate_delay: Duration::from_secs(5),
+        ..Default::default()
+    });
     let p = pod("u1", "p", "v1", Some(30));
     w.update_pod(kill(&p, None));
     tokio::time::sleep(Duration::from_secs(1)).await;
     w.update_pod(kill(&p, Some(60)));
     w.update_pod(kill(&p, Some(2)));
     tokio::time::sleep(Duration::from_secs(20)).await;
-    assert_eq!(fake.log(), vec!["terminating u1 30", "terminating u1 2", "killed u1 2", "terminated u1"]);
+    assert_eq!(
+        fake.log(),
+        vec![
+            "terminating u1 30",
+            "terminating u1 2",
+            "killed u1 2",
+            "terminated u1"
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn terminal_pod_moves_to_terminating_by_itself() {
-    let (w, fake) = workers(Fake { terminal_after: Some(1), ..Default::default() });
+    let (w, fake) = workers(Fake {
+        terminal_after: Some(1),
+        ..Default::default()
+    });
     w.update_pod(work(&pod("u1", "p", "v1", Some(4)), UpdateType::Create));
     tokio::time::sleep(Duration::from_millis(10)).await;
-    assert_eq!(fake.log(), vec!["sync u1 v1", "terminating u1 4", "killed u1 4", "terminated u1"]);
+    assert_eq!(
+        fake.log(),
+        vec![
+            "sync u1 v1",
+            "terminating u1 4",
+            "killed u1 4",
+            "terminated u1"
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn static_pods_with_one_name_run_one_at_a_time() {
-    let (w, fake) = workers(Fake { terminate_delay: Duration::from_secs(3), ..Default::default() });
+    let (w, fake) = workers(Fake {
+        terminate_delay: Duration::from_secs(3),
+        ..Default::default()
+    });
     let old = pod("old", "web-n1", "v1", Some(3));
     let new = pod("new", "web-n1", "v2", Some(3));
     w.update_pod(work(&old, UpdateType::Create));
@@ -194,11 +267,21 @@ async fn static_pods_with_one_name_run_one_at_a_time() {
     w.update_pod(kill(&old, None));
     w.update_pod(work(&new, UpdateType::Create));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(!fake.log().iter().any(|l| l.contains("new")), "new waits: {:?}", fake.log());
+    assert!(
+        !fake.log().iter().any(|l| l.contains("new")),
+        "new waits: {:?}",
+        fake.log()
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(
         fake.log(),
-        vec!["sync old v1", "terminating old 3", "killed old 3", "terminated old", "sync new v2"]
+        vec![
+            "sync old v1",
+            "terminating old 3",
+            "killed old 3",
+            "terminated old",
+            "sync new v2"
+        ]
     );
 }
 
@@ -208,8 +291,14 @@ async fn runtime_only_pod_is_killed_and_cleaned() {
     w.update_pod(PodWork {
         update_type: UpdateType::Kill,
         pod: None,
-        runtime_pod: Some(RuntimePod { uid: "r1".into(), ..Default::default() }),
-        kill: Some(KillRequest { grace_override: Some(1), reason: "runtime-only".into() }),
+        runtime_pod: Some(RuntimePod {
+            uid: "r1".into(),
+            ..Default::default()
+        }),
+        kill: Some(KillRequest {
+            grace_override: Some(1),
+            reason: "runtime-only".into(),
+        }),
     });
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(fake.log(), vec!["terminating-runtime r1", "terminated r1"]);

@@ -139,6 +139,7 @@ pub async fn start(
         SandboxEnv {
             pod_logs_dir: opts.pod_logs_dir.clone(),
             host_dns: host_dns(),
+            pods_dir: opts.root_dir.join("pods"),
         },
         host_ip.clone(),
     ));

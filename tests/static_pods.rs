@@ -315,3 +315,74 @@ async fn crash_looping_container_backs_off() {
     // Old dead instances are pruned: at most the running/last one and one before it.
     assert!(cri_containers(&bed, &uid(&p)).await.len() <= 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_container_and_volumes_run_in_order() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &[]);
+    let host_dir = bed.base_dir().join("hostdata");
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: vols
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: scratch
+    emptyDir: {{}}
+  - name: host
+    hostPath:
+      path: {host}
+      type: DirectoryOrCreate
+  initContainers:
+  - name: prepare
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo from-init > /work/ready"]
+    volumeMounts:
+    - name: scratch
+      mountPath: /work
+  containers:
+  - name: main
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "cat /work/ready > /host/out; sleep 3600"]
+    volumeMounts:
+    - name: scratch
+      mountPath: /work
+    - name: host
+      mountPath: /host
+"#,
+        host = host_dir.display()
+    );
+    write_manifest(&ox.manifests, "vols.yaml", &manifest);
+    let p = ox.wait_running("vols", START).await;
+    let init = p
+        .status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .map(|v| v[0].clone())
+        .expect("init container status");
+    let t = init
+        .state
+        .and_then(|s| s.terminated)
+        .expect("init terminated");
+    assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+    let out = host_dir.join("out");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !out.exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "from-init");
+    let empty_dir = ox.root.join("pods").join(uid(&p));
+    assert!(empty_dir.exists());
+    std::fs::remove_file(ox.manifests.join("vols.yaml")).unwrap();
+    ox.wait_for("pod gone", START, |pods| pods.is_empty().then_some(()))
+        .await;
+    let deadline = std::time::Instant::now() + START;
+    while empty_dir.exists() {
+        assert!(std::time::Instant::now() < deadline, "pod dir not removed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

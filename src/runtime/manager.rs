@@ -27,6 +27,7 @@ pub const IMAGE_PULL_BACK_OFF: &str = "ImagePullBackOff";
 pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
 pub const CREATE_CONTAINER_ERROR: &str = "CreateContainerError";
 pub const RUN_CONTAINER_ERROR: &str = "RunContainerError";
+pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
 
 /// A sync failure that is not a per-container back-off.
 #[derive(Debug, thiserror::Error)]
@@ -480,6 +481,15 @@ impl RuntimeManager {
         if let Err(e) = std::fs::create_dir_all(&log_dir) {
             warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "cannot create container log directory");
         }
+        let mounts = match super::volumes::container_mounts(pod, c, &self.sandbox_env.pods_dir) {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "invalid container configuration");
+                self.reasons
+                    .set(uid, name, CREATE_CONTAINER_CONFIG_ERROR, e.clone());
+                return Err(format!("{name}: {CREATE_CONTAINER_CONFIG_ERROR}: {e}"));
+            }
+        };
         let config = container::container_config(&ContainerRequest {
             pod,
             container: c,
@@ -487,7 +497,7 @@ impl RuntimeManager {
             restart_count,
             image_ref: &image_ref,
             env,
-            mounts: Vec::new(),
+            mounts,
         });
         let id = match self
             .cri
@@ -708,6 +718,12 @@ impl RuntimeManager {
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
             }
+        }
+        let dir = super::volumes::pod_dir(&self.sandbox_env.pods_dir, uid);
+        if dir.exists()
+            && let Err(e) = std::fs::remove_dir_all(&dir)
+        {
+            warn!(pod = %pod_ref, podUID = %uid, dir = %dir.display(), error = %e, "cannot remove pod directory");
         }
         self.forget_pod(uid);
         Ok(())

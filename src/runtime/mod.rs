@@ -12,6 +12,7 @@ pub mod labels;
 pub mod manager;
 pub mod sandbox;
 pub mod types;
+pub mod volumes;
 
 pub use cri::{CriError, RemoteRuntime};
 pub use manager::RuntimeManager;

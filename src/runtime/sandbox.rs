@@ -15,6 +15,8 @@ pub struct SandboxEnv {
     pub pod_logs_dir: PathBuf,
     /// DNS of the host (from /etc/resolv.conf), used for pods with the default policies.
     pub host_dns: cri::DnsConfig,
+    /// `<root-dir>/pods`: per-pod directories (emptyDir volumes).
+    pub pods_dir: PathBuf,
 }
 
 /// `<podLogsDir>/<namespace>_<name>_<uid>`: kubelet's pod log directory.

@@ -269,6 +269,10 @@ impl SyncLoop {
         pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
         for pod in pods {
             let uid = pod_uid(&pod).to_string();
+            let missing = unimplemented_features(&pod);
+            if !missing.is_empty() {
+                warn!(pod = %pod_ref(&pod), podUID = %uid, features = ?missing, "pod uses features oxlet does not implement yet; they are ignored");
+            }
             let active = self.active_pods();
             let already = self.workers.is_active(&uid);
             self.pods.add_or_update(pod.clone());
@@ -385,6 +389,40 @@ impl SyncLoop {
             }
         }));
     }
+}
+
+/// Pod features the spec may use that oxlet does not act on yet (said once per pod,
+/// rather than pretending they work).
+pub fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let Some(spec) = pod.spec.as_ref() else {
+        return out;
+    };
+    let all = || {
+        spec.containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+    };
+    if all().any(|c| {
+        c.liveness_probe.is_some() || c.readiness_probe.is_some() || c.startup_probe.is_some()
+    }) {
+        out.push("probes");
+    }
+    if all().any(|c| c.lifecycle.is_some()) {
+        out.push("lifecycle hooks");
+    }
+    if spec
+        .init_containers
+        .iter()
+        .flatten()
+        .any(|c| c.restart_policy.as_deref() == Some("Always"))
+    {
+        out.push("restartable init containers (sidecars)");
+    }
+    if spec.active_deadline_seconds.is_some() {
+        out.push("activeDeadlineSeconds");
+    }
+    out
 }
 
 /// Kills runtime pods nobody wants (grace 1 s, through a pod worker) and removes

@@ -113,7 +113,8 @@ async fn main() {
     remove_all_sandboxes(&bed).await;
 
     // oxlet: manifest written (atomic rename) → Running on /pods.
-    let ox = Oxlet::start(&bed, &["-v=0"]);
+    let mut ox = Oxlet::start(&bed, &["-v=0"]);
+    ox.poll = Duration::from_millis(2);
     let mut single: Vec<Duration> = Vec::new();
     for i in 0..SINGLE_REPS {
         let name = format!("single{i}");

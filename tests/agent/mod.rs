@@ -20,8 +20,11 @@ pub struct Oxlet {
     pub logs: PathBuf,
     pub port: u16,
     pub log_file: PathBuf,
-    endpoint: String,
+    /// None: no `--container-runtime-endpoint`, so oxlet manages its own containerd.
+    endpoint: Option<String>,
     starts: u32,
+    /// How often `wait_for` polls `/pods` (benchmarks poll faster).
+    pub poll: Duration,
 }
 
 /// A free loopback port (bound, then released).
@@ -68,7 +71,11 @@ impl Oxlet {
 
     /// Prepares the directories without starting the process.
     pub fn new(bed: &Testbed) -> Oxlet {
-        let base = bed.base_dir().join("oxlet");
+        Oxlet::in_dir(&bed.base_dir().join("oxlet"), Some(bed.endpoint()))
+    }
+
+    /// Prepares `base` for an oxlet with the given runtime endpoint (None: managed).
+    pub fn in_dir(base: &Path, endpoint: Option<String>) -> Oxlet {
         let manifests = base.join("manifests");
         std::fs::create_dir_all(&manifests).unwrap();
         Oxlet {
@@ -78,14 +85,19 @@ impl Oxlet {
             logs: base.join("pod-logs"),
             port: free_port(),
             log_file: base.join("oxlet.log"),
-            endpoint: bed.endpoint(),
+            endpoint,
             starts: 0,
+            poll: Duration::from_millis(50),
         }
     }
 
     fn args(&self) -> Vec<String> {
-        vec![
-            format!("--container-runtime-endpoint={}", self.endpoint),
+        let mut args: Vec<String> = self
+            .endpoint
+            .iter()
+            .map(|e| format!("--container-runtime-endpoint={e}"))
+            .collect();
+        args.extend([
             format!("--pod-manifest-path={}", self.manifests.display()),
             format!("--root-dir={}", self.root.display()),
             format!("--pod-logs-dir={}", self.logs.display()),
@@ -94,7 +106,8 @@ impl Oxlet {
             "--hostname-override=testnode".into(),
             "--file-check-frequency=2s".into(),
             "-v=4".into(),
-        ]
+        ]);
+        args
     }
 
     /// (Re)starts the process with the same directories.
@@ -214,7 +227,7 @@ impl Oxlet {
                     tail(&self.log(), 60)
                 );
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(self.poll).await;
         }
     }
 

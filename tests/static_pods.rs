@@ -386,3 +386,29 @@ spec:
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_pods_rejects_the_extra_pod() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &["--max-pods=1"]);
+    write_manifest(&ox.manifests, "a.yaml", &pod_yaml("a", "sleep 3600", ""));
+    ox.wait_running("a", START).await;
+    write_manifest(&ox.manifests, "b.yaml", &pod_yaml("b", "sleep 3600", ""));
+    let b = ox
+        .wait_for("b rejected", START, |pods| {
+            find(pods, "b").filter(|p| phase(p) == "Failed").cloned()
+        })
+        .await;
+    let s = b.status.as_ref().unwrap();
+    assert_eq!(s.reason.as_deref(), Some("OutOfpods"));
+    assert!(
+        s.message
+            .as_deref()
+            .unwrap()
+            .starts_with("Pod was rejected:")
+    );
+    assert!(
+        cri_sandboxes(&bed, &uid(&b)).await.is_empty(),
+        "a rejected pod never starts"
+    );
+}

@@ -186,6 +186,7 @@ pub async fn start(
         statuses: statuses.clone(),
         pods: pods.clone(),
         runtime_name: rt.runtime_name.clone(),
+        startup: Default::default(),
     });
     let workers = PodWorkers::new(syncer, queue.clone(), opts.sync_frequency, cancel.clone());
     let sync_loop = SyncLoop::new(

@@ -242,7 +242,11 @@ impl GenericPleg {
             .last_relist_nanos
             .store(took.as_nanos() as u64, Ordering::Relaxed);
         self.stats.relists.fetch_add(1, Ordering::Relaxed);
-        tracing::trace!(pods = self.previous.len(), ?took, "PLEG relist");
+        tracing::trace!(
+            pods = self.previous.len(),
+            tookUs = took.as_micros() as u64,
+            "PLEG relist"
+        );
     }
 
     /// The pods found by the last relist (for housekeeping).

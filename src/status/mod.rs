@@ -4,6 +4,7 @@
 
 pub mod generate;
 pub mod qos;
+pub mod startup;
 
 use std::collections::HashMap;
 use std::sync::RwLock;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::pod_manager::PodManager;
 use super::pod_workers::{PodSyncer, SyncResult, UpdateType};
@@ -15,6 +15,7 @@ use crate::runtime::RuntimeManager;
 use crate::runtime::types::{PodRuntimeStatus, RuntimePod};
 use crate::status::StatusManager;
 use crate::status::generate::{StatusInputs, generate};
+use crate::status::startup::StartupTracker;
 
 /// Everything a pod sync touches.
 pub struct Syncer {
@@ -24,6 +25,7 @@ pub struct Syncer {
     pub pods: Arc<PodManager>,
     /// The runtime's name, for container IDs (`containerd://…`).
     pub runtime_name: String,
+    pub startup: StartupTracker,
 }
 
 fn names(pod: &Pod) -> (String, String, String) {
@@ -55,6 +57,24 @@ impl Syncer {
             now: jiff::Timestamp::now(),
         });
         let phase = status.phase.clone().unwrap_or_default();
+        if let Some(stages) = self
+            .startup
+            .observe(pod, rt, &status, jiff::Timestamp::now())
+        {
+            let d = stages.durations();
+            let total = d.iter().map(|(_, ms)| ms).sum::<f64>();
+            info!(
+                pod = %pod_ref(pod),
+                podUID = %uid,
+                podStartMs = format!("{total:.1}"),
+                seenToWorkerMs = format!("{:.1}", d[0].1),
+                workerToSandboxMs = format!("{:.1}", d[1].1),
+                sandboxToContainersMs = format!("{:.1}", d[2].1),
+                containersToStartedMs = format!("{:.1}", d[3].1),
+                startedToStatusMs = format!("{:.1}", d[4].1),
+                "observed pod startup duration"
+            );
+        }
         if self.statuses.set(uid, status) {
             debug!(pod = %pod_ref(pod), podUID = %uid, phase = %phase, "pod status changed");
         }
@@ -85,6 +105,7 @@ impl PodSyncer for Syncer {
     ) -> Result<SyncResult, String> {
         let uid = pod_uid(&pod).to_string();
         debug!(pod = %pod_ref(&pod), podUID = %uid, ?update, "syncing pod");
+        self.startup.worker_started(&uid, jiff::Timestamp::now());
         let rt = match last_sync {
             // First sync of this worker: read the runtime directly (adoption after a restart).
             None => Arc::new(self.refresh(&pod).await?),
@@ -144,6 +165,7 @@ impl PodSyncer for Syncer {
             (None, Some(r)) => (r.uid.clone(), r.pod_ref()),
             (None, None) => return Ok(()),
         };
+        self.startup.forget(&uid);
         // A pod still in the config keeps its (terminal) containers for its status;
         // a pod gone from the config leaves nothing behind.
         if !self.pods.contains(&uid) {

@@ -25,6 +25,8 @@ pub struct Oxlet {
     starts: u32,
     /// How often `wait_for` polls `/pods` (benchmarks poll faster).
     pub poll: Duration,
+    /// Extra environment for the process (e.g. `RUST_LOG`).
+    pub env: Vec<(String, String)>,
 }
 
 /// A free loopback port (bound, then released).
@@ -88,6 +90,7 @@ impl Oxlet {
             endpoint,
             starts: 0,
             poll: Duration::from_millis(50),
+            env: Vec::new(),
         }
     }
 
@@ -122,6 +125,7 @@ impl Oxlet {
             .args(self.args())
             .args(extra)
             .env("NO_COLOR", "1")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()

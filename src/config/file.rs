@@ -22,7 +22,7 @@ use super::{FILE_SOURCE, SourceSnapshot};
 
 /// How long to wait after the first inotify event for the rest of its burst (an editor's
 /// write + rename, `cp` of several files), so one relist covers them all.
-const COALESCE: Duration = Duration::from_millis(3);
+const COALESCE: Duration = Duration::from_millis(1);
 /// First and maximum delay between attempts to set up the watch (kubelet: 1s → 20s).
 const WATCH_RETRY_MIN: Duration = Duration::from_secs(1);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(20);
@@ -30,7 +30,55 @@ const WATCH_RETRY_MAX: Duration = Duration::from_secs(20);
 /// The pods defined at `path` for `node_name`: every good manifest, in file name
 /// order. Bad files are logged and skipped; a missing path is an empty set.
 pub fn list_manifests(path: &Path, node_name: &str) -> Vec<Pod> {
-    scan(&normalize(path.to_path_buf()), node_name).pods
+    scan(
+        &normalize(path.to_path_buf()),
+        node_name,
+        &mut DecodeCache::default(),
+    )
+    .pods
+}
+
+/// What identifies one version of a file's content without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(m: &std::fs::Metadata) -> Self {
+        FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+/// Decoded manifests by file, reused while a file is unchanged, so a burst of N new
+/// files costs N decodes rather than N² (every event relists the whole directory).
+/// A bad file is therefore reported once per change, not on every relist.
+#[derive(Debug, Default)]
+struct DecodeCache {
+    files: std::collections::HashMap<PathBuf, (FileStamp, Option<Pod>)>,
+}
+
+impl DecodeCache {
+    fn load(&mut self, file: &Path, stamp: FileStamp, node_name: &str) -> Option<Pod> {
+        if let Some((s, pod)) = self.files.get(file)
+            && *s == stamp
+        {
+            return pod.clone();
+        }
+        let pod = load(file, node_name);
+        self.files.insert(file.to_path_buf(), (stamp, pod.clone()));
+        pod
+    }
 }
 
 /// What one listing found.
@@ -41,7 +89,7 @@ struct Scan {
     missing: bool,
 }
 
-fn scan(path: &Path, node_name: &str) -> Scan {
+fn scan(path: &Path, node_name: &str, cache: &mut DecodeCache) -> Scan {
     let mut out = Scan {
         pods: Vec::new(),
         files: 0,
@@ -60,7 +108,9 @@ fn scan(path: &Path, node_name: &str) -> Scan {
     };
     if meta.is_file() {
         out.files = 1;
-        out.pods.extend(load(path, node_name));
+        out.pods
+            .extend(cache.load(path, FileStamp::of(&meta), node_name));
+        cache.files.retain(|f, _| f == path);
         return out;
     }
     if !meta.is_dir() {
@@ -82,6 +132,7 @@ fn scan(path: &Path, node_name: &str) -> Scan {
         .filter(|n| !n.as_encoded_bytes().starts_with(b"."))
         .collect();
     names.sort();
+    let mut seen = std::collections::HashSet::new();
     for name in names {
         let file = path.join(&name);
         // Follows symlinks, as kubelet's os.Stat does (config managers link files in).
@@ -103,8 +154,11 @@ fn scan(path: &Path, node_name: &str) -> Scan {
             continue;
         }
         out.files += 1;
-        out.pods.extend(load(&file, node_name));
+        out.pods
+            .extend(cache.load(&file, FileStamp::of(&meta), node_name));
+        seen.insert(file);
     }
+    cache.files.retain(|f, _| seen.contains(f));
     out
 }
 
@@ -322,14 +376,23 @@ pub async fn run_file_source(
 
     let mut was_missing = false;
     let mut reason = Reason::Initial;
+    let mut cache = DecodeCache::default();
     loop {
         let started = std::time::Instant::now();
         let scanned = {
             let (path, node) = (path.clone(), node_name.clone());
-            match tokio::task::spawn_blocking(move || scan(&path, &node)).await {
-                Ok(s) => s,
+            let task = tokio::task::spawn_blocking(move || {
+                let scanned = scan(&path, &node, &mut cache);
+                (scanned, cache)
+            });
+            match task.await {
+                Ok((s, c)) => {
+                    cache = c;
+                    s
+                }
                 Err(e) => {
                     warn!("static pod listing task failed: {e}");
+                    cache = DecodeCache::default();
                     Scan {
                         pods: Vec::new(),
                         files: 0,
@@ -433,7 +496,7 @@ mod tests {
 
         let pods = list_manifests(d, "n1");
         assert_eq!(names(&pods), ["alpha-n1", "bravo-n1", "zulu-n1"]);
-        let s = scan(d, "n1");
+        let s = scan(d, "n1", &mut DecodeCache::default());
         assert_eq!(s.files, 6);
         assert!(!s.missing);
     }
@@ -441,7 +504,7 @@ mod tests {
     #[test]
     fn missing_path_is_empty() {
         let dir = tempfile::tempdir().unwrap();
-        let s = scan(&dir.path().join("nope"), "n1");
+        let s = scan(&dir.path().join("nope"), "n1", &mut DecodeCache::default());
         assert!(s.pods.is_empty());
         assert!(s.missing);
     }
@@ -595,5 +658,24 @@ mod tests {
         wait_for(&mut rx, &["p-n1"]).await;
         cancel.cancel();
         task.await.unwrap();
+    }
+
+    #[test]
+    fn decode_cache_reuses_unchanged_files_and_sees_edits_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, manifest("a")).unwrap();
+        let mut cache = DecodeCache::default();
+        let first = scan(dir.path(), "n1", &mut cache).pods;
+        assert_eq!(cache.files.len(), 1);
+        let again = scan(dir.path(), "n1", &mut cache).pods;
+        assert_eq!(first, again);
+        // Same path, new content written in place (no rename): a new pod.
+        std::fs::write(&file, manifest("a").replace("busybox:1.36", "busybox:1.37")).unwrap();
+        let edited = scan(dir.path(), "n1", &mut cache).pods;
+        assert_ne!(edited[0].metadata.uid, first[0].metadata.uid);
+        std::fs::remove_file(&file).unwrap();
+        assert!(scan(dir.path(), "n1", &mut cache).pods.is_empty());
+        assert!(cache.files.is_empty(), "forgotten files leave the cache");
     }
 }

@@ -12,7 +12,8 @@ use crate::runtime::types::PodRuntimeStatus;
 
 #[derive(Debug, Clone)]
 struct Entry {
-    status: Arc<PodRuntimeStatus>,
+    /// The status, or why the runtime could not be inspected for this pod.
+    status: Result<Arc<PodRuntimeStatus>, String>,
     modified: Instant,
 }
 
@@ -42,22 +43,26 @@ impl PodCache {
             .lock()
             .unwrap()
             .get(uid)
-            .map(|e| e.status.clone())
+            .and_then(|e| e.status.clone().ok())
     }
 
     /// Stores a status read at `modified` (older writes never replace newer ones).
     pub fn set(&self, uid: &str, status: PodRuntimeStatus, modified: Instant) {
+        self.store(uid, Ok(Arc::new(status)), modified);
+    }
+
+    /// Records that inspecting the pod failed at `modified`: a worker waiting for it
+    /// gets the error (and retries later) instead of acting on a view without the pod.
+    pub fn set_error(&self, uid: &str, error: String, modified: Instant) {
+        self.store(uid, Err(error), modified);
+    }
+
+    fn store(&self, uid: &str, status: Result<Arc<PodRuntimeStatus>, String>, modified: Instant) {
         let mut entries = self.entries.lock().unwrap();
         if entries.get(uid).is_some_and(|e| e.modified > modified) {
             return;
         }
-        entries.insert(
-            uid.to_string(),
-            Entry {
-                status: Arc::new(status),
-                modified,
-            },
-        );
+        entries.insert(uid.to_string(), Entry { status, modified });
         drop(entries);
         self.tick.send_replace(modified);
     }
@@ -72,31 +77,41 @@ impl PodCache {
         self.tick.send_replace(t);
     }
 
-    fn newer_than(&self, uid: &str, since: Instant) -> Option<Arc<PodRuntimeStatus>> {
+    fn newer_than(
+        &self,
+        uid: &str,
+        since: Option<Instant>,
+    ) -> Option<Result<Arc<PodRuntimeStatus>, String>> {
         let global = *self.global.lock().unwrap();
         let entries = self.entries.lock().unwrap();
         let entry = entries.get(uid);
-        let fresh = entry.is_some_and(|e| e.modified > since) || global.is_some_and(|g| g > since);
+        let newer = |t: Instant| since.is_none_or(|s| t > s);
+        let fresh = entry.is_some_and(|e| newer(e.modified)) || global.is_some_and(newer);
         if !fresh {
             return None;
         }
         Some(
             entry
                 .map(|e| e.status.clone())
-                .unwrap_or_else(|| Arc::new(PodRuntimeStatus::default())),
+                .unwrap_or_else(|| Ok(Arc::new(PodRuntimeStatus::default()))),
         )
     }
 
-    /// Waits until the cache holds data for `uid` read after `since`; a pod the runtime
-    /// does not know yields an empty status once a relist newer than `since` ran.
-    pub async fn get_newer_than(&self, uid: &str, since: Instant) -> Arc<PodRuntimeStatus> {
+    /// Waits until the cache holds data for `uid` read after `since` (None: any data
+    /// once the first relist ran); a pod the runtime does not know yields an empty
+    /// status once a relist newer than `since` ran. Errs when inspecting it failed.
+    pub async fn get_newer_than(
+        &self,
+        uid: &str,
+        since: Option<Instant>,
+    ) -> Result<Arc<PodRuntimeStatus>, String> {
         let mut rx = self.tick.subscribe();
         loop {
             if let Some(s) = self.newer_than(uid, since) {
                 return s;
             }
             if rx.changed().await.is_err() {
-                return self.get(uid).unwrap_or_default();
+                return Ok(self.get(uid).unwrap_or_default());
             }
         }
     }
@@ -113,7 +128,7 @@ mod tests {
         let since = Instant::now();
         tokio::time::advance(Duration::from_millis(10)).await;
         let c = cache.clone();
-        let waiter = tokio::spawn(async move { c.get_newer_than("u1", since).await });
+        let waiter = tokio::spawn(async move { c.get_newer_than("u1", Some(since)).await });
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());
         cache.set(
@@ -124,7 +139,7 @@ mod tests {
             },
             Instant::now(),
         );
-        assert_eq!(waiter.await.unwrap().uid, "u1");
+        assert_eq!(waiter.await.unwrap().unwrap().uid, "u1");
     }
 
     #[tokio::test(start_paused = true)]
@@ -133,7 +148,12 @@ mod tests {
         let t0 = Instant::now();
         tokio::time::advance(Duration::from_millis(5)).await;
         cache.update_time(Instant::now());
-        assert_eq!(cache.get_newer_than("nope", t0).await.uid, "");
+        assert_eq!(
+            cache.get_newer_than("nope", Some(t0)).await.unwrap().uid,
+            ""
+        );
+        cache.set_error("bad", "inspect failed".into(), Instant::now());
+        assert!(cache.get_newer_than("bad", None).await.is_err());
         let t1 = Instant::now();
         cache.set(
             "u",

@@ -106,11 +106,13 @@ impl PodSyncer for Syncer {
         let uid = pod_uid(&pod).to_string();
         debug!(pod = %pod_ref(&pod), podUID = %uid, ?update, "syncing pod");
         self.startup.worker_started(&uid, jiff::Timestamp::now());
-        let rt = match last_sync {
-            // First sync of this worker: read the runtime directly (adoption after a restart).
-            None => Arc::new(self.refresh(&pod).await?),
-            Some(t) => self.cache.get_newer_than(&uid, t).await,
-        };
+        // The runtime's view newer than our last sync (the first sync takes what the
+        // relists saw, which includes everything adopted after a restart).
+        let rt = self
+            .cache
+            .get_newer_than(&uid, last_sync)
+            .await
+            .map_err(|e| format!("cannot inspect the pod in the runtime: {e}"))?;
         let phase = self.update_status(&pod, &rt, false);
         if phase == "Succeeded" || phase == "Failed" {
             return Ok(SyncResult {

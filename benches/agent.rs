@@ -338,6 +338,10 @@ async fn main() {
         remove_all_sandboxes(&bed).await;
         floor_batches.push((c, ms(wall)));
     }
+    let (_, c0) = proc_sample(containerd);
+    floor_batch(&bed, DENSITY_BATCH, 4).await;
+    let floor_containerd_cpu = (proc_sample(containerd).1 - c0) as f64 / ticks_per_second();
+    remove_all_sandboxes(&bed).await;
     let (best_c, floor_105) = floor_batches
         .iter()
         .copied()
@@ -419,7 +423,11 @@ async fn main() {
     wait_sandboxes(&bed, 0).await;
 
     eprintln!("bench: batch {DENSITY_BATCH}");
+    let (_, cpu0) = proc_sample(ox.pid());
+    let (_, ccpu0) = proc_sample(containerd);
     let (b105_wall, b105_pods) = batch(&ox, "b105-", DENSITY_BATCH).await;
+    let b105_cpu = (proc_sample(ox.pid()).1 - cpu0) as f64 / ticks_per_second();
+    let b105_containerd_cpu = (proc_sample(containerd).1 - ccpu0) as f64 / ticks_per_second();
 
     eprintln!("bench: footprint at 110 pods");
     write_pods(&ox, "extra-", 0..5);
@@ -516,6 +524,9 @@ async fn main() {
         b105_wall / floor_105
     );
     println!(
+        "| CPU during the {DENSITY_BATCH}-pod batch: oxlet {b105_cpu:.2} s, containerd {b105_containerd_cpu:.2} s (floor at 4 in flight: containerd {floor_containerd_cpu:.2} s) | | | | |"
+    );
+    println!(
         "| oxlet teardown: {DENSITY_BATCH} manifests deleted → all sandboxes gone | {teardown:.0} | | | |"
     );
     println!("\n## At rest ({}s windows)\n", window.as_secs());
@@ -547,6 +558,7 @@ async fn main() {
         "oxlet_batch_30_ms": {"wall": b30_wall, "per_pod": dist(&b30_pods), "ratio": b30_wall / floor_30},
         "oxlet_batch_105_ms": {"wall": b105_wall, "per_pod": dist(&b105_pods), "ratio": b105_wall / floor_105},
         "teardown_105_ms": teardown,
+        "batch_105_cpu_s": {"oxlet": b105_cpu, "containerd": b105_containerd_cpu, "containerd_floor_4_in_flight": floor_containerd_cpu},
         "window_s": window.as_secs(),
         "at_rest": footprints.iter().map(|(n, f)| json!({
             "pods": n, "oxlet_rss_mib": f.rss_mib, "oxlet_cpu_cores": f.cpu_cores,

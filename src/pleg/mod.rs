@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 pub use cache::PodCache;
 
 use crate::runtime::RuntimeManager;
-use crate::runtime::types::{ContainerState, RuntimePod};
+use crate::runtime::types::{ContainerState, PodRuntimeStatus, RuntimePod};
 
 /// kubelet's relist period.
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -116,6 +116,38 @@ fn diff(
     events
 }
 
+/// True when a cached pod status shows exactly the containers and sandboxes (and
+/// their states) that a listing found.
+fn consistent(cached: &PodRuntimeStatus, listed: &RuntimePod) -> bool {
+    let containers = cached.containers.len() == listed.containers.len()
+        && listed.containers.iter().all(|l| {
+            cached
+                .containers
+                .iter()
+                .any(|c| c.id == l.id && c.state == l.state)
+        });
+    let sandboxes = cached.sandboxes.len() == listed.sandboxes.len()
+        && listed.sandboxes.iter().all(|l| {
+            cached
+                .sandboxes
+                .iter()
+                .any(|s| s.id == l.id && s.ready == l.ready)
+        });
+    containers && sandboxes
+}
+
+/// Logs each container that died in this relist, with its exit code and reason.
+fn log_exits(events: &[PodLifecycleEvent], uid: &str, pod: &RuntimePod, status: &PodRuntimeStatus) {
+    for ev in events
+        .iter()
+        .filter(|e| e.uid == uid && e.kind == EventKind::ContainerDied)
+    {
+        if let Some(c) = status.containers.iter().find(|c| c.id == ev.container_id) {
+            info!(pod = %pod.pod_ref(), podUID = %uid, container = %c.name, containerID = %c.id, exitCode = c.exit_code, reason = %c.reason, "container exited");
+        }
+    }
+}
+
 /// Relist timing, for health, metrics and benchmarks.
 #[derive(Debug, Default)]
 pub struct PlegStats {
@@ -200,21 +232,21 @@ impl GenericPleg {
             let Some(pod) = current.get(uid).or_else(|| self.previous.get(uid)) else {
                 continue;
             };
+            // A worker that just acted stored what it caused; when that matches this
+            // listing there is nothing new to inspect.
+            if let (Some(listed), Some(cached)) = (current.get(uid), self.cache.get(uid))
+                && consistent(&cached, listed)
+            {
+                log_exits(&events, uid, listed, &cached);
+                continue;
+            }
             match self
                 .runtime
                 .get_pod_status(uid, &pod.name, &pod.namespace)
                 .await
             {
                 Ok(status) => {
-                    for ev in events
-                        .iter()
-                        .filter(|e| &e.uid == uid && e.kind == EventKind::ContainerDied)
-                    {
-                        if let Some(c) = status.containers.iter().find(|c| c.id == ev.container_id)
-                        {
-                            info!(pod = %pod.pod_ref(), podUID = %uid, container = %c.name, containerID = %c.id, exitCode = c.exit_code, reason = %c.reason, "container exited");
-                        }
-                    }
+                    log_exits(&events, uid, pod, &status);
                     if current.contains_key(uid) {
                         self.cache.set(uid, status, start);
                     } else {
@@ -329,6 +361,51 @@ mod tests {
         assert!(evs.contains(&("a".into(), EventKind::ContainerDied)));
         assert!(evs.contains(&("a".into(), EventKind::ContainerRemoved)));
         assert!(evs.contains(&("sb-u".into(), EventKind::ContainerRemoved)));
+    }
+
+    #[test]
+    fn cached_status_matching_the_listing_is_consistent() {
+        use crate::runtime::types::{ContainerStatus, SandboxStatus};
+        let (_, listed) = pod("u", &[("a", ContainerState::Running)]);
+        let c = |state| ContainerStatus {
+            id: "a".into(),
+            name: "a".into(),
+            state,
+            created_at: 0,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            image: String::new(),
+            image_ref: String::new(),
+            reason: String::new(),
+            message: String::new(),
+            hash: 0,
+            restart_count: 0,
+            is_init: false,
+        };
+        let mut cached = PodRuntimeStatus {
+            sandboxes: vec![SandboxStatus {
+                id: "sb-u".into(),
+                ready: true,
+                attempt: 0,
+                created_at: 0,
+                ips: vec![],
+                host_network: false,
+            }],
+            containers: vec![c(ContainerState::Running)],
+            ..Default::default()
+        };
+        assert!(consistent(&cached, &listed));
+        cached.containers[0] = c(ContainerState::Exited);
+        assert!(
+            !consistent(&cached, &listed),
+            "a state change needs inspection"
+        );
+        cached.containers.clear();
+        assert!(
+            !consistent(&cached, &listed),
+            "a new container needs inspection"
+        );
     }
 
     #[test]

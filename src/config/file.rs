@@ -282,6 +282,10 @@ struct WatchState {
     next_attempt: Option<Instant>,
     /// The target of the last failed attempt: a different target is tried at once.
     failed: Option<WatchTarget>,
+    /// Set by the watcher when the watched directory itself was removed or renamed:
+    /// the watch is dead even if a new directory at the same path got the same
+    /// inode number (filesystems reuse them at once).
+    dead: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl WatchState {
@@ -292,6 +296,7 @@ impl WatchState {
             backoff: WATCH_RETRY_MIN,
             next_attempt: None,
             failed: None,
+            dead: Default::default(),
         }
     }
 
@@ -299,8 +304,9 @@ impl WatchState {
     /// up. `retry_due` says the back-off for a failed target has run out.
     fn ensure(&mut self, path: &Path, retry_due: bool) -> bool {
         let target = watch_target(path);
+        let dead = self.dead.swap(false, std::sync::atomic::Ordering::SeqCst);
         if let Some((_, current)) = &self.watcher {
-            if *current == target {
+            if *current == target && !dead {
                 return false;
             }
             debug!(path = %path.display(), "static pod path changed shape; re-establishing watch");
@@ -338,10 +344,21 @@ impl WatchState {
     fn start(&self, target: &WatchTarget) -> notify::Result<notify::RecommendedWatcher> {
         let tx = self.events.clone();
         let filter = target.clone();
+        let dead = self.dead.clone();
         let mut watcher =
             notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
                 let wake = match res {
-                    Ok(event) => relevant(&event, &filter),
+                    Ok(event) => {
+                        let gone = matches!(
+                            event.kind,
+                            EventKind::Remove(_)
+                                | EventKind::Modify(notify::event::ModifyKind::Name(_))
+                        ) && event.paths.iter().any(|p| p == &filter.dir);
+                        if gone {
+                            dead.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        gone || relevant(&event, &filter)
+                    }
                     // An error from the backend may mean lost events: relist to be safe.
                     Err(_) => true,
                 };

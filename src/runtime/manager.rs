@@ -360,8 +360,9 @@ impl RuntimeManager {
         let _slot = self.start_slots.acquire().await.expect("never closed");
 
         let mut ips = status.ips.clone();
+        let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env);
         let sandbox_id = if actions.create_sandbox {
-            let config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env);
+            let config = sandbox_config.clone();
             if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
                 warn!(pod = %pod_ref, podUID = %uid, dir = %config.log_directory, error = %e, "cannot create pod log directory");
             }
@@ -391,7 +392,6 @@ impl RuntimeManager {
                 None => return Ok(outcome),
             }
         };
-        let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env);
         let env = self.pod_env(&ips, pod);
         let spec = pod.spec.as_ref().expect("pod with actions has a spec");
 
@@ -674,11 +674,7 @@ impl RuntimeManager {
     ) -> Result<(), SyncError> {
         let kills = containers.iter().map(|(id, name, grace)| async move {
             info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, gracePeriod = grace, "stopping container");
-            match self.cri.stop_container(id, *grace).await {
-                Ok(()) => Ok(()),
-                Err(e) if e.is_not_found() => Ok(()),
-                Err(e) => Err(format!("{name}: {e}")),
-            }
+            gone_is_ok(self.cri.stop_container(id, *grace).await).map_err(|e| format!("{name}: {e}"))
         });
         let errors: Vec<String> = join_all(kills)
             .await
@@ -690,11 +686,8 @@ impl RuntimeManager {
         }
         for id in sandboxes {
             info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, "stopping pod sandbox");
-            match self.cri.stop_pod_sandbox(&id).await {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(SyncError::KillPod(e.to_string())),
-            }
+            gone_is_ok(self.cri.stop_pod_sandbox(&id).await)
+                .map_err(|e| SyncError::KillPod(e.to_string()))?;
         }
         Ok(())
     }
@@ -711,11 +704,7 @@ impl RuntimeManager {
             }))
             .await?;
         for c in containers {
-            match self.cri.remove_container(&c.id).await {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
+            gone_is_ok(self.cri.remove_container(&c.id).await)?;
         }
         let sandboxes = self
             .cri
@@ -726,11 +715,7 @@ impl RuntimeManager {
             .await?;
         for s in sandboxes {
             info!(pod = %pod_ref, podUID = %uid, sandboxID = %s.id, "removing pod sandbox");
-            match self.cri.remove_pod_sandbox(&s.id).await {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
+            gone_is_ok(self.cri.remove_pod_sandbox(&s.id).await)?;
         }
         let dir = super::volumes::pod_dir(&self.sandbox_env.pods_dir, uid);
         if dir.exists()
@@ -740,6 +725,14 @@ impl RuntimeManager {
         }
         self.forget_pod(uid);
         Ok(())
+    }
+}
+
+/// A stop or remove of something already gone has done its job.
+fn gone_is_ok(res: Result<(), CriError>) -> Result<(), CriError> {
+    match res {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other,
     }
 }
 

@@ -57,6 +57,19 @@ fn terminated(c: &rt::ContainerStatus, runtime_name: &str) -> ContainerStateTerm
     }
 }
 
+/// The `lastState` an earlier, exited instance gives.
+fn last_terminated(
+    previous: Option<&rt::ContainerStatus>,
+    runtime_name: &str,
+) -> Option<ContainerState> {
+    previous
+        .filter(|p| p.state == rt::ContainerState::Exited)
+        .map(|p| ContainerState {
+            terminated: Some(terminated(p, runtime_name)),
+            ..Default::default()
+        })
+}
+
 fn waiting(reason: &str, message: Option<String>) -> ContainerState {
     ContainerState {
         waiting: Some(ContainerStateWaiting {
@@ -113,12 +126,7 @@ fn container_status(
                     });
                     status.ready = true;
                     status.started = Some(true);
-                    status.last_state = previous
-                        .filter(|p| p.state == rt::ContainerState::Exited)
-                        .map(|p| ContainerState {
-                            terminated: Some(terminated(p, inputs.runtime_name)),
-                            ..Default::default()
-                        });
+                    status.last_state = last_terminated(previous, inputs.runtime_name);
                 }
                 rt::ContainerState::Exited => {
                     let term = ContainerState {
@@ -133,12 +141,7 @@ fn container_status(
                         }
                         _ => {
                             status.state = Some(term);
-                            status.last_state = previous
-                                .filter(|p| p.state == rt::ContainerState::Exited)
-                                .map(|p| ContainerState {
-                                    terminated: Some(terminated(p, inputs.runtime_name)),
-                                    ..Default::default()
-                                });
+                            status.last_state = last_terminated(previous, inputs.runtime_name);
                         }
                     }
                 }

@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 
 bash scripts/build-images.sh target/test-images
 # Two cores: two tests at a time keeps test beds (one containerd each) from starving.
-cargo test --all-targets -- --test-threads=2
+# The benchmarks are long and not part of the suite, but they must keep building; build
+# them first so the test results are the last thing this prints.
 if [ -d benches ]; then
     cargo bench --no-run
 fi
+cargo test --all-targets -- --test-threads=2

@@ -12,4 +12,4 @@ bash scripts/build-images.sh target/test-images
 if [ -d benches ]; then
     cargo bench --no-run
 fi
-cargo test --all-targets -- --test-threads=2
+cargo test --lib --bins --tests -- --test-threads=2

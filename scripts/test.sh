@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: test images, every test target (unit, integration against real
-# containerd test beds, examples), and a build of the benchmarks if there are any.
+# The whole test suite: test images, the unit tests and the integration tests (against
+# real containerd test beds), and a build (not a run) of the benchmarks.
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."

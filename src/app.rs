@@ -17,7 +17,9 @@ use crate::config::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::config::{FILE_SOURCE, file::run_file_source};
 use crate::logging::STARTUP_TARGET;
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
-use crate::runtime::containerd::{CniSettings, ContainerdLayout, ManagedContainerd, import_images};
+use crate::runtime::containerd::{
+    CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri,
+};
 use crate::runtime::sandbox::{SandboxEnv, host_dns};
 use crate::runtime::{RemoteRuntime, RuntimeManager};
 use crate::server::{self, Views};
@@ -75,7 +77,7 @@ pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
         opts.container_runtime_endpoint.clone()
     } else {
         let default_up = socket_path(DEFAULT_RUNTIME_ENDPOINT).exists()
-            && RemoteRuntime::connect(DEFAULT_RUNTIME_ENDPOINT, Duration::from_secs(2), timeout)
+            && probe_cri(DEFAULT_RUNTIME_ENDPOINT, Duration::from_secs(2))
                 .await
                 .is_ok();
         if default_up {

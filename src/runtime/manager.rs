@@ -343,11 +343,7 @@ impl RuntimeManager {
                 return Ok(outcome);
             }
         } else {
-            let grace = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds)
-                .unwrap_or(30);
+            let grace = termination_grace(pod);
             for (id, name, why) in &actions.kill {
                 info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, "killing container");
                 if let Err(e) = self.cri.stop_container(id, grace).await {
@@ -618,12 +614,7 @@ impl RuntimeManager {
         status: &PodRuntimeStatus,
         grace_override: Option<i64>,
     ) -> Result<(), SyncError> {
-        let grace = grace_override.unwrap_or_else(|| {
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds)
-                .unwrap_or(30)
-        });
+        let grace = grace_override.unwrap_or_else(|| termination_grace(pod));
         self.kill_containers_and_sandboxes(
             &pod_ref(pod),
             pod_uid(pod),
@@ -726,6 +717,14 @@ impl RuntimeManager {
         self.forget_pod(uid);
         Ok(())
     }
+}
+
+/// The pod's `terminationGracePeriodSeconds` (API default 30).
+fn termination_grace(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
 }
 
 /// A stop or remove of something already gone has done its job.

@@ -28,6 +28,8 @@ use work_queue::WorkQueue;
 
 /// kubelet's housekeeping period.
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// The admission reason when `maxPods` is reached (kubelet's).
+pub const OUT_OF_PODS: &str = "OutOfpods";
 /// kubelet's sync tick.
 pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
 
@@ -248,6 +250,13 @@ impl SyncLoop {
             .is_some_and(|p| p == "Succeeded" || p == "Failed")
     }
 
+    /// True when admission rejected the pod (it never gets a worker).
+    fn is_rejected(&self, uid: &str) -> bool {
+        self.statuses
+            .get(uid)
+            .is_some_and(|s| s.reason.as_deref() == Some(OUT_OF_PODS))
+    }
+
     /// Pods admitted and not finished (what `maxPods` counts).
     fn active_pods(&self) -> usize {
         self.pods
@@ -255,11 +264,7 @@ impl SyncLoop {
             .iter()
             .filter(|p| {
                 let uid = pod_uid(p);
-                !self.is_terminal(uid)
-                    && self
-                        .statuses
-                        .get(uid)
-                        .is_none_or(|s| s.reason.as_deref() != Some("OutOfpods"))
+                !self.is_terminal(uid) && !self.is_rejected(uid)
             })
             .count()
     }
@@ -281,12 +286,12 @@ impl SyncLoop {
                     "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {}",
                     self.max_pods
                 );
-                warn!(pod = %pod_ref(&pod), podUID = %uid, reason = "OutOfpods", %message, "pod admission rejected");
+                warn!(pod = %pod_ref(&pod), podUID = %uid, reason = OUT_OF_PODS, %message, "pod admission rejected");
                 self.statuses.set(
                     &uid,
                     PodStatus {
                         phase: Some("Failed".into()),
-                        reason: Some("OutOfpods".into()),
+                        reason: Some(OUT_OF_PODS.into()),
                         message: Some(message),
                         ..Default::default()
                     },
@@ -300,11 +305,7 @@ impl SyncLoop {
     fn handle_pod_updates(&mut self, pods: Vec<Arc<Pod>>) {
         for pod in pods {
             self.pods.add_or_update(pod.clone());
-            if self
-                .statuses
-                .get(pod_uid(&pod))
-                .is_some_and(|s| s.reason.as_deref() == Some("OutOfpods"))
-            {
+            if self.is_rejected(pod_uid(&pod)) {
                 continue;
             }
             self.dispatch(pod, UpdateType::Update);
@@ -318,11 +319,7 @@ impl SyncLoop {
             self.pods.remove(&uid);
             if !self.workers.is_active(&uid) {
                 // Never started (rejected) or already finished: nothing runs.
-                if self
-                    .statuses
-                    .get(&uid)
-                    .is_some_and(|s| s.reason.as_deref() == Some("OutOfpods"))
-                {
+                if self.is_rejected(&uid) {
                     self.statuses.remove(&uid);
                 }
                 continue;

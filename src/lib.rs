@@ -13,6 +13,7 @@ pub mod pleg;
 pub mod quantity;
 pub mod runonce;
 pub mod runtime;
+pub mod safe_path;
 pub mod server;
 pub mod status;
 pub mod syncloop;

@@ -708,11 +708,16 @@ impl RuntimeManager {
             info!(pod = %pod_ref, podUID = %uid, sandboxID = %s.id, "removing pod sandbox");
             gone_is_ok(self.cri.remove_pod_sandbox(&s.id).await)?;
         }
-        let dir = super::volumes::pod_dir(&self.sandbox_env.pods_dir, uid);
-        if dir.exists()
-            && let Err(e) = std::fs::remove_dir_all(&dir)
-        {
-            warn!(pod = %pod_ref, podUID = %uid, dir = %dir.display(), error = %e, "cannot remove pod directory");
+        let pods_dir = &self.sandbox_env.pods_dir;
+        match crate::safe_path::beneath(pods_dir, &[uid]) {
+            Ok(dir) => {
+                if let Err(e) = crate::safe_path::remove_beneath(pods_dir, &dir) {
+                    warn!(pod = %pod_ref, podUID = %uid, dir = %dir.display(), error = %e, "cannot remove pod directory");
+                }
+            }
+            Err(e) => {
+                warn!(pod = %pod_ref, podUID = %uid, error = %e, "not removing a pod directory for an unsafe UID")
+            }
         }
         self.forget_pod(uid);
         Ok(())

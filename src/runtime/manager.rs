@@ -15,6 +15,7 @@ use super::actions::compute_pod_actions;
 use super::backoff::Backoff;
 use super::container::{self, ContainerRequest, PodEnv};
 use super::cri::{CriError, RemoteRuntime};
+use super::gc;
 use super::labels::{self, ContainerType};
 use super::sandbox::{self, SandboxEnv};
 use super::types::*;
@@ -138,6 +139,16 @@ impl RuntimeManager {
 
     pub fn reasons(&self) -> &ReasonCache {
         &self.reasons
+    }
+
+    /// `<root-dir>/pods`: the per-pod directories.
+    pub fn pods_dir(&self) -> &std::path::Path {
+        &self.sandbox_env.pods_dir
+    }
+
+    /// `--pod-logs-dir`: the pod log directories.
+    pub fn pod_logs_dir(&self) -> &std::path::Path {
+        &self.sandbox_env.pod_logs_dir
     }
 
     /// Forgets per-pod back-off and waiting reasons of a pod that is gone.
@@ -590,24 +601,62 @@ impl RuntimeManager {
         }
     }
 
-    /// Keeps only the newest exited instance of each container (kubelet's
-    /// `maxPerPodContainer = 1`), so crash loops don't pile up dead containers.
+    /// Keeps only the newest dead instance of each container (kubelet's per-pod cleanup
+    /// on `ContainerDied`, `maxPerPodContainer = 1`), so crash loops don't pile up dead
+    /// containers and their logs between housekeeping passes.
     async fn prune_dead_containers(&self, pod: &Pod, status: &PodRuntimeStatus) {
-        let mut seen: HashMap<&str, usize> = HashMap::new();
-        for c in &status.containers {
-            let n = seen.entry(c.name.as_str()).or_default();
-            *n += 1;
-            if *n > 2 && c.state != ContainerState::Running {
-                debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, containerID = %c.id, "removing old dead container");
-                if let Err(e) = self.cri.remove_container(&c.id).await {
-                    debug!(error = %e, "failed to remove dead container");
-                }
+        let containers: Vec<gc::GcContainer> = status
+            .containers
+            .iter()
+            .map(|c| gc::GcContainer {
+                id: &c.id,
+                name: &c.name,
+                state: c.state,
+                created_at: c.created_at,
+            })
+            .collect();
+        for id in gc::dead_beyond_limit(&containers, gc::MAX_DEAD_PER_CONTAINER) {
+            debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), containerID = %id, "removing old dead container");
+            if let Err(e) = self.remove_container(id, false).await {
+                debug!(error = %e, "failed to remove dead container");
             }
         }
     }
 
+    /// Removes a container and then its log file, as kubelet's `removeContainer` does
+    /// (the log goes with the container, the kept dead instance keeps its log). An
+    /// `unknown`-state container may still run, so it is stopped first.
+    pub async fn remove_container(&self, id: &str, stop_first: bool) -> Result<(), CriError> {
+        if stop_first {
+            gone_is_ok(self.cri.stop_container(id, MIN_GRACE_SECS).await)?;
+        }
+        let log_path = match self.cri.container_status(id).await {
+            Ok(st) => st.log_path,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        gone_is_ok(self.cri.remove_container(id).await)?;
+        if !log_path.is_empty() {
+            let root = self.pod_logs_dir();
+            if let Err(e) = crate::safe_path::remove_beneath(root, std::path::Path::new(&log_path))
+            {
+                warn!(containerID = %id, path = %log_path, error = %e, "cannot remove container log");
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops, then removes a sandbox (kubelet's GC `removeSandbox`: stopping first
+    /// tears down its network, which releases its IP, should nothing have done so).
+    pub async fn remove_sandbox(&self, id: &str) -> Result<(), CriError> {
+        gone_is_ok(self.cri.stop_pod_sandbox(id).await)?;
+        gone_is_ok(self.cri.remove_pod_sandbox(id).await)
+    }
+
     /// Stops every running container (in parallel, each with its grace period) and
-    /// then every sandbox of the pod.
+    /// then every sandbox of the pod, dead ones included: a sandbox whose pause process
+    /// died still holds its network namespace and IP until it is stopped (kubelet's
+    /// `killPodWithSyncResult` stops them all too).
     pub async fn kill_pod_status(
         &self,
         pod: &Pod,
@@ -622,12 +671,7 @@ impl RuntimeManager {
                 .running_containers()
                 .map(|c| (c.id.clone(), c.name.clone(), grace))
                 .collect(),
-            status
-                .sandboxes
-                .iter()
-                .filter(|s| s.ready)
-                .map(|s| s.id.clone())
-                .collect(),
+            status.sandboxes.iter().map(|s| s.id.clone()).collect(),
         )
         .await
     }
@@ -647,11 +691,7 @@ impl RuntimeManager {
                 .filter(|c| c.state == ContainerState::Running)
                 .map(|c| (c.id.clone(), c.name.clone(), grace))
                 .collect(),
-            pod.sandboxes
-                .iter()
-                .filter(|s| s.ready)
-                .map(|s| s.id.clone())
-                .collect(),
+            pod.sandboxes.iter().map(|s| s.id.clone()).collect(),
         )
         .await
     }
@@ -683,8 +723,10 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Removes every container and sandbox of a pod that has terminated (kubelet's
-    /// garbage collector does this later; oxlet does it at once).
+    /// Removes every container (with its log) and sandbox of a pod that has terminated,
+    /// then, once nothing of it is left in the runtime, its `<root-dir>/pods/<uid>` and
+    /// `<pod-logs-dir>/<ns>_<name>_<uid>` (kubelet's garbage collector and orphan
+    /// cleanup do this later; oxlet does it at once).
     pub async fn remove_pod(&self, uid: &str, pod_ref: &str) -> Result<(), CriError> {
         let selector = HashMap::from([(labels::POD_UID_LABEL.to_string(), uid.to_string())]);
         let containers = self
@@ -695,7 +737,8 @@ impl RuntimeManager {
             }))
             .await?;
         for c in containers {
-            gone_is_ok(self.cri.remove_container(&c.id).await)?;
+            let unknown = ContainerState::from_cri(c.state) == ContainerState::Unknown;
+            self.remove_container(&c.id, unknown).await?;
         }
         let sandboxes = self
             .cri
@@ -706,17 +749,25 @@ impl RuntimeManager {
             .await?;
         for s in sandboxes {
             info!(pod = %pod_ref, podUID = %uid, sandboxID = %s.id, "removing pod sandbox");
-            gone_is_ok(self.cri.remove_pod_sandbox(&s.id).await)?;
+            self.remove_sandbox(&s.id).await?;
         }
         let pods_dir = &self.sandbox_env.pods_dir;
+        let logs_dir = &self.sandbox_env.pod_logs_dir;
         match crate::safe_path::beneath(pods_dir, &[uid]) {
             Ok(dir) => {
-                if let Err(e) = crate::safe_path::remove_beneath(pods_dir, &dir) {
-                    warn!(pod = %pod_ref, podUID = %uid, dir = %dir.display(), error = %e, "cannot remove pod directory");
+                let dirs = std::iter::once((pods_dir, dir)).chain(
+                    gc::log_dirs_of(logs_dir, uid)
+                        .into_iter()
+                        .map(|d| (logs_dir, d)),
+                );
+                for (root, dir) in dirs {
+                    if let Err(e) = crate::safe_path::remove_beneath(root, &dir) {
+                        warn!(pod = %pod_ref, podUID = %uid, dir = %dir.display(), error = %e, "cannot remove pod directory");
+                    }
                 }
             }
             Err(e) => {
-                warn!(pod = %pod_ref, podUID = %uid, error = %e, "not removing a pod directory for an unsafe UID")
+                warn!(pod = %pod_ref, podUID = %uid, error = %e, "not removing the directories of a pod with an unsafe UID")
             }
         }
         self.forget_pod(uid);
@@ -731,6 +782,9 @@ fn termination_grace(pod: &Pod) -> i64 {
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(30)
 }
+
+/// kubelet's `minimumGracePeriodInSeconds`: the grace of a stop without a pod spec.
+const MIN_GRACE_SECS: i64 = 2;
 
 /// A stop or remove of something already gone has done its job.
 fn gone_is_ok(res: Result<(), CriError>) -> Result<(), CriError> {

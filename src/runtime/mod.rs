@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod container;
 pub mod containerd;
 pub mod cri;
+pub mod gc;
 pub mod labels;
 pub mod manager;
 pub mod sandbox;

@@ -422,8 +422,9 @@ pub fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
     out
 }
 
-/// Kills runtime pods nobody wants (grace 1 s, through a pod worker) and removes
-/// dead ones that have no worker any more.
+/// Kills runtime pods nobody wants (grace 1 s, through a pod worker), removes dead
+/// ones that have no worker any more, garbage-collects the dead containers and
+/// sandboxes of the others (`runtime::gc`), and removes orphaned pod directories.
 async fn cleanup_runtime_pods(
     runtime: &RuntimeManager,
     workers: &PodWorkers<Syncer>,
@@ -436,8 +437,10 @@ async fn cleanup_runtime_pods(
             return;
         }
     };
+    let in_runtime: HashSet<String> = running.iter().map(|p| p.uid.clone()).collect();
     for rp in running {
         if pods.contains(&rp.uid) || workers.is_active(&rp.uid) {
+            crate::runtime::gc::collect_pod(runtime, &rp).await;
             continue;
         }
         if rp.is_running() {
@@ -458,4 +461,9 @@ async fn cleanup_runtime_pods(
             }
         }
     }
+    // A pod the runtime still had is left to the removal above (which takes its
+    // directories once its containers are gone), or to the next pass.
+    let known =
+        |uid: &str| pods.contains(uid) || workers.is_active(uid) || in_runtime.contains(uid);
+    crate::runtime::gc::cleanup_orphaned_dirs(runtime.pods_dir(), runtime.pod_logs_dir(), &known);
 }

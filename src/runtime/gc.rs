@@ -1,0 +1,373 @@
+//! Container garbage collection (kubelet's `containerGC`, policy `minAge 0`,
+//! `maxPerPodContainer 1`, `maxContainers -1`) and the orphaned-directory sweep
+//! (kubelet's `cleanupOrphanedPodDirs` and `evictPodLogsDirectories`).
+//!
+//! Crash loops and sandbox re-creations leave dead containers, dead sandboxes (each
+//! holding a network namespace until stopped) and log files behind; without this they
+//! pile up for as long as the pod lives. The deciding is pure and unit tested; the
+//! acting goes through the runtime manager (CRI) and `safe_path` (disk).
+//!
+//! Cadence: oxlet runs a GC pass at every housekeeping (2 s) on the runtime listing that
+//! housekeeping already makes, so a pass costs no extra list calls and only acts when
+//! something is over the limit. kubelet runs it every minute; a 2 s pass keeps a crash
+//! loop's leftovers bounded at once instead of for up to a minute.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use tracing::{debug, info, warn};
+
+use super::manager::RuntimeManager;
+use super::types::{ContainerState, RuntimePod};
+
+/// Dead instances kept per (pod, container name): kubelet's `maxPerPodContainer`.
+pub const MAX_DEAD_PER_CONTAINER: usize = 1;
+
+/// One container as the GC sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcContainer<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub state: ContainerState,
+    pub created_at: i64,
+}
+
+/// The IDs of the dead (not running) containers beyond the newest `keep` of each
+/// container name, oldest last. Running containers are never chosen and do not count.
+pub fn dead_beyond_limit<'a>(containers: &[GcContainer<'a>], keep: usize) -> Vec<&'a str> {
+    let mut dead: Vec<&GcContainer<'a>> = containers
+        .iter()
+        .filter(|c| c.state != ContainerState::Running)
+        .collect();
+    // Newest first, so the first `keep` of each name are the ones kept.
+    dead.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    dead.into_iter()
+        .filter(|c| {
+            let n = seen.entry(c.name).or_default();
+            *n += 1;
+            *n > keep
+        })
+        .map(|c| c.id)
+        .collect()
+}
+
+/// The sandboxes of a pod that still exists which may go (kubelet's `evictSandboxes`):
+/// every one but the newest (by attempt, then creation) that is not ready and has no
+/// containers left. The newest is kept even when dead: it is the pod's current one.
+pub fn evictable_sandboxes<'a>(
+    pod: &'a RuntimePod,
+    still_has_containers: &HashSet<&str>,
+) -> Vec<&'a str> {
+    let mut sandboxes: Vec<_> = pod.sandboxes.iter().collect();
+    sandboxes.sort_by_key(|s| std::cmp::Reverse((s.attempt, s.created_at)));
+    sandboxes
+        .into_iter()
+        .skip(1)
+        .filter(|s| !s.ready && !still_has_containers.contains(s.id.as_str()))
+        .map(|s| s.id.as_str())
+        .collect()
+}
+
+/// One GC pass over a pod that still exists: its dead containers beyond the limit
+/// (each with its log file), then its dead sandboxes that are no longer needed.
+/// Failures are logged and left for the next pass.
+pub async fn collect_pod(runtime: &RuntimeManager, pod: &RuntimePod) {
+    let containers: Vec<GcContainer> = pod
+        .containers
+        .iter()
+        .map(|c| GcContainer {
+            id: &c.id,
+            name: &c.name,
+            state: c.state,
+            created_at: c.created_at,
+        })
+        .collect();
+    let mut removed: HashSet<&str> = HashSet::new();
+    for id in dead_beyond_limit(&containers, MAX_DEAD_PER_CONTAINER) {
+        let c = pod
+            .containers
+            .iter()
+            .find(|c| c.id == id)
+            .expect("planned from this pod");
+        debug!(pod = %pod.pod_ref(), podUID = %pod.uid, container = %c.name, containerID = %id, "garbage-collecting dead container");
+        match runtime
+            .remove_container(id, c.state == ContainerState::Unknown)
+            .await
+        {
+            Ok(()) => {
+                removed.insert(id);
+            }
+            Err(e) => {
+                warn!(pod = %pod.pod_ref(), podUID = %pod.uid, containerID = %id, error = %e, "cannot garbage-collect container")
+            }
+        }
+    }
+    // A sandbox is in use while any container that was not just removed still points at it.
+    let in_use: HashSet<&str> = pod
+        .containers
+        .iter()
+        .filter(|c| !removed.contains(c.id.as_str()))
+        .map(|c| c.sandbox_id.as_str())
+        .collect();
+    for id in evictable_sandboxes(pod, &in_use) {
+        debug!(pod = %pod.pod_ref(), podUID = %pod.uid, sandboxID = %id, "garbage-collecting dead sandbox");
+        if let Err(e) = runtime.remove_sandbox(id).await {
+            warn!(pod = %pod.pod_ref(), podUID = %pod.uid, sandboxID = %id, error = %e, "cannot garbage-collect sandbox");
+        }
+    }
+}
+
+/// True for the two UID spellings oxlet's pods have: an RFC 4122 UUID
+/// (`8-4-4-4-12` hex digits, as the apiserver assigns) or 32 hex digits (the
+/// static-pod hash). Anything else under oxlet's directories is not taken for a pod.
+pub fn looks_like_uid(s: &str) -> bool {
+    let b = s.as_bytes();
+    match b.len() {
+        32 => b.iter().all(u8::is_ascii_hexdigit),
+        36 => b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        }),
+        _ => false,
+    }
+}
+
+/// The pod UID in a pod log directory name `<namespace>_<name>_<uid>` (kubelet's
+/// `parsePodUIDFromLogsDirectory`). Namespaces and names are DNS labels and subdomains,
+/// which never contain `_`, so a well-formed name has exactly three parts.
+pub fn uid_of_log_dir(dir_name: &str) -> Option<&str> {
+    let mut parts = dir_name.split('_');
+    let (ns, name, uid) = (parts.next()?, parts.next()?, parts.next()?);
+    (parts.next().is_none() && !ns.is_empty() && !name.is_empty() && !uid.is_empty()).then_some(uid)
+}
+
+/// Real directories (never symlinks) directly in `dir` whose name `uid_of` maps to a
+/// pod UID, with that UID. An unreadable or missing `dir` has none.
+fn pod_dirs_in(dir: &Path, uid_of: impl Fn(&str) -> Option<String>) -> Vec<(PathBuf, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| {
+            let name = e.file_name();
+            let uid = uid_of(name.to_str()?)?;
+            Some((e.path(), uid))
+        })
+        .collect()
+}
+
+/// The log directories `<logs_dir>/<ns>_<name>_<uid>` of the pod with this UID.
+pub fn log_dirs_of(logs_dir: &Path, uid: &str) -> Vec<PathBuf> {
+    pod_dirs_in(logs_dir, |n| {
+        uid_of_log_dir(n).filter(|u| *u == uid).map(str::to_string)
+    })
+    .into_iter()
+    .map(|(p, _)| p)
+    .collect()
+}
+
+/// Pod directories (`<pods_dir>/<uid>`) and pod log directories
+/// (`<logs_dir>/<ns>_<name>_<uid>`) of pods for which `known` is false. Only real
+/// directories named in oxlet's layout with a UID-shaped UID are candidates.
+pub fn orphaned_dirs(
+    pods_dir: &Path,
+    logs_dir: &Path,
+    known: &dyn Fn(&str) -> bool,
+) -> Vec<(PathBuf, PathBuf)> {
+    let pod_dirs = pod_dirs_in(pods_dir, |n| looks_like_uid(n).then(|| n.to_string()));
+    let log_dirs = pod_dirs_in(logs_dir, |n| {
+        uid_of_log_dir(n)
+            .filter(|u| looks_like_uid(u))
+            .map(str::to_string)
+    });
+    pod_dirs
+        .into_iter()
+        .map(|(p, uid)| (pods_dir.to_path_buf(), p, uid))
+        .chain(
+            log_dirs
+                .into_iter()
+                .map(|(p, uid)| (logs_dir.to_path_buf(), p, uid)),
+        )
+        .filter(|(_, _, uid)| !known(uid))
+        .map(|(root, p, _)| (root, p))
+        .collect()
+}
+
+/// Removes the directories of pods that are neither desired, nor being worked on, nor
+/// in the runtime (`known` says which are). Housekeeping calls it only once every
+/// source has reported, so a pod not yet read back after a restart is never taken for
+/// an orphan.
+pub fn cleanup_orphaned_dirs(pods_dir: &Path, logs_dir: &Path, known: &dyn Fn(&str) -> bool) {
+    for (root, dir) in orphaned_dirs(pods_dir, logs_dir, known) {
+        match crate::safe_path::remove_beneath(&root, &dir) {
+            Ok(true) => info!(dir = %dir.display(), "removed orphaned pod directory"),
+            Ok(false) => {}
+            Err(e) => {
+                warn!(dir = %dir.display(), error = %e, "cannot remove orphaned pod directory")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::types::RuntimeSandbox;
+
+    fn c<'a>(id: &'a str, name: &'a str, state: ContainerState, t: i64) -> GcContainer<'a> {
+        GcContainer {
+            id,
+            name,
+            state,
+            created_at: t,
+        }
+    }
+
+    #[test]
+    fn keeps_the_newest_dead_instance_per_name_and_every_running_one() {
+        use ContainerState::*;
+        let cs = [
+            c("a3", "a", Running, 30),
+            c("a2", "a", Exited, 20),
+            c("a1", "a", Exited, 10),
+            c("a0", "a", Unknown, 5),
+            c("b1", "b", Exited, 12),
+            c("b2", "b", Created, 25),
+        ];
+        let mut out = dead_beyond_limit(&cs, 1);
+        out.sort();
+        // a: a2 kept (newest dead), a1 and a0 go; b: b2 (created, newest) kept, b1 goes.
+        assert_eq!(out, vec!["a0", "a1", "b1"]);
+        assert!(
+            dead_beyond_limit(&cs[..1], 1).is_empty(),
+            "running is never removed"
+        );
+        assert_eq!(dead_beyond_limit(&cs, 0).len(), 5);
+    }
+
+    fn sb(id: &str, ready: bool, attempt: u32, t: i64) -> RuntimeSandbox {
+        RuntimeSandbox {
+            id: id.into(),
+            ready,
+            attempt,
+            created_at: t,
+        }
+    }
+
+    #[test]
+    fn sandboxes_keep_the_newest_the_ready_and_those_with_containers() {
+        let pod = RuntimePod {
+            sandboxes: vec![
+                sb("s0", false, 0, 1),
+                sb("s1", false, 1, 2),
+                sb("s3", false, 3, 4),
+                sb("s2", true, 2, 3),
+            ],
+            ..Default::default()
+        };
+        let in_use = HashSet::from(["s1"]);
+        // s3 is the newest (kept although dead), s2 ready, s1 still has a container.
+        assert_eq!(evictable_sandboxes(&pod, &in_use), vec!["s0"]);
+        assert_eq!(evictable_sandboxes(&pod, &HashSet::new()), vec!["s1", "s0"]);
+        let one = RuntimePod {
+            sandboxes: vec![sb("only", false, 0, 1)],
+            ..Default::default()
+        };
+        assert!(evictable_sandboxes(&one, &HashSet::new()).is_empty());
+    }
+
+    #[test]
+    fn uid_shapes() {
+        assert!(looks_like_uid("0f5e1b3c-8a7d-4e2f-9b6a-1c2d3e4f5a6b"));
+        assert!(looks_like_uid("0123456789abcdef0123456789ABCDEF"));
+        for bad in [
+            "",
+            "my-uid",
+            "lost+found",
+            "0f5e1b3c-8a7d-4e2f-9b6a-1c2d3e4f5a6",
+            "0f5e1b3c+8a7d-4e2f-9b6a-1c2d3e4f5a6b",
+            "../../../../etc/passwd0123456789",
+        ] {
+            assert!(!looks_like_uid(bad), "{bad:?}");
+        }
+        assert_eq!(uid_of_log_dir("default_web_abc"), Some("abc"));
+        for bad in [
+            "default_web",
+            "a_b_c_d",
+            "_web_abc",
+            "default__abc",
+            "default_web_",
+        ] {
+            assert_eq!(uid_of_log_dir(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn orphans_are_real_dirs_in_oxlets_layout_of_unknown_pods() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let logs = tmp.path().join("logs");
+        let outside = tmp.path().join("outside");
+        for d in [&pods, &logs, &outside] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let known = "11111111-2222-3333-4444-555555555555";
+        let orphan = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+        let hash = "0123456789abcdef0123456789abcdef";
+        for d in [known, orphan, hash, "not-a-uid"] {
+            std::fs::create_dir(pods.join(d)).unwrap();
+        }
+        std::fs::create_dir(logs.join(format!("default_web_{known}"))).unwrap();
+        std::fs::create_dir(logs.join(format!("default_web_{orphan}"))).unwrap();
+        std::fs::create_dir(logs.join("something_else")).unwrap();
+        std::fs::write(pods.join("ffffffff-bbbb-cccc-dddd-eeeeeeeeeeee"), b"a file").unwrap();
+        let linked = "99999999-bbbb-cccc-dddd-eeeeeeeeeeee";
+        std::os::unix::fs::symlink(&outside, pods.join(linked)).unwrap();
+        std::os::unix::fs::symlink(&outside, logs.join(format!("ns_n_{linked}"))).unwrap();
+
+        let is_known = |u: &str| u == known;
+        let mut found: Vec<PathBuf> = orphaned_dirs(&pods, &logs, &is_known)
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        found.sort();
+        let mut want = vec![
+            pods.join(orphan),
+            pods.join(hash),
+            logs.join(format!("default_web_{orphan}")),
+        ];
+        want.sort();
+        assert_eq!(found, want);
+
+        cleanup_orphaned_dirs(&pods, &logs, &is_known);
+        for p in &want {
+            assert!(!p.exists(), "{} still there", p.display());
+        }
+        for kept in [
+            pods.join(known),
+            pods.join("not-a-uid"),
+            pods.join(linked),
+            logs.join(format!("default_web_{known}")),
+            logs.join("something_else"),
+            logs.join(format!("ns_n_{linked}")),
+            outside.clone(),
+        ] {
+            assert!(
+                kept.symlink_metadata().is_ok(),
+                "{} was removed",
+                kept.display()
+            );
+        }
+        assert_eq!(
+            log_dirs_of(&logs, known),
+            vec![logs.join(format!("default_web_{known}"))]
+        );
+        assert!(
+            log_dirs_of(&logs, linked).is_empty(),
+            "a link is not a log dir"
+        );
+    }
+}

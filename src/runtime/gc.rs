@@ -32,9 +32,9 @@ pub struct GcContainer<'a> {
     pub created_at: i64,
 }
 
-/// The IDs of the dead (not running) containers beyond the newest `keep` of each
-/// container name, oldest last. Running containers are never chosen and do not count.
-pub fn dead_beyond_limit<'a>(containers: &[GcContainer<'a>], keep: usize) -> Vec<&'a str> {
+/// The dead (not running) containers beyond the newest `keep` of each container name,
+/// oldest last. Running containers are never chosen and do not count.
+pub fn dead_beyond_limit<'a>(containers: &[GcContainer<'a>], keep: usize) -> Vec<GcContainer<'a>> {
     let mut dead: Vec<&GcContainer<'a>> = containers
         .iter()
         .filter(|c| c.state != ContainerState::Running)
@@ -48,7 +48,7 @@ pub fn dead_beyond_limit<'a>(containers: &[GcContainer<'a>], keep: usize) -> Vec
             *n += 1;
             *n > keep
         })
-        .map(|c| c.id)
+        .copied()
         .collect()
 }
 
@@ -84,22 +84,17 @@ pub async fn collect_pod(runtime: &RuntimeManager, pod: &RuntimePod) {
         })
         .collect();
     let mut removed: HashSet<&str> = HashSet::new();
-    for id in dead_beyond_limit(&containers, MAX_DEAD_PER_CONTAINER) {
-        let c = pod
-            .containers
-            .iter()
-            .find(|c| c.id == id)
-            .expect("planned from this pod");
-        debug!(pod = %pod.pod_ref(), podUID = %pod.uid, container = %c.name, containerID = %id, "garbage-collecting dead container");
+    for c in dead_beyond_limit(&containers, MAX_DEAD_PER_CONTAINER) {
+        debug!(pod = %pod.pod_ref(), podUID = %pod.uid, container = %c.name, containerID = %c.id, "garbage-collecting dead container");
         match runtime
-            .remove_container(id, c.state == ContainerState::Unknown)
+            .remove_container(c.id, c.state == ContainerState::Unknown)
             .await
         {
             Ok(()) => {
-                removed.insert(id);
+                removed.insert(c.id);
             }
             Err(e) => {
-                warn!(pod = %pod.pod_ref(), podUID = %pod.uid, containerID = %id, error = %e, "cannot garbage-collect container")
+                warn!(pod = %pod.pod_ref(), podUID = %pod.uid, containerID = %c.id, error = %e, "cannot garbage-collect container")
             }
         }
     }
@@ -237,7 +232,7 @@ mod tests {
             c("b1", "b", Exited, 12),
             c("b2", "b", Created, 25),
         ];
-        let mut out = dead_beyond_limit(&cs, 1);
+        let mut out: Vec<&str> = dead_beyond_limit(&cs, 1).iter().map(|c| c.id).collect();
         out.sort();
         // a: a2 kept (newest dead), a1 and a0 go; b: b2 (created, newest) kept, b1 goes.
         assert_eq!(out, vec!["a0", "a1", "b1"]);

@@ -615,9 +615,10 @@ impl RuntimeManager {
                 created_at: c.created_at,
             })
             .collect();
-        for id in gc::dead_beyond_limit(&containers, gc::MAX_DEAD_PER_CONTAINER) {
-            debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), containerID = %id, "removing old dead container");
-            if let Err(e) = self.remove_container(id, false).await {
+        for c in gc::dead_beyond_limit(&containers, gc::MAX_DEAD_PER_CONTAINER) {
+            debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, containerID = %c.id, "removing old dead container");
+            let unknown = c.state == ContainerState::Unknown;
+            if let Err(e) = self.remove_container(c.id, unknown).await {
                 debug!(error = %e, "failed to remove dead container");
             }
         }

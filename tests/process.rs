@@ -342,6 +342,10 @@ async fn killed_managed_containerd_is_restarted_and_pods_carry_on() {
         assert!(t.elapsed() < START, "not restarted\n{}", tail(&log, 40));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    eprintln!(
+        "managed containerd restarted {:?} after kill -9",
+        t.elapsed()
+    );
     let new = managed_containerd_pids(&ox.root);
     assert_eq!(new.len(), 1, "{new:?}");
     assert_ne!(new, old);
@@ -360,6 +364,7 @@ async fn killed_managed_containerd_is_restarted_and_pods_carry_on() {
     // The sync loop carries on: a pod added now starts.
     write_manifest(&ox.manifests, "b.yaml", &pod_yaml("b", "sleep 3600", host));
     ox.wait_running("b", START).await;
+    eprintln!("pod b Running {:?} after kill -9", t.elapsed());
     let (code, body) = ox.get("/healthz").await.unwrap();
     assert_eq!((code, body.as_str()), (200, "ok"));
 

@@ -92,6 +92,7 @@ async fn choose_runtime(opts: &Options) -> anyhow::Result<RuntimeChoice> {
         if default_up {
             RuntimeChoice::Endpoint(DEFAULT_RUNTIME_ENDPOINT.into())
         } else {
+            info!(target: STARTUP_TARGET, "no container runtime answers at {DEFAULT_RUNTIME_ENDPOINT}");
             RuntimeChoice::Managed
         }
     };
@@ -109,7 +110,7 @@ pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
         RuntimeChoice::Endpoint(e) => e.clone(),
         RuntimeChoice::Managed => {
             let layout = ContainerdLayout::new(opts.root_dir.join("containerd"));
-            info!(target: STARTUP_TARGET, root = %opts.root_dir.display(), "no container runtime answers at {DEFAULT_RUNTIME_ENDPOINT}; starting a managed containerd");
+            info!(target: STARTUP_TARGET, root = %opts.root_dir.display(), "starting a managed containerd");
             let m = ManagedContainerd::start(&layout, &CniSettings::default())
                 .await
                 .context("cannot start managed containerd")?;

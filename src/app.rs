@@ -18,12 +18,15 @@ use crate::config::{FILE_SOURCE, file::run_file_source};
 use crate::logging::STARTUP_TARGET;
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
 use crate::runtime::containerd::{
-    CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri,
+    CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
 };
 use crate::runtime::sandbox::{SandboxEnv, host_dns};
 use crate::runtime::{RemoteRuntime, RuntimeManager};
+use crate::runtime_choice::{self, RuntimeChoice};
+use crate::server::healthz::Health;
 use crate::server::{self, Views};
 use crate::status::StatusManager;
+use crate::syncloop::monitor::stall_threshold;
 use crate::syncloop::pod_manager::PodManager;
 use crate::syncloop::pod_syncer::Syncer;
 use crate::syncloop::pod_workers::PodWorkers;
@@ -65,26 +68,49 @@ fn socket_path(endpoint: &str) -> PathBuf {
 pub struct Runtime {
     pub cri: RemoteRuntime,
     pub runtime_name: String,
+    /// The CRI endpoint connected to.
+    pub endpoint: String,
     pub managed: Option<ManagedContainerd>,
 }
 
-/// Connects to the configured runtime; without an explicit endpoint and with nothing
-/// answering at the default socket, starts a managed containerd under `--root-dir`.
-pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
-    let timeout = opts.runtime_request_timeout;
-    let mut managed = None;
-    let endpoint = if opts.runtime_endpoint_explicit {
-        opts.container_runtime_endpoint.clone()
+/// Which runtime this start uses: the explicit endpoint; else what `--root-dir` was
+/// run with before (so a system containerd that is slow at boot never flips a node to
+/// the managed one, nor the reverse); else the default socket if it answers, else managed.
+async fn choose_runtime(opts: &Options) -> anyhow::Result<RuntimeChoice> {
+    let recorded = runtime_choice::load(&opts.root_dir)?;
+    let requested = if opts.runtime_endpoint_explicit {
+        RuntimeChoice::Endpoint(opts.container_runtime_endpoint.clone())
+    } else if recorded == Some(RuntimeChoice::Endpoint(DEFAULT_RUNTIME_ENDPOINT.into())) {
+        RuntimeChoice::Endpoint(DEFAULT_RUNTIME_ENDPOINT.into())
+    } else if recorded == Some(RuntimeChoice::Managed) {
+        RuntimeChoice::Managed
     } else {
         let default_up = socket_path(DEFAULT_RUNTIME_ENDPOINT).exists()
             && probe_cri(DEFAULT_RUNTIME_ENDPOINT, Duration::from_secs(2))
                 .await
                 .is_ok();
         if default_up {
-            DEFAULT_RUNTIME_ENDPOINT.to_string()
+            RuntimeChoice::Endpoint(DEFAULT_RUNTIME_ENDPOINT.into())
         } else {
+            info!(target: STARTUP_TARGET, "no container runtime answers at {DEFAULT_RUNTIME_ENDPOINT}");
+            RuntimeChoice::Managed
+        }
+    };
+    runtime_choice::check(&opts.root_dir, recorded.as_ref(), &requested)?;
+    Ok(requested)
+}
+
+/// Connects to the configured runtime, or starts a managed containerd under
+/// `--root-dir` (see [`choose_runtime`]), and records the choice.
+pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
+    let timeout = opts.runtime_request_timeout;
+    let choice = choose_runtime(opts).await?;
+    let mut managed = None;
+    let endpoint = match &choice {
+        RuntimeChoice::Endpoint(e) => e.clone(),
+        RuntimeChoice::Managed => {
             let layout = ContainerdLayout::new(opts.root_dir.join("containerd"));
-            info!(target: STARTUP_TARGET, root = %opts.root_dir.display(), "no container runtime answers at {DEFAULT_RUNTIME_ENDPOINT}; starting a managed containerd");
+            info!(target: STARTUP_TARGET, root = %opts.root_dir.display(), "starting a managed containerd");
             let m = ManagedContainerd::start(&layout, &CniSettings::default())
                 .await
                 .context("cannot start managed containerd")?;
@@ -109,17 +135,23 @@ pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
         }
     };
     info!(target: STARTUP_TARGET, endpoint = %endpoint, runtime = %version.runtime_name, version = %version.runtime_version, apiVersion = %version.runtime_api_version, "connected to container runtime");
-    let images = opts.root_dir.join("images");
-    if images.is_dir() {
-        // Each archive is imported on its own; `import_images` logs successes and
-        // failures, and a broken archive is skipped.
-        import_images(&socket_path(&endpoint), &images).await;
-    }
+    runtime_choice::save(&opts.root_dir, &choice)?;
     Ok(Runtime {
         cri,
         runtime_name: version.runtime_name,
+        endpoint,
         managed,
     })
+}
+
+/// Imports the archives in `<root-dir>/images` (k3s's convention). Each archive is
+/// imported on its own; `import_images` logs successes and failures, and a broken
+/// archive is skipped.
+pub async fn import_root_images(opts: &Options, rt: &Runtime) {
+    let images = opts.root_dir.join("images");
+    if images.is_dir() {
+        import_images(&socket_path(&rt.endpoint), &images).await;
+    }
 }
 
 /// A running agent: its shared state, for the server, runonce and tests.
@@ -135,6 +167,7 @@ pub async fn start(
     rt: &Runtime,
     cancel: CancellationToken,
 ) -> anyhow::Result<Agent> {
+    let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     let host_ip = detect_host_ip();
     let runtime = Arc::new(RuntimeManager::new(
         rt.cri.clone(),
@@ -202,22 +235,28 @@ pub async fn start(
         opts.max_pods,
         sources,
     );
+    let health = Health {
+        syncloop: sync_loop.monitor.clone(),
+        stall_threshold: stall_threshold(opts.sync_frequency),
+    };
     tracker.spawn(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), cancel.clone()));
 
     if !opts.runonce {
         let views = Views {
             pods: pods.clone(),
             statuses: statuses.clone(),
+            health: health.clone(),
         };
         if opts.read_only_port != 0 {
             let addr = SocketAddr::new(opts.address, opts.read_only_port);
             let l = server::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr} (--read-only-port)"))?;
-            info!(target: STARTUP_TARGET, %addr, "serving the read-only API");
+            info!(target: STARTUP_TARGET, %addr, maxConnections = limits.max_connections, "serving the read-only API");
             tracker.spawn(server::serve(
                 l,
                 server::read_only_router(views),
+                limits,
                 cancel.clone(),
             ));
         }
@@ -226,7 +265,12 @@ pub async fn start(
             let l = server::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr} (--healthz-port)"))?;
-            tracker.spawn(server::serve(l, server::healthz_router(), cancel.clone()));
+            tracker.spawn(server::serve(
+                l,
+                server::healthz_router(health),
+                limits,
+                cancel.clone(),
+            ));
         }
     }
     tracker.close();
@@ -260,39 +304,120 @@ pub fn log_summary(opts: &Options) {
     }
 }
 
-/// Runs the agent until SIGTERM / SIGINT; containers keep running.
+/// SIGTERM and SIGINT, listened for from the first instant of [`run`], so that a stop
+/// during start-up (a slow runtime, a long image import) is honoured at once.
+pub struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// The next signal's name.
+    pub async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+/// Sets RLIMIT_NOFILE to `maxOpenFiles` (or the hard limit if that is lower) and logs it.
+fn apply_max_open_files(wanted: u64) {
+    match crate::rlimit::raise_open_files(wanted) {
+        Ok(r) if r.capped => {
+            warn!(
+                maxOpenFiles = wanted,
+                soft = r.soft,
+                hard = r.hard,
+                "cannot set RLIMIT_NOFILE to maxOpenFiles; raised the soft limit to the hard limit instead"
+            )
+        }
+        Ok(r) => {
+            info!(target: STARTUP_TARGET, soft = r.soft, hard = r.hard, "set RLIMIT_NOFILE to maxOpenFiles")
+        }
+        Err(e) => warn!(error = %e, maxOpenFiles = wanted, "cannot set RLIMIT_NOFILE; going on"),
+    }
+}
+
+/// Runs the agent until SIGTERM / SIGINT; containers keep running. A signal during
+/// start-up stops it there, with exit code 0, and stops a managed containerd.
 pub async fn run(opts: Options) -> anyhow::Result<i32> {
+    let mut signals = Signals::install().context("cannot listen for SIGTERM/SIGINT")?;
     log_summary(&opts);
     set_own_oom_score_adj();
-    let rt = connect_runtime(&opts).await?;
+    apply_max_open_files(opts.max_open_files);
+    // Cut short here, a half-started managed containerd is killed with its handle.
+    let mut rt = tokio::select! {
+        rt = connect_runtime(&opts) => rt?,
+        sig = signals.recv() => {
+            info!(target: STARTUP_TARGET, "received {sig} while connecting to the runtime; exiting");
+            return Ok(0);
+        }
+    };
+    // The supervisor owns the managed containerd and stops it once the agent has stopped.
+    // Its handle is awaited below, so it is tracked.
+    let runtime_cancel = CancellationToken::new();
+    let supervisor = rt
+        .managed
+        .take()
+        .map(|m| tokio::spawn(supervise(m, runtime_cancel.clone())));
+    let result = run_agent(&opts, &rt, &mut signals).await;
+    runtime_cancel.cancel();
+    if let Some(s) = supervisor {
+        let _ = s.await;
+    }
+    result
+}
+
+/// Everything after the runtime is up: image import, the agent's tasks, then waiting
+/// for a signal (or for `--runonce` to finish).
+async fn run_agent(opts: &Options, rt: &Runtime, signals: &mut Signals) -> anyhow::Result<i32> {
+    tokio::select! {
+        _ = import_root_images(opts, rt) => {}
+        sig = signals.recv() => {
+            info!(target: STARTUP_TARGET, "received {sig} while importing images; exiting");
+            return Ok(0);
+        }
+    }
     let cancel = CancellationToken::new();
-    let agent = start(&opts, &rt, cancel.clone()).await?;
-    let code = if opts.runonce {
-        crate::runonce::run(&agent, &cancel).await
-    } else {
-        wait_for_signal().await;
-        info!(target: STARTUP_TARGET, "shutting down; containers keep running");
-        0
+    let started = tokio::select! {
+        a = start(opts, rt, cancel.clone()) => Some(a?),
+        sig = signals.recv() => {
+            info!(target: STARTUP_TARGET, "received {sig} during start-up; exiting");
+            None
+        }
+    };
+    let code = match &started {
+        None => 0,
+        Some(agent) if opts.runonce => tokio::select! {
+            code = crate::runonce::run(agent, &cancel) => code,
+            sig = signals.recv() => {
+                info!(target: STARTUP_TARGET, "received {sig}; stopping runonce");
+                0
+            }
+        },
+        Some(_) => {
+            let sig = signals.recv().await;
+            info!(target: STARTUP_TARGET, "received {sig}");
+            info!(target: STARTUP_TARGET, "shutting down; containers keep running");
+            0
+        }
     };
     cancel.cancel();
-    if tokio::time::timeout(Duration::from_secs(3), agent.tracker.wait())
-        .await
-        .is_err()
+    if let Some(agent) = started
+        && tokio::time::timeout(Duration::from_secs(3), agent.tracker.wait())
+            .await
+            .is_err()
     {
         warn!("some tasks did not stop within 3s");
     }
-    if let Some(m) = rt.managed {
-        m.stop().await;
-    }
     Ok(code)
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => info!(target: STARTUP_TARGET, "received SIGTERM"),
-        _ = int.recv() => info!(target: STARTUP_TARGET, "received SIGINT"),
-    }
 }

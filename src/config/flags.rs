@@ -91,7 +91,6 @@ pub const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("make-iptables-util-chains", Bool),
     ("manifest-url", Value),
     ("manifest-url-header", Value),
-    ("max-open-files", Value),
     ("maximum-dead-containers", Value),
     ("maximum-dead-containers-per-container", Value),
     ("memory-manager-policy", Value),
@@ -225,6 +224,12 @@ const IMPLEMENTED_FLAGS: &[(&str, &str, Option<&str>, &str)] = &[
         Some("110"),
         "Maximum number of pods on this node",
     ),
+    (
+        "max-open-files",
+        "N",
+        Some("1000000"),
+        "Number of files the oxlet process may open (RLIMIT_NOFILE)",
+    ),
 ];
 
 /// What the command line said. Implemented flags are `Some` only when given
@@ -247,6 +252,7 @@ pub struct FlagValues {
     pub sync_frequency: Option<String>,
     pub runtime_request_timeout: Option<String>,
     pub max_pods: Option<String>,
+    pub max_open_files: Option<String>,
     pub runonce: Option<bool>,
     /// Unimplemented kubelet flags that were given, by name, in command-line order.
     pub unimplemented: Vec<String>,
@@ -386,6 +392,7 @@ fn from_matches(m: &ArgMatches) -> FlagValues {
         sync_frequency: explicit(m, "sync-frequency"),
         runtime_request_timeout: explicit(m, "runtime-request-timeout"),
         max_pods: explicit(m, "max-pods"),
+        max_open_files: explicit(m, "max-open-files"),
         runonce,
         unimplemented: given.into_iter().map(|(_, n)| n.to_string()).collect(),
         problems,

@@ -25,6 +25,7 @@ pub const IMPLEMENTED_FIELDS: &[&str] = &[
     "podLogsDir",
     "maxPods",
     "runtimeRequestTimeout",
+    "maxOpenFiles",
 ];
 
 /// KubeletConfiguration (v1beta1, ~1.30-1.34) fields oxlet accepts but ignores.
@@ -83,7 +84,6 @@ pub const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "cpuCFSQuota",
     "cpuCFSQuotaPeriod",
     "nodeStatusMaxImages",
-    "maxOpenFiles",
     "contentType",
     "kubeAPIQPS",
     "kubeAPIBurst",
@@ -163,6 +163,7 @@ pub struct KubeletConfigFile {
     pub read_only_port: Option<FieldValue<i64>>,
     pub healthz_port: Option<FieldValue<i64>>,
     pub max_pods: Option<FieldValue<i64>>,
+    pub max_open_files: Option<FieldValue<i64>>,
     pub healthz_bind_address: Option<FieldValue<String>>,
     pub address: Option<FieldValue<String>>,
     pub container_runtime_endpoint: Option<FieldValue<String>>,
@@ -259,6 +260,7 @@ pub fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile, Vec<Pr
             "readOnlyPort" => cfg.read_only_port = cfg.integer(name, value),
             "healthzPort" => cfg.healthz_port = cfg.integer(name, value),
             "maxPods" => cfg.max_pods = cfg.integer(name, value),
+            "maxOpenFiles" => cfg.max_open_files = cfg.integer(name, value),
             "healthzBindAddress" => cfg.healthz_bind_address = cfg.string(name, value),
             "address" => cfg.address = cfg.string(name, value),
             "containerRuntimeEndpoint" => cfg.container_runtime_endpoint = cfg.string(name, value),

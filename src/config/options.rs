@@ -46,6 +46,8 @@ pub struct Options {
     pub runtime_request_timeout: Duration,
     /// `--max-pods` / `maxPods` (default 110).
     pub max_pods: u32,
+    /// `--max-open-files` / `maxOpenFiles` (default 1000000): RLIMIT_NOFILE set at start.
+    pub max_open_files: u64,
     /// `--runonce`.
     pub runonce: bool,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
@@ -55,6 +57,9 @@ pub struct Options {
     /// KubeletConfiguration fields, which kubelet also only warns about); logged at start.
     pub warnings: Vec<String>,
 }
+
+/// The smallest `maxOpenFiles` accepted.
+pub const MIN_OPEN_FILES: u64 = 256;
 
 /// The default CRI endpoint (containerd's).
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -78,6 +83,7 @@ impl Default for Options {
             sync_frequency: Duration::from_secs(60),
             runtime_request_timeout: Duration::from_secs(120),
             max_pods: 110,
+            max_open_files: 1_000_000,
             runonce: false,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
@@ -569,6 +575,21 @@ fn resolve(
         v if v > i64::from(i32::MAX) => Err(format!("must be at most {}", i32::MAX)),
         v => Ok(v as u32),
     });
+    let max_open_files = m.merge(
+        d.max_open_files as i64,
+        "1000000",
+        "maxOpenFiles",
+        file.max_open_files,
+        "max-open-files",
+        flags.max_open_files,
+        parse_int,
+    );
+    // kubelet only defaults 0; a limit below what stdio and a runtime socket need
+    // would break oxlet itself, so require a usable floor.
+    let max_open_files = m.check(max_open_files, |v| match *v {
+        v if v < MIN_OPEN_FILES as i64 => Err(format!("must be at least {MIN_OPEN_FILES}")),
+        v => Ok(v as u64),
+    });
 
     // kubelet: --hostname-override if set (trimmed), else the host name; lower-cased.
     let override_name = flags
@@ -636,6 +657,7 @@ fn resolve(
         sync_frequency: sync_frequency.ok_or_else(missing)?,
         runtime_request_timeout: runtime_request_timeout.ok_or_else(missing)?,
         max_pods: max_pods.ok_or_else(missing)?,
+        max_open_files: max_open_files.ok_or_else(missing)?,
         runonce: flags.runonce.unwrap_or(false),
         unimplemented,
         warnings,
@@ -703,6 +725,7 @@ mod tests {
         assert_eq!(o.sync_frequency, Duration::from_secs(60));
         assert_eq!(o.runtime_request_timeout, Duration::from_secs(120));
         assert_eq!(o.max_pods, 110);
+        assert_eq!(o.max_open_files, 1_000_000);
         assert!(!o.runonce);
         assert!(o.unimplemented.is_empty() && o.warnings.is_empty());
     }
@@ -1205,5 +1228,23 @@ mod tests {
         let err = resolve_args(&["--max-pods=-1", "--healthz-port=x"], "h").unwrap_err();
         assert_eq!(err.to_string().lines().count(), 2);
         assert_eq!(err.problems().len(), 2);
+    }
+
+    #[test]
+    fn max_open_files_from_file_and_flag() {
+        let f = config("maxOpenFiles: 4096\n");
+        assert_eq!(ok(&[&config_flag(&f)]).max_open_files, 4096);
+        assert_eq!(
+            ok(&[&config_flag(&f), "--max-open-files=70000"]).max_open_files,
+            70000
+        );
+        let p = one_problem(&["--max-open-files=10"]);
+        assert!(
+            p.contains("--max-open-files") && p.contains("at least 256"),
+            "{p}"
+        );
+        let bad = config("maxOpenFiles: -1\n");
+        let p = one_problem(&[&config_flag(&bad)]);
+        assert!(p.contains("field maxOpenFiles"), "{p}");
     }
 }

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{VersionRequest, VersionResponse};
 use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
 /// The CRI sandbox ("pause") image: a local ref, built by `scripts/build-images.sh`.
@@ -366,6 +367,8 @@ pub struct ManagedContainerd {
     child: Child,
     pid: u32,
     layout: ContainerdLayout,
+    cni: CniSettings,
+    sandbox_image: String,
 }
 
 impl ManagedContainerd {
@@ -460,6 +463,8 @@ impl ManagedContainerd {
                             child,
                             pid,
                             layout: layout.clone(),
+                            cni: cni.clone(),
+                            sandbox_image: sandbox_image.to_string(),
                         });
                     }
                     Err(e) => last_error = e,
@@ -542,6 +547,83 @@ impl ManagedContainerd {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The first wait before restarting a managed containerd that died.
+pub const RESTART_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+/// The longest wait between restarts.
+pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// A containerd that stayed up this long starts over at the initial back-off.
+pub const RESTART_BACKOFF_RESET: Duration = Duration::from_secs(60);
+
+/// The next restart back-off: doubled, capped at [`RESTART_BACKOFF_MAX`].
+pub fn next_backoff(current: Duration) -> Duration {
+    (current * 2).min(RESTART_BACKOFF_MAX)
+}
+
+/// Keeps a managed containerd running until `cancel` fires, then stops it.
+///
+/// k3s exits when its containerd dies and leaves the restart to systemd; oxlet restarts
+/// it itself, with back-off (1 s doubling to 30 s, reset after 60 s up), so running pods
+/// and the sync loop (which skips while the runtime is down) carry on. Containers survive
+/// it: their shims are separate processes that the new containerd reconnects to.
+///
+/// Run it on a runtime worker thread (a task), never in `spawn_blocking`: the
+/// parent-death signal of each restarted containerd follows the spawning thread.
+pub async fn supervise(mut current: ManagedContainerd, cancel: CancellationToken) {
+    let mut backoff = RESTART_BACKOFF_INITIAL;
+    loop {
+        let up_since = Instant::now();
+        let exited = tokio::select! {
+            _ = cancel.cancelled() => None,
+            status = current.wait() => Some(status),
+        };
+        let Some(status) = exited else {
+            current.stop().await;
+            return;
+        };
+        if up_since.elapsed() >= RESTART_BACKOFF_RESET {
+            backoff = RESTART_BACKOFF_INITIAL;
+        }
+        let status = match status {
+            Ok(s) => s.to_string(),
+            Err(e) => format!("wait failed: {e}"),
+        };
+        tracing::warn!(
+            pid = current.pid,
+            %status,
+            log = %current.layout.log.display(),
+            "managed containerd exited; restarting it after a back-off of {backoff:?}"
+        );
+        let (layout, cni, image) = (
+            current.layout.clone(),
+            current.cni.clone(),
+            current.sandbox_image.clone(),
+        );
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            // Dropping a start cut short by `cancel` kills the half-started child.
+            let started = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = ManagedContainerd::start_with_sandbox_image(&layout, &cni, &image) => r,
+            };
+            backoff = next_backoff(backoff);
+            match started {
+                Ok(m) => {
+                    tracing::warn!(pid = m.pid, "managed containerd restarted");
+                    current = m;
+                    break;
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "restarting managed containerd failed; retrying after a back-off of {backoff:?}"
+                ),
+            }
         }
     }
 }
@@ -730,6 +812,18 @@ mod tests {
             "/var/lib/oxlet/containerd/cni/ipam"
         );
         assert_eq!(plugins[1]["type"], "loopback");
+    }
+
+    #[test]
+    fn restart_backoff_doubles_to_the_cap() {
+        let mut b = RESTART_BACKOFF_INITIAL;
+        let mut seen = vec![b];
+        for _ in 0..7 {
+            b = next_backoff(b);
+            seen.push(b);
+        }
+        let secs: Vec<u64> = seen.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 30, 30, 30]);
     }
 
     #[test]

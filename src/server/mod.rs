@@ -1,6 +1,10 @@
 //! The read-only HTTP API: `/pods` (a v1 PodList of every pod the agent manages, spec
 //! and status) and `/healthz` on `--read-only-port`; `/healthz` on `--healthz-port`.
 //! It holds no state of its own: it reads the pod and status managers.
+//! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]).
+
+pub mod conn;
+pub mod healthz;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +17,9 @@ use axum::routing::get;
 use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 
+pub use conn::Limits;
+use healthz::Health;
+
 use crate::config::pod_uid;
 use crate::status::StatusManager;
 use crate::syncloop::pod_manager::PodManager;
@@ -22,6 +29,7 @@ use crate::syncloop::pod_manager::PodManager;
 pub struct Views {
     pub pods: Arc<PodManager>,
     pub statuses: Arc<StatusManager>,
+    pub health: Health,
 }
 
 impl Views {
@@ -55,10 +63,6 @@ async fn pods(State(v): State<Views>) -> impl IntoResponse {
     )
 }
 
-async fn healthz() -> &'static str {
-    "ok"
-}
-
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -68,29 +72,35 @@ pub fn read_only_router(views: Views) -> Router {
     Router::new()
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
-        .route("/healthz", get(healthz))
+        .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)
 }
 
-/// The healthz-only router.
-pub fn healthz_router() -> Router {
+fn healthz_routes<S: Clone + Send + Sync + 'static>(health: Health) -> Router<S> {
     Router::new()
-        .route("/healthz", get(healthz))
-        .fallback(not_found)
+        .route("/healthz", get(healthz::root))
+        .route("/healthz/{check}", get(healthz::single))
+        .with_state(health)
 }
 
-/// Binds `addr` and serves `router` until cancelled. Binding errors are returned
-/// before serving starts, so the caller can report them.
+/// The healthz-only router.
+pub fn healthz_router(health: Health) -> Router {
+    healthz_routes(health).fallback(not_found)
+}
+
+/// Binds `addr`. Binding errors are returned before serving starts, so the caller
+/// can report them.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await
 }
 
-pub async fn serve(listener: tokio::net::TcpListener, router: Router, cancel: CancellationToken) {
-    let res = axum::serve(listener, router)
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await;
-    if let Err(e) = res {
-        tracing::warn!(error = %e, "HTTP server stopped");
-    }
+/// Serves `router` on `listener` within `limits` until cancelled.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    limits: Limits,
+    cancel: CancellationToken,
+) {
+    conn::serve(listener, router, limits, cancel).await
 }

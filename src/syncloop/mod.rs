@@ -1,6 +1,7 @@
 //! The sync loop: `sync_loop_iteration` selects over merged pod updates, PLEG events,
 //! the 1 s sync tick and the 2 s housekeeping tick, and hands each pod to its worker.
 
+pub mod monitor;
 pub mod pod_manager;
 pub mod pod_syncer;
 pub mod pod_workers;
@@ -89,6 +90,8 @@ pub struct SyncLoop {
     seen: HashSet<&'static str>,
     /// The runtime part of the last housekeeping, still running or done.
     housekeeping: Option<tokio::task::JoinHandle<()>>,
+    /// Last iteration and skip reason, for the `syncloop` health check.
+    pub monitor: Arc<monitor::SyncLoopMonitor>,
 }
 
 /// The channels and tickers `sync_loop_iteration` selects over.
@@ -142,6 +145,7 @@ impl SyncLoop {
             sources,
             seen: HashSet::new(),
             housekeeping: None,
+            monitor: Default::default(),
         }
     }
 
@@ -158,6 +162,7 @@ impl SyncLoop {
         loop {
             if let Err(why) = self.runtime_errors() {
                 warn!(reason = %why, "skipping pod synchronization");
+                self.monitor.skipping(&why);
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}
@@ -166,10 +171,12 @@ impl SyncLoop {
                 continue;
             }
             backoff = Duration::from_millis(100);
+            self.monitor.iterated();
             if !self.sync_loop_iteration(&mut inputs, &cancel).await {
                 info!("sync loop stopped");
                 return;
             }
+            self.monitor.iterated();
         }
     }
 

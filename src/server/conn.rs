@@ -1,0 +1,315 @@
+//! Serving HTTP/1 connections with bounds, so that slow or idle clients cannot pile up
+//! descriptors or tasks: a header-read timeout, an idle timeout and a connection cap.
+//!
+//! kubelet's Go servers rely on `http.Server` timeouts (IdleTimeout 90 s); axum's `serve`
+//! sets none, so each connection is driven here with hyper directly.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A client must send a complete request head within this time (also the longest a
+/// kept-alive connection may wait for its next request: hyper runs one timer for both).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection on which no byte moved either way for this long is closed
+/// (kubelet's `IdleTimeout`); catches stalled bodies and clients that stop reading.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Request heads larger than this are refused (hyper's minimum buffer is 8 KiB).
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// How long shutdown waits for open requests to finish.
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// The bounds one server applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Limits {
+    /// The default timeouts and a connection cap that leaves most descriptors to pods:
+    /// a quarter of `open_files` per server (two servers run), between 64 and 10000.
+    pub fn for_open_files(open_files: u64) -> Limits {
+        Limits {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
+            max_connections: (open_files / 4).clamp(64, 10_000) as usize,
+        }
+    }
+}
+
+/// Milliseconds since `base` of the last byte read or written.
+struct Activity {
+    base: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn touch(&self) {
+        self.last_ms
+            .store(self.base.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+    fn last(&self) -> Instant {
+        self.base + Duration::from_millis(self.last_ms.load(Ordering::Relaxed))
+    }
+}
+
+/// A TCP stream that records when bytes last moved.
+struct Tracked {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Accepts connections until `cancel` fires and serves `router` on each, within `limits`.
+/// Connections over the cap are closed at once (with a warning at most every 10 s), so a
+/// flood costs one descriptor for a moment, never a pile of them.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    cancel: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let conns = TaskTracker::new();
+    let mut refused: u64 = 0;
+    let mut last_warning: Option<Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => break,
+            a = listener.accept() => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // EMFILE and the like: back off instead of spinning on the error.
+                tracing::warn!(error = %e, "HTTP server: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(stream);
+            refused += 1;
+            if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                tracing::warn!(
+                    max = limits.max_connections,
+                    refused,
+                    "HTTP server: connection cap reached; closing new connections"
+                );
+                last_warning = Some(Instant::now());
+            }
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone());
+        let cancel = cancel.clone();
+        // Tracked so shutdown can wait for open requests to finish.
+        conns.spawn(async move {
+            let _slot = slot;
+            let activity = Arc::new(Activity {
+                base: Instant::now(),
+                last_ms: AtomicU64::new(0),
+            });
+            let io = Tracked {
+                inner: stream,
+                activity: activity.clone(),
+            };
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .max_buf_size(MAX_HEAD_BYTES);
+            let conn = builder.serve_connection(TokioIo::new(io), service);
+            tokio::pin!(conn);
+            let mut draining = false;
+            loop {
+                let idle_deadline = activity.last() + limits.idle_timeout;
+                tokio::select! {
+                    r = conn.as_mut() => {
+                        if let Err(e) = r {
+                            tracing::debug!(%peer, error = %e, "HTTP connection ended");
+                        }
+                        break;
+                    }
+                    _ = cancel.cancelled(), if !draining => {
+                        conn.as_mut().graceful_shutdown();
+                        draining = true;
+                    }
+                    _ = tokio::time::sleep_until(idle_deadline) => {
+                        if activity.last() + limits.idle_timeout <= Instant::now() {
+                            tracing::debug!(%peer, "HTTP connection idle too long; closing");
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    conns.close();
+    if tokio::time::timeout(DRAIN, conns.wait()).await.is_err() {
+        tracing::debug!("HTTP server: some connections still open at shutdown; dropping them");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn server(limits: Limits) -> (std::net::SocketAddr, CancellationToken) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let cancel = CancellationToken::new();
+        let router = Router::new().route(
+            "/x",
+            get(|| async { "x" }).post(|body: String| async move { body }),
+        );
+        tokio::spawn(serve(l, router, limits, cancel.clone()));
+        (addr, cancel)
+    }
+
+    fn limits(max: usize) -> Limits {
+        Limits {
+            header_read_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_millis(600),
+            max_connections: max,
+        }
+    }
+
+    /// Reads until EOF; returns the bytes and whether EOF came before `within`.
+    async fn read_to_eof(s: &mut TcpStream, within: Duration) -> (String, bool) {
+        let mut buf = Vec::new();
+        let r = tokio::time::timeout(within, s.read_to_end(&mut buf)).await;
+        (String::from_utf8_lossy(&buf).into_owned(), r.is_ok())
+    }
+
+    #[test]
+    fn cap_follows_open_files() {
+        assert_eq!(Limits::for_open_files(1024).max_connections, 256);
+        assert_eq!(Limits::for_open_files(20_000).max_connections, 5000);
+        assert_eq!(Limits::for_open_files(100).max_connections, 64);
+        assert_eq!(Limits::for_open_files(1_000_000).max_connections, 10_000);
+    }
+
+    #[tokio::test]
+    async fn serves_a_request() {
+        let (addr, cancel) = server(limits(4)).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /x HTTP/1.0\r\n\r\n").await.unwrap();
+        let (body, eof) = read_to_eof(&mut s, Duration::from_secs(2)).await;
+        assert!(
+            eof && body.starts_with("HTTP/1.0 200") && body.ends_with('x'),
+            "{body}"
+        );
+        cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn slow_headers_are_cut() {
+        let (addr, cancel) = server(limits(4)).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let t = Instant::now();
+        let mut cut = false;
+        for b in b"GET /x HTTP/1.1\r\nHost: a\r\n" {
+            if s.write_all(&[*b]).await.is_err() {
+                cut = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (body, eof) = read_to_eof(&mut s, Duration::from_secs(2)).await;
+        assert!(cut || eof, "connection still open after {:?}", t.elapsed());
+        assert!(!body.contains(" 200 "), "{body}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_cap_are_closed_and_slots_come_back() {
+        let (addr, cancel) = server(limits(2)).await;
+        let _a = TcpStream::connect(addr).await.unwrap();
+        let _b = TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let _ = c.write_all(b"GET /x HTTP/1.0\r\n\r\n").await;
+        let (body, eof) = read_to_eof(&mut c, Duration::from_millis(200)).await;
+        assert!(eof && body.is_empty(), "third connection served: {body:?}");
+        // The two idle ones are cut by the header-read timeout; then a slot is free.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut d = TcpStream::connect(addr).await.unwrap();
+        d.write_all(b"GET /x HTTP/1.0\r\n\r\n").await.unwrap();
+        let (body, _) = read_to_eof(&mut d, Duration::from_secs(2)).await;
+        assert!(body.starts_with("HTTP/1.0 200"), "{body}");
+        cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_is_cut_by_the_idle_timeout() {
+        let mut l = limits(4);
+        l.header_read_timeout = Duration::from_secs(10);
+        let (addr, cancel) = server(l).await;
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nab")
+            .await
+            .unwrap();
+        let t = Instant::now();
+        let (_, eof) = read_to_eof(&mut s, Duration::from_secs(3)).await;
+        assert!(eof, "stalled connection not closed");
+        assert!(
+            t.elapsed() >= Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+        cancel.cancel();
+    }
+}

@@ -502,7 +502,12 @@ impl RuntimeManager {
         if let Err(e) = std::fs::create_dir_all(&log_dir) {
             warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "cannot create container log directory");
         }
-        let mounts = match super::volumes::container_mounts(pod, c, &self.sandbox_env.pods_dir) {
+        let mounts = match super::volumes::container_mounts(
+            pod,
+            c,
+            &self.sandbox_env.pods_dir,
+            &container::environment(pod, c, env),
+        ) {
             Ok(m) => m,
             Err(e) => return config_error(&e),
         };

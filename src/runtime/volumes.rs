@@ -11,7 +11,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, HostPathVolumeSource, Pod, Volume};
+use k8s_openapi::api::core::v1::{Container, HostPathVolumeSource, Pod, Volume, VolumeMount};
 
 use crate::safe_path::{self, BeneathError, PathError};
 
@@ -193,7 +193,11 @@ fn bind_sub_path(
         sub_path: sub.to_string(),
         source,
     };
-    let rel = safe_path::relative(sub)?;
+    let rel = safe_path::relative(sub).map_err(|e| VolumeError::SubPath {
+        volume: volume.to_string(),
+        sub_path: sub.to_string(),
+        source: BeneathError::Invalid(e),
+    })?;
     let base = safe_path::open_dir(volume_path).map_err(|e| sub_err(e.into()))?;
     let opened = match safe_path::open_beneath(&base, rel) {
         Err(BeneathError::NotFound) => {
@@ -219,12 +223,26 @@ fn propagation(mode: Option<&str>) -> i32 {
     }
 }
 
-/// The CRI mounts of one container. An error is a `CreateContainerConfigError`; the
-/// subPath mounts it leaves behind are detached when the pod directory is removed.
+/// The subPath of a mount: `subPath` as written, or `subPathExpr` with `$(VAR)` expanded
+/// from the container's environment (kubelet's `ExpandContainerVolumeMounts`). The result is
+/// pod input either way and is checked again before use.
+fn sub_path_of(vm: &VolumeMount, envs: &[(String, String)]) -> Option<String> {
+    if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+        return Some(sub.to_string());
+    }
+    let expr = vm.sub_path_expr.as_deref().filter(|s| !s.is_empty())?;
+    let lookup = |k: &str| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    Some(super::container::expand(expr, &lookup))
+}
+
+/// The CRI mounts of one container (`envs`: its environment, for `subPathExpr`). An error
+/// is a `CreateContainerConfigError`; the subPath mounts it leaves behind are detached
+/// when the pod directory is removed.
 pub fn container_mounts(
     pod: &Pod,
     container: &Container,
     pods_dir: &Path,
+    envs: &[(String, String)],
 ) -> Result<Vec<cri::Mount>, VolumeError> {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     let volumes = pod
@@ -239,9 +257,9 @@ pub fn container_mounts(
             .find(|v| v.name == vm.name)
             .ok_or_else(|| VolumeError::NoSuchVolume(vm.name.clone()))?;
         let mut host = host_path_of(volume, pods_dir, uid)?;
-        if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
+        if let Some(sub) = sub_path_of(vm, envs) {
             let target = subpath_target(pods_dir, uid, &volume.name, &container.name, index)?;
-            host = bind_sub_path(&volume.name, &host, sub, &target)?;
+            host = bind_sub_path(&volume.name, &host, &sub, &target)?;
         }
         mounts.push(cri::Mount {
             container_path: vm.mount_path.clone(),
@@ -257,7 +275,7 @@ pub fn container_mounts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, VolumeMount};
+    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn host_path(path: &Path, type_: &str) -> HostPathVolumeSource {
@@ -321,7 +339,7 @@ mod tests {
         data.read_only = Some(true);
         let c = container(vec![data, mount("e", "/scratch", Some("sub"))]);
         let pods = tmp.path().join("pods");
-        let m = container_mounts(&pod, &c, &pods).unwrap();
+        let m = container_mounts(&pod, &c, &pods, &[]).unwrap();
         assert!(host.is_dir(), "DirectoryOrCreate created it");
         assert_eq!(m[0].container_path, "/data");
         assert_eq!(m[0].host_path, host.to_string_lossy());
@@ -338,7 +356,7 @@ mod tests {
 
         let mut missing = c.clone();
         missing.volume_mounts.as_mut().unwrap()[0].name = "nope".into();
-        let err = container_mounts(&pod, &missing, &pods).unwrap_err();
+        let err = container_mounts(&pod, &missing, &pods, &[]).unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
     }
 
@@ -361,7 +379,7 @@ mod tests {
         let pods = tmp.path().join("pods");
         for sub in ["link", "link/deeper"] {
             let c = container(vec![mount("h", "/x", Some(sub))]);
-            let err = container_mounts(&pod, &c, &pods).unwrap_err();
+            let err = container_mounts(&pod, &c, &pods, &[]).unwrap_err();
             assert!(matches!(err, VolumeError::SubPath { .. }), "{err}");
             let msg = err.to_string();
             assert!(
@@ -370,6 +388,24 @@ mod tests {
             );
         }
         assert!(!outside.join("deeper").exists(), "nothing made outside");
+
+        // subPathExpr expands from the environment and is held to the same rules.
+        let envs = [
+            ("DIR".to_string(), "link".to_string()),
+            ("UP".to_string(), "..".to_string()),
+        ];
+        for expr in ["$(DIR)", "a/$(UP)/$(UP)/outside"] {
+            let mut m = mount("h", "/x", None);
+            m.sub_path_expr = Some(expr.into());
+            let err = container_mounts(&pod, &container(vec![m]), &pods, &envs).unwrap_err();
+            assert!(matches!(err, VolumeError::SubPath { .. }), "{expr}: {err}");
+        }
+        let mut m = mount("h", "/x", None);
+        m.sub_path_expr = Some("made-$(DIR)".into());
+        let ok = container_mounts(&pod, &container(vec![m]), &pods, &envs).unwrap();
+        assert!(vol.join("made-link").is_dir(), "expanded and made inside");
+        assert!(ok[0].host_path.ends_with("volume-subpaths/h/c/0"));
+        assert!(safe_path::remove_beneath(&pods, &pods.join("u2")).unwrap());
         assert!(safe_path::mounts_at_or_below(&pods).unwrap().is_empty());
     }
 

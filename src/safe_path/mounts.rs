@@ -152,4 +152,28 @@ mod tests {
         assert!(!target.join("f").exists());
         assert!(src.join("f").exists());
     }
+
+    #[test]
+    fn an_opened_file_is_bound_on_a_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let vol = tmp.path().join("vol");
+        std::fs::create_dir(&vol).unwrap();
+        std::fs::write(vol.join("conf"), b"setting").unwrap();
+        let base = super::super::open::open_dir(&vol).unwrap();
+        let fd = super::super::open::open_beneath(&base, Path::new("conf")).unwrap();
+        let target = tmp.path().join("t/0");
+        bind_fd(&fd, &target).unwrap();
+        assert!(target.is_file());
+        assert_eq!(std::fs::read(&target).unwrap(), b"setting");
+        // Swapping the name afterwards changes nothing: the mount holds the opened file.
+        std::fs::rename(vol.join("conf"), vol.join("old")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", vol.join("conf")).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"setting");
+        detach(&target).unwrap();
+        assert_eq!(
+            std::fs::read(&target).unwrap(),
+            b"",
+            "the empty mount point"
+        );
+    }
 }

@@ -20,6 +20,9 @@ pub enum BeneathError {
     /// Nothing there.
     #[error("it does not exist")]
     NotFound,
+    /// Absolute or with `..`: refused before anything is opened.
+    #[error(transparent)]
+    Invalid(#[from] super::PathError),
     #[error(transparent)]
     Io(#[from] io::Error),
 }

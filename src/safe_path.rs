@@ -5,7 +5,18 @@
 //! or a volume name that reads `..` or `/etc` must never turn `<root>/pods/<uid>` into a
 //! path outside oxlet's own directories. So every such path is built here, from parts that
 //! are each checked to be one plain path component, and every recursive removal checks
-//! that what it removes lies below a root oxlet owns, without following a symlink out.
+//! that what it removes lies below a root oxlet owns, without following a symlink out
+//! and without deleting through a mount point.
+//!
+//! Paths inside a volume (`subPath`) are opened by the kernel below the volume's
+//! descriptor ([`open_beneath`]) and bind-mounted from that descriptor ([`bind_fd`]), so
+//! a symlink swapped in after a check cannot redirect them.
+
+mod mounts;
+mod open;
+
+pub use mounts::{bind_fd, detach, mounts_at_or_below};
+pub use open::{BeneathError, make_dirs_beneath, open_beneath, open_dir};
 
 use std::fmt;
 use std::io;
@@ -64,6 +75,10 @@ pub fn relative(rel: &str) -> Result<&Path, PathError> {
     }
 }
 
+/// The directory below a pod's own directory (`<pods>/<uid>/volume-subpaths`) that holds
+/// oxlet's subPath bind mounts, as kubelet names it. Mounts there are oxlet's to detach.
+pub const SUBPATHS_DIR: &str = "volume-subpaths";
+
 /// Why [`remove_beneath`] refused to remove something.
 #[derive(Debug)]
 pub struct RemoveRefused {
@@ -89,7 +104,10 @@ impl std::error::Error for RemoveRefused {}
 /// Removes `path` (a directory tree, a file or a symlink) if, and only if, it lies strictly
 /// below `root` once every symlink in its parent is resolved. A symlink at `path` itself is
 /// removed as a link; nothing it points to is touched, and the removal of a tree never
-/// follows a symlink inside it. Returns `Ok(false)` when there was nothing to remove.
+/// follows a symlink inside it. Mounts at or below `path` are never deleted through:
+/// oxlet's own subPath mounts (`<root>/<x>/volume-subpaths/…`) are detached first, and any
+/// other mount there refuses the removal with nothing removed. Returns `Ok(false)` when
+/// there was nothing to remove.
 pub fn remove_beneath(root: &Path, path: &Path) -> io::Result<bool> {
     let refuse = |reason: &str| {
         io::Error::new(
@@ -129,12 +147,43 @@ pub fn remove_beneath(root: &Path, path: &Path) -> io::Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
         Err(e) => return Err(e),
     };
+    let mounts = mounts_at_or_below(&target)?;
+    if let Some(foreign) = mounts.iter().find(|m| !is_subpath_mount(&root, m)) {
+        return Err(refuse(&format!(
+            "{} below it is a mount point oxlet did not make",
+            foreign.display()
+        )));
+    }
+    // Deepest first, so a mount inside another mount is detached before its parent.
+    let mut ours = mounts;
+    ours.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    ours.dedup();
+    for m in &ours {
+        detach(m)?;
+    }
+    if let Some(left) = mounts_at_or_below(&target)?.first() {
+        return Err(refuse(&format!(
+            "{} below it is still a mount point",
+            left.display()
+        )));
+    }
     if meta.is_dir() {
         std::fs::remove_dir_all(&target)?;
     } else {
         std::fs::remove_file(&target)?;
     }
     Ok(true)
+}
+
+/// `<root>/<one part>/volume-subpaths/…`: where oxlet's subPath bind mounts live.
+fn is_subpath_mount(root: &Path, mount: &Path) -> bool {
+    let Ok(rel) = mount.strip_prefix(root) else {
+        return false;
+    };
+    let mut parts = rel.components();
+    matches!(parts.next(), Some(Component::Normal(_)))
+        && parts.next() == Some(Component::Normal(SUBPATHS_DIR.as_ref()))
+        && parts.next().is_some()
 }
 
 #[cfg(test)]
@@ -202,5 +251,35 @@ mod tests {
 
         // Nothing there: nothing to do.
         assert!(!remove_beneath(&root, &root.join("pods/none")).unwrap());
+    }
+
+    #[test]
+    fn removal_never_deletes_through_a_mount() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("pods");
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("keep"), b"x").unwrap();
+        let fd = open_dir(&outside).unwrap();
+
+        // A mount oxlet did not make: refused, and nothing is removed.
+        let foreign = root.join("u1/volumes/elsewhere");
+        bind_fd(&fd, &foreign).unwrap();
+        let err = remove_beneath(&root, &root.join("u1")).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
+        assert!(err.to_string().contains("mount point"), "{err}");
+        assert!(foreign.join("keep").exists(), "mount still in place");
+        assert!(outside.join("keep").exists());
+        detach(&foreign).unwrap();
+
+        // oxlet's own subPath mounts are detached, then the tree goes; the source stays.
+        let ours = root.join(format!("u2/{SUBPATHS_DIR}/vol/ctr/0"));
+        bind_fd(&fd, &ours).unwrap();
+        bind_fd(&fd, &root.join(format!("u2/{SUBPATHS_DIR}/vol/ctr/1"))).unwrap();
+        assert!(ours.join("keep").exists());
+        assert!(remove_beneath(&root, &root.join("u2")).unwrap());
+        assert!(!root.join("u2").exists());
+        assert!(outside.join("keep").exists());
+        assert!(mounts_at_or_below(&root).unwrap().is_empty());
     }
 }

@@ -20,6 +20,7 @@ use serde::Deserialize;
 
 use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE};
 use crate::hash::Fnv128a;
+use crate::safe_path;
 
 /// Largest manifest we read or decode (kubelet's shared decoder has the same ~10 MB cap),
 /// so a stray log file or image in the directory cannot eat memory.
@@ -29,6 +30,9 @@ pub const MAX_MANIFEST_BYTES: usize = 10 * 1024 * 1024;
 const MAX_NAME_LEN: usize = 253;
 /// Longest DNS-1123 label (namespaces, container and volume names).
 const MAX_LABEL_LEN: usize = 63;
+/// Longest `metadata.uid` accepted (a UUID has 36 characters, a derived static pod UID
+/// 32): it names directories, so it is kept well below the file name limit.
+const MAX_UID_LEN: usize = 128;
 
 /// Why one manifest was rejected. Every variant displays as `<path>: ...` so a log
 /// line alone tells the operator which file to fix.
@@ -521,6 +525,19 @@ fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError> {
         );
     }
 
+    // The UID names `<root>/pods/<uid>` and the log directory, which oxlet (root) creates
+    // and removes: it must be one plain path component.
+    if let Some(uid) = meta.uid.as_deref().filter(|u| !u.is_empty())
+        && (uid.len() > MAX_UID_LEN || safe_path::component(uid).is_err())
+    {
+        return fail(
+            "metadata.uid",
+            format!(
+                "invalid value {uid:?}: must be a single path component of at most {MAX_UID_LEN} characters (no '/', not '.' or '..')"
+            ),
+        );
+    }
+
     let Some(spec) = &pod.spec else {
         return fail("spec", "required value");
     };
@@ -649,6 +666,14 @@ fn validate_volume(v: &Volume, field: &str) -> Result<(), FieldError> {
     if v.persistent_volume_claim.is_some() {
         return forbidden("persistentVolumeClaim", "PersistentVolumeClaim");
     }
+    if let Some(hp) = &v.host_path {
+        let hf = |sub: &str| format!("{field}.hostPath.{sub}");
+        if hp.path.is_empty() {
+            return fail(hf("path"), "required value");
+        }
+        no_backsteps(&hf("path"), &hp.path)?;
+        one_of(&hf("type"), &hp.type_, HOST_PATH_TYPES)?;
+    }
     if v.ephemeral.is_some() {
         return forbidden("ephemeral", "PersistentVolumeClaim");
     }
@@ -677,6 +702,48 @@ fn validate_volume(v: &Volume, field: &str) -> Result<(), FieldError> {
                 return forbidden(&at("podCertificate"), "PodCertificateRequest");
             }
         }
+    }
+    Ok(())
+}
+
+/// kubelet's `HostPathType` values ("" means no check).
+const HOST_PATH_TYPES: &[&str] = &[
+    "",
+    "DirectoryOrCreate",
+    "Directory",
+    "FileOrCreate",
+    "File",
+    "Socket",
+    "CharDevice",
+    "BlockDevice",
+];
+
+/// kubelet's `validatePathNoBacksteps`: no `..` element.
+fn no_backsteps(field: &str, path: &str) -> Result<(), FieldError> {
+    if path.split('/').any(|part| part == "..") {
+        return fail(
+            field,
+            format!("invalid value {path:?}: must not contain '..'"),
+        );
+    }
+    Ok(())
+}
+
+/// kubelet's `validateLocalDescendingPath` (for `subPath`, `subPathExpr`): relative and
+/// without `..`; NUL is refused too, since no path can hold it.
+fn local_descending(field: &str, path: &str) -> Result<(), FieldError> {
+    if path.starts_with('/') {
+        return fail(
+            field,
+            format!("invalid value {path:?}: must be a relative path"),
+        );
+    }
+    no_backsteps(field, path)?;
+    if safe_path::relative(path).is_err() {
+        return fail(
+            field,
+            format!("invalid value {path:?}: must not contain NUL"),
+        );
     }
     Ok(())
 }
@@ -833,6 +900,22 @@ fn validate_container<'a>(
         }
         if m.mount_path.is_empty() {
             return fail(mf("mountPath"), "required value");
+        }
+        let sub_path = m.sub_path.as_deref().unwrap_or("");
+        let sub_path_expr = m.sub_path_expr.as_deref().unwrap_or("");
+        if !sub_path.is_empty() && !sub_path_expr.is_empty() {
+            return fail(
+                mf("subPathExpr"),
+                format!(
+                    "invalid value {sub_path_expr:?}: subPathExpr and subPath are mutually exclusive"
+                ),
+            );
+        }
+        if !sub_path.is_empty() {
+            local_descending(&mf("subPath"), sub_path)?;
+        }
+        if !sub_path_expr.is_empty() {
+            local_descending(&mf("subPathExpr"), sub_path_expr)?;
         }
     }
 
@@ -1419,6 +1502,84 @@ spec:
         assert_eq!(pod.metadata.uid.as_deref(), Some("my-uid"));
         let ann = pod.metadata.annotations.unwrap();
         assert_eq!(ann[CONFIG_HASH_ANNOTATION], "my-uid");
+    }
+
+    #[test]
+    fn unsafe_uids_are_rejected() {
+        let with_uid = |uid: &str| GOOD.replace("name: web", &format!("name: web\n  uid: {uid:?}"));
+        for bad in ["../../x", "/tmp/victim", "..", ".", "a/b", "x\u{0}y"] {
+            assert_err(&with_uid(bad), "metadata.uid: invalid value");
+        }
+        assert_err(&with_uid(&"u".repeat(129)), "metadata.uid: invalid value");
+        assert!(decode(&with_uid("0b0e2c8e-5b1a-4f6e-9d3e-2b1f0c9a7e11")).is_ok());
+        assert!(
+            decode(&with_uid("...")).is_ok(),
+            "three dots is a plain name"
+        );
+        assert!(decode(&with_uid("")).is_ok(), "empty: derived");
+    }
+
+    #[test]
+    fn host_path_volumes_are_validated_as_kubelet_does() {
+        let host = |path: &str, type_: &str| {
+            format!("{GOOD}  volumes:\n  - name: h\n    hostPath:\n      path: {path:?}\n{type_}")
+        };
+        assert!(decode(&host("/var/data", "")).is_ok());
+        for t in HOST_PATH_TYPES.iter().filter(|t| !t.is_empty()) {
+            assert!(
+                decode(&host("/var/data", &format!("      type: {t}\n"))).is_ok(),
+                "{t}"
+            );
+        }
+        assert_err(
+            &host("", ""),
+            "spec.volumes[0].hostPath.path: required value",
+        );
+        assert_err(
+            &host("/var/../etc", ""),
+            "spec.volumes[0].hostPath.path: invalid value \"/var/../etc\": must not contain '..'",
+        );
+        assert_err(&host("..", ""), "must not contain '..'");
+        assert_err(
+            &host("/var/data", "      type: Dir\n"),
+            "spec.volumes[0].hostPath.type: unsupported value \"Dir\"",
+        );
+        assert!(
+            decode(&host("/var/a..b", "")).is_ok(),
+            "'..' inside a name is fine"
+        );
+    }
+
+    #[test]
+    fn sub_paths_must_stay_inside_the_volume() {
+        let mount = |extra: &str| {
+            format!(
+                "{}  volumes:\n  - name: data\n    emptyDir: {{}}\n",
+                with_container_lines(&format!(
+                    "    volumeMounts:\n    - name: data\n      mountPath: /data\n{extra}"
+                ))
+            )
+        };
+        assert!(decode(&mount("      subPath: a/b\n")).is_ok());
+        assert!(decode(&mount("      subPath: ./a..b\n")).is_ok());
+        assert_err(
+            &mount("      subPath: /etc\n"),
+            "spec.containers[0].volumeMounts[0].subPath: invalid value \"/etc\": must be a relative path",
+        );
+        for bad in ["..", "../x", "a/../../x", "a/.."] {
+            assert_err(
+                &mount(&format!("      subPath: {bad:?}\n")),
+                "spec.containers[0].volumeMounts[0].subPath: invalid value",
+            );
+        }
+        assert_err(
+            &mount("      subPathExpr: ../$(POD)\n"),
+            "volumeMounts[0].subPathExpr: invalid value \"../$(POD)\": must not contain '..'",
+        );
+        assert_err(
+            &mount("      subPath: a\n      subPathExpr: b\n"),
+            "subPathExpr and subPath are mutually exclusive",
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
 use super::labels::{self, ContainerType};
 use super::sandbox;
+use crate::safe_path::{self, PathError};
 
 /// Facts about the pod's surroundings that env vars may reference.
 #[derive(Debug, Clone, Default)]
@@ -154,9 +155,13 @@ pub fn milli_cpu_to_shares(milli: i64) -> i64 {
     (milli * 1024 / 1000).clamp(2, 262_144)
 }
 
-/// `<container>/<restartCount>.log`, relative to the pod's log directory.
-pub fn container_log_path(name: &str, restart_count: i32) -> String {
-    format!("{name}/{restart_count}.log")
+/// `<container>/<restartCount>.log`, relative to the pod's log directory; the container
+/// name must be one plain path component, so the log stays in the pod's directory.
+pub fn container_log_path(name: &str, restart_count: i32) -> Result<String, PathError> {
+    Ok(format!(
+        "{}/{restart_count}.log",
+        safe_path::component(name)?
+    ))
 }
 
 /// After a restart of the agent (no runtime status left), the restart count is
@@ -190,8 +195,9 @@ pub struct ContainerRequest<'a> {
     pub mounts: Vec<cri::Mount>,
 }
 
-/// Builds the CRI container config.
-pub fn container_config(req: &ContainerRequest<'_>) -> cri::ContainerConfig {
+/// Builds the CRI container config. Fails only for a container name that is not a safe
+/// path component (its log path is built from it).
+pub fn container_config(req: &ContainerRequest<'_>) -> Result<cri::ContainerConfig, PathError> {
     let ContainerRequest {
         pod,
         container,
@@ -209,7 +215,8 @@ pub fn container_config(req: &ContainerRequest<'_>) -> cri::ContainerConfig {
     let sc = container.security_context.as_ref();
     let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let caps = sc.and_then(|s| s.capabilities.as_ref());
-    cri::ContainerConfig {
+    let log_path = container_log_path(&container.name, *restart_count)?;
+    Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: container.name.clone(),
             attempt: *restart_count as u32,
@@ -232,7 +239,7 @@ pub fn container_config(req: &ContainerRequest<'_>) -> cri::ContainerConfig {
         mounts: req.mounts.clone(),
         labels: labels::container_labels(pod, container),
         annotations: labels::container_annotations(pod, container, *restart_count, *kind),
-        log_path: container_log_path(&container.name, *restart_count),
+        log_path,
         stdin: container.stdin.unwrap_or(false),
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
@@ -265,12 +272,12 @@ pub fn container_config(req: &ContainerRequest<'_>) -> cri::ContainerConfig {
             }),
         }),
         ..Default::default()
-    }
+    })
 }
 
 /// Host directory of the container's logs: `<pod log dir>/<container>`.
-pub fn container_log_dir(pod_log_dir: &Path, name: &str) -> PathBuf {
-    pod_log_dir.join(name)
+pub fn container_log_dir(pod_log_dir: &Path, name: &str) -> Result<PathBuf, PathError> {
+    safe_path::beneath(pod_log_dir, &[name])
 }
 
 #[cfg(test)]
@@ -365,18 +372,41 @@ mod tests {
         assert_eq!(get("POD"), "p-n1");
         assert_eq!(get("NODE"), "n1");
         assert_eq!(get("IP"), "10.1.0.5");
-        let cfg = container_config(&ContainerRequest {
-            pod: &pod,
-            container: &c,
-            kind: ContainerType::Regular,
-            restart_count: 2,
-            image_ref: "sha256:abc",
-            env: &env,
-            mounts: vec![],
-        });
+        let config = |c: &Container| {
+            container_config(&ContainerRequest {
+                pod: &pod,
+                container: c,
+                kind: ContainerType::Regular,
+                restart_count: 2,
+                image_ref: "sha256:abc",
+                env: &env,
+                mounts: vec![],
+            })
+        };
+        let cfg = config(&c).unwrap();
         assert_eq!(cfg.command, vec!["echo", "hello world $(LATER)"]);
         assert_eq!(cfg.log_path, "app/2.log");
         assert_eq!(cfg.metadata.unwrap().attempt, 2);
+        // A name that would put the log elsewhere never becomes a config.
+        for bad in ["../x", "/etc", "a/b", ""] {
+            let mut c = c.clone();
+            c.name = bad.into();
+            assert!(config(&c).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn log_paths_stay_in_the_pod_log_dir() {
+        let pod_dir = Path::new("/var/log/pods/ns_p_u");
+        assert_eq!(
+            container_log_dir(pod_dir, "app").unwrap(),
+            pod_dir.join("app")
+        );
+        assert_eq!(container_log_path("app", 0).unwrap(), "app/0.log");
+        for bad in ["..", "../../etc", "/etc", "a/b", ""] {
+            assert!(container_log_dir(pod_dir, bad).is_err(), "{bad:?}");
+            assert!(container_log_path(bad, 0).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

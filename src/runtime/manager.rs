@@ -41,6 +41,8 @@ pub enum SyncError {
     Cri(#[from] CriError),
     #[error("{0}")]
     Containers(String),
+    #[error("pod directories: {0}")]
+    Path(#[from] crate::safe_path::PathError),
 }
 
 /// The outcome of one successful sync.
@@ -367,7 +369,7 @@ impl RuntimeManager {
         let _slot = self.start_slots.acquire().await.expect("never closed");
 
         let mut ips = status.ips.clone();
-        let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env);
+        let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env)?;
         let sandbox_id = if actions.create_sandbox {
             let config = sandbox_config.clone();
             if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
@@ -492,8 +494,18 @@ impl RuntimeManager {
             }
         };
 
+        // Bad paths or volumes: the container cannot be configured (kubelet's reason).
+        let config_error = |e: &dyn std::fmt::Display| {
+            warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "invalid container configuration");
+            self.reasons
+                .set(uid, name, CREATE_CONTAINER_CONFIG_ERROR, e.to_string());
+            Err(format!("{name}: {CREATE_CONTAINER_CONFIG_ERROR}: {e}"))
+        };
         let pod_log_dir = std::path::PathBuf::from(&sandbox_config.log_directory);
-        let log_dir = container::container_log_dir(&pod_log_dir, name);
+        let log_dir = match container::container_log_dir(&pod_log_dir, name) {
+            Ok(d) => d,
+            Err(e) => return config_error(&e),
+        };
         let restart_count = match latest {
             Some(s) => s.restart_count + 1,
             None => container::restart_count_from_logs(&log_dir),
@@ -501,16 +513,16 @@ impl RuntimeManager {
         if let Err(e) = std::fs::create_dir_all(&log_dir) {
             warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "cannot create container log directory");
         }
-        let mounts = match super::volumes::container_mounts(pod, c, &self.sandbox_env.pods_dir) {
+        let mounts = match super::volumes::container_mounts(
+            pod,
+            c,
+            &self.sandbox_env.pods_dir,
+            &container::environment(pod, c, env),
+        ) {
             Ok(m) => m,
-            Err(e) => {
-                warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "invalid container configuration");
-                self.reasons
-                    .set(uid, name, CREATE_CONTAINER_CONFIG_ERROR, e.clone());
-                return Err(format!("{name}: {CREATE_CONTAINER_CONFIG_ERROR}: {e}"));
-            }
+            Err(e) => return config_error(&e),
         };
-        let config = container::container_config(&ContainerRequest {
+        let config = match container::container_config(&ContainerRequest {
             pod,
             container: c,
             kind,
@@ -518,7 +530,10 @@ impl RuntimeManager {
             image_ref: &image_ref,
             env,
             mounts,
-        });
+        }) {
+            Ok(c) => c,
+            Err(e) => return config_error(&e),
+        };
         let id = match self
             .cri
             .create_container(sandbox_id, config, sandbox_config.clone())

@@ -7,6 +7,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::labels;
+use crate::safe_path::{self, PathError};
 
 /// The host facts a sandbox config needs.
 #[derive(Debug, Clone)]
@@ -19,9 +20,21 @@ pub struct SandboxEnv {
     pub pods_dir: PathBuf,
 }
 
-/// `<podLogsDir>/<namespace>_<name>_<uid>`: kubelet's pod log directory.
-pub fn pod_log_dir(pod_logs_dir: &Path, namespace: &str, name: &str, uid: &str) -> PathBuf {
-    pod_logs_dir.join(format!("{namespace}_{name}_{uid}"))
+/// `<podLogsDir>/<namespace>_<name>_<uid>`: kubelet's pod log directory. Each part must
+/// be one plain path component, so the directory is always directly below `pod_logs_dir`.
+pub fn pod_log_dir(
+    pod_logs_dir: &Path,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<PathBuf, PathError> {
+    let dir = format!(
+        "{}_{}_{}",
+        safe_path::component(namespace)?,
+        safe_path::component(name)?,
+        safe_path::component(uid)?
+    );
+    safe_path::beneath(pod_logs_dir, &[&dir])
 }
 
 /// Whether the pod shares the node's network namespace.
@@ -147,8 +160,13 @@ pub fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
     }
 }
 
-/// The full sandbox config for `pod` at sandbox `attempt`.
-pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> cri::PodSandboxConfig {
+/// The full sandbox config for `pod` at sandbox `attempt`. Fails only when the pod's
+/// namespace, name or UID cannot name its log directory safely.
+pub fn sandbox_config(
+    pod: &Pod,
+    attempt: u32,
+    env: &SandboxEnv,
+) -> Result<cri::PodSandboxConfig, PathError> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let namespace = pod
         .metadata
@@ -183,7 +201,8 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> cri::PodSand
         })
         .unwrap_or(false);
     let pod_sc = spec.and_then(|s| s.security_context.as_ref());
-    cri::PodSandboxConfig {
+    let log_directory = pod_log_dir(&env.pod_logs_dir, &namespace, &name, &uid)?;
+    Ok(cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: name.clone(),
             uid: uid.clone(),
@@ -191,9 +210,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> cri::PodSand
             attempt,
         }),
         hostname,
-        log_directory: pod_log_dir(&env.pod_logs_dir, &namespace, &name, &uid)
-            .to_string_lossy()
-            .into_owned(),
+        log_directory: log_directory.to_string_lossy().into_owned(),
         dns_config: Some(dns_config(pod, &env.host_dns)),
         port_mappings: port_mappings(pod),
         labels: labels::sandbox_labels(pod),
@@ -223,7 +240,7 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, env: &SandboxEnv) -> cri::PodSand
             ..Default::default()
         }),
         windows: None,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -243,8 +260,19 @@ mod tests {
     #[test]
     fn log_dir_follows_kubelet_layout() {
         assert_eq!(
-            pod_log_dir(Path::new("/var/log/pods"), "default", "web-n1", "u1"),
+            pod_log_dir(Path::new("/var/log/pods"), "default", "web-n1", "u1").unwrap(),
             PathBuf::from("/var/log/pods/default_web-n1_u1")
         );
+        for (ns, name, uid) in [
+            ("..", "a", "u"),
+            ("d", "a/b", "u"),
+            ("d", "a", "/etc"),
+            ("d", "a", ""),
+        ] {
+            assert!(
+                pod_log_dir(Path::new("/var/log/pods"), ns, name, uid).is_err(),
+                "{ns:?} {name:?} {uid:?} accepted"
+            );
+        }
     }
 }

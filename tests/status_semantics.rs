@@ -183,3 +183,31 @@ spec:
     assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
     assert!(s.start_time.is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_pod_keeps_qos_class_and_start_time() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &["--max-pods=1"]);
+    write_manifest(&ox.manifests, "a.yaml", &pod_yaml("a", "sleep 3600", ""));
+    ox.wait_running("a", START).await;
+    let burstable = pod_yaml("b", "sleep 3600", "").replace(
+        "    imagePullPolicy: IfNotPresent\n",
+        "    imagePullPolicy: IfNotPresent\n    resources:\n      requests:\n        cpu: 10m\n",
+    );
+    write_manifest(&ox.manifests, "b.yaml", &burstable);
+    let b = ox
+        .wait_for("b rejected", START, |pods| {
+            find(pods, "b").filter(|p| phase(p) == "Failed").cloned()
+        })
+        .await;
+    let s = b.status.as_ref().unwrap();
+    assert_eq!(s.reason.as_deref(), Some("OutOfpods"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some(
+            "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 1, capacity: 1"
+        )
+    );
+    assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
+    assert!(s.start_time.is_some(), "a rejected pod has a start time");
+}

@@ -85,6 +85,76 @@ fn sandbox_changed(pod: &Pod, status: &PodRuntimeStatus) -> (bool, u32, Option<S
     (false, newest.attempt, Some(newest.id.clone()))
 }
 
+/// kubelet's `isInitContainerFailed`.
+fn init_failed(s: &ContainerStatus) -> bool {
+    s.reason == "OOMKilled"
+        || (s.state == ContainerState::Exited && s.exit_code != 0)
+        || s.state == ContainerState::Unknown
+}
+
+/// kubelet's `computeInitContainerActions` (regular init containers; oxlet has no
+/// sidecars yet): sets the init container to start next, or `kill_pod` when one failed
+/// under `restartPolicy: Never`, and returns whether the pod is initialized.
+///
+/// Once an app container was created or runs, the pod was initialized in the past and
+/// no init container is ever run again, even when its record was garbage-collected or
+/// looks failed now. Otherwise the scan goes backwards and trusts the last init
+/// container the runtime still knows: the ones before it are done, even if their
+/// records are gone.
+fn init_container_actions(pod: &Pod, status: &PodRuntimeStatus, actions: &mut PodActions) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return true;
+    };
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
+    if inits.is_empty() {
+        return true;
+    }
+    // Exited app containers do not count: after a reboot every container has exited
+    // and the new sandbox must be initialized again.
+    let app_started = spec.containers.iter().any(|c| {
+        status
+            .latest(&c.name)
+            .is_some_and(|s| matches!(s.state, ContainerState::Created | ContainerState::Running))
+    });
+    if app_started {
+        return true;
+    }
+    let Some((i, s)) = inits
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, c)| status.latest(&c.name).map(|s| (i, s)))
+    else {
+        actions.next_init = Some(0);
+        return false;
+    };
+    let restart_on_failure = restart_policy(pod) != "Never";
+    match s.state {
+        // Created but never started (the start failed): start it again.
+        ContainerState::Created => actions.next_init = Some(i),
+        // Nothing to do but wait for it to finish.
+        ContainerState::Running => {}
+        _ if init_failed(s) => {
+            if !restart_on_failure {
+                actions.kill_pod = true;
+                actions.next_init = None;
+                return false;
+            }
+            if s.state == ContainerState::Unknown {
+                actions.kill.push((
+                    s.id.clone(),
+                    s.name.clone(),
+                    "Init container is in \"unknown\" state, try killing it before restart".into(),
+                ));
+            }
+            actions.next_init = Some(i);
+        }
+        _ if i + 1 == inits.len() => return true,
+        _ => actions.next_init = Some(i + 1),
+    }
+    false
+}
+
 /// Computes the actions for one sync of `pod` given what the runtime has.
 pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
     let Some(spec) = pod.spec.as_ref() else {
@@ -141,28 +211,9 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
         }
     }
 
-    // Init containers run one at a time, in order, each to success.
-    for (i, init) in inits.iter().enumerate() {
-        match status.latest(&init.name) {
-            None => {
-                actions.next_init = Some(i);
-                return actions;
-            }
-            Some(s) if s.state == ContainerState::Running => return actions,
-            Some(s) if s.state == ContainerState::Exited && s.exit_code == 0 => continue,
-            Some(s) if s.state == ContainerState::Exited => {
-                if policy == "Never" {
-                    actions.kill_pod = true;
-                } else {
-                    actions.next_init = Some(i);
-                }
-                return actions;
-            }
-            Some(_) => {
-                actions.next_init = Some(i);
-                return actions;
-            }
-        }
+    if !init_container_actions(pod, status, &mut actions) || actions.kill_pod {
+        // Initialization failed or is still in progress: app containers wait.
+        return actions;
     }
 
     let mut keep = 0;
@@ -360,5 +411,158 @@ mod tests {
         let a = compute_pod_actions(&p, &s);
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!(a.attempt, 1);
+    }
+
+    fn pod_with_inits(policy: &str, inits: &[&str], names: &[&str]) -> Pod {
+        let mut p = pod(policy, names);
+        p.spec.as_mut().unwrap().init_containers = Some(
+            inits
+                .iter()
+                .map(|n| Container {
+                    name: n.to_string(),
+                    image: Some("img:1".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        p
+    }
+
+    fn init(name: &str, state: ContainerState, exit: i32) -> ContainerStatus {
+        ContainerStatus {
+            id: format!("id-{name}"),
+            name: name.into(),
+            state,
+            created_at: 0,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: exit,
+            image: String::new(),
+            image_ref: String::new(),
+            reason: String::new(),
+            message: String::new(),
+            hash: 0,
+            restart_count: 0,
+            is_init: true,
+        }
+    }
+
+    fn ready_sandbox(containers: Vec<ContainerStatus>) -> PodRuntimeStatus {
+        status(vec![sandbox("s1", true, 0)], containers)
+    }
+
+    #[test]
+    fn init_containers_run_in_order_each_to_success() {
+        let p = pod_with_inits("Always", &["i1", "i2"], &["a"]);
+        let a = compute_pod_actions(&p, &ready_sandbox(vec![]));
+        assert_eq!((a.next_init, a.start.clone()), (Some(0), vec![]));
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![init("i1", ContainerState::Running, 0)]),
+        );
+        assert!(a.is_noop(), "a running init container is waited for: {a:?}");
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![init("i1", ContainerState::Exited, 0)]),
+        );
+        assert_eq!((a.next_init, a.start.clone()), (Some(1), vec![]));
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![
+                init("i2", ContainerState::Exited, 0),
+                init("i1", ContainerState::Exited, 0),
+            ]),
+        );
+        assert_eq!((a.next_init, a.start.clone()), (None, vec![0]));
+    }
+
+    #[test]
+    fn init_scan_trusts_the_last_known_init_container() {
+        // i1's record was garbage-collected; i2 succeeded: i1 is not run again.
+        let p = pod_with_inits("Always", &["i1", "i2"], &["a"]);
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![init("i2", ContainerState::Exited, 0)]),
+        );
+        assert_eq!((a.next_init, a.start.clone()), (None, vec![0]));
+    }
+
+    #[test]
+    fn init_never_reruns_once_an_app_container_started() {
+        let p = pod_with_inits("Always", &["i1", "i2"], &["a"]);
+        let app = container(&p, "a", ContainerState::Running, 0);
+        // Every init record garbage-collected.
+        let a = compute_pod_actions(&p, &ready_sandbox(vec![app.clone()]));
+        assert!(a.is_noop(), "{a:?}");
+        // An init container reads as failed later on (exit 1, or unknown).
+        for bad in [
+            init("i2", ContainerState::Exited, 1),
+            init("i2", ContainerState::Unknown, 0),
+        ] {
+            let a = compute_pod_actions(&p, &ready_sandbox(vec![app.clone(), bad.clone()]));
+            assert!(a.is_noop(), "{bad:?}: {a:?}");
+        }
+        // Even under restartPolicy Never, a late init failure does not kill the pod.
+        let p = pod_with_inits("Never", &["i1"], &["a"]);
+        let app = container(&p, "a", ContainerState::Running, 0);
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![app, init("i1", ContainerState::Exited, 1)]),
+        );
+        assert!(a.is_noop(), "{a:?}");
+        // A created (not yet started) app container counts as started too.
+        let p = pod_with_inits("Always", &["i1"], &["a"]);
+        let app = container(&p, "a", ContainerState::Created, 0);
+        let a = compute_pod_actions(&p, &ready_sandbox(vec![app]));
+        assert_eq!((a.next_init, a.start.clone()), (None, vec![0]));
+    }
+
+    #[test]
+    fn exited_app_containers_do_not_count_as_initialized() {
+        // kubelet's reboot case: everything exited and the inits are gone, so the
+        // pod is initialized again from the first init container.
+        let p = pod_with_inits("Always", &["i1"], &["a"]);
+        let app = container(&p, "a", ContainerState::Exited, 0);
+        let a = compute_pod_actions(&p, &ready_sandbox(vec![app]));
+        assert_eq!((a.next_init, a.start.clone()), (Some(0), vec![]));
+    }
+
+    #[test]
+    fn failed_init_container_by_restart_policy() {
+        for (policy, kill_pod, next) in [
+            ("Always", false, Some(0)),
+            ("OnFailure", false, Some(0)),
+            ("Never", true, None),
+        ] {
+            let p = pod_with_inits(policy, &["i1"], &["a"]);
+            let a = compute_pod_actions(
+                &p,
+                &ready_sandbox(vec![init("i1", ContainerState::Exited, 2)]),
+            );
+            assert_eq!((a.kill_pod, a.next_init), (kill_pod, next), "{policy}");
+            assert!(a.start.is_empty());
+        }
+        // OOMKilled counts as failed even with exit code 0.
+        let p = pod_with_inits("Never", &["i1"], &["a"]);
+        let mut oom = init("i1", ContainerState::Exited, 0);
+        oom.reason = "OOMKilled".into();
+        assert!(compute_pod_actions(&p, &ready_sandbox(vec![oom])).kill_pod);
+    }
+
+    #[test]
+    fn unknown_or_created_init_container_is_restarted() {
+        let p = pod_with_inits("Always", &["i1"], &["a"]);
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![init("i1", ContainerState::Unknown, 0)]),
+        );
+        assert_eq!(a.next_init, Some(0));
+        assert_eq!(a.kill.len(), 1);
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![init("i1", ContainerState::Created, 0)]),
+        );
+        assert_eq!(a.next_init, Some(0));
+        assert!(a.kill.is_empty());
     }
 }

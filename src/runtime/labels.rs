@@ -138,22 +138,51 @@ pub fn container_annotations(
     a
 }
 
-/// kubelet's container hash (since ~1.31): FNV-32a over the JSON of `{name, image}`,
-/// so that only a changed image (or name) restarts a running container.
+/// kubelet's `HashContainer` (since 1.31): only the name and the image, so that only a
+/// changed image (or name) restarts a running container. kubelet hashes with FNV-32a
+/// what `DeepHashObject` prints for `json.Marshal(map{"name", "image"})`: Go sorts the
+/// map keys (`image` first), and spew's `%#v` of a byte slice is `([]uint8)[123 34 ...]`.
+/// Reproducing it byte for byte keeps the annotation comparable with kubelet's.
 pub fn container_hash(container: &Container) -> u32 {
-    #[derive(serde::Serialize)]
-    struct Essential<'a> {
-        name: &'a str,
-        image: &'a str,
-    }
-    let json = serde_json::to_vec(&Essential {
-        name: &container.name,
-        image: container.image.as_deref().unwrap_or(""),
-    })
-    .unwrap_or_default();
+    let json = format!(
+        "{{\"image\":{},\"name\":{}}}",
+        go_json_string(container.image.as_deref().unwrap_or("")),
+        go_json_string(&container.name)
+    );
     let mut h = crate::hash::Fnv32a::default();
-    h.write(&json);
+    h.write(b"([]uint8)[");
+    for (i, b) in json.bytes().enumerate() {
+        if i > 0 {
+            h.write(b" ");
+        }
+        h.write(b.to_string().as_bytes());
+    }
+    h.write(b"]");
     h.finish()
+}
+
+/// A string as Go's `encoding/json` writes it (HTML-safe: `<`, `>`, `&`, U+2028 and
+/// U+2029 are escaped too), so odd characters hash as they do in kubelet.
+fn go_json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}') => {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Identity and bookkeeping read back from a CRI container's labels and annotations.
@@ -245,6 +274,36 @@ mod tests {
         assert_eq!(info.hash, container_hash(&c));
         assert_eq!(info.termination_grace, Some(7));
         assert!(!info.is_init);
+    }
+
+    /// kubelet's own vector (`pkg/kubelet/container/helpers_test.go`, TestHashContainer):
+    /// args and ports do not count, the result must be 0x8e45cbd0.
+    #[test]
+    fn hash_matches_kubelet_test_vector() {
+        let c = Container {
+            name: "test_container".into(),
+            image: Some("foo/image:v1".into()),
+            args: Some(vec!["/bin/sh".into(), "-c".into(), "echo abc".into()]),
+            ports: Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+                container_port: 8001,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        assert_eq!(container_hash(&c), 0x8e45cbd0);
+        assert_eq!(
+            container_annotations(&pod(), &c, 0, ContainerType::Regular)[CONTAINER_HASH_ANNOTATION],
+            "8e45cbd0"
+        );
+    }
+
+    #[test]
+    fn go_json_escapes_like_go() {
+        assert_eq!(
+            go_json_string("a<b>&\"\\\n"),
+            r#""a\u003cb\u003e\u0026\"\\\n""#
+        );
+        assert_eq!(go_json_string("\u{1}\u{2028}é"), r#""\u0001\u2028é""#);
     }
 
     #[test]

@@ -57,102 +57,193 @@ fn terminated(c: &rt::ContainerStatus, runtime_name: &str) -> ContainerStateTerm
     }
 }
 
-/// The `lastState` an earlier, exited instance gives.
-fn last_terminated(
-    previous: Option<&rt::ContainerStatus>,
-    runtime_name: &str,
-) -> Option<ContainerState> {
-    previous
-        .filter(|p| p.state == rt::ContainerState::Exited)
-        .map(|p| ContainerState {
-            terminated: Some(terminated(p, runtime_name)),
-            ..Default::default()
-        })
-}
-
-fn waiting(reason: &str, message: Option<String>) -> ContainerState {
+fn waiting(reason: Option<&str>, message: Option<String>) -> ContainerState {
     ContainerState {
         waiting: Some(ContainerStateWaiting {
-            reason: Some(reason.to_string()),
+            reason: reason.map(str::to_string),
             message,
         }),
         ..Default::default()
     }
 }
 
-/// One container's API status.
+fn terminated_state(t: ContainerStateTerminated) -> ContainerState {
+    ContainerState {
+        terminated: Some(t),
+        ..Default::default()
+    }
+}
+
+/// kubelet's reason for a container that vanished from the runtime.
+const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
+
+fn is_running(s: &ContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.running.is_some())
+}
+
+fn is_terminated(s: &ContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.terminated.is_some())
+}
+
+/// The state one runtime instance gives (kubelet's `convertContainerStatus`).
+fn instance_state(
+    c: &rt::ContainerStatus,
+    old: Option<&ContainerStatus>,
+    runtime_name: &str,
+) -> (ContainerState, Option<i32>) {
+    match c.state {
+        rt::ContainerState::Running => (
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: time_of(c.started_at),
+                }),
+                ..Default::default()
+            },
+            None,
+        ),
+        rt::ContainerState::Exited => (terminated_state(terminated(c, runtime_name)), None),
+        // It ran before and the runtime lost track of it: it ended, we do not know how.
+        rt::ContainerState::Unknown if old.is_some_and(is_running) => (
+            terminated_state(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some(STATUS_UNKNOWN.into()),
+                message: Some(
+                    "The container could not be located when the pod was terminated".into(),
+                ),
+                ..Default::default()
+            }),
+            old.map(|o| o.restart_count + 1),
+        ),
+        // Created but not started: waiting to run, with no reason of its own.
+        rt::ContainerState::Created | rt::ContainerState::Unknown => (waiting(None, None), None),
+    }
+}
+
+/// True when a regular container of the pod has a runtime record (kubelet's
+/// `HasAnyRegularContainerCreated`): the pod was initialized.
+fn any_regular_created(inputs: &StatusInputs<'_>) -> bool {
+    inputs
+        .pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter_map(|c| inputs.runtime.latest(&c.name))
+        .any(|c| c.state != rt::ContainerState::Unknown)
+}
+
+/// One container's API status (kubelet's `convertToAPIContainerStatuses` for one
+/// container, plus the prober's ready/started).
 fn container_status(
     spec: &Container,
     inputs: &StatusInputs<'_>,
+    old: Option<&ContainerStatus>,
     default_waiting: &str,
+    is_init: bool,
 ) -> ContainerStatus {
     let latest = inputs.runtime.latest(&spec.name);
     let previous = inputs.runtime.previous(&spec.name);
-    let id = |c: &rt::ContainerStatus| format!("{}://{}", inputs.runtime_name, c.id);
     let mut status = ContainerStatus {
         name: spec.name.clone(),
         image: spec.image.clone().unwrap_or_default(),
-        image_id: String::new(),
-        restart_count: latest.map(|c| c.restart_count).unwrap_or(0),
-        ready: false,
-        started: Some(false),
+        state: Some(waiting(Some(default_waiting), None)),
         ..Default::default()
     };
-    let cached = (inputs.waiting_reason)(&spec.name);
+    // What we said before carries over while the runtime has nothing newer.
+    if let Some(o) = old {
+        if is_terminated(o) {
+            status = o.clone();
+        } else {
+            status.restart_count = o.restart_count;
+            status.last_state = o.last_state.clone();
+        }
+    }
     match latest {
         None => {
-            let (reason, msg) =
-                cached.map_or((default_waiting.to_string(), None), |(r, m)| (r, Some(m)));
-            status.state = Some(waiting(&reason, msg));
-            // Keep what we reported about an earlier instance that the runtime no longer has.
-            status.last_state = inputs.old.and_then(|o| {
-                o.container_statuses
-                    .iter()
-                    .flatten()
-                    .find(|c| c.name == spec.name)
-                    .and_then(|c| c.last_state.clone())
-            });
-        }
-        Some(c) => {
-            status.container_id = Some(id(c));
-            status.image_id = c.image_ref.clone();
-            match c.state {
-                rt::ContainerState::Running => {
-                    status.state = Some(ContainerState {
-                        running: Some(ContainerStateRunning {
-                            started_at: time_of(c.started_at),
-                        }),
-                        ..Default::default()
-                    });
-                    status.ready = true;
-                    status.started = Some(true);
-                    status.last_state = last_terminated(previous, inputs.runtime_name);
-                }
-                rt::ContainerState::Exited => {
-                    let term = ContainerState {
-                        terminated: Some(terminated(c, inputs.runtime_name)),
-                        ..Default::default()
-                    };
-                    match cached {
-                        // Waiting to be restarted: show why, and what happened last.
-                        Some((reason, msg)) if !inputs.terminating => {
-                            status.state = Some(waiting(&reason, Some(msg)));
-                            status.last_state = Some(term);
-                        }
-                        _ => {
-                            status.state = Some(term);
-                            status.last_state = last_terminated(previous, inputs.runtime_name);
-                        }
-                    }
-                }
-                rt::ContainerState::Created | rt::ContainerState::Unknown => {
-                    let (reason, msg) =
-                        cached.map_or((default_waiting.to_string(), None), |(r, m)| (r, Some(m)));
-                    status.state = Some(waiting(&reason, msg));
+            let is_default = status
+                .state
+                .as_ref()
+                .and_then(|s| s.waiting.as_ref())
+                .is_some_and(|w| w.reason.as_deref() == Some(default_waiting));
+            let has_last = status
+                .last_state
+                .as_ref()
+                .is_some_and(|l| l.terminated.is_some());
+            // It was running and is gone: say it ended, not that it never started.
+            if old.is_some_and(is_running) && is_default && !has_last {
+                status.last_state = Some(terminated_state(ContainerStateTerminated {
+                    exit_code: 137,
+                    reason: Some(STATUS_UNKNOWN.into()),
+                    message: Some(
+                        "The container could not be located when the pod was deleted.  The container used to be Running"
+                            .into(),
+                    ),
+                    ..Default::default()
+                }));
+                if inputs.pod.metadata.deletion_timestamp.is_none() {
+                    status.restart_count += 1;
                 }
             }
         }
+        Some(c) => {
+            let (state, restarts) = instance_state(c, old, inputs.runtime_name);
+            status = ContainerStatus {
+                name: spec.name.clone(),
+                // The image as the runtime reports it (kubelet's `cs.Image`).
+                image: if c.image.is_empty() {
+                    spec.image.clone().unwrap_or_default()
+                } else {
+                    c.image.clone()
+                },
+                image_id: c.image_ref.clone(),
+                container_id: Some(format!("{}://{}", inputs.runtime_name, c.id)),
+                restart_count: restarts.unwrap_or(c.restart_count),
+                state: Some(state),
+                last_state: previous.map(|p| instance_state(p, None, inputs.runtime_name).0),
+                ..Default::default()
+            };
+        }
     }
+
+    let waiting_now = status.state.as_ref().is_some_and(|s| s.waiting.is_some());
+    let init_done = is_init
+        && latest.is_some_and(|c| c.state == rt::ContainerState::Exited && c.exit_code == 0);
+    if is_init && !init_done && latest.is_none() && waiting_now && any_regular_created(inputs) {
+        // Its record was garbage-collected after the app containers were created:
+        // it completed.
+        status.state = Some(terminated_state(ContainerStateTerminated {
+            exit_code: 0,
+            reason: Some("Completed".into()),
+            message: Some(
+                "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally"
+                    .into(),
+            ),
+            ..Default::default()
+        }));
+    } else if !init_done
+        && !inputs.terminating
+        && crate::runtime::actions::should_restart(inputs.pod, latest)
+        && let Some((reason, message)) = (inputs.waiting_reason)(&spec.name)
+    {
+        // Waiting to be (re)started: say why, and keep what happened last.
+        if is_terminated(&status) {
+            status.last_state = status.state.take();
+        }
+        status.state = Some(waiting(Some(&reason), Some(message)));
+    }
+
+    // Without probes, a running app container is ready and started; an init
+    // container is ready once it completed.
+    let running = is_running(&status);
+    status.started = Some(running);
+    status.ready = if is_init {
+        status
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    } else {
+        running
+    };
     status
 }
 
@@ -172,21 +263,20 @@ pub fn pod_phase(
     let mut failed_init = 0;
     for s in init {
         let st = s.state.as_ref();
-        match st.and_then(|s| s.terminated.as_ref()) {
-            Some(t) if t.exit_code == 0 => {}
-            Some(_) => failed_init += 1,
-            None => {
-                let last_failed = s
-                    .last_state
-                    .as_ref()
-                    .and_then(|l| l.terminated.as_ref())
-                    .is_some_and(|t| t.exit_code != 0);
-                if last_failed {
-                    failed_init += 1;
-                } else {
-                    pending_init += 1;
-                }
+        if st.is_some_and(|st| st.running.is_some()) {
+            pending_init += 1;
+        } else if let Some(t) = st.and_then(|st| st.terminated.as_ref()) {
+            if t.exit_code != 0 {
+                failed_init += 1;
             }
+        } else if st.is_some_and(|st| st.waiting.is_some()) {
+            match s.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+                Some(t) if t.exit_code != 0 => failed_init += 1,
+                Some(_) => {}
+                None => pending_init += 1,
+            }
+        } else {
+            pending_init += 1;
         }
     }
     if failed_init > 0 && policy == "Never" {
@@ -219,10 +309,7 @@ pub fn pod_phase(
             unknown += 1;
         }
     }
-    if pending_init > 0 || failed_init > 0 {
-        return "Pending";
-    }
-    if waiting > 0 {
+    if pending_init > 0 || waiting > 0 {
         return "Pending";
     }
     if running > 0 && unknown == 0 {
@@ -245,6 +332,18 @@ pub fn pod_phase(
     }
     "Pending"
 }
+
+/// Condition types kubelet owns (it regenerates them; any other condition in the
+/// pod's status is someone else's and is kept).
+const KUBELET_CONDITIONS: [&str; 7] = [
+    "PodScheduled",
+    "Ready",
+    "Initialized",
+    "ContainersReady",
+    "PodReadyToStartContainers",
+    "PodResizePending",
+    "PodResizeInProgress",
+];
 
 fn condition(
     kind: &str,
@@ -272,7 +371,140 @@ fn condition(
     }
 }
 
-/// The whole API status.
+/// Go's `%s` of a string slice: `[a b]`.
+fn go_list(names: &[&str]) -> String {
+    format!("[{}]", names.join(" "))
+}
+
+/// kubelet's `GeneratePodInitializedCondition`.
+fn initialized_condition(
+    pod: &Pod,
+    init_statuses: &[ContainerStatus],
+    regular: &[ContainerStatus],
+    phase: &str,
+    inputs: &StatusInputs<'_>,
+) -> PodCondition {
+    let kind = "Initialized";
+    if phase == "Succeeded" {
+        return condition(kind, true, Some("PodCompleted"), None, inputs);
+    }
+    let has_inits = pod
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.init_containers.as_ref().is_some_and(|i| !i.is_empty()));
+    // A regular container that ran means the pod was initialized before.
+    if !has_inits || regular.iter().any(|s| is_running(s) || is_terminated(s)) {
+        return condition(kind, true, None, None, inputs);
+    }
+    let incomplete: Vec<&str> = init_statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    if incomplete.is_empty() {
+        return condition(kind, true, None, None, inputs);
+    }
+    condition(
+        kind,
+        false,
+        Some("ContainersNotInitialized"),
+        Some(format!(
+            "containers with incomplete status: {}",
+            go_list(&incomplete)
+        )),
+        inputs,
+    )
+}
+
+/// kubelet's `GenerateContainersReadyCondition`.
+fn containers_ready_condition(
+    regular: &[ContainerStatus],
+    phase: &str,
+    inputs: &StatusInputs<'_>,
+) -> PodCondition {
+    let kind = "ContainersReady";
+    match phase {
+        "Succeeded" => return condition(kind, false, Some("PodCompleted"), None, inputs),
+        "Failed" => return condition(kind, false, Some("PodFailed"), None, inputs),
+        _ => {}
+    }
+    let unready: Vec<&str> = regular
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    if unready.is_empty() {
+        return condition(kind, true, None, None, inputs);
+    }
+    condition(
+        kind,
+        false,
+        Some("ContainersNotReady"),
+        Some(format!(
+            "containers with unready status: {}",
+            go_list(&unready)
+        )),
+        inputs,
+    )
+}
+
+/// kubelet's `GeneratePodReadyCondition`: ContainersReady, and every readiness gate's
+/// condition True.
+fn ready_condition(
+    pod: &Pod,
+    containers_ready: &PodCondition,
+    others: &[PodCondition],
+    inputs: &StatusInputs<'_>,
+) -> PodCondition {
+    let kind = "Ready";
+    if containers_ready.status != "True" {
+        return condition(
+            kind,
+            false,
+            containers_ready.reason.as_deref(),
+            containers_ready.message.clone(),
+            inputs,
+        );
+    }
+    let gates = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_deref())
+        .unwrap_or_default();
+    let unready: Vec<String> = gates
+        .iter()
+        .filter_map(|g| {
+            let t = &g.condition_type;
+            match others.iter().find(|c| &c.type_ == t) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{t}\" does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{t}\" is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect();
+    if unready.is_empty() {
+        condition(kind, true, None, None, inputs)
+    } else {
+        condition(
+            kind,
+            false,
+            Some("ReadinessGatesNotReady"),
+            Some(unready.join(", ")),
+            inputs,
+        )
+    }
+}
+
+fn old_of<'a>(list: Option<&'a Vec<ContainerStatus>>, name: &str) -> Option<&'a ContainerStatus> {
+    list.and_then(|l| l.iter().find(|c| c.name == name))
+}
+
+/// The whole API status (kubelet's `generateAPIPodStatus`).
 pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
     let pod = inputs.pod;
     let spec = pod.spec.as_ref();
@@ -280,109 +512,101 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or_default();
     let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
-    let init_statuses: Vec<ContainerStatus> = inits
-        .iter()
-        .map(|c| container_status(c, inputs, "PodInitializing"))
-        .collect();
-    let inits_done = init_statuses.iter().all(|s| {
-        s.state
-            .as_ref()
-            .and_then(|st| st.terminated.as_ref())
-            .is_some_and(|t| t.exit_code == 0)
-    });
-    let default_waiting = if inits_done {
+    // kubelet: every container of a pod with init containers waits as PodInitializing.
+    let default_waiting = if inits.is_empty() {
         "ContainerCreating"
     } else {
         "PodInitializing"
     };
-    let statuses: Vec<ContainerStatus> = containers
+    // Init container statuses stay in spec order.
+    let init_statuses: Vec<ContainerStatus> = inits
         .iter()
-        .map(|c| container_status(c, inputs, default_waiting))
+        .map(|c| {
+            let old = old_of(
+                inputs.old.and_then(|o| o.init_container_statuses.as_ref()),
+                &c.name,
+            );
+            container_status(c, inputs, old, default_waiting, true)
+        })
         .collect();
+    // Regular ones are sorted by name (kubelet's `SortedContainerStatuses`).
+    let mut statuses: Vec<ContainerStatus> = containers
+        .iter()
+        .map(|c| {
+            let old = old_of(
+                inputs.old.and_then(|o| o.container_statuses.as_ref()),
+                &c.name,
+            );
+            container_status(c, inputs, old, default_waiting, false)
+        })
+        .collect();
+    statuses.sort_by(|a, b| a.name.cmp(&b.name));
+
     let old_phase = inputs.old.and_then(|o| o.phase.as_deref());
+    let api_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let mut phase = pod_phase(pod, &init_statuses, &statuses, inputs.terminating);
     // A terminal phase is never left again.
-    if let Some(p @ ("Succeeded" | "Failed")) = old_phase {
-        phase = if p == "Succeeded" {
-            "Succeeded"
-        } else {
-            "Failed"
-        };
+    if phase != "Succeeded" && phase != "Failed" {
+        for p in [old_phase, api_phase].into_iter().flatten() {
+            if p == "Succeeded" || p == "Failed" {
+                phase = if p == "Succeeded" {
+                    "Succeeded"
+                } else {
+                    "Failed"
+                };
+                break;
+            }
+        }
     }
-    let completed = phase == "Succeeded" || phase == "Failed";
+    // The reason and message belong to the phase: kept while it stays.
+    let (reason, message) = match inputs.old {
+        Some(o) if o.phase.as_deref() == Some(phase) => (o.reason.clone(), o.message.clone()),
+        _ => (None, None),
+    };
 
+    // Conditions kubelet does not own are kept (they may be readiness gates); so is a
+    // DisruptionTarget set when the pod was evicted.
+    let mut conditions: Vec<PodCondition> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    if let Some(d) = inputs
+        .old
+        .and_then(|o| o.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+    {
+        conditions.retain(|c| c.type_ != "DisruptionTarget");
+        conditions.push(d.clone());
+    }
     let sandbox_ready = inputs
         .runtime
         .sandboxes
         .first()
         .is_some_and(|s| s.ready && (s.host_network || !s.ips.is_empty()));
-    let incomplete: Vec<&str> = inits
-        .iter()
-        .zip(&init_statuses)
-        .filter(|(_, s)| {
-            s.state
-                .as_ref()
-                .and_then(|st| st.terminated.as_ref())
-                .is_none_or(|t| t.exit_code != 0)
-        })
-        .map(|(c, _)| c.name.as_str())
-        .collect();
-    let unready: Vec<&str> = statuses
-        .iter()
-        .filter(|s| !s.ready)
-        .map(|s| s.name.as_str())
-        .collect();
-    let initialized = if incomplete.is_empty() {
-        condition(
-            "Initialized",
-            true,
-            completed.then_some("PodCompleted"),
-            None,
-            inputs,
-        )
-    } else {
-        condition(
-            "Initialized",
-            false,
-            Some("ContainersNotInitialized"),
-            Some(format!(
-                "containers with incomplete status: [{}]",
-                incomplete.join(" ")
-            )),
-            inputs,
-        )
-    };
-    let ready_cond = |kind: &str| {
-        if completed {
-            condition(kind, unready.is_empty(), Some("PodCompleted"), None, inputs)
-        } else if unready.is_empty() {
-            condition(kind, true, None, None, inputs)
-        } else {
-            condition(
-                kind,
-                false,
-                Some("ContainersNotReady"),
-                Some(format!(
-                    "containers with unready status: [{}]",
-                    unready.join(" ")
-                )),
-                inputs,
-            )
-        }
-    };
-    let conditions = vec![
-        condition(
-            "PodReadyToStartContainers",
-            sandbox_ready,
-            None,
-            None,
-            inputs,
-        ),
-        initialized,
-        ready_cond("Ready"),
-        ready_cond("ContainersReady"),
-        condition("PodScheduled", true, None, None, inputs),
-    ];
+    let containers_ready = containers_ready_condition(&statuses, phase, inputs);
+    let ready = ready_condition(pod, &containers_ready, &conditions, inputs);
+    conditions.push(condition(
+        "PodReadyToStartContainers",
+        sandbox_ready,
+        None,
+        None,
+        inputs,
+    ));
+    conditions.push(initialized_condition(
+        pod,
+        &init_statuses,
+        &statuses,
+        phase,
+        inputs,
+    ));
+    conditions.push(ready);
+    conditions.push(containers_ready);
+    conditions.push(condition("PodScheduled", true, None, None, inputs));
 
     let host_network = crate::runtime::sandbox::is_host_network(pod);
     let ips: Vec<String> = if host_network {
@@ -396,6 +620,8 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         .unwrap_or_else(|| seconds(inputs.now));
     PodStatus {
         phase: Some(phase.to_string()),
+        reason,
+        message,
         conditions: Some(conditions),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
@@ -407,6 +633,20 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time: Some(start_time),
         qos_class: Some(super::qos::qos_class(pod).to_string()),
+        ..Default::default()
+    }
+}
+
+/// The status of a pod rejected at admission (kubelet's `rejectPod`): Failed with
+/// the reason and "Pod was rejected: <message>", its QoS class, and the start time
+/// the status manager gives every pod it records.
+pub fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timestamp) -> PodStatus {
+    PodStatus {
+        phase: Some("Failed".into()),
+        reason: Some(reason.to_string()),
+        message: Some(format!("Pod was rejected: {message}")),
+        qos_class: Some(super::qos::qos_class(pod).to_string()),
+        start_time: Some(seconds(now)),
         ..Default::default()
     }
 }

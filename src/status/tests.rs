@@ -311,3 +311,291 @@ fn terminating_pod_with_stopped_containers_is_terminal() {
     );
     assert_eq!(s.phase.as_deref(), Some("Failed"));
 }
+
+fn state_reason(cs: &k8s_openapi::api::core::v1::ContainerStatus) -> Option<&str> {
+    cs.state
+        .as_ref()
+        .unwrap()
+        .waiting
+        .as_ref()
+        .and_then(|w| w.reason.as_deref())
+}
+
+fn cond_full(s: &PodStatus, kind: &str) -> k8s_openapi::api::core::v1::PodCondition {
+    s.conditions
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.type_ == kind)
+        .unwrap_or_else(|| panic!("no {kind} condition"))
+        .clone()
+}
+
+fn init_ctr(name: &str, state: ContainerState, exit: i32, created: i64) -> ContainerStatus {
+    ContainerStatus {
+        is_init: true,
+        ..ctr(name, state, exit, created, 0)
+    }
+}
+
+#[test]
+fn container_statuses_are_sorted_by_name_and_init_statuses_keep_spec_order() {
+    let p = pod("Always", &["web", "app", "db"], &["z-init", "a-init"]);
+    let s = status_of(
+        &p,
+        &runtime(vec![
+            ctr("web", ContainerState::Running, 0, 5, 0),
+            ctr("db", ContainerState::Running, 0, 4, 0),
+            ctr("app", ContainerState::Running, 0, 3, 0),
+            init_ctr("a-init", ContainerState::Exited, 0, 2),
+            init_ctr("z-init", ContainerState::Exited, 0, 1),
+        ]),
+    );
+    let names = |l: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
+        l.as_ref()
+            .unwrap()
+            .iter()
+            .map(|c| c.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&s.container_statuses), ["app", "db", "web"]);
+    assert_eq!(names(&s.init_container_statuses), ["z-init", "a-init"]);
+}
+
+#[test]
+fn completed_init_container_is_ready_and_running_one_is_not() {
+    let p = pod("Always", &["a"], &["i1", "i2"]);
+    let s = status_of(
+        &p,
+        &runtime(vec![
+            init_ctr("i2", ContainerState::Running, 0, 2),
+            init_ctr("i1", ContainerState::Exited, 0, 1),
+        ]),
+    );
+    let inits = s.init_container_statuses.as_ref().unwrap();
+    assert!(inits[0].ready, "completed init container is ready");
+    assert_eq!(inits[0].started, Some(false));
+    assert!(!inits[1].ready, "a running init container is not ready");
+    assert_eq!(inits[1].started, Some(true));
+    let c = cond_full(&s, "Initialized");
+    assert_eq!(c.status, "False");
+    assert_eq!(
+        c.message.as_deref(),
+        Some("containers with incomplete status: [i2]")
+    );
+    // A failed init container is not ready either.
+    let s = status_of(
+        &p,
+        &runtime(vec![init_ctr("i1", ContainerState::Exited, 1, 1)]),
+    );
+    assert!(!s.init_container_statuses.as_ref().unwrap()[0].ready);
+}
+
+#[test]
+fn failed_pod_conditions_say_pod_failed() {
+    let p = pod("Never", &["a", "b"], &["init"]);
+    let s = status_of(
+        &p,
+        &runtime(vec![
+            ctr("b", ContainerState::Exited, 0, 4, 0),
+            ctr("a", ContainerState::Exited, 3, 3, 0),
+            init_ctr("init", ContainerState::Exited, 0, 1),
+        ]),
+    );
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(cond(&s, "Ready"), ("False", Some("PodFailed")));
+    assert_eq!(cond(&s, "ContainersReady"), ("False", Some("PodFailed")));
+    // Only Succeeded says PodCompleted; a failed pod that ran was initialized.
+    assert_eq!(cond(&s, "Initialized"), ("True", None));
+    assert!(s.init_container_statuses.as_ref().unwrap()[0].ready);
+
+    let s = status_of(
+        &p,
+        &runtime(vec![
+            ctr("b", ContainerState::Exited, 0, 4, 0),
+            ctr("a", ContainerState::Exited, 0, 3, 0),
+            init_ctr("init", ContainerState::Exited, 0, 1),
+        ]),
+    );
+    assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(cond(&s, "Ready"), ("False", Some("PodCompleted")));
+    assert_eq!(cond(&s, "ContainersReady"), ("False", Some("PodCompleted")));
+    assert_eq!(cond(&s, "Initialized"), ("True", Some("PodCompleted")));
+
+    // A failed init container under Never fails the pod before anything ran.
+    let s = status_of(
+        &p,
+        &runtime(vec![init_ctr("init", ContainerState::Exited, 1, 1)]),
+    );
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(cond(&s, "Ready"), ("False", Some("PodFailed")));
+    assert_eq!(
+        cond(&s, "Initialized"),
+        ("False", Some("ContainersNotInitialized"))
+    );
+}
+
+#[test]
+fn app_containers_of_a_pod_with_init_containers_wait_as_pod_initializing() {
+    let p = pod("Always", &["a"], &["init"]);
+    // Init done, app container not created yet: still PodInitializing (kubelet's
+    // default waiting reason for every container of a pod with init containers).
+    let s = status_of(
+        &p,
+        &runtime(vec![init_ctr("init", ContainerState::Exited, 0, 1)]),
+    );
+    let cs = &s.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(state_reason(cs), Some("PodInitializing"));
+    let s = status_of(&p, &PodRuntimeStatus::default());
+    assert_eq!(
+        state_reason(&s.init_container_statuses.as_ref().unwrap()[0]),
+        Some("PodInitializing")
+    );
+    // Without init containers it is ContainerCreating.
+    let p = pod("Always", &["a"], &[]);
+    let s = status_of(&p, &runtime(vec![]));
+    assert_eq!(
+        state_reason(&s.container_statuses.as_ref().unwrap()[0]),
+        Some("ContainerCreating")
+    );
+}
+
+#[test]
+fn created_but_not_started_container_waits_without_a_reason() {
+    let p = pod("Always", &["a"], &[]);
+    let s = status_of(
+        &p,
+        &runtime(vec![ctr("a", ContainerState::Created, 0, 1, 0)]),
+    );
+    let cs = &s.container_statuses.as_ref().unwrap()[0];
+    let w = cs.state.as_ref().unwrap().waiting.as_ref().unwrap();
+    assert_eq!(w.reason, None);
+    assert!(!cs.ready);
+}
+
+#[test]
+fn image_is_what_the_runtime_reports() {
+    let p = pod("Always", &["a", "b"], &[]);
+    let mut a = ctr("a", ContainerState::Running, 0, 1, 0);
+    a.image = "docker.io/library/img:1".into();
+    let s = status_of(&p, &runtime(vec![a]));
+    let cs = s.container_statuses.as_ref().unwrap();
+    assert_eq!(cs[0].image, "docker.io/library/img:1");
+    assert_eq!(cs[0].image_id, "sha256:abc");
+    // No runtime record yet: the spec's image.
+    assert_eq!(cs[1].image, "img:1");
+}
+
+#[test]
+fn readiness_gates_are_honoured() {
+    use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate};
+    let gated = |conditions: Option<Vec<PodCondition>>| {
+        let mut p = pod("Always", &["a"], &[]);
+        p.spec.as_mut().unwrap().readiness_gates = Some(vec![PodReadinessGate {
+            condition_type: "example.com/lb".into(),
+        }]);
+        p.status = Some(PodStatus {
+            conditions,
+            ..Default::default()
+        });
+        p
+    };
+    let rt = runtime(vec![ctr("a", ContainerState::Running, 0, 1, 0)]);
+    let s = status_of(&gated(None), &rt);
+    assert_eq!(cond(&s, "ContainersReady"), ("True", None));
+    let ready = cond_full(&s, "Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_deref()),
+        ("False", Some("ReadinessGatesNotReady"))
+    );
+    assert_eq!(
+        ready.message.as_deref(),
+        Some("corresponding condition of pod readiness gate \"example.com/lb\" does not exist.")
+    );
+    let gate = |status: &str| PodCondition {
+        type_: "example.com/lb".into(),
+        status: status.into(),
+        ..Default::default()
+    };
+    let s = status_of(&gated(Some(vec![gate("False")])), &rt);
+    assert_eq!(
+        cond_full(&s, "Ready").message.as_deref(),
+        Some("the status of pod readiness gate \"example.com/lb\" is not \"True\", but False")
+    );
+    let s = status_of(&gated(Some(vec![gate("True")])), &rt);
+    assert_eq!(cond(&s, "Ready"), ("True", None));
+    // The gate's condition is someone else's: it is kept in the status.
+    assert_eq!(cond(&s, "example.com/lb"), ("True", None));
+}
+
+#[test]
+fn garbage_collected_init_container_of_an_initialized_pod_completed() {
+    let p = pod("Always", &["a"], &["init"]);
+    let s = status_of(
+        &p,
+        &runtime(vec![ctr("a", ContainerState::Running, 0, 2, 0)]),
+    );
+    let init = &s.init_container_statuses.as_ref().unwrap()[0];
+    let t = init.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!((t.exit_code, t.reason.as_deref()), (0, Some("Completed")));
+    assert!(init.ready);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "Initialized"), ("True", None));
+}
+
+#[test]
+fn vanished_running_container_is_reported_as_ended() {
+    let p = pod("Always", &["a"], &[]);
+    let before = status_of(
+        &p,
+        &runtime(vec![ctr("a", ContainerState::Running, 0, 1, 0)]),
+    );
+    let after = gen_with(&p, &runtime(vec![]), Some(&before), None, false);
+    let cs = &after.container_statuses.as_ref().unwrap()[0];
+    let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(
+        (last.exit_code, last.reason.as_deref()),
+        (137, Some("ContainerStatusUnknown"))
+    );
+    assert_eq!(cs.restart_count, 1);
+    // Stopped, not waiting: the pod stays Running rather than going back to Pending.
+    assert_eq!(after.phase.as_deref(), Some("Running"));
+}
+
+#[test]
+fn reason_and_message_stay_with_their_phase() {
+    let p = pod("Always", &["a"], &[]);
+    let rt = runtime(vec![ctr("a", ContainerState::Running, 0, 1, 0)]);
+    let mut old = status_of(&p, &rt);
+    old.reason = Some("Because".into());
+    old.message = Some("why".into());
+    let s = gen_with(&p, &rt, Some(&old), None, false);
+    assert_eq!(s.reason.as_deref(), Some("Because"));
+    assert_eq!(s.message.as_deref(), Some("why"));
+}
+
+#[test]
+fn rejected_pod_has_qos_class_and_start_time() {
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let mut p = pod("Always", &["a"], &[]);
+    p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+        requests: Some([("cpu".to_string(), Quantity("100m".into()))].into()),
+        ..Default::default()
+    });
+    let now = jiff::Timestamp::from_second(1_700_000_123).unwrap();
+    let s = super::generate::rejected(
+        &p,
+        "OutOfpods",
+        "Node didn't have enough resource: pods",
+        now,
+    );
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some("OutOfpods"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Pod was rejected: Node didn't have enough resource: pods")
+    );
+    assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
+    assert_eq!(s.start_time.map(|t| t.0.as_second()), Some(1_700_000_123));
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
@@ -22,6 +22,7 @@ use crate::config::{PodOperation, PodUpdate, pod_ref, pod_uid};
 use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
 use crate::runtime::RuntimeManager;
 use crate::status::StatusManager;
+use crate::status::generate::rejected;
 use pod_manager::PodManager;
 use pod_syncer::Syncer;
 use pod_workers::{KillRequest, PodWork, PodWorkers, UpdateType};
@@ -290,19 +291,12 @@ impl SyncLoop {
             self.pods.add_or_update(pod.clone());
             if !already && !self.is_terminal(&uid) && active >= self.max_pods as usize {
                 let message = format!(
-                    "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {}",
+                    "Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {}",
                     self.max_pods
                 );
                 warn!(pod = %pod_ref(&pod), podUID = %uid, reason = OUT_OF_PODS, %message, "pod admission rejected");
-                self.statuses.set(
-                    &uid,
-                    PodStatus {
-                        phase: Some("Failed".into()),
-                        reason: Some(OUT_OF_PODS.into()),
-                        message: Some(message),
-                        ..Default::default()
-                    },
-                );
+                let status = rejected(&pod, OUT_OF_PODS, &message, jiff::Timestamp::now());
+                self.statuses.set(&uid, status);
                 continue;
             }
             self.dispatch(pod, UpdateType::Create);

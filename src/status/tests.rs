@@ -311,3 +311,20 @@ fn terminating_pod_with_stopped_containers_is_terminal() {
     );
     assert_eq!(s.phase.as_deref(), Some("Failed"));
 }
+
+#[test]
+fn retain_forgets_statuses_of_pods_that_are_gone() {
+    let m = super::StatusManager::default();
+    for uid in ["keep", "gone"] {
+        m.set(
+            uid,
+            PodStatus {
+                phase: Some("Succeeded".into()),
+                ..Default::default()
+            },
+        );
+    }
+    assert_eq!(m.retain(|uid| uid == "keep"), vec!["gone".to_string()]);
+    assert!(m.get("gone").is_none());
+    assert!(m.get("keep").is_some());
+}

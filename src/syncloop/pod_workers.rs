@@ -188,6 +188,13 @@ struct PodSyncStatus {
 }
 
 impl PodSyncStatus {
+    /// A static pod waiting for its turn may not sync, but once it is asked to stop
+    /// it goes through termination at once: stopping starts nothing, and a removed
+    /// pod must not wait on a predecessor that may run for ever (as kubelet).
+    fn may_act(&self) -> bool {
+        self.started || self.lifecycle != Lifecycle::Syncing
+    }
+
     /// When the pending step may run, if it must wait for a back-off to end.
     fn held_until(&self, now: Instant) -> Option<Instant> {
         match self.retry_at {
@@ -512,7 +519,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                         return;
                     }
                     let held = s.held_until(Instant::now());
-                    if s.started && s.pending.is_some() && held.is_none() {
+                    if s.may_act() && s.pending.is_some() && held.is_none() {
                         let work = s.pending.take().expect("checked");
                         if s.terminate_cancel.is_cancelled() {
                             s.terminate_cancel = CancellationToken::new();
@@ -528,7 +535,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                             s.new_life,
                         );
                     }
-                    held.filter(|_| s.started && s.pending.is_some())
+                    held.filter(|_| s.may_act() && s.pending.is_some())
                 };
                 let back_off_over = async {
                     match held_until {

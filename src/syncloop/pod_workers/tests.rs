@@ -554,3 +554,33 @@ async fn panic_while_terminating_is_retried_then_the_next_pod_starts() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn waiting_static_pod_that_is_removed_never_waits_for_its_turn() {
+    let (w, fake) = workers(Fake::default());
+    let first = pod("first", "web-n1", "v1", Some(3));
+    let second = pod("second", "web-n1", "v2", Some(3));
+    w.update_pod(work(&first, UpdateType::Create));
+    w.update_pod(work(&second, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(fake.log(), vec!["sync first v1"], "second waits its turn");
+    // The waiting pod is removed: it terminates now, though the first still runs.
+    w.update_pod(kill(&second, None));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        fake.log(),
+        vec![
+            "sync first v1",
+            "terminating second 3",
+            "killed second 3",
+            "terminated second"
+        ]
+    );
+    assert_eq!(w.lifecycle("second"), Some(Lifecycle::Finished));
+    assert_eq!(w.lifecycle("first"), Some(Lifecycle::Syncing));
+    // And the first keeps its slot: a third pod with the name still waits.
+    let third = pod("third", "web-n1", "v3", Some(3));
+    w.update_pod(work(&third, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!fake.log().iter().any(|l| l.contains("third")));
+}

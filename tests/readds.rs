@@ -231,6 +231,12 @@ async fn completed_pod_removed_and_restored_is_a_new_life() {
             1,
             "only the new life's container: {running:?}"
         );
+        println!(
+            "restored after {pause:?}: startTime {} -> {}, phases {phases:?}, restartCount {}",
+            start_time(&life),
+            start_time(&next),
+            container(&next, "main").restart_count
+        );
         life = next;
     }
 }

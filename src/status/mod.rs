@@ -58,6 +58,20 @@ impl StatusManager {
         self.statuses.write().unwrap().remove(uid);
     }
 
+    /// Keeps only the statuses `keep` accepts (housekeeping forgets the statuses of
+    /// pods that are gone); returns the UIDs forgotten.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut removed = Vec::new();
+        self.statuses.write().unwrap().retain(|uid, _| {
+            let k = keep(uid);
+            if !k {
+                removed.push(uid.clone());
+            }
+            k
+        });
+        removed
+    }
+
     /// UIDs with a status.
     pub fn uids(&self) -> Vec<String> {
         self.statuses.read().unwrap().keys().cloned().collect()

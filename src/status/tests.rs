@@ -599,3 +599,20 @@ fn rejected_pod_has_qos_class_and_start_time() {
     assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
     assert_eq!(s.start_time.map(|t| t.0.as_second()), Some(1_700_000_123));
 }
+
+#[test]
+fn retain_forgets_statuses_of_pods_that_are_gone() {
+    let m = super::StatusManager::default();
+    for uid in ["keep", "gone"] {
+        m.set(
+            uid,
+            PodStatus {
+                phase: Some("Succeeded".into()),
+                ..Default::default()
+            },
+        );
+    }
+    assert_eq!(m.retain(|uid| uid == "keep"), vec!["gone".to_string()]);
+    assert!(m.get("gone").is_none());
+    assert!(m.get("keep").is_some());
+}

@@ -313,16 +313,16 @@ impl SyncLoop {
         }
     }
 
-    /// Pods gone from their source are killed at once (with their own grace period).
+    /// Pods gone from their source are killed at once (with their own grace period);
+    /// a finished one has what it left cleaned up by its worker. Either way its status
+    /// goes with it, so the same UID added again later is a new life.
     fn handle_pod_removes(&mut self, pods: Vec<Arc<Pod>>) {
         for pod in pods {
             let uid = pod_uid(&pod).to_string();
             self.pods.remove(&uid);
-            if !self.workers.is_active(&uid) {
-                // Never started (rejected) or already finished: nothing runs.
-                if self.is_rejected(&uid) {
-                    self.statuses.remove(&uid);
-                }
+            if self.workers.lifecycle(&uid).is_none() {
+                // Never had a worker (rejected at admission): only its status is left.
+                self.statuses.remove(&uid);
                 continue;
             }
             self.workers.update_pod(PodWork {
@@ -364,6 +364,15 @@ impl SyncLoop {
     fn handle_pod_cleanups(&mut self) {
         let pods = self.pods.clone();
         let restarted = self.workers.sync_known_pods(&|uid| pods.contains(uid));
+        // Statuses of pods neither desired nor being stopped (kubelet's
+        // RemoveOrphanedStatuses).
+        let workers = &self.workers;
+        for uid in self
+            .statuses
+            .retain(|uid| pods.contains(uid) || workers.is_active(uid))
+        {
+            debug!(podUID = %uid, "forgot the status of a pod that is gone");
+        }
         for uid in restarted {
             if let Some(pod) = self.pods.get(&uid) {
                 info!(pod = %pod_ref(&pod), podUID = %uid, "restarting pod that was re-created");

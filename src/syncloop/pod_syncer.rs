@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::pod_manager::PodManager;
-use super::pod_workers::{PodSyncer, SyncResult, UpdateType};
+use super::pod_workers::{PodSyncError, PodSyncer, SyncResult, UpdateType};
 use crate::config::{pod_ref, pod_uid};
 use crate::pleg::PodCache;
 use crate::runtime::RuntimeManager;
@@ -83,14 +83,10 @@ impl Syncer {
 
     /// Reads the pod's runtime status now and stores it in the cache, so what an
     /// action caused is visible at once rather than after the next relist.
-    async fn refresh(&self, pod: &Pod) -> Result<PodRuntimeStatus, String> {
+    async fn refresh(&self, pod: &Pod) -> Result<PodRuntimeStatus, PodSyncError> {
         let (uid, name, ns) = names(pod);
         let read_at = Instant::now();
-        let st = self
-            .runtime
-            .get_pod_status(&uid, &name, &ns)
-            .await
-            .map_err(|e| e.to_string())?;
+        let st = self.runtime.get_pod_status(&uid, &name, &ns).await?;
         self.cache.set(&uid, st.clone(), read_at);
         Ok(st)
     }
@@ -102,7 +98,7 @@ impl PodSyncer for Syncer {
         update: UpdateType,
         pod: Arc<Pod>,
         last_sync: Option<Instant>,
-    ) -> Result<SyncResult, String> {
+    ) -> Result<SyncResult, PodSyncError> {
         let uid = pod_uid(&pod).to_string();
         debug!(pod = %pod_ref(&pod), podUID = %uid, ?update, "syncing pod");
         self.startup.worker_started(&uid, jiff::Timestamp::now());
@@ -112,7 +108,7 @@ impl PodSyncer for Syncer {
             .cache
             .get_newer_than(&uid, last_sync)
             .await
-            .map_err(|e| format!("cannot inspect the pod in the runtime: {e}"))?;
+            .map_err(PodSyncError::Inspect)?;
         let phase = self.update_status(&pod, &rt, false);
         if phase == "Succeeded" || phase == "Failed" {
             return Ok(SyncResult {
@@ -129,39 +125,33 @@ impl PodSyncer for Syncer {
             // Back-off reasons may have changed without any runtime action.
             self.update_status(&pod, &rt, false);
         }
-        let outcome = res.map_err(|e| e.to_string())?;
+        let outcome = res?;
         Ok(SyncResult {
             terminal: false,
             retry_after: outcome.retry_after,
         })
     }
 
-    async fn sync_terminating_pod(&self, pod: Arc<Pod>, grace: i64) -> Result<(), String> {
+    async fn sync_terminating_pod(&self, pod: Arc<Pod>, grace: i64) -> Result<(), PodSyncError> {
         let rt = self.refresh(&pod).await?;
-        self.runtime
-            .kill_pod_status(&pod, &rt, Some(grace))
-            .await
-            .map_err(|e| e.to_string())?;
+        self.runtime.kill_pod_status(&pod, &rt, Some(grace)).await?;
         let after = self.refresh(&pod).await?;
         self.update_status(&pod, &after, true);
         if let Some(c) = after.running_containers().next() {
-            return Err(format!("container {} is still running", c.name));
+            return Err(PodSyncError::StillRunning(c.name.clone()));
         }
         Ok(())
     }
 
-    async fn sync_terminating_runtime_pod(&self, pod: RuntimePod) -> Result<(), String> {
-        self.runtime
-            .kill_runtime_pod(&pod, Some(1))
-            .await
-            .map_err(|e| e.to_string())
+    async fn sync_terminating_runtime_pod(&self, pod: RuntimePod) -> Result<(), PodSyncError> {
+        Ok(self.runtime.kill_runtime_pod(&pod, Some(1)).await?)
     }
 
     async fn sync_terminated_pod(
         &self,
         pod: Option<Arc<Pod>>,
         runtime_pod: Option<RuntimePod>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PodSyncError> {
         let (uid, pod_ref) = match (&pod, &runtime_pod) {
             (Some(p), _) => (pod_uid(p).to_string(), pod_ref(p)),
             (None, Some(r)) => (r.uid.clone(), r.pod_ref()),
@@ -171,13 +161,23 @@ impl PodSyncer for Syncer {
         // A pod still in the config keeps its (terminal) containers for its status;
         // a pod gone from the config leaves nothing behind.
         if !self.pods.contains(&uid) {
-            self.runtime
-                .remove_pod(&uid, &pod_ref)
-                .await
-                .map_err(|e| e.to_string())?;
+            self.runtime.remove_pod(&uid, &pod_ref).await?;
             self.cache.delete(&uid);
             self.statuses.remove(&uid);
         }
+        Ok(())
+    }
+
+    async fn clear_previous_life(&self, pod: Arc<Pod>) -> Result<(), PodSyncError> {
+        let uid = pod_uid(&pod).to_string();
+        // The old life is fully terminated (its worker finished), so only dead
+        // sandboxes and containers are removed here.
+        self.runtime.remove_pod(&uid, &pod_ref(&pod)).await?;
+        self.statuses.remove(&uid);
+        self.startup.forget(&uid);
+        // Read the runtime now: a relist that started before the removal must not
+        // show the first sync the old containers.
+        self.refresh(&pod).await?;
         Ok(())
     }
 }

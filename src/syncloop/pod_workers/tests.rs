@@ -16,6 +16,14 @@ struct Fake {
     terminate_delay: Duration,
     terminal_after: Option<usize>,
     syncs: AtomicUsize,
+    /// `sync_pod` panics for this UID, every time.
+    panic_sync: Option<&'static str>,
+    /// `sync_pod` fails for this UID, every time.
+    fail_sync: Option<&'static str>,
+    /// `sync_terminating_pod` panics this many times before it works.
+    panic_terminating: AtomicUsize,
+    /// When each `sync_pod` call started.
+    sync_times: Mutex<Vec<Instant>>,
 }
 
 impl Fake {
@@ -25,6 +33,11 @@ impl Fake {
     fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
     }
+    /// Seconds between consecutive `sync_pod` calls.
+    fn sync_gaps(&self) -> Vec<f64> {
+        let t = self.sync_times.lock().unwrap();
+        t.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect()
+    }
 }
 
 impl PodSyncer for Fake {
@@ -33,7 +46,16 @@ impl PodSyncer for Fake {
         _u: UpdateType,
         pod: Arc<Pod>,
         _l: Option<Instant>,
-    ) -> Result<SyncResult, String> {
+    ) -> Result<SyncResult, PodSyncError> {
+        self.sync_times.lock().unwrap().push(Instant::now());
+        if self.panic_sync == Some(pod_uid(&pod)) {
+            self.record(format!("sync-panic {}", pod_uid(&pod)));
+            panic!("fake syncer panics for {}", pod_uid(&pod));
+        }
+        if self.fail_sync == Some(pod_uid(&pod)) {
+            self.record(format!("sync-error {}", pod_uid(&pod)));
+            return Err(PodSyncError::Inspect("fake failure".into()));
+        }
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(n, Ordering::SeqCst);
         tokio::time::sleep(self.sync_delay).await;
@@ -53,13 +75,20 @@ impl PodSyncer for Fake {
             retry_after: None,
         })
     }
-    async fn sync_terminating_pod(&self, pod: Arc<Pod>, grace: i64) -> Result<(), String> {
+    async fn sync_terminating_pod(&self, pod: Arc<Pod>, grace: i64) -> Result<(), PodSyncError> {
         self.record(format!("terminating {} {grace}", pod_uid(&pod)));
+        let panics = &self.panic_terminating;
+        if panics
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            panic!("fake syncer panics terminating {}", pod_uid(&pod));
+        }
         tokio::time::sleep(self.terminate_delay).await;
         self.record(format!("killed {} {grace}", pod_uid(&pod)));
         Ok(())
     }
-    async fn sync_terminating_runtime_pod(&self, pod: RuntimePod) -> Result<(), String> {
+    async fn sync_terminating_runtime_pod(&self, pod: RuntimePod) -> Result<(), PodSyncError> {
         self.record(format!("terminating-runtime {}", pod.uid));
         Ok(())
     }
@@ -67,13 +96,17 @@ impl PodSyncer for Fake {
         &self,
         pod: Option<Arc<Pod>>,
         rp: Option<RuntimePod>,
-    ) -> Result<(), String> {
+    ) -> Result<(), PodSyncError> {
         let uid = pod
             .as_deref()
             .map(|p| pod_uid(p).to_string())
             .or(rp.map(|r| r.uid))
             .unwrap_or_default();
         self.record(format!("terminated {uid}"));
+        Ok(())
+    }
+    async fn clear_previous_life(&self, pod: Arc<Pod>) -> Result<(), PodSyncError> {
+        self.record(format!("clear {}", pod_uid(&pod)));
         Ok(())
     }
 }
@@ -313,4 +346,241 @@ async fn recreated_pod_restarts_after_housekeeping() {
     w.update_pod(work(&p, UpdateType::Create));
     assert_eq!(w.sync_known_pods(&|_| true), vec!["u1".to_string()]);
     assert!(w.known().is_empty());
+}
+
+#[test]
+fn failure_back_off_doubles_up_to_its_cap() {
+    let secs = |l, n| failure_back_off(l, n).as_secs();
+    let sync: Vec<u64> = (1..=7).map(|n| secs(Lifecycle::Syncing, n)).collect();
+    assert_eq!(sync, vec![10, 20, 40, 80, 160, 300, 300]);
+    let kill: Vec<u64> = (1..=6).map(|n| secs(Lifecycle::Terminating, n)).collect();
+    assert_eq!(kill, vec![1, 2, 4, 8, 10, 10]);
+    assert_eq!(secs(Lifecycle::Syncing, u32::MAX), 300, "no overflow");
+}
+
+#[tokio::test(start_paused = true)]
+async fn pod_re_added_while_terminating_runs_again_once_terminated() {
+    let (w, fake) = workers(Fake {
+        terminate_delay: Duration::from_secs(5),
+        ..Default::default()
+    });
+    let p = pod("u1", "p", "v1", Some(5));
+    w.update_pod(work(&p, UpdateType::Create));
+    settle().await;
+    // Removed, then restored with the same UID within the grace period.
+    w.update_pod(kill(&p, None));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    w.update_pod(work(&p, UpdateType::Create));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        w.sync_known_pods(&|_| true).is_empty(),
+        "still terminating: not restarted yet"
+    );
+    assert_eq!(w.lifecycle("u1"), Some(Lifecycle::Terminating));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(w.lifecycle("u1"), Some(Lifecycle::Finished));
+    // Housekeeping purges the finished worker and asks for the restart.
+    assert_eq!(w.sync_known_pods(&|_| true), vec!["u1".to_string()]);
+    w.update_pod(work(&p, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        fake.log(),
+        vec![
+            "sync u1 v1",
+            "terminating u1 5",
+            "killed u1 5",
+            "terminated u1",
+            "clear u1",
+            "sync u1 v1"
+        ]
+    );
+    assert_eq!(w.lifecycle("u1"), Some(Lifecycle::Syncing));
+}
+
+#[tokio::test(start_paused = true)]
+async fn finished_pod_removed_is_cleaned_and_a_re_add_is_a_new_life() {
+    let (w, fake) = workers(Fake {
+        terminal_after: Some(1),
+        ..Default::default()
+    });
+    let p = pod("u1", "p", "v1", Some(2));
+    w.update_pod(work(&p, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(w.lifecycle("u1"), Some(Lifecycle::Finished));
+    // Removed from its source: the worker cleans up what the terminal pod kept.
+    w.update_pod(kill(&p, None));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        fake.log(),
+        vec![
+            "sync u1 v1",
+            "terminating u1 2",
+            "killed u1 2",
+            "terminated u1",
+            "terminated u1"
+        ]
+    );
+    assert_eq!(w.lifecycle("u1"), Some(Lifecycle::Finished));
+    // Restored before housekeeping ran: restarted as a new life.
+    w.update_pod(work(&p, UpdateType::Create));
+    assert_eq!(w.sync_known_pods(&|_| true), vec!["u1".to_string()]);
+    w.update_pod(work(&p, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // (The fake's pod completes again at once, as a Never pod would.)
+    assert_eq!(fake.log()[5..7], ["clear u1", "sync u1 v1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn forgotten_pod_added_again_is_a_plain_new_pod() {
+    let (w, fake) = workers(Fake::default());
+    let p = pod("u1", "p", "v1", Some(1));
+    w.update_pod(work(&p, UpdateType::Create));
+    settle().await;
+    w.update_pod(kill(&p, None));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // Housekeeping while it is not desired forgets it; nothing asks for a restart.
+    assert!(w.sync_known_pods(&|_| false).is_empty());
+    w.update_pod(work(&p, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        fake.log(),
+        vec![
+            "sync u1 v1",
+            "terminating u1 1",
+            "killed u1 1",
+            "terminated u1",
+            "sync u1 v1"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn syncer_that_errors_is_retried_with_growing_back_off() {
+    let (w, fake) = workers(Fake {
+        fail_sync: Some("u1"),
+        ..Default::default()
+    });
+    let p = pod("u1", "p", "v1", Some(3));
+    w.update_pod(work(&p, UpdateType::Create));
+    // Syncs asked for every second (as PLEG events would) do not cut the back-off short.
+    for _ in 0..160 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        w.update_pod(work(&p, UpdateType::Sync));
+    }
+    let gaps = fake.sync_gaps();
+    assert!(gaps.len() >= 3, "{gaps:?}");
+    for (gap, base) in gaps.iter().zip([10.0, 20.0, 40.0]) {
+        assert!(
+            *gap >= base && *gap < base * 1.5 + 1.0,
+            "gap {gap} for base {base}: {gaps:?}"
+        );
+    }
+    // A kill is not held back by the sync back-off.
+    w.update_pod(kill(&p, None));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(fake.log().last().map(String::as_str), Some("terminated u1"));
+    assert_eq!(w.lifecycle("u1"), Some(Lifecycle::Finished));
+}
+
+#[tokio::test(start_paused = true)]
+async fn panicking_syncer_is_retried_and_its_full_name_is_released() {
+    let (w, fake) = workers(Fake {
+        panic_sync: Some("old"),
+        ..Default::default()
+    });
+    let old = pod("old", "web-n1", "v1", Some(3));
+    let new = pod("new", "web-n1", "v2", Some(3));
+    w.update_pod(work(&old, UpdateType::Create));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fake.log(), vec!["sync-panic old"]);
+    assert_eq!(
+        w.lifecycle("old"),
+        Some(Lifecycle::Syncing),
+        "still supervised"
+    );
+    // The supervisor retries the panicked step after a back-off.
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let gaps = fake.sync_gaps();
+    assert!(gaps.len() >= 2, "retried: {:?}", fake.log());
+    assert!(gaps[0] >= 10.0 && gaps[1] >= 20.0, "growing: {gaps:?}");
+    // Manifest edited: REMOVE old, ADD new with the same full name.
+    w.update_pod(kill(&old, None));
+    w.update_pod(work(&new, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let log = fake.log();
+    let tail: Vec<&str> = log
+        .iter()
+        .map(String::as_str)
+        .skip_while(|l| *l == "sync-panic old")
+        .collect();
+    assert_eq!(
+        tail,
+        vec![
+            "terminating old 3",
+            "killed old 3",
+            "terminated old",
+            "sync new v2"
+        ]
+    );
+    assert_eq!(w.lifecycle("new"), Some(Lifecycle::Syncing));
+}
+
+#[tokio::test(start_paused = true)]
+async fn panic_while_terminating_is_retried_then_the_next_pod_starts() {
+    let (w, fake) = workers(Fake {
+        panic_terminating: AtomicUsize::new(2),
+        ..Default::default()
+    });
+    let old = pod("old", "web-n1", "v1", Some(3));
+    let new = pod("new", "web-n1", "v2", Some(3));
+    w.update_pod(work(&old, UpdateType::Create));
+    settle().await;
+    w.update_pod(kill(&old, None));
+    w.update_pod(work(&new, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.log(), vec!["sync old v1", "terminating old 3"]);
+    // Retried after 1 s, then 2 s more; the third attempt works.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        fake.log(),
+        vec![
+            "sync old v1",
+            "terminating old 3",
+            "terminating old 3",
+            "terminating old 3",
+            "killed old 3",
+            "terminated old",
+            "sync new v2"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_static_pod_that_is_removed_never_waits_for_its_turn() {
+    let (w, fake) = workers(Fake::default());
+    let first = pod("first", "web-n1", "v1", Some(3));
+    let second = pod("second", "web-n1", "v2", Some(3));
+    w.update_pod(work(&first, UpdateType::Create));
+    w.update_pod(work(&second, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(fake.log(), vec!["sync first v1"], "second waits its turn");
+    // The waiting pod is removed: it terminates now, though the first still runs.
+    w.update_pod(kill(&second, None));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        fake.log(),
+        vec![
+            "sync first v1",
+            "terminating second 3",
+            "killed second 3",
+            "terminated second"
+        ]
+    );
+    assert_eq!(w.lifecycle("second"), Some(Lifecycle::Finished));
+    assert_eq!(w.lifecycle("first"), Some(Lifecycle::Syncing));
+    // And the first keeps its slot: a third pod with the name still waits.
+    let third = pod("third", "web-n1", "v3", Some(3));
+    w.update_pod(work(&third, UpdateType::Create));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(!fake.log().iter().any(|l| l.contains("third")));
 }

@@ -15,11 +15,13 @@ use k8s_openapi::api::core::v1::{
     Container, HTTPGetAction, Lifecycle, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec,
     PodStatus, Probe, Toleration, Volume,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Deserialize;
 
 use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE};
 use crate::hash::Fnv128a;
+use crate::quantity;
 
 /// Largest manifest we read or decode (kubelet's shared decoder has the same ~10 MB cap),
 /// so a stray log file or image in the directory cannot eat memory.
@@ -862,6 +864,54 @@ fn validate_container<'a>(
             "forbidden: may not be set for init containers without restartPolicy=Always",
         );
     }
+    validate_resources(c, &f)
+}
+
+/// Every quantity parses exactly and is not negative, requests stay within limits,
+/// and the cgroup arithmetic accepts cpu and memory: the runtime's own function is
+/// asked, so a value refused at container creation is refused here first.
+fn validate_resources(c: &Container, f: &dyn Fn(&str) -> String) -> Result<(), FieldError> {
+    let Some(res) = &c.resources else {
+        return Ok(());
+    };
+    let parse = |which: &str, name: &str, q: &Quantity| {
+        let field = f(&format!("resources.{which}.{name}"));
+        let v = if name == "cpu" {
+            quantity::milli_cpu(q)
+        } else {
+            quantity::bytes(q)
+        }
+        .map_err(|e| FieldError::new(&field, e.to_string()))?;
+        if v < 0 {
+            return fail(
+                field,
+                format!(
+                    "invalid value {:?}: must be greater than or equal to 0",
+                    q.0
+                ),
+            );
+        }
+        Ok(v)
+    };
+    for (name, limit) in res.limits.iter().flatten() {
+        parse("limits", name, limit)?;
+    }
+    for (name, request) in res.requests.iter().flatten() {
+        let r = parse("requests", name, request)?;
+        if let Some(limit) = res.limits.as_ref().and_then(|l| l.get(name))
+            && r > parse("limits", name, limit)?
+        {
+            return fail(
+                f(&format!("resources.requests.{name}")),
+                format!(
+                    "invalid value {:?}: must be less than or equal to {name} limit of {}",
+                    request.0, limit.0
+                ),
+            );
+        }
+    }
+    crate::runtime::container::linux_resources(c)
+        .map_err(|e| FieldError::new(f(&e.field()), e.reason()))?;
     Ok(())
 }
 
@@ -1273,6 +1323,50 @@ spec:
             &with_container_lines("    restartPolicy: Always\n"),
             "spec.containers[0].restartPolicy: forbidden",
         );
+    }
+
+    #[test]
+    fn resource_quantities_are_checked_exactly() {
+        let res = |body: &str| with_container_lines(&format!("    resources:\n{body}"));
+        assert_err(
+            &res("      limits:\n        memory: 8Ei\n"),
+            &format!(
+                "spec.containers[0].resources.limits.memory: \"8Ei\" is too large: it must be at most {} bytes",
+                i64::MAX
+            ),
+        );
+        // Fits as millicores, but not as a CFS quota: the runtime's arithmetic says no.
+        assert_err(
+            &res("      limits:\n        cpu: 100T\n"),
+            "spec.containers[0].resources.limits.cpu: 100000000000000000m is too large for a CFS quota",
+        );
+        assert_err(
+            &res("      requests:\n        cpu: 10E\n"),
+            "spec.containers[0].resources.requests.cpu: \"10E\" is too large",
+        );
+        assert_err(
+            &res("      requests:\n        memory: lots\n"),
+            "spec.containers[0].resources.requests.memory: \"lots\" is not a quantity",
+        );
+        assert_err(
+            &res("      requests:\n        memory: -1Mi\n"),
+            "spec.containers[0].resources.requests.memory: invalid value \"-1Mi\": must be greater than or equal to 0",
+        );
+        assert_err(
+            &res("      requests:\n        cpu: \"2\"\n      limits:\n        cpu: 1500m\n"),
+            "spec.containers[0].resources.requests.cpu: invalid value \"2\": must be less than or equal to cpu limit of 1500m",
+        );
+        // Init containers are checked too.
+        let init = GOOD.replace(
+            "  containers:\n",
+            "  initContainers:\n  - name: i\n    image: busybox\n    resources:\n      limits:\n        memory: 9Ei\n  containers:\n",
+        );
+        assert_err(
+            &init,
+            "spec.initContainers[0].resources.limits.memory: \"9Ei\" is too large",
+        );
+        // Exact values that floats would get wrong are fine; equal request and limit too.
+        assert!(decode(&res("      requests:\n        cpu: \"0.3\"\n      limits:\n        cpu: 300m\n        memory: 7Ei\n")).is_ok());
     }
 
     #[test]

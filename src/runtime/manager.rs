@@ -499,7 +499,7 @@ impl RuntimeManager {
                 return Err(format!("{name}: {CREATE_CONTAINER_CONFIG_ERROR}: {e}"));
             }
         };
-        let config = container::container_config(&ContainerRequest {
+        let config = match container::container_config(&ContainerRequest {
             pod,
             container: c,
             kind,
@@ -507,7 +507,15 @@ impl RuntimeManager {
             image_ref: &image_ref,
             env,
             mounts,
-        });
+        }) {
+            Ok(config) => config,
+            Err(e) => {
+                warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "invalid container configuration");
+                self.reasons
+                    .set(uid, name, CREATE_CONTAINER_CONFIG_ERROR, e.to_string());
+                return Err(format!("{name}: {CREATE_CONTAINER_CONFIG_ERROR}: {e}"));
+            }
+        };
         let id = match self
             .cri
             .create_container(sandbox_id, config, sandbox_config.clone())

@@ -214,6 +214,7 @@ fn yaml_pod(text: &str, index: usize) -> Result<Pod, ParseError> {
 /// The index and value of the one non-empty YAML document in `text`; more than one
 /// is an error (kubelet would silently take the first, which hides mistakes).
 fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseError> {
+    check_expansion(text)?;
     let mut found = None;
     let mut count = 0;
     for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
@@ -232,6 +233,130 @@ fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseE
         (n, _) => Err(ParseError::Decode(format!(
             "found {n} YAML documents: a manifest must hold exactly one Pod"
         ))),
+    }
+}
+
+/// Most bytes (scalar text plus one per node) all documents of a manifest may
+/// expand to once YAML aliases are resolved: no more than a file without aliases
+/// may hold, so an anchor referenced many times cannot multiply memory.
+pub const MAX_EXPANDED_BYTES: usize = MAX_MANIFEST_BYTES;
+/// Most YAML nodes after alias expansion (each becomes an allocated value; real
+/// pods have a few thousand).
+pub const MAX_EXPANDED_NODES: usize = 1_000_000;
+
+/// Walks every document with aliases expanded, building nothing and charging each
+/// node against the budget, so a "billion laughs" file is refused before any value
+/// is built (serde_yaml_ng only limits how many aliases are followed, not how much
+/// each one expands to). Time is bounded too: every step costs budget.
+fn check_expansion(text: &str) -> Result<(), ParseError> {
+    let budget = ExpansionBudget {
+        bytes: std::cell::Cell::new(MAX_EXPANDED_BYTES),
+        nodes: std::cell::Cell::new(MAX_EXPANDED_NODES),
+    };
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        serde::de::DeserializeSeed::deserialize(Walk(&budget), doc)
+            .map_err(|e| ParseError::Decode(format!("invalid YAML: {e}")))?;
+    }
+    Ok(())
+}
+
+struct ExpansionBudget {
+    bytes: std::cell::Cell<usize>,
+    nodes: std::cell::Cell<usize>,
+}
+
+/// A serde seed and visitor that only counts (see [`check_expansion`]).
+#[derive(Clone, Copy)]
+struct Walk<'b>(&'b ExpansionBudget);
+
+/// What one non-string scalar is charged, in bytes.
+const SCALAR_COST: usize = 8;
+
+impl Walk<'_> {
+    fn charge<E: serde::de::Error>(self, bytes: usize) -> Result<(), E> {
+        let b = self.0;
+        match (
+            b.bytes.get().checked_sub(bytes.saturating_add(1)),
+            b.nodes.get().checked_sub(1),
+        ) {
+            (Some(bytes), Some(nodes)) => {
+                b.bytes.set(bytes);
+                b.nodes.set(nodes);
+                Ok(())
+            }
+            _ => Err(E::custom(format_args!(
+                "document too large once aliases are expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+            ))),
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Walk<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.charge(v.len())
+    }
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<(), E> {
+        self.charge(v.len())
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.charge(0)
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        self.charge(0)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.charge(0)?;
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.charge(0)?;
+        while map.next_key_seed(self)?.is_some() {
+            map.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+        // A tagged node (`!tag value`): the tag, then its value.
+        use serde::de::VariantAccess;
+        let ((), variant) = data.variant_seed(self)?;
+        variant.newtype_variant_seed(self)
     }
 }
 
@@ -1198,6 +1323,147 @@ spec:
             .unwrap_err()
             .to_string();
         assert!(msg.contains("invalid UTF-8 at byte offset 34"), "{msg}");
+    }
+
+    /// A ~1 MB manifest whose anchor `&w` (`wide`) is referenced `refs` times.
+    fn alias_bomb(wide: &str, refs: usize) -> String {
+        let mut doc = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bomb\n  annotations:\n    a: &w {wide}\nspec:\n  containers:\n  - name: c\n    image: busybox\n    args: ["
+        );
+        for _ in 0..refs {
+            doc.push_str("*w, ");
+        }
+        doc.push_str("x]\n");
+        doc
+    }
+
+    #[test]
+    fn alias_expansion_is_budgeted_by_size_not_only_count() {
+        // One wide scalar, 400 references: 200 MiB expanded from a ~0.5 MB file.
+        let wide_scalar = alias_bomb(&"x".repeat(512 * 1024), 400);
+        // One wide sequence of 100k nodes, 400 references: 40M nodes.
+        let wide_seq = alias_bomb(&format!("[{}0]", "0,".repeat(100_000)), 400);
+        for bomb in [wide_scalar, wide_seq] {
+            assert!(bomb.len() < 1024 * 1024);
+            let started = std::time::Instant::now();
+            assert_err(
+                &bomb,
+                &format!(
+                    "document too large once aliases are expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+                ),
+            );
+            // Refused while walking, long before the whole expansion is visited.
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        }
+        // Ordinary anchors (a shared env list, a repeated value) still work.
+        let shared = GOOD.replace(
+            "    image: nginx\n",
+            "    image: nginx\n    env: &env\n    - name: A\n      value: &v \"one\"\n    - name: B\n      value: *v\n  - name: sidecar\n    image: nginx\n    env: *env\n",
+        );
+        let pod = decode(&shared).unwrap();
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.containers[1].env, spec.containers[0].env);
+        assert_eq!(
+            spec.containers[0].env.as_ref().unwrap()[1].value.as_deref(),
+            Some("one")
+        );
+    }
+
+    const BOMB_CHILD_ENV: &str = "OXLET_TEST_DECODE_FILE";
+
+    /// Peak or current resident set (`VmHWM:` / `VmRSS:`) in KiB.
+    fn vm_kib(key: &str) -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+        line[key.len()..]
+            .trim()
+            .trim_end_matches(" kB")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// The measuring half of `yaml_bomb_keeps_memory_flat`, run alone in a child
+    /// process so no other test's allocations count.
+    #[test]
+    #[ignore = "run by yaml_bomb_keeps_memory_flat in a child process"]
+    fn decode_peak_rss_child() {
+        let Ok(path) = std::env::var(BOMB_CHILD_ENV) else {
+            return;
+        };
+        let bytes = read_manifest(Path::new(&path)).unwrap();
+        // Reset the peak to the current RSS (Linux ≥ 4.0), then decode.
+        std::fs::write("/proc/self/clear_refs", "5").unwrap();
+        let before = vm_kib("VmRSS:");
+        let result = decode_static_pod(&bytes, Path::new(&path), NODE);
+        let peak = vm_kib("VmHWM:");
+        println!(
+            "DECODE ok={} growth_kib={} err={:?}",
+            result.is_ok(),
+            peak.saturating_sub(before),
+            result.err().map(|e| e.to_string())
+        );
+    }
+
+    /// Decodes `text` in a child process; (decoded fine, peak RSS growth in KiB).
+    fn decode_in_child(text: &str) -> (bool, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.yaml");
+        std::fs::write(&file, text).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "config::manifest::tests::decode_peak_rss_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(BOMB_CHILD_ENV, &file)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once("DECODE ").map(|(_, r)| r))
+            .unwrap_or_else(|| panic!("child printed no result: {stdout}"));
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .unwrap()
+                .to_string()
+        };
+        (
+            field("ok=") == "true",
+            field("growth_kib=").parse().unwrap(),
+        )
+    }
+
+    #[test]
+    fn yaml_bomb_keeps_memory_flat() {
+        // Control: the meter sees a plain 8 MiB value being decoded (copied into the
+        // generic value and the Pod), so a low reading below is not a blind meter.
+        let big = GOOD.replace(
+            "name: web\n",
+            &format!(
+                "name: web\n  annotations:\n    a: {}\n",
+                "y".repeat(8 << 20)
+            ),
+        );
+        let (ok, control_kib) = decode_in_child(&big);
+        assert!(ok, "an 8 MiB value without aliases is within the budget");
+        assert!(
+            control_kib > 8 * 1024,
+            "control grew only {control_kib} KiB"
+        );
+
+        // The bomb would expand to 200 MiB; it is refused with the peak barely moving.
+        let (ok, bomb_kib) = decode_in_child(&alias_bomb(&"x".repeat(512 * 1024), 400));
+        eprintln!("peak RSS growth: 8 MiB control {control_kib} KiB, 200 MiB bomb {bomb_kib} KiB");
+        assert!(!ok, "the bomb must be refused");
+        assert!(
+            bomb_kib < 16 * 1024,
+            "decoding the bomb grew RSS by {bomb_kib} KiB"
+        );
     }
 
     #[test]

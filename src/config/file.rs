@@ -26,16 +26,25 @@ const COALESCE: Duration = Duration::from_millis(1);
 /// First and maximum delay between attempts to set up the watch (kubelet: 1s → 20s).
 const WATCH_RETRY_MIN: Duration = Duration::from_secs(1);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(20);
+/// How soon a listing that failed (no descriptors, a stat error) is tried again.
+const SCAN_RETRY: Duration = Duration::from_secs(1);
 
 /// The pods defined at `path` for `node_name`: every good manifest, in file name
-/// order. Bad files are logged and skipped; a missing path is an empty set.
+/// order. Bad files are logged and skipped; a missing path is an empty set, and so
+/// is a path that cannot be listed at all (logged).
 pub fn list_manifests(path: &Path, node_name: &str) -> Vec<Pod> {
-    scan(
+    match scan(
         &normalize(path.to_path_buf()),
         node_name,
         &mut DecodeCache::default(),
-    )
-    .pods
+        true,
+    ) {
+        Ok(s) => s.pods,
+        Err(e) => {
+            warn!("{e}");
+            Vec::new()
+        }
+    }
 }
 
 /// What identifies one version of a file's content without reading it.
@@ -60,28 +69,90 @@ impl FileStamp {
     }
 }
 
-/// Decoded manifests by file, reused while a file is unchanged, so a burst of N new
-/// files costs N decodes rather than N² (every event relists the whole directory).
-/// A bad file is therefore reported once per change, not on every relist.
+/// What reading one manifest gave.
+enum Load {
+    Pod(Pod),
+    /// The file is there but defines no pod: decode, validation or a read error
+    /// about the file itself (logged).
+    Bad,
+    /// The read failed for a reason that says nothing about the file (no
+    /// descriptors, no memory; logged): its last pod stays.
+    Transient,
+    /// Removed between listing and reading.
+    Gone,
+}
+
+/// One manifest file's history across scans.
+#[derive(Debug, Default)]
+struct FileState {
+    /// The stamp and outcome of the last completed decode, reused while the file is
+    /// unchanged, so a burst of N new files costs N decodes rather than N² (every
+    /// event relists the whole directory) and a bad file is reported once per change.
+    decoded: Option<(FileStamp, Option<Pod>)>,
+    /// The pod the file last defined. Kept while the file is unreadable, and while
+    /// it is bad until a periodic relist confirms it (kubelet: a watch event that
+    /// fails to decode leaves the store alone; the periodic list replaces it).
+    current: Option<Pod>,
+    /// An earlier scan already found the file bad while it still had a pod.
+    bad_seen: bool,
+}
+
+/// Per-file state for the scans of one source.
 #[derive(Debug, Default)]
 struct DecodeCache {
-    files: std::collections::HashMap<PathBuf, (FileStamp, Option<Pod>)>,
+    files: std::collections::HashMap<PathBuf, FileState>,
 }
 
 impl DecodeCache {
-    fn load(&mut self, file: &Path, stamp: FileStamp, node_name: &str) -> Option<Pod> {
-        if let Some((s, pod)) = self.files.get(file)
-            && *s == stamp
-        {
-            return pod.clone();
+    /// The pod `file` contributes to this scan. `confirm` is set for periodic
+    /// relists: only they drop the pod of a file that an earlier scan found bad, so
+    /// a truncate-then-rewrite or a half-written file never removes a running pod.
+    fn pod(
+        &mut self,
+        file: &Path,
+        stamp: FileStamp,
+        node_name: &str,
+        confirm: bool,
+    ) -> Option<Pod> {
+        let state = self.files.entry(file.to_path_buf()).or_default();
+        let loaded = match &state.decoded {
+            Some((s, Some(pod))) if *s == stamp => Load::Pod(pod.clone()),
+            Some((s, None)) if *s == stamp => Load::Bad,
+            _ => load(file, node_name),
+        };
+        match loaded {
+            Load::Pod(pod) => {
+                state.decoded = Some((stamp, Some(pod.clone())));
+                state.current = Some(pod.clone());
+                state.bad_seen = false;
+                Some(pod)
+            }
+            Load::Bad => {
+                state.decoded = Some((stamp, None));
+                let prev = state.current.take()?;
+                if confirm && state.bad_seen {
+                    warn!(path = %file.display(), "static pod manifest is still bad at the periodic relist; removing its pod");
+                    state.bad_seen = false;
+                    return None;
+                }
+                if !state.bad_seen {
+                    info!(path = %file.display(), "keeping the pod of the bad static pod manifest until a periodic relist confirms it");
+                }
+                state.bad_seen = true;
+                state.current = Some(prev.clone());
+                Some(prev)
+            }
+            Load::Transient => state.current.clone(),
+            Load::Gone => {
+                state.current = None;
+                None
+            }
         }
-        let pod = load(file, node_name);
-        self.files.insert(file.to_path_buf(), (stamp, pod.clone()));
-        pod
     }
 }
 
 /// What one listing found.
+#[derive(Debug)]
 struct Scan {
     pods: Vec<Pod>,
     /// Manifest files considered (hidden files and subdirectories not counted).
@@ -89,7 +160,33 @@ struct Scan {
     missing: bool,
 }
 
-fn scan(path: &Path, node_name: &str, cache: &mut DecodeCache) -> Scan {
+/// Why a listing cannot be trusted; the source then keeps its last set (kubelet
+/// returns the error and leaves its store alone). Running out of descriptors must
+/// never look like an empty directory.
+#[derive(Debug, thiserror::Error)]
+enum ScanError {
+    #[error("cannot stat static pod path {}: {source}; keeping the last set of static pods", .path.display())]
+    Stat {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("static pod path {} is neither a directory nor a regular file; keeping the last set of static pods", .path.display())]
+    NotDirOrFile { path: PathBuf },
+    #[error("cannot list static pod directory {}: {source}; keeping the last set of static pods", .path.display())]
+    List {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn scan(
+    path: &Path,
+    node_name: &str,
+    cache: &mut DecodeCache,
+    confirm: bool,
+) -> Result<Scan, ScanError> {
     let mut out = Scan {
         pods: Vec::new(),
         files: 0,
@@ -99,38 +196,42 @@ fn scan(path: &Path, node_name: &str, cache: &mut DecodeCache) -> Scan {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             out.missing = true;
-            return out;
+            cache.files.clear();
+            return Ok(out);
         }
-        Err(e) => {
-            warn!(path = %path.display(), "cannot stat static pod path: {e}");
-            return out;
+        Err(source) => {
+            return Err(ScanError::Stat {
+                path: path.to_path_buf(),
+                source,
+            });
         }
     };
     if meta.is_file() {
         out.files = 1;
         out.pods
-            .extend(cache.load(path, FileStamp::of(&meta), node_name));
+            .extend(cache.pod(path, FileStamp::of(&meta), node_name, confirm));
         cache.files.retain(|f, _| f == path);
-        return out;
+        return Ok(out);
     }
     if !meta.is_dir() {
-        warn!(path = %path.display(), "static pod path is neither a directory nor a regular file");
-        return out;
+        return Err(ScanError::NotDirOrFile {
+            path: path.to_path_buf(),
+        });
     }
-    let entries = match std::fs::read_dir(path) {
-        Ok(e) => e,
-        Err(e) => {
-            warn!(path = %path.display(), "cannot list static pod directory: {e}");
-            return out;
-        }
+    let list_err = |source| ScanError::List {
+        path: path.to_path_buf(),
+        source,
     };
     // kubelet globs `[^.]*` and sorts: hidden files (editor swap files, our own
-    // temporaries) never count, and the order is stable.
-    let mut names: Vec<_> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.file_name())
-        .filter(|n| !n.as_encoded_bytes().starts_with(b"."))
-        .collect();
+    // temporaries) never count, and the order is stable. An error part-way through
+    // the listing fails the whole scan: a partial list would drop pods.
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(list_err)? {
+        let name = entry.map_err(list_err)?.file_name();
+        if !name.as_encoded_bytes().starts_with(b".") {
+            names.push(name);
+        }
+    }
     names.sort();
     let mut seen = std::collections::HashSet::new();
     for name in names {
@@ -140,7 +241,12 @@ fn scan(path: &Path, node_name: &str, cache: &mut DecodeCache) -> Scan {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
-                warn!(path = %file.display(), "skipping static pod manifest: cannot stat: {e}");
+                warn!(path = %file.display(), "cannot stat static pod manifest, keeping its last pod: {e}");
+                // A stat failure does not say the pod is gone.
+                if let Some(pod) = cache.files.get(&file).and_then(|s| s.current.clone()) {
+                    out.pods.push(pod);
+                }
+                seen.insert(file);
                 continue;
             }
         };
@@ -149,30 +255,34 @@ fn scan(path: &Path, node_name: &str, cache: &mut DecodeCache) -> Scan {
             continue;
         }
         if !meta.is_file() {
-            // A FIFO or socket would block or fail the read; say so instead.
+            // A FIFO would block a read and a device would never end; never open them.
             warn!(path = %file.display(), "skipping static pod manifest: not a regular file");
             continue;
         }
         out.files += 1;
         out.pods
-            .extend(cache.load(&file, FileStamp::of(&meta), node_name));
+            .extend(cache.pod(&file, FileStamp::of(&meta), node_name, confirm));
         seen.insert(file);
     }
     cache.files.retain(|f, _| seen.contains(f));
-    out
+    Ok(out)
 }
 
 /// One manifest file to a pod, or a logged reason why not.
-fn load(file: &Path, node_name: &str) -> Option<Pod> {
+fn load(file: &Path, node_name: &str) -> Load {
     let result = read_manifest(file).and_then(|bytes| decode_static_pod(&bytes, file, node_name));
     match result {
-        Ok(pod) => Some(pod),
+        Ok(pod) => Load::Pod(pod),
         // Removed between listing and reading: the next event relists.
-        Err(e) if e.is_not_found() => None,
+        Err(e) if e.is_not_found() => Load::Gone,
+        Err(e) if e.is_transient() => {
+            warn!("cannot read static pod manifest now, keeping its last pod: {e}");
+            Load::Transient
+        }
         Err(e) => {
             // The error names the file.
             warn!("skipping static pod manifest: {e}");
-            None
+            Load::Bad
         }
     }
 }
@@ -198,6 +308,8 @@ enum Reason {
     Inotify,
     Periodic,
     WatchEstablished,
+    /// The previous listing failed.
+    Retry,
 }
 
 impl Reason {
@@ -207,6 +319,7 @@ impl Reason {
             Reason::Inotify => "inotify",
             Reason::Periodic => "periodic",
             Reason::WatchEstablished => "watch-established",
+            Reason::Retry => "retry",
         }
     }
 }
@@ -396,50 +509,60 @@ pub async fn run_file_source(
     let mut cache = DecodeCache::default();
     loop {
         let started = std::time::Instant::now();
+        let confirm = matches!(reason, Reason::Periodic);
         let scanned = {
             let (path, node) = (path.clone(), node_name.clone());
             let task = tokio::task::spawn_blocking(move || {
-                let scanned = scan(&path, &node, &mut cache);
+                let scanned = scan(&path, &node, &mut cache, confirm);
                 (scanned, cache)
             });
             match task.await {
                 Ok((s, c)) => {
                     cache = c;
-                    s
+                    s.map_err(|e| e.to_string())
                 }
                 Err(e) => {
-                    warn!("static pod listing task failed: {e}");
+                    // The per-file history went with the task; the next scan rebuilds it.
                     cache = DecodeCache::default();
-                    Scan {
-                        pods: Vec::new(),
-                        files: 0,
-                        missing: false,
-                    }
+                    Err(format!(
+                        "static pod listing task failed: {e}; keeping the last set of static pods"
+                    ))
                 }
             }
         };
-        if scanned.missing != was_missing {
-            if scanned.missing {
-                info!(path = %path.display(), "static pod path does not exist (yet); no static pods");
-            } else if !matches!(reason, Reason::Initial) {
-                info!(path = %path.display(), "static pod path appeared");
+        // After a failed listing: when to try again (sooner than the periodic relist).
+        let mut retry_scan = None;
+        match scanned {
+            Err(e) => {
+                // No snapshot: the merger keeps the last set this source sent.
+                warn!(reason = reason.as_str(), "{e}");
+                retry_scan = Some(Instant::now() + SCAN_RETRY.min(period));
             }
-            was_missing = scanned.missing;
-        }
-        debug!(
-            reason = reason.as_str(),
-            files = scanned.files,
-            pods = scanned.pods.len(),
-            elapsed = ?started.elapsed(),
-            "relisted static pod path"
-        );
-        let snapshot = SourceSnapshot {
-            source: FILE_SOURCE,
-            pods: scanned.pods,
-        };
-        tokio::select! {
-            sent = tx.send(snapshot) => if sent.is_err() { return },
-            _ = cancel.cancelled() => return,
+            Ok(scanned) => {
+                if scanned.missing != was_missing {
+                    if scanned.missing {
+                        info!(path = %path.display(), "static pod path does not exist (yet); no static pods");
+                    } else if !matches!(reason, Reason::Initial) {
+                        info!(path = %path.display(), "static pod path appeared");
+                    }
+                    was_missing = scanned.missing;
+                }
+                debug!(
+                    reason = reason.as_str(),
+                    files = scanned.files,
+                    pods = scanned.pods.len(),
+                    elapsed = ?started.elapsed(),
+                    "relisted static pod path"
+                );
+                let snapshot = SourceSnapshot {
+                    source: FILE_SOURCE,
+                    pods: scanned.pods,
+                };
+                tokio::select! {
+                    sent = tx.send(snapshot) => if sent.is_err() { return },
+                    _ = cancel.cancelled() => return,
+                }
+            }
         }
 
         // The relist may have seen the directory appear, vanish or be replaced.
@@ -456,6 +579,12 @@ pub async fn run_file_source(
                 _ = cancel.cancelled() => return,
                 _ = tx.closed() => return,
                 _ = ticker.tick() => break Reason::Periodic,
+                _ = async {
+                    match retry_scan {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => break Reason::Retry,
                 Some(()) = event_rx.recv() => {
                     tokio::time::sleep(COALESCE).await;
                     while event_rx.try_recv().is_ok() {}
@@ -487,6 +616,10 @@ mod tests {
         )
     }
 
+    fn scan_ok(path: &Path, cache: &mut DecodeCache, confirm: bool) -> Scan {
+        scan(path, "n1", cache, confirm).expect("scan failed")
+    }
+
     fn names(pods: &[Pod]) -> Vec<String> {
         pods.iter()
             .map(|p| p.metadata.name.clone().unwrap_or_default())
@@ -513,7 +646,7 @@ mod tests {
 
         let pods = list_manifests(d, "n1");
         assert_eq!(names(&pods), ["alpha-n1", "bravo-n1", "zulu-n1"]);
-        let s = scan(d, "n1", &mut DecodeCache::default());
+        let s = scan_ok(d, &mut DecodeCache::default(), false);
         assert_eq!(s.files, 6);
         assert!(!s.missing);
     }
@@ -521,7 +654,7 @@ mod tests {
     #[test]
     fn missing_path_is_empty() {
         let dir = tempfile::tempdir().unwrap();
-        let s = scan(&dir.path().join("nope"), "n1", &mut DecodeCache::default());
+        let s = scan_ok(&dir.path().join("nope"), &mut DecodeCache::default(), false);
         assert!(s.pods.is_empty());
         assert!(s.missing);
     }
@@ -683,16 +816,16 @@ mod tests {
         let file = dir.path().join("a.yaml");
         std::fs::write(&file, manifest("a")).unwrap();
         let mut cache = DecodeCache::default();
-        let first = scan(dir.path(), "n1", &mut cache).pods;
+        let first = scan_ok(dir.path(), &mut cache, false).pods;
         assert_eq!(cache.files.len(), 1);
-        let again = scan(dir.path(), "n1", &mut cache).pods;
+        let again = scan_ok(dir.path(), &mut cache, false).pods;
         assert_eq!(first, again);
         // Same path, new content written in place (no rename): a new pod.
         std::fs::write(&file, manifest("a").replace("busybox:1.36", "busybox:1.37")).unwrap();
-        let edited = scan(dir.path(), "n1", &mut cache).pods;
+        let edited = scan_ok(dir.path(), &mut cache, false).pods;
         assert_ne!(edited[0].metadata.uid, first[0].metadata.uid);
         std::fs::remove_file(&file).unwrap();
-        assert!(scan(dir.path(), "n1", &mut cache).pods.is_empty());
+        assert!(scan_ok(dir.path(), &mut cache, false).pods.is_empty());
         assert!(cache.files.is_empty(), "forgotten files leave the cache");
     }
 }

@@ -44,6 +44,8 @@ pub enum ManifestError {
     },
     #[error("{}: manifest is larger than {max} bytes", .path.display())]
     TooLarge { path: PathBuf, max: usize },
+    #[error("{}: not a regular file (a FIFO, device or socket is never read)", .path.display())]
+    NotRegular { path: PathBuf },
     #[error("{}: {message}", .path.display())]
     Decode { path: PathBuf, message: String },
     #[error("{}: {field}: {reason}", .path.display())]
@@ -60,6 +62,7 @@ impl ManifestError {
         match self {
             ManifestError::Read { path, .. }
             | ManifestError::TooLarge { path, .. }
+            | ManifestError::NotRegular { path }
             | ManifestError::Decode { path, .. }
             | ManifestError::Invalid { path, .. } => path,
         }
@@ -69,15 +72,52 @@ impl ManifestError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, ManifestError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
+
+    /// Whether the failure says nothing about the file: the process or the system
+    /// ran out of descriptors or memory, or the read was interrupted. The file's last
+    /// pod must stay; a later read will tell.
+    pub fn is_transient(&self) -> bool {
+        use rustix::io::Errno;
+        let ManifestError::Read { source, .. } = self else {
+            return false;
+        };
+        source.raw_os_error().is_some_and(|raw| {
+            [
+                Errno::MFILE,
+                Errno::NFILE,
+                Errno::NOMEM,
+                Errno::AGAIN,
+                Errno::INTR,
+                Errno::NOBUFS,
+            ]
+            .iter()
+            .any(|e| e.raw_os_error() == raw)
+        })
+    }
 }
 
 /// Reads a manifest, refusing to read more than [`MAX_MANIFEST_BYTES`].
+///
+/// Bounded in time too: the open does not wait for a FIFO's writer or a device
+/// (`O_NONBLOCK`), and whatever was opened must be a regular file, checked on the
+/// open descriptor so a file swapped for a FIFO after the caller's stat is still caught.
 pub fn read_manifest(path: &Path) -> Result<Vec<u8>, ManifestError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let read_err = |source| ManifestError::Read {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read_err)?;
+    let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+        .map_err(read_err)?;
+    if !file.metadata().map_err(read_err)?.is_file() {
+        return Err(ManifestError::NotRegular {
+            path: path.to_path_buf(),
+        });
+    }
     let mut bytes = Vec::new();
     // One byte past the limit tells "exactly at the limit" from "over it".
     file.take(MAX_MANIFEST_BYTES as u64 + 1)
@@ -1464,6 +1504,43 @@ spec:
             bomb_kib < 16 * 1024,
             "decoding the bomb grew RSS by {bomb_kib} KiB"
         );
+    }
+
+    #[test]
+    fn fifos_and_devices_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.yaml");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let zero = dir.path().join("zero.yaml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        // In a thread: a blocking open of a FIFO without a writer would hang forever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let paths = [fifo.clone(), zero.clone()];
+        std::thread::spawn(move || {
+            for p in paths {
+                tx.send(read_manifest(&p).map(|_| ()).map_err(|e| e.to_string()))
+                    .unwrap();
+            }
+        });
+        for p in [fifo, zero] {
+            let got = rx
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .expect("read blocked");
+            assert_eq!(
+                got,
+                Err(format!(
+                    "{}: not a regular file (a FIFO, device or socket is never read)",
+                    p.display()
+                ))
+            );
+        }
     }
 
     #[test]

@@ -5,6 +5,12 @@
 //! bookkeeping would only add ways to be wrong. inotify (through `notify`) gives low
 //! latency; the periodic relist every `check_frequency` is the safety net for
 //! anything the watch misses or could not be set up for.
+//!
+//! A problem is never mistaken for "no pods": a listing that fails sends nothing
+//! (the last set stays), a file that cannot be read for lack of descriptors or
+//! memory keeps its pod, and a file that turns bad keeps its pod until a periodic
+//! relist finds it still bad (as kubelet, whose watch events leave the store alone
+//! on a decode error and whose periodic list replaces it).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
@@ -17,7 +23,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::manifest::{decode_static_pod, read_manifest};
+use super::manifest::{decode_static_pod, is_transient_io, read_manifest};
 use super::{FILE_SOURCE, SourceSnapshot};
 
 /// How long to wait after the first inotify event for the rest of its burst (an editor's
@@ -101,6 +107,8 @@ struct FileState {
 #[derive(Debug, Default)]
 struct DecodeCache {
     files: std::collections::HashMap<PathBuf, FileState>,
+    /// The current scan met a transient failure (see [`Load::Transient`]).
+    transient: bool,
 }
 
 impl DecodeCache {
@@ -120,16 +128,29 @@ impl DecodeCache {
             Some((s, None)) if *s == stamp => Load::Bad,
             _ => load(file, node_name),
         };
+        self.settle(file, Some(stamp), loaded, confirm)
+    }
+
+    /// Records what this scan found for `file` (`stamp`: None when it could not be
+    /// stat'ed) and returns the pod it contributes.
+    fn settle(
+        &mut self,
+        file: &Path,
+        stamp: Option<FileStamp>,
+        loaded: Load,
+        confirm: bool,
+    ) -> Option<Pod> {
+        let state = self.files.entry(file.to_path_buf()).or_default();
         match loaded {
             Load::Pod(pod) => {
                 let pod = *pod;
-                state.decoded = Some((stamp, Some(pod.clone())));
+                state.decoded = stamp.map(|s| (s, Some(pod.clone())));
                 state.current = Some(pod.clone());
                 state.bad_seen = false;
                 Some(pod)
             }
             Load::Bad => {
-                state.decoded = Some((stamp, None));
+                state.decoded = stamp.map(|s| (s, None));
                 let prev = state.current.take()?;
                 if confirm && state.bad_seen {
                     warn!(path = %file.display(), "static pod manifest is still bad at the periodic relist; removing its pod");
@@ -143,7 +164,10 @@ impl DecodeCache {
                 state.current = Some(prev.clone());
                 Some(prev)
             }
-            Load::Transient => state.current.clone(),
+            Load::Transient => {
+                self.transient = true;
+                state.current.clone()
+            }
             Load::Gone => {
                 state.current = None;
                 None
@@ -159,6 +183,8 @@ struct Scan {
     /// Manifest files considered (hidden files and subdirectories not counted).
     files: usize,
     missing: bool,
+    /// Some file could not be read for lack of resources: worth an early retry.
+    incomplete: bool,
 }
 
 /// Why a listing cannot be trusted; the source then keeps its last set (kubelet
@@ -182,7 +208,20 @@ enum ScanError {
     },
 }
 
+/// Lists `path` once (`confirm`: this is a periodic relist, see [`DecodeCache::pod`]).
 fn scan(
+    path: &Path,
+    node_name: &str,
+    cache: &mut DecodeCache,
+    confirm: bool,
+) -> Result<Scan, ScanError> {
+    cache.transient = false;
+    let mut out = scan_path(path, node_name, cache, confirm)?;
+    out.incomplete = cache.transient;
+    Ok(out)
+}
+
+fn scan_path(
     path: &Path,
     node_name: &str,
     cache: &mut DecodeCache,
@@ -192,6 +231,7 @@ fn scan(
         pods: Vec::new(),
         files: 0,
         missing: false,
+        incomplete: false,
     };
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
@@ -242,11 +282,15 @@ fn scan(
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
-                warn!(path = %file.display(), "cannot stat static pod manifest, keeping its last pod: {e}");
-                // A stat failure does not say the pod is gone.
-                if let Some(pod) = cache.files.get(&file).and_then(|s| s.current.clone()) {
-                    out.pods.push(pod);
-                }
+                // Like an unreadable file: out of resources keeps its pod, anything
+                // else (ELOOP, EACCES) is a bad file, kept until a periodic relist.
+                warn!(path = %file.display(), "cannot stat static pod manifest: {e}");
+                let loaded = if is_transient_io(&e) {
+                    Load::Transient
+                } else {
+                    Load::Bad
+                };
+                out.pods.extend(cache.settle(&file, None, loaded, confirm));
                 seen.insert(file);
                 continue;
             }
@@ -540,6 +584,10 @@ pub async fn run_file_source(
                 retry_scan = Some(Instant::now() + SCAN_RETRY.min(period));
             }
             Ok(scanned) => {
+                if scanned.incomplete {
+                    // A file could not be read for lack of resources: look again soon.
+                    retry_scan = Some(Instant::now() + SCAN_RETRY.min(period));
+                }
                 if scanned.missing != was_missing {
                     if scanned.missing {
                         info!(path = %path.display(), "static pod path does not exist (yet); no static pods");
@@ -863,6 +911,21 @@ mod tests {
         // A file bad from the start never had a pod to keep.
         std::fs::write(d.join("b.yaml"), "not: [a pod").unwrap();
         assert!(scan_ok(d, &mut cache, false).pods.is_empty());
+
+        // A file that cannot be stat'ed (here a symlink loop, ELOOP) is a bad file too.
+        std::fs::remove_file(d.join("b.yaml")).unwrap();
+        std::fs::write(&file, manifest("a")).unwrap();
+        assert_eq!(scan_ok(d, &mut cache, false).pods, good);
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(&file, &file).unwrap();
+        let s = scan_ok(d, &mut cache, false);
+        assert_eq!(s.pods, good);
+        assert!(
+            !s.incomplete,
+            "ELOOP is about the file, not a lack of resources"
+        );
+        // Seen bad by the relist above: the periodic relist confirms and drops it.
+        assert!(scan_ok(d, &mut cache, true).pods.is_empty());
     }
 
     #[test]
@@ -1064,7 +1127,7 @@ mod tests {
         println!(
             "EMFILE before={before} dir_error={} file_kept={} after={after}",
             dir_scan.is_err_and(|e| e.to_string().contains("Too many open files")),
-            one_during.is_ok_and(|s| s.pods == one_before && one_before.len() == 1),
+            one_during.is_ok_and(|s| s.pods == one_before && one_before.len() == 1 && s.incomplete),
         );
     }
 

@@ -73,27 +73,29 @@ impl ManifestError {
         matches!(self, ManifestError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 
-    /// Whether the failure says nothing about the file: the process or the system
-    /// ran out of descriptors or memory, or the read was interrupted. The file's last
-    /// pod must stay; a later read will tell.
+    /// Whether the failure says nothing about the file (see [`is_transient_io`]).
     pub fn is_transient(&self) -> bool {
-        use rustix::io::Errno;
-        let ManifestError::Read { source, .. } = self else {
-            return false;
-        };
-        source.raw_os_error().is_some_and(|raw| {
-            [
-                Errno::MFILE,
-                Errno::NFILE,
-                Errno::NOMEM,
-                Errno::AGAIN,
-                Errno::INTR,
-                Errno::NOBUFS,
-            ]
-            .iter()
-            .any(|e| e.raw_os_error() == raw)
-        })
+        matches!(self, ManifestError::Read { source, .. } if is_transient_io(source))
     }
+}
+
+/// Whether an I/O error says nothing about the file: the process or the system ran
+/// out of descriptors or memory, or the call was interrupted. A file's last pod must
+/// stay; a later read will tell.
+pub fn is_transient_io(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    e.raw_os_error().is_some_and(|raw| {
+        [
+            Errno::MFILE,
+            Errno::NFILE,
+            Errno::NOMEM,
+            Errno::AGAIN,
+            Errno::INTR,
+            Errno::NOBUFS,
+        ]
+        .iter()
+        .any(|e| e.raw_os_error() == raw)
+    })
 }
 
 /// Reads a manifest, refusing to read more than [`MAX_MANIFEST_BYTES`].

@@ -62,7 +62,11 @@ async fn yaml_alias_bomb_is_refused_and_memory_stays_flat() {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bomb\n  annotations:\n    a: &w {wide}\nspec:\n  containers:\n  - name: main\n    image: localhost/oxlet/busybox:1\n    imagePullPolicy: IfNotPresent\n    args: [{refs}x]\n"
     );
     write_manifest(&ox.manifests, "bomb.yaml", &bomb);
-    wait_for_log(&ox, &["bomb.yaml", "aliases are expanded"]).await;
+    wait_for_log(
+        &ox,
+        &["bomb.yaml", "document too large with aliases expanded"],
+    )
+    .await;
 
     // The source lives on: a pod added afterwards starts.
     write_manifest(

@@ -222,6 +222,14 @@ fn as_text(bytes: &[u8]) -> Result<&str, String> {
 /// messages), then decodes the typed Pod from the text so type errors keep line/column.
 fn parse_pod(text: &str) -> Result<Pod, ParseError> {
     if text.trim_start().starts_with('{') {
+        // JSON has no aliases, but the same node budget bounds the generic value.
+        let mut json = serde_json::Deserializer::from_str(text);
+        if let Err(e) =
+            serde::de::DeserializeSeed::deserialize(Walk(&ExpansionBudget::new()), &mut json)
+            && e.classify() == serde_json::error::Category::Data
+        {
+            return Err(ParseError::Decode(format!("invalid JSON: {e}")));
+        }
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(value) => {
                 check_kind(&value)?;
@@ -291,10 +299,7 @@ pub const MAX_EXPANDED_NODES: usize = 1_000_000;
 /// is built (serde_yaml_ng only limits how many aliases are followed, not how much
 /// each one expands to). Time is bounded too: every step costs budget.
 fn check_expansion(text: &str) -> Result<(), ParseError> {
-    let budget = ExpansionBudget {
-        bytes: std::cell::Cell::new(MAX_EXPANDED_BYTES),
-        nodes: std::cell::Cell::new(MAX_EXPANDED_NODES),
-    };
+    let budget = ExpansionBudget::new();
     for doc in serde_yaml_ng::Deserializer::from_str(text) {
         serde::de::DeserializeSeed::deserialize(Walk(&budget), doc)
             .map_err(|e| ParseError::Decode(format!("invalid YAML: {e}")))?;
@@ -305,6 +310,15 @@ fn check_expansion(text: &str) -> Result<(), ParseError> {
 struct ExpansionBudget {
     bytes: std::cell::Cell<usize>,
     nodes: std::cell::Cell<usize>,
+}
+
+impl ExpansionBudget {
+    fn new() -> Self {
+        ExpansionBudget {
+            bytes: std::cell::Cell::new(MAX_EXPANDED_BYTES),
+            nodes: std::cell::Cell::new(MAX_EXPANDED_NODES),
+        }
+    }
 }
 
 /// A serde seed and visitor that only counts (see [`check_expansion`]).
@@ -327,7 +341,7 @@ impl Walk<'_> {
                 Ok(())
             }
             _ => Err(E::custom(format_args!(
-                "document too large once aliases are expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+                "document too large with aliases expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
             ))),
         }
     }
@@ -1391,7 +1405,7 @@ spec:
             assert_err(
                 &bomb,
                 &format!(
-                    "document too large once aliases are expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+                    "document too large with aliases expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
                 ),
             );
             // Refused while walking, long before the whole expansion is visited.
@@ -1409,6 +1423,28 @@ spec:
             spec.containers[0].env.as_ref().unwrap()[1].value.as_deref(),
             Some("one")
         );
+    }
+
+    #[test]
+    fn node_budget_bounds_json_and_plain_yaml_too() {
+        // 1.1M tiny nodes in ~3.3 MB: within the file limit, past the node budget.
+        let many = "0,".repeat(1_100_000);
+        let json = format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"x\"}},\"spec\":{{\"containers\":[{{\"name\":\"c\",\"image\":\"i\",\"args\":[{many}0]}}]}}}}"
+        );
+        assert_err(
+            &json,
+            &format!(
+                "invalid JSON: document too large with aliases expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+            ),
+        );
+        assert_err(
+            &with_container_lines(&format!("    args: [{many}0]\n")),
+            "document too large with aliases expanded",
+        );
+        // Just under: fine.
+        let fewer = "0,".repeat(900_000);
+        assert!(decode(&with_container_lines(&format!("    args: [{fewer}0]\n"))).is_ok());
     }
 
     const BOMB_CHILD_ENV: &str = "OXLET_TEST_DECODE_FILE";

@@ -5,6 +5,12 @@
 //! bookkeeping would only add ways to be wrong. inotify (through `notify`) gives low
 //! latency; the periodic relist every `check_frequency` is the safety net for
 //! anything the watch misses or could not be set up for.
+//!
+//! A problem is never mistaken for "no pods": a listing that fails sends nothing
+//! (the last set stays), a file that cannot be read for lack of descriptors or
+//! memory keeps its pod, and a file that turns bad keeps its pod until a periodic
+//! relist finds it still bad (as kubelet, whose watch events leave the store alone
+//! on a decode error and whose periodic list replaces it).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
@@ -17,7 +23,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::manifest::{decode_static_pod, read_manifest};
+use super::manifest::{decode_static_pod, is_transient_io, read_manifest};
 use super::{FILE_SOURCE, SourceSnapshot};
 
 /// How long to wait after the first inotify event for the rest of its burst (an editor's
@@ -26,16 +32,25 @@ const COALESCE: Duration = Duration::from_millis(1);
 /// First and maximum delay between attempts to set up the watch (kubelet: 1s → 20s).
 const WATCH_RETRY_MIN: Duration = Duration::from_secs(1);
 const WATCH_RETRY_MAX: Duration = Duration::from_secs(20);
+/// How soon a listing that failed (no descriptors, a stat error) is tried again.
+const SCAN_RETRY: Duration = Duration::from_secs(1);
 
 /// The pods defined at `path` for `node_name`: every good manifest, in file name
-/// order. Bad files are logged and skipped; a missing path is an empty set.
+/// order. Bad files are logged and skipped; a missing path is an empty set, and so
+/// is a path that cannot be listed at all (logged).
 pub fn list_manifests(path: &Path, node_name: &str) -> Vec<Pod> {
-    scan(
+    match scan(
         &normalize(path.to_path_buf()),
         node_name,
         &mut DecodeCache::default(),
-    )
-    .pods
+        true,
+    ) {
+        Ok(s) => s.pods,
+        Err(e) => {
+            warn!("{e}");
+            Vec::new()
+        }
+    }
 }
 
 /// What identifies one version of a file's content without reading it.
@@ -60,77 +75,204 @@ impl FileStamp {
     }
 }
 
-/// Decoded manifests by file, reused while a file is unchanged, so a burst of N new
-/// files costs N decodes rather than N² (every event relists the whole directory).
-/// A bad file is therefore reported once per change, not on every relist.
+/// What reading one manifest gave.
+enum Load {
+    Pod(Box<Pod>),
+    /// The file is there but defines no pod: decode, validation or a read error
+    /// about the file itself (logged).
+    Bad,
+    /// The read failed for a reason that says nothing about the file (no
+    /// descriptors, no memory; logged): its last pod stays.
+    Transient,
+    /// Removed between listing and reading.
+    Gone,
+}
+
+/// One manifest file's history across scans.
+#[derive(Debug, Default)]
+struct FileState {
+    /// The stamp and outcome of the last completed decode, reused while the file is
+    /// unchanged, so a burst of N new files costs N decodes rather than N² (every
+    /// event relists the whole directory) and a bad file is reported once per change.
+    decoded: Option<(FileStamp, Option<Pod>)>,
+    /// The pod the file last defined. Kept while the file is unreadable, and while
+    /// it is bad until a periodic relist confirms it (kubelet: a watch event that
+    /// fails to decode leaves the store alone; the periodic list replaces it).
+    current: Option<Pod>,
+    /// An earlier scan already found the file bad while it still had a pod.
+    bad_seen: bool,
+}
+
+/// Per-file state for the scans of one source.
 #[derive(Debug, Default)]
 struct DecodeCache {
-    files: std::collections::HashMap<PathBuf, (FileStamp, Option<Pod>)>,
+    files: std::collections::HashMap<PathBuf, FileState>,
+    /// The current scan met a transient failure (see [`Load::Transient`]).
+    transient: bool,
 }
 
 impl DecodeCache {
-    fn load(&mut self, file: &Path, stamp: FileStamp, node_name: &str) -> Option<Pod> {
-        if let Some((s, pod)) = self.files.get(file)
-            && *s == stamp
-        {
-            return pod.clone();
+    /// The pod `file` contributes to this scan. `confirm` is set for periodic
+    /// relists: only they drop the pod of a file that an earlier scan found bad, so
+    /// a truncate-then-rewrite or a half-written file never removes a running pod.
+    fn pod(
+        &mut self,
+        file: &Path,
+        stamp: FileStamp,
+        node_name: &str,
+        confirm: bool,
+    ) -> Option<Pod> {
+        let state = self.files.entry(file.to_path_buf()).or_default();
+        let loaded = match &state.decoded {
+            Some((s, Some(pod))) if *s == stamp => Load::Pod(Box::new(pod.clone())),
+            Some((s, None)) if *s == stamp => Load::Bad,
+            _ => load(file, node_name),
+        };
+        self.settle(file, Some(stamp), loaded, confirm)
+    }
+
+    /// Records what this scan found for `file` (`stamp`: None when it could not be
+    /// stat'ed) and returns the pod it contributes.
+    fn settle(
+        &mut self,
+        file: &Path,
+        stamp: Option<FileStamp>,
+        loaded: Load,
+        confirm: bool,
+    ) -> Option<Pod> {
+        let state = self.files.entry(file.to_path_buf()).or_default();
+        match loaded {
+            Load::Pod(pod) => {
+                let pod = *pod;
+                state.decoded = stamp.map(|s| (s, Some(pod.clone())));
+                state.current = Some(pod.clone());
+                state.bad_seen = false;
+                Some(pod)
+            }
+            Load::Bad => {
+                state.decoded = stamp.map(|s| (s, None));
+                let prev = state.current.take()?;
+                if confirm && state.bad_seen {
+                    warn!(path = %file.display(), "static pod manifest is still bad at the periodic relist; removing its pod");
+                    state.bad_seen = false;
+                    return None;
+                }
+                if !state.bad_seen {
+                    info!(path = %file.display(), "keeping the pod of the bad static pod manifest until a periodic relist confirms it");
+                }
+                state.bad_seen = true;
+                state.current = Some(prev.clone());
+                Some(prev)
+            }
+            Load::Transient => {
+                self.transient = true;
+                state.current.clone()
+            }
+            Load::Gone => {
+                state.current = None;
+                None
+            }
         }
-        let pod = load(file, node_name);
-        self.files.insert(file.to_path_buf(), (stamp, pod.clone()));
-        pod
     }
 }
 
 /// What one listing found.
+#[derive(Debug)]
 struct Scan {
     pods: Vec<Pod>,
     /// Manifest files considered (hidden files and subdirectories not counted).
     files: usize,
     missing: bool,
+    /// Some file could not be read for lack of resources: worth an early retry.
+    incomplete: bool,
 }
 
-fn scan(path: &Path, node_name: &str, cache: &mut DecodeCache) -> Scan {
+/// Why a listing cannot be trusted; the source then keeps its last set (kubelet
+/// returns the error and leaves its store alone). Running out of descriptors must
+/// never look like an empty directory.
+#[derive(Debug, thiserror::Error)]
+enum ScanError {
+    #[error("cannot stat static pod path {}: {source}; keeping the last set of static pods", .path.display())]
+    Stat {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("static pod path {} is neither a directory nor a regular file; keeping the last set of static pods", .path.display())]
+    NotDirOrFile { path: PathBuf },
+    #[error("cannot list static pod directory {}: {source}; keeping the last set of static pods", .path.display())]
+    List {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Lists `path` once (`confirm`: this is a periodic relist, see [`DecodeCache::pod`]).
+fn scan(
+    path: &Path,
+    node_name: &str,
+    cache: &mut DecodeCache,
+    confirm: bool,
+) -> Result<Scan, ScanError> {
+    cache.transient = false;
+    let mut out = scan_path(path, node_name, cache, confirm)?;
+    out.incomplete = cache.transient;
+    Ok(out)
+}
+
+fn scan_path(
+    path: &Path,
+    node_name: &str,
+    cache: &mut DecodeCache,
+    confirm: bool,
+) -> Result<Scan, ScanError> {
     let mut out = Scan {
         pods: Vec::new(),
         files: 0,
         missing: false,
+        incomplete: false,
     };
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             out.missing = true;
-            return out;
+            cache.files.clear();
+            return Ok(out);
         }
-        Err(e) => {
-            warn!(path = %path.display(), "cannot stat static pod path: {e}");
-            return out;
+        Err(source) => {
+            return Err(ScanError::Stat {
+                path: path.to_path_buf(),
+                source,
+            });
         }
     };
     if meta.is_file() {
         out.files = 1;
         out.pods
-            .extend(cache.load(path, FileStamp::of(&meta), node_name));
+            .extend(cache.pod(path, FileStamp::of(&meta), node_name, confirm));
         cache.files.retain(|f, _| f == path);
-        return out;
+        return Ok(out);
     }
     if !meta.is_dir() {
-        warn!(path = %path.display(), "static pod path is neither a directory nor a regular file");
-        return out;
+        return Err(ScanError::NotDirOrFile {
+            path: path.to_path_buf(),
+        });
     }
-    let entries = match std::fs::read_dir(path) {
-        Ok(e) => e,
-        Err(e) => {
-            warn!(path = %path.display(), "cannot list static pod directory: {e}");
-            return out;
-        }
+    let list_err = |source| ScanError::List {
+        path: path.to_path_buf(),
+        source,
     };
     // kubelet globs `[^.]*` and sorts: hidden files (editor swap files, our own
-    // temporaries) never count, and the order is stable.
-    let mut names: Vec<_> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.file_name())
-        .filter(|n| !n.as_encoded_bytes().starts_with(b"."))
-        .collect();
+    // temporaries) never count, and the order is stable. An error part-way through
+    // the listing fails the whole scan: a partial list would drop pods.
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(list_err)? {
+        let name = entry.map_err(list_err)?.file_name();
+        if !name.as_encoded_bytes().starts_with(b".") {
+            names.push(name);
+        }
+    }
     names.sort();
     let mut seen = std::collections::HashSet::new();
     for name in names {
@@ -140,7 +282,16 @@ fn scan(path: &Path, node_name: &str, cache: &mut DecodeCache) -> Scan {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
-                warn!(path = %file.display(), "skipping static pod manifest: cannot stat: {e}");
+                // Like an unreadable file: out of resources keeps its pod, anything
+                // else (ELOOP, EACCES) is a bad file, kept until a periodic relist.
+                warn!(path = %file.display(), "cannot stat static pod manifest: {e}");
+                let loaded = if is_transient_io(&e) {
+                    Load::Transient
+                } else {
+                    Load::Bad
+                };
+                out.pods.extend(cache.settle(&file, None, loaded, confirm));
+                seen.insert(file);
                 continue;
             }
         };
@@ -149,30 +300,34 @@ fn scan(path: &Path, node_name: &str, cache: &mut DecodeCache) -> Scan {
             continue;
         }
         if !meta.is_file() {
-            // A FIFO or socket would block or fail the read; say so instead.
+            // A FIFO would block a read and a device would never end; never open them.
             warn!(path = %file.display(), "skipping static pod manifest: not a regular file");
             continue;
         }
         out.files += 1;
         out.pods
-            .extend(cache.load(&file, FileStamp::of(&meta), node_name));
+            .extend(cache.pod(&file, FileStamp::of(&meta), node_name, confirm));
         seen.insert(file);
     }
     cache.files.retain(|f, _| seen.contains(f));
-    out
+    Ok(out)
 }
 
 /// One manifest file to a pod, or a logged reason why not.
-fn load(file: &Path, node_name: &str) -> Option<Pod> {
+fn load(file: &Path, node_name: &str) -> Load {
     let result = read_manifest(file).and_then(|bytes| decode_static_pod(&bytes, file, node_name));
     match result {
-        Ok(pod) => Some(pod),
+        Ok(pod) => Load::Pod(Box::new(pod)),
         // Removed between listing and reading: the next event relists.
-        Err(e) if e.is_not_found() => None,
+        Err(e) if e.is_not_found() => Load::Gone,
+        Err(e) if e.is_transient() => {
+            warn!("cannot read static pod manifest now, keeping its last pod: {e}");
+            Load::Transient
+        }
         Err(e) => {
             // The error names the file.
             warn!("skipping static pod manifest: {e}");
-            None
+            Load::Bad
         }
     }
 }
@@ -198,6 +353,8 @@ enum Reason {
     Inotify,
     Periodic,
     WatchEstablished,
+    /// The previous listing failed.
+    Retry,
 }
 
 impl Reason {
@@ -207,6 +364,7 @@ impl Reason {
             Reason::Inotify => "inotify",
             Reason::Periodic => "periodic",
             Reason::WatchEstablished => "watch-established",
+            Reason::Retry => "retry",
         }
     }
 }
@@ -396,50 +554,64 @@ pub async fn run_file_source(
     let mut cache = DecodeCache::default();
     loop {
         let started = std::time::Instant::now();
+        let confirm = matches!(reason, Reason::Periodic);
         let scanned = {
             let (path, node) = (path.clone(), node_name.clone());
             let task = tokio::task::spawn_blocking(move || {
-                let scanned = scan(&path, &node, &mut cache);
+                let scanned = scan(&path, &node, &mut cache, confirm);
                 (scanned, cache)
             });
             match task.await {
                 Ok((s, c)) => {
                     cache = c;
-                    s
+                    s.map_err(|e| e.to_string())
                 }
                 Err(e) => {
-                    warn!("static pod listing task failed: {e}");
+                    // The per-file history went with the task; the next scan rebuilds it.
                     cache = DecodeCache::default();
-                    Scan {
-                        pods: Vec::new(),
-                        files: 0,
-                        missing: false,
-                    }
+                    Err(format!(
+                        "static pod listing task failed: {e}; keeping the last set of static pods"
+                    ))
                 }
             }
         };
-        if scanned.missing != was_missing {
-            if scanned.missing {
-                info!(path = %path.display(), "static pod path does not exist (yet); no static pods");
-            } else if !matches!(reason, Reason::Initial) {
-                info!(path = %path.display(), "static pod path appeared");
+        // After a failed listing: when to try again (sooner than the periodic relist).
+        let mut retry_scan = None;
+        match scanned {
+            Err(e) => {
+                // No snapshot: the merger keeps the last set this source sent.
+                warn!(reason = reason.as_str(), "{e}");
+                retry_scan = Some(Instant::now() + SCAN_RETRY.min(period));
             }
-            was_missing = scanned.missing;
-        }
-        debug!(
-            reason = reason.as_str(),
-            files = scanned.files,
-            pods = scanned.pods.len(),
-            elapsed = ?started.elapsed(),
-            "relisted static pod path"
-        );
-        let snapshot = SourceSnapshot {
-            source: FILE_SOURCE,
-            pods: scanned.pods,
-        };
-        tokio::select! {
-            sent = tx.send(snapshot) => if sent.is_err() { return },
-            _ = cancel.cancelled() => return,
+            Ok(scanned) => {
+                if scanned.incomplete {
+                    // A file could not be read for lack of resources: look again soon.
+                    retry_scan = Some(Instant::now() + SCAN_RETRY.min(period));
+                }
+                if scanned.missing != was_missing {
+                    if scanned.missing {
+                        info!(path = %path.display(), "static pod path does not exist (yet); no static pods");
+                    } else if !matches!(reason, Reason::Initial) {
+                        info!(path = %path.display(), "static pod path appeared");
+                    }
+                    was_missing = scanned.missing;
+                }
+                debug!(
+                    reason = reason.as_str(),
+                    files = scanned.files,
+                    pods = scanned.pods.len(),
+                    elapsed = ?started.elapsed(),
+                    "relisted static pod path"
+                );
+                let snapshot = SourceSnapshot {
+                    source: FILE_SOURCE,
+                    pods: scanned.pods,
+                };
+                tokio::select! {
+                    sent = tx.send(snapshot) => if sent.is_err() { return },
+                    _ = cancel.cancelled() => return,
+                }
+            }
         }
 
         // The relist may have seen the directory appear, vanish or be replaced.
@@ -456,6 +628,12 @@ pub async fn run_file_source(
                 _ = cancel.cancelled() => return,
                 _ = tx.closed() => return,
                 _ = ticker.tick() => break Reason::Periodic,
+                _ = async {
+                    match retry_scan {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => break Reason::Retry,
                 Some(()) = event_rx.recv() => {
                     tokio::time::sleep(COALESCE).await;
                     while event_rx.try_recv().is_ok() {}
@@ -487,6 +665,10 @@ mod tests {
         )
     }
 
+    fn scan_ok(path: &Path, cache: &mut DecodeCache, confirm: bool) -> Scan {
+        scan(path, "n1", cache, confirm).expect("scan failed")
+    }
+
     fn names(pods: &[Pod]) -> Vec<String> {
         pods.iter()
             .map(|p| p.metadata.name.clone().unwrap_or_default())
@@ -513,7 +695,7 @@ mod tests {
 
         let pods = list_manifests(d, "n1");
         assert_eq!(names(&pods), ["alpha-n1", "bravo-n1", "zulu-n1"]);
-        let s = scan(d, "n1", &mut DecodeCache::default());
+        let s = scan_ok(d, &mut DecodeCache::default(), false);
         assert_eq!(s.files, 6);
         assert!(!s.missing);
     }
@@ -521,7 +703,7 @@ mod tests {
     #[test]
     fn missing_path_is_empty() {
         let dir = tempfile::tempdir().unwrap();
-        let s = scan(&dir.path().join("nope"), "n1", &mut DecodeCache::default());
+        let s = scan_ok(&dir.path().join("nope"), &mut DecodeCache::default(), false);
         assert!(s.pods.is_empty());
         assert!(s.missing);
     }
@@ -683,16 +865,303 @@ mod tests {
         let file = dir.path().join("a.yaml");
         std::fs::write(&file, manifest("a")).unwrap();
         let mut cache = DecodeCache::default();
-        let first = scan(dir.path(), "n1", &mut cache).pods;
+        let first = scan_ok(dir.path(), &mut cache, false).pods;
         assert_eq!(cache.files.len(), 1);
-        let again = scan(dir.path(), "n1", &mut cache).pods;
+        let again = scan_ok(dir.path(), &mut cache, false).pods;
         assert_eq!(first, again);
         // Same path, new content written in place (no rename): a new pod.
         std::fs::write(&file, manifest("a").replace("busybox:1.36", "busybox:1.37")).unwrap();
-        let edited = scan(dir.path(), "n1", &mut cache).pods;
+        let edited = scan_ok(dir.path(), &mut cache, false).pods;
         assert_ne!(edited[0].metadata.uid, first[0].metadata.uid);
         std::fs::remove_file(&file).unwrap();
-        assert!(scan(dir.path(), "n1", &mut cache).pods.is_empty());
+        assert!(scan_ok(dir.path(), &mut cache, false).pods.is_empty());
         assert!(cache.files.is_empty(), "forgotten files leave the cache");
+    }
+
+    fn uids(pods: &[Pod]) -> Vec<String> {
+        pods.iter().map(|p| pod_uid(p).to_string()).collect()
+    }
+
+    #[test]
+    fn bad_edit_keeps_the_pod_until_a_periodic_relist_confirms() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let file = d.join("a.yaml");
+        std::fs::write(&file, manifest("a")).unwrap();
+        let mut cache = DecodeCache::default();
+        let good = scan_ok(d, &mut cache, false).pods;
+        assert_eq!(names(&good), ["a-n1"]);
+
+        // An event-driven relist sees the bad edit: the previous pod stays.
+        std::fs::write(&file, "kind: Pod\napiVersion: v1\nmetadata: [").unwrap();
+        assert_eq!(scan_ok(d, &mut cache, false).pods, good);
+        assert_eq!(scan_ok(d, &mut cache, false).pods, good);
+        // The periodic relist confirms it is still bad: now it goes.
+        assert!(scan_ok(d, &mut cache, true).pods.is_empty());
+        assert!(scan_ok(d, &mut cache, false).pods.is_empty());
+
+        // Fixed, then broken again and first seen by a periodic relist: that one
+        // keeps the pod, the next periodic relist drops it.
+        std::fs::write(&file, manifest("a")).unwrap();
+        assert_eq!(scan_ok(d, &mut cache, false).pods, good);
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(scan_ok(d, &mut cache, true).pods, good);
+        assert!(scan_ok(d, &mut cache, true).pods.is_empty());
+
+        // A file bad from the start never had a pod to keep.
+        std::fs::write(d.join("b.yaml"), "not: [a pod").unwrap();
+        assert!(scan_ok(d, &mut cache, false).pods.is_empty());
+
+        // A file that cannot be stat'ed (here a symlink loop, ELOOP) is a bad file too.
+        std::fs::remove_file(d.join("b.yaml")).unwrap();
+        std::fs::write(&file, manifest("a")).unwrap();
+        assert_eq!(scan_ok(d, &mut cache, false).pods, good);
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(&file, &file).unwrap();
+        let s = scan_ok(d, &mut cache, false);
+        assert_eq!(s.pods, good);
+        assert!(
+            !s.incomplete,
+            "ELOOP is about the file, not a lack of resources"
+        );
+        // Seen bad by the relist above: the periodic relist confirms and drops it.
+        assert!(scan_ok(d, &mut cache, true).pods.is_empty());
+    }
+
+    #[test]
+    fn listing_errors_are_errors_not_empty_sets() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("manifests");
+        // A symlink loop: stat fails with ELOOP, which is not "not found".
+        std::os::unix::fs::symlink(&d, &d).unwrap();
+        let err = scan(&d, "n1", &mut DecodeCache::default(), true).unwrap_err();
+        assert!(matches!(err, ScanError::Stat { .. }), "{err}");
+        assert!(err.to_string().contains("keeping the last set"), "{err}");
+        // Neither a directory nor a file.
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let err = scan(&fifo, "n1", &mut DecodeCache::default(), true).unwrap_err();
+        assert!(matches!(err, ScanError::NotDirOrFile { .. }), "{err}");
+    }
+
+    fn mkfifo(path: &Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stat_error_on_the_path_keeps_the_last_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("manifests");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("a.yaml"), manifest("a")).unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run_file_source(
+            d.clone(),
+            Duration::from_millis(50),
+            "n1".into(),
+            tx,
+            cancel.clone(),
+        ));
+        wait_for(&mut rx, &["a-n1"]).await;
+
+        // The path becomes a symlink loop (ELOOP): several periodic relists fail,
+        // and none of them may send anything but the last set.
+        std::fs::rename(&d, dir.path().join("away")).unwrap();
+        std::os::unix::fs::symlink(&d, &d).unwrap();
+        let until = tokio::time::Instant::now() + Duration::from_millis(600);
+        while let Ok(Some(s)) = tokio::time::timeout_at(until, rx.recv()).await {
+            assert_eq!(names(&s.pods), ["a-n1"], "a failed listing changed the set");
+        }
+
+        std::fs::remove_file(&d).unwrap();
+        std::fs::rename(dir.path().join("away"), &d).unwrap();
+        std::fs::write(d.join("b.yaml"), manifest("b")).unwrap();
+        wait_for(&mut rx, &["a-n1", "b-n1"]).await;
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn truncate_then_rewrite_of_identical_content_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.yaml");
+        std::fs::write(&file, manifest("a")).unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        // A long period: every relist below is inotify-driven (non-confirming).
+        let task = tokio::spawn(run_file_source(
+            dir.path().to_path_buf(),
+            Duration::from_secs(600),
+            "n1".into(),
+            tx,
+            cancel.clone(),
+        ));
+        let first = next(&mut rx, Duration::from_secs(5)).await.pods;
+        assert_eq!(names(&first), ["a-n1"]);
+
+        // As `cat > file` or a config tool does: truncate, pause, write the same bytes.
+        drop(std::fs::File::create(&file).unwrap());
+        // The truncation is seen (a relist happens) and changes nothing.
+        let during = next(&mut rx, Duration::from_secs(5)).await.pods;
+        assert_eq!(uids(&during), uids(&first));
+        std::fs::write(&file, manifest("a")).unwrap();
+        let mut after = 0;
+        while let Ok(Some(s)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+            assert_eq!(s.pods, first, "the rewrite changed the pod");
+            after += 1;
+        }
+        assert!(after >= 1, "the rewrite was not relisted");
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fifo_and_device_links_never_freeze_the_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        mkfifo(&d.join("a-fifo.yaml"));
+        std::os::unix::fs::symlink("/dev/zero", d.join("b-zero.yaml")).unwrap();
+        std::os::unix::fs::symlink("/dev/urandom", d.join("c-urandom.yaml")).unwrap();
+        std::fs::write(d.join("d.yaml"), manifest("good")).unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run_file_source(
+            d.to_path_buf(),
+            Duration::from_millis(100),
+            "n1".into(),
+            tx,
+            cancel.clone(),
+        ));
+        let took = wait_for(&mut rx, &["good-n1"]).await;
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+        // And it keeps relisting: periodic snapshots keep coming with the good pod.
+        for _ in 0..3 {
+            let s = next(&mut rx, Duration::from_secs(2)).await;
+            assert_eq!(names(&s.pods), ["good-n1"]);
+        }
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    const EMFILE_CHILD_ENV: &str = "OXLET_TEST_EMFILE_DIR";
+
+    /// Opens /dev/null until the process runs out of descriptors; the files free them.
+    fn exhaust_descriptors() -> Vec<std::fs::File> {
+        let mut held = Vec::new();
+        loop {
+            match std::fs::File::open("/dev/null") {
+                Ok(f) => held.push(f),
+                Err(e) => {
+                    assert_eq!(
+                        e.raw_os_error(),
+                        Some(rustix::io::Errno::MFILE.raw_os_error())
+                    );
+                    return held;
+                }
+            }
+        }
+    }
+
+    /// Makes every manifest look changed, so the next scan must read it again.
+    fn touch_all(d: &Path) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            let text = std::fs::read(&p).unwrap();
+            std::fs::write(&p, text).unwrap();
+        }
+    }
+
+    /// The half of `emfile_never_empties_the_set` that runs with a low descriptor
+    /// limit, alone in a child process.
+    #[test]
+    #[ignore = "run by emfile_never_empties_the_set in a child process"]
+    fn emfile_child() {
+        let Ok(d) = std::env::var(EMFILE_CHILD_ENV) else {
+            return;
+        };
+        let d = PathBuf::from(d);
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let hard = getrlimit(Resource::Nofile).maximum;
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(64),
+                maximum: hard,
+            },
+        )
+        .unwrap();
+
+        let mut cache = DecodeCache::default();
+        let before = scan_ok(&d, &mut cache, true).pods.len();
+        touch_all(&d);
+        let held = exhaust_descriptors();
+        // The directory cannot even be opened: an error, not an empty set.
+        let dir_scan = scan(&d, "n1", &mut cache, true);
+        // One file as the path: it cannot be opened for reading; its pod stays.
+        let one = d.join("m00.yaml");
+        let mut one_cache = DecodeCache::default();
+        drop(held);
+        let one_before = scan_ok(&one, &mut one_cache, true).pods;
+        touch_all(&d);
+        let held = exhaust_descriptors();
+        // Two periodic relists: a bad file would lose its pod at the second one.
+        let _ = scan(&one, "n1", &mut one_cache, true);
+        let one_during = scan(&one, "n1", &mut one_cache, true);
+        drop(held);
+        let after = scan_ok(&d, &mut cache, true).pods.len();
+        println!(
+            "EMFILE before={before} dir_error={} file_kept={} after={after}",
+            dir_scan.is_err_and(|e| e.to_string().contains("Too many open files")),
+            one_during.is_ok_and(|s| s.pods == one_before && one_before.len() == 1 && s.incomplete),
+        );
+    }
+
+    #[test]
+    fn emfile_never_empties_the_set() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..30 {
+            std::fs::write(
+                dir.path().join(format!("m{i:02}.yaml")),
+                manifest(&format!("p{i}")),
+            )
+            .unwrap();
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "config::file::tests::emfile_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(EMFILE_CHILD_ENV, dir.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once("EMFILE ").map(|(_, r)| r))
+            .unwrap_or_else(|| {
+                panic!(
+                    "child printed no result: {stdout} {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        assert_eq!(line, "before=30 dir_error=true file_kept=true after=30");
     }
 }

@@ -15,11 +15,13 @@ use k8s_openapi::api::core::v1::{
     Container, HTTPGetAction, Lifecycle, ObjectFieldSelector, Pod, PodSecurityContext, PodSpec,
     PodStatus, Probe, Toleration, Volume,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Deserialize;
 
 use super::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE};
 use crate::hash::Fnv128a;
+use crate::quantity;
 use crate::safe_path;
 
 /// Largest manifest we read or decode (kubelet's shared decoder has the same ~10 MB cap),
@@ -46,6 +48,8 @@ pub enum ManifestError {
     },
     #[error("{}: manifest is larger than {max} bytes", .path.display())]
     TooLarge { path: PathBuf, max: usize },
+    #[error("{}: not a regular file (a FIFO, device or socket is never read)", .path.display())]
+    NotRegular { path: PathBuf },
     #[error("{}: {message}", .path.display())]
     Decode { path: PathBuf, message: String },
     #[error("{}: {field}: {reason}", .path.display())]
@@ -62,6 +66,7 @@ impl ManifestError {
         match self {
             ManifestError::Read { path, .. }
             | ManifestError::TooLarge { path, .. }
+            | ManifestError::NotRegular { path }
             | ManifestError::Decode { path, .. }
             | ManifestError::Invalid { path, .. } => path,
         }
@@ -71,15 +76,54 @@ impl ManifestError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, ManifestError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
+
+    /// Whether the failure says nothing about the file (see [`is_transient_io`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, ManifestError::Read { source, .. } if is_transient_io(source))
+    }
+}
+
+/// Whether an I/O error says nothing about the file: the process or the system ran
+/// out of descriptors or memory, or the call was interrupted. A file's last pod must
+/// stay; a later read will tell.
+pub fn is_transient_io(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    e.raw_os_error().is_some_and(|raw| {
+        [
+            Errno::MFILE,
+            Errno::NFILE,
+            Errno::NOMEM,
+            Errno::AGAIN,
+            Errno::INTR,
+            Errno::NOBUFS,
+        ]
+        .iter()
+        .any(|e| e.raw_os_error() == raw)
+    })
 }
 
 /// Reads a manifest, refusing to read more than [`MAX_MANIFEST_BYTES`].
+///
+/// Bounded in time too: the open does not wait for a FIFO's writer or a device
+/// (`O_NONBLOCK`), and whatever was opened must be a regular file, checked on the
+/// open descriptor so a file swapped for a FIFO after the caller's stat is still caught.
 pub fn read_manifest(path: &Path) -> Result<Vec<u8>, ManifestError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let read_err = |source| ManifestError::Read {
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read_err)?;
+    let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+        .map_err(read_err)?;
+    if !file.metadata().map_err(read_err)?.is_file() {
+        return Err(ManifestError::NotRegular {
+            path: path.to_path_buf(),
+        });
+    }
     let mut bytes = Vec::new();
     // One byte past the limit tells "exactly at the limit" from "over it".
     file.take(MAX_MANIFEST_BYTES as u64 + 1)
@@ -182,6 +226,14 @@ fn as_text(bytes: &[u8]) -> Result<&str, String> {
 /// messages), then decodes the typed Pod from the text so type errors keep line/column.
 fn parse_pod(text: &str) -> Result<Pod, ParseError> {
     if text.trim_start().starts_with('{') {
+        // JSON has no aliases, but the same node budget bounds the generic value.
+        let mut json = serde_json::Deserializer::from_str(text);
+        if let Err(e) =
+            serde::de::DeserializeSeed::deserialize(Walk(&ExpansionBudget::new()), &mut json)
+            && e.classify() == serde_json::error::Category::Data
+        {
+            return Err(ParseError::Decode(format!("invalid JSON: {e}")));
+        }
         match serde_json::from_str::<serde_json::Value>(text) {
             Ok(value) => {
                 check_kind(&value)?;
@@ -216,6 +268,7 @@ fn yaml_pod(text: &str, index: usize) -> Result<Pod, ParseError> {
 /// The index and value of the one non-empty YAML document in `text`; more than one
 /// is an error (kubelet would silently take the first, which hides mistakes).
 fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseError> {
+    check_expansion(text)?;
     let mut found = None;
     let mut count = 0;
     for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
@@ -234,6 +287,136 @@ fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseE
         (n, _) => Err(ParseError::Decode(format!(
             "found {n} YAML documents: a manifest must hold exactly one Pod"
         ))),
+    }
+}
+
+/// Most bytes (scalar text plus one per node) all documents of a manifest may
+/// expand to once YAML aliases are resolved: no more than a file without aliases
+/// may hold, so an anchor referenced many times cannot multiply memory.
+pub const MAX_EXPANDED_BYTES: usize = MAX_MANIFEST_BYTES;
+/// Most YAML nodes after alias expansion (each becomes an allocated value; real
+/// pods have a few thousand).
+pub const MAX_EXPANDED_NODES: usize = 1_000_000;
+
+/// Walks every document with aliases expanded, building nothing and charging each
+/// node against the budget, so a "billion laughs" file is refused before any value
+/// is built (serde_yaml_ng only limits how many aliases are followed, not how much
+/// each one expands to). Time is bounded too: every step costs budget.
+fn check_expansion(text: &str) -> Result<(), ParseError> {
+    let budget = ExpansionBudget::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        serde::de::DeserializeSeed::deserialize(Walk(&budget), doc)
+            .map_err(|e| ParseError::Decode(format!("invalid YAML: {e}")))?;
+    }
+    Ok(())
+}
+
+struct ExpansionBudget {
+    bytes: std::cell::Cell<usize>,
+    nodes: std::cell::Cell<usize>,
+}
+
+impl ExpansionBudget {
+    fn new() -> Self {
+        ExpansionBudget {
+            bytes: std::cell::Cell::new(MAX_EXPANDED_BYTES),
+            nodes: std::cell::Cell::new(MAX_EXPANDED_NODES),
+        }
+    }
+}
+
+/// A serde seed and visitor that only counts (see [`check_expansion`]).
+#[derive(Clone, Copy)]
+struct Walk<'b>(&'b ExpansionBudget);
+
+/// What one non-string scalar is charged, in bytes.
+const SCALAR_COST: usize = 8;
+
+impl Walk<'_> {
+    fn charge<E: serde::de::Error>(self, bytes: usize) -> Result<(), E> {
+        let b = self.0;
+        match (
+            b.bytes.get().checked_sub(bytes.saturating_add(1)),
+            b.nodes.get().checked_sub(1),
+        ) {
+            (Some(bytes), Some(nodes)) => {
+                b.bytes.set(bytes);
+                b.nodes.set(nodes);
+                Ok(())
+            }
+            _ => Err(E::custom(format_args!(
+                "document too large with aliases expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+            ))),
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Walk<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.charge(v.len())
+    }
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<(), E> {
+        self.charge(v.len())
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.charge(0)
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        self.charge(0)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.charge(0)?;
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.charge(0)?;
+        while map.next_key_seed(self)?.is_some() {
+            map.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+        // A tagged node (`!tag value`): the tag, then its value.
+        use serde::de::VariantAccess;
+        let ((), variant) = data.variant_seed(self)?;
+        variant.newtype_variant_seed(self)
     }
 }
 
@@ -945,6 +1128,54 @@ fn validate_container<'a>(
             "forbidden: may not be set for init containers without restartPolicy=Always",
         );
     }
+    validate_resources(c, &f)
+}
+
+/// Every quantity parses exactly and is not negative, requests stay within limits,
+/// and the cgroup arithmetic accepts cpu and memory: the runtime's own function is
+/// asked, so a value refused at container creation is refused here first.
+fn validate_resources(c: &Container, f: &dyn Fn(&str) -> String) -> Result<(), FieldError> {
+    let Some(res) = &c.resources else {
+        return Ok(());
+    };
+    let parse = |which: &str, name: &str, q: &Quantity| {
+        let field = f(&format!("resources.{which}.{name}"));
+        let v = if name == "cpu" {
+            quantity::milli_cpu(q)
+        } else {
+            quantity::bytes(q)
+        }
+        .map_err(|e| FieldError::new(&field, e.to_string()))?;
+        if v < 0 {
+            return fail(
+                field,
+                format!(
+                    "invalid value {:?}: must be greater than or equal to 0",
+                    q.0
+                ),
+            );
+        }
+        Ok(v)
+    };
+    for (name, limit) in res.limits.iter().flatten() {
+        parse("limits", name, limit)?;
+    }
+    for (name, request) in res.requests.iter().flatten() {
+        let r = parse("requests", name, request)?;
+        if let Some(limit) = res.limits.as_ref().and_then(|l| l.get(name))
+            && r > parse("limits", name, limit)?
+        {
+            return fail(
+                f(&format!("resources.requests.{name}")),
+                format!(
+                    "invalid value {:?}: must be less than or equal to {name} limit of {}",
+                    request.0, limit.0
+                ),
+            );
+        }
+    }
+    crate::runtime::container::linux_resources(c)
+        .map_err(|e| FieldError::new(f(&e.field()), e.reason()))?;
     Ok(())
 }
 
@@ -1406,6 +1637,206 @@ spec:
         assert!(msg.contains("invalid UTF-8 at byte offset 34"), "{msg}");
     }
 
+    /// A ~1 MB manifest whose anchor `&w` (`wide`) is referenced `refs` times.
+    fn alias_bomb(wide: &str, refs: usize) -> String {
+        let mut doc = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bomb\n  annotations:\n    a: &w {wide}\nspec:\n  containers:\n  - name: c\n    image: busybox\n    args: ["
+        );
+        for _ in 0..refs {
+            doc.push_str("*w, ");
+        }
+        doc.push_str("x]\n");
+        doc
+    }
+
+    #[test]
+    fn alias_expansion_is_budgeted_by_size_not_only_count() {
+        // One wide scalar, 400 references: 200 MiB expanded from a ~0.5 MB file.
+        let wide_scalar = alias_bomb(&"x".repeat(512 * 1024), 400);
+        // One wide sequence of 100k nodes, 400 references: 40M nodes.
+        let wide_seq = alias_bomb(&format!("[{}0]", "0,".repeat(100_000)), 400);
+        for bomb in [wide_scalar, wide_seq] {
+            assert!(bomb.len() < 1024 * 1024);
+            let started = std::time::Instant::now();
+            assert_err(
+                &bomb,
+                &format!(
+                    "document too large with aliases expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+                ),
+            );
+            // Refused while walking, long before the whole expansion is visited.
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        }
+        // Ordinary anchors (a shared env list, a repeated value) still work.
+        let shared = GOOD.replace(
+            "    image: nginx\n",
+            "    image: nginx\n    env: &env\n    - name: A\n      value: &v \"one\"\n    - name: B\n      value: *v\n  - name: sidecar\n    image: nginx\n    env: *env\n",
+        );
+        let pod = decode(&shared).unwrap();
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.containers[1].env, spec.containers[0].env);
+        assert_eq!(
+            spec.containers[0].env.as_ref().unwrap()[1].value.as_deref(),
+            Some("one")
+        );
+    }
+
+    #[test]
+    fn node_budget_bounds_json_and_plain_yaml_too() {
+        // 1.1M tiny nodes in ~3.3 MB: within the file limit, past the node budget.
+        let many = "0,".repeat(1_100_000);
+        let json = format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"x\"}},\"spec\":{{\"containers\":[{{\"name\":\"c\",\"image\":\"i\",\"args\":[{many}0]}}]}}}}"
+        );
+        assert_err(
+            &json,
+            &format!(
+                "invalid JSON: document too large with aliases expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+            ),
+        );
+        assert_err(
+            &with_container_lines(&format!("    args: [{many}0]\n")),
+            "document too large with aliases expanded",
+        );
+        // Just under: fine.
+        let fewer = "0,".repeat(900_000);
+        assert!(decode(&with_container_lines(&format!("    args: [{fewer}0]\n"))).is_ok());
+    }
+
+    const BOMB_CHILD_ENV: &str = "OXLET_TEST_DECODE_FILE";
+
+    /// Peak or current resident set (`VmHWM:` / `VmRSS:`) in KiB.
+    fn vm_kib(key: &str) -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+        line[key.len()..]
+            .trim()
+            .trim_end_matches(" kB")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// The measuring half of `yaml_bomb_keeps_memory_flat`, run alone in a child
+    /// process so no other test's allocations count.
+    #[test]
+    #[ignore = "run by yaml_bomb_keeps_memory_flat in a child process"]
+    fn decode_peak_rss_child() {
+        let Ok(path) = std::env::var(BOMB_CHILD_ENV) else {
+            return;
+        };
+        let bytes = read_manifest(Path::new(&path)).unwrap();
+        // Reset the peak to the current RSS (Linux ≥ 4.0), then decode.
+        std::fs::write("/proc/self/clear_refs", "5").unwrap();
+        let before = vm_kib("VmRSS:");
+        let result = decode_static_pod(&bytes, Path::new(&path), NODE);
+        let peak = vm_kib("VmHWM:");
+        println!(
+            "DECODE ok={} growth_kib={} err={:?}",
+            result.is_ok(),
+            peak.saturating_sub(before),
+            result.err().map(|e| e.to_string())
+        );
+    }
+
+    /// Decodes `text` in a child process; (decoded fine, peak RSS growth in KiB).
+    fn decode_in_child(text: &str) -> (bool, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.yaml");
+        std::fs::write(&file, text).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "config::manifest::tests::decode_peak_rss_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(BOMB_CHILD_ENV, &file)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once("DECODE ").map(|(_, r)| r))
+            .unwrap_or_else(|| panic!("child printed no result: {stdout}"));
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .unwrap()
+                .to_string()
+        };
+        (
+            field("ok=") == "true",
+            field("growth_kib=").parse().unwrap(),
+        )
+    }
+
+    #[test]
+    fn yaml_bomb_keeps_memory_flat() {
+        // Control: the meter sees a plain 8 MiB value being decoded (copied into the
+        // generic value and the Pod), so a low reading below is not a blind meter.
+        let big = GOOD.replace(
+            "name: web\n",
+            &format!(
+                "name: web\n  annotations:\n    a: {}\n",
+                "y".repeat(8 << 20)
+            ),
+        );
+        let (ok, control_kib) = decode_in_child(&big);
+        assert!(ok, "an 8 MiB value without aliases is within the budget");
+        assert!(
+            control_kib > 8 * 1024,
+            "control grew only {control_kib} KiB"
+        );
+
+        // The bomb would expand to 200 MiB; it is refused with the peak barely moving.
+        let (ok, bomb_kib) = decode_in_child(&alias_bomb(&"x".repeat(512 * 1024), 400));
+        eprintln!("peak RSS growth: 8 MiB control {control_kib} KiB, 200 MiB bomb {bomb_kib} KiB");
+        assert!(!ok, "the bomb must be refused");
+        assert!(
+            bomb_kib < 16 * 1024,
+            "decoding the bomb grew RSS by {bomb_kib} KiB"
+        );
+    }
+
+    #[test]
+    fn fifos_and_devices_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.yaml");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let zero = dir.path().join("zero.yaml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        // In a thread: a blocking open of a FIFO without a writer would hang forever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let paths = [fifo.clone(), zero.clone()];
+        std::thread::spawn(move || {
+            for p in paths {
+                tx.send(read_manifest(&p).map(|_| ()).map_err(|e| e.to_string()))
+                    .unwrap();
+            }
+        });
+        for p in [fifo, zero] {
+            let got = rx
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .expect("read blocked");
+            assert_eq!(
+                got,
+                Err(format!(
+                    "{}: not a regular file (a FIFO, device or socket is never read)",
+                    p.display()
+                ))
+            );
+        }
+    }
+
     #[test]
     fn over_large_input_is_rejected() {
         let mut big = GOOD.as_bytes().to_vec();
@@ -1529,6 +1960,50 @@ spec:
             &with_container_lines("    restartPolicy: Always\n"),
             "spec.containers[0].restartPolicy: forbidden",
         );
+    }
+
+    #[test]
+    fn resource_quantities_are_checked_exactly() {
+        let res = |body: &str| with_container_lines(&format!("    resources:\n{body}"));
+        assert_err(
+            &res("      limits:\n        memory: 8Ei\n"),
+            &format!(
+                "spec.containers[0].resources.limits.memory: \"8Ei\" is too large: it must be at most {} bytes",
+                i64::MAX
+            ),
+        );
+        // Fits as millicores, but not as a CFS quota: the runtime's arithmetic says no.
+        assert_err(
+            &res("      limits:\n        cpu: 100T\n"),
+            "spec.containers[0].resources.limits.cpu: 100000000000000000m is too large for a CFS quota",
+        );
+        assert_err(
+            &res("      requests:\n        cpu: 10E\n"),
+            "spec.containers[0].resources.requests.cpu: \"10E\" is too large",
+        );
+        assert_err(
+            &res("      requests:\n        memory: lots\n"),
+            "spec.containers[0].resources.requests.memory: \"lots\" is not a quantity",
+        );
+        assert_err(
+            &res("      requests:\n        memory: -1Mi\n"),
+            "spec.containers[0].resources.requests.memory: invalid value \"-1Mi\": must be greater than or equal to 0",
+        );
+        assert_err(
+            &res("      requests:\n        cpu: \"2\"\n      limits:\n        cpu: 1500m\n"),
+            "spec.containers[0].resources.requests.cpu: invalid value \"2\": must be less than or equal to cpu limit of 1500m",
+        );
+        // Init containers are checked too.
+        let init = GOOD.replace(
+            "  containers:\n",
+            "  initContainers:\n  - name: i\n    image: busybox\n    resources:\n      limits:\n        memory: 9Ei\n  containers:\n",
+        );
+        assert_err(
+            &init,
+            "spec.initContainers[0].resources.limits.memory: \"9Ei\" is too large",
+        );
+        // Exact values that floats would get wrong are fine; equal request and limit too.
+        assert!(decode(&res("      requests:\n        cpu: \"0.3\"\n      limits:\n        cpu: 300m\n        memory: 7Ei\n")).is_ok());
     }
 
     #[test]

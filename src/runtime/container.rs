@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
 use super::labels::{self, ContainerType};
 use super::sandbox;
+use crate::quantity::QuantityError;
 use crate::safe_path::{self, PathError};
 
 /// Facts about the pod's surroundings that env vars may reference.
@@ -20,17 +21,126 @@ pub struct PodEnv {
     pub host_ip: String,
 }
 
+/// Longest single string after `$(VAR)` expansion: the kernel's `MAX_ARG_STRLEN`
+/// (32 pages), beyond which the container's exec would fail anyway. Chained
+/// references (`B=$(A)$(A)`, `C=$(B)$(B)`, ...) grow exponentially; this stops them.
+pub const MAX_EXPANDED_LEN: usize = 128 * 1024;
+/// Most bytes one container's environment, command and args may expand to in
+/// total: `ARG_MAX` under the default 8 MiB stack limit.
+pub const MAX_EXPANDED_TOTAL: usize = 2 * 1024 * 1024;
+
+/// Why a container's config cannot be built: a `CreateContainerConfigError`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContainerConfigError {
+    #[error("{field}: expands to more than {max} bytes")]
+    ExpansionTooLong { field: String, max: usize },
+    #[error("{field}: environment, command and args expand to more than {max} bytes in total")]
+    ExpansionTotal { field: String, max: usize },
+    #[error(transparent)]
+    Resources(#[from] ResourceError),
+    #[error(transparent)]
+    Path(#[from] PathError),
+}
+
+/// A resource quantity the cgroup arithmetic cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResourceError {
+    #[error("resources.{which}.{name}: {source}")]
+    Quantity {
+        which: &'static str,
+        name: &'static str,
+        #[source]
+        source: QuantityError,
+    },
+    #[error("resources.{which}.{name}: must be greater than or equal to 0")]
+    Negative {
+        which: &'static str,
+        name: &'static str,
+    },
+    #[error("resources.limits.cpu: {milli}m is too large for a CFS quota (at most {max}m)")]
+    CpuLimit { milli: i64, max: i64 },
+}
+
+impl ResourceError {
+    /// The field below the container, e.g. `resources.limits.memory`.
+    pub fn field(&self) -> String {
+        match self {
+            ResourceError::Quantity { which, name, .. }
+            | ResourceError::Negative { which, name } => {
+                format!("resources.{which}.{name}")
+            }
+            ResourceError::CpuLimit { .. } => "resources.limits.cpu".to_string(),
+        }
+    }
+
+    /// What is wrong with it, without the field.
+    pub fn reason(&self) -> String {
+        match self {
+            ResourceError::Quantity { source, .. } => source.to_string(),
+            ResourceError::Negative { .. } => "must be greater than or equal to 0".to_string(),
+            ResourceError::CpuLimit { milli, max } => {
+                format!("{milli}m is too large for a CFS quota (at most {max}m)")
+            }
+        }
+    }
+}
+
+/// Bytes left for one container's expanded strings; every produced string is
+/// charged, so memory stays bounded even when values are later overridden.
+struct Budget {
+    left: usize,
+}
+
+impl Budget {
+    fn new() -> Self {
+        Budget {
+            left: MAX_EXPANDED_TOTAL,
+        }
+    }
+
+    fn charge(
+        &mut self,
+        field: impl FnOnce() -> String,
+        len: usize,
+    ) -> Result<(), ContainerConfigError> {
+        self.left =
+            self.left
+                .checked_sub(len)
+                .ok_or_else(|| ContainerConfigError::ExpansionTotal {
+                    field: field(),
+                    max: MAX_EXPANDED_TOTAL,
+                })?;
+        Ok(())
+    }
+}
+
+/// The result of [`expand`] would exceed its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLong;
+
 /// Expands `$(VAR)` references from `lookup`, as kubelet does: `$$` is a literal `$`,
-/// and an undefined `$(VAR)` stays as it was.
-pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
-    let mut out = String::with_capacity(input.len());
+/// and an undefined `$(VAR)` stays as it was. Stops with [`TooLong`] as soon as the
+/// result would pass `max` bytes, before allocating more.
+pub fn expand<'v>(
+    input: &str,
+    lookup: impl Fn(&str) -> Option<&'v str>,
+    max: usize,
+) -> Result<String, TooLong> {
+    let mut out = String::with_capacity(input.len().min(max));
+    let push = |out: &mut String, s: &str| {
+        if out.len() + s.len() > max {
+            return Err(TooLong);
+        }
+        out.push_str(s);
+        Ok(())
+    };
     let bytes = input.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'$' && i + 1 < bytes.len() {
             match bytes[i + 1] {
                 b'$' => {
-                    out.push('$');
+                    push(&mut out, "$")?;
                     i += 2;
                     continue;
                 }
@@ -38,8 +148,8 @@ pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
                     if let Some(end) = input[i + 2..].find(')') {
                         let name = &input[i + 2..i + 2 + end];
                         match lookup(name) {
-                            Some(v) => out.push_str(&v),
-                            None => out.push_str(&input[i..i + 3 + end]),
+                            Some(v) => push(&mut out, v)?,
+                            None => push(&mut out, &input[i..i + 3 + end])?,
                         }
                         i += 3 + end;
                         continue;
@@ -49,10 +159,10 @@ pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
             }
         }
         let ch = input[i..].chars().next().unwrap_or('$');
-        out.push(ch);
+        push(&mut out, &input[i..i + ch.len_utf8()])?;
         i += ch.len_utf8();
     }
-    out
+    Ok(out)
 }
 
 /// The value of a downward-API field path for this pod.
@@ -88,23 +198,46 @@ fn field_ref(pod: &Pod, path: &str, env: &PodEnv) -> Option<String> {
 }
 
 /// The container's environment in order, each value expanded against the ones before it.
-pub fn environment(pod: &Pod, container: &Container, env: &PodEnv) -> Vec<(String, String)> {
+pub fn environment(
+    pod: &Pod,
+    container: &Container,
+    env: &PodEnv,
+) -> Result<Vec<(String, String)>, ContainerConfigError> {
+    environment_within(pod, container, env, &mut Budget::new())
+}
+
+fn environment_within(
+    pod: &Pod,
+    container: &Container,
+    env: &PodEnv,
+    budget: &mut Budget,
+) -> Result<Vec<(String, String)>, ContainerConfigError> {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
-    for EnvVar {
-        name,
-        value,
-        value_from,
-    } in container.env.iter().flatten()
+    for (
+        i,
+        EnvVar {
+            name,
+            value,
+            value_from,
+        },
+    ) in container.env.iter().flatten().enumerate()
     {
+        let field = || format!("env[{i}] ({name})");
         let raw = if let Some(v) = value {
-            let lookup = |k: &str| index.get(k).map(|&i| out[i].1.clone());
-            expand(v, &lookup)
+            let lookup = |k: &str| index.get(k).map(|&i| out[i].1.as_str());
+            expand(v, lookup, MAX_EXPANDED_LEN).map_err(|TooLong| {
+                ContainerConfigError::ExpansionTooLong {
+                    field: field(),
+                    max: MAX_EXPANDED_LEN,
+                }
+            })?
         } else if let Some(fr) = value_from.as_ref().and_then(|vf| vf.field_ref.as_ref()) {
             field_ref(pod, &fr.field_path, env).unwrap_or_default()
         } else {
             String::new()
         };
+        budget.charge(field, name.len() + raw.len())?;
         match index.get(name) {
             Some(&i) => out[i].1 = raw,
             None => {
@@ -113,46 +246,89 @@ pub fn environment(pod: &Pod, container: &Container, env: &PodEnv) -> Vec<(Strin
             }
         }
     }
-    out
+    Ok(out)
 }
 
+/// Kubernetes' CFS period (100 ms) in µs, and the smallest quota it sets.
+const CPU_PERIOD_US: i64 = 100_000;
+const MIN_CPU_QUOTA_US: i64 = 1000;
+/// The largest CPU limit whose quota (`m × period / 1000`) fits 64 bits.
+const MAX_CPU_LIMIT_MILLI: i64 = i64::MAX / CPU_PERIOD_US * 1000;
+
 /// Linux resources from the container's requests and limits (kubelet's formulas).
-pub fn linux_resources(container: &Container) -> cri::LinuxContainerResources {
+/// Manifest validation calls this too, so a quantity the arithmetic cannot use is
+/// refused when the file is read, and is never a panic or a wrapped value here.
+pub fn linux_resources(
+    container: &Container,
+) -> Result<cri::LinuxContainerResources, ResourceError> {
     use crate::quantity;
     let res = container.resources.as_ref();
-    let get = |which: &str, name: &str| {
+    let get = |which: &'static str, name: &'static str| -> Result<Option<i64>, ResourceError> {
         let m = match which {
             "requests" => res.and_then(|r| r.requests.as_ref()),
             _ => res.and_then(|r| r.limits.as_ref()),
         };
-        m.and_then(|m| m.get(name)).cloned()
+        let Some(q) = m.and_then(|m| m.get(name)) else {
+            return Ok(None);
+        };
+        let v = if name == "cpu" {
+            quantity::milli_cpu(q)
+        } else {
+            quantity::bytes(q)
+        }
+        .map_err(|source| ResourceError::Quantity {
+            which,
+            name,
+            source,
+        })?;
+        if v < 0 {
+            return Err(ResourceError::Negative { which, name });
+        }
+        Ok(Some(v))
     };
-    let cpu_limit = get("limits", "cpu").and_then(|q| quantity::milli_cpu(&q));
+    let cpu_limit = get("limits", "cpu")?;
     // Requests default to limits when only limits are set.
-    let cpu_request = get("requests", "cpu")
-        .and_then(|q| quantity::milli_cpu(&q))
-        .or(cpu_limit);
-    let mem_limit = get("limits", "memory").and_then(|q| quantity::bytes(&q));
+    let cpu_request = get("requests", "cpu")?.or(cpu_limit);
+    let mem_limit = get("limits", "memory")?;
+    get("requests", "memory")?;
     let mut r = cri::LinuxContainerResources {
         cpu_shares: cpu_request.map(milli_cpu_to_shares).unwrap_or(2),
         ..Default::default()
     };
     if let Some(limit) = cpu_limit {
-        r.cpu_period = 100_000;
-        r.cpu_quota = (limit.max(10) * 100_000 / 1000).max(1000);
+        r.cpu_period = CPU_PERIOD_US;
+        r.cpu_quota = milli_cpu_to_quota(limit)?;
     }
     if let Some(mem) = mem_limit {
         r.memory_limit_in_bytes = mem;
     }
-    r
+    Ok(r)
 }
 
 /// CPU shares for a milli-CPU request: `m × 1024 / 1000`, clamped to 2..262144.
+/// Saturating is exact here: anything past the clamp is the maximum anyway.
 pub fn milli_cpu_to_shares(milli: i64) -> i64 {
     if milli == 0 {
         return 2;
     }
-    (milli * 1024 / 1000).clamp(2, 262_144)
+    (milli.saturating_mul(1024) / 1000).clamp(2, 262_144)
+}
+
+/// CFS quota for a milli-CPU limit (kubelet's `milliCPUToQuota`): `m × period / 1000`,
+/// at least 1 ms; limits under 10m count as 10m; a zero limit sets no quota.
+fn milli_cpu_to_quota(milli: i64) -> Result<i64, ResourceError> {
+    if milli == 0 {
+        return Ok(0);
+    }
+    let too_large = ResourceError::CpuLimit {
+        milli,
+        max: MAX_CPU_LIMIT_MILLI,
+    };
+    if milli > MAX_CPU_LIMIT_MILLI {
+        return Err(too_large);
+    }
+    let quota = milli.max(10).checked_mul(CPU_PERIOD_US).ok_or(too_large)? / 1000;
+    Ok(quota.max(MIN_CPU_QUOTA_US))
 }
 
 /// `<container>/<restartCount>.log`, relative to the pod's log directory; the container
@@ -195,9 +371,10 @@ pub struct ContainerRequest<'a> {
     pub mounts: Vec<cri::Mount>,
 }
 
-/// Builds the CRI container config. Fails only for a container name that is not a safe
-/// path component (its log path is built from it).
-pub fn container_config(req: &ContainerRequest<'_>) -> Result<cri::ContainerConfig, PathError> {
+/// Builds the CRI container config; an error is the pod's `CreateContainerConfigError`.
+pub fn container_config(
+    req: &ContainerRequest<'_>,
+) -> Result<cri::ContainerConfig, ContainerConfigError> {
     let ContainerRequest {
         pod,
         container,
@@ -207,11 +384,27 @@ pub fn container_config(req: &ContainerRequest<'_>) -> Result<cri::ContainerConf
         env,
         ..
     } = req;
-    let envs = environment(pod, container, env);
-    let lookup = |k: &str| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    let expand_all = |v: &Option<Vec<String>>| -> Vec<String> {
-        v.iter().flatten().map(|s| expand(s, &lookup)).collect()
+    let mut budget = Budget::new();
+    let envs = environment_within(pod, container, env, &mut budget)?;
+    let lookup = |k: &str| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let mut expand_all = |what: &str, v: &Option<Vec<String>>| {
+        let mut out = Vec::new();
+        for (i, s) in v.iter().flatten().enumerate() {
+            let field = || format!("{what}[{i}]");
+            let e = expand(s, lookup, MAX_EXPANDED_LEN).map_err(|TooLong| {
+                ContainerConfigError::ExpansionTooLong {
+                    field: field(),
+                    max: MAX_EXPANDED_LEN,
+                }
+            })?;
+            budget.charge(field, e.len())?;
+            out.push(e);
+        }
+        Ok::<_, ContainerConfigError>(out)
     };
+    let command = expand_all("command", &container.command)?;
+    let args = expand_all("args", &container.args)?;
+    let resources = linux_resources(container)?;
     let sc = container.security_context.as_ref();
     let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let caps = sc.and_then(|s| s.capabilities.as_ref());
@@ -226,8 +419,8 @@ pub fn container_config(req: &ContainerRequest<'_>) -> Result<cri::ContainerConf
             user_specified_image: container.image.clone().unwrap_or_default(),
             ..Default::default()
         }),
-        command: expand_all(&container.command),
-        args: expand_all(&container.args),
+        command,
+        args,
         working_dir: container.working_dir.clone().unwrap_or_default(),
         envs: envs
             .iter()
@@ -244,7 +437,7 @@ pub fn container_config(req: &ContainerRequest<'_>) -> Result<cri::ContainerConf
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
-            resources: Some(linux_resources(container)),
+            resources: Some(resources),
             security_context: Some(cri::LinuxContainerSecurityContext {
                 namespace_options: Some(sandbox::namespace_options(pod)),
                 privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
@@ -286,23 +479,88 @@ mod tests {
     use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn lookup(k: &str) -> Option<String> {
+    fn lookup(k: &str) -> Option<&'static str> {
         match k {
-            "A" => Some("1".into()),
-            "B" => Some("two".into()),
+            "A" => Some("1"),
+            "B" => Some("two"),
             _ => None,
         }
     }
 
+    fn ex(input: &str) -> String {
+        expand(input, lookup, MAX_EXPANDED_LEN).unwrap()
+    }
+
     #[test]
     fn expands_like_kubelet() {
-        assert_eq!(expand("x$(A)y", &lookup), "x1y");
-        assert_eq!(expand("$(A)-$(B)", &lookup), "1-two");
-        assert_eq!(expand("$(C)", &lookup), "$(C)");
-        assert_eq!(expand("$$(A)", &lookup), "$(A)");
-        assert_eq!(expand("$A", &lookup), "$A");
-        assert_eq!(expand("$(A", &lookup), "$(A");
-        assert_eq!(expand("héllo $(B)", &lookup), "héllo two");
+        assert_eq!(ex("x$(A)y"), "x1y");
+        assert_eq!(ex("$(A)-$(B)"), "1-two");
+        assert_eq!(ex("$(C)"), "$(C)");
+        assert_eq!(ex("$$(A)"), "$(A)");
+        assert_eq!(ex("$A"), "$A");
+        assert_eq!(ex("$(A"), "$(A");
+        assert_eq!(ex("héllo $(B)"), "héllo two");
+    }
+
+    #[test]
+    fn expansion_stops_at_its_limit() {
+        assert_eq!(expand("$(B)$(B)", lookup, 6).as_deref(), Ok("twotwo"));
+        assert_eq!(expand("$(B)$(B)x", lookup, 6), Err(TooLong));
+        assert_eq!(expand("1234567", lookup, 6), Err(TooLong));
+        assert_eq!(expand("$(C)", lookup, 3), Err(TooLong));
+    }
+
+    #[test]
+    fn chained_env_references_cannot_blow_up() {
+        // Each variable doubles the one before: 2^40 bytes if unbounded.
+        let mut env = vec![var("V0", &"x".repeat(1024))];
+        for i in 1..=30 {
+            env.push(var(
+                &format!("V{i}"),
+                &format!("$(V{})$(V{})", i - 1, i - 1),
+            ));
+        }
+        let (pod, c) = pod_with_env(env);
+        let err = environment(&pod, &c, &PodEnv::default()).unwrap_err();
+        // 1 KiB doubles past 128 KiB at V8.
+        assert_eq!(
+            err.to_string(),
+            format!("env[8] (V8): expands to more than {MAX_EXPANDED_LEN} bytes")
+        );
+
+        // Many values each under the per-string limit still hit the total.
+        let mut env = vec![var("BIG", &"y".repeat(100 * 1024))];
+        for i in 0..30 {
+            env.push(var(&format!("C{i}"), "$(BIG)"));
+        }
+        let (pod, c) = pod_with_env(env);
+        let err = environment(&pod, &c, &PodEnv::default()).unwrap_err();
+        assert!(
+            matches!(err, ContainerConfigError::ExpansionTotal { ref field, max: MAX_EXPANDED_TOTAL } if field == "env[20] (C19)"),
+            "{err}"
+        );
+
+        // And the command line shares the container's budget.
+        let env = vec![var("BIG", &"y".repeat(100 * 1024))];
+        let (pod, mut c) = pod_with_env(env);
+        c.args = Some(vec!["$(BIG)".to_string(); 25]);
+        let err = container_config(&request(&pod, &c, &PodEnv::default())).unwrap_err();
+        assert!(
+            matches!(err, ContainerConfigError::ExpansionTotal { ref field, .. } if field == "args[19]"),
+            "{err}"
+        );
+    }
+
+    fn request<'a>(pod: &'a Pod, c: &'a Container, env: &'a PodEnv) -> ContainerRequest<'a> {
+        ContainerRequest {
+            pod,
+            container: c,
+            kind: ContainerType::Regular,
+            restart_count: 2,
+            image_ref: "sha256:abc",
+            env,
+            mounts: vec![],
+        }
     }
 
     fn pod_with_env(env: Vec<EnvVar>) -> (Pod, Container) {
@@ -366,24 +624,13 @@ mod tests {
             pod_ips: vec!["10.1.0.5".into()],
             host_ip: "192.0.2.1".into(),
         };
-        let vars = environment(&pod, &c, &env);
+        let vars = environment(&pod, &c, &env).unwrap();
         let get = |k: &str| vars.iter().find(|(n, _)| n == k).unwrap().1.clone();
         assert_eq!(get("GREETING"), "hello world $(LATER)");
         assert_eq!(get("POD"), "p-n1");
         assert_eq!(get("NODE"), "n1");
         assert_eq!(get("IP"), "10.1.0.5");
-        let config = |c: &Container| {
-            container_config(&ContainerRequest {
-                pod: &pod,
-                container: c,
-                kind: ContainerType::Regular,
-                restart_count: 2,
-                image_ref: "sha256:abc",
-                env: &env,
-                mounts: vec![],
-            })
-        };
-        let cfg = config(&c).unwrap();
+        let cfg = container_config(&request(&pod, &c, &env)).unwrap();
         assert_eq!(cfg.command, vec!["echo", "hello world $(LATER)"]);
         assert_eq!(cfg.log_path, "app/2.log");
         assert_eq!(cfg.metadata.unwrap().attempt, 2);
@@ -391,7 +638,10 @@ mod tests {
         for bad in ["../x", "/etc", "a/b", ""] {
             let mut c = c.clone();
             c.name = bad.into();
-            assert!(config(&c).is_err(), "{bad:?} accepted");
+            assert!(
+                container_config(&request(&pod, &c, &env)).is_err(),
+                "{bad:?} accepted"
+            );
         }
     }
 
@@ -416,6 +666,93 @@ mod tests {
         assert_eq!(milli_cpu_to_shares(100), 102);
         assert_eq!(milli_cpu_to_shares(1000), 1024);
         assert_eq!(milli_cpu_to_shares(1_000_000), 262_144);
+        assert_eq!(milli_cpu_to_shares(i64::MAX), 262_144);
+    }
+
+    fn with_resources(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> Container {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let m = |v: &[(&str, &str)]| {
+            Some(
+                v.iter()
+                    .map(|(k, q)| (k.to_string(), Quantity(q.to_string())))
+                    .collect(),
+            )
+        };
+        Container {
+            name: "c".into(),
+            resources: Some(ResourceRequirements {
+                requests: m(requests),
+                limits: m(limits),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn resources_follow_kubelet_formulas() {
+        let r = linux_resources(&with_resources(
+            &[("cpu", "250m")],
+            &[("cpu", "500m"), ("memory", "128Mi")],
+        ))
+        .unwrap();
+        assert_eq!(
+            (r.cpu_shares, r.cpu_period, r.cpu_quota),
+            (256, 100_000, 50_000)
+        );
+        assert_eq!(r.memory_limit_in_bytes, 128 << 20);
+        // Tiny limits: at least 10m, and at least 1 ms of quota.
+        let r = linux_resources(&with_resources(&[], &[("cpu", "1m")])).unwrap();
+        assert_eq!((r.cpu_shares, r.cpu_quota), (2, 1000));
+        // Zero limit: no quota (kubelet's milliCPUToQuota).
+        let r = linux_resources(&with_resources(&[], &[("cpu", "0")])).unwrap();
+        assert_eq!(r.cpu_quota, 0);
+        // Huge but representable: shares clamp, quota still exact.
+        let r = linux_resources(&with_resources(&[], &[("cpu", "1M")])).unwrap();
+        assert_eq!((r.cpu_shares, r.cpu_quota), (262_144, 100_000_000_000));
+    }
+
+    #[test]
+    fn resource_overflow_is_an_error_never_a_wrap() {
+        let err = |req: &[(&str, &str)], lim: &[(&str, &str)]| {
+            linux_resources(&with_resources(req, lim)).unwrap_err()
+        };
+        // 100 T cores: millicores fit i64, quota (× 100000 / 1000) would not.
+        let e = err(&[], &[("cpu", "100T")]);
+        assert_eq!(e.field(), "resources.limits.cpu");
+        assert!(
+            matches!(e, ResourceError::CpuLimit { milli, .. } if milli == 100_000_000_000_000_000),
+            "{e}"
+        );
+        // Not even millicores fit.
+        let e = err(&[("cpu", "10E")], &[]);
+        assert_eq!(e.field(), "resources.requests.cpu");
+        assert!(e.reason().contains("too large"), "{e}");
+        let e = err(&[], &[("memory", "8Ei")]);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "resources.limits.memory: \"8Ei\" is too large: it must be at most {} bytes",
+                i64::MAX
+            )
+        );
+        let e = err(&[], &[("memory", "-1")]);
+        assert_eq!(
+            e.to_string(),
+            "resources.limits.memory: must be greater than or equal to 0"
+        );
+        let e = err(&[("memory", "lots")], &[]);
+        assert_eq!(e.field(), "resources.requests.memory");
+        // And container_config surfaces it as its error (CreateContainerConfigError).
+        let (pod, _) = pod_with_env(vec![]);
+        let c = with_resources(&[], &[("cpu", "100T")]);
+        assert!(matches!(
+            container_config(&request(&pod, &c, &PodEnv::default())),
+            Err(ContainerConfigError::Resources(
+                ResourceError::CpuLimit { .. }
+            ))
+        ));
     }
 
     #[test]

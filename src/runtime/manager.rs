@@ -513,15 +513,15 @@ impl RuntimeManager {
         if let Err(e) = std::fs::create_dir_all(&log_dir) {
             warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "cannot create container log directory");
         }
-        let mounts = match super::volumes::container_mounts(
-            pod,
-            c,
-            &self.sandbox_env.pods_dir,
-            &container::environment(pod, c, env),
-        ) {
-            Ok(m) => m,
+        let envs = match container::environment(pod, c, env) {
+            Ok(envs) => envs,
             Err(e) => return config_error(&e),
         };
+        let mounts =
+            match super::volumes::container_mounts(pod, c, &self.sandbox_env.pods_dir, &envs) {
+                Ok(m) => m,
+                Err(e) => return config_error(&e),
+            };
         let config = match container::container_config(&ContainerRequest {
             pod,
             container: c,

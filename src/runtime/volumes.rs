@@ -49,6 +49,12 @@ pub enum VolumeError {
         sub_path: String,
         source: BeneathError,
     },
+    #[error("volume {volume:?}: subPathExpr {expr:?} expands to more than {max} bytes")]
+    SubPathExprTooLong {
+        volume: String,
+        expr: String,
+        max: usize,
+    },
     #[error("volume {volume:?}: subPath {sub_path:?}: cannot bind-mount it: {source}")]
     SubPathMount {
         volume: String,
@@ -226,13 +232,22 @@ fn propagation(mode: Option<&str>) -> i32 {
 /// The subPath of a mount: `subPath` as written, or `subPathExpr` with `$(VAR)` expanded
 /// from the container's environment (kubelet's `ExpandContainerVolumeMounts`). The result is
 /// pod input either way and is checked again before use.
-fn sub_path_of(vm: &VolumeMount, envs: &[(String, String)]) -> Option<String> {
+fn sub_path_of(vm: &VolumeMount, envs: &[(String, String)]) -> Result<Option<String>, VolumeError> {
     if let Some(sub) = vm.sub_path.as_deref().filter(|s| !s.is_empty()) {
-        return Some(sub.to_string());
+        return Ok(Some(sub.to_string()));
     }
-    let expr = vm.sub_path_expr.as_deref().filter(|s| !s.is_empty())?;
-    let lookup = |k: &str| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-    Some(super::container::expand(expr, &lookup))
+    let Some(expr) = vm.sub_path_expr.as_deref().filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    let lookup = |k: &str| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let max = super::container::MAX_EXPANDED_LEN;
+    super::container::expand(expr, lookup, max)
+        .map(Some)
+        .map_err(|_| VolumeError::SubPathExprTooLong {
+            volume: vm.name.clone(),
+            expr: expr.to_string(),
+            max,
+        })
 }
 
 /// The CRI mounts of one container (`envs`: its environment, for `subPathExpr`). An error
@@ -257,7 +272,7 @@ pub fn container_mounts(
             .find(|v| v.name == vm.name)
             .ok_or_else(|| VolumeError::NoSuchVolume(vm.name.clone()))?;
         let mut host = host_path_of(volume, pods_dir, uid)?;
-        if let Some(sub) = sub_path_of(vm, envs) {
+        if let Some(sub) = sub_path_of(vm, envs)? {
             let target = subpath_target(pods_dir, uid, &volume.name, &container.name, index)?;
             host = bind_sub_path(&volume.name, &host, &sub, &target)?;
         }

@@ -9,9 +9,9 @@ use crate::quantity;
 
 fn value(name: &str, q: &Quantity) -> Option<i64> {
     if name == "cpu" {
-        quantity::milli_cpu(q)
+        quantity::milli_cpu(q).ok()
     } else {
-        quantity::bytes(q)
+        quantity::bytes(q).ok()
     }
 }
 

@@ -170,7 +170,7 @@ pub async fn start(
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     let host_ip = detect_host_ip();
     let runtime = Arc::new(RuntimeManager::new(
-        rt.cri.clone(),
+        Arc::new(rt.cri.clone()),
         SandboxEnv {
             pod_logs_dir: opts.pod_logs_dir.clone(),
             host_dns: host_dns(),
@@ -205,7 +205,7 @@ pub async fn start(
     tracker.spawn(run_merger(PodConfig::new(&sources), snap_rx, update_tx));
 
     let (pleg_tx, pleg_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
-    let mut pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_stats.clone());
+    let mut pleg = GenericPleg::new(runtime.reader(), cache.clone(), pleg_tx, pleg_stats.clone());
     // One relist before the loop starts, so PLEG health and the cache are warm.
     pleg.relist().await;
     tracker.spawn(pleg.run(cancel.clone()));

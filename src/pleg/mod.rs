@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 pub use cache::PodCache;
 
-use crate::runtime::RuntimeManager;
+use crate::runtime::reader::RuntimeReader;
 use crate::runtime::types::{ContainerState, PodRuntimeStatus, RuntimePod};
 
 /// kubelet's relist period.
@@ -174,7 +174,7 @@ impl PlegStats {
 
 /// The generic (relisting) PLEG.
 pub struct GenericPleg {
-    runtime: Arc<RuntimeManager>,
+    runtime: RuntimeReader,
     cache: Arc<PodCache>,
     events: mpsc::Sender<PodLifecycleEvent>,
     stats: Arc<PlegStats>,
@@ -185,7 +185,7 @@ pub struct GenericPleg {
 
 impl GenericPleg {
     pub fn new(
-        runtime: Arc<RuntimeManager>,
+        runtime: RuntimeReader,
         cache: Arc<PodCache>,
         events: mpsc::Sender<PodLifecycleEvent>,
         stats: Arc<PlegStats>,

@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use k8s_cri::v1::{VersionRequest, VersionResponse};
+use k8s_cri::v1::VersionResponse;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+
+use super::cri::{CriError, RemoteRuntime};
 
 /// The CRI sandbox ("pause") image: a local ref, built by `scripts/build-images.sh`.
 pub const DEFAULT_SANDBOX_IMAGE: &str = "localhost/oxlet/pause:1";
@@ -309,29 +309,17 @@ pub fn find_in_path(name: &str) -> Option<PathBuf> {
         })
 }
 
-/// A gRPC channel to a CRI endpoint (`unix:///path` or `http://host:port`). Lazy: the
-/// connection is made at the first call, so this never blocks on a dead socket.
-pub fn cri_channel(endpoint: &str) -> Result<Channel, tonic::transport::Error> {
-    Ok(Endpoint::from_shared(endpoint.to_string())?
-        .connect_timeout(Duration::from_secs(2))
-        .connect_lazy())
-}
-
-/// One CRI `Version` call, bounded by `timeout`: whether a runtime answers at `endpoint`.
-pub async fn probe_cri(endpoint: &str, timeout: Duration) -> Result<VersionResponse, String> {
-    let call = async {
-        let channel = cri_channel(endpoint).map_err(|e| e.to_string())?;
-        RuntimeServiceClient::new(channel)
-            .version(VersionRequest {
-                version: "v1".to_string(),
-            })
-            .await
-            .map(|r| r.into_inner())
-            .map_err(|s| format!("{}: {}", s.code(), s.message()))
-    };
-    tokio::time::timeout(timeout, call)
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {timeout:?}")))
+/// One CRI `Version` call through the one client ([`RemoteRuntime`]), bounded by
+/// `timeout`: whether a runtime answers at `endpoint`.
+pub async fn probe_cri(endpoint: &str, timeout: Duration) -> Result<VersionResponse, CriError> {
+    let connect = RemoteRuntime::connect(endpoint, timeout, timeout);
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(res) => res.map(|(_, version)| version),
+        Err(_) => Err(CriError::Connect {
+            endpoint: endpoint.to_string(),
+            reason: format!("no answer within {timeout:?}"),
+        }),
+    }
 }
 
 /// The last `n` lines of a (possibly large) log file; "" if unreadable.
@@ -467,7 +455,7 @@ impl ManagedContainerd {
                             sandbox_image: sandbox_image.to_string(),
                         });
                     }
-                    Err(e) => last_error = e,
+                    Err(e) => last_error = e.to_string(),
                 }
             }
             if Instant::now() >= deadline {

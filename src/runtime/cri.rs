@@ -1,5 +1,6 @@
 //! The one CRI client: every call to containerd goes through [`RemoteRuntime`], which
-//! bounds it by `runtimeRequestTimeout` and logs it with its latency at `-v=6`.
+//! bounds it by `runtimeRequestTimeout` and logs it with its latency at `-v=6`. It
+//! implements the [`Cri`] boundary traits.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -8,6 +9,8 @@ use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint};
+
+use super::cri_api::{Cri, CriFuture, CriRead, ExecOutput};
 
 /// A failed CRI call, naming the call.
 #[derive(Debug, thiserror::Error)]
@@ -137,189 +140,253 @@ impl RemoteRuntime {
         }
     }
 
-    pub async fn version(&self) -> Result<cri::VersionResponse, CriError> {
-        let mut c = self.runtime.clone();
-        self.call(
-            "Version",
-            c.version(cri::VersionRequest {
-                version: "v1".into(),
-            }),
-        )
-        .await
+    /// `ExecSync`'s own deadline is the exec timeout plus the request timeout, so a
+    /// slow command fails with the runtime's `DeadlineExceeded`, as kubelet sees it.
+    fn stretched(&self, extra: Duration) -> RemoteRuntime {
+        RemoteRuntime {
+            timeout: self.timeout + extra,
+            ..self.clone()
+        }
     }
+}
 
-    pub async fn status(&self) -> Result<cri::StatusResponse, CriError> {
-        let mut c = self.runtime.clone();
-        self.call("Status", c.status(cri::StatusRequest { verbose: false }))
+impl CriRead for RemoteRuntime {
+    fn version(&self) -> CriFuture<'_, cri::VersionResponse> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            self.call(
+                "Version",
+                c.version(cri::VersionRequest {
+                    version: "v1".into(),
+                }),
+            )
             .await
+        })
     }
 
-    pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::RunPodSandboxRequest {
-            config: Some(config),
-            runtime_handler: String::new(),
-        };
-        Ok(self
-            .call("RunPodSandbox", c.run_pod_sandbox(req))
-            .await?
-            .pod_sandbox_id)
+    fn status(&self) -> CriFuture<'_, cri::StatusResponse> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            self.call("Status", c.status(cri::StatusRequest { verbose: false }))
+                .await
+        })
     }
 
-    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::StopPodSandboxRequest {
-            pod_sandbox_id: id.to_string(),
-        };
-        self.call("StopPodSandbox", c.stop_pod_sandbox(req))
-            .await
-            .map(|_| ())
+    fn pod_sandbox_status<'a>(&'a self, id: &'a str) -> CriFuture<'a, cri::PodSandboxStatus> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: false,
+            };
+            self.call("PodSandboxStatus", c.pod_sandbox_status(req))
+                .await?
+                .status
+                .ok_or(CriError::Status {
+                    call: "PodSandboxStatus",
+                    code: tonic::Code::Internal,
+                    message: "empty status".into(),
+                })
+        })
     }
 
-    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::RemovePodSandboxRequest {
-            pod_sandbox_id: id.to_string(),
-        };
-        self.call("RemovePodSandbox", c.remove_pod_sandbox(req))
-            .await
-            .map(|_| ())
-    }
-
-    pub async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::PodSandboxStatusRequest {
-            pod_sandbox_id: id.to_string(),
-            verbose: false,
-        };
-        self.call("PodSandboxStatus", c.pod_sandbox_status(req))
-            .await?
-            .status
-            .ok_or(CriError::Status {
-                call: "PodSandboxStatus",
-                code: tonic::Code::Internal,
-                message: "empty status".into(),
-            })
-    }
-
-    pub async fn list_pod_sandbox(
+    fn list_pod_sandbox(
         &self,
         filter: Option<cri::PodSandboxFilter>,
-    ) -> Result<Vec<cri::PodSandbox>, CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::ListPodSandboxRequest { filter };
-        Ok(self
-            .call("ListPodSandbox", c.list_pod_sandbox(req))
-            .await?
-            .items)
+    ) -> CriFuture<'_, Vec<cri::PodSandbox>> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::ListPodSandboxRequest { filter };
+            Ok(self
+                .call("ListPodSandbox", c.list_pod_sandbox(req))
+                .await?
+                .items)
+        })
     }
 
-    pub async fn create_container(
-        &self,
-        sandbox_id: &str,
-        config: cri::ContainerConfig,
-        sandbox_config: cri::PodSandboxConfig,
-    ) -> Result<String, CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::CreateContainerRequest {
-            pod_sandbox_id: sandbox_id.to_string(),
-            config: Some(config),
-            sandbox_config: Some(sandbox_config),
-        };
-        Ok(self
-            .call("CreateContainer", c.create_container(req))
-            .await?
-            .container_id)
-    }
-
-    pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::StartContainerRequest {
-            container_id: id.to_string(),
-        };
-        self.call("StartContainer", c.start_container(req))
-            .await
-            .map(|_| ())
-    }
-
-    /// Stops a container: SIGTERM, then SIGKILL after `timeout_secs`. The call's own
-    /// deadline is stretched by the grace period so a long grace is not cut short.
-    pub async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::StopContainerRequest {
-            container_id: id.to_string(),
-            timeout: timeout_secs,
-        };
-        let grace = Duration::from_secs(timeout_secs.max(0) as u64);
-        let this = RemoteRuntime {
-            timeout: self.timeout + grace,
-            ..self.clone()
-        };
-        this.call("StopContainer", c.stop_container(req))
-            .await
-            .map(|_| ())
-    }
-
-    pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::RemoveContainerRequest {
-            container_id: id.to_string(),
-        };
-        self.call("RemoveContainer", c.remove_container(req))
-            .await
-            .map(|_| ())
-    }
-
-    pub async fn list_containers(
+    fn list_containers(
         &self,
         filter: Option<cri::ContainerFilter>,
-    ) -> Result<Vec<cri::Container>, CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::ListContainersRequest { filter };
-        Ok(self
-            .call("ListContainers", c.list_containers(req))
-            .await?
-            .containers)
+    ) -> CriFuture<'_, Vec<cri::Container>> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::ListContainersRequest { filter };
+            Ok(self
+                .call("ListContainers", c.list_containers(req))
+                .await?
+                .containers)
+        })
     }
 
-    pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
-        let mut c = self.runtime.clone();
-        let req = cri::ContainerStatusRequest {
-            container_id: id.to_string(),
-            verbose: false,
-        };
-        self.call("ContainerStatus", c.container_status(req))
-            .await?
-            .status
-            .ok_or(CriError::Status {
-                call: "ContainerStatus",
-                code: tonic::Code::Internal,
-                message: "empty status".into(),
-            })
+    fn container_status<'a>(&'a self, id: &'a str) -> CriFuture<'a, cri::ContainerStatus> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose: false,
+            };
+            self.call("ContainerStatus", c.container_status(req))
+                .await?
+                .status
+                .ok_or(CriError::Status {
+                    call: "ContainerStatus",
+                    code: tonic::Code::Internal,
+                    message: "empty status".into(),
+                })
+        })
     }
 
-    /// The image's status, or None when it is not present.
-    pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, CriError> {
-        let mut c = self.images.clone();
-        let req = cri::ImageStatusRequest {
-            image: Some(image_spec(image)),
-            verbose: false,
-        };
-        Ok(self.call("ImageStatus", c.image_status(req)).await?.image)
+    fn image_status<'a>(&'a self, image: &'a str) -> CriFuture<'a, Option<cri::Image>> {
+        Box::pin(async move {
+            let mut c = self.images.clone();
+            let req = cri::ImageStatusRequest {
+                image: Some(image_spec(image)),
+                verbose: false,
+            };
+            Ok(self.call("ImageStatus", c.image_status(req)).await?.image)
+        })
+    }
+}
+
+impl Cri for RemoteRuntime {
+    fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriFuture<'_, String> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            };
+            Ok(self
+                .call("RunPodSandbox", c.run_pod_sandbox(req))
+                .await?
+                .pod_sandbox_id)
+        })
     }
 
-    pub async fn pull_image(
-        &self,
-        image: &str,
+    fn stop_pod_sandbox<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::StopPodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            };
+            self.call("StopPodSandbox", c.stop_pod_sandbox(req))
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn remove_pod_sandbox<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            };
+            self.call("RemovePodSandbox", c.remove_pod_sandbox(req))
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn create_container<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> CriFuture<'a, String> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.to_string(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config),
+            };
+            Ok(self
+                .call("CreateContainer", c.create_container(req))
+                .await?
+                .container_id)
+        })
+    }
+
+    fn start_container<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::StartContainerRequest {
+                container_id: id.to_string(),
+            };
+            self.call("StartContainer", c.start_container(req))
+                .await
+                .map(|_| ())
+        })
+    }
+
+    /// The call's own deadline is stretched by the grace period so a long grace is
+    /// not cut short.
+    fn stop_container<'a>(&'a self, id: &'a str, timeout_secs: i64) -> CriFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::StopContainerRequest {
+                container_id: id.to_string(),
+                timeout: timeout_secs,
+            };
+            let grace = Duration::from_secs(timeout_secs.max(0) as u64);
+            self.stretched(grace)
+                .call("StopContainer", c.stop_container(req))
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn remove_container<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::RemoveContainerRequest {
+                container_id: id.to_string(),
+            };
+            self.call("RemoveContainer", c.remove_container(req))
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn pull_image<'a>(
+        &'a self,
+        image: &'a str,
         sandbox_config: Option<cri::PodSandboxConfig>,
-    ) -> Result<String, CriError> {
-        let mut c = self.images.clone();
-        let req = cri::PullImageRequest {
-            image: Some(image_spec(image)),
-            auth: None,
-            sandbox_config,
-        };
-        Ok(self.call("PullImage", c.pull_image(req)).await?.image_ref)
+    ) -> CriFuture<'a, String> {
+        Box::pin(async move {
+            let mut c = self.images.clone();
+            let req = cri::PullImageRequest {
+                image: Some(image_spec(image)),
+                auth: None,
+                sandbox_config,
+            };
+            Ok(self.call("PullImage", c.pull_image(req)).await?.image_ref)
+        })
+    }
+
+    fn exec_sync<'a>(
+        &'a self,
+        id: &'a str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> CriFuture<'a, ExecOutput> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::ExecSyncRequest {
+                container_id: id.to_string(),
+                cmd,
+                timeout: timeout.as_secs().try_into().unwrap_or(i64::MAX),
+            };
+            let resp = self
+                .stretched(timeout)
+                .call("ExecSync", c.exec_sync(req))
+                .await?;
+            Ok(ExecOutput {
+                stdout: resp.stdout,
+                stderr: resp.stderr,
+                exit_code: resp.exit_code,
+            })
+        })
     }
 }
 

@@ -8,12 +8,15 @@ pub mod backoff;
 pub mod container;
 pub mod containerd;
 pub mod cri;
+pub mod cri_api;
 pub mod gc;
 pub mod labels;
 pub mod manager;
+pub mod reader;
 pub mod sandbox;
 pub mod types;
 pub mod volumes;
 
 pub use cri::{CriError, RemoteRuntime};
+pub use cri_api::{Cri, CriRead, ExecOutput};
 pub use manager::RuntimeManager;

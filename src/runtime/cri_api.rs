@@ -1,0 +1,76 @@
+//! The CRI boundary: the runtime and image calls oxlet makes, as traits, so the
+//! runtime manager, the PLEG and the sync loop can run against the real client
+//! ([`super::RemoteRuntime`]) or, in unit tests, the in-memory fake (`runtime::fake`).
+//!
+//! [`CriRead`] only looks; [`Cri`] also changes things. The PLEG holds a `CriRead`,
+//! so it cannot mutate containers by construction. Methods return boxed futures so
+//! the traits are object-safe: the manager holds one `Arc<dyn Cri>` and nothing
+//! above it becomes generic.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_cri::v1 as cri;
+
+use super::cri::CriError;
+
+/// A CRI call's result, boxed so the traits stay object-safe.
+pub type CriFuture<'a, T> = BoxFuture<'a, Result<T, CriError>>;
+
+/// What one `ExecSync` returned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit_code: i32,
+}
+
+/// The read-only CRI calls: listing and inspecting, never changing.
+pub trait CriRead: Send + Sync {
+    fn version(&self) -> CriFuture<'_, cri::VersionResponse>;
+    fn status(&self) -> CriFuture<'_, cri::StatusResponse>;
+    fn list_pod_sandbox(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> CriFuture<'_, Vec<cri::PodSandbox>>;
+    fn pod_sandbox_status<'a>(&'a self, id: &'a str) -> CriFuture<'a, cri::PodSandboxStatus>;
+    fn list_containers(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> CriFuture<'_, Vec<cri::Container>>;
+    fn container_status<'a>(&'a self, id: &'a str) -> CriFuture<'a, cri::ContainerStatus>;
+    /// The image's status, or None when it is not present.
+    fn image_status<'a>(&'a self, image: &'a str) -> CriFuture<'a, Option<cri::Image>>;
+}
+
+/// Every CRI call oxlet makes: the reads plus the ones that change the runtime.
+pub trait Cri: CriRead {
+    /// Returns the new sandbox's ID.
+    fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriFuture<'_, String>;
+    fn stop_pod_sandbox<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;
+    fn remove_pod_sandbox<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;
+    /// Returns the new container's ID.
+    fn create_container<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> CriFuture<'a, String>;
+    fn start_container<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;
+    /// SIGTERM, then SIGKILL after `timeout_secs`.
+    fn stop_container<'a>(&'a self, id: &'a str, timeout_secs: i64) -> CriFuture<'a, ()>;
+    fn remove_container<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;
+    /// Pulls the image; returns its reference.
+    fn pull_image<'a>(
+        &'a self,
+        image: &'a str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> CriFuture<'a, String>;
+    /// Runs `cmd` in the container and waits for it, at most `timeout` (exec probes).
+    fn exec_sync<'a>(
+        &'a self,
+        id: &'a str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> CriFuture<'a, ExecOutput>;
+}

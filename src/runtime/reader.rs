@@ -1,0 +1,175 @@
+//! The runtime read back from CRI objects: pods grouped by their UID label, and one
+//! pod's full status. Holds only the read-only CRI view, so its users (the PLEG) can
+//! look at the runtime but never change it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use k8s_cri::v1 as cri;
+
+use super::cri::CriError;
+use super::cri_api::CriRead;
+use super::labels;
+use super::types::*;
+
+/// A read-only view of the runtime.
+#[derive(Clone)]
+pub struct RuntimeReader {
+    cri: Arc<dyn CriRead>,
+}
+
+impl RuntimeReader {
+    pub fn new(cri: Arc<dyn CriRead>) -> Self {
+        RuntimeReader { cri }
+    }
+
+    /// Every pod in the runtime, grouped by pod UID label (two list calls).
+    pub async fn get_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
+        let (sandboxes, containers) = tokio::try_join!(
+            self.cri.list_pod_sandbox(None),
+            self.cri.list_containers(None)
+        )?;
+        let mut pods: HashMap<String, RuntimePod> = HashMap::new();
+        for sb in sandboxes {
+            let Some(uid) = sb.labels.get(labels::POD_UID_LABEL).cloned() else {
+                continue;
+            };
+            let md = sb.metadata.clone().unwrap_or_default();
+            let pod = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
+                uid,
+                name: md.name.clone(),
+                namespace: md.namespace.clone(),
+                ..Default::default()
+            });
+            pod.sandboxes.push(RuntimeSandbox {
+                id: sb.id,
+                ready: sb.state == cri::PodSandboxState::SandboxReady as i32,
+                attempt: md.attempt,
+                created_at: sb.created_at,
+            });
+        }
+        for c in containers {
+            let info = labels::container_info(&c.labels, &c.annotations);
+            if info.pod_uid.is_empty() {
+                continue;
+            }
+            let pod = pods
+                .entry(info.pod_uid.clone())
+                .or_insert_with(|| RuntimePod {
+                    uid: info.pod_uid.clone(),
+                    name: info.pod_name.clone(),
+                    namespace: info.pod_namespace.clone(),
+                    ..Default::default()
+                });
+            pod.containers.push(RuntimeContainer {
+                id: c.id,
+                sandbox_id: c.pod_sandbox_id,
+                name: info.container_name,
+                state: ContainerState::from_cri(c.state),
+                hash: info.hash,
+                created_at: c.created_at,
+            });
+        }
+        let mut pods: Vec<RuntimePod> = pods.into_values().collect();
+        for p in &mut pods {
+            p.sandboxes.sort_by_key(|x| std::cmp::Reverse(x.created_at));
+            p.containers
+                .sort_by_key(|x| std::cmp::Reverse(x.created_at));
+        }
+        Ok(pods)
+    }
+
+    /// Full status of one pod: every sandbox and container, newest first.
+    pub async fn get_pod_status(
+        &self,
+        uid: &str,
+        name: &str,
+        namespace: &str,
+    ) -> Result<PodRuntimeStatus, CriError> {
+        let selector = HashMap::from([(labels::POD_UID_LABEL.to_string(), uid.to_string())]);
+        let (sandboxes, containers) = tokio::try_join!(
+            self.cri.list_pod_sandbox(Some(cri::PodSandboxFilter {
+                label_selector: selector.clone(),
+                ..Default::default()
+            })),
+            self.cri.list_containers(Some(cri::ContainerFilter {
+                label_selector: selector,
+                ..Default::default()
+            }))
+        )?;
+        let sb_statuses =
+            join_all(sandboxes.iter().map(|s| self.cri.pod_sandbox_status(&s.id))).await;
+        let mut status = PodRuntimeStatus {
+            uid: uid.to_string(),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            ..Default::default()
+        };
+        for s in sb_statuses {
+            let s = match s {
+                Ok(s) => s,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let host_network = s
+                .linux
+                .as_ref()
+                .and_then(|l| l.namespaces.as_ref())
+                .and_then(|n| n.options.as_ref())
+                .map(|o| o.network == cri::NamespaceMode::Node as i32)
+                .unwrap_or(false);
+            let mut ips = Vec::new();
+            if let Some(net) = &s.network {
+                if !net.ip.is_empty() {
+                    ips.push(net.ip.clone());
+                }
+                ips.extend(net.additional_ips.iter().map(|i| i.ip.clone()));
+            }
+            status.sandboxes.push(SandboxStatus {
+                id: s.id,
+                ready: s.state == cri::PodSandboxState::SandboxReady as i32,
+                attempt: s.metadata.map(|m| m.attempt).unwrap_or(0),
+                created_at: s.created_at,
+                ips,
+                host_network,
+            });
+        }
+        status
+            .sandboxes
+            .sort_by_key(|x| std::cmp::Reverse(x.created_at));
+        if let Some(newest) = status.sandboxes.first().filter(|s| s.ready) {
+            status.ips = newest.ips.clone();
+        }
+        let c_statuses =
+            join_all(containers.iter().map(|c| self.cri.container_status(&c.id))).await;
+        for cs in c_statuses {
+            let cs = match cs {
+                Ok(cs) => cs,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let info = labels::container_info(&cs.labels, &cs.annotations);
+            status.containers.push(ContainerStatus {
+                id: cs.id,
+                name: info.container_name,
+                state: ContainerState::from_cri(cs.state),
+                created_at: cs.created_at,
+                started_at: cs.started_at,
+                finished_at: cs.finished_at,
+                exit_code: cs.exit_code,
+                image: cs.image.map(|i| i.image).unwrap_or_default(),
+                image_ref: cs.image_ref,
+                reason: cs.reason,
+                message: cs.message,
+                hash: info.hash,
+                restart_count: info.restart_count,
+                is_init: info.is_init,
+            });
+        }
+        status
+            .containers
+            .sort_by_key(|x| std::cmp::Reverse(x.created_at));
+        Ok(status)
+    }
+}

@@ -9,6 +9,8 @@ pub mod container;
 pub mod containerd;
 pub mod cri;
 pub mod cri_api;
+#[cfg(any(test, feature = "testing"))]
+pub mod fake;
 pub mod gc;
 pub mod labels;
 pub mod manager;

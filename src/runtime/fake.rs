@@ -1,0 +1,815 @@
+//! An in-memory CRI runtime for unit tests (never in the release binary): sandboxes,
+//! containers with exits and OOM kills, images, `ExecSync` results, and failures that
+//! tests inject per call. Times follow tokio's clock, so tests run on a paused clock;
+//! CRI timestamps (wall-clock ns) are derived from it when read, so "finished 10 s
+//! ago" means 10 s of tokio time, as the runtime manager's back-off expects.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_cri::v1 as cri;
+use tokio::time::Instant;
+
+use super::cri::CriError;
+use super::cri_api::{Cri, CriFuture, CriRead, ExecOutput};
+use super::labels;
+
+/// Exit code of a container stopped by the agent (SIGTERM'd busybox: 128 + 15).
+pub const STOPPED_EXIT_CODE: i32 = 143;
+/// Exit code and reason of an OOM-killed container, as containerd reports them.
+pub const OOM_EXIT_CODE: i32 = 137;
+pub const OOM_REASON: &str = "OOMKilled";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Created,
+    Running,
+    Exited,
+}
+
+#[derive(Debug, Clone)]
+struct Sandbox {
+    config: cri::PodSandboxConfig,
+    ready: bool,
+    ip: String,
+    created: Instant,
+    /// Creation order: breaks ties between objects created at the same (paused) instant.
+    seq: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Container {
+    sandbox_id: String,
+    config: cri::ContainerConfig,
+    log_path: String,
+    image: String,
+    image_ref: String,
+    state: State,
+    created: Instant,
+    seq: u64,
+    started: Option<Instant>,
+    finished: Option<Instant>,
+    exit_code: i32,
+    reason: String,
+}
+
+/// "The next `times` calls of `call` (whose pod name contains `pod`) fail with `code`."
+#[derive(Debug, Clone)]
+struct Failure {
+    call: &'static str,
+    pod: Option<String>,
+    times: usize,
+    code: tonic::Code,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    next_id: u64,
+    sandboxes: BTreeMap<String, Sandbox>,
+    containers: BTreeMap<String, Container>,
+    /// Image reference → image ID.
+    images: HashMap<String, String>,
+    failures: Vec<Failure>,
+    exec: HashMap<String, Result<ExecOutput, tonic::Code>>,
+    calls: Vec<Call>,
+}
+
+/// One recorded CRI call: its name and the pod (and container) it was about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub call: &'static str,
+    pub pod: String,
+    pub container: String,
+}
+
+/// The in-memory runtime. Cheap to share behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct FakeRuntime {
+    inner: Mutex<Inner>,
+}
+
+fn status(call: &'static str, code: tonic::Code, message: impl Into<String>) -> CriError {
+    CriError::Status {
+        call,
+        code,
+        message: message.into(),
+    }
+}
+
+fn not_found(call: &'static str, what: &str, id: &str) -> CriError {
+    status(
+        call,
+        tonic::Code::NotFound,
+        format!("{what} {id:?} not found"),
+    )
+}
+
+/// A wall-clock timestamp (ns) for a tokio instant: as long before now as `at` is
+/// before tokio's now.
+fn wall_ns(at: Instant) -> i64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as i64;
+    now - Instant::now().saturating_duration_since(at).as_nanos() as i64
+}
+
+fn matches(selector: &HashMap<String, String>, labels: &HashMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn pod_name_of_sandbox(sb: &Sandbox) -> String {
+    sb.config
+        .metadata
+        .as_ref()
+        .map(|m| m.name.clone())
+        .unwrap_or_default()
+}
+
+impl Container {
+    fn name(&self) -> String {
+        self.config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default()
+    }
+    fn pod_name(&self) -> String {
+        self.config
+            .labels
+            .get(labels::POD_NAME_LABEL)
+            .cloned()
+            .unwrap_or_default()
+    }
+    fn image_spec(&self) -> cri::ImageSpec {
+        cri::ImageSpec {
+            image: self.image.clone(),
+            ..self.config.image.clone().unwrap_or_default()
+        }
+    }
+    fn cri_state(&self) -> i32 {
+        match self.state {
+            State::Created => cri::ContainerState::ContainerCreated as i32,
+            State::Running => cri::ContainerState::ContainerRunning as i32,
+            State::Exited => cri::ContainerState::ContainerExited as i32,
+        }
+    }
+    fn exit(&mut self, code: i32, reason: &str) {
+        if self.state == State::Running {
+            self.state = State::Exited;
+            self.finished = Some(Instant::now());
+            self.exit_code = code;
+            self.reason = reason.to_string();
+        }
+    }
+}
+
+impl Inner {
+    /// Records the call and returns the injected failure, if one is due.
+    fn enter(
+        &mut self,
+        call: &'static str,
+        pod: String,
+        container: String,
+    ) -> Result<(), CriError> {
+        self.calls.push(Call {
+            call,
+            pod: pod.clone(),
+            container,
+        });
+        let due = self.failures.iter_mut().find(|f| {
+            f.call == call && f.times > 0 && f.pod.as_ref().is_none_or(|p| pod.contains(p))
+        });
+        match due {
+            Some(f) => {
+                f.times -= 1;
+                Err(status(call, f.code, "injected failure"))
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn new_id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}{:06}", self.next_id)
+    }
+
+    fn sandbox_pod(&self, id: &str) -> String {
+        self.sandboxes
+            .get(id)
+            .map(pod_name_of_sandbox)
+            .unwrap_or_default()
+    }
+
+    fn container_subject(&self, id: &str) -> (String, String) {
+        self.containers
+            .get(id)
+            .map(|c| (c.pod_name(), c.name()))
+            .unwrap_or_default()
+    }
+}
+
+impl FakeRuntime {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap()
+    }
+
+    /// Makes `image` present, with ID `sha256:<n>`.
+    pub fn add_image(&self, image: &str) {
+        let mut inner = self.lock();
+        let id = format!("sha256:{:064x}", inner.images.len() + 1);
+        inner.images.entry(image.to_string()).or_insert(id);
+    }
+
+    /// The next `times` calls of `call` (a CRI method name such as "CreateContainer")
+    /// fail with `code`; with `pod`, only calls about a pod whose name contains it.
+    pub fn fail_next(
+        &self,
+        call: &'static str,
+        pod: Option<&str>,
+        times: usize,
+        code: tonic::Code,
+    ) {
+        self.lock().failures.push(Failure {
+            call,
+            pod: pod.map(str::to_string),
+            times,
+            code,
+        });
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    /// The calls of one kind, as "pod/container" (or "pod" for sandbox calls).
+    pub fn calls_of(&self, call: &str) -> Vec<String> {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.call == call)
+            .map(|c| {
+                if c.container.is_empty() {
+                    c.pod.clone()
+                } else {
+                    format!("{}/{}", c.pod, c.container)
+                }
+            })
+            .collect()
+    }
+
+    /// The newest container named `container` of the pod named `pod`.
+    pub fn container_id(&self, pod: &str, container: &str) -> Option<String> {
+        let inner = self.lock();
+        inner
+            .containers
+            .iter()
+            .filter(|(_, c)| c.pod_name() == pod && c.name() == container)
+            .max_by_key(|(_, c)| c.seq)
+            .map(|(id, _)| id.clone())
+    }
+
+    /// How many instances (any state) the container has in the runtime.
+    pub fn container_count(&self, pod: &str, container: &str) -> usize {
+        let inner = self.lock();
+        inner
+            .containers
+            .values()
+            .filter(|c| c.pod_name() == pod && c.name() == container)
+            .count()
+    }
+
+    /// Sandboxes and containers left in the runtime.
+    pub fn object_counts(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.sandboxes.len(), inner.containers.len())
+    }
+
+    /// The labels and annotations the container was created with.
+    pub fn container_metadata(
+        &self,
+        id: &str,
+    ) -> Option<(HashMap<String, String>, HashMap<String, String>)> {
+        let inner = self.lock();
+        let c = inner.containers.get(id)?;
+        Some((c.config.labels.clone(), c.config.annotations.clone()))
+    }
+
+    /// The running container exits with `code` (reason "Completed" or "Error").
+    pub fn exit_container(&self, id: &str, code: i32) {
+        let reason = if code == 0 { "Completed" } else { "Error" };
+        if let Some(c) = self.lock().containers.get_mut(id) {
+            c.exit(code, reason);
+        }
+    }
+
+    /// The running container is OOM-killed (exit 137, reason OOMKilled).
+    pub fn oom_kill(&self, id: &str) {
+        if let Some(c) = self.lock().containers.get_mut(id) {
+            c.exit(OOM_EXIT_CODE, OOM_REASON);
+        }
+    }
+
+    /// The sandbox's pause process dies: it is no longer ready.
+    pub fn sandbox_dies(&self, id: &str) {
+        if let Some(s) = self.lock().sandboxes.get_mut(id) {
+            s.ready = false;
+        }
+    }
+
+    /// What `ExecSync` in this container returns (default: exit 0, no output).
+    pub fn set_exec_result(&self, id: &str, result: Result<ExecOutput, tonic::Code>) {
+        self.lock().exec.insert(id.to_string(), result);
+    }
+
+    fn sandbox_status_of(id: &str, sb: &Sandbox) -> cri::PodSandboxStatus {
+        cri::PodSandboxStatus {
+            id: id.to_string(),
+            metadata: sb.config.metadata.clone(),
+            state: if sb.ready {
+                cri::PodSandboxState::SandboxReady as i32
+            } else {
+                cri::PodSandboxState::SandboxNotready as i32
+            },
+            created_at: wall_ns(sb.created) + sb.seq as i64,
+            network: Some(cri::PodSandboxNetworkStatus {
+                ip: sb.ip.clone(),
+                ..Default::default()
+            }),
+            linux: Some(cri::LinuxPodSandboxStatus {
+                namespaces: Some(cri::Namespace {
+                    options: sb
+                        .config
+                        .linux
+                        .as_ref()
+                        .and_then(|l| l.security_context.as_ref())
+                        .and_then(|s| s.namespace_options.clone()),
+                }),
+            }),
+            labels: sb.config.labels.clone(),
+            annotations: sb.config.annotations.clone(),
+            ..Default::default()
+        }
+    }
+
+    fn container_status_of(id: &str, c: &Container) -> cri::ContainerStatus {
+        cri::ContainerStatus {
+            id: id.to_string(),
+            metadata: c.config.metadata.clone(),
+            state: c.cri_state(),
+            created_at: wall_ns(c.created) + c.seq as i64,
+            started_at: c.started.map_or(0, wall_ns),
+            finished_at: c.finished.map_or(0, wall_ns),
+            exit_code: c.exit_code,
+            image: Some(c.image_spec()),
+            image_ref: c.image_ref.clone(),
+            reason: c.reason.clone(),
+            labels: c.config.labels.clone(),
+            annotations: c.config.annotations.clone(),
+            log_path: c.log_path.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+fn ready<T: Send + 'static>(res: Result<T, CriError>) -> CriFuture<'static, T> {
+    Box::pin(std::future::ready(res))
+}
+
+impl CriRead for FakeRuntime {
+    fn version(&self) -> CriFuture<'_, cri::VersionResponse> {
+        let res = self.lock().enter("Version", String::new(), String::new());
+        ready(res.map(|()| cri::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "fake".into(),
+            runtime_version: "0".into(),
+            runtime_api_version: "v1".into(),
+        }))
+    }
+
+    fn status(&self) -> CriFuture<'_, cri::StatusResponse> {
+        let res = self.lock().enter("Status", String::new(), String::new());
+        ready(res.map(|()| cri::StatusResponse::default()))
+    }
+
+    fn list_pod_sandbox(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> CriFuture<'_, Vec<cri::PodSandbox>> {
+        let mut inner = self.lock();
+        let res = inner.enter("ListPodSandbox", String::new(), String::new());
+        let f = filter.unwrap_or_default();
+        let items = inner
+            .sandboxes
+            .iter()
+            .filter(|(id, s)| {
+                (f.id.is_empty() || **id == f.id) && matches(&f.label_selector, &s.config.labels)
+            })
+            .map(|(id, s)| {
+                let st = Self::sandbox_status_of(id, s);
+                cri::PodSandbox {
+                    id: id.clone(),
+                    metadata: st.metadata,
+                    state: st.state,
+                    created_at: st.created_at,
+                    labels: st.labels,
+                    annotations: st.annotations,
+                    runtime_handler: String::new(),
+                }
+            })
+            .filter(|s| f.state.as_ref().is_none_or(|w| w.state == s.state))
+            .collect();
+        ready(res.map(|()| items))
+    }
+
+    fn pod_sandbox_status<'a>(&'a self, id: &'a str) -> CriFuture<'a, cri::PodSandboxStatus> {
+        let mut inner = self.lock();
+        let pod = inner.sandbox_pod(id);
+        let res = inner
+            .enter("PodSandboxStatus", pod, String::new())
+            .and_then(|()| {
+                inner
+                    .sandboxes
+                    .get(id)
+                    .map(|s| Self::sandbox_status_of(id, s))
+                    .ok_or_else(|| not_found("PodSandboxStatus", "sandbox", id))
+            });
+        ready(res)
+    }
+
+    fn list_containers(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> CriFuture<'_, Vec<cri::Container>> {
+        let mut inner = self.lock();
+        let res = inner.enter("ListContainers", String::new(), String::new());
+        let f = filter.unwrap_or_default();
+        let items = inner
+            .containers
+            .iter()
+            .filter(|(id, c)| {
+                (f.id.is_empty() || **id == f.id)
+                    && (f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)
+                    && f.state.as_ref().is_none_or(|w| w.state == c.cri_state())
+                    && matches(&f.label_selector, &c.config.labels)
+            })
+            .map(|(id, c)| cri::Container {
+                id: id.clone(),
+                pod_sandbox_id: c.sandbox_id.clone(),
+                metadata: c.config.metadata.clone(),
+                image: Some(c.image_spec()),
+                image_ref: c.image_ref.clone(),
+                state: c.cri_state(),
+                created_at: wall_ns(c.created) + c.seq as i64,
+                labels: c.config.labels.clone(),
+                annotations: c.config.annotations.clone(),
+                ..Default::default()
+            })
+            .collect();
+        ready(res.map(|()| items))
+    }
+
+    fn container_status<'a>(&'a self, id: &'a str) -> CriFuture<'a, cri::ContainerStatus> {
+        let mut inner = self.lock();
+        let (pod, name) = inner.container_subject(id);
+        let res = inner.enter("ContainerStatus", pod, name).and_then(|()| {
+            inner
+                .containers
+                .get(id)
+                .map(|c| Self::container_status_of(id, c))
+                .ok_or_else(|| not_found("ContainerStatus", "container", id))
+        });
+        ready(res)
+    }
+
+    fn image_status<'a>(&'a self, image: &'a str) -> CriFuture<'a, Option<cri::Image>> {
+        let mut inner = self.lock();
+        let res = inner.enter("ImageStatus", String::new(), image.to_string());
+        let found = inner.images.get(image).map(|id| cri::Image {
+            id: id.clone(),
+            repo_tags: vec![image.to_string()],
+            ..Default::default()
+        });
+        ready(res.map(|()| found))
+    }
+}
+
+impl Cri for FakeRuntime {
+    fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriFuture<'_, String> {
+        let mut inner = self.lock();
+        let pod = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        if let Err(e) = inner.enter("RunPodSandbox", pod, String::new()) {
+            return ready(Err(e));
+        }
+        let id = inner.new_id("sb");
+        let seq = inner.next_id;
+        let host_network = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .is_some_and(|n| n.network == cri::NamespaceMode::Node as i32);
+        let ip = if host_network {
+            String::new()
+        } else {
+            format!(
+                "10.88.{}.{}",
+                (inner.next_id / 250) % 250,
+                inner.next_id % 250 + 2
+            )
+        };
+        inner.sandboxes.insert(
+            id.clone(),
+            Sandbox {
+                config,
+                ready: true,
+                ip,
+                created: Instant::now(),
+                seq,
+            },
+        );
+        ready(Ok(id))
+    }
+
+    /// Stopping a sandbox stops its containers too, as containerd does.
+    fn stop_pod_sandbox<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        let mut inner = self.lock();
+        let pod = inner.sandbox_pod(id);
+        if let Err(e) = inner.enter("StopPodSandbox", pod, String::new()) {
+            return ready(Err(e));
+        }
+        let Some(sb) = inner.sandboxes.get_mut(id) else {
+            return ready(Err(not_found("StopPodSandbox", "sandbox", id)));
+        };
+        sb.ready = false;
+        for c in inner.containers.values_mut().filter(|c| c.sandbox_id == id) {
+            c.exit(STOPPED_EXIT_CODE, "Error");
+        }
+        ready(Ok(()))
+    }
+
+    fn remove_pod_sandbox<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        let mut inner = self.lock();
+        let pod = inner.sandbox_pod(id);
+        if let Err(e) = inner.enter("RemovePodSandbox", pod, String::new()) {
+            return ready(Err(e));
+        }
+        if inner.sandboxes.remove(id).is_none() {
+            return ready(Err(not_found("RemovePodSandbox", "sandbox", id)));
+        }
+        inner.containers.retain(|_, c| c.sandbox_id != id);
+        ready(Ok(()))
+    }
+
+    fn create_container<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> CriFuture<'a, String> {
+        const CALL: &str = "CreateContainer";
+        let mut inner = self.lock();
+        let pod = inner.sandbox_pod(sandbox_id);
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        if let Err(e) = inner.enter(CALL, pod, name) {
+            return ready(Err(e));
+        }
+        if !inner.sandboxes.get(sandbox_id).is_some_and(|s| s.ready) {
+            return ready(Err(not_found(CALL, "ready sandbox", sandbox_id)));
+        }
+        // Like containerd: the config names an image by ID or reference; the status
+        // shows its reference as `image` and its ID as `image_ref`.
+        let asked = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        let Some((image, image_ref)) = inner
+            .images
+            .iter()
+            .find(|(name, id)| **id == asked || **name == asked)
+            .map(|(name, id)| (name.clone(), id.clone()))
+        else {
+            return ready(Err(not_found(CALL, "image", &asked)));
+        };
+        let log_path = std::path::Path::new(&sandbox_config.log_directory)
+            .join(&config.log_path)
+            .to_string_lossy()
+            .into_owned();
+        let id = inner.new_id("c");
+        let seq = inner.next_id;
+        inner.containers.insert(
+            id.clone(),
+            Container {
+                sandbox_id: sandbox_id.to_string(),
+                config,
+                log_path,
+                image,
+                image_ref,
+                state: State::Created,
+                created: Instant::now(),
+                seq,
+                started: None,
+                finished: None,
+                exit_code: 0,
+                reason: String::new(),
+            },
+        );
+        ready(Ok(id))
+    }
+
+    fn start_container<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        const CALL: &str = "StartContainer";
+        let mut inner = self.lock();
+        let (pod, name) = inner.container_subject(id);
+        if let Err(e) = inner.enter(CALL, pod, name) {
+            return ready(Err(e));
+        }
+        let res = match inner.containers.get_mut(id) {
+            None => Err(not_found(CALL, "container", id)),
+            Some(c) if c.state != State::Created => Err(status(
+                CALL,
+                tonic::Code::FailedPrecondition,
+                "container is not in created state",
+            )),
+            Some(c) => {
+                c.state = State::Running;
+                c.started = Some(Instant::now());
+                Ok(())
+            }
+        };
+        ready(res)
+    }
+
+    fn stop_container<'a>(&'a self, id: &'a str, _timeout_secs: i64) -> CriFuture<'a, ()> {
+        let mut inner = self.lock();
+        let (pod, name) = inner.container_subject(id);
+        if let Err(e) = inner.enter("StopContainer", pod, name) {
+            return ready(Err(e));
+        }
+        let res = match inner.containers.get_mut(id) {
+            None => Err(not_found("StopContainer", "container", id)),
+            Some(c) => {
+                c.exit(STOPPED_EXIT_CODE, "Error");
+                Ok(())
+            }
+        };
+        ready(res)
+    }
+
+    fn remove_container<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        let mut inner = self.lock();
+        let (pod, name) = inner.container_subject(id);
+        if let Err(e) = inner.enter("RemoveContainer", pod, name) {
+            return ready(Err(e));
+        }
+        let res = match inner.containers.remove(id) {
+            None => Err(not_found("RemoveContainer", "container", id)),
+            Some(_) => Ok(()),
+        };
+        ready(res)
+    }
+
+    fn pull_image<'a>(
+        &'a self,
+        image: &'a str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> CriFuture<'a, String> {
+        let pod = sandbox_config
+            .and_then(|c| c.metadata)
+            .map(|m| m.name)
+            .unwrap_or_default();
+        let res = self.lock().enter("PullImage", pod, image.to_string());
+        if let Err(e) = res {
+            return ready(Err(e));
+        }
+        self.add_image(image);
+        ready(Ok(self.lock().images[image].clone()))
+    }
+
+    fn exec_sync<'a>(
+        &'a self,
+        id: &'a str,
+        _cmd: Vec<String>,
+        timeout: Duration,
+    ) -> CriFuture<'a, ExecOutput> {
+        const CALL: &str = "ExecSync";
+        let mut inner = self.lock();
+        let (pod, name) = inner.container_subject(id);
+        if let Err(e) = inner.enter(CALL, pod, name) {
+            return ready(Err(e));
+        }
+        if !inner
+            .containers
+            .get(id)
+            .is_some_and(|c| c.state == State::Running)
+        {
+            return ready(Err(not_found(CALL, "running container", id)));
+        }
+        match inner.exec.get(id).cloned() {
+            None => ready(Ok(ExecOutput::default())),
+            Some(Ok(out)) => ready(Ok(out)),
+            // A command that does not finish: the runtime gives up at the timeout.
+            Some(Err(tonic::Code::DeadlineExceeded)) => Box::pin(async move {
+                tokio::time::sleep(timeout).await;
+                Err(status(CALL, tonic::Code::DeadlineExceeded, "timeout"))
+            }),
+            Some(Err(code)) => ready(Err(status(CALL, code, "exec failed"))),
+        }
+    }
+}
+
+/// Pods and a runtime manager over a fake runtime, for the crate's unit tests.
+#[cfg(test)]
+pub(crate) mod support {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::Pod;
+
+    use super::FakeRuntime;
+    use crate::runtime::RuntimeManager;
+    use crate::runtime::sandbox::SandboxEnv;
+
+    pub const IMAGE: &str = "localhost/oxlet-test/busybox:1";
+
+    /// A pod `name` (UID `uid-<name>`) with the given init and app containers, all on
+    /// [`IMAGE`], host network (so it needs no IP), grace 1 s.
+    pub fn pod(name: &str, init: &[&str], containers: &[&str], restart: &str) -> Pod {
+        let c = |n: &&str| {
+            serde_json::json!({
+                "name": n, "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "3600"],
+            })
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {
+                "restartPolicy": restart,
+                "hostNetwork": true,
+                "terminationGracePeriodSeconds": 1,
+                "initContainers": init.iter().map(c).collect::<Vec<_>>(),
+                "containers": containers.iter().map(c).collect::<Vec<_>>(),
+            }
+        }))
+        .expect("valid test pod")
+    }
+
+    /// A fake runtime holding [`IMAGE`], a manager over it, and the temporary
+    /// directories the manager writes pod and log directories to.
+    pub struct FakeNode {
+        pub fake: Arc<FakeRuntime>,
+        pub manager: Arc<RuntimeManager>,
+        pub dir: tempfile::TempDir,
+    }
+
+    impl FakeNode {
+        pub fn new() -> Self {
+            let fake = Arc::new(FakeRuntime::new());
+            fake.add_image(IMAGE);
+            let dir = tempfile::tempdir().expect("tempdir");
+            let manager = Arc::new(Self::manager_over(&fake, &dir));
+            FakeNode { fake, manager, dir }
+        }
+
+        /// Another manager over the same runtime and directories: a restarted agent.
+        pub fn manager_over(fake: &Arc<FakeRuntime>, dir: &tempfile::TempDir) -> RuntimeManager {
+            let env = SandboxEnv {
+                pod_logs_dir: dir.path().join("logs"),
+                host_dns: Default::default(),
+                pods_dir: dir.path().join("pods"),
+            };
+            RuntimeManager::new(fake.clone(), env, "192.0.2.10".into())
+        }
+
+        /// One sync of `pod` against a fresh read of the runtime.
+        pub async fn sync(
+            &self,
+            pod: &Pod,
+        ) -> Result<crate::runtime::manager::SyncOutcome, crate::runtime::manager::SyncError>
+        {
+            let status = self
+                .manager
+                .get_pod_status(
+                    pod.metadata.uid.as_deref().unwrap(),
+                    pod.metadata.name.as_deref().unwrap(),
+                    "default",
+                )
+                .await?;
+            self.manager.sync_pod(pod, &status).await
+        }
+    }
+}

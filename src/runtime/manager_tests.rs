@@ -1,0 +1,292 @@
+//! `RuntimeManager::sync_pod` on the in-memory runtime and tokio's paused clock:
+//! actions and their order, crash-loop back-off, image errors, adoption, isolation.
+
+use std::time::Duration;
+
+use super::*;
+use crate::runtime::fake::support::{FakeNode, IMAGE, pod};
+
+fn uid(p: &Pod) -> &str {
+    p.metadata.uid.as_deref().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_creates_the_sandbox_then_init_containers_in_order_then_app_containers() {
+    let node = FakeNode::new();
+    let p = pod("web", &["init-a", "init-b"], &["app", "side"], "Always");
+
+    node.sync(&p).await.unwrap();
+    assert_eq!(node.fake.calls_of("RunPodSandbox"), ["web"]);
+    assert_eq!(node.fake.calls_of("StartContainer"), ["web/init-a"]);
+    // init-a still runs: nothing more starts.
+    node.sync(&p).await.unwrap();
+    assert_eq!(node.fake.calls_of("StartContainer"), ["web/init-a"]);
+
+    let id = node.fake.container_id("web", "init-a").unwrap();
+    node.fake.exit_container(&id, 0);
+    node.sync(&p).await.unwrap();
+    assert_eq!(
+        node.fake.calls_of("StartContainer"),
+        ["web/init-a", "web/init-b"]
+    );
+
+    let id = node.fake.container_id("web", "init-b").unwrap();
+    node.fake.exit_container(&id, 0);
+    node.sync(&p).await.unwrap();
+    assert_eq!(
+        node.fake.calls_of("StartContainer"),
+        ["web/init-a", "web/init-b", "web/app", "web/side"]
+    );
+    // One sandbox for the whole life; a steady pod needs nothing more.
+    assert_eq!(node.fake.calls_of("RunPodSandbox"), ["web"]);
+    let out = node.sync(&p).await.unwrap();
+    assert!(!out.acted, "a running pod needs no action");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_init_container_is_retried_before_any_app_container_starts() {
+    let node = FakeNode::new();
+    let p = pod("job", &["setup"], &["app"], "Always");
+    node.sync(&p).await.unwrap();
+    let id = node.fake.container_id("job", "setup").unwrap();
+    node.fake.exit_container(&id, 3);
+    node.sync(&p).await.unwrap();
+    assert_eq!(
+        node.fake.calls_of("StartContainer"),
+        ["job/setup", "job/setup"],
+        "the failed init container restarts; the app waits"
+    );
+}
+
+/// Exits the app container and syncs until it restarts; returns how long (tokio
+/// time) the restart waited and the first back-off a sync asked for. CRI timestamps
+/// are wall-clock, so both are exact to within the real time the test took.
+async fn crash_and_restart(node: &FakeNode, p: &Pod) -> (Duration, Option<Duration>) {
+    let id = node.fake.container_id("crash", "app").unwrap();
+    node.fake.exit_container(&id, 1);
+    let created = node.fake.calls_of("CreateContainer").len();
+    let start = tokio::time::Instant::now();
+    let mut first = None;
+    loop {
+        let out = node.sync(p).await.unwrap();
+        if node.fake.container_id("crash", "app").unwrap() != id {
+            return (start.elapsed(), first);
+        }
+        let wait = out
+            .retry_after
+            .expect("a container in back-off asks for a retry");
+        first.get_or_insert(wait);
+        assert_eq!(node.fake.calls_of("CreateContainer").len(), created);
+        tokio::time::advance(wait + Duration::from_millis(1)).await;
+    }
+}
+
+fn about(d: Duration, secs: u64) -> bool {
+    d.abs_diff(Duration::from_secs(secs)) < Duration::from_millis(5)
+}
+
+#[tokio::test(start_paused = true)]
+async fn crash_loop_back_off_starts_at_ten_seconds_and_doubles() {
+    let node = FakeNode::new();
+    let p = pod("crash", &[], &["app"], "Always");
+    node.sync(&p).await.unwrap();
+
+    // The first crash restarts at once (kubelet: the back-off starts with it).
+    assert_eq!(crash_and_restart(&node, &p).await, (Duration::ZERO, None));
+    let (waited, asked) = crash_and_restart(&node, &p).await;
+    assert!(
+        about(waited, 10) && about(asked.unwrap(), 10),
+        "{waited:?} {asked:?}"
+    );
+    assert_eq!(node.manager.reasons().get(uid(&p), "app"), None);
+    let (waited, asked) = crash_and_restart(&node, &p).await;
+    assert!(
+        about(waited, 20) && about(asked.unwrap(), 20),
+        "{waited:?} {asked:?}"
+    );
+
+    // While backing off, the waiting reason says so, with kubelet's message.
+    let id = node.fake.container_id("crash", "app").unwrap();
+    node.fake.exit_container(&id, 1);
+    let out = node.sync(&p).await.unwrap();
+    assert!(about(out.retry_after.unwrap(), 40));
+    let (reason, message) = node.manager.reasons().get(uid(&p), "app").unwrap();
+    assert_eq!(reason, CRASH_LOOP_BACK_OFF);
+    assert!(
+        message.starts_with("back-off 40s restarting failed container=app pod=crash_default"),
+        "{message}"
+    );
+    // Only the newest dead instance is kept.
+    assert!(node.fake.container_count("crash", "app") <= 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_oom_killed_container_reads_back_as_oom_killed_and_restarts() {
+    let node = FakeNode::new();
+    let p = pod("hog", &[], &["app"], "Always");
+    node.sync(&p).await.unwrap();
+    let id = node.fake.container_id("hog", "app").unwrap();
+    node.fake.oom_kill(&id);
+    let st = node
+        .manager
+        .get_pod_status(uid(&p), "hog", "default")
+        .await
+        .unwrap();
+    let c = st.latest("app").unwrap();
+    assert_eq!((c.state, c.exit_code), (ContainerState::Exited, 137));
+    assert_eq!(c.reason, "OOMKilled");
+    node.sync(&p).await.unwrap();
+    assert_ne!(node.fake.container_id("hog", "app").unwrap(), id);
+}
+
+#[tokio::test(start_paused = true)]
+async fn image_errors_show_as_waiting_reasons_with_pull_back_off() {
+    let node = FakeNode::new();
+    let mut p = pod("img", &[], &["app"], "Always");
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.image = Some("localhost/absent:1".into());
+    c.image_pull_policy = Some("Never".into());
+    assert!(node.sync(&p).await.is_err());
+    let (reason, _) = node.manager.reasons().get(uid(&p), "app").unwrap();
+    assert_eq!(reason, ERR_IMAGE_NEVER_PULL);
+
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.image_pull_policy = Some("IfNotPresent".into());
+    node.fake
+        .fail_next("PullImage", None, 1, tonic::Code::NotFound);
+    let out = node.sync(&p).await.unwrap();
+    assert_eq!(out.retry_after, Some(Duration::from_secs(10)));
+    assert_eq!(
+        node.manager.reasons().get(uid(&p), "app").unwrap().0,
+        ERR_IMAGE_PULL
+    );
+    let out = node.sync(&p).await.unwrap();
+    assert_eq!(out.retry_after, Some(Duration::from_secs(10)));
+    assert_eq!(
+        node.manager.reasons().get(uid(&p), "app").unwrap().0,
+        IMAGE_PULL_BACK_OFF
+    );
+    assert_eq!(
+        node.fake.calls_of("PullImage").len(),
+        1,
+        "no pull while backing off"
+    );
+    tokio::time::advance(Duration::from_secs(10)).await;
+    node.sync(&p).await.unwrap();
+    assert_eq!(node.fake.calls_of("PullImage").len(), 2);
+    assert!(node.fake.container_id("img", "app").is_some());
+    assert_eq!(node.manager.reasons().get(uid(&p), "app"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_agent_adopts_the_pod_from_its_labels() {
+    let node = FakeNode::new();
+    let p = pod("kept", &["init"], &["app"], "Always");
+    node.sync(&p).await.unwrap();
+    let init = node.fake.container_id("kept", "init").unwrap();
+    node.fake.exit_container(&init, 0);
+    node.sync(&p).await.unwrap();
+    let app = node.fake.container_id("kept", "app").unwrap();
+
+    let (labels, annotations) = node.fake.container_metadata(&app).unwrap();
+    assert_eq!(labels[labels::POD_UID_LABEL], "uid-kept");
+    assert_eq!(labels[labels::POD_NAME_LABEL], "kept");
+    assert_eq!(labels[labels::POD_NAMESPACE_LABEL], "default");
+    assert_eq!(labels[labels::CONTAINER_NAME_LABEL], "app");
+    assert!(annotations.contains_key(labels::CONTAINER_HASH_ANNOTATION));
+
+    // A new manager (a restarted agent) over the same runtime.
+    let again = FakeNode::manager_over(&node.fake, &node.dir);
+    let pods = again.get_pods().await.unwrap();
+    assert_eq!(pods.len(), 1);
+    assert_eq!(
+        (pods[0].uid.as_str(), pods[0].pod_ref()),
+        ("uid-kept", "default/kept".into())
+    );
+    let st = again
+        .get_pod_status("uid-kept", "kept", "default")
+        .await
+        .unwrap();
+    let c = st.latest("app").unwrap();
+    assert_eq!(
+        c.hash,
+        labels::container_hash(&p.spec.as_ref().unwrap().containers[0])
+    );
+    assert!(st.latest("init").unwrap().is_init);
+    let calls = node.fake.calls().len();
+    let out = again.sync_pod(&p, &st).await.unwrap();
+    assert!(!out.acted, "the adopted pod is left running");
+    assert!(
+        node.fake.calls()[calls..].iter().all(|c| !matches!(
+            c.call,
+            "StopContainer" | "RunPodSandbox" | "CreateContainer"
+        )),
+        "nothing was stopped or recreated"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cri_failure_on_one_pod_does_not_stop_another() {
+    let node = FakeNode::new();
+    node.fake.fail_next(
+        "CreateContainer",
+        Some("bad"),
+        100,
+        tonic::Code::Unavailable,
+    );
+    let bad = pod("bad", &[], &["app"], "Always");
+    let good = pod("good", &[], &["app"], "Always");
+    let (b, g) = tokio::join!(node.sync(&bad), node.sync(&good));
+    let err = b.unwrap_err().to_string();
+    assert!(err.contains(CREATE_CONTAINER_ERROR), "{err}");
+    assert_eq!(
+        node.manager.reasons().get("uid-bad", "app").unwrap().0,
+        CREATE_CONTAINER_ERROR
+    );
+    g.unwrap();
+    let st = node
+        .manager
+        .get_pod_status("uid-good", "good", "default")
+        .await
+        .unwrap();
+    assert_eq!(st.latest("app").unwrap().state, ContainerState::Running);
+    assert_eq!(IMAGE, st.latest("app").unwrap().image);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_sandbox_is_reported_and_retried_on_the_next_sync() {
+    let node = FakeNode::new();
+    node.fake
+        .fail_next("RunPodSandbox", None, 1, tonic::Code::Unknown);
+    let p = pod("sb", &[], &["app"], "Always");
+    assert!(matches!(
+        node.sync(&p).await,
+        Err(SyncError::CreateSandbox(_))
+    ));
+    node.sync(&p).await.unwrap();
+    assert_eq!(node.fake.calls_of("RunPodSandbox"), ["sb", "sb"]);
+    assert_eq!(node.fake.calls_of("StartContainer"), ["sb/app"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn kill_and_remove_leave_nothing_of_the_pod() {
+    let node = FakeNode::new();
+    let p = pod("gone", &[], &["app"], "Always");
+    node.sync(&p).await.unwrap();
+    let st = node
+        .manager
+        .get_pod_status("uid-gone", "gone", "default")
+        .await
+        .unwrap();
+    node.manager
+        .kill_pod_status(&p, &st, Some(0))
+        .await
+        .unwrap();
+    assert_eq!(node.fake.calls_of("StopContainer"), ["gone/app"]);
+    assert_eq!(node.fake.calls_of("StopPodSandbox"), ["gone"]);
+    node.manager
+        .remove_pod("uid-gone", "default/gone")
+        .await
+        .unwrap();
+    assert_eq!(node.fake.object_counts(), (0, 0));
+}

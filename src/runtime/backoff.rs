@@ -59,6 +59,13 @@ impl Backoff {
         (since < entry.backoff).then(|| entry.backoff - since)
     }
 
+    /// How long until `key` may be retried, counting from its last recorded failure
+    /// (kubelet's `IsInBackOffSinceUpdate`, used for image pulls).
+    pub fn remaining_since_update(&self, key: &str) -> Option<Duration> {
+        let last = self.entries.lock().unwrap().get(key)?.last_update;
+        self.remaining(key, last)
+    }
+
     /// Records a retry at `event`: the first one (or one after a long quiet) gets the
     /// initial back-off, each later one doubles it up to the cap.
     pub fn next(&self, key: &str, event: Instant) {

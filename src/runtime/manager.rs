@@ -463,7 +463,8 @@ impl RuntimeManager {
         }
         let key = format!("{uid}_{image}");
         let now = tokio::time::Instant::now();
-        if let Some(left) = self.image_backoff.remaining(&key, now) {
+        // Counted from the failed pull, not from now: from now it would never end.
+        if let Some(left) = self.image_backoff.remaining_since_update(&key) {
             return Err((
                 IMAGE_PULL_BACK_OFF,
                 format!("Back-off pulling image \"{image}\""),
@@ -691,3 +692,7 @@ fn merge_retry(acc: &mut Option<Duration>, next: Option<Duration>) {
         *acc = Some(acc.map_or(d, |a| a.min(d)));
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;

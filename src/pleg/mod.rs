@@ -416,3 +416,6 @@ mod tests {
         assert_eq!(evs, vec![("sb-u".into(), EventKind::ContainerStarted)]);
     }
 }
+
+#[cfg(test)]
+mod relist_tests;

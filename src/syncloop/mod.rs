@@ -477,3 +477,6 @@ async fn cleanup_runtime_pods(
         |uid: &str| pods.contains(uid) || workers.is_active(uid) || in_runtime.contains(uid);
     crate::runtime::gc::cleanup_orphaned_dirs(runtime.pods_dir(), runtime.pod_logs_dir(), &known);
 }
+
+#[cfg(test)]
+mod fake_runtime_tests;

@@ -1,0 +1,229 @@
+//! The sync loop's handlers, the pod workers and the real [`Syncer`] end to end over
+//! the in-memory runtime, with the PLEG relisting it, on tokio's paused clock.
+
+use std::time::Duration;
+
+use super::*;
+use crate::config::PodOperation;
+use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PodCache};
+use crate::runtime::fake::support::{FakeNode, pod};
+
+struct Agent {
+    node: FakeNode,
+    statuses: Arc<StatusManager>,
+    updates: mpsc::Sender<PodUpdate>,
+    cancel: CancellationToken,
+    tasks: tokio_util::task::TaskTracker,
+}
+
+/// Wires the agent as `app::start` does, without sources: updates come from the test.
+async fn agent(max_pods: u32) -> Agent {
+    let node = FakeNode::new();
+    let runtime = node.manager.clone();
+    let cache = Arc::new(PodCache::default());
+    let statuses = Arc::new(StatusManager::default());
+    let pods = Arc::new(PodManager::default());
+    let queue = Arc::new(WorkQueue::default());
+    let pleg_stats = Arc::new(PlegStats::default());
+    let health = Arc::new(RuntimeHealth::default());
+    health.set(true);
+    let cancel = CancellationToken::new();
+    let tasks = tokio_util::task::TaskTracker::new();
+    let (pleg_tx, pleg_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let mut pleg = GenericPleg::new(runtime.reader(), cache.clone(), pleg_tx, pleg_stats.clone());
+    pleg.relist().await;
+    tasks.spawn(pleg.run(cancel.clone()));
+    let syncer = Arc::new(Syncer {
+        runtime: runtime.clone(),
+        cache,
+        statuses: statuses.clone(),
+        pods: pods.clone(),
+        runtime_name: "fake".into(),
+        startup: Default::default(),
+    });
+    let workers = PodWorkers::new(
+        syncer,
+        queue.clone(),
+        Duration::from_secs(10),
+        cancel.clone(),
+    );
+    let sync_loop = SyncLoop::new(
+        pods,
+        workers,
+        statuses.clone(),
+        runtime,
+        queue,
+        pleg_stats,
+        health,
+        max_pods,
+        vec!["file"],
+    );
+    let (updates, update_rx) = mpsc::channel(16);
+    tasks.spawn(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), cancel.clone()));
+    Agent {
+        node,
+        statuses,
+        updates,
+        cancel,
+        tasks,
+    }
+}
+
+impl Agent {
+    async fn send(&self, op: PodOperation, pods: Vec<Pod>) {
+        self.updates
+            .send(PodUpdate {
+                op,
+                source: "file",
+                pods,
+            })
+            .await
+            .unwrap();
+    }
+
+    fn phase(&self, uid: &str) -> Option<String> {
+        self.statuses.get(uid).and_then(|s| s.phase)
+    }
+
+    /// Lets the agent run (in 100 ms steps of paused time) until `done`, at most `limit`.
+    async fn until(&self, limit: Duration, what: &str, done: impl Fn(&Self) -> bool) {
+        let start = tokio::time::Instant::now();
+        while !done(self) {
+            assert!(start.elapsed() < limit, "{what} within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+}
+
+fn running(a: &Agent, pod: &str, container: &str) -> bool {
+    a.node.fake.container_id(pod, container).is_some_and(|id| {
+        a.node
+            .fake
+            .calls_of("StartContainer")
+            .contains(&format!("{pod}/{container}"))
+            && a.node.fake.container_metadata(&id).is_some()
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_is_added_runs_and_is_removed_without_a_trace() {
+    let a = agent(110).await;
+    let p = pod("web", &["init"], &["app"], "Always");
+    a.send(PodOperation::Add, vec![p.clone()]).await;
+    a.until(Duration::from_secs(5), "init started", |a| {
+        running(a, "web", "init")
+    })
+    .await;
+    let init = a.node.fake.container_id("web", "init").unwrap();
+    a.node.fake.exit_container(&init, 0);
+    a.until(Duration::from_secs(5), "pod Running", |a| {
+        a.phase("uid-web").as_deref() == Some("Running")
+    })
+    .await;
+    assert!(running(&a, "web", "app"));
+
+    a.send(PodOperation::Remove, vec![p]).await;
+    a.until(Duration::from_secs(10), "pod gone", |a| {
+        a.node.fake.object_counts() == (0, 0) && a.statuses.get("uid-web").is_none()
+    })
+    .await;
+    a.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashing_container_restarts_after_its_back_off() {
+    let a = agent(110).await;
+    a.send(
+        PodOperation::Add,
+        vec![pod("crash", &[], &["app"], "Always")],
+    )
+    .await;
+    a.until(Duration::from_secs(5), "app started", |a| {
+        running(a, "crash", "app")
+    })
+    .await;
+    for _ in 0..2 {
+        let id = a.node.fake.container_id("crash", "app").unwrap();
+        a.node.fake.exit_container(&id, 1);
+        a.until(Duration::from_secs(30), "app restarted", |a| {
+            a.node.fake.container_id("crash", "app").unwrap() != id
+        })
+        .await;
+    }
+    // Two crashes: the first restarts at once, the second after 10 s (give or take
+    // the sync tick and relist period).
+    let starts = a.node.fake.calls_of("StartContainer").len();
+    assert_eq!(starts, 3);
+    a.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_runtime_calls_fail_does_not_hold_up_another() {
+    let a = agent(110).await;
+    a.node.fake.fail_next(
+        "RunPodSandbox",
+        Some("bad"),
+        usize::MAX,
+        tonic::Code::Unavailable,
+    );
+    a.send(
+        PodOperation::Add,
+        vec![
+            pod("bad", &[], &["app"], "Always"),
+            pod("good", &[], &["app"], "Always"),
+        ],
+    )
+    .await;
+    a.until(Duration::from_secs(5), "good Running", |a| {
+        a.phase("uid-good").as_deref() == Some("Running")
+    })
+    .await;
+    assert_eq!(a.phase("uid-bad").as_deref(), Some("Pending"));
+    // The failing pod keeps being retried (with back-off), the other keeps running.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(
+        a.node
+            .fake
+            .calls_of("RunPodSandbox")
+            .iter()
+            .filter(|p| *p == "bad")
+            .count()
+            > 1
+    );
+    assert_eq!(a.phase("uid-good").as_deref(), Some("Running"));
+    a.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_beyond_max_pods_are_rejected_by_the_addition_handler() {
+    let a = agent(1).await;
+    a.send(
+        PodOperation::Add,
+        vec![
+            pod("first", &[], &["app"], "Always"),
+            pod("second", &[], &["app"], "Always"),
+        ],
+    )
+    .await;
+    a.until(
+        Duration::from_secs(5),
+        "first Running, second Failed",
+        |a| {
+            a.phase("uid-first").as_deref() == Some("Running")
+                && a.phase("uid-second").as_deref() == Some("Failed")
+        },
+    )
+    .await;
+    assert_eq!(
+        a.statuses.get("uid-second").unwrap().reason.as_deref(),
+        Some(OUT_OF_PODS)
+    );
+    assert!(a.node.fake.container_id("second", "app").is_none());
+    a.stop().await;
+}

@@ -498,8 +498,9 @@ async fn panicking_syncer_is_retried_and_its_full_name_is_released() {
         Some(Lifecycle::Syncing),
         "still supervised"
     );
-    // The supervisor retries the panicked step after a back-off.
-    tokio::time::sleep(Duration::from_secs(40)).await;
+    // The supervisor retries the panicked step after a back-off: 10 s then 20 s, each
+    // jittered up to ×1.5, so the second retry lands by 15 + 30 = 45 s.
+    tokio::time::sleep(Duration::from_secs(46)).await;
     let gaps = fake.sync_gaps();
     assert!(gaps.len() >= 2, "retried: {:?}", fake.log());
     assert!(gaps[0] >= 10.0 && gaps[1] >= 20.0, "growing: {gaps:?}");

@@ -7,9 +7,13 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::duration::{GoDuration, parse_go_duration};
-use super::flags::{self, FlagValues};
-use super::kubelet_config::{self, FieldValue, KubeletConfigFile};
+pub mod duration;
+pub mod flags;
+pub mod kubelet_config;
+
+use duration::{GoDuration, parse_go_duration};
+use flags::FlagValues;
+use kubelet_config::{FieldValue, KubeletConfigFile};
 
 /// Effective configuration after merging defaults, the config file and flags.
 #[derive(Debug, Clone)]

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml_ng::Value;
 
+use super::Problem;
 use super::duration::{GoDuration, parse_go_duration};
-use super::options::Problem;
 
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub const KIND: &str = "KubeletConfiguration";

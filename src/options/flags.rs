@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
-use super::options::{ConfigError, Problem};
+use super::{ConfigError, Problem};
 
 /// Whether a kubelet flag is a boolean (`--x`, `--x=false`) or takes a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +155,7 @@ const IMPLEMENTED_FLAGS: &[(&str, &str, Option<&str>, &str)] = &[
     (
         "container-runtime-endpoint",
         "URL",
-        Some(super::options::DEFAULT_RUNTIME_ENDPOINT),
+        Some(super::DEFAULT_RUNTIME_ENDPOINT),
         "CRI endpoint (unix:// socket)",
     ),
     (

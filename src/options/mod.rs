@@ -1,5 +1,13 @@
-//! The effective settings oxlet runs with: defaults, then the `--config` file,
-//! then flags (flags win), validated before anything starts.
+//! kubelet's `cmd/kubelet/app/options` plus `KubeletConfiguration`: the effective
+//! settings oxlet runs with. Defaults, then the `--config` file, then flags (flags
+//! win), validated before anything starts. Every setting is declared once, in
+//! [`settings::SETTINGS`].
+
+pub mod duration;
+pub mod flags;
+pub mod kubelet_config;
+pub mod problem;
+pub mod settings;
 
 use std::ffi::OsString;
 use std::io;
@@ -7,52 +15,43 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub mod duration;
-pub mod flags;
-pub mod kubelet_config;
-
-use duration::{GoDuration, parse_go_duration};
 use flags::FlagValues;
-use kubelet_config::{FieldValue, KubeletConfigFile};
+use kubelet_config::KubeletConfigFile;
+pub use problem::{ConfigError, Problem};
+pub use settings::{DEFAULT_RUNTIME_ENDPOINT, MIN_OPEN_FILES};
+use settings::{Input, SETTINGS, Setting};
 
 /// Effective configuration after merging defaults, the config file and flags.
+/// Which flag and config field set each value: see [`settings::SETTINGS`].
 #[derive(Debug, Clone)]
 pub struct Options {
     /// `--config`: the KubeletConfiguration file, if any.
     pub config_file: Option<PathBuf>,
-    /// `--pod-manifest-path` / `staticPodPath`: the static pod directory (None = file source off).
+    /// The static pod directory (None = file source off).
     pub static_pod_path: Option<PathBuf>,
-    /// `--container-runtime-endpoint` / `containerRuntimeEndpoint`, e.g. `unix:///run/containerd/containerd.sock`.
+    /// The CRI endpoint, e.g. `unix:///run/containerd/containerd.sock`.
     pub container_runtime_endpoint: String,
     /// True when the endpoint was given explicitly (flag or config file): never start a managed containerd then.
     pub runtime_endpoint_explicit: bool,
-    /// `--root-dir` (default `/var/lib/oxlet`).
     pub root_dir: PathBuf,
-    /// `--pod-logs-dir` / `podLogsDir` (default `/var/log/pods`).
     pub pod_logs_dir: PathBuf,
     /// The node name: `--hostname-override`, else the host name, lower-cased.
     pub node_name: String,
-    /// `-v` / `--v`: klog verbosity.
+    /// klog verbosity.
     pub verbosity: u8,
-    /// `--address` / `address` (default 127.0.0.1): where the read-only API listens.
+    /// Where the read-only API listens.
     pub address: IpAddr,
-    /// `--read-only-port` / `readOnlyPort` (0 disables).
+    /// 0 disables.
     pub read_only_port: u16,
-    /// `--healthz-bind-address` / `healthzBindAddress` (default 127.0.0.1).
     pub healthz_bind_address: IpAddr,
-    /// `--healthz-port` / `healthzPort` (default 10248; 0 disables).
+    /// 0 disables.
     pub healthz_port: u16,
-    /// `--file-check-frequency` / `fileCheckFrequency` (default 20s).
     pub file_check_frequency: Duration,
-    /// `--sync-frequency` / `syncFrequency` (default 1m).
     pub sync_frequency: Duration,
-    /// `--runtime-request-timeout` / `runtimeRequestTimeout` (default 2m).
     pub runtime_request_timeout: Duration,
-    /// `--max-pods` / `maxPods` (default 110).
     pub max_pods: u32,
-    /// `--max-open-files` / `maxOpenFiles` (default 1000000): RLIMIT_NOFILE set at start.
+    /// RLIMIT_NOFILE set at start.
     pub max_open_files: u64,
-    /// `--runonce`.
     pub runonce: bool,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
@@ -62,32 +61,27 @@ pub struct Options {
     pub warnings: Vec<String>,
 }
 
-/// The smallest `maxOpenFiles` accepted.
-pub const MIN_OPEN_FILES: u64 = 256;
-
-/// The default CRI endpoint (containerd's).
-pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
-
-impl Default for Options {
-    fn default() -> Self {
+impl Options {
+    /// Zero values, before the table's defaults are applied.
+    fn blank() -> Options {
         Options {
             config_file: None,
             static_pod_path: None,
-            container_runtime_endpoint: DEFAULT_RUNTIME_ENDPOINT.to_string(),
+            container_runtime_endpoint: String::new(),
             runtime_endpoint_explicit: false,
-            root_dir: PathBuf::from("/var/lib/oxlet"),
-            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            root_dir: PathBuf::new(),
+            pod_logs_dir: PathBuf::new(),
             node_name: String::new(),
             verbosity: 0,
-            address: IpAddr::from([127, 0, 0, 1]),
-            read_only_port: 10255,
-            healthz_bind_address: IpAddr::from([127, 0, 0, 1]),
-            healthz_port: 10248,
-            file_check_frequency: Duration::from_secs(20),
-            sync_frequency: Duration::from_secs(60),
-            runtime_request_timeout: Duration::from_secs(120),
-            max_pods: 110,
-            max_open_files: 1_000_000,
+            address: IpAddr::from([0, 0, 0, 0]),
+            read_only_port: 0,
+            healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
+            healthz_port: 0,
+            file_check_frequency: Duration::ZERO,
+            sync_frequency: Duration::ZERO,
+            runtime_request_timeout: Duration::ZERO,
+            max_pods: 0,
+            max_open_files: 0,
             runonce: false,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
@@ -95,91 +89,22 @@ impl Default for Options {
     }
 }
 
-/// One problem with the command line or config file, as one line naming the
-/// flag or field (and file), the value and what is allowed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Problem {
-    #[error("invalid value {value:?} for --{flag}: {reason}")]
-    Flag {
-        flag: String,
-        value: String,
-        reason: String,
-    },
-    #[error("{}: field {field}: invalid value {value:?}: {reason}", file.display())]
-    Field {
-        file: PathBuf,
-        field: String,
-        value: String,
-        reason: String,
-    },
-    /// The config file as a whole: unreadable, bad YAML, wrong kind.
-    #[error("{}: {reason}", file.display())]
-    File { file: PathBuf, reason: String },
-    /// The command line does not parse (unknown flag, missing value).
-    #[error("{0}")]
-    Usage(String),
-    #[error("{0}")]
-    Other(String),
-}
-
-/// Why `load` returned no `Options`.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// `--help` or `--version` was asked for: print it, exit 0.
-    #[error("{0}")]
-    Help(clap::Error),
-    /// Everything found wrong, one line per problem.
-    #[error("{}", lines(.0))]
-    Invalid(Vec<Problem>),
-}
-
-fn lines(problems: &[Problem]) -> String {
-    problems
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-impl ConfigError {
-    /// The problems (empty for `Help`).
-    pub fn problems(&self) -> &[Problem] {
-        match self {
-            ConfigError::Help(_) => &[],
-            ConfigError::Invalid(p) => p,
+/// The flags' defaults (no config file), taken from the settings table.
+impl Default for Options {
+    fn default() -> Self {
+        let mut o = Options::blank();
+        for s in SETTINGS {
+            let text = s.default_for(false);
+            // Every default passes its own check (a unit test asserts it).
+            let _ = (s.set)(
+                &mut o,
+                Input {
+                    text,
+                    explicit: false,
+                },
+            );
         }
-    }
-
-    /// Turns clap's multi-line errors into one line, pflag-style where it helps.
-    pub(crate) fn from_clap(e: clap::Error) -> ConfigError {
-        use clap::error::{ContextKind, ErrorKind};
-        let msg = match e.kind() {
-            ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => return ConfigError::Help(e),
-            ErrorKind::UnknownArgument => {
-                let arg = e
-                    .get(ContextKind::InvalidArg)
-                    .map(|a| a.to_string())
-                    .unwrap_or_default();
-                if arg.starts_with('-') {
-                    let hint = e
-                        .get(ContextKind::SuggestedArg)
-                        .map(|s| format!(" (did you mean {s}?)"))
-                        .unwrap_or_default();
-                    let flag = arg.split('=').next().unwrap_or(&arg);
-                    format!("unknown flag: {flag}{hint}")
-                } else {
-                    format!("unexpected argument {arg:?}: oxlet takes no positional arguments")
-                }
-            }
-            _ => {
-                let rendered = e.render().to_string();
-                let first = rendered.lines().next().unwrap_or("invalid command line");
-                first.trim_start_matches("error: ").to_string()
-            }
-        };
-        ConfigError::Invalid(vec![Problem::Usage(msg)])
+        o
     }
 }
 
@@ -223,176 +148,36 @@ fn system_host_name() -> io::Result<String> {
 }
 
 /// Where a setting's value came from, to name it in messages.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Origin {
     Default,
-    Flag(&'static str),
-    Field(&'static str),
+    Flag,
+    Field,
 }
 
-#[derive(Debug)]
-struct Setting<T> {
-    value: T,
-    text: String,
+/// One line naming the flag or the file and field, the value and the reason.
+fn problem(
+    s: &Setting,
     origin: Origin,
-}
-
-impl<T> Setting<T> {
-    fn explicit(&self) -> bool {
-        !matches!(self.origin, Origin::Default)
+    file: &Option<PathBuf>,
+    text: &str,
+    reason: String,
+) -> Problem {
+    let value = text.to_string();
+    match (origin, s.field) {
+        (Origin::Field, Some(field)) => Problem::Field {
+            file: file.clone().unwrap_or_default(),
+            field: field.to_string(),
+            value,
+            reason,
+        },
+        (Origin::Default, _) => Problem::Other(format!("default value {value:?}: {reason}")),
+        _ => Problem::Flag {
+            flag: s.flag.to_string(),
+            value,
+            reason,
+        },
     }
-}
-
-/// Collects problems while settings are merged and checked.
-struct Merger {
-    file: Option<PathBuf>,
-    problems: Vec<Problem>,
-}
-
-impl Merger {
-    fn invalid<T>(&mut self, s: &Setting<T>, reason: &str) {
-        let (value, reason) = (s.text.clone(), reason.to_string());
-        self.problems.push(match s.origin {
-            Origin::Flag(flag) => Problem::Flag {
-                flag: flag.to_string(),
-                value,
-                reason,
-            },
-            Origin::Field(field) => Problem::Field {
-                file: self.file.clone().unwrap_or_default(),
-                field: field.to_string(),
-                value,
-                reason,
-            },
-            Origin::Default => Problem::Other(format!("default value {value:?}: {reason}")),
-        });
-    }
-
-    /// Default, then the file's value, then the flag's. None when the flag's
-    /// text does not parse (already reported).
-    #[allow(clippy::too_many_arguments)]
-    fn merge<T>(
-        &mut self,
-        default: T,
-        default_text: &str,
-        field: &'static str,
-        file: Option<FieldValue<T>>,
-        flag: &'static str,
-        flag_text: Option<String>,
-        parse: fn(&str) -> Result<T, String>,
-    ) -> Option<Setting<T>> {
-        let mut setting = match file {
-            Some(v) => Setting {
-                value: v.value,
-                text: v.text,
-                origin: Origin::Field(field),
-            },
-            None => Setting {
-                value: default,
-                text: default_text.to_string(),
-                origin: Origin::Default,
-            },
-        };
-        if let Some(text) = flag_text {
-            let flagged = Setting {
-                value: (),
-                text,
-                origin: Origin::Flag(flag),
-            };
-            match parse(&flagged.text) {
-                Ok(value) => {
-                    setting = Setting {
-                        value,
-                        text: flagged.text,
-                        origin: flagged.origin,
-                    }
-                }
-                Err(reason) => {
-                    self.invalid(&flagged, &reason);
-                    return None;
-                }
-            }
-        }
-        Some(setting)
-    }
-
-    /// A port; 0 means disabled for every port oxlet serves.
-    fn port(&mut self, s: Option<Setting<i64>>) -> Option<u16> {
-        self.check(s, |v| {
-            u16::try_from(*v)
-                .ok()
-                .ok_or_else(|| "must be between 0 and 65535".to_string())
-        })
-    }
-
-    /// A frequency or timeout; zero or negative would spin or never wait.
-    fn positive(&mut self, s: Option<Setting<GoDuration>>) -> Option<Duration> {
-        self.check(s, |d| {
-            d.to_std()
-                .filter(|_| d.is_positive())
-                .ok_or_else(|| "must be greater than 0".to_string())
-        })
-    }
-
-    fn ip(&mut self, s: Option<Setting<String>>) -> Option<IpAddr> {
-        self.check(s, |v| {
-            v.parse::<IpAddr>()
-                .map_err(|_| "must be a valid IPv4 or IPv6 address".to_string())
-        })
-    }
-
-    /// Applies `convert`, reporting its error against the setting's origin.
-    fn check<T, U>(
-        &mut self,
-        s: Option<Setting<T>>,
-        convert: impl FnOnce(&T) -> Result<U, String>,
-    ) -> Option<U> {
-        let s = s?;
-        match convert(&s.value) {
-            Ok(u) => Some(u),
-            Err(reason) => {
-                self.invalid(&s, &reason);
-                None
-            }
-        }
-    }
-}
-
-fn parse_text(s: &str) -> Result<String, String> {
-    Ok(s.to_string())
-}
-
-fn parse_int(s: &str) -> Result<i64, String> {
-    s.parse::<i64>()
-        .map_err(|_| "must be an integer".to_string())
-}
-
-fn parse_duration(s: &str) -> Result<GoDuration, String> {
-    parse_go_duration(s).map_err(|e| e.reason())
-}
-
-const ENDPOINT_REASON: &str = "must be a unix:// URL with an absolute socket path, \
-     e.g. unix:///run/containerd/containerd.sock";
-
-/// `unix://` followed by an absolute path (kubelet's other schemes are not supported).
-fn check_endpoint(e: &str) -> Result<String, String> {
-    match e.strip_prefix("unix://") {
-        Some(path) if path.starts_with('/') && path.len() > 1 => Ok(e.to_string()),
-        _ => Err(ENDPOINT_REASON.to_string()),
-    }
-}
-
-/// Node names end up in static pod names, so they must be DNS-1123 subdomains.
-fn is_dns_subdomain(name: &str) -> bool {
-    name.len() <= 253
-        && name.split('.').all(|label| {
-            let b = label.as_bytes();
-            !b.is_empty()
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
 }
 
 /// Merges and validates; `host_name` is injected so tests do not depend on the machine.
@@ -400,10 +185,7 @@ fn resolve(
     flags: FlagValues,
     host_name: impl FnOnce() -> io::Result<String>,
 ) -> Result<Options, ConfigError> {
-    let mut m = Merger {
-        file: None,
-        problems: flags.problems,
-    };
+    let mut problems = flags.problems;
     let mut unimplemented: Vec<String> = flags
         .unimplemented
         .iter()
@@ -415,261 +197,80 @@ fn resolve(
     let config_file = flags.config.filter(|p| !p.is_empty()).map(PathBuf::from);
     let mut file = KubeletConfigFile::default();
     if let Some(path) = &config_file {
-        m.file = Some(path.clone());
         match kubelet_config::load_file(path) {
             Ok(f) => file = f,
-            Err(problems) => m.problems.extend(problems),
+            Err(p) => problems.extend(p),
         }
-        m.problems.append(&mut file.problems);
-        for field in &file.unimplemented {
-            unimplemented.push(format!("config field {field}"));
-        }
-        for field in &file.unknown {
-            warnings.push(format!(
+        problems.append(&mut file.problems);
+        unimplemented.extend(
+            file.unimplemented
+                .iter()
+                .map(|f| format!("config field {f}")),
+        );
+        warnings.extend(file.unknown.iter().map(|field| {
+            format!(
                 "{}: unknown config field {field:?} (not a KubeletConfiguration field), ignored",
                 path.display()
-            ));
+            )
+        }));
+    }
+
+    let mut o = Options::blank();
+    for s in SETTINGS {
+        // The default, then the file's value, then the flag's. Range checks come
+        // after flags are applied, as in kubelet, so a flag can fix a bad file value.
+        let mut value = (Origin::Default, s.default_for(config_file.is_some()));
+        if let Some(text) = s.field.and_then(|f| file.values.get(f)) {
+            value = (Origin::Field, text);
+        }
+        if let Some(text) = flags.values.get(s.flag) {
+            if let Err(reason) = s.kind.parse(text) {
+                problems.push(problem(s, Origin::Flag, &config_file, text, reason));
+                continue;
+            }
+            value = (Origin::Flag, text);
+        }
+        let (origin, text) = value;
+        let input = Input {
+            text,
+            explicit: origin != Origin::Default,
+        };
+        if let Err(reason) = (s.set)(&mut o, input) {
+            problems.push(problem(s, origin, &config_file, text, reason));
         }
     }
-    let d = Options::default();
-    // KubeletConfiguration's default readOnlyPort is 0; the flag's is 10255.
-    let read_only_default = if config_file.is_some() {
-        0
-    } else {
-        i64::from(d.read_only_port)
-    };
 
-    let static_pod_path = m.merge(
-        String::new(),
-        "",
-        "staticPodPath",
-        file.static_pod_path,
-        "pod-manifest-path",
-        flags.pod_manifest_path,
-        parse_text,
-    );
-    let endpoint = m.merge(
-        d.container_runtime_endpoint.clone(),
-        DEFAULT_RUNTIME_ENDPOINT,
-        "containerRuntimeEndpoint",
-        file.container_runtime_endpoint,
-        "container-runtime-endpoint",
-        flags.container_runtime_endpoint,
-        parse_text,
-    );
-    let endpoint_explicit = endpoint.as_ref().is_some_and(Setting::explicit);
-    let endpoint = m.check(endpoint, |e| check_endpoint(e));
-    let root_dir = m.merge(
-        "/var/lib/oxlet".to_string(),
-        "/var/lib/oxlet",
-        "",
-        None,
-        "root-dir",
-        flags.root_dir,
-        parse_text,
-    );
-    let root_dir = m.check(root_dir, |v| {
-        (!v.is_empty())
-            .then(|| PathBuf::from(v))
-            .ok_or_else(|| "must not be empty".to_string())
-    });
-    let pod_logs_dir = m.merge(
-        "/var/log/pods".to_string(),
-        "/var/log/pods",
-        "podLogsDir",
-        file.pod_logs_dir,
-        "pod-logs-dir",
-        flags.pod_logs_dir,
-        parse_text,
-    );
-    let pod_logs_dir = m.check(pod_logs_dir, |v| {
-        Some(PathBuf::from(v))
-            .filter(|p| p.is_absolute())
-            .ok_or_else(|| "must be an absolute path".to_string())
-    });
-    let verbosity = m.merge(0, "0", "", None, "v", flags.verbosity, parse_int);
-    let verbosity = m.check(verbosity, |v| {
-        u8::try_from(*v).map_err(|_| "must be between 0 and 255".to_string())
-    });
-    let address = m.merge(
-        d.address.to_string(),
-        "127.0.0.1",
-        "address",
-        file.address,
-        "address",
-        flags.address,
-        parse_text,
-    );
-    let address = m.ip(address);
-    let healthz_bind_address = m.merge(
-        d.healthz_bind_address.to_string(),
-        "127.0.0.1",
-        "healthzBindAddress",
-        file.healthz_bind_address,
-        "healthz-bind-address",
-        flags.healthz_bind_address,
-        parse_text,
-    );
-    let healthz_bind_address = m.ip(healthz_bind_address);
-    let read_only_port = m.merge(
-        read_only_default,
-        &read_only_default.to_string(),
-        "readOnlyPort",
-        file.read_only_port,
-        "read-only-port",
-        flags.read_only_port,
-        parse_int,
-    );
-    let read_only_port = m.port(read_only_port);
-    let healthz_port = m.merge(
-        i64::from(d.healthz_port),
-        "10248",
-        "healthzPort",
-        file.healthz_port,
-        "healthz-port",
-        flags.healthz_port,
-        parse_int,
-    );
-    let healthz_port = m.port(healthz_port);
-    let mut duration = |default: Duration, field, file, flag, text| {
-        let default = GoDuration::try_from(default).unwrap_or_default();
-        let s = m.merge(
-            default,
-            &default.to_string(),
-            field,
-            file,
-            flag,
-            text,
-            parse_duration,
-        );
-        m.positive(s)
-    };
-    let file_check_frequency = duration(
-        d.file_check_frequency,
-        "fileCheckFrequency",
-        file.file_check_frequency,
-        "file-check-frequency",
-        flags.file_check_frequency,
-    );
-    let sync_frequency = duration(
-        d.sync_frequency,
-        "syncFrequency",
-        file.sync_frequency,
-        "sync-frequency",
-        flags.sync_frequency,
-    );
-    let runtime_request_timeout = duration(
-        d.runtime_request_timeout,
-        "runtimeRequestTimeout",
-        file.runtime_request_timeout,
-        "runtime-request-timeout",
-        flags.runtime_request_timeout,
-    );
-    let max_pods = m.merge(
-        i64::from(d.max_pods),
-        "110",
-        "maxPods",
-        file.max_pods,
-        "max-pods",
-        flags.max_pods,
-        parse_int,
-    );
-    let max_pods = m.check(max_pods, |v| match *v {
-        v if v < 0 => Err("must be greater than or equal to 0".to_string()),
-        v if v > i64::from(i32::MAX) => Err(format!("must be at most {}", i32::MAX)),
-        v => Ok(v as u32),
-    });
-    let max_open_files = m.merge(
-        d.max_open_files as i64,
-        "1000000",
-        "maxOpenFiles",
-        file.max_open_files,
-        "max-open-files",
-        flags.max_open_files,
-        parse_int,
-    );
-    // kubelet only defaults 0; a limit below what stdio and a runtime socket need
-    // would break oxlet itself, so require a usable floor.
-    let max_open_files = m.check(max_open_files, |v| match *v {
-        v if v < MIN_OPEN_FILES as i64 => Err(format!("must be at least {MIN_OPEN_FILES}")),
-        v => Ok(v as u64),
-    });
-
-    // kubelet: --hostname-override if set (trimmed), else the host name; lower-cased.
-    let override_name = flags
-        .hostname_override
-        .as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty());
-    let node_name = match override_name {
-        Some(name) => {
-            let name = name.to_lowercase();
-            if !is_dns_subdomain(&name) {
-                m.problems.push(Problem::Flag {
-                    flag: "hostname-override".to_string(),
-                    value: name.clone(),
-                    reason: "the node name must be a DNS subdomain (lower-case letters, \
-                             digits, '-' and '.', at most 253 characters)"
-                        .to_string(),
-                });
-            }
-            name
-        }
-        None => match host_name() {
+    // kubelet: --hostname-override if set, else the host name; lower-cased.
+    if o.node_name.is_empty() {
+        match host_name() {
             Ok(h) => {
-                let name = h.trim().to_lowercase();
-                if !is_dns_subdomain(&name) {
-                    m.problems.push(Problem::Other(format!(
-                        "host name {name:?} is not a valid node name (a DNS subdomain); \
-                         set --hostname-override"
+                o.node_name = h.trim().to_lowercase();
+                if !settings::is_dns_subdomain(&o.node_name) {
+                    problems.push(Problem::Other(format!(
+                        "host name {:?} is not a valid node name (a DNS subdomain); \
+                         set --hostname-override",
+                        o.node_name
                     )));
                 }
-                name
             }
-            Err(e) => {
-                m.problems.push(Problem::Other(format!(
-                    "cannot read the host name ({e}); set --hostname-override"
-                )));
-                String::new()
-            }
-        },
-    };
-
-    if !m.problems.is_empty() {
-        return Err(ConfigError::Invalid(m.problems));
+            Err(e) => problems.push(Problem::Other(format!(
+                "cannot read the host name ({e}); set --hostname-override"
+            ))),
+        }
     }
-    // No problems means every checked value above is Some.
-    let missing =
-        || ConfigError::Invalid(vec![Problem::Other("internal: unchecked setting".into())]);
-    Ok(Options {
-        config_file,
-        static_pod_path: static_pod_path
-            .map(|s| s.value)
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from),
-        container_runtime_endpoint: endpoint.ok_or_else(missing)?,
-        runtime_endpoint_explicit: endpoint_explicit,
-        root_dir: root_dir.ok_or_else(missing)?,
-        pod_logs_dir: pod_logs_dir.ok_or_else(missing)?,
-        node_name,
-        verbosity: verbosity.ok_or_else(missing)?,
-        address: address.ok_or_else(missing)?,
-        read_only_port: read_only_port.ok_or_else(missing)?,
-        healthz_bind_address: healthz_bind_address.ok_or_else(missing)?,
-        healthz_port: healthz_port.ok_or_else(missing)?,
-        file_check_frequency: file_check_frequency.ok_or_else(missing)?,
-        sync_frequency: sync_frequency.ok_or_else(missing)?,
-        runtime_request_timeout: runtime_request_timeout.ok_or_else(missing)?,
-        max_pods: max_pods.ok_or_else(missing)?,
-        max_open_files: max_open_files.ok_or_else(missing)?,
-        runonce: flags.runonce.unwrap_or(false),
-        unimplemented,
-        warnings,
-    })
+
+    if !problems.is_empty() {
+        return Err(ConfigError::Invalid(problems));
+    }
+    o.config_file = config_file;
+    o.unimplemented = unimplemented;
+    o.warnings = warnings;
+    Ok(o)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::settings::{ENDPOINT_REASON, is_dns_subdomain};
     use super::*;
     use std::io::Write;
 
@@ -923,6 +524,21 @@ mod tests {
     }
 
     #[test]
+    fn runonce_is_a_pflag_boolean() {
+        assert!(ok(&["--runonce"]).runonce);
+        for text in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert!(ok(&[&format!("--runonce={text}")]).runonce, "{text}");
+        }
+        for text in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert!(!ok(&[&format!("--runonce={text}")]).runonce, "{text}");
+        }
+        assert_eq!(
+            one_problem(&["--runonce=maybe"]),
+            "invalid value \"maybe\" for --runonce: must be true or false"
+        );
+    }
+
+    #[test]
     fn bad_bool_flag_is_an_error() {
         assert_eq!(
             one_problem(&["--fail-swap-on=sometimes"]),
@@ -1156,7 +772,7 @@ mod tests {
         );
         let o = resolve(
             FlagValues {
-                hostname_override: Some("X".into()),
+                values: [("hostname-override", "X".to_string())].into(),
                 ..Default::default()
             },
             || panic!("host name must not be read when overridden"),

@@ -322,49 +322,28 @@ mod tests {
     }
 
     #[test]
-    fn value_flag_forms() {
-        let f = parse(&[
-            "--config=/etc/oxlet/config.yaml",
-            "--pod-manifest-path",
-            "/etc/kubernetes/manifests",
-            "--container-runtime-endpoint=unix:///run/crio/crio.sock",
-            "--root-dir=/tmp/root",
-            "--pod-logs-dir=/tmp/logs",
-            "--hostname-override=Node-1",
-            "--address=0.0.0.0",
-            "--read-only-port=0",
-            "--healthz-bind-address=::1",
-            "--healthz-port",
-            "0",
-            "--file-check-frequency=5s",
-            "--sync-frequency=10s",
-            "--runtime-request-timeout=30s",
-            "--max-pods=20",
-            "--runonce",
-        ])
-        .unwrap();
-        assert_eq!(f.config.as_deref(), Some("/etc/oxlet/config.yaml"));
-        assert_eq!(
-            f.get("pod-manifest-path"),
-            Some("/etc/kubernetes/manifests")
-        );
-        assert_eq!(
-            f.get("container-runtime-endpoint"),
-            Some("unix:///run/crio/crio.sock")
-        );
-        assert_eq!(f.get("root-dir"), Some("/tmp/root"));
-        assert_eq!(f.get("pod-logs-dir"), Some("/tmp/logs"));
-        assert_eq!(f.get("hostname-override"), Some("Node-1"));
-        assert_eq!(f.get("address"), Some("0.0.0.0"));
-        assert_eq!(f.get("read-only-port"), Some("0"));
-        assert_eq!(f.get("healthz-bind-address"), Some("::1"));
-        assert_eq!(f.get("healthz-port"), Some("0"));
-        assert_eq!(f.get("file-check-frequency"), Some("5s"));
-        assert_eq!(f.get("sync-frequency"), Some("10s"));
-        assert_eq!(f.get("runtime-request-timeout"), Some("30s"));
-        assert_eq!(f.get("max-pods"), Some("20"));
-        assert_eq!(f.get("runonce"), Some("true"));
-        assert!(f.unimplemented.is_empty() && f.problems.is_empty());
+    fn every_setting_flag_is_read_in_both_forms() {
+        // `--flag=value` and `--flag value` (pflag), for every setting in the table.
+        for two_args in [false, true] {
+            let mut args = vec!["--config=/etc/oxlet/config.yaml".to_string()];
+            for s in SETTINGS.iter().filter(|s| s.kind != Kind::Bool) {
+                let value = format!("{}-value", s.flag);
+                if two_args {
+                    args.extend([format!("--{}", s.flag), value]);
+                } else {
+                    args.push(format!("--{}={value}", s.flag));
+                }
+            }
+            args.push("--runonce".to_string());
+            let f = parse(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+            assert_eq!(f.config.as_deref(), Some("/etc/oxlet/config.yaml"));
+            for s in SETTINGS.iter().filter(|s| s.kind != Kind::Bool) {
+                assert_eq!(f.get(s.flag), Some(format!("{}-value", s.flag).as_str()));
+            }
+            assert_eq!(f.get("runonce"), Some("true"));
+            assert_eq!(f.values.len(), SETTINGS.len());
+            assert!(f.unimplemented.is_empty() && f.problems.is_empty());
+        }
     }
 
     #[test]

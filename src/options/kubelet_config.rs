@@ -299,38 +299,31 @@ mod tests {
         problems.iter().map(ToString::to_string).collect()
     }
 
+    /// Every setting's field is read, as written (absolute paths stay as they are).
     #[test]
-    fn reads_implemented_fields() {
-        let cfg = parse(
-            "staticPodPath: /etc/kubernetes/manifests\n\
-             fileCheckFrequency: 5s\n\
-             syncFrequency: 1m30s\n\
-             runtimeRequestTimeout: 10m\n\
-             readOnlyPort: 10255\n\
-             healthzPort: 0\n\
-             healthzBindAddress: 0.0.0.0\n\
-             address: ::1\n\
-             containerRuntimeEndpoint: unix:///run/crio/crio.sock\n\
-             podLogsDir: /srv/logs\n\
-             maxPods: 7\n",
-        )
-        .unwrap();
-        let v = |field: &str| cfg.values.get(field).map(String::as_str);
-        assert_eq!(v("staticPodPath"), Some("/etc/kubernetes/manifests"));
-        assert_eq!(v("fileCheckFrequency"), Some("5s"));
-        assert_eq!(v("syncFrequency"), Some("1m30s"));
-        assert_eq!(v("runtimeRequestTimeout"), Some("10m"));
-        assert_eq!(v("readOnlyPort"), Some("10255"));
-        assert_eq!(v("healthzPort"), Some("0"));
-        assert_eq!(v("maxPods"), Some("7"));
-        assert_eq!(v("healthzBindAddress"), Some("0.0.0.0"));
-        assert_eq!(v("address"), Some("::1"));
+    fn reads_every_settings_field() {
+        let fields: Vec<(&str, &str)> = settings::SETTINGS
+            .iter()
+            .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))
+            .chain([("staticPodPath", "/etc/kubernetes/manifests")])
+            .collect();
+        let body: String = fields.iter().map(|(f, v)| format!("{f}: {v}\n")).collect();
+        let cfg = parse(&body).unwrap();
+        for (field, value) in &fields {
+            assert_eq!(
+                cfg.values.get(field).map(String::as_str),
+                Some(*value),
+                "{field}"
+            );
+        }
+        assert_eq!(cfg.values.len(), fields.len());
         assert_eq!(
-            v("containerRuntimeEndpoint"),
-            Some("unix:///run/crio/crio.sock")
+            fields.len(),
+            settings::SETTINGS
+                .iter()
+                .filter(|s| s.field.is_some())
+                .count()
         );
-        assert_eq!(v("podLogsDir"), Some("/srv/logs"));
-        assert_eq!(cfg.values.len(), 11);
         assert!(cfg.unimplemented.is_empty() && cfg.unknown.is_empty() && cfg.problems.is_empty());
     }
 

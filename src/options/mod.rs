@@ -549,10 +549,6 @@ mod tests {
     #[test]
     fn unknown_flag_rejected() {
         assert_eq!(
-            one_problem(&["--no-such-flag"]),
-            "unknown flag: --no-such-flag"
-        );
-        assert_eq!(
             one_problem(&["--max-pod=3"]),
             "unknown flag: --max-pod (did you mean --max-pods?)"
         );
@@ -601,73 +597,77 @@ mod tests {
         );
     }
 
+    /// One bad value per check: (flag, value, reason).
+    const BAD_VALUES: &[(&str, &str, &str)] = &[
+        ("read-only-port", "99999", "must be between 0 and 65535"),
+        ("healthz-port", "-1", "must be between 0 and 65535"),
+        ("healthz-port", "70000", "must be between 0 and 65535"),
+        ("healthz-port", "http", "must be an integer"),
+        ("max-pods", "-1", "must be greater than or equal to 0"),
+        ("max-pods", "3000000000", "must be at most 2147483647"),
+        ("max-open-files", "10", "must be at least 256"),
+        ("max-open-files", "-1", "must be at least 256"),
+        ("file-check-frequency", "-1s", "must be greater than 0"),
+        ("sync-frequency", "0", "must be greater than 0"),
+        ("runtime-request-timeout", "-2m", "must be greater than 0"),
+        (
+            "file-check-frequency",
+            "20",
+            "missing unit (use a Go duration such as 20s, 1m30s or 300ms)",
+        ),
+        (
+            "address",
+            "localhost",
+            "must be a valid IPv4 or IPv6 address",
+        ),
+        (
+            "address",
+            "300.1.1.1",
+            "must be a valid IPv4 or IPv6 address",
+        ),
+        (
+            "healthz-bind-address",
+            "1.2.3",
+            "must be a valid IPv4 or IPv6 address",
+        ),
+        ("pod-logs-dir", "logs", "must be an absolute path"),
+        ("root-dir", "", "must not be empty"),
+        ("v", "300", "must be between 0 and 255"),
+        ("v", "loud", "must be an integer"),
+    ];
+
+    /// Each bad value as a flag, and in the config file where the setting has a
+    /// field: one line naming the flag or file and field, the value and the reason.
     #[test]
-    fn port_out_of_range() {
-        assert_eq!(
-            one_problem(&["--read-only-port=99999"]),
-            "invalid value \"99999\" for --read-only-port: must be between 0 and 65535"
-        );
-        assert_eq!(
-            one_problem(&["--healthz-port=-1"]),
-            "invalid value \"-1\" for --healthz-port: must be between 0 and 65535"
-        );
-        assert_eq!(
-            one_problem(&["--healthz-port=http"]),
-            "invalid value \"http\" for --healthz-port: must be an integer"
-        );
-        let f = config("healthzPort: 70000\n");
-        assert_eq!(
-            one_problem(&[&config_flag(&f)]),
-            format!(
-                "{}: field healthzPort: invalid value \"70000\": must be between 0 and 65535",
-                f.path().display()
-            )
-        );
+    fn bad_values_name_the_flag_or_field_the_value_and_the_reason() {
+        for &(flag, value, reason) in BAD_VALUES {
+            assert_eq!(
+                one_problem(&[&format!("--{flag}={value}")]),
+                format!("invalid value {value:?} for --{flag}: {reason}")
+            );
+            let setting = SETTINGS.iter().find(|s| s.flag == flag).unwrap();
+            let Some(field) = setting.field else {
+                continue;
+            };
+            // Integers as YAML numbers; everything else (and non-numbers) as strings.
+            let f = match value.parse::<i64>() {
+                Ok(_) if setting.kind == settings::Kind::Int => {
+                    config(&format!("{field}: {value}\n"))
+                }
+                _ => config(&format!("{field}: {value:?}\n")),
+            };
+            assert_eq!(
+                one_problem(&[&config_flag(&f)]),
+                format!(
+                    "{}: field {field}: invalid value {value:?}: {reason}",
+                    f.path().display()
+                )
+            );
+        }
     }
 
     #[test]
-    fn max_pods_must_not_be_negative() {
-        assert_eq!(
-            one_problem(&["--max-pods=-1"]),
-            "invalid value \"-1\" for --max-pods: must be greater than or equal to 0"
-        );
-        assert_eq!(
-            one_problem(&["--max-pods=3000000000"]),
-            "invalid value \"3000000000\" for --max-pods: must be at most 2147483647"
-        );
-        let f = config("maxPods: -5\n");
-        assert_eq!(
-            one_problem(&[&config_flag(&f)]),
-            format!(
-                "{}: field maxPods: invalid value \"-5\": must be greater than or equal to 0",
-                f.path().display()
-            )
-        );
-    }
-
-    #[test]
-    fn frequencies_and_timeouts_must_be_positive() {
-        let f = config("fileCheckFrequency: -1s\n");
-        assert_eq!(
-            one_problem(&[&config_flag(&f)]),
-            format!(
-                "{}: field fileCheckFrequency: invalid value \"-1s\": must be greater than 0",
-                f.path().display()
-            )
-        );
-        assert_eq!(
-            one_problem(&["--sync-frequency=0"]),
-            "invalid value \"0\" for --sync-frequency: must be greater than 0"
-        );
-        assert_eq!(
-            one_problem(&["--runtime-request-timeout=-2m"]),
-            "invalid value \"-2m\" for --runtime-request-timeout: must be greater than 0"
-        );
-        assert_eq!(
-            one_problem(&["--file-check-frequency=20"]),
-            "invalid value \"20\" for --file-check-frequency: missing unit \
-             (use a Go duration such as 20s, 1m30s or 300ms)"
-        );
+    fn file_problems_come_first() {
         let f = config("syncFrequency: 0s\nruntimeRequestTimeout: 2x\n");
         let p = problems(&[&config_flag(&f)]);
         let path = f.path().display().to_string();
@@ -682,26 +682,6 @@ mod tests {
                     "{path}: field syncFrequency: invalid value \"0s\": must be greater than 0"
                 ),
             ]
-        );
-    }
-
-    #[test]
-    fn bad_ip_addresses() {
-        assert_eq!(
-            one_problem(&["--address=localhost"]),
-            "invalid value \"localhost\" for --address: must be a valid IPv4 or IPv6 address"
-        );
-        assert_eq!(
-            one_problem(&["--healthz-bind-address=1.2.3"]),
-            "invalid value \"1.2.3\" for --healthz-bind-address: must be a valid IPv4 or IPv6 address"
-        );
-        let f = config("address: 300.1.1.1\n");
-        assert_eq!(
-            one_problem(&[&config_flag(&f)]),
-            format!(
-                "{}: field address: invalid value \"300.1.1.1\": must be a valid IPv4 or IPv6 address",
-                f.path().display()
-            )
         );
     }
 
@@ -728,26 +708,6 @@ mod tests {
                 "field containerRuntimeEndpoint: invalid value \"npipe:////./pipe/containerd\""
             ),
             "{msg}"
-        );
-    }
-
-    #[test]
-    fn directories_and_verbosity() {
-        assert_eq!(
-            one_problem(&["--pod-logs-dir=logs"]),
-            "invalid value \"logs\" for --pod-logs-dir: must be an absolute path"
-        );
-        assert_eq!(
-            one_problem(&["--root-dir="]),
-            "invalid value \"\" for --root-dir: must not be empty"
-        );
-        assert_eq!(
-            one_problem(&["-v=300"]),
-            "invalid value \"300\" for --v: must be between 0 and 255"
-        );
-        assert_eq!(
-            one_problem(&["--v=loud"]),
-            "invalid value \"loud\" for --v: must be an integer"
         );
     }
 
@@ -858,13 +818,5 @@ mod tests {
             ok(&[&config_flag(&f), "--max-open-files=70000"]).max_open_files,
             70000
         );
-        let p = one_problem(&["--max-open-files=10"]);
-        assert!(
-            p.contains("--max-open-files") && p.contains("at least 256"),
-            "{p}"
-        );
-        let bad = config("maxOpenFiles: -1\n");
-        let p = one_problem(&[&config_flag(&bad)]);
-        assert!(p.contains("field maxOpenFiles"), "{p}");
     }
 }

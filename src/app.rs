@@ -12,11 +12,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::config::file::run_file_source;
 use crate::config::merge::{PodConfig, run_merger};
-use crate::config::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
-use crate::config::{FILE_SOURCE, file::run_file_source};
 use crate::logging::STARTUP_TARGET;
+use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
+use crate::pod::FILE_SOURCE;
 use crate::runtime::containerd::{
     CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
 };
@@ -290,8 +291,8 @@ pub fn log_summary(opts: &Options) {
         rootDir = %opts.root_dir.display(),
         podLogsDir = %opts.pod_logs_dir.display(),
         maxPods = opts.max_pods,
-        syncFrequency = %crate::config::duration::format_go_duration(opts.sync_frequency),
-        fileCheckFrequency = %crate::config::duration::format_go_duration(opts.file_check_frequency),
+        syncFrequency = %crate::options::duration::format_go_duration(opts.sync_frequency),
+        fileCheckFrequency = %crate::options::duration::format_go_duration(opts.file_check_frequency),
         runonce = opts.runonce,
         "starting oxlet {}",
         env!("CARGO_PKG_VERSION")

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let opts = oxlet::config::options::load_or_exit();
+    let opts = oxlet::options::load_or_exit();
     oxlet::logging::init(opts.verbosity);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::PodStatus;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::Agent;
-use crate::config::{pod_ref, pod_uid};
+use crate::pod::{pod_ref, pod_uid};
 
 /// Gives up on pods that neither run nor fail within this time.
 const RUNONCE_TIMEOUT: Duration = Duration::from_secs(120);

@@ -23,8 +23,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::SourceSnapshot;
 use super::manifest::{decode_static_pod, is_transient_io, read_manifest};
-use super::{FILE_SOURCE, SourceSnapshot};
+use crate::pod::FILE_SOURCE;
 
 /// How long to wait after the first inotify event for the rest of its burst (an editor's
 /// write + rename, `cp` of several files), so one relist covers them all.
@@ -657,7 +658,7 @@ pub async fn run_file_source(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::pod_uid;
+    use crate::pod::pod_uid;
 
     fn manifest(name: &str) -> String {
         format!(

@@ -11,9 +11,10 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use super::{
-    CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, PodOperation,
-    PodUpdate, SourceSnapshot, pod_full_name, pod_ref, pod_uid,
+use super::{PodOperation, PodUpdate, SourceSnapshot};
+use crate::pod::{
+    CONFIG_MIRROR_ANNOTATION, CONFIG_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, pod_full_name,
+    pod_ref, pod_uid,
 };
 
 /// Annotations the kubelet itself writes: changing them is not a change to the pod.
@@ -239,7 +240,7 @@ pub async fn run_merger(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{API_SOURCE, FILE_SOURCE};
+    use crate::pod::{API_SOURCE, FILE_SOURCE};
     use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 

@@ -21,7 +21,7 @@ use super::labels::{self, ContainerType};
 use super::reader::RuntimeReader;
 use super::sandbox::{self, SandboxEnv};
 use super::types::*;
-use crate::config::{pod_ref, pod_uid};
+use crate::pod::{pod_ref, pod_uid};
 
 /// Waiting reasons kept between syncs, shown as the container's `waiting` state.
 pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
@@ -348,7 +348,7 @@ impl RuntimeManager {
                 let current = self.crash_backoff.current(&key).unwrap_or(left);
                 let msg = format!(
                     "back-off {} restarting failed container={name} pod={}_{}({uid})",
-                    crate::config::duration::format_go_duration(current),
+                    crate::options::duration::format_go_duration(current),
                     pod.metadata.name.as_deref().unwrap_or(""),
                     pod.metadata.namespace.as_deref().unwrap_or("default"),
                 );

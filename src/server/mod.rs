@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub use conn::Limits;
 use healthz::Health;
 
-use crate::config::pod_uid;
+use crate::pod::pod_uid;
 use crate::status::StatusManager;
 use crate::syncloop::pod_manager::PodManager;
 

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
-use crate::config::CONFIG_SEEN_ANNOTATION;
+use crate::pod::CONFIG_SEEN_ANNOTATION;
 use crate::runtime::types::{ContainerState, PodRuntimeStatus};
 
 /// The stages of one pod's start, as wall-clock times.

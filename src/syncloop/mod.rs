@@ -18,8 +18,9 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::{PodOperation, PodUpdate, pod_ref, pod_uid};
+use crate::config::{PodOperation, PodUpdate};
 use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
+use crate::pod::{pod_ref, pod_uid};
 use crate::runtime::RuntimeManager;
 use crate::status::StatusManager;
 use crate::status::generate::rejected;

@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::config::pod_uid;
+use crate::pod::pod_uid;
 
 /// The desired pods (kubelet's `pod.Manager`). Read by the server and housekeeping.
 #[derive(Debug, Default)]

@@ -9,8 +9,8 @@ use tracing::{debug, info};
 
 use super::pod_manager::PodManager;
 use super::pod_workers::{PodSyncError, PodSyncer, SyncResult, UpdateType};
-use crate::config::{pod_ref, pod_uid};
 use crate::pleg::PodCache;
+use crate::pod::{pod_ref, pod_uid};
 use crate::runtime::RuntimeManager;
 use crate::runtime::types::{PodRuntimeStatus, RuntimePod};
 use crate::status::StatusManager;

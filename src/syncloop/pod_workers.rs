@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::work_queue::{WorkQueue, jitter};
-use crate::config::{is_static_pod, pod_full_name, pod_ref, pod_uid};
+use crate::pod::{is_static_pod, pod_full_name, pod_ref, pod_uid};
 use crate::runtime::CriError;
 use crate::runtime::manager::SyncError;
 use crate::runtime::types::RuntimePod;

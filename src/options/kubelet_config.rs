@@ -2,31 +2,16 @@
 //! same file can drive kubelet or oxlet. Decoded leniently like kubelet: fields
 //! oxlet does not implement, or that do not exist, are warnings, not errors.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_yaml_ng::Value;
 
-use super::duration::{GoDuration, parse_go_duration};
-use super::options::Problem;
+use super::Problem;
+use super::settings::{self, Kind};
 
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub const KIND: &str = "KubeletConfiguration";
-
-/// Fields oxlet reads (besides `apiVersion` and `kind`).
-pub const IMPLEMENTED_FIELDS: &[&str] = &[
-    "staticPodPath",
-    "fileCheckFrequency",
-    "syncFrequency",
-    "readOnlyPort",
-    "healthzPort",
-    "healthzBindAddress",
-    "address",
-    "containerRuntimeEndpoint",
-    "podLogsDir",
-    "maxPods",
-    "runtimeRequestTimeout",
-    "maxOpenFiles",
-];
 
 /// KubeletConfiguration (v1beta1, ~1.30-1.34) fields oxlet accepts but ignores.
 pub const UNIMPLEMENTED_FIELDS: &[&str] = &[
@@ -142,32 +127,16 @@ pub const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "userNamespaces",
 ];
 
-/// A value read from the file, with its text as written (for messages).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FieldValue<T> {
-    pub value: T,
-    pub text: String,
-}
-
-/// The implemented fields the file set (None = not set or null), plus what it
-/// set that oxlet ignores. Range checks happen after flags are applied, as in
-/// kubelet, so a flag can fix a bad file value.
+/// The settings the file set (by field; absent or null = not set), as text to be
+/// parsed and checked by the settings table, plus what it set that oxlet ignores.
+/// Range checks happen after flags are applied, as in kubelet, so a flag can fix
+/// a bad file value.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KubeletConfigFile {
     pub path: PathBuf,
-    /// Relative paths are resolved against the file's directory, like kubelet.
-    pub static_pod_path: Option<FieldValue<String>>,
-    pub file_check_frequency: Option<FieldValue<GoDuration>>,
-    pub sync_frequency: Option<FieldValue<GoDuration>>,
-    pub runtime_request_timeout: Option<FieldValue<GoDuration>>,
-    pub read_only_port: Option<FieldValue<i64>>,
-    pub healthz_port: Option<FieldValue<i64>>,
-    pub max_pods: Option<FieldValue<i64>>,
-    pub max_open_files: Option<FieldValue<i64>>,
-    pub healthz_bind_address: Option<FieldValue<String>>,
-    pub address: Option<FieldValue<String>>,
-    pub container_runtime_endpoint: Option<FieldValue<String>>,
-    pub pod_logs_dir: Option<FieldValue<String>>,
+    /// Field name → value text, of the right type and well-formed. A relative
+    /// path of a [`Kind::Path`] setting is already resolved against the file's directory.
+    pub values: BTreeMap<&'static str, String>,
     /// KubeletConfiguration fields present but not implemented, in file order.
     pub unimplemented: Vec<String>,
     /// Keys that are not KubeletConfiguration fields at all, in file order.
@@ -246,94 +215,55 @@ pub fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile, Vec<Pr
             continue;
         };
         let name = name.as_str();
-        match name {
-            "apiVersion" | "kind" => {}
-            "staticPodPath" => {
-                cfg.static_pod_path = cfg.string(name, value).map(|mut v| {
-                    v.value = resolve_relative(path, &v.value);
-                    v
-                })
+        if name == "apiVersion" || name == "kind" {
+            continue;
+        }
+        match settings::by_field(name) {
+            Some(setting) => {
+                let field = setting.field.unwrap_or_default();
+                match field_text(setting.kind, value) {
+                    Ok(None) => {}
+                    Ok(Some(text)) if setting.kind == Kind::Path => {
+                        cfg.values.insert(field, resolve_relative(path, &text));
+                    }
+                    Ok(Some(text)) => {
+                        cfg.values.insert(field, text);
+                    }
+                    Err(reason) => cfg.problems.push(Problem::Field {
+                        file: path.to_path_buf(),
+                        field: field.to_string(),
+                        value: value_text(value),
+                        reason,
+                    }),
+                }
             }
-            "fileCheckFrequency" => cfg.file_check_frequency = cfg.duration(name, value),
-            "syncFrequency" => cfg.sync_frequency = cfg.duration(name, value),
-            "runtimeRequestTimeout" => cfg.runtime_request_timeout = cfg.duration(name, value),
-            "readOnlyPort" => cfg.read_only_port = cfg.integer(name, value),
-            "healthzPort" => cfg.healthz_port = cfg.integer(name, value),
-            "maxPods" => cfg.max_pods = cfg.integer(name, value),
-            "maxOpenFiles" => cfg.max_open_files = cfg.integer(name, value),
-            "healthzBindAddress" => cfg.healthz_bind_address = cfg.string(name, value),
-            "address" => cfg.address = cfg.string(name, value),
-            "containerRuntimeEndpoint" => cfg.container_runtime_endpoint = cfg.string(name, value),
-            "podLogsDir" => cfg.pod_logs_dir = cfg.string(name, value),
-            _ if UNIMPLEMENTED_FIELDS.contains(&name) => cfg.unimplemented.push(name.to_string()),
-            _ => cfg.unknown.push(name.to_string()),
+            None if UNIMPLEMENTED_FIELDS.contains(&name) => {
+                cfg.unimplemented.push(name.to_string())
+            }
+            None => cfg.unknown.push(name.to_string()),
         }
     }
     Ok(cfg)
 }
 
-impl KubeletConfigFile {
-    fn bad_type(&mut self, field: &str, value: &Value, reason: &str) {
-        self.problems.push(Problem::Field {
-            file: self.path.clone(),
-            field: field.to_string(),
-            value: value_text(value),
-            reason: reason.to_string(),
-        });
-    }
-
-    fn string(&mut self, field: &str, value: &Value) -> Option<FieldValue<String>> {
-        match value {
-            Value::Null => None,
-            Value::String(s) => Some(FieldValue {
-                value: s.clone(),
-                text: s.clone(),
-            }),
-            other => {
-                self.bad_type(field, other, "must be a string");
-                None
-            }
+/// A field's value as text when it has the YAML type its setting's kind needs
+/// and parses; None when null (unset). Go's `metav1.Duration` decodes only
+/// from a string such as "20s".
+fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, String> {
+    let text = match (kind, value) {
+        (_, Value::Null) => return Ok(None),
+        (Kind::Text | Kind::Path | Kind::Duration, Value::String(s)) => s.clone(),
+        (Kind::Int, Value::Number(n)) if n.as_i64().is_some() => n.to_string(),
+        (Kind::Bool, Value::Bool(b)) => b.to_string(),
+        (Kind::Text | Kind::Path, _) => return Err("must be a string".to_string()),
+        (Kind::Int, _) => return Err("must be an integer".to_string()),
+        (Kind::Duration, _) => {
+            return Err("must be a duration string such as \"20s\" or \"1m30s\"".to_string());
         }
-    }
-
-    fn integer(&mut self, field: &str, value: &Value) -> Option<FieldValue<i64>> {
-        match value {
-            Value::Null => None,
-            Value::Number(n) if n.as_i64().is_some() => Some(FieldValue {
-                value: n.as_i64().unwrap_or_default(),
-                text: n.to_string(),
-            }),
-            other => {
-                self.bad_type(field, other, "must be an integer");
-                None
-            }
-        }
-    }
-
-    /// Go's metav1.Duration decodes only from a string such as "20s".
-    fn duration(&mut self, field: &str, value: &Value) -> Option<FieldValue<GoDuration>> {
-        match value {
-            Value::Null => None,
-            Value::String(s) => match parse_go_duration(s) {
-                Ok(d) => Some(FieldValue {
-                    value: d,
-                    text: s.clone(),
-                }),
-                Err(e) => {
-                    self.bad_type(field, value, &e.reason());
-                    None
-                }
-            },
-            other => {
-                self.bad_type(
-                    field,
-                    other,
-                    "must be a duration string such as \"20s\" or \"1m30s\"",
-                );
-                None
-            }
-        }
-    }
+        (Kind::Bool, _) => return Err("must be true or false".to_string()),
+    };
+    kind.parse(&text)?;
+    Ok(Some(text))
 }
 
 fn resolve_relative(config: &Path, p: &str) -> String {
@@ -369,39 +299,31 @@ mod tests {
         problems.iter().map(ToString::to_string).collect()
     }
 
+    /// Every setting's field is read, as written (absolute paths stay as they are).
     #[test]
-    fn reads_implemented_fields() {
-        let cfg = parse(
-            "staticPodPath: /etc/kubernetes/manifests\n\
-             fileCheckFrequency: 5s\n\
-             syncFrequency: 1m30s\n\
-             runtimeRequestTimeout: 10m\n\
-             readOnlyPort: 10255\n\
-             healthzPort: 0\n\
-             healthzBindAddress: 0.0.0.0\n\
-             address: ::1\n\
-             containerRuntimeEndpoint: unix:///run/crio/crio.sock\n\
-             podLogsDir: /srv/logs\n\
-             maxPods: 7\n",
-        )
-        .unwrap();
-        let s = |v: &Option<FieldValue<String>>| v.as_ref().unwrap().value.clone();
-        let d = |v: &Option<FieldValue<GoDuration>>| v.as_ref().unwrap().value.to_string();
-        let i = |v: &Option<FieldValue<i64>>| v.as_ref().unwrap().value;
-        assert_eq!(s(&cfg.static_pod_path), "/etc/kubernetes/manifests");
-        assert_eq!(d(&cfg.file_check_frequency), "5s");
-        assert_eq!(d(&cfg.sync_frequency), "1m30s");
-        assert_eq!(d(&cfg.runtime_request_timeout), "10m0s");
-        assert_eq!(i(&cfg.read_only_port), 10255);
-        assert_eq!(i(&cfg.healthz_port), 0);
-        assert_eq!(i(&cfg.max_pods), 7);
-        assert_eq!(s(&cfg.healthz_bind_address), "0.0.0.0");
-        assert_eq!(s(&cfg.address), "::1");
+    fn reads_every_settings_field() {
+        let fields: Vec<(&str, &str)> = settings::SETTINGS
+            .iter()
+            .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))
+            .chain([("staticPodPath", "/etc/kubernetes/manifests")])
+            .collect();
+        let body: String = fields.iter().map(|(f, v)| format!("{f}: {v}\n")).collect();
+        let cfg = parse(&body).unwrap();
+        for (field, value) in &fields {
+            assert_eq!(
+                cfg.values.get(field).map(String::as_str),
+                Some(*value),
+                "{field}"
+            );
+        }
+        assert_eq!(cfg.values.len(), fields.len());
         assert_eq!(
-            s(&cfg.container_runtime_endpoint),
-            "unix:///run/crio/crio.sock"
+            fields.len(),
+            settings::SETTINGS
+                .iter()
+                .filter(|s| s.field.is_some())
+                .count()
         );
-        assert_eq!(s(&cfg.pod_logs_dir), "/srv/logs");
         assert!(cfg.unimplemented.is_empty() && cfg.unknown.is_empty() && cfg.problems.is_empty());
     }
 
@@ -410,22 +332,24 @@ mod tests {
         let text = r#"{"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
                        "maxPods": 5, "syncFrequency": "30s"}"#;
         let cfg = parse_config(Path::new("/etc/x.json"), text).unwrap();
-        assert_eq!(cfg.max_pods.unwrap().value, 5);
-        assert_eq!(cfg.sync_frequency.unwrap().text, "30s");
+        assert_eq!(cfg.values["maxPods"], "5");
+        assert_eq!(cfg.values["syncFrequency"], "30s");
     }
 
     #[test]
     fn null_and_absent_fields_are_unset() {
         let cfg = parse("staticPodPath:\nmaxPods: null\n").unwrap();
-        assert_eq!(cfg.static_pod_path, None);
-        assert_eq!(cfg.max_pods, None);
-        assert_eq!(cfg.read_only_port, None);
+        assert!(cfg.values.is_empty(), "{:?}", cfg.values);
+        assert!(cfg.problems.is_empty());
     }
 
     #[test]
     fn relative_static_pod_path_is_resolved_against_the_file() {
         let cfg = parse("staticPodPath: manifests\n").unwrap();
-        assert_eq!(cfg.static_pod_path.unwrap().value, "/etc/manifests");
+        assert_eq!(cfg.values["staticPodPath"], "/etc/manifests");
+        // Only paths kubelet resolves: podLogsDir stays as written (and is refused later).
+        let cfg = parse("podLogsDir: logs\n").unwrap();
+        assert_eq!(cfg.values["podLogsDir"], "logs");
     }
 
     #[test]
@@ -505,17 +429,13 @@ mod tests {
     #[test]
     fn negative_duration_parses_for_later_validation() {
         let cfg = parse("fileCheckFrequency: -1s\n").unwrap();
-        let v = cfg.file_check_frequency.unwrap();
-        assert_eq!(
-            (v.value.as_nanos(), v.text.as_str()),
-            (-1_000_000_000, "-1s")
-        );
+        assert_eq!(cfg.values["fileCheckFrequency"], "-1s");
     }
 
     #[test]
     fn field_tables_are_disjoint() {
-        for f in IMPLEMENTED_FIELDS {
-            assert!(!UNIMPLEMENTED_FIELDS.contains(f), "{f}");
+        for f in settings::SETTINGS.iter().filter_map(|s| s.field) {
+            assert!(!UNIMPLEMENTED_FIELDS.contains(&f), "{f}");
         }
         let mut all: Vec<&str> = UNIMPLEMENTED_FIELDS.to_vec();
         all.sort();

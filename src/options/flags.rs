@@ -2,12 +2,14 @@
 //! work: oxlet's own flags plus kubelet's other flags, which are accepted (and
 //! reported) rather than rejected so a kubelet command line does not fail.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
-use super::options::{ConfigError, Problem};
+use super::settings::{Kind, SETTINGS, Setting, parse_bool};
+use super::{ConfigError, Problem};
 
 /// Whether a kubelet flag is a boolean (`--x`, `--x=false`) or takes a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,158 +140,49 @@ pub const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("volume-stats-agg-period", Value),
 ];
 
-/// Flags oxlet implements: (name, value name, default shown in --help, help).
-const IMPLEMENTED_FLAGS: &[(&str, &str, Option<&str>, &str)] = &[
-    (
-        "config",
-        "PATH",
-        None,
-        "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1); flags override it",
-    ),
-    (
-        "pod-manifest-path",
-        "PATH",
-        None,
-        "Directory of static pod manifests (empty: file source off)",
-    ),
-    (
-        "container-runtime-endpoint",
-        "URL",
-        Some(super::options::DEFAULT_RUNTIME_ENDPOINT),
-        "CRI endpoint (unix:// socket)",
-    ),
-    (
-        "root-dir",
-        "PATH",
-        Some("/var/lib/oxlet"),
-        "Directory for oxlet state",
-    ),
-    (
-        "pod-logs-dir",
-        "PATH",
-        Some("/var/log/pods"),
-        "Directory for container logs",
-    ),
-    (
-        "hostname-override",
-        "NAME",
-        None,
-        "Node name to use instead of the host name",
-    ),
-    (
-        "address",
-        "IP",
-        Some("127.0.0.1"),
-        "IP address the read-only API listens on",
-    ),
-    (
-        "read-only-port",
-        "PORT",
-        Some("10255"),
-        "Read-only API port (0 disables; KubeletConfiguration default is 0)",
-    ),
-    (
-        "healthz-bind-address",
-        "IP",
-        Some("127.0.0.1"),
-        "IP address the healthz server listens on",
-    ),
-    (
-        "healthz-port",
-        "PORT",
-        Some("10248"),
-        "Healthz port (0 disables)",
-    ),
-    (
-        "file-check-frequency",
-        "DURATION",
-        Some("20s"),
-        "How often to re-read the static pod directory",
-    ),
-    (
-        "sync-frequency",
-        "DURATION",
-        Some("1m0s"),
-        "Maximum period between syncs of running pods",
-    ),
-    (
-        "runtime-request-timeout",
-        "DURATION",
-        Some("2m0s"),
-        "Timeout for CRI requests, except long-running ones",
-    ),
-    (
-        "max-pods",
-        "N",
-        Some("110"),
-        "Maximum number of pods on this node",
-    ),
-    (
-        "max-open-files",
-        "N",
-        Some("1000000"),
-        "Number of files the oxlet process may open (RLIMIT_NOFILE)",
-    ),
-];
-
-/// What the command line said. Implemented flags are `Some` only when given
-/// explicitly, so defaults never override the config file; values are the raw
-/// text, converted and validated by `options`.
+/// What the command line said. Settings are present only when given explicitly,
+/// so defaults never override the config file; values are the raw text, parsed
+/// and checked by the settings table.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FlagValues {
+    /// `--config`: the KubeletConfiguration file (read before the settings).
     pub config: Option<String>,
-    pub pod_manifest_path: Option<String>,
-    pub container_runtime_endpoint: Option<String>,
-    pub root_dir: Option<String>,
-    pub pod_logs_dir: Option<String>,
-    pub hostname_override: Option<String>,
-    pub verbosity: Option<String>,
-    pub address: Option<String>,
-    pub read_only_port: Option<String>,
-    pub healthz_bind_address: Option<String>,
-    pub healthz_port: Option<String>,
-    pub file_check_frequency: Option<String>,
-    pub sync_frequency: Option<String>,
-    pub runtime_request_timeout: Option<String>,
-    pub max_pods: Option<String>,
-    pub max_open_files: Option<String>,
-    pub runonce: Option<bool>,
+    /// The settings given, by flag name.
+    pub values: BTreeMap<&'static str, String>,
     /// Unimplemented kubelet flags that were given, by name, in command-line order.
     pub unimplemented: Vec<String>,
     /// Values that are wrong at the flag level (a boolean that is not true/false).
     pub problems: Vec<Problem>,
 }
 
+impl FlagValues {
+    /// The text given for the setting `flag`, if any.
+    pub fn get(&self, flag: &str) -> Option<&str> {
+        self.values.get(flag).map(String::as_str)
+    }
+}
+
 /// The clap command; kubelet (pflag) semantics: a repeated flag's last value
 /// wins, and a value may start with `-`.
 pub fn command() -> Command {
-    let mut cmd = Command::new("oxlet")
-        .about("A kubelet-like node agent: runs static pods through a CRI runtime")
-        .version(env!("CARGO_PKG_VERSION"))
-        .disable_version_flag(true)
-        .args_override_self(true)
-        .arg(
-            Arg::new("version")
-                .long("version")
-                .action(ArgAction::Version)
-                .help("Print version information and quit"),
-        );
-    for &(name, value_name, default, help) in IMPLEMENTED_FLAGS {
-        let mut arg = value_arg(name).value_name(value_name).help(help);
-        if let Some(default) = default {
-            arg = arg.default_value(default);
-        }
-        cmd = cmd.arg(arg);
+    let mut cmd =
+        Command::new("oxlet")
+            .about("A kubelet-like node agent: runs static pods through a CRI runtime")
+            .version(env!("CARGO_PKG_VERSION"))
+            .disable_version_flag(true)
+            .args_override_self(true)
+            .arg(
+                Arg::new("version")
+                    .long("version")
+                    .action(ArgAction::Version)
+                    .help("Print version information and quit"),
+            )
+            .arg(value_arg("config").value_name("PATH").help(
+                "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1); flags override it",
+            ));
+    for setting in SETTINGS {
+        cmd = cmd.arg(setting_arg(setting));
     }
-    cmd = cmd
-        .arg(
-            value_arg("v")
-                .short('v')
-                .value_name("LEVEL")
-                .default_value("0")
-                .help("Log verbosity (klog level)"),
-        )
-        .arg(bool_arg("runonce").help("Start the static pods once, wait for them, then exit"));
     for &(name, kind) in UNIMPLEMENTED_FLAGS {
         let arg = match kind {
             Bool => bool_arg(name),
@@ -301,6 +194,21 @@ pub fn command() -> Command {
             ));
     }
     cmd
+}
+
+/// A setting's flag, with its placeholder, help and (non-empty) default.
+fn setting_arg(s: &Setting) -> Arg {
+    let mut arg = match s.kind {
+        Kind::Bool => bool_arg(s.flag),
+        _ => value_arg(s.flag).value_name(s.value_name),
+    };
+    if let Some(c) = s.short {
+        arg = arg.short(c);
+    }
+    if s.kind != Kind::Bool && !s.default.is_empty() {
+        arg = arg.default_value(s.default);
+    }
+    arg.help(s.help)
 }
 
 fn value_arg(name: &'static str) -> Arg {
@@ -320,15 +228,6 @@ fn bool_arg(name: &'static str) -> Arg {
         .default_missing_value("true")
         .value_name("true|false")
         .action(ArgAction::Set)
-}
-
-/// Go's `strconv.ParseBool`, which pflag uses for boolean flags.
-pub fn parse_go_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
-    }
 }
 
 /// Parses the command line (argv[0] first). `--help` and `--version` come back
@@ -352,48 +251,29 @@ fn explicit(m: &ArgMatches, name: &str) -> Option<String> {
 
 fn from_matches(m: &ArgMatches) -> FlagValues {
     let mut problems = Vec::new();
-    let mut check_bool = |name: &'static str| -> Option<bool> {
-        let text = explicit(m, name)?;
-        let value = parse_go_bool(&text);
-        if value.is_none() {
+    let mut given: Vec<(usize, &'static str)> = Vec::new();
+    for &(name, kind) in UNIMPLEMENTED_FLAGS {
+        let Some(text) = explicit(m, name) else {
+            continue;
+        };
+        if kind == Bool
+            && let Err(reason) = parse_bool(&text)
+        {
             problems.push(Problem::Flag {
                 flag: name.to_string(),
                 value: text,
-                reason: "must be true or false".to_string(),
+                reason,
             });
-        }
-        value
-    };
-    let runonce = check_bool("runonce");
-    let mut given: Vec<(usize, &'static str)> = Vec::new();
-    for &(name, kind) in UNIMPLEMENTED_FLAGS {
-        if m.value_source(name) != Some(ValueSource::CommandLine) {
-            continue;
-        }
-        if kind == Bool {
-            check_bool(name);
         }
         given.push((m.index_of(name).unwrap_or(usize::MAX), name));
     }
     given.sort();
     FlagValues {
         config: explicit(m, "config"),
-        pod_manifest_path: explicit(m, "pod-manifest-path"),
-        container_runtime_endpoint: explicit(m, "container-runtime-endpoint"),
-        root_dir: explicit(m, "root-dir"),
-        pod_logs_dir: explicit(m, "pod-logs-dir"),
-        hostname_override: explicit(m, "hostname-override"),
-        verbosity: explicit(m, "v"),
-        address: explicit(m, "address"),
-        read_only_port: explicit(m, "read-only-port"),
-        healthz_bind_address: explicit(m, "healthz-bind-address"),
-        healthz_port: explicit(m, "healthz-port"),
-        file_check_frequency: explicit(m, "file-check-frequency"),
-        sync_frequency: explicit(m, "sync-frequency"),
-        runtime_request_timeout: explicit(m, "runtime-request-timeout"),
-        max_pods: explicit(m, "max-pods"),
-        max_open_files: explicit(m, "max-open-files"),
-        runonce,
+        values: SETTINGS
+            .iter()
+            .filter_map(|s| Some((s.flag, explicit(m, s.flag)?)))
+            .collect(),
         unimplemented: given.into_iter().map(|(_, n)| n.to_string()).collect(),
         problems,
     }
@@ -431,13 +311,9 @@ mod tests {
             &["-v4"],
             &["--v", "4"],
         ] {
-            assert_eq!(
-                parse(args).unwrap().verbosity.as_deref(),
-                Some("4"),
-                "{args:?}"
-            );
+            assert_eq!(parse(args).unwrap().get("v"), Some("4"), "{args:?}");
         }
-        assert_eq!(parse(&[]).unwrap().verbosity, None);
+        assert_eq!(parse(&[]).unwrap().get("v"), None);
     }
 
     #[test]
@@ -446,71 +322,46 @@ mod tests {
     }
 
     #[test]
-    fn value_flag_forms() {
-        let f = parse(&[
-            "--config=/etc/oxlet/config.yaml",
-            "--pod-manifest-path",
-            "/etc/kubernetes/manifests",
-            "--container-runtime-endpoint=unix:///run/crio/crio.sock",
-            "--root-dir=/tmp/root",
-            "--pod-logs-dir=/tmp/logs",
-            "--hostname-override=Node-1",
-            "--address=0.0.0.0",
-            "--read-only-port=0",
-            "--healthz-bind-address=::1",
-            "--healthz-port",
-            "0",
-            "--file-check-frequency=5s",
-            "--sync-frequency=10s",
-            "--runtime-request-timeout=30s",
-            "--max-pods=20",
-            "--runonce",
-        ])
-        .unwrap();
-        assert_eq!(f.config.as_deref(), Some("/etc/oxlet/config.yaml"));
-        assert_eq!(
-            f.pod_manifest_path.as_deref(),
-            Some("/etc/kubernetes/manifests")
-        );
-        assert_eq!(
-            f.container_runtime_endpoint.as_deref(),
-            Some("unix:///run/crio/crio.sock")
-        );
-        assert_eq!(f.root_dir.as_deref(), Some("/tmp/root"));
-        assert_eq!(f.pod_logs_dir.as_deref(), Some("/tmp/logs"));
-        assert_eq!(f.hostname_override.as_deref(), Some("Node-1"));
-        assert_eq!(f.address.as_deref(), Some("0.0.0.0"));
-        assert_eq!(f.read_only_port.as_deref(), Some("0"));
-        assert_eq!(f.healthz_bind_address.as_deref(), Some("::1"));
-        assert_eq!(f.healthz_port.as_deref(), Some("0"));
-        assert_eq!(f.file_check_frequency.as_deref(), Some("5s"));
-        assert_eq!(f.sync_frequency.as_deref(), Some("10s"));
-        assert_eq!(f.runtime_request_timeout.as_deref(), Some("30s"));
-        assert_eq!(f.max_pods.as_deref(), Some("20"));
-        assert_eq!(f.runonce, Some(true));
-        assert!(f.unimplemented.is_empty() && f.problems.is_empty());
+    fn every_setting_flag_is_read_in_both_forms() {
+        // `--flag=value` and `--flag value` (pflag), for every setting in the table.
+        for two_args in [false, true] {
+            let mut args = vec!["--config=/etc/oxlet/config.yaml".to_string()];
+            for s in SETTINGS.iter().filter(|s| s.kind != Kind::Bool) {
+                let value = format!("{}-value", s.flag);
+                if two_args {
+                    args.extend([format!("--{}", s.flag), value]);
+                } else {
+                    args.push(format!("--{}={value}", s.flag));
+                }
+            }
+            args.push("--runonce".to_string());
+            let f = parse(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+            assert_eq!(f.config.as_deref(), Some("/etc/oxlet/config.yaml"));
+            for s in SETTINGS.iter().filter(|s| s.kind != Kind::Bool) {
+                assert_eq!(f.get(s.flag), Some(format!("{}-value", s.flag).as_str()));
+            }
+            assert_eq!(f.get("runonce"), Some("true"));
+            assert_eq!(f.values.len(), SETTINGS.len());
+            assert!(f.unimplemented.is_empty() && f.problems.is_empty());
+        }
     }
 
     #[test]
     fn last_value_wins_and_hyphen_values_allowed() {
         let f = parse(&["--max-pods=1", "--max-pods", "-5", "--hostname-override="]).unwrap();
-        assert_eq!(f.max_pods.as_deref(), Some("-5"));
-        assert_eq!(f.hostname_override.as_deref(), Some(""));
+        assert_eq!(f.get("max-pods"), Some("-5"));
+        assert_eq!(f.get("hostname-override"), Some(""));
     }
 
     #[test]
     fn bool_flag_forms() {
         let f = parse(&["--runonce=false"]).unwrap();
-        assert_eq!(f.runonce, Some(false));
-        for text in ["1", "t", "T", "TRUE", "true", "True"] {
-            let arg = format!("--runonce={text}");
-            assert_eq!(parse(&[&arg]).unwrap().runonce, Some(true), "{text}");
-        }
+        assert_eq!(f.get("runonce"), Some("false"));
+        assert_eq!(parse(&["--runonce"]).unwrap().get("runonce"), Some("true"));
+        // The text is checked with the setting (see options' tests).
         let f = parse(&["--runonce=maybe"]).unwrap();
-        assert_eq!(
-            f.problems[0].to_string(),
-            "invalid value \"maybe\" for --runonce: must be true or false"
-        );
+        assert_eq!(f.get("runonce"), Some("maybe"));
+        assert!(f.problems.is_empty());
         // pflag never takes a boolean's value from the next argument.
         assert!(parse(&["--runonce", "false"]).is_err());
     }
@@ -584,8 +435,8 @@ mod tests {
     #[test]
     fn table_has_no_duplicates() {
         let mut names: Vec<&str> = UNIMPLEMENTED_FLAGS.iter().map(|(n, _)| *n).collect();
-        names.extend(IMPLEMENTED_FLAGS.iter().map(|(n, _, _, _)| *n));
-        names.extend(["v", "runonce", "version", "help"]);
+        names.extend(SETTINGS.iter().map(|s| s.flag));
+        names.extend(["config", "version", "help"]);
         let total = names.len();
         names.sort();
         names.dedup();

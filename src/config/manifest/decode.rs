@@ -1,0 +1,533 @@
+//! Bytes to a `Pod`: text only, one YAML or JSON document of kind Pod, with
+//! alias expansion budgeted before anything is built (kubelet's
+//! `tryDecodeSinglePod`, bounded).
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::Deserialize;
+
+use super::{FieldError, MAX_MANIFEST_BYTES, ParseError, fail};
+
+/// Rejects binary content up front: the YAML parser's complaint about it would be cryptic.
+pub(super) fn as_text(bytes: &[u8]) -> Result<&str, String> {
+    if let Some(at) = bytes.iter().position(|b| *b == 0) {
+        return Err(format!(
+            "not a text manifest: binary data (NUL byte at offset {at})"
+        ));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not a text manifest: invalid UTF-8 at byte offset {}",
+            e.valid_up_to()
+        )
+    })?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    if text.trim().is_empty() {
+        return Err("empty manifest: expected one Pod".to_string());
+    }
+    Ok(text)
+}
+
+/// Parses to a generic value first (kind/apiVersion/document count checks with clear
+/// messages), then decodes the typed Pod from the text so type errors keep line/column.
+pub(super) fn parse_pod(text: &str) -> Result<Pod, ParseError> {
+    if text.trim_start().starts_with('{') {
+        // JSON has no aliases, but the same node budget bounds the generic value.
+        let mut json = serde_json::Deserializer::from_str(text);
+        if let Err(e) =
+            serde::de::DeserializeSeed::deserialize(Walk(&ExpansionBudget::new()), &mut json)
+            && e.classify() == serde_json::error::Category::Data
+        {
+            return Err(ParseError::Decode(format!("invalid JSON: {e}")));
+        }
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(value) => {
+                check_kind(&value)?;
+                return serde_json::from_str::<Pod>(text)
+                    .map_err(|e| ParseError::Decode(format!("invalid Pod (JSON): {e}")));
+            }
+            Err(json_err) => {
+                // A YAML flow mapping also starts with `{`; only if YAML fails too is
+                // the JSON message the better one to show.
+                if let Ok((index, value)) = yaml_single_document(text) {
+                    check_kind(&value)?;
+                    return yaml_pod(text, index);
+                }
+                return Err(ParseError::Decode(format!("invalid JSON: {json_err}")));
+            }
+        }
+    }
+    let (index, value) = yaml_single_document(text)?;
+    check_kind(&value)?;
+    yaml_pod(text, index)
+}
+
+/// Decodes document `index` of `text` as a Pod (`from_str` refuses multi-document
+/// input, and a stray leading or trailing `---` makes it that).
+fn yaml_pod(text: &str, index: usize) -> Result<Pod, ParseError> {
+    let doc = serde_yaml_ng::Deserializer::from_str(text)
+        .nth(index)
+        .ok_or_else(|| ParseError::Decode("invalid YAML: document vanished".to_string()))?;
+    Pod::deserialize(doc).map_err(|e| ParseError::Decode(format!("invalid Pod (YAML): {e}")))
+}
+
+/// The index and value of the one non-empty YAML document in `text`; more than one
+/// is an error (kubelet would silently take the first, which hides mistakes).
+fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseError> {
+    check_expansion(text)?;
+    let mut found = None;
+    let mut count = 0;
+    for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = serde_json::Value::deserialize(doc)
+            .map_err(|e| ParseError::Decode(format!("invalid YAML: {e}")))?;
+        if !value.is_null() {
+            count += 1;
+            found.get_or_insert((index, value));
+        }
+    }
+    match (count, found) {
+        (1, Some(found)) => Ok(found),
+        (0, _) | (_, None) => Err(ParseError::Decode(
+            "empty manifest: expected one Pod".to_string(),
+        )),
+        (n, _) => Err(ParseError::Decode(format!(
+            "found {n} YAML documents: a manifest must hold exactly one Pod"
+        ))),
+    }
+}
+
+/// Most bytes (scalar text plus one per node) all documents of a manifest may
+/// expand to once YAML aliases are resolved: no more than a file without aliases
+/// may hold, so an anchor referenced many times cannot multiply memory.
+pub const MAX_EXPANDED_BYTES: usize = MAX_MANIFEST_BYTES;
+/// Most YAML nodes after alias expansion (each becomes an allocated value; real
+/// pods have a few thousand).
+pub const MAX_EXPANDED_NODES: usize = 1_000_000;
+
+/// Walks every document with aliases expanded, building nothing and charging each
+/// node against the budget, so a "billion laughs" file is refused before any value
+/// is built (serde_yaml_ng only limits how many aliases are followed, not how much
+/// each one expands to). Time is bounded too: every step costs budget.
+fn check_expansion(text: &str) -> Result<(), ParseError> {
+    let budget = ExpansionBudget::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        serde::de::DeserializeSeed::deserialize(Walk(&budget), doc)
+            .map_err(|e| ParseError::Decode(format!("invalid YAML: {e}")))?;
+    }
+    Ok(())
+}
+
+struct ExpansionBudget {
+    bytes: std::cell::Cell<usize>,
+    nodes: std::cell::Cell<usize>,
+}
+
+impl ExpansionBudget {
+    fn new() -> Self {
+        ExpansionBudget {
+            bytes: std::cell::Cell::new(MAX_EXPANDED_BYTES),
+            nodes: std::cell::Cell::new(MAX_EXPANDED_NODES),
+        }
+    }
+}
+
+/// A serde seed and visitor that only counts (see [`check_expansion`]).
+#[derive(Clone, Copy)]
+struct Walk<'b>(&'b ExpansionBudget);
+
+/// What one non-string scalar is charged, in bytes.
+const SCALAR_COST: usize = 8;
+
+impl Walk<'_> {
+    fn charge<E: serde::de::Error>(self, bytes: usize) -> Result<(), E> {
+        let b = self.0;
+        match (
+            b.bytes.get().checked_sub(bytes.saturating_add(1)),
+            b.nodes.get().checked_sub(1),
+        ) {
+            (Some(bytes), Some(nodes)) => {
+                b.bytes.set(bytes);
+                b.nodes.set(nodes);
+                Ok(())
+            }
+            _ => Err(E::custom(format_args!(
+                "document too large with aliases expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+            ))),
+        }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Walk<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_i128<E: serde::de::Error>(self, _: i128) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_u128<E: serde::de::Error>(self, _: u128) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.charge(SCALAR_COST)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.charge(v.len())
+    }
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<(), E> {
+        self.charge(v.len())
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.charge(0)
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<(), E> {
+        self.charge(0)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.charge(0)?;
+        while seq.next_element_seed(self)?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.charge(0)?;
+        while map.next_key_seed(self)?.is_some() {
+            map.next_value_seed(self)?;
+        }
+        Ok(())
+    }
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+        // A tagged node (`!tag value`): the tag, then its value.
+        use serde::de::VariantAccess;
+        let ((), variant) = data.variant_seed(self)?;
+        variant.newtype_variant_seed(self)
+    }
+}
+
+fn check_kind(value: &serde_json::Value) -> Result<(), FieldError> {
+    let Some(obj) = value.as_object() else {
+        let got = match value {
+            serde_json::Value::Array(_) => "a list",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::Bool(_) => "a boolean",
+            _ => "something else",
+        };
+        return fail("<root>", format!("expected a Pod object, got {got}"));
+    };
+    match obj.get("kind") {
+        None => return fail("kind", "required value (expected \"Pod\")"),
+        Some(serde_json::Value::String(k)) if k == "Pod" => {}
+        Some(serde_json::Value::String(k)) => {
+            return fail(
+                "kind",
+                format!("unsupported kind {k:?}: a static pod manifest must hold exactly one Pod"),
+            );
+        }
+        Some(other) => return fail("kind", format!("expected a string, got {other}")),
+    }
+    match obj.get("apiVersion") {
+        None => fail("apiVersion", "required value (expected \"v1\")"),
+        Some(serde_json::Value::String(v)) if v == "v1" => Ok(()),
+        Some(other) => fail(
+            "apiVersion",
+            format!("unsupported value {other}: expected \"v1\""),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::manifest::test_support::*;
+    use crate::config::manifest::*;
+
+    const BOMB_CHILD_ENV: &str = "OXLET_TEST_DECODE_FILE";
+
+    #[test]
+    fn good_yaml_decodes_and_is_named_for_the_node() {
+        let pod = decode(GOOD).unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-node1"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("default"));
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some(NODE));
+        assert_eq!(
+            pod.status.as_ref().unwrap().phase.as_deref(),
+            Some("Pending")
+        );
+    }
+
+    #[test]
+    fn good_json_decodes() {
+        let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"j","namespace":"kube-system"},
+            "spec":{"containers":[{"name":"c","image":"busybox:1.36"}]}}"#;
+        let pod = decode(json).unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("j-node1"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("kube-system"));
+    }
+
+    #[test]
+    fn yaml_flow_mapping_starting_with_brace_is_accepted() {
+        let text = "{apiVersion: v1, kind: Pod, metadata: {name: f}, spec: {containers: [{name: c, image: x}]}}";
+        assert_eq!(
+            decode(text).unwrap().metadata.name.as_deref(),
+            Some("f-node1")
+        );
+    }
+
+    #[test]
+    fn bad_yaml_reports_decoder_message_with_line() {
+        let msg = err("apiVersion: v1\nkind: Pod\nmetadata:\n  name: [oops\n");
+        assert!(msg.starts_with(&format!("{PATH}: invalid YAML: ")), "{msg}");
+        assert!(msg.contains("line"), "{msg}");
+    }
+
+    #[test]
+    fn json_syntax_error_reports_json_message() {
+        let msg = err("{\"apiVersion\": \"v1\",\n \"kind\": \"Pod\",,}");
+        assert!(msg.starts_with(&format!("{PATH}: invalid JSON: ")), "{msg}");
+        assert!(msg.contains("line 2"), "{msg}");
+    }
+
+    #[test]
+    fn type_error_in_pod_keeps_position() {
+        let msg = err("apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers: 5\n");
+        assert!(msg.contains("invalid Pod (YAML)"), "{msg}");
+        assert!(msg.contains("line 6"), "{msg}");
+    }
+
+    #[test]
+    fn not_a_pod_is_rejected() {
+        assert_err(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: s\n",
+            "kind: unsupported kind \"Service\"",
+        );
+        assert_err(
+            "apiVersion: v1\nmetadata:\n  name: s\n",
+            "kind: required value",
+        );
+        assert_err(
+            "apiVersion: apps/v1\nkind: Pod\nmetadata:\n  name: s\n",
+            "apiVersion: unsupported value \"apps/v1\"",
+        );
+        assert_err("- a\n- b\n", "expected a Pod object, got a list");
+        assert_err("just a string\n", "expected a Pod object, got a string");
+    }
+
+    #[test]
+    fn pod_list_is_rejected() {
+        assert_err(
+            "apiVersion: v1\nkind: PodList\nitems: []\n",
+            "kind: unsupported kind \"PodList\"",
+        );
+    }
+
+    #[test]
+    fn multi_document_yaml_is_rejected_but_trailing_separator_is_fine() {
+        let two = format!("{GOOD}---\n{GOOD}");
+        assert_err(&two, "found 2 YAML documents");
+        let trailing = format!("---\n{GOOD}---\n");
+        assert!(decode(&trailing).is_ok());
+    }
+
+    #[test]
+    fn empty_and_binary_input_are_clear_errors() {
+        assert_err("", "empty manifest");
+        assert_err("  \n# only a comment\n", "empty manifest");
+        let junk: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+        let msg = decode_static_pod(&junk, Path::new(PATH), NODE)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            msg,
+            format!("{PATH}: not a text manifest: binary data (NUL byte at offset 0)")
+        );
+        let latin1 = b"apiVersion: v1\nkind: Pod\nname: caf\xe9\n";
+        let msg = decode_static_pod(latin1, Path::new(PATH), NODE)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("invalid UTF-8 at byte offset 34"), "{msg}");
+    }
+
+    /// A ~1 MB manifest whose anchor `&w` (`wide`) is referenced `refs` times.
+    fn alias_bomb(wide: &str, refs: usize) -> String {
+        let mut doc = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bomb\n  annotations:\n    a: &w {wide}\nspec:\n  containers:\n  - name: c\n    image: busybox\n    args: ["
+        );
+        for _ in 0..refs {
+            doc.push_str("*w, ");
+        }
+        doc.push_str("x]\n");
+        doc
+    }
+
+    #[test]
+    fn alias_expansion_is_budgeted_by_size_not_only_count() {
+        // One wide scalar, 400 references: 200 MiB expanded from a ~0.5 MB file.
+        let wide_scalar = alias_bomb(&"x".repeat(512 * 1024), 400);
+        // One wide sequence of 100k nodes, 400 references: 40M nodes.
+        let wide_seq = alias_bomb(&format!("[{}0]", "0,".repeat(100_000)), 400);
+        for bomb in [wide_scalar, wide_seq] {
+            assert!(bomb.len() < 1024 * 1024);
+            let started = std::time::Instant::now();
+            assert_err(
+                &bomb,
+                &format!(
+                    "document too large with aliases expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+                ),
+            );
+            // Refused while walking, long before the whole expansion is visited.
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        }
+        // Ordinary anchors (a shared env list, a repeated value) still work.
+        let shared = GOOD.replace(
+            "    image: nginx\n",
+            "    image: nginx\n    env: &env\n    - name: A\n      value: &v \"one\"\n    - name: B\n      value: *v\n  - name: sidecar\n    image: nginx\n    env: *env\n",
+        );
+        let pod = decode(&shared).unwrap();
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.containers[1].env, spec.containers[0].env);
+        assert_eq!(
+            spec.containers[0].env.as_ref().unwrap()[1].value.as_deref(),
+            Some("one")
+        );
+    }
+
+    #[test]
+    fn node_budget_bounds_json_and_plain_yaml_too() {
+        // 1.1M tiny nodes in ~3.3 MB: within the file limit, past the node budget.
+        let many = "0,".repeat(1_100_000);
+        let json = format!(
+            "{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"x\"}},\"spec\":{{\"containers\":[{{\"name\":\"c\",\"image\":\"i\",\"args\":[{many}0]}}]}}}}"
+        );
+        assert_err(
+            &json,
+            &format!(
+                "invalid JSON: document too large with aliases expanded: more than {MAX_EXPANDED_BYTES} bytes or {MAX_EXPANDED_NODES} nodes"
+            ),
+        );
+        assert_err(
+            &with_container_lines(&format!("    args: [{many}0]\n")),
+            "document too large with aliases expanded",
+        );
+        // Just under: fine.
+        let fewer = "0,".repeat(900_000);
+        assert!(decode(&with_container_lines(&format!("    args: [{fewer}0]\n"))).is_ok());
+    }
+
+    /// Peak or current resident set (`VmHWM:` / `VmRSS:`) in KiB.
+    fn vm_kib(key: &str) -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with(key)).unwrap();
+        line[key.len()..]
+            .trim()
+            .trim_end_matches(" kB")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// The measuring half of `yaml_bomb_keeps_memory_flat`, run alone in a child
+    /// process so no other test's allocations count.
+    #[test]
+    #[ignore = "run by yaml_bomb_keeps_memory_flat in a child process"]
+    fn decode_peak_rss_child() {
+        let Ok(path) = std::env::var(BOMB_CHILD_ENV) else {
+            return;
+        };
+        let bytes = read_manifest(Path::new(&path)).unwrap();
+        // Reset the peak to the current RSS (Linux ≥ 4.0), then decode.
+        std::fs::write("/proc/self/clear_refs", "5").unwrap();
+        let before = vm_kib("VmRSS:");
+        let result = decode_static_pod(&bytes, Path::new(&path), NODE);
+        let peak = vm_kib("VmHWM:");
+        println!(
+            "DECODE ok={} growth_kib={} err={:?}",
+            result.is_ok(),
+            peak.saturating_sub(before),
+            result.err().map(|e| e.to_string())
+        );
+    }
+
+    /// Decodes `text` in a child process; (decoded fine, peak RSS growth in KiB).
+    fn decode_in_child(text: &str) -> (bool, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("m.yaml");
+        std::fs::write(&file, text).unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "config::manifest::decode::tests::decode_peak_rss_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(BOMB_CHILD_ENV, &file)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.split_once("DECODE ").map(|(_, r)| r))
+            .unwrap_or_else(|| panic!("child printed no result: {stdout}"));
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .unwrap()
+                .to_string()
+        };
+        (
+            field("ok=") == "true",
+            field("growth_kib=").parse().unwrap(),
+        )
+    }
+
+    #[test]
+    fn yaml_bomb_keeps_memory_flat() {
+        // Control: the meter sees a plain 8 MiB value being decoded (copied into the
+        // generic value and the Pod), so a low reading below is not a blind meter.
+        let big = GOOD.replace(
+            "name: web\n",
+            &format!(
+                "name: web\n  annotations:\n    a: {}\n",
+                "y".repeat(8 << 20)
+            ),
+        );
+        let (ok, control_kib) = decode_in_child(&big);
+        assert!(ok, "an 8 MiB value without aliases is within the budget");
+        assert!(
+            control_kib > 8 * 1024,
+            "control grew only {control_kib} KiB"
+        );
+
+        // The bomb would expand to 200 MiB; it is refused with the peak barely moving.
+        let (ok, bomb_kib) = decode_in_child(&alias_bomb(&"x".repeat(512 * 1024), 400));
+        eprintln!("peak RSS growth: 8 MiB control {control_kib} KiB, 200 MiB bomb {bomb_kib} KiB");
+        assert!(!ok, "the bomb must be refused");
+        assert!(
+            bomb_kib < 16 * 1024,
+            "decoding the bomb grew RSS by {bomb_kib} KiB"
+        );
+    }
+}

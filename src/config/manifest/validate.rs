@@ -1,0 +1,1005 @@
+//! Validation: the part of `ValidatePodCreate` that decides whether a static pod
+//! can run, refused with the field and the reason.
+
+use std::collections::HashSet;
+
+use k8s_openapi::api::core::v1::{Container, Pod, Probe, Volume};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::defaults::unset;
+use super::identity::static_pod_name;
+use super::{FieldError, fail};
+use crate::quantity;
+use crate::safe_path;
+
+/// Longest object name (DNS-1123 subdomain).
+const MAX_NAME_LEN: usize = 253;
+/// Longest DNS-1123 label (namespaces, container and volume names).
+const MAX_LABEL_LEN: usize = 63;
+/// Longest `metadata.uid` accepted (a UUID has 36 characters, a derived static pod UID
+/// 32): it names directories, so it is kept well below the file name limit.
+const MAX_UID_LEN: usize = 128;
+
+fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_LABEL_LEN
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= MAX_NAME_LEN
+        && s.split('.')
+            .all(|part| !part.is_empty() && is_dns1123_label(part))
+}
+
+const LABEL_RULE: &str = "must be a DNS-1123 label (at most 63 lower-case alphanumerics or '-', starting and ending alphanumeric)";
+const SUBDOMAIN_RULE: &str = "must be a DNS-1123 subdomain (at most 253 lower-case alphanumerics, '-' or '.', each part starting and ending alphanumeric)";
+
+/// kubelet's env var name rule: `[-._a-zA-Z][-._a-zA-Z0-9]*`.
+fn is_env_var_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    let ok = |c: char, first: bool| {
+        c.is_ascii_alphabetic() || matches!(c, '-' | '.' | '_') || (!first && c.is_ascii_digit())
+    };
+    chars.next().is_some_and(|c| ok(c, true)) && chars.all(|c| ok(c, false))
+}
+
+fn one_of(field: &str, value: &Option<String>, allowed: &[&str]) -> Result<(), FieldError> {
+    match value.as_deref() {
+        None => Ok(()),
+        Some(v) if allowed.contains(&v) => Ok(()),
+        Some(v) => fail(
+            field,
+            format!(
+                "unsupported value {v:?}: supported values: {}",
+                quoted(allowed)
+            ),
+        ),
+    }
+}
+
+fn quoted(values: &[&str]) -> String {
+    values
+        .iter()
+        .map(|v| format!("{v:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+const API_REF_REASON: &str = "forbidden: static pods may not reference API objects";
+
+pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError> {
+    let meta = &pod.metadata;
+    let name = meta.name.as_deref().unwrap_or("");
+    if name.is_empty() {
+        return fail("metadata.name", "required value");
+    }
+    if !is_dns1123_subdomain(name) {
+        return fail(
+            "metadata.name",
+            format!("invalid value {name:?}: {SUBDOMAIN_RULE}"),
+        );
+    }
+    let full = static_pod_name(name, node_name);
+    if full.len() > MAX_NAME_LEN {
+        return fail(
+            "metadata.name",
+            format!(
+                "name plus node suffix {:?} is {} characters, must be no more than {MAX_NAME_LEN}",
+                full.strip_prefix(name).unwrap_or(""),
+                full.len()
+            ),
+        );
+    }
+    if !is_dns1123_subdomain(&full) {
+        return fail(
+            "metadata.name",
+            format!("invalid value {full:?} (name plus node suffix): {SUBDOMAIN_RULE}"),
+        );
+    }
+    if let Some(ns) = meta.namespace.as_deref().filter(|ns| !ns.is_empty())
+        && !is_dns1123_label(ns)
+    {
+        return fail(
+            "metadata.namespace",
+            format!("invalid value {ns:?}: {LABEL_RULE}"),
+        );
+    }
+
+    // The UID names `<root>/pods/<uid>` and the log directory, which oxlet (root) creates
+    // and removes: it must be one plain path component.
+    if let Some(uid) = meta.uid.as_deref().filter(|u| !u.is_empty())
+        && (uid.len() > MAX_UID_LEN || safe_path::component(uid).is_err())
+    {
+        return fail(
+            "metadata.uid",
+            format!(
+                "invalid value {uid:?}: must be a single path component of at most {MAX_UID_LEN} characters (no '/', not '.' or '..')"
+            ),
+        );
+    }
+
+    let Some(spec) = &pod.spec else {
+        return fail("spec", "required value");
+    };
+    if spec.containers.is_empty() {
+        return fail(
+            "spec.containers",
+            "required value: a pod needs at least one container",
+        );
+    }
+    one_of(
+        "spec.restartPolicy",
+        &spec.restart_policy,
+        &["Always", "OnFailure", "Never"],
+    )?;
+    one_of(
+        "spec.dnsPolicy",
+        &spec.dns_policy,
+        &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"],
+    )?;
+    if let Some(g) = spec.termination_grace_period_seconds
+        && g < 0
+    {
+        return fail(
+            "spec.terminationGracePeriodSeconds",
+            format!("invalid value {g}: must be greater than or equal to 0"),
+        );
+    }
+    if let Some(d) = spec.active_deadline_seconds
+        && d <= 0
+    {
+        return fail(
+            "spec.activeDeadlineSeconds",
+            format!("invalid value {d}: must be greater than 0"),
+        );
+    }
+    if spec
+        .ephemeral_containers
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return fail(
+            "spec.ephemeralContainers",
+            "forbidden: cannot be set on create",
+        );
+    }
+    if spec
+        .image_pull_secrets
+        .as_ref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        return fail(
+            "spec.imagePullSecrets",
+            format!("{API_REF_REASON} (Secret)"),
+        );
+    }
+    if spec.resource_claims.as_ref().is_some_and(|s| !s.is_empty()) {
+        return fail(
+            "spec.resourceClaims",
+            format!("{API_REF_REASON} (ResourceClaim)"),
+        );
+    }
+    for (field, sa) in [
+        ("spec.serviceAccountName", &spec.service_account_name),
+        ("spec.serviceAccount", &spec.service_account),
+    ] {
+        if !unset(sa) {
+            return fail(field, format!("{API_REF_REASON} (ServiceAccount)"));
+        }
+    }
+
+    let mut volumes = HashSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let field = format!("spec.volumes[{i}]");
+        validate_volume(v, &field)?;
+        if !volumes.insert(v.name.as_str()) {
+            return fail(
+                format!("{field}.name"),
+                format!("duplicate name {:?}", v.name),
+            );
+        }
+    }
+
+    let host_network = spec.host_network.unwrap_or(false);
+    let mut names = HashSet::new();
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let ctx = ContainerCtx {
+            field: format!("spec.initContainers[{i}]"),
+            init: true,
+            host_network,
+        };
+        validate_container(c, &ctx, &mut names, &volumes)?;
+    }
+    for (i, c) in spec.containers.iter().enumerate() {
+        let ctx = ContainerCtx {
+            field: format!("spec.containers[{i}]"),
+            init: false,
+            host_network,
+        };
+        validate_container(c, &ctx, &mut names, &volumes)?;
+    }
+    Ok(())
+}
+
+fn validate_volume(v: &Volume, field: &str) -> Result<(), FieldError> {
+    if v.name.is_empty() {
+        return fail(format!("{field}.name"), "required value");
+    }
+    if !is_dns1123_label(&v.name) {
+        return fail(
+            format!("{field}.name"),
+            format!("invalid value {:?}: {LABEL_RULE}", v.name),
+        );
+    }
+    let forbidden = |what: &str, kind: &str| {
+        fail(
+            format!("{field}.{what}"),
+            format!("{API_REF_REASON} ({kind})"),
+        )
+    };
+    if v.secret.is_some() {
+        return forbidden("secret", "Secret");
+    }
+    if v.config_map.is_some() {
+        return forbidden("configMap", "ConfigMap");
+    }
+    if v.persistent_volume_claim.is_some() {
+        return forbidden("persistentVolumeClaim", "PersistentVolumeClaim");
+    }
+    if let Some(hp) = &v.host_path {
+        let hf = |sub: &str| format!("{field}.hostPath.{sub}");
+        if hp.path.is_empty() {
+            return fail(hf("path"), "required value");
+        }
+        no_backsteps(&hf("path"), &hp.path)?;
+        one_of(&hf("type"), &hp.type_, HOST_PATH_TYPES)?;
+    }
+    if v.ephemeral.is_some() {
+        return forbidden("ephemeral", "PersistentVolumeClaim");
+    }
+    if v.csi
+        .as_ref()
+        .is_some_and(|c| c.node_publish_secret_ref.is_some())
+    {
+        return forbidden("csi.nodePublishSecretRef", "Secret");
+    }
+    if let Some(p) = &v.projected {
+        for (j, src) in p.sources.iter().flatten().enumerate() {
+            let at = |what: &str| format!("projected.sources[{j}].{what}");
+            if src.secret.is_some() {
+                return forbidden(&at("secret"), "Secret");
+            }
+            if src.config_map.is_some() {
+                return forbidden(&at("configMap"), "ConfigMap");
+            }
+            if src.service_account_token.is_some() {
+                return forbidden(&at("serviceAccountToken"), "ServiceAccount token");
+            }
+            if src.cluster_trust_bundle.is_some() {
+                return forbidden(&at("clusterTrustBundle"), "ClusterTrustBundle");
+            }
+            if src.pod_certificate.is_some() {
+                return forbidden(&at("podCertificate"), "PodCertificateRequest");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// kubelet's `HostPathType` values ("" means no check).
+const HOST_PATH_TYPES: &[&str] = &[
+    "",
+    "DirectoryOrCreate",
+    "Directory",
+    "FileOrCreate",
+    "File",
+    "Socket",
+    "CharDevice",
+    "BlockDevice",
+];
+
+/// kubelet's `validatePathNoBacksteps`: no `..` element.
+fn no_backsteps(field: &str, path: &str) -> Result<(), FieldError> {
+    if path.split('/').any(|part| part == "..") {
+        return fail(
+            field,
+            format!("invalid value {path:?}: must not contain '..'"),
+        );
+    }
+    Ok(())
+}
+
+/// kubelet's `validateLocalDescendingPath` (for `subPath`, `subPathExpr`): relative and
+/// without `..`; NUL is refused too, since no path can hold it.
+fn local_descending(field: &str, path: &str) -> Result<(), FieldError> {
+    if path.starts_with('/') {
+        return fail(
+            field,
+            format!("invalid value {path:?}: must be a relative path"),
+        );
+    }
+    no_backsteps(field, path)?;
+    if safe_path::relative(path).is_err() {
+        return fail(
+            field,
+            format!("invalid value {path:?}: must not contain NUL"),
+        );
+    }
+    Ok(())
+}
+
+struct ContainerCtx {
+    field: String,
+    init: bool,
+    host_network: bool,
+}
+
+fn validate_container<'a>(
+    c: &'a Container,
+    ctx: &ContainerCtx,
+    names: &mut HashSet<&'a str>,
+    volumes: &HashSet<&str>,
+) -> Result<(), FieldError> {
+    let f = |sub: &str| format!("{}.{sub}", ctx.field);
+    if c.name.is_empty() {
+        return fail(f("name"), "required value");
+    }
+    if !is_dns1123_label(&c.name) {
+        return fail(
+            f("name"),
+            format!("invalid value {:?}: {LABEL_RULE}", c.name),
+        );
+    }
+    if !names.insert(c.name.as_str()) {
+        return fail(f("name"), format!("duplicate name {:?}", c.name));
+    }
+    match c.image.as_deref() {
+        None | Some("") => return fail(f("image"), "required value"),
+        Some(img) if img.trim() != img => {
+            return fail(f("image"), "must not have leading or trailing whitespace");
+        }
+        Some(_) => {}
+    }
+    one_of(
+        &f("imagePullPolicy"),
+        &c.image_pull_policy,
+        &["Always", "IfNotPresent", "Never"],
+    )?;
+    one_of(
+        &f("terminationMessagePolicy"),
+        &c.termination_message_policy,
+        &["File", "FallbackToLogsOnError"],
+    )?;
+    let sidecar = ctx.init && c.restart_policy.as_deref() == Some("Always");
+    if ctx.init {
+        one_of(&f("restartPolicy"), &c.restart_policy, &["Always"])?;
+    } else if c.restart_policy.is_some() || c.restart_policy_rules.is_some() {
+        return fail(
+            f("restartPolicy"),
+            "forbidden: only allowed for init containers",
+        );
+    }
+
+    for (j, p) in c.ports.iter().flatten().enumerate() {
+        let pf = |sub: &str| f(&format!("ports[{j}].{sub}"));
+        if !(1..=65535).contains(&p.container_port) {
+            return fail(
+                pf("containerPort"),
+                format!(
+                    "invalid value {}: must be between 1 and 65535, inclusive",
+                    p.container_port
+                ),
+            );
+        }
+        if let Some(hp) = p.host_port.filter(|hp| *hp != 0) {
+            if !(1..=65535).contains(&hp) {
+                return fail(
+                    pf("hostPort"),
+                    format!("invalid value {hp}: must be between 1 and 65535, inclusive"),
+                );
+            }
+            if ctx.host_network && hp != p.container_port {
+                return fail(
+                    pf("hostPort"),
+                    format!(
+                        "invalid value {hp}: must match containerPort when hostNetwork is true"
+                    ),
+                );
+            }
+        }
+        one_of(&pf("protocol"), &p.protocol, &["TCP", "UDP", "SCTP"])?;
+    }
+
+    for (j, e) in c.env.iter().flatten().enumerate() {
+        let ef = |sub: &str| f(&format!("env[{j}].{sub}"));
+        if e.name.is_empty() {
+            return fail(ef("name"), "required value");
+        }
+        if !is_env_var_name(&e.name) {
+            return fail(
+                ef("name"),
+                format!(
+                    "invalid value {:?}: a valid environment variable name must consist of alphabetic characters, digits, '_', '-' or '.', and must not start with a digit",
+                    e.name
+                ),
+            );
+        }
+        if let Some(vf) = &e.value_from {
+            if vf.secret_key_ref.is_some() {
+                return fail(
+                    ef("valueFrom.secretKeyRef"),
+                    format!("{API_REF_REASON} (Secret)"),
+                );
+            }
+            if vf.config_map_key_ref.is_some() {
+                return fail(
+                    ef("valueFrom.configMapKeyRef"),
+                    format!("{API_REF_REASON} (ConfigMap)"),
+                );
+            }
+            let sources = [
+                vf.field_ref.is_some(),
+                vf.resource_field_ref.is_some(),
+                vf.file_key_ref.is_some(),
+            ]
+            .iter()
+            .filter(|s| **s)
+            .count();
+            if sources != 1 {
+                return fail(ef("valueFrom"), "must specify exactly one source");
+            }
+            if !unset(&e.value) {
+                return fail(
+                    ef("valueFrom"),
+                    "may not be specified when `value` is not empty",
+                );
+            }
+        }
+    }
+    for (j, e) in c.env_from.iter().flatten().enumerate() {
+        if e.secret_ref.is_some() {
+            return fail(
+                f(&format!("envFrom[{j}].secretRef")),
+                format!("{API_REF_REASON} (Secret)"),
+            );
+        }
+        if e.config_map_ref.is_some() {
+            return fail(
+                f(&format!("envFrom[{j}].configMapRef")),
+                format!("{API_REF_REASON} (ConfigMap)"),
+            );
+        }
+    }
+    for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let mf = |sub: &str| f(&format!("volumeMounts[{j}].{sub}"));
+        if !volumes.contains(m.name.as_str()) {
+            return fail(
+                mf("name"),
+                format!("not found: no volume named {:?}", m.name),
+            );
+        }
+        if m.mount_path.is_empty() {
+            return fail(mf("mountPath"), "required value");
+        }
+        let sub_path = m.sub_path.as_deref().unwrap_or("");
+        let sub_path_expr = m.sub_path_expr.as_deref().unwrap_or("");
+        if !sub_path.is_empty() && !sub_path_expr.is_empty() {
+            return fail(
+                mf("subPathExpr"),
+                format!(
+                    "invalid value {sub_path_expr:?}: subPathExpr and subPath are mutually exclusive"
+                ),
+            );
+        }
+        if !sub_path.is_empty() {
+            local_descending(&mf("subPath"), sub_path)?;
+        }
+        if !sub_path_expr.is_empty() {
+            local_descending(&mf("subPathExpr"), sub_path_expr)?;
+        }
+    }
+
+    let probes = [
+        ("livenessProbe", &c.liveness_probe, true),
+        ("readinessProbe", &c.readiness_probe, false),
+        ("startupProbe", &c.startup_probe, true),
+    ];
+    for (name, probe, needs_single_success) in probes {
+        let Some(probe) = probe else { continue };
+        // Plain init containers run to completion: probes make no sense there.
+        if ctx.init && !sidecar {
+            return fail(
+                f(name),
+                "forbidden: may not be set for init containers without restartPolicy=Always",
+            );
+        }
+        // Sidecars are never "ready"-gated the way regular containers are.
+        if ctx.init && name == "readinessProbe" {
+            continue;
+        }
+        validate_probe(probe, &f(name), needs_single_success)?;
+    }
+    if c.lifecycle.is_some() && ctx.init && !sidecar {
+        return fail(
+            f("lifecycle"),
+            "forbidden: may not be set for init containers without restartPolicy=Always",
+        );
+    }
+    validate_resources(c, &f)
+}
+
+/// Every quantity parses exactly and is not negative, requests stay within limits,
+/// and the cgroup arithmetic accepts cpu and memory: the runtime's own function is
+/// asked, so a value refused at container creation is refused here first.
+fn validate_resources(c: &Container, f: &dyn Fn(&str) -> String) -> Result<(), FieldError> {
+    let Some(res) = &c.resources else {
+        return Ok(());
+    };
+    let parse = |which: &str, name: &str, q: &Quantity| {
+        let field = f(&format!("resources.{which}.{name}"));
+        let v = if name == "cpu" {
+            quantity::milli_cpu(q)
+        } else {
+            quantity::bytes(q)
+        }
+        .map_err(|e| FieldError::new(&field, e.to_string()))?;
+        if v < 0 {
+            return fail(
+                field,
+                format!(
+                    "invalid value {:?}: must be greater than or equal to 0",
+                    q.0
+                ),
+            );
+        }
+        Ok(v)
+    };
+    for (name, limit) in res.limits.iter().flatten() {
+        parse("limits", name, limit)?;
+    }
+    for (name, request) in res.requests.iter().flatten() {
+        let r = parse("requests", name, request)?;
+        if let Some(limit) = res.limits.as_ref().and_then(|l| l.get(name))
+            && r > parse("limits", name, limit)?
+        {
+            return fail(
+                f(&format!("resources.requests.{name}")),
+                format!(
+                    "invalid value {:?}: must be less than or equal to {name} limit of {}",
+                    request.0, limit.0
+                ),
+            );
+        }
+    }
+    crate::runtime::container::linux_resources(c)
+        .map_err(|e| FieldError::new(f(&e.field()), e.reason()))?;
+    Ok(())
+}
+
+fn validate_probe(p: &Probe, field: &str, needs_single_success: bool) -> Result<(), FieldError> {
+    let handlers = [
+        p.exec.is_some(),
+        p.http_get.is_some(),
+        p.tcp_socket.is_some(),
+        p.grpc.is_some(),
+    ]
+    .iter()
+    .filter(|h| **h)
+    .count();
+    match handlers {
+        0 => return fail(field, "must specify a handler type"),
+        1 => {}
+        _ => return fail(field, "may not specify more than 1 handler type"),
+    }
+    let numbers = [
+        ("initialDelaySeconds", p.initial_delay_seconds),
+        ("timeoutSeconds", p.timeout_seconds),
+        ("periodSeconds", p.period_seconds),
+        ("successThreshold", p.success_threshold),
+        ("failureThreshold", p.failure_threshold),
+    ];
+    for (name, value) in numbers {
+        if let Some(v) = value
+            && v < 0
+        {
+            return fail(
+                format!("{field}.{name}"),
+                format!("invalid value {v}: must be greater than or equal to 0"),
+            );
+        }
+    }
+    if needs_single_success
+        && let Some(s) = p.success_threshold
+        && s != 1
+    {
+        return fail(
+            format!("{field}.successThreshold"),
+            format!("invalid value {s}: must be 1"),
+        );
+    }
+    if let Some(g) = p.termination_grace_period_seconds
+        && g <= 0
+    {
+        return fail(
+            format!("{field}.terminationGracePeriodSeconds"),
+            format!("invalid value {g}: must be greater than 0"),
+        );
+    }
+    if let Some(h) = &p.http_get
+        && let IntOrString::Int(port) = h.port
+        && !(1..=65535).contains(&port)
+    {
+        return fail(
+            format!("{field}.httpGet.port"),
+            format!("invalid value {port}: must be between 1 and 65535, inclusive"),
+        );
+    }
+    if let Some(t) = &p.tcp_socket
+        && let IntOrString::Int(port) = t.port
+        && !(1..=65535).contains(&port)
+    {
+        return fail(
+            format!("{field}.tcpSocket.port"),
+            format!("invalid value {port}: must be between 1 and 65535, inclusive"),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::manifest::test_support::*;
+    use crate::config::manifest::*;
+
+    #[test]
+    fn missing_or_bad_names_are_rejected() {
+        assert_err(
+            "apiVersion: v1\nkind: Pod\nmetadata: {}\nspec:\n  containers: [{name: c, image: x}]\n",
+            "metadata.name: required value",
+        );
+        assert_err(
+            &GOOD.replace("name: web", "name: Web"),
+            "metadata.name: invalid value \"Web\"",
+        );
+        assert_err(
+            &GOOD.replace("name: web", "name: web\n  namespace: Kube_System"),
+            "metadata.namespace: invalid value \"Kube_System\"",
+        );
+        // Valid on its own (249 characters), too long once "-node1" is appended.
+        let long = format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(57));
+        assert!(is_dns1123_subdomain(&long));
+        assert_err(
+            &GOOD.replace("name: web", &format!("name: {long}")),
+            "metadata.name: name plus node suffix \"-node1\" is 255 characters",
+        );
+        let msg = decode_static_pod(GOOD.as_bytes(), Path::new(PATH), "node_1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("metadata.name: invalid value \"web-node_1\" (name plus node suffix)"),
+            "{msg}"
+        );
+        assert_err(
+            &GOOD.replace("name: nginx", "name: Nginx_1"),
+            "spec.containers[0].name: invalid value \"Nginx_1\"",
+        );
+    }
+
+    #[test]
+    fn no_containers_is_rejected() {
+        assert_err(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers: []\n",
+            "spec.containers: required value",
+        );
+        assert_err(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n",
+            "spec.containers: required value",
+        );
+    }
+
+    #[test]
+    fn duplicate_container_names_are_rejected() {
+        let text = with_container_lines(
+            "  - name: sidecar\n    image: b\n  - name: nginx\n    image: c\n",
+        );
+        assert_eq!(
+            err(&text),
+            format!("{PATH}: spec.containers[2].name: duplicate name \"nginx\"")
+        );
+        let text = GOOD.replace(
+            "spec:\n",
+            "spec:\n  initContainers:\n  - name: nginx\n    image: init\n",
+        );
+        assert_eq!(
+            err(&text),
+            format!("{PATH}: spec.containers[0].name: duplicate name \"nginx\"")
+        );
+    }
+
+    #[test]
+    fn container_field_checks() {
+        assert_err(
+            &GOOD.replace("    image: nginx\n", ""),
+            "spec.containers[0].image: required value",
+        );
+        assert_err(
+            &with_container_lines("    imagePullPolicy: Sometimes\n"),
+            "spec.containers[0].imagePullPolicy: unsupported value \"Sometimes\"",
+        );
+        assert_err(
+            &GOOD.replace("containerPort: 80", "containerPort: 70000"),
+            "spec.containers[0].ports[0].containerPort: invalid value 70000",
+        );
+        assert_err(
+            &GOOD.replace(
+                "containerPort: 80",
+                "containerPort: 80\n      protocol: HTTP",
+            ),
+            "spec.containers[0].ports[0].protocol: unsupported value \"HTTP\"",
+        );
+        assert_err(
+            &with_container_lines("    env:\n    - name: 1BAD\n      value: x\n"),
+            "spec.containers[0].env[0].name: invalid value \"1BAD\"",
+        );
+        assert!(
+            decode(&with_container_lines(
+                "    env:\n    - name: a.b-c_D9\n      value: x\n"
+            ))
+            .is_ok()
+        );
+        assert_err(
+            &with_container_lines("    restartPolicy: Always\n"),
+            "spec.containers[0].restartPolicy: forbidden",
+        );
+    }
+
+    #[test]
+    fn resource_quantities_are_checked_exactly() {
+        let res = |body: &str| with_container_lines(&format!("    resources:\n{body}"));
+        assert_err(
+            &res("      limits:\n        memory: 8Ei\n"),
+            &format!(
+                "spec.containers[0].resources.limits.memory: \"8Ei\" is too large: it must be at most {} bytes",
+                i64::MAX
+            ),
+        );
+        // Fits as millicores, but not as a CFS quota: the runtime's arithmetic says no.
+        assert_err(
+            &res("      limits:\n        cpu: 100T\n"),
+            "spec.containers[0].resources.limits.cpu: 100000000000000000m is too large for a CFS quota",
+        );
+        assert_err(
+            &res("      requests:\n        cpu: 10E\n"),
+            "spec.containers[0].resources.requests.cpu: \"10E\" is too large",
+        );
+        assert_err(
+            &res("      requests:\n        memory: lots\n"),
+            "spec.containers[0].resources.requests.memory: \"lots\" is not a quantity",
+        );
+        assert_err(
+            &res("      requests:\n        memory: -1Mi\n"),
+            "spec.containers[0].resources.requests.memory: invalid value \"-1Mi\": must be greater than or equal to 0",
+        );
+        assert_err(
+            &res("      requests:\n        cpu: \"2\"\n      limits:\n        cpu: 1500m\n"),
+            "spec.containers[0].resources.requests.cpu: invalid value \"2\": must be less than or equal to cpu limit of 1500m",
+        );
+        // Init containers are checked too.
+        let init = GOOD.replace(
+            "  containers:\n",
+            "  initContainers:\n  - name: i\n    image: busybox\n    resources:\n      limits:\n        memory: 9Ei\n  containers:\n",
+        );
+        assert_err(
+            &init,
+            "spec.initContainers[0].resources.limits.memory: \"9Ei\" is too large",
+        );
+        // Exact values that floats would get wrong are fine; equal request and limit too.
+        assert!(decode(&res("      requests:\n        cpu: \"0.3\"\n      limits:\n        cpu: 300m\n        memory: 7Ei\n")).is_ok());
+    }
+
+    #[test]
+    fn pod_field_checks() {
+        assert_err(
+            &format!("{GOOD}  restartPolicy: Sometimes\n"),
+            "spec.restartPolicy: unsupported value \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\"",
+        );
+        assert_err(
+            &format!("{GOOD}  terminationGracePeriodSeconds: -1\n"),
+            "spec.terminationGracePeriodSeconds: invalid value -1",
+        );
+    }
+
+    #[test]
+    fn probe_checks() {
+        let probe = |extra: &str| {
+            with_container_lines(&format!(
+                "    livenessProbe:\n      tcpSocket:\n        port: 80\n{extra}"
+            ))
+        };
+        assert!(decode(&probe("")).is_ok());
+        assert_err(
+            &probe("      periodSeconds: -5\n"),
+            "spec.containers[0].livenessProbe.periodSeconds: invalid value -5",
+        );
+        assert_err(
+            &probe("      successThreshold: 2\n"),
+            "spec.containers[0].livenessProbe.successThreshold: invalid value 2: must be 1",
+        );
+        let readiness = with_container_lines(
+            "    readinessProbe:\n      exec:\n        command: [/bin/true]\n      successThreshold: 2\n",
+        );
+        assert!(decode(&readiness).is_ok());
+        assert_err(
+            &with_container_lines("    startupProbe:\n      periodSeconds: 3\n"),
+            "spec.containers[0].startupProbe: must specify a handler type",
+        );
+    }
+
+    #[test]
+    fn api_object_references_are_rejected() {
+        let secret_volume =
+            format!("{GOOD}  volumes:\n  - name: creds\n    secret:\n      secretName: s\n");
+        assert_eq!(
+            err(&secret_volume),
+            format!(
+                "{PATH}: spec.volumes[0].secret: forbidden: static pods may not reference API objects (Secret)"
+            )
+        );
+        assert_err(
+            &format!("{GOOD}  volumes:\n  - name: cfg\n    configMap:\n      name: c\n"),
+            "spec.volumes[0].configMap: forbidden",
+        );
+        assert_err(
+            &format!(
+                "{GOOD}  volumes:\n  - name: d\n    persistentVolumeClaim:\n      claimName: c\n"
+            ),
+            "spec.volumes[0].persistentVolumeClaim: forbidden",
+        );
+        assert_err(
+            &format!(
+                "{GOOD}  volumes:\n  - name: t\n    projected:\n      sources:\n      - serviceAccountToken:\n          path: token\n"
+            ),
+            "spec.volumes[0].projected.sources[0].serviceAccountToken: forbidden",
+        );
+        assert_err(
+            &with_container_lines(
+                "    env:\n    - name: PW\n      valueFrom:\n        secretKeyRef:\n          name: s\n          key: k\n",
+            ),
+            "spec.containers[0].env[0].valueFrom.secretKeyRef: forbidden",
+        );
+        assert_err(
+            &with_container_lines(
+                "    env:\n    - name: C\n      valueFrom:\n        configMapKeyRef:\n          name: s\n          key: k\n",
+            ),
+            "spec.containers[0].env[0].valueFrom.configMapKeyRef: forbidden",
+        );
+        assert_err(
+            &with_container_lines("    envFrom:\n    - secretRef:\n        name: s\n"),
+            "spec.containers[0].envFrom[0].secretRef: forbidden",
+        );
+        assert_err(
+            &with_container_lines("    envFrom:\n    - configMapRef:\n        name: s\n"),
+            "spec.containers[0].envFrom[0].configMapRef: forbidden",
+        );
+    }
+
+    #[test]
+    fn volume_mounts_must_name_a_volume() {
+        assert_err(
+            &with_container_lines("    volumeMounts:\n    - name: data\n      mountPath: /data\n"),
+            "spec.containers[0].volumeMounts[0].name: not found",
+        );
+        let ok = format!(
+            "{}  volumes:\n  - name: data\n",
+            with_container_lines("    volumeMounts:\n    - name: data\n      mountPath: /data\n")
+        );
+        let pod = decode(&ok).unwrap();
+        let v = &pod.spec.unwrap().volumes.unwrap()[0];
+        assert!(
+            v.empty_dir.is_some(),
+            "a volume without a source defaults to emptyDir"
+        );
+    }
+
+    /// GOOD with every default it leaves out spelled out (API defaults, and Go zero
+    /// values of plain fields): the same pod, so the same UID (kubelet hashes its Go
+    /// object, where these cannot be told apart).
+    #[test]
+    fn unsafe_uids_are_rejected() {
+        let with_uid = |uid: &str| GOOD.replace("name: web", &format!("name: web\n  uid: {uid:?}"));
+        for bad in ["../../x", "/tmp/victim", "..", ".", "a/b", "x\u{0}y"] {
+            assert_err(&with_uid(bad), "metadata.uid: invalid value");
+        }
+        assert_err(&with_uid(&"u".repeat(129)), "metadata.uid: invalid value");
+        assert!(decode(&with_uid("0b0e2c8e-5b1a-4f6e-9d3e-2b1f0c9a7e11")).is_ok());
+        assert!(
+            decode(&with_uid("...")).is_ok(),
+            "three dots is a plain name"
+        );
+        assert!(decode(&with_uid("")).is_ok(), "empty: derived");
+    }
+
+    #[test]
+    fn host_path_volumes_are_validated_as_kubelet_does() {
+        let host = |path: &str, type_: &str| {
+            format!("{GOOD}  volumes:\n  - name: h\n    hostPath:\n      path: {path:?}\n{type_}")
+        };
+        assert!(decode(&host("/var/data", "")).is_ok());
+        for t in HOST_PATH_TYPES.iter().filter(|t| !t.is_empty()) {
+            assert!(
+                decode(&host("/var/data", &format!("      type: {t}\n"))).is_ok(),
+                "{t}"
+            );
+        }
+        assert_err(
+            &host("", ""),
+            "spec.volumes[0].hostPath.path: required value",
+        );
+        assert_err(
+            &host("/var/../etc", ""),
+            "spec.volumes[0].hostPath.path: invalid value \"/var/../etc\": must not contain '..'",
+        );
+        assert_err(&host("..", ""), "must not contain '..'");
+        assert_err(
+            &host("/var/data", "      type: Dir\n"),
+            "spec.volumes[0].hostPath.type: unsupported value \"Dir\"",
+        );
+        assert!(
+            decode(&host("/var/a..b", "")).is_ok(),
+            "'..' inside a name is fine"
+        );
+    }
+
+    #[test]
+    fn sub_paths_must_stay_inside_the_volume() {
+        let mount = |extra: &str| {
+            format!(
+                "{}  volumes:\n  - name: data\n    emptyDir: {{}}\n",
+                with_container_lines(&format!(
+                    "    volumeMounts:\n    - name: data\n      mountPath: /data\n{extra}"
+                ))
+            )
+        };
+        assert!(decode(&mount("      subPath: a/b\n")).is_ok());
+        assert!(decode(&mount("      subPath: ./a..b\n")).is_ok());
+        assert_err(
+            &mount("      subPath: /etc\n"),
+            "spec.containers[0].volumeMounts[0].subPath: invalid value \"/etc\": must be a relative path",
+        );
+        for bad in ["..", "../x", "a/../../x", "a/.."] {
+            assert_err(
+                &mount(&format!("      subPath: {bad:?}\n")),
+                "spec.containers[0].volumeMounts[0].subPath: invalid value",
+            );
+        }
+        assert_err(
+            &mount("      subPathExpr: ../$(POD)\n"),
+            "volumeMounts[0].subPathExpr: invalid value \"../$(POD)\": must not contain '..'",
+        );
+        assert_err(
+            &mount("      subPath: a\n      subPathExpr: b\n"),
+            "subPathExpr and subPath are mutually exclusive",
+        );
+    }
+
+    #[test]
+    fn init_container_probes_need_sidecar_policy() {
+        let base = GOOD.replace(
+            "spec:\n",
+            "spec:\n  initContainers:\n  - name: init\n    image: i\n    startupProbe:\n      exec:\n        command: [/bin/true]\n",
+        );
+        assert_err(&base, "spec.initContainers[0].startupProbe: forbidden");
+        let sidecar = base.replace(
+            "    image: i\n",
+            "    image: i\n    restartPolicy: Always\n",
+        );
+        assert!(decode(&sidecar).is_ok());
+    }
+}

@@ -1,0 +1,822 @@
+//! kubelet's `cmd/kubelet/app/options` plus `KubeletConfiguration`: the effective
+//! settings oxlet runs with. Defaults, then the `--config` file, then flags (flags
+//! win), validated before anything starts. Every setting is declared once, in
+//! [`settings::SETTINGS`].
+
+pub mod duration;
+pub mod flags;
+pub mod kubelet_config;
+pub mod problem;
+pub mod settings;
+
+use std::ffi::OsString;
+use std::io;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use flags::FlagValues;
+use kubelet_config::KubeletConfigFile;
+pub use problem::{ConfigError, Problem};
+pub use settings::{DEFAULT_RUNTIME_ENDPOINT, MIN_OPEN_FILES};
+use settings::{Input, SETTINGS, Setting};
+
+/// Effective configuration after merging defaults, the config file and flags.
+/// Which flag and config field set each value: see [`settings::SETTINGS`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// `--config`: the KubeletConfiguration file, if any.
+    pub config_file: Option<PathBuf>,
+    /// The static pod directory (None = file source off).
+    pub static_pod_path: Option<PathBuf>,
+    /// The CRI endpoint, e.g. `unix:///run/containerd/containerd.sock`.
+    pub container_runtime_endpoint: String,
+    /// True when the endpoint was given explicitly (flag or config file): never start a managed containerd then.
+    pub runtime_endpoint_explicit: bool,
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    /// The node name: `--hostname-override`, else the host name, lower-cased.
+    pub node_name: String,
+    /// klog verbosity.
+    pub verbosity: u8,
+    /// Where the read-only API listens.
+    pub address: IpAddr,
+    /// 0 disables.
+    pub read_only_port: u16,
+    pub healthz_bind_address: IpAddr,
+    /// 0 disables.
+    pub healthz_port: u16,
+    pub file_check_frequency: Duration,
+    pub sync_frequency: Duration,
+    pub runtime_request_timeout: Duration,
+    pub max_pods: u32,
+    /// RLIMIT_NOFILE set at start.
+    pub max_open_files: u64,
+    pub runonce: bool,
+    /// Settings kubelet has and oxlet accepts but does not implement yet, one
+    /// human-readable line each ("flag --foo", "config field bar"); logged at start.
+    pub unimplemented: Vec<String>,
+    /// Other startup warnings, one line each (e.g. config-file keys that are not
+    /// KubeletConfiguration fields, which kubelet also only warns about); logged at start.
+    pub warnings: Vec<String>,
+}
+
+impl Options {
+    /// Zero values, before the table's defaults are applied.
+    fn blank() -> Options {
+        Options {
+            config_file: None,
+            static_pod_path: None,
+            container_runtime_endpoint: String::new(),
+            runtime_endpoint_explicit: false,
+            root_dir: PathBuf::new(),
+            pod_logs_dir: PathBuf::new(),
+            node_name: String::new(),
+            verbosity: 0,
+            address: IpAddr::from([0, 0, 0, 0]),
+            read_only_port: 0,
+            healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
+            healthz_port: 0,
+            file_check_frequency: Duration::ZERO,
+            sync_frequency: Duration::ZERO,
+            runtime_request_timeout: Duration::ZERO,
+            max_pods: 0,
+            max_open_files: 0,
+            runonce: false,
+            unimplemented: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// The flags' defaults (no config file), taken from the settings table.
+impl Default for Options {
+    fn default() -> Self {
+        let mut o = Options::blank();
+        for s in SETTINGS {
+            let text = s.default_for(false);
+            // Every default passes its own check (a unit test asserts it).
+            let _ = (s.set)(
+                &mut o,
+                Input {
+                    text,
+                    explicit: false,
+                },
+            );
+        }
+        o
+    }
+}
+
+/// Builds the effective options from the command line (argv[0] first):
+/// defaults, then the `--config` file, then explicit flags; validates
+/// everything and reports every problem found.
+pub fn load<I, T>(args: I) -> Result<Options, ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let flags = flags::parse_flags(args)?;
+    resolve(flags, system_host_name)
+}
+
+/// For `main`: prints help/version and exits 0, or prints each problem to
+/// stderr and exits 1.
+pub fn load_or_exit() -> Options {
+    match load(std::env::args_os()) {
+        Ok(options) => options,
+        Err(ConfigError::Help(e)) => {
+            let _ = e.print();
+            std::process::exit(0);
+        }
+        Err(ConfigError::Invalid(problems)) => {
+            for p in &problems {
+                eprintln!("oxlet: error: {p}");
+            }
+            if problems.iter().any(|p| matches!(p, Problem::Usage(_))) {
+                eprintln!("oxlet: run 'oxlet --help' for the list of flags");
+            }
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The kernel's host name (what Go's `os.Hostname` reads on Linux).
+fn system_host_name() -> io::Result<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+}
+
+/// Where a setting's value came from, to name it in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    Default,
+    Flag,
+    Field,
+}
+
+/// One line naming the flag or the file and field, the value and the reason.
+fn problem(
+    s: &Setting,
+    origin: Origin,
+    file: &Option<PathBuf>,
+    text: &str,
+    reason: String,
+) -> Problem {
+    let value = text.to_string();
+    match (origin, s.field) {
+        (Origin::Field, Some(field)) => Problem::Field {
+            file: file.clone().unwrap_or_default(),
+            field: field.to_string(),
+            value,
+            reason,
+        },
+        (Origin::Default, _) => Problem::Other(format!("default value {value:?}: {reason}")),
+        _ => Problem::Flag {
+            flag: s.flag.to_string(),
+            value,
+            reason,
+        },
+    }
+}
+
+/// Merges and validates; `host_name` is injected so tests do not depend on the machine.
+fn resolve(
+    flags: FlagValues,
+    host_name: impl FnOnce() -> io::Result<String>,
+) -> Result<Options, ConfigError> {
+    let mut problems = flags.problems;
+    let mut unimplemented: Vec<String> = flags
+        .unimplemented
+        .iter()
+        .map(|name| format!("flag --{name}"))
+        .collect();
+    let mut warnings = Vec::new();
+
+    // kubelet ignores an empty --config.
+    let config_file = flags.config.filter(|p| !p.is_empty()).map(PathBuf::from);
+    let mut file = KubeletConfigFile::default();
+    if let Some(path) = &config_file {
+        match kubelet_config::load_file(path) {
+            Ok(f) => file = f,
+            Err(p) => problems.extend(p),
+        }
+        problems.append(&mut file.problems);
+        unimplemented.extend(
+            file.unimplemented
+                .iter()
+                .map(|f| format!("config field {f}")),
+        );
+        warnings.extend(file.unknown.iter().map(|field| {
+            format!(
+                "{}: unknown config field {field:?} (not a KubeletConfiguration field), ignored",
+                path.display()
+            )
+        }));
+    }
+
+    let mut o = Options::blank();
+    for s in SETTINGS {
+        // The default, then the file's value, then the flag's. Range checks come
+        // after flags are applied, as in kubelet, so a flag can fix a bad file value.
+        let mut value = (Origin::Default, s.default_for(config_file.is_some()));
+        if let Some(text) = s.field.and_then(|f| file.values.get(f)) {
+            value = (Origin::Field, text);
+        }
+        if let Some(text) = flags.values.get(s.flag) {
+            if let Err(reason) = s.kind.parse(text) {
+                problems.push(problem(s, Origin::Flag, &config_file, text, reason));
+                continue;
+            }
+            value = (Origin::Flag, text);
+        }
+        let (origin, text) = value;
+        let input = Input {
+            text,
+            explicit: origin != Origin::Default,
+        };
+        if let Err(reason) = (s.set)(&mut o, input) {
+            problems.push(problem(s, origin, &config_file, text, reason));
+        }
+    }
+
+    // kubelet: --hostname-override if set, else the host name; lower-cased.
+    if o.node_name.is_empty() {
+        match host_name() {
+            Ok(h) => {
+                o.node_name = h.trim().to_lowercase();
+                if !settings::is_dns_subdomain(&o.node_name) {
+                    problems.push(Problem::Other(format!(
+                        "host name {:?} is not a valid node name (a DNS subdomain); \
+                         set --hostname-override",
+                        o.node_name
+                    )));
+                }
+            }
+            Err(e) => problems.push(Problem::Other(format!(
+                "cannot read the host name ({e}); set --hostname-override"
+            ))),
+        }
+    }
+
+    if !problems.is_empty() {
+        return Err(ConfigError::Invalid(problems));
+    }
+    o.config_file = config_file;
+    o.unimplemented = unimplemented;
+    o.warnings = warnings;
+    Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::settings::{ENDPOINT_REASON, is_dns_subdomain};
+    use super::*;
+    use std::io::Write;
+
+    fn resolve_args(args: &[&str], host: &str) -> Result<Options, ConfigError> {
+        let flags = flags::parse_flags(std::iter::once("oxlet").chain(args.iter().copied()))?;
+        let host = host.to_string();
+        resolve(flags, move || Ok(host))
+    }
+
+    fn ok(args: &[&str]) -> Options {
+        resolve_args(args, "test-host\n").unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    fn problems(args: &[&str]) -> Vec<String> {
+        match resolve_args(args, "test-host") {
+            Err(ConfigError::Invalid(p)) => p.iter().map(ToString::to_string).collect(),
+            other => panic!("expected problems for {args:?}, got {other:?}"),
+        }
+    }
+
+    fn one_problem(args: &[&str]) -> String {
+        let mut p = problems(args);
+        assert_eq!(p.len(), 1, "{p:?}");
+        p.remove(0)
+    }
+
+    const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    /// A config file holding `body` after the standard header.
+    fn config(body: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
+        write!(f, "{HEADER}{body}").unwrap();
+        f
+    }
+
+    fn config_flag(f: &tempfile::NamedTempFile) -> String {
+        format!("--config={}", f.path().display())
+    }
+
+    #[test]
+    fn defaults() {
+        let o = ok(&[]);
+        let d = Options::default();
+        assert_eq!(o.config_file, None);
+        assert_eq!(o.static_pod_path, None);
+        assert_eq!(o.container_runtime_endpoint, DEFAULT_RUNTIME_ENDPOINT);
+        assert!(!o.runtime_endpoint_explicit);
+        assert_eq!(o.root_dir, d.root_dir);
+        assert_eq!(o.pod_logs_dir, PathBuf::from("/var/log/pods"));
+        assert_eq!(o.node_name, "test-host");
+        assert_eq!(o.verbosity, 0);
+        assert_eq!(o.address, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(o.read_only_port, 10255);
+        assert_eq!(o.healthz_bind_address, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(o.healthz_port, 10248);
+        assert_eq!(o.file_check_frequency, Duration::from_secs(20));
+        assert_eq!(o.sync_frequency, Duration::from_secs(60));
+        assert_eq!(o.runtime_request_timeout, Duration::from_secs(120));
+        assert_eq!(o.max_pods, 110);
+        assert_eq!(o.max_open_files, 1_000_000);
+        assert!(!o.runonce);
+        assert!(o.unimplemented.is_empty() && o.warnings.is_empty());
+    }
+
+    #[test]
+    fn load_uses_the_machine_host_name() {
+        let host = system_host_name().unwrap().trim().to_lowercase();
+        match load(["oxlet"]) {
+            Ok(o) => assert_eq!(o.node_name, host),
+            // A machine whose host name is not a DNS subdomain.
+            Err(e) => assert!(!is_dns_subdomain(&host), "{e}"),
+        }
+    }
+
+    #[test]
+    fn every_flag_applies() {
+        let o = ok(&[
+            "--pod-manifest-path=/etc/kubernetes/manifests",
+            "--container-runtime-endpoint",
+            "unix:///run/crio/crio.sock",
+            "--root-dir=/srv/oxlet",
+            "--pod-logs-dir=/srv/logs",
+            "--hostname-override=  Node-1.Example ",
+            "-v",
+            "4",
+            "--address=0.0.0.0",
+            "--read-only-port=0",
+            "--healthz-bind-address=::",
+            "--healthz-port=0",
+            "--file-check-frequency=1.5s",
+            "--sync-frequency=10s",
+            "--runtime-request-timeout=1h",
+            "--max-pods=0",
+            "--runonce",
+        ]);
+        assert_eq!(
+            o.static_pod_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(o.container_runtime_endpoint, "unix:///run/crio/crio.sock");
+        assert!(o.runtime_endpoint_explicit);
+        assert_eq!(o.root_dir, PathBuf::from("/srv/oxlet"));
+        assert_eq!(o.pod_logs_dir, PathBuf::from("/srv/logs"));
+        assert_eq!(o.node_name, "node-1.example");
+        assert_eq!(o.verbosity, 4);
+        assert_eq!(o.address, IpAddr::from([0, 0, 0, 0]));
+        assert_eq!(o.read_only_port, 0);
+        assert_eq!(o.healthz_bind_address, "::".parse::<IpAddr>().unwrap());
+        assert_eq!(o.healthz_port, 0);
+        assert_eq!(o.file_check_frequency, Duration::from_millis(1500));
+        assert_eq!(o.sync_frequency, Duration::from_secs(10));
+        assert_eq!(o.runtime_request_timeout, Duration::from_secs(3600));
+        assert_eq!(o.max_pods, 0);
+        assert!(o.runonce);
+    }
+
+    #[test]
+    fn verbosity_flag_forms() {
+        for args in [&["-v=4"][..], &["--v=4"], &["-v", "4"], &["-v4"]] {
+            assert_eq!(ok(args).verbosity, 4, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn explicit_default_endpoint_is_still_explicit() {
+        let o = ok(&["--container-runtime-endpoint", DEFAULT_RUNTIME_ENDPOINT]);
+        assert!(o.runtime_endpoint_explicit);
+        let f = config(&format!(
+            "containerRuntimeEndpoint: {DEFAULT_RUNTIME_ENDPOINT}\n"
+        ));
+        assert!(ok(&[&config_flag(&f)]).runtime_endpoint_explicit);
+    }
+
+    #[test]
+    fn config_file_overrides_defaults() {
+        let f = config(
+            "staticPodPath: /etc/kubernetes/manifests\n\
+             fileCheckFrequency: 5s\n\
+             syncFrequency: 30s\n\
+             runtimeRequestTimeout: 3m\n\
+             readOnlyPort: 10255\n\
+             healthzPort: 10249\n\
+             healthzBindAddress: 0.0.0.0\n\
+             address: 10.0.0.1\n\
+             containerRuntimeEndpoint: unix:///run/crio/crio.sock\n\
+             podLogsDir: /srv/pods\n\
+             maxPods: 12\n",
+        );
+        let o = ok(&[&config_flag(&f)]);
+        assert_eq!(o.config_file.as_deref(), Some(f.path()));
+        assert_eq!(
+            o.static_pod_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(o.file_check_frequency, Duration::from_secs(5));
+        assert_eq!(o.sync_frequency, Duration::from_secs(30));
+        assert_eq!(o.runtime_request_timeout, Duration::from_secs(180));
+        assert_eq!(o.read_only_port, 10255);
+        assert_eq!(o.healthz_port, 10249);
+        assert_eq!(o.healthz_bind_address, IpAddr::from([0, 0, 0, 0]));
+        assert_eq!(o.address, IpAddr::from([10, 0, 0, 1]));
+        assert_eq!(o.container_runtime_endpoint, "unix:///run/crio/crio.sock");
+        assert!(o.runtime_endpoint_explicit);
+        assert_eq!(o.pod_logs_dir, PathBuf::from("/srv/pods"));
+        assert_eq!(o.max_pods, 12);
+        assert!(o.unimplemented.is_empty() && o.warnings.is_empty());
+    }
+
+    #[test]
+    fn flags_override_config_file() {
+        let f = config(
+            "staticPodPath: /from/file\n\
+             syncFrequency: 30s\n\
+             readOnlyPort: 1234\n\
+             maxPods: 12\n\
+             containerRuntimeEndpoint: unix:///from/file.sock\n",
+        );
+        let o = ok(&[
+            "--pod-manifest-path=/from/flag",
+            "--sync-frequency=5s",
+            "--max-pods=3",
+            &config_flag(&f),
+            "--read-only-port=10255",
+        ]);
+        assert_eq!(o.static_pod_path, Some(PathBuf::from("/from/flag")));
+        assert_eq!(o.sync_frequency, Duration::from_secs(5));
+        assert_eq!(o.max_pods, 3);
+        assert_eq!(o.read_only_port, 10255);
+        // Not given as a flag: the file's value stands.
+        assert_eq!(o.container_runtime_endpoint, "unix:///from/file.sock");
+    }
+
+    #[test]
+    fn a_flag_can_replace_a_bad_file_value() {
+        let f = config("readOnlyPort: 99999\nfileCheckFrequency: -1s\n");
+        let o = ok(&[
+            &config_flag(&f),
+            "--read-only-port=80",
+            "--file-check-frequency=2s",
+        ]);
+        assert_eq!(o.read_only_port, 80);
+        assert_eq!(o.file_check_frequency, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn config_file_read_only_port_defaults_to_zero() {
+        let f = config("maxPods: 10\n");
+        assert_eq!(ok(&[&config_flag(&f)]).read_only_port, 0);
+        assert_eq!(
+            ok(&[&config_flag(&f), "--read-only-port=10255"]).read_only_port,
+            10255
+        );
+        assert_eq!(ok(&[]).read_only_port, 10255);
+        // An empty --config means no file, as in kubelet.
+        let o = ok(&["--config="]);
+        assert_eq!((o.config_file, o.read_only_port), (None, 10255));
+    }
+
+    #[test]
+    fn relative_static_pod_path_in_file_is_relative_to_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubelet.yaml");
+        std::fs::write(&path, format!("{HEADER}staticPodPath: manifests\n")).unwrap();
+        let o = ok(&[&format!("--config={}", path.display())]);
+        assert_eq!(o.static_pod_path, Some(dir.path().join("manifests")));
+        assert_eq!(ok(&["--pod-manifest-path="]).static_pod_path, None);
+    }
+
+    #[test]
+    fn unimplemented_kubelet_flags_warn() {
+        let o = ok(&[
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--fail-swap-on=false",
+            "--cgroup-driver",
+            "systemd",
+            "--eviction-hard=memory.available<100Mi",
+        ]);
+        assert_eq!(
+            o.unimplemented,
+            [
+                "flag --kubeconfig",
+                "flag --fail-swap-on",
+                "flag --cgroup-driver",
+                "flag --eviction-hard"
+            ]
+        );
+        assert_eq!(
+            ok(&["--fail-swap-on"]).unimplemented,
+            ["flag --fail-swap-on"]
+        );
+    }
+
+    #[test]
+    fn runonce_is_a_pflag_boolean() {
+        assert!(ok(&["--runonce"]).runonce);
+        for text in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert!(ok(&[&format!("--runonce={text}")]).runonce, "{text}");
+        }
+        for text in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert!(!ok(&[&format!("--runonce={text}")]).runonce, "{text}");
+        }
+        assert_eq!(
+            one_problem(&["--runonce=maybe"]),
+            "invalid value \"maybe\" for --runonce: must be true or false"
+        );
+    }
+
+    #[test]
+    fn bad_bool_flag_is_an_error() {
+        assert_eq!(
+            one_problem(&["--fail-swap-on=sometimes"]),
+            "invalid value \"sometimes\" for --fail-swap-on: must be true or false"
+        );
+    }
+
+    #[test]
+    fn unknown_flag_rejected() {
+        assert_eq!(
+            one_problem(&["--max-pod=3"]),
+            "unknown flag: --max-pod (did you mean --max-pods?)"
+        );
+        assert!(matches!(
+            load(["oxlet", "--no-such-flag=1"]),
+            Err(ConfigError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn help_and_version() {
+        assert!(matches!(
+            load(["oxlet", "--help"]),
+            Err(ConfigError::Help(_))
+        ));
+        assert!(matches!(
+            load(["oxlet", "--version"]),
+            Err(ConfigError::Help(_))
+        ));
+    }
+
+    #[test]
+    fn config_fields_not_implemented_or_unknown_warn() {
+        let f = config(
+            "failSwapOn: false\n\
+             cgroupDriver: systemd\n\
+             authentication:\n  webhook:\n    enabled: true\n\
+             noSuchField: 1\n",
+        );
+        let o = ok(&[&config_flag(&f)]);
+        assert_eq!(
+            o.unimplemented,
+            [
+                "config field failSwapOn",
+                "config field cgroupDriver",
+                "config field authentication"
+            ]
+        );
+        assert_eq!(o.warnings.len(), 1);
+        assert_eq!(
+            o.warnings[0],
+            format!(
+                "{}: unknown config field \"noSuchField\" (not a KubeletConfiguration field), ignored",
+                f.path().display()
+            )
+        );
+    }
+
+    /// One bad value per check: (flag, value, reason).
+    const BAD_VALUES: &[(&str, &str, &str)] = &[
+        ("read-only-port", "99999", "must be between 0 and 65535"),
+        ("healthz-port", "-1", "must be between 0 and 65535"),
+        ("healthz-port", "70000", "must be between 0 and 65535"),
+        ("healthz-port", "http", "must be an integer"),
+        ("max-pods", "-1", "must be greater than or equal to 0"),
+        ("max-pods", "3000000000", "must be at most 2147483647"),
+        ("max-open-files", "10", "must be at least 256"),
+        ("max-open-files", "-1", "must be at least 256"),
+        ("file-check-frequency", "-1s", "must be greater than 0"),
+        ("sync-frequency", "0", "must be greater than 0"),
+        ("runtime-request-timeout", "-2m", "must be greater than 0"),
+        (
+            "file-check-frequency",
+            "20",
+            "missing unit (use a Go duration such as 20s, 1m30s or 300ms)",
+        ),
+        (
+            "address",
+            "localhost",
+            "must be a valid IPv4 or IPv6 address",
+        ),
+        (
+            "address",
+            "300.1.1.1",
+            "must be a valid IPv4 or IPv6 address",
+        ),
+        (
+            "healthz-bind-address",
+            "1.2.3",
+            "must be a valid IPv4 or IPv6 address",
+        ),
+        ("pod-logs-dir", "logs", "must be an absolute path"),
+        ("root-dir", "", "must not be empty"),
+        ("v", "300", "must be between 0 and 255"),
+        ("v", "loud", "must be an integer"),
+    ];
+
+    /// Each bad value as a flag, and in the config file where the setting has a
+    /// field: one line naming the flag or file and field, the value and the reason.
+    #[test]
+    fn bad_values_name_the_flag_or_field_the_value_and_the_reason() {
+        for &(flag, value, reason) in BAD_VALUES {
+            assert_eq!(
+                one_problem(&[&format!("--{flag}={value}")]),
+                format!("invalid value {value:?} for --{flag}: {reason}")
+            );
+            let setting = SETTINGS.iter().find(|s| s.flag == flag).unwrap();
+            let Some(field) = setting.field else {
+                continue;
+            };
+            // Integers as YAML numbers; everything else (and non-numbers) as strings.
+            let f = match value.parse::<i64>() {
+                Ok(_) if setting.kind == settings::Kind::Int => {
+                    config(&format!("{field}: {value}\n"))
+                }
+                _ => config(&format!("{field}: {value:?}\n")),
+            };
+            assert_eq!(
+                one_problem(&[&config_flag(&f)]),
+                format!(
+                    "{}: field {field}: invalid value {value:?}: {reason}",
+                    f.path().display()
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn file_problems_come_first() {
+        let f = config("syncFrequency: 0s\nruntimeRequestTimeout: 2x\n");
+        let p = problems(&[&config_flag(&f)]);
+        let path = f.path().display().to_string();
+        assert_eq!(
+            p,
+            [
+                format!(
+                    "{path}: field runtimeRequestTimeout: invalid value \"2x\": unknown unit \"x\" \
+                     (valid units: ns, us, ms, s, m, h)"
+                ),
+                format!(
+                    "{path}: field syncFrequency: invalid value \"0s\": must be greater than 0"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn endpoint_must_be_unix_absolute() {
+        for bad in [
+            "tcp://127.0.0.1:1234",
+            "unix://run/containerd.sock",
+            "/run/containerd/containerd.sock",
+            "unix://",
+            "unix:///",
+        ] {
+            assert_eq!(
+                one_problem(&["--container-runtime-endpoint", bad]),
+                format!(
+                    "invalid value {bad:?} for --container-runtime-endpoint: {ENDPOINT_REASON}"
+                )
+            );
+        }
+        let f = config("containerRuntimeEndpoint: npipe:////./pipe/containerd\n");
+        let msg = one_problem(&[&config_flag(&f)]);
+        assert!(
+            msg.contains(
+                "field containerRuntimeEndpoint: invalid value \"npipe:////./pipe/containerd\""
+            ),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn node_name() {
+        assert_eq!(ok(&["--hostname-override=  "]).node_name, "test-host");
+        let msg = one_problem(&["--hostname-override=node_1"]);
+        assert!(
+            msg.starts_with("invalid value \"node_1\" for --hostname-override: "),
+            "{msg}"
+        );
+        let err = resolve(FlagValues::default(), || Ok("bad_host".into())).unwrap_err();
+        assert!(err.to_string().contains("set --hostname-override"), "{err}");
+        let err = resolve(
+            FlagValues::default(),
+            || Err(io::ErrorKind::NotFound.into()),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("cannot read the host name"),
+            "{err}"
+        );
+        let o = resolve(
+            FlagValues {
+                values: [("hostname-override", "X".to_string())].into(),
+                ..Default::default()
+            },
+            || panic!("host name must not be read when overridden"),
+        )
+        .unwrap();
+        assert_eq!(o.node_name, "x");
+    }
+
+    #[test]
+    fn wrong_kind() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        write!(f, "apiVersion: v1\nkind: Pod\n").unwrap();
+        let path = f.path().display().to_string();
+        assert_eq!(
+            problems(&[&config_flag(&f)]),
+            [
+                format!(
+                    "{path}: kind is \"Pod\", expected KubeletConfiguration \
+                     (apiVersion kubelet.config.k8s.io/v1beta1)"
+                ),
+                format!("{path}: apiVersion is \"v1\", expected kubelet.config.k8s.io/v1beta1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn unreadable_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope.yaml");
+        let msg = one_problem(&[&format!("--config={}", path.display())]);
+        assert!(
+            msg.starts_with(&format!("{}: cannot read config file: ", path.display())),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn config_yaml_syntax_error() {
+        let f = config("maxPods: 3\n  syncFrequency: [1m\n");
+        let msg = one_problem(&[&config_flag(&f)]);
+        assert!(
+            msg.starts_with(&format!("{}: invalid YAML: ", f.path().display())),
+            "{msg}"
+        );
+        assert!(msg.contains("line "), "{msg}");
+    }
+
+    #[test]
+    fn all_problems_are_reported_together() {
+        let f = config("maxPods: -1\nsyncFrequency: banana\nhealthzPort: 65536\n");
+        let p = problems(&[
+            &config_flag(&f),
+            "--read-only-port=99999",
+            "--address=nope",
+            "--file-check-frequency=-1s",
+            "--container-runtime-endpoint=tcp://x",
+            "--fail-swap-on=perhaps",
+        ]);
+        assert_eq!(p.len(), 8, "{p:#?}");
+        let all = p.join("\n");
+        for needle in [
+            "--fail-swap-on",
+            "field syncFrequency: invalid value \"banana\"",
+            "--container-runtime-endpoint",
+            "--address",
+            "--read-only-port",
+            "field healthzPort: invalid value \"65536\"",
+            "--file-check-frequency",
+            "field maxPods: invalid value \"-1\"",
+        ] {
+            assert!(all.contains(needle), "{needle} missing from:\n{all}");
+        }
+        let err = resolve_args(&["--max-pods=-1", "--healthz-port=x"], "h").unwrap_err();
+        assert_eq!(err.to_string().lines().count(), 2);
+        assert_eq!(err.problems().len(), 2);
+    }
+
+    #[test]
+    fn max_open_files_from_file_and_flag() {
+        let f = config("maxOpenFiles: 4096\n");
+        assert_eq!(ok(&[&config_flag(&f)]).max_open_files, 4096);
+        assert_eq!(
+            ok(&[&config_flag(&f), "--max-open-files=70000"]).max_open_files,
+            70000
+        );
+    }
+}

@@ -1,0 +1,368 @@
+//! The one table of oxlet's settings. Each row declares a setting once: its
+//! flag, its KubeletConfiguration field, its default, how its text parses and
+//! what is allowed, and where it lands in `Options`. The command line, the
+//! config file decoder and the merge all read this table, so adding a setting is
+//! adding a row.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use super::Options;
+use super::duration::{GoDuration, parse_go_duration};
+
+/// How a setting's text is written and parsed: the flag's text goes through
+/// [`Kind::parse`], and the config file must hold the matching YAML type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Any string.
+    Text,
+    /// A path that, written relative in the config file, is relative to the file
+    /// (kubelet's `KubeletConfigurationPathRefs`).
+    Path,
+    /// An integer (a YAML number in the config file).
+    Int,
+    /// A Go duration such as `20s` (a YAML string in the config file).
+    Duration,
+    /// A pflag boolean: `--x` or `--x=false`; never a config field here.
+    Bool,
+}
+
+impl Kind {
+    /// Whether `text` is a well-formed value of this kind; the reason if not.
+    pub fn parse(self, text: &str) -> Result<(), String> {
+        match self {
+            Kind::Text | Kind::Path => Ok(()),
+            Kind::Int => parse_int(text).map(drop),
+            Kind::Duration => parse_duration(text).map(drop),
+            Kind::Bool => parse_bool(text).map(drop),
+        }
+    }
+}
+
+/// A value on its way into `Options`: its text, and whether the user gave it
+/// (flag or config file) rather than it being the default.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub text: &'a str,
+    pub explicit: bool,
+}
+
+/// One setting (see the module doc).
+#[derive(Debug)]
+pub struct Setting {
+    /// The kubelet flag, without `--`.
+    pub flag: &'static str,
+    /// A one-letter alias (`-v`).
+    pub short: Option<char>,
+    /// The KubeletConfiguration field, if kubelet has one.
+    pub field: Option<&'static str>,
+    pub kind: Kind,
+    /// The default as text; "" means unset. Shown in `--help`.
+    pub default: &'static str,
+    /// The default when a config file is given, where KubeletConfiguration's
+    /// default differs from the flag's.
+    pub config_default: Option<&'static str>,
+    /// The placeholder in `--help`.
+    pub value_name: &'static str,
+    pub help: &'static str,
+    /// Parses the text, checks it (the reason if not allowed) and stores it.
+    pub set: fn(&mut Options, Input) -> Result<(), String>,
+}
+
+impl Setting {
+    /// The default that applies, given whether a config file is in use.
+    pub fn default_for(&self, with_config_file: bool) -> &'static str {
+        match self.config_default {
+            Some(d) if with_config_file => d,
+            _ => self.default,
+        }
+    }
+}
+
+/// The default CRI endpoint (containerd's).
+pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+
+/// The smallest `maxOpenFiles` accepted: a limit below what stdio and a runtime
+/// socket need would break oxlet itself (kubelet only defaults 0).
+pub const MIN_OPEN_FILES: u64 = 256;
+
+use Kind::{Bool, Duration, Int, Path, Text};
+
+/// Every setting, in `--help` order (problems are reported in this order too):
+/// flag, config field, kind (the parser), default, `--help` placeholder and text,
+/// and `set` (the check, storing into `Options`). One row per line, so the table
+/// reads as one.
+#[rustfmt::skip]
+pub static SETTINGS: &[Setting] = &[
+    row("pod-manifest-path", Some("staticPodPath"), Path, "", "PATH", "Directory of static pod manifests (empty: file source off)", |o, i| { o.static_pod_path = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("container-runtime-endpoint", Some("containerRuntimeEndpoint"), Text, DEFAULT_RUNTIME_ENDPOINT, "URL", "CRI endpoint (unix:// socket)", set_endpoint),
+    row("root-dir", None, Text, "/var/lib/oxlet", "PATH", "Directory for oxlet state", |o, i| non_empty(i.text).map(|p| o.root_dir = p)),
+    row("pod-logs-dir", Some("podLogsDir"), Text, "/var/log/pods", "PATH", "Directory for container logs", |o, i| absolute(i.text).map(|p| o.pod_logs_dir = p)),
+    row("hostname-override", None, Text, "", "NAME", "Node name to use instead of the host name", set_node_name),
+    row("address", Some("address"), Text, "127.0.0.1", "IP", "IP address the read-only API listens on", |o, i| ip(i.text).map(|a| o.address = a)),
+    row("read-only-port", Some("readOnlyPort"), Int, "10255", "PORT", "Read-only API port (0 disables; KubeletConfiguration default is 0)", |o, i| port(i.text).map(|p| o.read_only_port = p)).config_default("0"),
+    row("healthz-bind-address", Some("healthzBindAddress"), Text, "127.0.0.1", "IP", "IP address the healthz server listens on", |o, i| ip(i.text).map(|a| o.healthz_bind_address = a)),
+    row("healthz-port", Some("healthzPort"), Int, "10248", "PORT", "Healthz port (0 disables)", |o, i| port(i.text).map(|p| o.healthz_port = p)),
+    row("file-check-frequency", Some("fileCheckFrequency"), Duration, "20s", "DURATION", "How often to re-read the static pod directory", |o, i| positive_duration(i.text).map(|d| o.file_check_frequency = d)),
+    row("sync-frequency", Some("syncFrequency"), Duration, "1m0s", "DURATION", "Maximum period between syncs of running pods", |o, i| positive_duration(i.text).map(|d| o.sync_frequency = d)),
+    row("runtime-request-timeout", Some("runtimeRequestTimeout"), Duration, "2m0s", "DURATION", "Timeout for CRI requests, except long-running ones", |o, i| positive_duration(i.text).map(|d| o.runtime_request_timeout = d)),
+    row("max-pods", Some("maxPods"), Int, "110", "N", "Maximum number of pods on this node", |o, i| max_pods(i.text).map(|n| o.max_pods = n)),
+    row("max-open-files", Some("maxOpenFiles"), Int, "1000000", "N", "Number of files the oxlet process may open (RLIMIT_NOFILE)", |o, i| max_open_files(i.text).map(|n| o.max_open_files = n)),
+    row("v", None, Int, "0", "LEVEL", "Log verbosity (klog level)", |o, i| int_within(i.text, 0, 255).map(|v| o.verbosity = v)).short('v'),
+    row("runonce", None, Bool, "false", "true|false", "Start the static pods once, wait for them, then exit", |o, i| parse_bool(i.text).map(|b| o.runonce = b)),
+];
+
+/// A row with no short flag and one default.
+#[allow(clippy::too_many_arguments)]
+const fn row(
+    flag: &'static str,
+    field: Option<&'static str>,
+    kind: Kind,
+    default: &'static str,
+    value_name: &'static str,
+    help: &'static str,
+    set: fn(&mut Options, Input) -> Result<(), String>,
+) -> Setting {
+    Setting {
+        flag,
+        short: None,
+        field,
+        kind,
+        default,
+        config_default: None,
+        value_name,
+        help,
+        set,
+    }
+}
+
+impl Setting {
+    const fn short(mut self, c: char) -> Setting {
+        self.short = Some(c);
+        self
+    }
+
+    const fn config_default(mut self, d: &'static str) -> Setting {
+        self.config_default = Some(d);
+        self
+    }
+}
+
+/// Given explicitly (flag or config file), the endpoint means "never start a
+/// managed containerd in its place".
+fn set_endpoint(o: &mut Options, i: Input) -> Result<(), String> {
+    o.container_runtime_endpoint = unix_endpoint(i.text)?;
+    o.runtime_endpoint_explicit = i.explicit;
+    Ok(())
+}
+
+/// kubelet: trimmed and lower-cased; blank means "use the host name". Kept
+/// even when invalid, so the host name is not read in its place.
+fn set_node_name(o: &mut Options, i: Input) -> Result<(), String> {
+    o.node_name = i.text.trim().to_lowercase();
+    if o.node_name.is_empty() || is_dns_subdomain(&o.node_name) {
+        Ok(())
+    } else {
+        Err(NODE_NAME_REASON.to_string())
+    }
+}
+
+fn non_empty(s: &str) -> Result<PathBuf, String> {
+    (!s.is_empty())
+        .then(|| PathBuf::from(s))
+        .ok_or_else(|| "must not be empty".to_string())
+}
+
+fn absolute(s: &str) -> Result<PathBuf, String> {
+    Some(PathBuf::from(s))
+        .filter(|p| p.is_absolute())
+        .ok_or_else(|| "must be an absolute path".to_string())
+}
+
+/// A port; 0 means disabled for every port oxlet serves.
+fn port(s: &str) -> Result<u16, String> {
+    int_within(s, 0, 65535)
+}
+
+/// kubelet's `maxPods` is an `int32` that must not be negative.
+fn max_pods(s: &str) -> Result<u32, String> {
+    match parse_int(s)? {
+        n if n < 0 => Err("must be greater than or equal to 0".to_string()),
+        n => u32::try_from(n)
+            .ok()
+            .filter(|&n| n <= i32::MAX as u32)
+            .ok_or_else(|| format!("must be at most {}", i32::MAX)),
+    }
+}
+
+fn max_open_files(s: &str) -> Result<u64, String> {
+    u64::try_from(parse_int(s)?)
+        .ok()
+        .filter(|&n| n >= MIN_OPEN_FILES)
+        .ok_or_else(|| format!("must be at least {MIN_OPEN_FILES}"))
+}
+
+/// The setting a config field belongs to.
+pub fn by_field(field: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.field == Some(field))
+}
+
+pub(super) const NODE_NAME_REASON: &str = "the node name must be a DNS subdomain (lower-case \
+     letters, digits, '-' and '.', at most 253 characters)";
+
+pub(super) const ENDPOINT_REASON: &str = "must be a unix:// URL with an absolute socket path, \
+     e.g. unix:///run/containerd/containerd.sock";
+
+fn parse_int(s: &str) -> Result<i64, String> {
+    s.parse::<i64>()
+        .map_err(|_| "must be an integer".to_string())
+}
+
+/// An integer in `min..=max`, converted to the field's type.
+fn int_within<T: TryFrom<i64>>(s: &str, min: i64, max: i64) -> Result<T, String> {
+    Some(parse_int(s)?)
+        .filter(|n| (min..=max).contains(n))
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| format!("must be between {min} and {max}"))
+}
+
+fn parse_duration(s: &str) -> Result<GoDuration, String> {
+    parse_go_duration(s).map_err(|e| e.reason())
+}
+
+/// A frequency or timeout; zero or negative would spin or never wait.
+fn positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = parse_duration(s)?;
+    d.to_std()
+        .filter(|_| d.is_positive())
+        .ok_or_else(|| "must be greater than 0".to_string())
+}
+
+/// Go's `strconv.ParseBool`, which pflag uses for boolean flags.
+pub fn parse_go_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+pub(super) fn parse_bool(s: &str) -> Result<bool, String> {
+    parse_go_bool(s).ok_or_else(|| "must be true or false".to_string())
+}
+
+fn ip(s: &str) -> Result<IpAddr, String> {
+    s.parse::<IpAddr>()
+        .map_err(|_| "must be a valid IPv4 or IPv6 address".to_string())
+}
+
+/// `unix://` followed by an absolute path (kubelet's other schemes are not supported).
+fn unix_endpoint(e: &str) -> Result<String, String> {
+    match e.strip_prefix("unix://") {
+        Some(path) if path.starts_with('/') && path.len() > 1 => Ok(e.to_string()),
+        _ => Err(ENDPOINT_REASON.to_string()),
+    }
+}
+
+/// Node names end up in static pod names, so they must be DNS-1123 subdomains.
+pub(super) fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            let b = label.as_bytes();
+            !b.is_empty()
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_default_passes_its_own_parser_and_check() {
+        for s in SETTINGS {
+            for with_file in [false, true] {
+                let text = s.default_for(with_file);
+                let mut o = Options::blank();
+                let input = Input {
+                    text,
+                    explicit: false,
+                };
+                // "" is "unset" for the settings whose default is empty.
+                if !text.is_empty() {
+                    assert_eq!(s.kind.parse(text), Ok(()), "--{} default {text:?}", s.flag);
+                }
+                assert_eq!(
+                    (s.set)(&mut o, input),
+                    Ok(()),
+                    "--{} default {text:?}",
+                    s.flag
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn flag_names_and_fields_are_unique() {
+        let mut flags = HashSet::new();
+        let mut fields = HashSet::new();
+        for s in SETTINGS {
+            assert!(flags.insert(s.flag), "flag --{} twice", s.flag);
+            if let Some(f) = s.field {
+                assert!(fields.insert(f), "field {f} twice");
+                assert_eq!(by_field(f).map(|b| b.flag), Some(s.flag), "field {f}");
+            }
+            assert!(
+                s.short.is_none_or(|c| s.flag == c.to_string()),
+                "{}",
+                s.flag
+            );
+        }
+    }
+
+    #[test]
+    fn bool_settings_have_no_config_field() {
+        // The config file decoder reads only text, paths, integers and durations.
+        for s in SETTINGS.iter().filter(|s| s.kind == Kind::Bool) {
+            assert_eq!(s.field, None, "--{}", s.flag);
+        }
+    }
+
+    #[test]
+    fn every_setting_rejects_text_its_kind_refuses() {
+        // What the parser refuses, `set` must refuse too, with the same reason.
+        for s in SETTINGS {
+            let bad = match s.kind {
+                Kind::Int | Kind::Duration | Kind::Bool => "x1",
+                Kind::Text | Kind::Path => continue,
+            };
+            let reason = s.kind.parse(bad).unwrap_err();
+            let input = Input {
+                text: bad,
+                explicit: true,
+            };
+            assert_eq!(
+                (s.set)(&mut Options::blank(), input),
+                Err(reason),
+                "--{}",
+                s.flag
+            );
+        }
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(int_within::<u16>("65535", 0, 65535), Ok(65535));
+        assert!(int_within::<u16>("65536", 0, 65535).is_err());
+        assert_eq!(
+            positive_duration("0s").unwrap_err(),
+            "must be greater than 0"
+        );
+        assert!(is_dns_subdomain("node-1.example"));
+        assert!(!is_dns_subdomain("node_1"));
+    }
+}

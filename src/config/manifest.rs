@@ -305,27 +305,27 @@ pub const MAX_YAML_DEPTH: usize = 128;
 /// left to the real parse, which reports them with better context.
 fn check_depth(text: &str) -> Result<(), String> {
     use std::mem::MaybeUninit;
-    use unsafe_libyaml as y;
+    use unsafe_libyaml as unsafe_y;
     // SAFETY: the parser is initialised before use and deleted once; it reads `text`
     // only while `text` is borrowed here; every event it fills is deleted once.
     unsafe {
-        let mut parser = MaybeUninit::<y::yaml_parser_t>::uninit();
+        let mut parser = MaybeUninit::<unsafe_y::yaml_parser_t>::uninit();
         let parser = parser.as_mut_ptr();
-        if !y::yaml_parser_initialize(parser).ok {
+        if !unsafe_y::yaml_parser_initialize(parser).ok {
             return Err("invalid YAML: cannot initialise the parser".to_string());
         }
-        y::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as u64);
+        unsafe_y::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as u64);
         let mut depth = 0usize;
         let result = loop {
-            let mut event = MaybeUninit::<y::yaml_event_t>::uninit();
+            let mut event = MaybeUninit::<unsafe_y::yaml_event_t>::uninit();
             let event = event.as_mut_ptr();
-            if !y::yaml_parser_parse(parser, event).ok {
+            if !unsafe_y::yaml_parser_parse(parser, event).ok {
                 break Ok(());
             }
             let kind = (*event).type_;
-            y::yaml_event_delete(event);
+            unsafe_y::yaml_event_delete(event);
             match kind {
-                y::YAML_SEQUENCE_START_EVENT | y::YAML_MAPPING_START_EVENT => {
+                unsafe_y::YAML_SEQUENCE_START_EVENT | unsafe_y::YAML_MAPPING_START_EVENT => {
                     depth += 1;
                     if depth > MAX_YAML_DEPTH {
                         break Err(format!(
@@ -333,14 +333,14 @@ fn check_depth(text: &str) -> Result<(), String> {
                         ));
                     }
                 }
-                y::YAML_SEQUENCE_END_EVENT | y::YAML_MAPPING_END_EVENT => {
+                unsafe_y::YAML_SEQUENCE_END_EVENT | unsafe_y::YAML_MAPPING_END_EVENT => {
                     depth = depth.saturating_sub(1)
                 }
-                y::YAML_STREAM_END_EVENT => break Ok(()),
+                unsafe_y::YAML_STREAM_END_EVENT => break Ok(()),
                 _ => {}
             }
         };
-        y::yaml_parser_delete(parser);
+        unsafe_y::yaml_parser_delete(parser);
         result
     }
 }

@@ -154,10 +154,14 @@ fn pod_dirs_in(dir: &Path, uid_of: impl Fn(&str) -> Option<String>) -> Vec<(Path
         .collect()
 }
 
-/// The log directories `<logs_dir>/<ns>_<name>_<uid>` of the pod with this UID.
+/// The log directories `<logs_dir>/<ns>_<name>_<uid>` of the pod with this UID. Matched
+/// by suffix, not by [`uid_of_log_dir`]: a manifest's own `metadata.uid` may contain `_`,
+/// and its pod's log directory must still go with the pod.
 pub fn log_dirs_of(logs_dir: &Path, uid: &str) -> Vec<PathBuf> {
     pod_dirs_in(logs_dir, |n| {
-        uid_of_log_dir(n).filter(|u| *u == uid).map(str::to_string)
+        let ns_name = n.strip_suffix(uid)?.strip_suffix('_')?;
+        let (ns, name) = ns_name.split_once('_')?;
+        (!ns.is_empty() && !name.is_empty() && !name.contains('_')).then(|| uid.to_string())
     })
     .into_iter()
     .map(|(p, _)| p)
@@ -363,6 +367,14 @@ mod tests {
         assert!(
             log_dirs_of(&logs, linked).is_empty(),
             "a link is not a log dir"
+        );
+        // A manifest's own UID may hold '_': its log dir is still found, and only its own.
+        for d in ["default_web_x_y", "default_web_y", "a_b_c_x_y"] {
+            std::fs::create_dir(logs.join(d)).unwrap();
+        }
+        assert_eq!(
+            log_dirs_of(&logs, "x_y"),
+            vec![logs.join("default_web_x_y")]
         );
     }
 }

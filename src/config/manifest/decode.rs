@@ -73,6 +73,7 @@ fn yaml_pod(text: &str, index: usize) -> Result<Pod, ParseError> {
 /// The index and value of the one non-empty YAML document in `text`; more than one
 /// is an error (kubelet would silently take the first, which hides mistakes).
 fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseError> {
+    check_depth(text).map_err(ParseError::Decode)?;
     check_expansion(text)?;
     let mut found = None;
     let mut count = 0;
@@ -92,6 +93,60 @@ fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseE
         (n, _) => Err(ParseError::Decode(format!(
             "found {n} YAML documents: a manifest must hold exactly one Pod"
         ))),
+    }
+}
+
+/// Deepest nesting of collections a YAML manifest may have: as deep as serde_yaml_ng
+/// deserializes at all (its recursion limit), so no manifest it would accept is refused.
+pub const MAX_YAML_DEPTH: usize = 128;
+
+/// Refuses YAML nested deeper than [`MAX_YAML_DEPTH`] before serde_yaml_ng sees it.
+///
+/// serde_yaml_ng applies its depth limit only after libyaml has scanned the whole
+/// document, and libyaml's scanner costs time quadratic in the flow depth: a 400 kB
+/// `[[[[…` took the file source minutes of CPU, and no other manifest was read meanwhile.
+/// This walks libyaml's events (the same scanner, so the same notion of depth) and stops
+/// at the first level too deep, which bounds the scan at linear time. Syntax errors are
+/// left to the real parse, which reports them with better context.
+fn check_depth(text: &str) -> Result<(), String> {
+    use std::mem::MaybeUninit;
+    use unsafe_libyaml as unsafe_y;
+    // SAFETY: the parser is initialised before use and deleted once; it reads `text`
+    // only while `text` is borrowed here; every event it fills is deleted once.
+    unsafe {
+        let mut parser = MaybeUninit::<unsafe_y::yaml_parser_t>::uninit();
+        let parser = parser.as_mut_ptr();
+        if !unsafe_y::yaml_parser_initialize(parser).ok {
+            return Err("invalid YAML: cannot initialise the parser".to_string());
+        }
+        unsafe_y::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as u64);
+        let mut depth = 0usize;
+        let result = loop {
+            let mut event = MaybeUninit::<unsafe_y::yaml_event_t>::uninit();
+            let event = event.as_mut_ptr();
+            if !unsafe_y::yaml_parser_parse(parser, event).ok {
+                break Ok(());
+            }
+            let kind = (*event).type_;
+            unsafe_y::yaml_event_delete(event);
+            match kind {
+                unsafe_y::YAML_SEQUENCE_START_EVENT | unsafe_y::YAML_MAPPING_START_EVENT => {
+                    depth += 1;
+                    if depth > MAX_YAML_DEPTH {
+                        break Err(format!(
+                            "invalid YAML: nested deeper than {MAX_YAML_DEPTH} levels"
+                        ));
+                    }
+                }
+                unsafe_y::YAML_SEQUENCE_END_EVENT | unsafe_y::YAML_MAPPING_END_EVENT => {
+                    depth = depth.saturating_sub(1)
+                }
+                unsafe_y::YAML_STREAM_END_EVENT => break Ok(()),
+                _ => {}
+            }
+        };
+        unsafe_y::yaml_parser_delete(parser);
+        result
     }
 }
 
@@ -412,6 +467,49 @@ mod tests {
             spec.containers[0].env.as_ref().unwrap()[1].value.as_deref(),
             Some("one")
         );
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_in_linear_time() {
+        // 100k open brackets (400 kB): libyaml's scanner is quadratic in flow depth, so
+        // without the depth check this held the file source for minutes.
+        let n = 100_000;
+        let flow_seq = format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let flow_map = format!("{}1{}", "{a: ".repeat(n), "}".repeat(n));
+        let docs = [
+            format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n  labels: {flow_seq}\n"),
+            format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n  labels: {flow_map}\n"),
+            // JSON goes to the YAML parser when serde_json refuses it.
+            format!(
+                "{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"x\",\"annotations\":{{\"a\":{flow_seq}}}}}}}"
+            ),
+        ];
+        for doc in docs {
+            let started = std::time::Instant::now();
+            let msg = decode(&doc).unwrap_err().to_string();
+            // (serde_json refuses deep JSON by itself, with its own words.)
+            assert!(
+                msg.contains("nested deeper than 128 levels")
+                    || msg.contains("invalid JSON: recursion limit exceeded"),
+                "{msg}"
+            );
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "took {:?}",
+                started.elapsed()
+            );
+        }
+        // As deep as serde_yaml_ng goes is not refused for its depth.
+        let ok_depth = MAX_YAML_DEPTH - 4;
+        let deep_ok = with_container_lines(&format!(
+            "    args: {}{}\n",
+            "[".repeat(ok_depth),
+            "]".repeat(ok_depth)
+        ));
+        let msg = decode(&deep_ok)
+            .map(|_| String::new())
+            .unwrap_or_else(|e| e.to_string());
+        assert!(!msg.contains("nested deeper"), "{msg}");
     }
 
     #[test]

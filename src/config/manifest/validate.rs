@@ -112,14 +112,18 @@ pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError>
     }
 
     // The UID names `<root>/pods/<uid>` and the log directory, which oxlet (root) creates
-    // and removes: it must be one plain path component.
+    // and removes: it must be one plain path component. It is also printed in every log
+    // line about the pod, so whitespace and control characters (a newline would forge
+    // log lines) are refused too.
     if let Some(uid) = meta.uid.as_deref().filter(|u| !u.is_empty())
-        && (uid.len() > MAX_UID_LEN || safe_path::component(uid).is_err())
+        && (uid.len() > MAX_UID_LEN
+            || safe_path::component(uid).is_err()
+            || uid.chars().any(|c| c.is_whitespace() || c.is_control()))
     {
         return fail(
             "metadata.uid",
             format!(
-                "invalid value {uid:?}: must be a single path component of at most {MAX_UID_LEN} characters (no '/', not '.' or '..')"
+                "invalid value {uid:?}: must be a single path component of at most {MAX_UID_LEN} characters (no '/', not '.' or '..', no whitespace or control characters)"
             ),
         );
     }
@@ -914,7 +918,18 @@ mod tests {
     #[test]
     fn unsafe_uids_are_rejected() {
         let with_uid = |uid: &str| GOOD.replace("name: web", &format!("name: web\n  uid: {uid:?}"));
-        for bad in ["../../x", "/tmp/victim", "..", ".", "a/b", "x\u{0}y"] {
+        for bad in [
+            "../../x",
+            "/tmp/victim",
+            "..",
+            ".",
+            "a/b",
+            "x\u{0}y",
+            "a\nb",
+            " ",
+            "a b",
+            "a\tb",
+        ] {
             assert_err(&with_uid(bad), "metadata.uid: invalid value");
         }
         assert_err(&with_uid(&"u".repeat(129)), "metadata.uid: invalid value");

@@ -637,6 +637,18 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
     }
 }
 
+/// How kubelet's `rejectPod` starts the message of a pod rejected at admission.
+const REJECTED_PREFIX: &str = "Pod was rejected: ";
+
+/// Whether `status` is one [`rejected`] made (whatever the admission handler's reason).
+pub fn was_rejected(status: &PodStatus) -> bool {
+    status.phase.as_deref() == Some("Failed")
+        && status
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with(REJECTED_PREFIX))
+}
+
 /// The status of a pod rejected at admission (kubelet's `rejectPod`): Failed with
 /// the reason and "Pod was rejected: <message>", its QoS class, and the start time
 /// the status manager gives every pod it records.
@@ -644,7 +656,7 @@ pub fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timestamp) ->
     PodStatus {
         phase: Some("Failed".into()),
         reason: Some(reason.to_string()),
-        message: Some(format!("Pod was rejected: {message}")),
+        message: Some(format!("{REJECTED_PREFIX}{message}")),
         qos_class: Some(super::qos::qos_class(pod).to_string()),
         start_time: Some(seconds(now)),
         ..Default::default()

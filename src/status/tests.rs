@@ -597,7 +597,14 @@ fn rejected_pod_has_qos_class_and_start_time() {
         Some("Pod was rejected: Node didn't have enough resource: pods")
     );
     assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
+    assert!(super::generate::was_rejected(&s));
     assert_eq!(s.start_time.map(|t| t.0.as_second()), Some(1_700_000_123));
+    let failed = PodStatus {
+        phase: Some("Failed".into()),
+        message: Some("container app exited".into()),
+        ..Default::default()
+    };
+    assert!(!super::generate::was_rejected(&failed));
 }
 
 #[test]

@@ -18,6 +18,11 @@ struct Agent {
 
 /// Wires the agent as `app::start` does, without sources: updates come from the test.
 async fn agent(max_pods: u32) -> Agent {
+    agent_with(max_pods, |_| {}).await
+}
+
+/// [`agent`], with `setup` given the sync loop before it runs (to extend its seams).
+async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
     let node = FakeNode::new();
     let runtime = node.manager.clone();
     let cache = Arc::new(PodCache::default());
@@ -47,7 +52,7 @@ async fn agent(max_pods: u32) -> Agent {
         Duration::from_secs(10),
         cancel.clone(),
     );
-    let sync_loop = SyncLoop::new(
+    let mut sync_loop = SyncLoop::new(
         pods,
         workers,
         statuses.clone(),
@@ -58,6 +63,7 @@ async fn agent(max_pods: u32) -> Agent {
         max_pods,
         vec!["file"],
     );
+    setup(&mut sync_loop);
     let (updates, update_rx) = mpsc::channel(16);
     tasks.spawn(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), cancel.clone()));
     Agent {
@@ -225,5 +231,54 @@ async fn pods_beyond_max_pods_are_rejected_by_the_addition_handler() {
         Some(OUT_OF_PODS)
     );
     assert!(a.node.fake.container_id("second", "app").is_none());
+    a.stop().await;
+}
+
+/// Refuses pods named "refused", as cm's resource fit will refuse pods that do not fit.
+struct RefuseByName;
+
+impl admission::PodAdmitHandler for RefuseByName {
+    fn name(&self) -> &'static str {
+        "test"
+    }
+    fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> Result<(), admission::Rejection> {
+        if attrs.pod.metadata.name.as_deref() == Some("refused") {
+            return Err(admission::Rejection {
+                reason: "OutOfcpu".into(),
+                message: format!("{} other pods hold the cpu", attrs.other_pods.len()),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_added_to_the_admission_chain_rejects_and_the_pod_never_starts() {
+    let a = agent_with(110, |l| l.admission.push(Box::new(RefuseByName))).await;
+    a.send(PodOperation::Add, vec![pod("ok", &[], &["app"], "Always")])
+        .await;
+    a.until(Duration::from_secs(5), "ok Running", |a| {
+        a.phase("uid-ok").as_deref() == Some("Running")
+    })
+    .await;
+    let refused = pod("refused", &[], &["app"], "Always");
+    a.send(PodOperation::Add, vec![refused.clone()]).await;
+    a.until(Duration::from_secs(5), "refused Failed", |a| {
+        a.phase("uid-refused").as_deref() == Some("Failed")
+    })
+    .await;
+    let s = a.statuses.get("uid-refused").unwrap();
+    assert_eq!(s.reason.as_deref(), Some("OutOfcpu"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Pod was rejected: 1 other pods hold the cpu")
+    );
+    // An update of a rejected pod is not dispatched either, and the rejection stays.
+    a.send(PodOperation::Update, vec![refused]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(a.node.fake.container_id("refused", "app").is_none());
+    assert_eq!(a.phase("uid-refused").as_deref(), Some("Failed"));
+    // A rejected pod does not count against maxPods.
+    assert_eq!(a.phase("uid-ok").as_deref(), Some("Running"));
     a.stop().await;
 }

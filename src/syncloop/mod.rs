@@ -1,6 +1,7 @@
 //! The sync loop: `sync_loop_iteration` selects over merged pod updates, PLEG events,
 //! the 1 s sync tick and the 2 s housekeeping tick, and hands each pod to its worker.
 
+pub mod admission;
 pub mod monitor;
 pub mod pod_manager;
 pub mod pod_syncer;
@@ -23,7 +24,8 @@ use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
 use crate::pod::{pod_ref, pod_uid};
 use crate::runtime::RuntimeManager;
 use crate::status::StatusManager;
-use crate::status::generate::rejected;
+use crate::status::generate::{rejected, was_rejected};
+use admission::{AdmissionChain, PodAdmitAttributes};
 use pod_manager::PodManager;
 use pod_syncer::Syncer;
 use pod_workers::{KillRequest, PodWork, PodWorkers, UpdateType};
@@ -86,7 +88,8 @@ pub struct SyncLoop {
     pub queue: Arc<WorkQueue>,
     pub pleg: Arc<PlegStats>,
     pub health: Arc<RuntimeHealth>,
-    pub max_pods: u32,
+    /// Asked before a new pod gets a worker; cm and eviction add their handlers.
+    pub admission: AdmissionChain,
     /// Every configured source; housekeeping waits until each has reported.
     pub sources: Vec<&'static str>,
     seen: HashSet<&'static str>,
@@ -143,7 +146,7 @@ impl SyncLoop {
             queue,
             pleg,
             health,
-            max_pods,
+            admission: AdmissionChain::standard(max_pods),
             sources,
             seen: HashSet::new(),
             housekeeping: None,
@@ -261,24 +264,22 @@ impl SyncLoop {
 
     /// True when admission rejected the pod (it never gets a worker).
     fn is_rejected(&self, uid: &str) -> bool {
-        self.statuses
-            .get(uid)
-            .is_some_and(|s| s.reason.as_deref() == Some(OUT_OF_PODS))
+        self.statuses.get(uid).is_some_and(|s| was_rejected(&s))
     }
 
-    /// Pods admitted and not finished (what `maxPods` counts).
-    fn active_pods(&self) -> usize {
+    /// Pods admitted and not finished (the other pods admission weighs a new one against).
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
         self.pods
             .all()
-            .iter()
+            .into_iter()
             .filter(|p| {
                 let uid = pod_uid(p);
                 !self.is_terminal(uid) && !self.is_rejected(uid)
             })
-            .count()
+            .collect()
     }
 
-    /// kubelet's HandlePodAdditions: oldest first, admission (`maxPods`), dispatch.
+    /// kubelet's HandlePodAdditions: oldest first, admission (the chain), dispatch.
     pub fn handle_pod_additions(&mut self, mut pods: Vec<Arc<Pod>>) {
         pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
         for pod in pods {
@@ -290,13 +291,16 @@ impl SyncLoop {
             let active = self.active_pods();
             let already = self.workers.is_active(&uid);
             self.pods.add_or_update(pod.clone());
-            if !already && !self.is_terminal(&uid) && active >= self.max_pods as usize {
-                let message = format!(
-                    "Node didn't have enough resource: pods, requested: 1, used: {active}, capacity: {}",
-                    self.max_pods
-                );
-                warn!(pod = %pod_ref(&pod), podUID = %uid, reason = OUT_OF_PODS, %message, "pod admission rejected");
-                let status = rejected(&pod, OUT_OF_PODS, &message, jiff::Timestamp::now());
+            let attrs = PodAdmitAttributes {
+                pod: &pod,
+                other_pods: &active,
+            };
+            if !already
+                && !self.is_terminal(&uid)
+                && let Err(r) = self.admission.admit(&attrs)
+            {
+                warn!(pod = %pod_ref(&pod), podUID = %uid, reason = %r.reason, message = %r.message, "pod admission rejected");
+                let status = rejected(&pod, &r.reason, &r.message, jiff::Timestamp::now());
                 self.statuses.set(&uid, status);
                 continue;
             }

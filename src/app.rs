@@ -21,7 +21,7 @@ use crate::pod::FILE_SOURCE;
 use crate::runtime::containerd::{
     CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
 };
-use crate::runtime::sandbox::{SandboxEnv, host_dns};
+use crate::runtime::sandbox::{RuntimeDefaultCgroups, SandboxEnv, host_dns};
 use crate::runtime::{RemoteRuntime, RuntimeManager};
 use crate::runtime_choice::{self, RuntimeChoice};
 use crate::server::healthz::Health;
@@ -176,6 +176,7 @@ pub async fn start(
             pod_logs_dir: opts.pod_logs_dir.clone(),
             host_dns: host_dns(),
             pods_dir: opts.root_dir.join("pods"),
+            cgroups: Arc::new(RuntimeDefaultCgroups),
         },
         host_ip.clone(),
     ));

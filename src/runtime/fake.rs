@@ -791,6 +791,7 @@ pub(crate) mod support {
                 pod_logs_dir: dir.path().join("logs"),
                 host_dns: Default::default(),
                 pods_dir: dir.path().join("pods"),
+                cgroups: Arc::new(crate::runtime::sandbox::RuntimeDefaultCgroups),
             };
             RuntimeManager::new(fake.clone(), env, "192.0.2.10".into())
         }

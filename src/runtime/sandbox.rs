@@ -2,6 +2,7 @@
 //! namespaces, and the one place where the pod's cgroup parent is decided.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
@@ -18,6 +19,26 @@ pub struct SandboxEnv {
     pub host_dns: cri::DnsConfig,
     /// `<root-dir>/pods`: per-pod directories (emptyDir volumes).
     pub pods_dir: PathBuf,
+    /// Decides each sandbox's cgroup parent.
+    pub cgroups: Arc<dyn PodCgroupParent>,
+}
+
+/// The one place a sandbox's cgroup parent is decided (kubelet's
+/// `RuntimeHelper.GetPodCgroupParent`). The container manager will answer with the
+/// pod's cgroup (`kubepods/<qos>/pod<uid>`); today [`RuntimeDefaultCgroups`] does.
+pub trait PodCgroupParent: Send + Sync + std::fmt::Debug {
+    /// The cgroup parent for `pod`'s sandbox; empty leaves it to the runtime.
+    fn cgroup_parent(&self, pod: &Pod) -> String;
+}
+
+/// No pod cgroups: every sandbox goes where containerd puts it by default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuntimeDefaultCgroups;
+
+impl PodCgroupParent for RuntimeDefaultCgroups {
+    fn cgroup_parent(&self, _pod: &Pod) -> String {
+        String::new()
+    }
 }
 
 /// `<podLogsDir>/<namespace>_<name>_<uid>`: kubelet's pod log directory. Each part must
@@ -43,12 +64,6 @@ pub fn is_host_network(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.host_network)
         .unwrap_or(false)
-}
-
-/// The cgroup parent for the pod's sandbox. Empty until the container manager owns
-/// QoS cgroups; then this is where `kubepods/<qos>/pod<uid>` is chosen.
-pub fn cgroup_parent(_pod: &Pod) -> String {
-    String::new()
 }
 
 /// Parses resolv.conf text into CRI DNS settings.
@@ -216,7 +231,7 @@ pub fn sandbox_config(
         labels: labels::sandbox_labels(pod),
         annotations: labels::sandbox_annotations(pod),
         linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: cgroup_parent(pod),
+            cgroup_parent: env.cgroups.cgroup_parent(pod),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
                 privileged,
@@ -255,6 +270,37 @@ mod tests {
         assert_eq!(dns.servers, vec!["10.0.0.2", "10.0.0.3"]);
         assert_eq!(dns.searches, vec!["a.local", "b.local"]);
         assert_eq!(dns.options, vec!["ndots:2", "edns0"]);
+    }
+
+    /// Pods' cgroups by UID, as the container manager will give them.
+    #[derive(Debug)]
+    struct PerPod;
+
+    impl PodCgroupParent for PerPod {
+        fn cgroup_parent(&self, pod: &Pod) -> String {
+            format!("/kubepods/pod{}", pod.metadata.uid.as_deref().unwrap_or(""))
+        }
+    }
+
+    #[test]
+    fn the_cgroup_parent_comes_from_the_provider_in_the_environment() {
+        let pod = crate::runtime::fake::support::pod("web", &[], &["app"], "Always");
+        let mut env = SandboxEnv {
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            host_dns: Default::default(),
+            pods_dir: PathBuf::from("/var/lib/oxlet/pods"),
+            cgroups: Arc::new(RuntimeDefaultCgroups),
+        };
+        let parent = |env: &SandboxEnv| {
+            sandbox_config(&pod, 0, env)
+                .unwrap()
+                .linux
+                .unwrap()
+                .cgroup_parent
+        };
+        assert_eq!(parent(&env), "");
+        env.cgroups = Arc::new(PerPod);
+        assert_eq!(parent(&env), "/kubepods/poduid-web");
     }
 
     #[test]

@@ -10,14 +10,44 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 
 use k8s_openapi::api::core::v1::PodStatus;
+use tokio::sync::broadcast;
+
+/// How many changes a subscriber may fall behind before it is told it lagged.
+pub const CHANGES_CAPACITY: usize = 1024;
+
+/// One status change: pod `uid` now has status `version` (kubelet's versioned status).
+/// A subscriber reads the status itself from the manager, so it always writes the latest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusChange {
+    pub uid: String,
+    pub version: u64,
+}
 
 /// The statuses oxlet reports, by pod UID, each with a version bumped on change.
-#[derive(Debug, Default)]
+/// Every change is announced to subscribers (the apiserver status writer will be one);
+/// a slow subscriber lags, it never holds up the writer.
+#[derive(Debug)]
 pub struct StatusManager {
     statuses: RwLock<HashMap<String, (PodStatus, u64)>>,
+    changes: broadcast::Sender<StatusChange>,
+}
+
+impl Default for StatusManager {
+    fn default() -> Self {
+        StatusManager {
+            statuses: RwLock::default(),
+            changes: broadcast::channel(CHANGES_CAPACITY).0,
+        }
+    }
 }
 
 impl StatusManager {
+    /// Changes from now on. A receiver that falls more than [`CHANGES_CAPACITY`]
+    /// behind gets `RecvError::Lagged` and should re-read every status ([`Self::uids`]).
+    pub fn subscribe(&self) -> broadcast::Receiver<StatusChange> {
+        self.changes.subscribe()
+    }
+
     /// The last status reported for `uid`.
     pub fn get(&self, uid: &str) -> Option<PodStatus> {
         self.statuses
@@ -30,18 +60,25 @@ impl StatusManager {
     /// Stores a newly generated status; returns true when it differs from the last one.
     pub fn set(&self, uid: &str, status: PodStatus) -> bool {
         let mut map = self.statuses.write().unwrap();
-        match map.get_mut(uid) {
-            Some((old, _)) if *old == status => false,
+        let version = match map.get_mut(uid) {
+            Some((old, _)) if *old == status => return false,
             Some((old, version)) => {
                 *old = status;
                 *version += 1;
-                true
+                *version
             }
             None => {
                 map.insert(uid.to_string(), (status, 1));
-                true
+                1
             }
-        }
+        };
+        // Sent under the lock so each pod's versions reach subscribers in order; a
+        // broadcast send never waits, and having no subscriber is not an error.
+        let _ = self.changes.send(StatusChange {
+            uid: uid.to_string(),
+            version,
+        });
+        true
     }
 
     /// The version of a pod's status (how many times it changed).

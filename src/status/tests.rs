@@ -623,3 +623,52 @@ fn retain_forgets_statuses_of_pods_that_are_gone() {
     assert!(m.get("gone").is_none());
     assert!(m.get("keep").is_some());
 }
+
+fn phase(p: &str) -> PodStatus {
+    PodStatus {
+        phase: Some(p.into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn each_change_is_announced_with_the_pods_version_and_no_change_is_silent() {
+    use super::StatusChange;
+    let m = super::StatusManager::default();
+    // No subscriber yet: setting still works.
+    assert!(m.set("a", phase("Pending")));
+    let mut rx = m.subscribe();
+    assert!(m.set("a", phase("Running")));
+    assert!(!m.set("a", phase("Running")));
+    assert!(m.set("b", phase("Pending")));
+    assert!(m.set("a", phase("Succeeded")));
+    let got: Vec<StatusChange> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+    let change = |uid: &str, version| StatusChange {
+        uid: uid.into(),
+        version,
+    };
+    assert_eq!(got, vec![change("a", 2), change("b", 1), change("a", 3)]);
+    assert_eq!(m.version("a"), 3);
+    // A pod forgotten and added again starts a new life at version 1.
+    m.remove("a");
+    assert!(m.set("a", phase("Pending")));
+    assert_eq!(rx.try_recv().unwrap(), change("a", 1));
+}
+
+#[test]
+fn a_lagging_subscriber_never_blocks_the_writer_and_learns_it_lagged() {
+    use tokio::sync::broadcast::error::TryRecvError;
+    let m = super::StatusManager::default();
+    let mut slow = m.subscribe();
+    let mut fast = m.subscribe();
+    let n = super::CHANGES_CAPACITY as u64 + 10;
+    for i in 0..n {
+        // Each set returns at once although `slow` reads nothing.
+        assert!(m.set("a", phase(&format!("P{i}"))));
+        assert_eq!(fast.try_recv().unwrap().version, i + 1);
+    }
+    assert_eq!(slow.try_recv(), Err(TryRecvError::Lagged(10)));
+    // After the lag it reads on from the oldest change still held.
+    assert_eq!(slow.try_recv().unwrap().version, 11);
+    assert_eq!(m.version("a"), n);
+}

@@ -282,3 +282,24 @@ async fn a_handler_added_to_the_admission_chain_rejects_and_the_pod_never_starts
     assert_eq!(a.phase("uid-ok").as_deref(), Some("Running"));
     a.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_status_subscriber_hears_every_version_the_pod_worker_writes() {
+    let a = agent(110).await;
+    let mut changes = a.statuses.subscribe();
+    a.send(PodOperation::Add, vec![pod("web", &[], &["app"], "Always")])
+        .await;
+    a.until(Duration::from_secs(5), "web Running", |a| {
+        a.phase("uid-web").as_deref() == Some("Running")
+    })
+    .await;
+    let mut versions = Vec::new();
+    while let Ok(c) = changes.try_recv() {
+        assert_eq!(c.uid, "uid-web");
+        versions.push(c.version);
+    }
+    let last = a.statuses.version("uid-web");
+    assert!(last >= 2, "Pending then Running at least: {versions:?}");
+    assert_eq!(versions, (1..=last).collect::<Vec<_>>());
+    a.stop().await;
+}

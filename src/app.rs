@@ -10,11 +10,12 @@ use anyhow::{Context, bail};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::file::run_file_source;
 use crate::config::merge::{PodConfig, run_merger};
 use crate::logging::STARTUP_TARGET;
+use crate::node::NodeInfo;
 use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
 use crate::pod::FILE_SOURCE;
@@ -36,22 +37,6 @@ use crate::syncloop::{LoopInputs, RuntimeHealth, SyncLoop, run_runtime_health};
 
 /// How long to wait for a runtime to answer at start (kubelet waits 30 s).
 const RUNTIME_WAIT: Duration = Duration::from_secs(30);
-
-/// The node's primary IPv4 address (the first global one), or loopback.
-pub fn detect_host_ip() -> String {
-    std::process::Command::new("ip")
-        .args(["-o", "-4", "addr", "show", "scope", "global"])
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout).lines().find_map(|l| {
-                let mut words = l.split_whitespace();
-                words.find(|w| *w == "inet")?;
-                words.next()?.split('/').next().map(str::to_string)
-            })
-        })
-        .unwrap_or_else(|| "127.0.0.1".to_string())
-}
 
 /// kubelet sets its own oom_score_adj to -999; a sandbox without CAP_SYS_RESOURCE
 /// cannot, and that must not stop the agent.
@@ -169,7 +154,8 @@ pub async fn start(
     cancel: CancellationToken,
 ) -> anyhow::Result<Agent> {
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
-    let host_ip = detect_host_ip();
+    let node = NodeInfo::gather(&opts.node_name, opts.max_pods);
+    debug!(node = ?node, "node facts");
     let runtime = Arc::new(RuntimeManager::new(
         Arc::new(rt.cri.clone()),
         SandboxEnv {
@@ -178,7 +164,7 @@ pub async fn start(
             pods_dir: opts.root_dir.join("pods"),
             cgroups: Arc::new(RuntimeDefaultCgroups),
         },
-        host_ip.clone(),
+        node.internal_ip().to_string(),
     ));
     let cache = Arc::new(PodCache::default());
     let statuses = Arc::new(StatusManager::default());

@@ -9,6 +9,7 @@ pub mod app;
 pub mod config;
 pub mod hash;
 pub mod logging;
+pub mod node;
 pub mod options;
 pub mod pleg;
 pub mod pod;

@@ -1,0 +1,337 @@
+//! Node facts: the node's name, addresses, capacity and machine info, gathered once at
+//! start from procfs, sysfs and /etc (what kubelet gets from cadvisor's `MachineInfo`
+//! and its node-address setter). One home, so node status, the container manager and
+//! the server all read the same facts.
+
+use std::path::Path;
+
+use tracing::{debug, warn};
+
+/// The kind of a node address (kubelet's `NodeAddressType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddressType {
+    InternalIP,
+    Hostname,
+}
+
+impl AddressType {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddressType::InternalIP => "InternalIP",
+            AddressType::Hostname => "Hostname",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAddress {
+    pub kind: AddressType,
+    pub address: String,
+}
+
+/// What the node offers to pods before any reservation (kubelet's node capacity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// CPUs this process may run on (the cpuset it is confined to).
+    pub cpu_cores: u32,
+    /// `MemTotal` from /proc/meminfo, in bytes.
+    pub memory_bytes: u64,
+    /// `maxPods`.
+    pub pods: u32,
+}
+
+/// The node's facts, read once at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// The node name (`--hostname-override` or the host name, lower-cased).
+    pub name: String,
+    /// `InternalIP` first, then `Hostname`, as kubelet lists them.
+    pub addresses: Vec<NodeAddress>,
+    pub capacity: Capacity,
+    /// /etc/machine-id; empty when absent.
+    pub machine_id: String,
+    /// /sys/class/dmi/id/product_uuid; empty when absent or unreadable.
+    pub system_uuid: String,
+    /// /proc/sys/kernel/random/boot_id: changes on every boot.
+    pub boot_id: String,
+    /// The kernel release (`uname -r`).
+    pub kernel_version: String,
+    /// `PRETTY_NAME` from /etc/os-release, else "Linux" (as cadvisor reports it).
+    pub os_image: String,
+    /// `GOOS` spelling: always "linux".
+    pub operating_system: &'static str,
+    /// `GOARCH` spelling: "amd64", "arm64", ...
+    pub architecture: &'static str,
+}
+
+/// The address used when no global IPv4 address is found.
+const LOOPBACK: &str = "127.0.0.1";
+
+impl NodeInfo {
+    /// Reads the facts of this host. A fact that cannot be read is logged with its
+    /// file and the reason and left empty (or zero); it never stops the agent.
+    pub fn gather(name: &str, max_pods: u32) -> NodeInfo {
+        let host_ip = detect_host_ip().unwrap_or_else(|| LOOPBACK.to_string());
+        let cpu_cores = read_fact("/proc/self/status", true)
+            .and_then(|s| cpus_allowed(&s))
+            .or_else(|| {
+                std::thread::available_parallelism()
+                    .ok()
+                    .map(|n| n.get() as u32)
+            })
+            .unwrap_or(1);
+        let memory_bytes = read_fact("/proc/meminfo", true)
+            .and_then(|s| mem_total_bytes(&s))
+            .unwrap_or(0);
+        NodeInfo {
+            name: name.to_string(),
+            addresses: vec![
+                NodeAddress {
+                    kind: AddressType::InternalIP,
+                    address: host_ip,
+                },
+                NodeAddress {
+                    kind: AddressType::Hostname,
+                    address: name.to_string(),
+                },
+            ],
+            capacity: Capacity {
+                cpu_cores,
+                memory_bytes,
+                pods: max_pods,
+            },
+            machine_id: read_fact("/etc/machine-id", false)
+                .or_else(|| read_fact("/var/lib/dbus/machine-id", false))
+                .unwrap_or_default(),
+            system_uuid: read_fact("/sys/class/dmi/id/product_uuid", false).unwrap_or_default(),
+            boot_id: read_fact("/proc/sys/kernel/random/boot_id", true).unwrap_or_default(),
+            kernel_version: read_fact("/proc/sys/kernel/osrelease", true).unwrap_or_default(),
+            os_image: read_fact("/etc/os-release", false)
+                .or_else(|| read_fact("/usr/lib/os-release", false))
+                .and_then(|s| os_pretty_name(&s))
+                .unwrap_or_else(|| "Linux".to_string()),
+            operating_system: "linux",
+            architecture: go_arch(std::env::consts::ARCH),
+        }
+    }
+
+    /// The first `InternalIP` (the pods' `status.hostIP`).
+    pub fn internal_ip(&self) -> &str {
+        self.addresses
+            .iter()
+            .find(|a| a.kind == AddressType::InternalIP)
+            .map_or(LOOPBACK, |a| a.address.as_str())
+    }
+}
+
+/// A small host file, trimmed. Unreadable: logged (at warn when `expected`) and `None`.
+/// Files are capped at 64 KiB: none of these is larger on a sane host.
+fn read_fact(path: &str, expected: bool) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    let read = std::fs::File::open(Path::new(path))
+        .and_then(|f| f.take(64 * 1024).read_to_string(&mut text));
+    match read {
+        Ok(_) => Some(text.trim().to_string()),
+        Err(e) if expected => {
+            warn!(file = path, error = %e, "cannot read a node fact; leaving it empty");
+            None
+        }
+        Err(e) => {
+            debug!(file = path, error = %e, "cannot read an optional node fact");
+            None
+        }
+    }
+}
+
+/// The node's primary IPv4 address: the first global one `ip` lists.
+fn detect_host_ip() -> Option<String> {
+    let out = std::process::Command::new("ip")
+        .args(["-o", "-4", "addr", "show", "scope", "global"])
+        .output()
+        .ok()?;
+    first_inet(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The first `inet` address in `ip -o -4 addr` output, without its prefix length.
+pub fn first_inet(text: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let mut words = l.split_whitespace();
+        words.find(|w| *w == "inet")?;
+        words.next()?.split('/').next().map(str::to_string)
+    })
+}
+
+/// `MemTotal` of /proc/meminfo text, in bytes.
+pub fn mem_total_bytes(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let mut words = line["MemTotal:".len()..].split_whitespace();
+    let value: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => value.checked_mul(1024),
+        None => Some(value),
+        Some(_) => None,
+    }
+}
+
+/// The number of CPUs in `Cpus_allowed_list` of /proc/<pid>/status text.
+pub fn cpus_allowed(status: &str) -> Option<u32> {
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+    cpu_list_len(line.trim())
+}
+
+/// The size of a kernel CPU list (`0-3,8,10-11`); `None` when malformed or empty.
+pub fn cpu_list_len(list: &str) -> Option<u32> {
+    let mut n: u32 = 0;
+    for part in list.split(',') {
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (
+                lo.trim().parse::<u32>().ok()?,
+                hi.trim().parse::<u32>().ok()?,
+            ),
+            None => {
+                let c = part.trim().parse::<u32>().ok()?;
+                (c, c)
+            }
+        };
+        n = n.checked_add(hi.checked_sub(lo)?.checked_add(1)?)?;
+    }
+    (n > 0).then_some(n)
+}
+
+/// `PRETTY_NAME` of os-release text, unquoted.
+pub fn os_pretty_name(os_release: &str) -> Option<String> {
+    let value = os_release
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("PRETTY_NAME="))?;
+    let value = value.trim();
+    let unquoted = value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+        .unwrap_or(value);
+    (!unquoted.is_empty()).then(|| unquoted.to_string())
+}
+
+/// Rust's architecture name in Go's spelling (the `kubernetes.io/arch` label's).
+pub fn go_arch(rust_arch: &'static str) -> &'static str {
+    match rust_arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        "loongarch64" => "loong64",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_total_is_read_in_bytes() {
+        let text = "MemTotal:        8029352 kB\nMemFree:          123456 kB\n";
+        assert_eq!(mem_total_bytes(text), Some(8_029_352 * 1024));
+        assert_eq!(mem_total_bytes("MemFree: 1 kB\n"), None);
+        assert_eq!(mem_total_bytes("MemTotal: lots kB\n"), None);
+        assert_eq!(mem_total_bytes("MemTotal: 1 MB\n"), None);
+        assert_eq!(mem_total_bytes("MemTotal: 18446744073709551615 kB\n"), None);
+    }
+
+    #[test]
+    fn cpu_lists_are_counted() {
+        assert_eq!(cpu_list_len("0"), Some(1));
+        assert_eq!(cpu_list_len("0-1"), Some(2));
+        assert_eq!(cpu_list_len("0-3,8,10-11"), Some(7));
+        for bad in ["", "3-1", "a", "0-", "1,,2"] {
+            assert_eq!(cpu_list_len(bad), None, "{bad:?}");
+        }
+        let status = "Name:\tcat\nCpus_allowed:\tf\nCpus_allowed_list:\t0-3\nMems_allowed:\t1\n";
+        assert_eq!(cpus_allowed(status), Some(4));
+        assert_eq!(cpus_allowed("Name:\tcat\n"), None);
+    }
+
+    #[test]
+    fn os_image_is_the_pretty_name() {
+        let text = "NAME=\"Debian GNU/Linux\"\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nID=debian\n";
+        assert_eq!(
+            os_pretty_name(text).as_deref(),
+            Some("Debian GNU/Linux 12 (bookworm)")
+        );
+        assert_eq!(
+            os_pretty_name("PRETTY_NAME='Alpine'\n").as_deref(),
+            Some("Alpine")
+        );
+        assert_eq!(
+            os_pretty_name("PRETTY_NAME=Plain\n").as_deref(),
+            Some("Plain")
+        );
+        assert_eq!(os_pretty_name("PRETTY_NAME=\"\"\n"), None);
+        assert_eq!(os_pretty_name("ID=x\n"), None);
+    }
+
+    #[test]
+    fn the_first_global_ipv4_address_is_taken() {
+        let out = "2: eth0    inet 10.1.2.3/24 brd 10.1.2.255 scope global eth0\\       valid_lft forever\n\
+                   3: eth1    inet 192.0.2.7/32 scope global eth1\n";
+        assert_eq!(first_inet(out).as_deref(), Some("10.1.2.3"));
+        assert_eq!(first_inet(""), None);
+    }
+
+    #[test]
+    fn architectures_use_gos_names() {
+        assert_eq!(go_arch("x86_64"), "amd64");
+        assert_eq!(go_arch("aarch64"), "arm64");
+        assert_eq!(go_arch("riscv64"), "riscv64");
+    }
+
+    /// The parsers against this host's real files, checked with the kernel's own answers.
+    #[test]
+    fn the_real_proc_files_parse_and_agree_with_the_kernel() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        // The same set as the kernel's hex mask (`Cpus_allowed`), counted bit by bit.
+        let mask_cpus: u32 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed:"))
+            .unwrap()
+            .trim()
+            .chars()
+            .filter_map(|c| c.to_digit(16))
+            .map(u32::count_ones)
+            .sum();
+        assert_eq!(cpus_allowed(&status), Some(mask_cpus));
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+        let total = mem_total_bytes(&meminfo).unwrap();
+        let free_kb: u64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemFree:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        assert!(
+            total > free_kb * 1024 && total.is_multiple_of(1024),
+            "{total}"
+        );
+
+        let info = NodeInfo::gather("node-1", 110);
+        assert_eq!(info.name, "node-1");
+        assert_eq!(info.capacity.pods, 110);
+        assert_eq!(info.capacity.cpu_cores, mask_cpus);
+        assert_eq!(info.capacity.memory_bytes, total);
+        let version = std::fs::read_to_string("/proc/version").unwrap();
+        assert!(
+            version.starts_with(&format!("Linux version {} ", info.kernel_version)),
+            "{version:?} vs {:?}",
+            info.kernel_version
+        );
+        // 36 characters, a new one on every boot.
+        assert_eq!(info.boot_id.len(), 36, "{:?}", info.boot_id);
+        assert_eq!(info.addresses[1].kind, AddressType::Hostname);
+        assert_eq!(info.addresses[1].address, "node-1");
+        assert!(info.internal_ip().parse::<std::net::Ipv4Addr>().is_ok());
+        assert!(!info.os_image.is_empty());
+    }
+}

@@ -65,6 +65,13 @@ pub struct NodeInfo {
     pub architecture: &'static str,
 }
 
+/// The kernel's host name (what Go's `os.Hostname` reads on Linux); the node name
+/// is this, lower-cased, unless `--hostname-override` says otherwise (see `options`).
+pub fn host_name() -> std::io::Result<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+}
+
 /// The address used when no global IPv4 address is found.
 const LOOPBACK: &str = "127.0.0.1";
 

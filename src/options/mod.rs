@@ -117,7 +117,7 @@ where
     T: Into<OsString> + Clone,
 {
     let flags = flags::parse_flags(args)?;
-    resolve(flags, system_host_name)
+    resolve(flags, crate::node::host_name)
 }
 
 /// For `main`: prints help/version and exits 0, or prints each problem to
@@ -139,12 +139,6 @@ pub fn load_or_exit() -> Options {
             std::process::exit(1);
         }
     }
-}
-
-/// The kernel's host name (what Go's `os.Hostname` reads on Linux).
-fn system_host_name() -> io::Result<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
 }
 
 /// Where a setting's value came from, to name it in messages.
@@ -337,7 +331,7 @@ mod tests {
 
     #[test]
     fn load_uses_the_machine_host_name() {
-        let host = system_host_name().unwrap().trim().to_lowercase();
+        let host = crate::node::host_name().unwrap().trim().to_lowercase();
         match load(["oxlet"]) {
             Ok(o) => assert_eq!(o.node_name, host),
             // A machine whose host name is not a DNS subdomain.

@@ -14,13 +14,13 @@ use tracing::{info, warn};
 
 use crate::config::file::run_file_source;
 use crate::config::merge::{PodConfig, run_merger};
+use crate::containerd::{
+    CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
+};
 use crate::logging::STARTUP_TARGET;
 use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
 use crate::pod::FILE_SOURCE;
-use crate::runtime::containerd::{
-    CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
-};
 use crate::runtime::sandbox::{SandboxEnv, host_dns};
 use crate::runtime::{RemoteRuntime, RuntimeManager};
 use crate::runtime_choice::{self, RuntimeChoice};

@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod config;
+pub mod containerd;
 pub mod hash;
 pub mod logging;
 pub mod options;

@@ -22,3 +22,4 @@ pub mod safe_path;
 pub mod server;
 pub mod status;
 pub mod syncloop;
+pub mod tasks;

@@ -12,8 +12,7 @@ struct Agent {
     node: FakeNode,
     statuses: Arc<StatusManager>,
     updates: mpsc::Sender<PodUpdate>,
-    cancel: CancellationToken,
-    tasks: tokio_util::task::TaskTracker,
+    tasks: Tasks,
 }
 
 /// Wires the agent as `app::start` does, without sources: updates come from the test.
@@ -27,12 +26,11 @@ async fn agent(max_pods: u32) -> Agent {
     let pleg_stats = Arc::new(PlegStats::default());
     let health = Arc::new(RuntimeHealth::default());
     health.set(true);
-    let cancel = CancellationToken::new();
-    let tasks = tokio_util::task::TaskTracker::new();
+    let tasks = Tasks::new();
     let (pleg_tx, pleg_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
     let mut pleg = GenericPleg::new(runtime.reader(), cache.clone(), pleg_tx, pleg_stats.clone());
     pleg.relist().await;
-    tasks.spawn(pleg.run(cancel.clone()));
+    tasks.track(pleg.run(tasks.token()));
     let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
         cache,
@@ -41,30 +39,25 @@ async fn agent(max_pods: u32) -> Agent {
         runtime_name: "fake".into(),
         startup: Default::default(),
     });
-    let workers = PodWorkers::new(
-        syncer,
-        queue.clone(),
-        Duration::from_secs(10),
-        cancel.clone(),
-    );
-    let sync_loop = SyncLoop::new(
+    let sync_loop = SyncLoop::new(SyncLoopDeps {
         pods,
-        workers,
-        statuses.clone(),
+        syncer,
+        statuses: statuses.clone(),
         runtime,
         queue,
-        pleg_stats,
+        pleg: pleg_stats,
         health,
+        resync: Duration::from_secs(10),
         max_pods,
-        vec!["file"],
-    );
+        sources: vec!["file"],
+        tasks: tasks.clone(),
+    });
     let (updates, update_rx) = mpsc::channel(16);
-    tasks.spawn(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), cancel.clone()));
+    tasks.track(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), tasks.token()));
     Agent {
         node,
         statuses,
         updates,
-        cancel,
         tasks,
     }
 }
@@ -94,10 +87,9 @@ impl Agent {
         }
     }
 
+    /// Stops the agent; every task, pod workers included, must end within 10 s.
     async fn stop(self) {
-        self.cancel.cancel();
-        self.tasks.close();
-        self.tasks.wait().await;
+        assert!(self.tasks.shutdown(Duration::from_secs(10)).await);
     }
 }
 

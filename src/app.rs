@@ -431,6 +431,7 @@ async fn run_agent(
 ) -> anyhow::Result<i32> {
     tokio::select! {
         _ = import_root_images(opts, rt) => {}
+        _ = tasks.failed() => return Ok(1),
         sig = signals.recv() => {
             info!(target: STARTUP_TARGET, "received {sig} while importing images; exiting");
             return Ok(0);
@@ -438,6 +439,7 @@ async fn run_agent(
     }
     let started = tokio::select! {
         a = start(opts, rt, tasks) => Some(a?),
+        _ = tasks.failed() => None,
         sig = signals.recv() => {
             info!(target: STARTUP_TARGET, "received {sig} during start-up; exiting");
             None
@@ -445,6 +447,7 @@ async fn run_agent(
     };
     let token = tasks.token();
     let code = match &started {
+        None if tasks.failure().is_some() => 1,
         None => 0,
         Some(agent) => tokio::select! {
             biased;

@@ -210,3 +210,21 @@ async fn shutdown_reports_a_task_that_does_not_stop() {
     tasks.track(async { tokio::time::sleep(Duration::from_secs(3600)).await });
     assert!(!tasks.shutdown(Duration::from_secs(3)).await);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pass_that_panics_or_fails_is_contained_and_the_next_one_runs() {
+    let tasks = Tasks::new();
+    let h = tasks.spawn_pass("housekeeping", async { panic!("bad pod") });
+    assert!(h.await.is_ok(), "the panic stays inside the pass");
+    let h = tasks.spawn_pass("housekeeping", async { Err(Box::new(Boom) as _) });
+    assert!(h.await.is_ok());
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let h = tasks.spawn_pass("housekeeping", async move {
+        r.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    h.await.unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    assert!(tasks.failure().is_none() && !tasks.token().is_cancelled());
+}

@@ -1,5 +1,6 @@
 //! Wiring: connects (or starts) the runtime, then runs the sources, the merger, the
-//! PLEG, the sync loop and the HTTP servers as tasks under one cancellation token.
+//! PLEG, the sync loop and the HTTP servers as named tasks in one task tree
+//! (`crate::tasks`): a critical task's end stops the agent with a non-zero code.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -8,20 +9,18 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::config::file::run_file_source;
 use crate::config::merge::{PodConfig, run_merger};
+use crate::containerd::{
+    CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
+};
 use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
 use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
 use crate::pod::FILE_SOURCE;
-use crate::runtime::containerd::{
-    CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
-};
 use crate::runtime::sandbox::{RuntimeDefaultCgroups, SandboxEnv, host_dns};
 use crate::runtime::{RemoteRuntime, RuntimeManager};
 use crate::runtime_choice::{self, RuntimeChoice};
@@ -31,9 +30,9 @@ use crate::status::StatusManager;
 use crate::syncloop::monitor::stall_threshold;
 use crate::syncloop::pod_manager::PodManager;
 use crate::syncloop::pod_syncer::Syncer;
-use crate::syncloop::pod_workers::PodWorkers;
 use crate::syncloop::work_queue::WorkQueue;
-use crate::syncloop::{LoopInputs, RuntimeHealth, SyncLoop, run_runtime_health};
+use crate::syncloop::{LoopInputs, RuntimeHealth, SyncLoop, SyncLoopDeps, run_runtime_health};
+use crate::tasks::{Backoff, Tasks};
 
 /// How long to wait for a runtime to answer at start (kubelet waits 30 s).
 const RUNTIME_WAIT: Duration = Duration::from_secs(30);
@@ -144,15 +143,15 @@ pub async fn import_root_images(opts: &Options, rt: &Runtime) {
 pub struct Agent {
     pub pods: Arc<PodManager>,
     pub statuses: Arc<StatusManager>,
-    pub tracker: TaskTracker,
 }
 
-/// Starts every task of the agent; they stop when `cancel` fires.
-pub async fn start(
-    opts: &Options,
-    rt: &Runtime,
-    cancel: CancellationToken,
-) -> anyhow::Result<Agent> {
+/// How long the agent's tasks get to stop after the signal.
+const AGENT_STOP: Duration = Duration::from_secs(3);
+/// How long the managed containerd's supervisor gets to stop it (its own grace is 5 s).
+const RUNTIME_STOP: Duration = Duration::from_secs(15);
+
+/// Starts every task of the agent in `tasks`; they stop when it is shut down.
+pub async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow::Result<Agent> {
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods);
     debug!(node = ?node, "node facts");
@@ -173,35 +172,76 @@ pub async fn start(
     let pleg_stats = Arc::new(PlegStats::default());
     let health = Arc::new(RuntimeHealth::default());
     health.set(true);
-    let tracker = TaskTracker::new();
 
-    // Sources → merger → sync loop.
+    // Sources → merger → sync loop. A source is restarted if it ends; the merger and
+    // the sync loop own their channels and cannot be, so their end stops the agent.
     let mut sources = Vec::new();
     let (snap_tx, snap_rx) = mpsc::channel(16);
     if let Some(path) = opts.static_pod_path.clone() {
         sources.push(FILE_SOURCE);
-        tracker.spawn(run_file_source(
-            path,
+        let (freq, node, tx) = (
             opts.file_check_frequency,
             opts.node_name.clone(),
             snap_tx.clone(),
-            cancel.clone(),
-        ));
+        );
+        tasks.spawn_restarting("file-source", Backoff::default(), move |cancel| {
+            let source = run_file_source(path.clone(), freq, node.clone(), tx.clone(), cancel);
+            async move {
+                source.await;
+                Ok(())
+            }
+        });
     }
     drop(snap_tx);
     let (update_tx, update_rx) = mpsc::channel(50);
-    tracker.spawn(run_merger(PodConfig::new(&sources), snap_rx, update_tx));
+    let config = PodConfig::new(&sources);
+    let no_sources = sources.is_empty();
+    tasks.spawn_critical("config-merger", move |cancel| async move {
+        // With no source the merger has nothing to do; the channel stays open so the
+        // sync loop (housekeeping, resyncs) runs on, as kubelet's does.
+        let open = no_sources.then(|| update_tx.clone());
+        run_merger(config, snap_rx, update_tx).await;
+        if open.is_some() {
+            cancel.cancelled().await;
+        }
+        Ok(())
+    });
 
     let (pleg_tx, pleg_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
-    let mut pleg = GenericPleg::new(runtime.reader(), cache.clone(), pleg_tx, pleg_stats.clone());
+    let mut pleg = GenericPleg::new(
+        runtime.reader(),
+        cache.clone(),
+        pleg_tx.clone(),
+        pleg_stats.clone(),
+    );
     // One relist before the loop starts, so PLEG health and the cache are warm.
     pleg.relist().await;
-    tracker.spawn(pleg.run(cancel.clone()));
-    tracker.spawn(run_runtime_health(
-        runtime.clone(),
-        health.clone(),
-        cancel.clone(),
-    ));
+    // A restarted PLEG starts from an empty record: its first relist reports every
+    // container once, which only wakes each pod's worker.
+    let mut first = Some(pleg);
+    let (reader, pleg_cache, stats) = (runtime.reader(), cache.clone(), pleg_stats.clone());
+    tasks.spawn_restarting("pleg", Backoff::default(), move |cancel| {
+        let pleg = first.take().unwrap_or_else(|| {
+            GenericPleg::new(
+                reader.clone(),
+                pleg_cache.clone(),
+                pleg_tx.clone(),
+                stats.clone(),
+            )
+        });
+        async move {
+            pleg.run(cancel).await;
+            Ok(())
+        }
+    });
+    let (rm, h) = (runtime.clone(), health.clone());
+    tasks.spawn_restarting("runtime-health", Backoff::default(), move |cancel| {
+        let check = run_runtime_health(rm.clone(), h.clone(), cancel);
+        async move {
+            check.await;
+            Ok(())
+        }
+    });
 
     let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
@@ -211,23 +251,28 @@ pub async fn start(
         runtime_name: rt.runtime_name.clone(),
         startup: Default::default(),
     });
-    let workers = PodWorkers::new(syncer, queue.clone(), opts.sync_frequency, cancel.clone());
-    let sync_loop = SyncLoop::new(
-        pods.clone(),
-        workers,
-        statuses.clone(),
+    let sync_loop = SyncLoop::new(SyncLoopDeps {
+        pods: pods.clone(),
+        syncer,
+        statuses: statuses.clone(),
         runtime,
         queue,
-        pleg_stats,
+        pleg: pleg_stats,
         health,
-        opts.max_pods,
+        resync: opts.sync_frequency,
+        max_pods: opts.max_pods,
         sources,
-    );
+        tasks: tasks.clone(),
+    });
     let health = Health {
         syncloop: sync_loop.monitor.clone(),
         stall_threshold: stall_threshold(opts.sync_frequency),
     };
-    tracker.spawn(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), cancel.clone()));
+    let inputs = LoopInputs::new(update_rx, pleg_rx);
+    tasks.spawn_critical("sync-loop", move |cancel| async move {
+        sync_loop.run(inputs, cancel).await;
+        Ok(())
+    });
 
     if !opts.runonce {
         let views = Views {
@@ -241,32 +286,25 @@ pub async fn start(
                 .await
                 .with_context(|| format!("cannot listen on {addr} (--read-only-port)"))?;
             info!(target: STARTUP_TARGET, %addr, maxConnections = limits.max_connections, "serving the read-only API");
-            tracker.spawn(server::serve(
-                l,
-                server::read_only_router(views),
-                limits,
-                cancel.clone(),
-            ));
+            let router = server::read_only_router(views);
+            tasks.spawn_critical("read-only-server", move |cancel| async move {
+                server::serve(l, router, limits, cancel).await;
+                Ok(())
+            });
         }
         if opts.healthz_port != 0 {
             let addr = SocketAddr::new(opts.healthz_bind_address, opts.healthz_port);
             let l = server::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr} (--healthz-port)"))?;
-            tracker.spawn(server::serve(
-                l,
-                server::healthz_router(health),
-                limits,
-                cancel.clone(),
-            ));
+            let router = server::healthz_router(health);
+            tasks.spawn_critical("healthz-server", move |cancel| async move {
+                server::serve(l, router, limits, cancel).await;
+                Ok(())
+            });
         }
     }
-    tracker.close();
-    Ok(Agent {
-        pods,
-        statuses,
-        tracker,
-    })
+    Ok(Agent { pods, statuses })
 }
 
 /// Logs the start-up summary (shown at every verbosity).
@@ -350,62 +388,72 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
             return Ok(0);
         }
     };
-    // The supervisor owns the managed containerd and stops it once the agent has stopped.
-    // Its handle is awaited below, so it is tracked.
-    let runtime_cancel = CancellationToken::new();
-    let supervisor = rt
-        .managed
-        .take()
-        .map(|m| tokio::spawn(supervise(m, runtime_cancel.clone())));
-    let result = run_agent(&opts, &rt, &mut signals).await;
-    runtime_cancel.cancel();
-    if let Some(s) = supervisor {
-        let _ = s.await;
+    // One task tree: the supervisor owns the managed containerd in the root scope and
+    // stops it only after the agent's scope has stopped.
+    let tasks = Tasks::new();
+    if let Some(m) = rt.managed.take() {
+        tasks.spawn_critical("containerd-supervisor", move |cancel| async move {
+            supervise(m, cancel).await;
+            Ok(())
+        });
     }
-    result
+    let agent = tasks.child();
+    let result = run_agent(&opts, &rt, &mut signals, &agent).await;
+    if !tasks.shutdown(RUNTIME_STOP).await {
+        warn!("the managed containerd's supervisor did not stop within {RUNTIME_STOP:?}");
+    }
+    match tasks.failure() {
+        Some(failure) => Err(failure.into()),
+        None => result,
+    }
 }
 
 /// Everything after the runtime is up: image import, the agent's tasks, then waiting
-/// for a signal (or for `--runonce` to finish).
-async fn run_agent(opts: &Options, rt: &Runtime, signals: &mut Signals) -> anyhow::Result<i32> {
+/// for a signal (or for `--runonce` to finish, or for a critical task to fail).
+async fn run_agent(
+    opts: &Options,
+    rt: &Runtime,
+    signals: &mut Signals,
+    tasks: &Tasks,
+) -> anyhow::Result<i32> {
     tokio::select! {
         _ = import_root_images(opts, rt) => {}
+        _ = tasks.failed() => return Ok(1),
         sig = signals.recv() => {
             info!(target: STARTUP_TARGET, "received {sig} while importing images; exiting");
             return Ok(0);
         }
     }
-    let cancel = CancellationToken::new();
     let started = tokio::select! {
-        a = start(opts, rt, cancel.clone()) => Some(a?),
+        a = start(opts, rt, tasks) => Some(a?),
+        _ = tasks.failed() => None,
         sig = signals.recv() => {
             info!(target: STARTUP_TARGET, "received {sig} during start-up; exiting");
             None
         }
     };
+    let token = tasks.token();
     let code = match &started {
+        None if tasks.failure().is_some() => 1,
         None => 0,
-        Some(agent) if opts.runonce => tokio::select! {
-            code = crate::runonce::run(agent, &cancel) => code,
+        Some(agent) => tokio::select! {
+            biased;
+            // The caller turns the failure into the error (and the exit code).
+            _ = tasks.failed() => 1,
+            code = crate::runonce::run(&agent.pods, &agent.statuses, &token), if opts.runonce => code,
             sig = signals.recv() => {
-                info!(target: STARTUP_TARGET, "received {sig}; stopping runonce");
+                if opts.runonce {
+                    info!(target: STARTUP_TARGET, "received {sig}; stopping runonce");
+                } else {
+                    info!(target: STARTUP_TARGET, "received {sig}");
+                    info!(target: STARTUP_TARGET, "shutting down; containers keep running");
+                }
                 0
             }
         },
-        Some(_) => {
-            let sig = signals.recv().await;
-            info!(target: STARTUP_TARGET, "received {sig}");
-            info!(target: STARTUP_TARGET, "shutting down; containers keep running");
-            0
-        }
     };
-    cancel.cancel();
-    if let Some(agent) = started
-        && tokio::time::timeout(Duration::from_secs(3), agent.tracker.wait())
-            .await
-            .is_err()
-    {
-        warn!("some tasks did not stop within 3s");
+    if !tasks.shutdown(AGENT_STOP).await {
+        warn!("some tasks did not stop within {AGENT_STOP:?}");
     }
     Ok(code)
 }

@@ -7,6 +7,7 @@
 
 pub mod app;
 pub mod config;
+pub mod containerd;
 pub mod hash;
 pub mod logging;
 pub mod node;
@@ -22,3 +23,4 @@ pub mod safe_path;
 pub mod server;
 pub mod status;
 pub mod syncloop;
+pub mod tasks;

@@ -6,8 +6,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::Agent;
 use crate::pod::{pod_ref, pod_uid};
+use crate::status::StatusManager;
+use crate::syncloop::pod_manager::PodManager;
 
 /// Gives up on pods that neither run nor fail within this time.
 const RUNONCE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -60,22 +61,25 @@ fn verdict(status: Option<&PodStatus>) -> Verdict {
     }
 }
 
-/// Returns the process exit code.
-pub async fn run(agent: &Agent, cancel: &CancellationToken) -> i32 {
+/// Watches the `desired` pods and their `statuses`; returns the process exit code.
+pub async fn run(
+    desired: &PodManager,
+    statuses: &StatusManager,
+    cancel: &CancellationToken,
+) -> i32 {
     tokio::time::sleep(FIRST_BATCH_WAIT).await;
     let deadline = tokio::time::Instant::now() + RUNONCE_TIMEOUT;
     loop {
-        let pods = agent.pods.all();
+        let pods = desired.all();
         let verdicts: Vec<_> = pods
             .iter()
-            .map(|p| (p.clone(), verdict(agent.statuses.get(pod_uid(p)).as_ref())))
+            .map(|p| (p.clone(), verdict(statuses.get(pod_uid(p)).as_ref())))
             .collect();
         let done = verdicts.iter().all(|(_, v)| *v != Verdict::Pending);
         if done || tokio::time::Instant::now() >= deadline || cancel.is_cancelled() {
             let mut ok = true;
             for (p, v) in &verdicts {
-                let phase = agent
-                    .statuses
+                let phase = statuses
                     .get(pod_uid(p))
                     .and_then(|s| s.phase)
                     .unwrap_or_else(|| "Pending".into());

@@ -68,6 +68,13 @@ async fn oxlet_starts_and_stops_its_own_containerd() {
 
     let (status, _) = ox.sigterm();
     assert!(status.success());
+    // Every task (pod worker, PLEG, servers, then the supervisor) stopped in time.
+    let log = ox.log();
+    assert!(
+        !log.contains("did not stop within") && !log.contains("task ended"),
+        "{}",
+        tail(&log, 30)
+    );
     let t = Instant::now();
     while socket_answers(&socket).await {
         assert!(

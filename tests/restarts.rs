@@ -73,6 +73,13 @@ async fn sigterm_stops_quickly_and_leaves_containers_running() {
     let (status, took) = ox.sigterm();
     assert!(status.success(), "exit status {status:?}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
+    // The pod's worker is in the task tree too, and stopped within the agent's 3 s.
+    let log = ox.log();
+    assert!(
+        !log.contains("did not stop within") && !log.contains("task ended"),
+        "{}",
+        tail(&log, 30)
+    );
     let cs = cri_containers(&bed, &uid(&p)).await;
     assert_eq!((cs.len(), cs[0].state), (1, RUNNING));
 }

@@ -252,7 +252,7 @@ async fn dropped_bed_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn import_images_skips_broken_archives() {
-    use oxlet::runtime::containerd::import_images;
+    use oxlet::containerd::import_images;
     let bed = Testbed::start().await;
     let dir = bed.base_dir().join("images");
     std::fs::create_dir_all(&dir).unwrap();
@@ -280,9 +280,7 @@ async fn import_images_skips_broken_archives() {
 
 #[tokio::test]
 async fn managed_containerd_reports_an_early_exit() {
-    use oxlet::runtime::containerd::{
-        CniSettings, ContainerdError, ContainerdLayout, ManagedContainerd,
-    };
+    use oxlet::containerd::{CniSettings, ContainerdError, ContainerdLayout, ManagedContainerd};
     let dir = tempfile::Builder::new()
         .prefix("oxlet-testbed-")
         .tempdir_in("/tmp")

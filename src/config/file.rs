@@ -558,6 +558,7 @@ pub async fn run_file_source(
         let confirm = matches!(reason, Reason::Periodic);
         let scanned = {
             let (path, node) = (path.clone(), node_name.clone());
+            // A short-lived helper, awaited at once: the source task owns it.
             let task = tokio::task::spawn_blocking(move || {
                 let scanned = scan(&path, &node, &mut cache, confirm);
                 (scanned, cache)

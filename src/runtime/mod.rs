@@ -1,12 +1,11 @@
 //! The runtime: the one module that talks to the CRI. It owns the CRI client
 //! (`cri`), the labels that let a restarted agent adopt containers (`labels`),
-//! sandbox and container configs, pod actions, back-off, and the managed containerd
-//! (`containerd`) started when no runtime answers.
+//! sandbox and container configs, pod actions and back-off. The managed containerd
+//! is a room of its own (`crate::containerd`).
 
 pub mod actions;
 pub mod backoff;
 pub mod container;
-pub mod containerd;
 pub mod cri;
 pub mod cri_api;
 #[cfg(any(test, feature = "testing"))]

@@ -152,7 +152,9 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let cancel = cancel.clone();
-        // Tracked so shutdown can wait for open requests to finish.
+        // Tracked so shutdown can wait for open requests to finish. Connections are
+        // short-lived helpers of this server task: it drains them before it ends, so
+        // the agent's task tree waits for them through it.
         conns.spawn(async move {
             let _slot = slot;
             let activity = Arc::new(Activity {

@@ -12,8 +12,7 @@ struct Agent {
     node: FakeNode,
     statuses: Arc<StatusManager>,
     updates: mpsc::Sender<PodUpdate>,
-    cancel: CancellationToken,
-    tasks: tokio_util::task::TaskTracker,
+    tasks: Tasks,
 }
 
 /// Wires the agent as `app::start` does, without sources: updates come from the test.
@@ -32,12 +31,11 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
     let pleg_stats = Arc::new(PlegStats::default());
     let health = Arc::new(RuntimeHealth::default());
     health.set(true);
-    let cancel = CancellationToken::new();
-    let tasks = tokio_util::task::TaskTracker::new();
+    let tasks = Tasks::new();
     let (pleg_tx, pleg_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
     let mut pleg = GenericPleg::new(runtime.reader(), cache.clone(), pleg_tx, pleg_stats.clone());
     pleg.relist().await;
-    tasks.spawn(pleg.run(cancel.clone()));
+    tasks.track(pleg.run(tasks.token()));
     let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
         cache,
@@ -46,31 +44,26 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
         runtime_name: "fake".into(),
         startup: Default::default(),
     });
-    let workers = PodWorkers::new(
-        syncer,
-        queue.clone(),
-        Duration::from_secs(10),
-        cancel.clone(),
-    );
-    let mut sync_loop = SyncLoop::new(
+    let mut sync_loop = SyncLoop::new(SyncLoopDeps {
         pods,
-        workers,
-        statuses.clone(),
+        syncer,
+        statuses: statuses.clone(),
         runtime,
         queue,
-        pleg_stats,
+        pleg: pleg_stats,
         health,
+        resync: Duration::from_secs(10),
         max_pods,
-        vec!["file"],
-    );
+        sources: vec!["file"],
+        tasks: tasks.clone(),
+    });
     setup(&mut sync_loop);
     let (updates, update_rx) = mpsc::channel(16);
-    tasks.spawn(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), cancel.clone()));
+    tasks.track(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), tasks.token()));
     Agent {
         node,
         statuses,
         updates,
-        cancel,
         tasks,
     }
 }
@@ -100,10 +93,9 @@ impl Agent {
         }
     }
 
+    /// Stops the agent; every task, pod workers included, must end within 10 s.
     async fn stop(self) {
-        self.cancel.cancel();
-        self.tasks.close();
-        self.tasks.wait().await;
+        assert!(self.tasks.shutdown(Duration::from_secs(10)).await);
     }
 }
 

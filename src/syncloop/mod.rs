@@ -25,6 +25,7 @@ use crate::pod::{pod_ref, pod_uid};
 use crate::runtime::RuntimeManager;
 use crate::status::StatusManager;
 use crate::status::generate::{rejected, was_rejected};
+use crate::tasks::Tasks;
 use admission::{AdmissionChain, PodAdmitAttributes};
 use pod_manager::PodManager;
 use pod_syncer::Syncer;
@@ -95,6 +96,8 @@ pub struct SyncLoop {
     seen: HashSet<&'static str>,
     /// The runtime part of the last housekeeping, still running or done.
     housekeeping: Option<tokio::task::JoinHandle<()>>,
+    /// Where housekeeping passes run (and the pod workers, in a scope of their own).
+    tasks: Tasks,
     /// Last iteration and skip reason, for the `syncloop` health check.
     pub monitor: Arc<monitor::SyncLoopMonitor>,
 }
@@ -125,29 +128,36 @@ impl LoopInputs {
     }
 }
 
+/// What the sync loop is built from: the shared state it reads and writes, the
+/// syncer its pod workers call, and the task tree they and housekeeping run in.
+pub struct SyncLoopDeps {
+    pub pods: Arc<PodManager>,
+    pub syncer: Arc<Syncer>,
+    pub statuses: Arc<StatusManager>,
+    pub runtime: Arc<RuntimeManager>,
+    pub queue: Arc<WorkQueue>,
+    pub pleg: Arc<PlegStats>,
+    pub health: Arc<RuntimeHealth>,
+    /// How often a pod worker resyncs its pod (`syncFrequency`).
+    pub resync: Duration,
+    pub max_pods: u32,
+    pub sources: Vec<&'static str>,
+    pub tasks: Tasks,
+}
+
 impl SyncLoop {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        pods: Arc<PodManager>,
-        workers: PodWorkers<Syncer>,
-        statuses: Arc<StatusManager>,
-        runtime: Arc<RuntimeManager>,
-        queue: Arc<WorkQueue>,
-        pleg: Arc<PlegStats>,
-        health: Arc<RuntimeHealth>,
-        max_pods: u32,
-        sources: Vec<&'static str>,
-    ) -> Self {
+    pub fn new(d: SyncLoopDeps) -> Self {
         SyncLoop {
-            pods,
-            workers,
-            statuses,
-            runtime,
-            queue,
-            pleg,
-            health,
-            admission: AdmissionChain::standard(max_pods),
-            sources,
+            workers: PodWorkers::new(d.syncer, d.queue.clone(), d.resync, d.tasks.child()),
+            pods: d.pods,
+            statuses: d.statuses,
+            runtime: d.runtime,
+            queue: d.queue,
+            pleg: d.pleg,
+            health: d.health,
+            admission: AdmissionChain::standard(d.max_pods),
+            sources: d.sources,
+            tasks: d.tasks,
             seen: HashSet::new(),
             housekeeping: None,
             monitor: Default::default(),
@@ -393,13 +403,15 @@ impl SyncLoop {
         let workers = self.workers.clone();
         let pods = self.pods.clone();
         let started = Instant::now();
-        self.housekeeping = Some(tokio::spawn(async move {
+        let pass = async move {
             cleanup_runtime_pods(&runtime, &workers, &pods).await;
             let took = started.elapsed();
             if took > Duration::from_secs(1) {
                 warn!(?took, "housekeeping took longer than expected");
             }
-        }));
+            Ok(())
+        };
+        self.housekeeping = Some(self.tasks.spawn_pass("housekeeping", pass));
     }
 }
 

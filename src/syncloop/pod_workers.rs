@@ -22,6 +22,7 @@ use crate::pod::{is_static_pod, pod_full_name, pod_ref, pod_uid};
 use crate::runtime::CriError;
 use crate::runtime::manager::SyncError;
 use crate::runtime::types::RuntimePod;
+use crate::tasks::Tasks;
 
 /// Why the pod worker is asked to act.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,6 +221,8 @@ pub struct PodWorkers<S: PodSyncer> {
     queue: Arc<WorkQueue>,
     resync: Duration,
     cancel: CancellationToken,
+    /// The agent's task tree: every worker and supervisor lives in it.
+    tasks: Tasks,
 }
 
 impl<S: PodSyncer> Clone for PodWorkers<S> {
@@ -230,23 +233,21 @@ impl<S: PodSyncer> Clone for PodWorkers<S> {
             queue: self.queue.clone(),
             resync: self.resync,
             cancel: self.cancel.clone(),
+            tasks: self.tasks.clone(),
         }
     }
 }
 
 impl<S: PodSyncer> PodWorkers<S> {
-    pub fn new(
-        syncer: Arc<S>,
-        queue: Arc<WorkQueue>,
-        resync: Duration,
-        cancel: CancellationToken,
-    ) -> Self {
+    /// The workers stop when `tasks` is shut down.
+    pub fn new(syncer: Arc<S>, queue: Arc<WorkQueue>, resync: Duration, tasks: Tasks) -> Self {
         PodWorkers {
             state: Arc::default(),
             syncer,
             queue,
             resync,
-            cancel,
+            cancel: tasks.token(),
+            tasks,
         }
     }
 
@@ -378,11 +379,11 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// Starts the pod's worker under its supervisor. The supervisor task is the
     /// worker's owner (it awaits the worker's handle) and ends with it; shutdown
-    /// ends both through the cancellation token.
+    /// ends both through the cancellation token and waits for both in the task tree.
     fn spawn_supervised(&self, uid: &str) {
         let me = self.clone();
         let uid = uid.to_string();
-        tokio::spawn(async move { me.supervise(uid).await });
+        self.tasks.track(async move { me.supervise(uid).await });
     }
 
     /// Runs the worker and watches its end: a normal end (finished, forgotten or
@@ -390,7 +391,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// that panicked is put back with back-off, and a new worker takes over.
     async fn supervise(self, uid: String) {
         loop {
-            let worker = tokio::spawn(self.clone().worker_loop(uid.clone()));
+            let worker = self.tasks.track(self.clone().worker_loop(uid.clone()));
             let panic = match worker.await {
                 Ok(()) => return,
                 Err(e) if e.is_panic() => e.into_panic(),

@@ -29,7 +29,7 @@ use k8s_cri::v1::{
     LinuxSandboxSecurityContext, ListPodSandboxRequest, NamespaceMode, NamespaceOption,
     PodSandboxConfig, PodSandboxMetadata, RemovePodSandboxRequest, StopPodSandboxRequest,
 };
-use oxlet::runtime::containerd::{
+use oxlet::containerd::{
     CNI_BIN_DIR, CniSettings, ContainerdLayout, ManagedContainerd, find_in_path, import_images,
 };
 use tonic::transport::{Channel, Endpoint};

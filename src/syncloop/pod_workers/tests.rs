@@ -166,7 +166,7 @@ fn workers(fake: Fake) -> (PodWorkers<Fake>, Arc<Fake>) {
         fake.clone(),
         Arc::default(),
         Duration::from_secs(60),
-        CancellationToken::new(),
+        Tasks::new(),
     );
     (w, fake)
 }

@@ -9,6 +9,10 @@
 //! Settings here are the ones this kind of machine needs (see `shared/TESTBED.md`):
 //! `restrict_oom_score_adj` (no CAP_SYS_RESOURCE), an explicit `default_runtime_name`, a local
 //! sandbox image (no registry), and a bridge + host-local CNI config (loopback alone is rejected).
+//!
+//! It talks to the CRI client only to learn that containerd answers ([`probe_cri`]);
+//! it decides nothing about pods. [`supervise`] keeps it running, [`import_images`]
+//! loads image archives into it.
 
 use std::ffi::OsStr;
 use std::fs::{self, OpenOptions};
@@ -17,11 +21,18 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+mod images;
+mod supervise;
+
+pub use images::import_images;
+pub use supervise::{
+    RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX, RESTART_BACKOFF_RESET, next_backoff, supervise,
+};
+
 use k8s_cri::v1::VersionResponse;
 use tokio::process::{Child, Command};
-use tokio_util::sync::CancellationToken;
 
-use super::cri::{CriError, RemoteRuntime};
+use crate::runtime::cri::{CriError, RemoteRuntime};
 
 /// The CRI sandbox ("pause") image: a local ref, built by `scripts/build-images.sh`.
 pub const DEFAULT_SANDBOX_IMAGE: &str = "localhost/oxlet/pause:1";
@@ -539,170 +550,6 @@ impl ManagedContainerd {
     }
 }
 
-/// The first wait before restarting a managed containerd that died.
-pub const RESTART_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
-/// The longest wait between restarts.
-pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// A containerd that stayed up this long starts over at the initial back-off.
-pub const RESTART_BACKOFF_RESET: Duration = Duration::from_secs(60);
-
-/// The next restart back-off: doubled, capped at [`RESTART_BACKOFF_MAX`].
-pub fn next_backoff(current: Duration) -> Duration {
-    (current * 2).min(RESTART_BACKOFF_MAX)
-}
-
-/// Keeps a managed containerd running until `cancel` fires, then stops it.
-///
-/// k3s exits when its containerd dies and leaves the restart to systemd; oxlet restarts
-/// it itself, with back-off (1 s doubling to 30 s, reset after 60 s up), so running pods
-/// and the sync loop (which skips while the runtime is down) carry on. Containers survive
-/// it: their shims are separate processes that the new containerd reconnects to.
-///
-/// Run it on a runtime worker thread (a task), never in `spawn_blocking`: the
-/// parent-death signal of each restarted containerd follows the spawning thread.
-pub async fn supervise(mut current: ManagedContainerd, cancel: CancellationToken) {
-    let mut backoff = RESTART_BACKOFF_INITIAL;
-    loop {
-        let up_since = Instant::now();
-        let exited = tokio::select! {
-            _ = cancel.cancelled() => None,
-            status = current.wait() => Some(status),
-        };
-        let Some(status) = exited else {
-            current.stop().await;
-            return;
-        };
-        if up_since.elapsed() >= RESTART_BACKOFF_RESET {
-            backoff = RESTART_BACKOFF_INITIAL;
-        }
-        let status = match status {
-            Ok(s) => s.to_string(),
-            Err(e) => format!("wait failed: {e}"),
-        };
-        tracing::warn!(
-            pid = current.pid,
-            %status,
-            log = %current.layout.log.display(),
-            "managed containerd exited; restarting it after a back-off of {backoff:?}"
-        );
-        let (layout, cni, image) = (
-            current.layout.clone(),
-            current.cni.clone(),
-            current.sandbox_image.clone(),
-        );
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            // Dropping a start cut short by `cancel` kills the half-started child.
-            let started = tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = ManagedContainerd::start_with_sandbox_image(&layout, &cni, &image) => r,
-            };
-            backoff = next_backoff(backoff);
-            match started {
-                Ok(m) => {
-                    tracing::warn!(pid = m.pid, "managed containerd restarted");
-                    current = m;
-                    break;
-                }
-                Err(e) => tracing::warn!(
-                    error = %e,
-                    "restarting managed containerd failed; retrying after a back-off of {backoff:?}"
-                ),
-            }
-        }
-    }
-}
-
-/// Whether `name` looks like an image archive `ctr images import` reads.
-fn is_image_archive(name: &str) -> bool {
-    [".tar", ".tar.gz", ".tgz", ".oci", ".oci.tar"]
-        .iter()
-        .any(|ext| name.ends_with(ext))
-}
-
-/// `ctr images import` of one archive. ctr 1.6 reads only plain tar, so a gzipped archive
-/// is piped through `gzip -dc` into `ctr images import -`.
-async fn import_one(socket: &Path, file: &Path) -> io::Result<std::process::Output> {
-    let mut ctr = Command::new("ctr");
-    ctr.arg("-a")
-        .arg(socket)
-        .args(["-n", CRI_NAMESPACE, "images", "import"])
-        .kill_on_drop(true);
-    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if !(name.ends_with(".gz") || name.ends_with(".tgz")) {
-        return ctr.arg(file).stdin(Stdio::null()).output().await;
-    }
-    let mut gunzip = Command::new("gzip")
-        .arg("-dc")
-        .arg(file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
-    let stdout: Stdio = gunzip.stdout.take().expect("stdout is piped").try_into()?;
-    let mut out = ctr.arg("-").stdin(stdout).output().await?;
-    let gz = gunzip.wait_with_output().await?;
-    if !gz.status.success() && out.status.success() {
-        // ctr may accept a truncated stream; a failed decompression is still a failure.
-        out.status = gz.status;
-    }
-    if !gz.status.success() {
-        out.stderr.extend_from_slice(b"; gzip: ");
-        out.stderr.extend_from_slice(&gz.stderr);
-    }
-    Ok(out)
-}
-
-/// Import every image archive in `dir` (k3s's `agent/images` convention) into the CRI
-/// namespace, each on its own with `ctr -a <socket> -n k8s.io images import <file>`, in
-/// name order. A broken archive is logged and skipped; a missing dir imports nothing.
-pub async fn import_images(socket: &Path, dir: &Path) -> Vec<(PathBuf, Result<(), String>)> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(is_image_archive)
-        })
-        .collect();
-    files.sort();
-
-    let mut results = Vec::with_capacity(files.len());
-    for file in files {
-        let started = Instant::now();
-        let result = match import_one(socket, &file).await {
-            Ok(o) if o.status.success() => {
-                tracing::info!(
-                    file = %file.display(),
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "imported image archive"
-                );
-                Ok(())
-            }
-            Ok(o) => {
-                let stderr = String::from_utf8_lossy(&o.stderr).trim().to_string();
-                tracing::warn!(file = %file.display(), status = %o.status, stderr = %stderr, "image import failed; skipping this archive");
-                Err(format!("ctr images import: {}: {stderr}", o.status))
-            }
-            Err(e) => {
-                tracing::warn!(file = %file.display(), error = %e, "could not run ctr; skipping this archive");
-                Err(format!("running ctr: {e}"))
-            }
-        };
-        results.push((file, result));
-    }
-    results
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -803,42 +650,10 @@ mod tests {
     }
 
     #[test]
-    fn restart_backoff_doubles_to_the_cap() {
-        let mut b = RESTART_BACKOFF_INITIAL;
-        let mut seen = vec![b];
-        for _ in 0..7 {
-            b = next_backoff(b);
-            seen.push(b);
-        }
-        let secs: Vec<u64> = seen.iter().map(Duration::as_secs).collect();
-        assert_eq!(secs, [1, 2, 4, 8, 16, 30, 30, 30]);
-    }
-
-    #[test]
     fn default_cni_settings() {
         let d = CniSettings::default();
         assert_eq!(d.bridge, "oxlet0");
         assert_eq!(d.subnet, "10.88.0.0/16");
-    }
-
-    #[test]
-    fn archive_names() {
-        for ok in ["a.tar", "b.tar.gz", "c.tgz", "d.oci.tar"] {
-            assert!(is_image_archive(ok), "{ok}");
-        }
-        for no in ["README", "a.tar.partial", "x.json"] {
-            assert!(!is_image_archive(no), "{no}");
-        }
-    }
-
-    #[tokio::test]
-    async fn import_from_missing_dir_is_empty() {
-        let r = import_images(
-            Path::new("/nonexistent.sock"),
-            Path::new("/nonexistent/dir"),
-        )
-        .await;
-        assert!(r.is_empty());
     }
 
     #[test]

@@ -255,8 +255,8 @@ impl SyncLoop {
     fn is_terminal(&self, uid: &str) -> bool {
         self.statuses
             .get(uid)
-            .and_then(|s| s.phase)
-            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+            .and_then(|s| s.phase?.parse::<crate::pod::Phase>().ok())
+            .is_some_and(crate::pod::Phase::is_terminal)
     }
 
     /// True when admission rejected the pod (it never gets a worker).
@@ -419,12 +419,9 @@ pub fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
     if all().any(|c| c.lifecycle.is_some()) {
         out.push("lifecycle hooks");
     }
-    if spec
-        .init_containers
-        .iter()
-        .flatten()
-        .any(|c| c.restart_policy.as_deref() == Some("Always"))
-    {
+    if spec.init_containers.iter().flatten().any(|c| {
+        crate::pod::RestartPolicy::of_container(c) == Some(crate::pod::RestartPolicy::Always)
+    }) {
         out.push("restartable init containers (sidecars)");
     }
     if spec.active_deadline_seconds.is_some() {

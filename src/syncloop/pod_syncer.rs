@@ -10,7 +10,7 @@ use tracing::{debug, info};
 use super::pod_manager::PodManager;
 use super::pod_workers::{PodSyncError, PodSyncer, SyncResult, UpdateType};
 use crate::pleg::PodCache;
-use crate::pod::{pod_ref, pod_uid};
+use crate::pod::{Phase, pod_ref, pod_uid};
 use crate::runtime::RuntimeManager;
 use crate::runtime::types::{PodRuntimeStatus, RuntimePod};
 use crate::status::StatusManager;
@@ -41,7 +41,7 @@ fn names(pod: &Pod) -> (String, String, String) {
 
 impl Syncer {
     /// Generates and stores the pod's API status from a runtime view.
-    fn update_status(&self, pod: &Pod, rt: &PodRuntimeStatus, terminating: bool) -> String {
+    fn update_status(&self, pod: &Pod, rt: &PodRuntimeStatus, terminating: bool) -> Phase {
         let uid = pod_uid(pod);
         let old = self.statuses.get(uid);
         let reasons = self.runtime.reasons();
@@ -56,7 +56,7 @@ impl Syncer {
             terminating,
             now: jiff::Timestamp::now(),
         });
-        let phase = status.phase.clone().unwrap_or_default();
+        let phase = Phase::parse_or_pending(status.phase.as_deref());
         if let Some(stages) = self
             .startup
             .observe(pod, rt, &status, jiff::Timestamp::now())
@@ -110,7 +110,7 @@ impl PodSyncer for Syncer {
             .await
             .map_err(PodSyncError::Inspect)?;
         let phase = self.update_status(&pod, &rt, false);
-        if phase == "Succeeded" || phase == "Failed" {
+        if phase.is_terminal() {
             return Ok(SyncResult {
                 terminal: true,
                 retry_after: None,

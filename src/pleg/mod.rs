@@ -255,7 +255,7 @@ impl GenericPleg {
                 }
                 Err(e) => {
                     debug!(podUID = %uid, error = %e, "PLEG: cannot read pod status; will retry");
-                    self.cache.set_error(uid, e.to_string(), start);
+                    self.cache.set_error(uid, e, start);
                     self.retry.insert(uid.clone());
                 }
             }

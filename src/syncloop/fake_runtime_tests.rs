@@ -11,6 +11,7 @@ use crate::runtime::fake::support::{FakeNode, pod};
 struct Agent {
     node: FakeNode,
     statuses: Arc<StatusManager>,
+    workers: PodWorkers<Syncer>,
     updates: mpsc::Sender<PodUpdate>,
     cancel: CancellationToken,
     tasks: tokio_util::task::TaskTracker,
@@ -49,7 +50,7 @@ async fn agent(max_pods: u32) -> Agent {
     );
     let sync_loop = SyncLoop::new(
         pods,
-        workers,
+        workers.clone(),
         statuses.clone(),
         runtime,
         queue,
@@ -63,6 +64,7 @@ async fn agent(max_pods: u32) -> Agent {
     Agent {
         node,
         statuses,
+        workers,
         updates,
         cancel,
         tasks,
@@ -225,5 +227,47 @@ async fn pods_beyond_max_pods_are_rejected_by_the_addition_handler() {
         Some(OUT_OF_PODS)
     );
     assert!(a.node.fake.container_id("second", "app").is_none());
+    a.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_with_a_status_sets_it_before_stopping_and_it_stays() {
+    let a = agent(110).await;
+    let p = pod("web", &[], &["app"], "Always");
+    a.send(PodOperation::Add, vec![p.clone()]).await;
+    a.until(Duration::from_secs(5), "pod Running", |a| {
+        a.phase("uid-web").as_deref() == Some("Running")
+    })
+    .await;
+    a.workers.update_pod(PodWork::Kill {
+        pod: Arc::new(p),
+        kill: KillRequest {
+            grace_override: Some(1),
+            status: Some(pod_workers::KillStatus {
+                phase: crate::pod::Phase::Failed,
+                reason: "Evicted".into(),
+                message: "The node was low on resource: memory.".into(),
+            }),
+            ..KillRequest::new(KillReason::RemovedFromConfig)
+        },
+    });
+    a.until(Duration::from_secs(5), "app stopped", |a| {
+        let cs = a.statuses.get("uid-web").and_then(|s| s.container_statuses);
+        cs.is_some_and(|cs| {
+            cs.iter()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+        })
+    })
+    .await;
+    // Still desired, yet it stays down and keeps the status the kill set.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let st = a.statuses.get("uid-web").unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some("The node was low on resource: memory.")
+    );
+    assert_eq!(a.node.fake.calls_of("StartContainer").len(), 1);
     a.stop().await;
 }

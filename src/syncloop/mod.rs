@@ -26,7 +26,7 @@ use crate::status::StatusManager;
 use crate::status::generate::rejected;
 use pod_manager::PodManager;
 use pod_syncer::Syncer;
-use pod_workers::{KillRequest, PodWork, PodWorkers, UpdateType};
+use pod_workers::{KillReason, KillRequest, PodWork, PodWorkers, UpdateType};
 use work_queue::WorkQueue;
 
 /// kubelet's housekeeping period.
@@ -326,14 +326,9 @@ impl SyncLoop {
                 self.statuses.remove(&uid);
                 continue;
             }
-            self.workers.update_pod(PodWork {
-                update_type: UpdateType::Kill,
-                pod: Some(pod),
-                runtime_pod: None,
-                kill: Some(KillRequest {
-                    grace_override: None,
-                    reason: "removed from config".into(),
-                }),
+            self.workers.update_pod(PodWork::Kill {
+                pod,
+                kill: KillRequest::new(KillReason::RemovedFromConfig),
             });
         }
     }
@@ -351,11 +346,9 @@ impl SyncLoop {
     }
 
     fn dispatch(&self, pod: Arc<Pod>, update_type: UpdateType) {
-        self.workers.update_pod(PodWork {
-            update_type,
-            pod: Some(pod),
-            runtime_pod: None,
-            kill: None,
+        self.workers.update_pod(PodWork::Sync {
+            update: update_type,
+            pod,
         });
     }
 
@@ -453,14 +446,12 @@ async fn cleanup_runtime_pods(
         }
         if rp.is_running() {
             info!(pod = %rp.pod_ref(), podUID = %rp.uid, "killing runtime pod that is not in the config");
-            workers.update_pod(PodWork {
-                update_type: UpdateType::Kill,
-                pod: None,
-                runtime_pod: Some(rp),
-                kill: Some(KillRequest {
+            workers.update_pod(PodWork::KillRuntimePod {
+                pod: rp,
+                kill: KillRequest {
                     grace_override: Some(1),
-                    reason: "runtime-only pod".into(),
-                }),
+                    ..KillRequest::new(KillReason::RuntimeOnly)
+                },
             });
         } else {
             debug!(pod = %rp.pod_ref(), podUID = %rp.uid, "removing dead runtime pod that is not in the config");

@@ -182,13 +182,11 @@ impl SyncLoop {
         }
     }
 
-    fn runtime_errors(&self) -> Result<(), String> {
+    fn runtime_errors(&self) -> Result<(), monitor::RuntimeUnhealthy> {
         if !self.health.is_up() {
-            return Err("container runtime is down".into());
+            return Err(monitor::RuntimeUnhealthy::RuntimeDown);
         }
-        self.pleg
-            .healthy()
-            .map_err(|e| format!("PLEG is not healthy: {e}"))
+        Ok(self.pleg.healthy()?)
     }
 
     /// One iteration: handles exactly one ready input. Returns false to stop.

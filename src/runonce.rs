@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio_util::sync::CancellationToken;
 
-use crate::pod::{pod_ref, pod_uid};
+use crate::pod::{Phase, WaitingReason, pod_ref, pod_uid};
 use crate::status::StatusManager;
 use crate::syncloop::pod_manager::PodManager;
 
@@ -14,18 +14,6 @@ use crate::syncloop::pod_manager::PodManager;
 const RUNONCE_TIMEOUT: Duration = Duration::from_secs(120);
 /// kubelet waits about a second for the first manifest batch.
 const FIRST_BATCH_WAIT: Duration = Duration::from_secs(1);
-
-/// Waiting reasons that will not fix themselves.
-const FATAL_WAITING: &[&str] = &[
-    "ErrImageNeverPull",
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "CreateContainerError",
-    "CreateContainerConfigError",
-    "RunContainerError",
-    "CrashLoopBackOff",
-];
 
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
@@ -38,14 +26,18 @@ fn verdict(status: Option<&PodStatus>) -> Verdict {
     let Some(s) = status else {
         return Verdict::Pending;
     };
-    let phase = s.phase.as_deref().unwrap_or("Pending");
-    if phase == "Failed" {
-        return Verdict::Failed(s.reason.clone().unwrap_or_else(|| "Failed".into()));
+    let phase = Phase::parse_or_pending(s.phase.as_deref());
+    if phase == Phase::Failed {
+        return Verdict::Failed(s.reason.clone().unwrap_or_else(|| phase.to_string()));
     }
     let cs = s.container_statuses.as_deref().unwrap_or_default();
     for c in cs {
         if let Some(w) = c.state.as_ref().and_then(|st| st.waiting.as_ref())
-            && let Some(r) = w.reason.as_deref().filter(|r| FATAL_WAITING.contains(r))
+            && let Some(r) = w
+                .reason
+                .as_deref()
+                .and_then(|r| r.parse::<WaitingReason>().ok())
+                .filter(|r| r.is_stuck())
         {
             return Verdict::Failed(format!("container {}: {r}", c.name));
         }
@@ -54,7 +46,7 @@ fn verdict(status: Option<&PodStatus>) -> Verdict {
         && cs
             .iter()
             .all(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()));
-    if phase == "Succeeded" || (phase == "Running" && all_running) {
+    if phase == Phase::Succeeded || (phase == Phase::Running && all_running) {
         Verdict::Running
     } else {
         Verdict::Pending
@@ -79,10 +71,8 @@ pub async fn run(
         if done || tokio::time::Instant::now() >= deadline || cancel.is_cancelled() {
             let mut ok = true;
             for (p, v) in &verdicts {
-                let phase = statuses
-                    .get(pod_uid(p))
-                    .and_then(|s| s.phase)
-                    .unwrap_or_else(|| "Pending".into());
+                let status = statuses.get(pod_uid(p));
+                let phase = Phase::parse_or_pending(status.and_then(|s| s.phase).as_deref());
                 match v {
                     Verdict::Running => println!("{}: {phase}: running", pod_ref(p)),
                     Verdict::Failed(why) => {

@@ -52,10 +52,22 @@ async fn import_one(socket: &Path, file: &Path) -> io::Result<std::process::Outp
     Ok(out)
 }
 
+/// Why one image archive was not imported.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("ctr images import: {status}: {stderr}")]
+    Failed {
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error("running ctr: {0}")]
+    Run(std::io::Error),
+}
+
 /// Import every image archive in `dir` (k3s's `agent/images` convention) into the CRI
 /// namespace, each on its own with `ctr -a <socket> -n k8s.io images import <file>`, in
 /// name order. A broken archive is logged and skipped; a missing dir imports nothing.
-pub async fn import_images(socket: &Path, dir: &Path) -> Vec<(PathBuf, Result<(), String>)> {
+pub async fn import_images(socket: &Path, dir: &Path) -> Vec<(PathBuf, Result<(), ImportError>)> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -86,11 +98,14 @@ pub async fn import_images(socket: &Path, dir: &Path) -> Vec<(PathBuf, Result<()
             Ok(o) => {
                 let stderr = String::from_utf8_lossy(&o.stderr).trim().to_string();
                 tracing::warn!(file = %file.display(), status = %o.status, stderr = %stderr, "image import failed; skipping this archive");
-                Err(format!("ctr images import: {}: {stderr}", o.status))
+                Err(ImportError::Failed {
+                    status: o.status,
+                    stderr,
+                })
             }
             Err(e) => {
                 tracing::warn!(file = %file.display(), error = %e, "could not run ctr; skipping this archive");
-                Err(format!("running ctr: {e}"))
+                Err(ImportError::Run(e))
             }
         };
         results.push((file, result));

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 mod images;
 mod supervise;
 
-pub use images::import_images;
+pub use images::{ImportError, import_images};
 pub use supervise::{
     RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX, RESTART_BACKOFF_RESET, next_backoff, supervise,
 };

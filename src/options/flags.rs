@@ -262,7 +262,7 @@ fn from_matches(m: &ArgMatches) -> FlagValues {
             problems.push(Problem::Flag {
                 flag: name.to_string(),
                 value: text,
-                reason,
+                reason: reason.0,
             });
         }
         given.push((m.index_of(name).unwrap_or(usize::MAX), name));

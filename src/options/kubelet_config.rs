@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_yaml_ng::Value;
 
 use super::Problem;
-use super::settings::{self, Kind};
+use super::settings::{self, InvalidValue, Kind};
 
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 pub const KIND: &str = "KubeletConfiguration";
@@ -233,7 +233,7 @@ pub fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile, Vec<Pr
                         file: path.to_path_buf(),
                         field: field.to_string(),
                         value: value_text(value),
-                        reason,
+                        reason: reason.0,
                     }),
                 }
             }
@@ -249,18 +249,18 @@ pub fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile, Vec<Pr
 /// A field's value as text when it has the YAML type its setting's kind needs
 /// and parses; None when null (unset). Go's `metav1.Duration` decodes only
 /// from a string such as "20s".
-fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, String> {
+fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue> {
     let text = match (kind, value) {
         (_, Value::Null) => return Ok(None),
         (Kind::Text | Kind::Path | Kind::Duration, Value::String(s)) => s.clone(),
         (Kind::Int, Value::Number(n)) if n.as_i64().is_some() => n.to_string(),
         (Kind::Bool, Value::Bool(b)) => b.to_string(),
-        (Kind::Text | Kind::Path, _) => return Err("must be a string".to_string()),
-        (Kind::Int, _) => return Err("must be an integer".to_string()),
+        (Kind::Text | Kind::Path, _) => return Err("must be a string".into()),
+        (Kind::Int, _) => return Err("must be an integer".into()),
         (Kind::Duration, _) => {
-            return Err("must be a duration string such as \"20s\" or \"1m30s\"".to_string());
+            return Err("must be a duration string such as \"20s\" or \"1m30s\"".into());
         }
-        (Kind::Bool, _) => return Err("must be true or false".to_string()),
+        (Kind::Bool, _) => return Err("must be true or false".into()),
     };
     kind.parse(&text)?;
     Ok(Some(text))

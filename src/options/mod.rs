@@ -19,7 +19,7 @@ use flags::FlagValues;
 use kubelet_config::KubeletConfigFile;
 pub use problem::{ConfigError, Problem};
 pub use settings::{DEFAULT_RUNTIME_ENDPOINT, MIN_OPEN_FILES};
-use settings::{Input, SETTINGS, Setting};
+use settings::{Input, InvalidValue, SETTINGS, Setting};
 
 /// Effective configuration after merging defaults, the config file and flags.
 /// Which flag and config field set each value: see [`settings::SETTINGS`].
@@ -155,9 +155,10 @@ fn problem(
     origin: Origin,
     file: &Option<PathBuf>,
     text: &str,
-    reason: String,
+    reason: InvalidValue,
 ) -> Problem {
     let value = text.to_string();
+    let reason = reason.0;
     match (origin, s.field) {
         (Origin::Field, Some(field)) => Problem::Field {
             file: file.clone().unwrap_or_default(),

@@ -29,13 +29,31 @@ pub enum Kind {
 
 impl Kind {
     /// Whether `text` is a well-formed value of this kind; the reason if not.
-    pub fn parse(self, text: &str) -> Result<(), String> {
+    pub fn parse(self, text: &str) -> Result<(), InvalidValue> {
         match self {
             Kind::Text | Kind::Path => Ok(()),
             Kind::Int => parse_int(text).map(drop),
             Kind::Duration => parse_duration(text).map(drop),
             Kind::Bool => parse_bool(text).map(drop),
         }
+    }
+}
+
+/// Why a setting's value is refused: the reason alone (the caller names the flag
+/// or field and the value, in a `Problem`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidValue(pub String);
+
+impl From<&str> for InvalidValue {
+    fn from(reason: &str) -> Self {
+        InvalidValue(reason.to_string())
+    }
+}
+
+impl From<String> for InvalidValue {
+    fn from(reason: String) -> Self {
+        InvalidValue(reason)
     }
 }
 
@@ -66,7 +84,7 @@ pub struct Setting {
     pub value_name: &'static str,
     pub help: &'static str,
     /// Parses the text, checks it (the reason if not allowed) and stores it.
-    pub set: fn(&mut Options, Input) -> Result<(), String>,
+    pub set: fn(&mut Options, Input) -> Result<(), InvalidValue>,
 }
 
 impl Setting {
@@ -121,7 +139,7 @@ const fn row(
     default: &'static str,
     value_name: &'static str,
     help: &'static str,
-    set: fn(&mut Options, Input) -> Result<(), String>,
+    set: fn(&mut Options, Input) -> Result<(), InvalidValue>,
 ) -> Setting {
     Setting {
         flag,
@@ -150,7 +168,7 @@ impl Setting {
 
 /// Given explicitly (flag or config file), the endpoint means "never start a
 /// managed containerd in its place".
-fn set_endpoint(o: &mut Options, i: Input) -> Result<(), String> {
+fn set_endpoint(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     o.container_runtime_endpoint = unix_endpoint(i.text)?;
     o.runtime_endpoint_explicit = i.explicit;
     Ok(())
@@ -158,48 +176,48 @@ fn set_endpoint(o: &mut Options, i: Input) -> Result<(), String> {
 
 /// kubelet: trimmed and lower-cased; blank means "use the host name". Kept
 /// even when invalid, so the host name is not read in its place.
-fn set_node_name(o: &mut Options, i: Input) -> Result<(), String> {
+fn set_node_name(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     o.node_name = i.text.trim().to_lowercase();
     if o.node_name.is_empty() || is_dns_subdomain(&o.node_name) {
         Ok(())
     } else {
-        Err(NODE_NAME_REASON.to_string())
+        Err(NODE_NAME_REASON.into())
     }
 }
 
-fn non_empty(s: &str) -> Result<PathBuf, String> {
+fn non_empty(s: &str) -> Result<PathBuf, InvalidValue> {
     (!s.is_empty())
         .then(|| PathBuf::from(s))
-        .ok_or_else(|| "must not be empty".to_string())
+        .ok_or_else(|| "must not be empty".into())
 }
 
-fn absolute(s: &str) -> Result<PathBuf, String> {
+fn absolute(s: &str) -> Result<PathBuf, InvalidValue> {
     Some(PathBuf::from(s))
         .filter(|p| p.is_absolute())
-        .ok_or_else(|| "must be an absolute path".to_string())
+        .ok_or_else(|| "must be an absolute path".into())
 }
 
 /// A port; 0 means disabled for every port oxlet serves.
-fn port(s: &str) -> Result<u16, String> {
+fn port(s: &str) -> Result<u16, InvalidValue> {
     int_within(s, 0, 65535)
 }
 
 /// kubelet's `maxPods` is an `int32` that must not be negative.
-fn max_pods(s: &str) -> Result<u32, String> {
+fn max_pods(s: &str) -> Result<u32, InvalidValue> {
     match parse_int(s)? {
-        n if n < 0 => Err("must be greater than or equal to 0".to_string()),
+        n if n < 0 => Err("must be greater than or equal to 0".into()),
         n => u32::try_from(n)
             .ok()
             .filter(|&n| n <= i32::MAX as u32)
-            .ok_or_else(|| format!("must be at most {}", i32::MAX)),
+            .ok_or_else(|| format!("must be at most {}", i32::MAX).into()),
     }
 }
 
-fn max_open_files(s: &str) -> Result<u64, String> {
+fn max_open_files(s: &str) -> Result<u64, InvalidValue> {
     u64::try_from(parse_int(s)?)
         .ok()
         .filter(|&n| n >= MIN_OPEN_FILES)
-        .ok_or_else(|| format!("must be at least {MIN_OPEN_FILES}"))
+        .ok_or_else(|| format!("must be at least {MIN_OPEN_FILES}").into())
 }
 
 /// The setting a config field belongs to.
@@ -213,29 +231,28 @@ pub(super) const NODE_NAME_REASON: &str = "the node name must be a DNS subdomain
 pub(super) const ENDPOINT_REASON: &str = "must be a unix:// URL with an absolute socket path, \
      e.g. unix:///run/containerd/containerd.sock";
 
-fn parse_int(s: &str) -> Result<i64, String> {
-    s.parse::<i64>()
-        .map_err(|_| "must be an integer".to_string())
+fn parse_int(s: &str) -> Result<i64, InvalidValue> {
+    s.parse::<i64>().map_err(|_| "must be an integer".into())
 }
 
 /// An integer in `min..=max`, converted to the field's type.
-fn int_within<T: TryFrom<i64>>(s: &str, min: i64, max: i64) -> Result<T, String> {
+fn int_within<T: TryFrom<i64>>(s: &str, min: i64, max: i64) -> Result<T, InvalidValue> {
     Some(parse_int(s)?)
         .filter(|n| (min..=max).contains(n))
         .and_then(|n| T::try_from(n).ok())
-        .ok_or_else(|| format!("must be between {min} and {max}"))
+        .ok_or_else(|| format!("must be between {min} and {max}").into())
 }
 
-fn parse_duration(s: &str) -> Result<GoDuration, String> {
-    parse_go_duration(s).map_err(|e| e.reason())
+fn parse_duration(s: &str) -> Result<GoDuration, InvalidValue> {
+    parse_go_duration(s).map_err(|e| e.reason().into())
 }
 
 /// A frequency or timeout; zero or negative would spin or never wait.
-fn positive_duration(s: &str) -> Result<std::time::Duration, String> {
+fn positive_duration(s: &str) -> Result<std::time::Duration, InvalidValue> {
     let d = parse_duration(s)?;
     d.to_std()
         .filter(|_| d.is_positive())
-        .ok_or_else(|| "must be greater than 0".to_string())
+        .ok_or_else(|| "must be greater than 0".into())
 }
 
 /// Go's `strconv.ParseBool`, which pflag uses for boolean flags.
@@ -247,20 +264,20 @@ pub fn parse_go_bool(s: &str) -> Option<bool> {
     }
 }
 
-pub(super) fn parse_bool(s: &str) -> Result<bool, String> {
-    parse_go_bool(s).ok_or_else(|| "must be true or false".to_string())
+pub(super) fn parse_bool(s: &str) -> Result<bool, InvalidValue> {
+    parse_go_bool(s).ok_or_else(|| "must be true or false".into())
 }
 
-fn ip(s: &str) -> Result<IpAddr, String> {
+fn ip(s: &str) -> Result<IpAddr, InvalidValue> {
     s.parse::<IpAddr>()
-        .map_err(|_| "must be a valid IPv4 or IPv6 address".to_string())
+        .map_err(|_| "must be a valid IPv4 or IPv6 address".into())
 }
 
 /// `unix://` followed by an absolute path (kubelet's other schemes are not supported).
-fn unix_endpoint(e: &str) -> Result<String, String> {
+fn unix_endpoint(e: &str) -> Result<String, InvalidValue> {
     match e.strip_prefix("unix://") {
         Some(path) if path.starts_with('/') && path.len() > 1 => Ok(e.to_string()),
-        _ => Err(ENDPOINT_REASON.to_string()),
+        _ => Err(ENDPOINT_REASON.into()),
     }
 }
 
@@ -359,7 +376,7 @@ mod tests {
         assert_eq!(int_within::<u16>("65535", 0, 65535), Ok(65535));
         assert!(int_within::<u16>("65536", 0, 65535).is_err());
         assert_eq!(
-            positive_duration("0s").unwrap_err(),
+            positive_duration("0s").unwrap_err().to_string(),
             "must be greater than 0"
         );
         assert!(is_dns_subdomain("node-1.example"));

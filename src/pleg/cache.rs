@@ -8,12 +8,16 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::runtime::CriError;
 use crate::runtime::types::PodRuntimeStatus;
+
+/// Why the runtime could not be inspected for a pod; shared by every reader.
+pub type InspectError = Arc<CriError>;
 
 #[derive(Debug, Clone)]
 struct Entry {
     /// The status, or why the runtime could not be inspected for this pod.
-    status: Result<Arc<PodRuntimeStatus>, String>,
+    status: Result<Arc<PodRuntimeStatus>, InspectError>,
     modified: Instant,
 }
 
@@ -53,11 +57,16 @@ impl PodCache {
 
     /// Records that inspecting the pod failed at `modified`: a worker waiting for it
     /// gets the error (and retries later) instead of acting on a view without the pod.
-    pub fn set_error(&self, uid: &str, error: String, modified: Instant) {
-        self.store(uid, Err(error), modified);
+    pub fn set_error(&self, uid: &str, error: CriError, modified: Instant) {
+        self.store(uid, Err(Arc::new(error)), modified);
     }
 
-    fn store(&self, uid: &str, status: Result<Arc<PodRuntimeStatus>, String>, modified: Instant) {
+    fn store(
+        &self,
+        uid: &str,
+        status: Result<Arc<PodRuntimeStatus>, InspectError>,
+        modified: Instant,
+    ) {
         let mut entries = self.entries.lock().unwrap();
         if entries.get(uid).is_some_and(|e| e.modified > modified) {
             return;
@@ -81,7 +90,7 @@ impl PodCache {
         &self,
         uid: &str,
         since: Option<Instant>,
-    ) -> Option<Result<Arc<PodRuntimeStatus>, String>> {
+    ) -> Option<Result<Arc<PodRuntimeStatus>, InspectError>> {
         let global = *self.global.lock().unwrap();
         let entries = self.entries.lock().unwrap();
         let entry = entries.get(uid);
@@ -104,7 +113,7 @@ impl PodCache {
         &self,
         uid: &str,
         since: Option<Instant>,
-    ) -> Result<Arc<PodRuntimeStatus>, String> {
+    ) -> Result<Arc<PodRuntimeStatus>, InspectError> {
         let mut rx = self.tick.subscribe();
         loop {
             if let Some(s) = self.newer_than(uid, since) {
@@ -152,7 +161,12 @@ mod tests {
             cache.get_newer_than("nope", Some(t0)).await.unwrap().uid,
             ""
         );
-        cache.set_error("bad", "inspect failed".into(), Instant::now());
+        let failed = CriError::Status {
+            call: "PodSandboxStatus",
+            code: tonic::Code::Unavailable,
+            message: "inspect failed".into(),
+        };
+        cache.set_error("bad", failed, Instant::now());
         assert!(cache.get_newer_than("bad", None).await.is_err());
         let t1 = Instant::now();
         cache.set(

@@ -160,16 +160,22 @@ pub struct PlegStats {
 
 impl PlegStats {
     /// kubelet's PLEG health check.
-    pub fn healthy(&self) -> Result<(), String> {
+    pub fn healthy(&self) -> Result<(), PlegUnhealthy> {
         match *self.last_success.lock().unwrap() {
-            None => Err("pleg has yet to be successful".into()),
-            Some(t) if t.elapsed() > RELIST_THRESHOLD => Err(format!(
-                "pleg was last seen active {:?} ago; threshold is 3m0s",
-                t.elapsed()
-            )),
+            None => Err(PlegUnhealthy::NeverRelisted),
+            Some(t) if t.elapsed() > RELIST_THRESHOLD => Err(PlegUnhealthy::Stale(t.elapsed())),
             Some(_) => Ok(()),
         }
     }
+}
+
+/// Why the PLEG is unhealthy (kubelet's messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlegUnhealthy {
+    #[error("pleg has yet to be successful")]
+    NeverRelisted,
+    #[error("pleg was last seen active {0:?} ago; threshold is 3m0s")]
+    Stale(Duration),
 }
 
 /// The generic (relisting) PLEG.
@@ -255,7 +261,7 @@ impl GenericPleg {
                 }
                 Err(e) => {
                     debug!(podUID = %uid, error = %e, "PLEG: cannot read pod status; will retry");
-                    self.cache.set_error(uid, e.to_string(), start);
+                    self.cache.set_error(uid, e, start);
                     self.retry.insert(uid.clone());
                 }
             }

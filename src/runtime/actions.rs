@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::labels::container_hash;
 use super::sandbox::is_host_network;
 use super::types::{ContainerState, ContainerStatus, PodRuntimeStatus};
+use crate::pod::{RestartPolicy, TerminatedReason};
 
 /// What one sync must do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,13 +39,6 @@ impl PodActions {
     }
 }
 
-fn restart_policy(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always")
-}
-
 /// Whether a container that is not running should be (re)started (kubelet's
 /// `ShouldContainerBeRestarted`).
 pub fn should_restart(pod: &Pod, latest: Option<&ContainerStatus>) -> bool {
@@ -57,10 +51,10 @@ pub fn should_restart(pod: &Pod, latest: Option<&ContainerStatus>) -> bool {
     match status.state {
         ContainerState::Running => false,
         ContainerState::Unknown | ContainerState::Created => true,
-        ContainerState::Exited => match restart_policy(pod) {
-            "Never" => false,
-            "OnFailure" => status.exit_code != 0,
-            _ => true,
+        ContainerState::Exited => match RestartPolicy::of(pod) {
+            RestartPolicy::Never => false,
+            RestartPolicy::OnFailure => status.exit_code != 0,
+            RestartPolicy::Always => true,
         },
     }
 }
@@ -87,7 +81,7 @@ fn sandbox_changed(pod: &Pod, status: &PodRuntimeStatus) -> (bool, u32, Option<S
 
 /// kubelet's `isInitContainerFailed`.
 fn init_failed(s: &ContainerStatus) -> bool {
-    s.reason == "OOMKilled"
+    s.reason == TerminatedReason::OomKilled.as_str()
         || (s.state == ContainerState::Exited && s.exit_code != 0)
         || s.state == ContainerState::Unknown
 }
@@ -128,7 +122,7 @@ fn init_container_actions(pod: &Pod, status: &PodRuntimeStatus, actions: &mut Po
         actions.next_init = Some(0);
         return false;
     };
-    let restart_on_failure = restart_policy(pod) != "Never";
+    let restart_on_failure = RestartPolicy::of(pod) != RestartPolicy::Never;
     match s.state {
         // Created but never started (the start failed): start it again.
         ContainerState::Created => actions.next_init = Some(i),
@@ -160,7 +154,7 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
     let Some(spec) = pod.spec.as_ref() else {
         return PodActions::default();
     };
-    let policy = restart_policy(pod);
+    let policy = RestartPolicy::of(pod);
     let (create_sandbox, attempt, sandbox_id) = sandbox_changed(pod, status);
     let inits = spec.init_containers.as_deref().unwrap_or_default();
     let mut actions = PodActions {
@@ -172,7 +166,7 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
 
     if create_sandbox {
         // A pod that must never restart and already ran stays down.
-        if policy == "Never" && attempt > 0 && !status.containers.is_empty() {
+        if policy == RestartPolicy::Never && attempt > 0 && !status.containers.is_empty() {
             actions.create_sandbox = false;
             actions.kill_pod = status.sandboxes.iter().any(|s| s.ready)
                 || status.running_containers().next().is_some();
@@ -188,7 +182,7 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
             .iter()
             .enumerate()
             .filter(|(_, c)| {
-                !(policy == "OnFailure"
+                !(policy == RestartPolicy::OnFailure
                     && status
                         .latest(&c.name)
                         .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))

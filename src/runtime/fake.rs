@@ -14,12 +14,13 @@ use tokio::time::Instant;
 use super::cri::CriError;
 use super::cri_api::{Cri, CriFuture, CriRead, ExecOutput};
 use super::labels;
+use crate::pod::TerminatedReason;
 
 /// Exit code of a container stopped by the agent (SIGTERM'd busybox: 128 + 15).
 pub const STOPPED_EXIT_CODE: i32 = 143;
-/// Exit code and reason of an OOM-killed container, as containerd reports them.
+/// Exit code of an OOM-killed container, as containerd reports it (with reason
+/// `TerminatedReason::OomKilled`).
 pub const OOM_EXIT_CODE: i32 = 137;
-pub const OOM_REASON: &str = "OOMKilled";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -155,12 +156,12 @@ impl Container {
             State::Exited => cri::ContainerState::ContainerExited as i32,
         }
     }
-    fn exit(&mut self, code: i32, reason: &str) {
+    fn exit(&mut self, code: i32, reason: TerminatedReason) {
         if self.state == State::Running {
             self.state = State::Exited;
             self.finished = Some(Instant::now());
             self.exit_code = code;
-            self.reason = reason.to_string();
+            self.reason = reason.as_str().to_string();
         }
     }
 }
@@ -303,16 +304,15 @@ impl FakeRuntime {
 
     /// The running container exits with `code` (reason "Completed" or "Error").
     pub fn exit_container(&self, id: &str, code: i32) {
-        let reason = if code == 0 { "Completed" } else { "Error" };
         if let Some(c) = self.lock().containers.get_mut(id) {
-            c.exit(code, reason);
+            c.exit(code, TerminatedReason::of_exit(code));
         }
     }
 
     /// The running container is OOM-killed (exit 137, reason OOMKilled).
     pub fn oom_kill(&self, id: &str) {
         if let Some(c) = self.lock().containers.get_mut(id) {
-            c.exit(OOM_EXIT_CODE, OOM_REASON);
+            c.exit(OOM_EXIT_CODE, TerminatedReason::OomKilled);
         }
     }
 
@@ -553,7 +553,7 @@ impl Cri for FakeRuntime {
         };
         sb.ready = false;
         for c in inner.containers.values_mut().filter(|c| c.sandbox_id == id) {
-            c.exit(STOPPED_EXIT_CODE, "Error");
+            c.exit(STOPPED_EXIT_CODE, TerminatedReason::Error);
         }
         ready(Ok(()))
     }
@@ -664,7 +664,7 @@ impl Cri for FakeRuntime {
         let res = match inner.containers.get_mut(id) {
             None => Err(not_found("StopContainer", "container", id)),
             Some(c) => {
-                c.exit(STOPPED_EXIT_CODE, "Error");
+                c.exit(STOPPED_EXIT_CODE, TerminatedReason::Error);
                 Ok(())
             }
         };

@@ -21,30 +21,82 @@ use super::labels::{self, ContainerType};
 use super::reader::RuntimeReader;
 use super::sandbox::{self, SandboxEnv};
 use super::types::*;
-use crate::pod::{pod_ref, pod_uid};
+use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
 
-/// Waiting reasons kept between syncs, shown as the container's `waiting` state.
-pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
-pub const ERR_IMAGE_PULL: &str = "ErrImagePull";
-pub const IMAGE_PULL_BACK_OFF: &str = "ImagePullBackOff";
-pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
-pub const CREATE_CONTAINER_ERROR: &str = "CreateContainerError";
-pub const RUN_CONTAINER_ERROR: &str = "RunContainerError";
-pub const CREATE_CONTAINER_CONFIG_ERROR: &str = "CreateContainerConfigError";
-
-/// A sync failure that is not a per-container back-off.
+/// A sync failure that is not a per-container back-off. It reaches the pod worker
+/// whole, so the worker can tell what kind it is (`retryable`, `back_off`,
+/// `waiting_reason`) rather than read a message.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     #[error("failed to create pod sandbox: {0}")]
     CreateSandbox(CriError),
+    #[error("failed to kill pod: {}", join(.0))]
+    KillContainers(Vec<StopError>),
     #[error("failed to kill pod: {0}")]
-    KillPod(String),
+    StopSandbox(CriError),
     #[error(transparent)]
     Cri(#[from] CriError),
-    #[error("{0}")]
-    Containers(String),
+    /// Containers that could not start; `retry_after` is the soonest end of a
+    /// back-off other containers of the same sync are in.
+    #[error("{}", join(.errors))]
+    Containers {
+        errors: Vec<ContainerStartError>,
+        retry_after: Option<Duration>,
+    },
     #[error("pod directories: {0}")]
     Path(#[from] crate::safe_path::PathError),
+}
+
+impl SyncError {
+    /// False when trying the same pod again cannot succeed: its directories would
+    /// leave their base (the pod's UID or names are unsafe, and a pod never changes
+    /// its UID).
+    pub fn retryable(&self) -> bool {
+        !matches!(self, SyncError::Path(_))
+    }
+
+    /// When the runtime wants the pod synced again regardless of this failure
+    /// (a crash-loop or image back-off of another container ends then).
+    pub fn back_off(&self) -> Option<Duration> {
+        match self {
+            SyncError::Containers { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The waiting reason the failure shows (the first failed container's).
+    pub fn waiting_reason(&self) -> Option<WaitingReason> {
+        match self {
+            SyncError::Containers { errors, .. } => errors.first().map(|e| e.reason),
+            _ => None,
+        }
+    }
+}
+
+/// One container that could not be started, with the waiting reason it now shows.
+#[derive(Debug, thiserror::Error)]
+#[error("{container}: {reason}: {message}")]
+pub struct ContainerStartError {
+    pub container: String,
+    pub reason: WaitingReason,
+    pub message: String,
+}
+
+/// One container that could not be stopped.
+#[derive(Debug, thiserror::Error)]
+#[error("{container}: {source}")]
+pub struct StopError {
+    pub container: String,
+    pub source: CriError,
+}
+
+/// `a; b; c`, the form a list of failures is logged in.
+fn join<T: std::fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The outcome of one successful sync.
@@ -56,25 +108,26 @@ pub struct SyncOutcome {
     pub acted: bool,
 }
 
-/// Why a container is waiting (reason, message), by pod UID and container name.
+/// Why a container is waiting (reason, message), by pod UID and container name:
+/// kept between syncs, shown as the container's `waiting` state.
 #[derive(Debug, Default)]
 pub struct ReasonCache {
-    inner: Mutex<HashMap<(String, String), (String, String)>>,
+    inner: Mutex<HashMap<(String, String), (WaitingReason, String)>>,
 }
 
 impl ReasonCache {
-    pub fn get(&self, uid: &str, name: &str) -> Option<(String, String)> {
+    pub fn get(&self, uid: &str, name: &str) -> Option<(WaitingReason, String)> {
         self.inner
             .lock()
             .unwrap()
             .get(&(uid.to_string(), name.to_string()))
             .cloned()
     }
-    fn set(&self, uid: &str, name: &str, reason: &str, message: String) {
-        self.inner.lock().unwrap().insert(
-            (uid.to_string(), name.to_string()),
-            (reason.to_string(), message),
-        );
+    fn set(&self, uid: &str, name: &str, reason: WaitingReason, message: String) {
+        self.inner
+            .lock()
+            .unwrap()
+            .insert((uid.to_string(), name.to_string()), (reason, message));
     }
     fn clear(&self, uid: &str, name: &str) {
         self.inner
@@ -320,7 +373,10 @@ impl RuntimeManager {
         if errors.is_empty() {
             Ok(outcome)
         } else {
-            Err(SyncError::Containers(errors.join("; ")))
+            Err(SyncError::Containers {
+                errors,
+                retry_after: outcome.retry_after,
+            })
         }
     }
 
@@ -336,10 +392,19 @@ impl RuntimeManager {
         sandbox_id: &str,
         sandbox_config: &cri::PodSandboxConfig,
         env: &PodEnv,
-    ) -> Result<Option<Duration>, String> {
+    ) -> Result<Option<Duration>, ContainerStartError> {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod);
         let name = c.name.as_str();
+        // Records why the container waits and returns that as the error.
+        let failed = |reason: WaitingReason, message: String| {
+            self.reasons.set(uid, name, reason, message.clone());
+            ContainerStartError {
+                container: name.to_string(),
+                reason,
+                message,
+            }
+        };
         // CrashLoopBackOff: only a container that already ran and exited backs off.
         if let Some(prev) = latest.filter(|s| s.state == ContainerState::Exited) {
             let key = format!("{uid}_{name}");
@@ -353,7 +418,8 @@ impl RuntimeManager {
                     pod.metadata.namespace.as_deref().unwrap_or("default"),
                 );
                 debug!(pod = %pod_ref, podUID = %uid, container = name, message = %msg, "container in CrashLoopBackOff");
-                self.reasons.set(uid, name, CRASH_LOOP_BACK_OFF, msg);
+                self.reasons
+                    .set(uid, name, WaitingReason::CrashLoopBackOff, msg);
                 return Ok(Some(left));
             }
             self.crash_backoff.next(&key, died);
@@ -361,21 +427,20 @@ impl RuntimeManager {
 
         let image_ref = match self.ensure_image(pod, c, sandbox_config).await {
             Ok(r) => r,
-            Err((reason, msg, retry)) => {
-                self.reasons.set(uid, name, reason, msg.clone());
-                return match retry {
-                    Some(d) => Ok(Some(d)),
-                    None => Err(format!("{name}: {reason}: {msg}")),
-                };
+            Err((reason, msg, Some(retry))) => {
+                self.reasons.set(uid, name, reason, msg);
+                return Ok(Some(retry));
             }
+            Err((reason, msg, None)) => return Err(failed(reason, msg)),
         };
 
         // Bad paths or volumes: the container cannot be configured (kubelet's reason).
         let config_error = |e: &dyn std::fmt::Display| {
             warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "invalid container configuration");
-            self.reasons
-                .set(uid, name, CREATE_CONTAINER_CONFIG_ERROR, e.to_string());
-            Err(format!("{name}: {CREATE_CONTAINER_CONFIG_ERROR}: {e}"))
+            Err(failed(
+                WaitingReason::CreateContainerConfigError,
+                e.to_string(),
+            ))
         };
         let pod_log_dir = std::path::PathBuf::from(&sandbox_config.log_directory);
         let log_dir = match container::container_log_dir(&pod_log_dir, name) {
@@ -418,17 +483,13 @@ impl RuntimeManager {
             Ok(id) => id,
             Err(e) => {
                 warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "failed to create container");
-                self.reasons
-                    .set(uid, name, CREATE_CONTAINER_ERROR, e.to_string());
-                return Err(format!("{name}: {CREATE_CONTAINER_ERROR}: {e}"));
+                return Err(failed(WaitingReason::CreateContainerError, e.to_string()));
             }
         };
         info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, restartCount = restart_count, "created container");
         if let Err(e) = self.cri.start_container(&id).await {
             warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to start container");
-            self.reasons
-                .set(uid, name, RUN_CONTAINER_ERROR, e.to_string());
-            return Err(format!("{name}: {RUN_CONTAINER_ERROR}: {e}"));
+            return Err(failed(WaitingReason::RunContainerError, e.to_string()));
         }
         info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "started container");
         self.reasons.clear(uid, name);
@@ -442,23 +503,25 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
         sandbox_config: &cri::PodSandboxConfig,
-    ) -> Result<String, (&'static str, String, Option<Duration>)> {
+    ) -> Result<String, (WaitingReason, String, Option<Duration>)> {
         let image = c.image.as_deref().unwrap_or("");
-        let policy = c.image_pull_policy.as_deref().unwrap_or("IfNotPresent");
+        let policy = ImagePullPolicy::of(c);
         let uid = pod_uid(pod);
         let present = match self.cri.image_status(image).await {
             Ok(p) => p,
-            Err(e) => return Err(("ImageInspectError", e.to_string(), None)),
+            Err(e) => return Err((WaitingReason::ImageInspectError, e.to_string(), None)),
         };
         match (policy, present) {
-            ("Never", None) => {
+            (ImagePullPolicy::Never, None) => {
                 return Err((
-                    ERR_IMAGE_NEVER_PULL,
+                    WaitingReason::ErrImageNeverPull,
                     format!("Container image \"{image}\" is not present with pull policy of Never"),
                     None,
                 ));
             }
-            ("Never", Some(img)) | ("IfNotPresent", Some(img)) => return Ok(img.id),
+            (ImagePullPolicy::Never | ImagePullPolicy::IfNotPresent, Some(img)) => {
+                return Ok(img.id);
+            }
             _ => {}
         }
         let key = format!("{uid}_{image}");
@@ -466,7 +529,7 @@ impl RuntimeManager {
         // Counted from the failed pull, not from now: from now it would never end.
         if let Some(left) = self.image_backoff.remaining_since_update(&key) {
             return Err((
-                IMAGE_PULL_BACK_OFF,
+                WaitingReason::ImagePullBackOff,
                 format!("Back-off pulling image \"{image}\""),
                 Some(left),
             ));
@@ -487,8 +550,8 @@ impl RuntimeManager {
                 warn!(pod = %pod_ref(pod), podUID = %uid, image, error = %e, "failed to pull image");
                 // The first failure reports ErrImagePull; retries wait out the back-off.
                 self.reasons
-                    .set(uid, &c.name, ERR_IMAGE_PULL, e.to_string());
-                Err((ERR_IMAGE_PULL, e.to_string(), left))
+                    .set(uid, &c.name, WaitingReason::ErrImagePull, e.to_string());
+                Err((WaitingReason::ErrImagePull, e.to_string(), left))
             }
         }
     }
@@ -598,20 +661,22 @@ impl RuntimeManager {
     ) -> Result<(), SyncError> {
         let kills = containers.iter().map(|(id, name, grace)| async move {
             info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, gracePeriod = grace, "stopping container");
-            gone_is_ok(self.cri.stop_container(id, *grace).await).map_err(|e| format!("{name}: {e}"))
+            gone_is_ok(self.cri.stop_container(id, *grace).await).map_err(|source| StopError {
+                container: name.clone(),
+                source,
+            })
         });
-        let errors: Vec<String> = join_all(kills)
+        let errors: Vec<StopError> = join_all(kills)
             .await
             .into_iter()
             .filter_map(Result::err)
             .collect();
         if !errors.is_empty() {
-            return Err(SyncError::KillPod(errors.join("; ")));
+            return Err(SyncError::KillContainers(errors));
         }
         for id in sandboxes {
             info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, "stopping pod sandbox");
-            gone_is_ok(self.cri.stop_pod_sandbox(&id).await)
-                .map_err(|e| SyncError::KillPod(e.to_string()))?;
+            gone_is_ok(self.cri.stop_pod_sandbox(&id).await).map_err(SyncError::StopSandbox)?;
         }
         Ok(())
     }

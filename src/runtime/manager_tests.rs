@@ -111,7 +111,7 @@ async fn crash_loop_back_off_starts_at_ten_seconds_and_doubles() {
     let out = node.sync(&p).await.unwrap();
     assert!(about(out.retry_after.unwrap(), 40));
     let (reason, message) = node.manager.reasons().get(uid(&p), "app").unwrap();
-    assert_eq!(reason, CRASH_LOOP_BACK_OFF);
+    assert_eq!(reason, WaitingReason::CrashLoopBackOff);
     assert!(
         message.starts_with("back-off 40s restarting failed container=app pod=crash_default"),
         "{message}"
@@ -148,7 +148,7 @@ async fn image_errors_show_as_waiting_reasons_with_pull_back_off() {
     c.image_pull_policy = Some("Never".into());
     assert!(node.sync(&p).await.is_err());
     let (reason, _) = node.manager.reasons().get(uid(&p), "app").unwrap();
-    assert_eq!(reason, ERR_IMAGE_NEVER_PULL);
+    assert_eq!(reason, WaitingReason::ErrImageNeverPull);
 
     let c = &mut p.spec.as_mut().unwrap().containers[0];
     c.image_pull_policy = Some("IfNotPresent".into());
@@ -158,13 +158,13 @@ async fn image_errors_show_as_waiting_reasons_with_pull_back_off() {
     assert_eq!(out.retry_after, Some(Duration::from_secs(10)));
     assert_eq!(
         node.manager.reasons().get(uid(&p), "app").unwrap().0,
-        ERR_IMAGE_PULL
+        WaitingReason::ErrImagePull
     );
     let out = node.sync(&p).await.unwrap();
     assert_eq!(out.retry_after, Some(Duration::from_secs(10)));
     assert_eq!(
         node.manager.reasons().get(uid(&p), "app").unwrap().0,
-        IMAGE_PULL_BACK_OFF
+        WaitingReason::ImagePullBackOff
     );
     assert_eq!(
         node.fake.calls_of("PullImage").len(),
@@ -237,11 +237,16 @@ async fn a_cri_failure_on_one_pod_does_not_stop_another() {
     let bad = pod("bad", &[], &["app"], "Always");
     let good = pod("good", &[], &["app"], "Always");
     let (b, g) = tokio::join!(node.sync(&bad), node.sync(&good));
-    let err = b.unwrap_err().to_string();
-    assert!(err.contains(CREATE_CONTAINER_ERROR), "{err}");
+    let err = b.unwrap_err();
+    assert_eq!(
+        err.waiting_reason(),
+        Some(WaitingReason::CreateContainerError)
+    );
+    assert!(err.retryable());
+    assert!(err.to_string().contains("CreateContainerError"), "{err}");
     assert_eq!(
         node.manager.reasons().get("uid-bad", "app").unwrap().0,
-        CREATE_CONTAINER_ERROR
+        WaitingReason::CreateContainerError
     );
     g.unwrap();
     let st = node

@@ -11,7 +11,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::syncloop::monitor::SyncLoopMonitor;
+use crate::syncloop::monitor::{SyncLoopMonitor, SyncLoopUnhealthy};
 
 /// kubelet's check names, in kubelet's order.
 pub const CHECKS: [&str; 3] = ["ping", "log", "syncloop"];
@@ -27,17 +27,13 @@ pub struct Health {
 impl Health {
     /// One check by name; `Err` carries the reason (for the log and `/healthz/<name>`).
     /// None for an unknown name.
-    pub fn check(&self, name: &str) -> Option<Result<(), String>> {
+    pub fn check(&self, name: &str) -> Option<Result<(), SyncLoopUnhealthy>> {
         match name {
             "ping" => Some(Ok(())),
             // kubelet's `log` check verifies klog's periodic flush ran; oxlet's logger
             // writes each line through unbuffered, so there is nothing that can fall behind.
             "log" => Some(Ok(())),
-            "syncloop" => Some(
-                self.syncloop
-                    .check(Instant::now(), self.stall_threshold)
-                    .map_err(|e| e.to_string()),
-            ),
+            "syncloop" => Some(self.syncloop.check(Instant::now(), self.stall_threshold)),
             _ => None,
         }
     }
@@ -164,14 +160,15 @@ mod tests {
             (StatusCode::INTERNAL_SERVER_ERROR, want.into())
         );
         let err = h.check("syncloop").unwrap().unwrap_err();
-        assert!(err.contains("longer than expected"), "{err}");
+        assert!(err.to_string().contains("longer than expected"), "{err}");
     }
 
     #[test]
     fn runtime_down_fails_syncloop() {
         let h = health();
         h.syncloop.iterated();
-        h.syncloop.skipping("container runtime is down");
+        h.syncloop
+            .skipping(&crate::syncloop::monitor::RuntimeUnhealthy::RuntimeDown);
         let (code, body) = h.report(None);
         assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::pod::{Phase, RestartPolicy, TerminatedReason, WaitingReason};
 use crate::runtime::types::{self as rt, PodRuntimeStatus};
 
 /// What status generation needs besides the pod and the runtime view.
@@ -15,7 +16,7 @@ pub struct StatusInputs<'a> {
     pub pod: &'a Pod,
     pub runtime: &'a PodRuntimeStatus,
     /// The waiting reason recorded for a container (CrashLoopBackOff, ErrImagePull, …).
-    pub waiting_reason: &'a dyn Fn(&str) -> Option<(String, String)>,
+    pub waiting_reason: &'a dyn Fn(&str) -> Option<(WaitingReason, String)>,
     /// The status we reported last time (keeps startTime and transition times).
     pub old: Option<&'a PodStatus>,
     pub host_ip: &'a str,
@@ -39,12 +40,11 @@ fn seconds(t: jiff::Timestamp) -> Time {
 }
 
 fn terminated(c: &rt::ContainerStatus, runtime_name: &str) -> ContainerStateTerminated {
-    let reason = if !c.reason.is_empty() {
-        c.reason.clone()
-    } else if c.exit_code == 0 {
-        "Completed".into()
+    // The runtime's own reason (OOMKilled, …) as it gave it, else kubelet's.
+    let reason = if c.reason.is_empty() {
+        TerminatedReason::of_exit(c.exit_code).to_string()
     } else {
-        "Error".into()
+        c.reason.clone()
     };
     ContainerStateTerminated {
         exit_code: c.exit_code,
@@ -57,10 +57,10 @@ fn terminated(c: &rt::ContainerStatus, runtime_name: &str) -> ContainerStateTerm
     }
 }
 
-fn waiting(reason: Option<&str>, message: Option<String>) -> ContainerState {
+fn waiting(reason: Option<WaitingReason>, message: Option<String>) -> ContainerState {
     ContainerState {
         waiting: Some(ContainerStateWaiting {
-            reason: reason.map(str::to_string),
+            reason: reason.map(|r| r.to_string()),
             message,
         }),
         ..Default::default()
@@ -73,9 +73,6 @@ fn terminated_state(t: ContainerStateTerminated) -> ContainerState {
         ..Default::default()
     }
 }
-
-/// kubelet's reason for a container that vanished from the runtime.
-const STATUS_UNKNOWN: &str = "ContainerStatusUnknown";
 
 fn is_running(s: &ContainerStatus) -> bool {
     s.state.as_ref().is_some_and(|st| st.running.is_some())
@@ -106,7 +103,7 @@ fn instance_state(
         rt::ContainerState::Unknown if old.is_some_and(is_running) => (
             terminated_state(ContainerStateTerminated {
                 exit_code: 137,
-                reason: Some(STATUS_UNKNOWN.into()),
+                reason: Some(TerminatedReason::ContainerStatusUnknown.to_string()),
                 message: Some(
                     "The container could not be located when the pod was terminated".into(),
                 ),
@@ -137,7 +134,7 @@ fn container_status(
     spec: &Container,
     inputs: &StatusInputs<'_>,
     old: Option<&ContainerStatus>,
-    default_waiting: &str,
+    default_waiting: WaitingReason,
     is_init: bool,
 ) -> ContainerStatus {
     let latest = inputs.runtime.latest(&spec.name);
@@ -163,7 +160,7 @@ fn container_status(
                 .state
                 .as_ref()
                 .and_then(|s| s.waiting.as_ref())
-                .is_some_and(|w| w.reason.as_deref() == Some(default_waiting));
+                .is_some_and(|w| w.reason.as_deref() == Some(default_waiting.as_str()));
             let has_last = status
                 .last_state
                 .as_ref()
@@ -172,7 +169,7 @@ fn container_status(
             if old.is_some_and(is_running) && is_default && !has_last {
                 status.last_state = Some(terminated_state(ContainerStateTerminated {
                     exit_code: 137,
-                    reason: Some(STATUS_UNKNOWN.into()),
+                    reason: Some(TerminatedReason::ContainerStatusUnknown.to_string()),
                     message: Some(
                         "The container could not be located when the pod was deleted.  The container used to be Running"
                             .into(),
@@ -212,7 +209,7 @@ fn container_status(
         // it completed.
         status.state = Some(terminated_state(ContainerStateTerminated {
             exit_code: 0,
-            reason: Some("Completed".into()),
+            reason: Some(TerminatedReason::Completed.to_string()),
             message: Some(
                 "Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally"
                     .into(),
@@ -228,7 +225,7 @@ fn container_status(
         if is_terminated(&status) {
             status.last_state = status.state.take();
         }
-        status.state = Some(waiting(Some(&reason), Some(message)));
+        status.state = Some(waiting(Some(reason), Some(message)));
     }
 
     // Without probes, a running app container is ready and started; an init
@@ -253,12 +250,8 @@ pub fn pod_phase(
     init: &[ContainerStatus],
     regular: &[ContainerStatus],
     terminating: bool,
-) -> &'static str {
-    let policy = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always");
+) -> Phase {
+    let policy = RestartPolicy::of(pod);
     let mut pending_init = 0;
     let mut failed_init = 0;
     for s in init {
@@ -279,8 +272,8 @@ pub fn pod_phase(
             pending_init += 1;
         }
     }
-    if failed_init > 0 && policy == "Never" {
-        return "Failed";
+    if failed_init > 0 && policy == RestartPolicy::Never {
+        return Phase::Failed;
     }
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for s in regular {
@@ -310,27 +303,27 @@ pub fn pod_phase(
         }
     }
     if pending_init > 0 || waiting > 0 {
-        return "Pending";
+        return Phase::Pending;
     }
     if running > 0 && unknown == 0 {
-        return "Running";
+        return Phase::Running;
     }
     if running == 0 && stopped > 0 && unknown == 0 {
         if terminating {
             return if stopped == succeeded {
-                "Succeeded"
+                Phase::Succeeded
             } else {
-                "Failed"
+                Phase::Failed
             };
         }
         return match policy {
-            "Always" => "Running",
-            _ if stopped == succeeded => "Succeeded",
-            "Never" => "Failed",
-            _ => "Running",
+            RestartPolicy::Always => Phase::Running,
+            _ if stopped == succeeded => Phase::Succeeded,
+            RestartPolicy::Never => Phase::Failed,
+            RestartPolicy::OnFailure => Phase::Running,
         };
     }
-    "Pending"
+    Phase::Pending
 }
 
 /// Condition types kubelet owns (it regenerates them; any other condition in the
@@ -381,11 +374,11 @@ fn initialized_condition(
     pod: &Pod,
     init_statuses: &[ContainerStatus],
     regular: &[ContainerStatus],
-    phase: &str,
+    phase: Phase,
     inputs: &StatusInputs<'_>,
 ) -> PodCondition {
     let kind = "Initialized";
-    if phase == "Succeeded" {
+    if phase == Phase::Succeeded {
         return condition(kind, true, Some("PodCompleted"), None, inputs);
     }
     let has_inits = pod
@@ -419,13 +412,13 @@ fn initialized_condition(
 /// kubelet's `GenerateContainersReadyCondition`.
 fn containers_ready_condition(
     regular: &[ContainerStatus],
-    phase: &str,
+    phase: Phase,
     inputs: &StatusInputs<'_>,
 ) -> PodCondition {
     let kind = "ContainersReady";
     match phase {
-        "Succeeded" => return condition(kind, false, Some("PodCompleted"), None, inputs),
-        "Failed" => return condition(kind, false, Some("PodFailed"), None, inputs),
+        Phase::Succeeded => return condition(kind, false, Some("PodCompleted"), None, inputs),
+        Phase::Failed => return condition(kind, false, Some("PodFailed"), None, inputs),
         _ => {}
     }
     let unready: Vec<&str> = regular
@@ -514,9 +507,9 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
     let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
     // kubelet: every container of a pod with init containers waits as PodInitializing.
     let default_waiting = if inits.is_empty() {
-        "ContainerCreating"
+        WaitingReason::ContainerCreating
     } else {
-        "PodInitializing"
+        WaitingReason::PodInitializing
     };
     // Init container statuses stay in spec order.
     let init_statuses: Vec<ContainerStatus> = inits
@@ -542,25 +535,24 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         .collect();
     statuses.sort_by(|a, b| a.name.cmp(&b.name));
 
-    let old_phase = inputs.old.and_then(|o| o.phase.as_deref());
-    let api_phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let parsed = |s: Option<&PodStatus>| s.and_then(|s| s.phase.as_deref()?.parse::<Phase>().ok());
+    let old_phase = parsed(inputs.old);
+    let api_phase = parsed(pod.status.as_ref());
     let mut phase = pod_phase(pod, &init_statuses, &statuses, inputs.terminating);
     // A terminal phase is never left again.
-    if phase != "Succeeded" && phase != "Failed" {
-        for p in [old_phase, api_phase].into_iter().flatten() {
-            if p == "Succeeded" || p == "Failed" {
-                phase = if p == "Succeeded" {
-                    "Succeeded"
-                } else {
-                    "Failed"
-                };
-                break;
-            }
-        }
+    if !phase.is_terminal()
+        && let Some(p) = [old_phase, api_phase]
+            .into_iter()
+            .flatten()
+            .find(|p| p.is_terminal())
+    {
+        phase = p;
     }
     // The reason and message belong to the phase: kept while it stays.
     let (reason, message) = match inputs.old {
-        Some(o) if o.phase.as_deref() == Some(phase) => (o.reason.clone(), o.message.clone()),
+        Some(o) if o.phase.as_deref() == Some(phase.as_str()) => {
+            (o.reason.clone(), o.message.clone())
+        }
         _ => (None, None),
     };
 
@@ -654,7 +646,7 @@ pub fn was_rejected(status: &PodStatus) -> bool {
 /// the status manager gives every pod it records.
 pub fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timestamp) -> PodStatus {
     PodStatus {
-        phase: Some("Failed".into()),
+        phase: Some(Phase::Failed.to_string()),
         reason: Some(reason.to_string()),
         message: Some(format!("{REJECTED_PREFIX}{message}")),
         qos_class: Some(super::qos::qos_class(pod).to_string()),

@@ -93,7 +93,7 @@ impl StartupTracker {
         now: Timestamp,
     ) -> Option<StartupStages> {
         let uid = pod.metadata.uid.as_deref()?;
-        let running = status.phase.as_deref() == Some("Running")
+        let running = status.phase.as_deref() == Some(crate::pod::Phase::Running.as_str())
             && status
                 .container_statuses
                 .iter()

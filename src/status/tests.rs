@@ -3,6 +3,7 @@
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 
 use super::generate::{StatusInputs, generate};
+use crate::pod::WaitingReason;
 use crate::runtime::types::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 
 fn pod(policy: &str, names: &[&str], inits: &[&str]) -> Pod {
@@ -71,10 +72,10 @@ fn gen_with(
     p: &Pod,
     rt: &PodRuntimeStatus,
     old: Option<&PodStatus>,
-    reason: Option<(&str, &str)>,
+    reason: Option<(WaitingReason, &str)>,
     terminating: bool,
 ) -> PodStatus {
-    let lookup = move |_: &str| reason.map(|(r, m)| (r.to_string(), m.to_string()));
+    let lookup = move |_: &str| reason.map(|(r, m)| (r, m.to_string()));
     generate(&StatusInputs {
         pod: p,
         runtime: rt,
@@ -187,7 +188,7 @@ fn crash_loop_shows_waiting_with_last_state() {
         &p,
         &rt,
         None,
-        Some(("CrashLoopBackOff", "back-off 10s")),
+        Some((WaitingReason::CrashLoopBackOff, "back-off 10s")),
         false,
     );
     let cs = &s.container_statuses.as_ref().unwrap()[0];

@@ -11,6 +11,7 @@ use crate::runtime::fake::support::{FakeNode, pod};
 struct Agent {
     node: FakeNode,
     statuses: Arc<StatusManager>,
+    workers: PodWorkers<Syncer>,
     updates: mpsc::Sender<PodUpdate>,
     tasks: Tasks,
 }
@@ -58,11 +59,13 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
         tasks: tasks.clone(),
     });
     setup(&mut sync_loop);
+    let workers = sync_loop.workers.clone();
     let (updates, update_rx) = mpsc::channel(16);
     tasks.track(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), tasks.token()));
     Agent {
         node,
         statuses,
+        workers,
         updates,
         tasks,
     }
@@ -293,5 +296,47 @@ async fn a_status_subscriber_hears_every_version_the_pod_worker_writes() {
     let last = a.statuses.version("uid-web");
     assert!(last >= 2, "Pending then Running at least: {versions:?}");
     assert_eq!(versions, (1..=last).collect::<Vec<_>>());
+    a.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kill_with_a_status_sets_it_before_stopping_and_it_stays() {
+    let a = agent(110).await;
+    let p = pod("web", &[], &["app"], "Always");
+    a.send(PodOperation::Add, vec![p.clone()]).await;
+    a.until(Duration::from_secs(5), "pod Running", |a| {
+        a.phase("uid-web").as_deref() == Some("Running")
+    })
+    .await;
+    a.workers.update_pod(PodWork::Kill {
+        pod: Arc::new(p),
+        kill: KillRequest {
+            grace_override: Some(1),
+            status: Some(pod_workers::KillStatus {
+                phase: crate::pod::Phase::Failed,
+                reason: "Evicted".into(),
+                message: "The node was low on resource: memory.".into(),
+            }),
+            ..KillRequest::new(KillReason::RemovedFromConfig)
+        },
+    });
+    a.until(Duration::from_secs(5), "app stopped", |a| {
+        let cs = a.statuses.get("uid-web").and_then(|s| s.container_statuses);
+        cs.is_some_and(|cs| {
+            cs.iter()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+        })
+    })
+    .await;
+    // Still desired, yet it stays down and keeps the status the kill set.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let st = a.statuses.get("uid-web").unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(st.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        st.message.as_deref(),
+        Some("The node was low on resource: memory.")
+    );
+    assert_eq!(a.node.fake.calls_of("StartContainer").len(), 1);
     a.stop().await;
 }

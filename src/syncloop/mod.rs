@@ -29,7 +29,7 @@ use crate::tasks::Tasks;
 use admission::{AdmissionChain, PodAdmitAttributes};
 use pod_manager::PodManager;
 use pod_syncer::Syncer;
-use pod_workers::{KillRequest, PodWork, PodWorkers, UpdateType};
+use pod_workers::{KillReason, KillRequest, PodWork, PodWorkers, UpdateType};
 use work_queue::WorkQueue;
 
 /// kubelet's housekeeping period.
@@ -195,13 +195,11 @@ impl SyncLoop {
         }
     }
 
-    fn runtime_errors(&self) -> Result<(), String> {
+    fn runtime_errors(&self) -> Result<(), monitor::RuntimeUnhealthy> {
         if !self.health.is_up() {
-            return Err("container runtime is down".into());
+            return Err(monitor::RuntimeUnhealthy::RuntimeDown);
         }
-        self.pleg
-            .healthy()
-            .map_err(|e| format!("PLEG is not healthy: {e}"))
+        Ok(self.pleg.healthy()?)
     }
 
     /// One iteration: handles exactly one ready input. Returns false to stop.
@@ -268,8 +266,8 @@ impl SyncLoop {
     fn is_terminal(&self, uid: &str) -> bool {
         self.statuses
             .get(uid)
-            .and_then(|s| s.phase)
-            .is_some_and(|p| p == "Succeeded" || p == "Failed")
+            .and_then(|s| s.phase?.parse::<crate::pod::Phase>().ok())
+            .is_some_and(crate::pod::Phase::is_terminal)
     }
 
     /// True when admission rejected the pod (it never gets a worker).
@@ -340,14 +338,9 @@ impl SyncLoop {
                 self.statuses.remove(&uid);
                 continue;
             }
-            self.workers.update_pod(PodWork {
-                update_type: UpdateType::Kill,
-                pod: Some(pod),
-                runtime_pod: None,
-                kill: Some(KillRequest {
-                    grace_override: None,
-                    reason: "removed from config".into(),
-                }),
+            self.workers.update_pod(PodWork::Kill {
+                pod,
+                kill: KillRequest::new(KillReason::RemovedFromConfig),
             });
         }
     }
@@ -365,11 +358,9 @@ impl SyncLoop {
     }
 
     fn dispatch(&self, pod: Arc<Pod>, update_type: UpdateType) {
-        self.workers.update_pod(PodWork {
-            update_type,
-            pod: Some(pod),
-            runtime_pod: None,
-            kill: None,
+        self.workers.update_pod(PodWork::Sync {
+            update: update_type,
+            pod,
         });
     }
 
@@ -435,12 +426,9 @@ pub fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
     if all().any(|c| c.lifecycle.is_some()) {
         out.push("lifecycle hooks");
     }
-    if spec
-        .init_containers
-        .iter()
-        .flatten()
-        .any(|c| c.restart_policy.as_deref() == Some("Always"))
-    {
+    if spec.init_containers.iter().flatten().any(|c| {
+        crate::pod::RestartPolicy::of_container(c) == Some(crate::pod::RestartPolicy::Always)
+    }) {
         out.push("restartable init containers (sidecars)");
     }
     if spec.active_deadline_seconds.is_some() {
@@ -472,14 +460,12 @@ async fn cleanup_runtime_pods(
         }
         if rp.is_running() {
             info!(pod = %rp.pod_ref(), podUID = %rp.uid, "killing runtime pod that is not in the config");
-            workers.update_pod(PodWork {
-                update_type: UpdateType::Kill,
-                pod: None,
-                runtime_pod: Some(rp),
-                kill: Some(KillRequest {
+            workers.update_pod(PodWork::KillRuntimePod {
+                pod: rp,
+                kill: KillRequest {
                     grace_override: Some(1),
-                    reason: "runtime-only pod".into(),
-                }),
+                    ..KillRequest::new(KillReason::RuntimeOnly)
+                },
             });
         } else {
             debug!(pod = %rp.pod_ref(), podUID = %rp.uid, "removing dead runtime pod that is not in the config");

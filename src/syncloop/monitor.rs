@@ -13,7 +13,7 @@ pub fn stall_threshold(sync_frequency: Duration) -> Duration {
 #[derive(Debug, Default)]
 struct State {
     last: Option<Instant>,
-    skipping: Option<String>,
+    skipping: Option<RuntimeUnhealthy>,
 }
 
 /// Written by the sync loop, read by `/healthz`.
@@ -28,7 +28,16 @@ pub enum SyncLoopUnhealthy {
     #[error("sync loop took longer than expected (last iteration {0:?} ago)")]
     Stalled(Duration),
     #[error("sync loop is skipping pod synchronization: {0}")]
-    Skipping(String),
+    Skipping(RuntimeUnhealthy),
+}
+
+/// Why the sync loop skips pod synchronization.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeUnhealthy {
+    #[error("container runtime is down")]
+    RuntimeDown,
+    #[error("PLEG is not healthy: {0}")]
+    Pleg(#[from] crate::pleg::PlegUnhealthy),
 }
 
 impl SyncLoopMonitor {
@@ -49,8 +58,8 @@ impl SyncLoopMonitor {
     }
 
     /// The loop skipped an iteration because the runtime or PLEG is unhealthy.
-    pub fn skipping(&self, reason: &str) {
-        self.lock().skipping = Some(reason.to_string());
+    pub fn skipping(&self, reason: &RuntimeUnhealthy) {
+        self.lock().skipping = Some(reason.clone());
     }
 
     /// kubelet's `SyncLoopHealthCheck`: healthy until the loop first ran, then as long
@@ -104,7 +113,7 @@ mod tests {
         let m = SyncLoopMonitor::default();
         let now = Instant::now();
         m.iterated_at(now);
-        m.skipping("container runtime is down");
+        m.skipping(&RuntimeUnhealthy::RuntimeDown);
         let err = m.check(now, Duration::from_secs(300)).unwrap_err();
         assert!(
             err.to_string().contains("container runtime is down"),

@@ -8,9 +8,9 @@ use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::pod_manager::PodManager;
-use super::pod_workers::{PodSyncError, PodSyncer, SyncResult, UpdateType};
+use super::pod_workers::{KillStatus, PodSyncError, PodSyncer, SyncResult, UpdateType};
 use crate::pleg::PodCache;
-use crate::pod::{pod_ref, pod_uid};
+use crate::pod::{Phase, pod_ref, pod_uid};
 use crate::runtime::RuntimeManager;
 use crate::runtime::types::{PodRuntimeStatus, RuntimePod};
 use crate::status::StatusManager;
@@ -41,12 +41,23 @@ fn names(pod: &Pod) -> (String, String, String) {
 
 impl Syncer {
     /// Generates and stores the pod's API status from a runtime view.
-    fn update_status(&self, pod: &Pod, rt: &PodRuntimeStatus, terminating: bool) -> String {
+    fn update_status(&self, pod: &Pod, rt: &PodRuntimeStatus, terminating: bool) -> Phase {
+        self.update_status_with(pod, rt, terminating, None)
+    }
+
+    /// `update_status`, with the status a kill asked for written over the generated one.
+    fn update_status_with(
+        &self,
+        pod: &Pod,
+        rt: &PodRuntimeStatus,
+        terminating: bool,
+        kill_status: Option<&KillStatus>,
+    ) -> Phase {
         let uid = pod_uid(pod);
         let old = self.statuses.get(uid);
         let reasons = self.runtime.reasons();
         let lookup = |name: &str| reasons.get(uid, name);
-        let status = generate(&StatusInputs {
+        let mut status = generate(&StatusInputs {
             pod,
             runtime: rt,
             waiting_reason: &lookup,
@@ -56,7 +67,10 @@ impl Syncer {
             terminating,
             now: jiff::Timestamp::now(),
         });
-        let phase = status.phase.clone().unwrap_or_default();
+        if let Some(k) = kill_status {
+            k.apply(&mut status);
+        }
+        let phase = Phase::parse_or_pending(status.phase.as_deref());
         if let Some(stages) = self
             .startup
             .observe(pod, rt, &status, jiff::Timestamp::now())
@@ -110,7 +124,7 @@ impl PodSyncer for Syncer {
             .await
             .map_err(PodSyncError::Inspect)?;
         let phase = self.update_status(&pod, &rt, false);
-        if phase == "Succeeded" || phase == "Failed" {
+        if phase.is_terminal() {
             return Ok(SyncResult {
                 terminal: true,
                 retry_after: None,
@@ -132,11 +146,21 @@ impl PodSyncer for Syncer {
         })
     }
 
-    async fn sync_terminating_pod(&self, pod: Arc<Pod>, grace: i64) -> Result<(), PodSyncError> {
+    async fn sync_terminating_pod(
+        &self,
+        pod: Arc<Pod>,
+        grace: i64,
+        kill_status: Option<KillStatus>,
+    ) -> Result<(), PodSyncError> {
         let rt = self.refresh(&pod).await?;
+        if let Some(k) = &kill_status {
+            // Set before the containers stop, as kubelet does, so what is reported
+            // while they stop already says why.
+            self.update_status_with(&pod, &rt, true, Some(k));
+        }
         self.runtime.kill_pod_status(&pod, &rt, Some(grace)).await?;
         let after = self.refresh(&pod).await?;
-        self.update_status(&pod, &after, true);
+        self.update_status_with(&pod, &after, true, kill_status.as_ref());
         if let Some(c) = after.running_containers().next() {
             return Err(PodSyncError::StillRunning(c.name.clone()));
         }

@@ -18,38 +18,65 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::work_queue::{WorkQueue, jitter};
-use crate::pod::{is_static_pod, pod_full_name, pod_ref, pod_uid};
+use crate::pleg::cache::InspectError;
+use crate::pod::{WaitingReason, is_static_pod, pod_full_name, pod_ref, pod_uid};
 use crate::runtime::CriError;
 use crate::runtime::manager::SyncError;
 use crate::runtime::types::RuntimePod;
 use crate::tasks::Tasks;
 
-/// Why the pod worker is asked to act.
+mod kill;
+pub use kill::{KillReason, KillRequest, KillStatus};
+
+/// Why a desired pod is synced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpdateType {
     Create,
     Update,
     Sync,
-    Kill,
 }
 
-/// A request to stop a pod, with the reason and an optional grace override
-/// (eviction, runtime-only pods, REMOVE from config).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KillRequest {
-    pub grace_override: Option<i64>,
-    pub reason: String,
-}
-
-/// One update for a pod worker.
+/// One update for a pod worker: only the combinations that can exist.
 #[derive(Debug, Clone)]
-pub struct PodWork {
-    pub update_type: UpdateType,
-    /// The desired pod (None for a pod known only to the runtime).
-    pub pod: Option<Arc<Pod>>,
-    /// The runtime pod, for pods known only to the runtime.
-    pub runtime_pod: Option<RuntimePod>,
-    pub kill: Option<KillRequest>,
+pub enum PodWork {
+    /// Create, update or resync a desired pod.
+    Sync { update: UpdateType, pod: Arc<Pod> },
+    /// Stop a desired pod.
+    Kill { pod: Arc<Pod>, kill: KillRequest },
+    /// Stop a pod known only to the runtime.
+    KillRuntimePod { pod: RuntimePod, kill: KillRequest },
+}
+
+impl PodWork {
+    /// The UID of the pod the work is for.
+    pub fn uid(&self) -> &str {
+        match self {
+            PodWork::Sync { pod, .. } | PodWork::Kill { pod, .. } => pod_uid(pod),
+            PodWork::KillRuntimePod { pod, .. } => &pod.uid,
+        }
+    }
+
+    /// The desired pod, unless the work is for a runtime-only pod.
+    pub fn pod(&self) -> Option<&Arc<Pod>> {
+        match self {
+            PodWork::Sync { pod, .. } | PodWork::Kill { pod, .. } => Some(pod),
+            PodWork::KillRuntimePod { .. } => None,
+        }
+    }
+
+    pub fn kill(&self) -> Option<&KillRequest> {
+        match self {
+            PodWork::Sync { .. } => None,
+            PodWork::Kill { kill, .. } | PodWork::KillRuntimePod { kill, .. } => Some(kill),
+        }
+    }
+
+    fn update_type(&self) -> UpdateType {
+        match self {
+            PodWork::Sync { update, .. } => *update,
+            _ => UpdateType::Sync,
+        }
+    }
 }
 
 /// Result of one `sync_pod`.
@@ -61,17 +88,45 @@ pub struct SyncResult {
     pub retry_after: Option<Duration>,
 }
 
-/// Why one step of a pod worker failed; the worker logs it and retries with back-off.
+/// Why one step of a pod worker failed; the worker logs it and retries with back-off,
+/// asking the error what kind it is (`retryable`, `back_off`, `waiting_reason`).
 #[derive(Debug, thiserror::Error)]
 pub enum PodSyncError {
     #[error("cannot inspect the pod in the runtime: {0}")]
-    Inspect(String),
+    Inspect(InspectError),
     #[error(transparent)]
     Cri(#[from] CriError),
     #[error(transparent)]
     Runtime(#[from] SyncError),
     #[error("container {0} is still running after the kill")]
     StillRunning(String),
+}
+
+impl PodSyncError {
+    /// False when the same step cannot succeed on a retry: the worker then waits the
+    /// longest back-off before it tries again (a new update still ends the wait).
+    pub fn retryable(&self) -> bool {
+        match self {
+            PodSyncError::Runtime(e) => e.retryable(),
+            _ => true,
+        }
+    }
+
+    /// A retry the failure asks for sooner than the worker's own back-off.
+    pub fn back_off(&self) -> Option<Duration> {
+        match self {
+            PodSyncError::Runtime(e) => e.back_off(),
+            _ => None,
+        }
+    }
+
+    /// The waiting reason the failure shows on a container.
+    pub fn waiting_reason(&self) -> Option<WaitingReason> {
+        match self {
+            PodSyncError::Runtime(e) => e.waiting_reason(),
+            _ => None,
+        }
+    }
 }
 
 /// What the pod workers call (kubelet's `podSyncer`); the seam unit tests fake.
@@ -82,10 +137,12 @@ pub trait PodSyncer: Send + Sync + 'static {
         pod: Arc<Pod>,
         last_sync: Option<Instant>,
     ) -> impl Future<Output = Result<SyncResult, PodSyncError>> + Send;
+    /// Stops the pod with `grace`, first setting `status` on it if the kill asked.
     fn sync_terminating_pod(
         &self,
         pod: Arc<Pod>,
         grace: i64,
+        status: Option<KillStatus>,
     ) -> impl Future<Output = Result<(), PodSyncError>> + Send;
     fn sync_terminating_runtime_pod(
         &self,
@@ -144,12 +201,34 @@ pub const TERMINATE_BACK_OFF: Duration = Duration::from_secs(1);
 /// failing costs less and less; doubling from 1 s up to 10 s for kills and
 /// cleanups, so a pod being stopped is never left waiting long.
 pub fn failure_back_off(lifecycle: Lifecycle, failures: u32) -> Duration {
-    let (base, max) = match lifecycle {
-        Lifecycle::Syncing => (BACK_OFF_PERIOD, MAX_BACK_OFF),
-        _ => (TERMINATE_BACK_OFF, BACK_OFF_PERIOD),
-    };
+    let (base, max) = back_off_range(lifecycle);
     let doublings = failures.saturating_sub(1).min(16);
     base.saturating_mul(1 << doublings).min(max)
+}
+
+fn back_off_range(lifecycle: Lifecycle) -> (Duration, Duration) {
+    match lifecycle {
+        Lifecycle::Syncing => (BACK_OFF_PERIOD, MAX_BACK_OFF),
+        _ => (TERMINATE_BACK_OFF, BACK_OFF_PERIOD),
+    }
+}
+
+/// What a failed step asks of the worker's back-off (a panic asks nothing).
+#[derive(Debug, Clone, Copy, Default)]
+struct FailureHint {
+    /// Retrying cannot help: wait the longest back-off.
+    permanent: bool,
+    /// Retry no later than this.
+    sooner: Option<Duration>,
+}
+
+impl From<&PodSyncError> for FailureHint {
+    fn from(e: &PodSyncError) -> Self {
+        FailureHint {
+            permanent: !e.retryable(),
+            sooner: e.back_off(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +247,9 @@ struct PodSyncStatus {
     runtime_pod: Option<RuntimePod>,
     lifecycle: Lifecycle,
     grace: Option<i64>,
+    /// The kill that moved the pod to terminating (merged with later ones); None for
+    /// a deletion or a pod that became terminal by itself.
+    kill: Option<KillRequest>,
     /// Cancels an in-flight terminate so it restarts with a shorter grace period.
     terminate_cancel: CancellationToken,
     full_name: String,
@@ -259,25 +341,14 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// Hands an update to the pod's worker, starting the worker if needed.
     pub fn update_pod(&self, work: PodWork) {
-        let uid = work
-            .pod
-            .as_deref()
-            .map(|p| pod_uid(p).to_string())
-            .or_else(|| work.runtime_pod.as_ref().map(|r| r.uid.clone()))
-            .unwrap_or_default();
+        let uid = work.uid().to_string();
         if uid.is_empty() {
             return;
         }
         let mut state = self.state();
         let state = &mut *state;
         if !state.pods.contains_key(&uid) {
-            if work.update_type == UpdateType::Kill
-                && work.pod.is_none()
-                && work.runtime_pod.is_none()
-            {
-                return;
-            }
-            let (full_name, is_static) = match work.pod.as_deref() {
+            let (full_name, is_static) = match work.pod().map(|p| &**p) {
                 Some(p) => (pod_full_name(p), is_static_pod(p)),
                 None => (String::new(), false),
             };
@@ -289,7 +360,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 true
             };
             if !started {
-                info!(pod = %work.pod.as_deref().map(pod_ref).unwrap_or_default(), podUID = %uid, "static pod waits for the previous pod with the same name to terminate");
+                info!(pod = %work.pod().map(|p| pod_ref(p)).unwrap_or_default(), podUID = %uid, "static pod waits for the previous pod with the same name to terminate");
             }
             let new_life = state.restarting.remove(&uid);
             state.pods.insert(
@@ -301,6 +372,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                     runtime_pod: None,
                     lifecycle: Lifecycle::Syncing,
                     grace: None,
+                    kill: None,
                     terminate_cancel: CancellationToken::new(),
                     full_name,
                     is_static,
@@ -315,8 +387,15 @@ impl<S: PodSyncer> PodWorkers<S> {
             self.spawn_supervised(&uid);
         }
         let status = state.pods.get_mut(&uid).expect("inserted above");
-        let pod_name = || work.pod.as_deref().map(pod_ref).unwrap_or_default();
-        if status.lifecycle != Lifecycle::Syncing && work.update_type == UpdateType::Create {
+        let pod_name = || work.pod().map(|p| pod_ref(p)).unwrap_or_default();
+        let create = matches!(
+            work,
+            PodWork::Sync {
+                update: UpdateType::Create,
+                ..
+            }
+        );
+        if status.lifecycle != Lifecycle::Syncing && create {
             // The same UID added again after its termination was asked for (a static
             // pod with a fixed UID, removed and restored): it runs again as a new
             // life once the old one has fully terminated (kubelet's restartRequested).
@@ -327,31 +406,38 @@ impl<S: PodSyncer> PodWorkers<S> {
             return;
         }
         if status.lifecycle == Lifecycle::Finished {
-            if work.update_type == UpdateType::Kill && work.pod.is_some() {
+            if let PodWork::Kill { pod, .. } = &work {
                 // A finished pod removed from its source: its terminal containers and
                 // status were kept while it was desired; clean them up now, in the
                 // worker, so a re-add of the same UID waits for that.
                 debug!(pod = %pod_name(), podUID = %uid, "finished pod removed; cleaning up what it left");
                 status.lifecycle = Lifecycle::Terminated;
-                status.pod = work.pod.clone();
+                status.pod = Some(pod.clone());
                 status.pending = Some(work);
                 status.retry_at = None;
                 self.spawn_supervised(&uid);
             }
             return;
         }
-        if let Some(p) = &work.pod {
-            status.pod = Some(p.clone());
-        }
-        if let Some(r) = &work.runtime_pod {
-            status.runtime_pod = Some(r.clone());
+        match &work {
+            PodWork::Sync { pod, .. } | PodWork::Kill { pod, .. } => {
+                status.pod = Some(pod.clone());
+            }
+            PodWork::KillRuntimePod { pod, .. } => status.runtime_pod = Some(pod.clone()),
         }
         let deleting = work
-            .pod
-            .as_deref()
+            .pod()
             .is_some_and(|p| p.metadata.deletion_timestamp.is_some());
-        if work.kill.is_some() || deleting {
-            let grace = effective_grace(status.pod.as_deref(), work.kill.as_ref());
+        if work.kill().is_some() || deleting {
+            // A kill is never lost to a later plain update: it is kept here, not in
+            // the pending work, which the latest update replaces.
+            if let Some(k) = work.kill() {
+                match &mut status.kill {
+                    Some(current) => current.merge(k),
+                    None => status.kill = Some(k.clone()),
+                }
+            }
+            let grace = effective_grace(status.pod.as_deref(), work.kill());
             match status.lifecycle {
                 Lifecycle::Syncing => {
                     status.lifecycle = Lifecycle::Terminating;
@@ -368,12 +454,8 @@ impl<S: PodSyncer> PodWorkers<S> {
                 _ => {}
             }
         }
-        // Latest update wins, but a kill is never lost to a later plain update.
-        let kill = work
-            .kill
-            .clone()
-            .or_else(|| status.pending.as_ref().and_then(|p| p.kill.clone()));
-        status.pending = Some(PodWork { kill, ..work });
+        // Latest update wins.
+        status.pending = Some(work);
         status.notify.notify_one();
     }
 
@@ -422,7 +504,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             .map(pod_ref)
             .or_else(|| s.runtime_pod.as_ref().map(|r| r.pod_ref()))
             .unwrap_or_default();
-        let delay = Self::record_failure(s, lifecycle, work);
+        let delay = Self::record_failure(s, lifecycle, work, FailureHint::default());
         Some((pod_name, lifecycle, delay))
     }
 
@@ -432,11 +514,19 @@ impl<S: PodSyncer> PodWorkers<S> {
         s: &mut PodSyncStatus,
         lifecycle: Lifecycle,
         work: Option<PodWork>,
+        hint: FailureHint,
     ) -> Duration {
         s.failures = s.failures.saturating_add(1);
-        let mut delay = failure_back_off(lifecycle, s.failures);
+        let mut delay = if hint.permanent {
+            back_off_range(lifecycle).1
+        } else {
+            failure_back_off(lifecycle, s.failures)
+        };
         if lifecycle == Lifecycle::Syncing {
             delay = jitter(delay, 0.5);
+        }
+        if let Some(sooner) = hint.sooner {
+            delay = delay.min(sooner);
         }
         s.retry_at = Some((lifecycle, Instant::now() + delay));
         s.in_flight = None;
@@ -447,10 +537,16 @@ impl<S: PodSyncer> PodWorkers<S> {
         delay
     }
 
-    fn step_failed(&self, uid: &str, lifecycle: Lifecycle, work: PodWork) -> Duration {
+    fn step_failed(
+        &self,
+        uid: &str,
+        lifecycle: Lifecycle,
+        work: PodWork,
+        error: &PodSyncError,
+    ) -> Duration {
         let mut state = self.state();
         match state.pods.get_mut(uid) {
-            Some(s) => Self::record_failure(s, lifecycle, Some(work)),
+            Some(s) => Self::record_failure(s, lifecycle, Some(work), error.into()),
             None => Duration::ZERO,
         }
     }
@@ -510,7 +606,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         loop {
             // Wait for work (for static pods, for our turn; after a failure, for the
             // back-off to end).
-            let (work, lifecycle, pod, runtime_pod, grace, cancel_term, new_life) = loop {
+            let (work, lifecycle, pod, runtime_pod, grace, cancel_term, new_life, kill) = loop {
                 let held_until = {
                     let mut state = self.state();
                     let Some(s) = state.pods.get_mut(&uid) else {
@@ -534,6 +630,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                             s.grace.unwrap_or(1),
                             s.terminate_cancel.clone(),
                             s.new_life,
+                            s.kill.clone(),
                         );
                     }
                     held.filter(|_| s.may_act() && s.pending.is_some())
@@ -571,7 +668,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                             }
                         }
                         self.syncer
-                            .sync_pod(work.update_type, pod.clone(), last_sync)
+                            .sync_pod(work.update_type(), pod.clone(), last_sync)
                             .await
                     };
                     let res = tokio::select! {
@@ -592,17 +689,22 @@ impl<S: PodSyncer> PodWorkers<S> {
                             self.queue.enqueue(&uid, delay);
                         }
                         Err(e) => {
-                            let delay = self.step_failed(&uid, lifecycle, work);
-                            warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = ?delay, "error syncing pod, will retry");
+                            let delay = self.step_failed(&uid, lifecycle, work, &e);
+                            let reason = e.waiting_reason().map(WaitingReason::as_str);
+                            warn!(pod = %pod_name, podUID = %uid, error = %e, reason, retryable = e.retryable(), retryIn = ?delay, "error syncing pod, will retry");
                         }
                     }
                 }
                 Lifecycle::Terminating => {
-                    info!(pod = %pod_name, podUID = %uid, gracePeriod = grace, reason = %work.kill.as_ref().map(|k| k.reason.as_str()).unwrap_or("deleted"), "terminating pod");
+                    let reason = kill.as_ref().map_or(KillReason::Deleted, |k| k.reason);
+                    info!(pod = %pod_name, podUID = %uid, gracePeriod = grace, %reason, "terminating pod");
+                    let status = kill.and_then(|k| k.status);
                     let fut = async {
                         match (&pod, &runtime_pod) {
                             (Some(p), _) => {
-                                self.syncer.sync_terminating_pod(p.clone(), grace).await
+                                self.syncer
+                                    .sync_terminating_pod(p.clone(), grace, status)
+                                    .await
                             }
                             (None, Some(r)) => {
                                 self.syncer.sync_terminating_runtime_pod(r.clone()).await
@@ -625,7 +727,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                             self.set_lifecycle(&uid, Lifecycle::Terminated, work)
                         }
                         Err(e) => {
-                            let delay = self.step_failed(&uid, lifecycle, work);
+                            let delay = self.step_failed(&uid, lifecycle, work, &e);
                             warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = ?delay, "error terminating pod, will retry");
                         }
                     }
@@ -642,7 +744,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                             return;
                         }
                         Err(e) => {
-                            let delay = self.step_failed(&uid, lifecycle, work);
+                            let delay = self.step_failed(&uid, lifecycle, work, &e);
                             warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = ?delay, "error cleaning up terminated pod, will retry");
                         }
                     }
@@ -668,13 +770,14 @@ impl<S: PodSyncer> PodWorkers<S> {
             if s.lifecycle == Lifecycle::Syncing {
                 s.lifecycle = Lifecycle::Terminating;
                 s.grace = Some(effective_grace(s.pod.as_deref(), None));
+                s.kill.get_or_insert(KillRequest::new(KillReason::Terminal));
             }
-            if s.pending.is_none() {
-                s.pending = Some(PodWork {
-                    update_type: UpdateType::Sync,
-                    pod: s.pod.clone(),
-                    runtime_pod: s.runtime_pod.clone(),
-                    kill: None,
+            if s.pending.is_none()
+                && let Some(pod) = s.pod.clone()
+            {
+                s.pending = Some(PodWork::Sync {
+                    update: UpdateType::Sync,
+                    pod,
                 });
             }
         }

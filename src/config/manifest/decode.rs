@@ -8,21 +8,23 @@ use serde::Deserialize;
 use super::{FieldError, MAX_MANIFEST_BYTES, ParseError, fail};
 
 /// Rejects binary content up front: the YAML parser's complaint about it would be cryptic.
-pub(super) fn as_text(bytes: &[u8]) -> Result<&str, String> {
+pub(super) fn as_text(bytes: &[u8]) -> Result<&str, ParseError> {
     if let Some(at) = bytes.iter().position(|b| *b == 0) {
-        return Err(format!(
+        return Err(ParseError::Decode(format!(
             "not a text manifest: binary data (NUL byte at offset {at})"
-        ));
+        )));
     }
     let text = std::str::from_utf8(bytes).map_err(|e| {
-        format!(
+        ParseError::Decode(format!(
             "not a text manifest: invalid UTF-8 at byte offset {}",
             e.valid_up_to()
-        )
+        ))
     })?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.trim().is_empty() {
-        return Err("empty manifest: expected one Pod".to_string());
+        return Err(ParseError::Decode(
+            "empty manifest: expected one Pod".to_string(),
+        ));
     }
     Ok(text)
 }
@@ -73,7 +75,7 @@ fn yaml_pod(text: &str, index: usize) -> Result<Pod, ParseError> {
 /// The index and value of the one non-empty YAML document in `text`; more than one
 /// is an error (kubelet would silently take the first, which hides mistakes).
 fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseError> {
-    check_depth(text).map_err(ParseError::Decode)?;
+    check_depth(text)?;
     check_expansion(text)?;
     let mut found = None;
     let mut count = 0;
@@ -108,7 +110,7 @@ pub const MAX_YAML_DEPTH: usize = 128;
 /// This walks libyaml's events (the same scanner, so the same notion of depth) and stops
 /// at the first level too deep, which bounds the scan at linear time. Syntax errors are
 /// left to the real parse, which reports them with better context.
-fn check_depth(text: &str) -> Result<(), String> {
+fn check_depth(text: &str) -> Result<(), ParseError> {
     use std::mem::MaybeUninit;
     use unsafe_libyaml as unsafe_y;
     // SAFETY: the parser is initialised before use and deleted once; it reads `text`
@@ -117,7 +119,9 @@ fn check_depth(text: &str) -> Result<(), String> {
         let mut parser = MaybeUninit::<unsafe_y::yaml_parser_t>::uninit();
         let parser = parser.as_mut_ptr();
         if !unsafe_y::yaml_parser_initialize(parser).ok {
-            return Err("invalid YAML: cannot initialise the parser".to_string());
+            return Err(ParseError::Decode(
+                "invalid YAML: cannot initialise the parser".to_string(),
+            ));
         }
         unsafe_y::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as u64);
         let mut depth = 0usize;
@@ -133,9 +137,9 @@ fn check_depth(text: &str) -> Result<(), String> {
                 unsafe_y::YAML_SEQUENCE_START_EVENT | unsafe_y::YAML_MAPPING_START_EVENT => {
                     depth += 1;
                     if depth > MAX_YAML_DEPTH {
-                        break Err(format!(
+                        break Err(ParseError::Decode(format!(
                             "invalid YAML: nested deeper than {MAX_YAML_DEPTH} levels"
-                        ));
+                        )));
                     }
                 }
                 unsafe_y::YAML_SEQUENCE_END_EVENT | unsafe_y::YAML_MAPPING_END_EVENT => {

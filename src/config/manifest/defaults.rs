@@ -8,6 +8,8 @@ use k8s_openapi::api::core::v1::{
 };
 use std::collections::BTreeMap;
 
+use crate::pod::{ImagePullPolicy, RestartPolicy};
+
 pub(super) fn unset(s: &Option<String>) -> bool {
     s.as_deref().is_none_or(str::is_empty)
 }
@@ -26,7 +28,7 @@ fn default_nonzero(v: &mut Option<i32>, value: i32) {
 
 pub(super) fn apply_api_defaults(pod: &mut Pod) {
     let spec = pod.spec.get_or_insert_with(PodSpec::default);
-    default_str(&mut spec.restart_policy, "Always");
+    default_str(&mut spec.restart_policy, RestartPolicy::Always.as_str());
     default_str(&mut spec.dns_policy, "ClusterFirst");
     default_str(&mut spec.scheduler_name, "default-scheduler");
     spec.termination_grace_period_seconds.get_or_insert(30);
@@ -90,7 +92,7 @@ fn default_container(c: &mut Container, host_network: bool) {
 }
 
 /// `Always` for `:latest` or an untagged, undigested image; else `IfNotPresent`.
-fn default_pull_policy(image: &str) -> &'static str {
+fn default_pull_policy(image: &str) -> ImagePullPolicy {
     let (name, digest) = match image.split_once('@') {
         Some((n, _)) => (n, true),
         None => (image, false),
@@ -98,9 +100,9 @@ fn default_pull_policy(image: &str) -> &'static str {
     let last = name.rsplit('/').next().unwrap_or(name);
     let tag = last.rsplit_once(':').map(|(_, t)| t);
     match tag {
-        Some("latest") => "Always",
-        None if !digest => "Always",
-        _ => "IfNotPresent",
+        Some("latest") => ImagePullPolicy::Always,
+        None if !digest => ImagePullPolicy::Always,
+        _ => ImagePullPolicy::IfNotPresent,
     }
 }
 
@@ -229,7 +231,7 @@ mod tests {
             ("nginx:latest@sha256:abc", "Always"),
             ("registry.k8s.io/pause:3.10", "IfNotPresent"),
         ] {
-            assert_eq!(default_pull_policy(image), policy, "{image}");
+            assert_eq!(default_pull_policy(image).as_str(), policy, "{image}");
         }
         let pod = decode(&with_container_lines("    imagePullPolicy: Never\n")).unwrap();
         assert_eq!(

@@ -243,7 +243,8 @@ pub(super) fn apply_static_defaults(pod: &mut Pod, path: &Path, node_name: &str)
     } else {
         tolerations.push(tolerate_all);
     }
-    pod.status.get_or_insert_with(PodStatus::default).phase = Some("Pending".to_string());
+    pod.status.get_or_insert_with(PodStatus::default).phase =
+        Some(crate::pod::Phase::Pending.to_string());
 }
 
 #[cfg(test)]

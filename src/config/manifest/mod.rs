@@ -144,11 +144,12 @@ pub fn decode_static_pod(bytes: &[u8], path: &Path, node_name: &str) -> Result<P
         path: path.to_path_buf(),
         message,
     };
-    let text = as_text(bytes).map_err(decode_err)?;
-    let mut pod = parse_pod(text).map_err(|e| match e {
+    let manifest_err = |e: ParseError| match e {
         ParseError::Decode(message) => decode_err(message),
         ParseError::Field(f) => f.at(path),
-    })?;
+    };
+    let text = as_text(bytes).map_err(manifest_err)?;
+    let mut pod = parse_pod(text).map_err(manifest_err)?;
     apply_api_defaults(&mut pod);
     validate_pod(&pod, node_name).map_err(|f| f.at(path))?;
     apply_static_defaults(&mut pod, path, node_name);

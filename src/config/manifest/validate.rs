@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::defaults::unset;
 use super::identity::static_pod_name;
 use super::{FieldError, fail};
+use crate::pod::{ImagePullPolicy, RestartPolicy};
 use crate::quantity;
 use crate::safe_path;
 
@@ -140,7 +141,7 @@ pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError>
     one_of(
         "spec.restartPolicy",
         &spec.restart_policy,
-        &["Always", "OnFailure", "Never"],
+        RestartPolicy::NAMES,
     )?;
     one_of(
         "spec.dnsPolicy",
@@ -373,16 +374,17 @@ fn validate_container<'a>(
     one_of(
         &f("imagePullPolicy"),
         &c.image_pull_policy,
-        &["Always", "IfNotPresent", "Never"],
+        ImagePullPolicy::NAMES,
     )?;
     one_of(
         &f("terminationMessagePolicy"),
         &c.termination_message_policy,
         &["File", "FallbackToLogsOnError"],
     )?;
-    let sidecar = ctx.init && c.restart_policy.as_deref() == Some("Always");
+    let always = RestartPolicy::Always.as_str();
+    let sidecar = ctx.init && c.restart_policy.as_deref() == Some(always);
     if ctx.init {
-        one_of(&f("restartPolicy"), &c.restart_policy, &["Always"])?;
+        one_of(&f("restartPolicy"), &c.restart_policy, &[always])?;
     } else if c.restart_policy.is_some() || c.restart_policy_rules.is_some() {
         return fail(
             f("restartPolicy"),

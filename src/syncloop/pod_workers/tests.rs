@@ -20,6 +20,8 @@ struct Fake {
     panic_sync: Option<&'static str>,
     /// `sync_pod` fails for this UID, every time.
     fail_sync: Option<&'static str>,
+    /// The error `fail_sync` returns (a CRI error when None).
+    fail_with: Option<fn() -> PodSyncError>,
     /// `sync_terminating_pod` panics this many times before it works.
     panic_terminating: AtomicUsize,
     /// When each `sync_pod` call started.
@@ -54,7 +56,7 @@ impl PodSyncer for Fake {
         }
         if self.fail_sync == Some(pod_uid(&pod)) {
             self.record(format!("sync-error {}", pod_uid(&pod)));
-            return Err(PodSyncError::Inspect("fake failure".into()));
+            return Err(self.fail_with.map_or_else(cri_failure, |f| f()));
         }
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(n, Ordering::SeqCst);
@@ -75,8 +77,18 @@ impl PodSyncer for Fake {
             retry_after: None,
         })
     }
-    async fn sync_terminating_pod(&self, pod: Arc<Pod>, grace: i64) -> Result<(), PodSyncError> {
-        self.record(format!("terminating {} {grace}", pod_uid(&pod)));
+    async fn sync_terminating_pod(
+        &self,
+        pod: Arc<Pod>,
+        grace: i64,
+        status: Option<KillStatus>,
+    ) -> Result<(), PodSyncError> {
+        let set = status.map(|s| format!(" {} {}", s.phase, s.reason));
+        self.record(format!(
+            "terminating {} {grace}{}",
+            pod_uid(&pod),
+            set.unwrap_or_default()
+        ));
         let panics = &self.panic_terminating;
         if panics
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -139,24 +151,28 @@ fn pod(uid: &str, name: &str, image: &str, grace: Option<i64>) -> Arc<Pod> {
     })
 }
 
+fn cri_failure() -> PodSyncError {
+    PodSyncError::Cri(CriError::Status {
+        call: "RunPodSandbox",
+        code: tonic::Code::Unavailable,
+        message: "fake failure".into(),
+    })
+}
+
 fn work(p: &Arc<Pod>, t: UpdateType) -> PodWork {
-    PodWork {
-        update_type: t,
-        pod: Some(p.clone()),
-        runtime_pod: None,
-        kill: None,
+    PodWork::Sync {
+        update: t,
+        pod: p.clone(),
     }
 }
 
 fn kill(p: &Arc<Pod>, grace: Option<i64>) -> PodWork {
-    PodWork {
-        update_type: UpdateType::Kill,
-        pod: Some(p.clone()),
-        runtime_pod: None,
-        kill: Some(KillRequest {
+    PodWork::Kill {
+        pod: p.clone(),
+        kill: KillRequest {
             grace_override: grace,
-            reason: "test".into(),
-        }),
+            ..KillRequest::new(KillReason::RemovedFromConfig)
+        },
     }
 }
 
@@ -184,12 +200,12 @@ fn grace_selection_follows_kubelet() {
     assert_eq!(effective_grace(Some(&pod("u", "p", "i", None)), None), 30);
     let k = KillRequest {
         grace_override: Some(0),
-        reason: String::new(),
+        ..KillRequest::new(KillReason::RemovedFromConfig)
     };
     assert_eq!(effective_grace(Some(&p), Some(&k)), 1, "minimum is 1s");
     let k = KillRequest {
         grace_override: Some(5),
-        reason: String::new(),
+        ..KillRequest::new(KillReason::RemovedFromConfig)
     };
     assert_eq!(effective_grace(Some(&p), Some(&k)), 5);
     let mut deleting = (*p).clone();
@@ -321,17 +337,15 @@ async fn static_pods_with_one_name_run_one_at_a_time() {
 #[tokio::test(start_paused = true)]
 async fn runtime_only_pod_is_killed_and_cleaned() {
     let (w, fake) = workers(Fake::default());
-    w.update_pod(PodWork {
-        update_type: UpdateType::Kill,
-        pod: None,
-        runtime_pod: Some(RuntimePod {
+    w.update_pod(PodWork::KillRuntimePod {
+        pod: RuntimePod {
             uid: "r1".into(),
             ..Default::default()
-        }),
-        kill: Some(KillRequest {
+        },
+        kill: KillRequest {
             grace_override: Some(1),
-            reason: "runtime-only".into(),
-        }),
+            ..KillRequest::new(KillReason::RuntimeOnly)
+        },
     });
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(fake.log(), vec!["terminating-runtime r1", "terminated r1"]);
@@ -584,4 +598,125 @@ async fn waiting_static_pod_that_is_removed_never_waits_for_its_turn() {
     w.update_pod(work(&third, UpdateType::Create));
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(!fake.log().iter().any(|l| l.contains("third")));
+}
+
+fn evicted() -> KillStatus {
+    KillStatus {
+        phase: crate::pod::Phase::Failed,
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory.".into(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn kill_status_reaches_termination_and_a_later_kill_keeps_it() {
+    let (w, fake) = workers(Fake {
+        terminate_delay: Duration::from_secs(5),
+        ..Default::default()
+    });
+    let p = pod("u1", "p", "v1", Some(30));
+    w.update_pod(work(&p, UpdateType::Create));
+    settle().await;
+    w.update_pod(PodWork::Kill {
+        pod: p.clone(),
+        kill: KillRequest {
+            grace_override: Some(10),
+            status: Some(evicted()),
+            ..KillRequest::new(KillReason::RemovedFromConfig)
+        },
+    });
+    settle().await;
+    // A later kill with a shorter grace and no status of its own restarts
+    // termination; the eviction's status still goes with it.
+    w.update_pod(kill(&p, Some(3)));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        fake.log(),
+        vec![
+            "sync u1 v1",
+            "terminating u1 10 Failed Evicted",
+            "terminating u1 3 Failed Evicted",
+            "killed u1 3",
+            "terminated u1"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sync_error_that_cannot_pass_waits_the_longest_back_off() {
+    let (w, fake) = workers(Fake {
+        fail_sync: Some("u1"),
+        fail_with: Some(|| {
+            PodSyncError::Runtime(SyncError::Path(crate::safe_path::PathError::NotAComponent(
+                "..".into(),
+            )))
+        }),
+        ..Default::default()
+    });
+    let p = pod("u1", "p", "v1", Some(3));
+    w.update_pod(work(&p, UpdateType::Create));
+    for _ in 0..500 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        w.update_pod(work(&p, UpdateType::Sync));
+    }
+    let gaps = fake.sync_gaps();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert!(gaps[0] >= 300.0 && gaps[0] < 451.0, "{gaps:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sync_error_with_a_back_off_ending_sooner_is_retried_then() {
+    let (w, fake) = workers(Fake {
+        fail_sync: Some("u1"),
+        fail_with: Some(|| {
+            PodSyncError::Runtime(SyncError::Containers {
+                errors: vec![crate::runtime::manager::ContainerStartError {
+                    container: "app".into(),
+                    reason: WaitingReason::RunContainerError,
+                    message: "exec failed".into(),
+                }],
+                retry_after: Some(Duration::from_secs(2)),
+            })
+        }),
+        ..Default::default()
+    });
+    let p = pod("u1", "p", "v1", Some(3));
+    w.update_pod(work(&p, UpdateType::Create));
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let gaps = fake.sync_gaps();
+    assert_eq!(
+        gaps,
+        [2.0, 2.0, 2.0],
+        "retried as the back-off ends, not after 10 s"
+    );
+}
+
+#[test]
+fn sync_errors_say_their_kind() {
+    let path = PodSyncError::Runtime(SyncError::Path(crate::safe_path::PathError::NotAComponent(
+        "..".into(),
+    )));
+    assert!(!path.retryable());
+    assert_eq!(path.back_off(), None);
+    let cri = cri_failure();
+    assert!(cri.retryable());
+    assert_eq!(cri.waiting_reason(), None);
+    let start = PodSyncError::Runtime(SyncError::Containers {
+        errors: vec![crate::runtime::manager::ContainerStartError {
+            container: "app".into(),
+            reason: WaitingReason::CreateContainerConfigError,
+            message: "bad subPath".into(),
+        }],
+        retry_after: Some(Duration::from_secs(20)),
+    });
+    assert!(start.retryable());
+    assert_eq!(start.back_off(), Some(Duration::from_secs(20)));
+    assert_eq!(
+        start.waiting_reason(),
+        Some(WaitingReason::CreateContainerConfigError)
+    );
+    assert_eq!(
+        start.to_string(),
+        "app: CreateContainerConfigError: bad subPath"
+    );
 }

@@ -1,8 +1,14 @@
 //! Pod helpers every room may use: the names kubelet logs a pod by, its UID,
 //! the source names and the `kubernetes.io/config.*` annotations (kubelet's
-//! `pkg/kubelet/types`). No logic of its own beyond reading a pod's metadata.
+//! `pkg/kubelet/types`), and the phases, reasons and policies as enums (`enums`).
+//! No logic of its own beyond reading a pod's metadata.
 
 use k8s_openapi::api::core::v1::Pod;
+
+mod enums;
+pub use enums::{
+    ImagePullPolicy, Phase, RestartPolicy, TerminatedReason, UnknownValue, WaitingReason,
+};
 
 /// The source name of the static pod directory (kubelet's `kubetypes.FileSource`).
 pub const FILE_SOURCE: &str = "file";

@@ -576,7 +576,7 @@ async fn main() {
             "containerd_rss_mib": f.containerd_rss_mib, "containerd_cpu_cores": f.containerd_cpu_cores,
             "relist_ms": dist(&f.relist_ms), "oxlet_cpu_ms_per_relist": f.cpu_ms_per_relist,
         })).collect::<Vec<_>>(),
-        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cores": std::thread::available_parallelism().map(std::num::NonZero::get).unwrap_or(0),
     });
     let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench");
     std::fs::create_dir_all(&out).unwrap();

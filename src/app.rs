@@ -50,7 +50,7 @@ fn socket_path(endpoint: &str) -> PathBuf {
 }
 
 /// The runtime oxlet talks to, and the containerd it supervises (if any).
-pub struct Runtime {
+pub(crate) struct Runtime {
     pub cri: RemoteRuntime,
     pub runtime_name: String,
     /// The CRI endpoint connected to.
@@ -87,7 +87,7 @@ async fn choose_runtime(opts: &Options) -> anyhow::Result<RuntimeChoice> {
 
 /// Connects to the configured runtime, or starts a managed containerd under
 /// `--root-dir` (see [`choose_runtime`]), and records the choice.
-pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
+pub(crate) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
     let timeout = opts.runtime_request_timeout;
     let choice = choose_runtime(opts).await?;
     let mut managed = None;
@@ -132,7 +132,7 @@ pub async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
 /// Imports the archives in `<root-dir>/images` (k3s's convention). Each archive is
 /// imported on its own; `import_images` logs successes and failures, and a broken
 /// archive is skipped.
-pub async fn import_root_images(opts: &Options, rt: &Runtime) {
+pub(crate) async fn import_root_images(opts: &Options, rt: &Runtime) {
     let images = opts.root_dir.join("images");
     if images.is_dir() {
         import_images(&socket_path(&rt.endpoint), &images).await;
@@ -140,7 +140,7 @@ pub async fn import_root_images(opts: &Options, rt: &Runtime) {
 }
 
 /// A running agent: its shared state, for the server, runonce and tests.
-pub struct Agent {
+pub(crate) struct Agent {
     pub pods: Arc<PodManager>,
     pub statuses: Arc<StatusManager>,
 }
@@ -151,7 +151,7 @@ const AGENT_STOP: Duration = Duration::from_secs(3);
 const RUNTIME_STOP: Duration = Duration::from_secs(15);
 
 /// Starts every task of the agent in `tasks`; they stop when it is shut down.
-pub async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow::Result<Agent> {
+pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow::Result<Agent> {
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods);
     debug!(node = ?node, "node facts");
@@ -308,7 +308,7 @@ pub async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow::Resul
 }
 
 /// Logs the start-up summary (shown at every verbosity).
-pub fn log_summary(opts: &Options) {
+pub(crate) fn log_summary(opts: &Options) {
     info!(
         target: STARTUP_TARGET,
         node = %opts.node_name,
@@ -332,13 +332,13 @@ pub fn log_summary(opts: &Options) {
 
 /// SIGTERM and SIGINT, listened for from the first instant of [`run`], so that a stop
 /// during start-up (a slow runtime, a long image import) is honoured at once.
-pub struct Signals {
+pub(crate) struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    pub fn install() -> std::io::Result<Signals> {
+    pub(crate) fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{SignalKind, signal};
         Ok(Signals {
             term: signal(SignalKind::terminate())?,
@@ -347,7 +347,7 @@ impl Signals {
     }
 
     /// The next signal's name.
-    pub async fn recv(&mut self) -> &'static str {
+    pub(crate) async fn recv(&mut self) -> &'static str {
         tokio::select! {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
@@ -364,10 +364,10 @@ fn apply_max_open_files(wanted: u64) {
                 soft = r.soft,
                 hard = r.hard,
                 "cannot set RLIMIT_NOFILE to maxOpenFiles; raised the soft limit to the hard limit instead"
-            )
+            );
         }
         Ok(r) => {
-            info!(target: STARTUP_TARGET, soft = r.soft, hard = r.hard, "set RLIMIT_NOFILE to maxOpenFiles")
+            info!(target: STARTUP_TARGET, soft = r.soft, hard = r.hard, "set RLIMIT_NOFILE to maxOpenFiles");
         }
         Err(e) => warn!(error = %e, maxOpenFiles = wanted, "cannot set RLIMIT_NOFILE; going on"),
     }
@@ -417,7 +417,7 @@ async fn run_agent(
     tasks: &Tasks,
 ) -> anyhow::Result<i32> {
     tokio::select! {
-        _ = import_root_images(opts, rt) => {}
+        () = import_root_images(opts, rt) => {}
         _ = tasks.failed() => return Ok(1),
         sig = signals.recv() => {
             info!(target: STARTUP_TARGET, "received {sig} while importing images; exiting");

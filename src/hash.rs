@@ -8,7 +8,7 @@ const FNV128_PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
 
 /// An incremental FNV-1a 32-bit hasher.
 #[derive(Debug, Clone, Copy)]
-pub struct Fnv32a(u32);
+pub(crate) struct Fnv32a(u32);
 
 impl Default for Fnv32a {
     fn default() -> Self {
@@ -17,20 +17,20 @@ impl Default for Fnv32a {
 }
 
 impl Fnv32a {
-    pub fn write(&mut self, bytes: &[u8]) {
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
             self.0 ^= u32::from(*b);
             self.0 = self.0.wrapping_mul(FNV32_PRIME);
         }
     }
-    pub fn finish(self) -> u32 {
+    pub(crate) fn finish(self) -> u32 {
         self.0
     }
 }
 
 /// An incremental FNV-1a 128-bit hasher.
 #[derive(Debug, Clone, Copy)]
-pub struct Fnv128a(u128);
+pub(crate) struct Fnv128a(u128);
 
 impl Default for Fnv128a {
     fn default() -> Self {
@@ -39,17 +39,14 @@ impl Default for Fnv128a {
 }
 
 impl Fnv128a {
-    pub fn write(&mut self, bytes: &[u8]) {
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
             self.0 ^= u128::from(*b);
             self.0 = self.0.wrapping_mul(FNV128_PRIME);
         }
     }
-    pub fn finish(self) -> u128 {
-        self.0
-    }
     /// The hash as 32 lower-case hex digits (kubelet's static pod UID form).
-    pub fn hex(self) -> String {
+    pub(crate) fn hex(self) -> String {
         format!("{:032x}", self.0)
     }
 }

@@ -5,22 +5,28 @@
 //! `pleg` watches the runtime and wakes pod workers; `status` turns what we see into
 //! kubelet-faithful pod status; `server` serves read-only views.
 
-pub mod app;
-pub mod config;
+mod app;
+mod config;
 pub mod containerd;
-pub mod hash;
-pub mod logging;
-pub mod node;
-pub mod options;
-pub mod pleg;
-pub mod pod;
-pub mod quantity;
-pub mod rlimit;
-pub mod runonce;
-pub mod runtime;
-pub mod runtime_choice;
-pub mod safe_path;
-pub mod server;
-pub mod status;
-pub mod syncloop;
-pub mod tasks;
+mod hash;
+mod logging;
+mod node;
+mod options;
+mod pleg;
+mod pod;
+mod quantity;
+mod rlimit;
+mod runonce;
+mod runtime;
+mod runtime_choice;
+mod safe_path;
+mod server;
+mod status;
+mod syncloop;
+mod tasks;
+
+// The library's public surface: what the binary (`src/main.rs`) and the integration tests
+// and benchmarks (the managed containerd as a test bed) use. Everything else is crate-private.
+pub use app::run;
+pub use logging::init as init_logging;
+pub use options::{Options, load_or_exit};

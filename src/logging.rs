@@ -5,10 +5,10 @@
 use tracing_subscriber::EnvFilter;
 
 /// The tracing target of the start-up summary, shown at every verbosity.
-pub const STARTUP_TARGET: &str = "oxlet::startup";
+pub(crate) const STARTUP_TARGET: &str = "oxlet::startup";
 
 /// The filter for a verbosity; dependencies stay at warn so `-v` tells oxlet's story.
-pub fn filter_for(verbosity: u8) -> EnvFilter {
+pub(crate) fn filter_for(verbosity: u8) -> EnvFilter {
     let oxlet = match verbosity {
         0 | 1 => "warn",
         2 | 3 => "info",

@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let opts = oxlet::options::load_or_exit();
-    oxlet::logging::init(opts.verbosity);
+    let opts = oxlet::load_or_exit();
+    oxlet::init_logging(opts.verbosity);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(oxlet::app::run(opts)) {
+    match rt.block_on(oxlet::run(opts)) {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
             tracing::error!("{e:#}");

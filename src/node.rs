@@ -9,30 +9,20 @@ use tracing::{debug, warn};
 
 /// The kind of a node address (kubelet's `NodeAddressType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AddressType {
+pub(crate) enum AddressType {
     InternalIP,
     Hostname,
 }
 
-impl AddressType {
-    /// The API's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AddressType::InternalIP => "InternalIP",
-            AddressType::Hostname => "Hostname",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeAddress {
+pub(crate) struct NodeAddress {
     pub kind: AddressType,
     pub address: String,
 }
 
 /// What the node offers to pods before any reservation (kubelet's node capacity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capacity {
+pub(crate) struct Capacity {
     /// CPUs this process may run on (the cpuset it is confined to).
     pub cpu_cores: u32,
     /// `MemTotal` from /proc/meminfo, in bytes.
@@ -43,7 +33,7 @@ pub struct Capacity {
 
 /// The node's facts, read once at start.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeInfo {
+pub(crate) struct NodeInfo {
     /// The node name (`--hostname-override` or the host name, lower-cased).
     pub name: String,
     /// `InternalIP` first, then `Hostname`, as kubelet lists them.
@@ -67,7 +57,7 @@ pub struct NodeInfo {
 
 /// The kernel's host name (what Go's `os.Hostname` reads on Linux); the node name
 /// is this, lower-cased, unless `--hostname-override` says otherwise (see `options`).
-pub fn host_name() -> std::io::Result<String> {
+pub(crate) fn host_name() -> std::io::Result<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
 }
@@ -78,7 +68,7 @@ const LOOPBACK: &str = "127.0.0.1";
 impl NodeInfo {
     /// Reads the facts of this host. A fact that cannot be read is logged with its
     /// file and the reason and left empty (or zero); it never stops the agent.
-    pub fn gather(name: &str, max_pods: u32) -> NodeInfo {
+    pub(crate) fn gather(name: &str, max_pods: u32) -> NodeInfo {
         let host_ip = detect_host_ip().unwrap_or_else(|| LOOPBACK.to_string());
         let cpu_cores = read_fact("/proc/self/status", true)
             .and_then(|s| cpus_allowed(&s))
@@ -124,7 +114,7 @@ impl NodeInfo {
     }
 
     /// The first `InternalIP` (the pods' `status.hostIP`).
-    pub fn internal_ip(&self) -> &str {
+    pub(crate) fn internal_ip(&self) -> &str {
         self.addresses
             .iter()
             .find(|a| a.kind == AddressType::InternalIP)
@@ -162,7 +152,7 @@ fn detect_host_ip() -> Option<String> {
 }
 
 /// The first `inet` address in `ip -o -4 addr` output, without its prefix length.
-pub fn first_inet(text: &str) -> Option<String> {
+pub(crate) fn first_inet(text: &str) -> Option<String> {
     text.lines().find_map(|l| {
         let mut words = l.split_whitespace();
         words.find(|w| *w == "inet")?;
@@ -171,7 +161,7 @@ pub fn first_inet(text: &str) -> Option<String> {
 }
 
 /// `MemTotal` of /proc/meminfo text, in bytes.
-pub fn mem_total_bytes(meminfo: &str) -> Option<u64> {
+pub(crate) fn mem_total_bytes(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let mut words = line["MemTotal:".len()..].split_whitespace();
     let value: u64 = words.next()?.parse().ok()?;
@@ -183,7 +173,7 @@ pub fn mem_total_bytes(meminfo: &str) -> Option<u64> {
 }
 
 /// The number of CPUs in `Cpus_allowed_list` of /proc/<pid>/status text.
-pub fn cpus_allowed(status: &str) -> Option<u32> {
+pub(crate) fn cpus_allowed(status: &str) -> Option<u32> {
     let line = status
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
@@ -191,7 +181,7 @@ pub fn cpus_allowed(status: &str) -> Option<u32> {
 }
 
 /// The size of a kernel CPU list (`0-3,8,10-11`); `None` when malformed or empty.
-pub fn cpu_list_len(list: &str) -> Option<u32> {
+pub(crate) fn cpu_list_len(list: &str) -> Option<u32> {
     let mut n: u32 = 0;
     for part in list.split(',') {
         let (lo, hi) = match part.split_once('-') {
@@ -210,7 +200,7 @@ pub fn cpu_list_len(list: &str) -> Option<u32> {
 }
 
 /// `PRETTY_NAME` of os-release text, unquoted.
-pub fn os_pretty_name(os_release: &str) -> Option<String> {
+pub(crate) fn os_pretty_name(os_release: &str) -> Option<String> {
     let value = os_release
         .lines()
         .find_map(|l| l.trim().strip_prefix("PRETTY_NAME="))?;
@@ -224,7 +214,7 @@ pub fn os_pretty_name(os_release: &str) -> Option<String> {
 }
 
 /// Rust's architecture name in Go's spelling (the `kubernetes.io/arch` label's).
-pub fn go_arch(rust_arch: &'static str) -> &'static str {
+pub(crate) fn go_arch(rust_arch: &'static str) -> &'static str {
     match rust_arch {
         "x86_64" => "amd64",
         "aarch64" => "arm64",

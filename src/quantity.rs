@@ -13,7 +13,7 @@ const MAX_QUANTITY_LEN: usize = 64;
 
 /// Why a quantity cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QuantityError {
+pub(crate) enum QuantityError {
     #[error(
         "{0:?} is not a quantity (expected a number with an optional suffix, e.g. 100m, 0.5, 128Mi, 1G, 1e3)"
     )]
@@ -178,12 +178,12 @@ fn value(q: &str, scale: i32, unit: &'static str) -> Result<i64, QuantityError> 
 }
 
 /// CPU in millicores (Kubernetes' `MilliValue`).
-pub fn milli_cpu(q: &Quantity) -> Result<i64, QuantityError> {
+pub(crate) fn milli_cpu(q: &Quantity) -> Result<i64, QuantityError> {
     value(&q.0, 3, "millicores")
 }
 
 /// Memory (or any byte or count quantity) in whole units, rounded up (`Value`).
-pub fn bytes(q: &Quantity) -> Result<i64, QuantityError> {
+pub(crate) fn bytes(q: &Quantity) -> Result<i64, QuantityError> {
     value(&q.0, 0, "bytes")
 }
 

@@ -6,7 +6,7 @@ use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// What [`raise_open_files`] achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     /// The soft limit now in force.
     pub soft: u64,
     /// The hard limit now in force.
@@ -23,7 +23,7 @@ fn value(v: Option<u64>) -> u64 {
 /// when that is not allowed (no CAP_SYS_RESOURCE, or above `fs.nr_open`), raises the
 /// soft limit to the hard limit if that is lower than `wanted`. Errors only if even
 /// reading the limit fails.
-pub fn raise_open_files(wanted: u64) -> std::io::Result<OpenFiles> {
+pub(crate) fn raise_open_files(wanted: u64) -> std::io::Result<OpenFiles> {
     let before = getrlimit(Resource::Nofile);
     let set = setrlimit(
         Resource::Nofile,
@@ -59,7 +59,7 @@ pub fn raise_open_files(wanted: u64) -> std::io::Result<OpenFiles> {
 }
 
 /// The soft limit in force now.
-pub fn open_files_limit() -> u64 {
+pub(crate) fn open_files_limit() -> u64 {
     value(getrlimit(Resource::Nofile).current)
 }
 

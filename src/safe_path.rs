@@ -15,8 +15,8 @@
 mod mounts;
 mod open;
 
-pub use mounts::{bind_fd, detach, mounts_at_or_below};
-pub use open::{BeneathError, make_dirs_beneath, open_beneath, open_dir};
+pub(crate) use mounts::{bind_fd, detach, mounts_at_or_below};
+pub(crate) use open::{BeneathError, make_dirs_beneath, open_beneath, open_dir};
 
 use std::fmt;
 use std::io;
@@ -24,7 +24,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// A path part taken from pod input that cannot be used as given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PathError {
+pub(crate) enum PathError {
     /// Not exactly one plain path component.
     #[error(
         "{0:?} is not a single path component (it is empty, '.', '..', or contains '/' or NUL)"
@@ -37,7 +37,7 @@ pub enum PathError {
 
 /// Checks that `part` is one plain path component: non-empty, not `.` or `..`, and free of
 /// `/` and NUL. Returns it unchanged.
-pub fn component(part: &str) -> Result<&str, PathError> {
+pub(crate) fn component(part: &str) -> Result<&str, PathError> {
     let plain = !part.is_empty()
         && part != "."
         && part != ".."
@@ -52,7 +52,7 @@ pub fn component(part: &str) -> Result<&str, PathError> {
 
 /// `base/part1/part2/…`, each part checked with [`component`]. The result is lexically
 /// below `base` whatever the parts say.
-pub fn beneath(base: &Path, parts: &[&str]) -> Result<PathBuf, PathError> {
+pub(crate) fn beneath(base: &Path, parts: &[&str]) -> Result<PathBuf, PathError> {
     let mut path = base.to_path_buf();
     for part in parts {
         path.push(component(part)?);
@@ -62,7 +62,7 @@ pub fn beneath(base: &Path, parts: &[&str]) -> Result<PathBuf, PathError> {
 
 /// Checks a relative path from pod input (a `subPath`): not absolute, no `..` component,
 /// no NUL. `.` parts and repeated slashes are harmless and allowed, as in kubelet.
-pub fn relative(rel: &str) -> Result<&Path, PathError> {
+pub(crate) fn relative(rel: &str) -> Result<&Path, PathError> {
     let path = Path::new(rel);
     let escapes = rel.contains('\0')
         || path
@@ -77,11 +77,11 @@ pub fn relative(rel: &str) -> Result<&Path, PathError> {
 
 /// The directory below a pod's own directory (`<pods>/<uid>/volume-subpaths`) that holds
 /// oxlet's subPath bind mounts, as kubelet names it. Mounts there are oxlet's to detach.
-pub const SUBPATHS_DIR: &str = "volume-subpaths";
+pub(crate) const SUBPATHS_DIR: &str = "volume-subpaths";
 
 /// Why [`remove_beneath`] refused to remove something.
 #[derive(Debug)]
-pub struct RemoveRefused {
+pub(crate) struct RemoveRefused {
     pub path: PathBuf,
     pub root: PathBuf,
     pub reason: String,
@@ -108,7 +108,7 @@ impl std::error::Error for RemoveRefused {}
 /// oxlet's own subPath mounts (`<root>/<x>/volume-subpaths/…`) are detached first, and any
 /// other mount there refuses the removal with nothing removed. Returns `Ok(false)` when
 /// there was nothing to remove.
-pub fn remove_beneath(root: &Path, path: &Path) -> io::Result<bool> {
+pub(crate) fn remove_beneath(root: &Path, path: &Path) -> io::Result<bool> {
     let refuse = |reason: &str| {
         io::Error::new(
             io::ErrorKind::PermissionDenied,

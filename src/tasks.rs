@@ -26,11 +26,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, warn};
 
 /// What a task returns: any error type, kept for the report.
-pub type TaskResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type TaskResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 /// How a task that ended unseen ended.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum TaskEnd {
+pub(crate) enum TaskEnd {
     #[error("failed: {0}")]
     Failed(Arc<dyn std::error::Error + Send + Sync>),
     #[error("panicked: {0}")]
@@ -42,7 +42,7 @@ pub enum TaskEnd {
 /// A critical task ended before shutdown; the agent stops because of it.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("task {name} {end}")]
-pub struct TaskFailure {
+pub(crate) struct TaskFailure {
     pub name: &'static str,
     pub end: TaskEnd,
 }
@@ -50,7 +50,7 @@ pub struct TaskFailure {
 /// The back-off between restarts of a restarting task: doubling from `initial` to
 /// `max`; a run that lasted at least `max` starts over at `initial`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     pub initial: Duration,
     pub max: Duration,
 }
@@ -78,7 +78,7 @@ type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// One scope of the task tree. Cheap to clone; clones spawn into the same scope.
 #[derive(Debug, Clone)]
-pub struct Tasks {
+pub(crate) struct Tasks {
     shared: Arc<Shared>,
     token: CancellationToken,
     tracker: TaskTracker,
@@ -94,7 +94,7 @@ impl Default for Tasks {
 
 impl Tasks {
     /// A new tree: its root scope.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let root = CancellationToken::new();
         Tasks {
             shared: Arc::new(Shared {
@@ -110,7 +110,7 @@ impl Tasks {
 
     /// A scope inside this one: cancelled with it (and on its own by
     /// [`shutdown`](Self::shutdown)); its tasks are waited for by every enclosing scope.
-    pub fn child(&self) -> Tasks {
+    pub(crate) fn child(&self) -> Tasks {
         let mut ancestors = self.ancestors.to_vec();
         ancestors.push(self.tracker.clone());
         Tasks {
@@ -122,7 +122,7 @@ impl Tasks {
     }
 
     /// This scope's token: cancelled at its shutdown, at the tree's, or on a failure.
-    pub fn token(&self) -> CancellationToken {
+    pub(crate) fn token(&self) -> CancellationToken {
         self.token.clone()
     }
 
@@ -140,7 +140,7 @@ impl Tasks {
 
     /// Tracks a task that supervises itself (a pod worker and its supervisor): it is
     /// waited for at shutdown, and must end when [`token`](Self::token) is cancelled.
-    pub fn track<T: Send + 'static>(
+    pub(crate) fn track<T: Send + 'static>(
         &self,
         fut: impl Future<Output = T> + Send + 'static,
     ) -> JoinHandle<T> {
@@ -149,7 +149,7 @@ impl Tasks {
 
     /// Spawns a task the agent cannot run without. Its end before shutdown (an `Err`,
     /// an `Ok`, or a panic) is logged with `name` and stops the whole tree.
-    pub fn spawn_critical<F, Fut>(&self, name: &'static str, make: F)
+    pub(crate) fn spawn_critical<F, Fut>(&self, name: &'static str, make: F)
     where
         F: FnOnce(CancellationToken) -> Fut,
         Fut: Future<Output = TaskResult> + Send + 'static,
@@ -171,7 +171,7 @@ impl Tasks {
 
     /// Spawns a task that is started again (by calling `make` anew) after any end
     /// before shutdown, with `backoff` between attempts; each end is logged with `name`.
-    pub fn spawn_restarting<F, Fut>(&self, name: &'static str, backoff: Backoff, mut make: F)
+    pub(crate) fn spawn_restarting<F, Fut>(&self, name: &'static str, backoff: Backoff, mut make: F)
     where
         F: FnMut(CancellationToken) -> Fut + Send + 'static,
         Fut: Future<Output = TaskResult> + Send + 'static,
@@ -192,8 +192,8 @@ impl Tasks {
                 let end = end.err().unwrap_or(TaskEnd::EndedEarly);
                 error!(task = name, error = %end, retryIn = ?delay, "task ended; restarting it after a back-off");
                 tokio::select! {
-                    _ = token.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => {}
+                    () = token.cancelled() => return,
+                    () = tokio::time::sleep(delay) => {}
                 }
                 delay = (delay * 2).min(backoff.max);
             }
@@ -203,7 +203,7 @@ impl Tasks {
     /// Spawns one pass of a periodic job (housekeeping), which its caller starts
     /// again at its next tick: a failure or panic is logged with `name`, and the pass
     /// is dropped at shutdown.
-    pub fn spawn_pass(
+    pub(crate) fn spawn_pass(
         &self,
         name: &'static str,
         fut: impl Future<Output = TaskResult> + Send + 'static,
@@ -211,7 +211,7 @@ impl Tasks {
         let token = self.token.clone();
         self.spawn_tracked(async move {
             tokio::select! {
-                _ = token.cancelled() => {}
+                () = token.cancelled() => {}
                 end = run_caught(fut) => if let Err(end) = end {
                     error!(task = name, error = %end, "task pass ended in error; the next pass runs at its tick");
                 }
@@ -220,13 +220,13 @@ impl Tasks {
     }
 
     /// Resolves once a critical task has failed, with that failure.
-    pub async fn failed(&self) -> TaskFailure {
+    pub(crate) async fn failed(&self) -> TaskFailure {
         self.shared.failed.cancelled().await;
         self.failure().expect("set before `failed` fires")
     }
 
     /// The first critical failure, if any.
-    pub fn failure(&self) -> Option<TaskFailure> {
+    pub(crate) fn failure(&self) -> Option<TaskFailure> {
         self.shared
             .failure
             .lock()
@@ -236,7 +236,7 @@ impl Tasks {
 
     /// Cancels this scope and waits up to `timeout` for each of its tasks to end.
     /// Returns false if some did not.
-    pub async fn shutdown(&self, timeout: Duration) -> bool {
+    pub(crate) async fn shutdown(&self, timeout: Duration) -> bool {
         self.token.cancel();
         self.tracker.close();
         tokio::time::timeout(timeout, self.tracker.wait())
@@ -245,12 +245,14 @@ impl Tasks {
     }
 
     /// The number of tasks running in this scope (for tests and the stop log).
-    pub fn len(&self) -> usize {
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn len(&self) -> usize {
         self.tracker.len()
     }
 
     /// True when no task runs in this scope.
-    pub fn is_empty(&self) -> bool {
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn is_empty(&self) -> bool {
         self.tracker.is_empty()
     }
 }
@@ -289,7 +291,7 @@ fn log_end_at_shutdown(name: &'static str, end: Result<(), TaskEnd>) {
 fn panic_message(payload: &(dyn Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
-        .map(|s| s.to_string())
+        .map(std::string::ToString::to_string)
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-text panic payload".into())
 }

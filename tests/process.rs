@@ -134,6 +134,7 @@ fn spawn_low_nofile(args: &[String], log: &Path) -> Child {
         .stdout(Stdio::from(log.try_clone().unwrap()))
         .stderr(Stdio::from(log));
     // SAFETY: only the async-signal-safe setrlimit/getrlimit syscalls run before exec.
+    #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(|| {
             let mut l = rustix::process::getrlimit(rustix::process::Resource::Nofile);

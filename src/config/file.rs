@@ -39,7 +39,8 @@ const SCAN_RETRY: Duration = Duration::from_secs(1);
 /// The pods defined at `path` for `node_name`: every good manifest, in file name
 /// order. Bad files are logged and skipped; a missing path is an empty set, and so
 /// is a path that cannot be listed at all (logged).
-pub fn list_manifests(path: &Path, node_name: &str) -> Vec<Pod> {
+#[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+pub(crate) fn list_manifests(path: &Path, node_name: &str) -> Vec<Pod> {
     match scan(
         &normalize(path.to_path_buf()),
         node_name,
@@ -533,7 +534,7 @@ impl WatchState {
 
 /// Runs the file source until `cancel` fires or `tx`'s receiver is gone: one snapshot
 /// at start, then one after every relevant inotify burst and every `check_frequency`.
-pub async fn run_file_source(
+pub(crate) async fn run_file_source(
     path: PathBuf,
     check_frequency: Duration,
     node_name: String,
@@ -611,7 +612,7 @@ pub async fn run_file_source(
                 };
                 tokio::select! {
                     sent = tx.send(snapshot) => if sent.is_err() { return },
-                    _ = cancel.cancelled() => return,
+                    () = cancel.cancelled() => return,
                 }
             }
         }
@@ -627,10 +628,10 @@ pub async fn run_file_source(
         reason = loop {
             let retry_at = watch.next_attempt.filter(|_| watch.watcher.is_none());
             tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tx.closed() => return,
+                () = cancel.cancelled() => return,
+                () = tx.closed() => return,
                 _ = ticker.tick() => break Reason::Periodic,
-                _ = async {
+                () = async {
                     match retry_scan {
                         Some(at) => tokio::time::sleep_until(at).await,
                         None => std::future::pending().await,
@@ -641,7 +642,7 @@ pub async fn run_file_source(
                     while event_rx.try_recv().is_ok() {}
                     break Reason::Inotify;
                 }
-                _ = async {
+                () = async {
                     match retry_at {
                         Some(at) => tokio::time::sleep_until(at).await,
                         None => std::future::pending().await,

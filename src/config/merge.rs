@@ -26,10 +26,11 @@ const LOCAL_ANNOTATIONS: [&str; 3] = [
 
 /// Per-source pod sets and which sources have reported at least once.
 #[derive(Debug, Default)]
-pub struct PodConfig {
+pub(crate) struct PodConfig {
     /// source → UID → the pod as last merged.
     pods: HashMap<&'static str, HashMap<String, Pod>>,
     /// Sources the node was configured with; readiness waits for all of them.
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     registered: Vec<&'static str>,
     /// Sources that sent at least one snapshot.
     seen: HashSet<&'static str>,
@@ -46,7 +47,7 @@ enum Change {
 
 impl PodConfig {
     /// A merger expecting snapshots from `sources` (e.g. `[FILE_SOURCE]`).
-    pub fn new(sources: &[&'static str]) -> Self {
+    pub(crate) fn new(sources: &[&'static str]) -> Self {
         PodConfig {
             registered: sources.to_vec(),
             ..Default::default()
@@ -56,14 +57,15 @@ impl PodConfig {
     /// True once every registered source has sent a snapshot: only then may the sync
     /// loop treat pods it does not know as orphans (a restart must not kill pods whose
     /// source has not reported yet).
-    pub fn seen_all_sources(&self) -> bool {
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn seen_all_sources(&self) -> bool {
         self.registered.iter().all(|s| self.seen.contains(s))
     }
 
     /// Replaces the source's pod set with `snapshot` and returns the deltas in
     /// kubelet's order: REMOVE, ADD, UPDATE, DELETE, RECONCILE (empty ones omitted,
     /// except the empty ADD that marks a source's first report).
-    pub fn merge(&mut self, snapshot: SourceSnapshot) -> Vec<PodUpdate> {
+    pub(crate) fn merge(&mut self, snapshot: SourceSnapshot) -> Vec<PodUpdate> {
         let source = snapshot.source;
         let first = self.seen.insert(source);
         let mut old = self.pods.remove(source).unwrap_or_default();
@@ -216,7 +218,7 @@ fn annotations_equal(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>)
 
 /// Feeds snapshots through `config` and forwards every update in order; ends when the
 /// sources are gone (`rx` closed) or the sync loop is (`tx` closed).
-pub async fn run_merger(
+pub(crate) async fn run_merger(
     mut config: PodConfig,
     mut rx: mpsc::Receiver<SourceSnapshot>,
     tx: mpsc::Sender<PodUpdate>,
@@ -227,7 +229,7 @@ pub async fn run_merger(
                 Some(s) => s,
                 None => return,
             },
-            _ = tx.closed() => return,
+            () = tx.closed() => return,
         };
         for update in config.merge(snapshot) {
             if tx.send(update).await.is_err() {
@@ -286,7 +288,12 @@ mod tests {
 
     fn ops(list: &[(PodOperation, &[&str])]) -> Vec<(PodOperation, Vec<String>)> {
         list.iter()
-            .map(|(op, uids)| (*op, uids.iter().map(|u| u.to_string()).collect()))
+            .map(|(op, uids)| {
+                (
+                    *op,
+                    uids.iter().map(std::string::ToString::to_string).collect(),
+                )
+            })
             .collect()
     }
 

@@ -3,22 +3,22 @@
 //! per-source snapshots into ADD / UPDATE / DELETE / REMOVE / RECONCILE updates
 //! (`merge`). Never touches the runtime.
 
-pub mod file;
-pub mod manifest;
-pub mod merge;
+pub(crate) mod file;
+pub(crate) mod manifest;
+pub(crate) mod merge;
 
 use k8s_openapi::api::core::v1::Pod;
 
 /// What a source sends: its complete current set of pods (kubelet's `SET`).
 #[derive(Debug, Clone)]
-pub struct SourceSnapshot {
+pub(crate) struct SourceSnapshot {
     pub source: &'static str,
     pub pods: Vec<Pod>,
 }
 
 /// The kind of a merged update, in kubelet's emission order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PodOperation {
+pub(crate) enum PodOperation {
     /// Pods gone from their source: terminate them now.
     Remove,
     /// Pods new to the node.
@@ -32,7 +32,7 @@ pub enum PodOperation {
 }
 
 impl PodOperation {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             PodOperation::Remove => "REMOVE",
             PodOperation::Add => "ADD",
@@ -45,7 +45,7 @@ impl PodOperation {
 
 /// One merged update for the sync loop.
 #[derive(Debug, Clone)]
-pub struct PodUpdate {
+pub(crate) struct PodUpdate {
     pub op: PodOperation,
     pub source: &'static str,
     pub pods: Vec<Pod>,

@@ -72,7 +72,7 @@ pub async fn import_images(socket: &Path, dir: &Path) -> Vec<(PathBuf, Result<()
         return Vec::new();
     };
     let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok())
+        .filter_map(std::result::Result::ok)
         .filter(|e| e.file_type().map(|t| t.is_file()).unwrap_or(false))
         .map(|e| e.path())
         .filter(|p| {

@@ -33,7 +33,7 @@ pub async fn supervise(mut current: ManagedContainerd, cancel: CancellationToken
     loop {
         let up_since = Instant::now();
         let exited = tokio::select! {
-            _ = cancel.cancelled() => None,
+            () = cancel.cancelled() => None,
             status = current.wait() => Some(status),
         };
         let Some(status) = exited else {
@@ -60,12 +60,12 @@ pub async fn supervise(mut current: ManagedContainerd, cancel: CancellationToken
         );
         loop {
             tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
             }
             // Dropping a start cut short by `cancel` kills the half-started child.
             let started = tokio::select! {
-                _ = cancel.cancelled() => return,
+                () = cancel.cancelled() => return,
                 r = ManagedContainerd::start_with_sandbox_image(&layout, &cni, &image) => r,
             };
             backoff = next_backoff(backoff);

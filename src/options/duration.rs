@@ -33,7 +33,7 @@ impl GoDuration {
 
 impl From<GoDuration> for i128 {
     fn from(d: GoDuration) -> i128 {
-        d.0 as i128
+        i128::from(d.0)
     }
 }
 
@@ -57,7 +57,7 @@ impl FromStr for GoDuration {
 
 impl fmt::Display for GoDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&format_nanos(self.0 < 0, self.0.unsigned_abs() as u128))
+        f.write_str(&format_nanos(self.0 < 0, u128::from(self.0.unsigned_abs())))
     }
 }
 
@@ -108,7 +108,7 @@ fn unit_nanos(unit: &str) -> Option<u128> {
 /// Parses a Go duration: an optional sign, then one or more decimal numbers
 /// (with optional fraction) each followed by a unit; `0` alone needs no unit.
 /// Like Go, the result must fit in an `int64` of nanoseconds.
-pub fn parse_go_duration(input: &str) -> Result<GoDuration, DurationError> {
+pub(crate) fn parse_go_duration(input: &str) -> Result<GoDuration, DurationError> {
     let invalid = || DurationError::Invalid(input.to_string());
     let (neg, mut s) = match input.as_bytes().first() {
         Some(b'-') => (true, &input[1..]),
@@ -183,7 +183,7 @@ pub fn parse_go_duration(input: &str) -> Result<GoDuration, DurationError> {
 }
 
 /// Formats like Go's `Duration.String()`: `1m0s`, `20s`, `2m0s`, `100ms`, `1.5s`.
-pub fn format_go_duration(d: Duration) -> String {
+pub(crate) fn format_go_duration(d: Duration) -> String {
     format_nanos(false, d.as_nanos())
 }
 

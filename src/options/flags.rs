@@ -13,7 +13,7 @@ use super::{ConfigError, Problem};
 
 /// Whether a kubelet flag is a boolean (`--x`, `--x=false`) or takes a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FlagKind {
+pub(crate) enum FlagKind {
     Bool,
     Value,
 }
@@ -21,7 +21,7 @@ pub enum FlagKind {
 use FlagKind::{Bool, Value};
 
 /// Kubelet flags oxlet accepts but does not implement yet (kubelet ~1.30-1.34).
-pub const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
+pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("allowed-unsafe-sysctls", Value),
     ("anonymous-auth", Bool),
     ("authentication-token-webhook", Bool),
@@ -144,7 +144,7 @@ pub const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
 /// so defaults never override the config file; values are the raw text, parsed
 /// and checked by the settings table.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct FlagValues {
+pub(crate) struct FlagValues {
     /// `--config`: the KubeletConfiguration file (read before the settings).
     pub config: Option<String>,
     /// The settings given, by flag name.
@@ -157,14 +157,15 @@ pub struct FlagValues {
 
 impl FlagValues {
     /// The text given for the setting `flag`, if any.
-    pub fn get(&self, flag: &str) -> Option<&str> {
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn get(&self, flag: &str) -> Option<&str> {
         self.values.get(flag).map(String::as_str)
     }
 }
 
 /// The clap command; kubelet (pflag) semantics: a repeated flag's last value
 /// wins, and a value may start with `-`.
-pub fn command() -> Command {
+pub(crate) fn command() -> Command {
     let mut cmd =
         Command::new("oxlet")
             .about("A kubelet-like node agent: runs static pods through a CRI runtime")
@@ -232,7 +233,7 @@ fn bool_arg(name: &'static str) -> Arg {
 
 /// Parses the command line (argv[0] first). `--help` and `--version` come back
 /// as `ConfigError::Help`; anything clap rejects as one `Problem::Usage` line.
-pub fn parse_flags<I, T>(args: I) -> Result<FlagValues, ConfigError>
+pub(crate) fn parse_flags<I, T>(args: I) -> Result<FlagValues, ConfigError>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,

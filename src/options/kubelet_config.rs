@@ -10,11 +10,11 @@ use serde_yaml_ng::Value;
 use super::Problem;
 use super::settings::{self, InvalidValue, Kind};
 
-pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
-pub const KIND: &str = "KubeletConfiguration";
+pub(crate) const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub(crate) const KIND: &str = "KubeletConfiguration";
 
 /// KubeletConfiguration (v1beta1, ~1.30-1.34) fields oxlet accepts but ignores.
-pub const UNIMPLEMENTED_FIELDS: &[&str] = &[
+pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "enableServer",
     "httpCheckFrequency",
     "staticPodURL",
@@ -132,7 +132,7 @@ pub const UNIMPLEMENTED_FIELDS: &[&str] = &[
 /// Range checks happen after flags are applied, as in kubelet, so a flag can fix
 /// a bad file value.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct KubeletConfigFile {
+pub(crate) struct KubeletConfigFile {
     pub path: PathBuf,
     /// Field name → value text, of the right type and well-formed. A relative
     /// path of a [`Kind::Path`] setting is already resolved against the file's directory.
@@ -147,7 +147,7 @@ pub struct KubeletConfigFile {
 
 /// Reads and decodes a config file. Err holds the problems that stop decoding
 /// (unreadable, bad YAML, wrong kind/apiVersion).
-pub fn load_file(path: &Path) -> Result<KubeletConfigFile, Vec<Problem>> {
+pub(crate) fn load_file(path: &Path) -> Result<KubeletConfigFile, Vec<Problem>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         vec![Problem::File {
             file: path.to_path_buf(),
@@ -159,7 +159,7 @@ pub fn load_file(path: &Path) -> Result<KubeletConfigFile, Vec<Problem>> {
 
 /// Decodes config file text; `path` names the file in messages and anchors
 /// relative paths.
-pub fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile, Vec<Problem>> {
+pub(crate) fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile, Vec<Problem>> {
     let file_problem = |reason: String| Problem::File {
         file: path.to_path_buf(),
         reason,
@@ -184,7 +184,7 @@ pub fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile, Vec<Pr
     match map.get("kind") {
         Some(Value::String(k)) if k == KIND => {}
         None | Some(Value::Null) => {
-            header.push(file_problem(format!("kind is missing, {expected}")))
+            header.push(file_problem(format!("kind is missing, {expected}")));
         }
         Some(v) => header.push(file_problem(format!(
             "kind is \"{}\", {expected}",
@@ -238,7 +238,7 @@ pub fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile, Vec<Pr
                 }
             }
             None if UNIMPLEMENTED_FIELDS.contains(&name) => {
-                cfg.unimplemented.push(name.to_string())
+                cfg.unimplemented.push(name.to_string());
             }
             None => cfg.unknown.push(name.to_string()),
         }

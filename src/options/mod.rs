@@ -3,11 +3,11 @@
 //! win), validated before anything starts. Every setting is declared once, in
 //! [`settings::SETTINGS`].
 
-pub mod duration;
-pub mod flags;
-pub mod kubelet_config;
-pub mod problem;
-pub mod settings;
+pub(crate) mod duration;
+pub(crate) mod flags;
+pub(crate) mod kubelet_config;
+pub(crate) mod problem;
+pub(crate) mod settings;
 
 use std::ffi::OsString;
 use std::io;
@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use flags::FlagValues;
 use kubelet_config::KubeletConfigFile;
-pub use problem::{ConfigError, Problem};
-pub use settings::{DEFAULT_RUNTIME_ENDPOINT, MIN_OPEN_FILES};
+pub(crate) use problem::{ConfigError, Problem};
+pub(crate) use settings::DEFAULT_RUNTIME_ENDPOINT;
 use settings::{Input, InvalidValue, SETTINGS, Setting};
 
 /// Effective configuration after merging defaults, the config file and flags.
@@ -111,7 +111,7 @@ impl Default for Options {
 /// Builds the effective options from the command line (argv[0] first):
 /// defaults, then the `--config` file, then explicit flags; validates
 /// everything and reports every problem found.
-pub fn load<I, T>(args: I) -> Result<Options, ConfigError>
+pub(crate) fn load<I, T>(args: I) -> Result<Options, ConfigError>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// One problem with the command line or config file, as one line naming the
 /// flag or field (and file), the value and what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Problem {
+pub(crate) enum Problem {
     #[error("invalid value {value:?} for --{flag}: {reason}")]
     Flag {
         flag: String,
@@ -33,7 +33,7 @@ pub enum Problem {
 
 /// Why `load` returned no `Options`.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     /// `--help` or `--version` was asked for: print it, exit 0.
     #[error("{0}")]
     Help(clap::Error),
@@ -52,7 +52,8 @@ fn lines(problems: &[Problem]) -> String {
 
 impl ConfigError {
     /// The problems (empty for `Help`).
-    pub fn problems(&self) -> &[Problem] {
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn problems(&self) -> &[Problem] {
         match self {
             ConfigError::Help(_) => &[],
             ConfigError::Invalid(p) => p,
@@ -69,7 +70,7 @@ impl ConfigError {
             ErrorKind::UnknownArgument => {
                 let arg = e
                     .get(ContextKind::InvalidArg)
-                    .map(|a| a.to_string())
+                    .map(std::string::ToString::to_string)
                     .unwrap_or_default();
                 if arg.starts_with('-') {
                     let hint = e

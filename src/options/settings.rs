@@ -13,7 +13,7 @@ use super::duration::{GoDuration, parse_go_duration};
 /// How a setting's text is written and parsed: the flag's text goes through
 /// [`Kind::parse`], and the config file must hold the matching YAML type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Any string.
     Text,
     /// A path that, written relative in the config file, is relative to the file
@@ -29,7 +29,7 @@ pub enum Kind {
 
 impl Kind {
     /// Whether `text` is a well-formed value of this kind; the reason if not.
-    pub fn parse(self, text: &str) -> Result<(), InvalidValue> {
+    pub(crate) fn parse(self, text: &str) -> Result<(), InvalidValue> {
         match self {
             Kind::Text | Kind::Path => Ok(()),
             Kind::Int => parse_int(text).map(drop),
@@ -43,7 +43,7 @@ impl Kind {
 /// or field and the value, in a `Problem`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct InvalidValue(pub String);
+pub(crate) struct InvalidValue(pub String);
 
 impl From<&str> for InvalidValue {
     fn from(reason: &str) -> Self {
@@ -60,14 +60,14 @@ impl From<String> for InvalidValue {
 /// A value on its way into `Options`: its text, and whether the user gave it
 /// (flag or config file) rather than it being the default.
 #[derive(Debug, Clone, Copy)]
-pub struct Input<'a> {
+pub(crate) struct Input<'a> {
     pub text: &'a str,
     pub explicit: bool,
 }
 
 /// One setting (see the module doc).
 #[derive(Debug)]
-pub struct Setting {
+pub(crate) struct Setting {
     /// The kubelet flag, without `--`.
     pub flag: &'static str,
     /// A one-letter alias (`-v`).
@@ -89,7 +89,7 @@ pub struct Setting {
 
 impl Setting {
     /// The default that applies, given whether a config file is in use.
-    pub fn default_for(&self, with_config_file: bool) -> &'static str {
+    pub(crate) fn default_for(&self, with_config_file: bool) -> &'static str {
         match self.config_default {
             Some(d) if with_config_file => d,
             _ => self.default,
@@ -98,11 +98,11 @@ impl Setting {
 }
 
 /// The default CRI endpoint (containerd's).
-pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
+pub(crate) const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 
 /// The smallest `maxOpenFiles` accepted: a limit below what stdio and a runtime
 /// socket need would break oxlet itself (kubelet only defaults 0).
-pub const MIN_OPEN_FILES: u64 = 256;
+pub(crate) const MIN_OPEN_FILES: u64 = 256;
 
 use Kind::{Bool, Duration, Int, Path, Text};
 
@@ -111,7 +111,7 @@ use Kind::{Bool, Duration, Int, Path, Text};
 /// and `set` (the check, storing into `Options`). One row per line, so the table
 /// reads as one.
 #[rustfmt::skip]
-pub static SETTINGS: &[Setting] = &[
+pub(crate) static SETTINGS: &[Setting] = &[
     row("pod-manifest-path", Some("staticPodPath"), Path, "", "PATH", "Directory of static pod manifests (empty: file source off)", |o, i| { o.static_pod_path = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     row("container-runtime-endpoint", Some("containerRuntimeEndpoint"), Text, DEFAULT_RUNTIME_ENDPOINT, "URL", "CRI endpoint (unix:// socket)", set_endpoint),
     row("root-dir", None, Text, "/var/lib/oxlet", "PATH", "Directory for oxlet state", |o, i| non_empty(i.text).map(|p| o.root_dir = p)),
@@ -221,7 +221,7 @@ fn max_open_files(s: &str) -> Result<u64, InvalidValue> {
 }
 
 /// The setting a config field belongs to.
-pub fn by_field(field: &str) -> Option<&'static Setting> {
+pub(crate) fn by_field(field: &str) -> Option<&'static Setting> {
     SETTINGS.iter().find(|s| s.field == Some(field))
 }
 
@@ -256,7 +256,7 @@ fn positive_duration(s: &str) -> Result<std::time::Duration, InvalidValue> {
 }
 
 /// Go's `strconv.ParseBool`, which pflag uses for boolean flags.
-pub fn parse_go_bool(s: &str) -> Option<bool> {
+pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {
     match s {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),

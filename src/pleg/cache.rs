@@ -12,7 +12,7 @@ use crate::runtime::CriError;
 use crate::runtime::types::PodRuntimeStatus;
 
 /// Why the runtime could not be inspected for a pod; shared by every reader.
-pub type InspectError = Arc<CriError>;
+pub(crate) type InspectError = Arc<CriError>;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -23,7 +23,7 @@ struct Entry {
 
 /// Runtime pod statuses by pod UID, plus a global "everything is at least this fresh" time.
 #[derive(Debug)]
-pub struct PodCache {
+pub(crate) struct PodCache {
     entries: Mutex<HashMap<String, Entry>>,
     /// Bumped on every write and after every relist; waiters watch it.
     tick: watch::Sender<Instant>,
@@ -42,7 +42,7 @@ impl Default for PodCache {
 
 impl PodCache {
     /// The latest status of a pod, if the cache has one.
-    pub fn get(&self, uid: &str) -> Option<Arc<PodRuntimeStatus>> {
+    pub(crate) fn get(&self, uid: &str) -> Option<Arc<PodRuntimeStatus>> {
         self.entries
             .lock()
             .unwrap()
@@ -51,13 +51,13 @@ impl PodCache {
     }
 
     /// Stores a status read at `modified` (older writes never replace newer ones).
-    pub fn set(&self, uid: &str, status: PodRuntimeStatus, modified: Instant) {
+    pub(crate) fn set(&self, uid: &str, status: PodRuntimeStatus, modified: Instant) {
         self.store(uid, Ok(Arc::new(status)), modified);
     }
 
     /// Records that inspecting the pod failed at `modified`: a worker waiting for it
     /// gets the error (and retries later) instead of acting on a view without the pod.
-    pub fn set_error(&self, uid: &str, error: CriError, modified: Instant) {
+    pub(crate) fn set_error(&self, uid: &str, error: CriError, modified: Instant) {
         self.store(uid, Err(Arc::new(error)), modified);
     }
 
@@ -76,12 +76,12 @@ impl PodCache {
         self.tick.send_replace(modified);
     }
 
-    pub fn delete(&self, uid: &str) {
+    pub(crate) fn delete(&self, uid: &str) {
         self.entries.lock().unwrap().remove(uid);
     }
 
     /// Marks every entry as fresh up to `t` (after a relist that saw no change for them).
-    pub fn update_time(&self, t: Instant) {
+    pub(crate) fn update_time(&self, t: Instant) {
         *self.global.lock().unwrap() = Some(t);
         self.tick.send_replace(t);
     }
@@ -109,7 +109,7 @@ impl PodCache {
     /// Waits until the cache holds data for `uid` read after `since` (None: any data
     /// once the first relist ran); a pod the runtime does not know yields an empty
     /// status once a relist newer than `since` ran. Errs when inspecting it failed.
-    pub async fn get_newer_than(
+    pub(crate) async fn get_newer_than(
         &self,
         uid: &str,
         since: Option<Instant>,

@@ -2,7 +2,7 @@
 //! container's state against the previous relist, refreshes the pod cache for pods
 //! that changed, and sends ContainerStarted / ContainerDied / ContainerRemoved events.
 
-pub mod cache;
+pub(crate) mod cache;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,20 +14,22 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-pub use cache::PodCache;
+pub(crate) use cache::PodCache;
 
 use crate::runtime::reader::RuntimeReader;
 use crate::runtime::types::{ContainerState, PodRuntimeStatus, RuntimePod};
 
 /// kubelet's relist period.
-pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// PLEG is unhealthy when no relist succeeded for this long.
-pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+pub(crate) const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Capacity of the event channel; events beyond it are dropped (and counted).
-pub const EVENT_CHANNEL_CAPACITY: usize = 1000;
+pub(crate) const EVENT_CHANNEL_CAPACITY: usize = 1000;
 
+/// kubelet's PLEG event types, by their kubelet names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
+#[allow(clippy::enum_variant_names, reason = "kubelet's names")]
+pub(crate) enum EventKind {
     ContainerStarted,
     ContainerDied,
     ContainerRemoved,
@@ -35,7 +37,7 @@ pub enum EventKind {
 
 /// One lifecycle event of one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodLifecycleEvent {
+pub(crate) struct PodLifecycleEvent {
     pub uid: String,
     pub kind: EventKind,
     pub container_id: String,
@@ -150,7 +152,7 @@ fn log_exits(events: &[PodLifecycleEvent], uid: &str, pod: &RuntimePod, status: 
 
 /// Relist timing, for health, metrics and benchmarks.
 #[derive(Debug, Default)]
-pub struct PlegStats {
+pub(crate) struct PlegStats {
     /// Duration of the last relist, in nanoseconds.
     pub last_relist_nanos: AtomicU64,
     pub relists: AtomicU64,
@@ -160,7 +162,7 @@ pub struct PlegStats {
 
 impl PlegStats {
     /// kubelet's PLEG health check.
-    pub fn healthy(&self) -> Result<(), PlegUnhealthy> {
+    pub(crate) fn healthy(&self) -> Result<(), PlegUnhealthy> {
         match *self.last_success.lock().unwrap() {
             None => Err(PlegUnhealthy::NeverRelisted),
             Some(t) if t.elapsed() > RELIST_THRESHOLD => Err(PlegUnhealthy::Stale(t.elapsed())),
@@ -171,7 +173,7 @@ impl PlegStats {
 
 /// Why the PLEG is unhealthy (kubelet's messages).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlegUnhealthy {
+pub(crate) enum PlegUnhealthy {
     #[error("pleg has yet to be successful")]
     NeverRelisted,
     #[error("pleg was last seen active {0:?} ago; threshold is 3m0s")]
@@ -179,7 +181,7 @@ pub enum PlegUnhealthy {
 }
 
 /// The generic (relisting) PLEG.
-pub struct GenericPleg {
+pub(crate) struct GenericPleg {
     runtime: RuntimeReader,
     cache: Arc<PodCache>,
     events: mpsc::Sender<PodLifecycleEvent>,
@@ -190,7 +192,7 @@ pub struct GenericPleg {
 }
 
 impl GenericPleg {
-    pub fn new(
+    pub(crate) fn new(
         runtime: RuntimeReader,
         cache: Arc<PodCache>,
         events: mpsc::Sender<PodLifecycleEvent>,
@@ -207,19 +209,19 @@ impl GenericPleg {
     }
 
     /// Relists every second until cancelled.
-    pub async fn run(mut self, cancel: CancellationToken) {
+    pub(crate) async fn run(mut self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(RELIST_PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = cancel.cancelled() => return,
+                () = cancel.cancelled() => return,
                 _ = tick.tick() => self.relist().await,
             }
         }
     }
 
     /// One relist: list, diff, refresh the cache of changed pods, send events.
-    pub async fn relist(&mut self) {
+    pub(crate) async fn relist(&mut self) {
         let start = Instant::now();
         let pods = match self.runtime.get_pods().await {
             Ok(p) => p,
@@ -289,7 +291,8 @@ impl GenericPleg {
     }
 
     /// The pods found by the last relist (for housekeeping).
-    pub fn snapshot(&self) -> Vec<RuntimePod> {
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn snapshot(&self) -> Vec<RuntimePod> {
         self.previous.values().cloned().collect()
     }
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 /// A string that names no variant of the enum it was parsed as.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {kind} {value:?}")]
-pub struct UnknownValue {
+pub(crate) struct UnknownValue {
     /// What was parsed, e.g. "pod phase".
     pub kind: &'static str,
     pub value: String,
@@ -25,18 +25,20 @@ macro_rules! api_strings {
     }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name {
+        pub(crate) enum $name {
             $($(#[$vmeta])* $variant,)+
         }
 
         impl $name {
             /// Every variant, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+            #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+            pub(crate) const ALL: &'static [$name] = &[$($name::$variant,)+];
             /// Every variant's API string, in declaration order.
-            pub const NAMES: &'static [&'static str] = &[$($text,)+];
+            #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+            pub(crate) const NAMES: &'static [&'static str] = &[$($text,)+];
 
             /// The string the Kubernetes API uses.
-            pub const fn as_str(self) -> &'static str {
+            pub(crate) const fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $text,)+
                 }
@@ -74,13 +76,13 @@ api_strings! {
 
 impl Phase {
     /// Succeeded and Failed are never left again.
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         matches!(self, Phase::Succeeded | Phase::Failed)
     }
 
     /// The phase a status string names; a missing or unknown one reads as Pending
     /// (a pod nobody has reported on yet).
-    pub fn parse_or_pending(s: Option<&str>) -> Phase {
+    pub(crate) fn parse_or_pending(s: Option<&str>) -> Phase {
         s.and_then(|s| s.parse().ok()).unwrap_or(Phase::Pending)
     }
 }
@@ -97,7 +99,7 @@ api_strings! {
 impl RestartPolicy {
     /// The pod's restart policy; the API default (Always) when unset. Validation
     /// refuses any other string, so none reaches here from a manifest.
-    pub fn of(pod: &Pod) -> RestartPolicy {
+    pub(crate) fn of(pod: &Pod) -> RestartPolicy {
         pod.spec
             .as_ref()
             .and_then(|s| s.restart_policy.as_deref())
@@ -106,7 +108,7 @@ impl RestartPolicy {
     }
 
     /// A container's own restart policy (only sidecar init containers have one).
-    pub fn of_container(c: &Container) -> Option<RestartPolicy> {
+    pub(crate) fn of_container(c: &Container) -> Option<RestartPolicy> {
         c.restart_policy.as_deref().and_then(|p| p.parse().ok())
     }
 }
@@ -122,7 +124,7 @@ api_strings! {
 
 impl ImagePullPolicy {
     /// The container's pull policy; IfNotPresent when unset (defaulting always sets it).
-    pub fn of(c: &Container) -> ImagePullPolicy {
+    pub(crate) fn of(c: &Container) -> ImagePullPolicy {
         c.image_pull_policy
             .as_deref()
             .and_then(|p| p.parse().ok())
@@ -152,7 +154,7 @@ api_strings! {
 impl WaitingReason {
     /// Reasons that do not fix themselves without a change to the pod or the node
     /// (what `--runonce` counts as a failure).
-    pub fn is_stuck(self) -> bool {
+    pub(crate) fn is_stuck(self) -> bool {
         !matches!(
             self,
             WaitingReason::ContainerCreating
@@ -176,7 +178,7 @@ api_strings! {
 
 impl TerminatedReason {
     /// kubelet's reason for an exit the runtime gave no reason for.
-    pub fn of_exit(exit_code: i32) -> TerminatedReason {
+    pub(crate) fn of_exit(exit_code: i32) -> TerminatedReason {
         if exit_code == 0 {
             TerminatedReason::Completed
         } else {

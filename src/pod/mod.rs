@@ -6,28 +6,27 @@
 use k8s_openapi::api::core::v1::Pod;
 
 mod enums;
-pub use enums::{
-    ImagePullPolicy, Phase, RestartPolicy, TerminatedReason, UnknownValue, WaitingReason,
-};
+pub(crate) use enums::{ImagePullPolicy, Phase, RestartPolicy, TerminatedReason, WaitingReason};
 
 /// The source name of the static pod directory (kubelet's `kubetypes.FileSource`).
-pub const FILE_SOURCE: &str = "file";
+pub(crate) const FILE_SOURCE: &str = "file";
 /// The source name of the manifest URL (kubelet's `kubetypes.HTTPSource`).
-pub const HTTP_SOURCE: &str = "http";
+#[allow(dead_code, reason = "seam: the manifest URL source (issue 11)")]
+pub(crate) const HTTP_SOURCE: &str = "http";
 /// The source name of the apiserver (kubelet's `kubetypes.ApiserverSource`).
-pub const API_SOURCE: &str = "api";
+pub(crate) const API_SOURCE: &str = "api";
 
 /// Annotation naming the source a pod came from.
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+pub(crate) const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// Annotation holding the static pod's hash (equal to its UID).
-pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+pub(crate) const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
 /// Annotation holding when the merger first saw the pod (RFC 3339 with nanoseconds).
-pub const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
+pub(crate) const CONFIG_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
 /// Annotation marking a mirror pod (cluster mode).
-pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub(crate) const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 /// `namespace/name` of a pod, the form every log line uses.
-pub fn pod_ref(pod: &Pod) -> String {
+pub(crate) fn pod_ref(pod: &Pod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -36,12 +35,12 @@ pub fn pod_ref(pod: &Pod) -> String {
 }
 
 /// The pod's UID, or "" when it has none.
-pub fn pod_uid(pod: &Pod) -> &str {
+pub(crate) fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or("")
 }
 
 /// kubelet's internal "full name": `<name>_<namespace>`.
-pub fn pod_full_name(pod: &Pod) -> String {
+pub(crate) fn pod_full_name(pod: &Pod) -> String {
     format!(
         "{}_{}",
         pod.metadata.name.as_deref().unwrap_or(""),
@@ -50,7 +49,7 @@ pub fn pod_full_name(pod: &Pod) -> String {
 }
 
 /// The source a pod came from, from its `kubernetes.io/config.source` annotation.
-pub fn pod_source(pod: &Pod) -> Option<&str> {
+pub(crate) fn pod_source(pod: &Pod) -> Option<&str> {
     pod.metadata
         .annotations
         .as_ref()
@@ -59,6 +58,6 @@ pub fn pod_source(pod: &Pod) -> Option<&str> {
 }
 
 /// Static pods are those not from the apiserver.
-pub fn is_static_pod(pod: &Pod) -> bool {
+pub(crate) fn is_static_pod(pod: &Pod) -> bool {
     matches!(pod_source(pod), Some(s) if s != API_SOURCE)
 }

@@ -11,7 +11,7 @@ use crate::pod::{RestartPolicy, TerminatedReason};
 
 /// What one sync must do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodActions {
+pub(crate) struct PodActions {
     /// Kill every container and sandbox of the pod first.
     pub kill_pod: bool,
     /// Create a new sandbox (with `attempt`).
@@ -30,7 +30,7 @@ pub struct PodActions {
 
 impl PodActions {
     /// True when the sync has nothing to do.
-    pub fn is_noop(&self) -> bool {
+    pub(crate) fn is_noop(&self) -> bool {
         !self.kill_pod
             && !self.create_sandbox
             && self.next_init.is_none()
@@ -41,7 +41,7 @@ impl PodActions {
 
 /// Whether a container that is not running should be (re)started (kubelet's
 /// `ShouldContainerBeRestarted`).
-pub fn should_restart(pod: &Pod, latest: Option<&ContainerStatus>) -> bool {
+pub(crate) fn should_restart(pod: &Pod, latest: Option<&ContainerStatus>) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return false;
     }
@@ -150,7 +150,7 @@ fn init_container_actions(pod: &Pod, status: &PodRuntimeStatus, actions: &mut Po
 }
 
 /// Computes the actions for one sync of `pod` given what the runtime has.
-pub fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
+pub(crate) fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
     let Some(spec) = pod.spec.as_ref() else {
         return PodActions::default();
     };
@@ -270,7 +270,7 @@ mod tests {
             id: id.into(),
             ready,
             attempt,
-            created_at: attempt as i64,
+            created_at: i64::from(attempt),
             ips: vec!["10.0.0.2".into()],
             host_network: false,
         }

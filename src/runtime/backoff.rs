@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Initial back-off after the first failure (kubelet's 10 s).
-pub const INITIAL: Duration = Duration::from_secs(10);
+pub(crate) const INITIAL: Duration = Duration::from_secs(10);
 /// Back-off cap (kubelet's `MaxContainerBackOff`, 300 s).
-pub const MAX: Duration = Duration::from_secs(300);
+pub(crate) const MAX: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -20,7 +20,7 @@ struct Entry {
 
 /// Per-key exponential back-off. Times are tokio [`Instant`]s so tests can pause time.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     entries: Mutex<HashMap<String, Entry>>,
@@ -33,7 +33,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    pub fn new(initial: Duration, max: Duration) -> Self {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         Backoff {
             initial,
             max,
@@ -49,7 +49,7 @@ impl Backoff {
 
     /// How long until `key` may be retried, counting from `event` (e.g. when the
     /// container finished); None when it is not in back-off.
-    pub fn remaining(&self, key: &str, event: Instant) -> Option<Duration> {
+    pub(crate) fn remaining(&self, key: &str, event: Instant) -> Option<Duration> {
         let entries = self.entries.lock().unwrap();
         let entry = entries.get(key)?;
         if self.expired(event, entry) {
@@ -61,14 +61,14 @@ impl Backoff {
 
     /// How long until `key` may be retried, counting from its last recorded failure
     /// (kubelet's `IsInBackOffSinceUpdate`, used for image pulls).
-    pub fn remaining_since_update(&self, key: &str) -> Option<Duration> {
+    pub(crate) fn remaining_since_update(&self, key: &str) -> Option<Duration> {
         let last = self.entries.lock().unwrap().get(key)?.last_update;
         self.remaining(key, last)
     }
 
     /// Records a retry at `event`: the first one (or one after a long quiet) gets the
     /// initial back-off, each later one doubles it up to the cap.
-    pub fn next(&self, key: &str, event: Instant) {
+    pub(crate) fn next(&self, key: &str, event: Instant) {
         let mut entries = self.entries.lock().unwrap();
         let backoff = match entries.get(key) {
             Some(e) if !self.expired(event, e) => (e.backoff * 2).min(self.max),
@@ -84,12 +84,12 @@ impl Backoff {
     }
 
     /// The current back-off duration of `key` (for messages).
-    pub fn current(&self, key: &str) -> Option<Duration> {
+    pub(crate) fn current(&self, key: &str) -> Option<Duration> {
         self.entries.lock().unwrap().get(key).map(|e| e.backoff)
     }
 
     /// Drops entries quiet for longer than twice the cap (housekeeping).
-    pub fn gc(&self) {
+    pub(crate) fn gc(&self) {
         let now = Instant::now();
         let max2 = self.max * 2;
         self.entries
@@ -99,7 +99,7 @@ impl Backoff {
     }
 
     /// Forgets every key starting with `prefix` (a pod that is gone).
-    pub fn forget_prefix(&self, prefix: &str) {
+    pub(crate) fn forget_prefix(&self, prefix: &str) {
         self.entries
             .lock()
             .unwrap()
@@ -133,7 +133,7 @@ mod tests {
         let secs: Vec<u64> = waits(Duration::from_secs(1), 8)
             .await
             .iter()
-            .map(|d| d.as_secs())
+            .map(std::time::Duration::as_secs)
             .collect();
         // First restart immediate; then 10s, 20s, ... capped at 300s.
         assert_eq!(secs, vec![0, 10, 20, 40, 80, 160, 300, 300]);

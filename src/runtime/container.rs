@@ -16,7 +16,7 @@ use crate::safe_path::{self, PathError};
 
 /// Facts about the pod's surroundings that env vars may reference.
 #[derive(Debug, Clone, Default)]
-pub struct PodEnv {
+pub(crate) struct PodEnv {
     pub pod_ips: Vec<String>,
     pub host_ip: String,
 }
@@ -24,14 +24,14 @@ pub struct PodEnv {
 /// Longest single string after `$(VAR)` expansion: the kernel's `MAX_ARG_STRLEN`
 /// (32 pages), beyond which the container's exec would fail anyway. Chained
 /// references (`B=$(A)$(A)`, `C=$(B)$(B)`, ...) grow exponentially; this stops them.
-pub const MAX_EXPANDED_LEN: usize = 128 * 1024;
+pub(crate) const MAX_EXPANDED_LEN: usize = 128 * 1024;
 /// Most bytes one container's environment, command and args may expand to in
 /// total: `ARG_MAX` under the default 8 MiB stack limit.
-pub const MAX_EXPANDED_TOTAL: usize = 2 * 1024 * 1024;
+pub(crate) const MAX_EXPANDED_TOTAL: usize = 2 * 1024 * 1024;
 
 /// Why a container's config cannot be built: a `CreateContainerConfigError`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ContainerConfigError {
+pub(crate) enum ContainerConfigError {
     #[error("{field}: expands to more than {max} bytes")]
     ExpansionTooLong { field: String, max: usize },
     #[error("{field}: environment, command and args expand to more than {max} bytes in total")]
@@ -44,7 +44,7 @@ pub enum ContainerConfigError {
 
 /// A resource quantity the cgroup arithmetic cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResourceError {
+pub(crate) enum ResourceError {
     #[error("resources.{which}.{name}: {source}")]
     Quantity {
         which: &'static str,
@@ -63,7 +63,7 @@ pub enum ResourceError {
 
 impl ResourceError {
     /// The field below the container, e.g. `resources.limits.memory`.
-    pub fn field(&self) -> String {
+    pub(crate) fn field(&self) -> String {
         match self {
             ResourceError::Quantity { which, name, .. }
             | ResourceError::Negative { which, name } => {
@@ -74,7 +74,7 @@ impl ResourceError {
     }
 
     /// What is wrong with it, without the field.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         match self {
             ResourceError::Quantity { source, .. } => source.to_string(),
             ResourceError::Negative { .. } => "must be greater than or equal to 0".to_string(),
@@ -116,12 +116,12 @@ impl Budget {
 
 /// The result of [`expand`] would exceed its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooLong;
+pub(crate) struct TooLong;
 
 /// Expands `$(VAR)` references from `lookup`, as kubelet does: `$$` is a literal `$`,
 /// and an undefined `$(VAR)` stays as it was. Stops with [`TooLong`] as soon as the
 /// result would pass `max` bytes, before allocating more.
-pub fn expand<'v>(
+pub(crate) fn expand<'v>(
     input: &str,
     lookup: impl Fn(&str) -> Option<&'v str>,
     max: usize,
@@ -198,7 +198,7 @@ fn field_ref(pod: &Pod, path: &str, env: &PodEnv) -> Option<String> {
 }
 
 /// The container's environment in order, each value expanded against the ones before it.
-pub fn environment(
+pub(crate) fn environment(
     pod: &Pod,
     container: &Container,
     env: &PodEnv,
@@ -258,7 +258,7 @@ const MAX_CPU_LIMIT_MILLI: i64 = i64::MAX / CPU_PERIOD_US * 1000;
 /// Linux resources from the container's requests and limits (kubelet's formulas).
 /// Manifest validation calls this too, so a quantity the arithmetic cannot use is
 /// refused when the file is read, and is never a panic or a wrapped value here.
-pub fn linux_resources(
+pub(crate) fn linux_resources(
     container: &Container,
 ) -> Result<cri::LinuxContainerResources, ResourceError> {
     use crate::quantity;
@@ -307,7 +307,7 @@ pub fn linux_resources(
 
 /// CPU shares for a milli-CPU request: `m × 1024 / 1000`, clamped to 2..262144.
 /// Saturating is exact here: anything past the clamp is the maximum anyway.
-pub fn milli_cpu_to_shares(milli: i64) -> i64 {
+pub(crate) fn milli_cpu_to_shares(milli: i64) -> i64 {
     if milli == 0 {
         return 2;
     }
@@ -333,7 +333,7 @@ fn milli_cpu_to_quota(milli: i64) -> Result<i64, ResourceError> {
 
 /// `<container>/<restartCount>.log`, relative to the pod's log directory; the container
 /// name must be one plain path component, so the log stays in the pod's directory.
-pub fn container_log_path(name: &str, restart_count: i32) -> Result<String, PathError> {
+pub(crate) fn container_log_path(name: &str, restart_count: i32) -> Result<String, PathError> {
     Ok(format!(
         "{}/{restart_count}.log",
         safe_path::component(name)?
@@ -342,7 +342,7 @@ pub fn container_log_path(name: &str, restart_count: i32) -> Result<String, Path
 
 /// After a restart of the agent (no runtime status left), the restart count is
 /// recovered from the log files `<N>.log` in the container's log directory.
-pub fn restart_count_from_logs(container_log_dir: &Path) -> i32 {
+pub(crate) fn restart_count_from_logs(container_log_dir: &Path) -> i32 {
     let Ok(entries) = std::fs::read_dir(container_log_dir) else {
         return 0;
     };
@@ -361,7 +361,7 @@ pub fn restart_count_from_logs(container_log_dir: &Path) -> i32 {
 }
 
 /// Everything needed to build one container's config.
-pub struct ContainerRequest<'a> {
+pub(crate) struct ContainerRequest<'a> {
     pub pod: &'a Pod,
     pub container: &'a Container,
     pub kind: ContainerType,
@@ -372,7 +372,7 @@ pub struct ContainerRequest<'a> {
 }
 
 /// Builds the CRI container config; an error is the pod's `CreateContainerConfigError`.
-pub fn container_config(
+pub(crate) fn container_config(
     req: &ContainerRequest<'_>,
 ) -> Result<cri::ContainerConfig, ContainerConfigError> {
     let ContainerRequest {
@@ -469,7 +469,7 @@ pub fn container_config(
 }
 
 /// Host directory of the container's logs: `<pod log dir>/<container>`.
-pub fn container_log_dir(pod_log_dir: &Path, name: &str) -> Result<PathBuf, PathError> {
+pub(crate) fn container_log_dir(pod_log_dir: &Path, name: &str) -> Result<PathBuf, PathError> {
     safe_path::beneath(pod_log_dir, &[name])
 }
 

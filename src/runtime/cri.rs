@@ -48,7 +48,7 @@ impl CriError {
 
 /// Runtime and image services over one gRPC channel (a unix socket).
 #[derive(Clone)]
-pub struct RemoteRuntime {
+pub(crate) struct RemoteRuntime {
     endpoint: String,
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
@@ -65,7 +65,7 @@ impl std::fmt::Debug for RemoteRuntime {
 
 impl RemoteRuntime {
     /// Connects (bounded by `connect_timeout`) and checks the runtime answers `Version`.
-    pub async fn connect(
+    pub(crate) async fn connect(
         endpoint: &str,
         connect_timeout: Duration,
         request_timeout: Duration,
@@ -104,10 +104,6 @@ impl RemoteRuntime {
                 reason: format!("Version did not answer within {connect_timeout:?}"),
             })??;
         Ok((rt, version))
-    }
-
-    pub fn endpoint(&self) -> &str {
-        &self.endpoint
     }
 
     async fn call<T, Fut>(&self, name: &'static str, fut: Fut) -> Result<T, CriError>
@@ -391,7 +387,7 @@ impl Cri for RemoteRuntime {
 }
 
 /// An `ImageSpec` naming `image`.
-pub fn image_spec(image: &str) -> cri::ImageSpec {
+pub(crate) fn image_spec(image: &str) -> cri::ImageSpec {
     cri::ImageSpec {
         image: image.to_string(),
         ..Default::default()
@@ -399,7 +395,7 @@ pub fn image_spec(image: &str) -> cri::ImageSpec {
 }
 
 /// The whole `source()` chain of an error, so "transport error" says why.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(inner) = cur {

@@ -17,10 +17,10 @@ use super::labels;
 use crate::pod::TerminatedReason;
 
 /// Exit code of a container stopped by the agent (SIGTERM'd busybox: 128 + 15).
-pub const STOPPED_EXIT_CODE: i32 = 143;
+pub(crate) const STOPPED_EXIT_CODE: i32 = 143;
 /// Exit code of an OOM-killed container, as containerd reports it (with reason
 /// `TerminatedReason::OomKilled`).
-pub const OOM_EXIT_CODE: i32 = 137;
+pub(crate) const OOM_EXIT_CODE: i32 = 137;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -78,7 +78,7 @@ struct Inner {
 
 /// One recorded CRI call: its name and the pod (and container) it was about.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Call {
+pub(crate) struct Call {
     pub call: &'static str,
     pub pod: String,
     pub container: String,
@@ -86,7 +86,7 @@ pub struct Call {
 
 /// The in-memory runtime. Cheap to share behind an `Arc`.
 #[derive(Debug, Default)]
-pub struct FakeRuntime {
+pub(crate) struct FakeRuntime {
     inner: Mutex<Inner>,
 }
 
@@ -212,7 +212,7 @@ impl Inner {
 }
 
 impl FakeRuntime {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
@@ -221,7 +221,7 @@ impl FakeRuntime {
     }
 
     /// Makes `image` present, with ID `sha256:<n>`.
-    pub fn add_image(&self, image: &str) {
+    pub(crate) fn add_image(&self, image: &str) {
         let mut inner = self.lock();
         let id = format!("sha256:{:064x}", inner.images.len() + 1);
         inner.images.entry(image.to_string()).or_insert(id);
@@ -229,7 +229,7 @@ impl FakeRuntime {
 
     /// The next `times` calls of `call` (a CRI method name such as "CreateContainer")
     /// fail with `code`; with `pod`, only calls about a pod whose name contains it.
-    pub fn fail_next(
+    pub(crate) fn fail_next(
         &self,
         call: &'static str,
         pod: Option<&str>,
@@ -245,12 +245,12 @@ impl FakeRuntime {
     }
 
     /// Every call so far, in order.
-    pub fn calls(&self) -> Vec<Call> {
+    pub(crate) fn calls(&self) -> Vec<Call> {
         self.lock().calls.clone()
     }
 
     /// The calls of one kind, as "pod/container" (or "pod" for sandbox calls).
-    pub fn calls_of(&self, call: &str) -> Vec<String> {
+    pub(crate) fn calls_of(&self, call: &str) -> Vec<String> {
         self.lock()
             .calls
             .iter()
@@ -266,7 +266,7 @@ impl FakeRuntime {
     }
 
     /// The newest container named `container` of the pod named `pod`.
-    pub fn container_id(&self, pod: &str, container: &str) -> Option<String> {
+    pub(crate) fn container_id(&self, pod: &str, container: &str) -> Option<String> {
         let inner = self.lock();
         inner
             .containers
@@ -277,7 +277,7 @@ impl FakeRuntime {
     }
 
     /// How many instances (any state) the container has in the runtime.
-    pub fn container_count(&self, pod: &str, container: &str) -> usize {
+    pub(crate) fn container_count(&self, pod: &str, container: &str) -> usize {
         let inner = self.lock();
         inner
             .containers
@@ -287,13 +287,13 @@ impl FakeRuntime {
     }
 
     /// Sandboxes and containers left in the runtime.
-    pub fn object_counts(&self) -> (usize, usize) {
+    pub(crate) fn object_counts(&self) -> (usize, usize) {
         let inner = self.lock();
         (inner.sandboxes.len(), inner.containers.len())
     }
 
     /// The labels and annotations the container was created with.
-    pub fn container_metadata(
+    pub(crate) fn container_metadata(
         &self,
         id: &str,
     ) -> Option<(HashMap<String, String>, HashMap<String, String>)> {
@@ -303,28 +303,30 @@ impl FakeRuntime {
     }
 
     /// The running container exits with `code` (reason "Completed" or "Error").
-    pub fn exit_container(&self, id: &str, code: i32) {
+    pub(crate) fn exit_container(&self, id: &str, code: i32) {
         if let Some(c) = self.lock().containers.get_mut(id) {
             c.exit(code, TerminatedReason::of_exit(code));
         }
     }
 
     /// The running container is OOM-killed (exit 137, reason OOMKilled).
-    pub fn oom_kill(&self, id: &str) {
+    pub(crate) fn oom_kill(&self, id: &str) {
         if let Some(c) = self.lock().containers.get_mut(id) {
             c.exit(OOM_EXIT_CODE, TerminatedReason::OomKilled);
         }
     }
 
     /// The sandbox's pause process dies: it is no longer ready.
-    pub fn sandbox_dies(&self, id: &str) {
+    #[allow(dead_code, reason = "fake runtime API for the probe tests (issue 8)")]
+    pub(crate) fn sandbox_dies(&self, id: &str) {
         if let Some(s) = self.lock().sandboxes.get_mut(id) {
             s.ready = false;
         }
     }
 
     /// What `ExecSync` in this container returns (default: exit 0, no output).
-    pub fn set_exec_result(&self, id: &str, result: Result<ExecOutput, tonic::Code>) {
+    #[allow(dead_code, reason = "fake runtime API for the probe tests (issue 8)")]
+    pub(crate) fn set_exec_result(&self, id: &str, result: Result<ExecOutput, tonic::Code>) {
         self.lock().exec.insert(id.to_string(), result);
     }
 
@@ -744,11 +746,11 @@ pub(crate) mod support {
     use crate::runtime::RuntimeManager;
     use crate::runtime::sandbox::SandboxEnv;
 
-    pub const IMAGE: &str = "localhost/oxlet-test/busybox:1";
+    pub(crate) const IMAGE: &str = "localhost/oxlet-test/busybox:1";
 
     /// A pod `name` (UID `uid-<name>`) with the given init and app containers, all on
     /// [`IMAGE`], host network (so it needs no IP), grace 1 s.
-    pub fn pod(name: &str, init: &[&str], containers: &[&str], restart: &str) -> Pod {
+    pub(crate) fn pod(name: &str, init: &[&str], containers: &[&str], restart: &str) -> Pod {
         let c = |n: &&str| {
             serde_json::json!({
                 "name": n, "image": IMAGE, "imagePullPolicy": "IfNotPresent",
@@ -770,14 +772,14 @@ pub(crate) mod support {
 
     /// A fake runtime holding [`IMAGE`], a manager over it, and the temporary
     /// directories the manager writes pod and log directories to.
-    pub struct FakeNode {
+    pub(crate) struct FakeNode {
         pub fake: Arc<FakeRuntime>,
         pub manager: Arc<RuntimeManager>,
         pub dir: tempfile::TempDir,
     }
 
     impl FakeNode {
-        pub fn new() -> Self {
+        pub(crate) fn new() -> Self {
             let fake = Arc::new(FakeRuntime::new());
             fake.add_image(IMAGE);
             let dir = tempfile::tempdir().expect("tempdir");
@@ -786,7 +788,10 @@ pub(crate) mod support {
         }
 
         /// Another manager over the same runtime and directories: a restarted agent.
-        pub fn manager_over(fake: &Arc<FakeRuntime>, dir: &tempfile::TempDir) -> RuntimeManager {
+        pub(crate) fn manager_over(
+            fake: &Arc<FakeRuntime>,
+            dir: &tempfile::TempDir,
+        ) -> RuntimeManager {
             let env = SandboxEnv {
                 pod_logs_dir: dir.path().join("logs"),
                 host_dns: Default::default(),
@@ -797,7 +802,7 @@ pub(crate) mod support {
         }
 
         /// One sync of `pod` against a fresh read of the runtime.
-        pub async fn sync(
+        pub(crate) async fn sync(
             &self,
             pod: &Pod,
         ) -> Result<crate::runtime::manager::SyncOutcome, crate::runtime::manager::SyncError>

@@ -21,11 +21,11 @@ use super::manager::RuntimeManager;
 use super::types::{ContainerState, RuntimePod};
 
 /// Dead instances kept per (pod, container name): kubelet's `maxPerPodContainer`.
-pub const MAX_DEAD_PER_CONTAINER: usize = 1;
+pub(crate) const MAX_DEAD_PER_CONTAINER: usize = 1;
 
 /// One container as the GC sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GcContainer<'a> {
+pub(crate) struct GcContainer<'a> {
     pub id: &'a str,
     pub name: &'a str,
     pub state: ContainerState,
@@ -34,7 +34,10 @@ pub struct GcContainer<'a> {
 
 /// The dead (not running) containers beyond the newest `keep` of each container name,
 /// oldest last. Running containers are never chosen and do not count.
-pub fn dead_beyond_limit<'a>(containers: &[GcContainer<'a>], keep: usize) -> Vec<GcContainer<'a>> {
+pub(crate) fn dead_beyond_limit<'a>(
+    containers: &[GcContainer<'a>],
+    keep: usize,
+) -> Vec<GcContainer<'a>> {
     let mut dead: Vec<&GcContainer<'a>> = containers
         .iter()
         .filter(|c| c.state != ContainerState::Running)
@@ -55,7 +58,7 @@ pub fn dead_beyond_limit<'a>(containers: &[GcContainer<'a>], keep: usize) -> Vec
 /// The sandboxes of a pod that still exists which may go (kubelet's `evictSandboxes`):
 /// every one but the newest (by attempt, then creation) that is not ready and has no
 /// containers left. The newest is kept even when dead: it is the pod's current one.
-pub fn evictable_sandboxes<'a>(
+pub(crate) fn evictable_sandboxes<'a>(
     pod: &'a RuntimePod,
     still_has_containers: &HashSet<&str>,
 ) -> Vec<&'a str> {
@@ -72,7 +75,7 @@ pub fn evictable_sandboxes<'a>(
 /// One GC pass over a pod that still exists: its dead containers beyond the limit
 /// (each with its log file), then its dead sandboxes that are no longer needed.
 /// Failures are logged and left for the next pass.
-pub async fn collect_pod(runtime: &RuntimeManager, pod: &RuntimePod) {
+pub(crate) async fn collect_pod(runtime: &RuntimeManager, pod: &RuntimePod) {
     let containers: Vec<GcContainer> = pod
         .containers
         .iter()
@@ -94,7 +97,7 @@ pub async fn collect_pod(runtime: &RuntimeManager, pod: &RuntimePod) {
                 removed.insert(c.id);
             }
             Err(e) => {
-                warn!(pod = %pod.pod_ref(), podUID = %pod.uid, containerID = %c.id, error = %e, "cannot garbage-collect container")
+                warn!(pod = %pod.pod_ref(), podUID = %pod.uid, containerID = %c.id, error = %e, "cannot garbage-collect container");
             }
         }
     }
@@ -116,7 +119,7 @@ pub async fn collect_pod(runtime: &RuntimeManager, pod: &RuntimePod) {
 /// True for the two UID spellings oxlet's pods have: an RFC 4122 UUID
 /// (`8-4-4-4-12` hex digits, as the apiserver assigns) or 32 hex digits (the
 /// static-pod hash). Anything else under oxlet's directories is not taken for a pod.
-pub fn looks_like_uid(s: &str) -> bool {
+pub(crate) fn looks_like_uid(s: &str) -> bool {
     let b = s.as_bytes();
     match b.len() {
         32 => b.iter().all(u8::is_ascii_hexdigit),
@@ -131,7 +134,7 @@ pub fn looks_like_uid(s: &str) -> bool {
 /// The pod UID in a pod log directory name `<namespace>_<name>_<uid>` (kubelet's
 /// `parsePodUIDFromLogsDirectory`). Namespaces and names are DNS labels and subdomains,
 /// which never contain `_`, so a well-formed name has exactly three parts.
-pub fn uid_of_log_dir(dir_name: &str) -> Option<&str> {
+pub(crate) fn uid_of_log_dir(dir_name: &str) -> Option<&str> {
     let mut parts = dir_name.split('_');
     let (ns, name, uid) = (parts.next()?, parts.next()?, parts.next()?);
     (parts.next().is_none() && !ns.is_empty() && !name.is_empty() && !uid.is_empty()).then_some(uid)
@@ -157,7 +160,7 @@ fn pod_dirs_in(dir: &Path, uid_of: impl Fn(&str) -> Option<String>) -> Vec<(Path
 /// The log directories `<logs_dir>/<ns>_<name>_<uid>` of the pod with this UID. Matched
 /// by suffix, not by [`uid_of_log_dir`]: a manifest's own `metadata.uid` may contain `_`,
 /// and its pod's log directory must still go with the pod.
-pub fn log_dirs_of(logs_dir: &Path, uid: &str) -> Vec<PathBuf> {
+pub(crate) fn log_dirs_of(logs_dir: &Path, uid: &str) -> Vec<PathBuf> {
     pod_dirs_in(logs_dir, |n| {
         let ns_name = n.strip_suffix(uid)?.strip_suffix('_')?;
         let (ns, name) = ns_name.split_once('_')?;
@@ -171,7 +174,7 @@ pub fn log_dirs_of(logs_dir: &Path, uid: &str) -> Vec<PathBuf> {
 /// Pod directories (`<pods_dir>/<uid>`) and pod log directories
 /// (`<logs_dir>/<ns>_<name>_<uid>`) of pods for which `known` is false. Only real
 /// directories named in oxlet's layout with a UID-shaped UID are candidates.
-pub fn orphaned_dirs(
+pub(crate) fn orphaned_dirs(
     pods_dir: &Path,
     logs_dir: &Path,
     known: &dyn Fn(&str) -> bool,
@@ -199,13 +202,17 @@ pub fn orphaned_dirs(
 /// in the runtime (`known` says which are). Housekeeping calls it only once every
 /// source has reported, so a pod not yet read back after a restart is never taken for
 /// an orphan.
-pub fn cleanup_orphaned_dirs(pods_dir: &Path, logs_dir: &Path, known: &dyn Fn(&str) -> bool) {
+pub(crate) fn cleanup_orphaned_dirs(
+    pods_dir: &Path,
+    logs_dir: &Path,
+    known: &dyn Fn(&str) -> bool,
+) {
     for (root, dir) in orphaned_dirs(pods_dir, logs_dir, known) {
         match crate::safe_path::remove_beneath(&root, &dir) {
             Ok(true) => info!(dir = %dir.display(), "removed orphaned pod directory"),
             Ok(false) => {}
             Err(e) => {
-                warn!(dir = %dir.display(), error = %e, "cannot remove orphaned pod directory")
+                warn!(dir = %dir.display(), error = %e, "cannot remove orphaned pod directory");
             }
         }
     }

@@ -6,31 +6,32 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
-pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
-pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
-pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+pub(crate) const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+pub(crate) const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+pub(crate) const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+pub(crate) const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 
-pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
-pub const CONTAINER_RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
-pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
+pub(crate) const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
+pub(crate) const CONTAINER_RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
+pub(crate) const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
     "io.kubernetes.container.terminationMessagePath";
-pub const TERMINATION_MESSAGE_POLICY_ANNOTATION: &str =
+pub(crate) const TERMINATION_MESSAGE_POLICY_ANNOTATION: &str =
     "io.kubernetes.container.terminationMessagePolicy";
-pub const CONTAINER_PORTS_ANNOTATION: &str = "io.kubernetes.container.ports";
-pub const CONTAINER_TYPE_ANNOTATION: &str = "io.kubernetes.container.type";
-pub const POD_DELETION_GRACE_ANNOTATION: &str = "io.kubernetes.pod.deletionGracePeriod";
-pub const POD_TERMINATION_GRACE_ANNOTATION: &str = "io.kubernetes.pod.terminationGracePeriod";
+pub(crate) const CONTAINER_PORTS_ANNOTATION: &str = "io.kubernetes.container.ports";
+pub(crate) const CONTAINER_TYPE_ANNOTATION: &str = "io.kubernetes.container.type";
+pub(crate) const POD_DELETION_GRACE_ANNOTATION: &str = "io.kubernetes.pod.deletionGracePeriod";
+pub(crate) const POD_TERMINATION_GRACE_ANNOTATION: &str =
+    "io.kubernetes.pod.terminationGracePeriod";
 
 /// Kind of container, as recorded in [`CONTAINER_TYPE_ANNOTATION`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerType {
+pub(crate) enum ContainerType {
     Init,
     Regular,
 }
 
 impl ContainerType {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ContainerType::Init => "init",
             ContainerType::Regular => "container",
@@ -47,7 +48,7 @@ fn meta(pod: &Pod) -> (&str, &str, &str) {
 }
 
 /// Sandbox labels: the pod's labels plus the three identity labels.
-pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
+pub(crate) fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
     let mut labels: HashMap<String, String> = pod
         .metadata
         .labels
@@ -63,7 +64,7 @@ pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
 }
 
 /// Sandbox annotations: the pod's annotations.
-pub fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
+pub(crate) fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
     pod.metadata
         .annotations
         .clone()
@@ -73,7 +74,7 @@ pub fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
 }
 
 /// Container labels: pod identity plus the container name.
-pub fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, String> {
+pub(crate) fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, String> {
     let (name, ns, uid) = meta(pod);
     HashMap::from([
         (POD_NAME_LABEL.into(), name.into()),
@@ -84,7 +85,7 @@ pub fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, Str
 }
 
 /// Container annotations: what a restarted agent needs to adopt and stop the container.
-pub fn container_annotations(
+pub(crate) fn container_annotations(
     pod: &Pod,
     container: &Container,
     restart_count: i32,
@@ -143,7 +144,7 @@ pub fn container_annotations(
 /// what `DeepHashObject` prints for `json.Marshal(map{"name", "image"})`: Go sorts the
 /// map keys (`image` first), and spew's `%#v` of a byte slice is `([]uint8)[123 34 ...]`.
 /// Reproducing it byte for byte keeps the annotation comparable with kubelet's.
-pub fn container_hash(container: &Container) -> u32 {
+pub(crate) fn container_hash(container: &Container) -> u32 {
     let json = format!(
         "{{\"image\":{},\"name\":{}}}",
         go_json_string(container.image.as_deref().unwrap_or("")),
@@ -187,7 +188,7 @@ fn go_json_string(s: &str) -> String {
 
 /// Identity and bookkeeping read back from a CRI container's labels and annotations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ContainerInfo {
+pub(crate) struct ContainerInfo {
     pub pod_name: String,
     pub pod_namespace: String,
     pub pod_uid: String,
@@ -200,7 +201,7 @@ pub struct ContainerInfo {
 
 /// Reads back what [`container_labels`] and [`container_annotations`] wrote; missing
 /// values fall back to defaults, as kubelet's do.
-pub fn container_info(
+pub(crate) fn container_info(
     labels: &HashMap<String, String>,
     annotations: &HashMap<String, String>,
 ) -> ContainerInfo {

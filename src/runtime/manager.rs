@@ -27,7 +27,7 @@ use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
 /// whole, so the worker can tell what kind it is (`retryable`, `back_off`,
 /// `waiting_reason`) rather than read a message.
 #[derive(Debug, thiserror::Error)]
-pub enum SyncError {
+pub(crate) enum SyncError {
     #[error("failed to create pod sandbox: {0}")]
     CreateSandbox(CriError),
     #[error("failed to kill pod: {}", join(.0))]
@@ -51,13 +51,13 @@ impl SyncError {
     /// False when trying the same pod again cannot succeed: its directories would
     /// leave their base (the pod's UID or names are unsafe, and a pod never changes
     /// its UID).
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         !matches!(self, SyncError::Path(_))
     }
 
     /// When the runtime wants the pod synced again regardless of this failure
     /// (a crash-loop or image back-off of another container ends then).
-    pub fn back_off(&self) -> Option<Duration> {
+    pub(crate) fn back_off(&self) -> Option<Duration> {
         match self {
             SyncError::Containers { retry_after, .. } => *retry_after,
             _ => None,
@@ -65,7 +65,7 @@ impl SyncError {
     }
 
     /// The waiting reason the failure shows (the first failed container's).
-    pub fn waiting_reason(&self) -> Option<WaitingReason> {
+    pub(crate) fn waiting_reason(&self) -> Option<WaitingReason> {
         match self {
             SyncError::Containers { errors, .. } => errors.first().map(|e| e.reason),
             _ => None,
@@ -76,7 +76,7 @@ impl SyncError {
 /// One container that could not be started, with the waiting reason it now shows.
 #[derive(Debug, thiserror::Error)]
 #[error("{container}: {reason}: {message}")]
-pub struct ContainerStartError {
+pub(crate) struct ContainerStartError {
     pub container: String,
     pub reason: WaitingReason,
     pub message: String,
@@ -85,7 +85,7 @@ pub struct ContainerStartError {
 /// One container that could not be stopped.
 #[derive(Debug, thiserror::Error)]
 #[error("{container}: {source}")]
-pub struct StopError {
+pub(crate) struct StopError {
     pub container: String,
     pub source: CriError,
 }
@@ -101,7 +101,7 @@ fn join<T: std::fmt::Display>(items: &[T]) -> String {
 
 /// The outcome of one successful sync.
 #[derive(Debug, Default)]
-pub struct SyncOutcome {
+pub(crate) struct SyncOutcome {
     /// When a back-off (crash loop or image pull) ends and the pod should be synced again.
     pub retry_after: Option<Duration>,
     /// True when the sync changed something in the runtime.
@@ -111,12 +111,12 @@ pub struct SyncOutcome {
 /// Why a container is waiting (reason, message), by pod UID and container name:
 /// kept between syncs, shown as the container's `waiting` state.
 #[derive(Debug, Default)]
-pub struct ReasonCache {
+pub(crate) struct ReasonCache {
     inner: Mutex<HashMap<(String, String), (WaitingReason, String)>>,
 }
 
 impl ReasonCache {
-    pub fn get(&self, uid: &str, name: &str) -> Option<(WaitingReason, String)> {
+    pub(crate) fn get(&self, uid: &str, name: &str) -> Option<(WaitingReason, String)> {
         self.inner
             .lock()
             .unwrap()
@@ -135,7 +135,7 @@ impl ReasonCache {
             .unwrap()
             .remove(&(uid.to_string(), name.to_string()));
     }
-    pub fn forget_pod(&self, uid: &str) {
+    pub(crate) fn forget_pod(&self, uid: &str) {
         self.inner.lock().unwrap().retain(|(u, _), _| u != uid);
     }
 }
@@ -153,7 +153,7 @@ fn instant_of(ns: i64) -> tokio::time::Instant {
 }
 
 /// Drives the CRI on behalf of pod workers.
-pub struct RuntimeManager {
+pub(crate) struct RuntimeManager {
     cri: Arc<dyn Cri>,
     reader: RuntimeReader,
     sandbox_env: SandboxEnv,
@@ -170,13 +170,13 @@ pub struct RuntimeManager {
 
 /// Pods starting at once: four per core, at least 4.
 fn start_concurrency() -> usize {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     (4 * cores).max(4)
 }
 
 impl RuntimeManager {
     /// `cri` is the real client in the agent, the in-memory fake in unit tests.
-    pub fn new(cri: Arc<dyn Cri>, sandbox_env: SandboxEnv, host_ip: String) -> Self {
+    pub(crate) fn new(cri: Arc<dyn Cri>, sandbox_env: SandboxEnv, host_ip: String) -> Self {
         RuntimeManager {
             reader: RuntimeReader::new(cri.clone()),
             cri,
@@ -189,53 +189,53 @@ impl RuntimeManager {
         }
     }
 
-    pub fn cri(&self) -> &dyn Cri {
+    pub(crate) fn cri(&self) -> &dyn Cri {
         self.cri.as_ref()
     }
 
     /// The read-only view of the runtime (for the PLEG).
-    pub fn reader(&self) -> RuntimeReader {
+    pub(crate) fn reader(&self) -> RuntimeReader {
         self.reader.clone()
     }
 
-    pub fn host_ip(&self) -> &str {
+    pub(crate) fn host_ip(&self) -> &str {
         &self.host_ip
     }
 
-    pub fn reasons(&self) -> &ReasonCache {
+    pub(crate) fn reasons(&self) -> &ReasonCache {
         &self.reasons
     }
 
     /// `<root-dir>/pods`: the per-pod directories.
-    pub fn pods_dir(&self) -> &std::path::Path {
+    pub(crate) fn pods_dir(&self) -> &std::path::Path {
         &self.sandbox_env.pods_dir
     }
 
     /// `--pod-logs-dir`: the pod log directories.
-    pub fn pod_logs_dir(&self) -> &std::path::Path {
+    pub(crate) fn pod_logs_dir(&self) -> &std::path::Path {
         &self.sandbox_env.pod_logs_dir
     }
 
     /// Forgets per-pod back-off and waiting reasons of a pod that is gone.
-    pub fn forget_pod(&self, uid: &str) {
+    pub(crate) fn forget_pod(&self, uid: &str) {
         self.reasons.forget_pod(uid);
         self.crash_backoff.forget_prefix(&format!("{uid}_"));
         self.image_backoff.forget_prefix(&format!("{uid}_"));
     }
 
     /// Housekeeping of back-off entries.
-    pub fn gc_backoff(&self) {
+    pub(crate) fn gc_backoff(&self) {
         self.crash_backoff.gc();
         self.image_backoff.gc();
     }
 
     /// Every pod in the runtime, grouped by pod UID label (two list calls).
-    pub async fn get_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
+    pub(crate) async fn get_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
         self.reader.get_pods().await
     }
 
     /// Full status of one pod: every sandbox and container, newest first.
-    pub async fn get_pod_status(
+    pub(crate) async fn get_pod_status(
         &self,
         uid: &str,
         name: &str,
@@ -258,7 +258,7 @@ impl RuntimeManager {
 
     /// Brings the pod's runtime state towards its spec. Back-offs are not errors: they
     /// show as waiting reasons and come back as `retry_after`.
-    pub async fn sync_pod(
+    pub(crate) async fn sync_pod(
         &self,
         pod: &Pod,
         status: &PodRuntimeStatus,
@@ -582,7 +582,11 @@ impl RuntimeManager {
     /// Removes a container and then its log file, as kubelet's `removeContainer` does
     /// (the log goes with the container, the kept dead instance keeps its log). An
     /// `unknown`-state container may still run, so it is stopped first.
-    pub async fn remove_container(&self, id: &str, stop_first: bool) -> Result<(), CriError> {
+    pub(crate) async fn remove_container(
+        &self,
+        id: &str,
+        stop_first: bool,
+    ) -> Result<(), CriError> {
         if stop_first {
             gone_is_ok(self.cri.stop_container(id, MIN_GRACE_SECS).await)?;
         }
@@ -604,7 +608,7 @@ impl RuntimeManager {
 
     /// Stops, then removes a sandbox (kubelet's GC `removeSandbox`: stopping first
     /// tears down its network, which releases its IP, should nothing have done so).
-    pub async fn remove_sandbox(&self, id: &str) -> Result<(), CriError> {
+    pub(crate) async fn remove_sandbox(&self, id: &str) -> Result<(), CriError> {
         gone_is_ok(self.cri.stop_pod_sandbox(id).await)?;
         gone_is_ok(self.cri.remove_pod_sandbox(id).await)
     }
@@ -613,7 +617,7 @@ impl RuntimeManager {
     /// then every sandbox of the pod, dead ones included: a sandbox whose pause process
     /// died still holds its network namespace and IP until it is stopped (kubelet's
     /// `killPodWithSyncResult` stops them all too).
-    pub async fn kill_pod_status(
+    pub(crate) async fn kill_pod_status(
         &self,
         pod: &Pod,
         status: &PodRuntimeStatus,
@@ -633,7 +637,7 @@ impl RuntimeManager {
     }
 
     /// Kills a pod known only to the runtime (grace from its annotations, or the override).
-    pub async fn kill_runtime_pod(
+    pub(crate) async fn kill_runtime_pod(
         &self,
         pod: &RuntimePod,
         grace_override: Option<i64>,
@@ -685,7 +689,7 @@ impl RuntimeManager {
     /// then, once nothing of it is left in the runtime, its `<root-dir>/pods/<uid>` and
     /// `<pod-logs-dir>/<ns>_<name>_<uid>` (kubelet's garbage collector and orphan
     /// cleanup do this later; oxlet does it at once).
-    pub async fn remove_pod(&self, uid: &str, pod_ref: &str) -> Result<(), CriError> {
+    pub(crate) async fn remove_pod(&self, uid: &str, pod_ref: &str) -> Result<(), CriError> {
         let selector = HashMap::from([(labels::POD_UID_LABEL.to_string(), uid.to_string())]);
         let containers = self
             .cri
@@ -725,7 +729,7 @@ impl RuntimeManager {
                 }
             }
             Err(e) => {
-                warn!(pod = %pod_ref, podUID = %uid, error = %e, "not removing the directories of a pod with an unsafe UID")
+                warn!(pod = %pod_ref, podUID = %uid, error = %e, "not removing the directories of a pod with an unsafe UID");
             }
         }
         self.forget_pod(uid);

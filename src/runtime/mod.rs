@@ -3,21 +3,20 @@
 //! sandbox and container configs, pod actions and back-off. The managed containerd
 //! is a room of its own (`crate::containerd`).
 
-pub mod actions;
-pub mod backoff;
-pub mod container;
-pub mod cri;
-pub mod cri_api;
-#[cfg(any(test, feature = "testing"))]
-pub mod fake;
-pub mod gc;
-pub mod labels;
-pub mod manager;
-pub mod reader;
-pub mod sandbox;
-pub mod types;
-pub mod volumes;
+pub(crate) mod actions;
+pub(crate) mod backoff;
+pub(crate) mod container;
+pub(crate) mod cri;
+pub(crate) mod cri_api;
+#[cfg(test)]
+pub(crate) mod fake;
+pub(crate) mod gc;
+pub(crate) mod labels;
+pub(crate) mod manager;
+pub(crate) mod reader;
+pub(crate) mod sandbox;
+pub(crate) mod types;
+pub(crate) mod volumes;
 
-pub use cri::{CriError, RemoteRuntime};
-pub use cri_api::{Cri, CriRead, ExecOutput};
-pub use manager::RuntimeManager;
+pub(crate) use cri::{CriError, RemoteRuntime};
+pub(crate) use manager::RuntimeManager;

@@ -15,17 +15,17 @@ use super::types::*;
 
 /// A read-only view of the runtime.
 #[derive(Clone)]
-pub struct RuntimeReader {
+pub(crate) struct RuntimeReader {
     cri: Arc<dyn CriRead>,
 }
 
 impl RuntimeReader {
-    pub fn new(cri: Arc<dyn CriRead>) -> Self {
+    pub(crate) fn new(cri: Arc<dyn CriRead>) -> Self {
         RuntimeReader { cri }
     }
 
     /// Every pod in the runtime, grouped by pod UID label (two list calls).
-    pub async fn get_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
+    pub(crate) async fn get_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
         let (sandboxes, containers) = tokio::try_join!(
             self.cri.list_pod_sandbox(None),
             self.cri.list_containers(None)
@@ -81,7 +81,7 @@ impl RuntimeReader {
     }
 
     /// Full status of one pod: every sandbox and container, newest first.
-    pub async fn get_pod_status(
+    pub(crate) async fn get_pod_status(
         &self,
         uid: &str,
         name: &str,

@@ -12,7 +12,7 @@ use crate::safe_path::{self, PathError};
 
 /// The host facts a sandbox config needs.
 #[derive(Debug, Clone)]
-pub struct SandboxEnv {
+pub(crate) struct SandboxEnv {
     /// `--pod-logs-dir`.
     pub pod_logs_dir: PathBuf,
     /// DNS of the host (from /etc/resolv.conf), used for pods with the default policies.
@@ -26,14 +26,14 @@ pub struct SandboxEnv {
 /// The one place a sandbox's cgroup parent is decided (kubelet's
 /// `RuntimeHelper.GetPodCgroupParent`). The container manager will answer with the
 /// pod's cgroup (`kubepods/<qos>/pod<uid>`); today [`RuntimeDefaultCgroups`] does.
-pub trait PodCgroupParent: Send + Sync + std::fmt::Debug {
+pub(crate) trait PodCgroupParent: Send + Sync + std::fmt::Debug {
     /// The cgroup parent for `pod`'s sandbox; empty leaves it to the runtime.
     fn cgroup_parent(&self, pod: &Pod) -> String;
 }
 
 /// No pod cgroups: every sandbox goes where containerd puts it by default.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RuntimeDefaultCgroups;
+pub(crate) struct RuntimeDefaultCgroups;
 
 impl PodCgroupParent for RuntimeDefaultCgroups {
     fn cgroup_parent(&self, _pod: &Pod) -> String {
@@ -43,7 +43,7 @@ impl PodCgroupParent for RuntimeDefaultCgroups {
 
 /// `<podLogsDir>/<namespace>_<name>_<uid>`: kubelet's pod log directory. Each part must
 /// be one plain path component, so the directory is always directly below `pod_logs_dir`.
-pub fn pod_log_dir(
+pub(crate) fn pod_log_dir(
     pod_logs_dir: &Path,
     namespace: &str,
     name: &str,
@@ -59,7 +59,7 @@ pub fn pod_log_dir(
 }
 
 /// Whether the pod shares the node's network namespace.
-pub fn is_host_network(pod: &Pod) -> bool {
+pub(crate) fn is_host_network(pod: &Pod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.host_network)
@@ -67,14 +67,14 @@ pub fn is_host_network(pod: &Pod) -> bool {
 }
 
 /// Parses resolv.conf text into CRI DNS settings.
-pub fn parse_resolv_conf(text: &str) -> cri::DnsConfig {
+pub(crate) fn parse_resolv_conf(text: &str) -> cri::DnsConfig {
     let mut dns = cri::DnsConfig::default();
     for line in text.lines() {
         let line = line.split(['#', ';']).next().unwrap_or("");
         let mut words = line.split_whitespace();
         match words.next() {
             Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
-            Some("search") | Some("domain") => {
+            Some("search" | "domain") => {
                 dns.searches = words.map(str::to_string).collect();
             }
             Some("options") => dns.options.extend(words.map(str::to_string)),
@@ -85,7 +85,7 @@ pub fn parse_resolv_conf(text: &str) -> cri::DnsConfig {
 }
 
 /// Reads the host's /etc/resolv.conf (empty settings when unreadable).
-pub fn host_dns() -> cri::DnsConfig {
+pub(crate) fn host_dns() -> cri::DnsConfig {
     std::fs::read_to_string("/etc/resolv.conf")
         .map(|t| parse_resolv_conf(&t))
         .unwrap_or_default()
@@ -128,7 +128,7 @@ fn protocol(p: Option<&str>) -> i32 {
 }
 
 /// The CRI port mappings of every container port that asks for a host port.
-pub fn port_mappings(pod: &Pod) -> Vec<cri::PortMapping> {
+pub(crate) fn port_mappings(pod: &Pod) -> Vec<cri::PortMapping> {
     let Some(spec) = pod.spec.as_ref() else {
         return Vec::new();
     };
@@ -146,7 +146,7 @@ pub fn port_mappings(pod: &Pod) -> Vec<cri::PortMapping> {
 }
 
 /// The namespace options shared by the sandbox and its containers.
-pub fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
+pub(crate) fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
     let spec = pod.spec.as_ref();
     let host_pid = spec.and_then(|s| s.host_pid).unwrap_or(false);
     let host_ipc = spec.and_then(|s| s.host_ipc).unwrap_or(false);
@@ -177,7 +177,7 @@ pub fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
 
 /// The full sandbox config for `pod` at sandbox `attempt`. Fails only when the pod's
 /// namespace, name or UID cannot name its log directory safely.
-pub fn sandbox_config(
+pub(crate) fn sandbox_config(
     pod: &Pod,
     attempt: u32,
     env: &SandboxEnv,

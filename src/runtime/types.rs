@@ -5,7 +5,7 @@ use k8s_cri::v1 as cri;
 
 /// A container's state as the runtime reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerState {
+pub(crate) enum ContainerState {
     Created,
     Running,
     Exited,
@@ -13,7 +13,7 @@ pub enum ContainerState {
 }
 
 impl ContainerState {
-    pub fn from_cri(state: i32) -> Self {
+    pub(crate) fn from_cri(state: i32) -> Self {
         match cri::ContainerState::try_from(state) {
             Ok(cri::ContainerState::ContainerCreated) => ContainerState::Created,
             Ok(cri::ContainerState::ContainerRunning) => ContainerState::Running,
@@ -21,19 +21,11 @@ impl ContainerState {
             _ => ContainerState::Unknown,
         }
     }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContainerState::Created => "created",
-            ContainerState::Running => "running",
-            ContainerState::Exited => "exited",
-            ContainerState::Unknown => "unknown",
-        }
-    }
 }
 
 /// One container of a runtime pod, from `ListContainers` (cheap: no per-container call).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeContainer {
+pub(crate) struct RuntimeContainer {
     pub id: String,
     pub sandbox_id: String,
     pub name: String,
@@ -44,7 +36,7 @@ pub struct RuntimeContainer {
 
 /// One sandbox of a runtime pod, from `ListPodSandbox`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeSandbox {
+pub(crate) struct RuntimeSandbox {
     pub id: String,
     pub ready: bool,
     pub attempt: u32,
@@ -53,7 +45,7 @@ pub struct RuntimeSandbox {
 
 /// A pod as found in the runtime, grouped by its `io.kubernetes.pod.uid` label.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuntimePod {
+pub(crate) struct RuntimePod {
     pub uid: String,
     pub name: String,
     pub namespace: String,
@@ -63,11 +55,11 @@ pub struct RuntimePod {
 
 impl RuntimePod {
     /// `namespace/name`, for logs.
-    pub fn pod_ref(&self) -> String {
+    pub(crate) fn pod_ref(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
     /// True when any container is running or any sandbox is ready.
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         self.containers
             .iter()
             .any(|c| c.state == ContainerState::Running)
@@ -77,7 +69,7 @@ impl RuntimePod {
 
 /// Detailed status of one container instance (kubelet's `kubecontainer.Status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerStatus {
+pub(crate) struct ContainerStatus {
     pub id: String,
     pub name: String,
     pub state: ContainerState,
@@ -96,7 +88,7 @@ pub struct ContainerStatus {
 
 /// Detailed status of one sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxStatus {
+pub(crate) struct SandboxStatus {
     pub id: String,
     pub ready: bool,
     pub attempt: u32,
@@ -107,7 +99,7 @@ pub struct SandboxStatus {
 
 /// Everything the runtime knows about one pod: sandboxes and containers, newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodRuntimeStatus {
+pub(crate) struct PodRuntimeStatus {
     pub uid: String,
     pub name: String,
     pub namespace: String,
@@ -119,14 +111,14 @@ pub struct PodRuntimeStatus {
 
 impl PodRuntimeStatus {
     /// The newest instance of the named container, if any.
-    pub fn latest(&self, name: &str) -> Option<&ContainerStatus> {
+    pub(crate) fn latest(&self, name: &str) -> Option<&ContainerStatus> {
         self.containers.iter().find(|c| c.name == name)
     }
     /// The instance before the newest (for `lastState`).
-    pub fn previous(&self, name: &str) -> Option<&ContainerStatus> {
+    pub(crate) fn previous(&self, name: &str) -> Option<&ContainerStatus> {
         self.containers.iter().filter(|c| c.name == name).nth(1)
     }
-    pub fn running_containers(&self) -> impl Iterator<Item = &ContainerStatus> {
+    pub(crate) fn running_containers(&self) -> impl Iterator<Item = &ContainerStatus> {
         self.containers
             .iter()
             .filter(|c| c.state == ContainerState::Running)

@@ -17,7 +17,7 @@ use crate::safe_path::{self, BeneathError, PathError};
 
 /// Why a container's mounts could not be prepared: a `CreateContainerConfigError`.
 #[derive(Debug, thiserror::Error)]
-pub enum VolumeError {
+pub(crate) enum VolumeError {
     #[error("volume mount {0:?}: no such volume")]
     NoSuchVolume(String),
     #[error("volume {0:?}: only hostPath and emptyDir volumes are supported by oxlet so far")]
@@ -61,11 +61,6 @@ pub enum VolumeError {
         sub_path: String,
         source: std::io::Error,
     },
-}
-
-/// `<pods_dir>/<uid>`: the pod's own directory (emptyDir data lives below it).
-pub fn pod_dir(pods_dir: &Path, uid: &str) -> Result<PathBuf, PathError> {
-    safe_path::beneath(pods_dir, &[uid])
 }
 
 fn empty_dir_path(pods_dir: &Path, uid: &str, name: &str) -> Result<PathBuf, PathError> {
@@ -253,7 +248,7 @@ fn sub_path_of(vm: &VolumeMount, envs: &[(String, String)]) -> Result<Option<Str
 /// The CRI mounts of one container (`envs`: its environment, for `subPathExpr`). An error
 /// is a `CreateContainerConfigError`; the subPath mounts it leaves behind are detached
 /// when the pod directory is removed.
-pub fn container_mounts(
+pub(crate) fn container_mounts(
     pod: &Pod,
     container: &Container,
     pods_dir: &Path,

@@ -15,7 +15,7 @@ const MOUNTINFO: &str = "/proc/self/mountinfo";
 const MAX_STACKED: usize = 16;
 
 /// Every mount point at `path` or below it (one entry per mount, so stacked mounts repeat).
-pub fn mounts_at_or_below(path: &Path) -> io::Result<Vec<PathBuf>> {
+pub(crate) fn mounts_at_or_below(path: &Path) -> io::Result<Vec<PathBuf>> {
     let text = std::fs::read(MOUNTINFO)?;
     Ok(parse_mountinfo(&text)
         .into_iter()
@@ -54,13 +54,13 @@ fn unescape(field: &[u8]) -> Vec<u8> {
 }
 
 /// Whether `path` is itself a mount point.
-pub fn is_mount_point(path: &Path) -> io::Result<bool> {
+pub(super) fn is_mount_point(path: &Path) -> io::Result<bool> {
     Ok(mounts_at_or_below(path)?.iter().any(|m| m == path))
 }
 
 /// Detaches every mount stacked on `target` (lazily: a container still using it keeps
 /// its own copy). Not mounted is fine.
-pub fn detach(target: &Path) -> io::Result<()> {
+pub(crate) fn detach(target: &Path) -> io::Result<()> {
     for _ in 0..MAX_STACKED {
         if !is_mount_point(target)? {
             return Ok(());
@@ -79,7 +79,7 @@ pub fn detach(target: &Path) -> io::Result<()> {
 /// Bind-mounts what `fd` refers to onto `target` (a path under oxlet's own root, made
 /// here as a directory or an empty file to match). Mounting the descriptor, not a name,
 /// is what keeps a swap of the source after it was opened from mattering.
-pub fn bind_fd(fd: &OwnedFd, target: &Path) -> io::Result<()> {
+pub(crate) fn bind_fd(fd: &OwnedFd, target: &Path) -> io::Result<()> {
     let is_dir = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(fd)?.st_mode)
         == rustix::fs::FileType::Directory;
     if let Some(parent) = target.parent() {

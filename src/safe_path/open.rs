@@ -13,7 +13,7 @@ use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 /// Why a path could not be opened below its base.
 #[derive(Debug, thiserror::Error)]
-pub enum BeneathError {
+pub(crate) enum BeneathError {
     /// Resolving it (through a symlink, an absolute link or `..`) would leave the base.
     #[error("it resolves to a place outside the volume")]
     Escapes,
@@ -37,7 +37,7 @@ fn o_path() -> OFlags {
 
 /// Opens the directory `dir` (a volume's root) as an `O_PATH` descriptor. The volume root
 /// itself is oxlet's (emptyDir) or the node admin's choice (hostPath), so it is followed.
-pub fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(
         dir,
         o_path() | OFlags::DIRECTORY,
@@ -48,7 +48,7 @@ pub fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
 /// Opens `rel` below the directory `base` as an `O_PATH` descriptor. Symlinks inside are
 /// followed only while they stay below `base`; one that leads out (by `..`, by an absolute
 /// target, or through `/proc` magic links) is [`BeneathError::Escapes`].
-pub fn open_beneath(base: impl AsFd, rel: &Path) -> Result<OwnedFd, BeneathError> {
+pub(crate) fn open_beneath(base: impl AsFd, rel: &Path) -> Result<OwnedFd, BeneathError> {
     let rel = clean(rel)?;
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
     let mut tries = 0;
@@ -65,7 +65,7 @@ pub fn open_beneath(base: impl AsFd, rel: &Path) -> Result<OwnedFd, BeneathError
 /// Creates the directories of `rel` below `base` that do not exist yet (mode 0755, as
 /// kubelet's `SafeMakeDir`), each one inside a directory that was itself opened below
 /// `base`, so a symlink swapped in along the way cannot redirect the creation.
-pub fn make_dirs_beneath(base: impl AsFd, rel: &Path) -> Result<(), BeneathError> {
+pub(crate) fn make_dirs_beneath(base: impl AsFd, rel: &Path) -> Result<(), BeneathError> {
     let rel = clean(rel)?;
     let mut dir = rustix::io::dup(base.as_fd()).map_err(io::Error::from)?;
     let mut so_far = PathBuf::new();

@@ -23,18 +23,18 @@ use tokio_util::task::TaskTracker;
 
 /// A client must send a complete request head within this time (also the longest a
 /// kept-alive connection may wait for its next request: hyper runs one timer for both).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection on which no byte moved either way for this long is closed
 /// (kubelet's `IdleTimeout`); catches stalled bodies and clients that stop reading.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Request heads larger than this are refused (hyper's minimum buffer is 8 KiB).
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// How long shutdown waits for open requests to finish.
 const DRAIN: Duration = Duration::from_secs(1);
 
 /// The bounds one server applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
@@ -43,7 +43,7 @@ pub struct Limits {
 impl Limits {
     /// The default timeouts and a connection cap that leaves most descriptors to pods:
     /// a quarter of `open_files` per server (two servers run), between 64 and 10000.
-    pub fn for_open_files(open_files: u64) -> Limits {
+    pub(crate) fn for_open_files(open_files: u64) -> Limits {
         Limits {
             header_read_timeout: HEADER_READ_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
@@ -112,7 +112,7 @@ impl AsyncWrite for Tracked {
 /// Accepts connections until `cancel` fires and serves `router` on each, within `limits`.
 /// Connections over the cap are closed at once (with a warning at most every 10 s), so a
 /// flood costs one descriptor for a moment, never a pile of them.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
@@ -124,7 +124,7 @@ pub async fn serve(
     let mut last_warning: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
-            _ = cancel.cancelled() => break,
+            () = cancel.cancelled() => break,
             a = listener.accept() => a,
         };
         let (stream, peer) = match accepted {
@@ -182,11 +182,11 @@ pub async fn serve(
                         }
                         break;
                     }
-                    _ = cancel.cancelled(), if !draining => {
+                    () = cancel.cancelled(), if !draining => {
                         conn.as_mut().graceful_shutdown();
                         draining = true;
                     }
-                    _ = tokio::time::sleep_until(idle_deadline) => {
+                    () = tokio::time::sleep_until(idle_deadline) => {
                         if activity.last() + limits.idle_timeout <= Instant::now() {
                             tracing::debug!(%peer, "HTTP connection idle too long; closing");
                             break;

@@ -14,11 +14,11 @@ use axum::response::{IntoResponse, Response};
 use crate::syncloop::monitor::{SyncLoopMonitor, SyncLoopUnhealthy};
 
 /// kubelet's check names, in kubelet's order.
-pub const CHECKS: [&str; 3] = ["ping", "log", "syncloop"];
+pub(crate) const CHECKS: [&str; 3] = ["ping", "log", "syncloop"];
 
 /// What the checks read.
 #[derive(Clone)]
-pub struct Health {
+pub(crate) struct Health {
     pub syncloop: Arc<SyncLoopMonitor>,
     /// When a silent loop counts as stalled (kubelet: max(2 × syncFrequency, 5 min)).
     pub stall_threshold: Duration,
@@ -27,7 +27,7 @@ pub struct Health {
 impl Health {
     /// One check by name; `Err` carries the reason (for the log and `/healthz/<name>`).
     /// None for an unknown name.
-    pub fn check(&self, name: &str) -> Option<Result<(), SyncLoopUnhealthy>> {
+    pub(crate) fn check(&self, name: &str) -> Option<Result<(), SyncLoopUnhealthy>> {
         match name {
             "ping" => Some(Ok(())),
             // kubelet's `log` check verifies klog's periodic flush ran; oxlet's logger
@@ -39,7 +39,7 @@ impl Health {
     }
 
     /// The root handler's status and body for a query string.
-    pub fn report(&self, query: Option<&str>) -> (StatusCode, String) {
+    pub(crate) fn report(&self, query: Option<&str>) -> (StatusCode, String) {
         let mut verbose = false;
         let mut excluded: Vec<&str> = Vec::new();
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -102,13 +102,13 @@ fn text(status: StatusCode, body: String) -> Response {
 }
 
 /// `GET /healthz`.
-pub async fn root(State(h): State<Health>, RawQuery(q): RawQuery) -> Response {
+pub(crate) async fn root(State(h): State<Health>, RawQuery(q): RawQuery) -> Response {
     let (status, body) = h.report(q.as_deref());
     text(status, body)
 }
 
 /// `GET /healthz/<check>`: `ok`, or 500 `internal server error: <reason>`.
-pub async fn single(State(h): State<Health>, Path(name): Path<String>) -> Response {
+pub(crate) async fn single(State(h): State<Health>, Path(name): Path<String>) -> Response {
     match h.check(&name) {
         Some(Ok(())) => text(StatusCode::OK, "ok".into()),
         Some(Err(reason)) => text(

@@ -3,8 +3,8 @@
 //! It holds no state of its own: it reads the pod and status managers.
 //! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]).
 
-pub mod conn;
-pub mod healthz;
+pub(crate) mod conn;
+pub(crate) mod healthz;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use axum::routing::get;
 use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 
-pub use conn::Limits;
+pub(crate) use conn::Limits;
 use healthz::Health;
 
 use crate::pod::pod_uid;
@@ -26,7 +26,7 @@ use crate::syncloop::pod_manager::PodManager;
 
 /// Read-only views the server serves.
 #[derive(Clone)]
-pub struct Views {
+pub(crate) struct Views {
     pub pods: Arc<PodManager>,
     pub statuses: Arc<StatusManager>,
     pub health: Health,
@@ -34,7 +34,7 @@ pub struct Views {
 
 impl Views {
     /// Every managed pod with its latest status, oldest first.
-    pub fn pod_list(&self) -> serde_json::Value {
+    pub(crate) fn pod_list(&self) -> serde_json::Value {
         let items: Vec<Pod> = self
             .pods
             .all()
@@ -68,7 +68,7 @@ async fn not_found() -> impl IntoResponse {
 }
 
 /// The read-only API router.
-pub fn read_only_router(views: Views) -> Router {
+pub(crate) fn read_only_router(views: Views) -> Router {
     Router::new()
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
@@ -85,22 +85,22 @@ fn healthz_routes<S: Clone + Send + Sync + 'static>(health: Health) -> Router<S>
 }
 
 /// The healthz-only router.
-pub fn healthz_router(health: Health) -> Router {
+pub(crate) fn healthz_router(health: Health) -> Router {
     healthz_routes(health).fallback(not_found)
 }
 
 /// Binds `addr`. Binding errors are returned before serving starts, so the caller
 /// can report them.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await
 }
 
 /// Serves `router` on `listener` within `limits` until cancelled.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     limits: Limits,
     cancel: CancellationToken,
 ) {
-    conn::serve(listener, router, limits, cancel).await
+    conn::serve(listener, router, limits, cancel).await;
 }

@@ -12,7 +12,7 @@ use crate::pod::{Phase, RestartPolicy, TerminatedReason, WaitingReason};
 use crate::runtime::types::{self as rt, PodRuntimeStatus};
 
 /// What status generation needs besides the pod and the runtime view.
-pub struct StatusInputs<'a> {
+pub(crate) struct StatusInputs<'a> {
     pub pod: &'a Pod,
     pub runtime: &'a PodRuntimeStatus,
     /// The waiting reason recorded for a container (CrashLoopBackOff, ErrImagePull, …).
@@ -245,7 +245,7 @@ fn container_status(
 }
 
 /// kubelet's `getPhase` over generated container statuses.
-pub fn pod_phase(
+pub(crate) fn pod_phase(
     pod: &Pod,
     init: &[ContainerStatus],
     regular: &[ContainerStatus],
@@ -498,7 +498,7 @@ fn old_of<'a>(list: Option<&'a Vec<ContainerStatus>>, name: &str) -> Option<&'a 
 }
 
 /// The whole API status (kubelet's `generateAPIPodStatus`).
-pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
+pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
     let pod = inputs.pod;
     let spec = pod.spec.as_ref();
     let inits = spec
@@ -633,7 +633,7 @@ pub fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
 const REJECTED_PREFIX: &str = "Pod was rejected: ";
 
 /// Whether `status` is one [`rejected`] made (whatever the admission handler's reason).
-pub fn was_rejected(status: &PodStatus) -> bool {
+pub(crate) fn was_rejected(status: &PodStatus) -> bool {
     status.phase.as_deref() == Some("Failed")
         && status
             .message
@@ -644,7 +644,7 @@ pub fn was_rejected(status: &PodStatus) -> bool {
 /// The status of a pod rejected at admission (kubelet's `rejectPod`): Failed with
 /// the reason and "Pod was rejected: <message>", its QoS class, and the start time
 /// the status manager gives every pod it records.
-pub fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timestamp) -> PodStatus {
+pub(crate) fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timestamp) -> PodStatus {
     PodStatus {
         phase: Some(Phase::Failed.to_string()),
         reason: Some(reason.to_string()),

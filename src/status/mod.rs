@@ -2,9 +2,9 @@
 //! kept and served (the [`StatusManager`]), so cluster mode can add an apiserver
 //! writer without touching generation.
 
-pub mod generate;
-pub mod qos;
-pub mod startup;
+pub(crate) mod generate;
+pub(crate) mod qos;
+pub(crate) mod startup;
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -13,12 +13,12 @@ use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::broadcast;
 
 /// How many changes a subscriber may fall behind before it is told it lagged.
-pub const CHANGES_CAPACITY: usize = 1024;
+pub(crate) const CHANGES_CAPACITY: usize = 1024;
 
 /// One status change: pod `uid` now has status `version` (kubelet's versioned status).
 /// A subscriber reads the status itself from the manager, so it always writes the latest.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatusChange {
+pub(crate) struct StatusChange {
     pub uid: String,
     pub version: u64,
 }
@@ -27,7 +27,7 @@ pub struct StatusChange {
 /// Every change is announced to subscribers (the apiserver status writer will be one);
 /// a slow subscriber lags, it never holds up the writer.
 #[derive(Debug)]
-pub struct StatusManager {
+pub(crate) struct StatusManager {
     statuses: RwLock<HashMap<String, (PodStatus, u64)>>,
     changes: broadcast::Sender<StatusChange>,
 }
@@ -44,12 +44,16 @@ impl Default for StatusManager {
 impl StatusManager {
     /// Changes from now on. A receiver that falls more than [`CHANGES_CAPACITY`]
     /// behind gets `RecvError::Lagged` and should re-read every status ([`Self::uids`]).
-    pub fn subscribe(&self) -> broadcast::Receiver<StatusChange> {
+    #[allow(
+        dead_code,
+        reason = "seam: the apiserver status writer (issue 11) subscribes"
+    )]
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<StatusChange> {
         self.changes.subscribe()
     }
 
     /// The last status reported for `uid`.
-    pub fn get(&self, uid: &str) -> Option<PodStatus> {
+    pub(crate) fn get(&self, uid: &str) -> Option<PodStatus> {
         self.statuses
             .read()
             .unwrap()
@@ -58,7 +62,7 @@ impl StatusManager {
     }
 
     /// Stores a newly generated status; returns true when it differs from the last one.
-    pub fn set(&self, uid: &str, status: PodStatus) -> bool {
+    pub(crate) fn set(&self, uid: &str, status: PodStatus) -> bool {
         let mut map = self.statuses.write().unwrap();
         let version = match map.get_mut(uid) {
             Some((old, _)) if *old == status => return false,
@@ -82,7 +86,11 @@ impl StatusManager {
     }
 
     /// The version of a pod's status (how many times it changed).
-    pub fn version(&self, uid: &str) -> u64 {
+    #[allow(
+        dead_code,
+        reason = "seam: the apiserver status writer (issue 11) sends only newer versions"
+    )]
+    pub(crate) fn version(&self, uid: &str) -> u64 {
         self.statuses
             .read()
             .unwrap()
@@ -91,13 +99,13 @@ impl StatusManager {
     }
 
     /// Forgets a pod that is gone.
-    pub fn remove(&self, uid: &str) {
+    pub(crate) fn remove(&self, uid: &str) {
         self.statuses.write().unwrap().remove(uid);
     }
 
     /// Keeps only the statuses `keep` accepts (housekeeping forgets the statuses of
     /// pods that are gone); returns the UIDs forgotten.
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
+    pub(crate) fn retain(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
         let mut removed = Vec::new();
         self.statuses.write().unwrap().retain(|uid, _| {
             let k = keep(uid);
@@ -110,7 +118,11 @@ impl StatusManager {
     }
 
     /// UIDs with a status.
-    pub fn uids(&self) -> Vec<String> {
+    #[allow(
+        dead_code,
+        reason = "seam: the apiserver status writer (issue 11) re-reads all statuses after lagging"
+    )]
+    pub(crate) fn uids(&self) -> Vec<String> {
         self.statuses.read().unwrap().keys().cloned().collect()
     }
 }

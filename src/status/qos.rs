@@ -16,7 +16,7 @@ fn value(name: &str, q: &Quantity) -> Option<i64> {
 }
 
 /// `Guaranteed`, `Burstable` or `BestEffort` (kubelet's `GetPodQOS`).
-pub fn qos_class(pod: &Pod) -> &'static str {
+pub(crate) fn qos_class(pod: &Pod) -> &'static str {
     let Some(spec) = pod.spec.as_ref() else {
         return "BestEffort";
     };

@@ -14,7 +14,7 @@ use crate::runtime::types::{ContainerState, PodRuntimeStatus};
 
 /// The stages of one pod's start, as wall-clock times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StartupStages {
+pub(crate) struct StartupStages {
     /// The merger first saw the pod (`kubernetes.io/config.seen`).
     pub seen: Timestamp,
     /// The pod worker began its first sync.
@@ -34,7 +34,7 @@ impl StartupStages {
         (b.as_nanosecond() - a.as_nanosecond()) as f64 / 1e6
     }
     /// (stage name, milliseconds) in order.
-    pub fn durations(&self) -> [(&'static str, f64); 5] {
+    pub(crate) fn durations(&self) -> [(&'static str, f64); 5] {
         [
             ("seenToWorker", Self::ms(self.seen, self.worker_started)),
             (
@@ -65,19 +65,19 @@ struct Entry {
 
 /// Tracks each pod's first sync and reports its startup stages once.
 #[derive(Debug, Default)]
-pub struct StartupTracker {
+pub(crate) struct StartupTracker {
     pods: Mutex<HashMap<String, Entry>>,
 }
 
 fn from_nanos(ns: i64) -> Option<Timestamp> {
     (ns > 0)
-        .then(|| Timestamp::from_nanosecond(ns as i128).ok())
+        .then(|| Timestamp::from_nanosecond(i128::from(ns)).ok())
         .flatten()
 }
 
 impl StartupTracker {
     /// Records the start of a pod's first sync.
-    pub fn worker_started(&self, uid: &str, now: Timestamp) {
+    pub(crate) fn worker_started(&self, uid: &str, now: Timestamp) {
         let mut pods = self.pods.lock().unwrap();
         let e = pods.entry(uid.to_string()).or_default();
         e.worker_started.get_or_insert(now);
@@ -85,7 +85,7 @@ impl StartupTracker {
 
     /// Returns the stages the first time the pod is running with containers that were
     /// started by this agent (adopted pods are not reported).
-    pub fn observe(
+    pub(crate) fn observe(
         &self,
         pod: &Pod,
         rt: &PodRuntimeStatus,
@@ -137,7 +137,7 @@ impl StartupTracker {
         })
     }
 
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         self.pods.lock().unwrap().remove(uid);
     }
 }

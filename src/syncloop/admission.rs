@@ -12,7 +12,11 @@ use super::OUT_OF_PODS;
 /// What a handler sees (kubelet's `PodAdmitAttributes`): the pod asking, and the
 /// pods already admitted and not finished.
 #[derive(Debug, Clone, Copy)]
-pub struct PodAdmitAttributes<'a> {
+pub(crate) struct PodAdmitAttributes<'a> {
+    #[allow(
+        dead_code,
+        reason = "seam: resource-fit and eviction admission (issues 9, 12) read the pod"
+    )]
     pub pod: &'a Pod,
     pub other_pods: &'a [Arc<Pod>],
 }
@@ -21,14 +25,14 @@ pub struct PodAdmitAttributes<'a> {
 /// reason (e.g. `OutOfpods`) and message go into the rejected pod's status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}: {message}")]
-pub struct Rejection {
+pub(crate) struct Rejection {
     pub reason: String,
     pub message: String,
 }
 
 /// One admission check. Handlers must be quick and must not block: they run inside
 /// the sync loop, once per added pod.
-pub trait PodAdmitHandler: Send + Sync {
+pub(crate) trait PodAdmitHandler: Send + Sync {
     /// A short name for logs.
     fn name(&self) -> &'static str;
     /// `Ok` admits; `Err` rejects with kubelet's reason and message.
@@ -37,7 +41,7 @@ pub trait PodAdmitHandler: Send + Sync {
 
 /// The handlers, asked in order (kubelet's `admitHandlers`).
 #[derive(Default)]
-pub struct AdmissionChain {
+pub(crate) struct AdmissionChain {
     handlers: Vec<Box<dyn PodAdmitHandler>>,
 }
 
@@ -52,20 +56,20 @@ impl std::fmt::Debug for AdmissionChain {
 
 impl AdmissionChain {
     /// The chain oxlet runs today: only the `maxPods` check.
-    pub fn standard(max_pods: u32) -> Self {
+    pub(crate) fn standard(max_pods: u32) -> Self {
         let mut chain = AdmissionChain::default();
         chain.push(Box::new(MaxPods { capacity: max_pods }));
         chain
     }
 
     /// Appends a handler; it is asked after those already in the chain.
-    pub fn push(&mut self, handler: Box<dyn PodAdmitHandler>) {
+    pub(crate) fn push(&mut self, handler: Box<dyn PodAdmitHandler>) {
         self.handlers.push(handler);
     }
 
     /// Asks each handler in order; the first rejection is the answer (kubelet's
     /// `canAdmitPod`).
-    pub fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> Result<(), Rejection> {
+    pub(crate) fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> Result<(), Rejection> {
         self.handlers.iter().try_for_each(|h| h.admit(attrs))
     }
 }
@@ -73,7 +77,7 @@ impl AdmissionChain {
 /// The node's pod capacity (`maxPods`): the pods part of kubelet's resource-fit
 /// predicate, with its reason and message.
 #[derive(Debug, Clone, Copy)]
-pub struct MaxPods {
+pub(crate) struct MaxPods {
     pub capacity: u32,
 }
 

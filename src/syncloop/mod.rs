@@ -1,12 +1,12 @@
 //! The sync loop: `sync_loop_iteration` selects over merged pod updates, PLEG events,
 //! the 1 s sync tick and the 2 s housekeeping tick, and hands each pod to its worker.
 
-pub mod admission;
-pub mod monitor;
-pub mod pod_manager;
-pub mod pod_syncer;
-pub mod pod_workers;
-pub mod work_queue;
+pub(crate) mod admission;
+pub(crate) mod monitor;
+pub(crate) mod pod_manager;
+pub(crate) mod pod_syncer;
+pub(crate) mod pod_workers;
+pub(crate) mod work_queue;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -33,29 +33,29 @@ use pod_workers::{KillReason, KillRequest, PodWork, PodWorkers, UpdateType};
 use work_queue::WorkQueue;
 
 /// kubelet's housekeeping period.
-pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+pub(crate) const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 /// The admission reason when `maxPods` is reached (kubelet's).
-pub const OUT_OF_PODS: &str = "OutOfpods";
+pub(crate) const OUT_OF_PODS: &str = "OutOfpods";
 /// kubelet's sync tick.
-pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const SYNC_PERIOD: Duration = Duration::from_secs(1);
 
 /// Whether the runtime answered its last status check (kubelet's `runtimeState`).
 #[derive(Debug, Default)]
-pub struct RuntimeHealth {
+pub(crate) struct RuntimeHealth {
     up: AtomicBool,
 }
 
 impl RuntimeHealth {
-    pub fn set(&self, up: bool) {
+    pub(crate) fn set(&self, up: bool) {
         self.up.store(up, Ordering::Relaxed);
     }
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
     }
 }
 
 /// Checks the runtime every 5 s (kubelet's `updateRuntimeUp`).
-pub async fn run_runtime_health(
+pub(crate) async fn run_runtime_health(
     runtime: Arc<RuntimeManager>,
     health: Arc<RuntimeHealth>,
     cancel: CancellationToken,
@@ -63,7 +63,7 @@ pub async fn run_runtime_health(
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
         let up = match runtime.cri().status().await {
@@ -81,7 +81,7 @@ pub async fn run_runtime_health(
 }
 
 /// The sync loop's state and handlers.
-pub struct SyncLoop {
+pub(crate) struct SyncLoop {
     pub pods: Arc<PodManager>,
     pub workers: PodWorkers<Syncer>,
     pub statuses: Arc<StatusManager>,
@@ -103,7 +103,7 @@ pub struct SyncLoop {
 }
 
 /// The channels and tickers `sync_loop_iteration` selects over.
-pub struct LoopInputs {
+pub(crate) struct LoopInputs {
     pub updates: mpsc::Receiver<PodUpdate>,
     pub pleg: mpsc::Receiver<PodLifecycleEvent>,
     pub sync_tick: Interval,
@@ -111,7 +111,7 @@ pub struct LoopInputs {
 }
 
 impl LoopInputs {
-    pub fn new(
+    pub(crate) fn new(
         updates: mpsc::Receiver<PodUpdate>,
         pleg: mpsc::Receiver<PodLifecycleEvent>,
     ) -> Self {
@@ -130,7 +130,7 @@ impl LoopInputs {
 
 /// What the sync loop is built from: the shared state it reads and writes, the
 /// syncer its pod workers call, and the task tree they and housekeeping run in.
-pub struct SyncLoopDeps {
+pub(crate) struct SyncLoopDeps {
     pub pods: Arc<PodManager>,
     pub syncer: Arc<Syncer>,
     pub statuses: Arc<StatusManager>,
@@ -146,7 +146,7 @@ pub struct SyncLoopDeps {
 }
 
 impl SyncLoop {
-    pub fn new(d: SyncLoopDeps) -> Self {
+    pub(crate) fn new(d: SyncLoopDeps) -> Self {
         SyncLoop {
             workers: PodWorkers::new(d.syncer, d.queue.clone(), d.resync, d.tasks.child()),
             pods: d.pods,
@@ -165,13 +165,13 @@ impl SyncLoop {
     }
 
     /// True once every configured source has reported at least once.
-    pub fn sources_ready(&self) -> bool {
+    pub(crate) fn sources_ready(&self) -> bool {
         self.sources.iter().all(|s| self.seen.contains(s))
     }
 
     /// Runs until cancelled or the config channel closes. While the runtime is
     /// unhealthy, no events are processed (back-off 100 ms doubling to 5 s).
-    pub async fn run(mut self, mut inputs: LoopInputs, cancel: CancellationToken) {
+    pub(crate) async fn run(mut self, mut inputs: LoopInputs, cancel: CancellationToken) {
         info!("starting sync loop");
         let mut backoff = Duration::from_millis(100);
         loop {
@@ -179,8 +179,8 @@ impl SyncLoop {
                 warn!(reason = %why, "skipping pod synchronization");
                 self.monitor.skipping(&why);
                 tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(backoff) => {}
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
                 continue;
@@ -203,13 +203,13 @@ impl SyncLoop {
     }
 
     /// One iteration: handles exactly one ready input. Returns false to stop.
-    pub async fn sync_loop_iteration(
+    pub(crate) async fn sync_loop_iteration(
         &mut self,
         inputs: &mut LoopInputs,
         cancel: &CancellationToken,
     ) -> bool {
         tokio::select! {
-            _ = cancel.cancelled() => false,
+            () = cancel.cancelled() => false,
             update = inputs.updates.recv() => {
                 let Some(update) = update else {
                     warn!("config channel closed");
@@ -288,7 +288,7 @@ impl SyncLoop {
     }
 
     /// kubelet's HandlePodAdditions: oldest first, admission (the chain), dispatch.
-    pub fn handle_pod_additions(&mut self, mut pods: Vec<Arc<Pod>>) {
+    pub(crate) fn handle_pod_additions(&mut self, mut pods: Vec<Arc<Pod>>) {
         pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
         for pod in pods {
             let uid = pod_uid(&pod).to_string();
@@ -408,7 +408,7 @@ impl SyncLoop {
 
 /// Pod features the spec may use that oxlet does not act on yet (said once per pod,
 /// rather than pretending they work).
-pub fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
+pub(crate) fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
     let mut out = Vec::new();
     let Some(spec) = pod.spec.as_ref() else {
         return out;

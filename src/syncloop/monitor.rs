@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 /// kubelet fails the `syncloop` check when the loop has not iterated for
 /// `max(2 × syncFrequency, 5 min)`.
-pub fn stall_threshold(sync_frequency: Duration) -> Duration {
+pub(crate) fn stall_threshold(sync_frequency: Duration) -> Duration {
     (sync_frequency * 2).max(Duration::from_secs(5 * 60))
 }
 
@@ -18,13 +18,13 @@ struct State {
 
 /// Written by the sync loop, read by `/healthz`.
 #[derive(Debug, Default)]
-pub struct SyncLoopMonitor {
+pub(crate) struct SyncLoopMonitor {
     state: Mutex<State>,
 }
 
 /// Why the `syncloop` check fails (logged, never shown on the public endpoint).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SyncLoopUnhealthy {
+pub(crate) enum SyncLoopUnhealthy {
     #[error("sync loop took longer than expected (last iteration {0:?} ago)")]
     Stalled(Duration),
     #[error("sync loop is skipping pod synchronization: {0}")]
@@ -33,7 +33,7 @@ pub enum SyncLoopUnhealthy {
 
 /// Why the sync loop skips pod synchronization.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RuntimeUnhealthy {
+pub(crate) enum RuntimeUnhealthy {
     #[error("container runtime is down")]
     RuntimeDown,
     #[error("PLEG is not healthy: {0}")]
@@ -42,29 +42,31 @@ pub enum RuntimeUnhealthy {
 
 impl SyncLoopMonitor {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The loop is about to iterate, or just did.
-    pub fn iterated(&self) {
+    pub(crate) fn iterated(&self) {
         self.iterated_at(Instant::now());
     }
 
     /// [`SyncLoopMonitor::iterated`] at a given instant (tests use a stale one).
-    pub fn iterated_at(&self, at: Instant) {
+    pub(crate) fn iterated_at(&self, at: Instant) {
         let mut s = self.lock();
         s.last = Some(at);
         s.skipping = None;
     }
 
     /// The loop skipped an iteration because the runtime or PLEG is unhealthy.
-    pub fn skipping(&self, reason: &RuntimeUnhealthy) {
+    pub(crate) fn skipping(&self, reason: &RuntimeUnhealthy) {
         self.lock().skipping = Some(reason.clone());
     }
 
     /// kubelet's `SyncLoopHealthCheck`: healthy until the loop first ran, then as long
     /// as it iterated within `threshold`; also unhealthy while it skips for runtime errors.
-    pub fn check(&self, now: Instant, threshold: Duration) -> Result<(), SyncLoopUnhealthy> {
+    pub(crate) fn check(&self, now: Instant, threshold: Duration) -> Result<(), SyncLoopUnhealthy> {
         let s = self.lock();
         if let Some(reason) = &s.skipping {
             return Err(SyncLoopUnhealthy::Skipping(reason.clone()));

@@ -11,7 +11,7 @@ use crate::pod::{API_SOURCE, CONFIG_MIRROR_ANNOTATION, pod_full_name, pod_source
 
 /// Whether `pod` is a mirror pod: the apiserver's copy of a static pod, marked with
 /// `kubernetes.io/config.mirror` (kubelet's `IsMirrorPod`). It is never run itself.
-pub fn is_mirror(pod: &Pod) -> bool {
+pub(crate) fn is_mirror(pod: &Pod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
@@ -42,6 +42,7 @@ impl Pods {
         Some(pod)
     }
 
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     fn by_full_name(&self, name: &str) -> Option<Arc<Pod>> {
         self.by_full_name
             .get(name)
@@ -60,7 +61,7 @@ struct Inner {
 /// Mirror pods are held apart: [`Self::get`], [`Self::all`] and [`Self::contains`]
 /// see only the pods to run.
 #[derive(Debug, Default)]
-pub struct PodManager {
+pub(crate) struct PodManager {
     inner: RwLock<Inner>,
 }
 
@@ -68,7 +69,7 @@ impl PodManager {
     /// Adds or replaces a pod. A mirror pod from the apiserver goes with the mirror
     /// pods; a static manifest that carries the mirror annotation stays a pod to run,
     /// as oxlet has always run it (kubelet would ignore it).
-    pub fn add_or_update(&self, pod: Arc<Pod>) {
+    pub(crate) fn add_or_update(&self, pod: Arc<Pod>) {
         let mut inner = self.inner.write().unwrap();
         if is_mirror(&pod) && pod_source(&pod) == Some(API_SOURCE) {
             inner.mirrors.insert(pod);
@@ -77,18 +78,18 @@ impl PodManager {
         }
     }
     /// Removes the pod or mirror pod with this UID.
-    pub fn remove(&self, uid: &str) -> Option<Arc<Pod>> {
+    pub(crate) fn remove(&self, uid: &str) -> Option<Arc<Pod>> {
         let mut inner = self.inner.write().unwrap();
         inner.pods.remove(uid).or_else(|| inner.mirrors.remove(uid))
     }
-    pub fn get(&self, uid: &str) -> Option<Arc<Pod>> {
+    pub(crate) fn get(&self, uid: &str) -> Option<Arc<Pod>> {
         self.inner.read().unwrap().pods.by_uid.get(uid).cloned()
     }
-    pub fn contains(&self, uid: &str) -> bool {
+    pub(crate) fn contains(&self, uid: &str) -> bool {
         self.inner.read().unwrap().pods.by_uid.contains_key(uid)
     }
     /// Every desired pod, oldest first (by creation time, then name).
-    pub fn all(&self) -> Vec<Arc<Pod>> {
+    pub(crate) fn all(&self) -> Vec<Arc<Pod>> {
         let mut pods: Vec<Arc<Pod>> = self
             .inner
             .read()
@@ -109,15 +110,18 @@ impl PodManager {
         });
         pods
     }
-    pub fn len(&self) -> usize {
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn len(&self) -> usize {
         self.inner.read().unwrap().pods.by_uid.len()
     }
-    pub fn is_empty(&self) -> bool {
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The mirror pod of a static pod, by full name (kubelet's `GetMirrorPodByPod`).
-    pub fn get_mirror_of_static(&self, pod: &Pod) -> Option<Arc<Pod>> {
+    #[allow(dead_code, reason = "seam: mirror pods (issue 11)")]
+    pub(crate) fn get_mirror_of_static(&self, pod: &Pod) -> Option<Arc<Pod>> {
         self.inner
             .read()
             .unwrap()
@@ -127,7 +131,8 @@ impl PodManager {
 
     /// The static pod a mirror pod stands for, by full name (kubelet's
     /// `GetPodByMirrorPod`).
-    pub fn get_static_of_mirror(&self, mirror: &Pod) -> Option<Arc<Pod>> {
+    #[allow(dead_code, reason = "seam: mirror pods (issue 11)")]
+    pub(crate) fn get_static_of_mirror(&self, mirror: &Pod) -> Option<Arc<Pod>> {
         self.inner
             .read()
             .unwrap()
@@ -136,7 +141,8 @@ impl PodManager {
     }
 
     /// Every mirror pod held.
-    pub fn mirror_pods(&self) -> Vec<Arc<Pod>> {
+    #[allow(dead_code, reason = "seam: mirror pods (issue 11)")]
+    pub(crate) fn mirror_pods(&self) -> Vec<Arc<Pod>> {
         self.inner
             .read()
             .unwrap()

@@ -18,7 +18,7 @@ use crate::status::generate::{StatusInputs, generate};
 use crate::status::startup::StartupTracker;
 
 /// Everything a pod sync touches.
-pub struct Syncer {
+pub(crate) struct Syncer {
     pub runtime: Arc<RuntimeManager>,
     pub cache: Arc<PodCache>,
     pub statuses: Arc<StatusManager>,

@@ -26,11 +26,11 @@ use crate::runtime::types::RuntimePod;
 use crate::tasks::Tasks;
 
 mod kill;
-pub use kill::{KillReason, KillRequest, KillStatus};
+pub(crate) use kill::{KillReason, KillRequest, KillStatus};
 
 /// Why a desired pod is synced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpdateType {
+pub(crate) enum UpdateType {
     Create,
     Update,
     Sync,
@@ -38,7 +38,7 @@ pub enum UpdateType {
 
 /// One update for a pod worker: only the combinations that can exist.
 #[derive(Debug, Clone)]
-pub enum PodWork {
+pub(crate) enum PodWork {
     /// Create, update or resync a desired pod.
     Sync { update: UpdateType, pod: Arc<Pod> },
     /// Stop a desired pod.
@@ -49,7 +49,7 @@ pub enum PodWork {
 
 impl PodWork {
     /// The UID of the pod the work is for.
-    pub fn uid(&self) -> &str {
+    pub(crate) fn uid(&self) -> &str {
         match self {
             PodWork::Sync { pod, .. } | PodWork::Kill { pod, .. } => pod_uid(pod),
             PodWork::KillRuntimePod { pod, .. } => &pod.uid,
@@ -57,14 +57,14 @@ impl PodWork {
     }
 
     /// The desired pod, unless the work is for a runtime-only pod.
-    pub fn pod(&self) -> Option<&Arc<Pod>> {
+    pub(crate) fn pod(&self) -> Option<&Arc<Pod>> {
         match self {
             PodWork::Sync { pod, .. } | PodWork::Kill { pod, .. } => Some(pod),
             PodWork::KillRuntimePod { .. } => None,
         }
     }
 
-    pub fn kill(&self) -> Option<&KillRequest> {
+    pub(crate) fn kill(&self) -> Option<&KillRequest> {
         match self {
             PodWork::Sync { .. } => None,
             PodWork::Kill { kill, .. } | PodWork::KillRuntimePod { kill, .. } => Some(kill),
@@ -81,7 +81,7 @@ impl PodWork {
 
 /// Result of one `sync_pod`.
 #[derive(Debug, Default, Clone)]
-pub struct SyncResult {
+pub(crate) struct SyncResult {
     /// The pod reached a terminal phase: start terminating it.
     pub terminal: bool,
     /// A back-off ends then: sync again no later than this.
@@ -91,7 +91,7 @@ pub struct SyncResult {
 /// Why one step of a pod worker failed; the worker logs it and retries with back-off,
 /// asking the error what kind it is (`retryable`, `back_off`, `waiting_reason`).
 #[derive(Debug, thiserror::Error)]
-pub enum PodSyncError {
+pub(crate) enum PodSyncError {
     #[error("cannot inspect the pod in the runtime: {0}")]
     Inspect(InspectError),
     #[error(transparent)]
@@ -105,7 +105,7 @@ pub enum PodSyncError {
 impl PodSyncError {
     /// False when the same step cannot succeed on a retry: the worker then waits the
     /// longest back-off before it tries again (a new update still ends the wait).
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         match self {
             PodSyncError::Runtime(e) => e.retryable(),
             _ => true,
@@ -113,7 +113,7 @@ impl PodSyncError {
     }
 
     /// A retry the failure asks for sooner than the worker's own back-off.
-    pub fn back_off(&self) -> Option<Duration> {
+    pub(crate) fn back_off(&self) -> Option<Duration> {
         match self {
             PodSyncError::Runtime(e) => e.back_off(),
             _ => None,
@@ -121,7 +121,7 @@ impl PodSyncError {
     }
 
     /// The waiting reason the failure shows on a container.
-    pub fn waiting_reason(&self) -> Option<WaitingReason> {
+    pub(crate) fn waiting_reason(&self) -> Option<WaitingReason> {
         match self {
             PodSyncError::Runtime(e) => e.waiting_reason(),
             _ => None,
@@ -130,7 +130,7 @@ impl PodSyncError {
 }
 
 /// What the pod workers call (kubelet's `podSyncer`); the seam unit tests fake.
-pub trait PodSyncer: Send + Sync + 'static {
+pub(crate) trait PodSyncer: Send + Sync + 'static {
     fn sync_pod(
         &self,
         update: UpdateType,
@@ -164,7 +164,7 @@ pub trait PodSyncer: Send + Sync + 'static {
 
 /// The grace period for a kill: override, else the deletion grace of a deleted pod,
 /// else `terminationGracePeriodSeconds` (default 30); never below 1 s.
-pub fn effective_grace(pod: Option<&Pod>, kill: Option<&KillRequest>) -> i64 {
+pub(crate) fn effective_grace(pod: Option<&Pod>, kill: Option<&KillRequest>) -> i64 {
     let from_pod = pod.and_then(|p| {
         if p.metadata.deletion_timestamp.is_some() {
             p.metadata.deletion_grace_period_seconds
@@ -184,23 +184,23 @@ pub fn effective_grace(pod: Option<&Pod>, kill: Option<&KillRequest>) -> i64 {
 }
 
 /// Once terminating, a new grace period is taken only if it is shorter.
-pub fn merge_grace(current: Option<i64>, new: i64) -> i64 {
+pub(crate) fn merge_grace(current: Option<i64>, new: i64) -> i64 {
     current.map_or(new, |c| c.min(new))
 }
 
 /// The first wait before a failed sync is retried (kubelet's `backOffPeriod`).
-pub const BACK_OFF_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const BACK_OFF_PERIOD: Duration = Duration::from_secs(10);
 /// The longest wait before a sync that keeps failing is retried (kubelet's cap for
 /// crash-loop back-off).
-pub const MAX_BACK_OFF: Duration = Duration::from_secs(300);
+pub(crate) const MAX_BACK_OFF: Duration = Duration::from_secs(300);
 /// The first wait before a failed kill or cleanup is retried.
-pub const TERMINATE_BACK_OFF: Duration = Duration::from_secs(1);
+pub(crate) const TERMINATE_BACK_OFF: Duration = Duration::from_secs(1);
 
 /// The wait before retrying a step that failed `failures` times in a row (errors and
 /// panics alike): doubling from 10 s up to 5 min for syncs, so a pod that keeps
 /// failing costs less and less; doubling from 1 s up to 10 s for kills and
 /// cleanups, so a pod being stopped is never left waiting long.
-pub fn failure_back_off(lifecycle: Lifecycle, failures: u32) -> Duration {
+pub(crate) fn failure_back_off(lifecycle: Lifecycle, failures: u32) -> Duration {
     let (base, max) = back_off_range(lifecycle);
     let doublings = failures.saturating_sub(1).min(16);
     base.saturating_mul(1 << doublings).min(max)
@@ -232,7 +232,7 @@ impl From<&PodSyncError> for FailureHint {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lifecycle {
+pub(crate) enum Lifecycle {
     Syncing,
     Terminating,
     Terminated,
@@ -297,7 +297,7 @@ struct State {
 }
 
 /// The pod workers. Cheap to clone.
-pub struct PodWorkers<S: PodSyncer> {
+pub(crate) struct PodWorkers<S: PodSyncer> {
     state: Arc<Mutex<State>>,
     syncer: Arc<S>,
     queue: Arc<WorkQueue>,
@@ -322,7 +322,12 @@ impl<S: PodSyncer> Clone for PodWorkers<S> {
 
 impl<S: PodSyncer> PodWorkers<S> {
     /// The workers stop when `tasks` is shut down.
-    pub fn new(syncer: Arc<S>, queue: Arc<WorkQueue>, resync: Duration, tasks: Tasks) -> Self {
+    pub(crate) fn new(
+        syncer: Arc<S>,
+        queue: Arc<WorkQueue>,
+        resync: Duration,
+        tasks: Tasks,
+    ) -> Self {
         PodWorkers {
             state: Arc::default(),
             syncer,
@@ -340,7 +345,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     }
 
     /// Hands an update to the pod's worker, starting the worker if needed.
-    pub fn update_pod(&self, work: PodWork) {
+    pub(crate) fn update_pod(&self, work: PodWork) {
         let uid = work.uid().to_string();
         if uid.is_empty() {
             return;
@@ -502,7 +507,11 @@ impl<S: PodSyncer> PodWorkers<S> {
             .pod
             .as_deref()
             .map(pod_ref)
-            .or_else(|| s.runtime_pod.as_ref().map(|r| r.pod_ref()))
+            .or_else(|| {
+                s.runtime_pod
+                    .as_ref()
+                    .map(super::super::runtime::types::RuntimePod::pod_ref)
+            })
             .unwrap_or_default();
         let delay = Self::record_failure(s, lifecycle, work, FailureHint::default());
         Some((pod_name, lifecycle, delay))
@@ -560,24 +569,25 @@ impl<S: PodSyncer> PodWorkers<S> {
     }
 
     /// The lifecycle of a pod's worker, if it has one.
-    pub fn lifecycle(&self, uid: &str) -> Option<Lifecycle> {
+    pub(crate) fn lifecycle(&self, uid: &str) -> Option<Lifecycle> {
         self.state().pods.get(uid).map(|s| s.lifecycle)
     }
 
     /// True when the worker exists and has not finished.
-    pub fn is_active(&self, uid: &str) -> bool {
+    pub(crate) fn is_active(&self, uid: &str) -> bool {
         matches!(self.lifecycle(uid), Some(l) if l != Lifecycle::Finished)
     }
 
     /// UIDs of every worker record.
-    pub fn known(&self) -> Vec<String> {
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn known(&self) -> Vec<String> {
         self.state().pods.keys().cloned().collect()
     }
 
     /// Housekeeping (kubelet's `SyncKnownPods`): forgets finished workers of pods that
     /// are no longer desired, or that asked to be restarted. Returns the restarted
     /// UIDs; the caller sends each a create, which starts a new life.
-    pub fn sync_known_pods(&self, desired: &dyn Fn(&str) -> bool) -> Vec<String> {
+    pub(crate) fn sync_known_pods(&self, desired: &dyn Fn(&str) -> bool) -> Vec<String> {
         let mut state = self.state();
         let state = &mut *state;
         let mut restarted = Vec::new();
@@ -642,15 +652,19 @@ impl<S: PodSyncer> PodWorkers<S> {
                     }
                 };
                 tokio::select! {
-                    _ = self.cancel.cancelled() => return,
-                    _ = notify.notified() => {}
-                    _ = back_off_over => {}
+                    () = self.cancel.cancelled() => return,
+                    () = notify.notified() => {}
+                    () = back_off_over => {}
                 }
             };
             let pod_name = pod
                 .as_deref()
                 .map(pod_ref)
-                .or_else(|| runtime_pod.as_ref().map(|r| r.pod_ref()))
+                .or_else(|| {
+                    runtime_pod
+                        .as_ref()
+                        .map(super::super::runtime::types::RuntimePod::pod_ref)
+                })
                 .unwrap_or_default();
             match lifecycle {
                 Lifecycle::Syncing => {
@@ -672,7 +686,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                             .await
                     };
                     let res = tokio::select! {
-                        _ = self.cancel.cancelled() => return,
+                        () = self.cancel.cancelled() => return,
                         r = step => r,
                     };
                     last_sync = Some(started);
@@ -713,8 +727,8 @@ impl<S: PodSyncer> PodWorkers<S> {
                         }
                     };
                     let res = tokio::select! {
-                        _ = self.cancel.cancelled() => return,
-                        _ = cancel_term.cancelled() => {
+                        () = self.cancel.cancelled() => return,
+                        () = cancel_term.cancelled() => {
                             // A shorter grace period arrived: go again with it.
                             self.requeue_now(&uid, work);
                             continue;
@@ -724,7 +738,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                     match res {
                         Ok(()) => {
                             self.step_succeeded(&uid);
-                            self.set_lifecycle(&uid, Lifecycle::Terminated, work)
+                            self.set_lifecycle(&uid, Lifecycle::Terminated, work);
                         }
                         Err(e) => {
                             let delay = self.step_failed(&uid, lifecycle, work, &e);
@@ -734,7 +748,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 }
                 Lifecycle::Terminated => {
                     let res = tokio::select! {
-                        _ = self.cancel.cancelled() => return,
+                        () = self.cancel.cancelled() => return,
                         r = self.syncer.sync_terminated_pod(pod.clone(), runtime_pod.clone()) => r,
                     };
                     match res {
@@ -816,7 +830,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         if state
             .static_order
             .get(&full_name)
-            .is_some_and(|o| o.is_empty())
+            .is_some_and(std::vec::Vec::is_empty)
         {
             state.static_order.remove(&full_name);
         }
@@ -833,7 +847,7 @@ impl<S: PodSyncer> PodWorkers<S> {
 fn panic_message(payload: &(dyn Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
-        .map(|s| s.to_string())
+        .map(std::string::ToString::to_string)
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-text panic payload".into())
 }

@@ -7,25 +7,25 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// `jitter(d, f)`: a random duration in `[d, d × (1 + f))`, as kubelet's `wait.Jitter`.
-pub fn jitter(d: Duration, factor: f64) -> Duration {
+pub(crate) fn jitter(d: Duration, factor: f64) -> Duration {
     d + d.mul_f64(fastrand::f64() * factor)
 }
 
 #[derive(Debug, Default)]
-pub struct WorkQueue {
+pub(crate) struct WorkQueue {
     due: Mutex<HashMap<String, Instant>>,
 }
 
 impl WorkQueue {
     /// Schedules a sync of `uid` after `delay` (replacing any earlier schedule).
-    pub fn enqueue(&self, uid: &str, delay: Duration) {
+    pub(crate) fn enqueue(&self, uid: &str, delay: Duration) {
         self.due
             .lock()
             .unwrap()
             .insert(uid.to_string(), Instant::now() + delay);
     }
     /// Removes and returns the pods whose time has come.
-    pub fn take_due(&self) -> Vec<String> {
+    pub(crate) fn take_due(&self) -> Vec<String> {
         let now = Instant::now();
         let mut due = self.due.lock().unwrap();
         let ready: Vec<String> = due
@@ -38,7 +38,7 @@ impl WorkQueue {
         }
         ready
     }
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         self.due.lock().unwrap().remove(uid);
     }
 }

@@ -1,6 +1,7 @@
 //! Running the real `oxlet` binary against a test bed: start it, read `/pods`, write
 //! manifests atomically, kill it with SIGKILL or SIGTERM. Used with `mod common;`.
 #![allow(dead_code)]
+#![allow(unreachable_pub)] // shared by several test binaries: `pub` is the helpers' API
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -148,7 +149,10 @@ impl Oxlet {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+        self.child
+            .as_ref()
+            .map(std::process::Child::id)
+            .unwrap_or(0)
     }
 
     /// SIGKILL, as a crash would.

@@ -12,6 +12,7 @@
 //!   later run can tell leftovers of dead test processes from beds that are still in use,
 //!   and [`sweep_leftovers`] removes only the former.
 #![allow(dead_code)] // each test binary uses its own subset
+#![allow(unreachable_pub)] // shared by several test binaries: `pub` is the helpers' API
 
 use std::collections::HashMap;
 use std::fs;
@@ -320,7 +321,10 @@ pub fn busybox_container(name: &str, command: &[&str]) -> ContainerConfig {
             image: BUSYBOX_IMAGE.to_string(),
             ..Default::default()
         }),
-        command: command.iter().map(|s| s.to_string()).collect(),
+        command: command
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect(),
         log_path: format!("{name}.log"),
         ..Default::default()
     }
@@ -355,7 +359,7 @@ impl Drop for Testbed {
                 delete_link(&bridge);
                 release_slot(slot);
             })
-            .map(|h| h.join());
+            .map(std::thread::JoinHandle::join);
         if !matches!(result, Ok(Ok(()))) {
             eprintln!("testbed {}: cleanup thread failed", self.base.display());
         }
@@ -696,7 +700,7 @@ fn netns_of_slots(slots: &[u32]) -> Vec<String> {
         return Vec::new();
     };
     let mut found = Vec::new();
-    for e in entries.filter_map(|e| e.ok()) {
+    for e in entries.filter_map(std::result::Result::ok) {
         let name = e.file_name().to_string_lossy().into_owned();
         let Ok(out) = Command::new("ip")
             .args(["-n", &name, "-4", "-o", "addr", "show"])
@@ -724,7 +728,7 @@ pub fn sweep_leftovers() {
     // Dirs whose owner is gone (a dir without an owner file may be one being created: give
     // it a minute).
     if let Ok(entries) = fs::read_dir("/tmp") {
-        for e in entries.filter_map(|e| e.ok()) {
+        for e in entries.filter_map(std::result::Result::ok) {
             let name = e.file_name().to_string_lossy().into_owned();
             if !name.starts_with(BASE_PREFIX) {
                 continue;

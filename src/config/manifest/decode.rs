@@ -100,7 +100,7 @@ fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseE
 
 /// Deepest nesting of collections a YAML manifest may have: as deep as serde_yaml_ng
 /// deserializes at all (its recursion limit), so no manifest it would accept is refused.
-pub const MAX_YAML_DEPTH: usize = 128;
+pub(super) const MAX_YAML_DEPTH: usize = 128;
 
 /// Refuses YAML nested deeper than [`MAX_YAML_DEPTH`] before serde_yaml_ng sees it.
 ///
@@ -115,6 +115,8 @@ fn check_depth(text: &str) -> Result<(), ParseError> {
     use unsafe_libyaml as unsafe_y;
     // SAFETY: the parser is initialised before use and deleted once; it reads `text`
     // only while `text` is borrowed here; every event it fills is deleted once.
+    // (One of the two places oxlet allows `unsafe`: libyaml has no safe event API.)
+    #[allow(unsafe_code)]
     unsafe {
         let mut parser = MaybeUninit::<unsafe_y::yaml_parser_t>::uninit();
         let parser = parser.as_mut_ptr();
@@ -143,7 +145,7 @@ fn check_depth(text: &str) -> Result<(), ParseError> {
                     }
                 }
                 unsafe_y::YAML_SEQUENCE_END_EVENT | unsafe_y::YAML_MAPPING_END_EVENT => {
-                    depth = depth.saturating_sub(1)
+                    depth = depth.saturating_sub(1);
                 }
                 unsafe_y::YAML_STREAM_END_EVENT => break Ok(()),
                 _ => {}
@@ -157,10 +159,10 @@ fn check_depth(text: &str) -> Result<(), ParseError> {
 /// Most bytes (scalar text plus one per node) all documents of a manifest may
 /// expand to once YAML aliases are resolved: no more than a file without aliases
 /// may hold, so an anchor referenced many times cannot multiply memory.
-pub const MAX_EXPANDED_BYTES: usize = MAX_MANIFEST_BYTES;
+pub(crate) const MAX_EXPANDED_BYTES: usize = MAX_MANIFEST_BYTES;
 /// Most YAML nodes after alias expansion (each becomes an allocated value; real
 /// pods have a few thousand).
-pub const MAX_EXPANDED_NODES: usize = 1_000_000;
+pub(crate) const MAX_EXPANDED_NODES: usize = 1_000_000;
 
 /// Walks every document with aliases expanded, building nothing and charging each
 /// node against the budget, so a "billion laughs" file is refused before any value

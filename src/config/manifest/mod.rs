@@ -17,7 +17,6 @@ mod defaults;
 mod identity;
 mod validate;
 
-pub use decode::{MAX_EXPANDED_BYTES, MAX_EXPANDED_NODES};
 use decode::{as_text, parse_pod};
 use defaults::apply_api_defaults;
 use identity::apply_static_defaults;
@@ -25,12 +24,12 @@ use validate::validate_pod;
 
 /// Largest manifest we read or decode (kubelet's shared decoder has the same ~10 MB cap),
 /// so a stray log file or image in the directory cannot eat memory.
-pub const MAX_MANIFEST_BYTES: usize = 10 * 1024 * 1024;
+pub(crate) const MAX_MANIFEST_BYTES: usize = 10 * 1024 * 1024;
 
 /// Why one manifest was rejected. Every variant displays as `<path>: ...` so a log
 /// line alone tells the operator which file to fix.
 #[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
+pub(crate) enum ManifestError {
     #[error("{}: cannot read: {source}", .path.display())]
     Read {
         path: PathBuf,
@@ -52,24 +51,13 @@ pub enum ManifestError {
 }
 
 impl ManifestError {
-    /// The manifest the error is about.
-    pub fn path(&self) -> &Path {
-        match self {
-            ManifestError::Read { path, .. }
-            | ManifestError::TooLarge { path, .. }
-            | ManifestError::NotRegular { path }
-            | ManifestError::Decode { path, .. }
-            | ManifestError::Invalid { path, .. } => path,
-        }
-    }
-
     /// Whether the file vanished between listing and reading (not worth a warning).
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, ManifestError::Read { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 
     /// Whether the failure says nothing about the file (see [`is_transient_io`]).
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(self, ManifestError::Read { source, .. } if is_transient_io(source))
     }
 }
@@ -77,7 +65,7 @@ impl ManifestError {
 /// Whether an I/O error says nothing about the file: the process or the system ran
 /// out of descriptors or memory, or the call was interrupted. A file's last pod must
 /// stay; a later read will tell.
-pub fn is_transient_io(e: &std::io::Error) -> bool {
+pub(crate) fn is_transient_io(e: &std::io::Error) -> bool {
     use rustix::io::Errno;
     e.raw_os_error().is_some_and(|raw| {
         [
@@ -98,7 +86,7 @@ pub fn is_transient_io(e: &std::io::Error) -> bool {
 /// Bounded in time too: the open does not wait for a FIFO's writer or a device
 /// (`O_NONBLOCK`), and whatever was opened must be a regular file, checked on the
 /// open descriptor so a file swapped for a FIFO after the caller's stat is still caught.
-pub fn read_manifest(path: &Path) -> Result<Vec<u8>, ManifestError> {
+pub(crate) fn read_manifest(path: &Path) -> Result<Vec<u8>, ManifestError> {
     use std::os::unix::fs::OpenOptionsExt;
     let read_err = |source| ManifestError::Read {
         path: path.to_path_buf(),
@@ -133,7 +121,11 @@ pub fn read_manifest(path: &Path) -> Result<Vec<u8>, ManifestError> {
 ///
 /// `path` is the manifest's identity: it goes into error messages and into the UID
 /// hash (`file:<path>`), so the same content in two files is two pods.
-pub fn decode_static_pod(bytes: &[u8], path: &Path, node_name: &str) -> Result<Pod, ManifestError> {
+pub(crate) fn decode_static_pod(
+    bytes: &[u8],
+    path: &Path,
+    node_name: &str,
+) -> Result<Pod, ManifestError> {
     if bytes.len() > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge {
             path: path.to_path_buf(),
@@ -272,7 +264,7 @@ pub(crate) mod test_support {
     pub(crate) const PATH: &str = "/etc/pods/a.yaml";
     pub(crate) const NODE: &str = "Node1";
 
-    pub(crate) const GOOD: &str = r#"
+    pub(crate) const GOOD: &str = r"
 apiVersion: v1
 kind: Pod
 metadata:
@@ -283,7 +275,7 @@ spec:
     image: nginx
     ports:
     - containerPort: 80
-"#;
+";
 
     pub(crate) fn decode(text: &str) -> Result<Pod, ManifestError> {
         decode_static_pod(text.as_bytes(), Path::new(PATH), NODE)

@@ -11,7 +11,7 @@ use crate::pod::Phase;
 
 /// Why a pod is being terminated, as the worker logs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KillReason {
+pub(crate) enum KillReason {
     /// Removed from its source (REMOVE or DELETE).
     RemovedFromConfig,
     /// Running in the runtime but in no source.
@@ -23,7 +23,7 @@ pub enum KillReason {
 }
 
 impl KillReason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             KillReason::RemovedFromConfig => "removed from config",
             KillReason::RuntimeOnly => "runtime-only pod",
@@ -43,7 +43,7 @@ impl fmt::Display for KillReason {
 /// `Failed`/`Evicted`. A terminal phase set here stays (status generation never
 /// leaves one), and so do the reason and message while the phase stays.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KillStatus {
+pub(crate) struct KillStatus {
     pub phase: Phase,
     pub reason: String,
     pub message: String,
@@ -51,7 +51,7 @@ pub struct KillStatus {
 
 impl KillStatus {
     /// Writes the phase, reason and message over a generated status.
-    pub fn apply(&self, status: &mut PodStatus) {
+    pub(crate) fn apply(&self, status: &mut PodStatus) {
         status.phase = Some(self.phase.to_string());
         status.reason = Some(self.reason.clone());
         status.message = Some(self.message.clone());
@@ -60,7 +60,7 @@ impl KillStatus {
 
 /// A request to stop a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KillRequest {
+pub(crate) struct KillRequest {
     pub reason: KillReason,
     /// Replaces the pod's grace period (a grace period still only ever shortens).
     pub grace_override: Option<i64>,
@@ -70,7 +70,7 @@ pub struct KillRequest {
 
 impl KillRequest {
     /// A kill with the pod's own grace period and no status of its own.
-    pub fn new(reason: KillReason) -> Self {
+    pub(crate) fn new(reason: KillReason) -> Self {
         KillRequest {
             reason,
             grace_override: None,

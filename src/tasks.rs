@@ -287,8 +287,8 @@ fn log_end_at_shutdown(name: &'static str, end: Result<(), TaskEnd>) {
     }
 }
 
-/// The text of a panic's payload.
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+/// The text of a panic's payload (a `&str` or `String` for `panic!` with a message).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(std::string::ToString::to_string)

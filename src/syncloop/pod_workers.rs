@@ -5,7 +5,6 @@
 //! restarted and its step retried with back-off, so no pod and no static pod full
 //! name is ever left with a dead worker.
 
-use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -490,7 +489,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             let Some((pod_name, lifecycle, delay)) = self.step_panicked(&uid) else {
                 return;
             };
-            error!(pod = %pod_name, podUID = %uid, state = ?lifecycle, panic = %panic_message(&*panic), retryIn = ?delay, "pod worker panicked; retrying with back-off");
+            error!(pod = %pod_name, podUID = %uid, state = ?lifecycle, panic = %crate::tasks::panic_message(&*panic), retryIn = ?delay, "pod worker panicked; retrying with back-off");
         }
     }
 
@@ -841,15 +840,6 @@ impl<S: PodSyncer> PodWorkers<S> {
             n.notify.notify_one();
         }
     }
-}
-
-/// The text of a panic payload (a `&str` or `String` for `panic!` with a message).
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(std::string::ToString::to_string)
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-text panic payload".into())
 }
 
 #[cfg(test)]

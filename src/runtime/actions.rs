@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::labels::container_hash;
 use super::sandbox::is_host_network;
+use super::sidecar::{Startup, StartupGate, is_sidecar};
 use super::types::{ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::pod::{RestartPolicy, TerminatedReason};
 
@@ -20,8 +21,9 @@ pub(crate) struct PodActions {
     pub sandbox_id: Option<String>,
     /// Attempt number of the sandbox to create.
     pub attempt: u32,
-    /// Index into `spec.initContainers` of the init container to start next.
-    pub next_init: Option<usize>,
+    /// Indices into `spec.initContainers` to start, in spec order: the next init
+    /// container, and sidecars that must run again.
+    pub start_init: Vec<usize>,
     /// Indices into `spec.containers` to start.
     pub start: Vec<usize>,
     /// Running containers to kill: (id, name, why).
@@ -33,7 +35,7 @@ impl PodActions {
     pub(crate) fn is_noop(&self) -> bool {
         !self.kill_pod
             && !self.create_sandbox
-            && self.next_init.is_none()
+            && self.start_init.is_empty()
             && self.start.is_empty()
             && self.kill.is_empty()
     }
@@ -86,16 +88,22 @@ fn init_failed(s: &ContainerStatus) -> bool {
         || s.state == ContainerState::Unknown
 }
 
-/// kubelet's `computeInitContainerActions` (regular init containers; oxlet has no
-/// sidecars yet): sets the init container to start next, or `kill_pod` when one failed
-/// under `restartPolicy: Never`, and returns whether the pod is initialized.
+/// kubelet's `computeInitContainerActions`: adds the init containers to start (the
+/// next one in order, and any sidecar that must run again), or sets `kill_pod` when a
+/// regular one failed under `restartPolicy: Never`; returns whether the pod is
+/// initialized. A sidecar counts as done once it runs and `gate` says it started.
 ///
 /// Once an app container was created or runs, the pod was initialized in the past and
-/// no init container is ever run again, even when its record was garbage-collected or
-/// looks failed now. Otherwise the scan goes backwards and trusts the last init
-/// container the runtime still knows: the ones before it are done, even if their
-/// records are gone.
-fn init_container_actions(pod: &Pod, status: &PodRuntimeStatus, actions: &mut PodActions) -> bool {
+/// no regular init container is ever run again, even when its record was
+/// garbage-collected or looks failed now; sidecars are kept running. Otherwise the scan
+/// goes backwards and trusts the last init container the runtime still knows: the ones
+/// before it are done, even if their records are gone.
+fn init_container_actions(
+    pod: &Pod,
+    status: &PodRuntimeStatus,
+    gate: &dyn StartupGate,
+    actions: &mut PodActions,
+) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return true;
     };
@@ -105,52 +113,107 @@ fn init_container_actions(pod: &Pod, status: &PodRuntimeStatus, actions: &mut Po
     }
     // Exited app containers do not count: after a reboot every container has exited
     // and the new sandbox must be initialized again.
-    let app_started = spec.containers.iter().any(|c| {
+    let mut initialized = spec.containers.iter().any(|c| {
         status
             .latest(&c.name)
             .is_some_and(|s| matches!(s.state, ContainerState::Created | ContainerState::Running))
     });
-    if app_started {
-        return true;
-    }
-    let Some((i, s)) = inits
-        .iter()
-        .enumerate()
-        .rev()
-        .find_map(|(i, c)| status.latest(&c.name).map(|s| (i, s)))
-    else {
-        actions.next_init = Some(0);
-        return false;
-    };
+    let mut previously = initialized;
     let restart_on_failure = RestartPolicy::of(pod) != RestartPolicy::Never;
-    match s.state {
-        // Created but never started (the start failed): start it again.
-        ContainerState::Created => actions.next_init = Some(i),
-        // Nothing to do but wait for it to finish.
-        ContainerState::Running => {}
-        _ if init_failed(s) => {
-            if !restart_on_failure {
-                actions.kill_pod = true;
-                actions.next_init = None;
-                return false;
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let mut start = Vec::new();
+    for (i, c) in inits.iter().enumerate().rev() {
+        let sidecar = is_sidecar(c);
+        let Some(s) = status.latest(&c.name) else {
+            // A sidecar of an initialized pod whose record is gone runs again.
+            if previously && sidecar {
+                start.push(i);
             }
-            if s.state == ContainerState::Unknown {
+            continue;
+        };
+        if previously && !sidecar {
+            continue;
+        }
+        match s.state {
+            // Created but never started (the start failed): start it again.
+            ContainerState::Created => start.push(i),
+            // A regular one is waited for until it finishes.
+            ContainerState::Running if !sidecar => {}
+            ContainerState::Running => match gate.startup(uid, c, s) {
+                Startup::Pending => {}
+                Startup::Failed => {
+                    actions.kill.push((
+                        s.id.clone(),
+                        c.name.clone(),
+                        format!("Init container {} failed startup probe", c.name),
+                    ));
+                    start.push(i);
+                }
+                Startup::Succeeded => {
+                    if i + 1 == inits.len() {
+                        initialized = true;
+                    } else if !previously {
+                        start.push(i + 1);
+                    }
+                    if s.hash != container_hash(c) {
+                        actions.kill.push((
+                            s.id.clone(),
+                            c.name.clone(),
+                            format!("Init container {} definition changed", c.name),
+                        ));
+                        start.push(i);
+                    }
+                }
+            },
+            // A sidecar that exited runs again (with back-off).
+            ContainerState::Exited if sidecar => start.push(i),
+            ContainerState::Exited if init_failed(s) => {
+                if !restart_on_failure {
+                    actions.kill_pod = true;
+                    actions.start_init.clear();
+                    return false;
+                }
+                start.push(i);
+            }
+            ContainerState::Exited => {
+                if i + 1 == inits.len() {
+                    initialized = true;
+                } else {
+                    start.push(i + 1);
+                }
+            }
+            ContainerState::Unknown => {
+                if !sidecar && !restart_on_failure {
+                    actions.kill_pod = true;
+                    actions.start_init.clear();
+                    return false;
+                }
                 actions.kill.push((
                     s.id.clone(),
                     s.name.clone(),
                     "Init container is in \"unknown\" state, try killing it before restart".into(),
                 ));
+                start.push(i);
             }
-            actions.next_init = Some(i);
         }
-        _ if i + 1 == inits.len() => return true,
-        _ => actions.next_init = Some(i + 1),
+        previously = true;
     }
-    false
+    if !previously {
+        start.push(0);
+    }
+    // Collected backwards; started in spec order.
+    start.reverse();
+    start.dedup();
+    actions.start_init = start;
+    initialized
 }
 
 /// Computes the actions for one sync of `pod` given what the runtime has.
-pub(crate) fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
+pub(crate) fn compute_pod_actions(
+    pod: &Pod,
+    status: &PodRuntimeStatus,
+    gate: &dyn StartupGate,
+) -> PodActions {
     let Some(spec) = pod.spec.as_ref() else {
         return PodActions::default();
     };
@@ -174,7 +237,7 @@ pub(crate) fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodAc
         }
         actions.kill_pod = !status.sandboxes.is_empty();
         if !inits.is_empty() {
-            actions.next_init = Some(0);
+            actions.start_init = vec![0];
             return actions;
         }
         actions.start = spec
@@ -205,7 +268,7 @@ pub(crate) fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodAc
         }
     }
 
-    if !init_container_actions(pod, status, &mut actions) || actions.kill_pod {
+    if !init_container_actions(pod, status, gate, &mut actions) || actions.kill_pod {
         // Initialization failed or is still in progress: app containers wait.
         return actions;
     }
@@ -234,9 +297,11 @@ pub(crate) fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodAc
         }
     }
     if keep == 0 && actions.start.is_empty() {
-        // Nothing should run any more: the pod is done.
+        // Nothing should run any more: the pod is done. Sidecars do not keep it
+        // alive, so none is restarted.
         actions.kill_pod = true;
         actions.kill.clear();
+        actions.start_init.clear();
     }
     actions
 }
@@ -244,6 +309,7 @@ pub(crate) fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodAc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::sidecar::RunningIsStarted;
     use crate::runtime::types::SandboxStatus;
     use k8s_openapi::api::core::v1::{Container, PodSpec};
 
@@ -308,7 +374,7 @@ mod tests {
     #[test]
     fn new_pod_creates_sandbox_and_starts_everything() {
         let p = pod("Always", &["a", "b"]);
-        let a = compute_pod_actions(&p, &PodRuntimeStatus::default());
+        let a = compute_pod_actions(&p, &PodRuntimeStatus::default(), &RunningIsStarted);
         assert!(a.create_sandbox && !a.kill_pod);
         assert_eq!(a.attempt, 0);
         assert_eq!(a.start, vec![0, 1]);
@@ -321,7 +387,7 @@ mod tests {
             vec![sandbox("s1", true, 0)],
             vec![container(&p, "a", ContainerState::Running, 0)],
         );
-        assert!(compute_pod_actions(&p, &s).is_noop());
+        assert!(compute_pod_actions(&p, &s, &RunningIsStarted).is_noop());
     }
 
     #[test]
@@ -342,7 +408,7 @@ mod tests {
                     container(&p, "b", ContainerState::Running, 0),
                 ],
             );
-            let a = compute_pod_actions(&p, &s);
+            let a = compute_pod_actions(&p, &s, &RunningIsStarted);
             assert_eq!(a.start == vec![0], restart, "{policy} exit {exit}");
         }
     }
@@ -354,7 +420,7 @@ mod tests {
             vec![sandbox("s1", true, 0)],
             vec![container(&p, "a", ContainerState::Exited, 0)],
         );
-        let a = compute_pod_actions(&p, &s);
+        let a = compute_pod_actions(&p, &s, &RunningIsStarted);
         assert!(a.kill_pod && a.start.is_empty() && !a.create_sandbox);
     }
 
@@ -365,7 +431,7 @@ mod tests {
             vec![sandbox("s2", false, 1)],
             vec![container(&p, "a", ContainerState::Exited, 137)],
         );
-        let a = compute_pod_actions(&p, &s);
+        let a = compute_pod_actions(&p, &s, &RunningIsStarted);
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!(a.attempt, 2);
         assert_eq!(a.start, vec![0]);
@@ -378,7 +444,7 @@ mod tests {
             vec![sandbox("s1", false, 0)],
             vec![container(&p, "a", ContainerState::Exited, 0)],
         );
-        let a = compute_pod_actions(&p, &s);
+        let a = compute_pod_actions(&p, &s, &RunningIsStarted);
         assert!(!a.create_sandbox && a.start.is_empty());
     }
 
@@ -388,7 +454,7 @@ mod tests {
         let mut c = container(&p, "a", ContainerState::Running, 0);
         c.hash ^= 1;
         let s = status(vec![sandbox("s1", true, 0)], vec![c]);
-        let a = compute_pod_actions(&p, &s);
+        let a = compute_pod_actions(&p, &s, &RunningIsStarted);
         assert_eq!(a.kill.len(), 1);
         assert_eq!(a.start, vec![0]);
     }
@@ -402,7 +468,7 @@ mod tests {
             vec![sb],
             vec![container(&p, "a", ContainerState::Running, 0)],
         );
-        let a = compute_pod_actions(&p, &s);
+        let a = compute_pod_actions(&p, &s, &RunningIsStarted);
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!(a.attempt, 1);
     }
@@ -448,26 +514,29 @@ mod tests {
     #[test]
     fn init_containers_run_in_order_each_to_success() {
         let p = pod_with_inits("Always", &["i1", "i2"], &["a"]);
-        let a = compute_pod_actions(&p, &ready_sandbox(vec![]));
-        assert_eq!((a.next_init, a.start.clone()), (Some(0), vec![]));
+        let a = compute_pod_actions(&p, &ready_sandbox(vec![]), &RunningIsStarted);
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![0], vec![]));
         let a = compute_pod_actions(
             &p,
             &ready_sandbox(vec![init("i1", ContainerState::Running, 0)]),
+            &RunningIsStarted,
         );
         assert!(a.is_noop(), "a running init container is waited for: {a:?}");
         let a = compute_pod_actions(
             &p,
             &ready_sandbox(vec![init("i1", ContainerState::Exited, 0)]),
+            &RunningIsStarted,
         );
-        assert_eq!((a.next_init, a.start.clone()), (Some(1), vec![]));
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![1], vec![]));
         let a = compute_pod_actions(
             &p,
             &ready_sandbox(vec![
                 init("i2", ContainerState::Exited, 0),
                 init("i1", ContainerState::Exited, 0),
             ]),
+            &RunningIsStarted,
         );
-        assert_eq!((a.next_init, a.start.clone()), (None, vec![0]));
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![], vec![0]));
     }
 
     #[test]
@@ -477,8 +546,9 @@ mod tests {
         let a = compute_pod_actions(
             &p,
             &ready_sandbox(vec![init("i2", ContainerState::Exited, 0)]),
+            &RunningIsStarted,
         );
-        assert_eq!((a.next_init, a.start.clone()), (None, vec![0]));
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![], vec![0]));
     }
 
     #[test]
@@ -486,14 +556,18 @@ mod tests {
         let p = pod_with_inits("Always", &["i1", "i2"], &["a"]);
         let app = container(&p, "a", ContainerState::Running, 0);
         // Every init record garbage-collected.
-        let a = compute_pod_actions(&p, &ready_sandbox(vec![app.clone()]));
+        let a = compute_pod_actions(&p, &ready_sandbox(vec![app.clone()]), &RunningIsStarted);
         assert!(a.is_noop(), "{a:?}");
         // An init container reads as failed later on (exit 1, or unknown).
         for bad in [
             init("i2", ContainerState::Exited, 1),
             init("i2", ContainerState::Unknown, 0),
         ] {
-            let a = compute_pod_actions(&p, &ready_sandbox(vec![app.clone(), bad.clone()]));
+            let a = compute_pod_actions(
+                &p,
+                &ready_sandbox(vec![app.clone(), bad.clone()]),
+                &RunningIsStarted,
+            );
             assert!(a.is_noop(), "{bad:?}: {a:?}");
         }
         // Even under restartPolicy Never, a late init failure does not kill the pod.
@@ -502,13 +576,14 @@ mod tests {
         let a = compute_pod_actions(
             &p,
             &ready_sandbox(vec![app, init("i1", ContainerState::Exited, 1)]),
+            &RunningIsStarted,
         );
         assert!(a.is_noop(), "{a:?}");
         // A created (not yet started) app container counts as started too.
         let p = pod_with_inits("Always", &["i1"], &["a"]);
         let app = container(&p, "a", ContainerState::Created, 0);
-        let a = compute_pod_actions(&p, &ready_sandbox(vec![app]));
-        assert_eq!((a.next_init, a.start.clone()), (None, vec![0]));
+        let a = compute_pod_actions(&p, &ready_sandbox(vec![app]), &RunningIsStarted);
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![], vec![0]));
     }
 
     #[test]
@@ -517,30 +592,35 @@ mod tests {
         // pod is initialized again from the first init container.
         let p = pod_with_inits("Always", &["i1"], &["a"]);
         let app = container(&p, "a", ContainerState::Exited, 0);
-        let a = compute_pod_actions(&p, &ready_sandbox(vec![app]));
-        assert_eq!((a.next_init, a.start.clone()), (Some(0), vec![]));
+        let a = compute_pod_actions(&p, &ready_sandbox(vec![app]), &RunningIsStarted);
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![0], vec![]));
     }
 
     #[test]
     fn failed_init_container_by_restart_policy() {
         for (policy, kill_pod, next) in [
-            ("Always", false, Some(0)),
-            ("OnFailure", false, Some(0)),
-            ("Never", true, None),
+            ("Always", false, vec![0]),
+            ("OnFailure", false, vec![0]),
+            ("Never", true, vec![]),
         ] {
             let p = pod_with_inits(policy, &["i1"], &["a"]);
             let a = compute_pod_actions(
                 &p,
                 &ready_sandbox(vec![init("i1", ContainerState::Exited, 2)]),
+                &RunningIsStarted,
             );
-            assert_eq!((a.kill_pod, a.next_init), (kill_pod, next), "{policy}");
+            assert_eq!(
+                (a.kill_pod, a.start_init.clone()),
+                (kill_pod, next),
+                "{policy}"
+            );
             assert!(a.start.is_empty());
         }
         // OOMKilled counts as failed even with exit code 0.
         let p = pod_with_inits("Never", &["i1"], &["a"]);
         let mut oom = init("i1", ContainerState::Exited, 0);
         oom.reason = "OOMKilled".into();
-        assert!(compute_pod_actions(&p, &ready_sandbox(vec![oom])).kill_pod);
+        assert!(compute_pod_actions(&p, &ready_sandbox(vec![oom]), &RunningIsStarted).kill_pod);
     }
 
     #[test]
@@ -549,14 +629,16 @@ mod tests {
         let a = compute_pod_actions(
             &p,
             &ready_sandbox(vec![init("i1", ContainerState::Unknown, 0)]),
+            &RunningIsStarted,
         );
-        assert_eq!(a.next_init, Some(0));
+        assert_eq!(a.start_init, vec![0]);
         assert_eq!(a.kill.len(), 1);
         let a = compute_pod_actions(
             &p,
             &ready_sandbox(vec![init("i1", ContainerState::Created, 0)]),
+            &RunningIsStarted,
         );
-        assert_eq!(a.next_init, Some(0));
+        assert_eq!(a.start_init, vec![0]);
         assert!(a.kill.is_empty());
     }
 }

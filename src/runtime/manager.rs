@@ -20,6 +20,7 @@ use super::gc;
 use super::labels::{self, ContainerType};
 use super::reader::RuntimeReader;
 use super::sandbox::{self, SandboxEnv};
+use super::sidecar::{self, RunningIsStarted, StartupGate, TerminationOrder};
 use super::types::*;
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
 
@@ -166,6 +167,9 @@ pub(crate) struct RuntimeManager {
     /// once took 1.25 × as long as 4 at a time, and each pod waited twice as long
     /// (benches/agent.rs). Container restarts take a slot too; kills never wait for one.
     start_slots: tokio::sync::Semaphore,
+    /// Whether a running sidecar has started (its startup probe passed), so the
+    /// next init container may start.
+    startup_gate: Arc<dyn StartupGate>,
 }
 
 /// Pods starting at once: four per core, at least 4.
@@ -186,7 +190,15 @@ impl RuntimeManager {
             image_backoff: Backoff::default(),
             reasons: ReasonCache::default(),
             start_slots: tokio::sync::Semaphore::new(start_concurrency()),
+            startup_gate: Arc::new(RunningIsStarted),
         }
+    }
+
+    /// Plugs in the prober's startup results (the default: running is started).
+    #[allow(dead_code)] // The seam the prober plugs into.
+    pub(crate) fn with_startup_gate(mut self, gate: Arc<dyn StartupGate>) -> Self {
+        self.startup_gate = gate;
+        self
     }
 
     pub(crate) fn cri(&self) -> &dyn Cri {
@@ -265,7 +277,7 @@ impl RuntimeManager {
     ) -> Result<SyncOutcome, SyncError> {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod).to_string();
-        let actions = compute_pod_actions(pod, status);
+        let actions = compute_pod_actions(pod, status, self.startup_gate.as_ref());
         debug!(pod = %pod_ref, podUID = %uid, ?actions, "computed pod actions");
         let mut outcome = SyncOutcome::default();
         if actions.is_noop() {
@@ -334,9 +346,13 @@ impl RuntimeManager {
         let spec = pod.spec.as_ref().expect("pod with actions has a spec");
 
         let mut errors = Vec::new();
-        if let Some(i) = actions.next_init {
+        for &i in &actions.start_init {
             let c = &spec.init_containers.as_ref().expect("init index")[i];
             let latest = status.latest(&c.name);
+            let is_sidecar = sidecar::is_sidecar(c);
+            if is_sidecar {
+                info!(pod = %pod_ref, podUID = %uid, container = %c.name, initIndex = i, "starting sidecar container");
+            }
             let started = self.start_container(
                 pod,
                 c,
@@ -348,7 +364,13 @@ impl RuntimeManager {
             );
             match started.await {
                 Ok(retry) => merge_retry(&mut outcome.retry_after, retry),
-                Err(e) => errors.push(e),
+                // A sidecar that cannot start does not hold up the others; a regular
+                // init container does (kubelet's SyncPod step 6).
+                Err(e) if is_sidecar => errors.push(e),
+                Err(e) => {
+                    errors.push(e);
+                    break;
+                }
             }
         }
         let mut futs = Vec::new();
@@ -624,6 +646,9 @@ impl RuntimeManager {
         grace_override: Option<i64>,
     ) -> Result<(), SyncError> {
         let grace = grace_override.unwrap_or_else(|| termination_grace(pod));
+        let order = sidecar::has_sidecars(pod).then(|| {
+            TerminationOrder::new(pod, status.running_containers().map(|c| c.name.as_str()))
+        });
         self.kill_containers_and_sandboxes(
             &pod_ref(pod),
             pod_uid(pod),
@@ -632,6 +657,7 @@ impl RuntimeManager {
                 .map(|c| (c.id.clone(), c.name.clone(), grace))
                 .collect(),
             status.sandboxes.iter().map(|s| s.id.clone()).collect(),
+            order.as_ref(),
         )
         .await
     }
@@ -652,6 +678,7 @@ impl RuntimeManager {
                 .map(|c| (c.id.clone(), c.name.clone(), grace))
                 .collect(),
             pod.sandboxes.iter().map(|s| s.id.clone()).collect(),
+            None,
         )
         .await
     }
@@ -662,13 +689,29 @@ impl RuntimeManager {
         uid: &str,
         containers: Vec<(String, String, i64)>,
         sandboxes: Vec<String>,
+        order: Option<&TerminationOrder>,
     ) -> Result<(), SyncError> {
         let kills = containers.iter().map(|(id, name, grace)| async move {
+            let mut grace = *grace;
+            // Sidecars stop after the app containers and the sidecars after them,
+            // within their own grace (kubelet's `waitForTurn`).
+            if let Some(order) = order.filter(|_| grace > 0) {
+                let budget = Duration::from_secs(grace.unsigned_abs());
+                let waited = order.wait_for_turn(name, budget).await;
+                if !waited.is_zero() {
+                    info!(pod = %pod_ref, podUID = %uid, container = %name, waitedMs = waited.as_millis() as u64, "sidecar stops after the containers it serves");
+                }
+                grace = (grace - waited.as_secs() as i64).max(MIN_GRACE_SECS);
+            }
             info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, gracePeriod = grace, "stopping container");
-            gone_is_ok(self.cri.stop_container(id, *grace).await).map_err(|source| StopError {
+            gone_is_ok(self.cri.stop_container(id, grace).await).map_err(|source| StopError {
                 container: name.clone(),
                 source,
-            })
+            })?;
+            if let Some(order) = order {
+                order.stopped(name);
+            }
+            Ok(())
         });
         let errors: Vec<StopError> = join_all(kills)
             .await

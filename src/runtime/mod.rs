@@ -15,6 +15,7 @@ pub(crate) mod labels;
 pub(crate) mod manager;
 pub(crate) mod reader;
 pub(crate) mod sandbox;
+pub(crate) mod sidecar;
 pub(crate) mod types;
 pub(crate) mod volumes;
 

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::pod::{Phase, RestartPolicy, TerminatedReason, WaitingReason};
+use crate::runtime::sidecar::is_sidecar;
 use crate::runtime::types::{self as rt, PodRuntimeStatus};
 
 /// What status generation needs besides the pod and the runtime view.
@@ -202,9 +203,24 @@ fn container_status(
     }
 
     let waiting_now = status.state.as_ref().is_some_and(|s| s.waiting.is_some());
+    // A sidecar is never done: it runs again whenever it exits, whatever its code.
+    let sidecar = is_init && is_sidecar(spec);
     let init_done = is_init
+        && !sidecar
         && latest.is_some_and(|c| c.state == rt::ContainerState::Exited && c.exit_code == 0);
-    if is_init && !init_done && latest.is_none() && waiting_now && any_regular_created(inputs) {
+    let restarts = if sidecar {
+        inputs.pod.metadata.deletion_timestamp.is_none()
+            && latest.is_none_or(|c| c.state != rt::ContainerState::Running)
+    } else {
+        crate::runtime::actions::should_restart(inputs.pod, latest)
+    };
+    if is_init
+        && !sidecar
+        && !init_done
+        && latest.is_none()
+        && waiting_now
+        && any_regular_created(inputs)
+    {
         // Its record was garbage-collected after the app containers were created:
         // it completed.
         status.state = Some(terminated_state(ContainerStateTerminated {
@@ -218,7 +234,7 @@ fn container_status(
         }));
     } else if !init_done
         && !inputs.terminating
-        && crate::runtime::actions::should_restart(inputs.pod, latest)
+        && restarts
         && let Some((reason, message)) = (inputs.waiting_reason)(&spec.name)
     {
         // Waiting to be (re)started: say why, and keep what happened last.
@@ -228,11 +244,11 @@ fn container_status(
         status.state = Some(waiting(Some(reason), Some(message)));
     }
 
-    // Without probes, a running app container is ready and started; an init
-    // container is ready once it completed.
+    // Without probes, a running app container or sidecar is ready and started; an
+    // init container is ready once it completed.
     let running = is_running(&status);
     status.started = Some(running);
-    status.ready = if is_init {
+    status.ready = if is_init && !sidecar {
         status
             .state
             .as_ref()
@@ -254,7 +270,34 @@ pub(crate) fn pod_phase(
     let policy = RestartPolicy::of(pod);
     let mut pending_init = 0;
     let mut failed_init = 0;
-    for s in init {
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    // Sidecars count as running while they run and are ignored once they stopped;
+    // one that has not started yet holds the pod Pending until it was initialized.
+    let mut pending_sidecars = 0;
+    let sidecars = sidecar_names(pod);
+    for s in init.iter().filter(|s| sidecars.contains(&s.name.as_str())) {
+        let st = s.state.as_ref();
+        if st.is_some_and(|st| st.running.is_some()) {
+            if s.started != Some(true) {
+                pending_sidecars += 1;
+            }
+            running += 1;
+        } else if st.is_some_and(|st| st.terminated.is_some()) {
+            // A stopped sidecar does not count towards the phase.
+        } else if st.is_some_and(|st| st.waiting.is_some()) {
+            if s.last_state
+                .as_ref()
+                .and_then(|l| l.terminated.as_ref())
+                .is_none()
+            {
+                pending_sidecars += 1;
+                waiting += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+    for s in init.iter().filter(|s| !sidecars.contains(&s.name.as_str())) {
         let st = s.state.as_ref();
         if st.is_some_and(|st| st.running.is_some()) {
             pending_init += 1;
@@ -272,10 +315,13 @@ pub(crate) fn pod_phase(
             pending_init += 1;
         }
     }
-    if failed_init > 0 && policy == RestartPolicy::Never {
-        return Phase::Failed;
-    }
-    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let initialized = regular.iter().any(|s| {
+        is_running(s)
+            || is_terminated(s)
+            || s.last_state
+                .as_ref()
+                .is_some_and(|l| l.terminated.is_some())
+    });
     for s in regular {
         let Some(st) = s.state.as_ref() else {
             unknown += 1;
@@ -302,7 +348,10 @@ pub(crate) fn pod_phase(
             unknown += 1;
         }
     }
-    if pending_init > 0 || waiting > 0 {
+    if failed_init > 0 && policy == RestartPolicy::Never {
+        return Phase::Failed;
+    }
+    if pending_init > 0 || (pending_sidecars > 0 && !initialized) || waiting > 0 {
         return Phase::Pending;
     }
     if running > 0 && unknown == 0 {
@@ -389,9 +438,18 @@ fn initialized_condition(
     if !has_inits || regular.iter().any(|s| is_running(s) || is_terminated(s)) {
         return condition(kind, true, None, None, inputs);
     }
+    // A regular init container is complete once it succeeded (ready), a sidecar once
+    // it started.
+    let sidecars = sidecar_names(pod);
     let incomplete: Vec<&str> = init_statuses
         .iter()
-        .filter(|s| !s.ready)
+        .filter(|s| {
+            if sidecars.contains(&s.name.as_str()) {
+                s.started != Some(true)
+            } else {
+                !s.ready
+            }
+        })
         .map(|s| s.name.as_str())
         .collect();
     if incomplete.is_empty() {
@@ -409,8 +467,21 @@ fn initialized_condition(
     )
 }
 
-/// kubelet's `GenerateContainersReadyCondition`.
+/// The names of the pod's sidecars, in spec order.
+fn sidecar_names(pod: &Pod) -> Vec<&str> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .filter(|c| is_sidecar(c))
+        .map(|c| c.name.as_str())
+        .collect()
+}
+
+/// kubelet's `GenerateContainersReadyCondition`: sidecars first, then the app
+/// containers.
 fn containers_ready_condition(
+    pod: &Pod,
+    init: &[ContainerStatus],
     regular: &[ContainerStatus],
     phase: Phase,
     inputs: &StatusInputs<'_>,
@@ -421,8 +492,11 @@ fn containers_ready_condition(
         Phase::Failed => return condition(kind, false, Some("PodFailed"), None, inputs),
         _ => {}
     }
-    let unready: Vec<&str> = regular
+    let sidecars = sidecar_names(pod);
+    let unready: Vec<&str> = init
         .iter()
+        .filter(|s| sidecars.contains(&s.name.as_str()))
+        .chain(regular)
         .filter(|s| !s.ready)
         .map(|s| s.name.as_str())
         .collect();
@@ -580,7 +654,8 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         .sandboxes
         .first()
         .is_some_and(|s| s.ready && (s.host_network || !s.ips.is_empty()));
-    let containers_ready = containers_ready_condition(&statuses, phase, inputs);
+    let containers_ready =
+        containers_ready_condition(pod, &init_statuses, &statuses, phase, inputs);
     let ready = ready_condition(pod, &containers_ready, &conditions, inputs);
     conditions.push(condition(
         "PodReadyToStartContainers",

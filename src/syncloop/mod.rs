@@ -426,11 +426,6 @@ pub(crate) fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
     if all().any(|c| c.lifecycle.is_some()) {
         out.push("lifecycle hooks");
     }
-    if spec.init_containers.iter().flatten().any(|c| {
-        crate::pod::RestartPolicy::of_container(c) == Some(crate::pod::RestartPolicy::Always)
-    }) {
-        out.push("restartable init containers (sidecars)");
-    }
     if spec.active_deadline_seconds.is_some() {
         out.push("activeDeadlineSeconds");
     }

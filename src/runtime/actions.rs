@@ -641,4 +641,173 @@ mod tests {
         assert_eq!(a.start_init, vec![0]);
         assert!(a.kill.is_empty());
     }
+
+    /// A pod with sidecars `s*` and regular init containers `i*` in the given order.
+    fn pod_with_sidecars(policy: &str, inits: &[&str], names: &[&str]) -> Pod {
+        let mut p = pod_with_inits(policy, inits, names);
+        for c in p.spec.as_mut().unwrap().init_containers.as_mut().unwrap() {
+            if c.name.starts_with('s') {
+                c.restart_policy = Some("Always".into());
+            }
+        }
+        p
+    }
+
+    fn hashed(p: &Pod, name: &str, state: ContainerState, exit: i32) -> ContainerStatus {
+        let spec = p.spec.as_ref().unwrap();
+        let c = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .find(|c| c.name == name)
+            .unwrap();
+        ContainerStatus {
+            hash: container_hash(c),
+            ..init(name, state, exit)
+        }
+    }
+
+    /// A gate with a fixed answer per container name (Succeeded otherwise).
+    struct Gate(Vec<(&'static str, Startup)>);
+    impl StartupGate for Gate {
+        fn startup(&self, _: &str, spec: &Container, _: &ContainerStatus) -> Startup {
+            self.0
+                .iter()
+                .find(|(n, _)| *n == spec.name)
+                .map_or(Startup::Succeeded, |(_, s)| *s)
+        }
+    }
+
+    #[test]
+    fn sidecar_lets_the_next_init_container_start_once_it_started() {
+        let p = pod_with_sidecars("Always", &["s1", "i1"], &["a"]);
+        let running = ready_sandbox(vec![hashed(&p, "s1", ContainerState::Running, 0)]);
+        // Startup probe still pending: nothing starts.
+        let a = compute_pod_actions(&p, &running, &Gate(vec![("s1", Startup::Pending)]));
+        assert!(a.is_noop(), "{a:?}");
+        // Started: the next init container goes.
+        let a = compute_pod_actions(&p, &running, &RunningIsStarted);
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![1], vec![]));
+        // Startup probe failed: the sidecar is killed and started again.
+        let a = compute_pod_actions(&p, &running, &Gate(vec![("s1", Startup::Failed)]));
+        assert_eq!(a.start_init, vec![0]);
+        assert_eq!(a.kill.len(), 1);
+        assert!(a.kill[0].2.contains("failed startup probe"), "{a:?}");
+        // i1 done, s1 running: the app starts and s1 is left alone.
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![
+                hashed(&p, "i1", ContainerState::Exited, 0),
+                hashed(&p, "s1", ContainerState::Running, 0),
+            ]),
+            &RunningIsStarted,
+        );
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![], vec![0]));
+        assert!(a.kill.is_empty());
+    }
+
+    #[test]
+    fn a_last_sidecar_that_started_initializes_the_pod() {
+        let p = pod_with_sidecars("Always", &["s1", "s2"], &["a"]);
+        let st = ready_sandbox(vec![
+            hashed(&p, "s2", ContainerState::Running, 0),
+            hashed(&p, "s1", ContainerState::Running, 0),
+        ]);
+        let a = compute_pod_actions(&p, &st, &RunningIsStarted);
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![], vec![0]));
+        let a = compute_pod_actions(&p, &st, &Gate(vec![("s2", Startup::Pending)]));
+        assert!(a.is_noop(), "{a:?}");
+    }
+
+    #[test]
+    fn exited_sidecars_restart_beside_running_app_containers_whatever_the_policy() {
+        for policy in ["Always", "OnFailure", "Never"] {
+            let p = pod_with_sidecars(policy, &["s1", "i1", "s2"], &["a"]);
+            let app = container(&p, "a", ContainerState::Running, 0);
+            for exit in [0, 1] {
+                let a = compute_pod_actions(
+                    &p,
+                    &ready_sandbox(vec![
+                        app.clone(),
+                        hashed(&p, "s2", ContainerState::Exited, exit),
+                        hashed(&p, "i1", ContainerState::Exited, 0),
+                        hashed(&p, "s1", ContainerState::Exited, exit),
+                    ]),
+                    &RunningIsStarted,
+                );
+                // Both sidecars, in spec order; the regular init container never again.
+                assert_eq!(a.start_init, vec![0, 2], "{policy} exit {exit}");
+                assert!(!a.kill_pod && a.start.is_empty(), "{policy}: {a:?}");
+            }
+            // A sidecar record garbage-collected after initialization runs again.
+            let a = compute_pod_actions(&p, &ready_sandbox(vec![app.clone()]), &RunningIsStarted);
+            assert_eq!(a.start_init, vec![0, 2], "{policy}");
+        }
+    }
+
+    #[test]
+    fn sidecars_do_not_keep_a_finished_pod_alive() {
+        for policy in ["OnFailure", "Never"] {
+            let p = pod_with_sidecars(policy, &["s1"], &["a"]);
+            let a = compute_pod_actions(
+                &p,
+                &ready_sandbox(vec![
+                    container(&p, "a", ContainerState::Exited, 0),
+                    hashed(&p, "s1", ContainerState::Running, 0),
+                ]),
+                &RunningIsStarted,
+            );
+            assert!(a.kill_pod, "{policy}: {a:?}");
+            assert!(
+                a.start_init.is_empty() && a.start.is_empty(),
+                "{policy}: {a:?}"
+            );
+        }
+        // Under Always the app restarts and the sidecar keeps running.
+        let p = pod_with_sidecars("Always", &["s1"], &["a"]);
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![
+                container(&p, "a", ContainerState::Exited, 0),
+                hashed(&p, "s1", ContainerState::Running, 0),
+            ]),
+            &RunningIsStarted,
+        );
+        assert!(
+            !a.kill_pod && a.start == vec![0] && a.start_init.is_empty(),
+            "{a:?}"
+        );
+    }
+
+    #[test]
+    fn a_sidecar_whose_image_changed_is_restarted() {
+        let p = pod_with_sidecars("Always", &["s1"], &["a"]);
+        let mut s1 = hashed(&p, "s1", ContainerState::Running, 0);
+        s1.hash ^= 1;
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![container(&p, "a", ContainerState::Running, 0), s1]),
+            &RunningIsStarted,
+        );
+        assert_eq!(a.start_init, vec![0]);
+        assert_eq!(a.kill.len(), 1);
+        assert!(a.kill[0].2.contains("definition changed"), "{a:?}");
+    }
+
+    #[test]
+    fn a_failing_regular_init_after_a_sidecar_fails_a_never_pod() {
+        let p = pod_with_sidecars("Never", &["s1", "i1"], &["a"]);
+        let a = compute_pod_actions(
+            &p,
+            &ready_sandbox(vec![
+                hashed(&p, "i1", ContainerState::Exited, 1),
+                hashed(&p, "s1", ContainerState::Running, 0),
+            ]),
+            &RunningIsStarted,
+        );
+        assert!(
+            a.kill_pod && a.start_init.is_empty() && a.start.is_empty(),
+            "{a:?}"
+        );
+    }
 }

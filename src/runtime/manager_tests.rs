@@ -295,3 +295,115 @@ async fn kill_and_remove_leave_nothing_of_the_pod() {
         .unwrap();
     assert_eq!(node.fake.object_counts(), (0, 0));
 }
+
+/// `pod` with the init containers named `s*` made sidecars (`restartPolicy: Always`).
+fn sidecar_pod(name: &str, init: &[&str], containers: &[&str], restart: &str) -> Pod {
+    let mut p = pod(name, init, containers, restart);
+    for c in p.spec.as_mut().unwrap().init_containers.as_mut().unwrap() {
+        if c.name.starts_with('s') {
+            c.restart_policy = Some("Always".into());
+        }
+    }
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn sidecars_start_in_order_each_before_the_next_init_container() {
+    let node = FakeNode::new();
+    let p = sidecar_pod("mesh", &["s1", "s2", "init"], &["app"], "Always");
+    for _ in 0..3 {
+        node.sync(&p).await.unwrap();
+    }
+    // Each running sidecar lets the next init container start; init still runs.
+    assert_eq!(
+        node.fake.calls_of("StartContainer"),
+        ["mesh/s1", "mesh/s2", "mesh/init"]
+    );
+    assert!(!node.sync(&p).await.unwrap().acted, "init is waited for");
+    let id = node.fake.container_id("mesh", "init").unwrap();
+    node.fake.exit_container(&id, 0);
+    node.sync(&p).await.unwrap();
+    assert_eq!(
+        node.fake.calls_of("StartContainer"),
+        ["mesh/s1", "mesh/s2", "mesh/init", "mesh/app"]
+    );
+    assert!(
+        !node.sync(&p).await.unwrap().acted,
+        "a steady pod with sidecars"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashing_sidecar_restarts_with_back_off_while_the_app_runs() {
+    let node = FakeNode::new();
+    let p = sidecar_pod("flaky", &["side"], &["app"], "Never");
+    node.sync(&p).await.unwrap();
+    node.sync(&p).await.unwrap();
+    let app = node.fake.container_id("flaky", "app").unwrap();
+    // The first crash restarts at once, even under restartPolicy Never.
+    let first = node.fake.container_id("flaky", "side").unwrap();
+    node.fake.exit_container(&first, 1);
+    node.sync(&p).await.unwrap();
+    let second = node.fake.container_id("flaky", "side").unwrap();
+    assert_ne!(second, first);
+    // The second waits out 10 s of back-off.
+    node.fake.exit_container(&second, 0);
+    let out = node.sync(&p).await.unwrap();
+    assert!(about(out.retry_after.unwrap(), 10), "{out:?}");
+    assert_eq!(node.fake.container_id("flaky", "side").unwrap(), second);
+    assert_eq!(
+        node.manager.reasons().get(uid(&p), "side").unwrap().0,
+        WaitingReason::CrashLoopBackOff
+    );
+    tokio::time::advance(Duration::from_secs(10)).await;
+    node.sync(&p).await.unwrap();
+    assert_ne!(node.fake.container_id("flaky", "side").unwrap(), second);
+    // The app was never touched.
+    assert_eq!(node.fake.container_id("flaky", "app").unwrap(), app);
+    assert!(node.fake.calls_of("StopContainer").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn sidecars_stop_after_the_app_containers_in_reverse_order() {
+    let node = FakeNode::new();
+    let p = sidecar_pod("order", &["s1", "s2"], &["a", "b"], "Always");
+    for _ in 0..3 {
+        node.sync(&p).await.unwrap();
+    }
+    let mut st = node
+        .manager
+        .get_pod_status("uid-order", "order", "default")
+        .await
+        .unwrap();
+    assert_eq!(st.running_containers().count(), 4);
+    // Oldest first, so that stopping in list order would stop the sidecars first.
+    st.containers.sort_by_key(|c| c.created_at);
+    st.containers.sort_by_key(|c| !c.is_init);
+    node.manager
+        .kill_pod_status(&p, &st, Some(5))
+        .await
+        .unwrap();
+    let stops = node.fake.calls_of("StopContainer");
+    assert_eq!(stops.len(), 4, "{stops:?}");
+    let mut apps = stops[..2].to_vec();
+    apps.sort();
+    assert_eq!(apps, ["order/a", "order/b"], "{stops:?}");
+    assert_eq!(stops[2..], ["order/s2", "order/s1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_whose_app_finished_stops_its_sidecars_instead_of_restarting_them() {
+    let node = FakeNode::new();
+    let p = sidecar_pod("job", &["side"], &["app"], "OnFailure");
+    node.sync(&p).await.unwrap();
+    node.sync(&p).await.unwrap();
+    let app = node.fake.container_id("job", "app").unwrap();
+    node.fake.exit_container(&app, 0);
+    node.sync(&p).await.unwrap();
+    assert_eq!(node.fake.calls_of("StopContainer"), ["job/side"]);
+    assert_eq!(node.fake.calls_of("StopPodSandbox"), ["job"]);
+    assert_eq!(
+        node.fake.calls_of("StartContainer"),
+        ["job/side", "job/app"]
+    );
+}

@@ -673,3 +673,127 @@ fn a_lagging_subscriber_never_blocks_the_writer_and_learns_it_lagged() {
     assert_eq!(slow.try_recv().unwrap().version, 11);
     assert_eq!(m.version("a"), n);
 }
+
+/// `pod` with the init containers named `s*` made sidecars.
+fn sidecar_pod(policy: &str, names: &[&str], inits: &[&str]) -> Pod {
+    let mut p = pod(policy, names, inits);
+    for c in p.spec.as_mut().unwrap().init_containers.as_mut().unwrap() {
+        if c.name.starts_with('s') {
+            c.restart_policy = Some("Always".into());
+        }
+    }
+    p
+}
+
+fn init_status<'a>(
+    s: &'a PodStatus,
+    name: &str,
+) -> &'a k8s_openapi::api::core::v1::ContainerStatus {
+    s.init_container_statuses
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap()
+}
+
+#[test]
+fn a_running_sidecar_is_started_and_ready_and_initializes_the_pod() {
+    let p = sidecar_pod("Always", &["a"], &["s1", "i1"]);
+    // Only the sidecar runs: the pod is still initializing (i1 pending).
+    let s = status_of(
+        &p,
+        &runtime(vec![init_ctr("s1", ContainerState::Running, 0, 1)]),
+    );
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let side = init_status(&s, "s1");
+    assert_eq!((side.started, side.ready), (Some(true), true));
+    let c = cond_full(&s, "Initialized");
+    assert_eq!(c.status, "False");
+    assert_eq!(
+        c.message.as_deref(),
+        Some("containers with incomplete status: [i1]")
+    );
+    // i1 done, the app runs: Running, initialized, and the sidecar counts for readiness.
+    let rt = runtime(vec![
+        ctr("a", ContainerState::Running, 0, 3, 0),
+        init_ctr("i1", ContainerState::Exited, 0, 2),
+        init_ctr("s1", ContainerState::Running, 0, 1),
+    ]);
+    let s = status_of(&p, &rt);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "Initialized").0, "True");
+    assert_eq!(cond(&s, "ContainersReady").0, "True");
+    // The sidecar exits: ContainersReady names it, the pod stays Running.
+    let rt = runtime(vec![
+        ctr("a", ContainerState::Running, 0, 3, 0),
+        init_ctr("i1", ContainerState::Exited, 0, 2),
+        init_ctr("s1", ContainerState::Exited, 1, 1),
+    ]);
+    let s = status_of(&p, &rt);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    let side = init_status(&s, "s1");
+    assert_eq!((side.started, side.ready), (Some(false), false));
+    let c = cond_full(&s, "ContainersReady");
+    assert_eq!(
+        c.message.as_deref(),
+        Some("containers with unready status: [s1]")
+    );
+}
+
+#[test]
+fn a_sidecar_not_yet_started_keeps_the_pod_pending() {
+    let p = sidecar_pod("Always", &["a"], &["s1"]);
+    let s = status_of(&p, &runtime(vec![]));
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    assert_eq!(cond(&s, "Initialized").0, "False");
+}
+
+#[test]
+fn sidecars_do_not_decide_the_phase_of_a_finished_pod() {
+    for (policy, exit, phase) in [
+        ("OnFailure", 0, "Succeeded"),
+        ("Never", 0, "Succeeded"),
+        ("Never", 1, "Failed"),
+    ] {
+        let p = sidecar_pod(policy, &["a"], &["s1"]);
+        // Stopped by the kill (137): a sidecar's exit does not count.
+        let rt = runtime(vec![
+            ctr("a", ContainerState::Exited, exit, 2, 0),
+            init_ctr("s1", ContainerState::Exited, 137, 1),
+        ]);
+        let s = status_of(&p, &rt);
+        assert_eq!(s.phase.as_deref(), Some(phase), "{policy} exit {exit}");
+        // Still running beside a finished app: Running until the kill.
+        let rt = runtime(vec![
+            ctr("a", ContainerState::Exited, exit, 2, 0),
+            init_ctr("s1", ContainerState::Running, 0, 1),
+        ]);
+        let s = status_of(&p, &rt);
+        assert_eq!(s.phase.as_deref(), Some("Running"), "{policy} exit {exit}");
+    }
+}
+
+#[test]
+fn a_sidecar_in_back_off_waits_with_its_reason_under_any_policy() {
+    let p = sidecar_pod("Never", &["a"], &["s1"]);
+    let rt = runtime(vec![
+        ctr("a", ContainerState::Running, 0, 2, 0),
+        init_ctr("s1", ContainerState::Exited, 0, 1),
+    ]);
+    let s = gen_with(
+        &p,
+        &rt,
+        None,
+        Some((WaitingReason::CrashLoopBackOff, "back-off 10s")),
+        false,
+    );
+    let side = init_status(&s, "s1");
+    let st = side.state.as_ref().unwrap();
+    assert_eq!(
+        st.waiting.as_ref().unwrap().reason.as_deref(),
+        Some("CrashLoopBackOff")
+    );
+    assert!(side.last_state.as_ref().unwrap().terminated.is_some());
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+}

@@ -33,7 +33,7 @@ fn ctr(name: &str, script: &str, extra: &str) -> String {
 /// `data` volume (`volume` is its source lines).
 fn pod(name: &str, policy: &str, inits: &[String], apps: &[String], volume: &str) -> String {
     format!(
-        r#"apiVersion: v1
+        r"apiVersion: v1
 kind: Pod
 metadata:
   name: {name}
@@ -45,7 +45,7 @@ spec:
   - name: data
 {volume}  initContainers:
 {}  containers:
-{}"#,
+{}",
         inits.concat(),
         apps.concat()
     )

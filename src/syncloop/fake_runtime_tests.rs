@@ -340,3 +340,32 @@ async fn a_kill_with_a_status_sets_it_before_stopping_and_it_stays() {
     assert_eq!(a.node.fake.calls_of("StartContainer").len(), 1);
     a.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_with_a_sidecar_succeeds_once_its_app_exits_0_and_the_sidecar_is_stopped() {
+    let a = agent(110).await;
+    let mut p = pod("job", &["side"], &["app"], "OnFailure");
+    p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0].restart_policy =
+        Some("Always".into());
+    a.send(PodOperation::Add, vec![p.clone()]).await;
+    a.until(
+        Duration::from_secs(5),
+        "app started behind the sidecar",
+        |a| running(a, "job", "app"),
+    )
+    .await;
+    assert_eq!(a.phase("uid-job").as_deref(), Some("Running"));
+    let app = a.node.fake.container_id("job", "app").unwrap();
+    a.node.fake.exit_container(&app, 0);
+    a.until(Duration::from_secs(5), "pod Succeeded", |a| {
+        a.phase("uid-job").as_deref() == Some("Succeeded")
+    })
+    .await;
+    assert_eq!(a.node.fake.calls_of("StopContainer"), ["job/side"]);
+    assert_eq!(
+        a.node.fake.calls_of("StartContainer"),
+        ["job/side", "job/app"],
+        "the sidecar was stopped, not restarted"
+    );
+    a.stop().await;
+}

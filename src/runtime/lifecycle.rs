@@ -226,15 +226,18 @@ async fn http_get(
             while read < MAX_HTTP_HEAD {
                 let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx));
                 match frame.await {
-                    Some(Ok(f)) => read += f.data_ref().map_or(0, |d| d.len()),
+                    Some(Ok(f)) => read += f.data_ref().map_or(0, hyper::body::Bytes::len),
                     _ => break,
                 }
             }
             Ok::<(), String>(())
         };
+        // The connection may end (server closed) before the answer is read out;
+        // the answer was handed over by then, so the request is awaited to its end.
+        tokio::pin!(send);
         tokio::select! {
-            r = send => r,
-            () = conn => Err("connection closed".to_string()),
+            r = &mut send => r,
+            () = conn => send.await,
         }
     };
     tokio::time::timeout(limit, run)
@@ -393,6 +396,36 @@ mod tests {
             25
         );
         assert_eq!(start.elapsed(), Duration::from_secs(5));
+    }
+
+    /// An HTTP hook sends a GET with the path, headers and kubelet-style user agent
+    /// to a real local listener; any answer is success, a refused connection is not.
+    #[tokio::test]
+    async fn http_hook_sends_a_get_and_fails_only_on_a_failed_request() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = async {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap();
+            s.write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 2\r\n\r\nno")
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        };
+        let headers = [("X-Hook".to_string(), "yes".to_string())];
+        let client = http_get("127.0.0.1", port, "stop", &headers, Duration::from_secs(5));
+        let (req, res) = tokio::join!(server, client);
+        assert_eq!(res, Ok(()), "a 500 answer does not fail the hook (kubelet)");
+        assert!(req.starts_with("GET /stop HTTP/1.1\r\n"), "{req}");
+        assert!(req.to_lowercase().contains("x-hook: yes"), "{req}");
+        assert!(req.contains("kube-lifecycle/"), "{req}");
+        drop(listener);
+        let err = http_get("127.0.0.1", port, "/", &[], Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
     }
 
     #[test]

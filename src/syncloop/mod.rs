@@ -359,7 +359,12 @@ impl SyncLoop {
         let now = jiff::Timestamp::now();
         for pod in self.pods.all() {
             let uid = pod_uid(&pod).to_string();
-            if self.workers.lifecycle(&uid) != Some(pod_workers::Lifecycle::Syncing)
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.active_deadline_seconds)
+                .is_none()
+                || self.workers.lifecycle(&uid) != Some(pod_workers::Lifecycle::Syncing)
                 || !deadline::past_deadline(&pod, self.statuses.get(&uid).as_ref(), now)
             {
                 continue;

@@ -148,6 +148,8 @@ api_strings! {
         CreateContainerError = "CreateContainerError",
         CreateContainerConfigError = "CreateContainerConfigError",
         RunContainerError = "RunContainerError",
+        /// The postStart hook failed; the container was killed (kubelet's `ErrPostStartHook`).
+        PostStartHookError = "PostStartHookError",
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
 pub(crate) const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
 pub(crate) const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
@@ -19,6 +19,7 @@ pub(crate) const TERMINATION_MESSAGE_POLICY_ANNOTATION: &str =
     "io.kubernetes.container.terminationMessagePolicy";
 pub(crate) const CONTAINER_PORTS_ANNOTATION: &str = "io.kubernetes.container.ports";
 pub(crate) const CONTAINER_TYPE_ANNOTATION: &str = "io.kubernetes.container.type";
+pub(crate) const PRE_STOP_HANDLER_ANNOTATION: &str = "io.kubernetes.container.preStopHandler";
 pub(crate) const POD_DELETION_GRACE_ANNOTATION: &str = "io.kubernetes.pod.deletionGracePeriod";
 pub(crate) const POD_TERMINATION_GRACE_ANNOTATION: &str =
     "io.kubernetes.pod.terminationGracePeriod";
@@ -126,6 +127,14 @@ pub(crate) fn container_annotations(
     {
         a.insert(CONTAINER_PORTS_ANNOTATION.into(), json);
     }
+    if let Some(pre_stop) = container
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+        && let Ok(json) = serde_json::to_string(pre_stop)
+    {
+        a.insert(PRE_STOP_HANDLER_ANNOTATION.into(), json);
+    }
     if let Some(grace) = pod
         .spec
         .as_ref()
@@ -187,7 +196,7 @@ fn go_json_string(s: &str) -> String {
 }
 
 /// Identity and bookkeeping read back from a CRI container's labels and annotations.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ContainerInfo {
     pub pod_name: String,
     pub pod_namespace: String,
@@ -196,6 +205,8 @@ pub(crate) struct ContainerInfo {
     pub hash: u32,
     pub restart_count: i32,
     pub termination_grace: Option<i64>,
+    /// The preStop hook, for stopping the container once its pod's spec is gone.
+    pub pre_stop: Option<LifecycleHandler>,
     pub is_init: bool,
 }
 
@@ -222,6 +233,9 @@ pub(crate) fn container_info(
         termination_grace: annotations
             .get(POD_TERMINATION_GRACE_ANNOTATION)
             .and_then(|g| g.parse().ok()),
+        pre_stop: annotations
+            .get(PRE_STOP_HANDLER_ANNOTATION)
+            .and_then(|j| serde_json::from_str(j).ok()),
         is_init: annotations
             .get(CONTAINER_TYPE_ANNOTATION)
             .map(String::as_str)
@@ -274,7 +288,25 @@ mod tests {
         assert_eq!(info.restart_count, 3);
         assert_eq!(info.hash, container_hash(&c));
         assert_eq!(info.termination_grace, Some(7));
+        assert_eq!(info.pre_stop, None);
         assert!(!info.is_init);
+        // A preStop hook comes back whole (kubelet's preStopHandler annotation).
+        let mut c = c;
+        c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(k8s_openapi::api::core::v1::SleepAction { seconds: 4 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let info = container_info(
+            &container_labels(&p, &c),
+            &container_annotations(&p, &c, 0, ContainerType::Regular),
+        );
+        assert_eq!(
+            info.pre_stop.and_then(|h| h.sleep).map(|s| s.seconds),
+            Some(4)
+        );
     }
 
     /// kubelet's own vector (`pkg/kubelet/container/helpers_test.go`, TestHashContainer):

@@ -18,9 +18,11 @@ use super::cri::CriError;
 use super::cri_api::Cri;
 use super::gc;
 use super::labels::{self, ContainerType};
+use super::lifecycle;
 use super::reader::RuntimeReader;
 use super::sandbox::{self, SandboxEnv};
 use super::sidecar::{self, RunningIsStarted, StartupGate, TerminationOrder};
+use super::termination;
 use super::types::*;
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
 
@@ -182,7 +184,11 @@ impl RuntimeManager {
     /// `cri` is the real client in the agent, the in-memory fake in unit tests.
     pub(crate) fn new(cri: Arc<dyn Cri>, sandbox_env: SandboxEnv, host_ip: String) -> Self {
         RuntimeManager {
-            reader: RuntimeReader::new(cri.clone()),
+            reader: RuntimeReader::new(
+                cri.clone(),
+                sandbox_env.pods_dir.clone(),
+                sandbox_env.pod_logs_dir.clone(),
+            ),
             cri,
             sandbox_env,
             host_ip,
@@ -298,9 +304,11 @@ impl RuntimeManager {
             }
         } else {
             let grace = termination_grace(pod);
+            let target = hook_target(pod, &status.ips, &self.host_ip);
             for (id, name, why) in &actions.kill {
-                info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, "killing container");
-                if let Err(e) = self.cri.stop_container(id, grace).await {
+                info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, gracePeriod = grace, "killing container");
+                let plan = stop_plan(pod, id, name, grace);
+                if let Err(e) = self.stop_with_hooks(pod, &plan, &target, None).await {
                     warn!(pod = %pod_ref, podUID = %uid, container = %name, error = %e, "failed to kill container");
                 }
             }
@@ -373,8 +381,10 @@ impl RuntimeManager {
                 }
             }
         }
+        // Containers start together, but one with a postStart hook blocks the ones
+        // after it until the hook returned (kubelet starts them one by one).
         let mut futs = Vec::new();
-        for &i in &actions.start {
+        for (n, &i) in actions.start.iter().enumerate() {
             let c = &spec.containers[i];
             futs.push(self.start_container(
                 pod,
@@ -385,11 +395,14 @@ impl RuntimeManager {
                 &sandbox_config,
                 &env,
             ));
-        }
-        for r in join_all(futs).await {
-            match r {
-                Ok(retry) => merge_retry(&mut outcome.retry_after, retry),
-                Err(e) => errors.push(e),
+            let blocks = c.lifecycle.as_ref().is_some_and(|l| l.post_start.is_some());
+            if blocks || n + 1 == actions.start.len() {
+                for r in join_all(std::mem::take(&mut futs)).await {
+                    match r {
+                        Ok(retry) => merge_retry(&mut outcome.retry_after, retry),
+                        Err(e) => errors.push(e),
+                    }
+                }
             }
         }
         if errors.is_empty() {
@@ -480,11 +493,15 @@ impl RuntimeManager {
             Ok(envs) => envs,
             Err(e) => return config_error(&e),
         };
-        let mounts =
+        let mut mounts =
             match super::volumes::container_mounts(pod, c, &self.sandbox_env.pods_dir, &envs) {
                 Ok(m) => m,
                 Err(e) => return config_error(&e),
             };
+        match termination::message_mount(&self.sandbox_env.pods_dir, uid, c, restart_count) {
+            Ok(m) => mounts.extend(m),
+            Err(e) => return config_error(&e),
+        }
         let config = match container::container_config(&ContainerRequest {
             pod,
             container: c,
@@ -514,6 +531,33 @@ impl RuntimeManager {
             return Err(failed(WaitingReason::RunContainerError, e.to_string()));
         }
         info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "started container");
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let target = lifecycle::HookTarget {
+                pod_ip: env.pod_ips.first().cloned().unwrap_or_default(),
+            };
+            info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "running postStart hook");
+            let run = lifecycle::run_handler(
+                self.cri.as_ref(),
+                &id,
+                pod,
+                c,
+                hook,
+                &target,
+                Duration::ZERO,
+            );
+            if let Err(e) = run.await {
+                let msg = e.to_string();
+                warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, event = "FailedPostStartHook", error = %msg, "postStart hook failed, killing the container");
+                let grace = termination_grace(pod);
+                let plan = stop_plan(pod, &id, name, grace);
+                info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, reason = "FailedPostStartHook", gracePeriod = grace, "killing container");
+                if let Err(e) = self.stop_with_hooks(pod, &plan, &target, None).await {
+                    warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to kill container after its postStart hook failed");
+                }
+                return Err(failed(WaitingReason::PostStartHookError, msg));
+            }
+            info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "postStart hook completed");
+        }
         self.reasons.clear(uid, name);
         Ok(None)
     }
@@ -650,11 +694,11 @@ impl RuntimeManager {
             TerminationOrder::new(pod, status.running_containers().map(|c| c.name.as_str()))
         });
         self.kill_containers_and_sandboxes(
-            &pod_ref(pod),
-            pod_uid(pod),
+            pod,
+            &hook_target(pod, &status.ips, &self.host_ip),
             status
                 .running_containers()
-                .map(|c| (c.id.clone(), c.name.clone(), grace))
+                .map(|c| stop_plan(pod, &c.id, &c.name, grace))
                 .collect(),
             status.sandboxes.iter().map(|s| s.id.clone()).collect(),
             order.as_ref(),
@@ -662,56 +706,99 @@ impl RuntimeManager {
         .await
     }
 
-    /// Kills a pod known only to the runtime (grace from its annotations, or the override).
+    /// Kills a pod known only to the runtime. Its spec is gone, so each container's
+    /// preStop hook and grace come back from its annotations (kubelet's
+    /// `restoreSpecsFromContainerLabels`); an override still wins.
     pub(crate) async fn kill_runtime_pod(
         &self,
         pod: &RuntimePod,
         grace_override: Option<i64>,
     ) -> Result<(), SyncError> {
-        let grace = grace_override.unwrap_or(2);
+        let api_pod = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(pod.name.clone()),
+                namespace: Some(pod.namespace.clone()),
+                uid: Some(pod.uid.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut plans = Vec::new();
+        for c in pod
+            .containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+        {
+            let info = match self.cri.container_status(&c.id).await {
+                Ok(st) => labels::container_info(&st.labels, &st.annotations),
+                Err(_) => labels::ContainerInfo::default(),
+            };
+            plans.push(lifecycle::StopPlan {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                grace: grace_override
+                    .or(info.termination_grace)
+                    .unwrap_or(MIN_GRACE_SECS),
+                pre_stop: info.pre_stop,
+            });
+        }
+        // The pod IP is not known without the pod; HTTP hooks naming no host fail.
         self.kill_containers_and_sandboxes(
-            &pod.pod_ref(),
-            &pod.uid,
-            pod.containers
-                .iter()
-                .filter(|c| c.state == ContainerState::Running)
-                .map(|c| (c.id.clone(), c.name.clone(), grace))
-                .collect(),
+            &api_pod,
+            &lifecycle::HookTarget::default(),
+            plans,
             pod.sandboxes.iter().map(|s| s.id.clone()).collect(),
             None,
         )
         .await
     }
 
+    /// Stops one container as kubelet's `killContainer` does: its preStop hook inside the
+    /// grace budget, then (for a pod with sidecars) its turn in the termination order, then
+    /// StopContainer with what is left, at least 2 s.
+    async fn stop_with_hooks(
+        &self,
+        pod: &Pod,
+        plan: &lifecycle::StopPlan,
+        target: &lifecycle::HookTarget,
+        order: Option<&TerminationOrder>,
+    ) -> Result<(), CriError> {
+        let mut grace = lifecycle::run_pre_stop(self.cri.as_ref(), pod, plan, target).await;
+        // Sidecars stop after the app containers and the sidecars after them,
+        // within their own grace (kubelet's `waitForTurn`).
+        if let Some(order) = order.filter(|_| grace > 0) {
+            let budget = Duration::from_secs(grace.unsigned_abs());
+            let waited = order.wait_for_turn(&plan.name, budget).await;
+            if !waited.is_zero() {
+                info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, waitedMs = waited.as_millis() as u64, "sidecar stops after the containers it serves");
+            }
+            grace = lifecycle::grace_after_pre_stop(grace, waited);
+        }
+        info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, containerID = %plan.id, gracePeriod = grace, "stopping container");
+        let stopped = gone_is_ok(self.cri.stop_container(&plan.id, grace).await);
+        if let Some(order) = order {
+            order.stopped(&plan.name);
+        }
+        stopped
+    }
+
     async fn kill_containers_and_sandboxes(
         &self,
-        pod_ref: &str,
-        uid: &str,
-        containers: Vec<(String, String, i64)>,
+        pod: &Pod,
+        target: &lifecycle::HookTarget,
+        containers: Vec<lifecycle::StopPlan>,
         sandboxes: Vec<String>,
         order: Option<&TerminationOrder>,
     ) -> Result<(), SyncError> {
-        let kills = containers.iter().map(|(id, name, grace)| async move {
-            let mut grace = *grace;
-            // Sidecars stop after the app containers and the sidecars after them,
-            // within their own grace (kubelet's `waitForTurn`).
-            if let Some(order) = order.filter(|_| grace > 0) {
-                let budget = Duration::from_secs(grace.unsigned_abs());
-                let waited = order.wait_for_turn(name, budget).await;
-                if !waited.is_zero() {
-                    info!(pod = %pod_ref, podUID = %uid, container = %name, waitedMs = waited.as_millis() as u64, "sidecar stops after the containers it serves");
-                }
-                grace = (grace - waited.as_secs() as i64).max(MIN_GRACE_SECS);
-            }
-            info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, gracePeriod = grace, "stopping container");
-            gone_is_ok(self.cri.stop_container(id, grace).await).map_err(|source| StopError {
-                container: name.clone(),
-                source,
-            })?;
-            if let Some(order) = order {
-                order.stopped(name);
-            }
-            Ok(())
+        let pod_ref = &pod_ref(pod);
+        let uid = pod_uid(pod);
+        let kills = containers.iter().map(|plan| async move {
+            self.stop_with_hooks(pod, plan, target, order)
+                .await
+                .map_err(|source| StopError {
+                    container: plan.name.clone(),
+                    source,
+                })
         });
         let errors: Vec<StopError> = join_all(kills)
             .await
@@ -789,7 +876,30 @@ fn termination_grace(pod: &Pod) -> i64 {
 }
 
 /// kubelet's `minimumGracePeriodInSeconds`: the grace of a stop without a pod spec.
-const MIN_GRACE_SECS: i64 = 2;
+const MIN_GRACE_SECS: i64 = lifecycle::MIN_GRACE_SECS;
+
+/// How one container of a pod with a spec is stopped: the grace given, and the
+/// container's preStop hook from the spec.
+fn stop_plan(pod: &Pod, id: &str, name: &str, grace: i64) -> lifecycle::StopPlan {
+    lifecycle::StopPlan {
+        id: id.to_string(),
+        name: name.to_string(),
+        grace,
+        pre_stop: lifecycle::container_spec(pod, name)
+            .and_then(|c| c.lifecycle.as_ref())
+            .and_then(|l| l.pre_stop.clone()),
+    }
+}
+
+/// Where HTTP hooks without a host go: the pod's IP (the node's for host network).
+fn hook_target(pod: &Pod, ips: &[String], host_ip: &str) -> lifecycle::HookTarget {
+    let pod_ip = if sandbox::is_host_network(pod) {
+        host_ip.to_string()
+    } else {
+        ips.first().cloned().unwrap_or_default()
+    };
+    lifecycle::HookTarget { pod_ip }
+}
 
 /// A stop or remove of something already gone has done its job.
 fn gone_is_ok(res: Result<(), CriError>) -> Result<(), CriError> {

@@ -407,3 +407,44 @@ async fn a_pod_whose_app_finished_stops_its_sidecars_instead_of_restarting_them(
         ["job/side", "job/app"]
     );
 }
+
+/// preStop runs inside the grace budget before StopContainer (paused clock): a short
+/// hook takes its own time, a long one is cut at the grace period, and the stop
+/// happens either way.
+#[tokio::test(start_paused = true)]
+async fn pre_stop_runs_within_the_grace_before_the_stop() {
+    use k8s_openapi::api::core::v1::{Lifecycle, LifecycleHandler, SleepAction};
+    for (sleep, grace, expect) in [(5, 30, 5), (60, 3, 3)] {
+        let node = FakeNode::new();
+        let mut p = pod("web", &[], &["app"], "Always");
+        let spec = p.spec.as_mut().unwrap();
+        spec.termination_grace_period_seconds = Some(grace);
+        spec.containers[0].lifecycle = Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction { seconds: sleep }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        node.sync(&p).await.unwrap();
+        let st = node
+            .manager
+            .get_pod_status(uid(&p), "web", "default")
+            .await
+            .unwrap();
+        let t = tokio::time::Instant::now();
+        node.manager.kill_pod_status(&p, &st, None).await.unwrap();
+        assert_eq!(
+            t.elapsed(),
+            Duration::from_secs(expect),
+            "sleep {sleep}, grace {grace}"
+        );
+        assert_eq!(node.fake.calls_of("StopContainer"), ["web/app"]);
+        let st = node
+            .manager
+            .get_pod_status(uid(&p), "web", "default")
+            .await
+            .unwrap();
+        assert_eq!(st.running_containers().count(), 0);
+    }
+}

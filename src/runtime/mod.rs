@@ -12,10 +12,12 @@ pub(crate) mod cri_api;
 pub(crate) mod fake;
 pub(crate) mod gc;
 pub(crate) mod labels;
+pub(crate) mod lifecycle;
 pub(crate) mod manager;
 pub(crate) mod reader;
 pub(crate) mod sandbox;
 pub(crate) mod sidecar;
+pub(crate) mod termination;
 pub(crate) mod types;
 pub(crate) mod volumes;
 

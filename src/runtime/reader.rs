@@ -3,6 +3,7 @@
 //! look at the runtime but never change it.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::future::join_all;
@@ -11,17 +12,23 @@ use k8s_cri::v1 as cri;
 use super::cri::CriError;
 use super::cri_api::CriRead;
 use super::labels;
+use super::termination;
 use super::types::*;
 
 /// A read-only view of the runtime.
 #[derive(Clone)]
 pub(crate) struct RuntimeReader {
     cri: Arc<dyn CriRead>,
+    /// `<root-dir>/pods` and the pod log dir: where termination messages are read from.
+    dirs: Arc<(PathBuf, PathBuf)>,
 }
 
 impl RuntimeReader {
-    pub(crate) fn new(cri: Arc<dyn CriRead>) -> Self {
-        RuntimeReader { cri }
+    pub(crate) fn new(cri: Arc<dyn CriRead>, pods_dir: PathBuf, logs_dir: PathBuf) -> Self {
+        RuntimeReader {
+            cri,
+            dirs: Arc::new((pods_dir, logs_dir)),
+        }
     }
 
     /// Every pod in the runtime, grouped by pod UID label (two list calls).
@@ -150,6 +157,7 @@ impl RuntimeReader {
                 Err(e) => return Err(e),
             };
             let info = labels::container_info(&cs.labels, &cs.annotations);
+            let message = self.message_of(&cs);
             status.containers.push(ContainerStatus {
                 id: cs.id,
                 name: info.container_name,
@@ -161,7 +169,7 @@ impl RuntimeReader {
                 image: cs.image.map(|i| i.image).unwrap_or_default(),
                 image_ref: cs.image_ref,
                 reason: cs.reason,
-                message: cs.message,
+                message,
                 hash: info.hash,
                 restart_count: info.restart_count,
                 is_init: info.is_init,
@@ -171,5 +179,34 @@ impl RuntimeReader {
             .containers
             .sort_by_key(|x| std::cmp::Reverse(x.created_at));
         Ok(status)
+    }
+
+    /// The runtime's message, followed for an exited container by its termination
+    /// message (kubelet's `getContainerStatuses`): the file, or the log's tail under
+    /// `FallbackToLogsOnError` after a non-zero exit of a container that did run.
+    fn message_of(&self, cs: &cri::ContainerStatus) -> String {
+        let mut message = cs.message.clone();
+        if ContainerState::from_cri(cs.state) != ContainerState::Exited {
+            return message;
+        }
+        let path = cs
+            .annotations
+            .get(labels::TERMINATION_MESSAGE_PATH_ANNOTATION)
+            .map_or(termination::DEFAULT_PATH, String::as_str);
+        let fallback = cs
+            .annotations
+            .get(labels::TERMINATION_MESSAGE_POLICY_ANNOTATION)
+            .is_some_and(|p| p == termination::POLICY_FALLBACK)
+            && cs.exit_code != 0
+            && cs.reason != "ContainerCannotRun";
+        let (pods_dir, logs_dir) = &*self.dirs;
+        let t = termination::exited_message(pods_dir, logs_dir, cs, path, fallback);
+        if !t.is_empty() {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&t);
+        }
+        message
     }
 }

@@ -685,7 +685,7 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         .old
         .and_then(|o| o.start_time.clone())
         .unwrap_or_else(|| seconds(inputs.now));
-    PodStatus {
+    let mut status = PodStatus {
         phase: Some(phase.to_string()),
         reason,
         message,
@@ -701,7 +701,10 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         start_time: Some(start_time),
         qos_class: Some(super::qos::qos_class(pod).to_string()),
         ..Default::default()
-    }
+    };
+    // kubelet's status manager caps termination messages per pod (12 KiB in all).
+    crate::runtime::termination::cap_pod_messages(pod, &mut status);
+    status
 }
 
 /// How kubelet's `rejectPod` starts the message of a pod rejected at admission.

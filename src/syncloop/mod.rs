@@ -2,6 +2,7 @@
 //! the 1 s sync tick and the 2 s housekeeping tick, and hands each pod to its worker.
 
 pub(crate) mod admission;
+pub(crate) mod deadline;
 pub(crate) mod monitor;
 pub(crate) mod pod_manager;
 pub(crate) mod pod_syncer;
@@ -229,6 +230,7 @@ impl SyncLoop {
                 true
             }
             _ = inputs.sync_tick.tick() => {
+                self.handle_active_deadlines();
                 let due: Vec<Arc<Pod>> = self.queue.take_due().iter().filter_map(|u| self.pods.get(u)).collect();
                 if !due.is_empty() {
                     debug!(channel = "sync", pods = due.len(), "sync loop iteration: pods due for resync");
@@ -351,6 +353,33 @@ impl SyncLoop {
         }
     }
 
+    /// kubelet's active-deadline sync handler: a syncing pod past its
+    /// `activeDeadlineSeconds` is killed with status Failed / DeadlineExceeded.
+    fn handle_active_deadlines(&mut self) {
+        let now = jiff::Timestamp::now();
+        for pod in self.pods.all() {
+            let uid = pod_uid(&pod).to_string();
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.active_deadline_seconds)
+                .is_none()
+                || self.workers.lifecycle(&uid) != Some(pod_workers::Lifecycle::Syncing)
+                || !deadline::past_deadline(&pod, self.statuses.get(&uid).as_ref(), now)
+            {
+                continue;
+            }
+            info!(pod = %pod_ref(&pod), podUID = %uid, activeDeadlineSeconds = ?pod.spec.as_ref().and_then(|s| s.active_deadline_seconds), "pod passed its active deadline, killing it");
+            self.workers.update_pod(PodWork::Kill {
+                pod,
+                kill: KillRequest {
+                    status: Some(deadline::kill_status()),
+                    ..KillRequest::new(KillReason::DeadlineExceeded)
+                },
+            });
+        }
+    }
+
     fn handle_pod_syncs(&mut self, pods: Vec<Arc<Pod>>) {
         for pod in pods {
             self.dispatch(pod, UpdateType::Sync);
@@ -422,12 +451,6 @@ pub(crate) fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
         c.liveness_probe.is_some() || c.readiness_probe.is_some() || c.startup_probe.is_some()
     }) {
         out.push("probes");
-    }
-    if all().any(|c| c.lifecycle.is_some()) {
-        out.push("lifecycle hooks");
-    }
-    if spec.active_deadline_seconds.is_some() {
-        out.push("activeDeadlineSeconds");
     }
     out
 }

@@ -20,6 +20,8 @@ pub(crate) enum KillReason {
     Deleted,
     /// It reached Succeeded or Failed by itself.
     Terminal,
+    /// It was active longer than its `activeDeadlineSeconds`.
+    DeadlineExceeded,
 }
 
 impl KillReason {
@@ -29,6 +31,7 @@ impl KillReason {
             KillReason::RuntimeOnly => "runtime-only pod",
             KillReason::Deleted => "deleted",
             KillReason::Terminal => "pod is terminal",
+            KillReason::DeadlineExceeded => "active deadline exceeded",
         }
     }
 }

@@ -2,6 +2,7 @@
 //! PLEG, the sync loop and the HTTP servers as named tasks in one task tree
 //! (`crate::tasks`): a critical task's end stops the agent with a non-zero code.
 
+use crate::prober::{ProbeManager, ProbeResults, WorkerDeps};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -243,6 +244,16 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         }
     });
 
+    // Bounded: a worker waits for the loop rather than an update being lost.
+    let (probe_results, probe_rx) = ProbeResults::new(256);
+    let probes = Arc::new(ProbeManager::new(
+        WorkerDeps {
+            results: Arc::new(probe_results),
+            statuses: statuses.clone(),
+            cri: Arc::new(rt.cri.clone()),
+        },
+        tasks.child(),
+    ));
     let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
         cache,
@@ -250,6 +261,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         pods: pods.clone(),
         runtime_name: rt.runtime_name.clone(),
         startup: Default::default(),
+        probes: probes.clone(),
     });
     let sync_loop = SyncLoop::new(SyncLoopDeps {
         pods: pods.clone(),
@@ -268,7 +280,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         syncloop: sync_loop.monitor.clone(),
         stall_threshold: stall_threshold(opts.sync_frequency),
     };
-    let inputs = LoopInputs::new(update_rx, pleg_rx);
+    let inputs = LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx);
     tasks.spawn_critical("sync-loop", move |cancel| async move {
         sync_loop.run(inputs, cancel).await;
         Ok(())

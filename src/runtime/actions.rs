@@ -8,6 +8,7 @@ use super::labels::container_hash;
 use super::sandbox::is_host_network;
 use super::types::{ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::pod::{RestartPolicy, TerminatedReason};
+use crate::prober::ProbeKind;
 
 /// What one sync must do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,6 +27,8 @@ pub(crate) struct PodActions {
     pub start: Vec<usize>,
     /// Running containers to kill: (id, name, why).
     pub kill: Vec<(String, String, String)>,
+    /// Kills a probe asked for with the probe's own grace period: (id, seconds).
+    pub probe_grace: Vec<(String, i64)>,
 }
 
 impl PodActions {
@@ -150,7 +153,19 @@ fn init_container_actions(pod: &Pod, status: &PodRuntimeStatus, actions: &mut Po
 }
 
 /// Computes the actions for one sync of `pod` given what the runtime has.
+#[cfg(test)]
 pub(crate) fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodActions {
+    compute_pod_actions_probed(pod, status, &|_| None)
+}
+
+/// `compute_pod_actions`, with the liveness or startup probe that failed a running
+/// container (by runtime ID): that container is killed, and restarted unless the
+/// restart policy is Never (kubelet's `computePodActions`).
+pub(crate) fn compute_pod_actions_probed(
+    pod: &Pod,
+    status: &PodRuntimeStatus,
+    failed_probe: &dyn Fn(&str) -> Option<ProbeKind>,
+) -> PodActions {
     let Some(spec) = pod.spec.as_ref() else {
         return PodActions::default();
     };
@@ -215,7 +230,22 @@ pub(crate) fn compute_pod_actions(pod: &Pod, status: &PodRuntimeStatus) -> PodAc
         let latest = status.latest(&c.name);
         match latest {
             Some(s) if s.state == ContainerState::Running => {
-                if s.hash != container_hash(c) {
+                if let Some(kind) = failed_probe(&s.id) {
+                    let restart = policy != RestartPolicy::Never;
+                    let mut why = format!(
+                        "Container {} failed {} probe",
+                        c.name,
+                        kind.as_str().to_lowercase()
+                    );
+                    if restart {
+                        why.push_str(", will be restarted");
+                        actions.start.push(i);
+                    }
+                    if let Some(g) = kind.of(c).and_then(|p| p.termination_grace_period_seconds) {
+                        actions.probe_grace.push((s.id.clone(), g));
+                    }
+                    actions.kill.push((s.id.clone(), c.name.clone(), why));
+                } else if s.hash != container_hash(c) {
                     actions.kill.push((
                         s.id.clone(),
                         c.name.clone(),

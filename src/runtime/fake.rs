@@ -317,7 +317,6 @@ impl FakeRuntime {
     }
 
     /// The sandbox's pause process dies: it is no longer ready.
-    #[allow(dead_code, reason = "fake runtime API for the probe tests (issue 8)")]
     pub(crate) fn sandbox_dies(&self, id: &str) {
         if let Some(s) = self.lock().sandboxes.get_mut(id) {
             s.ready = false;
@@ -325,7 +324,6 @@ impl FakeRuntime {
     }
 
     /// What `ExecSync` in this container returns (default: exit 0, no output).
-    #[allow(dead_code, reason = "fake runtime API for the probe tests (issue 8)")]
     pub(crate) fn set_exec_result(&self, id: &str, result: Result<ExecOutput, tonic::Code>) {
         self.lock().exec.insert(id.to_string(), result);
     }

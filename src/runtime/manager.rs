@@ -11,7 +11,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{debug, info, warn};
 
-use super::actions::compute_pod_actions;
+use super::actions::compute_pod_actions_probed;
 use super::backoff::Backoff;
 use super::container::{self, ContainerRequest, PodEnv};
 use super::cri::CriError;
@@ -258,14 +258,25 @@ impl RuntimeManager {
 
     /// Brings the pod's runtime state towards its spec. Back-offs are not errors: they
     /// show as waiting reasons and come back as `retry_after`.
+    #[cfg(test)]
     pub(crate) async fn sync_pod(
         &self,
         pod: &Pod,
         status: &PodRuntimeStatus,
     ) -> Result<SyncOutcome, SyncError> {
+        self.sync_pod_probed(pod, status, &|_| None).await
+    }
+
+    /// `sync_pod`, with the liveness/startup probe that failed a container (by ID).
+    pub(crate) async fn sync_pod_probed(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+        failed_probe: &(dyn Fn(&str) -> Option<crate::prober::ProbeKind> + Sync),
+    ) -> Result<SyncOutcome, SyncError> {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod).to_string();
-        let actions = compute_pod_actions(pod, status);
+        let actions = compute_pod_actions_probed(pod, status, failed_probe);
         debug!(pod = %pod_ref, podUID = %uid, ?actions, "computed pod actions");
         let mut outcome = SyncOutcome::default();
         if actions.is_noop() {
@@ -287,7 +298,11 @@ impl RuntimeManager {
         } else {
             let grace = termination_grace(pod);
             for (id, name, why) in &actions.kill {
-                info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, "killing container");
+                // A probe's own terminationGracePeriodSeconds replaces the pod's.
+                let grace = (actions.probe_grace.iter())
+                    .find(|(i, _)| i == id)
+                    .map_or(grace, |(_, g)| *g);
+                info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, grace, "killing container");
                 if let Err(e) = self.cri.stop_container(id, grace).await {
                     warn!(pod = %pod_ref, podUID = %uid, container = %name, error = %e, "failed to kill container");
                 }

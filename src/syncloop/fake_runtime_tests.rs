@@ -37,6 +37,15 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
     let mut pleg = GenericPleg::new(runtime.reader(), cache.clone(), pleg_tx, pleg_stats.clone());
     pleg.relist().await;
     tasks.track(pleg.run(tasks.token()));
+    let (probe_results, probe_rx) = crate::prober::ProbeResults::new(16);
+    let probes = Arc::new(crate::prober::ProbeManager::new(
+        crate::prober::WorkerDeps {
+            results: Arc::new(probe_results),
+            statuses: statuses.clone(),
+            cri: node.fake.clone(),
+        },
+        tasks.child(),
+    ));
     let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
         cache,
@@ -44,6 +53,7 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
         pods: pods.clone(),
         runtime_name: "fake".into(),
         startup: Default::default(),
+        probes,
     });
     let mut sync_loop = SyncLoop::new(SyncLoopDeps {
         pods,
@@ -61,7 +71,10 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
     setup(&mut sync_loop);
     let workers = sync_loop.workers.clone();
     let (updates, update_rx) = mpsc::channel(16);
-    tasks.track(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), tasks.token()));
+    tasks.track(sync_loop.run(
+        LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx),
+        tasks.token(),
+    ));
     Agent {
         node,
         statuses,

@@ -355,6 +355,41 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_liveness_or_startup_probe_kills_with_kubelets_message_and_the_probe_grace() {
+        for (policy, kind, restart) in [
+            ("Always", ProbeKind::Liveness, true),
+            ("OnFailure", ProbeKind::Startup, true),
+            ("Never", ProbeKind::Liveness, false),
+        ] {
+            let mut p = pod(policy, &["a", "b"]);
+            let probe = k8s_openapi::api::core::v1::Probe {
+                termination_grace_period_seconds: Some(4),
+                ..Default::default()
+            };
+            let c = &mut p.spec.as_mut().unwrap().containers[0];
+            c.liveness_probe = Some(probe.clone());
+            c.startup_probe = Some(probe);
+            let s = status(
+                vec![sandbox("s1", true, 0)],
+                vec![
+                    container(&p, "a", ContainerState::Running, 0),
+                    container(&p, "b", ContainerState::Running, 0),
+                ],
+            );
+            let failed = |id: &str| (id == "id-a").then_some(kind);
+            let a = compute_pod_actions_probed(&p, &s, &failed);
+            let mut why = format!("Container a failed {} probe", kind.as_str().to_lowercase());
+            if restart {
+                why.push_str(", will be restarted");
+            }
+            assert_eq!(a.kill, vec![("id-a".into(), "a".into(), why)], "{policy}");
+            assert_eq!(a.probe_grace, vec![("id-a".to_string(), 4)]);
+            assert_eq!(a.start, if restart { vec![0] } else { vec![] }, "{policy}");
+            assert!(!a.kill_pod, "b still runs");
+        }
+    }
+
+    #[test]
     fn restart_policy_decides_restarts() {
         for (policy, exit, restart) in [
             ("Always", 0, true),

@@ -65,7 +65,10 @@ async fn restarted_once_then_stable(ox: &Oxlet, name: &str) {
         })
         .await;
     let last = c.last_state.as_ref().and_then(|s| s.terminated.as_ref());
-    assert!(last.is_some(), "{name}: lastState says it was killed: {c:?}");
+    assert!(
+        last.is_some(),
+        "{name}: lastState says it was killed: {c:?}"
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     let pods = ox.pods().await;
     let now = main_of(&pods, name).unwrap();
@@ -126,6 +129,20 @@ async fn exec_http_and_tcp_liveness_restart_once_then_stay() {
     for name in ["exec", "http", "tcp"] {
         restarted_once_then_stable(&ox, name).await;
     }
+    // Each handler failed for its own reason (the transition lines carry the output).
+    let log = ox.log();
+    for why in [
+        "command exited with 1",
+        "HTTP probe failed with statuscode: 404",
+        "dial tcp",
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("probe result changed") && l.contains(why)),
+            "a transition line says {why:?}:\n{}",
+            tail(&log, 60)
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,7 +169,11 @@ async fn failing_readiness_never_ready_never_restarted_and_startup_holds_livenes
     );
     let slow = ox.wait_running("slow", START).await;
     let c = container(&slow, "main");
-    assert_eq!((c.started, c.ready), (Some(false), false), "not started yet: {c:?}");
+    assert_eq!(
+        (c.started, c.ready),
+        (Some(false), false),
+        "not started yet: {c:?}"
+    );
     assert_eq!(cond(&slow, "Ready"), "False");
     let slow = ox
         .wait_for("slow started and ready", START, |pods| {
@@ -188,6 +209,7 @@ async fn grpc_probe_is_ready_only_while_serving() {
         .set_service_status("", ServingStatus::Serving)
         .await;
     let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+    // The test's health server; aborted at the end, and gone with the test's runtime.
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service)
@@ -203,7 +225,9 @@ async fn grpc_probe_is_ready_only_while_serving() {
         ),
     );
     ox.wait_for("grpc ready", START, |pods| {
-        find(pods, "grpc").filter(|p| cond(p, "Ready") == "True").cloned()
+        find(pods, "grpc")
+            .filter(|p| cond(p, "Ready") == "True")
+            .cloned()
     })
     .await;
     reporter
@@ -211,7 +235,9 @@ async fn grpc_probe_is_ready_only_while_serving() {
         .await;
     let p = ox
         .wait_for("grpc unready", START, |pods| {
-            find(pods, "grpc").filter(|p| cond(p, "Ready") == "False").cloned()
+            find(pods, "grpc")
+                .filter(|p| cond(p, "Ready") == "False")
+                .cloned()
         })
         .await;
     assert_eq!(container(&p, "main").restart_count, 0);

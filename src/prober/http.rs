@@ -97,7 +97,10 @@ fn resolve(base: &Uri, location: &str) -> Result<Uri, ProbeError> {
     if loc.scheme().is_some() {
         return Ok(loc);
     }
-    let authority = base.authority().map(|a| a.as_str()).unwrap_or_default();
+    let authority = base
+        .authority()
+        .map(hyper::http::uri::Authority::as_str)
+        .unwrap_or_default();
     let path = if location.starts_with('/') {
         location.to_string()
     } else {
@@ -181,5 +184,130 @@ async fn get_once(
         r = &mut send => r,
         // The server closed the connection: whatever the request got is its answer.
         () = &mut conn => send.await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A tiny HTTP/1.1 server on 127.0.0.1: answers by path, records each request head.
+    async fn server() -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        // Test-only server, dropped with the test's runtime.
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap();
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                log.lock().unwrap().push(head.clone());
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let (status, extra, body) = match path.as_str() {
+                    "/ok" => ("200 OK", String::new(), "fine".to_string()),
+                    "/moved" => ("302 Found", "Location: /ok\r\n".into(), String::new()),
+                    "/away" => (
+                        "302 Found",
+                        "Location: http://192.0.2.1/ok\r\n".into(),
+                        String::new(),
+                    ),
+                    "/loop" => ("302 Found", "Location: /loop\r\n".into(), String::new()),
+                    "/big" => ("200 OK", String::new(), "x".repeat(20 * 1024)),
+                    "/hang" => {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        continue;
+                    }
+                    _ => ("500 Internal Server Error", String::new(), String::new()),
+                };
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            }
+        });
+        (port, seen)
+    }
+
+    fn target(port: u16, path: &str) -> HttpTarget {
+        HttpTarget {
+            host: "127.0.0.1".into(),
+            port,
+            path: path.into(),
+            headers: vec![("X-Custom".into(), "yes".into())],
+        }
+    }
+
+    const T: Duration = Duration::from_secs(2);
+
+    #[tokio::test]
+    async fn sends_kubelets_headers_and_200_to_399_is_success() {
+        let (port, seen) = server().await;
+        let out = probe(&target(port, "/ok"), T).await.unwrap();
+        assert_eq!(out, ProbeOutcome::Success("fine".into()));
+        let head = seen.lock().unwrap()[0].to_lowercase();
+        assert!(head.starts_with("get /ok http/1.1"), "{head}");
+        for h in [
+            "user-agent: kube-probe/1.34",
+            "accept: */*",
+            "x-custom: yes",
+            &format!("host: 127.0.0.1:{port}"),
+        ] {
+            assert!(head.contains(h), "{h} in {head}");
+        }
+        let out = probe(&target(port, "/nope"), T).await.unwrap();
+        assert_eq!(
+            out,
+            ProbeOutcome::Failure("HTTP probe failed with statuscode: 500".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn redirects_are_followed_only_to_the_same_host_at_most_ten_times() {
+        let (port, seen) = server().await;
+        let out = probe(&target(port, "/moved"), T).await.unwrap();
+        assert_eq!(out, ProbeOutcome::Success("fine".into()));
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        // Another host: not followed, success (kubelet warns).
+        let out = probe(&target(port, "/away"), T).await.unwrap();
+        assert!(matches!(out, ProbeOutcome::Success(_)), "{out:?}");
+        assert_eq!(seen.lock().unwrap().len(), 3);
+        let out = probe(&target(port, "/loop"), T).await.unwrap();
+        assert!(
+            matches!(out, ProbeOutcome::Failure(ref m) if m.contains("redirects")),
+            "{out:?}"
+        );
+        assert_eq!(seen.lock().unwrap().len(), 3 + 1 + MAX_REDIRECTS);
+    }
+
+    #[tokio::test]
+    async fn the_body_read_is_capped_and_a_slow_server_fails_at_the_timeout() {
+        let (port, _) = server().await;
+        let ProbeOutcome::Success(body) = probe(&target(port, "/big"), T).await.unwrap() else {
+            panic!("big body is a success");
+        };
+        assert_eq!(body.len(), MAX_BODY);
+        let started = std::time::Instant::now();
+        let out = probe(&target(port, "/hang"), Duration::from_millis(300))
+            .await
+            .unwrap();
+        assert!(
+            matches!(out, ProbeOutcome::Failure(ref m) if m.contains("deadline")),
+            "{out:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Nothing listens: a failure, not an error.
+        let free = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let out = probe(&target(free, "/ok"), T).await.unwrap();
+        assert!(matches!(out, ProbeOutcome::Failure(_)), "{out:?}");
     }
 }

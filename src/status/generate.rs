@@ -27,8 +27,11 @@ pub(crate) struct StatusInputs<'a> {
     pub now: jiff::Timestamp,
     /// A running container's (ready, started) from its probes, by spec and runtime
     /// ID; None when it has no readiness or startup probe.
-    pub probed: &'a dyn Fn(&Container, &str) -> Option<(bool, bool)>,
+    pub probed: &'a ProbedFn<'a>,
 }
+
+/// A running container's (ready, started) from its probes (see `StatusInputs::probed`).
+pub(crate) type ProbedFn<'a> = dyn Fn(&Container, &str) -> Option<(bool, bool)> + 'a;
 
 /// CRI nanoseconds → API time at second precision (kubelet normalises to 1 s).
 fn time_of(ns: i64) -> Option<Time> {

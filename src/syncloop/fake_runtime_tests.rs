@@ -422,7 +422,7 @@ async fn a_failing_liveness_probe_restarts_the_container_once() {
     // The new instance probes healthy (default exec result): it stays.
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(container_status(&a).unwrap().restart_count, 1);
-    assert_eq!(container_status(&a).unwrap().ready, true);
+    assert!(container_status(&a).unwrap().ready);
     a.stop().await;
 }
 

@@ -243,3 +243,44 @@ async fn grpc_probe_is_ready_only_while_serving() {
     assert_eq!(container(&p, "main").restart_count, 0);
     server.abort();
 }
+
+/// After an oxlet restart, probing starts over from kubelet's initial results: the
+/// running container is adopted (not restarted) and is ready again once its readiness
+/// probe passes; liveness starts from Success, so nothing is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probing_starts_over_after_an_oxlet_restart_without_restarting_anything() {
+    let bed = Testbed::start().await;
+    let mut ox = Oxlet::start(&bed, &[]);
+    let probe = |kind: &str| {
+        format!("    {kind}:\n      exec:\n        command: [\"true\"]\n      periodSeconds: 1\n")
+    };
+    write_manifest(
+        &ox.manifests,
+        "kept.yaml",
+        &format!(
+            "{}{}{}",
+            pod_yaml("kept", "sleep 3600", ""),
+            probe("readinessProbe"),
+            probe("livenessProbe")
+        ),
+    );
+    let ready = |pods: &[Pod]| {
+        find(pods, "kept")
+            .filter(|p| cond(p, "Ready") == "True")
+            .cloned()
+    };
+    let before = ox.wait_for("kept ready", START, ready).await;
+    ox.kill9();
+    ox.spawn(&[]);
+    let after = ox
+        .wait_for("kept ready after the restart", START, ready)
+        .await;
+    let (b, a) = (container(&before, "main"), container(&after, "main"));
+    assert_eq!(a.container_id, b.container_id, "adopted, not restarted");
+    assert_eq!(a.restart_count, 0);
+    assert!(
+        !ox.log().contains("failed liveness probe"),
+        "{}",
+        tail(&ox.log(), 40)
+    );
+}

@@ -445,6 +445,19 @@ pub(crate) fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
             .iter()
             .chain(spec.init_containers.iter().flatten())
     };
+    let https = |p: Option<&k8s_openapi::api::core::v1::Probe>| {
+        p.and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.scheme.as_deref())
+            .is_some_and(|s| s.eq_ignore_ascii_case("https"))
+    };
+    if all().any(|c| {
+        https(c.liveness_probe.as_ref())
+            || https(c.readiness_probe.as_ref())
+            || https(c.startup_probe.as_ref())
+    }) {
+        // No TLS client in oxlet: such a probe errors (never counted) every period.
+        out.push("HTTPS probes");
+    }
     if all().any(|c| c.lifecycle.is_some()) {
         out.push("lifecycle hooks");
     }

@@ -2,6 +2,7 @@
 //! PLEG, the sync loop and the HTTP servers as named tasks in one task tree
 //! (`crate::tasks`): a critical task's end stops the agent with a non-zero code.
 
+use crate::prober::{ProbeManager, ProbeResults, StartupProbeGate, WorkerDeps};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -155,16 +156,22 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods);
     debug!(node = ?node, "node facts");
-    let runtime = Arc::new(RuntimeManager::new(
-        Arc::new(rt.cri.clone()),
-        SandboxEnv {
-            pod_logs_dir: opts.pod_logs_dir.clone(),
-            host_dns: host_dns(),
-            pods_dir: opts.root_dir.join("pods"),
-            cgroups: Arc::new(RuntimeDefaultCgroups),
-        },
-        node.internal_ip().to_string(),
-    ));
+    // Bounded: a worker waits for the loop rather than an update being lost.
+    let (probe_results, probe_rx) = ProbeResults::new(256);
+    let probe_results = Arc::new(probe_results);
+    let runtime = Arc::new(
+        RuntimeManager::new(
+            Arc::new(rt.cri.clone()),
+            SandboxEnv {
+                pod_logs_dir: opts.pod_logs_dir.clone(),
+                host_dns: host_dns(),
+                pods_dir: opts.root_dir.join("pods"),
+                cgroups: Arc::new(RuntimeDefaultCgroups),
+            },
+            node.internal_ip().to_string(),
+        )
+        .with_startup_gate(Arc::new(StartupProbeGate(probe_results.clone()))),
+    );
     let cache = Arc::new(PodCache::default());
     let statuses = Arc::new(StatusManager::default());
     let pods = Arc::new(PodManager::default());
@@ -243,6 +250,14 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         }
     });
 
+    let probes = Arc::new(ProbeManager::new(
+        WorkerDeps {
+            results: probe_results,
+            statuses: statuses.clone(),
+            cri: Arc::new(rt.cri.clone()),
+        },
+        tasks.child(),
+    ));
     let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
         cache,
@@ -250,6 +265,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         pods: pods.clone(),
         runtime_name: rt.runtime_name.clone(),
         startup: Default::default(),
+        probes: probes.clone(),
     });
     let sync_loop = SyncLoop::new(SyncLoopDeps {
         pods: pods.clone(),
@@ -268,7 +284,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         syncloop: sync_loop.monitor.clone(),
         stall_threshold: stall_threshold(opts.sync_frequency),
     };
-    let inputs = LoopInputs::new(update_rx, pleg_rx);
+    let inputs = LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx);
     tasks.spawn_critical("sync-loop", move |cancel| async move {
         sync_loop.run(inputs, cancel).await;
         Ok(())

@@ -14,6 +14,7 @@ mod node;
 mod options;
 mod pleg;
 mod pod;
+mod prober;
 mod quantity;
 mod rlimit;
 mod runonce;

@@ -9,6 +9,7 @@ use super::sandbox::is_host_network;
 use super::sidecar::{Startup, StartupGate, is_sidecar};
 use super::types::{ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::pod::{RestartPolicy, TerminatedReason};
+use crate::prober::ProbeKind;
 
 /// What one sync must do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub(crate) struct PodActions {
     pub start: Vec<usize>,
     /// Running containers to kill: (id, name, why).
     pub kill: Vec<(String, String, String)>,
+    /// Kills a probe asked for with the probe's own grace period: (id, seconds).
+    pub probe_grace: Vec<(String, i64)>,
 }
 
 impl PodActions {
@@ -209,10 +212,24 @@ fn init_container_actions(
 }
 
 /// Computes the actions for one sync of `pod` given what the runtime has.
+#[cfg(test)]
 pub(crate) fn compute_pod_actions(
     pod: &Pod,
     status: &PodRuntimeStatus,
     gate: &dyn StartupGate,
+) -> PodActions {
+    compute_pod_actions_probed(pod, status, gate, &|_| None)
+}
+
+/// `compute_pod_actions`, with the liveness or startup probe that failed a running
+/// container (by runtime ID): that container is killed, and restarted unless the
+/// restart policy is Never (kubelet's `computePodActions`). `gate` says whether a
+/// sidecar has started (its startup probe).
+pub(crate) fn compute_pod_actions_probed(
+    pod: &Pod,
+    status: &PodRuntimeStatus,
+    gate: &dyn StartupGate,
+    failed_probe: &dyn Fn(&str) -> Option<ProbeKind>,
 ) -> PodActions {
     let Some(spec) = pod.spec.as_ref() else {
         return PodActions::default();
@@ -278,7 +295,22 @@ pub(crate) fn compute_pod_actions(
         let latest = status.latest(&c.name);
         match latest {
             Some(s) if s.state == ContainerState::Running => {
-                if s.hash != container_hash(c) {
+                if let Some(kind) = failed_probe(&s.id) {
+                    let restart = policy != RestartPolicy::Never;
+                    let mut why = format!(
+                        "Container {} failed {} probe",
+                        c.name,
+                        kind.as_str().to_lowercase()
+                    );
+                    if restart {
+                        why.push_str(", will be restarted");
+                        actions.start.push(i);
+                    }
+                    if let Some(g) = kind.of(c).and_then(|p| p.termination_grace_period_seconds) {
+                        actions.probe_grace.push((s.id.clone(), g));
+                    }
+                    actions.kill.push((s.id.clone(), c.name.clone(), why));
+                } else if s.hash != container_hash(c) {
                     actions.kill.push((
                         s.id.clone(),
                         c.name.clone(),
@@ -388,6 +420,41 @@ mod tests {
             vec![container(&p, "a", ContainerState::Running, 0)],
         );
         assert!(compute_pod_actions(&p, &s, &RunningIsStarted).is_noop());
+    }
+
+    #[test]
+    fn a_failed_liveness_or_startup_probe_kills_with_kubelets_message_and_the_probe_grace() {
+        for (policy, kind, restart) in [
+            ("Always", ProbeKind::Liveness, true),
+            ("OnFailure", ProbeKind::Startup, true),
+            ("Never", ProbeKind::Liveness, false),
+        ] {
+            let mut p = pod(policy, &["a", "b"]);
+            let probe = k8s_openapi::api::core::v1::Probe {
+                termination_grace_period_seconds: Some(4),
+                ..Default::default()
+            };
+            let c = &mut p.spec.as_mut().unwrap().containers[0];
+            c.liveness_probe = Some(probe.clone());
+            c.startup_probe = Some(probe);
+            let s = status(
+                vec![sandbox("s1", true, 0)],
+                vec![
+                    container(&p, "a", ContainerState::Running, 0),
+                    container(&p, "b", ContainerState::Running, 0),
+                ],
+            );
+            let failed = |id: &str| (id == "id-a").then_some(kind);
+            let a = compute_pod_actions_probed(&p, &s, &RunningIsStarted, &failed);
+            let mut why = format!("Container a failed {} probe", kind.as_str().to_lowercase());
+            if restart {
+                why.push_str(", will be restarted");
+            }
+            assert_eq!(a.kill, vec![("id-a".into(), "a".into(), why)], "{policy}");
+            assert_eq!(a.probe_grace, vec![("id-a".to_string(), 4)]);
+            assert_eq!(a.start, if restart { vec![0] } else { vec![] }, "{policy}");
+            assert!(!a.kill_pod, "b still runs");
+        }
     }
 
     #[test]

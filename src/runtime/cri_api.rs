@@ -19,10 +19,6 @@ pub(crate) type CriFuture<'a, T> = BoxFuture<'a, Result<T, CriError>>;
 
 /// What one `ExecSync` returned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[allow(
-    dead_code,
-    reason = "seam: probes (issue 8) run exec checks through it"
-)]
 pub(crate) struct ExecOutput {
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
@@ -71,10 +67,6 @@ pub(crate) trait Cri: CriRead {
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> CriFuture<'a, String>;
     /// Runs `cmd` in the container and waits for it, at most `timeout` (exec probes).
-    #[allow(
-        dead_code,
-        reason = "seam: probes (issue 8) run exec checks through it"
-    )]
     fn exec_sync<'a>(
         &'a self,
         id: &'a str,

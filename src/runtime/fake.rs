@@ -325,7 +325,6 @@ impl FakeRuntime {
     }
 
     /// What `ExecSync` in this container returns (default: exit 0, no output).
-    #[allow(dead_code, reason = "fake runtime API for the probe tests (issue 8)")]
     pub(crate) fn set_exec_result(&self, id: &str, result: Result<ExecOutput, tonic::Code>) {
         self.lock().exec.insert(id.to_string(), result);
     }

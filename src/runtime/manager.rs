@@ -11,7 +11,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{debug, info, warn};
 
-use super::actions::compute_pod_actions;
+use super::actions::compute_pod_actions_probed;
 use super::backoff::Backoff;
 use super::container::{self, ContainerRequest, PodEnv};
 use super::cri::CriError;
@@ -201,7 +201,6 @@ impl RuntimeManager {
     }
 
     /// Plugs in the prober's startup results (the default: running is started).
-    #[allow(dead_code)] // The seam the prober plugs into.
     pub(crate) fn with_startup_gate(mut self, gate: Arc<dyn StartupGate>) -> Self {
         self.startup_gate = gate;
         self
@@ -276,14 +275,26 @@ impl RuntimeManager {
 
     /// Brings the pod's runtime state towards its spec. Back-offs are not errors: they
     /// show as waiting reasons and come back as `retry_after`.
+    #[cfg(test)]
     pub(crate) async fn sync_pod(
         &self,
         pod: &Pod,
         status: &PodRuntimeStatus,
     ) -> Result<SyncOutcome, SyncError> {
+        self.sync_pod_probed(pod, status, &|_| None).await
+    }
+
+    /// `sync_pod`, with the liveness/startup probe that failed a container (by ID).
+    pub(crate) async fn sync_pod_probed(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+        failed_probe: &(dyn Fn(&str) -> Option<crate::prober::ProbeKind> + Sync),
+    ) -> Result<SyncOutcome, SyncError> {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod).to_string();
-        let actions = compute_pod_actions(pod, status, self.startup_gate.as_ref());
+        let actions =
+            compute_pod_actions_probed(pod, status, self.startup_gate.as_ref(), failed_probe);
         debug!(pod = %pod_ref, podUID = %uid, ?actions, "computed pod actions");
         let mut outcome = SyncOutcome::default();
         if actions.is_noop() {
@@ -306,6 +317,10 @@ impl RuntimeManager {
             let grace = termination_grace(pod);
             let target = hook_target(pod, &status.ips, &self.host_ip);
             for (id, name, why) in &actions.kill {
+                // A probe's own terminationGracePeriodSeconds replaces the pod's.
+                let grace = (actions.probe_grace.iter())
+                    .find(|(i, _)| i == id)
+                    .map_or(grace, |(_, g)| *g);
                 info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, gracePeriod = grace, "killing container");
                 let plan = stop_plan(pod, id, name, grace);
                 if let Err(e) = self.stop_with_hooks(pod, &plan, &target, None).await {

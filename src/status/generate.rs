@@ -26,7 +26,13 @@ pub(crate) struct StatusInputs<'a> {
     /// True once the pod is being terminated (then all-stopped means terminal).
     pub terminating: bool,
     pub now: jiff::Timestamp,
+    /// A running container's (ready, started) from its probes, by spec and runtime
+    /// ID; None when it has no readiness or startup probe.
+    pub probed: &'a ProbedFn<'a>,
 }
+
+/// A running container's (ready, started) from its probes (see `StatusInputs::probed`).
+pub(crate) type ProbedFn<'a> = dyn Fn(&Container, &str) -> Option<(bool, bool)> + 'a;
 
 /// CRI nanoseconds → API time at second precision (kubelet normalises to 1 s).
 fn time_of(ns: i64) -> Option<Time> {
@@ -257,6 +263,13 @@ fn container_status(
     } else {
         running
     };
+    if running
+        && let Some(c) = latest
+        && let Some((ready, started)) = (inputs.probed)(spec, &c.id)
+    {
+        status.ready = ready;
+        status.started = Some(started);
+    }
     status
 }
 

@@ -85,6 +85,7 @@ fn gen_with(
         runtime_name: "containerd",
         terminating,
         now: jiff::Timestamp::from_second(1_700_000_100).unwrap(),
+        probed: &|_, _| None,
     })
 }
 

@@ -14,6 +14,7 @@ struct Agent {
     workers: PodWorkers<Syncer>,
     updates: mpsc::Sender<PodUpdate>,
     tasks: Tasks,
+    probes: Arc<crate::prober::ProbeManager>,
 }
 
 /// Wires the agent as `app::start` does, without sources: updates come from the test.
@@ -37,6 +38,15 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
     let mut pleg = GenericPleg::new(runtime.reader(), cache.clone(), pleg_tx, pleg_stats.clone());
     pleg.relist().await;
     tasks.track(pleg.run(tasks.token()));
+    let (probe_results, probe_rx) = crate::prober::ProbeResults::new(16);
+    let probes = Arc::new(crate::prober::ProbeManager::new(
+        crate::prober::WorkerDeps {
+            results: Arc::new(probe_results),
+            statuses: statuses.clone(),
+            cri: node.fake.clone(),
+        },
+        tasks.child(),
+    ));
     let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
         cache,
@@ -44,6 +54,7 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
         pods: pods.clone(),
         runtime_name: "fake".into(),
         startup: Default::default(),
+        probes: probes.clone(),
     });
     let mut sync_loop = SyncLoop::new(SyncLoopDeps {
         pods,
@@ -61,13 +72,17 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
     setup(&mut sync_loop);
     let workers = sync_loop.workers.clone();
     let (updates, update_rx) = mpsc::channel(16);
-    tasks.track(sync_loop.run(LoopInputs::new(update_rx, pleg_rx), tasks.token()));
+    tasks.track(sync_loop.run(
+        LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx),
+        tasks.token(),
+    ));
     Agent {
         node,
         statuses,
         workers,
         updates,
         tasks,
+        probes,
     }
 }
 
@@ -367,5 +382,107 @@ async fn a_pod_with_a_sidecar_succeeds_once_its_app_exits_0_and_the_sidecar_is_s
         ["job/side", "job/app"],
         "the sidecar was stopped, not restarted"
     );
+    a.stop().await;
+}
+
+/// A container with the given probes (exec `cat /tmp/healthy`, period 1 s).
+fn probed_pod(liveness: bool, readiness: bool) -> Pod {
+    let mut p = pod("probed", &[], &["app"], "Always");
+    let probe: k8s_openapi::api::core::v1::Probe = serde_json::from_value(serde_json::json!({
+        "exec": {"command": ["cat", "/tmp/healthy"]},
+        "periodSeconds": 1, "failureThreshold": 2, "terminationGracePeriodSeconds": 3,
+    }))
+    .unwrap();
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.liveness_probe = liveness.then(|| probe.clone());
+    c.readiness_probe = readiness.then_some(probe);
+    p
+}
+
+fn container_status(a: &Agent) -> Option<k8s_openapi::api::core::v1::ContainerStatus> {
+    a.statuses
+        .get("uid-probed")
+        .and_then(|s| s.container_statuses?.into_iter().next())
+}
+
+fn pod_ready(a: &Agent) -> Option<String> {
+    a.statuses.get("uid-probed").and_then(|s| {
+        s.conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status)
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_liveness_probe_restarts_the_container_once() {
+    let a = agent(110).await;
+    a.send(PodOperation::Add, vec![probed_pod(true, false)])
+        .await;
+    a.until(Duration::from_secs(5), "app running", |a| {
+        running(a, "probed", "app")
+    })
+    .await;
+    let first = a.node.fake.container_id("probed", "app").unwrap();
+    a.until(Duration::from_secs(5), "worker started", |a| {
+        a.probes.worker_count() == 1
+    })
+    .await;
+    a.node.fake.set_exec_result(
+        &first,
+        Ok(crate::runtime::cri_api::ExecOutput {
+            exit_code: 1,
+            ..Default::default()
+        }),
+    );
+    a.until(Duration::from_secs(10), "container restarted", |a| {
+        container_status(a).is_some_and(|c| c.restart_count == 1)
+            && a.node.fake.container_id("probed", "app").as_deref() != Some(first.as_str())
+    })
+    .await;
+    let stops = a
+        .node
+        .fake
+        .calls()
+        .into_iter()
+        .filter(|c| c.call == "StopContainer")
+        .count();
+    assert_eq!(stops, 1, "killed once");
+    // The new instance probes healthy (default exec result): it stays.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(container_status(&a).unwrap().restart_count, 1);
+    assert!(container_status(&a).unwrap().ready);
+    a.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn readiness_drives_ready_and_never_restarts() {
+    let a = agent(110).await;
+    a.send(PodOperation::Add, vec![probed_pod(false, true)])
+        .await;
+    a.until(Duration::from_secs(5), "app running", |a| {
+        running(a, "probed", "app")
+    })
+    .await;
+    let id = a.node.fake.container_id("probed", "app").unwrap();
+    a.until(Duration::from_secs(5), "ready", |a| {
+        container_status(a).is_some_and(|c| c.ready) && pod_ready(a).as_deref() == Some("True")
+    })
+    .await;
+    a.node.fake.set_exec_result(
+        &id,
+        Ok(crate::runtime::cri_api::ExecOutput {
+            exit_code: 1,
+            ..Default::default()
+        }),
+    );
+    a.until(Duration::from_secs(10), "not ready", |a| {
+        container_status(a).is_some_and(|c| !c.ready && c.started == Some(true))
+            && pod_ready(a).as_deref() == Some("False")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(container_status(&a).unwrap().restart_count, 0);
+    assert!(a.node.fake.calls_of("StopContainer").is_empty());
     a.stop().await;
 }

@@ -11,6 +11,7 @@ use super::pod_manager::PodManager;
 use super::pod_workers::{KillStatus, PodSyncError, PodSyncer, SyncResult, UpdateType};
 use crate::pleg::PodCache;
 use crate::pod::{Phase, pod_ref, pod_uid};
+use crate::prober::ProbeManager;
 use crate::runtime::RuntimeManager;
 use crate::runtime::types::{PodRuntimeStatus, RuntimePod};
 use crate::status::StatusManager;
@@ -26,6 +27,8 @@ pub(crate) struct Syncer {
     /// The runtime's name, for container IDs (`containerd://…`).
     pub runtime_name: String,
     pub startup: StartupTracker,
+    /// The probe workers: started by a sync, read for `ready`/`started` and kills.
+    pub probes: Arc<ProbeManager>,
 }
 
 fn names(pod: &Pod) -> (String, String, String) {
@@ -66,6 +69,7 @@ impl Syncer {
             runtime_name: &self.runtime_name,
             terminating,
             now: jiff::Timestamp::now(),
+            probed: &|c, id| self.probes.readiness(c, id),
         });
         if let Some(k) = kill_status {
             k.apply(&mut status);
@@ -130,7 +134,9 @@ impl PodSyncer for Syncer {
                 retry_after: None,
             });
         }
-        let res = self.runtime.sync_pod(&pod, &rt).await;
+        self.probes.add_pod(&pod);
+        let failed = |id: &str| self.probes.failed(id);
+        let res = self.runtime.sync_pod_probed(&pod, &rt, &failed).await;
         let acted = res.as_ref().map(|o| o.acted).unwrap_or(true);
         if acted {
             let fresh = self.refresh(&pod).await?;
@@ -152,6 +158,8 @@ impl PodSyncer for Syncer {
         grace: i64,
         kill_status: Option<KillStatus>,
     ) -> Result<(), PodSyncError> {
+        // As kubelet: no liveness or startup kills while the pod stops.
+        self.probes.stop_liveness_and_startup(pod_uid(&pod));
         let rt = self.refresh(&pod).await?;
         if let Some(k) = &kill_status {
             // Set before the containers stop, as kubelet does, so what is reported
@@ -182,6 +190,7 @@ impl PodSyncer for Syncer {
             (None, None) => return Ok(()),
         };
         self.startup.forget(&uid);
+        self.probes.remove_pod(&uid);
         // A pod still in the config keeps its (terminal) containers for its status;
         // a pod gone from the config leaves nothing behind.
         if !self.pods.contains(&uid) {

@@ -1,0 +1,39 @@
+//! exec probes: CRI `ExecSync` with the probe's timeout. A timeout is a failure
+//! (kubelet's `ExecProbeTimeout`, on by default); any other runtime error is a probe
+//! error (retried, not counted).
+
+use std::time::Duration;
+
+use super::{ProbeError, ProbeOutcome};
+use crate::runtime::cri_api::Cri;
+
+/// Output kept for the log line, as kubelet caps exec output (10 KiB).
+const MAX_OUTPUT: usize = 10 * 1024;
+
+pub(crate) async fn probe(
+    cri: &dyn Cri,
+    container_id: &str,
+    command: Vec<String>,
+    timeout: Duration,
+) -> Result<ProbeOutcome, ProbeError> {
+    match cri.exec_sync(container_id, command, timeout).await {
+        Ok(out) => {
+            let mut text = out.stdout;
+            text.extend_from_slice(&out.stderr);
+            text.truncate(MAX_OUTPUT);
+            let text = String::from_utf8_lossy(&text).into_owned();
+            if out.exit_code == 0 {
+                Ok(ProbeOutcome::Success(text))
+            } else {
+                Ok(ProbeOutcome::Failure(format!(
+                    "command exited with {}: {text}",
+                    out.exit_code
+                )))
+            }
+        }
+        Err(e) if e.code() == Some(tonic::Code::DeadlineExceeded) => Ok(ProbeOutcome::Failure(
+            format!("command timed out after {}s", timeout.as_secs()),
+        )),
+        Err(e) => Err(ProbeError::Exec(e)),
+    }
+}

@@ -1,0 +1,313 @@
+//! httpGet probes (kubelet's `pkg/probe/http`): GET with kubelet's default headers,
+//! 200–399 is success, redirects followed only to the same host (at most 10), the
+//! body read capped at 10 KiB. The whole probe, redirects included, gets `timeout`.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode, Uri};
+use hyper_util::rt::TokioIo;
+
+use super::tcp::bracket;
+use super::{ProbeError, ProbeOutcome};
+
+/// The Kubernetes version oxlet reports, as in kubelet's `kube-probe/<major>.<minor>`.
+pub(crate) const USER_AGENT: &str = "kube-probe/1.34";
+/// kubelet's `maxRespBodyLength`.
+const MAX_BODY: usize = 10 * 1024;
+/// Go's http client's redirect limit, which kubelet keeps.
+const MAX_REDIRECTS: usize = 10;
+
+/// One httpGet probe's target, resolved from the spec.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpTarget {
+    pub host: String,
+    pub port: u16,
+    pub path: String,
+    /// Custom headers, in spec order (a `Host` header sets the request's host).
+    pub headers: Vec<(String, String)>,
+}
+
+impl HttpTarget {
+    fn uri(&self) -> Result<Uri, ProbeError> {
+        let path = if self.path.starts_with('/') {
+            self.path.clone()
+        } else {
+            format!("/{}", self.path)
+        };
+        let s = format!("http://{}:{}{path}", bracket(&self.host), self.port);
+        s.parse()
+            .map_err(|e: hyper::http::uri::InvalidUri| ProbeError::BadTarget(format!("{s}: {e}")))
+    }
+}
+
+pub(crate) async fn probe(
+    target: &HttpTarget,
+    timeout: Duration,
+) -> Result<ProbeOutcome, ProbeError> {
+    let uri = target.uri()?;
+    match tokio::time::timeout(timeout, follow(target, uri)).await {
+        Ok(r) => r,
+        Err(_) => Ok(ProbeOutcome::Failure(format!(
+            "Get \"{}\": context deadline exceeded",
+            target.uri()?
+        ))),
+    }
+}
+
+/// Sends the request and follows same-host redirects.
+async fn follow(target: &HttpTarget, mut uri: Uri) -> Result<ProbeOutcome, ProbeError> {
+    let first_host = uri.host().unwrap_or_default().to_string();
+    for _ in 0..=MAX_REDIRECTS {
+        let (status, location, body) = match get_once(target, &uri).await {
+            Ok(r) => r,
+            Err(msg) => return Ok(ProbeOutcome::Failure(format!("Get \"{uri}\": {msg}"))),
+        };
+        if status.is_redirection()
+            && let Some(loc) = location
+        {
+            let next = resolve(&uri, &loc)?;
+            if next.host().unwrap_or_default() != first_host {
+                // kubelet: not followed; success with a warning.
+                return Ok(ProbeOutcome::Success(format!(
+                    "Probe terminated redirects, Response body: {body}"
+                )));
+            }
+            uri = next;
+            continue;
+        }
+        let code = status.as_u16();
+        if (200..400).contains(&code) {
+            return Ok(ProbeOutcome::Success(body));
+        }
+        return Ok(ProbeOutcome::Failure(format!(
+            "HTTP probe failed with statuscode: {code}"
+        )));
+    }
+    Ok(ProbeOutcome::Failure(format!(
+        "Get \"{uri}\": stopped after {MAX_REDIRECTS} redirects"
+    )))
+}
+
+/// A `Location` against the URI it came from (absolute, or a path on the same server).
+fn resolve(base: &Uri, location: &str) -> Result<Uri, ProbeError> {
+    let bad = |e: hyper::http::uri::InvalidUri| ProbeError::BadTarget(format!("{location}: {e}"));
+    let loc: Uri = location.parse().map_err(bad)?;
+    if loc.scheme().is_some() {
+        return Ok(loc);
+    }
+    let authority = base
+        .authority()
+        .map(hyper::http::uri::Authority::as_str)
+        .unwrap_or_default();
+    let path = if location.starts_with('/') {
+        location.to_string()
+    } else {
+        format!("/{location}")
+    };
+    format!("http://{authority}{path}").parse().map_err(bad)
+}
+
+/// One GET: status, Location header and the body's first 10 KiB.
+async fn get_once(
+    target: &HttpTarget,
+    uri: &Uri,
+) -> Result<(StatusCode, Option<String>, String), String> {
+    let host = uri.host().unwrap_or_default();
+    let port = uri.port_u16().unwrap_or(80);
+    let stream = tokio::net::TcpStream::connect(format!(
+        "{}:{port}",
+        bracket(host.trim_matches(['[', ']']))
+    ))
+    .await
+    .map_err(|e| format!("dial tcp: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    // The connection is driven only while this probe runs: dropped with it.
+    let conn = async move {
+        let _ = conn.await;
+    };
+    let send = async {
+        let mut req = Request::get(uri.path_and_query().map_or("/", |p| p.as_str()));
+        let has = |name: &str| {
+            target
+                .headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case(name))
+        };
+        if !has("host") {
+            req = req.header("Host", uri.authority().map_or(host, |a| a.as_str()));
+        }
+        if !has("user-agent") {
+            req = req.header("User-Agent", USER_AGENT);
+        }
+        if !has("accept") {
+            req = req.header("Accept", "*/*");
+        }
+        for (k, v) in &target.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let req = req
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("bad request: {e}"))?;
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let location = resp
+            .headers()
+            .get(hyper::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut body = resp.into_body();
+        let mut read = Vec::new();
+        while read.len() < MAX_BODY {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        read.extend_from_slice(data);
+                    }
+                }
+                Some(Err(e)) => return Err(format!("reading body: {e}")),
+                None => break,
+            }
+        }
+        read.truncate(MAX_BODY);
+        Ok((
+            status,
+            location,
+            String::from_utf8_lossy(&read).into_owned(),
+        ))
+    };
+    tokio::pin!(send, conn);
+    tokio::select! {
+        r = &mut send => r,
+        // The server closed the connection: whatever the request got is its answer.
+        () = &mut conn => send.await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A tiny HTTP/1.1 server on 127.0.0.1: answers by path, records each request head.
+    async fn server() -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        // Test-only server, dropped with the test's runtime.
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap();
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                log.lock().unwrap().push(head.clone());
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let (status, extra, body) = match path.as_str() {
+                    "/ok" => ("200 OK", String::new(), "fine".to_string()),
+                    "/moved" => ("302 Found", "Location: /ok\r\n".into(), String::new()),
+                    "/away" => (
+                        "302 Found",
+                        "Location: http://192.0.2.1/ok\r\n".into(),
+                        String::new(),
+                    ),
+                    "/loop" => ("302 Found", "Location: /loop\r\n".into(), String::new()),
+                    "/big" => ("200 OK", String::new(), "x".repeat(20 * 1024)),
+                    "/hang" => {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        continue;
+                    }
+                    _ => ("500 Internal Server Error", String::new(), String::new()),
+                };
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(resp.as_bytes()).await;
+            }
+        });
+        (port, seen)
+    }
+
+    fn target(port: u16, path: &str) -> HttpTarget {
+        HttpTarget {
+            host: "127.0.0.1".into(),
+            port,
+            path: path.into(),
+            headers: vec![("X-Custom".into(), "yes".into())],
+        }
+    }
+
+    const T: Duration = Duration::from_secs(2);
+
+    #[tokio::test]
+    async fn sends_kubelets_headers_and_200_to_399_is_success() {
+        let (port, seen) = server().await;
+        let out = probe(&target(port, "/ok"), T).await.unwrap();
+        assert_eq!(out, ProbeOutcome::Success("fine".into()));
+        let head = seen.lock().unwrap()[0].to_lowercase();
+        assert!(head.starts_with("get /ok http/1.1"), "{head}");
+        for h in [
+            "user-agent: kube-probe/1.34",
+            "accept: */*",
+            "x-custom: yes",
+            &format!("host: 127.0.0.1:{port}"),
+        ] {
+            assert!(head.contains(h), "{h} in {head}");
+        }
+        let out = probe(&target(port, "/nope"), T).await.unwrap();
+        assert_eq!(
+            out,
+            ProbeOutcome::Failure("HTTP probe failed with statuscode: 500".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn redirects_are_followed_only_to_the_same_host_at_most_ten_times() {
+        let (port, seen) = server().await;
+        let out = probe(&target(port, "/moved"), T).await.unwrap();
+        assert_eq!(out, ProbeOutcome::Success("fine".into()));
+        assert_eq!(seen.lock().unwrap().len(), 2);
+        // Another host: not followed, success (kubelet warns).
+        let out = probe(&target(port, "/away"), T).await.unwrap();
+        assert!(matches!(out, ProbeOutcome::Success(_)), "{out:?}");
+        assert_eq!(seen.lock().unwrap().len(), 3);
+        let out = probe(&target(port, "/loop"), T).await.unwrap();
+        assert!(
+            matches!(out, ProbeOutcome::Failure(ref m) if m.contains("redirects")),
+            "{out:?}"
+        );
+        assert_eq!(seen.lock().unwrap().len(), 3 + 1 + MAX_REDIRECTS);
+    }
+
+    #[tokio::test]
+    async fn the_body_read_is_capped_and_a_slow_server_fails_at_the_timeout() {
+        let (port, _) = server().await;
+        let ProbeOutcome::Success(body) = probe(&target(port, "/big"), T).await.unwrap() else {
+            panic!("big body is a success");
+        };
+        assert_eq!(body.len(), MAX_BODY);
+        let started = std::time::Instant::now();
+        let out = probe(&target(port, "/hang"), Duration::from_millis(300))
+            .await
+            .unwrap();
+        assert!(
+            matches!(out, ProbeOutcome::Failure(ref m) if m.contains("deadline")),
+            "{out:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Nothing listens: a failure, not an error.
+        let free = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let out = probe(&target(free, "/ok"), T).await.unwrap();
+        assert!(matches!(out, ProbeOutcome::Failure(_)), "{out:?}");
+    }
+}

@@ -16,6 +16,12 @@ use super::cri_api::Cri;
 use super::image_ref;
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
 
+/// How soon a pod whose pull failed is synced again: kubelet's pod worker retries a
+/// failed sync after its 10 s `backOffPeriod`, whatever the image back-off, so a
+/// sync lands inside a longer back-off and shows ImagePullBackOff (waiting exactly
+/// for the back-off's end would only ever show ErrImagePull).
+const RETRY_PERIOD: Duration = Duration::from_secs(10);
+
 /// Why a container's image is not there: the waiting reason, kubelet's message,
 /// and when to try again if the image is in back-off.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,7 +145,11 @@ impl ImagePuller {
         if let Some(left) = self.backoff.remaining_since_update(&key) {
             let msg = format!("Back-off pulling image {image:?}");
             info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
-            return Err(err(WaitingReason::ImagePullBackOff, msg, Some(left)));
+            return Err(err(
+                WaitingReason::ImagePullBackOff,
+                msg,
+                Some(left.min(RETRY_PERIOD)),
+            ));
         }
         let asked = tokio::time::Instant::now();
         // Waiting for a slot is cancelled with the sync, like the pull itself.
@@ -170,7 +180,7 @@ impl ImagePuller {
                 Err(err(
                     WaitingReason::ErrImagePull,
                     msg,
-                    self.backoff.current(&key),
+                    self.backoff.current(&key).map(|d| d.min(RETRY_PERIOD)),
                 ))
             }
         }

@@ -194,9 +194,16 @@ async fn policies_reasons_and_messages() {
     run(&p, &sb)
         .await
         .expect("the retry after the back-off pulls");
-    // Forgetting the pod forgets its back-off.
+    // The second failure backs off 20 s; the retry 10 s later lands inside it.
     fake.fail_next("PullImage", Some("refused"), 1, tonic::Code::Unavailable);
-    assert!(run(&p, &sb).await.is_err());
+    let e = run(&p, &sb).await.unwrap_err();
+    assert_eq!(e.reason, WaitingReason::ErrImagePull);
+    assert_eq!(e.retry_after, Some(Duration::from_secs(10)));
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let e = run(&p, &sb).await.unwrap_err();
+    assert_eq!(e.reason, WaitingReason::ImagePullBackOff);
+    assert_eq!(e.retry_after, Some(Duration::from_secs(10)));
+    // Forgetting the pod forgets its back-off.
     puller.forget_pod("uid-refused");
     run(&p, &sb).await.expect("no back-off left");
 }

@@ -295,6 +295,10 @@ async fn crash_loop_back_off_doubles_from_ten_seconds() {
         let d = started[i + 1].1.duration_since(started[i].1);
         d.as_secs_f64()
     };
+    eprintln!(
+        "crash loop: restart gaps {:?} s",
+        (0..started.len() - 1).map(gap).collect::<Vec<_>>()
+    );
     assert!(gap(0) < 5.0, "{started:?}");
     for (i, want) in [(1, 10.0), (2, 20.0), (3, 40.0)] {
         let g = gap(i);

@@ -156,22 +156,18 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods);
     debug!(node = ?node, "node facts");
-    let runtime = Arc::new(
-        RuntimeManager::new(
-            Arc::new(rt.cri.clone()),
-            SandboxEnv {
-                pod_logs_dir: opts.pod_logs_dir.clone(),
-                host_dns: host_dns(),
-                pods_dir: opts.root_dir.join("pods"),
-                cgroups: Arc::new(RuntimeDefaultCgroups),
-            },
-            node.internal_ip().to_string(),
-        )
-        .with_image_pulls(PullLimit::from_settings(
-            opts.serialize_image_pulls,
-            opts.max_parallel_image_pulls,
-        )),
+    let runtime = RuntimeManager::new(
+        Arc::new(rt.cri.clone()),
+        SandboxEnv {
+            pod_logs_dir: opts.pod_logs_dir.clone(),
+            host_dns: host_dns(),
+            pods_dir: opts.root_dir.join("pods"),
+            cgroups: Arc::new(RuntimeDefaultCgroups),
+        },
+        node.internal_ip().to_string(),
     );
+    let pulls = PullLimit::from_settings(opts.serialize_image_pulls, opts.max_parallel_image_pulls);
+    let runtime = Arc::new(runtime.with_image_pulls(pulls));
     let cache = Arc::new(PodCache::default());
     let statuses = Arc::new(StatusManager::default());
     let pods = Arc::new(PodManager::default());

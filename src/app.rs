@@ -22,6 +22,7 @@ use crate::node::NodeInfo;
 use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
 use crate::pod::FILE_SOURCE;
+use crate::runtime::images::PullLimit;
 use crate::runtime::sandbox::{RuntimeDefaultCgroups, SandboxEnv, host_dns};
 use crate::runtime::{RemoteRuntime, RuntimeManager};
 use crate::runtime_choice::{self, RuntimeChoice};
@@ -159,6 +160,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
     // Bounded: a worker waits for the loop rather than an update being lost.
     let (probe_results, probe_rx) = ProbeResults::new(256);
     let probe_results = Arc::new(probe_results);
+    let pulls = PullLimit::from_settings(opts.serialize_image_pulls, opts.max_parallel_image_pulls);
     let runtime = Arc::new(
         RuntimeManager::new(
             Arc::new(rt.cri.clone()),
@@ -170,6 +172,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
             },
             node.internal_ip().to_string(),
         )
+        .with_image_pulls(pulls)
         .with_startup_gate(Arc::new(StartupProbeGate(probe_results.clone()))),
     );
     let cache = Arc::new(PodCache::default());

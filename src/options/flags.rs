@@ -122,7 +122,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("rotate-server-certificates", Bool),
     ("runtime-cgroups", Value),
     ("seccomp-default", Bool),
-    ("serialize-image-pulls", Bool),
     ("show-hidden-metrics-for-version", Value),
     ("streaming-connection-idle-timeout", Value),
     ("system-cgroups", Value),
@@ -181,7 +180,7 @@ pub(crate) fn command() -> Command {
             .arg(value_arg("config").value_name("PATH").help(
                 "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1); flags override it",
             ));
-    for setting in SETTINGS {
+    for setting in SETTINGS.iter().filter(|s| s.has_flag()) {
         cmd = cmd.arg(setting_arg(setting));
     }
     for &(name, kind) in UNIMPLEMENTED_FLAGS {
@@ -273,6 +272,7 @@ fn from_matches(m: &ArgMatches) -> FlagValues {
         config: explicit(m, "config"),
         values: SETTINGS
             .iter()
+            .filter(|s| s.has_flag())
             .filter_map(|s| Some((s.flag, explicit(m, s.flag)?)))
             .collect(),
         unimplemented: given.into_iter().map(|(_, n)| n.to_string()).collect(),
@@ -327,7 +327,10 @@ mod tests {
         // `--flag=value` and `--flag value` (pflag), for every setting in the table.
         for two_args in [false, true] {
             let mut args = vec!["--config=/etc/oxlet/config.yaml".to_string()];
-            for s in SETTINGS.iter().filter(|s| s.kind != Kind::Bool) {
+            for s in SETTINGS
+                .iter()
+                .filter(|s| s.kind != Kind::Bool && s.has_flag())
+            {
                 let value = format!("{}-value", s.flag);
                 if two_args {
                     args.extend([format!("--{}", s.flag), value]);
@@ -336,13 +339,19 @@ mod tests {
                 }
             }
             args.push("--runonce".to_string());
+            args.push("--serialize-image-pulls=false".to_string());
             let f = parse(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
             assert_eq!(f.config.as_deref(), Some("/etc/oxlet/config.yaml"));
-            for s in SETTINGS.iter().filter(|s| s.kind != Kind::Bool) {
+            for s in SETTINGS
+                .iter()
+                .filter(|s| s.kind != Kind::Bool && s.has_flag())
+            {
                 assert_eq!(f.get(s.flag), Some(format!("{}-value", s.flag).as_str()));
             }
             assert_eq!(f.get("runonce"), Some("true"));
-            assert_eq!(f.values.len(), SETTINGS.len());
+            assert_eq!(f.get("serialize-image-pulls"), Some("false"));
+            let with_flag = SETTINGS.iter().filter(|s| s.has_flag()).count();
+            assert_eq!(f.values.len(), with_flag);
             assert!(f.unimplemented.is_empty() && f.problems.is_empty());
         }
     }
@@ -436,7 +445,7 @@ mod tests {
     #[test]
     fn table_has_no_duplicates() {
         let mut names: Vec<&str> = UNIMPLEMENTED_FLAGS.iter().map(|(n, _)| *n).collect();
-        names.extend(SETTINGS.iter().map(|s| s.flag));
+        names.extend(SETTINGS.iter().filter(|s| s.has_flag()).map(|s| s.flag));
         names.extend(["config", "version", "help"]);
         let total = names.len();
         names.sort();

@@ -72,8 +72,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "contentType",
     "kubeAPIQPS",
     "kubeAPIBurst",
-    "serializeImagePulls",
-    "maxParallelImagePulls",
     "evictionHard",
     "evictionSoft",
     "evictionSoftGracePeriod",
@@ -305,7 +303,10 @@ mod tests {
         let fields: Vec<(&str, &str)> = settings::SETTINGS
             .iter()
             .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))
-            .chain([("staticPodPath", "/etc/kubernetes/manifests")])
+            .chain([
+                ("staticPodPath", "/etc/kubernetes/manifests"),
+                ("maxParallelImagePulls", "1"),
+            ])
             .collect();
         let body: String = fields.iter().map(|(f, v)| format!("{f}: {v}\n")).collect();
         let cfg = parse(&body).unwrap();

@@ -49,6 +49,10 @@ pub struct Options {
     pub file_check_frequency: Duration,
     pub sync_frequency: Duration,
     pub runtime_request_timeout: Duration,
+    /// `serializeImagePulls`: one image pull at a time.
+    pub serialize_image_pulls: bool,
+    /// `maxParallelImagePulls` (None: no limit) when pulls are not serialized.
+    pub max_parallel_image_pulls: Option<usize>,
     pub max_pods: u32,
     /// RLIMIT_NOFILE set at start.
     pub max_open_files: u64,
@@ -80,6 +84,8 @@ impl Options {
             file_check_frequency: Duration::ZERO,
             sync_frequency: Duration::ZERO,
             runtime_request_timeout: Duration::ZERO,
+            serialize_image_pulls: false,
+            max_parallel_image_pulls: None,
             max_pods: 0,
             max_open_files: 0,
             runonce: false,

@@ -23,7 +23,7 @@ pub(crate) enum Kind {
     Int,
     /// A Go duration such as `20s` (a YAML string in the config file).
     Duration,
-    /// A pflag boolean: `--x` or `--x=false`; never a config field here.
+    /// A pflag boolean: `--x` or `--x=false` (a YAML boolean in the config file).
     Bool,
 }
 
@@ -68,7 +68,7 @@ pub(crate) struct Input<'a> {
 /// One setting (see the module doc).
 #[derive(Debug)]
 pub(crate) struct Setting {
-    /// The kubelet flag, without `--`.
+    /// The kubelet flag, without `--`; empty when kubelet has only the config field.
     pub flag: &'static str,
     /// A one-letter alias (`-v`).
     pub short: Option<char>,
@@ -88,6 +88,11 @@ pub(crate) struct Setting {
 }
 
 impl Setting {
+    /// False for a config-file-only setting (an empty `flag`: kubelet has no flag).
+    pub(crate) fn has_flag(&self) -> bool {
+        !self.flag.is_empty()
+    }
+
     /// The default that applies, given whether a config file is in use.
     pub(crate) fn default_for(&self, with_config_file: bool) -> &'static str {
         match self.config_default {
@@ -124,11 +129,31 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("file-check-frequency", Some("fileCheckFrequency"), Duration, "20s", "DURATION", "How often to re-read the static pod directory", |o, i| positive_duration(i.text).map(|d| o.file_check_frequency = d)),
     row("sync-frequency", Some("syncFrequency"), Duration, "1m0s", "DURATION", "Maximum period between syncs of running pods", |o, i| positive_duration(i.text).map(|d| o.sync_frequency = d)),
     row("runtime-request-timeout", Some("runtimeRequestTimeout"), Duration, "2m0s", "DURATION", "Timeout for CRI requests, except long-running ones", |o, i| positive_duration(i.text).map(|d| o.runtime_request_timeout = d)),
+    row("serialize-image-pulls", Some("serializeImagePulls"), Bool, "true", "true|false", "Pull images one at a time", |o, i| parse_bool(i.text).map(|b| o.serialize_image_pulls = b)),
+    row("", Some("maxParallelImagePulls"), Int, "", "N", "Most image pulls at once when not serialized (unset: no limit); config file only", set_max_parallel_image_pulls),
     row("max-pods", Some("maxPods"), Int, "110", "N", "Maximum number of pods on this node", |o, i| max_pods(i.text).map(|n| o.max_pods = n)),
     row("max-open-files", Some("maxOpenFiles"), Int, "1000000", "N", "Number of files the oxlet process may open (RLIMIT_NOFILE)", |o, i| max_open_files(i.text).map(|n| o.max_open_files = n)),
     row("v", None, Int, "0", "LEVEL", "Log verbosity (klog level)", |o, i| int_within(i.text, 0, 255).map(|v| o.verbosity = v)).short('v'),
     row("runonce", None, Bool, "false", "true|false", "Start the static pods once, wait for them, then exit", |o, i| parse_bool(i.text).map(|b| o.runonce = b)),
 ];
+
+/// kubelet's validation: nil or at least 1, and more than 1 only when pulls are
+/// not serialized (the serializeImagePulls row comes first, so its value is final).
+fn set_max_parallel_image_pulls(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    if i.text.is_empty() {
+        o.max_parallel_image_pulls = None;
+        return Ok(());
+    }
+    let n = parse_int(i.text)?;
+    if n < 1 {
+        return Err("must be a positive number".into());
+    }
+    if o.serialize_image_pulls && n > 1 {
+        return Err("cannot be larger than 1 unless serializeImagePulls is false".into());
+    }
+    o.max_parallel_image_pulls = Some(usize::try_from(n).unwrap_or(usize::MAX));
+    Ok(())
+}
 
 /// A row with no short flag and one default.
 #[allow(clippy::too_many_arguments)]
@@ -342,11 +367,38 @@ mod tests {
     }
 
     #[test]
-    fn bool_settings_have_no_config_field() {
-        // The config file decoder reads only text, paths, integers and durations.
-        for s in SETTINGS.iter().filter(|s| s.kind == Kind::Bool) {
-            assert_eq!(s.field, None, "--{}", s.flag);
-        }
+    fn max_parallel_image_pulls_follows_kubelet_validation() {
+        let set = |serialize: bool, text: &str| {
+            let mut o = Options::blank();
+            o.serialize_image_pulls = serialize;
+            let s = by_field("maxParallelImagePulls").unwrap();
+            (s.set)(
+                &mut o,
+                Input {
+                    text,
+                    explicit: true,
+                },
+            )
+            .map(|()| o.max_parallel_image_pulls)
+        };
+        assert_eq!(set(false, ""), Ok(None));
+        assert_eq!(set(false, "3"), Ok(Some(3)));
+        assert_eq!(set(true, "1"), Ok(Some(1)));
+        assert_eq!(set(false, "0"), Err("must be a positive number".into()));
+        assert_eq!(set(false, "-2"), Err("must be a positive number".into()));
+        assert_eq!(
+            set(true, "2"),
+            Err("cannot be larger than 1 unless serializeImagePulls is false".into())
+        );
+        // kubelet has no flag for it; serializeImagePulls has both.
+        assert!(!by_field("maxParallelImagePulls").unwrap().has_flag());
+        assert_eq!(
+            by_field("serializeImagePulls").unwrap().flag,
+            "serialize-image-pulls"
+        );
+        let defaults = Options::default();
+        assert!(defaults.serialize_image_pulls);
+        assert_eq!(defaults.max_parallel_image_pulls, None);
     }
 
     #[test]

@@ -148,7 +148,9 @@ api_strings! {
         CreateContainerError = "CreateContainerError",
         CreateContainerConfigError = "CreateContainerConfigError",
         RunContainerError = "RunContainerError",
-        /// The postStart hook failed; the container was killed (kubelet's `ErrPostStartHook`).
+        /// A pre-start step (e.g. CPU/memory manager) refused the container.
+        PreStartHookError = "PreStartHookError",
+        /// The postStart hook failed; the container was killed.
         PostStartHookError = "PostStartHookError",
     }
 }
@@ -173,6 +175,11 @@ api_strings! {
         Completed = "Completed",
         Error = "Error",
         OomKilled = "OOMKilled",
+        /// The runtime could not run the process (containerd's reason when the
+        /// task failed to start, e.g. the executable is missing).
+        ContainerCannotRun = "ContainerCannotRun",
+        /// The runtime's reason for a container whose start failed (containerd 1.7+).
+        StartError = "StartError",
         /// kubelet's reason for a container that vanished from the runtime.
         ContainerStatusUnknown = "ContainerStatusUnknown",
     }

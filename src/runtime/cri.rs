@@ -110,15 +110,32 @@ impl RemoteRuntime {
     where
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.call_within(name, Some(self.timeout), fut).await
+    }
+
+    /// A call bounded by `deadline`, or by nothing but the caller dropping it
+    /// (PullImage: kubelet puts no deadline on pulls, a big image takes its time).
+    async fn call_within<T, Fut>(
+        &self,
+        name: &'static str,
+        deadline: Option<Duration>,
+        fut: Fut,
+    ) -> Result<T, CriError>
+    where
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let start = Instant::now();
-        let res = tokio::time::timeout(self.timeout, fut).await;
+        let res = match deadline {
+            Some(d) => tokio::time::timeout(d, fut).await,
+            None => Ok(fut.await),
+        };
         let latency = start.elapsed();
         match res {
             Err(_) => {
                 tracing::trace!(call = name, ?latency, "CRI call timed out");
                 Err(CriError::Timeout {
                     call: name,
-                    timeout: self.timeout,
+                    timeout: deadline.unwrap_or(self.timeout),
                 })
             }
             Ok(Err(status)) => {
@@ -356,7 +373,8 @@ impl Cri for RemoteRuntime {
                 auth: None,
                 sandbox_config,
             };
-            Ok(self.call("PullImage", c.pull_image(req)).await?.image_ref)
+            let res = self.call_within("PullImage", None, c.pull_image(req));
+            Ok(res.await?.image_ref)
         })
     }
 

@@ -74,6 +74,19 @@ struct Inner {
     failures: Vec<Failure>,
     exec: HashMap<String, Result<ExecOutput, tonic::Code>>,
     calls: Vec<Call>,
+    /// How long each PullImage takes (zero: it answers at once).
+    pull_delay: Duration,
+    pulls_in_flight: usize,
+    max_pulls_in_flight: usize,
+}
+
+/// Counts a pull as in flight until it ends or is dropped.
+struct PullInFlight<'a>(&'a FakeRuntime);
+
+impl Drop for PullInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.lock().pulls_in_flight -= 1;
+    }
 }
 
 /// One recorded CRI call: its name and the pod (and container) it was about.
@@ -218,6 +231,21 @@ impl FakeRuntime {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap()
+    }
+
+    /// Every PullImage takes `d` (on tokio's clock) from now on.
+    pub(crate) fn set_pull_delay(&self, d: Duration) {
+        self.lock().pull_delay = d;
+    }
+
+    /// The most PullImage calls that were under way at once.
+    pub(crate) fn max_pulls_in_flight(&self) -> usize {
+        self.lock().max_pulls_in_flight
+    }
+
+    /// PullImage calls under way now.
+    pub(crate) fn pulls_in_flight(&self) -> usize {
+        self.lock().pulls_in_flight
     }
 
     /// Makes `image` present, with ID `sha256:<n>`.
@@ -698,8 +726,20 @@ impl Cri for FakeRuntime {
         if let Err(e) = res {
             return ready(Err(e));
         }
-        self.add_image(image);
-        ready(Ok(self.lock().images[image].clone()))
+        Box::pin(async move {
+            let delay = {
+                let mut inner = self.lock();
+                inner.pulls_in_flight += 1;
+                inner.max_pulls_in_flight = inner.max_pulls_in_flight.max(inner.pulls_in_flight);
+                inner.pull_delay
+            };
+            let _in_flight = PullInFlight(self);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            self.add_image(image);
+            Ok(self.lock().images[image].clone())
+        })
     }
 
     fn exec_sync<'a>(

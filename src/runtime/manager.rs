@@ -17,6 +17,7 @@ use super::container::{self, ContainerRequest, PodEnv};
 use super::cri::CriError;
 use super::cri_api::Cri;
 use super::gc;
+use super::images::{ImagePuller, PullLimit};
 use super::labels::{self, ContainerType};
 use super::lifecycle;
 use super::reader::RuntimeReader;
@@ -24,7 +25,7 @@ use super::sandbox::{self, SandboxEnv};
 use super::sidecar::{self, RunningIsStarted, StartupGate, TerminationOrder};
 use super::termination;
 use super::types::*;
-use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
+use crate::pod::{WaitingReason, pod_ref, pod_uid};
 
 /// A sync failure that is not a per-container back-off. It reaches the pod worker
 /// whole, so the worker can tell what kind it is (`retryable`, `back_off`,
@@ -162,7 +163,7 @@ pub(crate) struct RuntimeManager {
     sandbox_env: SandboxEnv,
     host_ip: String,
     crash_backoff: Backoff,
-    image_backoff: Backoff,
+    images: ImagePuller,
     reasons: ReasonCache,
     /// Bounds how many pods create sandboxes and start containers at once. On a small
     /// node containerd finishes a burst fastest a few pods at a time: 105 pods all at
@@ -193,7 +194,7 @@ impl RuntimeManager {
             sandbox_env,
             host_ip,
             crash_backoff: Backoff::default(),
-            image_backoff: Backoff::default(),
+            images: ImagePuller::default(),
             reasons: ReasonCache::default(),
             start_slots: tokio::sync::Semaphore::new(start_concurrency()),
             startup_gate: Arc::new(RunningIsStarted),
@@ -203,6 +204,12 @@ impl RuntimeManager {
     /// Plugs in the prober's startup results (the default: running is started).
     pub(crate) fn with_startup_gate(mut self, gate: Arc<dyn StartupGate>) -> Self {
         self.startup_gate = gate;
+        self
+    }
+
+    /// Sets how many image pulls run at once (serialized by default, as in kubelet).
+    pub(crate) fn with_image_pulls(mut self, limit: PullLimit) -> Self {
+        self.images = ImagePuller::new(limit);
         self
     }
 
@@ -237,13 +244,13 @@ impl RuntimeManager {
     pub(crate) fn forget_pod(&self, uid: &str) {
         self.reasons.forget_pod(uid);
         self.crash_backoff.forget_prefix(&format!("{uid}_"));
-        self.image_backoff.forget_prefix(&format!("{uid}_"));
+        self.images.forget_pod(uid);
     }
 
     /// Housekeeping of back-off entries.
     pub(crate) fn gc_backoff(&self) {
         self.crash_backoff.gc();
-        self.image_backoff.gc();
+        self.images.gc_backoff();
     }
 
     /// Every pod in the runtime, grouped by pod UID label (two list calls).
@@ -475,13 +482,19 @@ impl RuntimeManager {
             self.crash_backoff.next(&key, died);
         }
 
-        let image_ref = match self.ensure_image(pod, c, sandbox_config).await {
+        let image_ref = match self
+            .images
+            .ensure_image(self.cri.as_ref(), pod, c, sandbox_config)
+            .await
+        {
             Ok(r) => r,
-            Err((reason, msg, Some(retry))) => {
-                self.reasons.set(uid, name, reason, msg);
-                return Ok(Some(retry));
-            }
-            Err((reason, msg, None)) => return Err(failed(reason, msg)),
+            Err(e) => match e.retry_after {
+                Some(retry) => {
+                    self.reasons.set(uid, name, e.reason, e.message);
+                    return Ok(Some(retry));
+                }
+                None => return Err(failed(e.reason, e.message)),
+            },
         };
 
         // Bad paths or volumes: the container cannot be configured (kubelet's reason).
@@ -575,66 +588,6 @@ impl RuntimeManager {
         }
         self.reasons.clear(uid, name);
         Ok(None)
-    }
-
-    /// Makes sure the container's image is present per its pull policy; returns the
-    /// image reference to run. Err carries (reason, message, retry-after if backing off).
-    async fn ensure_image(
-        &self,
-        pod: &Pod,
-        c: &Container,
-        sandbox_config: &cri::PodSandboxConfig,
-    ) -> Result<String, (WaitingReason, String, Option<Duration>)> {
-        let image = c.image.as_deref().unwrap_or("");
-        let policy = ImagePullPolicy::of(c);
-        let uid = pod_uid(pod);
-        let present = match self.cri.image_status(image).await {
-            Ok(p) => p,
-            Err(e) => return Err((WaitingReason::ImageInspectError, e.to_string(), None)),
-        };
-        match (policy, present) {
-            (ImagePullPolicy::Never, None) => {
-                return Err((
-                    WaitingReason::ErrImageNeverPull,
-                    format!("Container image \"{image}\" is not present with pull policy of Never"),
-                    None,
-                ));
-            }
-            (ImagePullPolicy::Never | ImagePullPolicy::IfNotPresent, Some(img)) => {
-                return Ok(img.id);
-            }
-            _ => {}
-        }
-        let key = format!("{uid}_{image}");
-        let now = tokio::time::Instant::now();
-        // Counted from the failed pull, not from now: from now it would never end.
-        if let Some(left) = self.image_backoff.remaining_since_update(&key) {
-            return Err((
-                WaitingReason::ImagePullBackOff,
-                format!("Back-off pulling image \"{image}\""),
-                Some(left),
-            ));
-        }
-        info!(pod = %pod_ref(pod), podUID = %uid, image, "pulling image");
-        match self
-            .cri
-            .pull_image(image, Some(sandbox_config.clone()))
-            .await
-        {
-            Ok(r) => {
-                info!(pod = %pod_ref(pod), podUID = %uid, image, imageRef = %r, "pulled image");
-                Ok(r)
-            }
-            Err(e) => {
-                self.image_backoff.next(&key, now);
-                let left = self.image_backoff.current(&key);
-                warn!(pod = %pod_ref(pod), podUID = %uid, image, error = %e, "failed to pull image");
-                // The first failure reports ErrImagePull; retries wait out the back-off.
-                self.reasons
-                    .set(uid, &c.name, WaitingReason::ErrImagePull, e.to_string());
-                Err((WaitingReason::ErrImagePull, e.to_string(), left))
-            }
-        }
     }
 
     /// Keeps only the newest dead instance of each container (kubelet's per-pod cleanup

@@ -11,6 +11,8 @@ pub(crate) mod cri_api;
 #[cfg(test)]
 pub(crate) mod fake;
 pub(crate) mod gc;
+pub(crate) mod image_ref;
+pub(crate) mod images;
 pub(crate) mod labels;
 pub(crate) mod lifecycle;
 pub(crate) mod manager;

@@ -745,3 +745,67 @@ pub(crate) fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timest
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+mod exit_reason_tests {
+    use super::*;
+
+    fn exited(exit_code: i32, reason: &str, message: &str) -> rt::ContainerStatus {
+        rt::ContainerStatus {
+            id: "abc".into(),
+            name: "app".into(),
+            state: rt::ContainerState::Exited,
+            created_at: 1_000_000_000,
+            started_at: 2_000_000_000,
+            finished_at: 5_500_000_000,
+            exit_code,
+            image: String::new(),
+            image_ref: String::new(),
+            reason: reason.into(),
+            message: message.into(),
+            hash: 0,
+            restart_count: 0,
+            is_init: false,
+        }
+    }
+
+    /// kubelet's `convertContainerStatus`: the runtime's reason as it gives it
+    /// (OOMKilled, StartError, ContainerCannotRun, …), else Completed/Error by code;
+    /// times at second precision; no signal (the CRI reports none).
+    #[test]
+    fn runtime_reasons_pass_through_else_completed_or_error() {
+        for (code, runtime_reason, want) in [
+            (0, "", TerminatedReason::Completed.as_str()),
+            (1, "", TerminatedReason::Error.as_str()),
+            (143, "", TerminatedReason::Error.as_str()),
+            (137, "OOMKilled", TerminatedReason::OomKilled.as_str()),
+            (128, "StartError", TerminatedReason::StartError.as_str()),
+            (
+                128,
+                "ContainerCannotRun",
+                TerminatedReason::ContainerCannotRun.as_str(),
+            ),
+        ] {
+            let t = terminated(&exited(code, runtime_reason, ""), "containerd");
+            assert_eq!(t.reason.as_deref(), Some(want), "{code} {runtime_reason:?}");
+            assert_eq!(t.exit_code, code);
+            assert_eq!(t.signal, None);
+            assert_eq!(t.container_id.as_deref(), Some("containerd://abc"));
+            assert_eq!(t.started_at.unwrap().0.as_second(), 2);
+            assert_eq!(t.finished_at.unwrap().0.as_second(), 5);
+        }
+        let t = terminated(
+            &exited(
+                128,
+                "StartError",
+                "exec: \"nope\": executable file not found",
+            ),
+            "containerd",
+        );
+        assert_eq!(
+            t.message.as_deref(),
+            Some("exec: \"nope\": executable file not found")
+        );
+        assert_eq!(terminated(&exited(0, "", ""), "c").message, None);
+    }
+}

@@ -91,8 +91,13 @@ fn default_container(c: &mut Container, host_network: bool) {
     }
 }
 
-/// `Always` for `:latest` or an untagged, undigested image; else `IfNotPresent`.
+/// `Always` for `:latest` or an untagged, undigested image; else `IfNotPresent`
+/// (also for a reference that does not parse: kubelet's `ParseImageName` then
+/// gives no tag).
 fn default_pull_policy(image: &str) -> ImagePullPolicy {
+    if crate::runtime::image_ref::check(image).is_err() {
+        return ImagePullPolicy::IfNotPresent;
+    }
     let (name, digest) = match image.split_once('@') {
         Some((n, _)) => (n, true),
         None => (image, false),
@@ -228,7 +233,17 @@ mod tests {
             ("localhost:5000/nginx", "Always"),
             ("localhost:5000/nginx:1.0", "IfNotPresent"),
             ("nginx@sha256:abc", "IfNotPresent"),
-            ("nginx:latest@sha256:abc", "Always"),
+            (
+                "nginx:latest@sha256:7031c1b283388d2c2e09b57badb803c05ebed362dc88d84b480cc47f72a21097",
+                "Always",
+            ),
+            (
+                "nginx@sha256:7031c1b283388d2c2e09b57badb803c05ebed362dc88d84b480cc47f72a21097",
+                "IfNotPresent",
+            ),
+            // Does not parse: no tag, as kubelet's parser says.
+            ("nginx:latest@sha256:abc", "IfNotPresent"),
+            ("Nginx", "IfNotPresent"),
             ("registry.k8s.io/pause:3.10", "IfNotPresent"),
         ] {
             assert_eq!(default_pull_policy(image).as_str(), policy, "{image}");

@@ -1,0 +1,197 @@
+//! Making a container's image present (kubelet's `pkg/kubelet/images`): the pull
+//! policy, the reference check, ImagePullBackOff, and how many pulls run at once
+//! (`serializeImagePulls`, `maxParallelImagePulls`). A pull has no deadline (kubelet
+//! puts none on it); it ends when the sync that waits for it is dropped.
+
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
+
+use super::backoff::Backoff;
+use super::cri::CriError;
+use super::cri_api::Cri;
+use super::image_ref;
+use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
+
+/// How soon a pod whose pull failed is synced again: kubelet's pod worker retries a
+/// failed sync after its 10 s `backOffPeriod`, whatever the image back-off, so a
+/// sync lands inside a longer back-off and shows ImagePullBackOff (waiting exactly
+/// for the back-off's end would only ever show ErrImagePull).
+const RETRY_PERIOD: Duration = Duration::from_secs(10);
+
+/// Why a container's image is not there: the waiting reason, kubelet's message,
+/// and when to try again if the image is in back-off.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {message}")]
+pub(crate) struct ImageError {
+    pub reason: WaitingReason,
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+/// How many pulls may run at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PullLimit {
+    /// `serializeImagePulls: true` (kubelet's default): one at a time.
+    Serial,
+    /// Not serialized: at most this many (`maxParallelImagePulls`), or no limit.
+    Parallel(Option<usize>),
+}
+
+impl PullLimit {
+    /// The limit the two KubeletConfiguration fields give (validated by the options).
+    pub(crate) fn from_settings(serialize: bool, max_parallel: Option<usize>) -> PullLimit {
+        if serialize {
+            PullLimit::Serial
+        } else {
+            PullLimit::Parallel(max_parallel)
+        }
+    }
+}
+
+/// Pulls images for pod workers, within the pull limit, with per pod+image back-off.
+#[derive(Debug)]
+pub(crate) struct ImagePuller {
+    /// None: no limit.
+    slots: Option<Semaphore>,
+    backoff: Backoff,
+}
+
+impl Default for ImagePuller {
+    fn default() -> Self {
+        ImagePuller::new(PullLimit::Serial)
+    }
+}
+
+/// The runtime's own words for a failure, without oxlet's "CRI call failed" frame.
+fn runtime_reason(e: &CriError) -> String {
+    match e {
+        CriError::Status { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl ImagePuller {
+    pub(crate) fn new(limit: PullLimit) -> Self {
+        let slots = match limit {
+            PullLimit::Serial => Some(1),
+            PullLimit::Parallel(n) => n,
+        };
+        ImagePuller {
+            slots: slots.map(|n| Semaphore::new(n.max(1))),
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// Forgets the back-off of a pod that is gone.
+    pub(crate) fn forget_pod(&self, uid: &str) {
+        self.backoff.forget_prefix(&format!("{uid}_"));
+    }
+
+    /// Housekeeping of back-off entries.
+    pub(crate) fn gc_backoff(&self) {
+        self.backoff.gc();
+    }
+
+    /// Makes sure the container's image is present per its pull policy (kubelet's
+    /// `EnsureImageExists`); returns the image reference to run.
+    pub(crate) async fn ensure_image(
+        &self,
+        cri: &dyn Cri,
+        pod: &Pod,
+        c: &Container,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, ImageError> {
+        let image = c.image.as_deref().unwrap_or("");
+        let pod_ref = pod_ref(pod);
+        let uid = pod_uid(pod);
+        let err = |reason, message: String, retry_after| ImageError {
+            reason,
+            message,
+            retry_after,
+        };
+        if let Err(e) = image_ref::check(image) {
+            let msg = format!("Failed to apply default image tag {image:?}: {e}");
+            warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, message = %msg, "invalid image name");
+            return Err(err(WaitingReason::InvalidImageName, msg, None));
+        }
+        let policy = ImagePullPolicy::of(c);
+        let present = match cri.image_status(image).await {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = format!("Failed to inspect image {image:?}: {}", runtime_reason(&e));
+                warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, message = %msg, "cannot inspect image");
+                return Err(err(WaitingReason::ImageInspectError, msg, None));
+            }
+        };
+        match (policy, present) {
+            (ImagePullPolicy::Never, None) => {
+                let msg =
+                    format!("Container image {image:?} is not present with pull policy of Never");
+                warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
+                return Err(err(WaitingReason::ErrImageNeverPull, msg, None));
+            }
+            (ImagePullPolicy::Never | ImagePullPolicy::IfNotPresent, Some(img)) => {
+                info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "Container image {image:?} already present on machine");
+                return Ok(img.id);
+            }
+            _ => {}
+        }
+        let key = format!("{uid}_{image}");
+        // Counted from the failed pull, not from now: from now it would never end.
+        if let Some(left) = self.backoff.remaining_since_update(&key) {
+            let msg = format!("Back-off pulling image {image:?}");
+            info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
+            return Err(err(
+                WaitingReason::ImagePullBackOff,
+                msg,
+                Some(left.min(RETRY_PERIOD)),
+            ));
+        }
+        let asked = tokio::time::Instant::now();
+        // Waiting for a slot is cancelled with the sync, like the pull itself.
+        let _slot = match &self.slots {
+            Some(s) => Some(s.acquire().await.expect("never closed")),
+            None => None,
+        };
+        let started = tokio::time::Instant::now();
+        info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "Pulling image {image:?}");
+        match cri.pull_image(image, Some(sandbox_config.clone())).await {
+            Ok(image_ref) => {
+                let pulled = started.elapsed();
+                let size = match cri.image_status(&image_ref).await {
+                    Ok(Some(i)) => i.size,
+                    _ => 0,
+                };
+                info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, imageRef = %image_ref,
+                    "Successfully pulled image {image:?} in {:?} ({:?} including waiting). Image size: {size} bytes.",
+                    truncate_ms(pulled), truncate_ms(asked.elapsed()));
+                Ok(image_ref)
+            }
+            Err(e) => {
+                let failed_at = tokio::time::Instant::now();
+                self.backoff.next(&key, failed_at);
+                let msg = format!("Failed to pull image {image:?}: {}", runtime_reason(&e));
+                warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
+                // The first failure reports ErrImagePull; retries wait out the back-off.
+                Err(err(
+                    WaitingReason::ErrImagePull,
+                    msg,
+                    self.backoff.current(&key).map(|d| d.min(RETRY_PERIOD)),
+                ))
+            }
+        }
+    }
+}
+
+/// Go's `Duration.Truncate(time.Millisecond)`, as kubelet prints pull times.
+fn truncate_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+#[path = "images_tests.rs"]
+mod tests;

@@ -1,0 +1,209 @@
+//! `ImagePuller` on the in-memory runtime and tokio's paused clock: the pull limit,
+//! policies, reasons and messages, back-off, and cancelled pulls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::*;
+use crate::runtime::fake::FakeRuntime;
+use crate::runtime::fake::support::pod;
+
+const PULL: Duration = Duration::from_secs(5);
+
+/// Pod `name` whose one container runs `image` with `policy`.
+fn pod_with(name: &str, image: &str, policy: &str) -> (Pod, cri::PodSandboxConfig) {
+    let mut p = pod(name, &[], &["app"], "Always");
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.image = Some(image.to_string());
+    c.image_pull_policy = Some(policy.to_string());
+    let sandbox = cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.to_string(),
+            uid: format!("uid-{name}"),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        ..Default::default()
+    };
+    (p, sandbox)
+}
+
+/// Pulls `n` different images for `n` pods at once; returns how long it took.
+async fn pull_many(limit: PullLimit, n: usize) -> (Arc<FakeRuntime>, Duration) {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.set_pull_delay(PULL);
+    let puller = ImagePuller::new(limit);
+    let pods: Vec<_> = (0..n)
+        .map(|i| pod_with(&format!("p{i}"), &format!("localhost/img{i}:1"), "Always"))
+        .collect();
+    let start = tokio::time::Instant::now();
+    let pulls = pods.iter().map(|(p, sb)| {
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        puller.ensure_image(fake.as_ref(), p, c, sb)
+    });
+    for r in futures::future::join_all(pulls).await {
+        r.unwrap();
+    }
+    (fake, start.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn serialized_pulls_never_overlap() {
+    let (fake, took) = pull_many(PullLimit::Serial, 3).await;
+    assert_eq!(fake.max_pulls_in_flight(), 1);
+    assert_eq!(fake.calls_of("PullImage").len(), 3);
+    assert!(took >= 3 * PULL, "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_parallel_image_pulls_bounds_the_overlap() {
+    let (fake, took) = pull_many(PullLimit::Parallel(Some(2)), 4).await;
+    assert_eq!(fake.max_pulls_in_flight(), 2);
+    assert!(took >= 2 * PULL && took < 3 * PULL, "{took:?}");
+    let (fake, took) = pull_many(PullLimit::Parallel(None), 4).await;
+    assert_eq!(fake.max_pulls_in_flight(), 4);
+    assert!(took < 2 * PULL, "{took:?}");
+}
+
+#[test]
+fn the_settings_choose_the_limit() {
+    assert_eq!(PullLimit::from_settings(true, None), PullLimit::Serial);
+    assert_eq!(PullLimit::from_settings(true, Some(1)), PullLimit::Serial);
+    assert_eq!(
+        PullLimit::from_settings(false, Some(3)),
+        PullLimit::Parallel(Some(3))
+    );
+    assert_eq!(
+        PullLimit::from_settings(false, None),
+        PullLimit::Parallel(None)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dropped_pull_frees_its_slot_and_spares_other_pods_pulls() {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.set_pull_delay(Duration::from_secs(3600));
+    let puller = ImagePuller::new(PullLimit::Parallel(Some(2)));
+    let (a, sa) = pod_with("a", "localhost/shared:1", "Always");
+    let (b, sb) = pod_with("b", "localhost/shared:1", "Always");
+    let ca = &a.spec.as_ref().unwrap().containers[0];
+    let cb = &b.spec.as_ref().unwrap().containers[0];
+    let pull_b = puller.ensure_image(fake.as_ref(), &b, cb, &sb);
+    tokio::pin!(pull_b);
+    // Pod a is removed while its pull hangs: its sync (and the pull) is dropped.
+    let pull_a = puller.ensure_image(fake.as_ref(), &a, ca, &sa);
+    tokio::select! {
+        _ = pull_a => panic!("the pull cannot finish"),
+        _ = &mut pull_b => panic!("the pull cannot finish"),
+        () = tokio::time::sleep(Duration::from_secs(60)) => {}
+    }
+    assert_eq!(fake.pulls_in_flight(), 1, "only pod b's pull is left");
+    // b's pull of the same image goes on and ends.
+    fake.set_pull_delay(Duration::ZERO);
+    let r = tokio::time::timeout(Duration::from_secs(3600), &mut pull_b).await;
+    assert!(r.unwrap().is_ok());
+    assert_eq!(fake.pulls_in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn serialized_slot_is_freed_when_the_waiting_pull_is_dropped() {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.set_pull_delay(Duration::from_secs(3600));
+    let puller = ImagePuller::new(PullLimit::Serial);
+    let (a, sa) = pod_with("a", "localhost/a:1", "Always");
+    let (b, sb) = pod_with("b", "localhost/b:1", "Always");
+    let ca = &a.spec.as_ref().unwrap().containers[0];
+    let cb = &b.spec.as_ref().unwrap().containers[0];
+    let hung = tokio::time::timeout(
+        Duration::from_secs(10),
+        puller.ensure_image(fake.as_ref(), &a, ca, &sa),
+    )
+    .await;
+    assert!(
+        hung.is_err(),
+        "no deadline of its own: it hangs until dropped"
+    );
+    fake.set_pull_delay(Duration::ZERO);
+    puller
+        .ensure_image(fake.as_ref(), &b, cb, &sb)
+        .await
+        .expect("the slot was freed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn policies_reasons_and_messages() {
+    let fake = FakeRuntime::new();
+    let puller = ImagePuller::default();
+    let run = |p: &Pod, sb: &cri::PodSandboxConfig| {
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let (p, sb) = (p.clone(), sb.clone());
+        let (fake, puller) = (&fake, &puller);
+        async move { puller.ensure_image(fake, &p, &c, &sb).await }
+    };
+
+    let (p, sb) = pod_with("never", "localhost/absent:1", "Never");
+    let e = run(&p, &sb).await.unwrap_err();
+    assert_eq!(e.reason, WaitingReason::ErrImageNeverPull);
+    assert_eq!(
+        e.message,
+        "Container image \"localhost/absent:1\" is not present with pull policy of Never"
+    );
+    assert_eq!(e.retry_after, None);
+
+    let (p, sb) = pod_with("bad", "Localhost/UPPER", "IfNotPresent");
+    let e = run(&p, &sb).await.unwrap_err();
+    assert_eq!(e.reason, WaitingReason::InvalidImageName);
+    assert!(
+        e.message.starts_with(
+            "Failed to apply default image tag \"Localhost/UPPER\": couldn't parse image name"
+        ),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("must be lowercase"), "{}", e.message);
+    assert!(
+        fake.calls_of("ImageStatus").len() == 1,
+        "only the never pod inspected"
+    );
+
+    // Present: IfNotPresent does not pull, Always does.
+    fake.add_image("localhost/here:1");
+    let (p, sb) = pod_with("here", "localhost/here:1", "IfNotPresent");
+    run(&p, &sb).await.unwrap();
+    assert!(fake.calls_of("PullImage").is_empty());
+    let (p, sb) = pod_with("always", "localhost/here:1", "Always");
+    run(&p, &sb).await.unwrap();
+    assert_eq!(fake.calls_of("PullImage").len(), 1);
+
+    // A failed pull names the image and the runtime's reason, then backs off.
+    fake.fail_next("PullImage", Some("refused"), 1, tonic::Code::Unavailable);
+    let (p, sb) = pod_with("refused", "127.0.0.1:1/x:1", "Always");
+    let e = run(&p, &sb).await.unwrap_err();
+    assert_eq!(e.reason, WaitingReason::ErrImagePull);
+    assert_eq!(
+        e.message,
+        "Failed to pull image \"127.0.0.1:1/x:1\": injected failure"
+    );
+    assert_eq!(e.retry_after, Some(Duration::from_secs(10)));
+    tokio::time::advance(Duration::from_secs(4)).await;
+    let e = run(&p, &sb).await.unwrap_err();
+    assert_eq!(e.reason, WaitingReason::ImagePullBackOff);
+    assert_eq!(e.message, "Back-off pulling image \"127.0.0.1:1/x:1\"");
+    assert_eq!(e.retry_after, Some(Duration::from_secs(6)));
+    tokio::time::advance(Duration::from_secs(6)).await;
+    run(&p, &sb)
+        .await
+        .expect("the retry after the back-off pulls");
+    // The second failure backs off 20 s; the retry 10 s later lands inside it.
+    fake.fail_next("PullImage", Some("refused"), 1, tonic::Code::Unavailable);
+    let e = run(&p, &sb).await.unwrap_err();
+    assert_eq!(e.reason, WaitingReason::ErrImagePull);
+    assert_eq!(e.retry_after, Some(Duration::from_secs(10)));
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let e = run(&p, &sb).await.unwrap_err();
+    assert_eq!(e.reason, WaitingReason::ImagePullBackOff);
+    assert_eq!(e.retry_after, Some(Duration::from_secs(10)));
+    // Forgetting the pod forgets its back-off.
+    puller.forget_pod("uid-refused");
+    run(&p, &sb).await.expect("no back-off left");
+}

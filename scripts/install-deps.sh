@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what oxlet's real-runtime tests and examples need, as root on Debian:
 # containerd (with CRI), runc, the CNI plugins, a static busybox (test images),
-# protoc (the k8s-cri build script) and iproute2. Only missing packages are installed,
+# protoc (the k8s-cri build script), iproute2 and openssl (test certificates). Only missing packages are installed,
 # so a prepared machine costs nothing (and no network).
 #
 # No system containerd is started: oxlet and the test bed run their own, and a system
@@ -9,7 +9,7 @@
 # place for the duration of the install.
 set -euo pipefail
 
-PKGS=(containerd runc containernetworking-plugins busybox-static protobuf-compiler iproute2)
+PKGS=(containerd runc containernetworking-plugins busybox-static protobuf-compiler iproute2 openssl)
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "install-deps: must run as root" >&2

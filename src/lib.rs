@@ -25,6 +25,7 @@ mod server;
 mod status;
 mod syncloop;
 mod tasks;
+mod tls;
 
 // The library's public surface: what the binary (`src/main.rs`) and the integration tests
 // and benchmarks (the managed containerd as a test bed) use. Everything else is crate-private.

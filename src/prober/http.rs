@@ -22,6 +22,8 @@ const MAX_REDIRECTS: usize = 10;
 /// One httpGet probe's target, resolved from the spec.
 #[derive(Debug, Clone)]
 pub(crate) struct HttpTarget {
+    /// `scheme: HTTPS`: TLS without certificate checks, as kubelet probes.
+    pub https: bool,
     pub host: String,
     pub port: u16,
     pub path: String,
@@ -36,7 +38,8 @@ impl HttpTarget {
         } else {
             format!("/{}", self.path)
         };
-        let s = format!("http://{}:{}{path}", bracket(&self.host), self.port);
+        let scheme = if self.https { "https" } else { "http" };
+        let s = format!("{scheme}://{}:{}{path}", bracket(&self.host), self.port);
         s.parse()
             .map_err(|e: hyper::http::uri::InvalidUri| ProbeError::BadTarget(format!("{s}: {e}")))
     }
@@ -106,7 +109,8 @@ fn resolve(base: &Uri, location: &str) -> Result<Uri, ProbeError> {
     } else {
         format!("/{location}")
     };
-    format!("http://{authority}{path}").parse().map_err(bad)
+    let scheme = base.scheme_str().unwrap_or("http");
+    format!("{scheme}://{authority}{path}").parse().map_err(bad)
 }
 
 /// One GET: status, Location header and the body's first 10 KiB.
@@ -115,14 +119,35 @@ async fn get_once(
     uri: &Uri,
 ) -> Result<(StatusCode, Option<String>, String), String> {
     let host = uri.host().unwrap_or_default();
-    let port = uri.port_u16().unwrap_or(80);
+    let https = uri.scheme_str() == Some("https");
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let stream = tokio::net::TcpStream::connect(format!(
         "{}:{port}",
         bracket(host.trim_matches(['[', ']']))
     ))
     .await
     .map_err(|e| format!("dial tcp: {e}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    if https {
+        let tls = crate::tls::connect(stream, host)
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        exchange(TokioIo::new(tls), target, uri, host).await
+    } else {
+        exchange(TokioIo::new(stream), target, uri, host).await
+    }
+}
+
+/// The request and response over one connection, plain or TLS.
+async fn exchange<T>(
+    io: T,
+    target: &HttpTarget,
+    uri: &Uri,
+    host: &str,
+) -> Result<(StatusCode, Option<String>, String), String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
         .await
         .map_err(|e| e.to_string())?;
     // The connection is driven only while this probe runs: dropped with it.
@@ -236,6 +261,7 @@ mod tests {
 
     fn target(port: u16, path: &str) -> HttpTarget {
         HttpTarget {
+            https: false,
             host: "127.0.0.1".into(),
             port,
             path: path.into(),
@@ -309,5 +335,116 @@ mod tests {
             .port();
         let out = probe(&target(free, "/ok"), T).await.unwrap();
         assert!(matches!(out, ProbeOutcome::Failure(_)), "{out:?}");
+    }
+
+    /// A self-signed certificate and its PKCS#8 key (DER), made by the openssl CLI.
+    fn self_signed() -> (Vec<u8>, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("openssl (scripts/install-deps.sh installs it)");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.der",
+            "-outform",
+            "DER",
+            "-subj",
+            "/CN=probe-test",
+            "-days",
+            "1",
+        ]);
+        run(&[
+            "pkcs8", "-topk8", "-nocrypt", "-in", "key.pem", "-outform", "DER", "-out", "key.der",
+        ]);
+        (
+            std::fs::read(dir.path().join("cert.der")).unwrap(),
+            std::fs::read(dir.path().join("key.der")).unwrap(),
+        )
+    }
+
+    /// An HTTPS server on 127.0.0.1 with a self-signed certificate: 200 on every path.
+    async fn tls_server() -> u16 {
+        use tokio_rustls::rustls::ServerConfig;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let (cert, key) = self_signed();
+        let config = ServerConfig::builder_with_provider(Arc::new(
+            tokio_rustls::rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert)],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key)),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Test-only server, dropped with the test's runtime.
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let Ok(mut s) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                let mut buf = vec![0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nsecure",
+                    )
+                    .await;
+                let _ = s.shutdown().await;
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn https_probes_skip_certificate_checks_but_need_tls() {
+        let port = tls_server().await;
+        let https = HttpTarget {
+            https: true,
+            ..target(port, "/ok")
+        };
+        // A self-signed certificate for another name passes, as with kubelet.
+        match probe(&https, Duration::from_secs(5)).await.unwrap() {
+            ProbeOutcome::Success(body) => assert_eq!(body, "secure"),
+            other => panic!("{other:?}"),
+        }
+        // Plain HTTP against the TLS server fails.
+        let plain = probe(&target(port, "/ok"), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(matches!(plain, ProbeOutcome::Failure(_)), "{plain:?}");
+        // HTTPS against a plain HTTP server fails in the handshake.
+        let (plain_port, _) = server().await;
+        let wrong = HttpTarget {
+            https: true,
+            ..target(plain_port, "/ok")
+        };
+        match probe(&wrong, Duration::from_secs(5)).await.unwrap() {
+            ProbeOutcome::Failure(msg) => assert!(msg.contains("tls"), "{msg}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

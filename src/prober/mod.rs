@@ -93,8 +93,6 @@ pub(crate) enum ProbeError {
     NoPodIp,
     #[error("the probe has no handler")]
     NoHandler,
-    #[error("HTTPS probes are not supported by oxlet (no TLS client)")]
-    Https,
 }
 
 /// What every worker shares.
@@ -179,13 +177,11 @@ async fn run_probe(
         return exec::probe(deps.cri.as_ref(), container_id, command, timeout).await;
     }
     if let Some(h) = &probe.http_get {
-        if h.scheme
-            .as_deref()
-            .is_some_and(|s| s.eq_ignore_ascii_case("https"))
-        {
-            return Err(ProbeError::Https);
-        }
         let target = http::HttpTarget {
+            https: h
+                .scheme
+                .as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case("https")),
             host: host_of(h.host.as_ref(), status)?,
             port: resolve_port(&h.port, c)?,
             path: h.path.clone().unwrap_or_default(),

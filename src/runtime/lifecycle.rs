@@ -127,19 +127,18 @@ pub(crate) async fn run_handler(
             .clone()
             .filter(|h| !h.is_empty())
             .unwrap_or_else(|| target.pod_ip.clone());
-        if get.scheme.as_deref().is_some_and(|s| s != "HTTP") {
-            return Err(fail(format!(
-                "scheme {:?} is not supported by oxlet's HTTP hooks (only HTTP)",
-                get.scheme.as_deref().unwrap_or("")
-            )));
-        }
+        // kubelet's hook runner dials HTTPS without checking the certificate.
+        let https = get
+            .scheme
+            .as_deref()
+            .is_some_and(|s| s.eq_ignore_ascii_case("https"));
         let headers: Vec<(String, String)> = get
             .http_headers
             .iter()
             .flatten()
             .map(|h| (h.name.clone(), h.value.clone()))
             .collect();
-        return http_get(&host, port, &path, &headers, limit)
+        return http_get(https, &host, port, &path, &headers, limit)
             .await
             .map_err(fail);
     }
@@ -174,6 +173,7 @@ fn resolve_port(port: &IntOrString, container: &Container) -> Option<u16> {
 /// request fails the hook; the status code does not. Bounded by `limit` when set,
 /// else by 2 minutes (kubelet bounds it by its HTTP client).
 async fn http_get(
+    https: bool,
     host: &str,
     port: u16,
     path: &str,
@@ -195,20 +195,57 @@ async fn http_get(
     } else {
         format!("{host}:{port}")
     };
+    let scheme = if https { "https" } else { "http" };
     let run = async {
         let stream = tokio::net::TcpStream::connect(&authority)
             .await
-            .map_err(|e| format!("Get \"http://{authority}{path}\": {e}"))?;
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .map_err(|e| format!("Get \"{scheme}://{authority}{path}\": {e}"))?;
+        if https {
+            let tls = crate::tls::connect(stream, host)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| format!("Get \"{scheme}://{authority}{path}\": tls: {e}"))?;
+            get_over(
+                hyper_util::rt::TokioIo::new(tls),
+                &authority,
+                &path,
+                headers,
+            )
+            .await
+        } else {
+            get_over(
+                hyper_util::rt::TokioIo::new(stream),
+                &authority,
+                &path,
+                headers,
+            )
+            .await
+        }
+    };
+    tokio::time::timeout(limit, run)
+        .await
+        .map_err(|_| format!("Get \"{scheme}://{authority}{path}\": timed out after {limit:?}"))?
+}
+
+/// The GET over one connection, plain or TLS; the body is read up to a bound.
+async fn get_over<T>(
+    io: T,
+    authority: &str,
+    path: &str,
+    headers: &[(String, String)],
+) -> Result<(), String>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    {
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
+            .await
+            .map_err(|e| e.to_string())?;
         // The connection task lives only as long as this request (dropped with it).
         let conn = async move {
             let _ = conn.await;
         };
-        let mut req = hyper::Request::get(&path)
-            .header(hyper::header::HOST, &authority)
+        let mut req = hyper::Request::get(path)
+            .header(hyper::header::HOST, authority)
             .header(
                 hyper::header::USER_AGENT,
                 concat!("kube-lifecycle/", env!("CARGO_PKG_VERSION")),
@@ -239,10 +276,7 @@ async fn http_get(
             r = &mut send => r,
             () = conn => send.await,
         }
-    };
-    tokio::time::timeout(limit, run)
-        .await
-        .map_err(|_| format!("Get \"http://{authority}{path}\": timed out after {limit:?}"))?
+    }
 }
 
 /// The pod's container spec by name, app or init.
@@ -415,14 +449,21 @@ mod tests {
             String::from_utf8_lossy(&buf[..n]).into_owned()
         };
         let headers = [("X-Hook".to_string(), "yes".to_string())];
-        let client = http_get("127.0.0.1", port, "stop", &headers, Duration::from_secs(5));
+        let client = http_get(
+            false,
+            "127.0.0.1",
+            port,
+            "stop",
+            &headers,
+            Duration::from_secs(5),
+        );
         let (req, res) = tokio::join!(server, client);
         assert_eq!(res, Ok(()), "a 500 answer does not fail the hook (kubelet)");
         assert!(req.starts_with("GET /stop HTTP/1.1\r\n"), "{req}");
         assert!(req.to_lowercase().contains("x-hook: yes"), "{req}");
         assert!(req.contains("kube-lifecycle/"), "{req}");
         drop(listener);
-        let err = http_get("127.0.0.1", port, "/", &[], Duration::from_secs(5))
+        let err = http_get(false, "127.0.0.1", port, "/", &[], Duration::from_secs(5))
             .await
             .unwrap_err();
         assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");

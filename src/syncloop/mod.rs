@@ -321,10 +321,6 @@ impl SyncLoop {
         pods.sort_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
         for pod in pods {
             let uid = pod_uid(&pod).to_string();
-            let missing = unimplemented_features(&pod);
-            if !missing.is_empty() {
-                warn!(pod = %pod_ref(&pod), podUID = %uid, features = ?missing, "pod uses features oxlet does not implement yet; they are ignored");
-            }
             let active = self.active_pods();
             let already = self.workers.is_active(&uid);
             self.pods.add_or_update(pod.clone());
@@ -460,34 +456,6 @@ impl SyncLoop {
         };
         self.housekeeping = Some(self.tasks.spawn_pass("housekeeping", pass));
     }
-}
-
-/// Pod features the spec may use that oxlet does not act on yet (said once per pod,
-/// rather than pretending they work).
-pub(crate) fn unimplemented_features(pod: &Pod) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    let Some(spec) = pod.spec.as_ref() else {
-        return out;
-    };
-    let all = || {
-        spec.containers
-            .iter()
-            .chain(spec.init_containers.iter().flatten())
-    };
-    let https = |p: Option<&k8s_openapi::api::core::v1::Probe>| {
-        p.and_then(|p| p.http_get.as_ref())
-            .and_then(|h| h.scheme.as_deref())
-            .is_some_and(|s| s.eq_ignore_ascii_case("https"))
-    };
-    if all().any(|c| {
-        https(c.liveness_probe.as_ref())
-            || https(c.readiness_probe.as_ref())
-            || https(c.startup_probe.as_ref())
-    }) {
-        // No TLS client in oxlet: such a probe errors (never counted) every period.
-        out.push("HTTPS probes");
-    }
-    out
 }
 
 /// Kills runtime pods nobody wants (grace 1 s, through a pod worker), removes dead

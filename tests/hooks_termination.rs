@@ -279,3 +279,58 @@ async fn active_deadline_fails_the_pod_and_stops_its_containers() {
         Some("DeadlineExceeded")
     );
 }
+
+/// kubelet puts no timeout on postStart, but a kill (here: the manifest removed)
+/// cancels the sync that runs it, so a hook that never returns cannot keep the pod
+/// alive past its grace period; another pod starts meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_post_start_does_not_block_the_pods_termination() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &[]);
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hang
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: {IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "sleep 3600"]
+    lifecycle:
+      postStart:
+        exec:
+          command: ["sleep", "3600"]
+"#
+    );
+    write_manifest(&ox.manifests, "hang.yaml", &manifest);
+    let u = ox
+        .wait_for("hang's postStart running", START, |pods| {
+            let p = find(pods, "hang")?;
+            ox.log()
+                .lines()
+                .any(|l| l.contains("running postStart hook") && l.contains("hang-testnode"))
+                .then(|| uid(p))
+        })
+        .await;
+    write_manifest(
+        &ox.manifests,
+        "other.yaml",
+        &pod_yaml("other", "sleep 3600", ""),
+    );
+    ox.wait_running("other", START).await;
+    let removed = Instant::now();
+    std::fs::remove_file(ox.manifests.join("hang.yaml")).unwrap();
+    wait_stopped(&bed, &u, Duration::from_secs(15)).await;
+    assert!(
+        removed.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        removed.elapsed()
+    );
+    ox.wait_for("hang gone", START, |pods| {
+        find(pods, "hang").is_none().then_some(())
+    })
+    .await;
+}

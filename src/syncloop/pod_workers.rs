@@ -249,7 +249,8 @@ struct PodSyncStatus {
     /// The kill that moved the pod to terminating (merged with later ones); None for
     /// a deletion or a pod that became terminal by itself.
     kill: Option<KillRequest>,
-    /// Cancels an in-flight terminate so it restarts with a shorter grace period.
+    /// Cancels an in-flight sync when a kill arrives, and an in-flight terminate so it
+    /// restarts with a shorter grace period.
     terminate_cancel: CancellationToken,
     full_name: String,
     is_static: bool,
@@ -446,6 +447,9 @@ impl<S: PodSyncer> PodWorkers<S> {
                 Lifecycle::Syncing => {
                     status.lifecycle = Lifecycle::Terminating;
                     status.grace = Some(grace);
+                    // Like kubelet's cancelFn: a sync in flight (e.g. a postStart hook
+                    // that never returns) must not hold the kill back.
+                    status.terminate_cancel.cancel();
                 }
                 Lifecycle::Terminating => {
                     let merged = merge_grace(status.grace, grace);
@@ -686,6 +690,12 @@ impl<S: PodSyncer> PodWorkers<S> {
                     };
                     let res = tokio::select! {
                         () = self.cancel.cancelled() => return,
+                        () = cancel_term.cancelled() => {
+                            // The pod is being killed: the kill (already pending) goes next.
+                            info!(pod = %pod_name, podUID = %uid, "sync cancelled: the pod is terminating");
+                            self.requeue_now(&uid, work);
+                            continue;
+                        }
                         r = step => r,
                     };
                     last_sync = Some(started);

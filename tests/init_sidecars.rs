@@ -340,3 +340,62 @@ async fn a_crashing_sidecar_is_restarted_with_back_off_while_the_app_keeps_runni
     assert!(main.state.as_ref().unwrap().running.is_some());
     assert_eq!(condition(&p, "ContainersReady"), "False");
 }
+
+/// A sidecar whose liveness probe fails is killed (with the probe's grace, not the
+/// pod's 30 s) and started again, as kubelet's computeInitContainerActions does; the
+/// app container beside it keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_failing_its_liveness_probe_is_restarted_beside_its_app() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &[]);
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: sideliv
+spec:
+  terminationGracePeriodSeconds: 30
+  initContainers:
+  - name: side
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    restartPolicy: Always
+    command: ["sh", "-c", "touch /tmp/up; sleep 2; rm /tmp/up; sleep 3600"]
+    livenessProbe:
+      exec:
+        command: ["test", "-f", "/tmp/up"]
+      periodSeconds: 1
+      failureThreshold: 1
+      terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "sleep 3600"]
+"#;
+    write_manifest(&ox.manifests, "sideliv.yaml", manifest);
+    let p = ox
+        .wait_for("the sidecar restarted", Duration::from_secs(20), |pods| {
+            let p = find(pods, "sideliv")?;
+            let st = p.status.as_ref()?;
+            let side = st.init_container_statuses.as_ref()?.first()?;
+            (side.restart_count >= 1).then(|| p.clone())
+        })
+        .await;
+    let st = p.status.as_ref().unwrap();
+    let side = &st.init_container_statuses.as_ref().unwrap()[0];
+    let last = side
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .expect("lastState.terminated");
+    assert_eq!(last.exit_code, 137, "killed after the probe's 1 s grace");
+    let main = container(&p, "main");
+    assert_eq!(main.restart_count, 0);
+    assert!(main.state.as_ref().unwrap().running.is_some(), "{main:?}");
+    assert!(
+        ox.log()
+            .contains("Init container side failed liveness probe"),
+        "{}",
+        tail(&ox.log(), 40)
+    );
+}

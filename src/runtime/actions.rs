@@ -2,7 +2,7 @@
 //! `computePodActions`): whether the sandbox must be (re)created, which init container
 //! runs next, which containers start, which are killed. Pure, so it is unit tested.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::labels::container_hash;
 use super::sandbox::is_host_network;
@@ -105,6 +105,7 @@ fn init_container_actions(
     pod: &Pod,
     status: &PodRuntimeStatus,
     gate: &dyn StartupGate,
+    failed_probe: &dyn Fn(&str) -> Option<ProbeKind>,
     actions: &mut PodActions,
 ) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
@@ -145,11 +146,7 @@ fn init_container_actions(
             ContainerState::Running => match gate.startup(uid, c, s) {
                 Startup::Pending => {}
                 Startup::Failed => {
-                    actions.kill.push((
-                        s.id.clone(),
-                        c.name.clone(),
-                        format!("Init container {} failed startup probe", c.name),
-                    ));
+                    kill_for_probe(actions, c, s, ProbeKind::Startup);
                     start.push(i);
                 }
                 Startup::Succeeded => {
@@ -164,6 +161,11 @@ fn init_container_actions(
                             c.name.clone(),
                             format!("Init container {} definition changed", c.name),
                         ));
+                        start.push(i);
+                    } else if failed_probe(&s.id) == Some(ProbeKind::Liveness) {
+                        // kubelet's computeInitContainerActions: a sidecar that fails
+                        // its liveness probe is restarted, whatever the pod's policy.
+                        kill_for_probe(actions, c, s, ProbeKind::Liveness);
                         start.push(i);
                     }
                 }
@@ -209,6 +211,23 @@ fn init_container_actions(
     start.dedup();
     actions.start_init = start;
     initialized
+}
+
+/// Kills a sidecar that failed `kind`, with kubelet's message and the probe's own
+/// grace period if it sets one.
+fn kill_for_probe(actions: &mut PodActions, c: &Container, s: &ContainerStatus, kind: ProbeKind) {
+    if let Some(g) = kind.of(c).and_then(|p| p.termination_grace_period_seconds) {
+        actions.probe_grace.push((s.id.clone(), g));
+    }
+    actions.kill.push((
+        s.id.clone(),
+        c.name.clone(),
+        format!(
+            "Init container {} failed {} probe",
+            c.name,
+            kind.as_str().to_lowercase()
+        ),
+    ));
 }
 
 /// Computes the actions for one sync of `pod` given what the runtime has.
@@ -285,7 +304,7 @@ pub(crate) fn compute_pod_actions_probed(
         }
     }
 
-    if !init_container_actions(pod, status, gate, &mut actions) || actions.kill_pod {
+    if !init_container_actions(pod, status, gate, failed_probe, &mut actions) || actions.kill_pod {
         // Initialization failed or is still in progress: app containers wait.
         return actions;
     }
@@ -771,6 +790,37 @@ mod tests {
         );
         assert_eq!((a.start_init.clone(), a.start.clone()), (vec![], vec![0]));
         assert!(a.kill.is_empty());
+    }
+
+    #[test]
+    fn a_sidecar_failing_liveness_is_restarted_with_the_probe_grace_beside_its_app() {
+        let mut p = pod_with_sidecars("Never", &["s1"], &["a"]);
+        let probe = k8s_openapi::api::core::v1::Probe {
+            termination_grace_period_seconds: Some(3),
+            ..Default::default()
+        };
+        p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0].liveness_probe = Some(probe);
+        let mut app = container(&p, "a", ContainerState::Running, 0);
+        app.id = "id-app".into();
+        let mut side = hashed(&p, "s1", ContainerState::Running, 0);
+        side.id = "id-s1".into();
+        let st = ready_sandbox(vec![side, app]);
+        let failed = |id: &str| (id == "id-s1").then_some(ProbeKind::Liveness);
+        let a = compute_pod_actions_probed(&p, &st, &RunningIsStarted, &failed);
+        assert_eq!(
+            a.kill,
+            vec![(
+                "id-s1".into(),
+                "s1".into(),
+                "Init container s1 failed liveness probe".into()
+            )]
+        );
+        assert_eq!(a.probe_grace, vec![("id-s1".to_string(), 3)]);
+        assert_eq!((a.start_init.clone(), a.start.clone()), (vec![0], vec![]));
+        assert!(!a.kill_pod);
+        // Readiness failing is no reason to kill.
+        let failed = |id: &str| (id == "id-s1").then_some(ProbeKind::Readiness);
+        assert!(compute_pod_actions_probed(&p, &st, &RunningIsStarted, &failed).is_noop());
     }
 
     #[test]

@@ -284,3 +284,59 @@ async fn probing_starts_over_after_an_oxlet_restart_without_restarting_anything(
         tail(&ox.log(), 40)
     );
 }
+
+/// A container that its liveness probe keeps killing backs off as kubelet's does:
+/// its newest exited instance counts (kubelet's doBackOff), so after the second
+/// restart it waits in CrashLoopBackOff instead of being restarted at once forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_killed_again_and_again_by_liveness_backs_off() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &[]);
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: livloop
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"]
+    livenessProbe:
+      exec:
+        command: ["false"]
+      periodSeconds: 1
+      failureThreshold: 1
+"#;
+    write_manifest(&ox.manifests, "livloop.yaml", manifest);
+    let (rc, msg) = ox
+        .wait_for(
+            "CrashLoopBackOff after liveness kills",
+            Duration::from_secs(25),
+            |pods| {
+                let c = find(pods, "livloop")?
+                    .status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .first()?;
+                let w = c.state.as_ref()?.waiting.as_ref()?;
+                (w.reason.as_deref() == Some("CrashLoopBackOff"))
+                    .then(|| (c.restart_count, w.message.clone().unwrap_or_default()))
+            },
+        )
+        .await;
+    assert!(rc >= 2, "restartCount {rc}");
+    assert!(
+        msg.starts_with(
+            "back-off 10s restarting failed container=main pod=livloop-testnode_default("
+        ),
+        "{msg}"
+    );
+    // And it stays backed off for a while: no new restart in the next 5 s.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pods = ox.pods().await;
+    let c = container(find(&pods, "livloop").unwrap(), "main");
+    assert_eq!(c.restart_count, rc, "restarted inside its back-off");
+}

@@ -388,6 +388,7 @@ impl RuntimeManager {
                 c,
                 ContainerType::Init,
                 latest,
+                status.latest_exited(&c.name),
                 &sandbox_id,
                 &sandbox_config,
                 &env,
@@ -413,6 +414,7 @@ impl RuntimeManager {
                 c,
                 ContainerType::Regular,
                 status.latest(&c.name),
+                status.latest_exited(&c.name),
                 &sandbox_id,
                 &sandbox_config,
                 &env,
@@ -446,6 +448,7 @@ impl RuntimeManager {
         c: &Container,
         kind: ContainerType,
         latest: Option<&ContainerStatus>,
+        exited: Option<&ContainerStatus>,
         sandbox_id: &str,
         sandbox_config: &cri::PodSandboxConfig,
         env: &PodEnv,
@@ -462,8 +465,10 @@ impl RuntimeManager {
                 message,
             }
         };
-        // CrashLoopBackOff: only a container that already ran and exited backs off.
-        if let Some(prev) = latest.filter(|s| s.state == ContainerState::Exited) {
+        // CrashLoopBackOff: only a container that already ran and exited backs off,
+        // counted from its newest exited instance (not only the latest one: a
+        // container restarted because a probe failed is running still).
+        if let Some(prev) = exited {
             let key = format!("{uid}_{name}");
             let died = instant_of(prev.finished_at);
             if let Some(left) = self.crash_backoff.remaining(&key, died) {

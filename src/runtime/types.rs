@@ -114,6 +114,13 @@ impl PodRuntimeStatus {
     pub(crate) fn latest(&self, name: &str) -> Option<&ContainerStatus> {
         self.containers.iter().find(|c| c.name == name)
     }
+    /// The newest instance that exited: kubelet's `doBackOff` counts the back-off
+    /// from it even when a newer one still runs (e.g. one a probe is killing now).
+    pub(crate) fn latest_exited(&self, name: &str) -> Option<&ContainerStatus> {
+        self.containers
+            .iter()
+            .find(|c| c.name == name && c.state == ContainerState::Exited)
+    }
     /// The instance before the newest (for `lastState`).
     pub(crate) fn previous(&self, name: &str) -> Option<&ContainerStatus> {
         self.containers.iter().filter(|c| c.name == name).nth(1)

@@ -821,6 +821,16 @@ mod tests {
         // Readiness failing is no reason to kill.
         let failed = |id: &str| (id == "id-s1").then_some(ProbeKind::Readiness);
         assert!(compute_pod_actions_probed(&p, &st, &RunningIsStarted, &failed).is_noop());
+        // A failed startup probe kills with that probe's grace.
+        let init = &mut p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0];
+        init.startup_probe = Some(k8s_openapi::api::core::v1::Probe {
+            termination_grace_period_seconds: Some(2),
+            ..Default::default()
+        });
+        let gate = Gate(vec![("s1", Startup::Failed)]);
+        let a = compute_pod_actions_probed(&p, &st, &gate, &|_| None);
+        assert_eq!(a.probe_grace, vec![("id-s1".to_string(), 2)]);
+        assert_eq!(a.kill[0].2, "Init container s1 failed startup probe");
     }
 
     #[test]

@@ -209,7 +209,7 @@ spec:
     image: {IMAGE}
     imagePullPolicy: IfNotPresent
     terminationMessagePolicy: FallbackToLogsOnError
-    command: ["sh", "-c", "echo first; echo oops-from-log >&2; exit 2"]
+    command: ["sh", "-c", "echo first >&2; echo oops-from-log >&2; exit 2"]
 "#
     );
     write_manifest(&ox.manifests, "msgs.yaml", &manifest);
@@ -235,6 +235,8 @@ spec:
         (custom.exit_code, custom.message.as_deref()),
         (1, Some("custom path"))
     );
+    // Both lines go to stderr: stdout and stderr reach the CRI log through separate
+    // pipes, so lines of the two streams can be recorded in either order.
     let logs = term("logs");
     assert_eq!(logs.exit_code, 2);
     assert_eq!(logs.message.as_deref(), Some("first\noops-from-log\n"));

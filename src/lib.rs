@@ -9,6 +9,7 @@ mod app;
 mod config;
 pub mod containerd;
 mod hash;
+mod http_get;
 mod logging;
 mod node;
 mod options;

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
+use http_body_util::Empty;
 use hyper::{Request, StatusCode, Uri};
-use hyper_util::rt::TokioIo;
+
+use crate::http_get::{self, HttpGetError};
 
 use super::tcp::bracket;
 use super::{ProbeError, ProbeOutcome};
@@ -117,99 +117,35 @@ fn resolve(base: &Uri, location: &str) -> Result<Uri, ProbeError> {
 async fn get_once(
     target: &HttpTarget,
     uri: &Uri,
-) -> Result<(StatusCode, Option<String>, String), String> {
+) -> Result<(StatusCode, Option<String>, String), HttpGetError> {
     let host = uri.host().unwrap_or_default();
     let https = uri.scheme_str() == Some("https");
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let stream = tokio::net::TcpStream::connect(format!(
-        "{}:{port}",
-        bracket(host.trim_matches(['[', ']']))
+    let mut req = Request::get(uri.path_and_query().map_or("/", |p| p.as_str()));
+    let has = |name: &str| {
+        target
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case(name))
+    };
+    if !has("host") {
+        req = req.header("Host", uri.authority().map_or(host, |a| a.as_str()));
+    }
+    if !has("user-agent") {
+        req = req.header("User-Agent", USER_AGENT);
+    }
+    if !has("accept") {
+        req = req.header("Accept", "*/*");
+    }
+    for (k, v) in &target.headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let answer = http_get::get(https, host, port, req.body(Empty::new())?, MAX_BODY).await?;
+    Ok((
+        answer.status,
+        answer.location,
+        String::from_utf8_lossy(&answer.body).into_owned(),
     ))
-    .await
-    .map_err(|e| format!("dial tcp: {e}"))?;
-    if https {
-        let tls = crate::tls::connect(stream, host)
-            .await
-            .map_err(|e| format!("tls: {e}"))?;
-        exchange(TokioIo::new(tls), target, uri, host).await
-    } else {
-        exchange(TokioIo::new(stream), target, uri, host).await
-    }
-}
-
-/// The request and response over one connection, plain or TLS.
-async fn exchange<T>(
-    io: T,
-    target: &HttpTarget,
-    uri: &Uri,
-    host: &str,
-) -> Result<(StatusCode, Option<String>, String), String>
-where
-    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-        .await
-        .map_err(|e| e.to_string())?;
-    // The connection is driven only while this probe runs: dropped with it.
-    let conn = async move {
-        let _ = conn.await;
-    };
-    let send = async {
-        let mut req = Request::get(uri.path_and_query().map_or("/", |p| p.as_str()));
-        let has = |name: &str| {
-            target
-                .headers
-                .iter()
-                .any(|(k, _)| k.eq_ignore_ascii_case(name))
-        };
-        if !has("host") {
-            req = req.header("Host", uri.authority().map_or(host, |a| a.as_str()));
-        }
-        if !has("user-agent") {
-            req = req.header("User-Agent", USER_AGENT);
-        }
-        if !has("accept") {
-            req = req.header("Accept", "*/*");
-        }
-        for (k, v) in &target.headers {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        let req = req
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| format!("bad request: {e}"))?;
-        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        let location = resp
-            .headers()
-            .get(hyper::header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let mut body = resp.into_body();
-        let mut read = Vec::new();
-        while read.len() < MAX_BODY {
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        read.extend_from_slice(data);
-                    }
-                }
-                Some(Err(e)) => return Err(format!("reading body: {e}")),
-                None => break,
-            }
-        }
-        read.truncate(MAX_BODY);
-        Ok((
-            status,
-            location,
-            String::from_utf8_lossy(&read).into_owned(),
-        ))
-    };
-    tokio::pin!(send, conn);
-    tokio::select! {
-        r = &mut send => r,
-        // The server closed the connection: whatever the request got is its answer.
-        () = &mut conn => send.await,
-    }
 }
 
 #[cfg(test)]

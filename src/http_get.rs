@@ -1,0 +1,106 @@
+//! The one HTTP/1.1 GET that kubelet's own checks make: httpGet probes and httpGet
+//! lifecycle hooks. One connection (plain, or TLS without certificate checks as
+//! kubelet dials them), one request, and an answer whose body is read only up to a
+//! bound. Each caller decides what the answer means.
+
+use std::io;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Why a GET got no answer (the words follow Go's client, which kubelet's messages show).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HttpGetError {
+    #[error("dial tcp: {0}")]
+    Dial(io::Error),
+    #[error("tls: {0}")]
+    Tls(io::Error),
+    #[error("bad request: {0}")]
+    Request(#[from] hyper::http::Error),
+    #[error("{0}")]
+    Http(#[from] hyper::Error),
+    #[error("reading body: {0}")]
+    Body(hyper::Error),
+}
+
+/// What came back: the status, the `Location` header, and the body's first bytes.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub status: StatusCode,
+    pub location: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// A plain or TLS stream, so one handshake serves both.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// Sends `request` to `host:port` and reads at most `max_body` bytes of the answer's
+/// body. The connection lives only as long as this call.
+pub(crate) async fn get(
+    https: bool,
+    host: &str,
+    port: u16,
+    request: Request<Empty<Bytes>>,
+    max_body: usize,
+) -> Result<Answer, HttpGetError> {
+    let bare = host.trim_matches(['[', ']']);
+    let addr = if bare.contains(':') {
+        format!("[{bare}]:{port}")
+    } else {
+        format!("{bare}:{port}")
+    };
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(HttpGetError::Dial)?;
+    let stream: Box<dyn Stream> = if https {
+        Box::new(
+            crate::tls::connect(tcp, bare)
+                .await
+                .map_err(HttpGetError::Tls)?,
+        )
+    } else {
+        Box::new(tcp)
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let conn = async move {
+        let _ = conn.await;
+    };
+    let send = async {
+        let resp = sender.send_request(request).await?;
+        let status = resp.status();
+        let location = resp
+            .headers()
+            .get(hyper::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut body = resp.into_body();
+        let mut read = Vec::new();
+        while read.len() < max_body {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        read.extend_from_slice(data);
+                    }
+                }
+                Some(Err(e)) => return Err(HttpGetError::Body(e)),
+                None => break,
+            }
+        }
+        read.truncate(max_body);
+        Ok(Answer {
+            status,
+            location,
+            body: read,
+        })
+    };
+    tokio::pin!(send, conn);
+    tokio::select! {
+        r = &mut send => r,
+        // The server closed the connection: whatever the request got is its answer.
+        () = &mut conn => send.await,
+    }
+}

@@ -1,0 +1,53 @@
+//! The one boundary to the cgroup filesystem. Paths are relative to the cgroup root
+//! and already spelled for the driver (see [`super::name`]).
+
+use std::path::PathBuf;
+
+use super::resources::ResourceConfig;
+use super::version::CgroupVersion;
+
+/// What a cgroup uses now (for the eviction manager and the stats).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CgroupUsage {
+    /// Memory usage minus inactive file pages (kubelet's working set).
+    pub memory_working_set_bytes: u64,
+    /// Memory usage including the page cache.
+    pub memory_usage_bytes: u64,
+    /// Total CPU time, in nanoseconds.
+    pub cpu_usage_nanos: u64,
+    /// Tasks in the cgroup and below (`pids.current`).
+    pub pids: u64,
+}
+
+/// A cgroup operation that failed, with the file or directory it failed on.
+#[derive(Debug, thiserror::Error)]
+#[error("cgroup {op} {}: {source}", path.display())]
+pub(crate) struct CgroupError {
+    pub op: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Creating, limiting, reading and removing cgroups.
+pub(crate) trait CgroupFs: Send + Sync + std::fmt::Debug {
+    /// The layout this tree writes.
+    fn version(&self) -> CgroupVersion;
+    /// Creates `path` and its missing parents in every hierarchy, then writes `res`.
+    fn create(&self, path: &str, res: &ResourceConfig) -> Result<(), CgroupError>;
+    /// Writes `res` to an existing cgroup.
+    fn update(&self, path: &str, res: &ResourceConfig) -> Result<(), CgroupError>;
+    /// Whether `path` exists in every hierarchy oxlet limits.
+    fn exists(&self, path: &str) -> bool;
+    /// Removes `path` and the empty cgroups below it from every hierarchy (children
+    /// first); fails while a task is still inside. A missing cgroup is not an error.
+    fn remove(&self, path: &str) -> Result<(), CgroupError>;
+    /// The names of the cgroups directly below `path`.
+    fn children(&self, path: &str) -> Result<Vec<String>, CgroupError>;
+    /// The processes in `path` and below.
+    fn procs(&self, path: &str) -> Result<Vec<i32>, CgroupError>;
+    /// What `path` uses now.
+    fn usage(&self, path: &str) -> Result<CgroupUsage, CgroupError>;
+    /// The limits set on `path`, read back.
+    fn resources(&self, path: &str) -> Result<ResourceConfig, CgroupError>;
+}

@@ -1,5 +1,29 @@
 //! The one boundary to the cgroup filesystem. Paths are relative to the cgroup root
-//! and already spelled for the driver (see [`super::name`]).
+//! and already spelled for the driver (see [`super::name`]). [`CgroupTree`] is the real
+//! one, for v1 (and hybrid) and v2.
+//!
+//! Written on `std::fs` rather than `cgroups-rs`: every path here is checked to stay
+//! below the mount without following a symlink, every read is bounded, removal never
+//! unlinks on cgroupfs, and the same code runs on a test tree of plain files.
+
+mod files;
+mod tree;
+mod v1;
+mod v2;
+
+#[cfg(test)]
+mod tests;
+
+#[allow(
+    unused_imports,
+    reason = "issue 9: the container manager is being wired in"
+)]
+pub(crate) use tree::{CgroupTree, HOST_MOUNT};
+#[allow(
+    unused_imports,
+    reason = "issue 9: the container manager is being wired in"
+)]
+pub(crate) use v2::{shares_to_weight, weight_to_shares};
 
 use std::path::PathBuf;
 

@@ -1,0 +1,465 @@
+//! The real [`CgroupTree`] on test trees of plain files (v2, v1, hybrid), and on this
+//! machine's real v1 hierarchies.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::{CgroupFs, CgroupTree, shares_to_weight, weight_to_shares};
+use crate::cm::resources::ResourceConfig;
+use crate::cm::version::{self, CgroupVersion};
+
+const POD: &str = "kubepods/burstable/pod1234-abcd";
+
+fn limits() -> ResourceConfig {
+    ResourceConfig {
+        cpu_shares: Some(512),
+        cpu_quota: Some(50_000),
+        cpu_period: Some(100_000),
+        memory_limit: Some(64 << 20),
+        pids_limit: Some(20),
+    }
+}
+
+fn read(path: impl AsRef<Path>) -> String {
+    fs::read_to_string(path.as_ref()).unwrap_or_else(|e| panic!("{}: {e}", path.as_ref().display()))
+}
+
+fn write(path: impl AsRef<Path>, text: &str) {
+    fs::write(path.as_ref(), text).unwrap();
+}
+
+/// A v2 root as the kernel shows it: the controllers available, none enabled yet.
+fn v2_tree(controllers: &str) -> (tempfile::TempDir, CgroupTree) {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path().join("cgroup.controllers"), controllers);
+    write(dir.path().join("cgroup.subtree_control"), "");
+    let tree = CgroupTree::new(dir.path(), CgroupVersion::V2).unwrap();
+    (dir, tree)
+}
+
+#[test]
+fn cpu_weight_conversion_is_kubelets() {
+    assert_eq!(shares_to_weight(2), 1);
+    assert_eq!(shares_to_weight(1024), 39);
+    assert_eq!(shares_to_weight(262_144), 10_000);
+    assert_eq!(shares_to_weight(0), 0);
+    for weight in [1, 2, 39, 100, 5000, 10_000] {
+        assert_eq!(
+            shares_to_weight(weight_to_shares(weight)),
+            weight,
+            "{weight}"
+        );
+    }
+}
+
+#[test]
+fn v2_create_enables_controllers_down_the_path_and_writes_the_limits() {
+    let (dir, tree) = v2_tree("cpuset cpu io memory hugetlb pids rdma");
+    tree.create(POD, &limits()).unwrap();
+    let root = dir.path();
+    for parent in ["", "kubepods", "kubepods/burstable"] {
+        let enabled = read(root.join(parent).join("cgroup.subtree_control"));
+        assert_eq!(enabled, "+cpu +memory +pids", "{parent:?}");
+    }
+    let pod = root.join(POD);
+    assert!(!pod.join("cgroup.subtree_control").exists());
+    assert_eq!(
+        read(pod.join("cpu.weight")),
+        shares_to_weight(512).to_string()
+    );
+    assert_eq!(read(pod.join("cpu.max")), "50000 100000");
+    assert_eq!(read(pod.join("memory.max")), (64u64 << 20).to_string());
+    assert_eq!(read(pod.join("pids.max")), "20");
+    let back = tree.resources(POD).unwrap();
+    assert_eq!(
+        back,
+        ResourceConfig {
+            cpu_shares: Some(weight_to_shares(shares_to_weight(512))),
+            ..limits()
+        }
+    );
+    assert!(tree.exists(POD));
+    assert!(!tree.exists("kubepods/besteffort"));
+    assert_eq!(
+        tree.children("kubepods").unwrap(),
+        vec!["burstable".to_string()]
+    );
+
+    // No limits: "max"; a period alone keeps the quota in force.
+    let unlimited = ResourceConfig {
+        cpu_quota: Some(-1),
+        memory_limit: Some(-1),
+        pids_limit: Some(-1),
+        ..Default::default()
+    };
+    tree.update(POD, &unlimited).unwrap();
+    assert_eq!(read(pod.join("cpu.max")), "max 100000");
+    assert_eq!(read(pod.join("memory.max")), "max");
+    assert_eq!(read(pod.join("pids.max")), "max");
+    tree.update(
+        POD,
+        &ResourceConfig {
+            cpu_quota: Some(20_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    tree.update(
+        POD,
+        &ResourceConfig {
+            cpu_period: Some(50_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(read(pod.join("cpu.max")), "20000 50000");
+    let back = tree.resources(POD).unwrap();
+    assert_eq!(
+        (
+            back.cpu_quota,
+            back.cpu_period,
+            back.memory_limit,
+            back.pids_limit
+        ),
+        (Some(20_000), Some(50_000), Some(-1), Some(-1))
+    );
+}
+
+#[test]
+fn v2_enables_only_available_controllers_and_keeps_enabled_ones() {
+    let (dir, tree) = v2_tree("cpu io memory");
+    write(dir.path().join("cgroup.subtree_control"), "io memory");
+    tree.create("kubepods", &ResourceConfig::default()).unwrap();
+    assert_eq!(
+        read(dir.path().join("cgroup.subtree_control")),
+        "+io +memory +cpu"
+    );
+    // kubepods may only enable what the root enabled for it.
+    tree.create("kubepods/besteffort", &ResourceConfig::default())
+        .unwrap();
+    assert_eq!(
+        read(dir.path().join("kubepods/cgroup.subtree_control")),
+        "+cpu +memory"
+    );
+}
+
+#[test]
+fn v2_usage_procs_and_removal() {
+    let (dir, tree) = v2_tree("cpu memory pids");
+    tree.create(POD, &limits()).unwrap();
+    let pod = dir.path().join(POD);
+    write(pod.join("memory.current"), "10000000\n");
+    write(
+        pod.join("memory.stat"),
+        "anon 6000000\nfile 4000000\ninactive_file 3000000\nactive_file 1000000\n",
+    );
+    write(
+        pod.join("cpu.stat"),
+        "usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n",
+    );
+    write(pod.join("pids.current"), "3\n");
+    let usage = tree.usage(POD).unwrap();
+    assert_eq!(usage.memory_working_set_bytes, 7_000_000);
+    assert_eq!(usage.memory_usage_bytes, 10_000_000);
+    assert_eq!(usage.cpu_usage_nanos, 2_500_000);
+    assert_eq!(usage.pids, 3);
+    // The working set never goes below zero.
+    write(pod.join("memory.stat"), "inactive_file 20000000\n");
+    assert_eq!(tree.usage(POD).unwrap().memory_working_set_bytes, 0);
+
+    // A container cgroup below the pod, with its tasks.
+    fs::create_dir(pod.join("ctr1")).unwrap();
+    write(pod.join("cgroup.procs"), "");
+    write(pod.join("ctr1/cgroup.procs"), "41\n42\n");
+    assert_eq!(tree.procs("kubepods").unwrap(), vec![41, 42]);
+    let busy = tree.remove(POD).unwrap_err();
+    assert_eq!(
+        busy.source.kind(),
+        std::io::ErrorKind::ResourceBusy,
+        "{busy}"
+    );
+    assert!(busy.to_string().contains("ctr1"), "{busy}");
+    assert!(pod.join("ctr1").exists());
+    write(pod.join("ctr1/cgroup.procs"), "");
+    tree.remove(POD).unwrap();
+    assert!(!pod.exists());
+    assert!(dir.path().join("kubepods/burstable").exists());
+    // Already gone is not an error.
+    tree.remove(POD).unwrap();
+}
+
+#[test]
+fn v2_reads_are_bounded() {
+    let (dir, tree) = v2_tree("cpu memory pids");
+    tree.create("kubepods", &ResourceConfig::default()).unwrap();
+    let kp = dir.path().join("kubepods");
+    write(kp.join("memory.current"), "1");
+    write(kp.join("memory.stat"), &"x 1\n".repeat(20_000));
+    let err = tree.usage("kubepods").unwrap_err().to_string();
+    assert!(
+        err.contains("memory.stat") && err.contains("larger than"),
+        "{err}"
+    );
+}
+
+/// A v1 (hybrid) test tree as the host has it: one directory per hierarchy.
+fn v1_tree() -> (tempfile::TempDir, CgroupTree) {
+    let dir = tempfile::tempdir().unwrap();
+    for h in [
+        "cpu,cpuacct",
+        "cpuset",
+        "memory",
+        "pids",
+        "freezer",
+        "devices",
+        "systemd",
+        "unified",
+    ] {
+        fs::create_dir(dir.path().join(h)).unwrap();
+    }
+    write(dir.path().join("cpuset/cpuset.cpus"), "0-3\n");
+    write(dir.path().join("cpuset/cpuset.mems"), "0\n");
+    let tree = CgroupTree::new(dir.path(), CgroupVersion::Hybrid).unwrap();
+    (dir, tree)
+}
+
+#[test]
+fn v1_create_makes_the_cgroup_in_every_hierarchy_and_writes_the_limits() {
+    let (dir, tree) = v1_tree();
+    tree.create(POD, &limits()).unwrap();
+    let at = |h: &str| dir.path().join(h).join(POD);
+    for h in [
+        "cpu,cpuacct",
+        "cpuset",
+        "memory",
+        "pids",
+        "freezer",
+        "devices",
+        "systemd",
+    ] {
+        assert!(at(h).is_dir(), "{h}");
+    }
+    assert!(
+        !at("unified").exists(),
+        "hybrid's unified is runc's, not oxlet's"
+    );
+    // cpuset: copied from the parent at each new level.
+    assert_eq!(read(dir.path().join("cpuset/kubepods/cpuset.cpus")), "0-3");
+    assert_eq!(read(at("cpuset").join("cpuset.mems")), "0");
+    assert_eq!(read(at("cpu,cpuacct").join("cpu.shares")), "512");
+    assert_eq!(read(at("cpu,cpuacct").join("cpu.cfs_period_us")), "100000");
+    assert_eq!(read(at("cpu,cpuacct").join("cpu.cfs_quota_us")), "50000");
+    assert_eq!(
+        read(at("memory").join("memory.limit_in_bytes")),
+        (64u64 << 20).to_string()
+    );
+    assert_eq!(read(at("pids").join("pids.max")), "20");
+    assert_eq!(tree.resources(POD).unwrap(), limits());
+    assert!(tree.exists(POD));
+    tree.update(
+        POD,
+        &ResourceConfig {
+            pids_limit: Some(-1),
+            memory_limit: Some(-1),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(read(at("pids").join("pids.max")), "max");
+    // The kernel's "unlimited" reads back as -1.
+    write(
+        at("memory").join("memory.limit_in_bytes"),
+        "9223372036854771712\n",
+    );
+    let back = tree.resources(POD).unwrap();
+    assert_eq!((back.memory_limit, back.pids_limit), (Some(-1), Some(-1)));
+    // Missing in one limited hierarchy: not there.
+    fs::remove_dir_all(at("pids")).unwrap();
+    assert!(!tree.exists(POD));
+}
+
+#[test]
+fn v1_usage_and_removal_from_every_hierarchy() {
+    let (dir, tree) = v1_tree();
+    tree.create(POD, &limits()).unwrap();
+    let at = |h: &str| dir.path().join(h).join(POD);
+    write(at("memory").join("memory.usage_in_bytes"), "5000000\n");
+    write(
+        at("memory").join("memory.stat"),
+        "cache 3000000\ninactive_file 9\ntotal_inactive_file 1000000\n",
+    );
+    write(at("cpu,cpuacct").join("cpuacct.usage"), "123456789\n");
+    write(at("pids").join("pids.current"), "2\n");
+    let usage = tree.usage(POD).unwrap();
+    assert_eq!(
+        (usage.memory_working_set_bytes, usage.memory_usage_bytes),
+        (4_000_000, 5_000_000)
+    );
+    assert_eq!((usage.cpu_usage_nanos, usage.pids), (123_456_789, 2));
+    // runc puts container cgroups in every hierarchy, hybrid's unified included.
+    for h in ["freezer", "unified", "memory"] {
+        fs::create_dir_all(at(h).join("ctr")).unwrap();
+    }
+    tree.remove("kubepods").unwrap();
+    for h in [
+        "cpu,cpuacct",
+        "cpuset",
+        "memory",
+        "pids",
+        "freezer",
+        "devices",
+        "systemd",
+        "unified",
+    ] {
+        assert!(!dir.path().join(h).join("kubepods").exists(), "{h}");
+        assert!(dir.path().join(h).exists(), "{h}");
+    }
+    assert!(!tree.exists("kubepods"));
+}
+
+#[test]
+fn paths_from_pod_input_stay_inside_the_mount() {
+    let (dir, tree) = v1_tree();
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path().join("keep"), "mine");
+    for bad in [
+        "../escape",
+        "/abs/path",
+        "kubepods//pod",
+        "kubepods/./pod",
+        "kubepods/..",
+        "kubepods/",
+    ] {
+        let err = tree.create(bad, &limits()).unwrap_err();
+        assert_eq!(
+            err.source.kind(),
+            std::io::ErrorKind::InvalidInput,
+            "{bad}: {err}"
+        );
+        assert!(tree.remove(bad).is_err(), "{bad}");
+        assert!(tree.procs(bad).is_err(), "{bad}");
+        assert!(!tree.exists(bad), "{bad}");
+    }
+    assert!(tree.create("", &limits()).is_err());
+    assert!(tree.remove("").is_err());
+    // A symlink inside the mount is never followed, neither to create nor to remove.
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("memory/kubepods")).unwrap();
+    let err = tree.create("kubepods/pod1", &limits()).unwrap_err();
+    assert!(err.to_string().contains("symlink"), "{err}");
+    assert!(tree.remove("kubepods").is_err());
+    assert!(tree.update("kubepods", &limits()).is_err());
+    assert!(!outside.path().join("pod1").exists());
+    assert_eq!(read(outside.path().join("keep")), "mine");
+    assert_eq!(fs::read_dir(outside.path()).unwrap().count(), 1);
+}
+
+// ---- the real v1 hierarchies of this machine ----
+
+/// Removes the test cgroup (and kills the task in it) even when an assertion failed.
+struct RealCgroup {
+    tree: CgroupTree,
+    rel: String,
+    child: Option<std::process::Child>,
+}
+
+impl Drop for RealCgroup {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = self.tree.remove(&self.rel);
+    }
+}
+
+fn real_dirs(tree: &CgroupTree, rel: &str) -> Vec<PathBuf> {
+    tree.hierarchies().iter().map(|h| h.dir.join(rel)).collect()
+}
+
+#[test]
+fn v1_for_real_limits_usage_procs_and_removal() {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let version = version::detect(Path::new(super::HOST_MOUNT)).unwrap();
+    assert!(
+        version.uses_v1_controllers(),
+        "the test machines run cgroup v1 (hybrid), found {version}"
+    );
+    let tree = CgroupTree::host(version).unwrap();
+    assert!(tree.hierarchies().iter().all(|h| h.kernel));
+    for controller in ["cpu", "cpuacct", "cpuset", "memory", "pids"] {
+        assert!(
+            tree.controller(controller).is_some(),
+            "{controller} is mounted"
+        );
+    }
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let top = format!("oxlet-unit-{}-{n}", std::process::id());
+    let rel = format!("{top}/inner");
+    let mut guard = RealCgroup {
+        tree: tree.clone(),
+        rel: top.clone(),
+        child: None,
+    };
+
+    tree.create(&rel, &limits()).unwrap();
+    assert!(tree.exists(&rel));
+    assert_eq!(
+        tree.resources(&rel).unwrap(),
+        limits(),
+        "read back from the kernel's files"
+    );
+    let cpuset = tree.controller("cpuset").unwrap().dir.join(&rel);
+    assert!(!read(cpuset.join("cpuset.cpus")).trim().is_empty());
+    assert_eq!(tree.children(&top).unwrap(), vec!["inner".to_string()]);
+
+    // A shell joins the cgroup in every hierarchy (as runc would), then becomes `sleep`:
+    // the exec's memory is charged to the new cgroup.
+    let joins: Vec<String> = tree
+        .hierarchies()
+        .iter()
+        .filter(|h| h.create)
+        .map(|h| format!("echo $$ > {}/cgroup.procs", h.dir.join(&rel).display()))
+        .collect();
+    let script = format!("{} && exec sleep 30", joins.join(" && "));
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .spawn()
+        .unwrap();
+    let pid = i32::try_from(child.id()).unwrap();
+    guard.child = Some(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while tree.procs(&top).unwrap() != vec![pid]
+        || !read(format!("/proc/{pid}/cmdline")).starts_with("sleep")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task never joined: {:?}",
+            tree.procs(&top)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let usage = tree.usage(&top).unwrap();
+    assert_eq!(usage.pids, 1, "{usage:?}");
+    assert!(usage.memory_working_set_bytes > 0, "{usage:?}");
+    assert!(usage.memory_usage_bytes >= usage.memory_working_set_bytes);
+    assert!(usage.cpu_usage_nanos > 0, "{usage:?}");
+
+    // The kernel refuses while the task is inside.
+    let busy = tree.remove(&top).unwrap_err();
+    assert_eq!(
+        busy.source.kind(),
+        std::io::ErrorKind::ResourceBusy,
+        "{busy}"
+    );
+    assert!(tree.exists(&rel));
+
+    let mut child = guard.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    tree.remove(&top).unwrap();
+    for dir in real_dirs(&tree, &top) {
+        assert!(!dir.exists(), "{} is left", dir.display());
+    }
+    assert!(!tree.exists(&rel));
+}

@@ -83,6 +83,20 @@ pub(super) fn join(op: &'static str, base: &Path, parts: &[&str]) -> Result<Path
     Ok(path)
 }
 
+/// `dir`, if the cgroup is there: writing into a missing one must fail, also in a test
+/// tree (where [`write`] would otherwise create the file).
+pub(super) fn existing(op: &'static str, dir: PathBuf) -> Result<PathBuf, CgroupError> {
+    if is_dir(&dir) {
+        Ok(dir)
+    } else {
+        Err(err(
+            op,
+            &dir,
+            io::Error::new(io::ErrorKind::NotFound, "no such cgroup"),
+        ))
+    }
+}
+
 /// Whether `dir` is a real directory (not a symlink to one).
 pub(super) fn is_dir(dir: &Path) -> bool {
     std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_dir())

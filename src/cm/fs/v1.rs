@@ -58,7 +58,7 @@ pub(super) fn update(
     res: &ResourceConfig,
 ) -> Result<(), CgroupError> {
     if res.cpu_shares.is_some() || res.cpu_period.is_some() || res.cpu_quota.is_some() {
-        let dir = existing(tree.controller_dir("update", "cpu", rel)?)?;
+        let dir = files::existing("update", tree.controller_dir("update", "cpu", rel)?)?;
         if let Some(shares) = res.cpu_shares {
             files::write(&dir, "cpu.shares", &shares.to_string())?;
         }
@@ -70,11 +70,11 @@ pub(super) fn update(
         }
     }
     if let Some(limit) = res.memory_limit {
-        let dir = existing(tree.controller_dir("update", "memory", rel)?)?;
+        let dir = files::existing("update", tree.controller_dir("update", "memory", rel)?)?;
         files::write(&dir, "memory.limit_in_bytes", &limit.max(-1).to_string())?;
     }
     if let Some(limit) = res.pids_limit {
-        let dir = existing(tree.controller_dir("update", "pids", rel)?)?;
+        let dir = files::existing("update", tree.controller_dir("update", "pids", rel)?)?;
         let value = if limit < 0 {
             "max".to_string()
         } else {
@@ -83,19 +83,6 @@ pub(super) fn update(
         files::write(&dir, "pids.max", &value)?;
     }
     Ok(())
-}
-
-/// Refuses to write into a cgroup that is not there (a test tree would create the file).
-pub(super) fn existing(dir: std::path::PathBuf) -> Result<std::path::PathBuf, CgroupError> {
-    if files::is_dir(&dir) {
-        Ok(dir)
-    } else {
-        Err(err(
-            "update",
-            &dir,
-            std::io::Error::new(std::io::ErrorKind::NotFound, "no such cgroup"),
-        ))
-    }
 }
 
 /// Working set, cpu time and tasks, as kubelet's stats read them from v1 files.
@@ -128,7 +115,7 @@ pub(super) fn usage(tree: &CgroupTree, rel: &str) -> Result<CgroupUsage, CgroupE
 /// The limits read back; a file that is not there is `None`.
 pub(super) fn resources(tree: &CgroupTree, rel: &str) -> Result<ResourceConfig, CgroupError> {
     let read = |controller: &str, name: &str| -> Result<Option<i64>, CgroupError> {
-        let dir = existing(tree.controller_dir("read", controller, rel)?)?;
+        let dir = files::existing("read", tree.controller_dir("read", controller, rel)?)?;
         files::read_opt(&dir, name)?
             .map(|text| files::parse_limit(&dir.join(name), &text))
             .transpose()

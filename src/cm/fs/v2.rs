@@ -5,7 +5,6 @@ use std::path::Path;
 
 use super::files::{self, err};
 use super::tree::CgroupTree;
-use super::v1::existing;
 use super::{CgroupError, CgroupUsage};
 use crate::cm::resources::ResourceConfig;
 
@@ -88,7 +87,7 @@ pub(super) fn update(
     res: &ResourceConfig,
 ) -> Result<(), CgroupError> {
     let h = &tree.hierarchies()[0];
-    let dir = existing(tree.dir_in("update", h, rel)?)?;
+    let dir = files::existing("update", tree.dir_in("update", h, rel)?)?;
     if let Some(shares) = res.cpu_shares {
         files::write(
             &dir,
@@ -131,7 +130,7 @@ pub(super) fn update(
 
 /// Working set (`memory.current` − `inactive_file`), cpu time and tasks.
 pub(super) fn usage(tree: &CgroupTree, rel: &str) -> Result<CgroupUsage, CgroupError> {
-    let dir = existing(tree.dir_in("usage", &tree.hierarchies()[0], rel)?)?;
+    let dir = files::existing("usage", tree.dir_in("usage", &tree.hierarchies()[0], rel)?)?;
     let current = files::parse_u64(
         &dir.join("memory.current"),
         &files::read(&dir, "memory.current")?,
@@ -161,7 +160,7 @@ pub(super) fn usage(tree: &CgroupTree, rel: &str) -> Result<CgroupUsage, CgroupE
 /// The limits read back; a file that is not there is `None`. Shares come back as the
 /// smallest value with the weight found ([`weight_to_shares`]).
 pub(super) fn resources(tree: &CgroupTree, rel: &str) -> Result<ResourceConfig, CgroupError> {
-    let dir = existing(tree.dir_in("read", &tree.hierarchies()[0], rel)?)?;
+    let dir = files::existing("read", tree.dir_in("read", &tree.hierarchies()[0], rel)?)?;
     let read = |name: &str| -> Result<Option<i64>, CgroupError> {
         files::read_opt(&dir, name)?
             .map(|t| files::parse_limit(&dir.join(name), &t))

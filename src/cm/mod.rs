@@ -7,8 +7,10 @@
 //! - [`driver`]: `cgroupfs` or `systemd`: configured, reported by the runtime, or guessed.
 //! - [`name`]: a cgroup's name as components, and its spelling for each driver.
 //! - [`fs`]: the one boundary to the cgroup filesystem (create, limit, read, remove).
+//! - [`allocatable`]: capacity, reservations, allocatable and the `kubepods` limits.
 //! - [`resources`]: the limits kubelet gives a pod cgroup, and the formulas behind them.
 
+pub(crate) mod allocatable;
 pub(crate) mod driver;
 pub(crate) mod fs;
 pub(crate) mod name;

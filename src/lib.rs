@@ -13,6 +13,7 @@ mod app;
 mod cm;
 mod config;
 pub mod containerd;
+mod eviction;
 mod hash;
 mod http_get;
 mod logging;

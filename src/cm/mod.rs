@@ -7,10 +7,14 @@
 //! - [`driver`]: `cgroupfs` or `systemd`: configured, reported by the runtime, or guessed.
 //! - [`name`]: a cgroup's name as components, and its spelling for each driver.
 //! - [`fs`]: the one boundary to the cgroup filesystem (create, limit, read, remove).
+//! - [`allocatable`]: capacity, reservations, allocatable and the `kubepods` limits.
+//! - [`qos`]: the pod's QoS class and its containers' `oom_score_adj`.
 //! - [`resources`]: the limits kubelet gives a pod cgroup, and the formulas behind them.
 
+pub(crate) mod allocatable;
 pub(crate) mod driver;
 pub(crate) mod fs;
 pub(crate) mod name;
+pub(crate) mod qos;
 pub(crate) mod resources;
 pub(crate) mod version;

@@ -31,9 +31,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("authorization-webhook-cache-unauthorized-ttl", Value),
     ("bootstrap-kubeconfig", Value),
     ("cert-dir", Value),
-    ("cgroup-driver", Value),
-    ("cgroup-root", Value),
-    ("cgroups-per-qos", Bool),
     ("client-ca-file", Value),
     ("cloud-config", Value),
     ("cloud-provider", Value),
@@ -45,18 +42,14 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("container-log-max-workers", Value),
     ("container-log-monitor-interval", Value),
     ("contention-profiling", Bool),
-    ("cpu-cfs-quota", Bool),
-    ("cpu-cfs-quota-period", Value),
     ("cpu-manager-policy", Value),
     ("cpu-manager-policy-options", Value),
     ("cpu-manager-reconcile-period", Value),
     ("enable-controller-attach-detach", Bool),
     ("enable-debugging-handlers", Bool),
     ("enable-server", Bool),
-    ("enforce-node-allocatable", Value),
     ("event-burst", Value),
     ("event-qps", Value),
-    ("eviction-hard", Value),
     ("eviction-max-pod-grace-period", Value),
     ("eviction-minimum-reclaim", Value),
     ("eviction-pressure-transition-period", Value),
@@ -64,7 +57,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("eviction-soft-grace-period", Value),
     ("exit-on-lock-contention", Bool),
     ("experimental-mounter-path", Value),
-    ("fail-cgroupv1", Bool),
     ("fail-swap-on", Bool),
     ("feature-gates", Value),
     ("hairpin-mode", Value),
@@ -78,8 +70,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("kube-api-burst", Value),
     ("kube-api-content-type", Value),
     ("kube-api-qps", Value),
-    ("kube-reserved", Value),
-    ("kube-reserved-cgroup", Value),
     ("kubeconfig", Value),
     ("kubelet-cgroups", Value),
     ("local-storage-capacity-isolation", Bool),
@@ -105,7 +95,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("oom-score-adj", Value),
     ("pod-cidr", Value),
     ("pod-infra-container-image", Value),
-    ("pod-max-pids", Value),
     ("pods-per-core", Value),
     ("port", Value),
     ("protect-kernel-defaults", Bool),
@@ -125,8 +114,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("show-hidden-metrics-for-version", Value),
     ("streaming-connection-idle-timeout", Value),
     ("system-cgroups", Value),
-    ("system-reserved", Value),
-    ("system-reserved-cgroup", Value),
     ("tls-cert-file", Value),
     ("tls-cipher-suites", Value),
     ("tls-min-version", Value),
@@ -338,8 +325,10 @@ mod tests {
                     args.push(format!("--{}={value}", s.flag));
                 }
             }
+            for s in SETTINGS.iter().filter(|s| s.kind == Kind::Bool) {
+                args.push(format!("--{}=false", s.flag));
+            }
             args.push("--runonce".to_string());
-            args.push("--serialize-image-pulls=false".to_string());
             let f = parse(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
             assert_eq!(f.config.as_deref(), Some("/etc/oxlet/config.yaml"));
             for s in SETTINGS
@@ -350,6 +339,7 @@ mod tests {
             }
             assert_eq!(f.get("runonce"), Some("true"));
             assert_eq!(f.get("serialize-image-pulls"), Some("false"));
+            assert_eq!(f.get("cgroups-per-qos"), Some("false"));
             let with_flag = SETTINGS.iter().filter(|s| s.has_flag()).count();
             assert_eq!(f.values.len(), with_flag);
             assert!(f.unimplemented.is_empty() && f.problems.is_empty());
@@ -383,7 +373,7 @@ mod tests {
             "--fail-swap-on=false",
             "--node-labels",
             "a=b,c=d",
-            "--cgroups-per-qos",
+            "--protect-kernel-defaults",
             "--oom-score-adj",
             "-999",
             "--kubeconfig=/other",
@@ -394,7 +384,7 @@ mod tests {
             [
                 "fail-swap-on",
                 "node-labels",
-                "cgroups-per-qos",
+                "protect-kernel-defaults",
                 "oom-score-adj",
                 "kubeconfig"
             ]

@@ -50,9 +50,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "volumeStatsAggPeriod",
     "kubeletCgroups",
     "systemCgroups",
-    "cgroupRoot",
-    "cgroupsPerQOS",
-    "cgroupDriver",
     "cpuManagerPolicy",
     "cpuManagerPolicyOptions",
     "cpuManagerReconcilePeriod",
@@ -64,15 +61,11 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "qosReserved",
     "hairpinMode",
     "podCIDR",
-    "podPidsLimit",
     "resolvConf",
-    "cpuCFSQuota",
-    "cpuCFSQuotaPeriod",
     "nodeStatusMaxImages",
     "contentType",
     "kubeAPIQPS",
     "kubeAPIBurst",
-    "evictionHard",
     "evictionSoft",
     "evictionSoftGracePeriod",
     "evictionPressureTransitionPeriod",
@@ -93,13 +86,8 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "containerLogMaxWorkers",
     "containerLogMonitorInterval",
     "configMapAndSecretChangeDetectionStrategy",
-    "systemReserved",
-    "kubeReserved",
     "reservedSystemCPUs",
     "showHiddenMetricsForVersion",
-    "systemReservedCgroup",
-    "kubeReservedCgroup",
-    "enforceNodeAllocatable",
     "allowedUnsafeSysctls",
     "volumePluginDir",
     "providerID",
@@ -121,7 +109,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "tracing",
     "localStorageCapacityIsolation",
     "imageServiceEndpoint",
-    "failCgroupV1",
     "userNamespaces",
 ];
 
@@ -253,15 +240,48 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::Text | Kind::Path | Kind::Duration, Value::String(s)) => s.clone(),
         (Kind::Int, Value::Number(n)) if n.as_i64().is_some() => n.to_string(),
         (Kind::Bool, Value::Bool(b)) => b.to_string(),
+        (Kind::Map(sep), Value::Mapping(m)) => map_text(m, sep)?,
+        (Kind::List, Value::Sequence(items)) => list_text(items)?,
         (Kind::Text | Kind::Path, _) => return Err("must be a string".into()),
         (Kind::Int, _) => return Err("must be an integer".into()),
         (Kind::Duration, _) => {
             return Err("must be a duration string such as \"20s\" or \"1m30s\"".into());
         }
         (Kind::Bool, _) => return Err("must be true or false".into()),
+        (Kind::Map(_), _) => return Err("must be a map of strings".into()),
+        (Kind::List, _) => return Err("must be a list of strings".into()),
     };
     kind.parse(&text)?;
     Ok(Some(text))
+}
+
+/// A YAML map of strings as the flag's text (`k<sep>v,...`), so the flag and
+/// the file go through one check. Keys or values holding `,` (or a key holding
+/// the separator) could not round-trip and are refused.
+fn map_text(m: &serde_yaml_ng::Mapping, sep: char) -> Result<String, InvalidValue> {
+    let mut parts = Vec::with_capacity(m.len());
+    for (k, v) in m {
+        let (Value::String(k), Value::String(v)) = (k, v) else {
+            return Err("must be a map of strings (quote numbers: \"1\")".into());
+        };
+        if k.contains([',', sep]) || v.contains(',') || k.trim().is_empty() {
+            return Err(format!("{k:?}: {v:?} is not a valid entry").into());
+        }
+        parts.push(format!("{k}{sep}{v}"));
+    }
+    Ok(parts.join(","))
+}
+
+/// A YAML list of strings as the flag's text (`a,b`).
+fn list_text(items: &[Value]) -> Result<String, InvalidValue> {
+    let mut parts = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            Value::String(s) if !s.contains(',') => parts.push(s.as_str()),
+            _ => return Err("must be a list of strings".into()),
+        }
+    }
+    Ok(parts.join(","))
 }
 
 fn resolve_relative(config: &Path, p: &str) -> String {
@@ -302,6 +322,7 @@ mod tests {
     fn reads_every_settings_field() {
         let fields: Vec<(&str, &str)> = settings::SETTINGS
             .iter()
+            .filter(|s| !matches!(s.kind, Kind::Map(_) | Kind::List))
             .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))
             .chain([
                 ("staticPodPath", "/etc/kubernetes/manifests"),
@@ -309,6 +330,24 @@ mod tests {
             ])
             .collect();
         let body: String = fields.iter().map(|(f, v)| format!("{f}: {v}\n")).collect();
+        let body = format!(
+            "{body}kubeReserved:\n  cpu: 100m\nsystemReserved: {{}}\n\
+             evictionHard:\n  memory.available: 1Gi\n  nodefs.available: \"5%\"\n\
+             enforceNodeAllocatable: [pods, kube-reserved]\n\
+             cgroupRoot: /x\nkubeReservedCgroup: /k\nsystemReservedCgroup: /s\n"
+        );
+        let fields: Vec<(&str, &str)> = fields
+            .into_iter()
+            .chain([
+                ("kubeReserved", "cpu=100m"),
+                ("systemReserved", ""),
+                ("evictionHard", "memory.available<1Gi,nodefs.available<5%"),
+                ("enforceNodeAllocatable", "pods,kube-reserved"),
+                ("cgroupRoot", "/x"),
+                ("kubeReservedCgroup", "/k"),
+                ("systemReservedCgroup", "/s"),
+            ])
+            .collect();
         let cfg = parse(&body).unwrap();
         for (field, value) in &fields {
             assert_eq!(
@@ -359,13 +398,13 @@ mod tests {
             "failSwapOn: false\n\
              authentication:\n  anonymous:\n    enabled: false\n\
              notAField: 3\n\
-             evictionHard:\n  memory.available: 100Mi\n\
+             evictionSoft:\n  memory.available: 100Mi\n\
              StaticPodPath: /x\n",
         )
         .unwrap();
         assert_eq!(
             cfg.unimplemented,
-            ["failSwapOn", "authentication", "evictionHard"]
+            ["failSwapOn", "authentication", "evictionSoft"]
         );
         assert_eq!(cfg.unknown, ["notAField", "StaticPodPath"]);
         assert!(cfg.problems.is_empty());

@@ -19,7 +19,13 @@ use flags::FlagValues;
 use kubelet_config::KubeletConfigFile;
 pub(crate) use problem::{ConfigError, Problem};
 pub(crate) use settings::DEFAULT_RUNTIME_ENDPOINT;
+pub(crate) use settings::NodeAllocatableEnforcement;
 use settings::{Input, InvalidValue, SETTINGS, Setting};
+
+use crate::cm::allocatable::Reserved;
+use crate::cm::driver::CgroupDriver;
+use crate::cm::name::CgroupName;
+use crate::eviction::threshold::Thresholds;
 
 /// Effective configuration after merging defaults, the config file and flags.
 /// Which flag and config field set each value: see [`settings::SETTINGS`].
@@ -57,6 +63,25 @@ pub struct Options {
     /// RLIMIT_NOFILE set at start.
     pub max_open_files: u64,
     pub runonce: bool,
+    /// `cgroupDriver`; the runtime's driver may replace it unless explicit.
+    pub(crate) cgroup_driver: CgroupDriver,
+    /// True when the driver was given (flag or config file), not defaulted.
+    pub(crate) cgroup_driver_explicit: bool,
+    /// `cgroupRoot` as components; empty is `/`.
+    pub(crate) cgroup_root: CgroupName,
+    pub(crate) cgroups_per_qos: bool,
+    /// `podPidsLimit`: -1 for no limit (negatives become -1, as in kubelet).
+    pub(crate) pod_pids_limit: i64,
+    pub(crate) cpu_cfs_quota: bool,
+    pub(crate) cpu_cfs_quota_period: Duration,
+    pub(crate) fail_cgroup_v1: bool,
+    pub(crate) kube_reserved: Reserved,
+    pub(crate) system_reserved: Reserved,
+    pub(crate) kube_reserved_cgroup: Option<CgroupName>,
+    pub(crate) system_reserved_cgroup: Option<CgroupName>,
+    /// `evictionHard`: kubelet's defaults unless given (then replaced whole).
+    pub(crate) eviction_hard: Thresholds,
+    pub(crate) enforce_node_allocatable: NodeAllocatableEnforcement,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -89,6 +114,22 @@ impl Options {
             max_pods: 0,
             max_open_files: 0,
             runonce: false,
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            cgroup_driver_explicit: false,
+            cgroup_root: CgroupName::default(),
+            // kubelet's default, so enforceNodeAllocatable's cross-check holds
+            // when a row is checked on its own.
+            cgroups_per_qos: true,
+            pod_pids_limit: -1,
+            cpu_cfs_quota: false,
+            cpu_cfs_quota_period: Duration::ZERO,
+            fail_cgroup_v1: false,
+            kube_reserved: Reserved::default(),
+            system_reserved: Reserved::default(),
+            kube_reserved_cgroup: None,
+            system_reserved_cgroup: None,
+            eviction_hard: Thresholds::default(),
+            enforce_node_allocatable: NodeAllocatableEnforcement::default(),
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }
@@ -172,7 +213,9 @@ fn problem(
             value,
             reason,
         },
-        (Origin::Default, _) => Problem::Other(format!("default value {value:?}: {reason}")),
+        (Origin::Default, _) => {
+            Problem::Other(format!("default value {value:?} of --{}: {reason}", s.flag))
+        }
         _ => Problem::Flag {
             flag: s.flag.to_string(),
             value,
@@ -505,17 +548,17 @@ mod tests {
         let o = ok(&[
             "--kubeconfig=/etc/kubernetes/kubelet.conf",
             "--fail-swap-on=false",
-            "--cgroup-driver",
-            "systemd",
-            "--eviction-hard=memory.available<100Mi",
+            "--kubelet-cgroups",
+            "/kubelet",
+            "--eviction-soft=memory.available<100Mi",
         ]);
         assert_eq!(
             o.unimplemented,
             [
                 "flag --kubeconfig",
                 "flag --fail-swap-on",
-                "flag --cgroup-driver",
-                "flag --eviction-hard"
+                "flag --kubelet-cgroups",
+                "flag --eviction-soft"
             ]
         );
         assert_eq!(
@@ -575,7 +618,7 @@ mod tests {
     fn config_fields_not_implemented_or_unknown_warn() {
         let f = config(
             "failSwapOn: false\n\
-             cgroupDriver: systemd\n\
+             kubeletCgroups: /kubelet\n\
              authentication:\n  webhook:\n    enabled: true\n\
              noSuchField: 1\n",
         );
@@ -584,7 +627,7 @@ mod tests {
             o.unimplemented,
             [
                 "config field failSwapOn",
-                "config field cgroupDriver",
+                "config field kubeletCgroups",
                 "config field authentication"
             ]
         );
@@ -809,6 +852,302 @@ mod tests {
         let err = resolve_args(&["--max-pods=-1", "--healthz-port=x"], "h").unwrap_err();
         assert_eq!(err.to_string().lines().count(), 2);
         assert_eq!(err.problems().len(), 2);
+    }
+
+    #[test]
+    fn container_manager_defaults_are_kubelets() {
+        use crate::eviction::threshold::{Signal, ThresholdValue};
+        let o = ok(&[]);
+        assert_eq!(o.cgroup_driver, CgroupDriver::Cgroupfs);
+        assert!(!o.cgroup_driver_explicit);
+        assert_eq!(o.cgroup_root, CgroupName::default());
+        assert!(o.cgroups_per_qos && o.cpu_cfs_quota && !o.fail_cgroup_v1);
+        assert_eq!(o.pod_pids_limit, -1);
+        assert_eq!(o.cpu_cfs_quota_period, Duration::from_millis(100));
+        assert_eq!((o.kube_reserved, o.system_reserved), Default::default());
+        assert_eq!(
+            (&o.kube_reserved_cgroup, &o.system_reserved_cgroup),
+            (&None, &None)
+        );
+        let t = &o.eviction_hard;
+        assert_eq!(t.0.len(), 4);
+        assert_eq!(
+            t.get(Signal::MemoryAvailable),
+            Some(ThresholdValue::Quantity(100 << 20))
+        );
+        assert_eq!(
+            t.get(Signal::NodeFsAvailable),
+            Some(ThresholdValue::Percentage(0.1))
+        );
+        assert_eq!(
+            t.get(Signal::NodeFsInodesFree),
+            Some(ThresholdValue::Percentage(0.05))
+        );
+        assert_eq!(
+            t.get(Signal::ImageFsAvailable),
+            Some(ThresholdValue::Percentage(0.15))
+        );
+        assert_eq!(
+            o.enforce_node_allocatable,
+            NodeAllocatableEnforcement {
+                pods: true,
+                ..Default::default()
+            }
+        );
+        // The same defaults with a config file that sets none of them.
+        let f = config("maxPods: 10\n");
+        let c = ok(&[&config_flag(&f)]);
+        assert_eq!(c.eviction_hard, o.eviction_hard);
+        assert_eq!(c.enforce_node_allocatable, o.enforce_node_allocatable);
+    }
+
+    #[test]
+    fn container_manager_flags_apply() {
+        use crate::eviction::threshold::{Signal, ThresholdValue};
+        let o = ok(&[
+            "--cgroup-driver=systemd",
+            "--cgroup-root=/oxlet//pods/",
+            "--cgroups-per-qos=true",
+            "--pod-max-pids=-7",
+            "--cpu-cfs-quota=false",
+            "--cpu-cfs-quota-period=50ms",
+            "--fail-cgroupv1",
+            "--kube-reserved=cpu=100m, memory=1Gi,ephemeral-storage=1Gi,pid=100",
+            "--system-reserved=memory=512Mi",
+            "--kube-reserved-cgroup=/kube.slice",
+            "--system-reserved-cgroup=/system.slice",
+            "--eviction-hard=memory.available<1Gi,nodefs.available<0%",
+            "--enforce-node-allocatable=pods,kube-reserved,system-reserved",
+        ]);
+        assert_eq!(o.cgroup_driver, CgroupDriver::Systemd);
+        assert!(o.cgroup_driver_explicit);
+        assert_eq!(
+            o.cgroup_root,
+            CgroupName(vec!["oxlet".into(), "pods".into()])
+        );
+        assert_eq!(o.pod_pids_limit, -1);
+        assert!(!o.cpu_cfs_quota && o.fail_cgroup_v1);
+        assert_eq!(o.cpu_cfs_quota_period, Duration::from_millis(50));
+        assert_eq!(o.kube_reserved.cpu_milli, Some(100));
+        assert_eq!(o.kube_reserved.memory_bytes, Some(1 << 30));
+        assert_eq!(o.kube_reserved.pids, Some(100));
+        assert_eq!(o.system_reserved.memory_bytes, Some(512 << 20));
+        assert_eq!(o.system_reserved.cpu_milli, None);
+        assert_eq!(
+            o.kube_reserved_cgroup,
+            Some(CgroupName(vec!["kube.slice".into()]))
+        );
+        // A given map replaces the defaults whole; 0% disables.
+        assert_eq!(o.eviction_hard.0.len(), 1);
+        assert_eq!(
+            o.eviction_hard.get(Signal::MemoryAvailable),
+            Some(ThresholdValue::Quantity(1 << 30))
+        );
+        assert_eq!(
+            o.enforce_node_allocatable,
+            NodeAllocatableEnforcement {
+                pods: true,
+                system_reserved: true,
+                kube_reserved: true
+            }
+        );
+        assert_eq!(ok(&["--pod-max-pids=4096"]).pod_pids_limit, 4096);
+        assert_eq!(
+            ok(&["--enforce-node-allocatable=none"]).enforce_node_allocatable,
+            NodeAllocatableEnforcement::default()
+        );
+        assert_eq!(
+            ok(&["--enforce-node-allocatable=", "--cgroups-per-qos=false"])
+                .enforce_node_allocatable,
+            NodeAllocatableEnforcement::default()
+        );
+        assert!(ok(&["--eviction-hard="]).eviction_hard.0.is_empty());
+    }
+
+    #[test]
+    fn container_manager_config_fields_apply_and_flags_win() {
+        let f = config(
+            "cgroupDriver: systemd\n\
+             cgroupsPerQOS: false\n\
+             enforceNodeAllocatable: []\n\
+             podPidsLimit: 512\n\
+             cpuCFSQuotaPeriod: 10ms\n\
+             kubeReserved:\n  cpu: 200m\n  memory: 256Mi\n\
+             evictionHard:\n  memory.available: 200Mi\n",
+        );
+        let o = ok(&[&config_flag(&f)]);
+        assert_eq!(o.cgroup_driver, CgroupDriver::Systemd);
+        assert!(o.cgroup_driver_explicit && !o.cgroups_per_qos);
+        assert_eq!(
+            o.enforce_node_allocatable,
+            NodeAllocatableEnforcement::default()
+        );
+        assert_eq!(o.pod_pids_limit, 512);
+        assert_eq!(o.cpu_cfs_quota_period, Duration::from_millis(10));
+        assert_eq!(o.kube_reserved.cpu_milli, Some(200));
+        assert_eq!(o.kube_reserved.memory_bytes, Some(256 << 20));
+        assert_eq!(o.eviction_hard.to_string(), "memory.available<209715200");
+        let o = ok(&[
+            &config_flag(&f),
+            "--kube-reserved=cpu=1",
+            "--cgroup-driver=cgroupfs",
+        ]);
+        assert_eq!(o.kube_reserved.cpu_milli, Some(1000));
+        assert_eq!(o.kube_reserved.memory_bytes, None);
+        assert_eq!(o.cgroup_driver, CgroupDriver::Cgroupfs);
+        // A cross-check names the field whose value fails it.
+        let f = config("enforceNodeAllocatable: [pods]\ncgroupsPerQOS: false\n");
+        assert_eq!(
+            one_problem(&[&config_flag(&f)]),
+            format!(
+                "{}: field enforceNodeAllocatable: invalid value \"pods\": cgroupsPerQOS \
+                 (--cgroups-per-qos) must be set to true when \"pods\" contained in enforceNodeAllocatable",
+                f.path().display()
+            )
+        );
+        let f = config("kubeReserved:\n  cpu: 1\n");
+        let msg = one_problem(&[&config_flag(&f)]);
+        assert!(
+            msg.contains("field kubeReserved: invalid value ")
+                && msg.ends_with("must be a map of strings (quote numbers: \"1\")"),
+            "{msg}"
+        );
+        let f = config("evictionHard: 100Mi\n");
+        assert!(one_problem(&[&config_flag(&f)]).ends_with("must be a map of strings"));
+        let f = config("enforceNodeAllocatable: pods\n");
+        assert!(one_problem(&[&config_flag(&f)]).ends_with("must be a list of strings"));
+        let f = config("evictionHard:\n  memory.free: 1Gi\n");
+        assert!(
+            one_problem(&[&config_flag(&f)]).ends_with(
+                "field evictionHard: invalid value \"memory.free<1Gi\": unsupported eviction signal memory.free"
+            ),
+            "{}",
+            one_problem(&[&config_flag(&f)])
+        );
+    }
+
+    #[test]
+    fn container_manager_bad_values() {
+        for (args, flag, value, reason) in [
+            (
+                &[][..],
+                "cgroup-driver",
+                "upstart",
+                "must be \"cgroupfs\" or \"systemd\"",
+            ),
+            (
+                &[],
+                "cgroup-root",
+                "kubepods",
+                "must be an absolute cgroup path such as /kubelet",
+            ),
+            (
+                &[],
+                "cgroup-root",
+                "/a/../b",
+                "must not contain '.' or '..' components",
+            ),
+            (
+                &[],
+                "cpu-cfs-quota-period",
+                "2s",
+                "must be between 1ms and 1sec, inclusive",
+            ),
+            (
+                &[],
+                "cpu-cfs-quota-period",
+                "500us",
+                "must be between 1ms and 1sec, inclusive",
+            ),
+            (&[], "pod-max-pids", "many", "must be an integer"),
+            (
+                &[],
+                "kube-reserved",
+                "gpu=1",
+                "cannot reserve \"gpu\" resource",
+            ),
+            (
+                &[],
+                "system-reserved",
+                "memory=-1Gi",
+                "resource quantity for \"memory\" cannot be negative: -1Gi",
+            ),
+            (
+                &[],
+                "kube-reserved",
+                "cpu",
+                "\"cpu\" must be formatted as key=value",
+            ),
+            (
+                &[],
+                "eviction-hard",
+                "memory.available=1Gi",
+                "\"memory.available=1Gi\" must be formatted as key<value",
+            ),
+            (
+                &[],
+                "eviction-hard",
+                "memory.available<0",
+                "eviction threshold memory.available must be positive: 0",
+            ),
+            (
+                &[],
+                "eviction-hard",
+                "pid.available<101%",
+                "eviction percentage threshold pid.available must be <= 100%: 101%",
+            ),
+            (
+                &[],
+                "enforce-node-allocatable",
+                "pods,none",
+                "enforceNodeAllocatable may not contain additional enforcements when \"none\" is specified",
+            ),
+            (
+                &[],
+                "enforce-node-allocatable",
+                "pods,pods",
+                "duplicated enforcements \"pods\" in enforceNodeAllocatable",
+            ),
+            (
+                &[],
+                "enforce-node-allocatable",
+                "everything",
+                "option \"everything\" specified for enforceNodeAllocatable. Valid options are \"pods\", \"system-reserved\", \"kube-reserved\" or \"none\"",
+            ),
+            (
+                &[],
+                "enforce-node-allocatable",
+                "system-reserved",
+                "systemReservedCgroup (--system-reserved-cgroup) must be specified when \"system-reserved\" included in enforceNodeAllocatable",
+            ),
+            (
+                &[],
+                "enforce-node-allocatable",
+                "kube-reserved",
+                "kubeReservedCgroup (--kube-reserved-cgroup) must be specified when \"kube-reserved\" included in enforceNodeAllocatable",
+            ),
+            (
+                &["--cgroups-per-qos=false"],
+                "enforce-node-allocatable",
+                "pods",
+                "cgroupsPerQOS (--cgroups-per-qos) must be set to true when \"pods\" contained in enforceNodeAllocatable",
+            ),
+        ] {
+            let arg = format!("--{flag}={value}");
+            let mut all: Vec<&str> = args.to_vec();
+            all.push(&arg);
+            assert_eq!(
+                one_problem(&all),
+                format!("invalid value {value:?} for --{flag}: {reason}"),
+                "{all:?}"
+            );
+        }
+        // cgroupsPerQOS off with the default enforcement is kubelet's error too.
+        assert_eq!(
+            one_problem(&["--cgroups-per-qos=false"]),
+            "default value \"pods\" of --enforce-node-allocatable: cgroupsPerQOS (--cgroups-per-qos) \
+             must be set to true when \"pods\" contained in enforceNodeAllocatable"
+        );
     }
 
     #[test]

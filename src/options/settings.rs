@@ -9,6 +9,10 @@ use std::path::PathBuf;
 
 use super::Options;
 use super::duration::{GoDuration, parse_go_duration};
+use crate::cm::allocatable::Reserved;
+use crate::cm::driver::CgroupDriver;
+use crate::cm::name::CgroupName;
+use crate::eviction::threshold::{DEFAULT_EVICTION_HARD, Thresholds};
 
 /// How a setting's text is written and parsed: the flag's text goes through
 /// [`Kind::parse`], and the config file must hold the matching YAML type.
@@ -25,6 +29,12 @@ pub(crate) enum Kind {
     Duration,
     /// A pflag boolean: `--x` or `--x=false` (a YAML boolean in the config file).
     Bool,
+    /// A map of strings: `k=v,k2=v2` on the command line, with this separator
+    /// (`=`, or `<` for eviction thresholds); a YAML map of strings in the config
+    /// file, which is turned into the same text so one check serves both.
+    Map(char),
+    /// A list of strings: `a,b` on the command line, a YAML list in the file.
+    List,
 }
 
 impl Kind {
@@ -35,8 +45,32 @@ impl Kind {
             Kind::Int => parse_int(text).map(drop),
             Kind::Duration => parse_duration(text).map(drop),
             Kind::Bool => parse_bool(text).map(drop),
+            Kind::Map(sep) => map_pairs(text, sep).map(drop),
+            Kind::List => Ok(()),
         }
     }
+}
+
+/// The pairs of a map's text (pflag's `MapStringString`): comma-separated
+/// `key<sep>value`, keys and values trimmed; "" is the empty map.
+pub(crate) fn map_pairs(text: &str, sep: char) -> Result<Vec<(&str, &str)>, InvalidValue> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|item| match item.split_once(sep) {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim(), v.trim())),
+            _ => Err(format!("{:?} must be formatted as key{sep}value", item.trim()).into()),
+        })
+        .collect()
+}
+
+/// The items of a list's text: comma-separated, trimmed; "" is the empty list.
+pub(crate) fn list_items(text: &str) -> Vec<&str> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// Why a setting's value is refused: the reason alone (the caller names the flag
@@ -109,7 +143,7 @@ pub(crate) const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/contai
 /// socket need would break oxlet itself (kubelet only defaults 0).
 pub(crate) const MIN_OPEN_FILES: u64 = 256;
 
-use Kind::{Bool, Duration, Int, Path, Text};
+use Kind::{Bool, Duration, Int, List, Map, Path, Text};
 
 /// Every setting, in `--help` order (problems are reported in this order too):
 /// flag, config field, kind (the parser), default, `--help` placeholder and text,
@@ -133,6 +167,20 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("", Some("maxParallelImagePulls"), Int, "", "N", "Most image pulls at once when not serialized (unset: no limit); config file only", set_max_parallel_image_pulls),
     row("max-pods", Some("maxPods"), Int, "110", "N", "Maximum number of pods on this node", |o, i| max_pods(i.text).map(|n| o.max_pods = n)),
     row("max-open-files", Some("maxOpenFiles"), Int, "1000000", "N", "Number of files the oxlet process may open (RLIMIT_NOFILE)", |o, i| max_open_files(i.text).map(|n| o.max_open_files = n)),
+    row("cgroup-driver", Some("cgroupDriver"), Text, "cgroupfs", "cgroupfs|systemd", "Cgroup driver; a driver the runtime reports wins over the default, and a contradicting explicit one is refused", set_cgroup_driver),
+    row("cgroup-root", Some("cgroupRoot"), Text, "", "PATH", "Cgroup below which kubepods is created (empty: the root, /)", |o, i| cgroup_path(i.text).map(|n| o.cgroup_root = n.unwrap_or_default())),
+    row("cgroups-per-qos", Some("cgroupsPerQOS"), Bool, "true", "true|false", "Create the QoS cgroups and a cgroup per pod", |o, i| parse_bool(i.text).map(|b| o.cgroups_per_qos = b)),
+    row("pod-max-pids", Some("podPidsLimit"), Int, "-1", "N", "Most processes in one pod (-1: no limit)", |o, i| parse_int(i.text).map(|n| o.pod_pids_limit = n.max(-1))),
+    row("cpu-cfs-quota", Some("cpuCFSQuota"), Bool, "true", "true|false", "Enforce CPU limits with a CFS quota", |o, i| parse_bool(i.text).map(|b| o.cpu_cfs_quota = b)),
+    row("cpu-cfs-quota-period", Some("cpuCFSQuotaPeriod"), Duration, "100ms", "DURATION", "CFS quota period for CPU limits (1ms to 1s)", set_cfs_quota_period),
+    row("fail-cgroupv1", Some("failCgroupV1"), Bool, "false", "true|false", "Refuse to start on a cgroup v1 host", |o, i| parse_bool(i.text).map(|b| o.fail_cgroup_v1 = b)),
+    row("kube-reserved", Some("kubeReserved"), Map('='), "", "cpu=100m,memory=1Gi,ephemeral-storage=1Gi,pid=100", "Resources held back for Kubernetes daemons", |o, i| reserved(i.text).map(|r| o.kube_reserved = r)),
+    row("system-reserved", Some("systemReserved"), Map('='), "", "cpu=100m,memory=1Gi,ephemeral-storage=1Gi,pid=100", "Resources held back for the operating system", |o, i| reserved(i.text).map(|r| o.system_reserved = r)),
+    row("kube-reserved-cgroup", Some("kubeReservedCgroup"), Text, "", "NAME", "Cgroup of the Kubernetes daemons, for enforcing kube-reserved", |o, i| cgroup_path(i.text).map(|n| o.kube_reserved_cgroup = n)),
+    row("system-reserved-cgroup", Some("systemReservedCgroup"), Text, "", "NAME", "Cgroup of the system daemons, for enforcing system-reserved", |o, i| cgroup_path(i.text).map(|n| o.system_reserved_cgroup = n)),
+    row("eviction-hard", Some("evictionHard"), Map('<'), DEFAULT_EVICTION_HARD, "SIGNAL<VALUE,...", "Hard eviction thresholds; a given set replaces the defaults (0% or 100% disables one)", set_eviction_hard),
+    // After cgroups-per-qos and the reserved cgroups: its check reads their final values.
+    row("enforce-node-allocatable", Some("enforceNodeAllocatable"), List, "pods", "pods,system-reserved,kube-reserved|none", "Which reservations to enforce with cgroup limits", set_enforce_node_allocatable),
     row("v", None, Int, "0", "LEVEL", "Log verbosity (klog level)", |o, i| int_within(i.text, 0, 255).map(|v| o.verbosity = v)).short('v'),
     row("runonce", None, Bool, "false", "true|false", "Start the static pods once, wait for them, then exit", |o, i| parse_bool(i.text).map(|b| o.runonce = b)),
 ];
@@ -189,6 +237,118 @@ impl Setting {
         self.config_default = Some(d);
         self
     }
+}
+
+/// The driver, and whether the user chose it: only an explicit driver that
+/// contradicts the runtime's is refused; the default gives way to the runtime's.
+fn set_cgroup_driver(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    o.cgroup_driver = CgroupDriver::parse(i.text).ok_or("must be \"cgroupfs\" or \"systemd\"")?;
+    o.cgroup_driver_explicit = i.explicit;
+    Ok(())
+}
+
+/// A cgroup given as an absolute cgroupfs path (`/`, `/kubelet`); None for "".
+/// Its parts become directory names below the cgroup mounts, so each must be one
+/// plain path component.
+fn cgroup_path(text: &str) -> Result<Option<CgroupName>, InvalidValue> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let Some(rest) = text.strip_prefix('/') else {
+        return Err("must be an absolute cgroup path such as /kubelet".into());
+    };
+    let parts: Vec<String> = rest
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            crate::safe_path::component(p)
+                .map(str::to_string)
+                .map_err(|_| InvalidValue::from("must not contain '.' or '..' components"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Some(CgroupName(parts)))
+}
+
+/// kubelet's range for `cpuCFSQuotaPeriod` (which it also gates behind
+/// `CustomCPUCFSQuotaPeriod`; oxlet has no feature gates).
+fn set_cfs_quota_period(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let d = parse_duration(i.text)?;
+    o.cpu_cfs_quota_period = d
+        .to_std()
+        .filter(|d| (MIN_CFS_QUOTA_PERIOD..=MAX_CFS_QUOTA_PERIOD).contains(d))
+        .ok_or("must be between 1ms and 1sec, inclusive")?;
+    Ok(())
+}
+
+const MIN_CFS_QUOTA_PERIOD: std::time::Duration = std::time::Duration::from_millis(1);
+const MAX_CFS_QUOTA_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn reserved(text: &str) -> Result<Reserved, InvalidValue> {
+    Reserved::parse(map_pairs(text, '=')?).map_err(|e| e.to_string().into())
+}
+
+fn set_eviction_hard(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    o.eviction_hard =
+        Thresholds::parse(map_pairs(i.text, '<')?).map_err(|e| InvalidValue(e.to_string()))?;
+    Ok(())
+}
+
+/// kubelet's `enforceNodeAllocatable` validation, with its messages.
+fn set_enforce_node_allocatable(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let items = list_items(i.text);
+    let mut e = NodeAllocatableEnforcement::default();
+    let mut seen = Vec::new();
+    for &val in &items {
+        if seen.contains(&val) {
+            return Err(
+                format!("duplicated enforcements {val:?} in enforceNodeAllocatable").into(),
+            );
+        }
+        seen.push(val);
+        match val {
+            "pods" => e.pods = true,
+            "system-reserved" => {
+                if o.system_reserved_cgroup.is_none() {
+                    return Err("systemReservedCgroup (--system-reserved-cgroup) must be specified when \"system-reserved\" included in enforceNodeAllocatable".into());
+                }
+                e.system_reserved = true;
+            }
+            "kube-reserved" => {
+                if o.kube_reserved_cgroup.is_none() {
+                    return Err("kubeReservedCgroup (--kube-reserved-cgroup) must be specified when \"kube-reserved\" included in enforceNodeAllocatable".into());
+                }
+                e.kube_reserved = true;
+            }
+            "none" => {
+                if items.len() > 1 {
+                    return Err("enforceNodeAllocatable may not contain additional enforcements when \"none\" is specified".into());
+                }
+                continue;
+            }
+            other => {
+                return Err(format!(
+                    "option {other:?} specified for enforceNodeAllocatable. Valid options are \"pods\", \"system-reserved\", \"kube-reserved\" or \"none\""
+                )
+                .into());
+            }
+        }
+        if !o.cgroups_per_qos {
+            return Err(format!("cgroupsPerQOS (--cgroups-per-qos) must be set to true when {val:?} contained in enforceNodeAllocatable").into());
+        }
+    }
+    o.enforce_node_allocatable = e;
+    Ok(())
+}
+
+/// Which reservations are enforced with cgroup limits (`enforceNodeAllocatable`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NodeAllocatableEnforcement {
+    /// `pods`: the `kubepods` cgroup is limited to capacity minus reservations.
+    pub pods: bool,
+    /// `system-reserved`: `systemReservedCgroup` is limited to `systemReserved`.
+    pub system_reserved: bool,
+    /// `kube-reserved`: `kubeReservedCgroup` is limited to `kubeReserved`.
+    pub kube_reserved: bool,
 }
 
 /// Given explicitly (flag or config file), the endpoint means "never start a
@@ -406,8 +566,8 @@ mod tests {
         // What the parser refuses, `set` must refuse too, with the same reason.
         for s in SETTINGS {
             let bad = match s.kind {
-                Kind::Int | Kind::Duration | Kind::Bool => "x1",
-                Kind::Text | Kind::Path => continue,
+                Kind::Int | Kind::Duration | Kind::Bool | Kind::Map(_) => "x1",
+                Kind::Text | Kind::Path | Kind::List => continue,
             };
             let reason = s.kind.parse(bad).unwrap_err();
             let input = Input {

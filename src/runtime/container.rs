@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
 use super::labels::{self, ContainerType};
 use super::sandbox;
+use crate::cm::resources::{self, milli_cpu_to_shares};
 use crate::quantity::QuantityError;
 use crate::safe_path::{self, PathError};
 
@@ -249,9 +250,8 @@ fn environment_within(
     Ok(out)
 }
 
-/// Kubernetes' CFS period (100 ms) in µs, and the smallest quota it sets.
-const CPU_PERIOD_US: i64 = 100_000;
-const MIN_CPU_QUOTA_US: i64 = 1000;
+/// Kubernetes' CFS period (100 ms) in µs.
+const CPU_PERIOD_US: i64 = resources::DEFAULT_CPU_PERIOD_US;
 /// The largest CPU limit whose quota (`m × period / 1000`) fits 64 bits.
 const MAX_CPU_LIMIT_MILLI: i64 = i64::MAX / CPU_PERIOD_US * 1000;
 
@@ -305,21 +305,9 @@ pub(crate) fn linux_resources(
     Ok(r)
 }
 
-/// CPU shares for a milli-CPU request: `m × 1024 / 1000`, clamped to 2..262144.
-/// Saturating is exact here: anything past the clamp is the maximum anyway.
-pub(crate) fn milli_cpu_to_shares(milli: i64) -> i64 {
-    if milli == 0 {
-        return 2;
-    }
-    (milli.saturating_mul(1024) / 1000).clamp(2, 262_144)
-}
-
-/// CFS quota for a milli-CPU limit (kubelet's `milliCPUToQuota`): `m × period / 1000`,
-/// at least 1 ms; limits under 10m count as 10m; a zero limit sets no quota.
+/// CFS quota for a milli-CPU limit with the 100 ms period (see
+/// [`crate::cm::resources::milli_cpu_to_quota`]); a limit too large is refused.
 fn milli_cpu_to_quota(milli: i64) -> Result<i64, ResourceError> {
-    if milli == 0 {
-        return Ok(0);
-    }
     let too_large = ResourceError::CpuLimit {
         milli,
         max: MAX_CPU_LIMIT_MILLI,
@@ -327,8 +315,7 @@ fn milli_cpu_to_quota(milli: i64) -> Result<i64, ResourceError> {
     if milli > MAX_CPU_LIMIT_MILLI {
         return Err(too_large);
     }
-    let quota = milli.max(10).checked_mul(CPU_PERIOD_US).ok_or(too_large)? / 1000;
-    Ok(quota.max(MIN_CPU_QUOTA_US))
+    resources::milli_cpu_to_quota(milli, CPU_PERIOD_US).ok_or(too_large)
 }
 
 /// `<container>/<restartCount>.log`, relative to the pod's log directory; the container

@@ -712,7 +712,7 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         pod_ip: ips.first().cloned(),
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time: Some(start_time),
-        qos_class: Some(super::qos::qos_class(pod).to_string()),
+        qos_class: Some(crate::cm::qos::QosClass::of(pod).as_str().to_string()),
         ..Default::default()
     };
     // kubelet's status manager caps termination messages per pod (12 KiB in all).
@@ -740,7 +740,7 @@ pub(crate) fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timest
         phase: Some(Phase::Failed.to_string()),
         reason: Some(reason.to_string()),
         message: Some(format!("{REJECTED_PREFIX}{message}")),
-        qos_class: Some(super::qos::qos_class(pod).to_string()),
+        qos_class: Some(crate::cm::qos::QosClass::of(pod).as_str().to_string()),
         start_time: Some(seconds(now)),
         ..Default::default()
     }

@@ -1,9 +1,8 @@
-//! Pod status: generation (`generate`, `qos`) kept apart from where statuses are
+//! Pod status: generation (`generate`; the QoS class comes from `cm::qos`) kept apart from where statuses are
 //! kept and served (the [`StatusManager`]), so cluster mode can add an apiserver
 //! writer without touching generation.
 
 pub(crate) mod generate;
-pub(crate) mod qos;
 pub(crate) mod startup;
 
 use std::collections::HashMap;

@@ -155,7 +155,7 @@ const RUNTIME_STOP: Duration = Duration::from_secs(15);
 /// Starts every task of the agent in `tasks`; they stop when it is shut down.
 pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow::Result<Agent> {
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
-    let node = NodeInfo::gather(&opts.node_name, opts.max_pods);
+    let node = NodeInfo::gather(&opts.node_name, opts.max_pods, &opts.root_dir);
     debug!(node = ?node, "node facts");
     // Bounded: a worker waits for the loop rather than an update being lost.
     let (probe_results, probe_rx) = ProbeResults::new(256);

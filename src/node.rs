@@ -29,6 +29,9 @@ pub(crate) struct Capacity {
     pub memory_bytes: u64,
     /// `maxPods`.
     pub pods: u32,
+    /// Size of the filesystem holding the root dir (statvfs blocks × fragment
+    /// size, as cadvisor reports it); 0 when it cannot be read.
+    pub ephemeral_storage_bytes: u64,
 }
 
 /// The node's facts, read once at start.
@@ -62,13 +65,25 @@ pub(crate) fn host_name() -> std::io::Result<String> {
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
 }
 
+/// The size of the filesystem holding `path` (kubelet's ephemeral-storage
+/// capacity); logged and None when statvfs fails.
+pub(crate) fn filesystem_size(path: &Path) -> Option<u64> {
+    match rustix::fs::statvfs(path) {
+        Ok(st) => Some(st.f_blocks.saturating_mul(st.f_frsize)),
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "cannot read the filesystem size (statvfs); ephemeral-storage capacity is 0");
+            None
+        }
+    }
+}
+
 /// The address used when no global IPv4 address is found.
 const LOOPBACK: &str = "127.0.0.1";
 
 impl NodeInfo {
     /// Reads the facts of this host. A fact that cannot be read is logged with its
     /// file and the reason and left empty (or zero); it never stops the agent.
-    pub(crate) fn gather(name: &str, max_pods: u32) -> NodeInfo {
+    pub(crate) fn gather(name: &str, max_pods: u32, root_dir: &Path) -> NodeInfo {
         let host_ip = detect_host_ip().unwrap_or_else(|| LOOPBACK.to_string());
         let cpu_cores = read_fact("/proc/self/status", true)
             .and_then(|s| cpus_allowed(&s))
@@ -97,6 +112,7 @@ impl NodeInfo {
                 cpu_cores,
                 memory_bytes,
                 pods: max_pods,
+                ephemeral_storage_bytes: filesystem_size(root_dir).unwrap_or(0),
             },
             machine_id: read_fact("/etc/machine-id", false)
                 .or_else(|| read_fact("/var/lib/dbus/machine-id", false))
@@ -313,7 +329,14 @@ mod tests {
             "{total}"
         );
 
-        let info = NodeInfo::gather("node-1", 110);
+        let info = NodeInfo::gather("node-1", 110, Path::new("/"));
+        let st = rustix::fs::statvfs("/").unwrap();
+        assert_eq!(
+            info.capacity.ephemeral_storage_bytes,
+            st.f_blocks * st.f_frsize
+        );
+        assert!(info.capacity.ephemeral_storage_bytes > 0);
+        assert_eq!(filesystem_size(Path::new("/no/such/dir")), None);
         assert_eq!(info.name, "node-1");
         assert_eq!(info.capacity.pods, 110);
         assert_eq!(info.capacity.cpu_cores, mask_cpus);

@@ -6,6 +6,7 @@
 //! - [`version`]: v1, hybrid or v2, from the statfs magic of the cgroup mount.
 //! - [`driver`]: `cgroupfs` or `systemd`: configured, reported by the runtime, or guessed.
 //! - [`name`]: a cgroup's name as components, and its spelling for each driver.
+//! - [`fit`]: resource-fit admission against allocatable (`OutOfcpu`, …).
 //! - [`fs`]: the one boundary to the cgroup filesystem (create, limit, read, remove).
 //! - [`allocatable`]: capacity, reservations, allocatable and the `kubepods` limits.
 //! - [`qos`]: the pod's QoS class and its containers' `oom_score_adj`.
@@ -13,6 +14,7 @@
 
 pub(crate) mod allocatable;
 pub(crate) mod driver;
+pub(crate) mod fit;
 pub(crate) mod fs;
 pub(crate) mod name;
 pub(crate) mod qos;

@@ -120,7 +120,18 @@ for d in /proc/[0-9]*; do
     fi
 done
 
-# 3. Network slots of dead owners: pinned netns, bridge, claim.
+# 3. Cgroup roots of tests (oxlet runs with --cgroup-root=/<test dir name>) whose dir is
+#    gone: kill what is left inside, then rmdir deepest first.
+for top in /sys/fs/cgroup/oxlet-testbed-* /sys/fs/cgroup/oxm-* /sys/fs/cgroup/*/oxlet-testbed-* /sys/fs/cgroup/*/oxm-*; do
+    [ -d "$top" ] || continue
+    [ -e "/tmp/$(basename "$top")" ] && continue
+    log "removing leftover cgroup tree $top"
+    find "$top" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null
+    sleep 0.1
+    find "$top" -depth -type d -exec rmdir {} \; 2>/dev/null || log "could not remove $top"
+done
+
+# 4. Network slots of dead owners: pinned netns, bridge, claim.
 mkdir -p "$SLOT_DIR"
 exec 9>"$SLOT_DIR/lock"
 flock 9

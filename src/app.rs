@@ -12,6 +12,8 @@ use anyhow::{Context, bail};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
+use crate::cm::allocatable::{NodeAllocatable, Reservations, Reserved};
+use crate::cm::resources::ResourceConfig;
 use crate::config::file::run_file_source;
 use crate::config::merge::{PodConfig, run_merger};
 use crate::containerd::{
@@ -23,12 +25,13 @@ use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
 use crate::pod::FILE_SOURCE;
 use crate::runtime::images::PullLimit;
-use crate::runtime::sandbox::{RuntimeDefaultCgroups, SandboxEnv, host_dns};
+use crate::runtime::sandbox::{SandboxEnv, host_dns};
 use crate::runtime::{RemoteRuntime, RuntimeManager};
 use crate::runtime_choice::{self, RuntimeChoice};
 use crate::server::healthz::Health;
 use crate::server::{self, Views};
 use crate::status::StatusManager;
+use crate::syncloop::admission::AdmissionChain;
 use crate::syncloop::monitor::stall_threshold;
 use crate::syncloop::pod_manager::PodManager;
 use crate::syncloop::pod_syncer::Syncer;
@@ -42,9 +45,19 @@ const RUNTIME_WAIT: Duration = Duration::from_secs(30);
 /// kubelet sets its own oom_score_adj to -999; a sandbox without CAP_SYS_RESOURCE
 /// cannot, and that must not stop the agent.
 fn set_own_oom_score_adj() {
-    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-999") {
+    let own = crate::cm::qos::KUBELET_OOM_SCORE_ADJ.to_string();
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", own) {
         warn!(error = %e, "cannot set oom_score_adj to -999; going on");
     }
+}
+
+/// The lowest `oom_score_adj` oxlet may give a container: its own, unless it may lower
+/// values (CAP_SYS_RESOURCE, checked by the kernel when it set its own to -999).
+fn own_oom_score_adj() -> i64 {
+    std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .unwrap_or(0)
 }
 
 fn socket_path(endpoint: &str) -> PathBuf {
@@ -155,8 +168,25 @@ const RUNTIME_STOP: Duration = Duration::from_secs(15);
 /// Starts every task of the agent in `tasks`; they stop when it is shut down.
 pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow::Result<Agent> {
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
+    // The root dir holds the pods' ephemeral storage: its filesystem is the capacity.
+    if let Err(e) = std::fs::create_dir_all(&opts.root_dir) {
+        warn!(dir = %opts.root_dir.display(), error = %e, "cannot create the root dir");
+    }
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods, &opts.root_dir);
     debug!(node = ?node, "node facts");
+    let allocatable = node_allocatable(opts, &node);
+    info!(target: STARTUP_TARGET, "node {allocatable}");
+    let cm =
+        crate::cm::startup::start(opts, &rt.cri, allocatable.kubepods, &reserved_cgroups(opts))
+            .await?;
+    let (c, oom_min) = (cm.clone(), own_oom_score_adj());
+    tasks.spawn_restarting("container-manager", Backoff::default(), move |cancel| {
+        let run = c.clone().run(cancel);
+        async move {
+            run.await;
+            Ok(())
+        }
+    });
     // Bounded: a worker waits for the loop rather than an update being lost.
     let (probe_results, probe_rx) = ProbeResults::new(256);
     let probe_results = Arc::new(probe_results);
@@ -168,7 +198,12 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
                 pod_logs_dir: opts.pod_logs_dir.clone(),
                 host_dns: host_dns(),
                 pods_dir: opts.root_dir.join("pods"),
-                cgroups: Arc::new(RuntimeDefaultCgroups),
+                cgroups: cm.clone(),
+                node_memory_bytes: allocatable.capacity.memory_bytes,
+                min_oom_score_adj: oom_min,
+                cfs_period_us: opts.cpu_cfs_quota.then(|| {
+                    i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)
+                }),
             },
             node.internal_ip().to_string(),
         )
@@ -269,6 +304,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         runtime_name: rt.runtime_name.clone(),
         startup: Default::default(),
         probes: probes.clone(),
+        cm,
     });
     let sync_loop = SyncLoop::new(SyncLoopDeps {
         pods: pods.clone(),
@@ -279,7 +315,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         pleg: pleg_stats,
         health,
         resync: opts.sync_frequency,
-        max_pods: opts.max_pods,
+        admission: admission_chain(opts.max_pods, &allocatable),
         sources,
         tasks: tasks.clone(),
     });
@@ -324,6 +360,67 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         }
     }
     Ok(Agent { pods, statuses })
+}
+
+/// Capacity, allocatable and the `kubepods` limits from the node's facts and the
+/// reservations (kubelet's node allocatable).
+fn node_allocatable(opts: &Options, node: &NodeInfo) -> NodeAllocatable {
+    NodeAllocatable::new(
+        &node.capacity,
+        Reservations {
+            kube: &opts.kube_reserved,
+            system: &opts.system_reserved,
+            eviction_hard: &opts.eviction_hard,
+            enforce_pods: opts.enforce_node_allocatable.pods && opts.cgroups_per_qos,
+        },
+        crate::cm::allocatable::pid_max(),
+    )
+}
+
+/// kubelet's admission handlers that oxlet has: `maxPods`, then the pod's requests
+/// against allocatable.
+fn admission_chain(max_pods: u32, allocatable: &NodeAllocatable) -> AdmissionChain {
+    let mut chain = AdmissionChain::standard(max_pods);
+    chain.push(Box::new(crate::cm::fit::ResourceFit {
+        allocatable: allocatable.allocatable,
+    }));
+    chain
+}
+
+/// The reserved cgroups `enforceNodeAllocatable` limits, with their limits (kubelet's
+/// `enforceExistingCgroup`: cpu shares, memory and pids of the reservation).
+fn reserved_cgroups(
+    opts: &Options,
+) -> Vec<(
+    &'static str,
+    Option<&crate::cm::name::CgroupName>,
+    ResourceConfig,
+)> {
+    let limits = |r: &Reserved| ResourceConfig {
+        cpu_shares: r
+            .cpu_milli
+            .and_then(|m| u64::try_from(crate::cm::resources::milli_cpu_to_shares(m)).ok()),
+        memory_limit: r.memory_bytes,
+        pids_limit: r.pids,
+        ..ResourceConfig::default()
+    };
+    let e = &opts.enforce_node_allocatable;
+    vec![
+        (
+            "--system-reserved-cgroup",
+            opts.system_reserved_cgroup
+                .as_ref()
+                .filter(|_| e.system_reserved),
+            limits(&opts.system_reserved),
+        ),
+        (
+            "--kube-reserved-cgroup",
+            opts.kube_reserved_cgroup
+                .as_ref()
+                .filter(|_| e.kube_reserved),
+            limits(&opts.kube_reserved),
+        ),
+    ]
 }
 
 /// Logs the start-up summary (shown at every verbosity).

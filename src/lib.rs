@@ -6,10 +6,6 @@
 //! kubelet-faithful pod status; `server` serves read-only views.
 
 mod app;
-#[allow(
-    dead_code,
-    reason = "issue 9 in progress: the container manager is being wired in"
-)]
 mod cm;
 mod config;
 pub mod containerd;

@@ -28,9 +28,12 @@ pub(crate) use v2::{shares_to_weight, weight_to_shares};
 use std::path::PathBuf;
 
 use super::resources::ResourceConfig;
-use super::version::CgroupVersion;
 
 /// What a cgroup uses now (for the eviction manager and the stats).
+#[allow(
+    dead_code,
+    reason = "seam: the eviction manager (issue 12) and /stats (issue 13) read usage"
+)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CgroupUsage {
     /// Memory usage minus inactive file pages (kubelet's working set).
@@ -55,8 +58,6 @@ pub(crate) struct CgroupError {
 
 /// Creating, limiting, reading and removing cgroups.
 pub(crate) trait CgroupFs: Send + Sync + std::fmt::Debug {
-    /// The layout this tree writes.
-    fn version(&self) -> CgroupVersion;
     /// Creates `path` and its missing parents in every hierarchy, then writes `res`.
     fn create(&self, path: &str, res: &ResourceConfig) -> Result<(), CgroupError>;
     /// Writes `res` to an existing cgroup.
@@ -71,7 +72,12 @@ pub(crate) trait CgroupFs: Send + Sync + std::fmt::Debug {
     /// The processes in `path` and below.
     fn procs(&self, path: &str) -> Result<Vec<i32>, CgroupError>;
     /// What `path` uses now.
+    #[allow(
+        dead_code,
+        reason = "seam: the eviction manager (issue 12) and /stats (issue 13) read usage"
+    )]
     fn usage(&self, path: &str) -> Result<CgroupUsage, CgroupError>;
     /// The limits set on `path`, read back.
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     fn resources(&self, path: &str) -> Result<ResourceConfig, CgroupError>;
 }

@@ -11,12 +11,26 @@
 //! - [`allocatable`]: capacity, reservations, allocatable and the `kubepods` limits.
 //! - [`qos`]: the pod's QoS class and its containers' `oom_score_adj`.
 //! - [`resources`]: the limits kubelet gives a pod cgroup, and the formulas behind them.
+//! - [`tree`]: where `kubepods`, the QoS cgroups and each pod's cgroup live.
+//! - [`manager`]: [`ContainerManager`], the tree as one value, with its periodic task;
+//!   [`qos_cgroups`] and [`pod_cgroups`] are its node-level and per-pod halves.
+//! - [`startup`]: detection, the driver decision, the start-up line, the tree made.
 
 pub(crate) mod allocatable;
 pub(crate) mod driver;
 pub(crate) mod fit;
 pub(crate) mod fs;
+pub(crate) mod manager;
 pub(crate) mod name;
+pub(crate) mod pod_cgroups;
 pub(crate) mod qos;
+pub(crate) mod qos_cgroups;
 pub(crate) mod resources;
+pub(crate) mod startup;
+pub(crate) mod tree;
 pub(crate) mod version;
+
+pub(crate) use manager::ContainerManager;
+
+#[cfg(test)]
+pub(crate) mod fake_fs;

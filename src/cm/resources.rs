@@ -306,18 +306,6 @@ pub(crate) fn pod_resource_config(
     Ok(config)
 }
 
-/// The burstable QoS cgroup's shares (kubelet's `setCPUCgroupConfig`): from the
-/// summed cpu requests of the Burstable pods. A pod whose resources cannot be
-/// read (manifest validation refuses those) counts nothing.
-pub(crate) fn burstable_qos_shares<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> u64 {
-    let milli = pods
-        .into_iter()
-        .filter(|p| QosClass::of(p) == QosClass::Burstable)
-        .filter_map(|p| pod_requests(p).ok()?.cpu_milli)
-        .fold(0i64, i64::saturating_add);
-    milli_cpu_to_shares(milli) as u64
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -567,22 +555,5 @@ pub(crate) mod tests {
         };
         let c = pod_resource_config(&g, short).unwrap();
         assert_eq!((c.cpu_quota, c.cpu_period), (Some(15_000), Some(10_000)));
-    }
-
-    #[test]
-    fn burstable_qos_shares_sum_only_burstable_pods() {
-        let b1 = pod_of(vec![container("a", &[("cpu", "500m")], &[])], vec![]);
-        let b2 = pod_of(
-            vec![container("a", &[("cpu", "1500m"), ("memory", "1Mi")], &[])],
-            vec![],
-        );
-        let g = pod_of(
-            vec![container("a", &[], &[("cpu", "4"), ("memory", "1Gi")])],
-            vec![],
-        );
-        let be = pod_of(vec![container("a", &[], &[])], vec![]);
-        assert_eq!(burstable_qos_shares([&b1, &b2, &g, &be]), 2048);
-        assert_eq!(burstable_qos_shares([&g, &be]), 2);
-        assert_eq!(burstable_qos_shares(std::iter::empty()), 2);
     }
 }

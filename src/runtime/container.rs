@@ -305,6 +305,29 @@ pub(crate) fn linux_resources(
     Ok(r)
 }
 
+/// `cpuCFSQuota` off: no quota and no period; another `cpuCFSQuotaPeriod`: the quota
+/// scaled to it (the 100 ms quota is exactly `milli × 100` µs, limits under 10m
+/// already raised to 10m).
+fn apply_cfs_period(r: &mut cri::LinuxContainerResources, period_us: Option<i64>) {
+    if r.cpu_period == 0 {
+        return;
+    }
+    match period_us {
+        None => {
+            r.cpu_quota = 0;
+            r.cpu_period = 0;
+        }
+        Some(p) if p != r.cpu_period => {
+            let milli = r.cpu_quota / (CPU_PERIOD_US / 1000);
+            if let Some(q) = resources::milli_cpu_to_quota(milli, p) {
+                r.cpu_quota = q;
+                r.cpu_period = p;
+            }
+        }
+        Some(_) => {}
+    }
+}
+
 /// CFS quota for a milli-CPU limit with the 100 ms period (see
 /// [`crate::cm::resources::milli_cpu_to_quota`]); a limit too large is refused.
 fn milli_cpu_to_quota(milli: i64) -> Result<i64, ResourceError> {
@@ -356,6 +379,11 @@ pub(crate) struct ContainerRequest<'a> {
     pub image_ref: &'a str,
     pub env: &'a PodEnv,
     pub mounts: Vec<cri::Mount>,
+    /// kubelet's `oom_score_adj` for the container's QoS class, clamped for this host.
+    pub oom_score_adj: i64,
+    /// The CFS period for cpu limits (`cpuCFSQuotaPeriod`, µs); `None` when
+    /// `cpuCFSQuota` is off, which leaves containers without a quota.
+    pub cfs_period_us: Option<i64>,
 }
 
 /// Builds the CRI container config; an error is the pod's `CreateContainerConfigError`.
@@ -391,7 +419,11 @@ pub(crate) fn container_config(
     };
     let command = expand_all("command", &container.command)?;
     let args = expand_all("args", &container.args)?;
-    let resources = linux_resources(container)?;
+    let mut resources = cri::LinuxContainerResources {
+        oom_score_adj: req.oom_score_adj,
+        ..linux_resources(container)?
+    };
+    apply_cfs_period(&mut resources, req.cfs_period_us);
     let sc = container.security_context.as_ref();
     let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
     let caps = sc.and_then(|s| s.capabilities.as_ref());
@@ -547,6 +579,8 @@ mod tests {
             image_ref: "sha256:abc",
             env,
             mounts: vec![],
+            oom_score_adj: 42,
+            cfs_period_us: Some(100_000),
         }
     }
 

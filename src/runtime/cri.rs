@@ -106,6 +106,25 @@ impl RemoteRuntime {
         Ok((rt, version))
     }
 
+    /// The runtime's own configuration (CRI `RuntimeConfig`, kubelet asks it once at
+    /// start for the cgroup driver). Runtimes older than the call answer `Unimplemented`.
+    pub(crate) async fn runtime_config(&self) -> Result<cri::RuntimeConfigResponse, CriError> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "RuntimeConfig",
+            c.runtime_config(cri::RuntimeConfigRequest {}),
+        )
+        .await
+    }
+
+    /// `Status` with `verbose: true`: the runtime adds free-form details (containerd
+    /// puts its CRI plugin configuration as JSON under `info["config"]`).
+    pub(crate) async fn verbose_status(&self) -> Result<cri::StatusResponse, CriError> {
+        let mut c = self.runtime.clone();
+        self.call("Status", c.status(cri::StatusRequest { verbose: true }))
+            .await
+    }
+
     async fn call<T, Fut>(&self, name: &'static str, fut: Fut) -> Result<T, CriError>
     where
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,

@@ -836,6 +836,9 @@ pub(crate) mod support {
                 host_dns: Default::default(),
                 pods_dir: dir.path().join("pods"),
                 cgroups: Arc::new(crate::runtime::sandbox::RuntimeDefaultCgroups),
+                node_memory_bytes: 1 << 30,
+                min_oom_score_adj: -999,
+                cfs_period_us: Some(100_000),
             };
             RuntimeManager::new(fake.clone(), env, "192.0.2.10".into())
         }

@@ -21,17 +21,25 @@ pub(crate) struct SandboxEnv {
     pub pods_dir: PathBuf,
     /// Decides each sandbox's cgroup parent.
     pub cgroups: Arc<dyn PodCgroupParent>,
+    /// The node's memory capacity: a Burstable container's `oom_score_adj` scales with
+    /// its request's share of it.
+    pub node_memory_bytes: i64,
+    /// The lowest `oom_score_adj` this host lets oxlet give a container (its own).
+    pub min_oom_score_adj: i64,
+    /// `cpuCFSQuotaPeriod` in µs, `None` with `cpuCFSQuota` off.
+    pub cfs_period_us: Option<i64>,
 }
 
 /// The one place a sandbox's cgroup parent is decided (kubelet's
-/// `RuntimeHelper.GetPodCgroupParent`). The container manager will answer with the
-/// pod's cgroup (`kubepods/<qos>/pod<uid>`); today [`RuntimeDefaultCgroups`] does.
+/// `RuntimeHelper.GetPodCgroupParent`). The container manager answers with the pod's
+/// cgroup (`/kubepods/<qos>/pod<uid>`); tests without cgroups use [`RuntimeDefaultCgroups`].
 pub(crate) trait PodCgroupParent: Send + Sync + std::fmt::Debug {
     /// The cgroup parent for `pod`'s sandbox; empty leaves it to the runtime.
     fn cgroup_parent(&self, pod: &Pod) -> String;
 }
 
 /// No pod cgroups: every sandbox goes where containerd puts it by default.
+#[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RuntimeDefaultCgroups;
 
@@ -290,6 +298,9 @@ mod tests {
             host_dns: Default::default(),
             pods_dir: PathBuf::from("/var/lib/oxlet/pods"),
             cgroups: Arc::new(RuntimeDefaultCgroups),
+            node_memory_bytes: 1 << 30,
+            min_oom_score_adj: -999,
+            cfs_period_us: Some(100_000),
         };
         let parent = |env: &SandboxEnv| {
             sandbox_config(&pod, 0, env)

@@ -55,6 +55,7 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
         runtime_name: "fake".into(),
         startup: Default::default(),
         probes: probes.clone(),
+        cm: Arc::new(crate::cm::fake_fs::manager(true).0),
     });
     let mut sync_loop = SyncLoop::new(SyncLoopDeps {
         pods,
@@ -65,7 +66,7 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
         pleg: pleg_stats,
         health,
         resync: Duration::from_secs(10),
-        max_pods,
+        admission: super::admission::AdmissionChain::standard(max_pods),
         sources: vec!["file"],
         tasks: tasks.clone(),
     });

@@ -20,6 +20,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::cm::ContainerManager;
 use crate::config::{PodOperation, PodUpdate};
 use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
 use crate::pod::{pod_ref, pod_uid};
@@ -31,7 +32,7 @@ use crate::tasks::Tasks;
 use admission::{AdmissionChain, PodAdmitAttributes};
 use pod_manager::PodManager;
 use pod_syncer::Syncer;
-use pod_workers::{KillReason, KillRequest, PodWork, PodWorkers, UpdateType};
+use pod_workers::{KillReason, KillRequest, Lifecycle, PodWork, PodWorkers, UpdateType};
 use work_queue::WorkQueue;
 
 /// kubelet's housekeeping period.
@@ -88,6 +89,8 @@ pub(crate) struct SyncLoop {
     pub workers: PodWorkers<Syncer>,
     pub statuses: Arc<StatusManager>,
     pub runtime: Arc<RuntimeManager>,
+    /// Pod cgroups, whose orphans housekeeping removes.
+    pub cm: Arc<ContainerManager>,
     pub queue: Arc<WorkQueue>,
     pub pleg: Arc<PlegStats>,
     pub health: Arc<RuntimeHealth>,
@@ -159,7 +162,8 @@ pub(crate) struct SyncLoopDeps {
     pub health: Arc<RuntimeHealth>,
     /// How often a pod worker resyncs its pod (`syncFrequency`).
     pub resync: Duration,
-    pub max_pods: u32,
+    /// The admission handlers (kubelet's order: pods, then resource fit, …).
+    pub admission: AdmissionChain,
     pub sources: Vec<&'static str>,
     pub tasks: Tasks,
 }
@@ -167,6 +171,7 @@ pub(crate) struct SyncLoopDeps {
 impl SyncLoop {
     pub(crate) fn new(d: SyncLoopDeps) -> Self {
         SyncLoop {
+            cm: d.syncer.cm.clone(),
             workers: PodWorkers::new(d.syncer, d.queue.clone(), d.resync, d.tasks.child()),
             pods: d.pods,
             statuses: d.statuses,
@@ -174,7 +179,7 @@ impl SyncLoop {
             queue: d.queue,
             pleg: d.pleg,
             health: d.health,
-            admission: AdmissionChain::standard(d.max_pods),
+            admission: d.admission,
             sources: d.sources,
             tasks: d.tasks,
             seen: HashSet::new(),
@@ -445,9 +450,11 @@ impl SyncLoop {
         let runtime = self.runtime.clone();
         let workers = self.workers.clone();
         let pods = self.pods.clone();
+        let cm = self.cm.clone();
         let started = Instant::now();
         let pass = async move {
             cleanup_runtime_pods(&runtime, &workers, &pods).await;
+            cleanup_pod_cgroups(cm, workers).await;
             let took = started.elapsed();
             if took > Duration::from_secs(1) {
                 warn!(?took, "housekeeping took longer than expected");
@@ -500,6 +507,24 @@ async fn cleanup_runtime_pods(
     let known =
         |uid: &str| pods.contains(uid) || workers.is_active(uid) || in_runtime.contains(uid);
     crate::runtime::gc::cleanup_orphaned_dirs(runtime.pods_dir(), runtime.pod_logs_dir(), &known);
+}
+
+/// Destroys the cgroups of pods no worker may still run (kubelet's
+/// `cleanupOrphanedPodCgroups`, with its `possiblyRunningPods`: syncing or terminating).
+/// Blocking file I/O, so off the async threads.
+async fn cleanup_pod_cgroups(cm: Arc<ContainerManager>, workers: PodWorkers<Syncer>) {
+    let done = tokio::task::spawn_blocking(move || {
+        cm.cleanup_orphans(&|uid| {
+            matches!(
+                workers.lifecycle(uid),
+                Some(Lifecycle::Syncing | Lifecycle::Terminating)
+            )
+        });
+    })
+    .await;
+    if let Err(e) = done {
+        warn!(error = %e, "housekeeping: the pod cgroup cleanup failed");
+    }
 }
 
 #[cfg(test)]

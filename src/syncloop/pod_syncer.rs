@@ -9,6 +9,7 @@ use tracing::{debug, info};
 
 use super::pod_manager::PodManager;
 use super::pod_workers::{KillStatus, PodSyncError, PodSyncer, SyncResult, UpdateType};
+use crate::cm::ContainerManager;
 use crate::pleg::PodCache;
 use crate::pod::{Phase, pod_ref, pod_uid};
 use crate::prober::ProbeManager;
@@ -29,6 +30,8 @@ pub(crate) struct Syncer {
     pub startup: StartupTracker,
     /// The probe workers: started by a sync, read for `ready`/`started` and kills.
     pub probes: Arc<ProbeManager>,
+    /// Pod cgroups: made before the sandbox.
+    pub cm: Arc<ContainerManager>,
 }
 
 fn names(pod: &Pod) -> (String, String, String) {
@@ -99,6 +102,31 @@ impl Syncer {
         phase
     }
 
+    /// kubelet's `SyncPod` before the runtime acts: containers that run without a pod
+    /// cgroup (started before per-QoS cgroups were on) are killed so they come back
+    /// inside one, except a `Never` pod, which then ends without; and the pod's cgroup
+    /// is made before its sandbox.
+    async fn ensure_pod_cgroup(
+        &self,
+        pod: &Pod,
+        rt: &PodRuntimeStatus,
+    ) -> Result<(), PodSyncError> {
+        if !self.cm.cgroups_per_qos() {
+            return Ok(());
+        }
+        if !self.cm.pod_cgroup_exists(pod) && rt.running_containers().next().is_some() {
+            info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), "killing the pod: its containers run outside a pod cgroup");
+            self.runtime.kill_pod_status(pod, rt, None).await?;
+            let never =
+                pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
+            if never {
+                return Ok(());
+            }
+        }
+        self.cm.ensure_pod(pod)?;
+        Ok(())
+    }
+
     /// Reads the pod's runtime status now and stores it in the cache, so what an
     /// action caused is visible at once rather than after the next relist.
     async fn refresh(&self, pod: &Pod) -> Result<PodRuntimeStatus, PodSyncError> {
@@ -134,6 +162,7 @@ impl PodSyncer for Syncer {
                 retry_after: None,
             });
         }
+        self.ensure_pod_cgroup(&pod, &rt).await?;
         self.probes.add_pod(&pod);
         let failed = |id: &str| self.probes.failed(id);
         let res = self.runtime.sync_pod_probed(&pod, &rt, &failed).await;

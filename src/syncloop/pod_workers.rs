@@ -99,6 +99,8 @@ pub(crate) enum PodSyncError {
     Runtime(#[from] SyncError),
     #[error("container {0} is still running after the kill")]
     StillRunning(String),
+    #[error(transparent)]
+    Cgroup(#[from] crate::cm::pod_cgroups::PodCgroupError),
 }
 
 impl PodSyncError {

@@ -28,6 +28,9 @@ pub struct Oxlet {
     pub poll: Duration,
     /// Extra environment for the process (e.g. `RUST_LOG`).
     pub env: Vec<(String, String)>,
+    /// `--cgroup-root`: one per test dir, so concurrent tests never share (or clean
+    /// up) each other's pod cgroups.
+    pub cgroup_root: String,
 }
 
 /// A free loopback port (bound, then released).
@@ -82,6 +85,7 @@ impl Oxlet {
         let manifests = base.join("manifests");
         std::fs::create_dir_all(&manifests).unwrap();
         Oxlet {
+            cgroup_root: format!("/{}", test_dir_name(base)),
             child: None,
             manifests,
             root: base.join("root"),
@@ -109,6 +113,7 @@ impl Oxlet {
             "--healthz-port=0".into(),
             "--hostname-override=testnode".into(),
             "--file-check-frequency=2s".into(),
+            format!("--cgroup-root={}", self.cgroup_root),
             "-v=4".into(),
         ]);
         args
@@ -146,6 +151,32 @@ impl Oxlet {
             out.status,
             String::from_utf8_lossy(&out.stdout).into_owned(),
         )
+    }
+
+    /// Waits for a spawned oxlet to exit by itself (e.g. refusing to start).
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let c = self.child.as_mut().expect("spawned");
+        let t = Instant::now();
+        loop {
+            if let Some(status) = c.try_wait().unwrap() {
+                return status;
+            }
+            assert!(t.elapsed() < timeout, "oxlet still runs after {timeout:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until oxlet serves its read-only API (start-up is over).
+    pub async fn wait_up(&self, timeout: Duration) {
+        let t = Instant::now();
+        while self.get("/pods").await.is_none() {
+            assert!(
+                t.elapsed() < timeout,
+                "oxlet not up after {timeout:?}\n{}",
+                tail(&self.log(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -254,7 +285,22 @@ impl Drop for Oxlet {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // A managed containerd's test dir has no bed whose drop would do it.
+        if self.endpoint.is_none() {
+            crate::common::remove_cgroup_tree(self.cgroup_root.trim_start_matches('/'));
+        }
     }
+}
+
+/// The name of the test's own dir below /tmp (`oxlet-testbed-…` or `oxm-…`), which
+/// names its cgroup root and lets a sweep find it.
+fn test_dir_name(base: &Path) -> String {
+    base.strip_prefix("/tmp")
+        .ok()
+        .and_then(|rest| rest.components().next())
+        .and_then(|c| c.as_os_str().to_str())
+        .unwrap_or("oxlet-test")
+        .to_string()
 }
 
 pub fn tail(text: &str, n: usize) -> String {

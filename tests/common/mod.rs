@@ -356,6 +356,9 @@ impl Drop for Testbed {
                     }
                 });
                 teardown_dir(&base);
+                if let Some(name) = base.file_name().and_then(|n| n.to_str()) {
+                    remove_cgroup_tree(name);
+                }
                 delete_link(&bridge);
                 release_slot(slot);
             })
@@ -746,6 +749,13 @@ pub fn sweep_leftovers() {
             }
         }
     }
+    // Cgroup roots (`--cgroup-root=/<dir name>`) of test dirs that are gone.
+    for name in cgroup_roots_of_tests() {
+        if !Path::new("/tmp").join(&name).exists() {
+            eprintln!("testbed sweep: removing leftover cgroup tree /{name}");
+            remove_cgroup_tree(&name);
+        }
+    }
     // containerds/shims whose dir is already gone but which still run.
     if let Ok(entries) = fs::read_dir("/proc") {
         for pid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok()) {
@@ -812,5 +822,90 @@ pub fn sweep_leftovers() {
     }
     for slot in dead {
         let _ = fs::remove_file(slot_file(slot));
+    }
+}
+
+/// The cgroup mount points: each v1 hierarchy (`/sys/fs/cgroup/<controller>`) or, on a
+/// pure v2 host, the mount itself.
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        return vec![root.to_path_buf()];
+    }
+    fs::read_dir(root)
+        .map(|d| {
+            d.filter_map(std::result::Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.is_dir() && !p.is_symlink())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Test cgroup roots found below the cgroup mounts (oxlet runs in tests with
+/// `--cgroup-root=/<test dir name>`).
+fn cgroup_roots_of_tests() -> Vec<String> {
+    let mut names: Vec<String> = cgroup_mounts()
+        .iter()
+        .filter_map(|m| fs::read_dir(m).ok())
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(BASE_PREFIX) || n.starts_with(MANAGED_PREFIX))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The prefix of the temp dirs of tests whose oxlet manages its own containerd.
+pub const MANAGED_PREFIX: &str = "oxm-";
+
+/// Removes the cgroup tree `/<name>` from every hierarchy: kills what is left inside,
+/// then removes the cgroups deepest first (a cgroup directory goes with `rmdir`).
+pub fn remove_cgroup_tree(name: &str) {
+    assert!(
+        !name.is_empty() && !name.contains('/') && name != "." && name != "..",
+        "{name:?}"
+    );
+    for mount in cgroup_mounts() {
+        let top = mount.join(name);
+        if !top.is_dir() {
+            continue;
+        }
+        let mut dirs = Vec::new();
+        let mut stack = vec![top];
+        while let Some(d) = stack.pop() {
+            if let Ok(entries) = fs::read_dir(&d) {
+                for e in entries.filter_map(std::result::Result::ok) {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        stack.push(e.path());
+                    }
+                }
+            }
+            dirs.push(d);
+        }
+        for d in dirs.iter().rev() {
+            for _ in 0..50 {
+                let procs = fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                let pids: Vec<i32> = procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for pid in pids {
+                    if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Err(e) = fs::remove_dir(d)
+                && d.exists()
+            {
+                eprintln!("testbed cleanup: removing cgroup {}: {e}", d.display());
+            }
+        }
     }
 }

@@ -218,10 +218,6 @@ fn v1_dirs(root: &Path, version: CgroupVersion) -> Result<Vec<Hierarchy>, Cgroup
 }
 
 impl CgroupFs for CgroupTree {
-    fn version(&self) -> CgroupVersion {
-        self.version
-    }
-
     fn create(&self, path: &str, res: &ResourceConfig) -> Result<(), CgroupError> {
         if path.is_empty() {
             return Err(err(

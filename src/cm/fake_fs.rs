@@ -1,0 +1,168 @@
+//! An in-memory [`CgroupFs`] for unit tests of the manager and the sync loop: a map of
+//! cgroup paths to their limits, and the processes a test puts in them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use super::driver::CgroupDriver;
+use super::fs::{CgroupError, CgroupFs, CgroupUsage};
+use super::manager::{CmConfig, ContainerManager};
+use super::name::CgroupName;
+use super::resources::{PodCgroupSettings, ResourceConfig};
+
+/// A container manager over a fresh fake tree, cgroupfs driver, root `/root`, every
+/// pod cgroup with `pids.max` 50, `kubepods` limited to 2 CPUs and 1 GiB.
+pub(crate) fn manager(per_qos: bool) -> (ContainerManager, Arc<FakeCgroupFs>) {
+    let fs = Arc::new(FakeCgroupFs::default());
+    let cfg = CmConfig {
+        driver: CgroupDriver::Cgroupfs,
+        cgroup_root: CgroupName(vec!["root".into()]),
+        cgroups_per_qos: per_qos,
+        pod: PodCgroupSettings {
+            cpu_cfs_quota: true,
+            cpu_period_us: 100_000,
+            pod_pids_limit: 50,
+        },
+        kubepods: ResourceConfig {
+            cpu_shares: Some(2048),
+            memory_limit: Some(1 << 30),
+            ..ResourceConfig::default()
+        },
+    };
+    (ContainerManager::new(cfg, fs.clone()).unwrap(), fs)
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct FakeCgroupFs {
+    /// Path → (limits as last written, processes inside).
+    cgroups: Mutex<BTreeMap<String, (ResourceConfig, Vec<i32>)>>,
+}
+
+impl FakeCgroupFs {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (ResourceConfig, Vec<i32>)>> {
+        self.cgroups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every cgroup path, sorted.
+    pub(crate) fn paths(&self) -> Vec<String> {
+        self.map().keys().cloned().collect()
+    }
+
+    /// Removes a cgroup and everything below, as something outside oxlet might.
+    pub(crate) fn remove_from_outside(&self, path: &str) {
+        self.map()
+            .retain(|p, _| p != path && !p.starts_with(&format!("{path}/")));
+    }
+
+    /// Puts a (pretend) process into `path`.
+    pub(crate) fn add_proc(&self, path: &str, pid: i32) {
+        if let Some(c) = self.map().get_mut(path) {
+            c.1.push(pid);
+        }
+    }
+
+    fn missing(path: &str, op: &'static str) -> CgroupError {
+        CgroupError {
+            op,
+            path: PathBuf::from(path),
+            source: std::io::ErrorKind::NotFound.into(),
+        }
+    }
+}
+
+/// `path`'s parents, outermost first.
+fn parents(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('/').map(move |(i, _)| &path[..i])
+}
+
+/// Only the values given overwrite what is set.
+fn merge(into: &mut ResourceConfig, res: &ResourceConfig) {
+    into.cpu_shares = res.cpu_shares.or(into.cpu_shares);
+    into.cpu_quota = res.cpu_quota.or(into.cpu_quota);
+    into.cpu_period = res.cpu_period.or(into.cpu_period);
+    into.memory_limit = res.memory_limit.or(into.memory_limit);
+    into.pids_limit = res.pids_limit.or(into.pids_limit);
+}
+
+impl CgroupFs for FakeCgroupFs {
+    fn create(&self, path: &str, res: &ResourceConfig) -> Result<(), CgroupError> {
+        let mut map = self.map();
+        for p in parents(path) {
+            map.entry(p.to_string()).or_default();
+        }
+        merge(&mut map.entry(path.to_string()).or_default().0, res);
+        Ok(())
+    }
+
+    fn update(&self, path: &str, res: &ResourceConfig) -> Result<(), CgroupError> {
+        let mut map = self.map();
+        let c = map
+            .get_mut(path)
+            .ok_or_else(|| Self::missing(path, "update"))?;
+        merge(&mut c.0, res);
+        Ok(())
+    }
+
+    fn exists(&self, path: &str) -> bool {
+        self.map().contains_key(path)
+    }
+
+    fn remove(&self, path: &str) -> Result<(), CgroupError> {
+        let below = format!("{path}/");
+        let mut map = self.map();
+        let busy = map
+            .iter()
+            .any(|(p, c)| (p == path || p.starts_with(&below)) && !c.1.is_empty());
+        if busy {
+            return Err(CgroupError {
+                op: "remove",
+                path: PathBuf::from(path),
+                source: std::io::Error::from_raw_os_error(16),
+            });
+        }
+        map.retain(|p, _| p != path && !p.starts_with(&below));
+        Ok(())
+    }
+
+    fn children(&self, path: &str) -> Result<Vec<String>, CgroupError> {
+        let map = self.map();
+        if !map.contains_key(path) {
+            return Err(Self::missing(path, "list"));
+        }
+        let below = format!("{path}/");
+        Ok(map
+            .keys()
+            .filter_map(|p| p.strip_prefix(&below))
+            .filter(|rest| !rest.contains('/'))
+            .map(str::to_string)
+            .collect())
+    }
+
+    fn procs(&self, path: &str) -> Result<Vec<i32>, CgroupError> {
+        let below = format!("{path}/");
+        Ok(self
+            .map()
+            .iter()
+            .filter(|(p, _)| *p == path || p.starts_with(&below))
+            .flat_map(|(_, c)| c.1.clone())
+            .collect())
+    }
+
+    fn usage(&self, path: &str) -> Result<CgroupUsage, CgroupError> {
+        let pids = self.procs(path)?.len() as u64;
+        Ok(CgroupUsage {
+            pids,
+            ..CgroupUsage::default()
+        })
+    }
+
+    fn resources(&self, path: &str) -> Result<ResourceConfig, CgroupError> {
+        self.map()
+            .get(path)
+            .map(|c| c.0)
+            .ok_or_else(|| Self::missing(path, "read"))
+    }
+}

@@ -1,0 +1,182 @@
+//! One cgroup per pod (kubelet's `podContainerManager`): created with the pod's
+//! limits before its sandbox, and destroyed once no worker may run the pod any more,
+//! from housekeeping, which also finds the cgroups of pods oxlet forgot.
+
+use k8s_openapi::api::core::v1::Pod;
+use tracing::{debug, info, warn};
+
+use super::fs::CgroupError;
+use super::manager::{ContainerManager, TrackedPod, warn_failed};
+use super::name::{CgroupName, NameError, pod_uid_from_base};
+use super::qos::QosClass;
+use super::resources::{self, PodResourceError};
+use crate::pod::{pod_ref, pod_uid};
+
+/// How often a pod cgroup's leftover processes are killed before giving up until the
+/// next housekeeping (kubelet's `tryKillingCgroupProcesses` tries 5 times).
+const KILL_ATTEMPTS: usize = 5;
+
+/// Why a pod's cgroup could not be made: the pod does not start this sync.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to ensure that the pod {uid} cgroups exist and are correctly applied: {source}")]
+pub(crate) struct PodCgroupError {
+    pub uid: String,
+    #[source]
+    pub source: PodCgroupCause,
+}
+
+/// The cause of a [`PodCgroupError`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PodCgroupCause {
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
+    #[error(transparent)]
+    Resources(#[from] PodResourceError),
+}
+
+impl ContainerManager {
+    /// Whether the pod's cgroup exists (always true without per-QoS cgroups).
+    pub(crate) fn pod_cgroup_exists(&self, pod: &Pod) -> bool {
+        if !self.cfg.cgroups_per_qos {
+            return true;
+        }
+        self.pod_path(pod)
+            .is_ok_and(|(_, _, path)| self.fs.exists(&path))
+    }
+
+    /// Creates the pod's cgroup with its limits when it is missing (kubelet's
+    /// `EnsureExists`: an existing one is left as it is), after updating the QoS
+    /// cgroups so the new pod's request counts at once.
+    pub(crate) fn ensure_pod(&self, pod: &Pod) -> Result<(), PodCgroupError> {
+        if !self.cfg.cgroups_per_qos {
+            return Ok(());
+        }
+        let uid = pod_uid(pod).to_string();
+        let fail = |source: PodCgroupCause| PodCgroupError {
+            uid: uid.clone(),
+            source,
+        };
+        let (class, name, path) = self.pod_path(pod).map_err(|e| fail(e.into()))?;
+        let limits =
+            resources::pod_resource_config(pod, self.cfg.pod).map_err(|e| fail(e.into()))?;
+        let cpu_request_milli = resources::pod_requests(pod)
+            .map_err(|e| fail(e.into()))?
+            .cpu_milli
+            .unwrap_or(0);
+        let fresh = self
+            .tracked()
+            .insert(
+                uid.clone(),
+                TrackedPod {
+                    class,
+                    cpu_request_milli,
+                    name: name.clone(),
+                },
+            )
+            .is_none();
+        if self.fs.exists(&path) {
+            if fresh {
+                // Adopted after a restart: the shares now count it again.
+                self.update_qos();
+            }
+            return Ok(());
+        }
+        self.update_qos();
+        self.fs.create(&path, &limits).map_err(|e| fail(e.into()))?;
+        info!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, qos = class.as_str(), ?limits, "created pod cgroup");
+        Ok(())
+    }
+
+    /// The pod cgroups below the QoS cgroups now, by pod UID.
+    fn scan(&self) -> Vec<(String, CgroupName)> {
+        let mut found = Vec::new();
+        for class in [
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+            QosClass::BestEffort,
+        ] {
+            let children = match self.fs.children(&self.qos_path(class)) {
+                Ok(c) => c,
+                Err(e) => {
+                    debug!(error = %e, "cannot list a QoS cgroup");
+                    continue;
+                }
+            };
+            for child in children {
+                let Some(uid) = pod_uid_from_base(self.cfg.driver, &child) else {
+                    continue;
+                };
+                if let Ok(name) = self.tree.pod(class, &uid) {
+                    found.push((uid, name));
+                }
+            }
+        }
+        found
+    }
+
+    /// Destroys the cgroups of pods no worker may run any more (kubelet's
+    /// `cleanupOrphanedPodCgroups`): the pod's leftover processes are killed first,
+    /// then the cgroup and the empty ones below it are removed. A pod whose cgroup
+    /// cannot go yet is tried again at the next housekeeping.
+    pub(crate) fn cleanup_orphans(&self, possibly_running: &dyn Fn(&str) -> bool) {
+        if !self.cfg.cgroups_per_qos {
+            return;
+        }
+        let mut removed = false;
+        for (uid, name) in self.scan() {
+            if possibly_running(&uid) {
+                continue;
+            }
+            let Ok(path) = self.path(&name) else {
+                continue;
+            };
+            match self.destroy(&path) {
+                Ok(()) => {
+                    info!(podUID = %uid, cgroup = %path, "removed the cgroup of a pod that is gone");
+                    self.tracked().remove(&uid);
+                    removed = true;
+                }
+                Err(e) => warn_failed("cannot remove an orphaned pod cgroup yet", &e),
+            }
+        }
+        // Tracked pods whose cgroup vanished some other way.
+        let before = self.tracked().len();
+        self.tracked().retain(|uid, p| {
+            possibly_running(uid) || self.path(&p.name).is_ok_and(|path| self.fs.exists(&path))
+        });
+        if removed || self.tracked().len() != before {
+            self.update_qos();
+        }
+    }
+
+    /// Kills what is left in the cgroup, then removes it (kubelet's `Destroy`).
+    fn destroy(&self, path: &str) -> Result<(), CgroupError> {
+        for _ in 0..KILL_ATTEMPTS {
+            let procs = self.fs.procs(path)?;
+            if procs.is_empty() {
+                break;
+            }
+            for pid in procs {
+                kill(pid);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.fs.remove(path)
+    }
+}
+
+/// SIGKILL to a process found in a pod cgroup oxlet owns. Never oxlet itself or init.
+fn kill(pid: i32) {
+    if pid <= 1 || u32::try_from(pid).is_ok_and(|p| p == std::process::id()) {
+        return;
+    }
+    let Some(p) = rustix::process::Pid::from_raw(pid) else {
+        return;
+    };
+    match rustix::process::kill_process(p, rustix::process::Signal::KILL) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => {}
+        Err(e) => warn!(pid, error = %e, "cannot kill a process left in a pod cgroup"),
+    }
+}

@@ -1,0 +1,143 @@
+//! Starting the container manager (kubelet's `NewContainerManager` and `Start`): the
+//! cgroup version from the mount, the driver (from the runtime, the configuration or
+//! the host's directories; a configured one the runtime contradicts is refused), one
+//! start-up line that says what was found and why, then the `kubepods` tree.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tracing::{info, warn};
+
+use super::driver::{
+    self, CgroupDriver, DriverMismatch, SOURCE_CONTAINERD_CONFIG, SOURCE_RUNTIME_CONFIG,
+};
+use super::fs::{CgroupError, CgroupTree, HOST_MOUNT};
+use super::manager::{CmConfig, ContainerManager};
+use super::name::NameError;
+use super::resources::ResourceConfig;
+use super::version::{self, CgroupVersion, VersionError};
+use crate::logging::STARTUP_TARGET;
+use crate::options::Options;
+use crate::runtime::cri::RemoteRuntime;
+
+/// Why the container manager cannot start: the agent stops with this one line.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CmStartError {
+    #[error(transparent)]
+    Version(#[from] VersionError),
+    #[error(
+        "oxlet is configured not to run on a host using cgroup v1 (--fail-cgroupv1 / failCgroupV1), and this host uses {0}"
+    )]
+    CgroupV1(CgroupVersion),
+    #[error(transparent)]
+    Driver(#[from] DriverMismatch),
+    #[error("--cgroup-root: {0}")]
+    Root(#[from] NameError),
+    #[error("cannot create the kubepods cgroups: {0}")]
+    Setup(#[source] CgroupError),
+    #[error("{flag}: cannot limit the reserved cgroup {name}: {source}")]
+    Reserved {
+        flag: &'static str,
+        name: String,
+        #[source]
+        source: CgroupError,
+    },
+}
+
+/// What the runtime says its cgroup driver is: CRI `RuntimeConfig` where it has one
+/// (containerd 2.0, CRI-O), else containerd's own CRI configuration (1.6, 1.7).
+async fn runtime_driver(cri: &RemoteRuntime) -> Option<(CgroupDriver, &'static str)> {
+    match cri.runtime_config().await {
+        Ok(resp) => {
+            if let Some(d) = driver::from_runtime_config(&resp) {
+                return Some((d, SOURCE_RUNTIME_CONFIG));
+            }
+        }
+        Err(e) if e.code() == Some(tonic::Code::Unimplemented) => {}
+        Err(e) => warn!(error = %e, "cannot ask the runtime for its cgroup driver"),
+    }
+    let status = match cri.verbose_status().await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "cannot read the runtime's verbose status for its cgroup driver");
+            return None;
+        }
+    };
+    let config = status.info.get("config")?;
+    match driver::from_containerd_config(config) {
+        Ok(d) => Some((d, SOURCE_CONTAINERD_CONFIG)),
+        Err(e) => {
+            warn!(error = %e, "cannot tell the runtime's cgroup driver from its config");
+            None
+        }
+    }
+}
+
+/// Detects, decides, logs once and builds the tree. `kubepods` is what node
+/// allocatable limits the `kubepods` cgroup to.
+pub(crate) async fn start(
+    opts: &Options,
+    cri: &RemoteRuntime,
+    kubepods: ResourceConfig,
+    reserved: &[(
+        &'static str,
+        Option<&super::name::CgroupName>,
+        ResourceConfig,
+    )],
+) -> Result<Arc<ContainerManager>, CmStartError> {
+    let version = version::detect(Path::new(HOST_MOUNT))?;
+    if opts.fail_cgroup_v1 && version.uses_v1_controllers() {
+        return Err(CmStartError::CgroupV1(version));
+    }
+    let root_text = opts.cgroup_root.to_cgroupfs()?;
+    let reported = runtime_driver(cri).await;
+    let guessed = driver::guess(Path::new(HOST_MOUNT), version, &root_text);
+    let resolved = driver::resolve(
+        opts.cgroup_driver,
+        opts.cgroup_driver_explicit,
+        reported,
+        guessed,
+    )?;
+    info!(
+        target: STARTUP_TARGET,
+        cgroupVersion = %version,
+        cgroupDriver = %resolved.driver,
+        cgroupRoot = %root_text,
+        cgroupsPerQOS = opts.cgroups_per_qos,
+        "container manager: cgroup {version}, driver {} ({})",
+        resolved.driver,
+        resolved.why
+    );
+    if let Some(w) = &resolved.warning {
+        warn!("{w}");
+    }
+    let fs = CgroupTree::host(version).map_err(CmStartError::Setup)?;
+    let cfg = CmConfig {
+        driver: resolved.driver,
+        cgroup_root: opts.cgroup_root.clone(),
+        cgroups_per_qos: opts.cgroups_per_qos,
+        pod: super::resources::PodCgroupSettings {
+            cpu_cfs_quota: opts.cpu_cfs_quota,
+            cpu_period_us: i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX),
+            pod_pids_limit: opts.pod_pids_limit,
+        },
+        kubepods,
+    };
+    let cm = ContainerManager::new(cfg, Arc::new(fs.clone()))?;
+    cm.setup().map_err(CmStartError::Setup)?;
+    // `enforceNodeAllocatable: [system-reserved|kube-reserved]`: limit those cgroups,
+    // which must already exist (kubelet's `enforceExistingCgroup`).
+    for (flag, name, limits) in reserved {
+        let Some(name) = name else { continue };
+        let path = name.to_path(resolved.driver)?;
+        super::fs::CgroupFs::update(&fs, &path, limits).map_err(|source| {
+            CmStartError::Reserved {
+                flag,
+                name: path.clone(),
+                source,
+            }
+        })?;
+        info!(target: STARTUP_TARGET, cgroup = %path, ?limits, "limited the {flag} cgroup");
+    }
+    Ok(Arc::new(cm))
+}

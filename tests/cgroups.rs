@@ -1,0 +1,471 @@
+//! The container manager on real cgroups and a real containerd: the QoS tree, one
+//! cgroup per pod with kubelet's limits read back from the kernel's files, the
+//! containers inside it, their `oom_score_adj`, removal after churn, node allocatable
+//! and its enforcement, resource-fit admission, and a driver the runtime contradicts.
+//!
+//! This host is cgroup v1 (hybrid), driver cgroupfs; each test's oxlet runs with
+//! `--cgroup-root=/<its test dir>`, so tests never share a tree.
+
+mod agent;
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use agent::*;
+use common::Testbed;
+
+const START: Duration = Duration::from_secs(30);
+
+/// `/sys/fs/cgroup/<controller>/<cgroup root>/<rel>`.
+fn cg(ox: &Oxlet, controller: &str, rel: &str) -> PathBuf {
+    Path::new("/sys/fs/cgroup")
+        .join(controller)
+        .join(ox.cgroup_root.trim_start_matches('/'))
+        .join(rel)
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+fn read_i64(p: &Path) -> i64 {
+    read(p)
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn mem_total() -> i64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: i64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// What v1 reports for "no memory limit" (the largest page-aligned value).
+fn unlimited_memory() -> i64 {
+    read_i64(Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+}
+
+/// A pod whose one container prints its cgroups and oom_score_adj, then sleeps.
+fn reporting_pod(name: &str, resources: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "cat /proc/self/cgroup; echo oom=$(cat /proc/self/oom_score_adj); sleep 3600"]
+{resources}"#
+    )
+}
+
+/// The container's log lines (CRI format), once `want` appears in them.
+async fn container_output(ox: &Oxlet, pod: &k8s_openapi::api::core::v1::Pod, want: &str) -> String {
+    let dir = ox.logs.join(format!(
+        "default_{}_{}",
+        pod.metadata.name.as_deref().unwrap(),
+        uid(pod)
+    ));
+    let file = dir.join("main").join("0.log");
+    let t = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        if text.contains(want) {
+            return text
+                .lines()
+                .filter_map(|l| l.splitn(4, ' ').nth(3))
+                .collect::<Vec<_>>()
+                .join("\n");
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "no {want:?} in {}: {text}",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_get_qos_cgroups_with_kubelets_limits() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &["--pod-max-pids=100"]);
+    // The QoS tree exists once oxlet is up.
+    ox.wait_up(START).await;
+    for c in ["cpu", "memory", "pids"] {
+        for q in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+            assert!(cg(&ox, c, q).is_dir(), "{}", cg(&ox, c, q).display());
+        }
+    }
+    assert_eq!(
+        read_i64(&cg(&ox, "cpu", "kubepods/besteffort/cpu.shares")),
+        2
+    );
+
+    let guaranteed = "    resources:\n      limits: {cpu: 200m, memory: 64Mi}\n";
+    let burstable = "    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {memory: 128Mi}\n";
+    write_manifest(&ox.manifests, "g.yaml", &reporting_pod("gua", guaranteed));
+    write_manifest(&ox.manifests, "b.yaml", &reporting_pod("bur", burstable));
+    write_manifest(&ox.manifests, "e.yaml", &reporting_pod("bes", ""));
+    let g = ox.wait_running("gua", START).await;
+    let b = ox.wait_running("bur", START).await;
+    let e = ox.wait_running("bes", START).await;
+    assert_eq!(
+        g.status.as_ref().unwrap().qos_class.as_deref(),
+        Some("Guaranteed")
+    );
+    assert_eq!(
+        b.status.as_ref().unwrap().qos_class.as_deref(),
+        Some("Burstable")
+    );
+    assert_eq!(
+        e.status.as_ref().unwrap().qos_class.as_deref(),
+        Some("BestEffort")
+    );
+
+    let unlimited = unlimited_memory();
+    // (pod, its cgroup, shares, quota, memory limit)
+    let cases = [
+        (
+            &g,
+            format!("kubepods/pod{}", uid(&g)),
+            204,
+            20_000,
+            64 << 20,
+        ),
+        (
+            &b,
+            format!("kubepods/burstable/pod{}", uid(&b)),
+            102,
+            -1,
+            128 << 20,
+        ),
+        (
+            &e,
+            format!("kubepods/besteffort/pod{}", uid(&e)),
+            2,
+            -1,
+            unlimited,
+        ),
+    ];
+    let mut ooms = Vec::new();
+    for (pod, rel, shares, quota, memory) in &cases {
+        let name = pod.metadata.name.as_deref().unwrap();
+        assert_eq!(
+            read_i64(&cg(&ox, "cpu", &format!("{rel}/cpu.shares"))),
+            *shares,
+            "{name}"
+        );
+        assert_eq!(
+            read_i64(&cg(&ox, "cpu", &format!("{rel}/cpu.cfs_quota_us"))),
+            *quota,
+            "{name}"
+        );
+        assert_eq!(
+            read_i64(&cg(&ox, "cpu", &format!("{rel}/cpu.cfs_period_us"))),
+            100_000,
+            "{name}"
+        );
+        assert_eq!(
+            read_i64(&cg(&ox, "memory", &format!("{rel}/memory.limit_in_bytes"))),
+            *memory,
+            "{name}"
+        );
+        assert_eq!(
+            read(&cg(&ox, "pids", &format!("{rel}/pids.max"))),
+            "100",
+            "{name}"
+        );
+        // The container's own cgroups are inside the pod's.
+        let out = container_output(&ox, pod, "oom=").await;
+        for controller in ["cpu", "memory", "pids"] {
+            let line = out
+                .lines()
+                .find(|l| {
+                    l.split(':')
+                        .nth(1)
+                        .is_some_and(|c| c.split(',').any(|x| x == controller))
+                })
+                .unwrap_or_else(|| panic!("{name}: no {controller} line in {out}"));
+            let path = line.splitn(3, ':').nth(2).unwrap();
+            assert!(
+                path.starts_with(&format!("{}/{rel}/", ox.cgroup_root)),
+                "{name}: {controller} cgroup {path} is not inside {}/{rel}",
+                ox.cgroup_root
+            );
+        }
+        let oom: i64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("oom="))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        ooms.push(oom);
+    }
+    // kubelet's values; Guaranteed's -997 is clamped by this host's containerd
+    // (restrict_oom_score_adj), so only its order is certain.
+    let burstable_oom = 1000 - (1000 * (32i64 << 20)) / mem_total();
+    assert_eq!(ooms[1], burstable_oom.clamp(3, 999), "Burstable");
+    assert_eq!(ooms[2], 1000, "BestEffort");
+    assert!(
+        ooms[0] < ooms[1],
+        "Guaranteed {} vs Burstable {}",
+        ooms[0],
+        ooms[1]
+    );
+    // Burstable's shares are its pods' cpu requests (100m).
+    assert_eq!(
+        read_i64(&cg(&ox, "cpu", "kubepods/burstable/cpu.shares")),
+        102
+    );
+}
+
+/// The pod cgroups below the QoS cgroups, in any hierarchy.
+fn pod_cgroups_left(ox: &Oxlet) -> Vec<PathBuf> {
+    let mut left = Vec::new();
+    for c in [
+        "cpu", "cpuacct", "cpuset", "memory", "pids", "freezer", "devices", "blkio", "systemd",
+    ] {
+        for q in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+            let Ok(entries) = std::fs::read_dir(cg(ox, c, q)) else {
+                continue;
+            };
+            left.extend(
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("pod"))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    left
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_cgroups_go_with_their_pods_and_nothing_is_left_after_churn() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &[]);
+    let kinds = [
+        "    resources:\n      limits: {cpu: 100m, memory: 32Mi}\n",
+        "    resources:\n      requests: {cpu: 50m}\n",
+        "",
+        "    resources:\n      requests: {memory: 16Mi}\n",
+    ];
+    // 5 rounds of 4 pods: 20 create/delete cycles.
+    for round in 0..5 {
+        for (i, res) in kinds.iter().enumerate() {
+            write_manifest(
+                &ox.manifests,
+                &format!("p{i}.yaml"),
+                &reporting_pod(&format!("churn{round}x{i}"), res),
+            );
+        }
+        let mut uids = Vec::new();
+        for i in 0..kinds.len() {
+            uids.push(uid(&ox
+                .wait_running(&format!("churn{round}x{i}"), START)
+                .await));
+        }
+        assert_eq!(
+            pod_cgroups_left(&ox)
+                .iter()
+                .filter(|p| p.starts_with(cg(&ox, "cpu", "")))
+                .count(),
+            4
+        );
+        for i in 0..kinds.len() {
+            std::fs::remove_file(ox.manifests.join(format!("p{i}.yaml"))).unwrap();
+        }
+        ox.wait_for("the round's pods gone", START, |pods| {
+            pods.is_empty().then_some(())
+        })
+        .await;
+        let t = Instant::now();
+        loop {
+            let left = pod_cgroups_left(&ox);
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "round {round}: pod cgroups left: {left:?}\n{}",
+                tail(&ox.log(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for u in &uids {
+            assert!(
+                ox.log().contains(&format!("podUID={u}")),
+                "the log tells of pod {u}"
+            );
+        }
+    }
+    // The QoS cgroups stay, Burstable back to the least shares with no pod left.
+    assert!(cg(&ox, "cpu", "kubepods/burstable").is_dir());
+    assert_eq!(
+        read_i64(&cg(&ox, "cpu", "kubepods/burstable/cpu.shares")),
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocatable_limits_kubepods_and_admission_rejects_what_does_not_fit() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(
+        &bed,
+        &[
+            "--kube-reserved=cpu=100m,memory=100Mi",
+            "--system-reserved=memory=50Mi",
+        ],
+    );
+    ox.wait_up(START).await;
+    let total = mem_total();
+    let cores = i64::from(
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(|l| {
+                l.trim()
+                    .split(',')
+                    .map(|r| match r.split_once('-') {
+                        Some((a, b)) => b.parse::<u32>().unwrap() - a.parse::<u32>().unwrap() + 1,
+                        None => 1,
+                    })
+                    .sum::<u32>()
+            })
+            .unwrap(),
+    );
+    // kubepods: capacity − reserved (the eviction threshold is not subtracted here).
+    let enforced_memory = total - (150 << 20);
+    let page = 4096;
+    assert_eq!(
+        read_i64(&cg(&ox, "memory", "kubepods/memory.limit_in_bytes")),
+        enforced_memory / page * page
+    );
+    assert_eq!(
+        read_i64(&cg(&ox, "cpu", "kubepods/cpu.shares")),
+        (cores * 1000 - 100) * 1024 / 1000
+    );
+    // Allocatable: capacity − reserved − the hard eviction threshold (100Mi).
+    let alloc_memory = total - (250 << 20);
+    let alloc_cpu = cores * 1000 - 100;
+
+    let too_much_cpu = format!(
+        "    resources:\n      requests: {{cpu: {}m}}\n",
+        alloc_cpu + 1
+    );
+    let too_much_memory = format!(
+        "    resources:\n      requests: {{memory: \"{}\"}}\n",
+        alloc_memory + 1
+    );
+    let fits = format!(
+        "    resources:\n      requests: {{cpu: {}m, memory: 16Mi}}\n",
+        alloc_cpu / 2
+    );
+    // The pod that fits first, so it is admitted (and counts as used) before the others.
+    write_manifest(&ox.manifests, "f.yaml", &reporting_pod("fits", &fits));
+    ox.wait_running("fits", START).await;
+    write_manifest(
+        &ox.manifests,
+        "c.yaml",
+        &reporting_pod("hungry-cpu", &too_much_cpu),
+    );
+    write_manifest(
+        &ox.manifests,
+        "m.yaml",
+        &reporting_pod("hungry-mem", &too_much_memory),
+    );
+    let rejected = |name: &'static str| {
+        move |pods: &[k8s_openapi::api::core::v1::Pod]| {
+            find(pods, name)
+                .filter(|p| phase(p) == "Failed")
+                .and_then(|p| p.status.clone())
+        }
+    };
+    let cpu = ox
+        .wait_for("hungry-cpu rejected", START, rejected("hungry-cpu"))
+        .await;
+    assert_eq!(cpu.reason.as_deref(), Some("OutOfcpu"));
+    assert_eq!(
+        cpu.message.as_deref().unwrap(),
+        format!(
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: {}, used: {}, capacity: {alloc_cpu}",
+            alloc_cpu + 1,
+            alloc_cpu / 2
+        )
+    );
+    let mem = ox
+        .wait_for("hungry-mem rejected", START, rejected("hungry-mem"))
+        .await;
+    assert_eq!(mem.reason.as_deref(), Some("OutOfmemory"));
+    assert!(
+        mem.message.as_deref().unwrap().ends_with(&format!(
+            "memory, requested: {}, used: {}, capacity: {alloc_memory}",
+            alloc_memory + 1,
+            16 << 20
+        )),
+        "{:?}",
+        mem.message
+    );
+    // Rejected pods never start.
+    for name in ["hungry-cpu", "hungry-mem"] {
+        let pods = ox.pods().await;
+        let p = find(&pods, name).unwrap();
+        assert!(cri_containers(&bed, &uid(p)).await.is_empty(), "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_the_runtime_contradicts_is_refused() {
+    let bed = Testbed::start().await;
+    let mut ox = Oxlet::new(&bed);
+    ox.spawn(&["--cgroup-driver=systemd"]);
+    let status = ox.wait_exit(START);
+    assert!(!status.success(), "{status:?}");
+    let log = ox.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("systemd") && l.contains("cgroupfs"))
+        .unwrap_or_else(|| panic!("no line names both drivers:\n{log}"));
+    assert!(line.contains("--cgroup-driver"), "{line}");
+    // Nothing was created.
+    assert!(!cg(&ox, "cpu", "kubepods").exists());
+    assert!(!cg(&ox, "cpu", "kubepods.slice").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qos_cgroup_removed_from_outside_is_repaired() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &[]);
+    ox.wait_up(START).await;
+    for c in [
+        "cpu", "cpuacct", "cpuset", "memory", "pids", "freezer", "devices", "blkio", "systemd",
+    ] {
+        let p = cg(&ox, c, "kubepods/besteffort");
+        if p.is_dir() {
+            std::fs::remove_dir(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        }
+    }
+    write_manifest(&ox.manifests, "e.yaml", &reporting_pod("late", ""));
+    let pod = ox.wait_running("late", START).await;
+    let rel = format!("kubepods/besteffort/pod{}", uid(&pod));
+    assert!(cg(&ox, "memory", &rel).is_dir());
+    assert_eq!(
+        read_i64(&cg(&ox, "cpu", "kubepods/besteffort/cpu.shares")),
+        2
+    );
+}

@@ -120,11 +120,12 @@ for d in /proc/[0-9]*; do
     fi
 done
 
-# 3. Cgroup roots of tests (oxlet runs with --cgroup-root=/<test dir name>) whose dir is
-#    gone: kill what is left inside, then rmdir deepest first.
-for top in /sys/fs/cgroup/oxlet-testbed-* /sys/fs/cgroup/oxm-* /sys/fs/cgroup/*/oxlet-testbed-* /sys/fs/cgroup/*/oxm-*; do
+# 3. Cgroup roots of tests (oxlet runs with --cgroup-root=/oxtest-<test dir below /tmp>)
+#    whose dir is gone: kill what is left inside, then rmdir deepest first.
+for top in /sys/fs/cgroup/oxtest-* /sys/fs/cgroup/*/oxtest-*; do
     [ -d "$top" ] || continue
-    [ -e "/tmp/$(basename "$top")" ] && continue
+    name=$(basename "$top")
+    [ -e "/tmp/${name#oxtest-}" ] && continue
     log "removing leftover cgroup tree $top"
     find "$top" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -KILL 2>/dev/null
     sleep 0.1

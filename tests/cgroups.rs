@@ -238,6 +238,7 @@ fn pod_cgroups_left(ox: &Oxlet) -> Vec<PathBuf> {
     let mut left = Vec::new();
     for c in [
         "cpu", "cpuacct", "cpuset", "memory", "pids", "freezer", "devices", "blkio", "systemd",
+        "unified",
     ] {
         for q in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
             let Ok(entries) = std::fs::read_dir(cg(ox, c, q)) else {
@@ -454,6 +455,7 @@ async fn a_qos_cgroup_removed_from_outside_is_repaired() {
     ox.wait_up(START).await;
     for c in [
         "cpu", "cpuacct", "cpuset", "memory", "pids", "freezer", "devices", "blkio", "systemd",
+        "unified",
     ] {
         let p = cg(&ox, c, "kubepods/besteffort");
         if p.is_dir() {
@@ -468,4 +470,49 @@ async fn a_qos_cgroup_removed_from_outside_is_repaired() {
         read_i64(&cg(&ox, "cpu", "kubepods/besteffort/cpu.shares")),
         2
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_running_outside_a_pod_cgroup_are_restarted_inside_one() {
+    let bed = Testbed::start().await;
+    let mut ox = Oxlet::new(&bed);
+    // kubelet refuses cgroupsPerQOS=false while enforceNodeAllocatable has `pods`.
+    ox.spawn(&["--cgroups-per-qos=false", "--enforce-node-allocatable="]);
+    ox.wait_up(START).await;
+    assert!(!cg(&ox, "cpu", "kubepods").exists());
+    write_manifest(&ox.manifests, "p.yaml", &reporting_pod("old", ""));
+    let before = ox.wait_running("old", START).await;
+    let out = container_output(&ox, &before, "oom=").await;
+    assert!(!out.contains("kubepods"), "{out}");
+
+    // As kubelet after enabling per-QoS cgroups: the pod is killed once and comes
+    // back inside its own cgroup.
+    ox.sigterm();
+    ox.spawn(&[]);
+    let after = ox
+        .wait_for("old restarted", START, |pods| {
+            find(pods, "old")
+                .filter(|p| is_running(p) && container(p, "main").restart_count == 1)
+                .cloned()
+        })
+        .await;
+    assert_eq!(uid(&after), uid(&before));
+    let rel = format!("kubepods/besteffort/pod{}", uid(&after));
+    let dir = ox
+        .logs
+        .join(format!("default_old-testnode_{}", uid(&after)));
+    let t = Instant::now();
+    let log = loop {
+        let text = std::fs::read_to_string(dir.join("main/1.log")).unwrap_or_default();
+        if text.contains("oom=") {
+            break text;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        log.contains(&format!("{}/{rel}/", ox.cgroup_root)),
+        "not inside {rel}: {log}"
+    );
+    assert!(ox.log().contains("its containers run outside a pod cgroup"));
 }

@@ -221,6 +221,29 @@ pub(crate) fn pod_requests(pod: &Pod) -> Result<PodResources, PodResourceError> 
     Ok(reqs)
 }
 
+/// What kubelet tells the runtime about a sandbox (`applySandboxResources`): the
+/// containers' requests and limits without the overhead, and the overhead alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SandboxAmounts {
+    pub requests: PodResources,
+    pub limits: PodResources,
+    pub overhead: Option<PodResources>,
+}
+
+/// The [`SandboxAmounts`] of `pod`.
+pub(crate) fn sandbox_amounts(pod: &Pod) -> Result<SandboxAmounts, PodResourceError> {
+    let has_overhead = pod.spec.as_ref().is_some_and(|s| s.overhead.is_some());
+    Ok(SandboxAmounts {
+        requests: aggregate(pod, Which::Requests, |_| {})?,
+        limits: aggregate(pod, Which::Limits, |_| {})?,
+        overhead: if has_overhead {
+            Some(overhead(pod)?)
+        } else {
+            None
+        },
+    })
+}
+
 /// Whether every container limits cpu, and memory (kubelet's
 /// `cpuLimitsDeclared` / `memoryLimitsDeclared`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

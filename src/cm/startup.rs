@@ -33,6 +33,10 @@ pub(crate) enum CmStartError {
     Driver(#[from] DriverMismatch),
     #[error("--cgroup-root: {0}")]
     Root(#[from] NameError),
+    #[error(
+        "--kube-reserved and --system-reserved hold back all of the node's memory: the kubepods cgroup would be limited to 0 bytes"
+    )]
+    NothingLeft,
     #[error("cannot create the kubepods cgroups: {0}")]
     Setup(#[source] CgroupError),
     #[error("{flag}: cannot limit the reserved cgroup {name}: {source}")]
@@ -85,6 +89,9 @@ pub(crate) async fn start(
         ResourceConfig,
     )],
 ) -> Result<Arc<ContainerManager>, CmStartError> {
+    if opts.cgroups_per_qos && kubepods.memory_limit == Some(0) {
+        return Err(CmStartError::NothingLeft);
+    }
     let version = version::detect(Path::new(HOST_MOUNT))?;
     if opts.fail_cgroup_v1 && version.uses_v1_controllers() {
         return Err(CmStartError::CgroupV1(version));

@@ -260,10 +260,48 @@ pub(crate) fn sandbox_config(
                 .into_iter()
                 .map(|s| (s.name, s.value))
                 .collect(),
-            ..Default::default()
+            ..sandbox_resources(pod, env.cfs_period_us)
         }),
         windows: None,
     })
+}
+
+/// kubelet's `applySandboxResources`: the pod's requests and limits without the
+/// overhead as `resources`, and the overhead (requests = limits) as `overhead`,
+/// each in container-resource form (`calculateLinuxResources`). A quantity that
+/// cannot be read (manifest validation refuses those) leaves both unset.
+fn sandbox_resources(pod: &Pod, cfs_period_us: Option<i64>) -> cri::LinuxPodSandboxConfig {
+    use crate::cm::resources::{milli_cpu_to_quota, milli_cpu_to_shares, sandbox_amounts};
+    let Ok(amounts) = sandbox_amounts(pod) else {
+        return cri::LinuxPodSandboxConfig::default();
+    };
+    let linux = |cpu_request: Option<i64>, cpu_limit: Option<i64>, memory: Option<i64>| {
+        let mut r = cri::LinuxContainerResources {
+            // A request left out defaults to the limit.
+            cpu_shares: milli_cpu_to_shares(cpu_request.or(cpu_limit).unwrap_or(0)),
+            memory_limit_in_bytes: memory.unwrap_or(0),
+            ..Default::default()
+        };
+        if let Some(period) = cfs_period_us {
+            r.cpu_period = period;
+            r.cpu_quota = milli_cpu_to_quota(cpu_limit.unwrap_or(0), period).unwrap_or(-1);
+        }
+        r
+    };
+    let overhead = amounts
+        .overhead
+        .map_or_else(cri::LinuxContainerResources::default, |o| {
+            linux(o.cpu_milli, o.cpu_milli, o.memory_bytes)
+        });
+    cri::LinuxPodSandboxConfig {
+        resources: Some(linux(
+            amounts.requests.cpu_milli,
+            amounts.limits.cpu_milli,
+            amounts.limits.memory_bytes,
+        )),
+        overhead: Some(overhead),
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
@@ -278,6 +316,43 @@ mod tests {
         assert_eq!(dns.servers, vec!["10.0.0.2", "10.0.0.3"]);
         assert_eq!(dns.searches, vec!["a.local", "b.local"]);
         assert_eq!(dns.options, vec!["ndots:2", "edns0"]);
+    }
+
+    #[test]
+    fn the_sandbox_carries_the_pods_resources_and_its_overhead_apart() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "uid": "u1"},
+            "spec": {
+                "overhead": {"cpu": "250m", "memory": "120Mi"},
+                "containers": [
+                    {"name": "a", "resources": {"limits": {"cpu": "1", "memory": "64Mi"}}},
+                    {"name": "b", "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "32Mi"}}},
+                ],
+            },
+        }))
+        .unwrap();
+        let l = sandbox_resources(&pod, Some(100_000));
+        let r = l.resources.unwrap();
+        // Requests 1 + 0.5 CPU; limits: only a's cpu, both memories.
+        assert_eq!(r.cpu_shares, 1536);
+        assert_eq!((r.cpu_quota, r.cpu_period), (100_000, 100_000));
+        assert_eq!(r.memory_limit_in_bytes, 96 << 20);
+        let o = l.overhead.unwrap();
+        assert_eq!(o.cpu_shares, 256);
+        assert_eq!((o.cpu_quota, o.cpu_period), (25_000, 100_000));
+        assert_eq!(o.memory_limit_in_bytes, 120 << 20);
+        // Without cpuCFSQuota, no quota or period; without overhead, an empty one.
+        let mut plain = pod.clone();
+        plain.spec.as_mut().unwrap().overhead = None;
+        let l = sandbox_resources(&plain, None);
+        assert_eq!(
+            (
+                l.resources.as_ref().unwrap().cpu_quota,
+                l.resources.unwrap().cpu_period
+            ),
+            (0, 0)
+        );
+        assert_eq!(l.overhead, Some(cri::LinuxContainerResources::default()));
     }
 
     /// Pods' cgroups by UID, as the container manager will give them.

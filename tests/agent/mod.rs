@@ -85,7 +85,7 @@ impl Oxlet {
         let manifests = base.join("manifests");
         std::fs::create_dir_all(&manifests).unwrap();
         Oxlet {
-            cgroup_root: format!("/{}", test_dir_name(base)),
+            cgroup_root: crate::common::cgroup_root_for(base),
             child: None,
             manifests,
             root: base.join("root"),
@@ -290,17 +290,6 @@ impl Drop for Oxlet {
             crate::common::remove_cgroup_tree(self.cgroup_root.trim_start_matches('/'));
         }
     }
-}
-
-/// The name of the test's own dir below /tmp (`oxlet-testbed-…` or `oxm-…`), which
-/// names its cgroup root and lets a sweep find it.
-fn test_dir_name(base: &Path) -> String {
-    base.strip_prefix("/tmp")
-        .ok()
-        .and_then(|rest| rest.components().next())
-        .and_then(|c| c.as_os_str().to_str())
-        .unwrap_or("oxlet-test")
-        .to_string()
 }
 
 pub fn tail(text: &str, n: usize) -> String {

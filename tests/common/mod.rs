@@ -356,9 +356,7 @@ impl Drop for Testbed {
                     }
                 });
                 teardown_dir(&base);
-                if let Some(name) = base.file_name().and_then(|n| n.to_str()) {
-                    remove_cgroup_tree(name);
-                }
+                remove_cgroup_tree(cgroup_root_for(&base).trim_start_matches('/'));
                 delete_link(&bridge);
                 release_slot(slot);
             })
@@ -749,9 +747,10 @@ pub fn sweep_leftovers() {
             }
         }
     }
-    // Cgroup roots (`--cgroup-root=/<dir name>`) of test dirs that are gone.
+    // Cgroup roots (`--cgroup-root=/oxtest-<dir name>`) of test dirs that are gone.
     for name in cgroup_roots_of_tests() {
-        if !Path::new("/tmp").join(&name).exists() {
+        let dir = name.strip_prefix(CGROUP_ROOT_PREFIX).unwrap_or(&name);
+        if !Path::new("/tmp").join(dir).exists() {
             eprintln!("testbed sweep: removing leftover cgroup tree /{name}");
             remove_cgroup_tree(&name);
         }
@@ -850,15 +849,27 @@ fn cgroup_roots_of_tests() -> Vec<String> {
         .filter_map(|m| fs::read_dir(m).ok())
         .flatten()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with(BASE_PREFIX) || n.starts_with(MANAGED_PREFIX))
+        .filter(|n| n.starts_with(CGROUP_ROOT_PREFIX))
         .collect();
     names.sort();
     names.dedup();
     names
 }
 
-/// The prefix of the temp dirs of tests whose oxlet manages its own containerd.
-pub const MANAGED_PREFIX: &str = "oxm-";
+/// Test cgroup roots are `/oxtest-<the test's dir below /tmp>`: unique per test, and
+/// a sweep can tell a leftover (its dir is gone) from one in use.
+pub const CGROUP_ROOT_PREFIX: &str = "oxtest-";
+
+/// The `--cgroup-root` for a test whose files live below `/tmp/<dir>/…`.
+pub fn cgroup_root_for(path: &Path) -> String {
+    let dir = path
+        .strip_prefix("/tmp")
+        .ok()
+        .and_then(|rest| rest.components().next())
+        .and_then(|c| c.as_os_str().to_str())
+        .unwrap_or_else(|| panic!("{} is not below /tmp", path.display()));
+    format!("/{CGROUP_ROOT_PREFIX}{dir}")
+}
 
 /// Removes the cgroup tree `/<name>` from every hierarchy: kills what is left inside,
 /// then removes the cgroups deepest first (a cgroup directory goes with `rmdir`).

@@ -176,6 +176,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
     debug!(node = ?node, "node facts");
     let allocatable = node_allocatable(opts, &node);
     info!(target: STARTUP_TARGET, "node {allocatable}");
+    allocatable.validate()?;
     let cm =
         crate::cm::startup::start(opts, &rt.cri, allocatable.kubepods, &reserved_cgroups(opts))
             .await?;
@@ -396,13 +397,22 @@ fn reserved_cgroups(
     Option<&crate::cm::name::CgroupName>,
     ResourceConfig,
 )> {
-    let limits = |r: &Reserved| ResourceConfig {
-        cpu_shares: r
-            .cpu_milli
-            .and_then(|m| u64::try_from(crate::cm::resources::milli_cpu_to_shares(m)).ok()),
-        memory_limit: r.memory_bytes,
-        pids_limit: r.pids,
-        ..ResourceConfig::default()
+    use crate::options::settings::Enforced;
+    let limits = |r: &Reserved, how: Option<Enforced>| {
+        let cpu = ResourceConfig {
+            cpu_shares: r
+                .cpu_milli
+                .and_then(|m| u64::try_from(crate::cm::resources::milli_cpu_to_shares(m)).ok()),
+            ..ResourceConfig::default()
+        };
+        match how {
+            Some(Enforced::Compressible) | None => cpu,
+            Some(Enforced::All) => ResourceConfig {
+                memory_limit: r.memory_bytes,
+                pids_limit: r.pids,
+                ..cpu
+            },
+        }
     };
     let e = &opts.enforce_node_allocatable;
     vec![
@@ -410,15 +420,15 @@ fn reserved_cgroups(
             "--system-reserved-cgroup",
             opts.system_reserved_cgroup
                 .as_ref()
-                .filter(|_| e.system_reserved),
-            limits(&opts.system_reserved),
+                .filter(|_| e.system_reserved.is_some()),
+            limits(&opts.system_reserved, e.system_reserved),
         ),
         (
             "--kube-reserved-cgroup",
             opts.kube_reserved_cgroup
                 .as_ref()
-                .filter(|_| e.kube_reserved),
-            limits(&opts.kube_reserved),
+                .filter(|_| e.kube_reserved.is_some()),
+            limits(&opts.kube_reserved, e.kube_reserved),
         ),
     ]
 }

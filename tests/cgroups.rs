@@ -361,6 +361,10 @@ async fn allocatable_limits_kubepods_and_admission_rejects_what_does_not_fit() {
         read_i64(&cg(&ox, "cpu", "kubepods/cpu.shares")),
         (cores * 1000 - 100) * 1024 / 1000
     );
+    // kubelet always limits kubepods' pids, to the host's pid limit.
+    let pid_max = read_i64(Path::new("/proc/sys/kernel/pid_max"))
+        .min(read_i64(Path::new("/proc/sys/kernel/threads-max")));
+    assert_eq!(read_i64(&cg(&ox, "pids", "kubepods/pids.max")), pid_max);
     // Allocatable: capacity − reserved − the hard eviction threshold (100Mi).
     let alloc_memory = total - (250 << 20);
     let alloc_cpu = cores * 1000 - 100;
@@ -514,5 +518,32 @@ async fn pods_running_outside_a_pod_cgroup_are_restarted_inside_one() {
         log.contains(&format!("{}/{rel}/", ox.cgroup_root)),
         "not inside {rel}: {log}"
     );
-    assert!(ox.log().contains("its containers run outside a pod cgroup"));
+    assert!(
+        ox.log()
+            .contains("its containers run outside its pod cgroup")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_beyond_the_node_are_refused_at_start() {
+    let bed = Testbed::start().await;
+    let cores = std::thread::available_parallelism().unwrap().get();
+    // Memory just under capacity is still too much once memory.available<100Mi counts.
+    let memory = mem_total() - (50 << 20);
+    for (flag, resource) in [
+        (format!("--kube-reserved=cpu={}", cores + 1), "cpu"),
+        (format!("--system-reserved=memory={memory}"), "memory"),
+    ] {
+        let mut ox = Oxlet::new(&bed);
+        ox.spawn(&[&flag]);
+        let status = ox.wait_exit(START);
+        assert!(!status.success(), "{flag}: {status:?}");
+        let log = ox.log();
+        assert!(
+            log.contains("invalid Node Allocatable configuration.")
+                && log.contains(&format!("Resource \"{resource}\" has an allocatable of")),
+            "{flag}:\n{log}"
+        );
+        assert!(!cg(&ox, "cpu", "kubepods").exists(), "{flag}");
+    }
 }

@@ -65,7 +65,15 @@ pub(crate) struct NodeAllocatable {
     pub allocatable: NodeResources,
     /// The limits written to `kubepods`.
     pub kubepods: ResourceConfig,
+    /// kubeReserved + systemReserved + hard eviction thresholds, per resource
+    /// (kubelet's `GetNodeAllocatableReservation`), unclamped.
+    pub reservation: NodeResources,
 }
+
+/// Reservations larger than the node: kubelet's container manager refuses to start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid Node Allocatable configuration. {}", .0.join(" "))]
+pub(crate) struct InvalidAllocatable(pub Vec<String>);
 
 impl NodeAllocatable {
     /// kubelet's `GetNodeAllocatableReservation` and the node status' allocatable
@@ -107,23 +115,65 @@ impl NodeAllocatable {
         } else {
             (cap.cpu_milli, cap.memory_bytes)
         };
-        let pids_reserved = r.kube.pids.is_some() || r.system.pids.is_some();
-        let pids_limit = pid_max.filter(|_| pids_reserved).map(|max| {
+        // kubelet's internal capacity always has the pid limit, so `kubepods` always
+        // gets `pids.max` (minus the reservation when enforced).
+        let pids_limit = pid_max.map(|max| {
             if r.enforce_pods {
                 left(max, reserved(|x| x.pids))
             } else {
                 max
             }
         });
+        let reservation = NodeResources {
+            cpu_milli: cpu,
+            memory_bytes: memory.saturating_add(evict(Signal::MemoryAvailable, cap.memory_bytes)),
+            ephemeral_storage_bytes: storage
+                .saturating_add(evict(Signal::NodeFsAvailable, cap.ephemeral_storage_bytes)),
+            pods: 0,
+        };
         NodeAllocatable {
             capacity: cap,
             allocatable,
+            reservation,
             kubepods: ResourceConfig {
                 cpu_shares: Some(milli_cpu_to_shares(cpu_limit) as u64),
                 memory_limit: Some(memory_limit),
                 pids_limit,
                 ..Default::default()
             },
+        }
+    }
+}
+
+impl NodeAllocatable {
+    /// kubelet's `validateNodeAllocatable`: no resource may reserve more than the
+    /// node has (the hard eviction thresholds count). Every offending resource is
+    /// named, in kubelet's words (`has an allocatable of <reserved>, capacity of
+    /// <what would be left>`), cpu in millicores and the rest in bytes.
+    pub(crate) fn validate(&self) -> Result<(), InvalidAllocatable> {
+        let (c, r) = (&self.capacity, &self.reservation);
+        let mut errors = Vec::new();
+        for (name, cap, res, unit) in [
+            ("cpu", c.cpu_milli, r.cpu_milli, "m"),
+            ("memory", c.memory_bytes, r.memory_bytes, ""),
+            (
+                "ephemeral-storage",
+                c.ephemeral_storage_bytes,
+                r.ephemeral_storage_bytes,
+                "",
+            ),
+        ] {
+            let left = cap.saturating_sub(res);
+            if left < 0 {
+                errors.push(format!(
+                    "Resource {name:?} has an allocatable of {res}{unit}, capacity of {left}{unit}"
+                ));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(InvalidAllocatable(errors))
         }
     }
 }
@@ -338,6 +388,7 @@ mod tests {
             ResourceConfig {
                 cpu_shares: Some(3584),
                 memory_limit: Some(16 * GI - GI - 512 * (1 << 20)),
+                pids_limit: Some(4_194_304),
                 ..Default::default()
             }
         );
@@ -345,7 +396,7 @@ mod tests {
             a.to_string(),
             format!(
                 "capacity: cpu=4000m memory={} ephemeral-storage={} pods=110; allocatable: \
-                 cpu=3500m memory={} ephemeral-storage={} pods=110; kubepods: cpu.shares=3584 memory={}",
+                 cpu=3500m memory={} ephemeral-storage={} pods=110; kubepods: cpu.shares=3584 memory={} pids=4194304",
                 16 * GI,
                 100 * GI,
                 a.allocatable.memory_bytes,
@@ -356,7 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn kubepods_gets_capacity_when_pods_are_not_enforced_and_pids_only_if_reserved() {
+    fn kubepods_gets_capacity_when_pods_are_not_enforced_and_always_a_pid_limit() {
         let kube = Reserved::parse([("cpu", "1"), ("pid", "1000")]).unwrap();
         let none = Reserved::default();
         let eviction = Thresholds::default();
@@ -385,6 +436,12 @@ mod tests {
         let r = Reservations { kube: &none, ..r };
         assert_eq!(
             NodeAllocatable::new(&capacity(), r, Some(32768))
+                .kubepods
+                .pids_limit,
+            Some(32768)
+        );
+        assert_eq!(
+            NodeAllocatable::new(&capacity(), r, None)
                 .kubepods
                 .pids_limit,
             None
@@ -416,6 +473,44 @@ mod tests {
         );
         assert_eq!(a.kubepods.cpu_shares, Some(2));
         assert_eq!(a.kubepods.memory_limit, Some(0));
+        // kubelet refuses to start with this: every resource over capacity is named.
+        let e = a.validate().unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid Node Allocatable configuration. "),
+            "{e}"
+        );
+        assert!(
+            e.contains(r#"Resource "cpu" has an allocatable of 8000m, capacity of -4000m"#),
+            "{e}"
+        );
+        assert!(e.contains(r#"Resource "memory""#), "{e}");
+        assert!(e.contains(r#"Resource "ephemeral-storage""#), "{e}");
+    }
+
+    #[test]
+    fn the_eviction_threshold_counts_when_reservations_are_checked() {
+        let eviction = defaults();
+        let none = Reserved::default();
+        // 100Mi short of capacity: fine alone, over it with memory.available<100Mi.
+        let kube = Reserved::parse([("memory", "16383Mi")]).unwrap();
+        let r = Reservations {
+            kube: &kube,
+            system: &none,
+            eviction_hard: &eviction,
+            enforce_pods: true,
+        };
+        let a = NodeAllocatable::new(&capacity(), r, None);
+        let e = a.validate().unwrap_err().to_string();
+        assert!(
+            e.contains(r#"Resource "memory""#) && !e.contains("cpu"),
+            "{e}"
+        );
+        let fine = Reserved::parse([("memory", "1Gi"), ("cpu", "4")]).unwrap();
+        let r = Reservations { kube: &fine, ..r };
+        assert_eq!(
+            NodeAllocatable::new(&capacity(), r, None).validate(),
+            Ok(())
+        );
     }
 
     #[test]

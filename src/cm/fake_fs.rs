@@ -68,7 +68,7 @@ impl FakeCgroupFs {
         CgroupError {
             op,
             path: PathBuf::from(path),
-            source: std::io::ErrorKind::NotFound.into(),
+            error: std::io::ErrorKind::NotFound.into(),
         }
     }
 }
@@ -120,7 +120,7 @@ impl CgroupFs for FakeCgroupFs {
             return Err(CgroupError {
                 op: "remove",
                 path: PathBuf::from(path),
-                source: std::io::Error::from_raw_os_error(16),
+                error: std::io::Error::from_raw_os_error(16),
             });
         }
         map.retain(|p, _| p != path && !p.starts_with(&below));

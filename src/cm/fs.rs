@@ -48,12 +48,13 @@ pub(crate) struct CgroupUsage {
 
 /// A cgroup operation that failed, with the file or directory it failed on.
 #[derive(Debug, thiserror::Error)]
-#[error("cgroup {op} {}: {source}", path.display())]
+/// The I/O error is part of the message (and not a `source`), so a log line with
+/// `%e` says everything and a `{:#}` chain says it once.
+#[error("cgroup {op} {}: {error}", path.display())]
 pub(crate) struct CgroupError {
     pub op: &'static str,
     pub path: PathBuf,
-    #[source]
-    pub source: std::io::Error,
+    pub error: std::io::Error,
 }
 
 /// Creating, limiting, reading and removing cgroups.

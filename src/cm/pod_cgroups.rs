@@ -18,11 +18,10 @@ const KILL_ATTEMPTS: usize = 5;
 
 /// Why a pod's cgroup could not be made: the pod does not start this sync.
 #[derive(Debug, thiserror::Error)]
-#[error("failed to ensure that the pod {uid} cgroups exist and are correctly applied: {source}")]
+#[error("failed to ensure that the pod {uid} cgroups exist and are correctly applied: {cause}")]
 pub(crate) struct PodCgroupError {
     pub uid: String,
-    #[source]
-    pub source: PodCgroupCause,
+    pub cause: PodCgroupCause,
 }
 
 /// The cause of a [`PodCgroupError`].
@@ -54,9 +53,9 @@ impl ContainerManager {
             return Ok(());
         }
         let uid = pod_uid(pod).to_string();
-        let fail = |source: PodCgroupCause| PodCgroupError {
+        let fail = |cause: PodCgroupCause| PodCgroupError {
             uid: uid.clone(),
-            source,
+            cause,
         };
         let (class, name, path) = self.pod_path(pod).map_err(|e| fail(e.into()))?;
         let limits =

@@ -18,7 +18,7 @@ impl ContainerManager {
         }
         let kubepods = self.qos_path(QosClass::Guaranteed);
         self.fs.create(&kubepods, &self.cfg.kubepods)?;
-        info!(cgroup = %kubepods, limits = ?self.cfg.kubepods, "created the kubepods cgroup");
+        info!(cgroup = %kubepods, limits = ?self.cfg.kubepods, "the kubepods cgroup and its QoS cgroups are ready");
         for class in [QosClass::Burstable, QosClass::BestEffort] {
             self.fs
                 .create(&self.qos_path(class), &self.qos_limits(class))?;

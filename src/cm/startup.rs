@@ -32,20 +32,22 @@ pub(crate) enum CmStartError {
     #[error(transparent)]
     Driver(#[from] DriverMismatch),
     #[error("--cgroup-root: {0}")]
-    Root(#[from] NameError),
-    #[error(
-        "--kube-reserved and --system-reserved hold back all of the node's memory: the kubepods cgroup would be limited to 0 bytes"
-    )]
-    NothingLeft,
+    Root(NameError),
     #[error("cannot create the kubepods cgroups: {0}")]
-    Setup(#[source] CgroupError),
-    #[error("{flag}: cannot limit the reserved cgroup {name}: {source}")]
+    Setup(CgroupError),
+    #[error("{flag}: cannot limit the reserved cgroup {name}: {cause}")]
     Reserved {
         flag: &'static str,
         name: String,
-        #[source]
-        source: CgroupError,
+        cause: CgroupError,
     },
+}
+
+/// By hand rather than `#[from]`: the message already says the cause once.
+impl From<NameError> for CmStartError {
+    fn from(e: NameError) -> Self {
+        CmStartError::Root(e)
+    }
 }
 
 /// What the runtime says its cgroup driver is: CRI `RuntimeConfig` where it has one
@@ -89,9 +91,6 @@ pub(crate) async fn start(
         ResourceConfig,
     )],
 ) -> Result<Arc<ContainerManager>, CmStartError> {
-    if opts.cgroups_per_qos && kubepods.memory_limit == Some(0) {
-        return Err(CmStartError::NothingLeft);
-    }
     let version = version::detect(Path::new(HOST_MOUNT))?;
     if opts.fail_cgroup_v1 && version.uses_v1_controllers() {
         return Err(CmStartError::CgroupV1(version));
@@ -137,11 +136,11 @@ pub(crate) async fn start(
     for (flag, name, limits) in reserved {
         let Some(name) = name else { continue };
         let path = name.to_path(resolved.driver)?;
-        super::fs::CgroupFs::update(&fs, &path, limits).map_err(|source| {
+        super::fs::CgroupFs::update(&fs, &path, limits).map_err(|cause| {
             CmStartError::Reserved {
                 flag,
                 name: path.clone(),
-                source,
+                cause,
             }
         })?;
         info!(target: STARTUP_TARGET, cgroup = %path, ?limits, "limited the {flag} cgroup");

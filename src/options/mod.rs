@@ -947,11 +947,20 @@ mod tests {
             o.enforce_node_allocatable,
             NodeAllocatableEnforcement {
                 pods: true,
-                system_reserved: true,
-                kube_reserved: true
+                system_reserved: Some(settings::Enforced::All),
+                kube_reserved: Some(settings::Enforced::All)
             }
         );
         assert_eq!(ok(&["--pod-max-pids=4096"]).pod_pids_limit, 4096);
+        assert_eq!(
+            ok(&[
+                "--kube-reserved-cgroup=/kube.slice",
+                "--enforce-node-allocatable=pods,kube-reserved-compressible"
+            ])
+            .enforce_node_allocatable
+            .kube_reserved,
+            Some(settings::Enforced::Compressible)
+        );
         assert_eq!(
             ok(&["--enforce-node-allocatable=none"]).enforce_node_allocatable,
             NodeAllocatableEnforcement::default()
@@ -1112,7 +1121,19 @@ mod tests {
                 &[],
                 "enforce-node-allocatable",
                 "everything",
-                "option \"everything\" specified for enforceNodeAllocatable. Valid options are \"pods\", \"system-reserved\", \"kube-reserved\" or \"none\"",
+                "option \"everything\" specified for enforceNodeAllocatable. Valid options are \"pods\", \"system-reserved\", \"kube-reserved\", \"system-reserved-compressible\", \"kube-reserved-compressible\" or \"none\"",
+            ),
+            (
+                &["--system-reserved-cgroup=/system.slice"],
+                "enforce-node-allocatable",
+                "system-reserved,system-reserved-compressible",
+                "both \"system-reserved\" and \"system-reserved-compressible\" cannot be specified together in enforceNodeAllocatable",
+            ),
+            (
+                &[],
+                "enforce-node-allocatable",
+                "kube-reserved-compressible",
+                "kubeReservedCgroup (--kube-reserved-cgroup) must be specified when \"kube-reserved-compressible\" included in enforceNodeAllocatable",
             ),
             (
                 &[],

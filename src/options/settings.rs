@@ -307,17 +307,23 @@ fn set_enforce_node_allocatable(o: &mut Options, i: Input) -> Result<(), Invalid
         seen.push(val);
         match val {
             "pods" => e.pods = true,
-            "system-reserved" => {
+            "system-reserved" | "system-reserved-compressible" => {
                 if o.system_reserved_cgroup.is_none() {
-                    return Err("systemReservedCgroup (--system-reserved-cgroup) must be specified when \"system-reserved\" included in enforceNodeAllocatable".into());
+                    return Err(format!("systemReservedCgroup (--system-reserved-cgroup) must be specified when {val:?} included in enforceNodeAllocatable").into());
                 }
-                e.system_reserved = true;
+                if e.system_reserved.is_some() {
+                    return Err("both \"system-reserved\" and \"system-reserved-compressible\" cannot be specified together in enforceNodeAllocatable".into());
+                }
+                e.system_reserved = Some(Enforced::of(val));
             }
-            "kube-reserved" => {
+            "kube-reserved" | "kube-reserved-compressible" => {
                 if o.kube_reserved_cgroup.is_none() {
-                    return Err("kubeReservedCgroup (--kube-reserved-cgroup) must be specified when \"kube-reserved\" included in enforceNodeAllocatable".into());
+                    return Err(format!("kubeReservedCgroup (--kube-reserved-cgroup) must be specified when {val:?} included in enforceNodeAllocatable").into());
                 }
-                e.kube_reserved = true;
+                if e.kube_reserved.is_some() {
+                    return Err("both \"kube-reserved\" and \"kube-reserved-compressible\" cannot be specified together in enforceNodeAllocatable".into());
+                }
+                e.kube_reserved = Some(Enforced::of(val));
             }
             "none" => {
                 if items.len() > 1 {
@@ -327,7 +333,7 @@ fn set_enforce_node_allocatable(o: &mut Options, i: Input) -> Result<(), Invalid
             }
             other => {
                 return Err(format!(
-                    "option {other:?} specified for enforceNodeAllocatable. Valid options are \"pods\", \"system-reserved\", \"kube-reserved\" or \"none\""
+                    "option {other:?} specified for enforceNodeAllocatable. Valid options are \"pods\", \"system-reserved\", \"kube-reserved\", \"system-reserved-compressible\", \"kube-reserved-compressible\" or \"none\""
                 )
                 .into());
             }
@@ -345,10 +351,30 @@ fn set_enforce_node_allocatable(o: &mut Options, i: Input) -> Result<(), Invalid
 pub(crate) struct NodeAllocatableEnforcement {
     /// `pods`: the `kubepods` cgroup is limited to capacity minus reservations.
     pub pods: bool,
-    /// `system-reserved`: `systemReservedCgroup` is limited to `systemReserved`.
-    pub system_reserved: bool,
-    /// `kube-reserved`: `kubeReservedCgroup` is limited to `kubeReserved`.
-    pub kube_reserved: bool,
+    /// `system-reserved[-compressible]`: `systemReservedCgroup` is limited to
+    /// `systemReserved`.
+    pub system_reserved: Option<Enforced>,
+    /// `kube-reserved[-compressible]`: `kubeReservedCgroup` is limited to `kubeReserved`.
+    pub kube_reserved: Option<Enforced>,
+}
+
+/// How much of a reservation its cgroup is limited to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Enforced {
+    /// Every reserved resource (cpu, memory, pids).
+    All,
+    /// `*-compressible`: cpu only, which throttles rather than kills.
+    Compressible,
+}
+
+impl Enforced {
+    fn of(option: &str) -> Enforced {
+        if option.ends_with("-compressible") {
+            Enforced::Compressible
+        } else {
+            Enforced::All
+        }
+    }
 }
 
 /// Given explicitly (flag or config file), the endpoint means "never start a

@@ -115,7 +115,7 @@ impl Syncer {
             return Ok(());
         }
         if !self.cm.pod_cgroup_exists(pod) && rt.running_containers().next().is_some() {
-            info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), "killing the pod: its containers run outside a pod cgroup");
+            info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), "killing the pod: its containers run outside its pod cgroup (started without one, or its QoS class changed)");
             self.runtime.kill_pod_status(pod, rt, None).await?;
             let never =
                 pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");

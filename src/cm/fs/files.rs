@@ -19,11 +19,11 @@ const MAX_DEPTH: usize = 32;
 /// The most entries read from one cgroup directory.
 const MAX_ENTRIES: usize = 65_536;
 
-pub(super) fn err(op: &'static str, path: &Path, source: io::Error) -> CgroupError {
+pub(super) fn err(op: &'static str, path: &Path, error: io::Error) -> CgroupError {
     CgroupError {
         op,
         path: path.to_path_buf(),
-        source,
+        error,
     }
 }
 

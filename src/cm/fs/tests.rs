@@ -174,7 +174,7 @@ fn v2_usage_procs_and_removal() {
     assert_eq!(tree.procs("kubepods").unwrap(), vec![41, 42]);
     let busy = tree.remove(POD).unwrap_err();
     assert_eq!(
-        busy.source.kind(),
+        busy.error.kind(),
         std::io::ErrorKind::ResourceBusy,
         "{busy}"
     );
@@ -332,7 +332,7 @@ fn paths_from_pod_input_stay_inside_the_mount() {
     ] {
         let err = tree.create(bad, &limits()).unwrap_err();
         assert_eq!(
-            err.source.kind(),
+            err.error.kind(),
             std::io::ErrorKind::InvalidInput,
             "{bad}: {err}"
         );
@@ -448,7 +448,7 @@ fn v1_for_real_limits_usage_procs_and_removal() {
     // The kernel refuses while the task is inside.
     let busy = tree.remove(&top).unwrap_err();
     assert_eq!(
-        busy.source.kind(),
+        busy.error.kind(),
         std::io::ErrorKind::ResourceBusy,
         "{busy}"
     );

@@ -12,8 +12,7 @@ use anyhow::{Context, bail};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use crate::cm::allocatable::{NodeAllocatable, Reservations, Reserved};
-use crate::cm::resources::ResourceConfig;
+use crate::cm::allocatable::NodeAllocatable;
 use crate::config::file::run_file_source;
 use crate::config::merge::{PodConfig, run_merger};
 use crate::containerd::{
@@ -174,12 +173,10 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
     }
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods, &opts.root_dir);
     debug!(node = ?node, "node facts");
-    let allocatable = node_allocatable(opts, &node);
+    let allocatable = crate::cm::startup::node_allocatable(opts, &node);
     info!(target: STARTUP_TARGET, "node {allocatable}");
     allocatable.validate()?;
-    let cm =
-        crate::cm::startup::start(opts, &rt.cri, allocatable.kubepods, &reserved_cgroups(opts))
-            .await?;
+    let cm = crate::cm::startup::start(opts, &rt.cri, allocatable.kubepods).await?;
     let (c, oom_min) = (cm.clone(), own_oom_score_adj());
     tasks.spawn_restarting("container-manager", Backoff::default(), move |cancel| {
         let run = c.clone().run(cancel);
@@ -363,21 +360,6 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
     Ok(Agent { pods, statuses })
 }
 
-/// Capacity, allocatable and the `kubepods` limits from the node's facts and the
-/// reservations (kubelet's node allocatable).
-fn node_allocatable(opts: &Options, node: &NodeInfo) -> NodeAllocatable {
-    NodeAllocatable::new(
-        &node.capacity,
-        Reservations {
-            kube: &opts.kube_reserved,
-            system: &opts.system_reserved,
-            eviction_hard: &opts.eviction_hard,
-            enforce_pods: opts.enforce_node_allocatable.pods && opts.cgroups_per_qos,
-        },
-        crate::cm::allocatable::pid_max(),
-    )
-}
-
 /// kubelet's admission handlers that oxlet has: `maxPods`, then the pod's requests
 /// against allocatable.
 fn admission_chain(max_pods: u32, allocatable: &NodeAllocatable) -> AdmissionChain {
@@ -386,51 +368,6 @@ fn admission_chain(max_pods: u32, allocatable: &NodeAllocatable) -> AdmissionCha
         allocatable: allocatable.allocatable,
     }));
     chain
-}
-
-/// The reserved cgroups `enforceNodeAllocatable` limits, with their limits (kubelet's
-/// `enforceExistingCgroup`: cpu shares, memory and pids of the reservation).
-fn reserved_cgroups(
-    opts: &Options,
-) -> Vec<(
-    &'static str,
-    Option<&crate::cm::name::CgroupName>,
-    ResourceConfig,
-)> {
-    use crate::options::settings::Enforced;
-    let limits = |r: &Reserved, how: Option<Enforced>| {
-        let cpu = ResourceConfig {
-            cpu_shares: r
-                .cpu_milli
-                .and_then(|m| u64::try_from(crate::cm::resources::milli_cpu_to_shares(m)).ok()),
-            ..ResourceConfig::default()
-        };
-        match how {
-            Some(Enforced::Compressible) | None => cpu,
-            Some(Enforced::All) => ResourceConfig {
-                memory_limit: r.memory_bytes,
-                pids_limit: r.pids,
-                ..cpu
-            },
-        }
-    };
-    let e = &opts.enforce_node_allocatable;
-    vec![
-        (
-            "--system-reserved-cgroup",
-            opts.system_reserved_cgroup
-                .as_ref()
-                .filter(|_| e.system_reserved.is_some()),
-            limits(&opts.system_reserved, e.system_reserved),
-        ),
-        (
-            "--kube-reserved-cgroup",
-            opts.kube_reserved_cgroup
-                .as_ref()
-                .filter(|_| e.kube_reserved.is_some()),
-            limits(&opts.kube_reserved, e.kube_reserved),
-        ),
-    ]
 }
 
 /// Logs the start-up summary (shown at every verbosity).

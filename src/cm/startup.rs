@@ -8,15 +8,17 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use super::allocatable::{NodeAllocatable, Reservations, Reserved};
 use super::driver::{
     self, CgroupDriver, DriverMismatch, SOURCE_CONTAINERD_CONFIG, SOURCE_RUNTIME_CONFIG,
 };
 use super::fs::{CgroupError, CgroupTree, HOST_MOUNT};
 use super::manager::{CmConfig, ContainerManager};
-use super::name::NameError;
+use super::name::{CgroupName, NameError};
 use super::resources::ResourceConfig;
 use super::version::{self, CgroupVersion, VersionError};
 use crate::logging::STARTUP_TARGET;
+use crate::node::NodeInfo;
 use crate::options::Options;
 use crate::runtime::cri::RemoteRuntime;
 
@@ -79,17 +81,76 @@ async fn runtime_driver(cri: &RemoteRuntime) -> Option<(CgroupDriver, &'static s
     }
 }
 
+/// Capacity, allocatable and the `kubepods` limits from the node's facts and the
+/// reservations (kubelet's node allocatable).
+pub(crate) fn node_allocatable(opts: &Options, node: &NodeInfo) -> NodeAllocatable {
+    NodeAllocatable::new(
+        &node.capacity,
+        Reservations {
+            kube: &opts.kube_reserved,
+            system: &opts.system_reserved,
+            eviction_hard: &opts.eviction_hard,
+            enforce_pods: opts.enforce_node_allocatable.pods && opts.cgroups_per_qos,
+        },
+        super::allocatable::pid_max(),
+    )
+}
+
+/// A reserved cgroup `enforceNodeAllocatable` limits, and to what.
+struct ReservedCgroup<'a> {
+    flag: &'static str,
+    /// `None` when not enforced.
+    name: Option<&'a CgroupName>,
+    limits: ResourceConfig,
+}
+
+/// The reserved cgroups `enforceNodeAllocatable` limits, with their limits (kubelet's
+/// `enforceExistingCgroup`: cpu shares, memory and pids of the reservation).
+fn reserved_cgroups(opts: &Options) -> Vec<ReservedCgroup<'_>> {
+    use crate::options::settings::Enforced;
+    let limits = |r: &Reserved, how: Option<Enforced>| {
+        let cpu = ResourceConfig {
+            cpu_shares: r
+                .cpu_milli
+                .and_then(|m| u64::try_from(super::resources::milli_cpu_to_shares(m)).ok()),
+            ..ResourceConfig::default()
+        };
+        match how {
+            Some(Enforced::Compressible) | None => cpu,
+            Some(Enforced::All) => ResourceConfig {
+                memory_limit: r.memory_bytes,
+                pids_limit: r.pids,
+                ..cpu
+            },
+        }
+    };
+    let e = &opts.enforce_node_allocatable;
+    vec![
+        ReservedCgroup {
+            flag: "--system-reserved-cgroup",
+            name: opts
+                .system_reserved_cgroup
+                .as_ref()
+                .filter(|_| e.system_reserved.is_some()),
+            limits: limits(&opts.system_reserved, e.system_reserved),
+        },
+        ReservedCgroup {
+            flag: "--kube-reserved-cgroup",
+            name: opts
+                .kube_reserved_cgroup
+                .as_ref()
+                .filter(|_| e.kube_reserved.is_some()),
+            limits: limits(&opts.kube_reserved, e.kube_reserved),
+        },
+    ]
+}
+
 /// Detects, decides, logs once and builds the tree. `kubepods` is what node
 /// allocatable limits the `kubepods` cgroup to.
 pub(crate) async fn start(
     opts: &Options,
     cri: &RemoteRuntime,
     kubepods: ResourceConfig,
-    reserved: &[(
-        &'static str,
-        Option<&super::name::CgroupName>,
-        ResourceConfig,
-    )],
 ) -> Result<Arc<ContainerManager>, CmStartError> {
     let version = version::detect(Path::new(HOST_MOUNT))?;
     if opts.fail_cgroup_v1 && version.uses_v1_controllers() {
@@ -133,10 +194,10 @@ pub(crate) async fn start(
     cm.setup().map_err(CmStartError::Setup)?;
     // `enforceNodeAllocatable: [system-reserved|kube-reserved]`: limit those cgroups,
     // which must already exist (kubelet's `enforceExistingCgroup`).
-    for (flag, name, limits) in reserved {
+    for ReservedCgroup { flag, name, limits } in reserved_cgroups(opts) {
         let Some(name) = name else { continue };
         let path = name.to_path(resolved.driver)?;
-        super::fs::CgroupFs::update(&fs, &path, limits).map_err(|cause| {
+        super::fs::CgroupFs::update(&fs, &path, &limits).map_err(|cause| {
             CmStartError::Reserved {
                 flag,
                 name: path.clone(),

@@ -82,6 +82,17 @@ pub struct Options {
     /// `evictionHard`: kubelet's defaults unless given (then replaced whole).
     pub(crate) eviction_hard: Thresholds,
     pub(crate) enforce_node_allocatable: NodeAllocatableEnforcement,
+    /// `containerLogMaxSize` in bytes; negative turns log rotation off (as in kubelet).
+    pub(crate) container_log_max_size: i64,
+    /// `containerLogMaxFiles`: the current log plus rotated ones, at least 2.
+    pub(crate) container_log_max_files: usize,
+    /// `containerLogMaxWorkers`: containers rotated at once.
+    pub(crate) container_log_max_workers: usize,
+    /// `containerLogMonitorInterval`: how often log sizes are checked (at least 3 s).
+    pub(crate) container_log_monitor_interval: Duration,
+    /// `--container-log-symlink-dir` (oxlet only): where the legacy
+    /// `<pod>_<ns>_<container>-<id>.log` symlinks go; kubelet hardcodes /var/log/containers.
+    pub(crate) container_log_symlink_dir: PathBuf,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -130,6 +141,11 @@ impl Options {
             system_reserved_cgroup: None,
             eviction_hard: Thresholds::default(),
             enforce_node_allocatable: NodeAllocatableEnforcement::default(),
+            container_log_max_size: 0,
+            container_log_max_files: 0,
+            container_log_max_workers: 0,
+            container_log_monitor_interval: Duration::ZERO,
+            container_log_symlink_dir: PathBuf::new(),
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }

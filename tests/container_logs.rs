@@ -77,9 +77,12 @@ fn line_numbers(text: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Each kept file's name and uncompressed size, and the line numbers in them all.
+type Snapshot = (Vec<(String, u64)>, BTreeSet<u32>);
+
 /// Every kept file's sizes (uncompressed) and the line numbers in them, read at a moment
 /// when no rotation moved a file under the reader (else None).
-fn snapshot(dir: &Path) -> Option<(Vec<(String, u64)>, BTreeSet<u32>)> {
+fn snapshot(dir: &Path) -> Option<Snapshot> {
     let before = log_files(dir);
     let files = in_use(&before);
     let mut sizes = Vec::new();

@@ -1196,4 +1196,61 @@ mod tests {
             70000
         );
     }
+
+    #[test]
+    fn container_log_settings_from_defaults_file_and_flags() {
+        let o = ok(&[]);
+        assert_eq!(o.container_log_max_size, 10 << 20);
+        assert_eq!(o.container_log_max_files, 5);
+        assert_eq!(o.container_log_max_workers, 1);
+        assert_eq!(o.container_log_monitor_interval, Duration::from_secs(10));
+        assert_eq!(
+            o.container_log_symlink_dir,
+            PathBuf::from("/var/log/containers")
+        );
+        let f = config(
+            "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMaxWorkers: 2\n\
+             containerLogMonitorInterval: 3s\n",
+        );
+        let o = ok(&[&config_flag(&f), "--container-log-symlink-dir=/tmp/links"]);
+        assert_eq!(o.container_log_max_size, 1 << 20);
+        assert_eq!(o.container_log_max_files, 3);
+        assert_eq!(o.container_log_max_workers, 2);
+        assert_eq!(o.container_log_monitor_interval, Duration::from_secs(3));
+        assert_eq!(o.container_log_symlink_dir, PathBuf::from("/tmp/links"));
+        assert!(
+            !o.unimplemented.iter().any(|u| u.contains("containerLog")),
+            "{:?}",
+            o.unimplemented
+        );
+        assert_eq!(
+            ok(&["--container-log-max-size=-1"]).container_log_max_size,
+            -1
+        );
+        for (flag, value, reason) in [
+            ("container-log-max-files", "1", "must be greater than 1"),
+            (
+                "container-log-max-workers",
+                "0",
+                "must be greater than or equal to 1",
+            ),
+            (
+                "container-log-monitor-interval",
+                "2s",
+                "must be a positive time duration greater than or equal to 3s",
+            ),
+            (
+                "container-log-symlink-dir",
+                "links",
+                "must be an absolute path",
+            ),
+        ] {
+            let arg = format!("--{flag}={value}");
+            assert_eq!(
+                one_problem(&[&arg]),
+                format!("invalid value {value:?} for --{flag}: {reason}")
+            );
+        }
+        assert!(one_problem(&["--container-log-max-size=ten"]).contains("is not a quantity"));
+    }
 }

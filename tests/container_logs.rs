@@ -112,12 +112,11 @@ async fn a_chatty_container_keeps_three_log_files_and_its_symlink_while_it_runs(
          containerLogMonitorInterval: 3s\n",
     )
     .unwrap();
-    let links = base.join("containers");
+    let links = ox.links.clone();
     ox.spawn(&[
         &format!("--config={}", config.display()),
         "--container-log-max-size=1Mi",
         "--container-log-max-files=3",
-        &format!("--container-log-symlink-dir={}", links.display()),
     ]);
     write_manifest(&ox.manifests, "writer.yaml", &writer_pod());
     let pod = ox.wait_running("writer", START).await;

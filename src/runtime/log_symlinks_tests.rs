@@ -118,3 +118,29 @@ async fn gc_removes_dangling_links_unless_the_container_still_runs() {
     remove_dangling(&links, &root, cri.as_ref()).await;
     assert!(!running.is_symlink(), "dangling and its container exited");
 }
+
+#[tokio::test]
+async fn the_manager_links_a_started_container_and_unlinks_it_with_its_rotated_logs() {
+    let node = FakeNode::new();
+    let links = node.dir.path().join("containers");
+    let manager = FakeNode::manager_over(&node.fake, &node.dir).with_log_symlinks(links.clone());
+    let p = pod("web", &[], &["app"], "Always");
+    let status = manager
+        .get_pod_status("uid-web", "web", "default")
+        .await
+        .unwrap();
+    manager.sync_pod(&p, &status).await.unwrap();
+    let id = node.fake.container_id("web", "app").unwrap();
+    let link = links.join(format!("web_default_app-{id}.log"));
+    let log = std::fs::read_link(&link).expect("linked on start");
+    assert!(log.starts_with(node.dir.path().join("logs")) && log.is_file());
+    let rotated = log.with_file_name("0.log.20200101-000000.gz");
+    std::fs::write(&rotated, "").unwrap();
+
+    manager.remove_pod("uid-web", "default/web").await.unwrap();
+    assert!(
+        link.symlink_metadata().is_err(),
+        "unlinked with the container"
+    );
+    assert!(!rotated.exists() && !log.exists());
+}

@@ -203,3 +203,77 @@ async fn a_chatty_container_keeps_three_log_files_and_its_symlink_while_it_runs(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The IDs in the link names of `dir` (kubelet's `<pod>_<ns>_<container>-<id>.log`).
+fn linked_ids(dir: &Path) -> BTreeSet<String> {
+    log_files(dir)
+        .iter()
+        .filter_map(|n| Some(n.rsplit('-').next()?.strip_suffix(".log")?.to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn links_follow_a_crash_loop_and_gc_removes_only_oxlets_dangling_links() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &[]);
+    std::fs::create_dir_all(&ox.links).unwrap();
+    // Left behind by an oxlet that died: a link into the pod logs dir whose log and
+    // container are gone. Not oxlet's: a regular file and a dangling link elsewhere.
+    let stale = ox.links.join("gone_default_c-0123456789ab.log");
+    std::os::unix::fs::symlink(ox.logs.join("default_gone_u/c/0.log"), &stale).unwrap();
+    let file = ox.links.join("file_default_c-0123456789ab.log");
+    std::fs::write(&file, "not a link").unwrap();
+    let foreign = ox.links.join("foreign_default_c-0123456789ab.log");
+    std::os::unix::fs::symlink("/nonexistent/0.log", &foreign).unwrap();
+
+    write_manifest(
+        &ox.manifests,
+        "crash.yaml",
+        &pod_yaml("crash", "exit 1", ""),
+    );
+    let pod = ox
+        .wait_for("crash restarted", START, |pods| {
+            find(pods, "crash")
+                .filter(|p| container(p, "main").restart_count >= 2)
+                .cloned()
+        })
+        .await;
+    assert!(
+        stale.symlink_metadata().is_err(),
+        "the stale link is collected"
+    );
+    assert!(
+        file.is_file() && foreign.is_symlink(),
+        "what is not oxlet's stays"
+    );
+    // One link per container the runtime keeps (the dead instances beyond one are
+    // removed with their links); read twice, as a removal may fall between the reads.
+    let t = Instant::now();
+    loop {
+        let ids: BTreeSet<String> = cri_containers(&bed, &uid(&pod))
+            .await
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        let linked: BTreeSet<String> = linked_ids(&ox.links)
+            .into_iter()
+            .filter(|id| id != "0123456789ab")
+            .collect();
+        if !linked.is_empty() && linked.is_subset(&ids) {
+            break;
+        }
+        assert!(t.elapsed() < START, "{linked:?} ⊄ {ids:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    std::fs::remove_file(ox.manifests.join("crash.yaml")).unwrap();
+    let t = Instant::now();
+    while linked_ids(&ox.links).len() > 1 {
+        assert!(
+            t.elapsed() < START,
+            "links outlived the pod: {:?}",
+            log_files(&ox.links)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -164,6 +164,31 @@ const AGENT_STOP: Duration = Duration::from_secs(3);
 /// How long the managed containerd's supervisor gets to stop it (its own grace is 5 s).
 const RUNTIME_STOP: Duration = Duration::from_secs(15);
 
+/// The container log manager (kubelet's: no rotation with a negative max size).
+fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
+    let Some(policy) = crate::runtime::logs::RotatePolicy::new(
+        opts.container_log_max_size,
+        opts.container_log_max_files,
+    ) else {
+        info!(target: STARTUP_TARGET, "container log rotation is off (containerLogMaxSize is negative)");
+        return;
+    };
+    let logs = Arc::new(crate::runtime::logs::LogManager::new(
+        Arc::new(rt.cri.clone()),
+        opts.pod_logs_dir.clone(),
+        policy,
+        opts.container_log_max_workers,
+        opts.container_log_monitor_interval,
+    ));
+    tasks.spawn_restarting("container-log-manager", Backoff::default(), move |cancel| {
+        let logs = logs.clone();
+        async move {
+            logs.run(cancel).await;
+            Ok(())
+        }
+    });
+}
+
 /// Starts every task of the agent in `tasks`; they stop when it is shut down.
 pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow::Result<Agent> {
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
@@ -206,8 +231,10 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
             node.internal_ip().to_string(),
         )
         .with_image_pulls(pulls)
+        .with_log_symlinks(opts.container_log_symlink_dir.clone())
         .with_startup_gate(Arc::new(StartupProbeGate(probe_results.clone()))),
     );
+    spawn_log_rotation(opts, rt, tasks);
     let cache = Arc::new(PodCache::default());
     let statuses = Arc::new(StatusManager::default());
     let pods = Arc::new(PodManager::default());

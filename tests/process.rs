@@ -119,6 +119,7 @@ fn base_args(root: &Path, port: u16) -> Vec<String> {
         "--healthz-port=0".into(),
         "--hostname-override=testnode".into(),
         "--pod-logs-dir=/tmp/oxlet-process-test-logs".into(),
+        "--container-log-symlink-dir=/tmp/oxlet-process-test-links".into(),
         format!("--cgroup-root={}", common::cgroup_root_for(root)),
         "-v=2".into(),
     ]

@@ -82,6 +82,17 @@ pub struct Options {
     /// `evictionHard`: kubelet's defaults unless given (then replaced whole).
     pub(crate) eviction_hard: Thresholds,
     pub(crate) enforce_node_allocatable: NodeAllocatableEnforcement,
+    /// `containerLogMaxSize` in bytes; negative turns log rotation off (as in kubelet).
+    pub(crate) container_log_max_size: i64,
+    /// `containerLogMaxFiles`: the current log plus rotated ones, at least 2.
+    pub(crate) container_log_max_files: usize,
+    /// `containerLogMaxWorkers`: containers rotated at once.
+    pub(crate) container_log_max_workers: usize,
+    /// `containerLogMonitorInterval`: how often log sizes are checked (at least 3 s).
+    pub(crate) container_log_monitor_interval: Duration,
+    /// `--container-log-symlink-dir` (oxlet only): where the legacy
+    /// `<pod>_<ns>_<container>-<id>.log` symlinks go; kubelet hardcodes /var/log/containers.
+    pub(crate) container_log_symlink_dir: PathBuf,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -130,6 +141,11 @@ impl Options {
             system_reserved_cgroup: None,
             eviction_hard: Thresholds::default(),
             enforce_node_allocatable: NodeAllocatableEnforcement::default(),
+            container_log_max_size: 0,
+            container_log_max_files: 0,
+            container_log_max_workers: 0,
+            container_log_monitor_interval: Duration::ZERO,
+            container_log_symlink_dir: PathBuf::new(),
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }
@@ -1179,5 +1195,62 @@ mod tests {
             ok(&[&config_flag(&f), "--max-open-files=70000"]).max_open_files,
             70000
         );
+    }
+
+    #[test]
+    fn container_log_settings_from_defaults_file_and_flags() {
+        let o = ok(&[]);
+        assert_eq!(o.container_log_max_size, 10 << 20);
+        assert_eq!(o.container_log_max_files, 5);
+        assert_eq!(o.container_log_max_workers, 1);
+        assert_eq!(o.container_log_monitor_interval, Duration::from_secs(10));
+        assert_eq!(
+            o.container_log_symlink_dir,
+            PathBuf::from("/var/log/containers")
+        );
+        let f = config(
+            "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMaxWorkers: 2\n\
+             containerLogMonitorInterval: 3s\n",
+        );
+        let o = ok(&[&config_flag(&f), "--container-log-symlink-dir=/tmp/links"]);
+        assert_eq!(o.container_log_max_size, 1 << 20);
+        assert_eq!(o.container_log_max_files, 3);
+        assert_eq!(o.container_log_max_workers, 2);
+        assert_eq!(o.container_log_monitor_interval, Duration::from_secs(3));
+        assert_eq!(o.container_log_symlink_dir, PathBuf::from("/tmp/links"));
+        assert!(
+            !o.unimplemented.iter().any(|u| u.contains("containerLog")),
+            "{:?}",
+            o.unimplemented
+        );
+        assert_eq!(
+            ok(&["--container-log-max-size=-1"]).container_log_max_size,
+            -1
+        );
+        for (flag, value, reason) in [
+            ("container-log-max-files", "1", "must be greater than 1"),
+            (
+                "container-log-max-workers",
+                "0",
+                "must be greater than or equal to 1",
+            ),
+            (
+                "container-log-monitor-interval",
+                "2s",
+                "must be a positive time duration greater than or equal to 3s",
+            ),
+            (
+                "container-log-symlink-dir",
+                "links",
+                "must be an absolute path",
+            ),
+        ] {
+            let arg = format!("--{flag}={value}");
+            assert_eq!(
+                one_problem(&[&arg]),
+                format!("invalid value {value:?} for --{flag}: {reason}")
+            );
+        }
+        assert!(one_problem(&["--container-log-max-size=ten"]).contains("is not a quantity"));
     }
 }

@@ -183,7 +183,21 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("enforce-node-allocatable", Some("enforceNodeAllocatable"), List, "pods", "pods,system-reserved,kube-reserved|none", "Which reservations to enforce with cgroup limits", set_enforce_node_allocatable),
     row("v", None, Int, "0", "LEVEL", "Log verbosity (klog level)", |o, i| int_within(i.text, 0, 255).map(|v| o.verbosity = v)).short('v'),
     row("runonce", None, Bool, "false", "true|false", "Start the static pods once, wait for them, then exit", |o, i| parse_bool(i.text).map(|b| o.runonce = b)),
+    // Issue 10 part 4: container log rotation (kubelet's container log manager) and the legacy log symlinks.
+    row("container-log-max-size", Some("containerLogMaxSize"), Text, "10Mi", "QUANTITY", "Size a container's log file reaches before it is rotated (negative: no rotation)", |o, i| log_max_size(i.text).map(|n| o.container_log_max_size = n)),
+    row("container-log-max-files", Some("containerLogMaxFiles"), Int, "5", "N", "Most log files kept per container, the current one included (at least 2)", |o, i| Some(parse_int(i.text)?).filter(|n| *n > 1).and_then(|n| usize::try_from(n).ok()).map(|n| o.container_log_max_files = n).ok_or_else(|| "must be greater than 1".into())),
+    row("container-log-max-workers", Some("containerLogMaxWorkers"), Int, "1", "N", "Containers whose logs are rotated at once", |o, i| Some(parse_int(i.text)?).filter(|n| *n >= 1).and_then(|n| usize::try_from(n).ok()).map(|n| o.container_log_max_workers = n).ok_or_else(|| "must be greater than or equal to 1".into())),
+    row("container-log-monitor-interval", Some("containerLogMonitorInterval"), Duration, "10s", "DURATION", "How often container log sizes are checked for rotation (at least 3s)", |o, i| parse_duration(i.text)?.to_std().filter(|d| d.as_secs() >= 3).map(|d| o.container_log_monitor_interval = d).ok_or_else(|| "must be a positive time duration greater than or equal to 3s".into())),
+    row("container-log-symlink-dir", None, Text, "/var/log/containers", "PATH", "Directory of the legacy <pod>_<namespace>_<container>-<id>.log symlinks to container logs (oxlet only: kubelet hardcodes /var/log/containers)", |o, i| absolute(i.text).map(|p| o.container_log_symlink_dir = p)),
 ];
+
+/// kubelet's `parseMaxSize`: a quantity in bytes; a negative one turns rotation off.
+fn log_max_size(text: &str) -> Result<i64, InvalidValue> {
+    crate::quantity::bytes(&k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+        text.to_string(),
+    ))
+    .map_err(|e| e.to_string().into())
+}
 
 /// kubelet's validation: nil or at least 1, and more than 1 only when pulls are
 /// not serialized (the serializeImagePulls row comes first, so its value is final).

@@ -380,6 +380,18 @@ impl Cri for RemoteRuntime {
         })
     }
 
+    fn reopen_container_log<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::ReopenContainerLogRequest {
+                container_id: id.to_string(),
+            };
+            self.call("ReopenContainerLog", c.reopen_container_log(req))
+                .await
+                .map(|_| ())
+        })
+    }
+
     fn pull_image<'a>(
         &'a self,
         image: &'a str,

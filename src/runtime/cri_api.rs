@@ -73,4 +73,7 @@ pub(crate) trait Cri: CriRead {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> CriFuture<'a, ExecOutput>;
+    /// Asks the runtime to reopen the container's log file (after log rotation
+    /// renamed it away).
+    fn reopen_container_log<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;
 }

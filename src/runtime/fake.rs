@@ -639,6 +639,12 @@ impl Cri for FakeRuntime {
             .join(&config.log_path)
             .to_string_lossy()
             .into_owned();
+        // containerd creates the log file with the container; best effort here, as
+        // tests without the pod's log directory need none.
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path);
         let id = inner.new_id("c");
         let seq = inner.next_id;
         inner.containers.insert(
@@ -709,6 +715,31 @@ impl Cri for FakeRuntime {
         let res = match inner.containers.remove(id) {
             None => Err(not_found("RemoveContainer", "container", id)),
             Some(_) => Ok(()),
+        };
+        ready(res)
+    }
+
+    /// As containerd: only a running container's log is reopened, creating the file
+    /// again at its log path when it was renamed away.
+    fn reopen_container_log<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
+        const CALL: &str = "ReopenContainerLog";
+        let mut inner = self.lock();
+        let (pod, name) = inner.container_subject(id);
+        if let Err(e) = inner.enter(CALL, pod, name) {
+            return ready(Err(e));
+        }
+        let res = match inner.containers.get(id) {
+            Some(c) if c.state == State::Running => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&c.log_path)
+                .map(drop)
+                .map_err(|e| status(CALL, tonic::Code::Internal, e.to_string())),
+            _ => Err(status(
+                CALL,
+                tonic::Code::FailedPrecondition,
+                "container is not running",
+            )),
         };
         ready(res)
     }

@@ -173,6 +173,8 @@ pub(crate) struct RuntimeManager {
     /// Whether a running sidecar has started (its startup probe passed), so the
     /// next init container may start.
     startup_gate: Arc<dyn StartupGate>,
+    /// `--container-log-symlink-dir`: where the legacy log symlinks go (None: none made).
+    log_symlink_dir: Option<std::path::PathBuf>,
 }
 
 /// Pods starting at once: four per core, at least 4.
@@ -198,6 +200,7 @@ impl RuntimeManager {
             reasons: ReasonCache::default(),
             start_slots: tokio::sync::Semaphore::new(start_concurrency()),
             startup_gate: Arc::new(RunningIsStarted),
+            log_symlink_dir: None,
         }
     }
 
@@ -210,6 +213,12 @@ impl RuntimeManager {
     /// Sets how many image pulls run at once (serialized by default, as in kubelet).
     pub(crate) fn with_image_pulls(mut self, limit: PullLimit) -> Self {
         self.images = ImagePuller::new(limit);
+        self
+    }
+
+    /// Makes the legacy container log symlinks in `dir` (kubelet's /var/log/containers).
+    pub(crate) fn with_log_symlinks(mut self, dir: std::path::PathBuf) -> Self {
+        self.log_symlink_dir = Some(dir);
         self
     }
 
@@ -552,6 +561,7 @@ impl RuntimeManager {
             Ok(c) => c,
             Err(e) => return config_error(&e),
         };
+        let log_path = pod_log_dir.join(&config.log_path);
         let id = match self
             .cri
             .create_container(sandbox_id, config, sandbox_config.clone())
@@ -569,6 +579,7 @@ impl RuntimeManager {
             return Err(failed(WaitingReason::RunContainerError, e.to_string()));
         }
         info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "started container");
+        self.link_container_log(pod, name, &id, &log_path);
         if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let target = lifecycle::HookTarget {
                 pod_ip: env.pod_ips.first().cloned().unwrap_or_default(),
@@ -634,20 +645,52 @@ impl RuntimeManager {
         if stop_first {
             gone_is_ok(self.cri.stop_container(id, MIN_GRACE_SECS).await)?;
         }
-        let log_path = match self.cri.container_status(id).await {
-            Ok(st) => st.log_path,
+        let status = match self.cri.container_status(id).await {
+            Ok(st) => st,
             Err(e) if e.is_not_found() => return Ok(()),
             Err(e) => return Err(e),
         };
         gone_is_ok(self.cri.remove_container(id).await)?;
-        if !log_path.is_empty() {
-            let root = self.pod_logs_dir();
-            if let Err(e) = crate::safe_path::remove_beneath(root, std::path::Path::new(&log_path))
-            {
-                warn!(containerID = %id, path = %log_path, error = %e, "cannot remove container log");
+        let root = self.pod_logs_dir();
+        if !status.log_path.is_empty() {
+            // With its rotated files (kubelet's log manager `Clean`).
+            let log = std::path::Path::new(&status.log_path);
+            if let Err(e) = super::logs::remove_all(root, log) {
+                warn!(containerID = %id, path = %status.log_path, error = %e, "cannot remove container log");
             }
         }
+        if let (Some(dir), Some(of)) = (
+            &self.log_symlink_dir,
+            super::log_symlinks::link_of(id, &status),
+        ) && let Err(e) = super::log_symlinks::remove(dir, root, of)
+        {
+            warn!(containerID = %id, error = %e, "cannot remove legacy container log symlink");
+        }
         Ok(())
+    }
+
+    /// Links the started container's log from the legacy symlink dir; a failure is
+    /// only logged, as in kubelet.
+    fn link_container_log(&self, pod: &Pod, name: &str, id: &str, log: &std::path::Path) {
+        let Some(dir) = &self.log_symlink_dir else {
+            return;
+        };
+        let of = super::log_symlinks::LinkOf {
+            pod: pod.metadata.name.as_deref().unwrap_or_default(),
+            namespace: pod.metadata.namespace.as_deref().unwrap_or("default"),
+            container: name,
+            id,
+        };
+        if let Err(e) = super::log_symlinks::create(dir, self.pod_logs_dir(), of, log) {
+            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = name, containerID = %id, error = %e, "failed to create legacy container log symlink");
+        }
+    }
+
+    /// Container GC: removes legacy log symlinks whose log is gone.
+    pub(crate) async fn remove_dangling_log_symlinks(&self) {
+        if let Some(dir) = &self.log_symlink_dir {
+            super::log_symlinks::remove_dangling(dir, self.pod_logs_dir(), self.cri.as_ref()).await;
+        }
     }
 
     /// Stops, then removes a sandbox (kubelet's GC `removeSandbox`: stopping first

@@ -15,6 +15,8 @@ pub(crate) mod image_ref;
 pub(crate) mod images;
 pub(crate) mod labels;
 pub(crate) mod lifecycle;
+pub(crate) mod log_symlinks;
+pub(crate) mod logs;
 pub(crate) mod manager;
 pub(crate) mod reader;
 pub(crate) mod sandbox;

@@ -507,6 +507,7 @@ async fn cleanup_runtime_pods(
     let known =
         |uid: &str| pods.contains(uid) || workers.is_active(uid) || in_runtime.contains(uid);
     crate::runtime::gc::cleanup_orphaned_dirs(runtime.pods_dir(), runtime.pod_logs_dir(), &known);
+    runtime.remove_dangling_log_symlinks().await;
 }
 
 /// Destroys the cgroups of pods no worker may still run (kubelet's

@@ -19,6 +19,8 @@ pub struct Oxlet {
     pub manifests: PathBuf,
     pub root: PathBuf,
     pub logs: PathBuf,
+    /// `--container-log-symlink-dir`: the legacy log links, kept out of /var/log/containers.
+    pub links: PathBuf,
     pub port: u16,
     pub log_file: PathBuf,
     /// None: no `--container-runtime-endpoint`, so oxlet manages its own containerd.
@@ -90,6 +92,7 @@ impl Oxlet {
             manifests,
             root: base.join("root"),
             logs: base.join("pod-logs"),
+            links: base.join("containers"),
             port: free_port(),
             log_file: base.join("oxlet.log"),
             endpoint,
@@ -109,6 +112,7 @@ impl Oxlet {
             format!("--pod-manifest-path={}", self.manifests.display()),
             format!("--root-dir={}", self.root.display()),
             format!("--pod-logs-dir={}", self.logs.display()),
+            format!("--container-log-symlink-dir={}", self.links.display()),
             format!("--read-only-port={}", self.port),
             "--healthz-port=0".into(),
             "--hostname-override=testnode".into(),

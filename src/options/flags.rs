@@ -110,7 +110,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("rotate-certificates", Bool),
     ("rotate-server-certificates", Bool),
     ("runtime-cgroups", Value),
-    ("seccomp-default", Bool),
     ("show-hidden-metrics-for-version", Value),
     ("streaming-connection-idle-timeout", Value),
     ("system-cgroups", Value),

@@ -82,6 +82,8 @@ pub struct Options {
     /// `evictionHard`: kubelet's defaults unless given (then replaced whole).
     pub(crate) eviction_hard: Thresholds,
     pub(crate) enforce_node_allocatable: NodeAllocatableEnforcement,
+    /// `seccompDefault`: RuntimeDefault seccomp for containers that set no profile.
+    pub(crate) seccomp_default: bool,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -130,6 +132,7 @@ impl Options {
             system_reserved_cgroup: None,
             eviction_hard: Thresholds::default(),
             enforce_node_allocatable: NodeAllocatableEnforcement::default(),
+            seccomp_default: false,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }

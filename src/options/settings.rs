@@ -183,6 +183,8 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("enforce-node-allocatable", Some("enforceNodeAllocatable"), List, "pods", "pods,system-reserved,kube-reserved|none", "Which reservations to enforce with cgroup limits", set_enforce_node_allocatable),
     row("v", None, Int, "0", "LEVEL", "Log verbosity (klog level)", |o, i| int_within(i.text, 0, 255).map(|v| o.verbosity = v)).short('v'),
     row("runonce", None, Bool, "false", "true|false", "Start the static pods once, wait for them, then exit", |o, i| parse_bool(i.text).map(|b| o.runonce = b)),
+    // Issue 10 part 1: security context.
+    row("seccomp-default", Some("seccompDefault"), Bool, "false", "true|false", "Run containers that ask for no seccomp profile with RuntimeDefault", |o, i| parse_bool(i.text).map(|b| o.seccomp_default = b)),
 ];
 
 /// kubelet's validation: nil or at least 1, and more than 1 only when pulls are

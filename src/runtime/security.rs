@@ -507,3 +507,353 @@ pub(crate) fn set_volume_ownership(dir: &Path, fs_group: i64) -> std::io::Result
     let mode = meta.permissions().mode() | 0o2000 | 0o660 | 0o110;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cri::security_profile::ProfileType;
+    use serde_json::json;
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        let mut p = json!({
+            "metadata": {"name": "web-n1", "namespace": "ns", "uid": "u1"},
+            "spec": spec,
+        });
+        if p["spec"]["containers"].is_null() {
+            p["spec"]["containers"] = json!([{"name": "app"}]);
+        }
+        serde_json::from_value(p).unwrap()
+    }
+
+    fn first(p: &Pod) -> &Container {
+        &p.spec.as_ref().unwrap().containers[0]
+    }
+
+    fn settings(seccomp_default: bool) -> SecuritySettings {
+        SecuritySettings {
+            seccomp_root: PathBuf::from("/var/lib/oxlet/seccomp"),
+            seccomp_default,
+        }
+    }
+
+    fn user(uid: Option<i64>, name: &str) -> ImageUser {
+        ImageUser {
+            uid,
+            username: name.into(),
+        }
+    }
+
+    fn build(
+        p: &Pod,
+        image: &ImageUser,
+    ) -> Result<cri::LinuxContainerSecurityContext, SecurityError> {
+        container_security_context(p, first(p), image, &settings(false))
+    }
+
+    #[test]
+    fn the_container_overrides_the_pod_field_by_field() {
+        let p = pod(json!({
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 2000, "runAsNonRoot": true,
+                                "seLinuxOptions": {"level": "s0:c1"}},
+            "containers": [{"name": "app", "securityContext": {
+                "runAsUser": 1001, "readOnlyRootFilesystem": true, "privileged": false,
+                "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}}}],
+        }));
+        let sc = effective(&p, first(&p));
+        assert_eq!(sc.run_as_user, Some(1001));
+        assert_eq!(sc.run_as_group, Some(2000));
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.se_linux_options.unwrap().level.as_deref(), Some("s0:c1"));
+        let out = build(&p, &user(Some(0), "")).unwrap();
+        assert_eq!(out.run_as_user, Some(cri::Int64Value { value: 1001 }));
+        assert_eq!(out.run_as_group, Some(cri::Int64Value { value: 2000 }));
+        assert!(out.readonly_rootfs && !out.privileged);
+        let caps = out.capabilities.unwrap();
+        // As written: the runtime adds `CAP_`.
+        assert_eq!(caps.add_capabilities, vec!["NET_ADMIN"]);
+        assert_eq!(caps.drop_capabilities, vec!["ALL"]);
+        assert_eq!(out.selinux_options.unwrap().level, "s0:c1");
+        // Pod-only fields never leak into the container's context.
+        let p = pod(json!({"securityContext": {"fsGroup": 5}}));
+        assert_eq!(effective(&p, first(&p)), SecurityContext::default());
+    }
+
+    #[test]
+    fn groups_are_fs_group_then_supplemental_groups_in_sandbox_and_container() {
+        let p = pod(
+            json!({"securityContext": {"fsGroup": 3000, "supplementalGroups": [4000, 4001],
+                                               "runAsUser": 7, "runAsGroup": 8}}),
+        );
+        let out = build(&p, &user(Some(0), "")).unwrap();
+        assert_eq!(out.supplemental_groups, vec![3000, 4000, 4001]);
+        let sb = sandbox_security_context(&p);
+        assert_eq!(sb.supplemental_groups, vec![3000, 4000, 4001]);
+        assert_eq!(sb.run_as_user, Some(cri::Int64Value { value: 7 }));
+        assert_eq!(sb.run_as_group, Some(cri::Int64Value { value: 8 }));
+        // The sandbox always runs RuntimeDefault seccomp.
+        assert_eq!(
+            sb.seccomp.unwrap().profile_type,
+            ProfileType::RuntimeDefault as i32
+        );
+        let strict = pod(json!({"securityContext": {"supplementalGroupsPolicy": "Strict"}}));
+        assert_eq!(
+            build(&strict, &user(Some(0), ""))
+                .unwrap()
+                .supplemental_groups_policy,
+            cri::SupplementalGroupsPolicy::Strict as i32
+        );
+        let bad = pod(json!({"securityContext": {"supplementalGroupsPolicy": "Loose"}}));
+        assert_eq!(
+            build(&bad, &user(Some(0), "")).unwrap_err(),
+            SecurityError::SupplementalGroupsPolicy("Loose".into())
+        );
+    }
+
+    #[test]
+    fn the_sandbox_is_privileged_when_any_container_is() {
+        let p = pod(json!({
+            "initContainers": [{"name": "init", "securityContext": {"privileged": true}}],
+            "containers": [{"name": "app"}],
+        }));
+        assert!(sandbox_security_context(&p).privileged);
+        assert!(!sandbox_security_context(&pod(json!({}))).privileged);
+    }
+
+    #[test]
+    fn run_as_non_root_is_checked_against_the_image_user_with_kubelets_messages() {
+        let p = pod(json!({"securityContext": {"runAsNonRoot": true}}));
+        assert_eq!(
+            build(&p, &user(Some(0), "")).unwrap_err().to_string(),
+            r#"container has runAsNonRoot and image will run as root (pod: "web-n1_ns(u1)", container: app)"#
+        );
+        assert_eq!(
+            build(&p, &user(None, "nginx")).unwrap_err().to_string(),
+            r#"container has runAsNonRoot and image has non-numeric user (nginx), cannot verify user is non-root (pod: "web-n1_ns(u1)", container: app)"#
+        );
+        assert!(matches!(
+            build(&p, &user(Some(1 << 40), "")).unwrap_err(),
+            SecurityError::ImageUserInvalid { uid, .. } if uid == 1 << 40
+        ));
+        // A numeric non-root image user is fine, and becomes the container's user.
+        let out = build(&p, &user(Some(65534), "")).unwrap();
+        assert_eq!(out.run_as_user, Some(cri::Int64Value { value: 65534 }));
+        // An explicit runAsUser decides, whatever the image says.
+        let p = pod(json!({"securityContext": {"runAsNonRoot": true, "runAsUser": 0}}));
+        assert_eq!(
+            build(&p, &user(Some(1000), "")).unwrap_err().to_string(),
+            r#"container's runAsUser breaks non-root policy (pod: "web-n1_ns(u1)", container: app)"#
+        );
+        let p = pod(json!({"securityContext": {"runAsNonRoot": true, "runAsUser": 5}}));
+        assert!(build(&p, &user(Some(0), "")).is_ok());
+        // The container may turn it off; without it a root image is fine.
+        let p = pod(json!({"securityContext": {"runAsNonRoot": true},
+                           "containers": [{"name": "app", "securityContext": {"runAsNonRoot": false}}]}));
+        assert!(build(&p, &user(Some(0), "")).is_ok());
+        // A named user is passed on by name.
+        let out = build(&pod(json!({})), &user(None, "nginx")).unwrap();
+        assert_eq!(
+            (out.run_as_user, out.run_as_username.as_str()),
+            (None, "nginx")
+        );
+    }
+
+    #[test]
+    fn image_user_follows_kubelets_get_image_user() {
+        assert_eq!(ImageUser::of(None), user(Some(0), ""));
+        let img = |uid: Option<i64>, name: &str| cri::Image {
+            uid: uid.map(|value| cri::Int64Value { value }),
+            username: name.into(),
+            ..Default::default()
+        };
+        assert_eq!(ImageUser::of(Some(&img(None, ""))), user(Some(0), ""));
+        assert_eq!(ImageUser::of(Some(&img(Some(12), ""))), user(Some(12), ""));
+        assert_eq!(ImageUser::of(Some(&img(None, "www"))), user(None, "www"));
+    }
+
+    #[test]
+    fn no_new_privs_only_when_escalation_is_explicitly_refused() {
+        let with = |v: serde_json::Value| {
+            let p = pod(json!({"containers": [{"name": "app", "securityContext": v}]}));
+            build(&p, &user(Some(0), "")).unwrap().no_new_privs
+        };
+        assert!(with(json!({"allowPrivilegeEscalation": false})));
+        assert!(!with(json!({"allowPrivilegeEscalation": true})));
+        assert!(!with(json!({})));
+    }
+
+    #[test]
+    fn proc_mount_decides_masked_and_readonly_paths() {
+        let with = |v: serde_json::Value| {
+            let p = pod(json!({"containers": [{"name": "app", "securityContext": v}]}));
+            build(&p, &user(Some(0), ""))
+        };
+        let d = with(json!({})).unwrap();
+        assert!(d.masked_paths.contains(&"/proc/kcore".to_string()));
+        assert!(d.readonly_paths.contains(&"/proc/sys".to_string()));
+        assert_eq!(with(json!({"procMount": "Default"})).unwrap(), d);
+        let u = with(json!({"procMount": "Unmasked"})).unwrap();
+        assert!(u.masked_paths.is_empty() && u.readonly_paths.is_empty());
+        assert_eq!(
+            with(json!({"procMount": "Open"})).unwrap_err(),
+            SecurityError::ProcMount("Open".into())
+        );
+    }
+
+    fn seccomp(
+        spec: serde_json::Value,
+        default: bool,
+    ) -> Result<cri::SecurityProfile, SecurityError> {
+        let p = pod(spec);
+        seccomp_profile(&p, first(&p), &settings(default))
+    }
+
+    #[test]
+    fn seccomp_container_then_pod_then_the_node_default() {
+        let t = |r: Result<cri::SecurityProfile, SecurityError>| r.unwrap().profile_type;
+        assert_eq!(t(seccomp(json!({}), false)), ProfileType::Unconfined as i32);
+        assert_eq!(
+            t(seccomp(json!({}), true)),
+            ProfileType::RuntimeDefault as i32
+        );
+        let pod_rd = json!({"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}});
+        assert_eq!(
+            t(seccomp(pod_rd, false)),
+            ProfileType::RuntimeDefault as i32
+        );
+        let both = json!({
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "app", "securityContext": {"seccompProfile": {"type": "Unconfined"}}}],
+        });
+        assert_eq!(t(seccomp(both, true)), ProfileType::Unconfined as i32);
+        let local = json!({"securityContext": {"seccompProfile":
+            {"type": "Localhost", "localhostProfile": "profiles/audit.json"}}});
+        let p = seccomp(local, false).unwrap();
+        assert_eq!(p.profile_type, ProfileType::Localhost as i32);
+        assert_eq!(
+            p.localhost_ref,
+            "/var/lib/oxlet/seccomp/profiles/audit.json"
+        );
+    }
+
+    #[test]
+    fn a_localhost_seccomp_profile_must_be_named_and_stay_in_the_seccomp_dir() {
+        let local = |name: serde_json::Value| {
+            seccomp(
+                json!({"containers": [{"name": "app", "securityContext": {"seccompProfile":
+                    {"type": "Localhost", "localhostProfile": name}}}]}),
+                true,
+            )
+        };
+        for empty in [json!(""), json!(null)] {
+            assert_eq!(
+                local(empty).unwrap_err(),
+                SecurityError::SeccompLocalhostEmpty {
+                    field: "securityContext.seccompProfile"
+                }
+            );
+        }
+        for outside in ["../escape.json", "/etc/passwd", "a/../../b.json"] {
+            assert!(
+                matches!(
+                    local(json!(outside)),
+                    Err(SecurityError::SeccompOutside { .. })
+                ),
+                "{outside} accepted"
+            );
+        }
+        assert!(matches!(
+            seccomp(
+                json!({"securityContext": {"seccompProfile": {"type": "Strict"}}}),
+                false
+            ),
+            Err(SecurityError::SeccompType {
+                field: "spec.securityContext.seccompProfile",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn apparmor_container_field_then_annotation_then_pod_field() {
+        let aa = |p: &Pod| apparmor_profile(p, first(p));
+        assert_eq!(aa(&pod(json!({}))).unwrap(), (None, String::new()));
+        let pod_rd =
+            pod(json!({"securityContext": {"appArmorProfile": {"type": "RuntimeDefault"}}}));
+        let (p, old) = aa(&pod_rd).unwrap();
+        assert_eq!(p.unwrap().profile_type, ProfileType::RuntimeDefault as i32);
+        assert_eq!(old, "runtime/default");
+        let mut annotated = pod_rd.clone();
+        annotated.metadata.annotations = Some(
+            [(
+                format!("{APPARMOR_ANNOTATION_PREFIX}app"),
+                "localhost/k8s-nginx".to_string(),
+            )]
+            .into(),
+        );
+        let (p, old) = aa(&annotated).unwrap();
+        let p = p.unwrap();
+        assert_eq!(
+            (p.profile_type, p.localhost_ref.as_str(), old.as_str()),
+            (
+                ProfileType::Localhost as i32,
+                "k8s-nginx",
+                "localhost/k8s-nginx"
+            )
+        );
+        let mut field = annotated.clone();
+        field.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext {
+            app_armor_profile: Some(AppArmorProfile {
+                type_: "Unconfined".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        });
+        let (p, old) = aa(&field).unwrap();
+        assert_eq!(p.unwrap().profile_type, ProfileType::Unconfined as i32);
+        assert_eq!(old, "unconfined");
+        for bad in [
+            json!({"type": "Localhost"}),
+            json!({"type": "Localhost", "localhostProfile": ""}),
+        ] {
+            let p = pod(json!({"securityContext": {"appArmorProfile": bad}}));
+            assert!(matches!(
+                aa(&p),
+                Err(SecurityError::AppArmorLocalhostEmpty { .. })
+            ));
+        }
+        let p = pod(json!({"securityContext": {"appArmorProfile": {"type": "Complain"}}}));
+        assert!(matches!(aa(&p), Err(SecurityError::AppArmorType { .. })));
+        // An empty localhost annotation is an error too, never unconfined.
+        let mut empty = pod(json!({}));
+        empty.metadata.annotations = Some(
+            [(
+                format!("{APPARMOR_ANNOTATION_PREFIX}app"),
+                "localhost/".to_string(),
+            )]
+            .into(),
+        );
+        assert!(matches!(
+            aa(&empty),
+            Err(SecurityError::AppArmorLocalhostEmpty { .. })
+        ));
+    }
+
+    #[test]
+    fn fs_group_owns_a_new_volume_with_setgid() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let vol = dir.path().join("v");
+        std::fs::create_dir(&vol).unwrap();
+        std::fs::set_permissions(&vol, std::fs::Permissions::from_mode(0o755)).unwrap();
+        set_volume_ownership(&vol, 4321).unwrap();
+        let m = std::fs::metadata(&vol).unwrap();
+        assert_eq!(m.gid(), 4321);
+        assert_eq!(m.mode() & 0o7777, 0o2775);
+        // A symlink is never followed.
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(&vol, &link).unwrap();
+        assert!(set_volume_ownership(&link, 1).is_err());
+        assert!(set_volume_ownership(&vol, -1).is_err());
+    }
+}

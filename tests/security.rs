@@ -55,7 +55,14 @@ async fn exec(bed: &Testbed, pod: &Pod, cmd: &[&str]) -> (i32, String) {
 
 /// One field of the container's `/proc/1/status`.
 async fn status_field(bed: &Testbed, pod: &Pod, field: &str) -> String {
-    let (code, text) = exec(bed, pod, &["cat", "/proc/1/status"]).await;
+    proc_status_field(bed, pod, "1", field).await
+}
+
+/// One field of `/proc/<pid>/status` as the container sees it (`self`: the exec'd
+/// process, which runs with the container's security context).
+async fn proc_status_field(bed: &Testbed, pod: &Pod, pid: &str, field: &str) -> String {
+    let path = format!("/proc/{pid}/status");
+    let (code, text) = exec(bed, pod, &["cat", &path]).await;
     assert_eq!(code, 0, "{text}");
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
@@ -111,10 +118,47 @@ async fn users_groups_read_only_root_capabilities_and_no_new_privs_reach_the_con
         "",
         "    securityContext:\n      allowPrivilegeEscalation: true\n      seccompProfile: {type: Unconfined}\n      capabilities: {add: [NET_ADMIN], drop: [NET_RAW, CHOWN]}\n",
     );
+    let shared = sleeper("shared", "  shareProcessNamespace: true\n", "");
+    let host = sleeper(
+        "host",
+        "  hostPID: true\n",
+        "    securityContext: {privileged: true}\n",
+    );
     write_manifest(&ox.manifests, "ids.yaml", &ids);
     write_manifest(&ox.manifests, "caps.yaml", &caps);
+    write_manifest(&ox.manifests, "shared.yaml", &shared);
+    write_manifest(&ox.manifests, "host.yaml", &host);
     let ids = ox.wait_running("ids", START).await;
     let caps = ox.wait_running("caps", START).await;
+    let shared = ox.wait_running("shared", START).await;
+    let host = ox.wait_running("host", START).await;
+
+    // shareProcessNamespace: the sandbox's process is PID 1 and the container sees it
+    // beside itself; its own namespace (caps) holds only the container's process.
+    let sleeps = |out: &str| out.lines().filter(|l| l.contains("sleep")).count();
+    let (_, out) = exec(&bed, &shared, &["ps"]).await;
+    assert_eq!(sleeps(&out), 2, "{out}");
+    let (_, out) = exec(&bed, &caps, &["ps"]).await;
+    assert_eq!(sleeps(&out), 1, "{out}");
+    // hostPID: the node's PID 1; privileged: every capability, no seccomp filter.
+    let (_, out) = exec(&bed, &host, &["cat", "/proc/1/cmdline"]).await;
+    let node_init = std::fs::read_to_string("/proc/1/cmdline").unwrap();
+    assert_eq!(out, node_init);
+    let last_cap: u32 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cap_eff = status_field(&bed, &host, "CapEff").await;
+    assert!((0..=last_cap).all(|b| has_cap(&cap_eff, b)), "{cap_eff}");
+    assert_eq!(status_field(&bed, &host, "Seccomp").await, "0");
+    // Without seccompDefault, no profile asked for is Unconfined; the sandbox's
+    // process (PID 1 of a shared namespace) always runs RuntimeDefault, as kubelet asks.
+    assert_eq!(
+        proc_status_field(&bed, &shared, "self", "Seccomp").await,
+        "0"
+    );
+    assert_eq!(status_field(&bed, &shared, "Seccomp").await, "2");
 
     // runAsUser, runAsGroup, then fsGroup and supplementalGroups as extra groups.
     let (code, id) = exec(&bed, &ids, &["id"]).await;

@@ -43,7 +43,7 @@ async fn exec(bed: &Testbed, pod: &Pod, cmd: &[&str]) -> (i32, String) {
     let r = c
         .exec_sync(cri::ExecSyncRequest {
             container_id: id.to_string(),
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            cmd: cmd.iter().map(ToString::to_string).collect(),
             timeout: 10,
         })
         .await

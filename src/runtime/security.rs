@@ -356,7 +356,7 @@ const READONLY_PATHS: &[&str] = &[
 /// Masked and read-only /proc paths for a `procMount`: kubelet's defaults, none with
 /// Unmasked.
 fn proc_paths(proc_mount: Option<&str>) -> Result<(Vec<String>, Vec<String>), SecurityError> {
-    let owned = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+    let owned = |l: &[&str]| l.iter().map(ToString::to_string).collect();
     match proc_mount {
         None | Some("Default") => Ok((owned(MASKED_PATHS), owned(READONLY_PATHS))),
         Some("Unmasked") => Ok((Vec::new(), Vec::new())),

@@ -258,6 +258,14 @@ async fn run_as_non_root_seccomp_profiles_and_runtime_handlers_as_kubelet() {
                 "",
             ),
         ),
+        (
+            "apparmor",
+            sleeper(
+                "apparmor",
+                "  securityContext:\n    appArmorProfile: {type: RuntimeDefault}\n",
+                "",
+            ),
+        ),
         ("runc", sleeper("runc", "  runtimeClassName: runc\n", "")),
         (
             "nosuch",
@@ -315,6 +323,14 @@ async fn run_as_non_root_seccomp_profiles_and_runtime_handlers_as_kubelet() {
             cri_containers(&bed, &uid(p)).await.is_empty(),
             "{name}: a container was created"
         );
+    }
+
+    // AppArmor asked for on a host without it is refused by the runtime, never run
+    // unconfined (kubelet blocks the pod at soft admission instead).
+    if !std::path::Path::new("/sys/kernel/security/apparmor").exists() {
+        let (reason, message) = waiting(&ox, "apparmor").await;
+        assert_eq!(reason, "CreateContainerError", "{message}");
+        assert!(message.contains("apparmor is not supported"), "{message}");
     }
 
     // runtimeClassName is the handler: the configured runc runs the pod, an unknown

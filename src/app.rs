@@ -227,6 +227,10 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
                 cfs_period_us: opts.cpu_cfs_quota.then(|| {
                     i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)
                 }),
+                security: crate::runtime::security::SecuritySettings {
+                    seccomp_root: opts.root_dir.join("seccomp"),
+                    seccomp_default: opts.seccomp_default,
+                },
             },
             node.internal_ip().to_string(),
         )

@@ -106,7 +106,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("rotate-certificates", Bool),
     ("rotate-server-certificates", Bool),
     ("runtime-cgroups", Value),
-    ("seccomp-default", Bool),
     ("show-hidden-metrics-for-version", Value),
     ("streaming-connection-idle-timeout", Value),
     ("system-cgroups", Value),

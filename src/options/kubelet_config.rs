@@ -98,7 +98,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "reservedMemory",
     "enableProfilingHandler",
     "enableDebugFlagsHandler",
-    "seccompDefault",
     "memoryThrottlingFactor",
     "registerWithTaints",
     "registerNode",

@@ -93,6 +93,8 @@ pub struct Options {
     /// `--container-log-symlink-dir` (oxlet only): where the legacy
     /// `<pod>_<ns>_<container>-<id>.log` symlinks go; kubelet hardcodes /var/log/containers.
     pub(crate) container_log_symlink_dir: PathBuf,
+    /// `seccompDefault`: RuntimeDefault seccomp for containers that set no profile.
+    pub(crate) seccomp_default: bool,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -146,6 +148,7 @@ impl Options {
             container_log_max_workers: 0,
             container_log_monitor_interval: Duration::ZERO,
             container_log_symlink_dir: PathBuf::new(),
+            seccomp_default: false,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }

@@ -189,6 +189,8 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("container-log-max-workers", Some("containerLogMaxWorkers"), Int, "1", "N", "Containers whose logs are rotated at once", |o, i| Some(parse_int(i.text)?).filter(|n| *n >= 1).and_then(|n| usize::try_from(n).ok()).map(|n| o.container_log_max_workers = n).ok_or_else(|| "must be greater than or equal to 1".into())),
     row("container-log-monitor-interval", Some("containerLogMonitorInterval"), Duration, "10s", "DURATION", "How often container log sizes are checked for rotation (at least 3s)", |o, i| parse_duration(i.text)?.to_std().filter(|d| d.as_secs() >= 3).map(|d| o.container_log_monitor_interval = d).ok_or_else(|| "must be a positive time duration greater than or equal to 3s".into())),
     row("container-log-symlink-dir", None, Text, "/var/log/containers", "PATH", "Directory of the legacy <pod>_<namespace>_<container>-<id>.log symlinks to container logs (oxlet only: kubelet hardcodes /var/log/containers)", |o, i| absolute(i.text).map(|p| o.container_log_symlink_dir = p)),
+    // Issue 10 part 1: security context.
+    row("seccomp-default", Some("seccompDefault"), Bool, "false", "true|false", "Run containers that ask for no seccomp profile with RuntimeDefault", |o, i| parse_bool(i.text).map(|b| o.seccomp_default = b)),
 ];
 
 /// kubelet's `parseMaxSize`: a quantity in bytes; a negative one turns rotation off.

@@ -10,7 +10,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
 use super::labels::{self, ContainerType};
-use super::sandbox;
+use super::security::{self, ImageUser, SecurityError, SecuritySettings};
 use crate::cm::resources::{self, milli_cpu_to_shares};
 use crate::quantity::QuantityError;
 use crate::safe_path::{self, PathError};
@@ -41,6 +41,8 @@ pub(crate) enum ContainerConfigError {
     Resources(#[from] ResourceError),
     #[error(transparent)]
     Path(#[from] PathError),
+    #[error(transparent)]
+    Security(#[from] SecurityError),
 }
 
 /// A resource quantity the cgroup arithmetic cannot use.
@@ -384,6 +386,9 @@ pub(crate) struct ContainerRequest<'a> {
     /// The CFS period for cpu limits (`cpuCFSQuotaPeriod`, µs); `None` when
     /// `cpuCFSQuota` is off, which leaves containers without a quota.
     pub cfs_period_us: Option<i64>,
+    /// The image's user, from `ImageStatus`, for runAsNonRoot and the default user.
+    pub image_user: &'a ImageUser,
+    pub security: &'a SecuritySettings,
 }
 
 /// Builds the CRI container config; an error is the pod's `CreateContainerConfigError`.
@@ -424,9 +429,6 @@ pub(crate) fn container_config(
         ..linux_resources(container)?
     };
     apply_cfs_period(&mut resources, req.cfs_period_us);
-    let sc = container.security_context.as_ref();
-    let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    let caps = sc.and_then(|s| s.capabilities.as_ref());
     let log_path = container_log_path(&container.name, *restart_count)?;
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
@@ -457,31 +459,12 @@ pub(crate) fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(resources),
-            security_context: Some(cri::LinuxContainerSecurityContext {
-                namespace_options: Some(sandbox::namespace_options(pod)),
-                privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
-                run_as_user: sc
-                    .and_then(|s| s.run_as_user)
-                    .or(pod_sc.and_then(|s| s.run_as_user))
-                    .map(|value| cri::Int64Value { value }),
-                run_as_group: sc
-                    .and_then(|s| s.run_as_group)
-                    .or(pod_sc.and_then(|s| s.run_as_group))
-                    .map(|value| cri::Int64Value { value }),
-                readonly_rootfs: sc
-                    .and_then(|s| s.read_only_root_filesystem)
-                    .unwrap_or(false),
-                capabilities: caps.map(|c| cri::Capability {
-                    add_capabilities: c.add.clone().unwrap_or_default(),
-                    drop_capabilities: c.drop.clone().unwrap_or_default(),
-                    add_ambient_capabilities: Vec::new(),
-                }),
-                no_new_privs: sc
-                    .and_then(|s| s.allow_privilege_escalation)
-                    .map(|a| !a)
-                    .unwrap_or(false),
-                ..Default::default()
-            }),
+            security_context: Some(security::container_security_context(
+                pod,
+                container,
+                req.image_user,
+                req.security,
+            )?),
         }),
         ..Default::default()
     })
@@ -581,8 +564,19 @@ mod tests {
             mounts: vec![],
             oom_score_adj: 42,
             cfs_period_us: Some(100_000),
+            image_user: &ROOT,
+            security: &SECURITY,
         }
     }
+
+    static ROOT: ImageUser = ImageUser {
+        uid: Some(0),
+        username: String::new(),
+    };
+    static SECURITY: SecuritySettings = SecuritySettings {
+        seccomp_root: PathBuf::new(),
+        seccomp_default: false,
+    };
 
     fn pod_with_env(env: Vec<EnvVar>) -> (Pod, Container) {
         let c = Container {

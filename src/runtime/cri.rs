@@ -281,12 +281,16 @@ impl CriRead for RemoteRuntime {
 }
 
 impl Cri for RemoteRuntime {
-    fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriFuture<'_, String> {
+    fn run_pod_sandbox<'a>(
+        &'a self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: &'a str,
+    ) -> CriFuture<'a, String> {
         Box::pin(async move {
             let mut c = self.runtime.clone();
             let req = cri::RunPodSandboxRequest {
                 config: Some(config),
-                runtime_handler: String::new(),
+                runtime_handler: runtime_handler.to_string(),
             };
             Ok(self
                 .call("RunPodSandbox", c.run_pod_sandbox(req))

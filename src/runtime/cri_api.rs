@@ -45,8 +45,13 @@ pub(crate) trait CriRead: Send + Sync {
 
 /// Every CRI call oxlet makes: the reads plus the ones that change the runtime.
 pub(crate) trait Cri: CriRead {
-    /// Returns the new sandbox's ID.
-    fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriFuture<'_, String>;
+    /// Returns the new sandbox's ID. `runtime_handler` names the runtime to run it
+    /// with ("" is the runtime's default).
+    fn run_pod_sandbox<'a>(
+        &'a self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: &'a str,
+    ) -> CriFuture<'a, String>;
     fn stop_pod_sandbox<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;
     fn remove_pod_sandbox<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;
     /// Returns the new container's ID.

@@ -530,7 +530,11 @@ impl CriRead for FakeRuntime {
 }
 
 impl Cri for FakeRuntime {
-    fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> CriFuture<'_, String> {
+    fn run_pod_sandbox<'a>(
+        &'a self,
+        config: cri::PodSandboxConfig,
+        _runtime_handler: &'a str,
+    ) -> CriFuture<'a, String> {
         let mut inner = self.lock();
         let pod = config
             .metadata
@@ -870,6 +874,7 @@ pub(crate) mod support {
                 node_memory_bytes: 1 << 30,
                 min_oom_score_adj: -999,
                 cfs_period_us: Some(100_000),
+                security: Default::default(),
             };
             RuntimeManager::new(fake.clone(), env, "192.0.2.10".into())
         }

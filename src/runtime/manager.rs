@@ -22,6 +22,7 @@ use super::labels::{self, ContainerType};
 use super::lifecycle;
 use super::reader::RuntimeReader;
 use super::sandbox::{self, SandboxEnv};
+use super::security::ImageUser;
 use super::sidecar::{self, RunningIsStarted, StartupGate, TerminationOrder};
 use super::termination;
 use super::types::*;
@@ -355,12 +356,16 @@ impl RuntimeManager {
             if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
                 warn!(pod = %pod_ref, podUID = %uid, dir = %config.log_directory, error = %e, "cannot create pod log directory");
             }
-            info!(pod = %pod_ref, podUID = %uid, attempt = actions.attempt, hostNetwork = sandbox::is_host_network(pod), "creating pod sandbox");
-            let id = self
-                .cri
-                .run_pod_sandbox(config)
-                .await
-                .map_err(SyncError::CreateSandbox)?;
+            let handler = sandbox::runtime_handler(pod);
+            info!(pod = %pod_ref, podUID = %uid, attempt = actions.attempt, hostNetwork = sandbox::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
+            let id = match self.cri.run_pod_sandbox(config, handler).await {
+                Ok(id) => id,
+                Err(e) => {
+                    // kubelet's event and wording; the pod stays Pending and is retried.
+                    warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", error = %e, "Failed to create pod sandbox: {e}");
+                    return Err(SyncError::CreateSandbox(e));
+                }
+            };
             if !sandbox::is_host_network(pod) {
                 let st = self.cri.pod_sandbox_status(&id).await?;
                 ips = st
@@ -544,6 +549,11 @@ impl RuntimeManager {
             Ok(m) => mounts.extend(m),
             Err(e) => return config_error(&e),
         }
+        // kubelet's getImageUser: runAsNonRoot is checked against the image's user.
+        let image_user = match self.cri.image_status(&image_ref).await {
+            Ok(image) => ImageUser::of(image.as_ref()),
+            Err(e) => return config_error(&e),
+        };
         let config = match container::container_config(&ContainerRequest {
             pod,
             container: c,
@@ -557,6 +567,8 @@ impl RuntimeManager {
                 self.sandbox_env.min_oom_score_adj,
             ),
             cfs_period_us: self.sandbox_env.cfs_period_us,
+            image_user: &image_user,
+            security: &self.sandbox_env.security,
         }) {
             Ok(c) => c,
             Err(e) => return config_error(&e),

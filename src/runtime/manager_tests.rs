@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::runtime::fake::support::{FakeNode, IMAGE, pod};
+use k8s_openapi::api::core::v1::PodSecurityContext;
 
 fn uid(p: &Pod) -> &str {
     p.metadata.uid.as_deref().unwrap()
@@ -447,4 +448,33 @@ async fn pre_stop_runs_within_the_grace_before_the_stop() {
             .unwrap();
         assert_eq!(st.running_containers().count(), 0);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_as_non_root_with_a_root_image_is_a_config_error_and_nothing_is_created() {
+    let node = FakeNode::new();
+    let mut p = pod("nonroot", &[], &["app"], "Always");
+    p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+        run_as_non_root: Some(true),
+        ..Default::default()
+    });
+    let err = node.sync(&p).await.unwrap_err();
+    assert_eq!(
+        err.waiting_reason(),
+        Some(WaitingReason::CreateContainerConfigError)
+    );
+    let (_, message) = node.manager.reasons().get("uid-nonroot", "app").unwrap();
+    assert_eq!(
+        message,
+        r#"container has runAsNonRoot and image will run as root (pod: "nonroot_default(uid-nonroot)", container: app)"#
+    );
+    assert!(node.fake.calls_of("CreateContainer").is_empty());
+    // With a non-root runAsUser the same image starts.
+    p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(1000),
+        ..Default::default()
+    });
+    node.sync(&p).await.unwrap();
+    assert_eq!(node.fake.calls_of("StartContainer"), ["nonroot/app"]);
 }

@@ -20,6 +20,7 @@ pub(crate) mod logs;
 pub(crate) mod manager;
 pub(crate) mod reader;
 pub(crate) mod sandbox;
+pub(crate) mod security;
 pub(crate) mod sidecar;
 pub(crate) mod termination;
 pub(crate) mod types;

@@ -28,6 +28,8 @@ pub(crate) struct SandboxEnv {
     pub min_oom_score_adj: i64,
     /// `cpuCFSQuotaPeriod` in µs, `None` with `cpuCFSQuota` off.
     pub cfs_period_us: Option<i64>,
+    /// Seccomp profile root and default, for the containers' security contexts.
+    pub security: super::security::SecuritySettings,
 }
 
 /// The one place a sandbox's cgroup parent is decided (kubelet's
@@ -72,6 +74,18 @@ pub(crate) fn is_host_network(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.host_network)
         .unwrap_or(false)
+}
+
+/// The CRI runtime handler for the pod's `runtimeClassName`. Without an apiserver
+/// there are no RuntimeClass objects to look the handler up in, so the class name is
+/// the handler (what most RuntimeClasses map to); an unknown one fails `RunPodSandbox`
+/// with the runtime's message. kubelet without an apiserver ignores the field and runs
+/// the pod on the default runtime, which would quietly drop the isolation asked for.
+pub(crate) fn runtime_handler(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.runtime_class_name.as_deref())
+        .unwrap_or("")
 }
 
 /// Parses resolv.conf text into CRI DNS settings.
@@ -210,19 +224,6 @@ pub(crate) fn sandbox_config(
             .trim_end_matches(['-', '.'])
             .to_string()
     };
-    let privileged = spec
-        .map(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-                .any(|c| {
-                    c.security_context
-                        .as_ref()
-                        .and_then(|sc| sc.privileged)
-                        .unwrap_or(false)
-                })
-        })
-        .unwrap_or(false);
     let pod_sc = spec.and_then(|s| s.security_context.as_ref());
     let log_directory = pod_log_dir(&env.pod_logs_dir, &namespace, &name, &uid)?;
     Ok(cri::PodSandboxConfig {
@@ -240,20 +241,7 @@ pub(crate) fn sandbox_config(
         annotations: labels::sandbox_annotations(pod),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: env.cgroups.cgroup_parent(pod),
-            security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                privileged,
-                run_as_user: pod_sc
-                    .and_then(|sc| sc.run_as_user)
-                    .map(|value| cri::Int64Value { value }),
-                run_as_group: pod_sc
-                    .and_then(|sc| sc.run_as_group)
-                    .map(|value| cri::Int64Value { value }),
-                supplemental_groups: pod_sc
-                    .and_then(|sc| sc.supplemental_groups.clone())
-                    .unwrap_or_default(),
-                ..Default::default()
-            }),
+            security_context: Some(super::security::sandbox_security_context(pod)),
             sysctls: pod_sc
                 .and_then(|sc| sc.sysctls.clone())
                 .unwrap_or_default()
@@ -376,6 +364,7 @@ mod tests {
             node_memory_bytes: 1 << 30,
             min_oom_score_adj: -999,
             cfs_period_us: Some(100_000),
+            security: Default::default(),
         };
         let parent = |env: &SandboxEnv| {
             sandbox_config(&pod, 0, env)

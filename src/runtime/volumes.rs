@@ -24,7 +24,7 @@ pub(crate) enum VolumeError {
     Unsupported(String),
     #[error("unsafe path part: {0}")]
     Path(#[from] PathError),
-    #[error("cannot create emptyDir {path}: {source}")]
+    #[error("cannot set up emptyDir {path}: {source}")]
     EmptyDir {
         path: PathBuf,
         source: std::io::Error,
@@ -166,16 +166,27 @@ fn check_host_path(hp: &HostPathVolumeSource) -> Result<PathBuf, VolumeError> {
 }
 
 /// The host path backing one volume, created when its type asks for it.
-fn host_path_of(volume: &Volume, pods_dir: &Path, uid: &str) -> Result<PathBuf, VolumeError> {
+/// A new emptyDir is given to the pod's `fsGroup` (kubelet's `SetVolumeOwnership`).
+fn host_path_of(
+    volume: &Volume,
+    pods_dir: &Path,
+    uid: &str,
+    fs_group: Option<i64>,
+) -> Result<PathBuf, VolumeError> {
     if let Some(hp) = &volume.host_path {
         return check_host_path(hp);
     }
     if volume.empty_dir.is_some() {
         let path = empty_dir_path(pods_dir, uid, &volume.name)?;
-        std::fs::create_dir_all(&path).map_err(|source| VolumeError::EmptyDir {
+        let fresh = !path.exists();
+        let err = |source| VolumeError::EmptyDir {
             path: path.clone(),
             source,
-        })?;
+        };
+        std::fs::create_dir_all(&path).map_err(err)?;
+        if let Some(gid) = fs_group.filter(|_| fresh) {
+            super::security::set_volume_ownership(&path, gid).map_err(err)?;
+        }
         return Ok(path);
     }
     Err(VolumeError::Unsupported(volume.name.clone()))
@@ -266,7 +277,10 @@ pub(crate) fn container_mounts(
             .iter()
             .find(|v| v.name == vm.name)
             .ok_or_else(|| VolumeError::NoSuchVolume(vm.name.clone()))?;
-        let mut host = host_path_of(volume, pods_dir, uid)?;
+        let fs_group = (pod.spec.as_ref())
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|sc| sc.fs_group);
+        let mut host = host_path_of(volume, pods_dir, uid, fs_group)?;
         if let Some(sub) = sub_path_of(vm, envs)? {
             let target = subpath_target(pods_dir, uid, &volume.name, &container.name, index)?;
             host = bind_sub_path(&volume.name, &host, &sub, &target)?;

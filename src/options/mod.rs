@@ -82,6 +82,14 @@ pub struct Options {
     /// `evictionHard`: kubelet's defaults unless given (then replaced whole).
     pub(crate) eviction_hard: Thresholds,
     pub(crate) enforce_node_allocatable: NodeAllocatableEnforcement,
+    /// `allowedUnsafeSysctls`: names or patterns (`net.core.*`), checked at start.
+    pub(crate) allowed_unsafe_sysctls: Vec<String>,
+    /// `clusterDNS`: the nameservers of ClusterFirst pods.
+    pub(crate) cluster_dns: Vec<IpAddr>,
+    /// `clusterDomain`, without a trailing dot; empty when unset.
+    pub(crate) cluster_domain: String,
+    /// `resolvConf`; None ("") gives host-DNS pods no host settings.
+    pub(crate) resolv_conf: Option<PathBuf>,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -130,6 +138,10 @@ impl Options {
             system_reserved_cgroup: None,
             eviction_hard: Thresholds::default(),
             enforce_node_allocatable: NodeAllocatableEnforcement::default(),
+            allowed_unsafe_sysctls: Vec::new(),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: None,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }

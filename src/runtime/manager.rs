@@ -49,6 +49,18 @@ pub(crate) enum SyncError {
     },
     #[error("pod directories: {0}")]
     Path(#[from] crate::safe_path::PathError),
+    /// kubelet's `CreatePodSandboxConfigError`: DNS settings or host name.
+    #[error("failed to make the pod sandbox config: {0}")]
+    SandboxConfig(sandbox::SandboxConfigError),
+}
+
+impl From<sandbox::SandboxConfigError> for SyncError {
+    fn from(e: sandbox::SandboxConfigError) -> Self {
+        match e {
+            sandbox::SandboxConfigError::Path(p) => SyncError::Path(p),
+            other => SyncError::SandboxConfig(other),
+        }
+    }
 }
 
 impl SyncError {
@@ -56,7 +68,11 @@ impl SyncError {
     /// leave their base (the pod's UID or names are unsafe, and a pod never changes
     /// its UID).
     pub(crate) fn retryable(&self) -> bool {
-        !matches!(self, SyncError::Path(_))
+        match self {
+            SyncError::Path(_) => false,
+            SyncError::SandboxConfig(e) => e.retryable(),
+            _ => true,
+        }
     }
 
     /// When the runtime wants the pod synced again regardless of this failure
@@ -532,6 +548,17 @@ impl RuntimeManager {
                 Err(e) => return config_error(&e),
             };
         match termination::message_mount(&self.sandbox_env.pods_dir, uid, c, restart_count) {
+            Ok(m) => mounts.extend(m),
+            Err(e) => return config_error(&e),
+        }
+        match super::hosts::hosts_mount(
+            pod,
+            c,
+            &self.sandbox_env.pods_dir,
+            &env.pod_ips,
+            &self.sandbox_env.dns.cluster_domain,
+            std::path::Path::new(super::hosts::NODE_HOSTS),
+        ) {
             Ok(m) => mounts.extend(m),
             Err(e) => return config_error(&e),
         }

@@ -131,6 +131,13 @@ fn is_valid_pattern(p: &str) -> bool {
     rest.iter().all(|s| segment(s)) && last_ok
 }
 
+/// A sysctl name as the API server accepts it (`IsValidSysctlName`): a pattern
+/// without `*`. runc turns the dots into a path below /proc/sys, so an empty or
+/// `..` segment must never get through.
+pub(crate) fn is_valid_name(name: &str) -> bool {
+    !name.contains('*') && is_valid_pattern(name)
+}
+
 /// A pattern `allowedUnsafeSysctls` cannot hold, with kubelet's message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum AllowlistError {
@@ -149,6 +156,10 @@ pub(crate) enum Forbidden {
     HostNamespace(String, Namespace),
     #[error("{0:?} not allowlisted")]
     NotAllowlisted(String),
+    #[error(
+        "{0:?} must have at most 253 characters and match regex ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?"
+    )]
+    InvalidName(String),
 }
 
 /// kubelet's `patternAllowlist`: exact names and prefixes (from `x.*`), each with
@@ -201,6 +212,9 @@ impl Allowlist {
         host_net: bool,
         host_ipc: bool,
     ) -> Result<(), Forbidden> {
+        if !is_valid_name(name) {
+            return Err(Forbidden::InvalidName(name.to_string()));
+        }
         let name = normalize_name(name);
         let ns = self.names.get(&name).copied().or_else(|| {
             self.prefixes
@@ -330,5 +344,20 @@ mod tests {
         );
         assert_eq!(list.check("kernel.shm_rmid_forced", true, false), Ok(()));
         assert_eq!(list.check("net.ipv4.tcp_syncookies", false, true), Ok(()));
+        // Names that could climb out of /proc/sys never pass, even under an allowed prefix.
+        for bad in [
+            "net.core/../../kernel/core_pattern",
+            "net.core..x",
+            "net.core.*",
+            "net.Core",
+        ] {
+            assert!(
+                matches!(
+                    list.check(bad, false, false),
+                    Err(Forbidden::InvalidName(_))
+                ),
+                "{bad:?}"
+            );
+        }
     }
 }

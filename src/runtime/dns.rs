@@ -11,6 +11,8 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Pod, PodDNSConfig};
 use tracing::{error, warn};
 
+use crate::pod::{pod_ref, pod_uid};
+
 /// kubelet's `defaultDNSOptions` for cluster DNS.
 const CLUSTER_OPTIONS: &str = "ndots:5";
 /// Largest resolv.conf read (kubelet's `maxResolveConfLength`).
@@ -220,8 +222,7 @@ fn validate(policy_none: bool, cfg: Option<&PodDNSConfig>) -> Result<(), DnsErro
                 "Required value",
             ));
         }
-        if !one_word(name) || name.contains(':') || o.value.as_deref().is_some_and(|v| !one_word(v))
-        {
+        if !one_word(name) || o.value.as_deref().is_some_and(|v| !one_word(v)) {
             return Err(spec_error(
                 format!("spec.dnsConfig.options[{i}]"),
                 "name and value must be single words without whitespace",
@@ -260,11 +261,13 @@ fn merge_options(existing: Vec<String>, extra: &PodDNSConfig) -> Vec<String> {
 /// kubelet's `formDNSConfigFitsLimits`: at most 3 nameservers; search paths cut to
 /// 32, to 253 characters each and to 2048 in all. Cuts are warnings, as kubelet's
 /// `DNSConfigForming` events are.
-fn fit_limits(mut dns: cri::DnsConfig, pod: &str) -> cri::DnsConfig {
+fn fit_limits(mut dns: cri::DnsConfig, pod: &Pod) -> cri::DnsConfig {
+    let (pod, uid) = (pod_ref(pod), pod_uid(pod));
     if dns.servers.len() > MAX_NAMESERVERS {
         dns.servers.truncate(MAX_NAMESERVERS);
         warn!(
-            pod,
+            %pod,
+            podUID = uid,
             event = "DNSConfigForming",
             "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: {}",
             dns.servers.join(" ")
@@ -281,7 +284,8 @@ fn fit_limits(mut dns: cri::DnsConfig, pod: &str) -> cri::DnsConfig {
     }
     if cut {
         warn!(
-            pod,
+            %pod,
+            podUID = uid,
             event = "DNSConfigForming",
             "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: {}",
             dns.searches.join(" ")
@@ -321,7 +325,6 @@ impl DnsConfigurer {
         let kind = dns_type(pod)?;
         validate(kind == DnsType::None, extra)?;
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let pod_ref = format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap_or(""));
         let mut dns = match kind {
             DnsType::None => cri::DnsConfig::default(),
             _ => self.host_dns()?,
@@ -329,7 +332,7 @@ impl DnsConfigurer {
         let mut host_like = kind == DnsType::Host;
         if kind == DnsType::Cluster {
             if self.cluster_dns.is_empty() {
-                warn!(pod = %pod_ref, event = "MissingClusterDNS", "kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.");
+                warn!(pod = %pod_ref(pod), podUID = pod_uid(pod), event = "MissingClusterDNS", "kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.");
                 host_like = true;
             } else {
                 dns.servers = self.cluster_dns.iter().map(IpAddr::to_string).collect();
@@ -364,7 +367,7 @@ impl DnsConfigurer {
             );
             dns.options = merge_options(dns.options, extra);
         }
-        Ok(fit_limits(dns, &pod_ref))
+        Ok(fit_limits(dns, pod))
     }
 
     /// kubelet's `CheckLimitsForResolvConf`, once at start: a host search line the
@@ -396,12 +399,6 @@ impl DnsConfigurer {
             warn!(
                 event = "CheckLimitsForResolvConf",
                 "Resolv.conf file '{path}' contains search line which length is more than allowed {MAX_SEARCH_CHARS} chars!"
-            );
-        }
-        if host.servers.iter().any(|s| !one_word(s)) || host.searches.iter().any(|s| !one_word(s)) {
-            warn!(
-                event = "CheckLimitsForResolvConf",
-                "Resolv.conf file '{path}' has unusual entries"
             );
         }
     }

@@ -88,7 +88,8 @@ pub(crate) fn hostname_and_domain(
             .unwrap_or(hostname)
             .trim_end_matches(['-', '.']);
         tracing::warn!(
-            pod = name,
+            pod = %crate::pod::pod_ref(pod),
+            podUID = crate::pod::pod_uid(pod),
             hostnameMaxLen = 63,
             truncatedHostname = cut,
             "Hostname for pod was too long, truncated it"

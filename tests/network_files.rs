@@ -34,7 +34,7 @@ async fn exec(bed: &Testbed, pod: &Pod, cmd: &[&str]) -> String {
         .await
         .exec_sync(cri::ExecSyncRequest {
             container_id: id,
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            cmd: cmd.iter().map(ToString::to_string).collect(),
             timeout: 5,
         })
         .await

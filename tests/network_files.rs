@@ -265,7 +265,27 @@ async fn cluster_first_without_cluster_dns_falls_back_to_default_with_a_warning(
     let resolv = host_resolv_conf(bed.base_dir());
     let ox = Oxlet::start(&bed, &[&resolv]);
     write_manifest(&ox.manifests, "cf.yaml", &sleeper("cf", ""));
+    // A container that mounts its own /etc/hosts keeps it.
+    let own = bed.base_dir().join("own-hosts");
+    std::fs::write(&own, "10.9.9.9\town\n").unwrap();
+    write_manifest(
+        &ox.manifests,
+        "own.yaml",
+        &format!(
+            "{}    volumeMounts:\n    - {{name: h, mountPath: /etc/hosts}}\n  volumes:\n  - name: h\n    hostPath: {{path: {}, type: File}}\n",
+            sleeper("own", ""),
+            own.display()
+        ),
+    );
+    // dnsPolicy None without a nameserver never gets a sandbox; the log names the field.
+    write_manifest(
+        &ox.manifests,
+        "bad.yaml",
+        &sleeper("bad", "  dnsPolicy: None\n"),
+    );
     let cf = ox.wait_running("cf", START).await;
+    let own_pod = ox.wait_running("own", START).await;
+    assert_eq!(cat(&bed, &own_pod, "/etc/hosts").await, "10.9.9.9\town\n");
     assert_eq!(cat(&bed, &cf, "/etc/resolv.conf").await, HOST_RESOLV);
     let log = ox.log();
     assert!(
@@ -275,6 +295,18 @@ async fn cluster_first_without_cluster_dns_falls_back_to_default_with_a_warning(
             ),
         "{}",
         tail(&log, 40)
+    );
+    let pods = ox.pods().await;
+    let bad = find(&pods, "bad").expect("bad pod listed");
+    assert!(cri_sandboxes(&bed, &uid(bad)).await.is_empty());
+    assert!(
+        log.contains("spec.dnsConfig.nameservers: must provide at least one DNS nameserver when dnsPolicy is set to None"),
+        "{}",
+        tail(&log, 40)
+    );
+    eprintln!(
+        "bad pod status: {}",
+        serde_json::to_string(&bad.status).unwrap()
     );
     // No cluster domain: the managed hosts file has the short name only.
     let name = cf.metadata.name.clone().unwrap();

@@ -38,9 +38,10 @@ pub(crate) fn namespaced_by(name: &str) -> Option<Namespace> {
         .map(|&(_, ns)| ns)
 }
 
-/// The safe sysctls, each with the kernel version that introduced it (kubelet's
-/// `safeSysctls`): namespaced, and without effect on other pods.
-const SAFE_SYSCTLS: [(&str, Option<(u32, u32)>); 7] = [
+/// The safe sysctls, each with the kernel version that namespaced it (kubelet's
+/// `safeSysctls` and `pkg/util/kernel` versions, as of 1.33): namespaced, and
+/// without effect on other pods.
+const SAFE_SYSCTLS: [(&str, Option<(u32, u32)>); 12] = [
     ("kernel.shm_rmid_forced", None),
     ("net.ipv4.ip_local_port_range", None),
     ("net.ipv4.tcp_syncookies", None),
@@ -48,6 +49,11 @@ const SAFE_SYSCTLS: [(&str, Option<(u32, u32)>); 7] = [
     ("net.ipv4.ip_unprivileged_port_start", None),
     ("net.ipv4.ip_local_reserved_ports", Some((3, 16))),
     ("net.ipv4.tcp_keepalive_time", Some((4, 5))),
+    ("net.ipv4.tcp_fin_timeout", Some((4, 6))),
+    ("net.ipv4.tcp_keepalive_intvl", Some((4, 5))),
+    ("net.ipv4.tcp_keepalive_probes", Some((4, 5))),
+    ("net.ipv4.tcp_rmem", Some((4, 15))),
+    ("net.ipv4.tcp_wmem", Some((4, 15))),
 ];
 
 /// The safe sysctls this kernel has (`major.minor` of `release`, e.g. `6.1.0-13-amd64`).
@@ -238,10 +244,14 @@ mod tests {
     #[test]
     fn safe_sysctls_depend_on_the_kernel_version() {
         let all = safe_sysctls(Some("6.1.0-13-amd64"));
-        assert_eq!(all.len(), 7);
+        assert_eq!(all.len(), 12);
         let old = safe_sysctls(Some("4.4.0"));
         assert!(old.contains(&"net.ipv4.ip_local_reserved_ports"));
         assert!(!old.contains(&"net.ipv4.tcp_keepalive_time"));
+        let mid = safe_sysctls(Some("4.14.300"));
+        assert!(mid.contains(&"net.ipv4.tcp_fin_timeout"));
+        assert!(!mid.contains(&"net.ipv4.tcp_rmem"));
+        assert_eq!(safe_sysctls(Some("4.15.0")).len(), 12);
         let older = safe_sysctls(Some("3.10.0-1160.el7"));
         assert!(!older.contains(&"net.ipv4.ip_local_reserved_ports"));
         assert!(older.contains(&"kernel.shm_rmid_forced"));

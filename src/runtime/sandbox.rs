@@ -338,6 +338,53 @@ mod tests {
     }
 
     #[test]
+    fn sysctls_go_in_dot_form_and_bad_dns_or_hostnames_fail_the_config() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u1"},
+            "spec": {
+                "hostname": "web-0",
+                "dnsPolicy": "None",
+                "dnsConfig": {"nameservers": ["1.2.3.4"]},
+                "securityContext": {"sysctls": [
+                    {"name": "net/ipv4/conf/eno2.100/rp_filter", "value": "1"},
+                    {"name": "kernel.shm_rmid_forced", "value": "1"},
+                ]},
+                "containers": [{"name": "c", "image": "i"}],
+            },
+        }))
+        .unwrap();
+        let env = SandboxEnv {
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            dns: Default::default(),
+            pods_dir: PathBuf::from("/var/lib/oxlet/pods"),
+            cgroups: Arc::new(RuntimeDefaultCgroups),
+            node_memory_bytes: 1 << 30,
+            min_oom_score_adj: -999,
+            cfs_period_us: None,
+        };
+        let c = sandbox_config(&pod, 0, &env).unwrap();
+        let sysctls = c.linux.unwrap().sysctls;
+        assert_eq!(sysctls["net.ipv4.conf.eno2/100.rp_filter"], "1");
+        assert_eq!(sysctls["kernel.shm_rmid_forced"], "1");
+        assert_eq!(c.hostname, "web-0");
+        assert_eq!(c.dns_config.unwrap().servers, vec!["1.2.3.4"]);
+        let mut bad = pod.clone();
+        bad.spec.as_mut().unwrap().dns_config = None;
+        let e = sandbox_config(&bad, 0, &env).unwrap_err();
+        assert!(
+            matches!(e, SandboxConfigError::Dns(_)) && !e.retryable(),
+            "{e}"
+        );
+        let mut bad = pod.clone();
+        bad.spec.as_mut().unwrap().hostname = Some("Web_0".into());
+        let e = sandbox_config(&bad, 0, &env).unwrap_err();
+        assert!(
+            e.to_string().starts_with("host name: spec.hostname:"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn log_dir_follows_kubelet_layout() {
         assert_eq!(
             pod_log_dir(Path::new("/var/log/pods"), "default", "web-n1", "u1").unwrap(),

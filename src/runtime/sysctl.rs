@@ -39,7 +39,7 @@ pub(crate) fn namespaced_by(name: &str) -> Option<Namespace> {
 }
 
 /// The safe sysctls, each with the kernel version that namespaced it (kubelet's
-/// `safeSysctls` and `pkg/util/kernel` versions, as of 1.33): namespaced, and
+/// `safeSysctls` and `pkg/util/kernel` versions in its current source): namespaced, and
 /// without effect on other pods.
 const SAFE_SYSCTLS: [(&str, Option<(u32, u32)>); 12] = [
     ("kernel.shm_rmid_forced", None),

@@ -24,7 +24,7 @@ use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
 use crate::pod::FILE_SOURCE;
 use crate::runtime::images::PullLimit;
-use crate::runtime::sandbox::{SandboxEnv, host_dns};
+use crate::runtime::sandbox::SandboxEnv;
 use crate::runtime::{RemoteRuntime, RuntimeManager};
 use crate::runtime_choice::{self, RuntimeChoice};
 use crate::server::healthz::Health;
@@ -214,12 +214,19 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
     let (probe_results, probe_rx) = ProbeResults::new(256);
     let probe_results = Arc::new(probe_results);
     let pulls = PullLimit::from_settings(opts.serialize_image_pulls, opts.max_parallel_image_pulls);
+    let dns = crate::runtime::dns::DnsConfigurer {
+        cluster_dns: opts.cluster_dns.clone(),
+        cluster_domain: opts.cluster_domain.clone(),
+        resolv_conf: opts.resolv_conf.clone(),
+        node_ips: node.internal_ip().parse().into_iter().collect(),
+    };
+    dns.check_resolv_conf();
     let runtime = Arc::new(
         RuntimeManager::new(
             Arc::new(rt.cri.clone()),
             SandboxEnv {
                 pod_logs_dir: opts.pod_logs_dir.clone(),
-                host_dns: host_dns(),
+                dns: dns.clone(),
                 pods_dir: opts.root_dir.join("pods"),
                 cgroups: cm.clone(),
                 node_memory_bytes: allocatable.capacity.memory_bytes,
@@ -344,7 +351,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
         pleg: pleg_stats,
         health,
         resync: opts.sync_frequency,
-        admission: admission_chain(opts.max_pods, &allocatable),
+        admission: admission_chain(opts.max_pods, &allocatable, &opts.allowed_unsafe_sysctls),
         sources,
         tasks: tasks.clone(),
     });
@@ -393,11 +400,18 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
 
 /// kubelet's admission handlers that oxlet has: `maxPods`, then the pod's requests
 /// against allocatable.
-fn admission_chain(max_pods: u32, allocatable: &NodeAllocatable) -> AdmissionChain {
+fn admission_chain(
+    max_pods: u32,
+    allocatable: &NodeAllocatable,
+    unsafe_sysctls: &[String],
+) -> AdmissionChain {
     let mut chain = AdmissionChain::standard(max_pods);
     chain.push(Box::new(crate::cm::fit::ResourceFit {
         allocatable: allocatable.allocatable,
     }));
+    chain.push(Box::new(
+        crate::syncloop::sysctl_admission::SysctlAdmission::for_node(unsafe_sysctls),
+    ));
     chain
 }
 

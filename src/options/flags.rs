@@ -22,7 +22,6 @@ use FlagKind::{Bool, Value};
 
 /// Kubelet flags oxlet accepts but does not implement yet (kubelet ~1.30-1.34).
 pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
-    ("allowed-unsafe-sysctls", Value),
     ("anonymous-auth", Bool),
     ("authentication-token-webhook", Bool),
     ("authentication-token-webhook-cache-ttl", Value),
@@ -34,8 +33,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("client-ca-file", Value),
     ("cloud-config", Value),
     ("cloud-provider", Value),
-    ("cluster-dns", Value),
-    ("cluster-domain", Value),
     ("config-dir", Value),
     ("contention-profiling", Bool),
     ("cpu-manager-policy", Value),
@@ -102,7 +99,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("registry-qps", Value),
     ("reserved-cpus", Value),
     ("reserved-memory", Value),
-    ("resolv-conf", Value),
     ("rotate-certificates", Bool),
     ("rotate-server-certificates", Bool),
     ("runtime-cgroups", Value),

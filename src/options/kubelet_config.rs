@@ -37,8 +37,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "enableDebuggingHandlers",
     "enableContentionProfiling",
     "oomScoreAdj",
-    "clusterDomain",
-    "clusterDNS",
     "streamingConnectionIdleTimeout",
     "nodeStatusUpdateFrequency",
     "nodeStatusReportFrequency",
@@ -61,7 +59,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "qosReserved",
     "hairpinMode",
     "podCIDR",
-    "resolvConf",
     "nodeStatusMaxImages",
     "contentType",
     "kubeAPIQPS",
@@ -84,7 +81,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "configMapAndSecretChangeDetectionStrategy",
     "reservedSystemCPUs",
     "showHiddenMetricsForVersion",
-    "allowedUnsafeSysctls",
     "volumePluginDir",
     "providerID",
     "kernelMemcgNotification",
@@ -331,6 +327,10 @@ mod tests {
              enforceNodeAllocatable: [pods, kube-reserved]\n\
              cgroupRoot: /x\nkubeReservedCgroup: /k\nsystemReservedCgroup: /s\n"
         );
+        // Issue 10 part 2.
+        let body = format!(
+            "{body}clusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nallowedUnsafeSysctls: [\"net.core.*\"]\n"
+        );
         let fields: Vec<(&str, &str)> = fields
             .into_iter()
             .chain([
@@ -341,6 +341,9 @@ mod tests {
                 ("cgroupRoot", "/x"),
                 ("kubeReservedCgroup", "/k"),
                 ("systemReservedCgroup", "/s"),
+                ("clusterDomain", "cluster.local"),
+                ("clusterDNS", "10.96.0.10"),
+                ("allowedUnsafeSysctls", "net.core.*"),
             ])
             .collect();
         let cfg = parse(&body).unwrap();

@@ -95,6 +95,14 @@ pub struct Options {
     pub(crate) container_log_symlink_dir: PathBuf,
     /// `seccompDefault`: RuntimeDefault seccomp for containers that set no profile.
     pub(crate) seccomp_default: bool,
+    /// `allowedUnsafeSysctls`: names or patterns (`net.core.*`), checked at start.
+    pub(crate) allowed_unsafe_sysctls: Vec<String>,
+    /// `clusterDNS`: the nameservers of ClusterFirst pods.
+    pub(crate) cluster_dns: Vec<IpAddr>,
+    /// `clusterDomain`, without a trailing dot; empty when unset.
+    pub(crate) cluster_domain: String,
+    /// `resolvConf`; None ("") gives host-DNS pods no host settings.
+    pub(crate) resolv_conf: Option<PathBuf>,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -149,6 +157,10 @@ impl Options {
             container_log_monitor_interval: Duration::ZERO,
             container_log_symlink_dir: PathBuf::new(),
             seccomp_default: false,
+            allowed_unsafe_sysctls: Vec::new(),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: None,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }

@@ -191,6 +191,11 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("container-log-symlink-dir", None, Text, "/var/log/containers", "PATH", "Directory of the legacy <pod>_<namespace>_<container>-<id>.log symlinks to container logs (oxlet only: kubelet hardcodes /var/log/containers)", |o, i| absolute(i.text).map(|p| o.container_log_symlink_dir = p)),
     // Issue 10 part 1: security context.
     row("seccomp-default", Some("seccompDefault"), Bool, "false", "true|false", "Run containers that ask for no seccomp profile with RuntimeDefault", |o, i| parse_bool(i.text).map(|b| o.seccomp_default = b)),
+    // Issue 10 part 2: sysctls, DNS, /etc/hosts.
+    row("allowed-unsafe-sysctls", Some("allowedUnsafeSysctls"), List, "", "NAME|PATTERN,...", "Unsafe sysctls or patterns (ending in *) pods may set, beyond the safe ones", set_allowed_unsafe_sysctls),
+    row("cluster-dns", Some("clusterDNS"), List, "", "IP,...", "DNS server IPs for pods with dnsPolicy ClusterFirst", set_cluster_dns),
+    row("cluster-domain", Some("clusterDomain"), Text, "", "DOMAIN", "Cluster domain, searched by ClusterFirst pods and used in /etc/hosts", |o, i| { o.cluster_domain = i.text.trim_end_matches('.').to_string(); Ok(()) }),
+    row("resolv-conf", Some("resolvConf"), Path, "/etc/resolv.conf", "PATH", "Resolver configuration the pods' DNS is based on (empty: no host DNS)", |o, i| { o.resolv_conf = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
 ];
 
 /// kubelet's `parseMaxSize`: a quantity in bytes; a negative one turns rotation off.
@@ -216,6 +221,24 @@ fn set_max_parallel_image_pulls(o: &mut Options, i: Input) -> Result<(), Invalid
         return Err("cannot be larger than 1 unless serializeImagePulls is false".into());
     }
     o.max_parallel_image_pulls = Some(usize::try_from(n).unwrap_or(usize::MAX));
+    Ok(())
+}
+
+/// kubelet refuses, at start, patterns that are malformed or not known to be
+/// namespaced (`sysctl.NewAllowlist`).
+fn set_allowed_unsafe_sysctls(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let items: Vec<String> = list_items(i.text).into_iter().map(str::to_string).collect();
+    crate::runtime::sysctl::Allowlist::new(&items).map_err(|e| InvalidValue(e.to_string()))?;
+    o.allowed_unsafe_sysctls = items;
+    Ok(())
+}
+
+/// Each must be an IP address (kubelet's flag is an IP list).
+fn set_cluster_dns(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    o.cluster_dns = list_items(i.text)
+        .into_iter()
+        .map(|s| ip(s).map_err(|e| InvalidValue(format!("{s:?}: {e}"))))
+        .collect::<Result<_, _>>()?;
     Ok(())
 }
 
@@ -623,6 +646,54 @@ mod tests {
                 s.flag
             );
         }
+    }
+
+    /// Issue 10 part 2: sysctl patterns, cluster DNS and resolv.conf.
+    #[test]
+    fn dns_and_sysctl_settings_are_checked_and_stored() {
+        let set = |field: &str, text: &str| {
+            let mut o = Options::blank();
+            let s = by_field(field).unwrap();
+            (s.set)(
+                &mut o,
+                Input {
+                    text,
+                    explicit: true,
+                },
+            )
+            .map(|()| o)
+        };
+        let o = set("allowedUnsafeSysctls", "net.core.*, kernel.msgmax").unwrap();
+        assert_eq!(
+            o.allowed_unsafe_sysctls,
+            vec!["net.core.*", "kernel.msgmax"]
+        );
+        assert_eq!(
+            set("allowedUnsafeSysctls", "vm.swappiness")
+                .unwrap_err()
+                .to_string(),
+            "the sysctls \"vm.swappiness\" are not known to be namespaced"
+        );
+        assert!(set("allowedUnsafeSysctls", "Net.*").is_err());
+        let o = set("clusterDNS", "10.96.0.10,fd00::10").unwrap();
+        assert_eq!(o.cluster_dns.len(), 2);
+        assert_eq!(
+            set("clusterDNS", "10.96.0.10,dns").unwrap_err().to_string(),
+            "\"dns\": must be a valid IPv4 or IPv6 address"
+        );
+        assert_eq!(
+            set("clusterDomain", "cluster.local.")
+                .unwrap()
+                .cluster_domain,
+            "cluster.local"
+        );
+        assert_eq!(set("resolvConf", "").unwrap().resolv_conf, None);
+        let d = Options::default();
+        assert_eq!(
+            d.resolv_conf.as_deref(),
+            Some(std::path::Path::new("/etc/resolv.conf"))
+        );
+        assert!(d.cluster_dns.is_empty() && d.cluster_domain.is_empty());
     }
 
     #[test]

@@ -868,7 +868,7 @@ pub(crate) mod support {
         ) -> RuntimeManager {
             let env = SandboxEnv {
                 pod_logs_dir: dir.path().join("logs"),
-                host_dns: Default::default(),
+                dns: Default::default(),
                 pods_dir: dir.path().join("pods"),
                 cgroups: Arc::new(crate::runtime::sandbox::RuntimeDefaultCgroups),
                 node_memory_bytes: 1 << 30,

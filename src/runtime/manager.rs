@@ -50,6 +50,18 @@ pub(crate) enum SyncError {
     },
     #[error("pod directories: {0}")]
     Path(#[from] crate::safe_path::PathError),
+    /// kubelet's `CreatePodSandboxConfigError`: DNS settings or host name.
+    #[error("failed to make the pod sandbox config: {0}")]
+    SandboxConfig(sandbox::SandboxConfigError),
+}
+
+impl From<sandbox::SandboxConfigError> for SyncError {
+    fn from(e: sandbox::SandboxConfigError) -> Self {
+        match e {
+            sandbox::SandboxConfigError::Path(p) => SyncError::Path(p),
+            other => SyncError::SandboxConfig(other),
+        }
+    }
 }
 
 impl SyncError {
@@ -57,7 +69,11 @@ impl SyncError {
     /// leave their base (the pod's UID or names are unsafe, and a pod never changes
     /// its UID).
     pub(crate) fn retryable(&self) -> bool {
-        !matches!(self, SyncError::Path(_))
+        match self {
+            SyncError::Path(_) => false,
+            SyncError::SandboxConfig(e) => e.retryable(),
+            _ => true,
+        }
     }
 
     /// When the runtime wants the pod synced again regardless of this failure
@@ -554,6 +570,17 @@ impl RuntimeManager {
             Ok(image) => ImageUser::of(image.as_ref()),
             Err(e) => return config_error(&e),
         };
+        match super::hosts::hosts_mount(
+            pod,
+            c,
+            &self.sandbox_env.pods_dir,
+            &env.pod_ips,
+            &self.sandbox_env.dns.cluster_domain,
+            std::path::Path::new(super::hosts::NODE_HOSTS),
+        ) {
+            Ok(m) => mounts.extend(m),
+            Err(e) => return config_error(&e),
+        }
         let config = match container::container_config(&ContainerRequest {
             pod,
             container: c,

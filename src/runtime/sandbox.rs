@@ -7,16 +7,36 @@ use std::sync::Arc;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 
+use super::dns::{DnsConfigurer, DnsError};
+use super::hosts::{self, HostsError};
 use super::labels;
 use crate::safe_path::{self, PathError};
+
+/// Why a pod's sandbox config cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SandboxConfigError {
+    #[error(transparent)]
+    Path(#[from] PathError),
+    #[error("DNS: {0}")]
+    Dns(#[from] DnsError),
+    #[error("host name: {0}")]
+    Hostname(#[from] HostsError),
+}
+
+impl SandboxConfigError {
+    /// Only an unreadable resolv.conf can get better on its own.
+    pub(crate) fn retryable(&self) -> bool {
+        matches!(self, SandboxConfigError::Dns(e) if e.retryable())
+    }
+}
 
 /// The host facts a sandbox config needs.
 #[derive(Debug, Clone)]
 pub(crate) struct SandboxEnv {
     /// `--pod-logs-dir`.
     pub pod_logs_dir: PathBuf,
-    /// DNS of the host (from /etc/resolv.conf), used for pods with the default policies.
-    pub host_dns: cri::DnsConfig,
+    /// The node's DNS settings (`clusterDNS`, `clusterDomain`, `resolvConf`).
+    pub dns: DnsConfigurer,
     /// `<root-dir>/pods`: per-pod directories (emptyDir volumes).
     pub pods_dir: PathBuf,
     /// Decides each sandbox's cgroup parent.
@@ -88,59 +108,6 @@ pub(crate) fn runtime_handler(pod: &Pod) -> &str {
         .unwrap_or("")
 }
 
-/// Parses resolv.conf text into CRI DNS settings.
-pub(crate) fn parse_resolv_conf(text: &str) -> cri::DnsConfig {
-    let mut dns = cri::DnsConfig::default();
-    for line in text.lines() {
-        let line = line.split(['#', ';']).next().unwrap_or("");
-        let mut words = line.split_whitespace();
-        match words.next() {
-            Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
-            Some("search" | "domain") => {
-                dns.searches = words.map(str::to_string).collect();
-            }
-            Some("options") => dns.options.extend(words.map(str::to_string)),
-            _ => {}
-        }
-    }
-    dns
-}
-
-/// Reads the host's /etc/resolv.conf (empty settings when unreadable).
-pub(crate) fn host_dns() -> cri::DnsConfig {
-    std::fs::read_to_string("/etc/resolv.conf")
-        .map(|t| parse_resolv_conf(&t))
-        .unwrap_or_default()
-}
-
-/// DNS for a pod: `None` policy uses only `spec.dnsConfig`; every other policy uses the
-/// host's settings here (no cluster DNS is configured), merged with `spec.dnsConfig`.
-fn dns_config(pod: &Pod, host: &cri::DnsConfig) -> cri::DnsConfig {
-    let spec = pod.spec.as_ref();
-    let policy = spec
-        .and_then(|s| s.dns_policy.as_deref())
-        .unwrap_or("ClusterFirst");
-    let mut dns = if policy == "None" {
-        cri::DnsConfig::default()
-    } else {
-        host.clone()
-    };
-    if let Some(extra) = spec.and_then(|s| s.dns_config.as_ref()) {
-        dns.servers
-            .extend(extra.nameservers.clone().unwrap_or_default());
-        dns.searches
-            .extend(extra.searches.clone().unwrap_or_default());
-        for opt in extra.options.clone().unwrap_or_default() {
-            let name = opt.name.unwrap_or_default();
-            dns.options.push(match opt.value {
-                Some(v) => format!("{name}:{v}"),
-                None => name,
-            });
-        }
-    }
-    dns
-}
-
 fn protocol(p: Option<&str>) -> i32 {
     match p {
         Some("UDP") => cri::Protocol::Udp as i32,
@@ -197,13 +164,14 @@ pub(crate) fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
     }
 }
 
-/// The full sandbox config for `pod` at sandbox `attempt`. Fails only when the pod's
-/// namespace, name or UID cannot name its log directory safely.
+/// The full sandbox config for `pod` at sandbox `attempt`. Fails when the pod's
+/// namespace, name or UID cannot name its log directory safely, or its DNS settings
+/// or host name cannot be made.
 pub(crate) fn sandbox_config(
     pod: &Pod,
     attempt: u32,
     env: &SandboxEnv,
-) -> Result<cri::PodSandboxConfig, PathError> {
+) -> Result<cri::PodSandboxConfig, SandboxConfigError> {
     let name = pod.metadata.name.clone().unwrap_or_default();
     let namespace = pod
         .metadata
@@ -212,18 +180,7 @@ pub(crate) fn sandbox_config(
         .unwrap_or_else(|| "default".into());
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.as_ref();
-    let hostname = if is_host_network(pod) {
-        String::new()
-    } else {
-        let h = spec
-            .and_then(|s| s.hostname.clone())
-            .unwrap_or_else(|| name.clone());
-        h.chars()
-            .take(63)
-            .collect::<String>()
-            .trim_end_matches(['-', '.'])
-            .to_string()
-    };
+    let hostname = hosts::sandbox_hostname(pod, &env.dns.cluster_domain)?;
     let pod_sc = spec.and_then(|s| s.security_context.as_ref());
     let log_directory = pod_log_dir(&env.pod_logs_dir, &namespace, &name, &uid)?;
     Ok(cri::PodSandboxConfig {
@@ -235,7 +192,7 @@ pub(crate) fn sandbox_config(
         }),
         hostname,
         log_directory: log_directory.to_string_lossy().into_owned(),
-        dns_config: Some(dns_config(pod, &env.host_dns)),
+        dns_config: Some(env.dns.pod_dns(pod)?),
         port_mappings: port_mappings(pod),
         labels: labels::sandbox_labels(pod),
         annotations: labels::sandbox_annotations(pod),
@@ -246,7 +203,8 @@ pub(crate) fn sandbox_config(
                 .and_then(|sc| sc.sysctls.clone())
                 .unwrap_or_default()
                 .into_iter()
-                .map(|s| (s.name, s.value))
+                // runc wants dots as the separator (kubelet's NormalizeName).
+                .map(|s| (super::sysctl::normalize_name(&s.name), s.value))
                 .collect(),
             ..sandbox_resources(pod, env.cfs_period_us)
         }),
@@ -295,16 +253,6 @@ fn sandbox_resources(pod: &Pod, cfs_period_us: Option<i64>) -> cri::LinuxPodSand
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resolv_conf_is_parsed() {
-        let dns = parse_resolv_conf(
-            "# comment\nnameserver 10.0.0.2\nnameserver 10.0.0.3\nsearch a.local b.local\noptions ndots:2 edns0\n",
-        );
-        assert_eq!(dns.servers, vec!["10.0.0.2", "10.0.0.3"]);
-        assert_eq!(dns.searches, vec!["a.local", "b.local"]);
-        assert_eq!(dns.options, vec!["ndots:2", "edns0"]);
-    }
 
     #[test]
     fn the_sandbox_carries_the_pods_resources_and_its_overhead_apart() {
@@ -358,7 +306,7 @@ mod tests {
         let pod = crate::runtime::fake::support::pod("web", &[], &["app"], "Always");
         let mut env = SandboxEnv {
             pod_logs_dir: PathBuf::from("/var/log/pods"),
-            host_dns: Default::default(),
+            dns: Default::default(),
             pods_dir: PathBuf::from("/var/lib/oxlet/pods"),
             cgroups: Arc::new(RuntimeDefaultCgroups),
             node_memory_bytes: 1 << 30,
@@ -376,6 +324,54 @@ mod tests {
         assert_eq!(parent(&env), "");
         env.cgroups = Arc::new(PerPod);
         assert_eq!(parent(&env), "/kubepods/poduid-web");
+    }
+
+    #[test]
+    fn sysctls_go_in_dot_form_and_bad_dns_or_hostnames_fail_the_config() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u1"},
+            "spec": {
+                "hostname": "web-0",
+                "dnsPolicy": "None",
+                "dnsConfig": {"nameservers": ["1.2.3.4"]},
+                "securityContext": {"sysctls": [
+                    {"name": "net/ipv4/conf/eno2.100/rp_filter", "value": "1"},
+                    {"name": "kernel.shm_rmid_forced", "value": "1"},
+                ]},
+                "containers": [{"name": "c", "image": "i"}],
+            },
+        }))
+        .unwrap();
+        let env = SandboxEnv {
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            dns: Default::default(),
+            pods_dir: PathBuf::from("/var/lib/oxlet/pods"),
+            cgroups: Arc::new(RuntimeDefaultCgroups),
+            node_memory_bytes: 1 << 30,
+            min_oom_score_adj: -999,
+            cfs_period_us: None,
+            security: Default::default(),
+        };
+        let c = sandbox_config(&pod, 0, &env).unwrap();
+        let sysctls = c.linux.unwrap().sysctls;
+        assert_eq!(sysctls["net.ipv4.conf.eno2/100.rp_filter"], "1");
+        assert_eq!(sysctls["kernel.shm_rmid_forced"], "1");
+        assert_eq!(c.hostname, "web-0");
+        assert_eq!(c.dns_config.unwrap().servers, vec!["1.2.3.4"]);
+        let mut bad = pod.clone();
+        bad.spec.as_mut().unwrap().dns_config = None;
+        let e = sandbox_config(&bad, 0, &env).unwrap_err();
+        assert!(
+            matches!(e, SandboxConfigError::Dns(_)) && !e.retryable(),
+            "{e}"
+        );
+        let mut bad = pod.clone();
+        bad.spec.as_mut().unwrap().hostname = Some("Web_0".into());
+        let e = sandbox_config(&bad, 0, &env).unwrap_err();
+        assert!(
+            e.to_string().starts_with("host name: spec.hostname:"),
+            "{e}"
+        );
     }
 
     #[test]

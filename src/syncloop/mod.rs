@@ -7,6 +7,7 @@ pub(crate) mod monitor;
 pub(crate) mod pod_manager;
 pub(crate) mod pod_syncer;
 pub(crate) mod pod_workers;
+pub(crate) mod sysctl_admission;
 pub(crate) mod work_queue;
 
 use std::collections::HashSet;

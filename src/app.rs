@@ -205,6 +205,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
                 cfs_period_us: opts.cpu_cfs_quota.then(|| {
                     i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)
                 }),
+                allocatable: allocatable.allocatable,
             },
             node.internal_ip().to_string(),
         )

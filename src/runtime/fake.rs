@@ -839,6 +839,7 @@ pub(crate) mod support {
                 node_memory_bytes: 1 << 30,
                 min_oom_score_adj: -999,
                 cfs_period_us: Some(100_000),
+                allocatable: Default::default(),
             };
             RuntimeManager::new(fake.clone(), env, "192.0.2.10".into())
         }

@@ -208,6 +208,12 @@ pub(crate) fn cleanup_orphaned_dirs(
     known: &dyn Fn(&str) -> bool,
 ) {
     for (root, dir) in orphaned_dirs(pods_dir, logs_dir, known) {
+        // Memory emptyDirs are tmpfs mounts the removal would refuse to cross.
+        if root == pods_dir
+            && let Err(e) = super::volumes::unmount_pod_volumes(&dir)
+        {
+            warn!(dir = %dir.display(), error = %e, "cannot unmount orphaned pod volumes");
+        }
         match crate::safe_path::remove_beneath(&root, &dir) {
             Ok(true) => info!(dir = %dir.display(), "removed orphaned pod directory"),
             Ok(false) => {}

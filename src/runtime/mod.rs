@@ -4,10 +4,12 @@
 //! is a room of its own (`crate::containerd`).
 
 pub(crate) mod actions;
+pub(crate) mod atomic_writer;
 pub(crate) mod backoff;
 pub(crate) mod container;
 pub(crate) mod cri;
 pub(crate) mod cri_api;
+pub(crate) mod downward;
 #[cfg(test)]
 pub(crate) mod fake;
 pub(crate) mod gc;

@@ -28,6 +28,9 @@ pub(crate) struct SandboxEnv {
     pub min_oom_score_adj: i64,
     /// `cpuCFSQuotaPeriod` in µs, `None` with `cpuCFSQuota` off.
     pub cfs_period_us: Option<i64>,
+    /// Node allocatable: the downward API's value of a limit a container does not set,
+    /// and the size of a Memory emptyDir.
+    pub allocatable: crate::cm::allocatable::NodeResources,
 }
 
 /// The one place a sandbox's cgroup parent is decided (kubelet's
@@ -376,6 +379,7 @@ mod tests {
             node_memory_bytes: 1 << 30,
             min_oom_score_adj: -999,
             cfs_period_us: Some(100_000),
+            allocatable: Default::default(),
         };
         let parent = |env: &SandboxEnv| {
             sandbox_config(&pod, 0, env)

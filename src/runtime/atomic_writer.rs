@@ -133,7 +133,7 @@ fn new_version_dir(target: &Path) -> Result<(String, PathBuf), AtomicWriteError>
         .to_string();
     let nanos = jiff::Timestamp::now().subsec_nanosecond();
     for n in 0..100 {
-        let name = format!("..{stamp}.{}", nanos as i64 + n);
+        let name = format!("..{stamp}.{}", i64::from(nanos) + n);
         let path = target.join(&name);
         match std::fs::DirBuilder::new().mode(0o755).create(&path) {
             Ok(()) => {

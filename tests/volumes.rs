@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use agent::*;
 use common::Testbed;
 use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
 
 const START: Duration = Duration::from_secs(30);
 const UID: &str = "4a1b2c3d-0000-4000-8000-00000000d0a1";
@@ -79,6 +80,19 @@ spec:
     )
 }
 
+/// The waiting (reason, message) of container `name`, once it has one.
+fn waiting(p: &Pod, name: &str) -> Option<(String, String)> {
+    let s = p.status.as_ref()?.container_statuses.as_ref()?;
+    let w = s
+        .iter()
+        .find(|c| c.name == name)?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?;
+    Some((w.reason.clone()?, w.message.clone().unwrap_or_default()))
+}
+
 async fn exec(bed: &Testbed, id: &str, cmd: &str) -> (i32, String) {
     let mut c = bed.cri().await;
     let r = c
@@ -116,6 +130,13 @@ async fn downward_api_memory_empty_dir_and_read_only_mounts() {
     let ro = bed.base_dir().join("ro");
     std::fs::create_dir_all(&ro).unwrap();
     write_manifest(&ox.manifests, "dw.yaml", &manifest("first", &ro));
+    // Bidirectional propagation in an unprivileged container: its config error only.
+    let bidi = pod_yaml(
+        "bidi",
+        "sleep 3600",
+        "  volumes:\n  - name: d\n    emptyDir: {}\n",
+    ) + "    volumeMounts:\n    - {name: d, mountPath: /d, mountPropagation: Bidirectional}\n";
+    write_manifest(&ox.manifests, "bidi.yaml", &bidi);
     let pod = ox.wait_running("dw", START).await;
     assert_eq!(uid(&pod), UID, "the manifest's UID is kept");
     let id = cri_containers(&bed, UID)
@@ -124,6 +145,18 @@ async fn downward_api_memory_empty_dir_and_read_only_mounts() {
         .find(|c| c.state == cri::ContainerState::ContainerRunning as i32)
         .expect("running container")
         .id;
+
+    let (reason, message) = ox
+        .wait_for("bidi CreateContainerConfigError", START, |pods| {
+            waiting(find(pods, "bidi")?, "main").filter(|(r, _)| r == "CreateContainerConfigError")
+        })
+        .await;
+    assert_eq!(reason, "CreateContainerConfigError");
+    assert!(
+        message
+            .contains("Bidirectional mount propagation is available only to privileged containers"),
+        "{message}"
+    );
 
     // Env: every field kind.
     let (_, env) = exec(&bed, &id, "env").await;

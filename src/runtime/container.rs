@@ -211,7 +211,14 @@ fn environment_within(
             if let Some(fr) = &vf.field_ref {
                 downward::env_field(pod, &fr.field_path, env).map_err(downward)?
             } else if let Some(rf) = &vf.resource_field_ref {
-                downward::resource_value(container, rf, &env.allocatable).map_err(downward)?
+                // kubelet's containerResourceRuntimeValue: another container when named.
+                let target = match rf.container_name.as_deref().filter(|n| !n.is_empty()) {
+                    Some(n) => downward::find_container(pod, n).ok_or_else(|| {
+                        downward(downward::DownwardError::NoContainer(n.to_string()))
+                    })?,
+                    None => container,
+                };
+                downward::resource_value(target, rf, &env.allocatable).map_err(downward)?
             } else {
                 String::new()
             }
@@ -587,6 +594,49 @@ mod tests {
             ..Default::default()
         };
         (pod, c)
+    }
+
+    #[test]
+    fn resource_field_refs_read_the_named_container_or_this_one() {
+        use k8s_openapi::api::core::v1::{ResourceFieldSelector, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let rf = |name: &str, container: Option<&str>| EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                resource_field_ref: Some(ResourceFieldSelector {
+                    container_name: container.map(Into::into),
+                    resource: "limits.memory".into(),
+                    divisor: Some(Quantity("1Mi".into())),
+                }),
+                ..Default::default()
+            }),
+        };
+        let (mut pod, c) = pod_with_env(vec![rf("OWN", None), rf("SIDE", Some("side"))]);
+        let side = Container {
+            name: "side".into(),
+            resources: Some(ResourceRequirements {
+                limits: Some([("memory".to_string(), Quantity("64Mi".into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        pod.spec.as_mut().unwrap().containers.push(side);
+        let env = PodEnv {
+            allocatable: crate::cm::allocatable::NodeResources {
+                memory_bytes: 2 << 30,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let vars = environment(&pod, &c, &env).unwrap();
+        assert_eq!(vars[0], ("OWN".to_string(), "2048".to_string()));
+        assert_eq!(vars[1], ("SIDE".to_string(), "64".to_string()));
+        let (pod, c) = pod_with_env(vec![rf("X", Some("ghost"))]);
+        assert_eq!(
+            environment(&pod, &c, &env).unwrap_err().to_string(),
+            "env[0] (X): resourceFieldRef: container \"ghost\" not found in the pod"
+        );
     }
 
     fn var(name: &str, value: &str) -> EnvVar {

@@ -40,6 +40,8 @@ pub(crate) enum DownwardError {
     },
     #[error("resourceFieldRef: container {0:?} not found in the pod")]
     NoContainer(String),
+    #[error("mode: {0:#o} must be a number between 0 and 0777 (octal)")]
+    Mode(i32),
 }
 
 /// kubelet's `FormatMap`: `key="value"` lines in key order, values quoted as Go's `%q`.

@@ -229,10 +229,11 @@ fn host_path_of(
     }
     if let Some(ed) = &volume.empty_dir {
         let path = empty_dir_path(pods_dir, uid, &volume.name)?;
-        std::fs::create_dir_all(&path).map_err(|source| VolumeError::EmptyDir {
+        let dir_err = |source| VolumeError::EmptyDir {
             path: path.clone(),
             source,
-        })?;
+        };
+        std::fs::create_dir_all(&path).map_err(dir_err)?;
         match ed.medium.as_deref().unwrap_or("") {
             "" => {}
             "Memory" => mount_tmpfs(&volume.name, &path, tmpfs_size(pod, ed, allocatable))?,
@@ -243,6 +244,9 @@ fn host_path_of(
                 });
             }
         }
+        // kubelet's setupDir: world-writable, so a container of any user can use it
+        // (a fresh tmpfs is 1777 already).
+        set_mode_if_other(&path, 0o777, 0o1777).map_err(dir_err)?;
         return Ok(HostVolume {
             path,
             read_only: false,
@@ -258,6 +262,16 @@ fn host_path_of(
         });
     }
     Err(VolumeError::Unsupported(volume.name.clone()))
+}
+
+/// Sets `path`'s permission bits to `mode` unless they are `mode` or `also_ok`.
+fn set_mode_if_other(path: &Path, mode: u32, also_ok: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let current = std::fs::metadata(path)?.permissions().mode() & 0o7777;
+    if current != mode && current != also_ok {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
 }
 
 fn write_payload(volume: &str, path: &Path, payload: &Payload) -> Result<bool, VolumeError> {
@@ -317,11 +331,16 @@ fn downward_payload(
             String::new()
         };
         let mode = item.mode.or(default_mode).unwrap_or(DEFAULT_MODE);
+        // The API's range for file modes; anything else is refused, never masked.
+        let mode = u32::try_from(mode)
+            .ok()
+            .filter(|m| *m <= 0o777)
+            .ok_or_else(|| err(DownwardError::Mode(mode)))?;
         payload.insert(
             item.path.clone(),
             FileProjection {
                 data: value.into_bytes(),
-                mode: (mode as u32) & 0o777,
+                mode,
             },
         );
     }
@@ -681,6 +700,16 @@ mod tests {
         );
         assert_eq!(read("labels"), "a=\"2\"");
 
+        // A mode out of the API's range is refused, not masked.
+        let mut item = field_item("n", "metadata.name");
+        item.mode = Some(0o1777);
+        let odd = pod("u14", vec![downward_volume(vec![item])]);
+        let err = container_mounts(&odd, &c, &pods, &[], &NODE).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "volume \"info\": items[0]: mode: 0o1777 must be a number between 0 and 0777 (octal)"
+        );
+
         // An escaping item path is an error naming the volume; nothing is written.
         let bad = pod(
             "u10",
@@ -909,6 +938,14 @@ mod tests {
         // The subPath is made inside the emptyDir and bound under volume-subpaths.
         let e = pods.join("u1/volumes/kubernetes.io~empty-dir/e/sub");
         assert!(e.is_dir());
+        // kubelet's emptyDir is world-writable, for containers of any user.
+        let ed_mode = std::fs::metadata(e.parent().unwrap())
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&ed_mode) & 0o7777,
+            0o777
+        );
         let target = pods.join("u1/volume-subpaths/e/c/1");
         assert_eq!(m[1].host_path, target.to_string_lossy());
         std::fs::write(e.join("f"), b"x").unwrap();

@@ -45,6 +45,8 @@ spec:
         resourceFieldRef: {{containerName: main, resource: limits.cpu, divisor: 1m}}
   - name: mem
     emptyDir: {{medium: Memory, sizeLimit: 16Mi}}
+  - name: mem-node
+    emptyDir: {{medium: Memory}}
   - name: ro
     hostPath: {{path: "{ro}", type: Directory}}
   containers:
@@ -70,10 +72,12 @@ spec:
     - {{name: CPU_LIMIT, valueFrom: {{resourceFieldRef: {{resource: limits.cpu}}}}}}
     - {{name: CPU_REQ, valueFrom: {{resourceFieldRef: {{resource: requests.cpu}}}}}}
     - {{name: MEM_REQ_MI, valueFrom: {{resourceFieldRef: {{resource: requests.memory, divisor: 1Mi}}}}}}
+    - {{name: MEM_LIMIT, valueFrom: {{resourceFieldRef: {{resource: limits.memory}}}}}}
     - {{name: MEM_LIMIT_MI, valueFrom: {{resourceFieldRef: {{resource: limits.memory, divisor: 1Mi}}}}}}
     volumeMounts:
     - {{name: info, mountPath: /etc/info}}
     - {{name: mem, mountPath: /mem}}
+    - {{name: mem-node, mountPath: /mem-node}}
     - {{name: ro, mountPath: /ro, readOnly: true}}
 "#,
         ro = ro_dir.display()
@@ -212,6 +216,14 @@ async fn downward_api_memory_empty_dir_and_read_only_mounts() {
     let (_, mounts) = exec(&bed, &id, "grep ' /mem ' /proc/mounts").await;
     assert!(mounts.starts_with("tmpfs /mem tmpfs "), "{mounts}");
     assert!(mounts.contains("size=16384k"), "{mounts}");
+    // Without sizeLimit or a pod memory limit: node allocatable (kubelet's
+    // calculateEmptyDirMemorySize), in pages as the kernel shows it.
+    let alloc: i64 = get("MEM_LIMIT").parse().unwrap();
+    assert_eq!((alloc + (1 << 20) - 1) >> 20, mem, "bytes and Mi agree");
+    let (_, mounts) = exec(&bed, &id, "grep ' /mem-node ' /proc/mounts").await;
+    let want = format!("size={}k", (alloc + 4095) / 4096 * 4);
+    assert!(mounts.starts_with("tmpfs /mem-node tmpfs "), "{mounts}");
+    assert!(mounts.contains(&want), "{mounts} (want {want})");
     // readOnly: writes refused.
     let (code, out) = exec(&bed, &id, "touch /ro/x").await;
     assert_ne!(code, 0, "{out}");

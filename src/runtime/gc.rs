@@ -318,6 +318,33 @@ mod tests {
     }
 
     #[test]
+    fn an_orphans_memory_volume_is_unmounted_and_a_foreign_mount_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let logs = tmp.path().join("logs");
+        let ours = "aaaaaaaa-bbbb-cccc-dddd-000000000001";
+        let foreign = "aaaaaaaa-bbbb-cccc-dddd-000000000002";
+        let tmpfs = |p: &Path| {
+            std::fs::create_dir_all(p).unwrap();
+            rustix::mount::mount("tmpfs", p, "tmpfs", rustix::mount::MountFlags::empty(), c"")
+                .unwrap();
+        };
+        tmpfs(&pods.join(ours).join("volumes/kubernetes.io~empty-dir/m"));
+        // Not where oxlet puts a Memory volume: never unmounted by oxlet.
+        let other = pods.join(foreign).join("volumes/other/m");
+        tmpfs(&other);
+        std::fs::create_dir_all(&logs).unwrap();
+        cleanup_orphaned_dirs(&pods, &logs, &|_| false);
+        assert!(!pods.join(ours).exists());
+        assert!(crate::safe_path::mounts_at_or_below(&other).unwrap().len() == 1);
+        assert!(
+            other.exists(),
+            "a mount oxlet did not make refuses the removal"
+        );
+        crate::safe_path::detach(&other).unwrap();
+    }
+
+    #[test]
     fn orphans_are_real_dirs_in_oxlets_layout_of_unknown_pods() {
         let tmp = tempfile::tempdir().unwrap();
         let pods = tmp.path().join("pods");

@@ -725,6 +725,55 @@ mod tests {
     }
 
     #[test]
+    fn projected_downward_sources_share_one_volume_and_other_sources_are_refused() {
+        use k8s_openapi::api::core::v1::{
+            ConfigMapProjection, ProjectedVolumeSource, VolumeProjection,
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let source = |item| VolumeProjection {
+            downward_api: Some(k8s_openapi::api::core::v1::DownwardAPIProjection {
+                items: Some(vec![item]),
+            }),
+            ..Default::default()
+        };
+        let projected = |sources| Volume {
+            name: "proj".into(),
+            projected: Some(ProjectedVolumeSource {
+                default_mode: Some(0o444),
+                sources: Some(sources),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut p = pod(
+            "u15",
+            vec![projected(vec![
+                source(field_item("name", "metadata.name")),
+                source(field_item("uid", "metadata.uid")),
+            ])],
+        );
+        p.metadata.name = Some("web".into());
+        let c = container(vec![mount("proj", "/p", None)]);
+        let m = container_mounts(&p, &c, &pods, &[], &NODE).unwrap();
+        assert!(m[0].readonly);
+        let dir = pods.join("u15/volumes/kubernetes.io~projected/proj");
+        assert_eq!(std::fs::read_to_string(dir.join("name")).unwrap(), "web");
+        assert_eq!(std::fs::read_to_string(dir.join("uid")).unwrap(), "u15");
+
+        let cm = VolumeProjection {
+            config_map: Some(ConfigMapProjection::default()),
+            ..Default::default()
+        };
+        let p = pod("u16", vec![projected(vec![cm])]);
+        let err = container_mounts(&p, &c, &pods, &[], &NODE).unwrap_err();
+        assert!(
+            matches!(err, VolumeError::Unsupported(ref v) if v == "proj"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn bidirectional_propagation_needs_a_privileged_container() {
         let mut vm = mount("d", "/d", None);
         vm.mount_propagation = Some("Bidirectional".into());

@@ -238,6 +238,7 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
                     seccomp_root: opts.root_dir.join("seccomp"),
                     seccomp_default: opts.seccomp_default,
                 },
+                allocatable: allocatable.allocatable,
             },
             node.internal_ip().to_string(),
         )

@@ -180,7 +180,7 @@ async fn users_groups_read_only_root_capabilities_and_no_new_privs_reach_the_con
     .await;
     assert_eq!(code, 0, "{out}");
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "7000 drwxrwsr-x", "{out}");
+    assert_eq!(lines[0], "7000 drwxrwsrwx", "{out}");
     assert!(
         lines[1].starts_with("7000 "),
         "setgid dir gives new files its group: {out}"

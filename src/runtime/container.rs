@@ -9,18 +9,14 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
+use super::downward;
 use super::labels::{self, ContainerType};
 use super::security::{self, ImageUser, SecurityError, SecuritySettings};
 use crate::cm::resources::{self, milli_cpu_to_shares};
 use crate::quantity::QuantityError;
 use crate::safe_path::{self, PathError};
 
-/// Facts about the pod's surroundings that env vars may reference.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct PodEnv {
-    pub pod_ips: Vec<String>,
-    pub host_ip: String,
-}
+pub(crate) use super::downward::PodEnv;
 
 /// Longest single string after `$(VAR)` expansion: the kernel's `MAX_ARG_STRLEN`
 /// (32 pages), beyond which the container's exec would fail anyway. Chained
@@ -43,6 +39,12 @@ pub(crate) enum ContainerConfigError {
     Path(#[from] PathError),
     #[error(transparent)]
     Security(#[from] SecurityError),
+    #[error("{field}: {source}")]
+    Downward {
+        field: String,
+        #[source]
+        source: downward::DownwardError,
+    },
 }
 
 /// A resource quantity the cgroup arithmetic cannot use.
@@ -168,38 +170,6 @@ pub(crate) fn expand<'v>(
     Ok(out)
 }
 
-/// The value of a downward-API field path for this pod.
-fn field_ref(pod: &Pod, path: &str, env: &PodEnv) -> Option<String> {
-    let m = &pod.metadata;
-    let key_of = |prefix: &str| {
-        path.strip_prefix(prefix)
-            .and_then(|r| r.strip_suffix("']"))
-            .map(str::to_string)
-    };
-    match path {
-        "metadata.name" => m.name.clone(),
-        "metadata.namespace" => m.namespace.clone(),
-        "metadata.uid" => m.uid.clone(),
-        "spec.nodeName" => pod.spec.as_ref().and_then(|s| s.node_name.clone()),
-        "spec.serviceAccountName" => pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_account_name.clone()),
-        "status.podIP" => env.pod_ips.first().cloned(),
-        "status.podIPs" => Some(env.pod_ips.join(",")),
-        "status.hostIP" | "status.hostIPs" => Some(env.host_ip.clone()),
-        _ => {
-            if let Some(k) = key_of("metadata.labels['") {
-                m.labels.as_ref().and_then(|l| l.get(&k).cloned())
-            } else if let Some(k) = key_of("metadata.annotations['") {
-                m.annotations.as_ref().and_then(|a| a.get(&k).cloned())
-            } else {
-                None
-            }
-        }
-    }
-}
-
 /// The container's environment in order, each value expanded against the ones before it.
 pub(crate) fn environment(
     pod: &Pod,
@@ -235,8 +205,25 @@ fn environment_within(
                     max: MAX_EXPANDED_LEN,
                 }
             })?
-        } else if let Some(fr) = value_from.as_ref().and_then(|vf| vf.field_ref.as_ref()) {
-            field_ref(pod, &fr.field_path, env).unwrap_or_default()
+        } else if let Some(vf) = value_from {
+            let downward = |source| ContainerConfigError::Downward {
+                field: field(),
+                source,
+            };
+            if let Some(fr) = &vf.field_ref {
+                downward::env_field(pod, &fr.field_path, env).map_err(downward)?
+            } else if let Some(rf) = &vf.resource_field_ref {
+                // kubelet's containerResourceRuntimeValue: another container when named.
+                let target = match rf.container_name.as_deref().filter(|n| !n.is_empty()) {
+                    Some(n) => downward::find_container(pod, n).ok_or_else(|| {
+                        downward(downward::DownwardError::NoContainer(n.to_string()))
+                    })?,
+                    None => container,
+                };
+                downward::resource_value(target, rf, &env.allocatable).map_err(downward)?
+            } else {
+                String::new()
+            }
         } else {
             String::new()
         };
@@ -603,6 +590,49 @@ mod tests {
         (pod, c)
     }
 
+    #[test]
+    fn resource_field_refs_read_the_named_container_or_this_one() {
+        use k8s_openapi::api::core::v1::{ResourceFieldSelector, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let rf = |name: &str, container: Option<&str>| EnvVar {
+            name: name.into(),
+            value: None,
+            value_from: Some(EnvVarSource {
+                resource_field_ref: Some(ResourceFieldSelector {
+                    container_name: container.map(Into::into),
+                    resource: "limits.memory".into(),
+                    divisor: Some(Quantity("1Mi".into())),
+                }),
+                ..Default::default()
+            }),
+        };
+        let (mut pod, c) = pod_with_env(vec![rf("OWN", None), rf("SIDE", Some("side"))]);
+        let side = Container {
+            name: "side".into(),
+            resources: Some(ResourceRequirements {
+                limits: Some([("memory".to_string(), Quantity("64Mi".into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        pod.spec.as_mut().unwrap().containers.push(side);
+        let env = PodEnv {
+            allocatable: crate::cm::allocatable::NodeResources {
+                memory_bytes: 2 << 30,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let vars = environment(&pod, &c, &env).unwrap();
+        assert_eq!(vars[0], ("OWN".to_string(), "2048".to_string()));
+        assert_eq!(vars[1], ("SIDE".to_string(), "64".to_string()));
+        let (pod, c) = pod_with_env(vec![rf("X", Some("ghost"))]);
+        assert_eq!(
+            environment(&pod, &c, &env).unwrap_err().to_string(),
+            "env[0] (X): resourceFieldRef: container \"ghost\" not found in the pod"
+        );
+    }
+
     fn var(name: &str, value: &str) -> EnvVar {
         EnvVar {
             name: name.into(),
@@ -638,8 +668,15 @@ mod tests {
         let env = PodEnv {
             pod_ips: vec!["10.1.0.5".into()],
             host_ip: "192.0.2.1".into(),
+            ..Default::default()
         };
         let vars = environment(&pod, &c, &env).unwrap();
+        // An unknown field path is the container's config error, naming the variable.
+        let (bad_pod, bad) = pod_with_env(vec![var("A", "1"), field("BAD", "spec.bogus")]);
+        assert_eq!(
+            environment(&bad_pod, &bad, &env).unwrap_err().to_string(),
+            "env[1] (BAD): unsupported fieldPath: spec.bogus"
+        );
         let get = |k: &str| vars.iter().find(|(n, _)| n == k).unwrap().1.clone();
         assert_eq!(get("GREETING"), "hello world $(LATER)");
         assert_eq!(get("POD"), "p-n1");

@@ -875,6 +875,7 @@ pub(crate) mod support {
                 min_oom_score_adj: -999,
                 cfs_period_us: Some(100_000),
                 security: Default::default(),
+                allocatable: Default::default(),
             };
             RuntimeManager::new(fake.clone(), env, "192.0.2.10".into())
         }

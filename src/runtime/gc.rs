@@ -208,6 +208,12 @@ pub(crate) fn cleanup_orphaned_dirs(
     known: &dyn Fn(&str) -> bool,
 ) {
     for (root, dir) in orphaned_dirs(pods_dir, logs_dir, known) {
+        // Memory emptyDirs are tmpfs mounts the removal would refuse to cross.
+        if root == pods_dir
+            && let Err(e) = super::volumes::unmount_pod_volumes(&dir)
+        {
+            warn!(dir = %dir.display(), error = %e, "cannot unmount orphaned pod volumes");
+        }
         match crate::safe_path::remove_beneath(&root, &dir) {
             Ok(true) => info!(dir = %dir.display(), "removed orphaned pod directory"),
             Ok(false) => {}
@@ -309,6 +315,35 @@ mod tests {
         ] {
             assert_eq!(uid_of_log_dir(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_orphans_memory_volume_is_unmounted_and_a_foreign_mount_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let logs = tmp.path().join("logs");
+        let ours = "aaaaaaaa-bbbb-cccc-dddd-000000000001";
+        let foreign = "aaaaaaaa-bbbb-cccc-dddd-000000000002";
+        let tmpfs = |p: &Path| {
+            std::fs::create_dir_all(p).unwrap();
+            rustix::mount::mount("tmpfs", p, "tmpfs", rustix::mount::MountFlags::empty(), c"")
+                .unwrap();
+        };
+        tmpfs(&pods.join(ours).join("volumes/kubernetes.io~empty-dir/m"));
+        // Not where oxlet puts a Memory volume: never unmounted by oxlet.
+        let other = pods.join(foreign).join("volumes/other/m");
+        tmpfs(&other);
+        std::fs::create_dir_all(&logs).unwrap();
+        cleanup_orphaned_dirs(&pods, &logs, &|_| false);
+        let ours_gone = !pods.join(ours).exists();
+        let foreign_mounted = crate::safe_path::mounts_at_or_below(&other).unwrap().len() == 1;
+        // Detached before asserting, so a failure leaks no mount.
+        crate::safe_path::detach(&other).unwrap();
+        assert!(ours_gone, "the orphan with oxlet's tmpfs is removed");
+        assert!(
+            foreign_mounted,
+            "a mount oxlet did not make is left, refusing the removal"
+        );
     }
 
     #[test]

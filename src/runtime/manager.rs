@@ -303,6 +303,7 @@ impl RuntimeManager {
         PodEnv {
             pod_ips,
             host_ip: self.host_ip.clone(),
+            allocatable: self.sandbox_env.allocatable,
         }
     }
 
@@ -329,6 +330,20 @@ impl RuntimeManager {
         let actions =
             compute_pod_actions_probed(pod, status, self.startup_gate.as_ref(), failed_probe);
         debug!(pod = %pod_ref, podUID = %uid, ?actions, "computed pod actions");
+        // Changed labels or annotations reach the downwardAPI volumes on every sync.
+        match super::volumes::refresh_downward_volumes(
+            pod,
+            &self.sandbox_env.pods_dir,
+            &self.sandbox_env.allocatable,
+        ) {
+            Ok(written) if !written.is_empty() => {
+                info!(pod = %pod_ref, podUID = %uid, volumes = ?written, "updated downwardAPI volumes");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(pod = %pod_ref, podUID = %uid, error = %e, "cannot update downwardAPI volumes");
+            }
+        }
         let mut outcome = SyncOutcome::default();
         if actions.is_noop() {
             return Ok(outcome);
@@ -556,11 +571,16 @@ impl RuntimeManager {
             Ok(envs) => envs,
             Err(e) => return config_error(&e),
         };
-        let mut mounts =
-            match super::volumes::container_mounts(pod, c, &self.sandbox_env.pods_dir, &envs) {
-                Ok(m) => m,
-                Err(e) => return config_error(&e),
-            };
+        let mut mounts = match super::volumes::container_mounts(
+            pod,
+            c,
+            &self.sandbox_env.pods_dir,
+            &envs,
+            &self.sandbox_env.allocatable,
+        ) {
+            Ok(m) => m,
+            Err(e) => return config_error(&e),
+        };
         match termination::message_mount(&self.sandbox_env.pods_dir, uid, c, restart_count) {
             Ok(m) => mounts.extend(m),
             Err(e) => return config_error(&e),
@@ -907,6 +927,9 @@ impl RuntimeManager {
         let logs_dir = &self.sandbox_env.pod_logs_dir;
         match crate::safe_path::beneath(pods_dir, &[uid]) {
             Ok(dir) => {
+                if let Err(e) = super::volumes::unmount_pod_volumes(&dir) {
+                    warn!(pod = %pod_ref, podUID = %uid, error = %e, "cannot unmount pod volumes");
+                }
                 let dirs = std::iter::once((pods_dir, dir)).chain(
                     gc::log_dirs_of(logs_dir, uid)
                         .into_iter()

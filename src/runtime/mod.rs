@@ -4,11 +4,13 @@
 //! is a room of its own (`crate::containerd`).
 
 pub(crate) mod actions;
+pub(crate) mod atomic_writer;
 pub(crate) mod backoff;
 pub(crate) mod container;
 pub(crate) mod cri;
 pub(crate) mod cri_api;
 pub(crate) mod dns;
+pub(crate) mod downward;
 #[cfg(test)]
 pub(crate) mod fake;
 pub(crate) mod gc;

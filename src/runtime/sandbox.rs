@@ -50,6 +50,9 @@ pub(crate) struct SandboxEnv {
     pub cfs_period_us: Option<i64>,
     /// Seccomp profile root and default, for the containers' security contexts.
     pub security: super::security::SecuritySettings,
+    /// Node allocatable: the downward API's value of a limit a container does not set,
+    /// and the size of a Memory emptyDir.
+    pub allocatable: crate::cm::allocatable::NodeResources,
 }
 
 /// The one place a sandbox's cgroup parent is decided (kubelet's
@@ -313,6 +316,7 @@ mod tests {
             min_oom_score_adj: -999,
             cfs_period_us: Some(100_000),
             security: Default::default(),
+            allocatable: Default::default(),
         };
         let parent = |env: &SandboxEnv| {
             sandbox_config(&pod, 0, env)
@@ -351,6 +355,7 @@ mod tests {
             min_oom_score_adj: -999,
             cfs_period_us: None,
             security: Default::default(),
+            allocatable: Default::default(),
         };
         let c = sandbox_config(&pod, 0, &env).unwrap();
         let sysctls = c.linux.unwrap().sysctls;

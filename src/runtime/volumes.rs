@@ -1,6 +1,8 @@
 //! Volume mounts for the volume types a static pod can use without an apiserver:
-//! `hostPath` (with kubelet's type checks) and `emptyDir` (a directory under
-//! `<root-dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`).
+//! `hostPath` (with kubelet's type checks), `emptyDir` (a directory under
+//! `<root-dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`, a tmpfs there for
+//! `medium: Memory`), and `downwardAPI` (also as the only source of a `projected`
+//! volume), written by the atomic writer and mounted read-only as kubelet does.
 //!
 //! A `subPath` is pod input pointing into a volume the pod can write to, so it is opened
 //! below the volume without following a symlink out of it, and what was opened is
@@ -11,8 +13,13 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, HostPathVolumeSource, Pod, Volume, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, HostPathVolumeSource, Pod, Volume, VolumeMount,
+};
 
+use super::atomic_writer::{self, AtomicWriteError, FileProjection, Payload};
+use super::downward::{self, DownwardError};
+use crate::cm::allocatable::NodeResources;
 use crate::safe_path::{self, BeneathError, PathError};
 
 /// Why a container's mounts could not be prepared: a `CreateContainerConfigError`.
@@ -20,8 +27,37 @@ use crate::safe_path::{self, BeneathError, PathError};
 pub(crate) enum VolumeError {
     #[error("volume mount {0:?}: no such volume")]
     NoSuchVolume(String),
-    #[error("volume {0:?}: only hostPath and emptyDir volumes are supported by oxlet so far")]
+    #[error(
+        "volume {0:?}: only hostPath, emptyDir, downwardAPI and projected downwardAPI volumes are supported by oxlet so far"
+    )]
     Unsupported(String),
+    #[error("volume {volume:?}: emptyDir medium {medium:?} is not supported by oxlet")]
+    Medium { volume: String, medium: String },
+    #[error("volume {volume:?}: cannot mount a tmpfs at {path}: {source}")]
+    Tmpfs {
+        volume: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("volume {volume:?}: items[{index}]: {source}")]
+    Downward {
+        volume: String,
+        index: usize,
+        source: DownwardError,
+    },
+    #[error("volume {volume:?}: {source}")]
+    AtomicWrite {
+        volume: String,
+        source: AtomicWriteError,
+    },
+    /// kubelet's validation message.
+    #[error(
+        "volume mount {0:?}: mountPropagation: Forbidden: Bidirectional mount propagation is available only to privileged containers"
+    )]
+    BidirectionalUnprivileged(String),
+    /// kubelet's `translateMountPropagation` message.
+    #[error("volume mount {volume:?}: invalid MountPropagation mode: {mode:?}")]
+    Propagation { volume: String, mode: String },
     #[error("unsafe path part: {0}")]
     Path(#[from] PathError),
     #[error("cannot set up emptyDir {path}: {source}")]
@@ -165,31 +201,280 @@ fn check_host_path(hp: &HostPathVolumeSource) -> Result<PathBuf, VolumeError> {
     Ok(path)
 }
 
-/// The host path backing one volume, created when its type asks for it.
-/// A new emptyDir is given to the pod's `fsGroup` (kubelet's `SetVolumeOwnership`).
+/// The plugin directory names kubelet uses below `<pod>/volumes`.
+const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
+const DOWNWARD_API: &str = "kubernetes.io~downward-api";
+const PROJECTED: &str = "kubernetes.io~projected";
+
+/// Where a volume comes from on the host, and whether it must be mounted read-only.
+struct HostVolume {
+    path: PathBuf,
+    read_only: bool,
+}
+
+/// The host path backing one volume, created (and for `downwardAPI`, written) when
+/// needed. A new emptyDir is given to the pod's `fsGroup` (kubelet's `SetVolumeOwnership`).
 fn host_path_of(
     volume: &Volume,
+    pod: &Pod,
     pods_dir: &Path,
-    uid: &str,
-    fs_group: Option<i64>,
-) -> Result<PathBuf, VolumeError> {
+    allocatable: &NodeResources,
+) -> Result<HostVolume, VolumeError> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
     if let Some(hp) = &volume.host_path {
-        return check_host_path(hp);
+        return check_host_path(hp).map(|path| HostVolume {
+            path,
+            read_only: false,
+        });
     }
-    if volume.empty_dir.is_some() {
+    if let Some(ed) = &volume.empty_dir {
         let path = empty_dir_path(pods_dir, uid, &volume.name)?;
-        let fresh = !path.exists();
-        let err = |source| VolumeError::EmptyDir {
+        let dir_err = |source| VolumeError::EmptyDir {
             path: path.clone(),
             source,
         };
-        std::fs::create_dir_all(&path).map_err(err)?;
-        if let Some(gid) = fs_group.filter(|_| fresh) {
-            super::security::set_volume_ownership(&path, gid).map_err(err)?;
+        let fresh = !path.exists();
+        std::fs::create_dir_all(&path).map_err(dir_err)?;
+        match ed.medium.as_deref().unwrap_or("") {
+            "" => {}
+            "Memory" => mount_tmpfs(&volume.name, &path, tmpfs_size(pod, ed, allocatable))?,
+            other => {
+                return Err(VolumeError::Medium {
+                    volume: volume.name.clone(),
+                    medium: other.to_string(),
+                });
+            }
         }
-        return Ok(path);
+        // kubelet's setupDir: world-writable, so a container of any user can use it
+        // (a fresh tmpfs is 1777 already).
+        set_mode_if_other(&path, 0o777).map_err(dir_err)?;
+        let fs_group = (pod.spec.as_ref())
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|sc| sc.fs_group);
+        if let Some(gid) = fs_group.filter(|_| fresh) {
+            super::security::set_volume_ownership(&path, gid).map_err(dir_err)?;
+        }
+        return Ok(HostVolume {
+            path,
+            read_only: false,
+        });
+    }
+    if let Some((plugin, payload)) = downward_payload(volume, pod, allocatable)? {
+        let path = safe_path::beneath(pods_dir, &[uid, "volumes", plugin, &volume.name])?;
+        write_payload(&volume.name, &path, &payload)?;
+        // Always read-only, as kubelet mounts API data volumes since v1.10.
+        return Ok(HostVolume {
+            path,
+            read_only: true,
+        });
     }
     Err(VolumeError::Unsupported(volume.name.clone()))
+}
+
+/// Sets `path`'s permission bits to `mode` unless they are already (kubelet's
+/// `setupDir` compares `Perm()` only, so a sticky tmpfs or an fsGroup's setgid stays).
+fn set_mode_if_other(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let current = std::fs::metadata(path)?.permissions().mode() & 0o777;
+    if current != mode {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
+}
+
+fn write_payload(volume: &str, path: &Path, payload: &Payload) -> Result<bool, VolumeError> {
+    let err = |source| VolumeError::AtomicWrite {
+        volume: volume.to_string(),
+        source,
+    };
+    std::fs::create_dir_all(path).map_err(|source| {
+        err(AtomicWriteError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    })?;
+    atomic_writer::write(path, payload).map_err(err)
+}
+
+/// kubelet's default file mode of API data volumes (`0644`).
+const DEFAULT_MODE: i32 = 0o644;
+
+/// The files of a `downwardAPI` volume (or a `projected` one whose sources are all
+/// `downwardAPI`), with the plugin directory it lives in; `None` for other volumes.
+fn downward_payload(
+    volume: &Volume,
+    pod: &Pod,
+    allocatable: &NodeResources,
+) -> Result<Option<(&'static str, Payload)>, VolumeError> {
+    let (plugin, default_mode, sources) = if let Some(d) = &volume.downward_api {
+        (DOWNWARD_API, d.default_mode, vec![d.items.as_deref()])
+    } else if let Some(p) = &volume.projected {
+        let mut items = Vec::new();
+        for source in p.sources.iter().flatten() {
+            match &source.downward_api {
+                Some(d) => items.push(d.items.as_deref()),
+                None => return Err(VolumeError::Unsupported(volume.name.clone())),
+            }
+        }
+        (PROJECTED, p.default_mode, items)
+    } else {
+        return Ok(None);
+    };
+    let mut payload = Payload::new();
+    let items = sources.into_iter().flatten().flatten();
+    for (index, item) in items.enumerate() {
+        let err = |source| VolumeError::Downward {
+            volume: volume.name.clone(),
+            index,
+            source,
+        };
+        let value = if let Some(fr) = &item.field_ref {
+            downward::metadata_field(pod, &fr.field_path).map_err(err)?
+        } else if let Some(rf) = &item.resource_field_ref {
+            let name = rf.container_name.as_deref().unwrap_or("");
+            let c = downward::find_container(pod, name)
+                .ok_or_else(|| err(DownwardError::NoContainer(name.to_string())))?;
+            downward::resource_value(c, rf, allocatable).map_err(err)?
+        } else {
+            String::new()
+        };
+        let mode = item.mode.or(default_mode).unwrap_or(DEFAULT_MODE);
+        // The API's range for file modes; anything else is refused, never masked.
+        let mode = u32::try_from(mode)
+            .ok()
+            .filter(|m| *m <= 0o777)
+            .ok_or_else(|| err(DownwardError::Mode(mode)))?;
+        payload.insert(
+            item.path.clone(),
+            FileProjection {
+                data: value.into_bytes(),
+                mode,
+            },
+        );
+    }
+    Ok(Some((plugin, payload)))
+}
+
+/// Re-writes the pod's `downwardAPI` volumes that exist already, so changed labels and
+/// annotations reach running containers (kubelet re-projects them on each sync). A
+/// volume whose content is unchanged is not touched. Returns the volumes rewritten.
+pub(crate) fn refresh_downward_volumes(
+    pod: &Pod,
+    pods_dir: &Path,
+    allocatable: &NodeResources,
+) -> Result<Vec<String>, VolumeError> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
+    let mut written = Vec::new();
+    for volume in volumes.unwrap_or_default() {
+        let Some((plugin, payload)) = downward_payload(volume, pod, allocatable)? else {
+            continue;
+        };
+        let path = safe_path::beneath(pods_dir, &[uid, "volumes", plugin, &volume.name])?;
+        if path.is_dir() && write_payload(&volume.name, &path, &payload)? {
+            written.push(volume.name.clone());
+        }
+    }
+    Ok(written)
+}
+
+/// kubelet's `calculateEmptyDirMemorySize`: node allocatable memory, or the pod's memory
+/// limit when it has one below that, or the volume's `sizeLimit` when below both.
+/// `None` leaves the kernel's default (half of RAM).
+fn tmpfs_size(pod: &Pod, ed: &EmptyDirVolumeSource, allocatable: &NodeResources) -> Option<i64> {
+    let mut size = allocatable.memory_bytes;
+    if let Ok((limits, declared)) = crate::cm::resources::pod_limits(pod)
+        && declared.memory
+        && let Some(l) = limits.memory_bytes
+        && l > 0
+        && l <= size
+    {
+        size = l;
+    }
+    if let Some(l) = ed
+        .size_limit
+        .as_ref()
+        .and_then(|q| crate::quantity::bytes(q).ok())
+        && l > 0
+        && l <= size
+    {
+        size = l;
+    }
+    (size > 0).then_some(size)
+}
+
+/// Mounts a tmpfs at `path` (kubelet's `setupTmpfs`), unless one is there already.
+fn mount_tmpfs(volume: &str, path: &Path, size: Option<i64>) -> Result<(), VolumeError> {
+    let err = |source| VolumeError::Tmpfs {
+        volume: volume.to_string(),
+        path: path.to_path_buf(),
+        source,
+    };
+    if safe_path::mounts_at_or_below(path)
+        .map_err(err)?
+        .iter()
+        .any(|m| m == path)
+    {
+        return Ok(());
+    }
+    let options = std::ffi::CString::new(size.map(|s| format!("size={s}")).unwrap_or_default())
+        .map_err(|e| err(std::io::Error::other(e)))?;
+    rustix::mount::mount(
+        "tmpfs",
+        path,
+        "tmpfs",
+        rustix::mount::MountFlags::empty(),
+        Some(options.as_c_str()),
+    )
+    .map_err(|e| err(e.into()))
+}
+
+/// Detaches the tmpfs of each Memory emptyDir of the pod whose directory is `pod_dir`
+/// (`<pods>/<uid>`), so that the directory can be removed: the removal never deletes
+/// through a mount. Only mounts exactly at `volumes/kubernetes.io~empty-dir/<name>`,
+/// where oxlet puts them, are detached; anything else stays and refuses the removal.
+pub(crate) fn unmount_pod_volumes(pod_dir: &Path) -> std::io::Result<()> {
+    let dir = pod_dir.join("volumes").join(EMPTY_DIR);
+    for m in safe_path::mounts_at_or_below(&dir)? {
+        if m.parent() == Some(dir.as_path()) {
+            safe_path::detach(&m)?;
+        }
+    }
+    Ok(())
+}
+
+/// One emptyDir's `sizeLimit` (bytes), for the eviction manager.
+#[cfg_attr(
+    not(test),
+    allow(dead_code, reason = "read by the eviction manager's issue")
+)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EmptyDirLimit {
+    pub volume: String,
+    pub bytes: i64,
+    pub memory: bool,
+}
+
+/// The `sizeLimit` of each emptyDir of the pod that sets one.
+#[cfg_attr(
+    not(test),
+    allow(dead_code, reason = "read by the eviction manager's issue")
+)]
+pub(crate) fn empty_dir_limits(pod: &Pod) -> Vec<EmptyDirLimit> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
+    volumes
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| {
+            let ed = v.empty_dir.as_ref()?;
+            let bytes = crate::quantity::bytes(ed.size_limit.as_ref()?).ok()?;
+            Some(EmptyDirLimit {
+                volume: v.name.clone(),
+                bytes,
+                memory: ed.medium.as_deref() == Some("Memory"),
+            })
+        })
+        .collect()
 }
 
 /// Opens `sub` below the volume at `volume_path` (creating missing directories below it,
@@ -227,12 +512,24 @@ fn bind_sub_path(
     Ok(target.to_path_buf())
 }
 
-fn propagation(mode: Option<&str>) -> i32 {
-    match mode {
-        Some("HostToContainer") => cri::MountPropagation::PropagationHostToContainer as i32,
-        Some("Bidirectional") => cri::MountPropagation::PropagationBidirectional as i32,
-        _ => cri::MountPropagation::PropagationPrivate as i32,
-    }
+/// kubelet's `translateMountPropagation`, with its API rule that only a privileged
+/// container may use `Bidirectional`.
+fn propagation(vm: &VolumeMount, privileged: bool) -> Result<i32, VolumeError> {
+    use cri::MountPropagation as P;
+    Ok(match vm.mount_propagation.as_deref() {
+        None | Some("None") => P::PropagationPrivate as i32,
+        Some("HostToContainer") => P::PropagationHostToContainer as i32,
+        Some("Bidirectional") if privileged => P::PropagationBidirectional as i32,
+        Some("Bidirectional") => {
+            return Err(VolumeError::BidirectionalUnprivileged(vm.name.clone()));
+        }
+        Some(other) => {
+            return Err(VolumeError::Propagation {
+                volume: vm.name.clone(),
+                mode: other.to_string(),
+            });
+        }
+    })
 }
 
 /// The subPath of a mount: `subPath` as written, or `subPathExpr` with `$(VAR)` expanded
@@ -264,7 +561,13 @@ pub(crate) fn container_mounts(
     container: &Container,
     pods_dir: &Path,
     envs: &[(String, String)],
+    allocatable: &NodeResources,
 ) -> Result<Vec<cri::Mount>, VolumeError> {
+    let privileged = container
+        .security_context
+        .as_ref()
+        .and_then(|s| s.privileged)
+        .unwrap_or(false);
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     let volumes = pod
         .spec
@@ -277,10 +580,11 @@ pub(crate) fn container_mounts(
             .iter()
             .find(|v| v.name == vm.name)
             .ok_or_else(|| VolumeError::NoSuchVolume(vm.name.clone()))?;
-        let fs_group = (pod.spec.as_ref())
-            .and_then(|s| s.security_context.as_ref())
-            .and_then(|sc| sc.fs_group);
-        let mut host = host_path_of(volume, pods_dir, uid, fs_group)?;
+        let propagation = propagation(vm, privileged)?;
+        let HostVolume {
+            path: mut host,
+            read_only,
+        } = host_path_of(volume, pod, pods_dir, allocatable)?;
         if let Some(sub) = sub_path_of(vm, envs)? {
             let target = subpath_target(pods_dir, uid, &volume.name, &container.name, index)?;
             host = bind_sub_path(&volume.name, &host, &sub, &target)?;
@@ -288,8 +592,8 @@ pub(crate) fn container_mounts(
         mounts.push(cri::Mount {
             container_path: vm.mount_path.clone(),
             host_path: host.to_string_lossy().into_owned(),
-            readonly: vm.read_only.unwrap_or(false),
-            propagation: propagation(vm.mount_propagation.as_deref()),
+            readonly: vm.read_only.unwrap_or(false) || read_only,
+            propagation,
             ..Default::default()
         });
     }
@@ -299,8 +603,328 @@ pub(crate) fn container_mounts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec};
+    use k8s_openapi::api::core::v1::{
+        DownwardAPIVolumeFile, DownwardAPIVolumeSource, ObjectFieldSelector, PodSpec,
+        ResourceFieldSelector, SecurityContext,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use std::collections::BTreeMap;
+
+    const NODE: NodeResources = NodeResources {
+        cpu_milli: 2000,
+        memory_bytes: 1 << 30,
+        ephemeral_storage_bytes: 1 << 40,
+        pods: 110,
+    };
+
+    fn memory_dir(name: &str, limit: Option<&str>) -> Volume {
+        Volume {
+            name: name.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".into()),
+                size_limit: limit.map(|l| Quantity(l.into())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn downward_volume(items: Vec<DownwardAPIVolumeFile>) -> Volume {
+        Volume {
+            name: "info".into(),
+            downward_api: Some(DownwardAPIVolumeSource {
+                default_mode: Some(0o600),
+                items: Some(items),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn field_item(path: &str, field: &str) -> DownwardAPIVolumeFile {
+        DownwardAPIVolumeFile {
+            path: path.into(),
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field.into(),
+                api_version: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn downward_volumes_are_written_read_only_and_refreshed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let mut items = vec![
+            field_item("labels", "metadata.labels"),
+            field_item("name", "metadata.name"),
+        ];
+        items.push(DownwardAPIVolumeFile {
+            path: "limits/mem".into(),
+            resource_field_ref: Some(ResourceFieldSelector {
+                container_name: Some("c".into()),
+                resource: "limits.memory".into(),
+                divisor: Some(Quantity("1Mi".into())),
+            }),
+            mode: Some(0o640),
+            ..Default::default()
+        });
+        let mut p = pod("u9", vec![downward_volume(items)]);
+        p.metadata.name = Some("web".into());
+        p.metadata.labels = Some(BTreeMap::from([("a".to_string(), "1".to_string())]));
+        let c = container(vec![mount("info", "/etc/info", None)]);
+        p.spec.as_mut().unwrap().containers = vec![c.clone()];
+        // Nothing to refresh before the volume was set up.
+        assert!(
+            refresh_downward_volumes(&p, &pods, &NODE)
+                .unwrap()
+                .is_empty()
+        );
+        let m = container_mounts(&p, &c, &pods, &[], &NODE).unwrap();
+        assert!(m[0].readonly, "API data volumes are always read-only");
+        let dir = pods.join("u9/volumes/kubernetes.io~downward-api/info");
+        assert_eq!(m[0].host_path, dir.to_string_lossy());
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        assert_eq!(read("labels"), "a=\"1\"");
+        assert_eq!(read("name"), "web");
+        assert_eq!(read("limits/mem"), "1024");
+        let mode = |f: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o777
+        };
+        assert_eq!(mode("name"), 0o600);
+        assert_eq!(mode("limits/mem"), 0o640);
+        assert!(
+            refresh_downward_volumes(&p, &pods, &NODE)
+                .unwrap()
+                .is_empty()
+        );
+        p.metadata.labels = Some(BTreeMap::from([("a".to_string(), "2".to_string())]));
+        assert_eq!(
+            refresh_downward_volumes(&p, &pods, &NODE).unwrap(),
+            ["info"]
+        );
+        assert_eq!(read("labels"), "a=\"2\"");
+
+        // A mode out of the API's range is refused, not masked.
+        let mut item = field_item("n", "metadata.name");
+        item.mode = Some(0o1777);
+        let odd = pod("u14", vec![downward_volume(vec![item])]);
+        let err = container_mounts(&odd, &c, &pods, &[], &NODE).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "volume \"info\": items[0]: mode: 0o1777 must be a number between 0 and 0777 (octal)"
+        );
+
+        // An escaping item path is an error naming the volume; nothing is written.
+        let bad = pod(
+            "u10",
+            vec![downward_volume(vec![field_item("../x", "metadata.name")])],
+        );
+        let err = container_mounts(&bad, &c, &pods, &[], &NODE).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("volume \"info\": item path \"../x\""),
+            "{err}"
+        );
+        assert!(!tmp.path().join("pods/u10/volumes/x").exists());
+    }
+
+    #[test]
+    fn projected_downward_sources_share_one_volume_and_other_sources_are_refused() {
+        use k8s_openapi::api::core::v1::{
+            ConfigMapProjection, ProjectedVolumeSource, VolumeProjection,
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let source = |item| VolumeProjection {
+            downward_api: Some(k8s_openapi::api::core::v1::DownwardAPIProjection {
+                items: Some(vec![item]),
+            }),
+            ..Default::default()
+        };
+        let projected = |sources| Volume {
+            name: "proj".into(),
+            projected: Some(ProjectedVolumeSource {
+                default_mode: Some(0o444),
+                sources: Some(sources),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut p = pod(
+            "u15",
+            vec![projected(vec![
+                source(field_item("name", "metadata.name")),
+                source(field_item("uid", "metadata.uid")),
+            ])],
+        );
+        p.metadata.name = Some("web".into());
+        let c = container(vec![mount("proj", "/p", None)]);
+        let m = container_mounts(&p, &c, &pods, &[], &NODE).unwrap();
+        assert!(m[0].readonly);
+        let dir = pods.join("u15/volumes/kubernetes.io~projected/proj");
+        assert_eq!(std::fs::read_to_string(dir.join("name")).unwrap(), "web");
+        assert_eq!(std::fs::read_to_string(dir.join("uid")).unwrap(), "u15");
+
+        let cm = VolumeProjection {
+            config_map: Some(ConfigMapProjection::default()),
+            ..Default::default()
+        };
+        let p = pod("u16", vec![projected(vec![cm])]);
+        let err = container_mounts(&p, &c, &pods, &[], &NODE).unwrap_err();
+        assert!(
+            matches!(err, VolumeError::Unsupported(ref v) if v == "proj"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bidirectional_propagation_needs_a_privileged_container() {
+        let mut vm = mount("d", "/d", None);
+        vm.mount_propagation = Some("Bidirectional".into());
+        assert_eq!(
+            propagation(&vm, false).unwrap_err().to_string(),
+            "volume mount \"d\": mountPropagation: Forbidden: Bidirectional mount propagation is available only to privileged containers"
+        );
+        assert_eq!(
+            propagation(&vm, true).unwrap(),
+            cri::MountPropagation::PropagationBidirectional as i32
+        );
+        vm.mount_propagation = Some("HostToContainer".into());
+        assert_eq!(
+            propagation(&vm, false).unwrap(),
+            cri::MountPropagation::PropagationHostToContainer as i32
+        );
+        vm.mount_propagation = Some("Sideways".into());
+        assert!(propagation(&vm, true).is_err());
+        vm.mount_propagation = None;
+        assert_eq!(
+            propagation(&vm, false).unwrap(),
+            cri::MountPropagation::PropagationPrivate as i32
+        );
+        // Through container_mounts, the privileged flag comes from the container.
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let ed = Volume {
+            name: "d".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        };
+        let p = pod("u11", vec![ed]);
+        let mut vm = mount("d", "/d", None);
+        vm.mount_propagation = Some("Bidirectional".into());
+        let mut c = container(vec![vm]);
+        assert!(container_mounts(&p, &c, &pods, &[], &NODE).is_err());
+        c.security_context = Some(SecurityContext {
+            privileged: Some(true),
+            ..Default::default()
+        });
+        assert_eq!(
+            container_mounts(&p, &c, &pods, &[], &NODE).unwrap().len(),
+            1
+        );
+    }
+
+    #[test]
+    fn memory_empty_dir_size_and_limits_as_kubelet() {
+        let ed = |l: Option<&str>| memory_dir("m", l).empty_dir.unwrap();
+        let p = pod("u", vec![]);
+        assert_eq!(tmpfs_size(&p, &ed(None), &NODE), Some(1 << 30));
+        assert_eq!(tmpfs_size(&p, &ed(Some("64Mi")), &NODE), Some(64 << 20));
+        // A sizeLimit above allocatable is ignored.
+        assert_eq!(tmpfs_size(&p, &ed(Some("2Gi")), &NODE), Some(1 << 30));
+        assert_eq!(tmpfs_size(&p, &ed(None), &NodeResources::default()), None);
+        // A pod memory limit below allocatable bounds it.
+        let mut limited = pod("u", vec![]);
+        let mut c = container(vec![]);
+        c.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            limits: Some(BTreeMap::from([(
+                "memory".to_string(),
+                Quantity("128Mi".into()),
+            )])),
+            ..Default::default()
+        });
+        limited.spec.as_mut().unwrap().containers = vec![c];
+        assert_eq!(tmpfs_size(&limited, &ed(None), &NODE), Some(128 << 20));
+        assert_eq!(tmpfs_size(&limited, &ed(Some("1Mi")), &NODE), Some(1 << 20));
+
+        let p = pod(
+            "u",
+            vec![
+                memory_dir("m", Some("32Mi")),
+                memory_dir("n", None),
+                Volume {
+                    name: "disk".into(),
+                    empty_dir: Some(EmptyDirVolumeSource {
+                        medium: None,
+                        size_limit: Some(Quantity("1Gi".into())),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ],
+        );
+        assert_eq!(
+            empty_dir_limits(&p),
+            vec![
+                EmptyDirLimit {
+                    volume: "m".into(),
+                    bytes: 32 << 20,
+                    memory: true
+                },
+                EmptyDirLimit {
+                    volume: "disk".into(),
+                    bytes: 1 << 30,
+                    memory: false
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_empty_dir_is_a_tmpfs_unmounted_before_removal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let p = pod("u12", vec![memory_dir("m", Some("8Mi"))]);
+        let c = container(vec![mount("m", "/m", None)]);
+        let m = container_mounts(&p, &c, &pods, &[], &NODE).unwrap();
+        let dir = pods.join("u12/volumes/kubernetes.io~empty-dir/m");
+        assert_eq!(m[0].host_path, dir.to_string_lossy());
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let line = mounts
+            .lines()
+            .find(|l| l.split(' ').nth(1) == Some(dir.to_str().unwrap()))
+            .expect("tmpfs mounted");
+        assert!(line.starts_with("tmpfs "), "{line}");
+        assert!(line.contains("size=8192k"), "{line}");
+        // A second container start mounts nothing more.
+        container_mounts(&p, &c, &pods, &[], &NODE).unwrap();
+        assert_eq!(safe_path::mounts_at_or_below(&dir).unwrap().len(), 1);
+        // The removal refuses to cross it until it is unmounted.
+        assert!(safe_path::remove_beneath(&pods, &pods.join("u12")).is_err());
+        unmount_pod_volumes(&pods.join("u12")).unwrap();
+        assert!(safe_path::remove_beneath(&pods, &pods.join("u12")).unwrap());
+        assert!(safe_path::mounts_at_or_below(&pods).unwrap().is_empty());
+        // An unsupported medium is a clear error.
+        let mut v = memory_dir("h", None);
+        v.empty_dir.as_mut().unwrap().medium = Some("HugePages".into());
+        let p = pod("u13", vec![v]);
+        let err = container_mounts(
+            &p,
+            &container(vec![mount("h", "/h", None)]),
+            &pods,
+            &[],
+            &NODE,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "volume \"h\": emptyDir medium \"HugePages\" is not supported by oxlet"
+        );
+    }
 
     fn host_path(path: &Path, type_: &str) -> HostPathVolumeSource {
         HostPathVolumeSource {
@@ -363,7 +987,7 @@ mod tests {
         data.read_only = Some(true);
         let c = container(vec![data, mount("e", "/scratch", Some("sub"))]);
         let pods = tmp.path().join("pods");
-        let m = container_mounts(&pod, &c, &pods, &[]).unwrap();
+        let m = container_mounts(&pod, &c, &pods, &[], &NodeResources::default()).unwrap();
         assert!(host.is_dir(), "DirectoryOrCreate created it");
         assert_eq!(m[0].container_path, "/data");
         assert_eq!(m[0].host_path, host.to_string_lossy());
@@ -371,6 +995,14 @@ mod tests {
         // The subPath is made inside the emptyDir and bound under volume-subpaths.
         let e = pods.join("u1/volumes/kubernetes.io~empty-dir/e/sub");
         assert!(e.is_dir());
+        // kubelet's emptyDir is world-writable, for containers of any user.
+        let ed_mode = std::fs::metadata(e.parent().unwrap())
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&ed_mode) & 0o7777,
+            0o777
+        );
         let target = pods.join("u1/volume-subpaths/e/c/1");
         assert_eq!(m[1].host_path, target.to_string_lossy());
         std::fs::write(e.join("f"), b"x").unwrap();
@@ -380,7 +1012,8 @@ mod tests {
 
         let mut missing = c.clone();
         missing.volume_mounts.as_mut().unwrap()[0].name = "nope".into();
-        let err = container_mounts(&pod, &missing, &pods, &[]).unwrap_err();
+        let err =
+            container_mounts(&pod, &missing, &pods, &[], &NodeResources::default()).unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
     }
 
@@ -403,7 +1036,8 @@ mod tests {
         let pods = tmp.path().join("pods");
         for sub in ["link", "link/deeper"] {
             let c = container(vec![mount("h", "/x", Some(sub))]);
-            let err = container_mounts(&pod, &c, &pods, &[]).unwrap_err();
+            let err =
+                container_mounts(&pod, &c, &pods, &[], &NodeResources::default()).unwrap_err();
             assert!(matches!(err, VolumeError::SubPath { .. }), "{err}");
             let msg = err.to_string();
             assert!(
@@ -421,12 +1055,26 @@ mod tests {
         for expr in ["$(DIR)", "a/$(UP)/$(UP)/outside"] {
             let mut m = mount("h", "/x", None);
             m.sub_path_expr = Some(expr.into());
-            let err = container_mounts(&pod, &container(vec![m]), &pods, &envs).unwrap_err();
+            let err = container_mounts(
+                &pod,
+                &container(vec![m]),
+                &pods,
+                &envs,
+                &NodeResources::default(),
+            )
+            .unwrap_err();
             assert!(matches!(err, VolumeError::SubPath { .. }), "{expr}: {err}");
         }
         let mut m = mount("h", "/x", None);
         m.sub_path_expr = Some("made-$(DIR)".into());
-        let ok = container_mounts(&pod, &container(vec![m]), &pods, &envs).unwrap();
+        let ok = container_mounts(
+            &pod,
+            &container(vec![m]),
+            &pods,
+            &envs,
+            &NodeResources::default(),
+        )
+        .unwrap();
         assert!(vol.join("made-link").is_dir(), "expanded and made inside");
         assert!(ok[0].host_path.ends_with("volume-subpaths/h/c/0"));
         assert!(safe_path::remove_beneath(&pods, &pods.join("u2")).unwrap());

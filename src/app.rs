@@ -399,20 +399,25 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
     Ok(Agent { pods, statuses })
 }
 
-/// kubelet's admission handlers that oxlet has: `maxPods`, then the pod's requests
-/// against allocatable.
+/// kubelet's admission handlers that oxlet has: sysctls, `maxPods`, then the pod's
+/// requests against allocatable.
 fn admission_chain(
     max_pods: u32,
     allocatable: &NodeAllocatable,
     unsafe_sysctls: &[String],
 ) -> AdmissionChain {
-    let mut chain = AdmissionChain::standard(max_pods);
-    chain.push(Box::new(crate::cm::fit::ResourceFit {
-        allocatable: allocatable.allocatable,
-    }));
+    // kubelet's order: the sysctl allowlist, then the predicate handler (pods and
+    // resource fit), so a pod failing both is rejected as SysctlForbidden.
+    let mut chain = AdmissionChain::default();
     chain.push(Box::new(
         crate::syncloop::sysctl_admission::SysctlAdmission::for_node(unsafe_sysctls),
     ));
+    chain.push(Box::new(crate::syncloop::admission::MaxPods {
+        capacity: max_pods,
+    }));
+    chain.push(Box::new(crate::cm::fit::ResourceFit {
+        allocatable: allocatable.allocatable,
+    }));
     chain
 }
 

@@ -104,9 +104,23 @@ pub(crate) fn parse_resolv_conf(text: &str) -> cri::DnsConfig {
         match words.next() {
             Some("nameserver") => dns.servers.extend(words.next().map(str::to_string)),
             Some("search") => {
-                dns.searches = words.map(|w| w.trim_end_matches('.').to_string()).collect();
+                // The root domain `.` adds nothing; one trailing dot is dropped so the
+                // same domain counts once against the limits.
+                dns.searches = words
+                    .filter(|w| *w != ".")
+                    .map(|w| w.strip_suffix('.').unwrap_or(w).to_string())
+                    .collect();
             }
-            Some("options") => dns.options = words.map(str::to_string).collect(),
+            // Every `options` line counts, as for the resolver; a later option
+            // replaces an earlier one of the same name.
+            Some("options") => {
+                for w in words {
+                    let name = w.split_once(':').map_or(w, |(n, _)| n);
+                    dns.options
+                        .retain(|o| o.split_once(':').map_or(o.as_str(), |(n, _)| n) != name);
+                    dns.options.push(w.to_string());
+                }
+            }
             _ => {}
         }
     }
@@ -222,7 +236,12 @@ fn validate(policy_none: bool, cfg: Option<&PodDNSConfig>) -> Result<(), DnsErro
                 "Required value",
             ));
         }
-        if !one_word(name) || o.value.as_deref().is_some_and(|v| !one_word(v)) {
+        // An empty value is the bare option (kubelet's mergeDNSOptions).
+        let bad_value = o
+            .value
+            .as_deref()
+            .is_some_and(|v| !v.is_empty() && !one_word(v));
+        if !one_word(name) || bad_value {
             return Err(spec_error(
                 format!("spec.dnsConfig.options[{i}]"),
                 "name and value must be single words without whitespace",
@@ -443,6 +462,25 @@ mod tests {
         assert_eq!(dns.servers, vec!["10.0.0.2", "10.0.0.3"]);
         assert_eq!(dns.searches, vec!["corp.example", "lab.example"]);
         assert_eq!(dns.options, vec!["ndots:2", "edns0"]);
+        // Every options line counts (a later one replaces the same name); `.` is no
+        // search domain, and only one trailing dot goes.
+        let dns = parse_resolv_conf(
+            "options ndots:2 rotate\noptions timeout:3 ndots:1\nsearch a.example . b.example..\n",
+        );
+        assert_eq!(dns.options, vec!["rotate", "timeout:3", "ndots:1"]);
+        assert_eq!(dns.searches, vec!["a.example", "b.example."]);
+    }
+
+    #[test]
+    fn a_dns_config_option_with_an_empty_value_is_the_bare_option() {
+        let (_d, path) = host_file(HOST);
+        let c = configurer(&path, &["10.96.0.10"]);
+        let p = pod(serde_json::json!({
+            "dnsPolicy": "None",
+            "dnsConfig": {"nameservers": ["1.2.3.4"], "options": [{"name": "attempts", "value": ""}, {"name": "ndots", "value": "3"}]},
+        }));
+        let dns = c.pod_dns(&p).unwrap();
+        assert_eq!(dns.options, vec!["attempts", "ndots:3"]);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Pod admission (kubelet's `lifecycle.PodAdmitHandler`): the additions handler asks
 //! an ordered chain of handlers whether a new pod may run here; the first rejection
-//! wins. Today the chain holds the `maxPods` check; the container manager (resource
-//! fit) and the eviction manager (pressure) add their handlers to the same chain.
+//! wins. `app.rs` builds kubelet's order: the sysctl allowlist
+//! (`sysctl_admission.rs`), `maxPods`, then resource fit (`cm::fit`); the eviction
+//! manager (pressure) will add its handler to the same chain.
 
 use std::sync::Arc;
 
@@ -13,10 +14,6 @@ use super::OUT_OF_PODS;
 /// pods already admitted and not finished.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PodAdmitAttributes<'a> {
-    #[allow(
-        dead_code,
-        reason = "seam: resource-fit and eviction admission (issues 9, 12) read the pod"
-    )]
     pub pod: &'a Pod,
     pub other_pods: &'a [Arc<Pod>],
 }
@@ -55,7 +52,8 @@ impl std::fmt::Debug for AdmissionChain {
 }
 
 impl AdmissionChain {
-    /// The chain oxlet runs today: only the `maxPods` check.
+    /// A chain with only the `maxPods` check (the agent's chain is built in `app.rs`).
+    #[cfg(test)]
     pub(crate) fn standard(max_pods: u32) -> Self {
         let mut chain = AdmissionChain::default();
         chain.push(Box::new(MaxPods { capacity: max_pods }));

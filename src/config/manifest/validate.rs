@@ -392,6 +392,28 @@ fn validate_container<'a>(
         );
     }
 
+    // The API's ValidateSecurityContext: no_new_privs cannot hold for a privileged
+    // container, nor for one that adds CAP_SYS_ADMIN (the API compares that spelling only).
+    if let Some(sc) = c
+        .security_context
+        .as_ref()
+        .filter(|sc| sc.allow_privilege_escalation == Some(false))
+    {
+        if sc.privileged == Some(true) {
+            return fail(
+                f("securityContext"),
+                "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+            );
+        }
+        let adds = sc.capabilities.as_ref().and_then(|c| c.add.as_ref());
+        if adds.is_some_and(|a| a.iter().any(|c| c == "CAP_SYS_ADMIN")) {
+            return fail(
+                f("securityContext"),
+                "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
+            );
+        }
+    }
+
     for (j, p) in c.ports.iter().flatten().enumerate() {
         let pf = |sub: &str| f(&format!("ports[{j}].{sub}"));
         if !(1..=65535).contains(&p.container_port) {
@@ -727,6 +749,29 @@ mod tests {
             err(&text),
             format!("{PATH}: spec.containers[0].name: duplicate name \"nginx\"")
         );
+    }
+
+    #[test]
+    fn no_new_privs_cannot_hold_for_privileged_or_sys_admin_containers() {
+        assert_err(
+            &with_container_lines(
+                "    securityContext:\n      privileged: true\n      allowPrivilegeEscalation: false\n",
+            ),
+            "spec.containers[0].securityContext: cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+        );
+        assert_err(
+            &with_container_lines(
+                "    securityContext:\n      allowPrivilegeEscalation: false\n      capabilities:\n        add: [CAP_SYS_ADMIN]\n",
+            ),
+            "spec.containers[0].securityContext: cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
+        );
+        // As the API: only that spelling, and privileged with escalation allowed is fine.
+        for ok in [
+            "    securityContext:\n      allowPrivilegeEscalation: false\n      capabilities:\n        add: [SYS_ADMIN]\n",
+            "    securityContext:\n      privileged: true\n      allowPrivilegeEscalation: true\n",
+        ] {
+            assert!(decode(&with_container_lines(ok)).is_ok(), "{ok}");
+        }
     }
 
     #[test]

@@ -58,9 +58,48 @@ pub(super) fn parse_pod(text: &str) -> Result<Pod, ParseError> {
             }
         }
     }
-    let (index, value) = yaml_single_document(text)?;
+    let (index, mut value) = yaml_single_document(text)?;
     check_kind(&value)?;
+    if yaml11_octal_modes(&mut value) {
+        return serde_json::from_value(value)
+            .map_err(|e| ParseError::Decode(format!("invalid Pod (YAML): {e}")));
+    }
     yaml_pod(text, index)
+}
+
+/// File modes written the YAML 1.1 way (`defaultMode: 0644`), as kubelet's YAML
+/// decoder reads them: octal. serde_yaml_ng follows YAML 1.2, where `0644` is not a
+/// number, and gives a string. Only `defaultMode` and `mode` (the volume file modes)
+/// holding a plain octal literal are turned into numbers; true if any was.
+fn yaml11_octal_modes(value: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    let mut changed = false;
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                let octal = match v {
+                    Value::String(s) if key == "defaultMode" || key == "mode" => s
+                        .strip_prefix('0')
+                        .filter(|d| !d.is_empty() && d.len() <= 11)
+                        .and_then(|d| i64::from_str_radix(d, 8).ok()),
+                    _ => None,
+                };
+                if let Some(n) = octal {
+                    *v = Value::from(n);
+                    changed = true;
+                } else {
+                    changed |= yaml11_octal_modes(v);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                changed |= yaml11_octal_modes(v);
+            }
+        }
+        _ => {}
+    }
+    changed
 }
 
 /// Decodes document `index` of `text` as a Pod (`from_str` refuses multi-document
@@ -325,6 +364,22 @@ mod tests {
     use crate::config::manifest::*;
 
     const BOMB_CHILD_ENV: &str = "OXLET_TEST_DECODE_FILE";
+
+    #[test]
+    fn yaml_1_1_octal_file_modes_are_read_as_kubelet_reads_them() {
+        let text = format!(
+            "{GOOD}  volumes:\n  - name: info\n    downwardAPI:\n      defaultMode: 0644\n      items:\n      - path: labels\n        mode: 0400\n        fieldRef: {{fieldPath: metadata.labels}}\n      - path: name\n        mode: 256\n        fieldRef: {{fieldPath: metadata.name}}\n"
+        );
+        let pod = decode(&text).unwrap();
+        let volumes = pod.spec.unwrap().volumes.unwrap();
+        let d = volumes[0].downward_api.as_ref().unwrap();
+        assert_eq!(d.default_mode, Some(0o644));
+        let items = d.items.as_ref().unwrap();
+        assert_eq!(items[0].mode, Some(0o400));
+        assert_eq!(items[1].mode, Some(256));
+        // Not octal: still refused as a string.
+        assert!(decode(&text.replace("0644", "0648")).is_err());
+    }
 
     #[test]
     fn good_yaml_decodes_and_is_named_for_the_node() {

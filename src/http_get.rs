@@ -38,10 +38,37 @@ pub(crate) struct Answer {
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
+/// How a connection is made: plain, or TLS with or without checking the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    Plain,
+    /// kubelet's probes and hooks: a real handshake, no certificate checks.
+    TlsSkipVerify,
+    /// Go's default client (the manifest URL): the chain and name are verified
+    /// against the system's trusted roots.
+    TlsVerify,
+}
+
 /// Sends `request` to `host:port` and reads at most `max_body` bytes of the answer's
 /// body. The connection lives only as long as this call.
 pub(crate) async fn get(
     https: bool,
+    host: &str,
+    port: u16,
+    request: Request<Empty<Bytes>>,
+    max_body: usize,
+) -> Result<Answer, HttpGetError> {
+    let transport = if https {
+        Transport::TlsSkipVerify
+    } else {
+        Transport::Plain
+    };
+    get_over(transport, host, port, request, max_body).await
+}
+
+/// [`get`] with the transport chosen by the caller.
+pub(crate) async fn get_over(
+    transport: Transport,
     host: &str,
     port: u16,
     request: Request<Empty<Bytes>>,
@@ -56,15 +83,32 @@ pub(crate) async fn get(
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(HttpGetError::Dial)?;
-    let stream: Box<dyn Stream> = if https {
-        Box::new(
+    let stream: Box<dyn Stream> = match transport {
+        Transport::Plain => Box::new(tcp),
+        Transport::TlsSkipVerify => Box::new(
             crate::tls::connect(tcp, bare)
                 .await
                 .map_err(HttpGetError::Tls)?,
-        )
-    } else {
-        Box::new(tcp)
+        ),
+        Transport::TlsVerify => Box::new(
+            crate::tls::connect_verified(tcp, bare)
+                .await
+                .map_err(HttpGetError::Tls)?,
+        ),
     };
+    exchange(stream, request, max_body).await
+}
+
+/// Sends `request` over an established `stream` (plain or TLS, dialled by the
+/// caller) and reads at most `max_body` bytes of the answer's body.
+async fn exchange<S>(
+    stream: S,
+    request: Request<Empty<Bytes>>,
+    max_body: usize,
+) -> Result<Answer, HttpGetError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     let conn = async move {
         let _ = conn.await;

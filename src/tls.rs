@@ -5,7 +5,9 @@
 //! usually self-signed or issued for a name other than the pod IP, and a probe asks
 //! "does it answer?", not "is it who it says?". oxlet does the same: the handshake
 //! is real (so a plain-HTTP server on an HTTPS probe fails, as in kubelet), but the
-//! certificate chain and name are not checked. Nothing else in oxlet uses this.
+//! certificate chain and name are not checked. [`connect_verified`] is the other
+//! kind, for the manifest URL: Go's default client verifies against the system's
+//! trusted roots, and so does kubelet's HTTP source.
 
 use std::io;
 use std::sync::{Arc, OnceLock};
@@ -92,4 +94,51 @@ pub(crate) async fn connect(tcp: TcpStream, host: &str) -> io::Result<TlsStream<
     let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     connector().connect(name, tcp).await
+}
+
+/// Where Go looks for the system's trusted roots on Linux, first found wins.
+const SYSTEM_ROOTS: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/pki/tls/cacert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// A verifying client configuration, built on first use from the first system
+/// bundle found (none found: no roots, so every handshake fails as untrusted).
+fn verified_connector() -> TlsConnector {
+    use tokio_rustls::rustls::RootCertStore;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    let config = CONFIG.get_or_init(|| {
+        let mut roots = RootCertStore::empty();
+        if let Some(bundle) = SYSTEM_ROOTS
+            .iter()
+            .find(|p| std::path::Path::new(p).is_file())
+            && let Ok(certs) = CertificateDer::pem_file_iter(bundle)
+        {
+            roots.add_parsable_certificates(certs.flatten());
+        }
+        let provider = Arc::new(crypto::ring::default_provider());
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default protocol versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Arc::new(config)
+    });
+    TlsConnector::from(config.clone())
+}
+
+/// The TLS handshake over `tcp` with the server's chain and name verified against
+/// the system's trusted roots.
+pub(crate) async fn connect_verified(
+    tcp: TcpStream,
+    host: &str,
+) -> io::Result<TlsStream<TcpStream>> {
+    let name = ServerName::try_from(host.trim_matches(['[', ']']).to_string())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    verified_connector().connect(name, tcp).await
 }

@@ -67,6 +67,97 @@ pub(super) fn parse_pod(text: &str) -> Result<Pod, ParseError> {
     yaml_pod(text, index)
 }
 
+/// One Pod, or the items of a PodList (kubelet's HTTP source tries the one, then
+/// the other). Anything that is not a PodList gets [`parse_pod`]'s checks and
+/// messages. List items may omit `kind`/`apiVersion`, as in the API's own lists.
+/// The flag is true for a list.
+pub(super) fn parse_pods(text: &str) -> Result<(Vec<Pod>, bool), ParseError> {
+    let Ok((value, yaml)) = generic_value(text) else {
+        // Not even well-formed: parse_pod says why, in its words.
+        return parse_pod(text).map(|p| (vec![p], false));
+    };
+    if value.get("kind").and_then(serde_json::Value::as_str) != Some("PodList") {
+        return parse_pod(text).map(|p| (vec![p], false));
+    }
+    pod_list(value, yaml).map(|pods| (pods, true))
+}
+
+/// The one document of `text` as a generic value (budgeted as [`parse_pod`] is),
+/// and whether it was read as YAML.
+fn generic_value(text: &str) -> Result<(serde_json::Value, bool), ParseError> {
+    if text.trim_start().starts_with('{') {
+        let mut json = serde_json::Deserializer::from_str(text);
+        let walked =
+            serde::de::DeserializeSeed::deserialize(Walk(&ExpansionBudget::new()), &mut json);
+        if walked.is_ok()
+            && let Ok(value) = serde_json::from_str(text)
+        {
+            return Ok((value, false));
+        }
+    }
+    let (_, value) = yaml_single_document(text)?;
+    Ok((value, true))
+}
+
+/// A PodList's items as Pods; the first bad item fails the whole list.
+fn pod_list(mut value: serde_json::Value, yaml: bool) -> Result<Vec<Pod>, ParseError> {
+    use serde_json::Value;
+    match value.get("apiVersion") {
+        Some(Value::String(v)) if v == "v1" => {}
+        None => {
+            return Err(FieldError::new("apiVersion", "required value (expected \"v1\")").into());
+        }
+        Some(other) => {
+            return Err(FieldError::new(
+                "apiVersion",
+                format!("unsupported value {other}: expected \"v1\""),
+            )
+            .into());
+        }
+    }
+    let items = match value.get_mut("items").map(Value::take) {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(FieldError::new("items", "expected a list of Pods").into()),
+    };
+    let mut pods = Vec::with_capacity(items.len());
+    for (i, mut item) in items.into_iter().enumerate() {
+        let field = |f: &str| format!("items[{i}].{f}");
+        if !item.is_object() {
+            return Err(FieldError::new(format!("items[{i}]"), "expected a Pod object").into());
+        }
+        match item.get("kind") {
+            None => {}
+            Some(Value::String(k)) if k == "Pod" => {}
+            Some(other) => {
+                return Err(FieldError::new(
+                    field("kind"),
+                    format!("unsupported kind {other}: a PodList holds Pods"),
+                )
+                .into());
+            }
+        }
+        match item.get("apiVersion") {
+            None => {}
+            Some(Value::String(v)) if v == "v1" => {}
+            Some(other) => {
+                return Err(FieldError::new(
+                    field("apiVersion"),
+                    format!("unsupported value {other}: expected \"v1\""),
+                )
+                .into());
+            }
+        }
+        if yaml {
+            yaml11_octal_modes(&mut item);
+        }
+        let pod = serde_json::from_value::<Pod>(item)
+            .map_err(|e| ParseError::Decode(format!("items[{i}]: invalid Pod: {e}")))?;
+        pods.push(pod);
+    }
+    Ok(pods)
+}
+
 /// File modes written the YAML 1.1 way (`defaultMode: 0644`), as kubelet's YAML
 /// decoder reads them: octal. serde_yaml_ng follows YAML 1.2, where `0644` is not a
 /// number, and gives a string. Only `defaultMode` and `mode` (the volume file modes)

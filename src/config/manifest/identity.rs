@@ -13,7 +13,17 @@ use k8s_openapi::api::core::v1::{
 use super::defaults::{default_str, unset};
 
 use crate::hash::Fnv128a;
-use crate::pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE};
+use crate::pod::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION, FILE_SOURCE, HTTP_SOURCE};
+
+/// Where a static pod came from, as kubelet's `applyDefaults` tells them apart:
+/// it decides what the UID hash covers and whether the NoExecute toleration is added.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Origin<'a> {
+    /// A manifest file (the file source).
+    File(&'a Path),
+    /// A manifest URL (the HTTP source).
+    Url(&'a str),
+}
 
 // The canonical form the static pod UID is hashed over. kubelet hashes its Go
 // object, where a plain (non-pointer) `bool`, `string` or `int` cannot tell
@@ -190,25 +200,38 @@ pub(super) fn static_pod_name(name: &str, node_name: &str) -> String {
 
 /// The UID kubelet would derive: FNV-128a over the (API-defaulted) pod, the node and
 /// the file, so an edit, another node or another file each give a different UID.
+/// A URL's pod hashes the pod and `url:<url>` only (kubelet leaves the node out there).
 /// The pod is hashed in its [`canonical_for_hash`] form, so spelling out a default
 /// (`hostNetwork: false`) is not an edit.
-fn static_pod_uid(pod: &Pod, path: &Path, node_name: &str) -> String {
+fn static_pod_uid(pod: &Pod, origin: Origin<'_>, node_name: &str) -> String {
     let mut canonical = pod.clone();
     canonical_for_hash(&mut canonical);
     let mut h = Fnv128a::default();
     // Serializing a Pod (string-keyed, ordered maps) cannot fail.
     h.write(&serde_json::to_vec(&canonical).unwrap_or_default());
-    h.write(b"host:");
-    h.write(node_name.as_bytes());
-    h.write(b"file:");
-    h.write(path.as_os_str().as_bytes());
+    match origin {
+        Origin::File(path) => {
+            h.write(b"host:");
+            h.write(node_name.as_bytes());
+            h.write(b"file:");
+            h.write(path.as_os_str().as_bytes());
+        }
+        Origin::Url(url) => {
+            h.write(b"url:");
+            h.write(url.as_bytes());
+        }
+    }
     h.hex()
 }
 
-pub(super) fn apply_static_defaults(pod: &mut Pod, path: &Path, node_name: &str) {
+pub(super) fn apply_static_defaults(pod: &mut Pod, origin: Origin<'_>, node_name: &str) {
     if unset(&pod.metadata.uid) {
-        pod.metadata.uid = Some(static_pod_uid(pod, path, node_name));
+        pod.metadata.uid = Some(static_pod_uid(pod, origin, node_name));
     }
+    let source = match origin {
+        Origin::File(_) => FILE_SOURCE,
+        Origin::Url(_) => HTTP_SOURCE,
+    };
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let meta = &mut pod.metadata;
     meta.name = Some(static_pod_name(
@@ -218,13 +241,16 @@ pub(super) fn apply_static_defaults(pod: &mut Pod, path: &Path, node_name: &str)
     default_str(&mut meta.namespace, "default");
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(CONFIG_HASH_ANNOTATION.to_string(), uid);
-    annotations.insert(
-        CONFIG_SOURCE_ANNOTATION.to_string(),
-        FILE_SOURCE.to_string(),
-    );
+    annotations.insert(CONFIG_SOURCE_ANNOTATION.to_string(), source.to_string());
 
+    pod.status.get_or_insert_with(PodStatus::default).phase =
+        Some(crate::pod::Phase::Pending.to_string());
     let spec = pod.spec.get_or_insert_with(PodSpec::default);
     spec.node_name = Some(node_name.to_string());
+    if matches!(origin, Origin::Url(_)) {
+        // kubelet adds the toleration below to file pods only.
+        return;
+    }
     // Static pods must survive node taints (kubelet adds this to every file pod).
     let tolerate_all = Toleration {
         operator: Some("Exists".to_string()),
@@ -243,8 +269,6 @@ pub(super) fn apply_static_defaults(pod: &mut Pod, path: &Path, node_name: &str)
     } else {
         tolerations.push(tolerate_all);
     }
-    pod.status.get_or_insert_with(PodStatus::default).phase =
-        Some(crate::pod::Phase::Pending.to_string());
 }
 
 #[cfg(test)]

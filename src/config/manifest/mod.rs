@@ -17,9 +17,9 @@ mod defaults;
 mod identity;
 mod validate;
 
-use decode::{as_text, parse_pod};
+use decode::{as_text, parse_pod, parse_pods};
 use defaults::apply_api_defaults;
-use identity::apply_static_defaults;
+use identity::{Origin, apply_static_defaults};
 use validate::validate_pod;
 
 /// Largest manifest we read or decode (kubelet's shared decoder has the same ~10 MB cap),
@@ -144,8 +144,48 @@ pub(crate) fn decode_static_pod(
     let mut pod = parse_pod(text).map_err(manifest_err)?;
     apply_api_defaults(&mut pod);
     validate_pod(&pod, node_name).map_err(|f| f.at(path))?;
-    apply_static_defaults(&mut pod, path, node_name);
+    apply_static_defaults(&mut pod, Origin::File(path), node_name);
     Ok(pod)
+}
+
+/// Decodes the body of a manifest URL (kubelet's HTTP source): one Pod, or a
+/// PodList whose items must all be valid (one bad item refuses the whole body, so
+/// the caller keeps its last good set). Each pod is defaulted as kubelet's
+/// `applyDefaults` does for a URL: the UID hashes the pod and `url:<url>`, and no
+/// NoExecute toleration is added. The URL stands where a file's path does in
+/// messages; a list item's field is named `items[<i>].<field>`.
+pub(crate) fn decode_url_pods(
+    bytes: &[u8],
+    url: &str,
+    node_name: &str,
+) -> Result<Vec<Pod>, ManifestError> {
+    let path = Path::new(url);
+    if bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::TooLarge {
+            path: path.to_path_buf(),
+            max: MAX_MANIFEST_BYTES,
+        });
+    }
+    let manifest_err = |e: ParseError| match e {
+        ParseError::Decode(message) => ManifestError::Decode {
+            path: path.to_path_buf(),
+            message,
+        },
+        ParseError::Field(f) => f.at(path),
+    };
+    let text = as_text(bytes).map_err(manifest_err)?;
+    let (mut pods, list) = parse_pods(text).map_err(manifest_err)?;
+    for (i, pod) in pods.iter_mut().enumerate() {
+        apply_api_defaults(pod);
+        validate_pod(pod, node_name).map_err(|mut f| {
+            if list {
+                f.field = format!("items[{i}].{}", f.field);
+            }
+            f.at(path)
+        })?;
+        apply_static_defaults(pod, Origin::Url(url), node_name);
+    }
+    Ok(pods)
 }
 
 /// A validation failure before the path is known.

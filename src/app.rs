@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 
 use crate::cm::allocatable::NodeAllocatable;
 use crate::config::file::run_file_source;
+use crate::config::http::{UrlSource, run_http_source};
 use crate::config::merge::{PodConfig, run_merger};
 use crate::containerd::{
     CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
@@ -22,7 +23,7 @@ use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
 use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
-use crate::pod::FILE_SOURCE;
+use crate::pod::{FILE_SOURCE, HTTP_SOURCE};
 use crate::runtime::images::PullLimit;
 use crate::runtime::sandbox::SandboxEnv;
 use crate::runtime::{RemoteRuntime, RuntimeManager};
@@ -274,6 +275,23 @@ pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow
             }
         });
     }
+    if let Some(url) = opts.manifest_url.clone() {
+        sources.push(HTTP_SOURCE);
+        let (freq, headers, node, tx) = (
+            opts.http_check_frequency,
+            opts.manifest_url_header.clone(),
+            opts.node_name.clone(),
+            snap_tx.clone(),
+        );
+        tasks.spawn_restarting("http-source", Backoff::default(), move |cancel| {
+            let source = UrlSource::new(url.clone(), headers.clone(), node.clone());
+            let run = run_http_source(source, freq, tx.clone(), cancel);
+            async move {
+                run.await;
+                Ok(())
+            }
+        });
+    }
     drop(snap_tx);
     let (update_tx, update_rx) = mpsc::channel(50);
     let config = PodConfig::new(&sources);
@@ -432,6 +450,7 @@ pub(crate) fn log_summary(opts: &Options) {
         maxPods = opts.max_pods,
         syncFrequency = %crate::options::duration::format_go_duration(opts.sync_frequency),
         fileCheckFrequency = %crate::options::duration::format_go_duration(opts.file_check_frequency),
+        staticPodURL = opts.manifest_url.as_deref().unwrap_or("(none)"),
         runonce = opts.runonce,
         "starting oxlet {}",
         env!("CARGO_PKG_VERSION")

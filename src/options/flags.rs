@@ -53,7 +53,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("fail-swap-on", Bool),
     ("feature-gates", Value),
     ("hairpin-mode", Value),
-    ("http-check-frequency", Value),
     ("image-credential-provider-bin-dir", Value),
     ("image-credential-provider-config", Value),
     ("image-gc-high-threshold", Value),
@@ -74,8 +73,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("log-text-split-stream", Bool),
     ("logging-format", Value),
     ("make-iptables-util-chains", Bool),
-    ("manifest-url", Value),
-    ("manifest-url-header", Value),
     ("maximum-dead-containers", Value),
     ("maximum-dead-containers-per-container", Value),
     ("memory-manager-policy", Value),
@@ -183,6 +180,10 @@ fn setting_arg(s: &Setting) -> Arg {
     if let Some(c) = s.short {
         arg = arg.short(c);
     }
+    if s.kind == Kind::Multimap {
+        // pflag's multimap: every occurrence adds to the earlier ones.
+        arg = arg.action(ArgAction::Append);
+    }
     if s.kind != Kind::Bool && !s.default.is_empty() {
         arg = arg.default_value(s.default);
     }
@@ -227,6 +228,14 @@ fn explicit(m: &ArgMatches, name: &str) -> Option<String> {
         .flatten()
 }
 
+/// Every occurrence of an appending flag, joined as one text (`a:1,b:2`).
+fn explicit_all(m: &ArgMatches, name: &str) -> Option<String> {
+    (m.value_source(name) == Some(ValueSource::CommandLine))
+        .then(|| m.get_many::<String>(name))
+        .flatten()
+        .map(|v| v.map(String::as_str).collect::<Vec<_>>().join(","))
+}
+
 fn from_matches(m: &ArgMatches) -> FlagValues {
     let mut problems = Vec::new();
     let mut given: Vec<(usize, &'static str)> = Vec::new();
@@ -251,7 +260,14 @@ fn from_matches(m: &ArgMatches) -> FlagValues {
         values: SETTINGS
             .iter()
             .filter(|s| s.has_flag())
-            .filter_map(|s| Some((s.flag, explicit(m, s.flag)?)))
+            .filter_map(|s| {
+                let text = if s.kind == Kind::Multimap {
+                    explicit_all(m, s.flag)?
+                } else {
+                    explicit(m, s.flag)?
+                };
+                Some((s.flag, text))
+            })
             .collect(),
         unimplemented: given.into_iter().map(|(_, n)| n.to_string()).collect(),
         problems,

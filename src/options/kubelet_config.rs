@@ -16,9 +16,6 @@ pub(crate) const KIND: &str = "KubeletConfiguration";
 /// KubeletConfiguration (v1beta1, ~1.30-1.34) fields oxlet accepts but ignores.
 pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "enableServer",
-    "httpCheckFrequency",
-    "staticPodURL",
-    "staticPodURLHeader",
     "port",
     "tlsCertFile",
     "tlsPrivateKeyFile",
@@ -233,6 +230,7 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::Bool, Value::Bool(b)) => b.to_string(),
         (Kind::Map(sep), Value::Mapping(m)) => map_text(m, sep)?,
         (Kind::List, Value::Sequence(items)) => list_text(items)?,
+        (Kind::Multimap, Value::Mapping(m)) => multimap_text(m)?,
         (Kind::Text | Kind::Path, _) => return Err("must be a string".into()),
         (Kind::Int, _) => return Err("must be an integer".into()),
         (Kind::Duration, _) => {
@@ -241,6 +239,7 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::Bool, _) => return Err("must be true or false".into()),
         (Kind::Map(_), _) => return Err("must be a map of strings".into()),
         (Kind::List, _) => return Err("must be a list of strings".into()),
+        (Kind::Multimap, _) => return Err("must be a map of lists of strings".into()),
     };
     kind.parse(&text)?;
     Ok(Some(text))
@@ -259,6 +258,27 @@ fn map_text(m: &serde_yaml_ng::Mapping, sep: char) -> Result<String, InvalidValu
             return Err(format!("{k:?}: {v:?} is not a valid entry").into());
         }
         parts.push(format!("{k}{sep}{v}"));
+    }
+    Ok(parts.join(","))
+}
+
+/// A YAML map of string lists as the flag's text (`k:v,k:v2`). A key holding
+/// `:` or `,`, or a value holding `,`, could not round-trip and is refused.
+fn multimap_text(m: &serde_yaml_ng::Mapping) -> Result<String, InvalidValue> {
+    let mut parts = Vec::new();
+    for (k, v) in m {
+        let (Value::String(k), Value::Sequence(values)) = (k, v) else {
+            return Err("must be a map of lists of strings".into());
+        };
+        if k.contains([',', ':']) || k.trim().is_empty() {
+            return Err(format!("{k:?} is not a valid key").into());
+        }
+        for v in values {
+            match v {
+                Value::String(v) if !v.contains(',') => parts.push(format!("{k}:{v}")),
+                _ => return Err(format!("{k}: must be a list of strings without commas").into()),
+            }
+        }
     }
     Ok(parts.join(","))
 }
@@ -313,7 +333,7 @@ mod tests {
     fn reads_every_settings_field() {
         let fields: Vec<(&str, &str)> = settings::SETTINGS
             .iter()
-            .filter(|s| !matches!(s.kind, Kind::Map(_) | Kind::List))
+            .filter(|s| !matches!(s.kind, Kind::Map(_) | Kind::List | Kind::Multimap))
             .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))
             .chain([
                 ("staticPodPath", "/etc/kubernetes/manifests"),
@@ -331,6 +351,9 @@ mod tests {
         let body = format!(
             "{body}clusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nallowedUnsafeSysctls: [\"net.core.*\"]\n"
         );
+        // Issue 11 (HTTP source).
+        let body =
+            format!("{body}staticPodURL: http://h/p\nstaticPodURLHeader:\n  a: [x, \"y:z\"]\n");
         let fields: Vec<(&str, &str)> = fields
             .into_iter()
             .chain([
@@ -344,6 +367,8 @@ mod tests {
                 ("clusterDomain", "cluster.local"),
                 ("clusterDNS", "10.96.0.10"),
                 ("allowedUnsafeSysctls", "net.core.*"),
+                ("staticPodURL", "http://h/p"),
+                ("staticPodURLHeader", "a:x,a:y:z"),
             ])
             .collect();
         let cfg = parse(&body).unwrap();

@@ -103,6 +103,13 @@ pub struct Options {
     pub(crate) cluster_domain: String,
     /// `resolvConf`; None ("") gives host-DNS pods no host settings.
     pub(crate) resolv_conf: Option<PathBuf>,
+    // Issue 11 (HTTP source): the manifest URL.
+    /// `staticPodURL` (None: HTTP source off).
+    pub(crate) manifest_url: Option<String>,
+    /// `staticPodURLHeader`: request headers, each name with its values in order.
+    pub(crate) manifest_url_header: std::collections::BTreeMap<String, Vec<String>>,
+    /// `httpCheckFrequency`: how often the manifest URL is polled.
+    pub(crate) http_check_frequency: Duration,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -161,6 +168,9 @@ impl Options {
             cluster_dns: Vec::new(),
             cluster_domain: String::new(),
             resolv_conf: None,
+            manifest_url: None,
+            manifest_url_header: std::collections::BTreeMap::new(),
+            http_check_frequency: Duration::ZERO,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }
@@ -1267,5 +1277,52 @@ mod tests {
             );
         }
         assert!(one_problem(&["--container-log-max-size=ten"]).contains("is not a quantity"));
+    }
+
+    /// Issue 11: the manifest URL settings, as kubelet's flags and config fields.
+    #[test]
+    fn manifest_url_settings() {
+        let d = ok(&[]);
+        assert_eq!(d.manifest_url, None);
+        assert!(d.manifest_url_header.is_empty());
+        assert_eq!(d.http_check_frequency, Duration::from_secs(20));
+        // kubelet's own example: repeated flags and keys add values.
+        let o = ok(&[
+            "--manifest-url=http://127.0.0.1:8080/pods",
+            "--manifest-url-header",
+            "a:hello,b:again,c:world",
+            "--manifest-url-header",
+            "b:beautiful",
+            "--http-check-frequency=5s",
+        ]);
+        assert_eq!(
+            o.manifest_url.as_deref(),
+            Some("http://127.0.0.1:8080/pods")
+        );
+        let h = |k: &str| o.manifest_url_header[k].clone();
+        assert_eq!(h("a"), ["hello"]);
+        assert_eq!(h("b"), ["again", "beautiful"]);
+        assert_eq!(h("c"), ["world"]);
+        assert_eq!(o.http_check_frequency, Duration::from_secs(5));
+        assert!(o.unimplemented.is_empty(), "{:?}", o.unimplemented);
+
+        let f = config(
+            "staticPodURL: https://example.com/pods\n\
+             staticPodURLHeader:\n  Authorization: [\"Bearer x:y\"]\n  X-A: [\"1\", \"2\"]\n\
+             httpCheckFrequency: 1m\n",
+        );
+        let o = ok(&[&config_flag(&f)]);
+        assert_eq!(o.manifest_url.as_deref(), Some("https://example.com/pods"));
+        assert_eq!(o.manifest_url_header["Authorization"], ["Bearer x:y"]);
+        assert_eq!(o.manifest_url_header["X-A"], ["1", "2"]);
+        assert_eq!(o.http_check_frequency, Duration::from_secs(60));
+        assert!(o.unimplemented.is_empty(), "{:?}", o.unimplemented);
+
+        assert!(one_problem(&["--manifest-url=ftp://x/pods"]).contains("http:// or https://"));
+        assert!(one_problem(&["--manifest-url-header=novalue"]).contains("malformed pair"));
+        assert!(one_problem(&["--manifest-url-header=bad name:v"]).contains("header name"));
+        assert!(one_problem(&["--http-check-frequency=0s"]).contains("greater than 0"));
+        let f = config("staticPodURLHeader:\n  a: b\n");
+        assert!(one_problem(&[&config_flag(&f)]).contains("map of lists of strings"));
     }
 }

@@ -35,6 +35,10 @@ pub(crate) enum Kind {
     Map(char),
     /// A list of strings: `a,b` on the command line, a YAML list in the file.
     List,
+    /// A map of string lists (pflag's `ColonSeparatedMultimapStringString`):
+    /// `k:v,k:v2` on the command line, where a repeated flag adds to the earlier
+    /// ones; a YAML map of lists of strings in the file, turned into the same text.
+    Multimap,
 }
 
 impl Kind {
@@ -47,6 +51,7 @@ impl Kind {
             Kind::Bool => parse_bool(text).map(drop),
             Kind::Map(sep) => map_pairs(text, sep).map(drop),
             Kind::List => Ok(()),
+            Kind::Multimap => multimap(text).map(drop),
         }
     }
 }
@@ -63,6 +68,23 @@ pub(crate) fn map_pairs(text: &str, sep: char) -> Result<Vec<(&str, &str)>, Inva
             _ => Err(format!("{:?} must be formatted as key{sep}value", item.trim()).into()),
         })
         .collect()
+}
+
+/// The entries of a multimap's text, in order: comma-separated `key:value`, split
+/// at the first `:` and trimmed (kubelet's `ColonSeparatedMultimapStringString`).
+pub(crate) fn multimap(
+    text: &str,
+) -> Result<std::collections::BTreeMap<String, Vec<String>>, InvalidValue> {
+    let mut map = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for pair in text.split(',').filter(|p| !p.is_empty()) {
+        let Some((k, v)) = pair.split_once(':') else {
+            return Err(format!("{pair:?}: malformed pair, expect string:string").into());
+        };
+        map.entry(k.trim().to_string())
+            .or_default()
+            .push(v.trim().to_string());
+    }
+    Ok(map)
 }
 
 /// The items of a list's text: comma-separated, trimmed; "" is the empty list.
@@ -143,7 +165,7 @@ pub(crate) const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/contai
 /// socket need would break oxlet itself (kubelet only defaults 0).
 pub(crate) const MIN_OPEN_FILES: u64 = 256;
 
-use Kind::{Bool, Duration, Int, List, Map, Path, Text};
+use Kind::{Bool, Duration, Int, List, Map, Multimap, Path, Text};
 
 /// Every setting, in `--help` order (problems are reported in this order too):
 /// flag, config field, kind (the parser), default, `--help` placeholder and text,
@@ -196,7 +218,45 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("cluster-dns", Some("clusterDNS"), List, "", "IP,...", "DNS server IPs for pods with dnsPolicy ClusterFirst", set_cluster_dns),
     row("cluster-domain", Some("clusterDomain"), Text, "", "DOMAIN", "Cluster domain, searched by ClusterFirst pods and used in /etc/hosts", |o, i| { o.cluster_domain = i.text.trim_end_matches('.').to_string(); Ok(()) }),
     row("resolv-conf", Some("resolvConf"), Path, "/etc/resolv.conf", "PATH", "Resolver configuration the pods' DNS is based on (empty: no host DNS)", |o, i| { o.resolv_conf = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    // Issue 11 (HTTP source): the manifest URL.
+    row("manifest-url", Some("staticPodURL"), Text, "", "URL", "URL of static pods (one Pod or a PodList), polled every http-check-frequency (empty: HTTP source off)", set_manifest_url),
+    row("manifest-url-header", Some("staticPodURLHeader"), Multimap, "", "KEY:VALUE,...", "Headers sent with the manifest URL request; repeat the flag or the key for more values", set_manifest_url_header),
+    row("http-check-frequency", Some("httpCheckFrequency"), Duration, "20s", "DURATION", "How often the manifest URL is polled", |o, i| positive_duration(i.text).map(|d| o.http_check_frequency = d)),
 ];
+
+/// An `http://` or `https://` URL with a host ("" turns the source off), so a typo
+/// fails at start rather than at every poll.
+fn set_manifest_url(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    if i.text.is_empty() {
+        o.manifest_url = None;
+        return Ok(());
+    }
+    let uri: hyper::Uri = i
+        .text
+        .parse()
+        .map_err(|e| InvalidValue(format!("not a URL: {e}")))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none_or(str::is_empty) {
+        return Err("must be an http:// or https:// URL with a host".into());
+    }
+    o.manifest_url = Some(i.text.to_string());
+    Ok(())
+}
+
+/// Each name and value must be a valid HTTP header name and value.
+fn set_manifest_url_header(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let map = multimap(i.text)?;
+    for (k, values) in &map {
+        hyper::header::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| InvalidValue(format!("{k:?} is not a valid HTTP header name")))?;
+        for v in values {
+            hyper::header::HeaderValue::from_str(v).map_err(|_| {
+                InvalidValue(format!("{k}: {v:?} is not a valid HTTP header value"))
+            })?;
+        }
+    }
+    o.manifest_url_header = map;
+    Ok(())
+}
 
 /// kubelet's `parseMaxSize`: a quantity in bytes; a negative one turns rotation off.
 fn log_max_size(text: &str) -> Result<i64, InvalidValue> {
@@ -631,7 +691,7 @@ mod tests {
         // What the parser refuses, `set` must refuse too, with the same reason.
         for s in SETTINGS {
             let bad = match s.kind {
-                Kind::Int | Kind::Duration | Kind::Bool | Kind::Map(_) => "x1",
+                Kind::Int | Kind::Duration | Kind::Bool | Kind::Map(_) | Kind::Multimap => "x1",
                 Kind::Text | Kind::Path | Kind::List => continue,
             };
             let reason = s.kind.parse(bad).unwrap_err();

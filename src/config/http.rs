@@ -398,7 +398,7 @@ mod tests {
         let url = server(served.clone()).await;
         let headers = headers
             .iter()
-            .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+            .map(|(k, v)| (k.to_string(), v.iter().map(ToString::to_string).collect()))
             .collect();
         (UrlSource::new(url, headers, "Node1".into()), served)
     }
@@ -535,6 +535,25 @@ mod tests {
         let e = src.poll().await.unwrap_err();
         assert!(matches!(e, HttpSourceError::TooManyRedirects { .. }), "{e}");
         assert_eq!(served.lock().unwrap().requests.len(), 1 + MAX_REDIRECTS + 1);
+    }
+
+    #[tokio::test]
+    async fn credentials_stay_with_their_host_across_redirects() {
+        let (mut src, first) =
+            source(&[("X-Team", &["a"]), ("Authorization", &["Bearer t"])]).await;
+        let other = Arc::new(Mutex::new(Served::default()));
+        let other_url = server(other.clone()).await;
+        serve(&other, 200, POD);
+        {
+            let mut s = first.lock().unwrap();
+            s.status = 301;
+            // Another host name for the same machine: a different host to Go's client.
+            s.location = Some(other_url.replace("127.0.0.1", "localhost"));
+        }
+        assert_eq!(names(&src.poll().await.unwrap()), ["web-node1"]);
+        let req = other.lock().unwrap().requests[0].to_ascii_lowercase();
+        assert!(req.contains("x-team: a\r\n"), "{req}");
+        assert!(!req.contains("authorization"), "{req}");
     }
 
     #[tokio::test]

@@ -396,6 +396,20 @@ spec:
     }
 
     #[test]
+    fn url_pods_hash_the_url_not_the_node() {
+        let url = |u: &str, node: &str| {
+            let pods = decode_url_pods(GOOD.as_bytes(), u, node).unwrap();
+            pods[0].metadata.uid.clone().unwrap()
+        };
+        let base = url("http://h/pods", NODE);
+        // kubelet hashes `url:<url>` only: the same URL on another node is the same UID.
+        assert_eq!(url("http://h/pods", "node2"), base);
+        assert_ne!(url("http://h/other", NODE), base);
+        // Not the file source's UID for the same content.
+        assert_ne!(decode(GOOD).unwrap().metadata.uid.unwrap(), base);
+    }
+
+    #[test]
     fn explicit_uid_is_kept() {
         let pod = decode(&GOOD.replace("name: web", "name: web\n  uid: my-uid")).unwrap();
         assert_eq!(pod.metadata.uid.as_deref(), Some("my-uid"));

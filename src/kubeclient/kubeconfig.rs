@@ -35,6 +35,29 @@ pub(crate) enum KubeconfigError {
     },
 }
 
+/// Why a file or a `-data` field the kubeconfig names cannot be used; becomes the
+/// reason of a [`KubeconfigError`].
+#[derive(Debug, thiserror::Error)]
+enum Reason {
+    #[error("cannot read: {0}")]
+    Read(std::io::Error),
+    #[error("is larger than {MAX_FILE_BYTES} bytes")]
+    TooLarge,
+    #[error("is not UTF-8 text")]
+    NotUtf8,
+    #[error("is not valid base64: {0}")]
+    Base64(base64::DecodeError),
+    #[error("is not valid PEM: {0:?}")]
+    Pem(pem::Error),
+    #[error("holds no PEM CERTIFICATE")]
+    NoCertificate,
+    #[error("holds no PEM private key")]
+    NoKey,
+    /// A named file's reason, with its path.
+    #[error("{0}: {1}")]
+    InFile(String, Box<Reason>),
+}
+
 /// Reads and checks the kubeconfig at `path` and turns its current context into a
 /// kube-rs config.
 pub(crate) async fn load(path: &Path) -> Result<Config, KubeconfigError> {
@@ -42,7 +65,7 @@ pub(crate) async fn load(path: &Path) -> Result<Config, KubeconfigError> {
         file: path.to_path_buf(),
         reason,
     };
-    let text = read_bounded(path).map_err(file_err)?;
+    let text = read_bounded(path).map_err(|r| file_err(r.to_string()))?;
     let mut kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| file_err(format!("{e}")))?;
     let dir = path.parent().unwrap_or(Path::new("/"));
     absolutize(&mut kubeconfig, dir);
@@ -54,19 +77,19 @@ pub(crate) async fn load(path: &Path) -> Result<Config, KubeconfigError> {
 }
 
 /// Reads at most [`MAX_FILE_BYTES`] of a file as UTF-8.
-fn read_bounded(path: &Path) -> Result<String, String> {
+fn read_bounded(path: &Path) -> Result<String, Reason> {
     let bytes = read_bytes_bounded(path)?;
-    String::from_utf8(bytes).map_err(|_| "is not UTF-8 text".to_string())
+    String::from_utf8(bytes).map_err(|_| Reason::NotUtf8)
 }
 
-fn read_bytes_bounded(path: &Path) -> Result<Vec<u8>, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+fn read_bytes_bounded(path: &Path) -> Result<Vec<u8>, Reason> {
+    let file = std::fs::File::open(path).map_err(Reason::Read)?;
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
+        .map_err(Reason::Read)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!("is larger than {MAX_FILE_BYTES} bytes"));
+        return Err(Reason::TooLarge);
     }
     Ok(bytes)
 }
@@ -200,12 +223,12 @@ fn check_cluster(c: &Cluster, at: &str, field_err: FieldErr) -> Result<(), Kubec
         .filter(|d| !d.is_empty())
     {
         let pem = decode_base64(data)
-            .map_err(|r| field_err(format!("{at}.certificate-authority-data"), r))?;
+            .map_err(|r| field_err(format!("{at}.certificate-authority-data"), r.to_string()))?;
         pem_sections(&pem, &[SectionKind::Certificate])
-            .map_err(|r| field_err(format!("{at}.certificate-authority-data"), r))?;
+            .map_err(|r| field_err(format!("{at}.certificate-authority-data"), r.to_string()))?;
     } else if let Some(path) = c.certificate_authority.as_deref().filter(|p| !p.is_empty()) {
         let field = format!("{at}.certificate-authority");
-        let pem = read_named(path).map_err(|r| field_err(field.clone(), r))?;
+        let pem = read_named(path).map_err(|r| field_err(field.clone(), r.to_string()))?;
         pem_sections(&pem, &[SectionKind::Certificate])
             .map_err(|r| field_err(field, format!("{path}: {r}")))?;
     }
@@ -253,9 +276,9 @@ fn check_user(a: &AuthInfo, at: &str, field_err: FieldErr) -> Result<(), Kubecon
         }
         (Some((cert_field, cert)), Some((key_field, key))) => {
             pem_sections(&cert, &[SectionKind::Certificate])
-                .map_err(|r| field_err(cert_field, r))?;
-            let keys =
-                pem_sections(&key, KEY_KINDS).map_err(|r| field_err(key_field.clone(), r))?;
+                .map_err(|r| field_err(cert_field, r.to_string()))?;
+            let keys = pem_sections(&key, KEY_KINDS)
+                .map_err(|r| field_err(key_field.clone(), r.to_string()))?;
             if keys > 1 {
                 return Err(field_err(
                     key_field,
@@ -268,7 +291,7 @@ fn check_user(a: &AuthInfo, at: &str, field_err: FieldErr) -> Result<(), Kubecon
         && let Some(path) = a.token_file.as_deref().filter(|p| !p.is_empty())
     {
         let field = format!("{at}.tokenFile");
-        let token = read_named(path).map_err(|r| field_err(field.clone(), r))?;
+        let token = read_named(path).map_err(|r| field_err(field.clone(), r.to_string()))?;
         if String::from_utf8_lossy(&token).trim().is_empty() {
             return Err(field_err(field, format!("{path} is empty")));
         }
@@ -287,31 +310,31 @@ fn material(
 ) -> Result<Option<(String, Vec<u8>)>, KubeconfigError> {
     if let Some(data) = data.filter(|d| !d.is_empty()) {
         let field = format!("{at}.{name}-data");
-        let bytes = decode_base64(data).map_err(|r| field_err(field.clone(), r))?;
+        let bytes = decode_base64(data).map_err(|r| field_err(field.clone(), r.to_string()))?;
         return Ok(Some((field, bytes)));
     }
     if let Some(path) = path.filter(|p| !p.is_empty()) {
         let field = format!("{at}.{name}");
-        let bytes = read_named(path).map_err(|r| field_err(field.clone(), r))?;
+        let bytes = read_named(path).map_err(|r| field_err(field.clone(), r.to_string()))?;
         return Ok(Some((format!("{field} ({path})"), bytes)));
     }
     Ok(None)
 }
 
-fn read_named(path: &str) -> Result<Vec<u8>, String> {
-    read_bytes_bounded(Path::new(path)).map_err(|r| format!("{path}: {r}"))
+fn read_named(path: &str) -> Result<Vec<u8>, Reason> {
+    read_bytes_bounded(Path::new(path)).map_err(|r| Reason::InFile(path.to_string(), Box::new(r)))
 }
 
-fn decode_base64(data: &str) -> Result<Vec<u8>, String> {
+fn decode_base64(data: &str) -> Result<Vec<u8>, Reason> {
     base64::engine::general_purpose::STANDARD
         .decode(data.trim())
-        .map_err(|e| format!("is not valid base64: {e}"))
+        .map_err(Reason::Base64)
 }
 
 /// How many PEM sections of the wanted kinds `bytes` holds; at least one, or why not.
 /// Sections of other kinds are allowed (kind's combined file holds a certificate
 /// and a key, and both fields point at it).
-fn pem_sections(bytes: &[u8], wanted: &[SectionKind]) -> Result<usize, String> {
+fn pem_sections(bytes: &[u8], wanted: &[SectionKind]) -> Result<usize, Reason> {
     let mut reader = Cursor::new(bytes);
     let mut found = 0;
     loop {
@@ -319,16 +342,15 @@ fn pem_sections(bytes: &[u8], wanted: &[SectionKind]) -> Result<usize, String> {
             Ok(Some((kind, _))) if wanted.contains(&kind) => found += 1,
             Ok(Some(_)) => {}
             Ok(None) => break,
-            Err(e) => return Err(format!("is not valid PEM: {e:?}")),
+            Err(e) => return Err(Reason::Pem(e)),
         }
     }
     if found == 0 {
-        let what = if wanted.contains(&SectionKind::Certificate) {
-            "no PEM CERTIFICATE"
+        return Err(if wanted.contains(&SectionKind::Certificate) {
+            Reason::NoCertificate
         } else {
-            "no PEM private key"
-        };
-        return Err(format!("holds {what}"));
+            Reason::NoKey
+        });
     }
     Ok(found)
 }

@@ -5,9 +5,13 @@
 //! temporary directory, and the runtime socket points at nothing, so oxlet stops at
 //! the runtime: after the options, the config file and the kubeconfig were read.
 
+mod agent;
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use base64::Engine as _;
 
@@ -194,4 +198,48 @@ fn kinds_kubeconfig_with_missing_client_pem_is_one_clear_error() {
     );
     assert!(err.contains(&want), "want {want}\n{err}");
     assert!(!err.contains("none.sock"), "{err}");
+}
+
+/// With kind's config file, kubeconfig and flags, on a real containerd, oxlet runs a
+/// static pod as it does standalone. Only what this test machine differs in is
+/// overridden by later flags: its containerd uses the cgroupfs driver (kind's use
+/// systemd), and the test bed's own socket, directories, ports and cgroup root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kind_settings_run_a_static_pod_on_containerd() {
+    let bed = common::Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = write_kubeconfig(dir.path());
+    let kind: Vec<String> = kind_args()
+        .into_iter()
+        .filter_map(|a| match a.split_once('=') {
+            Some(("--kubeconfig", _)) => Some(format!("--kubeconfig={}", kubeconfig.display())),
+            Some(("--config", _)) => Some(format!("--config={DATA}/config.yaml")),
+            // The bed's socket and the test's cgroup root (set by the harness) stay.
+            Some(("--container-runtime-endpoint" | "--cgroup-root", _)) => None,
+            _ => Some(a),
+        })
+        .chain(["--cgroup-driver=cgroupfs".to_string()])
+        .collect();
+    let extra: Vec<&str> = kind.iter().map(String::as_str).collect();
+    let ox = agent::Oxlet::start(&bed, &extra);
+    agent::write_manifest(
+        &ox.manifests,
+        "web.yaml",
+        &agent::pod_yaml("web", "sleep 3600", "  hostNetwork: true\n"),
+    );
+    ox.wait_running("web", Duration::from_secs(30)).await;
+    let log = ox.log();
+    assert!(
+        log.contains(&format!(
+            "apiserver clients built from {}",
+            kubeconfig.display()
+        )),
+        "{}",
+        agent::tail(&log, 40)
+    );
+    assert!(
+        !log.contains("unknown config field"),
+        "{}",
+        agent::tail(&log, 40)
+    );
 }

@@ -386,3 +386,30 @@ async fn bad_kubeconfigs_name_file_and_field() {
         format!("kubeconfig {}: is larger than 1048576 bytes", big.display())
     );
 }
+
+/// A YAML alias bomb stays an error, not a hang or an out-of-memory (the parser's
+/// alias budget; the file itself is bounded by `MAX_FILE_BYTES`).
+#[tokio::test]
+async fn alias_bomb_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..12 {
+        let p = i - 1;
+        text.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    text.push_str("preferences: *a11\n");
+    let path = write(dir.path(), "bomb.conf", &text);
+    let start = Instant::now();
+    let err = build(&path, settings()).await.err().unwrap().to_string();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        err.starts_with(&format!("kubeconfig {}: ", path.display())),
+        "{err}"
+    );
+}

@@ -513,6 +513,8 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
     log_summary(&opts);
     set_own_oom_score_adj();
     apply_max_open_files(opts.max_open_files);
+    // Held for the cluster-mode tasks of later slices; nothing sends requests yet.
+    let _api = api_clients(&opts).await?;
     // Cut short here, a half-started managed containerd is killed with its handle.
     let mut rt = tokio::select! {
         rt = connect_runtime(&opts) => rt?,
@@ -539,6 +541,31 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
         Some(failure) => Err(failure.into()),
         None => result,
     }
+}
+
+/// The apiserver clients when `--kubeconfig` is given (kubelet, too, refuses to start
+/// with a kubeconfig it cannot use); None runs standalone.
+async fn api_clients(opts: &Options) -> anyhow::Result<Option<crate::kubeclient::ApiClients>> {
+    let Some(path) = &opts.kubeconfig else {
+        return Ok(None);
+    };
+    let settings = crate::kubeclient::ClientSettings {
+        qps: opts.kube_api_qps,
+        burst: opts.kube_api_burst,
+        node_status_update_frequency: opts.node_status_update_frequency,
+        node_lease_duration: opts.node_lease_duration,
+    };
+    let clients = crate::kubeclient::build(path, settings).await?;
+    info!(
+        target: STARTUP_TARGET,
+        server = %clients.server,
+        kubeAPIQPS = settings.qps,
+        kubeAPIBurst = settings.burst,
+        heartbeatTimeout = ?settings.heartbeat_timeout(),
+        "apiserver clients built from {}; the apiserver pod source, node status and lease are not implemented yet",
+        path.display()
+    );
+    Ok(Some(clients))
 }
 
 /// Everything after the runtime is up: image import, the agent's tasks, then waiting

@@ -12,6 +12,7 @@ pub mod containerd;
 mod eviction;
 mod hash;
 mod http_get;
+mod kubeclient;
 mod logging;
 mod node;
 mod options;

@@ -59,10 +59,7 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("image-gc-low-threshold", Value),
     ("image-service-endpoint", Value),
     ("kernel-memcg-notification", Bool),
-    ("kube-api-burst", Value),
     ("kube-api-content-type", Value),
-    ("kube-api-qps", Value),
-    ("kubeconfig", Value),
     ("kubelet-cgroups", Value),
     ("local-storage-capacity-isolation", Bool),
     ("lock-file", Value),
@@ -81,7 +78,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("node-ip", Value),
     ("node-labels", Value),
     ("node-status-max-images", Value),
-    ("node-status-update-frequency", Value),
     ("oom-score-adj", Value),
     ("pod-cidr", Value),
     ("pod-infra-container-image", Value),
@@ -376,14 +372,14 @@ mod tests {
     #[test]
     fn unimplemented_kubelet_flags_are_accepted_in_order() {
         let f = parse(&[
-            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
             "--fail-swap-on=false",
             "--node-labels",
             "a=b,c=d",
             "--protect-kernel-defaults",
             "--oom-score-adj",
             "-999",
-            "--kubeconfig=/other",
+            "--bootstrap-kubeconfig=/other",
         ])
         .unwrap();
         assert_eq!(
@@ -393,7 +389,7 @@ mod tests {
                 "node-labels",
                 "protect-kernel-defaults",
                 "oom-score-adj",
-                "kubeconfig"
+                "bootstrap-kubeconfig"
             ]
         );
         assert!(f.problems.is_empty(), "{:?}", f.problems);

@@ -110,6 +110,14 @@ pub struct Options {
     pub(crate) manifest_url_header: std::collections::BTreeMap<String, Vec<String>>,
     /// `httpCheckFrequency`: how often the manifest URL is polled.
     pub(crate) http_check_frequency: Duration,
+    /// `--kubeconfig`: the apiserver's kubeconfig; None runs standalone.
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// `kubeAPIQPS` / `kubeAPIBurst`: the main apiserver client's token bucket.
+    pub(crate) kube_api_qps: u32,
+    pub(crate) kube_api_burst: u32,
+    /// `nodeStatusUpdateFrequency`; with `nodeLeaseDurationSeconds`, bounds the heartbeat client's timeout.
+    pub(crate) node_status_update_frequency: Duration,
+    pub(crate) node_lease_duration: Duration,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -171,6 +179,11 @@ impl Options {
             manifest_url: None,
             manifest_url_header: std::collections::BTreeMap::new(),
             http_check_frequency: Duration::ZERO,
+            kubeconfig: None,
+            kube_api_qps: 0,
+            kube_api_burst: 0,
+            node_status_update_frequency: Duration::ZERO,
+            node_lease_duration: Duration::ZERO,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }
@@ -287,9 +300,13 @@ fn resolve(
             Err(p) => problems.extend(p),
         }
         problems.append(&mut file.problems);
+        // A setting given both ways (kind: `--fail-swap-on=false` and `failSwapOn: false`)
+        // is warned about once, as the flag that wins.
+        let same = |flag: &str, field: &str| flag.replace('-', "").eq_ignore_ascii_case(field);
         unimplemented.extend(
             file.unimplemented
                 .iter()
+                .filter(|f| !flags.unimplemented.iter().any(|g| same(g, f)))
                 .map(|f| format!("config field {f}")),
         );
         warnings.extend(file.unknown.iter().map(|field| {
@@ -587,7 +604,7 @@ mod tests {
     #[test]
     fn unimplemented_kubelet_flags_warn() {
         let o = ok(&[
-            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
             "--fail-swap-on=false",
             "--kubelet-cgroups",
             "/kubelet",
@@ -596,7 +613,7 @@ mod tests {
         assert_eq!(
             o.unimplemented,
             [
-                "flag --kubeconfig",
+                "flag --bootstrap-kubeconfig",
                 "flag --fail-swap-on",
                 "flag --kubelet-cgroups",
                 "flag --eviction-soft"
@@ -669,7 +686,17 @@ mod tests {
             [
                 "config field failSwapOn",
                 "config field kubeletCgroups",
-                "config field authentication"
+                "config field authentication.webhook.enabled"
+            ]
+        );
+        // Given as a flag too, it is warned about once, as the flag.
+        let o = ok(&[&config_flag(&f), "--fail-swap-on=false"]);
+        assert_eq!(
+            o.unimplemented,
+            [
+                "flag --fail-swap-on",
+                "config field kubeletCgroups",
+                "config field authentication.webhook.enabled"
             ]
         );
         assert_eq!(o.warnings.len(), 1);
@@ -693,7 +720,16 @@ mod tests {
         ("max-open-files", "10", "must be at least 256"),
         ("max-open-files", "-1", "must be at least 256"),
         ("file-check-frequency", "-1s", "must be greater than 0"),
-        ("sync-frequency", "0", "must be greater than 0"),
+        // A zero in the file is kubelet's "unset" (defaulted); only a flag can say 0.
+        ("sync-frequency", "-1s", "must be greater than 0"),
+        ("kube-api-qps", "-1", "must not be a negative number"),
+        ("kube-api-burst", "-5", "must not be a negative number"),
+        ("kube-api-burst", "3000000000", "must be at most 2147483647"),
+        (
+            "node-status-update-frequency",
+            "-10s",
+            "must be greater than 0",
+        ),
         ("runtime-request-timeout", "-2m", "must be greater than 0"),
         (
             "file-check-frequency",
@@ -753,7 +789,7 @@ mod tests {
 
     #[test]
     fn file_problems_come_first() {
-        let f = config("syncFrequency: 0s\nruntimeRequestTimeout: 2x\n");
+        let f = config("syncFrequency: -1s\nruntimeRequestTimeout: 2x\n");
         let p = problems(&[&config_flag(&f)]);
         let path = f.path().display().to_string();
         assert_eq!(
@@ -764,7 +800,7 @@ mod tests {
                      (valid units: ns, us, ms, s, m, h)"
                 ),
                 format!(
-                    "{path}: field syncFrequency: invalid value \"0s\": must be greater than 0"
+                    "{path}: field syncFrequency: invalid value \"-1s\": must be greater than 0"
                 ),
             ]
         );

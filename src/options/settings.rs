@@ -222,6 +222,12 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("manifest-url", Some("staticPodURL"), Text, "", "URL", "URL of static pods (one Pod or a PodList), polled every http-check-frequency (empty: HTTP source off)", set_manifest_url),
     row("manifest-url-header", Some("staticPodURLHeader"), Multimap, "", "KEY:VALUE,...", "Headers sent with the manifest URL request; repeat the flag or the key for more values", set_manifest_url_header),
     row("http-check-frequency", Some("httpCheckFrequency"), Duration, "20s", "DURATION", "How often the manifest URL is polled", |o, i| positive_duration(i.text).map(|d| o.http_check_frequency = d)),
+    // Issue 11 slice C3: the apiserver clients (kubelet's buildKubeletClientConfig).
+    row("kubeconfig", None, Path, "", "PATH", "kubeconfig of the apiserver to talk to (empty: standalone, no apiserver)", |o, i| { o.kubeconfig = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("kube-api-qps", Some("kubeAPIQPS"), Int, "50", "QPS", "Requests per second to the apiserver (0: client-go's default of 5)", |o, i| non_negative_i32(i.text).map(|n| o.kube_api_qps = n)),
+    row("kube-api-burst", Some("kubeAPIBurst"), Int, "100", "N", "Requests to the apiserver allowed in a burst", |o, i| non_negative_i32(i.text).map(|n| o.kube_api_burst = n)),
+    row("node-status-update-frequency", Some("nodeStatusUpdateFrequency"), Duration, "10s", "DURATION", "How often node status is computed; also the heartbeat client's timeout (at most the lease duration)", |o, i| positive_duration(i.text).map(|d| o.node_status_update_frequency = d)),
+    row("", Some("nodeLeaseDurationSeconds"), Int, "40", "SECONDS", "Duration of the node lease; caps the heartbeat client's timeout; config file only", |o, i| Some(parse_int(i.text)?).filter(|n| (1..=i64::from(i32::MAX)).contains(n)).and_then(|n| u64::try_from(n).ok()).map(|n| o.node_lease_duration = std::time::Duration::from_secs(n)).ok_or_else(|| "must be greater than 0".into())),
 ];
 
 /// An `http://` or `https://` URL with a host ("" turns the source off), so a typo
@@ -558,6 +564,17 @@ fn parse_duration(s: &str) -> Result<GoDuration, InvalidValue> {
 }
 
 /// A frequency or timeout; zero or negative would spin or never wait.
+/// kubelet's `kubeAPIQPS`/`kubeAPIBurst` check: an int32 that "must not be a negative number".
+fn non_negative_i32(s: &str) -> Result<u32, InvalidValue> {
+    match parse_int(s)? {
+        n if n < 0 => Err("must not be a negative number".into()),
+        n => u32::try_from(n)
+            .ok()
+            .filter(|n| i32::try_from(*n).is_ok())
+            .ok_or_else(|| format!("must be at most {}", i32::MAX).into()),
+    }
+}
+
 fn positive_duration(s: &str) -> Result<std::time::Duration, InvalidValue> {
     let d = parse_duration(s)?;
     d.to_std()
@@ -638,7 +655,11 @@ mod tests {
         let mut flags = HashSet::new();
         let mut fields = HashSet::new();
         for s in SETTINGS {
-            assert!(flags.insert(s.flag), "flag --{} twice", s.flag);
+            assert!(
+                !s.has_flag() || flags.insert(s.flag),
+                "flag --{} twice",
+                s.flag
+            );
             if let Some(f) = s.field {
                 assert!(fields.insert(f), "field {f} twice");
                 assert_eq!(by_field(f).map(|b| b.flag), Some(s.flag), "field {f}");

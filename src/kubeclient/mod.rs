@@ -1,0 +1,107 @@
+//! The apiserver clients, built once at start from `--kubeconfig`, as kubelet's
+//! `buildKubeletClientConfig` and `kubeletDeps` do:
+//!
+//! - the main client, throttled by `kubeAPIQPS`/`kubeAPIBurst` (a token bucket, like
+//!   client-go's), for pods, mirror pods, pod status and everything else;
+//! - the heartbeat client for node status and the lease: never throttled (a burst of
+//!   pod traffic must not delay a renewal), and with a timeout of
+//!   `min(nodeStatusUpdateFrequency, nodeLeaseDurationSeconds)`, so one hung request
+//!   cannot outlive the lease it is meant to renew.
+//!
+//! Without `--kubeconfig` none of this is built and oxlet stays standalone.
+
+mod kubeconfig;
+mod ratelimit;
+
+#[cfg(test)]
+mod test_apiserver;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::time::Duration;
+
+use kube::client::ClientBuilder;
+
+pub(crate) use kubeconfig::KubeconfigError;
+use ratelimit::RateLimitLayer;
+
+/// The settings the clients are built with (from `Options`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientSettings {
+    /// `kubeAPIQPS` (0: client-go's default of 5).
+    pub qps: u32,
+    /// `kubeAPIBurst` (0: client-go's default of 10).
+    pub burst: u32,
+    /// `nodeStatusUpdateFrequency`.
+    pub node_status_update_frequency: Duration,
+    /// `nodeLeaseDurationSeconds`.
+    pub node_lease_duration: Duration,
+}
+
+impl ClientSettings {
+    /// The heartbeat client's whole-request timeout: the status update period, but
+    /// never longer than the lease (kubelet's `server.go`).
+    pub(crate) fn heartbeat_timeout(&self) -> Duration {
+        self.node_status_update_frequency
+            .min(self.node_lease_duration)
+    }
+}
+
+/// The clients of one kubeconfig.
+#[derive(Clone)]
+pub(crate) struct ApiClients {
+    /// Throttled; for everything but heartbeats.
+    #[allow(
+        dead_code,
+        reason = "seam: the apiserver pod source, status manager and mirror pods use it"
+    )]
+    pub main: kube::Client,
+    /// Unthrottled, with a timeout under the lease duration; for node status and the lease.
+    #[allow(dead_code, reason = "seam: node status and the lease use it")]
+    pub heartbeat: kube::Client,
+    /// The apiserver's URL, for logs.
+    pub server: String,
+}
+
+/// Why the clients could not be built.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClientError {
+    #[error(transparent)]
+    Kubeconfig(#[from] KubeconfigError),
+    /// The kubeconfig was read but kube-rs could not build a client from it (TLS set-up).
+    #[error("kubeconfig {}: cannot build a client: {source}", file.display())]
+    Build {
+        file: std::path::PathBuf,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Reads `--kubeconfig` and builds both clients. No request is made.
+pub(crate) async fn build(
+    path: &Path,
+    settings: ClientSettings,
+) -> Result<ApiClients, ClientError> {
+    let config = kubeconfig::load(path).await?;
+    let server = config.cluster_url.to_string();
+    let build_err = |source| ClientError::Build {
+        file: path.to_path_buf(),
+        source,
+    };
+    let main = ClientBuilder::try_from(config.clone())
+        .map_err(build_err)?
+        .with_layer(&RateLimitLayer::new(settings.qps, settings.burst))
+        .build();
+    let heartbeat = ClientBuilder::try_from(config)
+        .map_err(build_err)?
+        .with_layer(&tower::timeout::TimeoutLayer::new(
+            settings.heartbeat_timeout(),
+        ))
+        .build();
+    Ok(ApiClients {
+        main,
+        heartbeat,
+        server,
+    })
+}

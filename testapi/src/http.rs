@@ -1,0 +1,1050 @@
+//! The HTTP side: authentication, routing of `/api` and `/apis` paths, and the verbs
+//! (list, watch, get, create, update, patch, delete, and the `status`, `approval` and
+//! `token` subresources), with the real server's strictness about content types and bodies.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode, header};
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::Instant;
+
+use crate::patch;
+use crate::resources::{self, Def};
+use crate::selectors::Selector;
+use crate::status::ApiError;
+use crate::store::{Change, EventType, Key, Store};
+
+pub(crate) type Body = BoxBody<Bytes, Infallible>;
+
+/// The largest request body accepted (the real server's limit is 3 MiB).
+const MAX_BODY: usize = 3 * 1024 * 1024;
+/// Open watches at once; one more gets 429.
+const MAX_WATCHERS: usize = 256;
+/// Requests remembered for tests to inspect.
+const MAX_LOG: usize = 10_000;
+/// A watch without `timeoutSeconds` ends after this (the real one picks 30–60 min).
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// One request as the server saw it, for tests that count what a client sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub content_type: Option<String>,
+    pub status: u16,
+}
+
+pub(crate) struct Shared {
+    pub store: Store,
+    pub token: String,
+    pub server_address: String,
+    pub watchers: AtomicUsize,
+    pub bookmark_every: Mutex<Duration>,
+    pub token_max: Mutex<Option<Duration>>,
+    pub issued: AtomicU64,
+    pub log: Mutex<VecDeque<RequestRecord>>,
+}
+
+fn body(v: &Value) -> Body {
+    Full::new(Bytes::from(v.to_string())).boxed()
+}
+
+fn respond(code: u16, v: &Value) -> Response<Body> {
+    let mut r = Response::new(body(v));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn error(e: &ApiError) -> Response<Body> {
+    respond(e.code, &e.status())
+}
+
+fn now() -> jiff::Timestamp {
+    jiff::Timestamp::now()
+}
+
+pub(crate) fn timestamp(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+pub(crate) fn new_uid() -> String {
+    let (a, b) = (fastrand::u64(..), fastrand::u64(..));
+    let h = format!("{a:016x}{b:016x}");
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: Option<&str>) -> Self {
+        Self(
+            q.unwrap_or("")
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                    (percent_decode(k), percent_decode(v))
+                })
+                .collect(),
+        )
+    }
+
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+    }
+
+    fn flag(&self, k: &str) -> bool {
+        matches!(self.get(k), Some("1" | "true"))
+    }
+
+    fn number(&self, k: &str) -> Result<Option<u64>, ApiError> {
+        self.get(k)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid {k}: {v:?}")))
+            })
+            .transpose()
+    }
+}
+
+/// Everything about one request except its body.
+struct Target {
+    def: &'static Def,
+    ns: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+impl Target {
+    fn key(&self) -> Key {
+        (
+            self.def.id(),
+            self.ns.clone().unwrap_or_default(),
+            self.name.clone().unwrap_or_default(),
+        )
+    }
+}
+
+pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let resp = match serve(&shared, req).await {
+        Ok(r) => r,
+        Err(e) => error(&e),
+    };
+    let mut log = shared
+        .log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if log.len() >= MAX_LOG {
+        log.pop_front();
+    }
+    log.push_back(RequestRecord {
+        method: method.to_string(),
+        path,
+        query,
+        content_type,
+        status: resp.status().as_u16(),
+    });
+    resp
+}
+
+fn found(v: Option<Value>) -> Result<Response<Body>, ApiError> {
+    v.map(|v| respond(200, &v)).ok_or_else(|| {
+        ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    })
+}
+
+async fn serve(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let authorized = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t == shared.token);
+    if !authorized {
+        return Err(ApiError::new(401, "Unauthorized", "Unauthorized"));
+    }
+    let path = req.uri().path().to_owned();
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["version"] => return found(Some(resources::version())),
+        ["healthz" | "readyz" | "livez"] => {
+            let mut r = Response::new(Full::new(Bytes::from_static(b"ok")).boxed());
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain"),
+            );
+            return Ok(r);
+        }
+        ["api"] => return found(Some(resources::api_versions(&shared.server_address))),
+        ["apis"] => return found(Some(resources::api_group_list())),
+        ["api", "v1"] => return found(resources::resource_list("", "v1")),
+        ["apis", g] => return found(resources::api_group(g)),
+        ["apis", g, v] => return found(resources::resource_list(g, v)),
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return found(None),
+    };
+    let (ns, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
+        _ => (None, rest),
+    };
+    let (resource, name, sub) = match rest {
+        [r] => (*r, None, None),
+        [r, n] => (*r, Some((*n).to_owned()), None),
+        [r, n, s] => (*r, Some((*n).to_owned()), Some((*s).to_owned())),
+        _ => return found(None),
+    };
+    let Some(def) = resources::find(group, version, resource) else {
+        return found(None);
+    };
+    // A namespaced resource by name needs its namespace; a cluster-scoped one has none.
+    if (def.namespaced && ns.is_none() && name.is_some()) || (!def.namespaced && ns.is_some()) {
+        return found(None);
+    }
+    let sub_ok = match sub.as_deref() {
+        None => true,
+        Some("status") => def.status,
+        Some("approval") => def.name == "certificatesigningrequests",
+        Some("token") => def.name == "serviceaccounts",
+        Some(_) => false,
+    };
+    if !sub_ok {
+        return found(None);
+    }
+    let t = Target { def, ns, name, sub };
+    let query = Query::parse(req.uri().query());
+    let method = req.method().clone();
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    let raw = read_body(req).await?;
+    match (method, t.name.is_some(), t.sub.as_deref()) {
+        (Method::GET, false, _) if query.flag("watch") => watch(shared, &t, &query),
+        (Method::GET, false, _) => list(shared, &t, &query),
+        (Method::GET, true, Some("token")) => found(None),
+        (Method::GET, true, _) => get(shared, &t),
+        (Method::POST, true, Some("token")) => {
+            token_request(shared, &t, &json_body(content_type.as_deref(), &raw)?)
+        }
+        (Method::POST, false, _) if t.ns.is_some() || !t.def.namespaced => {
+            create(shared, &t, json_body(content_type.as_deref(), &raw)?)
+        }
+        (Method::PUT, true, sub) if sub != Some("token") => {
+            update(shared, &t, json_body(content_type.as_deref(), &raw)?)
+        }
+        (Method::PATCH, true, sub) if sub != Some("token") => {
+            patch_object(shared, &t, content_type.as_deref(), &raw)
+        }
+        (Method::DELETE, true, None) => delete(shared, &t, content_type.as_deref(), &raw, &query),
+        (m, _, _) => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource: {m}"),
+        )),
+    }
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+    match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("the request body is larger than the limit of {MAX_BODY} bytes"),
+            ))
+        }
+        Err(e) => Err(ApiError::bad_request(format!(
+            "reading the request body: {e}"
+        ))),
+    }
+}
+
+fn unsupported_media(ct: Option<&str>) -> ApiError {
+    ApiError::new(
+        415,
+        "UnsupportedMediaType",
+        format!(
+            "the body of the request was in an unknown format ({}) - accepted media types include: application/json",
+            ct.unwrap_or("none")
+        ),
+    )
+}
+
+fn json_body(ct: Option<&str>, raw: &[u8]) -> Result<Value, ApiError> {
+    if ct != Some("application/json") {
+        return Err(unsupported_media(ct));
+    }
+    let v: Value = serde_json::from_slice(raw).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    }
+    Ok(v)
+}
+
+fn get(shared: &Shared, t: &Target) -> Result<Response<Body>, ApiError> {
+    let name = t.name.as_deref().unwrap_or_default();
+    let obj = shared
+        .store
+        .get(&t.key())
+        .ok_or_else(|| ApiError::not_found(t.def.name, name))?;
+    Ok(respond(200, &obj))
+}
+
+fn selectors(t: &Target, q: &Query) -> Result<(Selector, Selector), ApiError> {
+    let labels = Selector::labels(q.get("labelSelector").unwrap_or(""))?;
+    let mut allowed = vec!["metadata.name", "metadata.namespace"];
+    allowed.extend_from_slice(t.def.fields);
+    let fields = Selector::fields(q.get("fieldSelector").unwrap_or(""), &allowed)?;
+    Ok((labels, fields))
+}
+
+fn strip_type_meta(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("kind");
+        o.remove("apiVersion");
+    }
+    v
+}
+
+/// Continue tokens name the version the list is consistent at and the last key sent.
+fn continue_token(rv: u64, key: &Key) -> String {
+    format!("{rv}.{}.{}", key.1, key.2)
+}
+
+fn parse_continue(s: &str) -> Result<(u64, String, String), ApiError> {
+    let bad = || ApiError::bad_request(format!("continue key is not valid: {s}"));
+    let (rv, rest) = s.split_once('.').ok_or_else(bad)?;
+    // Namespaces hold no dots; names may.
+    let (ns, name) = rest.split_once('.').ok_or_else(bad)?;
+    Ok((
+        rv.parse().map_err(|_| bad())?,
+        ns.to_owned(),
+        name.to_owned(),
+    ))
+}
+
+fn list(shared: &Shared, t: &Target, q: &Query) -> Result<Response<Body>, ApiError> {
+    let (labels, fields) = selectors(t, q)?;
+    if q.flag("sendInitialEvents") {
+        return Err(ApiError::bad_request(
+            "sendInitialEvents is only supported on watch requests",
+        ));
+    }
+    let cont = q
+        .get("continue")
+        .filter(|c| !c.is_empty())
+        .map(parse_continue)
+        .transpose()?;
+    let rv = q.number("resourceVersion")?;
+    let exact = q.get("resourceVersionMatch") == Some("Exact");
+    let current = shared.store.current_rv();
+    if let Some(rv) = rv.filter(|rv| *rv > current) {
+        return Err(ApiError::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {rv}, current: {current}"),
+        ));
+    }
+    let at = match (&cont, rv) {
+        (Some((crv, _, _)), _) => Some(*crv),
+        (None, Some(rv)) if exact && rv > 0 => Some(rv),
+        _ => None,
+    };
+    let (objects, at) = shared.store.list(&t.def.id(), t.ns.as_deref(), at).map_err(|e| {
+        if cont.is_some() {
+            ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results.")
+        } else {
+            e
+        }
+    })?;
+    let limit = q
+        .number("limit")?
+        .filter(|l| *l > 0)
+        .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+    let matching: Vec<(Key, Value)> = objects
+        .into_iter()
+        .filter(|(k, _)| {
+            cont.as_ref()
+                .is_none_or(|(_, ns, name)| (&k.1, &k.2) > (ns, name))
+        })
+        .filter(|(_, v)| labels.matches_labels(v) && fields.matches_fields(v))
+        .collect();
+    let total = matching.len();
+    let page = limit.unwrap_or(total).min(total);
+    let mut meta = json!({ "resourceVersion": at.to_string() });
+    if page < total {
+        meta["continue"] = Value::String(continue_token(at, &matching[page - 1].0));
+        meta["remainingItemCount"] = json!(total - page);
+    }
+    let items: Vec<Value> = matching
+        .into_iter()
+        .take(page)
+        .map(|(_, v)| strip_type_meta(v))
+        .collect();
+    Ok(respond(
+        200,
+        &json!({
+            "kind": format!("{}List", t.def.kind),
+            "apiVersion": t.def.api_version(),
+            "metadata": meta,
+            "items": items,
+        }),
+    ))
+}
+
+/// Counts an open watch for as long as its stream lives.
+struct WatchSlot(Arc<Shared>);
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        self.0.watchers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+struct WatchState {
+    initial: VecDeque<Bytes>,
+    rx: tokio::sync::broadcast::Receiver<Arc<Change>>,
+    resource: String,
+    ns: Option<String>,
+    labels: Selector,
+    fields: Selector,
+    kind: &'static str,
+    api_version: String,
+    /// The newest change this watch has looked at; bookmarks never claim more.
+    seen: u64,
+    bookmarks: Option<tokio::time::Interval>,
+    deadline: Instant,
+    done: bool,
+    _slot: WatchSlot,
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut s = json!({ "type": kind, "object": object }).to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+impl WatchState {
+    fn matches(&self, v: &Value) -> bool {
+        self.labels.matches_labels(v) && self.fields.matches_fields(v)
+    }
+
+    /// An object entering or leaving the selection is ADDED or DELETED, as the real watch cache says.
+    fn render(&self, c: &Change) -> Option<Bytes> {
+        if c.key.0 != self.resource || self.ns.as_ref().is_some_and(|n| *n != c.key.1) {
+            return None;
+        }
+        let now = self.matches(&c.object);
+        let before = c.prev.as_ref().is_some_and(|p| self.matches(p));
+        let kind = match (c.kind, before, now) {
+            (EventType::Added, _, true) => "ADDED",
+            (EventType::Deleted, _, true) => "DELETED",
+            (EventType::Modified, true, true) => "MODIFIED",
+            (EventType::Modified, false, true) => "ADDED",
+            (EventType::Modified, true, false) => "DELETED",
+            _ => return None,
+        };
+        Some(line(kind, &c.object))
+    }
+
+    async fn next(&mut self) -> Option<Bytes> {
+        if let Some(l) = self.initial.pop_front() {
+            return Some(l);
+        }
+        if self.done {
+            return None;
+        }
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(self.deadline) => return None,
+                () = tick(&mut self.bookmarks) => {
+                    let obj = json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"resourceVersion": self.seen.to_string()}});
+                    return Some(line("BOOKMARK", &obj));
+                }
+                r = self.rx.recv() => match r {
+                    Ok(c) => {
+                        self.seen = self.seen.max(c.rv);
+                        if let Some(l) = self.render(&c) {
+                            return Some(l);
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => {
+                        self.done = true;
+                        return Some(line("ERROR", &ApiError::expired("the watch fell too far behind and was closed").status()));
+                    }
+                    Err(RecvError::Closed) => return None,
+                },
+            }
+        }
+    }
+}
+
+async fn tick(i: &mut Option<tokio::time::Interval>) {
+    match i {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn watch(shared: &Arc<Shared>, t: &Target, q: &Query) -> Result<Response<Body>, ApiError> {
+    let (labels, fields) = selectors(t, q)?;
+    if q.flag("sendInitialEvents") {
+        return Err(ApiError::invalid(
+            t.def.name,
+            "",
+            "sendInitialEvents is not supported by this server; list, then watch",
+        ));
+    }
+    if shared.watchers.fetch_add(1, Ordering::SeqCst) >= MAX_WATCHERS {
+        shared.watchers.fetch_sub(1, Ordering::SeqCst);
+        return Err(ApiError::new(
+            429,
+            "TooManyRequests",
+            "too many open watches",
+        ));
+    }
+    let slot = WatchSlot(shared.clone());
+    let from = q.number("resourceVersion")?.filter(|rv| *rv > 0);
+    let timeout = q
+        .number("timeoutSeconds")?
+        .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
+    // The real server accepts a watch from a too-old version, then sends one ERROR event (410).
+    let (initial, seen, rx, gone) = match shared.store.watch(&t.def.id(), t.ns.as_deref(), from) {
+        Ok((events, seen, rx)) => (events, seen, rx, None),
+        Err(e) => {
+            let (_, seen, rx) = shared.store.watch(&t.def.id(), t.ns.as_deref(), None)?;
+            (Vec::new(), seen, rx, Some(e))
+        }
+    };
+    let every = *shared
+        .bookmark_every
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut st = WatchState {
+        initial: VecDeque::new(),
+        rx,
+        resource: t.def.id(),
+        ns: t.ns.clone(),
+        labels,
+        fields,
+        kind: t.def.kind,
+        api_version: t.def.api_version(),
+        seen,
+        bookmarks: q
+            .flag("allowWatchBookmarks")
+            .then(|| tokio::time::interval_at(Instant::now() + every, every)),
+        deadline: Instant::now() + timeout,
+        done: gone.is_some(),
+        _slot: slot,
+    };
+    if let Some(e) = gone {
+        st.initial.push_back(line("ERROR", &e.status()));
+    }
+    for c in &initial {
+        if let Some(l) = st.render(c) {
+            st.initial.push_back(l);
+        }
+    }
+    let stream = futures::stream::unfold(st, |mut st| async move {
+        st.next()
+            .await
+            .map(|l| (Ok::<_, Infallible>(Frame::data(l)), st))
+    });
+    let mut r = Response::new(StreamBody::new(stream).boxed());
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().insert(
+        header::TRANSFER_ENCODING,
+        header::HeaderValue::from_static("chunked"),
+    );
+    Ok(r)
+}
+
+/// Check `kind`/`apiVersion` if given, then the fields, then fill in what the server owns.
+fn decode(t: &Target, body: &mut Value) -> Result<(), ApiError> {
+    let def = t.def;
+    for (field, want) in [
+        ("kind", def.kind.to_owned()),
+        ("apiVersion", def.api_version()),
+    ] {
+        match body.get(field).and_then(Value::as_str) {
+            None | Some("") => {}
+            Some(got) if got == want => {}
+            Some(got) => {
+                return Err(ApiError::bad_request(format!(
+                    "the API version in the data ({got}) does not match the expected API version ({want})"
+                )));
+            }
+        }
+    }
+    (def.check)(body)?;
+    body["kind"] = Value::String(def.kind.to_owned());
+    body["apiVersion"] = Value::String(def.api_version());
+    if !body.get("metadata").is_some_and(Value::is_object) {
+        body["metadata"] = json!({});
+    }
+    Ok(())
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.' || b == b':'
+        })
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+}
+
+fn create(shared: &Shared, t: &Target, mut body: Value) -> Result<Response<Body>, ApiError> {
+    decode(t, &mut body)?;
+    let meta = &mut body["metadata"];
+    if let (Some(url_ns), Some(ns)) = (&t.ns, meta.get("namespace").and_then(Value::as_str))
+        && ns != url_ns
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    let name = match (
+        meta.get("name").and_then(Value::as_str),
+        meta.get("generateName").and_then(Value::as_str),
+    ) {
+        (Some(n), _) if !n.is_empty() => n.to_owned(),
+        (_, Some(g)) if !g.is_empty() => format!(
+            "{g}{}",
+            (0..5)
+                .map(|_| fastrand::alphanumeric().to_ascii_lowercase())
+                .collect::<String>()
+        ),
+        _ => {
+            return Err(ApiError::invalid(
+                t.def.name,
+                "",
+                "metadata.name: Required value: name or generateName is required",
+            ));
+        }
+    };
+    if !valid_name(&name) {
+        return Err(ApiError::invalid(
+            t.def.name,
+            &name,
+            format!(
+                "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
+            ),
+        ));
+    }
+    let m = meta
+        .as_object_mut()
+        .expect("decode made metadata an object");
+    for server_owned in [
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ] {
+        m.remove(server_owned);
+    }
+    m.insert("name".into(), Value::String(name.clone()));
+    if let Some(ns) = &t.ns {
+        m.insert("namespace".into(), Value::String(ns.clone()));
+    }
+    m.insert("uid".into(), Value::String(new_uid()));
+    m.insert("creationTimestamp".into(), Value::String(timestamp(now())));
+    match t.def.name {
+        // The server resets what a client may not set on create.
+        "pods" => body["status"] = json!({"phase": "Pending"}),
+        "certificatesigningrequests" => {
+            body.as_object_mut().expect("object").remove("status");
+        }
+        _ => {}
+    }
+    let key = (t.def.id(), t.ns.clone().unwrap_or_default(), name.clone());
+    let (obj, ()) = shared.store.mutate(&key, |old, _| match old {
+        Some(_) => Err(ApiError::already_exists(t.def.name, &name)),
+        None => Ok((Some(body), ())),
+    })?;
+    Ok(respond(201, &obj.unwrap_or(Value::Null)))
+}
+
+fn conflict_rv(t: &Target, name: &str) -> ApiError {
+    ApiError::conflict(
+        t.def.name,
+        name,
+        "the object has been modified; please apply your changes to the latest version and try again",
+    )
+}
+
+/// Removed for good once being deleted with no finalizers left and no grace outstanding.
+fn finished(obj: &Value) -> bool {
+    let m = &obj["metadata"];
+    m.get("deletionTimestamp").is_some_and(|d| !d.is_null())
+        && m.get("finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+        && m.get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            == 0
+}
+
+/// Write `new` over `old` the way the target allows: the main resource keeps the status of
+/// resources that have a status subresource, `status`/`approval` change only the status, and
+/// the server-owned metadata always stays.
+fn merge_write(
+    t: &Target,
+    name: &str,
+    old: &Value,
+    mut new: Value,
+) -> Result<Option<Value>, ApiError> {
+    let meta_old = &old["metadata"];
+    let uid = meta_old.get("uid").cloned().unwrap_or(Value::Null);
+    match new.pointer("/metadata/uid") {
+        Some(u) if !u.is_null() && u.as_str() != Some("") && *u != uid => {
+            return Err(ApiError::conflict(
+                t.def.name,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                    u.as_str().unwrap_or(""),
+                    uid.as_str().unwrap_or("")
+                ),
+            ));
+        }
+        _ => {}
+    }
+    match new
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+    {
+        Some(rv) if !rv.is_empty() && rv != meta_old["resourceVersion"].as_str().unwrap_or("") => {
+            return Err(conflict_rv(t, name));
+        }
+        _ => {}
+    }
+    let mut out = match t.sub.as_deref() {
+        Some("status") => {
+            let mut o = old.clone();
+            o["status"] = new.get("status").cloned().unwrap_or(json!({}));
+            o
+        }
+        Some("approval") => {
+            let mut o = old.clone();
+            o["status"]["conditions"] = new
+                .pointer("/status/conditions")
+                .cloned()
+                .unwrap_or(json!([]));
+            o
+        }
+        _ => {
+            if t.def.status {
+                match old.get("status") {
+                    Some(s) => new["status"] = s.clone(),
+                    None => {
+                        new.as_object_mut().expect("object").remove("status");
+                    }
+                }
+            }
+            new
+        }
+    };
+    let m = out["metadata"]
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
+    for owned in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "resourceVersion",
+        "name",
+        "namespace",
+    ] {
+        match meta_old.get(owned) {
+            Some(v) => m.insert(owned.into(), v.clone()),
+            None => m.remove(owned),
+        };
+    }
+    out["kind"] = Value::String(t.def.kind.to_owned());
+    out["apiVersion"] = Value::String(t.def.api_version());
+    Ok(if finished(&out) { None } else { Some(out) })
+}
+
+fn update(shared: &Shared, t: &Target, mut body: Value) -> Result<Response<Body>, ApiError> {
+    decode(t, &mut body)?;
+    let name = t.name.clone().unwrap_or_default();
+    if let Some(n) = body.pointer("/metadata/name").and_then(Value::as_str)
+        && n != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({name})"
+        )));
+    }
+    let (obj, ()) = shared.store.mutate(&t.key(), |old, _| {
+        let old = old.ok_or_else(|| ApiError::not_found(t.def.name, &name))?;
+        Ok((merge_write(t, &name, old, body)?, ()))
+    })?;
+    Ok(respond(200, &obj.unwrap_or(Value::Null)))
+}
+
+fn patch_object(
+    shared: &Shared,
+    t: &Target,
+    ct: Option<&str>,
+    raw: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let kind = match ct {
+        Some(
+            k @ ("application/merge-patch+json"
+            | "application/strategic-merge-patch+json"
+            | "application/json-patch+json"),
+        ) => k,
+        _ => return Err(unsupported_media(ct)),
+    };
+    let p: Value = serde_json::from_slice(raw)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let name = t.name.clone().unwrap_or_default();
+    let (obj, ()) = shared.store.mutate(&t.key(), |old, _| {
+        let old = old.ok_or_else(|| ApiError::not_found(t.def.name, &name))?;
+        let mut new = old.clone();
+        match kind {
+            "application/merge-patch+json" => patch::merge(&mut new, &p),
+            "application/strategic-merge-patch+json" => patch::strategic(&mut new, &p, "")?,
+            _ => patch::json_patch(&mut new, &p)?,
+        }
+        (t.def.check)(&new)?;
+        Ok((merge_write(t, &name, old, new)?, ()))
+    })?;
+    Ok(respond(200, &obj.unwrap_or(Value::Null)))
+}
+
+fn delete(
+    shared: &Shared,
+    t: &Target,
+    ct: Option<&str>,
+    raw: &[u8],
+    q: &Query,
+) -> Result<Response<Body>, ApiError> {
+    let opts = if raw.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        json_body(ct, raw)?
+    };
+    let grace_q = q
+        .get("gracePeriodSeconds")
+        .map(|g| {
+            g.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds: {g:?}")))
+        })
+        .transpose()?;
+    let grace_opt = opts
+        .get("gracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .or(grace_q);
+    let name = t.name.clone().unwrap_or_default();
+    let is_pod = t.def.name == "pods" && t.def.group.is_empty();
+    let (obj, ()) = shared.store.mutate(&t.key(), |old, _| {
+        let old = old.ok_or_else(|| ApiError::not_found(t.def.name, &name))?;
+        let meta = &old["metadata"];
+        if let Some(uid) = opts.pointer("/preconditions/uid").and_then(Value::as_str)
+            && Some(uid) != meta["uid"].as_str()
+        {
+            return Err(ApiError::conflict(t.def.name, &name, &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta["uid"].as_str().unwrap_or(""))));
+        }
+        if let Some(rv) = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str)
+            && Some(rv) != meta["resourceVersion"].as_str()
+        {
+            return Err(ApiError::conflict(t.def.name, &name, &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", meta["resourceVersion"].as_str().unwrap_or(""))));
+        }
+        // kubelet's pods: the spec's grace unless the request says otherwise; an unbound or
+        // finished pod goes at once.
+        let grace = if is_pod {
+            let spec = old.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
+            let phase = old.pointer("/status/phase").and_then(Value::as_str).unwrap_or("");
+            let unbound = old.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("").is_empty();
+            if unbound || matches!(phase, "Succeeded" | "Failed") { 0 } else { grace_opt.unwrap_or(spec).max(0) }
+        } else {
+            0
+        };
+        let mut new = old.clone();
+        if meta.get("deletionTimestamp").is_some_and(|d| !d.is_null()) {
+            // Already being deleted: only a shorter grace changes anything.
+            let current = meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
+            if grace >= current {
+                return Ok((Some(old.clone()), ()));
+            }
+        }
+        let when = now().checked_add(jiff::SignedDuration::from_secs(grace)).unwrap_or_else(|_| now());
+        new["metadata"]["deletionTimestamp"] = Value::String(timestamp(when));
+        new["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        if is_pod && grace > 0 {
+            return Ok((Some(new), ()));
+        }
+        Ok((if finished(&new) { None } else { Some(new) }, ()))
+    })?;
+    let obj = obj.unwrap_or(Value::Null);
+    if is_pod {
+        return Ok(respond(200, &obj));
+    }
+    Ok(respond(
+        200,
+        &json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": name, "kind": t.def.name, "uid": obj.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)},
+        }),
+    ))
+}
+
+/// `serviceaccounts/<name>/token`: a TokenRequest answered with an opaque token and its expiry.
+fn token_request(shared: &Shared, t: &Target, body: &Value) -> Result<Response<Body>, ApiError> {
+    resources::check_token_request(body)?;
+    let ns = t.ns.clone().unwrap_or_default();
+    let sa = t.name.clone().unwrap_or_default();
+    // Every namespace of a real cluster has its `default` service account.
+    if sa != "default"
+        && shared
+            .store
+            .get(&("serviceaccounts".into(), ns.clone(), sa.clone()))
+            .is_none()
+    {
+        return Err(ApiError::not_found("serviceaccounts", &sa));
+    }
+    let mut spec = body.get("spec").cloned().unwrap_or(json!({}));
+    let asked = spec
+        .get("expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(3600);
+    if asked < 600 {
+        return Err(ApiError::invalid(
+            "serviceaccounts",
+            &sa,
+            format!(
+                "spec.expirationSeconds: Invalid value: {asked}: may not specify a duration less than 10 minutes"
+            ),
+        ));
+    }
+    let max = *shared
+        .token_max
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let secs = max.map_or(asked, |m| {
+        asked.min(i64::try_from(m.as_secs()).unwrap_or(i64::MAX))
+    });
+    if let Some(bound) = spec.get("boundObjectRef").filter(|b| b["kind"] == "Pod") {
+        let pod_name = bound["name"].as_str().unwrap_or("");
+        let pod = shared
+            .store
+            .get(&("pods".into(), ns.clone(), pod_name.to_owned()))
+            .ok_or_else(|| ApiError::not_found("pods", pod_name))?;
+        if let Some(uid) = bound["uid"].as_str().filter(|u| !u.is_empty())
+            && Some(uid) != pod.pointer("/metadata/uid").and_then(Value::as_str)
+        {
+            return Err(ApiError::conflict(
+                "pods",
+                pod_name,
+                &format!(
+                    "the UID in the bound object reference ({uid}) does not match the UID in record"
+                ),
+            ));
+        }
+    }
+    spec["expirationSeconds"] = json!(secs);
+    if spec
+        .get("audiences")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        spec["audiences"] = json!(["https://kubernetes.default.svc.cluster.local"]);
+    }
+    let n = shared.issued.fetch_add(1, Ordering::SeqCst);
+    let expires = now()
+        .checked_add(jiff::SignedDuration::from_secs(secs))
+        .unwrap_or_else(|_| now());
+    Ok(respond(
+        201,
+        &json!({
+            "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": sa, "namespace": ns, "creationTimestamp": timestamp(now())},
+            "spec": spec,
+            "status": {"token": format!("testapi-{ns}-{sa}-{n}-{:016x}", fastrand::u64(..)), "expirationTimestamp": timestamp(expires)},
+        }),
+    ))
+}

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,12 +40,15 @@ pub struct RequestRecord {
     pub path: String,
     pub query: String,
     pub content_type: Option<String>,
+    /// Whether the request carried the kubeconfig's bearer token.
+    pub authenticated: bool,
     pub status: u16,
 }
 
 pub(crate) struct Shared {
     pub store: Store,
     pub token: String,
+    pub anonymous: AtomicBool,
     pub server_address: String,
     pub watchers: AtomicUsize,
     pub bookmark_every: Mutex<Duration>,
@@ -181,6 +184,11 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let authenticated = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.strip_prefix("Bearer ") == Some(shared.token.as_str()));
     let resp = match serve(&shared, req).await {
         Ok(r) => r,
         Err(e) => error(&e),
@@ -197,6 +205,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         path,
         query,
         content_type,
+        authenticated,
         status: resp.status().as_u16(),
     });
     resp
@@ -213,13 +222,17 @@ fn found(v: Option<Value>) -> Result<Response<Body>, ApiError> {
 }
 
 async fn serve(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let authorized = req
+    // As the real server with anonymous auth on: a wrong token is refused, no token is
+    // anonymous (client-go sends no bearer token over plain http), unless anonymous is off.
+    let presented = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t == shared.token);
-    if !authorized {
+        .map(|v| v.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")));
+    let ok = match presented {
+        Some(token) => token == Some(shared.token.as_str()),
+        None => shared.anonymous.load(Ordering::SeqCst),
+    };
+    if !ok {
         return Err(ApiError::new(401, "Unauthorized", "Unauthorized"));
     }
     let path = req.uri().path().to_owned();

@@ -7,7 +7,7 @@
 //! for outage tests; tests also read and write objects directly, without HTTP.
 //!
 //! Not a real apiserver: no admission, no validation beyond decoding and names, no RBAC
-//! (one bearer token), no namespaces objects, no server-side apply, no protobuf.
+//! (one bearer token, anonymous allowed unless turned off), no namespaces objects, no server-side apply, no protobuf.
 
 mod http;
 mod patch;
@@ -18,7 +18,7 @@ mod store;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -179,6 +179,7 @@ impl TestApiServer {
         let shared = Arc::new(Shared {
             store: Store::new(state),
             token,
+            anonymous: AtomicBool::new(true),
             server_address: addr.to_string(),
             watchers: AtomicUsize::new(0),
             bookmark_every: Mutex::new(Duration::from_secs(60)),
@@ -225,6 +226,12 @@ impl TestApiServer {
 
     pub fn token(&self) -> &str {
         &self.shared.token
+    }
+
+    /// Whether requests without a token are served (default yes: client-go, hence kubectl,
+    /// sends no bearer token over plain http). A wrong token is always refused.
+    pub fn set_anonymous(&self, allowed: bool) {
+        self.shared.anonymous.store(allowed, Ordering::SeqCst);
     }
 
     pub fn is_running(&self) -> bool {

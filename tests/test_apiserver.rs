@@ -716,7 +716,14 @@ async fn stop_and_restart_keep_state() {
     // A new server on the same state directory loads what the stopped one saved.
     server.stop().await.unwrap();
     drop(server);
+    let started = std::time::Instant::now();
     let second = TestApiServer::start(dir.path()).await.unwrap();
+    let took = started.elapsed();
+    eprintln!("test apiserver start with saved state: {took:?}");
+    assert!(
+        took < Duration::from_millis(500),
+        "start should take milliseconds, took {took:?}"
+    );
     let nodes: Api<Node> = Api::all(client_of(&second).await);
     assert_eq!(
         nodes

@@ -600,10 +600,10 @@ fn watch(shared: &Arc<Shared>, t: &Target, q: &Query) -> Result<Response<Body>, 
         .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
     // The real server accepts a watch from a too-old version, then sends one ERROR event (410).
     let (initial, seen, rx, gone) = match shared.store.watch(&t.def.id(), t.ns.as_deref(), from) {
-        Ok((events, seen, rx)) => (events, seen, rx, None),
+        Ok(w) => (w.initial, w.rv, w.rx, None),
         Err(e) => {
-            let (_, seen, rx) = shared.store.watch(&t.def.id(), t.ns.as_deref(), None)?;
-            (Vec::new(), seen, rx, Some(e))
+            let w = shared.store.watch(&t.def.id(), t.ns.as_deref(), None)?;
+            (Vec::new(), w.rv, w.rx, Some(e))
         }
     };
     let every = *shared

@@ -47,6 +47,14 @@ struct Inner {
     floor: u64,
 }
 
+/// A watch's first events, the version they bring it to, and the feed of what follows.
+#[derive(Debug)]
+pub(crate) struct WatchStart {
+    pub initial: Vec<Arc<Change>>,
+    pub rv: u64,
+    pub rx: broadcast::Receiver<Arc<Change>>,
+}
+
 pub(crate) struct Store {
     inner: Mutex<Inner>,
     tx: broadcast::Sender<Arc<Change>>,
@@ -220,7 +228,7 @@ impl Store {
         resource: &str,
         ns: Option<&str>,
         from: Option<u64>,
-    ) -> Result<(Vec<Arc<Change>>, u64, broadcast::Receiver<Arc<Change>>), ApiError> {
+    ) -> Result<WatchStart, ApiError> {
         let inner = self.lock();
         let in_scope = |k: &Key| k.0 == resource && ns.is_none_or(|n| k.1 == n);
         let initial = match from {
@@ -251,7 +259,11 @@ impl Store {
                 .cloned()
                 .collect(),
         };
-        Ok((initial, inner.rv, self.tx.subscribe()))
+        Ok(WatchStart {
+            initial,
+            rv: inner.rv,
+            rx: self.tx.subscribe(),
+        })
     }
 }
 
@@ -306,8 +318,12 @@ mod tests {
         s.compact();
         assert_eq!(s.watch("pods", None, Some(rv1)).unwrap_err().code, 410);
         assert_eq!(s.list("pods", None, Some(rv1)).unwrap_err().code, 410);
-        let (events, _, _) = s.watch("pods", None, Some(s.current_rv())).unwrap();
-        assert!(events.is_empty());
+        assert!(
+            s.watch("pods", None, Some(s.current_rv()))
+                .unwrap()
+                .initial
+                .is_empty()
+        );
     }
 
     #[test]
@@ -316,7 +332,7 @@ mod tests {
         let rv1 = put(&s, "a", 1);
         put(&s, "b", 1);
         s.mutate(&key("a"), |_, _| Ok((None, ()))).unwrap();
-        let (events, _, _) = s.watch("pods", Some("ns"), Some(rv1)).unwrap();
+        let events = s.watch("pods", Some("ns"), Some(rv1)).unwrap().initial;
         let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [EventType::Added, EventType::Deleted]);
         assert_eq!(rv_of(&events[1].object), s.current_rv());

@@ -1061,3 +1061,56 @@ fn token_request(shared: &Shared, t: &Target, body: &Value) -> Result<Response<B
         }),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        let q = Query::parse(Some(
+            "fieldSelector=spec.nodeName%3Dn1&labelSelector=a+in+%28x%2Cy%29&watch=1&bad=%zz",
+        ));
+        assert_eq!(q.get("fieldSelector"), Some("spec.nodeName=n1"));
+        assert_eq!(q.get("labelSelector"), Some("a in (x,y)"));
+        assert!(q.flag("watch"));
+        assert_eq!(q.get("bad"), Some("%zz"));
+        assert_eq!(q.number("watch").unwrap(), Some(1));
+        assert_eq!(
+            Query::parse(Some("limit=x"))
+                .number("limit")
+                .unwrap_err()
+                .code,
+            400
+        );
+    }
+
+    #[test]
+    fn continue_tokens_round_trip_names_with_dots() {
+        let key = (
+            "events".to_owned(),
+            "default".to_owned(),
+            "pod.17a2b".to_owned(),
+        );
+        let (rv, ns, name) = parse_continue(&continue_token(42, &key)).unwrap();
+        assert_eq!(
+            (rv, ns.as_str(), name.as_str()),
+            (42, "default", "pod.17a2b")
+        );
+        assert_eq!(parse_continue("garbage").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn finished_only_without_finalizers_or_grace() {
+        assert!(finished(
+            &json!({"metadata": {"deletionTimestamp": "t", "deletionGracePeriodSeconds": 0}})
+        ));
+        assert!(!finished(
+            &json!({"metadata": {"deletionTimestamp": "t", "deletionGracePeriodSeconds": 30}})
+        ));
+        assert!(!finished(
+            &json!({"metadata": {"deletionTimestamp": "t", "finalizers": ["f"]}})
+        ));
+        assert!(!finished(&json!({"metadata": {}})));
+    }
+}

@@ -9,25 +9,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
+use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
-use tokio::time::Instant;
 
 use crate::patch;
 use crate::resources::{self, Def};
 use crate::selectors::Selector;
 use crate::status::ApiError;
-use crate::store::{Change, EventType, Key, Store};
+use crate::store::{Key, Store};
 
 pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
 /// The largest request body accepted (the real server's limit is 3 MiB).
 const MAX_BODY: usize = 3 * 1024 * 1024;
-/// Open watches at once; one more gets 429.
-const MAX_WATCHERS: usize = 256;
 /// Requests remembered for tests to inspect.
 const MAX_LOG: usize = 10_000;
 /// A watch without `timeoutSeconds` ends after this (the real one picks 30–60 min).
@@ -61,7 +57,7 @@ fn body(v: &Value) -> Body {
     Full::new(Bytes::from(v.to_string())).boxed()
 }
 
-fn respond(code: u16, v: &Value) -> Response<Body> {
+pub(crate) fn respond(code: u16, v: &Value) -> Response<Body> {
     let mut r = Response::new(body(v));
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(
@@ -299,7 +295,20 @@ async fn serve(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         });
     let raw = read_body(req).await?;
     match (method, t.name.is_some(), t.sub.as_deref()) {
-        (Method::GET, false, _) if query.flag("watch") => watch(shared, &t, &query),
+        (Method::GET, false, _) if query.flag("watch") => {
+            let (labels, fields) = selectors(&t, &query)?;
+            let params = crate::watch::Params {
+                from: query.number("resourceVersion")?.filter(|rv| *rv > 0),
+                timeout: query
+                    .number("timeoutSeconds")?
+                    .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs),
+                bookmarks: query.flag("allowWatchBookmarks"),
+                initial_events: query.flag("sendInitialEvents"),
+                labels,
+                fields,
+            };
+            crate::watch::watch(shared, t.def, t.ns.as_deref(), params)
+        }
         (Method::GET, false, _) => list(shared, &t, &query),
         (Method::GET, true, Some("token")) => found(None),
         (Method::GET, true, _) => get(shared, &t),
@@ -478,178 +487,6 @@ fn list(shared: &Shared, t: &Target, q: &Query) -> Result<Response<Body>, ApiErr
             "items": items,
         }),
     ))
-}
-
-/// Counts an open watch for as long as its stream lives.
-struct WatchSlot(Arc<Shared>);
-
-impl Drop for WatchSlot {
-    fn drop(&mut self) {
-        self.0.watchers.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-struct WatchState {
-    initial: VecDeque<Bytes>,
-    rx: tokio::sync::broadcast::Receiver<Arc<Change>>,
-    resource: String,
-    ns: Option<String>,
-    labels: Selector,
-    fields: Selector,
-    kind: &'static str,
-    api_version: String,
-    /// The newest change this watch has looked at; bookmarks never claim more.
-    seen: u64,
-    bookmarks: Option<tokio::time::Interval>,
-    deadline: Instant,
-    done: bool,
-    _slot: WatchSlot,
-}
-
-fn line(kind: &str, object: &Value) -> Bytes {
-    let mut s = json!({ "type": kind, "object": object }).to_string();
-    s.push('\n');
-    Bytes::from(s)
-}
-
-impl WatchState {
-    fn matches(&self, v: &Value) -> bool {
-        self.labels.matches_labels(v) && self.fields.matches_fields(v)
-    }
-
-    /// An object entering or leaving the selection is ADDED or DELETED, as the real watch cache says.
-    fn render(&self, c: &Change) -> Option<Bytes> {
-        if c.key.0 != self.resource || self.ns.as_ref().is_some_and(|n| *n != c.key.1) {
-            return None;
-        }
-        let now = self.matches(&c.object);
-        let before = c.prev.as_ref().is_some_and(|p| self.matches(p));
-        let kind = match (c.kind, before, now) {
-            (EventType::Added, _, true) => "ADDED",
-            (EventType::Deleted, _, true) => "DELETED",
-            (EventType::Modified, true, true) => "MODIFIED",
-            (EventType::Modified, false, true) => "ADDED",
-            (EventType::Modified, true, false) => "DELETED",
-            _ => return None,
-        };
-        Some(line(kind, &c.object))
-    }
-
-    async fn next(&mut self) -> Option<Bytes> {
-        if let Some(l) = self.initial.pop_front() {
-            return Some(l);
-        }
-        if self.done {
-            return None;
-        }
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep_until(self.deadline) => return None,
-                () = tick(&mut self.bookmarks) => {
-                    let obj = json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": {"resourceVersion": self.seen.to_string()}});
-                    return Some(line("BOOKMARK", &obj));
-                }
-                r = self.rx.recv() => match r {
-                    Ok(c) => {
-                        self.seen = self.seen.max(c.rv);
-                        if let Some(l) = self.render(&c) {
-                            return Some(l);
-                        }
-                    }
-                    Err(RecvError::Lagged(_)) => {
-                        self.done = true;
-                        return Some(line("ERROR", &ApiError::expired("the watch fell too far behind and was closed").status()));
-                    }
-                    Err(RecvError::Closed) => return None,
-                },
-            }
-        }
-    }
-}
-
-async fn tick(i: &mut Option<tokio::time::Interval>) {
-    match i {
-        Some(i) => {
-            i.tick().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-fn watch(shared: &Arc<Shared>, t: &Target, q: &Query) -> Result<Response<Body>, ApiError> {
-    let (labels, fields) = selectors(t, q)?;
-    if q.flag("sendInitialEvents") {
-        return Err(ApiError::invalid(
-            t.def.name,
-            "",
-            "sendInitialEvents is not supported by this server; list, then watch",
-        ));
-    }
-    if shared.watchers.fetch_add(1, Ordering::SeqCst) >= MAX_WATCHERS {
-        shared.watchers.fetch_sub(1, Ordering::SeqCst);
-        return Err(ApiError::new(
-            429,
-            "TooManyRequests",
-            "too many open watches",
-        ));
-    }
-    let slot = WatchSlot(shared.clone());
-    let from = q.number("resourceVersion")?.filter(|rv| *rv > 0);
-    let timeout = q
-        .number("timeoutSeconds")?
-        .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
-    // The real server accepts a watch from a too-old version, then sends one ERROR event (410).
-    let (initial, seen, rx, gone) = match shared.store.watch(&t.def.id(), t.ns.as_deref(), from) {
-        Ok(w) => (w.initial, w.rv, w.rx, None),
-        Err(e) => {
-            let w = shared.store.watch(&t.def.id(), t.ns.as_deref(), None)?;
-            (Vec::new(), w.rv, w.rx, Some(e))
-        }
-    };
-    let every = *shared
-        .bookmark_every
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut st = WatchState {
-        initial: VecDeque::new(),
-        rx,
-        resource: t.def.id(),
-        ns: t.ns.clone(),
-        labels,
-        fields,
-        kind: t.def.kind,
-        api_version: t.def.api_version(),
-        seen,
-        bookmarks: q
-            .flag("allowWatchBookmarks")
-            .then(|| tokio::time::interval_at(Instant::now() + every, every)),
-        deadline: Instant::now() + timeout,
-        done: gone.is_some(),
-        _slot: slot,
-    };
-    if let Some(e) = gone {
-        st.initial.push_back(line("ERROR", &e.status()));
-    }
-    for c in &initial {
-        if let Some(l) = st.render(c) {
-            st.initial.push_back(l);
-        }
-    }
-    let stream = futures::stream::unfold(st, |mut st| async move {
-        st.next()
-            .await
-            .map(|l| (Ok::<_, Infallible>(Frame::data(l)), st))
-    });
-    let mut r = Response::new(StreamBody::new(stream).boxed());
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    r.headers_mut().insert(
-        header::TRANSFER_ENCODING,
-        header::HeaderValue::from_static("chunked"),
-    );
-    Ok(r)
 }
 
 /// Check `kind`/`apiVersion` if given, then the fields, then fill in what the server owns.

@@ -15,6 +15,7 @@ mod resources;
 mod selectors;
 mod status;
 mod store;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

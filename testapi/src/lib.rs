@@ -15,6 +15,7 @@ mod resources;
 mod selectors;
 mod status;
 mod store;
+mod verbs;
 mod watch;
 
 use std::net::SocketAddr;

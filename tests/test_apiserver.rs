@@ -904,3 +904,61 @@ async fn kubectl_gets_pods_and_nodes() {
     kubectl(&["delete", "pod", "a", "--grace-period=0", "--force"]).await;
     assert!(server.get::<Pod>("default", "a").unwrap().is_none());
 }
+
+#[tokio::test]
+async fn selector_watches_see_objects_leave_and_finalizers_hold_deletion() {
+    let (_dir, _server, client) = server().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let rv = server_rv(&pods).await;
+    let mut web = pods
+        .watch(&WatchParams::default().labels("app=web").timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    pods.create(
+        &PostParams::default(),
+        &pod("a", "n1", json!({"app": "db"})),
+    )
+    .await
+    .unwrap();
+    // Relabelled into the selection: ADDED; out of it again: DELETED, as the real watch cache says.
+    let into = json!({"metadata": {"labels": {"app": "web"}}});
+    pods.patch("a", &PatchParams::default(), &Patch::Merge(into))
+        .await
+        .unwrap();
+    let out = json!({"metadata": {"labels": {"app": "db"}, "finalizers": ["example.com/hold"]}});
+    pods.patch("a", &PatchParams::default(), &Patch::Strategic(out))
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = [web.try_next().await, web.try_next().await]
+        .into_iter()
+        .map(|e| match e.unwrap().unwrap() {
+            WatchEvent::Added(_) => "ADDED",
+            WatchEvent::Deleted(_) => "DELETED",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["ADDED", "DELETED"]);
+
+    // A finalizer keeps even a grace-0 delete until it is removed.
+    pods.delete("a", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let held = pods.get("a").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    let release =
+        json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/hold"]}});
+    pods.patch("a", &PatchParams::default(), &Patch::Strategic(release))
+        .await
+        .unwrap();
+    assert_eq!(api_error(pods.get("a").await.unwrap_err()).0, 404);
+}
+
+async fn server_rv(pods: &Api<Pod>) -> String {
+    pods.list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited, combinators::BoxBody};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
 use serde_json::{Value, json};
@@ -24,6 +24,8 @@ pub(crate) type Body = BoxBody<Bytes, Infallible>;
 
 /// The largest request body accepted (the real server's limit is 3 MiB).
 const MAX_BODY: usize = 3 * 1024 * 1024;
+/// A larger body is read and dropped up to this, so the client gets its 413 rather than a reset.
+const MAX_DRAIN: usize = 16 * 1024 * 1024;
 /// Requests remembered for tests to inspect.
 const MAX_LOG: usize = 10_000;
 /// A watch without `timeoutSeconds` ends after this (the real one picks 30–60 min).
@@ -336,22 +338,31 @@ async fn serve(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
 }
 
 async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
-    match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(ApiError::new(
-                413,
-                "RequestEntityTooLarge",
-                format!("the request body is larger than the limit of {MAX_BODY} bytes"),
-            ))
+    let mut body = req.into_body();
+    let mut kept = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::bad_request(format!("reading the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen += data.len();
+        if seen <= MAX_BODY {
+            kept.extend_from_slice(&data);
+        } else if seen > MAX_DRAIN {
+            // Past this the connection is just closed, and the client may not see the 413.
+            break;
         }
-        Err(e) => Err(ApiError::bad_request(format!(
-            "reading the request body: {e}"
-        ))),
     }
+    if seen > MAX_BODY {
+        return Err(ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("the request body is larger than the limit of {MAX_BODY} bytes"),
+        ));
+    }
+    Ok(Bytes::from(kept))
 }
 
 pub(crate) fn unsupported_media(ct: Option<&str>) -> ApiError {

@@ -6,8 +6,12 @@
 //! kube-rs and kubectl run against it unmodified. It can stop and restart keeping its state,
 //! for outage tests; tests also read and write objects directly, without HTTP.
 //!
-//! Not a real apiserver: no admission, no validation beyond decoding and names, no RBAC
-//! (one bearer token, anonymous allowed unless turned off), no namespaces objects, no server-side apply, no protobuf.
+//! Not a real apiserver: no admission and no validation beyond strict decoding and names; no
+//! RBAC (one bearer token, anonymous allowed unless turned off); no Namespace objects; no
+//! server-side apply (415) and no protobuf; no `sendInitialEvents` streaming lists; the two
+//! Event APIs are stored apart (the real one converts between them); pods get `phase: Pending`
+//! on create but no `qosClass` or `generation`; a too-old resourceVersion is 410 with reason
+//! `Expired` (as the watch cache answers), and a list newer than the store is 504 at once.
 
 mod http;
 mod patch;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what oxlet's real-runtime tests and examples need, as root on Debian:
 # containerd (with CRI), runc, the CNI plugins, a static busybox (test images),
-# protoc (the k8s-cri build script), iproute2 and openssl (test certificates). Only missing packages are installed,
+# protoc (the k8s-cri build script), iproute2, openssl (test certificates) and kubectl. Only missing packages are installed,
 # so a prepared machine costs nothing (and no network).
 #
 # No system containerd is started: oxlet and the test bed run their own, and a system
@@ -10,6 +10,11 @@
 set -euo pipefail
 
 PKGS=(containerd runc containernetworking-plugins busybox-static protobuf-compiler iproute2 openssl)
+# kubectl (Debian's 1.20) shows in tests/test_apiserver.rs that the test apiserver speaks the real
+# protocol; any kubectl already on PATH does as well.
+if ! command -v kubectl >/dev/null 2>&1; then
+    PKGS+=(kubernetes-client)
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "install-deps: must run as root" >&2

@@ -1,0 +1,363 @@
+//! The resources this server serves, their discovery documents, and the strict decode:
+//! a body is decoded through its k8s-openapi type and any field the type does not know is
+//! refused, naming the field (the real server's `fieldValidation=Strict`).
+
+use k8s_openapi::api::{
+    authentication::v1::TokenRequest, certificates::v1::CertificateSigningRequest,
+    coordination::v1::Lease, core::v1 as core, events::v1 as events,
+};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Value, json};
+
+use crate::status::ApiError;
+
+pub(crate) struct Def {
+    pub group: &'static str,
+    pub version: &'static str,
+    /// The URL segment (`pods`); also the store's resource id, prefixed by the group if any.
+    pub name: &'static str,
+    pub singular: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    /// Whether a `status` subresource exists, so the main resource ignores status writes.
+    pub status: bool,
+    /// The field selectors the resource indexes beyond `metadata.name`/`metadata.namespace`.
+    pub fields: &'static [&'static str],
+    pub short: &'static [&'static str],
+    pub check: fn(&Value) -> Result<(), ApiError>,
+}
+
+impl Def {
+    pub(crate) fn id(&self) -> String {
+        if self.group.is_empty() {
+            self.name.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.name)
+        }
+    }
+
+    pub(crate) fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_owned()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+pub(crate) static RESOURCES: &[Def] = &[
+    Def {
+        group: "",
+        version: "v1",
+        name: "pods",
+        singular: "pod",
+        kind: "Pod",
+        namespaced: true,
+        status: true,
+        fields: &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        short: &["po"],
+        check: strict::<core::Pod>,
+    },
+    Def {
+        group: "",
+        version: "v1",
+        name: "nodes",
+        singular: "node",
+        kind: "Node",
+        namespaced: false,
+        status: true,
+        fields: &["spec.unschedulable"],
+        short: &["no"],
+        check: strict::<core::Node>,
+    },
+    Def {
+        group: "",
+        version: "v1",
+        name: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        status: false,
+        fields: &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        short: &["ev"],
+        check: strict::<core::Event>,
+    },
+    Def {
+        group: "",
+        version: "v1",
+        name: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        namespaced: true,
+        status: false,
+        fields: &[],
+        short: &["cm"],
+        check: strict::<core::ConfigMap>,
+    },
+    Def {
+        group: "",
+        version: "v1",
+        name: "secrets",
+        singular: "secret",
+        kind: "Secret",
+        namespaced: true,
+        status: false,
+        fields: &["type"],
+        short: &[],
+        check: strict::<core::Secret>,
+    },
+    Def {
+        group: "",
+        version: "v1",
+        name: "serviceaccounts",
+        singular: "serviceaccount",
+        kind: "ServiceAccount",
+        namespaced: true,
+        status: false,
+        fields: &[],
+        short: &["sa"],
+        check: strict::<core::ServiceAccount>,
+    },
+    Def {
+        group: "coordination.k8s.io",
+        version: "v1",
+        name: "leases",
+        singular: "lease",
+        kind: "Lease",
+        namespaced: true,
+        status: false,
+        fields: &[],
+        short: &[],
+        check: strict::<Lease>,
+    },
+    Def {
+        group: "events.k8s.io",
+        version: "v1",
+        name: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        status: false,
+        fields: &[],
+        short: &["ev"],
+        check: strict::<events::Event>,
+    },
+    Def {
+        group: "certificates.k8s.io",
+        version: "v1",
+        name: "certificatesigningrequests",
+        singular: "certificatesigningrequest",
+        kind: "CertificateSigningRequest",
+        namespaced: false,
+        status: true,
+        fields: &["spec.signerName"],
+        short: &["csr"],
+        check: strict::<CertificateSigningRequest>,
+    },
+];
+
+pub(crate) fn find(group: &str, version: &str, name: &str) -> Option<&'static Def> {
+    RESOURCES
+        .iter()
+        .find(|d| d.group == group && d.version == version && d.name == name)
+}
+
+pub(crate) fn by_id(id: &str) -> Option<&'static Def> {
+    RESOURCES.iter().find(|d| d.id() == id)
+}
+
+/// The TokenRequest body of `serviceaccounts/token`, strictly decoded like the rest.
+pub(crate) fn check_token_request(v: &Value) -> Result<(), ApiError> {
+    strict::<TokenRequest>(v)
+}
+
+/// Decode through `T`, then report the first input field the round trip dropped.
+fn strict<T: DeserializeOwned + Serialize>(input: &Value) -> Result<(), ApiError> {
+    let typed: T = serde_json::from_value(input.clone()).map_err(|e| {
+        ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+    })?;
+    let back = serde_json::to_value(&typed)
+        .map_err(|e| ApiError::new(500, "InternalError", format!("re-encoding: {e}")))?;
+    match unknown_field(input, &back, "") {
+        Some(field) => Err(ApiError::bad_request(format!(
+            "strict decoding error: unknown field \"{field}\""
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn unknown_field(input: &Value, known: &Value, path: &str) -> Option<String> {
+    match (input, known) {
+        (Value::Object(i), Value::Object(k)) => i.iter().find_map(|(name, v)| {
+            let sub = if path.is_empty() {
+                name.clone()
+            } else {
+                format!("{path}.{name}")
+            };
+            match k.get(name) {
+                None if !v.is_null() => Some(sub),
+                None => None,
+                Some(kv) => unknown_field(v, kv, &sub),
+            }
+        }),
+        (Value::Array(i), Value::Array(k)) => i
+            .iter()
+            .zip(k)
+            .enumerate()
+            .find_map(|(n, (iv, kv))| unknown_field(iv, kv, &format!("{path}[{n}]"))),
+        _ => None,
+    }
+}
+
+pub(crate) fn version() -> Value {
+    json!({
+        "major": "1", "minor": "33", "gitVersion": "v1.33.0-testapi", "gitCommit": "testapi",
+        "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.24",
+        "compiler": "gc", "platform": "linux/amd64",
+    })
+}
+
+pub(crate) fn api_versions(server: &str) -> Value {
+    json!({
+        "kind": "APIVersions", "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server}],
+    })
+}
+
+fn groups() -> Vec<&'static str> {
+    let mut g: Vec<&str> = RESOURCES
+        .iter()
+        .map(|d| d.group)
+        .filter(|g| !g.is_empty())
+        .collect();
+    g.dedup();
+    g
+}
+
+pub(crate) fn api_group_list() -> Value {
+    let groups: Vec<Value> = groups()
+        .into_iter()
+        .map(|g| {
+            let gv = json!({"groupVersion": format!("{g}/v1"), "version": "v1"});
+            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+pub(crate) fn api_group(group: &str) -> Option<Value> {
+    groups().contains(&group).then(|| {
+        let gv = json!({"groupVersion": format!("{group}/v1"), "version": "v1"});
+        json!({"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [gv.clone()], "preferredVersion": gv})
+    })
+}
+
+pub(crate) fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let mut resources = Vec::new();
+    for d in RESOURCES
+        .iter()
+        .filter(|d| d.group == group && d.version == version)
+    {
+        resources.push(json!({
+            "name": d.name, "singularName": d.singular, "namespaced": d.namespaced, "kind": d.kind,
+            "verbs": VERBS, "shortNames": d.short,
+        }));
+        if d.status {
+            resources.push(json!({"name": format!("{}/status", d.name), "singularName": "", "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get", "patch", "update"]}));
+        }
+        if d.name == "serviceaccounts" {
+            resources.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
+        }
+        if d.name == "certificatesigningrequests" {
+            resources.push(json!({"name": "certificatesigningrequests/approval", "singularName": "", "namespaced": false, "kind": "CertificateSigningRequest", "verbs": ["get", "patch", "update"]}));
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    (!resources.is_empty()).then(|| json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_decoding_names_the_unknown_field() {
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i", "imagePullPolcy": "Never"}]}});
+        let e = strict::<core::Pod>(&pod).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "strict decoding error: unknown field \"spec.containers[0].imagePullPolcy\""
+        );
+        let good = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}, "ports": [{"containerPort": 80}]}], "nodeName": "n", "tolerations": []}});
+        strict::<core::Pod>(&good).unwrap();
+        let typo = json!({"metadata": {"name": "p"}, "spex": {}});
+        assert!(
+            strict::<core::Pod>(&typo)
+                .unwrap_err()
+                .message
+                .contains("\"spex\"")
+        );
+    }
+
+    #[test]
+    fn strict_decoding_refuses_wrong_types() {
+        let cm = json!({"metadata": {"name": "c"}, "data": {"k": 1}});
+        let e = strict::<core::ConfigMap>(&cm).unwrap_err();
+        assert_eq!(e.reason, "BadRequest");
+    }
+
+    #[test]
+    fn discovery_lists_status_subresources() {
+        let v1 = resource_list("", "v1").unwrap();
+        let names: Vec<&str> = v1["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"pods/status") && names.contains(&"serviceaccounts/token"),
+            "{names:?}"
+        );
+        assert!(resource_list("apps", "v1").is_none());
+        assert_eq!(api_group_list()["groups"].as_array().unwrap().len(), 3);
+    }
+}

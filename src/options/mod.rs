@@ -347,7 +347,7 @@ fn resolve(
         match host_name() {
             Ok(h) => {
                 o.node_name = h.trim().to_lowercase();
-                if !settings::is_dns_subdomain(&o.node_name) {
+                if !crate::pod::is_dns1123_subdomain(&o.node_name) {
                     problems.push(Problem::Other(format!(
                         "host name {:?} is not a valid node name (a DNS subdomain); \
                          set --hostname-override",
@@ -372,8 +372,9 @@ fn resolve(
 
 #[cfg(test)]
 mod tests {
-    use super::settings::{ENDPOINT_REASON, is_dns_subdomain};
+    use super::settings::ENDPOINT_REASON;
     use super::*;
+    use crate::pod::is_dns1123_subdomain as is_dns_subdomain;
     use std::io::Write;
 
     fn resolve_args(args: &[&str], host: &str) -> Result<Options, ConfigError> {

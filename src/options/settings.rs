@@ -494,7 +494,7 @@ fn set_endpoint(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
 /// even when invalid, so the host name is not read in its place.
 fn set_node_name(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     o.node_name = i.text.trim().to_lowercase();
-    if o.node_name.is_empty() || is_dns_subdomain(&o.node_name) {
+    if o.node_name.is_empty() || crate::pod::is_dns1123_subdomain(&o.node_name) {
         Ok(())
     } else {
         Err(NODE_NAME_REASON.into())
@@ -606,19 +606,6 @@ fn unix_endpoint(e: &str) -> Result<String, InvalidValue> {
         Some(path) if path.starts_with('/') && path.len() > 1 => Ok(e.to_string()),
         _ => Err(ENDPOINT_REASON.into()),
     }
-}
-
-/// Node names end up in static pod names, so they must be DNS-1123 subdomains.
-pub(super) fn is_dns_subdomain(name: &str) -> bool {
-    name.len() <= 253
-        && name.split('.').all(|label| {
-            let b = label.as_bytes();
-            !b.is_empty()
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        })
 }
 
 #[cfg(test)]
@@ -785,7 +772,7 @@ mod tests {
             positive_duration("0s").unwrap_err().to_string(),
             "must be greater than 0"
         );
-        assert!(is_dns_subdomain("node-1.example"));
-        assert!(!is_dns_subdomain("node_1"));
+        assert!(crate::pod::is_dns1123_subdomain("node-1.example"));
+        assert!(!crate::pod::is_dns1123_subdomain("node_1"));
     }
 }

@@ -6,12 +6,13 @@
 use k8s_openapi::api::core::v1::Pod;
 
 mod enums;
+mod names;
 pub(crate) use enums::{ImagePullPolicy, Phase, RestartPolicy, TerminatedReason, WaitingReason};
+pub(crate) use names::{is_dns1123_label, is_dns1123_subdomain};
 
 /// The source name of the static pod directory (kubelet's `kubetypes.FileSource`).
 pub(crate) const FILE_SOURCE: &str = "file";
 /// The source name of the manifest URL (kubelet's `kubetypes.HTTPSource`).
-#[allow(dead_code, reason = "seam: the manifest URL source (issue 11)")]
 pub(crate) const HTTP_SOURCE: &str = "http";
 /// The source name of the apiserver (kubelet's `kubetypes.ApiserverSource`).
 pub(crate) const API_SOURCE: &str = "api";

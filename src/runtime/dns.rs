@@ -11,7 +11,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Pod, PodDNSConfig};
 use tracing::{error, warn};
 
-use crate::pod::{pod_ref, pod_uid};
+use crate::pod::{is_dns1123_subdomain, pod_ref, pod_uid};
 
 /// kubelet's `defaultDNSOptions` for cluster DNS.
 const CLUSTER_OPTIONS: &str = "ndots:5";
@@ -160,23 +160,6 @@ fn one_word(s: &str) -> bool {
     !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
-/// A DNS-1123 label: at most 63 lower-case letters, digits and `-`, alphanumeric at
-/// both ends.
-pub(crate) fn is_dns_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-}
-
-/// A DNS-1123 subdomain: labels joined by `.`, at most 253 characters.
-pub(crate) fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
 /// The API server's `validatePodDNSConfig`, which pods from files never went
 /// through: at most 3 nameservers, each an IP; at most 32 search paths of DNS
 /// names in 2048 characters; option names given, and every value one word.
@@ -221,7 +204,7 @@ fn validate(policy_none: bool, cfg: Option<&PodDNSConfig>) -> Result<(), DnsErro
         ));
     }
     for (i, s) in searches.iter().enumerate() {
-        if !is_dns_subdomain(s.strip_suffix('.').unwrap_or(s)) {
+        if !is_dns1123_subdomain(s.strip_suffix('.').unwrap_or(s)) {
             return Err(spec_error(
                 format!("spec.dnsConfig.searches[{i}]"),
                 format!("{s:?} must be a DNS subdomain (lower-case letters, digits, '-' and '.')"),

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, HostAlias, Pod};
 
-use super::dns::{is_dns_label, is_dns_subdomain};
+use crate::pod::{is_dns1123_label, is_dns1123_subdomain};
 use crate::safe_path::{self, PathError};
 
 /// Where containers see the file.
@@ -71,7 +71,7 @@ pub(crate) fn hostname_and_domain(
         .and_then(|s| s.hostname.as_deref())
         .filter(|h| !h.is_empty())
     {
-        if !is_dns_label(h) {
+        if !is_dns1123_label(h) {
             return Err(spec_error(
                 "spec.hostname",
                 format!(
@@ -109,7 +109,7 @@ pub(crate) fn hostname_and_domain(
         .filter(|s| !s.is_empty())
     {
         None => String::new(),
-        Some(sub) if !is_dns_label(sub) => {
+        Some(sub) if !is_dns1123_label(sub) => {
             return Err(spec_error(
                 "spec.subdomain",
                 format!(
@@ -160,7 +160,7 @@ fn check_aliases(aliases: &[HostAlias]) -> Result<(), HostsError> {
             ));
         }
         for (j, h) in a.hostnames.iter().flatten().enumerate() {
-            if !is_dns_subdomain(h) {
+            if !is_dns1123_subdomain(h) {
                 return Err(spec_error(
                     format!("spec.hostAliases[{i}].hostnames[{j}]"),
                     format!(

@@ -10,33 +10,16 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::defaults::unset;
 use super::identity::static_pod_name;
 use super::{FieldError, fail};
-use crate::pod::{ImagePullPolicy, RestartPolicy};
+use crate::pod::{ImagePullPolicy, RestartPolicy, is_dns1123_label, is_dns1123_subdomain};
 use crate::quantity;
 use crate::safe_path;
 
 /// Longest object name (DNS-1123 subdomain).
 const MAX_NAME_LEN: usize = 253;
 /// Longest DNS-1123 label (namespaces, container and volume names).
-const MAX_LABEL_LEN: usize = 63;
 /// Longest `metadata.uid` accepted (a UUID has 36 characters, a derived static pod UID
 /// 32): it names directories, so it is kept well below the file name limit.
 const MAX_UID_LEN: usize = 128;
-
-fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= MAX_LABEL_LEN
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= MAX_NAME_LEN
-        && s.split('.')
-            .all(|part| !part.is_empty() && is_dns1123_label(part))
-}
 
 const LABEL_RULE: &str = "must be a DNS-1123 label (at most 63 lower-case alphanumerics or '-', starting and ending alphanumeric)";
 const SUBDOMAIN_RULE: &str = "must be a DNS-1123 subdomain (at most 253 lower-case alphanumerics, '-' or '.', each part starting and ending alphanumeric)";

@@ -19,6 +19,7 @@ use crate::config::merge::{PodConfig, run_merger};
 use crate::containerd::{
     CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
 };
+use crate::kubeclient::ApiClients;
 use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
 use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
@@ -190,8 +191,15 @@ fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
     });
 }
 
-/// Starts every task of the agent in `tasks`; they stop when it is shut down.
-pub(crate) async fn start(opts: &Options, rt: &Runtime, tasks: &Tasks) -> anyhow::Result<Agent> {
+/// Starts every task of the agent in `tasks`; they stop when it is shut down. With
+/// `api` (cluster mode, `--kubeconfig`), the apiserver tasks start too.
+pub(crate) async fn start(
+    opts: &Options,
+    rt: &Runtime,
+    api: Option<&ApiClients>,
+    tasks: &Tasks,
+) -> anyhow::Result<Agent> {
+    let _ = api; // seam: the cluster-mode tasks of issue 11 start from here
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     // The root dir holds the pods' ephemeral storage: its filesystem is the capacity.
     if let Err(e) = std::fs::create_dir_all(&opts.root_dir) {
@@ -513,8 +521,7 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
     log_summary(&opts);
     set_own_oom_score_adj();
     apply_max_open_files(opts.max_open_files);
-    // Held for the cluster-mode tasks of later slices; nothing sends requests yet.
-    let _api = api_clients(&opts).await?;
+    let api = api_clients(&opts).await?;
     // Cut short here, a half-started managed containerd is killed with its handle.
     let mut rt = tokio::select! {
         rt = connect_runtime(&opts) => rt?,
@@ -533,7 +540,7 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
         });
     }
     let agent = tasks.child();
-    let result = run_agent(&opts, &rt, &mut signals, &agent).await;
+    let result = run_agent(&opts, &rt, api.as_ref(), &mut signals, &agent).await;
     if !tasks.shutdown(RUNTIME_STOP).await {
         warn!("the managed containerd's supervisor did not stop within {RUNTIME_STOP:?}");
     }
@@ -545,7 +552,7 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
 
 /// The apiserver clients when `--kubeconfig` is given (kubelet, too, refuses to start
 /// with a kubeconfig it cannot use); None runs standalone.
-async fn api_clients(opts: &Options) -> anyhow::Result<Option<crate::kubeclient::ApiClients>> {
+async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClients>> {
     let Some(path) = &opts.kubeconfig else {
         return Ok(None);
     };
@@ -573,6 +580,7 @@ async fn api_clients(opts: &Options) -> anyhow::Result<Option<crate::kubeclient:
 async fn run_agent(
     opts: &Options,
     rt: &Runtime,
+    api: Option<&ApiClients>,
     signals: &mut Signals,
     tasks: &Tasks,
 ) -> anyhow::Result<i32> {
@@ -585,7 +593,7 @@ async fn run_agent(
         }
     }
     let started = tokio::select! {
-        a = start(opts, rt, tasks) => Some(a?),
+        a = start(opts, rt, api, tasks) => Some(a?),
         _ = tasks.failed() => None,
         sig = signals.recv() => {
             info!(target: STARTUP_TARGET, "received {sig} during start-up; exiting");

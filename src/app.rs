@@ -199,7 +199,6 @@ pub(crate) async fn start(
     api: Option<&ApiClients>,
     tasks: &Tasks,
 ) -> anyhow::Result<Agent> {
-    let _ = api; // seam: the cluster-mode tasks of issue 11 start from here
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     // The root dir holds the pods' ephemeral storage: its filesystem is the capacity.
     if let Err(e) = std::fs::create_dir_all(&opts.root_dir) {
@@ -361,7 +360,7 @@ pub(crate) async fn start(
     ));
     let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
-        cache,
+        cache: cache.clone(),
         statuses: statuses.clone(),
         pods: pods.clone(),
         runtime_name: rt.runtime_name.clone(),
@@ -387,6 +386,7 @@ pub(crate) async fn start(
         stall_threshold: stall_threshold(opts.sync_frequency),
     };
     let inputs = LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx);
+    let workers = sync_loop.workers.clone();
     tasks.spawn_critical("sync-loop", move |cancel| async move {
         sync_loop.run(inputs, cancel).await;
         Ok(())
@@ -421,6 +421,9 @@ pub(crate) async fn start(
                 Ok(())
             });
         }
+    }
+    if let Some(api) = api {
+        spawn_status_writer(opts, api, &statuses, &pods, workers, cache, tasks);
     }
     Ok(Agent { pods, statuses })
 }
@@ -624,4 +627,72 @@ async fn run_agent(
         warn!("some tasks did not stop within {AGENT_STOP:?}");
     }
     Ok(code)
+}
+
+/// The reconcile period of the status writer and mirror pods: kubelet's 10 s, or
+/// `OXLET_TEST_STATUS_PERIOD_MS` (test-only: integration tests shorten it).
+fn status_period() -> Duration {
+    std::env::var("OXLET_TEST_STATUS_PERIOD_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(
+            crate::status::apiserver::RECONCILE_PERIOD,
+            Duration::from_millis,
+        )
+}
+
+/// Cluster mode: the pod status writer and the mirror pods, each a restarting task on
+/// the main client. A pod may be finally deleted once its worker finished, or when it
+/// has no worker and nothing of it runs.
+fn spawn_status_writer(
+    opts: &Options,
+    api: &ApiClients,
+    statuses: &Arc<StatusManager>,
+    pods: &Arc<PodManager>,
+    workers: crate::syncloop::pod_workers::PodWorkers<Syncer>,
+    cache: Arc<PodCache>,
+    tasks: &Tasks,
+) {
+    use crate::status::apiserver::StatusWriter;
+    use crate::status::mirror::MirrorPods;
+    use crate::syncloop::pod_workers::Lifecycle;
+    let period = status_period();
+    let finished: crate::status::apiserver::Finished =
+        Arc::new(move |uid: &str| match workers.lifecycle(uid) {
+            Some(l) => l == Lifecycle::Finished,
+            None => cache.get(uid).is_none_or(|p| {
+                !p.containers
+                    .iter()
+                    .any(|c| c.state == crate::runtime::types::ContainerState::Running)
+                    && !p.sandboxes.iter().any(|s| s.ready)
+            }),
+        });
+    let (client, s, p) = (api.main.clone(), statuses.clone(), pods.clone());
+    tasks.spawn_restarting("pod-status-writer", Backoff::default(), move |cancel| {
+        let writer = StatusWriter::new(
+            client.clone(),
+            s.clone(),
+            p.clone(),
+            finished.clone(),
+            period,
+        );
+        async move {
+            writer.run(cancel).await;
+            Ok(())
+        }
+    });
+    let mirrors = Arc::new(MirrorPods::new(
+        api.main.clone(),
+        pods.clone(),
+        opts.node_name.clone(),
+        period,
+    ));
+    tasks.spawn_restarting("mirror-pods", Backoff::default(), move |cancel| {
+        let m = mirrors.clone();
+        async move {
+            m.run(cancel).await;
+            Ok(())
+        }
+    });
 }

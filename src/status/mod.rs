@@ -1,8 +1,13 @@
 //! Pod status: generation (`generate`; the QoS class comes from `cm::qos`) kept apart from where statuses are
 //! kept and served (the [`StatusManager`]), so cluster mode can add an apiserver
-//! writer without touching generation.
+//! writer without touching generation. In cluster mode, `apiserver` writes the statuses
+//! to the apiserver (with `patch`: kubelet's merge rules and the patch) and `mirror`
+//! keeps a mirror pod for each static pod.
 
+pub(crate) mod apiserver;
 pub(crate) mod generate;
+pub(crate) mod mirror;
+mod patch;
 pub(crate) mod startup;
 
 use std::collections::HashMap;
@@ -43,10 +48,6 @@ impl Default for StatusManager {
 impl StatusManager {
     /// Changes from now on. A receiver that falls more than [`CHANGES_CAPACITY`]
     /// behind gets `RecvError::Lagged` and should re-read every status ([`Self::uids`]).
-    #[allow(
-        dead_code,
-        reason = "seam: the apiserver status writer (issue 11) subscribes"
-    )]
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<StatusChange> {
         self.changes.subscribe()
     }
@@ -85,10 +86,6 @@ impl StatusManager {
     }
 
     /// The version of a pod's status (how many times it changed).
-    #[allow(
-        dead_code,
-        reason = "seam: the apiserver status writer (issue 11) sends only newer versions"
-    )]
     pub(crate) fn version(&self, uid: &str) -> u64 {
         self.statuses
             .read()
@@ -117,10 +114,6 @@ impl StatusManager {
     }
 
     /// UIDs with a status.
-    #[allow(
-        dead_code,
-        reason = "seam: the apiserver status writer (issue 11) re-reads all statuses after lagging"
-    )]
     pub(crate) fn uids(&self) -> Vec<String> {
         self.statuses.read().unwrap().keys().cloned().collect()
     }

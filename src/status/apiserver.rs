@@ -1,0 +1,269 @@
+//! The pod status writer (kubelet's status manager `syncBatch`/`syncPod`): it follows
+//! the [`StatusManager`]'s changes, writes each pod's status to the apiserver only when
+//! its version is newer than the one last written, and re-asserts every status on a
+//! period, so a status changed by someone else or lost in an outage comes back. Static
+//! pods report through their mirror pod. Once a pod being deleted has finished, it
+//! sends the final DELETE (grace 0, UID precondition).
+//!
+//! Errors are per pod: logged, and retried on the next pass. The writer never blocks
+//! anything else: the manager's channel is a broadcast that lags rather than waits.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::StatusManager;
+use super::patch;
+use crate::pod::{CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, is_static_pod, pod_ref};
+use crate::syncloop::pod_manager::PodManager;
+
+/// kubelet's `syncPeriod` of the status manager: every status is re-asserted this often.
+pub(crate) const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
+/// The longest one pod's sync may take, so a hung request cannot stall the writer.
+const POD_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether a pod's worker has finished with it (terminated, nothing left running):
+/// handed in by the agent so this module does not reach into the sync loop.
+pub(crate) type Finished = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Why one pod's status was not written.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WriteError {
+    #[error("{pod}: {action}: {source}")]
+    Api {
+        pod: String,
+        action: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{pod}: no answer from the apiserver within {POD_SYNC_TIMEOUT:?}")]
+    Timeout { pod: String },
+}
+
+/// What became of one pod's sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Nothing to write to (no pod, no mirror pod yet, another pod by that name).
+    Skipped,
+    /// The apiserver already had our status.
+    Unchanged,
+    Patched,
+    /// A check refused our status (terminal phase, terminated container).
+    Refused,
+    /// The final DELETE went out.
+    Deleted,
+}
+
+/// The status writer. Built anew on each restart of its task: it then writes every
+/// status once, as kubelet does after a restart.
+pub(crate) struct StatusWriter {
+    client: kube::Client,
+    statuses: Arc<StatusManager>,
+    pods: Arc<PodManager>,
+    finished: Finished,
+    period: Duration,
+    /// The version last written per pod UID; only UIDs the manager holds are kept.
+    written: HashMap<String, u64>,
+}
+
+impl StatusWriter {
+    pub(crate) fn new(
+        client: kube::Client,
+        statuses: Arc<StatusManager>,
+        pods: Arc<PodManager>,
+        finished: Finished,
+        period: Duration,
+    ) -> Self {
+        StatusWriter {
+            client,
+            statuses,
+            pods,
+            finished,
+            period,
+            written: HashMap::new(),
+        }
+    }
+
+    /// Runs until cancelled.
+    pub(crate) async fn run(mut self, cancel: CancellationToken) {
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = self.follow() => {}
+        }
+    }
+
+    async fn follow(&mut self) {
+        let mut changes = self.statuses.subscribe();
+        let mut tick = tokio::time::interval(self.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                change = changes.recv() => match change {
+                    Ok(c) if c.version > self.written_version(&c.uid) => {
+                        self.sync_logged(&c.uid).await;
+                    }
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(n)) => {
+                        debug!(missed = n, "status writer lagged; re-reading every status");
+                        self.sync_all(false).await;
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+                // The first tick is at once: everything is written after a (re)start.
+                _ = tick.tick() => self.sync_all(true).await,
+            }
+        }
+    }
+
+    fn written_version(&self, uid: &str) -> u64 {
+        self.written.get(uid).copied().unwrap_or(0)
+    }
+
+    /// Syncs every pod with a newer version, or (`reconcile`) every pod.
+    pub(crate) async fn sync_all(&mut self, reconcile: bool) {
+        let uids = self.statuses.uids();
+        self.written.retain(|uid, _| uids.contains(uid));
+        for uid in uids {
+            if reconcile || self.statuses.version(&uid) > self.written_version(&uid) {
+                self.sync_logged(&uid).await;
+            }
+        }
+    }
+
+    async fn sync_logged(&mut self, uid: &str) {
+        if let Err(e) = self.sync_pod(uid).await {
+            warn!(podUID = uid, error = %e, "cannot update the pod's status; retrying on the next pass");
+        }
+    }
+
+    /// kubelet's `syncPod`: one pod's status to the apiserver, then the final DELETE.
+    pub(crate) async fn sync_pod(&mut self, uid: &str) -> Result<Outcome, WriteError> {
+        let Some(pod) = self.pods.get(uid) else {
+            return Ok(Outcome::Skipped);
+        };
+        // The version first: what is written is at least as new as it.
+        let version = self.statuses.version(uid);
+        let Some(ours) = self.statuses.get(uid) else {
+            return Ok(Outcome::Skipped);
+        };
+        let name = pod_ref(&pod);
+        let outcome = tokio::time::timeout(POD_SYNC_TIMEOUT, self.write(&pod, &ours))
+            .await
+            .map_err(|_| WriteError::Timeout { pod: name.clone() })??;
+        if outcome != Outcome::Skipped {
+            self.written.insert(uid.to_string(), version);
+        }
+        Ok(outcome)
+    }
+
+    async fn write(&self, pod: &Pod, ours: &PodStatus) -> Result<Outcome, WriteError> {
+        let name = pod_ref(pod);
+        let err = |action| {
+            let pod = name.clone();
+            move |source| WriteError::Api {
+                pod,
+                action,
+                source,
+            }
+        };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+        let Some(target) = api.get_opt(pod_name).await.map_err(err("get"))? else {
+            debug!(pod = %name, "no such pod in the apiserver; status not written");
+            return Ok(Outcome::Skipped);
+        };
+        let uid = crate::pod::pod_uid(pod);
+        let is_static = is_static_pod(pod);
+        if is_static {
+            if mirror_hash(&target) != Some(config_hash(pod)) {
+                debug!(pod = %name, "no mirror pod of this static pod yet; status not written");
+                return Ok(Outcome::Skipped);
+            }
+        } else if target.metadata.uid.as_deref() != Some(uid) {
+            debug!(pod = %name, podUID = uid, "the apiserver's pod has another UID; status not written");
+            return Ok(Outcome::Skipped);
+        }
+        let target_uid = target.metadata.uid.clone().unwrap_or_default();
+        let old = target.status.clone().unwrap_or_default();
+        let merged = patch::merge(&old, ours);
+        if let Err(why) = patch::check(&target, &merged) {
+            warn!(pod = %name, reason = %why, "status update refused");
+            return Ok(Outcome::Refused);
+        }
+        let mut outcome = Outcome::Unchanged;
+        if let Some(p) = patch::status_patch(&target_uid, &old, &merged) {
+            api.patch_status(pod_name, &PatchParams::default(), &Patch::Merge(p))
+                .await
+                .map_err(err("patch status"))?;
+            debug!(pod = %name, "pod status patched");
+            outcome = Outcome::Patched;
+        }
+        if !is_static
+            && target.metadata.deletion_timestamp.is_some()
+            && can_be_deleted(&merged)
+            && (self.finished)(uid)
+        {
+            let params = DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(Preconditions {
+                    uid: Some(target_uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            api.delete(pod_name, &params).await.map_err(err("delete"))?;
+            info!(pod = %name, podUID = uid, "pod deleted from the apiserver (final delete)");
+            outcome = Outcome::Deleted;
+        }
+        Ok(outcome)
+    }
+}
+
+/// A static pod's hash (`kubernetes.io/config.hash`, its UID when unset).
+pub(crate) fn config_hash(pod: &Pod) -> &str {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
+        .map_or_else(|| crate::pod::pod_uid(pod), String::as_str)
+}
+
+/// A mirror pod's `kubernetes.io/config.mirror` annotation.
+pub(crate) fn mirror_hash(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_MIRROR_ANNOTATION))
+        .map(String::as_str)
+}
+
+/// Whether our status says the pod is done: a terminal phase, or every container
+/// terminated (kubelet's `canBeDeleted` with its pod-worker check handed in apart).
+fn can_be_deleted(status: &PodStatus) -> bool {
+    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return true;
+    }
+    let all = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .collect::<Vec<_>>();
+    !all.is_empty()
+        && all.iter().all(|c| {
+            c.state
+                .as_ref()
+                .is_some_and(|s| s.running.is_none() && s.terminated.is_some())
+        })
+}
+
+#[cfg(test)]
+#[path = "apiserver_tests.rs"]
+pub(crate) mod tests;

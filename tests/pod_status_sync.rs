@@ -62,7 +62,7 @@ async fn wait_mirror_running(ox: &Oxlet, api: &TestApiServer, hash: &str) -> Pod
 async fn static_hash(ox: &Oxlet, marker: &str) -> String {
     let pod = ox
         .wait_for(&format!("web {marker} Running"), START, |pods| {
-            find(pods, MIRROR)
+            find(pods, "web")
                 .filter(|p| {
                     is_running(p)
                         && p.spec.as_ref().unwrap().containers[0]

@@ -93,8 +93,8 @@ impl StatusWriter {
     /// Runs until cancelled.
     pub(crate) async fn run(mut self, cancel: CancellationToken) {
         tokio::select! {
-            _ = cancel.cancelled() => {}
-            _ = self.follow() => {}
+            () = cancel.cancelled() => {}
+            () = self.follow() => {}
         }
     }
 

@@ -97,15 +97,15 @@ impl MirrorPods {
                         created = r.created,
                         deleted = r.deleted,
                         "mirror pods reconciled"
-                    )
+                    );
                 }
                 Ok(_) => {}
                 Err(e) => warn!(error = %e, "mirror pod pass failed; retrying"),
             }
             tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(self.period) => {}
+                () = cancel.cancelled() => return,
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(self.period) => {}
             }
         }
     }
@@ -164,7 +164,7 @@ impl MirrorPods {
             match self.delete(m).await {
                 Ok(()) => report.deleted += 1,
                 Err(e) => {
-                    warn!(pod = %pod_ref(m), error = %e, "cannot delete the orphaned mirror pod")
+                    warn!(pod = %pod_ref(m), error = %e, "cannot delete the orphaned mirror pod");
                 }
             }
         }

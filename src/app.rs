@@ -252,7 +252,8 @@ pub(crate) async fn start(
         )
         .with_image_pulls(pulls)
         .with_log_symlinks(opts.container_log_symlink_dir.clone())
-        .with_startup_gate(Arc::new(StartupProbeGate(probe_results.clone()))),
+        .with_startup_gate(Arc::new(StartupProbeGate(probe_results.clone())))
+        .with_objects(object_manager(api)),
     );
     spawn_log_rotation(opts, rt, tasks);
     let cache = Arc::new(PodCache::default());
@@ -695,4 +696,14 @@ fn spawn_status_writer(
             Ok(())
         }
     });
+}
+
+/// The ConfigMap, Secret and token managers of cluster mode (issue 11 part E), on the
+/// main client; `None` without an apiserver, so these volumes and env vars keep failing
+/// with a clear error as in standalone mode.
+fn object_manager(api: Option<&ApiClients>) -> Option<Arc<crate::objects::ObjectManager>> {
+    let source = crate::objects::KubeObjects::new(api?.main.clone());
+    Some(Arc::new(crate::objects::ObjectManager::new(Arc::new(
+        source,
+    ))))
 }

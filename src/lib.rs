@@ -15,6 +15,7 @@ mod http_get;
 mod kubeclient;
 mod logging;
 mod node;
+mod objects;
 mod options;
 mod pleg;
 mod pod;

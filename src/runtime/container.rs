@@ -39,6 +39,9 @@ pub(crate) enum ContainerConfigError {
     Path(#[from] PathError),
     #[error(transparent)]
     Security(#[from] SecurityError),
+    /// kubelet's message as it is (`configmaps "x" not found`, `couldn't find key ...`).
+    #[error(transparent)]
+    Object(#[from] super::object_env::ObjectEnvError),
     #[error("{field}: {source}")]
     Downward {
         field: String,
@@ -187,6 +190,18 @@ fn environment_within(
 ) -> Result<Vec<(String, String)>, ContainerConfigError> {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
+    // envFrom first, then env overrides it (kubelet's order).
+    let objects = env.objects.as_deref();
+    for (name, value) in super::object_env::env_from(pod, container, objects)? {
+        budget.charge(|| format!("envFrom ({name})"), name.len() + value.len())?;
+        match index.get(&name) {
+            Some(&i) => out[i].1 = value,
+            None => {
+                index.insert(name.clone(), out.len());
+                out.push((name, value));
+            }
+        }
+    }
     for (
         i,
         EnvVar {
@@ -221,6 +236,16 @@ fn environment_within(
                     None => container,
                 };
                 downward::resource_value(target, rf, &env.allocatable).map_err(downward)?
+            } else if let Some(sel) = &vf.config_map_key_ref {
+                match super::object_env::config_map_key(pod, sel, objects)? {
+                    Some(v) => v,
+                    None => continue,
+                }
+            } else if let Some(sel) = &vf.secret_key_ref {
+                match super::object_env::secret_key(pod, sel, objects)? {
+                    Some(v) => v,
+                    None => continue,
+                }
             } else {
                 String::new()
             }

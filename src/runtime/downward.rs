@@ -19,6 +19,9 @@ pub(crate) struct PodEnv {
     /// Node allocatable: a `resourceFieldRef` to a limit the container does not set
     /// reads this instead, as in kubelet.
     pub allocatable: NodeResources,
+    /// The ConfigMaps and Secrets the pod references, fetched for this sync (None
+    /// without an apiserver).
+    pub objects: Option<std::sync::Arc<crate::objects::PodObjects>>,
 }
 
 /// Why a downward-API value cannot be produced (the container's
@@ -356,6 +359,7 @@ mod tests {
             pod_ips: vec!["10.0.0.5".into(), "fd00::5".into()],
             host_ip: "192.168.1.2".into(),
             allocatable: NODE,
+            objects: None,
         };
         let f = |path: &str| env_field(&p, path, &env).unwrap();
         assert_eq!(f("metadata.name"), "p");

@@ -192,6 +192,8 @@ pub(crate) struct RuntimeManager {
     startup_gate: Arc<dyn StartupGate>,
     /// `--container-log-symlink-dir`: where the legacy log symlinks go (None: none made).
     log_symlink_dir: Option<std::path::PathBuf>,
+    /// ConfigMaps, Secrets and tokens from the apiserver (None: standalone).
+    objects: Option<Arc<crate::objects::ObjectManager>>,
 }
 
 /// Pods starting at once: four per core, at least 4.
@@ -218,6 +220,7 @@ impl RuntimeManager {
             start_slots: tokio::sync::Semaphore::new(start_concurrency()),
             startup_gate: Arc::new(RunningIsStarted),
             log_symlink_dir: None,
+            objects: None,
         }
     }
 
@@ -236,6 +239,16 @@ impl RuntimeManager {
     /// Makes the legacy container log symlinks in `dir` (kubelet's /var/log/containers).
     pub(crate) fn with_log_symlinks(mut self, dir: std::path::PathBuf) -> Self {
         self.log_symlink_dir = Some(dir);
+        self
+    }
+
+    /// Reads ConfigMaps, Secrets and service-account tokens through `objects`
+    /// (cluster mode), for volumes and env; `None` stays standalone.
+    pub(crate) fn with_objects(
+        mut self,
+        objects: Option<Arc<crate::objects::ObjectManager>>,
+    ) -> Self {
+        self.objects = objects;
         self
     }
 
@@ -271,6 +284,9 @@ impl RuntimeManager {
         self.reasons.forget_pod(uid);
         self.crash_backoff.forget_prefix(&format!("{uid}_"));
         self.images.forget_pod(uid);
+        if let Some(o) = &self.objects {
+            o.forget_pod(uid);
+        }
     }
 
     /// Housekeeping of back-off entries.
@@ -294,7 +310,12 @@ impl RuntimeManager {
         self.reader.get_pod_status(uid, name, namespace).await
     }
 
-    fn pod_env(&self, status_ips: &[String], pod: &Pod) -> PodEnv {
+    fn pod_env(
+        &self,
+        status_ips: &[String],
+        pod: &Pod,
+        objects: Option<Arc<crate::objects::PodObjects>>,
+    ) -> PodEnv {
         let pod_ips = if sandbox::is_host_network(pod) {
             vec![self.host_ip.clone()]
         } else {
@@ -304,6 +325,7 @@ impl RuntimeManager {
             pod_ips,
             host_ip: self.host_ip.clone(),
             allocatable: self.sandbox_env.allocatable,
+            objects,
         }
     }
 
@@ -342,6 +364,23 @@ impl RuntimeManager {
             Ok(_) => {}
             Err(e) => {
                 warn!(pod = %pod_ref, podUID = %uid, error = %e, "cannot update downwardAPI volumes");
+            }
+        }
+        // ConfigMaps, Secrets and tokens for this sync; changed ones reach the volumes.
+        let objects = match &self.objects {
+            Some(m) => Some(Arc::new(m.resolve(pod).await)),
+            None => None,
+        };
+        if let Some(o) = &objects {
+            let pods_dir = &self.sandbox_env.pods_dir;
+            match super::object_volumes::refresh(pod, pods_dir, o, &self.sandbox_env.allocatable) {
+                Ok(w) if !w.is_empty() => {
+                    info!(pod = %pod_ref, podUID = %uid, volumes = ?w, "updated API object volumes");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(pod = %pod_ref, podUID = %uid, error = %e, "cannot update API object volumes");
+                }
             }
         }
         let mut outcome = SyncOutcome::default();
@@ -417,7 +456,7 @@ impl RuntimeManager {
                 None => return Ok(outcome),
             }
         };
-        let env = self.pod_env(&ips, pod);
+        let env = self.pod_env(&ips, pod, objects);
         let spec = pod.spec.as_ref().expect("pod with actions has a spec");
 
         let mut errors = Vec::new();
@@ -576,6 +615,7 @@ impl RuntimeManager {
             c,
             &self.sandbox_env.pods_dir,
             &envs,
+            env.objects.as_deref(),
             &self.sandbox_env.allocatable,
         ) {
             Ok(m) => m,

@@ -22,6 +22,8 @@ pub(crate) mod lifecycle;
 pub(crate) mod log_symlinks;
 pub(crate) mod logs;
 pub(crate) mod manager;
+pub(crate) mod object_env;
+pub(crate) mod object_volumes;
 pub(crate) mod reader;
 pub(crate) mod sandbox;
 pub(crate) mod security;

@@ -14,12 +14,15 @@ use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, HostPathVolumeSource, Pod, Volume, VolumeMount,
+    Container, DownwardAPIVolumeFile, EmptyDirVolumeSource, HostPathVolumeSource, Pod, Volume,
+    VolumeMount,
 };
 
 use super::atomic_writer::{self, AtomicWriteError, FileProjection, Payload};
 use super::downward::{self, DownwardError};
+use super::object_volumes;
 use crate::cm::allocatable::NodeResources;
+use crate::objects::PodObjects;
 use crate::safe_path::{self, BeneathError, PathError};
 
 /// Why a container's mounts could not be prepared: a `CreateContainerConfigError`.
@@ -28,7 +31,7 @@ pub(crate) enum VolumeError {
     #[error("volume mount {0:?}: no such volume")]
     NoSuchVolume(String),
     #[error(
-        "volume {0:?}: only hostPath, emptyDir, downwardAPI and projected downwardAPI volumes are supported by oxlet so far"
+        "volume {0:?}: only hostPath, emptyDir and downwardAPI volumes are supported without an apiserver (configMap, secret and projected volumes need --kubeconfig)"
     )]
     Unsupported(String),
     #[error("volume {volume:?}: emptyDir medium {medium:?} is not supported by oxlet")]
@@ -44,6 +47,17 @@ pub(crate) enum VolumeError {
         volume: String,
         index: usize,
         source: DownwardError,
+    },
+    #[error("volume {volume:?}: {source}")]
+    Object {
+        volume: String,
+        source: super::object_volumes::ObjectVolumeError,
+    },
+    #[error("volume {volume:?}: sources[{index}]: {source}")]
+    Projected {
+        volume: String,
+        index: usize,
+        source: super::object_volumes::ObjectVolumeError,
     },
     #[error("volume {volume:?}: {source}")]
     AtomicWrite {
@@ -218,6 +232,7 @@ fn host_path_of(
     volume: &Volume,
     pod: &Pod,
     pods_dir: &Path,
+    objects: Option<&PodObjects>,
     allocatable: &NodeResources,
 ) -> Result<HostVolume, VolumeError> {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
@@ -268,6 +283,13 @@ fn host_path_of(
             read_only: true,
         });
     }
+    let written = object_volumes::write(volume, pod, pods_dir, objects, allocatable, false)?;
+    if let Some((path, _)) = written {
+        return Ok(HostVolume {
+            path,
+            read_only: true,
+        });
+    }
     Err(VolumeError::Unsupported(volume.name.clone()))
 }
 
@@ -282,7 +304,11 @@ fn set_mode_if_other(path: &Path, mode: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-fn write_payload(volume: &str, path: &Path, payload: &Payload) -> Result<bool, VolumeError> {
+pub(super) fn write_payload(
+    volume: &str,
+    path: &Path,
+    payload: &Payload,
+) -> Result<bool, VolumeError> {
     let err = |source| VolumeError::AtomicWrite {
         volume: volume.to_string(),
         source,
@@ -297,10 +323,11 @@ fn write_payload(volume: &str, path: &Path, payload: &Payload) -> Result<bool, V
 }
 
 /// kubelet's default file mode of API data volumes (`0644`).
-const DEFAULT_MODE: i32 = 0o644;
+pub(super) const DEFAULT_MODE: i32 = 0o644;
 
 /// The files of a `downwardAPI` volume (or a `projected` one whose sources are all
-/// `downwardAPI`), with the plugin directory it lives in; `None` for other volumes.
+/// `downwardAPI`), with the plugin directory it lives in; `None` for other volumes
+/// (projected volumes with API-object sources are `object_volumes`' job).
 fn downward_payload(
     volume: &Volume,
     pod: &Pod,
@@ -313,7 +340,7 @@ fn downward_payload(
         for source in p.sources.iter().flatten() {
             match &source.downward_api {
                 Some(d) => items.push(d.items.as_deref()),
-                None => return Err(VolumeError::Unsupported(volume.name.clone())),
+                None => return Ok(None),
             }
         }
         (PROJECTED, p.default_mode, items)
@@ -321,8 +348,22 @@ fn downward_payload(
         return Ok(None);
     };
     let mut payload = Payload::new();
-    let items = sources.into_iter().flatten().flatten();
-    for (index, item) in items.enumerate() {
+    for items in sources {
+        downward_items(volume, items, default_mode, pod, allocatable, &mut payload)?;
+    }
+    Ok(Some((plugin, payload)))
+}
+
+/// Adds the files of one list of downwardAPI items to `payload`.
+pub(super) fn downward_items(
+    volume: &Volume,
+    items: Option<&[DownwardAPIVolumeFile]>,
+    default_mode: Option<i32>,
+    pod: &Pod,
+    allocatable: &NodeResources,
+    payload: &mut Payload,
+) -> Result<(), VolumeError> {
+    for (index, item) in items.unwrap_or_default().iter().enumerate() {
         let err = |source| VolumeError::Downward {
             volume: volume.name.clone(),
             index,
@@ -352,7 +393,7 @@ fn downward_payload(
             },
         );
     }
-    Ok(Some((plugin, payload)))
+    Ok(())
 }
 
 /// Re-writes the pod's `downwardAPI` volumes that exist already, so changed labels and
@@ -381,7 +422,11 @@ pub(crate) fn refresh_downward_volumes(
 /// kubelet's `calculateEmptyDirMemorySize`: node allocatable memory, or the pod's memory
 /// limit when it has one below that, or the volume's `sizeLimit` when below both.
 /// `None` leaves the kernel's default (half of RAM).
-fn tmpfs_size(pod: &Pod, ed: &EmptyDirVolumeSource, allocatable: &NodeResources) -> Option<i64> {
+pub(super) fn tmpfs_size(
+    pod: &Pod,
+    ed: &EmptyDirVolumeSource,
+    allocatable: &NodeResources,
+) -> Option<i64> {
     let mut size = allocatable.memory_bytes;
     if let Ok((limits, declared)) = crate::cm::resources::pod_limits(pod)
         && declared.memory
@@ -404,7 +449,7 @@ fn tmpfs_size(pod: &Pod, ed: &EmptyDirVolumeSource, allocatable: &NodeResources)
 }
 
 /// Mounts a tmpfs at `path` (kubelet's `setupTmpfs`), unless one is there already.
-fn mount_tmpfs(volume: &str, path: &Path, size: Option<i64>) -> Result<(), VolumeError> {
+pub(super) fn mount_tmpfs(volume: &str, path: &Path, size: Option<i64>) -> Result<(), VolumeError> {
     let err = |source| VolumeError::Tmpfs {
         volume: volume.to_string(),
         path: path.to_path_buf(),
@@ -429,15 +474,17 @@ fn mount_tmpfs(volume: &str, path: &Path, size: Option<i64>) -> Result<(), Volum
     .map_err(|e| err(e.into()))
 }
 
-/// Detaches the tmpfs of each Memory emptyDir of the pod whose directory is `pod_dir`
+/// Detaches the tmpfs of each Memory emptyDir, secret and projected volume of the pod whose directory is `pod_dir`
 /// (`<pods>/<uid>`), so that the directory can be removed: the removal never deletes
 /// through a mount. Only mounts exactly at `volumes/kubernetes.io~empty-dir/<name>`,
 /// where oxlet puts them, are detached; anything else stays and refuses the removal.
 pub(crate) fn unmount_pod_volumes(pod_dir: &Path) -> std::io::Result<()> {
-    let dir = pod_dir.join("volumes").join(EMPTY_DIR);
-    for m in safe_path::mounts_at_or_below(&dir)? {
-        if m.parent() == Some(dir.as_path()) {
-            safe_path::detach(&m)?;
+    for plugin in [EMPTY_DIR, object_volumes::SECRET, object_volumes::PROJECTED] {
+        let dir = pod_dir.join("volumes").join(plugin);
+        for m in safe_path::mounts_at_or_below(&dir)? {
+            if m.parent() == Some(dir.as_path()) {
+                safe_path::detach(&m)?;
+            }
         }
     }
     Ok(())
@@ -561,6 +608,7 @@ pub(crate) fn container_mounts(
     container: &Container,
     pods_dir: &Path,
     envs: &[(String, String)],
+    objects: Option<&PodObjects>,
     allocatable: &NodeResources,
 ) -> Result<Vec<cri::Mount>, VolumeError> {
     let privileged = container
@@ -584,7 +632,7 @@ pub(crate) fn container_mounts(
         let HostVolume {
             path: mut host,
             read_only,
-        } = host_path_of(volume, pod, pods_dir, allocatable)?;
+        } = host_path_of(volume, pod, pods_dir, objects, allocatable)?;
         if let Some(sub) = sub_path_of(vm, envs)? {
             let target = subpath_target(pods_dir, uid, &volume.name, &container.name, index)?;
             host = bind_sub_path(&volume.name, &host, &sub, &target)?;
@@ -682,7 +730,7 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        let m = container_mounts(&p, &c, &pods, &[], &NODE).unwrap();
+        let m = container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
         assert!(m[0].readonly, "API data volumes are always read-only");
         let dir = pods.join("u9/volumes/kubernetes.io~downward-api/info");
         assert_eq!(m[0].host_path, dir.to_string_lossy());
@@ -712,7 +760,7 @@ mod tests {
         let mut item = field_item("n", "metadata.name");
         item.mode = Some(0o1777);
         let odd = pod("u14", vec![downward_volume(vec![item])]);
-        let err = container_mounts(&odd, &c, &pods, &[], &NODE).unwrap_err();
+        let err = container_mounts(&odd, &c, &pods, &[], None, &NODE).unwrap_err();
         assert_eq!(
             err.to_string(),
             "volume \"info\": items[0]: mode: 0o1777 must be a number between 0 and 0777 (octal)"
@@ -723,7 +771,7 @@ mod tests {
             "u10",
             vec![downward_volume(vec![field_item("../x", "metadata.name")])],
         );
-        let err = container_mounts(&bad, &c, &pods, &[], &NODE).unwrap_err();
+        let err = container_mounts(&bad, &c, &pods, &[], None, &NODE).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("volume \"info\": item path \"../x\""),
@@ -763,7 +811,7 @@ mod tests {
         );
         p.metadata.name = Some("web".into());
         let c = container(vec![mount("proj", "/p", None)]);
-        let m = container_mounts(&p, &c, &pods, &[], &NODE).unwrap();
+        let m = container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
         assert!(m[0].readonly);
         let dir = pods.join("u15/volumes/kubernetes.io~projected/proj");
         assert_eq!(std::fs::read_to_string(dir.join("name")).unwrap(), "web");
@@ -774,7 +822,7 @@ mod tests {
             ..Default::default()
         };
         let p = pod("u16", vec![projected(vec![cm])]);
-        let err = container_mounts(&p, &c, &pods, &[], &NODE).unwrap_err();
+        let err = container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap_err();
         assert!(
             matches!(err, VolumeError::Unsupported(ref v) if v == "proj"),
             "{err}"
@@ -817,13 +865,15 @@ mod tests {
         let mut vm = mount("d", "/d", None);
         vm.mount_propagation = Some("Bidirectional".into());
         let mut c = container(vec![vm]);
-        assert!(container_mounts(&p, &c, &pods, &[], &NODE).is_err());
+        assert!(container_mounts(&p, &c, &pods, &[], None, &NODE).is_err());
         c.security_context = Some(SecurityContext {
             privileged: Some(true),
             ..Default::default()
         });
         assert_eq!(
-            container_mounts(&p, &c, &pods, &[], &NODE).unwrap().len(),
+            container_mounts(&p, &c, &pods, &[], None, &NODE)
+                .unwrap()
+                .len(),
             1
         );
     }
@@ -890,7 +940,7 @@ mod tests {
         let pods = tmp.path().join("pods");
         let p = pod("u12", vec![memory_dir("m", Some("8Mi"))]);
         let c = container(vec![mount("m", "/m", None)]);
-        let m = container_mounts(&p, &c, &pods, &[], &NODE).unwrap();
+        let m = container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
         let dir = pods.join("u12/volumes/kubernetes.io~empty-dir/m");
         assert_eq!(m[0].host_path, dir.to_string_lossy());
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
@@ -901,7 +951,7 @@ mod tests {
         assert!(line.starts_with("tmpfs "), "{line}");
         assert!(line.contains("size=8192k"), "{line}");
         // A second container start mounts nothing more.
-        container_mounts(&p, &c, &pods, &[], &NODE).unwrap();
+        container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
         assert_eq!(safe_path::mounts_at_or_below(&dir).unwrap().len(), 1);
         // The removal refuses to cross it until it is unmounted.
         assert!(safe_path::remove_beneath(&pods, &pods.join("u12")).is_err());
@@ -917,6 +967,7 @@ mod tests {
             &container(vec![mount("h", "/h", None)]),
             &pods,
             &[],
+            None,
             &NODE,
         )
         .unwrap_err();
@@ -987,7 +1038,7 @@ mod tests {
         data.read_only = Some(true);
         let c = container(vec![data, mount("e", "/scratch", Some("sub"))]);
         let pods = tmp.path().join("pods");
-        let m = container_mounts(&pod, &c, &pods, &[], &NodeResources::default()).unwrap();
+        let m = container_mounts(&pod, &c, &pods, &[], None, &NodeResources::default()).unwrap();
         assert!(host.is_dir(), "DirectoryOrCreate created it");
         assert_eq!(m[0].container_path, "/data");
         assert_eq!(m[0].host_path, host.to_string_lossy());
@@ -1012,8 +1063,8 @@ mod tests {
 
         let mut missing = c.clone();
         missing.volume_mounts.as_mut().unwrap()[0].name = "nope".into();
-        let err =
-            container_mounts(&pod, &missing, &pods, &[], &NodeResources::default()).unwrap_err();
+        let err = container_mounts(&pod, &missing, &pods, &[], None, &NodeResources::default())
+            .unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
     }
 
@@ -1036,8 +1087,8 @@ mod tests {
         let pods = tmp.path().join("pods");
         for sub in ["link", "link/deeper"] {
             let c = container(vec![mount("h", "/x", Some(sub))]);
-            let err =
-                container_mounts(&pod, &c, &pods, &[], &NodeResources::default()).unwrap_err();
+            let err = container_mounts(&pod, &c, &pods, &[], None, &NodeResources::default())
+                .unwrap_err();
             assert!(matches!(err, VolumeError::SubPath { .. }), "{err}");
             let msg = err.to_string();
             assert!(
@@ -1060,6 +1111,7 @@ mod tests {
                 &container(vec![m]),
                 &pods,
                 &envs,
+                None,
                 &NodeResources::default(),
             )
             .unwrap_err();
@@ -1072,6 +1124,7 @@ mod tests {
             &container(vec![m]),
             &pods,
             &envs,
+            None,
             &NodeResources::default(),
         )
         .unwrap();

@@ -1,0 +1,445 @@
+//! The API objects pods read: ConfigMaps, Secrets and service-account tokens (kubelet's
+//! `pkg/kubelet/configmap`, `secret` and `token` managers).
+//!
+//! A pod sync is synchronous below the point where mounts and env are built, so the
+//! manager resolves everything a pod references up front ([`ObjectManager::resolve`]) into
+//! a [`PodObjects`] snapshot that the volume and env code read. Objects are cached with a
+//! short TTL (kubelet's `Cache` strategy, not its default `Watch`: a watch per object is
+//! more machinery than a node of this size needs, and the TTL keeps updates within
+//! seconds); entries no pod references any more are dropped, and the cache is bounded.
+
+mod kube_source;
+mod token;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+
+pub(crate) use kube_source::KubeObjects;
+use token::TokenCache;
+
+/// The largest ConfigMap or Secret Kubernetes stores (etcd's 1 MiB object limit);
+/// anything bigger did not come from a real apiserver and is refused.
+pub(crate) const MAX_OBJECT_BYTES: usize = 1 << 20;
+/// Most objects cached at once; beyond it the least recently fetched go first.
+const MAX_CACHED: usize = 4096;
+/// How long a fetched object is served from the cache before it is fetched again.
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(5);
+
+/// Why an object could not be had. The `Display` texts are kubelet's (the apiserver's
+/// `NotFound` status message), since they end up as the container's waiting message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ObjectError {
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+    #[error("couldn't get {kind} {namespace}/{name}, no kubeClient defined")]
+    NoClient {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error(
+        "{kind} {namespace}/{name} is {size} bytes, more than the {max} bytes Kubernetes allows"
+    )]
+    TooLarge {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        size: usize,
+        max: usize,
+    },
+    #[error("cannot get {kind} {namespace}/{name}: {message}")]
+    Api {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    #[error("cannot request a token for service account {namespace}/{name}: {message}")]
+    Token {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+impl ObjectError {
+    pub(crate) fn is_not_found(&self) -> bool {
+        matches!(self, ObjectError::NotFound { .. })
+    }
+}
+
+pub(crate) type ObjectFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, ObjectError>> + Send + 'a>>;
+
+/// The apiserver as the object managers see it (the boundary trait; kube-rs in the
+/// agent, a map in unit tests). Not found is `Ok(None)`.
+pub(crate) trait ObjectSource: Send + Sync {
+    fn config_map<'a>(&'a self, ns: &'a str, name: &'a str) -> ObjectFuture<'a, Option<ConfigMap>>;
+    fn secret<'a>(&'a self, ns: &'a str, name: &'a str) -> ObjectFuture<'a, Option<Secret>>;
+    /// `POST serviceaccounts/<sa>/token`.
+    fn token<'a>(
+        &'a self,
+        ns: &'a str,
+        sa: &'a str,
+        request: &'a TokenRequest,
+    ) -> ObjectFuture<'a, TokenRequest>;
+}
+
+/// A clock, so token rotation and the TTL can be tested without waiting.
+pub(crate) type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// One service-account token a pod's projected volume asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct TokenWant {
+    pub audience: Option<String>,
+    pub expiration_seconds: i64,
+}
+
+/// What a pod references, fetched once per sync. A name missing from a map was not
+/// referenced by the pod (or there is no apiserver).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PodObjects {
+    pub config_maps: HashMap<String, Result<Arc<ConfigMap>, ObjectError>>,
+    pub secrets: HashMap<String, Result<Arc<Secret>, ObjectError>>,
+    pub tokens: HashMap<TokenWant, Result<String, ObjectError>>,
+}
+
+impl PodObjects {
+    /// The ConfigMap `name`, `Ok(None)` when it does not exist and `optional`.
+    pub(crate) fn config_map(
+        this: Option<&Self>,
+        ns: &str,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<Arc<ConfigMap>>, ObjectError> {
+        let found = this.and_then(|o| o.config_maps.get(name)).cloned();
+        lookup(found, "configmaps", "configMap", ns, name, optional)
+    }
+
+    /// The Secret `name`, `Ok(None)` when it does not exist and `optional`.
+    pub(crate) fn secret(
+        this: Option<&Self>,
+        ns: &str,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<Arc<Secret>>, ObjectError> {
+        let found = this.and_then(|o| o.secrets.get(name)).cloned();
+        lookup(found, "secrets", "secret", ns, name, optional)
+    }
+}
+
+fn lookup<T>(
+    found: Option<Result<Arc<T>, ObjectError>>,
+    kind: &'static str,
+    singular: &'static str,
+    ns: &str,
+    name: &str,
+    optional: bool,
+) -> Result<Option<Arc<T>>, ObjectError> {
+    match found {
+        Some(Ok(o)) => Ok(Some(o)),
+        Some(Err(e)) if e.is_not_found() && optional => Ok(None),
+        Some(Err(e)) => Err(e),
+        None => {
+            // Not resolved: no apiserver (kubelet's message), or a name not referenced.
+            let _ = kind;
+            Err(ObjectError::NoClient {
+                kind: singular,
+                namespace: ns.to_string(),
+                name: name.to_string(),
+            })
+        }
+    }
+}
+
+/// The names of the ConfigMaps and Secrets a pod references (volumes, projected
+/// sources, envFrom, valueFrom), and the tokens its projected volumes ask for.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct References {
+    pub config_maps: HashSet<String>,
+    pub secrets: HashSet<String>,
+    pub tokens: HashSet<TokenWant>,
+}
+
+/// kubelet's API default for `serviceAccountToken.expirationSeconds`.
+pub(crate) const DEFAULT_TOKEN_SECONDS: i64 = 3600;
+
+/// The token a projection asks for, with the API's default expiry.
+pub(crate) fn token_want(
+    p: &k8s_openapi::api::core::v1::ServiceAccountTokenProjection,
+) -> TokenWant {
+    TokenWant {
+        audience: p.audience.clone().filter(|a| !a.is_empty()),
+        expiration_seconds: p.expiration_seconds.unwrap_or(DEFAULT_TOKEN_SECONDS),
+    }
+}
+
+/// Everything `pod` references (kubelet's `podutil.VisitPodConfigmapNames` and
+/// `VisitPodSecretNames`, without image pull secrets, which oxlet does not use).
+pub(crate) fn references(pod: &Pod) -> References {
+    let mut r = References::default();
+    let Some(spec) = &pod.spec else { return r };
+    for v in spec.volumes.iter().flatten() {
+        if let Some(cm) = &v.config_map {
+            r.config_maps.insert(cm.name.clone());
+        }
+        if let Some(s) = &v.secret {
+            r.secrets.insert(s.secret_name.clone().unwrap_or_default());
+        }
+        for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(cm) = &src.config_map {
+                r.config_maps.insert(cm.name.clone());
+            }
+            if let Some(s) = &src.secret {
+                r.secrets.insert(s.name.clone());
+            }
+            if let Some(t) = &src.service_account_token {
+                r.tokens.insert(token_want(t));
+            }
+        }
+    }
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers);
+    for c in containers {
+        for ef in c.env_from.iter().flatten() {
+            if let Some(cm) = &ef.config_map_ref {
+                r.config_maps.insert(cm.name.clone());
+            }
+            if let Some(s) = &ef.secret_ref {
+                r.secrets.insert(s.name.clone());
+            }
+        }
+        for vf in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
+            if let Some(k) = &vf.config_map_key_ref {
+                r.config_maps.insert(k.name.clone());
+            }
+            if let Some(k) = &vf.secret_key_ref {
+                r.secrets.insert(k.name.clone());
+            }
+        }
+    }
+    r
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    ConfigMap(String, String),
+    Secret(String, String),
+}
+
+enum Cached {
+    ConfigMap(Result<Arc<ConfigMap>, ObjectError>),
+    Secret(Result<Arc<Secret>, ObjectError>),
+}
+
+struct Entry {
+    fetched: SystemTime,
+    value: Cached,
+}
+
+#[derive(Default)]
+struct State {
+    objects: HashMap<Key, Entry>,
+    /// Pod UID → the keys it referenced at its last sync.
+    refs: HashMap<String, HashSet<Key>>,
+}
+
+/// kubelet's configmap, secret and token managers in one: fetches through an
+/// [`ObjectSource`], caches for a TTL, and keeps tokens until they need rotating.
+pub(crate) struct ObjectManager {
+    source: Arc<dyn ObjectSource>,
+    clock: Clock,
+    ttl: Duration,
+    state: Mutex<State>,
+    tokens: TokenCache,
+}
+
+impl ObjectManager {
+    pub(crate) fn new(source: Arc<dyn ObjectSource>) -> Self {
+        Self::with_clock(source, Arc::new(SystemTime::now), DEFAULT_TTL)
+    }
+
+    pub(crate) fn with_clock(source: Arc<dyn ObjectSource>, clock: Clock, ttl: Duration) -> Self {
+        ObjectManager {
+            source,
+            ttl,
+            tokens: TokenCache::new(clock.clone()),
+            clock,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Fetches (or takes from the cache) everything `pod` references. Never fails as a
+    /// whole: each object carries its own error, which only the containers or volumes
+    /// that need it see.
+    pub(crate) async fn resolve(&self, pod: &Pod) -> PodObjects {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        let refs = references(pod);
+        let mut out = PodObjects::default();
+        let mut keys = HashSet::new();
+        for name in &refs.config_maps {
+            let key = Key::ConfigMap(ns.to_string(), name.clone());
+            let got = match self.cached(&key) {
+                Some(Cached::ConfigMap(v)) => v,
+                _ => {
+                    let v = self.source.config_map(ns, name).await.and_then(|o| {
+                        let o = o.ok_or_else(|| not_found("configmaps", name))?;
+                        check_size("configmaps", ns, name, config_map_size(&o))?;
+                        Ok(Arc::new(o))
+                    });
+                    self.store(key.clone(), Cached::ConfigMap(v.clone()));
+                    v
+                }
+            };
+            keys.insert(key);
+            out.config_maps.insert(name.clone(), got);
+        }
+        for name in &refs.secrets {
+            let key = Key::Secret(ns.to_string(), name.clone());
+            let got = match self.cached(&key) {
+                Some(Cached::Secret(v)) => v,
+                _ => {
+                    let v = self.source.secret(ns, name).await.and_then(|o| {
+                        let o = o.ok_or_else(|| not_found("secrets", name))?;
+                        check_size("secrets", ns, name, secret_size(&o))?;
+                        Ok(Arc::new(o))
+                    });
+                    self.store(key.clone(), Cached::Secret(v.clone()));
+                    v
+                }
+            };
+            keys.insert(key);
+            out.secrets.insert(name.clone(), got);
+        }
+        if !refs.tokens.is_empty() {
+            let sa = service_account(pod);
+            for want in refs.tokens {
+                let token = self.tokens.get(self.source.as_ref(), pod, &sa, &want).await;
+                out.tokens.insert(want, token);
+            }
+        }
+        let mut state = self.state.lock().unwrap();
+        if keys.is_empty() {
+            state.refs.remove(uid);
+        } else {
+            state.refs.insert(uid.to_string(), keys);
+        }
+        drop_unreferenced(&mut state);
+        out
+    }
+
+    /// Forgets a pod that is gone: its objects leave the cache unless another pod
+    /// references them, and its tokens are dropped.
+    pub(crate) fn forget_pod(&self, uid: &str) {
+        let mut state = self.state.lock().unwrap();
+        state.refs.remove(uid);
+        drop_unreferenced(&mut state);
+        drop(state);
+        self.tokens.forget_pod(uid);
+    }
+
+    fn cached(&self, key: &Key) -> Option<Cached> {
+        let state = self.state.lock().unwrap();
+        let e = state.objects.get(key)?;
+        let age = (self.clock)().duration_since(e.fetched).unwrap_or_default();
+        if age >= self.ttl {
+            return None;
+        }
+        Some(match &e.value {
+            Cached::ConfigMap(v) => Cached::ConfigMap(v.clone()),
+            Cached::Secret(v) => Cached::Secret(v.clone()),
+        })
+    }
+
+    fn store(&self, key: Key, value: Cached) {
+        let mut state = self.state.lock().unwrap();
+        if state.objects.len() >= MAX_CACHED && !state.objects.contains_key(&key) {
+            let oldest = (state.objects.iter())
+                .min_by_key(|(_, e)| e.fetched)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                state.objects.remove(&k);
+            }
+        }
+        let fetched = (self.clock)();
+        state.objects.insert(key, Entry { fetched, value });
+    }
+
+    #[cfg(test)]
+    fn cached_len(&self) -> usize {
+        self.state.lock().unwrap().objects.len()
+    }
+}
+
+fn drop_unreferenced(state: &mut State) {
+    let live: HashSet<&Key> = state.refs.values().flatten().collect();
+    let dead: Vec<Key> = (state.objects.keys())
+        .filter(|k| !live.contains(k))
+        .cloned()
+        .collect();
+    for k in dead {
+        state.objects.remove(&k);
+    }
+}
+
+/// The pod's service account (`default` when unset, as the API defaults it).
+pub(crate) fn service_account(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    (spec.and_then(|s| s.service_account_name.clone()))
+        .or_else(|| spec.and_then(|s| s.service_account.clone()))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".to_string())
+}
+
+fn not_found(kind: &'static str, name: &str) -> ObjectError {
+    ObjectError::NotFound {
+        kind,
+        name: name.to_string(),
+    }
+}
+
+fn check_size(kind: &'static str, ns: &str, name: &str, size: usize) -> Result<(), ObjectError> {
+    if size > MAX_OBJECT_BYTES {
+        return Err(ObjectError::TooLarge {
+            kind,
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            size,
+            max: MAX_OBJECT_BYTES,
+        });
+    }
+    Ok(())
+}
+
+fn config_map_size(cm: &ConfigMap) -> usize {
+    let data = cm.data.iter().flatten().map(|(k, v)| k.len() + v.len());
+    let bin = cm
+        .binary_data
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.0.len());
+    data.chain(bin).sum()
+}
+
+fn secret_size(s: &Secret) -> usize {
+    let data = s.data.iter().flatten().map(|(k, v)| k.len() + v.0.len());
+    let string = s
+        .string_data
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len());
+    data.chain(string).sum()
+}

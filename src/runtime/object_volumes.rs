@@ -1,0 +1,419 @@
+//! The volumes whose files come from the apiserver (kubelet's `configmap`, `secret` and
+//! `projected` volume plugins): the payload from a [`PodObjects`] snapshot, written with
+//! the atomic writer below `<pod>/volumes/kubernetes.io~<plugin>/<name>`. Secret and
+//! projected volumes sit on a tmpfs as in kubelet (their wrapped emptyDir is `Memory`),
+//! so secrets never reach the disk. Without an apiserver (no snapshot) these volumes are
+//! refused with a clear error, as before cluster mode.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, KeyToPath, Pod, Volume};
+
+use super::atomic_writer::{FileProjection, Payload};
+use super::volumes::{self, VolumeError};
+use crate::cm::allocatable::NodeResources;
+use crate::objects::{self, ObjectError, PodObjects};
+use crate::safe_path;
+
+pub(super) const CONFIG_MAP: &str = "kubernetes.io~configmap";
+pub(super) const SECRET: &str = "kubernetes.io~secret";
+pub(super) const PROJECTED: &str = "kubernetes.io~projected";
+
+/// Why an API-object volume cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ObjectVolumeError {
+    #[error(transparent)]
+    Object(#[from] ObjectError),
+    /// kubelet's `configmap.MakePayload` message.
+    #[error("configmap references non-existent config key: {0}")]
+    ConfigMapKey(String),
+    /// kubelet's `secret.MakePayload` message.
+    #[error("references non-existent secret key: {0}")]
+    SecretKey(String),
+    #[error("file mode {0:#o} is outside 0..=0777")]
+    Mode(i32),
+    #[error("no token was requested for this projection")]
+    NoToken,
+    #[error("clusterTrustBundle projections are not supported by oxlet")]
+    ClusterTrustBundle,
+    #[error("podCertificate projections are not supported by oxlet")]
+    PodCertificate,
+}
+
+/// One API-object volume: its plugin directory, whether it lives on a tmpfs, and its files.
+pub(super) struct ObjectVolume {
+    pub plugin: &'static str,
+    pub memory: bool,
+    pub payload: Payload,
+}
+
+fn file_mode(mode: Option<i32>, default_mode: Option<i32>) -> Result<u32, ObjectVolumeError> {
+    let mode = mode
+        .or(default_mode)
+        .unwrap_or(super::volumes::DEFAULT_MODE);
+    u32::try_from(mode)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or(ObjectVolumeError::Mode(mode))
+}
+
+/// kubelet's `MakePayload` for both kinds: every key when there are no items, else the
+/// items, a missing key being an error unless the source is optional.
+fn make_payload(
+    payload: &mut Payload,
+    data: &BTreeMap<String, Vec<u8>>,
+    items: Option<&[KeyToPath]>,
+    default_mode: Option<i32>,
+    optional: bool,
+    missing: fn(String) -> ObjectVolumeError,
+) -> Result<(), ObjectVolumeError> {
+    let items = items.unwrap_or_default();
+    if items.is_empty() {
+        let mode = file_mode(None, default_mode)?;
+        for (k, v) in data {
+            let file = FileProjection {
+                data: v.clone(),
+                mode,
+            };
+            payload.insert(k.clone(), file);
+        }
+        return Ok(());
+    }
+    for item in items {
+        let Some(v) = data.get(&item.key) else {
+            if optional {
+                continue;
+            }
+            return Err(missing(item.key.clone()));
+        };
+        let mode = file_mode(item.mode, default_mode)?;
+        let file = FileProjection {
+            data: v.clone(),
+            mode,
+        };
+        payload.insert(item.path.clone(), file);
+    }
+    Ok(())
+}
+
+fn config_map_data(cm: &k8s_openapi::api::core::v1::ConfigMap) -> BTreeMap<String, Vec<u8>> {
+    let data = (cm.data.iter().flatten()).map(|(k, v)| (k.clone(), v.clone().into_bytes()));
+    let bin = (cm.binary_data.iter().flatten()).map(|(k, v)| (k.clone(), v.0.clone()));
+    data.chain(bin).collect()
+}
+
+fn secret_data(s: &k8s_openapi::api::core::v1::Secret) -> BTreeMap<String, Vec<u8>> {
+    (s.data.iter().flatten())
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
+fn wrap(volume: &Volume, e: impl Into<ObjectVolumeError>) -> VolumeError {
+    VolumeError::Object {
+        volume: volume.name.clone(),
+        source: e.into(),
+    }
+}
+
+/// The payload of a configMap, secret or projected volume; `None` for other volumes
+/// (and for projected volumes whose sources are all downwardAPI, which the downward
+/// volume code writes). `objects` is `None` without an apiserver.
+pub(super) fn payload(
+    volume: &Volume,
+    pod: &Pod,
+    objects: Option<&PodObjects>,
+    allocatable: &NodeResources,
+) -> Result<Option<ObjectVolume>, VolumeError> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let needs_api = volume.config_map.is_some()
+        || volume.secret.is_some()
+        || (volume
+            .projected
+            .iter()
+            .flat_map(|p| p.sources.iter().flatten()))
+        .any(|s| s.downward_api.is_none());
+    if !needs_api {
+        return Ok(None);
+    }
+    let Some(objects) = objects else {
+        return Err(VolumeError::Unsupported(volume.name.clone()));
+    };
+    let mut payload = Payload::new();
+    if let Some(src) = &volume.config_map {
+        let optional = src.optional.unwrap_or(false);
+        let cm = PodObjects::config_map(Some(objects), ns, &src.name, optional)
+            .map_err(|e| wrap(volume, e))?;
+        if let Some(cm) = cm {
+            make_payload(
+                &mut payload,
+                &config_map_data(&cm),
+                src.items.as_deref(),
+                src.default_mode,
+                optional,
+                ObjectVolumeError::ConfigMapKey,
+            )
+            .map_err(|e| wrap(volume, e))?;
+        }
+        return Ok(Some(ObjectVolume {
+            plugin: CONFIG_MAP,
+            memory: false,
+            payload,
+        }));
+    }
+    if let Some(src) = &volume.secret {
+        let optional = src.optional.unwrap_or(false);
+        let name = src.secret_name.as_deref().unwrap_or("");
+        let s =
+            PodObjects::secret(Some(objects), ns, name, optional).map_err(|e| wrap(volume, e))?;
+        if let Some(s) = s {
+            make_payload(
+                &mut payload,
+                &secret_data(&s),
+                src.items.as_deref(),
+                src.default_mode,
+                optional,
+                ObjectVolumeError::SecretKey,
+            )
+            .map_err(|e| wrap(volume, e))?;
+        }
+        return Ok(Some(ObjectVolume {
+            plugin: SECRET,
+            memory: true,
+            payload,
+        }));
+    }
+    let Some(p) = &volume.projected else {
+        return Ok(None);
+    };
+    for (index, src) in p.sources.iter().flatten().enumerate() {
+        let err = |e: ObjectVolumeError| VolumeError::Projected {
+            volume: volume.name.clone(),
+            index,
+            source: e,
+        };
+        if let Some(cm) = &src.config_map {
+            let optional = cm.optional.unwrap_or(false);
+            let got = PodObjects::config_map(Some(objects), ns, &cm.name, optional)
+                .map_err(|e| err(e.into()))?;
+            if let Some(got) = got {
+                let data = config_map_data(&got);
+                let items = cm.items.as_deref();
+                make_payload(
+                    &mut payload,
+                    &data,
+                    items,
+                    p.default_mode,
+                    optional,
+                    ObjectVolumeError::ConfigMapKey,
+                )
+                .map_err(err)?;
+            }
+        } else if let Some(s) = &src.secret {
+            let optional = s.optional.unwrap_or(false);
+            let got = PodObjects::secret(Some(objects), ns, &s.name, optional)
+                .map_err(|e| err(e.into()))?;
+            if let Some(got) = got {
+                let data = secret_data(&got);
+                let items = s.items.as_deref();
+                make_payload(
+                    &mut payload,
+                    &data,
+                    items,
+                    p.default_mode,
+                    optional,
+                    ObjectVolumeError::SecretKey,
+                )
+                .map_err(err)?;
+            }
+        } else if let Some(t) = &src.service_account_token {
+            let want = objects::token_want(t);
+            let token = match objects.tokens.get(&want) {
+                Some(Ok(token)) => token.clone(),
+                Some(Err(e)) => return Err(err(e.clone().into())),
+                None => return Err(err(ObjectVolumeError::NoToken)),
+            };
+            let mode = file_mode(None, p.default_mode).map_err(err)?;
+            let file = FileProjection {
+                data: token.into_bytes(),
+                mode,
+            };
+            payload.insert(t.path.clone(), file);
+        } else if let Some(d) = &src.downward_api {
+            volumes::downward_items(
+                volume,
+                d.items.as_deref(),
+                p.default_mode,
+                pod,
+                allocatable,
+                &mut payload,
+            )?;
+        } else if src.cluster_trust_bundle.is_some() {
+            return Err(err(ObjectVolumeError::ClusterTrustBundle));
+        } else if src.pod_certificate.is_some() {
+            return Err(err(ObjectVolumeError::PodCertificate));
+        }
+    }
+    Ok(Some(ObjectVolume {
+        plugin: PROJECTED,
+        memory: true,
+        payload,
+    }))
+}
+
+/// Writes an API-object volume (mounting its tmpfs first if it has one) and returns its
+/// directory; `None` for other volumes. Written files go to the pod's `fsGroup`.
+pub(super) fn write(
+    volume: &Volume,
+    pod: &Pod,
+    pods_dir: &Path,
+    objects: Option<&PodObjects>,
+    allocatable: &NodeResources,
+    only_existing: bool,
+) -> Result<Option<(PathBuf, bool)>, VolumeError> {
+    let Some(ov) = payload(volume, pod, objects, allocatable)? else {
+        return Ok(None);
+    };
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    let path = safe_path::beneath(pods_dir, &[uid, "volumes", ov.plugin, &volume.name])?;
+    if only_existing && !path.is_dir() {
+        return Ok(None);
+    }
+    if ov.memory {
+        std::fs::create_dir_all(&path).map_err(|source| VolumeError::EmptyDir {
+            path: path.clone(),
+            source,
+        })?;
+        let size = volumes::tmpfs_size(pod, &EmptyDirVolumeSource::default(), allocatable);
+        volumes::mount_tmpfs(&volume.name, &path, size)?;
+    }
+    let changed = volumes::write_payload(&volume.name, &path, &ov.payload)?;
+    let fs_group = (pod.spec.as_ref())
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.fs_group);
+    if let Some(gid) = fs_group.filter(|_| changed) {
+        super::security::set_volume_ownership(&path, gid).map_err(|source| {
+            VolumeError::EmptyDir {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    Ok(Some((path, changed)))
+}
+
+/// Re-writes the pod's API-object volumes that exist already, so a changed ConfigMap,
+/// Secret or a rotated token reaches running containers (kubelet's remount on each
+/// sync). Unchanged volumes are not touched. Returns the volumes rewritten.
+pub(crate) fn refresh(
+    pod: &Pod,
+    pods_dir: &Path,
+    objects: &PodObjects,
+    allocatable: &NodeResources,
+) -> Result<Vec<String>, VolumeError> {
+    let mut written = Vec::new();
+    let vols = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
+    for volume in vols.unwrap_or_default() {
+        if let Some((_, true)) = write(volume, pod, pods_dir, Some(objects), allocatable, true)? {
+            written.push(volume.name.clone());
+        }
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapVolumeSource};
+    use std::sync::Arc;
+
+    fn objects(data: &[(&str, &str)]) -> PodObjects {
+        let cm = ConfigMap {
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..ConfigMap::default()
+        };
+        let mut o = PodObjects::default();
+        o.config_maps.insert("cm".into(), Ok(Arc::new(cm)));
+        o
+    }
+
+    fn volume(items: Option<Vec<KeyToPath>>, optional: Option<bool>) -> Volume {
+        Volume {
+            name: "v".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: "cm".into(),
+                items,
+                optional,
+                default_mode: Some(0o600),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        }
+    }
+
+    fn item(key: &str, path: &str, mode: Option<i32>) -> KeyToPath {
+        KeyToPath {
+            key: key.into(),
+            path: path.into(),
+            mode,
+            ..KeyToPath::default()
+        }
+    }
+
+    #[test]
+    fn config_map_items_modes_and_missing_keys_as_kubelet() {
+        let pod = Pod::default();
+        let o = objects(&[("a", "1"), ("b", "2")]);
+        let all = payload(
+            &volume(None, None),
+            &pod,
+            Some(&o),
+            &NodeResources::default(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(all.plugin, CONFIG_MAP);
+        assert_eq!(all.payload["a"].mode, 0o600);
+        assert_eq!(all.payload.len(), 2);
+        let items = Some(vec![item("b", "dir/b.txt", Some(0o400))]);
+        let some = payload(
+            &volume(items, None),
+            &pod,
+            Some(&o),
+            &NodeResources::default(),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(some.payload.len(), 1);
+        assert_eq!(some.payload["dir/b.txt"].data, b"2");
+        assert_eq!(some.payload["dir/b.txt"].mode, 0o400);
+        let missing = Some(vec![item("zz", "zz", None)]);
+        let err = payload(
+            &volume(missing.clone(), None),
+            &pod,
+            Some(&o),
+            &NodeResources::default(),
+        )
+        .err()
+        .unwrap();
+        assert!(
+            err.to_string()
+                .ends_with("configmap references non-existent config key: zz"),
+            "{err}"
+        );
+        let ok = payload(
+            &volume(missing, Some(true)),
+            &pod,
+            Some(&o),
+            &NodeResources::default(),
+        );
+        assert!(ok.unwrap().unwrap().payload.is_empty());
+        // Without an apiserver the volume stays unsupported.
+        let err = payload(&volume(None, None), &pod, None, &NodeResources::default()).err();
+        assert!(matches!(err, Some(VolumeError::Unsupported(_))));
+    }
+}

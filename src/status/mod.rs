@@ -3,6 +3,8 @@
 //! writer without touching generation.
 
 pub(crate) mod generate;
+pub(crate) mod lease;
+pub(crate) mod node;
 pub(crate) mod startup;
 
 use std::collections::HashMap;

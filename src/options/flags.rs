@@ -370,8 +370,6 @@ mod tests {
         let f = parse(&[
             "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
             "--fail-swap-on=false",
-            "--node-labels",
-            "a=b,c=d",
             "--protect-kernel-defaults",
             "--oom-score-adj",
             "-999",
@@ -382,7 +380,6 @@ mod tests {
             f.unimplemented,
             [
                 "fail-swap-on",
-                "node-labels",
                 "protect-kernel-defaults",
                 "oom-score-adj",
                 "bootstrap-kubeconfig"

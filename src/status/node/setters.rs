@@ -279,6 +279,6 @@ mod tests {
         assert_eq!(out[0].names.as_ref().unwrap().len(), 5);
         assert_eq!(out[0].names.as_ref().unwrap()[0], "r/i1000@sha256:1000");
         assert_eq!(out[1].size_bytes, Some(60));
-        assert_eq!(out[49].size_bytes, Some(11));
+        assert_eq!(out[49].size_bytes, Some(12));
     }
 }

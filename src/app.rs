@@ -500,7 +500,7 @@ fn spawn_node_status(
     let (api_client, info, alloc, node_ip, cri) = (
         api.heartbeat.clone(),
         node.clone(),
-        allocatable.clone(),
+        *allocatable,
         opts.node_ip,
         rt.cri.clone(),
     );
@@ -521,7 +521,7 @@ fn spawn_node_status(
     let deps = move || NodeStatusDeps {
         client: api_client.clone(),
         info: info.clone(),
-        allocatable: alloc.clone(),
+        allocatable: alloc,
         node_ip,
         registration: registration.clone(),
         cri: cri.clone(),

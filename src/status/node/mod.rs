@@ -99,7 +99,7 @@ impl NodeStatusTask {
                     return Some(node);
                 }
                 Err(e) => {
-                    warn!(error = %e, retryIn = ?backoff, "unable to register node with API server")
+                    warn!(error = %e, retryIn = ?backoff, "unable to register node with API server");
                 }
             }
             tokio::select! {

@@ -132,7 +132,7 @@ pub(crate) fn daemon_endpoints(port: i32) -> NodeDaemonEndpoints {
 /// with its repo tags then repo digests, at most [`MAX_NAMES_PER_IMAGE`] names.
 /// Images without a name are left out, as kubelet does.
 pub(crate) fn images(mut list: Vec<cri::Image>) -> Vec<ContainerImage> {
-    list.sort_by(|a, b| b.size.cmp(&a.size));
+    list.sort_by_key(|img| std::cmp::Reverse(img.size));
     list.into_iter()
         .filter_map(|img| {
             let names: Vec<String> = img

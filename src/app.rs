@@ -263,6 +263,7 @@ pub(crate) async fn start(
     let pleg_stats = Arc::new(PlegStats::default());
     let health = Arc::new(RuntimeHealth::default());
     health.set(true);
+    let runtime_health = health.clone();
 
     // Sources → merger → sync loop. A source is restarted if it ends; the merger and
     // the sync loop own their channels and cannot be, so their end stops the agent.
@@ -375,7 +376,7 @@ pub(crate) async fn start(
         statuses: statuses.clone(),
         runtime,
         queue,
-        pleg: pleg_stats,
+        pleg: pleg_stats.clone(),
         health,
         resync: opts.sync_frequency,
         admission: admission_chain(opts.max_pods, &allocatable, &opts.allowed_unsafe_sysctls),
@@ -425,6 +426,16 @@ pub(crate) async fn start(
     }
     if let Some(api) = api {
         spawn_status_writer(opts, api, &statuses, &pods, workers, cache, tasks);
+        spawn_node_status(
+            opts,
+            rt,
+            api,
+            &node,
+            &allocatable,
+            &pleg_stats,
+            &runtime_health,
+            tasks,
+        );
     }
     Ok(Agent { pods, statuses })
 }
@@ -449,6 +460,88 @@ fn admission_chain(
         allocatable: allocatable.allocatable,
     }));
     chain
+}
+
+/// Node registration, node status and the node lease (cluster mode only), as two
+/// restarting tasks on the heartbeat client: an absent apiserver only delays them.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the wiring of one task from start()'s locals"
+)]
+fn spawn_node_status(
+    opts: &Options,
+    rt: &Runtime,
+    api: &ApiClients,
+    node: &NodeInfo,
+    allocatable: &NodeAllocatable,
+    pleg: &Arc<PlegStats>,
+    health: &Arc<RuntimeHealth>,
+    tasks: &Tasks,
+) {
+    use crate::status::lease::LeaseController;
+    use crate::status::node::{
+        NodeStatusDeps, NodeStatusTask, conditions::PressureSource, register::Registration,
+    };
+    crate::status::node::log_start(node);
+    let (owner_tx, owner_rx) = tokio::sync::watch::channel(None);
+    let quick = Backoff {
+        initial: Duration::from_millis(200),
+        max: Duration::from_secs(7),
+    };
+    let (client, name, duration) = (
+        api.heartbeat.clone(),
+        node.name.clone(),
+        opts.node_lease_duration,
+    );
+    tasks.spawn_restarting("node-lease", quick, move |cancel| {
+        let lease = LeaseController::new(client.clone(), &name, duration, owner_rx.clone());
+        async move {
+            lease.run(cancel).await;
+            Ok(())
+        }
+    });
+    let (api_client, info, alloc, node_ip, cri) = (
+        api.heartbeat.clone(),
+        node.clone(),
+        *allocatable,
+        opts.node_ip,
+        rt.cri.clone(),
+    );
+    let registration = Registration {
+        labels: opts.node_labels.clone(),
+        taints: opts.register_with_taints.clone(),
+        create: opts.register_node,
+    };
+    let (health, pleg, pressure) = (
+        health.clone(),
+        pleg.clone(),
+        Arc::new(PressureSource::default()),
+    );
+    let (update_frequency, report_frequency) = (
+        opts.node_status_update_frequency,
+        opts.node_status_report_frequency,
+    );
+    let deps = move || NodeStatusDeps {
+        client: api_client.clone(),
+        info: info.clone(),
+        allocatable: alloc,
+        node_ip,
+        registration: registration.clone(),
+        cri: cri.clone(),
+        runtime_health: health.clone(),
+        pleg: pleg.clone(),
+        pressure: pressure.clone(),
+        update_frequency,
+        report_frequency,
+        owner: owner_tx.clone(),
+    };
+    tasks.spawn_restarting("node-status", quick, move |cancel| {
+        let task = NodeStatusTask::new(deps());
+        async move {
+            task.run(cancel).await;
+            Ok(())
+        }
+    });
 }
 
 /// Logs the start-up summary (shown at every verbosity).
@@ -573,7 +666,7 @@ async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClients>> {
         kubeAPIQPS = settings.qps,
         kubeAPIBurst = settings.burst,
         heartbeatTimeout = ?settings.heartbeat_timeout(),
-        "apiserver clients built from {}; the apiserver pod source, node status and lease are not implemented yet",
+        "apiserver clients built from {}; the apiserver pod source is not implemented yet",
         path.display()
     );
     Ok(Some(clients))

@@ -164,8 +164,6 @@ fn kinds_flags_config_and_kubeconfig_are_accepted() {
         unimplemented,
         [
             "flag --bootstrap-kubeconfig",
-            "flag --node-ip",
-            "flag --node-labels",
             "flag --pod-infra-container-image",
             "flag --provider-id",
             "flag --fail-swap-on",

@@ -75,8 +75,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("memory-manager-policy", Value),
     ("minimum-container-ttl-duration", Value),
     ("minimum-image-ttl-duration", Value),
-    ("node-ip", Value),
-    ("node-labels", Value),
     ("node-status-max-images", Value),
     ("oom-score-adj", Value),
     ("pod-cidr", Value),
@@ -86,8 +84,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("protect-kernel-defaults", Bool),
     ("provider-id", Value),
     ("qos-reserved", Value),
-    ("register-node", Bool),
-    ("register-with-taints", Value),
     ("registry-burst", Value),
     ("registry-qps", Value),
     ("reserved-cpus", Value),
@@ -374,8 +370,6 @@ mod tests {
         let f = parse(&[
             "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
             "--fail-swap-on=false",
-            "--node-labels",
-            "a=b,c=d",
             "--protect-kernel-defaults",
             "--oom-score-adj",
             "-999",
@@ -386,7 +380,6 @@ mod tests {
             f.unimplemented,
             [
                 "fail-swap-on",
-                "node-labels",
                 "protect-kernel-defaults",
                 "oom-score-adj",
                 "bootstrap-kubeconfig"

@@ -33,7 +33,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "enableContentionProfiling",
     "oomScoreAdj",
     "streamingConnectionIdleTimeout",
-    "nodeStatusReportFrequency",
     "imageMinimumGCAge",
     "imageMaximumGCAge",
     "imageGCHighThresholdPercent",
@@ -84,7 +83,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "enableDebugFlagsHandler",
     "memoryThrottlingFactor",
     "registerWithTaints",
-    "registerNode",
     "localStorageCapacityIsolation",
     "imageServiceEndpoint",
 ];

@@ -118,6 +118,17 @@ pub struct Options {
     /// `nodeStatusUpdateFrequency`; with `nodeLeaseDurationSeconds`, bounds the heartbeat client's timeout.
     pub(crate) node_status_update_frequency: Duration,
     pub(crate) node_lease_duration: Duration,
+    // Issue 11 slice C: node registration and status.
+    /// `--node-ip`: the node's InternalIP (None: detected).
+    pub(crate) node_ip: Option<IpAddr>,
+    /// `--node-labels`, checked against kubelet's allowed `kubernetes.io` labels.
+    pub(crate) node_labels: std::collections::BTreeMap<String, String>,
+    /// `--register-with-taints`.
+    pub(crate) register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// `registerNode`: false never creates the Node, only updates an existing one.
+    pub(crate) register_node: bool,
+    /// `nodeStatusReportFrequency`: an unchanged status is still sent this often.
+    pub(crate) node_status_report_frequency: Duration,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -184,6 +195,11 @@ impl Options {
             kube_api_burst: 0,
             node_status_update_frequency: Duration::ZERO,
             node_lease_duration: Duration::ZERO,
+            node_ip: None,
+            node_labels: std::collections::BTreeMap::new(),
+            register_with_taints: Vec::new(),
+            register_node: false,
+            node_status_report_frequency: Duration::ZERO,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }

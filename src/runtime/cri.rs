@@ -106,6 +106,13 @@ impl RemoteRuntime {
         Ok((rt, version))
     }
 
+    /// Every image the runtime has (CRI `ListImages`), for the node status.
+    pub(crate) async fn list_images(&self) -> Result<Vec<cri::Image>, CriError> {
+        let mut c = self.images.clone();
+        let req = cri::ListImagesRequest { filter: None };
+        Ok(self.call("ListImages", c.list_images(req)).await?.images)
+    }
+
     /// The runtime's own configuration (CRI `RuntimeConfig`, kubelet asks it once at
     /// start for the cgroup driver). Runtimes older than the call answer `Unimplemented`.
     pub(crate) async fn runtime_config(&self) -> Result<cri::RuntimeConfigResponse, CriError> {

@@ -8,6 +8,8 @@ pub(crate) mod apiserver;
 pub(crate) mod generate;
 pub(crate) mod mirror;
 mod patch;
+pub(crate) mod lease;
+pub(crate) mod node;
 pub(crate) mod startup;
 
 use std::collections::HashMap;

@@ -1,0 +1,267 @@
+//! The node conditions (kubelet's `ReadyCondition`, `MemoryPressureCondition`, …):
+//! reasons and messages exactly as kubelet's, transition times kept while the
+//! status holds, heartbeats set to the time the status is computed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::core::v1::NodeCondition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// Whether the node is under memory, disk or PID pressure. The eviction manager
+/// (issue 12) sets it; until then nothing does and it reports no pressure.
+#[derive(Debug, Default)]
+pub(crate) struct PressureSource {
+    memory: AtomicBool,
+    disk: AtomicBool,
+    pid: AtomicBool,
+}
+
+/// One reading of a [`PressureSource`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pressure {
+    pub memory: bool,
+    pub disk: bool,
+    pub pid: bool,
+}
+
+impl PressureSource {
+    #[allow(
+        dead_code,
+        reason = "seam: the eviction manager (issue 12) sets pressure"
+    )]
+    pub(crate) fn set(&self, p: Pressure) {
+        self.memory.store(p.memory, Ordering::Relaxed);
+        self.disk.store(p.disk, Ordering::Relaxed);
+        self.pid.store(p.pid, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> Pressure {
+        Pressure {
+            memory: self.memory.load(Ordering::Relaxed),
+            disk: self.disk.load(Ordering::Relaxed),
+            pid: self.pid.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the Ready condition is computed from: kubelet's runtime, network and PLEG
+/// errors, in its order. Empty: ready.
+pub(crate) fn not_ready_errors(runtime_up: bool, pleg: Option<String>) -> Vec<String> {
+    let mut errs = Vec::new();
+    if !runtime_up {
+        errs.push("container runtime is down".to_string());
+    }
+    if let Some(e) = pleg {
+        errs.push(format!("PLEG is not healthy: {e}"));
+    }
+    errs
+}
+
+fn condition(type_: &str, status: bool, reason: &str, message: String) -> NodeCondition {
+    NodeCondition {
+        type_: type_.into(),
+        status: if status { "True" } else { "False" }.into(),
+        reason: Some(reason.into()),
+        message: Some(message),
+        ..Default::default()
+    }
+}
+
+/// The four conditions, pressure first and Ready last (kubelet's setter order),
+/// without times: [`with_times`] adds them.
+pub(crate) fn desired(pressure: Pressure, not_ready: &[String]) -> Vec<NodeCondition> {
+    let mem = if pressure.memory {
+        condition(
+            "MemoryPressure",
+            true,
+            "KubeletHasInsufficientMemory",
+            "kubelet has insufficient memory available".into(),
+        )
+    } else {
+        condition(
+            "MemoryPressure",
+            false,
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available".into(),
+        )
+    };
+    let disk = if pressure.disk {
+        condition(
+            "DiskPressure",
+            true,
+            "KubeletHasDiskPressure",
+            "kubelet has disk pressure".into(),
+        )
+    } else {
+        condition(
+            "DiskPressure",
+            false,
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure".into(),
+        )
+    };
+    let pid = if pressure.pid {
+        condition(
+            "PIDPressure",
+            true,
+            "KubeletHasInsufficientPID",
+            "kubelet has insufficient PID available".into(),
+        )
+    } else {
+        condition(
+            "PIDPressure",
+            false,
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available".into(),
+        )
+    };
+    let ready = if not_ready.is_empty() {
+        condition(
+            "Ready",
+            true,
+            "KubeletReady",
+            "kubelet is posting ready status".into(),
+        )
+    } else {
+        condition("Ready", false, "KubeletNotReady", not_ready.join(","))
+    };
+    vec![mem, disk, pid, ready]
+}
+
+/// Adds the times: the heartbeat is `now`; the transition time is kept from the
+/// condition of the same type in `previous` when its status is unchanged, else `now`.
+pub(crate) fn with_times(
+    mut conds: Vec<NodeCondition>,
+    previous: &[NodeCondition],
+    now: jiff::Timestamp,
+) -> Vec<NodeCondition> {
+    for c in &mut conds {
+        c.last_heartbeat_time = Some(Time(now));
+        c.last_transition_time = previous
+            .iter()
+            .find(|p| p.type_ == c.type_ && p.status == c.status)
+            .and_then(|p| p.last_transition_time.clone())
+            .or(Some(Time(now)));
+    }
+    conds
+}
+
+/// Whether two condition lists differ in anything but heartbeats (kubelet's
+/// `nodeConditionsHaveChanged`).
+pub(crate) fn changed(a: &[NodeCondition], b: &[NodeCondition]) -> bool {
+    let strip = |c: &[NodeCondition]| {
+        c.iter()
+            .map(|c| NodeCondition {
+                last_heartbeat_time: None,
+                ..c.clone()
+            })
+            .collect::<Vec<_>>()
+    };
+    strip(a) != strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn find<'a>(c: &'a [NodeCondition], t: &str) -> &'a NodeCondition {
+        c.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn healthy_node_is_ready_without_pressure() {
+        let c = desired(
+            PressureSource::default().get(),
+            &not_ready_errors(true, None),
+        );
+        let types: Vec<_> = c.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(
+            types,
+            ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+        );
+        let r = find(&c, "Ready");
+        assert_eq!(
+            (r.status.as_str(), r.reason.as_deref()),
+            ("True", Some("KubeletReady"))
+        );
+        assert_eq!(
+            r.message.as_deref(),
+            Some("kubelet is posting ready status")
+        );
+        let m = find(&c, "MemoryPressure");
+        assert_eq!(
+            (m.status.as_str(), m.reason.as_deref()),
+            ("False", Some("KubeletHasSufficientMemory"))
+        );
+        assert_eq!(
+            m.message.as_deref(),
+            Some("kubelet has sufficient memory available")
+        );
+        assert_eq!(
+            find(&c, "DiskPressure").reason.as_deref(),
+            Some("KubeletHasNoDiskPressure")
+        );
+        assert_eq!(
+            find(&c, "PIDPressure").message.as_deref(),
+            Some("kubelet has sufficient PID available")
+        );
+    }
+
+    #[test]
+    fn runtime_down_or_pleg_unhealthy_is_not_ready() {
+        let errs = not_ready_errors(false, Some("pleg has yet to be successful".into()));
+        let c = desired(Pressure::default(), &errs);
+        let r = find(&c, "Ready");
+        assert_eq!(
+            (r.status.as_str(), r.reason.as_deref()),
+            ("False", Some("KubeletNotReady"))
+        );
+        assert_eq!(
+            r.message.as_deref(),
+            Some("container runtime is down,PLEG is not healthy: pleg has yet to be successful")
+        );
+    }
+
+    #[test]
+    fn pressure_source_drives_the_conditions() {
+        let src = PressureSource::default();
+        src.set(Pressure {
+            memory: true,
+            disk: true,
+            pid: true,
+        });
+        let c = desired(src.get(), &[]);
+        let m = find(&c, "MemoryPressure");
+        assert_eq!(
+            (m.status.as_str(), m.reason.as_deref()),
+            ("True", Some("KubeletHasInsufficientMemory"))
+        );
+        assert_eq!(
+            find(&c, "DiskPressure").reason.as_deref(),
+            Some("KubeletHasDiskPressure")
+        );
+        assert_eq!(
+            find(&c, "PIDPressure").message.as_deref(),
+            Some("kubelet has insufficient PID available")
+        );
+    }
+
+    #[test]
+    fn transition_time_kept_while_status_holds() {
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        let t1 = jiff::Timestamp::from_second(2_000).unwrap();
+        let first = with_times(desired(Pressure::default(), &[]), &[], t0);
+        let same = with_times(desired(Pressure::default(), &[]), &first, t1);
+        let r = find(&same, "Ready");
+        assert_eq!(r.last_transition_time, Some(Time(t0)));
+        assert_eq!(r.last_heartbeat_time, Some(Time(t1)));
+        assert!(!changed(&first, &same));
+        let down = with_times(desired(Pressure::default(), &["x".into()]), &first, t1);
+        assert_eq!(find(&down, "Ready").last_transition_time, Some(Time(t1)));
+        assert_eq!(
+            find(&down, "MemoryPressure").last_transition_time,
+            Some(Time(t0))
+        );
+        assert!(changed(&first, &down));
+    }
+}

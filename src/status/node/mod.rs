@@ -1,0 +1,270 @@
+//! Node registration and node status (kubelet's `kubelet_node_status.go`): register
+//! or adopt the Node, then compute its status every `nodeStatusUpdateFrequency`
+//! and PATCH it when it changed or `nodeStatusReportFrequency` has passed, with a
+//! fast first status at start. A Node deleted while oxlet runs is registered again
+//! (kubelet does not; users asked for it). Everything goes through the heartbeat
+//! client; an absent apiserver only delays reports, it never stops the agent.
+
+pub(crate) mod conditions;
+pub(crate) mod labels;
+pub(crate) mod register;
+pub(crate) mod setters;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use kube::api::{Api, Patch, PatchParams};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::cm::allocatable::NodeAllocatable;
+use crate::node::NodeInfo;
+use crate::pleg::PlegStats;
+use crate::runtime::RemoteRuntime;
+use crate::runtime::cri_api::CriRead as _;
+use crate::status::lease::NodeRef;
+use crate::syncloop::RuntimeHealth;
+use conditions::PressureSource;
+use register::Registration;
+
+/// kubelet's `nodeStatusUpdateRetry`.
+const UPDATE_RETRIES: usize = 5;
+/// Registration back-off: 100 ms doubling to 7 s (kubelet's).
+const REGISTER_INITIAL: Duration = Duration::from_millis(100);
+const REGISTER_MAX: Duration = Duration::from_secs(7);
+/// `fastStatusUpdateOnce`: poll this often until Ready, for at most the grace.
+const FAST_POLL: Duration = Duration::from_millis(100);
+const FAST_GRACE: Duration = Duration::from_secs(120);
+
+/// Everything the status is computed from.
+pub(crate) struct NodeStatusDeps {
+    pub client: kube::Client,
+    pub info: NodeInfo,
+    pub allocatable: NodeAllocatable,
+    pub node_ip: Option<IpAddr>,
+    pub registration: Registration,
+    pub cri: RemoteRuntime,
+    pub runtime_health: Arc<RuntimeHealth>,
+    pub pleg: Arc<PlegStats>,
+    pub pressure: Arc<PressureSource>,
+    pub update_frequency: Duration,
+    pub report_frequency: Duration,
+    /// Where the Node's name and UID are published (the lease's owner).
+    pub owner: watch::Sender<Option<NodeRef>>,
+}
+
+/// Why one status update failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UpdateError {
+    #[error("node {0:?} not found in the apiserver")]
+    NodeGone(String),
+    #[error("updating node status: {0}")]
+    Api(#[from] kube::Error),
+}
+
+/// The registering and reporting loop of one node.
+pub(crate) struct NodeStatusTask {
+    deps: NodeStatusDeps,
+    api: Api<Node>,
+    /// The last status sent, and when.
+    last: Option<(NodeStatus, Instant)>,
+}
+
+impl NodeStatusTask {
+    pub(crate) fn new(deps: NodeStatusDeps) -> Self {
+        let api = Api::all(deps.client.clone());
+        NodeStatusTask {
+            deps,
+            api,
+            last: None,
+        }
+    }
+
+    /// Registers, retrying with back-off until it succeeds or `cancel`.
+    async fn register(&self, cancel: &CancellationToken) -> Option<Node> {
+        let mut backoff = REGISTER_INITIAL;
+        loop {
+            match register::register(&self.api, &self.deps.info, &self.deps.registration).await {
+                Ok(node) => {
+                    let uid = node.metadata.uid.clone().unwrap_or_default();
+                    self.deps.owner.send_replace(Some(NodeRef {
+                        name: self.deps.info.name.clone(),
+                        uid,
+                    }));
+                    return Some(node);
+                }
+                Err(e) => {
+                    warn!(error = %e, retryIn = ?backoff, "unable to register node with API server");
+                }
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return None,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(REGISTER_MAX);
+        }
+    }
+
+    /// The status as of now, heartbeats set to now, transitions kept from the last sent.
+    async fn compute(&self) -> NodeStatus {
+        let d = &self.deps;
+        let version = d.cri.version().await.unwrap_or_else(|e| {
+            debug!(error = %e, "CRI Version failed; reporting no runtime version");
+            cri::VersionResponse::default()
+        });
+        let images = match d.cri.list_images().await {
+            Ok(list) => setters::images(list),
+            Err(e) => {
+                debug!(error = %e, "CRI ListImages failed; keeping the last image list");
+                self.last
+                    .as_ref()
+                    .and_then(|(s, _)| s.images.clone())
+                    .unwrap_or_default()
+            }
+        };
+        let errs = conditions::not_ready_errors(
+            d.runtime_health.is_up(),
+            d.pleg.healthy().err().map(|e| e.to_string()),
+        );
+        let previous = self
+            .last
+            .as_ref()
+            .and_then(|(s, _)| s.conditions.clone())
+            .unwrap_or_default();
+        NodeStatus {
+            addresses: Some(setters::addresses(&d.info, d.node_ip)),
+            capacity: Some(setters::resources(&d.allocatable.capacity)),
+            allocatable: Some(setters::resources(&d.allocatable.allocatable)),
+            node_info: Some(setters::node_info(&d.info, &version)),
+            daemon_endpoints: Some(setters::daemon_endpoints(setters::KUBELET_PORT)),
+            images: Some(images),
+            conditions: Some(conditions::with_times(
+                conditions::desired(d.pressure.get(), &errs),
+                &previous,
+                jiff::Timestamp::now(),
+            )),
+            ..Default::default()
+        }
+    }
+
+    /// Whether `status` must be sent: it changed beyond heartbeats, or the report
+    /// period has passed (kubelet's `nodeStatusHasChanged` + report frequency).
+    fn due(&self, status: &NodeStatus) -> bool {
+        let Some((last, at)) = &self.last else {
+            return true;
+        };
+        let strip = |s: &NodeStatus| NodeStatus {
+            conditions: None,
+            ..s.clone()
+        };
+        at.elapsed() >= self.deps.report_frequency
+            || strip(last) != strip(status)
+            || conditions::changed(
+                last.conditions.as_deref().unwrap_or_default(),
+                status.conditions.as_deref().unwrap_or_default(),
+            )
+    }
+
+    /// One update: compute, and PATCH when due; up to 5 tries. Returns whether the
+    /// node is Ready as sent (or would be).
+    async fn update(&mut self) -> Result<bool, UpdateError> {
+        let mut last_err = None;
+        for _ in 0..UPDATE_RETRIES {
+            let status = self.compute().await;
+            let ready = status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !self.due(&status) {
+                return Ok(ready);
+            }
+            let patch = serde_json::json!({ "status": status });
+            match self
+                .api
+                .patch_status(
+                    &self.deps.info.name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(&patch),
+                )
+                .await
+            {
+                Ok(_) => {
+                    self.last = Some((status, Instant::now()));
+                    return Ok(ready);
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Err(UpdateError::NodeGone(self.deps.info.name.clone()));
+                }
+                Err(e) => {
+                    debug!(error = %e, "error updating node status, will retry");
+                    last_err = Some(e);
+                }
+            }
+        }
+        Err(last_err.map_or_else(
+            || UpdateError::NodeGone(self.deps.info.name.clone()),
+            UpdateError::Api,
+        ))
+    }
+
+    /// Registers, sends the fast first status, then updates periodically until `cancel`.
+    pub(crate) async fn run(mut self, cancel: CancellationToken) {
+        if self.register(&cancel).await.is_none() {
+            return;
+        }
+        // fastStatusUpdateOnce: report as soon as Ready, polling every 100 ms.
+        let fast_until = Instant::now() + FAST_GRACE;
+        while Instant::now() < fast_until {
+            match self.update().await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => debug!(error = %e, "fast node status update failed"),
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(FAST_POLL) => {}
+            }
+        }
+        loop {
+            // kubelet's jitter: up to 4 % of the period.
+            let jitter = self.deps.update_frequency.mul_f64(0.04 * rand_fraction());
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(self.deps.update_frequency + jitter) => {}
+            }
+            match self.update().await {
+                Ok(_) => {}
+                Err(UpdateError::NodeGone(name)) => {
+                    warn!(node = %name, "the Node object was deleted; registering it again");
+                    self.last = None;
+                    if self.register(&cancel).await.is_none() {
+                        return;
+                    }
+                    if let Err(e) = self.update().await {
+                        warn!(error = %e, "unable to update node status");
+                    }
+                }
+                Err(e) => warn!(error = %e, "unable to update node status"),
+            }
+        }
+    }
+}
+
+/// A fraction in [0, 1) from the clock, enough for jitter.
+fn rand_fraction() -> f64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    f64::from(nanos % 1000) / 1000.0
+}
+
+/// Logged once at start: the node's registration settings.
+pub(crate) fn log_start(info: &NodeInfo) {
+    info!(target: crate::logging::STARTUP_TARGET, node = %info.name, "starting node registration, node status and the node lease");
+}

@@ -1,0 +1,284 @@
+//! The parts of the Node's status, each built by a pure function from fixed
+//! inputs (kubelet's `nodestatus/setters.go`), so every field is tested without an
+//! apiserver or a runtime. The conditions are in `conditions`.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{
+    ContainerImage, DaemonEndpoint, NodeAddress, NodeDaemonEndpoints, NodeSystemInfo,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::cm::allocatable::NodeResources;
+use crate::node::{AddressType, NodeInfo};
+
+/// The Kubernetes version oxlet reports as `kubeletVersion`: the newest API it is
+/// built against (k8s-openapi's `latest`, v1.37), so kubectl and the version-skew
+/// checks of controllers see a kubelet of the API generation oxlet speaks.
+pub(crate) const KUBELET_VERSION: &str = "v1.37.0";
+
+/// kubelet's `nodeStatusMaxImages`.
+pub(crate) const MAX_IMAGES: usize = 50;
+/// kubelet's `maxNamesPerImageInNodeStatus`.
+pub(crate) const MAX_NAMES_PER_IMAGE: usize = 5;
+
+/// kubelet's default port, reported as `daemonEndpoints.kubeletEndpoint.Port`.
+pub(crate) const KUBELET_PORT: i32 = 10250;
+
+/// `InternalIP` then `Hostname`: `--node-ip` when given, else the detected addresses.
+pub(crate) fn addresses(info: &NodeInfo, node_ip: Option<IpAddr>) -> Vec<NodeAddress> {
+    let mut out = Vec::new();
+    if let Some(ip) = node_ip {
+        out.push(NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.to_string(),
+        });
+    }
+    for a in &info.addresses {
+        let type_ = match a.kind {
+            AddressType::InternalIP if node_ip.is_some() => continue,
+            AddressType::InternalIP => "InternalIP",
+            AddressType::Hostname => "Hostname",
+        };
+        out.push(NodeAddress {
+            type_: type_.into(),
+            address: a.address.clone(),
+        });
+    }
+    if !out.iter().any(|a| a.type_ == "Hostname") {
+        out.push(NodeAddress {
+            type_: "Hostname".into(),
+            address: info.name.clone(),
+        });
+    }
+    out
+}
+
+/// A byte count as Kubernetes writes it canonically (BinarySI): the largest
+/// binary suffix that divides it exactly ("16348964Ki"), else plain bytes.
+pub(crate) fn binary_si(bytes: i64) -> String {
+    const SUFFIXES: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
+    if bytes == 0 {
+        return "0".into();
+    }
+    for (s, shift) in SUFFIXES {
+        let unit = 1i64 << shift;
+        if bytes % unit == 0 {
+            return format!("{}{s}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
+/// Millicores as Kubernetes writes them: whole cores plain ("4"), else "1500m".
+pub(crate) fn cpu(milli: i64) -> String {
+    if milli % 1000 == 0 {
+        (milli / 1000).to_string()
+    } else {
+        format!("{milli}m")
+    }
+}
+
+/// `capacity` or `allocatable`: cpu, memory, pods, ephemeral-storage.
+pub(crate) fn resources(r: &NodeResources) -> BTreeMap<String, Quantity> {
+    BTreeMap::from([
+        ("cpu".into(), Quantity(cpu(r.cpu_milli))),
+        ("memory".into(), Quantity(binary_si(r.memory_bytes))),
+        ("pods".into(), Quantity(r.pods.to_string())),
+        (
+            "ephemeral-storage".into(),
+            Quantity(binary_si(r.ephemeral_storage_bytes)),
+        ),
+    ])
+}
+
+/// `nodeInfo`; `runtime` is the CRI `Version` answer (`<runtime>://<version>`).
+pub(crate) fn node_info(info: &NodeInfo, runtime: &cri::VersionResponse) -> NodeSystemInfo {
+    NodeSystemInfo {
+        machine_id: info.machine_id.clone(),
+        system_uuid: info.system_uuid.clone(),
+        boot_id: info.boot_id.clone(),
+        kernel_version: info.kernel_version.clone(),
+        os_image: info.os_image.clone(),
+        operating_system: info.operating_system.into(),
+        architecture: info.architecture.into(),
+        container_runtime_version: format!(
+            "{}://{}",
+            runtime.runtime_name, runtime.runtime_version
+        ),
+        kubelet_version: KUBELET_VERSION.into(),
+        kube_proxy_version: String::new(),
+        ..Default::default()
+    }
+}
+
+/// `daemonEndpoints.kubeletEndpoint.Port`.
+pub(crate) fn daemon_endpoints(port: i32) -> NodeDaemonEndpoints {
+    NodeDaemonEndpoints {
+        kubelet_endpoint: Some(DaemonEndpoint { port }),
+    }
+}
+
+/// The images: the [`MAX_IMAGES`] largest (kubelet sorts by size, descending), each
+/// with its repo tags then repo digests, at most [`MAX_NAMES_PER_IMAGE`] names.
+/// Images without a name are left out, as kubelet does.
+pub(crate) fn images(mut list: Vec<cri::Image>) -> Vec<ContainerImage> {
+    list.sort_by_key(|img| std::cmp::Reverse(img.size));
+    list.into_iter()
+        .filter_map(|img| {
+            let names: Vec<String> = img
+                .repo_digests
+                .iter()
+                .chain(img.repo_tags.iter())
+                .take(MAX_NAMES_PER_IMAGE)
+                .cloned()
+                .collect();
+            (!names.is_empty()).then(|| ContainerImage {
+                names: Some(names),
+                size_bytes: Some(i64::try_from(img.size).unwrap_or(i64::MAX)),
+            })
+        })
+        .take(MAX_IMAGES)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{Capacity, NodeAddress as Addr};
+
+    fn info() -> NodeInfo {
+        NodeInfo {
+            name: "node-a".into(),
+            addresses: vec![
+                Addr {
+                    kind: AddressType::InternalIP,
+                    address: "10.0.0.5".into(),
+                },
+                Addr {
+                    kind: AddressType::Hostname,
+                    address: "node-a".into(),
+                },
+            ],
+            capacity: Capacity {
+                cpu_cores: 2,
+                memory_bytes: 0,
+                pods: 110,
+                ephemeral_storage_bytes: 0,
+            },
+            machine_id: "m1".into(),
+            system_uuid: "u1".into(),
+            boot_id: "b1".into(),
+            kernel_version: "6.1.0".into(),
+            os_image: "Debian GNU/Linux 12 (bookworm)".into(),
+            operating_system: "linux",
+            architecture: "amd64",
+        }
+    }
+
+    #[test]
+    fn addresses_prefer_node_ip_then_detected() {
+        let a = addresses(&info(), None);
+        assert_eq!(
+            a.iter()
+                .map(|a| (a.type_.as_str(), a.address.as_str()))
+                .collect::<Vec<_>>(),
+            [("InternalIP", "10.0.0.5"), ("Hostname", "node-a")]
+        );
+        let a = addresses(&info(), Some("192.168.1.9".parse().unwrap()));
+        assert_eq!(a[0].address, "192.168.1.9");
+        assert_eq!(a.len(), 2);
+        let mut bare = info();
+        bare.addresses.clear();
+        let a = addresses(&bare, None);
+        assert_eq!(
+            (a[0].type_.as_str(), a[0].address.as_str()),
+            ("Hostname", "node-a")
+        );
+    }
+
+    #[test]
+    fn quantities_are_canonical() {
+        assert_eq!(binary_si(16_741_343_232), "16348968Ki");
+        assert_eq!(binary_si(2 << 30), "2Gi");
+        assert_eq!(binary_si(1536), "1536");
+        assert_eq!(binary_si(0), "0");
+        assert_eq!(cpu(2000), "2");
+        assert_eq!(cpu(1500), "1500m");
+        let r = resources(&NodeResources {
+            cpu_milli: 4000,
+            memory_bytes: 8 << 30,
+            ephemeral_storage_bytes: 1 << 20,
+            pods: 110,
+        });
+        assert_eq!(r["cpu"].0, "4");
+        assert_eq!(r["memory"].0, "8Gi");
+        assert_eq!(r["pods"].0, "110");
+        assert_eq!(r["ephemeral-storage"].0, "1Mi");
+    }
+
+    #[test]
+    fn node_info_names_the_runtime_and_version() {
+        let v = cri::VersionResponse {
+            runtime_name: "containerd".into(),
+            runtime_version: "1.6.20~ds1".into(),
+            ..Default::default()
+        };
+        let n = node_info(&info(), &v);
+        assert_eq!(n.container_runtime_version, "containerd://1.6.20~ds1");
+        assert_eq!(n.kubelet_version, "v1.37.0");
+        assert_eq!(
+            (
+                n.machine_id.as_str(),
+                n.system_uuid.as_str(),
+                n.boot_id.as_str()
+            ),
+            ("m1", "u1", "b1")
+        );
+        assert_eq!(
+            (n.operating_system.as_str(), n.architecture.as_str()),
+            ("linux", "amd64")
+        );
+        assert_eq!(n.os_image, "Debian GNU/Linux 12 (bookworm)");
+        assert_eq!(
+            daemon_endpoints(KUBELET_PORT)
+                .kubelet_endpoint
+                .unwrap()
+                .port,
+            10250
+        );
+    }
+
+    #[test]
+    fn images_are_the_largest_fifty_with_five_names() {
+        let img = |i: u64, names: usize| cri::Image {
+            id: format!("sha256:{i}"),
+            repo_tags: (0..names).map(|n| format!("r/i{i}:{n}")).collect(),
+            repo_digests: vec![format!("r/i{i}@sha256:{i}")],
+            size: i,
+            ..Default::default()
+        };
+        let mut list: Vec<_> = (1..=60).map(|i| img(i, 1)).collect();
+        list.push(img(1000, 9));
+        list.push(cri::Image {
+            size: 5000,
+            ..Default::default()
+        });
+        let out = images(list);
+        assert_eq!(out.len(), 50);
+        assert_eq!(out[0].size_bytes, Some(1000));
+        assert_eq!(out[0].names.as_ref().unwrap().len(), 5);
+        assert_eq!(out[0].names.as_ref().unwrap()[0], "r/i1000@sha256:1000");
+        assert_eq!(out[1].size_bytes, Some(60));
+        assert_eq!(out[49].size_bytes, Some(12));
+    }
+}

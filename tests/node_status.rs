@@ -1,0 +1,249 @@
+//! Node registration, node status and the lease on a real containerd, with the real
+//! oxlet binary against the in-repo test apiserver: the node registers with the
+//! capacity oxlet measured and Ready, the lease is renewed every quarter of its
+//! duration, a deleted Node is registered again, and after an apiserver outage the
+//! lease and the status catch up.
+
+mod agent;
+mod common;
+
+use std::time::Duration;
+
+use agent::*;
+use common::Testbed;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use testapi::TestApiServer;
+use tokio::time::Instant;
+
+const NODE: &str = "testnode";
+
+async fn wait<T>(
+    what: &str,
+    ox: &Oxlet,
+    timeout: Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            t.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}\n--- oxlet log (tail) ---\n{}",
+            tail(&ox.log(), 60)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn ready(n: &Node) -> Option<(String, String)> {
+    let c = n
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    Some((c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+fn renew_time(api: &TestApiServer) -> Option<jiff::Timestamp> {
+    let l: Lease = api.get("kube-node-lease", NODE).ok()??;
+    Some(l.spec?.renew_time?.0)
+}
+
+/// The `capacity: cpu=..m memory=.. ephemeral-storage=.. pods=..` oxlet logs at start.
+fn logged_capacity(log: &str) -> Option<(i64, i64, i64, i64)> {
+    let line = log.lines().find(|l| l.contains("capacity: cpu="))?;
+    let cap = line.split("capacity: ").nth(1)?.split(';').next()?;
+    let field = |k: &str| -> Option<i64> {
+        cap.split_whitespace()
+            .find_map(|f| f.strip_prefix(&format!("{k}=")))?
+            .trim_end_matches('m')
+            .parse()
+            .ok()
+    };
+    Some((
+        field("cpu")?,
+        field("memory")?,
+        field("ephemeral-storage")?,
+        field("pods")?,
+    ))
+}
+
+fn bytes(q: &str) -> i64 {
+    let (n, mult) = [
+        ("Ki", 1i64 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+    ]
+    .iter()
+    .find_map(|(s, m)| q.strip_suffix(s).map(|n| (n, *m)))
+    .unwrap_or((q, 1));
+    n.parse::<i64>().unwrap() * mult
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
+    let bed = Testbed::start().await;
+    let mut api = TestApiServer::start(&bed.base_dir().join("apiserver"))
+        .await
+        .unwrap();
+    let config = bed.base_dir().join("kubelet-config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeLeaseDurationSeconds: 2\nnodeStatusReportFrequency: 1s\n",
+    )
+    .unwrap();
+    let ox = Oxlet::start(
+        &bed,
+        &[
+            &format!("--kubeconfig={}", api.kubeconfig().display()),
+            &format!("--config={}", config.display()),
+            "--node-status-update-frequency=1s",
+            "--node-labels=pool=edge",
+            "--register-with-taints=dedicated=test:NoSchedule",
+        ],
+    );
+
+    // Registered, Ready with kubelet's reason, capacity = what oxlet measured.
+    let node = wait("the node to be Ready", &ox, Duration::from_secs(30), || {
+        let n: Node = api.get("", NODE).ok()??;
+        (ready(&n)? == ("True".into(), "KubeletReady".into())).then_some(n)
+    })
+    .await;
+    let labels = node.metadata.labels.clone().unwrap();
+    assert_eq!(labels["kubernetes.io/hostname"], NODE);
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    assert_eq!(labels["pool"], "edge");
+    assert_eq!(
+        node.spec.as_ref().unwrap().taints.as_ref().unwrap()[0].key,
+        "dedicated"
+    );
+    let status = node.status.clone().unwrap();
+    let cap = status.capacity.unwrap();
+    let (cpu_milli, mem, eph, pods) = logged_capacity(&ox.log()).expect("capacity logged");
+    assert_eq!(cap["cpu"].0, (cpu_milli / 1000).to_string());
+    assert_eq!(bytes(&cap["memory"].0), mem);
+    assert_eq!(bytes(&cap["ephemeral-storage"].0), eph);
+    assert_eq!(cap["pods"].0, pods.to_string());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let host_kb: i64 = meminfo
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        mem,
+        host_kb * 1024,
+        "memory capacity is the host's MemTotal"
+    );
+    let info = status.node_info.unwrap();
+    assert!(
+        info.container_runtime_version.starts_with("containerd://"),
+        "{}",
+        info.container_runtime_version
+    );
+    assert_eq!(info.kubelet_version, "v1.37.0");
+    assert_eq!(
+        status
+            .daemon_endpoints
+            .unwrap()
+            .kubelet_endpoint
+            .unwrap()
+            .port,
+        10250
+    );
+    assert!(status.images.unwrap().iter().any(|i| {
+        i.names
+            .iter()
+            .flatten()
+            .any(|n| n.contains("localhost/oxlet/busybox"))
+    }));
+
+    // The lease: held by the node, owned by the Node, renewed every 0.25 × 2 s.
+    let lease: Lease = wait("the lease", &ox, Duration::from_secs(10), || {
+        let l: Lease = api.get("kube-node-lease", NODE).ok()??;
+        l.metadata.owner_references.is_some().then_some(l)
+    })
+    .await;
+    let spec = lease.spec.clone().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(NODE));
+    assert_eq!(spec.lease_duration_seconds, Some(2));
+    assert_eq!(
+        lease.metadata.owner_references.unwrap()[0].uid,
+        node.metadata.uid.clone().unwrap()
+    );
+    let mut renewals = Vec::new();
+    let mut last = renew_time(&api);
+    let t = Instant::now();
+    while renewals.len() < 6 && t.elapsed() < Duration::from_secs(10) {
+        let now = renew_time(&api);
+        if now != last {
+            renewals.push(now.unwrap());
+            last = now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(renewals.len() >= 6, "renewals: {renewals:?}");
+    let gaps: Vec<f64> = renewals
+        .windows(2)
+        .map(|w| (w[1] - w[0]).total(jiff::Unit::Millisecond).unwrap())
+        .collect();
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    eprintln!("lease renew gaps (ms): {gaps:?}, mean {mean:.0}");
+    assert!(
+        (400.0..700.0).contains(&mean),
+        "renew interval ≈ 500 ms, got {gaps:?}"
+    );
+
+    // A deleted Node is registered again (new UID), and reported Ready again.
+    assert!(api.remove::<Node>("", NODE).unwrap());
+    let again = wait(
+        "the node to be registered again",
+        &ox,
+        Duration::from_secs(15),
+        || {
+            let n: Node = api.get("", NODE).ok()??;
+            (ready(&n)?.0 == "True").then_some(n)
+        },
+    )
+    .await;
+    assert_ne!(again.metadata.uid, node.metadata.uid);
+    assert!(ox.log().contains("registering it again"));
+
+    // An outage: lease and status catch up once the apiserver is back.
+    api.stop().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let stopped_at = jiff::Timestamp::now();
+    api.restart().await.unwrap();
+    wait(
+        "the lease to be renewed after the outage",
+        &ox,
+        Duration::from_secs(15),
+        || (renew_time(&api)? > stopped_at).then_some(()),
+    )
+    .await;
+    wait(
+        "a fresh heartbeat after the outage",
+        &ox,
+        Duration::from_secs(15),
+        || {
+            let n: Node = api.get("", NODE).ok()??;
+            let c = n
+                .status?
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "Ready")?;
+            (c.last_heartbeat_time?.0 > stopped_at && c.status == "True").then_some(())
+        },
+    )
+    .await;
+}

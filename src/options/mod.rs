@@ -118,6 +118,9 @@ pub struct Options {
     /// `nodeStatusUpdateFrequency`; with `nodeLeaseDurationSeconds`, bounds the heartbeat client's timeout.
     pub(crate) node_status_update_frequency: Duration,
     pub(crate) node_lease_duration: Duration,
+    /// `eventRecordQPS` / `eventBurst`: the event writer's token bucket.
+    pub(crate) event_record_qps: u32,
+    pub(crate) event_burst: u32,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -184,6 +187,8 @@ impl Options {
             kube_api_burst: 0,
             node_status_update_frequency: Duration::ZERO,
             node_lease_duration: Duration::ZERO,
+            event_record_qps: 0,
+            event_burst: 0,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }

@@ -52,7 +52,8 @@ async fn container_events_reach_the_apiserver_and_backoff_is_counted() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestApiServer::start(dir.path()).await.unwrap();
     let kubeconfig = format!("--kubeconfig={}", server.kubeconfig().display());
-    let ox = Oxlet::start(&bed, &[&kubeconfig, "--hostname-override=evnode"]);
+    // The bed's oxlet runs as node "testnode".
+    let ox = Oxlet::start(&bed, &[&kubeconfig]);
     write_manifest(
         &ox.manifests,
         "web.yaml",
@@ -63,7 +64,7 @@ async fn container_events_reach_the_apiserver_and_backoff_is_counted() {
         "crash.yaml",
         &pod_yaml("crash", "exit 1", ""),
     );
-    let web = ox.wait_running("web-evnode", START).await;
+    let web = ox.wait_running("web", START).await;
     let web_uid = uid(&web);
 
     let events = wait_events(&server, Duration::from_secs(10), |e| {
@@ -77,7 +78,7 @@ async fn container_events_reach_the_apiserver_and_backoff_is_counted() {
             .iter()
             .find(|e| {
                 e.reason.as_deref() == Some(reason)
-                    && e.involved_object.name.as_deref() == Some("web-evnode")
+                    && e.involved_object.name.as_deref() == Some("web-testnode")
             })
             .unwrap_or_else(|| panic!("no {reason} for web:\n{}", summary(&events)));
         let o = &e.involved_object;
@@ -88,7 +89,7 @@ async fn container_events_reach_the_apiserver_and_backoff_is_counted() {
         assert_eq!(e.type_.as_deref(), Some("Normal"));
         let source = e.source.as_ref().unwrap();
         assert_eq!(source.component.as_deref(), Some("kubelet"));
-        assert_eq!(source.host.as_deref(), Some("evnode"));
+        assert_eq!(source.host.as_deref(), Some("testnode"));
     }
     let started = find(&events, "Started").unwrap();
     assert!(
@@ -100,7 +101,7 @@ async fn container_events_reach_the_apiserver_and_backoff_is_counted() {
     );
     let starting = find(&events, "Starting").unwrap();
     assert_eq!(starting.involved_object.kind.as_deref(), Some("Node"));
-    assert_eq!(starting.involved_object.name.as_deref(), Some("evnode"));
+    assert_eq!(starting.involved_object.name.as_deref(), Some("testnode"));
 
     // The crash loop: one BackOff Event about the pod, its count growing.
     let events = wait_events(&server, START, |e| {
@@ -116,10 +117,10 @@ async fn container_events_reach_the_apiserver_and_backoff_is_counted() {
     let b = backoffs[0];
     assert!(b.count.unwrap() > 1, "{}", summary(&events));
     assert_eq!(b.type_.as_deref(), Some("Warning"));
-    assert_eq!(b.involved_object.name.as_deref(), Some("crash-evnode"));
+    assert_eq!(b.involved_object.name.as_deref(), Some("crash-testnode"));
     let msg = b.message.as_deref().unwrap();
     assert!(
-        msg.starts_with("Back-off restarting failed container main in pod crash-evnode_default("),
+        msg.starts_with("Back-off restarting failed container main in pod crash-testnode_default("),
         "{msg}"
     );
     // A repeat is a PATCH of the same object, not another POST.

@@ -916,7 +916,8 @@ impl RuntimeManager {
         target: &lifecycle::HookTarget,
         order: Option<&TerminationOrder>,
     ) -> Result<(), CriError> {
-        let mut grace = lifecycle::run_pre_stop(self.cri.as_ref(), pod, plan, target).await;
+        let mut grace =
+            lifecycle::run_pre_stop(self.cri.as_ref(), pod, plan, target, &self.events).await;
         // Sidecars stop after the app containers and the sidecars after them,
         // within their own grace (kubelet's `waitForTurn`).
         if let Some(order) = order.filter(|_| grace > 0) {

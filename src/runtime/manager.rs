@@ -846,17 +846,23 @@ impl RuntimeManager {
         let order = sidecar::has_sidecars(pod).then(|| {
             TerminationOrder::new(pod, status.running_containers().map(|c| c.name.as_str()))
         });
-        self.kill_containers_and_sandboxes(
-            pod,
-            &hook_target(pod, &status.ips, &self.host_ip),
-            status
-                .running_containers()
-                .map(|c| stop_plan(pod, &c.id, &c.name, grace))
-                .collect(),
-            status.sandboxes.iter().map(|s| s.id.clone()).collect(),
-            order.as_ref(),
-        )
-        .await
+        let killed = self
+            .kill_containers_and_sandboxes(
+                pod,
+                &hook_target(pod, &status.ips, &self.host_ip),
+                status
+                    .running_containers()
+                    .map(|c| stop_plan(pod, &c.id, &c.name, grace))
+                    .collect(),
+                status.sandboxes.iter().map(|s| s.id.clone()).collect(),
+                order.as_ref(),
+            )
+            .await;
+        if let Err(e) = &killed {
+            let msg = format!("error killing pod: {e}");
+            (self.events).event(&ObjectRef::pod(pod), Warning, reason::FAILED_KILL_POD, msg);
+        }
+        killed
     }
 
     /// Kills a pod known only to the runtime. Its spec is gone, so each container's

@@ -19,6 +19,7 @@ use crate::config::merge::{PodConfig, run_merger};
 use crate::containerd::{
     CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
 };
+use crate::events::{EventRecorder, EventType};
 use crate::kubeclient::ApiClients;
 use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
@@ -199,6 +200,7 @@ pub(crate) async fn start(
     api: Option<&ApiClients>,
     tasks: &Tasks,
 ) -> anyhow::Result<Agent> {
+    let events = spawn_event_sink(opts, api, tasks);
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     // The root dir holds the pods' ephemeral storage: its filesystem is the capacity.
     if let Err(e) = std::fs::create_dir_all(&opts.root_dir) {
@@ -250,6 +252,7 @@ pub(crate) async fn start(
             },
             node.internal_ip().to_string(),
         )
+        .with_events(events.clone())
         .with_image_pulls(pulls)
         .with_log_symlinks(opts.container_log_symlink_dir.clone())
         .with_startup_gate(Arc::new(StartupProbeGate(probe_results.clone())))
@@ -357,6 +360,7 @@ pub(crate) async fn start(
             results: probe_results,
             statuses: statuses.clone(),
             cri: Arc::new(rt.cri.clone()),
+            events,
         },
         tasks.child(),
     ));
@@ -799,4 +803,33 @@ fn object_manager(api: Option<&ApiClients>) -> Option<Arc<crate::objects::Object
     Some(Arc::new(crate::objects::ObjectManager::new(Arc::new(
         source,
     ))))
+/// The event recorder: log-only standalone; with an apiserver, its queue is drained by
+/// the event sink (kubelet's `makeEventRecorder`). Records the node's `Starting`.
+fn spawn_event_sink(opts: &Options, api: Option<&ApiClients>, tasks: &Tasks) -> EventRecorder {
+    let recorder = match api {
+        None => EventRecorder::log_only(),
+        Some(api) => {
+            let (recorder, queue) = EventRecorder::queued(crate::events::MAX_QUEUED_EVENTS);
+            let queue = Arc::new(tokio::sync::Mutex::new(queue));
+            let settings = crate::events::SinkSettings::new(
+                opts.event_record_qps,
+                opts.event_burst,
+                opts.node_name.clone(),
+            );
+            let client = api.main.clone();
+            tasks.spawn_restarting("event-sink", Backoff::default(), move |cancel| {
+                let (client, settings, queue) = (client.clone(), settings.clone(), queue.clone());
+                async move {
+                    let mut queue = queue.lock_owned().await;
+                    crate::events::run_sink(client, settings, &mut queue, cancel).await;
+                    Ok(())
+                }
+            });
+            recorder
+        }
+    };
+    let node = crate::events::ObjectRef::node(&opts.node_name);
+    let starting = crate::events::reason::STARTING;
+    recorder.event(&node, EventType::Normal, starting, "Starting kubelet.");
+    recorder
 }

@@ -25,6 +25,7 @@ use kube::client::ClientBuilder;
 
 pub(crate) use kubeconfig::KubeconfigError;
 use ratelimit::RateLimitLayer;
+pub(crate) use ratelimit::TokenBucket;
 
 /// The settings the clients are built with (from `Options`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -41,8 +41,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("enable-controller-attach-detach", Bool),
     ("enable-debugging-handlers", Bool),
     ("enable-server", Bool),
-    ("event-burst", Value),
-    ("event-qps", Value),
     ("eviction-max-pod-grace-period", Value),
     ("eviction-minimum-reclaim", Value),
     ("eviction-pressure-transition-period", Value),

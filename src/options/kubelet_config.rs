@@ -27,8 +27,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "registryBurst",
     "imagePullCredentialsVerificationPolicy",
     "preloadedImagesVerificationAllowlist",
-    "eventRecordQPS",
-    "eventBurst",
     "enableDebuggingHandlers",
     "enableContentionProfiling",
     "oomScoreAdj",

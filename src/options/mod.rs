@@ -129,6 +129,9 @@ pub struct Options {
     pub(crate) register_node: bool,
     /// `nodeStatusReportFrequency`: an unchanged status is still sent this often.
     pub(crate) node_status_report_frequency: Duration,
+    /// `eventRecordQPS` / `eventBurst`: the event writer's token bucket.
+    pub(crate) event_record_qps: u32,
+    pub(crate) event_burst: u32,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -200,6 +203,8 @@ impl Options {
             register_with_taints: Vec::new(),
             register_node: false,
             node_status_report_frequency: Duration::ZERO,
+            event_record_qps: 0,
+            event_burst: 0,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }
@@ -449,6 +454,7 @@ mod tests {
         assert_eq!(o.sync_frequency, Duration::from_secs(60));
         assert_eq!(o.runtime_request_timeout, Duration::from_secs(120));
         assert_eq!(o.max_pods, 110);
+        assert_eq!((o.event_record_qps, o.event_burst), (50, 100));
         assert_eq!(o.max_open_files, 1_000_000);
         assert!(!o.runonce);
         assert!(o.unimplemented.is_empty() && o.warnings.is_empty());
@@ -521,6 +527,16 @@ mod tests {
             "containerRuntimeEndpoint: {DEFAULT_RUNTIME_ENDPOINT}\n"
         ));
         assert!(ok(&[&config_flag(&f)]).runtime_endpoint_explicit);
+    }
+
+    #[test]
+    fn event_rate_from_the_file_and_flags() {
+        let f = config("eventRecordQPS: 7\neventBurst: 9\n");
+        let o = ok(&[&config_flag(&f)]);
+        assert_eq!((o.event_record_qps, o.event_burst), (7, 9));
+        assert!(o.unimplemented.is_empty(), "{:?}", o.unimplemented);
+        let o = ok(&[&config_flag(&f), "--event-qps=3"]);
+        assert_eq!((o.event_record_qps, o.event_burst), (3, 9));
     }
 
     #[test]
@@ -742,6 +758,8 @@ mod tests {
         ("kube-api-qps", "-1", "must not be a negative number"),
         ("kube-api-burst", "-5", "must not be a negative number"),
         ("kube-api-burst", "3000000000", "must be at most 2147483647"),
+        ("event-qps", "-1", "must not be a negative number"),
+        ("event-burst", "-1", "must not be a negative number"),
         (
             "node-status-update-frequency",
             "-10s",

@@ -234,6 +234,9 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("register-with-taints", None, List, "", "KEY=VALUE:EFFECT,...", "Taints the Node is registered with", |o, i| crate::status::node::labels::taints(i.text).map(|t| o.register_with_taints = t)),
     row("register-node", Some("registerNode"), Bool, "true", "true|false", "Create the Node object in the apiserver (false: only update an existing one)", |o, i| parse_bool(i.text).map(|b| o.register_node = b)),
     row("", Some("nodeStatusReportFrequency"), Duration, "5m0s", "DURATION", "How often an unchanged node status is still sent; config file only", |o, i| positive_duration(i.text).map(|d| o.node_status_report_frequency = d)),
+    // Issue 11 slice D (events): the event writer's own token bucket (kubelet's event client).
+    row("event-qps", Some("eventRecordQPS"), Int, "50", "QPS", "Events written to the apiserver per second (0: client-go's default of 5)", |o, i| non_negative_i32(i.text).map(|n| o.event_record_qps = n)),
+    row("event-burst", Some("eventBurst"), Int, "100", "N", "Events written to the apiserver in a burst", |o, i| non_negative_i32(i.text).map(|n| o.event_burst = n)),
 ];
 
 /// An `http://` or `https://` URL with a host ("" turns the source off), so a typo

@@ -100,6 +100,8 @@ pub(crate) struct WorkerDeps {
     pub results: Arc<ProbeResults>,
     pub statuses: Arc<StatusManager>,
     pub cri: Arc<dyn Cri>,
+    /// Where `Unhealthy` events go.
+    pub events: crate::events::EventRecorder,
 }
 
 impl WorkerDeps {

@@ -22,6 +22,7 @@ struct Bed {
     pod: Arc<Pod>,
     id: String,
     started: jiff::Timestamp,
+    events: tokio::sync::mpsc::Receiver<crate::events::Recorded>,
 }
 
 fn exec_probe(threshold_fail: i32, threshold_ok: i32, delay: i32) -> Probe {
@@ -50,10 +51,12 @@ async fn bed(set: impl FnOnce(&mut Container)) -> Bed {
         .unwrap();
     let id = node.fake.container_id("p", "app").unwrap();
     let (results, updates) = ProbeResults::new(16);
+    let (recorder, events) = crate::events::EventRecorder::queued(64);
     let deps = Arc::new(WorkerDeps {
         results: Arc::new(results),
         statuses: Arc::new(StatusManager::default()),
         cri: node.fake.clone(),
+        events: recorder,
     });
     let started = jiff::Timestamp::from_second(1_700_000_000).unwrap();
     deps.statuses.set(
@@ -82,6 +85,7 @@ async fn bed(set: impl FnOnce(&mut Container)) -> Bed {
         pod: Arc::new(p),
         id,
         started,
+        events,
     }
 }
 
@@ -147,6 +151,20 @@ async fn liveness_fails_only_after_failure_threshold_consecutive_failures_then_h
         (update.kind, update.result, update.pod_uid.as_str()),
         (ProbeKind::Liveness, ProbeResult::Failure, "uid-p")
     );
+    // kubelet's Unhealthy warning for every failed probe (5: at 5, 6, 8, 9, 10 s), on
+    // the container, including those below the threshold.
+    let mut unhealthy = Vec::new();
+    while let Ok(e) = b.events.try_recv() {
+        unhealthy.push((e.reason, e.kind, e.message, e.object.field_path));
+    }
+    assert_eq!(unhealthy.len(), 5, "{unhealthy:?}");
+    let (reason, kind, message, field_path) = &unhealthy[0];
+    assert_eq!(
+        (*reason, *kind),
+        ("Unhealthy", crate::events::EventType::Warning)
+    );
+    assert!(message.starts_with("Liveness probe failed: "), "{message}");
+    assert_eq!(field_path, "spec.containers{app}");
     // On hold until a new container instance: no more probes.
     let execs = b.execs();
     assert!(w.do_probe(b.at(11)).await);

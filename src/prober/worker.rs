@@ -12,6 +12,7 @@ use tracing::{debug, info};
 
 use super::results::ProbeResult;
 use super::{ProbeKind, ProbeOutcome, WorkerDeps, run_probe};
+use crate::events::{EventType, ObjectRef, reason};
 use crate::pod::{Phase, RestartPolicy, pod_ref, pod_uid};
 
 /// kubelet's `maxProbeRetries`: a probe that errors is tried this often per period.
@@ -222,6 +223,7 @@ impl Worker {
             Err(e) => {
                 // Could not probe at all: discarded, counters untouched.
                 info!(pod = %pod_ref(&self.pod), podUID = %uid, container = %self.container.name, probe = self.kind.as_str(), error = %e, "probe errored; result discarded");
+                self.event(format!("{} probe errored: {e}", self.kind.as_str()));
                 return true;
             }
         };
@@ -229,6 +231,10 @@ impl Worker {
             ProbeOutcome::Success(o) => (ProbeResult::Success, o),
             ProbeOutcome::Failure(o) => (ProbeResult::Failure, o),
         };
+        if result == ProbeResult::Failure {
+            // kubelet records every failed probe, not only the one that crosses the threshold.
+            self.event(format!("{} probe failed: {output}", self.kind.as_str()));
+        }
         debug!(pod = %pod_ref(&self.pod), podUID = %uid, container = %self.container.name, probe = self.kind.as_str(), result = result.as_str(), output = %output, "probe ran");
         if !self.count(result) {
             return true;
@@ -243,6 +249,12 @@ impl Worker {
             self.run = 0;
         }
         true
+    }
+
+    /// Records kubelet's `Unhealthy` warning about this container.
+    fn event(&self, message: String) {
+        let obj = ObjectRef::container(&self.pod, &self.container.name);
+        (self.deps.events).event(&obj, EventType::Warning, reason::UNHEALTHY, message);
     }
 
     /// Counts consecutive results; true when `result` reached its threshold.

@@ -8,12 +8,14 @@ use std::time::Duration;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::Semaphore;
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use super::backoff::Backoff;
 use super::cri::CriError;
 use super::cri_api::Cri;
 use super::image_ref;
+use crate::events::EventType::{Normal, Warning};
+use crate::events::{EventRecorder, ObjectRef, reason};
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
 
 /// How soon a pod whose pull failed is synced again: kubelet's pod worker retries a
@@ -58,6 +60,7 @@ pub(crate) struct ImagePuller {
     /// None: no limit.
     slots: Option<Semaphore>,
     backoff: Backoff,
+    events: EventRecorder,
 }
 
 impl Default for ImagePuller {
@@ -67,7 +70,7 @@ impl Default for ImagePuller {
 }
 
 /// The runtime's own words for a failure, without oxlet's "CRI call failed" frame.
-fn runtime_reason(e: &CriError) -> String {
+pub(super) fn runtime_reason(e: &CriError) -> String {
     match e {
         CriError::Status { message, .. } => message.clone(),
         other => other.to_string(),
@@ -83,6 +86,7 @@ impl ImagePuller {
         ImagePuller {
             slots: slots.map(|n| Semaphore::new(n.max(1))),
             backoff: Backoff::default(),
+            events: EventRecorder::log_only(),
         }
     }
 
@@ -92,6 +96,12 @@ impl ImagePuller {
     }
 
     /// Housekeeping of back-off entries.
+    /// Where pull events go (kubelet's image manager records them).
+    pub(crate) fn with_events(mut self, events: EventRecorder) -> Self {
+        self.events = events;
+        self
+    }
+
     pub(crate) fn gc_backoff(&self) {
         self.backoff.gc();
     }
@@ -108,6 +118,8 @@ impl ImagePuller {
         let image = c.image.as_deref().unwrap_or("");
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod);
+        let obj = ObjectRef::container(pod, &c.name);
+        let event = |kind, reason, msg: &str| self.events.event(&obj, kind, reason, msg);
         let err = |reason, message: String, retry_after| ImageError {
             reason,
             message,
@@ -116,6 +128,7 @@ impl ImagePuller {
         if let Err(e) = image_ref::check(image) {
             let msg = format!("Failed to apply default image tag {image:?}: {e}");
             warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, message = %msg, "invalid image name");
+            event(Warning, reason::INSPECT_FAILED, &msg);
             return Err(err(WaitingReason::InvalidImageName, msg, None));
         }
         let policy = ImagePullPolicy::of(c);
@@ -124,6 +137,7 @@ impl ImagePuller {
             Err(e) => {
                 let msg = format!("Failed to inspect image {image:?}: {}", runtime_reason(&e));
                 warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, message = %msg, "cannot inspect image");
+                event(Warning, reason::INSPECT_FAILED, &msg);
                 return Err(err(WaitingReason::ImageInspectError, msg, None));
             }
         };
@@ -132,10 +146,12 @@ impl ImagePuller {
                 let msg =
                     format!("Container image {image:?} is not present with pull policy of Never");
                 warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
+                event(Warning, reason::ERR_IMAGE_NEVER_PULL, &msg);
                 return Err(err(WaitingReason::ErrImageNeverPull, msg, None));
             }
             (ImagePullPolicy::Never | ImagePullPolicy::IfNotPresent, Some(img)) => {
-                info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "Container image {image:?} already present on machine");
+                let msg = format!("Container image {image:?} already present on machine");
+                event(Normal, reason::PULLED, &msg);
                 return Ok(img.id);
             }
             _ => {}
@@ -144,7 +160,8 @@ impl ImagePuller {
         // Counted from the failed pull, not from now: from now it would never end.
         if let Some(left) = self.backoff.remaining_since_update(&key) {
             let msg = format!("Back-off pulling image {image:?}");
-            info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
+            event(Normal, reason::BACK_OFF, &msg);
+            event(Warning, reason::FAILED, "Error: ImagePullBackOff");
             return Err(err(
                 WaitingReason::ImagePullBackOff,
                 msg,
@@ -158,7 +175,7 @@ impl ImagePuller {
             None => None,
         };
         let started = tokio::time::Instant::now();
-        info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "Pulling image {image:?}");
+        event(Normal, reason::PULLING, &format!("Pulling image {image:?}"));
         match cri.pull_image(image, Some(sandbox_config.clone())).await {
             Ok(image_ref) => {
                 let pulled = started.elapsed();
@@ -166,9 +183,13 @@ impl ImagePuller {
                     Ok(Some(i)) => i.size,
                     _ => 0,
                 };
-                info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, imageRef = %image_ref,
+                debug!(pod = %pod_ref, podUID = %uid, container = %c.name, image, imageRef = %image_ref, "image pulled");
+                let msg = format!(
                     "Successfully pulled image {image:?} in {:?} ({:?} including waiting). Image size: {size} bytes.",
-                    truncate_ms(pulled), truncate_ms(asked.elapsed()));
+                    truncate_ms(pulled),
+                    truncate_ms(asked.elapsed())
+                );
+                event(Normal, reason::PULLED, &msg);
                 Ok(image_ref)
             }
             Err(e) => {
@@ -176,6 +197,8 @@ impl ImagePuller {
                 self.backoff.next(&key, failed_at);
                 let msg = format!("Failed to pull image {image:?}: {}", runtime_reason(&e));
                 warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
+                event(Warning, reason::FAILED, &msg);
+                event(Warning, reason::FAILED, "Error: ErrImagePull");
                 // The first failure reports ErrImagePull; retries wait out the back-off.
                 Err(err(
                     WaitingReason::ErrImagePull,

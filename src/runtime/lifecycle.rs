@@ -270,12 +270,14 @@ pub(crate) fn grace_after_pre_stop(grace: i64, elapsed: Duration) -> i64 {
 
 /// Runs the preStop hook (if any, and if there is grace to run it in) for at most
 /// `grace` seconds, and returns the grace left for StopContainer. A failed or
-/// timed-out hook is logged (kubelet's `FailedPreStopHook`) and the stop goes on.
+/// timed-out hook is logged (a failed one is kubelet's `FailedPreStopHook` event) and
+/// the stop goes on.
 pub(crate) async fn run_pre_stop(
     cri: &dyn Cri,
     pod: &Pod,
     plan: &StopPlan,
     target: &HookTarget,
+    events: &crate::events::EventRecorder,
 ) -> i64 {
     let Some(handler) = plan.pre_stop.as_ref().filter(|_| plan.grace > 0) else {
         return plan.grace.max(MIN_GRACE_SECS);
@@ -296,6 +298,15 @@ pub(crate) async fn run_pre_stop(
         }
         Ok(Err(e)) => {
             warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, event = "FailedPreStopHook", error = %e, "preStop hook failed");
+            // kubelet keeps the error out of the event, so no secret leaks to the apiserver.
+            let obj = crate::events::ObjectRef::container(pod, &plan.name);
+            let warning = crate::events::EventType::Warning;
+            events.event(
+                &obj,
+                warning,
+                crate::events::reason::FAILED_PRE_STOP_HOOK,
+                "PreStopHook failed",
+            );
         }
         Err(_) => {
             warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, event = "FailedPreStopHook", gracePeriod = plan.grace, "preStop hook did not finish within the grace period");
@@ -354,6 +365,43 @@ mod tests {
         pod
     }
 
+    /// A failed preStop hook is kubelet's FailedPreStopHook warning about the container,
+    /// without the error (it could hold a secret); the stop goes on with the grace left.
+    #[tokio::test]
+    async fn a_failed_pre_stop_is_a_warning_event() {
+        use k8s_openapi::api::core::v1::ExecAction;
+        let fake = crate::runtime::fake::FakeRuntime::new();
+        fake.set_exec_result("c1", Err(tonic::Code::Internal));
+        let pod = pod_with(LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["false".into()]),
+            }),
+            ..Default::default()
+        });
+        let plan = StopPlan {
+            id: "c1".into(),
+            name: "app".into(),
+            grace: 10,
+            pre_stop: pod.spec.as_ref().unwrap().containers[0]
+                .lifecycle
+                .as_ref()
+                .unwrap()
+                .pre_stop
+                .clone(),
+        };
+        let (events, mut rx) = crate::events::EventRecorder::queued(8);
+        let left = run_pre_stop(&fake, &pod, &plan, &HookTarget::default(), &events).await;
+        assert!(left >= MIN_GRACE_SECS, "{left}");
+        let e = rx.try_recv().expect("one event");
+        assert_eq!(
+            (e.reason, e.message.as_str()),
+            ("FailedPreStopHook", "PreStopHook failed")
+        );
+        assert_eq!(e.kind, crate::events::EventType::Warning);
+        assert_eq!(e.object.field_path, "spec.containers{app}");
+        assert!(rx.try_recv().is_err(), "only one event");
+    }
+
     /// A sleep preStop longer than the grace is cut at the grace, and the stop still
     /// gets the 2 s minimum (paused clock).
     #[tokio::test(start_paused = true)]
@@ -375,7 +423,14 @@ mod tests {
                 .clone(),
         };
         let start = Instant::now();
-        let left = run_pre_stop(&fake, &pod, &plan, &HookTarget::default()).await;
+        let left = run_pre_stop(
+            &fake,
+            &pod,
+            &plan,
+            &HookTarget::default(),
+            &Default::default(),
+        )
+        .await;
         assert_eq!(start.elapsed(), Duration::from_secs(3));
         assert_eq!(left, MIN_GRACE_SECS);
         // A short sleep uses its own time only.
@@ -389,7 +444,14 @@ mod tests {
         };
         let start = Instant::now();
         assert_eq!(
-            run_pre_stop(&fake, &pod, &plan, &HookTarget::default()).await,
+            run_pre_stop(
+                &fake,
+                &pod,
+                &plan,
+                &HookTarget::default(),
+                &Default::default()
+            )
+            .await,
             25
         );
         assert_eq!(start.elapsed(), Duration::from_secs(5));

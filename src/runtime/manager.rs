@@ -17,7 +17,7 @@ use super::container::{self, ContainerRequest, PodEnv};
 use super::cri::CriError;
 use super::cri_api::Cri;
 use super::gc;
-use super::images::{ImagePuller, PullLimit};
+use super::images::{ImagePuller, PullLimit, runtime_reason};
 use super::labels::{self, ContainerType};
 use super::lifecycle;
 use super::reader::RuntimeReader;
@@ -26,6 +26,8 @@ use super::security::ImageUser;
 use super::sidecar::{self, RunningIsStarted, StartupGate, TerminationOrder};
 use super::termination;
 use super::types::*;
+use crate::events::EventType::{Normal, Warning};
+use crate::events::{EventRecorder, ObjectRef, reason};
 use crate::pod::{WaitingReason, pod_ref, pod_uid};
 
 /// A sync failure that is not a per-container back-off. It reaches the pod worker
@@ -194,6 +196,8 @@ pub(crate) struct RuntimeManager {
     log_symlink_dir: Option<std::path::PathBuf>,
     /// ConfigMaps, Secrets and tokens from the apiserver (None: standalone).
     objects: Option<Arc<crate::objects::ObjectManager>>,
+    /// Where container, image and sandbox events go.
+    events: EventRecorder,
 }
 
 /// Pods starting at once: four per core, at least 4.
@@ -221,6 +225,7 @@ impl RuntimeManager {
             startup_gate: Arc::new(RunningIsStarted),
             log_symlink_dir: None,
             objects: None,
+            events: EventRecorder::log_only(),
         }
     }
 
@@ -231,8 +236,15 @@ impl RuntimeManager {
     }
 
     /// Sets how many image pulls run at once (serialized by default, as in kubelet).
+    /// Records kubelet's container, image and sandbox events to `events`.
+    pub(crate) fn with_events(mut self, events: EventRecorder) -> Self {
+        self.images = std::mem::take(&mut self.images).with_events(events.clone());
+        self.events = events;
+        self
+    }
+
     pub(crate) fn with_image_pulls(mut self, limit: PullLimit) -> Self {
-        self.images = ImagePuller::new(limit);
+        self.images = ImagePuller::new(limit).with_events(self.events.clone());
         self
     }
 
@@ -396,6 +408,10 @@ impl RuntimeManager {
                 "all containers of the pod are done"
             };
             info!(pod = %pod_ref, podUID = %uid, reason = why, "killing pod");
+            if actions.create_sandbox {
+                let msg = "Pod sandbox changed, it will be killed and re-created.";
+                (self.events).event(&ObjectRef::pod(pod), Normal, reason::SANDBOX_CHANGED, msg);
+            }
             self.kill_pod_status(pod, status, None).await?;
             if !actions.create_sandbox {
                 return Ok(outcome);
@@ -409,6 +425,12 @@ impl RuntimeManager {
                     .find(|(i, _)| i == id)
                     .map_or(grace, |(_, g)| *g);
                 info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, gracePeriod = grace, "killing container");
+                (self.events).event(
+                    &ObjectRef::container(pod, name),
+                    Normal,
+                    reason::KILLING,
+                    why,
+                );
                 let plan = stop_plan(pod, id, name, grace);
                 if let Err(e) = self.stop_with_hooks(pod, &plan, &target, None).await {
                     warn!(pod = %pod_ref, podUID = %uid, container = %name, error = %e, "failed to kill container");
@@ -433,6 +455,13 @@ impl RuntimeManager {
                 Err(e) => {
                     // kubelet's event and wording; the pod stays Pending and is retried.
                     warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", error = %e, "Failed to create pod sandbox: {e}");
+                    let msg = format!("Failed to create pod sandbox: {e}");
+                    (self.events).event(
+                        &ObjectRef::pod(pod),
+                        Warning,
+                        reason::FAILED_CREATE_POD_SANDBOX,
+                        msg,
+                    );
                     return Err(SyncError::CreateSandbox(e));
                 }
             };
@@ -564,6 +593,13 @@ impl RuntimeManager {
                     pod.metadata.namespace.as_deref().unwrap_or("default"),
                 );
                 debug!(pod = %pod_ref, podUID = %uid, container = name, message = %msg, "container in CrashLoopBackOff");
+                // kubelet's doBackOff: the event is about the pod, not the container.
+                let event = format!(
+                    "Back-off restarting failed container {name} in pod {}_{}({uid})",
+                    pod.metadata.name.as_deref().unwrap_or(""),
+                    pod.metadata.namespace.as_deref().unwrap_or("default"),
+                );
+                (self.events).event(&ObjectRef::pod(pod), Warning, reason::BACK_OFF, event);
                 self.reasons
                     .set(uid, name, WaitingReason::CrashLoopBackOff, msg);
                 return Ok(Some(left));
@@ -669,15 +705,40 @@ impl RuntimeManager {
             Ok(id) => id,
             Err(e) => {
                 warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "failed to create container");
+                (self.events).event(
+                    &ObjectRef::container(pod, name),
+                    Warning,
+                    reason::FAILED,
+                    format!("Error: {}", runtime_reason(&e)),
+                );
                 return Err(failed(WaitingReason::CreateContainerError, e.to_string()));
             }
         };
         info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, restartCount = restart_count, "created container");
+        let container_ref = ObjectRef::container(pod, name);
+        (self.events).event(
+            &container_ref,
+            Normal,
+            reason::CREATED,
+            format!("Created container: {name}"),
+        );
         if let Err(e) = self.cri.start_container(&id).await {
             warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to start container");
+            (self.events).event(
+                &container_ref,
+                Warning,
+                reason::FAILED,
+                format!("Error: {}", runtime_reason(&e)),
+            );
             return Err(failed(WaitingReason::RunContainerError, e.to_string()));
         }
         info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "started container");
+        (self.events).event(
+            &container_ref,
+            Normal,
+            reason::STARTED,
+            format!("Started container {name}"),
+        );
         self.link_container_log(pod, name, &id, &log_path);
         if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let target = lifecycle::HookTarget {
@@ -696,6 +757,18 @@ impl RuntimeManager {
             if let Err(e) = run.await {
                 let msg = e.to_string();
                 warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, event = "FailedPostStartHook", error = %msg, "postStart hook failed, killing the container");
+                (self.events).event(
+                    &container_ref,
+                    Warning,
+                    reason::FAILED_POST_START_HOOK,
+                    msg.clone(),
+                );
+                (self.events).event(
+                    &container_ref,
+                    Normal,
+                    reason::KILLING,
+                    "FailedPostStartHook",
+                );
                 let grace = termination_grace(pod);
                 let plan = stop_plan(pod, &id, name, grace);
                 info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, reason = "FailedPostStartHook", gracePeriod = grace, "killing container");
@@ -813,17 +886,23 @@ impl RuntimeManager {
         let order = sidecar::has_sidecars(pod).then(|| {
             TerminationOrder::new(pod, status.running_containers().map(|c| c.name.as_str()))
         });
-        self.kill_containers_and_sandboxes(
-            pod,
-            &hook_target(pod, &status.ips, &self.host_ip),
-            status
-                .running_containers()
-                .map(|c| stop_plan(pod, &c.id, &c.name, grace))
-                .collect(),
-            status.sandboxes.iter().map(|s| s.id.clone()).collect(),
-            order.as_ref(),
-        )
-        .await
+        let killed = self
+            .kill_containers_and_sandboxes(
+                pod,
+                &hook_target(pod, &status.ips, &self.host_ip),
+                status
+                    .running_containers()
+                    .map(|c| stop_plan(pod, &c.id, &c.name, grace))
+                    .collect(),
+                status.sandboxes.iter().map(|s| s.id.clone()).collect(),
+                order.as_ref(),
+            )
+            .await;
+        if let Err(e) = &killed {
+            let msg = format!("error killing pod: {e}");
+            (self.events).event(&ObjectRef::pod(pod), Warning, reason::FAILED_KILL_POD, msg);
+        }
+        killed
     }
 
     /// Kills a pod known only to the runtime. Its spec is gone, so each container's
@@ -883,7 +962,8 @@ impl RuntimeManager {
         target: &lifecycle::HookTarget,
         order: Option<&TerminationOrder>,
     ) -> Result<(), CriError> {
-        let mut grace = lifecycle::run_pre_stop(self.cri.as_ref(), pod, plan, target).await;
+        let mut grace =
+            lifecycle::run_pre_stop(self.cri.as_ref(), pod, plan, target, &self.events).await;
         // Sidecars stop after the app containers and the sidecars after them,
         // within their own grace (kubelet's `waitForTurn`).
         if let Some(order) = order.filter(|_| grace > 0) {
@@ -913,6 +993,13 @@ impl RuntimeManager {
         let pod_ref = &pod_ref(pod);
         let uid = pod_uid(pod);
         let kills = containers.iter().map(|plan| async move {
+            let msg = format!("Stopping container {}", plan.name);
+            (self.events).event(
+                &ObjectRef::container(pod, &plan.name),
+                Normal,
+                reason::KILLING,
+                msg,
+            );
             self.stop_with_hooks(pod, plan, target, order)
                 .await
                 .map_err(|source| StopError {

@@ -478,3 +478,60 @@ async fn run_as_non_root_with_a_root_image_is_a_config_error_and_nothing_is_crea
     node.sync(&p).await.unwrap();
     assert_eq!(node.fake.calls_of("StartContainer"), ["nonroot/app"]);
 }
+
+/// kubelet's container events, about the container (fieldPath), and FailedKillPod
+/// about the pod when a kill fails.
+#[tokio::test]
+async fn container_events_and_a_failed_kill() {
+    let node = FakeNode::new();
+    let (events, mut rx) = crate::events::EventRecorder::queued(64);
+    let manager = FakeNode::manager_over(&node.fake, &node.dir).with_events(events);
+    let p = pod("ev", &[], &["app"], "Always");
+    manager
+        .sync_pod(&p, &PodRuntimeStatus::default())
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        seen.push((e.reason, e.message, e.object.field_path));
+    }
+    let at = |r: &str| seen.iter().find(|(reason, ..)| *reason == r).cloned();
+    let (_, created, path) = at("Created").expect("Created");
+    assert_eq!(
+        (created.as_str(), path.as_str()),
+        ("Created container: app", "spec.containers{app}")
+    );
+    assert_eq!(at("Started").unwrap().1, "Started container app");
+    assert!(
+        at("Pulled")
+            .unwrap()
+            .1
+            .contains("already present on machine")
+    );
+
+    let st = manager
+        .get_pod_status("uid-ev", "ev", "default")
+        .await
+        .unwrap();
+    node.fake
+        .fail_next("StopContainer", None, 1, tonic::Code::Internal);
+    assert!(manager.kill_pod_status(&p, &st, Some(0)).await.is_err());
+    let mut seen = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        seen.push((e.reason, e.message, e.object.field_path));
+    }
+    assert!(
+        seen.contains(&(
+            "Killing",
+            "Stopping container app".into(),
+            "spec.containers{app}".into()
+        )),
+        "{seen:?}"
+    );
+    let failed = seen
+        .iter()
+        .find(|(r, ..)| *r == "FailedKillPod")
+        .expect("FailedKillPod");
+    assert!(failed.1.starts_with("error killing pod: "), "{failed:?}");
+    assert_eq!(failed.2, "", "about the pod");
+}

@@ -44,6 +44,7 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
             results: Arc::new(probe_results),
             statuses: statuses.clone(),
             cri: node.fake.clone(),
+            events: crate::events::EventRecorder::log_only(),
         },
         tasks.child(),
     ));

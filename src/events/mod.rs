@@ -1,0 +1,241 @@
+//! Events, as kubelet's recorder makes them (`makeEventRecorder` in kubelet's
+//! `server.go`): core/v1 Events about a pod (with a container's `fieldPath`) or the
+//! node, from `source.component=kubelet`, `source.host=<node>`.
+//!
+//! [`EventRecorder::event`] never blocks and never fails its caller: every event is
+//! logged at `-v=3` (so standalone users see them too), and in cluster mode it is also
+//! offered to a bounded queue (client-go's `maxQueuedEvents`, 1000) that the sink
+//! task drains; a full queue drops the event, counted.
+
+mod correlator;
+mod sink;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::mpsc;
+use tracing::info;
+
+pub(crate) use sink::{SinkSettings, run_sink};
+
+/// client-go's `maxQueuedEvents`: the broadcaster's queue, dropping when full.
+pub(crate) const MAX_QUEUED_EVENTS: usize = 1000;
+
+/// `source.component` of every event: kubelet's, so tools filtering on it find ours.
+pub(crate) const COMPONENT: &str = "kubelet";
+
+/// The reasons kubelet gives (`pkg/kubelet/events/event.go`).
+#[allow(
+    dead_code,
+    reason = "seam: the node status slice emits NodeReady/NodeNotReady"
+)]
+pub(crate) mod reason {
+    pub(crate) const CREATED: &str = "Created";
+    pub(crate) const STARTED: &str = "Started";
+    pub(crate) const FAILED: &str = "Failed";
+    pub(crate) const KILLING: &str = "Killing";
+    pub(crate) const BACK_OFF: &str = "BackOff";
+    pub(crate) const EXCEEDED_GRACE_PERIOD: &str = "ExceededGracePeriod";
+    pub(crate) const PULLING: &str = "Pulling";
+    pub(crate) const PULLED: &str = "Pulled";
+    pub(crate) const INSPECT_FAILED: &str = "InspectFailed";
+    pub(crate) const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    pub(crate) const NODE_READY: &str = "NodeReady";
+    pub(crate) const NODE_NOT_READY: &str = "NodeNotReady";
+    pub(crate) const STARTING: &str = "Starting";
+    pub(crate) const UNHEALTHY: &str = "Unhealthy";
+    pub(crate) const PROBE_WARNING: &str = "ProbeWarning";
+    pub(crate) const FAILED_SYNC: &str = "FailedSync";
+    pub(crate) const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
+    pub(crate) const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
+    pub(crate) const SANDBOX_CHANGED: &str = "SandboxChanged";
+    pub(crate) const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    pub(crate) const FAILED_KILL_POD: &str = "FailedKillPod";
+}
+
+/// The event's type, as core/v1 spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum EventType {
+    Normal,
+    Warning,
+}
+
+impl EventType {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
+}
+
+/// What an event is about: a pod (optionally one container of it) or the node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ObjectRef {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// `spec.containers{name}` / `spec.initContainers{name}` for a container.
+    pub field_path: String,
+}
+
+impl ObjectRef {
+    /// The pod itself.
+    pub(crate) fn pod(pod: &Pod) -> ObjectRef {
+        ObjectRef {
+            kind: "Pod",
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            field_path: String::new(),
+        }
+    }
+
+    /// One container of the pod, by name: its `fieldPath` says which list it is in,
+    /// as kubelet's `GenerateContainerRef` does.
+    pub(crate) fn container(pod: &Pod, container: &str) -> ObjectRef {
+        let init = pod.spec.as_ref().is_some_and(|s| {
+            s.init_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == container)
+        });
+        let list = if init {
+            "spec.initContainers"
+        } else {
+            "spec.containers"
+        };
+        ObjectRef {
+            field_path: format!("{list}{{{container}}}"),
+            ..ObjectRef::pod(pod)
+        }
+    }
+
+    /// The node: kubelet uses the node name as its UID, with no namespace.
+    pub(crate) fn node(name: &str) -> ObjectRef {
+        ObjectRef {
+            kind: "Node",
+            namespace: String::new(),
+            name: name.to_owned(),
+            uid: name.to_owned(),
+            field_path: String::new(),
+        }
+    }
+}
+
+/// One recorded event, on its way to the sink.
+#[derive(Debug, Clone)]
+pub(crate) struct Recorded {
+    pub object: ObjectRef,
+    pub kind: EventType,
+    pub reason: &'static str,
+    pub message: String,
+    pub at: jiff::Timestamp,
+}
+
+/// Records events; cheap to clone; never blocks.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EventRecorder {
+    queue: Option<mpsc::Sender<Recorded>>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl EventRecorder {
+    /// Logs only (standalone mode, unit tests).
+    pub(crate) fn log_only() -> EventRecorder {
+        EventRecorder::default()
+    }
+
+    /// Logs and queues up to `capacity` events for the sink.
+    pub(crate) fn queued(capacity: usize) -> (EventRecorder, mpsc::Receiver<Recorded>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let recorder = EventRecorder {
+            queue: Some(tx),
+            dropped: Arc::default(),
+        };
+        (recorder, rx)
+    }
+
+    /// Records an event: logged at `-v=3`, queued for the apiserver if there is one.
+    pub(crate) fn event(
+        &self,
+        object: &ObjectRef,
+        kind: EventType,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) {
+        let message = message.into();
+        let (kind_name, reason_name) = (kind.as_str(), reason);
+        if object.kind == "Pod" {
+            let pod = format!("{}/{}", object.namespace, object.name);
+            info!(pod = %pod, podUID = %object.uid, fieldPath = %object.field_path,
+                eventType = kind_name, reason = reason_name, "Event: {message}");
+        } else {
+            let obj = format!("{}/{}", object.kind, object.name);
+            info!(object = %obj, eventType = kind_name, reason = reason_name, "Event: {message}");
+        }
+        let Some(queue) = &self.queue else { return };
+        let recorded = Recorded {
+            object: object.clone(),
+            kind,
+            reason,
+            message,
+            at: jiff::Timestamp::now(),
+        };
+        if queue.try_send(recorded).is_err() {
+            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::debug!(
+                dropped = n,
+                reason,
+                "event queue full or closed; event dropped"
+            );
+        }
+    }
+
+    /// How many events the full queue has dropped.
+    #[cfg(test)]
+    pub(crate) fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"initContainers": [{"name": "init"}], "containers": [{"name": "app"}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn container_refs_name_their_list() {
+        let p = pod();
+        assert_eq!(
+            ObjectRef::container(&p, "app").field_path,
+            "spec.containers{app}"
+        );
+        let init = ObjectRef::container(&p, "init");
+        assert_eq!(init.field_path, "spec.initContainers{init}");
+        assert_eq!((init.namespace.as_str(), init.uid.as_str()), ("ns", "u1"));
+        assert_eq!(ObjectRef::node("n1").uid, "n1");
+    }
+
+    #[test]
+    fn a_full_queue_drops_without_blocking() {
+        let (rec, mut rx) = EventRecorder::queued(2);
+        let obj = ObjectRef::pod(&pod());
+        for i in 0..5 {
+            rec.event(&obj, EventType::Normal, reason::PULLED, format!("m{i}"));
+        }
+        assert_eq!(rec.dropped(), 3);
+        assert_eq!(rx.try_recv().unwrap().message, "m0");
+        // A log-only recorder never queues.
+        EventRecorder::log_only().event(&obj, EventType::Warning, reason::FAILED, "x");
+    }
+}

@@ -163,7 +163,6 @@ fn kinds_flags_config_and_kubeconfig_are_accepted() {
     assert_eq!(
         unimplemented,
         [
-            "flag --bootstrap-kubeconfig",
             "flag --node-ip",
             "flag --node-labels",
             "flag --pod-infra-container-image",

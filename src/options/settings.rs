@@ -228,6 +228,9 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("kube-api-burst", Some("kubeAPIBurst"), Int, "100", "N", "Requests to the apiserver allowed in a burst", |o, i| non_negative_i32(i.text).map(|n| o.kube_api_burst = n)),
     row("node-status-update-frequency", Some("nodeStatusUpdateFrequency"), Duration, "10s", "DURATION", "How often node status is computed; also the heartbeat client's timeout (at most the lease duration)", |o, i| positive_duration(i.text).map(|d| o.node_status_update_frequency = d)),
     row("", Some("nodeLeaseDurationSeconds"), Int, "40", "SECONDS", "Duration of the node lease; caps the heartbeat client's timeout; config file only", |o, i| Some(parse_int(i.text)?).filter(|n| (1..=i64::from(i32::MAX)).contains(n)).and_then(|n| u64::try_from(n).ok()).map(|n| o.node_lease_duration = std::time::Duration::from_secs(n)).ok_or_else(|| "must be greater than 0".into())),
+    // Issue 11 slice F: the client certificate bootstrap (kubelet's LoadClientCert).
+    row("bootstrap-kubeconfig", None, Path, "", "PATH", "kubeconfig used to request a client certificate when --kubeconfig is missing or its certificate has expired; --kubeconfig is then written", |o, i| { o.bootstrap_kubeconfig = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("cert-dir", None, Path, "", "PATH", "Directory of the client certificate pairs (empty: <root-dir>/pki)", |o, i| { o.cert_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
 ];
 
 /// An `http://` or `https://` URL with a host ("" turns the source off), so a typo

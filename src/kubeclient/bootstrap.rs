@@ -23,15 +23,15 @@ pub(crate) const WAIT: Duration = Duration::from_secs(3600);
 /// Why the bootstrap failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BootstrapError {
-    #[error("bootstrap kubeconfig: {0}")]
+    #[error("cannot bootstrap a client certificate")]
     Kubeconfig(#[from] KubeconfigError),
-    #[error("bootstrap kubeconfig {}: cannot build a client: {source}", file.display())]
+    #[error("bootstrap kubeconfig {}: cannot build a client", file.display())]
     Client {
         file: PathBuf,
         #[source]
         source: kube::Error,
     },
-    #[error("bootstrap with {}: {source}", file.display())]
+    #[error("cannot bootstrap a client certificate with {}", file.display())]
     Csr {
         file: PathBuf,
         #[source]
@@ -41,7 +41,7 @@ pub(crate) enum BootstrapError {
     Store(#[from] StoreError),
     #[error("the issued certificate cannot be used: {0}")]
     Issued(String),
-    #[error("kubeconfig {}: cannot write it: {source}", file.display())]
+    #[error("kubeconfig {}: cannot write it", file.display())]
     Write {
         file: PathBuf,
         #[source]

@@ -33,6 +33,10 @@ pub(crate) enum StoreError {
         source: std::io::Error,
     },
     #[error("cert dir {}: {CURRENT} points at {target:?}, which is not one of oxlet's {PREFIX}-<timestamp>.pem files in the same directory", dir.display())]
+    #[allow(
+        dead_code,
+        reason = "building block: certificate rotation (not built yet) reads the current pair"
+    )]
     ForeignLink { dir: PathBuf, target: PathBuf },
 }
 
@@ -61,6 +65,10 @@ impl CertStore {
     }
 
     /// The current pair's PEM (certificate and key), or None when there is none yet.
+    #[allow(
+        dead_code,
+        reason = "building block: certificate rotation (not built yet) reads the current pair"
+    )]
     pub(crate) fn read_current(&self) -> Result<Option<Vec<u8>>, StoreError> {
         let link = self.current_path();
         let target = match std::fs::read_link(&link) {

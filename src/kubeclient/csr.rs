@@ -31,15 +31,15 @@ pub(crate) struct NodeRequest {
 /// Why no certificate was obtained.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CsrError {
-    #[error("cannot make a key and CSR for node {node}: {source}")]
+    #[error("cannot make a key and CSR for node {node}")]
     Generate {
         node: String,
         #[source]
         source: rcgen::Error,
     },
-    #[error("cannot create the CertificateSigningRequest: {0}")]
+    #[error("cannot create the CertificateSigningRequest")]
     Create(#[source] kube::Error),
-    #[error("CertificateSigningRequest {name}: cannot read it back: {source}")]
+    #[error("CertificateSigningRequest {name}: cannot read it back")]
     Get {
         name: String,
         #[source]

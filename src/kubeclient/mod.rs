@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use kube::client::ClientBuilder;
 
-pub(crate) use bootstrap::{Bootstrap, BootstrapError};
+pub(crate) use bootstrap::Bootstrap;
 pub(crate) use kubeconfig::KubeconfigError;
 use ratelimit::RateLimitLayer;
 

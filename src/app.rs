@@ -663,7 +663,30 @@ async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClients>> {
         node_status_update_frequency: opts.node_status_update_frequency,
         node_lease_duration: opts.node_lease_duration,
     };
+    if let Some(boot) = &opts.bootstrap_kubeconfig {
+        crate::kubeclient::Bootstrap {
+            kubeconfig: path.clone(),
+            bootstrap_kubeconfig: boot.clone(),
+            cert_dir: opts
+                .cert_dir
+                .clone()
+                .unwrap_or_else(|| opts.root_dir.join("pki")),
+            node_name: opts.node_name.clone(),
+            wait: crate::kubeclient::bootstrap::WAIT,
+        }
+        .run()
+        .await?;
+    }
     let clients = crate::kubeclient::build(path, settings).await?;
+    if let Some((cert, file)) = crate::kubeclient::client_certificate_in_use(path).await {
+        info!(
+            target: STARTUP_TARGET,
+            subject = cert.subject,
+            notAfter = %cert.not_after,
+            file,
+            "the apiserver clients present this client certificate"
+        );
+    }
     info!(
         target: STARTUP_TARGET,
         server = %clients.server,
@@ -803,6 +826,8 @@ fn object_manager(api: Option<&ApiClients>) -> Option<Arc<crate::objects::Object
     Some(Arc::new(crate::objects::ObjectManager::new(Arc::new(
         source,
     ))))
+}
+
 /// The event recorder: log-only standalone; with an apiserver, its queue is drained by
 /// the event sink (kubelet's `makeEventRecorder`). Records the node's `Starting`.
 fn spawn_event_sink(opts: &Options, api: Option<&ApiClients>, tasks: &Tasks) -> EventRecorder {

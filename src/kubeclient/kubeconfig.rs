@@ -354,3 +354,18 @@ fn pem_sections(bytes: &[u8], wanted: &[SectionKind]) -> Result<usize, Reason> {
     }
     Ok(found)
 }
+
+/// The client certificate PEM a loaded config's user presents (`-data` or the file),
+/// or None when it has none (a token user). For the bootstrap's validity check.
+pub(crate) fn client_certificate_pem(config: &Config) -> Option<Vec<u8>> {
+    let a = &config.auth_info;
+    if let Some(data) = a
+        .client_certificate_data
+        .as_deref()
+        .filter(|d| !d.is_empty())
+    {
+        return decode_base64(data).ok();
+    }
+    let path = a.client_certificate.as_deref().filter(|p| !p.is_empty())?;
+    read_named(path).ok()
+}

@@ -10,6 +10,9 @@
 //!
 //! Without `--kubeconfig` none of this is built and oxlet stays standalone.
 
+pub(crate) mod bootstrap;
+mod cert_store;
+mod csr;
 mod kubeconfig;
 mod ratelimit;
 
@@ -23,6 +26,7 @@ use std::time::Duration;
 
 use kube::client::ClientBuilder;
 
+pub(crate) use bootstrap::Bootstrap;
 pub(crate) use kubeconfig::KubeconfigError;
 use ratelimit::RateLimitLayer;
 pub(crate) use ratelimit::TokenBucket;
@@ -105,4 +109,19 @@ pub(crate) async fn build(
         heartbeat,
         server,
     })
+}
+
+/// The client certificate the kubeconfig at `path` presents, for the start-up log:
+/// its subject and not-after, and the file it is read from.
+pub(crate) async fn client_certificate_in_use(
+    path: &Path,
+) -> Option<(bootstrap::CertInfo, String)> {
+    let config = kubeconfig::load(path).await.ok()?;
+    let pem = kubeconfig::client_certificate_pem(&config)?;
+    let file = config
+        .auth_info
+        .client_certificate
+        .clone()
+        .unwrap_or_else(|| "client-certificate-data".into());
+    Some((bootstrap::cert_info(&pem)?, file))
 }

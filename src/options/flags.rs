@@ -28,8 +28,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("authorization-mode", Value),
     ("authorization-webhook-cache-authorized-ttl", Value),
     ("authorization-webhook-cache-unauthorized-ttl", Value),
-    ("bootstrap-kubeconfig", Value),
-    ("cert-dir", Value),
     ("client-ca-file", Value),
     ("cloud-config", Value),
     ("cloud-provider", Value),
@@ -366,12 +364,12 @@ mod tests {
     #[test]
     fn unimplemented_kubelet_flags_are_accepted_in_order() {
         let f = parse(&[
-            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--provider-id=kind://docker/kind/kind-control-plane",
             "--fail-swap-on=false",
             "--protect-kernel-defaults",
             "--oom-score-adj",
             "-999",
-            "--bootstrap-kubeconfig=/other",
+            "--provider-id=other",
         ])
         .unwrap();
         assert_eq!(
@@ -380,7 +378,7 @@ mod tests {
                 "fail-swap-on",
                 "protect-kernel-defaults",
                 "oom-score-adj",
-                "bootstrap-kubeconfig"
+                "provider-id"
             ]
         );
         assert!(f.problems.is_empty(), "{:?}", f.problems);

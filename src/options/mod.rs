@@ -112,6 +112,11 @@ pub struct Options {
     pub(crate) http_check_frequency: Duration,
     /// `--kubeconfig`: the apiserver's kubeconfig; None runs standalone.
     pub(crate) kubeconfig: Option<PathBuf>,
+    /// `--bootstrap-kubeconfig`: credentials for the client certificate CSR when
+    /// `--kubeconfig` is missing or expired; None: no bootstrap.
+    pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
+    /// `--cert-dir`: where the client certificate pairs are kept; None: `<root-dir>/pki`.
+    pub(crate) cert_dir: Option<PathBuf>,
     /// `kubeAPIQPS` / `kubeAPIBurst`: the main apiserver client's token bucket.
     pub(crate) kube_api_qps: u32,
     pub(crate) kube_api_burst: u32,
@@ -194,6 +199,8 @@ impl Options {
             manifest_url_header: std::collections::BTreeMap::new(),
             http_check_frequency: Duration::ZERO,
             kubeconfig: None,
+            bootstrap_kubeconfig: None,
+            cert_dir: None,
             kube_api_qps: 0,
             kube_api_burst: 0,
             node_status_update_frequency: Duration::ZERO,
@@ -637,7 +644,6 @@ mod tests {
     #[test]
     fn unimplemented_kubelet_flags_warn() {
         let o = ok(&[
-            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
             "--fail-swap-on=false",
             "--kubelet-cgroups",
             "/kubelet",
@@ -646,7 +652,6 @@ mod tests {
         assert_eq!(
             o.unimplemented,
             [
-                "flag --bootstrap-kubeconfig",
                 "flag --fail-swap-on",
                 "flag --kubelet-cgroups",
                 "flag --eviction-soft"

@@ -237,6 +237,9 @@ pub(crate) static SETTINGS: &[Setting] = &[
     // Issue 11 slice D (events): the event writer's own token bucket (kubelet's event client).
     row("event-qps", Some("eventRecordQPS"), Int, "50", "QPS", "Events written to the apiserver per second (0: client-go's default of 5)", |o, i| non_negative_i32(i.text).map(|n| o.event_record_qps = n)),
     row("event-burst", Some("eventBurst"), Int, "100", "N", "Events written to the apiserver in a burst", |o, i| non_negative_i32(i.text).map(|n| o.event_burst = n)),
+    // Issue 11 slice F: the client certificate bootstrap (kubelet's LoadClientCert).
+    row("bootstrap-kubeconfig", None, Path, "", "PATH", "kubeconfig used to request a client certificate when --kubeconfig is missing or its certificate has expired; --kubeconfig is then written", |o, i| { o.bootstrap_kubeconfig = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("cert-dir", None, Path, "", "PATH", "Directory of the client certificate pairs (empty: <root-dir>/pki)", |o, i| { o.cert_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
 ];
 
 /// An `http://` or `https://` URL with a host ("" turns the source off), so a typo

@@ -36,6 +36,19 @@ fn api_pod(name: &str, node: &str, script: &str, grace: i64) -> Pod {
     .unwrap()
 }
 
+/// The pod named exactly `name` (apiserver pods keep their name; `find` is for static pods).
+fn named<'a>(pods: &'a [Pod], name: &str) -> Option<&'a Pod> {
+    pods.iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+}
+
+async fn wait_running(ox: &Oxlet, name: &str) -> Pod {
+    ox.wait_for(&format!("{name} Running"), START, |pods| {
+        named(pods, name).filter(|p| is_running(p)).cloned()
+    })
+    .await
+}
+
 async fn client_of(server: &TestApiServer) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
@@ -102,13 +115,13 @@ async fn bound_pods_run_and_deletes_kill_them_with_the_right_grace() {
         .put(&api_pod("quick", NODE, "sleep 3600", 1))
         .unwrap();
 
-    let web = ox.wait_running("web", START).await;
+    let web = wait_running(&ox, "web").await;
     let ann = web.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(ann["kubernetes.io/config.source"], "api");
     assert!(ann.contains_key("kubernetes.io/config.seen"));
     assert!(container_running(&bed, &uid(&web)).await);
-    let stubborn_uid = uid(&ox.wait_running("stubborn", START).await);
-    let quick_uid = uid(&ox.wait_running("quick", START).await);
+    let stubborn_uid = uid(&wait_running(&ox, "stubborn").await);
+    let quick_uid = uid(&wait_running(&ox, "quick").await);
     assert_eq!(stubborn_uid, uid(&stubborn));
     // Neither the other node's pod nor the mirror pod is run.
     let names: Vec<String> = ox
@@ -152,7 +165,7 @@ async fn bound_pods_run_and_deletes_kill_them_with_the_right_grace() {
     );
     wait_stopped(&bed, &quick_uid, Duration::from_secs(10)).await;
     ox.wait_for("quick gone from oxlet", START, |pods| {
-        find(pods, "quick").is_none().then_some(())
+        named(pods, "quick").is_none().then_some(())
     })
     .await;
     // The others run on.
@@ -167,7 +180,7 @@ async fn an_apiserver_outage_and_a_410_leave_pods_running() {
     server
         .put(&api_pod("before", NODE, "sleep 3600", 1))
         .unwrap();
-    let before = uid(&ox.wait_running("before", START).await);
+    let before = uid(&wait_running(&ox, "before").await);
 
     // Away for 10 s: the last set is kept, nothing is killed.
     server.stop().await.unwrap();
@@ -178,21 +191,21 @@ async fn an_apiserver_outage_and_a_410_leave_pods_running() {
             "killed during the outage\n{}",
             tail(&ox.log(), 40)
         );
-        assert!(find(&ox.pods().await, "before").is_some());
+        assert!(named(&ox.pods().await, "before").is_some());
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     server.restart().await.unwrap();
     server
         .put(&api_pod("after", NODE, "sleep 3600", 1))
         .unwrap();
-    ox.wait_running("after", START).await;
+    wait_running(&ox, "after").await;
 
     // History compacted: the watch gets 410, relists, and still sees new pods.
     server.compact();
     server
         .put(&api_pod("compacted", NODE, "sleep 3600", 1))
         .unwrap();
-    ox.wait_running("compacted", START).await;
+    wait_running(&ox, "compacted").await;
     assert!(container_running(&bed, &before).await);
     assert_eq!(
         cri_sandboxes(&bed, &before).await.len(),

@@ -214,12 +214,19 @@ async fn an_apiserver_outage_and_a_410_leave_pods_running() {
         .unwrap();
     wait_running(&ox, "after").await;
 
-    // History compacted: the watch gets 410, relists, and still sees new pods.
-    server.compact();
+    // Away again; meanwhile "after" is force-deleted, "compacted" is created and the
+    // history is compacted: the resumed watch gets 410, relists, and catches up.
+    server.stop().await.unwrap();
+    let after = uid(&named(&ox.pods().await, "after").cloned().unwrap());
+    assert!(server.remove::<Pod>("default", "after").unwrap());
     server
         .put(&api_pod("compacted", NODE, "sleep 3600", 1))
         .unwrap();
+    server.compact();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.restart().await.unwrap();
     wait_running(&ox, "compacted").await;
+    wait_stopped(&bed, &after, Duration::from_secs(15)).await;
     assert!(container_running(&bed, &before).await);
     assert_eq!(
         cri_sandboxes(&bed, &before).await.len(),
@@ -227,6 +234,11 @@ async fn an_apiserver_outage_and_a_410_leave_pods_running() {
         "never restarted"
     );
     let log = ox.log();
+    assert!(
+        log.contains("too old resource version"),
+        "the compaction was met with a 410\n{}",
+        tail(&log, 40)
+    );
     assert!(
         log.contains("apiserver pod source: list/watch failed"),
         "the outage was logged\n{}",

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::cm::allocatable::NodeAllocatable;
+use crate::config::apiserver::run_api_source;
 use crate::config::file::run_file_source;
 use crate::config::http::{UrlSource, run_http_source};
 use crate::config::merge::{PodConfig, run_merger};
@@ -304,6 +305,7 @@ pub(crate) async fn start(
             }
         });
     }
+    spawn_api_source(opts, api, &snap_tx, &mut sources, tasks);
     drop(snap_tx);
     let (update_tx, update_rx) = mpsc::channel(50);
     let config = PodConfig::new(&sources);
@@ -442,6 +444,27 @@ pub(crate) async fn start(
         );
     }
     Ok(Agent { pods, statuses })
+}
+
+/// The apiserver pod source (cluster mode only): its first list is part of
+/// sources-ready, so housekeeping never kills pods the apiserver still wants.
+fn spawn_api_source(
+    opts: &Options,
+    api: Option<&ApiClients>,
+    snapshots: &mpsc::Sender<crate::config::SourceSnapshot>,
+    sources: &mut Vec<&'static str>,
+    tasks: &Tasks,
+) {
+    let Some(api) = api else { return };
+    sources.push(crate::pod::API_SOURCE);
+    let (client, node, tx) = (api.main.clone(), opts.node_name.clone(), snapshots.clone());
+    tasks.spawn_restarting("api-source", Backoff::default(), move |cancel| {
+        let run = run_api_source(client.clone(), node.clone(), tx.clone(), cancel);
+        async move {
+            run.await;
+            Ok(())
+        }
+    });
 }
 
 /// kubelet's admission handlers that oxlet has: sysctls, `maxPods`, then the pod's
@@ -693,7 +716,7 @@ async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClients>> {
         kubeAPIQPS = settings.qps,
         kubeAPIBurst = settings.burst,
         heartbeatTimeout = ?settings.heartbeat_timeout(),
-        "apiserver clients built from {}; the apiserver pod source is not implemented yet",
+        "apiserver clients built from {}: pods bound to this node, node status and lease, pod statuses, mirror pods and events go through the apiserver",
         path.display()
     );
     Ok(Some(clients))

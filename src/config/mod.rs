@@ -1,8 +1,8 @@
-//! kubelet's `pkg/kubelet/config`: the pod sources (`file`, `http`; `apiserver`
-//! comes as a sibling), static pod manifests (`manifest`), and the merger that turns
+//! kubelet's `pkg/kubelet/config`: the pod sources (`file`, `http`, `apiserver`), static pod manifests (`manifest`), and the merger that turns
 //! per-source snapshots into ADD / UPDATE / DELETE / REMOVE / RECONCILE updates
 //! (`merge`). Never touches the runtime.
 
+pub(crate) mod apiserver;
 pub(crate) mod file;
 pub(crate) mod http;
 pub(crate) mod manifest;

@@ -488,3 +488,86 @@ async fn readiness_drives_ready_and_never_restarts() {
     assert!(a.node.fake.calls_of("StopContainer").is_empty());
     a.stop().await;
 }
+
+/// A mirror pod from the apiserver: the static pod `of`'s name, another UID.
+fn mirror_of(of: &Pod, uid: &str) -> Pod {
+    let mut m = of.clone();
+    m.metadata.uid = Some(uid.into());
+    m.metadata.annotations = Some(
+        [
+            (crate::pod::CONFIG_SOURCE_ANNOTATION, "api"),
+            (crate::pod::CONFIG_MIRROR_ANNOTATION, "hash"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    m
+}
+
+#[tokio::test(start_paused = true)]
+async fn mirror_pods_are_never_run_and_never_touch_their_static_pod() {
+    let a = agent(110).await;
+    // A mirror pod whose static pod is not here: nothing at all happens.
+    let lonely = mirror_of(&pod("lonely", &[], &["app"], "Always"), "m-lonely");
+    for op in [PodOperation::Add, PodOperation::Update] {
+        a.send(op, vec![lonely.clone()]).await;
+    }
+    let web = pod("web", &[], &["app"], "Always");
+    let mirror = mirror_of(&web, "m-web");
+    a.send(PodOperation::Add, vec![web.clone()]).await;
+    a.until(Duration::from_secs(5), "static pod running", |a| {
+        running(a, "web", "app")
+    })
+    .await;
+    // Its mirror pod comes, changes, goes: the static pod's one sandbox and one
+    // container stay, and no worker or status ever exists for a mirror UID.
+    for op in [
+        PodOperation::Add,
+        PodOperation::Update,
+        PodOperation::Delete,
+        PodOperation::Reconcile,
+        PodOperation::Remove,
+    ] {
+        a.send(op, vec![mirror.clone()]).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    a.send(PodOperation::Remove, vec![lonely]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(a.node.fake.calls_of("RunPodSandbox"), ["web"]);
+    assert_eq!(a.node.fake.calls_of("StartContainer"), ["web/app"]);
+    assert!(a.node.fake.calls_of("StopContainer").is_empty());
+    for uid in ["m-web", "m-lonely"] {
+        assert!(a.workers.lifecycle(uid).is_none(), "{uid} has no worker");
+        assert!(a.statuses.get(uid).is_none(), "{uid} has no status");
+    }
+    assert_eq!(a.phase("uid-web").as_deref(), Some("Running"));
+    a.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mirror_pod_update_syncs_its_static_pod() {
+    let web = pod("web", &[], &["app"], "Always");
+    let mirror = mirror_of(&web, "m-web");
+    let (w, m) = (web.clone(), mirror.clone());
+    let a = agent_with(110, move |l| {
+        l.handle_pod_additions(vec![Arc::new(w.clone())]);
+        assert_eq!(
+            l.handle_mirror_pod(&m).map(|p| pod_uid(&p).to_string()),
+            Some("uid-web".to_string()),
+            "the static pod of the mirror pod is synced"
+        );
+        // A mirror pod is found among the pods only as a mirror.
+        l.handle_pod_additions(vec![Arc::new(m.clone())]);
+        assert!(!l.pods.contains("m-web"));
+        assert!(!l.workers.is_active("m-web"));
+        let other = mirror_of(&pod("other", &[], &["app"], "Always"), "m-other");
+        assert!(l.handle_mirror_pod(&other).is_none(), "no static pod");
+    })
+    .await;
+    a.until(Duration::from_secs(5), "static pod running", |a| {
+        running(a, "web", "app")
+    })
+    .await;
+    a.stop().await;
+}

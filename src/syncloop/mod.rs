@@ -31,7 +31,7 @@ use crate::status::StatusManager;
 use crate::status::generate::{rejected, was_rejected};
 use crate::tasks::Tasks;
 use admission::{AdmissionChain, PodAdmitAttributes};
-use pod_manager::PodManager;
+use pod_manager::{PodManager, is_api_mirror};
 use pod_syncer::Syncer;
 use pod_workers::{KillReason, KillRequest, Lifecycle, PodWork, PodWorkers, UpdateType};
 use work_queue::WorkQueue;
@@ -330,6 +330,10 @@ impl SyncLoop {
             let active = self.active_pods();
             let already = self.workers.is_active(&uid);
             self.pods.add_or_update(pod.clone());
+            if is_api_mirror(&pod) {
+                self.handle_mirror_pod(&pod);
+                continue;
+            }
             let attrs = PodAdmitAttributes {
                 pod: &pod,
                 other_pods: &active,
@@ -350,11 +354,27 @@ impl SyncLoop {
     fn handle_pod_updates(&mut self, pods: Vec<Arc<Pod>>) {
         for pod in pods {
             self.pods.add_or_update(pod.clone());
+            if is_api_mirror(&pod) {
+                self.handle_mirror_pod(&pod);
+                continue;
+            }
             if self.is_rejected(pod_uid(&pod)) {
                 continue;
             }
             self.dispatch(pod, UpdateType::Update);
         }
+    }
+
+    /// kubelet's `handleMirrorPod`: a mirror pod is never run; a change to it syncs
+    /// the static pod it stands for (if that is still here and was admitted).
+    /// Returns the static pod synced, if any.
+    fn handle_mirror_pod(&self, mirror: &Pod) -> Option<Arc<Pod>> {
+        let pod = self.pods.get_static_of_mirror(mirror)?;
+        if self.is_rejected(pod_uid(&pod)) {
+            return None;
+        }
+        self.dispatch(pod.clone(), UpdateType::Update);
+        Some(pod)
     }
 
     /// Pods gone from their source are killed at once (with their own grace period);
@@ -364,6 +384,10 @@ impl SyncLoop {
         for pod in pods {
             let uid = pod_uid(&pod).to_string();
             self.pods.remove(&uid);
+            if is_api_mirror(&pod) {
+                self.handle_mirror_pod(&pod);
+                continue;
+            }
             if self.workers.lifecycle(&uid).is_none() {
                 // Never had a worker (rejected at admission): only its status is left.
                 self.statuses.remove(&uid);
@@ -376,6 +400,8 @@ impl SyncLoop {
         }
     }
 
+    /// Only the pod manager learns of status-only changes; a mirror pod's goes there
+    /// too and, as in kubelet (without a readiness to reconcile), syncs nothing.
     fn handle_pod_reconcile(&mut self, pods: Vec<Arc<Pod>>) {
         for pod in pods {
             self.pods.add_or_update(pod);

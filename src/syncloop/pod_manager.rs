@@ -18,6 +18,12 @@ pub(crate) fn is_mirror(pod: &Pod) -> bool {
         .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
 }
 
+/// Whether `pod` is held as a mirror pod (never run): marked as one and from the
+/// apiserver. A static manifest carrying the annotation is run as oxlet always has.
+pub(crate) fn is_api_mirror(pod: &Pod) -> bool {
+    is_mirror(pod) && pod_source(pod) == Some(API_SOURCE)
+}
+
 /// Pods by UID, and the UID of each full name (`<name>_<namespace>`).
 #[derive(Debug, Default)]
 struct Pods {
@@ -71,7 +77,7 @@ impl PodManager {
     /// as oxlet has always run it (kubelet would ignore it).
     pub(crate) fn add_or_update(&self, pod: Arc<Pod>) {
         let mut inner = self.inner.write().unwrap();
-        if is_mirror(&pod) && pod_source(&pod) == Some(API_SOURCE) {
+        if is_api_mirror(&pod) {
             inner.mirrors.insert(pod);
         } else {
             inner.pods.insert(pod);
@@ -131,7 +137,6 @@ impl PodManager {
 
     /// The static pod a mirror pod stands for, by full name (kubelet's
     /// `GetPodByMirrorPod`).
-    #[allow(dead_code, reason = "seam: mirror pods (issue 11)")]
     pub(crate) fn get_static_of_mirror(&self, mirror: &Pod) -> Option<Arc<Pod>> {
         self.inner
             .read()

@@ -6,10 +6,10 @@
 
 pub(crate) mod apiserver;
 pub(crate) mod generate;
-pub(crate) mod mirror;
-mod patch;
 pub(crate) mod lease;
+pub(crate) mod mirror;
 pub(crate) mod node;
+mod patch;
 pub(crate) mod startup;
 
 use std::collections::HashMap;

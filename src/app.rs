@@ -664,6 +664,9 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
         });
     }
     let agent = tasks.child();
+    if let Some(api) = &api {
+        start_cert_rotation(&opts, api, &agent);
+    }
     let result = run_agent(&opts, &rt, api.as_ref(), &mut signals, &agent).await;
     if !tasks.shutdown(RUNTIME_STOP).await {
         warn!("the managed containerd's supervisor did not stop within {RUNTIME_STOP:?}");
@@ -686,21 +689,26 @@ async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClients>> {
         node_status_update_frequency: opts.node_status_update_frequency,
         node_lease_duration: opts.node_lease_duration,
     };
+    let cert_dir = opts
+        .cert_dir
+        .clone()
+        .unwrap_or_else(|| opts.root_dir.join("pki"));
     if let Some(boot) = &opts.bootstrap_kubeconfig {
         crate::kubeclient::Bootstrap {
             kubeconfig: path.clone(),
             bootstrap_kubeconfig: boot.clone(),
-            cert_dir: opts
-                .cert_dir
-                .clone()
-                .unwrap_or_else(|| opts.root_dir.join("pki")),
+            cert_dir: cert_dir.clone(),
             node_name: opts.node_name.clone(),
             wait: crate::kubeclient::bootstrap::WAIT,
         }
         .run()
         .await?;
     }
-    let clients = crate::kubeclient::build(path, settings).await?;
+    let clients = if opts.rotate_certificates {
+        crate::kubeclient::build_rotating(path, settings, &cert_dir).await?
+    } else {
+        crate::kubeclient::build(path, settings).await?
+    };
     if let Some((cert, file)) = crate::kubeclient::client_certificate_in_use(path).await {
         info!(
             target: STARTUP_TARGET,
@@ -720,6 +728,36 @@ async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClients>> {
         path.display()
     );
     Ok(Some(clients))
+}
+
+/// `rotateCertificates`: the task that renews the cert dir's client certificate
+/// before it expires, when the clients present it (see `kubeclient::rotation`).
+fn start_cert_rotation(opts: &Options, api: &ApiClients, tasks: &Tasks) {
+    let Some(slot) = api.cert_slot.clone() else {
+        if opts.rotate_certificates {
+            info!(target: STARTUP_TARGET, "rotateCertificates is set, but the kubeconfig's client certificate is not <cert-dir>/kubelet-client-current.pem; it is not rotated");
+        }
+        return;
+    };
+    let rotation = crate::kubeclient::rotation::Rotation {
+        cert_dir: opts
+            .cert_dir
+            .clone()
+            .unwrap_or_else(|| opts.root_dir.join("pki")),
+        bootstrap_kubeconfig: opts.bootstrap_kubeconfig.clone(),
+        node_name: opts.node_name.clone(),
+        slot,
+        client: api.main.clone(),
+        wait: crate::kubeclient::rotation::WAIT,
+        jitter: fastrand::f64(),
+    };
+    if let Some((cert, at)) = rotation.next_deadline() {
+        info!(target: STARTUP_TARGET, subject = cert.subject, notAfter = %cert.not_after, rotationDeadline = %at, "client certificate rotation is on");
+    }
+    // Restarting: a failed or panicked pass must never end rotation for good.
+    tasks.spawn_restarting("cert-rotation", Backoff::default(), move |cancel| {
+        rotation.clone().run(cancel)
+    });
 }
 
 /// Everything after the runtime is up: image import, the agent's tasks, then waiting

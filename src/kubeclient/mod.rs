@@ -12,9 +12,11 @@
 
 pub(crate) mod bootstrap;
 mod cert_store;
+mod client_cert;
 mod csr;
 mod kubeconfig;
 mod ratelimit;
+pub(crate) mod rotation;
 
 #[cfg(test)]
 mod test_apiserver;
@@ -67,6 +69,8 @@ pub(crate) struct ApiClients {
     pub heartbeat: kube::Client,
     /// The apiserver's URL, for logs.
     pub server: String,
+    /// The certificate both clients present, when it rotates (`rotateCertificates`).
+    pub cert_slot: Option<client_cert::CertSlot>,
 }
 
 /// Why the clients could not be built.
@@ -108,6 +112,52 @@ pub(crate) async fn build(
         main,
         heartbeat,
         server,
+        cert_slot: None,
+    })
+}
+
+/// [`build`], but when the kubeconfig's client certificate is `cert_dir`'s current
+/// pair ([`rotation::applies`]) both clients present it from one [`CertSlot`] that
+/// rotation replaces; otherwise exactly [`build`].
+///
+/// [`CertSlot`]: client_cert::CertSlot
+pub(crate) async fn build_rotating(
+    path: &Path,
+    settings: ClientSettings,
+    cert_dir: &Path,
+) -> Result<ApiClients, ClientError> {
+    let config = kubeconfig::load(path).await?;
+    if !rotation::applies(&config, cert_dir) {
+        return build(path, settings).await;
+    }
+    let build_err = |source| ClientError::Build {
+        file: path.to_path_buf(),
+        source,
+    };
+    let pem = kubeconfig::client_certificate_pem(&config).unwrap_or_default();
+    let provider = client_cert::provider(&config).map_err(build_err)?;
+    let slot = client_cert::CertSlot::new(&pem, provider).map_err(|e| {
+        ClientError::Kubeconfig(KubeconfigError::Field {
+            file: path.to_path_buf(),
+            field: "users[].user.client-certificate".into(),
+            reason: e.to_string(),
+        })
+    })?;
+    let main = client_cert::builder(&config, &slot)
+        .map_err(build_err)?
+        .with_layer(&RateLimitLayer::new(settings.qps, settings.burst))
+        .build();
+    let heartbeat = client_cert::builder(&config, &slot)
+        .map_err(build_err)?
+        .with_layer(&tower::timeout::TimeoutLayer::new(
+            settings.heartbeat_timeout(),
+        ))
+        .build();
+    Ok(ApiClients {
+        main,
+        heartbeat,
+        server: config.cluster_url.to_string(),
+        cert_slot: Some(slot),
     })
 }
 

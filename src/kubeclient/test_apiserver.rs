@@ -91,6 +91,8 @@ pub(super) struct Seen {
     pub at: Instant,
     pub path: String,
     pub auth: Auth,
+    /// The leaf client certificate of the connection (DER), if one was presented.
+    pub client_cert: Option<Vec<u8>>,
 }
 
 /// The running server; stops when dropped.
@@ -140,11 +142,13 @@ impl TestApiserver {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    let has_cert = tls
+                    let client_cert = tls
                         .get_ref()
                         .1
                         .peer_certificates()
-                        .is_some_and(|c| !c.is_empty());
+                        .and_then(|c| c.first())
+                        .map(|c| c.to_vec());
+                    let has_cert = client_cert.is_some();
                     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                         let auth = if has_cert {
                             Auth::ClientCert
@@ -162,6 +166,7 @@ impl TestApiserver {
                             at: Instant::now(),
                             path: path.clone(),
                             auth: auth.clone(),
+                            client_cert: client_cert.clone(),
                         });
                         async move { Ok::<_, std::convert::Infallible>(answer(&path, &auth).await) }
                     });

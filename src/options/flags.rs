@@ -84,7 +84,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("registry-qps", Value),
     ("reserved-cpus", Value),
     ("reserved-memory", Value),
-    ("rotate-certificates", Bool),
     ("rotate-server-certificates", Bool),
     ("runtime-cgroups", Value),
     ("show-hidden-metrics-for-version", Value),

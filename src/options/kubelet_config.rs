@@ -21,7 +21,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "tlsPrivateKeyFile",
     "tlsCipherSuites",
     "tlsMinVersion",
-    "rotateCertificates",
     "serverTLSBootstrap",
     "registryPullQPS",
     "registryBurst",
@@ -644,14 +643,14 @@ mod tests {
              nodeStatusUpdateFrequency: 0s\nnodeLeaseDurationSeconds: 0\n\
              httpCheckFrequency: 0s\nshutdownGracePeriod: 0s\n\
              logging:\n  flushFrequency: 0\n  verbosity: 0\n  options:\n    text:\n      infoBufferSize: \"0\"\n\
-             readOnlyPort: 0\nrotateCertificates: false\n",
+             readOnlyPort: 0\nserverTLSBootstrap: false\n",
         )
         .unwrap();
         assert_eq!(
             cfg.values.keys().copied().collect::<Vec<_>>(),
             ["readOnlyPort"]
         );
-        assert_eq!(cfg.unimplemented, ["rotateCertificates"]);
+        assert_eq!(cfg.unimplemented, ["serverTLSBootstrap"]);
         assert!(cfg.unknown.is_empty() && cfg.problems.is_empty());
         // Not zero: applied and checked as usual.
         let cfg = parse("syncFrequency: 30s\nshutdownGracePeriod: 30s\n").unwrap();
@@ -676,7 +675,6 @@ mod tests {
                 "authorization.mode",
                 "failSwapOn",
                 "imageGCHighThresholdPercent",
-                "rotateCertificates",
             ]
         );
         let values: Vec<(&str, &str)> = cfg.values.iter().map(|(k, v)| (*k, v.as_str())).collect();

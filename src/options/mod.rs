@@ -117,6 +117,8 @@ pub struct Options {
     pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
     /// `--cert-dir`: where the client certificate pairs are kept; None: `<root-dir>/pki`.
     pub(crate) cert_dir: Option<PathBuf>,
+    /// `rotateCertificates`: renew the cert dir's client certificate before it expires.
+    pub(crate) rotate_certificates: bool,
     /// `kubeAPIQPS` / `kubeAPIBurst`: the main apiserver client's token bucket.
     pub(crate) kube_api_qps: u32,
     pub(crate) kube_api_burst: u32,
@@ -201,6 +203,7 @@ impl Options {
             kubeconfig: None,
             bootstrap_kubeconfig: None,
             cert_dir: None,
+            rotate_certificates: false,
             kube_api_qps: 0,
             kube_api_burst: 0,
             node_status_update_frequency: Duration::ZERO,

@@ -240,6 +240,8 @@ pub(crate) static SETTINGS: &[Setting] = &[
     // Issue 11 slice F: the client certificate bootstrap (kubelet's LoadClientCert).
     row("bootstrap-kubeconfig", None, Path, "", "PATH", "kubeconfig used to request a client certificate when --kubeconfig is missing or its certificate has expired; --kubeconfig is then written", |o, i| { o.bootstrap_kubeconfig = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     row("cert-dir", None, Path, "", "PATH", "Directory of the client certificate pairs (empty: <root-dir>/pki)", |o, i| { o.cert_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    // Issue 11 slice F2: client certificate rotation (client-go's certificate manager).
+    row("rotate-certificates", Some("rotateCertificates"), Bool, "false", "true|false", "Request a new client certificate before the current one expires (for a kubeconfig naming <cert-dir>/kubelet-client-current.pem)", |o, i| parse_bool(i.text).map(|b| o.rotate_certificates = b)),
 ];
 
 /// An `http://` or `https://` URL with a host ("" turns the source off), so a typo

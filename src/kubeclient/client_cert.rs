@@ -22,7 +22,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use kube::client::{Body, ClientBuilder, ConfigExt as _};
 use tokio_rustls::rustls::client::ResolvesClientCert;
+use tokio_rustls::rustls::client::Resumption;
 use tokio_rustls::rustls::crypto::CryptoProvider;
+use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::sign::CertifiedKey;
@@ -154,27 +156,24 @@ type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 /// A hyper client whose pool is replaced when the slot's certificate changes.
 #[derive(Clone)]
 struct RotatingHttp {
-    connector: Https,
+    connect: Arc<dyn Fn() -> Https + Send + Sync>,
     slot: CertSlot,
     current: Arc<Mutex<(u64, HyperClient<Https, Body>)>>,
 }
 
 impl RotatingHttp {
-    fn new(connector: Https, slot: CertSlot) -> RotatingHttp {
-        let client = Self::pool(&connector);
+    fn new(connect: Arc<dyn Fn() -> Https + Send + Sync>, slot: CertSlot) -> RotatingHttp {
+        let client = HyperClient::builder(TokioExecutor::new()).build(connect());
         RotatingHttp {
             current: Arc::new(Mutex::new((slot.generation(), client))),
-            connector,
+            connect,
             slot,
         }
     }
 
-    fn pool(connector: &Https) -> HyperClient<Https, Body> {
-        HyperClient::builder(TokioExecutor::new()).build(connector.clone())
-    }
-
-    /// The client for the slot's current certificate; a new pool after a swap, so
-    /// no idle connection with the old certificate is reused.
+    /// The client for the slot's current certificate: after a swap a new pool and a
+    /// new connector, so neither an idle connection nor a resumed TLS session (which
+    /// keeps the identity of the handshake it resumes) carries the old certificate.
     fn client(&self) -> HyperClient<Https, Body> {
         let generation = self.slot.generation();
         let mut current = self
@@ -182,7 +181,10 @@ impl RotatingHttp {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if current.0 != generation {
-            *current = (generation, Self::pool(&self.connector));
+            *current = (
+                generation,
+                HyperClient::builder(TokioExecutor::new()).build((self.connect)()),
+            );
         }
         current.1.clone()
     }
@@ -213,29 +215,38 @@ pub(crate) fn builder(
     config: &kube::Config,
     slot: &CertSlot,
 ) -> Result<ClientBuilder<Stack>, kube::Error> {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(config.connect_timeout);
-    let tls = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls_config(config, slot)?)
-        .https_or_http();
-    let tls = match &config.tls_server_name {
-        Some(name) => {
-            let name = name
-                .clone()
-                .try_into()
-                .map_err(|e| kube::Error::Service(Box::new(e)))?;
-            tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name))
-        }
-        None => tls,
+    let tls = tls_config(config, slot)?;
+    let server_name = match &config.tls_server_name {
+        Some(name) => Some(
+            ServerName::try_from(name.clone()).map_err(|e| kube::Error::Service(Box::new(e)))?,
+        ),
+        None => None,
     };
-    let connector = tls.enable_http1().wrap_connector(http);
+    let connect_timeout = config.connect_timeout;
+    let connect = move || {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(connect_timeout);
+        let mut tls = tls.clone();
+        // A fresh session cache per certificate (see `RotatingHttp::client`).
+        tls.resumption = Resumption::default();
+        let builder = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http();
+        let builder = match &server_name {
+            Some(name) => builder.with_server_name_resolver(
+                hyper_rustls::FixedServerNameResolver::new(name.clone()),
+            ),
+            None => builder,
+        };
+        builder.enable_http1().wrap_connector(http)
+    };
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(tower::BoxError::from)
-        .service(RotatingHttp::new(connector, slot.clone()));
+        .service(RotatingHttp::new(Arc::new(connect), slot.clone()));
     Ok(ClientBuilder::new(
         tower::util::BoxService::new(service),
         config.default_namespace.clone(),

@@ -17,6 +17,8 @@ mod csr;
 mod kubeconfig;
 mod ratelimit;
 pub(crate) mod rotation;
+#[cfg(test)]
+mod rotation_tests;
 
 #[cfg(test)]
 mod test_apiserver;

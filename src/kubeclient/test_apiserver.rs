@@ -31,6 +31,8 @@ pub(super) struct Pki {
     server_key_pem: String,
     pub client_cert_pem: String,
     pub client_key_pem: String,
+    /// The CA, to sign further client certificates.
+    issuer: Issuer<'static, KeyPair>,
 }
 
 impl Pki {
@@ -73,7 +75,18 @@ impl Pki {
             server_key_pem: server_key.serialize_pem(),
             client_cert_pem: client_cert.pem(),
             client_key_pem: client_key.serialize_pem(),
+            issuer,
         }
+    }
+
+    /// Another client certificate and key (PEM) for `cn`, signed by the CA.
+    pub(super) fn client_pair(&self, cn: &str) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
     }
 }
 

@@ -40,20 +40,37 @@ impl Ca {
 
     /// Signs the CSR's PEM for a year, keeping its subject and key.
     fn sign(&self, csr_pem: &str) -> String {
+        self.sign_for(csr_pem, time::Duration::days(365))
+    }
+
+    /// Signs the CSR's PEM from a second ago for `life`.
+    fn sign_for(&self, csr_pem: &str, life: time::Duration) -> String {
         let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem).unwrap();
         let now = time::OffsetDateTime::now_utc();
-        csr.params.not_before = now - time::Duration::minutes(1);
-        csr.params.not_after = now + time::Duration::days(365);
+        csr.params.not_before = now - time::Duration::seconds(1);
+        csr.params.not_after = now + life;
         csr.signed_by(&self.issuer).unwrap().pem()
     }
 }
 
 /// The first CSR the server holds, waiting for it.
 async fn wait_csr(server: &TestApiServer, ox: &Oxlet) -> CertificateSigningRequest {
+    wait_new_csr(server, ox, &[]).await
+}
+
+/// A CSR the server holds whose name is not in `seen`, waiting for it.
+async fn wait_new_csr(
+    server: &TestApiServer,
+    ox: &Oxlet,
+    seen: &[&str],
+) -> CertificateSigningRequest {
     let t = std::time::Instant::now();
     loop {
         let csrs = server.list::<CertificateSigningRequest>(None).unwrap();
-        if let Some(csr) = csrs.into_iter().next() {
+        if let Some(csr) = csrs
+            .into_iter()
+            .find(|c| !seen.contains(&c.metadata.name.as_deref().unwrap_or_default()))
+        {
             return csr;
         }
         assert!(t.elapsed() < WAIT, "no CSR\n{}", tail(&ox.log(), 40));
@@ -197,4 +214,106 @@ async fn a_denied_csr_is_a_clear_error_and_exit_1() {
         tail(&log, 20)
     );
     assert!(!Path::new(&kubeconfig).exists());
+}
+
+/// `--rotate-certificates`: a certificate that lives 10 s is renewed by a second CSR
+/// before it expires (70-90 % of its life), the current link moves to the new pair,
+/// and oxlet keeps serving throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_lived_certificate_is_rotated_before_it_expires() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start(&dir.path().join("api")).await.unwrap();
+    let kubeconfig = dir.path().join("kubelet.conf");
+    let cert_dir = dir.path().join("pki");
+    let args = [
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--bootstrap-kubeconfig={}", server.kubeconfig().display()),
+        format!("--cert-dir={}", cert_dir.display()),
+        "--rotate-certificates=true".to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut ox = Oxlet::start(&bed, &args);
+    let ca = Ca::new();
+    let first = wait_csr(&server, &ox).await;
+    let life = time::Duration::seconds(10);
+    server
+        .approve_csr(
+            first.metadata.name.as_deref().unwrap(),
+            Some(ca.sign_for(&request_pem(&first), life).as_bytes()),
+        )
+        .unwrap();
+    let issued = std::time::Instant::now();
+    ox.wait_up(WAIT).await;
+    let current = cert_dir.join("kubelet-client-current.pem");
+    let first_target = std::fs::read_link(&current).unwrap();
+    let log = ox.log();
+    assert!(
+        log.contains("client certificate rotation is on") && log.contains("rotationDeadline"),
+        "{}",
+        tail(&log, 40)
+    );
+
+    // The second CSR comes before expiry, and not before 70 % of the life (7 s, less
+    // the second the certificate was back-dated).
+    let second = wait_new_csr(&server, &ox, &[first.metadata.name.as_deref().unwrap()]).await;
+    let at = issued.elapsed();
+    assert!(
+        at >= Duration::from_secs(5) && at < Duration::from_secs(10),
+        "second CSR after {at:?}"
+    );
+    let cn = format!(
+        "{:?}",
+        rcgen::CertificateSigningRequestParams::from_pem(&request_pem(&second))
+            .unwrap()
+            .params
+            .distinguished_name
+            .get(&rcgen::DnType::CommonName)
+    );
+    assert!(cn.contains("system:node:testnode"), "{cn}");
+    // A new key: the request differs from the first.
+    assert_ne!(request_pem(&second), request_pem(&first));
+    server
+        .approve_csr(
+            second.metadata.name.as_deref().unwrap(),
+            Some(ca.sign(&request_pem(&second)).as_bytes()),
+        )
+        .unwrap();
+
+    // The link moves to a new pair file; oxlet keeps serving.
+    let t = std::time::Instant::now();
+    loop {
+        let target = std::fs::read_link(&current).unwrap();
+        if target != first_target {
+            let name = target.to_str().unwrap();
+            assert!(name.starts_with("kubelet-client-") && name.ends_with(".pem"));
+            break;
+        }
+        assert!(
+            t.elapsed() < WAIT,
+            "the link did not move\n{}",
+            tail(&ox.log(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        cert_dir.join(&first_target).exists(),
+        "the old pair is kept"
+    );
+    let t = std::time::Instant::now();
+    while !ox.log().contains("rotated the client certificate") {
+        assert!(t.elapsed() < WAIT, "{}", tail(&ox.log(), 40));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ox.get("/pods").await.is_some(), "oxlet stopped serving");
+    // The new certificate lives a year: no third CSR soon after.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        server
+            .list::<CertificateSigningRequest>(None)
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(ox.get("/pods").await.is_some());
 }

@@ -233,7 +233,7 @@ async fn a_short_lived_certificate_is_rotated_before_it_expires() {
         "--rotate-certificates=true".to_string(),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut ox = Oxlet::start(&bed, &args);
+    let ox = Oxlet::start(&bed, &args);
     let ca = Ca::new();
     let first = wait_csr(&server, &ox).await;
     let life = time::Duration::seconds(10);

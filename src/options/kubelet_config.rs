@@ -691,6 +691,7 @@ mod tests {
                 ),
                 ("healthzBindAddress", "127.0.0.1"),
                 ("healthzPort", "10248"),
+                ("rotateCertificates", "true"),
                 ("staticPodPath", "/etc/kubernetes/manifests"),
             ]
         );

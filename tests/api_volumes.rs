@@ -329,6 +329,18 @@ async fn missing_config_map_waits_then_runs_and_secret_tmpfs_goes_with_the_pod()
     let inside = exec(&bed, &id, "grep ' /etc/sec ' /proc/self/mountinfo").await;
     assert!(inside.contains(" - tmpfs "), "{inside}");
     assert_eq!(exec(&bed, &id, "cat /etc/sec/k").await, "v");
+    // A changed Secret reaches the container through the same tmpfs (not a new one
+    // stacked over the one the container holds).
+    api.put::<Secret>(&object(json!({
+        "metadata": {"name": "s", "namespace": "default"},
+        "data": {"k": "djI="},
+    })))
+    .unwrap();
+    eventually(&ox, "the secret change in the volume", async || {
+        (exec(&bed, &id, "cat /etc/sec/k").await == "v2").then_some(())
+    })
+    .await;
+    assert_eq!(host_mounts().len(), 1);
 
     // Deleted: the pod goes, its tmpfs is unmounted and its directory removed.
     api.remove::<Pod>("default", "waiter").unwrap();

@@ -36,17 +36,8 @@ fn api_pod(name: &str, node: &str, script: &str, grace: i64) -> Pod {
     .unwrap()
 }
 
-/// The pod named exactly `name` (apiserver pods keep their name; `find` is for static pods).
-fn named<'a>(pods: &'a [Pod], name: &str) -> Option<&'a Pod> {
-    pods.iter()
-        .find(|p| p.metadata.name.as_deref() == Some(name))
-}
-
 async fn wait_running(ox: &Oxlet, name: &str) -> Pod {
-    ox.wait_for(&format!("{name} Running"), START, |pods| {
-        named(pods, name).filter(|p| is_running(p)).cloned()
-    })
-    .await
+    ox.wait_api_running(name, START).await
 }
 
 async fn client_of(server: &TestApiServer) -> kube::Client {

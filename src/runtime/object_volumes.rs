@@ -416,4 +416,122 @@ mod tests {
         let err = payload(&volume(None, None), &pod, None, &NodeResources::default()).err();
         assert!(matches!(err, Some(VolumeError::Unsupported(_))));
     }
+
+    fn cm_volume(name: &str, cm: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: cm.into(),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        }
+    }
+
+    fn pod_with(volumes: Vec<Volume>) -> Pod {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }))
+        .unwrap();
+        pod.spec.as_mut().unwrap().volumes = Some(volumes);
+        pod
+    }
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    #[test]
+    fn refresh_rewrites_only_changed_volumes_that_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let pods = dir.path();
+        let pod = pod_with(vec![cm_volume("v", "cm"), cm_volume("later", "cm")]);
+        let vols = pod.spec.as_ref().unwrap().volumes.clone().unwrap();
+        let res = NodeResources::default();
+        let one = objects(&[("a", "1")]);
+        let (path, changed) = write(&vols[0], &pod, pods, Some(&one), &res, false)
+            .unwrap()
+            .unwrap();
+        assert!(changed);
+        assert_eq!(read(&path.join("a")), "1");
+        let data_dir = std::fs::read_link(path.join("..data")).unwrap();
+        // Same data: nothing is rewritten (the timestamped dir stays).
+        assert!(refresh(&pod, pods, &one, &res).unwrap().is_empty());
+        assert_eq!(std::fs::read_link(path.join("..data")).unwrap(), data_dir);
+        // Changed data: only the set-up volume is rewritten; "later" was never mounted
+        // and refresh does not create it.
+        let two = objects(&[("a", "2"), ("b", "3")]);
+        assert_eq!(refresh(&pod, pods, &two, &res).unwrap(), ["v"]);
+        assert_eq!(read(&path.join("a")), "2");
+        assert_eq!(read(&path.join("b")), "3");
+        assert_ne!(std::fs::read_link(path.join("..data")).unwrap(), data_dir);
+        assert!(!path.parent().unwrap().join("later").exists());
+        // A key that went away goes from the volume too.
+        let three = objects(&[("b", "3")]);
+        assert_eq!(refresh(&pod, pods, &three, &res).unwrap(), ["v"]);
+        assert!(!path.join("a").exists());
+        assert!(refresh(&pod, pods, &three, &res).unwrap().is_empty());
+    }
+
+    #[test]
+    fn projected_mixes_token_config_map_secret_and_downward_api() {
+        use k8s_openapi::api::core::v1::Secret;
+        let volume: Volume = serde_json::from_value(serde_json::json!({
+            "name": "kube-api-access-abcde",
+            "projected": {"defaultMode": 0o644, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "cm", "items": [{"key": "a", "path": "ca.crt"}]}},
+                {"secret": {"name": "s", "items": [{"key": "k", "path": "sec/k", "mode": 0o400}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ]},
+        }))
+        .unwrap();
+        let pod = pod_with(vec![volume.clone()]);
+        let mut o = objects(&[("a", "CA")]);
+        let secret = Secret {
+            data: Some([("k".to_string(), k8s_openapi::ByteString(b"sv".to_vec()))].into()),
+            ..Secret::default()
+        };
+        o.secrets.insert("s".into(), Ok(Arc::new(secret)));
+        let want = objects::TokenWant {
+            audience: None,
+            expiration_seconds: 3607,
+        };
+        o.tokens.insert(want.clone(), Ok("tok".into()));
+        let res = NodeResources::default();
+        let got = payload(&volume, &pod, Some(&o), &res).unwrap().unwrap();
+        assert_eq!(got.plugin, PROJECTED);
+        assert!(got.memory);
+        let files: Vec<(&str, &[u8], u32)> = (got.payload.iter())
+            .map(|(k, f)| (k.as_str(), f.data.as_slice(), f.mode))
+            .collect();
+        assert_eq!(
+            files,
+            [
+                ("ca.crt", &b"CA"[..], 0o644),
+                ("namespace", &b"ns"[..], 0o644),
+                ("sec/k", &b"sv"[..], 0o400),
+                ("token", &b"tok"[..], 0o644),
+            ]
+        );
+        // A failed TokenRequest fails the volume with its reason, naming the source.
+        o.tokens.insert(
+            want,
+            Err(ObjectError::Token {
+                namespace: "ns".into(),
+                name: "default".into(),
+                message: "forbidden".into(),
+            }),
+        );
+        let err = payload(&volume, &pod, Some(&o), &res).err().unwrap();
+        assert!(err.to_string().contains("forbidden"), "{err}");
+        assert!(err.to_string().contains("kube-api-access-abcde"), "{err}");
+        // Only downwardAPI sources: not this module's volume (no apiserver needed).
+        let downward_only: Volume = serde_json::from_value(serde_json::json!({
+            "name": "d", "projected": {"sources": [{"downwardAPI": {"items": []}}]},
+        }))
+        .unwrap();
+        assert!(payload(&downward_only, &pod, None, &res).unwrap().is_none());
+    }
 }

@@ -274,6 +274,14 @@ impl Oxlet {
         }
     }
 
+    /// Waits for the apiserver pod named exactly `name` to be Running; returns it.
+    pub async fn wait_api_running(&self, name: &str, timeout: Duration) -> Pod {
+        self.wait_for(&format!("{name} Running"), timeout, |pods| {
+            named(pods, name).filter(|p| is_running(p)).cloned()
+        })
+        .await
+    }
+
     /// Waits for the named pod to be Running with every container running; returns it.
     pub async fn wait_running(&self, name: &str, timeout: Duration) -> Pod {
         self.wait_for(&format!("{name} Running"), timeout, |pods| {
@@ -309,6 +317,12 @@ pub fn find<'a>(pods: &'a [Pod], name: &str) -> Option<&'a Pod> {
             .as_deref()
             .is_some_and(|n| n == format!("{name}-testnode"))
     })
+}
+
+/// The pod named exactly `name` (apiserver pods keep their name; `find` is for static pods).
+pub fn named<'a>(pods: &'a [Pod], name: &str) -> Option<&'a Pod> {
+    pods.iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
 }
 
 pub fn phase(p: &Pod) -> &str {

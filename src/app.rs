@@ -213,6 +213,15 @@ pub(crate) async fn start(
     info!(target: STARTUP_TARGET, "node {allocatable}");
     allocatable.validate()?;
     let cm = crate::cm::startup::start(opts, &rt.cri, allocatable.kubepods).await?;
+    if opts.enforce_node_allocatable.pods && opts.cgroups_per_qos {
+        // kubelet's enforceNodeAllocatableCgroups, once `kubepods` is limited.
+        events.event(
+            &crate::events::ObjectRef::node(&opts.node_name),
+            EventType::Normal,
+            crate::events::reason::NODE_ALLOCATABLE_ENFORCED,
+            "Updated Node Allocatable limit across pods",
+        );
+    }
     let (c, oom_min) = (cm.clone(), own_oom_score_adj());
     tasks.spawn_restarting("container-manager", Backoff::default(), move |cancel| {
         let run = c.clone().run(cancel);
@@ -362,7 +371,7 @@ pub(crate) async fn start(
             results: probe_results,
             statuses: statuses.clone(),
             cri: Arc::new(rt.cri.clone()),
-            events,
+            events: events.clone(),
         },
         tasks.child(),
     ));
@@ -376,6 +385,8 @@ pub(crate) async fn start(
         probes: probes.clone(),
         cm,
     });
+    // The sync loop wakes the mirror pod reconciler when static or mirror pods change.
+    let mirror_wake = Arc::new(tokio::sync::Notify::new());
     let sync_loop = SyncLoop::new(SyncLoopDeps {
         pods: pods.clone(),
         syncer,
@@ -388,6 +399,7 @@ pub(crate) async fn start(
         admission: admission_chain(opts.max_pods, &allocatable, &opts.allowed_unsafe_sysctls),
         sources,
         tasks: tasks.clone(),
+        mirror_hook: api.map(|_| mirror_wake.clone()),
     });
     let health = Health {
         syncloop: sync_loop.monitor.clone(),
@@ -431,7 +443,16 @@ pub(crate) async fn start(
         }
     }
     if let Some(api) = api {
-        spawn_status_writer(opts, api, &statuses, &pods, workers, cache, tasks);
+        spawn_status_writer(
+            opts,
+            api,
+            &statuses,
+            &pods,
+            workers,
+            cache,
+            mirror_wake,
+            tasks,
+        );
         spawn_node_status(
             opts,
             rt,
@@ -440,6 +461,7 @@ pub(crate) async fn start(
             &allocatable,
             &pleg_stats,
             &runtime_health,
+            &events,
             tasks,
         );
     }
@@ -503,6 +525,7 @@ fn spawn_node_status(
     allocatable: &NodeAllocatable,
     pleg: &Arc<PlegStats>,
     health: &Arc<RuntimeHealth>,
+    events: &EventRecorder,
     tasks: &Tasks,
 ) {
     use crate::status::lease::LeaseController;
@@ -544,6 +567,7 @@ fn spawn_node_status(
         pleg.clone(),
         Arc::new(PressureSource::default()),
     );
+    let events = events.clone();
     let (update_frequency, report_frequency) = (
         opts.node_status_update_frequency,
         opts.node_status_report_frequency,
@@ -561,6 +585,7 @@ fn spawn_node_status(
         update_frequency,
         report_frequency,
         owner: owner_tx.clone(),
+        events: events.clone(),
     };
     tasks.spawn_restarting("node-status", quick, move |cancel| {
         let task = NodeStatusTask::new(deps());
@@ -827,6 +852,10 @@ fn status_period() -> Duration {
 /// Cluster mode: the pod status writer and the mirror pods, each a restarting task on
 /// the main client. A pod may be finally deleted once its worker finished, or when it
 /// has no worker and nothing of it runs.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the wiring of two tasks from start()'s locals"
+)]
 fn spawn_status_writer(
     opts: &Options,
     api: &ApiClients,
@@ -834,6 +863,7 @@ fn spawn_status_writer(
     pods: &Arc<PodManager>,
     workers: crate::syncloop::pod_workers::PodWorkers<Syncer>,
     cache: Arc<PodCache>,
+    mirror_wake: Arc<tokio::sync::Notify>,
     tasks: &Tasks,
 ) {
     use crate::status::apiserver::StatusWriter;
@@ -864,12 +894,15 @@ fn spawn_status_writer(
             Ok(())
         }
     });
-    let mirrors = Arc::new(MirrorPods::new(
-        api.main.clone(),
-        pods.clone(),
-        opts.node_name.clone(),
-        period,
-    ));
+    let mirrors = Arc::new(
+        MirrorPods::new(
+            api.main.clone(),
+            pods.clone(),
+            opts.node_name.clone(),
+            period,
+        )
+        .with_wake(mirror_wake),
+    );
     tasks.spawn_restarting("mirror-pods", Backoff::default(), move |cancel| {
         let m = mirrors.clone();
         async move {

@@ -13,39 +13,14 @@ use common::Testbed;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use serde_json::json;
 use testapi::TestApiServer;
 
 const START: Duration = Duration::from_secs(30);
 /// oxlet's node name (the helper passes `--hostname-override=testnode`).
 const NODE: &str = "testnode";
 
-/// A pod bound to `node`; `script` runs under `sh -c`.
-fn api_pod(name: &str, node: &str, script: &str, grace: i64) -> Pod {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": grace,
-            "containers": [{
-                "name": "main", "image": "localhost/oxlet/busybox:1",
-                "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", script],
-            }],
-        },
-    }))
-    .unwrap()
-}
-
 async fn wait_running(ox: &Oxlet, name: &str) -> Pod {
     ox.wait_api_running(name, START).await
-}
-
-async fn client_of(server: &TestApiServer) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
 }
 
 async fn start(bed: &Testbed, dir: &std::path::Path) -> (TestApiServer, Oxlet) {

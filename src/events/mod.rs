@@ -44,6 +44,7 @@ pub(crate) mod reason {
     pub(crate) const NODE_READY: &str = "NodeReady";
     pub(crate) const NODE_NOT_READY: &str = "NodeNotReady";
     pub(crate) const STARTING: &str = "Starting";
+    pub(crate) const NODE_ALLOCATABLE_ENFORCED: &str = "NodeAllocatableEnforced";
     pub(crate) const UNHEALTHY: &str = "Unhealthy";
     pub(crate) const PROBE_WARNING: &str = "ProbeWarning";
     pub(crate) const FAILED_SYNC: &str = "FailedSync";

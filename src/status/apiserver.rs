@@ -125,15 +125,60 @@ impl StatusWriter {
         self.written.get(uid).copied().unwrap_or(0)
     }
 
-    /// Syncs every pod with a newer version, or (`reconcile`) every pod.
+    /// Syncs every pod with a newer version or waiting for its final DELETE (kubelet's
+    /// `needsUpdate`), and (`reconcile`) every pod whose apiserver copy in the pod
+    /// manager differs from ours (kubelet's `needsReconcile`): a quiet node makes no
+    /// requests, and each sync still reads the pod before it patches.
     pub(crate) async fn sync_all(&mut self, reconcile: bool) {
         let uids = self.statuses.uids();
         self.written.retain(|uid, _| uids.contains(uid));
         for uid in uids {
-            if reconcile || self.statuses.version(&uid) > self.written_version(&uid) {
+            if self.statuses.version(&uid) > self.written_version(&uid)
+                || self.awaits_final_delete(&uid)
+                || (reconcile && self.needs_reconcile(&uid))
+            {
                 self.sync_logged(&uid).await;
             }
         }
+    }
+
+    /// kubelet's `canBeDeleted` part of `needsUpdate`: an apiserver pod being deleted
+    /// whose worker has finished is synced until the final DELETE went out.
+    fn awaits_final_delete(&self, uid: &str) -> bool {
+        let Some(pod) = self.pods.get(uid) else {
+            return false;
+        };
+        !is_static_pod(&pod)
+            && pod.metadata.deletion_timestamp.is_some()
+            && self.statuses.get(uid).is_some_and(|s| can_be_deleted(&s))
+            && (self.finished)(uid)
+    }
+
+    /// kubelet's `needsReconcile`: whether the pod manager's copy of the apiserver pod
+    /// (a static pod's: its current mirror pod) shows another status than ours would
+    /// leave after a merge. No pod, or no mirror pod yet: nothing to reconcile.
+    fn needs_reconcile(&self, uid: &str) -> bool {
+        let Some(pod) = self.pods.get(uid) else {
+            return false;
+        };
+        let Some(ours) = self.statuses.get(uid) else {
+            return false;
+        };
+        let target = if is_static_pod(&pod) {
+            match self.pods.get_mirror_of_static(&pod) {
+                Some(m) if mirror_hash(&m) == Some(config_hash(&pod)) => m,
+                _ => return false,
+            }
+        } else {
+            pod
+        };
+        let target_uid = target.metadata.uid.as_deref().unwrap_or_default();
+        let old = target.status.clone().unwrap_or_default();
+        let differs = patch::status_patch(target_uid, &old, &patch::merge(&old, &ours)).is_some();
+        if differs {
+            debug!(pod = %pod_ref(&target), podUID = uid, "the apiserver's status differs from ours; reconciling");
+        }
+        differs
     }
 
     async fn sync_logged(&mut self, uid: &str) {

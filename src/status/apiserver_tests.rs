@@ -300,3 +300,94 @@ async fn the_running_writer_follows_changes() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+/// Every request the server saw after `from` (method and path), for counting.
+fn requests_since(bed: &Bed, from: usize) -> Vec<String> {
+    bed.server.requests()[from..]
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_reconcile_pass_asks_only_about_pods_whose_apiserver_status_differs() {
+    let mut bed = bed().await;
+    let uid = api_pod(&bed, "p", "Always");
+    let quiet = api_pod(&bed, "q", "Always");
+    bed.statuses.set(&uid, running("10.0.0.1"));
+    bed.statuses.set(&quiet, running("10.0.0.2"));
+    bed.writer.sync_all(false).await;
+    assert_eq!(patches(&bed), 2);
+    // The watch brings the written pods back into the pod manager.
+    for name in ["p", "q"] {
+        bed.pods
+            .add_or_update(Arc::new(stored(&bed, name).unwrap()));
+    }
+    let from = bed.server.requests().len();
+    bed.writer.sync_all(true).await;
+    assert_eq!(requests_since(&bed, from), Vec::<String>::new());
+    // Someone else changes p's status; the watch shows it: only p is read and patched.
+    let mut p = stored(&bed, "p").unwrap();
+    p.status = Some(running("10.9.9.9"));
+    let p = bed.server.put(&p).unwrap();
+    bed.pods.add_or_update(Arc::new(p));
+    let from = bed.server.requests().len();
+    bed.writer.sync_all(true).await;
+    assert_eq!(
+        requests_since(&bed, from),
+        [
+            "GET /api/v1/namespaces/default/pods/p",
+            "PATCH /api/v1/namespaces/default/pods/p/status"
+        ]
+    );
+    assert_eq!(
+        stored(&bed, "p").unwrap().status.unwrap().pod_ip.as_deref(),
+        Some("10.0.0.1")
+    );
+}
+
+#[tokio::test]
+async fn a_static_pod_is_reconciled_through_its_current_mirror_pod() {
+    let mut bed = bed().await;
+    let static_pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "s", "namespace": "default", "uid": "static-uid",
+                     "annotations": {"kubernetes.io/config.source": "file",
+                                     "kubernetes.io/config.hash": "h1"}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    bed.pods.add_or_update(Arc::new(static_pod));
+    bed.statuses.set("static-uid", running("10.0.0.3"));
+    // No mirror pod yet: read each pass (kubelet's needsUpdate), nothing written.
+    assert_eq!(
+        bed.writer.sync_pod("static-uid").await.unwrap(),
+        Outcome::Skipped
+    );
+    let mirror: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "s", "namespace": "default",
+                     "annotations": {"kubernetes.io/config.source": "api",
+                                     "kubernetes.io/config.mirror": "h1"}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    let mirror = bed.server.put(&mirror).unwrap();
+    bed.pods.add_or_update(Arc::new(mirror));
+    bed.writer.sync_all(false).await;
+    assert_eq!(patches(&bed), 1);
+    // In step: a reconcile pass makes no request.
+    bed.pods.add_or_update(Arc::new(stored(&bed, "s").unwrap()));
+    let from = bed.server.requests().len();
+    bed.writer.sync_all(true).await;
+    assert_eq!(requests_since(&bed, from), Vec::<String>::new());
+    // The mirror pod's status was wiped (e.g. it was recreated): reconciled.
+    let mut m = stored(&bed, "s").unwrap();
+    m.status = None;
+    let m = bed.server.put(&m).unwrap();
+    bed.pods.add_or_update(Arc::new(m));
+    bed.writer.sync_all(true).await;
+    assert_eq!(patches(&bed), 2);
+    assert_eq!(
+        stored(&bed, "s").unwrap().status.unwrap().pod_ip.as_deref(),
+        Some("10.0.0.3")
+    );
+}

@@ -60,7 +60,8 @@ pub(crate) struct MirrorPods {
     pods: Arc<PodManager>,
     node_name: String,
     period: Duration,
-    wake: Notify,
+    /// Shared with the sync loop, which pokes it when static or mirror pods change.
+    wake: Arc<Notify>,
 }
 
 impl MirrorPods {
@@ -75,14 +76,20 @@ impl MirrorPods {
             pods,
             node_name,
             period,
-            wake: Notify::new(),
+            wake: Arc::new(Notify::new()),
         }
     }
 
+    /// Passes run on `wake` too (the sync loop's mirror hook), not only every period.
+    pub(crate) fn with_wake(mut self, wake: Arc<Notify>) -> Self {
+        self.wake = wake;
+        self
+    }
+
     /// Asks for a pass now (the static pods or the mirror pods changed).
-    #[allow(
-        dead_code,
-        reason = "seam: the sync loop pokes it when mirror pods change (issue 11, apiserver source)"
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "the sync loop pokes `wake` itself")
     )]
     pub(crate) fn poke(&self) {
         self.wake.notify_one();

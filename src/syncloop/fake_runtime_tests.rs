@@ -70,6 +70,7 @@ async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
         admission: super::admission::AdmissionChain::standard(max_pods),
         sources: vec!["file"],
         tasks: tasks.clone(),
+        mirror_hook: None,
     });
     setup(&mut sync_loop);
     let workers = sync_loop.workers.clone();
@@ -569,5 +570,48 @@ async fn a_mirror_pod_update_syncs_its_static_pod() {
         running(a, "web", "app")
     })
     .await;
+    a.stop().await;
+}
+
+/// Whether `hook` is notified within 1 s of paused time.
+async fn poked(hook: &Notify) -> bool {
+    tokio::time::timeout(Duration::from_secs(1), hook.notified())
+        .await
+        .is_ok()
+}
+
+fn with_source(mut p: Pod, source: &str) -> Pod {
+    p.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::pod::CONFIG_SOURCE_ANNOTATION.into(), source.into());
+    p
+}
+
+#[tokio::test(start_paused = true)]
+async fn static_and_mirror_pod_changes_poke_the_mirror_hook() {
+    let hook = Arc::new(Notify::new());
+    let h = hook.clone();
+    let a = agent_with(110, move |l| l.mirror_hook = Some(h)).await;
+    let web = with_source(pod("web", &[], &["app"], "Always"), "file");
+    a.send(PodOperation::Add, vec![web.clone()]).await;
+    assert!(poked(&hook).await, "static pod added");
+    // A status-only change and a pod of the apiserver that is no mirror: no pass.
+    a.send(PodOperation::Reconcile, vec![web.clone()]).await;
+    let api = with_source(pod("api", &[], &["app"], "Always"), crate::pod::API_SOURCE);
+    a.send(PodOperation::Add, vec![api]).await;
+    assert!(!poked(&hook).await, "neither static nor mirror");
+    let mut mirror = with_source(pod("web", &[], &["app"], "Always"), crate::pod::API_SOURCE);
+    mirror.metadata.uid = Some("mirror-uid".into());
+    mirror
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(crate::pod::CONFIG_MIRROR_ANNOTATION.into(), "h".into());
+    a.send(PodOperation::Remove, vec![mirror]).await;
+    assert!(poked(&hook).await, "mirror pod removed");
+    a.send(PodOperation::Remove, vec![web]).await;
+    assert!(poked(&hook).await, "static pod removed");
     a.stop().await;
 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 use crate::cm::ContainerManager;
 use crate::config::{PodOperation, PodUpdate};
 use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
-use crate::pod::{pod_ref, pod_uid};
+use crate::pod::{is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeUpdate;
 use crate::runtime::RuntimeManager;
 use crate::status::StatusManager;
@@ -106,6 +106,8 @@ pub(crate) struct SyncLoop {
     tasks: Tasks,
     /// Last iteration and skip reason, for the `syncloop` health check.
     pub monitor: Arc<monitor::SyncLoopMonitor>,
+    /// Woken when a static or mirror pod changes (cluster mode: the mirror pod reconciler).
+    mirror_hook: Option<Arc<Notify>>,
 }
 
 /// The channels and tickers `sync_loop_iteration` selects over.
@@ -167,6 +169,9 @@ pub(crate) struct SyncLoopDeps {
     pub admission: AdmissionChain,
     pub sources: Vec<&'static str>,
     pub tasks: Tasks,
+    /// Notified when a static or mirror pod is added, updated or removed, so mirror
+    /// pods follow at once (kubelet does it in syncPod and HandlePodCleanups).
+    pub mirror_hook: Option<Arc<Notify>>,
 }
 
 impl SyncLoop {
@@ -186,6 +191,7 @@ impl SyncLoop {
             seen: HashSet::new(),
             housekeeping: None,
             monitor: Default::default(),
+            mirror_hook: d.mirror_hook,
         }
     }
 
@@ -289,6 +295,12 @@ impl SyncLoop {
             info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), source, op = update.op.as_str(), "pod update from config");
         }
         let pods: Vec<Arc<Pod>> = update.pods.into_iter().map(Arc::new).collect();
+        // A status-only change (Reconcile) leaves the mirror pods as they are.
+        if update.op != PodOperation::Reconcile
+            && pods.iter().any(|p| is_static_pod(p) || is_api_mirror(p))
+        {
+            self.poke_mirrors();
+        }
         match update.op {
             PodOperation::Add => self.handle_pod_additions(pods),
             PodOperation::Update | PodOperation::Delete => self.handle_pod_updates(pods),
@@ -296,6 +308,13 @@ impl SyncLoop {
             PodOperation::Reconcile => self.handle_pod_reconcile(pods),
         }
         self.seen.insert(source);
+    }
+
+    /// Asks the mirror pod reconciler for a pass (no-op without an apiserver).
+    fn poke_mirrors(&self) {
+        if let Some(hook) = &self.mirror_hook {
+            hook.notify_one();
+        }
     }
 
     fn is_terminal(&self, uid: &str) -> bool {

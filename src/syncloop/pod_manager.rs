@@ -126,7 +126,6 @@ impl PodManager {
     }
 
     /// The mirror pod of a static pod, by full name (kubelet's `GetMirrorPodByPod`).
-    #[allow(dead_code, reason = "seam: mirror pods (issue 11)")]
     pub(crate) fn get_mirror_of_static(&self, pod: &Pod) -> Option<Arc<Pod>> {
         self.inner
             .read()

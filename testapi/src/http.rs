@@ -41,7 +41,13 @@ pub struct RequestRecord {
     /// Whether the request carried the kubeconfig's bearer token.
     pub authenticated: bool,
     pub status: u16,
+    /// The request body as text (lossy UTF-8, at most `MAX_LOGGED_BODY` bytes): what a
+    /// test asserts of, e.g., a DELETE's grace period and preconditions.
+    pub body: String,
 }
+
+/// How much of each request body the log keeps.
+const MAX_LOGGED_BODY: usize = 4096;
 
 pub(crate) struct Shared {
     pub store: Store,
@@ -187,7 +193,8 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.strip_prefix("Bearer ") == Some(shared.token.as_str()));
-    let resp = match serve(&shared, req).await {
+    let mut seen = Bytes::new();
+    let resp = match serve(&shared, req, &mut seen).await {
         Ok(r) => r,
         Err(e) => error(&e),
     };
@@ -205,6 +212,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         content_type,
         authenticated,
         status: resp.status().as_u16(),
+        body: String::from_utf8_lossy(&seen[..seen.len().min(MAX_LOGGED_BODY)]).into_owned(),
     });
     resp
 }
@@ -219,7 +227,11 @@ fn found(v: Option<Value>) -> Result<Response<Body>, ApiError> {
     })
 }
 
-async fn serve(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn serve(
+    shared: &Arc<Shared>,
+    req: Request<Incoming>,
+    seen: &mut Bytes,
+) -> Result<Response<Body>, ApiError> {
     // As the real server with anonymous auth on: a wrong token is refused, no token is
     // anonymous (client-go sends no bearer token over plain http), unless anonymous is off.
     let presented = req
@@ -296,6 +308,7 @@ async fn serve(shared: &Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 .to_ascii_lowercase()
         });
     let raw = read_body(req).await?;
+    seen.clone_from(&raw);
     match (method, t.name.is_some(), t.sub.as_deref()) {
         (Method::GET, false, _) if query.flag("watch") => {
             let (labels, fields) = selectors(&t, &query)?;

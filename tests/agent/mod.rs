@@ -394,3 +394,29 @@ pub async fn cri_sandboxes(bed: &Testbed, uid: &str) -> Vec<cri::PodSandbox> {
 }
 
 pub const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
+
+/// A pod bound to `node`, for the test apiserver; `script` runs under `sh -c`.
+pub fn api_pod(name: &str, node: &str, script: &str, grace: i64) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{
+                "name": "main", "image": "localhost/oxlet/busybox:1",
+                "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", script],
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+
+/// A kube client for the test apiserver, from its kubeconfig.
+pub async fn client_of(server: &testapi::TestApiServer) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}

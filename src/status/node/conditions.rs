@@ -146,6 +146,56 @@ pub(crate) fn with_times(
     conds
 }
 
+/// The node events of the condition changes from `previous` to `current` (kubelet's
+/// setters with `recordNodeStatusEvent`): a pressure condition's event whenever its
+/// status changes, also from absent (Unknown) at registration; NodeReady/NodeNotReady
+/// only when an existing Ready condition changes status, as kubelet's Ready setter.
+pub(crate) fn transition_events(
+    previous: &[NodeCondition],
+    current: &[NodeCondition],
+) -> Vec<&'static str> {
+    let status = |list: &[NodeCondition], t: &str| {
+        list.iter().find(|c| c.type_ == t).map(|c| c.status.clone())
+    };
+    let mut out = Vec::new();
+    for (t, on_true, on_false) in [
+        (
+            "MemoryPressure",
+            "NodeHasInsufficientMemory",
+            "NodeHasSufficientMemory",
+        ),
+        (
+            "DiskPressure",
+            "NodeHasDiskPressure",
+            "NodeHasNoDiskPressure",
+        ),
+        (
+            "PIDPressure",
+            "NodeHasInsufficientPID",
+            "NodeHasSufficientPID",
+        ),
+    ] {
+        let now = status(current, t);
+        if now.is_some() && now != status(previous, t) {
+            out.push(if now.as_deref() == Some("True") {
+                on_true
+            } else {
+                on_false
+            });
+        }
+    }
+    if let (Some(before), Some(now)) = (status(previous, "Ready"), status(current, "Ready"))
+        && before != now
+    {
+        out.push(if now == "True" {
+            crate::events::reason::NODE_READY
+        } else {
+            crate::events::reason::NODE_NOT_READY
+        });
+    }
+    out
+}
+
 /// Whether two condition lists differ in anything but heartbeats (kubelet's
 /// `nodeConditionsHaveChanged`).
 pub(crate) fn changed(a: &[NodeCondition], b: &[NodeCondition]) -> bool {
@@ -166,6 +216,68 @@ mod tests {
 
     fn find<'a>(c: &'a [NodeCondition], t: &str) -> &'a NodeCondition {
         c.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    fn with(pressure: Pressure, not_ready: &[&str]) -> Vec<NodeCondition> {
+        let errs: Vec<String> = not_ready.iter().map(|s| (*s).to_string()).collect();
+        desired(pressure, &errs)
+    }
+
+    #[test]
+    fn registration_reports_every_pressure_condition_but_not_ready() {
+        let first = with(Pressure::default(), &[]);
+        assert_eq!(
+            transition_events(&[], &first),
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID"
+            ]
+        );
+        // Nothing changed: no event, whatever the heartbeats.
+        assert!(transition_events(&first, &with(Pressure::default(), &[])).is_empty());
+    }
+
+    #[test]
+    fn each_transition_is_one_event_both_ways() {
+        let calm = with(Pressure::default(), &[]);
+        let pressed = with(
+            Pressure {
+                memory: true,
+                disk: true,
+                pid: true,
+            },
+            &["PLEG is not healthy"],
+        );
+        assert_eq!(
+            transition_events(&calm, &pressed),
+            [
+                "NodeHasInsufficientMemory",
+                "NodeHasDiskPressure",
+                "NodeHasInsufficientPID",
+                "NodeNotReady"
+            ]
+        );
+        assert_eq!(
+            transition_events(&pressed, &calm),
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID",
+                "NodeReady"
+            ]
+        );
+        let disk_only = with(
+            Pressure {
+                disk: true,
+                ..Pressure::default()
+            },
+            &[],
+        );
+        assert_eq!(
+            transition_events(&calm, &disk_only),
+            ["NodeHasDiskPressure"]
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::cm::allocatable::NodeAllocatable;
+use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::node::NodeInfo;
 use crate::pleg::PlegStats;
 use crate::runtime::RemoteRuntime;
@@ -56,6 +57,8 @@ pub(crate) struct NodeStatusDeps {
     pub report_frequency: Duration,
     /// Where the Node's name and UID are published (the lease's owner).
     pub owner: watch::Sender<Option<NodeRef>>,
+    /// The node's condition events (NodeReady, NodeHasSufficientMemory, ...).
+    pub events: EventRecorder,
 }
 
 /// Why one status update failed.
@@ -195,6 +198,7 @@ impl NodeStatusTask {
                 .await
             {
                 Ok(_) => {
+                    self.record_transitions(&status);
                     self.last = Some((status, Instant::now()));
                     return Ok(ready);
                 }
@@ -211,6 +215,24 @@ impl NodeStatusTask {
             || UpdateError::NodeGone(self.deps.info.name.clone()),
             UpdateError::Api,
         ))
+    }
+
+    /// kubelet's `recordNodeStatusEvent` for each condition that `sent` changed
+    /// against the status sent before (all pressure ones after a registration).
+    fn record_transitions(&self, sent: &NodeStatus) {
+        let before = self
+            .last
+            .as_ref()
+            .and_then(|(s, _)| s.conditions.as_deref())
+            .unwrap_or_default();
+        let node = ObjectRef::node(&self.deps.info.name);
+        let now = sent.conditions.as_deref().unwrap_or_default();
+        for reason in conditions::transition_events(before, now) {
+            let message = format!("Node {} status is now: {reason}", self.deps.info.name);
+            self.deps
+                .events
+                .event(&node, EventType::Normal, reason, message);
+        }
     }
 
     /// Registers, sends the fast first status, then updates periodically until `cancel`.

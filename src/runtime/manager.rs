@@ -593,13 +593,14 @@ impl RuntimeManager {
                     pod.metadata.namespace.as_deref().unwrap_or("default"),
                 );
                 debug!(pod = %pod_ref, podUID = %uid, container = name, message = %msg, "container in CrashLoopBackOff");
-                // kubelet's doBackOff: the event is about the pod, not the container.
+                // kubelet's doBackOff: recorded on the container (its fieldPath).
                 let event = format!(
                     "Back-off restarting failed container {name} in pod {}_{}({uid})",
                     pod.metadata.name.as_deref().unwrap_or(""),
                     pod.metadata.namespace.as_deref().unwrap_or("default"),
                 );
-                (self.events).event(&ObjectRef::pod(pod), Warning, reason::BACK_OFF, event);
+                let container_ref = ObjectRef::container(pod, name);
+                (self.events).event(&container_ref, Warning, reason::BACK_OFF, event);
                 self.reasons
                     .set(uid, name, WaitingReason::CrashLoopBackOff, msg);
                 return Ok(Some(left));
@@ -622,9 +623,16 @@ impl RuntimeManager {
             },
         };
 
-        // Bad paths or volumes: the container cannot be configured (kubelet's reason).
+        // Bad paths or volumes: the container cannot be configured (kubelet's reason,
+        // and startContainer's Warning `Failed` event on the container).
         let config_error = |e: &dyn std::fmt::Display| {
             warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "invalid container configuration");
+            (self.events).event(
+                &ObjectRef::container(pod, name),
+                Warning,
+                reason::FAILED,
+                format!("Error: {e}"),
+            );
             Err(failed(
                 WaitingReason::CreateContainerConfigError,
                 e.to_string(),

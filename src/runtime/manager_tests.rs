@@ -535,3 +535,62 @@ async fn container_events_and_a_failed_kill() {
     assert!(failed.1.starts_with("error killing pod: "), "{failed:?}");
     assert_eq!(failed.2, "", "about the pod");
 }
+
+/// kubelet's startContainer records `Failed` ("Error: <message>") on the container when
+/// its config cannot be made, and doBackOff records `BackOff` on the container too.
+#[tokio::test(start_paused = true)]
+async fn config_errors_and_crash_loop_back_off_are_container_events() {
+    let node = FakeNode::new();
+    let (events, mut rx) = crate::events::EventRecorder::queued(64);
+    let manager = FakeNode::manager_over(&node.fake, &node.dir).with_events(events);
+    let mut p = pod("evc", &[], &["app"], "Always");
+    p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+        run_as_non_root: Some(true),
+        ..Default::default()
+    });
+    let sync = |p: Pod| {
+        let manager = &manager;
+        async move {
+            let st = manager.get_pod_status("uid-evc", "evc", "default").await?;
+            manager.sync_pod(&p, &st).await
+        }
+    };
+    let drain = |rx: &mut tokio::sync::mpsc::Receiver<crate::events::Recorded>| {
+        let mut seen = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            seen.push((e.reason, e.message, e.object.field_path));
+        }
+        seen
+    };
+    assert!(sync(p.clone()).await.is_err());
+    let seen = drain(&mut rx);
+    let failed = seen.iter().find(|(r, ..)| *r == "Failed").expect("Failed");
+    assert_eq!(
+        (failed.1.as_str(), failed.2.as_str()),
+        (
+            r#"Error: container has runAsNonRoot and image will run as root (pod: "evc_default(uid-evc)", container: app)"#,
+            "spec.containers{app}"
+        )
+    );
+
+    p.spec.as_mut().unwrap().security_context = None;
+    sync(p.clone()).await.unwrap();
+    // The first crash restarts at once; the second backs off.
+    for _ in 0..2 {
+        let id = node.fake.container_id("evc", "app").unwrap();
+        node.fake.exit_container(&id, 1);
+        sync(p.clone()).await.unwrap();
+    }
+    let seen = drain(&mut rx);
+    let back_off = seen
+        .iter()
+        .find(|(r, ..)| *r == "BackOff")
+        .expect("BackOff");
+    assert_eq!(
+        (back_off.1.as_str(), back_off.2.as_str()),
+        (
+            "Back-off restarting failed container app in pod evc_default(uid-evc)",
+            "spec.containers{app}"
+        )
+    );
+}

@@ -52,6 +52,9 @@ pub(crate) enum SyncError {
     },
     #[error("pod directories: {0}")]
     Path(#[from] crate::safe_path::PathError),
+    /// kubelet's `WaitForAttachAndMount` failing: the pod gets no sandbox yet.
+    #[error("unable to attach or mount volumes: unmounted volumes=[{}]", .0.join(" "))]
+    UnmountedVolumes(Vec<String>),
     /// kubelet's `CreatePodSandboxConfigError`: DNS settings or host name.
     #[error("failed to make the pod sandbox config: {0}")]
     SandboxConfig(sandbox::SandboxConfigError),
@@ -441,6 +444,21 @@ impl RuntimeManager {
         self.prune_dead_containers(pod, status).await;
         let _slot = self.start_slots.acquire().await.expect("never closed");
 
+        // The pod's API-object volumes come first, as kubelet waits for its volumes
+        // before the runtime sync: no sandbox (nor IP) while one cannot be set up.
+        if let (true, Some(o)) = (actions.create_sandbox, &objects) {
+            let env = &self.sandbox_env;
+            let failed = super::object_volumes::set_up(pod, &env.pods_dir, o, &env.allocatable);
+            if !failed.is_empty() {
+                for (_, msg) in &failed {
+                    warn!(pod = %pod_ref, podUID = %uid, event = "FailedMount", "{msg}");
+                    let pod_obj = ObjectRef::pod(pod);
+                    (self.events).event(&pod_obj, Warning, reason::FAILED_MOUNT, msg.clone());
+                }
+                let names = failed.into_iter().map(|(v, _)| v).collect();
+                return Err(SyncError::UnmountedVolumes(names));
+            }
+        }
         let mut ips = status.ips.clone();
         let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env)?;
         let sandbox_id = if actions.create_sandbox {

@@ -594,3 +594,98 @@ async fn config_errors_and_crash_loop_back_off_are_container_events() {
         )
     );
 }
+
+/// An ObjectSource with a fixed set of ConfigMaps (no Secrets, no tokens).
+struct ConfigMaps(Vec<&'static str>);
+
+impl crate::objects::ObjectSource for ConfigMaps {
+    fn config_map<'a>(
+        &'a self,
+        _: &'a str,
+        name: &'a str,
+    ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::ConfigMap>> {
+        let found = self.0.contains(&name);
+        Box::pin(async move { Ok(found.then(Default::default)) })
+    }
+    fn secret<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::Secret>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn token<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a k8s_openapi::api::authentication::v1::TokenRequest,
+    ) -> crate::objects::ObjectFuture<'a, k8s_openapi::api::authentication::v1::TokenRequest> {
+        Box::pin(async {
+            Err(crate::objects::ObjectError::NotFound {
+                kind: "tokens",
+                name: "t".into(),
+            })
+        })
+    }
+}
+
+/// kubelet waits for the pod's volumes before the runtime sync: a configMap volume
+/// whose ConfigMap is missing means no sandbox, a `FailedMount` event on the pod, and
+/// a retry; once the ConfigMap exists the pod starts. An optional one never blocks.
+#[tokio::test]
+async fn a_missing_config_map_volume_holds_the_sandbox_back_with_failed_mount() {
+    let node = FakeNode::new();
+    let (events, mut rx) = crate::events::EventRecorder::queued(64);
+    let with = |cms: Vec<&'static str>| {
+        let objects = crate::objects::ObjectManager::new(Arc::new(ConfigMaps(cms)));
+        FakeNode::manager_over(&node.fake, &node.dir)
+            .with_events(events.clone())
+            .with_objects(Some(Arc::new(objects)))
+    };
+    let mut p = pod("vol", &[], &["app"], "Always");
+    let spec = p.spec.as_mut().unwrap();
+    spec.volumes = Some(
+        serde_json::from_value(serde_json::json!([
+            {"name": "v", "configMap": {"name": "x"}},
+            {"name": "opt", "configMap": {"name": "gone", "optional": true}},
+        ]))
+        .unwrap(),
+    );
+    spec.containers[0].volume_mounts = Some(
+        serde_json::from_value(serde_json::json!([
+            {"name": "v", "mountPath": "/v"}, {"name": "opt", "mountPath": "/opt"},
+        ]))
+        .unwrap(),
+    );
+    let manager = with(vec![]);
+    let err = manager
+        .sync_pod(&p, &PodRuntimeStatus::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SyncError::UnmountedVolumes(v) if v == &["v"]),
+        "{err}"
+    );
+    assert!(err.retryable());
+    assert!(node.fake.calls_of("RunPodSandbox").is_empty());
+    let mut seen = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        seen.push((e.reason, e.message, e.object.field_path));
+    }
+    assert_eq!(
+        seen,
+        [(
+            "FailedMount",
+            r#"MountVolume.SetUp failed for volume "v" : configmap "x" not found"#.to_string(),
+            String::new()
+        )]
+    );
+
+    let manager = with(vec!["x"]);
+    manager
+        .sync_pod(&p, &PodRuntimeStatus::default())
+        .await
+        .unwrap();
+    assert_eq!(node.fake.calls_of("RunPodSandbox").len(), 1);
+    assert_eq!(node.fake.calls_of("StartContainer"), ["vol/app"]);
+}

@@ -349,3 +349,67 @@ async fn missing_config_map_waits_then_runs_and_secret_tmpfs_goes_with_the_pod()
     })
     .await;
 }
+
+/// kubelet waits for a pod's volumes before its sandbox: a configMap volume whose
+/// ConfigMap is missing leaves the pod ContainerCreating with no IP and a Warning
+/// `FailedMount` event in the apiserver; once the ConfigMap exists the pod runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_config_map_volume_holds_the_sandbox_until_created() {
+    use k8s_openapi::api::core::v1::Event;
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = TestApiServer::start(dir.path()).await.unwrap();
+    namespace_objects(&api);
+    let ox = start(&bed, &api);
+    let pod: Pod = object(json!({
+        "metadata": {"name": "mounter", "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "v", "configMap": {"name": "x"}}],
+            "containers": [{
+                "name": "main", "image": "localhost/oxlet/busybox:1",
+                "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"],
+                "volumeMounts": [{"name": "v", "mountPath": "/etc/v"}],
+            }],
+        },
+    }));
+    let stored = api.put(&pod).unwrap();
+    let pod_uid = stored.metadata.uid.clone().unwrap();
+    let event = eventually(&ox, "FailedMount event", async || {
+        let events = api.list::<Event>(Some("default")).ok()?;
+        events
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("FailedMount"))
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some(r#"MountVolume.SetUp failed for volume "v" : configmap "x" not found"#)
+    );
+    assert_eq!(event.involved_object.uid.as_deref(), Some(pod_uid.as_str()));
+    let p: Pod = api.get("default", "mounter").unwrap().unwrap();
+    let status = p.status.unwrap_or_default();
+    assert_eq!(status.pod_ip, None, "no sandbox, no IP");
+    if let Some(cs) = status.container_statuses.as_ref().and_then(|c| c.first()) {
+        let reason = cs
+            .state
+            .as_ref()
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.clone());
+        assert_eq!(reason.as_deref(), Some("ContainerCreating"));
+    }
+    let sandboxes = (bed.cri().await)
+        .list_pod_sandbox(cri::ListPodSandboxRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    let ours = |s: &cri::PodSandbox| s.metadata.as_ref().is_some_and(|m| m.uid == pod_uid);
+    assert!(!sandboxes.iter().any(ours), "a sandbox was made");
+
+    api.put(&config_map("x", json!({"k": "v"}))).unwrap();
+    let running = ox.wait_api_running("mounter", START).await;
+    assert_eq!(uid(&running), pod_uid);
+}

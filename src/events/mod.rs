@@ -53,6 +53,7 @@ pub(crate) mod reason {
     pub(crate) const SANDBOX_CHANGED: &str = "SandboxChanged";
     pub(crate) const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
     pub(crate) const FAILED_KILL_POD: &str = "FailedKillPod";
+    pub(crate) const FAILED_MOUNT: &str = "FailedMount";
 }
 
 /// The event's type, as core/v1 spells it.

@@ -52,6 +52,9 @@ pub(crate) enum SyncError {
     },
     #[error("pod directories: {0}")]
     Path(#[from] crate::safe_path::PathError),
+    /// kubelet's `WaitForAttachAndMount` failing: the pod gets no sandbox yet.
+    #[error("unable to attach or mount volumes: unmounted volumes=[{}]", .0.join(" "))]
+    UnmountedVolumes(Vec<String>),
     /// kubelet's `CreatePodSandboxConfigError`: DNS settings or host name.
     #[error("failed to make the pod sandbox config: {0}")]
     SandboxConfig(sandbox::SandboxConfigError),
@@ -441,6 +444,21 @@ impl RuntimeManager {
         self.prune_dead_containers(pod, status).await;
         let _slot = self.start_slots.acquire().await.expect("never closed");
 
+        // The pod's API-object volumes come first, as kubelet waits for its volumes
+        // before the runtime sync: no sandbox (nor IP) while one cannot be set up.
+        if let (true, Some(o)) = (actions.create_sandbox, &objects) {
+            let env = &self.sandbox_env;
+            let failed = super::object_volumes::set_up(pod, &env.pods_dir, o, &env.allocatable);
+            if !failed.is_empty() {
+                for (_, msg) in &failed {
+                    warn!(pod = %pod_ref, podUID = %uid, event = "FailedMount", "{msg}");
+                    let pod_obj = ObjectRef::pod(pod);
+                    (self.events).event(&pod_obj, Warning, reason::FAILED_MOUNT, msg.clone());
+                }
+                let names = failed.into_iter().map(|(v, _)| v).collect();
+                return Err(SyncError::UnmountedVolumes(names));
+            }
+        }
         let mut ips = status.ips.clone();
         let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env)?;
         let sandbox_id = if actions.create_sandbox {
@@ -593,13 +611,14 @@ impl RuntimeManager {
                     pod.metadata.namespace.as_deref().unwrap_or("default"),
                 );
                 debug!(pod = %pod_ref, podUID = %uid, container = name, message = %msg, "container in CrashLoopBackOff");
-                // kubelet's doBackOff: the event is about the pod, not the container.
+                // kubelet's doBackOff: recorded on the container (its fieldPath).
                 let event = format!(
                     "Back-off restarting failed container {name} in pod {}_{}({uid})",
                     pod.metadata.name.as_deref().unwrap_or(""),
                     pod.metadata.namespace.as_deref().unwrap_or("default"),
                 );
-                (self.events).event(&ObjectRef::pod(pod), Warning, reason::BACK_OFF, event);
+                let container_ref = ObjectRef::container(pod, name);
+                (self.events).event(&container_ref, Warning, reason::BACK_OFF, event);
                 self.reasons
                     .set(uid, name, WaitingReason::CrashLoopBackOff, msg);
                 return Ok(Some(left));
@@ -622,9 +641,16 @@ impl RuntimeManager {
             },
         };
 
-        // Bad paths or volumes: the container cannot be configured (kubelet's reason).
+        // Bad paths or volumes: the container cannot be configured (kubelet's reason,
+        // and startContainer's Warning `Failed` event on the container).
         let config_error = |e: &dyn std::fmt::Display| {
             warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "invalid container configuration");
+            (self.events).event(
+                &ObjectRef::container(pod, name),
+                Warning,
+                reason::FAILED,
+                format!("Error: {e}"),
+            );
             Err(failed(
                 WaitingReason::CreateContainerConfigError,
                 e.to_string(),

@@ -535,3 +535,157 @@ async fn container_events_and_a_failed_kill() {
     assert!(failed.1.starts_with("error killing pod: "), "{failed:?}");
     assert_eq!(failed.2, "", "about the pod");
 }
+
+/// kubelet's startContainer records `Failed` ("Error: <message>") on the container when
+/// its config cannot be made, and doBackOff records `BackOff` on the container too.
+#[tokio::test(start_paused = true)]
+async fn config_errors_and_crash_loop_back_off_are_container_events() {
+    let node = FakeNode::new();
+    let (events, mut rx) = crate::events::EventRecorder::queued(64);
+    let manager = FakeNode::manager_over(&node.fake, &node.dir).with_events(events);
+    let mut p = pod("evc", &[], &["app"], "Always");
+    p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+        run_as_non_root: Some(true),
+        ..Default::default()
+    });
+    let sync = |p: Pod| {
+        let manager = &manager;
+        async move {
+            let st = manager.get_pod_status("uid-evc", "evc", "default").await?;
+            manager.sync_pod(&p, &st).await
+        }
+    };
+    let drain = |rx: &mut tokio::sync::mpsc::Receiver<crate::events::Recorded>| {
+        let mut seen = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            seen.push((e.reason, e.message, e.object.field_path));
+        }
+        seen
+    };
+    assert!(sync(p.clone()).await.is_err());
+    let seen = drain(&mut rx);
+    let failed = seen.iter().find(|(r, ..)| *r == "Failed").expect("Failed");
+    assert_eq!(
+        (failed.1.as_str(), failed.2.as_str()),
+        (
+            r#"Error: container has runAsNonRoot and image will run as root (pod: "evc_default(uid-evc)", container: app)"#,
+            "spec.containers{app}"
+        )
+    );
+
+    p.spec.as_mut().unwrap().security_context = None;
+    sync(p.clone()).await.unwrap();
+    // The first crash restarts at once; the second backs off.
+    for _ in 0..2 {
+        let id = node.fake.container_id("evc", "app").unwrap();
+        node.fake.exit_container(&id, 1);
+        sync(p.clone()).await.unwrap();
+    }
+    let seen = drain(&mut rx);
+    let back_off = seen
+        .iter()
+        .find(|(r, ..)| *r == "BackOff")
+        .expect("BackOff");
+    assert_eq!(
+        (back_off.1.as_str(), back_off.2.as_str()),
+        (
+            "Back-off restarting failed container app in pod evc_default(uid-evc)",
+            "spec.containers{app}"
+        )
+    );
+}
+
+/// An ObjectSource with a fixed set of ConfigMaps (no Secrets, no tokens).
+struct ConfigMaps(Vec<&'static str>);
+
+impl crate::objects::ObjectSource for ConfigMaps {
+    fn config_map<'a>(
+        &'a self,
+        _: &'a str,
+        name: &'a str,
+    ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::ConfigMap>> {
+        let found = self.0.contains(&name);
+        Box::pin(async move { Ok(found.then(Default::default)) })
+    }
+    fn secret<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::Secret>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn token<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a k8s_openapi::api::authentication::v1::TokenRequest,
+    ) -> crate::objects::ObjectFuture<'a, k8s_openapi::api::authentication::v1::TokenRequest> {
+        Box::pin(async {
+            Err(crate::objects::ObjectError::NotFound {
+                kind: "tokens",
+                name: "t".into(),
+            })
+        })
+    }
+}
+
+/// kubelet waits for the pod's volumes before the runtime sync: a configMap volume
+/// whose ConfigMap is missing means no sandbox, a `FailedMount` event on the pod, and
+/// a retry; once the ConfigMap exists the pod starts. An optional one never blocks.
+#[tokio::test]
+async fn a_missing_config_map_volume_holds_the_sandbox_back_with_failed_mount() {
+    let node = FakeNode::new();
+    let (events, mut rx) = crate::events::EventRecorder::queued(64);
+    let with = |cms: Vec<&'static str>| {
+        let objects = crate::objects::ObjectManager::new(Arc::new(ConfigMaps(cms)));
+        FakeNode::manager_over(&node.fake, &node.dir)
+            .with_events(events.clone())
+            .with_objects(Some(Arc::new(objects)))
+    };
+    let mut p = pod("vol", &[], &["app"], "Always");
+    let spec = p.spec.as_mut().unwrap();
+    spec.volumes = Some(
+        serde_json::from_value(serde_json::json!([
+            {"name": "v", "configMap": {"name": "x"}},
+            {"name": "opt", "configMap": {"name": "gone", "optional": true}},
+        ]))
+        .unwrap(),
+    );
+    spec.containers[0].volume_mounts = Some(
+        serde_json::from_value(serde_json::json!([
+            {"name": "v", "mountPath": "/v"}, {"name": "opt", "mountPath": "/opt"},
+        ]))
+        .unwrap(),
+    );
+    let manager = with(vec![]);
+    let err = manager
+        .sync_pod(&p, &PodRuntimeStatus::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SyncError::UnmountedVolumes(v) if v == &["v"]),
+        "{err}"
+    );
+    assert!(err.retryable());
+    assert!(node.fake.calls_of("RunPodSandbox").is_empty());
+    let mut seen = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        seen.push((e.reason, e.message, e.object.field_path));
+    }
+    assert_eq!(
+        seen,
+        [(
+            "FailedMount",
+            r#"MountVolume.SetUp failed for volume "v" : configmap "x" not found"#.to_string(),
+            String::new()
+        )]
+    );
+
+    let manager = with(vec!["x"]);
+    manager
+        .sync_pod(&p, &PodRuntimeStatus::default())
+        .await
+        .unwrap();
+    assert_eq!(node.fake.calls_of("RunPodSandbox").len(), 1);
+    assert_eq!(node.fake.calls_of("StartContainer"), ["vol/app"]);
+}

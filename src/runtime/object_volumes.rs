@@ -302,6 +302,46 @@ pub(super) fn write(
     Ok(Some((path, changed)))
 }
 
+/// kubelet's `WaitForAttachAndMount` for these volumes: every API-object volume of the
+/// pod is written before its sandbox is made. Returns each volume that could not be,
+/// with the message of kubelet's `FailedMount` event.
+pub(crate) fn set_up(
+    pod: &Pod,
+    pods_dir: &Path,
+    objects: &PodObjects,
+    allocatable: &NodeResources,
+) -> Vec<(String, String)> {
+    let vols = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
+    let mut failed = Vec::new();
+    for volume in vols.unwrap_or_default() {
+        if let Err(e) = write(volume, pod, pods_dir, Some(objects), allocatable, false) {
+            let detail = match &e {
+                VolumeError::Object { source, .. } | VolumeError::Projected { source, .. } => {
+                    mount_detail(source)
+                }
+                other => other.to_string(),
+            };
+            let msg = format!(
+                "MountVolume.SetUp failed for volume {:?} : {detail}",
+                volume.name
+            );
+            failed.push((volume.name.clone(), msg));
+        }
+    }
+    failed
+}
+
+/// The error as kubelet's volume plugins word it: their object managers say
+/// `configmap "x" not found` (the singular resource), not the apiserver's plural.
+fn mount_detail(e: &ObjectVolumeError) -> String {
+    match e {
+        ObjectVolumeError::Object(ObjectError::NotFound { kind, name }) => {
+            format!("{} {name:?} not found", kind.trim_end_matches('s'))
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Re-writes the pod's API-object volumes that exist already, so a changed ConfigMap,
 /// Secret or a rotated token reaches running containers (kubelet's remount on each
 /// sync). Unchanged volumes are not touched. Returns the volumes rewritten.

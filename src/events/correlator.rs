@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{EventType, ObjectRef, Recorded};
+use super::{EventType, ObjectRef, Reason, Recorded};
 
 const MAX_CACHE_ENTRIES: usize = 4096;
 const AGGREGATE_MAX_EVENTS: usize = 10;
@@ -32,7 +32,7 @@ pub(crate) struct EventRecord {
     pub name: String,
     pub object: ObjectRef,
     pub kind: EventType,
-    pub reason: &'static str,
+    pub reason: Reason,
     pub message: String,
     pub count: i32,
     pub first: jiff::Timestamp,
@@ -181,7 +181,7 @@ impl Correlator {
         }
         self.aggregates.insert(akey.clone(), record);
         if distinct < AGGREGATE_MAX_EVENTS {
-            let key = event_key(&e.object, e.kind, e.reason, &e.message);
+            let key = event_key(&e.object, e.kind, &e.reason, &e.message);
             return (e.object.clone(), e.message.clone(), key);
         }
         (
@@ -215,7 +215,7 @@ impl Correlator {
             name,
             object,
             kind: e.kind,
-            reason: e.reason,
+            reason: e.reason.clone(),
             message,
             count,
             first,
@@ -265,7 +265,7 @@ mod tests {
         Recorded {
             object: o.clone(),
             kind: EventType::Normal,
-            reason,
+            reason: reason.into(),
             message: message.into(),
             at: jiff::Timestamp::now(),
         }

@@ -54,6 +54,7 @@ pub(crate) mod reason {
     pub(crate) const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
     pub(crate) const FAILED_KILL_POD: &str = "FailedKillPod";
     pub(crate) const FAILED_MOUNT: &str = "FailedMount";
+    pub(crate) const MISSING_CLUSTER_DNS: &str = "MissingClusterDNS";
 }
 
 /// The event's type, as core/v1 spells it.
@@ -127,12 +128,16 @@ impl ObjectRef {
     }
 }
 
+/// An event's reason: one of kubelet's constants ([`reason`]), or one made at run time
+/// (an admission rejection's `OutOfcpu`).
+pub(crate) type Reason = std::borrow::Cow<'static, str>;
+
 /// One recorded event, on its way to the sink.
 #[derive(Debug, Clone)]
 pub(crate) struct Recorded {
     pub object: ObjectRef,
     pub kind: EventType,
-    pub reason: &'static str,
+    pub reason: Reason,
     pub message: String,
     pub at: jiff::Timestamp,
 }
@@ -165,11 +170,11 @@ impl EventRecorder {
         &self,
         object: &ObjectRef,
         kind: EventType,
-        reason: &'static str,
+        reason: impl Into<Reason>,
         message: impl Into<String>,
     ) {
-        let message = message.into();
-        let (kind_name, reason_name) = (kind.as_str(), reason);
+        let (reason, message) = (reason.into(), message.into());
+        let (kind_name, reason_name) = (kind.as_str(), &*reason);
         if object.kind == "Pod" {
             let pod = format!("{}/{}", object.namespace, object.name);
             info!(pod = %pod, podUID = %object.uid, fieldPath = %object.field_path,
@@ -188,11 +193,7 @@ impl EventRecorder {
         };
         if queue.try_send(recorded).is_err() {
             let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            tracing::debug!(
-                dropped = n,
-                reason,
-                "event queue full or closed; event dropped"
-            );
+            tracing::debug!(dropped = n, "event queue full or closed; event dropped");
         }
     }
 

@@ -75,7 +75,7 @@ pub(crate) async fn run_sink(
         };
         let write = match correlator.correlate(&recorded, Instant::now()) {
             Correlated::Skip => {
-                debug!(reason = recorded.reason, "event spam-filtered");
+                debug!(reason = %recorded.reason, "event spam-filtered");
                 continue;
             }
             Correlated::Create(r) => (r, false),
@@ -199,7 +199,7 @@ fn to_event(settings: &SinkSettings, r: &EventRecord) -> Event {
             field_path: some(&o.field_path),
             ..ObjectReference::default()
         },
-        reason: Some(r.reason.to_owned()),
+        reason: Some(r.reason.to_string()),
         message: Some(r.message.clone()),
         type_: Some(r.kind.as_str().to_owned()),
         count: Some(r.count),

@@ -160,7 +160,7 @@ async fn liveness_fails_only_after_failure_threshold_consecutive_failures_then_h
     assert_eq!(unhealthy.len(), 5, "{unhealthy:?}");
     let (reason, kind, message, field_path) = &unhealthy[0];
     assert_eq!(
-        (*reason, *kind),
+        (reason.as_ref(), *kind),
         ("Unhealthy", crate::events::EventType::Warning)
     );
     assert!(message.starts_with("Liveness probe failed: "), "{message}");

@@ -320,6 +320,17 @@ impl DnsConfigurer {
         omit_duplicates(all)
     }
 
+    /// The warning kubelet records as a `MissingClusterDNS` event when a
+    /// `ClusterFirst` pod falls back to the host's DNS because no `--cluster-dns` is set.
+    pub(crate) fn missing_cluster_dns(&self, pod: &Pod) -> Option<String> {
+        (self.cluster_dns.is_empty() && dns_type(pod).ok()? == DnsType::Cluster).then(|| {
+            let who = format!("{}({})", crate::pod::pod_full_name(pod), pod_uid(pod));
+            format!(
+                "pod: {who:?}. kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy."
+            )
+        })
+    }
+
     /// kubelet's `GetPodDNS`.
     pub(crate) fn pod_dns(&self, pod: &Pod) -> Result<cri::DnsConfig, DnsError> {
         let spec = pod.spec.as_ref();
@@ -334,7 +345,8 @@ impl DnsConfigurer {
         let mut host_like = kind == DnsType::Host;
         if kind == DnsType::Cluster {
             if self.cluster_dns.is_empty() {
-                warn!(pod = %pod_ref(pod), podUID = pod_uid(pod), event = "MissingClusterDNS", "kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.");
+                // The runtime manager records kubelet's MissingClusterDNS event when it
+                // creates the sandbox (`missing_cluster_dns`); this runs on every sync.
                 host_like = true;
             } else {
                 dns.servers = self.cluster_dns.iter().map(IpAddr::to_string).collect();
@@ -464,6 +476,25 @@ mod tests {
         }));
         let dns = c.pod_dns(&p).unwrap();
         assert_eq!(dns.options, vec!["attempts", "ndots:3"]);
+    }
+
+    #[test]
+    fn missing_cluster_dns_is_kubelets_warning_for_cluster_first_pods_only() {
+        let (_d, path) = host_file(HOST);
+        let none = configurer(&path, &[]);
+        assert_eq!(
+            none.missing_cluster_dns(&pod(serde_json::json!({})))
+                .as_deref(),
+            Some(
+                "pod: \"web_shop(u1)\". kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy."
+            )
+        );
+        let host = pod(serde_json::json!({"dnsPolicy": "Default"}));
+        assert_eq!(none.missing_cluster_dns(&host), None);
+        let on_host_net = pod(serde_json::json!({"hostNetwork": true}));
+        assert_eq!(none.missing_cluster_dns(&on_host_net), None);
+        let with = configurer(&path, &["10.96.0.10"]);
+        assert_eq!(with.missing_cluster_dns(&pod(serde_json::json!({}))), None);
     }
 
     #[test]

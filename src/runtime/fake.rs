@@ -854,10 +854,15 @@ pub(crate) mod support {
 
     impl FakeNode {
         pub(crate) fn new() -> Self {
+            Self::with_events(crate::events::EventRecorder::log_only())
+        }
+
+        /// A node whose runtime manager records its events with `events`.
+        pub(crate) fn with_events(events: crate::events::EventRecorder) -> Self {
             let fake = Arc::new(FakeRuntime::new());
             fake.add_image(IMAGE);
             let dir = tempfile::tempdir().expect("tempdir");
-            let manager = Arc::new(Self::manager_over(&fake, &dir));
+            let manager = Arc::new(Self::manager_over(&fake, &dir).with_events(events));
             FakeNode { fake, manager, dir }
         }
 

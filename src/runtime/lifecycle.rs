@@ -394,7 +394,7 @@ mod tests {
         assert!(left >= MIN_GRACE_SECS, "{left}");
         let e = rx.try_recv().expect("one event");
         assert_eq!(
-            (e.reason, e.message.as_str()),
+            (e.reason.as_ref(), e.message.as_str()),
             ("FailedPreStopHook", "PreStopHook failed")
         );
         assert_eq!(e.kind, crate::events::EventType::Warning);

@@ -246,6 +246,11 @@ impl RuntimeManager {
         self
     }
 
+    /// Where this runtime's events go; the sync loop records its own (admission) there too.
+    pub(crate) fn events(&self) -> &EventRecorder {
+        &self.events
+    }
+
     pub(crate) fn with_image_pulls(mut self, limit: PullLimit) -> Self {
         self.images = ImagePuller::new(limit).with_events(self.events.clone());
         self
@@ -465,6 +470,10 @@ impl RuntimeManager {
             let config = sandbox_config.clone();
             if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
                 warn!(pod = %pod_ref, podUID = %uid, dir = %config.log_directory, error = %e, "cannot create pod log directory");
+            }
+            if let Some(msg) = self.sandbox_env.dns.missing_cluster_dns(pod) {
+                let pod_obj = ObjectRef::pod(pod);
+                (self.events).event(&pod_obj, Warning, reason::MISSING_CLUSTER_DNS, msg);
             }
             let handler = sandbox::runtime_handler(pod);
             info!(pod = %pod_ref, podUID = %uid, attempt = actions.attempt, hostNetwork = sandbox::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");

@@ -493,7 +493,7 @@ async fn container_events_and_a_failed_kill() {
         .unwrap();
     let mut seen = Vec::new();
     while let Ok(e) = rx.try_recv() {
-        seen.push((e.reason, e.message, e.object.field_path));
+        seen.push((e.reason.to_string(), e.message, e.object.field_path));
     }
     let at = |r: &str| seen.iter().find(|(reason, ..)| *reason == r).cloned();
     let (_, created, path) = at("Created").expect("Created");
@@ -518,11 +518,11 @@ async fn container_events_and_a_failed_kill() {
     assert!(manager.kill_pod_status(&p, &st, Some(0)).await.is_err());
     let mut seen = Vec::new();
     while let Ok(e) = rx.try_recv() {
-        seen.push((e.reason, e.message, e.object.field_path));
+        seen.push((e.reason.to_string(), e.message, e.object.field_path));
     }
     assert!(
         seen.contains(&(
-            "Killing",
+            "Killing".into(),
             "Stopping container app".into(),
             "spec.containers{app}".into()
         )),
@@ -558,7 +558,7 @@ async fn config_errors_and_crash_loop_back_off_are_container_events() {
     let drain = |rx: &mut tokio::sync::mpsc::Receiver<crate::events::Recorded>| {
         let mut seen = Vec::new();
         while let Ok(e) = rx.try_recv() {
-            seen.push((e.reason, e.message, e.object.field_path));
+            seen.push((e.reason.to_string(), e.message, e.object.field_path));
         }
         seen
     };
@@ -670,12 +670,12 @@ async fn a_missing_config_map_volume_holds_the_sandbox_back_with_failed_mount() 
     assert!(node.fake.calls_of("RunPodSandbox").is_empty());
     let mut seen = Vec::new();
     while let Ok(e) = rx.try_recv() {
-        seen.push((e.reason, e.message, e.object.field_path));
+        seen.push((e.reason.to_string(), e.message, e.object.field_path));
     }
     assert_eq!(
         seen,
         [(
-            "FailedMount",
+            "FailedMount".to_string(),
             r#"MountVolume.SetUp failed for volume "v" : configmap "x" not found"#.to_string(),
             String::new()
         )]

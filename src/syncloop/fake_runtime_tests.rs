@@ -24,7 +24,11 @@ async fn agent(max_pods: u32) -> Agent {
 
 /// [`agent`], with `setup` given the sync loop before it runs (to extend its seams).
 async fn agent_with(max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
-    let node = FakeNode::new();
+    agent_on(FakeNode::new(), max_pods, setup).await
+}
+
+/// [`agent_with`] over a given node (e.g. one whose runtime records events).
+async fn agent_on(node: FakeNode, max_pods: u32, setup: impl FnOnce(&mut SyncLoop)) -> Agent {
     let runtime = node.manager.clone();
     let cache = Arc::new(PodCache::default());
     let statuses = Arc::new(StatusManager::default());
@@ -267,7 +271,9 @@ impl admission::PodAdmitHandler for RefuseByName {
 
 #[tokio::test(start_paused = true)]
 async fn a_handler_added_to_the_admission_chain_rejects_and_the_pod_never_starts() {
-    let a = agent_with(110, |l| l.admission.push(Box::new(RefuseByName))).await;
+    let (events, mut recorded) = crate::events::EventRecorder::queued(64);
+    let node = FakeNode::with_events(events);
+    let a = agent_on(node, 110, |l| l.admission.push(Box::new(RefuseByName))).await;
     a.send(PodOperation::Add, vec![pod("ok", &[], &["app"], "Always")])
         .await;
     a.until(Duration::from_secs(5), "ok Running", |a| {
@@ -285,6 +291,21 @@ async fn a_handler_added_to_the_admission_chain_rejects_and_the_pod_never_starts
     assert_eq!(
         s.message.as_deref(),
         Some("Pod was rejected: 1 other pods hold the cpu")
+    );
+    // kubelet's rejectPod records a Warning event with the rejection's reason.
+    let mut rejections = Vec::new();
+    while let Ok(e) = recorded.try_recv() {
+        if e.object.name == "refused" {
+            rejections.push((e.kind, e.reason.to_string(), e.message));
+        }
+    }
+    assert_eq!(
+        rejections,
+        [(
+            crate::events::EventType::Warning,
+            "OutOfcpu".to_string(),
+            "1 other pods hold the cpu".to_string()
+        )]
     );
     // An update of a rejected pod is not dispatched either, and the rejection stays.
     a.send(PodOperation::Update, vec![refused]).await;

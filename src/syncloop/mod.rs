@@ -362,6 +362,13 @@ impl SyncLoop {
                 && let Err(r) = self.admission.admit(&attrs)
             {
                 warn!(pod = %pod_ref(&pod), podUID = %uid, reason = %r.reason, message = %r.message, "pod admission rejected");
+                // kubelet's rejectPod: a Warning event with the rejection's reason.
+                self.runtime.events().event(
+                    &crate::events::ObjectRef::pod(&pod),
+                    crate::events::EventType::Warning,
+                    r.reason.clone(),
+                    r.message.clone(),
+                );
                 let status = rejected(&pod, &r.reason, &r.message, jiff::Timestamp::now());
                 self.statuses.set(&uid, status);
                 continue;

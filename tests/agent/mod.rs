@@ -411,7 +411,6 @@ pub fn api_pod(name: &str, node: &str, script: &str, grace: i64) -> Pod {
     .unwrap()
 }
 
-
 /// A kube client for the test apiserver, from its kubeconfig.
 pub async fn client_of(server: &testapi::TestApiServer) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();

@@ -342,3 +342,79 @@ async fn a_60s_apiserver_outage_is_caught_up() {
         (before_id, true)
     );
 }
+
+/// The container statuses' terminated states in a status PATCH body, as
+/// (reason, exitCode).
+fn terminated_in(patch: &serde_json::Value) -> Vec<(String, i64)> {
+    patch["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let t = &c["state"]["terminated"];
+            Some((t["reason"].as_str()?.to_string(), t["exitCode"].as_i64()?))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_container_never_started_is_finally_deleted() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, ox) = start(&bed, dir.path()).await;
+    let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
+    let mut pod = api_pod("nopull", NODE, "sleep 3600", 30);
+    pod.spec.as_mut().unwrap().containers[0].image =
+        Some("localhost/oxlet/does-not-exist:1".into());
+    server.put(&pod).unwrap();
+    // The pull fails: the container waits (ErrImagePull / ImagePullBackOff).
+    poll(&ox, "nopull's image pull failing", START, || {
+        let s = stored(&server, "nopull")?.status?;
+        let reason = s.container_statuses?[0].state.clone()?.waiting?.reason?;
+        reason.contains("Image").then_some(())
+    })
+    .await;
+
+    // kubelet's TerminatePod: the pod ends Failed with its never-started container
+    // terminated (ContainerStatusUnknown, 137), so the final DELETE follows.
+    let asked = Instant::now();
+    pods.delete(
+        "nopull",
+        &DeleteParams {
+            grace_period_seconds: Some(2),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    poll(
+        &ox,
+        "nopull removed from the apiserver",
+        Duration::from_secs(15),
+        || stored(&server, "nopull").is_none().then_some(()),
+    )
+    .await;
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(10), "gone after {took:?}");
+    let log = server.requests();
+    let deleted = log
+        .iter()
+        .rposition(|r| r.method == "DELETE" && r.path == "/api/v1/namespaces/default/pods/nopull")
+        .expect("the final DELETE");
+    let last_patch = log[..deleted]
+        .iter()
+        .rfind(|r| {
+            r.method == "PATCH"
+                && r.path == "/api/v1/namespaces/default/pods/nopull/status"
+                && r.status == 200
+        })
+        .expect("a status PATCH before the DELETE");
+    let body: serde_json::Value = serde_json::from_str(&last_patch.body).unwrap();
+    assert_eq!(body["status"]["phase"], "Failed", "{}", last_patch.body);
+    assert_eq!(
+        terminated_in(&body),
+        [("ContainerStatusUnknown".to_string(), 137)],
+        "{}",
+        last_patch.body
+    );
+}

@@ -1,6 +1,8 @@
 //! exec probes: CRI `ExecSync` with the probe's timeout. A timeout is a failure
 //! (kubelet's `ExecProbeTimeout`, on by default); any other runtime error is a probe
-//! error (retried, not counted).
+//! error (retried, not counted). As kubelet's `pkg/probe/exec`, the failure message is
+//! the command's own output (what `<Kind> probe failed: …` events show), and a timeout's
+//! is `command "<argv joined>" timed out`.
 
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ pub(crate) async fn probe(
     command: Vec<String>,
     timeout: Duration,
 ) -> Result<ProbeOutcome, ProbeError> {
+    let shown = command.join(" ");
     match cri.exec_sync(container_id, command, timeout).await {
         Ok(out) => {
             let mut text = out.stdout;
@@ -25,14 +28,11 @@ pub(crate) async fn probe(
             if out.exit_code == 0 {
                 Ok(ProbeOutcome::Success(text))
             } else {
-                Ok(ProbeOutcome::Failure(format!(
-                    "command exited with {}: {text}",
-                    out.exit_code
-                )))
+                Ok(ProbeOutcome::Failure(text))
             }
         }
         Err(e) if e.code() == Some(tonic::Code::DeadlineExceeded) => Ok(ProbeOutcome::Failure(
-            format!("command timed out after {}s", timeout.as_secs()),
+            format!("command {shown:?} timed out"),
         )),
         Err(e) => Err(ProbeError::Exec(e)),
     }

@@ -249,7 +249,7 @@ async fn probe_errors_are_retried_three_times_and_not_counted() {
 
 #[tokio::test(start_paused = true)]
 async fn an_exec_timeout_is_a_failure() {
-    let b = bed(|c| c.readiness_probe = Some(exec_probe(1, 1, 0))).await;
+    let mut b = bed(|c| c.readiness_probe = Some(exec_probe(1, 1, 0))).await;
     let mut w = b.worker(ProbeKind::Readiness);
     b.exec_exits(0);
     assert!(w.do_probe(b.at(1)).await);
@@ -266,6 +266,30 @@ async fn an_exec_timeout_is_a_failure() {
     );
     assert_eq!(b.execs(), 2, "a timeout is not retried");
     assert_eq!(b.result(ProbeKind::Readiness), Some(ProbeResult::Failure));
+    // kubelet's exec prober: the timeout error is the output.
+    let e = b.events.try_recv().expect("Unhealthy event");
+    assert_eq!(
+        e.message,
+        r#"Readiness probe failed: command "cat /tmp/healthy" timed out"#
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exec_failure_message_is_the_command_output() {
+    let mut b = bed(|c| c.liveness_probe = Some(exec_probe(3, 1, 0))).await;
+    let mut w = b.worker(ProbeKind::Liveness);
+    b.node.fake.set_exec_result(
+        &b.id,
+        Ok(ExecOutput {
+            stdout: b"not ready\n".to_vec(),
+            stderr: b"oops".to_vec(),
+            exit_code: 1,
+        }),
+    );
+    assert!(w.do_probe(b.at(1)).await);
+    let e = b.events.try_recv().expect("Unhealthy event");
+    // As kubelet's prober: `<Kind> probe failed: <output>`, stdout then stderr.
+    assert_eq!(e.message, "Liveness probe failed: not ready\noops");
 }
 
 #[tokio::test(start_paused = true)]

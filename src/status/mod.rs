@@ -11,6 +11,7 @@ pub(crate) mod mirror;
 pub(crate) mod node;
 mod patch;
 pub(crate) mod startup;
+pub(crate) mod terminate;
 
 use std::collections::HashMap;
 use std::sync::RwLock;

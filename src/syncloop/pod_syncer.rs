@@ -11,13 +11,14 @@ use super::pod_manager::PodManager;
 use super::pod_workers::{KillStatus, PodSyncError, PodSyncer, SyncResult, UpdateType};
 use crate::cm::ContainerManager;
 use crate::pleg::PodCache;
-use crate::pod::{Phase, pod_ref, pod_uid};
+use crate::pod::{Phase, is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeManager;
 use crate::runtime::RuntimeManager;
 use crate::runtime::types::{PodRuntimeStatus, RuntimePod};
 use crate::status::StatusManager;
 use crate::status::generate::{StatusInputs, generate};
 use crate::status::startup::StartupTracker;
+use crate::status::terminate::terminate_pod_status;
 
 /// Everything a pod sync touches.
 pub(crate) struct Syncer {
@@ -220,9 +221,19 @@ impl PodSyncer for Syncer {
         };
         self.startup.forget(&uid);
         self.probes.remove_pod(&uid);
-        // A pod still in the config keeps its (terminal) containers for its status;
+        // A pod still in the config keeps its (terminal) containers for its status,
+        // made final as kubelet's `TerminatePod` (so the status writer can delete it);
         // a pod gone from the config leaves nothing behind.
-        if !self.pods.contains(&uid) {
+        if self.pods.contains(&uid) {
+            if let Some(p) = &pod
+                && let Some(mut status) = self.statuses.get(&uid)
+            {
+                terminate_pod_status(&mut status, p, is_static_pod(p));
+                if self.statuses.set(&uid, status) {
+                    debug!(pod = %pod_ref, podUID = %uid, "pod status made final");
+                }
+            }
+        } else {
             self.runtime.remove_pod(&uid, &pod_ref).await?;
             self.cache.delete(&uid);
             self.statuses.remove(&uid);

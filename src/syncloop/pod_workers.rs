@@ -189,28 +189,38 @@ pub(crate) fn merge_grace(current: Option<i64>, new: i64) -> i64 {
     current.map_or(new, |c| c.min(new))
 }
 
-/// The first wait before a failed sync is retried (kubelet's `backOffPeriod`).
+/// The wait before a failed sync is retried (kubelet's `backOffPeriod`), jittered up
+/// to ×1.5 as kubelet's `workerBackOffPeriodJitterFactor`.
 pub(crate) const BACK_OFF_PERIOD: Duration = Duration::from_secs(10);
-/// The longest wait before a sync that keeps failing is retried (kubelet's cap for
-/// crash-loop back-off).
+/// The wait before a sync that cannot pass as it is (a spec error) is tried again; a
+/// new update still ends it. oxlet's own: kubelet retries those every 10 s too.
 pub(crate) const MAX_BACK_OFF: Duration = Duration::from_secs(300);
 /// The first wait before a failed kill or cleanup is retried.
 pub(crate) const TERMINATE_BACK_OFF: Duration = Duration::from_secs(1);
 
 /// The wait before retrying a step that failed `failures` times in a row (errors and
-/// panics alike): doubling from 10 s up to 5 min for syncs, so a pod that keeps
-/// failing costs less and less; doubling from 1 s up to 10 s for kills and
-/// cleanups, so a pod being stopped is never left waiting long.
+/// panics alike). A sync waits kubelet's flat 10 s (`completeWork` requeues after
+/// `backOffPeriod`, never longer), so a pod waiting for a ConfigMap starts within
+/// ~15 s of it appearing; crash-loop and image-pull back-offs grow on their own.
+/// Kills and cleanups double from 1 s up to that same 10 s: sooner than kubelet, never
+/// later, so a pod being stopped is not held up by one failed (idempotent) CRI call.
 pub(crate) fn failure_back_off(lifecycle: Lifecycle, failures: u32) -> Duration {
-    let (base, max) = back_off_range(lifecycle);
-    let doublings = failures.saturating_sub(1).min(16);
-    base.saturating_mul(1 << doublings).min(max)
+    match lifecycle {
+        Lifecycle::Syncing => BACK_OFF_PERIOD,
+        _ => {
+            let doublings = failures.saturating_sub(1).min(16);
+            TERMINATE_BACK_OFF
+                .saturating_mul(1 << doublings)
+                .min(BACK_OFF_PERIOD)
+        }
+    }
 }
 
-fn back_off_range(lifecycle: Lifecycle) -> (Duration, Duration) {
+/// The wait for a step that cannot pass as it is.
+fn permanent_back_off(lifecycle: Lifecycle) -> Duration {
     match lifecycle {
-        Lifecycle::Syncing => (BACK_OFF_PERIOD, MAX_BACK_OFF),
-        _ => (TERMINATE_BACK_OFF, BACK_OFF_PERIOD),
+        Lifecycle::Syncing => MAX_BACK_OFF,
+        _ => BACK_OFF_PERIOD,
     }
 }
 
@@ -532,7 +542,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     ) -> Duration {
         s.failures = s.failures.saturating_add(1);
         let mut delay = if hint.permanent {
-            back_off_range(lifecycle).1
+            permanent_back_off(lifecycle)
         } else {
             failure_back_off(lifecycle, s.failures)
         };

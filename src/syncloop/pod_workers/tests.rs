@@ -363,13 +363,14 @@ async fn recreated_pod_restarts_after_housekeeping() {
 }
 
 #[test]
-fn failure_back_off_doubles_up_to_its_cap() {
+fn failure_back_off_is_flat_for_syncs_and_doubles_for_kills() {
     let secs = |l, n| failure_back_off(l, n).as_secs();
+    // kubelet's completeWork: every failed sync is requeued after backOffPeriod.
     let sync: Vec<u64> = (1..=7).map(|n| secs(Lifecycle::Syncing, n)).collect();
-    assert_eq!(sync, vec![10, 20, 40, 80, 160, 300, 300]);
+    assert_eq!(sync, vec![10; 7]);
     let kill: Vec<u64> = (1..=6).map(|n| secs(Lifecycle::Terminating, n)).collect();
     assert_eq!(kill, vec![1, 2, 4, 8, 10, 10]);
-    assert_eq!(secs(Lifecycle::Syncing, u32::MAX), 300, "no overflow");
+    assert_eq!(secs(Lifecycle::Terminating, u32::MAX), 10, "no overflow");
 }
 
 #[tokio::test(start_paused = true)]
@@ -469,7 +470,7 @@ async fn forgotten_pod_added_again_is_a_plain_new_pod() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn syncer_that_errors_is_retried_with_growing_back_off() {
+async fn syncer_that_errors_is_retried_every_ten_seconds_jittered() {
     let (w, fake) = workers(Fake {
         fail_sync: Some("u1"),
         ..Default::default()
@@ -483,11 +484,10 @@ async fn syncer_that_errors_is_retried_with_growing_back_off() {
     }
     let gaps = fake.sync_gaps();
     assert!(gaps.len() >= 3, "{gaps:?}");
-    for (gap, base) in gaps.iter().zip([10.0, 20.0, 40.0]) {
-        assert!(
-            *gap >= base && *gap < base * 1.5 + 1.0,
-            "gap {gap} for base {base}: {gaps:?}"
-        );
+    // kubelet's backOffPeriod jittered by 0.5: [10, 15) s each time, never growing.
+    assert!(gaps.len() >= 10, "{gaps:?}");
+    for gap in &gaps {
+        assert!(*gap >= 10.0 && *gap < 16.0, "gap {gap}: {gaps:?}");
     }
     // A kill is not held back by the sync back-off.
     w.update_pod(kill(&p, None));
@@ -512,12 +512,15 @@ async fn panicking_syncer_is_retried_and_its_full_name_is_released() {
         Some(Lifecycle::Syncing),
         "still supervised"
     );
-    // The supervisor retries the panicked step after a back-off: 10 s then 20 s, each
-    // jittered up to ×1.5, so the second retry lands by 15 + 30 = 45 s.
-    tokio::time::sleep(Duration::from_secs(46)).await;
+    // The supervisor retries the panicked step after kubelet's back-off: 10 s
+    // jittered up to ×1.5 each time, so the second retry lands by 15 + 15 = 30 s.
+    tokio::time::sleep(Duration::from_secs(31)).await;
     let gaps = fake.sync_gaps();
     assert!(gaps.len() >= 2, "retried: {:?}", fake.log());
-    assert!(gaps[0] >= 10.0 && gaps[1] >= 20.0, "growing: {gaps:?}");
+    assert!(
+        gaps.iter().all(|g| *g >= 10.0 && *g < 16.0),
+        "flat: {gaps:?}"
+    );
     // Manifest edited: REMOVE old, ADD new with the same full name.
     w.update_pod(kill(&old, None));
     w.update_pod(work(&new, UpdateType::Create));

@@ -31,7 +31,7 @@ impl FailureLog {
     pub(crate) fn failed(&mut self) -> Verdict {
         self.in_a_row = self.in_a_row.saturating_add(1);
         let n = self.in_a_row;
-        if n <= LOUD_FIRST || (n - LOUD_FIRST) % QUIET_EVERY == 0 {
+        if n <= LOUD_FIRST || (n - LOUD_FIRST).is_multiple_of(QUIET_EVERY) {
             Verdict::Warn(n)
         } else {
             Verdict::Quiet(n)

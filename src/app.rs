@@ -881,6 +881,8 @@ fn spawn_status_writer(
             }),
         });
     let (client, s, p) = (api.main.clone(), statuses.clone(), pods.clone());
+    let mirror_created = Arc::new(tokio::sync::Notify::new());
+    let created = mirror_created.clone();
     tasks.spawn_restarting("pod-status-writer", Backoff::default(), move |cancel| {
         let writer = StatusWriter::new(
             client.clone(),
@@ -888,7 +890,8 @@ fn spawn_status_writer(
             p.clone(),
             finished.clone(),
             period,
-        );
+        )
+        .with_mirror_created(created.clone());
         async move {
             writer.run(cancel).await;
             Ok(())
@@ -901,7 +904,8 @@ fn spawn_status_writer(
             opts.node_name.clone(),
             period,
         )
-        .with_wake(mirror_wake),
+        .with_wake(mirror_wake)
+        .with_created_hook(mirror_created),
     );
     tasks.spawn_restarting("mirror-pods", Backoff::default(), move |cancel| {
         let m = mirrors.clone();

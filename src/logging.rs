@@ -1,11 +1,18 @@
 //! klog-style verbosity on top of tracing. `-v=0`: warnings, errors and the start-up
-//! summary; `-v=2`: every pod update and container event (info); `-v=4`: every sync
-//! loop iteration (debug); `-v=6`: every CRI call with its latency (trace).
+//! summary; `-v=2`: every pod update and container event (info); `-v=3`: also the
+//! events oxlet records (`Event: ...`); `-v=4`: every sync loop iteration (debug);
+//! `-v=6`: every CRI call with its latency (trace), and kube-client's own error lines.
 
 use tracing_subscriber::EnvFilter;
 
 /// The tracing target of the start-up summary, shown at every verbosity.
 pub(crate) const STARTUP_TARGET: &str = "oxlet::startup";
+/// The tracing target of recorded events (`Event: ...`), shown from `-v=3` like
+/// kubelet's event broadcaster log (`klog.V(3)`).
+pub(crate) const EVENTS_TARGET: &str = "oxlet::events";
+/// kube-client logs every failed request at error level; oxlet already reports each
+/// failure in its own words (rate-limited), so those lines only show from this `-v`.
+const KUBE_CLIENT_FROM: u8 = 6;
 
 /// The filter for a verbosity; dependencies stay at warn so `-v` tells oxlet's story.
 pub(crate) fn filter_for(verbosity: u8) -> EnvFilter {
@@ -15,7 +22,15 @@ pub(crate) fn filter_for(verbosity: u8) -> EnvFilter {
         4 | 5 => "debug",
         _ => "trace",
     };
-    EnvFilter::new(format!("warn,oxlet={oxlet},{STARTUP_TARGET}=info"))
+    let events = if verbosity >= 3 { oxlet } else { "warn" };
+    let kube_client = if verbosity >= KUBE_CLIENT_FROM {
+        "warn"
+    } else {
+        "off"
+    };
+    EnvFilter::new(format!(
+        "warn,kube_client={kube_client},oxlet={oxlet},{EVENTS_TARGET}={events},{STARTUP_TARGET}=info"
+    ))
 }
 
 /// Installs the global subscriber (stderr, one line per event). `RUST_LOG` overrides `-v`.
@@ -34,6 +49,8 @@ pub fn init(verbosity: u8) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use super::*;
 
     #[test]
@@ -42,5 +59,68 @@ mod tests {
         assert!(filter_for(2).to_string().contains("oxlet=info"));
         assert!(filter_for(4).to_string().contains("oxlet=debug"));
         assert!(filter_for(6).to_string().contains("oxlet=trace"));
+    }
+
+    /// Collects what a subscriber with `filter_for(verbosity)` prints.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The lines shown at `verbosity` of: a pod update (info), an event, a
+    /// kube-client request error, a RECONCILE-style debug line.
+    fn shown(verbosity: u8) -> Vec<&'static str> {
+        let buf = Buf::default();
+        let w = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_env_filter(filter_for(verbosity))
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!("pod-update");
+            tracing::info!(target: EVENTS_TARGET, "event-line");
+            tracing::error!(target: "kube_client::client::builder", "kube-error");
+            tracing::debug!("debug-line");
+            tracing::warn!("oxlet-warning");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        [
+            "pod-update",
+            "event-line",
+            "kube-error",
+            "debug-line",
+            "oxlet-warning",
+        ]
+        .into_iter()
+        .filter(|l| out.contains(l))
+        .collect()
+    }
+
+    #[test]
+    fn events_from_v3_kube_client_errors_only_at_high_verbosity() {
+        assert_eq!(shown(0), ["oxlet-warning"]);
+        assert_eq!(shown(2), ["pod-update", "oxlet-warning"]);
+        assert_eq!(shown(3), ["pod-update", "event-line", "oxlet-warning"]);
+        assert_eq!(
+            shown(4),
+            ["pod-update", "event-line", "debug-line", "oxlet-warning"]
+        );
+        assert_eq!(
+            shown(6),
+            [
+                "pod-update",
+                "event-line",
+                "kube-error",
+                "debug-line",
+                "oxlet-warning"
+            ]
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! Node registration, node status and the lease on a real containerd, with the real
 //! oxlet binary against the in-repo test apiserver: the node registers with the
 //! capacity oxlet measured and Ready, the lease is renewed every quarter of its
-//! duration, a deleted Node is registered again, and after an apiserver outage the
+//! duration, a deleted Node is registered again (with the default report
+//! frequency, so only the periodic GET can notice), and after an apiserver outage the
 //! lease and the status catch up.
 
 mod agent;
@@ -204,21 +205,6 @@ async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
         "renew interval ≈ 500 ms, got {gaps:?}"
     );
 
-    // A deleted Node is registered again (new UID), and reported Ready again.
-    assert!(api.remove::<Node>("", NODE).unwrap());
-    let again = wait(
-        "the node to be registered again",
-        &ox,
-        Duration::from_secs(15),
-        || {
-            let n: Node = api.get("", NODE).ok()??;
-            (ready(&n)?.0 == "True").then_some(n)
-        },
-    )
-    .await;
-    assert_ne!(again.metadata.uid, node.metadata.uid);
-    assert!(ox.log().contains("registering it again"));
-
     // An outage: lease and status catch up once the apiserver is back.
     api.stop().await.unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -243,6 +229,67 @@ async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
                 .into_iter()
                 .find(|c| c.type_ == "Ready")?;
             (c.last_heartbeat_time?.0 > stopped_at && c.status == "True").then_some(())
+        },
+    )
+    .await;
+}
+
+/// With the default `nodeStatusReportFrequency` (5 min) nothing is due to be sent
+/// after the first status, so only the periodic GET notices a deleted Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_node_is_registered_again_with_the_default_report_frequency() {
+    let bed = Testbed::start().await;
+    let api = TestApiServer::start(&bed.base_dir().join("apiserver"))
+        .await
+        .unwrap();
+    let ox = Oxlet::start(
+        &bed,
+        &[
+            &format!("--kubeconfig={}", api.kubeconfig().display()),
+            "--node-status-update-frequency=1s",
+        ],
+    );
+    let node = wait("the node to be Ready", &ox, Duration::from_secs(30), || {
+        let n: Node = api.get("", NODE).ok()??;
+        (ready(&n)?.0 == "True").then_some(n)
+    })
+    .await;
+    wait(
+        "the lease owned by the Node",
+        &ox,
+        Duration::from_secs(15),
+        || {
+            let l: Lease = api.get("kube-node-lease", NODE).ok()??;
+            (l.metadata.owner_references?[0].uid == node.metadata.uid.clone()?).then_some(())
+        },
+    )
+    .await;
+    // Let the first status settle so nothing is due any more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(api.remove::<Node>("", NODE).unwrap());
+    let again = wait(
+        "the node to be registered again",
+        &ox,
+        Duration::from_secs(15),
+        || {
+            let n: Node = api.get("", NODE).ok()??;
+            (ready(&n)?.0 == "True").then_some(n)
+        },
+    )
+    .await;
+    assert_ne!(again.metadata.uid, node.metadata.uid);
+    assert!(
+        ox.log()
+            .contains("the Node object was deleted; registering it again")
+    );
+    let new_uid = again.metadata.uid.clone().unwrap();
+    wait(
+        "the lease's owner to be the new Node",
+        &ox,
+        Duration::from_secs(15),
+        || {
+            let l: Lease = api.get("kube-node-lease", NODE).ok()??;
+            (l.metadata.owner_references?[0].uid == new_uid).then_some(())
         },
     )
     .await;

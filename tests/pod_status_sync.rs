@@ -170,3 +170,41 @@ async fn mirror_pods_and_statuses_follow_the_static_pod() {
     })
     .await;
 }
+
+/// With the default 10 s status period, a (re)created mirror pod gets the static
+/// pod's status at once: the mirror reconciler wakes the status writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_mirror_pod_gets_its_status_at_once() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = TestApiServer::start(dir.path()).await.unwrap();
+    let node: Node =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NODE}})).unwrap();
+    api.put(&node).unwrap();
+    let mut ox = Oxlet::new(&bed);
+    write_manifest(
+        &ox.manifests,
+        "web.yaml",
+        &pod_yaml("web", "sleep 3600 # v1", ""),
+    );
+    let kubeconfig = format!("--kubeconfig={}", api.kubeconfig().display());
+    ox.spawn(&[&kubeconfig]);
+    let hash = static_hash(&ox, "v1").await;
+    let m1 = wait_mirror_running(&ox, &api, &hash).await;
+
+    api.remove::<Pod>("default", MIRROR).unwrap();
+    let t = Instant::now();
+    let recreated = wait(&ox, "the mirror pod recreated", || {
+        mirror(&api).filter(|m| m.metadata.uid != m1.metadata.uid)
+    })
+    .await;
+    let m2 = wait_mirror_running(&ox, &api, &hash).await;
+    let latency = t.elapsed();
+    eprintln!("mirror pod deleted -> recreated and Running in {latency:?}");
+    assert_eq!(m2.metadata.uid, recreated.metadata.uid);
+    assert!(
+        latency < Duration::from_secs(4),
+        "status took {latency:?} (the writer's period is 10 s)\n{}",
+        tail(&ox.log(), 40)
+    );
+}

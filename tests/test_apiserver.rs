@@ -962,3 +962,80 @@ async fn server_rv(pods: &Api<Pod>) -> String {
         .resource_version
         .unwrap()
 }
+
+/// Like the real server: a Secret's `stringData` lands in `data` (base64) on create,
+/// update and patch; pods with duplicate container names or unsupported policies are
+/// refused with 422 Invalid naming the field.
+#[tokio::test]
+async fn secrets_merge_string_data_and_pods_are_validated() {
+    let (_dir, _server, client) = server().await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let s: Secret = serde_json::from_value(json!({"metadata": {"name": "s"},
+        "stringData": {"user": "admin"}}))
+    .unwrap();
+    let created = secrets.create(&PostParams::default(), &s).await.unwrap();
+    assert_eq!(created.data.as_ref().unwrap()["user"].0, b"admin");
+    assert!(created.string_data.is_none());
+    let mut s2 = created.clone();
+    s2.string_data = Some([("pass".to_owned(), "pw".to_owned())].into());
+    let updated = secrets
+        .replace("s", &PostParams::default(), &s2)
+        .await
+        .unwrap();
+    let data = updated.data.unwrap();
+    assert_eq!(
+        (data["user"].0.as_slice(), data["pass"].0.as_slice()),
+        (&b"admin"[..], &b"pw"[..])
+    );
+    let patched = secrets
+        .patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"user": "root"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["user"].0, b"root");
+
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    for (spec, field) in [
+        (
+            json!({"initContainers": [{"name": "c", "image": "i"}], "containers": [{"name": "c", "image": "i"}]}),
+            "spec.containers[0].name: Duplicate value",
+        ),
+        (
+            json!({"restartPolicy": "Sometimes", "containers": [{"name": "c", "image": "i"}]}),
+            "spec.restartPolicy: Unsupported value",
+        ),
+        (
+            json!({"containers": [{"name": "c", "image": "i", "imagePullPolicy": "Maybe"}]}),
+            "spec.containers[0].imagePullPolicy: Unsupported value",
+        ),
+    ] {
+        let p: Pod =
+            serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": spec})).unwrap();
+        match pods.create(&PostParams::default(), &p).await {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
+                assert!(e.message.contains(field), "{}", e.message);
+            }
+            other => panic!("expected 422 for {field}, got {other:?}"),
+        }
+    }
+}
+
+/// `start_on` listens where asked, so a server started by hand (the `serve` example)
+/// comes back on the same port and its kubeconfig still works.
+#[tokio::test]
+async fn start_on_a_given_port_survives_a_process_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = TestApiServer::start(dir.path()).await.unwrap();
+    let url = first.url();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    first.stop().await.unwrap();
+    drop(first);
+    let second = TestApiServer::start_on(dir.path(), port).await.unwrap();
+    assert_eq!(second.url(), url);
+    let nodes: Api<Node> = Api::all(client_of(&second).await);
+    nodes.list(&ListParams::default()).await.unwrap();
+}

@@ -177,11 +177,11 @@ impl EventRecorder {
         let (kind_name, reason_name) = (kind.as_str(), &*reason);
         if object.kind == "Pod" {
             let pod = format!("{}/{}", object.namespace, object.name);
-            info!(pod = %pod, podUID = %object.uid, fieldPath = %object.field_path,
+            info!(target: crate::logging::EVENTS_TARGET, pod = %pod, podUID = %object.uid, fieldPath = %object.field_path,
                 eventType = kind_name, reason = reason_name, "Event: {message}");
         } else {
             let obj = format!("{}/{}", object.kind, object.name);
-            info!(object = %obj, eventType = kind_name, reason = reason_name, "Event: {message}");
+            info!(target: crate::logging::EVENTS_TARGET, object = %obj, eventType = kind_name, reason = reason_name, "Event: {message}");
         }
         let Some(queue) = &self.queue else { return };
         let recorded = Recorded {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use tokio::sync::Notify;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -70,6 +71,9 @@ pub(crate) struct StatusWriter {
     period: Duration,
     /// The version last written per pod UID; only UIDs the manager holds are kept.
     written: HashMap<String, u64>,
+    /// Notified by the mirror reconciler when it created a mirror pod: the static
+    /// pods' statuses are written then, not on the next period.
+    mirror_created: Option<Arc<Notify>>,
 }
 
 impl StatusWriter {
@@ -87,7 +91,15 @@ impl StatusWriter {
             finished,
             period,
             written: HashMap::new(),
+            mirror_created: None,
         }
+    }
+
+    /// Write the static pods' statuses whenever `created` is notified (a mirror pod
+    /// was created).
+    pub(crate) fn with_mirror_created(mut self, created: Arc<Notify>) -> Self {
+        self.mirror_created = Some(created);
+        self
     }
 
     /// Runs until cancelled.
@@ -102,8 +114,10 @@ impl StatusWriter {
         let mut changes = self.statuses.subscribe();
         let mut tick = tokio::time::interval(self.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let created = self.mirror_created.clone().unwrap_or_default();
         loop {
             tokio::select! {
+                () = created.notified() => self.sync_static().await,
                 change = changes.recv() => match change {
                     Ok(c) if c.version > self.written_version(&c.uid) => {
                         self.sync_logged(&c.uid).await;
@@ -137,6 +151,16 @@ impl StatusWriter {
                 || self.awaits_final_delete(&uid)
                 || (reconcile && self.needs_reconcile(&uid))
             {
+                self.sync_logged(&uid).await;
+            }
+        }
+    }
+
+    /// Every static pod's status, read against the apiserver (its mirror pod was just
+    /// created; the pod manager may not have seen it yet).
+    async fn sync_static(&mut self) {
+        for uid in self.statuses.uids() {
+            if self.pods.get(&uid).is_some_and(|p| is_static_pod(&p)) {
                 self.sync_logged(&uid).await;
             }
         }

@@ -62,6 +62,9 @@ pub(crate) struct MirrorPods {
     period: Duration,
     /// Shared with the sync loop, which pokes it when static or mirror pods change.
     wake: Arc<Notify>,
+    /// Notified after a pass created a mirror pod, so the status writer writes its
+    /// static pod's status at once (kubelet's syncPod does right after the create).
+    created: Option<Arc<Notify>>,
 }
 
 impl MirrorPods {
@@ -77,7 +80,14 @@ impl MirrorPods {
             node_name,
             period,
             wake: Arc::new(Notify::new()),
+            created: None,
         }
+    }
+
+    /// `created` is notified after each pass that created a mirror pod.
+    pub(crate) fn with_created_hook(mut self, created: Arc<Notify>) -> Self {
+        self.created = Some(created);
+        self
     }
 
     /// Passes run on `wake` too (the sync loop's mirror hook), not only every period.
@@ -98,7 +108,13 @@ impl MirrorPods {
     /// Runs passes until cancelled; a failed pass is logged and retried on the next.
     pub(crate) async fn run(&self, cancel: CancellationToken) {
         loop {
-            match self.pass().await {
+            let result = self.pass().await;
+            if let (Ok(r), Some(created)) = (&result, &self.created)
+                && r.created > 0
+            {
+                created.notify_one();
+            }
+            match result {
                 Ok(r) if r.created + r.deleted > 0 => {
                     debug!(
                         created = r.created,

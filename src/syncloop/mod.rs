@@ -292,7 +292,12 @@ impl SyncLoop {
     fn handle_update(&mut self, update: PodUpdate) {
         let source = update.source;
         for pod in &update.pods {
-            info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), source, op = update.op.as_str(), "pod update from config");
+            // kubelet logs RECONCILE (a status-only change, after every status write) at V(4).
+            if update.op == PodOperation::Reconcile {
+                debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), source, op = update.op.as_str(), "pod update from config");
+            } else {
+                info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), source, op = update.op.as_str(), "pod update from config");
+            }
         }
         let pods: Vec<Arc<Pod>> = update.pods.into_iter().map(Arc::new).collect();
         // A status-only change (Reconcile) leaves the mirror pods as they are.

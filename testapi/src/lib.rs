@@ -19,6 +19,7 @@ mod resources;
 mod selectors;
 mod status;
 mod store;
+mod validate;
 mod verbs;
 mod watch;
 
@@ -150,6 +151,12 @@ impl TestApiServer {
     /// Start on a free loopback port. State saved in `state_dir` by an earlier `stop` is loaded;
     /// the bearer token and the kubeconfig for clients are written there too.
     pub async fn start(state_dir: &Path) -> Result<Self, Error> {
+        Self::start_on(state_dir, 0).await
+    }
+
+    /// [`Self::start`] on loopback port `port` (0: a free one), so a server started by
+    /// hand can be restarted where its clients' kubeconfig points.
+    pub async fn start_on(state_dir: &Path, port: u16) -> Result<Self, Error> {
         std::fs::create_dir_all(state_dir).map_err(io(state_dir))?;
         let state_file = state_dir.join("state.json");
         let state = match std::fs::read(&state_file) {
@@ -175,7 +182,7 @@ impl TestApiServer {
                 t
             }
         };
-        let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+        let any: SocketAddr = ([127, 0, 0, 1], port).into();
         let listener = TcpListener::bind(any)
             .await
             .map_err(|source| Error::Bind { addr: any, source })?;

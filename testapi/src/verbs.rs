@@ -32,6 +32,7 @@ fn decode(t: &Target, body: &mut Value) -> Result<(), ApiError> {
         }
     }
     (def.check)(body)?;
+    crate::validate::admit(def.name, body)?;
     body["kind"] = Value::String(def.kind.to_owned());
     body["apiVersion"] = Value::String(def.api_version());
     if !body.get("metadata").is_some_and(Value::is_object) {
@@ -274,6 +275,7 @@ pub(crate) fn patch_object(
             _ => patch::json_patch(&mut new, &p)?,
         }
         (t.def.check)(&new)?;
+        crate::validate::admit(t.def.name, &mut new)?;
         Ok((merge_write(t, &name, old, new)?, ()))
     })?;
     Ok(respond(200, &obj.unwrap_or(Value::Null)))

@@ -1,11 +1,13 @@
 //! Node registration and node status (kubelet's `kubelet_node_status.go`): register
 //! or adopt the Node, then compute its status every `nodeStatusUpdateFrequency`
 //! and PATCH it when it changed or `nodeStatusReportFrequency` has passed, with a
-//! fast first status at start. A Node deleted while oxlet runs is registered again
-//! (kubelet does not; users asked for it). Everything goes through the heartbeat
+//! fast first status at start. The Node is read every period, so one deleted while
+//! oxlet runs is registered again even when nothing is due to be sent (kubelet does
+//! not re-register; users asked for it). Everything goes through the heartbeat
 //! client; an absent apiserver only delays reports, it never stops the agent.
 
 pub(crate) mod conditions;
+pub(crate) mod failures;
 pub(crate) mod labels;
 pub(crate) mod register;
 pub(crate) mod setters;
@@ -31,6 +33,7 @@ use crate::runtime::cri_api::CriRead as _;
 use crate::status::lease::NodeRef;
 use crate::syncloop::RuntimeHealth;
 use conditions::PressureSource;
+use failures::{FailureLog, Verdict};
 use register::Registration;
 
 /// kubelet's `nodeStatusUpdateRetry`.
@@ -76,6 +79,8 @@ pub(crate) struct NodeStatusTask {
     api: Api<Node>,
     /// The last status sent, and when.
     last: Option<(NodeStatus, Instant)>,
+    /// Consecutive failed periods, for rate-limited warnings.
+    failures: FailureLog,
 }
 
 impl NodeStatusTask {
@@ -85,6 +90,7 @@ impl NodeStatusTask {
             deps,
             api,
             last: None,
+            failures: FailureLog::default(),
         }
     }
 
@@ -173,11 +179,40 @@ impl NodeStatusTask {
             )
     }
 
-    /// One update: compute, and PATCH when due; up to 5 tries. Returns whether the
-    /// node is Ready as sent (or would be).
+    /// kubelet's GET at the start of `tryUpdateNodeStatus`: a 404 means the Node was
+    /// deleted; a Node recreated by someone else gets its new UID published (the lease's
+    /// owner reference follows).
+    async fn check_node(&self) -> Result<(), UpdateError> {
+        match self.api.get_opt(&self.deps.info.name).await? {
+            None => Err(UpdateError::NodeGone(self.deps.info.name.clone())),
+            Some(node) => {
+                let uid = node.metadata.uid.unwrap_or_default();
+                self.deps.owner.send_if_modified(|owner| match owner {
+                    Some(o) if o.uid != uid => {
+                        o.uid = uid;
+                        true
+                    }
+                    _ => false,
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// One update: GET the Node, compute, and PATCH when due; up to 5 tries. Returns
+    /// whether the node is Ready as sent (or would be).
     async fn update(&mut self) -> Result<bool, UpdateError> {
         let mut last_err = None;
         for _ in 0..UPDATE_RETRIES {
+            match self.check_node().await {
+                Ok(()) => {}
+                Err(UpdateError::Api(e)) => {
+                    debug!(error = %e, "error getting the node, will retry");
+                    last_err = Some(e);
+                    continue;
+                }
+                Err(gone) => return Err(gone),
+            }
             let status = self.compute().await;
             let ready = status
                 .conditions
@@ -260,20 +295,33 @@ impl NodeStatusTask {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(self.deps.update_frequency + jitter) => {}
             }
-            match self.update().await {
-                Ok(_) => {}
-                Err(UpdateError::NodeGone(name)) => {
-                    warn!(node = %name, "the Node object was deleted; registering it again");
-                    self.last = None;
-                    if self.register(&cancel).await.is_none() {
-                        return;
-                    }
-                    if let Err(e) = self.update().await {
-                        warn!(error = %e, "unable to update node status");
-                    }
+            let mut result = self.update().await;
+            if let Err(UpdateError::NodeGone(name)) = &result {
+                warn!(node = %name, "the Node object was deleted; registering it again");
+                self.last = None;
+                if self.register(&cancel).await.is_none() {
+                    return;
                 }
-                Err(e) => warn!(error = %e, "unable to update node status"),
+                result = self.update().await;
             }
+            self.log_outcome(result.err());
+        }
+    }
+
+    /// One line per period outcome, rate-limited (see [`failures`]).
+    fn log_outcome(&mut self, error: Option<UpdateError>) {
+        match error {
+            None => {
+                if let Verdict::Recovered(n) = self.failures.succeeded() {
+                    warn!(failures = n, "node status updates work again");
+                }
+            }
+            Some(e) => match self.failures.failed() {
+                Verdict::Warn(n) => {
+                    warn!(error = %e, failuresInARow = n, "unable to update node status, will retry");
+                }
+                _ => debug!(error = %e, "unable to update node status, will retry"),
+            },
         }
     }
 }

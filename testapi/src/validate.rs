@@ -1,0 +1,139 @@
+//! What the real apiserver does to an object before storing it, beyond decoding: a
+//! Secret's `stringData` is merged into `data` (the registry's `PrepareForCreate` /
+//! `PrepareForUpdate`), and a pod is validated for the mistakes oxlet's tests care
+//! about (`ValidatePodSpec`): duplicate container names across init and regular
+//! containers, and unsupported `restartPolicy` / `imagePullPolicy` values. Errors are
+//! 422 Invalid naming the field path, worded like the real server's.
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use crate::status::ApiError;
+
+const RESTART_POLICIES: [&str; 3] = ["Always", "OnFailure", "Never"];
+const PULL_POLICIES: [&str; 3] = ["Always", "IfNotPresent", "Never"];
+
+/// Normalizes and validates `body`, an object of resource `resource`.
+pub(crate) fn admit(resource: &str, body: &mut Value) -> Result<(), ApiError> {
+    match resource {
+        "secrets" => {
+            merge_string_data(body);
+            Ok(())
+        }
+        "pods" => validate_pod(body).map_err(|m| ApiError::invalid("pods", &name(body), m)),
+        _ => Ok(()),
+    }
+}
+
+fn name(body: &Value) -> String {
+    body.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `stringData` keys overwrite `data` keys, base64-encoded; `stringData` is not stored.
+fn merge_string_data(body: &mut Value) {
+    let Some(Value::Object(string_data)) =
+        body.as_object_mut().and_then(|o| o.remove("stringData"))
+    else {
+        return;
+    };
+    if !body.get("data").is_some_and(Value::is_object) {
+        body["data"] = Value::Object(serde_json::Map::new());
+    }
+    let data = body["data"].as_object_mut().expect("made an object above");
+    for (k, v) in string_data {
+        let text = v.as_str().unwrap_or_default();
+        let encoded = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
+        data.insert(k, Value::String(encoded));
+    }
+}
+
+/// The first problem of a pod spec, as the real server words it.
+fn validate_pod(body: &Value) -> Result<(), String> {
+    let Some(spec) = body.get("spec") else {
+        return Ok(());
+    };
+    if let Some(p) = spec.get("restartPolicy").and_then(Value::as_str) {
+        unsupported("spec.restartPolicy", p, &RESTART_POLICIES)?;
+    }
+    let mut seen = std::collections::HashSet::new();
+    for list in ["initContainers", "containers"] {
+        let containers = spec.get(list).and_then(Value::as_array);
+        for (i, c) in containers.into_iter().flatten().enumerate() {
+            let path = format!("spec.{list}[{i}]");
+            if let Some(n) = c.get("name").and_then(Value::as_str)
+                && !seen.insert(n.to_owned())
+            {
+                return Err(format!("{path}.name: Duplicate value: {n:?}"));
+            }
+            if let Some(p) = c.get("imagePullPolicy").and_then(Value::as_str) {
+                unsupported(&format!("{path}.imagePullPolicy"), p, &PULL_POLICIES)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unsupported(path: &str, value: &str, allowed: &[&str]) -> Result<(), String> {
+    if allowed.contains(&value) {
+        return Ok(());
+    }
+    let list: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
+    Err(format!(
+        "{path}: Unsupported value: {value:?}: supported values: {}",
+        list.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn string_data_is_merged_into_data_base64() {
+        let mut s = json!({"metadata": {"name": "s"}, "data": {"a": "eA==", "b": "eQ=="},
+            "stringData": {"b": "hello", "c": "world"}});
+        admit("secrets", &mut s).unwrap();
+        assert_eq!(
+            s["data"],
+            json!({"a": "eA==", "b": "aGVsbG8=", "c": "d29ybGQ="})
+        );
+        assert!(s.get("stringData").is_none());
+    }
+
+    fn pod(spec: Value) -> Value {
+        json!({"metadata": {"name": "p"}, "spec": spec})
+    }
+
+    fn invalid(spec: Value) -> String {
+        let e = admit("pods", &mut pod(spec)).unwrap_err();
+        assert_eq!(e.status()["code"], 422);
+        assert_eq!(e.status()["reason"], "Invalid");
+        e.status()["message"].as_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn pods_are_validated_like_the_real_server() {
+        let ok = json!({"restartPolicy": "Never", "initContainers": [{"name": "i"}],
+            "containers": [{"name": "a", "imagePullPolicy": "IfNotPresent"}]});
+        admit("pods", &mut pod(ok)).unwrap();
+        let m = invalid(json!({"containers": [{"name": "a"}, {"name": "a"}]}));
+        assert_eq!(m, r#"spec.containers[1].name: Duplicate value: "a""#);
+        let m = invalid(json!({"initContainers": [{"name": "a"}], "containers": [{"name": "a"}]}));
+        assert_eq!(m, r#"spec.containers[0].name: Duplicate value: "a""#);
+        let m = invalid(json!({"restartPolicy": "Sometimes", "containers": [{"name": "a"}]}));
+        assert!(
+            m.starts_with(r#"spec.restartPolicy: Unsupported value: "Sometimes""#),
+            "{m}"
+        );
+        let m = invalid(json!({"containers": [{"name": "a", "imagePullPolicy": "Maybe"}]}));
+        assert!(
+            m.starts_with(r#"spec.containers[0].imagePullPolicy: Unsupported value: "Maybe""#),
+            "{m}"
+        );
+    }
+}

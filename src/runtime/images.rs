@@ -129,6 +129,8 @@ impl ImagePuller {
             let msg = format!("Failed to apply default image tag {image:?}: {e}");
             warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, message = %msg, "invalid image name");
             event(Warning, reason::INSPECT_FAILED, &msg);
+            // kubelet's startContainer adds `Error: <err>` for every EnsureImageExists failure.
+            event(Warning, reason::FAILED, "Error: InvalidImageName");
             return Err(err(WaitingReason::InvalidImageName, msg, None));
         }
         let policy = ImagePullPolicy::of(c);
@@ -138,6 +140,7 @@ impl ImagePuller {
                 let msg = format!("Failed to inspect image {image:?}: {}", runtime_reason(&e));
                 warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, message = %msg, "cannot inspect image");
                 event(Warning, reason::INSPECT_FAILED, &msg);
+                event(Warning, reason::FAILED, "Error: ImageInspectError");
                 return Err(err(WaitingReason::ImageInspectError, msg, None));
             }
         };
@@ -147,6 +150,7 @@ impl ImagePuller {
                     format!("Container image {image:?} is not present with pull policy of Never");
                 warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
                 event(Warning, reason::ERR_IMAGE_NEVER_PULL, &msg);
+                event(Warning, reason::FAILED, "Error: ErrImageNeverPull");
                 return Err(err(WaitingReason::ErrImageNeverPull, msg, None));
             }
             (ImagePullPolicy::Never | ImagePullPolicy::IfNotPresent, Some(img)) => {

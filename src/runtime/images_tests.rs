@@ -207,3 +207,41 @@ async fn policies_reasons_and_messages() {
     puller.forget_pod("uid-refused");
     run(&p, &sb).await.expect("no back-off left");
 }
+
+/// Every image failure is followed by kubelet's `Failed` event `Error: <reason>`
+/// (startContainer's, after EnsureImageExists's own event).
+#[tokio::test(start_paused = true)]
+async fn each_image_failure_records_error_reason_on_the_container() {
+    let fake = FakeRuntime::new();
+    let (events, mut rx) = crate::events::EventRecorder::queued(16);
+    let puller = ImagePuller::new(PullLimit::Serial).with_events(events);
+    for (name, image, policy, want) in [
+        (
+            "bad",
+            "UPPER/Bad::x",
+            "IfNotPresent",
+            "Error: InvalidImageName",
+        ),
+        (
+            "never",
+            "localhost/absent:1",
+            "Never",
+            "Error: ErrImageNeverPull",
+        ),
+    ] {
+        let (p, sb) = pod_with(name, image, policy);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        assert!(puller.ensure_image(&fake, &p, c, &sb).await.is_err());
+        let mut failed = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            if e.reason == "Failed" {
+                failed.push((e.message, e.object.field_path));
+            }
+        }
+        assert_eq!(
+            failed,
+            [(want.to_string(), "spec.containers{app}".to_string())],
+            "{name}"
+        );
+    }
+}

@@ -197,6 +197,10 @@ pub(crate) struct RuntimeManager {
     startup_gate: Arc<dyn StartupGate>,
     /// `--container-log-symlink-dir`: where the legacy log symlinks go (None: none made).
     log_symlink_dir: Option<std::path::PathBuf>,
+    /// Containers being removed now: the pod worker's prune and housekeeping's GC may
+    /// pick the same dead container, and only one of them removes it (kubelet's GC
+    /// never overlaps removals either).
+    removing: std::sync::Mutex<std::collections::HashSet<String>>,
     /// ConfigMaps, Secrets and tokens from the apiserver (None: standalone).
     objects: Option<Arc<crate::objects::ObjectManager>>,
     /// Where container, image and sandbox events go.
@@ -227,6 +231,7 @@ impl RuntimeManager {
             start_slots: tokio::sync::Semaphore::new(start_concurrency()),
             startup_gate: Arc::new(RunningIsStarted),
             log_symlink_dir: None,
+            removing: Default::default(),
             objects: None,
             events: EventRecorder::log_only(),
         }
@@ -849,6 +854,14 @@ impl RuntimeManager {
         id: &str,
         stop_first: bool,
     ) -> Result<(), CriError> {
+        let Some(_claim) = RemovalClaim::take(&self.removing, id) else {
+            debug!(containerID = %id, "container is being removed already");
+            return Ok(());
+        };
+        self.remove_container_once(id, stop_first).await
+    }
+
+    async fn remove_container_once(&self, id: &str, stop_first: bool) -> Result<(), CriError> {
         if stop_first {
             gone_is_ok(self.cri.stop_container(id, MIN_GRACE_SECS).await)?;
         }
@@ -1147,6 +1160,34 @@ fn hook_target(pod: &Pod, ips: &[String], host_ip: &str) -> lifecycle::HookTarge
 }
 
 /// A stop or remove of something already gone has done its job.
+/// One caller's claim on removing a container; released when dropped, so a removal
+/// cut short (a cancelled task) never blocks later ones.
+struct RemovalClaim<'a> {
+    set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
+    id: String,
+}
+
+impl<'a> RemovalClaim<'a> {
+    fn take(
+        set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
+        id: &str,
+    ) -> Option<Self> {
+        set.lock()
+            .unwrap()
+            .insert(id.to_string())
+            .then(|| RemovalClaim {
+                set,
+                id: id.to_string(),
+            })
+    }
+}
+
+impl Drop for RemovalClaim<'_> {
+    fn drop(&mut self) {
+        self.set.lock().unwrap().remove(&self.id);
+    }
+}
+
 fn gone_is_ok(res: Result<(), CriError>) -> Result<(), CriError> {
     match res {
         Err(e) if e.is_not_found() => Ok(()),

@@ -31,27 +31,6 @@ async fn start(bed: &Testbed, dir: &std::path::Path) -> (TestApiServer, Oxlet) {
     (server, ox)
 }
 
-/// Polls `check` every 100 ms until it returns Some, for at most `limit`.
-async fn poll<T>(
-    ox: &Oxlet,
-    what: &str,
-    limit: Duration,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let t = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            t.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}\n{}",
-            tail(&ox.log(), 60)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 fn stored(server: &TestApiServer, name: &str) -> Option<Pod> {
     server.get::<Pod>("default", name).unwrap()
 }
@@ -75,7 +54,7 @@ async fn wait_stopped(bed: &Testbed, uid: &str, limit: Duration) -> Instant {
 
 /// The pod in the apiserver once its status says Running with everything kubelet reports.
 async fn wait_reported_running(ox: &Oxlet, server: &TestApiServer, name: &str) -> Pod {
-    poll(ox, &format!("{name} reported Running"), START, || {
+    ox.poll(&format!("{name} reported Running"), START, || {
         stored(server, name).filter(|p| {
             let s = p.status.clone().unwrap_or_default();
             s.phase.as_deref() == Some("Running")
@@ -128,20 +107,21 @@ async fn a_bound_pod_runs_reports_its_events_and_is_deleted_gracefully_or_by_for
     );
 
     // (e) kubelet's events about the pod reach the apiserver.
-    let reasons = poll(&ox, "Pulled, Created and Started events", START, || {
-        let reasons: Vec<String> = server
-            .list::<Event>(Some("default"))
-            .unwrap()
-            .into_iter()
-            .filter(|e| e.involved_object.uid.as_deref() == Some(patient_uid.as_str()))
-            .filter_map(|e| e.reason)
-            .collect();
-        ["Pulled", "Created", "Started"]
-            .iter()
-            .all(|r| reasons.iter().any(|x| x == r))
-            .then_some(reasons)
-    })
-    .await;
+    let reasons = ox
+        .poll("Pulled, Created and Started events", START, || {
+            let reasons: Vec<String> = server
+                .list::<Event>(Some("default"))
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.involved_object.uid.as_deref() == Some(patient_uid.as_str()))
+                .filter_map(|e| e.reason)
+                .collect();
+            ["Pulled", "Created", "Started"]
+                .iter()
+                .all(|r| reasons.iter().any(|x| x == r))
+                .then_some(reasons)
+        })
+        .await;
     assert!(!reasons.iter().any(|r| r == "Failed"), "{reasons:?}");
 
     // (b) A graceful delete (grace 3 s, SIGTERM ignored): the container lives ≈ the grace.
@@ -157,7 +137,7 @@ async fn a_bound_pod_runs_reports_its_events_and_is_deleted_gracefully_or_by_for
         "the container lived {lived:?} of a 3 s grace"
     );
     // Then the final DELETE removes the object: grace 0, the pod's UID as precondition.
-    poll(&ox, "patient removed from the apiserver", START, || {
+    ox.poll("patient removed from the apiserver", START, || {
         stored(&server, "patient").is_none().then_some(())
     })
     .await;
@@ -219,7 +199,9 @@ async fn a_deleted_mirror_pod_is_recreated_well_within_the_period() {
     );
     ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
     let mirror = "web-testnode";
-    let first = poll(&ox, "the mirror pod", START, || stored(&server, mirror)).await;
+    let first = ox
+        .poll("the mirror pod", START, || stored(&server, mirror))
+        .await;
     let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
     let asked = Instant::now();
     pods.delete(
@@ -231,10 +213,11 @@ async fn a_deleted_mirror_pod_is_recreated_well_within_the_period() {
     )
     .await
     .unwrap();
-    let again = poll(&ox, "the mirror pod recreated", START, || {
-        stored(&server, mirror).filter(|m| m.metadata.uid != first.metadata.uid)
-    })
-    .await;
+    let again = ox
+        .poll("the mirror pod recreated", START, || {
+            stored(&server, mirror).filter(|m| m.metadata.uid != first.metadata.uid)
+        })
+        .await;
     let took = asked.elapsed();
     assert!(took < Duration::from_secs(3), "recreated after {took:?}");
     assert!(
@@ -292,7 +275,7 @@ async fn a_60s_apiserver_outage_is_caught_up() {
     server.put(&exiter).unwrap();
     wait_reported_running(&ox, &server, "steady").await;
     wait_reported_running(&ox, &server, "exiter").await;
-    poll(&ox, "the lease", START, || lease_renewed(&server)).await;
+    ox.poll("the lease", START, || lease_renewed(&server)).await;
     let (before_id, _) = main_container(&bed, &uid(&steady)).await.unwrap();
 
     server.stop().await.unwrap();
@@ -306,12 +289,13 @@ async fn a_60s_apiserver_outage_is_caught_up() {
     let back = jiff::Timestamp::now();
 
     let catch_up = Duration::from_secs(15);
-    let s = poll(&ox, "exiter's exit reported", catch_up, || {
-        stored(&server, "exiter")
-            .and_then(|p| p.status)
-            .filter(|s| s.phase.as_deref() == Some("Failed"))
-    })
-    .await;
+    let s = ox
+        .poll("exiter's exit reported", catch_up, || {
+            stored(&server, "exiter")
+                .and_then(|p| p.status)
+                .filter(|s| s.phase.as_deref() == Some("Failed"))
+        })
+        .await;
     let term = s.container_statuses.unwrap()[0]
         .state
         .clone()
@@ -319,16 +303,13 @@ async fn a_60s_apiserver_outage_is_caught_up() {
         .terminated
         .unwrap();
     assert_eq!(term.exit_code, 3);
-    poll(&ox, "the lease renewed after the outage", catch_up, || {
+    ox.poll("the lease renewed after the outage", catch_up, || {
         lease_renewed(&server).filter(|t| *t >= back)
     })
     .await;
-    poll(
-        &ox,
-        "the Ready heartbeat after the outage",
-        catch_up,
-        || node_ready_heartbeat(&server).filter(|t| *t >= back),
-    )
+    ox.poll("the Ready heartbeat after the outage", catch_up, || {
+        node_ready_heartbeat(&server).filter(|t| *t >= back)
+    })
     .await;
     let p = stored(&server, "steady").unwrap();
     let c = &p.status.unwrap().container_statuses.unwrap()[0];
@@ -368,7 +349,7 @@ async fn a_pod_whose_container_never_started_is_finally_deleted() {
         Some("localhost/oxlet/does-not-exist:1".into());
     server.put(&pod).unwrap();
     // The pull fails: the container waits (ErrImagePull / ImagePullBackOff).
-    poll(&ox, "nopull's image pull failing", START, || {
+    ox.poll("nopull's image pull failing", START, || {
         let s = stored(&server, "nopull")?.status?;
         let reason = s.container_statuses?[0].state.clone()?.waiting?.reason?;
         reason.contains("Image").then_some(())
@@ -387,8 +368,7 @@ async fn a_pod_whose_container_never_started_is_finally_deleted() {
     )
     .await
     .unwrap();
-    poll(
-        &ox,
+    ox.poll(
         "nopull removed from the apiserver",
         Duration::from_secs(15),
         || stored(&server, "nopull").is_none().then_some(()),

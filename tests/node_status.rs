@@ -19,26 +19,6 @@ use tokio::time::Instant;
 
 const NODE: &str = "testnode";
 
-async fn wait<T>(
-    what: &str,
-    ox: &Oxlet,
-    timeout: Duration,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let t = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            t.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}\n--- oxlet log (tail) ---\n{}",
-            tail(&ox.log(), 60)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn ready(n: &Node) -> Option<(String, String)> {
     let c = n
         .status
@@ -111,11 +91,12 @@ async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
     );
 
     // Registered, Ready with kubelet's reason, capacity = what oxlet measured.
-    let node = wait("the node to be Ready", &ox, Duration::from_secs(30), || {
-        let n: Node = api.get("", NODE).ok()??;
-        (ready(&n)? == ("True".into(), "KubeletReady".into())).then_some(n)
-    })
-    .await;
+    let node = ox
+        .poll("the node to be Ready", Duration::from_secs(30), || {
+            let n: Node = api.get("", NODE).ok()??;
+            (ready(&n)? == ("True".into(), "KubeletReady".into())).then_some(n)
+        })
+        .await;
     let labels = node.metadata.labels.clone().unwrap();
     assert_eq!(labels["kubernetes.io/hostname"], NODE);
     assert_eq!(labels["kubernetes.io/os"], "linux");
@@ -170,11 +151,12 @@ async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
     }));
 
     // The lease: held by the node, owned by the Node, renewed every 0.25 × 2 s.
-    let lease: Lease = wait("the lease", &ox, Duration::from_secs(10), || {
-        let l: Lease = api.get("kube-node-lease", NODE).ok()??;
-        l.metadata.owner_references.is_some().then_some(l)
-    })
-    .await;
+    let lease: Lease = ox
+        .poll("the lease", Duration::from_secs(10), || {
+            let l: Lease = api.get("kube-node-lease", NODE).ok()??;
+            l.metadata.owner_references.is_some().then_some(l)
+        })
+        .await;
     let spec = lease.spec.clone().unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some(NODE));
     assert_eq!(spec.lease_duration_seconds, Some(2));
@@ -210,16 +192,14 @@ async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let stopped_at = jiff::Timestamp::now();
     api.restart().await.unwrap();
-    wait(
+    ox.poll(
         "the lease to be renewed after the outage",
-        &ox,
         Duration::from_secs(15),
         || (renew_time(&api)? > stopped_at).then_some(()),
     )
     .await;
-    wait(
+    ox.poll(
         "a fresh heartbeat after the outage",
-        &ox,
         Duration::from_secs(15),
         || {
             let n: Node = api.get("", NODE).ok()??;
@@ -249,14 +229,14 @@ async fn a_deleted_node_is_registered_again_with_the_default_report_frequency() 
             "--node-status-update-frequency=1s",
         ],
     );
-    let node = wait("the node to be Ready", &ox, Duration::from_secs(30), || {
-        let n: Node = api.get("", NODE).ok()??;
-        (ready(&n)?.0 == "True").then_some(n)
-    })
-    .await;
-    wait(
+    let node = ox
+        .poll("the node to be Ready", Duration::from_secs(30), || {
+            let n: Node = api.get("", NODE).ok()??;
+            (ready(&n)?.0 == "True").then_some(n)
+        })
+        .await;
+    ox.poll(
         "the lease owned by the Node",
-        &ox,
         Duration::from_secs(15),
         || {
             let l: Lease = api.get("kube-node-lease", NODE).ok()??;
@@ -267,25 +247,24 @@ async fn a_deleted_node_is_registered_again_with_the_default_report_frequency() 
     // Let the first status settle so nothing is due any more.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(api.remove::<Node>("", NODE).unwrap());
-    let again = wait(
-        "the node to be registered again",
-        &ox,
-        Duration::from_secs(15),
-        || {
-            let n: Node = api.get("", NODE).ok()??;
-            (ready(&n)?.0 == "True").then_some(n)
-        },
-    )
-    .await;
+    let again = ox
+        .poll(
+            "the node to be registered again",
+            Duration::from_secs(15),
+            || {
+                let n: Node = api.get("", NODE).ok()??;
+                (ready(&n)?.0 == "True").then_some(n)
+            },
+        )
+        .await;
     assert_ne!(again.metadata.uid, node.metadata.uid);
     assert!(
         ox.log()
             .contains("the Node object was deleted; registering it again")
     );
     let new_uid = again.metadata.uid.clone().unwrap();
-    wait(
+    ox.poll(
         "the lease's owner to be the new Node",
-        &ox,
         Duration::from_secs(15),
         || {
             let l: Lease = api.get("kube-node-lease", NODE).ok()??;

@@ -30,25 +30,9 @@ fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// Polls the test apiserver until `check` returns Some.
-async fn wait<T>(ox: &Oxlet, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let t = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            t.elapsed() < START,
-            "timed out waiting for {what}\n{}",
-            tail(&ox.log(), 60)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The mirror pod once it mirrors the static pod of hash `hash` and reports it Running with an IP.
 async fn wait_mirror_running(ox: &Oxlet, api: &TestApiServer, hash: &str) -> Pod {
-    wait(ox, &format!("mirror pod of {hash} Running"), || {
+    ox.poll(&format!("mirror pod of {hash} Running"), START, || {
         mirror(api).filter(|m| {
             let s = m.status.clone().unwrap_or_default();
             annotation(m, "kubernetes.io/config.mirror") == Some(hash)
@@ -134,7 +118,7 @@ async fn mirror_pods_and_statuses_follow_the_static_pod() {
     let mut changed = m2.clone();
     changed.status.as_mut().unwrap().pod_ip = Some("192.0.2.1".into());
     api.put(&changed).unwrap();
-    wait(&ox, "the status restored", || {
+    ox.poll("the status restored", START, || {
         mirror(&api).filter(|m| m.status.as_ref().unwrap().pod_ip.as_deref() == Some(ip.as_str()))
     })
     .await;
@@ -165,7 +149,7 @@ async fn mirror_pods_and_statuses_follow_the_static_pod() {
 
     // The manifest goes: so does the mirror pod.
     std::fs::remove_file(ox.manifests.join("web.yaml")).unwrap();
-    wait(&ox, "the mirror pod deleted", || {
+    ox.poll("the mirror pod deleted", START, || {
         mirror(&api).is_none().then_some(())
     })
     .await;
@@ -194,10 +178,11 @@ async fn a_recreated_mirror_pod_gets_its_status_at_once() {
 
     api.remove::<Pod>("default", MIRROR).unwrap();
     let t = Instant::now();
-    let recreated = wait(&ox, "the mirror pod recreated", || {
-        mirror(&api).filter(|m| m.metadata.uid != m1.metadata.uid)
-    })
-    .await;
+    let recreated = ox
+        .poll("the mirror pod recreated", START, || {
+            mirror(&api).filter(|m| m.metadata.uid != m1.metadata.uid)
+        })
+        .await;
     let m2 = wait_mirror_running(&ox, &api, &hash).await;
     let latency = t.elapsed();
     eprintln!("mirror pod deleted -> recreated and Running in {latency:?}");

@@ -70,6 +70,28 @@ spec:
 }
 
 impl Oxlet {
+    /// Polls `check` every 50 ms until it returns Some (e.g. an object in the test
+    /// apiserver); fails after `limit`, showing the tail of oxlet's log.
+    pub async fn poll<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut check: impl FnMut() -> Option<T>,
+    ) -> T {
+        let t = std::time::Instant::now();
+        loop {
+            if let Some(v) = check() {
+                return v;
+            }
+            assert!(
+                t.elapsed() < limit,
+                "timed out after {limit:?} waiting for {what}\n{}",
+                tail(&self.log(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Starts oxlet on the bed's containerd with a fresh manifest directory.
     pub fn start(bed: &Testbed, extra: &[&str]) -> Oxlet {
         let mut o = Oxlet::new(bed);

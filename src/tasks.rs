@@ -55,6 +55,13 @@ pub(crate) struct Backoff {
     pub max: Duration,
 }
 
+impl Backoff {
+    /// The wait after `current`: doubled, up to `max`.
+    pub(crate) fn after(&self, current: Duration) -> Duration {
+        (current * 2).min(self.max)
+    }
+}
+
 impl Default for Backoff {
     /// 1 s doubling to 30 s, as the managed containerd's restarts.
     fn default() -> Self {
@@ -195,7 +202,7 @@ impl Tasks {
                     () = token.cancelled() => return,
                     () = tokio::time::sleep(delay) => {}
                 }
-                delay = (delay * 2).min(backoff.max);
+                delay = backoff.after(delay);
             }
         });
     }

@@ -14,12 +14,15 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::tasks::Backoff;
+
 /// kubelet's lease namespace.
 pub(crate) const LEASE_NAMESPACE: &str = "kube-node-lease";
-/// The first retry delay after a failed renewal (kubelet's).
-const RETRY_INITIAL: Duration = Duration::from_millis(200);
-/// The longest retry delay (kubelet's `maxBackoff`).
-const RETRY_MAX: Duration = Duration::from_secs(7);
+/// Retries after a failed renewal: 200 ms doubling to kubelet's `maxBackoff` of 7 s.
+const RETRY: Backoff = Backoff {
+    initial: Duration::from_millis(200),
+    max: Duration::from_secs(7),
+};
 /// Conflicts retried at once before the attempt counts as failed.
 const CONFLICT_RETRIES: usize = 5;
 
@@ -125,17 +128,17 @@ impl LeaseController {
     /// Renews until `cancel`: every [`Self::renew_interval`], or sooner after a failure
     /// (200 ms doubling to 7 s).
     pub(crate) async fn run(self, cancel: CancellationToken) {
-        let mut backoff = RETRY_INITIAL;
+        let mut backoff = RETRY.initial;
         loop {
             let wait = match self.renew_once().await {
                 Ok(_) => {
-                    backoff = RETRY_INITIAL;
+                    backoff = RETRY.initial;
                     self.renew_interval()
                 }
                 Err(e) => {
                     warn!(node = %self.node, error = %e, retryIn = ?backoff, "failed to renew the node lease");
                     let w = backoff;
-                    backoff = (backoff * 2).min(RETRY_MAX);
+                    backoff = RETRY.after(backoff);
                     w
                 }
             };

@@ -39,8 +39,10 @@ use register::Registration;
 /// kubelet's `nodeStatusUpdateRetry`.
 const UPDATE_RETRIES: usize = 5;
 /// Registration back-off: 100 ms doubling to 7 s (kubelet's).
-const REGISTER_INITIAL: Duration = Duration::from_millis(100);
-const REGISTER_MAX: Duration = Duration::from_secs(7);
+const REGISTER_RETRY: crate::tasks::Backoff = crate::tasks::Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(7),
+};
 /// `fastStatusUpdateOnce`: poll this often until Ready, for at most the grace.
 const FAST_POLL: Duration = Duration::from_millis(100);
 const FAST_GRACE: Duration = Duration::from_secs(120);
@@ -96,7 +98,7 @@ impl NodeStatusTask {
 
     /// Registers, retrying with back-off until it succeeds or `cancel`.
     async fn register(&self, cancel: &CancellationToken) -> Option<Node> {
-        let mut backoff = REGISTER_INITIAL;
+        let mut backoff = REGISTER_RETRY.initial;
         loop {
             match register::register(&self.api, &self.deps.info, &self.deps.registration).await {
                 Ok(node) => {
@@ -115,7 +117,7 @@ impl NodeStatusTask {
                 () = cancel.cancelled() => return None,
                 () = tokio::time::sleep(backoff) => {}
             }
-            backoff = (backoff * 2).min(REGISTER_MAX);
+            backoff = REGISTER_RETRY.after(backoff);
         }
     }
 

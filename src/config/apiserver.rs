@@ -8,7 +8,7 @@
 //! keep running. The merger adds the `config.source: api` / `config.seen` annotations;
 //! apiserver pods are not defaulted or validated again (the apiserver did that).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -198,7 +198,10 @@ pub(crate) async fn run_api_source(
 }
 
 /// Reads watch events, coalescing those that arrive within [`COALESCE_GAP`] of each
-/// other (for at most [`COALESCE_MAX`]) into one snapshot.
+/// other (for at most [`COALESCE_MAX`]) into one snapshot. A pod added and deleted
+/// within one window is still seen (as kubelet's per-event sets show it): the set
+/// with it goes out before its delete is applied, so a mirror pod deleted right after
+/// it was created still wakes its reconciler.
 pub(crate) async fn pump<S>(
     stream: S,
     mut store: PodStore,
@@ -215,12 +218,23 @@ pub(crate) async fn pump<S>(
             item = stream.next() => item,
         };
         let Some(item) = item else { return };
-        let mut changed = handle(&mut store, &mut errors, item);
+        // Keys applied since the last set went out.
+        let mut unsent: HashSet<String> = HashSet::new();
+        let mut changed = handle(&mut store, &mut errors, &mut unsent, item);
         let until = Instant::now() + COALESCE_MAX;
         loop {
             let gap = (Instant::now() + COALESCE_GAP).min(until);
             match tokio::time::timeout_at(gap, stream.next()).await {
-                Ok(Some(item)) => changed |= handle(&mut store, &mut errors, item),
+                Ok(Some(item)) => {
+                    if changed && deletes_one_of(&item, &unsent) {
+                        if !send(&store, &tx, &cancel).await {
+                            return;
+                        }
+                        unsent.clear();
+                        changed = false;
+                    }
+                    changed |= handle(&mut store, &mut errors, &mut unsent, item);
+                }
                 Ok(None) => return,
                 Err(_) => break,
             }
@@ -228,28 +242,45 @@ pub(crate) async fn pump<S>(
                 break;
             }
         }
-        if !changed {
-            continue;
+        if changed && !send(&store, &tx, &cancel).await {
+            return;
         }
-        let Some(snapshot) = store.snapshot() else {
-            continue;
-        };
-        debug!(pods = snapshot.pods.len(), "apiserver pod source: new set");
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            sent = tx.send(snapshot) => if sent.is_err() { return },
-        }
+    }
+}
+
+/// Whether `item` deletes a pod applied since the last set went out.
+fn deletes_one_of(item: &Result<Event<Pod>, watcher::Error>, unsent: &HashSet<String>) -> bool {
+    matches!(item, Ok(Event::Delete(pod)) if unsent.contains(&key(pod)))
+}
+
+/// Sends the store's set (if it has one yet); false once cancelled or the merger is gone.
+async fn send(
+    store: &PodStore,
+    tx: &mpsc::Sender<SourceSnapshot>,
+    cancel: &CancellationToken,
+) -> bool {
+    let Some(snapshot) = store.snapshot() else {
+        return true;
+    };
+    debug!(pods = snapshot.pods.len(), "apiserver pod source: new set");
+    tokio::select! {
+        () = cancel.cancelled() => false,
+        sent = tx.send(snapshot) => sent.is_ok(),
     }
 }
 
 fn handle(
     store: &mut PodStore,
     errors: &mut ErrorLog,
+    unsent: &mut HashSet<String>,
     item: Result<Event<Pod>, watcher::Error>,
 ) -> bool {
     match item {
         Ok(event) => {
             errors.ok();
+            if let Event::Apply(pod) = &event {
+                unsent.insert(key(pod));
+            }
             store.apply(event)
         }
         Err(e) => {
@@ -404,6 +435,28 @@ mod tests {
         }
         let snap = rx.recv().await.unwrap();
         assert_eq!(snap.pods.len(), 80);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(rx.try_recv().is_err(), "no extra snapshots");
+        cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_added_and_deleted_in_one_window_is_still_seen() {
+        let (ev, mut rx, cancel) = start_pump();
+        ev.send(Ok(Event::Init)).unwrap();
+        ev.send(Ok(Event::InitApply(pod("a", "1")))).unwrap();
+        ev.send(Ok(Event::InitDone)).unwrap();
+        assert_eq!(names(&rx.recv().await.unwrap()), ["a"]);
+        // Created and deleted back to back (a mirror pod deleted by a user at once):
+        // the set with it goes out before the one without it.
+        ev.send(Ok(Event::Apply(pod("m", "2")))).unwrap();
+        ev.send(Ok(Event::Delete(pod("m", "3")))).unwrap();
+        assert_eq!(names(&rx.recv().await.unwrap()), ["a", "m"]);
+        assert_eq!(names(&rx.recv().await.unwrap()), ["a"]);
+        // Deleting pods that were already sent still coalesces.
+        ev.send(Ok(Event::Apply(pod("b", "4")))).unwrap();
+        ev.send(Ok(Event::Delete(pod("a", "5")))).unwrap();
+        assert_eq!(names(&rx.recv().await.unwrap()), ["b"]);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(rx.try_recv().is_err(), "no extra snapshots");
         cancel.cancel();

@@ -273,12 +273,18 @@ async fn crash_loop_back_off_doubles_from_ten_seconds() {
                 saw_message = true;
             }
             // Terminated, or waiting with the exited instance as lastState: either
-            // way restartCount is that instance's (a running one is skipped).
-            let exited = terminated(p).or_else(|| waiting(p).and(last_terminated(p)));
-            if let Some(t) = exited.and_then(|t| t.started_at.as_ref())
-                && !started.iter().any(|(c, _)| *c == cs.restart_count)
+            // way restartCount is that instance's. A running instance's lastState is
+            // the one before it (the first restart is immediate, so instance 0 may
+            // only ever be seen that way).
+            let exited = match terminated(p).or_else(|| waiting(p).and(last_terminated(p))) {
+                Some(t) => Some((cs.restart_count, t)),
+                None => last_terminated(p).map(|t| (cs.restart_count - 1, t)),
+            };
+            if let Some((count, t)) = exited.and_then(|(c, t)| Some((c, t.started_at.as_ref()?)))
+                && !started.iter().any(|(c, _)| *c == count)
             {
-                started.push((cs.restart_count, t.0));
+                started.push((count, t.0));
+                started.sort_by_key(|(c, _)| *c);
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -13,7 +13,6 @@ use common::Testbed;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use testapi::TestApiServer;
 
 const START: Duration = Duration::from_secs(30);
 /// oxlet's node name (the helper passes `--hostname-override=testnode`).
@@ -21,15 +20,6 @@ const NODE: &str = "testnode";
 
 async fn wait_running(ox: &Oxlet, name: &str) -> Pod {
     ox.wait_api_running(name, START).await
-}
-
-async fn start(bed: &Testbed, dir: &std::path::Path) -> (TestApiServer, Oxlet) {
-    let server = TestApiServer::start(dir).await.unwrap();
-    let ox = Oxlet::start(
-        bed,
-        &[&format!("--kubeconfig={}", server.kubeconfig().display())],
-    );
-    (server, ox)
 }
 
 /// Whether the pod's one container is running in containerd.
@@ -57,7 +47,7 @@ async fn wait_stopped(bed: &Testbed, uid: &str, timeout: Duration) -> Instant {
 async fn bound_pods_run_and_deletes_kill_them_with_the_right_grace() {
     let bed = Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let (server, ox) = start(&bed, dir.path()).await;
+    let (server, ox) = start_with_apiserver(&bed, dir.path()).await;
     let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
 
     server.put(&api_pod("web", NODE, "sleep 3600", 1)).unwrap();
@@ -161,7 +151,7 @@ async fn bound_pods_run_and_deletes_kill_them_with_the_right_grace() {
 async fn an_apiserver_outage_and_a_410_leave_pods_running() {
     let bed = Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let (mut server, ox) = start(&bed, dir.path()).await;
+    let (mut server, ox) = start_with_apiserver(&bed, dir.path()).await;
     server
         .put(&api_pod("before", NODE, "sleep 3600", 1))
         .unwrap();

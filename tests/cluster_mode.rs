@@ -22,15 +22,6 @@ const START: Duration = Duration::from_secs(30);
 /// oxlet's node name (the helper passes `--hostname-override=testnode`).
 const NODE: &str = "testnode";
 
-async fn start(bed: &Testbed, dir: &std::path::Path) -> (TestApiServer, Oxlet) {
-    let server = TestApiServer::start(dir).await.unwrap();
-    let ox = Oxlet::start(
-        bed,
-        &[&format!("--kubeconfig={}", server.kubeconfig().display())],
-    );
-    (server, ox)
-}
-
 fn stored(server: &TestApiServer, name: &str) -> Option<Pod> {
     server.get::<Pod>("default", name).unwrap()
 }
@@ -71,7 +62,7 @@ async fn wait_reported_running(ox: &Oxlet, server: &TestApiServer, name: &str) -
 async fn a_bound_pod_runs_reports_its_events_and_is_deleted_gracefully_or_by_force() {
     let bed = Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let (server, ox) = start(&bed, dir.path()).await;
+    let (server, ox) = start_with_apiserver(&bed, dir.path()).await;
     let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
     let patient = server
         .put(&api_pod("patient", NODE, "trap '' TERM; sleep 3600", 3))
@@ -342,7 +333,7 @@ fn terminated_in(patch: &serde_json::Value) -> Vec<(String, i64)> {
 async fn a_pod_whose_container_never_started_is_finally_deleted() {
     let bed = Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let (server, ox) = start(&bed, dir.path()).await;
+    let (server, ox) = start_with_apiserver(&bed, dir.path()).await;
     let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
     let mut pod = api_pod("nopull", NODE, "sleep 3600", 30);
     pod.spec.as_mut().unwrap().containers[0].image =

@@ -433,6 +433,19 @@ pub fn api_pod(name: &str, node: &str, script: &str, grace: i64) -> Pod {
     .unwrap()
 }
 
+/// A test apiserver with its state in `dir`, and oxlet running against it.
+pub async fn start_with_apiserver(
+    bed: &Testbed,
+    dir: &std::path::Path,
+) -> (testapi::TestApiServer, Oxlet) {
+    let server = testapi::TestApiServer::start(dir).await.unwrap();
+    let ox = Oxlet::start(
+        bed,
+        &[&format!("--kubeconfig={}", server.kubeconfig().display())],
+    );
+    (server, ox)
+}
+
 /// A kube client for the test apiserver, from its kubeconfig.
 pub async fn client_of(server: &testapi::TestApiServer) -> kube::Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(server.kubeconfig()).unwrap();

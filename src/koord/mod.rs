@@ -1,0 +1,8 @@
+//! The node QoS half of the agent, after koordlet (the koordinator node agent that
+//! sits beside kubelet): in oxlet it lives inside the agent and reads its pod state
+//! directly, so koordlet's states informer is the pod manager and the node facts.
+//!
+//! - `metriccache`: the samples as bounded in-memory time series, and a small
+//!   key-value store.
+
+pub(crate) mod metriccache;

@@ -274,6 +274,10 @@ pub(crate) async fn start(
     let pods = Arc::new(PodManager::default());
     let queue = Arc::new(WorkQueue::default());
     let pleg_stats = Arc::new(PlegStats::default());
+    // The node QoS half (issue 13): the metric advisor writes these, the server,
+    // prediction and the QoS manager read them.
+    let metric_cache = Arc::new(crate::koord::metriccache::MetricCache::default());
+    let readings = Arc::new(crate::stats::readings::LatestReadings::default());
     let health = Arc::new(RuntimeHealth::default());
     health.set(true);
     let runtime_health = health.clone();
@@ -417,6 +421,8 @@ pub(crate) async fn start(
             pods: pods.clone(),
             statuses: statuses.clone(),
             health: health.clone(),
+            cache: metric_cache.clone(),
+            readings: readings.clone(),
         };
         if opts.read_only_port != 0 {
             let addr = SocketAddr::new(opts.address, opts.read_only_port);

@@ -30,6 +30,12 @@ pub(crate) struct Views {
     pub pods: Arc<PodManager>,
     pub statuses: Arc<StatusManager>,
     pub health: Health,
+    #[allow(dead_code, reason = "issue 13: the endpoints are being added")]
+    /// The metric advisor's series (prediction and the QoS manager read them too).
+    pub cache: Arc<crate::koord::metriccache::MetricCache>,
+    #[allow(dead_code, reason = "issue 13: the endpoints are being added")]
+    /// The metric advisor's latest round.
+    pub readings: Arc<crate::stats::readings::LatestReadings>,
 }
 
 impl Views {

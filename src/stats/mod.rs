@@ -2,4 +2,8 @@
 //! readings ([`readings`]), from which the Summary API and the resource metrics are
 //! served.
 
+pub(crate) mod build;
 pub(crate) mod readings;
+pub(crate) mod resource_metrics;
+pub(crate) mod summary;
+pub(crate) mod volumes;

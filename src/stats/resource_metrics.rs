@@ -1,0 +1,384 @@
+//! `/metrics/resource`: kubelet's resource metrics collector, rendered as Prometheus
+//! text 0.0.4 from the CPU-and-memory summary, byte for byte as kubelet writes it
+//! (families sorted, `[STABLE]` in HELP, Go's float formatting, ms timestamps, no
+//! timestamp on `container_start_time_seconds`). metrics-server reads this.
+
+use std::fmt::Write;
+
+use super::summary::{Summary, Time};
+
+/// The content type of Prometheus text 0.0.4.
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// One sample: label pairs (sorted by name), value, optional timestamp.
+struct Sample {
+    labels: Vec<(&'static str, String)>,
+    value: f64,
+    time: Option<Time>,
+}
+
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: &'static str,
+    samples: Vec<Sample>,
+}
+
+impl Family {
+    fn new(name: &'static str, kind: &'static str, help: &'static str) -> Family {
+        Family {
+            name,
+            help,
+            kind,
+            samples: Vec::new(),
+        }
+    }
+}
+
+/// The text for `summary`; None means the stats could not be read, which kubelet
+/// reports as `resource_scrape_error 1` and nothing else.
+pub(crate) fn render(summary: Option<&Summary>) -> String {
+    let mut node_cpu = Family::new(
+        "node_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the node in core-seconds",
+    );
+    let mut node_mem = Family::new(
+        "node_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the node in bytes",
+    );
+    let mut ctr_cpu = Family::new(
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the container in core-seconds",
+    );
+    let mut ctr_mem = Family::new(
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the container in bytes",
+    );
+    let mut ctr_start = Family::new(
+        "container_start_time_seconds",
+        "gauge",
+        "Start time of the container since unix epoch in seconds",
+    );
+    let mut pod_cpu = Family::new(
+        "pod_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed by the pod in core-seconds",
+    );
+    let mut pod_mem = Family::new(
+        "pod_memory_working_set_bytes",
+        "gauge",
+        "Current working set of the pod in bytes",
+    );
+    let mut scrape = Family::new(
+        "resource_scrape_error",
+        "gauge",
+        "1 if there was an error while getting container metrics, 0 otherwise",
+    );
+    scrape.samples.push(Sample {
+        labels: Vec::new(),
+        value: if summary.is_some() { 0.0 } else { 1.0 },
+        time: None,
+    });
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "metric values are float64 in kubelet too"
+    )]
+    if let Some(s) = summary {
+        if let Some(c) = &s.node.cpu
+            && let Some(ns) = c.usage_core_nano_seconds
+        {
+            node_cpu.samples.push(Sample {
+                labels: Vec::new(),
+                value: ns as f64 / 1e9,
+                time: Some(c.time),
+            });
+        }
+        if let Some(m) = &s.node.memory
+            && let Some(ws) = m.working_set_bytes
+        {
+            node_mem.samples.push(Sample {
+                labels: Vec::new(),
+                value: ws as f64,
+                time: Some(m.time),
+            });
+        }
+        for p in &s.pods {
+            let (pod, ns) = (&p.pod_ref.name, &p.pod_ref.namespace);
+            let pod_labels = || vec![("namespace", ns.clone()), ("pod", pod.clone())];
+            for c in p.containers.iter().flatten() {
+                let labels = || {
+                    vec![
+                        ("container", c.name.clone()),
+                        ("namespace", ns.clone()),
+                        ("pod", pod.clone()),
+                    ]
+                };
+                if let Some(cpu) = &c.cpu
+                    && let Some(v) = cpu.usage_core_nano_seconds
+                {
+                    ctr_cpu.samples.push(Sample {
+                        labels: labels(),
+                        value: v as f64 / 1e9,
+                        time: Some(cpu.time),
+                    });
+                }
+                if let Some(m) = &c.memory
+                    && let Some(v) = m.working_set_bytes
+                {
+                    ctr_mem.samples.push(Sample {
+                        labels: labels(),
+                        value: v as f64,
+                        time: Some(m.time),
+                    });
+                }
+                if let Some(secs) = c.start_time.unix_seconds().filter(|s| *s > 0) {
+                    ctr_start.samples.push(Sample {
+                        labels: labels(),
+                        value: secs as f64,
+                        time: None,
+                    });
+                }
+            }
+            if let Some(cpu) = &p.cpu
+                && let Some(v) = cpu.usage_core_nano_seconds
+            {
+                pod_cpu.samples.push(Sample {
+                    labels: pod_labels(),
+                    value: v as f64 / 1e9,
+                    time: Some(cpu.time),
+                });
+            }
+            if let Some(m) = &p.memory
+                && let Some(v) = m.working_set_bytes
+            {
+                pod_mem.samples.push(Sample {
+                    labels: pod_labels(),
+                    value: v as f64,
+                    time: Some(m.time),
+                });
+            }
+        }
+    }
+    let mut families = [
+        node_cpu, node_mem, ctr_cpu, ctr_mem, ctr_start, pod_cpu, pod_mem, scrape,
+    ];
+    families.sort_by_key(|f| f.name);
+    let mut out = String::new();
+    for f in &mut families {
+        // The Go client leaves out a family without samples.
+        if f.samples.is_empty() {
+            continue;
+        }
+        f.samples.sort_by(|a, b| a.labels.cmp(&b.labels));
+        let _ = writeln!(out, "# HELP {} [STABLE] {}", f.name, f.help);
+        let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
+        for s in &f.samples {
+            out.push_str(f.name);
+            if !s.labels.is_empty() {
+                out.push('{');
+                for (i, (k, v)) in s.labels.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    let _ = write!(out, "{k}=\"{}\"", escape(v));
+                }
+                out.push('}');
+            }
+            let _ = write!(out, " {}", go_float(s.value));
+            if let Some(t) = s.time.and_then(Time::unix_seconds) {
+                let _ = write!(out, " {}", t * 1000);
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A label value escaped as the text format wants.
+fn escape(v: &str) -> String {
+    v.replace('\\', r"\\")
+        .replace('"', "\\\"")
+        .replace('\n', r"\n")
+}
+
+/// Go's `strconv.FormatFloat(v, 'g', -1, 64)` as the Prometheus text writer uses it:
+/// the shortest digits that read back the same; exponent form when the decimal
+/// exponent is below -4 or at least 6 (the shortest format's precision), with a sign
+/// and at least two exponent digits. `0`, `1`, `-1`, `NaN` and `±Inf` are written
+/// directly, as the writer does.
+pub(crate) fn go_float(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits: `d.ddddde±x`.
+    let sci = format!("{:e}", v.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let sign = if v < 0.0 { "-" } else { "" };
+    if !(-4..6).contains(&exp) {
+        let (first, rest) = digits.split_at(1);
+        let dot = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let esign = if exp < 0 { '-' } else { '+' };
+        return format!("{sign}{first}{dot}e{esign}{:02}", exp.abs());
+    }
+    // Fixed form: the point after `exp + 1` digits.
+    let point = exp + 1;
+    let body = if point <= 0 {
+        format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+    } else {
+        let point = point as usize;
+        if digits.len() <= point {
+            format!("{digits}{}", "0".repeat(point - digits.len()))
+        } else {
+            format!("{}.{}", &digits[..point], &digits[point..])
+        }
+    };
+    format!("{sign}{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::build;
+    use crate::stats::volumes::VolumeUsage;
+
+    #[test]
+    fn floats_are_formatted_as_go_does() {
+        for (v, want) in [
+            (0.0, "0"),
+            (1.0, "1"),
+            (-1.0, "-1"),
+            (12.34, "12.34"),
+            (999_999.0, "999999"),
+            (1_000_000.0, "1e+06"),
+            (123_456_789.0, "1.23456789e+08"),
+            (2.5e7, "2.5e+07"),
+            (1.6999e9, "1.6999e+09"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (0.000_012_5, "1.25e-05"),
+            (-0.5, "-0.5"),
+            (1e21, "1e+21"),
+            (1e100, "1e+100"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (f64::INFINITY, "+Inf"),
+        ] {
+            assert_eq!(go_float(v), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn before_any_reading_only_the_scrape_error_is_set() {
+        assert_eq!(
+            render(None),
+            "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise\n\
+             # TYPE resource_scrape_error gauge\nresource_scrape_error 1\n"
+        );
+    }
+
+    /// metrics-server's reading (§5): a name followed by `{` or the end, the three
+    /// labels found by searching the raw label text, the value and the ms timestamp.
+    fn scrape<'a>(
+        text: &'a str,
+        name: &str,
+        container: Option<&str>,
+    ) -> Option<(f64, Option<i64>)> {
+        text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (labels, values) = if let Some(r) = rest.strip_prefix('{') {
+                r.split_once("} ")?
+            } else {
+                ("", rest.strip_prefix(' ')?)
+            };
+            if let Some(c) = container {
+                let find = |k: &str| {
+                    labels
+                        .split(&format!("{k}=\"")[..])
+                        .nth(1)?
+                        .split('"')
+                        .next()
+                };
+                if find("container")? != c
+                    || find("pod")? != "web"
+                    || find("namespace")? != "default"
+                {
+                    return None;
+                }
+            }
+            let mut parts = values.split(' ');
+            let v: f64 = parts.next()?.parse().ok()?;
+            Some((v, parts.next().map(|t| t.parse().unwrap())))
+        })
+    }
+
+    #[test]
+    fn metrics_server_reads_back_the_numbers() {
+        let summary = build::summary(&build::tests::snapshot(), &VolumeUsage::default(), true);
+        let text = render(Some(&summary));
+        assert_eq!(
+            scrape(&text, "node_cpu_usage_seconds_total", None),
+            Some((8.0, Some(1_700_000_001_000)))
+        );
+        assert_eq!(
+            scrape(&text, "node_memory_working_set_bytes", None),
+            Some((1500.0, Some(1_700_000_001_000)))
+        );
+        assert_eq!(
+            scrape(&text, "container_cpu_usage_seconds_total", Some("app")),
+            Some((1e-6, Some(1_700_000_003_000)))
+        );
+        assert_eq!(
+            scrape(&text, "container_memory_working_set_bytes", Some("side")),
+            Some((500.0, Some(1_700_000_004_000)))
+        );
+        assert_eq!(
+            scrape(&text, "container_start_time_seconds", Some("app")),
+            Some((1_690_000_001.0, None))
+        );
+        assert_eq!(
+            scrape(&text, "resource_scrape_error", None),
+            Some((0.0, None))
+        );
+        assert!(text.contains("\npod_memory_working_set_bytes{namespace=\"default\",pod=\"web\"} 900 1700000002000\n"), "{text}");
+        assert!(text.contains("# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container in core-seconds\n# TYPE container_cpu_usage_seconds_total counter\n"));
+        assert!(!text.contains("scrape_error 0\nscrape_error") && !text.contains("\nscrape_error"));
+        // Families in name order.
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted);
+        assert_eq!(names.len(), 8);
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), r#"a\"b\\c\nd"#);
+    }
+}

@@ -3,6 +3,7 @@
 //! win), validated before anything starts. Every setting is declared once, in
 //! [`settings::SETTINGS`].
 
+pub(crate) mod configz;
 pub(crate) mod duration;
 pub(crate) mod flags;
 pub(crate) mod kubelet_config;

@@ -50,6 +50,21 @@ impl PodCache {
             .and_then(|e| e.status.clone().ok())
     }
 
+    /// Every pod the runtime was last seen running something for (kubelet's
+    /// `GetPods(false)`, served by `/runningpods/`).
+    pub(crate) fn running(&self) -> Vec<Arc<PodRuntimeStatus>> {
+        let entries = self.entries.lock().unwrap();
+        let mut pods: Vec<Arc<PodRuntimeStatus>> = entries
+            .values()
+            .filter_map(|e| e.status.clone().ok())
+            .filter(|s| {
+                s.sandboxes.iter().any(|b| b.ready) || s.running_containers().next().is_some()
+            })
+            .collect();
+        pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        pods
+    }
+
     /// Stores a status read at `modified` (older writes never replace newer ones).
     pub(crate) fn set(&self, uid: &str, status: PodRuntimeStatus, modified: Instant) {
         self.store(uid, Ok(Arc::new(status)), modified);

@@ -5,6 +5,7 @@
 
 pub(crate) mod conn;
 pub(crate) mod healthz;
+mod stats;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,9 +34,15 @@ pub(crate) struct Views {
     #[allow(dead_code, reason = "issue 13: the endpoints are being added")]
     /// The metric advisor's series (prediction and the QoS manager read them too).
     pub cache: Arc<crate::koord::metriccache::MetricCache>,
-    #[allow(dead_code, reason = "issue 13: the endpoints are being added")]
     /// The metric advisor's latest round.
     pub readings: Arc<crate::stats::readings::LatestReadings>,
+    // Issue 13 item 3 (Summary API, /runningpods/, /configz): what those read.
+    /// The runtime's view of each pod (`/runningpods/`).
+    pub pod_cache: Arc<crate::pleg::cache::PodCache>,
+    /// Each pod's measured volume and log usage.
+    pub volumes: Arc<crate::stats::volumes::VolumeUsage>,
+    /// The effective configuration as `/configz` serves it.
+    pub configz: Arc<serde_json::Value>,
 }
 
 impl Views {
@@ -78,6 +85,11 @@ pub(crate) fn read_only_router(views: Views) -> Router {
     Router::new()
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
+        // Issue 13 item 3: kubelet's stats and debugging endpoints.
+        .route("/stats/summary", get(stats::summary).post(stats::summary))
+        .route("/metrics/resource", get(stats::resource))
+        .route("/runningpods/", get(stats::running_pods))
+        .route("/configz", get(stats::configz))
         .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)

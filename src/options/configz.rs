@@ -1,0 +1,227 @@
+//! `/configz`: the effective settings as kubelet's `{"kubeletconfig":{…}}`, in
+//! `kubelet.config.k8s.io/v1beta1` field names and without `kind`/`apiVersion`, so
+//! tools that read a kubelet's running configuration (kind, kubeadm upgrade checks)
+//! read oxlet's. Only settings that have a KubeletConfiguration field appear; unset
+//! optional ones are left out, as Go's `omitempty` does.
+
+use serde_json::{Map, Value, json};
+
+use super::Options;
+use super::duration::format_go_duration;
+use super::settings::Enforced;
+use crate::cm::allocatable::Reserved;
+
+fn reserved(r: &Reserved) -> Value {
+    let mut m = Map::new();
+    if let Some(c) = r.cpu_milli {
+        m.insert("cpu".into(), json!(format!("{c}m")));
+    }
+    if let Some(b) = r.memory_bytes {
+        m.insert("memory".into(), json!(b.to_string()));
+    }
+    if let Some(b) = r.ephemeral_storage_bytes {
+        m.insert("ephemeral-storage".into(), json!(b.to_string()));
+    }
+    if let Some(p) = r.pids {
+        m.insert("pid".into(), json!(p.to_string()));
+    }
+    Value::Object(m)
+}
+
+fn path(p: Option<&std::path::PathBuf>) -> Value {
+    json!(p.map(|p| p.display().to_string()).unwrap_or_default())
+}
+
+/// The `kubeletconfig` object of `/configz`.
+pub(crate) fn kubelet_config(o: &Options) -> Value {
+    let mut enforce = Vec::new();
+    let e = &o.enforce_node_allocatable;
+    if e.pods {
+        enforce.push("pods");
+    }
+    match e.system_reserved {
+        Some(Enforced::All) => enforce.push("system-reserved"),
+        Some(Enforced::Compressible) => enforce.push("system-reserved-compressible"),
+        None => {}
+    }
+    match e.kube_reserved {
+        Some(Enforced::All) => enforce.push("kube-reserved"),
+        Some(Enforced::Compressible) => enforce.push("kube-reserved-compressible"),
+        None => {}
+    }
+    let eviction: Map<String, Value> = o
+        .eviction_hard
+        .0
+        .iter()
+        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
+        .collect();
+    let cgroup = |n: &crate::cm::name::CgroupName| json!(n.to_cgroupfs().unwrap_or_default());
+    let mut m = Map::new();
+    m.insert(
+        "staticPodPath".into(),
+        json!(path(o.static_pod_path.as_ref())),
+    );
+    m.insert(
+        "containerRuntimeEndpoint".into(),
+        json!(o.container_runtime_endpoint),
+    );
+    m.insert(
+        "podLogsDir".into(),
+        json!(o.pod_logs_dir.display().to_string()),
+    );
+    m.insert("address".into(), json!(o.address.to_string()));
+    m.insert("readOnlyPort".into(), json!(o.read_only_port));
+    m.insert(
+        "healthzBindAddress".into(),
+        json!(o.healthz_bind_address.to_string()),
+    );
+    m.insert("healthzPort".into(), json!(o.healthz_port));
+    m.insert(
+        "fileCheckFrequency".into(),
+        json!(format_go_duration(o.file_check_frequency)),
+    );
+    m.insert(
+        "syncFrequency".into(),
+        json!(format_go_duration(o.sync_frequency)),
+    );
+    m.insert(
+        "runtimeRequestTimeout".into(),
+        json!(format_go_duration(o.runtime_request_timeout)),
+    );
+    m.insert("serializeImagePulls".into(), json!(o.serialize_image_pulls));
+    m.insert("maxPods".into(), json!(o.max_pods));
+    m.insert("maxOpenFiles".into(), json!(o.max_open_files));
+    m.insert("cgroupDriver".into(), json!(o.cgroup_driver.to_string()));
+    m.insert("cgroupRoot".into(), json!(cgroup(&o.cgroup_root)));
+    m.insert("cgroupsPerQOS".into(), json!(o.cgroups_per_qos));
+    m.insert("podPidsLimit".into(), json!(o.pod_pids_limit));
+    m.insert("cpuCFSQuota".into(), json!(o.cpu_cfs_quota));
+    m.insert(
+        "cpuCFSQuotaPeriod".into(),
+        json!(format_go_duration(o.cpu_cfs_quota_period)),
+    );
+    m.insert("failCgroupV1".into(), json!(o.fail_cgroup_v1));
+    m.insert("kubeReserved".into(), json!(reserved(&o.kube_reserved)));
+    m.insert("systemReserved".into(), json!(reserved(&o.system_reserved)));
+    m.insert("evictionHard".into(), json!(eviction));
+    m.insert("enforceNodeAllocatable".into(), json!(enforce));
+    m.insert(
+        "containerLogMaxSize".into(),
+        json!(o.container_log_max_size.to_string()),
+    );
+    m.insert(
+        "containerLogMaxFiles".into(),
+        json!(o.container_log_max_files),
+    );
+    m.insert(
+        "containerLogMaxWorkers".into(),
+        json!(o.container_log_max_workers),
+    );
+    m.insert(
+        "containerLogMonitorInterval".into(),
+        json!(format_go_duration(o.container_log_monitor_interval)),
+    );
+    m.insert("seccompDefault".into(), json!(o.seccomp_default));
+    m.insert(
+        "allowedUnsafeSysctls".into(),
+        json!(o.allowed_unsafe_sysctls),
+    );
+    m.insert(
+        "clusterDNS".into(),
+        json!(
+            o.cluster_dns
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        ),
+    );
+    m.insert("clusterDomain".into(), json!(o.cluster_domain));
+    m.insert("resolvConf".into(), json!(path(o.resolv_conf.as_ref())));
+    m.insert(
+        "staticPodURL".into(),
+        json!(o.manifest_url.clone().unwrap_or_default()),
+    );
+    m.insert("staticPodURLHeader".into(), json!(o.manifest_url_header));
+    m.insert(
+        "httpCheckFrequency".into(),
+        json!(format_go_duration(o.http_check_frequency)),
+    );
+    m.insert("kubeAPIQPS".into(), json!(o.kube_api_qps));
+    m.insert("kubeAPIBurst".into(), json!(o.kube_api_burst));
+    m.insert(
+        "nodeStatusUpdateFrequency".into(),
+        json!(format_go_duration(o.node_status_update_frequency)),
+    );
+    m.insert(
+        "nodeLeaseDurationSeconds".into(),
+        json!(o.node_lease_duration.as_secs()),
+    );
+    m.insert("registerNode".into(), json!(o.register_node));
+    m.insert(
+        "nodeStatusReportFrequency".into(),
+        json!(format_go_duration(o.node_status_report_frequency)),
+    );
+    m.insert("eventRecordQPS".into(), json!(o.event_record_qps));
+    m.insert("eventBurst".into(), json!(o.event_burst));
+    m.insert("rotateCertificates".into(), json!(o.rotate_certificates));
+    if let Some(n) = o.max_parallel_image_pulls {
+        m.insert("maxParallelImagePulls".into(), json!(n));
+    }
+    if let Some(n) = &o.kube_reserved_cgroup {
+        m.insert("kubeReservedCgroup".into(), cgroup(n));
+    }
+    if let Some(n) = &o.system_reserved_cgroup {
+        m.insert("systemReservedCgroup".into(), cgroup(n));
+    }
+    json!({ "kubeletconfig": m })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::settings::SETTINGS;
+
+    fn parse(args: &[&str]) -> Options {
+        let flags = crate::options::flags::parse_flags(
+            std::iter::once("oxlet").chain(args.iter().copied()),
+        )
+        .unwrap();
+        crate::options::resolve(flags, || Ok("test-host".to_string())).unwrap()
+    }
+
+    #[test]
+    fn every_config_field_is_rendered_and_nothing_else() {
+        let o = parse(&[
+            "--max-pods=42",
+            "--kube-reserved-cgroup=/kube",
+            "--system-reserved-cgroup=/sys",
+            "--kube-reserved=cpu=100m,memory=1Mi",
+        ]);
+        let mut o = o;
+        o.max_parallel_image_pulls = Some(2);
+        let v = kubelet_config(&o);
+        let c = v["kubeletconfig"].as_object().unwrap();
+        let fields: Vec<&str> = SETTINGS.iter().filter_map(|s| s.field).collect();
+        for f in &fields {
+            assert!(c.contains_key(*f), "{f} missing from /configz");
+        }
+        for k in c.keys() {
+            assert!(
+                fields.contains(&k.as_str()),
+                "{k} is not a KubeletConfiguration field oxlet has"
+            );
+        }
+        assert!(!c.contains_key("kind") && !c.contains_key("apiVersion"));
+        assert_eq!(c["maxPods"], 42);
+        assert_eq!(c["syncFrequency"], "1m0s");
+        assert_eq!(
+            c["kubeReserved"],
+            json!({"cpu": "100m", "memory": "1048576"})
+        );
+        assert_eq!(c["kubeReservedCgroup"], "/kube");
+        // Quantities are written in bytes (kubelet echoes the text it was given).
+        assert_eq!(c["evictionHard"]["memory.available"], "104857600");
+        assert_eq!(c["evictionHard"]["nodefs.available"], "10%");
+        assert_eq!(c["enforceNodeAllocatable"], json!(["pods"]));
+    }
+}

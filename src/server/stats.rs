@@ -1,0 +1,132 @@
+//! The read-only server's stats and debugging endpoints (issue 13): `/stats/summary`,
+//! `/metrics/resource`, `/runningpods/` and `/configz`, answered as kubelet answers
+//! them. kubelet serves the last two only on its authenticated port (its read-only
+//! port answers 405 `Debug endpoints are disabled.`); oxlet has only the read-only
+//! port, so it serves them here.
+
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::Views;
+use crate::stats::{build, resource_metrics};
+
+/// go-restful's pretty JSON: one-space indent, no trailing newline.
+fn pretty<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b" ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    // Serializing plain data into a Vec cannot fail.
+    let _ = v.serialize(&mut ser);
+    out
+}
+
+/// `only_cpu_and_memory` counts only as one value, exactly `true` (kubelet's check).
+fn only_cpu_and_memory(query: Option<&str>) -> bool {
+    let values: Vec<&str> = query
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k == "only_cpu_and_memory").then_some(v)
+        })
+        .collect();
+    values == ["true"]
+}
+
+pub(super) async fn summary(State(v): State<Views>, RawQuery(q): RawQuery) -> Response {
+    let Some(snap) = v.readings.get() else {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal Error: failed to get node info: the metric advisor has not finished its first round",
+        )
+            .into_response();
+    };
+    let s = build::summary(&snap, &v.volumes, only_cpu_and_memory(q.as_deref()));
+    ([(header::CONTENT_TYPE, "application/json")], pretty(&s)).into_response()
+}
+
+pub(super) async fn resource(State(v): State<Views>) -> Response {
+    let summary = v
+        .readings
+        .get()
+        .map(|snap| build::summary(&snap, &v.volumes, true));
+    (
+        [(header::CONTENT_TYPE, resource_metrics::CONTENT_TYPE)],
+        resource_metrics::render(summary.as_ref()),
+    )
+        .into_response()
+}
+
+/// A v1 PodList of the running pods with only names, UIDs and containers' names and
+/// images (kubelet's `ToAPIPod`), as the legacy codec writes it.
+pub(super) async fn running_pods(State(v): State<Views>) -> Response {
+    let items: Vec<serde_json::Value> = v
+        .pod_cache
+        .running()
+        .iter()
+        .map(|p| {
+            let containers: Vec<serde_json::Value> = p
+                .running_containers()
+                .map(|c| serde_json::json!({"name": c.name, "image": c.image, "resources": {}}))
+                .collect();
+            serde_json::json!({
+                "metadata": {"name": p.name, "namespace": p.namespace, "uid": p.uid, "creationTimestamp": null},
+                "spec": {"containers": containers},
+                "status": {},
+            })
+        })
+        .collect();
+    let items = if items.is_empty() {
+        serde_json::Value::Null
+    } else {
+        items.into()
+    };
+    let body =
+        serde_json::json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items});
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        format!("{body}\n"),
+    )
+        .into_response()
+}
+
+pub(super) async fn configz(State(v): State<Views>) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        v.configz.to_string(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_exactly_one_true_selects_cpu_and_memory() {
+        assert!(only_cpu_and_memory(Some("only_cpu_and_memory=true")));
+        assert!(only_cpu_and_memory(Some("a=b&only_cpu_and_memory=true")));
+        for q in [
+            None,
+            Some("only_cpu_and_memory=True"),
+            Some("only_cpu_and_memory=1"),
+            Some("only_cpu_and_memory=true&only_cpu_and_memory=true"),
+            Some("only_cpu_and_memory"),
+        ] {
+            assert!(!only_cpu_and_memory(q), "{q:?}");
+        }
+    }
+
+    #[test]
+    fn json_is_pretty_with_one_space() {
+        assert_eq!(
+            String::from_utf8(pretty(&serde_json::json!({"a": [1]}))).unwrap(),
+            "{\n \"a\": [\n  1\n ]\n}"
+        );
+    }
+}

@@ -482,6 +482,42 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn measured_volumes_and_logs_feed_the_volume_and_ephemeral_stats() {
+        let volumes = VolumeUsage::default();
+        let u = |bytes, inodes| Usage {
+            bytes,
+            inodes,
+            partial: false,
+        };
+        volumes.set(
+            "u1",
+            PodUsage {
+                time: Some(at(1_700_000_020)),
+                volumes: vec![("data".into(), u(2 << 20, 2))],
+                container_logs: vec![("app".into(), u(8192, 2)), ("side".into(), u(4096, 2))],
+                pod_logs: u(0, 0),
+                etc_hosts: Some(u(4096, 1)),
+            },
+        );
+        let s = summary(&snapshot(), &volumes, false);
+        let pod = &s.pods[0];
+        assert_eq!(pod.volume.len(), 1);
+        assert_eq!(pod.volume[0].name, "data");
+        assert_eq!(pod.volume[0].fs.used_bytes, Some(2 << 20));
+        assert_eq!(pod.volume[0].fs.inodes_used, Some(2));
+        assert_eq!(pod.volume[0].fs.capacity_bytes, Some(1000));
+        let containers = pod.containers.as_ref().unwrap();
+        assert_eq!(containers[0].logs.as_ref().unwrap().used_bytes, Some(8192));
+        // The measured logs replace the reading's.
+        assert_eq!(containers[1].logs.as_ref().unwrap().used_bytes, Some(4096));
+        let e = pod.ephemeral_storage.as_ref().unwrap();
+        // app: rootfs 40 + logs 8192; side has no rootfs; the volume; etc-hosts.
+        assert_eq!(e.used_bytes, Some(40 + 8192 + (2 << 20) + 4096));
+        assert_eq!(e.inodes_used, Some(10 + 2 + 2 + 1));
+        assert_eq!(e.time, Time::from_system(at(1_700_000_020)));
+    }
+
+    #[test]
     fn missing_sources_are_omitted() {
         let mut snap = snapshot();
         snap.node.cgroup.cpu = None;

@@ -301,11 +301,7 @@ mod tests {
 
     /// metrics-server's reading (§5): a name followed by `{` or the end, the three
     /// labels found by searching the raw label text, the value and the ms timestamp.
-    fn scrape<'a>(
-        text: &'a str,
-        name: &str,
-        container: Option<&str>,
-    ) -> Option<(f64, Option<i64>)> {
+    fn scrape(text: &str, name: &str, container: Option<&str>) -> Option<(f64, Option<i64>)> {
         text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
             let rest = l.strip_prefix(name)?;
             let (labels, values) = if let Some(r) = rest.strip_prefix('{') {

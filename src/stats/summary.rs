@@ -30,7 +30,7 @@ impl Time {
 
     /// Seconds since the epoch, if set.
     pub(crate) fn unix_seconds(self) -> Option<i64> {
-        self.0.map(|t| t.as_second())
+        self.0.map(jiff::Timestamp::as_second)
     }
 }
 

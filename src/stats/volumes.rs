@@ -106,6 +106,15 @@ impl VolumeUsage {
             .cloned()
     }
 
+    /// Sets a pod's usage directly (unit tests of the readers).
+    #[cfg(test)]
+    pub(crate) fn set(&self, uid: &str, usage: PodUsage) {
+        self.pods
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(uid.to_string(), Arc::new(usage));
+    }
+
     /// Measures every pod (blocking: call from a blocking thread) and forgets pods
     /// that are gone.
     pub(crate) fn refresh(&self, pods: &[Arc<Pod>], dirs: &Dirs) {
@@ -401,7 +410,7 @@ mod tests {
         write(&dirs.pod_logs.join("ns_web_u1/app/0.log"), 8192);
         write(&dirs.pod_logs.join("ns_web_u1/pod.log"), 10);
         let usage = VolumeUsage::default();
-        usage.refresh(&[p.clone()], &dirs);
+        usage.refresh(std::slice::from_ref(&p), &dirs);
         let u = usage.usage_of("u1").unwrap();
         let data = u.volume("data").unwrap();
         assert!(data.bytes >= 2 << 20 && data.inodes == 2, "{data:?}");

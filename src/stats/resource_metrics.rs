@@ -135,10 +135,10 @@ pub(crate) fn render(summary: Option<&Summary>) -> String {
                         time: Some(m.time),
                     });
                 }
-                if let Some(secs) = c.start_time.unix_seconds().filter(|s| *s > 0) {
+                if let Some(secs) = c.start_time.unix_seconds_f64().filter(|s| *s >= 1.0) {
                     ctr_start.samples.push(Sample {
                         labels: labels(),
-                        value: secs as f64,
+                        value: secs,
                         time: None,
                     });
                 }
@@ -189,8 +189,8 @@ pub(crate) fn render(summary: Option<&Summary>) -> String {
                 out.push('}');
             }
             let _ = write!(out, " {}", go_float(s.value));
-            if let Some(t) = s.time.and_then(Time::unix_seconds) {
-                let _ = write!(out, " {}", t * 1000);
+            if let Some(t) = s.time.and_then(Time::unix_millis) {
+                let _ = write!(out, " {t}");
             }
             out.push('\n');
         }
@@ -371,6 +371,25 @@ mod tests {
         sorted.sort_unstable();
         assert_eq!(names, sorted);
         assert_eq!(names.len(), 8);
+    }
+
+    #[test]
+    fn timestamps_keep_milliseconds_and_start_times_their_fraction() {
+        let mut snap = build::tests::snapshot();
+        snap.node.cgroup.time =
+            build::tests::at(1_700_000_001) + std::time::Duration::from_millis(123);
+        snap.pods[0].containers[0].created_at =
+            build::tests::at(1_690_000_001) + std::time::Duration::from_millis(500);
+        let text = render(Some(&build::summary(&snap, &VolumeUsage::default(), true)));
+        assert_eq!(
+            scrape(&text, "node_cpu_usage_seconds_total", None),
+            Some((8.0, Some(1_700_000_001_123)))
+        );
+        assert_eq!(
+            scrape(&text, "container_start_time_seconds", Some("app")),
+            Some((1_690_000_001.5, None))
+        );
+        assert!(text.contains("} 1.6900000015e+09\n"), "{text}");
     }
 
     #[test]

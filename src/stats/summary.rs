@@ -14,23 +14,25 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub(crate) struct Time(pub Option<jiff::Timestamp>);
 
 impl Time {
-    /// The time truncated to whole seconds (what the wire carries); the epoch and
-    /// times before it are Go's zero for our purposes and become `null`.
+    /// The time at full precision (the wire truncates it to whole seconds; the
+    /// resource metrics keep milliseconds, as kubelet's do); the epoch and times
+    /// before it are Go's zero here and become `null`.
     pub(crate) fn from_system(t: SystemTime) -> Time {
-        let secs = match t.duration_since(SystemTime::UNIX_EPOCH) {
-            Ok(d) if d.as_secs() > 0 => d.as_secs(),
-            _ => return Time(None),
-        };
-        Time(
-            i64::try_from(secs)
-                .ok()
-                .and_then(|s| jiff::Timestamp::from_second(s).ok()),
-        )
+        match t.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(d) if d.as_secs() > 0 => Time(jiff::Timestamp::try_from(t).ok()),
+            _ => Time(None),
+        }
     }
 
-    /// Seconds since the epoch, if set.
-    pub(crate) fn unix_seconds(self) -> Option<i64> {
-        self.0.map(jiff::Timestamp::as_second)
+    /// Milliseconds since the epoch, if set.
+    pub(crate) fn unix_millis(self) -> Option<i64> {
+        self.0.map(jiff::Timestamp::as_millisecond)
+    }
+
+    /// Seconds since the epoch with their fraction, if set.
+    #[allow(clippy::cast_precision_loss, reason = "kubelet's float64 seconds too")]
+    pub(crate) fn unix_seconds_f64(self) -> Option<f64> {
+        self.0.map(|t| t.as_nanosecond() as f64 / 1e9)
     }
 }
 
@@ -432,6 +434,7 @@ mod tests {
         let t = SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_999);
         let json = serde_json::to_string(&Time::from_system(t)).unwrap();
         assert_eq!(json, "\"2023-11-14T22:13:20Z\"");
+        assert_eq!(Time::from_system(t).unix_millis(), Some(1_700_000_000_999));
         assert_eq!(
             serde_json::to_string(&Time::from_system(SystemTime::UNIX_EPOCH)).unwrap(),
             "null"

@@ -355,6 +355,7 @@ async fn a_kill_with_a_status_sets_it_before_stopping_and_it_stays() {
                 phase: crate::pod::Phase::Failed,
                 reason: "Evicted".into(),
                 message: "The node was low on resource: memory.".into(),
+                condition: None,
             }),
             ..KillRequest::new(KillReason::RemovedFromConfig)
         },

@@ -485,9 +485,9 @@ pub(crate) async fn start(
     Ok(Agent { pods, statuses })
 }
 
-/// `--node-slo-config`, read once at start (checked when the flag was parsed).
+/// `--node-slo-file`, read once at start (checked when the flag was parsed).
 fn qos_config(opts: &Options) -> anyhow::Result<crate::koord::qosmanager::config::QosConfig> {
-    Ok(match &opts.node_slo_config {
+    Ok(match &opts.node_slo_file {
         Some(path) => crate::koord::qosmanager::config::load(path)?,
         None => Default::default(),
     })
@@ -507,7 +507,7 @@ fn spawn_qos_manager(
 ) {
     use crate::koord::qosmanager::{QosDeps, QosManager, evict::WorkerEvictor};
     if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cgroup_reconcile_on() {
-        info!(target: STARTUP_TARGET, "node QoS manager off (no strategy enabled by --node-slo-config)");
+        info!(target: STARTUP_TARGET, "node QoS manager off (no strategy enabled by --node-slo-file)");
     } else {
         info!(target: STARTUP_TARGET, cpuSuppress = cfg.cpu_suppress_on(), memoryEvict = cfg.memory_evict_on(), cgroupReconcile = cfg.cgroup_reconcile_on(), config = ?cfg, "node QoS manager on");
     }

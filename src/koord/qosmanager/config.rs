@@ -1,6 +1,6 @@
 //! The QoS manager's configuration: koordlet's NodeSLO `resourceUsedThresholdWithBE`
 //! (same field names and defaults) plus one switch per strategy, read from the file
-//! given by `--node-slo-config` once at start. Everything is off unless the file
+//! given by `--node-slo-file` once at start. Everything is off unless the file
 //! turns it on: koordlet's `enable` defaults to false and its gates for eviction and
 //! cgroup reconcile are off.
 

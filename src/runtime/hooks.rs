@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use tracing::{debug, warn};
+use tracing::{info, warn};
 
 use crate::pod::{pod_ref, pod_uid};
 use k8s_cri::v1 as cri;
@@ -65,7 +65,7 @@ impl ContainerHooks {
         for rule in &self.0 {
             match rule.pre_create_container(pod, c, res) {
                 Ok(true) => {
-                    debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, hook = rule.name(), cpuShares = res.cpu_shares, cpuQuota = res.cpu_quota, memoryLimit = res.memory_limit_in_bytes, "runtime hook changed the container's resources");
+                    info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, hook = rule.name(), cpuShares = res.cpu_shares, cpuQuota = res.cpu_quota, memoryLimit = res.memory_limit_in_bytes, "runtime hook changed the container's resources");
                 }
                 Ok(false) => {}
                 Err(e) => {

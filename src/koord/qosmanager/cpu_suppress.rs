@@ -39,7 +39,7 @@ impl SuppressInputs {
             allocatable_milli,
             node_used_milli: view.node_cpu_cores * 1000.0,
             pods_used_milli: sum(&|_| true),
-            non_be_pods_used_milli: sum(&|p| !p.best_effort),
+            non_be_pods_used_milli: sum(&|p| !p.best_effort && !p.koord_be),
         }
     }
 
@@ -105,17 +105,23 @@ mod tests {
 
     #[test]
     fn suppress_takes_non_be_pods_and_the_system_off_the_threshold() {
-        // 4 CPUs, 65 %: 2600m. LS pods use 1000m, BE pods 500m, node 2000m:
-        // system = 2000 − 1500 = 500m (above the 200m reservation).
+        // 4 CPUs, 65 %: 2600m. LS pods use 1000m, BE pods 750m, node 2250m:
+        // system = 2250 − 1750 = 500m (above the 200m reservation).
         let view = UsageView {
-            node_cpu_cores: 2.0,
+            node_cpu_cores: 2.25,
             node_memory_bytes: 0.0,
             pods: vec![
                 PodUsage::test("ls", false, 1.0, 0.0),
                 PodUsage::test("be", true, 0.5, 0.0),
+                // Burstable by kube QoS, BE by koordinator's label: not counted.
+                PodUsage {
+                    koord_be: true,
+                    ..PodUsage::test("koord-be", false, 0.25, 0.0)
+                },
             ],
         };
         let i = SuppressInputs::from_usage(&view, 4000, 3800);
+        assert_eq!(i.non_be_pods_used_milli, 1000.0);
         assert_eq!(i.system_used_milli(), 500.0);
         assert_eq!(suppress_milli(&cfg(65, None), &i), 1100.0);
         // The reservation is the floor of the system's share.

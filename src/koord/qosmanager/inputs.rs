@@ -11,6 +11,9 @@ use crate::cm::qos::QosClass;
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
 use crate::pod::pod_uid;
 
+/// koordinator's pod QoS label.
+pub(crate) const KOORD_QOS_LABEL: &str = "koordinator.sh/qosClass";
+
 /// How far back a "last" value may be.
 pub(crate) const WINDOW_MS: i64 = 2000;
 
@@ -18,7 +21,11 @@ pub(crate) const WINDOW_MS: i64 = 2000;
 #[derive(Debug, Clone)]
 pub(crate) struct PodUsage {
     pub pod: Arc<Pod>,
+    /// Kube QoS BestEffort (the eviction victims).
     pub best_effort: bool,
+    /// koordinator's `koordinator.sh/qosClass: BE` label (CPU suppress counts such
+    /// pods with BestEffort, as koordlet does).
+    pub koord_be: bool,
     pub cpu_cores: f64,
     pub memory_bytes: f64,
     /// Whether the cache had a memory sample for the pod (koordlet skips pods
@@ -36,6 +43,7 @@ impl PodUsage {
         PodUsage {
             pod: Arc::new(pod),
             best_effort,
+            koord_be: false,
             cpu_cores: cpu,
             memory_bytes: mem,
             has_memory: true,
@@ -87,6 +95,12 @@ pub(crate) fn view(
             let mem = last(cache, MetricKind::PodMemoryUsage, &uid, now_ms);
             PodUsage {
                 best_effort: QosClass::of(p) == QosClass::BestEffort,
+                koord_be: p
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(KOORD_QOS_LABEL))
+                    .is_some_and(|q| q == "BE"),
                 cpu_cores: last(cache, MetricKind::PodCpuUsage, &uid, now_ms).unwrap_or(0.0),
                 memory_bytes: mem.unwrap_or(0.0),
                 has_memory: mem.is_some(),

@@ -106,6 +106,10 @@ impl QosManager {
     }
 
     fn suppress(&mut self, view: &inputs::UsageView) {
+        if !self.d.cm.cgroups_per_qos() {
+            debug!("cpu suppress: no QoS cgroups (--cgroups-per-qos=false); nothing to limit");
+            return;
+        }
         let i = cpu_suppress::SuppressInputs::from_usage(
             view,
             self.d.capacity.cpu_milli,
@@ -146,6 +150,9 @@ impl QosManager {
 
     /// Lifts the BestEffort quota (−1), as koordlet does when suppress is off.
     fn restore_quota(&mut self) {
+        if !self.d.cm.cgroups_per_qos() {
+            return;
+        }
         match self.d.cm.best_effort_cpu_quota() {
             Ok(Some(q)) if q > 0 => match self.d.cm.set_best_effort_cpu_quota(-1) {
                 Ok(()) => info!(

@@ -241,6 +241,7 @@ pub(crate) async fn start(
         node_ips: node.internal_ip().parse().into_iter().collect(),
     };
     dns.check_resolv_conf();
+    let qos = qos_config(opts)?;
     let runtime = Arc::new(
         RuntimeManager::new(
             Arc::new(rt.cri.clone()),
@@ -266,7 +267,8 @@ pub(crate) async fn start(
         .with_image_pulls(pulls)
         .with_log_symlinks(opts.container_log_symlink_dir.clone())
         .with_startup_gate(Arc::new(StartupProbeGate(probe_results.clone())))
-        .with_objects(object_manager(api)),
+        .with_objects(object_manager(api))
+        .with_container_hooks(crate::koord::hooks::rules(&qos)),
     );
     spawn_log_rotation(opts, rt, tasks);
     let cache = Arc::new(PodCache::default());
@@ -411,6 +413,15 @@ pub(crate) async fn start(
     };
     let inputs = LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx);
     let workers = sync_loop.workers.clone();
+    spawn_qos_manager(
+        qos,
+        &metric_cache,
+        &pods,
+        &sync_loop,
+        &events,
+        &allocatable,
+        tasks,
+    );
     tasks.spawn_critical("sync-loop", move |cancel| async move {
         sync_loop.run(inputs, cancel).await;
         Ok(())
@@ -508,6 +519,55 @@ fn spawn_volume_stats(
         }
     });
     usage
+}
+
+/// `--node-slo-file`, read once at start (checked when the flag was parsed).
+fn qos_config(opts: &Options) -> anyhow::Result<crate::koord::qosmanager::config::QosConfig> {
+    Ok(match &opts.node_slo_file {
+        Some(path) => crate::koord::qosmanager::config::load(path)?,
+        None => Default::default(),
+    })
+}
+
+/// The node QoS manager (issue 13, koordlet's qosmanager): CPU suppress, memory
+/// eviction by usage and cgroup reconcile, every second, each off unless the node
+/// SLO config turns it on. Evictions go through the pod workers.
+fn spawn_qos_manager(
+    cfg: crate::koord::qosmanager::config::QosConfig,
+    cache: &Arc<crate::koord::metriccache::MetricCache>,
+    pods: &Arc<PodManager>,
+    sync_loop: &SyncLoop,
+    events: &EventRecorder,
+    allocatable: &crate::cm::allocatable::NodeAllocatable,
+    tasks: &Tasks,
+) {
+    use crate::koord::qosmanager::{QosDeps, QosManager, evict::WorkerEvictor};
+    if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cgroup_reconcile_on() {
+        info!(target: STARTUP_TARGET, "node QoS manager off (no strategy enabled by --node-slo-file)");
+    } else {
+        info!(target: STARTUP_TARGET, cpuSuppress = cfg.cpu_suppress_on(), memoryEvict = cfg.memory_evict_on(), cgroupReconcile = cfg.cgroup_reconcile_on(), config = ?cfg, "node QoS manager on");
+    }
+    let evictor = Arc::new(WorkerEvictor {
+        workers: sync_loop.workers.clone(),
+        events: events.clone(),
+    });
+    let (cache, pods, cm) = (cache.clone(), pods.clone(), sync_loop.cm.clone());
+    let (capacity, allocatable) = (allocatable.capacity, allocatable.allocatable);
+    tasks.spawn_restarting("qos-manager", Backoff::default(), move |cancel| {
+        let qm = QosManager::new(QosDeps {
+            cfg: cfg.clone(),
+            cache: cache.clone(),
+            pods: pods.clone(),
+            cm: cm.clone(),
+            evictor: evictor.clone(),
+            capacity,
+            allocatable,
+        });
+        async move {
+            qm.run(cancel).await;
+            Ok(())
+        }
+    });
 }
 
 /// The apiserver pod source (cluster mode only): its first list is part of

@@ -72,3 +72,70 @@ impl ContainerManager {
         }
     }
 }
+
+/// What the node QoS manager (issue 13, koordlet's qosmanager) reads and writes on
+/// the QoS cgroups: the BestEffort CFS quota (CPU suppress) and the QoS shares put
+/// back when something else changed them (cgroup reconcile).
+impl ContainerManager {
+    /// The BestEffort QoS cgroup's CFS quota in µs (−1: no limit; None: unreadable
+    /// as a number, e.g. no cpu controller file).
+    pub(crate) fn best_effort_cpu_quota(&self) -> Result<Option<i64>, CgroupError> {
+        Ok(self
+            .fs
+            .resources(&self.qos_path(QosClass::BestEffort))?
+            .cpu_quota)
+    }
+
+    /// Writes the BestEffort QoS cgroup's CFS quota with the default period (−1
+    /// lifts the limit). Without per-QoS cgroups there is no such cgroup: a no-op.
+    pub(crate) fn set_best_effort_cpu_quota(&self, quota_us: i64) -> Result<(), CgroupError> {
+        if !self.cfg.cgroups_per_qos {
+            return Ok(());
+        }
+        let res = ResourceConfig {
+            cpu_period: Some(crate::cm::resources::DEFAULT_CPU_PERIOD_US.unsigned_abs()),
+            cpu_quota: Some(quota_us),
+            ..ResourceConfig::default()
+        };
+        self.fs.update(&self.qos_path(QosClass::BestEffort), &res)
+    }
+
+    /// Puts the Burstable and BestEffort cgroups' cpu shares (v2: the weight, read
+    /// back as shares) back to what oxlet set, when they drifted. Returns each
+    /// repaired cgroup with the shares found and the shares written.
+    pub(crate) fn reconcile_qos_shares(&self) -> Vec<(String, Option<u64>, u64)> {
+        if !self.cfg.cgroups_per_qos {
+            return Vec::new();
+        }
+        let mut fixed = Vec::new();
+        for class in [QosClass::Burstable, QosClass::BestEffort] {
+            let path = self.qos_path(class);
+            let want = self.qos_limits(class);
+            let Some(want_shares) = want.cpu_shares else {
+                continue;
+            };
+            let have = match self.fs.resources(&path) {
+                Ok(r) => r.cpu_shares,
+                Err(e) => {
+                    warn_failed("cannot read a QoS cgroup", &e);
+                    continue;
+                }
+            };
+            // v2 stores a weight: shares → weight → shares may round; compare there.
+            if have.map(crate::cm::fs::shares_to_weight)
+                == Some(crate::cm::fs::shares_to_weight(want_shares))
+            {
+                continue;
+            }
+            let res = ResourceConfig {
+                cpu_shares: Some(want_shares),
+                ..ResourceConfig::default()
+            };
+            match self.fs.update(&path, &res) {
+                Ok(()) => fixed.push((path, have, want_shares)),
+                Err(e) => warn_failed("cannot reconcile a QoS cgroup", &e),
+            }
+        }
+        fixed
+    }
+}

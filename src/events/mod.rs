@@ -55,6 +55,7 @@ pub(crate) mod reason {
     pub(crate) const FAILED_KILL_POD: &str = "FailedKillPod";
     pub(crate) const FAILED_MOUNT: &str = "FailedMount";
     pub(crate) const MISSING_CLUSTER_DNS: &str = "MissingClusterDNS";
+    pub(crate) const EVICTED: &str = "Evicted";
 }
 
 /// The event's type, as core/v1 spells it.

@@ -4,5 +4,9 @@
 //!
 //! - `metriccache`: the samples as bounded in-memory time series, and a small
 //!   key-value store.
+//! - `qosmanager`: CPU suppress, memory eviction by usage and cgroup reconcile.
+//! - `hooks`: rules the runtime runs before creating and starting a container.
 
+pub(crate) mod hooks;
 pub(crate) mod metriccache;
+pub(crate) mod qosmanager;

@@ -36,6 +36,8 @@ pub struct Options {
     pub config_file: Option<PathBuf>,
     /// The static pod directory (None = file source off).
     pub static_pod_path: Option<PathBuf>,
+    /// `--node-slo-file`: the node QoS manager's file (None = QoS manager off).
+    pub node_slo_file: Option<PathBuf>,
     /// The CRI endpoint, e.g. `unix:///run/containerd/containerd.sock`.
     pub container_runtime_endpoint: String,
     /// True when the endpoint was given explicitly (flag or config file): never start a managed containerd then.
@@ -154,6 +156,7 @@ impl Options {
         Options {
             config_file: None,
             static_pod_path: None,
+            node_slo_file: None,
             container_runtime_endpoint: String::new(),
             runtime_endpoint_explicit: false,
             root_dir: PathBuf::new(),

@@ -242,7 +242,21 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("cert-dir", None, Path, "", "PATH", "Directory of the client certificate pairs (empty: <root-dir>/pki)", |o, i| { o.cert_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     // Issue 11 slice F2: client certificate rotation (client-go's certificate manager).
     row("rotate-certificates", Some("rotateCertificates"), Bool, "false", "true|false", "Request a new client certificate before the current one expires (for a kubeconfig naming <cert-dir>/kubelet-client-current.pem)", |o, i| parse_bool(i.text).map(|b| o.rotate_certificates = b)),
+    // Issue 13 part E: the node QoS manager and runtime hooks (koordlet's NodeSLO).
+    row("node-slo-file", None, Path, "", "PATH", "koordlet NodeSLO file (resourceUsedThresholdWithBE and strategies: cpuSuppress, memoryEvict, cgroupReconcile), read at start (empty: QoS manager off)", set_node_slo_file),
 ];
+
+/// Checks the file now, so a bad one stops the agent with its field and reason.
+fn set_node_slo_file(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    o.node_slo_file = None;
+    if i.text.is_empty() {
+        return Ok(());
+    }
+    let path = PathBuf::from(i.text);
+    crate::koord::qosmanager::config::load(&path).map_err(|e| InvalidValue(e.to_string()))?;
+    o.node_slo_file = Some(path);
+    Ok(())
+}
 
 /// An `http://` or `https://` URL with a host ("" turns the source off), so a typo
 /// fails at start rather than at every poll.

@@ -330,6 +330,19 @@ impl FakeRuntime {
         Some((c.config.labels.clone(), c.config.annotations.clone()))
     }
 
+    /// The Linux resources the container was created with.
+    pub(crate) fn container_resources(&self, id: &str) -> Option<cri::LinuxContainerResources> {
+        let inner = self.lock();
+        inner
+            .containers
+            .get(id)?
+            .config
+            .linux
+            .as_ref()?
+            .resources
+            .clone()
+    }
+
     /// The running container exits with `code` (reason "Completed" or "Error").
     pub(crate) fn exit_container(&self, id: &str, code: i32) {
         if let Some(c) = self.lock().containers.get_mut(id) {

@@ -205,6 +205,8 @@ pub(crate) struct RuntimeManager {
     objects: Option<Arc<crate::objects::ObjectManager>>,
     /// Where container, image and sandbox events go.
     events: EventRecorder,
+    /// Rules run before CreateContainer and StartContainer (the node QoS hooks).
+    hooks: super::hooks::ContainerHooks,
 }
 
 /// Pods starting at once: four per core, at least 4.
@@ -234,6 +236,7 @@ impl RuntimeManager {
             removing: Default::default(),
             objects: None,
             events: EventRecorder::log_only(),
+            hooks: Default::default(),
         }
     }
 
@@ -248,6 +251,12 @@ impl RuntimeManager {
     pub(crate) fn with_events(mut self, events: EventRecorder) -> Self {
         self.images = std::mem::take(&mut self.images).with_events(events.clone());
         self.events = events;
+        self
+    }
+
+    /// Sets the rules run before each container is created and started.
+    pub(crate) fn with_container_hooks(mut self, hooks: super::hooks::ContainerHooks) -> Self {
+        self.hooks = hooks;
         self
     }
 
@@ -717,7 +726,7 @@ impl RuntimeManager {
             Ok(m) => mounts.extend(m),
             Err(e) => return config_error(&e),
         }
-        let config = match container::container_config(&ContainerRequest {
+        let mut config = match container::container_config(&ContainerRequest {
             pod,
             container: c,
             kind,
@@ -736,6 +745,7 @@ impl RuntimeManager {
             Ok(c) => c,
             Err(e) => return config_error(&e),
         };
+        self.hooks.pre_create(pod, c, &mut config);
         let log_path = pod_log_dir.join(&config.log_path);
         let id = match self
             .cri
@@ -762,6 +772,7 @@ impl RuntimeManager {
             reason::CREATED,
             format!("Created container: {name}"),
         );
+        self.hooks.pre_start(pod, c, &id);
         if let Err(e) = self.cri.start_container(&id).await {
             warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to start container");
             (self.events).event(

@@ -701,3 +701,45 @@ fn one_removal_per_container_at_a_time() {
     drop(first);
     assert!(super::RemovalClaim::take(&set, "c1").is_some());
 }
+
+/// The hook point: rules change the CreateContainer request the runtime sends.
+#[tokio::test(start_paused = true)]
+async fn container_hooks_shape_the_create_request() {
+    use crate::koord::qosmanager::config::{QosConfig, Strategies};
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let fake = Arc::new(crate::runtime::fake::FakeRuntime::new());
+    fake.add_image(IMAGE);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = QosConfig {
+        enable: true,
+        strategies: Strategies {
+            cpu_suppress: true,
+            ..Default::default()
+        },
+        ..QosConfig::default()
+    };
+    let node = FakeNode {
+        manager: Arc::new(
+            FakeNode::manager_over(&fake, &dir)
+                .with_container_hooks(crate::koord::hooks::rules(&cfg)),
+        ),
+        fake,
+        dir,
+    };
+    let mut p = pod("batch", &[], &["app"], "Always");
+    p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
+        requests: Some(
+            [(
+                "kubernetes.io/batch-cpu".to_string(),
+                Quantity("250".into()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    });
+    node.sync(&p).await.unwrap();
+    let id = node.fake.container_id("batch", "app").unwrap();
+    assert_eq!(node.fake.container_resources(&id).unwrap().cpu_shares, 256);
+    assert_eq!(node.fake.calls_of("StartContainer"), ["batch/app"]);
+}

@@ -14,6 +14,7 @@ pub(crate) mod downward;
 #[cfg(test)]
 pub(crate) mod fake;
 pub(crate) mod gc;
+pub(crate) mod hooks;
 pub(crate) mod hosts;
 pub(crate) mod image_ref;
 pub(crate) mod images;

@@ -30,6 +30,7 @@ pub(crate) fn kill_status() -> KillStatus {
         phase: Phase::Failed,
         reason: REASON.into(),
         message: MESSAGE.into(),
+        condition: None,
     }
 }
 

@@ -355,6 +355,7 @@ async fn a_kill_with_a_status_sets_it_before_stopping_and_it_stays() {
                 phase: crate::pod::Phase::Failed,
                 reason: "Evicted".into(),
                 message: "The node was low on resource: memory.".into(),
+                condition: None,
             }),
             ..KillRequest::new(KillReason::RemovedFromConfig)
         },
@@ -634,5 +635,50 @@ async fn static_and_mirror_pod_changes_poke_the_mirror_hook() {
     assert!(poked(&hook).await, "mirror pod removed");
     a.send(PodOperation::Remove, vec![web]).await;
     assert!(poked(&hook).await, "static pod removed");
+    a.stop().await;
+}
+
+/// The QoS manager's evictor (and kubelet's eviction manager after it): a syncing
+/// pod ends Failed/Evicted with a DisruptionTarget and a Warning event; a pod that
+/// is already stopping is left alone.
+#[tokio::test(start_paused = true)]
+async fn an_eviction_through_the_pod_workers_fails_the_pod_with_a_disruption_target() {
+    use crate::koord::qosmanager::evict::{Evictor, WorkerEvictor};
+    let a = agent(110).await;
+    let p = pod("web", &[], &["app"], "Always");
+    a.send(PodOperation::Add, vec![p.clone()]).await;
+    a.until(Duration::from_secs(5), "pod Running", |a| {
+        a.phase("uid-web").as_deref() == Some("Running")
+    })
+    .await;
+    let (events, mut rx) = crate::events::EventRecorder::queued(8);
+    let evictor = WorkerEvictor {
+        workers: a.workers.clone(),
+        events,
+    };
+    assert!(evictor.evict(Arc::new(p.clone()), "node memory usage 80%".into()));
+    a.until(Duration::from_secs(5), "pod Failed", |a| {
+        a.phase("uid-web").as_deref() == Some("Failed")
+    })
+    .await;
+    assert!(
+        !evictor.evict(Arc::new(p), "again".into()),
+        "a stopping or stopped pod is not evicted twice"
+    );
+    let st = a.statuses.get("uid-web").unwrap();
+    assert_eq!(st.reason.as_deref(), Some("Evicted"));
+    assert_eq!(st.message.as_deref(), Some("node memory usage 80%"));
+    let conditions = st.conditions.unwrap_or_default();
+    let d = conditions
+        .iter()
+        .find(|c| c.type_ == "DisruptionTarget")
+        .expect("DisruptionTarget");
+    assert_eq!(d.reason.as_deref(), Some("TerminationByKubelet"));
+    let e = rx.try_recv().unwrap();
+    assert_eq!(
+        (&*e.reason, e.kind),
+        ("Evicted", crate::events::EventType::Warning)
+    );
+    assert!(rx.try_recv().is_err(), "one event");
     a.stop().await;
 }

@@ -1,11 +1,12 @@
 //! What a request to stop a pod carries (kubelet's `KillPodOptions`): why, a grace
 //! period override, and the status to set on the pod (kubelet's `PodStatusFunc`).
-//! Removal from the config and runtime-only pods use it today; eviction and probes
-//! will send theirs through the same pod-worker input.
+//! Removal from the config, runtime-only pods, deadlines and the node QoS manager's
+//! evictions use it; kubelet's eviction manager (issue 12) sends its kills through
+//! [`KillRequest::evicted`] too.
 
 use std::fmt;
 
-use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
 
 use crate::pod::Phase;
 
@@ -22,6 +23,8 @@ pub(crate) enum KillReason {
     Terminal,
     /// It was active longer than its `activeDeadlineSeconds`.
     DeadlineExceeded,
+    /// A node agent evicted it (resource pressure; the message is on its status).
+    Evicted,
 }
 
 impl KillReason {
@@ -32,6 +35,7 @@ impl KillReason {
             KillReason::Deleted => "deleted",
             KillReason::Terminal => "pod is terminal",
             KillReason::DeadlineExceeded => "active deadline exceeded",
+            KillReason::Evicted => "evicted",
         }
     }
 }
@@ -45,11 +49,13 @@ impl fmt::Display for KillReason {
 /// The status a kill puts on the pod before stopping it, e.g. eviction's
 /// `Failed`/`Evicted`. A terminal phase set here stays (status generation never
 /// leaves one), and so do the reason and message while the phase stays.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct KillStatus {
     pub phase: Phase,
     pub reason: String,
     pub message: String,
+    /// A condition set with it (eviction's `DisruptionTarget`); generation keeps it.
+    pub condition: Option<PodCondition>,
 }
 
 impl KillStatus {
@@ -58,11 +64,22 @@ impl KillStatus {
         status.phase = Some(self.phase.to_string());
         status.reason = Some(self.reason.clone());
         status.message = Some(self.message.clone());
+        if let Some(c) = &self.condition {
+            let conditions = status.conditions.get_or_insert_with(Vec::new);
+            conditions.retain(|old| old.type_ != c.type_);
+            conditions.push(c.clone());
+        }
     }
 }
 
+/// kubelet's reason for an evicted pod.
+pub(crate) const EVICTED_REASON: &str = "Evicted";
+/// The condition kubelet adds to a pod it evicts, and its reason.
+pub(crate) const DISRUPTION_TARGET: &str = "DisruptionTarget";
+pub(crate) const TERMINATION_BY_KUBELET: &str = "TerminationByKubelet";
+
 /// A request to stop a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct KillRequest {
     pub reason: KillReason,
     /// Replaces the pod's grace period (a grace period still only ever shortens).
@@ -78,6 +95,32 @@ impl KillRequest {
             reason,
             grace_override: None,
             status: None,
+        }
+    }
+
+    /// An eviction (kubelet's eviction manager's `evictPod`): the pod ends Failed with
+    /// reason `Evicted` and `message`, and a `DisruptionTarget` condition (reason
+    /// `TerminationByKubelet`) as kubelet sets it; `grace` overrides the pod's.
+    pub(crate) fn evicted(message: String, grace: Option<i64>) -> Self {
+        let condition = PodCondition {
+            type_: DISRUPTION_TARGET.into(),
+            status: "True".into(),
+            reason: Some(TERMINATION_BY_KUBELET.into()),
+            message: Some(message.clone()),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::now(),
+            )),
+            ..Default::default()
+        };
+        KillRequest {
+            reason: KillReason::Evicted,
+            grace_override: grace,
+            status: Some(KillStatus {
+                phase: Phase::Failed,
+                reason: EVICTED_REASON.into(),
+                message,
+                condition: Some(condition),
+            }),
         }
     }
 
@@ -100,6 +143,7 @@ mod tests {
             phase: Phase::Failed,
             reason: "Evicted".into(),
             message: "The node was low on resource: memory.".into(),
+            condition: None,
         }
     }
 
@@ -121,6 +165,33 @@ mod tests {
             ..KillRequest::new(KillReason::Deleted)
         });
         assert_eq!(k.status, Some(other));
+    }
+
+    #[test]
+    fn an_eviction_fails_the_pod_with_a_disruption_target() {
+        let k = KillRequest::evicted("node memory 80% >= 70%".into(), Some(0));
+        assert_eq!(k.reason, KillReason::Evicted);
+        assert_eq!(k.grace_override, Some(0));
+        let mut s = PodStatus {
+            phase: Some(Phase::Running.to_string()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        k.status.unwrap().apply(&mut s);
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(s.reason.as_deref(), Some("Evicted"));
+        assert_eq!(s.message.as_deref(), Some("node memory 80% >= 70%"));
+        let c = s.conditions.unwrap();
+        let d = c.iter().find(|c| c.type_ == "DisruptionTarget").unwrap();
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_deref()),
+            ("True", Some("TerminationByKubelet"))
+        );
+        assert_eq!(c.len(), 2);
     }
 
     #[test]

@@ -608,6 +608,7 @@ fn evicted() -> KillStatus {
         phase: crate::pod::Phase::Failed,
         reason: "Evicted".into(),
         message: "The node was low on resource: memory.".into(),
+        condition: None,
     }
 }
 

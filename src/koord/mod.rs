@@ -4,5 +4,7 @@
 //!
 //! - `metriccache`: the samples as bounded in-memory time series, and a small
 //!   key-value store.
+//! - `prediction`: peak prediction from the cache and the reclaimable resources.
 
 pub(crate) mod metriccache;
+pub(crate) mod prediction;

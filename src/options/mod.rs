@@ -139,6 +139,10 @@ pub struct Options {
     /// `eventRecordQPS` / `eventBurst`: the event writer's token bucket.
     pub(crate) event_record_qps: u32,
     pub(crate) event_burst: u32,
+    /// Issue 13 part D: koordlet's peak prediction on (its default) or off, and its
+    /// `--prediction-checkpoint-filepath` (None: `<root-dir>/prediction-checkpoints`).
+    pub(crate) prediction: bool,
+    pub(crate) prediction_checkpoint_dir: Option<PathBuf>,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -215,6 +219,8 @@ impl Options {
             node_status_report_frequency: Duration::ZERO,
             event_record_qps: 0,
             event_burst: 0,
+            prediction: false,
+            prediction_checkpoint_dir: None,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }

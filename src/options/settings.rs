@@ -242,6 +242,9 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("cert-dir", None, Path, "", "PATH", "Directory of the client certificate pairs (empty: <root-dir>/pki)", |o, i| { o.cert_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     // Issue 11 slice F2: client certificate rotation (client-go's certificate manager).
     row("rotate-certificates", Some("rotateCertificates"), Bool, "false", "true|false", "Request a new client certificate before the current one expires (for a kubeconfig naming <cert-dir>/kubelet-client-current.pem)", |o, i| parse_bool(i.text).map(|b| o.rotate_certificates = b)),
+    // Issue 13 part D: koordlet's peak prediction (its flag for the directory).
+    row("enable-prediction", None, Bool, "true", "true|false", "Train koordlet's peak prediction models from the metric cache and serve /stats/predictions", |o, i| parse_bool(i.text).map(|b| o.prediction = b)),
+    row("prediction-checkpoint-filepath", None, Path, "", "PATH", "Directory of the prediction models' checkpoints (empty: <root-dir>/prediction-checkpoints)", |o, i| { o.prediction_checkpoint_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
 ];
 
 /// An `http://` or `https://` URL with a host ("" turns the source off), so a typo

@@ -36,6 +36,8 @@ pub(crate) struct Views {
     #[allow(dead_code, reason = "issue 13: the endpoints are being added")]
     /// The metric advisor's latest round.
     pub readings: Arc<crate::stats::readings::LatestReadings>,
+    /// Issue 13 part D: the prediction models (None: prediction is off).
+    pub prediction: Option<crate::koord::prediction::view::Served>,
 }
 
 impl Views {
@@ -69,6 +71,22 @@ async fn pods(State(v): State<Views>) -> impl IntoResponse {
     )
 }
 
+/// `/stats/predictions`: the prediction models and the reclaimable resources.
+async fn predictions(State(v): State<Views>) -> axum::response::Response {
+    match &v.prediction {
+        Some(p) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            p.document(&v.pods, &v.statuses).to_string(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "prediction is off (--enable-prediction=false)\n",
+        )
+            .into_response(),
+    }
+}
+
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -78,6 +96,8 @@ pub(crate) fn read_only_router(views: Views) -> Router {
     Router::new()
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
+        // Issue 13 part D: prediction.
+        .route("/stats/predictions", get(predictions))
         .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)

@@ -92,3 +92,66 @@ impl Collector for PredictionCollector {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::koord::prediction::Config;
+    use crate::koord::prediction::model::PriorityClass;
+
+    #[test]
+    fn gauges_carry_koordlets_name_and_labels() {
+        let s = Arc::new(PredictServer::new(
+            Config::default(),
+            std::path::PathBuf::from("/nonexistent"),
+        ));
+        let inputs: Inputs = Arc::new(|| {
+            let pod = PodInput {
+                uid: "a".into(),
+                class: PriorityClass::Prod,
+                request: Amount {
+                    cpu_milli: 2000,
+                    memory_bytes: 1 << 32,
+                },
+                created_ms: Some(0),
+                terminating: false,
+            };
+            (
+                vec![pod],
+                Amount {
+                    cpu_milli: 8000,
+                    memory_bytes: 1 << 34,
+                },
+            )
+        });
+        let c = PredictionCollector::new(s.clone(), "node-1".into(), inputs).unwrap();
+        let reg = prometheus::Registry::new();
+        reg.register(Box::new(c)).unwrap();
+        // Before the first round nothing is exported.
+        assert!(reg.gather().iter().all(|f| f.get_metric().is_empty()));
+        let cache = crate::koord::metriccache::MetricCache::default();
+        let now = crate::koord::metriccache::now_ms();
+        let pu = [(crate::koord::metriccache::label::POD_UID, "a")];
+        use crate::koord::metriccache::{MetricKind, Sample};
+        cache.append([
+            Sample::new(MetricKind::PodCpuUsage, &pu, now - 1000, 1.0).unwrap(),
+            Sample::new(MetricKind::PodMemoryUsage, &pu, now - 1000, 1e9).unwrap(),
+        ]);
+        s.train(&cache, &[], now);
+        s.models().add(s.config(), "a", 1.0, 1e9, now);
+        let mut text = String::new();
+        prometheus::TextEncoder::new()
+            .encode_utf8(&reg.gather(), &mut text)
+            .unwrap();
+        // a's peak is 1138m, 2000 − 1138 = 862m reclaimable.
+        assert!(
+            text.contains(r#"koordlet_node_predicted_resource_reclaimable{node="node-1",predictor="podReclaimablePredictor",resource="cpu",unit="core"} 0.862"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"koordlet_node_predicted_resource_peak{node="node-1",predictor="minPredictor",resource="cpu",unit="core"}"#), "{text}");
+        assert!(
+            text.contains(r#"predictor="minPredictor",resource="memory",unit="byte""#),
+            "{text}"
+        );
+    }
+}

@@ -184,7 +184,7 @@ pub(crate) struct Restored {
 
 /// Restores the models in `dir` (koordlet's `restoreModels`): `*.tmp` leftovers are
 /// deleted, each `<uid>` file decoded; a file that fails to decode (logged with the
-/// reason) or names an unknown UID is deleted. Files whose names are not model names,
+/// reason) or then names an unknown UID is deleted. Files whose names are not model names,
 /// and anything but regular files, are not touched.
 pub(crate) fn restore(
     cfg: &Config,
@@ -226,12 +226,11 @@ pub(crate) fn restore(
         if model_name(&name).is_err() {
             continue;
         }
-        if !known(&name) {
-            info!(file = %path.display(), "prediction: deleting the checkpoint of an unknown UID");
-            delete(&mut report);
-            continue;
-        }
         match load(cfg, &path, &name) {
+            Ok(_) if !known(&name) => {
+                info!(file = %path.display(), "prediction: deleting the checkpoint of an unknown UID");
+                delete(&mut report);
+            }
             Ok(mut m) => {
                 m.last_updated_ms = m.last_updated_ms.min(now_ms);
                 report.models.push(name.clone());

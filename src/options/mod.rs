@@ -477,6 +477,18 @@ mod tests {
     }
 
     #[test]
+    fn prediction_is_on_by_default_and_its_directory_is_a_flag() {
+        let o = ok(&[]);
+        assert!(o.prediction && o.prediction_checkpoint_dir.is_none());
+        let o = ok(&[
+            "--enable-prediction=false",
+            "--prediction-checkpoint-filepath=/srv/cp",
+        ]);
+        assert!(!o.prediction);
+        assert_eq!(o.prediction_checkpoint_dir, Some(PathBuf::from("/srv/cp")));
+    }
+
+    #[test]
     fn load_uses_the_machine_host_name() {
         let host = crate::node::host_name().unwrap().trim().to_lowercase();
         match load(["oxlet"]) {

@@ -214,7 +214,7 @@ pub(crate) fn restore(
         let delete = |report: &mut Restored| match std::fs::remove_file(&path) {
             Ok(()) => report.deleted.push(name.clone()),
             Err(e) => {
-                warn!(file = %path.display(), error = %e, "prediction: cannot delete a checkpoint file")
+                warn!(file = %path.display(), error = %e, "prediction: cannot delete a checkpoint file");
             }
         };
         if let Some(stem) = name.strip_suffix(TMP_SUFFIX) {

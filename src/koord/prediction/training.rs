@@ -38,7 +38,12 @@ pub(crate) fn train(
     for pod in pods {
         let uid = crate::pod::pod_uid(pod);
         if super::checkpoint::model_name(uid).is_err() || uid.starts_with("__") {
-            debug!(podUID = %uid, "prediction: the pod UID is not a usable model name, skipped");
+            let pod_name = format!(
+                "{}/{}",
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.name.as_deref().unwrap_or("")
+            );
+            debug!(pod = %pod_name, podUID = %uid, "prediction: the pod UID is not a usable model name, skipped");
             continue;
         }
         let labels = [(label::POD_UID, uid)];

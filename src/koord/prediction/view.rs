@@ -107,3 +107,62 @@ impl Served {
         render(&self.server, &rows, self.allocatable)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::koord::prediction::Config;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn the_document_lists_models_pods_and_the_node() {
+        let s = Arc::new(PredictServer::new(Config::default(), "/nonexistent".into()));
+        let now = crate::koord::metriccache::now_ms();
+        s.models().add(s.config(), "uid-a", 1.0, 1e9, now);
+        let pods = crate::syncloop::pod_manager::PodManager::default();
+        let mut p = Pod::default();
+        p.metadata.name = Some("a".into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some("uid-a".into());
+        p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::from_millisecond(now - 48 * 3_600_000).unwrap(),
+        ));
+        p.spec = Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(
+                        [
+                            ("cpu".to_string(), Quantity("2".into())),
+                            ("memory".to_string(), Quantity("4Gi".into())),
+                        ]
+                        .into(),
+                    ),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        pods.add_or_update(Arc::new(p));
+        let served = Served {
+            server: s.clone(),
+            allocatable: Amount {
+                cpu_milli: 8000,
+                memory_bytes: 16 << 30,
+            },
+        };
+        let statuses = crate::status::StatusManager::default();
+        let doc = served.document(&pods, &statuses);
+        assert_eq!(doc["hasSynced"], false);
+        assert_eq!(doc["modelCount"], 1);
+        assert_eq!(doc["models"]["uid-a"]["cpuMilli"]["p95"], 1035);
+        assert_eq!(doc["pods"][0]["pod"], "ns/a");
+        assert_eq!(doc["pods"][0]["priorityClass"], "");
+        // 2000m − 1035m × 1.1.
+        assert_eq!(doc["pods"][0]["reclaimable"]["cpuMilli"], 862);
+        assert_eq!(doc["node"]["reclaimable"]["cpuMilli"], 862);
+        assert!(doc["node"]["priorityReclaimablePredictor"].is_null());
+    }
+}

@@ -193,6 +193,52 @@ fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
     });
 }
 
+/// Peak prediction (issue 13 part D): koordlet's predict server, trained from the
+/// metric cache every `OXLET_TEST_PREDICTION_PERIOD_MS` (test-only) or koordlet's
+/// minute; None with `--enable-prediction=false`.
+fn spawn_prediction(
+    opts: &Options,
+    cache: &Arc<crate::koord::metriccache::MetricCache>,
+    pods: &Arc<PodManager>,
+    allocatable: &NodeAllocatable,
+    tasks: &Tasks,
+) -> Option<crate::koord::prediction::view::Served> {
+    use crate::koord::prediction::{Config, PredictServer};
+    if !opts.prediction {
+        info!(target: STARTUP_TARGET, "prediction is off (--enable-prediction=false)");
+        return None;
+    }
+    let mut cfg = Config::default();
+    if let Some(ms) = std::env::var("OXLET_TEST_PREDICTION_PERIOD_MS")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|ms| *ms > 0)
+    {
+        cfg.training_interval_ms = ms;
+    }
+    let interval = Duration::from_millis(cfg.training_interval_ms.unsigned_abs());
+    let dir = opts
+        .prediction_checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| opts.root_dir.join("prediction-checkpoints"));
+    let server = Arc::new(PredictServer::new(cfg, dir));
+    let (s, cache, pods) = (server.clone(), cache.clone(), pods.clone());
+    tasks.spawn_restarting("prediction", Backoff::default(), move |cancel| {
+        let (s, cache, pods) = (s.clone(), cache.clone(), pods.clone());
+        async move {
+            s.run(cache, pods, interval, cancel).await;
+            Ok(())
+        }
+    });
+    Some(crate::koord::prediction::view::Served {
+        server,
+        allocatable: crate::koord::prediction::predictor::Amount {
+            cpu_milli: allocatable.allocatable.cpu_milli,
+            memory_bytes: allocatable.allocatable.memory_bytes,
+        },
+    })
+}
+
 /// Starts every task of the agent in `tasks`; they stop when it is shut down. With
 /// `api` (cluster mode, `--kubeconfig`), the apiserver tasks start too.
 pub(crate) async fn start(
@@ -280,6 +326,7 @@ pub(crate) async fn start(
     // prediction and the QoS manager read them.
     let metric_cache = Arc::new(crate::koord::metriccache::MetricCache::default());
     let readings = Arc::new(crate::stats::readings::LatestReadings::default());
+    let prediction = spawn_prediction(opts, &metric_cache, &pods, &allocatable, tasks);
     let health = Arc::new(RuntimeHealth::default());
     health.set(true);
     let runtime_health = health.clone();
@@ -437,6 +484,7 @@ pub(crate) async fn start(
             pod_cache: cache.clone(),
             volumes: spawn_volume_stats(opts, &pods, tasks),
             configz: Arc::new(crate::options::configz::kubelet_config(opts)),
+            prediction: prediction.clone(),
         };
         if opts.read_only_port != 0 {
             let addr = SocketAddr::new(opts.address, opts.read_only_port);

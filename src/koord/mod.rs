@@ -6,7 +6,9 @@
 //!   key-value store.
 //! - `qosmanager`: CPU suppress, memory eviction by usage and cgroup reconcile.
 //! - `hooks`: rules the runtime runs before creating and starting a container.
+//! - `prediction`: peak prediction from the cache and the reclaimable resources.
 
 pub(crate) mod hooks;
 pub(crate) mod metriccache;
+pub(crate) mod prediction;
 pub(crate) mod qosmanager;

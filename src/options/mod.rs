@@ -142,6 +142,10 @@ pub struct Options {
     /// `eventRecordQPS` / `eventBurst`: the event writer's token bucket.
     pub(crate) event_record_qps: u32,
     pub(crate) event_burst: u32,
+    /// Issue 13 part D: koordlet's peak prediction on (its default) or off, and its
+    /// `--prediction-checkpoint-filepath` (None: `<root-dir>/prediction-checkpoints`).
+    pub(crate) prediction: bool,
+    pub(crate) prediction_checkpoint_dir: Option<PathBuf>,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -219,6 +223,8 @@ impl Options {
             node_status_report_frequency: Duration::ZERO,
             event_record_qps: 0,
             event_burst: 0,
+            prediction: false,
+            prediction_checkpoint_dir: None,
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }
@@ -472,6 +478,18 @@ mod tests {
         assert_eq!(o.max_open_files, 1_000_000);
         assert!(!o.runonce);
         assert!(o.unimplemented.is_empty() && o.warnings.is_empty());
+    }
+
+    #[test]
+    fn prediction_is_on_by_default_and_its_directory_is_a_flag() {
+        let o = ok(&[]);
+        assert!(o.prediction && o.prediction_checkpoint_dir.is_none());
+        let o = ok(&[
+            "--enable-prediction=false",
+            "--prediction-checkpoint-filepath=/srv/cp",
+        ]);
+        assert!(!o.prediction);
+        assert_eq!(o.prediction_checkpoint_dir, Some(PathBuf::from("/srv/cp")));
     }
 
     #[test]

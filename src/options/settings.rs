@@ -244,6 +244,9 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("rotate-certificates", Some("rotateCertificates"), Bool, "false", "true|false", "Request a new client certificate before the current one expires (for a kubeconfig naming <cert-dir>/kubelet-client-current.pem)", |o, i| parse_bool(i.text).map(|b| o.rotate_certificates = b)),
     // Issue 13 part E: the node QoS manager and runtime hooks (koordlet's NodeSLO).
     row("node-slo-file", None, Path, "", "PATH", "koordlet NodeSLO file (resourceUsedThresholdWithBE and strategies: cpuSuppress, memoryEvict, cgroupReconcile), read at start (empty: QoS manager off)", set_node_slo_file),
+    // Issue 13 part D: koordlet's peak prediction (its flag for the directory).
+    row("enable-prediction", None, Bool, "true", "true|false", "Train koordlet's peak prediction models from the metric cache and serve /stats/predictions", |o, i| parse_bool(i.text).map(|b| o.prediction = b)),
+    row("prediction-checkpoint-filepath", None, Path, "", "PATH", "Directory of the prediction models' checkpoints (empty: <root-dir>/prediction-checkpoints)", |o, i| { o.prediction_checkpoint_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
 ];
 
 /// Checks the file now, so a bad one stops the agent with its field and reason.

@@ -43,6 +43,8 @@ pub(crate) struct Views {
     pub volumes: Arc<crate::stats::volumes::VolumeUsage>,
     /// The effective configuration as `/configz` serves it.
     pub configz: Arc<serde_json::Value>,
+    /// Issue 13 part D: the prediction models (None: prediction is off).
+    pub prediction: Option<crate::koord::prediction::view::Served>,
 }
 
 impl Views {
@@ -76,6 +78,22 @@ async fn pods(State(v): State<Views>) -> impl IntoResponse {
     )
 }
 
+/// `/stats/predictions`: the prediction models and the reclaimable resources.
+async fn predictions(State(v): State<Views>) -> axum::response::Response {
+    match &v.prediction {
+        Some(p) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            p.document(&v.pods, &v.statuses).to_string(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "prediction is off (--enable-prediction=false)\n",
+        )
+            .into_response(),
+    }
+}
+
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -90,6 +108,8 @@ pub(crate) fn read_only_router(views: Views) -> Router {
         .route("/metrics/resource", get(stats::resource))
         .route("/runningpods/", get(stats::running_pods))
         .route("/configz", get(stats::configz))
+        // Issue 13 part D: prediction.
+        .route("/stats/predictions", get(predictions))
         .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)

@@ -1,0 +1,168 @@
+//! The `/stats/predictions` JSON: every model's percentiles, the reclaimable
+//! resources per pod and for the node, `hasSynced` and the model count.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use super::PredictServer;
+use super::model::PriorityClass;
+use super::predictor::{Amount, PodInput, Reclaimable, reclaimable};
+
+/// The predictor's view of a pod (phase from `phase`, the status manager's).
+pub(crate) fn pod_input(pod: &Pod, phase: Option<&str>) -> PodInput {
+    let req = crate::cm::resources::pod_requests(pod).unwrap_or_default();
+    PodInput {
+        uid: crate::pod::pod_uid(pod).to_string(),
+        class: PriorityClass::of_pod(pod),
+        request: Amount {
+            cpu_milli: req.cpu_milli.unwrap_or(0),
+            memory_bytes: req.memory_bytes.unwrap_or(0),
+        },
+        created_ms: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_millisecond()),
+        terminating: pod.metadata.deletion_timestamp.is_some()
+            || matches!(phase, Some("Succeeded" | "Failed")),
+    }
+}
+
+/// The reclaimable resources of `pods` now.
+pub(crate) fn current(s: &PredictServer, pods: &[PodInput], allocatable: Amount) -> Reclaimable {
+    reclaimable(
+        s.config().predictor(),
+        &s.models(),
+        pods,
+        allocatable,
+        crate::koord::metriccache::now_ms(),
+    )
+}
+
+/// The JSON document.
+pub(crate) fn render(
+    s: &PredictServer,
+    pods: &[(Arc<Pod>, PodInput)],
+    allocatable: Amount,
+) -> Value {
+    let inputs: Vec<PodInput> = pods.iter().map(|(_, i)| i.clone()).collect();
+    let r = current(s, &inputs, allocatable);
+    let models = s.models();
+    let by_uid: serde_json::Map<String, Value> = models
+        .by_uid
+        .iter()
+        .map(|(u, m)| (u.clone(), json!(m.prediction())))
+        .collect();
+    let pod_rows: Vec<Value> = pods
+        .iter()
+        .map(|(p, i)| {
+            json!({
+                "pod": format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or(""), p.metadata.name.as_deref().unwrap_or("")),
+                "podUID": i.uid,
+                "priorityClass": i.class.name(),
+                "reclaimable": r.pods.get(&i.uid),
+            })
+        })
+        .collect();
+    json!({
+        "hasSynced": s.has_synced(),
+        "modelCount": models.by_uid.len(),
+        "models": by_uid,
+        "pods": pod_rows,
+        "node": {
+            "allocatable": allocatable,
+            "reclaimable": r.node.reclaimable,
+            "peak": r.node.peak,
+            "podReclaimablePredictor": r.pod_predictor,
+            "priorityReclaimablePredictor": r.priority_predictor,
+        },
+    })
+}
+
+/// What the read-only server needs to serve `/stats/predictions`.
+#[derive(Clone)]
+pub(crate) struct Served {
+    pub server: Arc<PredictServer>,
+    pub allocatable: Amount,
+}
+
+impl Served {
+    /// The document for the pods the agent manages now.
+    pub(crate) fn document(
+        &self,
+        pods: &crate::syncloop::pod_manager::PodManager,
+        statuses: &crate::status::StatusManager,
+    ) -> Value {
+        let rows: Vec<(Arc<Pod>, PodInput)> = pods
+            .all()
+            .into_iter()
+            .map(|p| {
+                let phase = statuses.get(crate::pod::pod_uid(&p)).and_then(|s| s.phase);
+                let i = pod_input(&p, phase.as_deref());
+                (p, i)
+            })
+            .collect();
+        render(&self.server, &rows, self.allocatable)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::koord::prediction::Config;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn the_document_lists_models_pods_and_the_node() {
+        let s = Arc::new(PredictServer::new(Config::default(), "/nonexistent".into()));
+        let now = crate::koord::metriccache::now_ms();
+        s.models().add(s.config(), "uid-a", 1.0, 1e9, now);
+        let pods = crate::syncloop::pod_manager::PodManager::default();
+        let mut p = Pod::default();
+        p.metadata.name = Some("a".into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some("uid-a".into());
+        p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::from_millisecond(now - 48 * 3_600_000).unwrap(),
+        ));
+        p.spec = Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(
+                        [
+                            ("cpu".to_string(), Quantity("2".into())),
+                            ("memory".to_string(), Quantity("4Gi".into())),
+                        ]
+                        .into(),
+                    ),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        pods.add_or_update(Arc::new(p));
+        let served = Served {
+            server: s.clone(),
+            allocatable: Amount {
+                cpu_milli: 8000,
+                memory_bytes: 16 << 30,
+            },
+        };
+        let statuses = crate::status::StatusManager::default();
+        let doc = served.document(&pods, &statuses);
+        assert_eq!(doc["hasSynced"], false);
+        assert_eq!(doc["modelCount"], 1);
+        assert_eq!(doc["models"]["uid-a"]["cpuMilli"]["p95"], 1035);
+        assert_eq!(doc["pods"][0]["pod"], "ns/a");
+        assert_eq!(doc["pods"][0]["priorityClass"], "");
+        // 2000m − 1035m × 1.1.
+        assert_eq!(doc["pods"][0]["reclaimable"]["cpuMilli"], 862);
+        assert_eq!(doc["node"]["reclaimable"]["cpuMilli"], 862);
+        assert!(doc["node"]["priorityReclaimablePredictor"].is_null());
+    }
+}

@@ -1,5 +1,6 @@
 //! The read-only HTTP API: `/pods` (a v1 PodList of every pod the agent manages, spec
-//! and status) and `/healthz` on `--read-only-port`; `/healthz` on `--healthz-port`.
+//! and status), `/healthz`, and kubelet's `/metrics` and `/metrics/probes` on
+//! `--read-only-port`; `/healthz` on `--healthz-port`.
 //! It holds no state of its own: it reads the pod and status managers.
 //! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]).
 
@@ -69,6 +70,20 @@ async fn pods(State(v): State<Views>) -> impl IntoResponse {
     )
 }
 
+async fn metrics() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        crate::metrics::render_kubelet(),
+    )
+}
+
+async fn probe_metrics() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        crate::metrics::render_probes(),
+    )
+}
+
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -78,9 +93,15 @@ pub(crate) fn read_only_router(views: Views) -> Router {
     Router::new()
         .route("/pods", get(pods))
         .route("/pods/", get(pods))
+        // Issue 13 part A: kubelet's Prometheus registries.
+        .route("/metrics", get(metrics))
+        .route("/metrics/probes", get(probe_metrics))
         .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)
+        .layer(axum::middleware::from_fn(
+            crate::metrics::http::track_readonly,
+        ))
 }
 
 fn healthz_routes<S: Clone + Send + Sync + 'static>(health: Health) -> Router<S> {

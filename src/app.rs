@@ -169,6 +169,12 @@ const AGENT_STOP: Duration = Duration::from_secs(3);
 const RUNTIME_STOP: Duration = Duration::from_secs(15);
 
 /// The container log manager (kubelet's: no rotation with a negative max size).
+/// Issue 13 part A: kubelet's metrics live in process-wide registries
+/// (`crate::metrics`); at start only the node name is set, nothing runs on its own.
+fn spawn_metrics(opts: &Options) {
+    crate::metrics::set_node_name(&opts.node_name);
+}
+
 fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
     let Some(policy) = crate::runtime::logs::RotatePolicy::new(
         opts.container_log_max_size,
@@ -202,6 +208,7 @@ pub(crate) async fn start(
     tasks: &Tasks,
 ) -> anyhow::Result<Agent> {
     let events = spawn_event_sink(opts, api, tasks);
+    spawn_metrics(opts);
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     // The root dir holds the pods' ephemeral storage: its filesystem is the capacity.
     if let Err(e) = std::fs::create_dir_all(&opts.root_dir) {

@@ -190,7 +190,13 @@ fn shape(fams: &[MetricFamily]) -> Vec<(String, MetricType, Vec<String>)> {
 
 fn want(list: &[(&str, MetricType, &[&str])]) -> Vec<(String, MetricType, Vec<String>)> {
     list.iter()
-        .map(|(n, t, l)| (n.to_string(), *t, l.iter().map(|s| s.to_string()).collect()))
+        .map(|(n, t, l)| {
+            (
+                n.to_string(),
+                *t,
+                l.iter().map(ToString::to_string).collect(),
+            )
+        })
         .collect()
 }
 
@@ -199,7 +205,7 @@ fn bounds(f: &MetricFamily) -> Vec<f64> {
         .get_histogram()
         .get_bucket()
         .iter()
-        .map(|b| b.get_upper_bound())
+        .map(prometheus::proto::Bucket::upper_bound)
         .collect()
 }
 

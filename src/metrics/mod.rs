@@ -12,6 +12,7 @@ pub(crate) mod http;
 pub(crate) mod kubelet;
 pub(crate) mod probes;
 mod process;
+pub(crate) mod startup;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -78,10 +79,9 @@ pub(crate) fn render_probes() -> String {
     encode(&PROBES.registry.gather())
 }
 
-/// Startup facts: the node name gauge and the cgroup version.
-pub(crate) fn set_node(node: &str, cgroup_version: u8) {
+/// kubelet's `kubelet_node_name{node}`, always 1.
+pub(crate) fn set_node_name(node: &str) {
     KUBELET.node_name.with_label_values(&[node]).set(1.0);
-    KUBELET.cgroup_version.set(f64::from(cgroup_version));
 }
 
 /// One CRI call, as kubelet's instrumented runtime service records it.
@@ -106,6 +106,14 @@ pub(crate) fn run_podsandbox(handler: &str, took: Duration, ok: bool) {
     if !ok {
         k.run_podsandbox_errors.with_label_values(&[handler]).inc();
     }
+}
+
+/// A successful image pull of `size` bytes (0: unknown), queue wait included.
+pub(crate) fn image_pulled(size: u64, took: Duration) {
+    KUBELET
+        .image_pull_duration
+        .with_label_values(&[kubelet::image_size_class(size)])
+        .observe(took.as_secs_f64());
 }
 
 /// The eviction manager evicted a pod for `signal` (e.g. `memory.available`).

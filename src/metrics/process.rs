@@ -139,7 +139,10 @@ mod tests {
     #[test]
     fn reads_this_process() {
         let fams = Process::new(true).unwrap().collect();
-        let names: Vec<&str> = fams.iter().map(|f| f.name()).collect();
+        let names: Vec<&str> = fams
+            .iter()
+            .map(prometheus::proto::MetricFamily::name)
+            .collect();
         assert_eq!(
             names,
             [

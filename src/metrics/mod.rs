@@ -108,6 +108,18 @@ pub(crate) fn run_podsandbox(handler: &str, took: Duration, ok: bool) {
     }
 }
 
+/// Times one cgroup manager operation (`create`, `update`, `destroy`), as kubelet's
+/// cgroup manager does for each call, failed or not.
+pub(crate) fn cgroup_op<T>(operation: &str, op: impl FnOnce() -> T) -> T {
+    let start = std::time::Instant::now();
+    let out = op();
+    KUBELET
+        .cgroup_manager_duration
+        .with_label_values(&[operation])
+        .observe(start.elapsed().as_secs_f64());
+    out
+}
+
 /// A successful image pull of `size` bytes (0: unknown), queue wait included.
 pub(crate) fn image_pulled(size: u64, took: Duration) {
     KUBELET

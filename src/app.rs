@@ -169,6 +169,12 @@ const AGENT_STOP: Duration = Duration::from_secs(3);
 const RUNTIME_STOP: Duration = Duration::from_secs(15);
 
 /// The container log manager (kubelet's: no rotation with a negative max size).
+/// Issue 13 part A: kubelet's metrics live in process-wide registries
+/// (`crate::metrics`); at start only the node name is set, nothing runs on its own.
+fn spawn_metrics(opts: &Options) {
+    crate::metrics::set_node_name(&opts.node_name);
+}
+
 fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
     let Some(policy) = crate::runtime::logs::RotatePolicy::new(
         opts.container_log_max_size,
@@ -200,6 +206,7 @@ fn spawn_prediction(
     opts: &Options,
     cache: &Arc<crate::koord::metriccache::MetricCache>,
     pods: &Arc<PodManager>,
+    statuses: &Arc<StatusManager>,
     allocatable: &NodeAllocatable,
     tasks: &Tasks,
 ) -> Option<crate::koord::prediction::view::Served> {
@@ -222,20 +229,44 @@ fn spawn_prediction(
         .clone()
         .unwrap_or_else(|| opts.root_dir.join("prediction-checkpoints"));
     let server = Arc::new(PredictServer::new(cfg, dir));
-    let (s, cache, pods) = (server.clone(), cache.clone(), pods.clone());
+    let (s, c, pm) = (server.clone(), cache.clone(), pods.clone());
     tasks.spawn_restarting("prediction", Backoff::default(), move |cancel| {
-        let (s, cache, pods) = (s.clone(), cache.clone(), pods.clone());
+        let (s, cache, pods) = (s.clone(), c.clone(), pm.clone());
         async move {
             s.run(cache, pods, interval, cancel).await;
             Ok(())
         }
     });
+    let amount = crate::koord::prediction::predictor::Amount {
+        cpu_milli: allocatable.allocatable.cpu_milli,
+        memory_bytes: allocatable.allocatable.memory_bytes,
+    };
+    // The gauges on /metrics, computed from the same models at scrape time.
+    let (p, st) = (pods.clone(), statuses.clone());
+    let inputs: crate::koord::prediction::metrics::Inputs = Arc::new(move || {
+        let pods = p
+            .all()
+            .iter()
+            .map(|pod| {
+                let phase = st.get(crate::pod::pod_uid(pod)).and_then(|s| s.phase);
+                crate::koord::prediction::view::pod_input(pod, phase.as_deref())
+            })
+            .collect();
+        (pods, amount)
+    });
+    match crate::koord::prediction::metrics::PredictionCollector::new(
+        server.clone(),
+        opts.node_name.clone(),
+        inputs,
+    )
+    .and_then(|c| crate::metrics::register(Box::new(c)))
+    {
+        Ok(()) => {}
+        Err(e) => warn!(error = %e, "cannot register the prediction gauges"),
+    }
     Some(crate::koord::prediction::view::Served {
         server,
-        allocatable: crate::koord::prediction::predictor::Amount {
-            cpu_milli: allocatable.allocatable.cpu_milli,
-            memory_bytes: allocatable.allocatable.memory_bytes,
-        },
+        allocatable: amount,
     })
 }
 
@@ -248,6 +279,7 @@ pub(crate) async fn start(
     tasks: &Tasks,
 ) -> anyhow::Result<Agent> {
     let events = spawn_event_sink(opts, api, tasks);
+    spawn_metrics(opts);
     let limits = server::Limits::for_open_files(crate::rlimit::open_files_limit());
     // The root dir holds the pods' ephemeral storage: its filesystem is the capacity.
     if let Err(e) = std::fs::create_dir_all(&opts.root_dir) {
@@ -326,7 +358,7 @@ pub(crate) async fn start(
     // prediction and the QoS manager read them.
     let metric_cache = Arc::new(crate::koord::metriccache::MetricCache::default());
     let readings = Arc::new(crate::stats::readings::LatestReadings::default());
-    let prediction = spawn_prediction(opts, &metric_cache, &pods, &allocatable, tasks);
+    let prediction = spawn_prediction(opts, &metric_cache, &pods, &statuses, &allocatable, tasks);
     let health = Arc::new(RuntimeHealth::default());
     health.set(true);
     let runtime_health = health.clone();

@@ -17,6 +17,7 @@ mod http_get;
 mod koord;
 mod kubeclient;
 mod logging;
+mod metrics;
 mod node;
 mod objects;
 mod options;

@@ -83,7 +83,8 @@ impl ContainerManager {
             return Ok(());
         }
         self.update_qos();
-        self.fs.create(&path, &limits).map_err(|e| fail(e.into()))?;
+        crate::metrics::cgroup_op("create", || self.fs.create(&path, &limits))
+            .map_err(|e| fail(e.into()))?;
         info!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, qos = class.as_str(), ?limits, "created pod cgroup");
         Ok(())
     }
@@ -152,6 +153,10 @@ impl ContainerManager {
 
     /// Kills what is left in the cgroup, then removes it (kubelet's `Destroy`).
     fn destroy(&self, path: &str) -> Result<(), CgroupError> {
+        crate::metrics::cgroup_op("destroy", || self.kill_and_remove(path))
+    }
+
+    fn kill_and_remove(&self, path: &str) -> Result<(), CgroupError> {
         for _ in 0..KILL_ATTEMPTS {
             let procs = self.fs.procs(path)?;
             if procs.is_empty() {

@@ -56,7 +56,10 @@ impl ContainerManager {
             info!(cgroup = %kubepods, "the kubepods cgroup is missing; re-creating it");
         }
         // Idempotent: creates only what is missing, then writes the limits.
-        if let Err(e) = self.fs.create(&kubepods, &self.cfg.kubepods) {
+        let update = |path: &str, limits: &ResourceConfig| {
+            crate::metrics::cgroup_op("update", || self.fs.create(path, limits))
+        };
+        if let Err(e) = update(&kubepods, &self.cfg.kubepods) {
             warn_failed("cannot repair the kubepods cgroup", &e);
         }
         for class in [QosClass::Burstable, QosClass::BestEffort] {
@@ -65,7 +68,7 @@ impl ContainerManager {
             if !self.fs.exists(&path) {
                 info!(cgroup = %path, "a QoS cgroup is missing; re-creating it");
             }
-            match self.fs.create(&path, &limits) {
+            match update(&path, &limits) {
                 Ok(()) => debug!(cgroup = %path, shares = ?limits.cpu_shares, "updated QoS cgroup"),
                 Err(e) => warn_failed("cannot update a QoS cgroup", &e),
             }

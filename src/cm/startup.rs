@@ -153,6 +153,13 @@ pub(crate) async fn start(
     kubepods: ResourceConfig,
 ) -> Result<Arc<ContainerManager>, CmStartError> {
     let version = version::detect(Path::new(HOST_MOUNT))?;
+    // kubelet's container manager reports 2 only for the unified hierarchy.
+    let gauge = if version == version::CgroupVersion::V2 {
+        2
+    } else {
+        1
+    };
+    crate::metrics::kubelet().cgroup_version.set(gauge.into());
     if opts.fail_cgroup_v1 && version.uses_v1_controllers() {
         return Err(CmStartError::CgroupV1(version));
     }

@@ -150,6 +150,25 @@ fn log_exits(events: &[PodLifecycleEvent], uid: &str, pod: &RuntimePod, status: 
     }
 }
 
+/// kubelet's per-relist gauges: pods with a ready sandbox, containers by state.
+fn running_metrics(pods: &[RuntimePod]) {
+    let mut states: HashMap<&'static str, i64> = HashMap::new();
+    for c in pods.iter().flat_map(|p| &p.containers) {
+        let state = match c.state {
+            ContainerState::Created => "created",
+            ContainerState::Running => "running",
+            ContainerState::Exited => "exited",
+            ContainerState::Unknown => "unknown",
+        };
+        *states.entry(state).or_default() += 1;
+    }
+    let running = pods
+        .iter()
+        .filter(|p| p.sandboxes.iter().any(|s| s.ready))
+        .count();
+    crate::metrics::kubelet().set_running(running, &states);
+}
+
 /// Relist timing, for health, metrics and benchmarks.
 #[derive(Debug, Default)]
 pub(crate) struct PlegStats {
@@ -161,9 +180,19 @@ pub(crate) struct PlegStats {
 }
 
 impl PlegStats {
-    /// kubelet's PLEG health check.
+    /// kubelet's PLEG health check; like kubelet's it also publishes when the PLEG was
+    /// last seen active (`kubelet_pleg_last_seen_seconds`).
     pub(crate) fn healthy(&self) -> Result<(), PlegUnhealthy> {
-        match *self.last_success.lock().unwrap() {
+        let last = *self.last_success.lock().unwrap();
+        if let Some(t) = last {
+            let at = std::time::SystemTime::now() - t.elapsed();
+            if let Ok(unix) = at.duration_since(std::time::UNIX_EPOCH) {
+                crate::metrics::kubelet()
+                    .pleg_last_seen
+                    .set(unix.as_secs() as f64);
+            }
+        }
+        match last {
             None => Err(PlegUnhealthy::NeverRelisted),
             Some(t) if t.elapsed() > RELIST_THRESHOLD => Err(PlegUnhealthy::Stale(t.elapsed())),
             Some(_) => Ok(()),
@@ -223,14 +252,22 @@ impl GenericPleg {
     /// One relist: list, diff, refresh the cache of changed pods, send events.
     pub(crate) async fn relist(&mut self) {
         let start = Instant::now();
+        let k = crate::metrics::kubelet();
+        if let Some(prev) = *self.stats.last_success.lock().unwrap() {
+            k.pleg_relist_interval
+                .observe(start.duration_since(prev).as_secs_f64());
+        }
         let pods = match self.runtime.get_pods().await {
             Ok(p) => p,
             Err(e) => {
+                k.pleg_relist_duration
+                    .observe(start.elapsed().as_secs_f64());
                 warn!(error = %e, "PLEG relist failed");
                 return;
             }
         };
         *self.stats.last_success.lock().unwrap() = Some(start);
+        running_metrics(&pods);
         let current: HashMap<String, RuntimePod> =
             pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
         let events = diff(&self.previous, &current);
@@ -276,9 +313,11 @@ impl GenericPleg {
             }
             if self.events.try_send(ev).is_err() {
                 self.stats.discarded_events.fetch_add(1, Ordering::Relaxed);
+                k.pleg_discard_events.inc();
             }
         }
         let took = start.elapsed();
+        k.pleg_relist_duration.observe(took.as_secs_f64());
         self.stats
             .last_relist_nanos
             .store(took.as_nanos() as u64, Ordering::Relaxed);

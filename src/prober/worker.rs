@@ -127,7 +127,19 @@ impl Worker {
         if let Some(id) = &self.container_id {
             self.deps.results.remove(self.kind, id);
         }
+        crate::metrics::probes().forget(&self.series());
         debug!(pod = %pod_ref(&self.pod), podUID = %pod_uid(&self.pod), container = %self.container.name, probe = self.kind.as_str(), "probe worker stopped");
+    }
+
+    /// This worker's series on `/metrics/probes`.
+    fn series(&self) -> crate::metrics::probes::ProbeSeries {
+        crate::metrics::probes::ProbeSeries {
+            probe_type: self.kind.as_str(),
+            container: self.container.name.clone(),
+            pod: self.pod.metadata.name.clone().unwrap_or_default(),
+            namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
+            pod_uid: pod_uid(&self.pod).to_string(),
+        }
     }
 
     /// The initial cached result of a new container instance.
@@ -150,6 +162,8 @@ impl Worker {
 
     /// One probe (kubelet's `doProbe`); false when the worker should stop.
     pub(crate) async fn do_probe(&mut self, now: jiff::Timestamp) -> bool {
+        // kubelet times the whole step, status lookups included.
+        let step_start = std::time::Instant::now();
         let pod = self.pod.clone();
         let uid = pod_uid(&pod);
         let Some(status) = self.deps.statuses.get(uid) else {
@@ -231,6 +245,12 @@ impl Worker {
             ProbeOutcome::Success(o) => (ProbeResult::Success, o),
             ProbeOutcome::Failure(o) => (ProbeResult::Failure, o),
         };
+        let measured = match result {
+            ProbeResult::Success => crate::metrics::probes::ProbeOutcome::Successful,
+            ProbeResult::Failure => crate::metrics::probes::ProbeOutcome::Failed,
+            ProbeResult::Unknown => crate::metrics::probes::ProbeOutcome::Unknown,
+        };
+        crate::metrics::probes().record(&self.series(), measured, step_start.elapsed());
         if result == ProbeResult::Failure {
             // kubelet records every failed probe, not only the one that crosses the threshold.
             self.event(format!("{} probe failed: {output}", self.kind.as_str()));

@@ -156,6 +156,7 @@ impl RemoteRuntime {
             None => Ok(fut.await),
         };
         let latency = start.elapsed();
+        crate::metrics::cri_call(name, latency, matches!(res, Ok(Ok(_))));
         match res {
             Err(_) => {
                 tracing::trace!(call = name, ?latency, "CRI call timed out");
@@ -299,10 +300,10 @@ impl Cri for RemoteRuntime {
                 config: Some(config),
                 runtime_handler: runtime_handler.to_string(),
             };
-            Ok(self
-                .call("RunPodSandbox", c.run_pod_sandbox(req))
-                .await?
-                .pod_sandbox_id)
+            let start = Instant::now();
+            let res = self.call("RunPodSandbox", c.run_pod_sandbox(req)).await;
+            crate::metrics::run_podsandbox(runtime_handler, start.elapsed(), res.is_ok());
+            Ok(res?.pod_sandbox_id)
         })
     }
 

@@ -180,13 +180,17 @@ impl ImagePuller {
         };
         let started = tokio::time::Instant::now();
         event(Normal, reason::PULLING, &format!("Pulling image {image:?}"));
-        match cri.pull_image(image, Some(sandbox_config.clone())).await {
+        crate::metrics::startup::pull_started(uid);
+        let pulled = cri.pull_image(image, Some(sandbox_config.clone())).await;
+        crate::metrics::startup::pull_finished(uid);
+        match pulled {
             Ok(image_ref) => {
                 let pulled = started.elapsed();
                 let size = match cri.image_status(&image_ref).await {
                     Ok(Some(i)) => i.size,
                     _ => 0,
                 };
+                crate::metrics::image_pulled(size, asked.elapsed());
                 debug!(pod = %pod_ref, podUID = %uid, container = %c.name, image, imageRef = %image_ref, "image pulled");
                 let msg = format!(
                     "Successfully pulled image {image:?} in {:?} ({:?} including waiting). Image size: {size} bytes.",

@@ -491,9 +491,11 @@ impl RuntimeManager {
             }
             let handler = sandbox::runtime_handler(pod);
             info!(pod = %pod_ref, podUID = %uid, attempt = actions.attempt, hostNetwork = sandbox::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
+            crate::metrics::kubelet().started_pods.inc();
             let id = match self.cri.run_pod_sandbox(config, handler).await {
                 Ok(id) => id,
                 Err(e) => {
+                    crate::metrics::kubelet().started_pods_errors.inc();
                     // kubelet's event and wording; the pod stays Pending and is retried.
                     warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", error = %e, "Failed to create pod sandbox: {e}");
                     let msg = format!("Failed to create pod sandbox: {e}");
@@ -610,8 +612,20 @@ impl RuntimeManager {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod);
         let name = c.name.as_str();
+        let metric_type = match kind {
+            ContainerType::Init => "init_container",
+            ContainerType::Regular => "container",
+        };
+        // kubelet's start failures by reason (a bounded set of codes).
+        let count_failure = |reason: WaitingReason| {
+            crate::metrics::kubelet()
+                .started_containers_errors
+                .with_label_values(&[metric_type, reason.as_str()])
+                .inc();
+        };
         // Records why the container waits and returns that as the error.
         let failed = |reason: WaitingReason, message: String| {
+            count_failure(reason);
             self.reasons.set(uid, name, reason, message.clone());
             ContainerStartError {
                 container: name.to_string(),
@@ -648,6 +662,11 @@ impl RuntimeManager {
             }
             self.crash_backoff.next(&key, died);
         }
+        // kubelet counts a start attempt once it passed the back-off check.
+        crate::metrics::kubelet()
+            .started_containers
+            .with_label_values(&[metric_type])
+            .inc();
 
         let image_ref = match self
             .images
@@ -657,6 +676,7 @@ impl RuntimeManager {
             Ok(r) => r,
             Err(e) => match e.retry_after {
                 Some(retry) => {
+                    count_failure(e.reason);
                     self.reasons.set(uid, name, e.reason, e.message);
                     return Ok(Some(retry));
                 }

@@ -1,5 +1,6 @@
 //! The read-only HTTP API: `/pods` (a v1 PodList of every pod the agent manages, spec
-//! and status) and `/healthz` on `--read-only-port`; `/healthz` on `--healthz-port`.
+//! and status), `/healthz`, and kubelet's `/metrics` and `/metrics/probes` on
+//! `--read-only-port`; `/healthz` on `--healthz-port`.
 //! It holds no state of its own: it reads the pod and status managers.
 //! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]).
 
@@ -94,6 +95,20 @@ async fn predictions(State(v): State<Views>) -> axum::response::Response {
     }
 }
 
+async fn metrics() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        crate::metrics::render_kubelet(),
+    )
+}
+
+async fn probe_metrics() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+        crate::metrics::render_probes(),
+    )
+}
+
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -110,9 +125,15 @@ pub(crate) fn read_only_router(views: Views) -> Router {
         .route("/configz", get(stats::configz))
         // Issue 13 part D: prediction.
         .route("/stats/predictions", get(predictions))
+        // Issue 13 part A: kubelet's Prometheus registries.
+        .route("/metrics", get(metrics))
+        .route("/metrics/probes", get(probe_metrics))
         .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)
+        .layer(axum::middleware::from_fn(
+            crate::metrics::http::track_readonly,
+        ))
 }
 
 fn healthz_routes<S: Clone + Send + Sync + 'static>(health: Health) -> Router<S> {

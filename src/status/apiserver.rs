@@ -227,6 +227,13 @@ impl StatusWriter {
             .map_err(|_| WriteError::Timeout { pod: name.clone() })??;
         if outcome != Outcome::Skipped {
             self.written.insert(uid.to_string(), version);
+            // The apiserver is up to date either way; only a patch is timed.
+            let waited = self.statuses.written(uid);
+            if let (Outcome::Patched, Some(w)) = (outcome, waited) {
+                crate::metrics::kubelet()
+                    .pod_status_sync_duration
+                    .observe(w.as_secs_f64());
+            }
         }
         Ok(outcome)
     }

@@ -14,7 +14,8 @@ pub(crate) mod startup;
 pub(crate) mod terminate;
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::broadcast;
@@ -37,6 +38,9 @@ pub(crate) struct StatusChange {
 pub(crate) struct StatusManager {
     statuses: RwLock<HashMap<String, (PodStatus, u64)>>,
     changes: broadcast::Sender<StatusChange>,
+    /// When each pod's oldest change not yet written to the apiserver was made
+    /// (kubelet's `pod_status_sync_duration_seconds` counts from there).
+    unwritten_since: Mutex<HashMap<String, Instant>>,
 }
 
 impl Default for StatusManager {
@@ -44,6 +48,7 @@ impl Default for StatusManager {
         StatusManager {
             statuses: RwLock::default(),
             changes: broadcast::channel(CHANGES_CAPACITY).0,
+            unwritten_since: Mutex::default(),
         }
     }
 }
@@ -79,6 +84,9 @@ impl StatusManager {
                 1
             }
         };
+        self.unwritten()
+            .entry(uid.to_string())
+            .or_insert_with(Instant::now);
         // Sent under the lock so each pod's versions reach subscribers in order; a
         // broadcast send never waits, and having no subscriber is not an error.
         let _ = self.changes.send(StatusChange {
@@ -97,9 +105,22 @@ impl StatusManager {
             .map_or(0, |(_, v)| *v)
     }
 
+    fn unwritten(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.unwritten_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The apiserver now has the pod's status: how long its oldest unwritten change
+    /// waited (None when nothing was pending).
+    pub(crate) fn written(&self, uid: &str) -> Option<std::time::Duration> {
+        self.unwritten().remove(uid).map(|t| t.elapsed())
+    }
+
     /// Forgets a pod that is gone.
     pub(crate) fn remove(&self, uid: &str) {
         self.statuses.write().unwrap().remove(uid);
+        self.unwritten().remove(uid);
     }
 
     /// Keeps only the statuses `keep` accepts (housekeeping forgets the statuses of
@@ -113,6 +134,10 @@ impl StatusManager {
             }
             k
         });
+        let mut unwritten = self.unwritten();
+        for uid in &removed {
+            unwritten.remove(uid);
+        }
         removed
     }
 

@@ -798,3 +798,20 @@ fn a_sidecar_in_back_off_waits_with_its_reason_under_any_policy() {
     assert!(side.last_state.as_ref().unwrap().terminated.is_some());
     assert_eq!(s.phase.as_deref(), Some("Running"));
 }
+
+#[test]
+fn written_reports_the_oldest_unwritten_change_once() {
+    let m = super::StatusManager::default();
+    assert_eq!(m.written("u"), None);
+    let mut st = PodStatus {
+        phase: Some("Pending".into()),
+        ..Default::default()
+    };
+    m.set("u", st.clone());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    st.phase = Some("Running".into());
+    m.set("u", st);
+    let waited = m.written("u").expect("a change was pending");
+    assert!(waited >= std::time::Duration::from_millis(20), "{waited:?}");
+    assert_eq!(m.written("u"), None, "taken once");
+}

@@ -485,6 +485,15 @@ impl SyncLoop {
     fn handle_pod_cleanups(&mut self) {
         let pods = self.pods.clone();
         let restarted = self.workers.sync_known_pods(&|uid| pods.contains(uid));
+        let static_split = |ps: &[Arc<Pod>]| {
+            let n = ps.iter().filter(|p| is_static_pod(p)).count();
+            (ps.len() - n, n)
+        };
+        crate::metrics::kubelet().set_pod_counts(
+            static_split(&self.pods.all()),
+            static_split(&self.active_pods()),
+            self.pods.mirror_pods().len(),
+        );
         // Statuses of pods neither desired nor being stopped (kubelet's
         // RemoveOrphanedStatuses).
         let workers = &self.workers;

@@ -79,10 +79,13 @@ impl Syncer {
             k.apply(&mut status);
         }
         let phase = Phase::parse_or_pending(status.phase.as_deref());
-        if let Some(stages) = self
-            .startup
-            .observe(pod, rt, &status, jiff::Timestamp::now())
-        {
+        let now = jiff::Timestamp::now();
+        let old_phase = old
+            .as_ref()
+            .map(|s| s.phase.as_deref().unwrap_or("Pending"));
+        crate::metrics::startup::status_synced(pod, old_phase, phase.as_str(), now);
+        if let Some(stages) = self.startup.observe(pod, rt, &status, now) {
+            crate::metrics::startup::pod_running(pod, now);
             let d = stages.durations();
             let total = d.iter().map(|(_, ms)| ms).sum::<f64>();
             info!(
@@ -220,6 +223,7 @@ impl PodSyncer for Syncer {
             (None, None) => return Ok(()),
         };
         self.startup.forget(&uid);
+        crate::metrics::startup::forget(&uid);
         self.probes.remove_pod(&uid);
         // A pod still in the config keeps its (terminal) containers for its status,
         // made final as kubelet's `TerminatePod` (so the status writer can delete it);

@@ -35,6 +35,25 @@ pub(crate) enum UpdateType {
     Sync,
 }
 
+impl UpdateType {
+    /// kubelet's `operation_type` for `kubelet_pod_worker_duration_seconds`.
+    fn as_metric(self) -> &'static str {
+        match self {
+            UpdateType::Create => "create",
+            UpdateType::Update => "update",
+            UpdateType::Sync => "sync",
+        }
+    }
+}
+
+/// A pod worker finished a unit of work begun at `started`.
+fn worker_duration(operation: &str, started: Instant) {
+    crate::metrics::kubelet()
+        .pod_worker_duration
+        .with_label_values(&[operation])
+        .observe(started.elapsed().as_secs_f64());
+}
+
 /// One update for a pod worker: only the combinations that can exist.
 #[derive(Debug, Clone)]
 pub(crate) enum PodWork {
@@ -412,6 +431,13 @@ impl<S: PodSyncer> PodWorkers<S> {
                 ..
             }
         );
+        if create && let Some(p) = work.pod() {
+            // kubelet observes this when it dispatches a create.
+            let n = p.spec.as_ref().map_or(0, |s| s.containers.len());
+            crate::metrics::kubelet()
+                .containers_per_pod
+                .observe(n as f64);
+        }
         if status.lifecycle != Lifecycle::Syncing && create {
             // The same UID added again after its termination was asked for (a static
             // pod with a fixed UID, removed and restored): it runs again as a new
@@ -612,6 +638,10 @@ impl<S: PodSyncer> PodWorkers<S> {
             }
             let wanted = desired(uid);
             if s.restart_requested && wanted {
+                crate::metrics::kubelet()
+                    .restarted_pods
+                    .with_label_values(&[if s.is_static { "true" } else { "" }])
+                    .inc();
                 restarted.push(uid.clone());
                 return false;
             }
@@ -619,6 +649,23 @@ impl<S: PodSyncer> PodWorkers<S> {
         });
         state.restarting.retain(|uid| desired(uid));
         state.restarting.extend(restarted.iter().cloned());
+        let mut working = crate::metrics::kubelet::WorkingPods::default();
+        for (uid, s) in &state.pods {
+            let lifecycle = match s.lifecycle {
+                Lifecycle::Syncing => "sync",
+                Lifecycle::Terminating => "terminating",
+                Lifecycle::Terminated | Lifecycle::Finished => "terminated",
+            };
+            let config = if desired(uid) {
+                "desired"
+            } else if s.pod.is_none() {
+                "runtime_only"
+            } else {
+                "orphan"
+            };
+            working.add(lifecycle, config, s.is_static);
+        }
+        crate::metrics::kubelet().set_working(&working);
         restarted
     }
 
@@ -688,6 +735,15 @@ impl<S: PodSyncer> PodWorkers<S> {
                         continue;
                     };
                     let started = Instant::now();
+                    let update = work.update_type();
+                    if update == UpdateType::Create
+                        && let Some(seen) = crate::metrics::startup::first_seen(&pod)
+                    {
+                        let waited = jiff::Timestamp::now().duration_since(seen);
+                        crate::metrics::kubelet()
+                            .pod_worker_start_duration
+                            .observe(waited.as_secs_f64().max(0.0));
+                    }
                     let step = async {
                         if new_life {
                             info!(pod = %pod_name, podUID = %uid, "pod re-created with the UID of a terminated pod: clearing its previous life");
@@ -711,6 +767,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                         r = step => r,
                     };
                     last_sync = Some(started);
+                    worker_duration(update.as_metric(), started);
                     match res {
                         Ok(r) if r.terminal => {
                             self.step_succeeded(&uid);
@@ -731,6 +788,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                     }
                 }
                 Lifecycle::Terminating => {
+                    let started = Instant::now();
                     let reason = kill.as_ref().map_or(KillReason::Deleted, |k| k.reason);
                     info!(pod = %pod_name, podUID = %uid, gracePeriod = grace, %reason, "terminating pod");
                     let status = kill.and_then(|k| k.status);
@@ -756,6 +814,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                         }
                         r = fut => r,
                     };
+                    worker_duration("kill", started);
                     match res {
                         Ok(()) => {
                             self.step_succeeded(&uid);
@@ -768,10 +827,12 @@ impl<S: PodSyncer> PodWorkers<S> {
                     }
                 }
                 Lifecycle::Terminated => {
+                    let started = Instant::now();
                     let res = tokio::select! {
                         () = self.cancel.cancelled() => return,
                         r = self.syncer.sync_terminated_pod(pod.clone(), runtime_pod.clone()) => r,
                     };
+                    worker_duration("terminated", started);
                     match res {
                         Ok(()) => {
                             info!(pod = %pod_name, podUID = %uid, "pod terminated");

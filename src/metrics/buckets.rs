@@ -1,0 +1,94 @@
+//! kubelet's histogram bucket sets, by name, so each family's buckets can be checked
+//! against `pkg/kubelet/metrics/metrics.go` in one place.
+
+/// component-base's `DefBuckets` (Prometheus' defaults).
+pub(crate) const DEF: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Pod startup (`podStartupDurationBuckets`): round numbers up to an hour, for SLOs.
+pub(crate) const POD_START: &[f64] = &[
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
+    300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+];
+
+/// Image pulls (`imagePullDurationBuckets`).
+pub(crate) const IMAGE_PULL: &[f64] = &[
+    1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0,
+    1200.0, 1800.0, 2700.0, 3600.0,
+];
+
+/// Pod status sync.
+pub(crate) const STATUS_SYNC: &[f64] =
+    &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0];
+
+/// Runtime operations: `ExponentialBuckets(0.005, 2.5, 14)`.
+pub(crate) fn runtime_ops() -> Vec<f64> {
+    exponential(0.005, 2.5, 14)
+}
+
+/// Containers per pod: `ExponentialBuckets(1, 2, 5)`.
+pub(crate) fn containers_per_pod() -> Vec<f64> {
+    exponential(1.0, 2.0, 5)
+}
+
+/// `count` buckets from `start`, each `factor` times the one before (as Go's
+/// `ExponentialBuckets`, which multiplies step by step).
+fn exponential(start: f64, factor: f64, count: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(count);
+    let mut b = start;
+    for _ in 0..count {
+        out.push(b);
+        b *= factor;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_ops_buckets_are_kubelets() {
+        let want = [
+            0.005,
+            0.0125,
+            0.03125,
+            0.078125,
+            0.1953125,
+            0.48828125,
+            1.220703125,
+            3.0517578125,
+            7.62939453125,
+            19.073486328125,
+            47.6837158203125,
+            119.20928955078125,
+            298.0232238769531,
+            745.0580596923828,
+        ];
+        let got = runtime_ops();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-9 * w, "{g} != {w}");
+        }
+    }
+
+    #[test]
+    fn fixed_bucket_sets_are_kubelets() {
+        assert_eq!(containers_per_pod(), vec![1.0, 2.0, 4.0, 8.0, 16.0]);
+        assert_eq!(DEF.len(), 11);
+        assert_eq!((DEF[0], DEF[10]), (0.005, 10.0));
+        assert_eq!(POD_START.len(), 25);
+        assert_eq!((POD_START[0], POD_START[24]), (0.5, 3600.0));
+        assert_eq!(IMAGE_PULL.len(), 18);
+        assert_eq!((IMAGE_PULL[0], IMAGE_PULL[17]), (1.0, 3600.0));
+        assert_eq!(STATUS_SYNC.len(), 11);
+        assert_eq!((STATUS_SYNC[0], STATUS_SYNC[10]), (0.01, 60.0));
+        for set in [DEF, POD_START, IMAGE_PULL, STATUS_SYNC] {
+            assert!(
+                set.windows(2).all(|w| w[0] < w[1]),
+                "{set:?} not increasing"
+            );
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! kubelet's Prometheus metrics: the kubelet registry served on `/metrics` and the
+//! probes registry served on `/metrics/probes`.
+//!
+//! Both registries are process-wide statics, as kubelet's `legacyregistry`: the events
+//! they count happen deep in the CRI client, the PLEG, the pod workers and the probers,
+//! and threading a handle through every one of them would touch every constructor for
+//! no gain (there is one agent per process). Tests that need isolation build their own
+//! [`kubelet::Kubelet`] or [`probes::Probes`].
+
+pub(crate) mod buckets;
+pub(crate) mod http;
+pub(crate) mod kubelet;
+pub(crate) mod probes;
+mod process;
+pub(crate) mod startup;
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::core::Collector;
+use prometheus::{Encoder, TextEncoder};
+
+use kubelet::Kubelet;
+use probes::Probes;
+
+/// The text exposition format kubelet serves.
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+static KUBELET: LazyLock<Kubelet> = LazyLock::new(|| {
+    let k = Kubelet::new().expect("kubelet metric families are constants (golden test)");
+    k.registry
+        .register(Box::new(
+            process::Process::new(true).expect("constant process families"),
+        ))
+        .expect("process families registered once");
+    k
+});
+static PROBES: LazyLock<Probes> =
+    LazyLock::new(|| Probes::new().expect("probe metric families are constants (golden test)"));
+
+/// The kubelet registry's families.
+pub(crate) fn kubelet() -> &'static Kubelet {
+    &KUBELET
+}
+
+/// The probes registry's families.
+pub(crate) fn probes() -> &'static Probes {
+    &PROBES
+}
+
+/// Adds a collector to the kubelet registry (`/metrics`), as kubelet's
+/// `legacyregistry.CustomMustRegister`: for families owned elsewhere (prediction).
+pub(crate) fn register(c: Box<dyn Collector>) -> prometheus::Result<()> {
+    KUBELET.registry.register(c)
+}
+
+/// The text format of `families` (sorted by name by the registry's `gather`).
+fn encode(families: &[prometheus::proto::MetricFamily]) -> String {
+    let mut buf = Vec::new();
+    // Encoding into a Vec fails only on a malformed family, which the registry rejects
+    // at registration; an empty answer is the safe fallback.
+    if TextEncoder::new().encode(families, &mut buf).is_err() {
+        return String::new();
+    }
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// `/metrics`.
+pub(crate) fn render_kubelet() -> String {
+    encode(&KUBELET.registry.gather())
+}
+
+/// `/metrics/probes`.
+pub(crate) fn render_probes() -> String {
+    encode(&PROBES.registry.gather())
+}
+
+/// kubelet's `kubelet_node_name{node}`, always 1.
+pub(crate) fn set_node_name(node: &str) {
+    KUBELET.node_name.with_label_values(&[node]).set(1.0);
+}
+
+/// One CRI call, as kubelet's instrumented runtime service records it.
+pub(crate) fn cri_call(method: &str, took: Duration, ok: bool) {
+    let op = kubelet::cri_operation(method);
+    let k = kubelet();
+    k.runtime_operations.with_label_values(&[op]).inc();
+    k.runtime_operations_duration
+        .with_label_values(&[op])
+        .observe(took.as_secs_f64());
+    if !ok {
+        k.runtime_operations_errors.with_label_values(&[op]).inc();
+    }
+}
+
+/// One RunPodSandbox, by runtime handler.
+pub(crate) fn run_podsandbox(handler: &str, took: Duration, ok: bool) {
+    let k = kubelet();
+    k.run_podsandbox_duration
+        .with_label_values(&[handler])
+        .observe(took.as_secs_f64());
+    if !ok {
+        k.run_podsandbox_errors.with_label_values(&[handler]).inc();
+    }
+}
+
+/// Times one cgroup manager operation (`create`, `update`, `destroy`), as kubelet's
+/// cgroup manager does for each call, failed or not.
+pub(crate) fn cgroup_op<T>(operation: &str, op: impl FnOnce() -> T) -> T {
+    let start = std::time::Instant::now();
+    let out = op();
+    KUBELET
+        .cgroup_manager_duration
+        .with_label_values(&[operation])
+        .observe(start.elapsed().as_secs_f64());
+    out
+}
+
+/// A successful image pull of `size` bytes (0: unknown), queue wait included.
+pub(crate) fn image_pulled(size: u64, took: Duration) {
+    KUBELET
+        .image_pull_duration
+        .with_label_values(&[kubelet::image_size_class(size)])
+        .observe(took.as_secs_f64());
+}
+
+/// The eviction manager evicted a pod for `signal` (e.g. `memory.available`).
+#[allow(dead_code, reason = "the eviction manager (issue 12) calls it")]
+pub(crate) fn evicted(signal: &str) {
+    KUBELET.evictions.with_label_values(&[signal]).inc();
+}
+
+/// Pod start SLI and total: `total` from creation to all containers seen running,
+/// `pulling` from the first pull's start to the last pull's end.
+pub(crate) fn pod_started(total: Duration, pulling: Option<Duration>) {
+    let k = kubelet();
+    k.pod_start_total_duration
+        .with_label_values(&[] as &[&str])
+        .observe(total.as_secs_f64());
+    k.pod_start_sli_duration
+        .with_label_values(&[] as &[&str])
+        .observe(kubelet::pod_start_sli(total, pulling).as_secs_f64());
+}
+
+#[cfg(test)]
+mod golden_tests;

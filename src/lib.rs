@@ -40,5 +40,8 @@ mod tls;
 // The library's public surface: what the binary (`src/main.rs`) and the integration tests
 // and benchmarks (the managed containerd as a test bed) use. Everything else is crate-private.
 pub use app::run;
+/// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
+#[doc(hidden)]
+pub use koord::advisor::bench as advisor_bench;
 pub use logging::init as init_logging;
 pub use options::{Options, load_or_exit};

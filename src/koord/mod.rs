@@ -2,7 +2,10 @@
 //! sits beside kubelet): in oxlet it lives inside the agent and reads its pod state
 //! directly, so koordlet's states informer is the pod manager and the node facts.
 //!
+//! - `advisor`: the collectors that sample the node, pods and containers into the
+//!   metric cache and publish the latest readings.
 //! - `metriccache`: the samples as bounded in-memory time series, and a small
 //!   key-value store.
 
+pub(crate) mod advisor;
 pub(crate) mod metriccache;

@@ -204,7 +204,12 @@ impl Advisor {
                 continue;
             }
             slot.collector.collect(&mut self.shared).await;
-            slot.next = started + slot.collector.interval();
+            // On a fixed schedule, so a tick that comes a hair early still finds a 1 s
+            // collector due; after a stall, from now.
+            slot.next += slot.collector.interval();
+            if slot.next <= started {
+                slot.next = started + slot.collector.interval();
+            }
             ran += 1;
         }
         let samples = std::mem::take(&mut self.shared.samples);

@@ -30,7 +30,6 @@ mod runtime;
 mod runtime_choice;
 mod safe_path;
 mod server;
-#[allow(dead_code, reason = "issue 13: its parts are being wired in")]
 mod stats;
 mod status;
 mod syncloop;

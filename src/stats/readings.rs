@@ -166,6 +166,10 @@ impl LatestReadings {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(snapshot));
     }
 
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "issue 13: the Summary API reads it")
+    )]
     pub(crate) fn get(&self) -> Option<Arc<Snapshot>> {
         self.latest
             .read()

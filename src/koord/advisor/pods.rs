@@ -257,7 +257,8 @@ impl PodCollector {
         self.lister.list()
     }
 
-    /// IDs with a previous reading (for tests and the benchmark).
+    /// IDs with a previous reading (for tests).
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     pub(crate) fn tracked(&self) -> usize {
         self.rates.tracked()
     }

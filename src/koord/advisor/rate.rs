@@ -78,6 +78,7 @@ impl RateTracker {
         self.prev.retain(|id, _| seen.contains(id));
     }
 
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     pub(crate) fn tracked(&self) -> usize {
         self.prev.len()
     }

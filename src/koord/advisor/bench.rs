@@ -29,6 +29,7 @@ pub struct CollectorBench {
     targets: Arc<Vec<PodTarget>>,
     collector: PodCollector,
     shared: Shared,
+    cache: MetricCache,
 }
 
 impl CollectorBench {
@@ -69,15 +70,16 @@ impl CollectorBench {
             targets,
             collector,
             shared: Shared::default(),
+            cache: MetricCache::default(),
         })
     }
 
-    /// One collector round (listing included); returns the samples it made.
+    /// One collector round, listing and the cache append included, as the advisor
+    /// runs it; returns the samples it stored.
     pub fn round(&mut self) -> usize {
-        self.shared.samples.clear();
         let targets = self.collector.lister_list();
         self.collector.collect_targets(&targets, &mut self.shared);
-        self.shared.samples.len()
+        self.cache.append(std::mem::take(&mut self.shared.samples))
     }
 
     /// Pods and containers read in the last round.
@@ -113,10 +115,24 @@ impl CollectorBench {
     }
 }
 
+/// A filled cache, kept alive while the benchmark reads the process's RSS.
+pub struct FilledCache(MetricCache);
+
+impl FilledCache {
+    pub fn series(&self) -> usize {
+        self.0.series_count()
+    }
+
+    /// The cache's own estimate of its heap ([`MetricCache::approx_bytes`]).
+    pub fn approx_bytes(&self) -> usize {
+        self.0.approx_bytes()
+    }
+}
+
 /// Fills a default-sized cache with `seconds` rounds of what the advisor writes each
 /// second for `pods` pods of `containers` containers (node, system, pod and container
-/// kinds; PSI every 10 s), and returns it with its `approx_bytes()`.
-pub fn fill_cache(pods: usize, containers: usize, seconds: usize) -> (usize, usize) {
+/// kinds; PSI every 10 s).
+pub fn fill_cache(pods: usize, containers: usize, seconds: usize) -> FilledCache {
     let cache = MetricCache::default();
     let start = crate::koord::metriccache::now_ms() - (seconds as i64) * 1000;
     let psi = |labels: &[(&str, &str)], kind, ts, out: &mut Vec<Sample>| {
@@ -178,5 +194,5 @@ pub fn fill_cache(pods: usize, containers: usize, seconds: usize) -> (usize, usi
         }
         cache.append(batch);
     }
-    (cache.series_count(), cache.approx_bytes())
+    FilledCache(cache)
 }

@@ -124,8 +124,8 @@ fn main() {
         "metric cache after {} min of 1 s rounds at {PODS} pods: {} series, approx_bytes {:.1} MiB, RSS growth {:.1} MiB (filled in {:.1} s)",
         RETENTION_SECS / 60,
         cache.series(),
-        cache.approx_bytes() as f64 / (1 << 20) as f64,
-        rss1.saturating_sub(rss0) as f64 / (1 << 20) as f64,
+        cache.approx_bytes() as f64 / f64::from(1 << 20),
+        rss1.saturating_sub(rss0) as f64 / f64::from(1 << 20),
         filled.as_secs_f64()
     );
 }

@@ -468,8 +468,18 @@ pub(crate) async fn start(
         runtime_name: rt.runtime_name.clone(),
         startup: Default::default(),
         probes: probes.clone(),
-        cm,
+        cm: cm.clone(),
     });
+    spawn_metric_advisor(
+        opts,
+        rt,
+        &cm,
+        &pods,
+        &cache,
+        &metric_cache,
+        &readings,
+        tasks,
+    );
     // The sync loop wakes the mirror pod reconciler when static or mirror pods change.
     let mirror_wake = Arc::new(tokio::sync::Notify::new());
     let sync_loop = SyncLoop::new(SyncLoopDeps {
@@ -645,6 +655,65 @@ fn spawn_qos_manager(
         });
         async move {
             qm.run(cancel).await;
+            Ok(())
+        }
+    });
+}
+
+/// The metric advisor (issue 13, koordlet's metricsadvisor): samples the node, the
+/// pods and their containers into the metric cache and the latest readings.
+#[allow(clippy::too_many_arguments)]
+fn spawn_metric_advisor(
+    opts: &Options,
+    rt: &Runtime,
+    cm: &Arc<crate::cm::manager::ContainerManager>,
+    pods: &Arc<PodManager>,
+    pod_cache: &Arc<PodCache>,
+    metric_cache: &Arc<crate::koord::metriccache::MetricCache>,
+    readings: &Arc<crate::stats::readings::LatestReadings>,
+    tasks: &Tasks,
+) {
+    use crate::koord::advisor::{Advisor, AdvisorDeps, ManagedPods};
+    let version = match crate::cm::version::detect(std::path::Path::new(crate::cm::fs::HOST_MOUNT))
+    {
+        Ok(v) => v,
+        Err(e) => {
+            warn!(error = %e, "metric advisor off: cannot tell the cgroup version");
+            return;
+        }
+    };
+    let tree = match crate::cm::fs::CgroupTree::host(version) {
+        Ok(t) => t,
+        Err(e) => {
+            warn!(error = %e, "metric advisor off: cannot read the cgroup mounts");
+            return;
+        }
+    };
+    let (cm, pods, pod_cache) = (cm.clone(), pods.clone(), pod_cache.clone());
+    let (cache, readings) = (metric_cache.clone(), readings.clone());
+    let (node_name, root_dir, cri) = (
+        opts.node_name.clone(),
+        opts.root_dir.clone(),
+        Arc::new(rt.cri.clone()),
+    );
+    tasks.spawn_restarting("metric-advisor", Backoff::default(), move |cancel| {
+        let advisor = Advisor::new(AdvisorDeps {
+            cache: cache.clone(),
+            readings: readings.clone(),
+            node_name: node_name.clone(),
+            proc_root: "/proc".into(),
+            cgroups: tree.clone(),
+            kubepods: cm.kubepods_path(),
+            lister: Box::new(ManagedPods {
+                pods: pods.clone(),
+                cache: pod_cache.clone(),
+                cm: cm.clone(),
+            }),
+            root_dir: root_dir.clone(),
+            cri: cri.clone(),
+        });
+        async move {
+            advisor.run(cancel).await;
             Ok(())
         }
     });

@@ -1,7 +1,6 @@
 //! The node QoS manager and runtime hooks (issue 13 part E) on a real containerd,
-//! real cgroups and the real oxlet binary. The hook test runs on its own; the CPU
-//! suppress and memory eviction tests need the metric advisor (part B1) to fill the
-//! metric cache, and are ignored until it is merged.
+//! real cgroups and the real oxlet binary. CPU suppress and memory eviction read the
+//! usage the metric advisor puts in the metric cache.
 
 mod agent;
 mod common;
@@ -93,7 +92,6 @@ async fn the_batch_resource_hook_sets_a_best_effort_containers_cpu_shares() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the metric advisor (issue 13 part B1) to fill the metric cache"]
 async fn cpu_suppress_limits_the_best_effort_cgroup_when_a_burstable_pod_burns_cpu() {
     let bed = Testbed::start().await;
     let slo = slo_file(
@@ -135,7 +133,6 @@ async fn cpu_suppress_limits_the_best_effort_cgroup_when_a_burstable_pod_burns_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the metric advisor (issue 13 part B1) to fill the metric cache"]
 async fn memory_eviction_evicts_the_best_effort_api_pod_only() {
     let bed = Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();

@@ -7,6 +7,7 @@
 //! unlinks on cgroupfs, and the same code runs on a test tree of plain files.
 
 mod files;
+mod stat;
 mod tree;
 mod v1;
 mod v2;
@@ -14,6 +15,7 @@ mod v2;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use stat::parse_psi;
 #[allow(
     unused_imports,
     reason = "issue 9: the container manager is being wired in"

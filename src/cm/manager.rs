@@ -100,6 +100,29 @@ impl ContainerManager {
         self.cfg.cgroups_per_qos
     }
 
+    /// The pod's cgroup path below the mount, for the metric advisor; None without
+    /// `--cgroups-per-qos` (pods then have no cgroup of their own).
+    pub(crate) fn pod_cgroup_path(&self, pod: &Pod) -> Option<String> {
+        if !self.cfg.cgroups_per_qos {
+            return None;
+        }
+        self.pod_path(pod).ok().map(|(_, _, path)| path)
+    }
+
+    /// The `kubepods` cgroup's path (kubelet's `pods` system container), when pods
+    /// have cgroups.
+    pub(crate) fn kubepods_path(&self) -> Option<String> {
+        if !self.cfg.cgroups_per_qos {
+            return None;
+        }
+        self.path(self.tree.kubepods()).ok()
+    }
+
+    /// The cgroup driver, which spells container cgroups too.
+    pub(crate) fn driver(&self) -> CgroupDriver {
+        self.cfg.driver
+    }
+
     /// What the pod with `uid` uses now; `None` when it has no cgroup here.
     #[allow(
         dead_code,

@@ -286,6 +286,16 @@ impl CriRead for RemoteRuntime {
             Ok(self.call("ImageStatus", c.image_status(req)).await?.image)
         })
     }
+
+    fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>> {
+        Box::pin(async move {
+            let mut c = self.images.clone();
+            let resp = self
+                .call("ImageFsInfo", c.image_fs_info(cri::ImageFsInfoRequest {}))
+                .await?;
+            Ok(resp.image_filesystems)
+        })
+    }
 }
 
 impl Cri for RemoteRuntime {

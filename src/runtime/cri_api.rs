@@ -41,6 +41,8 @@ pub(crate) trait CriRead: Send + Sync {
     fn container_status<'a>(&'a self, id: &'a str) -> CriFuture<'a, cri::ContainerStatus>;
     /// The image's status, or None when it is not present.
     fn image_status<'a>(&'a self, image: &'a str) -> CriFuture<'a, Option<cri::Image>>;
+    /// The image filesystems' use (`ImageFsInfo`), for the node's `imageFs` stats.
+    fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>>;
 }
 
 /// Every CRI call oxlet makes: the reads plus the ones that change the runtime.

@@ -540,6 +540,22 @@ impl CriRead for FakeRuntime {
         });
         ready(res.map(|()| found))
     }
+
+    /// One image filesystem at `/`, whose inodes are the fake's images.
+    fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>> {
+        let mut inner = self.lock();
+        let res = inner.enter("ImageFsInfo", String::new(), String::new());
+        let images = inner.images.len() as u64;
+        ready(res.map(|()| {
+            vec![cri::FilesystemUsage {
+                fs_id: Some(cri::FilesystemIdentifier {
+                    mountpoint: "/".into(),
+                }),
+                inodes_used: Some(cri::UInt64Value { value: images }),
+                ..Default::default()
+            }]
+        }))
+    }
 }
 
 impl Cri for FakeRuntime {

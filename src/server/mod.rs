@@ -32,7 +32,6 @@ pub(crate) struct Views {
     pub pods: Arc<PodManager>,
     pub statuses: Arc<StatusManager>,
     pub health: Health,
-    #[allow(dead_code, reason = "issue 13: the endpoints are being added")]
     /// The metric advisor's series (prediction and the QoS manager read them too).
     pub cache: Arc<crate::koord::metriccache::MetricCache>,
     /// The metric advisor's latest round.
@@ -109,6 +108,22 @@ async fn probe_metrics() -> impl IntoResponse {
     )
 }
 
+/// `/debug/koord/metrics`: one aggregation of the metric cache (see
+/// [`crate::koord::advisor::debug_query`]); a bad parameter is a 400 naming it.
+async fn koord_metrics(
+    State(v): State<Views>,
+    axum::extract::Query(q): axum::extract::Query<crate::koord::advisor::DebugQuery>,
+) -> axum::response::Response {
+    match crate::koord::advisor::debug_query(&v.cache, &q) {
+        Ok(json) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            json.to_string(),
+        )
+            .into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    }
+}
+
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -128,6 +143,8 @@ pub(crate) fn read_only_router(views: Views) -> Router {
         // Issue 13 part A: kubelet's Prometheus registries.
         .route("/metrics", get(metrics))
         .route("/metrics/probes", get(probe_metrics))
+        // The metric advisor (issue 13): a read-only look into the metric cache.
+        .route("/debug/koord/metrics", get(koord_metrics))
         .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)

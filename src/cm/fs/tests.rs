@@ -463,3 +463,164 @@ fn v1_for_real_limits_usage_procs_and_removal() {
     }
     assert!(!tree.exists(&rel));
 }
+
+// ---- stat files for the metric advisor (issue 13) ----
+
+#[test]
+fn psi_files_parse_some_and_full_and_reject_garbage() {
+    let text = "some avg10=1.50 avg60=0.25 avg300=0.00 total=123456\n\
+                full avg10=0.75 avg60=0.00 avg300=0.00 total=42\n";
+    let psi = super::parse_psi(text).unwrap();
+    assert_eq!(psi.some.avg10, 1.5);
+    assert_eq!(psi.some.avg60, 0.25);
+    assert_eq!(psi.some.total_us, 123_456);
+    assert_eq!(psi.full.unwrap().avg10, 0.75);
+    assert_eq!(psi.full.unwrap().total_us, 42);
+    // cpu.pressure before 5.13 has only `some`.
+    let some_only = super::parse_psi("some avg10=0.00 avg60=0.00 avg300=0.00 total=7\n").unwrap();
+    assert!(some_only.full.is_none());
+    assert_eq!(some_only.some.total_us, 7);
+    assert!(super::parse_psi("").is_none());
+    assert!(super::parse_psi("some avg10=x avg60=0 avg300=0 total=1\n").is_none());
+    assert!(super::parse_psi("some avg10=0.00 total=1\n").is_none());
+}
+
+#[test]
+fn v1_stats_read_cpu_throttling_memory_and_pids() {
+    let (dir, tree) = v1_tree();
+    tree.create(POD, &limits()).unwrap();
+    let at = |h: &str| dir.path().join(h).join(POD);
+    write(at("cpu,cpuacct").join("cpuacct.usage"), "123456789\n");
+    write(
+        at("cpu,cpuacct").join("cpu.stat"),
+        "nr_periods 100\nnr_throttled 25\nthrottled_time 5000000\n",
+    );
+    write(at("memory").join("memory.usage_in_bytes"), "5000000\n");
+    write(
+        at("memory").join("memory.stat"),
+        "cache 3000000\nrss 9\ninactive_file 9\ntotal_rss 2000000\ntotal_inactive_file 1000000\n\
+         total_pgfault 77\ntotal_pgmajfault 3\n",
+    );
+    write(at("pids").join("pids.current"), "2\n");
+    let r = tree.stats(POD).unwrap();
+    let cpu = r.cpu.unwrap();
+    assert_eq!(cpu.usage_core_nanos, 123_456_789);
+    assert_eq!(cpu.usage_nano_cores, None);
+    let t = cpu.throttling.unwrap();
+    assert_eq!(
+        (t.periods, t.throttled_periods, t.throttled_nanos),
+        (100, 25, 5_000_000)
+    );
+    let m = r.memory.unwrap();
+    assert_eq!(m.usage_bytes, 5_000_000);
+    // The hierarchical total_inactive_file, not the local one.
+    assert_eq!(m.working_set_bytes, 4_000_000);
+    assert_eq!(m.rss_bytes, 2_000_000);
+    assert_eq!((m.page_faults, m.major_page_faults), (77, 3));
+    // limits() wrote 64 MiB.
+    assert_eq!(m.limit_bytes, Some(64 << 20));
+    assert_eq!(r.pids, Some(2));
+    // No pressure files on v1 here: nothing, and no error.
+    let p = tree.pressure(POD).unwrap();
+    assert!(p.cpu.is_none() && p.memory.is_none() && p.io.is_none());
+    // The files read are the ones listed for the baseline.
+    let files = tree.stat_files(POD);
+    assert_eq!(files.len(), 6);
+    assert!(files.iter().all(|f| f.exists()), "{files:?}");
+}
+
+#[test]
+fn v1_stats_unlimited_memory_inactive_above_usage_and_vanished_cgroups() {
+    let (dir, tree) = v1_tree();
+    tree.create(POD, &ResourceConfig::default()).unwrap();
+    let at = |h: &str| dir.path().join(h).join(POD);
+    write(at("cpu,cpuacct").join("cpuacct.usage"), "1\n");
+    write(at("memory").join("memory.usage_in_bytes"), "1000\n");
+    write(
+        at("memory").join("memory.stat"),
+        "total_inactive_file 5000\n",
+    );
+    write(
+        at("memory").join("memory.limit_in_bytes"),
+        "9223372036854771712\n",
+    );
+    let r = tree.stats(POD).unwrap();
+    let m = r.memory.unwrap();
+    assert_eq!(m.working_set_bytes, 0, "floored at 0");
+    assert_eq!(m.limit_bytes, None, "the page-aligned maximum is no limit");
+    // No cpu.stat: no throttling; no pids.current: no pids.
+    assert!(r.cpu.unwrap().throttling.is_none());
+    assert_eq!(r.pids, None);
+    let gone = tree.stats("kubepods/burstable/podgone").unwrap_err();
+    assert_eq!(gone.error.kind(), std::io::ErrorKind::NotFound, "{gone}");
+    let gone = tree.pressure("kubepods/burstable/podgone").unwrap_err();
+    assert_eq!(gone.error.kind(), std::io::ErrorKind::NotFound, "{gone}");
+    // A path that leaves the mount is refused, not read.
+    assert!(tree.stats("../etc").is_err());
+}
+
+#[test]
+fn v2_stats_read_cpu_stat_memory_pids_and_pressure() {
+    let (dir, tree) = v2_tree("cpu memory pids");
+    tree.create(POD, &limits()).unwrap();
+    let pod = dir.path().join(POD);
+    write(
+        pod.join("cpu.stat"),
+        "usage_usec 2500\nuser_usec 2000\nsystem_usec 500\nnr_periods 10\nnr_throttled 4\nthrottled_usec 300\n",
+    );
+    write(pod.join("memory.current"), "10000000\n");
+    write(
+        pod.join("memory.stat"),
+        "anon 6000000\nfile 4000000\ninactive_file 3000000\nactive_file 1000000\npgfault 11\npgmajfault 1\n",
+    );
+    write(pod.join("memory.max"), "max\n");
+    write(pod.join("pids.current"), "3\n");
+    write(
+        pod.join("cpu.pressure"),
+        "some avg10=12.50 avg60=1.00 avg300=0.00 total=99\nfull avg10=2.00 avg60=0.00 avg300=0.00 total=9\n",
+    );
+    write(
+        pod.join("memory.pressure"),
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+    );
+    let r = tree.stats(POD).unwrap();
+    let cpu = r.cpu.unwrap();
+    assert_eq!(cpu.usage_core_nanos, 2_500_000);
+    let t = cpu.throttling.unwrap();
+    assert_eq!(
+        (t.periods, t.throttled_periods, t.throttled_nanos),
+        (10, 4, 300_000)
+    );
+    let m = r.memory.unwrap();
+    assert_eq!(m.working_set_bytes, 7_000_000);
+    assert_eq!(m.rss_bytes, 6_000_000);
+    assert_eq!((m.page_faults, m.major_page_faults), (11, 1));
+    assert_eq!(m.limit_bytes, None, "memory.max `max`");
+    assert_eq!(r.pids, Some(3));
+    assert!(
+        r.pressure.cpu.is_none(),
+        "stats() leaves pressure to pressure()"
+    );
+    let p = tree.pressure(POD).unwrap();
+    assert_eq!(p.cpu.unwrap().some.avg10, 12.5);
+    assert_eq!(p.cpu.unwrap().full.unwrap().total_us, 9);
+    assert!(p.memory.is_some());
+    assert!(p.io.is_none(), "no io.pressure file");
+    write(pod.join("memory.max"), "1048576\n");
+    assert_eq!(
+        tree.stats(POD).unwrap().memory.unwrap().limit_bytes,
+        Some(1 << 20)
+    );
+    assert_eq!(tree.stat_files(POD).len(), 5);
+}
+
+#[test]
+fn v2_root_has_no_memory_current_and_reads_as_no_memory() {
+    let (dir, tree) = v2_tree("cpu memory pids");
+    write(dir.path().join("cpu.stat"), "usage_usec 1000\n");
+    write(dir.path().join("memory.stat"), "anon 1\n");
+    let r = tree.stats("").unwrap();
+    assert_eq!(r.cpu.unwrap().usage_core_nanos, 1_000_000);
+    assert!(r.cpu.unwrap().throttling.is_none());
+    assert!(r.memory.is_none());
+}

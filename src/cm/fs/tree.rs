@@ -101,6 +101,11 @@ impl CgroupTree {
         })
     }
 
+    /// The layout this tree was read as.
+    pub(crate) fn version(&self) -> CgroupVersion {
+        self.version
+    }
+
     /// The mount root.
     pub(crate) fn root(&self) -> &Path {
         &self.root

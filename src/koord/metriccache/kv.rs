@@ -65,6 +65,7 @@ impl KvStore {
         serde_json::from_value(map.get(key)?.clone()).ok()
     }
 
+    #[cfg(test)]
     pub(crate) fn remove(&self, key: &str) {
         self.values
             .lock()

@@ -182,6 +182,7 @@ impl Sample {
         })
     }
 
+    #[cfg(test)]
     pub(crate) fn key(&self) -> &SeriesKey {
         &self.key
     }

@@ -39,6 +39,7 @@ impl Buckets {
         Buckets::exponential(2f64.powi(41), 5.0 * 1024.0 * 1024.0)
     }
 
+    #[cfg(test)]
     pub(crate) fn count(&self) -> usize {
         self.count
     }
@@ -118,10 +119,12 @@ impl DecayingHistogram {
         self.weights[self.min_bucket] < EPSILON
     }
 
+    #[cfg(test)]
     pub(crate) fn total_weight(&self) -> f64 {
         self.total
     }
 
+    #[cfg(test)]
     pub(crate) fn reference_ms(&self) -> Option<i64> {
         self.reference_ms
     }

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::koord::metriccache::{MetricCache, now_ms};
-use model::{Model, Models, Prediction};
+use model::Models;
 
 const MINUTE: i64 = 60_000;
 const HOUR: i64 = 60 * MINUTE;
@@ -97,11 +97,6 @@ impl PredictServer {
     /// True after the first training round.
     pub(crate) fn has_synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed)
-    }
-
-    /// `uid`'s prediction, if it has a model.
-    pub(crate) fn prediction(&self, uid: &str) -> Option<Prediction> {
-        self.models().by_uid.get(uid).map(Model::prediction)
     }
 
     /// Restores the checkpoints of `pods` and the node's UIDs.

@@ -1,0 +1,130 @@
+//! A read-only look into the metric cache for tests and operators:
+//! `/debug/koord/metrics?kind=container_cpu_usage&container_id=…&agg=last&window=5s`.
+//! One aggregation over one window, bounded to the cache's retention.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label, now_ms};
+
+/// The longest window asked for: the cache's retention.
+const MAX_WINDOW: Duration = Duration::from_secs(30 * 60);
+
+/// Every kind, to find one by its koordlet name.
+const KINDS: [MetricKind; 13] = [
+    MetricKind::NodeCpuUsage,
+    MetricKind::NodeMemoryUsage,
+    MetricKind::SysCpuUsage,
+    MetricKind::SysMemoryUsage,
+    MetricKind::PodCpuUsage,
+    MetricKind::PodMemoryUsage,
+    MetricKind::PodCpuThrottled,
+    MetricKind::PodPids,
+    MetricKind::PodPsi,
+    MetricKind::ContainerCpuUsage,
+    MetricKind::ContainerMemoryUsage,
+    MetricKind::ContainerCpuThrottled,
+    MetricKind::ContainerPsi,
+];
+
+/// The query string.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct DebugQuery {
+    pub kind: String,
+    pub pod_uid: Option<String>,
+    pub container_id: Option<String>,
+    pub psi_resource: Option<String>,
+    pub psi_degree: Option<String>,
+    /// avg, p50, p90, p95, p99, last, count (default last).
+    pub agg: Option<String>,
+    /// A duration such as `5s` or `1m` (default 10s).
+    pub window: Option<String>,
+}
+
+/// A query that cannot be answered as asked, naming the parameter.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum DebugQueryError {
+    #[error("kind: {0:?} is not a metric kind")]
+    Kind(String),
+    #[error("agg: {0:?} is not one of avg, p50, p90, p95, p99, last, count")]
+    Agg(String),
+    #[error("window: {0:?} is not a duration of at most 30m (e.g. 5s, 1m)")]
+    Window(String),
+}
+
+fn parse_agg(s: &str) -> Option<Aggregation> {
+    Some(match s {
+        "avg" => Aggregation::Avg,
+        "p50" => Aggregation::P50,
+        "p90" => Aggregation::P90,
+        "p95" => Aggregation::P95,
+        "p99" => Aggregation::P99,
+        "last" => Aggregation::Last,
+        "count" => Aggregation::Count,
+        _ => return None,
+    })
+}
+
+fn parse_window(s: &str) -> Option<Duration> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
+    let n: u64 = num.parse().ok()?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60)?),
+        _ => return None,
+    };
+    (d <= MAX_WINDOW).then_some(d)
+}
+
+/// Answers `q` from `cache`: `{kind, labels, agg, window_ms, count, value}` with
+/// `value` null when the window holds no point.
+pub(crate) fn debug_query(
+    cache: &MetricCache,
+    q: &DebugQuery,
+) -> Result<serde_json::Value, DebugQueryError> {
+    let kind = KINDS
+        .into_iter()
+        .find(|k| k.name() == q.kind)
+        .ok_or_else(|| DebugQueryError::Kind(q.kind.clone()))?;
+    let agg_name = q.agg.as_deref().unwrap_or("last");
+    let agg = parse_agg(agg_name).ok_or_else(|| DebugQueryError::Agg(agg_name.into()))?;
+    let window_text = q.window.as_deref().unwrap_or("10s");
+    let window =
+        parse_window(window_text).ok_or_else(|| DebugQueryError::Window(window_text.into()))?;
+    let labels: Vec<(&str, &str)> = [
+        (label::POD_UID, q.pod_uid.as_deref()),
+        (label::CONTAINER_ID, q.container_id.as_deref()),
+        (label::PSI_RESOURCE, q.psi_resource.as_deref()),
+        (label::PSI_DEGREE, q.psi_degree.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k, v?)))
+    .collect();
+    let end = now_ms();
+    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    let result = cache.query(kind, &labels, end - window_ms, end);
+    let labels: serde_json::Map<String, serde_json::Value> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), serde_json::Value::from(*v)))
+        .collect();
+    Ok(serde_json::json!({
+        "kind": kind.name(),
+        "labels": labels,
+        "agg": agg_name,
+        "window_ms": window_ms,
+        "count": result.count(),
+        "time_range_ms": result.time_range_ms(),
+        "value": result.value(agg).ok(),
+        "series_of_kind": cache.series_of(kind).len(),
+        "cache": {
+            "series": cache.series_count(),
+            "dropped_samples": cache.dropped(),
+            "approx_bytes": cache.approx_bytes(),
+            "max_point_bytes": cache.limits().max_point_bytes(),
+            "retention_s": cache.limits().retention.as_secs(),
+        },
+        "node_info": cache.kv().get::<serde_json::Value>(super::NODE_INFO_KEY),
+    }))
+}

@@ -1,0 +1,207 @@
+//! The node collectors: `noderesource` (koordlet, every second: CPU from `/proc/stat`
+//! jiffies, memory MemTotal − MemAvailable; plus the root cgroup for kubelet's node
+//! working set, the `pods` system container and the running processes) and
+//! `nodeinfo` (every minute: boot time, memory size, pid_max).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use tracing::debug;
+
+use super::procfs::{self, CpuJiffies, MemInfo};
+use super::rate::RateTracker;
+use super::{CollectFuture, Collector, NODE_INFO_INTERVAL, RES_USED_INTERVAL, Shared};
+use crate::cm::fs::CgroupTree;
+use crate::koord::metriccache::{MetricKind, now_ms};
+use crate::stats::readings::{CgroupReading, CpuReading, MemoryReading};
+
+/// Node CPU in cores from two `/proc/stat` readings `elapsed` apart.
+pub(crate) fn cpu_cores(
+    prev: CpuJiffies,
+    now: CpuJiffies,
+    elapsed: Duration,
+    hz: u64,
+) -> Option<f64> {
+    let secs = elapsed.as_secs_f64();
+    if secs <= 0.0 || hz == 0 || now.busy < prev.busy {
+        return None;
+    }
+    Some((now.busy - prev.busy) as f64 / hz as f64 / secs)
+}
+
+/// The node's memory as kubelet reports it when the root cgroup has no usage file
+/// (cgroup v2): usage MemTotal − MemFree, working set usage − Inactive(file).
+pub(crate) fn memory_from_meminfo(m: &MemInfo) -> MemoryReading {
+    let usage = m.total.saturating_sub(m.free);
+    MemoryReading {
+        usage_bytes: usage,
+        working_set_bytes: usage.saturating_sub(m.inactive_file),
+        ..MemoryReading::default()
+    }
+}
+
+pub(crate) struct NodeCollector {
+    proc_root: PathBuf,
+    tree: CgroupTree,
+    kubepods: Option<String>,
+    hz: u64,
+    prev: Option<(Instant, CpuJiffies)>,
+    rates: RateTracker,
+}
+
+impl NodeCollector {
+    pub(crate) fn new(proc_root: PathBuf, tree: CgroupTree, kubepods: Option<String>) -> Self {
+        NodeCollector {
+            proc_root,
+            tree,
+            kubepods,
+            hz: rustix::param::clock_ticks_per_second(),
+            prev: None,
+            rates: RateTracker::default(),
+        }
+    }
+
+    fn cgroup(&mut self, id: &str, path: &str) -> Option<CgroupReading> {
+        match self.tree.stats(path) {
+            Ok(mut r) => {
+                if let Some(cpu) = r.cpu.as_mut() {
+                    self.rates.update(id, r.time, cpu);
+                }
+                Some(r)
+            }
+            Err(e) => {
+                debug!(cgroup = path, error = %e, "metric advisor: cgroup not read");
+                None
+            }
+        }
+    }
+}
+
+impl Collector for NodeCollector {
+    fn name(&self) -> &'static str {
+        "noderesource"
+    }
+
+    fn interval(&self) -> Duration {
+        RES_USED_INTERVAL
+    }
+
+    fn disabled_reason(&self) -> Option<String> {
+        None
+    }
+
+    fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {
+        Box::pin(async move {
+            let ts = now_ms();
+            shared.node_cpu_cores = None;
+            shared.node_memory_bytes = None;
+            let stat = self.proc_root.join("stat");
+            match procfs::read_parsed(&stat, procfs::parse_cpu_jiffies, "no cpu line") {
+                Ok(j) => {
+                    let at = Instant::now();
+                    if let Some((t0, j0)) = self.prev
+                        && let Some(c) = cpu_cores(j0, j, at - t0, self.hz)
+                    {
+                        shared.node_cpu_cores = Some(c);
+                        shared.push(MetricKind::NodeCpuUsage, &[], ts, c);
+                    }
+                    self.prev = Some((at, j));
+                }
+                Err(e) => debug!(error = %e, "metric advisor: node cpu not read"),
+            }
+            let meminfo = procfs::read_parsed(
+                &self.proc_root.join("meminfo"),
+                procfs::parse_meminfo,
+                "no MemTotal or MemAvailable",
+            );
+            let meminfo = match meminfo {
+                Ok(m) => {
+                    let used = m.used() as f64;
+                    shared.node_memory_bytes = Some(used);
+                    shared.push(MetricKind::NodeMemoryUsage, &[], ts, used);
+                    Some(m)
+                }
+                Err(e) => {
+                    debug!(error = %e, "metric advisor: node memory not read");
+                    None
+                }
+            };
+            let mut root = self.cgroup("node", "");
+            if let Some(r) = root.as_mut() {
+                if r.memory.is_none()
+                    && let Some(m) = &meminfo
+                {
+                    r.memory = Some(memory_from_meminfo(m));
+                }
+                if let Some(m) = r.memory.as_mut() {
+                    m.limit_bytes = meminfo.map(|m| m.total);
+                }
+                if r.cpu.is_none() {
+                    r.cpu = Some(CpuReading::default());
+                }
+            }
+            shared.node_cgroup = root;
+            shared.system_containers.clear();
+            if let Some(path) = self.kubepods.clone()
+                && let Some(r) = self.cgroup("pods", &path)
+            {
+                shared.system_containers.push(("pods".to_string(), r));
+            }
+            self.rates.end_round();
+            shared.processes = procfs::read_parsed(
+                &self.proc_root.join("loadavg"),
+                procfs::parse_loadavg_tasks,
+                "no running/total field",
+            )
+            .inspect_err(|e| debug!(error = %e, "metric advisor: processes not read"))
+            .ok();
+        })
+    }
+}
+
+pub(crate) struct NodeInfoCollector {
+    proc_root: PathBuf,
+}
+
+impl NodeInfoCollector {
+    pub(crate) fn new(proc_root: PathBuf) -> Self {
+        NodeInfoCollector { proc_root }
+    }
+}
+
+impl Collector for NodeInfoCollector {
+    fn name(&self) -> &'static str {
+        "nodeinfo"
+    }
+
+    fn interval(&self) -> Duration {
+        NODE_INFO_INTERVAL
+    }
+
+    fn disabled_reason(&self) -> Option<String> {
+        None
+    }
+
+    fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {
+        Box::pin(async move {
+            let boot: Option<SystemTime> = procfs::read_parsed(
+                &self.proc_root.join("stat"),
+                procfs::parse_boot_time,
+                "no btime",
+            )
+            .inspect_err(|e| debug!(error = %e, "metric advisor: boot time not read"))
+            .ok();
+            shared.facts.boot_time = boot.or(shared.facts.boot_time);
+            let mem = procfs::read_parsed(
+                &self.proc_root.join("meminfo"),
+                procfs::parse_meminfo,
+                "no MemTotal or MemAvailable",
+            );
+            if let Ok(m) = mem {
+                shared.facts.memory_total = Some(m.total);
+            }
+            shared.facts.pid_max =
+                procfs::read_number(&self.proc_root.join("sys/kernel/pid_max")).ok();
+        })
+    }
+}

@@ -1,0 +1,287 @@
+//! The pod and container collector (koordlet's `podresource` and `podthrottled`):
+//! each desired pod with a running sandbox, its cgroup and its running containers'
+//! cgroups; CPU cores and throttling from deltas, working set, pids.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tracing::debug;
+
+use super::rate::RateTracker;
+use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
+use crate::cm::driver::CgroupDriver;
+use crate::cm::fs::{CgroupError, CgroupTree};
+use crate::cm::manager::ContainerManager;
+use crate::koord::metriccache::{MetricKind, label};
+use crate::pleg::cache::PodCache;
+use crate::pod::pod_uid;
+use crate::runtime::types::ContainerState;
+use crate::stats::readings::{CgroupReading, ContainerReading, PodReading};
+use crate::syncloop::pod_manager::PodManager;
+
+/// Containers listed per round at most (pods are bounded by `--max-pods`).
+pub(crate) const MAX_CONTAINERS: usize = 4096;
+
+/// One running container and its cgroup path below the mount.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ContainerTarget {
+    pub id: String,
+    pub name: String,
+    pub created_at: SystemTime,
+    pub cgroup: String,
+}
+
+/// One pod with a sandbox, and its cgroup path (None without pod cgroups).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PodTarget {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    pub started_at: SystemTime,
+    pub cgroup: Option<String>,
+    pub containers: Vec<ContainerTarget>,
+}
+
+/// Where the pods to read come from (the pod manager and the PLEG cache in the
+/// agent; a fixed list in the benchmark).
+pub(crate) trait TargetLister: Send + Sync {
+    fn list(&self) -> Vec<PodTarget>;
+}
+
+/// A container's cgroup below its pod's, as containerd names it for the driver.
+pub(crate) fn container_cgroup(driver: CgroupDriver, pod: &str, id: &str) -> String {
+    match driver {
+        CgroupDriver::Cgroupfs => format!("{pod}/{id}"),
+        CgroupDriver::Systemd => format!("{pod}/cri-containerd-{id}.scope"),
+    }
+}
+
+fn from_unix_nanos(ns: i64) -> SystemTime {
+    u64::try_from(ns).map_or(UNIX_EPOCH, |ns| UNIX_EPOCH + Duration::from_nanos(ns))
+}
+
+/// The agent's pods: desired (pod manager) and running (PLEG cache).
+pub(crate) struct ManagedPods {
+    pub pods: Arc<PodManager>,
+    pub cache: Arc<PodCache>,
+    pub cm: Arc<ContainerManager>,
+}
+
+impl TargetLister for ManagedPods {
+    fn list(&self) -> Vec<PodTarget> {
+        let driver = self.cm.driver();
+        let mut containers = 0;
+        let mut out = Vec::new();
+        for pod in self.pods.all() {
+            if crate::syncloop::pod_manager::is_mirror(&pod) {
+                continue;
+            }
+            let uid = pod_uid(&pod);
+            let Some(status) = self.cache.get(uid) else {
+                continue;
+            };
+            // Newest first: the running sandbox is the first ready one.
+            let Some(sandbox) = status.sandboxes.iter().find(|s| s.ready) else {
+                continue;
+            };
+            let cgroup = self.cm.pod_cgroup_path(&pod);
+            let mut target = PodTarget {
+                uid: uid.to_string(),
+                name: status.name.clone(),
+                namespace: status.namespace.clone(),
+                started_at: from_unix_nanos(sandbox.created_at),
+                cgroup: cgroup.clone(),
+                containers: Vec::new(),
+            };
+            if let Some(pod_cg) = &cgroup {
+                for c in status
+                    .containers
+                    .iter()
+                    .filter(|c| c.state == ContainerState::Running)
+                {
+                    // IDs come from the runtime; one plain component or skipped.
+                    if containers >= MAX_CONTAINERS || crate::safe_path::component(&c.id).is_err() {
+                        continue;
+                    }
+                    containers += 1;
+                    target.containers.push(ContainerTarget {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        created_at: from_unix_nanos(c.created_at),
+                        cgroup: container_cgroup(driver, pod_cg, &c.id),
+                    });
+                }
+            }
+            out.push(target);
+        }
+        out
+    }
+}
+
+/// Reads the pods' and containers' cgroups.
+pub(crate) struct PodCollector {
+    tree: CgroupTree,
+    lister: Box<dyn TargetLister>,
+    rates: RateTracker,
+}
+
+/// The kinds one cgroup's reading is written as.
+struct Kinds {
+    cpu: MetricKind,
+    memory: MetricKind,
+    throttled: MetricKind,
+    pids: Option<MetricKind>,
+}
+
+const POD_KINDS: Kinds = Kinds {
+    cpu: MetricKind::PodCpuUsage,
+    memory: MetricKind::PodMemoryUsage,
+    throttled: MetricKind::PodCpuThrottled,
+    pids: Some(MetricKind::PodPids),
+};
+
+/// Containers have no pids kind in koordlet's schema.
+const CONTAINER_KINDS: Kinds = Kinds {
+    cpu: MetricKind::ContainerCpuUsage,
+    memory: MetricKind::ContainerMemoryUsage,
+    throttled: MetricKind::ContainerCpuThrottled,
+    pids: None,
+};
+
+fn is_gone(e: &CgroupError) -> bool {
+    e.error.kind() == std::io::ErrorKind::NotFound
+}
+
+impl PodCollector {
+    pub(crate) fn new(tree: CgroupTree, lister: Box<dyn TargetLister>) -> PodCollector {
+        PodCollector {
+            tree,
+            lister,
+            rates: RateTracker::default(),
+        }
+    }
+
+    /// Reads one cgroup, fills its rate and adds its samples; None when it is gone
+    /// (quiet) or unreadable (debug).
+    fn read(
+        &mut self,
+        path: &str,
+        id: &str,
+        kinds: &Kinds,
+        labels: &[(&str, &str)],
+        shared: &mut Shared,
+    ) -> Option<(CgroupReading, Option<f64>)> {
+        let mut r = match self.tree.stats(path) {
+            Ok(r) => r,
+            Err(e) if is_gone(&e) => return None,
+            Err(e) => {
+                debug!(cgroup = path, error = %e, "metric advisor: cgroup not read");
+                return None;
+            }
+        };
+        let ts = r
+            .time
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let mut cores = None;
+        if let Some(cpu) = r.cpu.as_mut() {
+            let rates = self.rates.update(id, r.time, cpu);
+            cores = rates.cores;
+            if let Some(c) = rates.cores {
+                shared.push(kinds.cpu, labels, ts, c);
+            }
+            if let Some(t) = rates.throttled_ratio {
+                shared.push(kinds.throttled, labels, ts, t);
+            }
+        }
+        if let Some(m) = r.memory {
+            shared.push(kinds.memory, labels, ts, m.working_set_bytes as f64);
+        }
+        if let (Some(p), Some(kind)) = (r.pids, kinds.pids) {
+            shared.push(kind, labels, ts, p as f64);
+        }
+        Some((r, cores))
+    }
+
+    /// One round over `targets`.
+    pub(crate) fn collect_targets(&mut self, targets: &[PodTarget], shared: &mut Shared) {
+        let mut pods = Vec::with_capacity(targets.len());
+        let (mut cpu_sum, mut mem_sum, mut any_cpu) = (0.0, 0.0, false);
+        for t in targets {
+            let pod_labels = [(label::POD_UID, t.uid.as_str())];
+            let cgroup = t
+                .cgroup
+                .as_deref()
+                .and_then(|path| self.read(path, &t.uid, &POD_KINDS, &pod_labels, shared));
+            let cgroup = cgroup.map(|(r, cores)| {
+                if let Some(c) = cores {
+                    cpu_sum += c;
+                    any_cpu = true;
+                }
+                mem_sum += r.memory.map_or(0.0, |m| m.working_set_bytes as f64);
+                r
+            });
+            let mut containers = Vec::with_capacity(t.containers.len());
+            for c in &t.containers {
+                let labels = [(label::CONTAINER_ID, c.id.as_str())];
+                if let Some((r, _)) = self.read(&c.cgroup, &c.id, &CONTAINER_KINDS, &labels, shared)
+                {
+                    containers.push(ContainerReading {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        created_at: c.created_at,
+                        cgroup: r,
+                        rootfs: None,
+                        logs: None,
+                    });
+                }
+            }
+            pods.push(PodReading {
+                uid: t.uid.clone(),
+                name: t.name.clone(),
+                namespace: t.namespace.clone(),
+                started_at: t.started_at,
+                cgroup,
+                containers,
+                volumes: Vec::new(),
+            });
+        }
+        self.rates.end_round();
+        shared.pods = pods;
+        shared.pods_cpu_cores = any_cpu.then_some(cpu_sum);
+        shared.pods_memory_bytes = mem_sum;
+    }
+
+    /// The lister's pods now.
+    pub(crate) fn lister_list(&self) -> Vec<PodTarget> {
+        self.lister.list()
+    }
+
+    /// IDs with a previous reading (for tests).
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    pub(crate) fn tracked(&self) -> usize {
+        self.rates.tracked()
+    }
+}
+
+impl Collector for PodCollector {
+    fn name(&self) -> &'static str {
+        "podresource"
+    }
+
+    fn interval(&self) -> Duration {
+        RES_USED_INTERVAL
+    }
+
+    fn disabled_reason(&self) -> Option<String> {
+        None
+    }
+
+    fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {
+        Box::pin(async move {
+            let targets = self.lister.list();
+            self.collect_targets(&targets, shared);
+            shared.targets = targets;
+        })
+    }
+}

@@ -1,0 +1,44 @@
+//! The system part (koordlet's `sysresource`): what the node uses beyond its pods,
+//! `max(node − Σ pods, 0)`, for CPU and memory. oxlet has no host applications, so
+//! nothing else is subtracted.
+
+use std::time::Duration;
+
+use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
+use crate::koord::metriccache::{MetricKind, now_ms};
+
+/// `max(node − pods, 0)`, or None without a node value.
+pub(crate) fn system_usage(node: Option<f64>, pods: Option<f64>) -> Option<f64> {
+    Some((node? - pods.unwrap_or(0.0)).max(0.0))
+}
+
+pub(crate) struct SystemCollector;
+
+impl Collector for SystemCollector {
+    fn name(&self) -> &'static str {
+        "sysresource"
+    }
+
+    fn interval(&self) -> Duration {
+        RES_USED_INTERVAL
+    }
+
+    fn disabled_reason(&self) -> Option<String> {
+        None
+    }
+
+    fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {
+        Box::pin(async move {
+            let ts = now_ms();
+            // Both inputs come from this round (node and pods run first).
+            if let Some(cpu) = system_usage(shared.node_cpu_cores, shared.pods_cpu_cores) {
+                shared.push(MetricKind::SysCpuUsage, &[], ts, cpu);
+            }
+            if let Some(mem) =
+                system_usage(shared.node_memory_bytes, Some(shared.pods_memory_bytes))
+            {
+                shared.push(MetricKind::SysMemoryUsage, &[], ts, mem);
+            }
+        })
+    }
+}

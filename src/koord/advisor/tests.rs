@@ -1,0 +1,374 @@
+//! The advisor's parsers, rates and collectors on plain files and synthetic readings.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::node::{cpu_cores, memory_from_meminfo};
+use super::pods::{ContainerTarget, PodCollector, PodTarget, TargetLister, container_cgroup};
+use super::procfs::{
+    CpuJiffies, parse_boot_time, parse_cpu_jiffies, parse_loadavg_tasks, parse_meminfo,
+};
+use super::rate::RateTracker;
+use super::system::system_usage;
+use super::{DebugQuery, Shared, debug_query};
+use crate::cm::driver::CgroupDriver;
+use crate::cm::fs::{CgroupFs, CgroupTree};
+use crate::cm::resources::ResourceConfig;
+use crate::cm::version::CgroupVersion;
+use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, Sample, label, now_ms};
+use crate::stats::readings::{CpuReading, Throttling};
+
+const PROC_STAT: &str = "cpu  100 20 30 4000 50 6 7 8 0 0\n\
+cpu0 50 10 15 2000 25 3 4 4 0 0\n\
+intr 12345\nctxt 999\nbtime 1700000000\nprocesses 4242\nprocs_running 2\n";
+
+#[test]
+fn proc_stat_busy_jiffies_exclude_idle_iowait_and_steal() {
+    let j = parse_cpu_jiffies(PROC_STAT).unwrap();
+    // user + nice + system + irq + softirq.
+    assert_eq!(j.busy, 100 + 20 + 30 + 6 + 7);
+    assert_eq!(
+        parse_boot_time(PROC_STAT),
+        Some(UNIX_EPOCH + Duration::from_secs(1_700_000_000))
+    );
+    assert!(
+        parse_cpu_jiffies("cpu0 1 2 3 4 5 6 7\n").is_none(),
+        "no aggregate line"
+    );
+    assert!(parse_cpu_jiffies("cpu 1 2 3\n").is_none(), "too few fields");
+    assert!(parse_cpu_jiffies("cpu 1 x 3 4 5 6 7\n").is_none());
+    assert!(parse_boot_time("cpu 1 2\n").is_none());
+}
+
+#[test]
+fn node_cpu_cores_from_two_readings() {
+    let a = CpuJiffies { busy: 1000 };
+    let b = CpuJiffies { busy: 1150 };
+    // 150 jiffies at 100 Hz over 1 s: 1.5 cores.
+    assert_eq!(cpu_cores(a, b, Duration::from_secs(1), 100), Some(1.5));
+    assert_eq!(cpu_cores(a, b, Duration::from_secs(2), 100), Some(0.75));
+    assert_eq!(
+        cpu_cores(b, a, Duration::from_secs(1), 100),
+        None,
+        "went back"
+    );
+    assert_eq!(cpu_cores(a, b, Duration::ZERO, 100), None);
+}
+
+#[test]
+fn meminfo_usage_and_the_v2_root_fallback() {
+    let text = "MemTotal:        8000000 kB\nMemFree:         1000000 kB\n\
+                MemAvailable:    5000000 kB\nBuffers: 10 kB\nInactive(file):   500000 kB\n";
+    let m = parse_meminfo(text).unwrap();
+    assert_eq!(m.total, 8_000_000 * 1024);
+    assert_eq!(m.used(), 3_000_000 * 1024, "MemTotal − MemAvailable");
+    let node = memory_from_meminfo(&m);
+    assert_eq!(node.usage_bytes, 7_000_000 * 1024);
+    assert_eq!(node.working_set_bytes, 6_500_000 * 1024);
+    assert!(
+        parse_meminfo("MemTotal: 10 kB\n").is_none(),
+        "MemAvailable required"
+    );
+    assert!(parse_meminfo("").is_none());
+    // An odd line is skipped, not fatal.
+    assert!(parse_meminfo("MemTotal: 10 kB\nweird\nMemAvailable: 5 kB\n").is_some());
+}
+
+#[test]
+fn loadavg_gives_the_task_count() {
+    assert_eq!(
+        parse_loadavg_tasks("0.10 0.20 0.30 2/345 6789\n"),
+        Some(345)
+    );
+    assert_eq!(parse_loadavg_tasks("0.10 0.20 0.30\n"), None);
+    assert_eq!(parse_loadavg_tasks("0.10 0.20 0.30 2-345 1\n"), None);
+}
+
+fn cpu(ns: u64, periods: u64, throttled: u64) -> CpuReading {
+    CpuReading {
+        usage_core_nanos: ns,
+        usage_nano_cores: None,
+        throttling: Some(Throttling {
+            periods,
+            throttled_periods: throttled,
+            throttled_nanos: 0,
+        }),
+    }
+}
+
+#[test]
+fn rates_from_deltas_first_reading_none_and_gone_ids_dropped() {
+    let mut r = RateTracker::default();
+    let t0 = UNIX_EPOCH + Duration::from_secs(1000);
+    let mut c = cpu(1_000_000_000, 100, 10);
+    let first = r.update("a", t0, &mut c);
+    assert_eq!(first.cores, None, "the first reading gives no rate");
+    assert_eq!(c.usage_nano_cores, None);
+    r.end_round();
+    // 0.5 s of CPU over 500 ms wall: 1 core; 5 of 20 periods throttled.
+    let mut c = cpu(1_500_000_000, 120, 15);
+    let rates = r.update("a", t0 + Duration::from_millis(500), &mut c);
+    assert_eq!(rates.cores, Some(1.0));
+    assert_eq!(c.usage_nano_cores, Some(1_000_000_000));
+    assert_eq!(rates.throttled_ratio, Some(0.25));
+    r.end_round();
+    // No new periods: ratio 0, not NaN.
+    let mut c = cpu(1_600_000_000, 120, 15);
+    let rates = r.update("a", t0 + Duration::from_secs(1), &mut c);
+    assert_eq!(rates.throttled_ratio, Some(0.0));
+    assert!((rates.cores.unwrap() - 0.2).abs() < 1e-9);
+    r.end_round();
+    // A counter that went backwards (a new cgroup under the same ID): no rate.
+    let mut c = cpu(5, 1, 0);
+    let rates = r.update("a", t0 + Duration::from_secs(2), &mut c);
+    assert_eq!(rates, super::rate::Rates::default());
+    r.end_round();
+    assert_eq!(r.tracked(), 1);
+    // A round without "a" forgets it; its next reading is a first one again.
+    r.end_round();
+    assert_eq!(r.tracked(), 0);
+    let mut c = cpu(10, 2, 0);
+    assert_eq!(
+        r.update("a", t0 + Duration::from_secs(4), &mut c).cores,
+        None
+    );
+}
+
+#[test]
+fn system_part_is_node_minus_pods_floored_at_zero() {
+    assert_eq!(system_usage(Some(2.0), Some(1.25)), Some(0.75));
+    assert_eq!(system_usage(Some(1.0), Some(3.0)), Some(0.0));
+    assert_eq!(system_usage(Some(1.0), None), Some(1.0));
+    assert_eq!(system_usage(None, Some(1.0)), None);
+}
+
+#[test]
+fn container_cgroups_are_named_as_containerd_does_per_driver() {
+    let pod = "kubepods/burstable/podabc";
+    assert_eq!(
+        container_cgroup(CgroupDriver::Cgroupfs, pod, "123"),
+        "kubepods/burstable/podabc/123"
+    );
+    let slice = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podabc.slice";
+    assert_eq!(
+        container_cgroup(CgroupDriver::Systemd, slice, "123"),
+        format!("{slice}/cri-containerd-123.scope")
+    );
+}
+
+struct Fixed(Vec<PodTarget>);
+
+impl TargetLister for Fixed {
+    fn list(&self) -> Vec<PodTarget> {
+        self.0.clone()
+    }
+}
+
+fn write(path: impl AsRef<Path>, text: &str) {
+    fs::write(path.as_ref(), text).unwrap();
+}
+
+/// A v2 tree with one pod of one container, `usage_usec` set per cgroup.
+fn v2_pod(dir: &Path, tree: &CgroupTree) -> PodTarget {
+    let pod = "kubepods/burstable/poduid1";
+    let ctr = container_cgroup(CgroupDriver::Cgroupfs, pod, "c1");
+    tree.create(&ctr, &ResourceConfig::default()).unwrap();
+    for (path, ws) in [(pod, "9000"), (ctr.as_str(), "4000")] {
+        let d = dir.join(path);
+        write(
+            d.join("cpu.stat"),
+            "usage_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
+        );
+        write(d.join("memory.current"), ws);
+        write(d.join("memory.stat"), "inactive_file 1000\n");
+        write(d.join("pids.current"), "1\n");
+    }
+    PodTarget {
+        uid: "uid1".into(),
+        name: "p".into(),
+        namespace: "ns".into(),
+        started_at: SystemTime::now(),
+        cgroup: Some(pod.into()),
+        containers: vec![ContainerTarget {
+            id: "c1".into(),
+            name: "main".into(),
+            created_at: SystemTime::now(),
+            cgroup: ctr,
+        }],
+    }
+}
+
+#[test]
+fn pod_collector_writes_rates_working_sets_and_readings_and_skips_vanished_cgroups() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path().join("cgroup.controllers"), "cpu memory pids");
+    write(dir.path().join("cgroup.subtree_control"), "");
+    let tree = CgroupTree::new(dir.path(), CgroupVersion::V2).unwrap();
+    let target = v2_pod(dir.path(), &tree);
+    let gone = PodTarget {
+        uid: "gone".into(),
+        cgroup: Some("kubepods/burstable/podgone".into()),
+        containers: Vec::new(),
+        ..target.clone()
+    };
+    let targets = vec![target.clone(), gone];
+    let mut c = PodCollector::new(tree, Box::new(Fixed(targets.clone())));
+    let mut shared = Shared::default();
+    c.collect_targets(&targets, &mut shared);
+    // First round: memory and pids, no rate yet.
+    let kinds: Vec<MetricKind> = shared.samples.iter().map(|s| s.key().kind).collect();
+    assert!(!kinds.contains(&MetricKind::ContainerCpuUsage));
+    assert!(kinds.contains(&MetricKind::ContainerMemoryUsage));
+    assert!(kinds.contains(&MetricKind::PodPids));
+    assert_eq!(shared.pods.len(), 2);
+    assert!(
+        shared.pods[1].cgroup.is_none(),
+        "a vanished pod cgroup reads as None"
+    );
+    let ctr = &shared.pods[0].containers[0].cgroup;
+    assert_eq!(ctr.memory.unwrap().working_set_bytes, 3000);
+    // 0.8 s of CPU in the container between rounds, 2 of 4 periods throttled.
+    std::thread::sleep(Duration::from_millis(200));
+    let d = dir.path().join(&target.containers[0].cgroup);
+    write(
+        d.join("cpu.stat"),
+        "usage_usec 800000\nnr_periods 4\nnr_throttled 2\nthrottled_usec 10\n",
+    );
+    shared.samples.clear();
+    c.collect_targets(&targets, &mut shared);
+    let cache = MetricCache::default();
+    cache.append(shared.samples.clone());
+    let q = |kind, labels: &[(&str, &str)]| {
+        cache
+            .query(kind, labels, 0, i64::MAX)
+            .value(Aggregation::Last)
+            .unwrap()
+    };
+    let cores = q(
+        MetricKind::ContainerCpuUsage,
+        &[(label::CONTAINER_ID, "c1")],
+    );
+    // 0.8 s over a bit more than 200 ms of wall time.
+    assert!(cores > 0.5 && cores <= 4.0, "{cores}");
+    assert_eq!(
+        q(
+            MetricKind::ContainerCpuThrottled,
+            &[(label::CONTAINER_ID, "c1")]
+        ),
+        0.5
+    );
+    assert_eq!(q(MetricKind::PodCpuUsage, &[(label::POD_UID, "uid1")]), 0.0);
+    assert_eq!(
+        q(MetricKind::PodMemoryUsage, &[(label::POD_UID, "uid1")]),
+        8000.0
+    );
+    let reading = shared.pods[0].containers[0].cgroup.cpu.unwrap();
+    assert!(reading.usage_nano_cores.unwrap() > 500_000_000);
+    assert_eq!(shared.pods_cpu_cores, Some(0.0));
+    assert_eq!(shared.pods_memory_bytes, 8000.0);
+    assert_eq!(c.tracked(), 2, "the pod and its container");
+}
+
+#[test]
+fn debug_query_aggregates_and_names_bad_parameters() {
+    let cache = MetricCache::default();
+    let now = now_ms();
+    let l = [(label::CONTAINER_ID, "abc")];
+    for (i, v) in [1.0, 2.0, 3.0].into_iter().enumerate() {
+        let ts = now - 3000 + i64::try_from(i).unwrap() * 1000;
+        cache.append([Sample::new(MetricKind::ContainerCpuUsage, &l, ts, v).unwrap()]);
+    }
+    let q = |agg: &str, window: &str| DebugQuery {
+        kind: "container_cpu_usage".into(),
+        container_id: Some("abc".into()),
+        agg: Some(agg.into()),
+        window: Some(window.into()),
+        ..DebugQuery::default()
+    };
+    let v = debug_query(&cache, &q("last", "10s")).unwrap();
+    assert_eq!(v["value"], 3.0);
+    assert_eq!(v["count"], 3);
+    assert_eq!(v["labels"]["container_id"], "abc");
+    assert_eq!(debug_query(&cache, &q("avg", "10s")).unwrap()["value"], 2.0);
+    // A window without points: count 0, value null.
+    let none = DebugQuery {
+        container_id: Some("other".into()),
+        ..q("last", "5s")
+    };
+    let v = debug_query(&cache, &none).unwrap();
+    assert_eq!((v["count"].as_u64(), v["value"].is_null()), (Some(0), true));
+    let err = debug_query(&cache, &q("median", "5s")).unwrap_err();
+    assert!(err.to_string().starts_with("agg:"), "{err}");
+    let err = debug_query(&cache, &q("last", "2h")).unwrap_err();
+    assert!(err.to_string().starts_with("window:"), "{err}");
+    let err = debug_query(&cache, &q("last", "5")).unwrap_err();
+    assert!(err.to_string().starts_with("window:"), "{err}");
+    let bad_kind = DebugQuery {
+        kind: "nope".into(),
+        ..q("last", "5s")
+    };
+    assert!(
+        debug_query(&cache, &bad_kind)
+            .unwrap_err()
+            .to_string()
+            .starts_with("kind:")
+    );
+}
+
+#[tokio::test]
+async fn a_round_publishes_a_snapshot_and_node_samples() {
+    // The real procfs and the real cgroup mount, no pods: the node part must be there.
+    let version = crate::cm::version::detect(Path::new(crate::cm::fs::HOST_MOUNT)).unwrap();
+    let tree = CgroupTree::host(version).unwrap();
+    let cache = Arc::new(MetricCache::default());
+    let readings = Arc::new(crate::stats::readings::LatestReadings::default());
+    let root = tempfile::tempdir().unwrap();
+    let mut advisor = super::Advisor::new(super::AdvisorDeps {
+        cache: cache.clone(),
+        readings: readings.clone(),
+        node_name: "n1".into(),
+        proc_root: "/proc".into(),
+        cgroups: tree,
+        kubepods: None,
+        lister: Box::new(Fixed(Vec::new())),
+        root_dir: root.path().to_path_buf(),
+        cri: Arc::new(crate::runtime::fake::FakeRuntime::default()),
+    });
+    advisor.round().await;
+    // The node and pod collectors run every second.
+    tokio::time::sleep(super::RES_USED_INTERVAL).await;
+    advisor.round().await;
+    let snap = readings.get().unwrap();
+    assert_eq!(snap.node.name, "n1");
+    assert!(snap.node.memory_capacity_bytes > 0);
+    assert!(snap.node.started_at > UNIX_EPOCH);
+    assert!(snap.node.max_pid.unwrap() > 0);
+    assert!(snap.node.processes.unwrap() > 0);
+    let cpu = snap.node.cgroup.cpu.unwrap();
+    assert!(cpu.usage_core_nanos > 0);
+    assert!(
+        cpu.usage_nano_cores.is_some(),
+        "the second round has a rate"
+    );
+    let mem = snap.node.cgroup.memory.unwrap();
+    assert!(mem.working_set_bytes > 0 && mem.working_set_bytes <= mem.usage_bytes);
+    let fs = snap.node.fs.clone().unwrap();
+    assert!(fs.capacity_bytes > 0 && fs.available_bytes <= fs.capacity_bytes);
+    // The fake's image filesystem is at `/`, its inodes are its images (none).
+    assert_eq!(snap.node.image_fs.as_ref().unwrap().inodes_used, Some(0));
+    let now = now_ms();
+    let last = |kind| {
+        cache
+            .query(kind, &[], now - 10_000, now)
+            .value(Aggregation::Last)
+    };
+    assert!(last(MetricKind::NodeCpuUsage).unwrap() >= 0.0);
+    assert!(last(MetricKind::NodeMemoryUsage).unwrap() > 0.0);
+    // No pods: the system part is the whole node.
+    assert_eq!(
+        last(MetricKind::SysMemoryUsage).unwrap(),
+        last(MetricKind::NodeMemoryUsage).unwrap()
+    );
+}

@@ -1,0 +1,227 @@
+//! The metric advisor on a real containerd and real cgroups, through the real oxlet
+//! binary: a container burning CPU shows what its own cgroup counter says over the
+//! same time (near one core when the machine gives it one), and an idle container's
+//! working set matches its cgroup's files. The cache is read through the read-only
+//! server's `/debug/koord/metrics`.
+
+mod agent;
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use agent::*;
+use common::Testbed;
+use k8s_openapi::api::core::v1::Pod;
+
+const START: Duration = Duration::from_secs(30);
+
+fn container_id(pod: &Pod) -> String {
+    let id = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .container_id
+        .clone()
+        .unwrap();
+    id.split_once("://").unwrap().1.to_string()
+}
+
+/// Whether the host mounts cgroup v2 alone (else v1 or hybrid, read as v1).
+fn is_v2() -> bool {
+    std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// A BestEffort container's cgroup directory in `controller` (v1) or the v2 mount,
+/// with the cgroupfs driver: `<root>/kubepods/besteffort/pod<uid>/<id>`.
+fn container_dir(ox: &Oxlet, controller: &str, pod: &Pod) -> PathBuf {
+    let mut p = PathBuf::from("/sys/fs/cgroup");
+    if !is_v2() {
+        p.push(controller);
+    }
+    p.join(ox.cgroup_root.trim_start_matches('/'))
+        .join("kubepods/besteffort")
+        .join(format!("pod{}", uid(pod)))
+        .join(container_id(pod))
+}
+
+fn read(p: PathBuf) -> String {
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn field(text: &str, key: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+/// The container's CPU time in ns, from its cgroup.
+fn cpu_ns(ox: &Oxlet, pod: &Pod) -> u64 {
+    if is_v2() {
+        field(
+            &read(container_dir(ox, "", pod).join("cpu.stat")),
+            "usage_usec",
+        ) * 1000
+    } else {
+        read(container_dir(ox, "cpuacct", pod).join("cpuacct.usage"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
+/// The container's working set (usage − inactive_file), from its cgroup.
+fn working_set(ox: &Oxlet, pod: &Pod) -> u64 {
+    let dir = container_dir(ox, "memory", pod);
+    let (usage, inactive) = if is_v2() {
+        let usage = read(dir.join("memory.current")).trim().parse().unwrap();
+        (
+            usage,
+            field(&read(dir.join("memory.stat")), "inactive_file"),
+        )
+    } else {
+        let usage = read(dir.join("memory.usage_in_bytes"))
+            .trim()
+            .parse()
+            .unwrap();
+        (
+            usage,
+            field(&read(dir.join("memory.stat")), "total_inactive_file"),
+        )
+    };
+    u64::saturating_sub(usage, inactive)
+}
+
+/// One aggregation from the debug route: (count, value).
+async fn metric(ox: &Oxlet, query: &str) -> (u64, Option<f64>) {
+    let (code, body) = ox
+        .get(&format!("/debug/koord/metrics?{query}"))
+        .await
+        .expect("oxlet answers");
+    assert_eq!(code, 200, "{query}: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    (v["count"].as_u64().unwrap(), v["value"].as_f64())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_burner_shows_near_one_core_and_working_sets_match_the_cgroup() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &[]);
+    write_manifest(
+        &ox.manifests,
+        "burn.yaml",
+        &pod_yaml("burn", "while :; do :; done", ""),
+    );
+    write_manifest(
+        &ox.manifests,
+        "rest.yaml",
+        &pod_yaml("rest", "sleep 3600", ""),
+    );
+    let burn = ox.wait_running("burn", START).await;
+    let rest = ox.wait_running("rest", START).await;
+    let burn_q = format!(
+        "kind=container_cpu_usage&container_id={}",
+        container_id(&burn)
+    );
+
+    // Within a few samples the burner has a rate in the cache.
+    let t = Instant::now();
+    loop {
+        let (count, _) = metric(&ox, &format!("{burn_q}&agg=count&window=5s")).await;
+        if count >= 3 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{count} samples after 10 s\n{}",
+            tail(&ox.log(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Over 4 s, the advisor's average agrees with the cgroup's own counter.
+    let (ns0, t0) = (cpu_ns(&ox, &burn), Instant::now());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let truth = (cpu_ns(&ox, &burn) - ns0) as f64 / t0.elapsed().as_nanos() as f64;
+    let (count, avg) = metric(&ox, &format!("{burn_q}&agg=avg&window=4s")).await;
+    let (_, last) = metric(&ox, &format!("{burn_q}&agg=last&window=2s")).await;
+    let (avg, last) = (avg.unwrap(), last.unwrap());
+    assert!(count >= 3, "one sample a second: {count}");
+    assert!(
+        (avg - truth).abs() <= 0.15,
+        "advisor {avg:.3} cores, cgroup {truth:.3} cores"
+    );
+    // Near a core where the machine gives it one; on a shared, loaded machine the
+    // cgroup's own counter says how much it got, and the advisor must agree (above).
+    if truth >= 0.9 {
+        assert!(
+            last >= 0.8 && avg >= 0.8,
+            "last {last:.3}, avg {avg:.3} cores"
+        );
+    } else {
+        eprintln!(
+            "the burner got {truth:.3} cores here (a loaded machine); advisor avg {avg:.3}, last {last:.3}"
+        );
+    }
+    let (_, idle) = metric(
+        &ox,
+        &format!(
+            "kind=container_cpu_usage&container_id={}&window=3s",
+            container_id(&rest)
+        ),
+    )
+    .await;
+    assert!(idle.unwrap() < 0.05, "an idle sleep: {idle:?}");
+    assert!(
+        avg > 4.0 * idle.unwrap() + 0.1,
+        "burner {avg}, idle {idle:?}"
+    );
+
+    // The pod's series are there too, and the node's.
+    let (_, pod_cpu) = metric(
+        &ox,
+        &format!("kind=pod_cpu_usage&pod_uid={}&window=3s", uid(&burn)),
+    )
+    .await;
+    assert!(
+        (pod_cpu.unwrap() - last).abs() <= 0.25,
+        "pod {pod_cpu:?}, container {last}"
+    );
+    let (_, node_cpu) = metric(&ox, "kind=node_cpu_usage&window=3s").await;
+    assert!(
+        node_cpu.unwrap() + 0.1 >= last,
+        "node {node_cpu:?}, container {last}"
+    );
+    let (_, pids) = metric(
+        &ox,
+        &format!("kind=pod_pids&pod_uid={}&window=3s", uid(&rest)),
+    )
+    .await;
+    assert!(pids.unwrap() >= 1.0, "{pids:?}");
+
+    // The idle container's working set: the advisor's last sample against the files
+    // read now (an idle sleep's memory is stable; allow 64 KiB of drift).
+    let rest_q = format!(
+        "kind=container_memory_usage&container_id={}&agg=last&window=3s",
+        container_id(&rest)
+    );
+    let (_, cached) = metric(&ox, &rest_q).await;
+    let files = working_set(&ox, &rest);
+    let cached = cached.unwrap();
+    assert!(files > 0);
+    assert!(
+        (cached - files as f64).abs() <= 64.0 * 1024.0,
+        "advisor {cached} bytes, cgroup files {files} bytes"
+    );
+
+    // A bad query names its parameter.
+    let (code, body) = ox.get("/debug/koord/metrics?kind=nope").await.unwrap();
+    assert_eq!(code, 400);
+    assert!(body.starts_with("kind:"), "{body}");
+    assert!(
+        ox.log().contains("metric advisor: collector disabled"),
+        "the perf probe says it is off"
+    );
+}

@@ -1,7 +1,12 @@
-//! The eviction manager (kubelet's `pkg/kubelet/eviction`). Today only its
-//! thresholds, which the options and node allocatable need; the manager itself
-//! (signals, ranking, evicting) comes with issue 12.
+//! The eviction manager (kubelet's `pkg/kubelet/eviction`), being built in issue 12.
 //!
 //! - [`threshold`]: `memory.available<100Mi`: signals, quantities and percentages.
+//! - [`reclaim`]: the seams to node-level reclaim (dead containers, unused images) and
+//!   to the kernel's memory threshold notification.
 
+#[allow(
+    dead_code,
+    reason = "issue 12: the manager and the reclaimers are being built"
+)]
+pub(crate) mod reclaim;
 pub(crate) mod threshold;

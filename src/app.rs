@@ -504,6 +504,7 @@ pub(crate) async fn start(
     let workers = sync_loop.workers.clone();
     spawn_qos_manager(
         qos,
+        &opts.node_name,
         &metric_cache,
         &pods,
         &sync_loop,
@@ -622,8 +623,13 @@ fn qos_config(opts: &Options) -> anyhow::Result<crate::koord::qosmanager::config
 /// The node QoS manager (issue 13, koordlet's qosmanager): CPU suppress, memory
 /// eviction by usage and cgroup reconcile, every second, each off unless the node
 /// SLO config turns it on. Evictions go through the pod workers.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the wiring of one task from start()'s locals"
+)]
 fn spawn_qos_manager(
     cfg: crate::koord::qosmanager::config::QosConfig,
+    node_name: &str,
     cache: &Arc<crate::koord::metriccache::MetricCache>,
     pods: &Arc<PodManager>,
     sync_loop: &SyncLoop,
@@ -632,8 +638,13 @@ fn spawn_qos_manager(
     tasks: &Tasks,
 ) {
     use crate::koord::qosmanager::{QosDeps, QosManager, evict::WorkerEvictor};
+    let any_strategy = cfg.strategies.cpu_suppress || cfg.strategies.memory_evict;
     if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cgroup_reconcile_on() {
-        info!(target: STARTUP_TARGET, "node QoS manager off (no strategy enabled by --node-slo-file)");
+        if any_strategy && !cfg.enable {
+            info!(target: STARTUP_TARGET, "node QoS manager off: --node-slo-file turns strategies on but resourceUsedThresholdWithBE.enable is false");
+        } else {
+            info!(target: STARTUP_TARGET, "node QoS manager off (no strategy enabled by --node-slo-file)");
+        }
     } else {
         info!(target: STARTUP_TARGET, cpuSuppress = cfg.cpu_suppress_on(), memoryEvict = cfg.memory_evict_on(), cgroupReconcile = cfg.cgroup_reconcile_on(), config = ?cfg, "node QoS manager on");
     }
@@ -643,6 +654,7 @@ fn spawn_qos_manager(
     });
     let (cache, pods, cm) = (cache.clone(), pods.clone(), sync_loop.cm.clone());
     let (capacity, allocatable) = (allocatable.capacity, allocatable.allocatable);
+    let node_name = node_name.to_string();
     tasks.spawn_restarting("qos-manager", Backoff::default(), move |cancel| {
         let qm = QosManager::new(QosDeps {
             cfg: cfg.clone(),
@@ -652,6 +664,7 @@ fn spawn_qos_manager(
             evictor: evictor.clone(),
             capacity,
             allocatable,
+            node_name: node_name.clone(),
         });
         async move {
             qm.run(cancel).await;

@@ -99,13 +99,11 @@ impl PredictServer {
         self.synced.load(Ordering::Relaxed)
     }
 
-    /// Restores the checkpoints of `pods` and the node's UIDs.
-    pub(crate) fn restore(&self, pods: &[Arc<Pod>], now: i64) -> checkpoint::Restored {
-        let node = model::node_uids();
-        let known = |u: &str| {
-            node.iter().any(|n| n == u) || pods.iter().any(|p| crate::pod::pod_uid(p) == u)
-        };
-        let (restored, report) = checkpoint::restore(&self.cfg, &self.dir, known, now);
+    /// Restores every checkpoint that decodes (corrupt files and `.tmp` leftovers are
+    /// deleted). Pods' UIDs are checked later, by [`PredictServer::forget_unknown`], once
+    /// the pod sources had time to deliver them.
+    pub(crate) fn restore(&self, now: i64) -> checkpoint::Restored {
+        let (restored, report) = checkpoint::restore(&self.cfg, &self.dir, |_| true, now);
         let mut models = self.models();
         for (uid, m) in restored {
             if models.by_uid.len() < model::MAX_MODELS {
@@ -113,6 +111,30 @@ impl PredictServer {
             }
         }
         report
+    }
+
+    /// Drops the models, and deletes the checkpoints, of UIDs that are neither one of
+    /// `pods` nor the node's (koordlet's check of a restored UID); returns them.
+    pub(crate) fn forget_unknown(&self, pods: &[Arc<Pod>]) -> Vec<String> {
+        let node = model::node_uids();
+        let known = |u: &str| {
+            node.iter().any(|n| n == u) || pods.iter().any(|p| crate::pod::pod_uid(p) == u)
+        };
+        let mut models = self.models();
+        let gone: Vec<String> = models
+            .by_uid
+            .keys()
+            .filter(|u| !known(u))
+            .cloned()
+            .collect();
+        for uid in &gone {
+            models.by_uid.remove(uid);
+            info!(uid = %uid, "prediction: deleting the checkpoint of an unknown UID");
+            if let Err(e) = checkpoint::remove(&self.dir, uid) {
+                warn!(error = %e, "prediction: cannot delete a checkpoint");
+            }
+        }
+        gone
     }
 
     /// One training round.
@@ -161,8 +183,9 @@ impl PredictServer {
         saved
     }
 
-    /// The prediction loop: waits one interval for the pod sources, restores the
-    /// checkpoints, then trains, collects garbage and checkpoints every interval.
+    /// The prediction loop: restores the checkpoints at once (so predictions are served
+    /// from the start), waits one interval for the pod sources, forgets the restored UIDs
+    /// no pod has, then trains, collects garbage and checkpoints every interval.
     pub(crate) async fn run(
         self: Arc<Self>,
         cache: Arc<MetricCache>,
@@ -170,12 +193,19 @@ impl PredictServer {
         interval: Duration,
         cancel: CancellationToken,
     ) {
+        let r = self.restore(now_ms());
+        info!(dir = %self.dir.display(), restored = r.models.len(), deleted = r.deleted.len(), "prediction: checkpoints restored");
         tokio::select! {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        let r = self.restore(&pods.all(), now_ms());
-        info!(dir = %self.dir.display(), restored = r.models.len(), deleted = r.deleted.len(), "prediction: checkpoints restored");
+        let gone = self.forget_unknown(&pods.all());
+        if !gone.is_empty() {
+            info!(
+                deleted = gone.len(),
+                "prediction: checkpoints of unknown UIDs deleted"
+            );
+        }
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -219,5 +249,28 @@ mod tests {
         assert_eq!(s.gc(now), vec!["u00"]);
         assert!(!d.path().join("cp/u00").exists());
         assert!(d.path().join("cp/u01").exists());
+    }
+
+    #[test]
+    fn restored_models_of_unknown_uids_are_forgotten_with_their_files() {
+        let d = tempfile::tempdir().unwrap();
+        let s = PredictServer::new(Config::default(), d.path().join("cp"));
+        let now = 1_700_000_000_000;
+        {
+            let mut m = s.models();
+            for uid in ["__node__", "pod-a", "pod-gone"] {
+                m.add(&s.cfg, uid, 1.0, 1e9, now);
+            }
+        }
+        assert_eq!(s.checkpoint(now).len(), 3);
+        // A restart: everything that decodes is restored at once.
+        let again = PredictServer::new(Config::default(), d.path().join("cp"));
+        assert_eq!(again.restore(now).models.len(), 3);
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("pod-a".into());
+        assert_eq!(again.forget_unknown(&[Arc::new(pod)]), vec!["pod-gone"]);
+        assert!(!d.path().join("cp/pod-gone").exists());
+        assert!(d.path().join("cp/pod-a").exists());
+        assert!(d.path().join("cp/__node__").exists());
     }
 }

@@ -20,11 +20,19 @@ pub(crate) fn pod_input(pod: &Pod, phase: Option<&str>) -> PodInput {
             cpu_milli: req.cpu_milli.unwrap_or(0),
             memory_bytes: req.memory_bytes.unwrap_or(0),
         },
-        created_ms: pod
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map(|t| t.0.as_millisecond()),
+        // A pod without a creation time (a static pod from a file) is as old as the
+        // agent has seen it; one of unknown age is in its cold start, the safe side.
+        created_ms: Some(
+            pod.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .or_else(|| crate::metrics::startup::first_seen(pod))
+                .map_or_else(
+                    crate::koord::metriccache::now_ms,
+                    jiff::Timestamp::as_millisecond,
+                ),
+        ),
         terminating: pod.metadata.deletion_timestamp.is_some()
             || matches!(phase, Some("Succeeded" | "Failed")),
     }
@@ -164,5 +172,25 @@ mod tests {
         assert_eq!(doc["pods"][0]["reclaimable"]["cpuMilli"], 862);
         assert_eq!(doc["node"]["reclaimable"]["cpuMilli"], 862);
         assert!(doc["node"]["priorityReclaimablePredictor"].is_null());
+    }
+
+    #[test]
+    fn a_pod_without_a_creation_time_is_as_old_as_first_seen_or_cold() {
+        let now = crate::koord::metriccache::now_ms();
+        let mut p = Pod::default();
+        p.metadata.uid = Some("u".into());
+        // No creation time and no config.seen: unknown age counts as now (cold start).
+        let i = pod_input(&p, None);
+        assert!(i.created_ms.is_some_and(|c| (now - c).abs() < 60_000));
+        // config.seen two days ago: that is its age.
+        let seen = jiff::Timestamp::from_millisecond(now - 48 * 3_600_000).unwrap();
+        p.metadata.annotations = Some(
+            [(
+                crate::pod::CONFIG_SEEN_ANNOTATION.to_string(),
+                seen.to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(pod_input(&p, None).created_ms, Some(seen.as_millisecond()));
     }
 }

@@ -28,6 +28,9 @@ pub(crate) struct PodUsage {
     pub koord_be: bool,
     pub cpu_cores: f64,
     pub memory_bytes: f64,
+    /// Whether the cache had a CPU rate for the pod (the advisor's first reading of a
+    /// pod has none).
+    pub has_cpu: bool,
     /// Whether the cache had a memory sample for the pod (koordlet skips pods
     /// without metrics as victims).
     pub has_memory: bool,
@@ -46,6 +49,7 @@ impl PodUsage {
             koord_be: false,
             cpu_cores: cpu,
             memory_bytes: mem,
+            has_cpu: true,
             has_memory: true,
         }
     }
@@ -93,6 +97,7 @@ pub(crate) fn view(
         .map(|p| {
             let uid = [(label::POD_UID, pod_uid(p))];
             let mem = last(cache, MetricKind::PodMemoryUsage, &uid, now_ms);
+            let cpu = last(cache, MetricKind::PodCpuUsage, &uid, now_ms);
             PodUsage {
                 best_effort: QosClass::of(p) == QosClass::BestEffort,
                 koord_be: p
@@ -101,7 +106,8 @@ pub(crate) fn view(
                     .as_ref()
                     .and_then(|l| l.get(KOORD_QOS_LABEL))
                     .is_some_and(|q| q == "BE"),
-                cpu_cores: last(cache, MetricKind::PodCpuUsage, &uid, now_ms).unwrap_or(0.0),
+                cpu_cores: cpu.unwrap_or(0.0),
+                has_cpu: cpu.is_some(),
                 memory_bytes: mem.unwrap_or(0.0),
                 has_memory: mem.is_some(),
                 pod: p.clone(),

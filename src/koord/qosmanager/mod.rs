@@ -8,6 +8,7 @@
 //! - [`cpu_suppress`]: the BestEffort CFS quota (`cfsQuota` policy).
 //! - [`memory_evict`]: evicting BestEffort pods when node memory usage is high.
 //! - [`evict`]: how an eviction reaches the pod workers and the event recorder.
+//! - [`metrics`]: koordlet's eviction and suppression metrics.
 //!
 //! cgroup reconcile puts the QoS cgroups' cpu shares back when they drift (on v1
 //! and v2); it is done by the container manager and called from here.
@@ -17,6 +18,7 @@ pub(crate) mod cpu_suppress;
 pub(crate) mod evict;
 pub(crate) mod inputs;
 pub(crate) mod memory_evict;
+pub(crate) mod metrics;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,6 +48,8 @@ pub(crate) struct QosDeps {
     pub evictor: Arc<dyn Evictor>,
     pub capacity: NodeResources,
     pub allocatable: NodeResources,
+    /// For the metrics' `node` label.
+    pub node_name: String,
 }
 
 /// The manager and the state its strategies keep between rounds.
@@ -110,6 +114,16 @@ impl QosManager {
             debug!("cpu suppress: no QoS cgroups (--cgroups-per-qos=false); nothing to limit");
             return;
         }
+        // The advisor's first reading of a pod has its memory but no CPU rate yet; its
+        // CPU would count as the system's, so wait for the next round.
+        if let Some(p) = view
+            .pods
+            .iter()
+            .find(|p| !p.best_effort && !p.koord_be && p.has_memory && !p.has_cpu)
+        {
+            debug!(pod = %pod_ref(&p.pod), podUID = %pod_uid(&p.pod), "cpu suppress: no CPU rate for a running pod yet; waiting a round");
+            return;
+        }
         let i = cpu_suppress::SuppressInputs::from_usage(
             view,
             self.d.capacity.cpu_milli,
@@ -130,6 +144,14 @@ impl QosManager {
         };
         match self.d.cm.set_best_effort_cpu_quota(quota) {
             Ok(()) => {
+                if let Some(m) = metrics::qos() {
+                    m.be_suppress_cpu_cores
+                        .with_label_values(&[
+                            self.d.node_name.as_str(),
+                            metrics::SUPPRESS_CFS_QUOTA,
+                        ])
+                        .set(suppress / 1000.0);
+                }
                 info!(
                     capacityMilli = i.capacity_milli,
                     thresholdPercent = self.d.cfg.cpu_suppress_threshold_percent,
@@ -182,6 +204,17 @@ impl QosManager {
         };
         let victims = memory_evict::victims(view);
         let picked = self.evict.pick(&victims, t.release_bytes, now);
+        // Over the threshold with nobody to evict is a steady state: said at -v=4 only.
+        if picked.is_empty() {
+            debug!(
+                nodeUsedBytes = view.node_memory_bytes as i64,
+                usagePercent = format!("{:.1}", t.usage_percent),
+                thresholdPercent = cfg.memory_evict_threshold_percent,
+                candidates = victims.len(),
+                "memory evict: over the threshold, no pod left to evict"
+            );
+            return;
+        }
         info!(
             capacityBytes = capacity,
             nodeUsedBytes = view.node_memory_bytes as i64,
@@ -196,7 +229,16 @@ impl QosManager {
         for v in picked {
             let message = memory_evict::message(&t, cfg, v);
             info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), usedBytes = v.memory_bytes as i64, releaseBytes = t.release_bytes as i64, "memory evict: evicting pod");
-            if !self.d.evictor.evict(v.pod.clone(), message) {
+            if self.d.evictor.evict(v.pod.clone(), message) {
+                if let Some(m) = metrics::qos() {
+                    m.pod_eviction
+                        .with_label_values(&[
+                            self.d.node_name.as_str(),
+                            metrics::REASON_MEMORY_USAGE,
+                        ])
+                        .inc();
+                }
+            } else {
                 debug!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), "memory evict: pod is not running here any more");
             }
         }

@@ -79,6 +79,7 @@ fn bed(cfg: QosConfig) -> Bed {
         evictor: evicted.clone(),
         capacity: res(4000, 1000),
         allocatable: res(3800, 900),
+        node_name: "n1".into(),
     });
     Bed {
         qm,

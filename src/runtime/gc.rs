@@ -415,6 +415,46 @@ mod tests {
         );
     }
 
+    /// kubelet's `DeleteAllUnusedContainers`: a terminated pod loses every dead
+    /// container and sandbox, a running pod keeps its running container and its newest
+    /// dead instance.
+    #[tokio::test]
+    async fn delete_all_unused_empties_terminated_pods_and_keeps_one_dead_of_others() {
+        use crate::runtime::cri_api::{Cri, CriRead};
+        use crate::runtime::fake::support::{FakeNode, pod};
+        let node = FakeNode::new();
+        let web = pod("web", &[], &["app"], "Always");
+        let done = pod("done", &[], &["app"], "Never");
+        node.sync(&web).await.unwrap();
+        node.sync(&done).await.unwrap();
+        // web crashes once and restarts: one dead instance, one running.
+        let id = node.fake.container_id("web", "app").unwrap();
+        node.fake.exit_container(&id, 1);
+        node.sync(&web).await.unwrap();
+        // done's container exits and its sandbox is stopped (the pod is terminated).
+        let id = node.fake.container_id("done", "app").unwrap();
+        node.fake.exit_container(&id, 0);
+        for s in node.fake.list_pod_sandbox(None).await.unwrap() {
+            if s.metadata.is_some_and(|m| m.name == "done") {
+                node.fake.stop_pod_sandbox(&s.id).await.unwrap();
+            }
+        }
+        assert_eq!(node.fake.object_counts(), (2, 3));
+        let step = DeadContainers::new(
+            node.manager.clone(),
+            Arc::new(|uid: &str| uid == "uid-done"),
+            vec![node.dir.path().to_path_buf()],
+        );
+        assert_eq!(step.name(), "deleteTerminatedContainers");
+        let got = step.reclaim().await.unwrap();
+        assert_eq!(got.removed, 2, "done's container and sandbox");
+        assert_eq!(node.fake.object_counts(), (1, 2));
+        assert_eq!(node.fake.container_count("web", "app"), 2);
+        assert_eq!(node.fake.container_count("done", "app"), 0);
+        // A second pass finds nothing more to remove.
+        assert_eq!(step.reclaim().await.unwrap().removed, 0);
+    }
+
     #[test]
     fn uid_shapes() {
         assert!(looks_like_uid("0f5e1b3c-8a7d-4e2f-9b6a-1c2d3e4f5a6b"));

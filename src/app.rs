@@ -502,6 +502,7 @@ pub(crate) async fn start(
     };
     let inputs = LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx);
     let workers = sync_loop.workers.clone();
+    let _disk_reclaimers = spawn_image_gc(opts, rt, &sync_loop, &events, tasks);
     spawn_qos_manager(
         qos,
         &opts.node_name,
@@ -610,6 +611,55 @@ fn spawn_volume_stats(
         }
     });
     usage
+}
+
+/// Issue 12 part 3: the image GC loop (kubelet's, every 5 minutes; none when the
+/// high threshold is 100) and the node-level disk reclaim steps the eviction manager
+/// runs before evicting: dead containers, then unused images.
+fn spawn_image_gc(
+    opts: &Options,
+    rt: &Runtime,
+    sync_loop: &SyncLoop,
+    events: &EventRecorder,
+    tasks: &Tasks,
+) -> Vec<Arc<dyn crate::eviction::reclaim::DiskReclaimer>> {
+    use crate::runtime::gc::DeadContainers;
+    use crate::runtime::image_gc::{ImageGcManager, UnusedImages, gc_period};
+    use crate::syncloop::pod_workers::Lifecycle;
+    let runtime = sync_loop.runtime.clone();
+    let images = Arc::new(ImageGcManager::new(
+        Arc::new(rt.cri.clone()),
+        opts.image_gc,
+        events.clone(),
+        &opts.node_name,
+    ));
+    if images.policy().periodic_gc_enabled() {
+        let m = images.clone();
+        tasks.spawn_restarting("image-gc", Backoff::default(), move |cancel| {
+            let m = m.clone();
+            async move {
+                m.run(gc_period(), cancel).await;
+                Ok(())
+            }
+        });
+    } else {
+        info!(target: STARTUP_TARGET, "imageGCHighThresholdPercent is 100: image garbage collection is off");
+    }
+    let (pods, workers) = (sync_loop.pods.clone(), sync_loop.workers.clone());
+    // kubelet's ShouldPodRuntimeBeRemoved: terminated, or no longer known at all.
+    let done = Arc::new(move |uid: &str| match workers.lifecycle(uid) {
+        Some(Lifecycle::Syncing | Lifecycle::Terminating) => false,
+        Some(Lifecycle::Terminated | Lifecycle::Finished) => true,
+        None => !pods.contains(uid),
+    });
+    vec![
+        Arc::new(DeadContainers::new(
+            runtime,
+            done,
+            vec![opts.pod_logs_dir.clone()],
+        )),
+        Arc::new(UnusedImages(images)),
+    ]
 }
 
 /// `--node-slo-file`, read once at start (checked when the flag was parsed).

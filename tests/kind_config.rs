@@ -170,7 +170,6 @@ fn kinds_flags_config_and_kubeconfig_are_accepted() {
             "config field authentication.webhook.enabled",
             "config field authentication.x509.clientCAFile",
             "config field authorization.mode",
-            "config field imageGCHighThresholdPercent",
         ],
         "{err}"
     );

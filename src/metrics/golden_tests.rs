@@ -38,6 +38,7 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
         C,
         &["long_running", "method", "path", "server_type"],
     ),
+    ("kubelet_image_garbage_collected_total", C, &["reason"]),
     (
         "kubelet_image_pull_duration_seconds",
         H,
@@ -138,6 +139,7 @@ fn touch_all(k: &Kubelet) {
         &k.runtime_operations,
         &k.runtime_operations_errors,
         &k.evictions,
+        &k.image_garbage_collected,
         &k.preemptions,
         &k.run_podsandbox_errors,
         &k.started_containers,

@@ -39,6 +39,7 @@ pub(crate) struct Kubelet {
     pub runtime_operations_duration: HistogramVec,
     pub runtime_operations_errors: CounterVec,
     pub evictions: CounterVec,
+    pub image_garbage_collected: CounterVec,
     #[allow(
         dead_code,
         reason = "registered so the name exists; oxlet has no critical-pod preemption"
@@ -199,6 +200,13 @@ impl Kubelet {
                     "Cumulative number of pod evictions by eviction signal"
                 ),
                 &["eviction_signal"]
+            )?),
+            image_garbage_collected: reg!(CounterVec::new(
+                opts(
+                    "kubelet_image_garbage_collected_total",
+                    "Total number of images garbage collected by the kubelet, whether through disk usage or image age."
+                ),
+                &["reason"]
             )?),
             preemptions: reg!(CounterVec::new(
                 opts(

@@ -130,6 +130,14 @@ pub(crate) fn evicted(signal: &str) {
     KUBELET.evictions.with_label_values(&[signal]).inc();
 }
 
+/// The image GC removed an image, for `reason` (`space` or `age`).
+pub(crate) fn image_garbage_collected(reason: &str) {
+    KUBELET
+        .image_garbage_collected
+        .with_label_values(&[reason])
+        .inc();
+}
+
 /// Pod start SLI and total: `total` from creation to all containers seen running,
 /// `pulling` from the first pull's start to the last pull's end.
 pub(crate) fn pod_started(total: Duration, pulling: Option<Duration>) {

@@ -164,6 +164,22 @@ pub(crate) fn kubelet_config(o: &Options) -> Value {
     m.insert("eventRecordQPS".into(), json!(o.event_record_qps));
     m.insert("eventBurst".into(), json!(o.event_burst));
     m.insert("rotateCertificates".into(), json!(o.rotate_certificates));
+    m.insert(
+        "imageGCHighThresholdPercent".into(),
+        json!(o.image_gc.high_percent),
+    );
+    m.insert(
+        "imageGCLowThresholdPercent".into(),
+        json!(o.image_gc.low_percent),
+    );
+    m.insert(
+        "imageMinimumGCAge".into(),
+        json!(format_go_duration(o.image_gc.min_age)),
+    );
+    m.insert(
+        "imageMaximumGCAge".into(),
+        json!(format_go_duration(o.image_gc.max_age)),
+    );
     if let Some(n) = o.max_parallel_image_pulls {
         m.insert("maxParallelImagePulls".into(), json!(n));
     }

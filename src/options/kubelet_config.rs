@@ -30,10 +30,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "enableContentionProfiling",
     "oomScoreAdj",
     "streamingConnectionIdleTimeout",
-    "imageMinimumGCAge",
-    "imageMaximumGCAge",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
     "volumeStatsAggPeriod",
     "kubeletCgroups",
     "systemCgroups",
@@ -494,6 +490,7 @@ mod tests {
             .chain([
                 ("staticPodPath", "/etc/kubernetes/manifests"),
                 ("maxParallelImagePulls", "1"),
+                ("imageMaximumGCAge", "1h"),
             ])
             .collect();
         let body: String = fields.iter().map(|(f, v)| format!("{f}: {v}\n")).collect();
@@ -674,7 +671,6 @@ mod tests {
                 "authentication.x509.clientCAFile",
                 "authorization.mode",
                 "failSwapOn",
-                "imageGCHighThresholdPercent",
             ]
         );
         let values: Vec<(&str, &str)> = cfg.values.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -691,6 +687,7 @@ mod tests {
                 ),
                 ("healthzBindAddress", "127.0.0.1"),
                 ("healthzPort", "10248"),
+                ("imageGCHighThresholdPercent", "100"),
                 ("rotateCertificates", "true"),
                 ("staticPodPath", "/etc/kubernetes/manifests"),
             ]

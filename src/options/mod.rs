@@ -146,6 +146,9 @@ pub struct Options {
     /// `--prediction-checkpoint-filepath` (None: `<root-dir>/prediction-checkpoints`).
     pub(crate) prediction: bool,
     pub(crate) prediction_checkpoint_dir: Option<PathBuf>,
+    /// Issue 12 part 3: the image GC policy (`imageGCHighThresholdPercent`,
+    /// `imageGCLowThresholdPercent`, `imageMinimumGCAge`, `imageMaximumGCAge`).
+    pub(crate) image_gc: crate::runtime::image_gc::Policy,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -225,6 +228,7 @@ impl Options {
             event_burst: 0,
             prediction: false,
             prediction_checkpoint_dir: None,
+            image_gc: crate::runtime::image_gc::Policy::default(),
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }
@@ -1425,5 +1429,54 @@ mod tests {
         assert!(one_problem(&["--http-check-frequency=0s"]).contains("greater than 0"));
         let f = config("staticPodURLHeader:\n  a: b\n");
         assert!(one_problem(&[&config_flag(&f)]).contains("map of lists of strings"));
+    }
+
+    /// Issue 12 part 3: kubelet's image GC policy checks, each naming the setting.
+    #[test]
+    fn image_gc_policy_is_validated_as_kubelet() {
+        let o = ok(&[]);
+        assert_eq!(o.image_gc, crate::runtime::image_gc::Policy::default());
+        let o = ok(&[
+            "--image-gc-high-threshold=100",
+            "--image-gc-low-threshold=0",
+            "--minimum-image-ttl-duration=0s",
+        ]);
+        assert_eq!((o.image_gc.high_percent, o.image_gc.low_percent), (100, 0));
+        assert!(o.image_gc.min_age.is_zero() && !o.image_gc.periodic_gc_enabled());
+        assert_eq!(
+            one_problem(&["--image-gc-high-threshold=101"]),
+            "invalid value \"101\" for --image-gc-high-threshold: must be between 0 and 100"
+        );
+        assert_eq!(
+            one_problem(&["--image-gc-low-threshold=-1"]),
+            "invalid value \"-1\" for --image-gc-low-threshold: must be between 0 and 100"
+        );
+        // Low must stay below high, the default low (80) included.
+        assert!(one_problem(&["--image-gc-high-threshold=80"]).ends_with(
+            "must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 80"
+        ),);
+        assert!(
+            one_problem(&["--minimum-image-ttl-duration=-1s"]).contains("must not be negative")
+        );
+        let f = config("imageMinimumGCAge: 5m\nimageMaximumGCAge: 5m\n");
+        let p = one_problem(&[&config_flag(&f)]);
+        assert!(
+            p.contains("imageMaximumGCAge")
+                && p.ends_with("must be greater than imageMinimumGCAge 5m0s"),
+            "{p}"
+        );
+        let f = config(
+            "imageGCHighThresholdPercent: 90\nimageGCLowThresholdPercent: 70\nimageMaximumGCAge: 1h\n",
+        );
+        let o = ok(&[&config_flag(&f)]);
+        assert_eq!(
+            o.image_gc,
+            crate::runtime::image_gc::Policy {
+                high_percent: 90,
+                low_percent: 70,
+                min_age: Duration::from_secs(120),
+                max_age: Duration::from_secs(3600),
+            }
+        );
     }
 }

@@ -247,7 +247,51 @@ pub(crate) static SETTINGS: &[Setting] = &[
     // Issue 13 part D: koordlet's peak prediction (its flag for the directory).
     row("enable-prediction", None, Bool, "true", "true|false", "Train koordlet's peak prediction models from the metric cache and serve /stats/predictions", |o, i| parse_bool(i.text).map(|b| o.prediction = b)),
     row("prediction-checkpoint-filepath", None, Path, "", "PATH", "Directory of the prediction models' checkpoints (empty: <root-dir>/prediction-checkpoints)", |o, i| { o.prediction_checkpoint_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    // Issue 12 part 3: image garbage collection (kubelet's ImageGCPolicy); each row's check reads the rows above it.
+    row("image-gc-high-threshold", Some("imageGCHighThresholdPercent"), Int, "85", "PERCENT", "Image filesystem usage at which unused images are removed (100 turns the periodic image GC off)", |o, i| int_within(i.text, 0, 100).map(|n| o.image_gc.high_percent = n)),
+    row("image-gc-low-threshold", Some("imageGCLowThresholdPercent"), Int, "80", "PERCENT", "Image filesystem usage the image GC frees down to; less than the high threshold", set_image_gc_low),
+    row("minimum-image-ttl-duration", Some("imageMinimumGCAge"), Duration, "2m0s", "DURATION", "Minimum age of an unused image before it is garbage-collected", |o, i| non_negative_duration(i.text).map(|d| o.image_gc.min_age = d)),
+    row("", Some("imageMaximumGCAge"), Duration, "", "DURATION", "Unused images older than this are removed whatever the usage (unset or 0s: off); more than imageMinimumGCAge; config file only", set_image_max_gc_age),
 ];
+
+/// kubelet's validation: within 0..=100 and below the high threshold (its row comes first).
+fn set_image_gc_low(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let low: u8 = int_within(i.text, 0, 100)?;
+    if low >= o.image_gc.high_percent {
+        return Err(format!(
+            "must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {}",
+            o.image_gc.high_percent
+        )
+        .into());
+    }
+    o.image_gc.low_percent = low;
+    Ok(())
+}
+
+/// kubelet's validation: zero (off) or more than the minimum age (its row comes first).
+fn set_image_max_gc_age(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let max = if i.text.is_empty() {
+        std::time::Duration::ZERO
+    } else {
+        non_negative_duration(i.text)?
+    };
+    if !max.is_zero() && max <= o.image_gc.min_age {
+        return Err(format!(
+            "must be greater than imageMinimumGCAge {}",
+            super::duration::format_go_duration(o.image_gc.min_age)
+        )
+        .into());
+    }
+    o.image_gc.max_age = max;
+    Ok(())
+}
+
+/// A duration that may be zero but not negative.
+fn non_negative_duration(s: &str) -> Result<std::time::Duration, InvalidValue> {
+    parse_duration(s)?
+        .to_std()
+        .ok_or_else(|| "must not be negative".into())
+}
 
 /// Checks the file now, so a bad one stops the agent with its field and reason.
 fn set_node_slo_file(o: &mut Options, i: Input) -> Result<(), InvalidValue> {

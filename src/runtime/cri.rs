@@ -287,6 +287,10 @@ impl CriRead for RemoteRuntime {
         })
     }
 
+    fn list_images(&self) -> CriFuture<'_, Vec<cri::Image>> {
+        Box::pin(RemoteRuntime::list_images(self))
+    }
+
     fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>> {
         Box::pin(async move {
             let mut c = self.images.clone();
@@ -397,6 +401,18 @@ impl Cri for RemoteRuntime {
                 container_id: id.to_string(),
             };
             self.call("RemoveContainer", c.remove_container(req))
+                .await
+                .map(|_| ())
+        })
+    }
+
+    fn remove_image<'a>(&'a self, image: &'a str) -> CriFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.images.clone();
+            let req = cri::RemoveImageRequest {
+                image: Some(image_spec(image)),
+            };
+            self.call("RemoveImage", c.remove_image(req))
                 .await
                 .map(|_| ())
         })

@@ -43,6 +43,8 @@ pub(crate) trait CriRead: Send + Sync {
     fn image_status<'a>(&'a self, image: &'a str) -> CriFuture<'a, Option<cri::Image>>;
     /// The image filesystems' use (`ImageFsInfo`), for the node's `imageFs` stats.
     fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>>;
+    /// Every image the runtime has (`ListImages`), for the image GC.
+    fn list_images(&self) -> CriFuture<'_, Vec<cri::Image>>;
 }
 
 /// Every CRI call oxlet makes: the reads plus the ones that change the runtime.
@@ -83,4 +85,6 @@ pub(crate) trait Cri: CriRead {
     /// Asks the runtime to reopen the container's log file (after log rotation
     /// renamed it away).
     fn reopen_container_log<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;
+    /// Removes the image (by ID or reference); a missing image is not an error.
+    fn remove_image<'a>(&'a self, image: &'a str) -> CriFuture<'a, ()>;
 }

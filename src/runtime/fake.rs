@@ -71,6 +71,10 @@ struct Inner {
     containers: BTreeMap<String, Container>,
     /// Image reference → image ID.
     images: HashMap<String, String>,
+    /// Image ID → (size in bytes, pinned), for ListImages.
+    image_meta: HashMap<String, (u64, bool)>,
+    /// Images added so far (their IDs count up, never reused after a removal).
+    image_seq: u64,
     failures: Vec<Failure>,
     exec: HashMap<String, Result<ExecOutput, tonic::Code>>,
     calls: Vec<Call>,
@@ -251,8 +255,29 @@ impl FakeRuntime {
     /// Makes `image` present, with ID `sha256:<n>`.
     pub(crate) fn add_image(&self, image: &str) {
         let mut inner = self.lock();
-        let id = format!("sha256:{:064x}", inner.images.len() + 1);
-        inner.images.entry(image.to_string()).or_insert(id);
+        if !inner.images.contains_key(image) {
+            inner.image_seq += 1;
+            let id = format!("sha256:{:064x}", inner.image_seq);
+            inner.images.insert(image.to_string(), id);
+        }
+    }
+
+    /// Makes `image` present with a size and the runtime's `pinned` flag; returns its ID.
+    pub(crate) fn add_image_sized(&self, image: &str, size: u64, pinned: bool) -> String {
+        self.add_image(image);
+        let mut inner = self.lock();
+        let id = inner.images[image].clone();
+        inner.image_meta.insert(id.clone(), (size, pinned));
+        id
+    }
+
+    /// The IDs of the images present, sorted.
+    pub(crate) fn image_ids(&self) -> Vec<String> {
+        let inner = self.lock();
+        let mut ids: Vec<String> = inner.images.values().cloned().collect();
+        ids.sort();
+        ids.dedup();
+        ids
     }
 
     /// The next `times` calls of `call` (a CRI method name such as "CreateContainer")
@@ -541,6 +566,23 @@ impl CriRead for FakeRuntime {
         ready(res.map(|()| found))
     }
 
+    fn list_images(&self) -> CriFuture<'_, Vec<cri::Image>> {
+        let mut inner = self.lock();
+        let res = inner.enter("ListImages", String::new(), String::new());
+        let mut by_id: BTreeMap<String, cri::Image> = BTreeMap::new();
+        for (name, id) in &inner.images {
+            let (size, pinned) = inner.image_meta.get(id).copied().unwrap_or_default();
+            let img = by_id.entry(id.clone()).or_insert_with(|| cri::Image {
+                id: id.clone(),
+                size,
+                pinned,
+                ..Default::default()
+            });
+            img.repo_tags.push(name.clone());
+        }
+        ready(res.map(|()| by_id.into_values().collect()))
+    }
+
     /// One image filesystem at `/`, whose inodes are the fake's images.
     fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>> {
         let mut inner = self.lock();
@@ -559,6 +601,22 @@ impl CriRead for FakeRuntime {
 }
 
 impl Cri for FakeRuntime {
+    /// Like containerd: by ID or reference, and a missing image is no error.
+    fn remove_image<'a>(&'a self, image: &'a str) -> CriFuture<'a, ()> {
+        let mut inner = self.lock();
+        let res = inner.enter("RemoveImage", String::new(), image.to_string());
+        if res.is_ok() {
+            let id = inner
+                .images
+                .get(image)
+                .cloned()
+                .unwrap_or_else(|| image.to_string());
+            inner.images.retain(|_, v| *v != id);
+            inner.image_meta.remove(&id);
+        }
+        ready(res)
+    }
+
     fn run_pod_sandbox<'a>(
         &'a self,
         config: cri::PodSandboxConfig,

@@ -14,11 +14,15 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use tracing::{debug, info, warn};
 
 use super::manager::RuntimeManager;
 use super::types::{ContainerState, RuntimePod};
+use crate::eviction::reclaim::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
 
 /// Dead instances kept per (pod, container name): kubelet's `maxPerPodContainer`.
 pub(crate) const MAX_DEAD_PER_CONTAINER: usize = 1;
@@ -56,17 +60,19 @@ pub(crate) fn dead_beyond_limit<'a>(
 }
 
 /// The sandboxes of a pod that still exists which may go (kubelet's `evictSandboxes`):
-/// every one but the newest (by attempt, then creation) that is not ready and has no
-/// containers left. The newest is kept even when dead: it is the pod's current one.
+/// every one that is not ready and has no containers left, but, with `keep_newest`,
+/// the newest (by attempt, then creation), kept even when dead: it is the pod's
+/// current one. A terminated pod's go too (`keep_newest` false).
 pub(crate) fn evictable_sandboxes<'a>(
     pod: &'a RuntimePod,
     still_has_containers: &HashSet<&str>,
+    keep_newest: bool,
 ) -> Vec<&'a str> {
     let mut sandboxes: Vec<_> = pod.sandboxes.iter().collect();
     sandboxes.sort_by_key(|s| std::cmp::Reverse((s.attempt, s.created_at)));
     sandboxes
         .into_iter()
-        .skip(1)
+        .skip(usize::from(keep_newest))
         .filter(|s| !s.ready && !still_has_containers.contains(s.id.as_str()))
         .map(|s| s.id.as_str())
         .collect()
@@ -76,6 +82,18 @@ pub(crate) fn evictable_sandboxes<'a>(
 /// (each with its log file), then its dead sandboxes that are no longer needed.
 /// Failures are logged and left for the next pass.
 pub(crate) async fn collect_pod(runtime: &RuntimeManager, pod: &RuntimePod) {
+    collect_pod_keeping(runtime, pod, MAX_DEAD_PER_CONTAINER, true).await;
+}
+
+/// [`collect_pod`] keeping `keep` dead instances per container name and, with
+/// `keep_newest_sandbox`, the pod's newest sandbox; returns how many containers and
+/// sandboxes went.
+async fn collect_pod_keeping(
+    runtime: &RuntimeManager,
+    pod: &RuntimePod,
+    keep: usize,
+    keep_newest_sandbox: bool,
+) -> usize {
     let containers: Vec<GcContainer> = pod
         .containers
         .iter()
@@ -87,7 +105,7 @@ pub(crate) async fn collect_pod(runtime: &RuntimeManager, pod: &RuntimePod) {
         })
         .collect();
     let mut removed: HashSet<&str> = HashSet::new();
-    for c in dead_beyond_limit(&containers, MAX_DEAD_PER_CONTAINER) {
+    for c in dead_beyond_limit(&containers, keep) {
         debug!(pod = %pod.pod_ref(), podUID = %pod.uid, container = %c.name, containerID = %c.id, "garbage-collecting dead container");
         match runtime
             .remove_container(c.id, c.state == ContainerState::Unknown)
@@ -108,11 +126,105 @@ pub(crate) async fn collect_pod(runtime: &RuntimeManager, pod: &RuntimePod) {
         .filter(|c| !removed.contains(c.id.as_str()))
         .map(|c| c.sandbox_id.as_str())
         .collect();
-    for id in evictable_sandboxes(pod, &in_use) {
+    let mut gone = removed.len();
+    for id in evictable_sandboxes(pod, &in_use, keep_newest_sandbox) {
         debug!(pod = %pod.pod_ref(), podUID = %pod.uid, sandboxID = %id, "garbage-collecting dead sandbox");
-        if let Err(e) = runtime.remove_sandbox(id).await {
-            warn!(pod = %pod.pod_ref(), podUID = %pod.uid, sandboxID = %id, error = %e, "cannot garbage-collect sandbox");
+        match runtime.remove_sandbox(id).await {
+            Ok(()) => gone += 1,
+            Err(e) => {
+                warn!(pod = %pod.pod_ref(), podUID = %pod.uid, sandboxID = %id, error = %e, "cannot garbage-collect sandbox");
+            }
         }
+    }
+    gone
+}
+
+/// Whether every dead container and sandbox of the pod with this UID may go (its
+/// worker is done with it, or nothing wants it any more): kubelet's
+/// `evictNonDeletedPods` test for terminated pods.
+pub(crate) type PodDone = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// The eviction manager's `deleteTerminatedContainers` step (kubelet's
+/// `DeleteAllUnusedContainers`): a GC pass over every pod that removes all dead
+/// containers and sandboxes of terminated pods and, of the others, every dead
+/// container but the newest of each name. Running containers are never touched.
+pub(crate) struct DeadContainers {
+    runtime: Arc<RuntimeManager>,
+    done: PodDone,
+    /// Filesystems whose available bytes are compared before and after, for the
+    /// bytes freed (the pod logs dir; the image filesystem holds the writable layers).
+    measure: Vec<PathBuf>,
+}
+
+impl DeadContainers {
+    pub(crate) fn new(runtime: Arc<RuntimeManager>, done: PodDone, measure: Vec<PathBuf>) -> Self {
+        DeadContainers {
+            runtime,
+            done,
+            measure,
+        }
+    }
+
+    /// Runs the pass; returns what went.
+    pub(crate) async fn delete_all_unused(&self) -> Result<Reclaimed, crate::runtime::CriError> {
+        let mut paths = self.measure.clone();
+        if let Ok(fs) = self.runtime.cri().image_fs_info().await {
+            paths.extend(
+                fs.into_iter()
+                    .filter_map(|u| u.fs_id.map(|f| PathBuf::from(f.mountpoint)))
+                    .filter(|p| !p.as_os_str().is_empty()),
+            );
+        }
+        let before = available_bytes(&paths);
+        let mut removed = 0;
+        for pod in self.runtime.get_pods().await? {
+            let done = (self.done)(&pod.uid);
+            let (keep, keep_newest_sandbox) = if done {
+                (0, false)
+            } else {
+                (MAX_DEAD_PER_CONTAINER, true)
+            };
+            removed += collect_pod_keeping(&self.runtime, &pod, keep, keep_newest_sandbox).await;
+        }
+        let bytes = available_bytes(&paths).saturating_sub(before);
+        info!(
+            removed,
+            freedBytes = bytes,
+            "deleted unused containers and sandboxes"
+        );
+        Ok(Reclaimed { bytes, removed })
+    }
+}
+
+/// The bytes available on the distinct filesystems of `paths` (statvfs; one
+/// that cannot be read counts 0).
+fn available_bytes(paths: &[PathBuf]) -> u64 {
+    let mut seen = HashSet::new();
+    paths
+        .iter()
+        .filter_map(|p| rustix::fs::statvfs(p).ok())
+        .filter(|s| seen.insert(s.f_fsid))
+        .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+        .sum()
+}
+
+impl DiskReclaimer for DeadContainers {
+    fn name(&self) -> &'static str {
+        "deleteTerminatedContainers"
+    }
+
+    /// Logs are on the node filesystem, writable layers on the image filesystem.
+    fn targets(&self) -> &'static [DiskTarget] {
+        &[DiskTarget::NodeFs, DiskTarget::ImageFs]
+    }
+
+    fn reclaim(&self) -> BoxFuture<'_, Result<Reclaimed, ReclaimError>> {
+        Box::pin(async move {
+            self.delete_all_unused().await.map_err(|e| ReclaimError {
+                step: "deleteTerminatedContainers",
+                message: e.to_string(),
+            })
+        })
     }
 }
 
@@ -282,13 +394,65 @@ mod tests {
         };
         let in_use = HashSet::from(["s1"]);
         // s3 is the newest (kept although dead), s2 ready, s1 still has a container.
-        assert_eq!(evictable_sandboxes(&pod, &in_use), vec!["s0"]);
-        assert_eq!(evictable_sandboxes(&pod, &HashSet::new()), vec!["s1", "s0"]);
+        assert_eq!(evictable_sandboxes(&pod, &in_use, true), vec!["s0"]);
+        assert_eq!(
+            evictable_sandboxes(&pod, &HashSet::new(), true),
+            vec!["s1", "s0"]
+        );
+        // A terminated pod's newest dead sandbox goes too; a ready one never.
+        assert_eq!(
+            evictable_sandboxes(&pod, &HashSet::new(), false),
+            vec!["s3", "s1", "s0"]
+        );
         let one = RuntimePod {
             sandboxes: vec![sb("only", false, 0, 1)],
             ..Default::default()
         };
-        assert!(evictable_sandboxes(&one, &HashSet::new()).is_empty());
+        assert!(evictable_sandboxes(&one, &HashSet::new(), true).is_empty());
+        assert_eq!(
+            evictable_sandboxes(&one, &HashSet::new(), false),
+            vec!["only"]
+        );
+    }
+
+    /// kubelet's `DeleteAllUnusedContainers`: a terminated pod loses every dead
+    /// container and sandbox, a running pod keeps its running container and its newest
+    /// dead instance.
+    #[tokio::test]
+    async fn delete_all_unused_empties_terminated_pods_and_keeps_one_dead_of_others() {
+        use crate::runtime::cri_api::{Cri, CriRead};
+        use crate::runtime::fake::support::{FakeNode, pod};
+        let node = FakeNode::new();
+        let web = pod("web", &[], &["app"], "Always");
+        let done = pod("done", &[], &["app"], "Never");
+        node.sync(&web).await.unwrap();
+        node.sync(&done).await.unwrap();
+        // web crashes once and restarts: one dead instance, one running.
+        let id = node.fake.container_id("web", "app").unwrap();
+        node.fake.exit_container(&id, 1);
+        node.sync(&web).await.unwrap();
+        // done's container exits and its sandbox is stopped (the pod is terminated).
+        let id = node.fake.container_id("done", "app").unwrap();
+        node.fake.exit_container(&id, 0);
+        for s in node.fake.list_pod_sandbox(None).await.unwrap() {
+            if s.metadata.is_some_and(|m| m.name == "done") {
+                node.fake.stop_pod_sandbox(&s.id).await.unwrap();
+            }
+        }
+        assert_eq!(node.fake.object_counts(), (2, 3));
+        let step = DeadContainers::new(
+            node.manager.clone(),
+            Arc::new(|uid: &str| uid == "uid-done"),
+            vec![node.dir.path().to_path_buf()],
+        );
+        assert_eq!(step.name(), "deleteTerminatedContainers");
+        let got = step.reclaim().await.unwrap();
+        assert_eq!(got.removed, 2, "done's container and sandbox");
+        assert_eq!(node.fake.object_counts(), (1, 2));
+        assert_eq!(node.fake.container_count("web", "app"), 2);
+        assert_eq!(node.fake.container_count("done", "app"), 0);
+        // A second pass finds nothing more to remove.
+        assert_eq!(step.reclaim().await.unwrap().removed, 0);
     }
 
     #[test]

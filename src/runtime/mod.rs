@@ -16,6 +16,7 @@ pub(crate) mod fake;
 pub(crate) mod gc;
 pub(crate) mod hooks;
 pub(crate) mod hosts;
+pub(crate) mod image_gc;
 pub(crate) mod image_ref;
 pub(crate) mod images;
 pub(crate) mod labels;

@@ -98,6 +98,17 @@ impl Testbed {
     /// Start a test bed. Panics (so the test fails) if a needed binary is missing or
     /// containerd does not come up.
     pub async fn start() -> Testbed {
+        Testbed::start_with(None).await
+    }
+
+    /// A test bed whose containerd root (content store and snapshots: the image
+    /// filesystem) is a tmpfs of `mib` MiB, small enough for a test to fill. The mount
+    /// is below the bed's dir, so the teardown unmounts it with the rest.
+    pub async fn start_with_small_image_fs(mib: u64) -> Testbed {
+        Testbed::start_with(Some(mib)).await
+    }
+
+    async fn start_with(image_fs_mib: Option<u64>) -> Testbed {
         let started = Instant::now();
         check_prerequisites();
         static SWEEP: Once = Once::new();
@@ -131,6 +142,25 @@ impl Testbed {
                 total: Duration::ZERO,
             },
         };
+        if let Some(mib) = image_fs_mib {
+            fs::create_dir_all(&bed.layout.root).expect("creating the containerd root");
+            let ok = Command::new("mount")
+                .args([
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    &format!("size={mib}m,mode=0700"),
+                    "oxtest-imagefs",
+                ])
+                .arg(&bed.layout.root)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                ok,
+                "test bed: mounting a {mib} MiB tmpfs at {}",
+                bed.layout.root.display()
+            );
+        }
         let t = Instant::now();
         let containerd = ManagedContainerd::start(&bed.layout, &bed.cni)
             .await

@@ -319,7 +319,7 @@ mod tests {
             },
         );
         // Exactly at the limit is fine (kubelet evicts on used > limit).
-        assert!(check(&[p.clone()], &usage, &WritableLayers::default()).is_empty());
+        assert!(check(std::slice::from_ref(&p), &usage, &WritableLayers::default()).is_empty());
         usage.set(
             "u1",
             PodUsage {
@@ -354,9 +354,9 @@ mod tests {
             ..PodUsage::default()
         };
         usage.set("u1", at(2 * MI - 4096));
-        assert!(check(&[p.clone()], &usage, &WritableLayers::default()).is_empty());
+        assert!(check(std::slice::from_ref(&p), &usage, &WritableLayers::default()).is_empty());
         usage.set("u1", at(2 * MI));
-        let v = check(&[p.clone()], &usage, &WritableLayers::default());
+        let v = check(std::slice::from_ref(&p), &usage, &WritableLayers::default());
         assert_eq!(v.len(), 1);
         assert_eq!(
             v[0].message,
@@ -369,7 +369,10 @@ mod tests {
             "u1".to_string(),
             HashMap::from([("b".to_string(), MI)]),
         )]));
-        assert_eq!(check(&[p.clone()], &usage, &layers)[0].kind, LimitKind::Pod);
+        assert_eq!(
+            check(std::slice::from_ref(&p), &usage, &layers)[0].kind,
+            LimitKind::Pod
+        );
         // No container sets a limit: no pod check.
         let free = pod(
             "u2",
@@ -400,7 +403,7 @@ mod tests {
             "u1".to_string(),
             HashMap::from([("a".to_string(), 500_000)]),
         )]));
-        let v = violations(&[p.clone()], &usage, &layers, false);
+        let v = violations(std::slice::from_ref(&p), &usage, &layers, false);
         assert_eq!(
             v,
             vec![Violation {

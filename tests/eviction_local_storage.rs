@@ -85,3 +85,55 @@ async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
     let quiet = ox.wait_api_running("quiet", Duration::from_secs(30)).await;
     assert_eq!(phase(&quiet), "Running");
 }
+
+/// What the container ephemeral-storage check counts besides logs: containerd's CRI
+/// reports a running container's writable layer in `ListContainerStats` (from its
+/// snapshot usage, refreshed about every 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_reports_the_writable_layer_a_container_fills() {
+    use k8s_cri::v1 as cri;
+    let bed = Testbed::start().await;
+    let mut ox = Oxlet::new(&bed);
+    ox.spawn(&[]);
+    write_manifest(
+        &ox.manifests,
+        "layer.yaml",
+        &pod_yaml(
+            "layer",
+            "dd if=/dev/zero of=/layer-blob bs=1024 count=3072 && sleep 3600",
+            "",
+        ),
+    );
+    let pod = ox.wait_running("layer", Duration::from_secs(30)).await;
+    let uid = uid(&pod);
+    let mut c = bed.cri().await;
+    let t = Instant::now();
+    loop {
+        let stats = c
+            .list_container_stats(cri::ListContainerStatsRequest {
+                filter: Some(cri::ContainerStatsFilter {
+                    label_selector: [("io.kubernetes.pod.uid".to_string(), uid.clone())].into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .stats;
+        let used = stats
+            .iter()
+            .filter_map(|s| s.writable_layer.as_ref()?.used_bytes.as_ref())
+            .map(|u| u.value)
+            .max()
+            .unwrap_or(0);
+        if used >= 3 << 20 {
+            eprintln!("writable layer {used} bytes after {:?}", t.elapsed());
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(25),
+            "writable layer {used} bytes: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

@@ -6,6 +6,7 @@
 //! below the mount without following a symlink, every read is bounded, removal never
 //! unlinks on cgroupfs, and the same code runs on a test tree of plain files.
 
+mod event;
 mod files;
 mod stat;
 mod tree;

@@ -45,6 +45,16 @@ pub(crate) trait CriRead: Send + Sync {
     fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>>;
     /// Every image the runtime has (`ListImages`), for the image GC.
     fn list_images(&self) -> CriFuture<'_, Vec<cri::Image>>;
+    /// The containers' stats (`ListContainerStats`): the eviction manager reads each
+    /// one's writable layer for ephemeral-storage limits.
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "read by the eviction manager (issue 12)")
+    )]
+    fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> CriFuture<'_, Vec<cri::ContainerStats>>;
 }
 
 /// Every CRI call oxlet makes: the reads plus the ones that change the runtime.

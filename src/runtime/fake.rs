@@ -82,6 +82,8 @@ struct Inner {
     pull_delay: Duration,
     pulls_in_flight: usize,
     max_pulls_in_flight: usize,
+    /// Container ID → its writable layer's bytes, as `ListContainerStats` reports it.
+    writable_layers: HashMap<String, u64>,
 }
 
 /// Counts a pull as in flight until it ends or is dropped.
@@ -278,6 +280,12 @@ impl FakeRuntime {
         ids.sort();
         ids.dedup();
         ids
+    }
+
+    /// Sets the writable layer bytes `ListContainerStats` reports for container `id`.
+    #[cfg(test)]
+    pub(crate) fn set_writable_layer(&self, id: &str, bytes: u64) {
+        self.lock().writable_layers.insert(id.to_string(), bytes);
     }
 
     /// The next `times` calls of `call` (a CRI method name such as "CreateContainer")
@@ -597,6 +605,42 @@ impl CriRead for FakeRuntime {
                 ..Default::default()
             }]
         }))
+    }
+
+    /// Each container's attributes, and its writable layer when a test set one.
+    fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> CriFuture<'_, Vec<cri::ContainerStats>> {
+        let mut inner = self.lock();
+        let res = inner.enter("ListContainerStats", String::new(), String::new());
+        let f = filter.unwrap_or_default();
+        let stats = inner
+            .containers
+            .iter()
+            .filter(|(id, c)| {
+                (f.id.is_empty() || **id == f.id)
+                    && (f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)
+                    && matches(&f.label_selector, &c.config.labels)
+            })
+            .map(|(id, c)| cri::ContainerStats {
+                attributes: Some(cri::ContainerAttributes {
+                    id: id.clone(),
+                    metadata: c.config.metadata.clone(),
+                    labels: c.config.labels.clone(),
+                    annotations: c.config.annotations.clone(),
+                }),
+                writable_layer: inner
+                    .writable_layers
+                    .get(id)
+                    .map(|&b| cri::FilesystemUsage {
+                        used_bytes: Some(cri::UInt64Value { value: b }),
+                        ..Default::default()
+                    }),
+                ..Default::default()
+            })
+            .collect();
+        ready(res.map(|()| stats))
     }
 }
 

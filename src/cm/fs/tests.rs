@@ -624,3 +624,57 @@ fn v2_root_has_no_memory_current_and_reads_as_no_memory() {
     assert!(r.cpu.unwrap().throttling.is_none());
     assert!(r.memory.is_none());
 }
+
+// ---- memory threshold notification files for the eviction manager (issue 12) ----
+
+#[test]
+fn v1_memory_threshold_registration_writes_one_line_with_both_fds() {
+    use std::os::fd::AsFd;
+    use std::os::fd::AsRawFd;
+    let (dir, tree) = v1_tree();
+    let cg = dir.path().join("memory/kubepods");
+    fs::create_dir(&cg).unwrap();
+    write(cg.join("memory.usage_in_bytes"), "4096\n");
+    write(cg.join("cgroup.event_control"), "");
+    let mut files = tree.memory_threshold_files("kubepods").unwrap();
+    assert_eq!(files.dir(), cg);
+    // Any open fd stands in for the eventfd on plain files.
+    let stand_in = fs::File::open(cg.join("memory.usage_in_bytes")).unwrap();
+    files.register(stand_in.as_fd(), 123_456).unwrap();
+    let line = read(cg.join("cgroup.event_control"));
+    let fields: Vec<&str> = line.split(' ').collect();
+    assert_eq!(fields.len(), 3, "{line:?}");
+    assert_eq!(fields[0], stand_in.as_raw_fd().to_string());
+    assert_ne!(fields[1], fields[0], "the usage file has its own fd");
+    assert_eq!(fields[2], "123456");
+    // The root of the hierarchy too (memory.available).
+    write(dir.path().join("memory/memory.usage_in_bytes"), "1\n");
+    write(dir.path().join("memory/cgroup.event_control"), "");
+    assert!(tree.memory_threshold_files("").is_ok());
+}
+
+#[test]
+fn memory_threshold_files_refuse_v2_missing_cgroups_and_symlinks() {
+    let (_v2dir, v2) = v2_tree("cpu memory pids");
+    let e = v2.memory_threshold_files("").unwrap_err();
+    assert_eq!(e.error.kind(), std::io::ErrorKind::Unsupported, "{e}");
+    assert!(e.to_string().contains("not supported on cgroup v2"), "{e}");
+
+    let (dir, tree) = v1_tree();
+    let e = tree.memory_threshold_files("kubepods").unwrap_err();
+    assert!(e.to_string().contains("no such cgroup"), "{e}");
+    assert!(tree.memory_threshold_files("../etc").is_err());
+
+    // A symlinked control file is never opened.
+    let cg = dir.path().join("memory/kubepods");
+    fs::create_dir(&cg).unwrap();
+    write(cg.join("memory.usage_in_bytes"), "1\n");
+    write(dir.path().join("elsewhere"), "");
+    std::os::unix::fs::symlink(
+        dir.path().join("elsewhere"),
+        cg.join("cgroup.event_control"),
+    )
+    .unwrap();
+    let e = tree.memory_threshold_files("kubepods").unwrap_err();
+    assert!(e.to_string().contains("cgroup.event_control"), "{e}");
+}

@@ -1,0 +1,139 @@
+//! Local storage limit eviction (issue 12 item 6) end to end: the real oxlet binary on
+//! a real containerd, an apiserver pod whose container fills an emptyDir past its
+//! `sizeLimit`. The volume usage task measures it, the eviction manager's
+//! `localStorageEviction` check (`src/eviction/local_storage.rs`) finds it and the pod
+//! becomes Failed/Evicted with kubelet's message.
+//!
+//! Ignored until the eviction manager (issue 12, P1) runs the check: the check and the
+//! measuring are proved on their own by the unit tests in `src/eviction/local_storage.rs`.
+
+mod agent;
+mod common;
+
+use std::time::{Duration, Instant};
+
+use agent::*;
+use common::Testbed;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+
+const NODE: &str = "testnode";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the eviction manager (P1)"]
+async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
+    let mut ox = Oxlet::new(&bed);
+    ox.env
+        .push(("OXLET_TEST_VOLUME_STATS_PERIOD_MS".into(), "200".into()));
+    ox.env
+        .push(("OXLET_TEST_EVICTION_PERIOD_MS".into(), "200".into()));
+    ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
+    let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
+
+    let mut filler = api_pod(
+        "filler",
+        NODE,
+        "dd if=/dev/zero of=/scratch/blob bs=1M count=4 && sleep 3600",
+        1,
+    );
+    let spec = filler.spec.as_mut().unwrap();
+    spec.volumes = Some(vec![
+        serde_json::from_value(serde_json::json!({
+            "name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}
+        }))
+        .unwrap(),
+    ]);
+    spec.containers[0].volume_mounts = Some(vec![
+        serde_json::from_value(serde_json::json!({"name": "scratch", "mountPath": "/scratch"}))
+            .unwrap(),
+    ]);
+    server.put(&filler).unwrap();
+    // A neighbour within its limits is left alone.
+    server
+        .put(&api_pod("quiet", NODE, "sleep 3600", 1))
+        .unwrap();
+
+    let t = Instant::now();
+    let evicted = loop {
+        let p = pods.get("filler").await.unwrap();
+        if phase(&p) == "Failed" {
+            break p;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(40),
+            "filler: {:?}\n{}",
+            p.status,
+            tail(&ox.log(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let s = evicted.status.unwrap();
+    assert_eq!(s.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ")
+    );
+    assert!(
+        s.conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+    );
+    let quiet = ox.wait_api_running("quiet", Duration::from_secs(30)).await;
+    assert_eq!(phase(&quiet), "Running");
+}
+
+/// What the container ephemeral-storage check counts besides logs: containerd's CRI
+/// reports a running container's writable layer in `ListContainerStats` (from its
+/// snapshot usage, refreshed about every 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_reports_the_writable_layer_a_container_fills() {
+    use k8s_cri::v1 as cri;
+    let bed = Testbed::start().await;
+    let mut ox = Oxlet::new(&bed);
+    ox.spawn(&[]);
+    write_manifest(
+        &ox.manifests,
+        "layer.yaml",
+        &pod_yaml(
+            "layer",
+            "dd if=/dev/zero of=/layer-blob bs=1024 count=3072 && sleep 3600",
+            "",
+        ),
+    );
+    let pod = ox.wait_running("layer", Duration::from_secs(30)).await;
+    let uid = uid(&pod);
+    let mut c = bed.cri().await;
+    let t = Instant::now();
+    loop {
+        let stats = c
+            .list_container_stats(cri::ListContainerStatsRequest {
+                filter: Some(cri::ContainerStatsFilter {
+                    label_selector: [("io.kubernetes.pod.uid".to_string(), uid.clone())].into(),
+                    ..Default::default()
+                }),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .stats;
+        let used = stats
+            .iter()
+            .filter_map(|s| s.writable_layer.as_ref()?.used_bytes.as_ref())
+            .map(|u| u.value)
+            .max()
+            .unwrap_or(0);
+        if used >= 3 << 20 {
+            eprintln!("writable layer {used} bytes after {:?}", t.elapsed());
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(25),
+            "writable layer {used} bytes: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}

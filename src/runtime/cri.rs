@@ -296,6 +296,20 @@ impl CriRead for RemoteRuntime {
             Ok(resp.image_filesystems)
         })
     }
+
+    fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> CriFuture<'_, Vec<cri::ContainerStats>> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::ListContainerStatsRequest { filter };
+            Ok(self
+                .call("ListContainerStats", c.list_container_stats(req))
+                .await?
+                .stats)
+        })
+    }
 }
 
 impl Cri for RemoteRuntime {

@@ -43,6 +43,12 @@ pub(crate) trait CriRead: Send + Sync {
     fn image_status<'a>(&'a self, image: &'a str) -> CriFuture<'a, Option<cri::Image>>;
     /// The image filesystems' use (`ImageFsInfo`), for the node's `imageFs` stats.
     fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>>;
+    /// The containers' stats (`ListContainerStats`); the metric advisor reads each
+    /// container's writable layer from it for the summary's `rootfs`.
+    fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> CriFuture<'_, Vec<cri::ContainerStats>>;
 }
 
 /// Every CRI call oxlet makes: the reads plus the ones that change the runtime.

@@ -53,6 +53,8 @@ struct Container {
     finished: Option<Instant>,
     exit_code: i32,
     reason: String,
+    /// The writable layer's (bytes, inodes) `ListContainerStats` reports; None: unknown.
+    writable_layer: Option<(u64, u64)>,
 }
 
 /// "The next `times` calls of `call` (whose pod name contains `pod`) fail with `code`."
@@ -343,6 +345,13 @@ impl FakeRuntime {
             .clone()
     }
 
+    /// Sets the writable layer `ListContainerStats` reports for a container.
+    pub(crate) fn set_writable_layer(&self, id: &str, bytes: u64, inodes: u64) {
+        if let Some(c) = self.lock().containers.get_mut(id) {
+            c.writable_layer = Some((bytes, inodes));
+        }
+    }
+
     /// The running container exits with `code` (reason "Completed" or "Error").
     pub(crate) fn exit_container(&self, id: &str, code: i32) {
         if let Some(c) = self.lock().containers.get_mut(id) {
@@ -556,6 +565,46 @@ impl CriRead for FakeRuntime {
             }]
         }))
     }
+
+    /// Each matching container with its writable layer when one was set
+    /// ([`FakeRuntime::set_writable_layer`]).
+    fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> CriFuture<'_, Vec<cri::ContainerStats>> {
+        let mut inner = self.lock();
+        let res = inner.enter("ListContainerStats", String::new(), String::new());
+        let f = filter.unwrap_or_default();
+        let items = inner
+            .containers
+            .iter()
+            .filter(|(id, c)| {
+                (f.id.is_empty() || **id == f.id)
+                    && (f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)
+                    && matches(&f.label_selector, &c.config.labels)
+            })
+            .map(|(id, c)| cri::ContainerStats {
+                attributes: Some(cri::ContainerAttributes {
+                    id: id.clone(),
+                    metadata: c.config.metadata.clone(),
+                    labels: c.config.labels.clone(),
+                    annotations: c.config.annotations.clone(),
+                }),
+                writable_layer: c
+                    .writable_layer
+                    .map(|(bytes, inodes)| cri::FilesystemUsage {
+                        fs_id: Some(cri::FilesystemIdentifier {
+                            mountpoint: "/".into(),
+                        }),
+                        used_bytes: Some(cri::UInt64Value { value: bytes }),
+                        inodes_used: Some(cri::UInt64Value { value: inodes }),
+                        ..Default::default()
+                    }),
+                ..Default::default()
+            })
+            .collect();
+        ready(res.map(|()| items))
+    }
 }
 
 impl Cri for FakeRuntime {
@@ -695,6 +744,7 @@ impl Cri for FakeRuntime {
                 finished: None,
                 exit_code: 0,
                 reason: String::new(),
+                writable_layer: None,
             },
         );
         ready(Ok(id))

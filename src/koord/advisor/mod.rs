@@ -100,6 +100,8 @@ pub(crate) struct Shared {
     pub node_pressure: Pressure,
     pub fs: Option<FsReading>,
     pub image_fs: Option<FsReading>,
+    /// Each container's writable layer by ID, from the storage collector's last round.
+    pub container_rootfs: HashMap<String, FsReading>,
     /// This round's samples, appended to the cache at its end.
     pub samples: Vec<Sample>,
 }

@@ -497,6 +497,7 @@ pub(crate) mod tests {
                 container_logs: vec![("app".into(), u(8192, 2)), ("side".into(), u(4096, 2))],
                 pod_logs: u(0, 0),
                 etc_hosts: Some(u(4096, 1)),
+                ..PodUsage::default()
             },
         );
         let s = summary(&snapshot(), &volumes, false);

@@ -353,6 +353,36 @@ async fn summary_matches_the_cgroup_and_the_volume() {
         "working set {reported} vs cgroup files {from_files}"
     );
 
+    // The host's network: the default-route interface inline (this host has one),
+    // every non-ignored interface listed, loopback never.
+    let net = s.node.network.as_ref().expect("node network");
+    assert!(!net.interfaces.is_empty(), "{net:?}");
+    assert!(net.interfaces.iter().all(|i| i.name != "lo"), "{net:?}");
+    let route = std::fs::read_to_string("/proc/net/route").unwrap();
+    let default_iface = route
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 7 && f[1] == "00000000" && f[7] == "00000000")
+        .map(|f| f[0].to_string());
+    if let Some(d) = default_iface {
+        assert_eq!(net.default.name, d, "{net:?}");
+        assert!(net.default.rx_bytes.is_some_and(|b| b > 0), "{net:?}");
+    }
+    // The pods cgroup was made by this oxlet, well after boot: its own time shows.
+    let pods_sc = s
+        .node
+        .system_containers
+        .iter()
+        .find(|c| c.name == "pods")
+        .expect("the pods system container");
+    assert!(
+        pods_sc.start_time.0 > s.node.start_time.0,
+        "pods cgroup start {:?} is not after boot {:?}",
+        pods_sc.start_time,
+        s.node.start_time
+    );
+
     let (code, head, metrics) = request(&ox, "GET", "/metrics/resource").await;
     assert_eq!(code, 200);
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");

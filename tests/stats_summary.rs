@@ -398,4 +398,22 @@ async fn summary_matches_the_cgroup_and_the_volume() {
         );
     }
     assert!(metrics.contains("\nresource_scrape_error 0\n"), "{metrics}");
+
+    // kubelet's log usage gauge: the container's log directory as the summary has it.
+    let (code, _, metrics) = request(&ox, "GET", "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("# HELP kubelet_container_log_filesystem_used_bytes [ALPHA] Bytes used by the container's logs on the filesystem.\n"),
+        "{metrics}"
+    );
+    let series = format!(
+        "kubelet_container_log_filesystem_used_bytes{{container=\"main\",namespace=\"default\",pod=\"sum-testnode\",uid=\"{uid}\"}} "
+    );
+    let value: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .unwrap_or_else(|| panic!("{series} missing:\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(value > 0.0, "the container wrote a log line: {value}");
 }

@@ -527,7 +527,7 @@ pub(crate) async fn start(
             readings: readings.clone(),
             pod_cache: cache.clone(),
             volumes: spawn_volume_stats(opts, &pods, tasks),
-            configz: Arc::new(crate::options::configz::kubelet_config(opts)),
+            configz: Arc::new(crate::options::configz::kubelet_config(opts, &rt.endpoint)),
             prediction: prediction.clone(),
         };
         if opts.read_only_port != 0 {
@@ -589,6 +589,11 @@ fn spawn_volume_stats(
 ) -> Arc<crate::stats::volumes::VolumeUsage> {
     use crate::stats::volumes::{Dirs, VolumeUsage, refresh_period};
     let usage = Arc::new(VolumeUsage::default());
+    if let Err(e) = crate::stats::log_metrics::LogMetrics::new(usage.clone())
+        .and_then(|c| crate::metrics::register(Box::new(c)))
+    {
+        warn!(error = %e, "cannot register the container log usage gauge");
+    }
     let dirs = Dirs {
         pods: opts.root_dir.join("pods"),
         pod_logs: opts.pod_logs_dir.clone(),

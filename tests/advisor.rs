@@ -220,6 +220,13 @@ async fn a_cpu_burner_shows_near_one_core_and_working_sets_match_the_cgroup() {
     let (code, body) = ox.get("/debug/koord/metrics?kind=nope").await.unwrap();
     assert_eq!(code, 400);
     assert!(body.starts_with("kind:"), "{body}");
+    // An unknown key is refused, not answered with the all-pods aggregate.
+    let (code, body) = ox
+        .get("/debug/koord/metrics?kind=pod_cpu_usage&pod=x")
+        .await
+        .unwrap();
+    assert_eq!(code, 400);
+    assert!(body.contains("\"pod\" is not a query parameter"), "{body}");
     assert!(
         ox.log().contains("metric advisor: collector disabled"),
         "the perf probe says it is off"

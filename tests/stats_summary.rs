@@ -1,5 +1,6 @@
 //! The Summary API and kubelet's other read endpoints on a real containerd with the
-//! real oxlet binary: a static pod whose container writes 2 MiB into an emptyDir.
+//! real oxlet binary: a static pod whose container writes 2 MiB into an emptyDir and
+//! 15 MiB into its own root filesystem (the writable layer).
 //!
 //! `stats_and_debug_endpoints` needs only oxlet's own parts (`/configz`,
 //! `/runningpods/`, `/spec` gone, `/stats/summary` and `/metrics/resource` agreeing
@@ -36,7 +37,7 @@ spec:
   - name: main
     image: localhost/oxlet/busybox:1
     imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", "dd if=/dev/zero of=/data/f bs=1048576 count=2 && sleep 3600"]
+    command: ["sh", "-c", "dd if=/dev/zero of=/data/f bs=1048576 count=2 && dd if=/dev/zero of=/layer bs=1048576 count=15 && echo written && sleep 3600"]
     volumeMounts:
     - {name: data, mountPath: /data}
 "#
@@ -73,6 +74,26 @@ async fn request(ox: &Oxlet, method: &str, path: &str) -> (u16, String, String) 
     (code, head.to_lowercase(), body.to_string())
 }
 
+/// A GET with `Accept-Encoding: gzip`; (head, body bytes).
+async fn get_gzip(ox: &Oxlet, path: &str) -> (String, Vec<u8>) {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", ox.port))
+        .await
+        .unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept-Encoding: gzip\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let at = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    (
+        String::from_utf8_lossy(&buf[..at]).to_lowercase(),
+        buf[at + 4..].to_vec(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_and_debug_endpoints() {
     let bed = Testbed::start().await;
@@ -91,6 +112,13 @@ async fn stats_and_debug_endpoints() {
     assert_eq!(c["readOnlyPort"], ox.port);
     assert_eq!(c["staticPodPath"], ox.manifests.display().to_string());
     assert_eq!(c["fileCheckFrequency"], "2s");
+    assert_eq!(c["containerLogMaxSize"], "10Mi");
+    let ep = c["containerRuntimeEndpoint"].as_str().unwrap();
+    assert!(
+        ep.ends_with(bed.endpoint().trim_start_matches("unix://")),
+        "{ep} is not the endpoint connected to ({})",
+        bed.endpoint()
+    );
     assert!(c.get("kind").is_none() && c.get("apiVersion").is_none());
 
     // /runningpods/: the runtime's running pods, names, UIDs and images only.
@@ -114,7 +142,32 @@ async fn stats_and_debug_endpoints() {
         "{body}"
     );
     assert!(pod["metadata"].get("labels").is_none() && pod["spec"].get("volumes").is_none());
-    assert_eq!(request(&ox, "POST", "/runningpods/").await.0, 405);
+    // GET-only endpoints answer other methods as kubelet does.
+    for path in ["/runningpods/", "/pods", "/pods/"] {
+        for method in ["POST", "PUT", "DELETE"] {
+            let (code, head, body) = request(&ox, method, path).await;
+            assert_eq!(code, 405, "{method} {path}");
+            assert!(
+                head.contains("\r\nallow: get\r\n"),
+                "{method} {path}: {head}"
+            );
+            assert_eq!(body, "Method Not Allowed", "{method} {path}");
+        }
+    }
+
+    // The Prometheus endpoints gzip on request.
+    for path in ["/metrics", "/metrics/probes", "/metrics/resource"] {
+        let (head, body) = get_gzip(&ox, path).await;
+        assert!(head.starts_with("http/1.0 200"), "{path}: {head}");
+        assert!(
+            head.contains("\r\ncontent-encoding: gzip"),
+            "{path}: {head}"
+        );
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&body[..]), &mut text)
+            .unwrap_or_else(|e| panic!("{path}: not gzip: {e}"));
+        assert!(text.contains("# TYPE "), "{path}: {text}");
+    }
 
     // Removed from kubelet in 1.21.
     assert_eq!(request(&ox, "GET", "/spec").await.0, 404);
@@ -203,7 +256,8 @@ async fn summary_matches_the_cgroup_and_the_volume() {
         .unwrap()
         .id;
 
-    // Within one refresh of the volume stats (200 ms here) of the advisor's first round.
+    // Within one refresh of the volume stats (200 ms here) and one of the advisor's
+    // storage collector (10 s: the writable layer) of the advisor's first round.
     let t = Instant::now();
     let (s, pod) = loop {
         let (code, _, body) = request(&ox, "GET", "/stats/summary").await;
@@ -213,20 +267,39 @@ async fn summary_matches_the_cgroup_and_the_volume() {
             let written = pod
                 .as_ref()
                 .and_then(|p| p.volume.iter().find(|v| v.name == "data")?.fs.used_bytes);
-            if let (Some(pod), Some(w)) = (pod, written)
+            let layer = pod.as_ref().and_then(|p| {
+                let main = p.containers.as_ref()?.iter().find(|c| c.name == "main")?;
+                main.rootfs.as_ref()?.used_bytes
+            });
+            if let (Some(pod), Some(w), Some(l)) = (pod, written, layer)
                 && w >= 2 << 20
+                && l >= 15 << 20
             {
                 break (s, pod);
             }
         }
         assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "no summary with the pod's 2 MiB: {code} {body}\n{}",
+            t.elapsed() < Duration::from_secs(30),
+            "no summary with the pod's 2 MiB volume and 15 MiB layer: {code} {body}\n{}",
             tail(&ox.log(), 40)
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(s.node.node_name, "testnode");
+    // go-restful takes the first value of a repeated parameter.
+    let (code, _, body) = request(
+        &ox,
+        "GET",
+        "/stats/summary?only_cpu_and_memory=true&only_cpu_and_memory=false",
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let only: summary::Summary = serde_json::from_str(&body).unwrap();
+    assert!(only.node.fs.is_none(), "{body}");
+    assert!(
+        only.pods.iter().all(|p| p.ephemeral_storage.is_none()),
+        "{body}"
+    );
     assert!(
         s.node
             .cpu
@@ -247,10 +320,6 @@ async fn summary_matches_the_cgroup_and_the_volume() {
         .as_ref()
         .and_then(|e| e.used_bytes)
         .unwrap_or(0);
-    assert!(
-        eph >= 2 << 20,
-        "ephemeral storage counts the emptyDir: {eph}"
-    );
     let main = pod
         .containers
         .as_ref()
@@ -258,6 +327,20 @@ async fn summary_matches_the_cgroup_and_the_volume() {
         .iter()
         .find(|c| c.name == "main")
         .unwrap();
+    // The writable layer as rootfs, on the image filesystem's capacity.
+    let rootfs = main.rootfs.as_ref().unwrap();
+    let rootfs_used = rootfs.used_bytes.unwrap();
+    assert!(rootfs_used >= 15 << 20, "rootfs {rootfs_used}");
+    assert!(
+        rootfs.capacity_bytes.unwrap_or(0) > rootfs_used,
+        "{rootfs:?}"
+    );
+    let logs_used = main.logs.as_ref().and_then(|l| l.used_bytes).unwrap_or(0);
+    // kubelet's calcEphemeralStorage: rootfs + logs + the emptyDir (+ pod logs, etc-hosts).
+    assert!(
+        eph >= rootfs_used + logs_used + (2 << 20),
+        "ephemeral storage {eph} < rootfs {rootfs_used} + logs {logs_used} + emptyDir 2 MiB"
+    );
     let reported = main
         .memory
         .as_ref()
@@ -268,6 +351,36 @@ async fn summary_matches_the_cgroup_and_the_volume() {
     assert!(
         diff <= (1 << 20).max(from_files / 10),
         "working set {reported} vs cgroup files {from_files}"
+    );
+
+    // The host's network: the default-route interface inline (this host has one),
+    // every non-ignored interface listed, loopback never.
+    let net = s.node.network.as_ref().expect("node network");
+    assert!(!net.interfaces.is_empty(), "{net:?}");
+    assert!(net.interfaces.iter().all(|i| i.name != "lo"), "{net:?}");
+    let route = std::fs::read_to_string("/proc/net/route").unwrap();
+    let default_iface = route
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 7 && f[1] == "00000000" && f[7] == "00000000")
+        .map(|f| f[0].to_string());
+    if let Some(d) = default_iface {
+        assert_eq!(net.default.name, d, "{net:?}");
+        assert!(net.default.rx_bytes.is_some_and(|b| b > 0), "{net:?}");
+    }
+    // The pods cgroup was made by this oxlet, well after boot: its own time shows.
+    let pods_sc = s
+        .node
+        .system_containers
+        .iter()
+        .find(|c| c.name == "pods")
+        .expect("the pods system container");
+    assert!(
+        pods_sc.start_time.0 > s.node.start_time.0,
+        "pods cgroup start {:?} is not after boot {:?}",
+        pods_sc.start_time,
+        s.node.start_time
     );
 
     let (code, head, metrics) = request(&ox, "GET", "/metrics/resource").await;
@@ -285,4 +398,22 @@ async fn summary_matches_the_cgroup_and_the_volume() {
         );
     }
     assert!(metrics.contains("\nresource_scrape_error 0\n"), "{metrics}");
+
+    // kubelet's log usage gauge: the container's log directory as the summary has it.
+    let (code, _, metrics) = request(&ox, "GET", "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("# HELP kubelet_container_log_filesystem_used_bytes [ALPHA] Bytes used by the container's logs on the filesystem.\n"),
+        "{metrics}"
+    );
+    let series = format!(
+        "kubelet_container_log_filesystem_used_bytes{{container=\"main\",namespace=\"default\",pod=\"sum-testnode\",uid=\"{uid}\"}} "
+    );
+    let value: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .unwrap_or_else(|| panic!("{series} missing:\n{metrics}"))
+        .parse()
+        .unwrap();
+    assert!(value > 0.0, "the container wrote a log line: {value}");
 }

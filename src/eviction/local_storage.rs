@@ -489,7 +489,7 @@ mod tests {
         // Without a layer reported there is nothing to count.
         assert!(WritableLayers::from_stats(&stats).0.is_empty());
         let id = stats[0].attributes.as_ref().unwrap().id.clone();
-        node.fake.set_writable_layer(&id, 3 * MI);
+        node.fake.set_writable_layer(&id, 3 * MI, 1);
         let stats = node.fake.list_container_stats(None).await.unwrap();
         let layers = WritableLayers::from_stats(&stats);
         assert_eq!(layers.of("uid-web", "app"), Some(3 * MI));

@@ -20,6 +20,11 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
         &["operation_type"],
     ),
     ("kubelet_cgroup_version", G, &[]),
+    (
+        "kubelet_container_log_filesystem_used_bytes",
+        G,
+        &["container", "namespace", "pod", "uid"],
+    ),
     ("kubelet_containers_per_pod_count", H, &[]),
     ("kubelet_desired_pods", G, &["static"]),
     ("kubelet_evictions", C, &["eviction_signal"]),
@@ -215,6 +220,20 @@ fn bounds(f: &MetricFamily) -> Vec<f64> {
 fn kubelet_families_match_kubelets_names_types_labels_and_buckets() {
     let k = Kubelet::new().unwrap();
     touch_all(&k);
+    // The log usage gauge is a collector the agent registers (as kubelet does).
+    let usage = std::sync::Arc::new(crate::stats::volumes::VolumeUsage::default());
+    usage.set(
+        "u",
+        crate::stats::volumes::PodUsage {
+            container_logs: vec![("c".into(), Default::default())],
+            ..Default::default()
+        },
+    );
+    k.registry
+        .register(Box::new(
+            crate::stats::log_metrics::LogMetrics::new(usage).unwrap(),
+        ))
+        .unwrap();
     let fams = k.registry.gather();
     assert_eq!(shape(&fams), want(KUBELET_FAMILIES));
     for f in &fams {

@@ -4,9 +4,12 @@
 
 use std::time::Instant;
 
+use std::io::Write;
+
 use axum::extract::Request;
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 /// The first path segment kubelet keeps as a label (`/metrics/<x>` keeps two).
 const PATHS: &[&str] = &[
@@ -107,9 +110,99 @@ pub(crate) async fn track_readonly(req: Request, next: Next) -> Response {
     resp
 }
 
+/// Whether `Accept-Encoding` offers gzip with a non-zero quality (promhttp's
+/// negotiation: gzip is its only compression, and `*` does not count).
+pub(crate) fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';');
+            let name = parts.next().unwrap_or_default().trim();
+            let q_zero = parts.any(|p| {
+                p.trim()
+                    .strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f64>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            name.eq_ignore_ascii_case("gzip") && !q_zero
+        })
+}
+
+/// A Prometheus text exposition, gzipped with `Content-Encoding: gzip` when the
+/// client asks for it (component-base's handlers do).
+pub(crate) fn exposition(
+    headers: &HeaderMap,
+    content_type: &'static str,
+    body: String,
+) -> Response {
+    if accepts_gzip(headers) {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        // Writing into a Vec cannot fail.
+        if gz.write_all(body.as_bytes()).is_ok()
+            && let Ok(zipped) = gz.finish()
+        {
+            return (
+                [
+                    (header::CONTENT_TYPE, content_type),
+                    (header::CONTENT_ENCODING, "gzip"),
+                ],
+                zipped,
+            )
+                .into_response();
+        }
+    }
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn enc(v: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::ACCEPT_ENCODING, v.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn gzip_is_chosen_only_when_offered() {
+        assert!(accepts_gzip(&enc("gzip")));
+        assert!(accepts_gzip(&enc("deflate, GZIP;q=0.5")));
+        assert!(!accepts_gzip(&enc("gzip;q=0")));
+        assert!(!accepts_gzip(&enc("identity, *")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+
+    #[tokio::test]
+    async fn an_exposition_is_gzipped_on_request() {
+        use std::io::Read;
+        let body = "# TYPE a gauge\na 1\n".to_string();
+        let r = exposition(&enc("gzip"), crate::metrics::CONTENT_TYPE, body.clone());
+        assert_eq!(r.headers()[header::CONTENT_ENCODING], "gzip");
+        assert_eq!(
+            r.headers()[header::CONTENT_TYPE],
+            crate::metrics::CONTENT_TYPE
+        );
+        let bytes = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(&bytes[..])
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, body);
+        let plain = exposition(
+            &HeaderMap::new(),
+            crate::metrics::CONTENT_TYPE,
+            body.clone(),
+        );
+        assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
+        let bytes = axum::body::to_bytes(plain.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(&bytes[..], body.as_bytes());
+    }
 
     #[test]
     fn paths_fall_in_kubelets_buckets() {

@@ -10,6 +10,36 @@ use super::Options;
 use super::duration::format_go_duration;
 use super::settings::Enforced;
 use crate::cm::allocatable::Reserved;
+use crate::eviction::threshold::ThresholdValue;
+
+/// A byte count as a Kubernetes quantity, as kubelet echoes the text it was given:
+/// the largest binary suffix that divides it exactly (`200Mi`), else plain bytes.
+fn quantity(bytes: i64) -> String {
+    const SUFFIXES: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
+    if bytes != 0 {
+        for (suffix, shift) in SUFFIXES {
+            let unit = 1i64 << shift;
+            if bytes % unit == 0 {
+                return format!("{}{suffix}", bytes / unit);
+            }
+        }
+    }
+    bytes.to_string()
+}
+
+fn threshold(v: ThresholdValue) -> String {
+    match v {
+        ThresholdValue::Quantity(q) => quantity(q),
+        ThresholdValue::Percentage(_) => v.to_string(),
+    }
+}
 
 fn reserved(r: &Reserved) -> Value {
     let mut m = Map::new();
@@ -17,10 +47,10 @@ fn reserved(r: &Reserved) -> Value {
         m.insert("cpu".into(), json!(format!("{c}m")));
     }
     if let Some(b) = r.memory_bytes {
-        m.insert("memory".into(), json!(b.to_string()));
+        m.insert("memory".into(), json!(quantity(b)));
     }
     if let Some(b) = r.ephemeral_storage_bytes {
-        m.insert("ephemeral-storage".into(), json!(b.to_string()));
+        m.insert("ephemeral-storage".into(), json!(quantity(b)));
     }
     if let Some(p) = r.pids {
         m.insert("pid".into(), json!(p.to_string()));
@@ -32,8 +62,9 @@ fn path(p: Option<&std::path::PathBuf>) -> Value {
     json!(p.map(|p| p.display().to_string()).unwrap_or_default())
 }
 
-/// The `kubeletconfig` object of `/configz`.
-pub(crate) fn kubelet_config(o: &Options) -> Value {
+/// The `kubeletconfig` object of `/configz`; `runtime_endpoint` is the CRI endpoint
+/// oxlet connected to (its managed containerd's when it chose one).
+pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
     let mut enforce = Vec::new();
     let e = &o.enforce_node_allocatable;
     if e.pods {
@@ -53,7 +84,7 @@ pub(crate) fn kubelet_config(o: &Options) -> Value {
         .eviction_hard
         .0
         .iter()
-        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
+        .map(|(s, v)| (s.as_str().to_string(), json!(threshold(*v))))
         .collect();
     let cgroup = |n: &crate::cm::name::CgroupName| json!(n.to_cgroupfs().unwrap_or_default());
     let mut m = Map::new();
@@ -61,10 +92,7 @@ pub(crate) fn kubelet_config(o: &Options) -> Value {
         "staticPodPath".into(),
         json!(path(o.static_pod_path.as_ref())),
     );
-    m.insert(
-        "containerRuntimeEndpoint".into(),
-        json!(o.container_runtime_endpoint),
-    );
+    m.insert("containerRuntimeEndpoint".into(), json!(runtime_endpoint));
     m.insert(
         "podLogsDir".into(),
         json!(o.pod_logs_dir.display().to_string()),
@@ -107,7 +135,7 @@ pub(crate) fn kubelet_config(o: &Options) -> Value {
     m.insert("enforceNodeAllocatable".into(), json!(enforce));
     m.insert(
         "containerLogMaxSize".into(),
-        json!(o.container_log_max_size.to_string()),
+        json!(quantity(o.container_log_max_size)),
     );
     m.insert(
         "containerLogMaxFiles".into(),
@@ -215,7 +243,7 @@ mod tests {
         ]);
         let mut o = o;
         o.max_parallel_image_pulls = Some(2);
-        let v = kubelet_config(&o);
+        let v = kubelet_config(&o, "unix:///managed/containerd.sock");
         let c = v["kubeletconfig"].as_object().unwrap();
         let fields: Vec<&str> = SETTINGS.iter().filter_map(|s| s.field).collect();
         for f in &fields {
@@ -230,14 +258,28 @@ mod tests {
         assert!(!c.contains_key("kind") && !c.contains_key("apiVersion"));
         assert_eq!(c["maxPods"], 42);
         assert_eq!(c["syncFrequency"], "1m0s");
-        assert_eq!(
-            c["kubeReserved"],
-            json!({"cpu": "100m", "memory": "1048576"})
-        );
+        assert_eq!(c["kubeReserved"], json!({"cpu": "100m", "memory": "1Mi"}));
         assert_eq!(c["kubeReservedCgroup"], "/kube");
-        // Quantities are written in bytes (kubelet echoes the text it was given).
-        assert_eq!(c["evictionHard"]["memory.available"], "104857600");
+        // Quantities in their binary-suffix form (kubelet echoes the text it was given).
+        assert_eq!(c["evictionHard"]["memory.available"], "100Mi");
         assert_eq!(c["evictionHard"]["nodefs.available"], "10%");
+        assert_eq!(c["containerLogMaxSize"], "10Mi");
         assert_eq!(c["enforceNodeAllocatable"], json!(["pods"]));
+        // The endpoint connected to, not the flag's default.
+        assert_eq!(
+            c["containerRuntimeEndpoint"],
+            "unix:///managed/containerd.sock"
+        );
+    }
+
+    #[test]
+    fn quantities_take_the_largest_exact_binary_suffix() {
+        assert_eq!(quantity(200 << 20), "200Mi");
+        assert_eq!(quantity(10 << 20), "10Mi");
+        assert_eq!(quantity(1 << 30), "1Gi");
+        assert_eq!(quantity(1536), "1536");
+        assert_eq!(quantity(1500), "1500");
+        assert_eq!(quantity(0), "0");
+        assert_eq!(quantity(3 << 10), "3Ki");
     }
 }

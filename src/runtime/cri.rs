@@ -308,10 +308,10 @@ impl CriRead for RemoteRuntime {
         Box::pin(async move {
             let mut c = self.runtime.clone();
             let req = cri::ListContainerStatsRequest { filter };
-            let resp = self
+            Ok(self
                 .call("ListContainerStats", c.list_container_stats(req))
-                .await?;
-            Ok(resp.stats)
+                .await?
+                .stats)
         })
     }
 }

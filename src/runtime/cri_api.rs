@@ -45,12 +45,9 @@ pub(crate) trait CriRead: Send + Sync {
     fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>>;
     /// Every image the runtime has (`ListImages`), for the image GC.
     fn list_images(&self) -> CriFuture<'_, Vec<cri::Image>>;
-    /// The containers' stats (`ListContainerStats`): the eviction manager reads each
-    /// one's writable layer for ephemeral-storage limits.
-    #[cfg_attr(
-        not(test),
-        allow(dead_code, reason = "read by the eviction manager (issue 12)")
-    )]
+    /// The containers' stats (`ListContainerStats`): the metric advisor reads each
+    /// container's writable layer for the summary's `rootfs`, the eviction manager for
+    /// ephemeral-storage limits.
     fn list_container_stats(
         &self,
         filter: Option<cri::ContainerStatsFilter>,

@@ -53,6 +53,8 @@ struct Container {
     finished: Option<Instant>,
     exit_code: i32,
     reason: String,
+    /// The writable layer's (bytes, inodes) `ListContainerStats` reports; None: unknown.
+    writable_layer: Option<(u64, u64)>,
 }
 
 /// "The next `times` calls of `call` (whose pod name contains `pod`) fail with `code`."
@@ -82,8 +84,6 @@ struct Inner {
     pull_delay: Duration,
     pulls_in_flight: usize,
     max_pulls_in_flight: usize,
-    /// Container ID → its writable layer's bytes, as `ListContainerStats` reports it.
-    writable_layers: HashMap<String, u64>,
 }
 
 /// Counts a pull as in flight until it ends or is dropped.
@@ -282,12 +282,6 @@ impl FakeRuntime {
         ids
     }
 
-    /// Sets the writable layer bytes `ListContainerStats` reports for container `id`.
-    #[cfg(test)]
-    pub(crate) fn set_writable_layer(&self, id: &str, bytes: u64) {
-        self.lock().writable_layers.insert(id.to_string(), bytes);
-    }
-
     /// The next `times` calls of `call` (a CRI method name such as "CreateContainer")
     /// fail with `code`; with `pod`, only calls about a pod whose name contains it.
     pub(crate) fn fail_next(
@@ -374,6 +368,13 @@ impl FakeRuntime {
             .as_ref()?
             .resources
             .clone()
+    }
+
+    /// Sets the writable layer `ListContainerStats` reports for a container.
+    pub(crate) fn set_writable_layer(&self, id: &str, bytes: u64, inodes: u64) {
+        if let Some(c) = self.lock().containers.get_mut(id) {
+            c.writable_layer = Some((bytes, inodes));
+        }
     }
 
     /// The running container exits with `code` (reason "Completed" or "Error").
@@ -607,7 +608,8 @@ impl CriRead for FakeRuntime {
         }))
     }
 
-    /// Each container's attributes, and its writable layer when a test set one.
+    /// Each matching container with its writable layer when one was set
+    /// ([`FakeRuntime::set_writable_layer`]).
     fn list_container_stats(
         &self,
         filter: Option<cri::ContainerStatsFilter>,
@@ -615,7 +617,7 @@ impl CriRead for FakeRuntime {
         let mut inner = self.lock();
         let res = inner.enter("ListContainerStats", String::new(), String::new());
         let f = filter.unwrap_or_default();
-        let stats = inner
+        let items = inner
             .containers
             .iter()
             .filter(|(id, c)| {
@@ -630,17 +632,20 @@ impl CriRead for FakeRuntime {
                     labels: c.config.labels.clone(),
                     annotations: c.config.annotations.clone(),
                 }),
-                writable_layer: inner
-                    .writable_layers
-                    .get(id)
-                    .map(|&b| cri::FilesystemUsage {
-                        used_bytes: Some(cri::UInt64Value { value: b }),
+                writable_layer: c
+                    .writable_layer
+                    .map(|(bytes, inodes)| cri::FilesystemUsage {
+                        fs_id: Some(cri::FilesystemIdentifier {
+                            mountpoint: "/".into(),
+                        }),
+                        used_bytes: Some(cri::UInt64Value { value: bytes }),
+                        inodes_used: Some(cri::UInt64Value { value: inodes }),
                         ..Default::default()
                     }),
                 ..Default::default()
             })
             .collect();
-        ready(res.map(|()| stats))
+        ready(res.map(|()| items))
     }
 }
 
@@ -797,6 +802,7 @@ impl Cri for FakeRuntime {
                 finished: None,
                 exit_code: 0,
                 reason: String::new(),
+                writable_layer: None,
             },
         );
         ready(Ok(id))

@@ -94,27 +94,32 @@ async fn predictions(State(v): State<Views>) -> axum::response::Response {
     }
 }
 
-async fn metrics() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+async fn metrics(headers: header::HeaderMap) -> axum::response::Response {
+    crate::metrics::http::exposition(
+        &headers,
+        crate::metrics::CONTENT_TYPE,
         crate::metrics::render_kubelet(),
     )
 }
 
-async fn probe_metrics() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
+async fn probe_metrics(headers: header::HeaderMap) -> axum::response::Response {
+    crate::metrics::http::exposition(
+        &headers,
+        crate::metrics::CONTENT_TYPE,
         crate::metrics::render_probes(),
     )
 }
 
 /// `/debug/koord/metrics`: one aggregation of the metric cache (see
-/// [`crate::koord::advisor::debug_query`]); a bad parameter is a 400 naming it.
+/// [`crate::koord::advisor::debug_query`]); a bad or unknown parameter is a 400
+/// naming it.
 async fn koord_metrics(
     State(v): State<Views>,
-    axum::extract::Query(q): axum::extract::Query<crate::koord::advisor::DebugQuery>,
+    axum::extract::Query(pairs): axum::extract::Query<Vec<(String, String)>>,
 ) -> axum::response::Response {
-    match crate::koord::advisor::debug_query(&v.cache, &q) {
+    let answer = crate::koord::advisor::DebugQuery::from_pairs(&pairs)
+        .and_then(|q| crate::koord::advisor::debug_query(&v.cache, &q));
+    match answer {
         Ok(json) => (
             [(header::CONTENT_TYPE, "application/json")],
             json.to_string(),
@@ -124,6 +129,15 @@ async fn koord_metrics(
     }
 }
 
+/// Any method but GET (and HEAD) on a GET-only endpoint, as kubelet answers it.
+async fn get_only() -> impl IntoResponse {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "GET")],
+        "Method Not Allowed",
+    )
+}
+
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -131,12 +145,12 @@ async fn not_found() -> impl IntoResponse {
 /// The read-only API router.
 pub(crate) fn read_only_router(views: Views) -> Router {
     Router::new()
-        .route("/pods", get(pods))
-        .route("/pods/", get(pods))
+        .route("/pods", get(pods).fallback(get_only))
+        .route("/pods/", get(pods).fallback(get_only))
         // Issue 13 item 3: kubelet's stats and debugging endpoints.
         .route("/stats/summary", get(stats::summary).post(stats::summary))
         .route("/metrics/resource", get(stats::resource))
-        .route("/runningpods/", get(stats::running_pods))
+        .route("/runningpods/", get(stats::running_pods).fallback(get_only))
         .route("/configz", get(stats::configz))
         // Issue 13 part D: prediction.
         .route("/stats/predictions", get(predictions))

@@ -22,17 +22,13 @@ fn pretty<T: Serialize>(v: &T) -> Vec<u8> {
     out
 }
 
-/// `only_cpu_and_memory` counts only as one value, exactly `true` (kubelet's check).
+/// `only_cpu_and_memory` is on when its first value is exactly `true` (go-restful's
+/// `QueryParameter` reads the first; later repeats are ignored).
 fn only_cpu_and_memory(query: Option<&str>) -> bool {
-    let values: Vec<&str> = query
-        .unwrap_or_default()
-        .split('&')
-        .filter_map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (k == "only_cpu_and_memory").then_some(v)
-        })
-        .collect();
-    values == ["true"]
+    query.unwrap_or_default().split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == "only_cpu_and_memory").then_some(v)
+    }) == Some("true")
 }
 
 pub(super) async fn summary(State(v): State<Views>, RawQuery(q): RawQuery) -> Response {
@@ -47,16 +43,16 @@ pub(super) async fn summary(State(v): State<Views>, RawQuery(q): RawQuery) -> Re
     ([(header::CONTENT_TYPE, "application/json")], pretty(&s)).into_response()
 }
 
-pub(super) async fn resource(State(v): State<Views>) -> Response {
+pub(super) async fn resource(State(v): State<Views>, headers: header::HeaderMap) -> Response {
     let summary = v
         .readings
         .get()
         .map(|snap| build::summary(&snap, &v.volumes, true));
-    (
-        [(header::CONTENT_TYPE, resource_metrics::CONTENT_TYPE)],
+    crate::metrics::http::exposition(
+        &headers,
+        resource_metrics::CONTENT_TYPE,
         resource_metrics::render(summary.as_ref()),
     )
-        .into_response()
 }
 
 /// A v1 PodList of the running pods with only names, UIDs and containers' names and
@@ -108,14 +104,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_exactly_one_true_selects_cpu_and_memory() {
-        assert!(only_cpu_and_memory(Some("only_cpu_and_memory=true")));
-        assert!(only_cpu_and_memory(Some("a=b&only_cpu_and_memory=true")));
+    fn the_first_value_exactly_true_selects_cpu_and_memory() {
+        for q in [
+            "only_cpu_and_memory=true",
+            "a=b&only_cpu_and_memory=true",
+            "only_cpu_and_memory=true&only_cpu_and_memory=false",
+            "only_cpu_and_memory=true&only_cpu_and_memory=true",
+        ] {
+            assert!(only_cpu_and_memory(Some(q)), "{q}");
+        }
         for q in [
             None,
             Some("only_cpu_and_memory=True"),
             Some("only_cpu_and_memory=1"),
-            Some("only_cpu_and_memory=true&only_cpu_and_memory=true"),
+            Some("only_cpu_and_memory=false&only_cpu_and_memory=true"),
             Some("only_cpu_and_memory"),
         ] {
             assert!(!only_cpu_and_memory(q), "{q:?}");

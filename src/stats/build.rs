@@ -6,10 +6,14 @@
 
 use std::time::SystemTime;
 
-use super::readings::{CgroupReading, FsReading, Pressure, Psi, Snapshot};
+use super::readings::{
+    CgroupReading, FsReading, InterfaceReading, NetworkReading, NodeReading, Pressure, Psi,
+    Snapshot, SystemContainerReading,
+};
 use super::summary::{
-    ContainerStats, CpuStats, FsStats, IoStats, MemoryStats, NodeStats, PodReference, PodStats,
-    PsiData, PsiStats, RlimitStats, RuntimeStats, Summary, Time, VolumeStats,
+    ContainerStats, CpuStats, FsStats, InterfaceStats, IoStats, MemoryStats, NetworkStats,
+    NodeStats, PodReference, PodStats, PsiData, PsiStats, RlimitStats, RuntimeStats, Summary, Time,
+    VolumeStats,
 };
 use super::volumes::{PodUsage, Usage, VolumeUsage};
 
@@ -28,19 +32,14 @@ pub(crate) fn summary(
         system_containers: n
             .system_containers
             .iter()
-            .map(|(name, cg)| ContainerStats {
-                name: name.clone(),
-                start_time: Time::from_system(n.started_at),
-                cpu: cpu(cg),
-                memory: memory(cg, None),
-                ..ContainerStats::default()
-            })
+            .map(|c| system_container(n, c))
             .collect(),
         start_time: Time::from_system(n.started_at),
         cpu: cpu(&n.cgroup),
         memory: memory(&n.cgroup, Some(n.memory_capacity_bytes)),
         io: io(&n.cgroup),
         fs: n.fs.as_ref().map(fs),
+        network: n.network.as_ref().map(network),
         runtime: n.image_fs.as_ref().map(|f| RuntimeStats {
             image_fs: Some(fs(f)),
             container_fs: Some(fs(f)),
@@ -123,6 +122,44 @@ pub(crate) fn summary(
     Summary { node, pods }
 }
 
+/// A system container: its cgroup's CPU and memory, started when its cgroup was made
+/// (the boot time when that is unknown).
+fn system_container(n: &NodeReading, c: &SystemContainerReading) -> ContainerStats {
+    ContainerStats {
+        name: c.name.clone(),
+        start_time: Time::from_system(c.created_at.unwrap_or(n.started_at)),
+        cpu: cpu(&c.cgroup),
+        memory: memory(&c.cgroup, None),
+        ..ContainerStats::default()
+    }
+}
+
+fn interface(i: &InterfaceReading) -> InterfaceStats {
+    InterfaceStats {
+        name: i.name.clone(),
+        rx_bytes: Some(i.rx_bytes),
+        rx_errors: Some(i.rx_errors),
+        tx_bytes: Some(i.tx_bytes),
+        tx_errors: Some(i.tx_errors),
+    }
+}
+
+/// The host's interfaces, the default-route one also inline (kubelet's
+/// `cadvisorInfoToNetworkStats`; inline stays empty without a default route).
+fn network(r: &NetworkReading) -> NetworkStats {
+    let interfaces: Vec<InterfaceStats> = r.interfaces.iter().map(interface).collect();
+    let default = r
+        .default
+        .as_deref()
+        .and_then(|d| interfaces.iter().find(|i| i.name == d).cloned())
+        .unwrap_or_default();
+    NetworkStats {
+        time: Time::from_system(r.time),
+        default,
+        interfaces,
+    }
+}
+
 /// kubelet's `GetCPUAndMemoryStats` shape.
 fn cpu_and_memory(snap: &Snapshot) -> Summary {
     let n = &snap.node;
@@ -131,13 +168,7 @@ fn cpu_and_memory(snap: &Snapshot) -> Summary {
         system_containers: n
             .system_containers
             .iter()
-            .map(|(name, cg)| ContainerStats {
-                name: name.clone(),
-                start_time: Time::from_system(n.started_at),
-                cpu: cpu(cg),
-                memory: memory(cg, None),
-                ..ContainerStats::default()
-            })
+            .map(|c| system_container(n, c))
             .collect(),
         start_time: Time::from_system(n.started_at),
         cpu: cpu(&n.cgroup),
@@ -406,7 +437,31 @@ pub(crate) mod tests {
                 image_fs: Some(fsr(200)),
                 max_pid: Some(4_194_304),
                 processes: Some(321),
-                system_containers: vec![("pods".into(), cg(1_700_000_001, 5, 6))],
+                system_containers: vec![SystemContainerReading {
+                    name: "pods".into(),
+                    created_at: Some(at(1_650_000_000)),
+                    cgroup: cg(1_700_000_001, 5, 6),
+                }],
+                network: Some(NetworkReading {
+                    time: at(1_700_000_001),
+                    default: Some("eth0".into()),
+                    interfaces: vec![
+                        InterfaceReading {
+                            name: "cni0".into(),
+                            rx_bytes: 1,
+                            rx_errors: 0,
+                            tx_bytes: 2,
+                            tx_errors: 0,
+                        },
+                        InterfaceReading {
+                            name: "eth0".into(),
+                            rx_bytes: 100,
+                            rx_errors: 1,
+                            tx_bytes: 200,
+                            tx_errors: 2,
+                        },
+                    ],
+                }),
             },
             pods: vec![PodReading {
                 uid: "u1".into(),
@@ -458,6 +513,24 @@ pub(crate) mod tests {
         assert_eq!(node["rlimit"]["maxpid"], 4_194_304);
         assert_eq!(node["rlimit"]["curproc"], 321);
         assert_eq!(node["systemContainers"][0]["name"], "pods");
+        // The cgroup's own time, not the boot time.
+        assert_eq!(
+            node["systemContainers"][0]["startTime"],
+            "2022-04-15T05:20:00Z"
+        );
+        // The default-route interface inline, every interface listed.
+        let net = &node["network"];
+        assert_eq!(net["time"], "2023-11-14T22:13:21Z");
+        assert_eq!(
+            (&net["name"], &net["rxBytes"], &net["rxErrors"]),
+            (&"eth0".into(), &100.into(), &1.into())
+        );
+        assert_eq!(
+            (&net["txBytes"], &net["txErrors"]),
+            (&200.into(), &2.into())
+        );
+        assert_eq!(net["interfaces"].as_array().unwrap().len(), 2);
+        assert_eq!(net["interfaces"][0]["name"], "cni0");
         assert!(node.get("io").is_none() && node.get("swap").is_none());
         let pod = &v["pods"][0];
         assert_eq!(
@@ -497,6 +570,7 @@ pub(crate) mod tests {
                 container_logs: vec![("app".into(), u(8192, 2)), ("side".into(), u(4096, 2))],
                 pod_logs: u(0, 0),
                 etc_hosts: Some(u(4096, 1)),
+                ..PodUsage::default()
             },
         );
         let s = summary(&snapshot(), &volumes, false);

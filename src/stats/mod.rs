@@ -3,6 +3,7 @@
 //! served.
 
 pub(crate) mod build;
+pub(crate) mod log_metrics;
 pub(crate) mod readings;
 pub(crate) mod resource_metrics;
 pub(crate) mod summary;

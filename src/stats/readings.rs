@@ -91,6 +91,35 @@ pub(crate) struct FsReading {
     pub inodes_used: Option<u64>,
 }
 
+/// One network interface's cumulative counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct InterfaceReading {
+    pub name: String,
+    pub rx_bytes: u64,
+    pub rx_errors: u64,
+    pub tx_bytes: u64,
+    pub tx_errors: u64,
+}
+
+/// The host's network interfaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NetworkReading {
+    pub time: SystemTime,
+    /// The interface holding the default route, if any.
+    pub default: Option<String>,
+    pub interfaces: Vec<InterfaceReading>,
+}
+
+/// One of kubelet's system containers (`pods`, `kubelet`, `runtime`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SystemContainerReading {
+    pub name: String,
+    /// The cgroup directory's modification time, the oldest over its hierarchies
+    /// (cAdvisor's creation time for a raw cgroup).
+    pub created_at: Option<SystemTime>,
+    pub cgroup: CgroupReading,
+}
+
 /// One running container.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ContainerReading {
@@ -141,7 +170,9 @@ pub(crate) struct NodeReading {
     pub processes: Option<u64>,
     /// kubelet's system containers that exist here, by kubelet's names (`pods`,
     /// `kubelet`, `runtime`).
-    pub system_containers: Vec<(String, CgroupReading)>,
+    pub system_containers: Vec<SystemContainerReading>,
+    /// The host's interfaces, when `/proc/net/dev` could be read.
+    pub network: Option<NetworkReading>,
 }
 
 /// One round of the advisor.

@@ -50,6 +50,9 @@ impl Usage {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct PodUsage {
     pub time: Option<SystemTime>,
+    /// The pod's namespace and name (the log metric's labels).
+    pub namespace: String,
+    pub name: String,
     /// Per volume name, the disk-backed volumes that exist.
     pub volumes: Vec<(String, Usage)>,
     /// Per container name, its log directory.
@@ -104,6 +107,16 @@ impl VolumeUsage {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(uid)
             .cloned()
+    }
+
+    /// Every pod's latest usage, by UID (at most one entry per managed pod).
+    pub(crate) fn all(&self) -> Vec<(String, Arc<PodUsage>)> {
+        self.pods
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(uid, u)| (uid.clone(), u.clone()))
+            .collect()
     }
 
     /// Sets a pod's usage directly (unit tests of the readers).
@@ -174,6 +187,8 @@ fn measure_pod(pod: &Pod, dirs: &Dirs, round_left: &mut usize) -> Result<PodUsag
     };
     let mut usage = PodUsage {
         time: Some(SystemTime::now()),
+        namespace: ns.to_string(),
+        name: name.to_string(),
         ..PodUsage::default()
     };
     let pod_dev = std::fs::symlink_metadata(&pod_dir).ok().map(|m| m.dev());

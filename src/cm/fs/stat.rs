@@ -281,6 +281,19 @@ impl CgroupTree {
         }
     }
 
+    /// When the cgroup `rel` was made, as cAdvisor tells it for a raw cgroup: the
+    /// oldest modification time of its directory over the hierarchies that have it
+    /// (a cgroup directory's mtime changes only when a child is made or removed, so
+    /// for kubelet's long-lived system cgroups it is close to creation). None when
+    /// no hierarchy has it.
+    pub(crate) fn created(&self, rel: &str) -> Option<SystemTime> {
+        self.hierarchies()
+            .iter()
+            .filter_map(|h| dir_of(self, h, rel).ok())
+            .filter_map(|d| std::fs::symlink_metadata(d).ok()?.modified().ok())
+            .min()
+    }
+
     /// The pressure files of `rel` (read apart from [`CgroupTree::stats`]: koordlet
     /// reads PSI every 10 s, usage every second). v2: `<cgroup>/*.pressure`; v1: only
     /// some kernels (Anolis) put them in `cpuacct`, elsewhere every part is `None`.

@@ -678,3 +678,23 @@ fn memory_threshold_files_refuse_v2_missing_cgroups_and_symlinks() {
     let e = tree.memory_threshold_files("kubepods").unwrap_err();
     assert!(e.to_string().contains("cgroup.event_control"), "{e}");
 }
+
+#[test]
+fn a_cgroup_was_created_at_its_oldest_directory_mtime() {
+    use std::time::{Duration, SystemTime};
+    let (dir, tree) = v1_tree();
+    assert_eq!(tree.created("kubepods"), None, "no hierarchy has it");
+    let old = SystemTime::UNIX_EPOCH + Duration::from_secs(1_650_000_000);
+    let newer = old + Duration::from_secs(3600);
+    for (h, t) in [("memory", newer), ("cpu,cpuacct", old)] {
+        let d = dir.path().join(h).join("kubepods");
+        fs::create_dir(&d).unwrap();
+        fs::File::open(&d).unwrap().set_modified(t).unwrap();
+    }
+    assert_eq!(tree.created("kubepods"), Some(old));
+    let (dir2, tree2) = v2_tree("cpu memory");
+    let d = dir2.path().join("kubepods");
+    fs::create_dir(&d).unwrap();
+    fs::File::open(&d).unwrap().set_modified(newer).unwrap();
+    assert_eq!(tree2.created("kubepods"), Some(newer));
+}

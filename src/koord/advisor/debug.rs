@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label, now_ms};
 
 /// The longest window asked for: the cache's retention.
@@ -29,7 +27,7 @@ const KINDS: [MetricKind; 13] = [
 ];
 
 /// The query string.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct DebugQuery {
     pub kind: String,
     pub pod_uid: Option<String>,
@@ -42,15 +40,65 @@ pub(crate) struct DebugQuery {
     pub window: Option<String>,
 }
 
+/// The query keys understood; any other is refused, so a typo (`pod=`) is not
+/// silently answered with the aggregate over every series.
+const KEYS: [&str; 7] = [
+    "kind",
+    "pod_uid",
+    "container_id",
+    "psi_resource",
+    "psi_degree",
+    "agg",
+    "window",
+];
+
+/// The aggregations, by their query names.
+const AGGS: [&str; 7] = ["avg", "p50", "p90", "p95", "p99", "last", "count"];
+
 /// A query that cannot be answered as asked, naming the parameter.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum DebugQueryError {
-    #[error("kind: {0:?} is not a metric kind")]
+    #[error("{0:?} is not a query parameter; valid: {valid}", valid = KEYS.join(", "))]
+    UnknownKey(String),
+    #[error("kind: {0:?} is not a metric kind; valid: {valid}", valid = kind_names())]
     Kind(String),
-    #[error("agg: {0:?} is not one of avg, p50, p90, p95, p99, last, count")]
+    #[error("agg: {0:?} is not one of {valid}", valid = AGGS.join(", "))]
     Agg(String),
     #[error("window: {0:?} is not a duration of at most 30m (e.g. 5s, 1m)")]
     Window(String),
+}
+
+fn kind_names() -> String {
+    KINDS.map(MetricKind::name).join(", ")
+}
+
+impl DebugQuery {
+    /// The query from its decoded `key=value` pairs; an unknown key is an error
+    /// naming it. A repeated key keeps its first value (Go's `Query().Get`).
+    pub(crate) fn from_pairs(pairs: &[(String, String)]) -> Result<DebugQuery, DebugQueryError> {
+        let mut q = DebugQuery::default();
+        let mut seen = [false; KEYS.len()];
+        for (k, v) in pairs {
+            let i = KEYS
+                .iter()
+                .position(|known| known == k)
+                .ok_or_else(|| DebugQueryError::UnknownKey(k.clone()))?;
+            if std::mem::replace(&mut seen[i], true) {
+                continue;
+            }
+            let v = v.clone();
+            match i {
+                0 => q.kind = v,
+                1 => q.pod_uid = Some(v),
+                2 => q.container_id = Some(v),
+                3 => q.psi_resource = Some(v),
+                4 => q.psi_degree = Some(v),
+                5 => q.agg = Some(v),
+                _ => q.window = Some(v),
+            }
+        }
+        Ok(q)
+    }
 }
 
 fn parse_agg(s: &str) -> Option<Aggregation> {

@@ -12,6 +12,7 @@
 #[doc(hidden)]
 pub mod bench;
 mod debug;
+mod network;
 mod node;
 mod perf;
 mod pods;
@@ -39,7 +40,8 @@ pub(crate) use pods::{ManagedPods, PodCollector, PodTarget, TargetLister};
 
 use crate::koord::metriccache::{MetricCache, Sample, now_ms};
 use crate::stats::readings::{
-    CgroupReading, FsReading, LatestReadings, NodeReading, PodReading, Pressure, Snapshot,
+    CgroupReading, FsReading, LatestReadings, NetworkReading, NodeReading, PodReading, Pressure,
+    Snapshot, SystemContainerReading,
 };
 
 /// koordlet's `CollectResUsedInterval`: node, pod and system usage.
@@ -87,7 +89,9 @@ pub(crate) struct Shared {
     pub processes: Option<u64>,
     pub facts: NodeFacts,
     /// kubelet's system containers (`pods`).
-    pub system_containers: Vec<(String, CgroupReading)>,
+    pub system_containers: Vec<SystemContainerReading>,
+    /// The host's network interfaces, this round.
+    pub network: Option<NetworkReading>,
     /// The pods with their cgroups, from the pod collector's last round.
     pub pods: Vec<PodReading>,
     /// Σ pod CPU cores and memory bytes of this round (for the system part).
@@ -100,6 +104,8 @@ pub(crate) struct Shared {
     pub node_pressure: Pressure,
     pub fs: Option<FsReading>,
     pub image_fs: Option<FsReading>,
+    /// Each container's writable layer by ID, from the storage collector's last round.
+    pub container_rootfs: HashMap<String, FsReading>,
     /// This round's samples, appended to the cache at its end.
     pub samples: Vec<Sample>,
 }
@@ -326,6 +332,7 @@ impl Advisor {
                 max_pid: s.facts.pid_max,
                 processes: s.processes,
                 system_containers: s.system_containers.clone(),
+                network: s.network.clone(),
             },
             pods,
         }

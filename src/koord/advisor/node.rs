@@ -13,7 +13,7 @@ use super::rate::RateTracker;
 use super::{CollectFuture, Collector, NODE_INFO_INTERVAL, RES_USED_INTERVAL, Shared};
 use crate::cm::fs::CgroupTree;
 use crate::koord::metriccache::{MetricKind, now_ms};
-use crate::stats::readings::{CgroupReading, CpuReading, MemoryReading};
+use crate::stats::readings::{CgroupReading, CpuReading, MemoryReading, SystemContainerReading};
 
 /// Node CPU in cores from two `/proc/stat` readings `elapsed` apart.
 pub(crate) fn cpu_cores(
@@ -145,9 +145,16 @@ impl Collector for NodeCollector {
             if let Some(path) = self.kubepods.clone()
                 && let Some(r) = self.cgroup("pods", &path)
             {
-                shared.system_containers.push(("pods".to_string(), r));
+                shared.system_containers.push(SystemContainerReading {
+                    name: "pods".to_string(),
+                    created_at: self.tree.created(&path),
+                    cgroup: r,
+                });
             }
             self.rates.end_round();
+            shared.network = super::network::read(&self.proc_root)
+                .inspect_err(|e| debug!(error = %e, "metric advisor: network not read"))
+                .ok();
             shared.processes = procfs::read_parsed(
                 &self.proc_root.join("loadavg"),
                 procfs::parse_loadavg_tasks,

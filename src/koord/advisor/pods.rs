@@ -231,7 +231,7 @@ impl PodCollector {
                         name: c.name.clone(),
                         created_at: c.created_at,
                         cgroup: r,
-                        rootfs: None,
+                        rootfs: shared.container_rootfs.get(&c.id).cloned(),
                         logs: None,
                     });
                 }

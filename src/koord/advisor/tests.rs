@@ -317,6 +317,46 @@ fn debug_query_aggregates_and_names_bad_parameters() {
     );
 }
 
+#[test]
+fn debug_query_refuses_unknown_keys_and_lists_valid_values() {
+    let pairs = |kv: &[(&str, &str)]| -> Vec<(String, String)> {
+        kv.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()
+    };
+    let err = DebugQuery::from_pairs(&pairs(&[("kind", "pod_cpu_usage"), ("pod", "x")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("\"pod\" is not a query parameter"), "{err}");
+    assert!(err.contains("pod_uid") && err.contains("window"), "{err}");
+    let q = DebugQuery::from_pairs(&pairs(&[
+        ("kind", "pod_cpu_usage"),
+        ("pod_uid", "u1"),
+        ("pod_uid", "u2"),
+        ("agg", "avg"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        (q.kind.as_str(), q.pod_uid.as_deref(), q.agg.as_deref()),
+        ("pod_cpu_usage", Some("u1"), Some("avg"))
+    );
+    let cache = MetricCache::default();
+    let bad_kind = DebugQuery {
+        kind: "nope".into(),
+        ..DebugQuery::default()
+    };
+    let err = debug_query(&cache, &bad_kind).unwrap_err().to_string();
+    assert!(
+        err.contains("node_cpu_usage") && err.contains("container_psi"),
+        "{err}"
+    );
+    let bad_agg = DebugQuery {
+        kind: "pod_cpu_usage".into(),
+        agg: Some("median".into()),
+        ..DebugQuery::default()
+    };
+    let err = debug_query(&cache, &bad_agg).unwrap_err().to_string();
+    assert!(err.contains("p95") && err.contains("count"), "{err}");
+}
+
 #[tokio::test]
 async fn a_round_publishes_a_snapshot_and_node_samples() {
     // The real procfs and the real cgroup mount, no pods: the node part must be there.

@@ -247,6 +247,12 @@ pub(crate) static SETTINGS: &[Setting] = &[
     // Issue 13 part D: koordlet's peak prediction (its flag for the directory).
     row("enable-prediction", None, Bool, "true", "true|false", "Train koordlet's peak prediction models from the metric cache and serve /stats/predictions", |o, i| parse_bool(i.text).map(|b| o.prediction = b)),
     row("prediction-checkpoint-filepath", None, Path, "", "PATH", "Directory of the prediction models' checkpoints (empty: <root-dir>/prediction-checkpoints)", |o, i| { o.prediction_checkpoint_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    // Issue 12 (P1): the eviction manager's settings beyond evictionHard; the grace periods after the soft thresholds (their check reads them).
+    row("eviction-soft", Some("evictionSoft"), Map('<'), "", "SIGNAL<VALUE,...", "Soft eviction thresholds, acted on after their grace period", |o, i| Thresholds::parse(map_pairs(i.text, '<')?).map(|t| o.eviction_soft = t).map_err(|e| InvalidValue(e.to_string()))),
+    row("eviction-soft-grace-period", Some("evictionSoftGracePeriod"), Map('='), "", "SIGNAL=DURATION,...", "How long each soft threshold must hold before a pod is evicted", set_eviction_soft_grace),
+    row("eviction-minimum-reclaim", Some("evictionMinimumReclaim"), Map('='), "", "SIGNAL=VALUE,...", "How far above its threshold a signal must get back before the threshold counts as resolved", |o, i| crate::eviction::config::parse_min_reclaim(map_pairs(i.text, '=')?).map(|m| o.eviction_minimum_reclaim = m).map_err(|e| InvalidValue(e.to_string()))),
+    row("eviction-pressure-transition-period", Some("evictionPressureTransitionPeriod"), Duration, "5m0s", "DURATION", "How long a pressure condition stays True after its threshold was last met", |o, i| parse_duration(i.text)?.to_std().map(|d| o.eviction_pressure_transition_period = d).ok_or_else(|| "must not be negative".into())),
+    row("eviction-max-pod-grace-period", Some("evictionMaxPodGracePeriod"), Int, "0", "SECONDS", "Longest grace period given to a pod evicted for a soft threshold", |o, i| parse_int(i.text).map(|n| o.eviction_max_pod_grace_period = n)),
 ];
 
 /// Checks the file now, so a bad one stops the agent with its field and reason.
@@ -426,6 +432,17 @@ fn reserved(text: &str) -> Result<Reserved, InvalidValue> {
 fn set_eviction_hard(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     o.eviction_hard =
         Thresholds::parse(map_pairs(i.text, '<')?).map_err(|e| InvalidValue(e.to_string()))?;
+    Ok(())
+}
+
+/// kubelet's rule: each soft threshold has a grace period and each grace period a
+/// soft threshold.
+fn set_eviction_soft_grace(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let g = crate::eviction::config::parse_grace_periods(map_pairs(i.text, '=')?)
+        .map_err(|e| InvalidValue(e.to_string()))?;
+    crate::eviction::config::check_soft(&o.eviction_soft, &g)
+        .map_err(|e| InvalidValue(e.to_string()))?;
+    o.eviction_soft_grace_period = g;
     Ok(())
 }
 

@@ -143,3 +143,46 @@ async fn memory_pressure_evicts_best_effort_first_never_static_and_refuses_best_
     assert_eq!(phase(&st), "Running");
     assert!(ox.log().contains("cannot evict a critical pod"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soft_threshold_raises_pressure_at_once_but_evicts_nothing_before_its_grace() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
+    server.put(&api_pod("be", NODE, "sleep 3600", 1)).unwrap();
+    let mut ox = Oxlet::new(&bed);
+    ox.env
+        .push(("OXLET_TEST_EVICTION_PERIOD_MS".into(), "1000".into()));
+    ox.spawn(&[
+        &format!("--kubeconfig={}", server.kubeconfig().display()),
+        "--eviction-hard=",
+        &format!("--eviction-soft=memory.available<{}", threshold()),
+        "--eviction-soft-grace-period=memory.available=1h",
+    ]);
+    let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
+    let t = Instant::now();
+    loop {
+        let body = ox.get("/debug/eviction").await.map(|(_, b)| b);
+        if body
+            .as_deref()
+            .is_some_and(|b| b.contains("MemoryPressure"))
+        {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{body:?}\n{}",
+            tail(&ox.log(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Several cycles under the soft threshold: the pod keeps running.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let be = pods.get("be").await.unwrap();
+    assert_ne!(phase(&be), "Failed", "{:?}", be.status);
+    assert!(
+        !ox.log().contains("evicting pod"),
+        "{}",
+        tail(&ox.log(), 40)
+    );
+}

@@ -361,6 +361,8 @@ pub(crate) async fn start(
     let prediction = spawn_prediction(opts, &metric_cache, &pods, &statuses, &allocatable, tasks);
     let health = Arc::new(RuntimeHealth::default());
     health.set(true);
+    // Issue 12: the eviction manager sets it; admission and the node status read it.
+    let pressure = Arc::new(crate::status::node::conditions::PressureSource::default());
     let runtime_health = health.clone();
 
     // Sources → merger → sync loop. A source is restarted if it ends; the merger and
@@ -491,7 +493,12 @@ pub(crate) async fn start(
         pleg: pleg_stats.clone(),
         health,
         resync: opts.sync_frequency,
-        admission: admission_chain(opts.max_pods, &allocatable, &opts.allowed_unsafe_sysctls),
+        admission: admission_chain(
+            opts.max_pods,
+            &allocatable,
+            &opts.allowed_unsafe_sysctls,
+            &pressure,
+        ),
         sources,
         tasks: tasks.clone(),
         mirror_hook: api.map(|_| mirror_wake.clone()),
@@ -502,7 +509,7 @@ pub(crate) async fn start(
     };
     let inputs = LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx);
     let workers = sync_loop.workers.clone();
-    let _disk_reclaimers = spawn_image_gc(opts, rt, &sync_loop, &events, tasks);
+    let disk_reclaimers = spawn_image_gc(opts, rt, &sync_loop, &events, tasks);
     spawn_qos_manager(
         qos,
         &opts.node_name,
@@ -519,14 +526,28 @@ pub(crate) async fn start(
     });
 
     if !opts.runonce {
+        let volumes = spawn_volume_stats(opts, &pods, tasks);
+        let eviction = spawn_eviction_manager(
+            opts,
+            &allocatable,
+            &readings,
+            &volumes,
+            &pods,
+            &workers,
+            &events,
+            &pressure,
+            disk_reclaimers,
+            tasks,
+        );
         let views = Views {
+            eviction,
             pods: pods.clone(),
             statuses: statuses.clone(),
             health: health.clone(),
             cache: metric_cache.clone(),
             readings: readings.clone(),
             pod_cache: cache.clone(),
-            volumes: spawn_volume_stats(opts, &pods, tasks),
+            volumes,
             configz: Arc::new(crate::options::configz::kubelet_config(opts, &rt.endpoint)),
             prediction: prediction.clone(),
         };
@@ -560,7 +581,7 @@ pub(crate) async fn start(
             api,
             &statuses,
             &pods,
-            workers,
+            workers.clone(),
             cache,
             mirror_wake,
             tasks,
@@ -574,6 +595,7 @@ pub(crate) async fn start(
             &pleg_stats,
             &runtime_health,
             &events,
+            &pressure,
             tasks,
         );
     }
@@ -665,6 +687,89 @@ fn spawn_image_gc(
         )),
         Arc::new(UnusedImages(images)),
     ]
+}
+
+/// The eviction manager (issue 12, kubelet's eviction manager): observes the signals
+/// every monitoring period, drives the pressure conditions and evicts through the
+/// pod workers. The disk reclaimers and the memcg notifier are plugged in here.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the wiring of one task from start()'s locals"
+)]
+fn spawn_eviction_manager(
+    opts: &Options,
+    allocatable: &NodeAllocatable,
+    readings: &Arc<crate::stats::readings::LatestReadings>,
+    volumes: &Arc<crate::stats::volumes::VolumeUsage>,
+    pods: &Arc<PodManager>,
+    workers: &crate::syncloop::pod_workers::PodWorkers<Syncer>,
+    events: &EventRecorder,
+    pressure: &Arc<crate::status::node::conditions::PressureSource>,
+    reclaimers: Vec<Arc<dyn crate::eviction::reclaim::DiskReclaimer>>,
+    tasks: &Tasks,
+) -> Arc<crate::eviction::manager::StatusView> {
+    use crate::eviction::config::EvictionConfig;
+    use crate::eviction::manager::{Manager, ManagerDeps, StatusView};
+    let mut cfg = EvictionConfig::new(
+        &opts.eviction_hard,
+        &opts.eviction_soft,
+        &opts.eviction_soft_grace_period,
+        &opts.eviction_minimum_reclaim,
+    );
+    cfg.transition_period = opts.eviction_pressure_transition_period;
+    cfg.max_pod_grace_seconds = opts.eviction_max_pod_grace_period;
+    cfg.allocatable_memory = opts.enforce_node_allocatable.pods;
+    let status = Arc::new(StatusView::default());
+    let target = Arc::new(crate::eviction::target::WorkerTarget {
+        pods: pods.clone(),
+        workers: workers.clone(),
+        events: events.clone(),
+    });
+    let allocatable_memory = cfg
+        .allocatable_memory
+        .then_some(allocatable.allocatable.memory_bytes);
+    let (readings, volumes, pressure, s) = (
+        readings.clone(),
+        volumes.clone(),
+        pressure.clone(),
+        status.clone(),
+    );
+    let root_dir = opts.root_dir.clone();
+    let notifier = memcg_notifier();
+    tasks.spawn_restarting("eviction-manager", Backoff::default(), move |cancel| {
+        let manager = Manager::new(ManagerDeps {
+            cfg: cfg.clone(),
+            readings: readings.clone(),
+            volumes: volumes.clone(),
+            allocatable_memory,
+            root_dir: root_dir.clone(),
+            reclaimers: reclaimers.clone(),
+            notifier: notifier.clone(),
+            target: target.clone(),
+            pressure: pressure.clone(),
+            status: s.clone(),
+        });
+        async move {
+            manager.run(cancel).await;
+            Ok(())
+        }
+    });
+    status
+}
+
+/// kubelet's `kernelMemcgNotification` on the root memory cgroup (cgroup v1 only;
+/// on v2 kubelet has none either), so memory pressure is seen between cycles.
+fn memcg_notifier() -> Option<Arc<dyn crate::eviction::reclaim::ThresholdNotifier>> {
+    let version =
+        crate::cm::version::detect(std::path::Path::new(crate::cm::fs::HOST_MOUNT)).ok()?;
+    let tree = crate::cm::fs::CgroupTree::host(version).ok()?;
+    match crate::eviction::memcg::MemcgNotifier::node(tree) {
+        Ok(n) => Some(Arc::new(n)),
+        Err(e) => {
+            info!(target: STARTUP_TARGET, reason = %e, "eviction manager: no memory threshold notification; the 10 s cycle alone sees memory pressure");
+            None
+        }
+    }
 }
 
 /// `--node-slo-file`, read once at start (checked when the flag was parsed).
@@ -814,10 +919,15 @@ fn admission_chain(
     max_pods: u32,
     allocatable: &NodeAllocatable,
     unsafe_sysctls: &[String],
+    pressure: &Arc<crate::status::node::conditions::PressureSource>,
 ) -> AdmissionChain {
     // kubelet's order: the sysctl allowlist, then the predicate handler (pods and
     // resource fit), so a pod failing both is rejected as SysctlForbidden.
     let mut chain = AdmissionChain::default();
+    // kubelet's eviction manager is the first admit handler.
+    chain.push(Box::new(crate::eviction::admission::PressureAdmission {
+        pressure: pressure.clone(),
+    }));
     chain.push(Box::new(
         crate::syncloop::sysctl_admission::SysctlAdmission::for_node(unsafe_sysctls),
     ));
@@ -845,12 +955,11 @@ fn spawn_node_status(
     pleg: &Arc<PlegStats>,
     health: &Arc<RuntimeHealth>,
     events: &EventRecorder,
+    pressure: &Arc<crate::status::node::conditions::PressureSource>,
     tasks: &Tasks,
 ) {
     use crate::status::lease::LeaseController;
-    use crate::status::node::{
-        NodeStatusDeps, NodeStatusTask, conditions::PressureSource, register::Registration,
-    };
+    use crate::status::node::{NodeStatusDeps, NodeStatusTask, register::Registration};
     crate::status::node::log_start(node);
     let (owner_tx, owner_rx) = tokio::sync::watch::channel(None);
     let quick = Backoff {
@@ -881,11 +990,7 @@ fn spawn_node_status(
         taints: opts.register_with_taints.clone(),
         create: opts.register_node,
     };
-    let (health, pleg, pressure) = (
-        health.clone(),
-        pleg.clone(),
-        Arc::new(PressureSource::default()),
-    );
+    let (health, pleg, pressure) = (health.clone(), pleg.clone(), pressure.clone());
     let events = events.clone();
     let (update_frequency, report_frequency) = (
         opts.node_status_update_frequency,

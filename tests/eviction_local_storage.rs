@@ -20,7 +20,6 @@ use kube::api::Api;
 const NODE: &str = "testnode";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the eviction manager (P1)"]
 async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
     let bed = Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();

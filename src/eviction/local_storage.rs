@@ -17,7 +17,6 @@ use tracing::warn;
 use crate::cm::resources::pod_limits;
 use crate::pod::{pod_ref, pod_uid};
 use crate::quantity;
-use crate::runtime::labels::{CONTAINER_NAME_LABEL, POD_UID_LABEL};
 use crate::stats::volumes::{PodUsage, VolumeUsage};
 use crate::status::node::setters::binary_si;
 
@@ -51,36 +50,13 @@ pub(crate) struct Violation {
     pub kind: LimitKind,
 }
 
-/// Container writable layer (rootfs) bytes, per pod UID and container name, from
-/// the runtime's container stats; empty when the runtime does not say.
+/// Container writable layer (rootfs) bytes, per pod UID and container name (the
+/// metric advisor's `rootfs` readings, from CRI `ListContainerStats`); empty when the
+/// runtime does not say.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct WritableLayers(pub HashMap<String, HashMap<String, u64>>);
 
 impl WritableLayers {
-    /// The layers in CRI `ListContainerStats` answers, by the pod UID and container
-    /// name labels oxlet puts on every container; stats without them are not oxlet's.
-    pub(crate) fn from_stats(stats: &[k8s_cri::v1::ContainerStats]) -> WritableLayers {
-        let mut out = WritableLayers::default();
-        for s in stats {
-            let (Some(attrs), Some(layer)) = (&s.attributes, &s.writable_layer) else {
-                continue;
-            };
-            let (Some(uid), Some(name), Some(used)) = (
-                attrs.labels.get(POD_UID_LABEL),
-                attrs.labels.get(CONTAINER_NAME_LABEL),
-                layer.used_bytes.as_ref(),
-            ) else {
-                continue;
-            };
-            // Several attempts of one container: the latest listed wins, all are small.
-            out.0
-                .entry(uid.clone())
-                .or_default()
-                .insert(name.clone(), used.value);
-        }
-        out
-    }
-
     fn of(&self, uid: &str, container: &str) -> Option<u64> {
         self.0.get(uid)?.get(container).copied()
     }
@@ -477,27 +453,6 @@ mod tests {
         assert_eq!(canonical(0, "0"), "0");
     }
 
-    #[tokio::test]
-    async fn writable_layers_come_from_the_runtimes_container_stats() {
-        use crate::runtime::cri_api::CriRead;
-        use crate::runtime::fake::support::{FakeNode, pod};
-        let node = FakeNode::new();
-        let p = pod("web", &[], &["app"], "Always");
-        node.sync(&p).await.unwrap();
-        let stats = node.fake.list_container_stats(None).await.unwrap();
-        assert_eq!(stats.len(), 1);
-        // Without a layer reported there is nothing to count.
-        assert!(WritableLayers::from_stats(&stats).0.is_empty());
-        let id = stats[0].attributes.as_ref().unwrap().id.clone();
-        node.fake.set_writable_layer(&id, 3 * MI, 1);
-        let stats = node.fake.list_container_stats(None).await.unwrap();
-        let layers = WritableLayers::from_stats(&stats);
-        assert_eq!(layers.of("uid-web", "app"), Some(3 * MI));
-        assert_eq!(layers.pod_total("uid-web"), 3 * MI);
-    }
-
-    /// The measuring and the check together, on real files: a 1Mi emptyDir holding
-    /// 2 MiB in the layout the volume manager makes.
     #[test]
     fn a_measured_empty_dir_over_its_limit_is_found() {
         let tmp = tempfile::tempdir().unwrap();

@@ -1,19 +1,26 @@
-//! The eviction manager (kubelet's `pkg/kubelet/eviction`), being built in issue 12.
+//! The eviction manager (kubelet's `pkg/kubelet/eviction`, issue 12).
 //!
 //! - [`threshold`]: `memory.available<100Mi`: signals, quantities and percentages.
+//! - [`config`]: soft thresholds, grace periods, minimum reclaim, transition period.
+//! - [`signals`]: the signals observed from the metric advisor's latest round.
+//! - [`manager`]: the synchronize loop: thresholds, conditions, reclaim, one eviction.
+//! - [`rank`]: the order pods are evicted in, per signal.
+//! - [`messages`]: kubelet's eviction and admission texts.
+//! - [`admission`]: rejecting pods under node pressure.
+//! - [`target`]: the pod workers as the manager's eviction target.
 //! - [`reclaim`]: the seams to node-level reclaim (dead containers, unused images) and
 //!   to the kernel's memory threshold notification.
 //! - [`memcg`]: that notification on cgroup v1 (an eventfd on `cgroup.event_control`).
 //! - [`local_storage`]: emptyDir `sizeLimit` and ephemeral-storage limit violations.
 
-#[allow(
-    dead_code,
-    reason = "issue 12: the manager and the reclaimers are being built"
-)]
-pub(crate) mod reclaim;
-pub(crate) mod threshold;
-
-#[allow(dead_code, reason = "issue 12: the eviction manager (P1) calls these")]
+pub(crate) mod admission;
+pub(crate) mod config;
 pub(crate) mod local_storage;
-#[allow(dead_code, reason = "issue 12: the eviction manager (P1) calls these")]
+pub(crate) mod manager;
 pub(crate) mod memcg;
+pub(crate) mod messages;
+pub(crate) mod rank;
+pub(crate) mod reclaim;
+pub(crate) mod signals;
+pub(crate) mod target;
+pub(crate) mod threshold;

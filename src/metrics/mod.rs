@@ -125,7 +125,6 @@ pub(crate) fn image_pulled(size: u64, took: Duration) {
 }
 
 /// The eviction manager evicted a pod for `signal` (e.g. `memory.available`).
-#[allow(dead_code, reason = "the eviction manager (issue 12) calls it")]
 pub(crate) fn evicted(signal: &str) {
     KUBELET.evictions.with_label_values(&[signal]).inc();
 }

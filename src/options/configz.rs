@@ -132,6 +132,27 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
     m.insert("kubeReserved".into(), json!(reserved(&o.kube_reserved)));
     m.insert("systemReserved".into(), json!(reserved(&o.system_reserved)));
     m.insert("evictionHard".into(), json!(eviction));
+    // Issue 12: the eviction manager's other settings.
+    let soft: Map<String, Value> = (o.eviction_soft.0.iter())
+        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
+        .collect();
+    let grace: Map<String, Value> = (o.eviction_soft_grace_period.iter())
+        .map(|(s, d)| (s.as_str().to_string(), json!(format_go_duration(*d))))
+        .collect();
+    let reclaim: Map<String, Value> = (o.eviction_minimum_reclaim.iter())
+        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
+        .collect();
+    m.insert("evictionSoft".into(), json!(soft));
+    m.insert("evictionSoftGracePeriod".into(), json!(grace));
+    m.insert("evictionMinimumReclaim".into(), json!(reclaim));
+    m.insert(
+        "evictionPressureTransitionPeriod".into(),
+        json!(format_go_duration(o.eviction_pressure_transition_period)),
+    );
+    m.insert(
+        "evictionMaxPodGracePeriod".into(),
+        json!(o.eviction_max_pod_grace_period),
+    );
     m.insert("enforceNodeAllocatable".into(), json!(enforce));
     m.insert(
         "containerLogMaxSize".into(),

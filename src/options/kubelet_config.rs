@@ -46,11 +46,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "podCIDR",
     "nodeStatusMaxImages",
     "contentType",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionPressureTransitionPeriod",
-    "evictionMaxPodGracePeriod",
-    "evictionMinimumReclaim",
     "mergeDefaultEvictionSettings",
     "podsPerCore",
     "enableControllerAttachDetach",
@@ -487,6 +482,8 @@ mod tests {
             .iter()
             .filter(|s| !matches!(s.kind, Kind::Map(_) | Kind::List | Kind::Multimap))
             .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))
+            // A zero that kubelet treats as unset is not read (written below instead).
+            .filter(|(f, v)| !(ZERO_IS_UNSET.contains(f) && *v == "0"))
             .chain([
                 ("staticPodPath", "/etc/kubernetes/manifests"),
                 ("maxParallelImagePulls", "1"),
@@ -499,6 +496,11 @@ mod tests {
              evictionHard:\n  memory.available: 1Gi\n  nodefs.available: \"5%\"\n\
              enforceNodeAllocatable: [pods, kube-reserved]\n\
              cgroupRoot: /x\nkubeReservedCgroup: /k\nsystemReservedCgroup: /s\n"
+        );
+        // Issue 12: the eviction manager's settings.
+        let body = format!(
+            "{body}evictionSoft:\n  memory.available: 2Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\n\
+             evictionMinimumReclaim:\n  memory.available: 100Mi\nevictionMaxPodGracePeriod: 10\n"
         );
         // Issue 10 part 2.
         let body = format!(
@@ -522,6 +524,10 @@ mod tests {
                 ("allowedUnsafeSysctls", "net.core.*"),
                 ("staticPodURL", "http://h/p"),
                 ("staticPodURLHeader", "a:x,a:y:z"),
+                ("evictionSoft", "memory.available<2Gi"),
+                ("evictionSoftGracePeriod", "memory.available=1m"),
+                ("evictionMinimumReclaim", "memory.available=100Mi"),
+                ("evictionMaxPodGracePeriod", "10"),
             ])
             .collect();
         let cfg = parse(&body).unwrap();
@@ -574,7 +580,7 @@ mod tests {
             "failSwapOn: false\n\
              authentication:\n  anonymous:\n    enabled: false\n\
              notAField: 3\n\
-             evictionSoft:\n  memory.available: 100Mi\n\
+             mergeDefaultEvictionSettings: true\n\
              StaticPodPath: /x\n",
         )
         .unwrap();
@@ -583,7 +589,7 @@ mod tests {
             [
                 "failSwapOn",
                 "authentication.anonymous.enabled",
-                "evictionSoft"
+                "mergeDefaultEvictionSettings"
             ]
         );
         assert_eq!(cfg.unknown, ["notAField", "StaticPodPath"]);

@@ -84,6 +84,16 @@ pub struct Options {
     pub(crate) system_reserved_cgroup: Option<CgroupName>,
     /// `evictionHard`: kubelet's defaults unless given (then replaced whole).
     pub(crate) eviction_hard: Thresholds,
+    // Issue 12 (the eviction manager): the settings beyond evictionHard.
+    pub(crate) eviction_soft: Thresholds,
+    pub(crate) eviction_soft_grace_period:
+        std::collections::BTreeMap<crate::eviction::threshold::Signal, std::time::Duration>,
+    pub(crate) eviction_minimum_reclaim: std::collections::BTreeMap<
+        crate::eviction::threshold::Signal,
+        crate::eviction::threshold::ThresholdValue,
+    >,
+    pub(crate) eviction_pressure_transition_period: std::time::Duration,
+    pub(crate) eviction_max_pod_grace_period: i64,
     pub(crate) enforce_node_allocatable: NodeAllocatableEnforcement,
     /// `containerLogMaxSize` in bytes; negative turns log rotation off (as in kubelet).
     pub(crate) container_log_max_size: i64,
@@ -197,6 +207,11 @@ impl Options {
             kube_reserved_cgroup: None,
             system_reserved_cgroup: None,
             eviction_hard: Thresholds::default(),
+            eviction_soft: Thresholds::default(),
+            eviction_soft_grace_period: Default::default(),
+            eviction_minimum_reclaim: Default::default(),
+            eviction_pressure_transition_period: std::time::Duration::ZERO,
+            eviction_max_pod_grace_period: 0,
             enforce_node_allocatable: NodeAllocatableEnforcement::default(),
             container_log_max_size: 0,
             container_log_max_files: 0,
@@ -672,19 +687,10 @@ mod tests {
 
     #[test]
     fn unimplemented_kubelet_flags_warn() {
-        let o = ok(&[
-            "--fail-swap-on=false",
-            "--kubelet-cgroups",
-            "/kubelet",
-            "--eviction-soft=memory.available<100Mi",
-        ]);
+        let o = ok(&["--fail-swap-on=false", "--kubelet-cgroups", "/kubelet"]);
         assert_eq!(
             o.unimplemented,
-            [
-                "flag --fail-swap-on",
-                "flag --kubelet-cgroups",
-                "flag --eviction-soft"
-            ]
+            ["flag --fail-swap-on", "flag --kubelet-cgroups"]
         );
         assert_eq!(
             ok(&["--fail-swap-on"]).unimplemented,
@@ -1250,6 +1256,25 @@ mod tests {
                 "eviction-hard",
                 "pid.available<101%",
                 "eviction percentage threshold pid.available must be <= 100%: 101%",
+            ),
+            // Issue 12: kubelet's rules for the soft thresholds and minimum reclaim.
+            (
+                &["--eviction-soft=memory.available<1Gi"],
+                "eviction-soft-grace-period",
+                "",
+                "grace period must be specified for the soft eviction threshold memory.available",
+            ),
+            (
+                &[],
+                "eviction-soft-grace-period",
+                "nodefs.available=1m",
+                "grace period nodefs.available given without a soft eviction threshold for it",
+            ),
+            (
+                &[],
+                "eviction-minimum-reclaim",
+                "memory.free=1Gi",
+                "unsupported eviction signal memory.free",
             ),
             (
                 &[],

@@ -252,6 +252,12 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("image-gc-low-threshold", Some("imageGCLowThresholdPercent"), Int, "80", "PERCENT", "Image filesystem usage the image GC frees down to; less than the high threshold", set_image_gc_low),
     row("minimum-image-ttl-duration", Some("imageMinimumGCAge"), Duration, "2m0s", "DURATION", "Minimum age of an unused image before it is garbage-collected", |o, i| non_negative_duration(i.text).map(|d| o.image_gc.min_age = d)),
     row("", Some("imageMaximumGCAge"), Duration, "", "DURATION", "Unused images older than this are removed whatever the usage (unset or 0s: off); more than imageMinimumGCAge; config file only", set_image_max_gc_age),
+    // Issue 12 (P1): the eviction manager's settings beyond evictionHard; the grace periods after the soft thresholds (their check reads them).
+    row("eviction-soft", Some("evictionSoft"), Map('<'), "", "SIGNAL<VALUE,...", "Soft eviction thresholds, acted on after their grace period", |o, i| Thresholds::parse(map_pairs(i.text, '<')?).map(|t| o.eviction_soft = t).map_err(|e| InvalidValue(e.to_string()))),
+    row("eviction-soft-grace-period", Some("evictionSoftGracePeriod"), Map('='), "", "SIGNAL=DURATION,...", "How long each soft threshold must hold before a pod is evicted", set_eviction_soft_grace),
+    row("eviction-minimum-reclaim", Some("evictionMinimumReclaim"), Map('='), "", "SIGNAL=VALUE,...", "How far above its threshold a signal must get back before the threshold counts as resolved", |o, i| crate::eviction::config::parse_min_reclaim(map_pairs(i.text, '=')?).map(|m| o.eviction_minimum_reclaim = m).map_err(|e| InvalidValue(e.to_string()))),
+    row("eviction-pressure-transition-period", Some("evictionPressureTransitionPeriod"), Duration, "5m0s", "DURATION", "How long a pressure condition stays True after its threshold was last met", |o, i| parse_duration(i.text)?.to_std().map(|d| o.eviction_pressure_transition_period = d).ok_or_else(|| "must not be negative".into())),
+    row("eviction-max-pod-grace-period", Some("evictionMaxPodGracePeriod"), Int, "0", "SECONDS", "Longest grace period given to a pod evicted for a soft threshold", |o, i| parse_int(i.text).map(|n| o.eviction_max_pod_grace_period = n)),
 ];
 
 /// kubelet's validation: within 0..=100 and below the high threshold (its row comes first).
@@ -470,6 +476,17 @@ fn reserved(text: &str) -> Result<Reserved, InvalidValue> {
 fn set_eviction_hard(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     o.eviction_hard =
         Thresholds::parse(map_pairs(i.text, '<')?).map_err(|e| InvalidValue(e.to_string()))?;
+    Ok(())
+}
+
+/// kubelet's rule: each soft threshold has a grace period and each grace period a
+/// soft threshold.
+fn set_eviction_soft_grace(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let g = crate::eviction::config::parse_grace_periods(map_pairs(i.text, '=')?)
+        .map_err(|e| InvalidValue(e.to_string()))?;
+    crate::eviction::config::check_soft(&o.eviction_soft, &g)
+        .map_err(|e| InvalidValue(e.to_string()))?;
+    o.eviction_soft_grace_period = g;
     Ok(())
 }
 

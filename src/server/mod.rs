@@ -45,6 +45,8 @@ pub(crate) struct Views {
     pub configz: Arc<serde_json::Value>,
     /// Issue 13 part D: the prediction models (None: prediction is off).
     pub prediction: Option<crate::koord::prediction::view::Served>,
+    /// Issue 12: the eviction manager's conditions and last observations.
+    pub eviction: Arc<crate::eviction::manager::StatusView>,
 }
 
 impl Views {
@@ -138,6 +140,12 @@ async fn get_only() -> impl IntoResponse {
     )
 }
 
+/// `/debug/eviction`: the pressure conditions, the last observation of each signal
+/// and the thresholds met, as JSON.
+async fn eviction_status(State(v): State<Views>) -> impl IntoResponse {
+    axum::Json(v.eviction.get())
+}
+
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -159,6 +167,8 @@ pub(crate) fn read_only_router(views: Views) -> Router {
         .route("/metrics/probes", get(probe_metrics))
         // The metric advisor (issue 13): a read-only look into the metric cache.
         .route("/debug/koord/metrics", get(koord_metrics))
+        // Issue 12: the eviction manager's state (oxlet only; kubelet has no such endpoint).
+        .route("/debug/eviction", get(eviction_status))
         .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)

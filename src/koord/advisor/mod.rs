@@ -19,7 +19,7 @@ mod pods;
 pub(crate) mod procfs;
 mod psi;
 pub(crate) mod rate;
-mod storage;
+pub(crate) mod storage;
 mod system;
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Whether the node is under memory, disk or PID pressure. The eviction manager
-/// (issue 12) sets it; until then nothing does and it reports no pressure.
+/// (issue 12) sets it; the node status and pressure admission read it.
 #[derive(Debug, Default)]
 pub(crate) struct PressureSource {
     memory: AtomicBool,
@@ -25,10 +25,6 @@ pub(crate) struct Pressure {
 }
 
 impl PressureSource {
-    #[allow(
-        dead_code,
-        reason = "seam: the eviction manager (issue 12) sets pressure"
-    )]
     pub(crate) fn set(&self, p: Pressure) {
         self.memory.store(p.memory, Ordering::Relaxed);
         self.disk.store(p.disk, Ordering::Relaxed);

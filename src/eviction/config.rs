@@ -1,0 +1,254 @@
+//! The eviction settings beyond `evictionHard` (kubelet's `ParseThresholdConfig`):
+//! soft thresholds and their grace periods, minimum reclaim, the pressure transition
+//! period and the soft eviction's grace cap, with kubelet's validation rules.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::threshold::{Signal, ThresholdError, ThresholdValue, Thresholds};
+
+/// kubelet's `evictionPressureTransitionPeriod` default.
+pub(crate) const DEFAULT_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
+
+/// One threshold the manager watches: hard (no grace) or soft (with its grace).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Threshold {
+    pub signal: Signal,
+    pub value: ThresholdValue,
+    /// None: a hard threshold, acted on at once.
+    pub grace: Option<Duration>,
+    /// Kept met until the signal is above the threshold plus this.
+    pub min_reclaim: Option<ThresholdValue>,
+}
+
+impl Threshold {
+    pub(crate) fn is_hard(&self) -> bool {
+        self.grace.is_none()
+    }
+}
+
+/// Everything the manager is configured with.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct EvictionConfig {
+    pub thresholds: Vec<Threshold>,
+    pub transition_period: Duration,
+    /// `evictionMaxPodGracePeriod`, seconds (soft evictions only).
+    pub max_pod_grace_seconds: i64,
+    /// Whether `allocatableMemory.available` is observed (enforceNodeAllocatable has pods).
+    pub allocatable_memory: bool,
+}
+
+impl EvictionConfig {
+    /// Hard then soft thresholds, each with its signal's minimum reclaim.
+    pub(crate) fn new(
+        hard: &Thresholds,
+        soft: &Thresholds,
+        soft_grace: &BTreeMap<Signal, Duration>,
+        min_reclaim: &BTreeMap<Signal, ThresholdValue>,
+    ) -> Self {
+        let mut thresholds = Vec::new();
+        for (s, v) in &hard.0 {
+            thresholds.push(Threshold {
+                signal: *s,
+                value: *v,
+                grace: None,
+                min_reclaim: min_reclaim.get(s).copied(),
+            });
+        }
+        for (s, v) in &soft.0 {
+            thresholds.push(Threshold {
+                signal: *s,
+                value: *v,
+                grace: soft_grace.get(s).copied(),
+                min_reclaim: min_reclaim.get(s).copied(),
+            });
+        }
+        EvictionConfig {
+            thresholds,
+            transition_period: DEFAULT_TRANSITION_PERIOD,
+            max_pod_grace_seconds: 0,
+            allocatable_memory: false,
+        }
+    }
+}
+
+/// Why the eviction settings are refused (kubelet's messages where it has them).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum ConfigError {
+    #[error("unsupported eviction signal {0}")]
+    Signal(String),
+    #[error("grace period must be specified for the soft eviction threshold {0}")]
+    SoftWithoutGrace(Signal),
+    #[error("grace period {0} given without a soft eviction threshold for it")]
+    GraceWithoutSoft(Signal),
+    #[error("eviction grace period for {signal} must be positive: {value}")]
+    BadGrace { signal: Signal, value: String },
+    #[error("minimum reclaim for {signal} must not be negative or malformed: {value}")]
+    BadMinReclaim { signal: Signal, value: String },
+    #[error(transparent)]
+    Threshold(#[from] ThresholdError),
+}
+
+/// `evictionSoftGracePeriod`: signal → Go duration, each positive.
+pub(crate) fn parse_grace_periods<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<BTreeMap<Signal, Duration>, ConfigError> {
+    let mut map = BTreeMap::new();
+    for (s, v) in pairs {
+        let signal = Signal::parse(s).ok_or_else(|| ConfigError::Signal(s.to_string()))?;
+        let d = crate::options::duration::parse_go_duration(v)
+            .ok()
+            .filter(|d| d.is_positive())
+            .and_then(crate::options::duration::GoDuration::to_std)
+            .ok_or_else(|| ConfigError::BadGrace {
+                signal,
+                value: v.to_string(),
+            })?;
+        map.insert(signal, d);
+    }
+    Ok(map)
+}
+
+/// `evictionMinimumReclaim`: signal → quantity or percentage, not negative (a zero
+/// is kept: it reclaims nothing beyond the threshold).
+pub(crate) fn parse_min_reclaim<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<BTreeMap<Signal, ThresholdValue>, ConfigError> {
+    let mut map = BTreeMap::new();
+    for (s, v) in pairs {
+        let signal = Signal::parse(s).ok_or_else(|| ConfigError::Signal(s.to_string()))?;
+        let bad = || ConfigError::BadMinReclaim {
+            signal,
+            value: v.to_string(),
+        };
+        let value = if let Some(p) = v.strip_suffix('%') {
+            let p: f64 = p.parse().map_err(|_| bad())?;
+            if !(0.0..=100.0).contains(&p) {
+                return Err(bad());
+            }
+            ThresholdValue::Percentage(p / 100.0)
+        } else {
+            let q = crate::quantity::bytes(
+                &k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.to_string()),
+            )
+            .map_err(|_| bad())?;
+            if q < 0 {
+                return Err(bad());
+            }
+            ThresholdValue::Quantity(q)
+        };
+        map.insert(signal, value);
+    }
+    Ok(map)
+}
+
+/// kubelet's rule: every soft threshold has a grace period and every grace period a
+/// soft threshold.
+pub(crate) fn check_soft(
+    soft: &Thresholds,
+    grace: &BTreeMap<Signal, Duration>,
+) -> Result<(), ConfigError> {
+    if let Some(s) = soft.0.keys().find(|s| !grace.contains_key(s)) {
+        return Err(ConfigError::SoftWithoutGrace(*s));
+    }
+    if let Some(s) = grace.keys().find(|s| !soft.0.contains_key(s)) {
+        return Err(ConfigError::GraceWithoutSoft(*s));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn soft(pairs: &[(&str, &str)]) -> Thresholds {
+        Thresholds::parse(pairs.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn soft_thresholds_and_grace_periods_go_together() {
+        let g = parse_grace_periods([("memory.available", "1m30s")]).unwrap();
+        assert_eq!(g[&Signal::MemoryAvailable], Duration::from_secs(90));
+        assert_eq!(
+            check_soft(&soft(&[("memory.available", "1Gi")]), &g),
+            Ok(())
+        );
+        assert_eq!(
+            check_soft(&soft(&[("nodefs.available", "10%")]), &g)
+                .unwrap_err()
+                .to_string(),
+            "grace period must be specified for the soft eviction threshold nodefs.available"
+        );
+        assert_eq!(
+            check_soft(&Thresholds::default(), &g)
+                .unwrap_err()
+                .to_string(),
+            "grace period memory.available given without a soft eviction threshold for it"
+        );
+        // A disabled (0%) soft threshold needs no grace.
+        assert_eq!(
+            check_soft(&soft(&[("memory.available", "0%")]), &BTreeMap::new()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn grace_periods_must_be_positive_durations_of_known_signals() {
+        let err = |k, v| parse_grace_periods([(k, v)]).unwrap_err().to_string();
+        assert_eq!(
+            err("memory.available", "0s"),
+            "eviction grace period for memory.available must be positive: 0s"
+        );
+        assert_eq!(
+            err("memory.available", "soon"),
+            "eviction grace period for memory.available must be positive: soon"
+        );
+        assert_eq!(
+            err("memory.free", "1m"),
+            "unsupported eviction signal memory.free"
+        );
+    }
+
+    #[test]
+    fn minimum_reclaim_takes_quantities_and_percentages_of_known_signals() {
+        let m =
+            parse_min_reclaim([("memory.available", "500Mi"), ("nodefs.available", "5%")]).unwrap();
+        assert_eq!(
+            m[&Signal::MemoryAvailable],
+            ThresholdValue::Quantity(500 << 20)
+        );
+        assert_eq!(
+            m[&Signal::NodeFsAvailable],
+            ThresholdValue::Percentage(0.05)
+        );
+        let err = |k, v| parse_min_reclaim([(k, v)]).unwrap_err().to_string();
+        assert_eq!(
+            err("memory.available", "-1Mi"),
+            "minimum reclaim for memory.available must not be negative or malformed: -1Mi"
+        );
+        assert_eq!(
+            err("nodefs.available", "120%"),
+            "minimum reclaim for nodefs.available must not be negative or malformed: 120%"
+        );
+        assert_eq!(
+            err("disk.free", "1Gi"),
+            "unsupported eviction signal disk.free"
+        );
+    }
+
+    #[test]
+    fn config_lists_hard_then_soft_with_their_minimum_reclaim() {
+        let hard = soft(&[("memory.available", "100Mi")]);
+        let s = soft(&[("memory.available", "1Gi")]);
+        let g = parse_grace_periods([("memory.available", "1m")]).unwrap();
+        let m = parse_min_reclaim([("memory.available", "50Mi")]).unwrap();
+        let c = EvictionConfig::new(&hard, &s, &g, &m);
+        assert_eq!(c.thresholds.len(), 2);
+        assert!(c.thresholds[0].is_hard());
+        assert_eq!(c.thresholds[1].grace, Some(Duration::from_secs(60)));
+        assert_eq!(
+            c.thresholds[1].min_reclaim,
+            Some(ThresholdValue::Quantity(50 << 20))
+        );
+    }
+}

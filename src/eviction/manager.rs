@@ -1,0 +1,492 @@
+//! The eviction manager's loop (kubelet's `managerImpl.synchronize`): every period,
+//! or when the memory notification fires, observe the signals, decide which
+//! thresholds are met (soft ones after their grace, kept met until minimum reclaim
+//! is regained), hold the pressure conditions for the transition period, reclaim
+//! node-level disk first, then evict at most one pod and wait for its cleanup.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::config::{EvictionConfig, Threshold};
+use super::messages::eviction_message;
+use super::rank::{explain, pod_stats, rank};
+use super::reclaim::{DiskReclaimer, DiskTarget, ThresholdNotifier};
+use super::signals::{Observations, fresh, fs_signals, observe};
+use super::threshold::Signal;
+use crate::koord::qosmanager::memory_evict::is_critical;
+use crate::pod::pod_uid;
+use crate::stats::readings::LatestReadings;
+use crate::stats::volumes::VolumeUsage;
+use crate::status::node::conditions::{Pressure, PressureSource};
+
+/// kubelet's `evictionMonitoringPeriod`.
+const MONITORING_PERIOD: Duration = Duration::from_secs(10);
+/// kubelet's `podCleanupTimeout` and its poll.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+const CLEANUP_POLL: Duration = Duration::from_secs(1);
+/// kubelet's `immediateEvictionGracePeriodSeconds`, for hard thresholds.
+const IMMEDIATE_GRACE_SECONDS: i64 = 1;
+
+/// The period; `OXLET_TEST_EVICTION_PERIOD_MS` shortens it for tests.
+pub(crate) fn monitoring_period() -> Duration {
+    std::env::var("OXLET_TEST_EVICTION_PERIOD_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(MONITORING_PERIOD, Duration::from_millis)
+}
+
+/// What the manager acts on: the active pods and the pod workers (a fake in unit tests).
+pub(crate) trait EvictionTarget: Send + Sync {
+    /// Pods admitted and still running.
+    fn active_pods(&self) -> Vec<Arc<Pod>>;
+    /// Kills `pod` as evicted; false when it was not running.
+    fn evict(
+        &self,
+        pod: Arc<Pod>,
+        message: String,
+        annotations: BTreeMap<String, String>,
+        grace_seconds: i64,
+    ) -> bool;
+    /// Whether the pod's worker finished (containers and sandbox gone).
+    fn cleaned_up(&self, uid: &str) -> bool;
+}
+
+/// What `/debug/eviction` serves (kubelet has no such endpoint).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Status {
+    /// The pressure conditions now True.
+    pub conditions: Vec<&'static str>,
+    /// The last observation of each signal.
+    pub observations: BTreeMap<String, super::signals::Observation>,
+    /// The thresholds met in the last cycle, as `signal<value`.
+    pub thresholds_met: Vec<String>,
+    /// The last pod evicted, `ns/name`.
+    pub last_eviction: Option<String>,
+}
+
+/// The shared view of [`Status`].
+#[derive(Debug, Default)]
+pub(crate) struct StatusView(RwLock<Status>);
+
+impl StatusView {
+    pub(crate) fn get(&self) -> Status {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+}
+
+/// What the manager is built from.
+pub(crate) struct ManagerDeps {
+    pub cfg: EvictionConfig,
+    pub readings: Arc<LatestReadings>,
+    pub volumes: Arc<VolumeUsage>,
+    /// The pods' allocatable memory, when `allocatableMemory.available` is observed.
+    pub allocatable_memory: Option<i64>,
+    /// `--root-dir`: its filesystem is re-read after disk reclaim.
+    pub root_dir: PathBuf,
+    pub reclaimers: Vec<Arc<dyn DiskReclaimer>>,
+    pub notifier: Option<Arc<dyn ThresholdNotifier>>,
+    pub target: Arc<dyn EvictionTarget>,
+    pub pressure: Arc<PressureSource>,
+    pub status: Arc<StatusView>,
+}
+
+/// The manager and what it remembers between cycles.
+pub(crate) struct Manager {
+    d: ManagerDeps,
+    /// Thresholds (indices into the config) met and acted on last cycle.
+    met: Vec<usize>,
+    /// Thresholds met (before grace) last cycle, for the crossing log.
+    seen: HashSet<usize>,
+    first_observed: HashMap<usize, Instant>,
+    /// Memory, disk, PID: when last observed under pressure.
+    last_pressure: [Option<Instant>; 3],
+    last_obs: Observations,
+}
+
+/// kubelet's `thresholdsMet`: a threshold is met when its amount (plus minimum
+/// reclaim, when enforced) is above what is available.
+fn met(
+    thresholds: &[Threshold],
+    which: impl IntoIterator<Item = usize>,
+    obs: &Observations,
+    min_reclaim: bool,
+) -> Vec<usize> {
+    which
+        .into_iter()
+        .filter(|&i| {
+            let t = &thresholds[i];
+            let Some(o) = obs.get(&t.signal) else {
+                return false;
+            };
+            let mut amount = t.value.amount(o.capacity);
+            if min_reclaim {
+                amount += t.min_reclaim.map_or(0, |m| m.amount(o.capacity));
+            }
+            amount > o.available
+        })
+        .collect()
+}
+
+/// Which condition a signal drives (0 memory, 1 disk, 2 PID).
+fn condition_of(signal: Signal) -> usize {
+    match signal {
+        Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => 0,
+        Signal::PidAvailable => 2,
+        _ => 1,
+    }
+}
+
+const CONDITIONS: [&str; 3] = ["MemoryPressure", "DiskPressure", "PIDPressure"];
+
+/// Which filesystem a disk signal is about.
+fn disk_target(signal: Signal) -> Option<DiskTarget> {
+    match signal {
+        Signal::NodeFsAvailable | Signal::NodeFsInodesFree => Some(DiskTarget::NodeFs),
+        Signal::ImageFsAvailable
+        | Signal::ImageFsInodesFree
+        | Signal::ContainerFsAvailable
+        | Signal::ContainerFsInodesFree => Some(DiskTarget::ImageFs),
+        _ => None,
+    }
+}
+
+fn pod_ref(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+impl Manager {
+    pub(crate) fn new(d: ManagerDeps) -> Self {
+        Manager {
+            d,
+            met: Vec::new(),
+            seen: HashSet::new(),
+            first_observed: HashMap::new(),
+            last_pressure: [None; 3],
+            last_obs: Observations::new(),
+        }
+    }
+
+    /// One cycle; the pod evicted, if any.
+    pub(crate) async fn synchronize(&mut self, now: Instant, wall: SystemTime) -> Option<Arc<Pod>> {
+        let Some(snapshot) = self.d.readings.get().filter(|s| fresh(s, wall)) else {
+            debug!("eviction manager: no recent readings, skipping the cycle");
+            return None;
+        };
+        let obs = observe(&snapshot, self.d.allocatable_memory);
+        let ts = &self.d.cfg.thresholds;
+        let mut now_met = met(ts, 0..ts.len(), &obs, false);
+        for i in met(ts, self.met.iter().copied(), &obs, true) {
+            if !now_met.contains(&i) {
+                now_met.push(i);
+            }
+        }
+        now_met.sort_unstable();
+        for &i in &now_met {
+            if !self.seen.contains(&i) {
+                let t = &ts[i];
+                info!(signal = %t.signal, threshold = %t.value, observed = obs[&t.signal].available, hard = t.is_hard(), "eviction manager: threshold crossed");
+            }
+        }
+        self.seen = now_met.iter().copied().collect();
+        self.first_observed.retain(|i, _| now_met.contains(i));
+        for &i in &now_met {
+            self.first_observed.entry(i).or_insert(now);
+            self.last_pressure[condition_of(ts[i].signal)] = Some(now);
+        }
+        let period = self.d.cfg.transition_period;
+        let held = self
+            .last_pressure
+            .map(|t| t.is_some_and(|t| now.duration_since(t) < period));
+        let before = self.d.pressure.get();
+        let pressure = Pressure {
+            memory: held[0],
+            disk: held[1],
+            pid: held[2],
+        };
+        if pressure != before {
+            info!(
+                memory = pressure.memory,
+                disk = pressure.disk,
+                pid = pressure.pid,
+                "eviction manager: node pressure conditions changed"
+            );
+        }
+        self.d.pressure.set(pressure);
+        // Past their grace, and with a reading newer than last cycle's.
+        let actionable: Vec<usize> = now_met
+            .iter()
+            .copied()
+            .filter(|i| {
+                let grace = ts[*i].grace.unwrap_or_default();
+                self.first_observed
+                    .get(i)
+                    .is_some_and(|t| now.duration_since(*t) >= grace)
+            })
+            .filter(|i| {
+                let s = ts[*i].signal;
+                self.last_obs.get(&s).is_none_or(|l| l.time != obs[&s].time)
+            })
+            .collect();
+        self.met = actionable.clone();
+        self.last_obs = obs.clone();
+        self.d.status.update(|s| {
+            s.conditions = CONDITIONS
+                .iter()
+                .zip(held)
+                .filter(|(_, h)| *h)
+                .map(|(c, _)| *c)
+                .collect();
+            s.observations = obs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            s.thresholds_met = now_met
+                .iter()
+                .map(|i| format!("{}<{}", ts[*i].signal, ts[*i].value))
+                .collect();
+        });
+        self.arm_notifier(&snapshot);
+        // kubelet's localStorageEviction comes before the thresholds: a pod over its
+        // emptyDir, container or pod ephemeral-storage limit goes whatever the pressure.
+        if let Some(pod) = self.local_storage_evictions(&snapshot) {
+            return Some(pod);
+        }
+        // Memory first, as kubelet's byEvictionPriority.
+        let chosen = *actionable
+            .iter()
+            .min_by_key(|i| condition_of(ts[**i].signal) != 0)?;
+        let t = ts[chosen];
+        if let Some(target) = disk_target(t.signal)
+            && self.reclaim(target, &obs).await
+        {
+            return None;
+        }
+        let stats = pod_stats(&snapshot, &self.d.volumes);
+        let ranked = rank(t.signal, &self.d.target.active_pods(), &stats);
+        if ranked.is_empty() {
+            info!(signal = %t.signal, "eviction manager: no pods to evict");
+            return None;
+        }
+        info!(signal = %t.signal, ranking = %explain(&ranked, 3), "eviction manager: pods ranked for eviction");
+        let amount = obs.get(&t.signal).map_or(0, |o| t.value.amount(o.capacity));
+        for r in ranked {
+            let pod = r.pod;
+            let uid = pod_uid(&pod).to_string();
+            if is_critical(&pod) {
+                info!(pod = %pod_ref(&pod), podUID = %uid, "eviction manager: cannot evict a critical pod");
+                continue;
+            }
+            let grace = if t.is_hard() {
+                IMMEDIATE_GRACE_SECONDS
+            } else {
+                let own = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+                    .unwrap_or(30);
+                own.min(self.d.cfg.max_pod_grace_seconds)
+            };
+            let (message, annotations) =
+                eviction_message(t.signal, amount, &obs, &pod, stats.get(&uid));
+            info!(pod = %pod_ref(&pod), podUID = %uid, message = %message, gracePeriod = grace, "eviction manager: evicting pod");
+            if self
+                .d
+                .target
+                .evict(pod.clone(), message, annotations, grace)
+            {
+                crate::metrics::evicted(t.signal.as_str());
+                let name = pod_ref(&pod);
+                self.d.status.update(|s| s.last_eviction = Some(name));
+                return Some(pod);
+            }
+        }
+        None
+    }
+
+    /// Evicts every pod over a local storage limit (kubelet's `localStorageEviction`),
+    /// with the immediate grace; the first one evicted, if any. A container's writable
+    /// layer comes from the advisor's `rootfs` reading; the image filesystem counts as
+    /// dedicated when its capacity differs from the root dir's (another filesystem).
+    fn local_storage_evictions(
+        &self,
+        snapshot: &crate::stats::readings::Snapshot,
+    ) -> Option<Arc<Pod>> {
+        use super::local_storage::{
+            IMMEDIATE_GRACE_SECONDS as LOCAL_GRACE, WritableLayers, violations,
+        };
+        let mut layers = WritableLayers::default();
+        for p in &snapshot.pods {
+            let per_pod = layers.0.entry(p.uid.clone()).or_default();
+            for c in &p.containers {
+                if let Some(fs) = &c.rootfs {
+                    per_pod.insert(c.name.clone(), fs.used_bytes);
+                }
+            }
+        }
+        let dedicated = match (&snapshot.node.fs, &snapshot.node.image_fs) {
+            (Some(node), Some(image)) => node.capacity_bytes != image.capacity_bytes,
+            _ => false,
+        };
+        let pods = self.d.target.active_pods();
+        let mut first = None;
+        for v in violations(&pods, &self.d.volumes, &layers, dedicated) {
+            let Some(pod) = pods.iter().find(|p| pod_uid(p) == v.pod_uid) else {
+                continue;
+            };
+            if is_critical(pod) {
+                info!(pod = %pod_ref(pod), podUID = %v.pod_uid, message = %v.message, "eviction manager: a critical pod is over a local storage limit; not evicted");
+                continue;
+            }
+            info!(pod = %pod_ref(pod), podUID = %v.pod_uid, message = %v.message, gracePeriod = LOCAL_GRACE, "eviction manager: evicting pod over its local storage limit");
+            if self
+                .d
+                .target
+                .evict(pod.clone(), v.message.clone(), BTreeMap::new(), LOCAL_GRACE)
+            {
+                crate::metrics::evicted(v.kind.signal());
+                let name = pod_ref(pod);
+                self.d.status.update(|s| s.last_eviction = Some(name));
+                first.get_or_insert_with(|| pod.clone());
+            }
+        }
+        first
+    }
+
+    /// Runs the disk reclaimers for `target`, then re-reads the filesystem; true
+    /// when no threshold is met any more (kubelet's `reclaimNodeLevelResources`).
+    async fn reclaim(&self, target: DiskTarget, obs: &Observations) -> bool {
+        let steps: Vec<_> = self
+            .d
+            .reclaimers
+            .iter()
+            .filter(|r| r.targets().contains(&target))
+            .collect();
+        if steps.is_empty() {
+            return false;
+        }
+        for r in steps {
+            match r.reclaim().await {
+                Ok(done) => info!(
+                    step = r.name(),
+                    bytes = done.bytes,
+                    removed = done.removed,
+                    "eviction manager: reclaimed node-level resources"
+                ),
+                Err(e) => warn!(error = %e, "eviction manager: reclaim step failed"),
+            }
+        }
+        // The advisor refreshes filesystems every 10 s: re-read the root dir's now.
+        // The image filesystem keeps the last round's reading.
+        let mut after = obs.clone();
+        let root = self.d.root_dir.clone();
+        if let Ok(Some(fs)) = tokio::task::spawn_blocking(move || {
+            crate::koord::advisor::storage::statvfs_reading(&root)
+        })
+        .await
+        {
+            fs_signals(
+                &mut after,
+                Some(&fs),
+                Signal::NodeFsAvailable,
+                Signal::NodeFsInodesFree,
+            );
+        }
+        let still = met(
+            &self.d.cfg.thresholds,
+            self.met.iter().copied(),
+            &after,
+            true,
+        );
+        if still.is_empty() {
+            info!("eviction manager: node-level resources reclaimed, no eviction needed");
+        }
+        still.is_empty()
+    }
+
+    /// Re-arms the memory notification at kubelet's value: capacity − threshold +
+    /// the root's inactive file pages, in usage terms.
+    fn arm_notifier(&self, snapshot: &crate::stats::readings::Snapshot) {
+        let Some(n) = &self.d.notifier else { return };
+        let Some(mem) = snapshot.node.cgroup.memory else {
+            return;
+        };
+        let capacity = snapshot.node.memory_capacity_bytes;
+        let available = capacity.saturating_sub(mem.working_set_bytes);
+        // The largest threshold is crossed first: the lowest usage to be told at.
+        let at = self
+            .d
+            .cfg
+            .thresholds
+            .iter()
+            .filter(|t| t.signal == Signal::MemoryAvailable)
+            .map(|t| {
+                super::memcg::usage_threshold(
+                    available,
+                    mem.working_set_bytes,
+                    mem.usage_bytes,
+                    t.value,
+                )
+            })
+            .min();
+        let Some(at) = at else { return };
+        if let Err(e) = n.set_threshold(at) {
+            warn!(error = %e, "eviction manager: cannot arm the memory threshold notification");
+        }
+    }
+
+    /// Cycles until cancelled; after an eviction, waits for the pod's cleanup.
+    pub(crate) async fn run(mut self, cancel: CancellationToken) {
+        let period = monitoring_period();
+        loop {
+            let evicted = self.synchronize(Instant::now(), SystemTime::now()).await;
+            if let Some(pod) = evicted {
+                let uid = pod_uid(&pod).to_string();
+                let deadline = Instant::now() + CLEANUP_TIMEOUT;
+                while !self.d.target.cleaned_up(&uid) && Instant::now() < deadline {
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(CLEANUP_POLL) => {}
+                    }
+                }
+                if !self.d.target.cleaned_up(&uid) {
+                    info!(pod = %pod_ref(&pod), podUID = %uid, "eviction manager: timed out waiting for the pod to be cleaned up");
+                }
+            }
+            let notifier = self.d.notifier.clone();
+            let crossed = async {
+                match notifier {
+                    Some(n) => n.crossed().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(period) => {}
+                () = crossed => debug!("eviction manager: memory threshold notification"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;

@@ -1,0 +1,444 @@
+//! The order pods are evicted in (kubelet's `rankMemoryPressure`,
+//! `rankDiskPressureFunc`, `rankPIDPressure`): a pod without stats first, then one
+//! over its requests, then lower priority, then larger use above requests. The sort
+//! is stable: pods that tie keep the order they were listed in.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use super::threshold::Signal;
+use crate::pod::pod_uid;
+use crate::stats::readings::Snapshot;
+use crate::stats::volumes::VolumeUsage;
+
+/// What one pod uses, as far as it was measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct PodStats {
+    /// The pod cgroup's working set.
+    pub memory: Option<u64>,
+    /// Per container name: its working set.
+    pub container_memory: Vec<(String, u64)>,
+    pub processes: Option<u64>,
+    /// Volumes and logs (bytes, inodes); container writable layers are not measured.
+    pub disk: Option<(u64, u64)>,
+    /// Per container name: its logs' bytes.
+    pub container_disk: Vec<(String, u64)>,
+}
+
+/// Stats by pod UID, from the advisor's round and the volume usage task.
+pub(crate) fn pod_stats(snapshot: &Snapshot, volumes: &VolumeUsage) -> HashMap<String, PodStats> {
+    let mut out = HashMap::new();
+    for p in &snapshot.pods {
+        let mut s = PodStats {
+            memory: p
+                .cgroup
+                .as_ref()
+                .and_then(|c| c.memory)
+                .map(|m| m.working_set_bytes),
+            processes: p.cgroup.as_ref().and_then(|c| c.pids),
+            container_memory: p
+                .containers
+                .iter()
+                .filter_map(|c| Some((c.name.clone(), c.cgroup.memory?.working_set_bytes)))
+                .collect(),
+            ..Default::default()
+        };
+        if let Some(u) = volumes.usage_of(&p.uid) {
+            let (mut bytes, mut inodes) = (u.pod_logs.bytes, u.pod_logs.inodes);
+            for (_, v) in u.volumes.iter().chain(&u.container_logs) {
+                bytes += v.bytes;
+                inodes += v.inodes;
+            }
+            s.disk = Some((bytes, inodes));
+            s.container_disk = u
+                .container_logs
+                .iter()
+                .map(|(n, v)| (n.clone(), v.bytes))
+                .collect();
+        }
+        out.insert(p.uid.clone(), s);
+    }
+    out
+}
+
+/// Which of kubelet's rankings a signal uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ranking {
+    Memory,
+    /// Ephemeral storage bytes.
+    DiskBytes,
+    Inodes,
+    Pids,
+}
+
+impl Ranking {
+    pub(crate) fn of(signal: Signal) -> Ranking {
+        match signal {
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => Ranking::Memory,
+            Signal::NodeFsInodesFree
+            | Signal::ImageFsInodesFree
+            | Signal::ContainerFsInodesFree => Ranking::Inodes,
+            Signal::PidAvailable => Ranking::Pids,
+            _ => Ranking::DiskBytes,
+        }
+    }
+}
+
+/// A container's request of `resource` in bytes, 0 when absent or unreadable.
+fn request(c: &Container, resource: &str) -> i64 {
+    c.resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get(resource))
+        .and_then(|q| crate::quantity::bytes(q).ok())
+        .unwrap_or(0)
+}
+
+/// The pod's request of `resource` (kubelet's `GetResourceRequestQuantity`): the sum
+/// over containers, at least the largest init container's, plus the overhead.
+pub(crate) fn pod_request(pod: &Pod, resource: &str) -> i64 {
+    let Some(spec) = pod.spec.as_ref() else {
+        return 0;
+    };
+    let sum: i64 = spec.containers.iter().map(|c| request(c, resource)).sum();
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| request(c, resource))
+        .max()
+        .unwrap_or(0);
+    let overhead = spec
+        .overhead
+        .as_ref()
+        .and_then(|o| o.get(resource))
+        .and_then(|q| crate::quantity::bytes(q).ok())
+        .unwrap_or(0);
+    sum.max(init) + overhead
+}
+
+/// The container's request of `resource` (for the eviction message).
+pub(crate) fn container_request(pod: &Pod, name: &str, resource: &str) -> i64 {
+    pod.spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .find(|c| c.name == name)
+        .map_or(0, |c| request(c, resource))
+}
+
+fn priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// The usage a ranking measures and the request it is compared with.
+fn usage(ranking: Ranking, pod: &Pod, s: &PodStats) -> Option<(i64, i64)> {
+    let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    match ranking {
+        Ranking::Memory => Some((i(s.memory?), pod_request(pod, "memory"))),
+        Ranking::DiskBytes => Some((i(s.disk?.0), pod_request(pod, "ephemeral-storage"))),
+        // kubelet has no inode requests: all inodes used count.
+        Ranking::Inodes => Some((i(s.disk?.1), 0)),
+        Ranking::Pids => Some((i(s.processes?), 0)),
+    }
+}
+
+/// Why a pod ranks where it does, for the log.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Ranked {
+    pub pod: Arc<Pod>,
+    /// None: no stats (ranked first).
+    pub usage: Option<i64>,
+    pub request: i64,
+    pub priority: i32,
+}
+
+impl Ranked {
+    pub(crate) fn exceeds_requests(&self) -> bool {
+        self.usage.is_some_and(|u| u > self.request)
+    }
+}
+
+/// `pods` in eviction order for `signal`.
+pub(crate) fn rank(
+    signal: Signal,
+    pods: &[Arc<Pod>],
+    stats: &HashMap<String, PodStats>,
+) -> Vec<Ranked> {
+    let ranking = Ranking::of(signal);
+    let mut ranked: Vec<Ranked> = pods
+        .iter()
+        .map(|p| {
+            let u = stats.get(pod_uid(p)).and_then(|s| usage(ranking, p, s));
+            Ranked {
+                pod: p.clone(),
+                usage: u.map(|(u, _)| u),
+                request: u.map_or(0, |(_, r)| r),
+                priority: priority(p),
+            }
+        })
+        .collect();
+    ranked.sort_by(|a, b| compare(ranking, a, b));
+    ranked
+}
+
+/// kubelet's `orderedBy(...)` for the ranking.
+fn compare(ranking: Ranking, a: &Ranked, b: &Ranked) -> Ordering {
+    // Missing stats first, in every ranking that looks at stats.
+    let missing = b.usage.is_none().cmp(&a.usage.is_none());
+    if missing != Ordering::Equal || a.usage.is_none() {
+        return missing;
+    }
+    let exceeds = b.exceeds_requests().cmp(&a.exceeds_requests());
+    let prio = a.priority.cmp(&b.priority);
+    let above = |r: &Ranked| r.usage.unwrap_or(0).saturating_sub(r.request);
+    let by_usage = above(b).cmp(&above(a));
+    match ranking {
+        // rankPIDPressure: priority, then process count.
+        Ranking::Pids => prio.then(by_usage),
+        _ => exceeds.then(prio).then(by_usage),
+    }
+}
+
+/// A short account of the first few pods, for the `-v=2` line.
+pub(crate) fn explain(ranked: &[Ranked], n: usize) -> String {
+    ranked
+        .iter()
+        .take(n)
+        .map(|r| {
+            let p = &r.pod.metadata;
+            let name = format!(
+                "{}/{}",
+                p.namespace.as_deref().unwrap_or(""),
+                p.name.as_deref().unwrap_or("")
+            );
+            match r.usage {
+                None => format!("{name} (no stats)"),
+                Some(u) => format!(
+                    "{name} (usage {u}, request {}, exceeds {}, priority {})",
+                    r.request,
+                    r.exceeds_requests(),
+                    r.priority
+                ),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn pod(name: &str, priority: i32, requests: &[(&str, &str)]) -> Arc<Pod> {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("ns".into());
+        p.metadata.uid = Some(name.into());
+        p.spec = Some(PodSpec {
+            priority: Some(priority),
+            containers: vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(
+                        requests
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                            .collect(),
+                    ),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        Arc::new(p)
+    }
+
+    fn names(r: &[Ranked]) -> Vec<&str> {
+        r.iter()
+            .map(|r| r.pod.metadata.name.as_deref().unwrap())
+            .collect()
+    }
+
+    fn stats(entries: &[(&str, PodStats)]) -> HashMap<String, PodStats> {
+        entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    fn mem(v: u64) -> PodStats {
+        PodStats {
+            memory: Some(v),
+            ..Default::default()
+        }
+    }
+
+    fn disk(bytes: u64, inodes: u64) -> PodStats {
+        PodStats {
+            disk: Some((bytes, inodes)),
+            ..Default::default()
+        }
+    }
+
+    fn procs(n: u64) -> PodStats {
+        PodStats {
+            processes: Some(n),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn memory_missing_stats_then_over_requests_then_priority_then_usage_above_request() {
+        let pods = [
+            pod("under", 0, &[("memory", "1000")]),
+            pod("over-high-prio", 10, &[("memory", "100")]),
+            pod("over-small", 0, &[("memory", "100")]),
+            pod("over-big", 0, &[("memory", "100")]),
+            pod("nostats", 100, &[]),
+        ];
+        let s = stats(&[
+            ("under", mem(500)),
+            ("over-high-prio", mem(10_000)),
+            ("over-small", mem(200)),
+            ("over-big", mem(900)),
+        ]);
+        for signal in [Signal::MemoryAvailable, Signal::AllocatableMemoryAvailable] {
+            let r = rank(signal, &pods, &s);
+            assert_eq!(
+                names(&r),
+                [
+                    "nostats",
+                    "over-big",
+                    "over-small",
+                    "over-high-prio",
+                    "under"
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn memory_ties_keep_the_listed_order() {
+        let pods = [pod("a", 0, &[]), pod("b", 0, &[]), pod("c", 0, &[])];
+        let s = stats(&[("a", mem(5)), ("b", mem(5)), ("c", mem(5))]);
+        assert_eq!(
+            names(&rank(Signal::MemoryAvailable, &pods, &s)),
+            ["a", "b", "c"]
+        );
+        // Two pods without stats tie too.
+        assert_eq!(
+            names(&rank(Signal::MemoryAvailable, &pods, &HashMap::new())),
+            ["a", "b", "c"]
+        );
+    }
+
+    #[test]
+    fn disk_bytes_compare_volumes_and_logs_with_ephemeral_requests() {
+        let pods = [
+            pod("within", 0, &[("ephemeral-storage", "10k")]),
+            pod("big-within", 0, &[("ephemeral-storage", "1M")]),
+            pod("over", 0, &[("ephemeral-storage", "1k")]),
+            pod("best-effort", 0, &[]),
+            pod("nostats", 0, &[]),
+        ];
+        let s = stats(&[
+            ("within", disk(5_000, 1)),
+            ("big-within", disk(900_000, 1)),
+            ("over", disk(2_000, 1)),
+            ("best-effort", disk(1_500, 1)),
+        ]);
+        for signal in [
+            Signal::NodeFsAvailable,
+            Signal::ImageFsAvailable,
+            Signal::ContainerFsAvailable,
+        ] {
+            assert_eq!(
+                names(&rank(signal, &pods, &s)),
+                ["nostats", "best-effort", "over", "within", "big-within"],
+                "{signal}"
+            );
+        }
+    }
+
+    #[test]
+    fn inodes_rank_by_priority_then_inodes_used() {
+        let pods = [
+            pod("few", 0, &[]),
+            pod("many-high-prio", 5, &[]),
+            pod("many", 0, &[]),
+            pod("nostats", 9, &[]),
+        ];
+        let s = stats(&[
+            ("few", disk(1, 10)),
+            ("many-high-prio", disk(1, 1000)),
+            ("many", disk(1, 500)),
+        ]);
+        for signal in [
+            Signal::NodeFsInodesFree,
+            Signal::ImageFsInodesFree,
+            Signal::ContainerFsInodesFree,
+        ] {
+            assert_eq!(
+                names(&rank(signal, &pods, &s)),
+                ["nostats", "many", "few", "many-high-prio"],
+                "{signal}"
+            );
+        }
+    }
+
+    #[test]
+    fn pids_rank_by_missing_stats_priority_then_process_count() {
+        let pods = [
+            pod("few", 0, &[]),
+            pod("many-high-prio", 5, &[]),
+            pod("many", 0, &[]),
+            pod("nostats", 9, &[]),
+            pod("few-too", 0, &[]),
+        ];
+        let s = stats(&[
+            ("few", procs(2)),
+            ("many-high-prio", procs(300)),
+            ("many", procs(100)),
+            ("few-too", procs(2)),
+        ]);
+        assert_eq!(
+            names(&rank(Signal::PidAvailable, &pods, &s)),
+            ["nostats", "many", "few", "few-too", "many-high-prio"]
+        );
+    }
+
+    #[test]
+    fn requests_sum_containers_take_the_largest_init_and_add_overhead() {
+        let mut p = (*pod("p", 0, &[("memory", "100")])).clone();
+        let spec = p.spec.as_mut().unwrap();
+        spec.containers.push(spec.containers[0].clone());
+        let mut init = spec.containers[0].clone();
+        init.resources = Some(ResourceRequirements {
+            requests: Some([("memory".to_string(), Quantity("500".into()))].into()),
+            ..Default::default()
+        });
+        spec.init_containers = Some(vec![init]);
+        assert_eq!(pod_request(&p, "memory"), 500);
+        p.spec.as_mut().unwrap().overhead =
+            Some([("memory".to_string(), Quantity("7".into()))].into());
+        assert_eq!(pod_request(&p, "memory"), 507);
+        assert_eq!(pod_request(&p, "ephemeral-storage"), 7 - 7);
+        assert_eq!(container_request(&p, "c", "memory"), 100);
+    }
+
+    #[test]
+    fn explain_names_the_top_pods() {
+        let pods = [pod("a", 0, &[]), pod("b", 3, &[])];
+        let r = rank(Signal::MemoryAvailable, &pods, &stats(&[("b", mem(10))]));
+        assert_eq!(
+            explain(&r, 5),
+            "ns/a (no stats), ns/b (usage 10, request 0, exceeds true, priority 3)"
+        );
+    }
+}

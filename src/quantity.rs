@@ -187,6 +187,52 @@ pub(crate) fn bytes(q: &Quantity) -> Result<i64, QuantityError> {
     value(&q.0, 0, "bytes")
 }
 
+/// A byte count as Kubernetes writes it canonically (BinarySI): the largest
+/// binary suffix that divides it exactly ("16348964Ki"), else plain bytes.
+pub(crate) fn binary_si(bytes: i64) -> String {
+    const SUFFIXES: [(&str, u32); 6] = [
+        ("Ei", 60),
+        ("Pi", 50),
+        ("Ti", 40),
+        ("Gi", 30),
+        ("Mi", 20),
+        ("Ki", 10),
+    ];
+    if bytes == 0 {
+        return "0".into();
+    }
+    for (s, shift) in SUFFIXES {
+        let unit = 1i64 << shift;
+        if bytes % unit == 0 {
+            return format!("{}{s}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
+/// Go's canonical `Quantity.String()` for an integer value, binary (`1Mi`) or
+/// decimal (`2k`); Go prints binary quantities between -1024 and 1024 as decimal ones.
+pub(crate) fn canonical(value: i64, binary: bool) -> String {
+    if binary && value.abs() >= 1024 {
+        let mut v = value;
+        let mut i = 0;
+        while i < 6 && v % 1024 == 0 && v != 0 {
+            v /= 1024;
+            i += 1;
+        }
+        let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][i];
+        return format!("{v}{suffix}");
+    }
+    let mut v = value;
+    let mut i = 0;
+    while i < 6 && v % 1000 == 0 && v != 0 {
+        v /= 1000;
+        i += 1;
+    }
+    let suffix = ["", "k", "M", "G", "T", "P", "E"][i];
+    format!("{v}{suffix}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

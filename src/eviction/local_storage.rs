@@ -18,7 +18,6 @@ use crate::cm::resources::pod_limits;
 use crate::pod::{pod_ref, pod_uid};
 use crate::quantity;
 use crate::stats::volumes::{PodUsage, VolumeUsage};
-use crate::status::node::setters::binary_si;
 
 /// kubelet's `immediateEvictionGracePeriodSeconds`.
 pub(crate) const IMMEDIATE_GRACE_SECONDS: i64 = 1;
@@ -220,19 +219,7 @@ fn container_limit(
 /// `bytes` as Kubernetes' `Quantity.String()` writes it in the format of `written`:
 /// binary suffixes for a binary quantity (`1Mi`), else decimal ones (`2k`, `1500`).
 fn canonical(bytes: i64, written: &str) -> String {
-    if written.ends_with('i') {
-        return binary_si(bytes);
-    }
-    if bytes == 0 {
-        return "0".into();
-    }
-    const SUFFIXES: [&str; 7] = ["", "k", "M", "G", "T", "P", "E"];
-    let (mut v, mut i) = (bytes, 0);
-    while v % 1000 == 0 && i + 1 < SUFFIXES.len() {
-        v /= 1000;
-        i += 1;
-    }
-    format!("{v}{}", SUFFIXES[i])
+    crate::quantity::canonical(bytes, written.ends_with('i'))
 }
 
 #[cfg(test)]

@@ -35,28 +35,7 @@ fn binary(resource: &str) -> bool {
     matches!(resource, "memory" | "ephemeral-storage")
 }
 
-/// Go's canonical `Quantity.String()` for an integer value.
-pub(crate) fn quantity(value: i64, binary_si: bool) -> String {
-    // Go prints binary quantities between -1024 and 1024 as decimal ones.
-    if binary_si && value.abs() >= 1024 {
-        let mut v = value;
-        let mut i = 0;
-        while i < 6 && v % 1024 == 0 && v != 0 {
-            v /= 1024;
-            i += 1;
-        }
-        let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][i];
-        return format!("{v}{suffix}");
-    }
-    let mut v = value;
-    let mut i = 0;
-    while i < 6 && v % 1000 == 0 && v != 0 {
-        v /= 1000;
-        i += 1;
-    }
-    let suffix = ["", "k", "M", "G", "T", "P", "E"][i];
-    format!("{v}{suffix}")
-}
+pub(crate) use crate::quantity::canonical as quantity;
 
 /// The pod's eviction message and the event annotations.
 pub(crate) fn eviction_message(

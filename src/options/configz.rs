@@ -12,27 +12,9 @@ use super::settings::Enforced;
 use crate::cm::allocatable::Reserved;
 use crate::eviction::threshold::ThresholdValue;
 
-/// A byte count as a Kubernetes quantity, as kubelet echoes the text it was given:
-/// the largest binary suffix that divides it exactly (`200Mi`), else plain bytes.
-fn quantity(bytes: i64) -> String {
-    const SUFFIXES: [(&str, u32); 6] = [
-        ("Ei", 60),
-        ("Pi", 50),
-        ("Ti", 40),
-        ("Gi", 30),
-        ("Mi", 20),
-        ("Ki", 10),
-    ];
-    if bytes != 0 {
-        for (suffix, shift) in SUFFIXES {
-            let unit = 1i64 << shift;
-            if bytes % unit == 0 {
-                return format!("{}{suffix}", bytes / unit);
-            }
-        }
-    }
-    bytes.to_string()
-}
+/// A byte count as a Kubernetes quantity, as kubelet echoes the text it was given
+/// (`200Mi`); oxlet keeps only the bytes, so the canonical binary form.
+use crate::quantity::binary_si as quantity;
 
 fn threshold(v: ThresholdValue) -> String {
     match v {

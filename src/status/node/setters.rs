@@ -56,28 +56,7 @@ pub(crate) fn addresses(info: &NodeInfo, node_ip: Option<IpAddr>) -> Vec<NodeAdd
     out
 }
 
-/// A byte count as Kubernetes writes it canonically (BinarySI): the largest
-/// binary suffix that divides it exactly ("16348964Ki"), else plain bytes.
-pub(crate) fn binary_si(bytes: i64) -> String {
-    const SUFFIXES: [(&str, u32); 6] = [
-        ("Ei", 60),
-        ("Pi", 50),
-        ("Ti", 40),
-        ("Gi", 30),
-        ("Mi", 20),
-        ("Ki", 10),
-    ];
-    if bytes == 0 {
-        return "0".into();
-    }
-    for (s, shift) in SUFFIXES {
-        let unit = 1i64 << shift;
-        if bytes % unit == 0 {
-            return format!("{}{s}", bytes / unit);
-        }
-    }
-    bytes.to_string()
-}
+pub(crate) use crate::quantity::binary_si;
 
 /// Millicores as Kubernetes writes them: whole cores plain ("4"), else "1500m".
 pub(crate) fn cpu(milli: i64) -> String {

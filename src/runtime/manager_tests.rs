@@ -82,8 +82,11 @@ async fn crash_and_restart(node: &FakeNode, p: &Pod) -> (Duration, Option<Durati
     }
 }
 
+/// Within the real time a loaded machine may take between two syncs (the CRI's
+/// wall-clock timestamps drift from the paused tokio clock by it): still far from the
+/// next step of the doubling.
 fn about(d: Duration, secs: u64) -> bool {
-    d.abs_diff(Duration::from_secs(secs)) < Duration::from_millis(5)
+    d.abs_diff(Duration::from_secs(secs)) < Duration::from_millis(500)
 }
 
 #[tokio::test(start_paused = true)]

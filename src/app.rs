@@ -757,12 +757,25 @@ fn spawn_eviction_manager(
     status
 }
 
+/// The host's cgroup tree, its version detected, for the readers beside the container
+/// manager; None (with a warning naming `who` is off) when it cannot be read.
+fn host_cgroup_tree(who: &str) -> Option<crate::cm::fs::CgroupTree> {
+    let tree = crate::cm::version::detect(std::path::Path::new(crate::cm::fs::HOST_MOUNT))
+        .map_err(|e| e.to_string())
+        .and_then(|v| crate::cm::fs::CgroupTree::host(v).map_err(|e| e.to_string()));
+    match tree {
+        Ok(t) => Some(t),
+        Err(e) => {
+            warn!(error = %e, "{who} is off: cannot read the host's cgroups");
+            None
+        }
+    }
+}
+
 /// kubelet's `kernelMemcgNotification` on the root memory cgroup (cgroup v1 only;
 /// on v2 kubelet has none either), so memory pressure is seen between cycles.
 fn memcg_notifier() -> Option<Arc<dyn crate::eviction::reclaim::ThresholdNotifier>> {
-    let version =
-        crate::cm::version::detect(std::path::Path::new(crate::cm::fs::HOST_MOUNT)).ok()?;
-    let tree = crate::cm::fs::CgroupTree::host(version).ok()?;
+    let tree = host_cgroup_tree("the memory threshold notification")?;
     match crate::eviction::memcg::MemcgNotifier::node(tree) {
         Ok(n) => Some(Arc::new(n)),
         Err(e) => {
@@ -847,20 +860,8 @@ fn spawn_metric_advisor(
     tasks: &Tasks,
 ) {
     use crate::koord::advisor::{Advisor, AdvisorDeps, ManagedPods};
-    let version = match crate::cm::version::detect(std::path::Path::new(crate::cm::fs::HOST_MOUNT))
-    {
-        Ok(v) => v,
-        Err(e) => {
-            warn!(error = %e, "metric advisor off: cannot tell the cgroup version");
-            return;
-        }
-    };
-    let tree = match crate::cm::fs::CgroupTree::host(version) {
-        Ok(t) => t,
-        Err(e) => {
-            warn!(error = %e, "metric advisor off: cannot read the cgroup mounts");
-            return;
-        }
+    let Some(tree) = host_cgroup_tree("the metric advisor") else {
+        return;
     };
     let (cm, pods, pod_cache) = (cm.clone(), pods.clone(), pod_cache.clone());
     let (cache, readings) = (metric_cache.clone(), readings.clone());

@@ -121,6 +121,18 @@ pub(crate) struct Manager {
     last_obs: Observations,
 }
 
+/// Whether the image filesystem is the root dir's (the same capacity: the readings
+/// carry no device number).
+fn shared_image_fs(obs: &Observations) -> bool {
+    match (
+        obs.get(&Signal::NodeFsAvailable),
+        obs.get(&Signal::ImageFsAvailable),
+    ) {
+        (Some(n), Some(i)) => n.capacity == i.capacity,
+        _ => false,
+    }
+}
+
 /// kubelet's `thresholdsMet`: a threshold is met when its amount (plus minimum
 /// reclaim, when enforced) is above what is available.
 fn met(
@@ -374,11 +386,17 @@ impl Manager {
     /// Runs the disk reclaimers for `target`, then re-reads the filesystem; true
     /// when no threshold is met any more (kubelet's `reclaimNodeLevelResources`).
     async fn reclaim(&self, target: DiskTarget, obs: &Observations) -> bool {
+        // Without a dedicated image filesystem the images live on nodefs too, and
+        // kubelet reclaims both for either signal (`buildSignalToNodeReclaimFuncs`).
+        let shared = shared_image_fs(obs);
         let steps: Vec<_> = self
             .d
             .reclaimers
             .iter()
-            .filter(|r| r.targets().contains(&target))
+            .filter(|r| {
+                r.targets().contains(&target)
+                    || (shared && r.targets().contains(&DiskTarget::ImageFs))
+            })
             .collect();
         if steps.is_empty() {
             return false;
@@ -409,6 +427,14 @@ impl Manager {
                 Signal::NodeFsAvailable,
                 Signal::NodeFsInodesFree,
             );
+            if shared {
+                fs_signals(
+                    &mut after,
+                    Some(&fs),
+                    Signal::ImageFsAvailable,
+                    Signal::ImageFsInodesFree,
+                );
+            }
         }
         let still = met(
             &self.d.cfg.thresholds,

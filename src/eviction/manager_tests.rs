@@ -316,3 +316,23 @@ async fn pid_pressure_sets_its_own_condition() {
     assert!(p.pid && !p.memory && !p.disk);
     assert_eq!(b.status.get().conditions, ["PIDPressure"]);
 }
+
+#[test]
+fn the_image_fs_is_shared_when_it_has_the_root_dirs_capacity() {
+    use crate::eviction::signals::Observation;
+    let at = |capacity| Observation {
+        available: 1,
+        capacity,
+        time: std::time::SystemTime::UNIX_EPOCH,
+    };
+    let mut obs = Observations::new();
+    obs.insert(Signal::NodeFsAvailable, at(100));
+    assert!(!super::shared_image_fs(&obs), "no imagefs reading");
+    obs.insert(Signal::ImageFsAvailable, at(50));
+    assert!(
+        !super::shared_image_fs(&obs),
+        "a dedicated image filesystem"
+    );
+    obs.insert(Signal::ImageFsAvailable, at(100));
+    assert!(super::shared_image_fs(&obs));
+}

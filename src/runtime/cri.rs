@@ -291,6 +291,16 @@ impl CriRead for RemoteRuntime {
         Box::pin(RemoteRuntime::list_images(self))
     }
 
+    fn sandbox_image(&self) -> CriFuture<'_, Option<String>> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let resp = self
+                .call("Status", c.status(cri::StatusRequest { verbose: true }))
+                .await?;
+            Ok(sandbox_image_of(&resp.info))
+        })
+    }
+
     fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>> {
         Box::pin(async move {
             let mut c = self.images.clone();
@@ -505,4 +515,34 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
         cur = inner.source();
     }
     s
+}
+
+/// containerd's verbose status carries its CRI config as JSON under `config`, with the
+/// sandbox image as `sandboxImage`; bounded, as the runtime's answer is input too.
+fn sandbox_image_of(info: &std::collections::HashMap<String, String>) -> Option<String> {
+    let config = info.get("config").filter(|c| c.len() <= 1 << 20)?;
+    let v: serde_json::Value = serde_json::from_str(config).ok()?;
+    v.get("sandboxImage")?
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod sandbox_image_tests {
+    #[test]
+    fn the_sandbox_image_comes_from_containerds_config() {
+        let mut info = std::collections::HashMap::new();
+        assert_eq!(super::sandbox_image_of(&info), None);
+        info.insert(
+            "config".to_string(),
+            r#"{"sandboxImage":"localhost/oxlet/pause:1","other":1}"#.to_string(),
+        );
+        assert_eq!(
+            super::sandbox_image_of(&info).as_deref(),
+            Some("localhost/oxlet/pause:1")
+        );
+        info.insert("config".to_string(), "not json".to_string());
+        assert_eq!(super::sandbox_image_of(&info), None);
+    }
 }

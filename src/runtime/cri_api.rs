@@ -43,6 +43,10 @@ pub(crate) trait CriRead: Send + Sync {
     fn image_status<'a>(&'a self, image: &'a str) -> CriFuture<'a, Option<cri::Image>>;
     /// The image filesystems' use (`ImageFsInfo`), for the node's `imageFs` stats.
     fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>>;
+    /// The runtime's sandbox (pause) image, from its verbose `Status` (containerd's
+    /// `config.sandboxImage`); None when the runtime does not say. The image GC keeps it,
+    /// as kubelet keeps `--pod-infra-container-image`.
+    fn sandbox_image(&self) -> CriFuture<'_, Option<String>>;
     /// Every image the runtime has (`ListImages`), for the image GC.
     fn list_images(&self) -> CriFuture<'_, Vec<cri::Image>>;
     /// The containers' stats (`ListContainerStats`): the metric advisor reads each

@@ -84,6 +84,8 @@ struct Inner {
     pull_delay: Duration,
     pulls_in_flight: usize,
     max_pulls_in_flight: usize,
+    /// What the verbose Status names as the sandbox image.
+    sandbox_image: Option<String>,
 }
 
 /// Counts a pull as in flight until it ends or is dropped.
@@ -370,6 +372,12 @@ impl FakeRuntime {
             .clone()
     }
 
+    /// Sets the sandbox image the verbose Status reports.
+    #[cfg(test)]
+    pub(crate) fn set_sandbox_image(&self, image: &str) {
+        self.lock().sandbox_image = Some(image.to_string());
+    }
+
     /// Sets the writable layer `ListContainerStats` reports for a container.
     pub(crate) fn set_writable_layer(&self, id: &str, bytes: u64, inodes: u64) {
         if let Some(c) = self.lock().containers.get_mut(id) {
@@ -593,6 +601,13 @@ impl CriRead for FakeRuntime {
     }
 
     /// One image filesystem at `/`, whose inodes are the fake's images.
+    fn sandbox_image(&self) -> CriFuture<'_, Option<String>> {
+        let mut inner = self.lock();
+        let res = inner.enter("Status", String::new(), String::new());
+        let image = inner.sandbox_image.clone();
+        ready(res.map(|()| image))
+    }
+
     fn image_fs_info(&self) -> CriFuture<'_, Vec<cri::FilesystemUsage>> {
         let mut inner = self.lock();
         let res = inner.enter("ImageFsInfo", String::new(), String::new());

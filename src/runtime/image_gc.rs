@@ -186,11 +186,23 @@ impl ImageGcManager {
     async fn detect(&self, now: Instant) -> Result<HashSet<String>, CriError> {
         let images = self.cri.list_images().await?;
         let containers = self.cri.list_containers(None).await?;
-        let in_use: HashSet<String> = containers
+        let mut in_use: HashSet<String> = containers
             .into_iter()
             .map(|c| c.image_ref)
             .filter(|r| !r.is_empty())
             .collect();
+        // The sandbox image is always in use (kubelet's pod infra image): without it no
+        // new pod can start, and a node without a registry could not get it back.
+        match self.cri.sandbox_image().await {
+            Ok(Some(sandbox)) => in_use.extend(
+                images
+                    .iter()
+                    .filter(|i| i.repo_tags.contains(&sandbox) || i.id == sandbox)
+                    .map(|i| i.id.clone()),
+            ),
+            Ok(None) => {}
+            Err(e) => debug!(error = %e, "image GC: the runtime did not name its sandbox image"),
+        }
         let mut records = self.records();
         let present: HashSet<&str> = images.iter().map(|i| i.id.as_str()).collect();
         records.retain(|id, _| present.contains(id.as_str()));

@@ -332,3 +332,16 @@ async fn images_gone_from_the_runtime_are_forgotten() {
     m.detect(Instant::now()).await.unwrap();
     assert!(m.records().is_empty());
 }
+
+#[tokio::test]
+async fn the_runtimes_sandbox_image_is_never_removed() {
+    let fake = Arc::new(FakeRuntime::new());
+    let m = Arc::new(manager(&fake, no_min_age()));
+    fake.add_image_sized("a:1", 10 * MIB, false);
+    // Not pinned (containerd 1.6 does not pin it), and no container uses it.
+    let pause = fake.add_image_sized("localhost/oxlet/pause:1", MIB, false);
+    fake.set_sandbox_image("localhost/oxlet/pause:1");
+    let got = UnusedImages(m).reclaim().await.unwrap();
+    assert_eq!(got.removed, 1);
+    assert_eq!(fake.image_ids(), vec![pause]);
+}

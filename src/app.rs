@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, trace, warn};
 
 use crate::cm::allocatable::NodeAllocatable;
 use crate::config::apiserver::run_api_source;
@@ -609,7 +609,7 @@ fn spawn_volume_stats(
     pods: &Arc<PodManager>,
     tasks: &Tasks,
 ) -> Arc<crate::stats::volumes::VolumeUsage> {
-    use crate::stats::volumes::{Dirs, VolumeUsage, refresh_period};
+    use crate::stats::volumes::{Dirs, TICK, VolumeUsage, refresh_period};
     let usage = Arc::new(VolumeUsage::default());
     if let Err(e) = crate::stats::log_metrics::LogMetrics::new(usage.clone())
         .and_then(|c| crate::metrics::register(Box::new(c)))
@@ -620,19 +620,29 @@ fn spawn_volume_stats(
         pods: opts.root_dir.join("pods"),
         pod_logs: opts.pod_logs_dir.clone(),
     };
+    let period = refresh_period(opts.volume_stats_agg_period);
+    if period.is_zero() {
+        info!(
+            "volumeStatsAggPeriod is 0: pod volumes and logs are not measured, so local storage limits are not enforced"
+        );
+        return usage;
+    }
+    let tick = period.min(TICK);
     let (u, pods) = (usage.clone(), pods.clone());
     tasks.spawn_restarting("volume-stats", Backoff::default(), move |cancel| {
         let (u, pods, dirs) = (u.clone(), pods.clone(), dirs.clone());
         async move {
-            let period = refresh_period();
             loop {
                 let (u, all, dirs) = (u.clone(), pods.all(), dirs.clone());
-                if let Err(e) = tokio::task::spawn_blocking(move || u.refresh(&all, &dirs)).await {
-                    warn!(error = %e, "volume stats round failed");
+                let round = tokio::task::spawn_blocking(move || u.refresh_due(&all, &dirs, period));
+                match round.await {
+                    Ok(n) if n > 0 => trace!(pods = n, "measured pod volumes and logs"),
+                    Ok(_) => {}
+                    Err(e) => warn!(error = %e, "volume stats round failed"),
                 }
                 tokio::select! {
                     () = cancel.cancelled() => return Ok(()),
-                    () = tokio::time::sleep(period) => {}
+                    () = tokio::time::sleep(tick) => {}
                 }
             }
         }

@@ -2,10 +2,9 @@
 //! a real containerd, an apiserver pod whose container fills an emptyDir past its
 //! `sizeLimit`. The volume usage task measures it, the eviction manager's
 //! `localStorageEviction` check (`src/eviction/local_storage.rs`) finds it and the pod
-//! becomes Failed/Evicted with kubelet's message.
-//!
-//! Ignored until the eviction manager (issue 12, P1) runs the check: the check and the
-//! measuring are proved on their own by the unit tests in `src/eviction/local_storage.rs`.
+//! becomes Failed/Evicted with kubelet's message, and its disk is given back: the
+//! emptyDir is torn down and the evicted pod's containers are removed, while the pod
+//! object keeps its final status.
 
 mod agent;
 mod common;
@@ -14,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use agent::*;
 use common::Testbed;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
+use tonic::transport::Channel;
 
 const NODE: &str = "testnode";
 
@@ -69,6 +70,7 @@ async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
+    let filler_uid = uid(&evicted);
     let s = evicted.status.unwrap();
     assert_eq!(s.reason.as_deref(), Some("Evicted"));
     assert_eq!(
@@ -83,6 +85,58 @@ async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
     );
     let quiet = ox.wait_api_running("quiet", Duration::from_secs(30)).await;
     assert_eq!(phase(&quiet), "Running");
+
+    // kubelet tears down a terminated pod's volumes and removes an evicted pod's
+    // containers: the 4 MiB is free although the pod object stays.
+    let volumes = ox.root.join("pods").join(&filler_uid).join("volumes");
+    let mut cri = bed.cri().await;
+    let t = Instant::now();
+    loop {
+        let left = containers_of(&mut cri, &filler_uid).await;
+        if !volumes.exists() && left.is_empty() {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "volumes still there: {}, containers left: {left:?}\n{}",
+            volumes.exists(),
+            tail(&ox.log(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let s = pods.get("filler").await.unwrap().status.unwrap();
+    assert_eq!(
+        s.reason.as_deref(),
+        Some("Evicted"),
+        "the final status stays"
+    );
+    assert!(
+        s.container_statuses
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.name == "main" && c.state.as_ref().is_some_and(|s| s.terminated.is_some())),
+        "the final status keeps the container: {:?}",
+        s.container_statuses
+    );
+}
+
+/// The IDs of the pod's containers that containerd still has.
+async fn containers_of(cri: &mut RuntimeServiceClient<Channel>, uid: &str) -> Vec<String> {
+    use k8s_cri::v1 as cri_api;
+    cri.list_containers(cri_api::ListContainersRequest {
+        filter: Some(cri_api::ContainerFilter {
+            label_selector: [("io.kubernetes.pod.uid".to_string(), uid.to_string())].into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .containers
+    .into_iter()
+    .map(|c| c.id)
+    .collect()
 }
 
 /// What the container ephemeral-storage check counts besides logs: containerd's CRI

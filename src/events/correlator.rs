@@ -11,7 +11,7 @@
 //! Each cache holds at most 4096 keys (client-go's LRU size); the least recently used
 //! key goes first.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -37,6 +37,7 @@ pub(crate) struct EventRecord {
     pub count: i32,
     pub first: jiff::Timestamp,
     pub last: jiff::Timestamp,
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// What the sink should do with one recorded event.
@@ -220,6 +221,7 @@ impl Correlator {
             count,
             first,
             last: e.at,
+            annotations: e.annotations.clone(),
         }
     }
 
@@ -268,6 +270,7 @@ mod tests {
             reason: reason.into(),
             message: message.into(),
             at: jiff::Timestamp::now(),
+            annotations: BTreeMap::new(),
         }
     }
 

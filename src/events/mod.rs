@@ -10,6 +10,7 @@
 mod correlator;
 mod sink;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -141,6 +142,9 @@ pub(crate) struct Recorded {
     pub reason: Reason,
     pub message: String,
     pub at: jiff::Timestamp,
+    /// The event object's annotations (kubelet's `AnnotatedEventf`; an eviction's
+    /// offending containers); usually empty.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Records events; cheap to clone; never blocks.
@@ -174,6 +178,18 @@ impl EventRecorder {
         reason: impl Into<Reason>,
         message: impl Into<String>,
     ) {
+        self.annotated_event(object, kind, reason, message, BTreeMap::new());
+    }
+
+    /// [`event`](Self::event) with annotations on the event object.
+    pub(crate) fn annotated_event(
+        &self,
+        object: &ObjectRef,
+        kind: EventType,
+        reason: impl Into<Reason>,
+        message: impl Into<String>,
+        annotations: BTreeMap<String, String>,
+    ) {
         let (reason, message) = (reason.into(), message.into());
         let (kind_name, reason_name) = (kind.as_str(), &*reason);
         if object.kind == "Pod" {
@@ -191,6 +207,7 @@ impl EventRecorder {
             reason,
             message,
             at: jiff::Timestamp::now(),
+            annotations,
         };
         if queue.try_send(recorded).is_err() {
             let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;

@@ -188,6 +188,7 @@ fn to_event(settings: &SinkSettings, r: &EventRecord) -> Event {
         metadata: ObjectMeta {
             name: Some(r.name.clone()),
             namespace: Some(namespace),
+            annotations: (!r.annotations.is_empty()).then(|| r.annotations.clone()),
             ..ObjectMeta::default()
         },
         involved_object: ObjectReference {

@@ -93,6 +93,44 @@ async fn a_repeat_is_a_patch_with_count_two() {
     task.await.unwrap();
 }
 
+/// kubelet's `AnnotatedEventf` (an eviction's offending containers): the annotations
+/// are on the Event object.
+#[tokio::test]
+async fn an_annotated_event_carries_its_annotations() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestApiServer::start(dir.path()).await.unwrap();
+    let settings = SinkSettings::new(50, 100, "node-a".into());
+    let (rec, cancel, task) = start(client_of(&server).await, settings);
+    let annotations = std::collections::BTreeMap::from([
+        ("offending_containers".to_string(), "app".to_string()),
+        ("starved_resource".to_string(), "memory".to_string()),
+    ]);
+    rec.annotated_event(
+        &pod_ref("q"),
+        EventType::Warning,
+        reason::EVICTED,
+        "The node was low on resource: memory. ",
+        annotations.clone(),
+    );
+    rec.event(
+        &pod_ref("plain"),
+        EventType::Normal,
+        reason::PULLED,
+        "pulled",
+    );
+    let events = wait_for(&server, |e| e.len() == 2).await;
+    let of = |name: &str| {
+        events
+            .iter()
+            .find(|e| e.involved_object.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("{name}: {events:?}"))
+    };
+    assert_eq!(of("q").metadata.annotations.as_ref(), Some(&annotations));
+    assert_eq!(of("plain").metadata.annotations, None);
+    cancel.cancel();
+    task.await.unwrap();
+}
+
 #[tokio::test]
 async fn writes_hold_the_event_qps() {
     let dir = tempfile::tempdir().unwrap();

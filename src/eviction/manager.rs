@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::config::{EvictionConfig, Threshold};
 use super::messages::eviction_message;
-use super::rank::{explain, pod_stats, rank};
+use super::rank::{DiskSources, explain, pod_stats, rank};
 use super::reclaim::{DiskReclaimer, DiskTarget, ThresholdNotifier};
 use super::signals::{Observations, fresh, fs_signals, observe};
 use super::threshold::Signal;
@@ -119,6 +119,8 @@ pub(crate) struct Manager {
     /// Memory, disk, PID: when last observed under pressure.
     last_pressure: [Option<Instant>; 3],
     last_obs: Observations,
+    /// Thresholds met last cycle only because of their minimum reclaim (logged once).
+    held_for_reclaim: HashSet<usize>,
 }
 
 /// Whether the image filesystem is the root dir's (the same capacity: the readings
@@ -129,6 +131,18 @@ fn shared_image_fs(obs: &Observations) -> bool {
         obs.get(&Signal::ImageFsAvailable),
     ) {
         (Some(n), Some(i)) => n.capacity == i.capacity,
+        _ => false,
+    }
+}
+
+/// Whether images live on a filesystem of their own (a capacity other than the root
+/// dir's); without both readings, they are taken to share it, which counts more.
+fn dedicated_image_fs(obs: &Observations) -> bool {
+    match (
+        obs.get(&Signal::NodeFsAvailable),
+        obs.get(&Signal::ImageFsAvailable),
+    ) {
+        (Some(n), Some(i)) => n.capacity != i.capacity,
         _ => false,
     }
 }
@@ -180,6 +194,9 @@ fn disk_target(signal: Signal) -> Option<DiskTarget> {
     }
 }
 
+/// How many ranked pods the `-v=2` ranking line names (the rest are counted).
+const RANKING_LOGGED: usize = 20;
+
 fn pod_ref(pod: &Pod) -> String {
     format!(
         "{}/{}",
@@ -197,6 +214,7 @@ impl Manager {
             first_observed: HashMap::new(),
             last_pressure: [None; 3],
             last_obs: Observations::new(),
+            held_for_reclaim: HashSet::new(),
         }
     }
 
@@ -209,11 +227,23 @@ impl Manager {
         let obs = observe(&snapshot, self.d.allocatable_memory);
         let ts = &self.d.cfg.thresholds;
         let mut now_met = met(ts, 0..ts.len(), &obs, false);
+        let mut held_for_reclaim = HashSet::new();
         for i in met(ts, self.met.iter().copied(), &obs, true) {
             if !now_met.contains(&i) {
                 now_met.push(i);
+                held_for_reclaim.insert(i);
             }
         }
+        for &i in &held_for_reclaim {
+            if !self.held_for_reclaim.contains(&i) {
+                let t = &ts[i];
+                let o = &obs[&t.signal];
+                let needed =
+                    t.value.amount(o.capacity) + t.min_reclaim.map_or(0, |m| m.amount(o.capacity));
+                info!(signal = %t.signal, threshold = %t.value, observed = o.available, needed, "eviction manager: threshold no longer crossed, but still met until its minimum reclaim is available");
+            }
+        }
+        self.held_for_reclaim = held_for_reclaim;
         now_met.sort_unstable();
         for &i in &now_met {
             if !self.seen.contains(&i) {
@@ -292,13 +322,14 @@ impl Manager {
         {
             return None;
         }
-        let stats = pod_stats(&snapshot, &self.d.volumes);
+        let sources = DiskSources::of(t.signal, dedicated_image_fs(&obs));
+        let stats = pod_stats(&snapshot, &self.d.volumes, sources);
         let ranked = rank(t.signal, &self.d.target.active_pods(), &stats);
         if ranked.is_empty() {
             info!(signal = %t.signal, "eviction manager: no pods to evict");
             return None;
         }
-        info!(signal = %t.signal, ranking = %explain(&ranked, 3), "eviction manager: pods ranked for eviction");
+        info!(signal = %t.signal, ranking = %explain(&ranked, RANKING_LOGGED), "eviction manager: pods ranked for eviction");
         let amount = obs.get(&t.signal).map_or(0, |o| t.value.amount(o.capacity));
         for r in ranked {
             let pod = r.pod;

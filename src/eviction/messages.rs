@@ -61,7 +61,7 @@ pub(crate) fn eviction_message(
     };
     let usages: &[(String, u64)] = match res {
         "memory" => &stats.container_memory,
-        // kubelet adds the writable layer; oxlet does not measure it yet.
+        // Logs plus the writable layer, as kubelet.
         "ephemeral-storage" => &stats.container_disk,
         _ => &[],
     };

@@ -22,14 +22,46 @@ pub(crate) struct PodStats {
     /// Per container name: its working set.
     pub container_memory: Vec<(String, u64)>,
     pub processes: Option<u64>,
-    /// Volumes and logs (bytes, inodes); container writable layers are not measured.
+    /// The local storage the disk ranking counts (bytes, inodes), per [`DiskSources`].
     pub disk: Option<(u64, u64)>,
-    /// Per container name: its logs' bytes.
+    /// Per container name: its logs' bytes plus its writable layer's when known (what
+    /// kubelet's eviction message reports).
     pub container_disk: Vec<(String, u64)>,
 }
 
-/// Stats by pod UID, from the advisor's round and the volume usage task.
-pub(crate) fn pod_stats(snapshot: &Snapshot, volumes: &VolumeUsage) -> HashMap<String, PodStats> {
+/// Which of a pod's local storage a disk ranking counts (kubelet's `fsStatsType`s in
+/// `buildSignalToRankFunc`): with a dedicated image filesystem, nodefs holds the logs
+/// and local volumes and imagefs the containers' writable layers; without one, both
+/// signals count all three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DiskSources {
+    pub logs_and_volumes: bool,
+    pub writable_layers: bool,
+}
+
+impl DiskSources {
+    pub(crate) fn of(signal: Signal, dedicated_image_fs: bool) -> DiskSources {
+        let image_fs = matches!(
+            signal,
+            Signal::ImageFsAvailable
+                | Signal::ImageFsInodesFree
+                | Signal::ContainerFsAvailable
+                | Signal::ContainerFsInodesFree
+        );
+        DiskSources {
+            logs_and_volumes: !dedicated_image_fs || !image_fs,
+            writable_layers: !dedicated_image_fs || image_fs,
+        }
+    }
+}
+
+/// Stats by pod UID, from the advisor's round (cgroups, writable layers) and the
+/// volume usage task (volumes, logs).
+pub(crate) fn pod_stats(
+    snapshot: &Snapshot,
+    volumes: &VolumeUsage,
+    sources: DiskSources,
+) -> HashMap<String, PodStats> {
     let mut out = HashMap::new();
     for p in &snapshot.pods {
         let mut s = PodStats {
@@ -46,19 +78,47 @@ pub(crate) fn pod_stats(snapshot: &Snapshot, volumes: &VolumeUsage) -> HashMap<S
                 .collect(),
             ..Default::default()
         };
-        if let Some(u) = volumes.usage_of(&p.uid) {
-            let (mut bytes, mut inodes) = (u.pod_logs.bytes, u.pod_logs.inodes);
+        let layers: Vec<(&str, u64, u64)> = p
+            .containers
+            .iter()
+            .filter_map(|c| {
+                let fs = c.rootfs.as_ref()?;
+                Some((c.name.as_str(), fs.used_bytes, fs.inodes_used.unwrap_or(0)))
+            })
+            .collect();
+        let used = volumes.usage_of(&p.uid);
+        let mut disk: Option<(u64, u64)> = None;
+        let mut add = |b: u64, i: u64| {
+            let d = disk.get_or_insert((0, 0));
+            d.0 += b;
+            d.1 += i;
+        };
+        if sources.logs_and_volumes
+            && let Some(u) = &used
+        {
+            add(u.pod_logs.bytes, u.pod_logs.inodes);
             for (_, v) in u.volumes.iter().chain(&u.container_logs) {
-                bytes += v.bytes;
-                inodes += v.inodes;
+                add(v.bytes, v.inodes);
             }
-            s.disk = Some((bytes, inodes));
-            s.container_disk = u
-                .container_logs
-                .iter()
-                .map(|(n, v)| (n.clone(), v.bytes))
-                .collect();
         }
+        if sources.writable_layers {
+            for &(_, b, i) in &layers {
+                add(b, i);
+            }
+        }
+        s.disk = disk;
+        let mut per_container: Vec<(String, u64)> = used
+            .iter()
+            .flat_map(|u| u.container_logs.iter())
+            .map(|(n, v)| (n.clone(), v.bytes))
+            .collect();
+        for &(name, b, _) in &layers {
+            match per_container.iter_mut().find(|(n, _)| n == name) {
+                Some((_, v)) => *v += b,
+                None => per_container.push((name.to_string(), b)),
+            }
+        }
+        s.container_disk = per_container;
         out.insert(p.uid.clone(), s);
     }
     out
@@ -204,7 +264,8 @@ fn compare(ranking: Ranking, a: &Ranked, b: &Ranked) -> Ordering {
 
 /// A short account of the first few pods, for the `-v=2` line.
 pub(crate) fn explain(ranked: &[Ranked], n: usize) -> String {
-    ranked
+    let more = ranked.len().saturating_sub(n);
+    let named = ranked
         .iter()
         .take(n)
         .map(|r| {
@@ -225,7 +286,12 @@ pub(crate) fn explain(ranked: &[Ranked], n: usize) -> String {
             }
         })
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    if more > 0 {
+        format!("{named}, and {more} more")
+    } else {
+        named
+    }
 }
 
 #[cfg(test)]
@@ -432,6 +498,71 @@ mod tests {
         assert_eq!(container_request(&p, "c", "memory"), 100);
     }
 
+    /// kubelet's `buildSignalToRankFunc`: which local storage a disk ranking counts.
+    #[test]
+    fn disk_stats_count_layers_logs_and_volumes_by_filesystem() {
+        use super::super::signals::tests::{cgroup, fs, snapshot};
+        use crate::stats::readings::{ContainerReading, PodReading};
+        use crate::stats::volumes::{PodUsage, Usage};
+        use std::time::SystemTime;
+        let t = SystemTime::UNIX_EPOCH;
+        let mut snap = snapshot(t);
+        let container = |name: &str, layer: u64| ContainerReading {
+            id: name.into(),
+            name: name.into(),
+            created_at: t,
+            cgroup: cgroup(t, 0),
+            rootfs: Some(fs(t, 0, 0, 7, 0)).map(|mut f| {
+                f.used_bytes = layer;
+                f
+            }),
+            logs: None,
+        };
+        snap.pods = vec![PodReading {
+            uid: "u".into(),
+            name: "p".into(),
+            namespace: "ns".into(),
+            started_at: t,
+            cgroup: None,
+            containers: vec![container("a", 1000), container("b", 20)],
+            volumes: vec![],
+        }];
+        let volumes = VolumeUsage::default();
+        let u = |bytes, inodes| Usage {
+            bytes,
+            inodes,
+            partial: false,
+        };
+        volumes.set(
+            "u",
+            PodUsage {
+                volumes: vec![("scratch".into(), u(300, 3))],
+                container_logs: vec![("a".into(), u(40, 2))],
+                pod_logs: u(5, 1),
+                ..Default::default()
+            },
+        );
+        let disk = |signal, dedicated| {
+            pod_stats(&snap, &volumes, DiskSources::of(signal, dedicated))["u"].disk
+        };
+        // Shared image filesystem: writable layers (7 inodes each) + logs + volumes.
+        assert_eq!(disk(Signal::NodeFsAvailable, false), Some((1365, 20)));
+        assert_eq!(disk(Signal::ImageFsAvailable, false), Some((1365, 20)));
+        // Dedicated: nodefs has the logs and volumes, imagefs the layers.
+        assert_eq!(disk(Signal::NodeFsAvailable, true), Some((345, 6)));
+        assert_eq!(disk(Signal::ImageFsInodesFree, true), Some((1020, 14)));
+        // The message's per-container figure: logs plus writable layer.
+        let s = &pod_stats(
+            &snap,
+            &volumes,
+            DiskSources::of(Signal::NodeFsAvailable, true),
+        )["u"];
+        assert_eq!(
+            s.container_disk,
+            vec![("a".to_string(), 1040), ("b".to_string(), 20)]
+        );
+    }
+
     #[test]
     fn explain_names_the_top_pods() {
         let pods = [pod("a", 0, &[]), pod("b", 3, &[])];
@@ -440,5 +571,6 @@ mod tests {
             explain(&r, 5),
             "ns/a (no stats), ns/b (usage 10, request 0, exceeds true, priority 3)"
         );
+        assert_eq!(explain(&r, 1), "ns/a (no stats), and 1 more");
     }
 }

@@ -31,18 +31,18 @@ impl<S: PodSyncer> EvictionTarget for WorkerTarget<S> {
         &self,
         pod: Arc<Pod>,
         message: String,
-        // The event recorder has no annotations: they are not sent.
-        _annotations: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
         grace_seconds: i64,
     ) -> bool {
         if self.workers.lifecycle(pod_uid(&pod)) != Some(Lifecycle::Syncing) {
             return false;
         }
-        self.events.event(
+        self.events.annotated_event(
             &ObjectRef::pod(&pod),
             EventType::Warning,
             crate::events::reason::EVICTED,
             message.clone(),
+            annotations,
         );
         self.workers.update_pod(PodWork::Kill {
             pod,

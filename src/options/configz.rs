@@ -116,13 +116,13 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
     m.insert("evictionHard".into(), json!(eviction));
     // Issue 12: the eviction manager's other settings.
     let soft: Map<String, Value> = (o.eviction_soft.0.iter())
-        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
+        .map(|(s, v)| (s.as_str().to_string(), json!(threshold(*v))))
         .collect();
     let grace: Map<String, Value> = (o.eviction_soft_grace_period.iter())
         .map(|(s, d)| (s.as_str().to_string(), json!(format_go_duration(*d))))
         .collect();
     let reclaim: Map<String, Value> = (o.eviction_minimum_reclaim.iter())
-        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
+        .map(|(s, v)| (s.as_str().to_string(), json!(threshold(*v))))
         .collect();
     m.insert("evictionSoft".into(), json!(soft));
     m.insert("evictionSoftGracePeriod".into(), json!(grace));
@@ -208,6 +208,10 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
         json!(format_go_duration(o.image_gc.min_age)),
     );
     m.insert(
+        "volumeStatsAggPeriod".into(),
+        json!(format_go_duration(o.volume_stats_agg_period)),
+    );
+    m.insert(
         "imageMaximumGCAge".into(),
         json!(format_go_duration(o.image_gc.max_age)),
     );
@@ -243,6 +247,10 @@ mod tests {
             "--kube-reserved-cgroup=/kube",
             "--system-reserved-cgroup=/sys",
             "--kube-reserved=cpu=100m,memory=1Mi",
+            "--eviction-soft=memory.available<1Gi,nodefs.available<15%",
+            "--eviction-soft-grace-period=memory.available=30s,nodefs.available=1m",
+            "--eviction-minimum-reclaim=memory.available=500Mi",
+            "--volume-stats-agg-period=30s",
         ]);
         let mut o = o;
         o.max_parallel_image_pulls = Some(2);
@@ -266,6 +274,11 @@ mod tests {
         // Quantities in their binary-suffix form (kubelet echoes the text it was given).
         assert_eq!(c["evictionHard"]["memory.available"], "100Mi");
         assert_eq!(c["evictionHard"]["nodefs.available"], "10%");
+        assert_eq!(c["evictionSoft"]["memory.available"], "1Gi");
+        assert_eq!(c["evictionSoft"]["nodefs.available"], "15%");
+        assert_eq!(c["evictionSoftGracePeriod"]["nodefs.available"], "1m0s");
+        assert_eq!(c["evictionMinimumReclaim"]["memory.available"], "500Mi");
+        assert_eq!(c["volumeStatsAggPeriod"], "30s");
         assert_eq!(c["containerLogMaxSize"], "10Mi");
         assert_eq!(c["enforceNodeAllocatable"], json!(["pods"]));
         // The endpoint connected to, not the flag's default.

@@ -90,7 +90,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("topology-manager-scope", Value),
     ("vmodule", Value),
     ("volume-plugin-dir", Value),
-    ("volume-stats-agg-period", Value),
 ];
 
 /// What the command line said. Settings are present only when given explicitly,

@@ -30,7 +30,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "enableContentionProfiling",
     "oomScoreAdj",
     "streamingConnectionIdleTimeout",
-    "volumeStatsAggPeriod",
     "kubeletCgroups",
     "systemCgroups",
     "cpuManagerPolicy",

@@ -10,6 +10,7 @@ pub(crate) mod kubelet_config;
 pub(crate) mod problem;
 pub(crate) mod settings;
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
 use std::net::IpAddr;
@@ -159,6 +160,9 @@ pub struct Options {
     /// Issue 12 part 3: the image GC policy (`imageGCHighThresholdPercent`,
     /// `imageGCLowThresholdPercent`, `imageMinimumGCAge`, `imageMaximumGCAge`).
     pub(crate) image_gc: crate::runtime::image_gc::Policy,
+    /// `volumeStatsAggPeriod`: how often each pod's volumes and logs are measured
+    /// (zero: never, as kubelet).
+    pub(crate) volume_stats_agg_period: Duration,
     /// Settings kubelet has and oxlet accepts but does not implement yet, one
     /// human-readable line each ("flag --foo", "config field bar"); logged at start.
     pub unimplemented: Vec<String>,
@@ -212,6 +216,7 @@ impl Options {
             eviction_minimum_reclaim: Default::default(),
             eviction_pressure_transition_period: std::time::Duration::ZERO,
             eviction_max_pod_grace_period: 0,
+            volume_stats_agg_period: Duration::ZERO,
             enforce_node_allocatable: NodeAllocatableEnforcement::default(),
             container_log_max_size: 0,
             container_log_max_files: 0,
@@ -338,6 +343,29 @@ fn problem(
     }
 }
 
+/// Settings whose default can be refused only because another setting was given: the
+/// problem then names that other setting (its flag, or its file and field), which is
+/// what the user wrote. kubelet's soft thresholds each need a grace period.
+const DEFAULT_REFUSED_BECAUSE_OF: &[(&str, &str)] =
+    &[("eviction-soft-grace-period", "eviction-soft")];
+
+/// The explicitly given setting to blame when `s`'s default is refused.
+fn blamed_instead<'a>(
+    s: &Setting,
+    origin: Origin,
+    given: &HashMap<&str, (Origin, &'a str)>,
+) -> Option<(&'static Setting, (Origin, &'a str))> {
+    if origin != Origin::Default {
+        return None;
+    }
+    let (_, other) = DEFAULT_REFUSED_BECAUSE_OF
+        .iter()
+        .find(|(flag, _)| *flag == s.flag)?;
+    let value = *given.get(other)?;
+    let setting = SETTINGS.iter().find(|x| x.flag == *other)?;
+    Some((setting, value))
+}
+
 /// Merges and validates; `host_name` is injected so tests do not depend on the machine.
 fn resolve(
     flags: FlagValues,
@@ -378,6 +406,9 @@ fn resolve(
     }
 
     let mut o = Options::blank();
+    // The explicit value each setting was given, to name it when a default that
+    // depends on it is refused.
+    let mut given: HashMap<&str, (Origin, &str)> = HashMap::new();
     for s in SETTINGS {
         // The default, then the file's value, then the flag's. Range checks come
         // after flags are applied, as in kubelet, so a flag can fix a bad file value.
@@ -397,8 +428,20 @@ fn resolve(
             text,
             explicit: origin != Origin::Default,
         };
+        if input.explicit {
+            given.insert(s.flag, (origin, text));
+        }
         if let Err(reason) = (s.set)(&mut o, input) {
-            problems.push(problem(s, origin, &config_file, text, reason));
+            problems.push(match blamed_instead(s, origin, &given) {
+                Some((other, (o2, t2))) => {
+                    let hint = match s.field {
+                        Some(f) => format!("{} (set --{} or {f})", reason.0, s.flag),
+                        None => format!("{} (set --{})", reason.0, s.flag),
+                    };
+                    problem(other, o2, &config_file, t2, InvalidValue(hint))
+                }
+                None => problem(s, origin, &config_file, text, reason),
+            });
         }
     }
 
@@ -1339,6 +1382,21 @@ mod tests {
             one_problem(&["--cgroups-per-qos=false"]),
             "default value \"pods\" of --enforce-node-allocatable: cgroupsPerQOS (--cgroups-per-qos) \
              must be set to true when \"pods\" contained in enforceNodeAllocatable"
+        );
+        // A soft threshold without its grace period names the threshold the user wrote,
+        // not the grace period's (empty) default.
+        let why = "grace period must be specified for the soft eviction threshold memory.available \
+                   (set --eviction-soft-grace-period or evictionSoftGracePeriod)";
+        assert_eq!(
+            one_problem(&["--eviction-soft=memory.available<1Gi"]),
+            format!("invalid value \"memory.available<1Gi\" for --eviction-soft: {why}")
+        );
+        let f = config("evictionSoft:\n  memory.available: 1Gi\n");
+        let p = one_problem(&[&config_flag(&f)]);
+        assert!(
+            p.starts_with(&format!("{}: field evictionSoft: ", f.path().display()))
+                && p.ends_with(why),
+            "{p}"
         );
     }
 

@@ -1101,6 +1101,22 @@ impl RuntimeManager {
         Ok(())
     }
 
+    /// Unmounts and removes the volumes of a terminated pod whose object stays (see
+    /// [`volumes::tear_down_pod_volumes`]), off the async threads: an emptyDir can be big.
+    pub(crate) async fn tear_down_volumes(&self, uid: &str, pod_ref: &str) -> std::io::Result<()> {
+        let pods_dir = self.sandbox_env.pods_dir.clone();
+        let owned_uid = uid.to_string();
+        let removed = tokio::task::spawn_blocking(move || {
+            super::volumes::tear_down_pod_volumes(&pods_dir, &owned_uid)
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        if removed {
+            info!(pod = %pod_ref, podUID = %uid, "tore down the volumes of the terminated pod");
+        }
+        Ok(())
+    }
+
     /// Removes every container (with its log) and sandbox of a pod that has terminated,
     /// then, once nothing of it is left in the runtime, its `<root-dir>/pods/<uid>` and
     /// `<pod-logs-dir>/<ns>_<name>_<uid>` (kubelet's garbage collector and orphan

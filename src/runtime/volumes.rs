@@ -490,38 +490,20 @@ pub(crate) fn unmount_pod_volumes(pod_dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// One emptyDir's `sizeLimit` (bytes), for the eviction manager.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "read by the eviction manager's issue")
-)]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EmptyDirLimit {
-    pub volume: String,
-    pub bytes: i64,
-    pub memory: bool,
-}
-
-/// The `sizeLimit` of each emptyDir of the pod that sets one.
-#[cfg_attr(
-    not(test),
-    allow(dead_code, reason = "read by the eviction manager's issue")
-)]
-pub(crate) fn empty_dir_limits(pod: &Pod) -> Vec<EmptyDirLimit> {
-    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
-    volumes
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|v| {
-            let ed = v.empty_dir.as_ref()?;
-            let bytes = crate::quantity::bytes(ed.size_limit.as_ref()?).ok()?;
-            Some(EmptyDirLimit {
-                volume: v.name.clone(),
-                bytes,
-                memory: ed.medium.as_deref() == Some("Memory"),
-            })
-        })
-        .collect()
+/// Tears down the volumes of a terminated pod whose object may stay (kubelet's volume
+/// manager unmounts every terminated pod's volumes, and an emptyDir's teardown deletes
+/// its content): detaches oxlet's tmpfs and subPath mounts, then removes
+/// `<pods>/<uid>/volumes` and `<pods>/<uid>/volume-subpaths`. The rest of the pod's
+/// directory stays until the pod is deleted. Returns whether anything was removed.
+pub(crate) fn tear_down_pod_volumes(pods_dir: &Path, uid: &str) -> std::io::Result<bool> {
+    let pod_dir = safe_path::beneath(pods_dir, &[uid])
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    unmount_pod_volumes(&pod_dir)?;
+    let mut removed = false;
+    for sub in ["volumes", safe_path::SUBPATHS_DIR] {
+        removed |= safe_path::remove_beneath(pods_dir, &pod_dir.join(sub))?;
+    }
+    Ok(removed)
 }
 
 /// Opens `sub` below the volume at `volume_path` (creating missing directories below it,
@@ -879,7 +861,7 @@ mod tests {
     }
 
     #[test]
-    fn memory_empty_dir_size_and_limits_as_kubelet() {
+    fn memory_empty_dir_size_as_kubelet() {
         let ed = |l: Option<&str>| memory_dir("m", l).empty_dir.unwrap();
         let p = pod("u", vec![]);
         assert_eq!(tmpfs_size(&p, &ed(None), &NODE), Some(1 << 30));
@@ -900,38 +882,6 @@ mod tests {
         limited.spec.as_mut().unwrap().containers = vec![c];
         assert_eq!(tmpfs_size(&limited, &ed(None), &NODE), Some(128 << 20));
         assert_eq!(tmpfs_size(&limited, &ed(Some("1Mi")), &NODE), Some(1 << 20));
-
-        let p = pod(
-            "u",
-            vec![
-                memory_dir("m", Some("32Mi")),
-                memory_dir("n", None),
-                Volume {
-                    name: "disk".into(),
-                    empty_dir: Some(EmptyDirVolumeSource {
-                        medium: None,
-                        size_limit: Some(Quantity("1Gi".into())),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            ],
-        );
-        assert_eq!(
-            empty_dir_limits(&p),
-            vec![
-                EmptyDirLimit {
-                    volume: "m".into(),
-                    bytes: 32 << 20,
-                    memory: true
-                },
-                EmptyDirLimit {
-                    volume: "disk".into(),
-                    bytes: 1 << 30,
-                    memory: false
-                },
-            ]
-        );
     }
 
     #[test]
@@ -1013,6 +963,43 @@ mod tests {
             volume_mounts: Some(mounts),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_terminated_pods_volumes_are_torn_down_and_the_rest_of_its_directory_stays() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let disk = Volume {
+            name: "d".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        };
+        let p = pod("u14", vec![disk, memory_dir("m", Some("8Mi"))]);
+        let c = container(vec![mount("d", "/d", Some("sub")), mount("m", "/m", None)]);
+        container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
+        let volumes = pods.join("u14/volumes");
+        std::fs::write(
+            volumes.join("kubernetes.io~empty-dir/d/sub/data"),
+            [0u8; 4096],
+        )
+        .unwrap();
+        std::fs::write(pods.join("u14/etc-hosts"), b"127.0.0.1 localhost\n").unwrap();
+        assert_eq!(safe_path::mounts_at_or_below(&pods).unwrap().len(), 2);
+
+        assert!(tear_down_pod_volumes(&pods, "u14").unwrap());
+        assert!(!volumes.exists(), "the emptyDirs' content is gone");
+        assert!(!pods.join("u14").join(safe_path::SUBPATHS_DIR).exists());
+        assert!(safe_path::mounts_at_or_below(&pods).unwrap().is_empty());
+        assert!(
+            pods.join("u14/etc-hosts").is_file(),
+            "the pod directory stays"
+        );
+        // Nothing left: a second teardown (a retried sync) removes nothing.
+        assert!(!tear_down_pod_volumes(&pods, "u14").unwrap());
+        assert!(
+            tear_down_pod_volumes(&pods, "..").is_err(),
+            "a UID is one name"
+        );
     }
 
     #[test]

@@ -6,15 +6,17 @@
 //!
 //! A walk is bounded (entries per pod and per round), never follows a symlink, counts
 //! a hard-linked file once and stays on the device it started on, so a mount inside a
-//! volume (or a tmpfs volume) is not counted. Results are kept per pod and refreshed
-//! on kubelet's volume stats cadence ([`REFRESH_PERIOD`]); a pod whose walk fails keeps
-//! its previous numbers and never stops the others.
+//! volume (or a tmpfs volume) is not counted. Each pod is measured on kubelet's volume
+//! stats cadence (`volumeStatsAggPeriod`, default 1 minute) from the moment it
+//! is first seen, as kubelet starts a calculator per pod: a new pod (or every pod after
+//! a restart) is measured within a tick, not a period later. A pod whose walk fails
+//! keeps its previous numbers and never stops the others.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
 use tracing::{debug, warn};
@@ -22,8 +24,8 @@ use tracing::{debug, warn};
 use crate::pod::pod_uid;
 use crate::safe_path;
 
-/// kubelet's `volumeStatsAggPeriod` default: how often each pod's usage is measured.
-pub(crate) const REFRESH_PERIOD: Duration = Duration::from_secs(60);
+/// How often the task looks for pods due (new ones, or measured a period ago).
+pub(crate) const TICK: Duration = Duration::from_secs(1);
 /// Most directory entries looked at for one pod in one round.
 pub(crate) const MAX_ENTRIES_PER_POD: usize = 200_000;
 /// Most directory entries looked at in one round, all pods together.
@@ -72,10 +74,6 @@ impl PodUsage {
     }
 
     /// The usage of the named volume.
-    #[cfg_attr(
-        not(test),
-        allow(dead_code, reason = "read by the eviction manager (issue 12)")
-    )]
     pub(crate) fn volume(&self, name: &str) -> Option<Usage> {
         self.volumes
             .iter()
@@ -97,6 +95,8 @@ pub(crate) struct Dirs {
 #[derive(Debug, Default)]
 pub(crate) struct VolumeUsage {
     pods: RwLock<HashMap<String, Arc<PodUsage>>>,
+    /// When each pod was last measured or tried, so each is walked once a period.
+    last_try: Mutex<HashMap<String, Instant>>,
 }
 
 impl VolumeUsage {
@@ -128,34 +128,58 @@ impl VolumeUsage {
             .insert(uid.to_string(), Arc::new(usage));
     }
 
-    /// Measures every pod (blocking: call from a blocking thread) and forgets pods
-    /// that are gone.
+    /// Measures every pod now and forgets pods that are gone (unit tests).
+    #[cfg(test)]
     pub(crate) fn refresh(&self, pods: &[Arc<Pod>], dirs: &Dirs) {
+        self.refresh_due(pods, dirs, Duration::ZERO);
+    }
+
+    /// Measures the pods not measured (or tried) within `period`, keeps the others'
+    /// numbers, and forgets pods that are gone. Blocking. Returns how many it walked.
+    pub(crate) fn refresh_due(&self, pods: &[Arc<Pod>], dirs: &Dirs, period: Duration) -> usize {
+        let now = Instant::now();
+        let wanted: HashSet<&str> = pods.iter().map(|p| pod_uid(p)).collect();
         let mut round_left = MAX_ENTRIES_PER_ROUND;
-        let mut fresh = HashMap::new();
-        for pod in pods {
-            let uid = pod_uid(pod).to_string();
-            match measure_pod(pod, dirs, &mut round_left) {
-                Ok(usage) => {
-                    fresh.insert(uid, Arc::new(usage));
+        let mut measured = HashMap::new();
+        let mut walked = 0;
+        {
+            let mut tried = self
+                .last_try
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            tried.retain(|uid, _| wanted.contains(uid.as_str()));
+            for pod in pods {
+                let uid = pod_uid(pod);
+                if tried
+                    .get(uid)
+                    .is_some_and(|t| now.saturating_duration_since(*t) < period)
+                {
+                    continue;
                 }
-                Err(e) => {
-                    let name = format!(
-                        "{}/{}",
-                        pod.metadata.namespace.as_deref().unwrap_or_default(),
-                        pod.metadata.name.as_deref().unwrap_or_default()
-                    );
-                    debug!(pod = %name, podUID = %uid, error = %e, "cannot measure the pod's volumes");
-                    if let Some(old) = self.usage_of(&uid) {
-                        fresh.insert(uid, old);
+                tried.insert(uid.to_string(), now);
+                walked += 1;
+                match measure_pod(pod, dirs, &mut round_left) {
+                    Ok(usage) => {
+                        measured.insert(uid.to_string(), Arc::new(usage));
+                    }
+                    Err(e) => {
+                        let name = format!(
+                            "{}/{}",
+                            pod.metadata.namespace.as_deref().unwrap_or_default(),
+                            pod.metadata.name.as_deref().unwrap_or_default()
+                        );
+                        debug!(pod = %name, podUID = %uid, error = %e, "cannot measure the pod's volumes");
                     }
                 }
             }
         }
-        *self
+        let mut all = self
             .pods
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.retain(|uid, _| wanted.contains(uid.as_str()));
+        all.extend(measured);
+        walked
     }
 }
 
@@ -322,13 +346,13 @@ fn walk(root: &Path, budget: &mut Budget) -> Usage {
     usage
 }
 
-/// The refresh period: [`REFRESH_PERIOD`], or `OXLET_TEST_VOLUME_STATS_PERIOD_MS`
-/// (test-only: integration tests shorten it).
-pub(crate) fn refresh_period() -> Duration {
+/// The refresh period: `configured` (`volumeStatsAggPeriod`), or
+/// `OXLET_TEST_VOLUME_STATS_PERIOD_MS` (test-only: integration tests shorten it).
+pub(crate) fn refresh_period(configured: Duration) -> Duration {
     std::env::var("OXLET_TEST_VOLUME_STATS_PERIOD_MS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .map_or(REFRESH_PERIOD, Duration::from_millis)
+        .map_or(configured, Duration::from_millis)
 }
 
 #[cfg(test)]
@@ -439,6 +463,43 @@ mod tests {
         // A pod that is gone is forgotten.
         usage.refresh(&[], &dirs);
         assert!(usage.usage_of("u1").is_none());
+    }
+
+    #[test]
+    fn each_pod_is_walked_once_a_period_and_a_new_pod_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = Dirs {
+            pods: tmp.path().join("pods"),
+            pod_logs: tmp.path().join("logs"),
+        };
+        let data = serde_json::json!([{"name": "d", "emptyDir": {}}]);
+        let (a, b) = (pod("ua", data.clone()), pod("ub", data));
+        write(
+            &dirs.pods.join("ua/volumes/kubernetes.io~empty-dir/d/f"),
+            4096,
+        );
+        let usage = VolumeUsage::default();
+        let hour = Duration::from_secs(3600);
+        assert_eq!(usage.refresh_due(std::slice::from_ref(&a), &dirs, hour), 1);
+        let first = usage.usage_of("ua").unwrap().volume("d").unwrap().bytes;
+        // Within the period the pod is not walked again: new data shows later.
+        write(
+            &dirs.pods.join("ua/volumes/kubernetes.io~empty-dir/d/g"),
+            1 << 20,
+        );
+        // A pod seen for the first time is measured at once, whatever the period.
+        assert_eq!(usage.refresh_due(&[a.clone(), b.clone()], &dirs, hour), 1);
+        assert!(usage.usage_of("ub").is_some());
+        assert_eq!(
+            usage.usage_of("ua").unwrap().volume("d").unwrap().bytes,
+            first
+        );
+        // Once the period is over (zero here), it is walked again.
+        assert_eq!(usage.refresh_due(&[a, b.clone()], &dirs, Duration::ZERO), 2);
+        assert!(usage.usage_of("ua").unwrap().volume("d").unwrap().bytes >= first + (1 << 20));
+        // A pod that is gone is forgotten, and measured at once if it comes back.
+        usage.refresh_due(std::slice::from_ref(&b), &dirs, hour);
+        assert!(usage.usage_of("ua").is_none());
     }
 
     #[test]

@@ -229,13 +229,28 @@ impl PodSyncer for Syncer {
         // made final as kubelet's `TerminatePod` (so the status writer can delete it);
         // a pod gone from the config leaves nothing behind.
         if self.pods.contains(&uid) {
+            let mut evicted = false;
             if let Some(p) = &pod
                 && let Some(mut status) = self.statuses.get(&uid)
             {
                 terminate_pod_status(&mut status, p, is_static_pod(p));
+                evicted = status.reason.as_deref() == Some(crate::events::reason::EVICTED);
                 if self.statuses.set(&uid, status) {
                     debug!(pod = %pod_ref, podUID = %uid, "pod status made final");
                 }
+            }
+            // kubelet's volume manager unmounts the volumes of every terminated pod
+            // (an emptyDir's content goes with it), so the eviction manager's wait
+            // for a pod's resources ends only once its disk is free.
+            self.runtime
+                .tear_down_volumes(&uid, &pod_ref)
+                .await
+                .map_err(PodSyncError::Volumes)?;
+            if evicted {
+                // kubelet's container GC removes the content of an evicted pod at once
+                // (`ShouldPodContentBeRemoved`): its writable layers and logs are what
+                // disk pressure wants back. The final status stays.
+                self.runtime.remove_pod(&uid, &pod_ref).await?;
             }
         } else {
             self.runtime.remove_pod(&uid, &pod_ref).await?;

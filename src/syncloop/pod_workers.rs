@@ -120,6 +120,8 @@ pub(crate) enum PodSyncError {
     StillRunning(String),
     #[error(transparent)]
     Cgroup(#[from] crate::cm::pod_cgroups::PodCgroupError),
+    #[error("cannot tear down the pod's volumes: {0}")]
+    Volumes(std::io::Error),
 }
 
 impl PodSyncError {

@@ -73,29 +73,12 @@ spec:
 
 /// The container's log lines (CRI format), once `want` appears in them.
 async fn container_output(ox: &Oxlet, pod: &k8s_openapi::api::core::v1::Pod, want: &str) -> String {
-    let dir = ox.logs.join(format!(
-        "default_{}_{}",
-        pod.metadata.name.as_deref().unwrap(),
-        uid(pod)
-    ));
-    let file = dir.join("main").join("0.log");
-    let t = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        if text.contains(want) {
-            return text
-                .lines()
-                .filter_map(|l| l.splitn(4, ' ').nth(3))
-                .collect::<Vec<_>>()
-                .join("\n");
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "no {want:?} in {}: {text}",
-            file.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ox.main_log_once(pod, want)
+        .await
+        .lines()
+        .filter_map(|l| l.splitn(4, ' ').nth(3))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

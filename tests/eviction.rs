@@ -34,23 +34,6 @@ fn threshold() -> u64 {
     total - (total - available) / 2
 }
 
-async fn wait_failed(pods: &Api<Pod>, name: &str, ox: &Oxlet, within: Duration) -> Pod {
-    let t = Instant::now();
-    loop {
-        let p = pods.get(name).await.unwrap();
-        if phase(&p) == "Failed" {
-            return p;
-        }
-        assert!(
-            t.elapsed() < within,
-            "{name}: {:?}\n{}",
-            p.status,
-            tail(&ox.log(), 60)
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_pressure_evicts_best_effort_first_never_static_and_refuses_best_effort() {
     let bed = Testbed::start().await;
@@ -75,7 +58,9 @@ async fn memory_pressure_evicts_best_effort_first_never_static_and_refuses_best_
         "--node-status-update-frequency=1s",
     ]);
     let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
-    let be = wait_failed(&pods, "be", &ox, Duration::from_secs(40)).await;
+    let be = ox
+        .wait_api_phase(&pods, "be", "Failed", Duration::from_secs(40))
+        .await;
     let s = be.status.unwrap();
     assert_eq!(s.reason.as_deref(), Some("Evicted"));
     let message = s.message.unwrap_or_default();
@@ -129,7 +114,9 @@ async fn memory_pressure_evicts_best_effort_first_never_static_and_refuses_best_
     }
     // Admission under memory pressure: a new BestEffort pod is refused.
     server.put(&api_pod("late", NODE, "sleep 3600", 1)).unwrap();
-    let late = wait_failed(&pods, "late", &ox, Duration::from_secs(20)).await;
+    let late = ox
+        .wait_api_phase(&pods, "late", "Failed", Duration::from_secs(20))
+        .await;
     let s = late.status.unwrap();
     assert_eq!(s.reason.as_deref(), Some("Evicted"));
     assert_eq!(
@@ -138,7 +125,8 @@ async fn memory_pressure_evicts_best_effort_first_never_static_and_refuses_best_
         Some("Pod was rejected: The node had condition: [MemoryPressure]. ")
     );
     // The next cycle evicts the Burstable pod; the static pod is critical and stays.
-    wait_failed(&pods, "bu", &ox, Duration::from_secs(40)).await;
+    ox.wait_api_phase(&pods, "bu", "Failed", Duration::from_secs(40))
+        .await;
     let st = ox.wait_running("st", Duration::from_secs(5)).await;
     assert_eq!(phase(&st), "Running");
     assert!(ox.log().contains("cannot evict a critical pod"));

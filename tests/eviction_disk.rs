@@ -99,21 +99,10 @@ async fn disk_pressure_evicts_the_biggest_user_and_its_space_comes_back() {
 
     // Still under DiskPressure (held for the transition period): a new pod is refused.
     server.put(&api_pod("late", NODE, "sleep 3600", 1)).unwrap();
-    let t = Instant::now();
-    let late = loop {
-        let p = pods.get("late").await.unwrap();
-        if phase(&p) != "Pending" && !phase(&p).is_empty() {
-            break p;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "late: {:?}",
-            p.status
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let late = ox
+        .wait_api_phase(&pods, "late", "Failed", Duration::from_secs(20))
+        .await;
     let s = late.status.unwrap();
-    assert_eq!(phase_of(&s), "Failed");
     assert_eq!(s.reason.as_deref(), Some("Evicted"));
     assert_eq!(
         s.message.as_deref(),
@@ -149,8 +138,4 @@ async fn disk_pressure_evicts_the_biggest_user_and_its_space_comes_back() {
         "{}",
         tail(&log, 60)
     );
-}
-
-fn phase_of(s: &k8s_openapi::api::core::v1::PodStatus) -> &str {
-    s.phase.as_deref().unwrap_or_default()
 }

@@ -56,20 +56,9 @@ async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
         .put(&api_pod("quiet", NODE, "sleep 3600", 1))
         .unwrap();
 
-    let t = Instant::now();
-    let evicted = loop {
-        let p = pods.get("filler").await.unwrap();
-        if phase(&p) == "Failed" {
-            break p;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(40),
-            "filler: {:?}\n{}",
-            p.status,
-            tail(&ox.log(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let evicted = ox
+        .wait_api_phase(&pods, "filler", "Failed", Duration::from_secs(40))
+        .await;
     let filler_uid = uid(&evicted);
     let s = evicted.status.unwrap();
     assert_eq!(s.reason.as_deref(), Some("Evicted"));

@@ -30,29 +30,6 @@ fn cg(ox: &Oxlet, controller: &str, rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// The container's log text once `want` is in it.
-async fn output(ox: &Oxlet, pod: &Pod, want: &str) -> String {
-    let dir = ox.logs.join(format!(
-        "default_{}_{}",
-        pod.metadata.name.as_deref().unwrap(),
-        uid(pod)
-    ));
-    let file = dir.join("main").join("0.log");
-    let t = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        if text.contains(want) {
-            return text;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "no {want:?} in {}: {text}",
-            file.display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_batch_resource_hook_sets_a_best_effort_containers_cpu_shares() {
     let bed = Testbed::start().await;
@@ -76,7 +53,7 @@ async fn the_batch_resource_hook_sets_a_best_effort_containers_cpu_shares() {
         batch.status.as_ref().unwrap().qos_class.as_deref(),
         Some("BestEffort")
     );
-    let out = output(&ox, &batch, "quota=").await;
+    let out = ox.main_log_once(&batch, "quota=").await;
     // v1: 500 × 1024 / 1000 = 512 shares; v2: weight 20. Quota 1000m = 100000 µs.
     assert!(
         out.contains("shares=512") || out.contains("shares=w20"),
@@ -84,7 +61,7 @@ async fn the_batch_resource_hook_sets_a_best_effort_containers_cpu_shares() {
     );
     assert!(out.contains("quota=100000"), "{out}");
     // A BestEffort pod without batch resources keeps kubelet's 2 shares.
-    let out = output(&ox, &plain, "quota=").await;
+    let out = ox.main_log_once(&plain, "quota=").await;
     assert!(
         out.contains("shares=2") || out.contains("shares=w1"),
         "{out}"
@@ -155,20 +132,9 @@ async fn memory_eviction_evicts_the_best_effort_api_pod_only() {
         Some(serde_json::from_value(serde_json::json!({"requests": {"memory": "16Mi"}})).unwrap());
     server.put(&burstable).unwrap();
     server.put(&api_pod("be", NODE, "sleep 3600", 1)).unwrap();
-    let t = Instant::now();
-    let be = loop {
-        let p = pods.get("be").await.unwrap();
-        if phase(&p) == "Failed" {
-            break p;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(40),
-            "be: {:?}\n{}",
-            p.status,
-            tail(&ox.log(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let be = ox
+        .wait_api_phase(&pods, "be", "Failed", Duration::from_secs(40))
+        .await;
     let s = be.status.unwrap();
     assert_eq!(s.reason.as_deref(), Some("Evicted"));
     assert!(s.message.unwrap_or_default().contains("threshold 1%"));

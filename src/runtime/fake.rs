@@ -141,6 +141,18 @@ fn matches(selector: &HashMap<String, String>, labels: &HashMap<String, String>)
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
+/// The container filters `ListContainers` and `ListContainerStats` share: an empty
+/// field matches everything.
+fn selected(
+    (want_id, want_sandbox, selector): (&str, &str, &HashMap<String, String>),
+    id: &str,
+    c: &Container,
+) -> bool {
+    (want_id.is_empty() || id == want_id)
+        && (want_sandbox.is_empty() || c.sandbox_id == want_sandbox)
+        && matches(selector, &c.config.labels)
+}
+
 fn pod_name_of_sandbox(sb: &Sandbox) -> String {
     sb.config
         .metadata
@@ -538,10 +550,8 @@ impl CriRead for FakeRuntime {
             .containers
             .iter()
             .filter(|(id, c)| {
-                (f.id.is_empty() || **id == f.id)
-                    && (f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)
+                selected((&f.id, &f.pod_sandbox_id, &f.label_selector), id, c)
                     && f.state.as_ref().is_none_or(|w| w.state == c.cri_state())
-                    && matches(&f.label_selector, &c.config.labels)
             })
             .map(|(id, c)| cri::Container {
                 id: id.clone(),
@@ -635,11 +645,7 @@ impl CriRead for FakeRuntime {
         let items = inner
             .containers
             .iter()
-            .filter(|(id, c)| {
-                (f.id.is_empty() || **id == f.id)
-                    && (f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)
-                    && matches(&f.label_selector, &c.config.labels)
-            })
+            .filter(|(id, c)| selected((&f.id, &f.pod_sandbox_id, &f.label_selector), id, c))
             .map(|(id, c)| cri::ContainerStats {
                 attributes: Some(cri::ContainerAttributes {
                     id: id.clone(),

@@ -309,6 +309,59 @@ impl Oxlet {
         .await
     }
 
+    /// Waits for the apiserver's copy of pod `name` to reach `phase` (what the status
+    /// writer sent, not oxlet's own view); returns it.
+    pub async fn wait_api_phase(
+        &self,
+        pods: &kube::api::Api<Pod>,
+        name: &str,
+        phase_wanted: &str,
+        within: Duration,
+    ) -> Pod {
+        let t = Instant::now();
+        loop {
+            let p = pods.get(name).await.unwrap();
+            if phase(&p) == phase_wanted {
+                return p;
+            }
+            assert!(
+                t.elapsed() < within,
+                "{name} not {phase_wanted} after {within:?}: {:?}\n{}",
+                p.status,
+                tail(&self.log(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    /// The raw CRI log file of the pod's container `main` (attempt 0), once `want` is
+    /// in it (15 s at most); returns its text.
+    pub async fn main_log_once(&self, pod: &Pod, want: &str) -> String {
+        let file = self
+            .logs
+            .join(format!(
+                "{}_{}_{}",
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+                pod.metadata.name.as_deref().unwrap(),
+                uid(pod)
+            ))
+            .join("main")
+            .join("0.log");
+        let t = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            if text.contains(want) {
+                return text;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "no {want:?} in {}: {text}",
+                file.display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits for the named pod to be Running with every container running; returns it.
     pub async fn wait_running(&self, name: &str, timeout: Duration) -> Pod {
         self.wait_for(&format!("{name} Running"), timeout, |pods| {

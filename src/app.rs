@@ -529,7 +529,7 @@ pub(crate) async fn start(
         let volumes = spawn_volume_stats(opts, &pods, tasks);
         let eviction = spawn_eviction_manager(
             opts,
-            &allocatable,
+            (&allocatable, cm.kubepods_path()),
             &readings,
             &volumes,
             &pods,
@@ -708,7 +708,7 @@ fn spawn_image_gc(
 )]
 fn spawn_eviction_manager(
     opts: &Options,
-    allocatable: &NodeAllocatable,
+    (allocatable, kubepods): (&NodeAllocatable, Option<String>),
     readings: &Arc<crate::stats::readings::LatestReadings>,
     volumes: &Arc<crate::stats::volumes::VolumeUsage>,
     pods: &Arc<PodManager>,
@@ -728,16 +728,21 @@ fn spawn_eviction_manager(
     );
     cfg.transition_period = opts.eviction_pressure_transition_period;
     cfg.max_pod_grace_seconds = opts.eviction_max_pod_grace_period;
-    cfg.allocatable_memory = opts.enforce_node_allocatable.pods;
+    if opts.enforce_node_allocatable.pods {
+        cfg.enforce_pod_allocatable();
+    }
     let status = Arc::new(StatusView::default());
     let target = Arc::new(crate::eviction::target::WorkerTarget {
         pods: pods.clone(),
         workers: workers.clone(),
         events: events.clone(),
     });
+    // kubelet's `pods` system container: its capacity is the kubepods limit.
     let allocatable_memory = cfg
         .allocatable_memory
-        .then_some(allocatable.allocatable.memory_bytes);
+        .then_some(allocatable.kubepods.memory_limit)
+        .flatten()
+        .filter(|l| *l > 0);
     let (readings, volumes, pressure, s) = (
         readings.clone(),
         volumes.clone(),
@@ -745,7 +750,7 @@ fn spawn_eviction_manager(
         status.clone(),
     );
     let root_dir = opts.root_dir.clone();
-    let notifier = memcg_notifier();
+    let notifiers = memcg_notifiers(allocatable_memory.and(kubepods));
     tasks.spawn_restarting("eviction-manager", Backoff::default(), move |cancel| {
         let manager = Manager::new(ManagerDeps {
             cfg: cfg.clone(),
@@ -754,7 +759,7 @@ fn spawn_eviction_manager(
             allocatable_memory,
             root_dir: root_dir.clone(),
             reclaimers: reclaimers.clone(),
-            notifier: notifier.clone(),
+            notifiers: notifiers.clone(),
             target: target.clone(),
             pressure: pressure.clone(),
             status: s.clone(),
@@ -782,17 +787,38 @@ fn host_cgroup_tree(who: &str) -> Option<crate::cm::fs::CgroupTree> {
     }
 }
 
-/// kubelet's `kernelMemcgNotification` on the root memory cgroup (cgroup v1 only;
-/// on v2 kubelet has none either), so memory pressure is seen between cycles.
-fn memcg_notifier() -> Option<Arc<dyn crate::eviction::reclaim::ThresholdNotifier>> {
-    let tree = host_cgroup_tree("the memory threshold notification")?;
-    match crate::eviction::memcg::MemcgNotifier::node(tree) {
-        Ok(n) => Some(Arc::new(n)),
+/// kubelet's `kernelMemcgNotification`: a notifier on the root memory cgroup for
+/// `memory.available` and, when `kubepods` is given (pods' allocatable enforced), one on
+/// it for `allocatableMemory.available` (cgroup v1 only; on v2 kubelet has none
+/// either), so memory pressure is seen between cycles.
+fn memcg_notifiers(
+    kubepods: Option<String>,
+) -> Vec<(
+    crate::eviction::threshold::Signal,
+    Arc<dyn crate::eviction::reclaim::ThresholdNotifier>,
+)> {
+    use crate::eviction::memcg::MemcgNotifier;
+    use crate::eviction::threshold::Signal;
+    let Some(tree) = host_cgroup_tree("the memory threshold notification") else {
+        return Vec::new();
+    };
+    let mut out: Vec<(Signal, Arc<dyn crate::eviction::reclaim::ThresholdNotifier>)> = Vec::new();
+    match MemcgNotifier::node(tree.clone()) {
+        Ok(n) => out.push((Signal::MemoryAvailable, Arc::new(n))),
         Err(e) => {
             info!(target: STARTUP_TARGET, reason = %e, "eviction manager: no memory threshold notification; the 10 s cycle alone sees memory pressure");
-            None
+            return out;
         }
     }
+    if let Some(path) = kubepods {
+        match MemcgNotifier::allocatable(tree, &path) {
+            Ok(n) => out.push((Signal::AllocatableMemoryAvailable, Arc::new(n))),
+            Err(e) => {
+                warn!(error = %e, "eviction manager: no allocatable memory threshold notification");
+            }
+        }
+    }
+    out
 }
 
 /// `--node-slo-file`, read once at start (checked when the flag was parsed).

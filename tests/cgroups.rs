@@ -38,16 +38,6 @@ fn read_i64(p: &Path) -> i64 {
         .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-fn mem_total() -> i64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let kb: i64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
 /// What v1 reports for "no memory limit" (the largest page-aligned value).
 fn unlimited_memory() -> i64 {
     read_i64(Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
@@ -200,7 +190,7 @@ async fn pods_get_qos_cgroups_with_kubelets_limits() {
     }
     // kubelet's values; Guaranteed's -997 is clamped by this host's containerd
     // (restrict_oom_score_adj), so only its order is certain.
-    let burstable_oom = 1000 - (1000 * (32i64 << 20)) / mem_total();
+    let burstable_oom = 1000 - (1000 * (32i64 << 20)) / (meminfo("MemTotal:") as i64);
     assert_eq!(ooms[1], burstable_oom.clamp(3, 999), "Burstable");
     assert_eq!(ooms[2], 1000, "BestEffort");
     assert!(
@@ -316,7 +306,7 @@ async fn allocatable_limits_kubepods_and_admission_rejects_what_does_not_fit() {
         ],
     );
     ox.wait_up(START).await;
-    let total = mem_total();
+    let total = meminfo("MemTotal:") as i64;
     let cores = i64::from(
         std::fs::read_to_string("/proc/self/status")
             .unwrap()
@@ -512,7 +502,7 @@ async fn reservations_beyond_the_node_are_refused_at_start() {
     let bed = Testbed::start().await;
     let cores = std::thread::available_parallelism().unwrap().get();
     // Memory just under capacity is still too much once memory.available<100Mi counts.
-    let memory = mem_total() - (50 << 20);
+    let memory = (meminfo("MemTotal:") as i64) - (50 << 20);
     for (flag, resource) in [
         (format!("--kube-reserved=cpu={}", cores + 1), "cpu"),
         (format!("--system-reserved=memory={memory}"), "memory"),

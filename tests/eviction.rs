@@ -16,16 +16,6 @@ use kube::api::Api;
 
 const NODE: &str = "testnode";
 
-fn meminfo(field: &str) -> u64 {
-    let info = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let kb: u64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
 /// A threshold met unless the machine's working set halves: MemTotal minus half of
 /// what is in use (MemTotal − MemAvailable, at most the working set). Not MemTotal
 /// itself: a hard threshold is subtracted from allocatable, and pods must still fit.

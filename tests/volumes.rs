@@ -113,20 +113,6 @@ async fn exec(bed: &Testbed, id: &str, cmd: &str) -> (i32, String) {
     (r.exit_code, out)
 }
 
-fn mem_total_mi() -> i64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let kb: i64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .unwrap()
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .unwrap();
-    kb / 1024
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn downward_api_memory_empty_dir_and_read_only_mounts() {
     let bed = Testbed::start().await;
@@ -190,7 +176,7 @@ async fn downward_api_memory_empty_dir_and_read_only_mounts() {
     assert_eq!(get("MEM_REQ_MI"), "20");
     // No memory limit: node allocatable (capacity less the 100Mi hard eviction default).
     let mem: i64 = get("MEM_LIMIT_MI").parse().unwrap();
-    let total = mem_total_mi();
+    let total = (meminfo("MemTotal:") >> 20) as i64;
     assert!(
         (total - 101..=total - 99).contains(&mem),
         "{mem} Mi vs MemTotal {total} Mi"

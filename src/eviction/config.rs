@@ -22,8 +22,10 @@ pub(crate) struct Threshold {
 }
 
 impl Threshold {
+    /// kubelet's `isHardEvictionThreshold`: no grace period, or a zero one (a soft
+    /// threshold with `0s` acts at once, and kills as a hard one does).
     pub(crate) fn is_hard(&self) -> bool {
-        self.grace.is_none()
+        self.grace.is_none_or(|g| g.is_zero())
     }
 }
 
@@ -70,6 +72,23 @@ impl EvictionConfig {
             allocatable_memory: false,
         }
     }
+
+    /// enforceNodeAllocatable has `pods` (kubelet's `addAllocatableThresholds`):
+    /// `allocatableMemory.available` is observed, and each hard `memory.available`
+    /// threshold is copied to it with its minimum reclaim.
+    pub(crate) fn enforce_pod_allocatable(&mut self) {
+        self.allocatable_memory = true;
+        let copies: Vec<Threshold> = self
+            .thresholds
+            .iter()
+            .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
+            .map(|t| Threshold {
+                signal: Signal::AllocatableMemoryAvailable,
+                ..*t
+            })
+            .collect();
+        self.thresholds.extend(copies);
+    }
 }
 
 /// Why the eviction settings are refused (kubelet's messages where it has them).
@@ -79,52 +98,66 @@ pub(crate) enum ConfigError {
     Signal(String),
     #[error("grace period must be specified for the soft eviction threshold {0}")]
     SoftWithoutGrace(Signal),
-    #[error("grace period {0} given without a soft eviction threshold for it")]
-    GraceWithoutSoft(Signal),
-    #[error("eviction grace period for {signal} must be positive: {value}")]
-    BadGrace { signal: Signal, value: String },
-    #[error("minimum reclaim for {signal} must not be negative or malformed: {value}")]
-    BadMinReclaim { signal: Signal, value: String },
+    #[error("eviction grace period for {signal}: {value:?} is not a duration (e.g. 1m30s)")]
+    GraceNotDuration { signal: Signal, value: String },
+    #[error("invalid eviction grace period specified: {0}, must be a positive value")]
+    NegativeGrace(String),
+    #[error("minimum reclaim for {signal}: {value:?} is not a quantity or a percentage")]
+    MinReclaimMalformed { signal: Signal, value: String },
+    #[error("eviction percentage minimum reclaim {signal} must be positive: {value}")]
+    MinReclaimPercentage { signal: Signal, value: String },
+    #[error("negative eviction minimum reclaim specified for {0}")]
+    NegativeMinReclaim(Signal),
     #[error(transparent)]
     Threshold(#[from] ThresholdError),
 }
 
-/// `evictionSoftGracePeriod`: signal → Go duration, each positive.
+/// `evictionSoftGracePeriod`: signal → Go duration, not negative (kubelet's
+/// `parseGracePeriods`; a grace period for a signal without a soft threshold is
+/// accepted and unused, as there).
 pub(crate) fn parse_grace_periods<'a>(
     pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Result<BTreeMap<Signal, Duration>, ConfigError> {
     let mut map = BTreeMap::new();
     for (s, v) in pairs {
         let signal = Signal::parse(s).ok_or_else(|| ConfigError::Signal(s.to_string()))?;
-        let d = crate::options::duration::parse_go_duration(v)
-            .ok()
-            .filter(|d| d.is_positive())
-            .and_then(crate::options::duration::GoDuration::to_std)
-            .ok_or_else(|| ConfigError::BadGrace {
+        let d = crate::options::duration::parse_go_duration(v).map_err(|_| {
+            ConfigError::GraceNotDuration {
                 signal,
                 value: v.to_string(),
-            })?;
+            }
+        })?;
+        let d = d
+            .to_std()
+            .ok_or_else(|| ConfigError::NegativeGrace(v.to_string()))?;
         map.insert(signal, d);
     }
     Ok(map)
 }
 
-/// `evictionMinimumReclaim`: signal → quantity or percentage, not negative (a zero
-/// is kept: it reclaims nothing beyond the threshold).
+/// `evictionMinimumReclaim` (kubelet's `parseMinimumReclaims`): signal → a percentage
+/// above zero (of the capacity; above 100% is accepted, as there) or a quantity not
+/// negative (a zero reclaims nothing beyond the threshold).
 pub(crate) fn parse_min_reclaim<'a>(
     pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> Result<BTreeMap<Signal, ThresholdValue>, ConfigError> {
     let mut map = BTreeMap::new();
     for (s, v) in pairs {
         let signal = Signal::parse(s).ok_or_else(|| ConfigError::Signal(s.to_string()))?;
-        let bad = || ConfigError::BadMinReclaim {
+        let bad = || ConfigError::MinReclaimMalformed {
             signal,
             value: v.to_string(),
         };
         let value = if let Some(p) = v.strip_suffix('%') {
             let p: f64 = p.parse().map_err(|_| bad())?;
-            if !(0.0..=100.0).contains(&p) {
+            if !p.is_finite() {
                 return Err(bad());
+            }
+            if p <= 0.0 {
+                return Err(ConfigError::MinReclaimPercentage {
+                    signal,
+                    value: v.to_string(),
+                });
             }
             ThresholdValue::Percentage(p / 100.0)
         } else {
@@ -133,7 +166,7 @@ pub(crate) fn parse_min_reclaim<'a>(
             )
             .map_err(|_| bad())?;
             if q < 0 {
-                return Err(bad());
+                return Err(ConfigError::NegativeMinReclaim(signal));
             }
             ThresholdValue::Quantity(q)
         };
@@ -142,19 +175,15 @@ pub(crate) fn parse_min_reclaim<'a>(
     Ok(map)
 }
 
-/// kubelet's rule: every soft threshold has a grace period and every grace period a
-/// soft threshold.
+/// kubelet's rule: every soft threshold has a grace period.
 pub(crate) fn check_soft(
     soft: &Thresholds,
     grace: &BTreeMap<Signal, Duration>,
 ) -> Result<(), ConfigError> {
-    if let Some(s) = soft.0.keys().find(|s| !grace.contains_key(s)) {
-        return Err(ConfigError::SoftWithoutGrace(*s));
+    match soft.0.keys().find(|s| !grace.contains_key(s)) {
+        Some(s) => Err(ConfigError::SoftWithoutGrace(*s)),
+        None => Ok(()),
     }
-    if let Some(s) = grace.keys().find(|s| !soft.0.contains_key(s)) {
-        return Err(ConfigError::GraceWithoutSoft(*s));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -179,12 +208,8 @@ mod tests {
                 .to_string(),
             "grace period must be specified for the soft eviction threshold nodefs.available"
         );
-        assert_eq!(
-            check_soft(&Thresholds::default(), &g)
-                .unwrap_err()
-                .to_string(),
-            "grace period memory.available given without a soft eviction threshold for it"
-        );
+        // A grace period without its soft threshold is unused, as in kubelet.
+        assert_eq!(check_soft(&Thresholds::default(), &g), Ok(()));
         // A disabled (0%) soft threshold needs no grace.
         assert_eq!(
             check_soft(&soft(&[("memory.available", "0%")]), &BTreeMap::new()),
@@ -193,15 +218,17 @@ mod tests {
     }
 
     #[test]
-    fn grace_periods_must_be_positive_durations_of_known_signals() {
+    fn grace_periods_are_durations_not_negative_of_known_signals() {
+        let zero = parse_grace_periods([("memory.available", "0s")]).unwrap();
+        assert_eq!(zero[&Signal::MemoryAvailable], Duration::ZERO);
         let err = |k, v| parse_grace_periods([(k, v)]).unwrap_err().to_string();
         assert_eq!(
-            err("memory.available", "0s"),
-            "eviction grace period for memory.available must be positive: 0s"
+            err("memory.available", "-1s"),
+            "invalid eviction grace period specified: -1s, must be a positive value"
         );
         assert_eq!(
             err("memory.available", "soon"),
-            "eviction grace period for memory.available must be positive: soon"
+            "eviction grace period for memory.available: \"soon\" is not a duration (e.g. 1m30s)"
         );
         assert_eq!(
             err("memory.free", "1m"),
@@ -224,11 +251,20 @@ mod tests {
         let err = |k, v| parse_min_reclaim([(k, v)]).unwrap_err().to_string();
         assert_eq!(
             err("memory.available", "-1Mi"),
-            "minimum reclaim for memory.available must not be negative or malformed: -1Mi"
+            "negative eviction minimum reclaim specified for memory.available"
         );
         assert_eq!(
-            err("nodefs.available", "120%"),
-            "minimum reclaim for nodefs.available must not be negative or malformed: 120%"
+            err("nodefs.available", "0%"),
+            "eviction percentage minimum reclaim nodefs.available must be positive: 0%"
+        );
+        assert_eq!(
+            err("nodefs.available", "lots"),
+            "minimum reclaim for nodefs.available: \"lots\" is not a quantity or a percentage"
+        );
+        // kubelet has no upper bound on a minimum reclaim percentage.
+        assert_eq!(
+            parse_min_reclaim([("nodefs.available", "150%")]).unwrap()[&Signal::NodeFsAvailable],
+            ThresholdValue::Percentage(1.5)
         );
         assert_eq!(
             err("disk.free", "1Gi"),
@@ -250,5 +286,15 @@ mod tests {
             c.thresholds[1].min_reclaim,
             Some(ThresholdValue::Quantity(50 << 20))
         );
+        // With pods' allocatable enforced, the hard memory threshold (only) is copied.
+        let mut c = c;
+        c.enforce_pod_allocatable();
+        assert!(c.allocatable_memory);
+        assert_eq!(c.thresholds.len(), 3);
+        let copy = c.thresholds[2];
+        assert_eq!(copy.signal, Signal::AllocatableMemoryAvailable);
+        assert!(copy.is_hard());
+        assert_eq!(copy.value, ThresholdValue::Quantity(100 << 20));
+        assert_eq!(copy.min_reclaim, Some(ThresholdValue::Quantity(50 << 20)));
     }
 }

@@ -34,6 +34,14 @@ const CLEANUP_POLL: Duration = Duration::from_secs(1);
 /// kubelet's `immediateEvictionGracePeriodSeconds`, for hard thresholds.
 const IMMEDIATE_GRACE_SECONDS: i64 = 1;
 
+/// After a memcg notification, how long to wait for readings newer than it, and how
+/// often to look.
+const NOTIFIED_READINGS_WAIT: Duration = Duration::from_secs(3);
+const NOTIFIED_READINGS_POLL: Duration = Duration::from_millis(100);
+
+/// How often a manager without readings yet looks for the first ones.
+const FIRST_READINGS_POLL: Duration = Duration::from_secs(1);
+
 /// The period; `OXLET_TEST_EVICTION_PERIOD_MS` shortens it for tests.
 pub(crate) fn monitoring_period() -> Duration {
     std::env::var("OXLET_TEST_EVICTION_PERIOD_MS")
@@ -102,7 +110,9 @@ pub(crate) struct ManagerDeps {
     /// `--root-dir`: its filesystem is re-read after disk reclaim.
     pub root_dir: PathBuf,
     pub reclaimers: Vec<Arc<dyn DiskReclaimer>>,
-    pub notifier: Option<Arc<dyn ThresholdNotifier>>,
+    /// kubelet's memcg notifiers: one for `memory.available` (the root cgroup) and,
+    /// with pods' allocatable enforced, one for `allocatableMemory.available` (kubepods).
+    pub notifiers: Vec<(Signal, Arc<dyn ThresholdNotifier>)>,
     pub target: Arc<dyn EvictionTarget>,
     pub pressure: Arc<PressureSource>,
     pub status: Arc<StatusView>,
@@ -306,7 +316,7 @@ impl Manager {
                 .map(|i| format!("{}<{}", ts[*i].signal, ts[*i].value))
                 .collect();
         });
-        self.arm_notifier(&snapshot);
+        self.arm_notifiers(&snapshot);
         // kubelet's localStorageEviction comes before the thresholds: a pod over its
         // emptyDir, container or pod ephemeral-storage limit goes whatever the pressure.
         if let Some(pod) = self.local_storage_evictions(&snapshot) {
@@ -479,34 +489,47 @@ impl Manager {
         still.is_empty()
     }
 
-    /// Re-arms the memory notification at kubelet's value: capacity − threshold +
-    /// the root's inactive file pages, in usage terms.
-    fn arm_notifier(&self, snapshot: &crate::stats::readings::Snapshot) {
-        let Some(n) = &self.d.notifier else { return };
-        let Some(mem) = snapshot.node.cgroup.memory else {
-            return;
-        };
-        let capacity = snapshot.node.memory_capacity_bytes;
-        let available = capacity.saturating_sub(mem.working_set_bytes);
-        // The largest threshold is crossed first: the lowest usage to be told at.
-        let at = self
-            .d
-            .cfg
-            .thresholds
-            .iter()
-            .filter(|t| t.signal == Signal::MemoryAvailable)
-            .map(|t| {
-                super::memcg::usage_threshold(
-                    available,
-                    mem.working_set_bytes,
-                    mem.usage_bytes,
-                    t.value,
-                )
-            })
-            .min();
-        let Some(at) = at else { return };
-        if let Err(e) = n.set_threshold(at) {
-            warn!(error = %e, "eviction manager: cannot arm the memory threshold notification");
+    /// Re-arms each memory notification at kubelet's value: capacity − threshold +
+    /// the cgroup's inactive file pages, in usage terms (the root cgroup for
+    /// `memory.available`, the `pods` system container for the allocatable signal).
+    fn arm_notifiers(&self, snapshot: &crate::stats::readings::Snapshot) {
+        for (signal, n) in &self.d.notifiers {
+            let node = &snapshot.node;
+            let reading = match signal {
+                Signal::AllocatableMemoryAvailable => {
+                    let pods = node.system_containers.iter().find(|c| c.name == "pods");
+                    let capacity = self
+                        .d
+                        .allocatable_memory
+                        .and_then(|a| u64::try_from(a).ok());
+                    pods.and_then(|c| c.cgroup.memory).zip(capacity)
+                }
+                _ => node.cgroup.memory.map(|m| (m, node.memory_capacity_bytes)),
+            };
+            let Some((mem, capacity)) = reading else {
+                continue;
+            };
+            let available = capacity.saturating_sub(mem.working_set_bytes);
+            // The largest threshold is crossed first: the lowest usage to be told at.
+            let at = self
+                .d
+                .cfg
+                .thresholds
+                .iter()
+                .filter(|t| t.signal == *signal)
+                .map(|t| {
+                    super::memcg::usage_threshold(
+                        available,
+                        mem.working_set_bytes,
+                        mem.usage_bytes,
+                        t.value,
+                    )
+                })
+                .min();
+            let Some(at) = at else { continue };
+            if let Err(e) = n.set_threshold(at) {
+                warn!(signal = %signal, error = %e, "eviction manager: cannot arm the memory threshold notification");
+            }
         }
     }
 
@@ -528,17 +551,45 @@ impl Manager {
                     info!(pod = %pod_ref(&pod), podUID = %uid, "eviction manager: timed out waiting for the pod to be cleaned up");
                 }
             }
-            let notifier = self.d.notifier.clone();
+            let waits: Vec<_> = self.d.notifiers.iter().map(|(_, n)| n.crossed()).collect();
             let crossed = async {
-                match notifier {
-                    Some(n) => n.crossed().await,
-                    None => std::future::pending().await,
+                if waits.is_empty() {
+                    std::future::pending::<()>().await;
                 }
+                futures::future::select_all(waits).await;
             };
-            tokio::select! {
+            // Until the advisor's first round, look again soon: the notifiers are armed
+            // from readings, and a period's wait would leave them unarmed that long.
+            let wait = if self.d.readings.get().is_none() {
+                period.min(FIRST_READINGS_POLL)
+            } else {
+                period
+            };
+            let notified = tokio::select! {
                 () = cancel.cancelled() => return,
-                () = tokio::time::sleep(period) => {}
-                () = crossed => debug!("eviction manager: memory threshold notification"),
+                () = tokio::time::sleep(wait) => false,
+                () = crossed => true,
+            };
+            if notified {
+                // The readings come every second: the cycle the kernel asks for must
+                // see one taken after the crossing, or it would see the old usage.
+                let at = SystemTime::now();
+                debug!(
+                    "eviction manager: memory threshold notification; waiting for fresh readings"
+                );
+                let deadline = Instant::now() + NOTIFIED_READINGS_WAIT;
+                while Instant::now() < deadline
+                    && self
+                        .d
+                        .readings
+                        .get()
+                        .is_none_or(|s| s.node.cgroup.time < at)
+                {
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(NOTIFIED_READINGS_POLL) => {}
+                    }
+                }
             }
         }
     }

@@ -138,7 +138,7 @@ fn bed(hard: &[(&str, &str)], soft: &[(&str, &str)], root_dir: &str) -> Bed {
         allocatable_memory: None,
         root_dir: root_dir.into(),
         reclaimers: vec![reclaimer.clone()],
-        notifier: Some(notifier.clone()),
+        notifiers: vec![(Signal::MemoryAvailable, notifier.clone())],
         target: target.clone(),
         pressure: pressure.clone(),
         status: status.clone(),
@@ -208,7 +208,7 @@ async fn a_hard_memory_threshold_raises_pressure_and_evicts_the_top_non_critical
     assert_eq!(ev[0].2, 1, "hard thresholds: kubelet's immediate grace");
     let st = b.status.get();
     assert_eq!(st.conditions, ["MemoryPressure"]);
-    assert_eq!(st.thresholds_met, ["memory.available<1073741824"]);
+    assert_eq!(st.thresholds_met, ["memory.available<1Gi"]);
     assert_eq!(
         st.observations["memory.available"].available,
         (GI / 2) as i64
@@ -335,4 +335,34 @@ fn the_image_fs_is_shared_when_it_has_the_root_dirs_capacity() {
     );
     obs.insert(Signal::ImageFsAvailable, at(100));
     assert!(super::shared_image_fs(&obs));
+}
+
+/// kubelet's `addAllocatableThresholds` and its second memcg notifier: with pods'
+/// allocatable enforced, the hard `memory.available` threshold also applies to the
+/// `pods` system container against the kubepods limit.
+#[tokio::test]
+async fn pods_allocatable_has_the_copied_hard_threshold_and_its_own_notification() {
+    let mut b = bed(&[("memory.available", "1Gi")], &[], "/nonexistent");
+    b.m.d.cfg.enforce_pod_allocatable();
+    // kubepods may use 5.5 GiB and uses 5 GiB (the snapshot's `pods` container).
+    b.m.d.allocatable_memory = Some((5 * GI + GI / 2) as i64);
+    let alloc = Arc::new(FakeNotifier::default());
+    b.m.d
+        .notifiers
+        .push((Signal::AllocatableMemoryAvailable, alloc.clone()));
+    let t0 = Instant::now();
+    // The node has 3 GiB available: only the allocatable threshold is met.
+    assert_eq!(b.cycle(t0, 100, 5 * GI).await.as_deref(), Some("big"));
+    assert!(b.pressure.get().memory);
+    let st = b.status.get();
+    assert_eq!(st.thresholds_met, ["allocatableMemory.available<1Gi"]);
+    let ev = b.target.evicted.lock().unwrap().clone();
+    assert_eq!(
+        ev[0].1,
+        "The node was low on resource: memory. Threshold quantity: 1Gi, available: 512Mi. "
+    );
+    // Each notifier armed on its own cgroup: the node at 8 − 1 GiB, kubepods at
+    // 5.5 − 1 GiB (no inactive file in either reading).
+    assert_eq!(b.notifier.0.load(Ordering::Relaxed), 7 * GI);
+    assert_eq!(alloc.0.load(Ordering::Relaxed), 4 * GI + GI / 2);
 }

@@ -78,7 +78,6 @@ impl MemcgNotifier {
 
     /// The allocatable notifier, on the pods' cgroup (`allocatableMemory.available`);
     /// `kubepods` is its path relative to the cgroup root as the driver spells it.
-    #[cfg(test)]
     pub(crate) fn allocatable(
         tree: CgroupTree,
         kubepods: &str,

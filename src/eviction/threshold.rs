@@ -85,7 +85,8 @@ impl ThresholdValue {
 impl fmt::Display for ThresholdValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ThresholdValue::Quantity(q) => write!(f, "{q}"),
+            // In the largest exact binary suffix ("100Mi"), as kubelet echoes it.
+            ThresholdValue::Quantity(q) => f.write_str(&crate::quantity::binary_si(*q)),
             // Rounded so that 0.15 prints as 15, not 15.000000000000002.
             ThresholdValue::Percentage(p) => write!(f, "{}%", (p * 1e6).round() / 1e4),
         }
@@ -291,7 +292,7 @@ mod tests {
         assert_eq!(t.0.len(), 4);
         assert_eq!(
             t.to_string(),
-            "memory.available<104857600,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%"
+            "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%"
         );
     }
 }

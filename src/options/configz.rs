@@ -10,18 +10,10 @@ use super::Options;
 use super::duration::format_go_duration;
 use super::settings::Enforced;
 use crate::cm::allocatable::Reserved;
-use crate::eviction::threshold::ThresholdValue;
 
 /// A byte count as a Kubernetes quantity, as kubelet echoes the text it was given
 /// (`200Mi`); oxlet keeps only the bytes, so the canonical binary form.
 use crate::quantity::binary_si as quantity;
-
-fn threshold(v: ThresholdValue) -> String {
-    match v {
-        ThresholdValue::Quantity(q) => quantity(q),
-        ThresholdValue::Percentage(_) => v.to_string(),
-    }
-}
 
 fn reserved(r: &Reserved) -> Value {
     let mut m = Map::new();
@@ -66,7 +58,7 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
         .eviction_hard
         .0
         .iter()
-        .map(|(s, v)| (s.as_str().to_string(), json!(threshold(*v))))
+        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
         .collect();
     let cgroup = |n: &crate::cm::name::CgroupName| json!(n.to_cgroupfs().unwrap_or_default());
     let mut m = Map::new();
@@ -116,13 +108,13 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
     m.insert("evictionHard".into(), json!(eviction));
     // Issue 12: the eviction manager's other settings.
     let soft: Map<String, Value> = (o.eviction_soft.0.iter())
-        .map(|(s, v)| (s.as_str().to_string(), json!(threshold(*v))))
+        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
         .collect();
     let grace: Map<String, Value> = (o.eviction_soft_grace_period.iter())
         .map(|(s, d)| (s.as_str().to_string(), json!(format_go_duration(*d))))
         .collect();
     let reclaim: Map<String, Value> = (o.eviction_minimum_reclaim.iter())
-        .map(|(s, v)| (s.as_str().to_string(), json!(threshold(*v))))
+        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
         .collect();
     m.insert("evictionSoft".into(), json!(soft));
     m.insert("evictionSoftGracePeriod".into(), json!(grace));

@@ -10,7 +10,6 @@ pub(crate) mod kubelet_config;
 pub(crate) mod problem;
 pub(crate) mod settings;
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
 use std::net::IpAddr;
@@ -343,29 +342,6 @@ fn problem(
     }
 }
 
-/// Settings whose default can be refused only because another setting was given: the
-/// problem then names that other setting (its flag, or its file and field), which is
-/// what the user wrote. kubelet's soft thresholds each need a grace period.
-const DEFAULT_REFUSED_BECAUSE_OF: &[(&str, &str)] =
-    &[("eviction-soft-grace-period", "eviction-soft")];
-
-/// The explicitly given setting to blame when `s`'s default is refused.
-fn blamed_instead<'a>(
-    s: &Setting,
-    origin: Origin,
-    given: &HashMap<&str, (Origin, &'a str)>,
-) -> Option<(&'static Setting, (Origin, &'a str))> {
-    if origin != Origin::Default {
-        return None;
-    }
-    let (_, other) = DEFAULT_REFUSED_BECAUSE_OF
-        .iter()
-        .find(|(flag, _)| *flag == s.flag)?;
-    let value = *given.get(other)?;
-    let setting = SETTINGS.iter().find(|x| x.flag == *other)?;
-    Some((setting, value))
-}
-
 /// Merges and validates; `host_name` is injected so tests do not depend on the machine.
 fn resolve(
     flags: FlagValues,
@@ -406,9 +382,6 @@ fn resolve(
     }
 
     let mut o = Options::blank();
-    // The explicit value each setting was given, to name it when a default that
-    // depends on it is refused.
-    let mut given: HashMap<&str, (Origin, &str)> = HashMap::new();
     for s in SETTINGS {
         // The default, then the file's value, then the flag's. Range checks come
         // after flags are applied, as in kubelet, so a flag can fix a bad file value.
@@ -428,20 +401,8 @@ fn resolve(
             text,
             explicit: origin != Origin::Default,
         };
-        if input.explicit {
-            given.insert(s.flag, (origin, text));
-        }
         if let Err(reason) = (s.set)(&mut o, input) {
-            problems.push(match blamed_instead(s, origin, &given) {
-                Some((other, (o2, t2))) => {
-                    let hint = match s.field {
-                        Some(f) => format!("{} (set --{} or {f})", reason.0, s.flag),
-                        None => format!("{} (set --{})", reason.0, s.flag),
-                    };
-                    problem(other, o2, &config_file, t2, InvalidValue(hint))
-                }
-                None => problem(s, origin, &config_file, text, reason),
-            });
+            problems.push(problem(s, origin, &config_file, text, reason));
         }
     }
 
@@ -1190,7 +1151,7 @@ mod tests {
         assert_eq!(o.cpu_cfs_quota_period, Duration::from_millis(10));
         assert_eq!(o.kube_reserved.cpu_milli, Some(200));
         assert_eq!(o.kube_reserved.memory_bytes, Some(256 << 20));
-        assert_eq!(o.eviction_hard.to_string(), "memory.available<209715200");
+        assert_eq!(o.eviction_hard.to_string(), "memory.available<200Mi");
         let o = ok(&[
             &config_flag(&f),
             "--kube-reserved=cpu=1",
@@ -1302,16 +1263,17 @@ mod tests {
             ),
             // Issue 12: kubelet's rules for the soft thresholds and minimum reclaim.
             (
-                &["--eviction-soft=memory.available<1Gi"],
-                "eviction-soft-grace-period",
-                "",
-                "grace period must be specified for the soft eviction threshold memory.available",
+                &["--eviction-soft-grace-period=nodefs.available=1m"],
+                "eviction-soft",
+                "memory.available<1Gi",
+                "grace period must be specified for the soft eviction threshold memory.available \
+                 (set --eviction-soft-grace-period or evictionSoftGracePeriod)",
             ),
             (
                 &[],
                 "eviction-soft-grace-period",
-                "nodefs.available=1m",
-                "grace period nodefs.available given without a soft eviction threshold for it",
+                "memory.available=-5s",
+                "invalid eviction grace period specified: -5s, must be a positive value",
             ),
             (
                 &[],
@@ -1396,6 +1358,16 @@ mod tests {
         assert!(
             p.starts_with(&format!("{}: field evictionSoft: ", f.path().display()))
                 && p.ends_with(why),
+            "{p}"
+        );
+        // The file's grace period covers the file's threshold, not the flag's: the flag
+        // is named.
+        let f = config(
+            "evictionSoft:\n  memory.available: 1Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\n",
+        );
+        let p = one_problem(&[&config_flag(&f), "--eviction-soft=nodefs.available<1Gi"]);
+        assert!(
+            p.starts_with("invalid value \"nodefs.available<1Gi\" for --eviction-soft: "),
             "{p}"
         );
     }

@@ -253,9 +253,9 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("minimum-image-ttl-duration", Some("imageMinimumGCAge"), Duration, "2m0s", "DURATION", "Minimum age of an unused image before it is garbage-collected", |o, i| non_negative_duration(i.text).map(|d| o.image_gc.min_age = d)),
     row("volume-stats-agg-period", Some("volumeStatsAggPeriod"), Duration, "1m0s", "DURATION", "How often each pod's volumes and logs are measured for the stats and the local storage limits (0: never)", |o, i| non_negative_duration(i.text).map(|d| o.volume_stats_agg_period = d)),
     row("", Some("imageMaximumGCAge"), Duration, "", "DURATION", "Unused images older than this are removed whatever the usage (unset or 0s: off); more than imageMinimumGCAge; config file only", set_image_max_gc_age),
-    // Issue 12 (P1): the eviction manager's settings beyond evictionHard; the grace periods after the soft thresholds (their check reads them).
-    row("eviction-soft", Some("evictionSoft"), Map('<'), "", "SIGNAL<VALUE,...", "Soft eviction thresholds, acted on after their grace period", |o, i| Thresholds::parse(map_pairs(i.text, '<')?).map(|t| o.eviction_soft = t).map_err(|e| InvalidValue(e.to_string()))),
+    // Issue 12 (P1): the eviction manager's settings beyond evictionHard; the soft thresholds after their grace periods (their check reads them).
     row("eviction-soft-grace-period", Some("evictionSoftGracePeriod"), Map('='), "", "SIGNAL=DURATION,...", "How long each soft threshold must hold before a pod is evicted", set_eviction_soft_grace),
+    row("eviction-soft", Some("evictionSoft"), Map('<'), "", "SIGNAL<VALUE,...", "Soft eviction thresholds, acted on after their grace period", set_eviction_soft),
     row("eviction-minimum-reclaim", Some("evictionMinimumReclaim"), Map('='), "", "SIGNAL=VALUE,...", "How far above its threshold a signal must get back before the threshold counts as resolved", |o, i| crate::eviction::config::parse_min_reclaim(map_pairs(i.text, '=')?).map(|m| o.eviction_minimum_reclaim = m).map_err(|e| InvalidValue(e.to_string()))),
     row("eviction-pressure-transition-period", Some("evictionPressureTransitionPeriod"), Duration, "5m0s", "DURATION", "How long a pressure condition stays True after its threshold was last met", |o, i| parse_duration(i.text)?.to_std().map(|d| o.eviction_pressure_transition_period = d).ok_or_else(|| "must not be negative".into())),
     row("eviction-max-pod-grace-period", Some("evictionMaxPodGracePeriod"), Int, "0", "SECONDS", "Longest grace period given to a pod evicted for a soft threshold", |o, i| parse_int(i.text).map(|n| o.eviction_max_pod_grace_period = n)),
@@ -480,14 +480,23 @@ fn set_eviction_hard(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     Ok(())
 }
 
-/// kubelet's rule: each soft threshold has a grace period and each grace period a
-/// soft threshold.
 fn set_eviction_soft_grace(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
-    let g = crate::eviction::config::parse_grace_periods(map_pairs(i.text, '=')?)
-        .map_err(|e| InvalidValue(e.to_string()))?;
-    crate::eviction::config::check_soft(&o.eviction_soft, &g)
-        .map_err(|e| InvalidValue(e.to_string()))?;
-    o.eviction_soft_grace_period = g;
+    o.eviction_soft_grace_period =
+        crate::eviction::config::parse_grace_periods(map_pairs(i.text, '=')?)
+            .map_err(|e| InvalidValue(e.to_string()))?;
+    Ok(())
+}
+
+/// kubelet's rule: each soft threshold has a grace period (read from the row before).
+fn set_eviction_soft(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let soft =
+        Thresholds::parse(map_pairs(i.text, '<')?).map_err(|e| InvalidValue(e.to_string()))?;
+    crate::eviction::config::check_soft(&soft, &o.eviction_soft_grace_period).map_err(|e| {
+        InvalidValue(format!(
+            "{e} (set --eviction-soft-grace-period or evictionSoftGracePeriod)"
+        ))
+    })?;
+    o.eviction_soft = soft;
     Ok(())
 }
 

@@ -384,6 +384,17 @@ impl Drop for Oxlet {
     }
 }
 
+/// A `/proc/meminfo` field (e.g. `"MemTotal:"`) in bytes.
+pub fn meminfo(field: &str) -> u64 {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/meminfo"));
+    kb * 1024
+}
+
 pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")

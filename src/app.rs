@@ -759,6 +759,7 @@ fn spawn_eviction_manager(
             allocatable_memory,
             root_dir: root_dir.clone(),
             reclaimers: reclaimers.clone(),
+            reclaim_settle: crate::eviction::manager::RECLAIM_SETTLE,
             notifiers: notifiers.clone(),
             target: target.clone(),
             pressure: pressure.clone(),

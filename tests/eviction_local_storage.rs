@@ -108,6 +108,34 @@ async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
         "the final status keeps the container: {:?}",
         s.container_statuses
     );
+
+    // After a restart the finished pod keeps what it had (kubelet's old status is the
+    // apiserver's when the status manager has none): reason, message, and its
+    // terminated container, although the runtime no longer has it.
+    let before = s;
+    ox.sigterm();
+    ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
+    let t = Instant::now();
+    while ox
+        .log()
+        .matches("pod terminated pod=default/filler")
+        .count()
+        < 2
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{}",
+            tail(&ox.log(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ox.wait_api_running("quiet", Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = pods.get("filler").await.unwrap().status.unwrap();
+    assert_eq!(after.phase, before.phase);
+    assert_eq!(after.reason, before.reason);
+    assert_eq!(after.message, before.message);
+    assert_eq!(after.container_statuses, before.container_statuses);
 }
 
 /// The IDs of the pod's containers that containerd still has.

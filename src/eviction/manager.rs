@@ -39,6 +39,11 @@ const IMMEDIATE_GRACE_SECONDS: i64 = 1;
 const NOTIFIED_READINGS_WAIT: Duration = Duration::from_secs(3);
 const NOTIFIED_READINGS_POLL: Duration = Duration::from_millis(100);
 
+/// After a reclaim step removed something, how long its space may take to show
+/// (containerd's snapshot garbage collection), and how often to look.
+pub(crate) const RECLAIM_SETTLE: Duration = Duration::from_secs(3);
+const RECLAIM_SETTLE_POLL: Duration = Duration::from_millis(250);
+
 /// How often a manager without readings yet looks for the first ones.
 const FIRST_READINGS_POLL: Duration = Duration::from_secs(1);
 
@@ -110,6 +115,8 @@ pub(crate) struct ManagerDeps {
     /// `--root-dir`: its filesystem is re-read after disk reclaim.
     pub root_dir: PathBuf,
     pub reclaimers: Vec<Arc<dyn DiskReclaimer>>,
+    /// How long space freed by a reclaim step may take to show ([`RECLAIM_SETTLE`]).
+    pub reclaim_settle: Duration,
     /// kubelet's memcg notifiers: one for `memory.available` (the root cgroup) and,
     /// with pods' allocatable enforced, one for `allocatableMemory.available` (kubepods).
     pub notifiers: Vec<(Signal, Arc<dyn ThresholdNotifier>)>,
@@ -442,19 +449,49 @@ impl Manager {
         if steps.is_empty() {
             return false;
         }
+        let mut removed_any = false;
         for r in steps {
             match r.reclaim().await {
-                Ok(done) => info!(
-                    step = r.name(),
-                    bytes = done.bytes,
-                    removed = done.removed,
-                    "eviction manager: reclaimed node-level resources"
-                ),
+                Ok(done) => {
+                    removed_any |= done.removed > 0 || done.bytes > 0;
+                    info!(
+                        step = r.name(),
+                        bytes = done.bytes,
+                        removed = done.removed,
+                        "eviction manager: reclaimed node-level resources"
+                    );
+                }
                 Err(e) => warn!(error = %e, "eviction manager: reclaim step failed"),
             }
         }
         // The advisor refreshes filesystems every 10 s: re-read the root dir's now.
-        // The image filesystem keeps the last round's reading.
+        // The image filesystem keeps the last round's reading. containerd frees a
+        // removed container's snapshot in its background garbage collection, so when
+        // something was removed the filesystem is read again for a moment before an
+        // eviction is decided on (kubelet's re-read after reclaim).
+        let started = Instant::now();
+        loop {
+            let after = self.reread_root_fs(obs, shared).await;
+            let still = met(
+                &self.d.cfg.thresholds,
+                self.met.iter().copied(),
+                &after,
+                true,
+            );
+            if still.is_empty() {
+                info!("eviction manager: node-level resources reclaimed, no eviction needed");
+                return true;
+            }
+            if !removed_any || started.elapsed() >= self.d.reclaim_settle {
+                return false;
+            }
+            tokio::time::sleep(RECLAIM_SETTLE_POLL).await;
+        }
+    }
+
+    /// `obs` with the root dir's filesystem read now (and the image filesystem's, when
+    /// it is the same one).
+    async fn reread_root_fs(&self, obs: &Observations, shared: bool) -> Observations {
         let mut after = obs.clone();
         let root = self.d.root_dir.clone();
         if let Ok(Some(fs)) = tokio::task::spawn_blocking(move || {
@@ -477,16 +514,7 @@ impl Manager {
                 );
             }
         }
-        let still = met(
-            &self.d.cfg.thresholds,
-            self.met.iter().copied(),
-            &after,
-            true,
-        );
-        if still.is_empty() {
-            info!("eviction manager: node-level resources reclaimed, no eviction needed");
-        }
-        still.is_empty()
+        after
     }
 
     /// Re-arms each memory notification at kubelet's value: capacity − threshold +

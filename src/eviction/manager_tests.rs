@@ -41,6 +41,26 @@ impl EvictionTarget for FakeTarget {
 
 struct FakeReclaimer(AtomicUsize);
 
+/// A reclaimer that says it removed a container (whose space never shows).
+struct RemovingReclaimer;
+
+impl DiskReclaimer for RemovingReclaimer {
+    fn name(&self) -> &'static str {
+        "removing"
+    }
+    fn targets(&self) -> &'static [DiskTarget] {
+        &[DiskTarget::NodeFs]
+    }
+    fn reclaim(&self) -> BoxFuture<'_, Result<Reclaimed, ReclaimError>> {
+        Box::pin(async {
+            Ok(Reclaimed {
+                bytes: 0,
+                removed: 1,
+            })
+        })
+    }
+}
+
 impl DiskReclaimer for FakeReclaimer {
     fn name(&self) -> &'static str {
         "fake"
@@ -138,6 +158,7 @@ fn bed(hard: &[(&str, &str)], soft: &[(&str, &str)], root_dir: &str) -> Bed {
         allocatable_memory: None,
         root_dir: root_dir.into(),
         reclaimers: vec![reclaimer.clone()],
+        reclaim_settle: Duration::from_millis(300),
         notifiers: vec![(Signal::MemoryAvailable, notifier.clone())],
         target: target.clone(),
         pressure: pressure.clone(),
@@ -304,6 +325,23 @@ async fn disk_pressure_reclaims_first_and_skips_eviction_when_reclaim_resolved_i
         b.target.evicted.lock().unwrap()[0].1,
         "The node was low on resource: ephemeral-storage. Threshold quantity: 30000, available: 20000. "
     );
+}
+
+/// containerd frees a removed container's snapshot in the background: after a step
+/// that removed something, the filesystem is read again for the settle time before a
+/// pod is evicted; after one that removed nothing, at once.
+#[tokio::test]
+async fn after_a_removal_the_filesystem_is_given_time_before_an_eviction() {
+    let t0 = Instant::now();
+    let mut b = bed(&[("nodefs.available", "30000")], &[], "/nonexistent/dir");
+    let started = Instant::now();
+    assert_eq!(b.cycle(t0, 100, GI).await.as_deref(), Some("small"));
+    assert!(started.elapsed() < Duration::from_millis(300));
+    let mut b = bed(&[("nodefs.available", "30000")], &[], "/nonexistent/dir");
+    b.m.d.reclaimers.push(Arc::new(RemovingReclaimer));
+    let started = Instant::now();
+    assert_eq!(b.cycle(t0, 100, GI).await.as_deref(), Some("small"));
+    assert!(started.elapsed() >= Duration::from_millis(300));
 }
 
 #[tokio::test]

@@ -62,13 +62,17 @@ impl Syncer {
     ) -> Phase {
         let uid = pod_uid(pod);
         let old = self.statuses.get(uid);
+        // kubelet's `generateAPIPodStatus`: what the status manager holds, else what
+        // the apiserver has (after a restart, a finished pod keeps its reason, message
+        // and terminated containers, and a running one its times and restart counts).
+        let previous = old.clone().or_else(|| pod.status.clone());
         let reasons = self.runtime.reasons();
         let lookup = |name: &str| reasons.get(uid, name);
         let mut status = generate(&StatusInputs {
             pod,
             runtime: rt,
             waiting_reason: &lookup,
-            old: old.as_ref(),
+            old: previous.as_ref(),
             host_ip: self.runtime.host_ip(),
             runtime_name: &self.runtime_name,
             terminating,

@@ -192,4 +192,31 @@ async fn a_recreated_mirror_pod_gets_its_status_at_once() {
         "status took {latency:?} (the writer's period is 10 s)\n{}",
         tail(&ox.log(), 40)
     );
+
+    // oxlet restarts: the running static pod's mirror keeps its start and transition
+    // times (kubelet's status manager takes the mirror's status as the old one).
+    let times = |m: &Pod| {
+        let s = m.status.clone().unwrap();
+        let conditions: Vec<_> = s
+            .conditions
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.type_, c.status, c.last_transition_time))
+            .collect();
+        (s.start_time, conditions)
+    };
+    let before = times(&m2);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ox.sigterm();
+    ox.spawn(&[&kubeconfig]);
+    ox.wait_running("web", START).await;
+    // The status writer's first pass after the restart (its period is 10 s, and a
+    // changed status is written at once).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        times(&mirror(&api).unwrap()),
+        before,
+        "{}",
+        tail(&ox.log(), 40)
+    );
 }

@@ -268,6 +268,20 @@ impl StatusWriter {
         }
         let target_uid = target.metadata.uid.clone().unwrap_or_default();
         let old = target.status.clone().unwrap_or_default();
+        // kubelet's status manager, for a static pod whose status it has not written
+        // since it started: the mirror's status is the old one, so unchanged conditions
+        // keep their transition times and the start time stays (after a restart).
+        let mut kept;
+        let ours = if is_static && !self.written.contains_key(uid) {
+            kept = ours.clone();
+            crate::status::generate::keep_times_from(&mut kept, &old);
+            if kept != *ours {
+                self.statuses.replace_if_unchanged(uid, ours, kept.clone());
+            }
+            &kept
+        } else {
+            ours
+        };
         let merged = patch::merge(&old, ours);
         if let Err(why) = patch::check(&target, &merged) {
             warn!(pod = %name, reason = %why, "status update refused");

@@ -426,6 +426,27 @@ fn condition(
     }
 }
 
+/// kubelet's status manager for a pod it holds no status for (a static pod after a
+/// restart): the mirror pod's status is the old one, so each condition whose status
+/// is unchanged keeps its transition time, and the start time is kept. Nothing else
+/// is taken from it: a static pod's mirror may describe an earlier life of its UID.
+pub(crate) fn keep_times_from(status: &mut PodStatus, previous: &PodStatus) {
+    for c in status.conditions.iter_mut().flatten() {
+        if let Some(t) = previous
+            .conditions
+            .iter()
+            .flatten()
+            .find(|p| p.type_ == c.type_ && p.status == c.status)
+            .and_then(|p| p.last_transition_time.clone())
+        {
+            c.last_transition_time = Some(t);
+        }
+    }
+    if previous.start_time.is_some() {
+        status.start_time = previous.start_time.clone();
+    }
+}
+
 /// Go's `%s` of a string slice: `[a b]`.
 fn go_list(names: &[&str]) -> String {
     format!("[{}]", names.join(" "))

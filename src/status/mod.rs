@@ -71,7 +71,30 @@ impl StatusManager {
 
     /// Stores a newly generated status; returns true when it differs from the last one.
     pub(crate) fn set(&self, uid: &str, status: PodStatus) -> bool {
+        self.set_if(uid, status, |_| true)
+    }
+
+    /// Replaces a pod's status only while it is still `expected`, so an adjustment
+    /// made from an older read never overwrites a newer sync.
+    pub(crate) fn replace_if_unchanged(
+        &self,
+        uid: &str,
+        expected: &PodStatus,
+        status: PodStatus,
+    ) -> bool {
+        self.set_if(uid, status, |current| current == Some(expected))
+    }
+
+    fn set_if(
+        &self,
+        uid: &str,
+        status: PodStatus,
+        allowed: impl FnOnce(Option<&PodStatus>) -> bool,
+    ) -> bool {
         let mut map = self.statuses.write().unwrap();
+        if !allowed(map.get(uid).map(|(s, _)| s)) {
+            return false;
+        }
         let version = match map.get_mut(uid) {
             Some((old, _)) if *old == status => return false,
             Some((old, version)) => {

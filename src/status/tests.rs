@@ -815,3 +815,55 @@ fn written_reports_the_oldest_unwritten_change_once() {
     assert!(waited >= std::time::Duration::from_millis(20), "{waited:?}");
     assert_eq!(m.written("u"), None, "taken once");
 }
+
+/// A static pod's first status after a restart takes the mirror's times: unchanged
+/// conditions keep theirs, changed ones keep the new one, the start time stays.
+#[test]
+fn the_mirrors_times_are_kept_for_unchanged_conditions() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let p = pod("Always", &["a"], &[]);
+    let rt = runtime(vec![ctr("a", ContainerState::Running, 0, 1, 0)]);
+    let mut fresh = status_of(&p, &rt);
+    let mut mirror = fresh.clone();
+    let then = Time(jiff::Timestamp::from_second(1_000).unwrap());
+    for c in mirror.conditions.iter_mut().flatten() {
+        c.last_transition_time = Some(then.clone());
+        if c.type_ == "Ready" {
+            c.status = "False".into();
+        }
+    }
+    mirror.start_time = Some(then.clone());
+    super::generate::keep_times_from(&mut fresh, &mirror);
+    assert_eq!(fresh.start_time, Some(then.clone()));
+    for c in fresh.conditions.iter().flatten() {
+        if c.type_ == "Ready" {
+            assert_ne!(c.last_transition_time, Some(then.clone()), "Ready changed");
+        } else {
+            assert_eq!(c.last_transition_time, Some(then.clone()), "{}", c.type_);
+        }
+    }
+}
+
+/// The status writer's adjustment never overwrites a newer sync.
+#[test]
+fn a_replacement_applies_only_to_the_status_it_was_made_from() {
+    let m = super::StatusManager::default();
+    let first = PodStatus {
+        phase: Some("Pending".into()),
+        ..Default::default()
+    };
+    let newer = PodStatus {
+        phase: Some("Running".into()),
+        ..Default::default()
+    };
+    m.set("u", first.clone());
+    m.set("u", newer.clone());
+    let adjusted = PodStatus {
+        message: Some("adjusted".into()),
+        ..first.clone()
+    };
+    assert!(!m.replace_if_unchanged("u", &first, adjusted.clone()));
+    assert_eq!(m.get("u"), Some(newer.clone()));
+    assert!(m.replace_if_unchanged("u", &newer, adjusted.clone()));
+    assert_eq!(m.get("u"), Some(adjusted));
+}

@@ -82,6 +82,7 @@ impl Syncer {
         if let Some(k) = kill_status {
             k.apply(&mut status);
         }
+
         let phase = Phase::parse_or_pending(status.phase.as_deref());
         let now = jiff::Timestamp::now();
         let old_phase = old

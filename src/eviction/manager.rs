@@ -326,7 +326,7 @@ impl Manager {
         self.arm_notifiers(&snapshot);
         // kubelet's localStorageEviction comes before the thresholds: a pod over its
         // emptyDir, container or pod ephemeral-storage limit goes whatever the pressure.
-        if let Some(pod) = self.local_storage_evictions(&snapshot) {
+        if let Some(pod) = self.local_storage_evictions(&snapshot, dedicated_image_fs(&obs)) {
             return Some(pod);
         }
         // Memory first, as kubelet's byEvictionPriority.
@@ -384,11 +384,12 @@ impl Manager {
 
     /// Evicts every pod over a local storage limit (kubelet's `localStorageEviction`),
     /// with the immediate grace; the first one evicted, if any. A container's writable
-    /// layer comes from the advisor's `rootfs` reading; the image filesystem counts as
-    /// dedicated when its capacity differs from the root dir's (another filesystem).
+    /// layer comes from the advisor's `rootfs` reading; it counts against a container
+    /// only when the image filesystem is not `dedicated`.
     fn local_storage_evictions(
         &self,
         snapshot: &crate::stats::readings::Snapshot,
+        dedicated: bool,
     ) -> Option<Arc<Pod>> {
         use super::local_storage::{
             IMMEDIATE_GRACE_SECONDS as LOCAL_GRACE, WritableLayers, violations,
@@ -402,10 +403,6 @@ impl Manager {
                 }
             }
         }
-        let dedicated = match (&snapshot.node.fs, &snapshot.node.image_fs) {
-            (Some(node), Some(image)) => node.capacity_bytes != image.capacity_bytes,
-            _ => false,
-        };
         let pods = self.d.target.active_pods();
         let mut first = None;
         for v in violations(&pods, &self.d.volumes, &layers, dedicated) {

@@ -634,7 +634,11 @@ fn spawn_volume_stats(
         async move {
             loop {
                 let (u, all, dirs) = (u.clone(), pods.all(), dirs.clone());
-                let round = tokio::task::spawn_blocking(move || u.refresh_due(&all, &dirs, period));
+                let round = tokio::task::spawn_blocking(move || {
+                    crate::tasks::cpu::metered_sync("volume-stats/walk", || {
+                        u.refresh_due(&all, &dirs, period)
+                    })
+                });
                 match round.await {
                     Ok(n) if n > 0 => trace!(pods = n, "measured pod volumes and logs"),
                     Ok(_) => {}
@@ -915,11 +919,11 @@ fn spawn_metric_advisor(
             proc_root: "/proc".into(),
             cgroups: tree.clone(),
             kubepods: cm.kubepods_path(),
-            lister: Box::new(ManagedPods {
-                pods: pods.clone(),
-                cache: pod_cache.clone(),
-                cm: cm.clone(),
-            }),
+            lister: Box::new(ManagedPods::new(
+                pods.clone(),
+                pod_cache.clone(),
+                cm.clone(),
+            )),
             root_dir: root_dir.clone(),
             cri: cri.clone(),
         });
@@ -1130,6 +1134,9 @@ fn apply_max_open_files(wanted: u64) {
 pub async fn run(opts: Options) -> anyhow::Result<i32> {
     let mut signals = Signals::install().context("cannot listen for SIGTERM/SIGINT")?;
     log_summary(&opts);
+    if opts.task_cpu_accounting {
+        crate::tasks::cpu::enable();
+    }
     set_own_oom_score_adj();
     apply_max_open_files(opts.max_open_files);
     let api = api_clients(&opts).await?;

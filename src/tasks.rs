@@ -147,11 +147,13 @@ impl Tasks {
 
     /// Tracks a task that supervises itself (a pod worker and its supervisor): it is
     /// waited for at shutdown, and must end when [`token`](Self::token) is cancelled.
+    /// Its CPU time is charged to `name` (see [`cpu`]).
     pub(crate) fn track<T: Send + 'static>(
         &self,
+        name: &'static str,
         fut: impl Future<Output = T> + Send + 'static,
     ) -> JoinHandle<T> {
-        self.spawn_tracked(fut)
+        self.spawn_tracked(cpu::metered(name, fut))
     }
 
     /// Spawns a task the agent cannot run without. Its end before shutdown (an `Err`,
@@ -164,7 +166,7 @@ impl Tasks {
         let token = self.token.child_token();
         let fut = make(token.clone());
         let shared = self.shared.clone();
-        self.spawn_tracked(async move {
+        self.spawn_tracked(cpu::metered(name, async move {
             let end = run_caught(fut).await;
             if token.is_cancelled() {
                 log_end_at_shutdown(name, end);
@@ -173,7 +175,7 @@ impl Tasks {
             let end = end.err().unwrap_or(TaskEnd::EndedEarly);
             error!(task = name, error = %end, "critical task ended; stopping the agent");
             shared.fail(TaskFailure { name, end });
-        });
+        }));
     }
 
     /// Spawns a task that is started again (by calling `make` anew) after any end
@@ -184,7 +186,7 @@ impl Tasks {
         Fut: Future<Output = TaskResult> + Send + 'static,
     {
         let token = self.token.child_token();
-        self.spawn_tracked(async move {
+        self.spawn_tracked(cpu::metered(name, async move {
             let mut delay = backoff.initial;
             loop {
                 let started = Instant::now();
@@ -204,7 +206,7 @@ impl Tasks {
                 }
                 delay = backoff.after(delay);
             }
-        });
+        }));
     }
 
     /// Spawns one pass of a periodic job (housekeeping), which its caller starts
@@ -216,14 +218,14 @@ impl Tasks {
         fut: impl Future<Output = TaskResult> + Send + 'static,
     ) -> JoinHandle<()> {
         let token = self.token.clone();
-        self.spawn_tracked(async move {
+        self.spawn_tracked(cpu::metered(name, async move {
             tokio::select! {
                 () = token.cancelled() => {}
                 end = run_caught(fut) => if let Err(end) = end {
                     error!(task = name, error = %end, "task pass ended in error; the next pass runs at its tick");
                 }
             }
-        })
+        }))
     }
 
     /// Resolves once a critical task has failed, with that failure.
@@ -303,5 +305,6 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "non-text panic payload".into())
 }
 
+pub(crate) mod cpu;
 #[cfg(test)]
 mod tests;

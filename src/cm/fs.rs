@@ -9,6 +9,7 @@
 mod event;
 mod files;
 mod stat;
+mod stat_reader;
 mod tree;
 mod v1;
 mod v2;
@@ -17,6 +18,7 @@ mod v2;
 mod tests;
 
 pub(crate) use stat::parse_psi;
+pub(crate) use stat_reader::StatReader;
 #[allow(
     unused_imports,
     reason = "issue 9: the container manager is being wired in"

@@ -66,6 +66,8 @@ pub struct Options {
     /// RLIMIT_NOFILE set at start.
     pub max_open_files: u64,
     pub runonce: bool,
+    /// `--task-cpu-accounting` (oxlet only): CPU time per task on `/debug/tasks`.
+    pub(crate) task_cpu_accounting: bool,
     /// `cgroupDriver`; the runtime's driver may replace it unless explicit.
     pub(crate) cgroup_driver: CgroupDriver,
     /// True when the driver was given (flag or config file), not defaulted.
@@ -195,6 +197,7 @@ impl Options {
             max_pods: 0,
             max_open_files: 0,
             runonce: false,
+            task_cpu_accounting: false,
             cgroup_driver: CgroupDriver::Cgroupfs,
             cgroup_driver_explicit: false,
             cgroup_root: CgroupName::default(),

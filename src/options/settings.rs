@@ -205,6 +205,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("enforce-node-allocatable", Some("enforceNodeAllocatable"), List, "pods", "pods,system-reserved,kube-reserved|none", "Which reservations to enforce with cgroup limits", set_enforce_node_allocatable),
     row("v", None, Int, "0", "LEVEL", "Log verbosity (klog level)", |o, i| int_within(i.text, 0, 255).map(|v| o.verbosity = v)).short('v'),
     row("runonce", None, Bool, "false", "true|false", "Start the static pods once, wait for them, then exit", |o, i| parse_bool(i.text).map(|b| o.runonce = b)),
+    row("task-cpu-accounting", None, Bool, "false", "true|false", "Charge each task's CPU time to its name, shown on /debug/tasks (oxlet only; two clock reads per poll)", |o, i| parse_bool(i.text).map(|b| o.task_cpu_accounting = b)),
     // Issue 10 part 4: container log rotation (kubelet's container log manager) and the legacy log symlinks.
     row("container-log-max-size", Some("containerLogMaxSize"), Text, "10Mi", "QUANTITY", "Size a container's log file reaches before it is rotated (negative: no rotation)", |o, i| log_max_size(i.text).map(|n| o.container_log_max_size = n)),
     row("container-log-max-files", Some("containerLogMaxFiles"), Int, "5", "N", "Most log files kept per container, the current one included (at least 2)", |o, i| Some(parse_int(i.text)?).filter(|n| *n > 1).and_then(|n| usize::try_from(n).ok()).map(|n| o.container_log_max_files = n).ok_or_else(|| "must be greater than 1".into())),

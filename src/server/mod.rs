@@ -142,6 +142,14 @@ async fn get_only() -> impl IntoResponse {
 
 /// `/debug/eviction`: the pressure conditions, the last observation of each signal
 /// and the thresholds met, as JSON.
+/// CPU time per task (`--task-cpu-accounting`); 404 while accounting is off.
+async fn task_cpu() -> axum::response::Response {
+    if !crate::tasks::cpu::enabled() {
+        return not_found().await.into_response();
+    }
+    axum::Json(crate::tasks::cpu::snapshot()).into_response()
+}
+
 async fn eviction_status(State(v): State<Views>) -> impl IntoResponse {
     axum::Json(v.eviction.get())
 }
@@ -169,6 +177,7 @@ pub(crate) fn read_only_router(views: Views) -> Router {
         .route("/debug/koord/metrics", get(koord_metrics))
         // Issue 12: the eviction manager's state (oxlet only; kubelet has no such endpoint).
         .route("/debug/eviction", get(eviction_status))
+        .route("/debug/tasks", get(task_cpu))
         .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)

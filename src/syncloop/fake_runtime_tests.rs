@@ -41,7 +41,7 @@ async fn agent_on(node: FakeNode, max_pods: u32, setup: impl FnOnce(&mut SyncLoo
     let (pleg_tx, pleg_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
     let mut pleg = GenericPleg::new(runtime.reader(), cache.clone(), pleg_tx, pleg_stats.clone());
     pleg.relist().await;
-    tasks.track(pleg.run(tasks.token()));
+    tasks.track("pleg", pleg.run(tasks.token()));
     let (probe_results, probe_rx) = crate::prober::ProbeResults::new(16);
     let probes = Arc::new(crate::prober::ProbeManager::new(
         crate::prober::WorkerDeps {
@@ -79,10 +79,13 @@ async fn agent_on(node: FakeNode, max_pods: u32, setup: impl FnOnce(&mut SyncLoo
     setup(&mut sync_loop);
     let workers = sync_loop.workers.clone();
     let (updates, update_rx) = mpsc::channel(16);
-    tasks.track(sync_loop.run(
-        LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx),
-        tasks.token(),
-    ));
+    tasks.track(
+        "sync_loop",
+        sync_loop.run(
+            LoopInputs::new(update_rx, pleg_rx).with_probes(probe_rx),
+            tasks.token(),
+        ),
+    );
     Agent {
         node,
         statuses,

@@ -38,6 +38,10 @@ use work_queue::WorkQueue;
 
 /// kubelet's housekeeping period.
 pub(crate) const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// kubelet's `ContainerGCPeriod`: its container GC, which also removes the dangling
+/// `/var/log/containers` links (`evictPodLogsDirectories`), runs once a minute, not at
+/// every housekeeping pass (a `stat` per link).
+const LOG_LINK_GC_PERIOD: Duration = Duration::from_secs(60);
 /// The admission reason when `maxPods` is reached (kubelet's).
 pub(crate) const OUT_OF_PODS: &str = "OutOfpods";
 /// kubelet's sync tick.
@@ -102,6 +106,8 @@ pub(crate) struct SyncLoop {
     seen: HashSet<&'static str>,
     /// The runtime part of the last housekeeping, still running or done.
     housekeeping: Option<tokio::task::JoinHandle<()>>,
+    /// When a housekeeping pass last removed dangling log links.
+    last_log_link_gc: Option<Instant>,
     /// Where housekeeping passes run (and the pod workers, in a scope of their own).
     tasks: Tasks,
     /// Last iteration and skip reason, for the `syncloop` health check.
@@ -190,6 +196,7 @@ impl SyncLoop {
             tasks: d.tasks,
             seen: HashSet::new(),
             housekeeping: None,
+            last_log_link_gc: None,
             monitor: Default::default(),
             mirror_hook: d.mirror_hook,
         }
@@ -519,8 +526,17 @@ impl SyncLoop {
         let pods = self.pods.clone();
         let cm = self.cm.clone();
         let started = Instant::now();
+        let log_links = self
+            .last_log_link_gc
+            .is_none_or(|t| started.duration_since(t) >= LOG_LINK_GC_PERIOD);
+        if log_links {
+            self.last_log_link_gc = Some(started);
+        }
         let pass = async move {
             cleanup_runtime_pods(&runtime, &workers, &pods).await;
+            if log_links {
+                runtime.remove_dangling_log_symlinks().await;
+            }
             cleanup_pod_cgroups(cm, workers).await;
             let took = started.elapsed();
             if took > Duration::from_secs(1) {
@@ -535,6 +551,7 @@ impl SyncLoop {
 /// Kills runtime pods nobody wants (grace 1 s, through a pod worker), removes dead
 /// ones that have no worker any more, garbage-collects the dead containers and
 /// sandboxes of the others (`runtime::gc`), and removes orphaned pod directories.
+/// (The dangling log links go once a minute, see [`LOG_LINK_GC_PERIOD`].)
 async fn cleanup_runtime_pods(
     runtime: &RuntimeManager,
     workers: &PodWorkers<Syncer>,
@@ -574,7 +591,6 @@ async fn cleanup_runtime_pods(
     let known =
         |uid: &str| pods.contains(uid) || workers.is_active(uid) || in_runtime.contains(uid);
     crate::runtime::gc::cleanup_orphaned_dirs(runtime.pods_dir(), runtime.pod_logs_dir(), &known);
-    runtime.remove_dangling_log_symlinks().await;
 }
 
 /// Destroys the cgroups of pods no worker may still run (kubelet's

@@ -105,14 +105,13 @@ impl PodManager {
             .values()
             .cloned()
             .collect();
+        // Compared in place: a key with the name cloned cost two allocations a
+        // comparison, ~1,500 a call at 110 pods, and the advisor calls this every second.
         pods.sort_by(|a, b| {
-            let key = |p: &Pod| {
-                (
-                    p.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                    p.metadata.name.clone(),
-                )
-            };
-            key(a).cmp(&key(b))
+            let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            created(a)
+                .cmp(&created(b))
+                .then_with(|| a.metadata.name.cmp(&b.metadata.name))
         });
         pods
     }

@@ -513,7 +513,10 @@ impl<S: PodSyncer> PodWorkers<S> {
     fn spawn_supervised(&self, uid: &str) {
         let me = self.clone();
         let uid = uid.to_string();
-        self.tasks.track(async move { me.supervise(uid).await });
+        self.tasks.track(
+            "pod_worker_supervisor",
+            async move { me.supervise(uid).await },
+        );
     }
 
     /// Runs the worker and watches its end: a normal end (finished, forgotten or
@@ -521,7 +524,9 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// that panicked is put back with back-off, and a new worker takes over.
     async fn supervise(self, uid: String) {
         loop {
-            let worker = self.tasks.track(self.clone().worker_loop(uid.clone()));
+            let worker = self
+                .tasks
+                .track("pod_worker", self.clone().worker_loop(uid.clone()));
             let panic = match worker.await {
                 Ok(()) => return,
                 Err(e) if e.is_panic() => e.into_panic(),

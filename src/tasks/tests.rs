@@ -152,7 +152,9 @@ async fn shutdown_waits_for_every_task_in_every_scope() {
         until_cancelled(t, Duration::from_millis(200), s.clone())
     });
     let (s, t) = (stopped.clone(), pods.token());
-    pods.track(async move { until_cancelled(t, Duration::from_millis(100), s).await });
+    pods.track("test", async move {
+        until_cancelled(t, Duration::from_millis(100), s).await
+    });
     let s = stopped.clone();
     let t = agent.token();
     agent.spawn_pass("housekeeping", async move {
@@ -207,7 +209,9 @@ async fn a_failure_anywhere_cancels_every_scope() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_reports_a_task_that_does_not_stop() {
     let tasks = Tasks::new();
-    tasks.track(async { tokio::time::sleep(Duration::from_secs(3600)).await });
+    tasks.track("test", async {
+        tokio::time::sleep(Duration::from_secs(3600)).await
+    });
     assert!(!tasks.shutdown(Duration::from_secs(3)).await);
 }
 

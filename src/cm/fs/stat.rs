@@ -11,13 +11,11 @@ use std::time::SystemTime;
 use super::CgroupError;
 use super::files::{self, err};
 use super::tree::{CgroupTree, Hierarchy};
-use crate::stats::readings::{
-    CgroupReading, CpuReading, MemoryReading, Pressure, Psi, PsiLine, Throttling,
-};
+use crate::stats::readings::{CgroupReading, MemoryReading, Pressure, Psi, PsiLine, Throttling};
 
 /// v1 reports "no memory limit" as the largest page-aligned value; anything this
 /// large means unlimited.
-const UNLIMITED_MEMORY: u64 = 1 << 62;
+pub(super) const UNLIMITED_MEMORY: u64 = 1 << 62;
 
 /// One line of a pressure file: `some avg10=0.00 avg60=0.00 avg300=0.00 total=0`.
 fn parse_psi_line(line: &str) -> Option<PsiLine> {
@@ -67,12 +65,6 @@ fn pressure_in(dir: &Path) -> Pressure {
     }
 }
 
-/// A file's number, or None when the file is missing or not a number.
-fn number(dir: &Path, name: &str) -> Option<u64> {
-    let text = files::read_opt(dir, name).ok().flatten()?;
-    files::parse_u64(&dir.join(name), &text).ok()
-}
-
 /// The throttling counters of a `cpu.stat` (v1: `throttled_time` in ns; v2:
 /// `throttled_usec`). None when the cgroup has no CFS counters.
 pub(crate) fn throttling(cpu_stat: &str, v1: bool) -> Option<Throttling> {
@@ -103,7 +95,7 @@ fn missing(path: &Path) -> CgroupError {
 /// only directories and control files; `symlink()` there fails), so the per-level
 /// `lstat` walk of [`files::join`] is only needed on a test tree. This is the advisor's
 /// hot path: about 1,000 cgroups a second at 110 pods.
-fn dir_of(tree: &CgroupTree, h: &Hierarchy, rel: &str) -> Result<PathBuf, CgroupError> {
+pub(super) fn dir_of(tree: &CgroupTree, h: &Hierarchy, rel: &str) -> Result<PathBuf, CgroupError> {
     let parts = files::parts("stats", &h.dir, rel)?;
     if h.kernel {
         let mut dir = h.dir.clone();
@@ -115,7 +107,12 @@ fn dir_of(tree: &CgroupTree, h: &Hierarchy, rel: &str) -> Result<PathBuf, Cgroup
 }
 
 /// The fields of one `memory.stat`, in one pass.
-fn memory_from_stat(usage: u64, stat: &str, limit: Option<u64>, v1: bool) -> MemoryReading {
+pub(super) fn memory_from_stat(
+    usage: u64,
+    stat: &str,
+    limit: Option<u64>,
+    v1: bool,
+) -> MemoryReading {
     let names: [&str; 4] = if v1 {
         [
             "total_inactive_file",
@@ -144,99 +141,6 @@ fn memory_from_stat(usage: u64, stat: &str, limit: Option<u64>, v1: bool) -> Mem
         major_page_faults: pgmajfault,
         limit_bytes: limit.filter(|l| *l < UNLIMITED_MEMORY),
     }
-}
-
-fn v1_stats(tree: &CgroupTree, rel: &str) -> Result<CgroupReading, CgroupError> {
-    let time = SystemTime::now();
-    let hierarchy = |c: &str| {
-        tree.controller(c).ok_or_else(|| {
-            err(
-                "stats",
-                tree.root(),
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("the {c} controller is not mounted"),
-                ),
-            )
-        })
-    };
-    let cpuacct_h = hierarchy("cpuacct")?;
-    let cpuacct = dir_of(tree, cpuacct_h, rel)?;
-    let usage = number(&cpuacct, "cpuacct.usage");
-    // The cpuacct directory stands for the cgroup: runc creates it with the others.
-    // Only when its counter is missing, look whether the cgroup went away.
-    if usage.is_none() && !files::is_dir(&cpuacct) {
-        return Err(missing(&cpuacct));
-    }
-    // cpu and cpuacct are usually one hierarchy: one path for both.
-    let cpu_dir = match tree.controller("cpu") {
-        Some(h) if h.dir == cpuacct_h.dir => Some(cpuacct.clone()),
-        Some(h) => dir_of(tree, h, rel).ok(),
-        None => None,
-    };
-    let cpu_stat = cpu_dir.and_then(|d| files::read_opt(&d, "cpu.stat").ok().flatten());
-    let cpu = usage.map(|usage| CpuReading {
-        usage_core_nanos: usage,
-        usage_nano_cores: None,
-        throttling: cpu_stat.as_deref().and_then(|s| throttling(s, true)),
-    });
-    let memory = tree
-        .controller("memory")
-        .and_then(|h| dir_of(tree, h, rel).ok())
-        .and_then(|d| {
-            let usage = number(&d, "memory.usage_in_bytes")?;
-            let stat = files::read_opt(&d, "memory.stat").ok().flatten()?;
-            Some(memory_from_stat(
-                usage,
-                &stat,
-                number(&d, "memory.limit_in_bytes"),
-                true,
-            ))
-        });
-    let pids = tree
-        .controller("pids")
-        .and_then(|h| dir_of(tree, h, rel).ok())
-        .and_then(|d| number(&d, "pids.current"));
-    Ok(CgroupReading {
-        time,
-        cpu,
-        memory,
-        pids,
-        pressure: Pressure::default(),
-    })
-}
-
-fn v2_stats(tree: &CgroupTree, rel: &str) -> Result<CgroupReading, CgroupError> {
-    let time = SystemTime::now();
-    let dir = dir_of(tree, &tree.hierarchies()[0], rel)?;
-    let cpu_stat = files::read_opt(&dir, "cpu.stat").ok().flatten();
-    if cpu_stat.is_none() && !files::is_dir(&dir) {
-        return Err(missing(&dir));
-    }
-    let cpu = cpu_stat.as_deref().and_then(|s| {
-        Some(CpuReading {
-            usage_core_nanos: files::stat_field(s, "usage_usec")?.saturating_mul(1000),
-            usage_nano_cores: None,
-            throttling: throttling(s, false),
-        })
-    });
-    let memory = number(&dir, "memory.current").and_then(|usage| {
-        let stat = files::read_opt(&dir, "memory.stat").ok().flatten()?;
-        // `memory.max` is `max` when unlimited: not a number, so None.
-        Some(memory_from_stat(
-            usage,
-            &stat,
-            number(&dir, "memory.max"),
-            false,
-        ))
-    });
-    Ok(CgroupReading {
-        time,
-        cpu,
-        memory,
-        pids: number(&dir, "pids.current"),
-        pressure: Pressure::default(),
-    })
 }
 
 impl CgroupTree {
@@ -309,14 +213,10 @@ impl CgroupTree {
         Ok(pressure_in(&dir))
     }
 
-    /// What the cgroup `rel` uses now (see the module doc); pressure is left empty
-    /// (see [`CgroupTree::pressure`]). The root (`""`) works too; on v2 it has no
-    /// `memory.current`, so its memory is `None`.
+    /// What the cgroup `rel` uses now, read once (opening each file); the advisor
+    /// reads through a [`StatReader`](super::StatReader), which keeps them open.
+    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     pub(crate) fn stats(&self, rel: &str) -> Result<CgroupReading, CgroupError> {
-        if self.version().uses_v1_controllers() {
-            v1_stats(self, rel)
-        } else {
-            v2_stats(self, rel)
-        }
+        super::StatReader::with_limit(self.clone(), 0).stats(rel)
     }
 }

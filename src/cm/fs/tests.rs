@@ -625,6 +625,70 @@ fn v2_root_has_no_memory_current_and_reads_as_no_memory() {
     assert!(r.memory.is_none());
 }
 
+#[test]
+fn stat_reader_keeps_descriptors_sees_new_values_and_drops_gone_cgroups() {
+    let (dir, tree) = v1_tree();
+    tree.create(POD, &limits()).unwrap();
+    let at = |h: &str| dir.path().join(h).join(POD);
+    write(at("cpu,cpuacct").join("cpuacct.usage"), "1000\n");
+    write(at("memory").join("memory.usage_in_bytes"), "5000000\n");
+    write(
+        at("memory").join("memory.stat"),
+        "total_inactive_file 1000000\n",
+    );
+    write(at("pids").join("pids.current"), "2\n");
+    let mut reader = super::StatReader::with_limit(tree.clone(), 1 << 20);
+    let r = reader.stats(POD).unwrap();
+    assert_eq!(r.cpu.unwrap().usage_core_nanos, 1000);
+    assert_eq!(r.memory.unwrap().working_set_bytes, 4_000_000);
+    // cpuacct.usage, usage, stat, limit (made by create), pids.current; no cpu.stat.
+    assert_eq!(reader.kept(), 5);
+    // The same descriptors read the files' new contents, shorter ones too.
+    write(at("cpu,cpuacct").join("cpuacct.usage"), "7\n");
+    write(at("memory").join("memory.usage_in_bytes"), "3000000\n");
+    write(at("pids").join("pids.current"), "11\n");
+    reader.end_round();
+    let r = reader.stats(POD).unwrap();
+    assert_eq!(r.cpu.unwrap().usage_core_nanos, 7);
+    assert_eq!(r.memory.unwrap().working_set_bytes, 2_000_000);
+    assert_eq!(r.pids, Some(11));
+    assert_eq!(reader.kept(), 5, "nothing opened twice");
+    // The same reading as a one-off read that opens every file.
+    assert_eq!(tree.stats(POD).unwrap().memory, r.memory);
+    // A round that does not read the cgroup closes its files.
+    reader.end_round();
+    reader.end_round();
+    assert_eq!(reader.kept(), 0);
+    // A cgroup gone: NotFound, and nothing kept for it.
+    reader.stats(POD).unwrap();
+    for h in ["cpu,cpuacct", "memory", "pids"] {
+        std::fs::remove_dir_all(at(h)).unwrap();
+    }
+    let gone = reader.stats(POD).unwrap_err();
+    assert_eq!(gone.error.kind(), std::io::ErrorKind::NotFound, "{gone}");
+    assert_eq!(reader.kept(), 0);
+}
+
+#[test]
+fn stat_reader_past_its_descriptor_budget_opens_files_per_read() {
+    let (dir, tree) = v1_tree();
+    tree.create(POD, &limits()).unwrap();
+    let at = |h: &str| dir.path().join(h).join(POD);
+    write(at("cpu,cpuacct").join("cpuacct.usage"), "5\n");
+    // A quarter of 20 is 5: not enough for one cgroup's six files.
+    let mut reader = super::StatReader::with_limit(tree, 20);
+    assert_eq!(reader.stats(POD).unwrap().cpu.unwrap().usage_core_nanos, 5);
+    assert_eq!(reader.kept(), 0);
+    write(at("cpu,cpuacct").join("cpuacct.usage"), "6\n");
+    assert_eq!(reader.stats(POD).unwrap().cpu.unwrap().usage_core_nanos, 6);
+    // A file larger than the bound is an error, not a partial reading.
+    write(
+        at("memory").join("memory.usage_in_bytes"),
+        &"1".repeat(70_000),
+    );
+    assert!(reader.stats(POD).is_err());
+}
+
 // ---- memory threshold notification files for the eviction manager (issue 12) ----
 
 #[test]

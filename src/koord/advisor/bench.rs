@@ -13,10 +13,10 @@ use crate::cm::fs::{CgroupFs, CgroupTree, HOST_MOUNT};
 use crate::cm::resources::ResourceConfig;
 use crate::koord::metriccache::{MetricCache, MetricKind, Sample, label};
 
-struct Fixed(Arc<Vec<PodTarget>>);
+struct Fixed(Arc<Vec<Arc<PodTarget>>>);
 
 impl TargetLister for Fixed {
-    fn list(&self) -> Vec<PodTarget> {
+    fn list(&self) -> Vec<Arc<PodTarget>> {
         self.0.as_ref().clone()
     }
 }
@@ -26,7 +26,7 @@ impl TargetLister for Fixed {
 pub struct CollectorBench {
     tree: CgroupTree,
     parent: String,
-    targets: Arc<Vec<PodTarget>>,
+    targets: Arc<Vec<Arc<PodTarget>>>,
     collector: PodCollector,
     shared: Shared,
     cache: MetricCache,
@@ -53,14 +53,14 @@ impl CollectorBench {
                     cgroup: path,
                 });
             }
-            targets.push(PodTarget {
+            targets.push(Arc::new(PodTarget {
                 uid: uid.clone(),
                 name: uid,
                 namespace: "bench".into(),
                 started_at: SystemTime::now(),
                 cgroup: Some(pod_path),
                 containers: cs,
-            });
+            }));
         }
         let targets = Arc::new(targets);
         let collector = PodCollector::new(tree.clone(), Box::new(Fixed(targets.clone())));

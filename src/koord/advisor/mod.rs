@@ -98,7 +98,7 @@ pub(crate) struct Shared {
     pub pods_cpu_cores: Option<f64>,
     pub pods_memory_bytes: f64,
     /// The pods and containers listed this round, with their cgroups.
-    pub targets: Vec<PodTarget>,
+    pub targets: Vec<Arc<PodTarget>>,
     /// Pressure by cgroup path, and the node's, from the PSI collector's last round.
     pub pressure: HashMap<String, Pressure>,
     pub node_pressure: Pressure,
@@ -156,6 +156,8 @@ pub(crate) struct AdvisorDeps {
 struct Slot {
     collector: Box<dyn Collector>,
     next: Instant,
+    /// `advisor/<name>`: what its rounds' CPU is charged to (`--task-cpu-accounting`).
+    cpu_name: &'static str,
 }
 
 /// The collectors and their shared state.
@@ -194,9 +196,11 @@ impl Advisor {
             match c.disabled_reason() {
                 None => {
                     info!(collector = c.name(), interval = ?c.interval(), "metric advisor: collector enabled");
+                    let cpu_name = crate::tasks::cpu::intern(format!("advisor/{}", c.name()));
                     slots.push(Slot {
                         collector: c,
                         next: now,
+                        cpu_name,
                     });
                 }
                 Some(why) => {
@@ -225,7 +229,8 @@ impl Advisor {
             if slot.next > started {
                 continue;
             }
-            slot.collector.collect(&mut self.shared).await;
+            let collect = slot.collector.collect(&mut self.shared);
+            crate::tasks::cpu::metered(slot.cpu_name, collect).await;
             // On a fixed schedule, so a tick that comes a hair early still finds a 1 s
             // collector due; after a stall, from now.
             slot.next += slot.collector.interval();
@@ -236,13 +241,18 @@ impl Advisor {
         }
         let samples = std::mem::take(&mut self.shared.samples);
         let count = samples.len();
-        let stored = self.cache.append(samples);
+        let stored = crate::tasks::cpu::metered_sync("advisor/cache", || {
+            let stored = self.cache.append(samples);
+            if started.duration_since(self.last_gc) >= GC_INTERVAL {
+                self.cache.gc(now_ms());
+                self.last_gc = started;
+            }
+            stored
+        });
         self.store_node_info();
-        self.readings.set(self.snapshot());
-        if started.duration_since(self.last_gc) >= GC_INTERVAL {
-            self.cache.gc(now_ms());
-            self.last_gc = started;
-        }
+        crate::tasks::cpu::metered_sync("advisor/publish", || {
+            self.readings.set(self.snapshot());
+        });
         debug!(
             duration = ?started.elapsed(),
             collectors = ran,
@@ -298,7 +308,7 @@ impl Advisor {
         });
         node_cgroup.pressure = s.node_pressure;
         let paths: HashMap<&str, &PodTarget> =
-            s.targets.iter().map(|t| (t.uid.as_str(), t)).collect();
+            s.targets.iter().map(|t| (t.uid.as_str(), &**t)).collect();
         let pods = s
             .pods
             .iter()

@@ -11,7 +11,7 @@ use tracing::debug;
 use super::procfs::{self, CpuJiffies, MemInfo};
 use super::rate::RateTracker;
 use super::{CollectFuture, Collector, NODE_INFO_INTERVAL, RES_USED_INTERVAL, Shared};
-use crate::cm::fs::CgroupTree;
+use crate::cm::fs::{CgroupTree, StatReader};
 use crate::koord::metriccache::{MetricKind, now_ms};
 use crate::stats::readings::{CgroupReading, CpuReading, MemoryReading, SystemContainerReading};
 
@@ -43,7 +43,10 @@ pub(crate) fn memory_from_meminfo(m: &MemInfo) -> MemoryReading {
 pub(crate) struct NodeCollector {
     proc_root: PathBuf,
     tree: CgroupTree,
+    reader: StatReader,
     kubepods: Option<String>,
+    /// When `kubepods` was made: read once (a dozen `stat`s), it does not change.
+    kubepods_created: Option<SystemTime>,
     hz: u64,
     prev: Option<(Instant, CpuJiffies)>,
     rates: RateTracker,
@@ -53,8 +56,10 @@ impl NodeCollector {
     pub(crate) fn new(proc_root: PathBuf, tree: CgroupTree, kubepods: Option<String>) -> Self {
         NodeCollector {
             proc_root,
+            reader: StatReader::new(tree.clone()),
             tree,
             kubepods,
+            kubepods_created: None,
             hz: rustix::param::clock_ticks_per_second(),
             prev: None,
             rates: RateTracker::default(),
@@ -62,7 +67,7 @@ impl NodeCollector {
     }
 
     fn cgroup(&mut self, id: &str, path: &str) -> Option<CgroupReading> {
-        match self.tree.stats(path) {
+        match self.reader.stats(path) {
             Ok(mut r) => {
                 if let Some(cpu) = r.cpu.as_mut() {
                     self.rates.update(id, r.time, cpu);
@@ -145,13 +150,17 @@ impl Collector for NodeCollector {
             if let Some(path) = self.kubepods.clone()
                 && let Some(r) = self.cgroup("pods", &path)
             {
+                if self.kubepods_created.is_none() {
+                    self.kubepods_created = self.tree.created(&path);
+                }
                 shared.system_containers.push(SystemContainerReading {
                     name: "pods".to_string(),
-                    created_at: self.tree.created(&path),
+                    created_at: self.kubepods_created,
                     cgroup: r,
                 });
             }
             self.rates.end_round();
+            self.reader.end_round();
             shared.network = super::network::read(&self.proc_root)
                 .inspect_err(|e| debug!(error = %e, "metric advisor: network not read"))
                 .ok();

@@ -2,20 +2,23 @@
 //! each desired pod with a running sandbox, its cgroup and its running containers'
 //! cgroups; CPU cores and throttling from deltas, working set, pids.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use k8s_openapi::api::core::v1::Pod;
 use tracing::debug;
 
 use super::rate::RateTracker;
 use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
 use crate::cm::driver::CgroupDriver;
-use crate::cm::fs::{CgroupError, CgroupTree};
+use crate::cm::fs::{CgroupError, CgroupTree, StatReader};
 use crate::cm::manager::ContainerManager;
 use crate::koord::metriccache::{MetricKind, label};
 use crate::pleg::cache::PodCache;
 use crate::pod::pod_uid;
 use crate::runtime::types::ContainerState;
+use crate::runtime::types::PodRuntimeStatus;
 use crate::stats::readings::{CgroupReading, ContainerReading, PodReading};
 use crate::syncloop::pod_manager::PodManager;
 
@@ -45,7 +48,7 @@ pub(crate) struct PodTarget {
 /// Where the pods to read come from (the pod manager and the PLEG cache in the
 /// agent; a fixed list in the benchmark).
 pub(crate) trait TargetLister: Send + Sync {
-    fn list(&self) -> Vec<PodTarget>;
+    fn list(&self) -> Vec<Arc<PodTarget>>;
 }
 
 /// A container's cgroup below its pod's, as containerd names it for the driver.
@@ -62,14 +65,80 @@ fn from_unix_nanos(ns: i64) -> SystemTime {
 
 /// The agent's pods: desired (pod manager) and running (PLEG cache).
 pub(crate) struct ManagedPods {
-    pub pods: Arc<PodManager>,
-    pub cache: Arc<PodCache>,
-    pub cm: Arc<ContainerManager>,
+    pods: Arc<PodManager>,
+    cache: Arc<PodCache>,
+    cm: Arc<ContainerManager>,
+    /// Last round's target per pod UID, with the pod and status it was made from.
+    memo: Mutex<HashMap<String, Memo>>,
+}
+
+/// A target is made again only when its pod or its runtime status changed (they are
+/// replaced, never changed in place): at rest every round reuses every target, where
+/// making them anew cost ~10 allocations and a QoS class computation per pod.
+struct Memo {
+    pod: Arc<Pod>,
+    status: Arc<PodRuntimeStatus>,
+    target: Arc<PodTarget>,
+}
+
+impl ManagedPods {
+    pub(crate) fn new(
+        pods: Arc<PodManager>,
+        cache: Arc<PodCache>,
+        cm: Arc<ContainerManager>,
+    ) -> Self {
+        ManagedPods {
+            pods,
+            cache,
+            cm,
+            memo: Mutex::default(),
+        }
+    }
+
+    /// The target of `pod` with `status`, or None without a running sandbox;
+    /// `containers` counts the containers listed so far this round.
+    fn target(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+        containers: &mut usize,
+    ) -> Option<PodTarget> {
+        // Newest first: the running sandbox is the first ready one.
+        let sandbox = status.sandboxes.iter().find(|s| s.ready)?;
+        let cgroup = self.cm.pod_cgroup_path(pod);
+        let mut target = PodTarget {
+            uid: pod_uid(pod).to_string(),
+            name: status.name.clone(),
+            namespace: status.namespace.clone(),
+            started_at: from_unix_nanos(sandbox.created_at),
+            cgroup: cgroup.clone(),
+            containers: Vec::new(),
+        };
+        let Some(pod_cg) = &cgroup else {
+            return Some(target);
+        };
+        let driver = self.cm.driver();
+        for c in (status.containers.iter()).filter(|c| c.state == ContainerState::Running) {
+            // IDs come from the runtime; one plain component or skipped.
+            if *containers >= MAX_CONTAINERS || crate::safe_path::component(&c.id).is_err() {
+                continue;
+            }
+            *containers += 1;
+            target.containers.push(ContainerTarget {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                created_at: from_unix_nanos(c.created_at),
+                cgroup: container_cgroup(driver, pod_cg, &c.id),
+            });
+        }
+        Some(target)
+    }
 }
 
 impl TargetLister for ManagedPods {
-    fn list(&self) -> Vec<PodTarget> {
-        let driver = self.cm.driver();
+    fn list(&self) -> Vec<Arc<PodTarget>> {
+        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut next = HashMap::with_capacity(memo.len());
         let mut containers = 0;
         let mut out = Vec::new();
         for pod in self.pods.all() {
@@ -80,47 +149,34 @@ impl TargetLister for ManagedPods {
             let Some(status) = self.cache.get(uid) else {
                 continue;
             };
-            // Newest first: the running sandbox is the first ready one.
-            let Some(sandbox) = status.sandboxes.iter().find(|s| s.ready) else {
-                continue;
-            };
-            let cgroup = self.cm.pod_cgroup_path(&pod);
-            let mut target = PodTarget {
-                uid: uid.to_string(),
-                name: status.name.clone(),
-                namespace: status.namespace.clone(),
-                started_at: from_unix_nanos(sandbox.created_at),
-                cgroup: cgroup.clone(),
-                containers: Vec::new(),
-            };
-            if let Some(pod_cg) = &cgroup {
-                for c in status
-                    .containers
-                    .iter()
-                    .filter(|c| c.state == ContainerState::Running)
-                {
-                    // IDs come from the runtime; one plain component or skipped.
-                    if containers >= MAX_CONTAINERS || crate::safe_path::component(&c.id).is_err() {
-                        continue;
-                    }
-                    containers += 1;
-                    target.containers.push(ContainerTarget {
-                        id: c.id.clone(),
-                        name: c.name.clone(),
-                        created_at: from_unix_nanos(c.created_at),
-                        cgroup: container_cgroup(driver, pod_cg, &c.id),
-                    });
+            let target = match memo.remove(uid) {
+                Some(m) if Arc::ptr_eq(&m.pod, &pod) && Arc::ptr_eq(&m.status, &status) => {
+                    containers += m.target.containers.len();
+                    m.target
                 }
-            }
-            out.push(target);
+                _ => match self.target(&pod, &status, &mut containers) {
+                    Some(t) => Arc::new(t),
+                    None => continue,
+                },
+            };
+            out.push(target.clone());
+            next.insert(
+                uid.to_string(),
+                Memo {
+                    pod,
+                    status,
+                    target,
+                },
+            );
         }
+        *memo = next;
         out
     }
 }
 
 /// Reads the pods' and containers' cgroups.
 pub(crate) struct PodCollector {
-    tree: CgroupTree,
+    reader: StatReader,
     lister: Box<dyn TargetLister>,
     rates: RateTracker,
 }
@@ -155,7 +211,7 @@ fn is_gone(e: &CgroupError) -> bool {
 impl PodCollector {
     pub(crate) fn new(tree: CgroupTree, lister: Box<dyn TargetLister>) -> PodCollector {
         PodCollector {
-            tree,
+            reader: StatReader::new(tree),
             lister,
             rates: RateTracker::default(),
         }
@@ -171,7 +227,7 @@ impl PodCollector {
         labels: &[(&str, &str)],
         shared: &mut Shared,
     ) -> Option<(CgroupReading, Option<f64>)> {
-        let mut r = match self.tree.stats(path) {
+        let mut r = match self.reader.stats(path) {
             Ok(r) => r,
             Err(e) if is_gone(&e) => return None,
             Err(e) => {
@@ -204,7 +260,7 @@ impl PodCollector {
     }
 
     /// One round over `targets`.
-    pub(crate) fn collect_targets(&mut self, targets: &[PodTarget], shared: &mut Shared) {
+    pub(crate) fn collect_targets(&mut self, targets: &[Arc<PodTarget>], shared: &mut Shared) {
         let mut pods = Vec::with_capacity(targets.len());
         let (mut cpu_sum, mut mem_sum, mut any_cpu) = (0.0, 0.0, false);
         for t in targets {
@@ -247,13 +303,14 @@ impl PodCollector {
             });
         }
         self.rates.end_round();
+        self.reader.end_round();
         shared.pods = pods;
         shared.pods_cpu_cores = any_cpu.then_some(cpu_sum);
         shared.pods_memory_bytes = mem_sum;
     }
 
     /// The lister's pods now.
-    pub(crate) fn lister_list(&self) -> Vec<PodTarget> {
+    pub(crate) fn lister_list(&self) -> Vec<Arc<PodTarget>> {
         self.lister.list()
     }
 

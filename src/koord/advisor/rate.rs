@@ -2,7 +2,7 @@
 //! ns, throttled ratio = Δnr_throttled ÷ Δnr_periods. The first reading of an ID gives
 //! no rate; previous readings are kept per ID and dropped for IDs not seen in a round.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::SystemTime;
 
 use crate::stats::readings::CpuReading;
@@ -15,6 +15,8 @@ pub(crate) const MAX_TRACKED: usize = 16_384;
 struct Prev {
     at: SystemTime,
     cpu: CpuReading,
+    /// The round it was last updated in.
+    round: u64,
 }
 
 /// What a reading's deltas give.
@@ -26,11 +28,12 @@ pub(crate) struct Rates {
     pub throttled_ratio: Option<f64>,
 }
 
-/// The previous reading per ID.
+/// The previous reading per ID. An ID's entry is updated in place each round (no
+/// allocation for IDs already known: the advisor updates ~220 a second at 110 pods).
 #[derive(Debug, Default)]
 pub(crate) struct RateTracker {
     prev: HashMap<String, Prev>,
-    seen: HashSet<String>,
+    round: u64,
 }
 
 impl RateTracker {
@@ -65,17 +68,27 @@ impl RateTracker {
                 });
             }
         }
-        if self.prev.len() < MAX_TRACKED || self.prev.contains_key(id) {
-            self.prev.insert(id.to_string(), Prev { at, cpu: *cpu });
-            self.seen.insert(id.to_string());
+        let now = Prev {
+            at,
+            cpu: *cpu,
+            round: self.round,
+        };
+        let room = self.prev.len() < MAX_TRACKED;
+        match self.prev.get_mut(id) {
+            Some(p) => *p = now,
+            None if room => {
+                self.prev.insert(id.to_string(), now);
+            }
+            None => {}
         }
         rates
     }
 
     /// Ends a round: forgets the IDs not updated in it (gone pods and containers).
     pub(crate) fn end_round(&mut self) {
-        let seen = std::mem::take(&mut self.seen);
-        self.prev.retain(|id, _| seen.contains(id));
+        let round = self.round;
+        self.prev.retain(|_, p| p.round == round);
+        self.round += 1;
     }
 
     #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]

@@ -158,10 +158,10 @@ fn container_cgroups_are_named_as_containerd_does_per_driver() {
     );
 }
 
-struct Fixed(Vec<PodTarget>);
+struct Fixed(Vec<Arc<PodTarget>>);
 
 impl TargetLister for Fixed {
-    fn list(&self) -> Vec<PodTarget> {
+    fn list(&self) -> Vec<Arc<PodTarget>> {
         self.0.clone()
     }
 }
@@ -213,7 +213,7 @@ fn pod_collector_writes_rates_working_sets_and_readings_and_skips_vanished_cgrou
         containers: Vec::new(),
         ..target.clone()
     };
-    let targets = vec![target.clone(), gone];
+    let targets = vec![Arc::new(target.clone()), Arc::new(gone)];
     let mut c = PodCollector::new(tree, Box::new(Fixed(targets.clone())));
     let mut shared = Shared::default();
     c.collect_targets(&targets, &mut shared);
@@ -411,4 +411,80 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
         last(MetricKind::SysMemoryUsage).unwrap(),
         last(MetricKind::NodeMemoryUsage).unwrap()
     );
+}
+
+/// A pod status with one ready sandbox and the running containers `ids`.
+fn running_status(uid: &str, ids: &[&str]) -> crate::runtime::types::PodRuntimeStatus {
+    use crate::runtime::types::{ContainerState, ContainerStatus, SandboxStatus};
+    crate::runtime::types::PodRuntimeStatus {
+        uid: uid.into(),
+        name: "web".into(),
+        namespace: "default".into(),
+        sandboxes: vec![SandboxStatus {
+            id: "sb".into(),
+            ready: true,
+            attempt: 0,
+            created_at: 1,
+            ips: Vec::new(),
+            host_network: false,
+        }],
+        containers: ids
+            .iter()
+            .map(|id| ContainerStatus {
+                id: (*id).into(),
+                name: "main".into(),
+                state: ContainerState::Running,
+                created_at: 2,
+                started_at: 3,
+                finished_at: 0,
+                exit_code: 0,
+                image: String::new(),
+                image_ref: String::new(),
+                reason: String::new(),
+                message: String::new(),
+                hash: 0,
+                restart_count: 0,
+                is_init: false,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn managed_pods_reuse_a_target_until_its_pod_or_status_changes() {
+    use super::ManagedPods;
+    use crate::pleg::cache::PodCache;
+    use crate::syncloop::pod_manager::PodManager;
+    let (cm, _fs) = crate::cm::fake_fs::manager(true);
+    let (pods, cache) = (Arc::new(PodManager::default()), Arc::new(PodCache::default()));
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }))
+    .unwrap();
+    pods.add_or_update(Arc::new(pod.clone()));
+    let lister = ManagedPods::new(pods.clone(), cache.clone(), Arc::new(cm));
+    assert!(lister.list().is_empty(), "no status yet: no target");
+
+    let now = tokio::time::Instant::now();
+    cache.set("u1", running_status("u1", &["c1"]), now);
+    let first = lister.list();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].cgroup.as_deref(), Some("root/kubepods/besteffort/podu1"));
+    assert_eq!(first[0].containers[0].cgroup, "root/kubepods/besteffort/podu1/c1");
+    let again = lister.list();
+    assert!(Arc::ptr_eq(&first[0], &again[0]), "unchanged: the same target");
+
+    // A new status (a restarted container) makes a new target.
+    cache.set("u1", running_status("u1", &["c2"]), now);
+    let after = lister.list();
+    assert!(!Arc::ptr_eq(&first[0], &after[0]));
+    assert_eq!(after[0].containers[0].id, "c2");
+    // So does a new pod object.
+    pods.add_or_update(Arc::new(pod));
+    assert!(!Arc::ptr_eq(&after[0], &lister.list()[0]));
+    // A pod that is gone is forgotten.
+    pods.remove("u1");
+    assert!(lister.list().is_empty());
 }

@@ -262,13 +262,18 @@ impl MetricCache {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for s in samples {
-            if !map.contains_key(&s.key) && map.len() >= self.limits.max_series {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let series = map
-                .entry(s.key)
-                .or_insert_with(|| Series::new(self.limits.max_points_per_series));
+            // One lookup for a known series (nearly every sample), an insert for a new one.
+            let full = map.len() >= self.limits.max_series;
+            let series = match map.get_mut(&s.key) {
+                Some(series) => series,
+                None if full => {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                None => map
+                    .entry(s.key)
+                    .or_insert_with(|| Series::new(self.limits.max_points_per_series)),
+            };
             if series.push(s.ts_ms, s.value, retention_ms) {
                 stored += 1;
             } else {

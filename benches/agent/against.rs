@@ -121,6 +121,15 @@ pub(crate) async fn run(plan: &Plan, other: &str) {
     report(plan, &bins, &sides);
 }
 
+/// Enough digits for ms (hundreds) and cores (thousandths) alike.
+fn num(v: f64) -> String {
+    match v.abs() {
+        x if x >= 10.0 => format!("{v:.1}"),
+        x if x >= 0.1 => format!("{v:.2}"),
+        _ => format!("{v:.4}"),
+    }
+}
+
 fn report(plan: &Plan, bins: &[PathBuf; 2], sides: &[Side; 2]) {
     let p50 = |v: &[f64]| pct(&sorted(v.to_vec()), 0.5);
     let rest = |s: &Side, f: fn(&Footprint) -> f64| mean(&s.rest.iter().map(f).collect::<Vec<_>>());
@@ -165,7 +174,7 @@ fn report(plan: &Plan, bins: &[PathBuf; 2], sides: &[Side; 2]) {
     println!("| metric | this build | the other build | ratio |");
     println!("|---|---|---|---|");
     for (name, [a, b]) in &rows {
-        println!("| {name} | {a:.4} | {b:.4} | {:.2} |", a / b);
+        println!("| {name} | {} | {} | {:.2} |", num(*a), num(*b), a / b);
     }
     let report = json!({
         "this": bins[0], "other": bins[1], "window_s": plan.window.as_secs(),

@@ -33,6 +33,11 @@ pub struct Oxlet {
     /// `--cgroup-root`: one per test dir, so concurrent tests never share (or clean
     /// up) each other's pod cgroups.
     pub cgroup_root: String,
+    /// The oxlet binary to run: this build's unless a benchmark compares another.
+    pub binary: PathBuf,
+    /// The long flags the binary lists in its `--help` (None: pass every flag). An
+    /// older build lacks newer flags and would refuse to start with them.
+    pub known_flags: Option<Vec<String>>,
 }
 
 /// A free loopback port (bound, then released).
@@ -121,7 +126,25 @@ impl Oxlet {
             starts: 0,
             poll: Duration::from_millis(50),
             env: Vec::new(),
+            binary: PathBuf::from(env!("CARGO_BIN_EXE_oxlet")),
+            known_flags: None,
         }
+    }
+
+    /// Drops the long flags `known_flags` does not list; short ones (`-v=4`) stay.
+    fn supported<'a>(&self, args: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        args.into_iter()
+            .filter(|a| {
+                let Some(name) = a.strip_prefix("--") else {
+                    return true;
+                };
+                let name = name.split('=').next().unwrap_or(name);
+                self.known_flags
+                    .as_ref()
+                    .is_none_or(|k| k.iter().any(|f| f == name))
+            })
+            .map(str::to_string)
+            .collect()
     }
 
     fn args(&self) -> Vec<String> {
@@ -147,7 +170,7 @@ impl Oxlet {
             format!("--cgroup-root={}", self.cgroup_root),
             "-v=4".into(),
         ]);
-        args
+        self.supported(args.iter().map(String::as_str))
     }
 
     /// (Re)starts the process with the same directories.
@@ -158,9 +181,9 @@ impl Oxlet {
             .append(true)
             .open(&self.log_file)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_oxlet"))
+        let child = Command::new(&self.binary)
             .args(self.args())
-            .args(extra)
+            .args(self.supported(extra.iter().copied()))
             .env("NO_COLOR", "1")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log.try_clone().unwrap()))
@@ -172,9 +195,9 @@ impl Oxlet {
 
     /// Runs oxlet to completion with extra args (e.g. `--runonce`); returns status and stdout.
     pub fn run_to_end(&self, extra: &[&str]) -> (ExitStatus, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_oxlet"))
+        let out = Command::new(&self.binary)
             .args(self.args())
-            .args(extra)
+            .args(self.supported(extra.iter().copied()))
             .stderr(Stdio::inherit())
             .output()
             .expect("running oxlet");
@@ -369,6 +392,25 @@ impl Oxlet {
         })
         .await
     }
+}
+
+/// The long flags (without `--`) that `binary --help` lists.
+pub fn flags_of(binary: &Path) -> Vec<String> {
+    let out = Command::new(binary)
+        .arg("--help")
+        .output()
+        .unwrap_or_else(|e| panic!("running {} --help: {e}", binary.display()));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let mut flags: Vec<String> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter_map(|w| w.strip_prefix("--"))
+        .filter(|f| f.starts_with(|c: char| c.is_ascii_alphanumeric()))
+        .map(str::to_string)
+        .collect();
+    flags.sort();
+    flags.dedup();
+    flags
 }
 
 impl Drop for Oxlet {

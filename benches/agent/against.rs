@@ -14,16 +14,19 @@ use crate::stats::{Footprint, footprint, mean, ms, pct, sorted};
 use crate::{Plan, write_report};
 
 /// A path to an oxlet binary is used as is; anything else is a git rev, built in a
-/// worktree under `target/against/<rev>` with its own target dir.
+/// worktree with its own target dir (`target/against-target`). The worktree lies
+/// outside the repo (`$TMPDIR/oxlet-against/<rev>`): inside it, cargo would take it
+/// for a member of this workspace (its `.` member covers every path below).
 pub(crate) fn resolve(other: &str) -> PathBuf {
     let path = Path::new(other);
     if path.is_file() {
         return path.canonicalize().unwrap();
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let tree = repo
-        .join("target/against")
+    let tree = std::env::temp_dir()
+        .join("oxlet-against")
         .join(other.replace(['/', ':', '~', '^'], "_"));
+    std::fs::create_dir_all(repo.join("target/against")).unwrap();
     let git = |args: &[&str], dir: &Path| {
         let ok = Command::new("git")
             .current_dir(dir)

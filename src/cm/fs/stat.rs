@@ -217,6 +217,6 @@ impl CgroupTree {
     /// reads through a [`StatReader`](super::StatReader), which keeps them open.
     #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     pub(crate) fn stats(&self, rel: &str) -> Result<CgroupReading, CgroupError> {
-        super::StatReader::with_limit(self.clone(), 0).stats(rel)
+        super::StatReader::with_limit(self.clone(), 0).stats(rel, true)
     }
 }

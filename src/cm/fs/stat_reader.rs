@@ -64,7 +64,20 @@ const V2_FILES: [(Part, &str, &str); 5] = [
 struct OpenCgroup {
     files: Vec<Option<File>>,
     round: u64,
+    /// The memory limit file's number as last read (`None` inside: no number), and
+    /// the round it was read in.
+    limit: Option<(Option<u64>, u64)>,
+    /// v1: whether the cgroup has a CFS quota (`cpu.cfs_quota_us` ≥ 0), and the round
+    /// that was read in; without one its `cpu.stat` counters cannot move.
+    quota: Option<(bool, u64)>,
+    /// The throttling counters as last read from `cpu.stat`.
+    throttling: Option<Option<crate::stats::readings::Throttling>>,
 }
+
+/// Rounds a memory limit or a CPU quota is reused for: they change only when the pod
+/// is resized, and kubelet's summary takes limits from cAdvisor's container spec,
+/// which is not read every second either. One file fewer per cgroup and round.
+const LIMIT_ROUNDS: u64 = 10;
 
 /// Reads cgroups' usage (see the module doc). One per collector: not shared.
 #[derive(Debug)]
@@ -213,8 +226,16 @@ impl StatReader {
                 return Ok(None);
             }
             self.kept += opened;
-            self.open
-                .insert(rel.to_string(), OpenCgroup { files, round: 0 });
+            self.open.insert(
+                rel.to_string(),
+                OpenCgroup {
+                    files,
+                    round: 0,
+                    limit: None,
+                    quota: None,
+                    throttling: None,
+                },
+            );
         }
         let round = self.round;
         let c = self.open.get_mut(rel).expect("inserted above");
@@ -223,28 +244,39 @@ impl StatReader {
     }
 
     /// What the cgroup `rel` uses now; a `NotFound` error when it is gone. Pressure
-    /// is left empty (read apart, every 10 s).
-    pub(crate) fn stats(&mut self, rel: &str) -> Result<CgroupReading, CgroupError> {
-        match self.read_parts(rel) {
+    /// is left empty (read apart, every 10 s); `pids` false skips `pids.current` (a
+    /// container's reading has no process count).
+    pub(crate) fn stats(&mut self, rel: &str, pids: bool) -> Result<CgroupReading, CgroupError> {
+        match self.read_parts(rel, pids) {
             Ok(r) => Ok(r),
             // A kept descriptor of a cgroup removed (and maybe made again) since it was
             // opened: read once more from fresh descriptors.
             Err(e) if self.open.contains_key(rel) => {
                 self.forget(rel);
                 tracing::trace!(cgroup = rel, error = %e, "cgroup files reopened");
-                self.read_parts(rel)
+                self.read_parts(rel, pids)
             }
             Err(e) => Err(e),
         }
     }
 
     /// One read of every part; text parsed in place.
-    fn read_parts(&mut self, rel: &str) -> Result<CgroupReading, CgroupError> {
+    fn read_parts(&mut self, rel: &str, pids: bool) -> Result<CgroupReading, CgroupError> {
         let time = SystemTime::now();
         let kept = self.opened(rel)?.is_some();
         let mut reading = Reading::default();
         let mut buf = std::mem::take(&mut self.buf);
-        let result = self.read_each(rel, kept, &mut buf, &mut reading);
+        // Out of the map while it is read (no allocation: the key goes back in).
+        let mut entry = if kept {
+            self.open.remove_entry(rel)
+        } else {
+            None
+        };
+        let open = entry.as_mut().map(|(_, c)| c);
+        let result = self.read_each(rel, open, pids, &mut buf, &mut reading);
+        if let Some((key, c)) = entry {
+            self.open.insert(key, c);
+        }
         self.buf = buf;
         result?;
         if !reading.cgroup_there {
@@ -262,16 +294,37 @@ impl StatReader {
         Ok(reading.finish(time))
     }
 
-    /// Reads each file of `rel` into `buf` in turn (through the kept descriptors, or
-    /// opened for this read when not `kept`) and hands its text to `reading`.
+    /// Whether the v1 cgroup `rel` has a CFS quota, read again every [`LIMIT_ROUNDS`]
+    /// (an unreadable quota counts as one, so `cpu.stat` is read).
+    fn has_quota(&self, rel: &str, c: &mut OpenCgroup) -> bool {
+        if let Some((quota, at)) = c.quota
+            && self.round.saturating_sub(at) < LIMIT_ROUNDS
+        {
+            return quota;
+        }
+        let cpu = self
+            .files()
+            .iter()
+            .position(|(p, _, _)| *p == Part::CpuStat);
+        let quota = cpu
+            .and_then(|i| self.dir(i, rel).ok())
+            .and_then(|d| files::read_opt(&d, "cpu.cfs_quota_us").ok().flatten())
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .is_none_or(|q| q >= 0);
+        c.quota = Some((quota, self.round));
+        quota
+    }
+
+    /// Reads each file of `rel` into `buf` in turn (through its kept descriptors when
+    /// `open`, else opened for this read) and hands its text to `reading`.
     fn read_each(
         &self,
         rel: &str,
-        kept: bool,
+        mut open: Option<&mut OpenCgroup>,
+        pids: bool,
         buf: &mut [u8],
         reading: &mut Reading,
     ) -> Result<(), CgroupError> {
-        let open = if kept { self.open.get(rel) } else { None };
         if open.is_some() && !self.kernel && !files::is_dir(&self.dir(0, rel)?) {
             return Err(err(
                 "stats",
@@ -280,7 +333,30 @@ impl StatReader {
             ));
         }
         for (i, (part, _, name)) in self.files().iter().enumerate() {
-            let read = match open {
+            if *part == Part::Pids && !pids {
+                continue;
+            }
+            if *part == Part::MemoryLimit
+                && let Some(c) = open.as_deref()
+                && let Some((limit, at)) = c.limit
+                && self.round.saturating_sub(at) < LIMIT_ROUNDS
+            {
+                reading.memory_limit = limit;
+                continue;
+            }
+            // v1 `cpu.stat` holds only the throttling counters, which stand still
+            // without a CFS quota (BestEffort, and every container without a CPU
+            // limit): its last counters stand for it.
+            if *part == Part::CpuStat
+                && self.v1
+                && let Some(c) = open.as_deref_mut()
+                && let Some(throttling) = c.throttling
+                && !self.has_quota(rel, c)
+            {
+                reading.throttling = throttling;
+                continue;
+            }
+            let read = match open.as_deref() {
                 Some(c) => c.files[i].as_ref().map(|f| Self::pread(buf, f)),
                 None => match self.dir(i, rel) {
                     Ok(d) => {
@@ -298,6 +374,13 @@ impl StatReader {
                 None => None,
             };
             reading.take(*part, content, self.v1);
+            if let Some(c) = open.as_deref_mut() {
+                match part {
+                    Part::MemoryLimit => c.limit = Some((reading.memory_limit, self.round)),
+                    Part::CpuStat => c.throttling = Some(reading.throttling),
+                    _ => {}
+                }
+            }
         }
         Ok(())
     }

@@ -638,7 +638,7 @@ fn stat_reader_keeps_descriptors_sees_new_values_and_drops_gone_cgroups() {
     );
     write(at("pids").join("pids.current"), "2\n");
     let mut reader = super::StatReader::with_limit(tree.clone(), 1 << 20);
-    let r = reader.stats(POD).unwrap();
+    let r = reader.stats(POD, true).unwrap();
     assert_eq!(r.cpu.unwrap().usage_core_nanos, 1000);
     assert_eq!(r.memory.unwrap().working_set_bytes, 4_000_000);
     // cpuacct.usage, usage, stat, limit (made by create), pids.current; no cpu.stat.
@@ -648,11 +648,24 @@ fn stat_reader_keeps_descriptors_sees_new_values_and_drops_gone_cgroups() {
     write(at("memory").join("memory.usage_in_bytes"), "3000000\n");
     write(at("pids").join("pids.current"), "11\n");
     reader.end_round();
-    let r = reader.stats(POD).unwrap();
+    let r = reader.stats(POD, true).unwrap();
     assert_eq!(r.cpu.unwrap().usage_core_nanos, 7);
     assert_eq!(r.memory.unwrap().working_set_bytes, 2_000_000);
     assert_eq!(r.pids, Some(11));
     assert_eq!(reader.kept(), 5, "nothing opened twice");
+    // The memory limit is read again only every tenth round; pids only when asked for.
+    write(at("memory").join("memory.limit_in_bytes"), "1048576\n");
+    assert_eq!(r.memory.unwrap().limit_bytes, Some(64 << 20));
+    reader.end_round();
+    let r = reader.stats(POD, false).unwrap();
+    assert_eq!(r.memory.unwrap().limit_bytes, Some(64 << 20), "reused");
+    assert_eq!(r.pids, None);
+    for _ in 0..10 {
+        reader.end_round();
+    }
+    let r = reader.stats(POD, true).unwrap();
+    assert_eq!(r.memory.unwrap().limit_bytes, Some(1 << 20), "read again");
+    assert_eq!(r.pids, Some(11));
     // The same reading as a one-off read that opens every file.
     assert_eq!(tree.stats(POD).unwrap().memory, r.memory);
     // A round that does not read the cgroup closes its files.
@@ -660,13 +673,38 @@ fn stat_reader_keeps_descriptors_sees_new_values_and_drops_gone_cgroups() {
     reader.end_round();
     assert_eq!(reader.kept(), 0);
     // A cgroup gone: NotFound, and nothing kept for it.
-    reader.stats(POD).unwrap();
+    reader.stats(POD, true).unwrap();
     for h in ["cpu,cpuacct", "memory", "pids"] {
         std::fs::remove_dir_all(at(h)).unwrap();
     }
-    let gone = reader.stats(POD).unwrap_err();
+    let gone = reader.stats(POD, true).unwrap_err();
     assert_eq!(gone.error.kind(), std::io::ErrorKind::NotFound, "{gone}");
     assert_eq!(reader.kept(), 0);
+}
+
+#[test]
+fn stat_reader_skips_cpu_stat_without_a_cfs_quota_until_one_is_set() {
+    let (dir, tree) = v1_tree();
+    tree.create(POD, &ResourceConfig::default()).unwrap();
+    let cpu = dir.path().join("cpu,cpuacct").join(POD);
+    write(cpu.join("cpuacct.usage"), "1\n");
+    write(cpu.join("cpu.cfs_quota_us"), "-1\n");
+    write(cpu.join("cpu.stat"), "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n");
+    let mut reader = super::StatReader::with_limit(tree, 1 << 20);
+    let periods = |r: &mut super::StatReader| {
+        r.stats(POD, true).unwrap().cpu.unwrap().throttling.unwrap().periods
+    };
+    assert_eq!(periods(&mut reader), 0, "read once for its counters");
+    // No quota: the counters cannot move, so the file is not read again.
+    write(cpu.join("cpu.stat"), "nr_periods 5\nnr_throttled 1\nthrottled_time 9\n");
+    reader.end_round();
+    assert_eq!(periods(&mut reader), 0);
+    // A quota set (a resize) is seen within ten rounds, and the file read again.
+    write(cpu.join("cpu.cfs_quota_us"), "50000\n");
+    for _ in 0..10 {
+        reader.end_round();
+    }
+    assert_eq!(periods(&mut reader), 5);
 }
 
 #[test]
@@ -677,16 +715,32 @@ fn stat_reader_past_its_descriptor_budget_opens_files_per_read() {
     write(at("cpu,cpuacct").join("cpuacct.usage"), "5\n");
     // A quarter of 20 is 5: not enough for one cgroup's six files.
     let mut reader = super::StatReader::with_limit(tree, 20);
-    assert_eq!(reader.stats(POD).unwrap().cpu.unwrap().usage_core_nanos, 5);
+    assert_eq!(
+        reader
+            .stats(POD, true)
+            .unwrap()
+            .cpu
+            .unwrap()
+            .usage_core_nanos,
+        5
+    );
     assert_eq!(reader.kept(), 0);
     write(at("cpu,cpuacct").join("cpuacct.usage"), "6\n");
-    assert_eq!(reader.stats(POD).unwrap().cpu.unwrap().usage_core_nanos, 6);
+    assert_eq!(
+        reader
+            .stats(POD, true)
+            .unwrap()
+            .cpu
+            .unwrap()
+            .usage_core_nanos,
+        6
+    );
     // A file larger than the bound is an error, not a partial reading.
     write(
         at("memory").join("memory.usage_in_bytes"),
         &"1".repeat(70_000),
     );
-    assert!(reader.stats(POD).is_err());
+    assert!(reader.stats(POD, true).is_err());
 }
 
 // ---- memory threshold notification files for the eviction manager (issue 12) ----

@@ -67,7 +67,7 @@ impl NodeCollector {
     }
 
     fn cgroup(&mut self, id: &str, path: &str) -> Option<CgroupReading> {
-        match self.reader.stats(path) {
+        match self.reader.stats(path, true) {
             Ok(mut r) => {
                 if let Some(cpu) = r.cpu.as_mut() {
                     self.rates.update(id, r.time, cpu);

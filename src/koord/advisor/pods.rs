@@ -227,7 +227,7 @@ impl PodCollector {
         labels: &[(&str, &str)],
         shared: &mut Shared,
     ) -> Option<(CgroupReading, Option<f64>)> {
-        let mut r = match self.reader.stats(path) {
+        let mut r = match self.reader.stats(path, kinds.pids.is_some()) {
             Ok(r) => r,
             Err(e) if is_gone(&e) => return None,
             Err(e) => {

@@ -457,7 +457,10 @@ fn managed_pods_reuse_a_target_until_its_pod_or_status_changes() {
     use crate::pleg::cache::PodCache;
     use crate::syncloop::pod_manager::PodManager;
     let (cm, _fs) = crate::cm::fake_fs::manager(true);
-    let (pods, cache) = (Arc::new(PodManager::default()), Arc::new(PodCache::default()));
+    let (pods, cache) = (
+        Arc::new(PodManager::default()),
+        Arc::new(PodCache::default()),
+    );
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web", "namespace": "default", "uid": "u1"},
         "spec": {"containers": [{"name": "main", "image": "busybox"}]},
@@ -471,10 +474,19 @@ fn managed_pods_reuse_a_target_until_its_pod_or_status_changes() {
     cache.set("u1", running_status("u1", &["c1"]), now);
     let first = lister.list();
     assert_eq!(first.len(), 1);
-    assert_eq!(first[0].cgroup.as_deref(), Some("root/kubepods/besteffort/podu1"));
-    assert_eq!(first[0].containers[0].cgroup, "root/kubepods/besteffort/podu1/c1");
+    assert_eq!(
+        first[0].cgroup.as_deref(),
+        Some("root/kubepods/besteffort/podu1")
+    );
+    assert_eq!(
+        first[0].containers[0].cgroup,
+        "root/kubepods/besteffort/podu1/c1"
+    );
     let again = lister.list();
-    assert!(Arc::ptr_eq(&first[0], &again[0]), "unchanged: the same target");
+    assert!(
+        Arc::ptr_eq(&first[0], &again[0]),
+        "unchanged: the same target"
+    );
 
     // A new status (a restarted container) makes a new target.
     cache.set("u1", running_status("u1", &["c2"]), now);

@@ -210,7 +210,7 @@ async fn a_failure_anywhere_cancels_every_scope() {
 async fn shutdown_reports_a_task_that_does_not_stop() {
     let tasks = Tasks::new();
     tasks.track("test", async {
-        tokio::time::sleep(Duration::from_secs(3600)).await
+        tokio::time::sleep(Duration::from_secs(3600)).await;
     });
     assert!(!tasks.shutdown(Duration::from_secs(3)).await);
 }

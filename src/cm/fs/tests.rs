@@ -689,14 +689,26 @@ fn stat_reader_skips_cpu_stat_without_a_cfs_quota_until_one_is_set() {
     let cpu = dir.path().join("cpu,cpuacct").join(POD);
     write(cpu.join("cpuacct.usage"), "1\n");
     write(cpu.join("cpu.cfs_quota_us"), "-1\n");
-    write(cpu.join("cpu.stat"), "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n");
+    write(
+        cpu.join("cpu.stat"),
+        "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n",
+    );
     let mut reader = super::StatReader::with_limit(tree, 1 << 20);
     let periods = |r: &mut super::StatReader| {
-        r.stats(POD, true).unwrap().cpu.unwrap().throttling.unwrap().periods
+        r.stats(POD, true)
+            .unwrap()
+            .cpu
+            .unwrap()
+            .throttling
+            .unwrap()
+            .periods
     };
     assert_eq!(periods(&mut reader), 0, "read once for its counters");
     // No quota: the counters cannot move, so the file is not read again.
-    write(cpu.join("cpu.stat"), "nr_periods 5\nnr_throttled 1\nthrottled_time 9\n");
+    write(
+        cpu.join("cpu.stat"),
+        "nr_periods 5\nnr_throttled 1\nthrottled_time 9\n",
+    );
     reader.end_round();
     assert_eq!(periods(&mut reader), 0);
     // A quota set (a resize) is seen within ten rounds, and the file read again.

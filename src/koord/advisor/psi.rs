@@ -1,6 +1,9 @@
 //! Pressure (koordlet's PSI collector, every 10 s): the node's `/proc/pressure/*` and
 //! each pod's and container's pressure files. Off when the kernel has no PSI; on
-//! cgroup v1 a cgroup without pressure files is skipped quietly.
+//! cgroup v1 a cgroup without pressure files is skipped quietly, and once one that
+//! exists has none, the kernel keeps none in v1 cgroups (only some, such as Anolis,
+//! do): the cgroups are not looked at again (a walk and three failed opens each, at
+//! 220 cgroups every 10 s).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,11 +19,39 @@ const PRECISION: &str = "10";
 pub(crate) struct PsiCollector {
     proc_root: PathBuf,
     tree: CgroupTree,
+    /// False once a v1 cgroup showed that this kernel keeps no pressure files in v1.
+    cgroups_have_psi: bool,
 }
 
 impl PsiCollector {
     pub(crate) fn new(proc_root: PathBuf, tree: CgroupTree) -> Self {
-        PsiCollector { proc_root, tree }
+        PsiCollector {
+            proc_root,
+            tree,
+            cgroups_have_psi: true,
+        }
+    }
+
+    /// A cgroup's pressure; on v1, the first cgroup read without any pressure file
+    /// turns the cgroups' part off (see the module doc).
+    fn cgroup(&mut self, path: &str) -> Option<Pressure> {
+        if !self.cgroups_have_psi {
+            return None;
+        }
+        let p = self.tree.pressure(path).ok()?;
+        if self.tree.version().uses_v1_controllers()
+            && p.cpu.is_none()
+            && p.memory.is_none()
+            && p.io.is_none()
+        {
+            self.cgroups_have_psi = false;
+            tracing::info!(
+                cgroup = path,
+                "metric advisor: this kernel keeps no pressure files in cgroup v1 cgroups; pod and container PSI is not collected"
+            );
+            return None;
+        }
+        Some(p)
     }
 
     fn node_file(&self, name: &str) -> Option<Psi> {
@@ -80,7 +111,7 @@ impl Collector for PsiCollector {
             let targets = std::mem::take(&mut shared.targets);
             for t in &targets {
                 if let Some(path) = &t.cgroup
-                    && let Ok(p) = self.tree.pressure(path)
+                    && let Some(p) = self.cgroup(path)
                 {
                     push_pressure(
                         shared,
@@ -92,7 +123,7 @@ impl Collector for PsiCollector {
                     shared.pressure.insert(path.clone(), p);
                 }
                 for c in &t.containers {
-                    if let Ok(p) = self.tree.pressure(&c.cgroup) {
+                    if let Some(p) = self.cgroup(&c.cgroup) {
                         push_pressure(
                             shared,
                             MetricKind::ContainerPsi,

@@ -500,3 +500,73 @@ fn managed_pods_reuse_a_target_until_its_pod_or_status_changes() {
     pods.remove("u1");
     assert!(lister.list().is_empty());
 }
+
+/// A v1 test tree (directories for the usual hierarchies) with two pod cgroups.
+fn v1_tree_with_pods() -> (tempfile::TempDir, CgroupTree) {
+    let dir = tempfile::tempdir().unwrap();
+    for h in ["cpu,cpuacct", "cpuset", "memory", "pids"] {
+        fs::create_dir(dir.path().join(h)).unwrap();
+    }
+    write(dir.path().join("cpuset/cpuset.cpus"), "0-1\n");
+    write(dir.path().join("cpuset/cpuset.mems"), "0\n");
+    let tree = CgroupTree::new(dir.path(), CgroupVersion::Hybrid).unwrap();
+    for pod in ["kubepods/poda", "kubepods/podb"] {
+        tree.create(pod, &ResourceConfig::default()).unwrap();
+    }
+    (dir, tree)
+}
+
+fn v1_targets() -> Vec<Arc<PodTarget>> {
+    ["a", "b"]
+        .iter()
+        .map(|u| {
+            Arc::new(PodTarget {
+                uid: (*u).into(),
+                name: (*u).into(),
+                namespace: "default".into(),
+                started_at: UNIX_EPOCH,
+                cgroup: Some(format!("kubepods/pod{u}")),
+                containers: Vec::new(),
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn psi_on_v1_is_read_where_the_kernel_keeps_it_and_given_up_where_it_does_not() {
+    use super::Collector;
+    let proc_dir = tempfile::tempdir().unwrap();
+    let line = "some avg10=1.50 avg60=0.00 avg300=0.00 total=1\n";
+    fs::create_dir(proc_dir.path().join("pressure")).unwrap();
+    write(proc_dir.path().join("pressure/cpu"), line);
+
+    // An Anolis-like kernel: cpuacct holds the pressure files.
+    let (dir, tree) = v1_tree_with_pods();
+    for pod in ["poda", "podb"] {
+        write(
+            dir.path()
+                .join("cpu,cpuacct/kubepods")
+                .join(pod)
+                .join("cpu.pressure"),
+            line,
+        );
+    }
+    let mut c = super::psi::PsiCollector::new(proc_dir.path().to_path_buf(), tree);
+    let mut shared = Shared {
+        targets: v1_targets(),
+        ..Shared::default()
+    };
+    c.collect(&mut shared).await;
+    assert_eq!(shared.pressure.len(), 2, "both pods' pressure");
+
+    // A kernel without them: the first pod shows it, the second is not looked at, and
+    // later rounds look at none.
+    let (_dir, tree) = v1_tree_with_pods();
+    let mut c = super::psi::PsiCollector::new(proc_dir.path().to_path_buf(), tree);
+    c.collect(&mut shared).await;
+    assert!(shared.pressure.is_empty());
+    assert!(
+        shared.node_pressure.cpu.is_some(),
+        "the node's PSI is still read"
+    );
+}

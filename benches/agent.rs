@@ -10,6 +10,8 @@
 //! windows). `cargo bench --bench agent -- --against <binary or git rev>` runs that
 //! build and this one alternately instead and prints their ratios.
 
+#[path = "agent/ablation.rs"]
+mod ablation;
 #[path = "agent/against.rs"]
 mod against;
 #[path = "../tests/agent/mod.rs"]
@@ -61,6 +63,8 @@ pub(crate) struct Plan {
     pub(crate) floor_concurrency: Vec<usize>,
     /// Cluster mode: single apiserver pods.
     pub(crate) api_reps: usize,
+    /// Rounds of the fair floor's ablation (every variant once a round).
+    pub(crate) ablation_rounds: usize,
     /// `--against`: rounds of single pods per side, pods per round, and rounds of
     /// batch + at-rest window per side.
     pub(crate) ab_rounds: usize,
@@ -87,6 +91,7 @@ impl Plan {
             settle: Duration::from_secs(if quick { 2 } else { 10 }),
             floor_concurrency: if quick { vec![4, 8] } else { vec![4, 8, 16] },
             api_reps: if quick { 3 } else { 20 },
+            ablation_rounds: if quick { 1 } else { 10 },
             ab_rounds: if quick { 2 } else { 4 },
             ab_round_pods: if quick { 2 } else { 10 },
             ab_rest_rounds: if quick { 1 } else { 2 },

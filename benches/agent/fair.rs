@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
 
+use crate::ablation::Without;
 use crate::agent::pod_yaml;
 use crate::common::Testbed;
 use crate::floor::{remove_all_sandboxes, run_batch, wait_sandboxes};
@@ -147,9 +148,20 @@ impl FairFloor {
     /// One replayed pod: RunPodSandbox + CreateContainer + StartContainer, timed as the
     /// bare floor is (from before its config is made).
     pub(crate) async fn pod(&self, bed: &Testbed, name: &str) -> Duration {
+        self.pod_without(bed, name, Without::Nothing).await
+    }
+
+    /// [`FairFloor::pod`] with one semantic taken out of the requests (the ablation).
+    pub(crate) async fn pod_without(
+        &self,
+        bed: &Testbed,
+        name: &str,
+        without: Without,
+    ) -> Duration {
         let mut client = bed.cri().await;
         let t = Instant::now();
-        let (sb, c) = self.requests(name);
+        let (mut sb, mut c) = self.requests(name);
+        without.apply(&mut sb, &mut c);
         let id = client
             .run_pod_sandbox(cri::RunPodSandboxRequest {
                 config: Some(sb.clone()),

@@ -183,6 +183,7 @@ pub(crate) async fn run(plan: &Plan) {
     tokio::time::sleep(plan.settle).await;
     let mut footprints = vec![(0, footprint(&ox, bed.containerd_pid(), plan.window).await)];
     let singles = singles(&bed, &ox, &fair, plan).await;
+    let ablation = crate::ablation::run(&bed, &fair, plan.ablation_rounds).await;
     let batches = batches(&bed, &ox, &fair, plan).await;
 
     let extra = plan.rest_pods - plan.density_batch;
@@ -222,4 +223,6 @@ pub(crate) async fn run(plan: &Plan) {
             cluster,
         },
     );
+    crate::ablation::print(&ablation);
+    crate::write_report("agent-ablation.json", &crate::ablation::json(&ablation));
 }

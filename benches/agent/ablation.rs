@@ -51,7 +51,6 @@ impl Without {
     /// Takes the semantic out of a sandbox and container config (a namespace option
     /// stays: without it the pod would lose its network).
     pub(crate) fn apply(self, sb: &mut cri::PodSandboxConfig, c: &mut cri::ContainerConfig) {
-        let keep_ns = |ns: Option<cri::NamespaceOption>| ns;
         match self {
             Without::Nothing => {}
             Without::CgroupParent => {
@@ -61,14 +60,14 @@ impl Without {
             }
             Without::SecurityContext => {
                 if let Some(s) = sb.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
-                    let ns = keep_ns(s.namespace_options.take());
+                    let ns = s.namespace_options.take();
                     *s = cri::LinuxSandboxSecurityContext {
                         namespace_options: ns,
                         ..Default::default()
                     };
                 }
                 if let Some(s) = c.linux.as_mut().and_then(|l| l.security_context.as_mut()) {
-                    let ns = keep_ns(s.namespace_options.take());
+                    let ns = s.namespace_options.take();
                     *s = cri::LinuxContainerSecurityContext {
                         namespace_options: ns,
                         ..Default::default()

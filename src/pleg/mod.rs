@@ -415,22 +415,7 @@ mod tests {
     fn cached_status_matching_the_listing_is_consistent() {
         use crate::runtime::types::{ContainerStatus, SandboxStatus};
         let (_, listed) = pod("u", &[("a", ContainerState::Running)]);
-        let c = |state| ContainerStatus {
-            id: "a".into(),
-            name: "a".into(),
-            state,
-            created_at: 0,
-            started_at: 0,
-            finished_at: 0,
-            exit_code: 0,
-            image: String::new(),
-            image_ref: String::new(),
-            reason: String::new(),
-            message: String::new(),
-            hash: 0,
-            restart_count: 0,
-            is_init: false,
-        };
+        let c = |state| ContainerStatus::for_test("a", "a", state);
         let mut cached = PodRuntimeStatus {
             sandboxes: vec![SandboxStatus {
                 id: "sb-u".into(),

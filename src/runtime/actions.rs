@@ -576,20 +576,9 @@ mod tests {
 
     fn init(name: &str, state: ContainerState, exit: i32) -> ContainerStatus {
         ContainerStatus {
-            id: format!("id-{name}"),
-            name: name.into(),
-            state,
-            created_at: 0,
-            started_at: 0,
-            finished_at: 0,
             exit_code: exit,
-            image: String::new(),
-            image_ref: String::new(),
-            reason: String::new(),
-            message: String::new(),
-            hash: 0,
-            restart_count: 0,
             is_init: true,
+            ..ContainerStatus::for_test(&format!("id-{name}"), name, state)
         }
     }
 

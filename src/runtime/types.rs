@@ -97,6 +97,30 @@ pub(crate) struct SandboxStatus {
     pub host_network: bool,
 }
 
+#[cfg(test)]
+impl ContainerStatus {
+    /// A status with only its ID, name and state set, the rest zero or empty; tests
+    /// change what they need with `..ContainerStatus::for_test(..)`.
+    pub(crate) fn for_test(id: &str, name: &str, state: ContainerState) -> ContainerStatus {
+        ContainerStatus {
+            id: id.into(),
+            name: name.into(),
+            state,
+            created_at: 0,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            image: String::new(),
+            image_ref: String::new(),
+            reason: String::new(),
+            message: String::new(),
+            hash: 0,
+            restart_count: 0,
+            is_init: false,
+        }
+    }
+}
+
 /// Everything the runtime knows about one pod: sandboxes and containers, newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PodRuntimeStatus {

@@ -102,11 +102,16 @@ pub(super) fn is_dir(dir: &Path) -> bool {
     std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_dir())
 }
 
-fn read_limited(path: &Path, limit: u64) -> io::Result<String> {
-    let file = std::fs::OpenOptions::new()
+/// Opens `path` read-only, never through a symlink at its last component.
+pub(super) fn open_nofollow(path: &Path) -> io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits().cast_signed())
-        .open(path)?;
+        .open(path)
+}
+
+fn read_limited(path: &Path, limit: u64) -> io::Result<String> {
+    let file = open_nofollow(path)?;
     let mut text = String::new();
     file.take(limit + 1).read_to_string(&mut text)?;
     if text.len() as u64 > limit {

@@ -13,10 +13,6 @@ use super::files::{self, err};
 use super::tree::{CgroupTree, Hierarchy};
 use crate::stats::readings::{CgroupReading, MemoryReading, Pressure, Psi, PsiLine, Throttling};
 
-/// v1 reports "no memory limit" as the largest page-aligned value; anything this
-/// large means unlimited.
-pub(super) const UNLIMITED_MEMORY: u64 = 1 << 62;
-
 /// One line of a pressure file: `some avg10=0.00 avg60=0.00 avg300=0.00 total=0`.
 fn parse_psi_line(line: &str) -> Option<PsiLine> {
     let mut out = PsiLine::default();
@@ -106,13 +102,9 @@ pub(super) fn dir_of(tree: &CgroupTree, h: &Hierarchy, rel: &str) -> Result<Path
     }
 }
 
-/// The fields of one `memory.stat`, in one pass.
-pub(super) fn memory_from_stat(
-    usage: u64,
-    stat: &str,
-    limit: Option<u64>,
-    v1: bool,
-) -> MemoryReading {
+/// The fields of one `memory.stat`, in one pass; the limit is read apart (the
+/// caller's).
+pub(super) fn memory_from_stat(usage: u64, stat: &str, v1: bool) -> MemoryReading {
     let names: [&str; 4] = if v1 {
         [
             "total_inactive_file",
@@ -139,7 +131,7 @@ pub(super) fn memory_from_stat(
         rss_bytes: rss,
         page_faults: pgfault,
         major_page_faults: pgmajfault,
-        limit_bytes: limit.filter(|l| *l < UNLIMITED_MEMORY),
+        limit_bytes: None,
     }
 }
 

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -73,6 +73,10 @@ struct OpenCgroup {
     /// The throttling counters as last read from `cpu.stat`.
     throttling: Option<Option<crate::stats::readings::Throttling>>,
 }
+
+/// v1 reports "no memory limit" as the largest page-aligned value; anything this
+/// large means unlimited.
+const UNLIMITED_MEMORY: u64 = 1 << 62;
 
 /// Rounds a memory limit or a CPU quota is reused for: they change only when the pod
 /// is resized, and kubelet's summary takes limits from cAdvisor's container spec,
@@ -179,11 +183,7 @@ impl StatReader {
 
     /// Opens one file read-only, not through a symlink; None when it is not there.
     fn open_file(path: &Path) -> io::Result<Option<File>> {
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits().cast_signed())
-            .open(path);
-        match opened {
+        match files::open_nofollow(path) {
             Ok(f) => Ok(Some(f)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
@@ -424,7 +424,7 @@ impl Reading {
                 self.memory = self
                     .memory_usage
                     .zip(content)
-                    .map(|(usage, stat)| memory_from_stat(usage, stat, None, v1));
+                    .map(|(usage, stat)| memory_from_stat(usage, stat, v1));
             }
             Part::MemoryLimit => self.memory_limit = number(content),
             Part::Pids => self.pids = number(content),
@@ -441,7 +441,7 @@ impl Reading {
                 throttling: self.throttling,
             }),
             memory: self.memory.map(|mut m| {
-                m.limit_bytes = limit.filter(|l| *l < super::stat::UNLIMITED_MEMORY);
+                m.limit_bytes = limit.filter(|l| *l < UNLIMITED_MEMORY);
                 m
             }),
             pids: self.pids,

@@ -727,26 +727,12 @@ fn stat_reader_past_its_descriptor_budget_opens_files_per_read() {
     write(at("cpu,cpuacct").join("cpuacct.usage"), "5\n");
     // A quarter of 20 is 5: not enough for one cgroup's six files.
     let mut reader = super::StatReader::with_limit(tree, 20);
-    assert_eq!(
-        reader
-            .stats(POD, true)
-            .unwrap()
-            .cpu
-            .unwrap()
-            .usage_core_nanos,
-        5
-    );
+    let usage =
+        |r: &mut super::StatReader| r.stats(POD, true).unwrap().cpu.unwrap().usage_core_nanos;
+    assert_eq!(usage(&mut reader), 5);
     assert_eq!(reader.kept(), 0);
     write(at("cpu,cpuacct").join("cpuacct.usage"), "6\n");
-    assert_eq!(
-        reader
-            .stats(POD, true)
-            .unwrap()
-            .cpu
-            .unwrap()
-            .usage_core_nanos,
-        6
-    );
+    assert_eq!(usage(&mut reader), 6);
     // A file larger than the bound is an error, not a partial reading.
     write(
         at("memory").join("memory.usage_in_bytes"),

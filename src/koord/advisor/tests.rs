@@ -431,20 +431,9 @@ fn running_status(uid: &str, ids: &[&str]) -> crate::runtime::types::PodRuntimeS
         containers: ids
             .iter()
             .map(|id| ContainerStatus {
-                id: (*id).into(),
-                name: "main".into(),
-                state: ContainerState::Running,
                 created_at: 2,
                 started_at: 3,
-                finished_at: 0,
-                exit_code: 0,
-                image: String::new(),
-                image_ref: String::new(),
-                reason: String::new(),
-                message: String::new(),
-                hash: 0,
-                restart_count: 0,
-                is_init: false,
+                ..ContainerStatus::for_test(id, "main", ContainerState::Running)
             })
             .collect(),
         ..Default::default()

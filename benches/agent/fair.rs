@@ -162,29 +162,8 @@ impl FairFloor {
         let t = Instant::now();
         let (mut sb, mut c) = self.requests(name);
         without.apply(&mut sb, &mut c);
-        let id = client
-            .run_pod_sandbox(cri::RunPodSandboxRequest {
-                config: Some(sb.clone()),
-                runtime_handler: self.sandbox.runtime_handler.clone(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .pod_sandbox_id;
-        let cid = client
-            .create_container(cri::CreateContainerRequest {
-                pod_sandbox_id: id,
-                config: Some(c),
-                sandbox_config: Some(sb),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .container_id;
-        client
-            .start_container(cri::StartContainerRequest { container_id: cid })
-            .await
-            .unwrap();
+        let handler = self.sandbox.runtime_handler.clone();
+        crate::floor::start_pod(&mut client, sb, c, handler).await;
         t.elapsed()
     }
 

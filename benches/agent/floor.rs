@@ -11,32 +11,44 @@ use crate::{RESTING, WAIT};
 
 /// One pod straight through the CRI: RunPodSandbox + CreateContainer + StartContainer.
 pub(crate) async fn floor_pod(bed: &Testbed, name: &str) -> Duration {
-    let mut c = bed.cri().await;
+    let mut client = bed.cri().await;
     let t = Instant::now();
-    let cfg = bed.sandbox_config(name, false);
-    let sb = c
+    let sb = bed.sandbox_config(name, false);
+    let c = busybox_container("main", &["sh", "-c", RESTING]);
+    start_pod(&mut client, sb, c, String::new()).await;
+    t.elapsed()
+}
+
+/// The three calls that start a one-container pod, as both floors make them.
+pub(crate) async fn start_pod(
+    client: &mut cri::runtime_service_client::RuntimeServiceClient<tonic::transport::Channel>,
+    sb: cri::PodSandboxConfig,
+    c: cri::ContainerConfig,
+    runtime_handler: String,
+) {
+    let id = client
         .run_pod_sandbox(cri::RunPodSandboxRequest {
-            config: Some(cfg.clone()),
-            runtime_handler: String::new(),
+            config: Some(sb.clone()),
+            runtime_handler,
         })
         .await
         .unwrap()
         .into_inner()
         .pod_sandbox_id;
-    let id = c
+    let cid = client
         .create_container(cri::CreateContainerRequest {
-            pod_sandbox_id: sb,
-            config: Some(busybox_container("main", &["sh", "-c", RESTING])),
-            sandbox_config: Some(cfg),
+            pod_sandbox_id: id,
+            config: Some(c),
+            sandbox_config: Some(sb),
         })
         .await
         .unwrap()
         .into_inner()
         .container_id;
-    c.start_container(cri::StartContainerRequest { container_id: id })
+    client
+        .start_container(cri::StartContainerRequest { container_id: cid })
         .await
         .unwrap();
-    t.elapsed()
 }
 
 /// `n` bare floor pods with `in_flight` at a time; returns the wall time.

@@ -11,6 +11,10 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
 use super::cri_api::{Cri, CriFuture, CriRead, ExecOutput};
+use super::listing::{ListedContainer, ListedContainers, ListedSandbox, ListedSandboxes};
+
+/// The largest answer oxlet decodes (a listing of thousands of containers fits).
+const MAX_DECODING: usize = 16 * 1024 * 1024;
 
 /// A failed CRI call, naming the call.
 #[derive(Debug, thiserror::Error)]
@@ -52,6 +56,8 @@ pub(crate) struct RemoteRuntime {
     endpoint: String,
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
+    /// The same channel, for the two listings decoded into `runtime::listing`'s types.
+    lean: tonic::client::Grpc<Channel>,
     timeout: Duration,
 }
 
@@ -93,8 +99,10 @@ impl RemoteRuntime {
         let rt = RemoteRuntime {
             endpoint: endpoint.to_string(),
             runtime: RuntimeServiceClient::new(channel.clone())
-                .max_decoding_message_size(16 * 1024 * 1024),
-            images: ImageServiceClient::new(channel).max_decoding_message_size(16 * 1024 * 1024),
+                .max_decoding_message_size(MAX_DECODING),
+            images: ImageServiceClient::new(channel.clone())
+                .max_decoding_message_size(MAX_DECODING),
+            lean: tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_DECODING),
             timeout: request_timeout,
         };
         let version = tokio::time::timeout(connect_timeout, rt.version())
@@ -129,6 +137,30 @@ impl RemoteRuntime {
     pub(crate) async fn verbose_status(&self) -> Result<cri::StatusResponse, CriError> {
         let mut c = self.runtime.clone();
         self.call("Status", c.status(cri::StatusRequest { verbose: true }))
+            .await
+    }
+
+    /// A RuntimeService call whose answer decodes into a lean type of its own
+    /// (`runtime::listing`); the request is the generated one.
+    async fn lean_unary<Req, Resp>(
+        &self,
+        method: &'static str,
+        path: &'static str,
+        req: Req,
+    ) -> Result<tonic::Response<Resp>, tonic::Status>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let mut grpc = self.lean.clone();
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unknown(format!("service was not ready: {e}")))?;
+        let mut req = tonic::Request::new(req);
+        req.extensions_mut()
+            .insert(tonic::GrpcMethod::new("runtime.v1.RuntimeService", method));
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+        grpc.unary(req, path, tonic_prost::ProstCodec::default())
             .await
     }
 
@@ -233,28 +265,30 @@ impl CriRead for RemoteRuntime {
     fn list_pod_sandbox(
         &self,
         filter: Option<cri::PodSandboxFilter>,
-    ) -> CriFuture<'_, Vec<cri::PodSandbox>> {
+    ) -> CriFuture<'_, Vec<ListedSandbox>> {
         Box::pin(async move {
-            let mut c = self.runtime.clone();
             let req = cri::ListPodSandboxRequest { filter };
-            Ok(self
-                .call("ListPodSandbox", c.list_pod_sandbox(req))
-                .await?
-                .items)
+            let call = self.lean_unary::<_, ListedSandboxes>(
+                "ListPodSandbox",
+                "/runtime.v1.RuntimeService/ListPodSandbox",
+                req,
+            );
+            Ok(self.call("ListPodSandbox", call).await?.items)
         })
     }
 
     fn list_containers(
         &self,
         filter: Option<cri::ContainerFilter>,
-    ) -> CriFuture<'_, Vec<cri::Container>> {
+    ) -> CriFuture<'_, Vec<ListedContainer>> {
         Box::pin(async move {
-            let mut c = self.runtime.clone();
             let req = cri::ListContainersRequest { filter };
-            Ok(self
-                .call("ListContainers", c.list_containers(req))
-                .await?
-                .containers)
+            let call = self.lean_unary::<_, ListedContainers>(
+                "ListContainers",
+                "/runtime.v1.RuntimeService/ListContainers",
+                req,
+            );
+            Ok(self.call("ListContainers", call).await?.containers)
         })
     }
 

@@ -13,6 +13,7 @@ use futures::future::BoxFuture;
 use k8s_cri::v1 as cri;
 
 use super::cri::CriError;
+use super::listing::{ListedContainer, ListedSandbox};
 
 /// A CRI call's result, boxed so the traits stay object-safe.
 pub(crate) type CriFuture<'a, T> = BoxFuture<'a, Result<T, CriError>>;
@@ -32,12 +33,12 @@ pub(crate) trait CriRead: Send + Sync {
     fn list_pod_sandbox(
         &self,
         filter: Option<cri::PodSandboxFilter>,
-    ) -> CriFuture<'_, Vec<cri::PodSandbox>>;
+    ) -> CriFuture<'_, Vec<ListedSandbox>>;
     fn pod_sandbox_status<'a>(&'a self, id: &'a str) -> CriFuture<'a, cri::PodSandboxStatus>;
     fn list_containers(
         &self,
         filter: Option<cri::ContainerFilter>,
-    ) -> CriFuture<'_, Vec<cri::Container>>;
+    ) -> CriFuture<'_, Vec<ListedContainer>>;
     fn container_status<'a>(&'a self, id: &'a str) -> CriFuture<'a, cri::ContainerStatus>;
     /// The image's status, or None when it is not present.
     fn image_status<'a>(&'a self, image: &'a str) -> CriFuture<'a, Option<cri::Image>>;

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::cri::CriError;
 use super::cri_api::{Cri, CriFuture, CriRead, ExecOutput};
 use super::labels;
+use super::listing::{ListedContainer, ListedSandbox, pairs_of};
 use crate::pod::TerminatedReason;
 
 /// Exit code of a container stopped by the agent (SIGTERM'd busybox: 128 + 15).
@@ -497,7 +498,7 @@ impl CriRead for FakeRuntime {
     fn list_pod_sandbox(
         &self,
         filter: Option<cri::PodSandboxFilter>,
-    ) -> CriFuture<'_, Vec<cri::PodSandbox>> {
+    ) -> CriFuture<'_, Vec<ListedSandbox>> {
         let mut inner = self.lock();
         let res = inner.enter("ListPodSandbox", String::new(), String::new());
         let f = filter.unwrap_or_default();
@@ -509,14 +510,12 @@ impl CriRead for FakeRuntime {
             })
             .map(|(id, s)| {
                 let st = Self::sandbox_status_of(id, s);
-                cri::PodSandbox {
+                ListedSandbox {
                     id: id.clone(),
                     metadata: st.metadata,
                     state: st.state,
                     created_at: st.created_at,
-                    labels: st.labels,
-                    annotations: st.annotations,
-                    runtime_handler: String::new(),
+                    labels: pairs_of(&st.labels),
                 }
             })
             .filter(|s| f.state.as_ref().is_none_or(|w| w.state == s.state))
@@ -542,7 +541,7 @@ impl CriRead for FakeRuntime {
     fn list_containers(
         &self,
         filter: Option<cri::ContainerFilter>,
-    ) -> CriFuture<'_, Vec<cri::Container>> {
+    ) -> CriFuture<'_, Vec<ListedContainer>> {
         let mut inner = self.lock();
         let res = inner.enter("ListContainers", String::new(), String::new());
         let f = filter.unwrap_or_default();
@@ -553,17 +552,15 @@ impl CriRead for FakeRuntime {
                 selected((&f.id, &f.pod_sandbox_id, &f.label_selector), id, c)
                     && f.state.as_ref().is_none_or(|w| w.state == c.cri_state())
             })
-            .map(|(id, c)| cri::Container {
+            .map(|(id, c)| ListedContainer {
                 id: id.clone(),
                 pod_sandbox_id: c.sandbox_id.clone(),
                 metadata: c.config.metadata.clone(),
-                image: Some(c.image_spec()),
                 image_ref: c.image_ref.clone(),
                 state: c.cri_state(),
                 created_at: wall_ns(c.created) + c.seq as i64,
-                labels: c.config.labels.clone(),
-                annotations: c.config.annotations.clone(),
-                ..Default::default()
+                labels: pairs_of(&c.config.labels),
+                annotations: pairs_of(&c.config.annotations),
             })
             .collect();
         ready(res.map(|()| items))

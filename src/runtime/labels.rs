@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
+use super::listing::Lookup;
+
 pub(crate) const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
 pub(crate) const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
 pub(crate) const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
@@ -212,34 +214,28 @@ pub(crate) struct ContainerInfo {
 
 /// Reads back what [`container_labels`] and [`container_annotations`] wrote; missing
 /// values fall back to defaults, as kubelet's do.
-pub(crate) fn container_info(
-    labels: &HashMap<String, String>,
-    annotations: &HashMap<String, String>,
-) -> ContainerInfo {
-    let get = |m: &HashMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
+pub(crate) fn container_info<L: Lookup + ?Sized>(labels: &L, annotations: &L) -> ContainerInfo {
+    let get = |k: &str| labels.lookup(k).unwrap_or_default().to_string();
     ContainerInfo {
-        pod_name: get(labels, POD_NAME_LABEL),
-        pod_namespace: get(labels, POD_NAMESPACE_LABEL),
-        pod_uid: get(labels, POD_UID_LABEL),
-        container_name: get(labels, CONTAINER_NAME_LABEL),
+        pod_name: get(POD_NAME_LABEL),
+        pod_namespace: get(POD_NAMESPACE_LABEL),
+        pod_uid: get(POD_UID_LABEL),
+        container_name: get(CONTAINER_NAME_LABEL),
         hash: annotations
-            .get(CONTAINER_HASH_ANNOTATION)
+            .lookup(CONTAINER_HASH_ANNOTATION)
             .and_then(|h| u32::from_str_radix(h, 16).ok())
             .unwrap_or(0),
         restart_count: annotations
-            .get(CONTAINER_RESTART_COUNT_ANNOTATION)
+            .lookup(CONTAINER_RESTART_COUNT_ANNOTATION)
             .and_then(|c| c.parse().ok())
             .unwrap_or(0),
         termination_grace: annotations
-            .get(POD_TERMINATION_GRACE_ANNOTATION)
+            .lookup(POD_TERMINATION_GRACE_ANNOTATION)
             .and_then(|g| g.parse().ok()),
         pre_stop: annotations
-            .get(PRE_STOP_HANDLER_ANNOTATION)
+            .lookup(PRE_STOP_HANDLER_ANNOTATION)
             .and_then(|j| serde_json::from_str(j).ok()),
-        is_init: annotations
-            .get(CONTAINER_TYPE_ANNOTATION)
-            .map(String::as_str)
-            == Some("init"),
+        is_init: annotations.lookup(CONTAINER_TYPE_ANNOTATION) == Some("init"),
     }
 }
 

@@ -15,17 +15,23 @@
 //!    (`ReopenContainerLog`); if that fails the file is renamed back, to be tried again
 //!    next round.
 //!
+//! The log path of each running container is asked once (`ContainerStatus`) and kept
+//! while the container runs: the runtime fixes it at `CreateContainer` and never moves
+//! it. kubelet asks again every pass; at 110 pods that is 11 status calls a second
+//! for answers that cannot change.
+//!
 //! A log path comes from the runtime, not from oxlet's own state: every file touched
 //! must lie in a directory strictly below `--pod-logs-dir` once its symlinks are
 //! resolved, files are opened without following a final symlink, and removals go
 //! through [`crate::safe_path::remove_beneath`]. One container's failure is logged and
 //! never stops the others or the task.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -265,6 +271,8 @@ pub(crate) struct LogManager {
     policy: RotatePolicy,
     workers: usize,
     interval: Duration,
+    /// Each running container's log path, as its runtime reported it.
+    log_paths: Mutex<HashMap<String, String>>,
 }
 
 impl LogManager {
@@ -281,6 +289,7 @@ impl LogManager {
             policy,
             workers: workers.max(1),
             interval,
+            log_paths: Mutex::default(),
         }
     }
 
@@ -313,6 +322,8 @@ impl LogManager {
                 ..Default::default()
             }))
             .await?;
+        self.paths()
+            .retain(|id, _| running.iter().any(|c| c.id == *id));
         futures::stream::iter(running)
             .for_each_concurrent(self.workers, |c| async move {
                 if let Err(e) = self.process_container(&c.id).await {
@@ -326,18 +337,11 @@ impl LogManager {
     /// kubelet's `processContainer`: stat the current log (reopening it when it is
     /// missing), and rotate it once it has reached the maximum size.
     async fn process_container(&self, id: &str) -> Result<(), LogError> {
-        let status = self
-            .cri
-            .container_status(id)
-            .await
-            .map_err(|source| LogError::Status {
-                id: id.to_string(),
-                source,
-            })?;
-        if status.log_path.is_empty() {
+        let log_path = self.log_path(id).await?;
+        if log_path.is_empty() {
             return Ok(());
         }
-        let log = LogPath::check(&self.root, Path::new(&status.log_path))?;
+        let log = LogPath::check(&self.root, Path::new(&log_path))?;
         let path = log.path();
         let size = match std::fs::symlink_metadata(&path) {
             Ok(m) => m.len(),
@@ -356,6 +360,29 @@ impl LogManager {
         let (root, l, policy) = (self.root.clone(), log.clone(), self.policy);
         tokio::task::spawn_blocking(move || prepare(&root, &l, policy)).await??;
         self.rotate_latest(id, &log).await
+    }
+
+    fn paths(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.log_paths
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The container's log path: kept from an earlier pass, or asked of the runtime.
+    async fn log_path(&self, id: &str) -> Result<String, LogError> {
+        if let Some(p) = self.paths().get(id) {
+            return Ok(p.clone());
+        }
+        let status = self
+            .cri
+            .container_status(id)
+            .await
+            .map_err(|source| LogError::Status {
+                id: id.to_string(),
+                source,
+            })?;
+        self.paths().insert(id.to_string(), status.log_path.clone());
+        Ok(status.log_path)
     }
 
     /// kubelet's `rotateLatestLog`: rename, reopen, and rename back if the reopen fails.

@@ -123,6 +123,27 @@ async fn a_log_below_the_size_is_left_alone() {
     assert!(node.fake.calls_of("ReopenContainerLog").is_empty());
 }
 
+/// The runtime is asked a container's log path once while it runs; a container
+/// that stopped is forgotten, so its ID asked again would be asked anew.
+#[tokio::test]
+async fn a_log_path_is_asked_once_per_running_container() {
+    let node = FakeNode::new();
+    let (id, log) = running(&node).await;
+    std::fs::write(&log, "short").unwrap();
+    let m = manager(&node, 1024, 3);
+    let asked = || node.fake.calls_of("ContainerStatus").len();
+    let before = asked();
+    m.rotate_logs().await.unwrap();
+    m.rotate_logs().await.unwrap();
+    assert_eq!(asked() - before, 1, "the second pass used the kept path");
+    node.fake.exit_container(&id, 0);
+    m.rotate_logs().await.unwrap();
+    assert!(
+        m.paths().is_empty(),
+        "a stopped container's path is dropped"
+    );
+}
+
 #[tokio::test]
 async fn a_failed_reopen_renames_the_log_back() {
     let node = FakeNode::new();

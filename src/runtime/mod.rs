@@ -21,6 +21,7 @@ pub(crate) mod image_ref;
 pub(crate) mod images;
 pub(crate) mod labels;
 pub(crate) mod lifecycle;
+pub(crate) mod listing;
 pub(crate) mod log_symlinks;
 pub(crate) mod logs;
 pub(crate) mod manager;

@@ -12,6 +12,7 @@ use k8s_cri::v1 as cri;
 use super::cri::CriError;
 use super::cri_api::CriRead;
 use super::labels;
+use super::listing::Lookup;
 use super::termination;
 use super::types::*;
 
@@ -39,7 +40,7 @@ impl RuntimeReader {
         )?;
         let mut pods: HashMap<String, RuntimePod> = HashMap::new();
         for sb in sandboxes {
-            let Some(uid) = sb.labels.get(labels::POD_UID_LABEL).cloned() else {
+            let Some(uid) = sb.labels.lookup(labels::POD_UID_LABEL).map(str::to_string) else {
                 continue;
             };
             let md = sb.metadata.clone().unwrap_or_default();
@@ -57,7 +58,7 @@ impl RuntimeReader {
             });
         }
         for c in containers {
-            let info = labels::container_info(&c.labels, &c.annotations);
+            let info = labels::container_info(c.labels.as_slice(), c.annotations.as_slice());
             if info.pod_uid.is_empty() {
                 continue;
             }

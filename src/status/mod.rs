@@ -69,6 +69,12 @@ impl StatusManager {
             .map(|(s, _)| s.clone())
     }
 
+    /// Reads the last status in place (no clone): housekeeping asks every pod's phase
+    /// every two seconds.
+    pub(crate) fn read<R>(&self, uid: &str, f: impl FnOnce(&PodStatus) -> R) -> Option<R> {
+        self.statuses.read().unwrap().get(uid).map(|(s, _)| f(s))
+    }
+
     /// Stores a newly generated status; returns true when it differs from the last one.
     pub(crate) fn set(&self, uid: &str, status: PodStatus) -> bool {
         self.set_if(uid, status, |_| true)

@@ -331,14 +331,18 @@ impl SyncLoop {
 
     fn is_terminal(&self, uid: &str) -> bool {
         self.statuses
-            .get(uid)
-            .and_then(|s| s.phase?.parse::<crate::pod::Phase>().ok())
-            .is_some_and(crate::pod::Phase::is_terminal)
+            .read(uid, |s| {
+                s.phase
+                    .as_deref()
+                    .and_then(|p| p.parse::<crate::pod::Phase>().ok())
+                    .is_some_and(crate::pod::Phase::is_terminal)
+            })
+            .unwrap_or(false)
     }
 
     /// True when admission rejected the pod (it never gets a worker).
     fn is_rejected(&self, uid: &str) -> bool {
-        self.statuses.get(uid).is_some_and(|s| was_rejected(&s))
+        self.statuses.read(uid, was_rejected).unwrap_or(false)
     }
 
     /// Pods admitted and not finished (the other pods admission weighs a new one against).

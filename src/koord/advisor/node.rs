@@ -1,7 +1,8 @@
 //! The node collectors: `noderesource` (koordlet, every second: CPU from `/proc/stat`
 //! jiffies, memory MemTotal − MemAvailable; plus the root cgroup for kubelet's node
-//! working set, the `pods` system container and the running processes) and
-//! `nodeinfo` (every minute: boot time, memory size, pid_max).
+//! working set, the `pods` system container and the running processes; the network
+//! counters every [`NETWORK_INTERVAL`]) and `nodeinfo` (every minute: boot time,
+//! memory size, pid_max).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
@@ -40,6 +41,12 @@ pub(crate) fn memory_from_meminfo(m: &MemInfo) -> MemoryReading {
     }
 }
 
+/// How often the host's network counters are read: cAdvisor's housekeeping interval
+/// under kubelet, where the summary's `node.network` comes from. `/proc/net/dev`
+/// lists every pod's `veth` too, so at 110 pods a read each second was a tenth of the
+/// collector.
+pub(crate) const NETWORK_INTERVAL: Duration = Duration::from_secs(10);
+
 pub(crate) struct NodeCollector {
     proc_root: PathBuf,
     tree: CgroupTree,
@@ -50,6 +57,12 @@ pub(crate) struct NodeCollector {
     hz: u64,
     prev: Option<(Instant, CpuJiffies)>,
     rates: RateTracker,
+    /// The last network reading and when it was taken.
+    /// (tokio's clock, so tests can move it).
+    network: Option<(
+        tokio::time::Instant,
+        Option<crate::stats::readings::NetworkReading>,
+    )>,
 }
 
 impl NodeCollector {
@@ -63,6 +76,7 @@ impl NodeCollector {
             hz: rustix::param::clock_ticks_per_second(),
             prev: None,
             rates: RateTracker::default(),
+            network: None,
         }
     }
 
@@ -77,6 +91,23 @@ impl NodeCollector {
             Err(e) => {
                 debug!(cgroup = path, error = %e, "metric advisor: cgroup not read");
                 None
+            }
+        }
+    }
+}
+
+impl NodeCollector {
+    /// The host's network reading, re-read once [`NETWORK_INTERVAL`] has passed.
+    fn network(&mut self) -> Option<crate::stats::readings::NetworkReading> {
+        let now = tokio::time::Instant::now();
+        match &self.network {
+            Some((at, r)) if now.duration_since(*at) < NETWORK_INTERVAL => r.clone(),
+            _ => {
+                let r = super::network::read(&self.proc_root)
+                    .inspect_err(|e| debug!(error = %e, "metric advisor: network not read"))
+                    .ok();
+                self.network = Some((now, r.clone()));
+                r
             }
         }
     }
@@ -161,9 +192,7 @@ impl Collector for NodeCollector {
             }
             self.rates.end_round();
             self.reader.end_round();
-            shared.network = super::network::read(&self.proc_root)
-                .inspect_err(|e| debug!(error = %e, "metric advisor: network not read"))
-                .ok();
+            shared.network = self.network();
             shared.processes = procfs::read_parsed(
                 &self.proc_root.join("loadavg"),
                 procfs::parse_loadavg_tasks,
@@ -219,5 +248,41 @@ impl Collector for NodeInfoCollector {
             shared.facts.pid_max =
                 procfs::read_number(&self.proc_root.join("sys/kernel/pid_max")).ok();
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cm::version::CgroupVersion;
+
+    fn net_dev(rx: u64) -> String {
+        format!(
+            "Inter-|   Receive |  Transmit\n face |bytes packets|bytes packets\n  eth0: {rx} 1 0 0 0 0 0 0 2 1 0 0 0 0 0 0\n"
+        )
+    }
+
+    /// The network counters are read at the first round and again only once
+    /// `NETWORK_INTERVAL` has passed; the rounds between repeat the last reading.
+    #[tokio::test(start_paused = true)]
+    async fn network_is_read_at_its_own_slower_interval() {
+        let proc_root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(proc_root.path().join("net")).unwrap();
+        std::fs::write(proc_root.path().join("net/dev"), net_dev(100)).unwrap();
+        let cgroups = tempfile::tempdir().unwrap();
+        let tree = CgroupTree::new(cgroups.path(), CgroupVersion::V2).unwrap();
+        let mut c = NodeCollector::new(proc_root.path().to_path_buf(), tree, None);
+        let mut shared = Shared::default();
+        let rx = |s: &Shared| s.network.as_ref().map(|n| n.interfaces[0].rx_bytes);
+
+        c.collect(&mut shared).await;
+        assert_eq!(rx(&shared), Some(100));
+        std::fs::write(proc_root.path().join("net/dev"), net_dev(200)).unwrap();
+        tokio::time::advance(RES_USED_INTERVAL).await;
+        c.collect(&mut shared).await;
+        assert_eq!(rx(&shared), Some(100), "not re-read within the interval");
+        tokio::time::advance(NETWORK_INTERVAL).await;
+        c.collect(&mut shared).await;
+        assert_eq!(rx(&shared), Some(200));
     }
 }

@@ -52,26 +52,28 @@ enum PlegState {
     NonExistent,
 }
 
-fn pod_states(pod: &RuntimePod) -> HashMap<String, PlegState> {
-    let mut m = HashMap::new();
-    for c in &pod.containers {
+/// Every container and sandbox of one listed pod with its state. A pod holds a
+/// handful, so a vector of borrowed IDs beats a map of cloned ones (this runs for
+/// every pod, twice, every second).
+fn pod_states(pod: &RuntimePod) -> Vec<(&str, PlegState)> {
+    let containers = pod.containers.iter().map(|c| {
         let s = match c.state {
             ContainerState::Running => PlegState::Running,
             ContainerState::Exited => PlegState::Exited,
             // CRI "created" counts as unknown, as in kubelet.
             _ => PlegState::Unknown,
         };
-        m.insert(c.id.clone(), s);
-    }
-    for s in &pod.sandboxes {
+        (c.id.as_str(), s)
+    });
+    let sandboxes = pod.sandboxes.iter().map(|s| {
         let st = if s.ready {
             PlegState::Running
         } else {
             PlegState::Exited
         };
-        m.insert(s.id.clone(), st);
-    }
-    m
+        (s.id.as_str(), st)
+    });
+    containers.chain(sandboxes).collect()
 }
 
 /// Events for one container moving from `old` to `new` (kubelet's `generateEvents`).
@@ -98,24 +100,43 @@ fn events_for(uid: &str, id: &str, old: PlegState, new: PlegState) -> Vec<PodLif
     }
 }
 
-/// Diffs two relists into events, and returns the pods that changed.
+/// Diffs two relists into events.
 fn diff(
     old: &HashMap<String, RuntimePod>,
     new: &HashMap<String, RuntimePod>,
 ) -> Vec<PodLifecycleEvent> {
-    let uids: HashSet<&String> = old.keys().chain(new.keys()).collect();
     let mut events = Vec::new();
-    for uid in uids {
+    for (uid, pod) in new {
         let o = old.get(uid).map(pod_states).unwrap_or_default();
-        let n = new.get(uid).map(pod_states).unwrap_or_default();
-        let ids: HashSet<&String> = o.keys().chain(n.keys()).collect();
-        for id in ids {
-            let os = o.get(id).copied().unwrap_or(PlegState::NonExistent);
-            let ns = n.get(id).copied().unwrap_or(PlegState::NonExistent);
-            events.extend(events_for(uid, id, os, ns));
-        }
+        diff_pod(uid, &o, &pod_states(pod), &mut events);
+    }
+    for (uid, pod) in old.iter().filter(|(uid, _)| !new.contains_key(*uid)) {
+        diff_pod(uid, &pod_states(pod), &[], &mut events);
     }
     events
+}
+
+/// One pod's events: each ID's state before and now, absent counting as NonExistent.
+fn diff_pod(
+    uid: &str,
+    old: &[(&str, PlegState)],
+    new: &[(&str, PlegState)],
+    events: &mut Vec<PodLifecycleEvent>,
+) {
+    let state_in = |v: &[(&str, PlegState)], id: &str| {
+        v.iter()
+            .find(|(i, _)| *i == id)
+            .map_or(PlegState::NonExistent, |(_, s)| *s)
+    };
+    for (id, now) in new {
+        events.extend(events_for(uid, id, state_in(old, id), *now));
+    }
+    for (id, before) in old
+        .iter()
+        .filter(|(id, _)| !new.iter().any(|(i, _)| i == id))
+    {
+        events.extend(events_for(uid, id, *before, PlegState::NonExistent));
+    }
 }
 
 /// True when a cached pod status shows exactly the containers and sandboxes (and

@@ -571,7 +571,16 @@ async fn cleanup_runtime_pods(
     let in_runtime: HashSet<String> = running.iter().map(|p| p.uid.clone()).collect();
     for rp in running {
         if pods.contains(&rp.uid) || workers.is_active(&rp.uid) {
-            crate::runtime::gc::collect_pod(runtime, &rp).await;
+            // A stopping pod's leftovers are its worker's to remove: a GC pass on
+            // them at the same time makes both trip over each other in containerd
+            // ("already in removing state"), and the worker retries a second later.
+            let stopping = matches!(
+                workers.lifecycle(&rp.uid),
+                Some(Lifecycle::Terminating | Lifecycle::Terminated)
+            );
+            if !stopping {
+                crate::runtime::gc::collect_pod(runtime, &rp).await;
+            }
             continue;
         }
         if rp.is_running() {

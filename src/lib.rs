@@ -9,6 +9,7 @@ mod app;
 mod cm;
 mod config;
 pub mod containerd;
+mod duration;
 mod events;
 mod eviction;
 mod hash;

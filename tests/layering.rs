@@ -18,6 +18,7 @@ const FLOORS: &[&[&str]] = &[
     &[
         "hash",
         "quantity",
+        "duration",
         "logging",
         "node",
         "tls",
@@ -49,8 +50,8 @@ const FLOORS: &[&[&str]] = &[
 ];
 
 /// What is still out of place (lower these as rooms move; never raise them).
-const STILL_UPWARD: usize = 37;
-const STILL_PAST_A_FACE: usize = 276;
+const STILL_UPWARD: usize = 29;
+const STILL_PAST_A_FACE: usize = 267;
 
 fn floor_of(room: &str) -> Option<usize> {
     FLOORS.iter().position(|f| f.contains(&room))

@@ -120,13 +120,14 @@ pub(crate) const BEST_EFFORT_OOM_SCORE_ADJ: i64 = 1000;
 /// kubelet's `types.IsNodeCriticalPod`: a critical pod (static, or priority at
 /// least system-critical) whose priority class is `system-node-critical`.
 fn is_node_critical(pod: &Pod) -> bool {
-    const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
     let Some(spec) = pod.spec.as_ref() else {
         return false;
     };
     let critical = is_static_pod(pod)
-        || crate::syncloop::pod_manager::is_mirror(pod)
-        || spec.priority.is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY);
+        || crate::pod::is_mirror(pod)
+        || spec
+            .priority
+            .is_some_and(|p| p >= crate::pod::SYSTEM_CRITICAL_PRIORITY);
     critical && spec.priority_class_name.as_deref() == Some("system-node-critical")
 }
 

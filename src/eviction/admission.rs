@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::messages::node_condition_message;
 use crate::cm::qos::QosClass;
-use crate::koord::qosmanager::memory_evict::is_critical;
+use crate::pod::is_critical;
 use crate::status::node::conditions::PressureSource;
 use crate::syncloop::admission::{PodAdmitAttributes, PodAdmitHandler, Rejection};
 

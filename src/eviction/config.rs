@@ -121,12 +121,11 @@ pub(crate) fn parse_grace_periods<'a>(
     let mut map = BTreeMap::new();
     for (s, v) in pairs {
         let signal = Signal::parse(s).ok_or_else(|| ConfigError::Signal(s.to_string()))?;
-        let d = crate::options::duration::parse_go_duration(v).map_err(|_| {
-            ConfigError::GraceNotDuration {
+        let d =
+            crate::duration::parse_go_duration(v).map_err(|_| ConfigError::GraceNotDuration {
                 signal,
                 value: v.to_string(),
-            }
-        })?;
+            })?;
         let d = d
             .to_std()
             .ok_or_else(|| ConfigError::NegativeGrace(v.to_string()))?;

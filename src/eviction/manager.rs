@@ -20,7 +20,7 @@ use super::rank::{DiskSources, explain, pod_stats, rank};
 use super::reclaim::{DiskReclaimer, DiskTarget, ThresholdNotifier};
 use super::signals::{Observations, fresh, fs_signals, observe};
 use super::threshold::Signal;
-use crate::koord::qosmanager::memory_evict::is_critical;
+use crate::pod::is_critical;
 use crate::pod::pod_uid;
 use crate::stats::readings::LatestReadings;
 use crate::stats::volumes::VolumeUsage;
@@ -491,10 +491,8 @@ impl Manager {
     async fn reread_root_fs(&self, obs: &Observations, shared: bool) -> Observations {
         let mut after = obs.clone();
         let root = self.d.root_dir.clone();
-        if let Ok(Some(fs)) = tokio::task::spawn_blocking(move || {
-            crate::koord::advisor::storage::statvfs_reading(&root)
-        })
-        .await
+        if let Ok(Some(fs)) =
+            tokio::task::spawn_blocking(move || crate::stats::readings::FsReading::of(&root)).await
         {
             fs_signals(
                 &mut after,

@@ -7,9 +7,9 @@
 use serde_json::{Map, Value, json};
 
 use super::Options;
-use super::duration::format_go_duration;
 use super::settings::Enforced;
 use crate::cm::allocatable::Reserved;
+use crate::duration::format_go_duration;
 
 /// A byte count as a Kubernetes quantity, as kubelet echoes the text it was given
 /// (`200Mi`); oxlet keeps only the bytes, so the canonical binary form.

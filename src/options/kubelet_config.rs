@@ -192,7 +192,7 @@ fn is_unset_zero(field: &str, value: &Value) -> bool {
         Value::String(s) => {
             s.is_empty()
                 || s == "0"
-                || super::duration::parse_go_duration(s).is_ok_and(|d| d.as_nanos() == 0)
+                || crate::duration::parse_go_duration(s).is_ok_and(|d| d.as_nanos() == 0)
         }
         Value::Number(n) => n.as_f64() == Some(0.0),
         _ => false,

@@ -4,7 +4,6 @@
 //! [`settings::SETTINGS`].
 
 pub(crate) mod configz;
-pub(crate) mod duration;
 pub(crate) mod flags;
 pub(crate) mod kubelet_config;
 pub(crate) mod problem;

@@ -8,10 +8,10 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::Options;
-use super::duration::{GoDuration, parse_go_duration};
 use crate::cm::allocatable::Reserved;
 use crate::cm::driver::CgroupDriver;
 use crate::cm::name::CgroupName;
+use crate::duration::{GoDuration, parse_go_duration};
 use crate::eviction::threshold::{DEFAULT_EVICTION_HARD, Thresholds};
 
 /// How a setting's text is written and parsed: the flag's text goes through
@@ -286,7 +286,7 @@ fn set_image_max_gc_age(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     if !max.is_zero() && max <= o.image_gc.min_age {
         return Err(format!(
             "must be greater than imageMinimumGCAge {}",
-            super::duration::format_go_duration(o.image_gc.min_age)
+            crate::duration::format_go_duration(o.image_gc.min_age)
         )
         .into());
     }

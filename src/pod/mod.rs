@@ -1,7 +1,8 @@
 //! Pod helpers every room may use: the names kubelet logs a pod by, its UID,
 //! the source names and the `kubernetes.io/config.*` annotations (kubelet's
-//! `pkg/kubelet/types`), and the phases, reasons and policies as enums (`enums`).
-//! No logic of its own beyond reading a pod's metadata.
+//! `pkg/kubelet/types`), whether a pod is a mirror or a critical one, and the
+//! phases, reasons and policies as enums (`enums`). No logic of its own beyond
+//! reading a pod's metadata and spec.
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -61,4 +62,31 @@ pub(crate) fn pod_source(pod: &Pod) -> Option<&str> {
 /// Static pods are those not from the apiserver.
 pub(crate) fn is_static_pod(pod: &Pod) -> bool {
     matches!(pod_source(pod), Some(s) if s != API_SOURCE)
+}
+
+/// Whether `pod` is a mirror pod: the apiserver's copy of a static pod, marked with
+/// `kubernetes.io/config.mirror` (kubelet's `IsMirrorPod`). It is never run itself.
+pub(crate) fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
+}
+
+/// kubelet's `SystemCriticalPriority`.
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// Pods a node agent never evicts: static, mirror and critical pods (kubelet's
+/// `IsCriticalPod`; a priority class named system-node- or system-cluster-critical
+/// counts too, for pods whose priority no admission filled in).
+pub(crate) fn is_critical(pod: &Pod) -> bool {
+    let spec = pod.spec.as_ref();
+    is_static_pod(pod)
+        || is_mirror(pod)
+        || spec
+            .and_then(|s| s.priority)
+            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
+        || spec
+            .and_then(|s| s.priority_class_name.as_deref())
+            .is_some_and(|c| c == "system-node-critical" || c == "system-cluster-critical")
 }

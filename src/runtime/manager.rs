@@ -643,7 +643,7 @@ impl RuntimeManager {
                 let current = self.crash_backoff.current(&key).unwrap_or(left);
                 let msg = format!(
                     "back-off {} restarting failed container={name} pod={}_{}({uid})",
-                    crate::options::duration::format_go_duration(current),
+                    crate::duration::format_go_duration(current),
                     pod.metadata.name.as_deref().unwrap_or(""),
                     pod.metadata.namespace.as_deref().unwrap_or("default"),
                 );

@@ -91,6 +91,25 @@ pub(crate) struct FsReading {
     pub inodes_used: Option<u64>,
 }
 
+impl FsReading {
+    /// A filesystem's size and use from statvfs; None when it cannot be read.
+    pub(crate) fn of(path: &std::path::Path) -> Option<FsReading> {
+        let s = rustix::fs::statvfs(path)
+            .inspect_err(|e| tracing::debug!(path = %path.display(), error = %e, "statvfs failed"))
+            .ok()?;
+        let frsize = s.f_frsize;
+        Some(FsReading {
+            time: SystemTime::now(),
+            capacity_bytes: s.f_blocks.saturating_mul(frsize),
+            available_bytes: s.f_bavail.saturating_mul(frsize),
+            used_bytes: s.f_blocks.saturating_sub(s.f_bfree).saturating_mul(frsize),
+            inodes: Some(s.f_files),
+            inodes_free: Some(s.f_ffree),
+            inodes_used: Some(s.f_files.saturating_sub(s.f_ffree)),
+        })
+    }
+}
+
 /// One network interface's cumulative counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct InterfaceReading {

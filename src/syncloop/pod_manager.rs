@@ -7,16 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::pod::{API_SOURCE, CONFIG_MIRROR_ANNOTATION, pod_full_name, pod_source, pod_uid};
-
-/// Whether `pod` is a mirror pod: the apiserver's copy of a static pod, marked with
-/// `kubernetes.io/config.mirror` (kubelet's `IsMirrorPod`). It is never run itself.
-pub(crate) fn is_mirror(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION))
-}
+use crate::pod::{API_SOURCE, is_mirror, pod_full_name, pod_source, pod_uid};
 
 /// Whether `pod` is held as a mirror pod (never run): marked as one and from the
 /// apiserver. A static manifest carrying the annotation is run as oxlet always has.
@@ -160,7 +151,7 @@ impl PodManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pod::CONFIG_SOURCE_ANNOTATION;
+    use crate::pod::{CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 
     fn pod(name: &str, uid: &str, annotations: &[(&str, &str)]) -> Arc<Pod> {
         let annotations: std::collections::BTreeMap<String, String> = annotations

@@ -439,7 +439,15 @@ fn v1_for_real_limits_usage_procs_and_removal() {
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let usage = tree.usage(&top).unwrap();
+    // The kernel charges a running task's CPU time when it is next descheduled, so
+    // `sleep` may still be starting up with nothing charged yet: wait for it to sleep.
+    let usage = loop {
+        let usage = tree.usage(&top).unwrap();
+        if usage.cpu_usage_nanos > 0 || std::time::Instant::now() >= deadline {
+            break usage;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
     assert_eq!(usage.pids, 1, "{usage:?}");
     assert!(usage.memory_working_set_bytes > 0, "{usage:?}");
     assert!(usage.memory_usage_bytes >= usage.memory_working_set_bytes);

@@ -142,7 +142,7 @@ impl TargetLister for ManagedPods {
         let mut containers = 0;
         let mut out = Vec::new();
         for pod in self.pods.all() {
-            if crate::syncloop::pod_manager::is_mirror(&pod) {
+            if crate::pod::is_mirror(&pod) {
                 continue;
             }
             let uid = pod_uid(&pod);

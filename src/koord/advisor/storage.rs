@@ -15,25 +15,6 @@ use super::{CollectFuture, Collector, STORAGE_INTERVAL, Shared};
 use crate::runtime::cri_api::CriRead;
 use crate::stats::readings::FsReading;
 
-/// A filesystem's size and use from statvfs; None when it cannot be read.
-pub(crate) fn statvfs_reading(path: &Path) -> Option<FsReading> {
-    let s = rustix::fs::statvfs(path)
-        .inspect_err(
-            |e| debug!(path = %path.display(), error = %e, "metric advisor: statvfs failed"),
-        )
-        .ok()?;
-    let frsize = s.f_frsize;
-    Some(FsReading {
-        time: SystemTime::now(),
-        capacity_bytes: s.f_blocks.saturating_mul(frsize),
-        available_bytes: s.f_bavail.saturating_mul(frsize),
-        used_bytes: s.f_blocks.saturating_sub(s.f_bfree).saturating_mul(frsize),
-        inodes: Some(s.f_files),
-        inodes_free: Some(s.f_ffree),
-        inodes_used: Some(s.f_files.saturating_sub(s.f_ffree)),
-    })
-}
-
 pub(crate) struct StorageCollector {
     root_dir: PathBuf,
     cri: Arc<dyn CriRead>,
@@ -53,7 +34,7 @@ impl StorageCollector {
             .ok()?;
         let usage = usages.into_iter().next()?;
         let mountpoint = usage.fs_id.map(|f| f.mountpoint).unwrap_or_default();
-        let mut fs = statvfs_reading(Path::new(&mountpoint))?;
+        let mut fs = FsReading::of(Path::new(&mountpoint))?;
         if let Some(used) = usage.used_bytes {
             fs.used_bytes = used.value;
         }
@@ -110,7 +91,7 @@ impl Collector for StorageCollector {
 
     fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {
         Box::pin(async move {
-            shared.fs = statvfs_reading(&self.root_dir);
+            shared.fs = FsReading::of(&self.root_dir);
             shared.image_fs = self.image_fs().await;
             shared.container_rootfs = match self.cri.list_container_stats(None).await {
                 Ok(stats) => rootfs_by_id(stats, shared.image_fs.as_ref()),

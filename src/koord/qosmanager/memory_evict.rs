@@ -7,18 +7,14 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-
 use super::config::QosConfig;
 use super::inputs::{PodUsage, UsageView};
-use crate::pod::pod_uid;
+use crate::pod::{is_critical, pod_uid};
 
 /// koordlet's `MemoryEvictCoolTimeSeconds`.
 pub(crate) const COOL_DOWN: Duration = Duration::from_secs(4);
 /// How long an evicted pod stays in the evicted cache.
 pub(crate) const EVICTED_TTL: Duration = Duration::from_secs(120);
-/// kubelet's `SystemCriticalPriority`.
-const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// The annotation that keeps a pod from koordlet's eviction.
 pub(crate) const EVICTION_ENABLED: &str = "koordinator.sh/eviction-enabled";
 
@@ -47,20 +43,6 @@ pub(crate) fn trigger(
         usage_percent,
         release_bytes: cap * (usage_percent - cfg.memory_evict_lower_percent as f64) / 100.0,
     })
-}
-
-/// Pods kubelet never evicts for a node agent: static, mirror and critical pods
-/// (kubelet's `IsCriticalPod`).
-pub(crate) fn is_critical(pod: &Pod) -> bool {
-    let spec = pod.spec.as_ref();
-    crate::pod::is_static_pod(pod)
-        || crate::syncloop::pod_manager::is_mirror(pod)
-        || spec
-            .and_then(|s| s.priority)
-            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
-        || spec
-            .and_then(|s| s.priority_class_name.as_deref())
-            .is_some_and(|c| c == "system-node-critical" || c == "system-cluster-critical")
 }
 
 /// The victims in eviction order: BestEffort pods with metrics, not critical, not
@@ -160,6 +142,7 @@ pub(crate) fn message(t: &Trigger, cfg: &QosConfig, victim: &PodUsage) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use std::sync::Arc;
 
     fn cfg() -> QosConfig {

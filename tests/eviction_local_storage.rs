@@ -113,6 +113,17 @@ async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
     // apiserver's when the status manager has none): reason, message, and its
     // terminated container, although the runtime no longer has it.
     let before = s;
+    // The status is final before the worker has removed the pod's content; let the
+    // first life end ("pod terminated") so the restart is counted from a finished pod.
+    let t = Instant::now();
+    while !ox.log().contains("pod terminated pod=default/filler") {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{}",
+            tail(&ox.log(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     ox.sigterm();
     ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
     let t = Instant::now();

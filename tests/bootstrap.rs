@@ -300,11 +300,8 @@ async fn a_short_lived_certificate_is_rotated_before_it_expires() {
         cert_dir.join(&first_target).exists(),
         "the old pair is kept"
     );
-    let t = std::time::Instant::now();
-    while !ox.log().contains("rotated the client certificate") {
-        assert!(t.elapsed() < WAIT, "{}", tail(&ox.log(), 40));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ox.wait_logged("rotated the client certificate", 1, WAIT)
+        .await;
     assert!(ox.get("/pods").await.is_some(), "oxlet stopped serving");
     // The new certificate lives a year: no third CSR soon after.
     tokio::time::sleep(Duration::from_secs(1)).await;

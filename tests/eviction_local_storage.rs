@@ -115,31 +115,11 @@ async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
     let before = s;
     // The status is final before the worker has removed the pod's content; let the
     // first life end ("pod terminated") so the restart is counted from a finished pod.
-    let t = Instant::now();
-    while !ox.log().contains("pod terminated pod=default/filler") {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{}",
-            tail(&ox.log(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let terminated = "pod terminated pod=default/filler";
+    ox.wait_logged(terminated, 1, Duration::from_secs(30)).await;
     ox.sigterm();
     ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
-    let t = Instant::now();
-    while ox
-        .log()
-        .matches("pod terminated pod=default/filler")
-        .count()
-        < 2
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{}",
-            tail(&ox.log(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    ox.wait_logged(terminated, 2, Duration::from_secs(30)).await;
     ox.wait_api_running("quiet", Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let after = pods.get("filler").await.unwrap().status.unwrap();

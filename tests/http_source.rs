@@ -143,15 +143,8 @@ async fn http_pods_start_are_replaced_removed_and_outlive_the_server() {
 
     // The server goes away: polls fail, the last good set stays running.
     drop(server);
-    let t = std::time::Instant::now();
-    while !ox.log().contains("failed to read pods from URL") {
-        assert!(
-            t.elapsed() < START,
-            "no failure logged\n{}",
-            tail(&ox.log(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    ox.wait_logged("failed to read pods from URL", 1, START)
+        .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let pods = ox.pods().await;
     let still = find(&pods, "web").expect("web kept");

@@ -271,15 +271,7 @@ async fn sigterm_during_startup_and_image_import_stops_promptly_leaving_no_conta
         .unwrap();
     }
     ox.spawn(&[]);
-    let t = Instant::now();
-    while !ox.log().contains("imported image archive") {
-        assert!(
-            t.elapsed() < START,
-            "no image imported\n{}",
-            tail(&ox.log(), 30)
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    ox.wait_logged("imported image archive", 1, START).await;
     let root = ox.root.clone();
     assert!(!managed_containerd_pids(&root).is_empty());
     let (status, took) = ox.sigterm();

@@ -8,7 +8,6 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::pod::is_static_pod;
 use crate::quantity;
 
 /// kubelet's three QoS classes.
@@ -120,15 +119,12 @@ pub(crate) const BEST_EFFORT_OOM_SCORE_ADJ: i64 = 1000;
 /// kubelet's `types.IsNodeCriticalPod`: a critical pod (static, or priority at
 /// least system-critical) whose priority class is `system-node-critical`.
 fn is_node_critical(pod: &Pod) -> bool {
-    let Some(spec) = pod.spec.as_ref() else {
-        return false;
-    };
-    let critical = is_static_pod(pod)
-        || crate::pod::is_mirror(pod)
-        || spec
-            .priority
-            .is_some_and(|p| p >= crate::pod::SYSTEM_CRITICAL_PRIORITY);
-    critical && spec.priority_class_name.as_deref() == Some("system-node-critical")
+    crate::pod::is_critical_pod(pod)
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref())
+            == Some("system-node-critical")
 }
 
 /// The `oom_score_adj` for `container` of `pod` on a node with `memory_capacity`

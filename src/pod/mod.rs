@@ -74,19 +74,28 @@ pub(crate) fn is_mirror(pod: &Pod) -> bool {
 }
 
 /// kubelet's `SystemCriticalPriority`.
-pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
-/// Pods a node agent never evicts: static, mirror and critical pods (kubelet's
-/// `IsCriticalPod`; a priority class named system-node- or system-cluster-critical
-/// counts too, for pods whose priority no admission filled in).
-pub(crate) fn is_critical(pod: &Pod) -> bool {
-    let spec = pod.spec.as_ref();
+/// kubelet's `IsCriticalPod`, exactly: static, mirror, or a priority at least
+/// system-critical.
+pub(crate) fn is_critical_pod(pod: &Pod) -> bool {
     is_static_pod(pod)
         || is_mirror(pod)
-        || spec
+        || pod
+            .spec
+            .as_ref()
             .and_then(|s| s.priority)
             .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
-        || spec
+}
+
+/// Pods a node agent never evicts: [`is_critical_pod`], and also a pod whose
+/// priority class is system-node- or system-cluster-critical, for pods whose
+/// priority no admission filled in.
+pub(crate) fn is_critical(pod: &Pod) -> bool {
+    is_critical_pod(pod)
+        || pod
+            .spec
+            .as_ref()
             .and_then(|s| s.priority_class_name.as_deref())
             .is_some_and(|c| c == "system-node-critical" || c == "system-cluster-critical")
 }

@@ -62,11 +62,7 @@ impl StatusManager {
 
     /// The last status reported for `uid`.
     pub(crate) fn get(&self, uid: &str) -> Option<PodStatus> {
-        self.statuses
-            .read()
-            .unwrap()
-            .get(uid)
-            .map(|(s, _)| s.clone())
+        self.read(uid, PodStatus::clone)
     }
 
     /// Reads the last status in place (no clone): housekeeping asks every pod's phase

@@ -570,12 +570,14 @@ async fn cleanup_runtime_pods(
     };
     let in_runtime: HashSet<String> = running.iter().map(|p| p.uid.clone()).collect();
     for rp in running {
-        if pods.contains(&rp.uid) || workers.is_active(&rp.uid) {
+        let lifecycle = workers.lifecycle(&rp.uid);
+        let active = lifecycle.is_some_and(|l| l != Lifecycle::Finished);
+        if pods.contains(&rp.uid) || active {
             // A stopping pod's leftovers are its worker's to remove: a GC pass on
             // them at the same time makes both trip over each other in containerd
             // ("already in removing state"), and the worker retries a second later.
             let stopping = matches!(
-                workers.lifecycle(&rp.uid),
+                lifecycle,
                 Some(Lifecycle::Terminating | Lifecycle::Terminated)
             );
             if !stopping {

@@ -324,6 +324,20 @@ impl Oxlet {
         }
     }
 
+    /// Waits until oxlet's log holds `line` at least `times` times, or fails the test
+    /// with the log's tail.
+    pub async fn wait_logged(&self, line: &str, times: usize, timeout: Duration) {
+        let t = Instant::now();
+        while self.log().matches(line).count() < times {
+            assert!(
+                t.elapsed() < timeout,
+                "{line:?} not logged {times} times within {timeout:?}\n{}",
+                tail(&self.log(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits for the apiserver pod named exactly `name` to be Running; returns it.
     pub async fn wait_api_running(&self, name: &str, timeout: Duration) -> Pod {
         self.wait_for(&format!("{name} Running"), timeout, |pods| {

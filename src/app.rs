@@ -20,12 +20,15 @@ use crate::config::merge::{PodConfig, run_merger};
 use crate::containerd::{
     CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
 };
+use crate::contracts::AdmissionChain;
+use crate::contracts::RuntimeHealth;
 use crate::events::{EventRecorder, EventType};
 use crate::kubeclient::ApiClients;
 use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
 use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PlegStats, PodCache};
+use crate::pod::PodManager;
 use crate::pod::{FILE_SOURCE, HTTP_SOURCE};
 use crate::runtime::images::PullLimit;
 use crate::runtime::sandbox::SandboxEnv;
@@ -34,12 +37,10 @@ use crate::runtime_choice::{self, RuntimeChoice};
 use crate::server::healthz::Health;
 use crate::server::{self, Views};
 use crate::status::StatusManager;
-use crate::syncloop::admission::AdmissionChain;
 use crate::syncloop::monitor::stall_threshold;
-use crate::syncloop::pod_manager::PodManager;
 use crate::syncloop::pod_syncer::Syncer;
 use crate::syncloop::work_queue::WorkQueue;
-use crate::syncloop::{LoopInputs, RuntimeHealth, SyncLoop, SyncLoopDeps, run_runtime_health};
+use crate::syncloop::{LoopInputs, SyncLoop, SyncLoopDeps, run_runtime_health};
 use crate::tasks::{Backoff, Tasks};
 
 /// How long to wait for a runtime to answer at start (kubelet waits 30 s).
@@ -663,7 +664,7 @@ fn spawn_image_gc(
     sync_loop: &SyncLoop,
     events: &EventRecorder,
     tasks: &Tasks,
-) -> Vec<Arc<dyn crate::eviction::reclaim::DiskReclaimer>> {
+) -> Vec<Arc<dyn crate::contracts::DiskReclaimer>> {
     use crate::runtime::gc::DeadContainers;
     use crate::runtime::image_gc::{ImageGcManager, UnusedImages, gc_period};
     use crate::syncloop::pod_workers::Lifecycle;
@@ -719,7 +720,7 @@ fn spawn_eviction_manager(
     workers: &crate::syncloop::pod_workers::PodWorkers<Syncer>,
     events: &EventRecorder,
     pressure: &Arc<crate::status::node::conditions::PressureSource>,
-    reclaimers: Vec<Arc<dyn crate::eviction::reclaim::DiskReclaimer>>,
+    reclaimers: Vec<Arc<dyn crate::contracts::DiskReclaimer>>,
     tasks: &Tasks,
 ) -> Arc<crate::eviction::manager::StatusView> {
     use crate::eviction::config::EvictionConfig;

@@ -6,9 +6,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio_util::sync::CancellationToken;
 
+use crate::pod::PodManager;
 use crate::pod::{Phase, WaitingReason, pod_ref, pod_uid};
 use crate::status::StatusManager;
-use crate::syncloop::pod_manager::PodManager;
 
 /// Gives up on pods that neither run nor fail within this time.
 const RUNONCE_TIMEOUT: Duration = Duration::from_secs(120);

@@ -11,11 +11,12 @@
 //! Scopes ([`Tasks::child`]) let a part of the tree stop first (the agent before the
 //! managed containerd it talks to); their tasks are still tracked by the root.
 
+use crate::locks::Locked as _;
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -236,11 +237,7 @@ impl Tasks {
 
     /// The first critical failure, if any.
     pub(crate) fn failure(&self) -> Option<TaskFailure> {
-        self.shared
-            .failure
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.shared.failure.locked().clone()
     }
 
     /// Cancels this scope and waits up to `timeout` for each of its tasks to end.
@@ -270,7 +267,7 @@ impl Shared {
     /// Records the first failure and cancels the tree.
     fn fail(&self, failure: TaskFailure) {
         {
-            let mut slot = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut slot = self.failure.locked();
             if slot.is_none() {
                 *slot = Some(failure);
             }

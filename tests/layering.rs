@@ -17,6 +17,7 @@ const FLOORS: &[&[&str]] = &[
     // base: needs no other room (but the one HTTP GET uses the TLS set-up)
     &[
         "hash",
+        "locks",
         "quantity",
         "duration",
         "logging",
@@ -31,6 +32,8 @@ const FLOORS: &[&[&str]] = &[
     // the apiserver clients and the metrics registries
     &["kubeclient", "metrics"],
     &["events", "objects"],
+    // the contracts between rooms: traits one room defines and another implements
+    &["contracts"],
     // pod sources; the container manager
     &["config", "cm"],
     // the CRI runtime, and the containerd oxlet can manage beside it
@@ -50,8 +53,8 @@ const FLOORS: &[&[&str]] = &[
 ];
 
 /// What is still out of place (lower these as rooms move; never raise them).
-const STILL_UPWARD: usize = 29;
-const STILL_PAST_A_FACE: usize = 267;
+const STILL_UPWARD: usize = 20;
+const STILL_PAST_A_FACE: usize = 250;
 
 fn floor_of(room: &str) -> Option<usize> {
     FLOORS.iter().position(|f| f.contains(&room))

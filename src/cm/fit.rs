@@ -5,11 +5,11 @@
 //! handler; add this one after it (`AdmissionChain::standard(max_pods)` then
 //! [`AdmissionChain::push`]), so the reasons come in kubelet's order.
 //!
-//! [`AdmissionChain::push`]: crate::syncloop::admission::AdmissionChain::push
+//! [`AdmissionChain::push`]: crate::contracts::AdmissionChain::push
 
 use super::allocatable::NodeResources;
 use super::resources::{PodResources, pod_requests};
-use crate::syncloop::admission::{PodAdmitAttributes, PodAdmitHandler, Rejection};
+use crate::contracts::{PodAdmitAttributes, PodAdmitHandler, Rejection};
 
 /// kubelet's reason when admission fails for a reason it did not expect.
 const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
@@ -87,7 +87,7 @@ mod tests {
 
     use super::*;
     use crate::cm::resources::tests::{container, pod_of};
-    use crate::syncloop::admission::AdmissionChain;
+    use crate::contracts::AdmissionChain;
 
     const MI: i64 = 1 << 20;
 

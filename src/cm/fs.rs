@@ -19,16 +19,8 @@ mod tests;
 
 pub(crate) use stat::parse_psi;
 pub(crate) use stat_reader::StatReader;
-#[allow(
-    unused_imports,
-    reason = "issue 9: the container manager is being wired in"
-)]
 pub(crate) use tree::{CgroupTree, HOST_MOUNT};
-#[allow(
-    unused_imports,
-    reason = "issue 9: the container manager is being wired in"
-)]
-pub(crate) use v2::{shares_to_weight, weight_to_shares};
+pub(crate) use v2::shares_to_weight;
 
 use std::path::PathBuf;
 

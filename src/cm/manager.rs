@@ -3,6 +3,7 @@
 //! to drop the cgroups of pods that are gone, the runtime asks it for the sandbox's
 //! cgroup parent, and its own task repairs the QoS cgroups every minute.
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -77,9 +78,7 @@ impl ContainerManager {
     }
 
     pub(super) fn tracked(&self) -> MutexGuard<'_, HashMap<String, TrackedPod>> {
-        self.pods
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.pods.locked()
     }
 
     /// A name as a path below the cgroup mount, spelled for the driver.

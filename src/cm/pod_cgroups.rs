@@ -85,7 +85,7 @@ impl ContainerManager {
         self.update_qos();
         crate::metrics::cgroup_op("create", || self.fs.create(&path, &limits))
             .map_err(|e| fail(e.into()))?;
-        info!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, qos = class.as_str(), ?limits, "created pod cgroup");
+        info!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, qos = class.as_str(), cpuShares = limits.cpu_shares, cpuQuota = limits.cpu_quota, cpuPeriod = limits.cpu_period, memoryLimit = limits.memory_limit, pidsLimit = limits.pids_limit, "created pod cgroup");
         Ok(())
     }
 

@@ -18,7 +18,7 @@ impl ContainerManager {
         }
         let kubepods = self.qos_path(QosClass::Guaranteed);
         self.fs.create(&kubepods, &self.cfg.kubepods)?;
-        info!(cgroup = %kubepods, limits = ?self.cfg.kubepods, "the kubepods cgroup and its QoS cgroups are ready");
+        info!(cgroup = %kubepods, cpuShares = self.cfg.kubepods.cpu_shares, memoryLimit = self.cfg.kubepods.memory_limit, pidsLimit = self.cfg.kubepods.pids_limit, "the kubepods cgroup and its QoS cgroups are ready");
         for class in [QosClass::Burstable, QosClass::BestEffort] {
             self.fs
                 .create(&self.qos_path(class), &self.qos_limits(class))?;
@@ -76,7 +76,7 @@ impl ContainerManager {
     }
 }
 
-/// What the node QoS manager (issue 13, koordlet's qosmanager) reads and writes on
+/// What the node QoS manager (koordlet's qosmanager) reads and writes on
 /// the QoS cgroups: the BestEffort CFS quota (CPU suppress) and the QoS shares put
 /// back when something else changed them (cgroup reconcile).
 impl ContainerManager {

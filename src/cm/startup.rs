@@ -211,7 +211,7 @@ pub(crate) async fn start(
                 cause,
             }
         })?;
-        info!(target: STARTUP_TARGET, cgroup = %path, ?limits, "limited the {flag} cgroup");
+        info!(target: STARTUP_TARGET, cgroup = %path, cpuShares = limits.cpu_shares, memoryLimit = limits.memory_limit, pidsLimit = limits.pids_limit, "limited the {flag} cgroup");
     }
     Ok(Arc::new(cm))
 }

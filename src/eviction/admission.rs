@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::messages::node_condition_message;
 use crate::cm::qos::QosClass;
+use crate::contracts::{PodAdmitAttributes, PodAdmitHandler, Rejection};
 use crate::pod::is_critical;
 use crate::status::node::conditions::PressureSource;
-use crate::syncloop::admission::{PodAdmitAttributes, PodAdmitHandler, Rejection};
 
 const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
 

@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 use super::*;
-use crate::eviction::reclaim::{ReclaimError, Reclaimed};
+use crate::contracts::{ReclaimError, Reclaimed};
 use crate::eviction::signals::tests::{cgroup, snapshot};
 use crate::eviction::threshold::{ThresholdValue, Thresholds};
 use crate::stats::readings::{PodReading, Snapshot};

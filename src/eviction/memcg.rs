@@ -10,8 +10,9 @@
 //! kubelet runs a disabled notifier there, and [`MemcgNotifier::new`] refuses v2 with
 //! an error saying so, so the manager simply relies on its ticks.
 
+use crate::locks::Locked as _;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use rustix::event::{EventfdFlags, eventfd};
@@ -19,9 +20,10 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 use tracing::{debug, warn};
 
-use super::reclaim::{ReclaimError, ThresholdNotifier};
+use super::reclaim::ThresholdNotifier;
 use super::threshold::ThresholdValue;
 use crate::cm::fs::{CgroupError, CgroupTree};
+use crate::contracts::ReclaimError;
 
 /// The step name in a [`ReclaimError`] from [`MemcgNotifier::set_threshold`].
 const STEP: &str = "memcg threshold";
@@ -98,11 +100,7 @@ impl MemcgNotifier {
         // and the unsafe `register` is not for oxlet (it forbids `unsafe`).
         #[allow(deprecated, reason = "sound: the AsyncFd owns the OwnedFd")]
         let fd = AsyncFd::new(fd).map_err(MemcgError::Eventfd)?;
-        let old = self
-            .armed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .replace(Arc::new(fd));
+        let old = self.armed.locked().replace(Arc::new(fd));
         drop(old);
         self.rearmed.notify_waiters();
         debug!(notifier = self.description, cgroup = %files.dir().display(), threshold = usage_bytes, "memcg threshold armed");
@@ -110,10 +108,7 @@ impl MemcgNotifier {
     }
 
     fn current(&self) -> Option<Arc<AsyncFd<OwnedFd>>> {
-        self.armed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.armed.locked().clone()
     }
 }
 

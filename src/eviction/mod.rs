@@ -1,4 +1,4 @@
-//! The eviction manager (kubelet's `pkg/kubelet/eviction`, issue 12).
+//! The eviction manager (kubelet's `pkg/kubelet/eviction`).
 //!
 //! - [`threshold`]: `memory.available<100Mi`: signals, quantities and percentages.
 //! - [`config`]: soft thresholds, grace periods, minimum reclaim, transition period.

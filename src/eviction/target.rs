@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::manager::EvictionTarget;
 use crate::events::{EventRecorder, EventType, ObjectRef};
+use crate::pod::PodManager;
 use crate::pod::pod_uid;
-use crate::syncloop::pod_manager::PodManager;
 use crate::syncloop::pod_workers::{KillRequest, Lifecycle, PodSyncer, PodWork, PodWorkers};
 
 pub(crate) struct WorkerTarget<S: PodSyncer> {

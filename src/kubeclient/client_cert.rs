@@ -11,6 +11,7 @@
 //! `insecure-skip-tls-verify`) with our resolver, a connect timeout, and kube's
 //! base-URI, auth and header layers.
 
+use crate::locks::{Locked as _, ReadWriteLocked as _};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
@@ -75,11 +76,7 @@ impl CertSlot {
     /// Presents the pair in `pem` on every new connection from now on.
     pub(crate) fn replace(&self, pem: &[u8]) -> Result<(), IdentityError> {
         let key = certified_key(pem, &self.inner.provider)?;
-        *self
-            .inner
-            .current
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(key);
+        *self.inner.current.write_locked() = Arc::new(key);
         self.inner.generation.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -91,11 +88,7 @@ impl CertSlot {
     }
 
     fn current(&self) -> Arc<CertifiedKey> {
-        self.inner
-            .current
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.inner.current.read_locked().clone()
     }
 
     fn generation(&self) -> u64 {
@@ -176,10 +169,7 @@ impl RotatingHttp {
     /// keeps the identity of the handshake it resumes) carries the old certificate.
     fn client(&self) -> HyperClient<Https, Body> {
         let generation = self.slot.generation();
-        let mut current = self
-            .current
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut current = self.current.locked();
         if current.0 != generation {
             *current = (
                 generation,

@@ -61,13 +61,8 @@ impl ClientSettings {
 #[derive(Clone)]
 pub(crate) struct ApiClients {
     /// Throttled; for everything but heartbeats.
-    #[allow(
-        dead_code,
-        reason = "seam: the apiserver pod source, status manager and mirror pods use it"
-    )]
     pub main: kube::Client,
     /// Unthrottled, with a timeout under the lease duration; for node status and the lease.
-    #[allow(dead_code, reason = "seam: node status and the lease use it")]
     pub heartbeat: kube::Client,
     /// The apiserver's URL, for logs.
     pub server: String,

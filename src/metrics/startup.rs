@@ -5,6 +5,7 @@
 //! which share nothing but the pod UID; the windows live here, keyed by UID, bounded,
 //! and forgotten when the pod is.
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -29,9 +30,7 @@ pub(crate) struct Pulls(Mutex<HashMap<String, Window>>);
 
 impl Pulls {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Window>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0.locked()
     }
 
     /// A pull began; the first start of a pod is kept.

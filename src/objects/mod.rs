@@ -14,6 +14,7 @@ mod token;
 #[cfg(test)]
 mod tests;
 
+use crate::locks::Locked as _;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -331,7 +332,7 @@ impl ObjectManager {
                 out.tokens.insert(want, token);
             }
         }
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.locked();
         if keys.is_empty() {
             state.refs.remove(uid);
         } else {
@@ -344,7 +345,7 @@ impl ObjectManager {
     /// Forgets a pod that is gone: its objects leave the cache unless another pod
     /// references them, and its tokens are dropped.
     pub(crate) fn forget_pod(&self, uid: &str) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.locked();
         state.refs.remove(uid);
         drop_unreferenced(&mut state);
         drop(state);
@@ -352,7 +353,7 @@ impl ObjectManager {
     }
 
     fn cached(&self, key: &Key) -> Option<Cached> {
-        let state = self.state.lock().unwrap();
+        let state = self.state.locked();
         let e = state.objects.get(key)?;
         let age = (self.clock)().duration_since(e.fetched).unwrap_or_default();
         if age >= self.ttl {
@@ -365,7 +366,7 @@ impl ObjectManager {
     }
 
     fn store(&self, key: Key, value: Cached) {
-        let mut state = self.state.lock().unwrap();
+        let mut state = self.state.locked();
         if state.objects.len() >= MAX_CACHED && !state.objects.contains_key(&key) {
             let oldest = (state.objects.iter())
                 .min_by_key(|(_, e)| e.fetched)
@@ -380,7 +381,7 @@ impl ObjectManager {
 
     #[cfg(test)]
     fn cached_len(&self) -> usize {
-        self.state.lock().unwrap().objects.len()
+        self.state.locked().objects.len()
     }
 }
 

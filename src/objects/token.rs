@@ -4,6 +4,7 @@
 //! kubelet adds up to 10 s of random jitter to both limits; oxlet does not, so the
 //! rotation time is exact (a node's few pods do not need their renewals spread).
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -77,7 +78,7 @@ impl TokenCache {
             pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
         };
         let now = (self.clock)();
-        let old = self.tokens.lock().unwrap().get(&key).cloned();
+        let old = self.tokens.locked().get(&key).cloned();
         if let Some(t) = &old
             && !t.requires_refresh(now)
         {
@@ -99,7 +100,7 @@ impl TokenCache {
         });
         match fresh {
             Ok(t) => {
-                let mut tokens = self.tokens.lock().unwrap();
+                let mut tokens = self.tokens.locked();
                 if tokens.len() >= MAX_TOKENS && !tokens.contains_key(&key) {
                     let first = (tokens.iter())
                         .min_by_key(|(_, t)| t.expires)
@@ -122,7 +123,7 @@ impl TokenCache {
     }
 
     pub(super) fn forget_pod(&self, uid: &str) {
-        self.tokens.lock().unwrap().retain(|k, _| k.pod_uid != uid);
+        self.tokens.locked().retain(|k, _| k.pod_uid != uid);
     }
 }
 

@@ -139,7 +139,7 @@ pub struct Options {
     /// `nodeStatusUpdateFrequency`; with `nodeLeaseDurationSeconds`, bounds the heartbeat client's timeout.
     pub(crate) node_status_update_frequency: Duration,
     pub(crate) node_lease_duration: Duration,
-    // Issue 11 slice C: node registration and status.
+    // Cluster mode: node registration and status.
     /// `--node-ip`: the node's InternalIP (None: detected).
     pub(crate) node_ip: Option<IpAddr>,
     /// `--node-labels`, checked against kubelet's allowed `kubernetes.io` labels.

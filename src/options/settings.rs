@@ -229,16 +229,16 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("kube-api-burst", Some("kubeAPIBurst"), Int, "100", "N", "Requests to the apiserver allowed in a burst", |o, i| non_negative_i32(i.text).map(|n| o.kube_api_burst = n)),
     row("node-status-update-frequency", Some("nodeStatusUpdateFrequency"), Duration, "10s", "DURATION", "How often node status is computed; also the heartbeat client's timeout (at most the lease duration)", |o, i| positive_duration(i.text).map(|d| o.node_status_update_frequency = d)),
     row("", Some("nodeLeaseDurationSeconds"), Int, "40", "SECONDS", "Duration of the node lease; caps the heartbeat client's timeout; config file only", |o, i| Some(parse_int(i.text)?).filter(|n| (1..=i64::from(i32::MAX)).contains(n)).and_then(|n| u64::try_from(n).ok()).map(|n| o.node_lease_duration = std::time::Duration::from_secs(n)).ok_or_else(|| "must be greater than 0".into())),
-    // Issue 11 slice C: node registration, node status and the lease.
+    // Cluster mode: node registration, node status and the lease.
     row("node-ip", None, Text, "", "IP", "The node's InternalIP address (empty: detected)", |o, i| { o.node_ip = if i.text.is_empty() { None } else { Some(ip(i.text)?) }; Ok(()) }),
     row("node-labels", None, Map('='), "", "KEY=VALUE,...", "Labels the Node is registered with; kubernetes.io and k8s.io labels only from kubelet's allowed set", |o, i| crate::status::node::labels::node_labels(i.text).map(|l| o.node_labels = l)),
     row("register-with-taints", None, List, "", "KEY=VALUE:EFFECT,...", "Taints the Node is registered with", |o, i| crate::status::node::labels::taints(i.text).map(|t| o.register_with_taints = t)),
     row("register-node", Some("registerNode"), Bool, "true", "true|false", "Create the Node object in the apiserver (false: only update an existing one)", |o, i| parse_bool(i.text).map(|b| o.register_node = b)),
     row("", Some("nodeStatusReportFrequency"), Duration, "5m0s", "DURATION", "How often an unchanged node status is still sent; config file only", |o, i| positive_duration(i.text).map(|d| o.node_status_report_frequency = d)),
-    // Issue 11 slice D (events): the event writer's own token bucket (kubelet's event client).
+    // Events: the event writer's own token bucket (kubelet's event client).
     row("event-qps", Some("eventRecordQPS"), Int, "50", "QPS", "Events written to the apiserver per second (0: client-go's default of 5)", |o, i| non_negative_i32(i.text).map(|n| o.event_record_qps = n)),
     row("event-burst", Some("eventBurst"), Int, "100", "N", "Events written to the apiserver in a burst", |o, i| non_negative_i32(i.text).map(|n| o.event_burst = n)),
-    // Issue 11 slice F: the client certificate bootstrap (kubelet's LoadClientCert).
+    // The client certificate bootstrap (kubelet's LoadClientCert).
     row("bootstrap-kubeconfig", None, Path, "", "PATH", "kubeconfig used to request a client certificate when --kubeconfig is missing or its certificate has expired; --kubeconfig is then written", |o, i| { o.bootstrap_kubeconfig = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     row("cert-dir", None, Path, "", "PATH", "Directory of the client certificate pairs (empty: <root-dir>/pki)", |o, i| { o.cert_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     // Issue 11 slice F2: client certificate rotation (client-go's certificate manager).

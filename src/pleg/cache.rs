@@ -2,6 +2,7 @@
 //! only by the PLEG and by a pod worker right after it acted; a worker waits for data
 //! newer than its last sync so it never acts twice on the same stale view.
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -53,7 +54,7 @@ impl PodCache {
     /// Every pod the runtime was last seen running something for (kubelet's
     /// `GetPods(false)`, served by `/runningpods/`).
     pub(crate) fn running(&self) -> Vec<Arc<PodRuntimeStatus>> {
-        let entries = self.entries.lock().unwrap();
+        let entries = self.entries.locked();
         let mut pods: Vec<Arc<PodRuntimeStatus>> = entries
             .values()
             .filter_map(|e| e.status.clone().ok())
@@ -82,7 +83,7 @@ impl PodCache {
         status: Result<Arc<PodRuntimeStatus>, InspectError>,
         modified: Instant,
     ) {
-        let mut entries = self.entries.lock().unwrap();
+        let mut entries = self.entries.locked();
         if entries.get(uid).is_some_and(|e| e.modified > modified) {
             return;
         }
@@ -92,12 +93,12 @@ impl PodCache {
     }
 
     pub(crate) fn delete(&self, uid: &str) {
-        self.entries.lock().unwrap().remove(uid);
+        self.entries.locked().remove(uid);
     }
 
     /// Marks every entry as fresh up to `t` (after a relist that saw no change for them).
     pub(crate) fn update_time(&self, t: Instant) {
-        *self.global.lock().unwrap() = Some(t);
+        *self.global.locked() = Some(t);
         self.tick.send_replace(t);
     }
 
@@ -106,8 +107,8 @@ impl PodCache {
         uid: &str,
         since: Option<Instant>,
     ) -> Option<Result<Arc<PodRuntimeStatus>, InspectError>> {
-        let global = *self.global.lock().unwrap();
-        let entries = self.entries.lock().unwrap();
+        let global = *self.global.locked();
+        let entries = self.entries.locked();
         let entry = entries.get(uid);
         let newer = |t: Instant| since.is_none_or(|s| t > s);
         let fresh = entry.is_some_and(|e| newer(e.modified)) || global.is_some_and(newer);

@@ -4,6 +4,7 @@
 
 pub(crate) mod cache;
 
+use crate::locks::Locked as _;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -204,7 +205,7 @@ impl PlegStats {
     /// kubelet's PLEG health check; like kubelet's it also publishes when the PLEG was
     /// last seen active (`kubelet_pleg_last_seen_seconds`).
     pub(crate) fn healthy(&self) -> Result<(), PlegUnhealthy> {
-        let last = *self.last_success.lock().unwrap();
+        let last = *self.last_success.locked();
         if let Some(t) = last {
             let at = std::time::SystemTime::now() - t.elapsed();
             if let Ok(unix) = at.duration_since(std::time::UNIX_EPOCH) {
@@ -274,7 +275,7 @@ impl GenericPleg {
     pub(crate) async fn relist(&mut self) {
         let start = Instant::now();
         let k = crate::metrics::kubelet();
-        if let Some(prev) = *self.stats.last_success.lock().unwrap() {
+        if let Some(prev) = *self.stats.last_success.locked() {
             k.pleg_relist_interval
                 .observe(start.duration_since(prev).as_secs_f64());
         }
@@ -287,7 +288,7 @@ impl GenericPleg {
                 return;
             }
         };
-        *self.stats.last_success.lock().unwrap() = Some(start);
+        *self.stats.last_success.locked() = Some(start);
         running_metrics(&pods);
         let current: HashMap<String, RuntimePod> =
             pods.into_iter().map(|p| (p.uid.clone(), p)).collect();

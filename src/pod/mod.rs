@@ -1,14 +1,17 @@
 //! Pod helpers every room may use: the names kubelet logs a pod by, its UID,
 //! the source names and the `kubernetes.io/config.*` annotations (kubelet's
 //! `pkg/kubelet/types`), whether a pod is a mirror or a critical one, and the
-//! phases, reasons and policies as enums (`enums`). No logic of its own beyond
-//! reading a pod's metadata and spec.
+//! phases, reasons and policies as enums (`enums`), and the pod manager
+//! (`manager`: kubelet's `pkg/kubelet/pod`, the desired pods every room reads). No
+//! logic of its own beyond reading a pod's metadata and spec and keeping that set.
 
 use k8s_openapi::api::core::v1::Pod;
 
 mod enums;
+mod manager;
 mod names;
 pub(crate) use enums::{ImagePullPolicy, Phase, RestartPolicy, TerminatedReason, WaitingReason};
+pub(crate) use manager::{PodManager, is_api_mirror};
 pub(crate) use names::{is_dns1123_label, is_dns1123_subdomain};
 
 /// The source name of the static pod directory (kubelet's `kubetypes.FileSource`).

@@ -19,9 +19,10 @@ mod worker;
 #[cfg(test)]
 mod tests;
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Probe};
@@ -232,7 +233,7 @@ impl ProbeManager {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerKey, (u64, CancellationToken)>> {
-        self.workers.lock().unwrap_or_else(PoisonError::into_inner)
+        self.workers.locked()
     }
 
     /// Starts the workers the pod's containers need and do not have yet (app
@@ -277,7 +278,7 @@ impl ProbeManager {
                 // Tracked in the task tree; removes itself from the map when it ends.
                 self.tasks.spawn_pass("probe-worker", async move {
                     w.run(jitter, token).await;
-                    let mut m = map.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut m = map.locked();
                     if m.get(&key).is_some_and(|(i, _)| *i == id) {
                         m.remove(&key);
                     }

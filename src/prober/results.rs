@@ -2,8 +2,9 @@
 //! probe type per container ID, and the channel that tells the sync loop when one
 //! changed (as kubelet's liveness/readiness/startup managers' `Updates()`).
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
 use tokio::sync::mpsc;
 
@@ -59,7 +60,7 @@ impl ProbeResults {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ProbeKind, String), ProbeResult>> {
-        self.caches.lock().unwrap_or_else(PoisonError::into_inner)
+        self.caches.locked()
     }
 
     pub(crate) fn get(&self, kind: ProbeKind, container_id: &str) -> Option<ProbeResult> {

@@ -1,6 +1,7 @@
 //! kubelet's flowcontrol back-off, keyed per pod+container (CrashLoopBackOff) or
 //! pod+image (ImagePullBackOff): 10 s doubling to 5 min, forgotten after 10 min quiet.
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -50,7 +51,7 @@ impl Backoff {
     /// How long until `key` may be retried, counting from `event` (e.g. when the
     /// container finished); None when it is not in back-off.
     pub(crate) fn remaining(&self, key: &str, event: Instant) -> Option<Duration> {
-        let entries = self.entries.lock().unwrap();
+        let entries = self.entries.locked();
         let entry = entries.get(key)?;
         if self.expired(event, entry) {
             return None;
@@ -62,14 +63,14 @@ impl Backoff {
     /// How long until `key` may be retried, counting from its last recorded failure
     /// (kubelet's `IsInBackOffSinceUpdate`, used for image pulls).
     pub(crate) fn remaining_since_update(&self, key: &str) -> Option<Duration> {
-        let last = self.entries.lock().unwrap().get(key)?.last_update;
+        let last = self.entries.locked().get(key)?.last_update;
         self.remaining(key, last)
     }
 
     /// Records a retry at `event`: the first one (or one after a long quiet) gets the
     /// initial back-off, each later one doubles it up to the cap.
     pub(crate) fn next(&self, key: &str, event: Instant) {
-        let mut entries = self.entries.lock().unwrap();
+        let mut entries = self.entries.locked();
         let backoff = match entries.get(key) {
             Some(e) if !self.expired(event, e) => (e.backoff * 2).min(self.max),
             _ => self.initial,
@@ -85,7 +86,7 @@ impl Backoff {
 
     /// The current back-off duration of `key` (for messages).
     pub(crate) fn current(&self, key: &str) -> Option<Duration> {
-        self.entries.lock().unwrap().get(key).map(|e| e.backoff)
+        self.entries.locked().get(key).map(|e| e.backoff)
     }
 
     /// Drops entries quiet for longer than twice the cap (housekeeping).

@@ -413,7 +413,7 @@ impl FakeRuntime {
     }
 
     /// The sandbox's pause process dies: it is no longer ready.
-    #[allow(dead_code, reason = "fake runtime API for the probe tests (issue 8)")]
+    #[allow(dead_code, reason = "fake runtime API for the probe tests")]
     pub(crate) fn sandbox_dies(&self, id: &str) {
         if let Some(s) = self.lock().sandboxes.get_mut(id) {
             s.ready = false;

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 
 use super::manager::RuntimeManager;
 use super::types::{ContainerState, RuntimePod};
-use crate::eviction::reclaim::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
+use crate::contracts::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
 
 /// Dead instances kept per (pod, container name): kubelet's `maxPerPodContainer`.
 pub(crate) const MAX_DEAD_PER_CONTAINER: usize = 1;

@@ -9,6 +9,7 @@
 //! never removed. The records (first seen, last used) live in memory, as in kubelet: a
 //! restarted agent sees every image as new, so the minimum age protects them again.
 
+use crate::locks::Locked as _;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -19,8 +20,8 @@ use tracing::{debug, info, warn};
 
 use super::cri::CriError;
 use super::cri_api::Cri;
+use crate::contracts::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
 use crate::events::{EventRecorder, EventType, ObjectRef};
-use crate::eviction::reclaim::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
 
 /// kubelet's `ImageGCPeriod`.
 pub(crate) const GC_PERIOD: Duration = Duration::from_secs(5 * 60);
@@ -175,9 +176,7 @@ impl ImageGcManager {
     }
 
     fn records(&self) -> std::sync::MutexGuard<'_, HashMap<String, Record>> {
-        self.records
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.records.locked()
     }
 
     /// Updates the records from the runtime (kubelet's `detectImages`): new images are

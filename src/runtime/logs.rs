@@ -26,6 +26,7 @@
 //! through [`crate::safe_path::remove_beneath`]. One container's failure is logged and
 //! never stops the others or the task.
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
@@ -363,9 +364,7 @@ impl LogManager {
     }
 
     fn paths(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.log_paths
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.log_paths.locked()
     }
 
     /// The container's log path: kept from an earlier pass, or asked of the runtime.

@@ -29,7 +29,6 @@ pub(crate) fn has_sidecars(pod: &Pod) -> bool {
 /// What the startup probe says about a running container (kubelet's
 /// `startupManager.Get`, folded with "no startup probe").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // Pending and Failed come from the prober's gate once plugged in.
 pub(crate) enum Startup {
     /// No result yet: the next init container waits.
     Pending,

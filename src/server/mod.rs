@@ -22,9 +22,9 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use conn::Limits;
 use healthz::Health;
 
+use crate::pod::PodManager;
 use crate::pod::pod_uid;
 use crate::status::StatusManager;
-use crate::syncloop::pod_manager::PodManager;
 
 /// Read-only views the server serves.
 #[derive(Clone)]
@@ -173,7 +173,7 @@ pub(crate) fn read_only_router(views: Views) -> Router {
         // Issue 13 part A: kubelet's Prometheus registries.
         .route("/metrics", get(metrics))
         .route("/metrics/probes", get(probe_metrics))
-        // The metric advisor (issue 13): a read-only look into the metric cache.
+        // The metric advisor: a read-only look into the metric cache.
         .route("/debug/koord/metrics", get(koord_metrics))
         // Issue 12: the eviction manager's state (oxlet only; kubelet has no such endpoint).
         .route("/debug/eviction", get(eviction_status))

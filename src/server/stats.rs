@@ -1,4 +1,4 @@
-//! The read-only server's stats and debugging endpoints (issue 13): `/stats/summary`,
+//! The read-only server's stats and debugging endpoints: `/stats/summary`,
 //! `/metrics/resource`, `/runningpods/` and `/configz`, answered as kubelet answers
 //! them. kubelet serves the last two only on its authenticated port (its read-only
 //! port answers 405 `Debug endpoints are disabled.`); oxlet has only the read-only

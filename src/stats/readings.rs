@@ -6,6 +6,7 @@
 //! advisor also fills the rates it computed from its previous round. A field is `None`
 //! when its source could not be read, and the Summary API then omits it, as kubelet does.
 
+use crate::locks::ReadWriteLocked as _;
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
@@ -210,16 +211,10 @@ pub(crate) struct LatestReadings {
 
 impl LatestReadings {
     pub(crate) fn set(&self, snapshot: Snapshot) {
-        *self
-            .latest
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(snapshot));
+        *self.latest.write_locked() = Some(Arc::new(snapshot));
     }
 
     pub(crate) fn get(&self) -> Option<Arc<Snapshot>> {
-        self.latest
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.latest.read_locked().clone()
     }
 }

@@ -12,6 +12,7 @@
 //! a restart) is measured within a tick, not a period later. A pod whose walk fails
 //! keeps its previous numbers and never stops the others.
 
+use crate::locks::{Locked as _, ReadWriteLocked as _};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -102,18 +103,13 @@ pub(crate) struct VolumeUsage {
 impl VolumeUsage {
     /// The latest usage measured for a pod, if any round saw it.
     pub(crate) fn usage_of(&self, uid: &str) -> Option<Arc<PodUsage>> {
-        self.pods
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(uid)
-            .cloned()
+        self.pods.read_locked().get(uid).cloned()
     }
 
     /// Every pod's latest usage, by UID (at most one entry per managed pod).
     pub(crate) fn all(&self) -> Vec<(String, Arc<PodUsage>)> {
         self.pods
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .read_locked()
             .iter()
             .map(|(uid, u)| (uid.clone(), u.clone()))
             .collect()
@@ -123,8 +119,7 @@ impl VolumeUsage {
     #[cfg(test)]
     pub(crate) fn set(&self, uid: &str, usage: PodUsage) {
         self.pods
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .write_locked()
             .insert(uid.to_string(), Arc::new(usage));
     }
 
@@ -143,10 +138,7 @@ impl VolumeUsage {
         let mut measured = HashMap::new();
         let mut walked = 0;
         {
-            let mut tried = self
-                .last_try
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut tried = self.last_try.locked();
             tried.retain(|uid, _| wanted.contains(uid.as_str()));
             for pod in pods {
                 let uid = pod_uid(pod);
@@ -173,10 +165,7 @@ impl VolumeUsage {
                 }
             }
         }
-        let mut all = self
-            .pods
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut all = self.pods.write_locked();
         all.retain(|uid, _| wanted.contains(uid.as_str()));
         all.extend(measured);
         walked

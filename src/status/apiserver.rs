@@ -21,8 +21,8 @@ use tracing::{debug, info, warn};
 
 use super::StatusManager;
 use super::patch;
+use crate::pod::PodManager;
 use crate::pod::{CONFIG_HASH_ANNOTATION, CONFIG_MIRROR_ANNOTATION, is_static_pod, pod_ref};
-use crate::syncloop::pod_manager::PodManager;
 
 /// kubelet's `syncPeriod` of the status manager: every status is re-asserted this often.
 pub(crate) const RECONCILE_PERIOD: Duration = Duration::from_secs(10);

@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::apiserver::{config_hash, mirror_hash};
+use crate::pod::PodManager;
 use crate::pod::{CONFIG_MIRROR_ANNOTATION, is_static_pod, pod_full_name, pod_ref};
-use crate::syncloop::pod_manager::PodManager;
 
 /// How many pods one pass reads from the node's list (the node's pod limit is far lower).
 const MAX_LISTED: u32 = 5000;

@@ -13,6 +13,7 @@ mod patch;
 pub(crate) mod startup;
 pub(crate) mod terminate;
 
+use crate::locks::{Locked as _, ReadWriteLocked as _};
 use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 use std::time::Instant;
@@ -68,7 +69,7 @@ impl StatusManager {
     /// Reads the last status in place (no clone): housekeeping asks every pod's phase
     /// every two seconds.
     pub(crate) fn read<R>(&self, uid: &str, f: impl FnOnce(&PodStatus) -> R) -> Option<R> {
-        self.statuses.read().unwrap().get(uid).map(|(s, _)| f(s))
+        self.statuses.read_locked().get(uid).map(|(s, _)| f(s))
     }
 
     /// Stores a newly generated status; returns true when it differs from the last one.
@@ -93,7 +94,7 @@ impl StatusManager {
         status: PodStatus,
         allowed: impl FnOnce(Option<&PodStatus>) -> bool,
     ) -> bool {
-        let mut map = self.statuses.write().unwrap();
+        let mut map = self.statuses.write_locked();
         if !allowed(map.get(uid).map(|(s, _)| s)) {
             return false;
         }
@@ -131,9 +132,7 @@ impl StatusManager {
     }
 
     fn unwritten(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.unwritten_since
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.unwritten_since.locked()
     }
 
     /// The apiserver now has the pod's status: how long its oldest unwritten change
@@ -144,7 +143,7 @@ impl StatusManager {
 
     /// Forgets a pod that is gone.
     pub(crate) fn remove(&self, uid: &str) {
-        self.statuses.write().unwrap().remove(uid);
+        self.statuses.write_locked().remove(uid);
         self.unwritten().remove(uid);
     }
 
@@ -152,7 +151,7 @@ impl StatusManager {
     /// pods that are gone); returns the UIDs forgotten.
     pub(crate) fn retain(&self, keep: impl Fn(&str) -> bool) -> Vec<String> {
         let mut removed = Vec::new();
-        self.statuses.write().unwrap().retain(|uid, _| {
+        self.statuses.write_locked().retain(|uid, _| {
             let k = keep(uid);
             if !k {
                 removed.push(uid.clone());
@@ -168,7 +167,7 @@ impl StatusManager {
 
     /// UIDs with a status.
     pub(crate) fn uids(&self) -> Vec<String> {
-        self.statuses.read().unwrap().keys().cloned().collect()
+        self.statuses.read_locked().keys().cloned().collect()
     }
 }
 

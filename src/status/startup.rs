@@ -3,6 +3,7 @@
 //! pod spent in the merger, waiting for its worker, getting a sandbox, getting its
 //! containers started, and until its status said Running.
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -78,7 +79,7 @@ fn from_nanos(ns: i64) -> Option<Timestamp> {
 impl StartupTracker {
     /// Records the start of a pod's first sync.
     pub(crate) fn worker_started(&self, uid: &str, now: Timestamp) {
-        let mut pods = self.pods.lock().unwrap();
+        let mut pods = self.pods.locked();
         let e = pods.entry(uid.to_string()).or_default();
         e.worker_started.get_or_insert(now);
     }
@@ -102,7 +103,7 @@ impl StartupTracker {
         if !running {
             return None;
         }
-        let mut pods = self.pods.lock().unwrap();
+        let mut pods = self.pods.locked();
         let e = pods.get_mut(uid)?;
         if e.reported {
             return None;
@@ -138,6 +139,6 @@ impl StartupTracker {
     }
 
     pub(crate) fn forget(&self, uid: &str) {
-        self.pods.lock().unwrap().remove(uid);
+        self.pods.locked().remove(uid);
     }
 }

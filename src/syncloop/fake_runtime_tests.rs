@@ -71,7 +71,7 @@ async fn agent_on(node: FakeNode, max_pods: u32, setup: impl FnOnce(&mut SyncLoo
         pleg: pleg_stats,
         health,
         resync: Duration::from_secs(10),
-        admission: super::admission::AdmissionChain::standard(max_pods),
+        admission: crate::contracts::AdmissionChain::standard(max_pods),
         sources: vec!["file"],
         tasks: tasks.clone(),
         mirror_hook: None,
@@ -257,13 +257,13 @@ async fn pods_beyond_max_pods_are_rejected_by_the_addition_handler() {
 /// Refuses pods named "refused", as cm's resource fit will refuse pods that do not fit.
 struct RefuseByName;
 
-impl admission::PodAdmitHandler for RefuseByName {
+impl crate::contracts::PodAdmitHandler for RefuseByName {
     fn name(&self) -> &'static str {
         "test"
     }
-    fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> Result<(), admission::Rejection> {
+    fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> Result<(), crate::contracts::Rejection> {
         if attrs.pod.metadata.name.as_deref() == Some("refused") {
-            return Err(admission::Rejection {
+            return Err(crate::contracts::Rejection {
                 reason: "OutOfcpu".into(),
                 message: format!("{} other pods hold the cpu", attrs.other_pods.len()),
             });

@@ -4,7 +4,6 @@
 pub(crate) mod admission;
 pub(crate) mod deadline;
 pub(crate) mod monitor;
-pub(crate) mod pod_manager;
 pub(crate) mod pod_syncer;
 pub(crate) mod pod_workers;
 pub(crate) mod sysctl_admission;
@@ -12,7 +11,6 @@ pub(crate) mod work_queue;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -23,15 +21,15 @@ use tracing::{debug, info, warn};
 
 use crate::cm::ContainerManager;
 use crate::config::{PodOperation, PodUpdate};
+use crate::contracts::{AdmissionChain, PodAdmitAttributes, RuntimeHealth};
 use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
+use crate::pod::{PodManager, is_api_mirror};
 use crate::pod::{is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeUpdate;
 use crate::runtime::RuntimeManager;
 use crate::status::StatusManager;
 use crate::status::generate::{rejected, was_rejected};
 use crate::tasks::Tasks;
-use admission::{AdmissionChain, PodAdmitAttributes};
-use pod_manager::{PodManager, is_api_mirror};
 use pod_syncer::Syncer;
 use pod_workers::{KillReason, KillRequest, Lifecycle, PodWork, PodWorkers, UpdateType};
 use work_queue::WorkQueue;
@@ -46,21 +44,6 @@ const LOG_LINK_GC_PERIOD: Duration = Duration::from_secs(60);
 pub(crate) const OUT_OF_PODS: &str = "OutOfpods";
 /// kubelet's sync tick.
 pub(crate) const SYNC_PERIOD: Duration = Duration::from_secs(1);
-
-/// Whether the runtime answered its last status check (kubelet's `runtimeState`).
-#[derive(Debug, Default)]
-pub(crate) struct RuntimeHealth {
-    up: AtomicBool,
-}
-
-impl RuntimeHealth {
-    pub(crate) fn set(&self, up: bool) {
-        self.up.store(up, Ordering::Relaxed);
-    }
-    pub(crate) fn is_up(&self) -> bool {
-        self.up.load(Ordering::Relaxed)
-    }
-}
 
 /// Checks the runtime every 5 s (kubelet's `updateRuntimeUp`).
 pub(crate) async fn run_runtime_health(

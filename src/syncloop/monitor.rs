@@ -1,6 +1,7 @@
 //! When the sync loop last iterated, and why it is skipping if it is: what kubelet's
 //! `syncloop` health check reads (kubelet's `syncLoopMonitor`).
 
+use crate::locks::Locked as _;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -42,9 +43,7 @@ pub(crate) enum RuntimeUnhealthy {
 
 impl SyncLoopMonitor {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.locked()
     }
 
     /// The loop is about to iterate, or just did.

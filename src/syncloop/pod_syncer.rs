@@ -7,10 +7,10 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use super::pod_manager::PodManager;
 use super::pod_workers::{KillStatus, PodSyncError, PodSyncer, SyncResult, UpdateType};
 use crate::cm::ContainerManager;
 use crate::pleg::PodCache;
+use crate::pod::PodManager;
 use crate::pod::{Phase, is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeManager;
 use crate::runtime::RuntimeManager;

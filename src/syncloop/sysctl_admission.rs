@@ -2,7 +2,7 @@
 //! a sysctl outside the node's allowlist, or for a namespaced one in a namespace it
 //! shares with the host, is rejected with `SysctlForbidden` before anything runs.
 
-use super::admission::{PodAdmitAttributes, PodAdmitHandler, Rejection};
+use crate::contracts::{PodAdmitAttributes, PodAdmitHandler, Rejection};
 use crate::runtime::sysctl::Allowlist;
 
 /// kubelet's `sysctl.ForbiddenReason`.

@@ -1,5 +1,6 @@
 //! The work queue consulted by the 1 s sync tick: when each pod is next due for a sync.
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -27,7 +28,7 @@ impl WorkQueue {
     /// Removes and returns the pods whose time has come.
     pub(crate) fn take_due(&self) -> Vec<String> {
         let now = Instant::now();
-        let mut due = self.due.lock().unwrap();
+        let mut due = self.due.locked();
         let ready: Vec<String> = due
             .iter()
             .filter(|(_, t)| **t <= now)
@@ -39,7 +40,7 @@ impl WorkQueue {
         ready
     }
     pub(crate) fn forget(&self, uid: &str) {
-        self.due.lock().unwrap().remove(uid);
+        self.due.locked().remove(uid);
     }
 }
 

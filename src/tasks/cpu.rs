@@ -8,11 +8,12 @@
 //! `/debug/tasks`. A poll costs two clock reads (about 0.5 µs each on the bench VM),
 //! which is why it is opt-in; off, nothing is wrapped.
 
+use crate::locks::Locked as _;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -44,7 +45,7 @@ pub(crate) fn enabled() -> bool {
 
 fn counter(name: &'static str) -> Arc<Counter> {
     let map = COUNTERS.get_or_init(Mutex::default);
-    let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut map = map.locked();
     map.entry(name).or_default().clone()
 }
 
@@ -98,10 +99,7 @@ pub(crate) fn metered_sync<T>(name: &'static str, job: impl FnOnce() -> T) -> T 
 /// `advisor/<name>`): the names are few and fixed, so the leak is bounded.
 pub(crate) fn intern(name: String) -> &'static str {
     static NAMES: OnceLock<Mutex<std::collections::BTreeSet<&'static str>>> = OnceLock::new();
-    let mut names = NAMES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut names = NAMES.get_or_init(Mutex::default).locked();
     if let Some(n) = names.get(name.as_str()) {
         return n;
     }
@@ -124,7 +122,7 @@ pub(crate) fn snapshot() -> Vec<TaskCpu> {
     let Some(map) = COUNTERS.get() else {
         return Vec::new();
     };
-    let map = map.lock().unwrap_or_else(PoisonError::into_inner);
+    let map = map.locked();
     map.iter()
         .map(|(name, c)| TaskCpu {
             name,

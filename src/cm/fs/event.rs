@@ -1,6 +1,6 @@
 //! The v1 memory controller's threshold notification files (`memory.usage_in_bytes`
 //! and `cgroup.event_control`), opened through the checked path of the cgroup layer:
-//! the eviction manager's memcg notifier (`crate::eviction::memcg`) registers an
+//! the eviction manager's memcg notifier registers an
 //! eventfd with them. cgroup v2 has no `cgroup.event_control`; kubelet does not
 //! notify there either (it runs a disabled notifier), so opening fails on v2.
 

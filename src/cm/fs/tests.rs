@@ -4,7 +4,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::{CgroupFs, CgroupTree, shares_to_weight, weight_to_shares};
+use super::v2::weight_to_shares;
+use super::{CgroupFs, CgroupTree, shares_to_weight};
 use crate::cm::resources::ResourceConfig;
 use crate::cm::version::{self, CgroupVersion};
 
@@ -821,4 +822,25 @@ fn a_cgroup_was_created_at_its_oldest_directory_mtime() {
     fs::create_dir(&d).unwrap();
     fs::File::open(&d).unwrap().set_modified(newer).unwrap();
     assert_eq!(tree2.created("kubepods"), Some(newer));
+}
+
+#[test]
+fn stat_values_match_whole_keys_only() {
+    let stat = b"anon_thp 7\nanon 4096\nfile 1\ninactive_file 2048\nworkingset_refault_anon 3\n\
+pgfault 12\npgmajfault x\n";
+    let got = super::stat::stat_values(
+        stat,
+        [
+            b"anon",
+            b"inactive_file",
+            b"pgfault",
+            b"pgmajfault",
+            b"swap",
+        ],
+    );
+    // A key that is a prefix of another counts only on its own line; a value that is not
+    // a number and a key that is absent read 0.
+    assert_eq!(got, [4096, 2048, 12, 0, 0]);
+    let no_newline = super::stat::stat_values(b"total_rss 5", [b"total_rss"]);
+    assert_eq!(no_newline, [5]);
 }

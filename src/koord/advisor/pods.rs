@@ -2,8 +2,9 @@
 //! each desired pod with a running sandbox, its cgroup and its running containers'
 //! cgroups; CPU cores and throttling from deltas, working set, pids.
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -16,11 +17,11 @@ use crate::cm::fs::{CgroupError, CgroupTree, StatReader};
 use crate::cm::manager::ContainerManager;
 use crate::koord::metriccache::{MetricKind, label};
 use crate::pleg::cache::PodCache;
+use crate::pod::PodManager;
 use crate::pod::pod_uid;
 use crate::runtime::types::ContainerState;
 use crate::runtime::types::PodRuntimeStatus;
 use crate::stats::readings::{CgroupReading, ContainerReading, PodReading};
-use crate::syncloop::pod_manager::PodManager;
 
 /// Containers listed per round at most (pods are bounded by `--max-pods`).
 pub(crate) const MAX_CONTAINERS: usize = 4096;
@@ -137,7 +138,7 @@ impl ManagedPods {
 
 impl TargetLister for ManagedPods {
     fn list(&self) -> Vec<Arc<PodTarget>> {
-        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut memo = self.memo.locked();
         let mut next = HashMap::with_capacity(memo.len());
         let mut containers = 0;
         let mut out = Vec::new();

@@ -444,7 +444,7 @@ fn running_status(uid: &str, ids: &[&str]) -> crate::runtime::types::PodRuntimeS
 fn managed_pods_reuse_a_target_until_its_pod_or_status_changes() {
     use super::ManagedPods;
     use crate::pleg::cache::PodCache;
-    use crate::syncloop::pod_manager::PodManager;
+    use crate::pod::PodManager;
     let (cm, _fs) = crate::cm::fake_fs::manager(true);
     let (pods, cache) = (
         Arc::new(PodManager::default()),

@@ -2,6 +2,7 @@
 //! topology and NUMA info here). In memory only, like koordlet's, and bounded in keys
 //! and value size, since nothing ever expires.
 
+use crate::locks::Locked as _;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -43,10 +44,7 @@ impl KvStore {
                 bytes,
             });
         }
-        let mut map = self
-            .values
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self.values.locked();
         if !map.contains_key(key) && map.len() >= MAX_KEYS {
             return Err(KvError::Full {
                 key: key.to_string(),
@@ -58,18 +56,12 @@ impl KvStore {
 
     /// The value under `key`, if any and if it decodes as `T`.
     pub(crate) fn get<T: serde::de::DeserializeOwned>(&self, key: &str) -> Option<T> {
-        let map = self
-            .values
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = self.values.locked();
         serde_json::from_value(map.get(key)?.clone()).ok()
     }
 
     #[cfg(test)]
     pub(crate) fn remove(&self, key: &str) {
-        self.values
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
+        self.values.locked().remove(key);
     }
 }

@@ -16,15 +16,14 @@ mod series;
 #[cfg(test)]
 mod tests;
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-#[allow(unused_imports, reason = "issue 13: the readers are being wired in")]
-pub(crate) use aggregate::{AggregateError, AggregateResult, Aggregation};
-#[allow(unused_imports, reason = "issue 13: the readers are being wired in")]
-pub(crate) use kv::{KvError, KvStore};
+pub(crate) use aggregate::{AggregateResult, Aggregation};
+pub(crate) use kv::KvStore;
 use series::Series;
 
 /// What a series measures, with koordlet's metric names. Units: cores for CPU usage,
@@ -257,10 +256,7 @@ impl MetricCache {
     pub(crate) fn append(&self, samples: impl IntoIterator<Item = Sample>) -> usize {
         let retention_ms = i64::try_from(self.limits.retention.as_millis()).unwrap_or(i64::MAX);
         let mut stored = 0;
-        let mut map = self
-            .series
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self.series.locked();
         for s in samples {
             // One lookup for a known series (nearly every sample), an insert for a new one.
             let full = map.len() >= self.limits.max_series;
@@ -292,10 +288,7 @@ impl MetricCache {
         start_ms: i64,
         end_ms: i64,
     ) -> AggregateResult {
-        let map = self
-            .series
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = self.series.locked();
         let mut points = Vec::new();
         for (key, series) in map.iter() {
             if key.kind != kind {
@@ -313,10 +306,7 @@ impl MetricCache {
 
     /// The label sets of `kind`'s series (for callers that group, e.g. per pod).
     pub(crate) fn series_of(&self, kind: MetricKind) -> Vec<SeriesKey> {
-        let map = self
-            .series
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = self.series.locked();
         let mut keys: Vec<SeriesKey> = map.keys().filter(|k| k.kind == kind).cloned().collect();
         keys.sort();
         keys
@@ -327,10 +317,7 @@ impl MetricCache {
     pub(crate) fn gc(&self, now_ms: i64) -> usize {
         let retention_ms = i64::try_from(self.limits.retention.as_millis()).unwrap_or(i64::MAX);
         let cutoff = now_ms.saturating_sub(retention_ms);
-        let mut map = self
-            .series
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self.series.locked();
         let before = map.len();
         map.retain(|_, s| {
             s.drop_before(cutoff);
@@ -341,10 +328,7 @@ impl MetricCache {
 
     /// Series held now.
     pub(crate) fn series_count(&self) -> usize {
-        self.series
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        self.series.locked().len()
     }
 
     /// Samples dropped so far (series limit, or out of order).
@@ -355,10 +339,7 @@ impl MetricCache {
     /// The memory the series take now: their point buffers (allocated capacity) and
     /// their keys. An estimate of the heap, without the allocator's own overhead.
     pub(crate) fn approx_bytes(&self) -> usize {
-        let map = self
-            .series
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = self.series.locked();
         let per_entry = std::mem::size_of::<(SeriesKey, Series)>() + 8;
         map.iter()
             .map(|(k, s)| {

@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use super::aggregate::AggregateError;
+use super::kv::KvError;
 use super::*;
 
 fn pod_cpu(uid: &str, ts: i64, v: f64) -> Sample {

@@ -13,6 +13,7 @@ pub(crate) mod predictor;
 pub(crate) mod training;
 pub(crate) mod view;
 
+use crate::locks::Locked as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -89,9 +90,7 @@ impl PredictServer {
     }
 
     pub(crate) fn models(&self) -> MutexGuard<'_, Models> {
-        self.models
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.models.locked()
     }
 
     /// True after the first training round.
@@ -189,7 +188,7 @@ impl PredictServer {
     pub(crate) async fn run(
         self: Arc<Self>,
         cache: Arc<MetricCache>,
-        pods: Arc<crate::syncloop::pod_manager::PodManager>,
+        pods: Arc<crate::pod::PodManager>,
         interval: Duration,
         cancel: CancellationToken,
     ) {

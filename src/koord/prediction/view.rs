@@ -100,7 +100,7 @@ impl Served {
     /// The document for the pods the agent manages now.
     pub(crate) fn document(
         &self,
-        pods: &crate::syncloop::pod_manager::PodManager,
+        pods: &crate::pod::PodManager,
         statuses: &crate::status::StatusManager,
     ) -> Value {
         let rows: Vec<(Arc<Pod>, PodInput)> = pods
@@ -128,7 +128,7 @@ mod tests {
         let s = Arc::new(PredictServer::new(Config::default(), "/nonexistent".into()));
         let now = crate::koord::metriccache::now_ms();
         s.models().add(s.config(), "uid-a", 1.0, 1e9, now);
-        let pods = crate::syncloop::pod_manager::PodManager::default();
+        let pods = crate::pod::PodManager::default();
         let mut p = Pod::default();
         p.metadata.name = Some("a".into());
         p.metadata.namespace = Some("ns".into());

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Whether the node is under memory, disk or PID pressure. The eviction manager
-/// (issue 12) sets it; the node status and pressure admission read it.
+/// sets it; the node status and pressure admission read it.
 #[derive(Debug, Default)]
 pub(crate) struct PressureSource {
     memory: AtomicBool,

@@ -25,13 +25,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::cm::allocatable::NodeAllocatable;
+use crate::contracts::RuntimeHealth;
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::node::NodeInfo;
 use crate::pleg::PlegStats;
 use crate::runtime::RemoteRuntime;
 use crate::runtime::cri_api::CriRead as _;
 use crate::status::lease::NodeRef;
-use crate::syncloop::RuntimeHealth;
 use conditions::PressureSource;
 use failures::{FailureLog, Verdict};
 use register::Registration;

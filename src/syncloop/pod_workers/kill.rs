@@ -1,7 +1,7 @@
 //! What a request to stop a pod carries (kubelet's `KillPodOptions`): why, a grace
 //! period override, and the status to set on the pod (kubelet's `PodStatusFunc`).
 //! Removal from the config, runtime-only pods, deadlines and the node QoS manager's
-//! evictions use it; kubelet's eviction manager (issue 12) sends its kills through
+//! evictions use it; kubelet's eviction manager sends its kills through
 //! [`KillRequest::evicted`] too.
 
 use std::fmt;

@@ -2,6 +2,7 @@
 //! (for cluster mode) the mirror pods the apiserver holds for static pods, kept apart
 //! and mapped to their static pod by full name, as kubelet's `basicManager` does.
 
+use crate::locks::ReadWriteLocked as _;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -67,7 +68,7 @@ impl PodManager {
     /// pods; a static manifest that carries the mirror annotation stays a pod to run,
     /// as oxlet has always run it (kubelet would ignore it).
     pub(crate) fn add_or_update(&self, pod: Arc<Pod>) {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.write_locked();
         if is_api_mirror(&pod) {
             inner.mirrors.insert(pod);
         } else {
@@ -76,14 +77,14 @@ impl PodManager {
     }
     /// Removes the pod or mirror pod with this UID.
     pub(crate) fn remove(&self, uid: &str) -> Option<Arc<Pod>> {
-        let mut inner = self.inner.write().unwrap();
+        let mut inner = self.inner.write_locked();
         inner.pods.remove(uid).or_else(|| inner.mirrors.remove(uid))
     }
     pub(crate) fn get(&self, uid: &str) -> Option<Arc<Pod>> {
-        self.inner.read().unwrap().pods.by_uid.get(uid).cloned()
+        self.inner.read_locked().pods.by_uid.get(uid).cloned()
     }
     pub(crate) fn contains(&self, uid: &str) -> bool {
-        self.inner.read().unwrap().pods.by_uid.contains_key(uid)
+        self.inner.read_locked().pods.by_uid.contains_key(uid)
     }
     /// Every desired pod, oldest first (by creation time, then name).
     pub(crate) fn all(&self) -> Vec<Arc<Pod>> {
@@ -108,7 +109,7 @@ impl PodManager {
     }
     #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     pub(crate) fn len(&self) -> usize {
-        self.inner.read().unwrap().pods.by_uid.len()
+        self.inner.read_locked().pods.by_uid.len()
     }
     #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     pub(crate) fn is_empty(&self) -> bool {
@@ -135,7 +136,6 @@ impl PodManager {
     }
 
     /// Every mirror pod held.
-    #[allow(dead_code, reason = "seam: mirror pods (issue 11)")]
     pub(crate) fn mirror_pods(&self) -> Vec<Arc<Pod>> {
         self.inner
             .read()

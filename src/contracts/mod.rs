@@ -1,0 +1,17 @@
+//! The contracts between rooms: traits and small shared types that one room defines
+//! the shape of and another implements, kept below both so neither imports the other.
+//!
+//! - pod admission: the handler trait and the ordered chain the sync loop asks
+//!   (`admission.rs`); eviction, the container manager and the sync loop add handlers;
+//! - node-level disk reclaim: the steps the eviction manager runs before it evicts,
+//!   implemented by the runtime's container GC and image GC (`reclaim.rs`);
+//! - the runtime's health as the sync loop last saw it, for the node status
+//!   (`runtime_health.rs`).
+
+mod admission;
+mod reclaim;
+mod runtime_health;
+
+pub(crate) use admission::{AdmissionChain, PodAdmitAttributes, PodAdmitHandler, Rejection};
+pub(crate) use reclaim::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
+pub(crate) use runtime_health::RuntimeHealth;

@@ -14,10 +14,11 @@ use std::path::{Path, PathBuf};
 
 /// Rooms, bottom floor first. A room may use the rooms of the floors below its own.
 const FLOORS: &[&[&str]] = &[
+    // the lock policy, which the base rooms use too
+    &["locks"],
     // base: needs no other room (but the one HTTP GET uses the TLS set-up)
     &[
         "hash",
-        "locks",
         "quantity",
         "duration",
         "logging",
@@ -53,8 +54,8 @@ const FLOORS: &[&[&str]] = &[
 ];
 
 /// What is still out of place (lower these as rooms move; never raise them).
-const STILL_UPWARD: usize = 20;
-const STILL_PAST_A_FACE: usize = 250;
+const STILL_UPWARD: usize = 14;
+const STILL_PAST_A_FACE: usize = 249;
 
 fn floor_of(room: &str) -> Option<usize> {
     FLOORS.iter().position(|f| f.contains(&room))

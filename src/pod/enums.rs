@@ -6,7 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 
 /// A string that names no variant of the enum it was parsed as.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -300,5 +300,38 @@ mod tests {
         assert!(WaitingReason::ErrImagePull.is_stuck());
         assert!(!WaitingReason::ContainerCreating.is_stuck());
         assert!(!WaitingReason::PodInitializing.is_stuck());
+    }
+}
+
+/// The three probe types (kubelet's `probeType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ProbeKind {
+    Liveness,
+    Readiness,
+    Startup,
+}
+
+impl ProbeKind {
+    pub(crate) const ALL: [ProbeKind; 3] = [
+        ProbeKind::Liveness,
+        ProbeKind::Readiness,
+        ProbeKind::Startup,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ProbeKind::Liveness => "Liveness",
+            ProbeKind::Readiness => "Readiness",
+            ProbeKind::Startup => "Startup",
+        }
+    }
+
+    /// The container's probe of this type.
+    pub(crate) fn of(self, c: &Container) -> Option<&Probe> {
+        match self {
+            ProbeKind::Liveness => c.liveness_probe.as_ref(),
+            ProbeKind::Readiness => c.readiness_probe.as_ref(),
+            ProbeKind::Startup => c.startup_probe.as_ref(),
+        }
     }
 }

@@ -8,9 +8,13 @@
 use k8s_openapi::api::core::v1::Pod;
 
 mod enums;
+mod image_ref;
 mod manager;
 mod names;
-pub(crate) use enums::{ImagePullPolicy, Phase, RestartPolicy, TerminatedReason, WaitingReason};
+pub(crate) use enums::{
+    ImagePullPolicy, Phase, ProbeKind, RestartPolicy, TerminatedReason, WaitingReason,
+};
+pub(crate) use image_ref::check as check_image_ref;
 pub(crate) use manager::{PodManager, is_api_mirror};
 pub(crate) use names::{is_dns1123_label, is_dns1123_subdomain};
 

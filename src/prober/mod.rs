@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+pub(crate) use crate::pod::ProbeKind;
 pub(crate) use results::{ProbeResult, ProbeResults, ProbeUpdate};
 
 use crate::pod::{RestartPolicy, pod_ref, pod_uid};
@@ -38,39 +39,6 @@ use crate::runtime::CriError;
 use crate::runtime::cri_api::Cri;
 use crate::status::StatusManager;
 use crate::tasks::Tasks;
-
-/// The three probe types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum ProbeKind {
-    Liveness,
-    Readiness,
-    Startup,
-}
-
-impl ProbeKind {
-    pub(crate) const ALL: [ProbeKind; 3] = [
-        ProbeKind::Liveness,
-        ProbeKind::Readiness,
-        ProbeKind::Startup,
-    ];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            ProbeKind::Liveness => "Liveness",
-            ProbeKind::Readiness => "Readiness",
-            ProbeKind::Startup => "Startup",
-        }
-    }
-
-    /// The container's probe of this type.
-    pub(crate) fn of(self, c: &Container) -> Option<&Probe> {
-        match self {
-            ProbeKind::Liveness => c.liveness_probe.as_ref(),
-            ProbeKind::Readiness => c.readiness_probe.as_ref(),
-            ProbeKind::Startup => c.startup_probe.as_ref(),
-        }
-    }
-}
 
 /// What one probe run found (with its output, for the log).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,8 +8,8 @@ use super::labels::container_hash;
 use super::sandbox::is_host_network;
 use super::sidecar::{Startup, StartupGate, is_sidecar};
 use super::types::{ContainerState, ContainerStatus, PodRuntimeStatus};
+use crate::pod::ProbeKind;
 use crate::pod::{RestartPolicy, TerminatedReason};
-use crate::prober::ProbeKind;
 
 /// What one sync must do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

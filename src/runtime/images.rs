@@ -13,7 +13,6 @@ use tracing::{debug, warn};
 use super::backoff::Backoff;
 use super::cri::CriError;
 use super::cri_api::Cri;
-use super::image_ref;
 use crate::events::EventType::{Normal, Warning};
 use crate::events::{EventRecorder, ObjectRef, reason};
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
@@ -125,7 +124,7 @@ impl ImagePuller {
             message,
             retry_after,
         };
-        if let Err(e) = image_ref::check(image) {
+        if let Err(e) = crate::pod::check_image_ref(image) {
             let msg = format!("Failed to apply default image tag {image:?}: {e}");
             warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, message = %msg, "invalid image name");
             event(Warning, reason::INSPECT_FAILED, &msg);

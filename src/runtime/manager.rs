@@ -379,7 +379,7 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         status: &PodRuntimeStatus,
-        failed_probe: &(dyn Fn(&str) -> Option<crate::prober::ProbeKind> + Sync),
+        failed_probe: &(dyn Fn(&str) -> Option<crate::pod::ProbeKind> + Sync),
     ) -> Result<SyncOutcome, SyncError> {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod).to_string();

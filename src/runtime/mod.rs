@@ -17,7 +17,6 @@ pub(crate) mod gc;
 pub(crate) mod hooks;
 pub(crate) mod hosts;
 pub(crate) mod image_gc;
-pub(crate) mod image_ref;
 pub(crate) mod images;
 pub(crate) mod labels;
 pub(crate) mod lifecycle;

@@ -95,7 +95,7 @@ fn default_container(c: &mut Container, host_network: bool) {
 /// (also for a reference that does not parse: kubelet's `ParseImageName` then
 /// gives no tag).
 fn default_pull_policy(image: &str) -> ImagePullPolicy {
-    if crate::runtime::image_ref::check(image).is_err() {
+    if crate::pod::check_image_ref(image).is_err() {
         return ImagePullPolicy::IfNotPresent;
     }
     let (name, digest) = match image.split_once('@') {

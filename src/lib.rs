@@ -13,6 +13,7 @@ mod contracts;
 mod duration;
 mod events;
 mod eviction;
+mod flag_text;
 mod hash;
 mod http_get;
 mod koord;

@@ -21,6 +21,7 @@ const FLOORS: &[&[&str]] = &[
         "hash",
         "quantity",
         "duration",
+        "flag_text",
         "logging",
         "node",
         "tls",
@@ -54,8 +55,8 @@ const FLOORS: &[&[&str]] = &[
 ];
 
 /// What is still out of place (lower these as rooms move; never raise them).
-const STILL_UPWARD: usize = 14;
-const STILL_PAST_A_FACE: usize = 249;
+const STILL_UPWARD: usize = 13;
+const STILL_PAST_A_FACE: usize = 248;
 
 fn floor_of(room: &str) -> Option<usize> {
     FLOORS.iter().position(|f| f.contains(&room))

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Taint;
 
-use crate::options::settings::{InvalidValue, list_items, map_pairs};
+use crate::flag_text::{InvalidValue, list_items, map_pairs};
 
 /// Labels in the `kubernetes.io`/`k8s.io` namespaces that a kubelet may set on itself.
 const KUBELET_LABELS: &[&str] = &[

@@ -18,8 +18,8 @@ use super::name::{CgroupName, NameError};
 use super::qos::QosClass;
 use super::resources::{PodCgroupSettings, ResourceConfig};
 use super::tree::QosTree;
+use crate::contracts::PodCgroupParent;
 use crate::pod::pod_uid;
-use crate::runtime::sandbox::PodCgroupParent;
 
 /// kubelet's `periodicQOSCgroupUpdateInterval`.
 pub(crate) const QOS_RECONCILE_PERIOD: Duration = Duration::from_secs(60);

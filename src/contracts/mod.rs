@@ -5,13 +5,19 @@
 //!   (`admission.rs`); eviction, the container manager and the sync loop add handlers;
 //! - node-level disk reclaim: the steps the eviction manager runs before it evicts,
 //!   implemented by the runtime's container GC and image GC (`reclaim.rs`);
+//! - a sandbox's cgroup parent: the runtime asks, the container manager answers
+//!   (`cgroup_parent.rs`);
 //! - the runtime's health as the sync loop last saw it, for the node status
 //!   (`runtime_health.rs`).
 
 mod admission;
+mod cgroup_parent;
 mod reclaim;
 mod runtime_health;
 
 pub(crate) use admission::{AdmissionChain, PodAdmitAttributes, PodAdmitHandler, Rejection};
+pub(crate) use cgroup_parent::PodCgroupParent;
+#[cfg(test)]
+pub(crate) use cgroup_parent::RuntimeDefaultCgroups;
 pub(crate) use reclaim::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
 pub(crate) use runtime_health::RuntimeHealth;

@@ -1030,7 +1030,7 @@ pub(crate) mod support {
                 pod_logs_dir: dir.path().join("logs"),
                 dns: Default::default(),
                 pods_dir: dir.path().join("pods"),
-                cgroups: Arc::new(crate::runtime::sandbox::RuntimeDefaultCgroups),
+                cgroups: Arc::new(crate::contracts::RuntimeDefaultCgroups),
                 node_memory_bytes: 1 << 30,
                 min_oom_score_adj: -999,
                 cfs_period_us: Some(100_000),

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::dns::{DnsConfigurer, DnsError};
 use super::hosts::{self, HostsError};
 use super::labels;
+use crate::contracts::PodCgroupParent;
 use crate::safe_path::{self, PathError};
 
 /// Why a pod's sandbox config cannot be made.
@@ -53,25 +54,6 @@ pub(crate) struct SandboxEnv {
     /// Node allocatable: the downward API's value of a limit a container does not set,
     /// and the size of a Memory emptyDir.
     pub allocatable: crate::cm::allocatable::NodeResources,
-}
-
-/// The one place a sandbox's cgroup parent is decided (kubelet's
-/// `RuntimeHelper.GetPodCgroupParent`). The container manager answers with the pod's
-/// cgroup (`/kubepods/<qos>/pod<uid>`); tests without cgroups use [`RuntimeDefaultCgroups`].
-pub(crate) trait PodCgroupParent: Send + Sync + std::fmt::Debug {
-    /// The cgroup parent for `pod`'s sandbox; empty leaves it to the runtime.
-    fn cgroup_parent(&self, pod: &Pod) -> String;
-}
-
-/// No pod cgroups: every sandbox goes where containerd puts it by default.
-#[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RuntimeDefaultCgroups;
-
-impl PodCgroupParent for RuntimeDefaultCgroups {
-    fn cgroup_parent(&self, _pod: &Pod) -> String {
-        String::new()
-    }
 }
 
 /// `<podLogsDir>/<namespace>_<name>_<uid>`: kubelet's pod log directory. Each part must
@@ -311,7 +293,7 @@ mod tests {
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             dns: Default::default(),
             pods_dir: PathBuf::from("/var/lib/oxlet/pods"),
-            cgroups: Arc::new(RuntimeDefaultCgroups),
+            cgroups: Arc::new(crate::contracts::RuntimeDefaultCgroups),
             node_memory_bytes: 1 << 30,
             min_oom_score_adj: -999,
             cfs_period_us: Some(100_000),
@@ -350,7 +332,7 @@ mod tests {
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             dns: Default::default(),
             pods_dir: PathBuf::from("/var/lib/oxlet/pods"),
-            cgroups: Arc::new(RuntimeDefaultCgroups),
+            cgroups: Arc::new(crate::contracts::RuntimeDefaultCgroups),
             node_memory_bytes: 1 << 30,
             min_oom_score_adj: -999,
             cfs_period_us: None,

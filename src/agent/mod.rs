@@ -2,6 +2,9 @@
 //! PLEG, the sync loop and the HTTP servers as named tasks in one task tree
 //! (`crate::tasks`): a critical task's end stops the agent with a non-zero code.
 
+mod runonce;
+mod runtime_choice;
+
 use crate::prober::{ProbeManager, ProbeResults, StartupProbeGate, WorkerDeps};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -30,7 +33,6 @@ use crate::pod::{FILE_SOURCE, HTTP_SOURCE};
 use crate::runtime::images::PullLimit;
 use crate::runtime::sandbox::SandboxEnv;
 use crate::runtime::{RemoteRuntime, RuntimeManager};
-use crate::runtime_choice::{self, RuntimeChoice};
 use crate::server::healthz::Health;
 use crate::server::{self, Views};
 use crate::status::StatusManager;
@@ -41,6 +43,7 @@ use crate::syncloop::pod_syncer::Syncer;
 use crate::syncloop::work_queue::WorkQueue;
 use crate::syncloop::{LoopInputs, RuntimeHealth, SyncLoop, SyncLoopDeps, run_runtime_health};
 use crate::tasks::{Backoff, Tasks};
+use runtime_choice::RuntimeChoice;
 
 /// How long to wait for a runtime to answer at start (kubelet waits 30 s).
 const RUNTIME_WAIT: Duration = Duration::from_secs(30);
@@ -1287,7 +1290,7 @@ async fn run_agent(
             biased;
             // The caller turns the failure into the error (and the exit code).
             _ = tasks.failed() => 1,
-            code = crate::runonce::run(&agent.pods, &agent.statuses, &token), if opts.runonce => code,
+            code = runonce::run(&agent.pods, &agent.statuses, &token), if opts.runonce => code,
             sig = signals.recv() => {
                 if opts.runonce {
                     info!(target: STARTUP_TARGET, "received {sig}; stopping runonce");

@@ -51,7 +51,7 @@ const FLOORS: &[&[&str]] = &[
 
 /// What is still out of place (lower these as rooms move; never raise them).
 const STILL_UPWARD: usize = 29;
-const STILL_PAST_A_FACE: usize = 267;
+const STILL_PAST_A_FACE: usize = 248;
 
 fn floor_of(room: &str) -> Option<usize> {
     FLOORS.iter().position(|f| f.contains(&room))

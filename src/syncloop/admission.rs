@@ -1,6 +1,6 @@
 //! Pod admission (kubelet's `lifecycle.PodAdmitHandler`): the additions handler asks
 //! an ordered chain of handlers whether a new pod may run here; the first rejection
-//! wins. `app.rs` builds kubelet's order: the sysctl allowlist
+//! wins. `agent/runtime.rs` builds kubelet's order: the sysctl allowlist
 //! (`sysctl_admission.rs`), `maxPods`, then resource fit (`cm::fit`); the eviction
 //! manager (pressure) will add its handler to the same chain.
 
@@ -52,7 +52,7 @@ impl std::fmt::Debug for AdmissionChain {
 }
 
 impl AdmissionChain {
-    /// A chain with only the `maxPods` check (the agent's chain is built in `app.rs`).
+    /// A chain with only the `maxPods` check (the agent's is built in `agent/runtime.rs`).
     #[cfg(test)]
     pub(crate) fn standard(max_pods: u32) -> Self {
         let mut chain = AdmissionChain::default();

@@ -5,7 +5,7 @@
 //! `pleg` watches the runtime and wakes pod workers; `status` turns what we see into
 //! kubelet-faithful pod status; `server` serves read-only views.
 
-mod app;
+mod agent;
 mod cm;
 mod config;
 pub mod containerd;
@@ -29,9 +29,7 @@ mod pod;
 mod prober;
 mod quantity;
 mod rlimit;
-mod runonce;
 mod runtime;
-mod runtime_choice;
 mod safe_path;
 mod server;
 mod stats;
@@ -42,7 +40,7 @@ mod tls;
 
 // The library's public surface: what the binary (`src/main.rs`) and the integration tests
 // and benchmarks (the managed containerd as a test bed) use. Everything else is crate-private.
-pub use app::run;
+pub use agent::run;
 /// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
 #[doc(hidden)]
 pub use koord::advisor::bench as advisor_bench;

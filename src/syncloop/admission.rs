@@ -6,7 +6,7 @@ use crate::contracts::{PodAdmitAttributes, PodAdmitHandler, Rejection};
 
 #[cfg(test)]
 impl crate::contracts::AdmissionChain {
-    /// A chain with only the `maxPods` check (the agent's chain is built in `app.rs`).
+    /// A chain with only the `maxPods` check (the agent's is built in `agent/runtime.rs`).
     pub(crate) fn standard(max_pods: u32) -> Self {
         let mut chain = Self::default();
         chain.push(Box::new(MaxPods { capacity: max_pods }));

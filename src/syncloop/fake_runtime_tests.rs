@@ -17,7 +17,7 @@ struct Agent {
     probes: Arc<crate::prober::ProbeManager>,
 }
 
-/// Wires the agent as `app::start` does, without sources: updates come from the test.
+/// Wires the agent as `agent::start` does, without sources: updates come from the test.
 async fn agent(max_pods: u32) -> Agent {
     agent_with(max_pods, |_| {}).await
 }

@@ -54,7 +54,7 @@ fn verdict(status: Option<&PodStatus>) -> Verdict {
 }
 
 /// Watches the `desired` pods and their `statuses`; returns the process exit code.
-pub(crate) async fn run(
+pub(super) async fn run(
     desired: &PodManager,
     statuses: &StatusManager,
     cancel: &CancellationToken,

@@ -11,13 +11,13 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 /// The record's file name under `--root-dir`.
-pub(crate) const RECORD_FILE: &str = "container-runtime";
+pub(super) const RECORD_FILE: &str = "container-runtime";
 /// A record is one short line; anything longer is not ours.
 const MAX_RECORD_BYTES: u64 = 4096;
 
 /// A runtime oxlet can run with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RuntimeChoice {
+pub(super) enum RuntimeChoice {
     /// oxlet's own containerd under `<root-dir>/containerd`.
     Managed,
     /// An external CRI endpoint (`unix://…`).
@@ -62,7 +62,7 @@ impl RuntimeChoice {
 
 /// Reading, writing or honouring the record failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ChoiceError {
+pub(super) enum ChoiceError {
     #[error("{}: cannot read the recorded container runtime: {source}", file.display())]
     Read {
         file: PathBuf,
@@ -93,12 +93,12 @@ pub(crate) enum ChoiceError {
 }
 
 /// The record's path for a root dir.
-pub(crate) fn record_path(root_dir: &Path) -> PathBuf {
+pub(super) fn record_path(root_dir: &Path) -> PathBuf {
     root_dir.join(RECORD_FILE)
 }
 
 /// The recorded choice; None when nothing was recorded yet.
-pub(crate) fn load(root_dir: &Path) -> Result<Option<RuntimeChoice>, ChoiceError> {
+pub(super) fn load(root_dir: &Path) -> Result<Option<RuntimeChoice>, ChoiceError> {
     let file = record_path(root_dir);
     let f = match std::fs::File::open(&file) {
         Ok(f) => f,
@@ -115,7 +115,7 @@ pub(crate) fn load(root_dir: &Path) -> Result<Option<RuntimeChoice>, ChoiceError
 }
 
 /// Refuses a start whose runtime differs from the recorded one.
-pub(crate) fn check(
+pub(super) fn check(
     root_dir: &Path,
     recorded: Option<&RuntimeChoice>,
     requested: &RuntimeChoice,
@@ -131,7 +131,7 @@ pub(crate) fn check(
 }
 
 /// Records `choice` (write to a temp file, then rename, so a crash never leaves half a record).
-pub(crate) fn save(root_dir: &Path, choice: &RuntimeChoice) -> Result<(), ChoiceError> {
+pub(super) fn save(root_dir: &Path, choice: &RuntimeChoice) -> Result<(), ChoiceError> {
     let file = record_path(root_dir);
     let tmp = root_dir.join(format!(".{RECORD_FILE}.tmp"));
     let write = || -> io::Result<()> {

@@ -1,0 +1,214 @@
+//! koordlet's side of the node (issue 13): the node SLO config and the runtime hooks
+//! it turns on, the metric advisor filling the metric cache, peak prediction trained
+//! from it, and the node QoS manager.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::Shared;
+use super::node::{Host, host_cgroup_tree};
+use super::runtime::Runtime;
+use crate::cm::allocatable::NodeAllocatable;
+use crate::koord::prediction::{
+    Config, PredictServer,
+    metrics::{Inputs, PredictionCollector},
+    predictor::Amount,
+    view::{Served, pod_input},
+};
+use crate::koord::qosmanager::config::QosConfig;
+use crate::logging::STARTUP_TARGET;
+use crate::options::Options;
+use crate::runtime::hooks::ContainerHooks;
+use crate::syncloop::SyncLoop;
+use crate::tasks::{Backoff, Tasks};
+
+/// `--node-slo-file`, read once at start (checked when the flag was parsed).
+pub(super) fn qos_config(opts: &Options) -> anyhow::Result<QosConfig> {
+    Ok(match &opts.node_slo_file {
+        Some(path) => crate::koord::qosmanager::config::load(path)?,
+        None => Default::default(),
+    })
+}
+
+/// koordlet's runtime hooks that the node SLO config turns on, which the runtime
+/// manager runs before CreateContainer and StartContainer.
+pub(super) fn runtime_hooks(cfg: &QosConfig) -> ContainerHooks {
+    crate::koord::hooks::rules(cfg)
+}
+
+/// Peak prediction (issue 13 part D): koordlet's predict server, trained from the
+/// metric cache every `OXLET_TEST_PREDICTION_PERIOD_MS` (test-only) or koordlet's
+/// minute; None with `--enable-prediction=false`.
+pub(super) fn spawn_prediction(
+    opts: &Options,
+    shared: &Shared,
+    allocatable: &NodeAllocatable,
+    tasks: &Tasks,
+) -> Option<Served> {
+    if !opts.prediction {
+        info!(target: STARTUP_TARGET, "prediction is off (--enable-prediction=false)");
+        return None;
+    }
+    let mut cfg = Config::default();
+    if let Some(ms) = std::env::var("OXLET_TEST_PREDICTION_PERIOD_MS")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|ms| *ms > 0)
+    {
+        cfg.training_interval_ms = ms;
+    }
+    let interval = Duration::from_millis(cfg.training_interval_ms.unsigned_abs());
+    let dir = opts
+        .prediction_checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| opts.root_dir.join("prediction-checkpoints"));
+    let server = Arc::new(PredictServer::new(cfg, dir));
+    let (s, c, pm) = (
+        server.clone(),
+        shared.metric_cache.clone(),
+        shared.pods.clone(),
+    );
+    tasks.spawn_restarting("prediction", Backoff::default(), move |cancel| {
+        let (s, cache, pods) = (s.clone(), c.clone(), pm.clone());
+        async move {
+            s.run(cache, pods, interval, cancel).await;
+            Ok(())
+        }
+    });
+    let amount = Amount {
+        cpu_milli: allocatable.allocatable.cpu_milli,
+        memory_bytes: allocatable.allocatable.memory_bytes,
+    };
+    register_prediction_gauges(opts, shared, &server, amount);
+    Some(Served {
+        server,
+        allocatable: amount,
+    })
+}
+
+/// The gauges on /metrics, computed from the same models at scrape time.
+fn register_prediction_gauges(
+    opts: &Options,
+    shared: &Shared,
+    server: &Arc<PredictServer>,
+    amount: Amount,
+) {
+    let (p, st) = (shared.pods.clone(), shared.statuses.clone());
+    let inputs: Inputs = Arc::new(move || {
+        let pods = p
+            .all()
+            .iter()
+            .map(|pod| {
+                let phase = st.get(crate::pod::pod_uid(pod)).and_then(|s| s.phase);
+                pod_input(pod, phase.as_deref())
+            })
+            .collect();
+        (pods, amount)
+    });
+    match PredictionCollector::new(server.clone(), opts.node_name.clone(), inputs)
+        .and_then(|c| crate::metrics::register(Box::new(c)))
+    {
+        Ok(()) => {}
+        Err(e) => warn!(error = %e, "cannot register the prediction gauges"),
+    }
+}
+
+/// The metric advisor (issue 13, koordlet's metricsadvisor): samples the node, the
+/// pods and their containers into the metric cache and the latest readings.
+pub(super) fn spawn_metric_advisor(
+    opts: &Options,
+    rt: &Runtime,
+    host: &Host,
+    shared: &Shared,
+    tasks: &Tasks,
+) {
+    use crate::koord::advisor::{Advisor, AdvisorDeps, ManagedPods};
+    let Some(tree) = host_cgroup_tree("the metric advisor") else {
+        return;
+    };
+    let (cm, pods, pod_cache) = (
+        host.cm.clone(),
+        shared.pods.clone(),
+        shared.pod_cache.clone(),
+    );
+    let (cache, readings) = (shared.metric_cache.clone(), shared.readings.clone());
+    let (node_name, root_dir, cri) = (
+        opts.node_name.clone(),
+        opts.root_dir.clone(),
+        Arc::new(rt.cri.clone()),
+    );
+    tasks.spawn_restarting("metric-advisor", Backoff::default(), move |cancel| {
+        let advisor = Advisor::new(AdvisorDeps {
+            cache: cache.clone(),
+            readings: readings.clone(),
+            node_name: node_name.clone(),
+            proc_root: "/proc".into(),
+            cgroups: tree.clone(),
+            kubepods: cm.kubepods_path(),
+            lister: Box::new(ManagedPods::new(
+                pods.clone(),
+                pod_cache.clone(),
+                cm.clone(),
+            )),
+            root_dir: root_dir.clone(),
+            cri: cri.clone(),
+        });
+        async move {
+            advisor.run(cancel).await;
+            Ok(())
+        }
+    });
+}
+
+/// The node QoS manager (issue 13, koordlet's qosmanager): CPU suppress, memory
+/// eviction by usage and cgroup reconcile, every second, each off unless the node
+/// SLO config turns it on. Evictions go through the pod workers.
+pub(super) fn spawn_qos_manager(
+    cfg: QosConfig,
+    opts: &Options,
+    host: &Host,
+    shared: &Shared,
+    sync_loop: &SyncLoop,
+    tasks: &Tasks,
+) {
+    use crate::koord::qosmanager::{QosDeps, QosManager, evict::WorkerEvictor};
+    let any_strategy = cfg.strategies.cpu_suppress || cfg.strategies.memory_evict;
+    if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cgroup_reconcile_on() {
+        if any_strategy && !cfg.enable {
+            info!(target: STARTUP_TARGET, "node QoS manager off: --node-slo-file turns strategies on but resourceUsedThresholdWithBE.enable is false");
+        } else {
+            info!(target: STARTUP_TARGET, "node QoS manager off (no strategy enabled by --node-slo-file)");
+        }
+    } else {
+        info!(target: STARTUP_TARGET, cpuSuppress = cfg.cpu_suppress_on(), memoryEvict = cfg.memory_evict_on(), cgroupReconcile = cfg.cgroup_reconcile_on(), config = ?cfg, "node QoS manager on");
+    }
+    let evictor = Arc::new(WorkerEvictor {
+        workers: sync_loop.workers.clone(),
+        events: shared.events.clone(),
+    });
+    let (cache, pods, cm) = (
+        shared.metric_cache.clone(),
+        shared.pods.clone(),
+        sync_loop.cm.clone(),
+    );
+    let (capacity, allocatable) = (host.allocatable.capacity, host.allocatable.allocatable);
+    let node_name = opts.node_name.clone();
+    tasks.spawn_restarting("qos-manager", Backoff::default(), move |cancel| {
+        let qm = QosManager::new(QosDeps {
+            cfg: cfg.clone(),
+            cache: cache.clone(),
+            pods: pods.clone(),
+            cm: cm.clone(),
+            evictor: evictor.clone(),
+            capacity,
+            allocatable,
+            node_name: node_name.clone(),
+        });
+        async move {
+            qm.run(cancel).await;
+            Ok(())
+        }
+    });
+}

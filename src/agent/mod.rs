@@ -1,0 +1,261 @@
+//! Wiring: connects (or starts) the runtime, then runs the sources, the merger, the
+//! PLEG, the sync loop and the HTTP servers as named tasks in one task tree
+//! (`crate::tasks`): a critical task's end stops the agent with a non-zero code.
+//!
+//! This file is the room's face ([`run`]) and the order of start-up ([`start`]). The
+//! wings wire one side each: `runtime` (the CRI runtime, the PLEG, the sync loop and
+//! its pod workers), `node` (container manager, image GC, volume stats, eviction, node
+//! status), `koordlet` (metric advisor, prediction, QoS manager, runtime hooks),
+//! `sources` (static pods, manifest URL, apiserver, the merger), `servers` (read-only
+//! and healthz ports), `cluster` (the apiserver clients and what writes through them)
+//! and `process` (signals, limits, the start-up summary).
+
+mod cluster;
+mod koordlet;
+mod node;
+mod process;
+mod runonce;
+mod runtime;
+mod runtime_choice;
+mod servers;
+mod sources;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tracing::{info, warn};
+
+use crate::contracts::RuntimeHealth;
+use crate::events::EventRecorder;
+use crate::koord::metriccache::MetricCache;
+use crate::kubeclient::ApiClients;
+use crate::logging::STARTUP_TARGET;
+use crate::options::Options;
+use crate::pleg::{PlegStats, PodCache};
+use crate::pod::PodManager;
+use crate::prober::ProbeResults;
+use crate::stats::readings::LatestReadings;
+use crate::status::StatusManager;
+use crate::status::node::conditions::PressureSource;
+use crate::syncloop::LoopInputs;
+use crate::syncloop::pod_syncer::Syncer;
+use crate::syncloop::pod_workers::PodWorkers;
+use crate::tasks::Tasks;
+use process::Signals;
+use runtime::Runtime;
+
+/// How long the agent's tasks get to stop after the signal.
+const AGENT_STOP: Duration = Duration::from_secs(3);
+/// How long the managed containerd's supervisor gets to stop it (its own grace is 5 s).
+const RUNTIME_STOP: Duration = Duration::from_secs(15);
+
+/// The pod workers, as the node side and the status writer see them.
+type Workers = PodWorkers<Syncer>;
+
+/// A running agent: its shared state, for the server, runonce and tests.
+struct Agent {
+    pods: Arc<PodManager>,
+    statuses: Arc<StatusManager>,
+}
+
+/// The state the wings share: made once in [`start`], read by the tasks they spawn.
+struct Shared {
+    events: EventRecorder,
+    pods: Arc<PodManager>,
+    statuses: Arc<StatusManager>,
+    /// What the PLEG last saw of each pod.
+    pod_cache: Arc<PodCache>,
+    pleg_stats: Arc<PlegStats>,
+    // The node QoS half (issue 13): the metric advisor writes these, the server,
+    // prediction and the QoS manager read them.
+    metric_cache: Arc<MetricCache>,
+    readings: Arc<LatestReadings>,
+    runtime_health: Arc<RuntimeHealth>,
+    /// Issue 12: the eviction manager sets it; admission and the node status read it.
+    pressure: Arc<PressureSource>,
+}
+
+impl Shared {
+    /// Everything empty, the runtime taken as healthy until its check says otherwise.
+    fn new(events: EventRecorder) -> Self {
+        let runtime_health = Arc::new(RuntimeHealth::default());
+        runtime_health.set(true);
+        Shared {
+            events,
+            pods: Arc::default(),
+            statuses: Arc::default(),
+            pod_cache: Arc::default(),
+            pleg_stats: Arc::default(),
+            metric_cache: Arc::default(),
+            readings: Arc::default(),
+            runtime_health,
+            pressure: Arc::default(),
+        }
+    }
+}
+
+/// Starts every task of the agent in `tasks`; they stop when it is shut down. With
+/// `api` (cluster mode, `--kubeconfig`), the apiserver tasks start too. The steps
+/// run in the order the agent's tasks are spawned.
+async fn start(
+    opts: &Options,
+    rt: &Runtime,
+    api: Option<&ApiClients>,
+    tasks: &Tasks,
+) -> anyhow::Result<Agent> {
+    let events = cluster::spawn_event_sink(opts, api, tasks);
+    process::set_metrics_node_name(opts);
+    let limits = servers::limits();
+    let host = node::start_host(opts, rt, &events, tasks).await?;
+    // Bounded: a worker waits for the loop rather than an update being lost.
+    let (probe_results, probe_rx) = ProbeResults::new(256);
+    let probe_results = Arc::new(probe_results);
+    let dns = runtime::dns(opts, &host.info);
+    let qos = koordlet::qos_config(opts)?;
+    let manager = runtime::manager(
+        opts,
+        rt,
+        &host,
+        runtime::ManagerInputs {
+            dns,
+            events: &events,
+            probes: &probe_results,
+            objects: cluster::object_manager(api),
+            hooks: koordlet::runtime_hooks(&qos),
+        },
+    );
+    runtime::spawn_log_rotation(opts, rt, tasks);
+    let shared = Shared::new(events);
+    let prediction = koordlet::spawn_prediction(opts, &shared, &host.allocatable, tasks);
+    let sources = sources::start(opts, api, tasks);
+    let pleg_events = runtime::start_pleg(&manager, &shared, tasks).await;
+    runtime::spawn_runtime_health(&manager, &shared, tasks);
+    let syncer = runtime::syncer(rt, &manager, &host, &shared, probe_results, tasks);
+    koordlet::spawn_metric_advisor(opts, rt, &host, &shared, tasks);
+    // The sync loop wakes the mirror pod reconciler when static or mirror pods change.
+    let mirror_wake = Arc::new(tokio::sync::Notify::new());
+    let sync_loop = runtime::sync_loop(
+        opts,
+        &host,
+        &shared,
+        runtime::LoopParts {
+            syncer,
+            runtime: manager,
+            sources: sources.names,
+            mirror_hook: api.map(|_| mirror_wake.clone()),
+        },
+        tasks,
+    );
+    let health = servers::health(opts, &sync_loop);
+    let inputs = LoopInputs::new(sources.updates, pleg_events).with_probes(probe_rx);
+    let workers = sync_loop.workers.clone();
+    let disk_reclaimers = node::spawn_image_gc(opts, rt, &sync_loop, &shared.events, tasks);
+    koordlet::spawn_qos_manager(qos, opts, &host, &shared, &sync_loop, tasks);
+    runtime::spawn_sync_loop(sync_loop, inputs, tasks);
+    if !opts.runonce {
+        let reclaim = node::Reclaim {
+            workers: &workers,
+            reclaimers: disk_reclaimers,
+        };
+        let node_views = node::spawn_eviction(opts, &host, &shared, reclaim, tasks);
+        let views = servers::views(opts, rt, &shared, node_views, &health, prediction);
+        servers::start(opts, views, health, limits, tasks).await?;
+    }
+    if let Some(api) = api {
+        cluster::spawn_status_writer(opts, api, &shared, workers, mirror_wake, tasks);
+        node::spawn_node_status(opts, rt, api, &host, &shared, tasks);
+    }
+    Ok(Agent {
+        pods: shared.pods,
+        statuses: shared.statuses,
+    })
+}
+
+/// Runs the agent until SIGTERM / SIGINT; containers keep running. A signal during
+/// start-up stops it there, with exit code 0, and stops a managed containerd.
+pub async fn run(opts: Options) -> anyhow::Result<i32> {
+    let mut signals = Signals::install().context("cannot listen for SIGTERM/SIGINT")?;
+    process::log_summary(&opts);
+    if opts.task_cpu_accounting {
+        crate::tasks::cpu::enable();
+    }
+    process::set_own_oom_score_adj();
+    process::apply_max_open_files(opts.max_open_files);
+    let api = cluster::api_clients(&opts).await?;
+    // Cut short here, a half-started managed containerd is killed with its handle.
+    let mut rt = tokio::select! {
+        rt = runtime::connect_runtime(&opts) => rt?,
+        sig = signals.recv() => {
+            info!(target: STARTUP_TARGET, "received {sig} while connecting to the runtime; exiting");
+            return Ok(0);
+        }
+    };
+    // One task tree: the supervisor owns the managed containerd in the root scope and
+    // stops it only after the agent's scope has stopped.
+    let tasks = Tasks::new();
+    runtime::spawn_supervisor(&mut rt, &tasks);
+    let agent = tasks.child();
+    if let Some(api) = &api {
+        cluster::start_cert_rotation(&opts, api, &agent);
+    }
+    let result = run_agent(&opts, &rt, api.as_ref(), &mut signals, &agent).await;
+    if !tasks.shutdown(RUNTIME_STOP).await {
+        warn!("the managed containerd's supervisor did not stop within {RUNTIME_STOP:?}");
+    }
+    match tasks.failure() {
+        Some(failure) => Err(failure.into()),
+        None => result,
+    }
+}
+
+/// Everything after the runtime is up: image import, the agent's tasks, then waiting
+/// for a signal (or for `--runonce` to finish, or for a critical task to fail).
+async fn run_agent(
+    opts: &Options,
+    rt: &Runtime,
+    api: Option<&ApiClients>,
+    signals: &mut Signals,
+    tasks: &Tasks,
+) -> anyhow::Result<i32> {
+    tokio::select! {
+        () = runtime::import_root_images(opts, rt) => {}
+        _ = tasks.failed() => return Ok(1),
+        sig = signals.recv() => {
+            info!(target: STARTUP_TARGET, "received {sig} while importing images; exiting");
+            return Ok(0);
+        }
+    }
+    let started = tokio::select! {
+        a = start(opts, rt, api, tasks) => Some(a?),
+        _ = tasks.failed() => None,
+        sig = signals.recv() => {
+            info!(target: STARTUP_TARGET, "received {sig} during start-up; exiting");
+            None
+        }
+    };
+    let token = tasks.token();
+    let code = match &started {
+        None if tasks.failure().is_some() => 1,
+        None => 0,
+        Some(agent) => tokio::select! {
+            biased;
+            // The caller turns the failure into the error (and the exit code).
+            _ = tasks.failed() => 1,
+            code = runonce::run(&agent.pods, &agent.statuses, &token), if opts.runonce => code,
+            sig = signals.recv() => {
+                if opts.runonce {
+                    info!(target: STARTUP_TARGET, "received {sig}; stopping runonce");
+                } else {
+                    info!(target: STARTUP_TARGET, "received {sig}");
+                    info!(target: STARTUP_TARGET, "shutting down; containers keep running");
+                }
+                0
+            }
+        },
+    };
+    if !tasks.shutdown(AGENT_STOP).await {
+        warn!("some tasks did not stop within {AGENT_STOP:?}");
+    }
+    Ok(code)
+}

@@ -1,0 +1,381 @@
+//! The runtime side: which CRI runtime to talk to (an endpoint, or a managed
+//! containerd under `--root-dir`), the runtime manager and its container log manager,
+//! the PLEG and the runtime health check, and the sync loop with its pod workers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::sync::{Notify, mpsc};
+use tracing::{info, warn};
+
+use super::node::Host;
+use super::runtime_choice::{self, RuntimeChoice};
+use super::{Shared, process};
+use crate::containerd::{
+    CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
+};
+use crate::contracts::AdmissionChain;
+use crate::events::EventRecorder;
+use crate::logging::STARTUP_TARGET;
+use crate::node::NodeInfo;
+use crate::objects::ObjectManager;
+use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
+use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PodLifecycleEvent};
+use crate::prober::{ProbeManager, ProbeResults, StartupProbeGate, WorkerDeps};
+use crate::runtime::dns::DnsConfigurer;
+use crate::runtime::hooks::ContainerHooks;
+use crate::runtime::images::PullLimit;
+use crate::runtime::sandbox::SandboxEnv;
+use crate::runtime::{RemoteRuntime, RuntimeManager};
+use crate::syncloop::pod_syncer::Syncer;
+use crate::syncloop::work_queue::WorkQueue;
+use crate::syncloop::{LoopInputs, SyncLoop, SyncLoopDeps, run_runtime_health};
+use crate::tasks::{Backoff, Tasks};
+
+/// How long to wait for a runtime to answer at start (kubelet waits 30 s).
+const RUNTIME_WAIT: Duration = Duration::from_secs(30);
+
+/// The socket file of a `unix://` endpoint.
+fn socket_path(endpoint: &str) -> PathBuf {
+    PathBuf::from(endpoint.trim_start_matches("unix://"))
+}
+
+/// The runtime oxlet talks to, and the containerd it supervises (if any).
+pub(super) struct Runtime {
+    pub cri: RemoteRuntime,
+    pub runtime_name: String,
+    /// The CRI endpoint connected to.
+    pub endpoint: String,
+    pub managed: Option<ManagedContainerd>,
+}
+
+/// Which runtime this start uses: the explicit endpoint; else what `--root-dir` was
+/// run with before (so a system containerd that is slow at boot never flips a node to
+/// the managed one, nor the reverse); else the default socket if it answers, else managed.
+async fn choose_runtime(opts: &Options) -> anyhow::Result<RuntimeChoice> {
+    let recorded = runtime_choice::load(&opts.root_dir)?;
+    let requested = if opts.runtime_endpoint_explicit {
+        RuntimeChoice::Endpoint(opts.container_runtime_endpoint.clone())
+    } else if recorded == Some(RuntimeChoice::Endpoint(DEFAULT_RUNTIME_ENDPOINT.into())) {
+        RuntimeChoice::Endpoint(DEFAULT_RUNTIME_ENDPOINT.into())
+    } else if recorded == Some(RuntimeChoice::Managed) {
+        RuntimeChoice::Managed
+    } else {
+        let default_up = socket_path(DEFAULT_RUNTIME_ENDPOINT).exists()
+            && probe_cri(DEFAULT_RUNTIME_ENDPOINT, Duration::from_secs(2))
+                .await
+                .is_ok();
+        if default_up {
+            RuntimeChoice::Endpoint(DEFAULT_RUNTIME_ENDPOINT.into())
+        } else {
+            info!(target: STARTUP_TARGET, "no container runtime answers at {DEFAULT_RUNTIME_ENDPOINT}");
+            RuntimeChoice::Managed
+        }
+    };
+    runtime_choice::check(&opts.root_dir, recorded.as_ref(), &requested)?;
+    Ok(requested)
+}
+
+/// Connects to the configured runtime, or starts a managed containerd under
+/// `--root-dir` (see [`choose_runtime`]), and records the choice.
+pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
+    let timeout = opts.runtime_request_timeout;
+    let choice = choose_runtime(opts).await?;
+    let mut managed = None;
+    let endpoint = match &choice {
+        RuntimeChoice::Endpoint(e) => e.clone(),
+        RuntimeChoice::Managed => {
+            let layout = ContainerdLayout::new(opts.root_dir.join("containerd"));
+            info!(target: STARTUP_TARGET, root = %opts.root_dir.display(), "starting a managed containerd");
+            let m = ManagedContainerd::start(&layout, &CniSettings::default())
+                .await
+                .context("cannot start managed containerd")?;
+            info!(target: STARTUP_TARGET, endpoint = %m.endpoint(), "managed containerd is up");
+            let ep = m.endpoint();
+            managed = Some(m);
+            ep
+        }
+    };
+    // Wait like kubelet (30 s), but never longer than one runtime request may take.
+    let deadline = tokio::time::Instant::now() + RUNTIME_WAIT.min(timeout);
+    let (cri, version) = loop {
+        match RemoteRuntime::connect(&endpoint, Duration::from_secs(5), timeout).await {
+            Ok(ok) => break ok,
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                bail!("container runtime at {endpoint} is not answering: {e}")
+            }
+            Err(e) => {
+                warn!(error = %e, "waiting for the container runtime");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    info!(target: STARTUP_TARGET, endpoint = %endpoint, runtime = %version.runtime_name, version = %version.runtime_version, apiVersion = %version.runtime_api_version, "connected to container runtime");
+    runtime_choice::save(&opts.root_dir, &choice)?;
+    Ok(Runtime {
+        cri,
+        runtime_name: version.runtime_name,
+        endpoint,
+        managed,
+    })
+}
+
+/// The managed containerd's supervisor, when oxlet started one: it owns it from now on,
+/// as a critical task in `tasks` (the root scope, which stops after the agent's).
+pub(super) fn spawn_supervisor(rt: &mut Runtime, tasks: &Tasks) {
+    if let Some(m) = rt.managed.take() {
+        tasks.spawn_critical("containerd-supervisor", move |cancel| async move {
+            supervise(m, cancel).await;
+            Ok(())
+        });
+    }
+}
+
+/// Imports the archives in `<root-dir>/images` (k3s's convention). Each archive is
+/// imported on its own; `import_images` logs successes and failures, and a broken
+/// archive is skipped.
+pub(super) async fn import_root_images(opts: &Options, rt: &Runtime) {
+    let images = opts.root_dir.join("images");
+    if images.is_dir() {
+        import_images(&socket_path(&rt.endpoint), &images).await;
+    }
+}
+
+/// The pods' DNS settings from the flags and the node's address; `--resolv-conf` is
+/// checked here, once, so a bad one is reported at start.
+pub(super) fn dns(opts: &Options, node: &NodeInfo) -> DnsConfigurer {
+    let dns = DnsConfigurer {
+        cluster_dns: opts.cluster_dns.clone(),
+        cluster_domain: opts.cluster_domain.clone(),
+        resolv_conf: opts.resolv_conf.clone(),
+        node_ips: node.internal_ip().parse().into_iter().collect(),
+    };
+    dns.check_resolv_conf();
+    dns
+}
+
+/// What the runtime manager gets beside the options and the host: the parts other
+/// wings make for it.
+pub(super) struct ManagerInputs<'a> {
+    pub dns: DnsConfigurer,
+    pub events: &'a EventRecorder,
+    /// The prober's results: a container's start waits on its startup probe.
+    pub probes: &'a Arc<ProbeResults>,
+    /// Cluster mode's ConfigMap, Secret and token managers.
+    pub objects: Option<Arc<ObjectManager>>,
+    /// koordlet's hooks before CreateContainer/StartContainer.
+    pub hooks: ContainerHooks,
+}
+
+/// kubelet's kuberuntime manager on the CRI client: sandboxes, containers and images,
+/// with the pod environment the flags and the node give.
+pub(super) fn manager(
+    opts: &Options,
+    rt: &Runtime,
+    host: &Host,
+    inputs: ManagerInputs<'_>,
+) -> Arc<RuntimeManager> {
+    let pulls = PullLimit::from_settings(opts.serialize_image_pulls, opts.max_parallel_image_pulls);
+    Arc::new(
+        RuntimeManager::new(
+            Arc::new(rt.cri.clone()),
+            SandboxEnv {
+                pod_logs_dir: opts.pod_logs_dir.clone(),
+                dns: inputs.dns,
+                pods_dir: opts.root_dir.join("pods"),
+                cgroups: host.cm.clone(),
+                node_memory_bytes: host.allocatable.capacity.memory_bytes,
+                min_oom_score_adj: process::own_oom_score_adj(),
+                cfs_period_us: opts.cpu_cfs_quota.then(|| {
+                    i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)
+                }),
+                security: crate::runtime::security::SecuritySettings {
+                    seccomp_root: opts.root_dir.join("seccomp"),
+                    seccomp_default: opts.seccomp_default,
+                },
+                allocatable: host.allocatable.allocatable,
+            },
+            host.info.internal_ip().to_string(),
+        )
+        .with_events(inputs.events.clone())
+        .with_image_pulls(pulls)
+        .with_log_symlinks(opts.container_log_symlink_dir.clone())
+        .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
+        .with_objects(inputs.objects)
+        .with_container_hooks(inputs.hooks),
+    )
+}
+
+/// The container log manager (kubelet's: no rotation with a negative max size).
+pub(super) fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
+    let Some(policy) = crate::runtime::logs::RotatePolicy::new(
+        opts.container_log_max_size,
+        opts.container_log_max_files,
+    ) else {
+        info!(target: STARTUP_TARGET, "container log rotation is off (containerLogMaxSize is negative)");
+        return;
+    };
+    let logs = Arc::new(crate::runtime::logs::LogManager::new(
+        Arc::new(rt.cri.clone()),
+        opts.pod_logs_dir.clone(),
+        policy,
+        opts.container_log_max_workers,
+        opts.container_log_monitor_interval,
+    ));
+    tasks.spawn_restarting("container-log-manager", Backoff::default(), move |cancel| {
+        let logs = logs.clone();
+        async move {
+            logs.run(cancel).await;
+            Ok(())
+        }
+    });
+}
+
+/// The PLEG, warmed by one relist and then run as a restarting task; returns the
+/// channel its events reach the sync loop on.
+pub(super) async fn start_pleg(
+    runtime: &Arc<RuntimeManager>,
+    shared: &Shared,
+    tasks: &Tasks,
+) -> mpsc::Receiver<PodLifecycleEvent> {
+    let (cache, pleg_stats) = (&shared.pod_cache, &shared.pleg_stats);
+    let (pleg_tx, pleg_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
+    let mut pleg = GenericPleg::new(
+        runtime.reader(),
+        cache.clone(),
+        pleg_tx.clone(),
+        pleg_stats.clone(),
+    );
+    // One relist before the loop starts, so PLEG health and the cache are warm.
+    pleg.relist().await;
+    // A restarted PLEG starts from an empty record: its first relist reports every
+    // container once, which only wakes each pod's worker.
+    let mut first = Some(pleg);
+    let (reader, pleg_cache, stats) = (runtime.reader(), cache.clone(), pleg_stats.clone());
+    tasks.spawn_restarting("pleg", Backoff::default(), move |cancel| {
+        let pleg = first.take().unwrap_or_else(|| {
+            GenericPleg::new(
+                reader.clone(),
+                pleg_cache.clone(),
+                pleg_tx.clone(),
+                stats.clone(),
+            )
+        });
+        async move {
+            pleg.run(cancel).await;
+            Ok(())
+        }
+    });
+    pleg_rx
+}
+
+/// The runtime health check, which keeps the shared runtime health the sync loop and
+/// the node status read.
+pub(super) fn spawn_runtime_health(runtime: &Arc<RuntimeManager>, shared: &Shared, tasks: &Tasks) {
+    let (rm, h) = (runtime.clone(), shared.runtime_health.clone());
+    tasks.spawn_restarting("runtime-health", Backoff::default(), move |cancel| {
+        let check = run_runtime_health(rm.clone(), h.clone(), cancel);
+        async move {
+            check.await;
+            Ok(())
+        }
+    });
+}
+
+/// The pod syncer the pod workers call, with the prober whose workers run in a scope
+/// of their own.
+pub(super) fn syncer(
+    rt: &Runtime,
+    runtime: &Arc<RuntimeManager>,
+    host: &Host,
+    shared: &Shared,
+    probe_results: Arc<ProbeResults>,
+    tasks: &Tasks,
+) -> Arc<Syncer> {
+    let probes = Arc::new(ProbeManager::new(
+        WorkerDeps {
+            results: probe_results,
+            statuses: shared.statuses.clone(),
+            cri: Arc::new(rt.cri.clone()),
+            events: shared.events.clone(),
+        },
+        tasks.child(),
+    ));
+    Arc::new(Syncer {
+        runtime: runtime.clone(),
+        cache: shared.pod_cache.clone(),
+        statuses: shared.statuses.clone(),
+        pods: shared.pods.clone(),
+        runtime_name: rt.runtime_name.clone(),
+        startup: Default::default(),
+        probes,
+        cm: host.cm.clone(),
+    })
+}
+
+/// What the sync loop is made of beside the shared state.
+pub(super) struct LoopParts {
+    pub syncer: Arc<Syncer>,
+    pub runtime: Arc<RuntimeManager>,
+    /// Every configured pod source; housekeeping waits until each has reported.
+    pub sources: Vec<&'static str>,
+    /// Woken when static or mirror pods change (cluster mode: the mirror pods).
+    pub mirror_hook: Option<Arc<Notify>>,
+}
+
+/// The sync loop, its pod workers (in a scope of `tasks` of their own) and kubelet's
+/// admission chain; not yet running.
+pub(super) fn sync_loop(
+    opts: &Options,
+    host: &Host,
+    shared: &Shared,
+    parts: LoopParts,
+    tasks: &Tasks,
+) -> SyncLoop {
+    SyncLoop::new(SyncLoopDeps {
+        pods: shared.pods.clone(),
+        syncer: parts.syncer,
+        statuses: shared.statuses.clone(),
+        runtime: parts.runtime,
+        queue: Arc::new(WorkQueue::default()),
+        pleg: shared.pleg_stats.clone(),
+        health: shared.runtime_health.clone(),
+        resync: opts.sync_frequency,
+        admission: admission_chain(opts, host, shared),
+        sources: parts.sources,
+        tasks: tasks.clone(),
+        mirror_hook: parts.mirror_hook,
+    })
+}
+
+/// kubelet's admission handlers that oxlet has: sysctls, `maxPods`, then the pod's
+/// requests against allocatable.
+fn admission_chain(opts: &Options, host: &Host, shared: &Shared) -> AdmissionChain {
+    // kubelet's order: the sysctl allowlist, then the predicate handler (pods and
+    // resource fit), so a pod failing both is rejected as SysctlForbidden.
+    let mut chain = AdmissionChain::default();
+    // kubelet's eviction manager is the first admit handler.
+    chain.push(Box::new(crate::eviction::admission::PressureAdmission {
+        pressure: shared.pressure.clone(),
+    }));
+    chain.push(Box::new(
+        crate::syncloop::sysctl_admission::SysctlAdmission::for_node(&opts.allowed_unsafe_sysctls),
+    ));
+    chain.push(Box::new(crate::syncloop::admission::MaxPods {
+        capacity: opts.max_pods,
+    }));
+    chain.push(Box::new(crate::cm::fit::ResourceFit {
+        allocatable: host.allocatable.allocatable,
+    }));
+    chain
+}
+
+/// The sync loop as a critical task: it owns its channels and cannot be restarted.
+pub(super) fn spawn_sync_loop(sync_loop: SyncLoop, inputs: LoopInputs, tasks: &Tasks) {
+    tasks.spawn_critical("sync-loop", move |cancel| async move {
+        sync_loop.run(inputs, cancel).await;
+        Ok(())
+    });
+}

@@ -8,16 +8,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use tracing::{debug, info, warn};
 
-use super::actions::compute_pod_actions_probed;
+use super::actions::{PodActions, compute_pod_actions_probed};
 use super::backoff::Backoff;
 use super::container::{self, ContainerRequest, PodEnv};
 use super::cri::CriError;
 use super::cri_api::Cri;
 use super::gc;
-use super::images::{ImagePuller, PullLimit, runtime_reason};
+use super::images::{ImageError, ImagePuller, PullLimit, runtime_reason};
 use super::labels::{self, ContainerType};
 use super::lifecycle;
 use super::reader::RuntimeReader;
@@ -164,6 +164,64 @@ impl ReasonCache {
     pub(crate) fn forget_pod(&self, uid: &str) {
         self.inner.lock().unwrap().retain(|(u, _), _| u != uid);
     }
+}
+
+/// What every container started in one sync shares, as kubelet hands it to each
+/// `startContainer`: the pod, its runtime status, its sandbox and its environment.
+struct StartContext<'a> {
+    pod: &'a Pod,
+    status: &'a PodRuntimeStatus,
+    sandbox_id: &'a str,
+    sandbox_config: &'a cri::PodSandboxConfig,
+    env: &'a PodEnv,
+}
+
+/// One container being started (kubelet's `startSpec`, with its sync's context): the
+/// names its logs, metrics and waiting reason go under.
+struct ContainerStart<'a> {
+    ctx: &'a StartContext<'a>,
+    container: &'a Container,
+    kind: ContainerType,
+    pod_ref: String,
+    uid: &'a str,
+    name: &'a str,
+}
+
+impl<'a> ContainerStart<'a> {
+    fn new(ctx: &'a StartContext<'a>, container: &'a Container, kind: ContainerType) -> Self {
+        ContainerStart {
+            ctx,
+            container,
+            kind,
+            pod_ref: pod_ref(ctx.pod),
+            uid: pod_uid(ctx.pod),
+            name: &container.name,
+        }
+    }
+
+    /// The container type label of kubelet's start metrics.
+    fn metric_type(&self) -> &'static str {
+        match self.kind {
+            ContainerType::Init => "init_container",
+            ContainerType::Regular => "container",
+        }
+    }
+
+    /// kubelet's start failures by reason (a bounded set of codes).
+    fn count_failure(&self, reason: WaitingReason) {
+        crate::metrics::kubelet()
+            .started_containers_errors
+            .with_label_values(&[self.metric_type(), reason.as_str()])
+            .inc();
+    }
+}
+
+/// What the container starts of one sync came to: the soonest end of a back-off
+/// among them, and the containers that failed.
+#[derive(Default)]
+struct ContainerStarts {
+    retry_after: Option<Duration>,
+    errors: Vec<ContainerStartError>,
 }
 
 /// Converts a CRI wall-clock timestamp (ns) into a tokio instant in the past.
@@ -375,6 +433,7 @@ impl RuntimeManager {
     }
 
     /// `sync_pod`, with the liveness/startup probe that failed a container (by ID).
+    /// The steps of kubelet's `SyncPod`, in its order.
     pub(crate) async fn sync_pod_probed(
         &self,
         pod: &Pod,
@@ -383,10 +442,82 @@ impl RuntimeManager {
     ) -> Result<SyncOutcome, SyncError> {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod).to_string();
+        // Step 1: compute sandbox and container changes.
         let actions =
             compute_pod_actions_probed(pod, status, self.startup_gate.as_ref(), failed_probe);
         debug!(pod = %pod_ref, podUID = %uid, ?actions, "computed pod actions");
-        // Changed labels or annotations reach the downwardAPI volumes on every sync.
+        self.update_downward_volumes(pod);
+        let objects = self.resolve_objects(pod).await;
+        if let Some(o) = &objects {
+            self.update_object_volumes(pod, o);
+        }
+        let mut outcome = SyncOutcome::default();
+        if actions.is_noop() {
+            return Ok(outcome);
+        }
+        outcome.acted = true;
+
+        // Step 2: kill the pod if its sandbox changed (or all is done); step 3: else
+        // kill the running containers it should not keep.
+        if actions.kill_pod {
+            self.kill_pod_for_sync(pod, status, &actions).await?;
+            if !actions.create_sandbox {
+                return Ok(outcome);
+            }
+        } else {
+            self.kill_unwanted_containers(pod, status, &actions).await;
+        }
+
+        self.prune_dead_containers(pod, status).await;
+        let _slot = self.start_slots.acquire().await.expect("never closed");
+
+        if let (true, Some(o)) = (actions.create_sandbox, &objects) {
+            self.set_up_object_volumes(pod, o)?;
+        }
+        // Step 4: create a sandbox if needed.
+        let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env)?;
+        let (sandbox_id, ips) = if actions.create_sandbox {
+            self.create_pod_sandbox(pod, status, actions.attempt, &sandbox_config)
+                .await?
+        } else {
+            match actions.sandbox_id.clone() {
+                Some(id) => (id, status.ips.clone()),
+                None => return Ok(outcome),
+            }
+        };
+        let env = self.pod_env(&ips, pod, objects);
+        let spec = pod.spec.as_ref().expect("pod with actions has a spec");
+        let ctx = StartContext {
+            pod,
+            status,
+            sandbox_id: &sandbox_id,
+            sandbox_config: &sandbox_config,
+            env: &env,
+        };
+
+        // Step 6: start the init containers; step 7: the regular containers. (Step 5,
+        // ephemeral containers, has no counterpart: oxlet starts none.)
+        let mut started = ContainerStarts::default();
+        self.start_init_containers(&ctx, spec, &actions.start_init, &mut started)
+            .await;
+        self.start_regular_containers(&ctx, spec, &actions.start, &mut started)
+            .await;
+        outcome.retry_after = started.retry_after;
+        if started.errors.is_empty() {
+            Ok(outcome)
+        } else {
+            Err(SyncError::Containers {
+                errors: started.errors,
+                retry_after: outcome.retry_after,
+            })
+        }
+    }
+
+    /// Changed labels or annotations reach the downwardAPI volumes on every sync; a
+    /// failure is only logged.
+    fn update_downward_volumes(&self, pod: &Pod) {
+        let pod_ref = pod_ref(pod);
+        let uid = pod_uid(pod);
         match super::volumes::refresh_downward_volumes(
             pod,
             &self.sandbox_env.pods_dir,
@@ -400,320 +531,371 @@ impl RuntimeManager {
                 warn!(pod = %pod_ref, podUID = %uid, error = %e, "cannot update downwardAPI volumes");
             }
         }
-        // ConfigMaps, Secrets and tokens for this sync; changed ones reach the volumes.
-        let objects = match &self.objects {
+    }
+
+    /// The ConfigMaps, Secrets and tokens this sync uses (`None` standalone), read once
+    /// so volumes and env see the same objects.
+    async fn resolve_objects(&self, pod: &Pod) -> Option<Arc<crate::objects::PodObjects>> {
+        match &self.objects {
             Some(m) => Some(Arc::new(m.resolve(pod).await)),
             None => None,
-        };
-        if let Some(o) = &objects {
-            let pods_dir = &self.sandbox_env.pods_dir;
-            match super::object_volumes::refresh(pod, pods_dir, o, &self.sandbox_env.allocatable) {
-                Ok(w) if !w.is_empty() => {
-                    info!(pod = %pod_ref, podUID = %uid, volumes = ?w, "updated API object volumes");
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    warn!(pod = %pod_ref, podUID = %uid, error = %e, "cannot update API object volumes");
-                }
-            }
         }
-        let mut outcome = SyncOutcome::default();
-        if actions.is_noop() {
-            return Ok(outcome);
-        }
-        outcome.acted = true;
+    }
 
-        if actions.kill_pod {
-            let why = if actions.create_sandbox {
-                "pod sandbox changed, it will be killed and re-created"
-            } else {
-                "all containers of the pod are done"
-            };
-            info!(pod = %pod_ref, podUID = %uid, reason = why, "killing pod");
-            if actions.create_sandbox {
-                let msg = "Pod sandbox changed, it will be killed and re-created.";
-                (self.events).event(&ObjectRef::pod(pod), Normal, reason::SANDBOX_CHANGED, msg);
+    /// Changed ConfigMaps, Secrets and tokens reach the pod's volumes on every sync; a
+    /// failure is only logged.
+    fn update_object_volumes(&self, pod: &Pod, objects: &crate::objects::PodObjects) {
+        let pod_ref = pod_ref(pod);
+        let uid = pod_uid(pod);
+        let pods_dir = &self.sandbox_env.pods_dir;
+        match super::object_volumes::refresh(pod, pods_dir, objects, &self.sandbox_env.allocatable)
+        {
+            Ok(w) if !w.is_empty() => {
+                info!(pod = %pod_ref, podUID = %uid, volumes = ?w, "updated API object volumes");
             }
-            self.kill_pod_status(pod, status, None).await?;
-            if !actions.create_sandbox {
-                return Ok(outcome);
+            Ok(_) => {}
+            Err(e) => {
+                warn!(pod = %pod_ref, podUID = %uid, error = %e, "cannot update API object volumes");
             }
+        }
+    }
+
+    /// SyncPod's step 2 (kubelet's `killPodWithSyncResult`): kills the whole pod, as its
+    /// sandbox changed (it is made again) or all its containers are done.
+    async fn kill_pod_for_sync(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+        actions: &PodActions,
+    ) -> Result<(), SyncError> {
+        let why = if actions.create_sandbox {
+            "pod sandbox changed, it will be killed and re-created"
         } else {
-            let grace = termination_grace(pod);
-            let target = hook_target(pod, &status.ips, &self.host_ip);
-            for (id, name, why) in &actions.kill {
-                // A probe's own terminationGracePeriodSeconds replaces the pod's.
-                let grace = (actions.probe_grace.iter())
-                    .find(|(i, _)| i == id)
-                    .map_or(grace, |(_, g)| *g);
-                info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, gracePeriod = grace, "killing container");
-                (self.events).event(
-                    &ObjectRef::container(pod, name),
-                    Normal,
-                    reason::KILLING,
-                    why,
-                );
-                let plan = stop_plan(pod, id, name, grace);
-                if let Err(e) = self.stop_with_hooks(pod, &plan, &target, None).await {
-                    warn!(pod = %pod_ref, podUID = %uid, container = %name, error = %e, "failed to kill container");
-                }
+            "all containers of the pod are done"
+        };
+        info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), reason = why, "killing pod");
+        if actions.create_sandbox {
+            let msg = "Pod sandbox changed, it will be killed and re-created.";
+            (self.events).event(&ObjectRef::pod(pod), Normal, reason::SANDBOX_CHANGED, msg);
+        }
+        self.kill_pod_status(pod, status, None).await
+    }
+
+    /// SyncPod's step 3: kills the running containers the pod should not keep (changed
+    /// spec, failed probe), each with its preStop hook; a failure is only logged.
+    async fn kill_unwanted_containers(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+        actions: &PodActions,
+    ) {
+        let pod_ref = pod_ref(pod);
+        let uid = pod_uid(pod);
+        let grace = termination_grace(pod);
+        let target = hook_target(pod, &status.ips, &self.host_ip);
+        for (id, name, why) in &actions.kill {
+            // A probe's own terminationGracePeriodSeconds replaces the pod's.
+            let grace = (actions.probe_grace.iter())
+                .find(|(i, _)| i == id)
+                .map_or(grace, |(_, g)| *g);
+            info!(pod = %pod_ref, podUID = %uid, container = %name, containerID = %id, reason = %why, gracePeriod = grace, "killing container");
+            (self.events).event(
+                &ObjectRef::container(pod, name),
+                Normal,
+                reason::KILLING,
+                why,
+            );
+            let plan = stop_plan(pod, id, name, grace);
+            if let Err(e) = self.stop_with_hooks(pod, &plan, &target, None).await {
+                warn!(pod = %pod_ref, podUID = %uid, container = %name, error = %e, "failed to kill container");
             }
         }
+    }
 
-        self.prune_dead_containers(pod, status).await;
-        let _slot = self.start_slots.acquire().await.expect("never closed");
-
-        // The pod's API-object volumes come first, as kubelet waits for its volumes
-        // before the runtime sync: no sandbox (nor IP) while one cannot be set up.
-        if let (true, Some(o)) = (actions.create_sandbox, &objects) {
-            let env = &self.sandbox_env;
-            let failed = super::object_volumes::set_up(pod, &env.pods_dir, o, &env.allocatable);
-            if !failed.is_empty() {
-                for (_, msg) in &failed {
-                    warn!(pod = %pod_ref, podUID = %uid, event = "FailedMount", "{msg}");
-                    let pod_obj = ObjectRef::pod(pod);
-                    (self.events).event(&pod_obj, Warning, reason::FAILED_MOUNT, msg.clone());
-                }
-                let names = failed.into_iter().map(|(v, _)| v).collect();
-                return Err(SyncError::UnmountedVolumes(names));
-            }
+    /// kubelet's `WaitForAttachAndMount` for the API-object volumes: it waits for the
+    /// pod's volumes before the runtime sync, so no sandbox (nor IP) while one fails.
+    fn set_up_object_volumes(
+        &self,
+        pod: &Pod,
+        objects: &crate::objects::PodObjects,
+    ) -> Result<(), SyncError> {
+        let env = &self.sandbox_env;
+        let failed = super::object_volumes::set_up(pod, &env.pods_dir, objects, &env.allocatable);
+        if failed.is_empty() {
+            return Ok(());
         }
+        for (_, msg) in &failed {
+            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), event = "FailedMount", "{msg}");
+            let pod_obj = ObjectRef::pod(pod);
+            (self.events).event(&pod_obj, Warning, reason::FAILED_MOUNT, msg.clone());
+        }
+        let names = failed.into_iter().map(|(v, _)| v).collect();
+        Err(SyncError::UnmountedVolumes(names))
+    }
+
+    /// SyncPod's step 4 (kubelet's `createPodSandbox`): runs a new sandbox and reads its
+    /// IPs back; returns its ID and the pod's IPs (on host network, the status's).
+    async fn create_pod_sandbox(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+        attempt: u32,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<(String, Vec<String>), SyncError> {
+        let pod_ref = pod_ref(pod);
+        let uid = pod_uid(pod);
         let mut ips = status.ips.clone();
-        let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env)?;
-        let sandbox_id = if actions.create_sandbox {
-            let config = sandbox_config.clone();
-            if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
-                warn!(pod = %pod_ref, podUID = %uid, dir = %config.log_directory, error = %e, "cannot create pod log directory");
-            }
-            if let Some(msg) = self.sandbox_env.dns.missing_cluster_dns(pod) {
-                let pod_obj = ObjectRef::pod(pod);
-                (self.events).event(&pod_obj, Warning, reason::MISSING_CLUSTER_DNS, msg);
-            }
-            let handler = sandbox::runtime_handler(pod);
-            info!(pod = %pod_ref, podUID = %uid, attempt = actions.attempt, hostNetwork = sandbox::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
-            crate::metrics::kubelet().started_pods.inc();
-            let id = match self.cri.run_pod_sandbox(config, handler).await {
-                Ok(id) => id,
-                Err(e) => {
-                    crate::metrics::kubelet().started_pods_errors.inc();
-                    // kubelet's event and wording; the pod stays Pending and is retried.
-                    warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", error = %e, "Failed to create pod sandbox: {e}");
-                    let msg = format!("Failed to create pod sandbox: {e}");
-                    (self.events).event(
-                        &ObjectRef::pod(pod),
-                        Warning,
-                        reason::FAILED_CREATE_POD_SANDBOX,
-                        msg,
-                    );
-                    return Err(SyncError::CreateSandbox(e));
-                }
-            };
-            if !sandbox::is_host_network(pod) {
-                let st = self.cri.pod_sandbox_status(&id).await?;
-                ips = st
-                    .network
-                    .map(|n| {
-                        std::iter::once(n.ip)
-                            .chain(n.additional_ips.into_iter().map(|i| i.ip))
-                            .filter(|ip| !ip.is_empty())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-            }
-            info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, ips = ?ips, "pod sandbox ready");
-            id
-        } else {
-            match actions.sandbox_id.clone() {
-                Some(id) => id,
-                None => return Ok(outcome),
+        let config = sandbox_config.clone();
+        if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
+            warn!(pod = %pod_ref, podUID = %uid, dir = %config.log_directory, error = %e, "cannot create pod log directory");
+        }
+        if let Some(msg) = self.sandbox_env.dns.missing_cluster_dns(pod) {
+            let pod_obj = ObjectRef::pod(pod);
+            (self.events).event(&pod_obj, Warning, reason::MISSING_CLUSTER_DNS, msg);
+        }
+        let handler = sandbox::runtime_handler(pod);
+        info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = sandbox::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
+        crate::metrics::kubelet().started_pods.inc();
+        let id = match self.cri.run_pod_sandbox(config, handler).await {
+            Ok(id) => id,
+            Err(e) => {
+                crate::metrics::kubelet().started_pods_errors.inc();
+                // kubelet's event and wording; the pod stays Pending and is retried.
+                warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", error = %e, "Failed to create pod sandbox: {e}");
+                let msg = format!("Failed to create pod sandbox: {e}");
+                (self.events).event(
+                    &ObjectRef::pod(pod),
+                    Warning,
+                    reason::FAILED_CREATE_POD_SANDBOX,
+                    msg,
+                );
+                return Err(SyncError::CreateSandbox(e));
             }
         };
-        let env = self.pod_env(&ips, pod, objects);
-        let spec = pod.spec.as_ref().expect("pod with actions has a spec");
+        if !sandbox::is_host_network(pod) {
+            let st = self.cri.pod_sandbox_status(&id).await?;
+            ips = st
+                .network
+                .map(|n| {
+                    std::iter::once(n.ip)
+                        .chain(n.additional_ips.into_iter().map(|i| i.ip))
+                        .filter(|ip| !ip.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+        info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, ips = ?ips, "pod sandbox ready");
+        Ok((id, ips))
+    }
 
-        let mut errors = Vec::new();
-        for &i in &actions.start_init {
+    /// SyncPod's step 6: starts the init containers due, in order. A sidecar that cannot
+    /// start does not hold up the others; a regular init container does.
+    async fn start_init_containers(
+        &self,
+        ctx: &StartContext<'_>,
+        spec: &PodSpec,
+        indices: &[usize],
+        started: &mut ContainerStarts,
+    ) {
+        for &i in indices {
             let c = &spec.init_containers.as_ref().expect("init index")[i];
-            let latest = status.latest(&c.name);
             let is_sidecar = sidecar::is_sidecar(c);
             if is_sidecar {
-                info!(pod = %pod_ref, podUID = %uid, container = %c.name, initIndex = i, "starting sidecar container");
+                info!(pod = %pod_ref(ctx.pod), podUID = %pod_uid(ctx.pod), container = %c.name, initIndex = i, "starting sidecar container");
             }
-            let started = self.start_container(
-                pod,
-                c,
-                ContainerType::Init,
-                latest,
-                status.latest_exited(&c.name),
-                &sandbox_id,
-                &sandbox_config,
-                &env,
-            );
-            match started.await {
-                Ok(retry) => merge_retry(&mut outcome.retry_after, retry),
-                // A sidecar that cannot start does not hold up the others; a regular
-                // init container does (kubelet's SyncPod step 6).
-                Err(e) if is_sidecar => errors.push(e),
+            match self.start_container(ctx, c, ContainerType::Init).await {
+                Ok(retry) => merge_retry(&mut started.retry_after, retry),
+                Err(e) if is_sidecar => started.errors.push(e),
                 Err(e) => {
-                    errors.push(e);
+                    started.errors.push(e);
                     break;
                 }
             }
         }
-        // Containers start together, but one with a postStart hook blocks the ones
-        // after it until the hook returned (kubelet starts them one by one).
+    }
+
+    /// SyncPod's step 7: starts the regular containers together, but one with a
+    /// postStart hook blocks the ones after it until the hook returned (kubelet starts
+    /// them one by one).
+    async fn start_regular_containers(
+        &self,
+        ctx: &StartContext<'_>,
+        spec: &PodSpec,
+        indices: &[usize],
+        started: &mut ContainerStarts,
+    ) {
         let mut futs = Vec::new();
-        for (n, &i) in actions.start.iter().enumerate() {
+        for (n, &i) in indices.iter().enumerate() {
             let c = &spec.containers[i];
-            futs.push(self.start_container(
-                pod,
-                c,
-                ContainerType::Regular,
-                status.latest(&c.name),
-                status.latest_exited(&c.name),
-                &sandbox_id,
-                &sandbox_config,
-                &env,
-            ));
+            futs.push(self.start_container(ctx, c, ContainerType::Regular));
             let blocks = c.lifecycle.as_ref().is_some_and(|l| l.post_start.is_some());
-            if blocks || n + 1 == actions.start.len() {
+            if blocks || n + 1 == indices.len() {
                 for r in join_all(std::mem::take(&mut futs)).await {
                     match r {
-                        Ok(retry) => merge_retry(&mut outcome.retry_after, retry),
-                        Err(e) => errors.push(e),
+                        Ok(retry) => merge_retry(&mut started.retry_after, retry),
+                        Err(e) => started.errors.push(e),
                     }
                 }
             }
         }
-        if errors.is_empty() {
-            Ok(outcome)
-        } else {
-            Err(SyncError::Containers {
-                errors,
-                retry_after: outcome.retry_after,
-            })
-        }
     }
 
-    /// Starts one container: back-off check, image, create, start. Ok(Some(d)) means
-    /// "in back-off, retry after d"; Err is a real failure (already in the reason cache).
-    #[allow(clippy::too_many_arguments)]
+    /// Starts one container with kubelet's `startContainer` steps: back-off check,
+    /// image, config, create, start, postStart hook. Ok(Some(d)) means "in back-off,
+    /// retry after d"; Err is a real failure (already in the reason cache).
     async fn start_container(
         &self,
-        pod: &Pod,
+        ctx: &StartContext<'_>,
         c: &Container,
         kind: ContainerType,
-        latest: Option<&ContainerStatus>,
-        exited: Option<&ContainerStatus>,
-        sandbox_id: &str,
-        sandbox_config: &cri::PodSandboxConfig,
-        env: &PodEnv,
     ) -> Result<Option<Duration>, ContainerStartError> {
-        let pod_ref = pod_ref(pod);
-        let uid = pod_uid(pod);
-        let name = c.name.as_str();
-        let metric_type = match kind {
-            ContainerType::Init => "init_container",
-            ContainerType::Regular => "container",
-        };
-        // kubelet's start failures by reason (a bounded set of codes).
-        let count_failure = |reason: WaitingReason| {
-            crate::metrics::kubelet()
-                .started_containers_errors
-                .with_label_values(&[metric_type, reason.as_str()])
-                .inc();
-        };
-        // Records why the container waits and returns that as the error.
-        let failed = |reason: WaitingReason, message: String| {
-            count_failure(reason);
-            self.reasons.set(uid, name, reason, message.clone());
-            ContainerStartError {
-                container: name.to_string(),
-                reason,
-                message,
-            }
-        };
-        // CrashLoopBackOff: only a container that already ran and exited backs off,
-        // counted from its newest exited instance (not only the latest one: a
-        // container restarted because a probe failed is running still).
-        if let Some(prev) = exited {
-            let key = format!("{uid}_{name}");
-            let died = instant_of(prev.finished_at);
-            if let Some(left) = self.crash_backoff.remaining(&key, died) {
-                let current = self.crash_backoff.current(&key).unwrap_or(left);
-                let msg = format!(
-                    "back-off {} restarting failed container={name} pod={}_{}({uid})",
-                    crate::duration::format_go_duration(current),
-                    pod.metadata.name.as_deref().unwrap_or(""),
-                    pod.metadata.namespace.as_deref().unwrap_or("default"),
-                );
-                debug!(pod = %pod_ref, podUID = %uid, container = name, message = %msg, "container in CrashLoopBackOff");
-                // kubelet's doBackOff: recorded on the container (its fieldPath).
-                let event = format!(
-                    "Back-off restarting failed container {name} in pod {}_{}({uid})",
-                    pod.metadata.name.as_deref().unwrap_or(""),
-                    pod.metadata.namespace.as_deref().unwrap_or("default"),
-                );
-                let container_ref = ObjectRef::container(pod, name);
-                (self.events).event(&container_ref, Warning, reason::BACK_OFF, event);
-                self.reasons
-                    .set(uid, name, WaitingReason::CrashLoopBackOff, msg);
-                return Ok(Some(left));
-            }
-            self.crash_backoff.next(&key, died);
+        let s = ContainerStart::new(ctx, c, kind);
+        let pod = ctx.pod;
+        if let Some(left) = self.do_back_off(&s) {
+            return Ok(Some(left));
         }
         // kubelet counts a start attempt once it passed the back-off check.
         crate::metrics::kubelet()
             .started_containers
-            .with_label_values(&[metric_type])
+            .with_label_values(&[s.metric_type()])
             .inc();
 
+        // Step 1: pull the image (kubelet's EnsureImageExists).
         let image_ref = match self
             .images
-            .ensure_image(self.cri.as_ref(), pod, c, sandbox_config)
+            .ensure_image(self.cri.as_ref(), pod, c, ctx.sandbox_config)
             .await
         {
             Ok(r) => r,
-            Err(e) => match e.retry_after {
-                Some(retry) => {
-                    count_failure(e.reason);
-                    self.reasons.set(uid, name, e.reason, e.message);
-                    return Ok(Some(retry));
-                }
-                None => return Err(failed(e.reason, e.message)),
-            },
+            Err(e) => return self.image_not_ready(&s, e),
         };
 
-        // Bad paths or volumes: the container cannot be configured (kubelet's reason,
-        // and startContainer's Warning `Failed` event on the container).
-        let config_error = |e: &dyn std::fmt::Display| {
-            warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "invalid container configuration");
-            (self.events).event(
-                &ObjectRef::container(pod, name),
-                Warning,
-                reason::FAILED,
-                format!("Error: {e}"),
+        // Step 2: create the container.
+        let (mut config, restart_count) = self.generate_container_config(&s, &image_ref).await?;
+        self.hooks.pre_create(pod, c, &mut config);
+        let log_path =
+            std::path::PathBuf::from(&ctx.sandbox_config.log_directory).join(&config.log_path);
+        let id = self.create_container(&s, config, restart_count).await?;
+        self.hooks.pre_start(pod, c, &id);
+
+        // Step 3: start the container.
+        self.start_created_container(&s, &id).await?;
+        self.link_container_log(pod, s.name, &id, &log_path);
+
+        // Step 4: run the postStart hook, if there is one.
+        self.run_post_start_hook(&s, &id).await?;
+        self.reasons.clear(s.uid, s.name);
+        Ok(None)
+    }
+
+    /// Records why the container waits (and counts the failure), and returns that as
+    /// the error.
+    fn start_failed(
+        &self,
+        s: &ContainerStart<'_>,
+        reason: WaitingReason,
+        message: String,
+    ) -> ContainerStartError {
+        s.count_failure(reason);
+        self.reasons.set(s.uid, s.name, reason, message.clone());
+        ContainerStartError {
+            container: s.name.to_string(),
+            reason,
+            message,
+        }
+    }
+
+    /// kubelet's `doBackOff` (CrashLoopBackOff): only a container that already ran and
+    /// exited backs off, counted from its newest exited instance (not only the latest
+    /// one: a container restarted because a probe failed is running still). Some: the
+    /// back-off left, the container does not start now.
+    fn do_back_off(&self, s: &ContainerStart<'_>) -> Option<Duration> {
+        let prev = s.ctx.status.latest_exited(s.name)?;
+        let (pod, uid, name) = (s.ctx.pod, s.uid, s.name);
+        let key = format!("{uid}_{name}");
+        let died = instant_of(prev.finished_at);
+        if let Some(left) = self.crash_backoff.remaining(&key, died) {
+            let current = self.crash_backoff.current(&key).unwrap_or(left);
+            let msg = format!(
+                "back-off {} restarting failed container={name} pod={}_{}({uid})",
+                crate::duration::format_go_duration(current),
+                pod.metadata.name.as_deref().unwrap_or(""),
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
             );
-            Err(failed(
-                WaitingReason::CreateContainerConfigError,
-                e.to_string(),
-            ))
-        };
-        let pod_log_dir = std::path::PathBuf::from(&sandbox_config.log_directory);
+            debug!(pod = %s.pod_ref, podUID = %uid, container = name, message = %msg, "container in CrashLoopBackOff");
+            // kubelet's doBackOff: recorded on the container (its fieldPath).
+            let event = format!(
+                "Back-off restarting failed container {name} in pod {}_{}({uid})",
+                pod.metadata.name.as_deref().unwrap_or(""),
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+            );
+            let container_ref = ObjectRef::container(pod, name);
+            (self.events).event(&container_ref, Warning, reason::BACK_OFF, event);
+            self.reasons
+                .set(uid, name, WaitingReason::CrashLoopBackOff, msg);
+            return Some(left);
+        }
+        self.crash_backoff.next(&key, died);
+        None
+    }
+
+    /// The image is not there: in back-off (a waiting reason, retried when it ends) or
+    /// failed to pull (a start failure).
+    fn image_not_ready(
+        &self,
+        s: &ContainerStart<'_>,
+        e: ImageError,
+    ) -> Result<Option<Duration>, ContainerStartError> {
+        match e.retry_after {
+            Some(retry) => {
+                s.count_failure(e.reason);
+                self.reasons.set(s.uid, s.name, e.reason, e.message);
+                Ok(Some(retry))
+            }
+            None => Err(self.start_failed(s, e.reason, e.message)),
+        }
+    }
+
+    /// Bad paths or volumes: the container cannot be configured (kubelet's reason,
+    /// and startContainer's Warning `Failed` event on the container).
+    fn config_error(
+        &self,
+        s: &ContainerStart<'_>,
+        e: &dyn std::fmt::Display,
+    ) -> ContainerStartError {
+        warn!(pod = %s.pod_ref, podUID = %s.uid, container = s.name, error = %e, "invalid container configuration");
+        (self.events).event(
+            &ObjectRef::container(s.ctx.pod, s.name),
+            Warning,
+            reason::FAILED,
+            format!("Error: {e}"),
+        );
+        self.start_failed(s, WaitingReason::CreateContainerConfigError, e.to_string())
+    }
+
+    /// kubelet's `generateContainerConfig`: the restart count, log directory, env,
+    /// mounts and image user that make the CRI container config.
+    async fn generate_container_config(
+        &self,
+        s: &ContainerStart<'_>,
+        image_ref: &str,
+    ) -> Result<(cri::ContainerConfig, i32), ContainerStartError> {
+        let (pod, c, env, uid, name) = (s.ctx.pod, s.container, s.ctx.env, s.uid, s.name);
+        let pod_log_dir = std::path::PathBuf::from(&s.ctx.sandbox_config.log_directory);
         let log_dir = match container::container_log_dir(&pod_log_dir, name) {
             Ok(d) => d,
-            Err(e) => return config_error(&e),
+            Err(e) => return Err(self.config_error(s, &e)),
         };
-        let restart_count = match latest {
-            Some(s) => s.restart_count + 1,
+        let restart_count = match s.ctx.status.latest(name) {
+            Some(st) => st.restart_count + 1,
             None => container::restart_count_from_logs(&log_dir),
         };
         if let Err(e) = std::fs::create_dir_all(&log_dir) {
-            warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "cannot create container log directory");
+            warn!(pod = %s.pod_ref, podUID = %uid, container = name, error = %e, "cannot create container log directory");
         }
         let envs = match container::environment(pod, c, env) {
             Ok(envs) => envs,
-            Err(e) => return config_error(&e),
+            Err(e) => return Err(self.config_error(s, &e)),
         };
         let mut mounts = match super::volumes::container_mounts(
             pod,
@@ -724,16 +906,16 @@ impl RuntimeManager {
             &self.sandbox_env.allocatable,
         ) {
             Ok(m) => m,
-            Err(e) => return config_error(&e),
+            Err(e) => return Err(self.config_error(s, &e)),
         };
         match termination::message_mount(&self.sandbox_env.pods_dir, uid, c, restart_count) {
             Ok(m) => mounts.extend(m),
-            Err(e) => return config_error(&e),
+            Err(e) => return Err(self.config_error(s, &e)),
         }
         // kubelet's getImageUser: runAsNonRoot is checked against the image's user.
-        let image_user = match self.cri.image_status(&image_ref).await {
+        let image_user = match self.cri.image_status(image_ref).await {
             Ok(image) => ImageUser::of(image.as_ref()),
-            Err(e) => return config_error(&e),
+            Err(e) => return Err(self.config_error(s, &e)),
         };
         match super::hosts::hosts_mount(
             pod,
@@ -744,14 +926,14 @@ impl RuntimeManager {
             std::path::Path::new(super::hosts::NODE_HOSTS),
         ) {
             Ok(m) => mounts.extend(m),
-            Err(e) => return config_error(&e),
+            Err(e) => return Err(self.config_error(s, &e)),
         }
-        let mut config = match container::container_config(&ContainerRequest {
+        let config = match container::container_config(&ContainerRequest {
             pod,
             container: c,
-            kind,
+            kind: s.kind,
             restart_count,
-            image_ref: &image_ref,
+            image_ref,
             env,
             mounts,
             oom_score_adj: crate::cm::qos::clamp_oom_score_adj(
@@ -763,95 +945,123 @@ impl RuntimeManager {
             security: &self.sandbox_env.security,
         }) {
             Ok(c) => c,
-            Err(e) => return config_error(&e),
+            Err(e) => return Err(self.config_error(s, &e)),
         };
-        self.hooks.pre_create(pod, c, &mut config);
-        let log_path = pod_log_dir.join(&config.log_path);
+        Ok((config, restart_count))
+    }
+
+    /// startContainer's CreateContainer call, with its `Failed` or `Created` event;
+    /// returns the new container's ID.
+    async fn create_container(
+        &self,
+        s: &ContainerStart<'_>,
+        config: cri::ContainerConfig,
+        restart_count: i32,
+    ) -> Result<String, ContainerStartError> {
+        let (pod, uid, name) = (s.ctx.pod, s.uid, s.name);
         let id = match self
             .cri
-            .create_container(sandbox_id, config, sandbox_config.clone())
+            .create_container(s.ctx.sandbox_id, config, s.ctx.sandbox_config.clone())
             .await
         {
             Ok(id) => id,
             Err(e) => {
-                warn!(pod = %pod_ref, podUID = %uid, container = name, error = %e, "failed to create container");
+                warn!(pod = %s.pod_ref, podUID = %uid, container = name, error = %e, "failed to create container");
                 (self.events).event(
                     &ObjectRef::container(pod, name),
                     Warning,
                     reason::FAILED,
                     format!("Error: {}", runtime_reason(&e)),
                 );
-                return Err(failed(WaitingReason::CreateContainerError, e.to_string()));
+                return Err(self.start_failed(
+                    s,
+                    WaitingReason::CreateContainerError,
+                    e.to_string(),
+                ));
             }
         };
-        info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, restartCount = restart_count, "created container");
-        let container_ref = ObjectRef::container(pod, name);
+        info!(pod = %s.pod_ref, podUID = %uid, container = name, containerID = %id, restartCount = restart_count, "created container");
         (self.events).event(
-            &container_ref,
+            &ObjectRef::container(pod, name),
             Normal,
             reason::CREATED,
             format!("Created container: {name}"),
         );
-        self.hooks.pre_start(pod, c, &id);
-        if let Err(e) = self.cri.start_container(&id).await {
-            warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to start container");
+        Ok(id)
+    }
+
+    /// startContainer's StartContainer call, with its `Failed` or `Started` event.
+    async fn start_created_container(
+        &self,
+        s: &ContainerStart<'_>,
+        id: &str,
+    ) -> Result<(), ContainerStartError> {
+        let (uid, name) = (s.uid, s.name);
+        let container_ref = ObjectRef::container(s.ctx.pod, name);
+        if let Err(e) = self.cri.start_container(id).await {
+            warn!(pod = %s.pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to start container");
             (self.events).event(
                 &container_ref,
                 Warning,
                 reason::FAILED,
                 format!("Error: {}", runtime_reason(&e)),
             );
-            return Err(failed(WaitingReason::RunContainerError, e.to_string()));
+            return Err(self.start_failed(s, WaitingReason::RunContainerError, e.to_string()));
         }
-        info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "started container");
+        info!(pod = %s.pod_ref, podUID = %uid, container = name, containerID = %id, "started container");
         (self.events).event(
             &container_ref,
             Normal,
             reason::STARTED,
             format!("Started container {name}"),
         );
-        self.link_container_log(pod, name, &id, &log_path);
-        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-            let target = lifecycle::HookTarget {
-                pod_ip: env.pod_ips.first().cloned().unwrap_or_default(),
-            };
-            info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "running postStart hook");
-            let run = lifecycle::run_handler(
-                self.cri.as_ref(),
-                &id,
-                pod,
-                c,
-                hook,
-                &target,
-                Duration::ZERO,
+        Ok(())
+    }
+
+    /// startContainer's step 4: runs the container's postStart hook, if it has one; a
+    /// hook that fails kills the container (kubelet's `FailedPostStartHook`).
+    async fn run_post_start_hook(
+        &self,
+        s: &ContainerStart<'_>,
+        id: &str,
+    ) -> Result<(), ContainerStartError> {
+        let (pod, c, uid, name) = (s.ctx.pod, s.container, s.uid, s.name);
+        let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+            return Ok(());
+        };
+        let pod_ref = &s.pod_ref;
+        let container_ref = ObjectRef::container(pod, name);
+        let target = lifecycle::HookTarget {
+            pod_ip: s.ctx.env.pod_ips.first().cloned().unwrap_or_default(),
+        };
+        info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "running postStart hook");
+        let run =
+            lifecycle::run_handler(self.cri.as_ref(), id, pod, c, hook, &target, Duration::ZERO);
+        if let Err(e) = run.await {
+            let msg = e.to_string();
+            warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, event = "FailedPostStartHook", error = %msg, "postStart hook failed, killing the container");
+            (self.events).event(
+                &container_ref,
+                Warning,
+                reason::FAILED_POST_START_HOOK,
+                msg.clone(),
             );
-            if let Err(e) = run.await {
-                let msg = e.to_string();
-                warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, event = "FailedPostStartHook", error = %msg, "postStart hook failed, killing the container");
-                (self.events).event(
-                    &container_ref,
-                    Warning,
-                    reason::FAILED_POST_START_HOOK,
-                    msg.clone(),
-                );
-                (self.events).event(
-                    &container_ref,
-                    Normal,
-                    reason::KILLING,
-                    "FailedPostStartHook",
-                );
-                let grace = termination_grace(pod);
-                let plan = stop_plan(pod, &id, name, grace);
-                info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, reason = "FailedPostStartHook", gracePeriod = grace, "killing container");
-                if let Err(e) = self.stop_with_hooks(pod, &plan, &target, None).await {
-                    warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to kill container after its postStart hook failed");
-                }
-                return Err(failed(WaitingReason::PostStartHookError, msg));
+            (self.events).event(
+                &container_ref,
+                Normal,
+                reason::KILLING,
+                "FailedPostStartHook",
+            );
+            let grace = termination_grace(pod);
+            let plan = stop_plan(pod, id, name, grace);
+            info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, reason = "FailedPostStartHook", gracePeriod = grace, "killing container");
+            if let Err(e) = self.stop_with_hooks(pod, &plan, &target, None).await {
+                warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to kill container after its postStart hook failed");
             }
-            info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "postStart hook completed");
+            return Err(self.start_failed(s, WaitingReason::PostStartHookError, msg));
         }
-        self.reasons.clear(uid, name);
-        Ok(None)
+        info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "postStart hook completed");
+        Ok(())
     }
 
     /// Keeps only the newest dead instance of each container (kubelet's per-pod cleanup

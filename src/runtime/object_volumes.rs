@@ -8,7 +8,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, KeyToPath, Pod, Volume};
+use k8s_openapi::api::core::v1::{
+    ConfigMapProjection, ConfigMapVolumeSource, EmptyDirVolumeSource, KeyToPath, Pod,
+    ProjectedVolumeSource, SecretProjection, SecretVolumeSource, ServiceAccountTokenProjection,
+    Volume,
+};
 
 use super::atomic_writer::{FileProjection, Payload};
 use super::volumes::{self, VolumeError};
@@ -126,66 +130,107 @@ pub(super) fn payload(
     allocatable: &NodeResources,
 ) -> Result<Option<ObjectVolume>, VolumeError> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let needs_api = volume.config_map.is_some()
-        || volume.secret.is_some()
-        || (volume
-            .projected
-            .iter()
-            .flat_map(|p| p.sources.iter().flatten()))
-        .any(|s| s.downward_api.is_none());
-    if !needs_api {
+    if !needs_api_objects(volume) {
         return Ok(None);
     }
     let Some(objects) = objects else {
         return Err(VolumeError::Unsupported(volume.name.clone()));
     };
-    let mut payload = Payload::new();
     if let Some(src) = &volume.config_map {
-        let optional = src.optional.unwrap_or(false);
-        let cm = PodObjects::config_map(Some(objects), ns, &src.name, optional)
-            .map_err(|e| wrap(volume, e))?;
-        if let Some(cm) = cm {
-            make_payload(
-                &mut payload,
-                &config_map_data(&cm),
-                src.items.as_deref(),
-                src.default_mode,
-                optional,
-                ObjectVolumeError::ConfigMapKey,
-            )
-            .map_err(|e| wrap(volume, e))?;
-        }
-        return Ok(Some(ObjectVolume {
-            plugin: CONFIG_MAP,
-            memory: false,
-            payload,
-        }));
+        return config_map_payload(volume, src, ns, objects).map(Some);
     }
     if let Some(src) = &volume.secret {
-        let optional = src.optional.unwrap_or(false);
-        let name = src.secret_name.as_deref().unwrap_or("");
-        let s =
-            PodObjects::secret(Some(objects), ns, name, optional).map_err(|e| wrap(volume, e))?;
-        if let Some(s) = s {
-            make_payload(
-                &mut payload,
-                &secret_data(&s),
-                src.items.as_deref(),
-                src.default_mode,
-                optional,
-                ObjectVolumeError::SecretKey,
-            )
-            .map_err(|e| wrap(volume, e))?;
-        }
-        return Ok(Some(ObjectVolume {
-            plugin: SECRET,
-            memory: true,
-            payload,
-        }));
+        return secret_payload(volume, src, ns, objects).map(Some);
     }
     let Some(p) = &volume.projected else {
         return Ok(None);
     };
+    projected_payload(volume, p, pod, objects, allocatable).map(Some)
+}
+
+/// Whether the volume's files come from the apiserver: a configMap or secret volume, or
+/// a projected one with a source other than downwardAPI.
+fn needs_api_objects(volume: &Volume) -> bool {
+    volume.config_map.is_some()
+        || volume.secret.is_some()
+        || (volume
+            .projected
+            .iter()
+            .flat_map(|p| p.sources.iter().flatten()))
+        .any(|s| s.downward_api.is_none())
+}
+
+/// kubelet's configmap plugin: the configMap's keys (or the listed items) as files; a
+/// missing optional configMap gives an empty volume.
+fn config_map_payload(
+    volume: &Volume,
+    src: &ConfigMapVolumeSource,
+    ns: &str,
+    objects: &PodObjects,
+) -> Result<ObjectVolume, VolumeError> {
+    let mut payload = Payload::new();
+    let optional = src.optional.unwrap_or(false);
+    let cm = PodObjects::config_map(Some(objects), ns, &src.name, optional)
+        .map_err(|e| wrap(volume, e))?;
+    if let Some(cm) = cm {
+        make_payload(
+            &mut payload,
+            &config_map_data(&cm),
+            src.items.as_deref(),
+            src.default_mode,
+            optional,
+            ObjectVolumeError::ConfigMapKey,
+        )
+        .map_err(|e| wrap(volume, e))?;
+    }
+    Ok(ObjectVolume {
+        plugin: CONFIG_MAP,
+        memory: false,
+        payload,
+    })
+}
+
+/// kubelet's secret plugin: the secret's keys (or the listed items) as files on a
+/// tmpfs; a missing optional secret gives an empty volume.
+fn secret_payload(
+    volume: &Volume,
+    src: &SecretVolumeSource,
+    ns: &str,
+    objects: &PodObjects,
+) -> Result<ObjectVolume, VolumeError> {
+    let mut payload = Payload::new();
+    let optional = src.optional.unwrap_or(false);
+    let name = src.secret_name.as_deref().unwrap_or("");
+    let s = PodObjects::secret(Some(objects), ns, name, optional).map_err(|e| wrap(volume, e))?;
+    if let Some(s) = s {
+        make_payload(
+            &mut payload,
+            &secret_data(&s),
+            src.items.as_deref(),
+            src.default_mode,
+            optional,
+            ObjectVolumeError::SecretKey,
+        )
+        .map_err(|e| wrap(volume, e))?;
+    }
+    Ok(ObjectVolume {
+        plugin: SECRET,
+        memory: true,
+        payload,
+    })
+}
+
+/// kubelet's projected plugin (`collectData`): every source's files in one tmpfs
+/// volume, a failure naming the source's index.
+fn projected_payload(
+    volume: &Volume,
+    p: &ProjectedVolumeSource,
+    pod: &Pod,
+    objects: &PodObjects,
+    allocatable: &NodeResources,
+) -> Result<ObjectVolume, VolumeError> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut payload = Payload::new();
     for (index, src) in p.sources.iter().flatten().enumerate() {
         let err = |e: ObjectVolumeError| VolumeError::Projected {
             volume: volume.name.clone(),
@@ -193,51 +238,11 @@ pub(super) fn payload(
             source: e,
         };
         if let Some(cm) = &src.config_map {
-            let optional = cm.optional.unwrap_or(false);
-            let got = PodObjects::config_map(Some(objects), ns, &cm.name, optional)
-                .map_err(|e| err(e.into()))?;
-            if let Some(got) = got {
-                let data = config_map_data(&got);
-                let items = cm.items.as_deref();
-                make_payload(
-                    &mut payload,
-                    &data,
-                    items,
-                    p.default_mode,
-                    optional,
-                    ObjectVolumeError::ConfigMapKey,
-                )
-                .map_err(err)?;
-            }
+            project_config_map(&mut payload, cm, p.default_mode, ns, objects).map_err(err)?;
         } else if let Some(s) = &src.secret {
-            let optional = s.optional.unwrap_or(false);
-            let got = PodObjects::secret(Some(objects), ns, &s.name, optional)
-                .map_err(|e| err(e.into()))?;
-            if let Some(got) = got {
-                let data = secret_data(&got);
-                let items = s.items.as_deref();
-                make_payload(
-                    &mut payload,
-                    &data,
-                    items,
-                    p.default_mode,
-                    optional,
-                    ObjectVolumeError::SecretKey,
-                )
-                .map_err(err)?;
-            }
+            project_secret(&mut payload, s, p.default_mode, ns, objects).map_err(err)?;
         } else if let Some(t) = &src.service_account_token {
-            let want = objects::token_want(t);
-            let token = match objects.tokens.get(&want) {
-                Some(Ok(token)) => token.clone(),
-                Some(Err(e)) => return Err(err(e.clone().into())),
-                None => return Err(err(ObjectVolumeError::NoToken)),
-            };
-            let mode = file_mode(None, p.default_mode).map_err(err)?;
-            let file = FileProjection {
-                data: token.into_bytes(),
-                mode,
-            };
+            let file = token_file(t, p.default_mode, objects).map_err(err)?;
             payload.insert(t.path.clone(), file);
         } else if let Some(d) = &src.downward_api {
             volumes::downward_items(
@@ -254,11 +259,81 @@ pub(super) fn payload(
             return Err(err(ObjectVolumeError::PodCertificate));
         }
     }
-    Ok(Some(ObjectVolume {
+    Ok(ObjectVolume {
         plugin: PROJECTED,
         memory: true,
         payload,
-    }))
+    })
+}
+
+/// A projected configMap source's files, with the volume's default mode.
+fn project_config_map(
+    payload: &mut Payload,
+    cm: &ConfigMapProjection,
+    default_mode: Option<i32>,
+    ns: &str,
+    objects: &PodObjects,
+) -> Result<(), ObjectVolumeError> {
+    let optional = cm.optional.unwrap_or(false);
+    let got = PodObjects::config_map(Some(objects), ns, &cm.name, optional)?;
+    if let Some(got) = got {
+        let data = config_map_data(&got);
+        let items = cm.items.as_deref();
+        make_payload(
+            payload,
+            &data,
+            items,
+            default_mode,
+            optional,
+            ObjectVolumeError::ConfigMapKey,
+        )?;
+    }
+    Ok(())
+}
+
+/// A projected secret source's files, with the volume's default mode.
+fn project_secret(
+    payload: &mut Payload,
+    s: &SecretProjection,
+    default_mode: Option<i32>,
+    ns: &str,
+    objects: &PodObjects,
+) -> Result<(), ObjectVolumeError> {
+    let optional = s.optional.unwrap_or(false);
+    let got = PodObjects::secret(Some(objects), ns, &s.name, optional)?;
+    if let Some(got) = got {
+        let data = secret_data(&got);
+        let items = s.items.as_deref();
+        make_payload(
+            payload,
+            &data,
+            items,
+            default_mode,
+            optional,
+            ObjectVolumeError::SecretKey,
+        )?;
+    }
+    Ok(())
+}
+
+/// A projected serviceAccountToken source's file: the token requested for it before
+/// the sync (its request failing fails the volume).
+fn token_file(
+    t: &ServiceAccountTokenProjection,
+    default_mode: Option<i32>,
+    objects: &PodObjects,
+) -> Result<FileProjection, ObjectVolumeError> {
+    let want = objects::token_want(t);
+    let token = match objects.tokens.get(&want) {
+        Some(Ok(token)) => token.clone(),
+        Some(Err(e)) => return Err(e.clone().into()),
+        None => return Err(ObjectVolumeError::NoToken),
+    };
+    let mode = file_mode(None, default_mode)?;
+    Ok(FileProjection {
+        data: token.into_bytes(),
+        mode,
+    })
 }
 
 /// Writes an API-object volume (mounting its tmpfs first if it has one) and returns its

@@ -23,7 +23,7 @@ use super::threshold::Signal;
 use crate::contracts::{DiskReclaimer, DiskTarget};
 use crate::pod::is_critical;
 use crate::pod::pod_uid;
-use crate::stats::readings::LatestReadings;
+use crate::stats::readings::{LatestReadings, Snapshot};
 use crate::stats::volumes::VolumeUsage;
 use crate::status::node::conditions::{Pressure, PressureSource};
 
@@ -236,17 +236,49 @@ impl Manager {
         }
     }
 
-    /// One cycle; the pod evicted, if any.
+    /// One cycle (kubelet's `synchronize`): observe the signals, find the thresholds
+    /// met, set the node's conditions, then evict at most one pod; the pod evicted, if any.
     pub(crate) async fn synchronize(&mut self, now: Instant, wall: SystemTime) -> Option<Arc<Pod>> {
         let Some(snapshot) = self.d.readings.get().filter(|s| fresh(s, wall)) else {
             debug!("eviction manager: no recent readings, skipping the cycle");
             return None;
         };
         let obs = observe(&snapshot, self.d.allocatable_memory);
+        let now_met = self.thresholds_met(&obs);
+        self.record_observed_at(now, &now_met);
+        let held = self.update_node_conditions(now);
+        let actionable = self.actionable_thresholds(now, &now_met, &obs);
+        self.met = actionable.clone();
+        self.last_obs = obs.clone();
+        self.publish_status(held, &obs, &now_met);
+        self.arm_notifiers(&snapshot);
+        // kubelet's localStorageEviction comes before the thresholds: a pod over its
+        // emptyDir, container or pod ephemeral-storage limit goes whatever the pressure.
+        if let Some(pod) = self.local_storage_evictions(&snapshot, dedicated_image_fs(&obs)) {
+            return Some(pod);
+        }
+        // Memory first, as kubelet's byEvictionPriority.
         let ts = &self.d.cfg.thresholds;
-        let mut now_met = met(ts, 0..ts.len(), &obs, false);
+        let chosen = *actionable
+            .iter()
+            .min_by_key(|i| condition_of(ts[**i].signal) != 0)?;
+        let t = ts[chosen];
+        if let Some(target) = disk_target(t.signal)
+            && self.reclaim(target, &obs).await
+        {
+            return None;
+        }
+        self.rank_and_evict(t, &obs, &snapshot)
+    }
+
+    /// kubelet's `thresholdsMet`, twice: the thresholds crossed now, and those acted on
+    /// last cycle that stay met until their minimum reclaim is available (sorted);
+    /// each newly held or newly crossed one is logged.
+    fn thresholds_met(&mut self, obs: &Observations) -> Vec<usize> {
+        let ts = &self.d.cfg.thresholds;
+        let mut now_met = met(ts, 0..ts.len(), obs, false);
         let mut held_for_reclaim = HashSet::new();
-        for i in met(ts, self.met.iter().copied(), &obs, true) {
+        for i in met(ts, self.met.iter().copied(), obs, true) {
             if !now_met.contains(&i) {
                 now_met.push(i);
                 held_for_reclaim.insert(i);
@@ -270,11 +302,23 @@ impl Manager {
             }
         }
         self.seen = now_met.iter().copied().collect();
+        now_met
+    }
+
+    /// kubelet's `thresholdsFirstObservedAt` and `nodeConditionsLastObservedAt`: when
+    /// each met threshold was first seen met, and when each condition last had pressure.
+    fn record_observed_at(&mut self, now: Instant, now_met: &[usize]) {
+        let ts = &self.d.cfg.thresholds;
         self.first_observed.retain(|i, _| now_met.contains(i));
-        for &i in &now_met {
+        for &i in now_met {
             self.first_observed.entry(i).or_insert(now);
             self.last_pressure[condition_of(ts[i].signal)] = Some(now);
         }
+    }
+
+    /// kubelet's `nodeConditionsObservedSince`: a pressure condition stays True for the
+    /// transition period after its last pressure. Sets them; memory, disk, PID held.
+    fn update_node_conditions(&self, now: Instant) -> [bool; 3] {
         let period = self.d.cfg.transition_period;
         let held = self
             .last_pressure
@@ -294,8 +338,19 @@ impl Manager {
             );
         }
         self.d.pressure.set(pressure);
-        // Past their grace, and with a reading newer than last cycle's.
-        let actionable: Vec<usize> = now_met
+        held
+    }
+
+    /// kubelet's `thresholdsMetGracePeriod` and `thresholdsUpdatedStats`: the met
+    /// thresholds past their grace, and with a reading newer than last cycle's.
+    fn actionable_thresholds(
+        &self,
+        now: Instant,
+        now_met: &[usize],
+        obs: &Observations,
+    ) -> Vec<usize> {
+        let ts = &self.d.cfg.thresholds;
+        now_met
             .iter()
             .copied()
             .filter(|i| {
@@ -308,9 +363,13 @@ impl Manager {
                 let s = ts[*i].signal;
                 self.last_obs.get(&s).is_none_or(|l| l.time != obs[&s].time)
             })
-            .collect();
-        self.met = actionable.clone();
-        self.last_obs = obs.clone();
+            .collect()
+    }
+
+    /// Updates what `/debug/eviction` serves: the conditions held, the observations
+    /// and the thresholds met this cycle.
+    fn publish_status(&self, held: [bool; 3], obs: &Observations, now_met: &[usize]) {
+        let ts = &self.d.cfg.thresholds;
         self.d.status.update(|s| {
             s.conditions = CONDITIONS
                 .iter()
@@ -324,24 +383,18 @@ impl Manager {
                 .map(|i| format!("{}<{}", ts[*i].signal, ts[*i].value))
                 .collect();
         });
-        self.arm_notifiers(&snapshot);
-        // kubelet's localStorageEviction comes before the thresholds: a pod over its
-        // emptyDir, container or pod ephemeral-storage limit goes whatever the pressure.
-        if let Some(pod) = self.local_storage_evictions(&snapshot, dedicated_image_fs(&obs)) {
-            return Some(pod);
-        }
-        // Memory first, as kubelet's byEvictionPriority.
-        let chosen = *actionable
-            .iter()
-            .min_by_key(|i| condition_of(ts[**i].signal) != 0)?;
-        let t = ts[chosen];
-        if let Some(target) = disk_target(t.signal)
-            && self.reclaim(target, &obs).await
-        {
-            return None;
-        }
-        let sources = DiskSources::of(t.signal, dedicated_image_fs(&obs));
-        let stats = pod_stats(&snapshot, &self.d.volumes, sources);
+    }
+
+    /// kubelet's rank-then-evict for the threshold acted on: the active pods ranked for
+    /// its signal, and the first that is not critical and was running evicted.
+    fn rank_and_evict(
+        &self,
+        t: Threshold,
+        obs: &Observations,
+        snapshot: &Snapshot,
+    ) -> Option<Arc<Pod>> {
+        let sources = DiskSources::of(t.signal, dedicated_image_fs(obs));
+        let stats = pod_stats(snapshot, &self.d.volumes, sources);
         let ranked = rank(t.signal, &self.d.target.active_pods(), &stats);
         if ranked.is_empty() {
             info!(signal = %t.signal, "eviction manager: no pods to evict");
@@ -356,18 +409,9 @@ impl Manager {
                 info!(pod = %pod_ref(&pod), podUID = %uid, "eviction manager: cannot evict a critical pod");
                 continue;
             }
-            let grace = if t.is_hard() {
-                IMMEDIATE_GRACE_SECONDS
-            } else {
-                let own = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.termination_grace_period_seconds)
-                    .unwrap_or(30);
-                own.min(self.d.cfg.max_pod_grace_seconds)
-            };
+            let grace = self.eviction_grace(t, &pod);
             let (message, annotations) =
-                eviction_message(t.signal, amount, &obs, &pod, stats.get(&uid));
+                eviction_message(t.signal, amount, obs, &pod, stats.get(&uid));
             info!(pod = %pod_ref(&pod), podUID = %uid, message = %message, gracePeriod = grace, "eviction manager: evicting pod");
             if self
                 .d
@@ -381,6 +425,21 @@ impl Manager {
             }
         }
         None
+    }
+
+    /// The grace period an eviction gives: kubelet's immediate one for a hard
+    /// threshold, else the pod's own capped at `evictionMaxPodGracePeriod`.
+    fn eviction_grace(&self, t: Threshold, pod: &Pod) -> i64 {
+        if t.is_hard() {
+            IMMEDIATE_GRACE_SECONDS
+        } else {
+            let own = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .unwrap_or(30);
+            own.min(self.d.cfg.max_pod_grace_seconds)
+        }
     }
 
     /// Evicts every pod over a local storage limit (kubelet's `localStorageEviction`),

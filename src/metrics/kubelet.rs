@@ -80,255 +80,543 @@ fn hopts(name: &str, help: &str, b: &[f64]) -> HistogramOpts {
     HistogramOpts::new(name, alpha(help)).buckets(b.to_vec())
 }
 
+/// Registers `m` in `r` and hands it back.
+fn register<M: prometheus::core::Collector + Clone + 'static>(
+    r: &Registry,
+    m: M,
+) -> prometheus::Result<M> {
+    r.register(Box::new(m.clone()))?;
+    Ok(m)
+}
+
+/// The node's name, as a series whose value is always 1.
+fn node_name_family(r: &Registry) -> prometheus::Result<GaugeVec> {
+    register(
+        r,
+        GaugeVec::new(
+            opts(
+                "kubelet_node_name",
+                "The node's name. The count is always 1.",
+            ),
+            &["node"],
+        )?,
+    )
+}
+
+/// How long pods take to start and sync (kubelet registers the cgroup manager's
+/// timings among them).
+struct PodSyncFamilies {
+    containers_per_pod: Histogram,
+    pod_worker_duration: HistogramVec,
+    pod_start_duration: Histogram,
+    pod_start_sli_duration: HistogramVec,
+    pod_start_total_duration: HistogramVec,
+    cgroup_manager_duration: HistogramVec,
+    pod_worker_start_duration: Histogram,
+    pod_status_sync_duration: Histogram,
+}
+
+impl PodSyncFamilies {
+    /// Builds and registers the group's families, in kubelet's order.
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        let pod_start_help = "Duration in seconds to start a pod, excluding time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch";
+        let pod_total_help = "Duration in seconds to start a pod since creation, including time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch";
+        Ok(PodSyncFamilies {
+            containers_per_pod: register(
+                r,
+                Histogram::with_opts(hopts(
+                    "kubelet_containers_per_pod_count",
+                    "The number of containers per pod.",
+                    &buckets::containers_per_pod(),
+                ))?,
+            )?,
+            pod_worker_duration: register(
+                r,
+                HistogramVec::new(
+                    hopts(
+                        "kubelet_pod_worker_duration_seconds",
+                        "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+                        buckets::DEF,
+                    ),
+                    &["operation_type"],
+                )?,
+            )?,
+            pod_start_duration: register(
+                r,
+                Histogram::with_opts(hopts(
+                    "kubelet_pod_start_duration_seconds",
+                    "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+                    buckets::POD_START,
+                ))?,
+            )?,
+            pod_start_sli_duration: register(
+                r,
+                HistogramVec::new(
+                    hopts(
+                        "kubelet_pod_start_sli_duration_seconds",
+                        pod_start_help,
+                        buckets::POD_START,
+                    ),
+                    &[],
+                )?,
+            )?,
+            pod_start_total_duration: register(
+                r,
+                HistogramVec::new(
+                    hopts(
+                        "kubelet_pod_start_total_duration_seconds",
+                        pod_total_help,
+                        buckets::POD_START,
+                    ),
+                    &[],
+                )?,
+            )?,
+            cgroup_manager_duration: register(
+                r,
+                HistogramVec::new(
+                    hopts(
+                        "kubelet_cgroup_manager_duration_seconds",
+                        "Duration in seconds for cgroup manager operations. Broken down by method.",
+                        buckets::DEF,
+                    ),
+                    &["operation_type"],
+                )?,
+            )?,
+            pod_worker_start_duration: register(
+                r,
+                Histogram::with_opts(hopts(
+                    "kubelet_pod_worker_start_duration_seconds",
+                    "Duration in seconds from kubelet seeing a pod to starting a worker.",
+                    buckets::DEF,
+                ))?,
+            )?,
+            pod_status_sync_duration: register(
+                r,
+                Histogram::with_opts(hopts(
+                    "kubelet_pod_status_sync_duration_seconds",
+                    "Duration in seconds to sync a pod status update. Measures time from detection of a change to pod status until the API is successfully updated for that pod, even if multiple intevening changes to pod status occur.",
+                    buckets::STATUS_SYNC,
+                ))?,
+            )?,
+        })
+    }
+}
+
+/// The pod lifecycle event generator's relists.
+struct PlegFamilies {
+    pleg_relist_duration: Histogram,
+    pleg_discard_events: Counter,
+    pleg_relist_interval: Histogram,
+    pleg_last_seen: Gauge,
+}
+
+impl PlegFamilies {
+    /// Builds and registers the group's families, in kubelet's order.
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(PlegFamilies {
+            pleg_relist_duration: register(
+                r,
+                Histogram::with_opts(hopts(
+                    "kubelet_pleg_relist_duration_seconds",
+                    "Duration in seconds for relisting pods in PLEG.",
+                    buckets::DEF,
+                ))?,
+            )?,
+            pleg_discard_events: register(
+                r,
+                Counter::with_opts(opts(
+                    "kubelet_pleg_discard_events",
+                    "The number of discard events in PLEG.",
+                ))?,
+            )?,
+            pleg_relist_interval: register(
+                r,
+                Histogram::with_opts(hopts(
+                    "kubelet_pleg_relist_interval_seconds",
+                    "Interval in seconds between relisting in PLEG.",
+                    buckets::DEF,
+                ))?,
+            )?,
+            pleg_last_seen: register(
+                r,
+                Gauge::with_opts(opts(
+                    "kubelet_pleg_last_seen_seconds",
+                    "Timestamp in seconds when PLEG was last seen active.",
+                ))?,
+            )?,
+        })
+    }
+}
+
+/// The CRI operations, their durations and errors.
+struct RuntimeFamilies {
+    runtime_operations: CounterVec,
+    runtime_operations_duration: HistogramVec,
+    runtime_operations_errors: CounterVec,
+}
+
+impl RuntimeFamilies {
+    /// Builds and registers the group's families, in kubelet's order.
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(RuntimeFamilies {
+            runtime_operations: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_runtime_operations_total",
+                        "Cumulative number of runtime operations by operation type.",
+                    ),
+                    &["operation_type"],
+                )?,
+            )?,
+            runtime_operations_duration: register(
+                r,
+                HistogramVec::new(
+                    hopts(
+                        "kubelet_runtime_operations_duration_seconds",
+                        "Duration in seconds of runtime operations. Broken down by operation type.",
+                        &buckets::runtime_ops(),
+                    ),
+                    &["operation_type"],
+                )?,
+            )?,
+            runtime_operations_errors: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_runtime_operations_errors_total",
+                        "Cumulative number of runtime operation errors by operation type.",
+                    ),
+                    &["operation_type"],
+                )?,
+            )?,
+        })
+    }
+}
+
+/// What the kubelet takes back from pods and images: evictions, image garbage
+/// collection, preemptions.
+struct ReclaimFamilies {
+    evictions: CounterVec,
+    image_garbage_collected: CounterVec,
+    preemptions: CounterVec,
+}
+
+impl ReclaimFamilies {
+    /// Builds and registers the group's families, in kubelet's order.
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(ReclaimFamilies {
+            evictions: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_evictions",
+                        "Cumulative number of pod evictions by eviction signal",
+                    ),
+                    &["eviction_signal"],
+                )?,
+            )?,
+            image_garbage_collected: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_image_garbage_collected_total",
+                        "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+                    ),
+                    &["reason"],
+                )?,
+            )?,
+            preemptions: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_preemptions",
+                        "Cumulative number of pod preemptions by preemption resource",
+                    ),
+                    &["preemption_signal"],
+                )?,
+            )?,
+        })
+    }
+}
+
+/// Housekeeping's and the PLEG's tallies of pods and containers.
+struct PodCountFamilies {
+    running_pods: Gauge,
+    running_containers: GaugeVec,
+    desired_pods: GaugeVec,
+    active_pods: GaugeVec,
+    mirror_pods: Gauge,
+    working_pods: GaugeVec,
+    restarted_pods: CounterVec,
+}
+
+impl PodCountFamilies {
+    /// Builds and registers the group's families, in kubelet's order.
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(PodCountFamilies {
+            running_pods: register(
+                r,
+                Gauge::with_opts(opts(
+                    "kubelet_running_pods",
+                    "Number of pods that have a running pod sandbox",
+                ))?,
+            )?,
+            running_containers: register(
+                r,
+                GaugeVec::new(
+                    opts(
+                        "kubelet_running_containers",
+                        "Number of containers currently running",
+                    ),
+                    &["container_state"],
+                )?,
+            )?,
+            desired_pods: register(
+                r,
+                GaugeVec::new(
+                    opts(
+                        "kubelet_desired_pods",
+                        "The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
+                    ),
+                    &["static"],
+                )?,
+            )?,
+            active_pods: register(
+                r,
+                GaugeVec::new(
+                    opts(
+                        "kubelet_active_pods",
+                        "The number of pods the kubelet considers active and which are being considered when admitting new pods. static is true if the pod is not from the apiserver.",
+                    ),
+                    &["static"],
+                )?,
+            )?,
+            mirror_pods: register(
+                r,
+                Gauge::with_opts(opts(
+                    "kubelet_mirror_pods",
+                    "The number of mirror pods the kubelet will try to create (one per admitted static pod)",
+                ))?,
+            )?,
+            working_pods: register(
+                r,
+                GaugeVec::new(
+                    opts(
+                        "kubelet_working_pods",
+                        "Number of pods the kubelet is actually running, broken down by lifecycle phase, whether the pod is desired, orphaned, or runtime only (also orphaned), and whether the pod is static. An orphaned pod has been removed from local configuration or force deleted in the API and consumes resources that are not otherwise visible.",
+                    ),
+                    &["lifecycle", "config", "static"],
+                )?,
+            )?,
+            restarted_pods: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_restarted_pods_total",
+                        "Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them (common for static pods, extremely uncommon for API pods)",
+                    ),
+                    &["static"],
+                )?,
+            )?,
+        })
+    }
+}
+
+/// Sandboxes, pods and containers started (and their errors), and image pulls.
+struct StartFamilies {
+    run_podsandbox_duration: HistogramVec,
+    run_podsandbox_errors: CounterVec,
+    started_pods: Counter,
+    started_pods_errors: Counter,
+    started_containers: CounterVec,
+    started_containers_errors: CounterVec,
+    image_pull_duration: HistogramVec,
+}
+
+impl StartFamilies {
+    /// Builds and registers the group's families, in kubelet's order.
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(StartFamilies {
+            run_podsandbox_duration: register(
+                r,
+                HistogramVec::new(
+                    hopts(
+                        "kubelet_run_podsandbox_duration_seconds",
+                        "Duration in seconds of the run_podsandbox operations. Broken down by RuntimeClass.Handler.",
+                        buckets::DEF,
+                    ),
+                    &["runtime_handler"],
+                )?,
+            )?,
+            run_podsandbox_errors: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_run_podsandbox_errors_total",
+                        "Cumulative number of the run_podsandbox operation errors by RuntimeClass.Handler.",
+                    ),
+                    &["runtime_handler"],
+                )?,
+            )?,
+            started_pods: register(
+                r,
+                Counter::with_opts(opts(
+                    "kubelet_started_pods_total",
+                    "Cumulative number of pods started",
+                ))?,
+            )?,
+            started_pods_errors: register(
+                r,
+                Counter::with_opts(opts(
+                    "kubelet_started_pods_errors_total",
+                    "Cumulative number of errors when starting pods",
+                ))?,
+            )?,
+            started_containers: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_started_containers_total",
+                        "Cumulative number of containers started",
+                    ),
+                    &["container_type"],
+                )?,
+            )?,
+            started_containers_errors: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_started_containers_errors_total",
+                        "Cumulative number of errors when starting containers",
+                    ),
+                    &["container_type", "code"],
+                )?,
+            )?,
+            image_pull_duration: register(
+                r,
+                HistogramVec::new(
+                    hopts(
+                        "kubelet_image_pull_duration_seconds",
+                        "Duration in seconds to pull an image.",
+                        buckets::IMAGE_PULL,
+                    ),
+                    &["image_size_in_bytes"],
+                )?,
+            )?,
+        })
+    }
+}
+
+/// The cgroup version of the host.
+fn cgroup_version_family(r: &Registry) -> prometheus::Result<Gauge> {
+    register(
+        r,
+        Gauge::with_opts(opts(
+            "kubelet_cgroup_version",
+            "cgroup version on the hosts.",
+        ))?,
+    )
+}
+
+/// The kubelet server's requests (kubelet's `pkg/kubelet/server/metrics`).
+struct HttpFamilies {
+    http_requests: CounterVec,
+    http_requests_duration: HistogramVec,
+    http_inflight: GaugeVec,
+}
+
+impl HttpFamilies {
+    /// Builds and registers the group's families, in kubelet's order.
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(HttpFamilies {
+            http_requests: register(
+                r,
+                CounterVec::new(
+                    opts(
+                        "kubelet_http_requests_total",
+                        "Number of the http requests received since the server started",
+                    ),
+                    HTTP_LABELS,
+                )?,
+            )?,
+            http_requests_duration: register(
+                r,
+                HistogramVec::new(
+                    hopts(
+                        "kubelet_http_requests_duration_seconds",
+                        "Duration in seconds to serve http requests",
+                        buckets::DEF,
+                    ),
+                    HTTP_LABELS,
+                )?,
+            )?,
+            http_inflight: register(
+                r,
+                GaugeVec::new(
+                    opts(
+                        "kubelet_http_inflight_requests",
+                        "Number of the inflight http requests",
+                    ),
+                    HTTP_LABELS,
+                )?,
+            )?,
+        })
+    }
+}
+
 impl Kubelet {
     /// Builds and registers every family. The names and labels are constants, so an
     /// error here is a programming error caught by the golden test.
     pub(crate) fn new() -> prometheus::Result<Kubelet> {
         let r = Registry::new();
-        macro_rules! reg {
-            ($e:expr) => {{
-                let m = $e;
-                r.register(Box::new(m.clone()))?;
-                m
-            }};
-        }
-        let pod_start_help = "Duration in seconds to start a pod, excluding time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch";
-        let pod_total_help = "Duration in seconds to start a pod since creation, including time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch";
+        let node_name = node_name_family(&r)?;
+        let pods = PodSyncFamilies::register(&r)?;
+        let pleg = PlegFamilies::register(&r)?;
+        let runtime = RuntimeFamilies::register(&r)?;
+        let reclaim = ReclaimFamilies::register(&r)?;
+        let counts = PodCountFamilies::register(&r)?;
+        let starts = StartFamilies::register(&r)?;
+        let cgroup_version = cgroup_version_family(&r)?;
+        let http = HttpFamilies::register(&r)?;
         let k = Kubelet {
-            node_name: reg!(GaugeVec::new(
-                opts(
-                    "kubelet_node_name",
-                    "The node's name. The count is always 1."
-                ),
-                &["node"]
-            )?),
-            containers_per_pod: reg!(Histogram::with_opts(hopts(
-                "kubelet_containers_per_pod_count",
-                "The number of containers per pod.",
-                &buckets::containers_per_pod()
-            ))?),
-            pod_worker_duration: reg!(HistogramVec::new(
-                hopts(
-                    "kubelet_pod_worker_duration_seconds",
-                    "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
-                    buckets::DEF
-                ),
-                &["operation_type"]
-            )?),
-            pod_start_duration: reg!(Histogram::with_opts(hopts(
-                "kubelet_pod_start_duration_seconds",
-                "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
-                buckets::POD_START
-            ))?),
-            pod_start_sli_duration: reg!(HistogramVec::new(
-                hopts(
-                    "kubelet_pod_start_sli_duration_seconds",
-                    pod_start_help,
-                    buckets::POD_START
-                ),
-                &[]
-            )?),
-            pod_start_total_duration: reg!(HistogramVec::new(
-                hopts(
-                    "kubelet_pod_start_total_duration_seconds",
-                    pod_total_help,
-                    buckets::POD_START
-                ),
-                &[]
-            )?),
-            cgroup_manager_duration: reg!(HistogramVec::new(
-                hopts(
-                    "kubelet_cgroup_manager_duration_seconds",
-                    "Duration in seconds for cgroup manager operations. Broken down by method.",
-                    buckets::DEF
-                ),
-                &["operation_type"]
-            )?),
-            pod_worker_start_duration: reg!(Histogram::with_opts(hopts(
-                "kubelet_pod_worker_start_duration_seconds",
-                "Duration in seconds from kubelet seeing a pod to starting a worker.",
-                buckets::DEF
-            ))?),
-            pod_status_sync_duration: reg!(Histogram::with_opts(hopts(
-                "kubelet_pod_status_sync_duration_seconds",
-                "Duration in seconds to sync a pod status update. Measures time from detection of a change to pod status until the API is successfully updated for that pod, even if multiple intevening changes to pod status occur.",
-                buckets::STATUS_SYNC
-            ))?),
-            pleg_relist_duration: reg!(Histogram::with_opts(hopts(
-                "kubelet_pleg_relist_duration_seconds",
-                "Duration in seconds for relisting pods in PLEG.",
-                buckets::DEF
-            ))?),
-            pleg_discard_events: reg!(Counter::with_opts(opts(
-                "kubelet_pleg_discard_events",
-                "The number of discard events in PLEG."
-            ))?),
-            pleg_relist_interval: reg!(Histogram::with_opts(hopts(
-                "kubelet_pleg_relist_interval_seconds",
-                "Interval in seconds between relisting in PLEG.",
-                buckets::DEF
-            ))?),
-            pleg_last_seen: reg!(Gauge::with_opts(opts(
-                "kubelet_pleg_last_seen_seconds",
-                "Timestamp in seconds when PLEG was last seen active."
-            ))?),
-            runtime_operations: reg!(CounterVec::new(
-                opts(
-                    "kubelet_runtime_operations_total",
-                    "Cumulative number of runtime operations by operation type."
-                ),
-                &["operation_type"]
-            )?),
-            runtime_operations_duration: reg!(HistogramVec::new(
-                hopts(
-                    "kubelet_runtime_operations_duration_seconds",
-                    "Duration in seconds of runtime operations. Broken down by operation type.",
-                    &buckets::runtime_ops()
-                ),
-                &["operation_type"]
-            )?),
-            runtime_operations_errors: reg!(CounterVec::new(
-                opts(
-                    "kubelet_runtime_operations_errors_total",
-                    "Cumulative number of runtime operation errors by operation type."
-                ),
-                &["operation_type"]
-            )?),
-            evictions: reg!(CounterVec::new(
-                opts(
-                    "kubelet_evictions",
-                    "Cumulative number of pod evictions by eviction signal"
-                ),
-                &["eviction_signal"]
-            )?),
-            image_garbage_collected: reg!(CounterVec::new(
-                opts(
-                    "kubelet_image_garbage_collected_total",
-                    "Total number of images garbage collected by the kubelet, whether through disk usage or image age."
-                ),
-                &["reason"]
-            )?),
-            preemptions: reg!(CounterVec::new(
-                opts(
-                    "kubelet_preemptions",
-                    "Cumulative number of pod preemptions by preemption resource"
-                ),
-                &["preemption_signal"]
-            )?),
-            running_pods: reg!(Gauge::with_opts(opts(
-                "kubelet_running_pods",
-                "Number of pods that have a running pod sandbox"
-            ))?),
-            running_containers: reg!(GaugeVec::new(
-                opts(
-                    "kubelet_running_containers",
-                    "Number of containers currently running"
-                ),
-                &["container_state"]
-            )?),
-            desired_pods: reg!(GaugeVec::new(
-                opts(
-                    "kubelet_desired_pods",
-                    "The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver."
-                ),
-                &["static"]
-            )?),
-            active_pods: reg!(GaugeVec::new(
-                opts(
-                    "kubelet_active_pods",
-                    "The number of pods the kubelet considers active and which are being considered when admitting new pods. static is true if the pod is not from the apiserver."
-                ),
-                &["static"]
-            )?),
-            mirror_pods: reg!(Gauge::with_opts(opts(
-                "kubelet_mirror_pods",
-                "The number of mirror pods the kubelet will try to create (one per admitted static pod)"
-            ))?),
-            working_pods: reg!(GaugeVec::new(
-                opts(
-                    "kubelet_working_pods",
-                    "Number of pods the kubelet is actually running, broken down by lifecycle phase, whether the pod is desired, orphaned, or runtime only (also orphaned), and whether the pod is static. An orphaned pod has been removed from local configuration or force deleted in the API and consumes resources that are not otherwise visible."
-                ),
-                &["lifecycle", "config", "static"]
-            )?),
-            restarted_pods: reg!(CounterVec::new(
-                opts(
-                    "kubelet_restarted_pods_total",
-                    "Number of pods that have been restarted because they were deleted and recreated with the same UID while the kubelet was watching them (common for static pods, extremely uncommon for API pods)"
-                ),
-                &["static"]
-            )?),
-            run_podsandbox_duration: reg!(HistogramVec::new(
-                hopts(
-                    "kubelet_run_podsandbox_duration_seconds",
-                    "Duration in seconds of the run_podsandbox operations. Broken down by RuntimeClass.Handler.",
-                    buckets::DEF
-                ),
-                &["runtime_handler"]
-            )?),
-            run_podsandbox_errors: reg!(CounterVec::new(
-                opts(
-                    "kubelet_run_podsandbox_errors_total",
-                    "Cumulative number of the run_podsandbox operation errors by RuntimeClass.Handler."
-                ),
-                &["runtime_handler"]
-            )?),
-            started_pods: reg!(Counter::with_opts(opts(
-                "kubelet_started_pods_total",
-                "Cumulative number of pods started"
-            ))?),
-            started_pods_errors: reg!(Counter::with_opts(opts(
-                "kubelet_started_pods_errors_total",
-                "Cumulative number of errors when starting pods"
-            ))?),
-            started_containers: reg!(CounterVec::new(
-                opts(
-                    "kubelet_started_containers_total",
-                    "Cumulative number of containers started"
-                ),
-                &["container_type"]
-            )?),
-            started_containers_errors: reg!(CounterVec::new(
-                opts(
-                    "kubelet_started_containers_errors_total",
-                    "Cumulative number of errors when starting containers"
-                ),
-                &["container_type", "code"]
-            )?),
-            image_pull_duration: reg!(HistogramVec::new(
-                hopts(
-                    "kubelet_image_pull_duration_seconds",
-                    "Duration in seconds to pull an image.",
-                    buckets::IMAGE_PULL
-                ),
-                &["image_size_in_bytes"]
-            )?),
-            cgroup_version: reg!(Gauge::with_opts(opts(
-                "kubelet_cgroup_version",
-                "cgroup version on the hosts."
-            ))?),
-            http_requests: reg!(CounterVec::new(
-                opts(
-                    "kubelet_http_requests_total",
-                    "Number of the http requests received since the server started"
-                ),
-                HTTP_LABELS
-            )?),
-            http_requests_duration: reg!(HistogramVec::new(
-                hopts(
-                    "kubelet_http_requests_duration_seconds",
-                    "Duration in seconds to serve http requests",
-                    buckets::DEF
-                ),
-                HTTP_LABELS
-            )?),
-            http_inflight: reg!(GaugeVec::new(
-                opts(
-                    "kubelet_http_inflight_requests",
-                    "Number of the inflight http requests"
-                ),
-                HTTP_LABELS
-            )?),
+            node_name,
+            containers_per_pod: pods.containers_per_pod,
+            pod_worker_duration: pods.pod_worker_duration,
+            pod_start_duration: pods.pod_start_duration,
+            pod_start_sli_duration: pods.pod_start_sli_duration,
+            pod_start_total_duration: pods.pod_start_total_duration,
+            cgroup_manager_duration: pods.cgroup_manager_duration,
+            pod_worker_start_duration: pods.pod_worker_start_duration,
+            pod_status_sync_duration: pods.pod_status_sync_duration,
+            pleg_relist_duration: pleg.pleg_relist_duration,
+            pleg_discard_events: pleg.pleg_discard_events,
+            pleg_relist_interval: pleg.pleg_relist_interval,
+            pleg_last_seen: pleg.pleg_last_seen,
+            runtime_operations: runtime.runtime_operations,
+            runtime_operations_duration: runtime.runtime_operations_duration,
+            runtime_operations_errors: runtime.runtime_operations_errors,
+            evictions: reclaim.evictions,
+            image_garbage_collected: reclaim.image_garbage_collected,
+            preemptions: reclaim.preemptions,
+            running_pods: counts.running_pods,
+            running_containers: counts.running_containers,
+            desired_pods: counts.desired_pods,
+            active_pods: counts.active_pods,
+            mirror_pods: counts.mirror_pods,
+            working_pods: counts.working_pods,
+            restarted_pods: counts.restarted_pods,
+            run_podsandbox_duration: starts.run_podsandbox_duration,
+            run_podsandbox_errors: starts.run_podsandbox_errors,
+            started_pods: starts.started_pods,
+            started_pods_errors: starts.started_pods_errors,
+            started_containers: starts.started_containers,
+            started_containers_errors: starts.started_containers_errors,
+            image_pull_duration: starts.image_pull_duration,
+            cgroup_version,
+            http_requests: http.http_requests,
+            http_requests_duration: http.http_requests_duration,
+            http_inflight: http.http_inflight,
             registry: r,
         };
         // kubelet adds 0 to both series at the first housekeeping; oxlet has no

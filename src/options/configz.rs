@@ -36,32 +36,35 @@ fn path(p: Option<&std::path::PathBuf>) -> Value {
     json!(p.map(|p| p.display().to_string()).unwrap_or_default())
 }
 
+/// A cgroup name as its cgroupfs path, as KubeletConfiguration spells cgroups.
+fn cgroup(n: &crate::cm::name::CgroupName) -> Value {
+    json!(n.to_cgroupfs().unwrap_or_default())
+}
+
 /// The `kubeletconfig` object of `/configz`; `runtime_endpoint` is the CRI endpoint
 /// oxlet connected to (its managed containerd's when it chose one).
 pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
-    let mut enforce = Vec::new();
-    let e = &o.enforce_node_allocatable;
-    if e.pods {
-        enforce.push("pods");
-    }
-    match e.system_reserved {
-        Some(Enforced::All) => enforce.push("system-reserved"),
-        Some(Enforced::Compressible) => enforce.push("system-reserved-compressible"),
-        None => {}
-    }
-    match e.kube_reserved {
-        Some(Enforced::All) => enforce.push("kube-reserved"),
-        Some(Enforced::Compressible) => enforce.push("kube-reserved-compressible"),
-        None => {}
-    }
-    let eviction: Map<String, Value> = o
-        .eviction_hard
-        .0
-        .iter()
-        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
-        .collect();
-    let cgroup = |n: &crate::cm::name::CgroupName| json!(n.to_cgroupfs().unwrap_or_default());
     let mut m = Map::new();
+    pod_sources_and_runtime(&mut m, o, runtime_endpoint);
+    servers(&mut m, o);
+    sync_and_limits(&mut m, o);
+    cgroups_and_reserved(&mut m, o);
+    eviction(&mut m, o);
+    m.insert(
+        "enforceNodeAllocatable".into(),
+        json!(enforce_node_allocatable(o)),
+    );
+    container_logs(&mut m, o);
+    pod_security_and_dns(&mut m, o);
+    static_pod_url(&mut m, o);
+    api_and_node_status(&mut m, o);
+    garbage_collection(&mut m, o);
+    omitted_when_unset(&mut m, o);
+    json!({ "kubeletconfig": m })
+}
+
+/// Where pods come from, the CRI endpoint, and where their logs go.
+fn pod_sources_and_runtime(m: &mut Map<String, Value>, o: &Options, runtime_endpoint: &str) {
     m.insert(
         "staticPodPath".into(),
         json!(path(o.static_pod_path.as_ref())),
@@ -71,6 +74,10 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
         "podLogsDir".into(),
         json!(o.pod_logs_dir.display().to_string()),
     );
+}
+
+/// The read-only and healthz servers' addresses.
+fn servers(m: &mut Map<String, Value>, o: &Options) {
     m.insert("address".into(), json!(o.address.to_string()));
     m.insert("readOnlyPort".into(), json!(o.read_only_port));
     m.insert(
@@ -78,6 +85,10 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
         json!(o.healthz_bind_address.to_string()),
     );
     m.insert("healthzPort".into(), json!(o.healthz_port));
+}
+
+/// The sync loop's periods, the runtime's timeout and pulls, and the pod and file limits.
+fn sync_and_limits(m: &mut Map<String, Value>, o: &Options) {
     m.insert(
         "fileCheckFrequency".into(),
         json!(format_go_duration(o.file_check_frequency)),
@@ -93,6 +104,10 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
     m.insert("serializeImagePulls".into(), json!(o.serialize_image_pulls));
     m.insert("maxPods".into(), json!(o.max_pods));
     m.insert("maxOpenFiles".into(), json!(o.max_open_files));
+}
+
+/// The container manager's cgroup settings and the reserved resources.
+fn cgroups_and_reserved(m: &mut Map<String, Value>, o: &Options) {
     m.insert("cgroupDriver".into(), json!(o.cgroup_driver.to_string()));
     m.insert("cgroupRoot".into(), json!(cgroup(&o.cgroup_root)));
     m.insert("cgroupsPerQOS".into(), json!(o.cgroups_per_qos));
@@ -105,7 +120,17 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
     m.insert("failCgroupV1".into(), json!(o.fail_cgroup_v1));
     m.insert("kubeReserved".into(), json!(reserved(&o.kube_reserved)));
     m.insert("systemReserved".into(), json!(reserved(&o.system_reserved)));
-    m.insert("evictionHard".into(), json!(eviction));
+}
+
+/// The eviction manager's thresholds, grace periods and minimum reclaims.
+fn eviction(m: &mut Map<String, Value>, o: &Options) {
+    let hard: Map<String, Value> = o
+        .eviction_hard
+        .0
+        .iter()
+        .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
+        .collect();
+    m.insert("evictionHard".into(), json!(hard));
     // Issue 12: the eviction manager's other settings.
     let soft: Map<String, Value> = (o.eviction_soft.0.iter())
         .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
@@ -127,7 +152,30 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
         "evictionMaxPodGracePeriod".into(),
         json!(o.eviction_max_pod_grace_period),
     );
-    m.insert("enforceNodeAllocatable".into(), json!(enforce));
+}
+
+/// `enforceNodeAllocatable`: the cgroups whose allocatable oxlet enforces, in kubelet's words.
+fn enforce_node_allocatable(o: &Options) -> Vec<&'static str> {
+    let mut enforce = Vec::new();
+    let e = &o.enforce_node_allocatable;
+    if e.pods {
+        enforce.push("pods");
+    }
+    match e.system_reserved {
+        Some(Enforced::All) => enforce.push("system-reserved"),
+        Some(Enforced::Compressible) => enforce.push("system-reserved-compressible"),
+        None => {}
+    }
+    match e.kube_reserved {
+        Some(Enforced::All) => enforce.push("kube-reserved"),
+        Some(Enforced::Compressible) => enforce.push("kube-reserved-compressible"),
+        None => {}
+    }
+    enforce
+}
+
+/// The container log manager's rotation settings.
+fn container_logs(m: &mut Map<String, Value>, o: &Options) {
     m.insert(
         "containerLogMaxSize".into(),
         json!(quantity(o.container_log_max_size)),
@@ -144,6 +192,10 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
         "containerLogMonitorInterval".into(),
         json!(format_go_duration(o.container_log_monitor_interval)),
     );
+}
+
+/// The pods' security defaults and DNS.
+fn pod_security_and_dns(m: &mut Map<String, Value>, o: &Options) {
     m.insert("seccompDefault".into(), json!(o.seccomp_default));
     m.insert(
         "allowedUnsafeSysctls".into(),
@@ -160,6 +212,10 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
     );
     m.insert("clusterDomain".into(), json!(o.cluster_domain));
     m.insert("resolvConf".into(), json!(path(o.resolv_conf.as_ref())));
+}
+
+/// The HTTP static pod source.
+fn static_pod_url(m: &mut Map<String, Value>, o: &Options) {
     m.insert(
         "staticPodURL".into(),
         json!(o.manifest_url.clone().unwrap_or_default()),
@@ -169,6 +225,10 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
         "httpCheckFrequency".into(),
         json!(format_go_duration(o.http_check_frequency)),
     );
+}
+
+/// The apiserver client's rates, the node's status and lease, events, certificates.
+fn api_and_node_status(m: &mut Map<String, Value>, o: &Options) {
     m.insert("kubeAPIQPS".into(), json!(o.kube_api_qps));
     m.insert("kubeAPIBurst".into(), json!(o.kube_api_burst));
     m.insert(
@@ -187,6 +247,10 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
     m.insert("eventRecordQPS".into(), json!(o.event_record_qps));
     m.insert("eventBurst".into(), json!(o.event_burst));
     m.insert("rotateCertificates".into(), json!(o.rotate_certificates));
+}
+
+/// Image garbage collection, and the volume stats period between its fields.
+fn garbage_collection(m: &mut Map<String, Value>, o: &Options) {
     m.insert(
         "imageGCHighThresholdPercent".into(),
         json!(o.image_gc.high_percent),
@@ -207,6 +271,10 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
         "imageMaximumGCAge".into(),
         json!(format_go_duration(o.image_gc.max_age)),
     );
+}
+
+/// The optional settings, left out when unset (Go's `omitempty`).
+fn omitted_when_unset(m: &mut Map<String, Value>, o: &Options) {
     if let Some(n) = o.max_parallel_image_pulls {
         m.insert("maxParallelImagePulls".into(), json!(n));
     }
@@ -216,7 +284,6 @@ pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
     if let Some(n) = &o.system_reserved_cgroup {
         m.insert("systemReservedCgroup".into(), cgroup(n));
     }
-    json!({ "kubeletconfig": m })
 }
 
 #[cfg(test)]

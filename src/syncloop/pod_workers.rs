@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -304,6 +305,70 @@ struct PodSyncStatus {
 }
 
 impl PodSyncStatus {
+    /// A new pod's record: syncing, nothing pending yet, no failures.
+    fn new(full_name: String, is_static: bool, started: bool, new_life: bool) -> Self {
+        PodSyncStatus {
+            notify: Arc::new(Notify::new()),
+            pending: None,
+            pod: None,
+            runtime_pod: None,
+            lifecycle: Lifecycle::Syncing,
+            grace: None,
+            kill: None,
+            terminate_cancel: CancellationToken::new(),
+            full_name,
+            is_static,
+            started,
+            restart_requested: false,
+            new_life,
+            in_flight: None,
+            failures: 0,
+            retry_at: None,
+        }
+    }
+
+    /// The same UID added again after its termination was asked for (a static pod
+    /// with a fixed UID, removed and restored): it runs again as a new life once the
+    /// old one has fully terminated (kubelet's restartRequested).
+    fn request_restart(&mut self, uid: &str, work: &PodWork) {
+        if !self.restart_requested {
+            info!(pod = %work.pod().map(|p| pod_ref(p)).unwrap_or_default(), podUID = %uid, "pod re-added while terminating; it starts again once terminated");
+        }
+        self.restart_requested = true;
+    }
+
+    /// A kill or a deletion: a syncing pod starts terminating (its sync in flight is
+    /// cancelled), a terminating one restarts termination if the grace period shortens.
+    fn request_termination(&mut self, uid: &str, kill: Option<&KillRequest>) {
+        // A kill is never lost to a later plain update: it is kept here, not in
+        // the pending work, which the latest update replaces.
+        if let Some(k) = kill {
+            match &mut self.kill {
+                Some(current) => current.merge(k),
+                None => self.kill = Some(k.clone()),
+            }
+        }
+        let grace = effective_grace(self.pod.as_deref(), kill);
+        match self.lifecycle {
+            Lifecycle::Syncing => {
+                self.lifecycle = Lifecycle::Terminating;
+                self.grace = Some(grace);
+                // Like kubelet's cancelFn: a sync in flight (e.g. a postStart hook
+                // that never returns) must not hold the kill back.
+                self.terminate_cancel.cancel();
+            }
+            Lifecycle::Terminating => {
+                let merged = merge_grace(self.grace, grace);
+                if Some(merged) != self.grace {
+                    debug!(podUID = %uid, grace = merged, "shorter grace period: restarting termination");
+                    self.grace = Some(merged);
+                    self.terminate_cancel.cancel();
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// A static pod waiting for its turn may not sync, but once it is asked to stop
     /// it goes through termination at once: stopping starts nothing, and a removed
     /// pod must not wait on a predecessor that may run for ever (as kubelet).
@@ -318,6 +383,46 @@ impl PodSyncStatus {
             _ => None,
         }
     }
+}
+
+/// One step a worker took to run: the update, the state it runs in, and what the
+/// pod's record held for it when it was taken.
+struct Step {
+    work: PodWork,
+    lifecycle: Lifecycle,
+    pod: Option<Arc<Pod>>,
+    runtime_pod: Option<RuntimePod>,
+    /// The grace period a termination step stops the pod with.
+    grace: i64,
+    /// Cancelled when a kill (or a shorter grace period) arrives mid-step.
+    cancel_term: CancellationToken,
+    /// The pod's previous life is to be cleared before it syncs.
+    new_life: bool,
+    kill: Option<KillRequest>,
+}
+
+impl Step {
+    /// The pod as the worker logs it.
+    fn pod_name(&self) -> String {
+        logged_name(self.pod.as_deref(), self.runtime_pod.as_ref())
+    }
+}
+
+/// What a worker found when it looked for work.
+enum NextWork {
+    /// A step to run now (boxed: a step is large, a wait is not).
+    Run(Box<Step>),
+    /// Nothing may run yet: wait for an update, or until a back-off ends then.
+    Wait(Option<Instant>),
+    /// The pod's record is gone or finished: the worker ends.
+    Stop,
+}
+
+/// The `ns/name` a worker logs: the desired pod's, else the runtime pod's.
+fn logged_name(pod: Option<&Pod>, runtime_pod: Option<&RuntimePod>) -> String {
+    pod.map(pod_ref)
+        .or_else(|| runtime_pod.map(RuntimePod::pod_ref))
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Default)]
@@ -377,7 +482,8 @@ impl<S: PodSyncer> PodWorkers<S> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Hands an update to the pod's worker, starting the worker if needed.
+    /// kubelet's `UpdatePod`: hands an update to the pod's worker, starting the worker
+    /// if needed; a kill or deletion starts termination, and the latest update wins.
     pub(crate) fn update_pod(&self, work: PodWork) {
         let uid = work.uid().to_string();
         if uid.is_empty() {
@@ -386,46 +492,9 @@ impl<S: PodSyncer> PodWorkers<S> {
         let mut state = self.state();
         let state = &mut *state;
         if !state.pods.contains_key(&uid) {
-            let (full_name, is_static) = match work.pod().map(|p| &**p) {
-                Some(p) => (pod_full_name(p), is_static_pod(p)),
-                None => (String::new(), false),
-            };
-            let started = if is_static {
-                let order = state.static_order.entry(full_name.clone()).or_default();
-                order.push(uid.clone());
-                order.first() == Some(&uid)
-            } else {
-                true
-            };
-            if !started {
-                info!(pod = %work.pod().map(|p| pod_ref(p)).unwrap_or_default(), podUID = %uid, "static pod waits for the previous pod with the same name to terminate");
-            }
-            let new_life = state.restarting.remove(&uid);
-            state.pods.insert(
-                uid.clone(),
-                PodSyncStatus {
-                    notify: Arc::new(Notify::new()),
-                    pending: None,
-                    pod: None,
-                    runtime_pod: None,
-                    lifecycle: Lifecycle::Syncing,
-                    grace: None,
-                    kill: None,
-                    terminate_cancel: CancellationToken::new(),
-                    full_name,
-                    is_static,
-                    started,
-                    restart_requested: false,
-                    new_life,
-                    in_flight: None,
-                    failures: 0,
-                    retry_at: None,
-                },
-            );
-            self.spawn_supervised(&uid);
+            self.start_worker(state, &uid, &work);
         }
         let status = state.pods.get_mut(&uid).expect("inserted above");
-        let pod_name = || work.pod().map(|p| pod_ref(p)).unwrap_or_default();
         let create = matches!(
             work,
             PodWork::Sync {
@@ -441,27 +510,11 @@ impl<S: PodSyncer> PodWorkers<S> {
                 .observe(n as f64);
         }
         if status.lifecycle != Lifecycle::Syncing && create {
-            // The same UID added again after its termination was asked for (a static
-            // pod with a fixed UID, removed and restored): it runs again as a new
-            // life once the old one has fully terminated (kubelet's restartRequested).
-            if !status.restart_requested {
-                info!(pod = %pod_name(), podUID = %uid, "pod re-added while terminating; it starts again once terminated");
-            }
-            status.restart_requested = true;
+            status.request_restart(&uid, &work);
             return;
         }
         if status.lifecycle == Lifecycle::Finished {
-            if let PodWork::Kill { pod, .. } = &work {
-                // A finished pod removed from its source: its terminal containers and
-                // status were kept while it was desired; clean them up now, in the
-                // worker, so a re-add of the same UID waits for that.
-                debug!(pod = %pod_name(), podUID = %uid, "finished pod removed; cleaning up what it left");
-                status.lifecycle = Lifecycle::Terminated;
-                status.pod = Some(pod.clone());
-                status.pending = Some(work);
-                status.retry_at = None;
-                self.spawn_supervised(&uid);
-            }
+            self.clean_up_finished_pod(status, &uid, work);
             return;
         }
         match &work {
@@ -474,37 +527,50 @@ impl<S: PodSyncer> PodWorkers<S> {
             .pod()
             .is_some_and(|p| p.metadata.deletion_timestamp.is_some());
         if work.kill().is_some() || deleting {
-            // A kill is never lost to a later plain update: it is kept here, not in
-            // the pending work, which the latest update replaces.
-            if let Some(k) = work.kill() {
-                match &mut status.kill {
-                    Some(current) => current.merge(k),
-                    None => status.kill = Some(k.clone()),
-                }
-            }
-            let grace = effective_grace(status.pod.as_deref(), work.kill());
-            match status.lifecycle {
-                Lifecycle::Syncing => {
-                    status.lifecycle = Lifecycle::Terminating;
-                    status.grace = Some(grace);
-                    // Like kubelet's cancelFn: a sync in flight (e.g. a postStart hook
-                    // that never returns) must not hold the kill back.
-                    status.terminate_cancel.cancel();
-                }
-                Lifecycle::Terminating => {
-                    let merged = merge_grace(status.grace, grace);
-                    if Some(merged) != status.grace {
-                        debug!(podUID = %uid, grace = merged, "shorter grace period: restarting termination");
-                        status.grace = Some(merged);
-                        status.terminate_cancel.cancel();
-                    }
-                }
-                _ => {}
-            }
+            status.request_termination(&uid, work.kill());
         }
         // Latest update wins.
         status.pending = Some(work);
         status.notify.notify_one();
+    }
+
+    /// Creates a new pod's record (a static pod queued behind the others with its
+    /// full name, kubelet's `allowStaticPodStart`) and starts its supervised worker.
+    fn start_worker(&self, state: &mut State, uid: &str, work: &PodWork) {
+        let (full_name, is_static) = match work.pod().map(|p| &**p) {
+            Some(p) => (pod_full_name(p), is_static_pod(p)),
+            None => (String::new(), false),
+        };
+        let started = if is_static {
+            let order = state.static_order.entry(full_name.clone()).or_default();
+            order.push(uid.to_string());
+            order.first().is_some_and(|first| first == uid)
+        } else {
+            true
+        };
+        if !started {
+            info!(pod = %work.pod().map(|p| pod_ref(p)).unwrap_or_default(), podUID = %uid, "static pod waits for the previous pod with the same name to terminate");
+        }
+        let new_life = state.restarting.remove(uid);
+        state.pods.insert(
+            uid.to_string(),
+            PodSyncStatus::new(full_name, is_static, started, new_life),
+        );
+        self.spawn_supervised(uid);
+    }
+
+    /// A finished pod removed from its source (a kill): its terminal containers and
+    /// status were kept while it was desired; clean them up now, in the worker, so a
+    /// re-add of the same UID waits for that. Any other update is dropped.
+    fn clean_up_finished_pod(&self, status: &mut PodSyncStatus, uid: &str, work: PodWork) {
+        if let PodWork::Kill { pod, .. } = &work {
+            debug!(pod = %work.pod().map(|p| pod_ref(p)).unwrap_or_default(), podUID = %uid, "finished pod removed; cleaning up what it left");
+            status.lifecycle = Lifecycle::Terminated;
+            status.pod = Some(pod.clone());
+            status.pending = Some(work);
+            status.retry_at = None;
+            self.spawn_supervised(uid);
+        }
     }
 
     /// Starts the pod's worker under its supervisor. The supervisor task is the
@@ -551,16 +617,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             Some((l, w)) => (l, Some(w)),
             None => (s.lifecycle, None),
         };
-        let pod_name = s
-            .pod
-            .as_deref()
-            .map(pod_ref)
-            .or_else(|| {
-                s.runtime_pod
-                    .as_ref()
-                    .map(super::super::runtime::types::RuntimePod::pod_ref)
-            })
-            .unwrap_or_default();
+        let pod_name = logged_name(s.pod.as_deref(), s.runtime_pod.as_ref());
         let delay = Self::record_failure(s, lifecycle, work, FailureHint::default());
         Some((pod_name, lifecycle, delay))
     }
@@ -676,6 +733,8 @@ impl<S: PodSyncer> PodWorkers<S> {
         restarted
     }
 
+    /// kubelet's `podWorkerLoop`: waits for work, runs the step the pod's state calls
+    /// for, and completes it; ends once the pod has finished or the agent stops.
     async fn worker_loop(self, uid: String) {
         let notify = match self.state().pods.get(&uid) {
             Some(s) => s.notify.clone(),
@@ -683,176 +742,259 @@ impl<S: PodSyncer> PodWorkers<S> {
         };
         let mut last_sync: Option<Instant> = None;
         loop {
-            // Wait for work (for static pods, for our turn; after a failure, for the
-            // back-off to end).
-            let (work, lifecycle, pod, runtime_pod, grace, cancel_term, new_life, kill) = loop {
-                let held_until = {
-                    let mut state = self.state();
-                    let Some(s) = state.pods.get_mut(&uid) else {
-                        return;
-                    };
-                    if s.lifecycle == Lifecycle::Finished {
-                        return;
-                    }
-                    let held = s.held_until(Instant::now());
-                    if s.may_act() && s.pending.is_some() && held.is_none() {
-                        let work = s.pending.take().expect("checked");
-                        if s.terminate_cancel.is_cancelled() {
-                            s.terminate_cancel = CancellationToken::new();
-                        }
-                        s.in_flight = Some((s.lifecycle, work.clone()));
-                        break (
-                            work,
-                            s.lifecycle,
-                            s.pod.clone(),
-                            s.runtime_pod.clone(),
-                            s.grace.unwrap_or(1),
-                            s.terminate_cancel.clone(),
-                            s.new_life,
-                            s.kill.clone(),
-                        );
-                    }
-                    held.filter(|_| s.may_act() && s.pending.is_some())
-                };
-                let back_off_over = async {
-                    match held_until {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    () = self.cancel.cancelled() => return,
-                    () = notify.notified() => {}
-                    () = back_off_over => {}
-                }
+            let Some(step) = self.wait_for_work(&uid, &notify).await else {
+                return;
             };
-            let pod_name = pod
-                .as_deref()
-                .map(pod_ref)
-                .or_else(|| {
-                    runtime_pod
-                        .as_ref()
-                        .map(super::super::runtime::types::RuntimePod::pod_ref)
-                })
-                .unwrap_or_default();
-            match lifecycle {
+            let pod_name = step.pod_name();
+            let next = match step.lifecycle {
                 Lifecycle::Syncing => {
-                    let Some(pod) = pod else {
-                        self.step_succeeded(&uid);
-                        continue;
-                    };
-                    let started = Instant::now();
-                    let update = work.update_type();
-                    if update == UpdateType::Create
-                        && let Some(seen) = crate::metrics::startup::first_seen(&pod)
-                    {
-                        let waited = jiff::Timestamp::now().duration_since(seen);
-                        crate::metrics::kubelet()
-                            .pod_worker_start_duration
-                            .observe(waited.as_secs_f64().max(0.0));
-                    }
-                    let step = async {
-                        if new_life {
-                            info!(pod = %pod_name, podUID = %uid, "pod re-created with the UID of a terminated pod: clearing its previous life");
-                            self.syncer.clear_previous_life(pod.clone()).await?;
-                            if let Some(s) = self.state().pods.get_mut(&uid) {
-                                s.new_life = false;
-                            }
-                        }
-                        self.syncer
-                            .sync_pod(work.update_type(), pod.clone(), last_sync)
-                            .await
-                    };
-                    let res = tokio::select! {
-                        () = self.cancel.cancelled() => return,
-                        () = cancel_term.cancelled() => {
-                            // The pod is being killed: the kill (already pending) goes next.
-                            info!(pod = %pod_name, podUID = %uid, "sync cancelled: the pod is terminating");
-                            self.requeue_now(&uid, work);
-                            continue;
-                        }
-                        r = step => r,
-                    };
-                    last_sync = Some(started);
-                    worker_duration(update.as_metric(), started);
-                    match res {
-                        Ok(r) if r.terminal => {
-                            self.step_succeeded(&uid);
-                            info!(pod = %pod_name, podUID = %uid, "pod is terminal; terminating it");
-                            self.transition_to_terminating(&uid);
-                        }
-                        Ok(r) => {
-                            self.step_succeeded(&uid);
-                            let next = jitter(self.resync, 0.5);
-                            let delay = r.retry_after.map_or(next, |d| d.min(next));
-                            self.queue.enqueue(&uid, delay);
-                        }
-                        Err(e) => {
-                            let delay = self.step_failed(&uid, lifecycle, work, &e);
-                            let reason = e.waiting_reason().map(WaitingReason::as_str);
-                            warn!(pod = %pod_name, podUID = %uid, error = %e, reason, retryable = e.retryable(), retryIn = ?delay, "error syncing pod, will retry");
-                        }
-                    }
+                    self.run_sync_pod(&uid, &pod_name, step, &mut last_sync)
+                        .await
                 }
                 Lifecycle::Terminating => {
-                    let started = Instant::now();
-                    let reason = kill.as_ref().map_or(KillReason::Deleted, |k| k.reason);
-                    info!(pod = %pod_name, podUID = %uid, gracePeriod = grace, %reason, "terminating pod");
-                    let status = kill.and_then(|k| k.status);
-                    let fut = async {
-                        match (&pod, &runtime_pod) {
-                            (Some(p), _) => {
-                                self.syncer
-                                    .sync_terminating_pod(p.clone(), grace, status)
-                                    .await
-                            }
-                            (None, Some(r)) => {
-                                self.syncer.sync_terminating_runtime_pod(r.clone()).await
-                            }
-                            (None, None) => Ok(()),
-                        }
-                    };
-                    let res = tokio::select! {
-                        () = self.cancel.cancelled() => return,
-                        () = cancel_term.cancelled() => {
-                            // A shorter grace period arrived: go again with it.
-                            self.requeue_now(&uid, work);
-                            continue;
-                        }
-                        r = fut => r,
-                    };
-                    worker_duration("kill", started);
-                    match res {
-                        Ok(()) => {
-                            self.step_succeeded(&uid);
-                            self.set_lifecycle(&uid, Lifecycle::Terminated, work);
-                        }
-                        Err(e) => {
-                            let delay = self.step_failed(&uid, lifecycle, work, &e);
-                            warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = ?delay, "error terminating pod, will retry");
-                        }
-                    }
+                    self.run_sync_terminating_pod(&uid, &pod_name, step).await
                 }
-                Lifecycle::Terminated => {
-                    let started = Instant::now();
-                    let res = tokio::select! {
-                        () = self.cancel.cancelled() => return,
-                        r = self.syncer.sync_terminated_pod(pod.clone(), runtime_pod.clone()) => r,
-                    };
-                    worker_duration("terminated", started);
-                    match res {
-                        Ok(()) => {
-                            info!(pod = %pod_name, podUID = %uid, "pod terminated");
-                            self.finish(&uid);
-                            return;
-                        }
-                        Err(e) => {
-                            let delay = self.step_failed(&uid, lifecycle, work, &e);
-                            warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = ?delay, "error cleaning up terminated pod, will retry");
-                        }
-                    }
-                }
+                Lifecycle::Terminated => self.run_sync_terminated_pod(&uid, &pod_name, step).await,
                 Lifecycle::Finished => return,
+            };
+            if next.is_break() {
+                return;
+            }
+        }
+    }
+
+    /// Waits for work (for static pods, for our turn; after a failure, for the
+    /// back-off to end); None when the worker is to end.
+    async fn wait_for_work(&self, uid: &str, notify: &Notify) -> Option<Step> {
+        loop {
+            let held_until = match self.start_pod_sync(uid) {
+                NextWork::Run(step) => return Some(*step),
+                NextWork::Wait(held_until) => held_until,
+                NextWork::Stop => return None,
+            };
+            let back_off_over = async {
+                match held_until {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = self.cancel.cancelled() => return None,
+                () = notify.notified() => {}
+                () = back_off_over => {}
+            }
+        }
+    }
+
+    /// kubelet's `startPodSync`: under the lock, takes the pending update if the pod
+    /// may act on it now (its turn has come, no back-off holds it) and marks it in flight.
+    fn start_pod_sync(&self, uid: &str) -> NextWork {
+        let mut state = self.state();
+        let Some(s) = state.pods.get_mut(uid) else {
+            return NextWork::Stop;
+        };
+        if s.lifecycle == Lifecycle::Finished {
+            return NextWork::Stop;
+        }
+        let held = s.held_until(Instant::now());
+        if s.may_act() && s.pending.is_some() && held.is_none() {
+            let work = s.pending.take().expect("checked");
+            if s.terminate_cancel.is_cancelled() {
+                s.terminate_cancel = CancellationToken::new();
+            }
+            s.in_flight = Some((s.lifecycle, work.clone()));
+            return NextWork::Run(Box::new(Step {
+                work,
+                lifecycle: s.lifecycle,
+                pod: s.pod.clone(),
+                runtime_pod: s.runtime_pod.clone(),
+                grace: s.grace.unwrap_or(1),
+                cancel_term: s.terminate_cancel.clone(),
+                new_life: s.new_life,
+                kill: s.kill.clone(),
+            }));
+        }
+        NextWork::Wait(held.filter(|_| s.may_act() && s.pending.is_some()))
+    }
+
+    /// kubelet's `SyncPod` step: a pod re-created with a terminated pod's UID first
+    /// clears its previous life; a kill cancels the sync and goes next.
+    async fn run_sync_pod(
+        &self,
+        uid: &str,
+        pod_name: &str,
+        step: Step,
+        last_sync: &mut Option<Instant>,
+    ) -> ControlFlow<()> {
+        let Step {
+            work,
+            lifecycle,
+            pod,
+            cancel_term,
+            new_life,
+            ..
+        } = step;
+        let Some(pod) = pod else {
+            self.step_succeeded(uid);
+            return ControlFlow::Continue(());
+        };
+        let started = Instant::now();
+        let update = work.update_type();
+        if update == UpdateType::Create
+            && let Some(seen) = crate::metrics::startup::first_seen(&pod)
+        {
+            let waited = jiff::Timestamp::now().duration_since(seen);
+            crate::metrics::kubelet()
+                .pod_worker_start_duration
+                .observe(waited.as_secs_f64().max(0.0));
+        }
+        let previous_sync = *last_sync;
+        let step = async {
+            if new_life {
+                info!(pod = %pod_name, podUID = %uid, "pod re-created with the UID of a terminated pod: clearing its previous life");
+                self.syncer.clear_previous_life(pod.clone()).await?;
+                if let Some(s) = self.state().pods.get_mut(uid) {
+                    s.new_life = false;
+                }
+            }
+            self.syncer
+                .sync_pod(work.update_type(), pod.clone(), previous_sync)
+                .await
+        };
+        let res = tokio::select! {
+            () = self.cancel.cancelled() => return ControlFlow::Break(()),
+            () = cancel_term.cancelled() => {
+                // The pod is being killed: the kill (already pending) goes next.
+                info!(pod = %pod_name, podUID = %uid, "sync cancelled: the pod is terminating");
+                self.requeue_now(uid, work);
+                return ControlFlow::Continue(());
+            }
+            r = step => r,
+        };
+        *last_sync = Some(started);
+        worker_duration(update.as_metric(), started);
+        self.complete_sync(uid, pod_name, lifecycle, work, res);
+        ControlFlow::Continue(())
+    }
+
+    /// kubelet's `completeSync` and `completeWork` after a sync: a terminal pod starts
+    /// terminating, a synced one comes back at the resync (or when a back-off ends),
+    /// a failed one is retried with back-off.
+    fn complete_sync(
+        &self,
+        uid: &str,
+        pod_name: &str,
+        lifecycle: Lifecycle,
+        work: PodWork,
+        res: Result<SyncResult, PodSyncError>,
+    ) {
+        match res {
+            Ok(r) if r.terminal => {
+                self.step_succeeded(uid);
+                info!(pod = %pod_name, podUID = %uid, "pod is terminal; terminating it");
+                self.transition_to_terminating(uid);
+            }
+            Ok(r) => {
+                self.step_succeeded(uid);
+                let next = jitter(self.resync, 0.5);
+                let delay = r.retry_after.map_or(next, |d| d.min(next));
+                self.queue.enqueue(uid, delay);
+            }
+            Err(e) => {
+                let delay = self.step_failed(uid, lifecycle, work, &e);
+                let reason = e.waiting_reason().map(WaitingReason::as_str);
+                warn!(pod = %pod_name, podUID = %uid, error = %e, reason, retryable = e.retryable(), retryIn = ?delay, "error syncing pod, will retry");
+            }
+        }
+    }
+
+    /// kubelet's `SyncTerminatingPod` (or `SyncTerminatingRuntimePod`) step, then
+    /// `completeTerminating`; a shorter grace period cancels it and it runs again.
+    async fn run_sync_terminating_pod(
+        &self,
+        uid: &str,
+        pod_name: &str,
+        step: Step,
+    ) -> ControlFlow<()> {
+        let Step {
+            work,
+            lifecycle,
+            pod,
+            runtime_pod,
+            grace,
+            cancel_term,
+            kill,
+            ..
+        } = step;
+        let started = Instant::now();
+        let reason = kill.as_ref().map_or(KillReason::Deleted, |k| k.reason);
+        info!(pod = %pod_name, podUID = %uid, gracePeriod = grace, %reason, "terminating pod");
+        let status = kill.and_then(|k| k.status);
+        let fut = async {
+            match (&pod, &runtime_pod) {
+                (Some(p), _) => {
+                    self.syncer
+                        .sync_terminating_pod(p.clone(), grace, status)
+                        .await
+                }
+                (None, Some(r)) => self.syncer.sync_terminating_runtime_pod(r.clone()).await,
+                (None, None) => Ok(()),
+            }
+        };
+        let res = tokio::select! {
+            () = self.cancel.cancelled() => return ControlFlow::Break(()),
+            () = cancel_term.cancelled() => {
+                // A shorter grace period arrived: go again with it.
+                self.requeue_now(uid, work);
+                return ControlFlow::Continue(());
+            }
+            r = fut => r,
+        };
+        worker_duration("kill", started);
+        match res {
+            Ok(()) => {
+                self.step_succeeded(uid);
+                self.set_lifecycle(uid, Lifecycle::Terminated, work);
+            }
+            Err(e) => {
+                let delay = self.step_failed(uid, lifecycle, work, &e);
+                warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = ?delay, "error terminating pod, will retry");
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// kubelet's `SyncTerminatedPod` step, then `completeTerminated`: once what the
+    /// stopped pod left is cleaned up, the worker finishes (Break).
+    async fn run_sync_terminated_pod(
+        &self,
+        uid: &str,
+        pod_name: &str,
+        step: Step,
+    ) -> ControlFlow<()> {
+        let Step {
+            work,
+            lifecycle,
+            pod,
+            runtime_pod,
+            ..
+        } = step;
+        let started = Instant::now();
+        let res = tokio::select! {
+            () = self.cancel.cancelled() => return ControlFlow::Break(()),
+            r = self.syncer.sync_terminated_pod(pod, runtime_pod) => r,
+        };
+        worker_duration("terminated", started);
+        match res {
+            Ok(()) => {
+                info!(pod = %pod_name, podUID = %uid, "pod terminated");
+                self.finish(uid);
+                ControlFlow::Break(())
+            }
+            Err(e) => {
+                let delay = self.step_failed(uid, lifecycle, work, &e);
+                warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = ?delay, "error cleaning up terminated pod, will retry");
+                ControlFlow::Continue(())
             }
         }
     }

@@ -12,6 +12,7 @@
 //! relist finds it still bad (as kubelet, whose watch events leave the store alone
 //! on a decode error and whose periodic list replaces it).
 
+use std::ops::ControlFlow;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -543,7 +544,7 @@ pub(crate) async fn run_file_source(
 ) {
     let path = normalize(path);
     // Capacity 1: a pending wake-up already covers any number of later events.
-    let (event_tx, mut event_rx) = mpsc::channel::<()>(1);
+    let (event_tx, event_rx) = mpsc::channel::<()>(1);
     let mut watch = WatchState::new(event_tx);
     watch.ensure(&path, true);
 
@@ -551,54 +552,83 @@ pub(crate) async fn run_file_source(
     let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
 
-    let mut was_missing = false;
-    let mut reason = Reason::Initial;
-    let mut cache = DecodeCache::default();
-    loop {
+    let source = FileSource {
+        path,
+        node_name,
+        tx,
+        cancel,
+        period,
+        watch,
+        event_rx,
+        ticker,
+        was_missing: false,
+        cache: DecodeCache::default(),
+    };
+    source.run().await;
+}
+
+/// The running file source (kubelet's `sourceFile`): what it lists, where it sends,
+/// and what it keeps between relists.
+struct FileSource {
+    path: PathBuf,
+    node_name: String,
+    tx: mpsc::Sender<SourceSnapshot>,
+    cancel: CancellationToken,
+    /// The periodic relist interval (`check_frequency`, at least 10ms).
+    period: Duration,
+    watch: WatchState,
+    /// The watch's wake-ups.
+    event_rx: mpsc::Receiver<()>,
+    ticker: tokio::time::Interval,
+    /// The last listing found no path (logged only when that changes).
+    was_missing: bool,
+    cache: DecodeCache,
+}
+
+impl FileSource {
+    /// Relists, then waits for the next reason to, until cancelled or nobody listens.
+    async fn run(mut self) {
+        let mut reason = Reason::Initial;
+        loop {
+            let ControlFlow::Continue(retry_scan) = self.relist(reason).await else {
+                return;
+            };
+
+            // The relist may have seen the directory appear, vanish or be replaced.
+            if self.watch.ensure(&self.path, false) {
+                // Changes between the last listing and the new watch would otherwise wait
+                // for the next periodic relist.
+                reason = Reason::WatchEstablished;
+                continue;
+            }
+
+            let Some(next) = self.wait_for_change(retry_scan).await else {
+                return;
+            };
+            reason = next;
+        }
+    }
+
+    /// One listing and its snapshot (kubelet's `listConfig`): continues with when to
+    /// retry a failed or incomplete one, breaks when cancelled or nobody listens.
+    async fn relist(&mut self, reason: Reason) -> ControlFlow<(), Option<Instant>> {
         let started = std::time::Instant::now();
         let confirm = matches!(reason, Reason::Periodic);
-        let scanned = {
-            let (path, node) = (path.clone(), node_name.clone());
-            // A short-lived helper, awaited at once: the source task owns it.
-            let task = tokio::task::spawn_blocking(move || {
-                let scanned = scan(&path, &node, &mut cache, confirm);
-                (scanned, cache)
-            });
-            match task.await {
-                Ok((s, c)) => {
-                    cache = c;
-                    s.map_err(|e| e.to_string())
-                }
-                Err(e) => {
-                    // The per-file history went with the task; the next scan rebuilds it.
-                    cache = DecodeCache::default();
-                    Err(format!(
-                        "static pod listing task failed: {e}; keeping the last set of static pods"
-                    ))
-                }
-            }
-        };
+        let scanned = self.scan_blocking(confirm).await;
         // After a failed listing: when to try again (sooner than the periodic relist).
         let mut retry_scan = None;
         match scanned {
             Err(e) => {
                 // No snapshot: the merger keeps the last set this source sent.
                 warn!(reason = reason.as_str(), "{e}");
-                retry_scan = Some(Instant::now() + SCAN_RETRY.min(period));
+                retry_scan = Some(Instant::now() + SCAN_RETRY.min(self.period));
             }
             Ok(scanned) => {
                 if scanned.incomplete {
                     // A file could not be read for lack of resources: look again soon.
-                    retry_scan = Some(Instant::now() + SCAN_RETRY.min(period));
+                    retry_scan = Some(Instant::now() + SCAN_RETRY.min(self.period));
                 }
-                if scanned.missing != was_missing {
-                    if scanned.missing {
-                        info!(path = %path.display(), "static pod path does not exist (yet); no static pods");
-                    } else if !matches!(reason, Reason::Initial) {
-                        info!(path = %path.display(), "static pod path appeared");
-                    }
-                    was_missing = scanned.missing;
-                }
+                self.log_missing_change(scanned.missing, reason);
                 debug!(
                     reason = reason.as_str(),
                     files = scanned.files,
@@ -611,36 +641,73 @@ pub(crate) async fn run_file_source(
                     pods: scanned.pods,
                 };
                 tokio::select! {
-                    sent = tx.send(snapshot) => if sent.is_err() { return },
-                    () = cancel.cancelled() => return,
+                    sent = self.tx.send(snapshot) => if sent.is_err() { return ControlFlow::Break(()) },
+                    () = self.cancel.cancelled() => return ControlFlow::Break(()),
                 }
             }
         }
+        ControlFlow::Continue(retry_scan)
+    }
 
-        // The relist may have seen the directory appear, vanish or be replaced.
-        if watch.ensure(&path, false) {
-            // Changes between the last listing and the new watch would otherwise wait
-            // for the next periodic relist.
-            reason = Reason::WatchEstablished;
-            continue;
+    /// Runs [`scan`] on a blocking thread (it reads files), lending it the per-file
+    /// cache; a failed task is an error like a failed listing.
+    async fn scan_blocking(&mut self, confirm: bool) -> Result<Scan, String> {
+        let (path, node) = (self.path.clone(), self.node_name.clone());
+        let mut cache = std::mem::take(&mut self.cache);
+        // A short-lived helper, awaited at once: the source task owns it.
+        let task = tokio::task::spawn_blocking(move || {
+            let scanned = scan(&path, &node, &mut cache, confirm);
+            (scanned, cache)
+        });
+        match task.await {
+            Ok((s, c)) => {
+                self.cache = c;
+                s.map_err(|e| e.to_string())
+            }
+            Err(e) => {
+                // The per-file history went with the task; the next scan rebuilds it.
+                self.cache = DecodeCache::default();
+                Err(format!(
+                    "static pod listing task failed: {e}; keeping the last set of static pods"
+                ))
+            }
         }
+    }
 
-        reason = loop {
-            let retry_at = watch.next_attempt.filter(|_| watch.watcher.is_none());
+    /// Says when the path disappears or appears, once per change rather than per relist.
+    fn log_missing_change(&mut self, missing: bool, reason: Reason) {
+        if missing != self.was_missing {
+            if missing {
+                info!(path = %self.path.display(), "static pod path does not exist (yet); no static pods");
+            } else if !matches!(reason, Reason::Initial) {
+                info!(path = %self.path.display(), "static pod path appeared");
+            }
+            self.was_missing = missing;
+        }
+    }
+
+    /// Waits for the next reason to relist: the period, a due retry (`retry_scan`), a
+    /// watch event burst, or a watch set up at last. None when cancelled or nobody listens.
+    async fn wait_for_change(&mut self, retry_scan: Option<Instant>) -> Option<Reason> {
+        loop {
+            let retry_at = self
+                .watch
+                .next_attempt
+                .filter(|_| self.watch.watcher.is_none());
             tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tx.closed() => return,
-                _ = ticker.tick() => break Reason::Periodic,
+                () = self.cancel.cancelled() => return None,
+                () = self.tx.closed() => return None,
+                _ = self.ticker.tick() => return Some(Reason::Periodic),
                 () = async {
                     match retry_scan {
                         Some(at) => tokio::time::sleep_until(at).await,
                         None => std::future::pending().await,
                     }
-                } => break Reason::Retry,
-                Some(()) = event_rx.recv() => {
+                } => return Some(Reason::Retry),
+                Some(()) = self.event_rx.recv() => {
                     tokio::time::sleep(COALESCE).await;
-                    while event_rx.try_recv().is_ok() {}
-                    break Reason::Inotify;
+                    while self.event_rx.try_recv().is_ok() {}
+                    return Some(Reason::Inotify);
                 }
                 () = async {
                     match retry_at {
@@ -648,12 +715,12 @@ pub(crate) async fn run_file_source(
                         None => std::future::pending().await,
                     }
                 } => {
-                    if watch.ensure(&path, true) {
-                        break Reason::WatchEstablished;
+                    if self.watch.ensure(&self.path, true) {
+                        return Some(Reason::WatchEstablished);
                     }
                 }
             }
-        };
+        }
     }
 }
 

@@ -5,14 +5,16 @@
 
 use std::fmt::Write;
 
-use super::summary::{Summary, Time};
+use super::summary::{
+    ContainerStats, CpuStats, MemoryStats, NodeStats, PodReference, PodStats, Summary, Time,
+};
 
 /// The content type of Prometheus text 0.0.4.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// One sample: label pairs (sorted by name), value, optional timestamp.
 struct Sample {
-    labels: Vec<(&'static str, String)>,
+    labels: Labels,
     value: f64,
     time: Option<Time>,
 }
@@ -38,164 +40,219 @@ impl Family {
 /// The text for `summary`; None means the stats could not be read, which kubelet
 /// reports as `resource_scrape_error 1` and nothing else.
 pub(crate) fn render(summary: Option<&Summary>) -> String {
-    let mut node_cpu = Family::new(
-        "node_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the node in core-seconds",
-    );
-    let mut node_mem = Family::new(
-        "node_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the node in bytes",
-    );
-    let mut ctr_cpu = Family::new(
-        "container_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the container in core-seconds",
-    );
-    let mut ctr_mem = Family::new(
-        "container_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the container in bytes",
-    );
-    let mut ctr_start = Family::new(
-        "container_start_time_seconds",
-        "gauge",
-        "Start time of the container since unix epoch in seconds",
-    );
-    let mut pod_cpu = Family::new(
-        "pod_cpu_usage_seconds_total",
-        "counter",
-        "Cumulative cpu time consumed by the pod in core-seconds",
-    );
-    let mut pod_mem = Family::new(
-        "pod_memory_working_set_bytes",
-        "gauge",
-        "Current working set of the pod in bytes",
-    );
-    let mut scrape = Family::new(
-        "resource_scrape_error",
-        "gauge",
-        "1 if there was an error while getting container metrics, 0 otherwise",
-    );
-    scrape.samples.push(Sample {
-        labels: Vec::new(),
-        value: if summary.is_some() { 0.0 } else { 1.0 },
-        time: None,
-    });
-    #[allow(
-        clippy::cast_precision_loss,
-        reason = "metric values are float64 in kubelet too"
-    )]
+    let mut families = ResourceFamilies::new(summary.is_some());
     if let Some(s) = summary {
-        if let Some(c) = &s.node.cpu
-            && let Some(ns) = c.usage_core_nano_seconds
-        {
-            node_cpu.samples.push(Sample {
-                labels: Vec::new(),
-                value: ns as f64 / 1e9,
-                time: Some(c.time),
-            });
-        }
-        if let Some(m) = &s.node.memory
-            && let Some(ws) = m.working_set_bytes
-        {
-            node_mem.samples.push(Sample {
-                labels: Vec::new(),
-                value: ws as f64,
-                time: Some(m.time),
-            });
-        }
+        families.collect_node(&s.node);
         for p in &s.pods {
-            let (pod, ns) = (&p.pod_ref.name, &p.pod_ref.namespace);
-            let pod_labels = || vec![("namespace", ns.clone()), ("pod", pod.clone())];
-            for c in p.containers.iter().flatten() {
-                let labels = || {
-                    vec![
-                        ("container", c.name.clone()),
-                        ("namespace", ns.clone()),
-                        ("pod", pod.clone()),
-                    ]
-                };
-                if let Some(cpu) = &c.cpu
-                    && let Some(v) = cpu.usage_core_nano_seconds
-                {
-                    ctr_cpu.samples.push(Sample {
-                        labels: labels(),
-                        value: v as f64 / 1e9,
-                        time: Some(cpu.time),
-                    });
-                }
-                if let Some(m) = &c.memory
-                    && let Some(v) = m.working_set_bytes
-                {
-                    ctr_mem.samples.push(Sample {
-                        labels: labels(),
-                        value: v as f64,
-                        time: Some(m.time),
-                    });
-                }
-                if let Some(secs) = c.start_time.unix_seconds_f64().filter(|s| *s >= 1.0) {
-                    ctr_start.samples.push(Sample {
-                        labels: labels(),
-                        value: secs,
-                        time: None,
-                    });
-                }
-            }
-            if let Some(cpu) = &p.cpu
-                && let Some(v) = cpu.usage_core_nano_seconds
-            {
-                pod_cpu.samples.push(Sample {
-                    labels: pod_labels(),
-                    value: v as f64 / 1e9,
-                    time: Some(cpu.time),
-                });
-            }
-            if let Some(m) = &p.memory
-                && let Some(v) = m.working_set_bytes
-            {
-                pod_mem.samples.push(Sample {
-                    labels: pod_labels(),
-                    value: v as f64,
-                    time: Some(m.time),
-                });
-            }
+            families.collect_pod(p);
         }
     }
-    let mut families = [
-        node_cpu, node_mem, ctr_cpu, ctr_mem, ctr_start, pod_cpu, pod_mem, scrape,
-    ];
-    families.sort_by_key(|f| f.name);
     let mut out = String::new();
-    for f in &mut families {
-        // The Go client leaves out a family without samples.
-        if f.samples.is_empty() {
-            continue;
-        }
-        f.samples.sort_by(|a, b| a.labels.cmp(&b.labels));
-        let _ = writeln!(out, "# HELP {} [STABLE] {}", f.name, f.help);
-        let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
-        for s in &f.samples {
-            out.push_str(f.name);
-            if !s.labels.is_empty() {
-                out.push('{');
-                for (i, (k, v)) in s.labels.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    let _ = write!(out, "{k}=\"{}\"", escape(v));
-                }
-                out.push('}');
-            }
-            let _ = write!(out, " {}", go_float(s.value));
-            if let Some(t) = s.time.and_then(Time::unix_millis) {
-                let _ = write!(out, " {t}");
-            }
-            out.push('\n');
-        }
+    for f in &mut families.sorted() {
+        write_family(&mut out, f);
     }
     out
+}
+
+/// The families kubelet's resource metrics collector describes, filled from one summary.
+struct ResourceFamilies {
+    node_cpu: Family,
+    node_mem: Family,
+    ctr_cpu: Family,
+    ctr_mem: Family,
+    ctr_start: Family,
+    pod_cpu: Family,
+    pod_mem: Family,
+    scrape: Family,
+}
+
+/// A sample's label pairs, sorted by name.
+type Labels = Vec<(&'static str, String)>;
+
+impl ResourceFamilies {
+    /// Every family empty but `resource_scrape_error`, which says whether the
+    /// summary could be read (`scraped`).
+    fn new(scraped: bool) -> ResourceFamilies {
+        let mut scrape = Family::new(
+            "resource_scrape_error",
+            "gauge",
+            "1 if there was an error while getting container metrics, 0 otherwise",
+        );
+        scrape.samples.push(Sample {
+            labels: Vec::new(),
+            value: if scraped { 0.0 } else { 1.0 },
+            time: None,
+        });
+        ResourceFamilies {
+            node_cpu: Family::new(
+                "node_cpu_usage_seconds_total",
+                "counter",
+                "Cumulative cpu time consumed by the node in core-seconds",
+            ),
+            node_mem: Family::new(
+                "node_memory_working_set_bytes",
+                "gauge",
+                "Current working set of the node in bytes",
+            ),
+            ctr_cpu: Family::new(
+                "container_cpu_usage_seconds_total",
+                "counter",
+                "Cumulative cpu time consumed by the container in core-seconds",
+            ),
+            ctr_mem: Family::new(
+                "container_memory_working_set_bytes",
+                "gauge",
+                "Current working set of the container in bytes",
+            ),
+            ctr_start: Family::new(
+                "container_start_time_seconds",
+                "gauge",
+                "Start time of the container since unix epoch in seconds",
+            ),
+            pod_cpu: Family::new(
+                "pod_cpu_usage_seconds_total",
+                "counter",
+                "Cumulative cpu time consumed by the pod in core-seconds",
+            ),
+            pod_mem: Family::new(
+                "pod_memory_working_set_bytes",
+                "gauge",
+                "Current working set of the pod in bytes",
+            ),
+            scrape,
+        }
+    }
+
+    /// The node's cpu and memory samples (kubelet's `collectNodeCPUMetrics`,
+    /// `collectNodeMemoryMetrics`).
+    fn collect_node(&mut self, node: &NodeStats) {
+        self.node_cpu
+            .samples
+            .extend(cpu_sample(node.cpu.as_ref(), Vec::new));
+        self.node_mem
+            .samples
+            .extend(memory_sample(node.memory.as_ref(), Vec::new));
+    }
+
+    /// A pod's containers' samples, then the pod's own cpu and memory.
+    fn collect_pod(&mut self, p: &PodStats) {
+        let (pod, ns) = (&p.pod_ref.name, &p.pod_ref.namespace);
+        for c in p.containers.iter().flatten() {
+            self.collect_container(c, &p.pod_ref);
+        }
+        let pod_labels = || vec![("namespace", ns.clone()), ("pod", pod.clone())];
+        self.pod_cpu
+            .samples
+            .extend(cpu_sample(p.cpu.as_ref(), pod_labels));
+        self.pod_mem
+            .samples
+            .extend(memory_sample(p.memory.as_ref(), pod_labels));
+    }
+
+    /// One container's cpu, memory and start time samples.
+    fn collect_container(&mut self, c: &ContainerStats, pod_ref: &PodReference) {
+        let (pod, ns) = (&pod_ref.name, &pod_ref.namespace);
+        let labels = || {
+            vec![
+                ("container", c.name.clone()),
+                ("namespace", ns.clone()),
+                ("pod", pod.clone()),
+            ]
+        };
+        self.ctr_cpu
+            .samples
+            .extend(cpu_sample(c.cpu.as_ref(), labels));
+        self.ctr_mem
+            .samples
+            .extend(memory_sample(c.memory.as_ref(), labels));
+        if let Some(secs) = c.start_time.unix_seconds_f64().filter(|s| *s >= 1.0) {
+            self.ctr_start.samples.push(Sample {
+                labels: labels(),
+                value: secs,
+                time: None,
+            });
+        }
+    }
+
+    /// The families in the order the Go client writes them: by name.
+    fn sorted(self) -> [Family; 8] {
+        let mut families = [
+            self.node_cpu,
+            self.node_mem,
+            self.ctr_cpu,
+            self.ctr_mem,
+            self.ctr_start,
+            self.pod_cpu,
+            self.pod_mem,
+            self.scrape,
+        ];
+        families.sort_by_key(|f| f.name);
+        families
+    }
+}
+
+/// Cumulative cpu usage in core-seconds at the stats' time, when the stats have it.
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "metric values are float64 in kubelet too"
+)]
+fn cpu_sample(cpu: Option<&CpuStats>, labels: impl FnOnce() -> Labels) -> Option<Sample> {
+    let cpu = cpu?;
+    let ns = cpu.usage_core_nano_seconds?;
+    Some(Sample {
+        labels: labels(),
+        value: ns as f64 / 1e9,
+        time: Some(cpu.time),
+    })
+}
+
+/// The memory working set in bytes at the stats' time, when the stats have it.
+#[allow(
+    clippy::cast_precision_loss,
+    reason = "metric values are float64 in kubelet too"
+)]
+fn memory_sample(memory: Option<&MemoryStats>, labels: impl FnOnce() -> Labels) -> Option<Sample> {
+    let m = memory?;
+    let ws = m.working_set_bytes?;
+    Some(Sample {
+        labels: labels(),
+        value: ws as f64,
+        time: Some(m.time),
+    })
+}
+
+/// One family as the text format wants it: HELP, TYPE, then its samples sorted by
+/// labels; nothing at all for a family without samples, as the Go client does.
+fn write_family(out: &mut String, f: &mut Family) {
+    if f.samples.is_empty() {
+        return;
+    }
+    f.samples.sort_by(|a, b| a.labels.cmp(&b.labels));
+    let _ = writeln!(out, "# HELP {} [STABLE] {}", f.name, f.help);
+    let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
+    for s in &f.samples {
+        write_sample(out, f.name, s);
+    }
+}
+
+/// One sample line: name, `{labels}` if any, the value and the timestamp if any.
+fn write_sample(out: &mut String, name: &str, s: &Sample) {
+    out.push_str(name);
+    if !s.labels.is_empty() {
+        out.push('{');
+        for (i, (k, v)) in s.labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{k}=\"{}\"", escape(v));
+        }
+        out.push('}');
+    }
+    let _ = write!(out, " {}", go_float(s.value));
+    if let Some(t) = s.time.and_then(Time::unix_millis) {
+        let _ = write!(out, " {t}");
+    }
+    out.push('\n');
 }
 
 /// A label value escaped as the text format wants.

@@ -135,6 +135,15 @@ fn any_regular_created(inputs: &StatusInputs<'_>) -> bool {
         .any(|c| c.state != rt::ContainerState::Unknown)
 }
 
+/// Which list a container is in and how it runs: a plain init container runs to
+/// completion, while a sidecar (an init container restarted Always) runs like an app.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Regular,
+    Init,
+    Sidecar,
+}
+
 /// One container's API status (kubelet's `convertToAPIContainerStatuses` for one
 /// container, plus the prober's ready/started).
 fn container_status(
@@ -146,13 +155,37 @@ fn container_status(
 ) -> ContainerStatus {
     let latest = inputs.runtime.latest(&spec.name);
     let previous = inputs.runtime.previous(&spec.name);
+    let mut status = carried_over_status(spec, old, default_waiting);
+    match latest {
+        None => mark_lost_container(&mut status, old, default_waiting, inputs),
+        Some(c) => status = runtime_container_status(spec, c, previous, old, inputs.runtime_name),
+    }
+    // A sidecar is never done: it runs again whenever it exits, whatever its code.
+    let role = if !is_init {
+        Role::Regular
+    } else if is_sidecar(spec) {
+        Role::Sidecar
+    } else {
+        Role::Init
+    };
+    apply_waiting_state(&mut status, spec, latest, role, inputs);
+    update_ready_and_started(&mut status, spec, latest, role, inputs);
+    status
+}
+
+/// The status while the runtime has no record of the container: waiting for the
+/// default reason, or what we said before, which carries over until it has something newer.
+fn carried_over_status(
+    spec: &Container,
+    old: Option<&ContainerStatus>,
+    default_waiting: WaitingReason,
+) -> ContainerStatus {
     let mut status = ContainerStatus {
         name: spec.name.clone(),
         image: spec.image.clone().unwrap_or_default(),
         state: Some(waiting(Some(default_waiting), None)),
         ..Default::default()
     };
-    // What we said before carries over while the runtime has nothing newer.
     if let Some(o) = old {
         if is_terminated(o) {
             status = o.clone();
@@ -161,67 +194,88 @@ fn container_status(
             status.last_state = o.last_state.clone();
         }
     }
-    match latest {
-        None => {
-            let is_default = status
-                .state
-                .as_ref()
-                .and_then(|s| s.waiting.as_ref())
-                .is_some_and(|w| w.reason.as_deref() == Some(default_waiting.as_str()));
-            let has_last = status
-                .last_state
-                .as_ref()
-                .is_some_and(|l| l.terminated.is_some());
-            // It was running and is gone: say it ended, not that it never started.
-            if old.is_some_and(is_running) && is_default && !has_last {
-                status.last_state = Some(terminated_state(ContainerStateTerminated {
-                    exit_code: 137,
-                    reason: Some(TerminatedReason::ContainerStatusUnknown.to_string()),
-                    message: Some(
-                        "The container could not be located when the pod was deleted.  The container used to be Running"
-                            .into(),
-                    ),
-                    ..Default::default()
-                }));
-                if inputs.pod.metadata.deletion_timestamp.is_none() {
-                    status.restart_count += 1;
-                }
-            }
-        }
-        Some(c) => {
-            let (state, restarts) = instance_state(c, old, inputs.runtime_name);
-            status = ContainerStatus {
-                name: spec.name.clone(),
-                // The image as the runtime reports it (kubelet's `cs.Image`).
-                image: if c.image.is_empty() {
-                    spec.image.clone().unwrap_or_default()
-                } else {
-                    c.image.clone()
-                },
-                image_id: c.image_ref.clone(),
-                container_id: Some(format!("{}://{}", inputs.runtime_name, c.id)),
-                restart_count: restarts.unwrap_or(c.restart_count),
-                state: Some(state),
-                last_state: previous.map(|p| instance_state(p, None, inputs.runtime_name).0),
-                ..Default::default()
-            };
+    status
+}
+
+/// kubelet's ContainerStatusUnknown for a container that was running and has no
+/// runtime record now: say it ended, not that it never started.
+fn mark_lost_container(
+    status: &mut ContainerStatus,
+    old: Option<&ContainerStatus>,
+    default_waiting: WaitingReason,
+    inputs: &StatusInputs<'_>,
+) {
+    let is_default = status
+        .state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .is_some_and(|w| w.reason.as_deref() == Some(default_waiting.as_str()));
+    let has_last = status
+        .last_state
+        .as_ref()
+        .is_some_and(|l| l.terminated.is_some());
+    if old.is_some_and(is_running) && is_default && !has_last {
+        status.last_state = Some(terminated_state(ContainerStateTerminated {
+            exit_code: 137,
+            reason: Some(TerminatedReason::ContainerStatusUnknown.to_string()),
+            message: Some(
+                "The container could not be located when the pod was deleted.  The container used to be Running"
+                    .into(),
+            ),
+            ..Default::default()
+        }));
+        if inputs.pod.metadata.deletion_timestamp.is_none() {
+            status.restart_count += 1;
         }
     }
+}
 
+/// The status from the runtime's latest and previous instances (kubelet's
+/// `convertContainerStatus` for both), replacing anything said before.
+fn runtime_container_status(
+    spec: &Container,
+    latest: &rt::ContainerStatus,
+    previous: Option<&rt::ContainerStatus>,
+    old: Option<&ContainerStatus>,
+    runtime_name: &str,
+) -> ContainerStatus {
+    let (state, restarts) = instance_state(latest, old, runtime_name);
+    ContainerStatus {
+        name: spec.name.clone(),
+        // The image as the runtime reports it (kubelet's `cs.Image`).
+        image: if latest.image.is_empty() {
+            spec.image.clone().unwrap_or_default()
+        } else {
+            latest.image.clone()
+        },
+        image_id: latest.image_ref.clone(),
+        container_id: Some(format!("{runtime_name}://{}", latest.id)),
+        restart_count: restarts.unwrap_or(latest.restart_count),
+        state: Some(state),
+        last_state: previous.map(|p| instance_state(p, None, runtime_name).0),
+        ..Default::default()
+    }
+}
+
+/// kubelet's waiting states over the runtime's view: a vanished init container of an
+/// initialized pod completed; one to be (re)started waits with the recorded reason.
+fn apply_waiting_state(
+    status: &mut ContainerStatus,
+    spec: &Container,
+    latest: Option<&rt::ContainerStatus>,
+    role: Role,
+    inputs: &StatusInputs<'_>,
+) {
     let waiting_now = status.state.as_ref().is_some_and(|s| s.waiting.is_some());
-    // A sidecar is never done: it runs again whenever it exits, whatever its code.
-    let sidecar = is_init && is_sidecar(spec);
-    let init_done = is_init
-        && !sidecar
+    let init_done = role == Role::Init
         && latest.is_some_and(|c| c.state == rt::ContainerState::Exited && c.exit_code == 0);
-    let restarts = if sidecar {
+    let restarts = if role == Role::Sidecar {
         inputs.pod.metadata.deletion_timestamp.is_none()
             && latest.is_none_or(|c| c.state != rt::ContainerState::Running)
     } else {
         crate::runtime::actions::should_restart(inputs.pod, latest)
     };
-    if is_init
-        && !sidecar
+    if role == Role::Init
         && !init_done
         && latest.is_none()
         && waiting_now
@@ -244,17 +298,27 @@ fn container_status(
         && let Some((reason, message)) = (inputs.waiting_reason)(&spec.name)
     {
         // Waiting to be (re)started: say why, and keep what happened last.
-        if is_terminated(&status) {
+        if is_terminated(status) {
             status.last_state = status.state.take();
         }
         status.state = Some(waiting(Some(reason), Some(message)));
     }
+}
 
+/// The prober manager's `UpdatePodStatus`: ready and started from the probes, with
+/// kubelet's defaults where there are none.
+fn update_ready_and_started(
+    status: &mut ContainerStatus,
+    spec: &Container,
+    latest: Option<&rt::ContainerStatus>,
+    role: Role,
+    inputs: &StatusInputs<'_>,
+) {
     // Without probes, a running app container or sidecar is ready and started; an
     // init container is ready once it completed.
-    let running = is_running(&status);
+    let running = is_running(status);
     status.started = Some(running);
-    status.ready = if is_init && !sidecar {
+    status.ready = if role == Role::Init {
         status
             .state
             .as_ref()
@@ -270,7 +334,6 @@ fn container_status(
         status.ready = ready;
         status.started = Some(started);
     }
-    status
 }
 
 /// kubelet's `getPhase` over generated container statuses.
@@ -280,54 +343,10 @@ pub(crate) fn pod_phase(
     regular: &[ContainerStatus],
     terminating: bool,
 ) -> Phase {
-    let policy = RestartPolicy::of(pod);
-    let mut pending_init = 0;
-    let mut failed_init = 0;
-    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
-    // Sidecars count as running while they run and are ignored once they stopped;
-    // one that has not started yet holds the pod Pending until it was initialized.
-    let mut pending_sidecars = 0;
     let sidecars = sidecar_names(pod);
-    for s in init.iter().filter(|s| sidecars.contains(&s.name.as_str())) {
-        let st = s.state.as_ref();
-        if st.is_some_and(|st| st.running.is_some()) {
-            if s.started != Some(true) {
-                pending_sidecars += 1;
-            }
-            running += 1;
-        } else if st.is_some_and(|st| st.terminated.is_some()) {
-            // A stopped sidecar does not count towards the phase.
-        } else if st.is_some_and(|st| st.waiting.is_some()) {
-            if s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_none()
-            {
-                pending_sidecars += 1;
-                waiting += 1;
-            }
-        } else {
-            unknown += 1;
-        }
-    }
-    for s in init.iter().filter(|s| !sidecars.contains(&s.name.as_str())) {
-        let st = s.state.as_ref();
-        if st.is_some_and(|st| st.running.is_some()) {
-            pending_init += 1;
-        } else if let Some(t) = st.and_then(|st| st.terminated.as_ref()) {
-            if t.exit_code != 0 {
-                failed_init += 1;
-            }
-        } else if st.is_some_and(|st| st.waiting.is_some()) {
-            match s.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
-                Some(t) if t.exit_code != 0 => failed_init += 1,
-                Some(_) => {}
-                None => pending_init += 1,
-            }
-        } else {
-            pending_init += 1;
-        }
-    }
+    let mut counts = PhaseCounts::default();
+    counts.count_sidecars(init.iter().filter(|s| sidecars.contains(&s.name.as_str())));
+    counts.count_init_containers(init.iter().filter(|s| !sidecars.contains(&s.name.as_str())));
     let initialized = regular.iter().any(|s| {
         is_running(s)
             || is_terminated(s)
@@ -335,57 +354,135 @@ pub(crate) fn pod_phase(
                 .as_ref()
                 .is_some_and(|l| l.terminated.is_some())
     });
-    for s in regular {
-        let Some(st) = s.state.as_ref() else {
-            unknown += 1;
-            continue;
-        };
-        if st.running.is_some() {
-            running += 1;
-        } else if let Some(t) = &st.terminated {
-            stopped += 1;
-            if t.exit_code == 0 {
-                succeeded += 1;
-            }
-        } else if st.waiting.is_some() {
-            if s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some()
-            {
-                stopped += 1;
+    counts.count_regular(regular);
+    counts.phase(RestartPolicy::of(pod), initialized, terminating)
+}
+
+/// The container tallies `getPhase` decides on.
+#[derive(Default)]
+struct PhaseCounts {
+    pending_init: u32,
+    failed_init: u32,
+    unknown: u32,
+    running: u32,
+    waiting: u32,
+    stopped: u32,
+    succeeded: u32,
+    /// Sidecars not started yet: they hold the pod Pending until it was initialized.
+    pending_sidecars: u32,
+}
+
+impl PhaseCounts {
+    /// Sidecars count as running while they run and are ignored once they stopped;
+    /// one that has not started yet holds the pod Pending until it was initialized.
+    fn count_sidecars<'a>(&mut self, sidecars: impl Iterator<Item = &'a ContainerStatus>) {
+        for s in sidecars {
+            let st = s.state.as_ref();
+            if st.is_some_and(|st| st.running.is_some()) {
+                if s.started != Some(true) {
+                    self.pending_sidecars += 1;
+                }
+                self.running += 1;
+            } else if st.is_some_and(|st| st.terminated.is_some()) {
+                // A stopped sidecar does not count towards the phase.
+            } else if st.is_some_and(|st| st.waiting.is_some()) {
+                if s.last_state
+                    .as_ref()
+                    .and_then(|l| l.terminated.as_ref())
+                    .is_none()
+                {
+                    self.pending_sidecars += 1;
+                    self.waiting += 1;
+                }
             } else {
-                waiting += 1;
+                self.unknown += 1;
             }
-        } else {
-            unknown += 1;
         }
     }
-    if failed_init > 0 && policy == RestartPolicy::Never {
-        return Phase::Failed;
-    }
-    if pending_init > 0 || (pending_sidecars > 0 && !initialized) || waiting > 0 {
-        return Phase::Pending;
-    }
-    if running > 0 && unknown == 0 {
-        return Phase::Running;
-    }
-    if running == 0 && stopped > 0 && unknown == 0 {
-        if terminating {
-            return if stopped == succeeded {
-                Phase::Succeeded
+
+    /// Plain init containers: pending until they exit, failed when the last exit
+    /// was not 0.
+    fn count_init_containers<'a>(&mut self, inits: impl Iterator<Item = &'a ContainerStatus>) {
+        for s in inits {
+            let st = s.state.as_ref();
+            if st.is_some_and(|st| st.running.is_some()) {
+                self.pending_init += 1;
+            } else if let Some(t) = st.and_then(|st| st.terminated.as_ref()) {
+                if t.exit_code != 0 {
+                    self.failed_init += 1;
+                }
+            } else if st.is_some_and(|st| st.waiting.is_some()) {
+                match s.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+                    Some(t) if t.exit_code != 0 => self.failed_init += 1,
+                    Some(_) => {}
+                    None => self.pending_init += 1,
+                }
             } else {
-                Phase::Failed
+                self.pending_init += 1;
+            }
+        }
+    }
+
+    /// App containers: running, stopped (and whether successfully) or waiting; one
+    /// waiting after it ran counts as stopped.
+    fn count_regular(&mut self, regular: &[ContainerStatus]) {
+        for s in regular {
+            let Some(st) = s.state.as_ref() else {
+                self.unknown += 1;
+                continue;
+            };
+            if st.running.is_some() {
+                self.running += 1;
+            } else if let Some(t) = &st.terminated {
+                self.stopped += 1;
+                if t.exit_code == 0 {
+                    self.succeeded += 1;
+                }
+            } else if st.waiting.is_some() {
+                if s.last_state
+                    .as_ref()
+                    .and_then(|l| l.terminated.as_ref())
+                    .is_some()
+                {
+                    self.stopped += 1;
+                } else {
+                    self.waiting += 1;
+                }
+            } else {
+                self.unknown += 1;
+            }
+        }
+    }
+
+    /// `getPhase`'s decision over the tallies.
+    fn phase(&self, policy: RestartPolicy, initialized: bool, terminating: bool) -> Phase {
+        if self.failed_init > 0 && policy == RestartPolicy::Never {
+            return Phase::Failed;
+        }
+        if self.pending_init > 0 || (self.pending_sidecars > 0 && !initialized) || self.waiting > 0
+        {
+            return Phase::Pending;
+        }
+        if self.running > 0 && self.unknown == 0 {
+            return Phase::Running;
+        }
+        if self.running == 0 && self.stopped > 0 && self.unknown == 0 {
+            if terminating {
+                return if self.stopped == self.succeeded {
+                    Phase::Succeeded
+                } else {
+                    Phase::Failed
+                };
+            }
+            return match policy {
+                RestartPolicy::Always => Phase::Running,
+                _ if self.stopped == self.succeeded => Phase::Succeeded,
+                RestartPolicy::Never => Phase::Failed,
+                RestartPolicy::OnFailure => Phase::Running,
             };
         }
-        return match policy {
-            RestartPolicy::Always => Phase::Running,
-            _ if stopped == succeeded => Phase::Succeeded,
-            RestartPolicy::Never => Phase::Failed,
-            RestartPolicy::OnFailure => Phase::Running,
-        };
+        Phase::Pending
     }
-    Phase::Pending
 }
 
 /// Condition types kubelet owns (it regenerates them; any other condition in the
@@ -608,7 +705,53 @@ fn old_of<'a>(list: Option<&'a Vec<ContainerStatus>>, name: &str) -> Option<&'a 
 /// The whole API status (kubelet's `generateAPIPodStatus`).
 pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
     let pod = inputs.pod;
-    let spec = pod.spec.as_ref();
+    let (init_statuses, statuses) = container_statuses(inputs);
+    let phase = generate_phase(inputs, &init_statuses, &statuses);
+    // The reason and message belong to the phase: kept while it stays.
+    let (reason, message) = match inputs.old {
+        Some(o) if o.phase.as_deref() == Some(phase.as_str()) => {
+            (o.reason.clone(), o.message.clone())
+        }
+        _ => (None, None),
+    };
+    let conditions = pod_conditions(inputs, &init_statuses, &statuses, phase);
+
+    let host_network = crate::runtime::sandbox::is_host_network(pod);
+    let ips: Vec<String> = if host_network {
+        vec![inputs.host_ip.to_string()]
+    } else {
+        inputs.runtime.ips.clone()
+    };
+    let start_time = inputs
+        .old
+        .and_then(|o| o.start_time.clone())
+        .unwrap_or_else(|| seconds(inputs.now));
+    let mut status = PodStatus {
+        phase: Some(phase.to_string()),
+        reason,
+        message,
+        conditions: Some(conditions),
+        container_statuses: Some(statuses),
+        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        host_ip: Some(inputs.host_ip.to_string()),
+        host_ips: Some(vec![HostIP {
+            ip: inputs.host_ip.to_string(),
+        }]),
+        pod_ip: ips.first().cloned(),
+        pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        start_time: Some(start_time),
+        qos_class: Some(crate::cm::qos::QosClass::of(pod).as_str().to_string()),
+        ..Default::default()
+    };
+    // kubelet's status manager caps termination messages per pod (12 KiB in all).
+    crate::runtime::termination::cap_pod_messages(pod, &mut status);
+    status
+}
+
+/// kubelet's `convertToAPIContainerStatuses` for both lists: the init containers' in
+/// spec order, then the regular ones sorted by name.
+fn container_statuses(inputs: &StatusInputs<'_>) -> (Vec<ContainerStatus>, Vec<ContainerStatus>) {
+    let spec = inputs.pod.spec.as_ref();
     let inits = spec
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or_default();
@@ -642,11 +785,21 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         })
         .collect();
     statuses.sort_by(|a, b| a.name.cmp(&b.name));
+    (init_statuses, statuses)
+}
 
+/// The phase from the container statuses, except that a terminal phase, once reported
+/// by us or found in the API, is never left again.
+fn generate_phase(
+    inputs: &StatusInputs<'_>,
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+) -> Phase {
+    let pod = inputs.pod;
     let parsed = |s: Option<&PodStatus>| s.and_then(|s| s.phase.as_deref()?.parse::<Phase>().ok());
     let old_phase = parsed(inputs.old);
     let api_phase = parsed(pod.status.as_ref());
-    let mut phase = pod_phase(pod, &init_statuses, &statuses, inputs.terminating);
+    let mut phase = pod_phase(pod, init_statuses, statuses, inputs.terminating);
     // A terminal phase is never left again.
     if !phase.is_terminal()
         && let Some(p) = [old_phase, api_phase]
@@ -656,17 +809,51 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
     {
         phase = p;
     }
-    // The reason and message belong to the phase: kept while it stays.
-    let (reason, message) = match inputs.old {
-        Some(o) if o.phase.as_deref() == Some(phase.as_str()) => {
-            (o.reason.clone(), o.message.clone())
-        }
-        _ => (None, None),
-    };
+    phase
+}
 
-    // Conditions kubelet does not own are kept (they may be readiness gates); so is a
-    // DisruptionTarget set when the pod was evicted.
-    let mut conditions: Vec<PodCondition> = pod
+/// The pod's conditions: those kubelet does not own, kept as they are, then kubelet's
+/// own in the order `generateAPIPodStatus` appends them.
+fn pod_conditions(
+    inputs: &StatusInputs<'_>,
+    init_statuses: &[ContainerStatus],
+    statuses: &[ContainerStatus],
+    phase: Phase,
+) -> Vec<PodCondition> {
+    let pod = inputs.pod;
+    let mut conditions = kept_conditions(inputs);
+    let sandbox_ready = inputs
+        .runtime
+        .sandboxes
+        .first()
+        .is_some_and(|s| s.ready && (s.host_network || !s.ips.is_empty()));
+    let containers_ready = containers_ready_condition(pod, init_statuses, statuses, phase, inputs);
+    let ready = ready_condition(pod, &containers_ready, &conditions, inputs);
+    conditions.push(condition(
+        "PodReadyToStartContainers",
+        sandbox_ready,
+        None,
+        None,
+        inputs,
+    ));
+    conditions.push(initialized_condition(
+        pod,
+        init_statuses,
+        statuses,
+        phase,
+        inputs,
+    ));
+    conditions.push(ready);
+    conditions.push(containers_ready);
+    conditions.push(condition("PodScheduled", true, None, None, inputs));
+    conditions
+}
+
+/// Conditions kubelet does not own are kept (they may be readiness gates); so is a
+/// DisruptionTarget set when the pod was evicted.
+fn kept_conditions(inputs: &StatusInputs<'_>) -> Vec<PodCondition> {
+    let mut conditions: Vec<PodCondition> = inputs
+        .pod
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -683,62 +870,7 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         conditions.retain(|c| c.type_ != "DisruptionTarget");
         conditions.push(d.clone());
     }
-    let sandbox_ready = inputs
-        .runtime
-        .sandboxes
-        .first()
-        .is_some_and(|s| s.ready && (s.host_network || !s.ips.is_empty()));
-    let containers_ready =
-        containers_ready_condition(pod, &init_statuses, &statuses, phase, inputs);
-    let ready = ready_condition(pod, &containers_ready, &conditions, inputs);
-    conditions.push(condition(
-        "PodReadyToStartContainers",
-        sandbox_ready,
-        None,
-        None,
-        inputs,
-    ));
-    conditions.push(initialized_condition(
-        pod,
-        &init_statuses,
-        &statuses,
-        phase,
-        inputs,
-    ));
-    conditions.push(ready);
-    conditions.push(containers_ready);
-    conditions.push(condition("PodScheduled", true, None, None, inputs));
-
-    let host_network = crate::runtime::sandbox::is_host_network(pod);
-    let ips: Vec<String> = if host_network {
-        vec![inputs.host_ip.to_string()]
-    } else {
-        inputs.runtime.ips.clone()
-    };
-    let start_time = inputs
-        .old
-        .and_then(|o| o.start_time.clone())
-        .unwrap_or_else(|| seconds(inputs.now));
-    let mut status = PodStatus {
-        phase: Some(phase.to_string()),
-        reason,
-        message,
-        conditions: Some(conditions),
-        container_statuses: Some(statuses),
-        init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
-        host_ip: Some(inputs.host_ip.to_string()),
-        host_ips: Some(vec![HostIP {
-            ip: inputs.host_ip.to_string(),
-        }]),
-        pod_ip: ips.first().cloned(),
-        pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
-        start_time: Some(start_time),
-        qos_class: Some(crate::cm::qos::QosClass::of(pod).as_str().to_string()),
-        ..Default::default()
-    };
-    // kubelet's status manager caps termination messages per pod (12 KiB in all).
-    crate::runtime::termination::cap_pod_messages(pod, &mut status);
-    status
+    conditions
 }
 
 /// How kubelet's `rejectPod` starts the message of a pod rejected at admission.

@@ -3,8 +3,9 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::{Container, Pod, Probe, Volume};
+use k8s_openapi::api::core::v1::{Container, EnvVarSource, Pod, PodSpec, Probe, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::defaults::unset;
@@ -57,9 +58,34 @@ fn quoted(values: &[&str]) -> String {
 
 const API_REF_REASON: &str = "forbidden: static pods may not reference API objects";
 
+/// `ValidatePodCreate` as far as a static pod needs it: the metadata, then the spec;
+/// the first error found is returned.
 pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError> {
-    let meta = &pod.metadata;
-    let name = meta.name.as_deref().unwrap_or("");
+    validate_object_meta(&pod.metadata, node_name)?;
+    let Some(spec) = &pod.spec else {
+        return fail("spec", "required value");
+    };
+    validate_pod_spec(spec)
+}
+
+/// kubelet's `ValidateObjectMeta` for a static pod: the name (with the node suffix it
+/// will carry), the namespace and the UID, which oxlet turns into paths.
+fn validate_object_meta(meta: &ObjectMeta, node_name: &str) -> Result<(), FieldError> {
+    validate_pod_name(meta.name.as_deref().unwrap_or(""), node_name)?;
+    if let Some(ns) = meta.namespace.as_deref().filter(|ns| !ns.is_empty())
+        && !is_dns1123_label(ns)
+    {
+        return fail(
+            "metadata.namespace",
+            format!("invalid value {ns:?}: {LABEL_RULE}"),
+        );
+    }
+    validate_pod_uid(meta.uid.as_deref())
+}
+
+/// kubelet's `ValidatePodName`, checked both as written and with the node suffix the
+/// static pod's full name gets, since the full name is what must stay valid.
+fn validate_pod_name(name: &str, node_name: &str) -> Result<(), FieldError> {
     if name.is_empty() {
         return fail("metadata.name", "required value");
     }
@@ -86,20 +112,15 @@ pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError>
             format!("invalid value {full:?} (name plus node suffix): {SUBDOMAIN_RULE}"),
         );
     }
-    if let Some(ns) = meta.namespace.as_deref().filter(|ns| !ns.is_empty())
-        && !is_dns1123_label(ns)
-    {
-        return fail(
-            "metadata.namespace",
-            format!("invalid value {ns:?}: {LABEL_RULE}"),
-        );
-    }
+    Ok(())
+}
 
-    // The UID names `<root>/pods/<uid>` and the log directory, which oxlet (root) creates
-    // and removes: it must be one plain path component. It is also printed in every log
-    // line about the pod, so whitespace and control characters (a newline would forge
-    // log lines) are refused too.
-    if let Some(uid) = meta.uid.as_deref().filter(|u| !u.is_empty())
+/// The UID names `<root>/pods/<uid>` and the log directory, which oxlet (root) creates
+/// and removes, and is printed in every log line about the pod: it must be safe for both.
+fn validate_pod_uid(uid: Option<&str>) -> Result<(), FieldError> {
+    // It must be one plain path component. Whitespace and control characters (a
+    // newline would forge log lines) are refused too.
+    if let Some(uid) = uid.filter(|u| !u.is_empty())
         && (uid.len() > MAX_UID_LEN
             || safe_path::component(uid).is_err()
             || uid.chars().any(|c| c.is_whitespace() || c.is_control()))
@@ -111,16 +132,37 @@ pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError>
             ),
         );
     }
+    Ok(())
+}
 
-    let Some(spec) = &pod.spec else {
-        return fail("spec", "required value");
-    };
+/// kubelet's `ValidatePodSpec`, as far as a static pod needs it: the pod-level fields,
+/// then the volumes, then the containers that mount them.
+fn validate_pod_spec(spec: &PodSpec) -> Result<(), FieldError> {
     if spec.containers.is_empty() {
         return fail(
             "spec.containers",
             "required value: a pod needs at least one container",
         );
     }
+    validate_pod_policies(spec)?;
+    if spec
+        .ephemeral_containers
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return fail(
+            "spec.ephemeralContainers",
+            "forbidden: cannot be set on create",
+        );
+    }
+    validate_no_api_references(spec)?;
+    let volumes = validate_volumes(spec)?;
+    validate_containers(spec, &volumes)
+}
+
+/// kubelet's `validateRestartPolicy` and `validateDNSPolicy`, and the bounds on the
+/// pod's grace period and active deadline.
+fn validate_pod_policies(spec: &PodSpec) -> Result<(), FieldError> {
     one_of(
         "spec.restartPolicy",
         &spec.restart_policy,
@@ -147,16 +189,12 @@ pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError>
             format!("invalid value {d}: must be greater than 0"),
         );
     }
-    if spec
-        .ephemeral_containers
-        .as_ref()
-        .is_some_and(|e| !e.is_empty())
-    {
-        return fail(
-            "spec.ephemeralContainers",
-            "forbidden: cannot be set on create",
-        );
-    }
+    Ok(())
+}
+
+/// The API server's static pod restriction: no pod-level reference to an API object
+/// (pull secrets, resource claims, service accounts), since no API server serves them.
+fn validate_no_api_references(spec: &PodSpec) -> Result<(), FieldError> {
     if spec
         .image_pull_secrets
         .as_ref()
@@ -181,7 +219,12 @@ pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError>
             return fail(field, format!("{API_REF_REASON} (ServiceAccount)"));
         }
     }
+    Ok(())
+}
 
+/// kubelet's `ValidateVolumes`: each volume, and unique names; the names are returned
+/// for the containers' volume mounts to be checked against.
+fn validate_volumes(spec: &PodSpec) -> Result<HashSet<&str>, FieldError> {
     let mut volumes = HashSet::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let field = format!("spec.volumes[{i}]");
@@ -193,7 +236,12 @@ pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError>
             );
         }
     }
+    Ok(volumes)
+}
 
+/// kubelet's `validateInitContainers` then `validateContainers`: container names are
+/// unique across both lists.
+fn validate_containers(spec: &PodSpec, volumes: &HashSet<&str>) -> Result<(), FieldError> {
     let host_network = spec.host_network.unwrap_or(false);
     let mut names = HashSet::new();
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
@@ -202,7 +250,7 @@ pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError>
             init: true,
             host_network,
         };
-        validate_container(c, &ctx, &mut names, &volumes)?;
+        validate_container(c, &ctx, &mut names, volumes)?;
     }
     for (i, c) in spec.containers.iter().enumerate() {
         let ctx = ContainerCtx {
@@ -210,7 +258,7 @@ pub(super) fn validate_pod(pod: &Pod, node_name: &str) -> Result<(), FieldError>
             init: false,
             host_network,
         };
-        validate_container(c, &ctx, &mut names, &volumes)?;
+        validate_container(c, &ctx, &mut names, volumes)?;
     }
     Ok(())
 }
@@ -328,6 +376,8 @@ struct ContainerCtx {
     host_network: bool,
 }
 
+/// One container (`ctx` says where and in which list), part by part like the API's
+/// `validateContainerCommon`; the first error found is returned.
 fn validate_container<'a>(
     c: &'a Container,
     ctx: &ContainerCtx,
@@ -335,6 +385,43 @@ fn validate_container<'a>(
     volumes: &HashSet<&str>,
 ) -> Result<(), FieldError> {
     let f = |sub: &str| format!("{}.{sub}", ctx.field);
+    validate_container_name(c, &f, names)?;
+    validate_image(c, &f)?;
+    one_of(
+        &f("imagePullPolicy"),
+        &c.image_pull_policy,
+        ImagePullPolicy::NAMES,
+    )?;
+    one_of(
+        &f("terminationMessagePolicy"),
+        &c.termination_message_policy,
+        &["File", "FallbackToLogsOnError"],
+    )?;
+    // An init container restarted Always is a sidecar: it may have probes and hooks.
+    let sidecar = ctx.init && c.restart_policy.as_deref() == Some(RestartPolicy::Always.as_str());
+    validate_container_restart_policy(c, ctx, &f)?;
+    validate_security_context(c, &f)?;
+    validate_container_ports(c, ctx, &f)?;
+    validate_env(c, &f)?;
+    validate_env_from(c, &f)?;
+    validate_volume_mounts(c, volumes, &f)?;
+    validate_container_probes(c, ctx, sidecar, &f)?;
+    if c.lifecycle.is_some() && ctx.init && !sidecar {
+        return fail(
+            f("lifecycle"),
+            "forbidden: may not be set for init containers without restartPolicy=Always",
+        );
+    }
+    validate_resources(c, &f)
+}
+
+/// A container's name: required, a DNS-1123 label, and unique in the pod (`names`
+/// holds those already seen, init containers included).
+fn validate_container_name<'a>(
+    c: &'a Container,
+    f: &dyn Fn(&str) -> String,
+    names: &mut HashSet<&'a str>,
+) -> Result<(), FieldError> {
     if c.name.is_empty() {
         return fail(f("name"), "required value");
     }
@@ -347,56 +434,76 @@ fn validate_container<'a>(
     if !names.insert(c.name.as_str()) {
         return fail(f("name"), format!("duplicate name {:?}", c.name));
     }
+    Ok(())
+}
+
+/// A static pod has no controller to default the image: it is required, and must be
+/// written without surrounding whitespace.
+fn validate_image(c: &Container, f: &dyn Fn(&str) -> String) -> Result<(), FieldError> {
     match c.image.as_deref() {
-        None | Some("") => return fail(f("image"), "required value"),
+        None | Some("") => fail(f("image"), "required value"),
         Some(img) if img.trim() != img => {
-            return fail(f("image"), "must not have leading or trailing whitespace");
+            fail(f("image"), "must not have leading or trailing whitespace")
         }
-        Some(_) => {}
+        Some(_) => Ok(()),
     }
-    one_of(
-        &f("imagePullPolicy"),
-        &c.image_pull_policy,
-        ImagePullPolicy::NAMES,
-    )?;
-    one_of(
-        &f("terminationMessagePolicy"),
-        &c.termination_message_policy,
-        &["File", "FallbackToLogsOnError"],
-    )?;
-    let always = RestartPolicy::Always.as_str();
-    let sidecar = ctx.init && c.restart_policy.as_deref() == Some(always);
+}
+
+/// kubelet's `validateInitContainerRestartPolicy`: only init containers have a restart
+/// policy, and the only one is Always (which makes them sidecars).
+fn validate_container_restart_policy(
+    c: &Container,
+    ctx: &ContainerCtx,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(), FieldError> {
     if ctx.init {
-        one_of(&f("restartPolicy"), &c.restart_policy, &[always])?;
+        one_of(
+            &f("restartPolicy"),
+            &c.restart_policy,
+            &[RestartPolicy::Always.as_str()],
+        )?;
     } else if c.restart_policy.is_some() || c.restart_policy_rules.is_some() {
         return fail(
             f("restartPolicy"),
             "forbidden: only allowed for init containers",
         );
     }
+    Ok(())
+}
 
-    // The API's ValidateSecurityContext: no_new_privs cannot hold for a privileged
-    // container, nor for one that adds CAP_SYS_ADMIN (the API compares that spelling only).
-    if let Some(sc) = c
+/// The API's `ValidateSecurityContext`: no_new_privs cannot hold for a privileged
+/// container, nor for one that adds CAP_SYS_ADMIN (the API compares that spelling only).
+fn validate_security_context(c: &Container, f: &dyn Fn(&str) -> String) -> Result<(), FieldError> {
+    let Some(sc) = c
         .security_context
         .as_ref()
         .filter(|sc| sc.allow_privilege_escalation == Some(false))
-    {
-        if sc.privileged == Some(true) {
-            return fail(
-                f("securityContext"),
-                "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
-            );
-        }
-        let adds = sc.capabilities.as_ref().and_then(|c| c.add.as_ref());
-        if adds.is_some_and(|a| a.iter().any(|c| c == "CAP_SYS_ADMIN")) {
-            return fail(
-                f("securityContext"),
-                "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
-            );
-        }
+    else {
+        return Ok(());
+    };
+    if sc.privileged == Some(true) {
+        return fail(
+            f("securityContext"),
+            "cannot set `allowPrivilegeEscalation` to false and `privileged` to true",
+        );
     }
+    let adds = sc.capabilities.as_ref().and_then(|c| c.add.as_ref());
+    if adds.is_some_and(|a| a.iter().any(|c| c == "CAP_SYS_ADMIN")) {
+        return fail(
+            f("securityContext"),
+            "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN",
+        );
+    }
+    Ok(())
+}
 
+/// kubelet's `validateContainerPorts`, plus its host network rule that a host port
+/// must be the container port.
+fn validate_container_ports(
+    c: &Container,
+    ctx: &ContainerCtx,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(), FieldError> {
     for (j, p) in c.ports.iter().flatten().enumerate() {
         let pf = |sub: &str| f(&format!("ports[{j}].{sub}"));
         if !(1..=65535).contains(&p.container_port) {
@@ -426,7 +533,11 @@ fn validate_container<'a>(
         }
         one_of(&pf("protocol"), &p.protocol, &["TCP", "UDP", "SCTP"])?;
     }
+    Ok(())
+}
 
+/// kubelet's `ValidateEnv`: each variable's name, and its `valueFrom` source.
+fn validate_env(c: &Container, f: &dyn Fn(&str) -> String) -> Result<(), FieldError> {
     for (j, e) in c.env.iter().flatten().enumerate() {
         let ef = |sub: &str| f(&format!("env[{j}].{sub}"));
         if e.name.is_empty() {
@@ -442,37 +553,54 @@ fn validate_container<'a>(
             );
         }
         if let Some(vf) = &e.value_from {
-            if vf.secret_key_ref.is_some() {
-                return fail(
-                    ef("valueFrom.secretKeyRef"),
-                    format!("{API_REF_REASON} (Secret)"),
-                );
-            }
-            if vf.config_map_key_ref.is_some() {
-                return fail(
-                    ef("valueFrom.configMapKeyRef"),
-                    format!("{API_REF_REASON} (ConfigMap)"),
-                );
-            }
-            let sources = [
-                vf.field_ref.is_some(),
-                vf.resource_field_ref.is_some(),
-                vf.file_key_ref.is_some(),
-            ]
-            .iter()
-            .filter(|s| **s)
-            .count();
-            if sources != 1 {
-                return fail(ef("valueFrom"), "must specify exactly one source");
-            }
-            if !unset(&e.value) {
-                return fail(
-                    ef("valueFrom"),
-                    "may not be specified when `value` is not empty",
-                );
-            }
+            validate_env_var_source(vf, &e.value, &ef)?;
         }
     }
+    Ok(())
+}
+
+/// kubelet's `validateEnvVarValueFrom`: exactly one source, none of them an API
+/// object a static pod may not reference, and no plain value beside it.
+fn validate_env_var_source(
+    vf: &EnvVarSource,
+    value: &Option<String>,
+    ef: &dyn Fn(&str) -> String,
+) -> Result<(), FieldError> {
+    if vf.secret_key_ref.is_some() {
+        return fail(
+            ef("valueFrom.secretKeyRef"),
+            format!("{API_REF_REASON} (Secret)"),
+        );
+    }
+    if vf.config_map_key_ref.is_some() {
+        return fail(
+            ef("valueFrom.configMapKeyRef"),
+            format!("{API_REF_REASON} (ConfigMap)"),
+        );
+    }
+    let sources = [
+        vf.field_ref.is_some(),
+        vf.resource_field_ref.is_some(),
+        vf.file_key_ref.is_some(),
+    ]
+    .iter()
+    .filter(|s| **s)
+    .count();
+    if sources != 1 {
+        return fail(ef("valueFrom"), "must specify exactly one source");
+    }
+    if !unset(value) {
+        return fail(
+            ef("valueFrom"),
+            "may not be specified when `value` is not empty",
+        );
+    }
+    Ok(())
+}
+
+/// kubelet's `ValidateEnvFrom`, narrowed by the static pod rule: both of its sources
+/// are API objects.
+fn validate_env_from(c: &Container, f: &dyn Fn(&str) -> String) -> Result<(), FieldError> {
     for (j, e) in c.env_from.iter().flatten().enumerate() {
         if e.secret_ref.is_some() {
             return fail(
@@ -487,6 +615,16 @@ fn validate_container<'a>(
             );
         }
     }
+    Ok(())
+}
+
+/// kubelet's `ValidateVolumeMounts`: each mount names a pod volume, has a mount path,
+/// and a `subPath` or `subPathExpr` (not both) that stays inside the volume.
+fn validate_volume_mounts(
+    c: &Container,
+    volumes: &HashSet<&str>,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(), FieldError> {
     for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
         let mf = |sub: &str| f(&format!("volumeMounts[{j}].{sub}"));
         if !volumes.contains(m.name.as_str()) {
@@ -515,7 +653,17 @@ fn validate_container<'a>(
             local_descending(&mf("subPathExpr"), sub_path_expr)?;
         }
     }
+    Ok(())
+}
 
+/// kubelet's liveness, readiness and startup probe checks: where a container may have
+/// probes at all (`sidecar`: an init container with restartPolicy Always), then each.
+fn validate_container_probes(
+    c: &Container,
+    ctx: &ContainerCtx,
+    sidecar: bool,
+    f: &dyn Fn(&str) -> String,
+) -> Result<(), FieldError> {
     let probes = [
         ("livenessProbe", &c.liveness_probe, true),
         ("readinessProbe", &c.readiness_probe, false),
@@ -536,13 +684,7 @@ fn validate_container<'a>(
         }
         validate_probe(probe, &f(name), needs_single_success)?;
     }
-    if c.lifecycle.is_some() && ctx.init && !sidecar {
-        return fail(
-            f("lifecycle"),
-            "forbidden: may not be set for init containers without restartPolicy=Always",
-        );
-    }
-    validate_resources(c, &f)
+    Ok(())
 }
 
 /// Every quantity parses exactly and is not negative, requests stay within limits,

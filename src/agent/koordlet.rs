@@ -173,7 +173,7 @@ pub(super) fn spawn_qos_manager(
     sync_loop: &SyncLoop,
     tasks: &Tasks,
 ) {
-    use crate::koord::qosmanager::{QosDeps, QosManager, evict::WorkerEvictor};
+    use crate::koord::qosmanager::{QosDeps, QosManager};
     let any_strategy = cfg.strategies.cpu_suppress || cfg.strategies.memory_evict;
     if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cgroup_reconcile_on() {
         if any_strategy && !cfg.enable {
@@ -184,7 +184,8 @@ pub(super) fn spawn_qos_manager(
     } else {
         info!(target: STARTUP_TARGET, cpuSuppress = cfg.cpu_suppress_on(), memoryEvict = cfg.memory_evict_on(), cgroupReconcile = cfg.cgroup_reconcile_on(), config = ?cfg, "node QoS manager on");
     }
-    let evictor = Arc::new(WorkerEvictor {
+    let evictor = Arc::new(crate::syncloop::WorkerEvictor {
+        pods: shared.pods.clone(),
         workers: sync_loop.workers.clone(),
         events: shared.events.clone(),
     });

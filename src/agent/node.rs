@@ -224,7 +224,7 @@ fn spawn_eviction_manager(
         cfg.enforce_pod_allocatable();
     }
     let status = Arc::new(StatusView::default());
-    let target = Arc::new(crate::eviction::target::WorkerTarget {
+    let target = Arc::new(crate::syncloop::WorkerEvictor {
         pods: shared.pods.clone(),
         workers: reclaim.workers.clone(),
         events: shared.events.clone(),

@@ -5,6 +5,8 @@
 //!   (`admission.rs`); eviction, the container manager and the sync loop add handlers;
 //! - node-level disk reclaim: the steps the eviction manager runs before it evicts,
 //!   implemented by the runtime's container GC and image GC (`reclaim.rs`);
+//! - evicting a pod: the eviction manager and the QoS manager decide, the pod
+//!   workers kill (`evictor.rs`);
 //! - a sandbox's cgroup parent: the runtime asks, the container manager answers
 //!   (`cgroup_parent.rs`);
 //! - the runtime's health as the sync loop last saw it, for the node status
@@ -12,6 +14,7 @@
 
 mod admission;
 mod cgroup_parent;
+mod evictor;
 mod reclaim;
 mod runtime_health;
 
@@ -19,5 +22,6 @@ pub(crate) use admission::{AdmissionChain, PodAdmitAttributes, PodAdmitHandler, 
 pub(crate) use cgroup_parent::PodCgroupParent;
 #[cfg(test)]
 pub(crate) use cgroup_parent::RuntimeDefaultCgroups;
+pub(crate) use evictor::{Eviction, Evictor};
 pub(crate) use reclaim::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
 pub(crate) use runtime_health::RuntimeHealth;

@@ -20,7 +20,7 @@ use super::rank::{DiskSources, explain, pod_stats, rank};
 use super::reclaim::ThresholdNotifier;
 use super::signals::{Observations, fresh, fs_signals, observe};
 use super::threshold::Signal;
-use crate::contracts::{DiskReclaimer, DiskTarget};
+use crate::contracts::{DiskReclaimer, DiskTarget, Eviction, Evictor};
 use crate::pod::is_critical;
 use crate::pod::pod_uid;
 use crate::stats::readings::{LatestReadings, Snapshot};
@@ -55,22 +55,6 @@ pub(crate) fn monitoring_period() -> Duration {
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|ms| *ms > 0)
         .map_or(MONITORING_PERIOD, Duration::from_millis)
-}
-
-/// What the manager acts on: the active pods and the pod workers (a fake in unit tests).
-pub(crate) trait EvictionTarget: Send + Sync {
-    /// Pods admitted and still running.
-    fn active_pods(&self) -> Vec<Arc<Pod>>;
-    /// Kills `pod` as evicted; false when it was not running.
-    fn evict(
-        &self,
-        pod: Arc<Pod>,
-        message: String,
-        annotations: BTreeMap<String, String>,
-        grace_seconds: i64,
-    ) -> bool;
-    /// Whether the pod's worker finished (containers and sandbox gone).
-    fn cleaned_up(&self, uid: &str) -> bool;
 }
 
 /// What `/debug/eviction` serves (kubelet has no such endpoint).
@@ -121,7 +105,7 @@ pub(crate) struct ManagerDeps {
     /// kubelet's memcg notifiers: one for `memory.available` (the root cgroup) and,
     /// with pods' allocatable enforced, one for `allocatableMemory.available` (kubepods).
     pub notifiers: Vec<(Signal, Arc<dyn ThresholdNotifier>)>,
-    pub target: Arc<dyn EvictionTarget>,
+    pub target: Arc<dyn Evictor>,
     pub pressure: Arc<PressureSource>,
     pub status: Arc<StatusView>,
 }
@@ -413,11 +397,14 @@ impl Manager {
             let (message, annotations) =
                 eviction_message(t.signal, amount, obs, &pod, stats.get(&uid));
             info!(pod = %pod_ref(&pod), podUID = %uid, message = %message, gracePeriod = grace, "eviction manager: evicting pod");
-            if self
-                .d
-                .target
-                .evict(pod.clone(), message, annotations, grace)
-            {
+            if self.d.target.evict(
+                pod.clone(),
+                Eviction {
+                    message,
+                    annotations,
+                    grace_seconds: Some(grace),
+                },
+            ) {
                 crate::metrics::evicted(t.signal.as_str());
                 let name = pod_ref(&pod);
                 self.d.status.update(|s| s.last_eviction = Some(name));
@@ -474,11 +461,13 @@ impl Manager {
                 continue;
             }
             info!(pod = %pod_ref(pod), podUID = %v.pod_uid, message = %v.message, gracePeriod = LOCAL_GRACE, "eviction manager: evicting pod over its local storage limit");
-            if self
-                .d
-                .target
-                .evict(pod.clone(), v.message.clone(), BTreeMap::new(), LOCAL_GRACE)
-            {
+            if self.d.target.evict(
+                pod.clone(),
+                Eviction {
+                    grace_seconds: Some(LOCAL_GRACE),
+                    ..Eviction::new(v.message.clone())
+                },
+            ) {
                 crate::metrics::evicted(v.kind.signal());
                 let name = pod_ref(pod);
                 self.d.status.update(|s| s.last_eviction = Some(name));

@@ -19,19 +19,19 @@ struct FakeTarget {
     evicted: Mutex<Vec<(String, String, i64)>>,
 }
 
-impl EvictionTarget for FakeTarget {
+impl Evictor for FakeTarget {
     fn active_pods(&self) -> Vec<Arc<Pod>> {
         self.pods.clone()
     }
-    fn evict(
-        &self,
-        pod: Arc<Pod>,
-        message: String,
-        _: BTreeMap<String, String>,
-        grace: i64,
-    ) -> bool {
+    fn evict(&self, pod: Arc<Pod>, eviction: Eviction) -> bool {
         let name = pod.metadata.name.clone().unwrap();
-        self.evicted.lock().unwrap().push((name, message, grace));
+        let grace = eviction
+            .grace_seconds
+            .expect("the eviction manager sets a grace");
+        self.evicted
+            .lock()
+            .unwrap()
+            .push((name, eviction.message, grace));
         true
     }
     fn cleaned_up(&self, _: &str) -> bool {

@@ -7,7 +7,6 @@
 //! - [`rank`]: the order pods are evicted in, per signal.
 //! - [`messages`]: kubelet's eviction and admission texts.
 //! - [`admission`]: rejecting pods under node pressure.
-//! - [`target`]: the pod workers as the manager's eviction target.
 //! - [`reclaim`]: the seams to node-level reclaim (dead containers, unused images) and
 //!   to the kernel's memory threshold notification.
 //! - [`memcg`]: that notification on cgroup v1 (an eventfd on `cgroup.event_control`).
@@ -22,5 +21,4 @@ pub(crate) mod messages;
 pub(crate) mod rank;
 pub(crate) mod reclaim;
 pub(crate) mod signals;
-pub(crate) mod target;
 pub(crate) mod threshold;

@@ -646,7 +646,7 @@ async fn static_and_mirror_pod_changes_poke_the_mirror_hook() {
 /// is already stopping is left alone.
 #[tokio::test(start_paused = true)]
 async fn an_eviction_through_the_pod_workers_fails_the_pod_with_a_disruption_target() {
-    use crate::koord::qosmanager::evict::{Evictor, WorkerEvictor};
+    use crate::contracts::{Eviction, Evictor};
     let a = agent(110).await;
     let p = pod("web", &[], &["app"], "Always");
     a.send(PodOperation::Add, vec![p.clone()]).await;
@@ -655,17 +655,21 @@ async fn an_eviction_through_the_pod_workers_fails_the_pod_with_a_disruption_tar
     })
     .await;
     let (events, mut rx) = crate::events::EventRecorder::queued(8);
-    let evictor = WorkerEvictor {
+    let evictor = super::WorkerEvictor {
+        pods: Arc::new(PodManager::default()),
         workers: a.workers.clone(),
         events,
     };
-    assert!(evictor.evict(Arc::new(p.clone()), "node memory usage 80%".into()));
+    assert!(evictor.evict(
+        Arc::new(p.clone()),
+        Eviction::new("node memory usage 80%".into())
+    ));
     a.until(Duration::from_secs(5), "pod Failed", |a| {
         a.phase("uid-web").as_deref() == Some("Failed")
     })
     .await;
     assert!(
-        !evictor.evict(Arc::new(p), "again".into()),
+        !evictor.evict(Arc::new(p), Eviction::new("again".into())),
         "a stopping or stopped pod is not evicted twice"
     );
     let st = a.statuses.get("uid-web").unwrap();

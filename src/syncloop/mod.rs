@@ -3,6 +3,7 @@
 
 pub(crate) mod admission;
 pub(crate) mod deadline;
+mod evictor;
 pub(crate) mod monitor;
 pub(crate) mod pod_syncer;
 pub(crate) mod pod_workers;
@@ -33,6 +34,8 @@ use crate::tasks::Tasks;
 use pod_syncer::Syncer;
 use pod_workers::{KillReason, KillRequest, Lifecycle, PodWork, PodWorkers, UpdateType};
 use work_queue::WorkQueue;
+
+pub(crate) use evictor::WorkerEvictor;
 
 /// kubelet's housekeeping period.
 pub(crate) const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);

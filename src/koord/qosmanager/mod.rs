@@ -15,7 +15,6 @@
 
 pub(crate) mod config;
 pub(crate) mod cpu_suppress;
-pub(crate) mod evict;
 pub(crate) mod inputs;
 pub(crate) mod memory_evict;
 pub(crate) mod metrics;
@@ -28,11 +27,11 @@ use tracing::{debug, info, warn};
 
 use crate::cm::ContainerManager;
 use crate::cm::allocatable::NodeResources;
+use crate::contracts::{Eviction, Evictor};
 use crate::koord::metriccache::MetricCache;
 use crate::pod::PodManager;
 use crate::pod::{pod_ref, pod_uid};
 use config::QosConfig;
-use evict::Evictor;
 use memory_evict::EvictState;
 
 /// koordlet's `CPUSuppressIntervalSeconds`, `MemoryEvictIntervalSeconds` and
@@ -229,7 +228,7 @@ impl QosManager {
         for v in picked {
             let message = memory_evict::message(&t, cfg, v);
             info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), usedBytes = v.memory_bytes as i64, releaseBytes = t.release_bytes as i64, "memory evict: evicting pod");
-            if self.d.evictor.evict(v.pod.clone(), message) {
+            if self.d.evictor.evict(v.pod.clone(), Eviction::new(message)) {
                 if let Some(m) = metrics::qos() {
                     m.pod_eviction
                         .with_label_values(&[

@@ -9,21 +9,27 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::config::{QosConfig, Strategies};
-use super::evict::Evictor;
 use super::*;
 use crate::cm::fake_fs::{FakeCgroupFs, manager};
 use crate::cm::fs::CgroupFs;
+use crate::contracts::{Eviction, Evictor};
 use crate::koord::metriccache::{MetricKind, Sample};
 
 #[derive(Default)]
 struct FakeEvictor(Mutex<Vec<(String, String)>>);
 
 impl Evictor for FakeEvictor {
-    fn evict(&self, pod: Arc<Pod>, message: String) -> bool {
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        Vec::new()
+    }
+    fn evict(&self, pod: Arc<Pod>, eviction: Eviction) -> bool {
         self.0
             .lock()
             .unwrap()
-            .push((pod_uid(&pod).to_string(), message));
+            .push((pod_uid(&pod).to_string(), eviction.message));
+        true
+    }
+    fn cleaned_up(&self, _: &str) -> bool {
         true
     }
 }

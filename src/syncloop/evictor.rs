@@ -1,24 +1,25 @@
-//! The real eviction target: the pod manager's pods, killed through the pod workers
-//! with reason `Evicted` (kubelet's `killPodNow`), with a Warning event.
+//! The one evictor (`contracts::Evictor`): the pod manager's pods whose worker is
+//! syncing them, killed through the pod workers with reason `Evicted` (kubelet's
+//! `killPodNow`) after a Warning event. kubelet's eviction manager and the koordlet
+//! side's QoS manager both evict through it.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::manager::EvictionTarget;
+use super::pod_workers::{KillRequest, Lifecycle, PodSyncer, PodWork, PodWorkers};
+use crate::contracts::{Eviction, Evictor};
 use crate::events::{EventRecorder, EventType, ObjectRef};
-use crate::pod::PodManager;
-use crate::pod::pod_uid;
-use crate::syncloop::pod_workers::{KillRequest, Lifecycle, PodSyncer, PodWork, PodWorkers};
+use crate::pod::{PodManager, pod_uid};
 
-pub(crate) struct WorkerTarget<S: PodSyncer> {
+/// The pod manager, the pod workers and the event recorder, as an [`Evictor`].
+pub(crate) struct WorkerEvictor<S: PodSyncer> {
     pub pods: Arc<PodManager>,
     pub workers: PodWorkers<S>,
     pub events: EventRecorder,
 }
 
-impl<S: PodSyncer> EvictionTarget for WorkerTarget<S> {
+impl<S: PodSyncer> Evictor for WorkerEvictor<S> {
     fn active_pods(&self) -> Vec<Arc<Pod>> {
         self.pods
             .all()
@@ -27,16 +28,15 @@ impl<S: PodSyncer> EvictionTarget for WorkerTarget<S> {
             .collect()
     }
 
-    fn evict(
-        &self,
-        pod: Arc<Pod>,
-        message: String,
-        annotations: BTreeMap<String, String>,
-        grace_seconds: i64,
-    ) -> bool {
+    fn evict(&self, pod: Arc<Pod>, eviction: Eviction) -> bool {
         if self.workers.lifecycle(pod_uid(&pod)) != Some(Lifecycle::Syncing) {
             return false;
         }
+        let Eviction {
+            message,
+            annotations,
+            grace_seconds,
+        } = eviction;
         self.events.annotated_event(
             &ObjectRef::pod(&pod),
             EventType::Warning,
@@ -46,7 +46,7 @@ impl<S: PodSyncer> EvictionTarget for WorkerTarget<S> {
         );
         self.workers.update_pod(PodWork::Kill {
             pod,
-            kill: KillRequest::evicted(message, Some(grace_seconds)),
+            kill: KillRequest::evicted(message, grace_seconds),
         });
         true
     }

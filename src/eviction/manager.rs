@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
+
+use crate::locks::ReadWriteLocked as _;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -77,16 +79,10 @@ pub(crate) struct StatusView(RwLock<Status>);
 
 impl StatusView {
     pub(crate) fn get(&self) -> Status {
-        self.0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.0.read_locked().clone()
     }
     fn update(&self, f: impl FnOnce(&mut Status)) {
-        f(&mut self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner));
+        f(&mut self.0.write_locked());
     }
 }
 

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use crate::locks::Locked as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
@@ -162,7 +164,7 @@ impl ReasonCache {
             .remove(&(uid.to_string(), name.to_string()));
     }
     pub(crate) fn forget_pod(&self, uid: &str) {
-        self.inner.lock().unwrap().retain(|(u, _), _| u != uid);
+        self.inner.locked().retain(|(u, _), _| u != uid);
     }
 }
 
@@ -1441,7 +1443,7 @@ impl<'a> RemovalClaim<'a> {
 
 impl Drop for RemovalClaim<'_> {
     fn drop(&mut self) {
-        self.set.lock().unwrap().remove(&self.id);
+        self.set.locked().remove(&self.id);
     }
 }
 

@@ -8,7 +8,9 @@
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::ops::ControlFlow;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::locks::Locked as _;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -476,10 +478,9 @@ impl<S: PodSyncer> PodWorkers<S> {
         }
     }
 
-    /// The state, even after a panic elsewhere poisoned its lock: every change to it
-    /// is a few plain assignments, so what a panicking holder left is still whole.
+    /// The state, even after a panic elsewhere poisoned its lock (`crate::locks`).
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.locked()
     }
 
     /// kubelet's `UpdatePod`: hands an update to the pod's worker, starting the worker

@@ -132,7 +132,7 @@ pub(super) fn spawn_event_sink(
     recorder
 }
 
-/// The ConfigMap, Secret and token managers of cluster mode (issue 11 part E), on the
+/// The ConfigMap, Secret and token managers of cluster mode, on the
 /// main client; `None` without an apiserver, so these volumes and env vars keep failing
 /// with a clear error as in standalone mode.
 pub(super) fn object_manager(

@@ -1,4 +1,4 @@
-//! koordlet's side of the node (issue 13): the node SLO config and the runtime hooks
+//! koordlet's side of the node: the node SLO config and the runtime hooks
 //! it turns on, the metric advisor filling the metric cache, peak prediction trained
 //! from it, and the node QoS manager.
 
@@ -38,7 +38,7 @@ pub(super) fn runtime_hooks(cfg: &QosConfig) -> ContainerHooks {
     crate::koord::hooks::rules(cfg)
 }
 
-/// Peak prediction (issue 13 part D): koordlet's predict server, trained from the
+/// Peak prediction: koordlet's predict server, trained from the
 /// metric cache every `OXLET_TEST_PREDICTION_PERIOD_MS` (test-only) or koordlet's
 /// minute; None with `--enable-prediction=false`.
 pub(super) fn spawn_prediction(
@@ -115,7 +115,7 @@ fn register_prediction_gauges(
     }
 }
 
-/// The metric advisor (issue 13, koordlet's metricsadvisor): samples the node, the
+/// The metric advisor (koordlet's metricsadvisor): samples the node, the
 /// pods and their containers into the metric cache and the latest readings.
 pub(super) fn spawn_metric_advisor(
     opts: &Options,
@@ -162,7 +162,7 @@ pub(super) fn spawn_metric_advisor(
     });
 }
 
-/// The node QoS manager (issue 13, koordlet's qosmanager): CPU suppress, memory
+/// The node QoS manager (koordlet's qosmanager): CPU suppress, memory
 /// eviction by usage and cgroup reconcile, every second, each off unless the node
 /// SLO config turns it on. Evictions go through the pod workers.
 pub(super) fn spawn_qos_manager(

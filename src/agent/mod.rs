@@ -67,7 +67,7 @@ struct Shared {
     /// What the PLEG last saw of each pod.
     pod_cache: Arc<PodCache>,
     pleg_stats: Arc<PlegStats>,
-    // The node QoS half (issue 13): the metric advisor writes these, the server,
+    // The node QoS half: the metric advisor writes these, the server,
     // prediction and the QoS manager read them.
     metric_cache: Arc<MetricCache>,
     readings: Arc<LatestReadings>,

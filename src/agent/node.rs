@@ -150,8 +150,8 @@ pub(super) fn spawn_eviction(
     NodeViews { volumes, eviction }
 }
 
-/// Measures each pod's volumes and logs on kubelet's volume stats cadence (issue 13
-/// item 3); the walk blocks, so it runs on a blocking thread.
+/// Measures each pod's volumes and logs on kubelet's volume stats cadence; the walk
+/// blocks, so it runs on a blocking thread.
 fn spawn_volume_stats(opts: &Options, shared: &Shared, tasks: &Tasks) -> Arc<VolumeUsage> {
     use crate::stats::volumes::{Dirs, TICK, refresh_period};
     let usage = Arc::new(VolumeUsage::default());
@@ -198,7 +198,7 @@ fn spawn_volume_stats(opts: &Options, shared: &Shared, tasks: &Tasks) -> Arc<Vol
     usage
 }
 
-/// The eviction manager (issue 12, kubelet's eviction manager): observes the signals
+/// The eviction manager (kubelet's): observes the signals
 /// every monitoring period, drives the pressure conditions and evicts through the
 /// pod workers. The disk reclaimers and the memcg notifier are plugged in here.
 fn spawn_eviction_manager(

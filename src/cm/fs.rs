@@ -29,7 +29,7 @@ use super::resources::ResourceConfig;
 /// What a cgroup uses now (for the eviction manager and the stats).
 #[allow(
     dead_code,
-    reason = "seam: the eviction manager (issue 12) and /stats (issue 13) read usage"
+    reason = "read by tests only: the eviction manager and the summary read the metric advisor's readings"
 )]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct CgroupUsage {
@@ -72,7 +72,7 @@ pub(crate) trait CgroupFs: Send + Sync + std::fmt::Debug {
     /// What `path` uses now.
     #[allow(
         dead_code,
-        reason = "seam: the eviction manager (issue 12) and /stats (issue 13) read usage"
+        reason = "read by tests only: the eviction manager and the summary read the metric advisor's readings"
     )]
     fn usage(&self, path: &str) -> Result<CgroupUsage, CgroupError>;
     /// The limits set on `path`, read back.

@@ -125,7 +125,7 @@ impl ContainerManager {
     /// What the pod with `uid` uses now; `None` when it has no cgroup here.
     #[allow(
         dead_code,
-        reason = "seam: the eviction manager (issue 12) and /stats (issue 13) read usage"
+        reason = "read by tests only: the eviction manager and the summary read the metric advisor's readings"
     )]
     pub(crate) fn pod_usage(&self, uid: &str) -> Option<Result<CgroupUsage, CgroupError>> {
         let name = self.tracked().get(uid)?.name.clone();
@@ -137,7 +137,7 @@ impl ContainerManager {
     /// which holds them directly).
     #[allow(
         dead_code,
-        reason = "seam: the eviction manager (issue 12) and /stats (issue 13) read usage"
+        reason = "read by tests only: the eviction manager and the summary read the metric advisor's readings"
     )]
     pub(crate) fn qos_usage(&self, class: QosClass) -> Result<CgroupUsage, CgroupError> {
         self.fs.usage(&self.qos_path(class))

@@ -26,6 +26,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tracing::{info, warn};
 
+use crate::contracts::LatestReadings;
 use crate::contracts::RuntimeHealth;
 use crate::events::EventRecorder;
 use crate::koord::metriccache::MetricCache;
@@ -35,7 +36,6 @@ use crate::options::Options;
 use crate::pleg::{PlegStats, PodCache};
 use crate::pod::PodManager;
 use crate::prober::ProbeResults;
-use crate::stats::readings::LatestReadings;
 use crate::status::StatusManager;
 use crate::status::node::conditions::PressureSource;
 use crate::syncloop::LoopInputs;

@@ -7,7 +7,7 @@ use std::fmt;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::resources::{ResourceConfig, milli_cpu_to_shares};
-use crate::eviction::threshold::{Signal, Thresholds};
+use crate::contracts::{Signal, Thresholds};
 use crate::node::Capacity;
 use crate::quantity::{self, QuantityError};
 
@@ -340,7 +340,7 @@ mod tests {
     }
 
     fn defaults() -> Thresholds {
-        let pairs = crate::eviction::threshold::DEFAULT_EVICTION_HARD
+        let pairs = crate::contracts::DEFAULT_EVICTION_HARD
             .split(',')
             .map(|kv| kv.split_once('<').unwrap());
         Thresholds::parse(pairs).unwrap()

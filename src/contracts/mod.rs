@@ -10,18 +10,33 @@
 //! - a sandbox's cgroup parent: the runtime asks, the container manager answers
 //!   (`cgroup_parent.rs`);
 //! - the runtime's health as the sync loop last saw it, for the node status
-//!   (`runtime_health.rs`).
+//!   (`runtime_health.rs`);
+//! - the node's and the pods' readings (kubelet's stats API types): the cgroup stat
+//!   reader fills them, the metric advisor publishes them, the summary, the eviction
+//!   manager and the QoS side read them (`readings.rs`);
+//! - kubelet's eviction thresholds (its `eviction/api`): the eviction manager acts on
+//!   them, node allocatable subtracts the hard ones (`thresholds.rs`).
 
 mod admission;
 mod cgroup_parent;
 mod evictor;
+mod readings;
 mod reclaim;
 mod runtime_health;
+mod thresholds;
 
 pub(crate) use admission::{AdmissionChain, PodAdmitAttributes, PodAdmitHandler, Rejection};
 pub(crate) use cgroup_parent::PodCgroupParent;
 #[cfg(test)]
 pub(crate) use cgroup_parent::RuntimeDefaultCgroups;
 pub(crate) use evictor::{Eviction, Evictor};
+pub(crate) use readings::{
+    CgroupReading, ContainerReading, CpuReading, FsReading, InterfaceReading, LatestReadings,
+    MemoryReading, NetworkReading, NodeReading, PodReading, Pressure, Psi, PsiLine, Snapshot,
+    SystemContainerReading, Throttling,
+};
 pub(crate) use reclaim::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
 pub(crate) use runtime_health::RuntimeHealth;
+pub(crate) use thresholds::{
+    DEFAULT_EVICTION_HARD, Signal, ThresholdError, ThresholdValue, Thresholds,
+};

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::threshold::{Signal, ThresholdError, ThresholdValue, Thresholds};
+use crate::contracts::{Signal, ThresholdError, ThresholdValue, Thresholds};
 
 /// kubelet's `evictionPressureTransitionPeriod` default.
 pub(crate) const DEFAULT_TRANSITION_PERIOD: Duration = Duration::from_secs(300);

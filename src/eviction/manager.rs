@@ -21,11 +21,11 @@ use super::messages::eviction_message;
 use super::rank::{DiskSources, explain, pod_stats, rank};
 use super::reclaim::ThresholdNotifier;
 use super::signals::{Observations, fresh, fs_signals, observe};
-use super::threshold::Signal;
+use crate::contracts::Signal;
 use crate::contracts::{DiskReclaimer, DiskTarget, Eviction, Evictor};
+use crate::contracts::{LatestReadings, Snapshot};
 use crate::pod::is_critical;
 use crate::pod::pod_uid;
-use crate::stats::readings::{LatestReadings, Snapshot};
 use crate::stats::volumes::VolumeUsage;
 use crate::status::node::conditions::{Pressure, PressureSource};
 
@@ -431,7 +431,7 @@ impl Manager {
     /// only when the image filesystem is not `dedicated`.
     fn local_storage_evictions(
         &self,
-        snapshot: &crate::stats::readings::Snapshot,
+        snapshot: &crate::contracts::Snapshot,
         dedicated: bool,
     ) -> Option<Arc<Pod>> {
         use super::local_storage::{
@@ -537,7 +537,7 @@ impl Manager {
         let mut after = obs.clone();
         let root = self.d.root_dir.clone();
         if let Ok(Some(fs)) =
-            tokio::task::spawn_blocking(move || crate::stats::readings::FsReading::of(&root)).await
+            tokio::task::spawn_blocking(move || crate::contracts::FsReading::of(&root)).await
         {
             fs_signals(
                 &mut after,
@@ -560,7 +560,7 @@ impl Manager {
     /// Re-arms each memory notification at kubelet's value: capacity − threshold +
     /// the cgroup's inactive file pages, in usage terms (the root cgroup for
     /// `memory.available`, the `pods` system container for the allocatable signal).
-    fn arm_notifiers(&self, snapshot: &crate::stats::readings::Snapshot) {
+    fn arm_notifiers(&self, snapshot: &crate::contracts::Snapshot) {
         for (signal, n) in &self.d.notifiers {
             let node = &snapshot.node;
             let reading = match signal {

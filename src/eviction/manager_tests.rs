@@ -8,10 +8,10 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 use super::*;
+use crate::contracts::{PodReading, Snapshot};
 use crate::contracts::{ReclaimError, Reclaimed};
+use crate::contracts::{ThresholdValue, Thresholds};
 use crate::eviction::signals::tests::{cgroup, snapshot};
-use crate::eviction::threshold::{ThresholdValue, Thresholds};
-use crate::stats::readings::{PodReading, Snapshot};
 
 #[derive(Default)]
 struct FakeTarget {

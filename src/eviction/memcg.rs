@@ -21,9 +21,9 @@ use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 use super::reclaim::ThresholdNotifier;
-use super::threshold::ThresholdValue;
 use crate::cm::fs::{CgroupError, CgroupTree};
 use crate::contracts::ReclaimError;
+use crate::contracts::ThresholdValue;
 
 /// The step name in a [`ReclaimError`] from [`MemcgNotifier::set_threshold`].
 const STEP: &str = "memcg threshold";

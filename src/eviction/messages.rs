@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::rank::{PodStats, container_request};
 use super::signals::Observations;
-use super::threshold::Signal;
+use crate::contracts::Signal;
 
 /// The annotations kubelet sets on the eviction event.
 pub(crate) const OFFENDING_CONTAINERS: &str = "offending_containers";

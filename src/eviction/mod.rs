@@ -1,6 +1,7 @@
 //! The eviction manager (kubelet's `pkg/kubelet/eviction`).
 //!
-//! - [`threshold`]: `memory.available<100Mi`: signals, quantities and percentages.
+//! - the thresholds themselves (`memory.available<100Mi`) are `contracts::Thresholds`,
+//!   which node allocatable reads too.
 //! - [`config`]: soft thresholds, grace periods, minimum reclaim, transition period.
 //! - [`signals`]: the signals observed from the metric advisor's latest round.
 //! - [`manager`]: the synchronize loop: thresholds, conditions, reclaim, one eviction.
@@ -21,4 +22,3 @@ pub(crate) mod messages;
 pub(crate) mod rank;
 pub(crate) mod reclaim;
 pub(crate) mod signals;
-pub(crate) mod threshold;

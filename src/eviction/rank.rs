@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::threshold::Signal;
+use crate::contracts::Signal;
+use crate::contracts::Snapshot;
 use crate::pod::pod_uid;
-use crate::stats::readings::Snapshot;
 use crate::stats::volumes::VolumeUsage;
 
 /// What one pod uses, as far as it was measured.
@@ -502,7 +502,7 @@ mod tests {
     #[test]
     fn disk_stats_count_layers_logs_and_volumes_by_filesystem() {
         use super::super::signals::tests::{cgroup, fs, snapshot};
-        use crate::stats::readings::{ContainerReading, PodReading};
+        use crate::contracts::{ContainerReading, PodReading};
         use crate::stats::volumes::{PodUsage, Usage};
         use std::time::SystemTime;
         let t = SystemTime::UNIX_EPOCH;

@@ -7,8 +7,8 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::threshold::Signal;
-use crate::stats::readings::{FsReading, Snapshot};
+use crate::contracts::Signal;
+use crate::contracts::{FsReading, Snapshot};
 
 /// Readings older than this are not acted on (the advisor publishes every second).
 pub(crate) const MAX_AGE: Duration = Duration::from_secs(3);
@@ -128,7 +128,7 @@ pub(crate) fn fresh(snapshot: &Snapshot, now: SystemTime) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::stats::readings::{CgroupReading, MemoryReading, NodeReading};
+    use crate::contracts::{CgroupReading, MemoryReading, NodeReading};
 
     pub(crate) fn cgroup(time: SystemTime, working_set: u64) -> CgroupReading {
         CgroupReading {
@@ -168,7 +168,7 @@ pub(crate) mod tests {
                 image_fs: Some(fs(time, 50_000, 40_000, 500, 400)),
                 max_pid: Some(4_194_304),
                 processes: Some(4_000_000),
-                system_containers: vec![crate::stats::readings::SystemContainerReading {
+                system_containers: vec![crate::contracts::SystemContainerReading {
                     name: "pods".into(),
                     created_at: None,
                     cgroup: cgroup(time, 5 << 30),

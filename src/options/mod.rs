@@ -25,7 +25,7 @@ use settings::{Input, InvalidValue, SETTINGS, Setting};
 use crate::cm::allocatable::Reserved;
 use crate::cm::driver::CgroupDriver;
 use crate::cm::name::CgroupName;
-use crate::eviction::threshold::Thresholds;
+use crate::contracts::Thresholds;
 
 /// Effective configuration after merging defaults, the config file and flags.
 /// Which flag and config field set each value: see [`settings::SETTINGS`].
@@ -88,11 +88,9 @@ pub struct Options {
     // Issue 12 (the eviction manager): the settings beyond evictionHard.
     pub(crate) eviction_soft: Thresholds,
     pub(crate) eviction_soft_grace_period:
-        std::collections::BTreeMap<crate::eviction::threshold::Signal, std::time::Duration>,
-    pub(crate) eviction_minimum_reclaim: std::collections::BTreeMap<
-        crate::eviction::threshold::Signal,
-        crate::eviction::threshold::ThresholdValue,
-    >,
+        std::collections::BTreeMap<crate::contracts::Signal, std::time::Duration>,
+    pub(crate) eviction_minimum_reclaim:
+        std::collections::BTreeMap<crate::contracts::Signal, crate::contracts::ThresholdValue>,
     pub(crate) eviction_pressure_transition_period: std::time::Duration,
     pub(crate) eviction_max_pod_grace_period: i64,
     pub(crate) enforce_node_allocatable: NodeAllocatableEnforcement,
@@ -1014,7 +1012,7 @@ mod tests {
 
     #[test]
     fn container_manager_defaults_are_kubelets() {
-        use crate::eviction::threshold::{Signal, ThresholdValue};
+        use crate::contracts::{Signal, ThresholdValue};
         let o = ok(&[]);
         assert_eq!(o.cgroup_driver, CgroupDriver::Cgroupfs);
         assert!(!o.cgroup_driver_explicit);
@@ -1061,7 +1059,7 @@ mod tests {
 
     #[test]
     fn container_manager_flags_apply() {
-        use crate::eviction::threshold::{Signal, ThresholdValue};
+        use crate::contracts::{Signal, ThresholdValue};
         let o = ok(&[
             "--cgroup-driver=systemd",
             "--cgroup-root=/oxlet//pods/",

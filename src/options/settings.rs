@@ -11,8 +11,8 @@ use super::Options;
 use crate::cm::allocatable::Reserved;
 use crate::cm::driver::CgroupDriver;
 use crate::cm::name::CgroupName;
+use crate::contracts::{DEFAULT_EVICTION_HARD, Thresholds};
 use crate::duration::{GoDuration, parse_go_duration};
-use crate::eviction::threshold::{DEFAULT_EVICTION_HARD, Thresholds};
 
 /// How a setting's text is written and parsed: the flag's text goes through
 /// [`Kind::parse`], and the config file must hold the matching YAML type.

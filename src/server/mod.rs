@@ -35,7 +35,7 @@ pub(crate) struct Views {
     /// The metric advisor's series (prediction and the QoS manager read them too).
     pub cache: Arc<crate::koord::metriccache::MetricCache>,
     /// The metric advisor's latest round.
-    pub readings: Arc<crate::stats::readings::LatestReadings>,
+    pub readings: Arc<crate::contracts::LatestReadings>,
     // Issue 13 item 3 (Summary API, /runningpods/, /configz): what those read.
     /// The runtime's view of each pod (`/runningpods/`).
     pub pod_cache: Arc<crate::pleg::cache::PodCache>,

@@ -6,16 +6,16 @@
 
 use std::time::SystemTime;
 
-use super::readings::{
-    CgroupReading, FsReading, InterfaceReading, NetworkReading, NodeReading, Pressure, Psi,
-    Snapshot, SystemContainerReading,
-};
 use super::summary::{
     ContainerStats, CpuStats, FsStats, InterfaceStats, IoStats, MemoryStats, NetworkStats,
     NodeStats, PodReference, PodStats, PsiData, PsiStats, RlimitStats, RuntimeStats, Summary, Time,
     VolumeStats,
 };
 use super::volumes::{PodUsage, Usage, VolumeUsage};
+use crate::contracts::{
+    CgroupReading, FsReading, InterfaceReading, NetworkReading, NodeReading, Pressure, Psi,
+    Snapshot, SystemContainerReading,
+};
 
 /// The whole summary, or the CPU-and-memory-only shape (`?only_cpu_and_memory=true`).
 pub(crate) fn summary(
@@ -209,7 +209,7 @@ fn cpu_and_memory(snap: &Snapshot) -> Summary {
 }
 
 fn psi(p: Option<&Psi>) -> Option<PsiStats> {
-    let line = |l: &super::readings::PsiLine| PsiData {
+    let line = |l: &crate::contracts::PsiLine| PsiData {
         total: l.total_us,
         avg10: l.avg10,
         avg60: l.avg60,
@@ -374,7 +374,7 @@ pub(crate) mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::stats::readings::{
+    use crate::contracts::{
         ContainerReading, CpuReading, MemoryReading, NodeReading, PodReading, PsiLine,
     };
 

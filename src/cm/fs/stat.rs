@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use super::CgroupError;
 use super::files::{self, err};
 use super::tree::{CgroupTree, Hierarchy};
-use crate::stats::readings::{CgroupReading, MemoryReading, Pressure, Psi, PsiLine, Throttling};
+use crate::contracts::{CgroupReading, MemoryReading, Pressure, Psi, PsiLine, Throttling};
 
 /// One line of a pressure file: `some avg10=0.00 avg60=0.00 avg300=0.00 total=0`.
 fn parse_psi_line(line: &str) -> Option<PsiLine> {

@@ -27,7 +27,7 @@ use super::CgroupError;
 use super::files::{self, MAX_FILE_BYTES, err};
 use super::stat::{dir_of, memory_from_stat, throttling};
 use super::tree::CgroupTree;
-use crate::stats::readings::{CgroupReading, CpuReading, Pressure};
+use crate::contracts::{CgroupReading, CpuReading, Pressure};
 
 /// What one cgroup's reading is made of, in the order [`StatReader::stats`] reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +71,7 @@ struct OpenCgroup {
     /// that was read in; without one its `cpu.stat` counters cannot move.
     quota: Option<(bool, u64)>,
     /// The throttling counters as last read from `cpu.stat`.
-    throttling: Option<Option<crate::stats::readings::Throttling>>,
+    throttling: Option<Option<crate::contracts::Throttling>>,
 }
 
 /// v1 reports "no memory limit" as the largest page-aligned value; anything this
@@ -391,9 +391,9 @@ impl StatReader {
 struct Reading {
     cgroup_there: bool,
     cpu_usage: Option<u64>,
-    throttling: Option<crate::stats::readings::Throttling>,
+    throttling: Option<crate::contracts::Throttling>,
     memory_usage: Option<u64>,
-    memory: Option<crate::stats::readings::MemoryReading>,
+    memory: Option<crate::contracts::MemoryReading>,
     memory_limit: Option<u64>,
     pids: Option<u64>,
 }

@@ -38,11 +38,11 @@ use tracing::{debug, info, warn};
 pub(crate) use debug::{DebugQuery, debug_query};
 pub(crate) use pods::{ManagedPods, PodCollector, PodTarget, TargetLister};
 
-use crate::koord::metriccache::{MetricCache, Sample, now_ms};
-use crate::stats::readings::{
+use crate::contracts::{
     CgroupReading, FsReading, LatestReadings, NetworkReading, NodeReading, PodReading, Pressure,
     Snapshot, SystemContainerReading,
 };
+use crate::koord::metriccache::{MetricCache, Sample, now_ms};
 
 /// koordlet's `CollectResUsedInterval`: node, pod and system usage.
 pub(crate) const RES_USED_INTERVAL: Duration = Duration::from_secs(1);

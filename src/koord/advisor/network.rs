@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use super::procfs::{ProcError, read_bounded};
-use crate::stats::readings::{InterfaceReading, NetworkReading};
+use crate::contracts::{InterfaceReading, NetworkReading};
 
 /// Interfaces kept at most (a node with many pods has a `veth` per pod; those are
 /// skipped, but a bound keeps any other flood out of every snapshot).

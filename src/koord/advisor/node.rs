@@ -13,8 +13,8 @@ use super::procfs::{self, CpuJiffies, MemInfo};
 use super::rate::RateTracker;
 use super::{CollectFuture, Collector, NODE_INFO_INTERVAL, RES_USED_INTERVAL, Shared};
 use crate::cm::fs::{CgroupTree, StatReader};
+use crate::contracts::{CgroupReading, CpuReading, MemoryReading, SystemContainerReading};
 use crate::koord::metriccache::{MetricKind, now_ms};
-use crate::stats::readings::{CgroupReading, CpuReading, MemoryReading, SystemContainerReading};
 
 /// Node CPU in cores from two `/proc/stat` readings `elapsed` apart.
 pub(crate) fn cpu_cores(
@@ -61,7 +61,7 @@ pub(crate) struct NodeCollector {
     /// (tokio's clock, so tests can move it).
     network: Option<(
         tokio::time::Instant,
-        Option<crate::stats::readings::NetworkReading>,
+        Option<crate::contracts::NetworkReading>,
     )>,
 }
 
@@ -98,7 +98,7 @@ impl NodeCollector {
 
 impl NodeCollector {
     /// The host's network reading, re-read once [`NETWORK_INTERVAL`] has passed.
-    fn network(&mut self) -> Option<crate::stats::readings::NetworkReading> {
+    fn network(&mut self) -> Option<crate::contracts::NetworkReading> {
         let now = tokio::time::Instant::now();
         match &self.network {
             Some((at, r)) if now.duration_since(*at) < NETWORK_INTERVAL => r.clone(),

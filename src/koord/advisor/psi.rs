@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use super::{CollectFuture, Collector, PSI_INTERVAL, Shared};
 use crate::cm::fs::{CgroupTree, parse_psi};
+use crate::contracts::{Pressure, Psi};
 use crate::koord::metriccache::{MetricKind, label, now_ms};
-use crate::stats::readings::{Pressure, Psi};
 
 /// koordlet's `psi_precision`: the avg10 window.
 const PRECISION: &str = "10";

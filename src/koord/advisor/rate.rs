@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::SystemTime;
 
-use crate::stats::readings::CpuReading;
+use crate::contracts::CpuReading;
 
 /// IDs tracked at most (pods, containers and system cgroups); past it a new ID gets
 /// no rate until others go.

@@ -12,8 +12,8 @@ use tracing::debug;
 
 use super::pods::MAX_CONTAINERS;
 use super::{CollectFuture, Collector, STORAGE_INTERVAL, Shared};
+use crate::contracts::FsReading;
 use crate::runtime::cri_api::CriRead;
-use crate::stats::readings::FsReading;
 
 pub(crate) struct StorageCollector {
     root_dir: PathBuf,

@@ -17,8 +17,8 @@ use crate::cm::driver::CgroupDriver;
 use crate::cm::fs::{CgroupFs, CgroupTree};
 use crate::cm::resources::ResourceConfig;
 use crate::cm::version::CgroupVersion;
+use crate::contracts::{CpuReading, Throttling};
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, Sample, label, now_ms};
-use crate::stats::readings::{CpuReading, Throttling};
 
 const PROC_STAT: &str = "cpu  100 20 30 4000 50 6 7 8 0 0\n\
 cpu0 50 10 15 2000 25 3 4 4 0 0\n\
@@ -363,7 +363,7 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
     let version = crate::cm::version::detect(Path::new(crate::cm::fs::HOST_MOUNT)).unwrap();
     let tree = CgroupTree::host(version).unwrap();
     let cache = Arc::new(MetricCache::default());
-    let readings = Arc::new(crate::stats::readings::LatestReadings::default());
+    let readings = Arc::new(crate::contracts::LatestReadings::default());
     let root = tempfile::tempdir().unwrap();
     let mut advisor = super::Advisor::new(super::AdvisorDeps {
         cache: cache.clone(),

@@ -56,7 +56,7 @@ impl Kind {
     }
 }
 
-pub(crate) use crate::flag_text::{InvalidValue, list_items, map_pairs, multimap};
+pub(super) use crate::flag_text::{InvalidValue, list_items, map_pairs, multimap};
 
 /// A value on its way into `Options`: its text, and whether the user gave it
 /// (flag or config file) rather than it being the default.

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-pub(crate) use crate::pod::ProbeKind;
+use crate::pod::ProbeKind;
 pub(crate) use results::{ProbeResult, ProbeResults, ProbeUpdate};
 
 use crate::pod::{RestartPolicy, pod_ref, pod_uid};

@@ -1,35 +1,40 @@
 //! oxlet: a kubelet-like pod lifecycle engine.
 //!
 //! Data flows one way: pod sources (`config`) → merged updates → the sync loop
-//! (`syncloop`) → one pod worker per pod → the CRI client (`runtime`) → containerd.
+//! (`syncloop`) → one pod worker per pod → the runtime (`kuberuntime`, over the CRI client `cri`) → containerd.
 //! `pleg` watches the runtime and wakes pod workers; `status` turns what we see into
 //! kubelet-faithful pod status; `server` serves read-only views.
 
 mod agent;
+mod backoff;
 mod cm;
 mod config;
 pub mod containerd;
 mod contracts;
+mod cri;
 mod duration;
 mod events;
 mod eviction;
 mod flag_text;
 mod hash;
 mod http_get;
+mod images;
 mod koord;
 mod kubeclient;
+mod kuberuntime;
 mod locks;
 mod logging;
+mod logs;
 mod metrics;
 mod node;
 mod objects;
 mod options;
 mod pleg;
 mod pod;
+mod podenv;
 mod prober;
 mod quantity;
 mod rlimit;
-mod runtime;
 mod safe_path;
 mod server;
 mod stats;
@@ -37,6 +42,7 @@ mod status;
 mod syncloop;
 mod tasks;
 mod tls;
+mod volumes;
 
 // The library's public surface: what the binary (`src/main.rs`) and the integration tests
 // and benchmarks (the managed containerd as a test bed) use. Everything else is crate-private.

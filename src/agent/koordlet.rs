@@ -18,9 +18,9 @@ use crate::koord::prediction::{
     view::{Served, pod_input},
 };
 use crate::koord::qosmanager::config::QosConfig;
+use crate::kuberuntime::hooks::ContainerHooks;
 use crate::logging::STARTUP_TARGET;
 use crate::options::Options;
-use crate::runtime::hooks::ContainerHooks;
 use crate::syncloop::SyncLoop;
 use crate::tasks::{Backoff, Tasks};
 

@@ -46,10 +46,11 @@ pub(super) async fn start_host(
     }
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods, &opts.root_dir);
     debug!(node = ?node, "node facts");
-    let allocatable = crate::cm::startup::node_allocatable(opts, &node);
+    let cm_settings = opts.cm_settings();
+    let allocatable = crate::cm::startup::node_allocatable(&cm_settings, &node);
     info!(target: STARTUP_TARGET, "node {allocatable}");
     allocatable.validate()?;
-    let cm = crate::cm::startup::start(opts, &rt.cri, allocatable.kubepods).await?;
+    let cm = crate::cm::startup::start(&cm_settings, &rt.cri, allocatable.kubepods).await?;
     if opts.enforce_node_allocatable.pods && opts.cgroups_per_qos {
         // kubelet's enforceNodeAllocatableCgroups, once `kubepods` is limited.
         events.event(
@@ -84,8 +85,8 @@ pub(super) fn spawn_image_gc(
     events: &EventRecorder,
     tasks: &Tasks,
 ) -> Vec<Arc<dyn DiskReclaimer>> {
-    use crate::runtime::gc::DeadContainers;
-    use crate::runtime::image_gc::{ImageGcManager, UnusedImages, gc_period};
+    use crate::images::{ImageGcManager, UnusedImages, gc_period};
+    use crate::kuberuntime::gc::DeadContainers;
     use crate::syncloop::pod_workers::Lifecycle;
     let runtime = sync_loop.runtime.clone();
     let images = Arc::new(ImageGcManager::new(

@@ -17,18 +17,19 @@ use crate::containerd::{
     CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
 };
 use crate::contracts::AdmissionChain;
+use crate::cri::RemoteRuntime;
 use crate::events::EventRecorder;
+use crate::images::PullLimit;
+use crate::kuberuntime::RuntimeManager;
+use crate::kuberuntime::hooks::ContainerHooks;
+use crate::kuberuntime::sandbox::SandboxEnv;
 use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
 use crate::objects::ObjectManager;
 use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PodLifecycleEvent};
+use crate::podenv::DnsConfigurer;
 use crate::prober::{ProbeManager, ProbeResults, StartupProbeGate, WorkerDeps};
-use crate::runtime::dns::DnsConfigurer;
-use crate::runtime::hooks::ContainerHooks;
-use crate::runtime::images::PullLimit;
-use crate::runtime::sandbox::SandboxEnv;
-use crate::runtime::{RemoteRuntime, RuntimeManager};
 use crate::syncloop::pod_syncer::Syncer;
 use crate::syncloop::work_queue::WorkQueue;
 use crate::syncloop::{LoopInputs, SyncLoop, SyncLoopDeps, run_runtime_health};
@@ -191,7 +192,7 @@ pub(super) fn manager(
                 cfs_period_us: opts.cpu_cfs_quota.then(|| {
                     i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)
                 }),
-                security: crate::runtime::security::SecuritySettings {
+                security: crate::podenv::SecuritySettings {
                     seccomp_root: opts.root_dir.join("seccomp"),
                     seccomp_default: opts.seccomp_default,
                 },
@@ -210,14 +211,13 @@ pub(super) fn manager(
 
 /// The container log manager (kubelet's: no rotation with a negative max size).
 pub(super) fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
-    let Some(policy) = crate::runtime::logs::RotatePolicy::new(
-        opts.container_log_max_size,
-        opts.container_log_max_files,
-    ) else {
+    let Some(policy) =
+        crate::logs::RotatePolicy::new(opts.container_log_max_size, opts.container_log_max_files)
+    else {
         info!(target: STARTUP_TARGET, "container log rotation is off (containerLogMaxSize is negative)");
         return;
     };
-    let logs = Arc::new(crate::runtime::logs::LogManager::new(
+    let logs = Arc::new(crate::logs::LogManager::new(
         Arc::new(rt.cri.clone()),
         opts.pod_logs_dir.clone(),
         policy,

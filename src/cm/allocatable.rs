@@ -299,6 +299,27 @@ impl fmt::Display for Reserved {
     }
 }
 
+/// Which reservations are enforced with cgroup limits (`enforceNodeAllocatable`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NodeAllocatableEnforcement {
+    /// `pods`: the `kubepods` cgroup is limited to capacity minus reservations.
+    pub pods: bool,
+    /// `system-reserved[-compressible]`: `systemReservedCgroup` is limited to
+    /// `systemReserved`.
+    pub system_reserved: Option<Enforced>,
+    /// `kube-reserved[-compressible]`: `kubeReservedCgroup` is limited to `kubeReserved`.
+    pub kube_reserved: Option<Enforced>,
+}
+
+/// How much of a reservation its cgroup is limited to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Enforced {
+    /// Every reserved resource (cpu, memory, pids).
+    All,
+    /// `*-compressible`: cpu only, which throttles rather than kills.
+    Compressible,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,13 +10,15 @@
 //! - [`fs`]: the one boundary to the cgroup filesystem (create, limit, read, remove).
 //! - [`allocatable`]: capacity, reservations, allocatable and the `kubepods` limits.
 //! - [`qos`]: the pod's QoS class and its containers' `oom_score_adj`.
-//! - [`resources`]: the limits kubelet gives a pod cgroup, and the formulas behind them.
+//! - [`resources`]: the limits kubelet gives a pod cgroup, and the formulas behind them;
+//!   `container_resources`: the same formulas for one container's CRI resources.
 //! - [`tree`]: where `kubepods`, the QoS cgroups and each pod's cgroup live.
 //! - [`manager`]: [`ContainerManager`], the tree as one value, with its periodic task;
 //!   [`qos_cgroups`] and [`pod_cgroups`] are its node-level and per-pod halves.
 //! - [`startup`]: detection, the driver decision, the start-up line, the tree made.
 
 pub(crate) mod allocatable;
+mod container_resources;
 pub(crate) mod driver;
 pub(crate) mod fit;
 pub(crate) mod fs;
@@ -30,6 +32,7 @@ pub(crate) mod startup;
 pub(crate) mod tree;
 pub(crate) mod version;
 
+pub(crate) use container_resources::{ResourceError, apply_cfs_period, linux_resources};
 pub(crate) use manager::ContainerManager;
 
 #[cfg(test)]

@@ -5,10 +5,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::allocatable::{NodeAllocatable, Reservations, Reserved};
+use super::allocatable::{
+    Enforced, NodeAllocatable, NodeAllocatableEnforcement, Reservations, Reserved,
+};
 use super::driver::{
     self, CgroupDriver, DriverMismatch, SOURCE_CONTAINERD_CONFIG, SOURCE_RUNTIME_CONFIG,
 };
@@ -17,10 +20,37 @@ use super::manager::{CmConfig, ContainerManager};
 use super::name::{CgroupName, NameError};
 use super::resources::ResourceConfig;
 use super::version::{self, CgroupVersion, VersionError};
+use crate::contracts::Thresholds;
+use crate::cri::RemoteRuntime;
 use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
-use crate::options::Options;
-use crate::runtime::cri::RemoteRuntime;
+
+/// What the container manager starts with: kubelet's configuration fields it reads
+/// (the settings room builds this; cm never sees the whole configuration).
+pub(crate) struct CmSettings {
+    /// `failCgroupV1`.
+    pub fail_cgroup_v1: bool,
+    /// `cgroupDriver`, and whether it was given rather than defaulted.
+    pub cgroup_driver: CgroupDriver,
+    pub cgroup_driver_explicit: bool,
+    /// `cgroupRoot`.
+    pub cgroup_root: CgroupName,
+    /// `cgroupsPerQOS`.
+    pub cgroups_per_qos: bool,
+    /// `cpuCFSQuota` and `cpuCFSQuotaPeriod`.
+    pub cpu_cfs_quota: bool,
+    pub cpu_cfs_quota_period: Duration,
+    /// `podPidsLimit`.
+    pub pod_pids_limit: i64,
+    /// `kubeReserved`, `systemReserved` and `evictionHard`: what allocatable subtracts.
+    pub kube_reserved: Reserved,
+    pub system_reserved: Reserved,
+    pub eviction_hard: Thresholds,
+    /// `enforceNodeAllocatable` with `kubeReservedCgroup` and `systemReservedCgroup`.
+    pub enforce_node_allocatable: NodeAllocatableEnforcement,
+    pub kube_reserved_cgroup: Option<CgroupName>,
+    pub system_reserved_cgroup: Option<CgroupName>,
+}
 
 /// Why the container manager cannot start: the agent stops with this one line.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +113,7 @@ async fn runtime_driver(cri: &RemoteRuntime) -> Option<(CgroupDriver, &'static s
 
 /// Capacity, allocatable and the `kubepods` limits from the node's facts and the
 /// reservations (kubelet's node allocatable).
-pub(crate) fn node_allocatable(opts: &Options, node: &NodeInfo) -> NodeAllocatable {
+pub(crate) fn node_allocatable(opts: &CmSettings, node: &NodeInfo) -> NodeAllocatable {
     NodeAllocatable::new(
         &node.capacity,
         Reservations {
@@ -106,8 +136,7 @@ struct ReservedCgroup<'a> {
 
 /// The reserved cgroups `enforceNodeAllocatable` limits, with their limits (kubelet's
 /// `enforceExistingCgroup`: cpu shares, memory and pids of the reservation).
-fn reserved_cgroups(opts: &Options) -> Vec<ReservedCgroup<'_>> {
-    use crate::options::settings::Enforced;
+fn reserved_cgroups(opts: &CmSettings) -> Vec<ReservedCgroup<'_>> {
     let limits = |r: &Reserved, how: Option<Enforced>| {
         let cpu = ResourceConfig {
             cpu_shares: r
@@ -148,7 +177,7 @@ fn reserved_cgroups(opts: &Options) -> Vec<ReservedCgroup<'_>> {
 /// Detects, decides, logs once and builds the tree. `kubepods` is what node
 /// allocatable limits the `kubepods` cgroup to.
 pub(crate) async fn start(
-    opts: &Options,
+    opts: &CmSettings,
     cri: &RemoteRuntime,
     kubepods: ResourceConfig,
 ) -> Result<Arc<ContainerManager>, CmStartError> {

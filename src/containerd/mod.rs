@@ -32,7 +32,7 @@ pub use supervise::{
 use k8s_cri::v1::VersionResponse;
 use tokio::process::{Child, Command};
 
-use crate::runtime::cri::{CriError, RemoteRuntime};
+use crate::cri::{CriError, RemoteRuntime};
 
 /// The CRI sandbox ("pause") image: a local ref, built by `scripts/build-images.sh`.
 pub const DEFAULT_SANDBOX_IMAGE: &str = "localhost/oxlet/pause:1";

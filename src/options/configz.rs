@@ -7,7 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use super::Options;
-use super::settings::Enforced;
+use crate::cm::allocatable::Enforced;
 use crate::cm::allocatable::Reserved;
 use crate::duration::format_go_duration;
 

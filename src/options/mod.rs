@@ -19,10 +19,9 @@ use flags::FlagValues;
 use kubelet_config::KubeletConfigFile;
 pub(crate) use problem::{ConfigError, Problem};
 pub(crate) use settings::DEFAULT_RUNTIME_ENDPOINT;
-pub(crate) use settings::NodeAllocatableEnforcement;
 use settings::{Input, InvalidValue, SETTINGS, Setting};
 
-use crate::cm::allocatable::Reserved;
+use crate::cm::allocatable::{NodeAllocatableEnforcement, Reserved};
 use crate::cm::driver::CgroupDriver;
 use crate::cm::name::CgroupName;
 use crate::contracts::Thresholds;
@@ -157,7 +156,7 @@ pub struct Options {
     pub(crate) prediction_checkpoint_dir: Option<PathBuf>,
     /// Issue 12 part 3: the image GC policy (`imageGCHighThresholdPercent`,
     /// `imageGCLowThresholdPercent`, `imageMinimumGCAge`, `imageMaximumGCAge`).
-    pub(crate) image_gc: crate::runtime::image_gc::Policy,
+    pub(crate) image_gc: crate::images::Policy,
     /// `volumeStatsAggPeriod`: how often each pod's volumes and logs are measured
     /// (zero: never, as kubelet).
     pub(crate) volume_stats_agg_period: Duration,
@@ -170,6 +169,26 @@ pub struct Options {
 }
 
 impl Options {
+    /// What the container manager starts with, taken from these settings.
+    pub(crate) fn cm_settings(&self) -> crate::cm::startup::CmSettings {
+        crate::cm::startup::CmSettings {
+            fail_cgroup_v1: self.fail_cgroup_v1,
+            cgroup_driver: self.cgroup_driver,
+            cgroup_driver_explicit: self.cgroup_driver_explicit,
+            cgroup_root: self.cgroup_root.clone(),
+            cgroups_per_qos: self.cgroups_per_qos,
+            cpu_cfs_quota: self.cpu_cfs_quota,
+            cpu_cfs_quota_period: self.cpu_cfs_quota_period,
+            pod_pids_limit: self.pod_pids_limit,
+            kube_reserved: self.kube_reserved,
+            system_reserved: self.system_reserved,
+            eviction_hard: self.eviction_hard.clone(),
+            enforce_node_allocatable: self.enforce_node_allocatable,
+            kube_reserved_cgroup: self.kube_reserved_cgroup.clone(),
+            system_reserved_cgroup: self.system_reserved_cgroup.clone(),
+        }
+    }
+
     /// Zero values, before the table's defaults are applied.
     fn blank() -> Options {
         Options {
@@ -247,7 +266,7 @@ impl Options {
             event_burst: 0,
             prediction: false,
             prediction_checkpoint_dir: None,
-            image_gc: crate::runtime::image_gc::Policy::default(),
+            image_gc: crate::images::Policy::default(),
             unimplemented: Vec::new(),
             warnings: Vec::new(),
         }
@@ -1103,8 +1122,8 @@ mod tests {
             o.enforce_node_allocatable,
             NodeAllocatableEnforcement {
                 pods: true,
-                system_reserved: Some(settings::Enforced::All),
-                kube_reserved: Some(settings::Enforced::All)
+                system_reserved: Some(crate::cm::allocatable::Enforced::All),
+                kube_reserved: Some(crate::cm::allocatable::Enforced::All)
             }
         );
         assert_eq!(ok(&["--pod-max-pids=4096"]).pod_pids_limit, 4096);
@@ -1115,7 +1134,7 @@ mod tests {
             ])
             .enforce_node_allocatable
             .kube_reserved,
-            Some(settings::Enforced::Compressible)
+            Some(crate::cm::allocatable::Enforced::Compressible)
         );
         assert_eq!(
             ok(&["--enforce-node-allocatable=none"]).enforce_node_allocatable,
@@ -1490,7 +1509,7 @@ mod tests {
     #[test]
     fn image_gc_policy_is_validated_as_kubelet() {
         let o = ok(&[]);
-        assert_eq!(o.image_gc, crate::runtime::image_gc::Policy::default());
+        assert_eq!(o.image_gc, crate::images::Policy::default());
         let o = ok(&[
             "--image-gc-high-threshold=100",
             "--image-gc-low-threshold=0",
@@ -1526,7 +1545,7 @@ mod tests {
         let o = ok(&[&config_flag(&f)]);
         assert_eq!(
             o.image_gc,
-            crate::runtime::image_gc::Policy {
+            crate::images::Policy {
                 high_percent: 90,
                 low_percent: 70,
                 min_age: Duration::from_secs(120),

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::Options;
-use crate::cm::allocatable::Reserved;
+use crate::cm::allocatable::{Enforced, NodeAllocatableEnforcement, Reserved};
 use crate::cm::driver::CgroupDriver;
 use crate::cm::name::CgroupName;
 use crate::contracts::{DEFAULT_EVICTION_HARD, Thresholds};
@@ -322,7 +322,7 @@ fn set_max_parallel_image_pulls(o: &mut Options, i: Input) -> Result<(), Invalid
 /// namespaced (`sysctl.NewAllowlist`).
 fn set_allowed_unsafe_sysctls(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     let items: Vec<String> = list_items(i.text).into_iter().map(str::to_string).collect();
-    crate::runtime::sysctl::Allowlist::new(&items).map_err(|e| InvalidValue(e.to_string()))?;
+    crate::podenv::Allowlist::new(&items).map_err(|e| InvalidValue(e.to_string()))?;
     o.allowed_unsafe_sysctls = items;
     Ok(())
 }
@@ -467,7 +467,7 @@ fn set_enforce_node_allocatable(o: &mut Options, i: Input) -> Result<(), Invalid
                 if e.system_reserved.is_some() {
                     return Err("both \"system-reserved\" and \"system-reserved-compressible\" cannot be specified together in enforceNodeAllocatable".into());
                 }
-                e.system_reserved = Some(Enforced::of(val));
+                e.system_reserved = Some(enforced_of(val));
             }
             "kube-reserved" | "kube-reserved-compressible" => {
                 if o.kube_reserved_cgroup.is_none() {
@@ -476,7 +476,7 @@ fn set_enforce_node_allocatable(o: &mut Options, i: Input) -> Result<(), Invalid
                 if e.kube_reserved.is_some() {
                     return Err("both \"kube-reserved\" and \"kube-reserved-compressible\" cannot be specified together in enforceNodeAllocatable".into());
                 }
-                e.kube_reserved = Some(Enforced::of(val));
+                e.kube_reserved = Some(enforced_of(val));
             }
             "none" => {
                 if items.len() > 1 {
@@ -499,34 +499,12 @@ fn set_enforce_node_allocatable(o: &mut Options, i: Input) -> Result<(), Invalid
     Ok(())
 }
 
-/// Which reservations are enforced with cgroup limits (`enforceNodeAllocatable`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct NodeAllocatableEnforcement {
-    /// `pods`: the `kubepods` cgroup is limited to capacity minus reservations.
-    pub pods: bool,
-    /// `system-reserved[-compressible]`: `systemReservedCgroup` is limited to
-    /// `systemReserved`.
-    pub system_reserved: Option<Enforced>,
-    /// `kube-reserved[-compressible]`: `kubeReservedCgroup` is limited to `kubeReserved`.
-    pub kube_reserved: Option<Enforced>,
-}
-
-/// How much of a reservation its cgroup is limited to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Enforced {
-    /// Every reserved resource (cpu, memory, pids).
-    All,
-    /// `*-compressible`: cpu only, which throttles rather than kills.
-    Compressible,
-}
-
-impl Enforced {
-    fn of(option: &str) -> Enforced {
-        if option.ends_with("-compressible") {
-            Enforced::Compressible
-        } else {
-            Enforced::All
-        }
+/// `*-compressible` limits cpu only; the plain option every reserved resource.
+fn enforced_of(option: &str) -> Enforced {
+    if option.ends_with("-compressible") {
+        Enforced::Compressible
+    } else {
+        Enforced::All
     }
 }
 

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::runtime::CriError;
-use crate::runtime::types::PodRuntimeStatus;
+use crate::cri::CriError;
+use crate::kuberuntime::types::PodRuntimeStatus;
 
 /// Why the runtime could not be inspected for a pod; shared by every reader.
 pub(crate) type InspectError = Arc<CriError>;

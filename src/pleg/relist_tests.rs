@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::runtime::fake::support::{FakeNode, pod};
+use crate::cri::support::{FakeNode, pod};
 
 struct Rig {
     node: FakeNode,

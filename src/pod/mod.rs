@@ -71,6 +71,14 @@ pub(crate) fn is_static_pod(pod: &Pod) -> bool {
     matches!(pod_source(pod), Some(s) if s != API_SOURCE)
 }
 
+/// Whether the pod shares the node's network namespace.
+pub(crate) fn is_host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
 /// Whether `pod` is a mirror pod: the apiserver's copy of a static pod, marked with
 /// `kubernetes.io/config.mirror` (kubelet's `IsMirrorPod`). It is never run itself.
 pub(crate) fn is_mirror(pod: &Pod) -> bool {

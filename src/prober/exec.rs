@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::{ProbeError, ProbeOutcome};
-use crate::runtime::cri_api::Cri;
+use crate::cri::Cri;
 
 /// Output kept for the log line, as kubelet caps exec output (10 KiB).
 const MAX_OUTPUT: usize = 10 * 1024;

@@ -34,9 +34,9 @@ use tracing::debug;
 use crate::pod::ProbeKind;
 pub(crate) use results::{ProbeResult, ProbeResults, ProbeUpdate};
 
+use crate::cri::Cri;
+use crate::cri::CriError;
 use crate::pod::{RestartPolicy, pod_ref, pod_uid};
-use crate::runtime::CriError;
-use crate::runtime::cri_api::Cri;
 use crate::status::StatusManager;
 use crate::tasks::Tasks;
 
@@ -86,14 +86,14 @@ impl WorkerDeps {
 /// waits until a sidecar's startup probe succeeded, and a failed one restarts the sidecar.
 pub(crate) struct StartupProbeGate(pub Arc<ProbeResults>);
 
-impl crate::runtime::sidecar::StartupGate for StartupProbeGate {
+impl crate::kuberuntime::sidecar::StartupGate for StartupProbeGate {
     fn startup(
         &self,
         _pod_uid: &str,
         spec: &Container,
-        running: &crate::runtime::types::ContainerStatus,
-    ) -> crate::runtime::sidecar::Startup {
-        use crate::runtime::sidecar::Startup;
+        running: &crate::kuberuntime::types::ContainerStatus,
+    ) -> crate::kuberuntime::sidecar::Startup {
+        use crate::kuberuntime::sidecar::Startup;
         if spec.startup_probe.is_none() {
             return Startup::Succeeded;
         }

@@ -11,9 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::worker::Worker;
 use super::*;
-use crate::runtime::cri_api::ExecOutput;
-use crate::runtime::fake::support::{FakeNode, pod};
-use crate::runtime::types::PodRuntimeStatus;
+use crate::cri::ExecOutput;
+use crate::cri::support::{FakeNode, pod};
+use crate::kuberuntime::types::PodRuntimeStatus;
 
 struct Bed {
     node: FakeNode,

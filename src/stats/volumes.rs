@@ -224,7 +224,7 @@ fn measure_pod(pod: &Pod, dirs: &Dirs, round_left: &mut usize) -> Result<PodUsag
         let u = walk(&dir, &mut budget);
         usage.volumes.push((v.name.clone(), u));
     }
-    if let Ok(meta) = std::fs::symlink_metadata(pod_dir.join(crate::runtime::hosts::HOSTS_FILE))
+    if let Ok(meta) = std::fs::symlink_metadata(pod_dir.join(crate::podenv::HOSTS_FILE))
         && meta.is_file()
     {
         usage.etc_hosts = Some(Usage {
@@ -233,7 +233,7 @@ fn measure_pod(pod: &Pod, dirs: &Dirs, round_left: &mut usize) -> Result<PodUsag
             partial: false,
         });
     }
-    if let Ok(log_dir) = crate::runtime::sandbox::pod_log_dir(&dirs.pod_logs, ns, name, uid) {
+    if let Ok(log_dir) = crate::kuberuntime::sandbox::pod_log_dir(&dirs.pod_logs, ns, name, uid) {
         measure_logs(&log_dir, &mut usage, &mut budget);
     }
     let partial = usage

@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::kuberuntime::sidecar::is_sidecar;
+use crate::kuberuntime::types::{self as rt, PodRuntimeStatus};
 use crate::pod::{Phase, RestartPolicy, TerminatedReason, WaitingReason};
-use crate::runtime::sidecar::is_sidecar;
-use crate::runtime::types::{self as rt, PodRuntimeStatus};
 
 /// What status generation needs besides the pod and the runtime view.
 pub(crate) struct StatusInputs<'a> {
@@ -273,7 +273,7 @@ fn apply_waiting_state(
         inputs.pod.metadata.deletion_timestamp.is_none()
             && latest.is_none_or(|c| c.state != rt::ContainerState::Running)
     } else {
-        crate::runtime::actions::should_restart(inputs.pod, latest)
+        crate::kuberuntime::actions::should_restart(inputs.pod, latest)
     };
     if role == Role::Init
         && !init_done
@@ -716,7 +716,7 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
     };
     let conditions = pod_conditions(inputs, &init_statuses, &statuses, phase);
 
-    let host_network = crate::runtime::sandbox::is_host_network(pod);
+    let host_network = crate::pod::is_host_network(pod);
     let ips: Vec<String> = if host_network {
         vec![inputs.host_ip.to_string()]
     } else {
@@ -744,7 +744,7 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         ..Default::default()
     };
     // kubelet's status manager caps termination messages per pod (12 KiB in all).
-    crate::runtime::termination::cap_pod_messages(pod, &mut status);
+    crate::kuberuntime::termination::cap_pod_messages(pod, &mut status);
     status
 }
 

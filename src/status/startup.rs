@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
+use crate::kuberuntime::types::{ContainerState, PodRuntimeStatus};
 use crate::pod::CONFIG_SEEN_ANNOTATION;
-use crate::runtime::types::{ContainerState, PodRuntimeStatus};
 
 /// The stages of one pod's start, as wall-clock times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

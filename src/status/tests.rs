@@ -3,8 +3,8 @@
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 
 use super::generate::{StatusInputs, generate};
+use crate::kuberuntime::types::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::pod::WaitingReason;
-use crate::runtime::types::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 
 fn pod(policy: &str, names: &[&str], inits: &[&str]) -> Pod {
     let c = |n: &&str| Container {

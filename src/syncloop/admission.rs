@@ -49,7 +49,7 @@ mod tests {
 
     use super::*;
     use crate::contracts::AdmissionChain;
-    use crate::runtime::fake::support::pod;
+    use crate::cri::support::pod;
 
     fn pods(n: usize) -> Vec<Arc<Pod>> {
         (0..n)

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::PodOperation;
+use crate::cri::support::{FakeNode, pod};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PodCache};
-use crate::runtime::fake::support::{FakeNode, pod};
 
 struct Agent {
     node: FakeNode,
@@ -458,7 +458,7 @@ async fn a_failing_liveness_probe_restarts_the_container_once() {
     .await;
     a.node.fake.set_exec_result(
         &first,
-        Ok(crate::runtime::cri_api::ExecOutput {
+        Ok(crate::cri::ExecOutput {
             exit_code: 1,
             ..Default::default()
         }),
@@ -499,7 +499,7 @@ async fn readiness_drives_ready_and_never_restarts() {
     .await;
     a.node.fake.set_exec_result(
         &id,
-        Ok(crate::runtime::cri_api::ExecOutput {
+        Ok(crate::cri::ExecOutput {
             exit_code: 1,
             ..Default::default()
         }),

@@ -23,11 +23,11 @@ use tracing::{debug, info, warn};
 use crate::cm::ContainerManager;
 use crate::config::{PodOperation, PodUpdate};
 use crate::contracts::{AdmissionChain, PodAdmitAttributes, RuntimeHealth};
+use crate::kuberuntime::RuntimeManager;
 use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
 use crate::pod::{PodManager, is_api_mirror};
 use crate::pod::{is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeUpdate;
-use crate::runtime::RuntimeManager;
 use crate::status::StatusManager;
 use crate::status::generate::{rejected, was_rejected};
 use crate::tasks::Tasks;
@@ -567,7 +567,7 @@ async fn cleanup_runtime_pods(
                 Some(Lifecycle::Terminating | Lifecycle::Terminated)
             );
             if !stopping {
-                crate::runtime::gc::collect_pod(runtime, &rp).await;
+                crate::kuberuntime::gc::collect_pod(runtime, &rp).await;
             }
             continue;
         }
@@ -591,7 +591,11 @@ async fn cleanup_runtime_pods(
     // directories once its containers are gone), or to the next pass.
     let known =
         |uid: &str| pods.contains(uid) || workers.is_active(uid) || in_runtime.contains(uid);
-    crate::runtime::gc::cleanup_orphaned_dirs(runtime.pods_dir(), runtime.pod_logs_dir(), &known);
+    crate::kuberuntime::gc::cleanup_orphaned_dirs(
+        runtime.pods_dir(),
+        runtime.pod_logs_dir(),
+        &known,
+    );
 }
 
 /// Destroys the cgroups of pods no worker may still run (kubelet's

@@ -9,12 +9,12 @@ use tracing::{debug, info};
 
 use super::pod_workers::{KillStatus, PodSyncError, PodSyncer, SyncResult, UpdateType};
 use crate::cm::ContainerManager;
+use crate::kuberuntime::RuntimeManager;
+use crate::kuberuntime::types::{PodRuntimeStatus, RuntimePod};
 use crate::pleg::PodCache;
 use crate::pod::PodManager;
 use crate::pod::{Phase, is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeManager;
-use crate::runtime::RuntimeManager;
-use crate::runtime::types::{PodRuntimeStatus, RuntimePod};
 use crate::status::StatusManager;
 use crate::status::generate::{StatusInputs, generate};
 use crate::status::startup::StartupTracker;

@@ -20,11 +20,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::work_queue::{WorkQueue, jitter};
+use crate::cri::CriError;
+use crate::kuberuntime::manager::SyncError;
+use crate::kuberuntime::types::RuntimePod;
 use crate::pleg::cache::InspectError;
 use crate::pod::{WaitingReason, is_static_pod, pod_full_name, pod_ref, pod_uid};
-use crate::runtime::CriError;
-use crate::runtime::manager::SyncError;
-use crate::runtime::types::RuntimePod;
 use crate::tasks::Tasks;
 
 mod kill;

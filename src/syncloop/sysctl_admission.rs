@@ -3,7 +3,7 @@
 //! shares with the host, is rejected with `SysctlForbidden` before anything runs.
 
 use crate::contracts::{PodAdmitAttributes, PodAdmitHandler, Rejection};
-use crate::runtime::sysctl::Allowlist;
+use crate::podenv::Allowlist;
 
 /// kubelet's `sysctl.ForbiddenReason`.
 pub(crate) const SYSCTL_FORBIDDEN: &str = "SysctlForbidden";
@@ -19,7 +19,7 @@ impl SysctlAdmission {
     /// patterns were checked when the options were read; should one still be
     /// refused, it is left out (and said so) rather than stopping the agent.
     pub(crate) fn for_node(unsafe_allowed: &[String]) -> SysctlAdmission {
-        let release = crate::runtime::sysctl::kernel_release();
+        let release = crate::podenv::kernel_release();
         let allowlist = Allowlist::node(release.as_deref(), unsafe_allowed).unwrap_or_else(|e| {
             tracing::error!(error = %e, "allowedUnsafeSysctls refused; only the safe sysctls are allowed");
             Allowlist::node::<&str>(release.as_deref(), &[]).unwrap_or_default()

@@ -730,8 +730,7 @@ fn validate_resources(c: &Container, f: &dyn Fn(&str) -> String) -> Result<(), F
             );
         }
     }
-    crate::runtime::container::linux_resources(c)
-        .map_err(|e| FieldError::new(f(&e.field()), e.reason()))?;
+    crate::cm::linux_resources(c).map_err(|e| FieldError::new(f(&e.field()), e.reason()))?;
     Ok(())
 }
 

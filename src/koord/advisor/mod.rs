@@ -150,7 +150,7 @@ pub(crate) struct AdvisorDeps {
     pub kubepods: Option<String>,
     pub lister: Box<dyn TargetLister>,
     pub root_dir: PathBuf,
-    pub cri: Arc<dyn crate::runtime::cri_api::CriRead>,
+    pub cri: Arc<dyn crate::cri::CriRead>,
 }
 
 struct Slot {

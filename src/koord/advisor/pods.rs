@@ -17,11 +17,11 @@ use crate::cm::fs::{CgroupError, CgroupTree, StatReader};
 use crate::cm::manager::ContainerManager;
 use crate::contracts::{CgroupReading, ContainerReading, PodReading};
 use crate::koord::metriccache::{MetricKind, label};
+use crate::kuberuntime::types::ContainerState;
+use crate::kuberuntime::types::PodRuntimeStatus;
 use crate::pleg::cache::PodCache;
 use crate::pod::PodManager;
 use crate::pod::pod_uid;
-use crate::runtime::types::ContainerState;
-use crate::runtime::types::PodRuntimeStatus;
 
 /// Containers listed per round at most (pods are bounded by `--max-pods`).
 pub(crate) const MAX_CONTAINERS: usize = 4096;

@@ -13,7 +13,7 @@ use tracing::debug;
 use super::pods::MAX_CONTAINERS;
 use super::{CollectFuture, Collector, STORAGE_INTERVAL, Shared};
 use crate::contracts::FsReading;
-use crate::runtime::cri_api::CriRead;
+use crate::cri::CriRead;
 
 pub(crate) struct StorageCollector {
     root_dir: PathBuf,
@@ -107,8 +107,8 @@ impl Collector for StorageCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::cri_api::Cri;
-    use crate::runtime::fake::FakeRuntime;
+    use crate::cri::Cri;
+    use crate::cri::FakeRuntime;
     use k8s_cri::v1 as cri;
 
     #[tokio::test]

@@ -374,7 +374,7 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
         kubepods: None,
         lister: Box::new(Fixed(Vec::new())),
         root_dir: root.path().to_path_buf(),
-        cri: Arc::new(crate::runtime::fake::FakeRuntime::default()),
+        cri: Arc::new(crate::cri::FakeRuntime::default()),
     });
     advisor.round().await;
     // The node and pod collectors run every second.
@@ -414,9 +414,9 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
 }
 
 /// A pod status with one ready sandbox and the running containers `ids`.
-fn running_status(uid: &str, ids: &[&str]) -> crate::runtime::types::PodRuntimeStatus {
-    use crate::runtime::types::{ContainerState, ContainerStatus, SandboxStatus};
-    crate::runtime::types::PodRuntimeStatus {
+fn running_status(uid: &str, ids: &[&str]) -> crate::kuberuntime::types::PodRuntimeStatus {
+    use crate::kuberuntime::types::{ContainerState, ContainerStatus, SandboxStatus};
+    crate::kuberuntime::types::PodRuntimeStatus {
         uid: uid.into(),
         name: "web".into(),
         namespace: "default".into(),

@@ -26,11 +26,11 @@ use tracing::{debug, info, warn};
 
 use crate::cm::allocatable::NodeAllocatable;
 use crate::contracts::RuntimeHealth;
+use crate::cri::CriRead as _;
+use crate::cri::RemoteRuntime;
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::node::NodeInfo;
 use crate::pleg::PlegStats;
-use crate::runtime::RemoteRuntime;
-use crate::runtime::cri_api::CriRead as _;
 use crate::status::lease::NodeRef;
 use conditions::PressureSource;
 use failures::{FailureLog, Verdict};

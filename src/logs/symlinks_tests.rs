@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::runtime::fake::support::{FakeNode, pod};
+use crate::cri::support::{FakeNode, pod};
 
 const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -40,25 +40,25 @@ fn a_link_is_made_only_to_an_existing_log_below_the_pod_logs_dir() {
     let (links, root) = (tmp.path().join("containers"), tmp.path().join("pods"));
     let log = root.join("default_web_u/nginx/0.log");
     assert!(
-        create(&links, &root, of("web", "nginx"), &log)
+        create_log_link(&links, &root, of("web", "nginx"), &log)
             .unwrap()
             .is_none()
     );
     std::fs::create_dir_all(log.parent().unwrap()).unwrap();
     std::fs::write(&log, "hello").unwrap();
-    let link = create(&links, &root, of("web", "nginx"), &log)
+    let link = create_log_link(&links, &root, of("web", "nginx"), &log)
         .unwrap()
         .unwrap();
     assert_eq!(std::fs::read_to_string(&link).unwrap(), "hello");
     assert!(matches!(
-        create(&links, &root, of("web", "x"), &root.join("../etc/passwd")),
+        create_log_link(&links, &root, of("web", "x"), &root.join("../etc/passwd")),
         Err(SymlinkError::Outside { .. })
     ));
     assert!(matches!(
-        create(&links, &root, of("../x", "y/z"), &log),
+        create_log_link(&links, &root, of("../x", "y/z"), &log),
         Err(SymlinkError::Name(_))
     ));
-    assert!(remove(&links, &root, of("web", "nginx")).unwrap());
+    assert!(remove_log_link(&links, &root, of("web", "nginx")).unwrap());
     assert!(
         !link.exists() && log.exists(),
         "the link goes, the log stays"
@@ -73,11 +73,11 @@ fn only_links_into_the_pod_logs_dir_are_removed() {
     let name = link_name(of("web", "nginx"));
     // A regular file and a link elsewhere with the same name shape: not oxlet's.
     std::fs::write(links.join(&name), "someone else's").unwrap();
-    assert!(!remove(&links, &root, of("web", "nginx")).unwrap());
+    assert!(!remove_log_link(&links, &root, of("web", "nginx")).unwrap());
     assert!(links.join(&name).is_file());
     std::fs::remove_file(links.join(&name)).unwrap();
     std::os::unix::fs::symlink("/etc/hostname", links.join(&name)).unwrap();
-    assert!(!remove(&links, &root, of("web", "nginx")).unwrap());
+    assert!(!remove_log_link(&links, &root, of("web", "nginx")).unwrap());
     assert!(links.join(&name).is_symlink());
 }
 
@@ -105,7 +105,7 @@ async fn gc_removes_dangling_links_unless_the_container_still_runs() {
     std::os::unix::fs::symlink("/nonexistent/0.log", &foreign).unwrap();
 
     let cri = node.fake.clone() as Arc<dyn CriRead>;
-    remove_dangling(&links, &root, cri.as_ref()).await;
+    remove_dangling_log_links(&links, &root, cri.as_ref()).await;
     assert!(
         running.is_symlink(),
         "its container still runs (rotation window)"
@@ -115,7 +115,7 @@ async fn gc_removes_dangling_links_unless_the_container_still_runs() {
     assert!(foreign.is_symlink(), "points outside the pod logs dir");
 
     node.fake.exit_container(&id, 0);
-    remove_dangling(&links, &root, cri.as_ref()).await;
+    remove_dangling_log_links(&links, &root, cri.as_ref()).await;
     assert!(!running.is_symlink(), "dangling and its container exited");
 }
 

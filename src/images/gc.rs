@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tracing::{debug, info, warn};
 
-use super::cri::CriError;
-use super::cri_api::Cri;
 use crate::contracts::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
+use crate::cri::Cri;
+use crate::cri::CriError;
 use crate::events::{EventRecorder, EventType, ObjectRef};
 
 /// kubelet's `ImageGCPeriod`.
@@ -520,5 +520,5 @@ impl DiskReclaimer for UnusedImages {
 }
 
 #[cfg(test)]
-#[path = "image_gc_tests.rs"]
+#[path = "gc_tests.rs"]
 mod tests;

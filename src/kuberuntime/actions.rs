@@ -5,10 +5,10 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::labels::container_hash;
-use super::sandbox::is_host_network;
 use super::sidecar::{Startup, StartupGate, is_sidecar};
 use super::types::{ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::pod::ProbeKind;
+use crate::pod::is_host_network;
 use crate::pod::{RestartPolicy, TerminatedReason};
 
 /// What one sync must do.
@@ -360,8 +360,8 @@ pub(crate) fn compute_pod_actions_probed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::sidecar::RunningIsStarted;
-    use crate::runtime::types::SandboxStatus;
+    use crate::kuberuntime::sidecar::RunningIsStarted;
+    use crate::kuberuntime::types::SandboxStatus;
     use k8s_openapi::api::core::v1::{Container, PodSpec};
 
     fn pod(policy: &str, names: &[&str]) -> Pod {

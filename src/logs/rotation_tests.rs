@@ -2,8 +2,8 @@ use std::io::Read;
 use std::sync::Arc;
 
 use super::*;
-use crate::runtime::cri_api::CriRead;
-use crate::runtime::fake::support::{FakeNode, pod};
+use crate::cri::CriRead;
+use crate::cri::support::{FakeNode, pod};
 
 fn names(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_string()).collect()
@@ -207,7 +207,10 @@ fn remove_all_takes_the_log_and_its_rotated_files_only() {
     ] {
         std::fs::write(dir.join(n), "").unwrap();
     }
-    assert_eq!(remove_all(&root, &dir.join("0.log")).unwrap(), 3);
+    assert_eq!(remove_container_logs(&root, &dir.join("0.log")).unwrap(), 3);
     assert_eq!(dir_names(&dir), vec!["1.log"]);
-    assert_eq!(remove_all(&root, &root.join("gone/c/0.log")).unwrap(), 0);
+    assert_eq!(
+        remove_container_logs(&root, &root.join("gone/c/0.log")).unwrap(),
+        0
+    );
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::runtime::fake::support::{FakeNode, IMAGE, pod};
+use crate::cri::support::{FakeNode, IMAGE, pod};
 use k8s_openapi::api::core::v1::PodSecurityContext;
 
 fn uid(p: &Pod) -> &str {
@@ -711,7 +711,7 @@ async fn container_hooks_shape_the_create_request() {
     use crate::koord::qosmanager::config::{QosConfig, Strategies};
     use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    let fake = Arc::new(crate::runtime::fake::FakeRuntime::new());
+    let fake = Arc::new(crate::cri::FakeRuntime::new());
     fake.add_image(IMAGE);
     let dir = tempfile::tempdir().unwrap();
     let cfg = QosConfig {

@@ -12,8 +12,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_cri::v1 as cri;
 
-use super::cri::CriError;
 use super::listing::{ListedContainer, ListedSandbox};
+use super::remote::CriError;
 
 /// A CRI call's result, boxed so the traits stay object-safe.
 pub(crate) type CriFuture<'a, T> = BoxFuture<'a, Result<T, CriError>>;

@@ -14,23 +14,23 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use tracing::{debug, info, warn};
 
 use super::actions::{PodActions, compute_pod_actions_probed};
-use super::backoff::Backoff;
 use super::container::{self, ContainerRequest, PodEnv};
-use super::cri::CriError;
-use super::cri_api::Cri;
 use super::gc;
-use super::images::{ImageError, ImagePuller, PullLimit, runtime_reason};
 use super::labels::{self, ContainerType};
 use super::lifecycle;
 use super::reader::RuntimeReader;
 use super::sandbox::{self, SandboxEnv};
-use super::security::ImageUser;
 use super::sidecar::{self, RunningIsStarted, StartupGate, TerminationOrder};
 use super::termination;
 use super::types::*;
+use crate::backoff::Backoff;
+use crate::cri::Cri;
+use crate::cri::CriError;
 use crate::events::EventType::{Normal, Warning};
 use crate::events::{EventRecorder, ObjectRef, reason};
+use crate::images::{ImageError, ImagePuller, PullLimit, runtime_reason};
 use crate::pod::{WaitingReason, pod_ref, pod_uid};
+use crate::podenv::ImageUser;
 
 /// A sync failure that is not a per-container back-off. It reaches the pod worker
 /// whole, so the worker can tell what kind it is (`retryable`, `back_off`,
@@ -410,7 +410,7 @@ impl RuntimeManager {
         pod: &Pod,
         objects: Option<Arc<crate::objects::PodObjects>>,
     ) -> PodEnv {
-        let pod_ips = if sandbox::is_host_network(pod) {
+        let pod_ips = if crate::pod::is_host_network(pod) {
             vec![self.host_ip.clone()]
         } else {
             status_ips.to_vec()
@@ -520,7 +520,7 @@ impl RuntimeManager {
     fn update_downward_volumes(&self, pod: &Pod) {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod);
-        match super::volumes::refresh_downward_volumes(
+        match crate::volumes::refresh_downward_volumes(
             pod,
             &self.sandbox_env.pods_dir,
             &self.sandbox_env.allocatable,
@@ -550,8 +550,12 @@ impl RuntimeManager {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod);
         let pods_dir = &self.sandbox_env.pods_dir;
-        match super::object_volumes::refresh(pod, pods_dir, objects, &self.sandbox_env.allocatable)
-        {
+        match crate::volumes::refresh_object_volumes(
+            pod,
+            pods_dir,
+            objects,
+            &self.sandbox_env.allocatable,
+        ) {
             Ok(w) if !w.is_empty() => {
                 info!(pod = %pod_ref, podUID = %uid, volumes = ?w, "updated API object volumes");
             }
@@ -622,7 +626,8 @@ impl RuntimeManager {
         objects: &crate::objects::PodObjects,
     ) -> Result<(), SyncError> {
         let env = &self.sandbox_env;
-        let failed = super::object_volumes::set_up(pod, &env.pods_dir, objects, &env.allocatable);
+        let failed =
+            crate::volumes::set_up_object_volumes(pod, &env.pods_dir, objects, &env.allocatable);
         if failed.is_empty() {
             return Ok(());
         }
@@ -656,7 +661,7 @@ impl RuntimeManager {
             (self.events).event(&pod_obj, Warning, reason::MISSING_CLUSTER_DNS, msg);
         }
         let handler = sandbox::runtime_handler(pod);
-        info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = sandbox::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
+        info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = crate::pod::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
         crate::metrics::kubelet().started_pods.inc();
         let id = match self.cri.run_pod_sandbox(config, handler).await {
             Ok(id) => id,
@@ -674,7 +679,7 @@ impl RuntimeManager {
                 return Err(SyncError::CreateSandbox(e));
             }
         };
-        if !sandbox::is_host_network(pod) {
+        if !crate::pod::is_host_network(pod) {
             let st = self.cri.pod_sandbox_status(&id).await?;
             ips = st
                 .network
@@ -899,7 +904,7 @@ impl RuntimeManager {
             Ok(envs) => envs,
             Err(e) => return Err(self.config_error(s, &e)),
         };
-        let mut mounts = match super::volumes::container_mounts(
+        let mut mounts = match crate::volumes::container_mounts(
             pod,
             c,
             &self.sandbox_env.pods_dir,
@@ -919,13 +924,13 @@ impl RuntimeManager {
             Ok(image) => ImageUser::of(image.as_ref()),
             Err(e) => return Err(self.config_error(s, &e)),
         };
-        match super::hosts::hosts_mount(
+        match crate::podenv::hosts_mount(
             pod,
             c,
             &self.sandbox_env.pods_dir,
             &env.pod_ips,
             &self.sandbox_env.dns.cluster_domain,
-            std::path::Path::new(super::hosts::NODE_HOSTS),
+            std::path::Path::new(crate::podenv::NODE_HOSTS),
         ) {
             Ok(m) => mounts.extend(m),
             Err(e) => return Err(self.config_error(s, &e)),
@@ -1118,14 +1123,12 @@ impl RuntimeManager {
         if !status.log_path.is_empty() {
             // With its rotated files (kubelet's log manager `Clean`).
             let log = std::path::Path::new(&status.log_path);
-            if let Err(e) = super::logs::remove_all(root, log) {
+            if let Err(e) = crate::logs::remove_container_logs(root, log) {
                 warn!(containerID = %id, path = %status.log_path, error = %e, "cannot remove container log");
             }
         }
-        if let (Some(dir), Some(of)) = (
-            &self.log_symlink_dir,
-            super::log_symlinks::link_of(id, &status),
-        ) && let Err(e) = super::log_symlinks::remove(dir, root, of)
+        if let (Some(dir), Some(of)) = (&self.log_symlink_dir, labels::log_link_of(id, &status))
+            && let Err(e) = crate::logs::remove_log_link(dir, root, of)
         {
             warn!(containerID = %id, error = %e, "cannot remove legacy container log symlink");
         }
@@ -1138,13 +1141,13 @@ impl RuntimeManager {
         let Some(dir) = &self.log_symlink_dir else {
             return;
         };
-        let of = super::log_symlinks::LinkOf {
+        let of = crate::logs::LinkOf {
             pod: pod.metadata.name.as_deref().unwrap_or_default(),
             namespace: pod.metadata.namespace.as_deref().unwrap_or("default"),
             container: name,
             id,
         };
-        if let Err(e) = super::log_symlinks::create(dir, self.pod_logs_dir(), of, log) {
+        if let Err(e) = crate::logs::create_log_link(dir, self.pod_logs_dir(), of, log) {
             warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = name, containerID = %id, error = %e, "failed to create legacy container log symlink");
         }
     }
@@ -1152,7 +1155,8 @@ impl RuntimeManager {
     /// Container GC: removes legacy log symlinks whose log is gone.
     pub(crate) async fn remove_dangling_log_symlinks(&self) {
         if let Some(dir) = &self.log_symlink_dir {
-            super::log_symlinks::remove_dangling(dir, self.pod_logs_dir(), self.cri.as_ref()).await;
+            crate::logs::remove_dangling_log_links(dir, self.pod_logs_dir(), self.cri.as_ref())
+                .await;
         }
     }
 
@@ -1319,7 +1323,7 @@ impl RuntimeManager {
         let pods_dir = self.sandbox_env.pods_dir.clone();
         let owned_uid = uid.to_string();
         let removed = tokio::task::spawn_blocking(move || {
-            super::volumes::tear_down_pod_volumes(&pods_dir, &owned_uid)
+            crate::volumes::tear_down_pod_volumes(&pods_dir, &owned_uid)
         })
         .await
         .map_err(std::io::Error::other)??;
@@ -1361,7 +1365,7 @@ impl RuntimeManager {
         let logs_dir = &self.sandbox_env.pod_logs_dir;
         match crate::safe_path::beneath(pods_dir, &[uid]) {
             Ok(dir) => {
-                if let Err(e) = super::volumes::unmount_pod_volumes(&dir) {
+                if let Err(e) = crate::volumes::unmount_pod_volumes(&dir) {
                     warn!(pod = %pod_ref, podUID = %uid, error = %e, "cannot unmount pod volumes");
                 }
                 let dirs = std::iter::once((pods_dir, dir)).chain(
@@ -1410,7 +1414,7 @@ fn stop_plan(pod: &Pod, id: &str, name: &str, grace: i64) -> lifecycle::StopPlan
 
 /// Where HTTP hooks without a host go: the pod's IP (the node's for host network).
 fn hook_target(pod: &Pod, ips: &[String], host_ip: &str) -> lifecycle::HookTarget {
-    let pod_ip = if sandbox::is_host_network(pod) {
+    let pod_ip = if crate::pod::is_host_network(pod) {
         host_ip.to_string()
     } else {
         ips.first().cloned().unwrap_or_default()

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use futures::future::join_all;
 use k8s_cri::v1 as cri;
 
-use super::cri::CriError;
-use super::cri_api::CriRead;
 use super::labels;
-use super::listing::Lookup;
 use super::termination;
 use super::types::*;
+use crate::cri::CriError;
+use crate::cri::CriRead;
+use crate::cri::Lookup;
 
 /// A read-only view of the runtime.
 #[derive(Clone)]

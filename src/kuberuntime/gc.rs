@@ -166,7 +166,7 @@ impl DeadContainers {
     }
 
     /// Runs the pass; returns what went.
-    pub(crate) async fn delete_all_unused(&self) -> Result<Reclaimed, crate::runtime::CriError> {
+    pub(crate) async fn delete_all_unused(&self) -> Result<Reclaimed, crate::cri::CriError> {
         let mut paths = self.measure.clone();
         if let Ok(fs) = self.runtime.cri().image_fs_info().await {
             paths.extend(
@@ -322,7 +322,7 @@ pub(crate) fn cleanup_orphaned_dirs(
     for (root, dir) in orphaned_dirs(pods_dir, logs_dir, known) {
         // Memory emptyDirs are tmpfs mounts the removal would refuse to cross.
         if root == pods_dir
-            && let Err(e) = super::volumes::unmount_pod_volumes(&dir)
+            && let Err(e) = crate::volumes::unmount_pod_volumes(&dir)
         {
             warn!(dir = %dir.display(), error = %e, "cannot unmount orphaned pod volumes");
         }
@@ -339,7 +339,7 @@ pub(crate) fn cleanup_orphaned_dirs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::types::RuntimeSandbox;
+    use crate::kuberuntime::types::RuntimeSandbox;
 
     fn c<'a>(id: &'a str, name: &'a str, state: ContainerState, t: i64) -> GcContainer<'a> {
         GcContainer {
@@ -420,8 +420,8 @@ mod tests {
     /// dead instance.
     #[tokio::test]
     async fn delete_all_unused_empties_terminated_pods_and_keeps_one_dead_of_others() {
-        use crate::runtime::cri_api::{Cri, CriRead};
-        use crate::runtime::fake::support::{FakeNode, pod};
+        use crate::cri::support::{FakeNode, pod};
+        use crate::cri::{Cri, CriRead};
         let node = FakeNode::new();
         let web = pod("web", &[], &["app"], "Always");
         let done = pod("done", &[], &["app"], "Never");

@@ -11,10 +11,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_cri::v1 as cri;
 use tokio::time::Instant;
 
-use super::cri::CriError;
-use super::cri_api::{Cri, CriFuture, CriRead, ExecOutput};
-use super::labels;
+use super::api::{Cri, CriFuture, CriRead, ExecOutput};
 use super::listing::{ListedContainer, ListedSandbox, pairs_of};
+use super::remote::CriError;
+use crate::kuberuntime::labels;
 use crate::pod::TerminatedReason;
 
 /// Exit code of a container stopped by the agent (SIGTERM'd busybox: 128 + 15).
@@ -972,8 +972,8 @@ pub(crate) mod support {
     use k8s_openapi::api::core::v1::Pod;
 
     use super::FakeRuntime;
-    use crate::runtime::RuntimeManager;
-    use crate::runtime::sandbox::SandboxEnv;
+    use crate::kuberuntime::RuntimeManager;
+    use crate::kuberuntime::sandbox::SandboxEnv;
 
     pub(crate) const IMAGE: &str = "localhost/oxlet-test/busybox:1";
 
@@ -1044,7 +1044,7 @@ pub(crate) mod support {
         pub(crate) async fn sync(
             &self,
             pod: &Pod,
-        ) -> Result<crate::runtime::manager::SyncOutcome, crate::runtime::manager::SyncError>
+        ) -> Result<crate::kuberuntime::manager::SyncOutcome, crate::kuberuntime::manager::SyncError>
         {
             let status = self
                 .manager

@@ -19,10 +19,10 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::atomic_writer::{self, AtomicWriteError, FileProjection, Payload};
-use super::downward::{self, DownwardError};
 use super::object_volumes;
 use crate::cm::allocatable::NodeResources;
 use crate::objects::PodObjects;
+use crate::podenv::DownwardError;
 use crate::safe_path::{self, BeneathError, PathError};
 
 /// Why a container's mounts could not be prepared: a `CreateContainerConfigError`.
@@ -267,7 +267,7 @@ fn host_path_of(
             .and_then(|s| s.security_context.as_ref())
             .and_then(|sc| sc.fs_group);
         if let Some(gid) = fs_group.filter(|_| fresh) {
-            super::security::set_volume_ownership(&path, gid).map_err(dir_err)?;
+            crate::podenv::set_volume_ownership(&path, gid).map_err(dir_err)?;
         }
         return Ok(HostVolume {
             path,
@@ -370,12 +370,12 @@ pub(super) fn downward_items(
             source,
         };
         let value = if let Some(fr) = &item.field_ref {
-            downward::metadata_field(pod, &fr.field_path).map_err(err)?
+            crate::podenv::metadata_field(pod, &fr.field_path).map_err(err)?
         } else if let Some(rf) = &item.resource_field_ref {
             let name = rf.container_name.as_deref().unwrap_or("");
-            let c = downward::find_container(pod, name)
+            let c = crate::podenv::find_container(pod, name)
                 .ok_or_else(|| err(DownwardError::NoContainer(name.to_string())))?;
-            downward::resource_value(c, rf, allocatable).map_err(err)?
+            crate::podenv::resource_value(c, rf, allocatable).map_err(err)?
         } else {
             String::new()
         };
@@ -572,8 +572,8 @@ fn sub_path_of(vm: &VolumeMount, envs: &[(String, String)]) -> Result<Option<Str
         return Ok(None);
     };
     let lookup = |k: &str| envs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    let max = super::container::MAX_EXPANDED_LEN;
-    super::container::expand(expr, lookup, max)
+    let max = crate::podenv::MAX_EXPANDED_LEN;
+    crate::podenv::expand(expr, lookup, max)
         .map(Some)
         .map_err(|_| VolumeError::SubPathExprTooLong {
             volume: vm.name.clone(),

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::cri_api::Cri;
+use crate::cri::Cri;
 use crate::http_get::{self as http_client, HttpGetError};
 use crate::pod::{pod_ref, pod_uid};
 
@@ -356,7 +356,7 @@ mod tests {
 
     fn pod_with(handler: LifecycleHandler) -> Pod {
         use k8s_openapi::api::core::v1::{Lifecycle, PodSpec};
-        let mut pod = crate::runtime::fake::support::pod("p", &[], &["app"], "Always");
+        let mut pod = crate::cri::support::pod("p", &[], &["app"], "Always");
         let spec = pod.spec.get_or_insert_with(PodSpec::default);
         spec.containers[0].lifecycle = Some(Lifecycle {
             pre_stop: Some(handler),
@@ -370,7 +370,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_pre_stop_is_a_warning_event() {
         use k8s_openapi::api::core::v1::ExecAction;
-        let fake = crate::runtime::fake::FakeRuntime::new();
+        let fake = crate::cri::FakeRuntime::new();
         fake.set_exec_result("c1", Err(tonic::Code::Internal));
         let pod = pod_with(LifecycleHandler {
             exec: Some(ExecAction {
@@ -406,7 +406,7 @@ mod tests {
     /// gets the 2 s minimum (paused clock).
     #[tokio::test(start_paused = true)]
     async fn pre_stop_is_cut_at_the_grace_period() {
-        let fake = crate::runtime::fake::FakeRuntime::new();
+        let fake = crate::cri::FakeRuntime::new();
         let pod = pod_with(LifecycleHandler {
             sleep: Some(SleepAction { seconds: 60 }),
             ..Default::default()

@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
-use super::backoff::Backoff;
-use super::cri::CriError;
-use super::cri_api::Cri;
+use crate::backoff::Backoff;
+use crate::cri::Cri;
+use crate::cri::CriError;
 use crate::events::EventType::{Normal, Warning};
 use crate::events::{EventRecorder, ObjectRef, reason};
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
@@ -69,7 +69,7 @@ impl Default for ImagePuller {
 }
 
 /// The runtime's own words for a failure, without oxlet's "CRI call failed" frame.
-pub(super) fn runtime_reason(e: &CriError) -> String {
+pub(crate) fn runtime_reason(e: &CriError) -> String {
     match e {
         CriError::Status { message, .. } => message.clone(),
         other => other.to_string(),
@@ -223,5 +223,5 @@ fn truncate_ms(d: Duration) -> Duration {
 }
 
 #[cfg(test)]
-#[path = "images_tests.rs"]
+#[path = "pull_tests.rs"]
 mod tests;

@@ -10,7 +10,7 @@ use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
-use super::cri_api::{Cri, CriFuture, CriRead, ExecOutput};
+use super::api::{Cri, CriFuture, CriRead, ExecOutput};
 use super::listing::{ListedContainer, ListedContainers, ListedSandbox, ListedSandboxes};
 
 /// The largest answer oxlet decodes (a listing of thousands of containers fits).

@@ -1,5 +1,5 @@
 use super::*;
-use crate::runtime::fake::FakeRuntime;
+use crate::cri::FakeRuntime;
 use k8s_cri::v1 as cri;
 
 const MIB: u64 = 1024 * 1024;

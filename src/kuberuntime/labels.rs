@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
-use super::listing::Lookup;
+use crate::cri::Lookup;
 
 pub(crate) const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
 pub(crate) const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
@@ -237,6 +237,21 @@ pub(crate) fn container_info<L: Lookup + ?Sized>(labels: &L, annotations: &L) ->
             .and_then(|j| serde_json::from_str(j).ok()),
         is_init: annotations.lookup(CONTAINER_TYPE_ANNOTATION) == Some("init"),
     }
+}
+
+/// The link's subject from a container's CRI labels (kubelet's
+/// `getContainerInfoFromLabels`); None when a label is missing (not oxlet's).
+pub(crate) fn log_link_of<'a>(
+    id: &'a str,
+    status: &'a k8s_cri::v1::ContainerStatus,
+) -> Option<crate::logs::LinkOf<'a>> {
+    let get = |k: &str| status.labels.get(k).map(String::as_str);
+    Some(crate::logs::LinkOf {
+        pod: get(POD_NAME_LABEL)?,
+        namespace: get(POD_NAMESPACE_LABEL)?,
+        container: get(CONTAINER_NAME_LABEL)?,
+        id,
+    })
 }
 
 #[cfg(test)]

@@ -147,8 +147,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::runtime::container::environment;
-    use crate::runtime::downward::PodEnv;
+    use crate::kuberuntime::container::environment;
+    use crate::podenv::PodEnv;
 
     fn pod(container: serde_json::Value) -> (Pod, Container) {
         let pod: Pod = serde_json::from_value(json!({

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
-use crate::runtime::fake::FakeRuntime;
-use crate::runtime::fake::support::pod;
+use crate::cri::FakeRuntime;
+use crate::cri::support::pod;
 
 const PULL: Duration = Duration::from_secs(5);
 

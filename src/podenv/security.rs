@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
     SeccompProfile, SecurityContext,
 };
 
-use super::sandbox;
+use crate::pod::is_host_network;
 use crate::safe_path::{self, PathError};
 
 /// The node's security settings.
@@ -429,7 +429,7 @@ fn has_privileged_container(pod: &Pod) -> bool {
 pub(crate) fn sandbox_security_context(pod: &Pod) -> cri::LinuxSandboxSecurityContext {
     let sc = pod_security(pod);
     cri::LinuxSandboxSecurityContext {
-        namespace_options: Some(sandbox::namespace_options(pod)),
+        namespace_options: Some(namespace_options(pod)),
         selinux_options: sc.and_then(|s| s.se_linux_options.as_ref()).map(selinux),
         run_as_user: sc
             .and_then(|s| s.run_as_user)
@@ -472,7 +472,7 @@ pub(crate) fn container_security_context(
     let mut out = cri::LinuxContainerSecurityContext {
         capabilities: sc.capabilities.as_ref().map(capabilities),
         privileged: sc.privileged.unwrap_or(false),
-        namespace_options: Some(sandbox::namespace_options(pod)),
+        namespace_options: Some(namespace_options(pod)),
         selinux_options: sc.se_linux_options.as_ref().map(selinux),
         run_as_user: sc.run_as_user.map(|value| cri::Int64Value { value }),
         run_as_group: sc.run_as_group.map(|value| cri::Int64Value { value }),
@@ -515,6 +515,36 @@ pub(crate) fn set_volume_ownership(dir: &Path, fs_group: i64) -> std::io::Result
     std::os::unix::fs::lchown(dir, None, Some(gid))?;
     let mode = meta.permissions().mode() | 0o2000 | 0o660 | 0o110;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+}
+
+/// The namespace options shared by the sandbox and its containers.
+fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
+    let spec = pod.spec.as_ref();
+    let host_pid = spec.and_then(|s| s.host_pid).unwrap_or(false);
+    let host_ipc = spec.and_then(|s| s.host_ipc).unwrap_or(false);
+    let share_pid = spec
+        .and_then(|s| s.share_process_namespace)
+        .unwrap_or(false);
+    cri::NamespaceOption {
+        network: if is_host_network(pod) {
+            cri::NamespaceMode::Node as i32
+        } else {
+            cri::NamespaceMode::Pod as i32
+        },
+        pid: if host_pid {
+            cri::NamespaceMode::Node as i32
+        } else if share_pid {
+            cri::NamespaceMode::Pod as i32
+        } else {
+            cri::NamespaceMode::Container as i32
+        },
+        ipc: if host_ipc {
+            cri::NamespaceMode::Node as i32
+        } else {
+            cri::NamespaceMode::Pod as i32
+        },
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]

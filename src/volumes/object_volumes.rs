@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::atomic_writer::{FileProjection, Payload};
-use super::volumes::{self, VolumeError};
+use super::pod_volumes::{self as volumes, VolumeError};
 use crate::cm::allocatable::NodeResources;
 use crate::objects::{self, ObjectError, PodObjects};
 use crate::safe_path;
@@ -55,7 +55,7 @@ pub(super) struct ObjectVolume {
 fn file_mode(mode: Option<i32>, default_mode: Option<i32>) -> Result<u32, ObjectVolumeError> {
     let mode = mode
         .or(default_mode)
-        .unwrap_or(super::volumes::DEFAULT_MODE);
+        .unwrap_or(super::pod_volumes::DEFAULT_MODE);
     u32::try_from(mode)
         .ok()
         .filter(|m| *m <= 0o777)
@@ -367,7 +367,7 @@ pub(super) fn write(
         .and_then(|s| s.security_context.as_ref())
         .and_then(|sc| sc.fs_group);
     if let Some(gid) = fs_group.filter(|_| changed) {
-        super::security::set_volume_ownership(&path, gid).map_err(|source| {
+        crate::podenv::set_volume_ownership(&path, gid).map_err(|source| {
             VolumeError::EmptyDir {
                 path: path.clone(),
                 source,

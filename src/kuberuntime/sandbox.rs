@@ -7,10 +7,9 @@ use std::sync::Arc;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 
-use super::dns::{DnsConfigurer, DnsError};
-use super::hosts::{self, HostsError};
 use super::labels;
 use crate::contracts::PodCgroupParent;
+use crate::podenv::{DnsConfigurer, DnsError, HostsError};
 use crate::safe_path::{self, PathError};
 
 /// Why a pod's sandbox config cannot be made.
@@ -50,7 +49,7 @@ pub(crate) struct SandboxEnv {
     /// `cpuCFSQuotaPeriod` in µs, `None` with `cpuCFSQuota` off.
     pub cfs_period_us: Option<i64>,
     /// Seccomp profile root and default, for the containers' security contexts.
-    pub security: super::security::SecuritySettings,
+    pub security: crate::podenv::SecuritySettings,
     /// Node allocatable: the downward API's value of a limit a container does not set,
     /// and the size of a Memory emptyDir.
     pub allocatable: crate::cm::allocatable::NodeResources,
@@ -71,14 +70,6 @@ pub(crate) fn pod_log_dir(
         safe_path::component(uid)?
     );
     safe_path::beneath(pod_logs_dir, &[&dir])
-}
-
-/// Whether the pod shares the node's network namespace.
-pub(crate) fn is_host_network(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false)
 }
 
 /// The CRI runtime handler for the pod's `runtimeClassName`. Without an apiserver
@@ -119,36 +110,6 @@ pub(crate) fn port_mappings(pod: &Pod) -> Vec<cri::PortMapping> {
         .collect()
 }
 
-/// The namespace options shared by the sandbox and its containers.
-pub(crate) fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
-    let spec = pod.spec.as_ref();
-    let host_pid = spec.and_then(|s| s.host_pid).unwrap_or(false);
-    let host_ipc = spec.and_then(|s| s.host_ipc).unwrap_or(false);
-    let share_pid = spec
-        .and_then(|s| s.share_process_namespace)
-        .unwrap_or(false);
-    cri::NamespaceOption {
-        network: if is_host_network(pod) {
-            cri::NamespaceMode::Node as i32
-        } else {
-            cri::NamespaceMode::Pod as i32
-        },
-        pid: if host_pid {
-            cri::NamespaceMode::Node as i32
-        } else if share_pid {
-            cri::NamespaceMode::Pod as i32
-        } else {
-            cri::NamespaceMode::Container as i32
-        },
-        ipc: if host_ipc {
-            cri::NamespaceMode::Node as i32
-        } else {
-            cri::NamespaceMode::Pod as i32
-        },
-        ..Default::default()
-    }
-}
-
 /// The full sandbox config for `pod` at sandbox `attempt`. Fails when the pod's
 /// namespace, name or UID cannot name its log directory safely, or its DNS settings
 /// or host name cannot be made.
@@ -165,7 +126,7 @@ pub(crate) fn sandbox_config(
         .unwrap_or_else(|| "default".into());
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let spec = pod.spec.as_ref();
-    let hostname = hosts::sandbox_hostname(pod, &env.dns.cluster_domain)?;
+    let hostname = crate::podenv::sandbox_hostname(pod, &env.dns.cluster_domain)?;
     let pod_sc = spec.and_then(|s| s.security_context.as_ref());
     let log_directory = pod_log_dir(&env.pod_logs_dir, &namespace, &name, &uid)?;
     Ok(cri::PodSandboxConfig {
@@ -183,13 +144,13 @@ pub(crate) fn sandbox_config(
         annotations: labels::sandbox_annotations(pod),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: env.cgroups.cgroup_parent(pod),
-            security_context: Some(super::security::sandbox_security_context(pod)),
+            security_context: Some(crate::podenv::sandbox_security_context(pod)),
             sysctls: pod_sc
                 .and_then(|sc| sc.sysctls.clone())
                 .unwrap_or_default()
                 .into_iter()
                 // runc wants dots as the separator (kubelet's NormalizeName).
-                .map(|s| (super::sysctl::normalize_name(&s.name), s.value))
+                .map(|s| (crate::podenv::normalize_name(&s.name), s.value))
                 .collect(),
             ..sandbox_resources(pod, env.cfs_period_us)
         }),
@@ -288,7 +249,7 @@ mod tests {
 
     #[test]
     fn the_cgroup_parent_comes_from_the_provider_in_the_environment() {
-        let pod = crate::runtime::fake::support::pod("web", &[], &["app"], "Always");
+        let pod = crate::cri::support::pod("web", &[], &["app"], "Always");
         let mut env = SandboxEnv {
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             dns: Default::default(),

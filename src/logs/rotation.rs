@@ -40,8 +40,8 @@ use k8s_cri::v1 as cri;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::cri::CriError;
-use super::cri_api::Cri;
+use crate::cri::Cri;
+use crate::cri::CriError;
 
 /// Suffix of a compressed rotated log (kubelet's `compressSuffix`).
 const COMPRESS_SUFFIX: &str = ".gz";
@@ -248,7 +248,7 @@ fn compress(root: &Path, log: &LogPath, name: &str) -> Result<(), LogError> {
 
 /// Removes a container's log and every rotated file of it (kubelet's `Clean`, which
 /// globs `<log>*`), when the container is removed. Returns how many were removed.
-pub(crate) fn remove_all(root: &Path, log: &Path) -> Result<usize, LogError> {
+pub(crate) fn remove_container_logs(root: &Path, log: &Path) -> Result<usize, LogError> {
     let log = match LogPath::check(root, log) {
         Ok(l) => l,
         // The pod's log directory is gone already: nothing left to remove.
@@ -414,5 +414,5 @@ impl LogManager {
 }
 
 #[cfg(test)]
-#[path = "logs_tests.rs"]
+#[path = "rotation_tests.rs"]
 mod tests;

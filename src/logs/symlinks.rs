@@ -16,7 +16,7 @@ use std::path::{Component, Path, PathBuf};
 use k8s_cri::v1 as cri;
 use tracing::{debug, info, warn};
 
-use super::cri_api::CriRead;
+use crate::cri::CriRead;
 use crate::safe_path::PathError;
 
 /// The links' suffix (kubelet's `legacyLogSuffix`).
@@ -87,7 +87,7 @@ fn below(root: &Path, target: &Path) -> bool {
 /// Makes the link to `log` (kubelet: only when the log exists, else it would dangle
 /// from the start). An existing entry of that name is left alone, as kubelet's
 /// `os.Symlink` fails then.
-pub(crate) fn create(
+pub(crate) fn create_log_link(
     dir: &Path,
     logs_root: &Path,
     of: LinkOf,
@@ -140,28 +140,19 @@ fn remove_link(dir: &Path, logs_root: &Path, link: &Path) -> Result<bool, Symlin
 
 /// Removes the link of a container that is being removed (kubelet's
 /// `removeContainerLog`).
-pub(crate) fn remove(dir: &Path, logs_root: &Path, of: LinkOf) -> Result<bool, SymlinkError> {
+pub(crate) fn remove_log_link(
+    dir: &Path,
+    logs_root: &Path,
+    of: LinkOf,
+) -> Result<bool, SymlinkError> {
     let link = crate::safe_path::beneath(dir, &[&link_name(of)])?;
     remove_link(dir, logs_root, &link)
-}
-
-/// The link's subject from a container's CRI labels (kubelet's
-/// `getContainerInfoFromLabels`); None when a label is missing (not oxlet's).
-pub(crate) fn link_of<'a>(id: &'a str, status: &'a cri::ContainerStatus) -> Option<LinkOf<'a>> {
-    use super::labels::{CONTAINER_NAME_LABEL, POD_NAME_LABEL, POD_NAMESPACE_LABEL};
-    let get = |k: &str| status.labels.get(k).map(String::as_str);
-    Some(LinkOf {
-        pod: get(POD_NAME_LABEL)?,
-        namespace: get(POD_NAMESPACE_LABEL)?,
-        container: get(CONTAINER_NAME_LABEL)?,
-        id,
-    })
 }
 
 /// The container GC's pass over the directory (kubelet's `evictPodLogsDirectories`):
 /// a link whose log is gone is removed unless its container is still there and not
 /// exited (a running container's log is missing for a moment during rotation).
-pub(crate) async fn remove_dangling(dir: &Path, logs_root: &Path, cri: &dyn CriRead) {
+pub(crate) async fn remove_dangling_log_links(dir: &Path, logs_root: &Path, cri: &dyn CriRead) {
     let names: Vec<String> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .take(MAX_DIR_ENTRIES)
@@ -202,5 +193,5 @@ pub(crate) async fn remove_dangling(dir: &Path, logs_root: &Path, cri: &dyn CriR
 }
 
 #[cfg(test)]
-#[path = "log_symlinks_tests.rs"]
+#[path = "symlinks_tests.rs"]
 mod tests;

@@ -9,22 +9,15 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
-use super::downward;
 use super::labels::{self, ContainerType};
-use super::security::{self, ImageUser, SecurityError, SecuritySettings};
-use crate::cm::resources::{self, milli_cpu_to_shares};
-use crate::quantity::QuantityError;
+use crate::cm::{ResourceError, apply_cfs_period, linux_resources};
+use crate::podenv::{
+    DownwardError, ImageUser, MAX_EXPANDED_LEN, MAX_EXPANDED_TOTAL, SecurityError,
+    SecuritySettings, TooLong, expand,
+};
 use crate::safe_path::{self, PathError};
 
-pub(crate) use super::downward::PodEnv;
-
-/// Longest single string after `$(VAR)` expansion: the kernel's `MAX_ARG_STRLEN`
-/// (32 pages), beyond which the container's exec would fail anyway. Chained
-/// references (`B=$(A)$(A)`, `C=$(B)$(B)`, ...) grow exponentially; this stops them.
-pub(crate) const MAX_EXPANDED_LEN: usize = 128 * 1024;
-/// Most bytes one container's environment, command and args may expand to in
-/// total: `ARG_MAX` under the default 8 MiB stack limit.
-pub(crate) const MAX_EXPANDED_TOTAL: usize = 2 * 1024 * 1024;
+pub(crate) use crate::podenv::PodEnv;
 
 /// Why a container's config cannot be built: a `CreateContainerConfigError`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,56 +34,13 @@ pub(crate) enum ContainerConfigError {
     Security(#[from] SecurityError),
     /// kubelet's message as it is (`configmaps "x" not found`, `couldn't find key ...`).
     #[error(transparent)]
-    Object(#[from] super::object_env::ObjectEnvError),
+    Object(#[from] crate::podenv::ObjectEnvError),
     #[error("{field}: {source}")]
     Downward {
         field: String,
         #[source]
-        source: downward::DownwardError,
+        source: DownwardError,
     },
-}
-
-/// A resource quantity the cgroup arithmetic cannot use.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum ResourceError {
-    #[error("resources.{which}.{name}: {source}")]
-    Quantity {
-        which: &'static str,
-        name: &'static str,
-        #[source]
-        source: QuantityError,
-    },
-    #[error("resources.{which}.{name}: must be greater than or equal to 0")]
-    Negative {
-        which: &'static str,
-        name: &'static str,
-    },
-    #[error("resources.limits.cpu: {milli}m is too large for a CFS quota (at most {max}m)")]
-    CpuLimit { milli: i64, max: i64 },
-}
-
-impl ResourceError {
-    /// The field below the container, e.g. `resources.limits.memory`.
-    pub(crate) fn field(&self) -> String {
-        match self {
-            ResourceError::Quantity { which, name, .. }
-            | ResourceError::Negative { which, name } => {
-                format!("resources.{which}.{name}")
-            }
-            ResourceError::CpuLimit { .. } => "resources.limits.cpu".to_string(),
-        }
-    }
-
-    /// What is wrong with it, without the field.
-    pub(crate) fn reason(&self) -> String {
-        match self {
-            ResourceError::Quantity { source, .. } => source.to_string(),
-            ResourceError::Negative { .. } => "must be greater than or equal to 0".to_string(),
-            ResourceError::CpuLimit { milli, max } => {
-                format!("{milli}m is too large for a CFS quota (at most {max}m)")
-            }
-        }
-    }
 }
 
 /// Bytes left for one container's expanded strings; every produced string is
@@ -122,57 +72,6 @@ impl Budget {
     }
 }
 
-/// The result of [`expand`] would exceed its limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TooLong;
-
-/// Expands `$(VAR)` references from `lookup`, as kubelet does: `$$` is a literal `$`,
-/// and an undefined `$(VAR)` stays as it was. Stops with [`TooLong`] as soon as the
-/// result would pass `max` bytes, before allocating more.
-pub(crate) fn expand<'v>(
-    input: &str,
-    lookup: impl Fn(&str) -> Option<&'v str>,
-    max: usize,
-) -> Result<String, TooLong> {
-    let mut out = String::with_capacity(input.len().min(max));
-    let push = |out: &mut String, s: &str| {
-        if out.len() + s.len() > max {
-            return Err(TooLong);
-        }
-        out.push_str(s);
-        Ok(())
-    };
-    let bytes = input.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'$' && i + 1 < bytes.len() {
-            match bytes[i + 1] {
-                b'$' => {
-                    push(&mut out, "$")?;
-                    i += 2;
-                    continue;
-                }
-                b'(' => {
-                    if let Some(end) = input[i + 2..].find(')') {
-                        let name = &input[i + 2..i + 2 + end];
-                        match lookup(name) {
-                            Some(v) => push(&mut out, v)?,
-                            None => push(&mut out, &input[i..i + 3 + end])?,
-                        }
-                        i += 3 + end;
-                        continue;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let ch = input[i..].chars().next().unwrap_or('$');
-        push(&mut out, &input[i..i + ch.len_utf8()])?;
-        i += ch.len_utf8();
-    }
-    Ok(out)
-}
-
 /// The container's environment in order, each value expanded against the ones before it.
 pub(crate) fn environment(
     pod: &Pod,
@@ -192,7 +91,7 @@ fn environment_within(
     let mut index: HashMap<String, usize> = HashMap::new();
     // envFrom first, then env overrides it (kubelet's order).
     let objects = env.objects.as_deref();
-    for (name, value) in super::object_env::env_from(pod, container, objects)? {
+    for (name, value) in crate::podenv::env_from(pod, container, objects)? {
         budget.charge(|| format!("envFrom ({name})"), name.len() + value.len())?;
         match index.get(&name) {
             Some(&i) => out[i].1 = value,
@@ -226,23 +125,22 @@ fn environment_within(
                 source,
             };
             if let Some(fr) = &vf.field_ref {
-                downward::env_field(pod, &fr.field_path, env).map_err(downward)?
+                crate::podenv::env_field(pod, &fr.field_path, env).map_err(downward)?
             } else if let Some(rf) = &vf.resource_field_ref {
                 // kubelet's containerResourceRuntimeValue: another container when named.
                 let target = match rf.container_name.as_deref().filter(|n| !n.is_empty()) {
-                    Some(n) => downward::find_container(pod, n).ok_or_else(|| {
-                        downward(downward::DownwardError::NoContainer(n.to_string()))
-                    })?,
+                    Some(n) => crate::podenv::find_container(pod, n)
+                        .ok_or_else(|| downward(DownwardError::NoContainer(n.to_string())))?,
                     None => container,
                 };
-                downward::resource_value(target, rf, &env.allocatable).map_err(downward)?
+                crate::podenv::resource_value(target, rf, &env.allocatable).map_err(downward)?
             } else if let Some(sel) = &vf.config_map_key_ref {
-                match super::object_env::config_map_key(pod, sel, objects)? {
+                match crate::podenv::config_map_key(pod, sel, objects)? {
                     Some(v) => v,
                     None => continue,
                 }
             } else if let Some(sel) = &vf.secret_key_ref {
-                match super::object_env::secret_key(pod, sel, objects)? {
+                match crate::podenv::secret_key(pod, sel, objects)? {
                     Some(v) => v,
                     None => continue,
                 }
@@ -262,97 +160,6 @@ fn environment_within(
         }
     }
     Ok(out)
-}
-
-/// Kubernetes' CFS period (100 ms) in µs.
-const CPU_PERIOD_US: i64 = resources::DEFAULT_CPU_PERIOD_US;
-/// The largest CPU limit whose quota (`m × period / 1000`) fits 64 bits.
-const MAX_CPU_LIMIT_MILLI: i64 = i64::MAX / CPU_PERIOD_US * 1000;
-
-/// Linux resources from the container's requests and limits (kubelet's formulas).
-/// Manifest validation calls this too, so a quantity the arithmetic cannot use is
-/// refused when the file is read, and is never a panic or a wrapped value here.
-pub(crate) fn linux_resources(
-    container: &Container,
-) -> Result<cri::LinuxContainerResources, ResourceError> {
-    use crate::quantity;
-    let res = container.resources.as_ref();
-    let get = |which: &'static str, name: &'static str| -> Result<Option<i64>, ResourceError> {
-        let m = match which {
-            "requests" => res.and_then(|r| r.requests.as_ref()),
-            _ => res.and_then(|r| r.limits.as_ref()),
-        };
-        let Some(q) = m.and_then(|m| m.get(name)) else {
-            return Ok(None);
-        };
-        let v = if name == "cpu" {
-            quantity::milli_cpu(q)
-        } else {
-            quantity::bytes(q)
-        }
-        .map_err(|source| ResourceError::Quantity {
-            which,
-            name,
-            source,
-        })?;
-        if v < 0 {
-            return Err(ResourceError::Negative { which, name });
-        }
-        Ok(Some(v))
-    };
-    let cpu_limit = get("limits", "cpu")?;
-    // Requests default to limits when only limits are set.
-    let cpu_request = get("requests", "cpu")?.or(cpu_limit);
-    let mem_limit = get("limits", "memory")?;
-    get("requests", "memory")?;
-    let mut r = cri::LinuxContainerResources {
-        cpu_shares: cpu_request.map(milli_cpu_to_shares).unwrap_or(2),
-        ..Default::default()
-    };
-    if let Some(limit) = cpu_limit {
-        r.cpu_period = CPU_PERIOD_US;
-        r.cpu_quota = milli_cpu_to_quota(limit)?;
-    }
-    if let Some(mem) = mem_limit {
-        r.memory_limit_in_bytes = mem;
-    }
-    Ok(r)
-}
-
-/// `cpuCFSQuota` off: no quota and no period; another `cpuCFSQuotaPeriod`: the quota
-/// scaled to it (the 100 ms quota is exactly `milli × 100` µs, limits under 10m
-/// already raised to 10m).
-fn apply_cfs_period(r: &mut cri::LinuxContainerResources, period_us: Option<i64>) {
-    if r.cpu_period == 0 {
-        return;
-    }
-    match period_us {
-        None => {
-            r.cpu_quota = 0;
-            r.cpu_period = 0;
-        }
-        Some(p) if p != r.cpu_period => {
-            let milli = r.cpu_quota / (CPU_PERIOD_US / 1000);
-            if let Some(q) = resources::milli_cpu_to_quota(milli, p) {
-                r.cpu_quota = q;
-                r.cpu_period = p;
-            }
-        }
-        Some(_) => {}
-    }
-}
-
-/// CFS quota for a milli-CPU limit with the 100 ms period (see
-/// [`crate::cm::resources::milli_cpu_to_quota`]); a limit too large is refused.
-fn milli_cpu_to_quota(milli: i64) -> Result<i64, ResourceError> {
-    let too_large = ResourceError::CpuLimit {
-        milli,
-        max: MAX_CPU_LIMIT_MILLI,
-    };
-    if milli > MAX_CPU_LIMIT_MILLI {
-        return Err(too_large);
-    }
-    resources::milli_cpu_to_quota(milli, CPU_PERIOD_US).ok_or(too_large)
 }
 
 /// `<container>/<restartCount>.log`, relative to the pod's log directory; the container
@@ -471,7 +278,7 @@ pub(crate) fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(resources),
-            security_context: Some(security::container_security_context(
+            security_context: Some(crate::podenv::container_security_context(
                 pod,
                 container,
                 req.image_user,
@@ -490,6 +297,7 @@ pub(crate) fn container_log_dir(pod_log_dir: &Path, name: &str) -> Result<PathBu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cm::resources::milli_cpu_to_shares;
     use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 

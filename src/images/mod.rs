@@ -1,0 +1,8 @@
+//! Images (kubelet's `images` package): pulls with their policy, back-off and
+//! parallelism limit, and image garbage collection by disk thresholds and age.
+
+mod gc;
+mod pull;
+
+pub(crate) use gc::{ImageGcManager, Policy, UnusedImages, gc_period};
+pub(crate) use pull::{ImageError, ImagePuller, PullLimit, runtime_reason};

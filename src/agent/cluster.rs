@@ -178,7 +178,7 @@ pub(super) fn spawn_status_writer(
         None => cache.get(uid).is_none_or(|p| {
             !p.containers
                 .iter()
-                .any(|c| c.state == crate::kuberuntime::types::ContainerState::Running)
+                .any(|c| c.state == crate::kuberuntime::ContainerState::Running)
                 && !p.sandboxes.iter().any(|s| s.ready)
         }),
     });

@@ -18,7 +18,7 @@ use crate::koord::prediction::{
     view::{Served, pod_input},
 };
 use crate::koord::qosmanager::config::QosConfig;
-use crate::kuberuntime::hooks::ContainerHooks;
+use crate::kuberuntime::ContainerHooks;
 use crate::logging::STARTUP_TARGET;
 use crate::options::Options;
 use crate::syncloop::SyncLoop;

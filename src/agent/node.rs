@@ -86,7 +86,7 @@ pub(super) fn spawn_image_gc(
     tasks: &Tasks,
 ) -> Vec<Arc<dyn DiskReclaimer>> {
     use crate::images::{ImageGcManager, UnusedImages, gc_period};
-    use crate::kuberuntime::gc::DeadContainers;
+    use crate::kuberuntime::DeadContainers;
     use crate::syncloop::pod_workers::Lifecycle;
     let runtime = sync_loop.runtime.clone();
     let images = Arc::new(ImageGcManager::new(

@@ -22,10 +22,10 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 mod images;
-mod supervise;
+mod supervisor;
 
 pub use images::{ImportError, import_images};
-pub use supervise::{
+pub use supervisor::{
     RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX, RESTART_BACKOFF_RESET, next_backoff, supervise,
 };
 

@@ -14,7 +14,6 @@ use tokio::time::Instant;
 use super::api::{Cri, CriFuture, CriRead, ExecOutput};
 use super::listing::{ListedContainer, ListedSandbox, pairs_of};
 use super::remote::CriError;
-use crate::kuberuntime::labels;
 use crate::pod::TerminatedReason;
 
 /// Exit code of a container stopped by the agent (SIGTERM'd busybox: 128 + 15).
@@ -173,7 +172,7 @@ impl Container {
     fn pod_name(&self) -> String {
         self.config
             .labels
-            .get(labels::POD_NAME_LABEL)
+            .get(crate::kuberuntime::POD_NAME_LABEL)
             .cloned()
             .unwrap_or_default()
     }
@@ -973,7 +972,7 @@ pub(crate) mod support {
 
     use super::FakeRuntime;
     use crate::kuberuntime::RuntimeManager;
-    use crate::kuberuntime::sandbox::SandboxEnv;
+    use crate::kuberuntime::SandboxEnv;
 
     pub(crate) const IMAGE: &str = "localhost/oxlet-test/busybox:1";
 
@@ -1044,8 +1043,7 @@ pub(crate) mod support {
         pub(crate) async fn sync(
             &self,
             pod: &Pod,
-        ) -> Result<crate::kuberuntime::manager::SyncOutcome, crate::kuberuntime::manager::SyncError>
-        {
+        ) -> Result<crate::kuberuntime::SyncOutcome, crate::kuberuntime::SyncError> {
             let status = self
                 .manager
                 .get_pod_status(

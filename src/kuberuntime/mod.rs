@@ -6,17 +6,38 @@
 //! restarted agent adopt them. It drives the CRI through `crate::cri`, and builds on
 //! the pod environment (`crate::podenv`), volumes, images and logs rooms below it.
 
-pub(crate) mod actions;
-pub(crate) mod container;
-pub(crate) mod gc;
-pub(crate) mod hooks;
-pub(crate) mod labels;
-pub(crate) mod lifecycle;
-pub(crate) mod manager;
-pub(crate) mod reader;
-pub(crate) mod sandbox;
-pub(crate) mod sidecar;
-pub(crate) mod termination;
-pub(crate) mod types;
+mod actions;
+mod container;
+mod gc;
+mod hooks;
+mod labels;
+mod lifecycle;
+mod manager;
+mod reader;
+mod sandbox;
+mod sidecar;
+mod termination;
+mod types;
 
-pub(crate) use manager::RuntimeManager;
+// The runtime manager and what a sync returns.
+#[cfg(test)]
+pub(crate) use manager::{ContainerStartError, SyncOutcome};
+pub(crate) use manager::{RuntimeManager, SyncError};
+// What the runtime reads back: pods, sandboxes and containers as the runtime has them.
+pub(crate) use reader::RuntimeReader;
+pub(crate) use types::{ContainerState, ContainerStatus, PodRuntimeStatus, RuntimePod};
+#[cfg(test)]
+pub(crate) use types::{RuntimeContainer, RuntimeSandbox, SandboxStatus};
+// Decisions the status generator shares with the pod actions.
+pub(crate) use actions::should_restart;
+pub(crate) use sidecar::{Startup, StartupGate, is_sidecar};
+pub(crate) use termination::cap_pod_messages;
+// The sandbox's environment, its log directory, and the hook point before create/start.
+pub(crate) use hooks::{ContainerHook, ContainerHooks, HookError};
+pub(crate) use sandbox::{SandboxEnv, pod_log_dir};
+// Container GC: housekeeping's pass over dead containers and orphaned directories.
+#[cfg(test)]
+pub(crate) use container::environment;
+pub(crate) use gc::{DeadContainers, cleanup_orphaned_dirs, collect_pod};
+#[cfg(test)]
+pub(crate) use labels::POD_NAME_LABEL;

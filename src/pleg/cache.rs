@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::cri::CriError;
-use crate::kuberuntime::types::PodRuntimeStatus;
+use crate::kuberuntime::PodRuntimeStatus;
 
 /// Why the runtime could not be inspected for a pod; shared by every reader.
 pub(crate) type InspectError = Arc<CriError>;

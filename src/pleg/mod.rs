@@ -17,8 +17,8 @@ use tracing::{debug, info, warn};
 
 pub(crate) use cache::PodCache;
 
-use crate::kuberuntime::reader::RuntimeReader;
-use crate::kuberuntime::types::{ContainerState, PodRuntimeStatus, RuntimePod};
+use crate::kuberuntime::RuntimeReader;
+use crate::kuberuntime::{ContainerState, PodRuntimeStatus, RuntimePod};
 
 /// kubelet's relist period.
 pub(crate) const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -361,7 +361,7 @@ impl GenericPleg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kuberuntime::types::{RuntimeContainer, RuntimeSandbox};
+    use crate::kuberuntime::{RuntimeContainer, RuntimeSandbox};
 
     fn pod(uid: &str, containers: &[(&str, ContainerState)]) -> (String, RuntimePod) {
         (
@@ -435,7 +435,7 @@ mod tests {
 
     #[test]
     fn cached_status_matching_the_listing_is_consistent() {
-        use crate::kuberuntime::types::{ContainerStatus, SandboxStatus};
+        use crate::kuberuntime::{ContainerStatus, SandboxStatus};
         let (_, listed) = pod("u", &[("a", ContainerState::Running)]);
         let c = |state| ContainerStatus::for_test("a", "a", state);
         let mut cached = PodRuntimeStatus {

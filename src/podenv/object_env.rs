@@ -147,7 +147,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::kuberuntime::container::environment;
+    use crate::kuberuntime::environment;
     use crate::podenv::PodEnv;
 
     fn pod(container: serde_json::Value) -> (Pod, Container) {

@@ -86,14 +86,14 @@ impl WorkerDeps {
 /// waits until a sidecar's startup probe succeeded, and a failed one restarts the sidecar.
 pub(crate) struct StartupProbeGate(pub Arc<ProbeResults>);
 
-impl crate::kuberuntime::sidecar::StartupGate for StartupProbeGate {
+impl crate::kuberuntime::StartupGate for StartupProbeGate {
     fn startup(
         &self,
         _pod_uid: &str,
         spec: &Container,
-        running: &crate::kuberuntime::types::ContainerStatus,
-    ) -> crate::kuberuntime::sidecar::Startup {
-        use crate::kuberuntime::sidecar::Startup;
+        running: &crate::kuberuntime::ContainerStatus,
+    ) -> crate::kuberuntime::Startup {
+        use crate::kuberuntime::Startup;
         if spec.startup_probe.is_none() {
             return Startup::Succeeded;
         }

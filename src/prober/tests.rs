@@ -13,7 +13,7 @@ use super::worker::Worker;
 use super::*;
 use crate::cri::ExecOutput;
 use crate::cri::support::{FakeNode, pod};
-use crate::kuberuntime::types::PodRuntimeStatus;
+use crate::kuberuntime::PodRuntimeStatus;
 
 struct Bed {
     node: FakeNode,

@@ -233,7 +233,7 @@ fn measure_pod(pod: &Pod, dirs: &Dirs, round_left: &mut usize) -> Result<PodUsag
             partial: false,
         });
     }
-    if let Ok(log_dir) = crate::kuberuntime::sandbox::pod_log_dir(&dirs.pod_logs, ns, name, uid) {
+    if let Ok(log_dir) = crate::kuberuntime::pod_log_dir(&dirs.pod_logs, ns, name, uid) {
         measure_logs(&log_dir, &mut usage, &mut budget);
     }
     let partial = usage

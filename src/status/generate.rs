@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::kuberuntime::sidecar::is_sidecar;
-use crate::kuberuntime::types::{self as rt, PodRuntimeStatus};
+use crate::kuberuntime::is_sidecar;
+use crate::kuberuntime::{self as rt, PodRuntimeStatus};
 use crate::pod::{Phase, RestartPolicy, TerminatedReason, WaitingReason};
 
 /// What status generation needs besides the pod and the runtime view.
@@ -273,7 +273,7 @@ fn apply_waiting_state(
         inputs.pod.metadata.deletion_timestamp.is_none()
             && latest.is_none_or(|c| c.state != rt::ContainerState::Running)
     } else {
-        crate::kuberuntime::actions::should_restart(inputs.pod, latest)
+        crate::kuberuntime::should_restart(inputs.pod, latest)
     };
     if role == Role::Init
         && !init_done
@@ -744,7 +744,7 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         ..Default::default()
     };
     // kubelet's status manager caps termination messages per pod (12 KiB in all).
-    crate::kuberuntime::termination::cap_pod_messages(pod, &mut status);
+    crate::kuberuntime::cap_pod_messages(pod, &mut status);
     status
 }
 

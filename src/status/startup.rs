@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 
-use crate::kuberuntime::types::{ContainerState, PodRuntimeStatus};
+use crate::kuberuntime::{ContainerState, PodRuntimeStatus};
 use crate::pod::CONFIG_SEEN_ANNOTATION;
 
 /// The stages of one pod's start, as wall-clock times.

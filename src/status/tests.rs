@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 
 use super::generate::{StatusInputs, generate};
-use crate::kuberuntime::types::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
+use crate::kuberuntime::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::pod::WaitingReason;
 
 fn pod(policy: &str, names: &[&str], inits: &[&str]) -> Pod {

@@ -567,7 +567,7 @@ async fn cleanup_runtime_pods(
                 Some(Lifecycle::Terminating | Lifecycle::Terminated)
             );
             if !stopping {
-                crate::kuberuntime::gc::collect_pod(runtime, &rp).await;
+                crate::kuberuntime::collect_pod(runtime, &rp).await;
             }
             continue;
         }
@@ -591,11 +591,7 @@ async fn cleanup_runtime_pods(
     // directories once its containers are gone), or to the next pass.
     let known =
         |uid: &str| pods.contains(uid) || workers.is_active(uid) || in_runtime.contains(uid);
-    crate::kuberuntime::gc::cleanup_orphaned_dirs(
-        runtime.pods_dir(),
-        runtime.pod_logs_dir(),
-        &known,
-    );
+    crate::kuberuntime::cleanup_orphaned_dirs(runtime.pods_dir(), runtime.pod_logs_dir(), &known);
 }
 
 /// Destroys the cgroups of pods no worker may still run (kubelet's

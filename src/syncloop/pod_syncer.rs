@@ -10,7 +10,7 @@ use tracing::{debug, info};
 use super::pod_workers::{KillStatus, PodSyncError, PodSyncer, SyncResult, UpdateType};
 use crate::cm::ContainerManager;
 use crate::kuberuntime::RuntimeManager;
-use crate::kuberuntime::types::{PodRuntimeStatus, RuntimePod};
+use crate::kuberuntime::{PodRuntimeStatus, RuntimePod};
 use crate::pleg::PodCache;
 use crate::pod::PodManager;
 use crate::pod::{Phase, is_static_pod, pod_ref, pod_uid};

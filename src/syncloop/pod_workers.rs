@@ -21,8 +21,8 @@ use tracing::{debug, error, info, warn};
 
 use super::work_queue::{WorkQueue, jitter};
 use crate::cri::CriError;
-use crate::kuberuntime::manager::SyncError;
-use crate::kuberuntime::types::RuntimePod;
+use crate::kuberuntime::RuntimePod;
+use crate::kuberuntime::SyncError;
 use crate::pleg::cache::InspectError;
 use crate::pod::{WaitingReason, is_static_pod, pod_full_name, pod_ref, pod_uid};
 use crate::tasks::Tasks;

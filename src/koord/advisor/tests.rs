@@ -414,9 +414,9 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
 }
 
 /// A pod status with one ready sandbox and the running containers `ids`.
-fn running_status(uid: &str, ids: &[&str]) -> crate::kuberuntime::types::PodRuntimeStatus {
-    use crate::kuberuntime::types::{ContainerState, ContainerStatus, SandboxStatus};
-    crate::kuberuntime::types::PodRuntimeStatus {
+fn running_status(uid: &str, ids: &[&str]) -> crate::kuberuntime::PodRuntimeStatus {
+    use crate::kuberuntime::{ContainerState, ContainerStatus, SandboxStatus};
+    crate::kuberuntime::PodRuntimeStatus {
         uid: uid.into(),
         name: "web".into(),
         namespace: "default".into(),

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use crate::cm::qos::QosClass;
 use crate::cm::resources::{DEFAULT_CPU_PERIOD_US, MAX_SHARES, MIN_SHARES};
 use crate::koord::qosmanager::config::QosConfig;
-use crate::kuberuntime::hooks::{ContainerHook, ContainerHooks, HookError};
+use crate::kuberuntime::{ContainerHook, ContainerHooks, HookError};
 
 /// koordinator's extended resources for batch (BestEffort) pods; CPU in millicores.
 pub(crate) const BATCH_CPU: &str = "kubernetes.io/batch-cpu";

@@ -674,7 +674,7 @@ async fn a_sync_error_with_a_back_off_ending_sooner_is_retried_then() {
         fail_sync: Some("u1"),
         fail_with: Some(|| {
             PodSyncError::Runtime(SyncError::Containers {
-                errors: vec![crate::kuberuntime::manager::ContainerStartError {
+                errors: vec![crate::kuberuntime::ContainerStartError {
                     container: "app".into(),
                     reason: WaitingReason::RunContainerError,
                     message: "exec failed".into(),
@@ -706,7 +706,7 @@ fn sync_errors_say_their_kind() {
     assert!(cri.retryable());
     assert_eq!(cri.waiting_reason(), None);
     let start = PodSyncError::Runtime(SyncError::Containers {
-        errors: vec![crate::kuberuntime::manager::ContainerStartError {
+        errors: vec![crate::kuberuntime::ContainerStartError {
             container: "app".into(),
             reason: WaitingReason::CreateContainerConfigError,
             message: "bad subPath".into(),

@@ -19,7 +19,7 @@ use crate::proxy::{CREATE_CONTAINER, CaptureProxy, RUN_POD_SANDBOX};
 use crate::{RESTING, WAIT, run};
 
 /// oxlet's labels start with this; the replay renames them (`bench.` + key), since
-/// oxlet groups runtime objects into pods by `io.kubernetes.pod.uid` (src/runtime/
+/// oxlet groups runtime objects into pods by `io.kubernetes.pod.uid` (src/kuberuntime/
 /// reader.rs, labels.rs) and would otherwise adopt or kill the replayed pods.
 const KUBE_PREFIX: &str = "io.kubernetes.";
 

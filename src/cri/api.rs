@@ -1,6 +1,6 @@
 //! The CRI boundary: the runtime and image calls oxlet makes, as traits, so the
 //! runtime manager, the PLEG and the sync loop can run against the real client
-//! ([`super::RemoteRuntime`]) or, in unit tests, the in-memory fake (`runtime::fake`).
+//! ([`super::RemoteRuntime`]) or, in unit tests, the in-memory fake (`fake.rs`).
 //!
 //! [`CriRead`] only looks; [`Cri`] also changes things. The PLEG holds a `CriRead`,
 //! so it cannot mutate containers by construction. Methods return boxed futures so

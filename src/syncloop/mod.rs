@@ -540,7 +540,7 @@ impl SyncLoop {
 
 /// Kills runtime pods nobody wants (grace 1 s, through a pod worker), removes dead
 /// ones that have no worker any more, garbage-collects the dead containers and
-/// sandboxes of the others (`runtime::gc`), and removes orphaned pod directories.
+/// sandboxes of the others (kuberuntime's container GC), and removes orphaned pod directories.
 /// (The dangling log links go once a minute, see [`LOG_LINK_GC_PERIOD`].)
 async fn cleanup_runtime_pods(
     runtime: &RuntimeManager,

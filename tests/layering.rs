@@ -56,7 +56,7 @@ const FLOORS: &[&[&str]] = &[
 
 /// What is still out of place (lower these as rooms move; never raise them).
 const STILL_UPWARD: usize = 4;
-const STILL_PAST_A_FACE: usize = 197;
+const STILL_PAST_A_FACE: usize = 42;
 
 fn floor_of(room: &str) -> Option<usize> {
     FLOORS.iter().position(|f| f.contains(&room))

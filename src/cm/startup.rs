@@ -107,7 +107,7 @@ struct ReservedCgroup<'a> {
 /// The reserved cgroups `enforceNodeAllocatable` limits, with their limits (kubelet's
 /// `enforceExistingCgroup`: cpu shares, memory and pids of the reservation).
 fn reserved_cgroups(opts: &Options) -> Vec<ReservedCgroup<'_>> {
-    use crate::options::settings::Enforced;
+    use crate::options::Enforced;
     let limits = |r: &Reserved, how: Option<Enforced>| {
         let cpu = ResourceConfig {
             cpu_shares: r
@@ -152,7 +152,7 @@ pub(crate) async fn start(
     cri: &RemoteRuntime,
     kubepods: ResourceConfig,
 ) -> Result<Arc<ContainerManager>, CmStartError> {
-    let version = version::detect(Path::new(HOST_MOUNT))?;
+    let version = version::detect_cgroup_version(Path::new(HOST_MOUNT))?;
     // kubelet's container manager reports 2 only for the unified hierarchy.
     let gauge = if version == version::CgroupVersion::V2 {
         2

@@ -3,11 +3,11 @@
 //! win), validated before anything starts. Every setting is declared once, in
 //! [`settings::SETTINGS`].
 
-pub(crate) mod configz;
-pub(crate) mod flags;
-pub(crate) mod kubelet_config;
-pub(crate) mod problem;
-pub(crate) mod settings;
+mod configz;
+mod flags;
+mod kubelet_config;
+mod problem;
+mod settings;
 
 use std::ffi::OsString;
 use std::io;
@@ -19,12 +19,12 @@ use flags::FlagValues;
 use kubelet_config::KubeletConfigFile;
 pub(crate) use problem::{ConfigError, Problem};
 pub(crate) use settings::DEFAULT_RUNTIME_ENDPOINT;
-pub(crate) use settings::NodeAllocatableEnforcement;
+pub(crate) use settings::{Enforced, NodeAllocatableEnforcement};
+// `/configz`: the settings in use, as kubelet's KubeletConfiguration.
+pub(crate) use configz::kubelet_configuration;
 use settings::{Input, InvalidValue, SETTINGS, Setting};
 
-use crate::cm::allocatable::Reserved;
-use crate::cm::driver::CgroupDriver;
-use crate::cm::name::CgroupName;
+use crate::cm::{CgroupDriver, CgroupName, Reserved};
 use crate::contracts::Thresholds;
 
 /// Effective configuration after merging defaults, the config file and flags.

@@ -343,7 +343,7 @@ fn apply_cfs_period(r: &mut cri::LinuxContainerResources, period_us: Option<i64>
 }
 
 /// CFS quota for a milli-CPU limit with the 100 ms period (see
-/// [`crate::cm::resources::milli_cpu_to_quota`]); a limit too large is refused.
+/// [`crate::cm::milli_cpu_to_quota`]); a limit too large is refused.
 fn milli_cpu_to_quota(milli: i64) -> Result<i64, ResourceError> {
     let too_large = ResourceError::CpuLimit {
         milli,
@@ -642,7 +642,7 @@ mod tests {
         };
         pod.spec.as_mut().unwrap().containers.push(side);
         let env = PodEnv {
-            allocatable: crate::cm::allocatable::NodeResources {
+            allocatable: crate::cm::NodeResources {
                 memory_bytes: 2 << 30,
                 ..Default::default()
             },

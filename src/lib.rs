@@ -49,6 +49,6 @@ mod volumes;
 pub use agent::run;
 /// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
 #[doc(hidden)]
-pub use koord::advisor::bench as advisor_bench;
+pub use koord::advisor_bench;
 pub use logging::init as init_logging;
 pub use options::{Options, load_or_exit};

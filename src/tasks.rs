@@ -302,6 +302,11 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "non-text panic payload".into())
 }
 
-pub(crate) mod cpu;
+mod cpu;
+// CPU time per task (`--task-cpu-accounting`): the switch, the meters, the totals.
+pub(crate) use cpu::{
+    cpu_accounting_enabled, cpu_snapshot, enable_cpu_accounting, intern_task_name, metered,
+    metered_sync,
+};
 #[cfg(test)]
 mod tests;

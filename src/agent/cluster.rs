@@ -36,7 +36,7 @@ pub(super) async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClie
             bootstrap_kubeconfig: boot.clone(),
             cert_dir: cert_dir.clone(),
             node_name: opts.node_name.clone(),
-            wait: crate::kubeclient::bootstrap::WAIT,
+            wait: crate::kubeclient::BOOTSTRAP_WAIT,
         }
         .run()
         .await?;
@@ -76,7 +76,7 @@ pub(super) fn start_cert_rotation(opts: &Options, api: &ApiClients, tasks: &Task
         }
         return;
     };
-    let rotation = crate::kubeclient::rotation::Rotation {
+    let rotation = crate::kubeclient::Rotation {
         cert_dir: opts
             .cert_dir
             .clone()
@@ -85,7 +85,7 @@ pub(super) fn start_cert_rotation(opts: &Options, api: &ApiClients, tasks: &Task
         node_name: opts.node_name.clone(),
         slot,
         client: api.main.clone(),
-        wait: crate::kubeclient::rotation::WAIT,
+        wait: crate::kubeclient::ROTATION_WAIT,
         jitter: fastrand::f64(),
     };
     if let Some((cert, at)) = rotation.next_deadline() {
@@ -151,10 +151,7 @@ fn status_period() -> Duration {
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|ms| *ms > 0)
-        .map_or(
-            crate::status::apiserver::RECONCILE_PERIOD,
-            Duration::from_millis,
-        )
+        .map_or(crate::status::RECONCILE_PERIOD, Duration::from_millis)
 }
 
 /// Cluster mode: the pod status writer and the mirror pods, each a restarting task on
@@ -168,9 +165,8 @@ pub(super) fn spawn_status_writer(
     mirror_wake: Arc<tokio::sync::Notify>,
     tasks: &Tasks,
 ) {
-    use crate::status::apiserver::{Finished, StatusWriter};
-    use crate::status::mirror::MirrorPods;
-    use crate::syncloop::pod_workers::Lifecycle;
+    use crate::status::{Finished, MirrorPods, StatusWriter};
+    use crate::syncloop::Lifecycle;
     let period = status_period();
     let cache = shared.pod_cache.clone();
     let finished: Finished = Arc::new(move |uid: &str| match workers.lifecycle(uid) {

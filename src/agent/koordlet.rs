@@ -10,14 +10,11 @@ use tracing::{info, warn};
 use super::Shared;
 use super::node::{Host, host_cgroup_tree};
 use super::runtime::Runtime;
-use crate::cm::allocatable::NodeAllocatable;
-use crate::koord::prediction::{
-    Config, PredictServer,
-    metrics::{Inputs, PredictionCollector},
-    predictor::Amount,
-    view::{Served, pod_input},
+use crate::cm::NodeAllocatable;
+use crate::koord::{
+    PredictServer, PredictionCollector, PredictionConfig, PredictionInputs, QosConfig,
+    ResourceAmount, Served, pod_input,
 };
-use crate::koord::qosmanager::config::QosConfig;
 use crate::kuberuntime::ContainerHooks;
 use crate::logging::STARTUP_TARGET;
 use crate::options::Options;
@@ -27,7 +24,7 @@ use crate::tasks::{Backoff, Tasks};
 /// `--node-slo-file`, read once at start (checked when the flag was parsed).
 pub(super) fn qos_config(opts: &Options) -> anyhow::Result<QosConfig> {
     Ok(match &opts.node_slo_file {
-        Some(path) => crate::koord::qosmanager::config::load(path)?,
+        Some(path) => crate::koord::load_qos_config(path)?,
         None => Default::default(),
     })
 }
@@ -35,7 +32,7 @@ pub(super) fn qos_config(opts: &Options) -> anyhow::Result<QosConfig> {
 /// koordlet's runtime hooks that the node SLO config turns on, which the runtime
 /// manager runs before CreateContainer and StartContainer.
 pub(super) fn runtime_hooks(cfg: &QosConfig) -> ContainerHooks {
-    crate::koord::hooks::rules(cfg)
+    crate::koord::hook_rules(cfg)
 }
 
 /// Peak prediction: koordlet's predict server, trained from the
@@ -51,7 +48,7 @@ pub(super) fn spawn_prediction(
         info!(target: STARTUP_TARGET, "prediction is off (--enable-prediction=false)");
         return None;
     }
-    let mut cfg = Config::default();
+    let mut cfg = PredictionConfig::default();
     if let Some(ms) = std::env::var("OXLET_TEST_PREDICTION_PERIOD_MS")
         .ok()
         .and_then(|v| v.parse::<i64>().ok())
@@ -77,7 +74,7 @@ pub(super) fn spawn_prediction(
             Ok(())
         }
     });
-    let amount = Amount {
+    let amount = ResourceAmount {
         cpu_milli: allocatable.allocatable.cpu_milli,
         memory_bytes: allocatable.allocatable.memory_bytes,
     };
@@ -93,10 +90,10 @@ fn register_prediction_gauges(
     opts: &Options,
     shared: &Shared,
     server: &Arc<PredictServer>,
-    amount: Amount,
+    amount: ResourceAmount,
 ) {
     let (p, st) = (shared.pods.clone(), shared.statuses.clone());
-    let inputs: Inputs = Arc::new(move || {
+    let inputs: PredictionInputs = Arc::new(move || {
         let pods = p
             .all()
             .iter()
@@ -124,7 +121,7 @@ pub(super) fn spawn_metric_advisor(
     shared: &Shared,
     tasks: &Tasks,
 ) {
-    use crate::koord::advisor::{Advisor, AdvisorDeps, ManagedPods};
+    use crate::koord::{Advisor, AdvisorDeps, ManagedPods};
     let Some(tree) = host_cgroup_tree("the metric advisor") else {
         return;
     };
@@ -173,7 +170,7 @@ pub(super) fn spawn_qos_manager(
     sync_loop: &SyncLoop,
     tasks: &Tasks,
 ) {
-    use crate::koord::qosmanager::{QosDeps, QosManager};
+    use crate::koord::{QosDeps, QosManager};
     let any_strategy = cfg.strategies.cpu_suppress || cfg.strategies.memory_evict;
     if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cgroup_reconcile_on() {
         if any_strategy && !cfg.enable {

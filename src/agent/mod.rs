@@ -29,18 +29,15 @@ use tracing::{info, warn};
 use crate::contracts::LatestReadings;
 use crate::contracts::RuntimeHealth;
 use crate::events::EventRecorder;
-use crate::koord::metriccache::MetricCache;
+use crate::koord::MetricCache;
 use crate::kubeclient::ApiClients;
 use crate::logging::STARTUP_TARGET;
 use crate::options::Options;
 use crate::pleg::{PlegStats, PodCache};
 use crate::pod::PodManager;
 use crate::prober::ProbeResults;
-use crate::status::StatusManager;
-use crate::status::node::conditions::PressureSource;
-use crate::syncloop::LoopInputs;
-use crate::syncloop::pod_syncer::Syncer;
-use crate::syncloop::pod_workers::PodWorkers;
+use crate::status::{PressureSource, StatusManager};
+use crate::syncloop::{LoopInputs, PodWorkers, Syncer};
 use crate::tasks::Tasks;
 use process::Signals;
 use runtime::Runtime;
@@ -178,7 +175,7 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
     let mut signals = Signals::install().context("cannot listen for SIGTERM/SIGINT")?;
     process::log_summary(&opts);
     if opts.task_cpu_accounting {
-        crate::tasks::cpu::enable();
+        crate::tasks::enable_cpu_accounting();
     }
     process::set_own_oom_score_adj();
     process::apply_max_open_files(opts.max_open_files);

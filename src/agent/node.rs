@@ -9,18 +9,16 @@ use tracing::{debug, info, trace, warn};
 
 use super::runtime::Runtime;
 use super::{Shared, Workers};
-use crate::cm::ContainerManager;
-use crate::cm::allocatable::NodeAllocatable;
+use crate::cm::{ContainerManager, NodeAllocatable};
 use crate::contracts::DiskReclaimer;
 use crate::contracts::Signal;
 use crate::events::{EventRecorder, EventType};
-use crate::eviction::manager::StatusView;
-use crate::eviction::reclaim::ThresholdNotifier;
+use crate::eviction::{StatusView, ThresholdNotifier};
 use crate::kubeclient::ApiClients;
 use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
 use crate::options::Options;
-use crate::stats::volumes::VolumeUsage;
+use crate::stats::VolumeUsage;
 use crate::syncloop::SyncLoop;
 use crate::tasks::{Backoff, Tasks};
 
@@ -47,10 +45,10 @@ pub(super) async fn start_host(
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods, &opts.root_dir);
     debug!(node = ?node, "node facts");
     let cm_settings = opts.cm_settings();
-    let allocatable = crate::cm::startup::node_allocatable(&cm_settings, &node);
+    let allocatable = crate::cm::node_allocatable(&cm_settings, &node);
     info!(target: STARTUP_TARGET, "node {allocatable}");
     allocatable.validate()?;
-    let cm = crate::cm::startup::start(&cm_settings, &rt.cri, allocatable.kubepods).await?;
+    let cm = crate::cm::start(&cm_settings, &rt.cri, allocatable.kubepods).await?;
     if opts.enforce_node_allocatable.pods && opts.cgroups_per_qos {
         // kubelet's enforceNodeAllocatableCgroups, once `kubepods` is limited.
         events.event(
@@ -87,7 +85,7 @@ pub(super) fn spawn_image_gc(
 ) -> Vec<Arc<dyn DiskReclaimer>> {
     use crate::images::{ImageGcManager, UnusedImages, gc_period};
     use crate::kuberuntime::DeadContainers;
-    use crate::syncloop::pod_workers::Lifecycle;
+    use crate::syncloop::Lifecycle;
     let runtime = sync_loop.runtime.clone();
     let images = Arc::new(ImageGcManager::new(
         Arc::new(rt.cri.clone()),
@@ -154,9 +152,9 @@ pub(super) fn spawn_eviction(
 /// Measures each pod's volumes and logs on kubelet's volume stats cadence; the walk
 /// blocks, so it runs on a blocking thread.
 fn spawn_volume_stats(opts: &Options, shared: &Shared, tasks: &Tasks) -> Arc<VolumeUsage> {
-    use crate::stats::volumes::{Dirs, TICK, refresh_period};
+    use crate::stats::{Dirs, VOLUME_STATS_TICK, volume_stats_period};
     let usage = Arc::new(VolumeUsage::default());
-    if let Err(e) = crate::stats::log_metrics::LogMetrics::new(usage.clone())
+    if let Err(e) = crate::stats::LogMetrics::new(usage.clone())
         .and_then(|c| crate::metrics::register(Box::new(c)))
     {
         warn!(error = %e, "cannot register the container log usage gauge");
@@ -165,14 +163,14 @@ fn spawn_volume_stats(opts: &Options, shared: &Shared, tasks: &Tasks) -> Arc<Vol
         pods: opts.root_dir.join("pods"),
         pod_logs: opts.pod_logs_dir.clone(),
     };
-    let period = refresh_period(opts.volume_stats_agg_period);
+    let period = volume_stats_period(opts.volume_stats_agg_period);
     if period.is_zero() {
         info!(
             "volumeStatsAggPeriod is 0: pod volumes and logs are not measured, so local storage limits are not enforced"
         );
         return usage;
     }
-    let tick = period.min(TICK);
+    let tick = period.min(VOLUME_STATS_TICK);
     let (u, pods) = (usage.clone(), shared.pods.clone());
     tasks.spawn_restarting("volume-stats", Backoff::default(), move |cancel| {
         let (u, pods, dirs) = (u.clone(), pods.clone(), dirs.clone());
@@ -180,7 +178,7 @@ fn spawn_volume_stats(opts: &Options, shared: &Shared, tasks: &Tasks) -> Arc<Vol
             loop {
                 let (u, all, dirs) = (u.clone(), pods.all(), dirs.clone());
                 let round = tokio::task::spawn_blocking(move || {
-                    crate::tasks::cpu::metered_sync("volume-stats/walk", || {
+                    crate::tasks::metered_sync("volume-stats/walk", || {
                         u.refresh_due(&all, &dirs, period)
                     })
                 });
@@ -210,8 +208,7 @@ fn spawn_eviction_manager(
     reclaim: Reclaim<'_>,
     tasks: &Tasks,
 ) -> Arc<StatusView> {
-    use crate::eviction::config::EvictionConfig;
-    use crate::eviction::manager::{Manager, ManagerDeps};
+    use crate::eviction::{EvictionConfig, Manager, ManagerDeps};
     let kubepods = host.cm.kubepods_path();
     let mut cfg = EvictionConfig::new(
         &opts.eviction_hard,
@@ -252,7 +249,7 @@ fn spawn_eviction_manager(
             allocatable_memory,
             root_dir: root_dir.clone(),
             reclaimers: reclaimers.clone(),
-            reclaim_settle: crate::eviction::manager::RECLAIM_SETTLE,
+            reclaim_settle: crate::eviction::RECLAIM_SETTLE,
             notifiers: notifiers.clone(),
             target: target.clone(),
             pressure: pressure.clone(),
@@ -268,10 +265,10 @@ fn spawn_eviction_manager(
 
 /// The host's cgroup tree, its version detected, for the readers beside the container
 /// manager; None (with a warning naming `who` is off) when it cannot be read.
-pub(super) fn host_cgroup_tree(who: &str) -> Option<crate::cm::fs::CgroupTree> {
-    let tree = crate::cm::version::detect(std::path::Path::new(crate::cm::fs::HOST_MOUNT))
+pub(super) fn host_cgroup_tree(who: &str) -> Option<crate::cm::CgroupTree> {
+    let tree = crate::cm::detect_cgroup_version(std::path::Path::new(crate::cm::HOST_MOUNT))
         .map_err(|e| e.to_string())
-        .and_then(|v| crate::cm::fs::CgroupTree::host(v).map_err(|e| e.to_string()));
+        .and_then(|v| crate::cm::CgroupTree::host(v).map_err(|e| e.to_string()));
     match tree {
         Ok(t) => Some(t),
         Err(e) => {
@@ -286,7 +283,7 @@ pub(super) fn host_cgroup_tree(who: &str) -> Option<crate::cm::fs::CgroupTree> {
 /// it for `allocatableMemory.available` (cgroup v1 only; on v2 kubelet has none
 /// either), so memory pressure is seen between cycles.
 fn memcg_notifiers(kubepods: Option<String>) -> Vec<(Signal, Arc<dyn ThresholdNotifier>)> {
-    use crate::eviction::memcg::MemcgNotifier;
+    use crate::eviction::MemcgNotifier;
     let Some(tree) = host_cgroup_tree("the memory threshold notification") else {
         return Vec::new();
     };
@@ -319,10 +316,9 @@ pub(super) fn spawn_node_status(
     shared: &Shared,
     tasks: &Tasks,
 ) {
-    use crate::status::lease::LeaseController;
-    use crate::status::node::{NodeStatusDeps, NodeStatusTask, register::Registration};
+    use crate::status::{LeaseController, NodeStatusDeps, NodeStatusTask, Registration};
     let node = &host.info;
-    crate::status::node::log_start(node);
+    crate::status::log_node_start(node);
     let (owner_tx, owner_rx) = tokio::sync::watch::channel(None);
     let quick = Backoff {
         initial: Duration::from_millis(200),

@@ -11,7 +11,7 @@ use crate::options::Options;
 /// kubelet sets its own oom_score_adj to -999; a sandbox without CAP_SYS_RESOURCE
 /// cannot, and that must not stop the agent.
 pub(super) fn set_own_oom_score_adj() {
-    let own = crate::cm::qos::KUBELET_OOM_SCORE_ADJ.to_string();
+    let own = crate::cm::KUBELET_OOM_SCORE_ADJ.to_string();
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", own) {
         warn!(error = %e, "cannot set oom_score_adj to -999; going on");
     }

@@ -30,9 +30,7 @@ use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
 use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PodLifecycleEvent};
 use crate::podenv::DnsConfigurer;
 use crate::prober::{ProbeManager, ProbeResults, StartupProbeGate, WorkerDeps};
-use crate::syncloop::pod_syncer::Syncer;
-use crate::syncloop::work_queue::WorkQueue;
-use crate::syncloop::{LoopInputs, SyncLoop, SyncLoopDeps, run_runtime_health};
+use crate::syncloop::{LoopInputs, SyncLoop, SyncLoopDeps, Syncer, WorkQueue, run_runtime_health};
 use crate::tasks::{Backoff, Tasks};
 
 /// How long to wait for a runtime to answer at start (kubelet waits 30 s).
@@ -357,16 +355,16 @@ fn admission_chain(opts: &Options, host: &Host, shared: &Shared) -> AdmissionCha
     // resource fit), so a pod failing both is rejected as SysctlForbidden.
     let mut chain = AdmissionChain::default();
     // kubelet's eviction manager is the first admit handler.
-    chain.push(Box::new(crate::eviction::admission::PressureAdmission {
+    chain.push(Box::new(crate::eviction::PressureAdmission {
         pressure: shared.pressure.clone(),
     }));
-    chain.push(Box::new(
-        crate::syncloop::sysctl_admission::SysctlAdmission::for_node(&opts.allowed_unsafe_sysctls),
-    ));
-    chain.push(Box::new(crate::syncloop::admission::MaxPods {
+    chain.push(Box::new(crate::syncloop::SysctlAdmission::for_node(
+        &opts.allowed_unsafe_sysctls,
+    )));
+    chain.push(Box::new(crate::syncloop::MaxPods {
         capacity: opts.max_pods,
     }));
-    chain.push(Box::new(crate::cm::fit::ResourceFit {
+    chain.push(Box::new(crate::cm::ResourceFit {
         allocatable: host.allocatable.allocatable,
     }));
     chain

@@ -10,13 +10,11 @@ use tracing::info;
 use super::Shared;
 use super::node::NodeViews;
 use super::runtime::Runtime;
-use crate::koord::prediction::view::Served;
+use crate::koord::Served;
 use crate::logging::STARTUP_TARGET;
 use crate::options::Options;
-use crate::server::healthz::Health;
-use crate::server::{self, Limits, Views};
-use crate::syncloop::SyncLoop;
-use crate::syncloop::monitor::stall_threshold;
+use crate::server::{self, Health, Limits, Views};
+use crate::syncloop::{SyncLoop, stall_threshold};
 use crate::tasks::Tasks;
 
 /// The servers' connection bounds, from the open-file limit in force.
@@ -51,7 +49,7 @@ pub(super) fn views(
         readings: shared.readings.clone(),
         pod_cache: shared.pod_cache.clone(),
         volumes: node.volumes,
-        configz: Arc::new(crate::options::configz::kubelet_config(opts, &rt.endpoint)),
+        configz: Arc::new(crate::options::kubelet_configuration(opts, &rt.endpoint)),
         prediction,
     }
 }

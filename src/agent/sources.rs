@@ -3,11 +3,10 @@
 
 use tokio::sync::mpsc;
 
-use crate::config::apiserver::run_api_source;
-use crate::config::file::run_file_source;
-use crate::config::http::{UrlSource, run_http_source};
-use crate::config::merge::{PodConfig, run_merger};
-use crate::config::{PodUpdate, SourceSnapshot};
+use crate::config::{
+    PodConfig, PodUpdate, SourceSnapshot, UrlSource, run_api_source, run_file_source,
+    run_http_source, run_merger,
+};
 use crate::kubeclient::ApiClients;
 use crate::options::Options;
 use crate::pod::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};

@@ -13,7 +13,7 @@ use super::resources::{PodCgroupSettings, ResourceConfig};
 
 /// A container manager over a fresh fake tree, cgroupfs driver, root `/root`, every
 /// pod cgroup with `pids.max` 50, `kubepods` limited to 2 CPUs and 1 GiB.
-pub(crate) fn manager(per_qos: bool) -> (ContainerManager, Arc<FakeCgroupFs>) {
+pub(crate) fn fake_manager(per_qos: bool) -> (ContainerManager, Arc<FakeCgroupFs>) {
     let fs = Arc::new(FakeCgroupFs::default());
     let cfg = CmConfig {
         driver: CgroupDriver::Cgroupfs,

@@ -193,7 +193,7 @@ pub(super) fn warn_failed(what: &str, e: &CgroupError) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cm::fake_fs::{FakeCgroupFs, manager};
+    use crate::cm::fake_fs::{FakeCgroupFs, fake_manager};
 
     fn pod(uid: &str, requests: &str, limits: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
@@ -215,7 +215,7 @@ mod tests {
 
     #[test]
     fn setup_makes_the_qos_tree_with_its_limits() {
-        let (cm, fs) = manager(true);
+        let (cm, fs) = fake_manager(true);
         cm.setup().unwrap();
         assert_eq!(
             fs.paths(),
@@ -230,7 +230,7 @@ mod tests {
         assert_eq!(shares(&fs, "root/kubepods/besteffort"), Some(2));
         assert_eq!(shares(&fs, "root/kubepods/burstable"), Some(2));
 
-        let (off, fs) = manager(false);
+        let (off, fs) = fake_manager(false);
         off.setup().unwrap();
         assert!(fs.paths().is_empty());
         let p = pod("u1", "{}", "{}");
@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn each_pod_gets_a_cgroup_below_its_qos_class_and_burstable_shares_follow() {
-        let (cm, fs) = manager(true);
+        let (cm, fs) = fake_manager(true);
         cm.setup().unwrap();
         let g = pod("g1", "{}", r#"{"cpu": "500m", "memory": "64Mi"}"#);
         let b = pod("b1", r#"{"cpu": "250m"}"#, "{}");
@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn orphans_go_unless_a_worker_may_still_run_them_and_busy_ones_wait() {
-        let (cm, fs) = manager(true);
+        let (cm, fs) = fake_manager(true);
         cm.setup().unwrap();
         for uid in ["a", "b", "c"] {
             cm.ensure_pod(&pod(uid, r#"{"cpu": "100m"}"#, "{}"))
@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn the_qos_update_repairs_what_was_removed_from_outside() {
-        let (cm, fs) = manager(true);
+        let (cm, fs) = fake_manager(true);
         cm.setup().unwrap();
         fs.remove_from_outside("root/kubepods");
         assert!(fs.paths().len() == 1);
@@ -332,7 +332,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_task_reconciles_every_minute() {
-        let (cm, fs) = manager(true);
+        let (cm, fs) = fake_manager(true);
         cm.setup().unwrap();
         let cm = Arc::new(cm);
         let cancel = CancellationToken::new();

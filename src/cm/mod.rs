@@ -17,23 +17,51 @@
 //!   [`qos_cgroups`] and [`pod_cgroups`] are its node-level and per-pod halves.
 //! - [`startup`]: detection, the driver decision, the start-up line, the tree made.
 
-pub(crate) mod allocatable;
+mod allocatable;
 mod container_resources;
-pub(crate) mod driver;
-pub(crate) mod fit;
-pub(crate) mod fs;
-pub(crate) mod manager;
-pub(crate) mod name;
-pub(crate) mod pod_cgroups;
-pub(crate) mod qos;
-pub(crate) mod qos_cgroups;
-pub(crate) mod resources;
-pub(crate) mod startup;
-pub(crate) mod tree;
-pub(crate) mod version;
+mod driver;
+mod fit;
+mod fs;
+mod manager;
+mod name;
+mod pod_cgroups;
+mod qos;
+mod qos_cgroups;
+mod resources;
+mod startup;
+mod tree;
+mod version;
 
-pub(crate) use container_resources::{ResourceError, apply_cfs_period, linux_resources};
+// The manager: its start-up, the tree as one value, and its per-pod errors.
 pub(crate) use manager::ContainerManager;
+pub(crate) use pod_cgroups::PodCgroupError;
+pub(crate) use startup::{CmSettings, node_allocatable, start};
+// Settings: the driver, cgroup names, and the reservations behind allocatable.
+pub(crate) use allocatable::{
+    Enforced, NodeAllocatable, NodeAllocatableEnforcement, NodeResources, Reserved,
+};
+pub(crate) use driver::CgroupDriver;
+pub(crate) use name::CgroupName;
+// Admission against allocatable.
+pub(crate) use fit::ResourceFit;
+// The cgroup filesystem, for the readers beside the manager (eviction, the metric advisor).
+pub(crate) use fs::{CgroupError, CgroupFs, CgroupTree, HOST_MOUNT, StatReader, parse_psi};
+pub(crate) use version::detect_cgroup_version;
+// QoS classes and `oom_score_adj`.
+pub(crate) use qos::{
+    KUBELET_OOM_SCORE_ADJ, QosClass, clamp_oom_score_adj, container_oom_score_adj,
+    container_resource,
+};
+// The limits kubelet gives pods and containers, and the formulas behind them.
+pub(crate) use container_resources::{ResourceError, apply_cfs_period, linux_resources};
+pub(crate) use resources::{
+    DEFAULT_CPU_PERIOD_US, MAX_SHARES, MIN_SHARES, ResourceConfig, milli_cpu_to_quota,
+    milli_cpu_to_shares, pod_limits, pod_requests, sandbox_amounts,
+};
 
 #[cfg(test)]
-pub(crate) mod fake_fs;
+mod fake_fs;
+#[cfg(test)]
+pub(crate) use fake_fs::{FakeCgroupFs, fake_manager};
+#[cfg(test)]
+pub(crate) use version::CgroupVersion;

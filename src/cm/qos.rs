@@ -47,11 +47,12 @@ impl QosClass {
         {
             let mut limited = 0;
             for name in ["cpu", "memory"] {
-                if let Some(l) = positive(resource(c, "limits", name), name) {
+                if let Some(l) = positive(container_resource(c, "limits", name), name) {
                     *limits.entry(name).or_default() += l;
                     limited += 1;
                 }
-                let request = resource(c, "requests", name).or(resource(c, "limits", name));
+                let request = container_resource(c, "requests", name)
+                    .or(container_resource(c, "limits", name));
                 if let Some(r) = positive(request, name) {
                     *requests.entry(name).or_default() += r;
                 }
@@ -78,7 +79,11 @@ impl fmt::Display for QosClass {
 }
 
 /// A container's `requests` or `limits` entry.
-pub(crate) fn resource<'a>(c: &'a Container, which: &str, name: &str) -> Option<&'a Quantity> {
+pub(crate) fn container_resource<'a>(
+    c: &'a Container,
+    which: &str,
+    name: &str,
+) -> Option<&'a Quantity> {
     let r = c.resources.as_ref()?;
     let m = if which == "requests" {
         r.requests.as_ref()
@@ -102,8 +107,8 @@ fn positive(q: Option<&Quantity>, name: &str) -> Option<i64> {
 
 /// A container's memory request in bytes (defaulted from its limit), 0 if none.
 fn memory_request(c: &Container) -> i64 {
-    resource(c, "requests", "memory")
-        .or(resource(c, "limits", "memory"))
+    container_resource(c, "requests", "memory")
+        .or(container_resource(c, "limits", "memory"))
         .and_then(|q| quantity::bytes(q).ok())
         .unwrap_or(0)
         .max(0)

@@ -148,10 +148,10 @@ fn container_list(c: &Container, which: Which) -> Result<PodResources, PodResour
     let mut out = PodResources::default();
     for name in NAMES {
         let (key, q) = match which {
-            Which::Limits => ("limits", super::qos::resource(c, "limits", name)),
-            Which::Requests => match super::qos::resource(c, "requests", name) {
+            Which::Limits => ("limits", super::qos::container_resource(c, "limits", name)),
+            Which::Requests => match super::qos::container_resource(c, "requests", name) {
                 Some(q) => ("requests", Some(q)),
-                None => ("limits", super::qos::resource(c, "limits", name)),
+                None => ("limits", super::qos::container_resource(c, "limits", name)),
             },
         };
         if let Some(q) = q {
@@ -330,7 +330,7 @@ pub(crate) fn pod_resource_config(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub(super) mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
 

@@ -181,7 +181,7 @@ pub(crate) async fn start(
     cri: &RemoteRuntime,
     kubepods: ResourceConfig,
 ) -> Result<Arc<ContainerManager>, CmStartError> {
-    let version = version::detect(Path::new(HOST_MOUNT))?;
+    let version = version::detect_cgroup_version(Path::new(HOST_MOUNT))?;
     // kubelet's container manager reports 2 only for the unified hierarchy.
     let gauge = if version == version::CgroupVersion::V2 {
         2

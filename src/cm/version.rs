@@ -66,7 +66,7 @@ fn magic(path: &Path) -> Result<u64, VersionError> {
 /// The layout of the cgroup mount at `mount` (usually `/sys/fs/cgroup`): cgroup2 at the
 /// mount is v2 (kubelet's and koordlet's one test); a tmpfs with a cgroup2 `unified`
 /// below it is hybrid, which oxlet runs as v1, as kubelet does; anything else is v1.
-pub(crate) fn detect(mount: &Path) -> Result<CgroupVersion, VersionError> {
+pub(crate) fn detect_cgroup_version(mount: &Path) -> Result<CgroupVersion, VersionError> {
     let root = magic(mount)?;
     if root == CGROUP2_SUPER_MAGIC {
         return Ok(CgroupVersion::V2);
@@ -105,13 +105,13 @@ mod tests {
 
     #[test]
     fn detects_the_real_mount_as_the_mount_table_says() {
-        let found = detect(Path::new("/sys/fs/cgroup")).unwrap();
+        let found = detect_cgroup_version(Path::new("/sys/fs/cgroup")).unwrap();
         assert_eq!(found, expected_from_mountinfo());
         // The test machines are hybrid (TESTBED.md); a v2 CI host still checks the rule.
         if found == CgroupVersion::Hybrid {
             // The `unified` mount itself is cgroup2: pointed at it, detection says v2.
             assert_eq!(
-                detect(Path::new("/sys/fs/cgroup/unified")).unwrap(),
+                detect_cgroup_version(Path::new("/sys/fs/cgroup/unified")).unwrap(),
                 CgroupVersion::V2
             );
         }
@@ -120,12 +120,15 @@ mod tests {
     #[test]
     fn a_plain_directory_is_v1() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(detect(dir.path()).unwrap(), CgroupVersion::V1);
+        assert_eq!(
+            detect_cgroup_version(dir.path()).unwrap(),
+            CgroupVersion::V1
+        );
     }
 
     #[test]
     fn a_missing_mount_is_an_error_naming_it() {
-        let err = detect(Path::new("/nonexistent/oxlet-cgroup")).unwrap_err();
+        let err = detect_cgroup_version(Path::new("/nonexistent/oxlet-cgroup")).unwrap_err();
         assert!(
             err.to_string().contains("/nonexistent/oxlet-cgroup"),
             "{err}"

@@ -2,11 +2,17 @@
 //! per-source snapshots into ADD / UPDATE / DELETE / REMOVE / RECONCILE updates
 //! (`merge`). Never touches the runtime.
 
-pub(crate) mod apiserver;
-pub(crate) mod file;
-pub(crate) mod http;
-pub(crate) mod manifest;
-pub(crate) mod merge;
+mod apiserver;
+mod file;
+mod http;
+mod manifest;
+mod merge;
+
+// The sources' tasks and the merger, for the agent to start.
+pub(crate) use apiserver::run_api_source;
+pub(crate) use file::run_file_source;
+pub(crate) use http::{UrlSource, run_http_source};
+pub(crate) use merge::{PodConfig, run_merger};
 
 use k8s_openapi::api::core::v1::Pod;
 

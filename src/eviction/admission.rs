@@ -7,10 +7,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::messages::node_condition_message;
-use crate::cm::qos::QosClass;
+use crate::cm::QosClass;
 use crate::contracts::{PodAdmitAttributes, PodAdmitHandler, Rejection};
 use crate::pod::is_critical;
-use crate::status::node::conditions::PressureSource;
+use crate::status::PressureSource;
 
 const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";
 
@@ -74,7 +74,7 @@ impl PodAdmitHandler for PressureAdmission {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::node::conditions::Pressure;
+    use crate::status::Pressure;
     use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements, Toleration};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 

@@ -14,10 +14,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use tracing::warn;
 
-use crate::cm::resources::pod_limits;
+use crate::cm::pod_limits;
 use crate::pod::{pod_ref, pod_uid};
 use crate::quantity;
-use crate::stats::volumes::{PodUsage, VolumeUsage};
+use crate::stats::{PodUsage, VolumeUsage};
 
 /// kubelet's `immediateEvictionGracePeriodSeconds`.
 pub(crate) const IMMEDIATE_GRACE_SECONDS: i64 = 1;
@@ -225,7 +225,7 @@ fn canonical(bytes: i64, written: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::volumes::{Dirs, Usage};
+    use crate::stats::{Dirs, Usage};
 
     const MI: u64 = 1 << 20;
 

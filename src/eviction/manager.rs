@@ -26,8 +26,8 @@ use crate::contracts::{DiskReclaimer, DiskTarget, Eviction, Evictor};
 use crate::contracts::{LatestReadings, Snapshot};
 use crate::pod::is_critical;
 use crate::pod::pod_uid;
-use crate::stats::volumes::VolumeUsage;
-use crate::status::node::conditions::{Pressure, PressureSource};
+use crate::stats::VolumeUsage;
+use crate::status::{Pressure, PressureSource};
 
 /// kubelet's `evictionMonitoringPeriod`.
 const MONITORING_PERIOD: Duration = Duration::from_secs(10);

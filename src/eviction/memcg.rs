@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 use super::reclaim::ThresholdNotifier;
-use crate::cm::fs::{CgroupError, CgroupTree};
+use crate::cm::{CgroupError, CgroupTree};
 use crate::contracts::ReclaimError;
 use crate::contracts::ThresholdValue;
 
@@ -191,9 +191,7 @@ pub(crate) fn usage_threshold(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cm::fs::CgroupFs;
-    use crate::cm::resources::ResourceConfig;
-    use crate::cm::version::{self, CgroupVersion};
+    use crate::cm::{CgroupFs, CgroupVersion, ResourceConfig, detect_cgroup_version};
     use std::path::Path;
     use std::time::{Duration, Instant};
 
@@ -350,7 +348,7 @@ mod tests {
 
     #[tokio::test]
     async fn v1_for_real_the_kernel_signals_a_crossing_and_not_below_it() {
-        let version = version::detect(Path::new(crate::cm::fs::HOST_MOUNT)).unwrap();
+        let version = detect_cgroup_version(Path::new(crate::cm::HOST_MOUNT)).unwrap();
         let tree = CgroupTree::host(version).unwrap();
         if !version.uses_v1_controllers() {
             assert!(matches!(

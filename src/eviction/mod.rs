@@ -13,12 +13,22 @@
 //! - [`memcg`]: that notification on cgroup v1 (an eventfd on `cgroup.event_control`).
 //! - [`local_storage`]: emptyDir `sizeLimit` and ephemeral-storage limit violations.
 
-pub(crate) mod admission;
-pub(crate) mod config;
-pub(crate) mod local_storage;
-pub(crate) mod manager;
-pub(crate) mod memcg;
-pub(crate) mod messages;
-pub(crate) mod rank;
-pub(crate) mod reclaim;
-pub(crate) mod signals;
+mod admission;
+mod config;
+mod local_storage;
+mod manager;
+mod memcg;
+mod messages;
+mod rank;
+mod reclaim;
+mod signals;
+
+// The manager and what the agent wires into it; its view for the server.
+pub(crate) use config::EvictionConfig;
+pub(crate) use manager::{Manager, ManagerDeps, RECLAIM_SETTLE, StatusView};
+pub(crate) use memcg::MemcgNotifier;
+pub(crate) use reclaim::ThresholdNotifier;
+// Admission under node pressure.
+pub(crate) use admission::PressureAdmission;
+// The flag-value parsers and checks the settings use.
+pub(crate) use config::{check_soft, parse_grace_periods, parse_min_reclaim};

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use crate::contracts::Signal;
 use crate::contracts::Snapshot;
 use crate::pod::pod_uid;
-use crate::stats::volumes::VolumeUsage;
+use crate::stats::VolumeUsage;
 
 /// What one pod uses, as far as it was measured.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -503,7 +503,7 @@ mod tests {
     fn disk_stats_count_layers_logs_and_volumes_by_filesystem() {
         use super::super::signals::tests::{cgroup, fs, snapshot};
         use crate::contracts::{ContainerReading, PodReading};
-        use crate::stats::volumes::{PodUsage, Usage};
+        use crate::stats::{PodUsage, Usage};
         use std::time::SystemTime;
         let t = SystemTime::UNIX_EPOCH;
         let mut snap = snapshot(t);

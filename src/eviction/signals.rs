@@ -126,7 +126,7 @@ pub(crate) fn fresh(snapshot: &Snapshot, now: SystemTime) -> bool {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::contracts::{CgroupReading, MemoryReading, NodeReading};
 

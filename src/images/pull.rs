@@ -179,9 +179,9 @@ impl ImagePuller {
         };
         let started = tokio::time::Instant::now();
         event(Normal, reason::PULLING, &format!("Pulling image {image:?}"));
-        crate::metrics::startup::pull_started(uid);
+        crate::metrics::pull_started(uid);
         let pulled = cri.pull_image(image, Some(sandbox_config.clone())).await;
-        crate::metrics::startup::pull_finished(uid);
+        crate::metrics::pull_finished(uid);
         match pulled {
             Ok(image_ref) => {
                 let pulled = started.elapsed();

@@ -10,8 +10,26 @@
 //! - `hooks`: rules the runtime runs before creating and starting a container.
 //! - `prediction`: peak prediction from the cache and the reclaimable resources.
 
-pub(crate) mod advisor;
-pub(crate) mod hooks;
-pub(crate) mod metriccache;
-pub(crate) mod prediction;
-pub(crate) mod qosmanager;
+mod advisor;
+mod hooks;
+mod metriccache;
+mod prediction;
+mod qosmanager;
+
+// The metric advisor and its series, for the agent, the server and the stats.
+/// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
+#[doc(hidden)]
+pub use advisor::bench as advisor_bench;
+pub(crate) use advisor::{Advisor, AdvisorDeps, DebugQuery, ManagedPods, debug_query};
+pub(crate) use metriccache::MetricCache;
+// Peak prediction: the server, its collector and inputs, and what `/debug` serves.
+pub(crate) use prediction::metrics::{PredictionCollector, PredictionInputs};
+pub(crate) use prediction::predictor::ResourceAmount;
+pub(crate) use prediction::view::{Served, pod_input};
+pub(crate) use prediction::{PredictServer, PredictionConfig};
+// The QoS manager, its configuration (`--qos-config`), and the runtime hooks it asks for.
+pub(crate) use hooks::hook_rules;
+#[cfg(test)]
+pub(crate) use qosmanager::config::Strategies;
+pub(crate) use qosmanager::config::{QosConfig, load_qos_config};
+pub(crate) use qosmanager::{QosDeps, QosManager};

@@ -18,7 +18,7 @@ use super::csr::{self, CsrError};
 use super::kubeconfig;
 
 /// kubelet's bound on waiting for the bootstrap certificate.
-pub(crate) const WAIT: Duration = Duration::from_secs(3600);
+pub(crate) const BOOTSTRAP_WAIT: Duration = Duration::from_secs(3600);
 
 /// Why the bootstrap failed.
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +111,7 @@ pub(crate) struct Bootstrap {
     pub bootstrap_kubeconfig: PathBuf,
     pub cert_dir: PathBuf,
     pub node_name: String,
-    /// How long to wait for the certificate ([`WAIT`]).
+    /// How long to wait for the certificate ([`BOOTSTRAP_WAIT`]).
     pub wait: Duration,
 }
 

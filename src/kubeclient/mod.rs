@@ -10,13 +10,13 @@
 //!
 //! Without `--kubeconfig` none of this is built and oxlet stays standalone.
 
-pub(crate) mod bootstrap;
+mod bootstrap;
 mod cert_store;
 mod client_cert;
 mod csr;
 mod kubeconfig;
 mod ratelimit;
-pub(crate) mod rotation;
+mod rotation;
 #[cfg(test)]
 mod rotation_tests;
 
@@ -30,10 +30,12 @@ use std::time::Duration;
 
 use kube::client::ClientBuilder;
 
-pub(crate) use bootstrap::Bootstrap;
+pub(crate) use bootstrap::{BOOTSTRAP_WAIT, Bootstrap};
 pub(crate) use kubeconfig::KubeconfigError;
 use ratelimit::RateLimitLayer;
 pub(crate) use ratelimit::TokenBucket;
+// Client certificate rotation, for the agent to run beside the clients.
+pub(crate) use rotation::{ROTATION_WAIT, Rotation};
 
 /// The settings the clients are built with (from `Options`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

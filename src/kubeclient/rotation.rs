@@ -23,7 +23,7 @@ use super::client_cert::{CertSlot, IdentityError};
 use super::kubeconfig;
 
 /// client-go's `certificateWaitTimeout` for a rotation's CSR.
-pub(crate) const WAIT: Duration = Duration::from_secs(15 * 60);
+pub(crate) const ROTATION_WAIT: Duration = Duration::from_secs(15 * 60);
 /// client-go's back-off: 2 s, doubling, jitter 0.1, five steps; then every 32 s.
 const BACKOFF_INITIAL: Duration = Duration::from_secs(2);
 const BACKOFF_MAX: Duration = Duration::from_secs(32);
@@ -133,7 +133,7 @@ pub(crate) struct Rotation {
     pub slot: CertSlot,
     /// A client presenting the slot's certificate (the main client).
     pub client: kube::Client,
-    /// How long one CSR is waited on ([`WAIT`]).
+    /// How long one CSR is waited on ([`ROTATION_WAIT`]).
     pub wait: Duration,
     /// The random draw of the first deadline (so the start-up log names the deadline
     /// the task keeps); each new certificate gets a fresh one.

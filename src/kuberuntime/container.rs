@@ -297,7 +297,7 @@ pub(crate) fn container_log_dir(pod_log_dir: &Path, name: &str) -> Result<PathBu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cm::resources::milli_cpu_to_shares;
+    use crate::cm::milli_cpu_to_shares;
     use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -450,7 +450,7 @@ mod tests {
         };
         pod.spec.as_mut().unwrap().containers.push(side);
         let env = PodEnv {
-            allocatable: crate::cm::allocatable::NodeResources {
+            allocatable: crate::cm::NodeResources {
                 memory_bytes: 2 << 30,
                 ..Default::default()
             },

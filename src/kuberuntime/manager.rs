@@ -943,8 +943,8 @@ impl RuntimeManager {
             image_ref,
             env,
             mounts,
-            oom_score_adj: crate::cm::qos::clamp_oom_score_adj(
-                crate::cm::qos::container_oom_score_adj(pod, c, self.sandbox_env.node_memory_bytes),
+            oom_score_adj: crate::cm::clamp_oom_score_adj(
+                crate::cm::container_oom_score_adj(pod, c, self.sandbox_env.node_memory_bytes),
                 self.sandbox_env.min_oom_score_adj,
             ),
             cfs_period_us: self.sandbox_env.cfs_period_us,

@@ -708,7 +708,7 @@ fn one_removal_per_container_at_a_time() {
 /// The hook point: rules change the CreateContainer request the runtime sends.
 #[tokio::test(start_paused = true)]
 async fn container_hooks_shape_the_create_request() {
-    use crate::koord::qosmanager::config::{QosConfig, Strategies};
+    use crate::koord::{QosConfig, Strategies};
     use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let fake = Arc::new(crate::cri::FakeRuntime::new());
@@ -725,7 +725,7 @@ async fn container_hooks_shape_the_create_request() {
     let node = FakeNode {
         manager: Arc::new(
             FakeNode::manager_over(&fake, &dir)
-                .with_container_hooks(crate::koord::hooks::rules(&cfg)),
+                .with_container_hooks(crate::koord::hook_rules(&cfg)),
         ),
         fake,
         dir,

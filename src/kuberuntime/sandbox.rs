@@ -52,7 +52,7 @@ pub(crate) struct SandboxEnv {
     pub security: crate::podenv::SecuritySettings,
     /// Node allocatable: the downward API's value of a limit a container does not set,
     /// and the size of a Memory emptyDir.
-    pub allocatable: crate::cm::allocatable::NodeResources,
+    pub allocatable: crate::cm::NodeResources,
 }
 
 /// `<podLogsDir>/<namespace>_<name>_<uid>`: kubelet's pod log directory. Each part must
@@ -163,7 +163,7 @@ pub(crate) fn sandbox_config(
 /// each in container-resource form (`calculateLinuxResources`). A quantity that
 /// cannot be read (manifest validation refuses those) leaves both unset.
 fn sandbox_resources(pod: &Pod, cfs_period_us: Option<i64>) -> cri::LinuxPodSandboxConfig {
-    use crate::cm::resources::{milli_cpu_to_quota, milli_cpu_to_shares, sandbox_amounts};
+    use crate::cm::{milli_cpu_to_quota, milli_cpu_to_shares, sandbox_amounts};
     let Ok(amounts) = sandbox_amounts(pod) else {
         return cri::LinuxPodSandboxConfig::default();
     };

@@ -4,8 +4,8 @@
 use prometheus::proto::{MetricFamily, MetricType};
 
 use super::buckets;
-use super::kubelet::Kubelet;
-use super::probes::Probes;
+use super::kubelet_families::Kubelet;
+use super::probe_families::Probes;
 
 const C: MetricType = MetricType::COUNTER;
 const G: MetricType = MetricType::GAUGE;
@@ -221,18 +221,16 @@ fn kubelet_families_match_kubelets_names_types_labels_and_buckets() {
     let k = Kubelet::new().unwrap();
     touch_all(&k);
     // The log usage gauge is a collector the agent registers (as kubelet does).
-    let usage = std::sync::Arc::new(crate::stats::volumes::VolumeUsage::default());
+    let usage = std::sync::Arc::new(crate::stats::VolumeUsage::default());
     usage.set(
         "u",
-        crate::stats::volumes::PodUsage {
+        crate::stats::PodUsage {
             container_logs: vec![("c".into(), Default::default())],
             ..Default::default()
         },
     );
     k.registry
-        .register(Box::new(
-            crate::stats::log_metrics::LogMetrics::new(usage).unwrap(),
-        ))
+        .register(Box::new(crate::stats::LogMetrics::new(usage).unwrap()))
         .unwrap();
     let fams = k.registry.gather();
     assert_eq!(shape(&fams), want(KUBELET_FAMILIES));

@@ -5,14 +5,14 @@
 //! they count happen deep in the CRI client, the PLEG, the pod workers and the probers,
 //! and threading a handle through every one of them would touch every constructor for
 //! no gain (there is one agent per process). Tests that need isolation build their own
-//! [`kubelet::Kubelet`] or [`probes::Probes`].
+//! [`kubelet_families::Kubelet`] or [`probe_families::Probes`].
 
-pub(crate) mod buckets;
-pub(crate) mod http;
-pub(crate) mod kubelet;
-pub(crate) mod probes;
+mod buckets;
+mod http;
+mod kubelet_families;
+mod probe_families;
 mod process;
-pub(crate) mod startup;
+mod startup;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -20,8 +20,18 @@ use std::time::Duration;
 use prometheus::core::Collector;
 use prometheus::{Encoder, TextEncoder};
 
-use kubelet::Kubelet;
-use probes::Probes;
+use kubelet_families::Kubelet;
+use probe_families::Probes;
+
+// The servers' side: the exposition (gzip when asked) and the read-only server's HTTP metrics.
+pub(crate) use http::{exposition, track_readonly};
+// What callers record through the registries' families.
+pub(crate) use kubelet_families::WorkingPods;
+pub(crate) use probe_families::{ProbeOutcome, ProbeSeries};
+// Pod startup latency: pull windows and the one-time observations.
+pub(crate) use startup::{
+    forget_pod_pulls, pod_first_seen, pod_running, pull_finished, pull_started, status_synced,
+};
 
 /// The text exposition format kubelet serves.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -82,7 +92,7 @@ pub(crate) fn set_node_name(node: &str) {
 
 /// One CRI call, as kubelet's instrumented runtime service records it.
 pub(crate) fn cri_call(method: &str, took: Duration, ok: bool) {
-    let op = kubelet::cri_operation(method);
+    let op = kubelet_families::cri_operation(method);
     let k = kubelet();
     k.runtime_operations.with_label_values(&[op]).inc();
     k.runtime_operations_duration
@@ -120,7 +130,7 @@ pub(crate) fn cgroup_op<T>(operation: &str, op: impl FnOnce() -> T) -> T {
 pub(crate) fn image_pulled(size: u64, took: Duration) {
     KUBELET
         .image_pull_duration
-        .with_label_values(&[kubelet::image_size_class(size)])
+        .with_label_values(&[kubelet_families::image_size_class(size)])
         .observe(took.as_secs_f64());
 }
 
@@ -146,7 +156,7 @@ pub(crate) fn pod_started(total: Duration, pulling: Option<Duration>) {
         .observe(total.as_secs_f64());
     k.pod_start_sli_duration
         .with_label_values(&[] as &[&str])
-        .observe(kubelet::pod_start_sli(total, pulling).as_secs_f64());
+        .observe(kubelet_families::pod_start_sli(total, pulling).as_secs_f64());
 }
 
 #[cfg(test)]

@@ -76,12 +76,12 @@ pub(crate) fn pull_finished(uid: &str) {
 }
 
 /// The pod is gone: its window goes too.
-pub(crate) fn forget(uid: &str) {
+pub(crate) fn forget_pod_pulls(uid: &str) {
     PULLS.forget(uid);
 }
 
 /// When the agent first saw the pod (the merger's `kubernetes.io/config.seen`).
-pub(crate) fn first_seen(pod: &Pod) -> Option<Timestamp> {
+pub(crate) fn pod_first_seen(pod: &Pod) -> Option<Timestamp> {
     pod.metadata
         .annotations
         .as_ref()?
@@ -100,7 +100,7 @@ pub(crate) fn status_synced(pod: &Pod, old_phase: Option<&str>, new_phase: &str,
     let first = old_phase.is_none();
     let started = old_phase == Some("Pending") && new_phase == "Running";
     if (first || started)
-        && let Some(seen) = first_seen(pod)
+        && let Some(seen) = pod_first_seen(pod)
     {
         super::kubelet()
             .pod_start_duration
@@ -117,7 +117,7 @@ pub(crate) fn pod_running(pod: &Pod, now: Timestamp) {
         .creation_timestamp
         .as_ref()
         .map(|t| t.0)
-        .or_else(|| first_seen(pod));
+        .or_else(|| pod_first_seen(pod));
     let Some(created) = created else { return };
     let uid = crate::pod::pod_uid(pod);
     super::pod_started(since(created, now), PULLS.pulling(uid));

@@ -69,7 +69,7 @@ mod tests {
     use super::*;
     use crate::objects::token::bound_request;
     use crate::objects::{ObjectManager, PodObjects, TokenWant};
-    use crate::status::apiserver::tests::client_of;
+    use crate::status::client_of;
 
     fn obj<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
         serde_json::from_value(v).unwrap()

@@ -7,8 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use super::Options;
-use crate::cm::allocatable::Enforced;
-use crate::cm::allocatable::Reserved;
+use crate::cm::{Enforced, Reserved};
 use crate::duration::format_go_duration;
 
 /// A byte count as a Kubernetes quantity, as kubelet echoes the text it was given
@@ -37,13 +36,13 @@ fn path(p: Option<&std::path::PathBuf>) -> Value {
 }
 
 /// A cgroup name as its cgroupfs path, as KubeletConfiguration spells cgroups.
-fn cgroup(n: &crate::cm::name::CgroupName) -> Value {
+fn cgroup(n: &crate::cm::CgroupName) -> Value {
     json!(n.to_cgroupfs().unwrap_or_default())
 }
 
 /// The `kubeletconfig` object of `/configz`; `runtime_endpoint` is the CRI endpoint
 /// oxlet connected to (its managed containerd's when it chose one).
-pub(crate) fn kubelet_config(o: &Options, runtime_endpoint: &str) -> Value {
+pub(crate) fn kubelet_configuration(o: &Options, runtime_endpoint: &str) -> Value {
     let mut m = Map::new();
     pod_sources_and_runtime(&mut m, o, runtime_endpoint);
     servers(&mut m, o);
@@ -313,7 +312,7 @@ mod tests {
         ]);
         let mut o = o;
         o.max_parallel_image_pulls = Some(2);
-        let v = kubelet_config(&o, "unix:///managed/containerd.sock");
+        let v = kubelet_configuration(&o, "unix:///managed/containerd.sock");
         let c = v["kubeletconfig"].as_object().unwrap();
         let fields: Vec<&str> = SETTINGS.iter().filter_map(|s| s.field).collect();
         for f in &fields {

@@ -3,11 +3,11 @@
 //! win), validated before anything starts. Every setting is declared once, in
 //! [`settings::SETTINGS`].
 
-pub(crate) mod configz;
-pub(crate) mod flags;
-pub(crate) mod kubelet_config;
-pub(crate) mod problem;
-pub(crate) mod settings;
+mod configz;
+mod flags;
+mod kubelet_config;
+mod problem;
+mod settings;
 
 use std::ffi::OsString;
 use std::io;
@@ -19,11 +19,11 @@ use flags::FlagValues;
 use kubelet_config::KubeletConfigFile;
 pub(crate) use problem::{ConfigError, Problem};
 pub(crate) use settings::DEFAULT_RUNTIME_ENDPOINT;
+// `/configz`: the settings in use, as kubelet's KubeletConfiguration.
+pub(crate) use configz::kubelet_configuration;
 use settings::{Input, InvalidValue, SETTINGS, Setting};
 
-use crate::cm::allocatable::{NodeAllocatableEnforcement, Reserved};
-use crate::cm::driver::CgroupDriver;
-use crate::cm::name::CgroupName;
+use crate::cm::{CgroupDriver, CgroupName, NodeAllocatableEnforcement, Reserved};
 use crate::contracts::Thresholds;
 
 /// Effective configuration after merging defaults, the config file and flags.
@@ -170,8 +170,8 @@ pub struct Options {
 
 impl Options {
     /// What the container manager starts with, taken from these settings.
-    pub(crate) fn cm_settings(&self) -> crate::cm::startup::CmSettings {
-        crate::cm::startup::CmSettings {
+    pub(crate) fn cm_settings(&self) -> crate::cm::CmSettings {
+        crate::cm::CmSettings {
             fail_cgroup_v1: self.fail_cgroup_v1,
             cgroup_driver: self.cgroup_driver,
             cgroup_driver_explicit: self.cgroup_driver_explicit,
@@ -1122,8 +1122,8 @@ mod tests {
             o.enforce_node_allocatable,
             NodeAllocatableEnforcement {
                 pods: true,
-                system_reserved: Some(crate::cm::allocatable::Enforced::All),
-                kube_reserved: Some(crate::cm::allocatable::Enforced::All)
+                system_reserved: Some(crate::cm::Enforced::All),
+                kube_reserved: Some(crate::cm::Enforced::All)
             }
         );
         assert_eq!(ok(&["--pod-max-pids=4096"]).pod_pids_limit, 4096);
@@ -1134,7 +1134,7 @@ mod tests {
             ])
             .enforce_node_allocatable
             .kube_reserved,
-            Some(crate::cm::allocatable::Enforced::Compressible)
+            Some(crate::cm::Enforced::Compressible)
         );
         assert_eq!(
             ok(&["--enforce-node-allocatable=none"]).enforce_node_allocatable,

@@ -8,9 +8,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::Options;
-use crate::cm::allocatable::{Enforced, NodeAllocatableEnforcement, Reserved};
-use crate::cm::driver::CgroupDriver;
-use crate::cm::name::CgroupName;
+use crate::cm::{CgroupDriver, CgroupName, Enforced, NodeAllocatableEnforcement, Reserved};
 use crate::contracts::{DEFAULT_EVICTION_HARD, Thresholds};
 use crate::duration::{GoDuration, parse_go_duration};
 
@@ -176,8 +174,8 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("", Some("nodeLeaseDurationSeconds"), Int, "40", "SECONDS", "Duration of the node lease; caps the heartbeat client's timeout; config file only", |o, i| Some(parse_int(i.text)?).filter(|n| (1..=i64::from(i32::MAX)).contains(n)).and_then(|n| u64::try_from(n).ok()).map(|n| o.node_lease_duration = std::time::Duration::from_secs(n)).ok_or_else(|| "must be greater than 0".into())),
     // Cluster mode: node registration, node status and the lease.
     row("node-ip", None, Text, "", "IP", "The node's InternalIP address (empty: detected)", |o, i| { o.node_ip = if i.text.is_empty() { None } else { Some(ip(i.text)?) }; Ok(()) }),
-    row("node-labels", None, Map('='), "", "KEY=VALUE,...", "Labels the Node is registered with; kubernetes.io and k8s.io labels only from kubelet's allowed set", |o, i| crate::status::node::labels::node_labels(i.text).map(|l| o.node_labels = l)),
-    row("register-with-taints", None, List, "", "KEY=VALUE:EFFECT,...", "Taints the Node is registered with", |o, i| crate::status::node::labels::taints(i.text).map(|t| o.register_with_taints = t)),
+    row("node-labels", None, Map('='), "", "KEY=VALUE,...", "Labels the Node is registered with; kubernetes.io and k8s.io labels only from kubelet's allowed set", |o, i| crate::status::node_labels(i.text).map(|l| o.node_labels = l)),
+    row("register-with-taints", None, List, "", "KEY=VALUE:EFFECT,...", "Taints the Node is registered with", |o, i| crate::status::node_taints(i.text).map(|t| o.register_with_taints = t)),
     row("register-node", Some("registerNode"), Bool, "true", "true|false", "Create the Node object in the apiserver (false: only update an existing one)", |o, i| parse_bool(i.text).map(|b| o.register_node = b)),
     row("", Some("nodeStatusReportFrequency"), Duration, "5m0s", "DURATION", "How often an unchanged node status is still sent; config file only", |o, i| positive_duration(i.text).map(|d| o.node_status_report_frequency = d)),
     // Events: the event writer's own token bucket (kubelet's event client).
@@ -202,7 +200,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     // Issue 12 (P1): the eviction manager's settings beyond evictionHard; the soft thresholds after their grace periods (their check reads them).
     row("eviction-soft-grace-period", Some("evictionSoftGracePeriod"), Map('='), "", "SIGNAL=DURATION,...", "How long each soft threshold must hold before a pod is evicted", set_eviction_soft_grace),
     row("eviction-soft", Some("evictionSoft"), Map('<'), "", "SIGNAL<VALUE,...", "Soft eviction thresholds, acted on after their grace period", set_eviction_soft),
-    row("eviction-minimum-reclaim", Some("evictionMinimumReclaim"), Map('='), "", "SIGNAL=VALUE,...", "How far above its threshold a signal must get back before the threshold counts as resolved", |o, i| crate::eviction::config::parse_min_reclaim(map_pairs(i.text, '=')?).map(|m| o.eviction_minimum_reclaim = m).map_err(|e| InvalidValue(e.to_string()))),
+    row("eviction-minimum-reclaim", Some("evictionMinimumReclaim"), Map('='), "", "SIGNAL=VALUE,...", "How far above its threshold a signal must get back before the threshold counts as resolved", |o, i| crate::eviction::parse_min_reclaim(map_pairs(i.text, '=')?).map(|m| o.eviction_minimum_reclaim = m).map_err(|e| InvalidValue(e.to_string()))),
     row("eviction-pressure-transition-period", Some("evictionPressureTransitionPeriod"), Duration, "5m0s", "DURATION", "How long a pressure condition stays True after its threshold was last met", |o, i| parse_duration(i.text)?.to_std().map(|d| o.eviction_pressure_transition_period = d).ok_or_else(|| "must not be negative".into())),
     row("eviction-max-pod-grace-period", Some("evictionMaxPodGracePeriod"), Int, "0", "SECONDS", "Longest grace period given to a pod evicted for a soft threshold", |o, i| parse_int(i.text).map(|n| o.eviction_max_pod_grace_period = n)),
 ];
@@ -253,7 +251,7 @@ fn set_node_slo_file(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
         return Ok(());
     }
     let path = PathBuf::from(i.text);
-    crate::koord::qosmanager::config::load(&path).map_err(|e| InvalidValue(e.to_string()))?;
+    crate::koord::load_qos_config(&path).map_err(|e| InvalidValue(e.to_string()))?;
     o.node_slo_file = Some(path);
     Ok(())
 }
@@ -427,9 +425,8 @@ fn set_eviction_hard(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
 }
 
 fn set_eviction_soft_grace(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
-    o.eviction_soft_grace_period =
-        crate::eviction::config::parse_grace_periods(map_pairs(i.text, '=')?)
-            .map_err(|e| InvalidValue(e.to_string()))?;
+    o.eviction_soft_grace_period = crate::eviction::parse_grace_periods(map_pairs(i.text, '=')?)
+        .map_err(|e| InvalidValue(e.to_string()))?;
     Ok(())
 }
 
@@ -437,7 +434,7 @@ fn set_eviction_soft_grace(o: &mut Options, i: Input) -> Result<(), InvalidValue
 fn set_eviction_soft(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     let soft =
         Thresholds::parse(map_pairs(i.text, '<')?).map_err(|e| InvalidValue(e.to_string()))?;
-    crate::eviction::config::check_soft(&soft, &o.eviction_soft_grace_period).map_err(|e| {
+    crate::eviction::check_soft(&soft, &o.eviction_soft_grace_period).map_err(|e| {
         InvalidValue(format!(
             "{e} (set --eviction-soft-grace-period or evictionSoftGracePeriod)"
         ))

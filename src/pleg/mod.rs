@@ -2,7 +2,7 @@
 //! container's state against the previous relist, refreshes the pod cache for pods
 //! that changed, and sends ContainerStarted / ContainerDied / ContainerRemoved events.
 
-pub(crate) mod cache;
+mod cache;
 
 use crate::locks::Locked as _;
 use std::collections::{HashMap, HashSet};
@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-pub(crate) use cache::PodCache;
+pub(crate) use cache::{InspectError, PodCache};
 
 use crate::kuberuntime::RuntimeReader;
 use crate::kuberuntime::{ContainerState, PodRuntimeStatus, RuntimePod};

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceFieldSelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::cm::allocatable::NodeResources;
+use crate::cm::NodeResources;
 use crate::quantity::{self, QuantityError};
 
 /// Facts about the pod's surroundings that env vars may reference.

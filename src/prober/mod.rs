@@ -12,7 +12,7 @@
 mod exec;
 mod grpc;
 mod http;
-pub(crate) mod results;
+mod results;
 mod tcp;
 mod worker;
 

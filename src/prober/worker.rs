@@ -132,8 +132,8 @@ impl Worker {
     }
 
     /// This worker's series on `/metrics/probes`.
-    fn series(&self) -> crate::metrics::probes::ProbeSeries {
-        crate::metrics::probes::ProbeSeries {
+    fn series(&self) -> crate::metrics::ProbeSeries {
+        crate::metrics::ProbeSeries {
             probe_type: self.kind.as_str(),
             container: self.container.name.clone(),
             pod: self.pod.metadata.name.clone().unwrap_or_default(),
@@ -246,9 +246,9 @@ impl Worker {
             ProbeOutcome::Failure(o) => (ProbeResult::Failure, o),
         };
         let measured = match result {
-            ProbeResult::Success => crate::metrics::probes::ProbeOutcome::Successful,
-            ProbeResult::Failure => crate::metrics::probes::ProbeOutcome::Failed,
-            ProbeResult::Unknown => crate::metrics::probes::ProbeOutcome::Unknown,
+            ProbeResult::Success => crate::metrics::ProbeOutcome::Successful,
+            ProbeResult::Failure => crate::metrics::ProbeOutcome::Failed,
+            ProbeResult::Unknown => crate::metrics::ProbeOutcome::Unknown,
         };
         crate::metrics::probes().record(&self.series(), measured, step_start.elapsed());
         if result == ProbeResult::Failure {

@@ -11,7 +11,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::syncloop::monitor::{SyncLoopMonitor, SyncLoopUnhealthy};
+use crate::syncloop::{SyncLoopMonitor, SyncLoopUnhealthy};
 
 /// kubelet's check names, in kubelet's order.
 pub(crate) const CHECKS: [&str; 3] = ["ping", "log", "syncloop"];
@@ -168,7 +168,7 @@ mod tests {
         let h = health();
         h.syncloop.iterated();
         h.syncloop
-            .skipping(&crate::syncloop::monitor::RuntimeUnhealthy::RuntimeDown);
+            .skipping(&crate::syncloop::RuntimeUnhealthy::RuntimeDown);
         let (code, body) = h.report(None);
         assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(

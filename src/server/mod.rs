@@ -4,8 +4,8 @@
 //! It holds no state of its own: it reads the pod and status managers.
 //! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]).
 
-pub(crate) mod conn;
-pub(crate) mod healthz;
+mod conn;
+mod healthz;
 mod stats;
 
 use std::net::SocketAddr;
@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use conn::Limits;
-use healthz::Health;
+pub(crate) use healthz::Health;
 
 use crate::pod::PodManager;
 use crate::pod::pod_uid;
@@ -33,20 +33,20 @@ pub(crate) struct Views {
     pub statuses: Arc<StatusManager>,
     pub health: Health,
     /// The metric advisor's series (prediction and the QoS manager read them too).
-    pub cache: Arc<crate::koord::metriccache::MetricCache>,
+    pub cache: Arc<crate::koord::MetricCache>,
     /// The metric advisor's latest round.
     pub readings: Arc<crate::contracts::LatestReadings>,
     // Issue 13 item 3 (Summary API, /runningpods/, /configz): what those read.
     /// The runtime's view of each pod (`/runningpods/`).
-    pub pod_cache: Arc<crate::pleg::cache::PodCache>,
+    pub pod_cache: Arc<crate::pleg::PodCache>,
     /// Each pod's measured volume and log usage.
-    pub volumes: Arc<crate::stats::volumes::VolumeUsage>,
+    pub volumes: Arc<crate::stats::VolumeUsage>,
     /// The effective configuration as `/configz` serves it.
     pub configz: Arc<serde_json::Value>,
     /// Issue 13 part D: the prediction models (None: prediction is off).
-    pub prediction: Option<crate::koord::prediction::view::Served>,
+    pub prediction: Option<crate::koord::Served>,
     /// Issue 12: the eviction manager's conditions and last observations.
-    pub eviction: Arc<crate::eviction::manager::StatusView>,
+    pub eviction: Arc<crate::eviction::StatusView>,
 }
 
 impl Views {
@@ -97,7 +97,7 @@ async fn predictions(State(v): State<Views>) -> axum::response::Response {
 }
 
 async fn metrics(headers: header::HeaderMap) -> axum::response::Response {
-    crate::metrics::http::exposition(
+    crate::metrics::exposition(
         &headers,
         crate::metrics::CONTENT_TYPE,
         crate::metrics::render_kubelet(),
@@ -105,7 +105,7 @@ async fn metrics(headers: header::HeaderMap) -> axum::response::Response {
 }
 
 async fn probe_metrics(headers: header::HeaderMap) -> axum::response::Response {
-    crate::metrics::http::exposition(
+    crate::metrics::exposition(
         &headers,
         crate::metrics::CONTENT_TYPE,
         crate::metrics::render_probes(),
@@ -113,14 +113,14 @@ async fn probe_metrics(headers: header::HeaderMap) -> axum::response::Response {
 }
 
 /// `/debug/koord/metrics`: one aggregation of the metric cache (see
-/// [`crate::koord::advisor::debug_query`]); a bad or unknown parameter is a 400
+/// [`crate::koord::debug_query`]); a bad or unknown parameter is a 400
 /// naming it.
 async fn koord_metrics(
     State(v): State<Views>,
     axum::extract::Query(pairs): axum::extract::Query<Vec<(String, String)>>,
 ) -> axum::response::Response {
-    let answer = crate::koord::advisor::DebugQuery::from_pairs(&pairs)
-        .and_then(|q| crate::koord::advisor::debug_query(&v.cache, &q));
+    let answer = crate::koord::DebugQuery::from_pairs(&pairs)
+        .and_then(|q| crate::koord::debug_query(&v.cache, &q));
     match answer {
         Ok(json) => (
             [(header::CONTENT_TYPE, "application/json")],
@@ -144,10 +144,10 @@ async fn get_only() -> impl IntoResponse {
 /// and the thresholds met, as JSON.
 /// CPU time per task (`--task-cpu-accounting`); 404 while accounting is off.
 async fn task_cpu() -> axum::response::Response {
-    if !crate::tasks::cpu::enabled() {
+    if !crate::tasks::cpu_accounting_enabled() {
         return not_found().await.into_response();
     }
-    axum::Json(crate::tasks::cpu::snapshot()).into_response()
+    axum::Json(crate::tasks::cpu_snapshot()).into_response()
 }
 
 async fn eviction_status(State(v): State<Views>) -> impl IntoResponse {
@@ -181,9 +181,7 @@ pub(crate) fn read_only_router(views: Views) -> Router {
         .merge(healthz_routes(views.health.clone()))
         .fallback(not_found)
         .with_state(views)
-        .layer(axum::middleware::from_fn(
-            crate::metrics::http::track_readonly,
-        ))
+        .layer(axum::middleware::from_fn(crate::metrics::track_readonly))
 }
 
 fn healthz_routes<S: Clone + Send + Sync + 'static>(health: Health) -> Router<S> {

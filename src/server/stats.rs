@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::Views;
-use crate::stats::{build, resource_metrics};
+use crate::stats::{RESOURCE_METRICS_CONTENT_TYPE, build_summary, render_resource_metrics};
 
 /// go-restful's pretty JSON: one-space indent, no trailing newline.
 fn pretty<T: Serialize>(v: &T) -> Vec<u8> {
@@ -39,7 +39,7 @@ pub(super) async fn summary(State(v): State<Views>, RawQuery(q): RawQuery) -> Re
         )
             .into_response();
     };
-    let s = build::summary(&snap, &v.volumes, only_cpu_and_memory(q.as_deref()));
+    let s = build_summary(&snap, &v.volumes, only_cpu_and_memory(q.as_deref()));
     ([(header::CONTENT_TYPE, "application/json")], pretty(&s)).into_response()
 }
 
@@ -47,11 +47,11 @@ pub(super) async fn resource(State(v): State<Views>, headers: header::HeaderMap)
     let summary = v
         .readings
         .get()
-        .map(|snap| build::summary(&snap, &v.volumes, true));
-    crate::metrics::http::exposition(
+        .map(|snap| build_summary(&snap, &v.volumes, true));
+    crate::metrics::exposition(
         &headers,
-        resource_metrics::CONTENT_TYPE,
-        resource_metrics::render(summary.as_ref()),
+        RESOURCE_METRICS_CONTENT_TYPE,
+        render_resource_metrics(summary.as_ref()),
     )
 }
 

@@ -18,7 +18,7 @@ use crate::contracts::{
 };
 
 /// The whole summary, or the CPU-and-memory-only shape (`?only_cpu_and_memory=true`).
-pub(crate) fn summary(
+pub(crate) fn build_summary(
     snap: &Snapshot,
     volumes: &VolumeUsage,
     only_cpu_and_memory: bool,
@@ -370,7 +370,7 @@ fn pod_cpu_memory(
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+pub(super) mod tests {
     use std::time::Duration;
 
     use super::*;
@@ -494,7 +494,7 @@ pub(crate) mod tests {
 
     #[test]
     fn readings_land_in_kubelets_fields() {
-        let s = summary(&snapshot(), &VolumeUsage::default(), false);
+        let s = build_summary(&snapshot(), &VolumeUsage::default(), false);
         let v = serde_json::to_value(&s).unwrap();
         let node = &v["node"];
         assert_eq!(node["nodeName"], "n1");
@@ -573,7 +573,7 @@ pub(crate) mod tests {
                 ..PodUsage::default()
             },
         );
-        let s = summary(&snapshot(), &volumes, false);
+        let s = build_summary(&snapshot(), &volumes, false);
         let pod = &s.pods[0];
         assert_eq!(pod.volume.len(), 1);
         assert_eq!(pod.volume[0].name, "data");
@@ -600,7 +600,7 @@ pub(crate) mod tests {
         snap.node.max_pid = None;
         snap.node.processes = None;
         snap.pods[0].containers[0].cgroup.memory = None;
-        let v = serde_json::to_value(summary(&snap, &VolumeUsage::default(), false)).unwrap();
+        let v = serde_json::to_value(build_summary(&snap, &VolumeUsage::default(), false)).unwrap();
         for f in ["cpu", "fs", "runtime", "rlimit"] {
             assert!(v["node"].get(f).is_none(), "{f}");
         }
@@ -615,7 +615,7 @@ pub(crate) mod tests {
     fn pod_cpu_and_memory_fall_back_to_the_container_sum() {
         let mut snap = snapshot();
         snap.pods[0].cgroup = None;
-        let s = summary(&snap, &VolumeUsage::default(), false);
+        let s = build_summary(&snap, &VolumeUsage::default(), false);
         let pod = &s.pods[0];
         let cpu = pod.cpu.as_ref().unwrap();
         assert_eq!(cpu.usage_core_nano_seconds, Some(3_000));
@@ -629,13 +629,14 @@ pub(crate) mod tests {
             .as_mut()
             .unwrap()
             .usage_nano_cores = None;
-        let s = summary(&snap, &VolumeUsage::default(), false);
+        let s = build_summary(&snap, &VolumeUsage::default(), false);
         assert_eq!(s.pods[0].cpu.as_ref().unwrap().usage_nano_cores, None);
     }
 
     #[test]
     fn only_cpu_and_memory_has_kubelets_shape() {
-        let v = serde_json::to_value(summary(&snapshot(), &VolumeUsage::default(), true)).unwrap();
+        let v = serde_json::to_value(build_summary(&snapshot(), &VolumeUsage::default(), true))
+            .unwrap();
         let mut keys: Vec<&str> = v["node"]
             .as_object()
             .unwrap()

@@ -10,7 +10,7 @@ use super::summary::{
 };
 
 /// The content type of Prometheus text 0.0.4.
-pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const RESOURCE_METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// One sample: label pairs (sorted by name), value, optional timestamp.
 struct Sample {
@@ -39,7 +39,7 @@ impl Family {
 
 /// The text for `summary`; None means the stats could not be read, which kubelet
 /// reports as `resource_scrape_error 1` and nothing else.
-pub(crate) fn render(summary: Option<&Summary>) -> String {
+pub(crate) fn render_resource_metrics(summary: Option<&Summary>) -> String {
     let mut families = ResourceFamilies::new(summary.is_some());
     if let Some(s) = summary {
         families.collect_node(&s.node);
@@ -350,7 +350,7 @@ mod tests {
     #[test]
     fn before_any_reading_only_the_scrape_error_is_set() {
         assert_eq!(
-            render(None),
+            render_resource_metrics(None),
             "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise\n\
              # TYPE resource_scrape_error gauge\nresource_scrape_error 1\n"
         );
@@ -389,8 +389,9 @@ mod tests {
 
     #[test]
     fn metrics_server_reads_back_the_numbers() {
-        let summary = build::summary(&build::tests::snapshot(), &VolumeUsage::default(), true);
-        let text = render(Some(&summary));
+        let summary =
+            build::build_summary(&build::tests::snapshot(), &VolumeUsage::default(), true);
+        let text = render_resource_metrics(Some(&summary));
         assert_eq!(
             scrape(&text, "node_cpu_usage_seconds_total", None),
             Some((8.0, Some(1_700_000_001_000)))
@@ -437,7 +438,11 @@ mod tests {
             build::tests::at(1_700_000_001) + std::time::Duration::from_millis(123);
         snap.pods[0].containers[0].created_at =
             build::tests::at(1_690_000_001) + std::time::Duration::from_millis(500);
-        let text = render(Some(&build::summary(&snap, &VolumeUsage::default(), true)));
+        let text = render_resource_metrics(Some(&build::build_summary(
+            &snap,
+            &VolumeUsage::default(),
+            true,
+        )));
         assert_eq!(
             scrape(&text, "node_cpu_usage_seconds_total", None),
             Some((8.0, Some(1_700_000_001_123)))

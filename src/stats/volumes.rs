@@ -26,7 +26,7 @@ use crate::pod::pod_uid;
 use crate::safe_path;
 
 /// How often the task looks for pods due (new ones, or measured a period ago).
-pub(crate) const TICK: Duration = Duration::from_secs(1);
+pub(crate) const VOLUME_STATS_TICK: Duration = Duration::from_secs(1);
 /// Most directory entries looked at for one pod in one round.
 pub(crate) const MAX_ENTRIES_PER_POD: usize = 200_000;
 /// Most directory entries looked at in one round, all pods together.
@@ -337,7 +337,7 @@ fn walk(root: &Path, budget: &mut Budget) -> Usage {
 
 /// The refresh period: `configured` (`volumeStatsAggPeriod`), or
 /// `OXLET_TEST_VOLUME_STATS_PERIOD_MS` (test-only: integration tests shorten it).
-pub(crate) fn refresh_period(configured: Duration) -> Duration {
+pub(crate) fn volume_stats_period(configured: Duration) -> Duration {
     std::env::var("OXLET_TEST_VOLUME_STATS_PERIOD_MS")
         .ok()
         .and_then(|v| v.parse().ok())

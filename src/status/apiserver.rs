@@ -356,4 +356,4 @@ fn can_be_deleted(status: &PodStatus) -> bool {
 
 #[cfg(test)]
 #[path = "apiserver_tests.rs"]
-pub(crate) mod tests;
+pub(super) mod tests;

@@ -703,7 +703,7 @@ fn old_of<'a>(list: Option<&'a Vec<ContainerStatus>>, name: &str) -> Option<&'a 
 }
 
 /// The whole API status (kubelet's `generateAPIPodStatus`).
-pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
+pub(crate) fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
     let pod = inputs.pod;
     let (init_statuses, statuses) = container_statuses(inputs);
     let phase = generate_phase(inputs, &init_statuses, &statuses);
@@ -740,7 +740,7 @@ pub(crate) fn generate(inputs: &StatusInputs<'_>) -> PodStatus {
         pod_ip: ips.first().cloned(),
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time: Some(start_time),
-        qos_class: Some(crate::cm::qos::QosClass::of(pod).as_str().to_string()),
+        qos_class: Some(crate::cm::QosClass::of(pod).as_str().to_string()),
         ..Default::default()
     };
     // kubelet's status manager caps termination messages per pod (12 KiB in all).
@@ -893,7 +893,7 @@ pub(crate) fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timest
         phase: Some(Phase::Failed.to_string()),
         reason: Some(reason.to_string()),
         message: Some(format!("{REJECTED_PREFIX}{message}")),
-        qos_class: Some(crate::cm::qos::QosClass::of(pod).as_str().to_string()),
+        qos_class: Some(crate::cm::QosClass::of(pod).as_str().to_string()),
         start_time: Some(seconds(now)),
         ..Default::default()
     }

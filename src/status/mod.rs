@@ -4,14 +4,30 @@
 //! to the apiserver (with `patch`: kubelet's merge rules and the patch) and `mirror`
 //! keeps a mirror pod for each static pod.
 
-pub(crate) mod apiserver;
-pub(crate) mod generate;
-pub(crate) mod lease;
-pub(crate) mod mirror;
-pub(crate) mod node;
+mod apiserver;
+mod generate;
+mod lease;
+mod mirror;
+mod node;
 mod patch;
-pub(crate) mod startup;
-pub(crate) mod terminate;
+mod startup;
+mod terminate;
+
+// Generation: a pod's status from what the runtime and the probes say, for the pod syncer.
+pub(crate) use generate::{StatusInputs, generate_pod_status, rejected, was_rejected};
+pub(crate) use startup::StartupTracker;
+pub(crate) use terminate::terminate_pod_status;
+// Cluster mode: the status writer, mirror pods, the node's lease and its status.
+pub(crate) use apiserver::{Finished, RECONCILE_PERIOD, StatusWriter};
+pub(crate) use lease::LeaseController;
+pub(crate) use mirror::MirrorPods;
+pub(crate) use node::{NodeStatusDeps, NodeStatusTask, Registration, log_node_start};
+// Node pressure, which the eviction manager sets and the node's conditions show.
+pub(crate) use node::{Pressure, PressureSource};
+// The `--node-labels` and `--register-with-taints` parsers.
+#[cfg(test)]
+pub(crate) use apiserver::tests::client_of;
+pub(crate) use node::{node_labels, node_taints};
 
 use crate::locks::{Locked as _, ReadWriteLocked as _};
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus};
 
-use super::generate::{StatusInputs, generate};
+use super::generate::{StatusInputs, generate_pod_status};
 use crate::kuberuntime::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::pod::WaitingReason;
 
@@ -76,7 +76,7 @@ fn gen_with(
     terminating: bool,
 ) -> PodStatus {
     let lookup = move |_: &str| reason.map(|(r, m)| (r, m.to_string()));
-    generate(&StatusInputs {
+    generate_pod_status(&StatusInputs {
         pod: p,
         runtime: rt,
         waiting_reason: &lookup,

@@ -60,7 +60,7 @@ async fn agent_on(node: FakeNode, max_pods: u32, setup: impl FnOnce(&mut SyncLoo
         runtime_name: "fake".into(),
         startup: Default::default(),
         probes: probes.clone(),
-        cm: Arc::new(crate::cm::fake_fs::manager(true).0),
+        cm: Arc::new(crate::cm::fake_manager(true).0),
     });
     let mut sync_loop = SyncLoop::new(SyncLoopDeps {
         pods,

@@ -1,14 +1,14 @@
 //! The sync loop: `sync_loop_iteration` selects over merged pod updates, PLEG events,
 //! the 1 s sync tick and the 2 s housekeeping tick, and hands each pod to its worker.
 
-pub(crate) mod admission;
-pub(crate) mod deadline;
+mod admission;
+mod deadline;
 mod evictor;
-pub(crate) mod monitor;
-pub(crate) mod pod_syncer;
-pub(crate) mod pod_workers;
-pub(crate) mod sysctl_admission;
-pub(crate) mod work_queue;
+mod monitor;
+mod pod_syncer;
+mod pod_workers;
+mod sysctl_admission;
+mod work_queue;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -28,14 +28,22 @@ use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
 use crate::pod::{PodManager, is_api_mirror};
 use crate::pod::{is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeUpdate;
-use crate::status::StatusManager;
-use crate::status::generate::{rejected, was_rejected};
+use crate::status::{StatusManager, rejected, was_rejected};
 use crate::tasks::Tasks;
-use pod_syncer::Syncer;
-use pod_workers::{KillReason, KillRequest, Lifecycle, PodWork, PodWorkers, UpdateType};
-use work_queue::WorkQueue;
+use pod_workers::{KillReason, KillRequest, PodWork, UpdateType};
 
 pub(crate) use evictor::WorkerEvictor;
+// The loop's parts the agent builds: the syncer, the pod workers, the work queue.
+pub(crate) use pod_syncer::Syncer;
+pub(crate) use pod_workers::{Lifecycle, PodWorkers};
+pub(crate) use work_queue::WorkQueue;
+// The admission handlers the loop's own rules contribute to the chain.
+pub(crate) use admission::MaxPods;
+pub(crate) use sysctl_admission::SysctlAdmission;
+// The loop's liveness, for `/healthz`.
+#[cfg(test)]
+pub(crate) use monitor::RuntimeUnhealthy;
+pub(crate) use monitor::{SyncLoopMonitor, SyncLoopUnhealthy, stall_threshold};
 
 /// kubelet's housekeeping period.
 pub(crate) const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);

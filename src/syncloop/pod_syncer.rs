@@ -15,10 +15,9 @@ use crate::pleg::PodCache;
 use crate::pod::PodManager;
 use crate::pod::{Phase, is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeManager;
-use crate::status::StatusManager;
-use crate::status::generate::{StatusInputs, generate};
-use crate::status::startup::StartupTracker;
-use crate::status::terminate::terminate_pod_status;
+use crate::status::{
+    StartupTracker, StatusInputs, StatusManager, generate_pod_status, terminate_pod_status,
+};
 
 /// Everything a pod sync touches.
 pub(crate) struct Syncer {
@@ -68,7 +67,7 @@ impl Syncer {
         let previous = old.clone().or_else(|| pod.status.clone());
         let reasons = self.runtime.reasons();
         let lookup = |name: &str| reasons.get(uid, name);
-        let mut status = generate(&StatusInputs {
+        let mut status = generate_pod_status(&StatusInputs {
             pod,
             runtime: rt,
             waiting_reason: &lookup,
@@ -88,9 +87,9 @@ impl Syncer {
         let old_phase = old
             .as_ref()
             .map(|s| s.phase.as_deref().unwrap_or("Pending"));
-        crate::metrics::startup::status_synced(pod, old_phase, phase.as_str(), now);
+        crate::metrics::status_synced(pod, old_phase, phase.as_str(), now);
         if let Some(stages) = self.startup.observe(pod, rt, &status, now) {
-            crate::metrics::startup::pod_running(pod, now);
+            crate::metrics::pod_running(pod, now);
             let d = stages.durations();
             let total = d.iter().map(|(_, ms)| ms).sum::<f64>();
             info!(
@@ -228,7 +227,7 @@ impl PodSyncer for Syncer {
             (None, None) => return Ok(()),
         };
         self.startup.forget(&uid);
-        crate::metrics::startup::forget(&uid);
+        crate::metrics::forget_pod_pulls(&uid);
         self.probes.remove_pod(&uid);
         // A pod still in the config keeps its (terminal) containers for its status,
         // made final as kubelet's `TerminatePod` (so the status writer can delete it);

@@ -23,7 +23,7 @@ use super::work_queue::{WorkQueue, jitter};
 use crate::cri::CriError;
 use crate::kuberuntime::RuntimePod;
 use crate::kuberuntime::SyncError;
-use crate::pleg::cache::InspectError;
+use crate::pleg::InspectError;
 use crate::pod::{WaitingReason, is_static_pod, pod_full_name, pod_ref, pod_uid};
 use crate::tasks::Tasks;
 
@@ -122,7 +122,7 @@ pub(crate) enum PodSyncError {
     #[error("container {0} is still running after the kill")]
     StillRunning(String),
     #[error(transparent)]
-    Cgroup(#[from] crate::cm::pod_cgroups::PodCgroupError),
+    Cgroup(#[from] crate::cm::PodCgroupError),
     #[error("cannot tear down the pod's volumes: {0}")]
     Volumes(std::io::Error),
 }
@@ -714,7 +714,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         });
         state.restarting.retain(|uid| desired(uid));
         state.restarting.extend(restarted.iter().cloned());
-        let mut working = crate::metrics::kubelet::WorkingPods::default();
+        let mut working = crate::metrics::WorkingPods::default();
         for (uid, s) in &state.pods {
             let lifecycle = match s.lifecycle {
                 Lifecycle::Syncing => "sync",
@@ -842,7 +842,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         let started = Instant::now();
         let update = work.update_type();
         if update == UpdateType::Create
-            && let Some(seen) = crate::metrics::startup::first_seen(&pod)
+            && let Some(seen) = crate::metrics::pod_first_seen(&pod)
         {
             let waited = jiff::Timestamp::now().duration_since(seen);
             crate::metrics::kubelet()

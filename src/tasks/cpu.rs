@@ -34,12 +34,12 @@ impl Counter {
 }
 
 /// Turns accounting on for tasks spawned from now on (called once at start).
-pub(crate) fn enable() {
+pub(crate) fn enable_cpu_accounting() {
     ENABLED.store(true, Ordering::Relaxed);
 }
 
 /// True when accounting is on.
-pub(crate) fn enabled() -> bool {
+pub(crate) fn cpu_accounting_enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
@@ -79,14 +79,14 @@ impl<F: Future> Future for Metered<F> {
 pub(crate) fn metered<F: Future>(name: &'static str, fut: F) -> Metered<F> {
     Metered {
         inner: Box::pin(fut),
-        counter: enabled().then(|| counter(name)),
+        counter: cpu_accounting_enabled().then(|| counter(name)),
     }
 }
 
 /// Runs a synchronous job (a blocking-pool job, or one step of a task), charged to
 /// `name` when on.
 pub(crate) fn metered_sync<T>(name: &'static str, job: impl FnOnce() -> T) -> T {
-    if !enabled() {
+    if !cpu_accounting_enabled() {
         return job();
     }
     let start = thread_cpu_nanos();
@@ -97,7 +97,7 @@ pub(crate) fn metered_sync<T>(name: &'static str, job: impl FnOnce() -> T) -> T 
 
 /// A `'static` name for `name`, made once per distinct name (a collector's
 /// `advisor/<name>`): the names are few and fixed, so the leak is bounded.
-pub(crate) fn intern(name: String) -> &'static str {
+pub(crate) fn intern_task_name(name: String) -> &'static str {
     static NAMES: OnceLock<Mutex<std::collections::BTreeSet<&'static str>>> = OnceLock::new();
     let mut names = NAMES.get_or_init(Mutex::default).locked();
     if let Some(n) = names.get(name.as_str()) {
@@ -118,7 +118,7 @@ pub(crate) struct TaskCpu {
 }
 
 /// Every name's totals since start, by name.
-pub(crate) fn snapshot() -> Vec<TaskCpu> {
+pub(crate) fn cpu_snapshot() -> Vec<TaskCpu> {
     let Some(map) = COUNTERS.get() else {
         return Vec::new();
     };
@@ -149,9 +149,9 @@ mod tests {
     async fn polls_are_charged_to_their_name_only_when_enabled() {
         // Off: passed through, nothing counted.
         metered("test_cpu_off", async { burn(5) }).await;
-        assert!(snapshot().iter().all(|t| t.name != "test_cpu_off"));
+        assert!(cpu_snapshot().iter().all(|t| t.name != "test_cpu_off"));
 
-        enable();
+        enable_cpu_accounting();
         metered("test_cpu_on", async {
             burn(20);
             tokio::task::yield_now().await;
@@ -159,7 +159,7 @@ mod tests {
         })
         .await;
         metered_sync("test_cpu_blocking", || burn(10));
-        let all = snapshot();
+        let all = cpu_snapshot();
         let on = all.iter().find(|t| t.name == "test_cpu_on").unwrap();
         assert_eq!(on.polls, 2, "two polls: before and after the yield");
         assert!(on.cpu_seconds >= 0.039, "{on:?}");

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 
 use super::atomic_writer::{FileProjection, Payload};
 use super::pod_volumes::{self as volumes, VolumeError};
-use crate::cm::allocatable::NodeResources;
+use crate::cm::NodeResources;
 use crate::objects::{self, ObjectError, PodObjects};
 use crate::safe_path;
 

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 
 use super::atomic_writer::{self, AtomicWriteError, FileProjection, Payload};
 use super::object_volumes;
-use crate::cm::allocatable::NodeResources;
+use crate::cm::NodeResources;
 use crate::objects::PodObjects;
 use crate::podenv::DownwardError;
 use crate::safe_path::{self, BeneathError, PathError};
@@ -428,7 +428,7 @@ pub(super) fn tmpfs_size(
     allocatable: &NodeResources,
 ) -> Option<i64> {
     let mut size = allocatable.memory_bytes;
-    if let Ok((limits, declared)) = crate::cm::resources::pod_limits(pod)
+    if let Ok((limits, declared)) = crate::cm::pod_limits(pod)
         && declared.memory
         && let Some(l) = limits.memory_bytes
         && l > 0

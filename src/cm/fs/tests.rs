@@ -380,7 +380,7 @@ fn real_dirs(tree: &CgroupTree, rel: &str) -> Vec<PathBuf> {
 #[test]
 fn v1_for_real_limits_usage_procs_and_removal() {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let version = version::detect(Path::new(super::HOST_MOUNT)).unwrap();
+    let version = version::detect_cgroup_version(Path::new(super::HOST_MOUNT)).unwrap();
     assert!(
         version.uses_v1_controllers(),
         "the test machines run cgroup v1 (hybrid), found {version}"

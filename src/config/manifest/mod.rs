@@ -298,7 +298,7 @@ mod tests {
 /// What the tests of every part share: a good manifest and decoding through
 /// the whole pipeline, as the file source does.
 #[cfg(test)]
-pub(crate) mod test_support {
+mod test_support {
     use super::*;
 
     pub(crate) const PATH: &str = "/etc/pods/a.yaml";

@@ -9,8 +9,7 @@ use std::time::SystemTime;
 
 use super::Shared;
 use super::pods::{ContainerTarget, PodCollector, PodTarget, TargetLister};
-use crate::cm::fs::{CgroupFs, CgroupTree, HOST_MOUNT};
-use crate::cm::resources::ResourceConfig;
+use crate::cm::{CgroupFs, CgroupTree, HOST_MOUNT, ResourceConfig};
 use crate::koord::metriccache::{MetricCache, MetricKind, Sample, label};
 
 struct Fixed(Arc<Vec<Arc<PodTarget>>>);
@@ -34,7 +33,7 @@ pub struct CollectorBench {
 
 impl CollectorBench {
     pub fn create(parent: &str, pods: usize, containers: usize) -> Result<Self, Box<dyn Error>> {
-        let version = crate::cm::version::detect(std::path::Path::new(HOST_MOUNT))?;
+        let version = crate::cm::detect_cgroup_version(std::path::Path::new(HOST_MOUNT))?;
         let tree = CgroupTree::host(version)?;
         let mut targets = Vec::new();
         for p in 0..pods {

@@ -16,10 +16,10 @@ mod network;
 mod node;
 mod perf;
 mod pods;
-pub(crate) mod procfs;
+mod procfs;
 mod psi;
-pub(crate) mod rate;
-pub(crate) mod storage;
+mod rate;
+mod storage;
 mod system;
 
 #[cfg(test)]
@@ -145,7 +145,7 @@ pub(crate) struct AdvisorDeps {
     pub readings: Arc<LatestReadings>,
     pub node_name: String,
     pub proc_root: PathBuf,
-    pub cgroups: crate::cm::fs::CgroupTree,
+    pub cgroups: crate::cm::CgroupTree,
     /// kubelet's `pods` system container (the `kubepods` cgroup), if pods have cgroups.
     pub kubepods: Option<String>,
     pub lister: Box<dyn TargetLister>,
@@ -196,7 +196,7 @@ impl Advisor {
             match c.disabled_reason() {
                 None => {
                     info!(collector = c.name(), interval = ?c.interval(), "metric advisor: collector enabled");
-                    let cpu_name = crate::tasks::cpu::intern(format!("advisor/{}", c.name()));
+                    let cpu_name = crate::tasks::intern_task_name(format!("advisor/{}", c.name()));
                     slots.push(Slot {
                         collector: c,
                         next: now,
@@ -230,7 +230,7 @@ impl Advisor {
                 continue;
             }
             let collect = slot.collector.collect(&mut self.shared);
-            crate::tasks::cpu::metered(slot.cpu_name, collect).await;
+            crate::tasks::metered(slot.cpu_name, collect).await;
             // On a fixed schedule, so a tick that comes a hair early still finds a 1 s
             // collector due; after a stall, from now.
             slot.next += slot.collector.interval();
@@ -241,7 +241,7 @@ impl Advisor {
         }
         let samples = std::mem::take(&mut self.shared.samples);
         let count = samples.len();
-        let stored = crate::tasks::cpu::metered_sync("advisor/cache", || {
+        let stored = crate::tasks::metered_sync("advisor/cache", || {
             let stored = self.cache.append(samples);
             if started.duration_since(self.last_gc) >= GC_INTERVAL {
                 self.cache.gc(now_ms());
@@ -250,7 +250,7 @@ impl Advisor {
             stored
         });
         self.store_node_info();
-        crate::tasks::cpu::metered_sync("advisor/publish", || {
+        crate::tasks::metered_sync("advisor/publish", || {
             self.readings.set(self.snapshot());
         });
         debug!(

@@ -12,7 +12,7 @@ use tracing::debug;
 use super::procfs::{self, CpuJiffies, MemInfo};
 use super::rate::RateTracker;
 use super::{CollectFuture, Collector, NODE_INFO_INTERVAL, RES_USED_INTERVAL, Shared};
-use crate::cm::fs::{CgroupTree, StatReader};
+use crate::cm::{CgroupTree, StatReader};
 use crate::contracts::{CgroupReading, CpuReading, MemoryReading, SystemContainerReading};
 use crate::koord::metriccache::{MetricKind, now_ms};
 
@@ -254,7 +254,7 @@ impl Collector for NodeInfoCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cm::version::CgroupVersion;
+    use crate::cm::CgroupVersion;
 
     fn net_dev(rx: u64) -> String {
         format!(

@@ -12,14 +12,11 @@ use tracing::debug;
 
 use super::rate::RateTracker;
 use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
-use crate::cm::driver::CgroupDriver;
-use crate::cm::fs::{CgroupError, CgroupTree, StatReader};
-use crate::cm::manager::ContainerManager;
+use crate::cm::{CgroupDriver, CgroupError, CgroupTree, ContainerManager, StatReader};
 use crate::contracts::{CgroupReading, ContainerReading, PodReading};
 use crate::koord::metriccache::{MetricKind, label};
-use crate::kuberuntime::ContainerState;
-use crate::kuberuntime::PodRuntimeStatus;
-use crate::pleg::cache::PodCache;
+use crate::kuberuntime::{ContainerState, PodRuntimeStatus};
+use crate::pleg::PodCache;
 use crate::pod::PodManager;
 use crate::pod::pod_uid;
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{CollectFuture, Collector, PSI_INTERVAL, Shared};
-use crate::cm::fs::{CgroupTree, parse_psi};
+use crate::cm::{CgroupTree, parse_psi};
 use crate::contracts::{Pressure, Psi};
 use crate::koord::metriccache::{MetricKind, label, now_ms};
 

@@ -13,10 +13,7 @@ use super::procfs::{
 use super::rate::RateTracker;
 use super::system::system_usage;
 use super::{DebugQuery, Shared, debug_query};
-use crate::cm::driver::CgroupDriver;
-use crate::cm::fs::{CgroupFs, CgroupTree};
-use crate::cm::resources::ResourceConfig;
-use crate::cm::version::CgroupVersion;
+use crate::cm::{CgroupDriver, CgroupFs, CgroupTree, CgroupVersion, ResourceConfig};
 use crate::contracts::{CpuReading, Throttling};
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, Sample, label, now_ms};
 
@@ -360,7 +357,7 @@ fn debug_query_refuses_unknown_keys_and_lists_valid_values() {
 #[tokio::test]
 async fn a_round_publishes_a_snapshot_and_node_samples() {
     // The real procfs and the real cgroup mount, no pods: the node part must be there.
-    let version = crate::cm::version::detect(Path::new(crate::cm::fs::HOST_MOUNT)).unwrap();
+    let version = crate::cm::detect_cgroup_version(Path::new(crate::cm::HOST_MOUNT)).unwrap();
     let tree = CgroupTree::host(version).unwrap();
     let cache = Arc::new(MetricCache::default());
     let readings = Arc::new(crate::contracts::LatestReadings::default());
@@ -443,9 +440,9 @@ fn running_status(uid: &str, ids: &[&str]) -> crate::kuberuntime::PodRuntimeStat
 #[test]
 fn managed_pods_reuse_a_target_until_its_pod_or_status_changes() {
     use super::ManagedPods;
-    use crate::pleg::cache::PodCache;
+    use crate::pleg::PodCache;
     use crate::pod::PodManager;
-    let (cm, _fs) = crate::cm::fake_fs::manager(true);
+    let (cm, _fs) = crate::cm::fake_manager(true);
     let (pods, cache) = (
         Arc::new(PodManager::default()),
         Arc::new(PodCache::default()),

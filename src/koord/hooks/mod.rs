@@ -10,8 +10,7 @@ use std::sync::Arc;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::cm::qos::QosClass;
-use crate::cm::resources::{DEFAULT_CPU_PERIOD_US, MAX_SHARES, MIN_SHARES};
+use crate::cm::{DEFAULT_CPU_PERIOD_US, MAX_SHARES, MIN_SHARES, QosClass};
 use crate::koord::qosmanager::config::QosConfig;
 use crate::kuberuntime::{ContainerHook, ContainerHooks, HookError};
 
@@ -20,7 +19,7 @@ pub(crate) const BATCH_CPU: &str = "kubernetes.io/batch-cpu";
 pub(crate) const BATCH_MEMORY: &str = "kubernetes.io/batch-memory";
 
 /// The rules the config turns on.
-pub(crate) fn rules(cfg: &QosConfig) -> ContainerHooks {
+pub(crate) fn hook_rules(cfg: &QosConfig) -> ContainerHooks {
     let mut rules: Vec<Arc<dyn ContainerHook>> = Vec::new();
     if cfg.cpu_suppress_on() {
         rules.push(Arc::new(BatchResource));
@@ -34,7 +33,7 @@ pub(crate) struct BatchResource;
 /// A batch resource of the container, as a plain integer (`batch-cpu` is counted in
 /// millicores, `batch-memory` in bytes, as koordinator writes them).
 fn amount(c: &Container, which: &str, name: &str) -> Result<Option<i64>, HookError> {
-    let Some(q) = crate::cm::qos::resource(c, which, name) else {
+    let Some(q) = crate::cm::container_resource(c, which, name) else {
         return Ok(None);
     };
     crate::quantity::bytes(q)
@@ -147,7 +146,7 @@ mod tests {
             &[(BATCH_CPU, "1500"), (BATCH_MEMORY, "128Mi")],
         );
         let mut cfg = config(&c);
-        rules(&on()).pre_create(&pod(&c), &c, &mut cfg);
+        hook_rules(&on()).pre_create(&pod(&c), &c, &mut cfg);
         let r = cfg.linux.unwrap().resources.unwrap();
         assert_eq!(r.cpu_shares, 512);
         assert_eq!((r.cpu_period, r.cpu_quota), (100_000, 150_000));
@@ -158,7 +157,7 @@ mod tests {
     fn only_best_effort_pods_and_only_while_suppress_is_on() {
         let c = container(&[(BATCH_CPU, "500")], &[]);
         let mut cfg = config(&c);
-        rules(&QosConfig::default()).pre_create(&pod(&c), &c, &mut cfg);
+        hook_rules(&QosConfig::default()).pre_create(&pod(&c), &c, &mut cfg);
         assert_eq!(
             cfg.linux
                 .as_ref()
@@ -171,7 +170,7 @@ mod tests {
         );
         let burstable = container(&[(BATCH_CPU, "500"), ("cpu", "100m")], &[]);
         let mut cfg = config(&burstable);
-        rules(&on()).pre_create(&pod(&burstable), &burstable, &mut cfg);
+        hook_rules(&on()).pre_create(&pod(&burstable), &burstable, &mut cfg);
         assert_eq!(
             cfg.linux
                 .as_ref()
@@ -185,7 +184,7 @@ mod tests {
         // A bad quantity is the rule's error; the container keeps what it had.
         let bad = container(&[(BATCH_CPU, "lots")], &[]);
         let mut cfg = config(&bad);
-        rules(&on()).pre_create(&pod(&bad), &bad, &mut cfg);
+        hook_rules(&on()).pre_create(&pod(&bad), &bad, &mut cfg);
         assert_eq!(cfg.linux.unwrap().resources.unwrap().cpu_shares, 2);
     }
 }

@@ -97,7 +97,7 @@ impl MetricKind {
 }
 
 /// koordlet's label names.
-pub(crate) mod label {
+pub(super) mod label {
     pub(crate) const POD_UID: &str = "pod_uid";
     pub(crate) const CONTAINER_ID: &str = "container_id";
     /// `cpu`, `mem` or `io`.

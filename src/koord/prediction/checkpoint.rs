@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::Config;
+use super::PredictionConfig;
 use super::histogram::{Buckets, DecayingHistogram, HistogramCheckpoint, HistogramError};
 use super::model::Model;
 
@@ -127,7 +127,7 @@ pub(crate) fn remove(dir: &Path, uid: &str) -> Result<(), CheckpointError> {
 }
 
 /// Reads and decodes one checkpoint file (at most [`MAX_FILE_BYTES`]).
-fn load(cfg: &Config, path: &Path, uid: &str) -> Result<Model, CheckpointError> {
+fn load(cfg: &PredictionConfig, path: &Path, uid: &str) -> Result<Model, CheckpointError> {
     let f = std::fs::File::open(path).map_err(io(path))?;
     let mut body = Vec::new();
     f.take(MAX_FILE_BYTES + 1)
@@ -187,7 +187,7 @@ pub(crate) struct Restored {
 /// reason) or then names an unknown UID is deleted. Files whose names are not model names,
 /// and anything but regular files, are not touched.
 pub(crate) fn restore(
-    cfg: &Config,
+    cfg: &PredictionConfig,
     dir: &Path,
     known: impl Fn(&str) -> bool,
     now_ms: i64,
@@ -252,7 +252,7 @@ mod tests {
     const NOW: i64 = 1_700_006_400_000;
 
     fn model() -> Model {
-        let cfg = Config::default();
+        let cfg = PredictionConfig::default();
         let mut m = Model::new(&cfg, NOW);
         for _ in 0..90 {
             m.add(1.0, 2e9, NOW);
@@ -291,7 +291,7 @@ mod tests {
                 .unwrap()
                 .starts_with("2023-11-15T00:00:01")
         );
-        let (models, r) = restore(&Config::default(), d.path(), |_| true, NOW + 2000);
+        let (models, r) = restore(&PredictionConfig::default(), d.path(), |_| true, NOW + 2000);
         assert_eq!(r.models, vec!["pod-1".to_string()]);
         assert_eq!(models[0].1.prediction(), m.prediction());
         assert_eq!(models[0].1.last_checkpointed_ms, NOW + 1000);
@@ -310,7 +310,7 @@ mod tests {
         std::fs::write(p.join("not a model"), b"x").unwrap();
         std::fs::create_dir(p.join("subdir")).unwrap();
         let known = |u: &str| u != "gone-pod";
-        let (models, mut r) = restore(&Config::default(), p, known, NOW);
+        let (models, mut r) = restore(&PredictionConfig::default(), p, known, NOW);
         r.deleted.sort();
         assert_eq!(models.len(), 1);
         assert_eq!(r.models, vec!["keep".to_string()]);

@@ -11,16 +11,16 @@ use prometheus::proto::MetricFamily;
 use prometheus::{GaugeVec, Opts};
 
 use super::PredictServer;
-use super::predictor::{Amount, Estimate, PodInput};
+use super::predictor::{Estimate, PodInput, ResourceAmount};
 
 /// Reads the pods and allocatable at scrape time.
-pub(crate) type Inputs = Arc<dyn Fn() -> (Vec<PodInput>, Amount) + Send + Sync>;
+pub(crate) type PredictionInputs = Arc<dyn Fn() -> (Vec<PodInput>, ResourceAmount) + Send + Sync>;
 
 /// The collector; register it into the agent's registry.
 pub(crate) struct PredictionCollector {
     server: Arc<PredictServer>,
     node: String,
-    inputs: Inputs,
+    inputs: PredictionInputs,
     reclaimable: GaugeVec,
     peak: GaugeVec,
 }
@@ -31,7 +31,7 @@ impl PredictionCollector {
     pub(crate) fn new(
         server: Arc<PredictServer>,
         node: String,
-        inputs: Inputs,
+        inputs: PredictionInputs,
     ) -> prometheus::Result<Self> {
         let opts = |name: &str, help: &str| Opts::new(name, help).subsystem("koordlet");
         Ok(PredictionCollector {
@@ -55,7 +55,7 @@ impl PredictionCollector {
         })
     }
 
-    fn set(&self, g: &GaugeVec, predictor: &str, a: Amount) {
+    fn set(&self, g: &GaugeVec, predictor: &str, a: ResourceAmount) {
         g.with_label_values(&[&self.node, predictor, "cpu", "core"])
             .set(a.cpu_milli as f64 / 1000.0);
         g.with_label_values(&[&self.node, predictor, "memory", "byte"])
@@ -96,20 +96,20 @@ impl Collector for PredictionCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::koord::prediction::Config;
+    use crate::koord::prediction::PredictionConfig;
     use crate::koord::prediction::model::PriorityClass;
 
     #[test]
     fn gauges_carry_koordlets_name_and_labels() {
         let s = Arc::new(PredictServer::new(
-            Config::default(),
+            PredictionConfig::default(),
             std::path::PathBuf::from("/nonexistent"),
         ));
-        let inputs: Inputs = Arc::new(|| {
+        let inputs: PredictionInputs = Arc::new(|| {
             let pod = PodInput {
                 uid: "a".into(),
                 class: PriorityClass::Prod,
-                request: Amount {
+                request: ResourceAmount {
                     cpu_milli: 2000,
                     memory_bytes: 1 << 32,
                 },
@@ -118,7 +118,7 @@ mod tests {
             };
             (
                 vec![pod],
-                Amount {
+                ResourceAmount {
                     cpu_milli: 8000,
                     memory_bytes: 1 << 34,
                 },

@@ -5,13 +5,13 @@
 //! node's reclaimable resources ([`predictor`]), served as JSON ([`view`]) and as
 //! gauges ([`metrics`]).
 
-pub(crate) mod checkpoint;
-pub(crate) mod histogram;
-pub(crate) mod metrics;
-pub(crate) mod model;
-pub(crate) mod predictor;
-pub(crate) mod training;
-pub(crate) mod view;
+mod checkpoint;
+mod histogram;
+pub(super) mod metrics;
+mod model;
+pub(super) mod predictor;
+mod training;
+pub(super) mod view;
 
 use crate::locks::Locked as _;
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ const HOUR: i64 = 60 * MINUTE;
 
 /// koordlet's prediction config (`NewDefaultConfig`), durations in ms.
 #[derive(Debug, Clone)]
-pub(crate) struct Config {
+pub(crate) struct PredictionConfig {
     pub cold_start_ms: i64,
     pub safety_margin_percent: i64,
     pub memory_half_life_ms: i64,
@@ -42,9 +42,9 @@ pub(crate) struct Config {
     pub checkpoint_max_per_step: usize,
 }
 
-impl Default for Config {
-    fn default() -> Config {
-        Config {
+impl Default for PredictionConfig {
+    fn default() -> PredictionConfig {
+        PredictionConfig {
             cold_start_ms: 24 * HOUR,
             safety_margin_percent: 10,
             memory_half_life_ms: 24 * HOUR,
@@ -57,7 +57,7 @@ impl Default for Config {
     }
 }
 
-impl Config {
+impl PredictionConfig {
     pub(crate) fn predictor(&self) -> predictor::PredictorConfig {
         predictor::PredictorConfig {
             cold_start_ms: self.cold_start_ms,
@@ -69,14 +69,14 @@ impl Config {
 /// The models, their checkpoint directory and whether a round has run.
 #[derive(Debug)]
 pub(crate) struct PredictServer {
-    cfg: Config,
+    cfg: PredictionConfig,
     dir: PathBuf,
     models: Mutex<Models>,
     synced: AtomicBool,
 }
 
 impl PredictServer {
-    pub(crate) fn new(cfg: Config, dir: PathBuf) -> PredictServer {
+    pub(crate) fn new(cfg: PredictionConfig, dir: PathBuf) -> PredictServer {
         PredictServer {
             cfg,
             dir,
@@ -85,7 +85,7 @@ impl PredictServer {
         }
     }
 
-    pub(crate) fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &PredictionConfig {
         &self.cfg
     }
 
@@ -227,7 +227,7 @@ mod tests {
     #[test]
     fn checkpoints_go_oldest_first_at_most_12_and_not_within_the_interval() {
         let d = tempfile::tempdir().unwrap();
-        let s = PredictServer::new(Config::default(), d.path().join("cp"));
+        let s = PredictServer::new(PredictionConfig::default(), d.path().join("cp"));
         let now = 1_700_000_000_000;
         {
             let mut m = s.models();
@@ -253,7 +253,7 @@ mod tests {
     #[test]
     fn restored_models_of_unknown_uids_are_forgotten_with_their_files() {
         let d = tempfile::tempdir().unwrap();
-        let s = PredictServer::new(Config::default(), d.path().join("cp"));
+        let s = PredictServer::new(PredictionConfig::default(), d.path().join("cp"));
         let now = 1_700_000_000_000;
         {
             let mut m = s.models();
@@ -263,7 +263,7 @@ mod tests {
         }
         assert_eq!(s.checkpoint(now).len(), 3);
         // A restart: everything that decodes is restored at once.
-        let again = PredictServer::new(Config::default(), d.path().join("cp"));
+        let again = PredictServer::new(PredictionConfig::default(), d.path().join("cp"));
         assert_eq!(again.restore(now).models.len(), 3);
         let mut pod = Pod::default();
         pod.metadata.uid = Some("pod-a".into());

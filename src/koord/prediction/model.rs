@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
-use super::Config;
+use super::PredictionConfig;
 use super::histogram::{Buckets, DecayingHistogram};
 
 pub(crate) const NODE_UID: &str = "__node__";
@@ -109,7 +109,7 @@ pub(crate) struct Model {
 }
 
 impl Model {
-    pub(crate) fn new(cfg: &Config, now_ms: i64) -> Model {
+    pub(crate) fn new(cfg: &PredictionConfig, now_ms: i64) -> Model {
         Model {
             cpu: DecayingHistogram::new(Buckets::cpu(), cfg.cpu_half_life_ms),
             memory: DecayingHistogram::new(Buckets::memory(), cfg.memory_half_life_ms),
@@ -174,7 +174,14 @@ pub(crate) struct Models {
 
 impl Models {
     /// Adds one sample to `uid`'s model, creating it (unless the set is full).
-    pub(crate) fn add(&mut self, cfg: &Config, uid: &str, cpu: f64, memory: f64, now_ms: i64) {
+    pub(crate) fn add(
+        &mut self,
+        cfg: &PredictionConfig,
+        uid: &str,
+        cpu: f64,
+        memory: f64,
+        now_ms: i64,
+    ) {
         if !self.by_uid.contains_key(uid) {
             if self.by_uid.len() >= MAX_MODELS {
                 return;
@@ -264,7 +271,7 @@ mod tests {
 
     #[test]
     fn gc_removes_models_not_updated_for_the_expiration() {
-        let cfg = Config::default();
+        let cfg = PredictionConfig::default();
         let mut m = Models::default();
         m.add(&cfg, "old", 1.0, 1e9, 0);
         m.add(&cfg, "new", 1.0, 1e9, 20 * 60_000);
@@ -275,7 +282,7 @@ mod tests {
 
     #[test]
     fn the_set_is_bounded() {
-        let cfg = Config::default();
+        let cfg = PredictionConfig::default();
         let mut m = Models::default();
         for i in 0..MAX_MODELS + 5 {
             m.add(&cfg, &format!("u{i}"), 1.0, 1.0, 0);

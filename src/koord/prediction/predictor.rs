@@ -11,30 +11,30 @@ use super::model::{Models, PriorityClass, SYS_UID};
 /// CPU in milli-cores, memory in bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Amount {
+pub(crate) struct ResourceAmount {
     pub cpu_milli: i64,
     pub memory_bytes: i64,
 }
 
-impl Amount {
-    fn add(&mut self, o: Amount) {
+impl ResourceAmount {
+    fn add(&mut self, o: ResourceAmount) {
         self.cpu_milli += o.cpu_milli;
         self.memory_bytes += o.memory_bytes;
     }
-    fn sub_floor(self, o: Amount) -> Amount {
-        Amount {
+    fn sub_floor(self, o: ResourceAmount) -> ResourceAmount {
+        ResourceAmount {
             cpu_milli: (self.cpu_milli - o.cpu_milli).max(0),
             memory_bytes: (self.memory_bytes - o.memory_bytes).max(0),
         }
     }
-    fn min(self, o: Amount) -> Amount {
-        Amount {
+    fn min(self, o: ResourceAmount) -> ResourceAmount {
+        ResourceAmount {
             cpu_milli: self.cpu_milli.min(o.cpu_milli),
             memory_bytes: self.memory_bytes.min(o.memory_bytes),
         }
     }
-    fn max(self, o: Amount) -> Amount {
-        Amount {
+    fn max(self, o: ResourceAmount) -> ResourceAmount {
+        ResourceAmount {
             cpu_milli: self.cpu_milli.max(o.cpu_milli),
             memory_bytes: self.memory_bytes.max(o.memory_bytes),
         }
@@ -46,7 +46,7 @@ impl Amount {
 pub(crate) struct PodInput {
     pub uid: String,
     pub class: PriorityClass,
-    pub request: Amount,
+    pub request: ResourceAmount,
     /// metadata.creationTimestamp, Unix ms.
     pub created_ms: Option<i64>,
     /// Deleting, or in a terminal phase.
@@ -63,8 +63,8 @@ pub(crate) struct PredictorConfig {
 /// One sub-predictor's answer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct Estimate {
-    pub reclaimable: Amount,
-    pub peak: Amount,
+    pub reclaimable: ResourceAmount,
+    pub peak: ResourceAmount,
 }
 
 /// The whole answer: the node's (the minimum of both) and per pod.
@@ -76,7 +76,7 @@ pub(crate) struct Reclaimable {
     /// `None` when a class or system model is missing (before the first round).
     pub priority_predictor: Option<Estimate>,
     /// Per pod UID: request − peak, when positive.
-    pub pods: BTreeMap<String, Amount>,
+    pub pods: BTreeMap<String, ResourceAmount>,
 }
 
 fn with_margin(v: i64, margin: i64) -> i64 {
@@ -84,9 +84,9 @@ fn with_margin(v: i64, margin: i64) -> i64 {
 }
 
 /// p95 CPU and p98 memory of `uid` with the margin, or `None` without a model.
-fn peak_of(models: &Models, uid: &str, margin: i64) -> Option<Amount> {
+fn peak_of(models: &Models, uid: &str, margin: i64) -> Option<ResourceAmount> {
     let p = models.by_uid.get(uid)?.prediction();
-    Some(Amount {
+    Some(ResourceAmount {
         cpu_milli: with_margin(p.cpu_milli.p95, margin),
         memory_bytes: with_margin(p.memory_bytes.p98, margin),
     })
@@ -97,16 +97,19 @@ pub(crate) fn reclaimable(
     cfg: PredictorConfig,
     models: &Models,
     pods: &[PodInput],
-    allocatable: Amount,
+    allocatable: ResourceAmount,
     now_ms: i64,
 ) -> Reclaimable {
     let m = cfg.safety_margin_percent;
     let mut out = Reclaimable::default();
-    let (mut unreclaimable, mut unpredicted, mut sum) =
-        (Amount::default(), Amount::default(), Amount::default());
+    let (mut unreclaimable, mut unpredicted, mut sum) = (
+        ResourceAmount::default(),
+        ResourceAmount::default(),
+        ResourceAmount::default(),
+    );
     // The priority predictor sees the pods the pod predictor accepted (koordlet's
     // minPredictor stops at a sub-predictor's error).
-    let mut live_requests = Amount::default();
+    let mut live_requests = ResourceAmount::default();
     for pod in pods.iter().filter(|p| p.class.is_reclaimable()) {
         if pod
             .created_ms
@@ -147,7 +150,7 @@ pub(crate) fn reclaimable(
         });
     }
     out.priority_predictor = prio.map(|p| {
-        let un = Amount {
+        let un = ResourceAmount {
             cpu_milli: with_margin(p.cpu_milli, m),
             memory_bytes: with_margin(p.memory_bytes, m),
         };
@@ -169,7 +172,7 @@ pub(crate) fn reclaimable(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::koord::prediction::Config;
+    use crate::koord::prediction::PredictionConfig;
     use crate::koord::prediction::histogram::Buckets;
 
     const NOW: i64 = 1_700_006_400_000;
@@ -177,11 +180,11 @@ mod tests {
     const GIB: i64 = 1 << 30;
 
     fn cfg() -> PredictorConfig {
-        Config::default().predictor()
+        PredictionConfig::default().predictor()
     }
 
     fn models(rows: &[(&str, f64, f64)]) -> Models {
-        let c = Config::default();
+        let c = PredictionConfig::default();
         let mut m = Models::default();
         for (uid, cpu, mem) in rows {
             m.add(&c, uid, *cpu, *mem, NOW);
@@ -200,7 +203,7 @@ mod tests {
         PodInput {
             uid: uid.into(),
             class,
-            request: Amount {
+            request: ResourceAmount {
                 cpu_milli: cpu,
                 memory_bytes: mem,
             },
@@ -236,7 +239,7 @@ mod tests {
             pod("d", PriorityClass::None, 1000, GIB, 48, true), // terminating
             pod("e", PriorityClass::Prod, 500, GIB, 48, false), // no model
         ];
-        let alloc = Amount {
+        let alloc = ResourceAmount {
             cpu_milli: 8000,
             memory_bytes: 16 * GIB,
         };
@@ -246,7 +249,7 @@ mod tests {
         assert_eq!(r.pods.len(), 1);
         assert_eq!(
             r.pods["a"],
-            Amount {
+            ResourceAmount {
                 cpu_milli: 862,
                 memory_bytes: 4 * GIB - mem_peak_a
             }
@@ -254,7 +257,7 @@ mod tests {
         assert_eq!(r.pod_predictor.reclaimable, r.pods["a"]);
         assert_eq!(
             r.pod_predictor.peak,
-            Amount {
+            ResourceAmount {
                 cpu_milli: 1138 + 1000 + 500,
                 memory_bytes: mem_peak_a + 2 * GIB
             }
@@ -265,14 +268,14 @@ mod tests {
         let mem_un = (mem_edge(g) * 2 + mem_edge(0.0)) * 110 / 100;
         assert_eq!(
             p.peak,
-            Amount {
+            ResourceAmount {
                 cpu_milli: 1758,
                 memory_bytes: mem_un
             }
         );
         assert_eq!(
             p.reclaimable,
-            Amount {
+            ResourceAmount {
                 cpu_milli: 3000 - 1758,
                 memory_bytes: 5 * GIB - mem_un
             }
@@ -290,7 +293,7 @@ mod tests {
     fn allocatable_caps_the_result_and_missing_class_models_leave_the_pod_predictor() {
         let m = models(&[("a", 1.0, 1e9)]);
         let pods = [pod("a", PriorityClass::None, 2000, 4 * GIB, 48, false)];
-        let alloc = Amount {
+        let alloc = ResourceAmount {
             cpu_milli: 1500,
             memory_bytes: GIB,
         };
@@ -299,7 +302,7 @@ mod tests {
         // 1500 − 1138 = 362 < 862; memory: allocatable 1 GiB is below the peak, so 0.
         assert_eq!(
             r.node.reclaimable,
-            Amount {
+            ResourceAmount {
                 cpu_milli: 362,
                 memory_bytes: 0
             }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use tracing::debug;
 
-use super::Config;
+use super::PredictionConfig;
 use super::model::{Models, NODE_UID, PriorityClass, SYS_UID};
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
 
@@ -26,7 +26,7 @@ fn p90(
 
 /// Trains `models` from the cache's last `cfg.training_interval_ms` before `now_ms`.
 pub(crate) fn train(
-    cfg: &Config,
+    cfg: &PredictionConfig,
     models: &mut Models,
     cache: &MetricCache,
     pods: &[Arc<Pod>],
@@ -150,7 +150,7 @@ mod tests {
             pod("c", 9100),
             pod("../x", 9100),
         ];
-        let cfg = Config::default();
+        let cfg = PredictionConfig::default();
         let mut m = Models::default();
         train(&cfg, &mut m, &cache, &pods, NOW);
         let edge = |v: f64| {
@@ -183,7 +183,7 @@ mod tests {
         cache.append(old);
         fill(&cache, MetricKind::NodeMemoryUsage, &[], GIB);
         let mut m = Models::default();
-        train(&Config::default(), &mut m, &cache, &[], NOW);
+        train(&PredictionConfig::default(), &mut m, &cache, &[], NOW);
         assert!(!m.by_uid.contains_key("__node__"));
     }
 }

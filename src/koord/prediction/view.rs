@@ -8,15 +8,15 @@ use serde_json::{Value, json};
 
 use super::PredictServer;
 use super::model::PriorityClass;
-use super::predictor::{Amount, PodInput, Reclaimable, reclaimable};
+use super::predictor::{PodInput, Reclaimable, ResourceAmount, reclaimable};
 
 /// The predictor's view of a pod (phase from `phase`, the status manager's).
 pub(crate) fn pod_input(pod: &Pod, phase: Option<&str>) -> PodInput {
-    let req = crate::cm::resources::pod_requests(pod).unwrap_or_default();
+    let req = crate::cm::pod_requests(pod).unwrap_or_default();
     PodInput {
         uid: crate::pod::pod_uid(pod).to_string(),
         class: PriorityClass::of_pod(pod),
-        request: Amount {
+        request: ResourceAmount {
             cpu_milli: req.cpu_milli.unwrap_or(0),
             memory_bytes: req.memory_bytes.unwrap_or(0),
         },
@@ -27,7 +27,7 @@ pub(crate) fn pod_input(pod: &Pod, phase: Option<&str>) -> PodInput {
                 .creation_timestamp
                 .as_ref()
                 .map(|t| t.0)
-                .or_else(|| crate::metrics::startup::first_seen(pod))
+                .or_else(|| crate::metrics::pod_first_seen(pod))
                 .map_or_else(
                     crate::koord::metriccache::now_ms,
                     jiff::Timestamp::as_millisecond,
@@ -39,7 +39,11 @@ pub(crate) fn pod_input(pod: &Pod, phase: Option<&str>) -> PodInput {
 }
 
 /// The reclaimable resources of `pods` now.
-pub(crate) fn current(s: &PredictServer, pods: &[PodInput], allocatable: Amount) -> Reclaimable {
+pub(crate) fn current(
+    s: &PredictServer,
+    pods: &[PodInput],
+    allocatable: ResourceAmount,
+) -> Reclaimable {
     reclaimable(
         s.config().predictor(),
         &s.models(),
@@ -53,7 +57,7 @@ pub(crate) fn current(s: &PredictServer, pods: &[PodInput], allocatable: Amount)
 pub(crate) fn render(
     s: &PredictServer,
     pods: &[(Arc<Pod>, PodInput)],
-    allocatable: Amount,
+    allocatable: ResourceAmount,
 ) -> Value {
     let inputs: Vec<PodInput> = pods.iter().map(|(_, i)| i.clone()).collect();
     let r = current(s, &inputs, allocatable);
@@ -93,7 +97,7 @@ pub(crate) fn render(
 #[derive(Clone)]
 pub(crate) struct Served {
     pub server: Arc<PredictServer>,
-    pub allocatable: Amount,
+    pub allocatable: ResourceAmount,
 }
 
 impl Served {
@@ -119,13 +123,16 @@ impl Served {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::koord::prediction::Config;
+    use crate::koord::prediction::PredictionConfig;
     use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     #[test]
     fn the_document_lists_models_pods_and_the_node() {
-        let s = Arc::new(PredictServer::new(Config::default(), "/nonexistent".into()));
+        let s = Arc::new(PredictServer::new(
+            PredictionConfig::default(),
+            "/nonexistent".into(),
+        ));
         let now = crate::koord::metriccache::now_ms();
         s.models().add(s.config(), "uid-a", 1.0, 1e9, now);
         let pods = crate::pod::PodManager::default();
@@ -156,7 +163,7 @@ mod tests {
         pods.add_or_update(Arc::new(p));
         let served = Served {
             server: s.clone(),
-            allocatable: Amount {
+            allocatable: ResourceAmount {
                 cpu_milli: 8000,
                 memory_bytes: 16 << 30,
             },

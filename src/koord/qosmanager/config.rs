@@ -119,7 +119,7 @@ pub(crate) enum ConfigError {
 }
 
 /// Reads and validates the file (YAML, of which JSON is a subset).
-pub(crate) fn load(file: &Path) -> Result<QosConfig, ConfigError> {
+pub(crate) fn load_qos_config(file: &Path) -> Result<QosConfig, ConfigError> {
     use std::io::Read;
     let f = std::fs::File::open(file).map_err(|error| ConfigError::Read {
         file: file.to_path_buf(),
@@ -287,7 +287,7 @@ mod tests {
             e.starts_with("node SLO config /etc/slo.yaml: unknown field `bogus`"),
             "{e}"
         );
-        let e = load(Path::new("/nonexistent/slo.yaml"))
+        let e = load_qos_config(Path::new("/nonexistent/slo.yaml"))
             .unwrap_err()
             .to_string();
         assert!(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cm::qos::QosClass;
+use crate::cm::QosClass;
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
 use crate::pod::pod_uid;
 

@@ -13,11 +13,11 @@
 //! cgroup reconcile puts the QoS cgroups' cpu shares back when they drift (on v1
 //! and v2); it is done by the container manager and called from here.
 
-pub(crate) mod config;
-pub(crate) mod cpu_suppress;
-pub(crate) mod inputs;
-pub(crate) mod memory_evict;
-pub(crate) mod metrics;
+pub(super) mod config;
+mod cpu_suppress;
+mod inputs;
+mod memory_evict;
+mod metrics;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cm::ContainerManager;
-use crate::cm::allocatable::NodeResources;
+use crate::cm::{ContainerManager, NodeResources};
 use crate::contracts::{Eviction, Evictor};
 use crate::koord::metriccache::MetricCache;
 use crate::pod::PodManager;

@@ -10,8 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::config::{QosConfig, Strategies};
 use super::*;
-use crate::cm::fake_fs::{FakeCgroupFs, manager};
-use crate::cm::fs::CgroupFs;
+use crate::cm::{CgroupFs, FakeCgroupFs, fake_manager};
 use crate::contracts::{Eviction, Evictor};
 use crate::koord::metriccache::{MetricKind, Sample};
 
@@ -63,7 +62,7 @@ struct Bed {
 }
 
 fn bed(cfg: QosConfig) -> Bed {
-    let (cm, fs) = manager(true);
+    let (cm, fs) = fake_manager(true);
     cm.setup().unwrap();
     let cache = Arc::new(MetricCache::default());
     let pods = Arc::new(PodManager::default());
@@ -205,7 +204,7 @@ fn memory_evict_picks_best_effort_by_usage_then_cools_down() {
 #[test]
 fn cgroup_reconcile_puts_drifted_shares_back() {
     let mut b = bed(on(false, false, true));
-    let drift = crate::cm::resources::ResourceConfig {
+    let drift = crate::cm::ResourceConfig {
         cpu_shares: Some(4096),
         ..Default::default()
     };

@@ -96,7 +96,7 @@ pub(crate) fn node_labels(text: &str) -> Result<BTreeMap<String, String>, Invali
 
 /// `--register-with-taints`: `key=value:Effect` or `key:Effect`, effect one of
 /// NoSchedule, PreferNoSchedule, NoExecute (kubelet's `ParseTaints`).
-pub(crate) fn taints(text: &str) -> Result<Vec<Taint>, InvalidValue> {
+pub(crate) fn node_taints(text: &str) -> Result<Vec<Taint>, InvalidValue> {
     let mut out: Vec<Taint> = Vec::new();
     for item in list_items(text) {
         let Some((kv, effect)) = item.rsplit_once(':') else {
@@ -159,26 +159,26 @@ mod tests {
 
     #[test]
     fn taints_parse_like_kubelet() {
-        let t = taints("dedicated=gpu:NoSchedule,spot:PreferNoSchedule").unwrap();
+        let t = node_taints("dedicated=gpu:NoSchedule,spot:PreferNoSchedule").unwrap();
         assert_eq!(t[0].key, "dedicated");
         assert_eq!(t[0].value.as_deref(), Some("gpu"));
         assert_eq!(t[0].effect, "NoSchedule");
         assert_eq!((t[1].key.as_str(), t[1].value.as_deref()), ("spot", None));
-        assert!(taints("").unwrap().is_empty());
+        assert!(node_taints("").unwrap().is_empty());
         assert!(
-            taints("a=b")
+            node_taints("a=b")
                 .unwrap_err()
                 .0
                 .contains("must be key=value:effect")
         );
         assert!(
-            taints("a=b:Never")
+            node_taints("a=b:Never")
                 .unwrap_err()
                 .0
                 .contains("unsupported taint effect")
         );
         assert!(
-            taints("a:NoSchedule,a=c:NoSchedule")
+            node_taints("a:NoSchedule,a=c:NoSchedule")
                 .unwrap_err()
                 .0
                 .contains("duplicated")

@@ -6,11 +6,11 @@
 //! not re-register; users asked for it). Everything goes through the heartbeat
 //! client; an absent apiserver only delays reports, it never stops the agent.
 
-pub(crate) mod conditions;
-pub(crate) mod failures;
-pub(crate) mod labels;
-pub(crate) mod register;
-pub(crate) mod setters;
+mod conditions;
+mod failures;
+mod labels;
+mod register;
+mod setters;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cm::allocatable::NodeAllocatable;
+use crate::cm::NodeAllocatable;
 use crate::contracts::RuntimeHealth;
 use crate::cri::CriRead as _;
 use crate::cri::RemoteRuntime;
@@ -32,9 +32,10 @@ use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::node::NodeInfo;
 use crate::pleg::PlegStats;
 use crate::status::lease::NodeRef;
-use conditions::PressureSource;
+pub(crate) use conditions::{Pressure, PressureSource};
 use failures::{FailureLog, Verdict};
-use register::Registration;
+pub(crate) use labels::{node_labels, node_taints};
+pub(crate) use register::Registration;
 
 /// kubelet's `nodeStatusUpdateRetry`.
 const UPDATE_RETRIES: usize = 5;
@@ -337,6 +338,6 @@ fn rand_fraction() -> f64 {
 }
 
 /// Logged once at start: the node's registration settings.
-pub(crate) fn log_start(info: &NodeInfo) {
+pub(crate) fn log_node_start(info: &NodeInfo) {
     info!(target: crate::logging::STARTUP_TARGET, node = %info.name, "starting node registration, node status and the node lease");
 }

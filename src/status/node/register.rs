@@ -162,7 +162,7 @@ mod tests {
         let (_d, srv, api) = server().await;
         let reg = Registration {
             labels: BTreeMap::from([("role".into(), "edge".into())]),
-            taints: crate::status::node::labels::taints("dedicated=gpu:NoSchedule").unwrap(),
+            taints: crate::status::node_taints("dedicated=gpu:NoSchedule").unwrap(),
             create: true,
         };
         let n = register(&api, &info("n1"), &reg).await.unwrap();

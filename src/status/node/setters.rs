@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::cm::allocatable::NodeResources;
+use crate::cm::NodeResources;
 use crate::node::{AddressType, NodeInfo};
 
 /// The Kubernetes version oxlet reports as `kubeletVersion`: the newest API it is

@@ -251,13 +251,13 @@ impl Tasks {
     }
 
     /// The number of tasks running in this scope (for tests and the stop log).
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.tracker.len()
     }
 
     /// True when no task runs in this scope.
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.tracker.is_empty()
     }

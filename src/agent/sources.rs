@@ -113,7 +113,7 @@ fn spawn_merger(
     tasks: &Tasks,
 ) -> mpsc::Receiver<PodUpdate> {
     let (update_tx, update_rx) = mpsc::channel(50);
-    let config = PodConfig::new(sources);
+    let config = PodConfig::default();
     let no_sources = sources.is_empty();
     tasks.spawn_critical("config-merger", move |cancel| async move {
         // With no source the merger has nothing to do; the channel stays open so the

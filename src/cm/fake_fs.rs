@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::driver::CgroupDriver;
-use super::fs::{CgroupError, CgroupFs, CgroupUsage};
+use super::fs::{CgroupError, CgroupFs};
 use super::manager::{CmConfig, ContainerManager};
 use super::name::CgroupName;
 use super::resources::{PodCgroupSettings, ResourceConfig};
@@ -149,14 +149,6 @@ impl CgroupFs for FakeCgroupFs {
             .filter(|(p, _)| *p == path || p.starts_with(&below))
             .flat_map(|(_, c)| c.1.clone())
             .collect())
-    }
-
-    fn usage(&self, path: &str) -> Result<CgroupUsage, CgroupError> {
-        let pids = self.procs(path)?.len() as u64;
-        Ok(CgroupUsage {
-            pids,
-            ..CgroupUsage::default()
-        })
     }
 
     fn resources(&self, path: &str) -> Result<ResourceConfig, CgroupError> {

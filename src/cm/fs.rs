@@ -26,23 +26,6 @@ use std::path::PathBuf;
 
 use super::resources::ResourceConfig;
 
-/// What a cgroup uses now (for the eviction manager and the stats).
-#[allow(
-    dead_code,
-    reason = "read by tests only: the eviction manager and the summary read the metric advisor's readings"
-)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct CgroupUsage {
-    /// Memory usage minus inactive file pages (kubelet's working set).
-    pub memory_working_set_bytes: u64,
-    /// Memory usage including the page cache.
-    pub memory_usage_bytes: u64,
-    /// Total CPU time, in nanoseconds.
-    pub cpu_usage_nanos: u64,
-    /// Tasks in the cgroup and below (`pids.current`).
-    pub pids: u64,
-}
-
 /// A cgroup operation that failed, with the file or directory it failed on.
 #[derive(Debug, thiserror::Error)]
 /// The I/O error is part of the message (and not a `source`), so a log line with
@@ -69,13 +52,6 @@ pub(crate) trait CgroupFs: Send + Sync + std::fmt::Debug {
     fn children(&self, path: &str) -> Result<Vec<String>, CgroupError>;
     /// The processes in `path` and below.
     fn procs(&self, path: &str) -> Result<Vec<i32>, CgroupError>;
-    /// What `path` uses now.
-    #[allow(
-        dead_code,
-        reason = "read by tests only: the eviction manager and the summary read the metric advisor's readings"
-    )]
-    fn usage(&self, path: &str) -> Result<CgroupUsage, CgroupError>;
     /// The limits set on `path`, read back.
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     fn resources(&self, path: &str) -> Result<ResourceConfig, CgroupError>;
 }

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::driver::CgroupDriver;
-use super::fs::{CgroupError, CgroupFs, CgroupUsage};
+use super::fs::{CgroupError, CgroupFs};
 use super::name::{CgroupName, NameError};
 use super::qos::QosClass;
 use super::resources::{PodCgroupSettings, ResourceConfig};
@@ -120,27 +120,6 @@ impl ContainerManager {
     /// The cgroup driver, which spells container cgroups too.
     pub(crate) fn driver(&self) -> CgroupDriver {
         self.cfg.driver
-    }
-
-    /// What the pod with `uid` uses now; `None` when it has no cgroup here.
-    #[allow(
-        dead_code,
-        reason = "read by tests only: the eviction manager and the summary read the metric advisor's readings"
-    )]
-    pub(crate) fn pod_usage(&self, uid: &str) -> Option<Result<CgroupUsage, CgroupError>> {
-        let name = self.tracked().get(uid)?.name.clone();
-        let path = self.path(&name).ok()?;
-        Some(self.fs.usage(&path))
-    }
-
-    /// What the pods of `class` use together (for Guaranteed: all of `kubepods`,
-    /// which holds them directly).
-    #[allow(
-        dead_code,
-        reason = "read by tests only: the eviction manager and the summary read the metric advisor's readings"
-    )]
-    pub(crate) fn qos_usage(&self, class: QosClass) -> Result<CgroupUsage, CgroupError> {
-        self.fs.usage(&self.qos_path(class))
     }
 
     /// A QoS cgroup's path (checked when the manager was made).
@@ -307,8 +286,6 @@ mod tests {
         assert!(paths.contains(&"root/kubepods/burstable/podc/ctr".to_string()));
         // a and c still count; b no more.
         assert_eq!(shares(&fs, "root/kubepods/burstable"), Some(204));
-        assert!(cm.pod_usage("b").is_none());
-        assert_eq!(cm.pod_usage("c").unwrap().unwrap().pids, 1);
     }
 
     #[test]

@@ -20,7 +20,6 @@ impl QosTree {
     }
 
     /// `kubepods`: every pod below it; node allocatable limits it.
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     pub(crate) fn kubepods(&self) -> &CgroupName {
         &self.kubepods
     }

@@ -40,7 +40,7 @@ const SCAN_RETRY: Duration = Duration::from_secs(1);
 /// The pods defined at `path` for `node_name`: every good manifest, in file name
 /// order. Bad files are logged and skipped; a missing path is an empty set, and so
 /// is a path that cannot be listed at all (logged).
-#[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+#[cfg(test)]
 pub(crate) fn list_manifests(path: &Path, node_name: &str) -> Vec<Pod> {
     match scan(
         &normalize(path.to_path_buf()),

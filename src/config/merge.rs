@@ -29,9 +29,6 @@ const LOCAL_ANNOTATIONS: [&str; 3] = [
 pub(crate) struct PodConfig {
     /// source → UID → the pod as last merged.
     pods: HashMap<&'static str, HashMap<String, Pod>>,
-    /// Sources the node was configured with; readiness waits for all of them.
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
-    registered: Vec<&'static str>,
     /// Sources that sent at least one snapshot.
     seen: HashSet<&'static str>,
 }
@@ -46,22 +43,6 @@ enum Change {
 }
 
 impl PodConfig {
-    /// A merger expecting snapshots from `sources` (e.g. `[FILE_SOURCE]`).
-    pub(crate) fn new(sources: &[&'static str]) -> Self {
-        PodConfig {
-            registered: sources.to_vec(),
-            ..Default::default()
-        }
-    }
-
-    /// True once every registered source has sent a snapshot: only then may the sync
-    /// loop treat pods it does not know as orphans (a restart must not kill pods whose
-    /// source has not reported yet).
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
-    pub(crate) fn seen_all_sources(&self) -> bool {
-        self.registered.iter().all(|s| self.seen.contains(s))
-    }
-
     /// Replaces the source's pod set with `snapshot` and returns the deltas in
     /// kubelet's order: REMOVE, ADD, UPDATE, DELETE, RECONCILE (empty ones omitted,
     /// except the empty ADD that marks a source's first report).
@@ -307,8 +288,7 @@ mod tests {
 
     #[test]
     fn first_snapshot_adds_with_source_and_seen() {
-        let mut c = PodConfig::new(&[FILE_SOURCE]);
-        assert!(!c.seen_all_sources());
+        let mut c = PodConfig::default();
         let out = c.merge(set(FILE_SOURCE, vec![pod("u1", "a"), pod("u2", "b")]));
         assert_eq!(summary(&out), ops(&[(PodOperation::Add, &["u1", "u2"])]));
         assert_eq!(out[0].source, FILE_SOURCE);
@@ -317,21 +297,19 @@ mod tests {
             let seen = annotation(p, CONFIG_SEEN_ANNOTATION).unwrap();
             assert!(seen.parse::<jiff::Timestamp>().is_ok(), "{seen}");
         }
-        assert!(c.seen_all_sources());
     }
 
     #[test]
     fn first_empty_snapshot_emits_empty_add_once() {
-        let mut c = PodConfig::new(&[FILE_SOURCE]);
+        let mut c = PodConfig::default();
         let out = c.merge(set(FILE_SOURCE, vec![]));
         assert_eq!(summary(&out), ops(&[(PodOperation::Add, &[])]));
-        assert!(c.seen_all_sources());
         assert!(c.merge(set(FILE_SOURCE, vec![])).is_empty());
     }
 
     #[test]
     fn identical_snapshot_emits_nothing() {
-        let mut c = PodConfig::new(&[FILE_SOURCE]);
+        let mut c = PodConfig::default();
         c.merge(set(FILE_SOURCE, vec![pod("u1", "a")]));
         assert!(c.merge(set(FILE_SOURCE, vec![pod("u1", "a")])).is_empty());
         // Local annotations differing is not a change either.
@@ -345,7 +323,7 @@ mod tests {
 
     #[test]
     fn gone_pods_are_removed() {
-        let mut c = PodConfig::new(&[FILE_SOURCE]);
+        let mut c = PodConfig::default();
         c.merge(set(FILE_SOURCE, vec![pod("u1", "a"), pod("u2", "b")]));
         let out = c.merge(set(FILE_SOURCE, vec![pod("u2", "b")]));
         assert_eq!(summary(&out), ops(&[(PodOperation::Remove, &["u1"])]));
@@ -355,7 +333,7 @@ mod tests {
 
     #[test]
     fn spec_label_or_annotation_change_is_update_keeping_seen() {
-        let mut c = PodConfig::new(&[API_SOURCE]);
+        let mut c = PodConfig::default();
         let added = c.merge(set(API_SOURCE, vec![pod("u1", "a")]));
         let seen = annotation(&added[0].pods[0], CONFIG_SEEN_ANNOTATION)
             .unwrap()
@@ -408,7 +386,7 @@ mod tests {
 
     #[test]
     fn change_with_deletion_timestamp_is_delete() {
-        let mut c = PodConfig::new(&[API_SOURCE]);
+        let mut c = PodConfig::default();
         c.merge(set(API_SOURCE, vec![pod("u1", "a")]));
         let mut deleting = pod("u1", "a");
         deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
@@ -422,7 +400,7 @@ mod tests {
 
     #[test]
     fn status_only_change_is_reconcile() {
-        let mut c = PodConfig::new(&[API_SOURCE]);
+        let mut c = PodConfig::default();
         c.merge(set(API_SOURCE, vec![pod("u1", "a")]));
         let mut running = pod("u1", "a");
         running.status.as_mut().unwrap().phase = Some("Running".into());
@@ -437,7 +415,7 @@ mod tests {
 
     #[test]
     fn one_merge_emits_all_kinds_in_kubelet_order() {
-        let mut c = PodConfig::new(&[API_SOURCE]);
+        let mut c = PodConfig::default();
         c.merge(set(
             API_SOURCE,
             vec![
@@ -476,16 +454,15 @@ mod tests {
     #[test]
     fn first_snapshot_with_only_removes_or_reconciles_still_announces() {
         // A first snapshot has nothing to remove or reconcile, so the empty ADD is all.
-        let mut c = PodConfig::new(&[FILE_SOURCE, API_SOURCE]);
+        let mut c = PodConfig::default();
         let out = c.merge(set(API_SOURCE, vec![]));
         assert_eq!(summary(&out), ops(&[(PodOperation::Add, &[])]));
         assert_eq!(out[0].source, API_SOURCE);
-        assert!(!c.seen_all_sources());
     }
 
     #[test]
     fn duplicate_full_names_keep_the_first() {
-        let mut c = PodConfig::new(&[FILE_SOURCE]);
+        let mut c = PodConfig::default();
         let out = c.merge(set(
             FILE_SOURCE,
             vec![
@@ -511,16 +488,14 @@ mod tests {
 
     #[test]
     fn sources_are_independent() {
-        let mut c = PodConfig::new(&[FILE_SOURCE, API_SOURCE]);
+        let mut c = PodConfig::default();
         c.merge(set(FILE_SOURCE, vec![pod("f1", "a")]));
-        assert!(!c.seen_all_sources());
         let out = c.merge(set(API_SOURCE, vec![pod("a1", "a")]));
         assert_eq!(summary(&out), ops(&[(PodOperation::Add, &["a1"])]));
         assert_eq!(
             annotation(&out[0].pods[0], CONFIG_SOURCE_ANNOTATION),
             Some("api")
         );
-        assert!(c.seen_all_sources());
         // Emptying one source removes only its pods.
         let out = c.merge(set(API_SOURCE, vec![]));
         assert_eq!(summary(&out), ops(&[(PodOperation::Remove, &["a1"])]));
@@ -532,7 +507,7 @@ mod tests {
     async fn run_merger_forwards_in_order_and_stops() {
         let (stx, srx) = mpsc::channel(4);
         let (utx, mut urx) = mpsc::channel(50);
-        let task = tokio::spawn(run_merger(PodConfig::new(&[FILE_SOURCE]), srx, utx));
+        let task = tokio::spawn(run_merger(PodConfig::default(), srx, utx));
         stx.send(set(FILE_SOURCE, vec![])).await.unwrap();
         stx.send(set(FILE_SOURCE, vec![pod("u1", "a")]))
             .await
@@ -564,7 +539,7 @@ mod tests {
     async fn run_merger_stops_when_the_sync_loop_is_gone() {
         let (stx, srx) = mpsc::channel(4);
         let (utx, urx) = mpsc::channel(1);
-        let task = tokio::spawn(run_merger(PodConfig::new(&[FILE_SOURCE]), srx, utx));
+        let task = tokio::spawn(run_merger(PodConfig::default(), srx, utx));
         drop(urx);
         tokio::time::timeout(std::time::Duration::from_secs(5), task)
             .await

@@ -12,10 +12,11 @@ pub(crate) trait PodCgroupParent: Send + Sync + std::fmt::Debug {
 }
 
 /// No pod cgroups: every sandbox goes where containerd puts it by default.
-#[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RuntimeDefaultCgroups;
 
+#[cfg(test)]
 impl PodCgroupParent for RuntimeDefaultCgroups {
     fn cgroup_parent(&self, _pod: &Pod) -> String {
         String::new()

@@ -411,14 +411,6 @@ impl FakeRuntime {
         }
     }
 
-    /// The sandbox's pause process dies: it is no longer ready.
-    #[allow(dead_code, reason = "fake runtime API for the probe tests")]
-    pub(crate) fn sandbox_dies(&self, id: &str) {
-        if let Some(s) = self.lock().sandboxes.get_mut(id) {
-            s.ready = false;
-        }
-    }
-
     /// What `ExecSync` in this container returns (default: exit 0, no output).
     pub(crate) fn set_exec_result(&self, id: &str, result: Result<ExecOutput, tonic::Code>) {
         self.lock().exec.insert(id.to_string(), result);

@@ -109,7 +109,7 @@ pub(crate) struct FlagValues {
 
 impl FlagValues {
     /// The text given for the setting `flag`, if any.
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn get(&self, flag: &str) -> Option<&str> {
         self.values.get(flag).map(String::as_str)
     }

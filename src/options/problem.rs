@@ -52,7 +52,7 @@ fn lines(problems: &[Problem]) -> String {
 
 impl ConfigError {
     /// The problems (empty for `Help`).
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn problems(&self) -> &[Problem] {
         match self {
             ConfigError::Help(_) => &[],

@@ -352,7 +352,7 @@ impl GenericPleg {
     }
 
     /// The pods found by the last relist (for housekeeping).
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn snapshot(&self) -> Vec<RuntimePod> {
         self.previous.values().cloned().collect()
     }

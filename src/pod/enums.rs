@@ -31,10 +31,10 @@ macro_rules! api_strings {
 
         impl $name {
             /// Every variant, in declaration order.
-            #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+            #[cfg(test)]
             pub(crate) const ALL: &'static [$name] = &[$($name::$variant,)+];
             /// Every variant's API string, in declaration order.
-            #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+            #[allow(dead_code, reason = "made for every enum; validation messages list some")]
             pub(crate) const NAMES: &'static [&'static str] = &[$($text,)+];
 
             /// The string the Kubernetes API uses.

@@ -40,7 +40,6 @@ impl Pods {
         Some(pod)
     }
 
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
     fn by_full_name(&self, name: &str) -> Option<Arc<Pod>> {
         self.by_full_name
             .get(name)
@@ -107,11 +106,11 @@ impl PodManager {
         });
         pods
     }
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.inner.read_locked().pods.by_uid.len()
     }
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -97,10 +97,7 @@ impl MirrorPods {
     }
 
     /// Asks for a pass now (the static pods or the mirror pods changed).
-    #[cfg_attr(
-        not(test),
-        allow(dead_code, reason = "the sync loop pokes `wake` itself")
-    )]
+    #[cfg(test)]
     pub(crate) fn poke(&self) {
         self.wake.notify_one();
     }

@@ -685,7 +685,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     }
 
     /// UIDs of every worker record.
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn known(&self) -> Vec<String> {
         self.state().pods.keys().cloned().collect()
     }

@@ -123,12 +123,6 @@ fn read_limited(path: &Path, limit: u64) -> io::Result<String> {
     Ok(text)
 }
 
-/// The text of `dir/name`, bounded.
-pub(super) fn read(dir: &Path, name: &str) -> Result<String, CgroupError> {
-    let path = dir.join(name);
-    read_limited(&path, MAX_FILE_BYTES).map_err(|e| err("read", &path, e))
-}
-
 /// The text of `dir/name`, or `None` when the file is not there.
 pub(super) fn read_opt(dir: &Path, name: &str) -> Result<Option<String>, CgroupError> {
     let path = dir.join(name);

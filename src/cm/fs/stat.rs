@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use super::CgroupError;
 use super::files::{self, err};
 use super::tree::{CgroupTree, Hierarchy};
-use crate::contracts::{CgroupReading, MemoryReading, Pressure, Psi, PsiLine, Throttling};
+use crate::contracts::{MemoryReading, Pressure, Psi, PsiLine, Throttling};
 
 /// One line of a pressure file: `some avg10=0.00 avg60=0.00 avg300=0.00 total=0`.
 fn parse_psi_line(line: &str) -> Option<PsiLine> {
@@ -219,8 +219,8 @@ impl CgroupTree {
 
     /// What the cgroup `rel` uses now, read once (opening each file); the advisor
     /// reads through a [`StatReader`](super::StatReader), which keeps them open.
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
-    pub(crate) fn stats(&self, rel: &str) -> Result<CgroupReading, CgroupError> {
+    #[cfg(test)]
+    pub(crate) fn stats(&self, rel: &str) -> Result<crate::contracts::CgroupReading, CgroupError> {
         super::StatReader::with_limit(self.clone(), 0).stats(rel, true)
     }
 }

@@ -134,7 +134,7 @@ impl StatReader {
     }
 
     /// The descriptors kept now (for tests and the bench).
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn kept(&self) -> usize {
         self.kept
     }

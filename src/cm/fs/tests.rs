@@ -145,28 +145,10 @@ fn v2_enables_only_available_controllers_and_keeps_enabled_ones() {
 }
 
 #[test]
-fn v2_usage_procs_and_removal() {
+fn v2_procs_and_removal() {
     let (dir, tree) = v2_tree("cpu memory pids");
     tree.create(POD, &limits()).unwrap();
     let pod = dir.path().join(POD);
-    write(pod.join("memory.current"), "10000000\n");
-    write(
-        pod.join("memory.stat"),
-        "anon 6000000\nfile 4000000\ninactive_file 3000000\nactive_file 1000000\n",
-    );
-    write(
-        pod.join("cpu.stat"),
-        "usage_usec 2500\nuser_usec 2000\nsystem_usec 500\n",
-    );
-    write(pod.join("pids.current"), "3\n");
-    let usage = tree.usage(POD).unwrap();
-    assert_eq!(usage.memory_working_set_bytes, 7_000_000);
-    assert_eq!(usage.memory_usage_bytes, 10_000_000);
-    assert_eq!(usage.cpu_usage_nanos, 2_500_000);
-    assert_eq!(usage.pids, 3);
-    // The working set never goes below zero.
-    write(pod.join("memory.stat"), "inactive_file 20000000\n");
-    assert_eq!(tree.usage(POD).unwrap().memory_working_set_bytes, 0);
 
     // A container cgroup below the pod, with its tasks.
     fs::create_dir(pod.join("ctr1")).unwrap();
@@ -194,11 +176,10 @@ fn v2_reads_are_bounded() {
     let (dir, tree) = v2_tree("cpu memory pids");
     tree.create("kubepods", &ResourceConfig::default()).unwrap();
     let kp = dir.path().join("kubepods");
-    write(kp.join("memory.current"), "1");
-    write(kp.join("memory.stat"), &"x 1\n".repeat(20_000));
-    let err = tree.usage("kubepods").unwrap_err().to_string();
+    write(kp.join("cpu.max"), &"1 ".repeat(40_000));
+    let err = tree.resources("kubepods").unwrap_err().to_string();
     assert!(
-        err.contains("memory.stat") && err.contains("larger than"),
+        err.contains("cpu.max") && err.contains("larger than"),
         "{err}"
     );
 }
@@ -284,19 +265,6 @@ fn v1_usage_and_removal_from_every_hierarchy() {
     let (dir, tree) = v1_tree();
     tree.create(POD, &limits()).unwrap();
     let at = |h: &str| dir.path().join(h).join(POD);
-    write(at("memory").join("memory.usage_in_bytes"), "5000000\n");
-    write(
-        at("memory").join("memory.stat"),
-        "cache 3000000\ninactive_file 9\ntotal_inactive_file 1000000\n",
-    );
-    write(at("cpu,cpuacct").join("cpuacct.usage"), "123456789\n");
-    write(at("pids").join("pids.current"), "2\n");
-    let usage = tree.usage(POD).unwrap();
-    assert_eq!(
-        (usage.memory_working_set_bytes, usage.memory_usage_bytes),
-        (4_000_000, 5_000_000)
-    );
-    assert_eq!((usage.cpu_usage_nanos, usage.pids), (123_456_789, 2));
     // runc puts container cgroups in every hierarchy, hybrid's unified included.
     for h in ["freezer", "unified", "memory"] {
         fs::create_dir_all(at(h).join("ctr")).unwrap();
@@ -440,19 +408,6 @@ fn v1_for_real_limits_usage_procs_and_removal() {
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    // The kernel charges a running task's CPU time when it is next descheduled, so
-    // `sleep` may still be starting up with nothing charged yet: wait for it to sleep.
-    let usage = loop {
-        let usage = tree.usage(&top).unwrap();
-        if usage.cpu_usage_nanos > 0 || std::time::Instant::now() >= deadline {
-            break usage;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
-    assert_eq!(usage.pids, 1, "{usage:?}");
-    assert!(usage.memory_working_set_bytes > 0, "{usage:?}");
-    assert!(usage.memory_usage_bytes >= usage.memory_working_set_bytes);
-    assert!(usage.cpu_usage_nanos > 0, "{usage:?}");
 
     // The kernel refuses while the task is inside.
     let busy = tree.remove(&top).unwrap_err();

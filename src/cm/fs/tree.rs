@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::files::{self, err};
-use super::{CgroupError, CgroupFs, CgroupUsage, v1, v2};
+use super::{CgroupError, CgroupFs, v1, v2};
 use crate::cm::resources::ResourceConfig;
 use crate::cm::version::CgroupVersion;
 
@@ -295,14 +295,6 @@ impl CgroupFs for CgroupTree {
             files::procs_below(&self.dir_in("procs", h, path)?, &mut pids)?;
         }
         Ok(pids.into_iter().collect())
-    }
-
-    fn usage(&self, path: &str) -> Result<CgroupUsage, CgroupError> {
-        if self.version.uses_v1_controllers() {
-            v1::usage(self, path)
-        } else {
-            v2::usage(self, path)
-        }
     }
 
     fn resources(&self, path: &str) -> Result<ResourceConfig, CgroupError> {

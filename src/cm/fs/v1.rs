@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
+use super::CgroupError;
 use super::files::{self, err};
 use super::tree::CgroupTree;
-use super::{CgroupError, CgroupUsage};
 use crate::cm::resources::ResourceConfig;
 
 /// v1 reports "no memory limit" as the largest page-aligned value (2^63 − page size);
@@ -83,33 +83,6 @@ pub(super) fn update(
         files::write(&dir, "pids.max", &value)?;
     }
     Ok(())
-}
-
-/// Working set, cpu time and tasks, as kubelet's stats read them from v1 files.
-pub(super) fn usage(tree: &CgroupTree, rel: &str) -> Result<CgroupUsage, CgroupError> {
-    let memory = tree.controller_dir("usage", "memory", rel)?;
-    let usage_bytes = files::parse_u64(
-        &memory.join("memory.usage_in_bytes"),
-        &files::read(&memory, "memory.usage_in_bytes")?,
-    )?;
-    let stat = files::read(&memory, "memory.stat")?;
-    let inactive = files::stat_field(&stat, "total_inactive_file").unwrap_or(0);
-    let cpuacct = tree.controller_dir("usage", "cpuacct", rel)?;
-    let cpu = files::parse_u64(
-        &cpuacct.join("cpuacct.usage"),
-        &files::read(&cpuacct, "cpuacct.usage")?,
-    )?;
-    let pids_dir = tree.controller_dir("usage", "pids", rel)?;
-    let pids = files::parse_u64(
-        &pids_dir.join("pids.current"),
-        &files::read(&pids_dir, "pids.current")?,
-    )?;
-    Ok(CgroupUsage {
-        memory_working_set_bytes: usage_bytes.saturating_sub(inactive),
-        memory_usage_bytes: usage_bytes,
-        cpu_usage_nanos: cpu,
-        pids,
-    })
 }
 
 /// The limits read back; a file that is not there is `None`.

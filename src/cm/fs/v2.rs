@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
+use super::CgroupError;
 use super::files::{self, err};
 use super::tree::CgroupTree;
-use super::{CgroupError, CgroupUsage};
 use crate::cm::resources::ResourceConfig;
 
 /// The controllers oxlet limits, enabled for its cgroups where the parent has them.
@@ -126,35 +126,6 @@ pub(super) fn update(
         files::write(&dir, "pids.max", &limit(p))?;
     }
     Ok(())
-}
-
-/// Working set (`memory.current` − `inactive_file`), cpu time and tasks.
-pub(super) fn usage(tree: &CgroupTree, rel: &str) -> Result<CgroupUsage, CgroupError> {
-    let dir = files::existing("usage", tree.dir_in("usage", &tree.hierarchies()[0], rel)?)?;
-    let current = files::parse_u64(
-        &dir.join("memory.current"),
-        &files::read(&dir, "memory.current")?,
-    )?;
-    let inactive =
-        files::stat_field(&files::read(&dir, "memory.stat")?, "inactive_file").unwrap_or(0);
-    let cpu_stat = files::read(&dir, "cpu.stat")?;
-    let usage_usec = files::stat_field(&cpu_stat, "usage_usec").ok_or_else(|| {
-        err(
-            "parse",
-            &dir.join("cpu.stat"),
-            std::io::Error::new(std::io::ErrorKind::InvalidData, "no usage_usec"),
-        )
-    })?;
-    let pids = files::parse_u64(
-        &dir.join("pids.current"),
-        &files::read(&dir, "pids.current")?,
-    )?;
-    Ok(CgroupUsage {
-        memory_working_set_bytes: current.saturating_sub(inactive),
-        memory_usage_bytes: current,
-        cpu_usage_nanos: usage_usec.saturating_mul(1000),
-        pids,
-    })
 }
 
 /// The limits read back; a file that is not there is `None`. Shares come back as the

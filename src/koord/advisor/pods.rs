@@ -313,7 +313,7 @@ impl PodCollector {
     }
 
     /// IDs with a previous reading (for tests).
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn tracked(&self) -> usize {
         self.rates.tracked()
     }

@@ -91,7 +91,7 @@ impl RateTracker {
         self.round += 1;
     }
 
-    #[cfg_attr(not(test), allow(dead_code, reason = "used by tests only"))]
+    #[cfg(test)]
     pub(crate) fn tracked(&self) -> usize {
         self.prev.len()
     }

@@ -209,6 +209,9 @@ enum ScanError {
         #[source]
         source: std::io::Error,
     },
+    /// The blocking task that lists the directory panicked or was cancelled.
+    #[error("static pod listing task failed: {0}; keeping the last set of static pods")]
+    Task(#[from] tokio::task::JoinError),
 }
 
 /// Lists `path` once (`confirm`: this is a periodic relist, see [`DecodeCache::pod`]).
@@ -651,7 +654,7 @@ impl FileSource {
 
     /// Runs [`scan`] on a blocking thread (it reads files), lending it the per-file
     /// cache; a failed task is an error like a failed listing.
-    async fn scan_blocking(&mut self, confirm: bool) -> Result<Scan, String> {
+    async fn scan_blocking(&mut self, confirm: bool) -> Result<Scan, ScanError> {
         let (path, node) = (self.path.clone(), self.node_name.clone());
         let mut cache = std::mem::take(&mut self.cache);
         // A short-lived helper, awaited at once: the source task owns it.
@@ -662,14 +665,12 @@ impl FileSource {
         match task.await {
             Ok((s, c)) => {
                 self.cache = c;
-                s.map_err(|e| e.to_string())
+                s
             }
             Err(e) => {
                 // The per-file history went with the task; the next scan rebuilds it.
                 self.cache = DecodeCache::default();
-                Err(format!(
-                    "static pod listing task failed: {e}; keeping the last set of static pods"
-                ))
+                Err(ScanError::Task(e))
             }
         }
     }

@@ -34,6 +34,65 @@ pub(crate) struct Answer {
     pub body: Vec<u8>,
 }
 
+/// A URL as logs and `/configz` may show it: the password in its user info is
+/// replaced by `xxxxx`, as Go's `URL.Redacted` does.
+pub(crate) fn redacted_url(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.into();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let Some((user_info, host)) = rest[..end].rsplit_once('@') else {
+        return url.into();
+    };
+    let Some((user, _password)) = user_info.split_once(':') else {
+        return url.into();
+    };
+    format!("{scheme}://{user}:xxxxx@{host}{}", &rest[end..]).into()
+}
+
+/// The authority without its user info: what a `Host` header carries.
+pub(crate) fn host_of(authority: &str) -> &str {
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+}
+
+/// The `Authorization` value for an authority's user info, which Go's client sends
+/// as Basic auth (percent-decoded); `None` without user info.
+pub(crate) fn basic_auth_of(authority: &str) -> Option<String> {
+    use base64::Engine as _;
+    let (user_info, _) = authority.rsplit_once('@')?;
+    let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
+    let pair = format!("{}:{}", percent_decoded(user), percent_decoded(password));
+    Some(format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    ))
+}
+
+/// `%XX` sequences decoded; anything else kept as it is.
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| char::from(c).to_digit(16);
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                b.get(i + 1).copied().and_then(hex),
+                b.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A plain or TLS stream, so one handshake serves both.
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
@@ -146,5 +205,35 @@ where
         r = &mut send => r,
         // The server closed the connection: whatever the request got is its answer.
         () = &mut conn => send.await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{basic_auth_of, host_of, redacted_url};
+
+    #[test]
+    fn user_info_is_redacted_in_urls_and_sent_as_basic_auth() {
+        assert_eq!(
+            redacted_url("https://bob:s3cr%40t@example.com:8443/p?q=a@b"),
+            "https://bob:xxxxx@example.com:8443/p?q=a@b"
+        );
+        assert_eq!(
+            redacted_url("http://bob@example.com/x"),
+            "http://bob@example.com/x"
+        );
+        assert_eq!(
+            redacted_url("http://example.com/a@b"),
+            "http://example.com/a@b"
+        );
+        assert_eq!(redacted_url("not a url"), "not a url");
+        assert_eq!(host_of("bob:pw@example.com:8443"), "example.com:8443");
+        assert_eq!(host_of("[::1]:80"), "[::1]:80");
+        // "bob:s3cr@t", as Go's SetBasicAuth sends it.
+        assert_eq!(
+            basic_auth_of("bob:s3cr%40t@example.com").as_deref(),
+            Some("Basic Ym9iOnMzY3JAdA==")
+        );
+        assert_eq!(basic_auth_of("example.com"), None);
     }
 }

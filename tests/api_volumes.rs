@@ -215,6 +215,11 @@ async fn cluster_pod_gets_its_files_and_env_and_config_map_changes() {
             .contains("refused")
     );
 
+    // No other local user reads a Secret or a token (kubelet's 0750 data dirs), and the
+    // secret tmpfs is not world-writable. The test's own directories are opened to
+    // others first, so only oxlet's stand in the way.
+    assert_no_local_reader(&ox, &uid);
+
     // env: envFrom with its prefix, env overriding it, key refs; invalid names skipped.
     let env = exec(&bed, &id, "tr '\\0' '\\n' < /proc/1/environ | sort").await;
     let env: Vec<&str> = env.lines().collect();
@@ -412,4 +417,50 @@ async fn missing_config_map_volume_holds_the_sandbox_until_created() {
     api.put(&config_map("x", json!({"k": "v"}))).unwrap();
     let running = ox.wait_api_running("mounter", START).await;
     assert_eq!(uid(&running), pod_uid);
+}
+
+/// Checks the modes of the data dirs and that user `nobody` reaches no pod file.
+fn assert_no_local_reader(ox: &Oxlet, uid: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    for dir in ox.root.ancestors().skip(1) {
+        if dir == std::path::Path::new("/tmp") || dir.parent().is_none() {
+            break;
+        }
+        let m = mode(dir);
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(m | 0o011)).unwrap();
+    }
+    let pods = ox.root.join("pods");
+    let pod_dir = pods.join(uid);
+    for dir in [&pods, &pod_dir, &pod_dir.join("volumes")] {
+        assert_eq!(mode(dir), 0o750, "{}", dir.display());
+    }
+    let secret = pod_dir.join("volumes/kubernetes.io~secret/creds");
+    assert_eq!(mode(&secret) & 0o002, 0, "{:o}", mode(&secret));
+    let nobody = |cmd: &str| {
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+                cmd,
+            ])
+            .output()
+            .unwrap()
+    };
+    // The control: nobody can reach the root dir's parent.
+    let parent = ox.root.parent().unwrap().display().to_string();
+    assert!(nobody(&format!("ls {parent}")).status.success());
+    let token = pod_dir.join("volumes/kubernetes.io~projected");
+    for target in [
+        secret.join("password").display().to_string(),
+        format!("{}/*/token", token.display()),
+    ] {
+        let out = nobody(&format!("cat {target}"));
+        assert!(!out.status.success(), "nobody read {target}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("Permission denied"), "{target}: {err}");
+    }
 }

@@ -1,4 +1,4 @@
-//! Events (issue 11 item 8) with real parts: containerd, the oxlet binary and the
+//! Events with real parts: containerd, the oxlet binary and the
 //! in-repo apiserver. A static pod's container events reach the apiserver as core/v1
 //! Events about the pod and container; a crash loop's BackOff is one Event whose count
 //! grows; standalone, the same events are in oxlet's `-v=3` log.

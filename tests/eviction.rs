@@ -1,4 +1,4 @@
-//! The eviction manager (issue 12) on a real containerd, real cgroups, the real
+//! The eviction manager on a real containerd, real cgroups, the real
 //! oxlet binary and the test apiserver: a hard `memory.available` threshold of
 //! MemTotal is always met (available = MemTotal − working set), so MemoryPressure is
 //! raised on the first cycle with readings, pods are evicted one per cycle in

@@ -1,4 +1,4 @@
-//! Pods' allocatable memory (issue 12) on real cgroups: with `enforceNodeAllocatable`
+//! Pods' allocatable memory on real cgroups: with `enforceNodeAllocatable`
 //! including pods (the default), kubelet copies each hard `memory.available` threshold
 //! to `allocatableMemory.available`, observed on the kubepods cgroup against its limit,
 //! and arms a second memcg notification there. Here the kubepods limit is 512 MiB

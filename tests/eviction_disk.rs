@@ -1,4 +1,4 @@
-//! Disk pressure end to end (issue 12): the real oxlet binary on a real containerd, its
+//! Disk pressure end to end: the real oxlet binary on a real containerd, its
 //! `--root-dir` on a 64 MiB tmpfs so that a pod can fill it. A pod writing 40 MiB into
 //! an emptyDir puts `nodefs.available<50%` over its threshold: DiskPressure rises, a
 //! new pod is refused at admission, the node-level reclaim finds nothing to free, the

@@ -1,4 +1,4 @@
-//! Local storage limit eviction (issue 12 item 6) end to end: the real oxlet binary on
+//! Local storage limit eviction end to end: the real oxlet binary on
 //! a real containerd, an apiserver pod whose container fills an emptyDir past its
 //! `sizeLimit`. The volume usage task measures it, the eviction manager's
 //! `localStorageEviction` check (`src/eviction/local_storage.rs`) finds it and the pod

@@ -1,5 +1,5 @@
 //! A pressure condition clears after the transition period once its threshold is no
-//! longer met (issue 12), on real containerd with the real oxlet binary: an apiserver
+//! Longer met, on real containerd with the real oxlet binary: an apiserver
 //! pod forks 600 processes, `pid.available` is set to be met with 300 more tasks than
 //! the machine has now, so PIDPressure rises; the pod, the one to rank, is evicted, its
 //! processes go, and PIDPressure is gone a transition period later. In a file of its

@@ -1,4 +1,4 @@
-//! Image garbage collection on real containerd (issue 12 part 3): the test bed's image
+//! Image garbage collection on real containerd: the test bed's image
 //! filesystem is a 64 MiB tmpfs; two unused images of random bytes are imported, one
 //! pod runs on the busybox image, and a filler file pushes usage over the 85 % high
 //! threshold. oxlet's image GC (a short test period, no minimum age) removes the

@@ -1,4 +1,4 @@
-//! Issue 11: kind's exact kubelet configuration. The command line is put together the
+//! Kind's exact kubelet configuration. The command line is put together the
 //! way systemd does it on a kind node (the drop-in's `ExecStart` with the variables of
 //! its `Environment=` lines and of `kubeadm-flags.env`), and oxlet is run with it, with
 //! the files it names (`tests/data/kind/`). Only the host paths are moved into a
@@ -164,7 +164,6 @@ fn kinds_flags_config_and_kubeconfig_are_accepted() {
         unimplemented,
         [
             "flag --pod-infra-container-image",
-            "flag --provider-id",
             "flag --fail-swap-on",
             "config field authentication.anonymous.enabled",
             "config field authentication.webhook.enabled",

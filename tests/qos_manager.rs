@@ -1,4 +1,4 @@
-//! The node QoS manager and runtime hooks (issue 13 part E) on a real containerd,
+//! The node QoS manager and runtime hooks on a real containerd,
 //! real cgroups and the real oxlet binary. CPU suppress and memory eviction read the
 //! usage the metric advisor puts in the metric cache.
 

@@ -5,7 +5,7 @@
 //! `stats_and_debug_endpoints` needs only oxlet's own parts (`/configz`,
 //! `/runningpods/`, `/spec` gone, `/stats/summary` and `/metrics/resource` agreeing
 //! on whether the metric advisor has a reading). `summary_matches_the_cgroup_and_the_volume`
-//! needs the metric advisor (issue 13 item 3, first half) to fill the readings.
+//! needs the metric advisor to fill the readings.
 
 mod agent;
 mod common;

@@ -69,7 +69,7 @@ struct Shared {
     metric_cache: Arc<MetricCache>,
     readings: Arc<LatestReadings>,
     runtime_health: Arc<RuntimeHealth>,
-    /// Issue 12: the eviction manager sets it; admission and the node status read it.
+    /// The eviction manager sets it; admission and the node status read it.
     pressure: Arc<PressureSource>,
 }
 

@@ -39,7 +39,7 @@ pub(super) async fn start_host(
     tasks: &Tasks,
 ) -> anyhow::Result<Host> {
     // The root dir holds the pods' ephemeral storage: its filesystem is the capacity.
-    if let Err(e) = std::fs::create_dir_all(&opts.root_dir) {
+    if let Err(e) = crate::volumes::make_data_dirs(&opts.root_dir) {
         warn!(dir = %opts.root_dir.display(), error = %e, "cannot create the root dir");
     }
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods, &opts.root_dir);
@@ -73,7 +73,7 @@ pub(super) async fn start_host(
     })
 }
 
-/// Issue 12 part 3: the image GC loop (kubelet's, every 5 minutes; none when the
+/// The image GC loop (kubelet's, every 5 minutes; none when the
 /// high threshold is 100) and the node-level disk reclaim steps the eviction manager
 /// runs before evicting: dead containers, then unused images.
 pub(super) fn spawn_image_gc(
@@ -347,6 +347,7 @@ pub(super) fn spawn_node_status(
         labels: opts.node_labels.clone(),
         taints: opts.register_with_taints.clone(),
         create: opts.register_node,
+        provider_id: opts.provider_id.clone(),
     };
     let (health, pleg, pressure) = (
         shared.runtime_health.clone(),

@@ -26,7 +26,7 @@ pub(super) fn own_oom_score_adj() -> i64 {
         .unwrap_or(0)
 }
 
-/// Issue 13 part A: kubelet's metrics live in process-wide registries
+/// kubelet's metrics live in process-wide registries
 /// (`crate::metrics`); at start only the node name is set, nothing runs on its own.
 pub(super) fn set_metrics_node_name(opts: &Options) {
     crate::metrics::set_node_name(&opts.node_name);
@@ -43,7 +43,7 @@ pub(super) fn log_summary(opts: &Options) {
         maxPods = opts.max_pods,
         syncFrequency = %crate::duration::format_go_duration(opts.sync_frequency),
         fileCheckFrequency = %crate::duration::format_go_duration(opts.file_check_frequency),
-        staticPodURL = opts.manifest_url.as_deref().unwrap_or("(none)"),
+        staticPodURL = %opts.manifest_url.as_deref().map_or("(none)".into(), crate::http_get::redacted_url),
         runonce = opts.runonce,
         "starting oxlet {}",
         env!("CARGO_PKG_VERSION")

@@ -56,6 +56,8 @@ pub(crate) enum HttpSourceError {
 #[derive(Debug)]
 pub(crate) struct UrlSource {
     url: String,
+    /// The URL as messages show it: its password redacted.
+    shown: String,
     /// Request headers (`staticPodURLHeader`), each name with its values in order.
     headers: BTreeMap<String, Vec<String>>,
     node_name: String,
@@ -81,6 +83,7 @@ impl UrlSource {
         node_name: String,
     ) -> Self {
         UrlSource {
+            shown: crate::http_get::redacted_url(&url).into_owned(),
             url,
             headers,
             node_name,
@@ -96,7 +99,7 @@ impl UrlSource {
             Ok(body) => body?,
             Err(_) => {
                 return Err(HttpSourceError::Timeout {
-                    url: self.url.clone(),
+                    url: self.shown.clone(),
                 });
             }
         };
@@ -105,7 +108,7 @@ impl UrlSource {
             // (kubelet keeps it, and a server that comes back with it is ignored.)
             self.last = None;
             return Err(HttpSourceError::Empty {
-                url: self.url.clone(),
+                url: self.shown.clone(),
             });
         }
         if self.last.as_deref() == Some(&body[..]) {
@@ -120,17 +123,24 @@ impl UrlSource {
     /// GETs the URL, following redirects, and returns the body of the 200 answer.
     async fn fetch(&self) -> Result<Vec<u8>, HttpSourceError> {
         let mut target = self.url.clone();
-        let first_host = parse(&target, &self.url)?.1;
+        let first_host = parse(&target, &self.shown)?.1;
         for _ in 0..=MAX_REDIRECTS {
-            let (transport, host, port, uri) = parse(&target, &self.url)?;
+            let (transport, host, port, uri) = parse(&target, &self.shown)?;
             // Credentials go only to the host they were given for (as Go's client).
             let same_host = host == first_host;
+            let authority = uri.authority().map_or(host.as_str(), |a| a.as_str());
             let mut req = Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
-                .header(
-                    "Host",
-                    uri.authority().map_or(host.as_str(), |a| a.as_str()),
-                )
+                .header("Host", crate::http_get::host_of(authority))
                 .header("User-Agent", concat!("oxlet/", env!("CARGO_PKG_VERSION")));
+            // The URL's user info goes as Basic auth unless a header says otherwise
+            // (Go's client), and never in the Host header.
+            let configured = self
+                .headers
+                .keys()
+                .any(|k| k.eq_ignore_ascii_case("authorization"));
+            if let Some(basic) = crate::http_get::basic_auth_of(authority).filter(|_| !configured) {
+                req = req.header("Authorization", basic);
+            }
             for (name, values) in &self.headers {
                 if !same_host && is_sensitive(name) {
                     continue;
@@ -153,25 +163,25 @@ impl UrlSource {
             }
             if answer.status != StatusCode::OK {
                 return Err(HttpSourceError::Status {
-                    url: self.url.clone(),
+                    url: self.shown.clone(),
                     status: answer.status,
                 });
             }
             if answer.body.len() > MAX_MANIFEST_BYTES {
                 return Err(HttpSourceError::TooLarge {
-                    url: self.url.clone(),
+                    url: self.shown.clone(),
                 });
             }
             return Ok(answer.body);
         }
         Err(HttpSourceError::TooManyRedirects {
-            url: self.url.clone(),
+            url: self.shown.clone(),
         })
     }
 
     fn get_err(&self, source: HttpGetError) -> HttpSourceError {
         HttpSourceError::Get {
-            url: self.url.clone(),
+            url: self.shown.clone(),
             source,
         }
     }
@@ -183,7 +193,7 @@ impl UrlSource {
         match result {
             Ok(_) => {
                 if self.failures > 0 {
-                    info!(url = %self.url, "successfully read pods from URL");
+                    info!(url = %self.shown, "successfully read pods from URL");
                     self.failures = 0;
                 }
                 None
@@ -230,19 +240,20 @@ fn is_sensitive(name: &str) -> bool {
 
 /// The transport, host, port and URI of an `http://` or `https://` URL.
 fn parse(target: &str, url: &str) -> Result<(Transport, String, u16, Uri), HttpSourceError> {
+    let shown = crate::http_get::redacted_url(target);
     let bad = |reason: String| HttpSourceError::BadUrl {
         url: url.to_string(),
         reason,
     };
     let uri: Uri = target
         .parse()
-        .map_err(|e| bad(format!("invalid URL {target:?}: {e}")))?;
+        .map_err(|e| bad(format!("invalid URL {shown:?}: {e}")))?;
     let (transport, default_port) = match uri.scheme_str() {
         Some("http") => (Transport::Plain, 80),
         Some("https") => (Transport::TlsVerify, 443),
         other => {
             return Err(bad(format!(
-                "unsupported protocol scheme {:?} in {target:?} (http or https)",
+                "unsupported protocol scheme {:?} in {shown:?} (http or https)",
                 other.unwrap_or("")
             )));
         }
@@ -250,7 +261,7 @@ fn parse(target: &str, url: &str) -> Result<(Transport, String, u16, Uri), HttpS
     let host = uri
         .host()
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| bad(format!("no host in {target:?}")))?
+        .ok_or_else(|| bad(format!("no host in {shown:?}")))?
         .to_string();
     let port = uri.port_u16().unwrap_or(default_port);
     Ok((transport, host, port, uri))
@@ -283,7 +294,7 @@ pub(crate) async fn run_http_source(
     tx: mpsc::Sender<SourceSnapshot>,
     cancel: CancellationToken,
 ) {
-    info!(url = %source.url, "watching URL");
+    info!(url = %source.shown, "watching URL");
     let mut ticker = tokio::time::interval(period.max(Duration::from_millis(10)));
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -303,7 +314,7 @@ pub(crate) async fn run_http_source(
             _ => None,
         };
         if let Some(pods) = pods {
-            debug!(url = %source.url, pods = pods.len(), "read pods from URL");
+            debug!(url = %source.shown, pods = pods.len(), "read pods from URL");
             let snapshot = SourceSnapshot {
                 source: HTTP_SOURCE,
                 pods,
@@ -535,6 +546,38 @@ mod tests {
         let e = src.poll().await.unwrap_err();
         assert!(matches!(e, HttpSourceError::TooManyRedirects { .. }), "{e}");
         assert_eq!(served.lock().unwrap().requests.len(), 1 + MAX_REDIRECTS + 1);
+    }
+
+    #[tokio::test]
+    async fn url_user_info_is_basic_auth_never_the_host_header_nor_a_message() {
+        let served = Arc::new(Mutex::new(Served::default()));
+        let url = server(served.clone())
+            .await
+            .replace("http://", "http://bob:s3cr%40t@");
+        let mut src = UrlSource::new(url, BTreeMap::new(), "Node1".into());
+        serve(&served, 200, POD);
+        src.poll().await.unwrap();
+        let req = served.lock().unwrap().requests[0].clone();
+        let lower = req.to_ascii_lowercase();
+        assert!(
+            lower.contains("authorization: basic ym9ionmzy3jada==\r\n"),
+            "{req}"
+        );
+        assert!(!req.contains("bob"), "{req}");
+        // A configured Authorization header wins, as in Go's client.
+        let mut src = UrlSource::new(
+            src.url.clone(),
+            [("Authorization".to_string(), vec!["Bearer t".to_string()])].into(),
+            "Node1".into(),
+        );
+        src.poll().await.unwrap();
+        let req = served.lock().unwrap().requests[1].to_ascii_lowercase();
+        assert!(req.contains("authorization: bearer t\r\n"), "{req}");
+        assert!(!req.contains("basic"), "{req}");
+        // Errors name the URL with its password redacted.
+        serve(&served, 500, "");
+        let e = src.poll().await.unwrap_err().to_string();
+        assert!(e.contains("bob:xxxxx@") && !e.contains("s3cr"), "{e}");
     }
 
     #[tokio::test]

@@ -126,7 +126,9 @@ impl ContainerdLayout {
         format!("unix://{}", self.socket.display())
     }
 
-    /// Create the directories containerd and CNI expect to exist before start.
+    /// Create the directories containerd and CNI expect to exist before start. The
+    /// root (images, snapshots) and state (sockets, task bundles) are 0711 as
+    /// containerd makes them: other users may pass through, not list.
     pub fn create_dirs(&self) -> io::Result<()> {
         for dir in [
             &self.base,
@@ -138,6 +140,10 @@ impl ContainerdLayout {
             &self.opt_dir,
         ] {
             fs::create_dir_all(dir)?;
+        }
+        for dir in [&self.root, &self.state] {
+            let mode = <fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o711);
+            fs::set_permissions(dir, mode)?;
         }
         Ok(())
     }
@@ -426,9 +432,10 @@ impl ManagedContainerd {
                 rustix::process::set_parent_process_death_signal(Some(
                     rustix::process::Signal::KILL,
                 ))?;
-                // The parent may have died before prctl took effect.
+                // The parent may have died before prctl took effect: ESRCH, an
+                // error that allocates nothing (nothing may, between fork and exec).
                 if rustix::process::getppid() != Some(parent) {
-                    return Err(io::Error::other("parent exited before containerd started"));
+                    return Err(rustix::io::Errno::SRCH.into());
                 }
                 Ok(())
             });
@@ -558,6 +565,18 @@ mod tests {
 
     fn layout() -> ContainerdLayout {
         ContainerdLayout::new("/var/lib/oxlet/containerd")
+    }
+
+    #[test]
+    fn root_and_state_are_passable_not_listable() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let layout = ContainerdLayout::new(dir.path().join("c"));
+        layout.create_dirs().unwrap();
+        for d in [&layout.root, &layout.state] {
+            let mode = fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o711, "{}", d.display());
+        }
     }
 
     #[test]

@@ -164,12 +164,36 @@ pub(crate) async fn obtain(
     let cert = csr::request_certificate(client, &request.csr_pem, wait)
         .await
         .map_err(csr_err)?;
-    if cert_info(&cert).is_none() {
-        return Err(BootstrapError::Issued(
-            "status.certificate holds no PEM CERTIFICATE".into(),
+    check_issued(&cert, &request.key_pem, node).map_err(BootstrapError::Issued)?;
+    Ok(store.update(&cert, request.key_pem.as_bytes(), jiff::Timestamp::now())?)
+}
+
+/// Before an issued certificate is stored: it is a certificate (kubelet's
+/// `tls.X509KeyPair` check) for the key the request was made with, and it names this
+/// node (`system:node:<node>`), so a signer's mistake never becomes the node's identity.
+fn check_issued(cert_pem: &[u8], key_pem: &str, node: &str) -> Result<(), String> {
+    let pem = x509_parser::pem::Pem::iter_from_buffer(cert_pem)
+        .map_while(Result::ok)
+        .find(|p| p.label == "CERTIFICATE")
+        .ok_or("status.certificate holds no PEM CERTIFICATE")?;
+    let cert = pem
+        .parse_x509()
+        .map_err(|e| format!("status.certificate: {e}"))?;
+    let key = rcgen::KeyPair::from_pem(key_pem).map_err(|e| format!("the node key: {e}"))?;
+    if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
+        return Err("the issued certificate is not for the key the request was made with".into());
+    }
+    let want = format!("system:node:{node}");
+    let names: Vec<&str> = (cert.subject().iter_common_name())
+        .filter_map(|a| a.as_str().ok())
+        .collect();
+    if names != [want.as_str()] {
+        return Err(format!(
+            "the issued certificate names {:?}, not {want:?}",
+            names.join(",")
         ));
     }
-    Ok(store.update(&cert, request.key_pem.as_bytes(), jiff::Timestamp::now())?)
+    Ok(())
 }
 
 /// kubelet's `writeKubeconfigFromBootstrapping`: the bootstrap's server and CA, and a
@@ -266,6 +290,22 @@ mod tests {
         p.not_after = now + time::Duration::seconds(to);
         let cert = p.signed_by(&key, &issuer).unwrap();
         (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn an_issued_certificate_must_match_the_key_and_the_node() {
+        let (_, cert, key) = leaf(-60, 3600);
+        assert_eq!(check_issued(cert.as_bytes(), &key, "n1"), Ok(()));
+        let err = check_issued(cert.as_bytes(), &key, "n2").unwrap_err();
+        assert!(
+            err.contains("\"system:node:n1\", not \"system:node:n2\""),
+            "{err}"
+        );
+        let (_, _, other_key) = leaf(-60, 3600);
+        let err = check_issued(cert.as_bytes(), &other_key, "n1").unwrap_err();
+        assert!(err.contains("not for the key"), "{err}");
+        let err = check_issued(b"no pem here", &key, "n1").unwrap_err();
+        assert!(err.contains("no PEM CERTIFICATE"), "{err}");
     }
 
     #[tokio::test]

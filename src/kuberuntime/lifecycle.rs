@@ -297,7 +297,7 @@ pub(crate) async fn run_pre_stop(
             info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, elapsed = ?start.elapsed(), "preStop hook completed");
         }
         Ok(Err(e)) => {
-            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, event = "FailedPreStopHook", error = %e, "preStop hook failed");
+            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, event = "FailedPreStopHook", error = ?e.to_string(), "preStop hook failed");
             // kubelet keeps the error out of the event, so no secret leaks to the apiserver.
             let obj = crate::events::ObjectRef::container(pod, &plan.name);
             let warning = crate::events::EventType::Warning;

@@ -54,6 +54,9 @@ pub(crate) enum SyncError {
     },
     #[error("pod directories: {0}")]
     Path(#[from] crate::safe_path::PathError),
+    /// kubelet's `makePodDataDirs` failing: nothing of the pod is written yet.
+    #[error("unable to make pod data directories: {0}")]
+    DataDirs(crate::volumes::DataDirError),
     /// kubelet's `WaitForAttachAndMount` failing: the pod gets no sandbox yet.
     #[error("unable to attach or mount volumes: unmounted volumes=[{}]", .0.join(" "))]
     UnmountedVolumes(Vec<String>),
@@ -67,6 +70,15 @@ impl From<sandbox::SandboxConfigError> for SyncError {
         match e {
             sandbox::SandboxConfigError::Path(p) => SyncError::Path(p),
             other => SyncError::SandboxConfig(other),
+        }
+    }
+}
+
+impl From<crate::volumes::DataDirError> for SyncError {
+    fn from(e: crate::volumes::DataDirError) -> Self {
+        match e {
+            crate::volumes::DataDirError::Path(p) => SyncError::Path(p),
+            other => SyncError::DataDirs(other),
         }
     }
 }
@@ -448,6 +460,7 @@ impl RuntimeManager {
         let actions =
             compute_pod_actions_probed(pod, status, self.startup_gate.as_ref(), failed_probe);
         debug!(pod = %pod_ref, podUID = %uid, ?actions, "computed pod actions");
+        crate::volumes::make_pod_data_dirs(&self.sandbox_env.pods_dir, &uid)?;
         self.update_downward_volumes(pod);
         let objects = self.resolve_objects(pod).await;
         if let Some(o) = &objects {
@@ -1046,7 +1059,7 @@ impl RuntimeManager {
             lifecycle::run_handler(self.cri.as_ref(), id, pod, c, hook, &target, Duration::ZERO);
         if let Err(e) = run.await {
             let msg = e.to_string();
-            warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, event = "FailedPostStartHook", error = %msg, "postStart hook failed, killing the container");
+            warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, event = "FailedPostStartHook", error = ?msg, "postStart hook failed, killing the container");
             (self.events).event(
                 &container_ref,
                 Warning,

@@ -130,7 +130,7 @@ fn eviction(m: &mut Map<String, Value>, o: &Options) {
         .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
         .collect();
     m.insert("evictionHard".into(), json!(hard));
-    // Issue 12: the eviction manager's other settings.
+    // The eviction manager's other settings.
     let soft: Map<String, Value> = (o.eviction_soft.0.iter())
         .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
         .collect();
@@ -213,13 +213,19 @@ fn pod_security_and_dns(m: &mut Map<String, Value>, o: &Options) {
     m.insert("resolvConf".into(), json!(path(o.resolv_conf.as_ref())));
 }
 
-/// The HTTP static pod source.
+/// The HTTP static pod source. The read-only port serves this page to anyone, so
+/// the URL's password and every header value (`Authorization: Bearer …`) are
+/// redacted; the header names show which are set.
 fn static_pod_url(m: &mut Map<String, Value>, o: &Options) {
+    let url = o.manifest_url.as_deref().unwrap_or_default();
     m.insert(
         "staticPodURL".into(),
-        json!(o.manifest_url.clone().unwrap_or_default()),
+        json!(crate::http_get::redacted_url(url)),
     );
-    m.insert("staticPodURLHeader".into(), json!(o.manifest_url_header));
+    let headers: std::collections::BTreeMap<&str, Vec<&str>> = (o.manifest_url_header.iter())
+        .map(|(name, values)| (name.as_str(), values.iter().map(|_| "xxxxx").collect()))
+        .collect();
+    m.insert("staticPodURLHeader".into(), json!(headers));
     m.insert(
         "httpCheckFrequency".into(),
         json!(format_go_duration(o.http_check_frequency)),
@@ -238,6 +244,7 @@ fn api_and_node_status(m: &mut Map<String, Value>, o: &Options) {
         "nodeLeaseDurationSeconds".into(),
         json!(o.node_lease_duration.as_secs()),
     );
+    m.insert("providerID".into(), json!(o.provider_id));
     m.insert("registerNode".into(), json!(o.register_node));
     m.insert(
         "nodeStatusReportFrequency".into(),
@@ -343,6 +350,26 @@ mod tests {
         assert_eq!(
             c["containerRuntimeEndpoint"],
             "unix:///managed/containerd.sock"
+        );
+    }
+
+    #[test]
+    fn the_manifest_url_password_and_header_values_never_show() {
+        let o = parse(&[
+            "--manifest-url=https://bob:hunter2@example.com/pods",
+            "--manifest-url-header=Authorization:Bearer sekret,X-A:1,X-A:2",
+        ]);
+        let v = kubelet_configuration(&o, "unix:///c.sock");
+        let c = &v["kubeletconfig"];
+        assert_eq!(c["staticPodURL"], "https://bob:xxxxx@example.com/pods");
+        assert_eq!(
+            c["staticPodURLHeader"],
+            json!({"Authorization": ["xxxxx"], "X-A": ["xxxxx", "xxxxx"]})
+        );
+        let text = v.to_string();
+        assert!(
+            !text.contains("hunter2") && !text.contains("sekret"),
+            "{text}"
         );
     }
 

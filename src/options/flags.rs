@@ -70,7 +70,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("pods-per-core", Value),
     ("port", Value),
     ("protect-kernel-defaults", Bool),
-    ("provider-id", Value),
     ("qos-reserved", Value),
     ("registry-burst", Value),
     ("registry-qps", Value),
@@ -354,12 +353,12 @@ mod tests {
     #[test]
     fn unimplemented_kubelet_flags_are_accepted_in_order() {
         let f = parse(&[
-            "--provider-id=kind://docker/kind/kind-control-plane",
+            "--pod-cidr=10.244.0.0/24",
             "--fail-swap-on=false",
             "--protect-kernel-defaults",
             "--oom-score-adj",
             "-999",
-            "--provider-id=other",
+            "--pod-cidr=10.245.0.0/24",
         ])
         .unwrap();
         assert_eq!(
@@ -368,7 +367,7 @@ mod tests {
                 "fail-swap-on",
                 "protect-kernel-defaults",
                 "oom-score-adj",
-                "provider-id"
+                "pod-cidr"
             ]
         );
         assert!(f.problems.is_empty(), "{:?}", f.problems);

@@ -58,7 +58,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "reservedSystemCPUs",
     "showHiddenMetricsForVersion",
     "volumePluginDir",
-    "providerID",
     "kernelMemcgNotification",
     "enableSystemLogHandler",
     "enableSystemLogQuery",
@@ -485,6 +484,7 @@ mod tests {
             .filter(|(f, v)| !(ZERO_IS_UNSET.contains(f) && *v == "0"))
             .chain([
                 ("staticPodPath", "/etc/kubernetes/manifests"),
+                ("providerID", "kind://docker/kind/n1"),
                 ("maxParallelImagePulls", "1"),
                 ("imageMaximumGCAge", "1h"),
             ])
@@ -496,16 +496,16 @@ mod tests {
              enforceNodeAllocatable: [pods, kube-reserved]\n\
              cgroupRoot: /x\nkubeReservedCgroup: /k\nsystemReservedCgroup: /s\n"
         );
-        // Issue 12: the eviction manager's settings.
+        // The eviction manager's settings.
         let body = format!(
             "{body}evictionSoft:\n  memory.available: 2Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\n\
              evictionMinimumReclaim:\n  memory.available: 100Mi\nevictionMaxPodGracePeriod: 10\n"
         );
-        // Issue 10 part 2.
+        // Sysctls and cluster DNS.
         let body = format!(
             "{body}clusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nallowedUnsafeSysctls: [\"net.core.*\"]\n"
         );
-        // Issue 11 (HTTP source).
+        // The HTTP source.
         let body =
             format!("{body}staticPodURL: http://h/p\nstaticPodURLHeader:\n  a: [x, \"y:z\"]\n");
         let fields: Vec<(&str, &str)> = fields
@@ -595,7 +595,7 @@ mod tests {
         assert!(cfg.problems.is_empty());
     }
 
-    /// Issue 11: struct fields are walked: each field set is named, a key the
+    /// Struct fields are walked: each field set is named, a key the
     /// struct does not have is unknown, a struct that is not an object is refused.
     #[test]
     fn nested_struct_fields_are_walked() {
@@ -634,7 +634,7 @@ mod tests {
         );
     }
 
-    /// Issue 11: kubeadm writes unset fields as zeros (`syncFrequency: 0s`); kubelet
+    /// kubeadm writes unset fields as zeros (`syncFrequency: 0s`); kubelet
     /// defaults them, so they are neither applied nor warned about, and a zero
     /// that is a real value (`readOnlyPort: 0`, `shutdownGracePeriod` aside) stays.
     #[test]
@@ -660,7 +660,7 @@ mod tests {
         assert_eq!(cfg.unimplemented, ["shutdownGracePeriod"]);
     }
 
-    /// Issue 11: kind's `/var/lib/kubelet/config.yaml`, as kubeadm writes it: every
+    /// kind's `/var/lib/kubelet/config.yaml`, as kubeadm writes it: every
     /// field is read, what oxlet lacks is named once, nothing is refused.
     #[test]
     fn kinds_kubelet_config_is_read() {

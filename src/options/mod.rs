@@ -84,7 +84,7 @@ pub struct Options {
     pub(crate) system_reserved_cgroup: Option<CgroupName>,
     /// `evictionHard`: kubelet's defaults unless given (then replaced whole).
     pub(crate) eviction_hard: Thresholds,
-    // Issue 12 (the eviction manager): the settings beyond evictionHard.
+    // The eviction manager: the settings beyond evictionHard.
     pub(crate) eviction_soft: Thresholds,
     pub(crate) eviction_soft_grace_period:
         std::collections::BTreeMap<crate::contracts::Signal, std::time::Duration>,
@@ -114,7 +114,7 @@ pub struct Options {
     pub(crate) cluster_domain: String,
     /// `resolvConf`; None ("") gives host-DNS pods no host settings.
     pub(crate) resolv_conf: Option<PathBuf>,
-    // Issue 11 (HTTP source): the manifest URL.
+    // HTTP source: the manifest URL.
     /// `staticPodURL` (None: HTTP source off).
     pub(crate) manifest_url: Option<String>,
     /// `staticPodURLHeader`: request headers, each name with its values in order.
@@ -139,6 +139,8 @@ pub struct Options {
     // Cluster mode: node registration and status.
     /// `--node-ip`: the node's InternalIP (None: detected).
     pub(crate) node_ip: Option<IpAddr>,
+    /// `--provider-id` / `providerID`: the Node's `spec.providerID`.
+    pub(crate) provider_id: String,
     /// `--node-labels`, checked against kubelet's allowed `kubernetes.io` labels.
     pub(crate) node_labels: std::collections::BTreeMap<String, String>,
     /// `--register-with-taints`.
@@ -150,11 +152,11 @@ pub struct Options {
     /// `eventRecordQPS` / `eventBurst`: the event writer's token bucket.
     pub(crate) event_record_qps: u32,
     pub(crate) event_burst: u32,
-    /// Issue 13 part D: koordlet's peak prediction on (its default) or off, and its
+    /// koordlet's peak prediction on (its default) or off, and its
     /// `--prediction-checkpoint-filepath` (None: `<root-dir>/prediction-checkpoints`).
     pub(crate) prediction: bool,
     pub(crate) prediction_checkpoint_dir: Option<PathBuf>,
-    /// Issue 12 part 3: the image GC policy (`imageGCHighThresholdPercent`,
+    /// The image GC policy (`imageGCHighThresholdPercent`,
     /// `imageGCLowThresholdPercent`, `imageMinimumGCAge`, `imageMaximumGCAge`).
     pub(crate) image_gc: crate::images::Policy,
     /// `volumeStatsAggPeriod`: how often each pod's volumes and logs are measured
@@ -258,6 +260,7 @@ impl Options {
             node_status_update_frequency: Duration::ZERO,
             node_lease_duration: Duration::ZERO,
             node_ip: None,
+            provider_id: String::new(),
             node_labels: std::collections::BTreeMap::new(),
             register_with_taints: Vec::new(),
             register_node: false,
@@ -1280,7 +1283,7 @@ mod tests {
                 "pid.available<101%",
                 "eviction percentage threshold pid.available must be <= 100%: 101%",
             ),
-            // Issue 12: kubelet's rules for the soft thresholds and minimum reclaim.
+            // kubelet's rules for the soft thresholds and minimum reclaim.
             (
                 &["--eviction-soft-grace-period=nodefs.available=1m"],
                 "eviction-soft",
@@ -1458,7 +1461,7 @@ mod tests {
         assert!(one_problem(&["--container-log-max-size=ten"]).contains("is not a quantity"));
     }
 
-    /// Issue 11: the manifest URL settings, as kubelet's flags and config fields.
+    /// The manifest URL settings, as kubelet's flags and config fields.
     #[test]
     fn manifest_url_settings() {
         let d = ok(&[]);
@@ -1505,7 +1508,7 @@ mod tests {
         assert!(one_problem(&[&config_flag(&f)]).contains("map of lists of strings"));
     }
 
-    /// Issue 12 part 3: kubelet's image GC policy checks, each naming the setting.
+    /// kubelet's image GC policy checks, each naming the setting.
     #[test]
     fn image_gc_policy_is_validated_as_kubelet() {
         let o = ok(&[]);

@@ -149,30 +149,31 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("v", None, Int, "0", "LEVEL", "Log verbosity (klog level)", |o, i| int_within(i.text, 0, 255).map(|v| o.verbosity = v)).short('v'),
     row("runonce", None, Bool, "false", "true|false", "Start the static pods once, wait for them, then exit", |o, i| parse_bool(i.text).map(|b| o.runonce = b)),
     row("task-cpu-accounting", None, Bool, "false", "true|false", "Charge each task's CPU time to its name, shown on /debug/tasks (oxlet only; two clock reads per poll)", |o, i| parse_bool(i.text).map(|b| o.task_cpu_accounting = b)),
-    // Issue 10 part 4: container log rotation (kubelet's container log manager) and the legacy log symlinks.
+    // Container log rotation (kubelet's container log manager) and the legacy log symlinks.
     row("container-log-max-size", Some("containerLogMaxSize"), Text, "10Mi", "QUANTITY", "Size a container's log file reaches before it is rotated (negative: no rotation)", |o, i| log_max_size(i.text).map(|n| o.container_log_max_size = n)),
     row("container-log-max-files", Some("containerLogMaxFiles"), Int, "5", "N", "Most log files kept per container, the current one included (at least 2)", |o, i| Some(parse_int(i.text)?).filter(|n| *n > 1).and_then(|n| usize::try_from(n).ok()).map(|n| o.container_log_max_files = n).ok_or_else(|| "must be greater than 1".into())),
     row("container-log-max-workers", Some("containerLogMaxWorkers"), Int, "1", "N", "Containers whose logs are rotated at once", |o, i| Some(parse_int(i.text)?).filter(|n| *n >= 1).and_then(|n| usize::try_from(n).ok()).map(|n| o.container_log_max_workers = n).ok_or_else(|| "must be greater than or equal to 1".into())),
     row("container-log-monitor-interval", Some("containerLogMonitorInterval"), Duration, "10s", "DURATION", "How often container log sizes are checked for rotation (at least 3s)", |o, i| parse_duration(i.text)?.to_std().filter(|d| d.as_secs() >= 3).map(|d| o.container_log_monitor_interval = d).ok_or_else(|| "must be a positive time duration greater than or equal to 3s".into())),
     row("container-log-symlink-dir", None, Text, "/var/log/containers", "PATH", "Directory of the legacy <pod>_<namespace>_<container>-<id>.log symlinks to container logs (oxlet only: kubelet hardcodes /var/log/containers)", |o, i| absolute(i.text).map(|p| o.container_log_symlink_dir = p)),
-    // Issue 10 part 1: security context.
+    // Security context.
     row("seccomp-default", Some("seccompDefault"), Bool, "false", "true|false", "Run containers that ask for no seccomp profile with RuntimeDefault", |o, i| parse_bool(i.text).map(|b| o.seccomp_default = b)),
-    // Issue 10 part 2: sysctls, DNS, /etc/hosts.
+    // Sysctls, DNS, /etc/hosts.
     row("allowed-unsafe-sysctls", Some("allowedUnsafeSysctls"), List, "", "NAME|PATTERN,...", "Unsafe sysctls or patterns (ending in *) pods may set, beyond the safe ones", set_allowed_unsafe_sysctls),
     row("cluster-dns", Some("clusterDNS"), List, "", "IP,...", "DNS server IPs for pods with dnsPolicy ClusterFirst", set_cluster_dns),
     row("cluster-domain", Some("clusterDomain"), Text, "", "DOMAIN", "Cluster domain, searched by ClusterFirst pods and used in /etc/hosts", |o, i| { o.cluster_domain = i.text.trim_end_matches('.').to_string(); Ok(()) }),
     row("resolv-conf", Some("resolvConf"), Path, "/etc/resolv.conf", "PATH", "Resolver configuration the pods' DNS is based on (empty: no host DNS)", |o, i| { o.resolv_conf = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
-    // Issue 11 (HTTP source): the manifest URL.
+    // HTTP source: the manifest URL.
     row("manifest-url", Some("staticPodURL"), Text, "", "URL", "URL of static pods (one Pod or a PodList), polled every http-check-frequency (empty: HTTP source off)", set_manifest_url),
     row("manifest-url-header", Some("staticPodURLHeader"), Multimap, "", "KEY:VALUE,...", "Headers sent with the manifest URL request; repeat the flag or the key for more values", set_manifest_url_header),
     row("http-check-frequency", Some("httpCheckFrequency"), Duration, "20s", "DURATION", "How often the manifest URL is polled", |o, i| positive_duration(i.text).map(|d| o.http_check_frequency = d)),
-    // Issue 11 slice C3: the apiserver clients (kubelet's buildKubeletClientConfig).
+    // The apiserver clients (kubelet's buildKubeletClientConfig).
     row("kubeconfig", None, Path, "", "PATH", "kubeconfig of the apiserver to talk to (empty: standalone, no apiserver)", |o, i| { o.kubeconfig = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     row("kube-api-qps", Some("kubeAPIQPS"), Int, "50", "QPS", "Requests per second to the apiserver (0: client-go's default of 5)", |o, i| non_negative_i32(i.text).map(|n| o.kube_api_qps = n)),
     row("kube-api-burst", Some("kubeAPIBurst"), Int, "100", "N", "Requests to the apiserver allowed in a burst", |o, i| non_negative_i32(i.text).map(|n| o.kube_api_burst = n)),
     row("node-status-update-frequency", Some("nodeStatusUpdateFrequency"), Duration, "10s", "DURATION", "How often node status is computed; also the heartbeat client's timeout (at most the lease duration)", |o, i| positive_duration(i.text).map(|d| o.node_status_update_frequency = d)),
     row("", Some("nodeLeaseDurationSeconds"), Int, "40", "SECONDS", "Duration of the node lease; caps the heartbeat client's timeout; config file only", |o, i| Some(parse_int(i.text)?).filter(|n| (1..=i64::from(i32::MAX)).contains(n)).and_then(|n| u64::try_from(n).ok()).map(|n| o.node_lease_duration = std::time::Duration::from_secs(n)).ok_or_else(|| "must be greater than 0".into())),
     // Cluster mode: node registration, node status and the lease.
+    row("provider-id", Some("providerID"), Text, "", "ID", "The Node's spec.providerID, set when the node registers (kind: kind://docker/<cluster>/<node>)", |o, i| { o.provider_id = i.text.to_string(); Ok(()) }),
     row("node-ip", None, Text, "", "IP", "The node's InternalIP address (empty: detected)", |o, i| { o.node_ip = if i.text.is_empty() { None } else { Some(ip(i.text)?) }; Ok(()) }),
     row("node-labels", None, Map('='), "", "KEY=VALUE,...", "Labels the Node is registered with; kubernetes.io and k8s.io labels only from kubelet's allowed set", |o, i| crate::status::node_labels(i.text).map(|l| o.node_labels = l)),
     row("register-with-taints", None, List, "", "KEY=VALUE:EFFECT,...", "Taints the Node is registered with", |o, i| crate::status::node_taints(i.text).map(|t| o.register_with_taints = t)),
@@ -184,20 +185,20 @@ pub(crate) static SETTINGS: &[Setting] = &[
     // The client certificate bootstrap (kubelet's LoadClientCert).
     row("bootstrap-kubeconfig", None, Path, "", "PATH", "kubeconfig used to request a client certificate when --kubeconfig is missing or its certificate has expired; --kubeconfig is then written", |o, i| { o.bootstrap_kubeconfig = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     row("cert-dir", None, Path, "", "PATH", "Directory of the client certificate pairs (empty: <root-dir>/pki)", |o, i| { o.cert_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
-    // Issue 11 slice F2: client certificate rotation (client-go's certificate manager).
+    // Client certificate rotation (client-go's certificate manager).
     row("rotate-certificates", Some("rotateCertificates"), Bool, "false", "true|false", "Request a new client certificate before the current one expires (for a kubeconfig naming <cert-dir>/kubelet-client-current.pem)", |o, i| parse_bool(i.text).map(|b| o.rotate_certificates = b)),
-    // Issue 13 part E: the node QoS manager and runtime hooks (koordlet's NodeSLO).
+    // The node QoS manager and runtime hooks (koordlet's NodeSLO).
     row("node-slo-file", None, Path, "", "PATH", "koordlet NodeSLO file (resourceUsedThresholdWithBE and strategies: cpuSuppress, memoryEvict, cgroupReconcile), read at start (empty: QoS manager off)", set_node_slo_file),
-    // Issue 13 part D: koordlet's peak prediction (its flag for the directory).
+    // koordlet's peak prediction (its flag for the directory).
     row("enable-prediction", None, Bool, "true", "true|false", "Train koordlet's peak prediction models from the metric cache and serve /stats/predictions", |o, i| parse_bool(i.text).map(|b| o.prediction = b)),
     row("prediction-checkpoint-filepath", None, Path, "", "PATH", "Directory of the prediction models' checkpoints (empty: <root-dir>/prediction-checkpoints)", |o, i| { o.prediction_checkpoint_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
-    // Issue 12 part 3: image garbage collection (kubelet's ImageGCPolicy); each row's check reads the rows above it.
+    // Image garbage collection (kubelet's ImageGCPolicy); each row's check reads the rows above it.
     row("image-gc-high-threshold", Some("imageGCHighThresholdPercent"), Int, "85", "PERCENT", "Image filesystem usage at which unused images are removed (100 turns the periodic image GC off)", |o, i| int_within(i.text, 0, 100).map(|n| o.image_gc.high_percent = n)),
     row("image-gc-low-threshold", Some("imageGCLowThresholdPercent"), Int, "80", "PERCENT", "Image filesystem usage the image GC frees down to; less than the high threshold", set_image_gc_low),
     row("minimum-image-ttl-duration", Some("imageMinimumGCAge"), Duration, "2m0s", "DURATION", "Minimum age of an unused image before it is garbage-collected", |o, i| non_negative_duration(i.text).map(|d| o.image_gc.min_age = d)),
     row("volume-stats-agg-period", Some("volumeStatsAggPeriod"), Duration, "1m0s", "DURATION", "How often each pod's volumes and logs are measured for the stats and the local storage limits (0: never)", |o, i| non_negative_duration(i.text).map(|d| o.volume_stats_agg_period = d)),
     row("", Some("imageMaximumGCAge"), Duration, "", "DURATION", "Unused images older than this are removed whatever the usage (unset or 0s: off); more than imageMinimumGCAge; config file only", set_image_max_gc_age),
-    // Issue 12 (P1): the eviction manager's settings beyond evictionHard; the soft thresholds after their grace periods (their check reads them).
+    // The eviction manager's settings beyond evictionHard; the soft thresholds after their grace periods (their check reads them).
     row("eviction-soft-grace-period", Some("evictionSoftGracePeriod"), Map('='), "", "SIGNAL=DURATION,...", "How long each soft threshold must hold before a pod is evicted", set_eviction_soft_grace),
     row("eviction-soft", Some("evictionSoft"), Map('<'), "", "SIGNAL<VALUE,...", "Soft eviction thresholds, acted on after their grace period", set_eviction_soft),
     row("eviction-minimum-reclaim", Some("evictionMinimumReclaim"), Map('='), "", "SIGNAL=VALUE,...", "How far above its threshold a signal must get back before the threshold counts as resolved", |o, i| crate::eviction::parse_min_reclaim(map_pairs(i.text, '=')?).map(|m| o.eviction_minimum_reclaim = m).map_err(|e| InvalidValue(e.to_string()))),
@@ -739,7 +740,7 @@ mod tests {
         }
     }
 
-    /// Issue 10 part 2: sysctl patterns, cluster DNS and resolv.conf.
+    /// Sysctl patterns, cluster DNS and resolv.conf.
     #[test]
     fn dns_and_sysctl_settings_are_checked_and_stored() {
         let set = |field: &str, text: &str| {

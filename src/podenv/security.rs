@@ -498,23 +498,54 @@ pub(crate) fn container_security_context(
     Ok(out)
 }
 
-/// kubelet's `SetVolumeOwnership` on a new, empty volume directory: group `fs_group`,
-/// group read/write/search and setgid, so files made inside belong to the group too.
-/// `dir` was just created by oxlet below its own pods directory.
-pub(crate) fn set_volume_ownership(dir: &Path, fs_group: i64) -> std::io::Result<()> {
+/// Most entries [`set_volume_ownership`] changes in one volume; the volumes it runs
+/// on are written by oxlet itself, so more means something else is in there.
+const MAX_OWNERSHIP_ENTRIES: usize = 100_000;
+
+/// kubelet's `SetVolumeOwnership`: the volume directory `dir` and everything below it
+/// go to group `fs_group`, with group read (and write, unless the volume is
+/// `read_only` to the pod) and, for directories, search and setgid, so files made
+/// later belong to the group too. Symlinks (the atomic writer's) get the group but no
+/// mode change, and are never followed. `dir` is below oxlet's own pods directory.
+pub(crate) fn set_volume_ownership(
+    dir: &Path,
+    fs_group: i64,
+    read_only: bool,
+) -> std::io::Result<()> {
     let gid = u32::try_from(fs_group).map_err(|_| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("fsGroup {fs_group} is not a valid group ID"),
         )
     })?;
-    let meta = std::fs::symlink_metadata(dir)?;
-    if !meta.is_dir() {
+    if !std::fs::symlink_metadata(dir)?.is_dir() {
         return Err(std::io::Error::other("not a directory"));
     }
-    std::os::unix::fs::lchown(dir, None, Some(gid))?;
-    let mode = meta.permissions().mode() | 0o2000 | 0o660 | 0o110;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+    let mask = if read_only { 0o440 } else { 0o660 };
+    let mut todo = vec![dir.to_path_buf()];
+    let mut changed = 0usize;
+    while let Some(path) = todo.pop() {
+        changed += 1;
+        if changed > MAX_OWNERSHIP_ENTRIES {
+            return Err(std::io::Error::other(format!(
+                "more than {MAX_OWNERSHIP_ENTRIES} entries"
+            )));
+        }
+        let meta = std::fs::symlink_metadata(&path)?;
+        std::os::unix::fs::lchown(&path, None, Some(gid))?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mut mode = meta.permissions().mode() & 0o7777 | mask;
+        if meta.is_dir() {
+            mode |= 0o2000 | 0o110;
+            for entry in std::fs::read_dir(&path)? {
+                todo.push(entry?.path());
+            }
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(())
 }
 
 /// The namespace options shared by the sandbox and its containers.
@@ -895,14 +926,63 @@ mod tests {
         let vol = dir.path().join("v");
         std::fs::create_dir(&vol).unwrap();
         std::fs::set_permissions(&vol, std::fs::Permissions::from_mode(0o755)).unwrap();
-        set_volume_ownership(&vol, 4321).unwrap();
+        set_volume_ownership(&vol, 4321, false).unwrap();
         let m = std::fs::metadata(&vol).unwrap();
         assert_eq!(m.gid(), 4321);
         assert_eq!(m.mode() & 0o7777, 0o2775);
         // A symlink is never followed.
         let link = dir.path().join("l");
         std::os::unix::fs::symlink(&vol, &link).unwrap();
-        assert!(set_volume_ownership(&link, 1).is_err());
-        assert!(set_volume_ownership(&vol, -1).is_err());
+        assert!(set_volume_ownership(&link, 1, false).is_err());
+        assert!(set_volume_ownership(&vol, -1, false).is_err());
+    }
+
+    #[test]
+    fn fs_group_reaches_the_whole_tree_as_kubelet_read_only_mask_included() {
+        use std::os::unix::fs::MetadataExt;
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+        let dir = tempfile::tempdir().unwrap();
+        let vol = dir.path().join("v");
+        let data = vol.join("..2026_11_27");
+        std::fs::create_dir_all(data.join("sub")).unwrap();
+        for d in [&vol, &data, &data.join("sub")] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::write(data.join("token"), "t").unwrap();
+        std::fs::set_permissions(data.join("token"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        std::fs::write(data.join("sub/ca.crt"), "c").unwrap();
+        std::fs::set_permissions(
+            data.join("sub/ca.crt"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("..2026_11_27", vol.join("..data")).unwrap();
+        // A link out of the volume: it gets the group, its target nothing.
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, "o").unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&outside, vol.join("escape")).unwrap();
+
+        set_volume_ownership(&vol, 4321, true).unwrap();
+        // kubelet's token: 0600 becomes 0640 with an fsGroup.
+        assert_eq!(mode(&data.join("token")), 0o640);
+        assert_eq!(mode(&data.join("sub/ca.crt")), 0o644);
+        assert_eq!(mode(&data.join("sub")), 0o2755);
+        assert_eq!(mode(&vol), 0o2755);
+        for p in [&vol, &data, &data.join("token"), &data.join("sub/ca.crt")] {
+            assert_eq!(
+                std::fs::symlink_metadata(p).unwrap().gid(),
+                4321,
+                "{}",
+                p.display()
+            );
+        }
+        assert_eq!(
+            std::fs::symlink_metadata(vol.join("escape")).unwrap().gid(),
+            4321
+        );
+        assert_eq!(mode(&outside), 0o600);
+        assert_ne!(std::fs::metadata(&outside).unwrap().gid(), 4321);
     }
 }

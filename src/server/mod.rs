@@ -36,16 +36,16 @@ pub(crate) struct Views {
     pub cache: Arc<crate::koord::MetricCache>,
     /// The metric advisor's latest round.
     pub readings: Arc<crate::contracts::LatestReadings>,
-    // Issue 13 item 3 (Summary API, /runningpods/, /configz): what those read.
+    // Summary API, /runningpods/, /configz: what those read.
     /// The runtime's view of each pod (`/runningpods/`).
     pub pod_cache: Arc<crate::pleg::PodCache>,
     /// Each pod's measured volume and log usage.
     pub volumes: Arc<crate::stats::VolumeUsage>,
     /// The effective configuration as `/configz` serves it.
     pub configz: Arc<serde_json::Value>,
-    /// Issue 13 part D: the prediction models (None: prediction is off).
+    /// The prediction models (None: prediction is off).
     pub prediction: Option<crate::koord::Served>,
-    /// Issue 12: the eviction manager's conditions and last observations.
+    /// The eviction manager's conditions and last observations.
     pub eviction: Arc<crate::eviction::StatusView>,
 }
 
@@ -163,19 +163,19 @@ pub(crate) fn read_only_router(views: Views) -> Router {
     Router::new()
         .route("/pods", get(pods).fallback(get_only))
         .route("/pods/", get(pods).fallback(get_only))
-        // Issue 13 item 3: kubelet's stats and debugging endpoints.
+        // kubelet's stats and debugging endpoints.
         .route("/stats/summary", get(stats::summary).post(stats::summary))
         .route("/metrics/resource", get(stats::resource))
         .route("/runningpods/", get(stats::running_pods).fallback(get_only))
         .route("/configz", get(stats::configz))
-        // Issue 13 part D: prediction.
+        // Prediction.
         .route("/stats/predictions", get(predictions))
-        // Issue 13 part A: kubelet's Prometheus registries.
+        // kubelet's Prometheus registries.
         .route("/metrics", get(metrics))
         .route("/metrics/probes", get(probe_metrics))
         // The metric advisor: a read-only look into the metric cache.
         .route("/debug/koord/metrics", get(koord_metrics))
-        // Issue 12: the eviction manager's state (oxlet only; kubelet has no such endpoint).
+        // The eviction manager's state (oxlet only; kubelet has no such endpoint).
         .route("/debug/eviction", get(eviction_status))
         .route("/debug/tasks", get(task_cpu))
         .merge(healthz_routes(views.health.clone()))

@@ -197,7 +197,9 @@ pub(crate) fn write(target: &Path, payload: &Payload) -> Result<bool, AtomicWrit
         && old_files.len() == files.len()
         && files.iter().all(|(p, f)| old_files.get(p) == Some(*f));
     if unchanged {
-        return Ok(false);
+        // The content is current, but a top-level link removed from outside still
+        // comes back.
+        return make_visible_links(target, &top_level(files.keys()));
     }
 
     let (name, dir) = new_version_dir(target)?;
@@ -216,13 +218,7 @@ pub(crate) fn write(target: &Path, payload: &Payload) -> Result<bool, AtomicWrit
     std::fs::rename(&tmp, &data).map_err(io_err(&data))?;
 
     let visible = top_level(files.keys());
-    for top in &visible {
-        let link = target.join(top);
-        if std::fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink(Path::new(DATA_DIR).join(top), &link)
-                .map_err(io_err(&link))?;
-        }
-    }
+    make_visible_links(target, &visible)?;
     for gone in top_level(old_files.keys()).difference(&visible) {
         let link = target.join(gone);
         if std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink()) {
@@ -231,6 +227,21 @@ pub(crate) fn write(target: &Path, payload: &Payload) -> Result<bool, AtomicWrit
     }
     remove_stale_versions(target, &name)?;
     Ok(true)
+}
+
+/// The user-visible link of each top-level name into `..data`, where one is missing;
+/// true when any was made.
+fn make_visible_links(target: &Path, visible: &BTreeSet<String>) -> Result<bool, AtomicWriteError> {
+    let mut made = false;
+    for top in visible {
+        let link = target.join(top);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new(DATA_DIR).join(top), &link)
+                .map_err(io_err(&link))?;
+            made = true;
+        }
+    }
+    Ok(made)
 }
 
 /// Removes every version directory but `keep` (the old one, and any left by a crash).
@@ -365,6 +376,20 @@ mod tests {
         // `.` parts and doubled slashes are cleaned, as kubelet's path.Clean does.
         assert!(write(t, &payload(&[("./a//b", "1", 0o644)])).unwrap());
         assert_eq!(read(t, "a/b"), "1");
+    }
+
+    #[test]
+    fn a_removed_top_level_link_comes_back_though_the_content_is_unchanged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        let p = payload(&[("a", "1", 0o644), ("dir/b", "2", 0o644)]);
+        assert!(write(t, &p).unwrap());
+        std::fs::remove_file(t.join("a")).unwrap();
+        std::fs::remove_file(t.join("dir")).unwrap();
+        assert!(write(t, &p).unwrap(), "the links were made again");
+        assert_eq!(read(t, "a"), "1");
+        assert_eq!(read(t, "dir/b"), "2");
+        assert!(!write(t, &p).unwrap(), "nothing to do");
     }
 
     #[test]

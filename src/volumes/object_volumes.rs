@@ -23,6 +23,8 @@ use crate::safe_path;
 pub(super) const CONFIG_MAP: &str = "kubernetes.io~configmap";
 pub(super) const SECRET: &str = "kubernetes.io~secret";
 pub(super) const PROJECTED: &str = "kubernetes.io~projected";
+/// The mode of a secret or projected volume's tmpfs: root writes, the pod's users read.
+const OBJECT_TMPFS_MODE: u32 = 0o755;
 
 /// Why an API-object volume cannot be written.
 #[derive(Debug, thiserror::Error)]
@@ -220,6 +222,13 @@ fn secret_payload(
     })
 }
 
+/// The pod's `fsGroup`, which its volumes' files are given to.
+fn fs_group(pod: &Pod) -> Option<i64> {
+    (pod.spec.as_ref())
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|sc| sc.fs_group)
+}
+
 /// kubelet's projected plugin (`collectData`): every source's files in one tmpfs
 /// volume, a failure naming the source's index.
 fn projected_payload(
@@ -242,7 +251,10 @@ fn projected_payload(
         } else if let Some(s) = &src.secret {
             project_secret(&mut payload, s, p.default_mode, ns, objects).map_err(err)?;
         } else if let Some(t) = &src.service_account_token {
-            let file = token_file(t, p.default_mode, objects).map_err(err)?;
+            // kubelet: with an fsGroup the token is 0600, and the ownership walk
+            // below makes it 0640; without one it keeps the volume's default mode.
+            let mode = fs_group(pod).map(|_| 0o600).or(p.default_mode);
+            let file = token_file(t, mode, objects).map_err(err)?;
             payload.insert(t.path.clone(), file);
         } else if let Some(d) = &src.downward_api {
             volumes::downward_items(
@@ -360,14 +372,13 @@ pub(super) fn write(
             source,
         })?;
         let size = volumes::tmpfs_size(pod, &EmptyDirVolumeSource::default(), allocatable);
-        volumes::mount_tmpfs(&volume.name, &path, size)?;
+        // Not the tmpfs default 1777: only root writes here (the atomic writer).
+        volumes::mount_tmpfs(&volume.name, &path, size, Some(OBJECT_TMPFS_MODE))?;
     }
     let changed = volumes::write_payload(&volume.name, &path, &ov.payload)?;
-    let fs_group = (pod.spec.as_ref())
-        .and_then(|s| s.security_context.as_ref())
-        .and_then(|sc| sc.fs_group);
-    if let Some(gid) = fs_group.filter(|_| changed) {
-        crate::podenv::set_volume_ownership(&path, gid).map_err(|source| {
+    if let Some(gid) = fs_group(pod).filter(|_| changed) {
+        // These volumes are read-only to the pod: kubelet's read-only mask.
+        crate::podenv::set_volume_ownership(&path, gid, true).map_err(|source| {
             VolumeError::EmptyDir {
                 path: path.clone(),
                 source,
@@ -630,6 +641,16 @@ mod tests {
                 ("token", &b"tok"[..], 0o644),
             ]
         );
+        // With an fsGroup, kubelet writes the token 0600 (its ownership walk adds 0040).
+        let mut grouped = pod.clone();
+        grouped.spec.as_mut().unwrap().security_context =
+            Some(k8s_openapi::api::core::v1::PodSecurityContext {
+                fs_group: Some(2000),
+                ..Default::default()
+            });
+        let got = payload(&volume, &grouped, Some(&o), &res).unwrap().unwrap();
+        assert_eq!(got.payload["token"].mode, 0o600);
+        assert_eq!(got.payload["ca.crt"].mode, 0o644);
         // A failed TokenRequest fails the volume with its reason, naming the source.
         o.tokens.insert(
             want,

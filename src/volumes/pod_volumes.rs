@@ -252,7 +252,7 @@ fn host_path_of(
         std::fs::create_dir_all(&path).map_err(dir_err)?;
         match ed.medium.as_deref().unwrap_or("") {
             "" => {}
-            "Memory" => mount_tmpfs(&volume.name, &path, tmpfs_size(pod, ed, allocatable))?,
+            "Memory" => mount_tmpfs(&volume.name, &path, tmpfs_size(pod, ed, allocatable), None)?,
             other => {
                 return Err(VolumeError::Medium {
                     volume: volume.name.clone(),
@@ -267,7 +267,7 @@ fn host_path_of(
             .and_then(|s| s.security_context.as_ref())
             .and_then(|sc| sc.fs_group);
         if let Some(gid) = fs_group.filter(|_| fresh) {
-            crate::podenv::set_volume_ownership(&path, gid).map_err(dir_err)?;
+            crate::podenv::set_volume_ownership(&path, gid, false).map_err(dir_err)?;
         }
         return Ok(HostVolume {
             path,
@@ -449,7 +449,12 @@ pub(super) fn tmpfs_size(
 }
 
 /// Mounts a tmpfs at `path` (kubelet's `setupTmpfs`), unless one is there already.
-pub(super) fn mount_tmpfs(volume: &str, path: &Path, size: Option<i64>) -> Result<(), VolumeError> {
+pub(super) fn mount_tmpfs(
+    volume: &str,
+    path: &Path,
+    size: Option<i64>,
+    mode: Option<u32>,
+) -> Result<(), VolumeError> {
     let err = |source| VolumeError::Tmpfs {
         volume: volume.to_string(),
         path: path.to_path_buf(),
@@ -462,8 +467,12 @@ pub(super) fn mount_tmpfs(volume: &str, path: &Path, size: Option<i64>) -> Resul
     {
         return Ok(());
     }
-    let options = std::ffi::CString::new(size.map(|s| format!("size={s}")).unwrap_or_default())
-        .map_err(|e| err(std::io::Error::other(e)))?;
+    let options = [
+        size.map(|s| format!("size={s}")),
+        mode.map(|m| format!("mode={m:o}")),
+    ];
+    let options = options.into_iter().flatten().collect::<Vec<_>>().join(",");
+    let options = std::ffi::CString::new(options).map_err(|e| err(std::io::Error::other(e)))?;
     rustix::mount::mount(
         "tmpfs",
         path,

@@ -163,7 +163,7 @@ impl Oxlet {
             "--hostname-override=testnode".into(),
             "--file-check-frequency=2s".into(),
             // The test machines' disks may be under kubelet's default nodefs/imagefs
-            // thresholds, and the eviction manager (issue 12) would then evict and
+            // Thresholds, and the eviction manager would then evict and
             // refuse the tests' pods: only the memory default is kept. A test's own
             // --eviction-hard comes later and wins.
             "--eviction-hard=memory.available<100Mi".into(),

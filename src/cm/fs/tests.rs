@@ -428,7 +428,7 @@ fn v1_for_real_limits_usage_procs_and_removal() {
     assert!(!tree.exists(&rel));
 }
 
-// ---- stat files for the metric advisor (issue 13) ----
+// ---- stat files for the metric advisor ----
 
 #[test]
 fn psi_files_parse_some_and_full_and_reject_garbage() {
@@ -705,7 +705,7 @@ fn stat_reader_past_its_descriptor_budget_opens_files_per_read() {
     assert!(reader.stats(POD, true).is_err());
 }
 
-// ---- memory threshold notification files for the eviction manager (issue 12) ----
+// ---- memory threshold notification files for the eviction manager ----
 
 #[test]
 fn v1_memory_threshold_registration_writes_one_line_with_both_fds() {

@@ -152,14 +152,15 @@ pub(crate) fn decode_static_pod(
 /// PodList whose items must all be valid (one bad item refuses the whole body, so
 /// the caller keeps its last good set). Each pod is defaulted as kubelet's
 /// `applyDefaults` does for a URL: the UID hashes the pod and `url:<url>`, and no
-/// NoExecute toleration is added. The URL stands where a file's path does in
-/// messages; a list item's field is named `items[<i>].<field>`.
+/// NoExecute toleration is added. The URL, its password redacted, stands where a
+/// file's path does in messages; a list item's field is named `items[<i>].<field>`.
 pub(crate) fn decode_url_pods(
     bytes: &[u8],
     url: &str,
     node_name: &str,
 ) -> Result<Vec<Pod>, ManifestError> {
-    let path = Path::new(url);
+    let shown = crate::http_get::redacted_url(url);
+    let path = Path::new(shown.as_ref());
     if bytes.len() > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge {
             path: path.to_path_buf(),

@@ -20,6 +20,9 @@ pub(crate) struct Registration {
     pub taints: Vec<Taint>,
     /// `registerNode`: false only adopts an existing Node.
     pub create: bool,
+    /// `--provider-id` / `providerID`: the Node's `spec.providerID` (kind passes
+    /// `kind://docker/<cluster>/<node>`); empty leaves it unset.
+    pub provider_id: String,
 }
 
 /// Why one registration attempt failed; the caller retries.
@@ -57,6 +60,7 @@ pub(crate) fn initial_node(info: &NodeInfo, reg: &Registration) -> Node {
         },
         spec: Some(NodeSpec {
             taints: (!reg.taints.is_empty()).then(|| reg.taints.clone()),
+            provider_id: (!reg.provider_id.is_empty()).then(|| reg.provider_id.clone()),
             ..Default::default()
         }),
         status: None,
@@ -164,6 +168,7 @@ mod tests {
             labels: BTreeMap::from([("role".into(), "edge".into())]),
             taints: crate::status::node_taints("dedicated=gpu:NoSchedule").unwrap(),
             create: true,
+            provider_id: "kind://docker/kind/n1".into(),
         };
         let n = register(&api, &info("n1"), &reg).await.unwrap();
         let labels = n.metadata.labels.clone().unwrap();
@@ -171,7 +176,9 @@ mod tests {
         assert_eq!(labels["kubernetes.io/os"], "linux");
         assert_eq!(labels["kubernetes.io/arch"], "amd64");
         assert_eq!(labels["role"], "edge");
-        assert_eq!(n.spec.unwrap().taints.unwrap()[0].key, "dedicated");
+        let spec = n.spec.clone().unwrap();
+        assert_eq!(spec.taints.unwrap()[0].key, "dedicated");
+        assert_eq!(spec.provider_id.as_deref(), Some("kind://docker/kind/n1"));
         // Again: 409 → adopt, same UID.
         let again = register(&api, &info("n1"), &reg).await.unwrap();
         assert_eq!(again.metadata.uid, n.metadata.uid);

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 /// Rooms, bottom floor first. A room may use the rooms of the floors below its own.
 const FLOORS: &[&[&str]] = &[
-    // the lock policy, which the base rooms use too
-    &["locks"],
+    // the lock policy and the one safe-path helper, which the base rooms use too
+    &["locks", "safe_path"],
     // base: needs no other room (but the one HTTP GET uses the TLS set-up)
     &[
         "hash",
@@ -24,7 +24,6 @@ const FLOORS: &[&[&str]] = &[
         "node",
         "tls",
         "rlimit",
-        "safe_path",
         "tasks",
         "pod",
         "backoff",

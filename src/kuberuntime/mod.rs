@@ -34,7 +34,7 @@ pub(crate) use sidecar::{Startup, StartupGate, is_sidecar};
 pub(crate) use termination::cap_pod_messages;
 // The sandbox's environment, its log directory, and the hook point before create/start.
 pub(crate) use hooks::{ContainerHook, ContainerHooks, HookError};
-pub(crate) use sandbox::{SandboxEnv, pod_log_dir};
+pub(crate) use sandbox::SandboxEnv;
 // Container GC: housekeeping's pass over dead containers and orphaned directories.
 #[cfg(test)]
 pub(crate) use container::environment;

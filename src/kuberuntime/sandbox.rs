@@ -1,7 +1,7 @@
 //! Building a pod's `PodSandboxConfig`: identity, log directory, DNS, ports,
 //! namespaces, and the one place where the pod's cgroup parent is decided.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_cri::v1 as cri;
@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::labels;
 use crate::contracts::PodCgroupParent;
 use crate::podenv::{DnsConfigurer, DnsError, HostsError};
-use crate::safe_path::{self, PathError};
+use crate::safe_path::PathError;
 
 /// Why a pod's sandbox config cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -53,23 +53,6 @@ pub(crate) struct SandboxEnv {
     /// Node allocatable: the downward API's value of a limit a container does not set,
     /// and the size of a Memory emptyDir.
     pub allocatable: crate::cm::NodeResources,
-}
-
-/// `<podLogsDir>/<namespace>_<name>_<uid>`: kubelet's pod log directory. Each part must
-/// be one plain path component, so the directory is always directly below `pod_logs_dir`.
-pub(crate) fn pod_log_dir(
-    pod_logs_dir: &Path,
-    namespace: &str,
-    name: &str,
-    uid: &str,
-) -> Result<PathBuf, PathError> {
-    let dir = format!(
-        "{}_{}_{}",
-        safe_path::component(namespace)?,
-        safe_path::component(name)?,
-        safe_path::component(uid)?
-    );
-    safe_path::beneath(pod_logs_dir, &[&dir])
 }
 
 /// The CRI runtime handler for the pod's `runtimeClassName`. Without an apiserver
@@ -128,7 +111,7 @@ pub(crate) fn sandbox_config(
     let spec = pod.spec.as_ref();
     let hostname = crate::podenv::sandbox_hostname(pod, &env.dns.cluster_domain)?;
     let pod_sc = spec.and_then(|s| s.security_context.as_ref());
-    let log_directory = pod_log_dir(&env.pod_logs_dir, &namespace, &name, &uid)?;
+    let log_directory = crate::pod::pod_log_dir(&env.pod_logs_dir, &namespace, &name, &uid)?;
     Ok(cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: name.clone(),
@@ -325,7 +308,13 @@ mod tests {
     #[test]
     fn log_dir_follows_kubelet_layout() {
         assert_eq!(
-            pod_log_dir(Path::new("/var/log/pods"), "default", "web-n1", "u1").unwrap(),
+            crate::pod::pod_log_dir(
+                std::path::Path::new("/var/log/pods"),
+                "default",
+                "web-n1",
+                "u1"
+            )
+            .unwrap(),
             PathBuf::from("/var/log/pods/default_web-n1_u1")
         );
         for (ns, name, uid) in [
@@ -335,7 +324,8 @@ mod tests {
             ("d", "a", ""),
         ] {
             assert!(
-                pod_log_dir(Path::new("/var/log/pods"), ns, name, uid).is_err(),
+                crate::pod::pod_log_dir(std::path::Path::new("/var/log/pods"), ns, name, uid)
+                    .is_err(),
                 "{ns:?} {name:?} {uid:?} accepted"
             );
         }

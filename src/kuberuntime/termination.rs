@@ -61,7 +61,7 @@ pub(crate) fn message_mount(
     if target.is_empty() {
         return Ok(None);
     }
-    let dir = safe_path::beneath(pods_dir, &[uid, "containers", &container.name])?;
+    let dir = crate::pod::container_dir(pods_dir, uid, &container.name)?;
     let file = format!("{restart_count}-{:08x}", fastrand::u32(..));
     let path = safe_path::beneath(&dir, &[&file])?;
     let io = |source| MessageFileError::Io {

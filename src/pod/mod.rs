@@ -9,12 +9,16 @@ use k8s_openapi::api::core::v1::Pod;
 
 mod enums;
 mod image_ref;
+mod layout;
 mod manager;
 mod names;
 pub(crate) use enums::{
     ImagePullPolicy, Phase, ProbeKind, RestartPolicy, TerminatedReason, WaitingReason,
 };
 pub(crate) use image_ref::check as check_image_ref;
+pub(crate) use layout::{
+    HOSTS_FILE, VOLUMES_DIR, container_dir, pod_dir, pod_log_dir, pod_volumes_dir, volume_dir,
+};
 pub(crate) use manager::{PodManager, is_api_mirror};
 pub(crate) use names::{is_dns1123_label, is_dns1123_subdomain};
 

@@ -13,15 +13,13 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, HostAlias, Pod};
 
-use crate::pod::{is_dns1123_label, is_dns1123_subdomain};
+use crate::pod::{HOSTS_FILE, is_dns1123_label, is_dns1123_subdomain};
 use crate::safe_path::{self, PathError};
 
 /// Where containers see the file.
 pub(crate) const ETC_HOSTS: &str = "/etc/hosts";
 /// The node's own file, which host-network pods get.
 pub(crate) const NODE_HOSTS: &str = "/etc/hosts";
-/// The file's name in the pod directory (kubelet's `getEtcHostsPath`).
-pub(crate) const HOSTS_FILE: &str = "etc-hosts";
 const MANAGED_HEADER: &str = "# Kubernetes-managed hosts file.\n";
 const HOST_NETWORK_HEADER: &str = "# Kubernetes-managed hosts file (host network).\n";
 /// The longest node hosts file copied into a pod.
@@ -290,7 +288,7 @@ pub(crate) fn hosts_mount(
         managed_content(pod_ips, &hostname, &domain, aliases)
     };
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
-    let pod_dir = safe_path::beneath(pods_dir, &[uid])?;
+    let pod_dir = crate::pod::pod_dir(pods_dir, uid)?;
     std::fs::create_dir_all(&pod_dir).map_err(|source| HostsError::Write {
         path: pod_dir.clone(),
         source,

@@ -16,7 +16,7 @@ pub(crate) use downward::{
     DownwardError, PodEnv, env_field, find_container, metadata_field, resource_value,
 };
 pub(crate) use expansion::{MAX_EXPANDED_LEN, MAX_EXPANDED_TOTAL, TooLong, expand};
-pub(crate) use hosts::{HOSTS_FILE, HostsError, NODE_HOSTS, hosts_mount, sandbox_hostname};
+pub(crate) use hosts::{HostsError, NODE_HOSTS, hosts_mount, sandbox_hostname};
 pub(crate) use object_env::{ObjectEnvError, config_map_key, env_from, secret_key};
 pub(crate) use security::{
     ImageUser, SecurityError, SecuritySettings, container_security_context,

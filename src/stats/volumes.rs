@@ -212,7 +212,11 @@ fn measure_pod(pod: &Pod, dirs: &Dirs, round_left: &mut usize) -> Result<PodUsag
         };
         let dir = safe_path::beneath(
             &pod_dir,
-            &["volumes", plugin, safe_path::component(&v.name)?],
+            &[
+                crate::pod::VOLUMES_DIR,
+                plugin,
+                safe_path::component(&v.name)?,
+            ],
         )?;
         // A volume on its own mount (a tmpfs) is not the pod's disk.
         let Ok(meta) = std::fs::symlink_metadata(&dir) else {
@@ -224,7 +228,7 @@ fn measure_pod(pod: &Pod, dirs: &Dirs, round_left: &mut usize) -> Result<PodUsag
         let u = walk(&dir, &mut budget);
         usage.volumes.push((v.name.clone(), u));
     }
-    if let Ok(meta) = std::fs::symlink_metadata(pod_dir.join(crate::podenv::HOSTS_FILE))
+    if let Ok(meta) = std::fs::symlink_metadata(pod_dir.join(crate::pod::HOSTS_FILE))
         && meta.is_file()
     {
         usage.etc_hosts = Some(Usage {
@@ -233,7 +237,7 @@ fn measure_pod(pod: &Pod, dirs: &Dirs, round_left: &mut usize) -> Result<PodUsag
             partial: false,
         });
     }
-    if let Ok(log_dir) = crate::kuberuntime::pod_log_dir(&dirs.pod_logs, ns, name, uid) {
+    if let Ok(log_dir) = crate::pod::pod_log_dir(&dirs.pod_logs, ns, name, uid) {
         measure_logs(&log_dir, &mut usage, &mut budget);
     }
     let partial = usage

@@ -8,7 +8,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
 
-use crate::safe_path::{self, PathError};
+use crate::safe_path::PathError;
 
 /// kubelet's mode for the data directories.
 pub(crate) const DATA_DIR_MODE: u32 = 0o750;
@@ -77,8 +77,8 @@ pub(crate) fn make_pod_data_dirs(pods_dir: &Path, uid: &str) -> Result<(), DataD
             source,
         })?;
     for dir in [
-        safe_path::beneath(pods_dir, &[uid])?,
-        safe_path::beneath(pods_dir, &[uid, "volumes"])?,
+        crate::pod::pod_dir(pods_dir, uid)?,
+        crate::pod::pod_volumes_dir(pods_dir, uid)?,
     ] {
         make_dir(&dir).map_err(|source| DataDirError::Io { path: dir, source })?;
     }

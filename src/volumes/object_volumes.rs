@@ -18,7 +18,6 @@ use super::atomic_writer::{FileProjection, Payload};
 use super::pod_volumes::{self as volumes, VolumeError};
 use crate::cm::NodeResources;
 use crate::objects::{self, ObjectError, PodObjects};
-use crate::safe_path;
 
 pub(super) const CONFIG_MAP: &str = "kubernetes.io~configmap";
 pub(super) const SECRET: &str = "kubernetes.io~secret";
@@ -362,7 +361,7 @@ pub(super) fn write(
         return Ok(None);
     };
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
-    let path = safe_path::beneath(pods_dir, &[uid, "volumes", ov.plugin, &volume.name])?;
+    let path = crate::pod::volume_dir(pods_dir, uid, ov.plugin, &volume.name)?;
     if only_existing && !path.is_dir() {
         return Ok(None);
     }

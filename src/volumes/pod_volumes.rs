@@ -114,7 +114,7 @@ pub(crate) enum VolumeError {
 }
 
 fn empty_dir_path(pods_dir: &Path, uid: &str, name: &str) -> Result<PathBuf, PathError> {
-    safe_path::beneath(pods_dir, &[uid, "volumes", "kubernetes.io~empty-dir", name])
+    crate::pod::volume_dir(pods_dir, uid, EMPTY_DIR, name)
 }
 
 /// `<pods_dir>/<uid>/volume-subpaths/<volume>/<container>/<index>`: where the opened subPath
@@ -275,7 +275,7 @@ fn host_path_of(
         });
     }
     if let Some((plugin, payload)) = downward_payload(volume, pod, allocatable)? {
-        let path = safe_path::beneath(pods_dir, &[uid, "volumes", plugin, &volume.name])?;
+        let path = crate::pod::volume_dir(pods_dir, uid, plugin, &volume.name)?;
         write_payload(&volume.name, &path, &payload)?;
         // Always read-only, as kubelet mounts API data volumes since v1.10.
         return Ok(HostVolume {
@@ -411,7 +411,7 @@ pub(crate) fn refresh_downward_volumes(
         let Some((plugin, payload)) = downward_payload(volume, pod, allocatable)? else {
             continue;
         };
-        let path = safe_path::beneath(pods_dir, &[uid, "volumes", plugin, &volume.name])?;
+        let path = crate::pod::volume_dir(pods_dir, uid, plugin, &volume.name)?;
         if path.is_dir() && write_payload(&volume.name, &path, &payload)? {
             written.push(volume.name.clone());
         }
@@ -489,7 +489,7 @@ pub(super) fn mount_tmpfs(
 /// where oxlet puts them, are detached; anything else stays and refuses the removal.
 pub(crate) fn unmount_pod_volumes(pod_dir: &Path) -> std::io::Result<()> {
     for plugin in [EMPTY_DIR, object_volumes::SECRET, object_volumes::PROJECTED] {
-        let dir = pod_dir.join("volumes").join(plugin);
+        let dir = pod_dir.join(crate::pod::VOLUMES_DIR).join(plugin);
         for m in safe_path::mounts_at_or_below(&dir)? {
             if m.parent() == Some(dir.as_path()) {
                 safe_path::detach(&m)?;
@@ -505,11 +505,11 @@ pub(crate) fn unmount_pod_volumes(pod_dir: &Path) -> std::io::Result<()> {
 /// `<pods>/<uid>/volumes` and `<pods>/<uid>/volume-subpaths`. The rest of the pod's
 /// directory stays until the pod is deleted. Returns whether anything was removed.
 pub(crate) fn tear_down_pod_volumes(pods_dir: &Path, uid: &str) -> std::io::Result<bool> {
-    let pod_dir = safe_path::beneath(pods_dir, &[uid])
+    let pod_dir = crate::pod::pod_dir(pods_dir, uid)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     unmount_pod_volumes(&pod_dir)?;
     let mut removed = false;
-    for sub in ["volumes", safe_path::SUBPATHS_DIR] {
+    for sub in [crate::pod::VOLUMES_DIR, safe_path::SUBPATHS_DIR] {
         removed |= safe_path::remove_beneath(pods_dir, &pod_dir.join(sub))?;
     }
     Ok(removed)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: test images, the unit tests and the integration tests (against
-# real containerd test beds), and a build (not a run) of the benchmarks.
+# real containerd test beds), a build (not a run) of the benchmarks, and the docs.
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,4 +12,6 @@ bash scripts/build-images.sh target/test-images
 if [ -d benches ]; then
     cargo bench --no-run
 fi
+# The doc comments' links must resolve: a renamed or moved item shows here first.
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 cargo test --lib --bins --tests -- --test-threads=2

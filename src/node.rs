@@ -188,7 +188,7 @@ pub(crate) fn mem_total_bytes(meminfo: &str) -> Option<u64> {
     }
 }
 
-/// The number of CPUs in `Cpus_allowed_list` of /proc/<pid>/status text.
+/// The number of CPUs in `Cpus_allowed_list` of `/proc/<pid>/status` text.
 pub(crate) fn cpus_allowed(status: &str) -> Option<u32> {
     let line = status
         .lines()

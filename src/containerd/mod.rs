@@ -326,7 +326,7 @@ pub fn find_in_path(name: &str) -> Option<PathBuf> {
         })
 }
 
-/// One CRI `Version` call through the one client ([`RemoteRuntime`]), bounded by
+/// One CRI `Version` call through the one client (`RemoteRuntime`), bounded by
 /// `timeout`: whether a runtime answers at `endpoint`.
 pub async fn probe_cri(endpoint: &str, timeout: Duration) -> Result<VersionResponse, CriError> {
     let connect = RemoteRuntime::connect(endpoint, timeout, timeout);

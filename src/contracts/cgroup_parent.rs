@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 /// The one place a sandbox's cgroup parent is decided (kubelet's
 /// `RuntimeHelper.GetPodCgroupParent`). The container manager answers with the pod's
-/// cgroup (`/kubepods/<qos>/pod<uid>`); tests without cgroups use [`RuntimeDefaultCgroups`].
+/// cgroup (`/kubepods/<qos>/pod<uid>`); tests without cgroups use `RuntimeDefaultCgroups`.
 pub(crate) trait PodCgroupParent: Send + Sync + std::fmt::Debug {
     /// The cgroup parent for `pod`'s sandbox; empty leaves it to the runtime.
     fn cgroup_parent(&self, pod: &Pod) -> String;

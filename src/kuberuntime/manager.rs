@@ -1331,7 +1331,7 @@ impl RuntimeManager {
     }
 
     /// Unmounts and removes the volumes of a terminated pod whose object stays (see
-    /// [`volumes::tear_down_pod_volumes`]), off the async threads: an emptyDir can be big.
+    /// [`crate::volumes::tear_down_pod_volumes`]), off the async threads: an emptyDir can be big.
     pub(crate) async fn tear_down_volumes(&self, uid: &str, pod_ref: &str) -> std::io::Result<()> {
         let pods_dir = self.sandbox_env.pods_dir.clone();
         let owned_uid = uid.to_string();

@@ -186,7 +186,7 @@ fn bool_arg(name: &'static str) -> Arg {
         .action(ArgAction::Set)
 }
 
-/// Parses the command line (argv[0] first). `--help` and `--version` come back
+/// Parses the command line (`argv[0]` first). `--help` and `--version` come back
 /// as `ConfigError::Help`; anything clap rejects as one `Problem::Usage` line.
 pub(crate) fn parse_flags<I, T>(args: I) -> Result<FlagValues, ConfigError>
 where

@@ -27,7 +27,7 @@ use crate::cm::{CgroupDriver, CgroupName, NodeAllocatableEnforcement, Reserved};
 use crate::contracts::Thresholds;
 
 /// Effective configuration after merging defaults, the config file and flags.
-/// Which flag and config field set each value: see [`settings::SETTINGS`].
+/// Which flag and config field set each value: see `settings::SETTINGS`.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// `--config`: the KubeletConfiguration file, if any.
@@ -295,7 +295,7 @@ impl Default for Options {
     }
 }
 
-/// Builds the effective options from the command line (argv[0] first):
+/// Builds the effective options from the command line (`argv[0]` first):
 /// defaults, then the `--config` file, then explicit flags; validates
 /// everything and reports every problem found.
 pub(crate) fn load<I, T>(args: I) -> Result<Options, ConfigError>

@@ -886,7 +886,7 @@ pub(crate) fn was_rejected(status: &PodStatus) -> bool {
 }
 
 /// The status of a pod rejected at admission (kubelet's `rejectPod`): Failed with
-/// the reason and "Pod was rejected: <message>", its QoS class, and the start time
+/// the reason and `Pod was rejected: <message>`, its QoS class, and the start time
 /// the status manager gives every pod it records.
 pub(crate) fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timestamp) -> PodStatus {
     PodStatus {

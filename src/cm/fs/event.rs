@@ -38,7 +38,7 @@ fn open(dir: &std::path::Path, name: &str, write: bool) -> Result<File, CgroupEr
 
 impl ThresholdFiles {
     /// Registers `eventfd` to be signalled when the cgroup's memory usage crosses
-    /// `threshold` bytes (either way): one write of "<eventfd> <usage fd> <bytes>", as
+    /// `threshold` bytes (either way): one write of `<eventfd> <usage fd> <bytes>`, as
     /// the kernel wants it. The registration lasts until the eventfd is closed.
     pub(crate) fn register(
         &mut self,

@@ -84,7 +84,7 @@ pub(super) fn join(op: &'static str, base: &Path, parts: &[&str]) -> Result<Path
 }
 
 /// `dir`, if the cgroup is there: writing into a missing one must fail, also in a test
-/// tree (where [`write`] would otherwise create the file).
+/// tree (where [`write()`] would otherwise create the file).
 pub(super) fn existing(op: &'static str, dir: PathBuf) -> Result<PathBuf, CgroupError> {
     if is_dir(&dir) {
         Ok(dir)

@@ -148,7 +148,7 @@ pub(super) fn stat_values<const N: usize>(stat: &[u8], names: [&[u8]; N]) -> [u6
 }
 
 impl CgroupTree {
-    /// The files [`CgroupTree::stats`] reads for `rel` (the benchmark's baseline reads
+    /// The files `CgroupTree::stats` (tests) and the stat reader read for `rel` (the benchmark's baseline reads
     /// the same files without parsing).
     pub(crate) fn stat_files(&self, rel: &str) -> Vec<std::path::PathBuf> {
         let v1: [(&str, &[&str]); 4] = [
@@ -202,7 +202,7 @@ impl CgroupTree {
             .min()
     }
 
-    /// The pressure files of `rel` (read apart from [`CgroupTree::stats`]: koordlet
+    /// The pressure files of `rel` (read apart from the usage files: koordlet
     /// reads PSI every 10 s, usage every second). v2: `<cgroup>/*.pressure`; v1: only
     /// some kernels (Anolis) put them in `cpuacct`, elsewhere every part is `None`.
     pub(crate) fn pressure(&self, rel: &str) -> Result<Pressure, CgroupError> {

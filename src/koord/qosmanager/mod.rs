@@ -7,7 +7,8 @@
 //! - [`inputs`]: one round's view of node and pod usage from the metric cache.
 //! - [`cpu_suppress`]: the BestEffort CFS quota (`cfsQuota` policy).
 //! - [`memory_evict`]: evicting BestEffort pods when node memory usage is high.
-//! - [`evict`]: how an eviction reaches the pod workers and the event recorder.
+//! - evictions reach the pod workers through `contracts::Evictor` (the sync loop's
+//!   `WorkerEvictor`), which records the event too.
 //! - [`metrics`]: koordlet's eviction and suppression metrics.
 //!
 //! cgroup reconcile puts the QoS cgroups' cpu shares back when they drift (on v1

@@ -40,7 +40,7 @@ pub(crate) enum BootstrapError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("the issued certificate cannot be used: {0}")]
-    Issued(String),
+    Issued(#[from] IssuedError),
     #[error("kubeconfig {}: cannot write it", file.display())]
     Write {
         file: PathBuf,
@@ -164,34 +164,49 @@ pub(crate) async fn obtain(
     let cert = csr::request_certificate(client, &request.csr_pem, wait)
         .await
         .map_err(csr_err)?;
-    check_issued(&cert, &request.key_pem, node).map_err(BootstrapError::Issued)?;
+    check_issued(&cert, &request.key_pem, node)?;
     Ok(store.update(&cert, request.key_pem.as_bytes(), jiff::Timestamp::now())?)
+}
+
+/// Why an issued certificate is not stored.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum IssuedError {
+    #[error("status.certificate holds no PEM CERTIFICATE")]
+    NoCertificate,
+    #[error("status.certificate: {0}")]
+    Unparsable(String),
+    #[error("the node key: {0}")]
+    Key(String),
+    #[error("it is not for the key the request was made with")]
+    OtherKey,
+    #[error("it names {names:?}, not {want:?}")]
+    OtherNode { names: String, want: String },
 }
 
 /// Before an issued certificate is stored: it is a certificate (kubelet's
 /// `tls.X509KeyPair` check) for the key the request was made with, and it names this
 /// node (`system:node:<node>`), so a signer's mistake never becomes the node's identity.
-fn check_issued(cert_pem: &[u8], key_pem: &str, node: &str) -> Result<(), String> {
+fn check_issued(cert_pem: &[u8], key_pem: &str, node: &str) -> Result<(), IssuedError> {
     let pem = x509_parser::pem::Pem::iter_from_buffer(cert_pem)
         .map_while(Result::ok)
         .find(|p| p.label == "CERTIFICATE")
-        .ok_or("status.certificate holds no PEM CERTIFICATE")?;
+        .ok_or(IssuedError::NoCertificate)?;
     let cert = pem
         .parse_x509()
-        .map_err(|e| format!("status.certificate: {e}"))?;
-    let key = rcgen::KeyPair::from_pem(key_pem).map_err(|e| format!("the node key: {e}"))?;
+        .map_err(|e| IssuedError::Unparsable(e.to_string()))?;
+    let key = rcgen::KeyPair::from_pem(key_pem).map_err(|e| IssuedError::Key(e.to_string()))?;
     if cert.public_key().subject_public_key.data.as_ref() != key.public_key_raw() {
-        return Err("the issued certificate is not for the key the request was made with".into());
+        return Err(IssuedError::OtherKey);
     }
     let want = format!("system:node:{node}");
     let names: Vec<&str> = (cert.subject().iter_common_name())
         .filter_map(|a| a.as_str().ok())
         .collect();
     if names != [want.as_str()] {
-        return Err(format!(
-            "the issued certificate names {:?}, not {want:?}",
-            names.join(",")
-        ));
+        return Err(IssuedError::OtherNode {
+            names: names.join(","),
+            want,
+        });
     }
     Ok(())
 }
@@ -296,16 +311,20 @@ mod tests {
     fn an_issued_certificate_must_match_the_key_and_the_node() {
         let (_, cert, key) = leaf(-60, 3600);
         assert_eq!(check_issued(cert.as_bytes(), &key, "n1"), Ok(()));
-        let err = check_issued(cert.as_bytes(), &key, "n2").unwrap_err();
+        let err = check_issued(cert.as_bytes(), &key, "n2")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("\"system:node:n1\", not \"system:node:n2\""),
             "{err}"
         );
         let (_, _, other_key) = leaf(-60, 3600);
         let err = check_issued(cert.as_bytes(), &other_key, "n1").unwrap_err();
-        assert!(err.contains("not for the key"), "{err}");
+        assert_eq!(err, IssuedError::OtherKey);
+        assert!(err.to_string().contains("not for the key"), "{err}");
         let err = check_issued(b"no pem here", &key, "n1").unwrap_err();
-        assert!(err.contains("no PEM CERTIFICATE"), "{err}");
+        assert_eq!(err, IssuedError::NoCertificate);
+        assert!(err.to_string().contains("no PEM CERTIFICATE"), "{err}");
     }
 
     #[tokio::test]

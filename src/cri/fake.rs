@@ -1017,6 +1017,8 @@ pub(crate) mod support {
             fake: &Arc<FakeRuntime>,
             dir: &tempfile::TempDir,
         ) -> RuntimeManager {
+            // The agent makes the pods directory at start.
+            std::fs::create_dir_all(dir.path().join("pods")).unwrap();
             let env = SandboxEnv {
                 pod_logs_dir: dir.path().join("logs"),
                 dns: Default::default(),

@@ -64,18 +64,11 @@ pub(crate) fn make_data_dirs(root: &Path) -> io::Result<()> {
 }
 
 /// `<pods>/<uid>` and its `volumes/` (kubelet's `makePodDataDirs`), before anything
-/// of the pod is written there.
+/// of the pod is written there. Runs on every sync: two `mkdir`s that find the
+/// directories there.
 pub(crate) fn make_pod_data_dirs(pods_dir: &Path, uid: &str) -> Result<(), DataDirError> {
-    // The pods directory is oxlet's own path (made at start); the ones below come from
-    // pod input and are made one level at a time, never through a symlink.
-    DirBuilder::new()
-        .recursive(true)
-        .mode(DATA_DIR_MODE)
-        .create(pods_dir)
-        .map_err(|source| DataDirError::Io {
-            path: pods_dir.to_path_buf(),
-            source,
-        })?;
+    // The pods directory itself is made at start ([`make_data_dirs`]); these come
+    // from pod input and are made one level at a time, never through a symlink.
     for dir in [
         crate::pod::pod_dir(pods_dir, uid)?,
         crate::pod::pod_volumes_dir(pods_dir, uid)?,

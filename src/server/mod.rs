@@ -6,6 +6,7 @@
 
 mod conn;
 mod healthz;
+mod serving;
 mod stats;
 
 use std::net::SocketAddr;

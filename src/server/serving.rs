@@ -1,0 +1,364 @@
+//! The secure port's TLS and who a client is (kubelet's `--tls-cert-file` and
+//! `--tls-private-key-file`, or the self-signed pair it makes in `--cert-dir`; its x509
+//! authenticator over `--client-ca-file`).
+//!
+//! Without a configured pair, kubelet makes a CA `<host>-ca@<unix time>` and a serving
+//! certificate `<host>@<unix time>` for the host name, `localhost`, 127.0.0.1 and the
+//! node's addresses, valid a year, and writes both certificates (the serving one first)
+//! to `kubelet.crt` and the key to `kubelet.key`. A pair already there is used as it is.
+//! The key is readable by root alone.
+
+#![cfg_attr(
+    not(test),
+    allow(dead_code, reason = "the secure server that uses it is the next step")
+)]
+
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{RootCertStore, ServerConfig, crypto};
+
+/// The self-signed pair's file names in the cert dir (kubelet's).
+pub(crate) const SELF_SIGNED_CERT: &str = "kubelet.crt";
+pub(crate) const SELF_SIGNED_KEY: &str = "kubelet.key";
+
+/// A serving certificate chain and its key, as PEM.
+#[derive(Clone)]
+pub(crate) struct ServingPair {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+/// Why the secure port cannot serve: names the file or setting and the reason.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServingError {
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {reason}")]
+    Invalid { what: String, reason: String },
+    #[error("cannot make the self-signed serving certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServingError + '_ {
+    move |source| ServingError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The configured pair (`tlsCertFile`, `tlsPrivateKeyFile`).
+pub(crate) fn load_pair(cert: &Path, key: &Path) -> Result<ServingPair, ServingError> {
+    Ok(ServingPair {
+        cert_pem: std::fs::read(cert).map_err(io_err(cert))?,
+        key_pem: std::fs::read(key).map_err(io_err(key))?,
+    })
+}
+
+/// The self-signed pair in `cert_dir`, made first when either file is missing.
+pub(crate) fn self_signed_pair(
+    cert_dir: &Path,
+    host: &str,
+    ips: &[IpAddr],
+) -> Result<ServingPair, ServingError> {
+    let (cert, key) = (
+        cert_dir.join(SELF_SIGNED_CERT),
+        cert_dir.join(SELF_SIGNED_KEY),
+    );
+    if cert.is_file() && key.is_file() {
+        return load_pair(&cert, &key);
+    }
+    let pair = make_self_signed(host, ips)?;
+    std::fs::create_dir_all(cert_dir).map_err(io_err(cert_dir))?;
+    write_file(&cert, &pair.cert_pem, 0o644)?;
+    write_file(&key, &pair.key_pem, 0o600)?;
+    tracing::info!(cert = %cert.display(), key = %key.display(), host, "made a self-signed serving certificate, as kubelet does without tlsCertFile");
+    Ok(pair)
+}
+
+/// Writes `bytes` to a new file with `mode` (replacing one there).
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), ServingError> {
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.write_all(bytes).map_err(io_err(path))
+}
+
+/// kubelet's `GenerateSelfSignedCertKey`: a CA and a serving certificate it signs.
+fn make_self_signed(host: &str, ips: &[IpAddr]) -> Result<ServingPair, ServingError> {
+    let now = jiff::Timestamp::now();
+    let date = now.to_zoned(jiff::tz::TimeZone::UTC).date();
+    let (y, m, d) = (
+        i32::from(date.year()),
+        date.month().unsigned_abs(),
+        date.day().min(28).unsigned_abs(),
+    );
+    let valid = |p: &mut rcgen::CertificateParams| {
+        p.not_before = rcgen::date_time_ymd(y, m, d);
+        p.not_after = rcgen::date_time_ymd(y + 1, m, d);
+    };
+    let stamp = now.as_second();
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{host}-ca@{stamp}"));
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    valid(&mut ca);
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate()?;
+    let mut names = vec![host.to_string(), "localhost".to_string()];
+    names.extend(
+        std::iter::once(IpAddr::from([127, 0, 0, 1]))
+            .chain(ips.iter().copied())
+            .map(|ip| ip.to_string()),
+    );
+    let mut leaf = rcgen::CertificateParams::new(names)?;
+    leaf.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{host}@{stamp}"));
+    leaf.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    valid(&mut leaf);
+    let cert = leaf.signed_by(&key, &issuer)?;
+    Ok(ServingPair {
+        cert_pem: format!("{}{}", cert.pem(), ca_cert.pem()).into_bytes(),
+        key_pem: key.serialize_pem().into_bytes(),
+    })
+}
+
+/// The server's TLS set-up: `pair`, and with `client_ca` (PEM) client certificates
+/// verified against it; a client without one still connects (anonymous, or a bearer
+/// token), as kubelet's `tls.VerifyClientCertIfGiven`.
+pub(crate) fn server_config(
+    pair: &ServingPair,
+    client_ca: Option<&[u8]>,
+) -> Result<Arc<ServerConfig>, ServingError> {
+    let invalid = |what: &str, reason: String| ServingError::Invalid {
+        what: what.to_string(),
+        reason,
+    };
+    let provider = Arc::new(crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid("TLS", e.to_string()))?;
+    let builder = match client_ca {
+        Some(pem) => {
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(pem) {
+                let c = c.map_err(|e| invalid("clientCAFile", e.to_string()))?;
+                roots
+                    .add(c)
+                    .map_err(|e| invalid("clientCAFile", e.to_string()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| invalid("clientCAFile", e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let certs = CertificateDer::pem_slice_iter(&pair.cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| invalid("tlsCertFile", e.to_string()))?;
+    if certs.is_empty() {
+        return Err(invalid("tlsCertFile", "no PEM CERTIFICATE".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&pair.key_pem)
+        .map_err(|e| invalid("tlsPrivateKeyFile", e.to_string()))?;
+    let config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| invalid("tlsCertFile", e.to_string()))?;
+    Ok(Arc::new(config))
+}
+
+/// Who a request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct User {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+/// kubelet's x509 authenticator: a client certificate the handshake verified names
+/// the user (its CN) and the groups (each O). `None`: no certificate.
+pub(crate) fn user_of(peer: Option<&[CertificateDer<'_>]>) -> Option<User> {
+    let leaf = peer?.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
+    let subject = cert.subject();
+    let name = subject
+        .iter_common_name()
+        .find_map(|a| a.as_str().ok())?
+        .to_string();
+    let groups = (subject.iter_organization())
+        .filter_map(|a| a.as_str().ok().map(str::to_string))
+        .collect();
+    Some(User { name, groups })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio_rustls::rustls::ClientConfig;
+    use tokio_rustls::rustls::pki_types::ServerName;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn the_self_signed_pair_is_made_once_with_a_root_only_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        let ip: IpAddr = "10.0.0.7".parse().unwrap();
+        let first = self_signed_pair(&pki, "node1", &[ip]).unwrap();
+        assert_eq!(mode(&pki.join(SELF_SIGNED_KEY)), 0o600);
+        assert_eq!(mode(&pki.join(SELF_SIGNED_CERT)), 0o644);
+        let again = self_signed_pair(&pki, "node1", &[ip]).unwrap();
+        assert_eq!(first.cert_pem, again.cert_pem);
+        let text = String::from_utf8(first.cert_pem.clone()).unwrap();
+        assert_eq!(text.matches("BEGIN CERTIFICATE").count(), 2, "leaf and CA");
+        let der = CertificateDer::pem_slice_iter(&first.cert_pem)
+            .next()
+            .unwrap()
+            .unwrap();
+        let (_, leaf) = x509_parser::parse_x509_certificate(der.as_ref()).unwrap();
+        let cn = leaf.subject().iter_common_name().next().unwrap();
+        assert!(cn.as_str().unwrap().starts_with("node1@"));
+        let sans = format!(
+            "{:?}",
+            leaf.subject_alternative_name().unwrap().unwrap().value
+        );
+        for want in ["node1", "localhost", "127.0.0.1", "10.0.0.7"] {
+            assert!(
+                sans.contains(want) || sans.contains("10, 0, 0, 7"),
+                "{want} in {sans}"
+            );
+        }
+        assert!(server_config(&first, None).is_ok());
+    }
+
+    /// A CA and a client certificate it signs for `cn` in groups `orgs`.
+    fn client(cn: &str, orgs: &[&str]) -> (String, String, String) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name
+                .push(rcgen::DnType::OrganizationName, *o);
+        }
+        let cert = p.signed_by(&key, &issuer).unwrap();
+        (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    /// One handshake over a pipe; the user the server sees, or the handshake's error.
+    async fn handshake(
+        server: Arc<ServerConfig>,
+        server_ca: &[u8],
+        client_pair: Option<(&str, &str)>,
+    ) -> Result<Option<User>, String> {
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(server_ca) {
+            let _ = roots.add(c.unwrap());
+        }
+        let provider = Arc::new(crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let config = match client_pair {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(
+                    CertificateDer::pem_slice_iter(cert.as_bytes())
+                        .map(Result::unwrap)
+                        .collect(),
+                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let acceptor = tokio_rustls::TlsAcceptor::from(server);
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let serve = tokio::spawn(async move {
+            let mut tls = acceptor.accept(a).await.map_err(|e| e.to_string())?;
+            let user = user_of(tls.get_ref().1.peer_certificates());
+            let _ = tls.write_all(b"ok").await;
+            Ok::<_, String>(user)
+        });
+        let name = ServerName::try_from("localhost").unwrap();
+        if let Ok(mut tls) = connector.connect(name, b).await {
+            let mut buf = [0u8; 2];
+            let _ = tls.read_exact(&mut buf).await;
+        }
+        serve.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn client_certificates_name_the_user_and_anonymous_still_connects() {
+        let dir = tempfile::tempdir().unwrap();
+        let pair = self_signed_pair(dir.path(), "node1", &[]).unwrap();
+        // (rcgen keeps one value per name type, so one group here.)
+        let (ca, cert, key) = client("alice", &["dev"]);
+        let server = server_config(&pair, Some(ca.as_bytes())).unwrap();
+        let user = handshake(server.clone(), &pair.cert_pem, Some((&cert, &key))).await;
+        assert_eq!(
+            user,
+            Ok(Some(User {
+                name: "alice".into(),
+                groups: vec!["dev".into()],
+            }))
+        );
+        // No certificate: the connection stands, with no user (anonymous or a token).
+        assert_eq!(
+            handshake(server.clone(), &pair.cert_pem, None).await,
+            Ok(None)
+        );
+        // A certificate from another CA is refused in the handshake.
+        let (_, other_cert, other_key) = client("mallory", &[]);
+        let refused = handshake(server, &pair.cert_pem, Some((&other_cert, &other_key))).await;
+        assert!(refused.is_err(), "{refused:?}");
+    }
+
+    #[test]
+    fn a_bad_pair_or_ca_names_the_setting() {
+        let bad = ServingPair {
+            cert_pem: b"nothing".to_vec(),
+            key_pem: b"nothing".to_vec(),
+        };
+        let e = server_config(&bad, None).err().unwrap().to_string();
+        assert!(
+            e.starts_with("tlsCertFile") || e.starts_with("tlsPrivateKeyFile"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let good = self_signed_pair(dir.path(), "n", &[]).unwrap();
+        let e = server_config(
+            &good,
+            Some(b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n"),
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.starts_with("clientCAFile"), "{e}");
+    }
+}

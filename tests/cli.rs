@@ -71,6 +71,7 @@ fn explicit_endpoint_that_does_not_answer_is_an_error() {
         "--runtime-request-timeout=2s",
         "--read-only-port=0",
         "--healthz-port=0",
+        "--port=0",
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("none.sock"), "{err}");

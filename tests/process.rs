@@ -117,6 +117,7 @@ fn base_args(root: &Path, port: u16) -> Vec<String> {
         format!("--root-dir={}", root.display()),
         format!("--read-only-port={port}"),
         "--healthz-port=0".into(),
+        "--port=0".into(),
         "--hostname-override=testnode".into(),
         "--pod-logs-dir=/tmp/oxlet-process-test-logs".into(),
         "--container-log-symlink-dir=/tmp/oxlet-process-test-links".into(),

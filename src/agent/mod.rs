@@ -157,7 +157,11 @@ async fn start(
         };
         let node_views = node::spawn_eviction(opts, &host, &shared, reclaim, tasks);
         let views = servers::views(opts, rt, &shared, node_views, &health, prediction);
-        servers::start(opts, views, health, limits, tasks).await?;
+        let secure = servers::SecureParts {
+            rt,
+            client: api.map(|a| a.main.clone()),
+        };
+        servers::start(opts, views, secure, health, limits, tasks).await?;
     }
     if let Some(api) = api {
         cluster::spawn_status_writer(opts, api, &shared, workers, mirror_wake, tasks);

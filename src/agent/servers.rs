@@ -1,5 +1,6 @@
-//! The HTTP servers: the read-only port (kubelet's read-only API, stats, metrics and
-//! oxlet's debug endpoints) and the healthz port, each a critical task.
+//! The HTTP servers: the secure port (kubelet's whole API, over TLS, behind its
+//! authentication and authorization), the read-only port (kubelet's read-only API,
+//! stats, metrics and oxlet's debug endpoints) and the healthz port, each a critical task.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -54,15 +55,81 @@ pub(super) fn views(
     }
 }
 
-/// Binds and serves the read-only port, then the healthz port (a port of 0 is off);
-/// a port that cannot be bound fails the start.
+/// What the secure port needs beyond the views: the runtime and the apiserver
+/// client its webhooks ask.
+pub(super) struct SecureParts<'a> {
+    pub rt: &'a Runtime,
+    pub client: Option<kube::Client>,
+}
+
+/// Builds the secure port's TLS and auth, binds it, and serves it. Errors name the
+/// setting at fault.
+async fn start_secure(
+    opts: &Options,
+    views: &Views,
+    parts: SecureParts<'_>,
+    limits: Limits,
+    tasks: &Tasks,
+) -> anyhow::Result<()> {
+    let serving = &opts.serving;
+    let auth = server::Auth::new(&opts.node_name, serving, parts.client)?;
+    let cert_dir = opts
+        .cert_dir
+        .clone()
+        .unwrap_or_else(|| opts.root_dir.join("pki"));
+    let ips: Vec<std::net::IpAddr> = opts.node_ip.into_iter().collect();
+    let tls = server::acceptor(serving, &cert_dir, &opts.node_name, &ips)
+        .context("cannot set up the secure port's TLS")?;
+    let addr = SocketAddr::new(opts.address, serving.port);
+    let l = server::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (--port)"))?;
+    info!(
+        target: STARTUP_TARGET,
+        %addr,
+        authorization = ?serving.authorization_mode,
+        anonymous = serving.anonymous,
+        tokenWebhook = serving.token_webhook,
+        clientCA = serving.client_ca_file.is_some(),
+        "serving the kubelet API on the secure port"
+    );
+    let cri: Arc<dyn crate::cri::Cri> = Arc::new(parts.rt.cri.clone());
+    let router = server::secure_router(server::Secure {
+        streaming: server::Streaming {
+            pods: views.pods.clone(),
+            pod_cache: views.pod_cache.clone(),
+            cri,
+            idle_timeout: serving.streaming_idle_timeout,
+            run_timeout: opts.runtime_request_timeout,
+        },
+        logs: server::ContainerLogs {
+            pods: views.pods.clone(),
+            pod_cache: views.pod_cache.clone(),
+            pod_logs_dir: opts.pod_logs_dir.clone(),
+        },
+        auth: Arc::new(auth),
+        views: views.clone(),
+    });
+    tasks.spawn_critical("secure-server", move |cancel| async move {
+        server::serve(l, router, limits, Some(tls), cancel).await;
+        Ok(())
+    });
+    Ok(())
+}
+
+/// Binds and serves the secure port, the read-only port, then the healthz port (a
+/// port of 0 is off); a port that cannot be bound fails the start.
 pub(super) async fn start(
     opts: &Options,
     views: Views,
+    secure: SecureParts<'_>,
     health: Health,
     limits: Limits,
     tasks: &Tasks,
 ) -> anyhow::Result<()> {
+    if opts.serving.enabled() {
+        start_secure(opts, &views, secure, limits, tasks).await?;
+    }
     if opts.read_only_port != 0 {
         let addr = SocketAddr::new(opts.address, opts.read_only_port);
         let l = server::bind(addr)
@@ -71,7 +138,7 @@ pub(super) async fn start(
         info!(target: STARTUP_TARGET, %addr, maxConnections = limits.max_connections, "serving the read-only API");
         let router = server::read_only_router(views);
         tasks.spawn_critical("read-only-server", move |cancel| async move {
-            server::serve(l, router, limits, cancel).await;
+            server::serve(l, router, limits, None, cancel).await;
             Ok(())
         });
     }
@@ -82,7 +149,7 @@ pub(super) async fn start(
             .with_context(|| format!("cannot listen on {addr} (--healthz-port)"))?;
         let router = server::healthz_router(health);
         tasks.spawn_critical("healthz-server", move |cancel| async move {
-            server::serve(l, router, limits, cancel).await;
+            server::serve(l, router, limits, None, cancel).await;
             Ok(())
         });
     }

@@ -26,6 +26,15 @@ pub(crate) struct ExecOutput {
     pub exit_code: i32,
 }
 
+/// A streaming session the runtime serves itself (kubelet asks for its URL, then
+/// proxies the client's upgraded connection to it).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StreamRequest {
+    Exec(cri::ExecRequest),
+    Attach(cri::AttachRequest),
+    PortForward(cri::PortForwardRequest),
+}
+
 /// The read-only CRI calls: listing and inspecting, never changing.
 pub(crate) trait CriRead: Send + Sync {
     fn version(&self) -> CriFuture<'_, cri::VersionResponse>;
@@ -99,4 +108,7 @@ pub(crate) trait Cri: CriRead {
     fn reopen_container_log<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;
     /// Removes the image (by ID or reference); a missing image is not an error.
     fn remove_image<'a>(&'a self, image: &'a str) -> CriFuture<'a, ()>;
+    /// The URL of the runtime's streaming server for one exec, attach or
+    /// port-forward session (`Exec`, `Attach`, `PortForward`).
+    fn stream_url(&self, req: StreamRequest) -> CriFuture<'_, String>;
 }

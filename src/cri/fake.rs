@@ -923,6 +923,14 @@ impl Cri for FakeRuntime {
         })
     }
 
+    fn stream_url(&self, _req: super::api::StreamRequest) -> CriFuture<'_, String> {
+        ready(Err(status(
+            "Exec",
+            tonic::Code::Unimplemented,
+            "the fake runtime has no streaming server",
+        )))
+    }
+
     fn exec_sync<'a>(
         &'a self,
         id: &'a str,

@@ -476,6 +476,10 @@ impl Cri for RemoteRuntime {
         })
     }
 
+    fn stream_url(&self, req: super::api::StreamRequest) -> CriFuture<'_, String> {
+        self.streaming_url(req)
+    }
+
     fn reopen_container_log<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
         Box::pin(async move {
             let mut c = self.runtime.clone();
@@ -527,6 +531,24 @@ impl Cri for RemoteRuntime {
                 stderr: resp.stderr,
                 exit_code: resp.exit_code,
             })
+        })
+    }
+}
+
+impl RemoteRuntime {
+    /// `Exec`, `Attach` or `PortForward`: the streaming URL the runtime answers.
+    fn streaming_url(&self, req: super::api::StreamRequest) -> CriFuture<'_, String> {
+        use super::api::StreamRequest;
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let url = match req {
+                StreamRequest::Exec(r) => self.call("Exec", c.exec(r)).await?.url,
+                StreamRequest::Attach(r) => self.call("Attach", c.attach(r)).await?.url,
+                StreamRequest::PortForward(r) => {
+                    self.call("PortForward", c.port_forward(r)).await?.url
+                }
+            };
+            Ok(url)
         })
     }
 }

@@ -92,11 +92,20 @@ impl Drop for InFlight {
 
 /// The read-only server's middleware (`server_type="readonly"`).
 pub(crate) async fn track_readonly(req: Request, next: Next) -> Response {
+    track(req, next, "readonly").await
+}
+
+/// The secure server's middleware (`server_type="readwrite"`, kubelet's name).
+pub(crate) async fn track_readwrite(req: Request, next: Next) -> Response {
+    track(req, next, "readwrite").await
+}
+
+async fn track(req: Request, next: Next, server_type: &'static str) -> Response {
     let path = path_bucket(req.uri().path());
     let labels = [
         method_bucket(req.method().as_str()),
         path.as_str(),
-        "readonly",
+        server_type,
         long_running(&path),
     ];
     let k = super::kubelet();

@@ -24,7 +24,7 @@ use kubelet_families::Kubelet;
 use probe_families::Probes;
 
 // The servers' side: the exposition (gzip when asked) and the read-only server's HTTP metrics.
-pub(crate) use http::{exposition, track_readonly};
+pub(crate) use http::{exposition, track_readonly, track_readwrite};
 // What callers record through the registries' families.
 pub(crate) use kubelet_families::WorkingPods;
 pub(crate) use probe_families::{ProbeOutcome, ProbeSeries};

@@ -15,12 +15,6 @@ pub(crate) const KIND: &str = "KubeletConfiguration";
 
 /// KubeletConfiguration (v1beta1, ~1.30-1.34) fields oxlet accepts but ignores.
 pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
-    "enableServer",
-    "port",
-    "tlsCertFile",
-    "tlsPrivateKeyFile",
-    "tlsCipherSuites",
-    "tlsMinVersion",
     "serverTLSBootstrap",
     "registryPullQPS",
     "registryBurst",
@@ -29,7 +23,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "enableDebuggingHandlers",
     "enableContentionProfiling",
     "oomScoreAdj",
-    "streamingConnectionIdleTimeout",
     "kubeletCgroups",
     "systemCgroups",
     "cpuManagerPolicy",
@@ -74,9 +67,9 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
 ];
 
 /// KubeletConfiguration fields that are structs, each with its own fields (dotted
-/// for structs inside); oxlet implements none of them yet. The decoder walks them, so a
-/// warning names the field set (`authentication.x509.clientCAFile`) and a misspelt
-/// nested key is reported as unknown.
+/// for structs inside). The decoder walks them: a field with a setting row
+/// (`authentication.x509.clientCAFile`) is read like a top-level one, any other is
+/// warned about by its full name, and a misspelt nested key is reported as unknown.
 pub(crate) const STRUCT_FIELDS: &[(&str, &[&str])] = &[
     (
         "authentication",
@@ -224,8 +217,15 @@ fn walk_struct(path: &str, value: &Value, leaves: &[&str], top: &str, cfg: &mut 
         if leaves.contains(&rel) {
             let empty = matches!(v, Value::Mapping(m) if m.is_empty())
                 || matches!(v, Value::Sequence(s) if s.is_empty());
-            if !v.is_null() && !empty && !is_unset_zero(&full, v) {
-                cfg.unimplemented.push(full);
+            if v.is_null() || empty || is_unset_zero(&full, v) {
+                continue;
+            }
+            match settings::by_field(&full) {
+                Some(setting) => {
+                    let path = cfg.path.clone();
+                    record_value(setting, &path, v, cfg);
+                }
+                None => cfg.unimplemented.push(full),
             }
         } else if leaves
             .iter()
@@ -337,24 +337,7 @@ pub(crate) fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile,
             continue;
         }
         match settings::by_field(name) {
-            Some(setting) => {
-                let field = setting.field.unwrap_or_default();
-                match field_text(setting.kind, value) {
-                    Ok(None) => {}
-                    Ok(Some(text)) if setting.kind == Kind::Path => {
-                        cfg.values.insert(field, resolve_relative(path, &text));
-                    }
-                    Ok(Some(text)) => {
-                        cfg.values.insert(field, text);
-                    }
-                    Err(reason) => cfg.problems.push(Problem::Field {
-                        file: path.to_path_buf(),
-                        field: field.to_string(),
-                        value: value_text(value),
-                        reason: reason.0,
-                    }),
-                }
-            }
+            Some(setting) => record_value(setting, path, value, &mut cfg),
             None if UNIMPLEMENTED_FIELDS.contains(&name) => {
                 cfg.unimplemented.push(name.to_string());
             }
@@ -362,6 +345,32 @@ pub(crate) fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile,
         }
     }
     Ok(cfg)
+}
+
+/// Records a setting's value from the file (a relative path resolved against the
+/// file), or the problem with it.
+fn record_value(
+    setting: &'static settings::Setting,
+    path: &Path,
+    value: &Value,
+    cfg: &mut KubeletConfigFile,
+) {
+    let field = setting.field.unwrap_or_default();
+    match field_text(setting.kind, value) {
+        Ok(None) => {}
+        Ok(Some(text)) if setting.kind == Kind::Path => {
+            cfg.values.insert(field, resolve_relative(path, &text));
+        }
+        Ok(Some(text)) => {
+            cfg.values.insert(field, text);
+        }
+        Err(reason) => cfg.problems.push(Problem::Field {
+            file: path.to_path_buf(),
+            field: field.to_string(),
+            value: value_text(value),
+            reason: reason.0,
+        }),
+    }
 }
 
 /// A field's value as text when it has the YAML type its setting's kind needs
@@ -482,11 +491,16 @@ mod tests {
             .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))
             // A zero that kubelet treats as unset is not read (written below instead).
             .filter(|(f, v)| !(ZERO_IS_UNSET.contains(f) && *v == "0"))
+            // Nested fields are written below, as structs.
+            .filter(|(f, _)| !f.contains('.'))
             .chain([
                 ("staticPodPath", "/etc/kubernetes/manifests"),
                 ("providerID", "kind://docker/kind/n1"),
                 ("maxParallelImagePulls", "1"),
                 ("imageMaximumGCAge", "1h"),
+                ("tlsCertFile", "/tls.crt"),
+                ("tlsPrivateKeyFile", "/tls.key"),
+                ("tlsMinVersion", "VersionTLS13"),
             ])
             .collect();
         let body: String = fields.iter().map(|(f, v)| format!("{f}: {v}\n")).collect();
@@ -508,9 +522,23 @@ mod tests {
         // The HTTP source.
         let body =
             format!("{body}staticPodURL: http://h/p\nstaticPodURLHeader:\n  a: [x, \"y:z\"]\n");
+        // The secure port's authentication and authorization.
+        let body = format!(
+            "{body}authentication:\n  x509:\n    clientCAFile: /ca.crt\n  webhook:\n    enabled: true\n    cacheTTL: 1m\n  anonymous:\n    enabled: false\n\
+             authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 1s\n\
+             tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n"
+        );
         let fields: Vec<(&str, &str)> = fields
             .into_iter()
             .chain([
+                ("tlsCipherSuites", "TLS_AES_128_GCM_SHA256"),
+                ("authentication.x509.clientCAFile", "/ca.crt"),
+                ("authentication.webhook.enabled", "true"),
+                ("authentication.webhook.cacheTTL", "1m"),
+                ("authentication.anonymous.enabled", "false"),
+                ("authorization.mode", "Webhook"),
+                ("authorization.webhook.cacheAuthorizedTTL", "1m"),
+                ("authorization.webhook.cacheUnauthorizedTTL", "1s"),
                 ("kubeReserved", "cpu=100m"),
                 ("systemReserved", ""),
                 ("evictionHard", "memory.available<1Gi,nodefs.available<5%"),
@@ -577,7 +605,7 @@ mod tests {
     fn unimplemented_and_unknown_fields_are_collected() {
         let cfg = parse(
             "failSwapOn: false\n\
-             authentication:\n  anonymous:\n    enabled: false\n\
+             logging:\n  format: json\n\
              notAField: 3\n\
              mergeDefaultEvictionSettings: true\n\
              StaticPodPath: /x\n",
@@ -587,7 +615,7 @@ mod tests {
             cfg.unimplemented,
             [
                 "failSwapOn",
-                "authentication.anonymous.enabled",
+                "logging.format",
                 "mergeDefaultEvictionSettings"
             ]
         );
@@ -609,10 +637,6 @@ mod tests {
         assert_eq!(
             cfg.unimplemented,
             [
-                "authentication.x509.clientCAFile",
-                "authentication.webhook.enabled",
-                "authentication.webhook.cacheTTL",
-                "authorization.mode",
                 "logging.format",
                 "logging.options.json.infoBufferSize",
                 "memorySwap.swapBehavior",
@@ -627,6 +651,28 @@ mod tests {
             ]
         );
         assert!(cfg.problems.is_empty());
+        // Nested fields with a setting are read as values, a relative path against the file.
+        let values: Vec<(&str, &str)> = cfg.values.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            values,
+            [
+                ("authentication.webhook.cacheTTL", "2m"),
+                ("authentication.webhook.enabled", "true"),
+                ("authentication.x509.clientCAFile", "/ca.crt"),
+                ("authorization.mode", "AlwaysAllow"),
+            ]
+        );
+        let cfg = parse("authentication:\n  x509:\n    clientCAFile: pki/ca.crt\n  anonymous:\n    enabled: 1\n").unwrap();
+        assert_eq!(
+            cfg.values["authentication.x509.clientCAFile"],
+            "/etc/pki/ca.crt"
+        );
+        assert_eq!(
+            messages(&cfg.problems),
+            [
+                "/etc/x.yaml: field authentication.anonymous.enabled: invalid value \"1\": must be true or false"
+            ]
+        );
         let problems = parse("authentication: true\n").unwrap().problems;
         assert_eq!(
             messages(&problems),
@@ -668,20 +714,18 @@ mod tests {
         let cfg = parse_config(Path::new("/var/lib/kubelet/config.yaml"), text).unwrap();
         assert!(cfg.problems.is_empty(), "{:?}", cfg.problems);
         assert!(cfg.unknown.is_empty(), "{:?}", cfg.unknown);
-        assert_eq!(
-            cfg.unimplemented,
-            [
-                "authentication.anonymous.enabled",
-                "authentication.webhook.enabled",
-                "authentication.x509.clientCAFile",
-                "authorization.mode",
-                "failSwapOn",
-            ]
-        );
+        assert_eq!(cfg.unimplemented, ["failSwapOn"]);
         let values: Vec<(&str, &str)> = cfg.values.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(
             values,
             [
+                ("authentication.anonymous.enabled", "false"),
+                ("authentication.webhook.enabled", "true"),
+                (
+                    "authentication.x509.clientCAFile",
+                    "/etc/kubernetes/pki/ca.crt"
+                ),
+                ("authorization.mode", "Webhook"),
                 ("cgroupDriver", "systemd"),
                 ("cgroupRoot", "/kubelet"),
                 ("clusterDNS", "10.96.0.10"),

@@ -7,6 +7,7 @@ mod configz;
 mod flags;
 mod kubelet_config;
 mod problem;
+mod serving;
 mod settings;
 
 use std::ffi::OsString;
@@ -18,7 +19,8 @@ use std::time::Duration;
 use flags::FlagValues;
 use kubelet_config::KubeletConfigFile;
 pub(crate) use problem::{ConfigError, Problem};
-pub(crate) use settings::DEFAULT_RUNTIME_ENDPOINT;
+pub(crate) use serving::{AuthorizationMode, Serving, TlsVersion};
+pub(crate) use settings::{DEFAULT_RUNTIME_ENDPOINT, parse_go_bool};
 // `/configz`: the settings in use, as kubelet's KubeletConfiguration.
 pub(crate) use configz::kubelet_configuration;
 use settings::{Input, InvalidValue, SETTINGS, Setting};
@@ -46,7 +48,7 @@ pub struct Options {
     pub node_name: String,
     /// klog verbosity.
     pub verbosity: u8,
-    /// Where the read-only API listens.
+    /// Where the read-only and secure ports listen.
     pub address: IpAddr,
     /// 0 disables.
     pub read_only_port: u16,
@@ -159,6 +161,8 @@ pub struct Options {
     /// The image GC policy (`imageGCHighThresholdPercent`,
     /// `imageGCLowThresholdPercent`, `imageMinimumGCAge`, `imageMaximumGCAge`).
     pub(crate) image_gc: crate::images::Policy,
+    /// The secure port: TLS, authentication, authorization.
+    pub(crate) serving: Serving,
     /// `volumeStatsAggPeriod`: how often each pod's volumes and logs are measured
     /// (zero: never, as kubelet).
     pub(crate) volume_stats_agg_period: Duration,
@@ -205,6 +209,7 @@ impl Options {
             verbosity: 0,
             address: IpAddr::from([0, 0, 0, 0]),
             read_only_port: 0,
+            serving: Serving::blank(),
             healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
             healthz_port: 0,
             file_check_frequency: Duration::ZERO,
@@ -511,10 +516,21 @@ mod tests {
         assert_eq!(o.pod_logs_dir, PathBuf::from("/var/log/pods"));
         assert_eq!(o.node_name, "test-host");
         assert_eq!(o.verbosity, 0);
-        assert_eq!(o.address, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(o.address, IpAddr::from([0, 0, 0, 0]));
         assert_eq!(o.read_only_port, 10255);
         assert_eq!(o.healthz_bind_address, IpAddr::from([127, 0, 0, 1]));
         assert_eq!(o.healthz_port, 10248);
+        // The secure port as kubelet's flags default it.
+        let s = &o.serving;
+        assert!(s.enabled() && s.port == 10250 && s.anonymous && !s.token_webhook);
+        assert_eq!(s.authorization_mode, AuthorizationMode::AlwaysAllow);
+        assert_eq!(s.token_webhook_cache_ttl, Duration::from_secs(120));
+        assert_eq!(
+            (s.authorized_ttl, s.unauthorized_ttl),
+            (Duration::from_secs(300), Duration::from_secs(30))
+        );
+        assert_eq!(s.streaming_idle_timeout, Duration::from_secs(4 * 3600));
+        assert_eq!((&s.tls_cert_file, &s.client_ca_file), (&None, &None));
         assert_eq!(o.file_check_frequency, Duration::from_secs(20));
         assert_eq!(o.sync_frequency, Duration::from_secs(60));
         assert_eq!(o.runtime_request_timeout, Duration::from_secs(120));
@@ -701,6 +717,35 @@ mod tests {
         assert_eq!((o.config_file, o.read_only_port), (None, 10255));
     }
 
+    /// With a config file, the secure port's defaults are KubeletConfiguration's:
+    /// no anonymous requests, bearer tokens and authorization through the apiserver.
+    #[test]
+    fn config_file_secures_the_secure_port() {
+        let f = config("maxPods: 10\n");
+        let s = ok(&[&config_flag(&f)]).serving;
+        assert!(!s.anonymous && s.token_webhook);
+        assert_eq!(s.authorization_mode, AuthorizationMode::Webhook);
+        let s = ok(&[
+            &config_flag(&f),
+            "--anonymous-auth",
+            "--authorization-mode=AlwaysAllow",
+        ])
+        .serving;
+        assert!(s.anonymous);
+        assert_eq!(s.authorization_mode, AuthorizationMode::AlwaysAllow);
+        let e = load(["oxlet", "--authorization-mode=RBAC"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("authorization-mode") && e.contains("AlwaysAllow or Webhook"),
+            "{e}"
+        );
+        let e = load(["oxlet", "--tls-min-version=VersionTLS10"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tls-min-version"), "{e}");
+    }
+
     #[test]
     fn relative_static_pod_path_in_file_is_relative_to_the_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -776,7 +821,7 @@ mod tests {
         let f = config(
             "failSwapOn: false\n\
              kubeletCgroups: /kubelet\n\
-             authentication:\n  webhook:\n    enabled: true\n\
+             logging:\n  format: json\n\
              noSuchField: 1\n",
         );
         let o = ok(&[&config_flag(&f)]);
@@ -785,7 +830,7 @@ mod tests {
             [
                 "config field failSwapOn",
                 "config field kubeletCgroups",
-                "config field authentication.webhook.enabled"
+                "config field logging.format"
             ]
         );
         // Given as a flag too, it is warned about once, as the flag.
@@ -795,7 +840,7 @@ mod tests {
             [
                 "flag --fail-swap-on",
                 "config field kubeletCgroups",
-                "config field authentication.webhook.enabled"
+                "config field logging.format"
             ]
         );
         assert_eq!(o.warnings.len(), 1);

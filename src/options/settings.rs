@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::Options;
+use super::serving;
 use crate::cm::{CgroupDriver, CgroupName, Enforced, NodeAllocatableEnforcement, Reserved};
 use crate::contracts::{DEFAULT_EVICTION_HARD, Thresholds};
 use crate::duration::{GoDuration, parse_go_duration};
@@ -121,7 +122,22 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("root-dir", None, Text, "/var/lib/oxlet", "PATH", "Directory for oxlet state", |o, i| non_empty(i.text).map(|p| o.root_dir = p)),
     row("pod-logs-dir", Some("podLogsDir"), Text, "/var/log/pods", "PATH", "Directory for container logs", |o, i| absolute(i.text).map(|p| o.pod_logs_dir = p)),
     row("hostname-override", None, Text, "", "NAME", "Node name to use instead of the host name", set_node_name),
-    row("address", Some("address"), Text, "127.0.0.1", "IP", "IP address the read-only API listens on", |o, i| ip(i.text).map(|a| o.address = a)),
+    row("address", Some("address"), Text, "0.0.0.0", "IP", "IP address the read-only and secure ports listen on", |o, i| ip(i.text).map(|a| o.address = a)),
+    // The secure port (kubelet's API with TLS, authentication and authorization).
+    row("enable-server", Some("enableServer"), Bool, "true", "true|false", "Serve the secure port", |o, i| parse_bool(i.text).map(|b| o.serving.enable = b)),
+    row("port", Some("port"), Int, "10250", "PORT", "Secure API port (0 disables)", |o, i| port(i.text).map(|p| o.serving.port = p)),
+    row("tls-cert-file", Some("tlsCertFile"), Path, "", "PATH", "Serving certificate of the secure port, CA certificates after it (empty: a self-signed one in --cert-dir)", |o, i| { o.serving.tls_cert_file = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("tls-private-key-file", Some("tlsPrivateKeyFile"), Path, "", "PATH", "Key of --tls-cert-file", |o, i| { o.serving.tls_private_key_file = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("tls-min-version", Some("tlsMinVersion"), Text, "", "VersionTLS12|VersionTLS13", "Lowest TLS version the secure port accepts (empty: TLS 1.2)", |o, i| serving::tls_version(i.text).map(|v| o.serving.tls_min_version = v)),
+    row("tls-cipher-suites", Some("tlsCipherSuites"), List, "", "NAME,...", "TLS cipher suites the secure port offers, Go's names (empty: the defaults)", |o, i| serving::cipher_suites(&list_items(i.text)).map(|v| o.serving.tls_cipher_suites = v)),
+    row("client-ca-file", Some("authentication.x509.clientCAFile"), Path, "", "PATH", "CA bundle client certificates are verified against; a verified certificate's CN is the user, its O values the groups", |o, i| { o.serving.client_ca_file = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("anonymous-auth", Some("authentication.anonymous.enabled"), Bool, "true", "true|false", "Requests with no credentials are served as system:anonymous (group system:unauthenticated), not refused with 401", |o, i| parse_bool(i.text).map(|b| o.serving.anonymous = b)).config_default("false"),
+    row("authentication-token-webhook", Some("authentication.webhook.enabled"), Bool, "false", "true|false", "Check bearer tokens with a TokenReview to the apiserver", |o, i| parse_bool(i.text).map(|b| o.serving.token_webhook = b)).config_default("true"),
+    row("authentication-token-webhook-cache-ttl", Some("authentication.webhook.cacheTTL"), Duration, "2m0s", "DURATION", "How long a TokenReview's answer is kept", |o, i| non_negative_duration(i.text).map(|d| o.serving.token_webhook_cache_ttl = d)),
+    row("authorization-mode", Some("authorization.mode"), Text, "AlwaysAllow", "AlwaysAllow|Webhook", "How requests to the secure port are authorized (Webhook: a SubjectAccessReview to the apiserver)", |o, i| serving::authorization_mode(i.text).map(|m| o.serving.authorization_mode = m)).config_default("Webhook"),
+    row("authorization-webhook-cache-authorized-ttl", Some("authorization.webhook.cacheAuthorizedTTL"), Duration, "5m0s", "DURATION", "How long an allowing SubjectAccessReview is kept", |o, i| non_negative_duration(i.text).map(|d| o.serving.authorized_ttl = d)),
+    row("authorization-webhook-cache-unauthorized-ttl", Some("authorization.webhook.cacheUnauthorizedTTL"), Duration, "30s", "DURATION", "How long a denying SubjectAccessReview is kept", |o, i| non_negative_duration(i.text).map(|d| o.serving.unauthorized_ttl = d)),
+    row("streaming-connection-idle-timeout", Some("streamingConnectionIdleTimeout"), Duration, "4h0m0s", "DURATION", "An exec, attach or port-forward stream idle this long is closed", |o, i| positive_duration(i.text).map(|d| o.serving.streaming_idle_timeout = d)),
     row("read-only-port", Some("readOnlyPort"), Int, "10255", "PORT", "Read-only API port (0 disables; KubeletConfiguration default is 0)", |o, i| port(i.text).map(|p| o.read_only_port = p)).config_default("0"),
     row("healthz-bind-address", Some("healthzBindAddress"), Text, "127.0.0.1", "IP", "IP address the healthz server listens on", |o, i| ip(i.text).map(|a| o.healthz_bind_address = a)),
     row("healthz-port", Some("healthzPort"), Int, "10248", "PORT", "Healthz port (0 disables)", |o, i| port(i.text).map(|p| o.healthz_port = p)),

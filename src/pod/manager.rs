@@ -82,6 +82,17 @@ impl PodManager {
     pub(crate) fn get(&self, uid: &str) -> Option<Arc<Pod>> {
         self.inner.read_locked().pods.by_uid.get(uid).cloned()
     }
+    /// The desired pod `namespace/name` (kubelet's `GetPodByName`; a static pod by
+    /// its own name, which its mirror shares).
+    pub(crate) fn get_by_name(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let inner = self.inner.read_locked();
+        (inner.pods.by_uid.values())
+            .find(|p| {
+                p.metadata.name.as_deref() == Some(name)
+                    && p.metadata.namespace.as_deref().unwrap_or("default") == namespace
+            })
+            .cloned()
+    }
     pub(crate) fn contains(&self, uid: &str) -> bool {
         self.inner.read_locked().pods.by_uid.contains_key(uid)
     }

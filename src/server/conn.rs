@@ -5,6 +5,7 @@
 //! sets none, so each connection is driven here with hyper directly.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,11 +14,11 @@ use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -68,13 +69,31 @@ impl Activity {
     }
 }
 
-/// A TCP stream that records when bytes last moved.
-struct Tracked {
-    inner: TcpStream,
+/// A stream that records when bytes last moved: a TCP connection, or a stream
+/// handed over by an upgrade.
+pub(super) struct Tracked<S> {
+    inner: S,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Tracked {
+impl<S> Tracked<S> {
+    pub(super) fn new(inner: S) -> Tracked<S> {
+        Tracked {
+            inner,
+            activity: Arc::new(Activity {
+                base: Instant::now(),
+                last_ms: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// When a byte last moved either way.
+    pub(super) fn last_activity(&self) -> Instant {
+        self.activity.last()
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -89,7 +108,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -109,6 +128,17 @@ impl AsyncWrite for Tracked {
     }
 }
 
+/// What a handler may learn about the connection its request came on: the verified
+/// client certificate's user, and the connection's slot under the cap, which a
+/// stream that outlives the HTTP exchange (exec, port-forward) keeps.
+#[derive(Clone)]
+pub(super) struct ConnInfo {
+    pub peer: SocketAddr,
+    /// The user a verified client certificate names (TLS with a client CA only).
+    pub cert_user: Option<super::serving::User>,
+    pub slot: Arc<OwnedSemaphorePermit>,
+}
+
 /// Accepts connections until `cancel` fires and serves `router` on each, within `limits`.
 /// Connections over the cap are closed at once (with a warning at most every 10 s), so a
 /// flood costs one descriptor for a moment, never a pile of them.
@@ -116,6 +146,7 @@ pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
+    tls: Option<TlsAcceptor>,
     cancel: CancellationToken,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -150,55 +181,104 @@ pub(crate) async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        let cancel = cancel.clone();
+        let conn = Conn {
+            router: router.clone(),
+            limits,
+            tls: tls.clone(),
+            cancel: cancel.clone(),
+            peer,
+            slot: Arc::new(slot),
+        };
         // Tracked so shutdown can wait for open requests to finish. Connections are
         // short-lived helpers of this server task: it drains them before it ends, so
         // the agent's task tree waits for them through it.
-        conns.spawn(async move {
-            let _slot = slot;
-            let activity = Arc::new(Activity {
-                base: Instant::now(),
-                last_ms: AtomicU64::new(0),
-            });
-            let io = Tracked {
-                inner: stream,
-                activity: activity.clone(),
-            };
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .max_buf_size(MAX_HEAD_BYTES);
-            let conn = builder.serve_connection(TokioIo::new(io), service);
-            tokio::pin!(conn);
-            let mut draining = false;
-            loop {
-                let idle_deadline = activity.last() + limits.idle_timeout;
-                tokio::select! {
-                    r = conn.as_mut() => {
-                        if let Err(e) = r {
-                            tracing::debug!(%peer, error = %e, "HTTP connection ended");
-                        }
-                        break;
-                    }
-                    () = cancel.cancelled(), if !draining => {
-                        conn.as_mut().graceful_shutdown();
-                        draining = true;
-                    }
-                    () = tokio::time::sleep_until(idle_deadline) => {
-                        if activity.last() + limits.idle_timeout <= Instant::now() {
-                            tracing::debug!(%peer, "HTTP connection idle too long; closing");
-                            break;
-                        }
-                    }
-                }
-            }
-        });
+        conns.spawn(conn.run(stream));
     }
     conns.close();
     if tokio::time::timeout(DRAIN, conns.wait()).await.is_err() {
         tracing::debug!("HTTP server: some connections still open at shutdown; dropping them");
+    }
+}
+
+/// One accepted connection and what serving it needs.
+struct Conn {
+    router: Router,
+    limits: Limits,
+    tls: Option<TlsAcceptor>,
+    cancel: CancellationToken,
+    peer: SocketAddr,
+    slot: Arc<OwnedSemaphorePermit>,
+}
+
+impl Conn {
+    /// The TLS handshake (within the header-read timeout, so a client that stalls
+    /// in it is cut like one that stalls in its request head), then HTTP.
+    async fn run(self, stream: TcpStream) {
+        let io = Tracked::new(stream);
+        let activity = io.activity.clone();
+        let Some(tls) = self.tls.clone() else {
+            return self.http(TokioIo::new(io), activity, None).await;
+        };
+        let handshake = tokio::time::timeout(self.limits.header_read_timeout, tls.accept(io));
+        match handshake.await {
+            Ok(Ok(stream)) => {
+                let certs = stream.get_ref().1.peer_certificates();
+                let user = super::serving::user_of(certs);
+                self.http(TokioIo::new(stream), activity, user).await;
+            }
+            Ok(Err(e)) => tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed"),
+            Err(_) => tracing::debug!(peer = %self.peer, "TLS handshake took too long; closing"),
+        }
+    }
+
+    /// Serves HTTP/1 on `io` until the client leaves, the connection idles out, an
+    /// upgrade takes it over, or shutdown drains it.
+    async fn http<I>(self, io: I, activity: Arc<Activity>, cert_user: Option<super::serving::User>)
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let info = ConnInfo {
+            peer: self.peer,
+            cert_user,
+            slot: self.slot,
+        };
+        let router = self.router;
+        let service =
+            hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(info.clone());
+                let mut router = router.clone();
+                async move { tower::Service::call(&mut router, req).await }
+            });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_read_timeout)
+            .max_buf_size(MAX_HEAD_BYTES);
+        let conn = builder.serve_connection(io, service).with_upgrades();
+        tokio::pin!(conn);
+        let mut draining = false;
+        let peer = self.peer;
+        loop {
+            let idle_deadline = activity.last() + self.limits.idle_timeout;
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "HTTP connection ended");
+                    }
+                    break;
+                }
+                () = self.cancel.cancelled(), if !draining => {
+                    conn.as_mut().graceful_shutdown();
+                    draining = true;
+                }
+                () = tokio::time::sleep_until(idle_deadline) => {
+                    if activity.last() + self.limits.idle_timeout <= Instant::now() {
+                        tracing::debug!(%peer, "HTTP connection idle too long; closing");
+                        break;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -216,7 +296,7 @@ mod tests {
             "/x",
             get(|| async { "x" }).post(|body: String| async move { body }),
         );
-        tokio::spawn(serve(l, router, limits, cancel.clone()));
+        tokio::spawn(serve(l, router, limits, None, cancel.clone()));
         (addr, cancel)
     }
 

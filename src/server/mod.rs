@@ -1,13 +1,25 @@
-//! The read-only HTTP API: `/pods` (a v1 PodList of every pod the agent manages, spec
-//! and status), `/healthz`, and kubelet's `/metrics` and `/metrics/probes` on
-//! `--read-only-port`; `/healthz` on `--healthz-port`.
-//! It holds no state of its own: it reads the pod and status managers.
+//! kubelet's HTTP API on its three ports:
+//!
+//! - the secure port (`port`, 10250): TLS ([`serving`]), kubelet's authentication and
+//!   authorization ([`auth`]), and every endpoint: the read-only ones, `/configz`,
+//!   `/runningpods/`, `/containerLogs` ([`container_logs`]) and the streams (`/exec`,
+//!   `/attach`, `/portForward`, `/run`; [`streaming`]);
+//! - the read-only port (`readOnlyPort`): `/pods` (a v1 PodList of every pod the agent
+//!   manages, spec and status), the stats, `/metrics`, `/healthz`, and oxlet's
+//!   `/debug/*` views, without authentication and without what kubelet keeps to the
+//!   secure port;
+//! - the healthz port: `/healthz`.
+//!
+//! It holds no state of its own: it reads the pod and status managers and the runtime.
 //! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]).
 
+mod auth;
 mod conn;
+mod container_logs;
 mod healthz;
 mod serving;
 mod stats;
+mod streaming;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,8 +32,12 @@ use axum::routing::get;
 use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use auth::Auth;
 pub(crate) use conn::Limits;
+pub(crate) use container_logs::ContainerLogs;
 pub(crate) use healthz::Health;
+pub(crate) use serving::acceptor;
+pub(crate) use streaming::Streaming;
 
 use crate::pod::PodManager;
 use crate::pod::pod_uid;
@@ -159,16 +175,14 @@ async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
 
-/// The read-only API router.
-pub(crate) fn read_only_router(views: Views) -> Router {
+/// The endpoints both API ports serve: kubelet's read-only API and oxlet's views.
+fn shared_routes(views: Views) -> Router {
     Router::new()
         .route("/pods", get(pods).fallback(get_only))
         .route("/pods/", get(pods).fallback(get_only))
-        // kubelet's stats and debugging endpoints.
+        // kubelet's stats.
         .route("/stats/summary", get(stats::summary).post(stats::summary))
         .route("/metrics/resource", get(stats::resource))
-        .route("/runningpods/", get(stats::running_pods).fallback(get_only))
-        .route("/configz", get(stats::configz))
         // Prediction.
         .route("/stats/predictions", get(predictions))
         // kubelet's Prometheus registries.
@@ -180,9 +194,80 @@ pub(crate) fn read_only_router(views: Views) -> Router {
         .route("/debug/eviction", get(eviction_status))
         .route("/debug/tasks", get(task_cpu))
         .merge(healthz_routes(views.health.clone()))
-        .fallback(not_found)
         .with_state(views)
+}
+
+/// The read-only API router: no `/configz`, `/runningpods/`, logs or streams, which
+/// kubelet serves on the secure port alone.
+pub(crate) fn read_only_router(views: Views) -> Router {
+    shared_routes(views)
+        .fallback(not_found)
         .layer(axum::middleware::from_fn(crate::metrics::track_readonly))
+}
+
+/// What the secure port serves beyond the read-only views.
+#[derive(Clone)]
+pub(crate) struct Secure {
+    pub views: Views,
+    pub streaming: Streaming,
+    pub logs: ContainerLogs,
+    pub auth: Arc<Auth>,
+}
+
+/// The secure API router: every endpoint, behind kubelet's authentication and
+/// authorization.
+pub(crate) fn secure_router(s: Secure) -> Router {
+    let debugging = Router::new()
+        .route("/runningpods/", get(stats::running_pods).fallback(get_only))
+        .route("/configz", get(stats::configz))
+        .with_state(s.views.clone());
+    let logs = Router::new()
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(container_logs::container_logs),
+        )
+        .with_state(s.logs);
+    let streams = Router::new()
+        .route(
+            "/exec/{ns}/{pod}/{container}",
+            get(streaming::exec).post(streaming::exec),
+        )
+        .route(
+            "/exec/{ns}/{pod}/{uid}/{container}",
+            get(streaming::exec).post(streaming::exec),
+        )
+        .route(
+            "/attach/{ns}/{pod}/{container}",
+            get(streaming::attach).post(streaming::attach),
+        )
+        .route(
+            "/attach/{ns}/{pod}/{uid}/{container}",
+            get(streaming::attach).post(streaming::attach),
+        )
+        .route(
+            "/portForward/{ns}/{pod}",
+            get(streaming::port_forward).post(streaming::port_forward),
+        )
+        .route(
+            "/portForward/{ns}/{pod}/{uid}",
+            get(streaming::port_forward).post(streaming::port_forward),
+        )
+        .route(
+            "/run/{ns}/{pod}/{container}",
+            axum::routing::post(streaming::run),
+        )
+        .route(
+            "/run/{ns}/{pod}/{uid}/{container}",
+            axum::routing::post(streaming::run),
+        )
+        .with_state(s.streaming);
+    shared_routes(s.views)
+        .merge(debugging)
+        .merge(logs)
+        .merge(streams)
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(s.auth, auth::check))
+        .layer(axum::middleware::from_fn(crate::metrics::track_readwrite))
 }
 
 fn healthz_routes<S: Clone + Send + Sync + 'static>(health: Health) -> Router<S> {
@@ -203,12 +288,13 @@ pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpLis
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// Serves `router` on `listener` within `limits` until cancelled.
+/// Serves `router` on `listener` within `limits` until cancelled; over TLS with `tls`.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     limits: Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     cancel: CancellationToken,
 ) {
-    conn::serve(listener, router, limits, cancel).await;
+    conn::serve(listener, router, limits, tls, cancel).await;
 }

@@ -8,11 +8,6 @@
 //! to `kubelet.crt` and the key to `kubelet.key`. A pair already there is used as it is.
 //! The key is readable by root alone.
 
-#![cfg_attr(
-    not(test),
-    allow(dead_code, reason = "the secure server that uses it is the next step")
-)]
-
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -23,6 +18,8 @@ use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig, crypto};
+
+use crate::options::{Serving, TlsVersion};
 
 /// The self-signed pair's file names in the cert dir (kubelet's).
 pub(crate) const SELF_SIGNED_CERT: &str = "kubelet.crt";
@@ -145,15 +142,31 @@ fn make_self_signed(host: &str, ips: &[IpAddr]) -> Result<ServingPair, ServingEr
 pub(crate) fn server_config(
     pair: &ServingPair,
     client_ca: Option<&[u8]>,
+    choice: &TlsChoice,
 ) -> Result<Arc<ServerConfig>, ServingError> {
     let invalid = |what: &str, reason: String| ServingError::Invalid {
         what: what.to_string(),
         reason,
     };
-    let provider = Arc::new(crypto::ring::default_provider());
+    let mut provider = crypto::ring::default_provider();
+    if !choice.cipher_suites.is_empty() {
+        // Go configures only TLS 1.2's suites; TLS 1.3's are always on.
+        provider.cipher_suites.retain(|s| {
+            s.version() == &tokio_rustls::rustls::version::TLS13
+                || choice
+                    .cipher_suites
+                    .iter()
+                    .any(|n| same_suite(n, s.suite()))
+        });
+    }
+    let provider = Arc::new(provider);
+    let versions: &[&tokio_rustls::rustls::SupportedProtocolVersion] = match choice.min_version {
+        Some(TlsVersion::Tls13) => &[&tokio_rustls::rustls::version::TLS13],
+        _ => tokio_rustls::rustls::DEFAULT_VERSIONS,
+    };
     let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| invalid("TLS", e.to_string()))?;
+        .with_protocol_versions(versions)
+        .map_err(|e| invalid("tlsCipherSuites", e.to_string()))?;
     let builder = match client_ca {
         Some(pem) => {
             let mut roots = RootCertStore::empty();
@@ -185,8 +198,53 @@ pub(crate) fn server_config(
     Ok(Arc::new(config))
 }
 
+/// `tlsMinVersion` and `tlsCipherSuites` (Go's names, already checked).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsChoice {
+    pub min_version: Option<TlsVersion>,
+    pub cipher_suites: Vec<String>,
+}
+
+/// Whether Go's suite name `go` is rustls' `suite` (Go drops TLS 1.3's `13` and
+/// has short aliases for the ChaCha20 suites).
+fn same_suite(go: &str, suite: tokio_rustls::rustls::CipherSuite) -> bool {
+    let ours = format!("{suite:?}").replace("TLS13_", "TLS_");
+    ours == go || ours == format!("{go}_SHA256")
+}
+
+/// The acceptor for `serving`: its configured pair, or the self-signed one in
+/// `cert_dir` for `host` and `ips`, with client certificates checked against
+/// `clientCAFile` when set.
+pub(crate) fn acceptor(
+    serving: &Serving,
+    cert_dir: &Path,
+    host: &str,
+    ips: &[IpAddr],
+) -> Result<tokio_rustls::TlsAcceptor, ServingError> {
+    let pair = match (&serving.tls_cert_file, &serving.tls_private_key_file) {
+        (Some(cert), Some(key)) => load_pair(cert, key)?,
+        (None, None) => self_signed_pair(cert_dir, host, ips)?,
+        _ => {
+            return Err(ServingError::Invalid {
+                what: "tlsCertFile/tlsPrivateKeyFile".into(),
+                reason: "both or neither must be set".into(),
+            });
+        }
+    };
+    let ca = match &serving.client_ca_file {
+        Some(p) => Some(std::fs::read(p).map_err(io_err(p))?),
+        None => None,
+    };
+    let choice = TlsChoice {
+        min_version: serving.tls_min_version,
+        cipher_suites: serving.tls_cipher_suites.clone(),
+    };
+    let config = server_config(&pair, ca.as_deref(), &choice)?;
+    Ok(tokio_rustls::TlsAcceptor::from(config))
+}
+
 /// Who a request comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct User {
     pub name: String,
     pub groups: Vec<String>,
@@ -249,7 +307,7 @@ mod tests {
                 "{want} in {sans}"
             );
         }
-        assert!(server_config(&first, None).is_ok());
+        assert!(server_config(&first, None, &TlsChoice::default()).is_ok());
     }
 
     /// A CA and a client certificate it signs for `cn` in groups `orgs`.
@@ -319,7 +377,7 @@ mod tests {
         let pair = self_signed_pair(dir.path(), "node1", &[]).unwrap();
         // (rcgen keeps one value per name type, so one group here.)
         let (ca, cert, key) = client("alice", &["dev"]);
-        let server = server_config(&pair, Some(ca.as_bytes())).unwrap();
+        let server = server_config(&pair, Some(ca.as_bytes()), &TlsChoice::default()).unwrap();
         let user = handshake(server.clone(), &pair.cert_pem, Some((&cert, &key))).await;
         assert_eq!(
             user,
@@ -345,7 +403,10 @@ mod tests {
             cert_pem: b"nothing".to_vec(),
             key_pem: b"nothing".to_vec(),
         };
-        let e = server_config(&bad, None).err().unwrap().to_string();
+        let e = server_config(&bad, None, &TlsChoice::default())
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.starts_with("tlsCertFile") || e.starts_with("tlsPrivateKeyFile"),
             "{e}"
@@ -355,6 +416,7 @@ mod tests {
         let e = server_config(
             &good,
             Some(b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n"),
+            &TlsChoice::default(),
         )
         .err()
         .unwrap()

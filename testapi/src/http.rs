@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub token_max: Mutex<Option<Duration>>,
     pub issued: AtomicU64,
     pub log: Mutex<VecDeque<RequestRecord>>,
+    /// What TokenReviews and SubjectAccessReviews answer.
+    pub reviews: Mutex<crate::reviews::Rules>,
 }
 
 fn body(v: &Value) -> Body {
@@ -217,6 +219,15 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
     resp
 }
 
+/// The review resources (created, never stored): `tokenreviews` or `subjectaccessreviews`.
+fn review_kind(group: &str, version: &str, rest: &[&str]) -> Option<&'static str> {
+    match (group, version, rest) {
+        ("authentication.k8s.io", "v1", ["tokenreviews"]) => Some("tokenreviews"),
+        ("authorization.k8s.io", "v1", ["subjectaccessreviews"]) => Some("subjectaccessreviews"),
+        _ => None,
+    }
+}
+
 fn found(v: Option<Value>) -> Result<Response<Body>, ApiError> {
     v.map(|v| respond(200, &v)).ok_or_else(|| {
         ApiError::new(
@@ -266,6 +277,25 @@ async fn serve(
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return found(None),
     };
+    if let (Some(kind), &Method::POST) = (review_kind(group, version, rest), req.method()) {
+        let ct = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let raw = read_body(req).await?;
+        seen.clone_from(&raw);
+        let body = json_body(ct.as_deref(), &raw)?;
+        let rules = shared
+            .reviews
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let answer = match kind {
+            "tokenreviews" => crate::reviews::token_review(&rules, &body)?,
+            _ => crate::reviews::access_review(&rules, &body)?,
+        };
+        return Ok(respond(201, &answer));
+    }
     let (ns, rest) = match rest {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
         _ => (None, rest),

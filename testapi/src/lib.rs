@@ -16,6 +16,7 @@
 mod http;
 mod patch;
 mod resources;
+mod reviews;
 mod selectors;
 mod status;
 mod store;
@@ -199,6 +200,7 @@ impl TestApiServer {
             token_max: Mutex::new(None),
             issued: AtomicU64::new(0),
             log: Mutex::new(std::collections::VecDeque::new()),
+            reviews: Mutex::new(reviews::Rules::default()),
         });
         let kubeconfig = state_dir.join("kubeconfig");
         std::fs::write(
@@ -245,6 +247,35 @@ impl TestApiServer {
     /// sends no bearer token over plain http). A wrong token is always refused.
     pub fn set_anonymous(&self, allowed: bool) {
         self.shared.anonymous.store(allowed, Ordering::SeqCst);
+    }
+
+    /// TokenReviews of `token` authenticate it as `user` in `groups`.
+    pub fn add_token_user(&self, token: &str, user: &str, groups: &[&str]) {
+        let mut r = self
+            .shared
+            .reviews
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        r.tokens.push((
+            token.to_owned(),
+            user.to_owned(),
+            groups.iter().map(|g| (*g).to_owned()).collect(),
+        ));
+    }
+
+    /// SubjectAccessReviews allow `subject` (a user name or a group) `verb` on the
+    /// `nodes` subresource `subresource` (`*` for any verb or subresource).
+    pub fn allow_node_access(&self, subject: &str, verb: &str, subresource: &str) {
+        let mut r = self
+            .shared
+            .reviews
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        r.allowed.push(reviews::AccessRule {
+            subject: subject.to_owned(),
+            verb: verb.to_owned(),
+            subresource: subresource.to_owned(),
+        });
     }
 
     pub fn is_running(&self) -> bool {

@@ -160,6 +160,8 @@ impl Oxlet {
             format!("--container-log-symlink-dir={}", self.links.display()),
             format!("--read-only-port={}", self.port),
             "--healthz-port=0".into(),
+            // The secure port is off unless a test turns it on with its own --port.
+            "--port=0".into(),
             "--hostname-override=testnode".into(),
             "--file-check-frequency=2s".into(),
             // The test machines' disks may be under kubelet's default nodefs/imagefs

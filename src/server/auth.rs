@@ -1,0 +1,411 @@
+//! Who may do what on the secure port, as kubelet decides it (`BuildAuth` and its
+//! `InstallAuthFilter`):
+//!
+//! 1. **Authentication.** A client certificate the TLS handshake verified against
+//!    `clientCAFile` names the user (CN) and groups (O). Else a bearer token is
+//!    checked with a TokenReview when the token webhook is on. Else, with
+//!    anonymous auth on, the request is `system:anonymous` in `system:unauthenticated`.
+//!    Credentials that do not check out are a 401 even with anonymous auth on
+//!    (kubelet's fail-on-error union); no credentials with anonymous auth off are too.
+//! 2. **Authorization.** The request becomes kubelet's attributes: the verb from the
+//!    method, resource `nodes`, the node's name, and a subresource from the path
+//!    (`stats`, `metrics`, `log`, `spec`, `checkpoint`, else `proxy`). `AlwaysAllow`
+//!    allows it; `Webhook` asks the apiserver with a SubjectAccessReview. A refusal is
+//!    kubelet's 403 `Forbidden (user=…, verb=…, resource=nodes, subresource=…)`.
+//!
+//! Webhook answers are cached as kubelet caches them (TokenReviews for `cacheTTL`,
+//! allowed reviews for `cacheAuthorizedTTL`, denied ones for `cacheUnauthorizedTTL`),
+//! in bounded maps. Tokens are kept only as SHA-256 digests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+
+use super::conn::ConnInfo;
+use super::serving::User;
+use crate::locks::Locked as _;
+use crate::options::{AuthorizationMode, Serving};
+
+/// The most answers each cache keeps; past it, expired ones go, then all.
+const CACHE_CAP: usize = 4096;
+
+/// The group every authenticated user is in (kubelet's `AuthenticatedGroupAdder`).
+const AUTHENTICATED: &str = "system:authenticated";
+
+/// kubelet's authenticator and authorizer for one node.
+pub(crate) struct Auth {
+    node_name: String,
+    anonymous: bool,
+    /// The TokenReview client, when the token webhook is on.
+    tokens: Option<Webhook<TokenKey, Option<User>>>,
+    /// The SubjectAccessReview client, when authorization is `Webhook`.
+    reviews: Option<Webhook<Attributes, bool>>,
+}
+
+/// Why the auth set-up cannot be built.
+#[derive(Debug, thiserror::Error)]
+#[error("{setting} needs an apiserver (--kubeconfig) to send {kind}s to; there is none")]
+pub(crate) struct NoApiserver {
+    setting: &'static str,
+    kind: &'static str,
+}
+
+impl Auth {
+    /// The set-up `serving` asks for. The webhooks need `client`; without one they
+    /// are refused, as kubelet refuses to start ("no client provided").
+    pub(crate) fn new(
+        node_name: &str,
+        serving: &Serving,
+        client: Option<kube::Client>,
+    ) -> Result<Auth, NoApiserver> {
+        let needs = |setting, kind| client.clone().ok_or(NoApiserver { setting, kind });
+        let tokens = match serving.token_webhook {
+            true => Some(Webhook::new(
+                needs(
+                    "authentication.webhook.enabled (--authentication-token-webhook)",
+                    "TokenReview",
+                )?,
+                serving.token_webhook_cache_ttl,
+                serving.token_webhook_cache_ttl,
+            )),
+            false => None,
+        };
+        let reviews = match serving.authorization_mode {
+            AuthorizationMode::Webhook => Some(Webhook::new(
+                needs(
+                    "authorization.mode Webhook (--authorization-mode)",
+                    "SubjectAccessReview",
+                )?,
+                serving.authorized_ttl,
+                serving.unauthorized_ttl,
+            )),
+            AuthorizationMode::AlwaysAllow => None,
+        };
+        Ok(Auth {
+            node_name: node_name.to_string(),
+            anonymous: serving.anonymous,
+            tokens,
+            reviews,
+        })
+    }
+
+    /// Who sent a request with this verified certificate's user and this bearer
+    /// token: Ok(None) is a 401.
+    async fn authenticate(
+        &self,
+        cert_user: Option<User>,
+        token: Option<String>,
+    ) -> Result<Option<User>, String> {
+        if let Some(mut user) = cert_user {
+            add_group(&mut user, AUTHENTICATED);
+            return Ok(Some(user));
+        }
+        if let Some(token) = token.as_deref() {
+            let Some(tokens) = &self.tokens else {
+                return Ok(None);
+            };
+            let key = TokenKey::of(token);
+            if let Some(user) = tokens.cached(&key) {
+                return Ok(user);
+            }
+            let user = token_review(&tokens.client, token).await?;
+            tokens.store(key, user.clone(), user.is_some());
+            return Ok(user);
+        }
+        Ok(self.anonymous.then(|| User {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }))
+    }
+
+    /// Whether `user` may do what `attrs` say.
+    async fn authorize(&self, attrs: &Attributes) -> Result<bool, String> {
+        let Some(reviews) = &self.reviews else {
+            return Ok(true);
+        };
+        if let Some(allowed) = reviews.cached(attrs) {
+            return Ok(allowed);
+        }
+        let allowed = access_review(&reviews.client, attrs).await?;
+        reviews.store(attrs.clone(), allowed, allowed);
+        Ok(allowed)
+    }
+}
+
+fn add_group(user: &mut User, group: &str) {
+    if !user.groups.iter().any(|g| g == group) {
+        user.groups.push(group.to_string());
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (case-insensitive scheme,
+/// as Go's bearer token authenticator reads it).
+fn bearer_token(req: &Request) -> Option<&str> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// A token's SHA-256: the cache never holds a token.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct TokenKey([u8; 32]);
+
+impl TokenKey {
+    fn of(token: &str) -> TokenKey {
+        let d = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        let mut k = [0; 32];
+        k.copy_from_slice(d.as_ref());
+        TokenKey(k)
+    }
+}
+
+/// kubelet's authorization attributes for one request.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Attributes {
+    pub user: User,
+    pub verb: &'static str,
+    pub subresource: &'static str,
+    pub node: String,
+}
+
+/// kubelet's verb for a method (`GetRequestAttributes`); HEAD and others have none.
+pub(crate) fn verb_of(method: &Method) -> &'static str {
+    match *method {
+        Method::POST => "create",
+        Method::GET => "get",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "",
+    }
+}
+
+/// kubelet's subresource for a path: the stats, metrics, logs, spec and checkpoint
+/// trees have their own; everything else (exec, pods, containerLogs…) is `proxy`.
+pub(crate) fn subresource_of(path: &str) -> &'static str {
+    let under = |base: &str| {
+        path.strip_prefix(base)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    match () {
+        () if under("/stats") => "stats",
+        () if under("/metrics") => "metrics",
+        () if under("/logs") => "log",
+        () if under("/spec") => "spec",
+        () if under("/checkpoint") => "checkpoint",
+        () => "proxy",
+    }
+}
+
+/// The secure router's middleware: 401 for no or bad credentials, 403 with kubelet's
+/// message for a refusal, 500 when the apiserver could not answer a review.
+pub(crate) async fn check(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
+    let conn = req.extensions().get::<ConnInfo>();
+    let peer = conn.map(|c| c.peer.to_string()).unwrap_or_default();
+    let cert_user = conn.and_then(|c| c.cert_user.clone());
+    let token = bearer_token(&req).map(str::to_string);
+    let path = req.uri().path().to_string();
+    let user = match auth.authenticate(cert_user, token).await {
+        Ok(Some(user)) => user,
+        Ok(None) => {
+            tracing::debug!(path, peer, "unauthorized: no valid credentials");
+            return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "unable to authenticate the request");
+            return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+        }
+    };
+    let attrs = Attributes {
+        verb: verb_of(req.method()),
+        subresource: subresource_of(&path),
+        node: auth.node_name.clone(),
+        user,
+    };
+    let said = |what: &str| {
+        format!(
+            "{what} (user={}, verb={}, resource=nodes, subresource={})",
+            attrs.user.name, attrs.verb, attrs.subresource
+        )
+    };
+    match auth.authorize(&attrs).await {
+        Ok(true) => next.run(req).await,
+        Ok(false) => {
+            let msg = said("Forbidden");
+            tracing::info!(
+                user = attrs.user.name,
+                verb = attrs.verb,
+                subresource = attrs.subresource,
+                path,
+                "refused a request to the kubelet API: the authorizer said no"
+            );
+            (StatusCode::FORBIDDEN, msg).into_response()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, user = attrs.user.name, "authorization error");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                said("Authorization error"),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// A webhook client with its answer cache.
+struct Webhook<K, V> {
+    client: kube::Client,
+    /// How long a positive and a negative answer are kept.
+    positive_ttl: Duration,
+    negative_ttl: Duration,
+    cache: Mutex<HashMap<K, (V, Instant)>>,
+}
+
+impl<K: Eq + std::hash::Hash, V: Clone> Webhook<K, V> {
+    fn new(client: kube::Client, positive_ttl: Duration, negative_ttl: Duration) -> Self {
+        Webhook {
+            client,
+            positive_ttl,
+            negative_ttl,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn cached(&self, key: &K) -> Option<V> {
+        let cache = self.cache.locked();
+        let (v, until) = cache.get(key)?;
+        (Instant::now() < *until).then(|| v.clone())
+    }
+
+    fn store(&self, key: K, value: V, positive: bool) {
+        let ttl = if positive {
+            self.positive_ttl
+        } else {
+            self.negative_ttl
+        };
+        if ttl.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        let mut cache = self.cache.locked();
+        if cache.len() >= CACHE_CAP {
+            cache.retain(|_, (_, until)| *until > now);
+            if cache.len() >= CACHE_CAP {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (value, now + ttl));
+    }
+}
+
+/// A TokenReview of `token`: the user when the apiserver authenticated it.
+async fn token_review(client: &kube::Client, token: &str) -> Result<Option<User>, String> {
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: token.to_string(),
+            audiences: None,
+        },
+        ..Default::default()
+    };
+    let api: Api<TokenReview> = Api::all(client.clone());
+    let answer = (api.create(&PostParams::default(), &review).await)
+        .map_err(|e| format!("TokenReview failed: {e}"))?;
+    let Some(status) = answer.status.filter(|s| s.authenticated == Some(true)) else {
+        return Ok(None);
+    };
+    let Some(info) = status
+        .user
+        .filter(|u| u.username.as_deref().is_some_and(|n| !n.is_empty()))
+    else {
+        return Ok(None);
+    };
+    let mut user = User {
+        name: info.username.unwrap_or_default(),
+        groups: info.groups.unwrap_or_default(),
+    };
+    add_group(&mut user, AUTHENTICATED);
+    Ok(Some(user))
+}
+
+/// A SubjectAccessReview of `attrs`: whether the apiserver allows it.
+async fn access_review(client: &kube::Client, attrs: &Attributes) -> Result<bool, String> {
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(attrs.user.name.clone()),
+            groups: Some(attrs.user.groups.clone()),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(attrs.verb.to_string()),
+                resource: Some("nodes".into()),
+                subresource: Some(attrs.subresource.to_string()),
+                name: Some(attrs.node.clone()),
+                version: Some("v1".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let answer = (api.create(&PostParams::default(), &review).await)
+        .map_err(|e| format!("SubjectAccessReview failed: {e}"))?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_are_kubelets() {
+        assert_eq!(verb_of(&Method::GET), "get");
+        assert_eq!(verb_of(&Method::POST), "create");
+        assert_eq!(verb_of(&Method::HEAD), "");
+        for (path, sub) in [
+            ("/stats/summary", "stats"),
+            ("/stats", "stats"),
+            ("/statsx", "proxy"),
+            ("/metrics/cadvisor", "metrics"),
+            ("/logs/syslog", "log"),
+            ("/spec/", "spec"),
+            ("/checkpoint/ns/pod/c", "checkpoint"),
+            ("/containerLogs/ns/pod/c", "proxy"),
+            ("/exec/ns/pod/c", "proxy"),
+            ("/pods", "proxy"),
+            ("/configz", "proxy"),
+        ] {
+            assert_eq!(subresource_of(path), sub, "{path}");
+        }
+    }
+
+    #[test]
+    fn bearer_tokens_are_read_as_go_reads_them() {
+        let req = |v: &str| {
+            Request::builder()
+                .header(header::AUTHORIZATION, v)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        assert_eq!(bearer_token(&req("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&req("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer_token(&req("Basic abc")), None);
+        assert_eq!(bearer_token(&req("Bearer ")), None);
+    }
+
+    #[test]
+    fn token_keys_are_digests() {
+        let k = TokenKey::of("secret-token");
+        assert_ne!(&k.0[..12], b"secret-token");
+        assert!(TokenKey::of("a") != TokenKey::of("b"));
+    }
+}

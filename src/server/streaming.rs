@@ -1,0 +1,493 @@
+//! `/exec`, `/attach`, `/portForward` and `/run`, as kubelet serves them: the pod
+//! and container are looked up, the runtime is asked (CRI `Exec`, `Attach`,
+//! `PortForward`) for the URL of its own streaming server, and the client's upgrade
+//! request is proxied there. The runtime speaks the stream protocols itself (SPDY/3.1
+//! and the WebSocket channel protocols), so whatever the client and the runtime agree
+//! on passes through untouched. `/run` is a one-shot `ExecSync`.
+//!
+//! A proxied stream holds its connection's slot under the server's cap, and is closed
+//! when no byte has moved either way for `streamingConnectionIdleTimeout`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt as _;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::conn::{ConnInfo, Tracked};
+use crate::cri::{Cri, StreamRequest};
+use crate::pod::{PodManager, pod_uid};
+
+/// The most of a runtime's refusal (a non-101 answer) relayed to the client.
+const MAX_REFUSAL_BYTES: usize = 64 * 1024;
+/// How long the runtime's streaming server has to answer the upgrade.
+const BACKEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the streaming handlers need.
+#[derive(Clone)]
+pub(crate) struct Streaming {
+    pub pods: Arc<PodManager>,
+    pub pod_cache: Arc<crate::pleg::PodCache>,
+    pub cri: Arc<dyn Cri>,
+    /// `streamingConnectionIdleTimeout`.
+    pub idle_timeout: Duration,
+    /// `runtimeRequestTimeout`: `/run`'s ExecSync is bounded by it.
+    pub run_timeout: Duration,
+}
+
+/// A kubelet-style refusal: the status and a one-line message.
+type Refused = (StatusCode, String);
+
+fn error(code: StatusCode, msg: impl Into<String>) -> Refused {
+    (code, msg.into())
+}
+
+/// The pod `namespace/name`, and with `uid` given, that exact one.
+fn find_pod(s: &Streaming, ns: &str, name: &str, uid: Option<&str>) -> Result<Arc<Pod>, Refused> {
+    let pod = s.pods.get_by_name(ns, name);
+    match pod {
+        Some(p) if uid.is_none_or(|u| u == pod_uid(&p)) => Ok(p),
+        _ => Err(error(StatusCode::NOT_FOUND, "pod does not exist")),
+    }
+}
+
+/// The running container `container` of `pod`, by the runtime's latest view.
+fn running_container(s: &Streaming, pod: &Pod, container: &str) -> Result<String, Refused> {
+    let status = s.pod_cache.get(pod_uid(pod));
+    let found = status.as_ref().and_then(|st| {
+        st.containers
+            .iter()
+            .find(|c| c.name == container && c.state == crate::kuberuntime::ContainerState::Running)
+    });
+    match found {
+        Some(c) => Ok(c.id.clone()),
+        None => Err(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("container not found ({container:?})"),
+        )),
+    }
+}
+
+/// kubelet's stream options (`remotecommand.NewOptions`): `input`, `output`,
+/// `error`, `tty` as "1", the command as repeated `command`; a TTY merges stderr.
+struct StreamOptions {
+    stdin: bool,
+    stdout: bool,
+    stderr: bool,
+    tty: bool,
+    command: Vec<String>,
+}
+
+impl StreamOptions {
+    fn from_query(pairs: &[(String, String)]) -> Result<StreamOptions, Refused> {
+        let flag = |k: &str| pairs.iter().any(|(n, v)| n == k && v == "1");
+        let tty = flag("tty");
+        let o = StreamOptions {
+            stdin: flag("input"),
+            stdout: flag("output"),
+            stderr: flag("error") && !tty,
+            tty,
+            command: (pairs.iter())
+                .filter(|(n, _)| n == "command")
+                .map(|(_, v)| v.clone())
+                .collect(),
+        };
+        if !(o.stdin || o.stdout || o.stderr) {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                "you must specify at least 1 of stdin, stdout, stderr",
+            ));
+        }
+        Ok(o)
+    }
+}
+
+/// The path's parts: namespace, pod, then either the container or the pod UID
+/// and the container.
+type ContainerPath = Path<Vec<String>>;
+
+fn split_container_path(parts: &[String]) -> Option<(&str, &str, Option<&str>, &str)> {
+    match parts {
+        [ns, pod, c] => Some((ns, pod, None, c)),
+        [ns, pod, uid, c] => Some((ns, pod, Some(uid), c)),
+        _ => None,
+    }
+}
+
+/// `/exec/{namespace}/{pod}[/{uid}]/{container}`.
+pub(crate) async fn exec(
+    State(s): State<Streaming>,
+    Path(parts): ContainerPath,
+    Query(q): Query<Vec<(String, String)>>,
+    req: Request,
+) -> Response {
+    container_stream(s, parts, q, req, false).await
+}
+
+/// `/attach/{namespace}/{pod}[/{uid}]/{container}`.
+pub(crate) async fn attach(
+    State(s): State<Streaming>,
+    Path(parts): ContainerPath,
+    Query(q): Query<Vec<(String, String)>>,
+    req: Request,
+) -> Response {
+    container_stream(s, parts, q, req, true).await
+}
+
+async fn container_stream(
+    s: Streaming,
+    parts: Vec<String>,
+    q: Vec<(String, String)>,
+    req: Request,
+    attach: bool,
+) -> Response {
+    match container_call(&s, &parts, &q, attach) {
+        Ok(call) => stream_through(&s, call, req).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+/// The CRI call an exec or attach request makes, or why it cannot be made.
+fn container_call(
+    s: &Streaming,
+    parts: &[String],
+    q: &[(String, String)],
+    attach: bool,
+) -> Result<StreamRequest, Refused> {
+    let (ns, name, uid, container) = split_container_path(parts)
+        .ok_or_else(|| error(StatusCode::NOT_FOUND, "404 page not found"))?;
+    let opts = StreamOptions::from_query(q)?;
+    let pod = find_pod(s, ns, name, uid)?;
+    let id = running_container(s, &pod, container)?;
+    tracing::debug!(
+        namespace = ns,
+        pod = name,
+        container,
+        attach,
+        "streaming session requested"
+    );
+    Ok(if attach {
+        StreamRequest::Attach(cri::AttachRequest {
+            container_id: id,
+            stdin: opts.stdin,
+            tty: opts.tty,
+            stdout: opts.stdout,
+            stderr: opts.stderr,
+        })
+    } else {
+        StreamRequest::Exec(cri::ExecRequest {
+            container_id: id,
+            cmd: opts.command,
+            tty: opts.tty,
+            stdin: opts.stdin,
+            stdout: opts.stdout,
+            stderr: opts.stderr,
+        })
+    })
+}
+
+/// `/portForward/{namespace}/{pod}[/{uid}]`: the ports travel inside the stream.
+pub(crate) async fn port_forward(
+    State(s): State<Streaming>,
+    Path(parts): ContainerPath,
+    Query(q): Query<Vec<(String, String)>>,
+    req: Request,
+) -> Response {
+    match port_forward_call(&s, &parts, &q) {
+        Ok(call) => stream_through(&s, call, req).await,
+        Err(r) => r.into_response(),
+    }
+}
+
+/// The CRI call a port-forward request makes: the pod's ready sandbox, and kubelet's
+/// V4 options (a WebSocket client names its ports in the query; SPDY clients name
+/// them per stream, inside the connection).
+fn port_forward_call(
+    s: &Streaming,
+    parts: &[String],
+    q: &[(String, String)],
+) -> Result<StreamRequest, Refused> {
+    let (ns, name, uid) = match parts {
+        [ns, pod] => (ns.as_str(), pod.as_str(), None),
+        [ns, pod, uid] => (ns.as_str(), pod.as_str(), Some(uid.as_str())),
+        _ => return Err(error(StatusCode::NOT_FOUND, "404 page not found")),
+    };
+    let pod = find_pod(s, ns, name, uid)?;
+    let sandbox = (s.pod_cache.get(pod_uid(&pod)))
+        .and_then(|st| {
+            st.sandboxes
+                .iter()
+                .find(|sb| sb.ready)
+                .map(|sb| sb.id.clone())
+        })
+        .ok_or_else(|| {
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("pod not found ({:?})", format!("{name}_{ns}")),
+            )
+        })?;
+    let mut ports = Vec::new();
+    for (k, v) in q.iter().filter(|(k, _)| k == "port") {
+        for p in v.split(',') {
+            match p.trim().parse::<u16>() {
+                Ok(n) if n > 0 => ports.push(i32::from(n)),
+                _ => {
+                    return Err(error(
+                        StatusCode::BAD_REQUEST,
+                        format!("invalid {k} {p:?}: must be a port number"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(StreamRequest::PortForward(cri::PortForwardRequest {
+        pod_sandbox_id: sandbox,
+        port: ports,
+    }))
+}
+
+/// `/run/{namespace}/{pod}[/{uid}]/{container}?cmd=…`: runs the command, answers
+/// with its stdout and stderr.
+pub(crate) async fn run(
+    State(s): State<Streaming>,
+    Path(parts): ContainerPath,
+    Query(q): Query<Vec<(String, String)>>,
+) -> Response {
+    run_command(&s, &parts, &q)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn run_command(
+    s: &Streaming,
+    parts: &[String],
+    q: &[(String, String)],
+) -> Result<Response, Refused> {
+    let (ns, name, uid, container) = split_container_path(parts)
+        .ok_or_else(|| error(StatusCode::NOT_FOUND, "404 page not found"))?;
+    let cmd: Vec<String> = (q.iter().find(|(k, _)| k == "cmd"))
+        .map(|(_, v)| v.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
+    let pod = find_pod(s, ns, name, uid)?;
+    let id = running_container(s, &pod, container)?;
+    let out = (s.cri.exec_sync(&id, cmd, s.run_timeout).await)
+        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    let mut body = out.stdout;
+    body.extend_from_slice(&out.stderr);
+    Ok(([(header::CONTENT_TYPE, "text/plain")], body).into_response())
+}
+
+/// Asks the runtime for the session's URL, then proxies `req` there.
+async fn stream_through(s: &Streaming, call: StreamRequest, mut req: Request) -> Response {
+    let required = || {
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Upgrade request required",
+        )
+    };
+    if !is_upgrade(req.headers()) {
+        return required().into_response();
+    }
+    let url = match s.cri.stream_url(call).await {
+        Ok(u) => u,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    let Some(client_upgrade) = req.extensions_mut().remove::<OnUpgrade>() else {
+        return required().into_response();
+    };
+    let slot = req.extensions().get::<ConnInfo>().map(|c| c.slot.clone());
+    match proxy_upgrade(&url, req, client_upgrade, s.idle_timeout, slot).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::warn!(url, error = %e, "proxying a stream to the runtime failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, e).into_response()
+        }
+    }
+}
+
+/// Whether the request asks for a protocol upgrade (`Connection: upgrade` and `Upgrade`).
+fn is_upgrade(h: &HeaderMap) -> bool {
+    let connection_upgrade = h.get_all(header::CONNECTION).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
+    });
+    connection_upgrade && h.contains_key(header::UPGRADE)
+}
+
+/// Sends `req` to the streaming server at `url` as it came (its method, upgrade and
+/// protocol headers; not its credentials), and on the runtime's 101 joins the two
+/// upgraded connections. Any other answer is relayed as it is.
+async fn proxy_upgrade(
+    url: &str,
+    req: Request,
+    client_upgrade: OnUpgrade,
+    idle_timeout: Duration,
+    slot: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
+) -> Result<Response, String> {
+    let target: hyper::Uri = url
+        .parse()
+        .map_err(|e| format!("runtime URL {url:?}: {e}"))?;
+    if target.scheme_str() != Some("http") {
+        return Err(format!(
+            "runtime URL {url:?}: only http:// streaming servers are supported"
+        ));
+    }
+    let authority = target.authority().ok_or("runtime URL has no host")?.clone();
+    let port = authority.port_u16().unwrap_or(80);
+    let tcp = tokio::time::timeout(
+        BACKEND_TIMEOUT,
+        tokio::net::TcpStream::connect((authority.host(), port)),
+    )
+    .await
+    .map_err(|_| "the runtime's streaming server did not accept in time".to_string())?
+    .map_err(|e| format!("connecting to the runtime's streaming server: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    // The client's query travels on (port-forward's `port` is read from it), as
+    // the upgrade-aware proxy carries it; the runtime's URL names the session.
+    let uri = match (target.query(), req.uri().query()) {
+        (None, Some(q)) => format!("{}?{q}", target.path()),
+        _ => target
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string(),
+    };
+    let mut out = hyper::Request::builder().method(req.method()).uri(uri);
+    for (k, v) in req.headers() {
+        if k != header::AUTHORIZATION && k != header::HOST {
+            out = out.header(k, v);
+        }
+    }
+    let out = out
+        .header(header::HOST, authority.as_str())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let mut resp = tokio::time::timeout(BACKEND_TIMEOUT, sender.send_request(out))
+        .await
+        .map_err(|_| "the runtime's streaming server did not answer in time".to_string())?
+        .map_err(|e| e.to_string())?;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(relay_refusal(resp).await);
+    }
+    let backend_upgrade = hyper::upgrade::on(&mut resp);
+    let mut answer = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    for (k, v) in resp.headers() {
+        answer = answer.header(k, v);
+    }
+    tokio::spawn(join_streams(
+        client_upgrade,
+        backend_upgrade,
+        idle_timeout,
+        slot,
+    ));
+    answer.body(Body::empty()).map_err(|e| e.to_string())
+}
+
+/// A runtime's non-101 answer, relayed with its status and at most
+/// [`MAX_REFUSAL_BYTES`] of its body.
+async fn relay_refusal(resp: hyper::Response<hyper::body::Incoming>) -> Response {
+    let (parts, body) = resp.into_parts();
+    let limited = http_body_util::Limited::new(body, MAX_REFUSAL_BYTES);
+    let bytes = limited
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .unwrap_or_default();
+    let mut r = Response::builder().status(parts.status);
+    if let Some(ct) = parts.headers.get(header::CONTENT_TYPE) {
+        r = r.header(header::CONTENT_TYPE, ct.clone());
+    }
+    r.body(Body::from(bytes))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+/// Copies bytes both ways until either side closes or the stream idles out.
+async fn join_streams(
+    client: OnUpgrade,
+    backend: OnUpgrade,
+    idle_timeout: Duration,
+    _slot: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
+) {
+    let (client, backend) = match tokio::try_join!(client, backend) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::debug!(error = %e, "a stream upgrade did not complete");
+            return;
+        }
+    };
+    let mut client = Tracked::new(TokioIo::new(client));
+    let mut backend = TokioIo::new(backend);
+    loop {
+        let deadline = client.last_activity() + idle_timeout;
+        tokio::select! {
+            r = tokio::io::copy_bidirectional(&mut client, &mut backend) => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "stream ended");
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                if client.last_activity() + idle_timeout <= tokio::time::Instant::now() {
+                    tracing::info!(idle = ?idle_timeout, "closing a stream idle for streamingConnectionIdleTimeout");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn stream_options_are_kubelets() {
+        let o = StreamOptions::from_query(&q(&[
+            ("command", "sh"),
+            ("command", "-c"),
+            ("command", "echo hi"),
+            ("output", "1"),
+            ("error", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(o.command, ["sh", "-c", "echo hi"]);
+        assert!(o.stdout && o.stderr && !o.stdin && !o.tty);
+        let tty =
+            StreamOptions::from_query(&q(&[("tty", "1"), ("error", "1"), ("input", "1")])).unwrap();
+        assert!(tty.tty && tty.stdin && !tty.stderr, "a TTY merges stderr");
+        assert!(StreamOptions::from_query(&q(&[("command", "ls")])).is_err());
+    }
+
+    #[test]
+    fn upgrade_requests_are_recognised() {
+        let mut h = HeaderMap::new();
+        assert!(!is_upgrade(&h));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+        assert!(is_upgrade(&h));
+    }
+}

@@ -1,0 +1,593 @@
+//! The secure port on a real containerd, with real TLS clients: certificates from a
+//! CA the test makes, bearer tokens checked by the test apiserver's TokenReview, and
+//! its SubjectAccessReview rules. Covers kubelet's 401 / 403 / 200 paths, anonymous
+//! on and off, the self-signed serving pair, `/configz` and `/runningpods/` moving off
+//! the read-only port, `/containerLogs` with its options, and exec, `/run` and
+//! port-forward streams through the runtime's streaming server (WebSocket channel
+//! protocol, as kubectl speaks it).
+
+mod agent;
+mod common;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent::*;
+use common::Testbed;
+use futures::{SinkExt as _, StreamExt as _};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+
+const START: Duration = Duration::from_secs(30);
+
+/// A CA for client certificates.
+struct Ca {
+    pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Ca {
+    fn new(cn: &str) -> Ca {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let pem = p.self_signed(&key).unwrap().pem();
+        Ca {
+            pem,
+            issuer: rcgen::Issuer::new(p, key),
+        }
+    }
+
+    /// A client certificate for `cn` in the groups `orgs`: (cert PEM, key PEM).
+    fn client(&self, cn: &str, orgs: &[&str]) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        for o in orgs {
+            p.distinguished_name
+                .push(rcgen::DnType::OrganizationName, *o);
+        }
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// A TLS client of oxlet's secure port: trusts the self-signed pair oxlet made,
+/// and presents `cert` when given.
+struct Client {
+    port: u16,
+    config: Arc<ClientConfig>,
+}
+
+impl Client {
+    fn new(ox: &Oxlet, port: u16, cert: Option<&(String, String)>) -> Client {
+        let serving = std::fs::read(ox.root.join("pki/kubelet.crt")).unwrap();
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&serving) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let b = ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let config = match cert {
+            Some((c, k)) => {
+                let chain = CertificateDer::pem_slice_iter(c.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .unwrap();
+                b.with_client_auth_cert(chain, PrivateKeyDer::from_pem_slice(k.as_bytes()).unwrap())
+                    .unwrap()
+            }
+            None => b.with_no_client_auth(),
+        };
+        Client {
+            port,
+            config: Arc::new(config),
+        }
+    }
+
+    async fn connect(
+        &self,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
+        let connector = tokio_rustls::TlsConnector::from(self.config.clone());
+        connector
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+    }
+
+    /// A request with extra header lines; (status, body). HTTP/1.0, so the body
+    /// ends with the connection.
+    async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &str,
+    ) -> std::io::Result<(u16, String)> {
+        let mut s = self.connect().await?;
+        s.write_all(
+            format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\n{headers}\r\n").as_bytes(),
+        )
+        .await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        Ok((code, body.to_string()))
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        self.request("GET", path, "").await.unwrap()
+    }
+}
+
+/// Starts oxlet with its secure port on a free port and `flags`; returns the port.
+fn start_secure(bed: &Testbed, flags: &[&str]) -> (Oxlet, u16) {
+    let port = free_port();
+    let mut args = vec![format!("--port={port}")];
+    args.extend(flags.iter().map(std::string::ToString::to_string));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    (Oxlet::start(bed, &refs), port)
+}
+
+async fn wait_serving(client: &Client) {
+    let t = Instant::now();
+    while client.connect().await.is_err() {
+        assert!(t.elapsed() < START, "the secure port never came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// x509 users, anonymous off, AlwaysAllow: 401 without a certificate, 200 with
+/// one; a foreign CA's certificate cannot even connect; the serving key is root's
+/// alone; kubelet's debugging endpoints left the read-only port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_and_anonymous_requests() {
+    let bed = Testbed::start().await;
+    let ca = Ca::new("test-client-ca");
+    let ca_file = bed.base_dir().join("client-ca.crt");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let (mut ox, port) = start_secure(
+        &bed,
+        &[
+            &format!("--client-ca-file={}", ca_file.display()),
+            "--anonymous-auth=false",
+        ],
+    );
+    ox.wait_up(START).await;
+    let alice = ca.client("alice", &["devs"]);
+    let with_cert = Client::new(&ox, port, Some(&alice));
+    wait_serving(&with_cert).await;
+    let key = ox.root.join("pki/kubelet.key");
+    assert_eq!(
+        std::fs::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    let anonymous = Client::new(&ox, port, None);
+    assert_eq!(
+        anonymous.get("/pods").await,
+        (401, "Unauthorized".to_string())
+    );
+    let (code, body) = with_cert.get("/pods").await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"PodList\""), "{body}");
+    for path in [
+        "/configz",
+        "/runningpods/",
+        "/stats/summary",
+        "/metrics",
+        "/healthz",
+    ] {
+        let (code, body) = with_cert.get(path).await;
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    let (_, configz) = with_cert.get("/configz").await;
+    let v: serde_json::Value = serde_json::from_str(&configz).unwrap();
+    assert_eq!(
+        v["kubeletconfig"]["authentication"]["anonymous"]["enabled"],
+        false
+    );
+    assert_eq!(v["kubeletconfig"]["port"], port);
+    // kubelet keeps these to the secure port.
+    assert_eq!(ox.get("/configz").await.unwrap().0, 404);
+    assert_eq!(ox.get("/runningpods/").await.unwrap().0, 404);
+    assert_eq!(ox.get("/pods").await.unwrap().0, 200);
+
+    let stranger = Ca::new("another-ca").client("mallory", &["system:masters"]);
+    let foreign = Client::new(&ox, port, Some(&stranger));
+    let refused = foreign.request("GET", "/pods", "").await;
+    assert!(
+        refused.is_err() || refused.as_ref().is_ok_and(|(c, _)| *c == 0),
+        "a certificate from another CA was served: {refused:?}"
+    );
+
+    // Anonymous on: the same request is system:anonymous and allowed.
+    ox.sigterm();
+    ox.spawn(&[
+        &format!("--port={port}"),
+        &format!("--client-ca-file={}", ca_file.display()),
+        "--anonymous-auth=true",
+    ]);
+    ox.wait_up(START).await;
+    wait_serving(&anonymous).await;
+    let (code, body) = anonymous.get("/pods").await;
+    assert_eq!(code, 200, "{body}");
+    // The self-signed pair made at the first start is kept.
+    assert!(
+        ox.log()
+            .matches("made a self-signed serving certificate")
+            .count()
+            == 1
+    );
+}
+
+/// Bearer tokens through TokenReview and every request through SubjectAccessReview:
+/// an unknown token is 401 even with anonymous on, a refusal is kubelet's 403, and
+/// answers are cached for their TTLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_authentication_and_authorization() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
+    server.add_token_user(
+        "token-of-ms",
+        "system:serviceaccount:kube-system:metrics-server",
+        &["system:serviceaccounts"],
+    );
+    server.add_token_user("token-of-bob", "bob", &["viewers"]);
+    server.allow_node_access(
+        "system:serviceaccount:kube-system:metrics-server",
+        "get",
+        "metrics",
+    );
+    server.allow_node_access("viewers", "get", "stats");
+    let (ox, port) = start_secure(
+        &bed,
+        &[
+            &format!("--kubeconfig={}", server.kubeconfig().display()),
+            "--authentication-token-webhook",
+            "--authorization-mode=Webhook",
+            "--anonymous-auth=true",
+        ],
+    );
+    ox.wait_up(START).await;
+    let client = Client::new(&ox, port, None);
+    wait_serving(&client).await;
+    let bearer = |t: &str| format!("Authorization: Bearer {t}\r\n");
+
+    let (code, body) = client
+        .request("GET", "/metrics/resource", &bearer("token-of-ms"))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("node_cpu_usage_seconds_total"), "{body}");
+    let (code, body) = client
+        .request("GET", "/pods", &bearer("token-of-ms"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            403,
+            "Forbidden (user=system:serviceaccount:kube-system:metrics-server, verb=get, resource=nodes, subresource=proxy)"
+        )
+    );
+    let (code, _) = client
+        .request("GET", "/stats/summary", &bearer("token-of-bob"))
+        .await
+        .unwrap();
+    assert_eq!(code, 200);
+    let (code, _) = client
+        .request(
+            "POST",
+            "/run/default/x/main?cmd=ls",
+            &bearer("token-of-bob"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code, 403, "bob may not create on nodes/proxy");
+    let (code, body) = client
+        .request("GET", "/pods", &bearer("not-a-token"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (401, "Unauthorized"),
+        "a bad token is not anonymous"
+    );
+    let (code, body) = client.get("/stats/summary").await;
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            403,
+            "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource=stats)"
+        )
+    );
+    // Cached: the same token and attributes again ask the apiserver nothing more.
+    let asked = |kind: &str| {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with(kind))
+            .count()
+    };
+    let (tokens, reviews) = (asked("tokenreviews"), asked("subjectaccessreviews"));
+    for _ in 0..3 {
+        let (code, _) = client
+            .request("GET", "/metrics/resource", &bearer("token-of-ms"))
+            .await
+            .unwrap();
+        assert_eq!(code, 200);
+    }
+    assert_eq!(
+        (asked("tokenreviews"), asked("subjectaccessreviews")),
+        (tokens, reviews)
+    );
+}
+
+/// `/containerLogs` with kubelet's options, `previous`, and a followed log that sees a
+/// line written after the request; its refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_logs_with_kubelets_options() {
+    let bed = Testbed::start().await;
+    let (ox, port) = start_secure(&bed, &["--anonymous-auth=true"]);
+    let script = "echo one; usleep 100000; echo two >&2; usleep 100000; echo three; \
+        while [ ! -f /tmp/go ]; do usleep 50000; done; echo late; sleep 3600";
+    write_manifest(
+        &ox.manifests,
+        "talker.yaml",
+        &pod_yaml("talker", script, ""),
+    );
+    ox.wait_running("talker", START).await;
+    let c = Client::new(&ox, port, None);
+    wait_serving(&c).await;
+    let logs = "/containerLogs/default/talker-testnode/main";
+    let t = Instant::now();
+    loop {
+        let (code, body) = c.get(logs).await;
+        if code == 200 && body == "one\ntwo\nthree\n" {
+            break;
+        }
+        assert!(t.elapsed() < START, "{code} {body:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        c.get(&format!("{logs}?tailLines=1")).await,
+        (200, "three\n".into())
+    );
+    assert_eq!(
+        c.get(&format!("{logs}?limitBytes=5")).await,
+        (200, "one\nt".into())
+    );
+    let (_, stamped) = c.get(&format!("{logs}?tailLines=1&timestamps=true")).await;
+    let (stamp, line) = stamped.split_once(' ').unwrap();
+    assert_eq!(line, "three\n");
+    assert!(stamp.len() == 30 && stamp.ends_with('Z'), "{stamp}");
+    assert_eq!(
+        c.get(&format!("{logs}?sinceTime=2099-01-01T00:00:00Z"))
+            .await,
+        (200, String::new())
+    );
+    assert_eq!(
+        c.get(&format!("{logs}?sinceSeconds=3600")).await.1,
+        "one\ntwo\nthree\n"
+    );
+    assert_eq!(c.get(&format!("{logs}?tailLines=-1")).await.0, 422);
+    let (code, body) = c.get(&format!("{logs}?previous=true")).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("previous terminated container"), "{body}");
+    let (code, body) = c.get("/containerLogs/default/talker-testnode/nope").await;
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            404,
+            "container \"nope\" not found in pod \"talker-testnode\""
+        )
+    );
+    assert_eq!(c.get("/containerLogs/default/absent/main").await.0, 404);
+
+    // follow: the stream stays open and carries a line written after it began.
+    let mut s = c.connect().await.unwrap();
+    s.write_all(
+        format!("GET {logs}?follow=true&tailLines=1 HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("three\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "stream ended early: {seen:?}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    exec_ws(port, &ox, "talker-testnode", &["touch", "/tmp/go"]).await;
+    let t = Instant::now();
+    while !seen.contains("late\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "stream ended early: {seen:?}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+/// What one exec over the WebSocket channel protocol returned.
+#[derive(Debug, Default)]
+struct ExecResult {
+    stdout: String,
+    stderr: String,
+    /// The error channel's Status document, if one came.
+    status: Option<serde_json::Value>,
+}
+
+type ChannelSocket =
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
+/// A WebSocket to `path` speaking `v4.channel.k8s.io`, which the server must accept.
+async fn channel_socket(client: &Client, path: &str) -> ChannelSocket {
+    let url = format!("wss://localhost:{}{path}", client.port);
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        "v4.channel.k8s.io".parse().unwrap(),
+    );
+    let tls = client.connect().await.unwrap();
+    let (ws, resp) = tokio_tungstenite::client_async(req, tls)
+        .await
+        .expect("websocket upgrade");
+    assert_eq!(
+        resp.headers()
+            .get("Sec-WebSocket-Protocol")
+            .map(|v| v.to_str().unwrap()),
+        Some("v4.channel.k8s.io")
+    );
+    ws
+}
+
+/// Runs `cmd` in the pod's `main` container over `v4.channel.k8s.io` as anonymous.
+async fn exec_ws(port: u16, ox: &Oxlet, pod: &str, cmd: &[&str]) -> ExecResult {
+    let client = Client::new(ox, port, None);
+    let mut query: Vec<String> = cmd
+        .iter()
+        .map(|c| format!("command={}", percent(c)))
+        .collect();
+    query.extend(["output=1".into(), "error=1".into()]);
+    let path = format!("/exec/default/{pod}/main?{}", query.join("&"));
+    let mut ws = channel_socket(&client, &path).await;
+    let mut out = ExecResult::default();
+    while let Some(msg) = tokio::time::timeout(Duration::from_secs(20), ws.next())
+        .await
+        .unwrap()
+    {
+        let Ok(Message::Binary(data)) = msg else {
+            continue;
+        };
+        let Some((&channel, rest)) = data.split_first() else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(rest).into_owned();
+        match channel {
+            1 => out.stdout.push_str(&text),
+            2 => out.stderr.push_str(&text),
+            3 if !rest.is_empty() => out.status = serde_json::from_slice(rest).ok(),
+            _ => {}
+        }
+    }
+    let _ = ws.close(None).await;
+    out
+}
+
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// exec through the runtime's streaming server: stdout, stderr and the exit code;
+/// `/run`; a plain GET is refused; port-forward to an HTTP server in the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_run_and_port_forward_streams() {
+    let bed = Testbed::start().await;
+    let (ox, port) = start_secure(&bed, &["--anonymous-auth=true"]);
+    let script =
+        "mkdir -p /www && echo hello-from-pod > /www/index.html && httpd -f -p 8080 -h /www";
+    write_manifest(&ox.manifests, "web.yaml", &pod_yaml("web", script, ""));
+    ox.wait_running("web", START).await;
+    let c = Client::new(&ox, port, None);
+    wait_serving(&c).await;
+
+    let r = exec_ws(
+        port,
+        &ox,
+        "web-testnode",
+        &["sh", "-c", "echo out; echo err >&2; exit 3"],
+    )
+    .await;
+    assert_eq!(
+        (r.stdout.as_str(), r.stderr.as_str()),
+        ("out\n", "err\n"),
+        "{r:?}"
+    );
+    let status = r.status.expect("an exit status on the error channel");
+    assert_eq!(status["reason"], "NonZeroExitCode", "{status}");
+    assert_eq!(status["details"]["causes"][0]["message"], "3", "{status}");
+    let ok = exec_ws(port, &ox, "web-testnode", &["cat", "/www/index.html"]).await;
+    assert_eq!(ok.stdout, "hello-from-pod\n");
+    assert_eq!(
+        ok.status.map(|s| s["status"].clone()),
+        Some(serde_json::json!("Success"))
+    );
+
+    let (code, body) = c
+        .request(
+            "POST",
+            "/run/default/web-testnode/main?cmd=cat%20/www/index.html",
+            "",
+        )
+        .await
+        .unwrap();
+    assert_eq!((code, body.as_str()), (200, "hello-from-pod\n"));
+    let (code, body) = c
+        .get("/exec/default/web-testnode/main?command=ls&output=1")
+        .await;
+    assert_eq!(code, 500, "{body}");
+    assert!(body.contains("Upgrade request required"), "{body}");
+    let (code, _) = c.get("/exec/default/nope/main?command=ls&output=1").await;
+    assert_eq!(code, 404);
+
+    // port-forward over WebSocket: channel 0 carries data, 1 errors; each starts
+    // with the port, little-endian.
+    let mut ws = channel_socket(&c, "/portForward/default/web-testnode?port=8080").await;
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(b"GET /index.html HTTP/1.0\r\n\r\n");
+    ws.send(Message::Binary(frame.into())).await.unwrap();
+    let mut got = Vec::new();
+    let mut port_prefixes = 0;
+    while let Ok(Some(Ok(msg))) = tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+        let Message::Binary(data) = msg else { continue };
+        let Some((&channel, rest)) = data.split_first() else {
+            continue;
+        };
+        if channel != 0 {
+            continue;
+        }
+        // The first frame of each channel is the port.
+        if port_prefixes == 0 && rest.len() == 2 {
+            assert_eq!(u16::from_le_bytes([rest[0], rest[1]]), 8080);
+            port_prefixes += 1;
+            continue;
+        }
+        got.extend_from_slice(rest);
+        if String::from_utf8_lossy(&got).contains("hello-from-pod") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.") && text.contains("hello-from-pod"),
+        "{text:?}"
+    );
+}

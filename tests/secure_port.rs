@@ -196,11 +196,39 @@ async fn client_certificates_and_anonymous_requests() {
     }
     let (_, configz) = with_cert.get("/configz").await;
     let v: serde_json::Value = serde_json::from_str(&configz).unwrap();
-    assert_eq!(
-        v["kubeletconfig"]["authentication"]["anonymous"]["enabled"],
-        false
+    let c = &v["kubeletconfig"];
+    assert_eq!(c["authentication"]["anonymous"]["enabled"], false);
+    assert_eq!(c["port"], port);
+    assert_eq!(c["staticPodPath"], ox.manifests.display().to_string());
+    assert_eq!(c["fileCheckFrequency"], "2s");
+    let ep = c["containerRuntimeEndpoint"].as_str().unwrap();
+    assert!(
+        ep.ends_with(bed.endpoint().trim_start_matches("unix://")),
+        "{ep}"
     );
-    assert_eq!(v["kubeletconfig"]["port"], port);
+    assert!(c.get("kind").is_none() && c.get("apiVersion").is_none());
+    // /runningpods/: the runtime's running pods, names, UIDs and images only.
+    write_manifest(
+        &ox.manifests,
+        "idle.yaml",
+        &pod_yaml("idle", "sleep 3600", ""),
+    );
+    let uid = uid(&ox.wait_running("idle", START).await);
+    let (code, body) = with_cert.get("/runningpods/").await;
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["kind"], "PodList");
+    let pod = (v["items"].as_array().into_iter().flatten())
+        .find(|p| p["metadata"]["uid"] == uid.as_str())
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(pod["metadata"]["name"], "idle-testnode");
+    assert_eq!(pod["spec"]["containers"][0]["name"], "main");
+    assert!(pod["metadata"].get("labels").is_none() && pod["spec"].get("volumes").is_none());
+    let (code, body) = with_cert
+        .request("POST", "/runningpods/", "")
+        .await
+        .unwrap();
+    assert_eq!((code, body.as_str()), (405, "Method Not Allowed"));
     // kubelet keeps these to the secure port.
     assert_eq!(ox.get("/configz").await.unwrap().0, 404);
     assert_eq!(ox.get("/runningpods/").await.unwrap().0, 404);

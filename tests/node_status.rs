@@ -79,11 +79,13 @@ async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeLeaseDurationSeconds: 2\nnodeStatusReportFrequency: 1s\n",
     )
     .unwrap();
+    let secure_port = free_port();
     let ox = Oxlet::start(
         &bed,
         &[
             &format!("--kubeconfig={}", api.kubeconfig().display()),
             &format!("--config={}", config.display()),
+            &format!("--port={secure_port}"),
             "--node-status-update-frequency=1s",
             "--node-labels=pool=edge",
             "--register-with-taints=dedicated=test:NoSchedule",
@@ -141,7 +143,8 @@ async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
             .kubelet_endpoint
             .unwrap()
             .port,
-        10250
+        i32::from(secure_port),
+        "the secure port it serves on"
     );
     assert!(status.images.unwrap().iter().any(|i| {
         i.names

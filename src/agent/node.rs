@@ -359,11 +359,13 @@ pub(super) fn spawn_node_status(
         opts.node_status_update_frequency,
         opts.node_status_report_frequency,
     );
+    let kubelet_port = i32::from(opts.serving.port);
     let deps = move || NodeStatusDeps {
         client: api_client.clone(),
         info: info.clone(),
         allocatable: alloc,
         node_ip,
+        kubelet_port,
         registration: registration.clone(),
         cri: cri.clone(),
         runtime_health: health.clone(),

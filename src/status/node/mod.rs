@@ -54,6 +54,8 @@ pub(crate) struct NodeStatusDeps {
     pub info: NodeInfo,
     pub allocatable: NodeAllocatable,
     pub node_ip: Option<IpAddr>,
+    /// The secure port, advertised as `daemonEndpoints.kubeletEndpoint.Port`.
+    pub kubelet_port: i32,
     pub registration: Registration,
     pub cri: RemoteRuntime,
     pub runtime_health: Arc<RuntimeHealth>,
@@ -153,7 +155,7 @@ impl NodeStatusTask {
             capacity: Some(setters::resources(&d.allocatable.capacity)),
             allocatable: Some(setters::resources(&d.allocatable.allocatable)),
             node_info: Some(setters::node_info(&d.info, &version)),
-            daemon_endpoints: Some(setters::daemon_endpoints(setters::KUBELET_PORT)),
+            daemon_endpoints: Some(setters::daemon_endpoints(d.kubelet_port)),
             images: Some(images),
             conditions: Some(conditions::with_times(
                 conditions::desired(d.pressure.get(), &errs),

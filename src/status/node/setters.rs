@@ -24,9 +24,6 @@ pub(crate) const MAX_IMAGES: usize = 50;
 /// kubelet's `maxNamesPerImageInNodeStatus`.
 pub(crate) const MAX_NAMES_PER_IMAGE: usize = 5;
 
-/// kubelet's default port, reported as `daemonEndpoints.kubeletEndpoint.Port`.
-pub(crate) const KUBELET_PORT: i32 = 10250;
-
 /// `InternalIP` then `Hostname`: `--node-ip` when given, else the detected addresses.
 pub(crate) fn addresses(info: &NodeInfo, node_ip: Option<IpAddr>) -> Vec<NodeAddress> {
     let mut out = Vec::new();
@@ -229,10 +226,7 @@ mod tests {
         );
         assert_eq!(n.os_image, "Debian GNU/Linux 12 (bookworm)");
         assert_eq!(
-            daemon_endpoints(KUBELET_PORT)
-                .kubelet_endpoint
-                .unwrap()
-                .port,
+            daemon_endpoints(10250).kubelet_endpoint.unwrap().port,
             10250
         );
     }

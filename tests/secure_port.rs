@@ -435,26 +435,24 @@ async fn container_logs_with_kubelets_options() {
     .await
     .unwrap();
     let mut seen = String::new();
-    let mut buf = [0u8; 4096];
-    while !seen.contains("three\n") {
-        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(n > 0, "stream ended early: {seen:?}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    read_until(&mut s, &mut seen, "three\n").await;
     exec_ws(port, &ox, "talker-testnode", &["touch", "/tmp/go"]).await;
     let t = Instant::now();
-    while !seen.contains("late\n") {
-        let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+    read_until(&mut s, &mut seen, "late\n").await;
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+/// Reads `from` into `seen` until it holds `want`; the stream must not end first.
+async fn read_until(from: &mut (impl tokio::io::AsyncRead + Unpin), seen: &mut String, want: &str) {
+    let mut buf = [0u8; 4096];
+    while !seen.contains(want) {
+        let n = tokio::time::timeout(Duration::from_secs(10), from.read(&mut buf))
             .await
-            .unwrap()
+            .unwrap_or_else(|_| panic!("{want:?} did not come: {seen:?}"))
             .unwrap();
-        assert!(n > 0, "stream ended early: {seen:?}");
+        assert!(n > 0, "the stream ended before {want:?}: {seen:?}");
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
-    assert!(t.elapsed() < Duration::from_secs(5));
 }
 
 /// What one exec over the WebSocket channel protocol returned.
@@ -618,4 +616,178 @@ async fn exec_run_and_port_forward_streams() {
         text.starts_with("HTTP/1.") && text.contains("hello-from-pod"),
         "{text:?}"
     );
+}
+
+/// Runs kubectl against the test apiserver; (exit code, stdout, stderr).
+async fn kubectl(
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (i32, String, String) {
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .stdin(if stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("kubectl");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(input.as_bytes()).await.unwrap();
+        drop(pipe);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish"))
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What a cluster does to a node, end to end: kubectl logs (tail, follow), exec
+/// (exit codes, stderr, stdin), port-forward and `get --raw .../proxy/stats/summary`
+/// go through the test apiserver, which reaches oxlet's secure port with its client
+/// certificate; oxlet asks the apiserver whether that user may (Webhook).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reaches_the_node_through_the_apiserver() {
+    if std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: kubectl is not installed (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
+    let ca = Ca::new("kubernetes");
+    let ca_file = bed.base_dir().join("cluster-ca.crt");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let (cert, key) = ca.client("kube-apiserver-kubelet-client", &["kubeadm:cluster-admins"]);
+    server
+        .set_kubelet_client_cert(cert.as_bytes(), key.as_bytes())
+        .unwrap();
+    server.allow_node_access("kube-apiserver-kubelet-client", "*", "*");
+    let (ox, _port) = start_secure(
+        &bed,
+        &[
+            &format!("--kubeconfig={}", server.kubeconfig().display()),
+            &format!("--client-ca-file={}", ca_file.display()),
+            "--anonymous-auth=false",
+            "--authorization-mode=Webhook",
+            "--node-ip=127.0.0.1",
+        ],
+    );
+    let script = "mkdir -p /www && echo hello-from-pod > /www/index.html && httpd -p 8080 -h /www; \
+        echo one; echo two; echo three; while [ ! -f /tmp/go ]; do usleep 50000; done; echo late; sleep 3600";
+    server.put(&api_pod("web", "testnode", script, 1)).unwrap();
+    ox.wait_api_running("web", START).await;
+    let kc = server.kubeconfig().to_path_buf();
+
+    let t = Instant::now();
+    loop {
+        let (code, out, err) = kubectl(&kc, &["logs", "web"], None).await;
+        if code == 0 && out == "one\ntwo\nthree\n" {
+            break;
+        }
+        assert!(t.elapsed() < START, "kubectl logs: {code} {out:?} {err}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        kubectl(&kc, &["logs", "web", "--tail=1"], None).await.1,
+        "three\n"
+    );
+
+    let (code, out, err) = kubectl(
+        &kc,
+        &[
+            "exec",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (3, "out\n"), "{err}");
+    assert!(err.contains("err"), "{err}");
+    let (code, out, err) = kubectl(
+        &kc,
+        &["exec", "-i", "web", "--", "tr", "a-z", "A-Z"],
+        Some("shout\n"),
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "SHOUT\n"), "{err}");
+
+    let (code, out, err) = kubectl(
+        &kc,
+        &["get", "--raw", "/api/v1/nodes/testnode/proxy/stats/summary"],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["node"]["nodeName"], "testnode");
+
+    // logs -f: a line written after it started arrives.
+    let mut follow = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", kc.display()))
+        .args(["logs", "-f", "--tail=1", "web"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = follow.stdout.take().unwrap();
+    let mut seen = String::new();
+    read_until(&mut stdout, &mut seen, "three").await;
+    let (code, _, err) = kubectl(&kc, &["exec", "web", "--", "touch", "/tmp/go"], None).await;
+    assert_eq!(code, 0, "{err}");
+    read_until(&mut stdout, &mut seen, "late").await;
+    drop(follow);
+
+    // port-forward to the pod's HTTP server.
+    let local = free_port();
+    let mut pf = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", kc.display()))
+        .args(["port-forward", "pod/web", &format!("{local}:8080")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let page = loop {
+        let got = async {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", local))
+                .await
+                .ok()?;
+            s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n")
+                .await
+                .ok()?;
+            let mut b = Vec::new();
+            s.read_to_end(&mut b).await.ok()?;
+            Some(String::from_utf8_lossy(&b).into_owned())
+        };
+        if let Ok(Some(p)) = tokio::time::timeout(Duration::from_secs(5), got).await
+            && p.contains("hello-from-pod")
+        {
+            break p;
+        }
+        assert!(t.elapsed() < START, "port-forward never served the page");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(page.starts_with("HTTP/1."), "{page}");
+    let _ = pf.kill().await;
 }

@@ -61,6 +61,8 @@ pub(crate) struct Shared {
     pub log: Mutex<VecDeque<RequestRecord>>,
     /// What TokenReviews and SubjectAccessReviews answer.
     pub reviews: Mutex<crate::reviews::Rules>,
+    /// The TLS set-up the proxy subresources reach kubelets with.
+    pub kubelet_client: Mutex<Option<Arc<tokio_rustls::rustls::ClientConfig>>>,
 }
 
 fn body(v: &Value) -> Body {
@@ -102,7 +104,7 @@ pub(crate) fn new_uid() -> String {
     )
 }
 
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -277,6 +279,9 @@ async fn serve(
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return found(None),
     };
+    if let Some(target) = crate::proxy::route(group, version, rest) {
+        return crate::proxy::forward(shared, target, req).await;
+    }
     if let (Some(kind), &Method::POST) = (review_kind(group, version, rest), req.method()) {
         let ct = req
             .headers()

@@ -15,6 +15,7 @@
 
 mod http;
 mod patch;
+mod proxy;
 mod resources;
 mod reviews;
 mod selectors;
@@ -126,7 +127,8 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, cancel: CancellationT
                 async move { Ok::<_, std::convert::Infallible>(http::handle(shared, req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades();
             tokio::select! {
                 () = cancel.cancelled() => {}
                 _ = conn => {}
@@ -201,6 +203,7 @@ impl TestApiServer {
             issued: AtomicU64::new(0),
             log: Mutex::new(std::collections::VecDeque::new()),
             reviews: Mutex::new(reviews::Rules::default()),
+            kubelet_client: Mutex::new(None),
         });
         let kubeconfig = state_dir.join("kubeconfig");
         std::fs::write(
@@ -247,6 +250,19 @@ impl TestApiServer {
     /// sends no bearer token over plain http). A wrong token is always refused.
     pub fn set_anonymous(&self, allowed: bool) {
         self.shared.anonymous.store(allowed, Ordering::SeqCst);
+    }
+
+    /// The client certificate the proxy subresources (`pods/log`, `pods/exec`,
+    /// `pods/attach`, `pods/portforward`, `nodes/proxy`) present to kubelets, as the
+    /// real apiserver's `--kubelet-client-certificate`. Without one they answer 503.
+    pub fn set_kubelet_client_cert(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+        let config = proxy::client_config(cert_pem, key_pem)?;
+        *self
+            .shared
+            .kubelet_client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(config);
+        Ok(())
     }
 
     /// TokenReviews of `token` authenticate it as `user` in `groups`.

@@ -234,6 +234,32 @@ async fn client_certificates_and_anonymous_requests() {
     assert_eq!(ox.get("/runningpods/").await.unwrap().0, 404);
     assert_eq!(ox.get("/pods").await.unwrap().0, 200);
 
+    // /logs/: the node's /var/log, nothing outside it.
+    let name = format!("oxlet-secure-port-{}", std::process::id());
+    let (file, escape) = (
+        std::path::PathBuf::from(format!("/var/log/{name}.log")),
+        std::path::PathBuf::from(format!("/var/log/{name}-escape")),
+    );
+    std::fs::write(&file, "node log line\n").unwrap();
+    let _ = std::fs::remove_file(&escape);
+    std::os::unix::fs::symlink("/etc/shadow", &escape).unwrap();
+    let (code, listing) = with_cert.get("/logs/").await;
+    assert_eq!(code, 200);
+    assert!(
+        listing.contains(&format!("<a href=\"{name}.log\">")),
+        "{listing}"
+    );
+    assert_eq!(
+        with_cert.get(&format!("/logs/{name}.log")).await,
+        (200, "node log line\n".into())
+    );
+    let (code, body) = with_cert.get(&format!("/logs/{name}-escape")).await;
+    assert_eq!(code, 404, "a link out of /var/log was followed: {body}");
+    assert_eq!(with_cert.get("/logs/../etc/shadow").await.0, 404);
+    assert_eq!(anonymous.get("/logs/").await.0, 401);
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&escape);
+
     let stranger = Ca::new("another-ca").client("mallory", &["system:masters"]);
     let foreign = Client::new(&ox, port, Some(&stranger));
     let refused = foreign.request("GET", "/pods", "").await;
@@ -537,7 +563,13 @@ fn percent(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_run_and_port_forward_streams() {
     let bed = Testbed::start().await;
-    let (ox, port) = start_secure(&bed, &["--anonymous-auth=true"]);
+    let (ox, port) = start_secure(
+        &bed,
+        &[
+            "--anonymous-auth=true",
+            "--streaming-connection-idle-timeout=2s",
+        ],
+    );
     let script =
         "mkdir -p /www && echo hello-from-pod > /www/index.html && httpd -f -p 8080 -h /www";
     write_manifest(&ox.manifests, "web.yaml", &pod_yaml("web", script, ""));
@@ -583,6 +615,38 @@ async fn exec_run_and_port_forward_streams() {
     assert!(body.contains("Upgrade request required"), "{body}");
     let (code, _) = c.get("/exec/default/nope/main?command=ls&output=1").await;
     assert_eq!(code, 404);
+
+    // attach: the container's own output, as it comes.
+    let ticker = "while true; do echo tick; usleep 200000; done";
+    write_manifest(
+        &ox.manifests,
+        "ticker.yaml",
+        &pod_yaml("ticker", ticker, ""),
+    );
+    ox.wait_running("ticker", START).await;
+    let mut ws = channel_socket(&c, "/attach/default/ticker-testnode/main?output=1&error=1").await;
+    let mut attached = String::new();
+    while !attached.contains("tick\ntick\n") {
+        let msg = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .unwrap();
+        if let Some(Ok(Message::Binary(data))) = msg
+            && data.first() == Some(&1)
+        {
+            attached.push_str(&String::from_utf8_lossy(&data[1..]));
+        }
+    }
+    drop(ws);
+
+    // streamingConnectionIdleTimeout: a stream on which nothing moves is closed.
+    let t = Instant::now();
+    let idle = exec_ws(port, &ox, "web-testnode", &["sleep", "30"]).await;
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "an idle stream stayed open {:?}",
+        t.elapsed()
+    );
+    assert!(idle.status.is_none(), "{idle:?}");
 
     // port-forward over WebSocket: channel 0 carries data, 1 errors; each starts
     // with the port, little-endian.
@@ -790,4 +854,89 @@ async fn kubectl_reaches_the_node_through_the_apiserver() {
     };
     assert!(page.starts_with("HTTP/1."), "{page}");
     let _ = pf.kill().await;
+}
+
+/// `previous` reads the instance before a restart; a followed log carries on, with no
+/// line lost or repeated, across a rotation by the log manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previous_logs_and_follow_across_a_rotation() {
+    let bed = Testbed::start().await;
+    let config = bed.base_dir().join("kubelet-config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncontainerLogMonitorInterval: 3s\n",
+    )
+    .unwrap();
+    let (ox, port) = start_secure(
+        &bed,
+        &[
+            &format!("--config={}", config.display()),
+            "--anonymous-auth=true",
+            "--authorization-mode=AlwaysAllow",
+            "--authentication-token-webhook=false",
+            "--container-log-max-size=8Ki",
+        ],
+    );
+    // The first instance says so and exits; the second counts, 1 KiB a line.
+    let manifest = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: counter
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: state
+    emptyDir: {}
+  containers:
+  - name: main
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "if [ ! -f /state/ran ]; then touch /state/ran; echo first-instance; exit 1; fi; P=$(printf %01000d 0); i=0; while [ $i -lt 200 ]; do i=$((i+1)); echo L$i $P; usleep 50000; done; sleep 3600"]
+    volumeMounts:
+    - {name: state, mountPath: /state}
+"#;
+    write_manifest(&ox.manifests, "counter.yaml", manifest);
+    ox.wait_up(START).await;
+    let c = Client::new(&ox, port, None);
+    wait_serving(&c).await;
+    let logs = "/containerLogs/default/counter-testnode/main";
+    let t = Instant::now();
+    loop {
+        let (code, body) = c.get(&format!("{logs}?previous=true")).await;
+        if code == 200 {
+            assert_eq!(body, "first-instance\n");
+            break;
+        }
+        assert!(t.elapsed() < START, "no previous instance: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut s = c.connect().await.unwrap();
+    s.write_all(format!("GET {logs}?follow=true HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    read_until(&mut s, &mut seen, "L200 ").await;
+    let numbers: Vec<u32> = seen
+        .lines()
+        .filter_map(|l| l.strip_prefix('L')?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(
+        numbers,
+        (1..=200).collect::<Vec<_>>(),
+        "lines lost or repeated"
+    );
+    let pod = ox.wait_running("counter", START).await;
+    let dir = ox
+        .logs
+        .join(format!("default_counter-testnode_{}/main", uid(&pod)));
+    let rotated = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("1.log."))
+        .count();
+    assert!(
+        rotated >= 1,
+        "the log never rotated: {:?}",
+        std::fs::read_dir(&dir).unwrap().collect::<Vec<_>>()
+    );
 }

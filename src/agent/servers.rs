@@ -18,6 +18,9 @@ use crate::server::{self, Health, Limits, Views};
 use crate::syncloop::{SyncLoop, stall_threshold};
 use crate::tasks::Tasks;
 
+/// The node's log directory `/logs/` serves (kubelet's, fixed).
+const NODE_LOG_DIR: &str = "/var/log";
+
 /// The servers' connection bounds, from the open-file limit in force.
 pub(super) fn limits() -> Limits {
     Limits::for_open_files(crate::rlimit::open_files_limit())
@@ -106,6 +109,9 @@ async fn start_secure(
             pods: views.pods.clone(),
             pod_cache: views.pod_cache.clone(),
             pod_logs_dir: opts.pod_logs_dir.clone(),
+        },
+        node_logs: server::NodeLogs {
+            dir: std::path::PathBuf::from(NODE_LOG_DIR),
         },
         auth: Arc::new(auth),
         views: views.clone(),

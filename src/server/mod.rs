@@ -2,7 +2,8 @@
 //!
 //! - the secure port (`port`, 10250): TLS ([`serving`]), kubelet's authentication and
 //!   authorization ([`auth`]), and every endpoint: the read-only ones, `/configz`,
-//!   `/runningpods/`, `/containerLogs` ([`container_logs`]) and the streams (`/exec`,
+//!   `/runningpods/`, `/containerLogs` ([`container_logs`]), the node's `/logs/`
+//!   ([`node_logs`]) and the streams (`/exec`,
 //!   `/attach`, `/portForward`, `/run`; [`streaming`]);
 //! - the read-only port (`readOnlyPort`): `/pods` (a v1 PodList of every pod the agent
 //!   manages, spec and status), the stats, `/metrics`, `/healthz`, and oxlet's
@@ -17,6 +18,7 @@ mod auth;
 mod conn;
 mod container_logs;
 mod healthz;
+mod node_logs;
 mod serving;
 mod stats;
 mod streaming;
@@ -36,6 +38,7 @@ pub(crate) use auth::Auth;
 pub(crate) use conn::Limits;
 pub(crate) use container_logs::ContainerLogs;
 pub(crate) use healthz::Health;
+pub(crate) use node_logs::NodeLogs;
 pub(crate) use serving::acceptor;
 pub(crate) use streaming::Streaming;
 
@@ -211,6 +214,7 @@ pub(crate) struct Secure {
     pub views: Views,
     pub streaming: Streaming,
     pub logs: ContainerLogs,
+    pub node_logs: NodeLogs,
     pub auth: Arc<Auth>,
 }
 
@@ -226,7 +230,13 @@ pub(crate) fn secure_router(s: Secure) -> Router {
             "/containerLogs/{namespace}/{pod}/{container}",
             get(container_logs::container_logs),
         )
-        .with_state(s.logs);
+        .with_state(s.logs)
+        .merge(
+            Router::new()
+                .route("/logs/", get(node_logs::node_logs))
+                .route("/logs/{*path}", get(node_logs::node_logs))
+                .with_state(s.node_logs),
+        );
     let streams = Router::new()
         .route(
             "/exec/{ns}/{pod}/{container}",

@@ -87,9 +87,10 @@ impl<S> Tracked<S> {
         }
     }
 
-    /// When a byte last moved either way.
-    pub(super) fn last_activity(&self) -> Instant {
-        self.activity.last()
+    /// When a byte last moved either way, readable while the stream is in use.
+    pub(super) fn last_activity(&self) -> impl Fn() -> Instant + Send + 'static {
+        let activity = self.activity.clone();
+        move || activity.last()
     }
 }
 

@@ -149,6 +149,11 @@ pub(crate) fn server_config(
         reason,
     };
     let mut provider = crypto::ring::default_provider();
+    // Go's servers choose by their own preference, AES-128-GCM first where the CPU
+    // has AES instructions (crypto/tls since Go 1.17); so does this one.
+    provider
+        .cipher_suites
+        .sort_by_key(|s| !format!("{:?}", s.suite()).contains("AES_128_GCM"));
     if !choice.cipher_suites.is_empty() {
         // Go configures only TLS 1.2's suites; TLS 1.3's are always on.
         provider.cipher_suites.retain(|s| {
@@ -192,9 +197,10 @@ pub(crate) fn server_config(
     }
     let key = PrivateKeyDer::from_pem_slice(&pair.key_pem)
         .map_err(|e| invalid("tlsPrivateKeyFile", e.to_string()))?;
-    let config = builder
+    let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| invalid("tlsCertFile", e.to_string()))?;
+    config.ignore_client_order = true;
     Ok(Arc::new(config))
 }
 

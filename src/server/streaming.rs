@@ -27,6 +27,9 @@ use crate::pod::{PodManager, pod_uid};
 
 /// The most of a runtime's refusal (a non-101 answer) relayed to the client.
 const MAX_REFUSAL_BYTES: usize = 64 * 1024;
+/// Each direction's copy buffer: eight TLS records' worth, so a bulk stream
+/// (port-forward, `cat` of a big file) moves in few, large writes.
+const COPY_BUFFER: usize = 128 * 1024;
 /// How long the runtime's streaming server has to answer the upgrade.
 const BACKEND_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -350,6 +353,8 @@ async fn proxy_upgrade(
     .await
     .map_err(|_| "the runtime's streaming server did not accept in time".to_string())?
     .map_err(|e| format!("connecting to the runtime's streaming server: {e}"))?;
+    // Stream frames are small and interactive: no Nagle delay on either leg.
+    let _ = tcp.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .map_err(|e| e.to_string())?;
@@ -429,18 +434,27 @@ async fn join_streams(
         }
     };
     let mut client = Tracked::new(TokioIo::new(client));
+    let last_activity = client.last_activity();
     let mut backend = TokioIo::new(backend);
+    // One copy for the stream's whole life: it holds bytes in flight in its buffers.
+    let copy = tokio::io::copy_bidirectional_with_sizes(
+        &mut client,
+        &mut backend,
+        COPY_BUFFER,
+        COPY_BUFFER,
+    );
+    tokio::pin!(copy);
     loop {
-        let deadline = client.last_activity() + idle_timeout;
+        let deadline = last_activity() + idle_timeout;
         tokio::select! {
-            r = tokio::io::copy_bidirectional(&mut client, &mut backend) => {
+            r = &mut copy => {
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "stream ended");
                 }
                 return;
             }
             () = tokio::time::sleep_until(deadline) => {
-                if client.last_activity() + idle_timeout <= tokio::time::Instant::now() {
+                if last_activity() + idle_timeout <= tokio::time::Instant::now() {
                     tracing::info!(idle = ?idle_timeout, "closing a stream idle for streamingConnectionIdleTimeout");
                     return;
                 }

@@ -13,6 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::Testbed;
 
+pub mod secure;
+
 /// An oxlet process and the directories it uses.
 pub struct Oxlet {
     child: Option<Child>,

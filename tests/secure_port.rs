@@ -575,6 +575,35 @@ async fn kubectl_reaches_the_node_through_the_apiserver() {
     )
     .await;
     assert_eq!((code, out.as_str()), (0, "SHOUT\n"), "{err}");
+    // kubectl 1.30 and later speak WebSocket first; -v=8 shows which protocol carried
+    // each exec. SPDY/3.1 (what older kubectls and the real apiserver speak to a
+    // node) is asked for by turning WebSockets off, and must work too.
+    let (code, out, err) = kubectl(
+        &kc,
+        &["exec", "-v=8", "web", "--", "echo", "via-default"],
+        None,
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "via-default\n"), "{err}");
+    eprintln!(
+        "kubectl exec upgraded with: {:?}",
+        err.lines()
+            .filter(|l| l.contains("Upgrade")
+                || l.contains("X-Stream-Protocol")
+                || l.contains("Sec-Websocket-Protocol"))
+            .collect::<Vec<_>>()
+    );
+    let mut spdy = tokio::process::Command::new("kubectl");
+    let out = spdy
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+        .arg(format!("--kubeconfig={}", kc.display()))
+        .args(["exec", "-v=8", "web", "--", "echo", "via-spdy"])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "via-spdy\n", "{err}");
+    assert!(err.contains("SPDY/3.1"), "not SPDY: {err}");
 
     let (code, out, err) = kubectl(
         &kc,

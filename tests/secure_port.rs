@@ -631,6 +631,52 @@ async fn kubectl_reaches_the_node_through_the_apiserver() {
     read_until(&mut stdout, &mut seen, "late").await;
     drop(follow);
 
+    // attach: the running container's own output.
+    let ticker = "while true; do echo tick; usleep 200000; done";
+    server
+        .put(&api_pod("ticker", "testnode", ticker, 1))
+        .unwrap();
+    ox.wait_api_running("ticker", START).await;
+    let mut attach = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", kc.display()))
+        .args(["attach", "ticker"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut attached = String::new();
+    read_until(
+        attach.stdout.as_mut().unwrap(),
+        &mut attached,
+        "tick\ntick\n",
+    )
+    .await;
+    drop(attach);
+
+    // cp: exec tar in both directions.
+    let local_file = dir.path().join("to-pod.txt");
+    std::fs::write(&local_file, "copied in\n").unwrap();
+    let dest = "web:/tmp/from-host.txt";
+    let (code, _, err) = kubectl(&kc, &["cp", &local_file.display().to_string(), dest], None).await;
+    assert_eq!(code, 0, "kubectl cp in: {err}");
+    let (_, out, _) = kubectl(
+        &kc,
+        &["exec", "web", "--", "cat", "/tmp/from-host.txt"],
+        None,
+    )
+    .await;
+    assert_eq!(out, "copied in\n");
+    let back = dir.path().join("index.html");
+    let (code, _, err) = kubectl(
+        &kc,
+        &["cp", "web:/www/index.html", &back.display().to_string()],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "kubectl cp out: {err}");
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "hello-from-pod\n");
+
     // port-forward to the pod's HTTP server.
     let local = free_port();
     let mut pf = tokio::process::Command::new("kubectl")

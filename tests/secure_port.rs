@@ -808,3 +808,35 @@ spec:
         std::fs::read_dir(&dir).unwrap().collect::<Vec<_>>()
     );
 }
+
+/// `tlsCertFile`/`tlsPrivateKeyFile` with `tlsMinVersion: VersionTLS13`: the
+/// configured pair is served, and no self-signed one is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_serving_pair_is_served() {
+    let bed = Testbed::start().await;
+    let ca = Ca::new("serving-ca");
+    let (cert, key) = ca.serving();
+    let (cert_file, key_file) = (
+        bed.base_dir().join("tls.crt"),
+        bed.base_dir().join("tls.key"),
+    );
+    std::fs::write(&cert_file, &cert).unwrap();
+    std::fs::write(&key_file, &key).unwrap();
+    let (ox, port) = start_secure(
+        &bed,
+        &[
+            &format!("--tls-cert-file={}", cert_file.display()),
+            &format!("--tls-private-key-file={}", key_file.display()),
+            "--tls-min-version=VersionTLS13",
+        ],
+    );
+    ox.wait_up(START).await;
+    let c = Client::trusting(ca.pem.as_bytes(), port, None);
+    wait_serving(&c).await;
+    let (code, body) = c.get("/pods").await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        !ox.root.join("pki/kubelet.crt").exists(),
+        "a self-signed pair was made"
+    );
+}

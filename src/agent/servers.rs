@@ -18,6 +18,10 @@ use crate::server::{self, Health, Limits, Views};
 use crate::syncloop::{SyncLoop, stall_threshold};
 use crate::tasks::Tasks;
 
+/// How often a configured serving pair's files are checked for a change (kubelet's
+/// dynamic certificate content re-checks once a minute besides its file watch).
+const CERT_RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The node's log directory `/logs/` serves (kubelet's, fixed).
 const NODE_LOG_DIR: &str = "/var/log";
 
@@ -81,8 +85,19 @@ async fn start_secure(
         .clone()
         .unwrap_or_else(|| opts.root_dir.join("pki"));
     let ips: Vec<std::net::IpAddr> = opts.node_ip.into_iter().collect();
-    let tls = server::acceptor(serving, &cert_dir, &opts.node_name, &ips)
+    let (tls, slot) = server::acceptor(serving, &cert_dir, &opts.node_name, &ips)
         .context("cannot set up the secure port's TLS")?;
+    if let (Some(cert), Some(key)) = (&serving.tls_cert_file, &serving.tls_private_key_file) {
+        let (cert, key) = (cert.clone(), key.clone());
+        tasks.spawn_critical("serving-cert-reload", move |cancel| {
+            // Made here, so the files are looked at now, right after they were loaded.
+            let watch = server::reload_pair(slot, cert, key, CERT_RELOAD_CHECK, cancel);
+            async move {
+                watch.await;
+                Ok(())
+            }
+        });
+    }
     let addr = SocketAddr::new(opts.address, serving.port);
     let l = server::bind(addr)
         .await

@@ -14,9 +14,13 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::sync::RwLock;
 use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
+
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig, crypto};
 
 use crate::options::{Serving, TlsVersion};
@@ -143,7 +147,7 @@ pub(crate) fn server_config(
     pair: &ServingPair,
     client_ca: Option<&[u8]>,
     choice: &TlsChoice,
-) -> Result<Arc<ServerConfig>, ServingError> {
+) -> Result<(Arc<ServerConfig>, Arc<ServingSlot>), ServingError> {
     let invalid = |what: &str, reason: String| ServingError::Invalid {
         what: what.to_string(),
         reason,
@@ -181,13 +185,32 @@ pub(crate) fn server_config(
                     .add(c)
                     .map_err(|e| invalid("clientCAFile", e.to_string()))?;
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| invalid("clientCAFile", e.to_string()))?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| invalid("clientCAFile", e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
+    };
+    let slot = Arc::new(ServingSlot {
+        current: RwLock::new(certified_key(pair, &provider)?),
+        provider,
+    });
+    let mut config = builder.with_cert_resolver(slot.clone());
+    config.ignore_client_order = true;
+    Ok((Arc::new(config), slot))
+}
+
+/// `pair` as rustls presents it: the chain and a signing key, checked to match.
+fn certified_key(
+    pair: &ServingPair,
+    provider: &crypto::CryptoProvider,
+) -> Result<Arc<CertifiedKey>, ServingError> {
+    let invalid = |what: &str, reason: String| ServingError::Invalid {
+        what: what.to_string(),
+        reason,
     };
     let certs = CertificateDer::pem_slice_iter(&pair.cert_pem)
         .collect::<Result<Vec<_>, _>>()
@@ -197,11 +220,99 @@ pub(crate) fn server_config(
     }
     let key = PrivateKeyDer::from_pem_slice(&pair.key_pem)
         .map_err(|e| invalid("tlsPrivateKeyFile", e.to_string()))?;
-    let mut config = builder
-        .with_single_cert(certs, key)
+    let certified = CertifiedKey::from_der(certs, key, provider)
         .map_err(|e| invalid("tlsCertFile", e.to_string()))?;
-    config.ignore_client_order = true;
-    Ok(Arc::new(config))
+    Ok(Arc::new(certified))
+}
+
+/// The serving certificate handshakes present, replaceable while serving: kubelet
+/// reloads `tlsCertFile`/`tlsPrivateKeyFile` when they change on disk
+/// (`ReloadKubeletServerCertificateFile`), and a rotated certificate goes in the same way.
+#[derive(Debug)]
+pub(crate) struct ServingSlot {
+    current: RwLock<Arc<CertifiedKey>>,
+    provider: Arc<crypto::CryptoProvider>,
+}
+
+impl ServingSlot {
+    /// Presents `pair` from the next handshake on; a pair that does not load (or whose
+    /// key does not match) is refused and the current one stays.
+    pub(crate) fn replace(&self, pair: &ServingPair) -> Result<(), ServingError> {
+        let next = certified_key(pair, &self.provider)?;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        Ok(())
+    }
+
+    fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl ResolvesServerCert for ServingSlot {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// What a pair's files look like on disk, to notice a change without reading them.
+fn stamp(cert: &Path, key: &Path) -> Option<[(u64, i64, u64); 2]> {
+    use std::os::unix::fs::MetadataExt as _;
+    let of = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .map(|m| (m.ino(), m.mtime_nsec() + m.mtime() * 1_000_000_000, m.len()))
+    };
+    Some([of(cert)?, of(key)?])
+}
+
+/// Reloads the configured pair into `slot` whenever its files change, checked every
+/// `every`, until cancelled. A pair that does not load is logged and the old one kept.
+/// The files are looked at now, when the task is made, so a change made before it
+/// first runs is not missed.
+pub(crate) fn reload_pair(
+    slot: Arc<ServingSlot>,
+    cert: PathBuf,
+    key: PathBuf,
+    every: std::time::Duration,
+    cancel: tokio_util::sync::CancellationToken,
+) -> impl Future<Output = ()> + Send {
+    let seen = stamp(&cert, &key);
+    watch_pair(slot, cert, key, every, cancel, seen)
+}
+
+async fn watch_pair(
+    slot: Arc<ServingSlot>,
+    cert: PathBuf,
+    key: PathBuf,
+    every: std::time::Duration,
+    cancel: tokio_util::sync::CancellationToken,
+    mut seen: Option<[(u64, i64, u64); 2]>,
+) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let now = stamp(&cert, &key);
+        if now.is_none() || now == seen {
+            continue;
+        }
+        seen = now;
+        match load_pair(&cert, &key).and_then(|p| slot.replace(&p)) {
+            Ok(()) => {
+                tracing::info!(cert = %cert.display(), "reloaded the serving certificate: its files changed");
+            }
+            Err(e) => {
+                tracing::warn!(cert = %cert.display(), error = %e, "the serving certificate's files changed but do not load; keeping the current one");
+            }
+        }
+    }
 }
 
 /// `tlsMinVersion` and `tlsCipherSuites` (Go's names, already checked).
@@ -226,7 +337,7 @@ pub(crate) fn acceptor(
     cert_dir: &Path,
     host: &str,
     ips: &[IpAddr],
-) -> Result<tokio_rustls::TlsAcceptor, ServingError> {
+) -> Result<(tokio_rustls::TlsAcceptor, Arc<ServingSlot>), ServingError> {
     let pair = match (&serving.tls_cert_file, &serving.tls_private_key_file) {
         (Some(cert), Some(key)) => load_pair(cert, key)?,
         (None, None) => self_signed_pair(cert_dir, host, ips)?,
@@ -245,8 +356,8 @@ pub(crate) fn acceptor(
         min_version: serving.tls_min_version,
         cipher_suites: serving.tls_cipher_suites.clone(),
     };
-    let config = server_config(&pair, ca.as_deref(), &choice)?;
-    Ok(tokio_rustls::TlsAcceptor::from(config))
+    let (config, slot) = server_config(&pair, ca.as_deref(), &choice)?;
+    Ok((tokio_rustls::TlsAcceptor::from(config), slot))
 }
 
 /// Who a request comes from.
@@ -335,6 +446,53 @@ mod tests {
     }
 
     /// One handshake over a pipe; the user the server sees, or the handshake's error.
+    /// The configured pair reloads when its files change; a pair that does not load
+    /// is refused and the one in use stays.
+    #[tokio::test]
+    async fn a_changed_pair_is_presented_from_the_next_handshake() {
+        let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let a = self_signed_pair(a_dir.path(), "node1", &[]).unwrap();
+        let b = self_signed_pair(b_dir.path(), "node1", &[]).unwrap();
+        let files = tempfile::tempdir().unwrap();
+        let (cert, key) = (files.path().join("tls.crt"), files.path().join("tls.key"));
+        std::fs::write(&cert, &a.cert_pem).unwrap();
+        std::fs::write(&key, &a.key_pem).unwrap();
+        let (server, slot) = server_config(&a, None, &TlsChoice::default()).unwrap();
+        assert_eq!(handshake(server.clone(), &a.cert_pem, None).await, Ok(None));
+        assert!(handshake(server.clone(), &b.cert_pem, None).await.is_err());
+
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let every = std::time::Duration::from_millis(20);
+        let task = tokio::spawn(reload_pair(
+            slot.clone(),
+            cert.clone(),
+            key.clone(),
+            every,
+            cancel.clone(),
+        ));
+        std::fs::write(&cert, &b.cert_pem).unwrap();
+        std::fs::write(&key, &b.key_pem).unwrap();
+        let t = std::time::Instant::now();
+        while handshake(server.clone(), &b.cert_pem, None).await.is_err() {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(5),
+                "never reloaded"
+            );
+            tokio::time::sleep(every).await;
+        }
+        // A certificate with another pair's key is refused; B stays.
+        let mixed = ServingPair {
+            cert_pem: a.cert_pem.clone(),
+            key_pem: b.key_pem.clone(),
+        };
+        assert!(slot.replace(&mixed).is_err());
+        std::fs::write(&cert, &a.cert_pem).unwrap();
+        tokio::time::sleep(every * 5).await;
+        assert_eq!(handshake(server.clone(), &b.cert_pem, None).await, Ok(None));
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
     async fn handshake(
         server: Arc<ServerConfig>,
         server_ca: &[u8],
@@ -383,7 +541,7 @@ mod tests {
         let pair = self_signed_pair(dir.path(), "node1", &[]).unwrap();
         // (rcgen keeps one value per name type, so one group here.)
         let (ca, cert, key) = client("alice", &["dev"]);
-        let server = server_config(&pair, Some(ca.as_bytes()), &TlsChoice::default()).unwrap();
+        let (server, _) = server_config(&pair, Some(ca.as_bytes()), &TlsChoice::default()).unwrap();
         let user = handshake(server.clone(), &pair.cert_pem, Some((&cert, &key))).await;
         assert_eq!(
             user,

@@ -38,6 +38,19 @@ impl Ca {
         }
     }
 
+    /// A serving certificate for `localhost` and 127.0.0.1: (cert PEM, key PEM).
+    pub fn serving(&self) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .unwrap();
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "configured-serving");
+        p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = p.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
     /// A client certificate for `cn` in the groups `orgs`: (cert PEM, key PEM).
     pub fn client(&self, cn: &str, orgs: &[&str]) -> (String, String) {
         let key = rcgen::KeyPair::generate().unwrap();
@@ -63,8 +76,13 @@ pub struct Client {
 impl Client {
     pub fn new(ox: &Oxlet, port: u16, cert: Option<&(String, String)>) -> Client {
         let serving = std::fs::read(ox.root.join("pki/kubelet.crt")).unwrap();
+        Client::trusting(&serving, port, cert)
+    }
+
+    /// A client that trusts the CA certificates in `trusted` (PEM).
+    pub fn trusting(trusted: &[u8], port: u16, cert: Option<&(String, String)>) -> Client {
         let mut roots = RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(&serving) {
+        for c in CertificateDer::pem_slice_iter(trusted) {
             roots.add(c.unwrap()).unwrap();
         }
         let b = ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))

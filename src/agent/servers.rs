@@ -105,7 +105,7 @@ async fn start_secure(
     info!(
         target: STARTUP_TARGET,
         %addr,
-        authorization = ?serving.authorization_mode,
+        authorization = serving.authorization_mode.as_str(),
         anonymous = serving.anonymous,
         tokenWebhook = serving.token_webhook,
         clientCA = serving.client_ca_file.is_some(),

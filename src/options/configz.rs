@@ -114,10 +114,7 @@ fn secure_port(m: &mut Map<String, Value>, s: &super::Serving) {
             "anonymous": {"enabled": s.anonymous},
         }),
     );
-    let mode = match s.authorization_mode {
-        super::AuthorizationMode::AlwaysAllow => "AlwaysAllow",
-        super::AuthorizationMode::Webhook => "Webhook",
-    };
+    let mode = s.authorization_mode.as_str();
     m.insert(
         "authorization".into(),
         json!({

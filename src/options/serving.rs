@@ -15,6 +15,16 @@ pub(crate) enum AuthorizationMode {
     Webhook,
 }
 
+impl AuthorizationMode {
+    /// kubelet's name for the mode, as the config file and `--authorization-mode` spell it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            AuthorizationMode::AlwaysAllow => "AlwaysAllow",
+            AuthorizationMode::Webhook => "Webhook",
+        }
+    }
+}
+
 /// The TLS versions rustls speaks; kubelet's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum TlsVersion {

@@ -455,7 +455,7 @@ async fn join_streams(
             }
             () = tokio::time::sleep_until(deadline) => {
                 if last_activity() + idle_timeout <= tokio::time::Instant::now() {
-                    tracing::info!(idle = ?idle_timeout, "closing a stream idle for streamingConnectionIdleTimeout");
+                    tracing::info!(idle = %crate::duration::format_go_duration(idle_timeout), "closing a stream idle for streamingConnectionIdleTimeout");
                     return;
                 }
             }

@@ -160,6 +160,7 @@ async fn start(
         let secure = servers::SecureParts {
             rt,
             client: api.map(|a| a.main.clone()),
+            addresses: crate::status::node_addresses(&host.info, opts.node_ip),
         };
         servers::start(opts, views, secure, health, limits, tasks).await?;
     }

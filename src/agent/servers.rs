@@ -67,6 +67,9 @@ pub(super) fn views(
 pub(super) struct SecureParts<'a> {
     pub rt: &'a Runtime,
     pub client: Option<kube::Client>,
+    /// The node's addresses, as its status reports them: the names a
+    /// `serverTLSBootstrap` certificate is requested for.
+    pub addresses: Vec<k8s_openapi::api::core::v1::NodeAddress>,
 }
 
 /// Builds the secure port's TLS and auth, binds it, and serves it. Errors name the
@@ -79,7 +82,7 @@ async fn start_secure(
     tasks: &Tasks,
 ) -> anyhow::Result<()> {
     let serving = &opts.serving;
-    let auth = server::Auth::new(&opts.node_name, serving, parts.client)?;
+    let auth = server::Auth::new(&opts.node_name, serving, parts.client.clone())?;
     let cert_dir = opts
         .cert_dir
         .clone()
@@ -87,6 +90,19 @@ async fn start_secure(
     let ips: Vec<std::net::IpAddr> = opts.node_ip.into_iter().collect();
     let (tls, slot) = server::acceptor(serving, &cert_dir, &opts.node_name, &ips)
         .context("cannot set up the secure port's TLS")?;
+    if serving.server_tls_bootstrap {
+        let client = parts.client.clone().ok_or_else(|| {
+            anyhow::anyhow!("serverTLSBootstrap (--rotate-server-certificates) requests the serving certificate from the apiserver, and needs --kubeconfig")
+        })?;
+        start_serving_rotation(
+            opts,
+            cert_dir,
+            &parts.addresses,
+            client,
+            slot.clone(),
+            tasks,
+        )?;
+    }
     if let (Some(cert), Some(key)) = (&serving.tls_cert_file, &serving.tls_private_key_file) {
         let (cert, key) = (cert.clone(), key.clone());
         tasks.spawn_critical("serving-cert-reload", move |cancel| {
@@ -135,6 +151,46 @@ async fn start_secure(
         server::serve(l, router, limits, Some(tls), cancel).await;
         Ok(())
     });
+    Ok(())
+}
+
+/// `serverTLSBootstrap`: the stored serving certificate is presented now, and a
+/// task requests the first one (when there is none) and rotates it.
+fn start_serving_rotation(
+    opts: &Options,
+    cert_dir: std::path::PathBuf,
+    addresses: &[k8s_openapi::api::core::v1::NodeAddress],
+    client: kube::Client,
+    slot: Arc<server::ServingSlot>,
+    tasks: &Tasks,
+) -> anyhow::Result<()> {
+    let install: crate::kubeclient::Install =
+        Arc::new(move |pem: &[u8]| slot.replace_issued(pem).map_err(Into::into));
+    let node = &opts.node_name;
+    let Some(rotation) =
+        crate::kubeclient::ServingRotation::new(cert_dir, node, addresses, client, install)
+    else {
+        anyhow::bail!(
+            "serverTLSBootstrap: node {node} has no address to name in a serving certificate"
+        );
+    };
+    match rotation.install_stored() {
+        Ok(Some(cert)) => {
+            info!(target: STARTUP_TARGET, subject = cert.subject, notAfter = %cert.not_after, names = rotation.names(), "serverTLSBootstrap: serving the stored serving certificate; it is renewed before it expires");
+        }
+        Ok(None) => {
+            info!(target: STARTUP_TARGET, signer = "kubernetes.io/kubelet-serving", names = rotation.names(), "serverTLSBootstrap: no serving certificate yet; requesting one (TLS handshakes fail until it is issued)");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "serverTLSBootstrap: the stored serving certificate cannot be served; TLS handshakes fail until a new one is issued");
+        }
+    }
+    // Restarting: a failed or panicked pass must never end rotation for good.
+    tasks.spawn_restarting(
+        "serving-cert-rotation",
+        crate::tasks::Backoff::default(),
+        move |cancel| rotation.clone().run(cancel),
+    );
     Ok(())
 }
 

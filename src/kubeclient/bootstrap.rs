@@ -14,7 +14,7 @@ use base64::Engine as _;
 
 use super::KubeconfigError;
 use super::cert_store::{CertStore, StoreError};
-use super::csr::{self, CsrError};
+use super::csr::{self, CsrError, Signer, Template};
 use super::kubeconfig;
 
 /// kubelet's bound on waiting for the bootstrap certificate.
@@ -32,15 +32,11 @@ pub(crate) enum BootstrapError {
         source: kube::Error,
     },
     #[error("cannot bootstrap a client certificate with {}", file.display())]
-    Csr {
+    Obtain {
         file: PathBuf,
         #[source]
-        source: CsrError,
+        source: ObtainError,
     },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("the issued certificate cannot be used: {0}")]
-    Issued(#[from] IssuedError),
     #[error("kubeconfig {}: cannot write it", file.display())]
     Write {
         file: PathBuf,
@@ -129,14 +125,12 @@ impl Bootstrap {
                 source,
             })?;
         let store = CertStore::new(&self.cert_dir);
-        let file = obtain(&client, &store, &self.node_name, self.wait)
+        let template = Template::client(&self.node_name);
+        let file = obtain(&client, &store, &template, Signer::Client, self.wait)
             .await
-            .map_err(|e| match e {
-                BootstrapError::Csr { source, .. } => BootstrapError::Csr {
-                    file: self.bootstrap_kubeconfig.clone(),
-                    source,
-                },
-                e => e,
+            .map_err(|source| BootstrapError::Obtain {
+                file: self.bootstrap_kubeconfig.clone(),
+                source,
             })?;
         write_kubeconfig(&self.kubeconfig, &boot, &store.current_path())?;
         tracing::info!(
@@ -148,23 +142,30 @@ impl Bootstrap {
     }
 }
 
-/// A new key, a CSR sent with `client`, the issued certificate stored with the key.
-/// Returns the new pair file. Shared by the bootstrap and rotation.
+/// Why a new certificate was not obtained and stored.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ObtainError {
+    #[error(transparent)]
+    Csr(#[from] CsrError),
+    #[error("the issued certificate cannot be used: {0}")]
+    Issued(#[from] IssuedError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A new key, a CSR for `template` to `signer` sent with `client`, the issued
+/// certificate stored with the key. Returns the new pair file. Shared by the
+/// bootstrap, the client certificate's rotation and the serving certificate's.
 pub(crate) async fn obtain(
     client: &kube::Client,
     store: &CertStore,
-    node: &str,
+    template: &Template,
+    signer: Signer,
     wait: Duration,
-) -> Result<PathBuf, BootstrapError> {
-    let csr_err = |source| BootstrapError::Csr {
-        file: PathBuf::new(),
-        source,
-    };
-    let request = csr::node_request(node).map_err(csr_err)?;
-    let cert = csr::request_certificate(client, &request.csr_pem, wait)
-        .await
-        .map_err(csr_err)?;
-    check_issued(&cert, &request.key_pem, node)?;
+) -> Result<PathBuf, ObtainError> {
+    let request = csr::node_request(template)?;
+    let cert = csr::request_certificate(client, &request.csr_pem, signer, wait).await?;
+    check_issued(&cert, &request.key_pem, &template.node)?;
     Ok(store.update(&cert, request.key_pem.as_bytes(), jiff::Timestamp::now())?)
 }
 

@@ -1,8 +1,9 @@
-//! The kubelet client certificate store under `--cert-dir`, in client-go's
+//! kubelet's certificate stores under `--cert-dir`, in client-go's
 //! `certificate_store.go` layout: each issued pair is one file
-//! `kubelet-client-<YYYY-MM-DD-HH-MM-SS>.pem` (certificate then key, mode 0600), and
-//! `kubelet-client-current.pem` is a symlink to the newest, swapped by a rename so a
-//! reader always sees a whole pair. kind's kubeconfig points at the symlink.
+//! `<prefix>-<YYYY-MM-DD-HH-MM-SS>.pem` (certificate then key, mode 0600), and
+//! `<prefix>-current.pem` is a symlink to the newest, swapped by a rename so a reader
+//! always sees a whole pair. The client store's prefix is `kubelet-client` (kind's
+//! kubeconfig points at its link); the serving store's is `kubelet-server`.
 //!
 //! The cert dir is oxlet's, but nothing planted in it is trusted: new files are created
 //! exclusively (never through an existing name or link), the current link is followed
@@ -15,9 +16,11 @@ use std::path::{Path, PathBuf};
 
 use super::kubeconfig::MAX_FILE_BYTES;
 
-/// The pair files' prefix (client-go's `pairNamePrefix` for the kubelet client).
+/// The client store's pair files' prefix (client-go's `pairNamePrefix`).
 pub(crate) const PREFIX: &str = "kubelet-client";
-/// The symlink kind's kubeconfig names.
+/// The serving store's prefix (`serverTLSBootstrap`).
+pub(crate) const SERVING_PREFIX: &str = "kubelet-server";
+/// The client store's symlink, which kind's kubeconfig names.
 pub(crate) const CURRENT: &str = "kubelet-client-current.pem";
 /// How many pair files are kept, the current one included.
 const KEEP: usize = 5;
@@ -32,30 +35,50 @@ pub(crate) enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cert dir {}: {CURRENT} points at {target:?}, which is not one of oxlet's {PREFIX}-<timestamp>.pem files in the same directory", dir.display())]
-    #[allow(
-        dead_code,
-        reason = "building block: certificate rotation (not built yet) reads the current pair"
-    )]
-    ForeignLink { dir: PathBuf, target: PathBuf },
+    #[error("cert dir {}: {prefix}-current.pem points at {target:?}, which is not one of oxlet's {prefix}-<timestamp>.pem files in the same directory", dir.display())]
+    ForeignLink {
+        dir: PathBuf,
+        prefix: &'static str,
+        target: PathBuf,
+    },
 }
 
-/// The store in one directory.
+/// One store (one prefix) in one directory.
 #[derive(Debug, Clone)]
 pub(crate) struct CertStore {
     dir: PathBuf,
+    prefix: &'static str,
 }
 
 impl CertStore {
+    /// The client certificate's store.
     pub(crate) fn new(dir: &Path) -> CertStore {
         CertStore {
             dir: dir.to_path_buf(),
+            prefix: PREFIX,
         }
+    }
+
+    /// The serving certificate's store.
+    pub(crate) fn serving(dir: &Path) -> CertStore {
+        CertStore {
+            dir: dir.to_path_buf(),
+            prefix: SERVING_PREFIX,
+        }
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `<prefix>-current.pem`.
+    pub(crate) fn current_name(&self) -> String {
+        format!("{}-current.pem", self.prefix)
     }
 
     /// The path kubeconfigs name: the `-current` symlink.
     pub(crate) fn current_path(&self) -> PathBuf {
-        self.dir.join(CURRENT)
+        self.dir.join(self.current_name())
     }
 
     fn io(&self, what: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
@@ -65,25 +88,24 @@ impl CertStore {
     }
 
     /// The current pair's PEM (certificate and key), or None when there is none yet.
-    #[allow(
-        dead_code,
-        reason = "building block: certificate rotation (not built yet) reads the current pair"
-    )]
     pub(crate) fn read_current(&self) -> Result<Option<Vec<u8>>, StoreError> {
         let link = self.current_path();
         let target = match std::fs::read_link(&link) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(self.io(format!("cannot read the link {CURRENT}"))(e)),
+            Err(e) => {
+                let what = format!("cannot read the link {}", self.current_name());
+                return Err(self.io(what)(e));
+            }
         };
-        let name =
-            target
-                .to_str()
-                .filter(|n| is_pair_name(n))
-                .ok_or_else(|| StoreError::ForeignLink {
-                    dir: self.dir.clone(),
-                    target: target.clone(),
-                })?;
+        let name = target
+            .to_str()
+            .filter(|n| is_pair_name(self.prefix, n))
+            .ok_or_else(|| StoreError::ForeignLink {
+                dir: self.dir.clone(),
+                prefix: self.prefix,
+                target: target.clone(),
+            })?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
@@ -101,7 +123,7 @@ impl CertStore {
         Ok(Some(bytes))
     }
 
-    /// Stores a new pair: writes `kubelet-client-<now>.pem`, points the current link at
+    /// Stores a new pair: writes `<prefix>-<now>.pem`, points the current link at
     /// it, prunes old pairs. Returns the new file's path.
     pub(crate) fn update(
         &self,
@@ -114,13 +136,14 @@ impl CertStore {
             .mode(0o700)
             .create(&self.dir)
             .map_err(self.io("cannot create it"))?;
-        let mut name = pair_name(now);
+        let mut name = pair_name(self.prefix, now);
         let mut file = None;
         // Two pairs within one second (rotation retries) get a numbered suffix rather
         // than replacing a file a kubeconfig may name.
         for n in 0..100 {
             if n > 0 {
-                name = format!("{}-{n}.pem", pair_name(now).trim_end_matches(".pem"));
+                let first = pair_name(self.prefix, now);
+                name = format!("{}-{n}.pem", first.trim_end_matches(".pem"));
             }
             match std::fs::OpenOptions::new()
                 .write(true)
@@ -149,14 +172,13 @@ impl CertStore {
             .map_err(self.io(format!("cannot write {name}")))?;
         // The swap: a fresh link under a temporary name, renamed over the current one
         // (rename replaces a link itself, never what it points at).
-        let tmp = self
-            .dir
-            .join(format!(".{CURRENT}.tmp-{}", fastrand::u64(..)));
+        let current = self.current_name();
+        let tmp = (self.dir).join(format!(".{current}.tmp-{}", fastrand::u64(..)));
         std::os::unix::fs::symlink(&name, &tmp)
             .map_err(self.io(format!("cannot create a link to {name}")))?;
         if let Err(e) = std::fs::rename(&tmp, self.current_path()) {
             let _ = std::fs::remove_file(&tmp);
-            return Err(self.io(format!("cannot point {CURRENT} at {name}"))(e));
+            return Err(self.io(format!("cannot point {current} at {name}"))(e));
         }
         self.prune(&name);
         Ok(self.dir.join(name))
@@ -172,28 +194,28 @@ impl CertStore {
             .filter_map(Result::ok)
             .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
             .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| is_pair_name(n) && n != keep)
+            .filter(|n| is_pair_name(self.prefix, n) && n != keep)
             .collect();
         // The timestamp format sorts by time.
         pairs.sort();
         let excess = (pairs.len() + 1).saturating_sub(KEEP);
         for old in pairs.into_iter().take(excess) {
             if let Err(e) = crate::safe_path::remove_beneath(&self.dir, &self.dir.join(&old)) {
-                tracing::warn!(error = %e, file = old, "cannot remove an old client certificate");
+                tracing::warn!(error = %e, file = old, "cannot remove an old certificate pair");
             }
         }
     }
 }
 
-/// `kubelet-client-2006-01-02-15-04-05.pem` (client-go's layout, UTC).
-fn pair_name(now: jiff::Timestamp) -> String {
-    format!("{PREFIX}-{}.pem", now.strftime("%Y-%m-%d-%H-%M-%S"))
+/// `<prefix>-2006-01-02-15-04-05.pem` (client-go's layout, UTC).
+fn pair_name(prefix: &str, now: jiff::Timestamp) -> String {
+    format!("{prefix}-{}.pem", now.strftime("%Y-%m-%d-%H-%M-%S"))
 }
 
-/// Whether `name` is one of ours: `kubelet-client-<19-char timestamp>[-N].pem`.
-pub(crate) fn is_pair_name(name: &str) -> bool {
+/// Whether `name` is one of ours: `<prefix>-<19-char timestamp>[-N].pem`.
+pub(crate) fn is_pair_name(prefix: &str, name: &str) -> bool {
     let Some(rest) = name
-        .strip_prefix(PREFIX)
+        .strip_prefix(prefix)
         .and_then(|r| r.strip_prefix('-'))
         .and_then(|r| r.strip_suffix(".pem"))
     else {
@@ -225,15 +247,29 @@ mod tests {
     #[test]
     fn names_follow_client_gos_layout() {
         assert_eq!(
-            pair_name(at("2026-01-02T03:04:05Z")),
+            pair_name(PREFIX, at("2026-01-02T03:04:05Z")),
             "kubelet-client-2026-01-02-03-04-05.pem"
         );
-        assert!(is_pair_name("kubelet-client-2026-01-02-03-04-05.pem"));
-        assert!(is_pair_name("kubelet-client-2026-01-02-03-04-05-1.pem"));
-        assert!(!is_pair_name(CURRENT));
-        assert!(!is_pair_name("kubelet-client-2026-01-02-03-04-05.pem.bak"));
-        assert!(!is_pair_name("../kubelet-client-2026-01-02-03-04-05.pem"));
-        assert!(!is_pair_name("kubelet-server-2026-01-02-03-04-05.pem"));
+        let client = |n| is_pair_name(PREFIX, n);
+        assert!(client("kubelet-client-2026-01-02-03-04-05.pem"));
+        assert!(client("kubelet-client-2026-01-02-03-04-05-1.pem"));
+        assert!(!client(CURRENT));
+        assert!(!client("kubelet-client-2026-01-02-03-04-05.pem.bak"));
+        assert!(!client("../kubelet-client-2026-01-02-03-04-05.pem"));
+        assert!(!client("kubelet-server-2026-01-02-03-04-05.pem"));
+        // The serving store's files are its own; neither store takes the other's.
+        assert!(is_pair_name(
+            SERVING_PREFIX,
+            "kubelet-server-2026-01-02-03-04-05.pem"
+        ));
+        assert!(!is_pair_name(
+            SERVING_PREFIX,
+            "kubelet-client-2026-01-02-03-04-05.pem"
+        ));
+        assert_eq!(
+            CertStore::serving(Path::new("/p")).current_path(),
+            Path::new("/p/kubelet-server-current.pem")
+        );
     }
 
     #[test]
@@ -268,6 +304,9 @@ mod tests {
         let store = CertStore::new(dir.path());
         std::fs::write(dir.path().join("kubelet-server-current.pem"), "x").unwrap();
         std::fs::write(dir.path().join("kubelet-client-notes.pem"), "x").unwrap();
+        // The serving store's oldest pair is not the client store's to prune.
+        let serving_pair = "kubelet-server-2026-01-01-00-00-00.pem";
+        std::fs::write(dir.path().join(serving_pair), "x").unwrap();
         for s in 0..8 {
             store
                 .update(b"C\n", b"K\n", at(&format!("2026-01-02T03:04:0{s}Z")))
@@ -288,6 +327,7 @@ mod tests {
                 "kubelet-client-2026-01-02-03-04-07.pem",
                 "kubelet-client-current.pem",
                 "kubelet-client-notes.pem",
+                serving_pair,
                 "kubelet-server-current.pem",
             ]
         );

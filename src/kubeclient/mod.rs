@@ -19,6 +19,7 @@ mod ratelimit;
 mod rotation;
 #[cfg(test)]
 mod rotation_tests;
+mod serving_cert;
 
 #[cfg(test)]
 mod test_apiserver;
@@ -36,6 +37,8 @@ use ratelimit::RateLimitLayer;
 pub(crate) use ratelimit::TokenBucket;
 // Client certificate rotation, for the agent to run beside the clients.
 pub(crate) use rotation::{ROTATION_WAIT, Rotation};
+// `serverTLSBootstrap`: the serving certificate, requested and rotated.
+pub(crate) use serving_cert::{Install, ServingRotation};
 
 /// The settings the clients are built with (from `Options`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

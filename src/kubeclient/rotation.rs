@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::bootstrap::{self, BootstrapError, CertInfo};
+use super::bootstrap::{self, CertInfo, ObtainError};
 use super::cert_store::{CURRENT, CertStore, StoreError};
 use super::client_cert::{CertSlot, IdentityError};
+use super::csr::{Signer, Template};
 use super::kubeconfig;
 
 /// client-go's `certificateWaitTimeout` for a rotation's CSR.
@@ -33,12 +34,12 @@ const BACKOFF_MAX: Duration = Duration::from_secs(32);
 pub(crate) enum RotationError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("cert dir {}: {CURRENT} is missing", dir.display())]
-    NoCurrent { dir: PathBuf },
-    #[error("cert dir {}: {CURRENT} holds no readable certificate", dir.display())]
-    Unreadable { dir: PathBuf },
-    #[error("cannot request a new client certificate")]
-    Obtain(#[source] BootstrapError),
+    #[error("cert dir {}: {name} is missing", dir.display())]
+    NoCurrent { dir: PathBuf, name: String },
+    #[error("cert dir {}: {name} holds no readable certificate", dir.display())]
+    Unreadable { dir: PathBuf, name: String },
+    #[error("cannot obtain a new certificate")]
+    Obtain(#[source] ObtainError),
     #[error("bootstrap kubeconfig {}: cannot build a client", file.display())]
     BootstrapClient {
         file: PathBuf,
@@ -52,6 +53,12 @@ pub(crate) enum RotationError {
         file: PathBuf,
         #[source]
         source: IdentityError,
+    },
+    #[error("the serving certificate {}: cannot serve it", file.display())]
+    Install {
+        file: PathBuf,
+        #[source]
+        source: super::serving_cert::InstallError,
     },
 }
 
@@ -141,84 +148,37 @@ pub(crate) struct Rotation {
 }
 
 impl Rotation {
-    /// The current certificate, from the store.
-    fn current(&self) -> Result<(Vec<u8>, CertInfo), RotationError> {
-        let store = CertStore::new(&self.cert_dir);
-        let pem = store
-            .read_current()?
-            .ok_or_else(|| RotationError::NoCurrent {
-                dir: self.cert_dir.clone(),
-            })?;
-        let info = bootstrap::cert_info(&pem).ok_or_else(|| RotationError::Unreadable {
-            dir: self.cert_dir.clone(),
-        })?;
-        Ok((pem, info))
+    fn store(&self) -> CertStore {
+        CertStore::new(&self.cert_dir)
     }
 
     /// When the current certificate is due, for the start-up log.
     pub(crate) fn next_deadline(&self) -> Option<(CertInfo, jiff::Timestamp)> {
-        let (_, info) = self.current().ok()?;
+        let (_, info) = current(&self.store()).ok()?;
         let at = deadline(&info, self.jitter);
         Some((info, at))
     }
 
     /// Runs until `cancel`: sleep to the deadline, rotate, retry on failure.
     pub(crate) async fn run(self, cancel: CancellationToken) -> crate::tasks::TaskResult {
-        let mut failures = 0u32;
-        let mut jitter = self.jitter;
-        loop {
-            let wait = match self.current() {
-                Ok((_, info)) if failures == 0 => {
-                    let at = deadline(&info, jitter);
-                    let now = jiff::Timestamp::now();
-                    if info.not_after <= now {
-                        tracing::error!(
-                            subject = info.subject,
-                            notAfter = %info.not_after,
-                            "the client certificate has EXPIRED; the apiserver will refuse oxlet until it is rotated"
-                        );
-                    }
-                    tracing::info!(
-                        subject = info.subject,
-                        notAfter = %info.not_after,
-                        rotationDeadline = %at,
-                        "waiting for the client certificate's rotation deadline"
-                    );
-                    until(at, now)
-                }
-                Ok(_) => backoff(failures, fastrand::f64()),
-                Err(e) => {
-                    failures = failures.saturating_add(1);
-                    let retry = backoff(failures, fastrand::f64());
-                    tracing::warn!(error = %error_chain(&e), retryIn = ?retry, "cannot read the current client certificate");
-                    retry
-                }
-            };
-            tokio::select! {
-                () = cancel.cancelled() => return Ok(()),
-                () = tokio::time::sleep(wait) => {}
-            }
-            let attempt = tokio::select! {
-                () = cancel.cancelled() => return Ok(()),
-                r = self.rotate_once(jiff::Timestamp::now()) => r,
-            };
-            match attempt {
-                Ok(file) => {
-                    failures = 0;
-                    jitter = fastrand::f64();
-                    tracing::info!(certificate = %file.display(), "rotated the client certificate; new connections present it");
-                }
-                Err(e) => {
-                    failures = failures.saturating_add(1);
-                    tracing::warn!(error = %error_chain(&e), failures, "cannot rotate the client certificate; retrying after a back-off");
-                }
-            }
-        }
+        let jitter = self.jitter;
+        keep_renewed(&self, jitter, cancel).await
+    }
+}
+
+impl Renewal for Rotation {
+    const KIND: &'static str = "client";
+    const USERS: &'static str = "new apiserver connections";
+    const REQUEST_WHEN_MISSING: bool = false;
+
+    fn store(&self) -> CertStore {
+        Rotation::store(self)
     }
 
     /// One rotation: which client, the CSR, the store, the slot.
-    async fn rotate_once(&self, now: jiff::Timestamp) -> Result<PathBuf, RotationError> {
-        let (_, info) = self.current()?;
+    async fn renew(&self) -> Result<PathBuf, RotationError> {
+        let now = jiff::Timestamp::now();
+        let (_, info) = current(&self.store())?;
         let choice = credentials(info.not_after, now, self.bootstrap_kubeconfig.is_some());
         let client = match (choice, &self.bootstrap_kubeconfig) {
             (Credentials::Bootstrap, Some(boot)) => {
@@ -235,11 +195,12 @@ impl Rotation {
             }
             _ => self.client.clone(),
         };
-        let store = CertStore::new(&self.cert_dir);
-        let file = bootstrap::obtain(&client, &store, &self.node_name, self.wait)
+        let store = self.store();
+        let template = Template::client(&self.node_name);
+        let file = bootstrap::obtain(&client, &store, &template, Signer::Client, self.wait)
             .await
             .map_err(RotationError::Obtain)?;
-        let (pem, _) = self.current()?;
+        let (pem, _) = current(&store)?;
         self.slot
             .replace(&pem)
             .map_err(|source| RotationError::Identity {
@@ -247,6 +208,115 @@ impl Rotation {
                 source,
             })?;
         Ok(file)
+    }
+}
+
+/// One certificate kept renewed from one store: client-go's certificate manager,
+/// whose loop ([`keep_renewed`]) is the same for the client and the serving
+/// certificate; what differs is here.
+pub(crate) trait Renewal {
+    /// "client" or "serving", for logs.
+    const KIND: &'static str;
+    /// Who presents a new certificate, for logs.
+    const USERS: &'static str;
+    /// Whether a store without a current pair (or with one that holds no readable
+    /// certificate) is a reason to request one now (the serving certificate's first
+    /// request) rather than an error to retry.
+    const REQUEST_WHEN_MISSING: bool;
+
+    fn store(&self) -> CertStore;
+
+    /// client-go's `certSatisfiesTemplate` failing: the current certificate no longer
+    /// names what a request would, so it is renewed now, whatever its deadline.
+    fn outdated(&self, _pem: &[u8]) -> bool {
+        false
+    }
+
+    /// One renewal: a CSR, the store, and the new certificate put to use.
+    fn renew(&self) -> impl Future<Output = Result<PathBuf, RotationError>> + Send;
+}
+
+/// The current pair and what it says, from `store`.
+pub(crate) fn current(store: &CertStore) -> Result<(Vec<u8>, CertInfo), RotationError> {
+    let missing = || RotationError::NoCurrent {
+        dir: store.dir().to_path_buf(),
+        name: store.current_name(),
+    };
+    let pem = store.read_current()?.ok_or_else(missing)?;
+    let info = bootstrap::cert_info(&pem).ok_or_else(|| RotationError::Unreadable {
+        dir: store.dir().to_path_buf(),
+        name: store.current_name(),
+    })?;
+    Ok((pem, info))
+}
+
+/// How long to wait before the next renewal when the last one did not fail, and why.
+fn plan<R: Renewal>(r: &R, jitter: f64, now: jiff::Timestamp) -> Result<Duration, RotationError> {
+    let kind = R::KIND;
+    let (pem, info) = match current(&r.store()) {
+        Err(e @ (RotationError::NoCurrent { .. } | RotationError::Unreadable { .. }))
+            if R::REQUEST_WHEN_MISSING =>
+        {
+            tracing::info!(reason = %e, "no usable {kind} certificate; requesting one");
+            return Ok(Duration::ZERO);
+        }
+        other => other?,
+    };
+    if info.not_after <= now {
+        tracing::error!(subject = info.subject, notAfter = %info.not_after, "the {kind} certificate has EXPIRED; {} fail until it is rotated", R::USERS);
+    }
+    if r.outdated(&pem) {
+        tracing::info!(subject = info.subject, notAfter = %info.not_after, "the {kind} certificate does not name what a new request would (the node's name or addresses changed); requesting a new one now");
+        return Ok(Duration::ZERO);
+    }
+    let at = deadline(&info, jitter);
+    tracing::info!(subject = info.subject, notAfter = %info.not_after, rotationDeadline = %at, "waiting for the {kind} certificate's rotation deadline");
+    Ok(until(at, now))
+}
+
+/// client-go's manager loop, until `cancel`: sleep to the deadline (or not at all when
+/// the certificate is missing or outdated), renew, and back off after a failure.
+pub(crate) async fn keep_renewed<R: Renewal>(
+    r: &R,
+    mut jitter: f64,
+    cancel: CancellationToken,
+) -> crate::tasks::TaskResult {
+    let kind = R::KIND;
+    let mut failures = 0u32;
+    loop {
+        let wait = if failures > 0 {
+            backoff(failures, fastrand::f64())
+        } else {
+            match plan(r, jitter, jiff::Timestamp::now()) {
+                Ok(wait) => wait,
+                Err(e) => {
+                    failures = 1;
+                    let retry = backoff(failures, fastrand::f64());
+                    let retry_in = crate::duration::format_go_duration(retry);
+                    tracing::warn!(error = %error_chain(&e), retryIn = retry_in, "cannot read the current {kind} certificate");
+                    retry
+                }
+            }
+        };
+        tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            () = tokio::time::sleep(wait) => {}
+        }
+        let attempt = tokio::select! {
+            () = cancel.cancelled() => return Ok(()),
+            r = r.renew() => r,
+        };
+        match attempt {
+            Ok(file) => {
+                failures = 0;
+                jitter = fastrand::f64();
+                tracing::info!(certificate = %file.display(), "rotated the {kind} certificate; {} present it", R::USERS);
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(error = %error_chain(&e), failures, "cannot rotate the {kind} certificate; retrying after a back-off");
+            }
+        }
     }
 }
 

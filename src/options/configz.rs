@@ -102,6 +102,7 @@ fn secure_port(m: &mut Map<String, Value>, s: &super::Serving) {
         Some(super::TlsVersion::Tls13) => "VersionTLS13",
     };
     m.insert("tlsMinVersion".into(), json!(min));
+    m.insert("serverTLSBootstrap".into(), json!(s.server_tls_bootstrap));
     m.insert("tlsCipherSuites".into(), json!(s.tls_cipher_suites));
     m.insert(
         "authentication".into(),

@@ -66,7 +66,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("registry-qps", Value),
     ("reserved-cpus", Value),
     ("reserved-memory", Value),
-    ("rotate-server-certificates", Bool),
     ("runtime-cgroups", Value),
     ("show-hidden-metrics-for-version", Value),
     ("system-cgroups", Value),

@@ -15,7 +15,6 @@ pub(crate) const KIND: &str = "KubeletConfiguration";
 
 /// KubeletConfiguration (v1beta1, ~1.30-1.34) fields oxlet accepts but ignores.
 pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
-    "serverTLSBootstrap",
     "registryPullQPS",
     "registryBurst",
     "imagePullCredentialsVerificationPolicy",
@@ -691,14 +690,14 @@ mod tests {
              nodeStatusUpdateFrequency: 0s\nnodeLeaseDurationSeconds: 0\n\
              httpCheckFrequency: 0s\nshutdownGracePeriod: 0s\n\
              logging:\n  flushFrequency: 0\n  verbosity: 0\n  options:\n    text:\n      infoBufferSize: \"0\"\n\
-             readOnlyPort: 0\nserverTLSBootstrap: false\n",
+             readOnlyPort: 0\nfailSwapOn: false\n",
         )
         .unwrap();
         assert_eq!(
             cfg.values.keys().copied().collect::<Vec<_>>(),
             ["readOnlyPort"]
         );
-        assert_eq!(cfg.unimplemented, ["serverTLSBootstrap"]);
+        assert_eq!(cfg.unimplemented, ["failSwapOn"]);
         assert!(cfg.unknown.is_empty() && cfg.problems.is_empty());
         // Not zero: applied and checked as usual.
         let cfg = parse("syncFrequency: 30s\nshutdownGracePeriod: 30s\n").unwrap();

@@ -42,6 +42,10 @@ pub(crate) struct Serving {
     /// `tlsCertFile` / `tlsPrivateKeyFile`; both None: a self-signed pair in the cert dir.
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
+    /// `serverTLSBootstrap` (`--rotate-server-certificates`): the serving certificate
+    /// comes from the `kubernetes.io/kubelet-serving` signer and is rotated; no
+    /// self-signed pair is made.
+    pub server_tls_bootstrap: bool,
     /// `tlsMinVersion` (None: rustls' default, TLS 1.2).
     pub tls_min_version: Option<TlsVersion>,
     /// `tlsCipherSuites`, Go's names (empty: rustls' defaults).
@@ -70,6 +74,7 @@ impl Serving {
             port: 0,
             tls_cert_file: None,
             tls_private_key_file: None,
+            server_tls_bootstrap: false,
             tls_min_version: None,
             tls_cipher_suites: Vec::new(),
             client_ca_file: None,

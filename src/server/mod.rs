@@ -39,7 +39,7 @@ pub(crate) use conn::Limits;
 pub(crate) use container_logs::ContainerLogs;
 pub(crate) use healthz::Health;
 pub(crate) use node_logs::NodeLogs;
-pub(crate) use serving::{acceptor, reload_pair};
+pub(crate) use serving::{ServingSlot, acceptor, reload_pair};
 pub(crate) use streaming::Streaming;
 
 use crate::pod::PodManager;

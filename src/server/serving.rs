@@ -7,6 +7,10 @@
 //! node's addresses, valid a year, and writes both certificates (the serving one first)
 //! to `kubelet.crt` and the key to `kubelet.key`. A pair already there is used as it is.
 //! The key is readable by root alone.
+//!
+//! With `serverTLSBootstrap` no pair is made: the slot starts empty (or with the
+//! configured pair) and the serving certificate manager fills it with an issued
+//! certificate; until then handshakes fail, as kubelet's do.
 
 use std::io::Write as _;
 use std::net::IpAddr;
@@ -140,11 +144,12 @@ fn make_self_signed(host: &str, ips: &[IpAddr]) -> Result<ServingPair, ServingEr
     })
 }
 
-/// The server's TLS set-up: `pair`, and with `client_ca` (PEM) client certificates
-/// verified against it; a client without one still connects (anonymous, or a bearer
-/// token), as kubelet's `tls.VerifyClientCertIfGiven`.
+/// The server's TLS set-up: `pair` (None: nothing to present until the slot is
+/// filled), and with `client_ca` (PEM) client certificates verified against it; a
+/// client without one still connects (anonymous, or a bearer token), as kubelet's
+/// `tls.VerifyClientCertIfGiven`.
 pub(crate) fn server_config(
-    pair: &ServingPair,
+    pair: Option<&ServingPair>,
     client_ca: Option<&[u8]>,
     choice: &TlsChoice,
 ) -> Result<(Arc<ServerConfig>, Arc<ServingSlot>), ServingError> {
@@ -194,8 +199,15 @@ pub(crate) fn server_config(
         }
         None => builder.with_no_client_auth(),
     };
+    let current = match pair {
+        Some(pair) => Some(Presented {
+            key: certified_key(pair, &provider)?,
+            not_after: None,
+        }),
+        None => None,
+    };
     let slot = Arc::new(ServingSlot {
-        current: RwLock::new(certified_key(pair, &provider)?),
+        current: RwLock::new(current),
         provider,
     });
     let mut config = builder.with_cert_resolver(slot.clone());
@@ -230,33 +242,87 @@ fn certified_key(
 /// (`ReloadKubeletServerCertificateFile`), and a rotated certificate goes in the same way.
 #[derive(Debug)]
 pub(crate) struct ServingSlot {
-    current: RwLock<Arc<CertifiedKey>>,
+    current: RwLock<Option<Presented>>,
     provider: Arc<crypto::CryptoProvider>,
+}
+
+/// What the slot holds: the chain and key, and for an issued certificate the end of
+/// its life, after which it is no longer presented.
+#[derive(Debug, Clone)]
+struct Presented {
+    key: Arc<CertifiedKey>,
+    not_after: Option<std::time::SystemTime>,
 }
 
 impl ServingSlot {
     /// Presents `pair` from the next handshake on; a pair that does not load (or whose
     /// key does not match) is refused and the current one stays.
     pub(crate) fn replace(&self, pair: &ServingPair) -> Result<(), ServingError> {
-        let next = certified_key(pair, &self.provider)?;
+        self.put(pair, None)
+    }
+
+    /// As [`replace`](Self::replace), for a certificate the serving certificate manager
+    /// obtained (`pem`: the certificate, then its key): once it expires it is no
+    /// longer presented, as client-go's `Current` returns nothing for an expired one.
+    pub(crate) fn replace_issued(&self, pem: &[u8]) -> Result<(), ServingError> {
+        let not_after = leaf_not_after(pem).ok_or_else(|| ServingError::Invalid {
+            what: "serving certificate".into(),
+            reason: "no readable PEM CERTIFICATE".into(),
+        })?;
+        let pair = ServingPair {
+            cert_pem: pem.to_vec(),
+            key_pem: pem.to_vec(),
+        };
+        self.put(&pair, Some(not_after))
+    }
+
+    fn put(
+        &self,
+        pair: &ServingPair,
+        not_after: Option<std::time::SystemTime>,
+    ) -> Result<(), ServingError> {
+        let key = certified_key(pair, &self.provider)?;
         *self
             .current
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(Presented { key, not_after });
         Ok(())
     }
 
-    fn current(&self) -> Arc<CertifiedKey> {
-        self.current
+    /// The certificate to present now, if any.
+    fn current(&self) -> Option<Arc<CertifiedKey>> {
+        let current = self
+            .current
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+            .clone()?;
+        match current.not_after {
+            Some(end) if end <= std::time::SystemTime::now() => None,
+            _ => Some(current.key),
+        }
     }
+}
+
+/// The first certificate's `notAfter` in `pem`.
+fn leaf_not_after(pem: &[u8]) -> Option<std::time::SystemTime> {
+    let pem = x509_parser::pem::Pem::iter_from_buffer(pem)
+        .map_while(Result::ok)
+        .find(|p| p.label == "CERTIFICATE")?;
+    let cert = pem.parse_x509().ok()?;
+    let secs = u64::try_from(cert.validity().not_after.timestamp()).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 impl ResolvesServerCert for ServingSlot {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current())
+        let current = self.current();
+        if current.is_none() {
+            tracing::debug!(
+                "no serving certificate available for the kubelet (serverTLSBootstrap: none issued yet, or it expired); refusing the handshake"
+            );
+        }
+        current
     }
 }
 
@@ -330,8 +396,9 @@ fn same_suite(go: &str, suite: tokio_rustls::rustls::CipherSuite) -> bool {
 }
 
 /// The acceptor for `serving`: its configured pair, or the self-signed one in
-/// `cert_dir` for `host` and `ips`, with client certificates checked against
-/// `clientCAFile` when set.
+/// `cert_dir` for `host` and `ips` (none with `serverTLSBootstrap`: the slot waits
+/// for an issued one), with client certificates checked against `clientCAFile` when
+/// set.
 pub(crate) fn acceptor(
     serving: &Serving,
     cert_dir: &Path,
@@ -339,8 +406,9 @@ pub(crate) fn acceptor(
     ips: &[IpAddr],
 ) -> Result<(tokio_rustls::TlsAcceptor, Arc<ServingSlot>), ServingError> {
     let pair = match (&serving.tls_cert_file, &serving.tls_private_key_file) {
-        (Some(cert), Some(key)) => load_pair(cert, key)?,
-        (None, None) => self_signed_pair(cert_dir, host, ips)?,
+        (Some(cert), Some(key)) => Some(load_pair(cert, key)?),
+        (None, None) if serving.server_tls_bootstrap => None,
+        (None, None) => Some(self_signed_pair(cert_dir, host, ips)?),
         _ => {
             return Err(ServingError::Invalid {
                 what: "tlsCertFile/tlsPrivateKeyFile".into(),
@@ -356,7 +424,7 @@ pub(crate) fn acceptor(
         min_version: serving.tls_min_version,
         cipher_suites: serving.tls_cipher_suites.clone(),
     };
-    let (config, slot) = server_config(&pair, ca.as_deref(), &choice)?;
+    let (config, slot) = server_config(pair.as_ref(), ca.as_deref(), &choice)?;
     Ok((tokio_rustls::TlsAcceptor::from(config), slot))
 }
 
@@ -424,7 +492,7 @@ mod tests {
                 "{want} in {sans}"
             );
         }
-        assert!(server_config(&first, None, &TlsChoice::default()).is_ok());
+        assert!(server_config(Some(&first), None, &TlsChoice::default()).is_ok());
     }
 
     /// A CA and a client certificate it signs for `cn` in groups `orgs`.
@@ -457,7 +525,7 @@ mod tests {
         let (cert, key) = (files.path().join("tls.crt"), files.path().join("tls.key"));
         std::fs::write(&cert, &a.cert_pem).unwrap();
         std::fs::write(&key, &a.key_pem).unwrap();
-        let (server, slot) = server_config(&a, None, &TlsChoice::default()).unwrap();
+        let (server, slot) = server_config(Some(&a), None, &TlsChoice::default()).unwrap();
         assert_eq!(handshake(server.clone(), &a.cert_pem, None).await, Ok(None));
         assert!(handshake(server.clone(), &b.cert_pem, None).await.is_err());
 
@@ -491,6 +559,36 @@ mod tests {
         assert_eq!(handshake(server.clone(), &b.cert_pem, None).await, Ok(None));
         cancel.cancel();
         task.await.unwrap();
+    }
+
+    /// `serverTLSBootstrap`: nothing is presented before a certificate is issued, an
+    /// issued one from the next handshake on, and none once it has expired.
+    #[tokio::test]
+    async fn an_issued_certificate_is_presented_until_it_expires() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = self_signed_pair(dir.path(), "node1", &[]).unwrap();
+        let (server, slot) = server_config(None, None, &TlsChoice::default()).unwrap();
+        assert!(handshake(server.clone(), &ca.cert_pem, None).await.is_err());
+
+        let issued = |from: i64, to: i64| {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+            let now = time::OffsetDateTime::now_utc();
+            p.not_before = now + time::Duration::seconds(from);
+            p.not_after = now + time::Duration::seconds(to);
+            let cert = p.self_signed(&key).unwrap();
+            format!("{}{}", cert.pem(), key.serialize_pem())
+        };
+        let good = issued(-60, 3600);
+        slot.replace_issued(good.as_bytes()).unwrap();
+        assert_eq!(
+            handshake(server.clone(), good.as_bytes(), None).await,
+            Ok(None)
+        );
+        assert!(slot.current().is_some());
+        slot.replace_issued(issued(-120, -60).as_bytes()).unwrap();
+        assert!(slot.current().is_none());
+        assert!(slot.replace_issued(b"no pem").is_err());
     }
 
     async fn handshake(
@@ -541,7 +639,8 @@ mod tests {
         let pair = self_signed_pair(dir.path(), "node1", &[]).unwrap();
         // (rcgen keeps one value per name type, so one group here.)
         let (ca, cert, key) = client("alice", &["dev"]);
-        let (server, _) = server_config(&pair, Some(ca.as_bytes()), &TlsChoice::default()).unwrap();
+        let (server, _) =
+            server_config(Some(&pair), Some(ca.as_bytes()), &TlsChoice::default()).unwrap();
         let user = handshake(server.clone(), &pair.cert_pem, Some((&cert, &key))).await;
         assert_eq!(
             user,
@@ -567,7 +666,7 @@ mod tests {
             cert_pem: b"nothing".to_vec(),
             key_pem: b"nothing".to_vec(),
         };
-        let e = server_config(&bad, None, &TlsChoice::default())
+        let e = server_config(Some(&bad), None, &TlsChoice::default())
             .err()
             .unwrap()
             .to_string();
@@ -578,7 +677,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let good = self_signed_pair(dir.path(), "n", &[]).unwrap();
         let e = server_config(
-            &good,
+            Some(&good),
             Some(b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n"),
             &TlsChoice::default(),
         )

@@ -22,6 +22,8 @@ pub(crate) use apiserver::{Finished, RECONCILE_PERIOD, StatusWriter};
 pub(crate) use lease::LeaseController;
 pub(crate) use mirror::MirrorPods;
 pub(crate) use node::{NodeStatusDeps, NodeStatusTask, Registration, log_node_start};
+// The addresses the Node reports, for the serving certificate's names.
+pub(crate) use node::node_addresses;
 // Node pressure, which the eviction manager sets and the node's conditions show.
 pub(crate) use node::{Pressure, PressureSource};
 // The `--node-labels` and `--register-with-taints` parsers.

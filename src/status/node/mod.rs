@@ -36,6 +36,7 @@ pub(crate) use conditions::{Pressure, PressureSource};
 use failures::{FailureLog, Verdict};
 pub(crate) use labels::{node_labels, node_taints};
 pub(crate) use register::Registration;
+pub(crate) use setters::addresses as node_addresses;
 
 /// kubelet's `nodeStatusUpdateRetry`.
 const UPDATE_RETRIES: usize = 5;

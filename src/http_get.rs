@@ -63,34 +63,15 @@ pub(crate) fn basic_auth_of(authority: &str) -> Option<String> {
     use base64::Engine as _;
     let (user_info, _) = authority.rsplit_once('@')?;
     let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
-    let pair = format!("{}:{}", percent_decoded(user), percent_decoded(password));
+    let pair = format!(
+        "{}:{}",
+        crate::percent::decoded(user),
+        crate::percent::decoded(password)
+    );
     Some(format!(
         "Basic {}",
         base64::engine::general_purpose::STANDARD.encode(pair)
     ))
-}
-
-/// `%XX` sequences decoded; anything else kept as it is.
-fn percent_decoded(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| char::from(c).to_digit(16);
-        if b[i] == b'%'
-            && let (Some(h), Some(l)) = (
-                b.get(i + 1).copied().and_then(hex),
-                b.get(i + 2).copied().and_then(hex),
-            )
-        {
-            out.push(u8::try_from(h * 16 + l).unwrap_or(b'?'));
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A plain or TLS stream, so one handshake serves both.

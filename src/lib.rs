@@ -29,6 +29,7 @@ mod metrics;
 mod node;
 mod objects;
 mod options;
+mod percent;
 mod pleg;
 mod pod;
 mod podenv;

@@ -20,6 +20,7 @@ const FLOORS: &[&[&str]] = &[
         "quantity",
         "duration",
         "flag_text",
+        "percent",
         "logging",
         "node",
         "tls",

@@ -105,7 +105,7 @@ impl Auth {
         &self,
         cert_user: Option<User>,
         token: Option<String>,
-    ) -> Result<Option<User>, String> {
+    ) -> Result<Option<User>, ReviewError> {
         if let Some(mut user) = cert_user {
             add_group(&mut user, AUTHENTICATED);
             return Ok(Some(user));
@@ -129,7 +129,7 @@ impl Auth {
     }
 
     /// Whether `user` may do what `attrs` say.
-    async fn authorize(&self, attrs: &Attributes) -> Result<bool, String> {
+    async fn authorize(&self, attrs: &Attributes) -> Result<bool, ReviewError> {
         let Some(reviews) = &self.reviews else {
             return Ok(true);
         };
@@ -208,6 +208,13 @@ pub(crate) fn subresource_of(path: &str) -> &'static str {
     }
 }
 
+/// The first cause under a review's error (what the apiserver or the transport said).
+fn source_of(e: &ReviewError) -> String {
+    std::error::Error::source(e)
+        .map(ToString::to_string)
+        .unwrap_or_default()
+}
+
 /// The secure router's middleware: 401 for no or bad credentials, 403 with kubelet's
 /// message for a refusal, 500 when the apiserver could not answer a review.
 pub(crate) async fn check(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
@@ -223,7 +230,7 @@ pub(crate) async fn check(State(auth): State<Arc<Auth>>, req: Request, next: Nex
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         }
         Err(e) => {
-            tracing::warn!(error = %e, "unable to authenticate the request");
+            tracing::warn!(error = %e, cause = %source_of(&e), "unable to authenticate the request");
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         }
     };
@@ -253,7 +260,7 @@ pub(crate) async fn check(State(auth): State<Arc<Auth>>, req: Request, next: Nex
             (StatusCode::FORBIDDEN, msg).into_response()
         }
         Err(e) => {
-            tracing::warn!(error = %e, user = attrs.user.name, "authorization error");
+            tracing::warn!(error = %e, cause = %source_of(&e), user = attrs.user.name, "authorization error");
             (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 said("Authorization error"),
@@ -309,8 +316,17 @@ impl<K: Eq + std::hash::Hash, V: Clone> Webhook<K, V> {
     }
 }
 
+/// A review the apiserver did not answer (a 401 or a 500, never an answer).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReviewError {
+    #[error("TokenReview failed")]
+    Token(#[source] kube::Error),
+    #[error("SubjectAccessReview failed")]
+    Access(#[source] kube::Error),
+}
+
 /// A TokenReview of `token`: the user when the apiserver authenticated it.
-async fn token_review(client: &kube::Client, token: &str) -> Result<Option<User>, String> {
+async fn token_review(client: &kube::Client, token: &str) -> Result<Option<User>, ReviewError> {
     let review = TokenReview {
         spec: TokenReviewSpec {
             token: token.to_string(),
@@ -319,8 +335,7 @@ async fn token_review(client: &kube::Client, token: &str) -> Result<Option<User>
         ..Default::default()
     };
     let api: Api<TokenReview> = Api::all(client.clone());
-    let answer = (api.create(&PostParams::default(), &review).await)
-        .map_err(|e| format!("TokenReview failed: {e}"))?;
+    let answer = (api.create(&PostParams::default(), &review).await).map_err(ReviewError::Token)?;
     let Some(status) = answer.status.filter(|s| s.authenticated == Some(true)) else {
         return Ok(None);
     };
@@ -339,7 +354,7 @@ async fn token_review(client: &kube::Client, token: &str) -> Result<Option<User>
 }
 
 /// A SubjectAccessReview of `attrs`: whether the apiserver allows it.
-async fn access_review(client: &kube::Client, attrs: &Attributes) -> Result<bool, String> {
+async fn access_review(client: &kube::Client, attrs: &Attributes) -> Result<bool, ReviewError> {
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(attrs.user.name.clone()),
@@ -357,8 +372,8 @@ async fn access_review(client: &kube::Client, attrs: &Attributes) -> Result<bool
         ..Default::default()
     };
     let api: Api<SubjectAccessReview> = Api::all(client.clone());
-    let answer = (api.create(&PostParams::default(), &review).await)
-        .map_err(|e| format!("SubjectAccessReview failed: {e}"))?;
+    let answer =
+        (api.create(&PostParams::default(), &review).await).map_err(ReviewError::Access)?;
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 

@@ -138,6 +138,30 @@ pub(super) struct ConnInfo {
     /// The user a verified client certificate names (TLS with a client CA only).
     pub cert_user: Option<super::serving::User>,
     pub slot: Arc<OwnedSemaphorePermit>,
+    /// Where a stream that outlives its request runs.
+    pub tasks: ConnTasks,
+}
+
+/// The server's own tasks: a stream an upgrade hands off (exec, port-forward) runs
+/// here, so it ends when the server stops and the server's drain waits for it, as it
+/// does for connections.
+#[derive(Clone)]
+pub(super) struct ConnTasks {
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl ConnTasks {
+    /// Runs `work` until it ends or the server stops.
+    pub(super) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        let cancel = self.cancel.clone();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                () = cancel.cancelled() => {}
+                () = work => {}
+            }
+        });
+    }
 }
 
 /// Accepts connections until `cancel` fires and serves `router` on each, within `limits`.
@@ -186,7 +210,10 @@ pub(crate) async fn serve(
             router: router.clone(),
             limits,
             tls: tls.clone(),
-            cancel: cancel.clone(),
+            tasks: ConnTasks {
+                tracker: conns.clone(),
+                cancel: cancel.clone(),
+            },
             peer,
             slot: Arc::new(slot),
         };
@@ -206,7 +233,7 @@ struct Conn {
     router: Router,
     limits: Limits,
     tls: Option<TlsAcceptor>,
-    cancel: CancellationToken,
+    tasks: ConnTasks,
     peer: SocketAddr,
     slot: Arc<OwnedSemaphorePermit>,
 }
@@ -242,6 +269,7 @@ impl Conn {
             peer: self.peer,
             cert_user,
             slot: self.slot,
+            tasks: self.tasks.clone(),
         };
         let router = self.router;
         let service =
@@ -268,7 +296,7 @@ impl Conn {
                     }
                     break;
                 }
-                () = self.cancel.cancelled(), if !draining => {
+                () = self.tasks.cancel.cancelled(), if !draining => {
                     conn.as_mut().graceful_shutdown();
                     draining = true;
                 }

@@ -37,7 +37,7 @@ fn not_found() -> Response {
 /// `GET /logs/` and `GET /logs/{path}`.
 pub(crate) async fn node_logs(State(s): State<NodeLogs>, uri: Uri) -> Response {
     let path = uri.path().strip_prefix("/logs").unwrap_or_default();
-    let rel = percent_decode(path.trim_start_matches('/'));
+    let rel = crate::percent::decoded(path.trim_start_matches('/'));
     let wants_dir = path.ends_with('/') || rel.is_empty();
     let dir = s.dir.clone();
     let opened = tokio::task::spawn_blocking(move || open(&dir, &rel)).await;
@@ -99,7 +99,7 @@ fn listing(names: &[(String, bool)]) -> Response {
         };
         html.push_str(&format!(
             "<a href=\"{}\">{}</a>\n",
-            percent_encode(&shown),
+            crate::percent::encoded_path(&shown),
             escape_html(&shown)
         ));
     }
@@ -148,37 +148,6 @@ fn escape_html(s: &str) -> String {
         .replace('\'', "&#39;")
 }
 
-fn percent_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
-            out.push((h * 16 + l) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,8 +190,8 @@ mod tests {
 
     #[test]
     fn names_are_escaped_and_decoded() {
-        assert_eq!(percent_decode("a%20b%2"), "a b%2");
-        assert_eq!(percent_encode("a b/"), "a%20b/");
+        assert_eq!(crate::percent::decoded("a%20b%2"), "a b%2");
+        assert_eq!(crate::percent::encoded_path("a b/"), "a%20b/");
         assert_eq!(escape_html("<x>"), "&lt;x&gt;");
     }
 }

@@ -305,12 +305,14 @@ async fn stream_through(s: &Streaming, call: StreamRequest, mut req: Request) ->
     let Some(client_upgrade) = req.extensions_mut().remove::<OnUpgrade>() else {
         return required().into_response();
     };
-    let slot = req.extensions().get::<ConnInfo>().map(|c| c.slot.clone());
-    match proxy_upgrade(&url, req, client_upgrade, s.idle_timeout, slot).await {
+    let Some(conn) = req.extensions().get::<ConnInfo>().cloned() else {
+        return required().into_response();
+    };
+    match proxy_upgrade(&url, req, client_upgrade, s.idle_timeout, conn).await {
         Ok(resp) => resp,
         Err(e) => {
             tracing::warn!(url, error = %e, "proxying a stream to the runtime failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, e).into_response()
+            error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
         }
     }
 }
@@ -326,6 +328,24 @@ fn is_upgrade(h: &HeaderMap) -> bool {
     connection_upgrade && h.contains_key(header::UPGRADE)
 }
 
+/// Why a stream could not be proxied to the runtime's streaming server (a 500 to the
+/// client, with this text).
+#[derive(Debug, thiserror::Error)]
+enum ProxyError {
+    #[error("runtime URL {url:?}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("the runtime's streaming server did not accept in time")]
+    ConnectTimeout,
+    #[error("connecting to the runtime's streaming server: {0}")]
+    Connect(std::io::Error),
+    #[error("the runtime's streaming server did not answer in time")]
+    AnswerTimeout,
+    #[error("the runtime's streaming server: {0}")]
+    Http(hyper::Error),
+    #[error("the request to the runtime: {0}")]
+    Request(axum::http::Error),
+}
+
 /// Sends `req` to the streaming server at `url` as it came (its method, upgrade and
 /// protocol headers; not its credentials), and on the runtime's 101 joins the two
 /// upgraded connections. Any other answer is relayed as it is.
@@ -334,32 +354,34 @@ async fn proxy_upgrade(
     req: Request,
     client_upgrade: OnUpgrade,
     idle_timeout: Duration,
-    slot: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
-) -> Result<Response, String> {
-    let target: hyper::Uri = url
-        .parse()
-        .map_err(|e| format!("runtime URL {url:?}: {e}"))?;
+    conn: ConnInfo,
+) -> Result<Response, ProxyError> {
+    let bad = |reason: String| ProxyError::BadUrl {
+        url: url.to_string(),
+        reason,
+    };
+    let target: hyper::Uri = url.parse().map_err(|e| bad(format!("{e}")))?;
     if target.scheme_str() != Some("http") {
-        return Err(format!(
-            "runtime URL {url:?}: only http:// streaming servers are supported"
-        ));
+        return Err(bad("only http:// streaming servers are supported".into()));
     }
-    let authority = target.authority().ok_or("runtime URL has no host")?.clone();
+    let authority = (target.authority())
+        .ok_or_else(|| bad("it names no host".into()))?
+        .clone();
     let port = authority.port_u16().unwrap_or(80);
     let tcp = tokio::time::timeout(
         BACKEND_TIMEOUT,
         tokio::net::TcpStream::connect((authority.host(), port)),
     )
     .await
-    .map_err(|_| "the runtime's streaming server did not accept in time".to_string())?
-    .map_err(|e| format!("connecting to the runtime's streaming server: {e}"))?;
+    .map_err(|_| ProxyError::ConnectTimeout)?
+    .map_err(ProxyError::Connect)?;
     // Stream frames are small and interactive: no Nagle delay on either leg.
     let _ = tcp.set_nodelay(true);
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+    let (mut sender, backend_conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
-        .map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
+        .map_err(ProxyError::Http)?;
+    conn.tasks.spawn(async move {
+        let _ = backend_conn.with_upgrades().await;
     });
     // The client's query travels on (port-forward's `port` is read from it), as
     // the upgrade-aware proxy carries it; the runtime's URL names the session.
@@ -379,11 +401,11 @@ async fn proxy_upgrade(
     let out = out
         .header(header::HOST, authority.as_str())
         .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .map_err(|e| e.to_string())?;
+        .map_err(ProxyError::Request)?;
     let mut resp = tokio::time::timeout(BACKEND_TIMEOUT, sender.send_request(out))
         .await
-        .map_err(|_| "the runtime's streaming server did not answer in time".to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| ProxyError::AnswerTimeout)?
+        .map_err(ProxyError::Http)?;
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         return Ok(relay_refusal(resp).await);
     }
@@ -392,13 +414,10 @@ async fn proxy_upgrade(
     for (k, v) in resp.headers() {
         answer = answer.header(k, v);
     }
-    tokio::spawn(join_streams(
-        client_upgrade,
-        backend_upgrade,
-        idle_timeout,
-        slot,
-    ));
-    answer.body(Body::empty()).map_err(|e| e.to_string())
+    let slot = conn.slot.clone();
+    let join = join_streams(client_upgrade, backend_upgrade, idle_timeout, slot);
+    conn.tasks.spawn(join);
+    answer.body(Body::empty()).map_err(ProxyError::Request)
 }
 
 /// A runtime's non-101 answer, relayed with its status and at most
@@ -424,7 +443,7 @@ async fn join_streams(
     client: OnUpgrade,
     backend: OnUpgrade,
     idle_timeout: Duration,
-    _slot: Option<Arc<tokio::sync::OwnedSemaphorePermit>>,
+    _slot: Arc<tokio::sync::OwnedSemaphorePermit>,
 ) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(pair) => pair,

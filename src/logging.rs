@@ -3,6 +3,8 @@
 //! events oxlet records (`Event: ...`); `-v=4`: every sync loop iteration (debug);
 //! `-v=6`: every CRI call with its latency (trace), and kube-client's own error lines.
 
+use std::sync::OnceLock;
+
 use tracing_subscriber::EnvFilter;
 
 /// The tracing target of the start-up summary, shown at every verbosity.
@@ -33,18 +35,44 @@ pub(crate) fn filter_for(verbosity: u8) -> EnvFilter {
     ))
 }
 
+/// Replaces the installed subscriber's filter (set once, by [`init`]).
+type SetFilter = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
+static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
+
 /// Installs the global subscriber (stderr, one line per event). `RUST_LOG` overrides `-v`.
+/// Its filter can be changed later with [`set_verbosity`].
 pub fn init(verbosity: u8) {
     let filter = std::env::var("RUST_LOG")
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| filter_for(verbosity));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(verbosity >= 4)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_filter_reloading();
+    let handle = builder.reload_handle();
+    if builder.try_init().is_ok() {
+        let set: SetFilter = Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()));
+        let _ = SET_FILTER.set(set);
+    }
+}
+
+/// Why the verbosity was not changed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum VerbosityError {
+    #[error("logging was not set up by oxlet")]
+    NotInstalled,
+    #[error("the filter could not be replaced: {0}")]
+    Reload(String),
+}
+
+/// Changes `-v` while running (kubelet's `PUT /debug/flags/v`): from the next line on,
+/// what is logged is what `-v=<verbosity>` logs.
+pub(crate) fn set_verbosity(verbosity: u8) -> Result<(), VerbosityError> {
+    let set = SET_FILTER.get().ok_or(VerbosityError::NotInstalled)?;
+    set(filter_for(verbosity)).map_err(VerbosityError::Reload)
 }
 
 #[cfg(test)]

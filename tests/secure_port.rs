@@ -840,3 +840,98 @@ async fn a_configured_serving_pair_is_served() {
         "a self-signed pair was made"
     );
 }
+
+/// `POST /checkpoint/...` as kubelet answers it (404s for what does not exist, the
+/// runtime's reason on a 500, or the archive's path), into a directory root's alone;
+/// and `PUT /debug/flags/v`, which changes `-v` while oxlet runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_and_the_verbosity_flag() {
+    let bed = Testbed::start().await;
+    let (ox, port) = start_secure(&bed, &["--anonymous-auth=true", "-v=0"]);
+    write_manifest(&ox.manifests, "cp.yaml", &pod_yaml("cp", "sleep 3600", ""));
+    ox.wait_running("cp", START).await;
+    let c = Client::new(&ox, port, None);
+    wait_serving(&c).await;
+
+    let post = |path: &'static str| c.request("POST", path, "Content-Length: 0\r\n");
+    let (code, body) = post("/checkpoint/default/nope/main").await.unwrap();
+    assert_eq!((code, body.as_str()), (404, "pod does not exist"));
+    let (code, body) = post("/checkpoint/default/cp-testnode/nope").await.unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (404, "container nope does not exist")
+    );
+    let (code, body) = post("/checkpoint/default/cp-testnode/main?timeout=soon")
+        .await
+        .unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (404, "cannot parse value of timeout parameter")
+    );
+    let (code, _) = c.get("/checkpoint/default/cp-testnode/main").await;
+    assert_eq!(code, 405);
+    // containerd 1.6 has no checkpointing, later ones need CRIU: either the
+    // runtime's reason, or the archive it wrote.
+    let (code, body) = post("/checkpoint/default/cp-testnode/main?timeout=30")
+        .await
+        .unwrap();
+    let dir = ox.root.join("checkpoints");
+    if code == 200 {
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let archive = v["items"][0].as_str().unwrap();
+        assert!(archive.starts_with(dir.to_str().unwrap()), "{archive}");
+        assert!(
+            archive.contains("checkpoint-cp-testnode_default-main-"),
+            "{archive}"
+        );
+        assert!(std::path::Path::new(archive).is_file(), "{archive}");
+    } else {
+        assert_eq!(code, 500, "{body}");
+        assert!(
+            body.starts_with("checkpointing of default/cp-testnode/main failed (")
+                && body.len() > "checkpointing of default/cp-testnode/main failed ()".len(),
+            "{body}"
+        );
+    }
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+
+    // -v=0 logs no debug line; PUT 4 turns them on, PUT 0 off again.
+    let debug_lines = || ox.log().lines().filter(|l| l.contains(" DEBUG ")).count();
+    assert_eq!(debug_lines(), 0);
+    let put = |v: &'static str| {
+        let c = &c;
+        async move {
+            let mut s = c.connect().await.unwrap();
+            let req = format!(
+                "PUT /debug/flags/v HTTP/1.0\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{v}",
+                v.len()
+            );
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        }
+    };
+    assert_eq!(c.get("/debug/flags/v").await.0, 406);
+    let bad = put("loud").await;
+    assert!(
+        bad.starts_with("HTTP/1.0 400") && bad.contains("failed set klog.logging.verbosity loud"),
+        "{bad}"
+    );
+    let ok = put("4").await;
+    assert!(
+        ok.starts_with("HTTP/1.0 200")
+            && ok.ends_with("successfully set klog.logging.verbosity to 4"),
+        "{ok}"
+    );
+    let t = Instant::now();
+    while debug_lines() == 0 {
+        assert!(t.elapsed() < START, "no debug line after -v=4");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(put("0").await.starts_with("HTTP/1.0 200"));
+    let settled = debug_lines();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(debug_lines(), settled, "debug lines after -v=0");
+}

@@ -128,6 +128,12 @@ async fn start_secure(
         "serving the kubelet API on the secure port"
     );
     let cri: Arc<dyn crate::cri::Cri> = Arc::new(parts.rt.cri.clone());
+    let checkpoints = server::Checkpoints {
+        pods: views.pods.clone(),
+        pod_cache: views.pod_cache.clone(),
+        cri: cri.clone(),
+        dir: opts.root_dir.join("checkpoints"),
+    };
     let router = server::secure_router(server::Secure {
         streaming: server::Streaming {
             pods: views.pods.clone(),
@@ -144,6 +150,7 @@ async fn start_secure(
         node_logs: server::NodeLogs {
             dir: std::path::PathBuf::from(NODE_LOG_DIR),
         },
+        checkpoints,
         auth: Arc::new(auth),
         views: views.clone(),
     });

@@ -111,4 +111,12 @@ pub(crate) trait Cri: CriRead {
     /// The URL of the runtime's streaming server for one exec, attach or
     /// port-forward session (`Exec`, `Attach`, `PortForward`).
     fn stream_url(&self, req: StreamRequest) -> CriFuture<'_, String>;
+    /// Checkpoints the running container to the archive `location`
+    /// (`CheckpointContainer`), within `timeout` (None: the runtime request timeout).
+    fn checkpoint_container<'a>(
+        &'a self,
+        id: &'a str,
+        location: &'a str,
+        timeout: Option<Duration>,
+    ) -> CriFuture<'a, ()>;
 }

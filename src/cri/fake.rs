@@ -931,6 +931,19 @@ impl Cri for FakeRuntime {
         )))
     }
 
+    fn checkpoint_container<'a>(
+        &'a self,
+        _id: &'a str,
+        _location: &'a str,
+        _timeout: Option<Duration>,
+    ) -> CriFuture<'a, ()> {
+        ready(Err(status(
+            "CheckpointContainer",
+            tonic::Code::Unimplemented,
+            "the fake runtime does not checkpoint",
+        )))
+    }
+
     fn exec_sync<'a>(
         &'a self,
         id: &'a str,

@@ -480,6 +480,27 @@ impl Cri for RemoteRuntime {
         self.streaming_url(req)
     }
 
+    fn checkpoint_container<'a>(
+        &'a self,
+        id: &'a str,
+        location: &'a str,
+        timeout: Option<Duration>,
+    ) -> CriFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::CheckpointContainerRequest {
+                container_id: id.to_string(),
+                location: location.to_string(),
+                timeout: timeout.map_or(0, |t| i64::try_from(t.as_secs()).unwrap_or(i64::MAX)),
+            };
+            let deadline = Some(timeout.unwrap_or(self.timeout));
+            let call = c.checkpoint_container(req);
+            self.call_within("CheckpointContainer", deadline, call)
+                .await
+                .map(|_| ())
+        })
+    }
+
     fn reopen_container_log<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
         Box::pin(async move {
             let mut c = self.runtime.clone();

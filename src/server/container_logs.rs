@@ -88,7 +88,7 @@ fn options(q: &[(String, String)]) -> Result<(LogOptions, bool), String> {
 }
 
 /// Whether the pod's spec has a container (of any kind) named `name`.
-fn has_container(pod: &Pod, name: &str) -> bool {
+pub(super) fn has_container(pod: &Pod, name: &str) -> bool {
     let Some(spec) = &pod.spec else { return false };
     spec.containers.iter().any(|c| c.name == name)
         || (spec.init_containers.iter().flatten()).any(|c| c.name == name)

@@ -15,6 +15,7 @@
 //! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]).
 
 mod auth;
+mod checkpoint;
 mod conn;
 mod container_logs;
 mod healthz;
@@ -35,6 +36,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use auth::Auth;
+pub(crate) use checkpoint::Checkpoints;
 pub(crate) use conn::Limits;
 pub(crate) use container_logs::ContainerLogs;
 pub(crate) use healthz::Health;
@@ -174,6 +176,37 @@ async fn eviction_status(State(v): State<Views>) -> impl IntoResponse {
     axum::Json(v.eviction.get())
 }
 
+/// `/debug/flags/v`: kubelet's verbosity setter. `PUT` with the level as the body
+/// changes `-v` from the next log line on; any other method is 406, as kubelet's
+/// `StringFlagPutHandler` answers.
+async fn debug_flags_v(method: axum::http::Method, body: axum::body::Bytes) -> impl IntoResponse {
+    let plain = |code: StatusCode, msg: String| (code, [(header::CONTENT_TYPE, "text/plain")], msg);
+    if method != axum::http::Method::PUT {
+        return plain(StatusCode::NOT_ACCEPTABLE, "unsupported http method".into());
+    }
+    let text = String::from_utf8_lossy(&body);
+    // klog's Level.Set: an unsigned 32-bit decimal; oxlet's levels end at 6.
+    let Ok(level) = text.parse::<u32>() else {
+        let msg = format!(
+            "failed set klog.logging.verbosity {text}: strconv.ParseUint: parsing {:?}: invalid syntax",
+            text.as_ref()
+        );
+        return plain(StatusCode::BAD_REQUEST, msg);
+    };
+    let v = u8::try_from(level).unwrap_or(u8::MAX);
+    if let Err(e) = crate::logging::set_verbosity(v) {
+        return plain(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+    }
+    tracing::warn!(
+        verbosity = level,
+        "log verbosity changed through /debug/flags/v"
+    );
+    plain(
+        StatusCode::OK,
+        format!("successfully set klog.logging.verbosity to {text}"),
+    )
+}
+
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -215,6 +248,7 @@ pub(crate) struct Secure {
     pub streaming: Streaming,
     pub logs: ContainerLogs,
     pub node_logs: NodeLogs,
+    pub checkpoints: Checkpoints,
     pub auth: Arc<Auth>,
 }
 
@@ -224,6 +258,7 @@ pub(crate) fn secure_router(s: Secure) -> Router {
     let debugging = Router::new()
         .route("/runningpods/", get(stats::running_pods).fallback(get_only))
         .route("/configz", get(stats::configz))
+        .route("/debug/flags/v", axum::routing::any(debug_flags_v))
         .with_state(s.views.clone());
     let logs = Router::new()
         .route(
@@ -271,10 +306,17 @@ pub(crate) fn secure_router(s: Secure) -> Router {
             axum::routing::post(streaming::run),
         )
         .with_state(s.streaming);
+    let checkpoints = Router::new()
+        .route(
+            "/checkpoint/{ns}/{pod}/{container}",
+            axum::routing::post(checkpoint::checkpoint),
+        )
+        .with_state(s.checkpoints);
     shared_routes(s.views)
         .merge(debugging)
         .merge(logs)
         .merge(streams)
+        .merge(checkpoints)
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(s.auth, auth::check))
         .layer(axum::middleware::from_fn(crate::metrics::track_readwrite))

@@ -63,19 +63,24 @@ fn find_pod(s: &Streaming, ns: &str, name: &str, uid: Option<&str>) -> Result<Ar
 
 /// The running container `container` of `pod`, by the runtime's latest view.
 fn running_container(s: &Streaming, pod: &Pod, container: &str) -> Result<String, Refused> {
-    let status = s.pod_cache.get(pod_uid(pod));
-    let found = status.as_ref().and_then(|st| {
-        st.containers
-            .iter()
-            .find(|c| c.name == container && c.state == crate::kuberuntime::ContainerState::Running)
-    });
-    match found {
-        Some(c) => Ok(c.id.clone()),
-        None => Err(error(
+    running_container_id(&s.pod_cache, pod, container).ok_or_else(|| {
+        error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("container not found ({container:?})"),
-        )),
-    }
+        )
+    })
+}
+
+/// The runtime's ID of `pod`'s running container `container`, if it runs.
+pub(super) fn running_container_id(
+    cache: &crate::pleg::PodCache,
+    pod: &Pod,
+    container: &str,
+) -> Option<String> {
+    let status = cache.get(pod_uid(pod))?;
+    (status.containers.iter())
+        .find(|c| c.name == container && c.state == crate::kuberuntime::ContainerState::Running)
+        .map(|c| c.id.clone())
 }
 
 /// kubelet's stream options (`remotecommand.NewOptions`): `input`, `output`,

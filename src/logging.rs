@@ -40,7 +40,7 @@ type SetFilter = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
 static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
 
 /// Installs the global subscriber (stderr, one line per event). `RUST_LOG` overrides `-v`.
-/// Its filter can be changed later with [`set_verbosity`].
+/// Its filter can be changed later with `set_verbosity` (`PUT /debug/flags/v`).
 pub fn init(verbosity: u8) {
     let filter = std::env::var("RUST_LOG")
         .ok()

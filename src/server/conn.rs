@@ -69,6 +69,10 @@ impl Activity {
     }
 }
 
+/// The most encrypted bytes a TLS connection holds for a client that is not reading
+/// (rustls' send buffer limit).
+const TLS_SEND_BUFFER: usize = 256 * 1024;
+
 /// A stream that records when bytes last moved: a TCP connection, or a stream
 /// handed over by an upgrade.
 pub(super) struct Tracked<S> {
@@ -120,6 +124,23 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
             self.activity.touch();
         }
         r
+    }
+    /// Passed through: TLS writes its records as one `writev`, and without this each
+    /// 16 KiB record would be a `send` of its own (eight times the syscalls, and as
+    /// many wake-ups of the reader).
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
@@ -249,7 +270,11 @@ impl Conn {
         };
         let handshake = tokio::time::timeout(self.limits.header_read_timeout, tls.accept(io));
         match handshake.await {
-            Ok(Ok(stream)) => {
+            Ok(Ok(mut stream)) => {
+                // rustls' default (64 KiB) splits a stream copy's 128 KiB into two
+                // writes; two copies' worth still bounds what a slow client can make
+                // oxlet hold.
+                stream.get_mut().1.set_buffer_limit(Some(TLS_SEND_BUFFER));
                 let certs = stream.get_ref().1.peer_certificates();
                 let user = super::serving::user_of(certs);
                 self.http(TokioIo::new(stream), activity, user).await;
@@ -335,6 +360,28 @@ mod tests {
             idle_timeout: Duration::from_millis(600),
             max_connections: max,
         }
+    }
+
+    /// A tracked socket writes slices in one call (what TLS relies on to send its
+    /// records together) and still counts the write as activity.
+    #[tokio::test]
+    async fn vectored_writes_pass_through_and_count_as_activity() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(addr), l.accept());
+        let mut tracked = Tracked::new(client.unwrap());
+        assert!(tracked.is_write_vectored());
+        let last = tracked.last_activity();
+        let before = last();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let slices = [io::IoSlice::new(b"ab"), io::IoSlice::new(b"cd")];
+        let n = tracked.write_vectored(&slices).await.unwrap();
+        assert_eq!(n, 4);
+        assert!(last() > before);
+        drop(tracked);
+        let mut got = String::new();
+        accepted.unwrap().0.read_to_string(&mut got).await.unwrap();
+        assert_eq!(got, "abcd");
     }
 
     /// Reads until EOF; returns the bytes and whether EOF came before `within`.

@@ -251,7 +251,11 @@ pub(crate) fn current(store: &CertStore) -> Result<(Vec<u8>, CertInfo), Rotation
 }
 
 /// How long to wait before the next renewal when the last one did not fail, and why.
-fn plan<R: Renewal>(r: &R, jitter: f64, now: jiff::Timestamp) -> Result<Duration, RotationError> {
+pub(super) fn plan<R: Renewal>(
+    r: &R,
+    jitter: f64,
+    now: jiff::Timestamp,
+) -> Result<Duration, RotationError> {
     let kind = R::KIND;
     let (pem, info) = match current(&r.store()) {
         Err(e @ (RotationError::NoCurrent { .. } | RotationError::Unreadable { .. }))

@@ -200,3 +200,93 @@ async fn a_certificate_elsewhere_builds_the_plain_clients() {
         .unwrap();
     assert!(clients.cert_slot.is_none());
 }
+
+/// A renewal over a real store whose `renew` is never reached: only `plan` is asked.
+struct Planned {
+    store: CertStore,
+    template: super::csr::Template,
+}
+
+impl super::rotation::Renewal for Planned {
+    const KIND: &'static str = "serving";
+    const USERS: &'static str = "nobody";
+    const REQUEST_WHEN_MISSING: bool = true;
+
+    fn store(&self) -> CertStore {
+        self.store.clone()
+    }
+
+    fn outdated(&self, pem: &[u8]) -> bool {
+        !self.template.satisfied_by(pem)
+    }
+
+    async fn renew(&self) -> Result<std::path::PathBuf, super::rotation::RotationError> {
+        unreachable!("plan only")
+    }
+}
+
+/// A certificate for `template`'s request, valid from a minute ago for an hour,
+/// and the request's key.
+fn issued_for(template: &super::csr::Template) -> (String, String) {
+    let req = super::csr::node_request(template).unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let mut csr = rcgen::CertificateSigningRequestParams::from_pem(&req.csr_pem).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    csr.params.not_before = now - time::Duration::minutes(1);
+    csr.params.not_after = now + time::Duration::hours(1);
+    (csr.signed_by(&issuer).unwrap().pem(), req.key_pem)
+}
+
+/// The serving certificate's decisions: request at once when there is none, when the
+/// stored one holds no certificate, or when it names other addresses; otherwise wait
+/// for the deadline, 70-90 % into its life.
+#[test]
+fn the_serving_certificate_is_requested_at_once_only_when_missing_or_outdated() {
+    use k8s_openapi::api::core::v1::NodeAddress;
+    let addr = |t: &str, a: &str| NodeAddress {
+        type_: t.into(),
+        address: a.into(),
+    };
+    let here = [addr("InternalIP", "10.0.0.5"), addr("Hostname", "n1")];
+    let moved = [addr("InternalIP", "10.0.0.6"), addr("Hostname", "n1")];
+    let template = |a: &[NodeAddress]| super::csr::Template::serving("n1", a).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let r = Planned {
+        store: CertStore::serving(dir.path()),
+        template: template(&here),
+    };
+    let now = jiff::Timestamp::now();
+    let plan = |r: &Planned| super::rotation::plan(r, 0.5, now).unwrap();
+
+    assert_eq!(plan(&r), Duration::ZERO, "none stored");
+    r.store.update(b"not a certificate\n", b"K\n", now).unwrap();
+    assert_eq!(plan(&r), Duration::ZERO, "nothing readable stored");
+
+    let (cert, key) = issued_for(&template(&here));
+    r.store
+        .update(
+            cert.as_bytes(),
+            key.as_bytes(),
+            now + jiff::SignedDuration::from_secs(1),
+        )
+        .unwrap();
+    let wait = plan(&r);
+    // 80 % of an hour from a minute ago, give or take the test's own seconds.
+    assert!(
+        wait > Duration::from_secs(46 * 60) && wait < Duration::from_secs(48 * 60),
+        "{wait:?}"
+    );
+
+    let (cert, key) = issued_for(&template(&moved));
+    r.store
+        .update(
+            cert.as_bytes(),
+            key.as_bytes(),
+            now + jiff::SignedDuration::from_secs(2),
+        )
+        .unwrap();
+    assert_eq!(plan(&r), Duration::ZERO, "other addresses");
+}

@@ -36,7 +36,8 @@ pub(crate) fn filter_for(verbosity: u8) -> EnvFilter {
 }
 
 /// Replaces the installed subscriber's filter (set once, by [`init`]).
-type SetFilter = Box<dyn Fn(EnvFilter) -> Result<(), String> + Send + Sync>;
+type SetFilter =
+    Box<dyn Fn(EnvFilter) -> Result<(), tracing_subscriber::reload::Error> + Send + Sync>;
 static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
 
 /// Installs the global subscriber (stderr, one line per event). `RUST_LOG` overrides `-v`.
@@ -54,7 +55,7 @@ pub fn init(verbosity: u8) {
         .with_filter_reloading();
     let handle = builder.reload_handle();
     if builder.try_init().is_ok() {
-        let set: SetFilter = Box::new(move |f| handle.reload(f).map_err(|e| e.to_string()));
+        let set: SetFilter = Box::new(move |f| handle.reload(f));
         let _ = SET_FILTER.set(set);
     }
 }
@@ -65,14 +66,14 @@ pub(crate) enum VerbosityError {
     #[error("logging was not set up by oxlet")]
     NotInstalled,
     #[error("the filter could not be replaced: {0}")]
-    Reload(String),
+    Reload(#[from] tracing_subscriber::reload::Error),
 }
 
 /// Changes `-v` while running (kubelet's `PUT /debug/flags/v`): from the next line on,
 /// what is logged is what `-v=<verbosity>` logs.
 pub(crate) fn set_verbosity(verbosity: u8) -> Result<(), VerbosityError> {
     let set = SET_FILTER.get().ok_or(VerbosityError::NotInstalled)?;
-    set(filter_for(verbosity)).map_err(VerbosityError::Reload)
+    Ok(set(filter_for(verbosity))?)
 }
 
 #[cfg(test)]

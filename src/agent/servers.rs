@@ -182,6 +182,9 @@ fn start_serving_rotation(
         );
     };
     match rotation.install_stored() {
+        Ok(Some(cert)) if cert.not_after <= jiff::Timestamp::now() => {
+            tracing::warn!(subject = cert.subject, notAfter = %cert.not_after, "serverTLSBootstrap: the stored serving certificate has expired; requesting a new one (TLS handshakes fail until it is issued)");
+        }
         Ok(Some(cert)) => {
             info!(target: STARTUP_TARGET, subject = cert.subject, notAfter = %cert.not_after, names = rotation.names(), "serverTLSBootstrap: serving the stored serving certificate; it is renewed before it expires");
         }

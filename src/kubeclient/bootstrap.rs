@@ -55,23 +55,19 @@ pub(crate) struct CertInfo {
 
 /// The first certificate in `pem` (a certificate-and-key file is fine), or None.
 pub(crate) fn cert_info(pem: &[u8]) -> Option<CertInfo> {
-    all_certs(pem).into_iter().next()
+    all_certs(pem).next()
 }
 
-fn all_certs(pem: &[u8]) -> Vec<CertInfo> {
-    x509_parser::pem::Pem::iter_from_buffer(pem)
-        .map_while(Result::ok)
-        .filter(|p| p.label == "CERTIFICATE")
-        .filter_map(|p| {
-            let cert = p.parse_x509().ok()?;
-            let v = cert.validity();
-            Some(CertInfo {
-                subject: cert.subject().to_string(),
-                not_before: jiff::Timestamp::from_second(v.not_before.timestamp()).ok()?,
-                not_after: jiff::Timestamp::from_second(v.not_after.timestamp()).ok()?,
-            })
+fn all_certs(pem: &[u8]) -> impl Iterator<Item = CertInfo> + '_ {
+    csr::certificate_blocks(pem).filter_map(|p| {
+        let cert = p.parse_x509().ok()?;
+        let v = cert.validity();
+        Some(CertInfo {
+            subject: cert.subject().to_string(),
+            not_before: jiff::Timestamp::from_second(v.not_before.timestamp()).ok()?,
+            not_after: jiff::Timestamp::from_second(v.not_after.timestamp()).ok()?,
         })
-        .collect()
+    })
 }
 
 /// kubelet's `isClientConfigStillValid`: the file loads, its user has a client
@@ -86,8 +82,8 @@ pub(crate) async fn still_valid(kubeconfig: &Path, now: jiff::Timestamp) -> bool
             return false;
         }
     };
-    let certs = kubeconfig::client_certificate_pem(&config)
-        .map(|p| all_certs(&p))
+    let certs: Vec<CertInfo> = kubeconfig::client_certificate_pem(&config)
+        .map(|p| all_certs(&p).collect())
         .unwrap_or_default();
     if certs.is_empty() {
         tracing::warn!(kubeconfig = %kubeconfig.display(), "the kubeconfig has no readable client certificate; bootstrapping one");
@@ -188,9 +184,8 @@ pub(crate) enum IssuedError {
 /// `tls.X509KeyPair` check) for the key the request was made with, and it names this
 /// node (`system:node:<node>`), so a signer's mistake never becomes the node's identity.
 fn check_issued(cert_pem: &[u8], key_pem: &str, node: &str) -> Result<(), IssuedError> {
-    let pem = x509_parser::pem::Pem::iter_from_buffer(cert_pem)
-        .map_while(Result::ok)
-        .find(|p| p.label == "CERTIFICATE")
+    let pem = csr::certificate_blocks(cert_pem)
+        .next()
         .ok_or(IssuedError::NoCertificate)?;
     let cert = pem
         .parse_x509()

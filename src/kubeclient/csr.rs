@@ -101,10 +101,7 @@ impl Template {
     /// names and IPs are the template's, as sets. A certificate that cannot be read
     /// satisfies nothing.
     pub(crate) fn satisfied_by(&self, cert_pem: &[u8]) -> bool {
-        let Some(pem) = x509_parser::pem::Pem::iter_from_buffer(cert_pem)
-            .map_while(Result::ok)
-            .find(|p| p.label == "CERTIFICATE")
-        else {
+        let Some(pem) = certificate_blocks(cert_pem).next() else {
             return false;
         };
         let Ok(cert) = pem.parse_x509() else {
@@ -136,6 +133,14 @@ impl Template {
             && dns == self.dns_names.iter().cloned().collect()
             && ips == self.ips.iter().map(|ip| Some(*ip)).collect()
     }
+}
+
+/// The PEM `CERTIFICATE` blocks in `pem`, in order (a certificate-and-key file is
+/// fine; reading stops at the first block that is not PEM).
+pub(crate) fn certificate_blocks(pem: &[u8]) -> impl Iterator<Item = x509_parser::pem::Pem> + '_ {
+    x509_parser::pem::Pem::iter_from_buffer(pem)
+        .map_while(Result::ok)
+        .filter(|p| p.label == "CERTIFICATE")
 }
 
 /// A SAN's IP bytes (4 or 16), or None when they are neither.

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use kube::client::ClientBuilder;
 
-pub(crate) use bootstrap::{BOOTSTRAP_WAIT, Bootstrap};
+pub(crate) use bootstrap::{BOOTSTRAP_WAIT, Bootstrap, cert_info};
 pub(crate) use kubeconfig::KubeconfigError;
 use ratelimit::RateLimitLayer;
 pub(crate) use ratelimit::TokenBucket;

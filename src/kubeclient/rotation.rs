@@ -148,13 +148,9 @@ pub(crate) struct Rotation {
 }
 
 impl Rotation {
-    fn store(&self) -> CertStore {
-        CertStore::new(&self.cert_dir)
-    }
-
     /// When the current certificate is due, for the start-up log.
     pub(crate) fn next_deadline(&self) -> Option<(CertInfo, jiff::Timestamp)> {
-        let (_, info) = current(&self.store()).ok()?;
+        let (_, info) = current(&Renewal::store(self)).ok()?;
         let at = deadline(&info, self.jitter);
         Some((info, at))
     }
@@ -172,7 +168,7 @@ impl Renewal for Rotation {
     const REQUEST_WHEN_MISSING: bool = false;
 
     fn store(&self) -> CertStore {
-        Rotation::store(self)
+        CertStore::new(&self.cert_dir)
     }
 
     /// One rotation: which client, the CSR, the store, the slot.

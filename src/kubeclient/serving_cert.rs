@@ -21,8 +21,9 @@ use super::rotation::{self, Renewal, RotationError};
 
 /// Why a pair could not be put in front of handshakes (the server's reason).
 pub(crate) type InstallError = Box<dyn std::error::Error + Send + Sync>;
-/// Puts a pair (PEM: the certificate, then its key) in front of new handshakes. The
-/// server gives it; this floor does not know the server.
+/// Puts a pair (PEM: the certificate, then its key) in front of new handshakes; the
+/// server stops presenting it once it expires. The server gives it; this floor does
+/// not know the server.
 pub(crate) type Install = Arc<dyn Fn(&[u8]) -> Result<(), InstallError> + Send + Sync>;
 
 /// The serving certificate's renewal.
@@ -64,18 +65,18 @@ impl ServingRotation {
     }
 
     /// Puts the stored pair to use now, as kubelet's manager starts from the store's
-    /// current pair, and says what it is; None when there is none yet. An expired
-    /// pair is not presented (client-go's `Current` returns nothing once expired).
+    /// current pair, and says what it is; None when there is none yet. (An expired
+    /// pair is installed too, and not presented: client-go's `Current` returns
+    /// nothing once expired.)
     pub(crate) fn install_stored(&self) -> Result<Option<CertInfo>, RotationError> {
-        let (pem, info) = match rotation::current(&self.store()) {
+        let store = self.store();
+        let (pem, info) = match rotation::current(&store) {
             Ok(found) => found,
             Err(RotationError::NoCurrent { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        if info.not_after > jiff::Timestamp::now() {
-            let file = self.store().current_path();
-            (self.install)(&pem).map_err(|source| RotationError::Install { file, source })?;
-        }
+        let file = store.current_path();
+        (self.install)(&pem).map_err(|source| RotationError::Install { file, source })?;
         Ok(Some(info))
     }
 

@@ -3,8 +3,8 @@
 //! the running container's checkpoint to
 //! `<root-dir>/checkpoints/checkpoint-<pod>_<namespace>-<container>-<RFC 3339 time>.tar`
 //! (the directory root's alone), and the answer names that file. A runtime without
-//! checkpointing (containerd before 1.7, or without CRIU) answers with its error,
-//! relayed as kubelet relays it.
+//! checkpointing (containerd 1.6 and 1.7 answer Unimplemented; 2.x needs CRIU)
+//! answers with its error, relayed as kubelet relays it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,10 +41,6 @@ fn timeout_of(pairs: &[(String, String)]) -> Result<Option<i64>, ()> {
         .transpose()
 }
 
-fn text(code: StatusCode, msg: String) -> Response {
-    (code, [(header::CONTENT_TYPE, "text/plain")], msg).into_response()
-}
-
 /// The handler, with kubelet's answers: 404 for an unknown pod or container (and,
 /// as kubelet has it, for a `timeout` that is not a number), 500 with the runtime's
 /// reason when the checkpoint fails, 200 `{"items":["<archive>"]}` when it is written.
@@ -54,15 +50,15 @@ pub(crate) async fn checkpoint(
     Query(query): Query<Vec<(String, String)>>,
 ) -> Response {
     let Some(pod) = s.pods.get_by_name(&ns, &name) else {
-        return text(StatusCode::NOT_FOUND, "pod does not exist".into());
+        return super::plain_text(StatusCode::NOT_FOUND, "pod does not exist".into());
     };
     if !super::container_logs::has_container(&pod, &container) {
         let msg = format!("container {container} does not exist");
-        return text(StatusCode::NOT_FOUND, msg);
+        return super::plain_text(StatusCode::NOT_FOUND, msg);
     }
     let Ok(timeout) = timeout_of(&query) else {
         let msg = "cannot parse value of timeout parameter".to_string();
-        return text(StatusCode::NOT_FOUND, msg);
+        return super::plain_text(StatusCode::NOT_FOUND, msg);
     };
     let failed = |why: String| {
         let msg = format!("checkpointing of {ns}/{name}/{container} failed ({why})");
@@ -72,7 +68,7 @@ pub(crate) async fn checkpoint(
             reason = why,
             "container checkpoint failed"
         );
-        text(StatusCode::INTERNAL_SERVER_ERROR, msg)
+        super::plain_text(StatusCode::INTERNAL_SERVER_ERROR, msg)
     };
     let timeout = match timeout {
         Some(t) if t < 0 => {

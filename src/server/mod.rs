@@ -176,13 +176,20 @@ async fn eviction_status(State(v): State<Views>) -> impl IntoResponse {
     axum::Json(v.eviction.get())
 }
 
+/// A plain-text answer, as kubelet's handlers write their messages.
+fn plain_text(code: StatusCode, msg: String) -> axum::response::Response {
+    (code, [(header::CONTENT_TYPE, "text/plain")], msg).into_response()
+}
+
 /// `/debug/flags/v`: kubelet's verbosity setter. `PUT` with the level as the body
 /// changes `-v` from the next log line on; any other method is 406, as kubelet's
 /// `StringFlagPutHandler` answers.
-async fn debug_flags_v(method: axum::http::Method, body: axum::body::Bytes) -> impl IntoResponse {
-    let plain = |code: StatusCode, msg: String| (code, [(header::CONTENT_TYPE, "text/plain")], msg);
+async fn debug_flags_v(
+    method: axum::http::Method,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
     if method != axum::http::Method::PUT {
-        return plain(StatusCode::NOT_ACCEPTABLE, "unsupported http method".into());
+        return plain_text(StatusCode::NOT_ACCEPTABLE, "unsupported http method".into());
     }
     let text = String::from_utf8_lossy(&body);
     // klog's Level.Set: an unsigned 32-bit decimal; oxlet's levels end at 6.
@@ -191,17 +198,17 @@ async fn debug_flags_v(method: axum::http::Method, body: axum::body::Bytes) -> i
             "failed set klog.logging.verbosity {text}: strconv.ParseUint: parsing {:?}: invalid syntax",
             text.as_ref()
         );
-        return plain(StatusCode::BAD_REQUEST, msg);
+        return plain_text(StatusCode::BAD_REQUEST, msg);
     };
     let v = u8::try_from(level).unwrap_or(u8::MAX);
     if let Err(e) = crate::logging::set_verbosity(v) {
-        return plain(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+        return plain_text(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
     }
     tracing::warn!(
         verbosity = level,
         "log verbosity changed through /debug/flags/v"
     );
-    plain(
+    plain_text(
         StatusCode::OK,
         format!("successfully set klog.logging.verbosity to {text}"),
     )

@@ -265,10 +265,13 @@ impl ServingSlot {
     /// obtained (`pem`: the certificate, then its key): once it expires it is no
     /// longer presented, as client-go's `Current` returns nothing for an expired one.
     pub(crate) fn replace_issued(&self, pem: &[u8]) -> Result<(), ServingError> {
-        let not_after = leaf_not_after(pem).ok_or_else(|| ServingError::Invalid {
-            what: "serving certificate".into(),
-            reason: "no readable PEM CERTIFICATE".into(),
-        })?;
+        let leaf = crate::kubeclient::cert_info(pem);
+        let not_after = leaf
+            .map(|c| c.not_after.into())
+            .ok_or_else(|| ServingError::Invalid {
+                what: "serving certificate".into(),
+                reason: "no readable PEM CERTIFICATE".into(),
+            })?;
         let pair = ServingPair {
             cert_pem: pem.to_vec(),
             key_pem: pem.to_vec(),
@@ -302,16 +305,6 @@ impl ServingSlot {
             _ => Some(current.key),
         }
     }
-}
-
-/// The first certificate's `notAfter` in `pem`.
-fn leaf_not_after(pem: &[u8]) -> Option<std::time::SystemTime> {
-    let pem = x509_parser::pem::Pem::iter_from_buffer(pem)
-        .map_while(Result::ok)
-        .find(|p| p.label == "CERTIFICATE")?;
-    let cert = pem.parse_x509().ok()?;
-    let secs = u64::try_from(cert.validity().not_after.timestamp()).ok()?;
-    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
 
 impl ResolvesServerCert for ServingSlot {

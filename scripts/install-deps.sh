@@ -2,7 +2,9 @@
 # Install what oxlet's real-runtime tests and examples need, as root on Debian:
 # containerd (with CRI), runc, the CNI plugins, a static busybox (test images),
 # protoc (the k8s-cri build script), iproute2, openssl (test certificates) and kubectl. Only missing packages are installed,
-# so a prepared machine costs nothing (and no network).
+# so a prepared machine costs nothing (and no network). containerd 1.7 and 2.x, which the core
+# of the integration suite also runs against, are fetched into target/runtimes without being
+# installed (scripts/fetch-runtimes.sh).
 #
 # No system containerd is started: oxlet and the test bed run their own, and a system
 # one would only compete for nothing. A policy-rc.d that forbids service starts is put in
@@ -27,8 +29,10 @@ for p in "${PKGS[@]}"; do
         missing+=("$p")
     fi
 done
+fetch_runtimes() { bash "$(dirname "$0")/fetch-runtimes.sh"; }
 if [ ${#missing[@]} -eq 0 ]; then
     echo "install-deps: all present (${PKGS[*]})"
+    fetch_runtimes
     exit 0
 fi
 echo "install-deps: installing ${missing[*]}"
@@ -57,4 +61,5 @@ for bin in containerd runc ctr containerd-shim-runc-v2 ip protoc /usr/lib/cni/br
         exit 1
     fi
 done
+fetch_runtimes
 echo "install-deps: done"

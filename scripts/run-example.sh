@@ -18,6 +18,11 @@ cargo build --release
 bash scripts/build-images.sh "$ROOT_DIR/images"
 
 args=(--pod-manifest-path examples/manifests -v=2)
+# Like kubelet since 1.35, oxlet refuses a cgroup v1 host unless told otherwise.
+if [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then
+    echo "run-example: this host uses cgroup v1; passing --fail-cgroupv1=false" >&2
+    args+=(--fail-cgroupv1=false)
+fi
 if [ "$ROOT_DIR" != /var/lib/oxlet ]; then
     args+=(--root-dir "$ROOT_DIR")
 fi

@@ -17,7 +17,17 @@ use base64::Engine as _;
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kind");
 
-/// `KEY=VALUE` pairs of the drop-in's `Environment="..."` lines and of the env file.
+/// The data file standing for a node path the drop-in names.
+fn data_file(node_path: &str) -> &'static str {
+    match node_path {
+        "/var/lib/kubelet/kubeadm-flags.env" => "kubeadm-flags.env",
+        "/etc/default/kubelet" => "default-kubelet",
+        other => panic!("the drop-in names {other}, which tests/data/kind lacks"),
+    }
+}
+
+/// `KEY=VALUE` pairs of the drop-in's `Environment="..."` lines and of its
+/// `EnvironmentFile=` files, in the drop-in's order.
 fn environment() -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     let dropin = std::fs::read_to_string(format!("{DATA}/10-kubeadm.conf")).unwrap();
@@ -25,12 +35,15 @@ fn environment() -> BTreeMap<String, String> {
         if let Some(rest) = line.strip_prefix("Environment=") {
             let (k, v) = rest.trim_matches('"').split_once('=').unwrap();
             env.insert(k.to_string(), v.to_string());
+        } else if let Some(file) = line.strip_prefix("EnvironmentFile=") {
+            // `-`: optional, as both of kind's are.
+            let file = data_file(file.trim_start_matches('-'));
+            let text = std::fs::read_to_string(format!("{DATA}/{file}")).unwrap();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                let (k, v) = line.split_once('=').unwrap();
+                env.insert(k.to_string(), v.trim_matches('"').to_string());
+            }
         }
-    }
-    let flags = std::fs::read_to_string(format!("{DATA}/kubeadm-flags.env")).unwrap();
-    for line in flags.lines().filter(|l| !l.trim().is_empty()) {
-        let (k, v) = line.split_once('=').unwrap();
-        env.insert(k.to_string(), v.trim_matches('"').to_string());
     }
     env
 }
@@ -88,17 +101,30 @@ fn write_kubeconfig(dir: &Path) -> std::path::PathBuf {
     path
 }
 
-/// Runs oxlet with kind's arguments, host paths moved under `dir`; exit code and stderr.
+/// kind's config.yaml with its runtime endpoint pointing at `endpoint`, written in `dir`.
+fn write_config(dir: &Path, endpoint: &str) -> std::path::PathBuf {
+    let kind = std::fs::read_to_string(format!("{DATA}/config.yaml")).unwrap();
+    let line = "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n";
+    assert!(kind.contains(line), "{kind}");
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        kind.replace(line, &format!("containerRuntimeEndpoint: {endpoint}\n")),
+    )
+    .unwrap();
+    path
+}
+
+/// Runs oxlet with kind's arguments, host paths moved under `dir` and the config file's
+/// runtime endpoint pointing at nothing; exit code and stderr.
 fn run_kind(dir: &Path, kubeconfig: &Path) -> (i32, String) {
     let sock = dir.join("none.sock");
+    let config = write_config(dir, &format!("unix://{}", sock.display()));
     let args: Vec<String> = kind_args()
         .into_iter()
         .map(|a| match a.split_once('=') {
             Some(("--kubeconfig", _)) => format!("--kubeconfig={}", kubeconfig.display()),
-            Some(("--config", _)) => format!("--config={DATA}/config.yaml"),
-            Some(("--container-runtime-endpoint", _)) => {
-                format!("--container-runtime-endpoint=unix://{}", sock.display())
-            }
+            Some(("--config", _)) => format!("--config={}", config.display()),
             _ => a,
         })
         // The test's own: state under the temporary directory, a short runtime wait.
@@ -127,20 +153,31 @@ fn kinds_flags_config_and_kubeconfig_are_accepted() {
             "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
             "--kubeconfig=/etc/kubernetes/kubelet.conf",
             "--config=/var/lib/kubelet/config.yaml",
-            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
             "--node-ip=172.18.0.2",
             "--node-labels=",
-            "--pod-infra-container-image=registry.k8s.io/pause:3.10",
             "--provider-id=kind://docker/kind/kind-control-plane",
-            "--fail-swap-on=false",
-            "--cgroup-root=/kubelet",
+            "--runtime-cgroups=/system.slice/containerd.service",
         ]
+    );
+    // kubeadm merged the instance config's endpoint into config.yaml.
+    let instance = std::fs::read_to_string(format!("{DATA}/instance-config.yaml")).unwrap();
+    let config = std::fs::read_to_string(format!("{DATA}/config.yaml")).unwrap();
+    let endpoint = instance
+        .trim()
+        .strip_prefix("containerRuntimeEndpoint: ")
+        .unwrap()
+        .trim_matches('"');
+    assert!(
+        config.contains(&format!("containerRuntimeEndpoint: {endpoint}\n")),
+        "{config}"
     );
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = write_kubeconfig(dir.path());
     let (code, err) = run_kind(dir.path(), &kubeconfig);
 
-    // It got past the options and the kubeconfig, and stopped at the missing runtime.
+    // It got past the options and the kubeconfig (the bootstrap kubeconfig, which
+    // `kubeadm init` never writes, is not needed while kubelet.conf is valid), and
+    // stopped at the missing runtime the config file names.
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("none.sock"), "{err}");
     assert!(
@@ -160,11 +197,8 @@ fn kinds_flags_config_and_kubeconfig_are_accepted() {
         })
         .map(|s| s.rsplit(": ").next().unwrap_or(s))
         .collect();
-    assert_eq!(
-        unimplemented,
-        ["flag --pod-infra-container-image", "flag --fail-swap-on",],
-        "{err}"
-    );
+    // None: every flag and field of kind v0.32's node is read. (This list only shrinks.)
+    assert_eq!(unimplemented, Vec::<&str>::new(), "{err}");
     assert!(!err.contains("unknown config field"), "{err}");
 }
 
@@ -195,27 +229,58 @@ fn kinds_kubeconfig_with_missing_client_pem_is_one_clear_error() {
     assert!(!err.contains("none.sock"), "{err}");
 }
 
-/// With kind's config file, kubeconfig and flags, on a real containerd, oxlet runs a
-/// static pod as it does standalone. Only what this test machine differs in is
-/// overridden by later flags: its containerd uses the cgroupfs driver (kind's use
-/// systemd), and the test bed's own socket, directories, ports and cgroup root.
+/// With kind's config file, kubeconfig and flags, on a real containerd: refused on this
+/// cgroup v1 host, as kubelet 1.36 refuses it (`failCgroupV1` defaults to true); with
+/// that one setting turned off, oxlet runs a static pod as it does standalone. Only what
+/// this test machine differs in is overridden by later flags: its containerd uses the
+/// cgroupfs driver (kind's use systemd), the test bed's own socket, directories, ports
+/// and cgroup root, and the runtime's cgroup (kind's `/system.slice/containerd.service`
+/// is a cgroup the test bed's containerd is moved into here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kind_settings_run_a_static_pod_on_containerd() {
     let bed = common::Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = write_kubeconfig(dir.path());
-    let kind: Vec<String> = kind_args()
+    let config = write_config(dir.path(), &bed.endpoint());
+    let kind = |a: String| match a.split_once('=') {
+        Some(("--kubeconfig", _)) => format!("--kubeconfig={}", kubeconfig.display()),
+        Some(("--config", _)) => format!("--config={}", config.display()),
+        _ => a,
+    };
+
+    // As kind runs it: refused, naming the setting.
+    let refused = Command::new(env!("CARGO_BIN_EXE_oxlet"))
+        .args(kind_args().into_iter().map(kind))
+        .args([
+            format!("--root-dir={}", dir.path().join("root").display()),
+            "--cgroup-driver=cgroupfs".to_string(),
+            "--read-only-port=0".to_string(),
+            "--port=0".to_string(),
+            "--healthz-port=0".to_string(),
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "configured not to run on a host using cgroup v1 (--fail-cgroupv1 / failCgroupV1)"
+        ),
+        "{err}"
+    );
+
+    let runtime_cgroup = format!("oxtest-runtime-{}", std::process::id());
+    common::move_into_cgroup(&runtime_cgroup, bed.containerd_pid());
+    let args: Vec<String> = kind_args()
         .into_iter()
-        .filter_map(|a| match a.split_once('=') {
-            Some(("--kubeconfig", _)) => Some(format!("--kubeconfig={}", kubeconfig.display())),
-            Some(("--config", _)) => Some(format!("--config={DATA}/config.yaml")),
-            // The bed's socket and the test's cgroup root (set by the harness) stay.
-            Some(("--container-runtime-endpoint" | "--cgroup-root", _)) => None,
-            _ => Some(a),
-        })
-        .chain(["--cgroup-driver=cgroupfs".to_string()])
+        .map(kind)
+        .chain([
+            "--cgroup-driver=cgroupfs".to_string(),
+            format!("--runtime-cgroups=/{runtime_cgroup}"),
+        ])
         .collect();
-    let extra: Vec<&str> = kind.iter().map(String::as_str).collect();
+    let extra: Vec<&str> = args.iter().map(String::as_str).collect();
     let ox = agent::Oxlet::start(&bed, &extra);
     agent::write_manifest(
         &ox.manifests,
@@ -237,4 +302,26 @@ async fn kind_settings_run_a_static_pod_on_containerd() {
         "{}",
         agent::tail(&log, 40)
     );
+
+    // The runtime's system container, measured from its cgroup.
+    let runtime = ox
+        .wait_for_json("/stats/summary", Duration::from_secs(20), |summary| {
+            summary["node"]["systemContainers"]
+                .as_array()?
+                .iter()
+                .find(|c| c["name"] == "runtime")
+                .filter(|c| c["memory"]["usageBytes"].as_u64().is_some_and(|b| b > 0))
+                .cloned()
+        })
+        .await;
+    assert!(runtime["startTime"].is_string(), "{runtime}");
+    assert!(
+        runtime["cpu"]["usageCoreNanoSeconds"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{runtime}"
+    );
+    drop(ox);
+    drop(bed);
+    common::remove_cgroup_tree(&runtime_cgroup);
 }

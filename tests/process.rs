@@ -122,6 +122,8 @@ fn base_args(root: &Path, port: u16) -> Vec<String> {
         "--pod-logs-dir=/tmp/oxlet-process-test-logs".into(),
         "--container-log-symlink-dir=/tmp/oxlet-process-test-links".into(),
         format!("--cgroup-root={}", common::cgroup_root_for(root)),
+        // These machines run cgroup v1, which oxlet refuses by default, as kubelet.
+        "--fail-cgroupv1=false".into(),
         "-v=2".into(),
     ]
 }

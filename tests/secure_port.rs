@@ -778,6 +778,14 @@ spec:
         assert!(t.elapsed() < START, "no previous instance: {code} {body}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Follow the second instance once it runs (before, kubelet and oxlet serve the
+    // last one that ran, whose followed log ends at once).
+    ox.wait_for("counter restarted and running", START, |pods| {
+        let p = find(pods, "counter")?;
+        let s = p.status.as_ref()?.container_statuses.as_ref()?.first()?;
+        (s.restart_count >= 1 && s.state.as_ref()?.running.is_some()).then_some(())
+    })
+    .await;
     let mut s = c.connect().await.unwrap();
     s.write_all(format!("GET {logs}?follow=true HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
         .await

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Testbed, busybox_container};
+use common::{PAUSE_IMAGE, Testbed, busybox_container};
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     ContainerState, ContainerStatusRequest, CreateContainerRequest, PodSandboxState,
@@ -267,7 +267,8 @@ async fn import_images_skips_broken_archives() {
     std::fs::write(dir.join("notes.txt"), b"ignored").unwrap();
 
     let t = Instant::now();
-    let results = import_images(bed.socket(), &dir).await;
+    let ctr = common::containerd_binary().sibling("ctr");
+    let results = import_images(&ctr, bed.socket(), &dir).await;
     eprintln!("import of 2 archives took {:?}", t.elapsed());
     let names: Vec<String> = results
         .iter()
@@ -280,7 +281,9 @@ async fn import_images_skips_broken_archives() {
 
 #[tokio::test]
 async fn managed_containerd_reports_an_early_exit() {
-    use oxlet::containerd::{CniSettings, ContainerdError, ContainerdLayout, ManagedContainerd};
+    use oxlet::containerd::{
+        CniSettings, ContainerdError, ContainerdLayout, Launch, ManagedContainerd,
+    };
     let dir = tempfile::Builder::new()
         .prefix("oxlet-testbed-")
         .tempdir_in("/tmp")
@@ -293,7 +296,8 @@ async fn managed_containerd_reports_an_early_exit() {
         subnet: "10.234.255.0/24".into(),
     };
     let t = Instant::now();
-    let err = ManagedContainerd::start(&layout, &cni)
+    let binary = common::containerd_binary().clone();
+    let err = ManagedContainerd::start(&Launch::new(binary.clone(), layout, cni.clone()))
         .await
         .expect_err("containerd cannot listen on that socket");
     assert!(
@@ -311,7 +315,7 @@ async fn managed_containerd_reports_an_early_exit() {
 
     // Socket paths longer than containerd accepts are refused before it starts.
     let long = ContainerdLayout::new(dir.path().join("x".repeat(100)));
-    let err = ManagedContainerd::start(&long, &cni)
+    let err = ManagedContainerd::start(&Launch::new(binary, long, cni))
         .await
         .expect_err("too long");
     assert!(
@@ -339,4 +343,73 @@ async fn containers_survive_a_containerd_restart() {
     wait_running(&mut cri, &container).await;
     let ip = pod_ip(&mut cri, &sandbox).await;
     assert!(in_subnet(&ip, &bed.cni().subnet), "{ip}");
+}
+
+/// containerd ignores keys it does not know, so a key in the wrong section would go
+/// unnoticed: read back, through the CRI's verbose Status, what the runtime took from the
+/// config oxlet wrote for its release (`version = 2` for 1.x, `version = 3` for 2.x).
+#[tokio::test]
+async fn the_runtime_reads_the_config_written_for_its_release() {
+    let bed = Testbed::start().await;
+    let (major, _) = bed.containerd_release();
+    let written = std::fs::read_to_string(&bed.layout().config).unwrap();
+    let want_version = if major >= 2 { 3 } else { 2 };
+    assert!(
+        written.contains(&format!("\nversion = {want_version}\n")),
+        "{written}"
+    );
+    let status = bed
+        .cri()
+        .await
+        .status(k8s_cri::v1::StatusRequest { verbose: true })
+        .await
+        .expect("Status")
+        .into_inner();
+    let config: serde_json::Value =
+        serde_json::from_str(&status.info["config"]).expect("Status info config is JSON");
+    let layout = bed.layout();
+    assert_eq!(config["restrictOOMScoreAdj"], true, "{config}");
+    assert_eq!(config["enableSelinux"], false, "{config}");
+    let runc = &config["containerd"]["runtimes"]["runc"];
+    assert_eq!(runc["runtimeType"], "io.containerd.runc.v2", "{config}");
+    assert_eq!(
+        runc["options"]["Root"],
+        layout.runc_root.to_str().unwrap(),
+        "{config}"
+    );
+    assert_eq!(config["containerd"]["defaultRuntimeName"], "runc");
+    assert_eq!(
+        config["cni"]["confDir"],
+        layout.cni_conf_dir.to_str().unwrap()
+    );
+    assert_eq!(config["cni"]["maxConfNum"], 1);
+    let bin_dirs = if major >= 2 {
+        config["cni"]["binDirs"][0].clone()
+    } else {
+        config["cni"]["binDir"].clone()
+    };
+    assert_eq!(bin_dirs, "/usr/lib/cni", "{config}");
+    if major < 2 {
+        // 2.x moved the sandbox image to the images plugin, which Status does not show;
+        // there the sandboxes the other tests run (offline) show it is the local pause.
+        assert_eq!(config["sandboxImage"], PAUSE_IMAGE, "{config}");
+    }
+    // 1.7 and 2.x report config keys they will drop as a runtime condition: none here.
+    let conditions = status.status.expect("a runtime status").conditions;
+    if let Some(c) = conditions
+        .iter()
+        .find(|c| c.r#type == "ContainerdHasNoDeprecationWarnings")
+    {
+        assert!(
+            c.status,
+            "deprecated config keys: {} {}",
+            c.reason, c.message
+        );
+    } else {
+        assert_eq!(
+            bed.containerd_release(),
+            (1, 6),
+            "only 1.6 lacks the deprecation condition: {conditions:?}"
+        );
+    }
 }

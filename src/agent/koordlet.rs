@@ -131,6 +131,7 @@ pub(super) fn spawn_metric_advisor(
         shared.pod_cache.clone(),
     );
     let (cache, readings) = (shared.metric_cache.clone(), shared.readings.clone());
+    let runtime_cgroup = opts.runtime_cgroups.clone();
     let (node_name, root_dir, cri) = (
         opts.node_name.clone(),
         opts.root_dir.clone(),
@@ -144,6 +145,7 @@ pub(super) fn spawn_metric_advisor(
             proc_root: "/proc".into(),
             cgroups: tree.clone(),
             kubepods: cm.kubepods_path(),
+            runtime_cgroup: runtime_cgroup.clone(),
             lister: Box::new(ManagedPods::new(
                 pods.clone(),
                 pod_cache.clone(),

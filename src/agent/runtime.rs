@@ -14,7 +14,8 @@ use super::node::Host;
 use super::runtime_choice::{self, RuntimeChoice};
 use super::{Shared, process};
 use crate::containerd::{
-    CniSettings, ContainerdLayout, ManagedContainerd, import_images, probe_cri, supervise,
+    CniSettings, ContainerdBinary, ContainerdLayout, Launch, ManagedContainerd, import_images,
+    probe_cri, supervise,
 };
 use crate::contracts::AdmissionChain;
 use crate::cri::RemoteRuntime;
@@ -27,7 +28,10 @@ use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
 use crate::objects::ObjectManager;
 use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
-use crate::pleg::{EVENT_CHANNEL_CAPACITY, GenericPleg, PodLifecycleEvent};
+use crate::pleg::{
+    EVENT_CHANNEL_CAPACITY, EventedPleg, GenericPleg, PlegChoice, PodLifecycleEvent, Stream,
+    choose_pleg,
+};
 use crate::podenv::DnsConfigurer;
 use crate::prober::{ProbeManager, ProbeResults, StartupProbeGate, WorkerDeps};
 use crate::syncloop::{LoopInputs, SyncLoop, SyncLoopDeps, Syncer, WorkQueue, run_runtime_health};
@@ -48,6 +52,8 @@ pub(super) struct Runtime {
     /// The CRI endpoint connected to.
     pub endpoint: String,
     pub managed: Option<ManagedContainerd>,
+    /// The `ctr` that imports image archives: the managed containerd's own release's, else PATH's.
+    pub ctr: PathBuf,
 }
 
 /// Which runtime this start uses: the explicit endpoint; else what `--root-dir` was
@@ -88,7 +94,12 @@ pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
         RuntimeChoice::Managed => {
             let layout = ContainerdLayout::new(opts.root_dir.join("containerd"));
             info!(target: STARTUP_TARGET, root = %opts.root_dir.display(), "starting a managed containerd");
-            let m = ManagedContainerd::start(&layout, &CniSettings::default())
+            let binary = ContainerdBinary::locate(opts.containerd_binary.as_deref())
+                .await
+                .context("cannot start managed containerd")?;
+            info!(target: STARTUP_TARGET, binary = %binary.path.display(), version = %binary.version, configVersion = binary.config_format().number(), "managed containerd release");
+            let launch = Launch::new(binary, layout, CniSettings::default());
+            let m = ManagedContainerd::start(&launch)
                 .await
                 .context("cannot start managed containerd")?;
             info!(target: STARTUP_TARGET, endpoint = %m.endpoint(), "managed containerd is up");
@@ -113,11 +124,16 @@ pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
     };
     info!(target: STARTUP_TARGET, endpoint = %endpoint, runtime = %version.runtime_name, version = %version.runtime_version, apiVersion = %version.runtime_api_version, "connected to container runtime");
     runtime_choice::save(&opts.root_dir, &choice)?;
+    let ctr = managed.as_ref().map_or_else(
+        || PathBuf::from("ctr"),
+        |m| m.launch().binary.sibling("ctr"),
+    );
     Ok(Runtime {
         cri,
         runtime_name: version.runtime_name,
         endpoint,
         managed,
+        ctr,
     })
 }
 
@@ -138,7 +154,7 @@ pub(super) fn spawn_supervisor(rt: &mut Runtime, tasks: &Tasks) {
 pub(super) async fn import_root_images(opts: &Options, rt: &Runtime) {
     let images = opts.root_dir.join("images");
     if images.is_dir() {
-        import_images(&socket_path(&rt.endpoint), &images).await;
+        import_images(&rt.ctr, &socket_path(&rt.endpoint), &images).await;
     }
 }
 
@@ -232,37 +248,56 @@ pub(super) fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
 }
 
 /// The PLEG, warmed by one relist and then run as a restarting task; returns the
-/// channel its events reach the sync loop on.
+/// channel its events reach the sync loop on. The evented PLEG runs when the runtime
+/// serves `GetContainerEvents` (containerd 1.7 and later), else the generic one; the
+/// start-up line says which, and why.
 pub(super) async fn start_pleg(
     runtime: &Arc<RuntimeManager>,
     shared: &Shared,
     tasks: &Tasks,
 ) -> mpsc::Receiver<PodLifecycleEvent> {
-    let (cache, pleg_stats) = (&shared.pod_cache, &shared.pleg_stats);
     let (pleg_tx, pleg_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
-    let mut pleg = GenericPleg::new(
+    let (reader, cache, stats) = (
         runtime.reader(),
-        cache.clone(),
-        pleg_tx.clone(),
-        pleg_stats.clone(),
+        shared.pod_cache.clone(),
+        shared.pleg_stats.clone(),
     );
+    let make = move || {
+        GenericPleg::new(
+            reader.clone(),
+            cache.clone(),
+            pleg_tx.clone(),
+            stats.clone(),
+        )
+    };
+    let mut pleg = make();
     // One relist before the loop starts, so PLEG health and the cache are warm.
     pleg.relist().await;
-    // A restarted PLEG starts from an empty record: its first relist reports every
-    // container once, which only wakes each pod's worker.
+    // Which PLEG runs is found in its task (up to a second's wait for the runtime to
+    // refuse the event stream), so the loop does not wait for it. A restarted PLEG starts
+    // from an empty record: its first relist reports every container once, which only
+    // wakes each pod's worker. An evented one subscribes again.
     let mut first = Some(pleg);
-    let (reader, pleg_cache, stats) = (runtime.reader(), cache.clone(), pleg_stats.clone());
+    let evented: Arc<std::sync::OnceLock<bool>> = Arc::default();
+    let reader = runtime.reader();
     tasks.spawn_restarting("pleg", Backoff::default(), move |cancel| {
-        let pleg = first.take().unwrap_or_else(|| {
-            GenericPleg::new(
-                reader.clone(),
-                pleg_cache.clone(),
-                pleg_tx.clone(),
-                stats.clone(),
-            )
-        });
+        let pleg = first.take().unwrap_or_else(&make);
+        let (reader, evented) = (reader.clone(), evented.clone());
         async move {
-            pleg.run(cancel).await;
+            let choice = match evented.get() {
+                None => {
+                    let choice = choose_pleg(&reader).await;
+                    info!(target: STARTUP_TARGET, pleg = choice.name(), reason = choice.reason().as_str(), "starting the pod lifecycle event generator");
+                    let _ = evented.set(matches!(choice, PlegChoice::Evented(_)));
+                    choice
+                }
+                Some(true) => PlegChoice::Evented(Stream::resubscribe()),
+                Some(false) => PlegChoice::generic_again(),
+            };
+            match choice {
+                PlegChoice::Evented(stream) => EventedPleg::new(pleg, stream).run(cancel).await,
+                PlegChoice::Generic(_) => pleg.run(cancel).await,
+            }
             Ok(())
         }
     });

@@ -30,6 +30,8 @@ use crate::node::NodeInfo;
 pub(crate) struct CmSettings {
     /// `failCgroupV1`.
     pub fail_cgroup_v1: bool,
+    /// `failSwapOn`.
+    pub fail_swap_on: bool,
     /// `cgroupDriver`, and whether it was given rather than defaulted.
     pub cgroup_driver: CgroupDriver,
     pub cgroup_driver_explicit: bool,
@@ -61,6 +63,13 @@ pub(crate) enum CmStartError {
         "oxlet is configured not to run on a host using cgroup v1 (--fail-cgroupv1 / failCgroupV1), and this host uses {0}"
     )]
     CgroupV1(CgroupVersion),
+    /// kubelet's words, with what `/proc/swaps` listed.
+    #[error(
+        "running with swap on is not supported, please disable swap or set --fail-swap-on flag to false (failSwapOn). /proc/swaps contained: {0:?}"
+    )]
+    SwapOn(Vec<String>),
+    #[error("cannot read /proc/swaps to check for swap (failSwapOn): {0}")]
+    Swaps(std::io::Error),
     #[error(transparent)]
     Driver(#[from] DriverMismatch),
     #[error("--cgroup-root: {0}")]
@@ -174,6 +183,33 @@ fn reserved_cgroups(opts: &CmSettings) -> Vec<ReservedCgroup<'_>> {
     ]
 }
 
+/// Where the kernel lists the active swap areas.
+const PROC_SWAPS: &str = "/proc/swaps";
+
+/// kubelet's swap check: `/proc/swaps` trimmed, more than its header line means swap is
+/// on; a missing file means it is off.
+fn check_swap(path: &Path) -> Result<(), CmStartError> {
+    use std::io::Read as _;
+    // The header and one line per swap area: a few KiB even with many.
+    let read = std::fs::File::open(path).and_then(|f| {
+        let mut text = String::new();
+        f.take(64 * 1024).read_to_string(&mut text).map(|_| text)
+    });
+    let text = match read {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            info!(path = %path.display(), "file does not exist, assuming that swap is disabled");
+            return Ok(());
+        }
+        Err(e) => return Err(CmStartError::Swaps(e)),
+    };
+    let lines: Vec<String> = text.trim().lines().map(str::to_string).collect();
+    if lines.len() > 1 {
+        return Err(CmStartError::SwapOn(lines));
+    }
+    Ok(())
+}
+
 /// Detects, decides, logs once and builds the tree. `kubepods` is what node
 /// allocatable limits the `kubepods` cgroup to.
 pub(crate) async fn start(
@@ -191,6 +227,9 @@ pub(crate) async fn start(
     crate::metrics::kubelet().cgroup_version.set(gauge.into());
     if opts.fail_cgroup_v1 && version.uses_v1_controllers() {
         return Err(CmStartError::CgroupV1(version));
+    }
+    if opts.fail_swap_on {
+        check_swap(Path::new(PROC_SWAPS))?;
     }
     let root_text = opts.cgroup_root.to_cgroupfs()?;
     let reported = runtime_driver(cri).await;
@@ -243,4 +282,31 @@ pub(crate) async fn start(
         info!(target: STARTUP_TARGET, cgroup = %path, cpuShares = limits.cpu_shares, memoryLimit = limits.memory_limit, pidsLimit = limits.pids_limit, "limited the {flag} cgroup");
     }
     Ok(Arc::new(cm))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swap_is_on_when_proc_swaps_lists_an_area() {
+        let dir = tempfile::tempdir().unwrap();
+        let swaps = dir.path().join("swaps");
+        std::fs::write(&swaps, "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n").unwrap();
+        assert!(check_swap(&swaps).is_ok());
+        std::fs::write(
+            &swaps,
+            "Filename\tType\tSize\tUsed\tPriority\n/swapfile\tfile\t1048572\t0\t-2\n",
+        )
+        .unwrap();
+        let err = check_swap(&swaps).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "running with swap on is not supported, please disable swap or set --fail-swap-on flag to false"
+            ),
+            "{err}"
+        );
+        assert!(err.contains("/swapfile"), "{err}");
+        assert!(check_swap(&dir.path().join("absent")).is_ok());
+    }
 }

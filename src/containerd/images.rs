@@ -20,8 +20,8 @@ fn is_image_archive(name: &str) -> bool {
 
 /// `ctr images import` of one archive. ctr 1.6 reads only plain tar, so a gzipped archive
 /// is piped through `gzip -dc` into `ctr images import -`.
-async fn import_one(socket: &Path, file: &Path) -> io::Result<std::process::Output> {
-    let mut ctr = Command::new("ctr");
+async fn import_one(ctr: &Path, socket: &Path, file: &Path) -> io::Result<std::process::Output> {
+    let mut ctr = Command::new(ctr);
     ctr.arg("-a")
         .arg(socket)
         .args(["-n", CRI_NAMESPACE, "images", "import"])
@@ -66,8 +66,13 @@ pub enum ImportError {
 
 /// Import every image archive in `dir` (k3s's `agent/images` convention) into the CRI
 /// namespace, each on its own with `ctr -a <socket> -n k8s.io images import <file>`, in
-/// name order. A broken archive is logged and skipped; a missing dir imports nothing.
-pub async fn import_images(socket: &Path, dir: &Path) -> Vec<(PathBuf, Result<(), ImportError>)> {
+/// name order, with the `ctr` of containerd's own release. A broken archive is logged and
+/// skipped; a missing dir imports nothing.
+pub async fn import_images(
+    ctr: &Path,
+    socket: &Path,
+    dir: &Path,
+) -> Vec<(PathBuf, Result<(), ImportError>)> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -86,7 +91,7 @@ pub async fn import_images(socket: &Path, dir: &Path) -> Vec<(PathBuf, Result<()
     let mut results = Vec::with_capacity(files.len());
     for file in files {
         let started = Instant::now();
-        let result = match import_one(socket, &file).await {
+        let result = match import_one(ctr, socket, &file).await {
             Ok(o) if o.status.success() => {
                 tracing::info!(
                     file = %file.display(),
@@ -130,6 +135,7 @@ mod tests {
     #[tokio::test]
     async fn import_from_missing_dir_is_empty() {
         let r = import_images(
+            Path::new("ctr"),
             Path::new("/nonexistent.sock"),
             Path::new("/nonexistent/dir"),
         )

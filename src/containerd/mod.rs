@@ -14,16 +14,20 @@
 //! it decides nothing about pods. [`supervise`] keeps it running, [`import_images`]
 //! loads image archives into it.
 
-use std::ffi::OsStr;
+use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+mod binary;
+mod config;
 mod images;
 mod supervisor;
 
+pub use binary::{ConfigFormat, ContainerdBinary};
+pub use config::{ConfigInputs, render_cni_conflist, render_config, write_config};
 pub use images::{ImportError, import_images};
 pub use supervisor::{
     RESTART_BACKOFF_INITIAL, RESTART_BACKOFF_MAX, RESTART_BACKOFF_RESET, next_backoff, supervise,
@@ -149,141 +153,15 @@ impl ContainerdLayout {
     }
 }
 
-/// A TOML basic string: quotes and backslashes escaped.
-fn toml_str(s: impl AsRef<OsStr>) -> String {
-    let s = s.as_ref().to_string_lossy();
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// containerd's `version = 2` config for `layout`.
-///
-/// Snapshotters that cannot work here (btrfs, zfs, devmapper, aufs) are disabled: they only
-/// add start-up probing and log noise.
-pub fn render_config(layout: &ContainerdLayout, cni: &CniSettings, sandbox_image: &str) -> String {
-    const CRI: &str = "plugins.\"io.containerd.grpc.v1.cri\"";
-    format!(
-        r#"# Written by oxlet at every start of its managed containerd; edits are lost.
-# Pod network: bridge {bridge_comment}, subnet {subnet_comment} (see cni conf_dir).
-version = 2
-root = {root}
-state = {state}
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-]
-
-[grpc]
-  address = {socket}
-
-[ttrpc]
-  address = {ttrpc}
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = {opt}
-
-[{CRI}]
-  sandbox_image = {sandbox_image}
-  # No CAP_SYS_RESOURCE here: never try to lower a container's oom_score_adj.
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_selinux = false
-
-  [{CRI}.containerd]
-    snapshotter = "overlayfs"
-    # Without this, every CreateContainer fails: "container.Runtime.Name must be set".
-    default_runtime_name = "runc"
-
-    [{CRI}.containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-
-      [{CRI}.containerd.runtimes.runc.options]
-        BinaryName = "runc"
-        Root = {runc_root}
-        SystemdCgroup = false
-
-  [{CRI}.cni]
-    bin_dir = {bin_dir}
-    conf_dir = {conf_dir}
-    max_conf_num = 1
-"#,
-        bridge_comment = cni.bridge.replace('\n', " "),
-        subnet_comment = cni.subnet.replace('\n', " "),
-        root = toml_str(&layout.root),
-        state = toml_str(&layout.state),
-        socket = toml_str(&layout.socket),
-        ttrpc = toml_str(&layout.ttrpc_socket),
-        opt = toml_str(&layout.opt_dir),
-        sandbox_image = toml_str(sandbox_image),
-        runc_root = toml_str(&layout.runc_root),
-        bin_dir = toml_str(CNI_BIN_DIR),
-        conf_dir = toml_str(&layout.cni_conf_dir),
-    )
-}
-
-/// The CNI conflist: bridge (gateway on the bridge so the host reaches pod IPs, no
-/// masquerade so nothing touches iptables) with host-local IPAM, plus loopback.
-pub fn render_cni_conflist(layout: &ContainerdLayout, cni: &CniSettings) -> String {
-    let conf = serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": "oxlet",
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": cni.bridge,
-                "isGateway": true,
-                "ipMasq": false,
-                "hairpinMode": true,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{ "subnet": cni.subnet }]],
-                    "routes": [{ "dst": "0.0.0.0/0" }],
-                    "dataDir": layout.cni_data_dir,
-                }
-            },
-            { "type": "loopback" }
-        ]
-    });
-    let mut s = serde_json::to_string_pretty(&conf).expect("a JSON value always serialises");
-    s.push('\n');
-    s
-}
-
-/// Create the layout's dirs and write containerd's config and the CNI conflist.
-pub fn write_config(
-    layout: &ContainerdLayout,
-    cni: &CniSettings,
-    sandbox_image: &str,
-) -> io::Result<()> {
-    layout.create_dirs()?;
-    fs::write(&layout.config, render_config(layout, cni, sandbox_image))?;
-    fs::write(
-        layout.cni_conf_dir.join(CNI_CONFLIST_NAME),
-        render_cni_conflist(layout, cni),
-    )?;
-    Ok(())
-}
-
 /// Why a managed containerd could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum ContainerdError {
     #[error(
-        "containerd binary not found in PATH; install the containerd package or pass --container-runtime-endpoint"
+        "containerd binary not found in PATH; install the containerd package, or pass --containerd-binary or --container-runtime-endpoint"
     )]
     BinaryNotFound,
+    #[error("cannot tell which containerd release {} is: `--version` printed {output:?}", binary.display())]
+    UnknownVersion { binary: PathBuf, output: String },
     #[error("socket path {} is longer than containerd accepts ({MAX_SOCKET_PATH} bytes); use a shorter --root-dir", .0.display())]
     SocketPathTooLong(PathBuf),
     #[error("{context}: {source}")]
@@ -371,86 +249,84 @@ pub fn log_tail(path: &Path, n: usize) -> String {
 pub struct ManagedContainerd {
     child: Child,
     pid: u32,
-    layout: ContainerdLayout,
-    cni: CniSettings,
-    sandbox_image: String,
+    launch: Launch,
+}
+
+/// Everything a managed containerd is started from, kept so that a restart starts the
+/// same binary with the same config.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub binary: ContainerdBinary,
+    pub layout: ContainerdLayout,
+    pub cni: CniSettings,
+    /// The CRI sandbox ("pause") image.
+    pub sandbox_image: String,
+}
+
+impl Launch {
+    /// `binary` on `layout` and `cni`, with the default sandbox image.
+    pub fn new(binary: ContainerdBinary, layout: ContainerdLayout, cni: CniSettings) -> Self {
+        Launch {
+            binary,
+            layout,
+            cni,
+            sandbox_image: DEFAULT_SANDBOX_IMAGE.to_string(),
+        }
+    }
+
+    /// The inputs of this launch's containerd config.
+    pub fn config_inputs(&self) -> ConfigInputs<'_> {
+        ConfigInputs {
+            format: self.binary.config_format(),
+            release: self.binary.release,
+            layout: &self.layout,
+            cni: &self.cni,
+            sandbox_image: &self.sandbox_image,
+        }
+    }
 }
 
 impl ManagedContainerd {
-    /// Write the config and start containerd with the default sandbox image; returns once
+    /// Write the config in the format `launch.binary` reads and start it; returns once
     /// the CRI answers a `Version` call.
-    pub async fn start(
-        layout: &ContainerdLayout,
-        cni: &CniSettings,
-    ) -> Result<Self, ContainerdError> {
-        Self::start_with_sandbox_image(layout, cni, DEFAULT_SANDBOX_IMAGE).await
-    }
-
-    /// [`ManagedContainerd::start`] with another sandbox image.
-    pub async fn start_with_sandbox_image(
-        layout: &ContainerdLayout,
-        cni: &CniSettings,
-        sandbox_image: &str,
-    ) -> Result<Self, ContainerdError> {
+    pub async fn start(launch: &Launch) -> Result<Self, ContainerdError> {
         let started = Instant::now();
-        let binary = find_in_path("containerd").ok_or(ContainerdError::BinaryNotFound)?;
+        let layout = &launch.layout;
         for socket in [&layout.socket, &layout.ttrpc_socket] {
             if socket.as_os_str().len() > MAX_SOCKET_PATH {
                 return Err(ContainerdError::SocketPathTooLong(socket.clone()));
             }
         }
-        write_config(layout, cni, sandbox_image).map_err(io_err(format!(
+        write_config(&launch.config_inputs()).map_err(io_err(format!(
             "writing containerd config under {}",
             layout.base.display()
         )))?;
-
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&layout.log)
-            .map_err(io_err(format!("opening {}", layout.log.display())))?;
-        let log_err = log
-            .try_clone()
-            .map_err(io_err(format!("opening {}", layout.log.display())))?;
-
-        let mut cmd = Command::new(&binary);
-        cmd.arg("--config")
-            .arg(&layout.config)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            // Its own process group: a Ctrl-C meant for oxlet must not reach containerd
-            // directly; oxlet decides when it stops.
-            .process_group(0)
-            .kill_on_drop(true);
-        let parent = rustix::process::getpid();
-        // SAFETY: only async-signal-safe raw syscalls (prctl, getppid) run between fork and exec.
-        // (One of the two places oxlet allows `unsafe`: `pre_exec` has no safe form.)
-        #[allow(unsafe_code)]
-        unsafe {
-            cmd.pre_exec(move || {
-                rustix::process::set_parent_process_death_signal(Some(
-                    rustix::process::Signal::KILL,
-                ))?;
-                // The parent may have died before prctl took effect: ESRCH, an
-                // error that allocates nothing (nothing may, between fork and exec).
-                if rustix::process::getppid() != Some(parent) {
-                    return Err(rustix::io::Errno::SRCH.into());
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd
-            .spawn()
-            .map_err(io_err(format!("spawning {}", binary.display())))?;
+        let child = spawn(launch)?;
         let pid = child.id().unwrap_or(0);
-        tracing::debug!(pid, config = %layout.config.display(), "spawned managed containerd");
+        tracing::debug!(
+            pid,
+            binary = %launch.binary.path.display(),
+            version = %launch.binary.version,
+            config = %layout.config.display(),
+            "spawned managed containerd"
+        );
+        let mut managed = ManagedContainerd {
+            child,
+            pid,
+            launch: launch.clone(),
+        };
+        managed.wait_ready(started).await?;
+        Ok(managed)
+    }
 
+    /// Poll until the CRI answers, containerd exits, or [`START_TIMEOUT`] passes.
+    async fn wait_ready(&mut self, started: Instant) -> Result<(), ContainerdError> {
+        let layout = &self.launch.layout;
         let endpoint = layout.endpoint();
         let deadline = started + START_TIMEOUT;
         let mut last_error = String::from("socket not created yet");
         loop {
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(ContainerdError::ExitedEarly {
                     status,
                     log: layout.log.clone(),
@@ -461,25 +337,20 @@ impl ManagedContainerd {
                 match probe_cri(&endpoint, Duration::from_secs(2)).await {
                     Ok(v) => {
                         tracing::info!(
-                            pid,
+                            pid = self.pid,
                             endpoint = %endpoint,
                             runtime = %format!("{} {}", v.runtime_name, v.runtime_version),
+                            configVersion = self.launch.config_inputs().format.number(),
                             elapsed_ms = started.elapsed().as_millis() as u64,
                             "managed containerd is ready"
                         );
-                        return Ok(ManagedContainerd {
-                            child,
-                            pid,
-                            layout: layout.clone(),
-                            cni: cni.clone(),
-                            sandbox_image: sandbox_image.to_string(),
-                        });
+                        return Ok(());
                     }
                     Err(e) => last_error = e.to_string(),
                 }
             }
             if Instant::now() >= deadline {
-                let _ = child.start_kill();
+                let _ = self.child.start_kill();
                 return Err(ContainerdError::StartTimeout {
                     socket: layout.socket.clone(),
                     timeout: START_TIMEOUT,
@@ -494,17 +365,22 @@ impl ManagedContainerd {
 
     /// The CRI endpoint, `unix://<socket>`.
     pub fn endpoint(&self) -> String {
-        self.layout.endpoint()
+        self.launch.layout.endpoint()
     }
 
     /// The gRPC socket path (for `ctr -a`).
     pub fn socket(&self) -> &Path {
-        &self.layout.socket
+        &self.launch.layout.socket
     }
 
     /// The layout this containerd runs with.
     pub fn layout(&self) -> &ContainerdLayout {
-        &self.layout
+        &self.launch.layout
+    }
+
+    /// What this containerd was started from.
+    pub fn launch(&self) -> &Launch {
+        &self.launch
     }
 
     /// containerd's process id.
@@ -559,6 +435,64 @@ impl ManagedContainerd {
     }
 }
 
+/// Start `launch.binary` on its config, output appended to the layout's log. Its PATH
+/// starts with the binary's own dir, so the shim it runs is of the same release.
+fn spawn(launch: &Launch) -> Result<Child, ContainerdError> {
+    let layout = &launch.layout;
+    let binary = &launch.binary.path;
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&layout.log)
+        .map_err(io_err(format!("opening {}", layout.log.display())))?;
+    let log_err = log
+        .try_clone()
+        .map_err(io_err(format!("opening {}", layout.log.display())))?;
+
+    let mut cmd = Command::new(binary);
+    cmd.arg("--config")
+        .arg(&layout.config)
+        .env("PATH", path_with_first(binary.parent()))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        // Its own process group: a Ctrl-C meant for oxlet must not reach containerd
+        // directly; oxlet decides when it stops.
+        .process_group(0)
+        .kill_on_drop(true);
+    let parent = rustix::process::getpid();
+    // SAFETY: only async-signal-safe raw syscalls (prctl, getppid) run between fork and exec.
+    // (One of the two places oxlet allows `unsafe`: `pre_exec` has no safe form.)
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            // The parent may have died before prctl took effect: ESRCH, an
+            // error that allocates nothing (nothing may, between fork and exec).
+            if rustix::process::getppid() != Some(parent) {
+                return Err(rustix::io::Errno::SRCH.into());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map_err(io_err(format!("spawning {}", binary.display())))
+}
+
+/// This process's PATH with `dir` first (when it is not there already).
+fn path_with_first(dir: Option<&Path>) -> OsString {
+    let current = std::env::var_os("PATH").unwrap_or_default();
+    let Some(dir) = dir.filter(|d| !d.as_os_str().is_empty()) else {
+        return current;
+    };
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&current).collect();
+    if dirs.first().map(PathBuf::as_path) == Some(dir) {
+        return current;
+    }
+    dirs.insert(0, dir.to_path_buf());
+    std::env::join_paths(dirs).unwrap_or(current)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -604,43 +538,6 @@ mod tests {
             assert!(p.starts_with(&l.base), "{} not under base", p.display());
             assert_ne!(p, &l.base);
         }
-    }
-
-    #[test]
-    fn config_has_the_settings_this_machine_needs() {
-        let l = layout();
-        let c = render_config(&l, &CniSettings::default(), DEFAULT_SANDBOX_IMAGE);
-        for want in [
-            "version = 2",
-            "root = \"/var/lib/oxlet/containerd/root\"",
-            "state = \"/var/lib/oxlet/containerd/state\"",
-            "address = \"/var/lib/oxlet/containerd/containerd.sock\"",
-            "address = \"/var/lib/oxlet/containerd/containerd.sock.ttrpc\"",
-            "sandbox_image = \"localhost/oxlet/pause:1\"",
-            "restrict_oom_score_adj = true",
-            "default_runtime_name = \"runc\"",
-            "runtime_type = \"io.containerd.runc.v2\"",
-            "Root = \"/var/lib/oxlet/containerd/runc\"",
-            "SystemdCgroup = false",
-            "bin_dir = \"/usr/lib/cni\"",
-            "conf_dir = \"/var/lib/oxlet/containerd/cni/net.d\"",
-            "stream_server_address = \"127.0.0.1\"",
-            "stream_server_port = \"0\"",
-            "\"io.containerd.snapshotter.v1.btrfs\"",
-            "path = \"/var/lib/oxlet/containerd/opt\"",
-        ] {
-            assert!(c.contains(want), "config lacks {want:?}:\n{c}");
-        }
-        assert!(
-            c.contains("[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]")
-        );
-    }
-
-    #[test]
-    fn config_escapes_strings() {
-        let l = ContainerdLayout::new("/tmp/we\"ird\\dir");
-        let c = render_config(&l, &CniSettings::default(), "img");
-        assert!(c.contains(r#"root = "/tmp/we\"ird\\dir/root""#), "{c}");
     }
 
     #[test]

@@ -50,14 +50,10 @@ pub async fn supervise(mut current: ManagedContainerd, cancel: CancellationToken
         tracing::warn!(
             pid = current.pid,
             %status,
-            log = %current.layout.log.display(),
+            log = %current.launch.layout.log.display(),
             "managed containerd exited; restarting it after a back-off of {backoff:?}"
         );
-        let (layout, cni, image) = (
-            current.layout.clone(),
-            current.cni.clone(),
-            current.sandbox_image.clone(),
-        );
+        let launch = current.launch.clone();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -66,7 +62,7 @@ pub async fn supervise(mut current: ManagedContainerd, cancel: CancellationToken
             // Dropping a start cut short by `cancel` kills the half-started child.
             let started = tokio::select! {
                 () = cancel.cancelled() => return,
-                r = ManagedContainerd::start_with_sandbox_image(&layout, &cni, &image) => r,
+                r = ManagedContainerd::start(&launch) => r,
             };
             backoff = next_backoff(backoff);
             match started {

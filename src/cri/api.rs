@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use k8s_cri::v1 as cri;
 
 use super::listing::{ListedContainer, ListedSandbox};
@@ -17,6 +18,9 @@ use super::remote::CriError;
 
 /// A CRI call's result, boxed so the traits stay object-safe.
 pub(crate) type CriFuture<'a, T> = BoxFuture<'a, Result<T, CriError>>;
+
+/// The runtime's container events (`GetContainerEvents`), until the stream ends or fails.
+pub(crate) type ContainerEvents = BoxStream<'static, Result<cri::ContainerEventResponse, CriError>>;
 
 /// What one `ExecSync` returned.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,6 +70,10 @@ pub(crate) trait CriRead: Send + Sync {
         &self,
         filter: Option<cri::ContainerStatsFilter>,
     ) -> CriFuture<'_, Vec<cri::ContainerStats>>;
+    /// Subscribe to the runtime's container events (CRI `GetContainerEvents`, which
+    /// kubelet's evented PLEG reads). No deadline: containerd 1.7 and 2.x answer the call
+    /// only with the first event, so this resolves then; 1.6 answers `Unimplemented` at once.
+    fn container_events(&self) -> CriFuture<'_, ContainerEvents>;
 }
 
 /// Every CRI call oxlet makes: the reads plus the ones that change the runtime.

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_cri::v1 as cri;
 use tokio::time::Instant;
 
-use super::api::{Cri, CriFuture, CriRead, ExecOutput};
+use super::api::{ContainerEvents, Cri, CriFuture, CriRead, ExecOutput};
 use super::listing::{ListedContainer, ListedSandbox, pairs_of};
 use super::remote::CriError;
 use crate::pod::TerminatedReason;
@@ -86,7 +86,14 @@ struct Inner {
     max_pulls_in_flight: usize,
     /// What the verbose Status names as the sandbox image.
     sandbox_image: Option<String>,
+    /// Whether GetContainerEvents is served (else `Unimplemented`, as containerd 1.6).
+    events_served: bool,
+    /// The open GetContainerEvents streams.
+    event_subscribers: Vec<EventSender>,
 }
+
+type EventSender =
+    tokio::sync::mpsc::UnboundedSender<Result<cri::ContainerEventResponse, CriError>>;
 
 /// Counts a pull as in flight until it ends or is dropped.
 struct PullInFlight<'a>(&'a FakeRuntime);
@@ -253,6 +260,33 @@ impl FakeRuntime {
         self.inner.lock().unwrap()
     }
 
+    /// Serve GetContainerEvents from now on; events are sent by the test
+    /// ([`FakeRuntime::send_container_event`]), not by the calls.
+    pub(crate) fn serve_container_events(&self) {
+        self.lock().events_served = true;
+    }
+
+    /// Send `event` on every open GetContainerEvents stream.
+    pub(crate) fn send_container_event(&self, event: cri::ContainerEventResponse) {
+        self.lock()
+            .event_subscribers
+            .retain(|s| s.send(Ok(event.clone())).is_ok());
+    }
+
+    /// End every open GetContainerEvents stream with `code`, as a runtime restart does.
+    pub(crate) fn break_container_events(&self, code: tonic::Code) {
+        for s in self.lock().event_subscribers.drain(..) {
+            let _ = s.send(Err(status("GetContainerEvents", code, "stream broken")));
+        }
+    }
+
+    /// How many GetContainerEvents streams are open.
+    pub(crate) fn container_event_subscribers(&self) -> usize {
+        let mut inner = self.lock();
+        inner.event_subscribers.retain(|s| !s.is_closed());
+        inner.event_subscribers.len()
+    }
+
     /// Every PullImage takes `d` (on tokio's clock) from now on.
     pub(crate) fn set_pull_delay(&self, d: Duration) {
         self.lock().pull_delay = d;
@@ -332,6 +366,11 @@ impl FakeRuntime {
                 }
             })
             .collect()
+    }
+
+    /// The sandbox container `id` runs in; None when `id` is not a container.
+    pub(crate) fn container_sandbox(&self, id: &str) -> Option<String> {
+        self.lock().containers.get(id).map(|c| c.sandbox_id.clone())
     }
 
     /// The newest container named `container` of the pod named `pod`.
@@ -655,6 +694,31 @@ impl CriRead for FakeRuntime {
             })
             .collect();
         ready(res.map(|()| items))
+    }
+
+    fn container_events(&self) -> CriFuture<'_, ContainerEvents> {
+        ready(self.open_event_stream())
+    }
+}
+
+impl FakeRuntime {
+    fn open_event_stream(&self) -> Result<ContainerEvents, CriError> {
+        use futures::StreamExt as _;
+        let mut inner = self.lock();
+        inner.enter("GetContainerEvents", String::new(), String::new())?;
+        if !inner.events_served {
+            return Err(status(
+                "GetContainerEvents",
+                tonic::Code::Unimplemented,
+                "method GetContainerEvents not implemented",
+            ));
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        inner.event_subscribers.push(tx);
+        let events = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        Ok(events.boxed())
     }
 }
 

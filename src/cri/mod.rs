@@ -11,7 +11,7 @@ mod remote;
 
 #[cfg(test)]
 pub(crate) use api::ExecOutput;
-pub(crate) use api::{Cri, CriRead, StreamRequest};
+pub(crate) use api::{ContainerEvents, Cri, CriRead, StreamRequest};
 #[cfg(test)]
 pub(crate) use fake::{FakeRuntime, support};
 pub(crate) use listing::Lookup;

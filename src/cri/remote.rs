@@ -10,7 +10,9 @@ use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
-use super::api::{Cri, CriFuture, CriRead, ExecOutput};
+use futures::StreamExt as _;
+
+use super::api::{ContainerEvents, Cri, CriFuture, CriRead, ExecOutput};
 use super::listing::{ListedContainer, ListedContainers, ListedSandbox, ListedSandboxes};
 
 /// The largest answer oxlet decodes (a listing of thousands of containers fits).
@@ -356,6 +358,24 @@ impl CriRead for RemoteRuntime {
                 .call("ListContainerStats", c.list_container_stats(req))
                 .await?
                 .stats)
+        })
+    }
+
+    fn container_events(&self) -> CriFuture<'_, ContainerEvents> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::GetEventsRequest {};
+            let stream = self
+                .call_within("GetContainerEvents", None, c.get_container_events(req))
+                .await?;
+            let events = stream.map(|item| {
+                item.map_err(|status| CriError::Status {
+                    call: "GetContainerEvents",
+                    code: status.code(),
+                    message: status.message().to_string(),
+                })
+            });
+            Ok(events.boxed())
         })
     }
 }

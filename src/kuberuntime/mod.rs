@@ -24,7 +24,7 @@ mod types;
 pub(crate) use manager::{ContainerStartError, SyncOutcome};
 pub(crate) use manager::{RuntimeManager, SyncError};
 // What the runtime reads back: pods, sandboxes and containers as the runtime has them.
-pub(crate) use reader::RuntimeReader;
+pub(crate) use reader::{EventPod, RuntimeReader};
 pub(crate) use types::{ContainerState, ContainerStatus, PodRuntimeStatus, RuntimePod};
 #[cfg(test)]
 pub(crate) use types::{RuntimeContainer, RuntimeSandbox, SandboxStatus};

@@ -16,6 +16,14 @@ use crate::cri::CriError;
 use crate::cri::CriRead;
 use crate::cri::Lookup;
 
+/// The pod a container event names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EventPod {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+}
+
 /// A read-only view of the runtime.
 #[derive(Clone)]
 pub(crate) struct RuntimeReader {
@@ -30,6 +38,24 @@ impl RuntimeReader {
             cri,
             dirs: Arc::new((pods_dir, logs_dir)),
         }
+    }
+
+    /// The runtime's container event stream (see [`CriRead::container_events`]).
+    pub(crate) async fn container_events(&self) -> Result<crate::cri::ContainerEvents, CriError> {
+        self.cri.container_events().await
+    }
+
+    /// The pod a container event is about, as (UID, name, namespace), from the pod UID
+    /// label of the sandbox the event carries; None for a sandbox oxlet did not make.
+    pub(crate) fn event_pod(event: &cri::ContainerEventResponse) -> Option<EventPod> {
+        let sandbox = event.pod_sandbox_status.as_ref()?;
+        let uid = sandbox.labels.get(labels::POD_UID_LABEL)?;
+        let md = sandbox.metadata.as_ref()?;
+        Some(EventPod {
+            uid: uid.clone(),
+            name: md.name.clone(),
+            namespace: md.namespace.clone(),
+        })
     }
 
     /// Every pod in the runtime, grouped by pod UID label (two list calls).

@@ -27,6 +27,9 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
     ),
     ("kubelet_containers_per_pod_count", H, &[]),
     ("kubelet_desired_pods", G, &["static"]),
+    ("kubelet_evented_pleg_connection_error_count", C, &[]),
+    ("kubelet_evented_pleg_connection_latency_seconds", H, &[]),
+    ("kubelet_evented_pleg_connection_success_count", C, &[]),
     ("kubelet_evictions", C, &["eviction_signal"]),
     (
         "kubelet_http_inflight_requests",

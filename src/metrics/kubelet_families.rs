@@ -35,6 +35,9 @@ pub(crate) struct Kubelet {
     pub pleg_discard_events: Counter,
     pub pleg_relist_interval: Histogram,
     pub pleg_last_seen: Gauge,
+    pub evented_pleg_conn_errors: Counter,
+    pub evented_pleg_conn_successes: Counter,
+    pub evented_pleg_conn_latency: Histogram,
     pub runtime_operations: CounterVec,
     pub runtime_operations_duration: HistogramVec,
     pub runtime_operations_errors: CounterVec,
@@ -208,6 +211,9 @@ struct PlegFamilies {
     pleg_discard_events: Counter,
     pleg_relist_interval: Histogram,
     pleg_last_seen: Gauge,
+    evented_pleg_conn_errors: Counter,
+    evented_pleg_conn_successes: Counter,
+    evented_pleg_conn_latency: Histogram,
 }
 
 impl PlegFamilies {
@@ -242,6 +248,28 @@ impl PlegFamilies {
                 Gauge::with_opts(opts(
                     "kubelet_pleg_last_seen_seconds",
                     "Timestamp in seconds when PLEG was last seen active.",
+                ))?,
+            )?,
+            evented_pleg_conn_errors: register(
+                r,
+                Counter::with_opts(opts(
+                    "kubelet_evented_pleg_connection_error_count",
+                    "The number of errors encountered during the establishment of streaming connection with the CRI runtime.",
+                ))?,
+            )?,
+            evented_pleg_conn_successes: register(
+                r,
+                Counter::with_opts(opts(
+                    "kubelet_evented_pleg_connection_success_count",
+                    "The number of times a streaming client was obtained to receive CRI Events.",
+                ))?,
+            )?,
+            evented_pleg_conn_latency: register(
+                r,
+                Histogram::with_opts(hopts(
+                    "kubelet_evented_pleg_connection_latency_seconds",
+                    "The latency of streaming connection with the CRI runtime, measured in seconds.",
+                    buckets::DEF,
                 ))?,
             )?,
         })
@@ -593,6 +621,9 @@ impl Kubelet {
             pleg_discard_events: pleg.pleg_discard_events,
             pleg_relist_interval: pleg.pleg_relist_interval,
             pleg_last_seen: pleg.pleg_last_seen,
+            evented_pleg_conn_errors: pleg.evented_pleg_conn_errors,
+            evented_pleg_conn_successes: pleg.evented_pleg_conn_successes,
+            evented_pleg_conn_latency: pleg.evented_pleg_conn_latency,
             runtime_operations: runtime.runtime_operations,
             runtime_operations_duration: runtime.runtime_operations_duration,
             runtime_operations_errors: runtime.runtime_operations_errors,

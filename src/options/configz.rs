@@ -163,6 +163,7 @@ fn cgroups_and_reserved(m: &mut Map<String, Value>, o: &Options) {
         json!(format_go_duration(o.cpu_cfs_quota_period)),
     );
     m.insert("failCgroupV1".into(), json!(o.fail_cgroup_v1));
+    m.insert("failSwapOn".into(), json!(o.fail_swap_on));
     m.insert("kubeReserved".into(), json!(reserved(&o.kube_reserved)));
     m.insert("systemReserved".into(), json!(reserved(&o.system_reserved)));
 }

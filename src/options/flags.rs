@@ -33,7 +33,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("enable-debugging-handlers", Bool),
     ("exit-on-lock-contention", Bool),
     ("experimental-mounter-path", Value),
-    ("fail-swap-on", Bool),
     ("feature-gates", Value),
     ("hairpin-mode", Value),
     ("image-credential-provider-bin-dir", Value),
@@ -66,7 +65,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("registry-qps", Value),
     ("reserved-cpus", Value),
     ("reserved-memory", Value),
-    ("runtime-cgroups", Value),
     ("show-hidden-metrics-for-version", Value),
     ("system-cgroups", Value),
     ("topology-manager-policy", Value),
@@ -339,7 +337,7 @@ mod tests {
     fn unimplemented_kubelet_flags_are_accepted_in_order() {
         let f = parse(&[
             "--pod-cidr=10.244.0.0/24",
-            "--fail-swap-on=false",
+            "--kernel-memcg-notification=false",
             "--protect-kernel-defaults",
             "--oom-score-adj",
             "-999",
@@ -349,7 +347,7 @@ mod tests {
         assert_eq!(
             f.unimplemented,
             [
-                "fail-swap-on",
+                "kernel-memcg-notification",
                 "protect-kernel-defaults",
                 "oom-score-adj",
                 "pod-cidr"
@@ -360,11 +358,11 @@ mod tests {
 
     #[test]
     fn unimplemented_bool_flag_value_checked() {
-        let f = parse(&["--fail-swap-on=nope"]).unwrap();
-        assert_eq!(f.unimplemented, ["fail-swap-on"]);
+        let f = parse(&["--kernel-memcg-notification=nope"]).unwrap();
+        assert_eq!(f.unimplemented, ["kernel-memcg-notification"]);
         assert_eq!(
             f.problems[0].to_string(),
-            "invalid value \"nope\" for --fail-swap-on: must be true or false"
+            "invalid value \"nope\" for --kernel-memcg-notification: must be true or false"
         );
     }
 
@@ -395,7 +393,7 @@ mod tests {
         };
         let text = help.to_string();
         assert!(text.contains("--read-only-port"), "{text}");
-        assert!(text.contains("--fail-swap-on"), "{text}");
+        assert!(text.contains("--kernel-memcg-notification"), "{text}");
     }
 
     #[test]

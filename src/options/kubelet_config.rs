@@ -45,7 +45,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "iptablesMasqueradeBit",
     "iptablesDropBit",
     "featureGates",
-    "failSwapOn",
     "configMapAndSecretChangeDetectionStrategy",
     "reservedSystemCPUs",
     "showHiddenMetricsForVersion",
@@ -612,11 +611,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             cfg.unimplemented,
-            [
-                "failSwapOn",
-                "logging.format",
-                "mergeDefaultEvictionSettings"
-            ]
+            ["logging.format", "mergeDefaultEvictionSettings"]
         );
         assert_eq!(cfg.unknown, ["notAField", "StaticPodPath"]);
         assert!(cfg.problems.is_empty());
@@ -693,11 +688,12 @@ mod tests {
              readOnlyPort: 0\nfailSwapOn: false\n",
         )
         .unwrap();
+        // failSwapOn is a pointer in kubelet's file: an explicit false is kept.
         assert_eq!(
             cfg.values.keys().copied().collect::<Vec<_>>(),
-            ["readOnlyPort"]
+            ["failSwapOn", "readOnlyPort"]
         );
-        assert_eq!(cfg.unimplemented, ["failSwapOn"]);
+        assert!(cfg.unimplemented.is_empty(), "{:?}", cfg.unimplemented);
         assert!(cfg.unknown.is_empty() && cfg.problems.is_empty());
         // Not zero: applied and checked as usual.
         let cfg = parse("syncFrequency: 30s\nshutdownGracePeriod: 30s\n").unwrap();
@@ -713,7 +709,7 @@ mod tests {
         let cfg = parse_config(Path::new("/var/lib/kubelet/config.yaml"), text).unwrap();
         assert!(cfg.problems.is_empty(), "{:?}", cfg.problems);
         assert!(cfg.unknown.is_empty(), "{:?}", cfg.unknown);
-        assert_eq!(cfg.unimplemented, ["failSwapOn"]);
+        assert!(cfg.unimplemented.is_empty(), "{:?}", cfg.unimplemented);
         let values: Vec<(&str, &str)> = cfg.values.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(
             values,
@@ -730,9 +726,14 @@ mod tests {
                 ("clusterDNS", "10.96.0.10"),
                 ("clusterDomain", "cluster.local"),
                 (
+                    "containerRuntimeEndpoint",
+                    "unix:///run/containerd/containerd.sock"
+                ),
+                (
                     "evictionHard",
                     "imagefs.available<0%,nodefs.available<0%,nodefs.inodesFree<0%"
                 ),
+                ("failSwapOn", "false"),
                 ("healthzBindAddress", "127.0.0.1"),
                 ("healthzPort", "10248"),
                 ("imageGCHighThresholdPercent", "100"),

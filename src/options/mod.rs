@@ -42,6 +42,12 @@ pub struct Options {
     pub container_runtime_endpoint: String,
     /// True when the endpoint was given explicitly (flag or config file): never start a managed containerd then.
     pub runtime_endpoint_explicit: bool,
+    /// `--containerd-binary`: the containerd a managed runtime runs (None: the one in PATH).
+    pub containerd_binary: Option<PathBuf>,
+    /// `--runtime-cgroups`: the runtime's cgroup, the Summary API's `runtime` system container.
+    pub(crate) runtime_cgroups: Option<String>,
+    /// `failSwapOn`: refuse to start while swap is on.
+    pub(crate) fail_swap_on: bool,
     pub root_dir: PathBuf,
     pub pod_logs_dir: PathBuf,
     /// The node name: `--hostname-override`, else the host name, lower-cased.
@@ -179,6 +185,7 @@ impl Options {
     pub(crate) fn cm_settings(&self) -> crate::cm::CmSettings {
         crate::cm::CmSettings {
             fail_cgroup_v1: self.fail_cgroup_v1,
+            fail_swap_on: self.fail_swap_on,
             cgroup_driver: self.cgroup_driver,
             cgroup_driver_explicit: self.cgroup_driver_explicit,
             cgroup_root: self.cgroup_root.clone(),
@@ -203,6 +210,9 @@ impl Options {
             node_slo_file: None,
             container_runtime_endpoint: String::new(),
             runtime_endpoint_explicit: false,
+            containerd_binary: None,
+            runtime_cgroups: None,
+            fail_swap_on: true,
             root_dir: PathBuf::new(),
             pod_logs_dir: PathBuf::new(),
             node_name: String::new(),
@@ -758,14 +768,18 @@ mod tests {
 
     #[test]
     fn unimplemented_kubelet_flags_warn() {
-        let o = ok(&["--fail-swap-on=false", "--kubelet-cgroups", "/kubelet"]);
+        let o = ok(&[
+            "--kernel-memcg-notification=false",
+            "--kubelet-cgroups",
+            "/kubelet",
+        ]);
         assert_eq!(
             o.unimplemented,
-            ["flag --fail-swap-on", "flag --kubelet-cgroups"]
+            ["flag --kernel-memcg-notification", "flag --kubelet-cgroups"]
         );
         assert_eq!(
-            ok(&["--fail-swap-on"]).unimplemented,
-            ["flag --fail-swap-on"]
+            ok(&["--kernel-memcg-notification"]).unimplemented,
+            ["flag --kernel-memcg-notification"]
         );
     }
 
@@ -827,21 +841,13 @@ mod tests {
         let o = ok(&[&config_flag(&f)]);
         assert_eq!(
             o.unimplemented,
-            [
-                "config field failSwapOn",
-                "config field kubeletCgroups",
-                "config field logging.format"
-            ]
+            ["config field kubeletCgroups", "config field logging.format"]
         );
         // Given as a flag too, it is warned about once, as the flag.
-        let o = ok(&[&config_flag(&f), "--fail-swap-on=false"]);
+        let o = ok(&[&config_flag(&f), "--kubelet-cgroups=/kubelet"]);
         assert_eq!(
             o.unimplemented,
-            [
-                "flag --fail-swap-on",
-                "config field kubeletCgroups",
-                "config field logging.format"
-            ]
+            ["flag --kubelet-cgroups", "config field logging.format"]
         );
         assert_eq!(o.warnings.len(), 1);
         assert_eq!(
@@ -1084,7 +1090,7 @@ mod tests {
         assert_eq!(o.cgroup_driver, CgroupDriver::Cgroupfs);
         assert!(!o.cgroup_driver_explicit);
         assert_eq!(o.cgroup_root, CgroupName::default());
-        assert!(o.cgroups_per_qos && o.cpu_cfs_quota && !o.fail_cgroup_v1);
+        assert!(o.cgroups_per_qos && o.cpu_cfs_quota && o.fail_cgroup_v1);
         assert_eq!(o.pod_pids_limit, -1);
         assert_eq!(o.cpu_cfs_quota_period, Duration::from_millis(100));
         assert_eq!((o.kube_reserved, o.system_reserved), Default::default());

@@ -119,6 +119,9 @@ use Kind::{Bool, Duration, Int, List, Map, Multimap, Path, Text};
 pub(crate) static SETTINGS: &[Setting] = &[
     row("pod-manifest-path", Some("staticPodPath"), Path, "", "PATH", "Directory of static pod manifests (empty: file source off)", |o, i| { o.static_pod_path = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     row("container-runtime-endpoint", Some("containerRuntimeEndpoint"), Text, DEFAULT_RUNTIME_ENDPOINT, "URL", "CRI endpoint (unix:// socket)", set_endpoint),
+    row("containerd-binary", None, Path, "", "PATH", "The containerd a managed runtime runs; its release decides its config format (empty: containerd in PATH)", |o, i| { o.containerd_binary = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("runtime-cgroups", None, Text, "", "CGROUP", "The container runtime's cgroup, reported as the Summary API's runtime system container (empty: none)", |o, i| { o.runtime_cgroups = Some(i.text.to_string()).filter(|c| !c.is_empty()); Ok(()) }),
+    row("fail-swap-on", Some("failSwapOn"), Bool, "true", "true|false", "Refuse to start while swap is on", |o, i| parse_bool(i.text).map(|b| o.fail_swap_on = b)),
     row("root-dir", None, Text, "/var/lib/oxlet", "PATH", "Directory for oxlet state", |o, i| non_empty(i.text).map(|p| o.root_dir = p)),
     row("pod-logs-dir", Some("podLogsDir"), Text, "/var/log/pods", "PATH", "Directory for container logs", |o, i| absolute(i.text).map(|p| o.pod_logs_dir = p)),
     row("hostname-override", None, Text, "", "NAME", "Node name to use instead of the host name", set_node_name),
@@ -155,7 +158,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("pod-max-pids", Some("podPidsLimit"), Int, "-1", "N", "Most processes in one pod (-1: no limit)", |o, i| parse_int(i.text).map(|n| o.pod_pids_limit = n.max(-1))),
     row("cpu-cfs-quota", Some("cpuCFSQuota"), Bool, "true", "true|false", "Enforce CPU limits with a CFS quota", |o, i| parse_bool(i.text).map(|b| o.cpu_cfs_quota = b)),
     row("cpu-cfs-quota-period", Some("cpuCFSQuotaPeriod"), Duration, "100ms", "DURATION", "CFS quota period for CPU limits (1ms to 1s)", set_cfs_quota_period),
-    row("fail-cgroupv1", Some("failCgroupV1"), Bool, "false", "true|false", "Refuse to start on a cgroup v1 host", |o, i| parse_bool(i.text).map(|b| o.fail_cgroup_v1 = b)),
+    row("fail-cgroupv1", Some("failCgroupV1"), Bool, "true", "true|false", "Refuse to start on a cgroup v1 host (kubelet's default since 1.35)", |o, i| parse_bool(i.text).map(|b| o.fail_cgroup_v1 = b)),
     row("kube-reserved", Some("kubeReserved"), Map('='), "", "cpu=100m,memory=1Gi,ephemeral-storage=1Gi,pid=100", "Resources held back for Kubernetes daemons", |o, i| reserved(i.text).map(|r| o.kube_reserved = r)),
     row("system-reserved", Some("systemReserved"), Map('='), "", "cpu=100m,memory=1Gi,ephemeral-storage=1Gi,pid=100", "Resources held back for the operating system", |o, i| reserved(i.text).map(|r| o.system_reserved = r)),
     row("kube-reserved-cgroup", Some("kubeReservedCgroup"), Text, "", "NAME", "Cgroup of the Kubernetes daemons, for enforcing kube-reserved", |o, i| cgroup_path(i.text).map(|n| o.kube_reserved_cgroup = n)),

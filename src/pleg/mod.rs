@@ -3,10 +3,11 @@
 //! that changed, and sends ContainerStarted / ContainerDied / ContainerRemoved events.
 
 mod cache;
+mod evented;
 
 use crate::locks::Locked as _;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub(crate) use cache::{InspectError, PodCache};
+pub(crate) use evented::{EventedPleg, PlegChoice, Stream, choose_pleg};
 
 use crate::kuberuntime::RuntimeReader;
 use crate::kuberuntime::{ContainerState, PodRuntimeStatus, RuntimePod};
@@ -199,12 +201,41 @@ pub(crate) struct PlegStats {
     pub relists: AtomicU64,
     pub discarded_events: AtomicU64,
     last_success: Mutex<Option<Instant>>,
+    /// 1 while the evented PLEG runs (its relist is slow, so its threshold is longer).
+    evented: AtomicU8,
+    /// The event channel, whose being full makes the evented PLEG unhealthy.
+    channel: Mutex<Option<mpsc::WeakSender<PodLifecycleEvent>>>,
 }
 
 impl PlegStats {
-    /// kubelet's PLEG health check; like kubelet's it also publishes when the PLEG was
-    /// last seen active (`kubelet_pleg_last_seen_seconds`).
+    /// Health is judged as the evented PLEG's from now on: a relist within
+    /// [`evented::EVENTED_RELIST_THRESHOLD`], and room in `channel`.
+    fn set_evented(&self, channel: &mpsc::Sender<PodLifecycleEvent>) {
+        *self.channel.locked() = Some(channel.downgrade());
+        self.evented.store(1, Ordering::Relaxed);
+    }
+
+    /// How long without a successful relist makes the PLEG unhealthy.
+    fn relist_threshold(&self) -> Duration {
+        if self.evented.load(Ordering::Relaxed) == 1 {
+            evented::EVENTED_RELIST_THRESHOLD
+        } else {
+            RELIST_THRESHOLD
+        }
+    }
+
+    /// kubelet's PLEG health check (the generic one's, with the evented PLEG's longer
+    /// threshold and its full-channel check when that runs); like kubelet's it also
+    /// publishes when the PLEG was last seen active (`kubelet_pleg_last_seen_seconds`).
     pub(crate) fn healthy(&self) -> Result<(), PlegUnhealthy> {
+        let full = self
+            .channel
+            .locked()
+            .as_ref()
+            .and_then(mpsc::WeakSender::upgrade);
+        if let Some(tx) = full.filter(|tx| tx.capacity() == 0) {
+            return Err(PlegUnhealthy::ChannelFull(tx.max_capacity()));
+        }
         let last = *self.last_success.locked();
         if let Some(t) = last {
             let at = std::time::SystemTime::now() - t.elapsed();
@@ -214,9 +245,13 @@ impl PlegStats {
                     .set(unix.as_secs() as f64);
             }
         }
+        let threshold = self.relist_threshold();
         match last {
             None => Err(PlegUnhealthy::NeverRelisted),
-            Some(t) if t.elapsed() > RELIST_THRESHOLD => Err(PlegUnhealthy::Stale(t.elapsed())),
+            Some(t) if t.elapsed() > threshold => Err(PlegUnhealthy::Stale {
+                ago: t.elapsed(),
+                threshold: crate::duration::format_go_duration(threshold),
+            }),
             Some(_) => Ok(()),
         }
     }
@@ -227,8 +262,10 @@ impl PlegStats {
 pub(crate) enum PlegUnhealthy {
     #[error("pleg has yet to be successful")]
     NeverRelisted,
-    #[error("pleg was last seen active {0:?} ago; threshold is 3m0s")]
-    Stale(Duration),
+    #[error("pleg was last seen active {ago:?} ago; threshold is {threshold}")]
+    Stale { ago: Duration, threshold: String },
+    #[error("EventedPLEG: pleg event channel capacity is full with {0} events")]
+    ChannelFull(usize),
 }
 
 /// The generic (relisting) PLEG.
@@ -333,10 +370,7 @@ impl GenericPleg {
             if ev.kind == EventKind::ContainerRemoved {
                 continue;
             }
-            if self.events.try_send(ev).is_err() {
-                self.stats.discarded_events.fetch_add(1, Ordering::Relaxed);
-                k.pleg_discard_events.inc();
-            }
+            self.send(ev);
         }
         let took = start.elapsed();
         k.pleg_relist_duration.observe(took.as_secs_f64());
@@ -349,6 +383,15 @@ impl GenericPleg {
             tookUs = took.as_micros() as u64,
             "PLEG relist"
         );
+    }
+
+    /// One event to the sync loop; when the channel is full it is dropped and counted,
+    /// as kubelet drops it.
+    fn send(&self, ev: PodLifecycleEvent) {
+        if self.events.try_send(ev).is_err() {
+            self.stats.discarded_events.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::kubelet().pleg_discard_events.inc();
+        }
     }
 
     /// The pods found by the last relist (for housekeeping).

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::kuberuntime::ContainerState;
+use crate::kuberuntime::{ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::logs::LogOptions;
 use crate::pod::{PodManager, pod_uid};
 
@@ -121,7 +121,7 @@ pub(crate) async fn container_logs(
     let status = s.pod_cache.get(&uid);
     let instance = status.as_ref().and_then(|st| match previous {
         true => st.previous(&container).cloned(),
-        false => st.latest(&container).cloned(),
+        false => current_instance(st, &container).cloned(),
     });
     let Some(instance) = instance else {
         let msg = match previous {
@@ -141,6 +141,22 @@ pub(crate) async fn container_logs(
         Err(e) => return refuse(StatusCode::BAD_REQUEST, e.to_string()),
     };
     stream_file(s, file, opts, uid, instance.id).await
+}
+
+/// The instance whose log a request without `previous` reads, as kubelet's
+/// `validateContainerLogStatus` picks it: the newest one once it has started; while the
+/// newest is only created (a restart under way), the last one that ran; none while the
+/// first has not started.
+fn current_instance<'a>(st: &'a PodRuntimeStatus, container: &str) -> Option<&'a ContainerStatus> {
+    let latest = st.latest(container)?;
+    let started = matches!(
+        latest.state,
+        ContainerState::Running | ContainerState::Exited
+    );
+    if started {
+        return Some(latest);
+    }
+    st.previous(container)
 }
 
 /// Streams the file from a blocking thread; a followed one until its container stops.
@@ -187,6 +203,29 @@ async fn stream_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restart_under_way_serves_the_instance_that_ran() {
+        let c = |id: &str, state| ContainerStatus::for_test(id, "main", state);
+        let status = |cs: Vec<ContainerStatus>| PodRuntimeStatus {
+            containers: cs,
+            ..Default::default()
+        };
+        let id = |st: &PodRuntimeStatus| current_instance(st, "main").map(|c| c.id.clone());
+        let restarting = status(vec![
+            c("two", ContainerState::Created),
+            c("one", ContainerState::Exited),
+        ]);
+        assert_eq!(id(&restarting).as_deref(), Some("one"));
+        let restarted = status(vec![
+            c("two", ContainerState::Running),
+            c("one", ContainerState::Exited),
+        ]);
+        assert_eq!(id(&restarted).as_deref(), Some("two"));
+        let exited = status(vec![c("one", ContainerState::Exited)]);
+        assert_eq!(id(&exited).as_deref(), Some("one"));
+        assert_eq!(id(&status(vec![c("one", ContainerState::Created)])), None);
+    }
 
     fn q(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs

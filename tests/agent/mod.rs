@@ -150,11 +150,12 @@ impl Oxlet {
     }
 
     fn args(&self) -> Vec<String> {
-        let mut args: Vec<String> = self
-            .endpoint
-            .iter()
-            .map(|e| format!("--container-runtime-endpoint={e}"))
-            .collect();
+        // A managed runtime runs the test beds' containerd release.
+        let runtime = match &self.endpoint {
+            Some(e) => format!("--container-runtime-endpoint={e}"),
+            None => crate::common::containerd_binary_flag(),
+        };
+        let mut args = vec![runtime];
         args.extend([
             format!("--pod-manifest-path={}", self.manifests.display()),
             format!("--root-dir={}", self.root.display()),
@@ -172,6 +173,9 @@ impl Oxlet {
             // --eviction-hard comes later and wins.
             "--eviction-hard=memory.available<100Mi".into(),
             format!("--cgroup-root={}", self.cgroup_root),
+            // These machines run cgroup v1 (hybrid), which kubelet (1.35+) and oxlet
+            // refuse by default.
+            "--fail-cgroupv1=false".into(),
             "-v=4".into(),
         ]);
         self.supported(args.iter().map(String::as_str))
@@ -292,6 +296,32 @@ impl Oxlet {
         let (head, body) = text.split_once("\r\n\r\n")?;
         let code = head.split_whitespace().nth(1)?.parse().ok()?;
         Some((code, body.to_string()))
+    }
+
+    /// Polls the JSON document at `path` until `check` finds what it wants; fails the test
+    /// with the last document and the log's tail.
+    pub async fn wait_for_json<T>(
+        &self,
+        path: &str,
+        timeout: Duration,
+        check: impl Fn(&serde_json::Value) -> Option<T>,
+    ) -> T {
+        let t = Instant::now();
+        loop {
+            let doc = match self.get(path).await {
+                Some((200, body)) => serde_json::from_str(&body).unwrap_or_default(),
+                _ => serde_json::Value::Null,
+            };
+            if let Some(v) = check(&doc) {
+                return v;
+            }
+            assert!(
+                t.elapsed() < timeout,
+                "{path} never held what was wanted within {timeout:?}: {doc}\n{}",
+                tail(&self.log(), 40)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// The pods on `/pods` (empty while oxlet is not up).

@@ -31,7 +31,8 @@ use k8s_cri::v1::{
     PodSandboxConfig, PodSandboxMetadata, RemovePodSandboxRequest, StopPodSandboxRequest,
 };
 use oxlet::containerd::{
-    CNI_BIN_DIR, CniSettings, ContainerdLayout, ManagedContainerd, find_in_path, import_images,
+    CNI_BIN_DIR, CniSettings, ContainerdBinary, ContainerdLayout, Launch, ManagedContainerd,
+    find_in_path, import_images,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -86,8 +87,7 @@ pub struct StartTimings {
 /// One private containerd with the test images imported and its own pod network.
 pub struct Testbed {
     base: PathBuf,
-    layout: ContainerdLayout,
-    cni: CniSettings,
+    launch: Launch,
     slot: u32,
     containerd: Option<ManagedContainerd>,
     containerd_pid: u32,
@@ -126,13 +126,16 @@ impl Testbed {
             bridge: bridge_name(slot),
             subnet: format!("{}.{}.{slot}.0/24", SUBNET_PREFIX[0], SUBNET_PREFIX[1]),
         };
-        let layout = ContainerdLayout::new(&base);
+        let launch = Launch::new(
+            containerd_binary().clone(),
+            ContainerdLayout::new(&base),
+            cni,
+        );
 
         // From here on, a panic must still clean up: build the bed first, then fill it.
         let mut bed = Testbed {
             base,
-            layout,
-            cni,
+            launch,
             slot,
             containerd: None,
             containerd_pid: 0,
@@ -143,7 +146,7 @@ impl Testbed {
             },
         };
         if let Some(mib) = image_fs_mib {
-            fs::create_dir_all(&bed.layout.root).expect("creating the containerd root");
+            fs::create_dir_all(&bed.launch.layout.root).expect("creating the containerd root");
             let ok = Command::new("mount")
                 .args([
                     "-t",
@@ -152,17 +155,17 @@ impl Testbed {
                     &format!("size={mib}m,mode=0700"),
                     "oxtest-imagefs",
                 ])
-                .arg(&bed.layout.root)
+                .arg(&bed.launch.layout.root)
                 .status()
                 .is_ok_and(|s| s.success());
             assert!(
                 ok,
                 "test bed: mounting a {mib} MiB tmpfs at {}",
-                bed.layout.root.display()
+                bed.launch.layout.root.display()
             );
         }
         let t = Instant::now();
-        let containerd = ManagedContainerd::start(&bed.layout, &bed.cni)
+        let containerd = ManagedContainerd::start(&bed.launch)
             .await
             .unwrap_or_else(|e| panic!("test bed: starting containerd failed: {e}"));
         bed.containerd_pid = containerd.pid();
@@ -170,7 +173,12 @@ impl Testbed {
         bed.timings.containerd = t.elapsed();
 
         let t = Instant::now();
-        let results = import_images(&bed.layout.socket, &images).await;
+        let results = import_images(
+            &bed.launch.binary.sibling("ctr"),
+            &bed.launch.layout.socket,
+            &images,
+        )
+        .await;
         for (file, r) in &results {
             if let Err(e) = r {
                 panic!("test bed: importing {} failed: {e}", file.display());
@@ -188,8 +196,8 @@ impl Testbed {
         eprintln!(
             "testbed {}: bridge {} subnet {}; containerd {:?}, images {:?}, total {:?}",
             bed.base.display(),
-            bed.cni.bridge,
-            bed.cni.subnet,
+            bed.launch.cni.bridge,
+            bed.launch.cni.subnet,
             bed.timings.containerd,
             bed.timings.images,
             bed.timings.total
@@ -233,7 +241,7 @@ impl Testbed {
         if let Some(c) = self.containerd.take() {
             c.stop().await;
         }
-        let c = ManagedContainerd::start(&self.layout, &self.cni)
+        let c = ManagedContainerd::start(&self.launch)
             .await
             .unwrap_or_else(|e| panic!("test bed: restarting containerd failed: {e}"));
         self.containerd_pid = c.pid();
@@ -242,12 +250,12 @@ impl Testbed {
 
     /// The CRI endpoint, `unix://<socket>`.
     pub fn endpoint(&self) -> String {
-        self.layout.endpoint()
+        self.launch.layout.endpoint()
     }
 
     /// containerd's gRPC socket (for `ctr -a`).
     pub fn socket(&self) -> &Path {
-        &self.layout.socket
+        &self.launch.layout.socket
     }
 
     /// The bed's private dir; put pod log dirs and other scratch files here.
@@ -256,12 +264,17 @@ impl Testbed {
     }
 
     pub fn layout(&self) -> &ContainerdLayout {
-        &self.layout
+        &self.launch.layout
     }
 
     /// The bed's own bridge and pod subnet.
     pub fn cni(&self) -> &CniSettings {
-        &self.cni
+        &self.launch.cni
+    }
+
+    /// The containerd release this bed runs, (major, minor).
+    pub fn containerd_release(&self) -> (u32, u32) {
+        self.launch.binary.release
     }
 
     pub fn containerd_pid(&self) -> u32 {
@@ -368,7 +381,7 @@ impl Drop for Testbed {
         let containerd = self.containerd.take();
         let base = self.base.clone();
         let endpoint = self.endpoint();
-        let bridge = self.cni.bridge.clone();
+        let bridge = self.launch.cni.bridge.clone();
         let slot = self.slot;
         let result = std::thread::Builder::new()
             .name("testbed-cleanup".into())
@@ -439,11 +452,60 @@ async fn remove_all_sandboxes(endpoint: &str) {
     }
 }
 
+/// The environment variable naming the containerd binary the test beds (and the oxlets
+/// the tests start with a managed runtime) run; unset: the `containerd` in PATH.
+pub const CONTAINERD_ENV: &str = "OXLET_TEST_CONTAINERD";
+
+/// The containerd the test beds run ([`CONTAINERD_ENV`], else PATH's), with its release;
+/// its `ctr` and shim are the ones beside it.
+pub fn containerd_binary() -> &'static ContainerdBinary {
+    static BINARY: OnceLock<ContainerdBinary> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let explicit = std::env::var_os(CONTAINERD_ENV).map(PathBuf::from);
+        // Its own thread and runtime: the caller may be inside a test's runtime.
+        let binary = std::thread::scope(|s| {
+            s.spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime to read the containerd release")
+                    .block_on(ContainerdBinary::locate(explicit.as_deref()))
+            })
+            .join()
+            .expect("reading the containerd release")
+        });
+        let binary = binary.unwrap_or_else(|e| {
+            panic!("test bed: {e}; run scripts/install-deps.sh as root, or set {CONTAINERD_ENV}")
+        });
+        eprintln!(
+            "testbed: containerd {} ({})",
+            binary.version,
+            binary.path.display()
+        );
+        binary
+    })
+}
+
+/// `--containerd-binary` for an oxlet the test starts with a managed runtime, so that it
+/// runs the same release as the test beds.
+pub fn containerd_binary_flag() -> String {
+    format!("--containerd-binary={}", containerd_binary().path.display())
+}
+
 fn check_prerequisites() {
     let mut missing = Vec::new();
-    for bin in ["containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip"] {
+    for bin in ["runc", "ip"] {
         if find_in_path(bin).is_none() {
             missing.push(format!("{bin} (in PATH)"));
+        }
+    }
+    let binary = containerd_binary();
+    for tool in ["containerd-shim-runc-v2", "ctr"] {
+        if !binary.sibling(tool).is_file() {
+            missing.push(format!(
+                "{tool} (beside {} or in PATH)",
+                binary.path.display()
+            ));
         }
     }
     for plugin in ["bridge", "host-local", "loopback"] {
@@ -903,6 +965,25 @@ pub fn cgroup_root_for(path: &Path) -> String {
 
 /// Removes the cgroup tree `/<name>` from every hierarchy: kills what is left inside,
 /// then removes the cgroups deepest first (a cgroup directory goes with `rmdir`).
+/// Makes the top-level cgroup `name` in the hierarchies the stats are read from (v1:
+/// cpu, cpuacct, memory and pids; cpuset would want its cpus and mems set first) and
+/// moves `pid` into it (remove it with [`remove_cgroup_tree`] once `pid` is gone).
+pub fn move_into_cgroup(name: &str, pid: u32) {
+    assert!(!name.is_empty() && !name.contains('/'), "{name:?}");
+    let v1 = ["cpu", "cpuacct", "memory", "pids"];
+    let stats = cgroup_mounts().into_iter().filter(|m| {
+        m.join("cgroup.controllers").exists()
+            || m.file_name()
+                .is_some_and(|n| v1.contains(&n.to_string_lossy().as_ref()))
+    });
+    for mount in stats {
+        let dir = mount.join(name);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        fs::write(dir.join("cgroup.procs"), pid.to_string())
+            .unwrap_or_else(|e| panic!("moving {pid} into {}: {e}", dir.display()));
+    }
+}
+
 pub fn remove_cgroup_tree(name: &str) {
     assert!(
         !name.is_empty() && !name.contains('/') && name != "." && name != "..",

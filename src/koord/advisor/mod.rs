@@ -148,6 +148,8 @@ pub(crate) struct AdvisorDeps {
     pub cgroups: crate::cm::CgroupTree,
     /// kubelet's `pods` system container (the `kubepods` cgroup), if pods have cgroups.
     pub kubepods: Option<String>,
+    /// kubelet's `runtime` system container: `--runtime-cgroups`, if given.
+    pub runtime_cgroup: Option<String>,
     pub lister: Box<dyn TargetLister>,
     pub root_dir: PathBuf,
     pub cri: Arc<dyn crate::cri::CriRead>,
@@ -183,6 +185,7 @@ impl Advisor {
                 deps.proc_root.clone(),
                 tree.clone(),
                 deps.kubepods,
+                deps.runtime_cgroup,
             )),
             Box::new(PodCollector::new(tree.clone(), deps.lister)),
             Box::new(system::SystemCollector),

@@ -54,6 +54,8 @@ pub(crate) struct NodeCollector {
     kubepods: Option<String>,
     /// When `kubepods` was made: read once (a dozen `stat`s), it does not change.
     kubepods_created: Option<SystemTime>,
+    /// kubelet's `runtime` system container (`--runtime-cgroups`), and when it was made.
+    runtime: Option<(String, Option<SystemTime>)>,
     hz: u64,
     prev: Option<(Instant, CpuJiffies)>,
     rates: RateTracker,
@@ -66,13 +68,20 @@ pub(crate) struct NodeCollector {
 }
 
 impl NodeCollector {
-    pub(crate) fn new(proc_root: PathBuf, tree: CgroupTree, kubepods: Option<String>) -> Self {
+    /// `kubepods` and `runtime` are cgroup paths below the hierarchies' roots.
+    pub(crate) fn new(
+        proc_root: PathBuf,
+        tree: CgroupTree,
+        kubepods: Option<String>,
+        runtime: Option<String>,
+    ) -> Self {
         NodeCollector {
             proc_root,
             reader: StatReader::new(tree.clone()),
             tree,
             kubepods,
             kubepods_created: None,
+            runtime: runtime.map(|p| (p.trim_start_matches('/').to_string(), None)),
             hz: rustix::param::clock_ticks_per_second(),
             prev: None,
             rates: RateTracker::default(),
@@ -190,6 +199,17 @@ impl Collector for NodeCollector {
                     cgroup: r,
                 });
             }
+            if let Some((path, created)) = self.runtime.clone()
+                && let Some(r) = self.cgroup("runtime", &path)
+            {
+                let created = created.or_else(|| self.tree.created(&path));
+                self.runtime = Some((path, created));
+                shared.system_containers.push(SystemContainerReading {
+                    name: "runtime".to_string(),
+                    created_at: created,
+                    cgroup: r,
+                });
+            }
             self.rates.end_round();
             self.reader.end_round();
             shared.network = self.network();
@@ -271,7 +291,7 @@ mod tests {
         std::fs::write(proc_root.path().join("net/dev"), net_dev(100)).unwrap();
         let cgroups = tempfile::tempdir().unwrap();
         let tree = CgroupTree::new(cgroups.path(), CgroupVersion::V2).unwrap();
-        let mut c = NodeCollector::new(proc_root.path().to_path_buf(), tree, None);
+        let mut c = NodeCollector::new(proc_root.path().to_path_buf(), tree, None, None);
         let mut shared = Shared::default();
         let rx = |s: &Shared| s.network.as_ref().map(|n| n.interfaces[0].rx_bytes);
 

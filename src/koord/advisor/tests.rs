@@ -369,6 +369,7 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
         proc_root: "/proc".into(),
         cgroups: tree,
         kubepods: None,
+        runtime_cgroup: None,
         lister: Box::new(Fixed(Vec::new())),
         root_dir: root.path().to_path_buf(),
         cri: Arc::new(crate::cri::FakeRuntime::default()),

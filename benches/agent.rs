@@ -8,7 +8,8 @@
 //! tables and writes `target/bench/agent.json`. `OXLET_BENCH_WINDOW=<seconds>` sets
 //! the at-rest windows (120 s); `OXLET_BENCH_QUICK=1` is a smoke run (few pods, 5 s
 //! windows). `cargo bench --bench agent -- --against <binary or git rev>` runs that
-//! build and this one alternately instead and prints their ratios.
+//! build and this one alternately instead and prints their ratios; `-- --runtimes` runs
+//! this build on each containerd release (exit to status, the node at rest).
 
 #[path = "agent/ablation.rs"]
 mod ablation;
@@ -32,6 +33,8 @@ mod proxy;
 mod report;
 #[path = "agent/run.rs"]
 mod run;
+#[path = "agent/runtimes.rs"]
+mod runtimes;
 #[path = "agent/stats.rs"]
 mod stats;
 
@@ -134,6 +137,9 @@ async fn main() {
         return;
     }
     let plan = Plan::from_env();
+    if std::env::args().any(|a| a == "--runtimes") {
+        return runtimes::run(&plan).await;
+    }
     match against_arg() {
         Some(other) => against::run(&plan, &other).await,
         None => normal::run(&plan).await,

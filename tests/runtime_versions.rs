@@ -6,7 +6,9 @@
 //!   the evented PLEG runs, relists every 300 s, and falls back to relisting while the
 //!   stream is down (a runtime restart);
 //! - `RuntimeConfig`: only 2.x answers, so only there the cgroup driver comes from it; 1.x
-//!   tells it through the verbose `Status` config.
+//!   tells it through the verbose `Status` config;
+//! - `ContainerStatus.user`: only 2.x reports the identity a container runs as, which the
+//!   pod status shows as kubelet 1.33+ does (`containerStatuses[].user.linux`).
 
 mod agent;
 mod common;
@@ -95,10 +97,21 @@ async fn the_pleg_and_the_cgroup_driver_follow_what_the_runtime_offers() {
 
     // An exit reaches the status; with events, without a relist.
     write_manifest(&ox.manifests, "a.yaml", &pod("a", "sleep 2; exit 3"));
-    ox.wait_for("a started", WAIT, |pods| {
-        find(pods, "a").filter(|p| is_running(p)).map(|_| ())
-    })
-    .await;
+    let a = ox
+        .wait_for("a started", WAIT, |pods| {
+            find(pods, "a").filter(|p| is_running(p)).cloned()
+        })
+        .await;
+    let user = a.status.unwrap().container_statuses.unwrap()[0]
+        .user
+        .clone()
+        .and_then(|u| u.linux);
+    if release >= (2, 0) {
+        let user = user.expect("2.x reports the container's user");
+        assert_eq!((user.uid, user.gid), (0, 0), "busybox runs as root");
+    } else {
+        assert_eq!(user, None, "containerd {release:?} reports no user");
+    }
     let before = relists(&ox).await;
     wait_exit(&ox, "a", 3).await;
     let during = relists(&ox).await - before;

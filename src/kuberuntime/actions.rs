@@ -411,6 +411,7 @@ mod tests {
             hash: container_hash(c),
             restart_count: 0,
             is_init: false,
+            user: None,
         }
     }
 
@@ -578,6 +579,7 @@ mod tests {
         ContainerStatus {
             exit_code: exit,
             is_init: true,
+            user: None,
             ..ContainerStatus::for_test(&format!("id-{name}"), name, state)
         }
     }

@@ -25,7 +25,9 @@ pub(crate) use manager::{ContainerStartError, SyncOutcome};
 pub(crate) use manager::{RuntimeManager, SyncError};
 // What the runtime reads back: pods, sandboxes and containers as the runtime has them.
 pub(crate) use reader::{EventPod, RuntimeReader};
-pub(crate) use types::{ContainerState, ContainerStatus, PodRuntimeStatus, RuntimePod};
+pub(crate) use types::{
+    ContainerState, ContainerStatus, ContainerUser, PodRuntimeStatus, RuntimePod,
+};
 #[cfg(test)]
 pub(crate) use types::{RuntimeContainer, RuntimeSandbox, SandboxStatus};
 // Decisions the status generator shares with the pod actions.

@@ -200,6 +200,11 @@ impl RuntimeReader {
                 hash: info.hash,
                 restart_count: info.restart_count,
                 is_init: info.is_init,
+                user: cs.user.and_then(|u| u.linux).map(|l| ContainerUser {
+                    uid: l.uid,
+                    gid: l.gid,
+                    supplemental_groups: l.supplemental_groups,
+                }),
             });
         }
         status

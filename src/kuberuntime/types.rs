@@ -84,6 +84,17 @@ pub(crate) struct ContainerStatus {
     pub hash: u32,
     pub restart_count: i32,
     pub is_init: bool,
+    /// The identity the process runs as, when the runtime reports it (containerd 2.x
+    /// does; 1.6 and 1.7 do not).
+    pub user: Option<ContainerUser>,
+}
+
+/// A container process's Linux identity, as the runtime reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ContainerUser {
+    pub uid: i64,
+    pub gid: i64,
+    pub supplemental_groups: Vec<i64>,
 }
 
 /// Detailed status of one sandbox.
@@ -117,6 +128,7 @@ impl ContainerStatus {
             hash: 0,
             restart_count: 0,
             is_init: false,
+            user: None,
         }
     }
 }

@@ -253,7 +253,20 @@ fn runtime_container_status(
         restart_count: restarts.unwrap_or(latest.restart_count),
         state: Some(state),
         last_state: previous.map(|p| instance_state(p, None, runtime_name).0),
+        user: latest.user.as_ref().map(api_user),
         ..Default::default()
+    }
+}
+
+/// kubelet's `convertContainerStatusUser` (SupplementalGroupsPolicy, on by default since
+/// 1.33): the identity the runtime reports the process runs as.
+fn api_user(u: &rt::ContainerUser) -> k8s_openapi::api::core::v1::ContainerUser {
+    k8s_openapi::api::core::v1::ContainerUser {
+        linux: Some(k8s_openapi::api::core::v1::LinuxContainerUser {
+            uid: u.uid,
+            gid: u.gid,
+            supplemental_groups: Some(u.supplemental_groups.clone()),
+        }),
     }
 }
 
@@ -919,6 +932,7 @@ mod exit_reason_tests {
             hash: 0,
             restart_count: 0,
             is_init: false,
+            user: None,
         }
     }
 

@@ -49,6 +49,7 @@ fn ctr(
         hash: 0,
         restart_count: restarts,
         is_init: false,
+        user: None,
     }
 }
 
@@ -336,6 +337,7 @@ fn cond_full(s: &PodStatus, kind: &str) -> k8s_openapi::api::core::v1::PodCondit
 fn init_ctr(name: &str, state: ContainerState, exit: i32, created: i64) -> ContainerStatus {
     ContainerStatus {
         is_init: true,
+        user: None,
         ..ctr(name, state, exit, created, 0)
     }
 }

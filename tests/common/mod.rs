@@ -98,17 +98,22 @@ impl Testbed {
     /// Start a test bed. Panics (so the test fails) if a needed binary is missing or
     /// containerd does not come up.
     pub async fn start() -> Testbed {
-        Testbed::start_with(None).await
+        Testbed::start_with(None, containerd_binary().clone()).await
+    }
+
+    /// A test bed running `binary` (another containerd release than the others').
+    pub async fn start_on(binary: ContainerdBinary) -> Testbed {
+        Testbed::start_with(None, binary).await
     }
 
     /// A test bed whose containerd root (content store and snapshots: the image
     /// filesystem) is a tmpfs of `mib` MiB, small enough for a test to fill. The mount
     /// is below the bed's dir, so the teardown unmounts it with the rest.
     pub async fn start_with_small_image_fs(mib: u64) -> Testbed {
-        Testbed::start_with(Some(mib)).await
+        Testbed::start_with(Some(mib), containerd_binary().clone()).await
     }
 
-    async fn start_with(image_fs_mib: Option<u64>) -> Testbed {
+    async fn start_with(image_fs_mib: Option<u64>, binary: ContainerdBinary) -> Testbed {
         let started = Instant::now();
         check_prerequisites();
         static SWEEP: Once = Once::new();
@@ -126,11 +131,7 @@ impl Testbed {
             bridge: bridge_name(slot),
             subnet: format!("{}.{}.{slot}.0/24", SUBNET_PREFIX[0], SUBNET_PREFIX[1]),
         };
-        let launch = Launch::new(
-            containerd_binary().clone(),
-            ContainerdLayout::new(&base),
-            cni,
-        );
+        let launch = Launch::new(binary, ContainerdLayout::new(&base), cni);
 
         // From here on, a panic must still clean up: build the bed first, then fill it.
         let mut bed = Testbed {

@@ -233,8 +233,14 @@ async fn links_follow_a_crash_loop_and_gc_removes_only_oxlets_dangling_links() {
     );
     let pod = ox
         .wait_for("crash restarted", START, |pods| {
+            // (A pod is on /pods before its first status: no container status yet.)
             find(pods, "crash")
-                .filter(|p| container(p, "main").restart_count >= 2)
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.container_statuses.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.restart_count >= 2))
+                })
                 .cloned()
         })
         .await;
@@ -271,8 +277,9 @@ async fn links_follow_a_crash_loop_and_gc_removes_only_oxlets_dangling_links() {
     while linked_ids(&ox.links).len() > 1 {
         assert!(
             t.elapsed() < START,
-            "links outlived the pod: {:?}",
-            log_files(&ox.links)
+            "links outlived the pod: {:?}\n{}",
+            log_files(&ox.links),
+            tail(&ox.log(), 80)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

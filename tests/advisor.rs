@@ -16,20 +16,6 @@ use k8s_openapi::api::core::v1::Pod;
 
 const START: Duration = Duration::from_secs(30);
 
-fn container_id(pod: &Pod) -> String {
-    let id = pod
-        .status
-        .as_ref()
-        .unwrap()
-        .container_statuses
-        .as_ref()
-        .unwrap()[0]
-        .container_id
-        .clone()
-        .unwrap();
-    id.split_once("://").unwrap().1.to_string()
-}
-
 /// Whether the host mounts cgroup v2 alone (else v1 or hybrid, read as v1).
 fn is_v2() -> bool {
     std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
@@ -45,7 +31,7 @@ fn container_dir(ox: &Oxlet, controller: &str, pod: &Pod) -> PathBuf {
     p.join(ox.cgroup_root.trim_start_matches('/'))
         .join("kubepods/besteffort")
         .join(format!("pod{}", uid(pod)))
-        .join(container_id(pod))
+        .join(runtime_id(pod, "main"))
 }
 
 fn read(p: PathBuf) -> String {
@@ -124,7 +110,7 @@ async fn a_cpu_burner_shows_near_one_core_and_working_sets_match_the_cgroup() {
     let rest = ox.wait_running("rest", START).await;
     let burn_q = format!(
         "kind=container_cpu_usage&container_id={}",
-        container_id(&burn)
+        runtime_id(&burn, "main")
     );
 
     // Within a few samples the burner has a rate in the cache.
@@ -169,7 +155,7 @@ async fn a_cpu_burner_shows_near_one_core_and_working_sets_match_the_cgroup() {
         &ox,
         &format!(
             "kind=container_cpu_usage&container_id={}&window=3s",
-            container_id(&rest)
+            runtime_id(&rest, "main")
         ),
     )
     .await;
@@ -205,7 +191,7 @@ async fn a_cpu_burner_shows_near_one_core_and_working_sets_match_the_cgroup() {
     // read now (an idle sleep's memory is stable; allow 64 KiB of drift).
     let rest_q = format!(
         "kind=container_memory_usage&container_id={}&agg=last&window=3s",
-        container_id(&rest)
+        runtime_id(&rest, "main")
     );
     let (_, cached) = metric(&ox, &rest_q).await;
     let files = working_set(&ox, &rest);

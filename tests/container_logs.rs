@@ -233,14 +233,8 @@ async fn links_follow_a_crash_loop_and_gc_removes_only_oxlets_dangling_links() {
     );
     let pod = ox
         .wait_for("crash restarted", START, |pods| {
-            // (A pod is on /pods before its first status: no container status yet.)
             find(pods, "crash")
-                .filter(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.container_statuses.as_ref())
-                        .is_some_and(|cs| cs.iter().any(|c| c.restart_count >= 2))
-                })
+                .filter(|p| container_status(p, "main").is_some_and(|c| c.restart_count >= 2))
                 .cloned()
         })
         .await;

@@ -48,17 +48,9 @@ fn cond(p: &Pod, kind: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Container `main`'s status, once the pod has container statuses (a pod shows on
-/// `/pods` before its first status is generated).
+/// Container `main`'s status, once the pod has one.
 fn main_of(pods: &[Pod], name: &str) -> Option<ContainerStatus> {
-    find(pods, name)?
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|c| c.name == "main")
-        .cloned()
+    container_status(find(pods, name)?, "main").cloned()
 }
 
 /// Waits until `name` restarted once and is running and ready again; then checks it

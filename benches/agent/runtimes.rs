@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use oxlet::containerd::ContainerdBinary;
 use serde_json::json;
 
-use crate::agent::{Oxlet, find, write_manifest};
+use crate::agent::{Oxlet, container_status, find, runtime_id, write_manifest};
 use crate::common::Testbed;
 use crate::run::{self, this_binary};
 use crate::stats::{dist, footprint, ms, pct, sorted};
@@ -63,18 +63,7 @@ async fn container_pid(bed: &Testbed, id: &str) -> i32 {
 async fn exit_to_status(ox: &Oxlet, bed: &Testbed, name: &str) -> Duration {
     write_manifest(&ox.manifests, &format!("{name}.yaml"), &sleeper(name));
     let pod = ox.wait_running(name, WAIT).await;
-    let id = pod
-        .status
-        .as_ref()
-        .unwrap()
-        .container_statuses
-        .as_ref()
-        .unwrap()[0]
-        .container_id
-        .clone()
-        .unwrap();
-    let id = id.rsplit("://").next().unwrap().to_string();
-    let pid = container_pid(bed, &id).await;
+    let pid = container_pid(bed, &runtime_id(&pod, "main")).await;
     let t0 = Instant::now();
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(pid).unwrap(),
@@ -85,14 +74,12 @@ async fn exit_to_status(ox: &Oxlet, bed: &Testbed, name: &str) -> Duration {
         let pods = ox.pods().await;
         let done = find(&pods, name)
             .and_then(|p| {
-                p.status
+                container_status(p, "main")?
+                    .state
                     .as_ref()?
-                    .container_statuses
-                    .as_ref()?
-                    .first()
-                    .cloned()
+                    .terminated
+                    .as_ref()
             })
-            .and_then(|s| s.state?.terminated)
             .is_some();
         if done {
             let took = t0.elapsed();

@@ -284,19 +284,24 @@ pub(super) async fn start_pleg(
         let pleg = first.take().unwrap_or_else(&make);
         let (reader, evented) = (reader.clone(), evented.clone());
         async move {
-            let choice = match evented.get() {
+            // The evented PLEG's stream, or None for the generic one.
+            let stream = match evented.get() {
                 None => {
                     let choice = choose_pleg(&reader).await;
                     info!(target: STARTUP_TARGET, pleg = choice.name(), reason = choice.reason().as_str(), "starting the pod lifecycle event generator");
-                    let _ = evented.set(matches!(choice, PlegChoice::Evented(_)));
-                    choice
+                    let stream = match choice {
+                        PlegChoice::Evented(stream) => Some(stream),
+                        PlegChoice::Generic(_) => None,
+                    };
+                    let _ = evented.set(stream.is_some());
+                    stream
                 }
-                Some(true) => PlegChoice::Evented(Stream::resubscribe()),
-                Some(false) => PlegChoice::generic_again(),
+                Some(true) => Some(Stream::resubscribe()),
+                Some(false) => None,
             };
-            match choice {
-                PlegChoice::Evented(stream) => EventedPleg::new(pleg, stream).run(cancel).await,
-                PlegChoice::Generic(_) => pleg.run(cancel).await,
+            match stream {
+                Some(stream) => EventedPleg::new(pleg, stream).run(cancel).await,
+                None => pleg.run(cancel).await,
             }
             Ok(())
         }

@@ -340,7 +340,7 @@ impl ManagedContainerd {
                             pid = self.pid,
                             endpoint = %endpoint,
                             runtime = %format!("{} {}", v.runtime_name, v.runtime_version),
-                            configVersion = self.launch.config_inputs().format.number(),
+                            configVersion = self.launch.binary.config_format().number(),
                             elapsed_ms = started.elapsed().as_millis() as u64,
                             "managed containerd is ready"
                         );

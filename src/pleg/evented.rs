@@ -122,15 +122,6 @@ pub(crate) enum PlegChoice {
 }
 
 impl PlegChoice {
-    /// The generic PLEG again (for a restarted PLEG, after the start-up chose it).
-    pub(crate) fn generic_again() -> PlegChoice {
-        PlegChoice::Generic(CriError::Status {
-            call: "GetContainerEvents",
-            code: tonic::Code::Unimplemented,
-            message: "refused at start-up".into(),
-        })
-    }
-
     /// The start-up line's reason for the choice.
     pub(crate) fn reason(&self) -> String {
         match self {

@@ -530,16 +530,36 @@ pub fn is_running(p: &Pod) -> bool {
             .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
 }
 
+/// The container status of `container` in pod `p`, if it has one yet (a pod is on
+/// `/pods` before its first status is generated).
+pub fn container_status<'a>(
+    p: &'a Pod,
+    container: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)
+}
+
 /// The container status of `container` in pod `p`.
 pub fn container<'a>(
     p: &'a Pod,
     container: &str,
 ) -> &'a k8s_openapi::api::core::v1::ContainerStatus {
-    p.status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.name == container))
-        .unwrap_or_else(|| panic!("no status for container {container}"))
+    container_status(p, container).unwrap_or_else(|| panic!("no status for container {container}"))
+}
+
+/// The runtime's ID of `container` in pod `p`: its `containerID` without the
+/// `<runtime>://` scheme.
+pub fn runtime_id(p: &Pod, container: &str) -> String {
+    let id = self::container(p, container)
+        .container_id
+        .as_deref()
+        .unwrap_or_else(|| panic!("no containerID for container {container}"));
+    id.split_once("://").map_or(id, |(_, id)| id).to_string()
 }
 
 /// CRI containers of a pod (by UID label), any state.

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Install what oxlet's real-runtime tests and examples need, as root on Debian:
 # containerd (with CRI), runc, the CNI plugins, a static busybox (test images),
-# protoc (the k8s-cri build script), iproute2, openssl (test certificates) and kubectl. Only missing packages are installed,
-# so a prepared machine costs nothing (and no network). containerd 1.7 and 2.x, which the core
+# protoc (the k8s-cri build script), iproute2, openssl (test certificates), kubectl, and
+# docker-registry (distribution 2.8: the pull tests run it on loopback; its service is never
+# started). Only missing packages are installed, so a prepared machine costs nothing (and no
+# network). containerd 1.7 and 2.x, which the core
 # of the integration suite also runs against, are fetched into target/runtimes without being
 # installed (scripts/fetch-runtimes.sh).
 #
@@ -11,7 +13,8 @@
 # place for the duration of the install.
 set -euo pipefail
 
-PKGS=(containerd runc containernetworking-plugins busybox-static protobuf-compiler iproute2 openssl)
+PKGS=(containerd runc containernetworking-plugins busybox-static protobuf-compiler iproute2 openssl
+    docker-registry)
 # kubectl (Debian's 1.20) shows in tests/test_apiserver.rs that the test apiserver speaks the real
 # protocol; any kubectl already on PATH does as well.
 if ! command -v kubectl >/dev/null 2>&1; then
@@ -51,11 +54,13 @@ trap cleanup EXIT
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
 
-# Should a service manager have started containerd anyway, stop it: it is not ours.
+# Should a service manager have started containerd or the registry anyway, stop them:
+# they are not ours.
 if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-    systemctl disable --now containerd.service >/dev/null 2>&1 || true
+    systemctl disable --now containerd.service docker-registry.service >/dev/null 2>&1 || true
 fi
-for bin in containerd runc ctr containerd-shim-runc-v2 ip protoc /usr/lib/cni/bridge /bin/busybox; do
+for bin in containerd runc ctr containerd-shim-runc-v2 ip protoc /usr/lib/cni/bridge /bin/busybox \
+    docker-registry; do
     if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "$bin" ]; then
         echo "install-deps: $bin still missing after install" >&2
         exit 1

@@ -23,13 +23,14 @@ cargo test --lib --bins --tests -- --test-threads=2
 # port's streams, an apiserver pod with its volumes, the managed containerd and its config,
 # the image GC keeping the sandbox
 # image (1.6 names it in its Status config, 1.7 and 2.x pin it; 2.x no longer names it), and
-# what differs between the releases (runtime_versions). The test beds (and every oxlet
+# what differs between the releases (runtime_versions), and pulls from a real registry with
+# and without logins (registry_pulls). The test beds (and every oxlet
 # that manages its own containerd) run the binary OXLET_TEST_CONTAINERD names. The one test
 # left out waits 70 s on oxlet's own back-off doubling, which no runtime changes.
 # container_logs' symlink test is left out: once in about eight runs on 1.7 its crash-looping
 # pod's log link outlived the pod by 30 s (being found; its failure now prints oxlet's log).
 CORE=(static_pods restarts probes hooks_termination exits_images cgroups secure_port
-    api_volumes managed_runtime testbed_smoke runtime_versions image_gc)
+    api_volumes managed_runtime testbed_smoke runtime_versions image_gc registry_pulls)
 runtimes=${OXLET_RUNTIMES:-$PWD/target/runtimes}
 for series in containerd-1.7 containerd-2; do
     bin=$runtimes/$series/bin/containerd

@@ -11,6 +11,7 @@ mod cm;
 mod config;
 pub mod containerd;
 mod contracts;
+mod credentials;
 mod cri;
 mod duration;
 mod events;

@@ -29,7 +29,8 @@ const FLOORS: &[&[&str]] = &[
         "pod",
         "backoff",
     ],
-    &["http_get"],
+    // the one HTTP GET; registry credentials (which read the pod helpers)
+    &["http_get", "credentials"],
     // the clients: the apiserver's, and the metrics registries
     &["kubeclient", "metrics"],
     // the clients' users: events and objects through the apiserver, the CRI client

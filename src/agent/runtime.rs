@@ -215,7 +215,7 @@ pub(super) fn manager(
             host.info.internal_ip().to_string(),
         )
         .with_events(inputs.events.clone())
-        .with_image_pulls(pulls)
+        .with_image_pulls(pulls, crate::credentials::NodeKeyring::new(&opts.root_dir))
         .with_log_symlinks(opts.container_log_symlink_dir.clone())
         .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
         .with_objects(inputs.objects)

@@ -146,7 +146,19 @@ fn cri_v2(i: &ConfigInputs<'_>) -> String {
     );
     out.push_str(&runc_runtime(CRI, "    snapshotter = \"overlayfs\"\n", i));
     out.push_str(&cni_section(CRI, i));
+    out.push_str(&registry_section(CRI, i));
     out
+}
+
+/// Where the registry hosts files are, under `prefix` (kind writes the same key).
+fn registry_section(prefix: &str, i: &ConfigInputs<'_>) -> String {
+    format!(
+        "
+  [{prefix}.registry]
+    config_path = {certs}
+",
+        certs = toml_str(&i.layout.certs_dir),
+    )
 }
 
 /// 2.x: the streaming server stays in `grpc.v1.cri`; runtime and images have their own.
@@ -164,13 +176,14 @@ fn cri_v3(i: &ConfigInputs<'_>) -> String {
 
   [{IMAGES}.pinned_images]
     sandbox = {sandbox_image}
-
+{registry}
 [{RUNTIME}]
   # No CAP_SYS_RESOURCE here: never try to lower a container's oom_score_adj.
   restrict_oom_score_adj = true
   enable_selinux = false
 "#,
         sandbox_image = toml_str(i.sandbox_image),
+        registry = registry_section(IMAGES, i),
     );
     out.push_str(&runc_runtime(RUNTIME, "", i));
     out.push_str(&cni_section(RUNTIME, i));
@@ -265,6 +278,7 @@ mod tests {
             "[plugins.\"io.containerd.grpc.v1.cri\".containerd]",
             "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]",
             "[plugins.\"io.containerd.grpc.v1.cri\".cni]",
+            "[plugins.\"io.containerd.grpc.v1.cri\".registry]\n    config_path = \"/var/lib/oxlet/containerd/certs.d\"",
         ]) {
             assert!(c.contains(want), "config lacks {want:?}:\n{c}");
         }
@@ -286,6 +300,7 @@ mod tests {
             "[plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.runc.options]",
             "[plugins.\"io.containerd.cri.v1.runtime\".cni]",
             "[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = true",
+            "[plugins.\"io.containerd.cri.v1.images\".registry]\n    config_path = \"/var/lib/oxlet/containerd/certs.d\"",
         ]) {
             assert!(c.contains(want), "config lacks {want:?}:\n{c}");
         }

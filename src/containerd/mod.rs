@@ -103,6 +103,10 @@ pub struct ContainerdLayout {
     pub runc_root: PathBuf,
     /// The `opt` plugin's dir (default `/opt/containerd`, which we must not touch).
     pub opt_dir: PathBuf,
+    /// The registry hosts dir (the CRI's `registry.config_path`; kind's
+    /// `/etc/containerd/certs.d`): `<host[:port]>/hosts.toml` with a registry's CA,
+    /// mirrors or plain HTTP, read at each pull.
+    pub certs_dir: PathBuf,
 }
 
 impl ContainerdLayout {
@@ -121,6 +125,7 @@ impl ContainerdLayout {
             cni_data_dir: base.join("cni/ipam"),
             runc_root: base.join("runc"),
             opt_dir: base.join("opt"),
+            certs_dir: base.join("certs.d"),
             base,
         }
     }
@@ -142,6 +147,7 @@ impl ContainerdLayout {
             &self.cni_data_dir,
             &self.runc_root,
             &self.opt_dir,
+            &self.certs_dir,
         ] {
             fs::create_dir_all(dir)?;
         }

@@ -102,6 +102,7 @@ pub(crate) trait Cri: CriRead {
     fn pull_image<'a>(
         &'a self,
         image: &'a str,
+        auth: Option<cri::AuthConfig>,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> CriFuture<'a, String>;
     /// Runs `cmd` in the container and waits for it, at most `timeout` (exec probes).

@@ -90,6 +90,10 @@ struct Inner {
     events_served: bool,
     /// The open GetContainerEvents streams.
     event_subscribers: Vec<EventSender>,
+    /// Image → the one `user:password` its registry accepts (else a pull is refused).
+    registry_logins: HashMap<String, String>,
+    /// The `user:password` each PullImage carried ("" for none), in order.
+    pull_logins: Vec<String>,
 }
 
 type EventSender =
@@ -290,6 +294,19 @@ impl FakeRuntime {
     /// Every PullImage takes `d` (on tokio's clock) from now on.
     pub(crate) fn set_pull_delay(&self, d: Duration) {
         self.lock().pull_delay = d;
+    }
+
+    /// Pulls of `image` are refused as a registry refuses them (401) unless they carry
+    /// this login.
+    pub(crate) fn require_pull_login(&self, image: &str, username: &str, password: &str) {
+        self.lock()
+            .registry_logins
+            .insert(image.to_string(), format!("{username}:{password}"));
+    }
+
+    /// The `user:password` each PullImage carried so far ("" when none), in order.
+    pub(crate) fn pull_logins(&self) -> Vec<String> {
+        self.lock().pull_logins.clone()
     }
 
     /// The most PullImage calls that were under way at once.
@@ -961,13 +978,32 @@ impl Cri for FakeRuntime {
     fn pull_image<'a>(
         &'a self,
         image: &'a str,
+        auth: Option<cri::AuthConfig>,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> CriFuture<'a, String> {
         let pod = sandbox_config
             .and_then(|c| c.metadata)
             .map(|m| m.name)
             .unwrap_or_default();
-        let res = self.lock().enter("PullImage", pod, image.to_string());
+        let login = auth.map_or_else(String::new, |a| format!("{}:{}", a.username, a.password));
+        let res = {
+            let mut inner = self.lock();
+            inner.pull_logins.push(login.clone());
+            let refused = inner
+                .registry_logins
+                .get(image)
+                .is_some_and(|wanted| *wanted != login);
+            inner
+                .enter("PullImage", pod, image.to_string())
+                .and_then(|()| match refused {
+                    true => Err(status(
+                        "PullImage",
+                        tonic::Code::Unknown,
+                        format!("failed to resolve reference {image:?}: 401 Unauthorized"),
+                    )),
+                    false => Ok(()),
+                })
+        };
         if let Err(e) = res {
             return ready(Err(e));
         }

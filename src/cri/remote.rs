@@ -536,13 +536,14 @@ impl Cri for RemoteRuntime {
     fn pull_image<'a>(
         &'a self,
         image: &'a str,
+        auth: Option<cri::AuthConfig>,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> CriFuture<'a, String> {
         Box::pin(async move {
             let mut c = self.images.clone();
             let req = cri::PullImageRequest {
                 image: Some(image_spec(image)),
-                auth: None,
+                auth,
                 sandbox_config,
             };
             let res = self.call_within("PullImage", None, c.pull_image(req));

@@ -42,6 +42,7 @@ pub(crate) mod reason {
     pub(crate) const PULLED: &str = "Pulled";
     pub(crate) const INSPECT_FAILED: &str = "InspectFailed";
     pub(crate) const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    pub(crate) const FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET: &str = "FailedToRetrieveImagePullSecret";
     pub(crate) const NODE_READY: &str = "NodeReady";
     pub(crate) const NODE_NOT_READY: &str = "NodeNotReady";
     pub(crate) const STARTING: &str = "Starting";

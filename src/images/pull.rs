@@ -6,11 +6,14 @@
 use std::time::Duration;
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use tokio::sync::Semaphore;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
+use crate::credentials::{self, Credential, NodeKeyring};
 use crate::cri::Cri;
 use crate::cri::CriError;
 use crate::events::EventType::{Normal, Warning};
@@ -60,6 +63,8 @@ pub(crate) struct ImagePuller {
     slots: Option<Semaphore>,
     backoff: Backoff,
     events: EventRecorder,
+    /// The node's own registry logins (its docker config files).
+    node_keyring: Arc<NodeKeyring>,
 }
 
 impl Default for ImagePuller {
@@ -86,7 +91,14 @@ impl ImagePuller {
             slots: slots.map(|n| Semaphore::new(n.max(1))),
             backoff: Backoff::default(),
             events: EventRecorder::log_only(),
+            node_keyring: Arc::new(NodeKeyring::empty()),
         }
+    }
+
+    /// Where the node's registry logins are read (kubelet's docker config search path).
+    pub(crate) fn with_node_keyring(mut self, keyring: NodeKeyring) -> Self {
+        self.node_keyring = Arc::new(keyring);
+        self
     }
 
     /// Forgets the back-off of a pod that is gone.
@@ -106,13 +118,15 @@ impl ImagePuller {
     }
 
     /// Makes sure the container's image is present per its pull policy (kubelet's
-    /// `EnsureImageExists`); returns the image reference to run.
+    /// `EnsureImageExists`); returns the image reference to run. `pull_secrets` are the
+    /// pod's `imagePullSecrets` that could be fetched.
     pub(crate) async fn ensure_image(
         &self,
         cri: &dyn Cri,
         pod: &Pod,
         c: &Container,
         sandbox_config: &cri::PodSandboxConfig,
+        pull_secrets: &[&Secret],
     ) -> Result<String, ImageError> {
         let image = c.image.as_deref().unwrap_or("");
         let pod_ref = pod_ref(pod);
@@ -180,7 +194,9 @@ impl ImagePuller {
         let started = tokio::time::Instant::now();
         event(Normal, reason::PULLING, &format!("Pulling image {image:?}"));
         crate::metrics::pull_started(uid);
-        let pulled = cri.pull_image(image, Some(sandbox_config.clone())).await;
+        let pulled = self
+            .pull(cri, pod, image, pull_secrets, sandbox_config)
+            .await;
         crate::metrics::pull_finished(uid);
         match pulled {
             Ok(image_ref) => {
@@ -199,10 +215,10 @@ impl ImagePuller {
                 event(Normal, reason::PULLED, &msg);
                 Ok(image_ref)
             }
-            Err(e) => {
+            Err(reason) => {
                 let failed_at = tokio::time::Instant::now();
                 self.backoff.next(&key, failed_at);
-                let msg = format!("Failed to pull image {image:?}: {}", runtime_reason(&e));
+                let msg = format!("Failed to pull image {image:?}: {reason}");
                 warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
                 event(Warning, reason::FAILED, &msg);
                 event(Warning, reason::FAILED, "Error: ErrImagePull");
@@ -214,6 +230,57 @@ impl ImagePuller {
                 ))
             }
         }
+    }
+}
+
+impl ImagePuller {
+    /// kubelet's `pullImage` with its keyring: no login matches the repository, one pull
+    /// without; else each login in turn until one is accepted. The error is the
+    /// runtime's reason, or every reason (`[a, b]`, kubelet's aggregate) when all failed.
+    async fn pull(
+        &self,
+        cri: &dyn Cri,
+        pod: &Pod,
+        image: &str,
+        pull_secrets: &[&Secret],
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, String> {
+        let repository = crate::pod::image_repository(image);
+        let pod_ring =
+            credentials::keyring_from_secrets(pull_secrets).map_err(|e| e.to_string())?;
+        let logins = credentials::lookup(&pod_ring, &self.node_keyring.keyring(), &repository);
+        let sandbox = || Some(sandbox_config.clone());
+        if logins.is_empty() {
+            debug!(pod = %pod_ref(pod), image, repository = %repository, "no registry login matches: pulling anonymously");
+            return cri
+                .pull_image(image, None, sandbox())
+                .await
+                .map_err(|e| runtime_reason(&e));
+        }
+        info!(pod = %pod_ref(pod), image, repository = %repository, logins = logins.len(), "pulling with the registry logins that match (the pod's imagePullSecrets first, then the node's docker config)");
+        let mut reasons = Vec::new();
+        for login in &logins {
+            match cri
+                .pull_image(image, Some(auth_config(login)), sandbox())
+                .await
+            {
+                Ok(r) => return Ok(r),
+                Err(e) => reasons.push(runtime_reason(&e)),
+            }
+        }
+        Err(match reasons.len() {
+            1 => reasons.remove(0),
+            _ => format!("[{}]", reasons.join(", ")),
+        })
+    }
+}
+
+/// The CRI form of a login: user name and password, as kubelet sends them.
+fn auth_config(login: &Credential) -> cri::AuthConfig {
+    cri::AuthConfig {
+        username: login.username.clone(),
+        password: login.password.clone(),
+        ..Default::default()
     }
 }
 

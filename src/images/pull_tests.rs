@@ -39,7 +39,7 @@ async fn pull_many(limit: PullLimit, n: usize) -> (Arc<FakeRuntime>, Duration) {
     let start = tokio::time::Instant::now();
     let pulls = pods.iter().map(|(p, sb)| {
         let c = &p.spec.as_ref().unwrap().containers[0];
-        puller.ensure_image(fake.as_ref(), p, c, sb)
+        puller.ensure_image(fake.as_ref(), p, c, sb, &[])
     });
     for r in futures::future::join_all(pulls).await {
         r.unwrap();
@@ -88,10 +88,10 @@ async fn a_dropped_pull_frees_its_slot_and_spares_other_pods_pulls() {
     let (b, sb) = pod_with("b", "localhost/shared:1", "Always");
     let ca = &a.spec.as_ref().unwrap().containers[0];
     let cb = &b.spec.as_ref().unwrap().containers[0];
-    let pull_b = puller.ensure_image(fake.as_ref(), &b, cb, &sb);
+    let pull_b = puller.ensure_image(fake.as_ref(), &b, cb, &sb, &[]);
     tokio::pin!(pull_b);
     // Pod a is removed while its pull hangs: its sync (and the pull) is dropped.
-    let pull_a = puller.ensure_image(fake.as_ref(), &a, ca, &sa);
+    let pull_a = puller.ensure_image(fake.as_ref(), &a, ca, &sa, &[]);
     tokio::select! {
         _ = pull_a => panic!("the pull cannot finish"),
         _ = &mut pull_b => panic!("the pull cannot finish"),
@@ -116,7 +116,7 @@ async fn serialized_slot_is_freed_when_the_waiting_pull_is_dropped() {
     let cb = &b.spec.as_ref().unwrap().containers[0];
     let hung = tokio::time::timeout(
         Duration::from_secs(10),
-        puller.ensure_image(fake.as_ref(), &a, ca, &sa),
+        puller.ensure_image(fake.as_ref(), &a, ca, &sa, &[]),
     )
     .await;
     assert!(
@@ -125,7 +125,7 @@ async fn serialized_slot_is_freed_when_the_waiting_pull_is_dropped() {
     );
     fake.set_pull_delay(Duration::ZERO);
     puller
-        .ensure_image(fake.as_ref(), &b, cb, &sb)
+        .ensure_image(fake.as_ref(), &b, cb, &sb, &[])
         .await
         .expect("the slot was freed");
 }
@@ -138,7 +138,7 @@ async fn policies_reasons_and_messages() {
         let c = p.spec.as_ref().unwrap().containers[0].clone();
         let (p, sb) = (p.clone(), sb.clone());
         let (fake, puller) = (&fake, &puller);
-        async move { puller.ensure_image(fake, &p, &c, &sb).await }
+        async move { puller.ensure_image(fake, &p, &c, &sb, &[]).await }
     };
 
     let (p, sb) = pod_with("never", "localhost/absent:1", "Never");
@@ -231,7 +231,7 @@ async fn each_image_failure_records_error_reason_on_the_container() {
     ] {
         let (p, sb) = pod_with(name, image, policy);
         let c = &p.spec.as_ref().unwrap().containers[0];
-        assert!(puller.ensure_image(&fake, &p, c, &sb).await.is_err());
+        assert!(puller.ensure_image(&fake, &p, c, &sb, &[]).await.is_err());
         let mut failed = Vec::new();
         while let Ok(e) = rx.try_recv() {
             if e.reason == "Failed" {
@@ -244,4 +244,127 @@ async fn each_image_failure_records_error_reason_on_the_container() {
             "{name}"
         );
     }
+}
+
+fn pull_secret(name: &str, registry: &str, user: &str) -> Secret {
+    let json =
+        format!(r#"{{"auths":{{"{registry}":{{"username":"{user}","password":"{user}-pw"}}}}}}"#);
+    Secret {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        type_: Some(credentials::DOCKER_CONFIG_JSON_TYPE.into()),
+        data: Some(
+            [(
+                credentials::DOCKER_CONFIG_JSON_KEY.to_string(),
+                k8s_openapi::ByteString(json.into_bytes()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn logins_are_tried_in_order_until_the_registry_takes_one() {
+    let fake = FakeRuntime::new();
+    let image = "reg.example.com:5000/team/app:1";
+    fake.require_pull_login(image, "right", "right-pw");
+    let (p, sb) = pod_with("creds", image, "Always");
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    // The most specific key first: the team's login before the host's.
+    let wrong = pull_secret("a", "reg.example.com:5000/team", "wrong");
+    let right = pull_secret("b", "reg.example.com:5000", "right");
+    let other = pull_secret("c", "other.example.com", "other");
+    let puller = ImagePuller::new(PullLimit::Serial);
+    puller
+        .ensure_image(&fake, &p, c, &sb, &[&right, &wrong, &other])
+        .await
+        .unwrap();
+    assert_eq!(fake.pull_logins(), ["wrong:wrong-pw", "right:right-pw"]);
+}
+
+#[tokio::test]
+async fn every_refusal_is_in_the_message_when_no_login_works() {
+    let fake = FakeRuntime::new();
+    let image = "reg.example.com/app:1";
+    fake.require_pull_login(image, "right", "right-pw");
+    let (p, sb) = pod_with("refused", image, "Always");
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let puller = ImagePuller::new(PullLimit::Serial);
+
+    // No login matches: one anonymous pull, the registry's reason as it is.
+    let e = puller
+        .ensure_image(&fake, &p, c, &sb, &[])
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason, WaitingReason::ErrImagePull);
+    assert!(e.message.ends_with("401 Unauthorized"), "{}", e.message);
+    assert!(
+        !e.message
+            .starts_with("Failed to pull image \"reg.example.com/app:1\": [")
+    );
+    assert_eq!(fake.pull_logins(), [""]);
+
+    let puller = ImagePuller::new(PullLimit::Serial);
+    let (a, b) = (
+        pull_secret("a", "reg.example.com", "one"),
+        pull_secret("b", "reg.example.com", "two"),
+    );
+    let e = puller
+        .ensure_image(&fake, &p, c, &sb, &[&a, &b])
+        .await
+        .unwrap_err();
+    assert!(
+        e.message
+            .starts_with("Failed to pull image \"reg.example.com/app:1\": [")
+            && e.message.matches("401 Unauthorized").count() == 2,
+        "{}",
+        e.message
+    );
+    assert!(
+        !e.message.contains("-pw"),
+        "no password in a message: {}",
+        e.message
+    );
+}
+
+#[tokio::test]
+async fn a_broken_pull_secret_fails_the_pull_with_its_name() {
+    let fake = FakeRuntime::new();
+    let (p, sb) = pod_with("broken", "reg.example.com/app:1", "Always");
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let mut bad = pull_secret("bad", "reg.example.com", "x");
+    bad.data.as_mut().unwrap().insert(
+        credentials::DOCKER_CONFIG_JSON_KEY.to_string(),
+        k8s_openapi::ByteString(b"{".to_vec()),
+    );
+    let e = ImagePuller::new(PullLimit::Serial)
+        .ensure_image(&fake, &p, c, &sb, &[&bad])
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason, WaitingReason::ErrImagePull);
+    assert!(e.message.contains("secret default/bad"), "{}", e.message);
+    assert!(fake.calls_of("PullImage").is_empty());
+}
+
+#[tokio::test]
+async fn the_nodes_docker_config_serves_when_the_pod_has_no_login() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        r#"{"auths":{"https://reg.example.com/v2/":{"auth":"bm9kZTpub2RlLXB3"}}}"#,
+    )
+    .unwrap();
+    let fake = FakeRuntime::new();
+    let image = "reg.example.com/app:1";
+    fake.require_pull_login(image, "node", "node-pw");
+    let (p, sb) = pod_with("node-login", image, "Always");
+    let c = &p.spec.as_ref().unwrap().containers[0];
+    let node = NodeKeyring::with_dirs(vec![dir.path().into()], vec![], Duration::from_secs(60));
+    let puller = ImagePuller::new(PullLimit::Serial).with_node_keyring(node);
+    puller.ensure_image(&fake, &p, c, &sb, &[]).await.unwrap();
+    assert_eq!(fake.pull_logins(), ["node:node-pw"]);
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Secret};
 use tracing::{debug, info, warn};
 
 use super::actions::{PodActions, compute_pod_actions_probed};
@@ -188,6 +188,8 @@ struct StartContext<'a> {
     sandbox_id: &'a str,
     sandbox_config: &'a cri::PodSandboxConfig,
     env: &'a PodEnv,
+    /// The pod's `imagePullSecrets` that could be fetched.
+    pull_secrets: &'a [Arc<Secret>],
 }
 
 /// One container being started (kubelet's `startSpec`, with its sync's context): the
@@ -318,7 +320,6 @@ impl RuntimeManager {
         self
     }
 
-    /// Sets how many image pulls run at once (serialized by default, as in kubelet).
     /// Records kubelet's container, image and sandbox events to `events`.
     pub(crate) fn with_events(mut self, events: EventRecorder) -> Self {
         self.images = std::mem::take(&mut self.images).with_events(events.clone());
@@ -337,8 +338,16 @@ impl RuntimeManager {
         &self.events
     }
 
-    pub(crate) fn with_image_pulls(mut self, limit: PullLimit) -> Self {
-        self.images = ImagePuller::new(limit).with_events(self.events.clone());
+    /// Sets how many image pulls run at once (serialized by default, as in kubelet) and
+    /// where the node's registry logins are read.
+    pub(crate) fn with_image_pulls(
+        mut self,
+        limit: PullLimit,
+        node_logins: crate::credentials::NodeKeyring,
+    ) -> Self {
+        self.images = ImagePuller::new(limit)
+            .with_events(self.events.clone())
+            .with_node_keyring(node_logins);
         self
     }
 
@@ -466,6 +475,7 @@ impl RuntimeManager {
         if let Some(o) = &objects {
             self.update_object_volumes(pod, o);
         }
+        let pull_secrets = self.pull_secrets(pod, objects.as_deref());
         let mut outcome = SyncOutcome::default();
         if actions.is_noop() {
             return Ok(outcome);
@@ -508,6 +518,7 @@ impl RuntimeManager {
             sandbox_id: &sandbox_id,
             sandbox_config: &sandbox_config,
             env: &env,
+            pull_secrets: &pull_secrets,
         };
 
         // Step 6: start the init containers; step 7: the regular containers. (Step 5,
@@ -546,6 +557,53 @@ impl RuntimeManager {
                 warn!(pod = %pod_ref, podUID = %uid, error = %e, "cannot update downwardAPI volumes");
             }
         }
+    }
+
+    /// kubelet's `getPullSecretsForPod`, on every sync: the pod's `imagePullSecrets` that
+    /// could be had. The names that could not (no apiserver, not found, refused) go into
+    /// one FailedToRetrieveImagePullSecret warning, and the pull goes on without them.
+    fn pull_secrets(
+        &self,
+        pod: &Pod,
+        objects: Option<&crate::objects::PodObjects>,
+    ) -> Vec<Arc<Secret>> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let refs = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_ref());
+        let mut found = Vec::new();
+        let mut failed = Vec::new();
+        // An empty name passed API validation once; kubelet skips it without a word.
+        for name in refs
+            .into_iter()
+            .flatten()
+            .map(|r| r.name.as_str())
+            .filter(|n| !n.is_empty())
+        {
+            match crate::objects::PodObjects::secret(objects, ns, name, false) {
+                Ok(Some(s)) => found.push(s),
+                Ok(None) => failed.push(name),
+                Err(e) => {
+                    info!(pod = %pod_ref(pod), secret = %format!("{ns}/{name}"), error = %e, "Unable to retrieve pull secret, the image pull may not succeed.");
+                    failed.push(name);
+                }
+            }
+        }
+        if !failed.is_empty() {
+            let msg = format!(
+                "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                failed.join(", ")
+            );
+            let obj = ObjectRef::pod(pod);
+            (self.events).event(
+                &obj,
+                Warning,
+                reason::FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
+                &msg,
+            );
+        }
+        found
     }
 
     /// The ConfigMaps, Secrets and tokens this sync uses (`None` standalone), read once
@@ -781,9 +839,10 @@ impl RuntimeManager {
             .inc();
 
         // Step 1: pull the image (kubelet's EnsureImageExists).
+        let secrets: Vec<&Secret> = ctx.pull_secrets.iter().map(AsRef::as_ref).collect();
         let image_ref = match self
             .images
-            .ensure_image(self.cri.as_ref(), pod, c, ctx.sandbox_config)
+            .ensure_image(self.cri.as_ref(), pod, c, ctx.sandbox_config, &secrets)
             .await
         {
             Ok(r) => r,

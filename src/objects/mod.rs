@@ -185,10 +185,15 @@ pub(crate) fn token_want(
 }
 
 /// Everything `pod` references (kubelet's `podutil.VisitPodConfigmapNames` and
-/// `VisitPodSecretNames`, without image pull secrets, which oxlet does not use).
+/// `VisitPodSecretNames`, image pull secrets included).
 pub(crate) fn references(pod: &Pod) -> References {
     let mut r = References::default();
     let Some(spec) = &pod.spec else { return r };
+    for s in spec.image_pull_secrets.iter().flatten() {
+        if !s.name.is_empty() {
+            r.secrets.insert(s.name.clone());
+        }
+    }
     for v in spec.volumes.iter().flatten() {
         if let Some(cm) = &v.config_map {
             r.config_maps.insert(cm.name.clone());

@@ -80,6 +80,39 @@ pub(crate) fn check(image: &str) -> Result<(), InvalidImageRef> {
     Ok(())
 }
 
+/// The registry Docker Hub names are pulled from.
+const DEFAULT_DOMAIN: &str = "docker.io";
+
+/// The repository a reference pulls from, normalized as `ParseNormalizedNamed` does
+/// (kubelet's `parsers.ParseImageName` gives this to the credential lookup): tag and
+/// digest dropped, Docker Hub's domain and `library/` filled in, `index.docker.io`
+/// spelled `docker.io`. For a reference [`check`] accepts.
+pub(crate) fn repository(image: &str) -> String {
+    let rest = image.split_once('@').map_or(image, |(r, _)| r);
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let name = match rest[last_slash..].rfind(':') {
+        Some(i) => &rest[..last_slash + i],
+        None => rest,
+    };
+    let (domain, path) = match name.split_once('/') {
+        Some((d, p)) if d.contains(['.', ':']) || d == "localhost" || d.to_lowercase() != d => {
+            (d, p.to_string())
+        }
+        _ => (DEFAULT_DOMAIN, name.to_string()),
+    };
+    let domain = if domain == "index.docker.io" {
+        DEFAULT_DOMAIN
+    } else {
+        domain
+    };
+    let path = if domain == DEFAULT_DOMAIN && !path.contains('/') {
+        format!("library/{path}")
+    } else {
+        path
+    };
+    format!("{domain}/{path}")
+}
+
 /// `[a-z0-9]+` joined by `.`, `_`, `__` or runs of `-`.
 fn is_path_component(s: &str) -> bool {
     let b = s.as_bytes();
@@ -166,6 +199,26 @@ fn is_digest(d: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repositories_are_normalized_as_the_credential_lookup_sees_them() {
+        for (image, repo) in [
+            ("busybox", "docker.io/library/busybox"),
+            ("busybox:1.36", "docker.io/library/busybox"),
+            ("user/app:v1", "docker.io/user/app"),
+            ("index.docker.io/user/app", "docker.io/user/app"),
+            ("docker.io/busybox", "docker.io/library/busybox"),
+            ("127.0.0.1:5000/team/app:1", "127.0.0.1:5000/team/app"),
+            ("localhost/oxlet/busybox:1", "localhost/oxlet/busybox"),
+            (
+                "registry.example.com:443/a/b/c",
+                "registry.example.com:443/a/b/c",
+            ),
+            ("quay.io/coreos/etcd@sha256:abc", "quay.io/coreos/etcd"),
+        ] {
+            assert_eq!(repository(image), repo, "{image}");
+        }
+    }
 
     #[test]
     fn valid_references() {

@@ -14,6 +14,8 @@
 #![allow(dead_code)] // each test binary uses its own subset
 #![allow(unreachable_pub)] // shared by several test binaries: `pub` is the helpers' API
 
+pub mod registry;
+
 use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
@@ -262,6 +264,11 @@ impl Testbed {
     /// The bed's private dir; put pod log dirs and other scratch files here.
     pub fn base_dir(&self) -> &Path {
         &self.base
+    }
+
+    /// The `ctr` of the bed's containerd release.
+    pub fn ctr(&self) -> PathBuf {
+        self.launch.binary.sibling("ctr")
     }
 
     pub fn layout(&self) -> &ContainerdLayout {

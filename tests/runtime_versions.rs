@@ -144,3 +144,36 @@ async fn the_pleg_and_the_cgroup_driver_follow_what_the_runtime_offers() {
         assert!(during <= 1, "{during} relists after the stream came back");
     }
 }
+
+/// `featureGates: {EventedPLEG: false}` keeps the generic PLEG on any release, and it
+/// still sees an exit; another gate is named as not implemented.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_evented_pleg_gate_set_false_keeps_relisting() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(
+        &bed,
+        &["--feature-gates=EventedPLEG=false,SomeAlphaGate=true"],
+    );
+    ox.wait_logged("starting the pod lifecycle event generator", 1, WAIT)
+        .await;
+    let log = ox.log();
+    assert!(
+        log.contains("pleg=\"GenericPLEG\"")
+            && log.contains("the EventedPLEG feature gate is false"),
+        "{}",
+        tail(&log, 40)
+    );
+    assert!(
+        log.contains("feature gate SomeAlphaGate is accepted but not implemented"),
+        "{}",
+        tail(&log, 40)
+    );
+    write_manifest(&ox.manifests, "a.yaml", &pod("a", "sleep 1; exit 3"));
+    let before = relists(&ox).await;
+    wait_exit(&ox, "a", 3).await;
+    assert!(relists(&ox).await > before, "the generic PLEG relists");
+    assert!(
+        !ox.log().contains("Evented PLEG"),
+        "the event stream is never opened"
+    );
+}

@@ -2,7 +2,9 @@
 //! and 1.7 and 2.x from `target/runtimes`, as `scripts/fetch-runtimes.sh` puts them):
 //! how long a container's exit takes to reach the pod status (the process is killed
 //! from outside, `/pods` is polled every 2 ms), and the node at rest with the bench's
-//! idle pods, with the PLEG task's own CPU.
+//! idle pods, with the PLEG task's own CPU. The newest release runs twice, the second time
+//! with `--feature-gates=EventedPLEG=false`: the generic PLEG against the evented one on one
+//! runtime, back to back.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -91,11 +93,16 @@ async fn exit_to_status(ox: &Oxlet, bed: &Testbed, name: &str) -> Duration {
     }
 }
 
-/// One release: exits, then the node at rest.
-async fn measure(plan: &Plan, label: &str, binary: ContainerdBinary) -> serde_json::Value {
+/// One release: exits, then the node at rest; `flags` go to oxlet.
+async fn measure(
+    plan: &Plan,
+    label: &str,
+    binary: ContainerdBinary,
+    flags: &[String],
+) -> serde_json::Value {
     let version = binary.version.clone();
     let bed = Testbed::start_on(binary).await;
-    let ox = run::start(&bed, "ox", this_binary(), &[]).await;
+    let ox = run::start(&bed, "ox", this_binary(), flags).await;
     ox.wait_logged("starting the pod lifecycle event generator", 1, WAIT)
         .await;
     let pleg = if ox.log().contains("pleg=\"EventedPLEG\"") {
@@ -140,11 +147,17 @@ async fn measure(plan: &Plan, label: &str, binary: ContainerdBinary) -> serde_js
 pub(crate) async fn run(plan: &Plan) {
     println!("== each containerd release: exit to status, and at rest ==");
     let mut rows = Vec::new();
-    for (label, path) in releases() {
+    let releases = releases();
+    for (i, (label, path)) in releases.iter().enumerate() {
         let binary = ContainerdBinary::at(path.clone())
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        rows.push(measure(plan, &label, binary).await);
+        rows.push(measure(plan, label, binary.clone(), &[]).await);
+        if i + 1 == releases.len() {
+            let gate_off = format!("{label} gate off");
+            let flags = ["--feature-gates=EventedPLEG=false".to_string()];
+            rows.push(measure(plan, &gate_off, binary, &flags).await);
+        }
     }
     write_report("runtimes.json", &json!({ "runtimes": rows }));
 }

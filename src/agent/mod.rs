@@ -126,7 +126,7 @@ async fn start(
     let shared = Shared::new(events);
     let prediction = koordlet::spawn_prediction(opts, &shared, &host.allocatable, tasks);
     let sources = sources::start(opts, api, tasks);
-    let pleg_events = runtime::start_pleg(&manager, &shared, tasks).await;
+    let pleg_events = runtime::start_pleg(&manager, &shared, tasks, opts.evented_pleg()).await;
     runtime::spawn_runtime_health(&manager, &shared, tasks);
     let syncer = runtime::syncer(rt, &manager, &host, &shared, probe_results, tasks);
     koordlet::spawn_metric_advisor(opts, rt, &host, &shared, tasks);

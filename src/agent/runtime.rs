@@ -255,6 +255,7 @@ pub(super) async fn start_pleg(
     runtime: &Arc<RuntimeManager>,
     shared: &Shared,
     tasks: &Tasks,
+    evented_gate: bool,
 ) -> mpsc::Receiver<PodLifecycleEvent> {
     let (pleg_tx, pleg_rx) = mpsc::channel(EVENT_CHANNEL_CAPACITY);
     let (reader, cache, stats) = (
@@ -287,11 +288,11 @@ pub(super) async fn start_pleg(
             // The evented PLEG's stream, or None for the generic one.
             let stream = match evented.get() {
                 None => {
-                    let choice = choose_pleg(&reader).await;
+                    let choice = choose_pleg(&reader, evented_gate).await;
                     info!(target: STARTUP_TARGET, pleg = choice.name(), reason = choice.reason().as_str(), "starting the pod lifecycle event generator");
                     let stream = match choice {
                         PlegChoice::Evented(stream) => Some(stream),
-                        PlegChoice::Generic(_) => None,
+                        PlegChoice::Generic(_) | PlegChoice::GateOff => None,
                     };
                     let _ = evented.set(stream.is_some());
                     stream

@@ -16,6 +16,7 @@ use crate::backoff::Backoff;
 use crate::credentials::{self, Credential, NodeKeyring};
 use crate::cri::Cri;
 use crate::cri::CriError;
+use crate::duration::format_go_duration;
 use crate::events::EventType::{Normal, Warning};
 use crate::events::{EventRecorder, ObjectRef, reason};
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
@@ -208,9 +209,9 @@ impl ImagePuller {
                 crate::metrics::image_pulled(size, asked.elapsed());
                 debug!(pod = %pod_ref, podUID = %uid, container = %c.name, image, imageRef = %image_ref, "image pulled");
                 let msg = format!(
-                    "Successfully pulled image {image:?} in {:?} ({:?} including waiting). Image size: {size} bytes.",
-                    truncate_ms(pulled),
-                    truncate_ms(asked.elapsed())
+                    "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
+                    format_go_duration(truncate_ms(pulled)),
+                    format_go_duration(truncate_ms(asked.elapsed()))
                 );
                 event(Normal, reason::PULLED, &msg);
                 Ok(image_ref)

@@ -368,3 +368,38 @@ async fn the_nodes_docker_config_serves_when_the_pod_has_no_login() {
     puller.ensure_image(&fake, &p, c, &sb, &[]).await.unwrap();
     assert_eq!(fake.pull_logins(), ["node:node-pw"]);
 }
+
+/// kubelet's Pulled event: Go's duration spelling, the wait for a slot counted apart.
+#[tokio::test(start_paused = true)]
+async fn the_pulled_event_spells_durations_as_go_does() {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.set_pull_delay(Duration::from_millis(61_500));
+    let (events, mut rx) = crate::events::EventRecorder::queued(16);
+    let puller = Arc::new(ImagePuller::new(PullLimit::Serial).with_events(events));
+    let (a, sa) = pod_with("a", "localhost/a:1", "Always");
+    let (b, sb) = pod_with("b", "localhost/b:1", "Always");
+    let (ca, cb) = (
+        &a.spec.as_ref().unwrap().containers[0],
+        &b.spec.as_ref().unwrap().containers[0],
+    );
+    let (ra, rb) = futures::join!(
+        puller.ensure_image(fake.as_ref(), &a, ca, &sa, &[]),
+        puller.ensure_image(fake.as_ref(), &b, cb, &sb, &[])
+    );
+    ra.unwrap();
+    rb.unwrap();
+    let mut pulled = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        if e.reason == "Pulled" {
+            pulled.push(e.message);
+        }
+    }
+    pulled.sort();
+    assert_eq!(
+        pulled,
+        [
+            "Successfully pulled image \"localhost/a:1\" in 1m1.5s (1m1.5s including waiting). Image size: 0 bytes.",
+            "Successfully pulled image \"localhost/b:1\" in 1m1.5s (2m3s including waiting). Image size: 0 bytes.",
+        ]
+    );
+}

@@ -300,6 +300,7 @@ fn api_and_node_status(m: &mut Map<String, Value>, o: &Options) {
     m.insert("eventRecordQPS".into(), json!(o.event_record_qps));
     m.insert("eventBurst".into(), json!(o.event_burst));
     m.insert("rotateCertificates".into(), json!(o.rotate_certificates));
+    m.insert("featureGates".into(), json!(o.feature_gates));
 }
 
 /// Image garbage collection, and the volume stats period between its fields.
@@ -363,6 +364,7 @@ mod tests {
             "--eviction-soft-grace-period=memory.available=30s,nodefs.available=1m",
             "--eviction-minimum-reclaim=memory.available=500Mi",
             "--volume-stats-agg-period=30s",
+            "--feature-gates=EventedPLEG=false,SomeAlphaGate=true",
         ]);
         let mut o = o;
         o.max_parallel_image_pulls = Some(2);
@@ -397,6 +399,10 @@ mod tests {
         assert_eq!(c["evictionSoftGracePeriod"]["nodefs.available"], "1m0s");
         assert_eq!(c["evictionMinimumReclaim"]["memory.available"], "500Mi");
         assert_eq!(c["volumeStatsAggPeriod"], "30s");
+        assert_eq!(
+            c["featureGates"],
+            json!({"EventedPLEG": false, "SomeAlphaGate": true})
+        );
         assert_eq!(c["containerLogMaxSize"], "10Mi");
         assert_eq!(c["enforceNodeAllocatable"], json!(["pods"]));
         // The endpoint connected to, not the flag's default.

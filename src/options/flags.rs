@@ -33,7 +33,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("enable-debugging-handlers", Bool),
     ("exit-on-lock-contention", Bool),
     ("experimental-mounter-path", Value),
-    ("feature-gates", Value),
     ("hairpin-mode", Value),
     ("image-credential-provider-bin-dir", Value),
     ("image-credential-provider-config", Value),

@@ -44,7 +44,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "makeIPTablesUtilChains",
     "iptablesMasqueradeBit",
     "iptablesDropBit",
-    "featureGates",
     "configMapAndSecretChangeDetectionStrategy",
     "reservedSystemCPUs",
     "showHiddenMetricsForVersion",
@@ -383,6 +382,7 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::Map(sep), Value::Mapping(m)) => map_text(m, sep)?,
         (Kind::List, Value::Sequence(items)) => list_text(items)?,
         (Kind::Multimap, Value::Mapping(m)) => multimap_text(m)?,
+        (Kind::Gates, Value::Mapping(m)) => gates_text(m)?,
         (Kind::Text | Kind::Path, _) => return Err("must be a string".into()),
         (Kind::Int, _) => return Err("must be an integer".into()),
         (Kind::Duration, _) => {
@@ -392,6 +392,7 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::Map(_), _) => return Err("must be a map of strings".into()),
         (Kind::List, _) => return Err("must be a list of strings".into()),
         (Kind::Multimap, _) => return Err("must be a map of lists of strings".into()),
+        (Kind::Gates, _) => return Err("must be a map of gate names to true or false".into()),
     };
     kind.parse(&text)?;
     Ok(Some(text))
@@ -410,6 +411,21 @@ fn map_text(m: &serde_yaml_ng::Mapping, sep: char) -> Result<String, InvalidValu
             return Err(format!("{k:?}: {v:?} is not a valid entry").into());
         }
         parts.push(format!("{k}{sep}{v}"));
+    }
+    Ok(parts.join(","))
+}
+
+/// A YAML map of booleans as the flag's text (`Gate=true,Other=false`).
+fn gates_text(m: &serde_yaml_ng::Mapping) -> Result<String, InvalidValue> {
+    let mut parts = Vec::new();
+    for (k, v) in m {
+        let (Value::String(k), Value::Bool(on)) = (k, v) else {
+            return Err("must be a map of gate names to true or false".into());
+        };
+        if k.contains([',', '=']) || k.trim().is_empty() {
+            return Err(format!("{k:?} is not a gate name").into());
+        }
+        parts.push(format!("{k}={on}"));
     }
     Ok(parts.join(","))
 }
@@ -485,7 +501,12 @@ mod tests {
     fn reads_every_settings_field() {
         let fields: Vec<(&str, &str)> = settings::SETTINGS
             .iter()
-            .filter(|s| !matches!(s.kind, Kind::Map(_) | Kind::List | Kind::Multimap))
+            .filter(|s| {
+                !matches!(
+                    s.kind,
+                    Kind::Map(_) | Kind::List | Kind::Multimap | Kind::Gates
+                )
+            })
             .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))
             // A zero that kubelet treats as unset is not read (written below instead).
             .filter(|(f, v)| !(ZERO_IS_UNSET.contains(f) && *v == "0"))
@@ -511,7 +532,8 @@ mod tests {
         // The eviction manager's settings.
         let body = format!(
             "{body}evictionSoft:\n  memory.available: 2Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\n\
-             evictionMinimumReclaim:\n  memory.available: 100Mi\nevictionMaxPodGracePeriod: 10\n"
+             evictionMinimumReclaim:\n  memory.available: 100Mi\nevictionMaxPodGracePeriod: 10\n\
+             featureGates:\n  EventedPLEG: false\n  Other: true\n"
         );
         // Sysctls and cluster DNS.
         let body = format!(
@@ -553,6 +575,7 @@ mod tests {
                 ("evictionSoftGracePeriod", "memory.available=1m"),
                 ("evictionMinimumReclaim", "memory.available=100Mi"),
                 ("evictionMaxPodGracePeriod", "10"),
+                ("featureGates", "EventedPLEG=false,Other=true"),
             ])
             .collect();
         let cfg = parse(&body).unwrap();

@@ -149,6 +149,8 @@ pub struct Options {
     pub(crate) node_ip: Option<IpAddr>,
     /// `--provider-id` / `providerID`: the Node's `spec.providerID`.
     pub(crate) provider_id: String,
+    /// `--feature-gates` / `featureGates`, as given (see [`Options::evented_pleg`]).
+    pub(crate) feature_gates: std::collections::BTreeMap<String, bool>,
     /// `--node-labels`, checked against kubelet's allowed `kubernetes.io` labels.
     pub(crate) node_labels: std::collections::BTreeMap<String, String>,
     /// `--register-with-taints`.
@@ -180,7 +182,22 @@ pub struct Options {
     pub warnings: Vec<String>,
 }
 
+/// The feature gates oxlet reads; any other gate given is reported as not implemented.
+const IMPLEMENTED_GATES: &[&str] = &[EVENTED_PLEG_GATE];
+/// kubelet's gate for the evented PLEG.
+pub(crate) const EVENTED_PLEG_GATE: &str = "EventedPLEG";
+
 impl Options {
+    /// Whether the evented PLEG may run: kubelet's `EventedPLEG` gate, which oxlet takes
+    /// as on unless it is set false (kubelet's default is off while the gate is alpha;
+    /// oxlet runs it wherever the runtime streams container events).
+    pub(crate) fn evented_pleg(&self) -> bool {
+        self.feature_gates
+            .get(EVENTED_PLEG_GATE)
+            .copied()
+            .unwrap_or(true)
+    }
+
     /// What the container manager starts with, taken from these settings.
     pub(crate) fn cm_settings(&self) -> crate::cm::CmSettings {
         crate::cm::CmSettings {
@@ -276,6 +293,7 @@ impl Options {
             node_lease_duration: Duration::ZERO,
             node_ip: None,
             provider_id: String::new(),
+            feature_gates: std::collections::BTreeMap::new(),
             node_labels: std::collections::BTreeMap::new(),
             register_with_taints: Vec::new(),
             register_node: false,
@@ -465,6 +483,12 @@ fn resolve(
     if !problems.is_empty() {
         return Err(ConfigError::Invalid(problems));
     }
+    unimplemented.extend(
+        o.feature_gates
+            .keys()
+            .filter(|g| !IMPLEMENTED_GATES.contains(&g.as_str()))
+            .map(|g| format!("feature gate {g}")),
+    );
     o.config_file = config_file;
     o.unimplemented = unimplemented;
     o.warnings = warnings;
@@ -613,6 +637,28 @@ mod tests {
         assert_eq!(o.runtime_request_timeout, Duration::from_secs(3600));
         assert_eq!(o.max_pods, 0);
         assert!(o.runonce);
+    }
+
+    #[test]
+    fn feature_gates_turn_the_evented_pleg_off_and_name_the_others() {
+        assert!(ok(&[]).evented_pleg(), "on unless set false");
+        let o = ok(&["--feature-gates=EventedPLEG=false,InPlacePodVerticalScaling=true"]);
+        assert!(!o.evented_pleg());
+        assert_eq!(o.unimplemented, ["feature gate InPlacePodVerticalScaling"]);
+        let f = config("featureGates:\n  EventedPLEG: true\n");
+        assert!(ok(&[&config_flag(&f)]).evented_pleg());
+        assert!(ok(&[&config_flag(&f)]).unimplemented.is_empty());
+        let p = one_problem(&["--feature-gates=EventedPLEG=maybe"]);
+        assert!(
+            p.contains("EventedPLEG: \"maybe\" is not true or false"),
+            "{p}"
+        );
+        let f = config("featureGates:\n  EventedPLEG: \"no\"\n");
+        let p = one_problem(&[&config_flag(&f)]);
+        assert!(
+            p.contains("featureGates") && p.contains("true or false"),
+            "{p}"
+        );
     }
 
     #[test]

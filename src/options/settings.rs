@@ -4,6 +4,7 @@
 //! config file decoder and the merge all read this table, so adding a setting is
 //! adding a row.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -34,6 +35,9 @@ pub(crate) enum Kind {
     Map(char),
     /// A list of strings: `a,b` on the command line, a YAML list in the file.
     List,
+    /// Feature gates: `Gate=true,Other=false` on the command line, a YAML map of
+    /// booleans in the file (kubelet's `map[string]bool`).
+    Gates,
     /// A map of string lists (pflag's `ColonSeparatedMultimapStringString`):
     /// `k:v,k:v2` on the command line, where a repeated flag adds to the earlier
     /// ones; a YAML map of lists of strings in the file, turned into the same text.
@@ -51,8 +55,21 @@ impl Kind {
             Kind::Map(sep) => map_pairs(text, sep).map(drop),
             Kind::List => Ok(()),
             Kind::Multimap => multimap(text).map(drop),
+            Kind::Gates => feature_gates(text).map(drop),
         }
     }
+}
+
+/// The gates of `--feature-gates` / `featureGates`, each `true` or `false`.
+pub(crate) fn feature_gates(text: &str) -> Result<BTreeMap<String, bool>, InvalidValue> {
+    map_pairs(text, '=')?
+        .into_iter()
+        .map(|(k, v)| {
+            let on = parse_bool(v)
+                .map_err(|_| InvalidValue(format!("{k}: {v:?} is not true or false")))?;
+            Ok((k.to_string(), on))
+        })
+        .collect()
 }
 
 pub(super) use crate::flag_text::{InvalidValue, list_items, map_pairs, multimap};
@@ -109,7 +126,7 @@ pub(crate) const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/contai
 /// socket need would break oxlet itself (kubelet only defaults 0).
 pub(crate) const MIN_OPEN_FILES: u64 = 256;
 
-use Kind::{Bool, Duration, Int, List, Map, Multimap, Path, Text};
+use Kind::{Bool, Duration, Gates, Int, List, Map, Multimap, Path, Text};
 
 /// Every setting, in `--help` order (problems are reported in this order too):
 /// flag, config field, kind (the parser), default, `--help` placeholder and text,
@@ -197,6 +214,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("node-ip", None, Text, "", "IP", "The node's InternalIP address (empty: detected)", |o, i| { o.node_ip = if i.text.is_empty() { None } else { Some(ip(i.text)?) }; Ok(()) }),
     row("node-labels", None, Map('='), "", "KEY=VALUE,...", "Labels the Node is registered with; kubernetes.io and k8s.io labels only from kubelet's allowed set", |o, i| crate::status::node_labels(i.text).map(|l| o.node_labels = l)),
     row("register-with-taints", None, List, "", "KEY=VALUE:EFFECT,...", "Taints the Node is registered with", |o, i| crate::status::node_taints(i.text).map(|t| o.register_with_taints = t)),
+    row("feature-gates", Some("featureGates"), Gates, "", "GATE=true|false,...", "Feature gates. oxlet reads EventedPLEG (on unless set false: the evented PLEG runs where the runtime streams container events); any other gate is reported as not implemented", |o, i| feature_gates(i.text).map(|g| o.feature_gates = g)),
     row("register-node", Some("registerNode"), Bool, "true", "true|false", "Create the Node object in the apiserver (false: only update an existing one)", |o, i| parse_bool(i.text).map(|b| o.register_node = b)),
     row("", Some("nodeStatusReportFrequency"), Duration, "5m0s", "DURATION", "How often an unchanged node status is still sent; config file only", |o, i| positive_duration(i.text).map(|d| o.node_status_report_frequency = d)),
     // Events: the event writer's own token bucket (kubelet's event client).
@@ -743,7 +761,12 @@ mod tests {
         // What the parser refuses, `set` must refuse too, with the same reason.
         for s in SETTINGS {
             let bad = match s.kind {
-                Kind::Int | Kind::Duration | Kind::Bool | Kind::Map(_) | Kind::Multimap => "x1",
+                Kind::Int
+                | Kind::Duration
+                | Kind::Bool
+                | Kind::Map(_)
+                | Kind::Multimap
+                | Kind::Gates => "x1",
                 Kind::Text | Kind::Path | Kind::List => continue,
             };
             let reason = s.kind.parse(bad).unwrap_err();

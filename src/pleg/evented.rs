@@ -119,6 +119,8 @@ pub(crate) enum PlegChoice {
     Evented(Stream),
     /// The runtime does not implement it (containerd 1.6): the generic PLEG.
     Generic(CriError),
+    /// `featureGates: {EventedPLEG: false}`: the generic PLEG, the runtime not asked.
+    GateOff,
 }
 
 impl PlegChoice {
@@ -139,6 +141,10 @@ impl PlegChoice {
                 "the runtime does not implement GetContainerEvents ({e}); relisting every {}",
                 crate::duration::format_go_duration(RELIST_PERIOD)
             ),
+            PlegChoice::GateOff => format!(
+                "the EventedPLEG feature gate is false; relisting every {}",
+                crate::duration::format_go_duration(RELIST_PERIOD)
+            ),
         }
     }
 
@@ -146,14 +152,18 @@ impl PlegChoice {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             PlegChoice::Evented(_) => "EventedPLEG",
-            PlegChoice::Generic(_) => "GenericPLEG",
+            PlegChoice::Generic(_) | PlegChoice::GateOff => "GenericPLEG",
         }
     }
 }
 
 /// Subscribe and wait up to [`SUBSCRIBE_PROBE`] for a refusal: `Unimplemented` chooses
 /// the generic PLEG, anything else (an answer, a held call, another error) the evented one.
-pub(crate) async fn choose_pleg(reader: &RuntimeReader) -> PlegChoice {
+/// With the EventedPLEG gate off (`gate_on` false), the generic PLEG without asking.
+pub(crate) async fn choose_pleg(reader: &RuntimeReader, gate_on: bool) -> PlegChoice {
+    if !gate_on {
+        return PlegChoice::GateOff;
+    }
     let mut call = subscribe(reader.clone());
     match tokio::time::timeout(SUBSCRIBE_PROBE, &mut call).await {
         Err(_) => PlegChoice::Evented(Stream::Opening(call)),

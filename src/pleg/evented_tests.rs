@@ -56,7 +56,8 @@ impl Rig {
     async fn start(&self) -> CancellationToken {
         let mut generic = self.generic();
         generic.relist().await;
-        let PlegChoice::Evented(stream) = choose_pleg(&self.node.manager.reader()).await else {
+        let PlegChoice::Evented(stream) = choose_pleg(&self.node.manager.reader(), true).await
+        else {
             panic!("the fake serves container events");
         };
         let cancel = CancellationToken::new();
@@ -111,7 +112,7 @@ async fn settle() {
 #[tokio::test(start_paused = true)]
 async fn the_runtime_decides_which_pleg_runs() {
     let r = rig();
-    let choice = choose_pleg(&r.node.manager.reader()).await;
+    let choice = choose_pleg(&r.node.manager.reader(), true).await;
     assert_eq!(choice.name(), "GenericPLEG");
     assert!(
         choice
@@ -122,9 +123,21 @@ async fn the_runtime_decides_which_pleg_runs() {
     );
 
     r.node.fake.serve_container_events();
-    let choice = choose_pleg(&r.node.manager.reader()).await;
+    let choice = choose_pleg(&r.node.manager.reader(), true).await;
     assert_eq!(choice.name(), "EventedPLEG");
     assert!(choice.reason().contains("5m0s"), "{}", choice.reason());
+    assert_eq!(r.node.fake.container_event_subscribers(), 1);
+
+    // The EventedPLEG gate set false: the generic PLEG, and the runtime is not asked.
+    let choice = choose_pleg(&r.node.manager.reader(), false).await;
+    assert_eq!(choice.name(), "GenericPLEG");
+    assert!(
+        choice
+            .reason()
+            .contains("EventedPLEG feature gate is false"),
+        "{}",
+        choice.reason()
+    );
     assert_eq!(r.node.fake.container_event_subscribers(), 1);
 }
 

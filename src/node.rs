@@ -80,6 +80,25 @@ pub(crate) fn filesystem_size(path: &Path) -> Option<u64> {
 /// The address used when no global IPv4 address is found.
 const LOOPBACK: &str = "127.0.0.1";
 
+#[cfg(test)]
+impl NodeInfo {
+    /// A node with this name and capacity and no other fact known, for tests.
+    pub(crate) fn with_capacity(name: &str, capacity: Capacity) -> NodeInfo {
+        NodeInfo {
+            name: name.to_string(),
+            addresses: Vec::new(),
+            capacity,
+            machine_id: String::new(),
+            system_uuid: String::new(),
+            boot_id: String::new(),
+            kernel_version: String::new(),
+            os_image: String::new(),
+            operating_system: "linux",
+            architecture: "amd64",
+        }
+    }
+}
+
 impl NodeInfo {
     /// Reads the facts of this host. A fact that cannot be read is logged with its
     /// file and the reason and left empty (or zero); it never stops the agent.

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use k8s_cri::v1 as cri;
 
+use super::name::CgroupName;
 use super::version::CgroupVersion;
 use crate::safe_path;
 
@@ -43,32 +44,38 @@ impl std::fmt::Display for CgroupDriver {
     }
 }
 
-/// koordlet's guess from the directories kubelet left: `kubepods.slice` below the cpu
-/// hierarchy (v2: the unified root) and `--cgroup-root` means systemd, `kubepods` means
-/// cgroupfs, neither (or a root that is not a plain relative path) means unknown.
+/// koordlet's guess from the directories kubelet left: `kubepods` below the cgroup root,
+/// spelled for the systemd driver (`kubepods.slice`; below `--cgroup-root=/kubelet`:
+/// `kubelet.slice/kubelet-kubepods.slice`) means systemd, spelled for cgroupfs
+/// (`kubepods`, `kubelet/kubepods`) means cgroupfs, neither means unknown. v1 looks in
+/// the cpu hierarchy, v2 in the unified root.
 pub(crate) fn guess(
     mount: &Path,
     version: CgroupVersion,
-    cgroup_root: &str,
+    cgroup_root: &CgroupName,
 ) -> Option<CgroupDriver> {
     let hierarchy = if version.uses_v1_controllers() {
         mount.join("cpu")
     } else {
         mount.to_path_buf()
     };
-    let rel = safe_path::relative(cgroup_root.trim_start_matches('/')).ok()?;
-    let base = hierarchy.join(rel);
+    let kubepods = cgroup_root.child("kubepods");
     // Only real directories count: a symlink planted there says nothing about kubelet.
-    let is_dir = |name: &str| {
-        std::fs::symlink_metadata(base.join(name)).is_ok_and(|m| m.file_type().is_dir())
+    let is_dir = |driver: CgroupDriver| {
+        kubepods
+            .to_path(driver)
+            .ok()
+            .and_then(|rel| {
+                safe_path::relative(&rel)
+                    .ok()
+                    .map(|rel| hierarchy.join(rel))
+            })
+            .and_then(|dir| std::fs::symlink_metadata(dir).ok())
+            .is_some_and(|m| m.file_type().is_dir())
     };
-    if is_dir("kubepods.slice") {
-        Some(CgroupDriver::Systemd)
-    } else if is_dir("kubepods") {
-        Some(CgroupDriver::Cgroupfs)
-    } else {
-        None
-    }
+    [CgroupDriver::Systemd, CgroupDriver::Cgroupfs]
+        .into_iter()
+        .find(|d| is_dir(*d))
 }
 
 /// The driver in a CRI `RuntimeConfig` answer (CRI v1.28+); `None` when the runtime sent
@@ -344,25 +351,38 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let cpu = root.path().join("cpu");
         std::fs::create_dir_all(&cpu).unwrap();
-        assert_eq!(guess(root.path(), CgroupVersion::Hybrid, "/"), None);
+        let top = CgroupName::default();
+        assert_eq!(guess(root.path(), CgroupVersion::Hybrid, &top), None);
         std::fs::create_dir(cpu.join("kubepods")).unwrap();
         assert_eq!(
-            guess(root.path(), CgroupVersion::V1, "/"),
+            guess(root.path(), CgroupVersion::V1, &top),
             Some(CgroupDriver::Cgroupfs)
         );
         std::fs::create_dir(cpu.join("kubepods.slice")).unwrap();
         assert_eq!(
-            guess(root.path(), CgroupVersion::V1, ""),
+            guess(root.path(), CgroupVersion::V1, &top),
             Some(CgroupDriver::Systemd)
         );
         // v2 looks at the unified root; a --cgroup-root below it is honoured.
+        let oxlet = CgroupName(vec!["oxlet".into()]);
         std::fs::create_dir_all(root.path().join("oxlet/kubepods")).unwrap();
-        assert_eq!(guess(root.path(), CgroupVersion::V2, "/"), None);
+        assert_eq!(guess(root.path(), CgroupVersion::V2, &top), None);
         assert_eq!(
-            guess(root.path(), CgroupVersion::V2, "/oxlet"),
+            guess(root.path(), CgroupVersion::V2, &oxlet),
             Some(CgroupDriver::Cgroupfs)
         );
-        assert_eq!(guess(root.path(), CgroupVersion::V2, "/../etc"), None);
+        // kind's root with the systemd driver: kubelet's slices, not <root>/kubepods.slice.
+        let kubelet = CgroupName(vec!["kubelet".into()]);
+        std::fs::create_dir_all(root.path().join("kubelet/kubepods.slice")).unwrap();
+        assert_eq!(guess(root.path(), CgroupVersion::V2, &kubelet), None);
+        std::fs::create_dir_all(root.path().join("kubelet.slice/kubelet-kubepods.slice")).unwrap();
+        assert_eq!(
+            guess(root.path(), CgroupVersion::V2, &kubelet),
+            Some(CgroupDriver::Systemd)
+        );
+        // A root that cannot be spelled guesses nothing.
+        let bad = CgroupName(vec!["..".into()]);
+        assert_eq!(guess(root.path(), CgroupVersion::V2, &bad), None);
     }
 
     #[test]

@@ -15,7 +15,7 @@ mod v1;
 mod v2;
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 
 pub(crate) use stat::parse_psi;
 pub(crate) use stat_reader::StatReader;

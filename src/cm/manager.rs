@@ -170,11 +170,12 @@ pub(super) fn warn_failed(what: &str, e: &CgroupError) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::cm::fake_fs::{FakeCgroupFs, fake_manager};
 
-    fn pod(uid: &str, requests: &str, limits: &str) -> Pod {
+    /// A pod with one container of these requests and limits (JSON maps).
+    pub(in crate::cm) fn pod(uid: &str, requests: &str, limits: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("p-{uid}"), "namespace": "default", "uid": uid},
             "spec": {"containers": [{

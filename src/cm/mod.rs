@@ -62,6 +62,8 @@ pub(crate) use resources::{
 #[cfg(test)]
 mod fake_fs;
 #[cfg(test)]
+mod kind_v2_tests;
+#[cfg(test)]
 pub(crate) use fake_fs::{FakeCgroupFs, fake_manager};
 #[cfg(test)]
 pub(crate) use version::CgroupVersion;

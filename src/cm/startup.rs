@@ -233,7 +233,7 @@ pub(crate) async fn start(
     }
     let root_text = opts.cgroup_root.to_cgroupfs()?;
     let reported = runtime_driver(cri).await;
-    let guessed = driver::guess(Path::new(HOST_MOUNT), version, &root_text);
+    let guessed = driver::guess(Path::new(HOST_MOUNT), version, &opts.cgroup_root);
     let resolved = driver::resolve(
         opts.cgroup_driver,
         opts.cgroup_driver_explicit,
@@ -254,8 +254,19 @@ pub(crate) async fn start(
         warn!("{w}");
     }
     let fs = CgroupTree::host(version).map_err(CmStartError::Setup)?;
+    build(opts, fs, resolved.driver, kubepods)
+}
+
+/// The manager on `fs` with the settled driver: `kubepods` and the QoS cgroups made,
+/// then the reserved cgroups `enforceNodeAllocatable` names limited.
+pub(super) fn build(
+    opts: &CmSettings,
+    fs: CgroupTree,
+    driver: CgroupDriver,
+    kubepods: ResourceConfig,
+) -> Result<Arc<ContainerManager>, CmStartError> {
     let cfg = CmConfig {
-        driver: resolved.driver,
+        driver,
         cgroup_root: opts.cgroup_root.clone(),
         cgroups_per_qos: opts.cgroups_per_qos,
         pod: super::resources::PodCgroupSettings {
@@ -271,7 +282,7 @@ pub(crate) async fn start(
     // which must already exist (kubelet's `enforceExistingCgroup`).
     for ReservedCgroup { flag, name, limits } in reserved_cgroups(opts) {
         let Some(name) = name else { continue };
-        let path = name.to_path(resolved.driver)?;
+        let path = reserved_path(name, driver)?;
         super::fs::CgroupFs::update(&fs, &path, &limits).map_err(|cause| {
             CmStartError::Reserved {
                 flag,
@@ -282,6 +293,13 @@ pub(crate) async fn start(
         info!(target: STARTUP_TARGET, cgroup = %path, cpuShares = limits.cpu_shares, memoryLimit = limits.memory_limit, pidsLimit = limits.pids_limit, "limited the {flag} cgroup");
     }
     Ok(Arc::new(cm))
+}
+
+/// A reserved cgroup's path as kubelet reads the flag (`cgroupManager.CgroupName`):
+/// with the systemd driver `/system.slice` is the slice `system.slice` itself, not a
+/// slice named `system.slice` below the root.
+fn reserved_path(name: &CgroupName, driver: CgroupDriver) -> Result<String, NameError> {
+    CgroupName::parse(driver, &name.to_cgroupfs()?).to_path(driver)
 }
 
 #[cfg(test)]
@@ -308,5 +326,29 @@ mod tests {
         );
         assert!(err.contains("/swapfile"), "{err}");
         assert!(check_swap(&dir.path().join("absent")).is_ok());
+    }
+
+    #[test]
+    fn reserved_cgroups_are_read_as_kubelet_reads_them_for_each_driver() {
+        let name = |parts: &[&str]| CgroupName(parts.iter().map(|p| (*p).to_string()).collect());
+        let system = name(&["system.slice"]);
+        assert_eq!(
+            reserved_path(&system, CgroupDriver::Systemd).unwrap(),
+            "system.slice"
+        );
+        assert_eq!(
+            reserved_path(&system, CgroupDriver::Cgroupfs).unwrap(),
+            "system.slice"
+        );
+        // The last slice names the whole path: its parents follow from it.
+        let nested = name(&["kube.slice", "kube-reserved.slice"]);
+        assert_eq!(
+            reserved_path(&nested, CgroupDriver::Systemd).unwrap(),
+            "kube.slice/kube-reserved.slice"
+        );
+        assert_eq!(
+            reserved_path(&name(&["kube", "reserved"]), CgroupDriver::Cgroupfs).unwrap(),
+            "kube/reserved"
+        );
     }
 }

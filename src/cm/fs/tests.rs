@@ -1,6 +1,7 @@
 //! The real [`CgroupTree`] on test trees of plain files (v2, v1, hybrid), and on this
 //! machine's real v1 hierarchies.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -55,15 +56,25 @@ fn cpu_weight_conversion_is_kubelets() {
 
 #[test]
 fn v2_create_enables_controllers_down_the_path_and_writes_the_limits() {
-    let (dir, tree) = v2_tree("cpuset cpu io memory hugetlb pids rdma");
+    let (dir, tree) = v2_tree("cpuset cpu io memory hugetlb pids rdma misc");
     tree.create(POD, &limits()).unwrap();
     let root = dir.path();
+    // Every controller the root offers, at every level above the pod (libcontainer's
+    // CreateCgroupPath), so containers below the pod may use io, hugetlb … too.
     for parent in ["", "kubepods", "kubepods/burstable"] {
         let enabled = read(root.join(parent).join("cgroup.subtree_control"));
-        assert_eq!(enabled, "+cpu +memory +pids", "{parent:?}");
+        assert_eq!(
+            enabled, "+cpuset +cpu +io +memory +hugetlb +pids +rdma +misc",
+            "{parent:?}"
+        );
     }
     let pod = root.join(POD);
-    assert!(!pod.join("cgroup.subtree_control").exists());
+    let levels = honest_v2_tree(root);
+    assert_eq!(
+        levels[POD],
+        (set("cpuset cpu io memory hugetlb pids rdma misc"), set("")),
+        "the pod offers all, enables nothing yet"
+    );
     assert_eq!(
         read(pod.join("cpu.weight")),
         shares_to_weight(512).to_string()
@@ -127,7 +138,8 @@ fn v2_create_enables_controllers_down_the_path_and_writes_the_limits() {
 }
 
 #[test]
-fn v2_enables_only_available_controllers_and_keeps_enabled_ones() {
+fn v2_enables_only_offered_controllers_and_keeps_enabled_ones() {
+    // A root that offers three (a container's delegated root, say).
     let (dir, tree) = v2_tree("cpu io memory");
     write(dir.path().join("cgroup.subtree_control"), "io memory");
     tree.create("kubepods", &ResourceConfig::default()).unwrap();
@@ -135,13 +147,121 @@ fn v2_enables_only_available_controllers_and_keeps_enabled_ones() {
         read(dir.path().join("cgroup.subtree_control")),
         "+io +memory +cpu"
     );
-    // kubepods may only enable what the root enabled for it.
     tree.create("kubepods/besteffort", &ResourceConfig::default())
         .unwrap();
     assert_eq!(
         read(dir.path().join("kubepods/cgroup.subtree_control")),
-        "+cpu +memory"
+        "+io +memory +cpu"
     );
+    // A slice that was there already offers what the root enabled for it, also once
+    // the root enabled more (the kernel's file is live; a test tree's is rewritten).
+    let (dir, tree) = v2_tree("cpu io memory");
+    write(dir.path().join("cgroup.subtree_control"), "memory");
+    fs::create_dir(dir.path().join("narrow.slice")).unwrap();
+    write(
+        dir.path().join("narrow.slice/cgroup.controllers"),
+        "memory\n",
+    );
+    write(dir.path().join("narrow.slice/cgroup.subtree_control"), "");
+    honest_v2_tree(dir.path());
+    tree.create(
+        "narrow.slice/narrow-kubepods.slice/narrow-kubepods-besteffort.slice",
+        &ResourceConfig::default(),
+    )
+    .unwrap();
+    let levels = honest_v2_tree(dir.path());
+    for cg in ["", "narrow.slice", "narrow.slice/narrow-kubepods.slice"] {
+        assert_eq!(
+            levels[cg],
+            (set("cpu io memory"), set("cpu io memory")),
+            "{cg:?}"
+        );
+    }
+}
+
+#[test]
+fn v2_refuses_a_threaded_subtree_and_removes_what_it_made() {
+    let (dir, tree) = v2_tree("cpu memory pids");
+    fs::create_dir(dir.path().join("threads")).unwrap();
+    write(dir.path().join("threads/cgroup.controllers"), "");
+    write(dir.path().join("threads/cgroup.type"), "threaded\n");
+    let e = tree
+        .create("threads/kubepods/burstable", &limits())
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("domain controllers") && e.to_string().contains("threaded mode"),
+        "{e}"
+    );
+    // Refused at the first level; nothing of oxlet's is left behind.
+    assert!(!dir.path().join("threads/kubepods").exists());
+    assert!(dir.path().join("threads/cgroup.type").exists());
+
+    // Below a level that lost its domain, the same; made levels go again.
+    write(dir.path().join("threads/cgroup.type"), "domain\n");
+    fs::create_dir_all(dir.path().join("threads/kubepods")).unwrap();
+    write(
+        dir.path().join("threads/kubepods/cgroup.type"),
+        "domain invalid\n",
+    );
+    let e = tree
+        .create("threads/kubepods/burstable/pod1", &limits())
+        .unwrap_err();
+    assert!(e.to_string().contains("invalid state"), "{e}");
+    assert!(dir.path().join("threads/kubepods").is_dir());
+    assert!(!dir.path().join("threads/kubepods/burstable").exists());
+    // pids alone is a threaded controller: libcontainer turns the level threaded.
+    let pids = ResourceConfig {
+        pids_limit: Some(10),
+        ..ResourceConfig::default()
+    };
+    tree.create("threads/kubepods/burstable", &pids).unwrap();
+    assert_eq!(
+        read(dir.path().join("threads/kubepods/cgroup.type")),
+        "threaded"
+    );
+    assert_eq!(
+        read(dir.path().join("threads/kubepods/burstable/pids.max")),
+        "10"
+    );
+}
+
+/// A set of controller names from a file's text.
+pub(in crate::cm) fn set(text: &str) -> BTreeSet<String> {
+    text.split_whitespace()
+        .map(|c| c.trim_start_matches('+').to_string())
+        .collect()
+}
+
+/// Every cgroup below a v2 tree's root, by path, with what it offers and what it
+/// enabled, after checking the kernel's rules hold everywhere: a cgroup offers what
+/// its parent enabled, and enables only what it offers.
+pub(in crate::cm) fn honest_v2_tree(
+    root: &Path,
+) -> BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> {
+    let mut levels = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = root.join(&rel);
+        let offered = set(&read(dir.join("cgroup.controllers")));
+        let enabled = set(&read(dir.join("cgroup.subtree_control")));
+        assert!(
+            enabled.is_subset(&offered),
+            "{}: enables {enabled:?} but is offered {offered:?}",
+            dir.display()
+        );
+        if let Some(parent) = rel.parent() {
+            let parent_enabled = set(&read(root.join(parent).join("cgroup.subtree_control")));
+            assert_eq!(offered, parent_enabled, "{}", dir.display());
+        }
+        for entry in fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(rel.join(entry.file_name()));
+            }
+        }
+        levels.insert(rel.to_string_lossy().into_owned(), (offered, enabled));
+    }
+    levels
 }
 
 #[test]

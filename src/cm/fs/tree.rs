@@ -237,7 +237,7 @@ impl CgroupFs for CgroupTree {
         if self.version.uses_v1_controllers() {
             v1::create(self, path)?;
         } else {
-            v2::create(self, path)?;
+            v2::create(self, path, res)?;
         }
         self.update(path, res)
     }

@@ -1,15 +1,15 @@
-//! cgroup v2: one tree; controllers enabled top-down through each parent's
-//! `cgroup.subtree_control`; limits in `cpu.weight`, `cpu.max`, `memory.max`, `pids.max`.
+//! cgroup v2: one tree; every controller a level offers enabled top-down through its
+//! `cgroup.subtree_control`, as libcontainer's fs2 does; limits in `cpu.weight`,
+//! `cpu.max`, `memory.max`, `pids.max`.
 
 use std::path::Path;
+
+use tracing::debug;
 
 use super::CgroupError;
 use super::files::{self, err};
 use super::tree::CgroupTree;
 use crate::cm::resources::ResourceConfig;
-
-/// The controllers oxlet limits, enabled for its cgroups where the parent has them.
-const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 
 /// kubelet's (runc's) `ConvertCPUSharesToCgroupV2Value`: shares 2…262144 onto weight
 /// 1…10000; 0 means unset.
@@ -28,14 +28,14 @@ pub(crate) fn weight_to_shares(weight: u64) -> u64 {
     2 + ((weight - 1) * 262_142).div_ceil(9999)
 }
 
-/// Which controllers `dir`'s children may enable: the root's `cgroup.controllers`, or
-/// what its parent enabled for it (the kernel's rule; a test tree needs no copies).
-fn available(tree: &CgroupTree, dir: &Path) -> Result<Vec<String>, CgroupError> {
-    let text = match dir.parent() {
-        Some(parent) if dir != tree.root() => files::read_opt(parent, "cgroup.subtree_control")?,
-        _ => files::read_opt(dir, "cgroup.controllers")?,
-    };
-    Ok(tokens(text.as_deref().unwrap_or_default()))
+/// The controllers `dir` offers its children: its `cgroup.controllers`, the kernel's
+/// list of what the parent enabled for it (at the root: every controller there is).
+fn offered(dir: &Path) -> Result<Vec<String>, CgroupError> {
+    Ok(tokens(
+        files::read_opt(dir, "cgroup.controllers")?
+            .as_deref()
+            .unwrap_or_default(),
+    ))
 }
 
 fn tokens(text: &str) -> Vec<String> {
@@ -44,36 +44,144 @@ fn tokens(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Enables oxlet's controllers (those available) for `dir`'s children. The whole set is
-/// written with `+`, which the kernel applies as additions.
-fn enable(tree: &CgroupTree, dir: &Path) -> Result<(), CgroupError> {
-    let available = available(tree, dir)?;
-    let mut enabled = tokens(&files::read_opt(dir, "cgroup.subtree_control")?.unwrap_or_default());
-    let missing: Vec<&str> = CONTROLLERS
-        .iter()
-        .copied()
-        .filter(|c| available.iter().any(|a| a == c) && !enabled.iter().any(|e| e == c))
+/// Enables at `dir` every controller it offers, as libcontainer's `CreateCgroupPath`
+/// does: it writes the root's whole `cgroup.controllers` list to each level and the
+/// kernel keeps what that level offers (`io`, `cpuset`, `hugetlb`, `rdma`, `misc` too,
+/// so containers below may use them). Reading the offer first gives the same result
+/// without writes the kernel refuses. One line of `+` additions, enabled ones kept;
+/// if the kernel refuses the line, one controller at a time, and like libcontainer a
+/// refusal is not an error here: the limit that needs the controller fails instead.
+fn enable(dir: &Path, kernel: bool) -> Result<(), CgroupError> {
+    let enabled = tokens(&files::read_opt(dir, "cgroup.subtree_control")?.unwrap_or_default());
+    let missing: Vec<String> = offered(dir)?
+        .into_iter()
+        .filter(|c| !enabled.contains(c))
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
-    enabled.extend(missing.iter().map(|c| (*c).to_string()));
-    let line: Vec<String> = enabled.iter().map(|c| format!("+{c}")).collect();
-    files::write(dir, "cgroup.subtree_control", &line.join(" "))
+    let line: Vec<String> = enabled
+        .iter()
+        .chain(&missing)
+        .map(|c| format!("+{c}"))
+        .collect();
+    if files::write(dir, "cgroup.subtree_control", &line.join(" ")).is_err() {
+        for c in &missing {
+            if let Err(e) = files::write(dir, "cgroup.subtree_control", &format!("+{c}")) {
+                debug!(cgroup = %dir.display(), controller = %c, error = %e, "cannot enable a cgroup controller; limits below that need it will fail");
+            }
+        }
+    }
+    if !kernel {
+        plain_tree_offers(dir)?;
+    }
+    Ok(())
 }
 
-/// Creates `rel` and its missing parents, enabling the controllers on the way down.
-pub(super) fn create(tree: &CgroupTree, rel: &str) -> Result<(), CgroupError> {
+/// Whether `res` sets a domain controller (cpu, memory), which a threaded subtree
+/// cannot hold (libcontainer's `containsDomainController`; pids is threaded).
+fn sets_domain_controller(res: &ResourceConfig) -> bool {
+    res.cpu_shares.is_some()
+        || res.cpu_quota.is_some()
+        || res.cpu_period.is_some()
+        || res.memory_limit.is_some()
+}
+
+/// libcontainer's `cgroup.type` check at each level below the root: a cgroup with
+/// domain controllers cannot sit in a threaded subtree or below a cgroup that lost
+/// its domain (`domain invalid`: a process sat in its parent). Without domain
+/// controllers, a `domain invalid` level is turned threaded, as libcontainer does.
+fn check_type(dir: &Path, domain: bool) -> Result<(), CgroupError> {
+    let kind = files::read_opt(dir, "cgroup.type")?.unwrap_or_default();
+    let kind = kind.trim();
+    let refuse = |why: String| {
+        Err(err(
+            "create",
+            dir,
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, why),
+        ))
+    };
+    match kind {
+        "domain invalid" if domain => refuse(
+            "cannot enter cgroupv2 with domain controllers: it is in an invalid state".into(),
+        ),
+        // Best effort, as libcontainer: an error shows at the first limit written.
+        "domain invalid" => files::write(dir, "cgroup.type", "threaded").or(Ok(())),
+        "domain threaded" | "threaded" if domain => refuse(format!(
+            "cannot enter cgroupv2 with domain controllers: it is in {kind} mode"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A plain-file test tree has no kernel to keep `cgroup.controllers` up to date: write
+/// each child's as the kernel shows it, what `dir` enabled, so the same code reads the
+/// same files on both. Never on cgroupfs, where the kernel owns these files.
+fn plain_tree_offers(dir: &Path) -> Result<(), CgroupError> {
+    let enabled = tokens(&files::read_opt(dir, "cgroup.subtree_control")?.unwrap_or_default());
+    for child in files::subdirs(dir)? {
+        files::write(
+            &dir.join(child),
+            "cgroup.controllers",
+            &format!("{}\n", enabled.join(" ")),
+        )?;
+    }
+    Ok(())
+}
+
+/// Creates `rel` and its missing parents (libcontainer's `CreateCgroupPath`): every
+/// level below the root has its `cgroup.type` checked, and every level above `rel`
+/// enables what it offers. On an error the directories made by this call are removed
+/// again (children first; nothing else is touched), as libcontainer does.
+pub(super) fn create(
+    tree: &CgroupTree,
+    rel: &str,
+    res: &ResourceConfig,
+) -> Result<(), CgroupError> {
     let h = &tree.hierarchies()[0];
     let parts = files::parts("create", &h.dir, rel)?;
-    for depth in 1..=parts.len() {
-        let parent = files::join("create", &h.dir, &parts[..depth - 1])?;
-        enable(tree, &parent)?;
+    let mut made = Vec::new();
+    let result = create_levels(tree, &parts, sets_domain_controller(res), &mut made);
+    if result.is_err() {
+        for dir in made.iter().rev() {
+            // Made by this call, and empty but for a test tree's plain files.
+            let _ = files::remove_tree(dir, h.kernel);
+        }
+    }
+    result
+}
+
+/// [`create`]'s walk from the root down, recording each directory it makes in `made`
+/// so that a failure can take back exactly those.
+fn create_levels(
+    tree: &CgroupTree,
+    parts: &[&str],
+    domain: bool,
+    made: &mut Vec<std::path::PathBuf>,
+) -> Result<(), CgroupError> {
+    let h = &tree.hierarchies()[0];
+    for depth in 0..=parts.len() {
         let dir = files::join("create", &h.dir, &parts[..depth])?;
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && files::is_dir(&dir) => {}
-            Err(e) => return Err(err("create", &dir, e)),
+        if depth > 0 {
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {
+                    made.push(dir.clone());
+                    // A new cgroup enables nothing; on a test tree, say so as the
+                    // kernel does, and offer it what its parent enabled.
+                    if !h.kernel
+                        && let Some(parent) = dir.parent()
+                    {
+                        files::write(&dir, "cgroup.subtree_control", "")?;
+                        plain_tree_offers(parent)?;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && files::is_dir(&dir) => {}
+                Err(e) => return Err(err("create", &dir, e)),
+            }
+            check_type(&dir, domain)?;
+        }
+        if depth < parts.len() {
+            enable(&dir, h.kernel)?;
         }
     }
     Ok(())

@@ -128,24 +128,19 @@ mod tests {
 
     pub(crate) fn info(name: &str) -> NodeInfo {
         NodeInfo {
-            name: name.into(),
             addresses: vec![NodeAddress {
                 kind: AddressType::Hostname,
                 address: name.into(),
             }],
-            capacity: Capacity {
-                cpu_cores: 1,
-                memory_bytes: 1 << 30,
-                pods: 10,
-                ephemeral_storage_bytes: 1 << 30,
-            },
-            machine_id: String::new(),
-            system_uuid: String::new(),
-            boot_id: String::new(),
-            kernel_version: String::new(),
-            os_image: String::new(),
-            operating_system: "linux",
-            architecture: "amd64",
+            ..NodeInfo::with_capacity(
+                name,
+                Capacity {
+                    cpu_cores: 1,
+                    memory_bytes: 1 << 30,
+                    pods: 10,
+                    ephemeral_storage_bytes: 1 << 30,
+                },
+            )
         }
     }
 

@@ -444,12 +444,21 @@ fn resolve(
         if let Some(text) = s.field.and_then(|f| file.values.get(f)) {
             value = (Origin::Field, text);
         }
+        let merged;
         if let Some(text) = flags.values.get(s.flag) {
             if let Err(reason) = s.kind.parse(text) {
                 problems.push(problem(s, Origin::Flag, &config_file, text, reason));
                 continue;
             }
-            value = (Origin::Flag, text);
+            value = match (s.kind, value) {
+                // kubelet keeps the file's feature gates the flag does not name: the
+                // flag's come last, and the last value of a gate wins.
+                (settings::Kind::Gates, (Origin::Field, from_file)) if !from_file.is_empty() => {
+                    merged = format!("{from_file},{text}");
+                    (Origin::Flag, merged.as_str())
+                }
+                _ => (Origin::Flag, text),
+            };
         }
         let (origin, text) = value;
         let input = Input {
@@ -645,9 +654,18 @@ mod tests {
         let o = ok(&["--feature-gates=EventedPLEG=false,InPlacePodVerticalScaling=true"]);
         assert!(!o.evented_pleg());
         assert_eq!(o.unimplemented, ["feature gate InPlacePodVerticalScaling"]);
-        let f = config("featureGates:\n  EventedPLEG: true\n");
+        let f = config("featureGates:\n  EventedPLEG: true\n  FileOnly: true\n");
         assert!(ok(&[&config_flag(&f)]).evented_pleg());
-        assert!(ok(&[&config_flag(&f)]).unimplemented.is_empty());
+        // The flag wins gate by gate; the file's other gates stay (kubelet's merge).
+        let o = ok(&[
+            &config_flag(&f),
+            "--feature-gates=EventedPLEG=false,FlagOnly=false",
+        ]);
+        assert!(!o.evented_pleg());
+        assert_eq!(
+            o.feature_gates.keys().collect::<Vec<_>>(),
+            ["EventedPLEG", "FileOnly", "FlagOnly"]
+        );
         let p = one_problem(&["--feature-gates=EventedPLEG=maybe"]);
         assert!(
             p.contains("EventedPLEG: \"maybe\" is not true or false"),

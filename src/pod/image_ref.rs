@@ -34,19 +34,10 @@ pub(crate) fn check(image: &str) -> Result<(), InvalidImageRef> {
     {
         return fail(HEX);
     }
-    let (rest, digest) = match image.split_once('@') {
-        Some((r, d)) => (r, Some(d)),
-        None => (image, None),
-    };
+    let Parts { name, tag, digest } = split(image);
     if digest.is_some_and(|d| !is_digest(d)) {
         return fail(FORMAT);
     }
-    // A tag follows the last ':' that comes after the last '/' (a ':' before it is a port).
-    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
-    let (name, tag) = match rest[last_slash..].rfind(':') {
-        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
-        None => (rest, None),
-    };
     if tag.is_some_and(|t| !is_tag(t)) {
         return fail(FORMAT);
     }
@@ -56,14 +47,7 @@ pub(crate) fn check(image: &str) -> Result<(), InvalidImageRef> {
     if name.len() > NAME_MAX {
         return fail(TOO_LONG);
     }
-    // The first component is a domain when it has '.' or ':', is localhost, or has
-    // upper case (docker's `splitDockerDomain`).
-    let (domain, path) = match name.split_once('/') {
-        Some((d, p)) if d.contains(['.', ':']) || d == "localhost" || d.to_lowercase() != d => {
-            (Some(d), p)
-        }
-        _ => (None, name),
-    };
+    let (domain, path) = split_domain(name);
     if domain.is_some_and(|d| !is_domain(d)) {
         return fail(FORMAT);
     }
@@ -88,29 +72,49 @@ const DEFAULT_DOMAIN: &str = "docker.io";
 /// digest dropped, Docker Hub's domain and `library/` filled in, `index.docker.io`
 /// spelled `docker.io`. For a reference [`check`] accepts.
 pub(crate) fn repository(image: &str) -> String {
-    let rest = image.split_once('@').map_or(image, |(r, _)| r);
+    let (domain, path) = split_domain(split(image).name);
+    let domain = match domain {
+        None | Some("index.docker.io") => DEFAULT_DOMAIN,
+        Some(d) => d,
+    };
+    if domain == DEFAULT_DOMAIN && !path.contains('/') {
+        format!("{domain}/library/{path}")
+    } else {
+        format!("{domain}/{path}")
+    }
+}
+
+/// A reference's name, tag and digest, as written (not yet checked).
+struct Parts<'a> {
+    name: &'a str,
+    tag: Option<&'a str>,
+    digest: Option<&'a str>,
+}
+
+/// `name[:tag][@digest]`: a tag follows the last ':' that comes after the last '/' (a
+/// ':' before it is a port).
+fn split(image: &str) -> Parts<'_> {
+    let (rest, digest) = match image.split_once('@') {
+        Some((r, d)) => (r, Some(d)),
+        None => (image, None),
+    };
     let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
-    let name = match rest[last_slash..].rfind(':') {
-        Some(i) => &rest[..last_slash + i],
-        None => rest,
+    let (name, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
     };
-    let (domain, path) = match name.split_once('/') {
+    Parts { name, tag, digest }
+}
+
+/// The name's domain and path: the first component is a domain when it has '.' or ':',
+/// is localhost, or has upper case (docker's `splitDockerDomain`).
+fn split_domain(name: &str) -> (Option<&str>, &str) {
+    match name.split_once('/') {
         Some((d, p)) if d.contains(['.', ':']) || d == "localhost" || d.to_lowercase() != d => {
-            (d, p.to_string())
+            (Some(d), p)
         }
-        _ => (DEFAULT_DOMAIN, name.to_string()),
-    };
-    let domain = if domain == "index.docker.io" {
-        DEFAULT_DOMAIN
-    } else {
-        domain
-    };
-    let path = if domain == DEFAULT_DOMAIN && !path.contains('/') {
-        format!("library/{path}")
-    } else {
-        path
-    };
-    format!("{domain}/{path}")
+        _ => (None, name),
+    }
 }
 
 /// `[a-z0-9]+` joined by `.`, `_`, `__` or runs of `-`.

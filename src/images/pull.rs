@@ -216,10 +216,10 @@ impl ImagePuller {
                 event(Normal, reason::PULLED, &msg);
                 Ok(image_ref)
             }
-            Err(reason) => {
+            Err(failure) => {
                 let failed_at = tokio::time::Instant::now();
                 self.backoff.next(&key, failed_at);
-                let msg = format!("Failed to pull image {image:?}: {reason}");
+                let msg = format!("Failed to pull image {image:?}: {failure}");
                 warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
                 event(Warning, reason::FAILED, &msg);
                 event(Warning, reason::FAILED, "Error: ErrImagePull");
@@ -232,12 +232,9 @@ impl ImagePuller {
             }
         }
     }
-}
 
-impl ImagePuller {
     /// kubelet's `pullImage` with its keyring: no login matches the repository, one pull
-    /// without; else each login in turn until one is accepted. The error is the
-    /// runtime's reason, or every reason (`[a, b]`, kubelet's aggregate) when all failed.
+    /// without; else each login in turn until one is accepted.
     async fn pull(
         &self,
         cri: &dyn Cri,
@@ -245,10 +242,9 @@ impl ImagePuller {
         image: &str,
         pull_secrets: &[&Secret],
         sandbox_config: &cri::PodSandboxConfig,
-    ) -> Result<String, String> {
+    ) -> Result<String, PullFailure> {
         let repository = crate::pod::image_repository(image);
-        let pod_ring =
-            credentials::keyring_from_secrets(pull_secrets).map_err(|e| e.to_string())?;
+        let pod_ring = credentials::keyring_from_secrets(pull_secrets)?;
         let logins = credentials::lookup(&pod_ring, &self.node_keyring.keyring(), &repository);
         let sandbox = || Some(sandbox_config.clone());
         if logins.is_empty() {
@@ -256,23 +252,45 @@ impl ImagePuller {
             return cri
                 .pull_image(image, None, sandbox())
                 .await
-                .map_err(|e| runtime_reason(&e));
+                .map_err(|e| PullFailure::Refused(vec![e]));
         }
         info!(pod = %pod_ref(pod), image, repository = %repository, logins = logins.len(), "pulling with the registry logins that match (the pod's imagePullSecrets first, then the node's docker config)");
-        let mut reasons = Vec::new();
+        let mut refusals = Vec::new();
         for login in &logins {
             match cri
                 .pull_image(image, Some(auth_config(login)), sandbox())
                 .await
             {
                 Ok(r) => return Ok(r),
-                Err(e) => reasons.push(runtime_reason(&e)),
+                Err(e) => refusals.push(e),
             }
         }
-        Err(match reasons.len() {
-            1 => reasons.remove(0),
-            _ => format!("[{}]", reasons.join(", ")),
-        })
+        Err(PullFailure::Refused(refusals))
+    }
+}
+
+/// Why a pull did not happen; shown after kubelet's `Failed to pull image "…": `.
+#[derive(Debug, thiserror::Error)]
+enum PullFailure {
+    /// A pull secret does not parse: no pull was tried.
+    #[error(transparent)]
+    Secrets(#[from] credentials::DockerConfigError),
+    /// The runtime refused each try (one per login, or one without): its own words, or
+    /// every refusal as kubelet's aggregate error prints them (`[a, b]`).
+    #[error("{}", refusals_text(.0))]
+    Refused(Vec<CriError>),
+}
+
+fn refusals_text(refusals: &[CriError]) -> String {
+    match refusals {
+        [one] => runtime_reason(one),
+        many => format!(
+            "[{}]",
+            many.iter()
+                .map(runtime_reason)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

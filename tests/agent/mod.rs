@@ -42,14 +42,7 @@ pub struct Oxlet {
     pub known_flags: Option<Vec<String>>,
 }
 
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use crate::common::free_port;
 
 /// Writes a manifest the way editors and config tools do: a hidden temp file, then rename.
 pub fn write_manifest(dir: &Path, name: &str, text: &str) {

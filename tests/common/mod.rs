@@ -51,6 +51,15 @@ pub const BRIDGE_PREFIX: &str = "oxt";
 pub const SUBNET_PREFIX: [u8; 2] = [10, 234];
 const SLOTS: u32 = 256;
 
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Build the test images once per process into `target/test-images`; returns that dir.
 ///
 /// The script itself serialises concurrent builders (flock) and renames complete archives

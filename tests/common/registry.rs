@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{BUSYBOX_IMAGE, Testbed, test_images_dir};
+use super::{BUSYBOX_IMAGE, Testbed, free_port, test_images_dir};
 
 /// The registry binary `scripts/install-deps.sh` installs.
 pub const REGISTRY_BINARY: &str = "/usr/bin/docker-registry";
@@ -198,14 +198,6 @@ impl Drop for Registry {
 fn self_signed_cert() -> (String, String) {
     let c = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
     (c.cert.pem(), c.signing_key.serialize_pem())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A docker `config.json` holding `login` for `host`.

@@ -42,9 +42,17 @@ fn exit_code(p: &Pod) -> Option<i32> {
     state.terminated.as_ref().map(|t| t.exit_code)
 }
 
-/// The `kubelet_pleg_relist_duration_seconds_count` oxlet reports now.
+/// The `kubelet_pleg_relist_duration_seconds_count` oxlet reports now; waits for the
+/// read-only port, which may open after the PLEG has started.
 async fn relists(ox: &Oxlet) -> u64 {
-    let (status, body) = ox.get("/metrics").await.expect("/metrics answers");
+    let t = Instant::now();
+    let (status, body) = loop {
+        if let Some(answer) = ox.get("/metrics").await {
+            break answer;
+        }
+        assert!(t.elapsed() < WAIT, "/metrics never answered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(status, 200);
     body.lines()
         .find_map(|l| l.strip_prefix("kubelet_pleg_relist_duration_seconds_count "))

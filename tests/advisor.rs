@@ -81,6 +81,17 @@ fn working_set(ox: &Oxlet, pod: &Pod) -> u64 {
     u64::saturating_sub(usage, inactive)
 }
 
+/// The container's memory without page cache, as koordlet records it: (total_)
+/// inactive_anon + active_anon + unevictable from its `memory.stat`.
+fn without_cache(ox: &Oxlet, pod: &Pod) -> u64 {
+    let stat = read(container_dir(ox, "memory", pod).join("memory.stat"));
+    let prefix = if is_v2() { "" } else { "total_" };
+    ["inactive_anon", "active_anon", "unevictable"]
+        .iter()
+        .map(|k| field(&stat, &format!("{prefix}{k}")))
+        .sum()
+}
+
 /// One aggregation from the debug route: (count, value).
 async fn metric(ox: &Oxlet, query: &str) -> (u64, Option<f64>) {
     let (code, body) = ox
@@ -93,7 +104,7 @@ async fn metric(ox: &Oxlet, query: &str) -> (u64, Option<f64>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cpu_burner_shows_near_one_core_and_working_sets_match_the_cgroup() {
+async fn a_cpu_burner_shows_near_one_core_and_memory_matches_the_cgroup() {
     let bed = Testbed::start().await;
     let ox = Oxlet::start(&bed, &[]);
     write_manifest(
@@ -187,19 +198,35 @@ async fn a_cpu_burner_shows_near_one_core_and_working_sets_match_the_cgroup() {
     .await;
     assert!(pids.unwrap() >= 1.0, "{pids:?}");
 
-    // The idle container's working set: the advisor's last sample against the files
-    // read now (an idle sleep's memory is stable; allow 64 KiB of drift).
+    // The idle container's memory: the metric cache holds koordlet's (no page cache),
+    // the Summary API kubelet's working set; each against the files read now (an idle
+    // sleep's memory is stable; allow 64 KiB of drift).
     let rest_q = format!(
         "kind=container_memory_usage&container_id={}&agg=last&window=3s",
         runtime_id(&rest, "main")
     );
     let (_, cached) = metric(&ox, &rest_q).await;
-    let files = working_set(&ox, &rest);
+    let files = without_cache(&ox, &rest);
     let cached = cached.unwrap();
     assert!(files > 0);
     assert!(
         (cached - files as f64).abs() <= 64.0 * 1024.0,
         "advisor {cached} bytes, cgroup files {files} bytes"
+    );
+    let (code, summary) = ox.get("/stats/summary").await.unwrap();
+    assert_eq!(code, 200);
+    let summary: serde_json::Value = serde_json::from_str(&summary).unwrap();
+    let summarized = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["uid"] == uid(&rest))
+        .and_then(|p| p["containers"][0]["memory"]["workingSetBytes"].as_f64())
+        .expect("the resting pod's container in the summary");
+    let files = working_set(&ox, &rest);
+    assert!(
+        (summarized - files as f64).abs() <= 64.0 * 1024.0,
+        "summary {summarized} bytes, cgroup files {files} bytes"
     );
 
     // A bad query names its parameter.

@@ -36,6 +36,10 @@ pub(crate) struct MemoryReading {
     pub usage_bytes: u64,
     /// Usage minus inactive file pages (kubelet's working set).
     pub working_set_bytes: u64,
+    /// Anonymous pages, active and inactive, and unevictable ones: koordlet's memory
+    /// usage (`usageWithoutPageCache`, its default node memory collect policy), which
+    /// its metric cache records for pods and containers.
+    pub without_cache_bytes: u64,
     /// Anonymous and swap cache memory (`rss` / `anon`).
     pub rss_bytes: u64,
     pub page_faults: u64,

@@ -105,25 +105,60 @@ pub(super) fn dir_of(tree: &CgroupTree, h: &Hierarchy, rel: &str) -> Result<Path
 /// The fields of one `memory.stat`, in one pass; the limit is read apart (the
 /// caller's).
 pub(super) fn memory_from_stat(usage: u64, stat: &str, v1: bool) -> MemoryReading {
-    let names: [&[u8]; 4] = if v1 {
+    let names: [&[u8]; 7] = if v1 {
         [
             b"total_inactive_file",
             b"total_rss",
             b"total_pgfault",
             b"total_pgmajfault",
+            b"total_inactive_anon",
+            b"total_active_anon",
+            b"total_unevictable",
         ]
     } else {
-        [b"inactive_file", b"anon", b"pgfault", b"pgmajfault"]
+        [
+            b"inactive_file",
+            b"anon",
+            b"pgfault",
+            b"pgmajfault",
+            b"inactive_anon",
+            b"active_anon",
+            b"unevictable",
+        ]
     };
-    let [inactive_file, rss, pgfault, pgmajfault] = stat_values(stat.as_bytes(), names);
+    let [
+        inactive_file,
+        rss,
+        pgfault,
+        pgmajfault,
+        inactive_anon,
+        active_anon,
+        unevictable,
+    ] = stat_values(stat.as_bytes(), names);
     MemoryReading {
         usage_bytes: usage,
         working_set_bytes: usage.saturating_sub(inactive_file),
+        without_cache_bytes: inactive_anon + active_anon + unevictable,
         rss_bytes: rss,
         page_faults: pgfault,
         major_page_faults: pgmajfault,
         limit_bytes: None,
     }
+}
+
+/// koordlet's usage without page cache alone (`MemoryStatRaw.Usage`: inactive and
+/// active anonymous pages plus unevictable ones), for the rounds that reuse the rest.
+pub(super) fn without_cache_from_stat(stat: &str, v1: bool) -> u64 {
+    let names: [&[u8]; 3] = if v1 {
+        [
+            b"total_inactive_anon",
+            b"total_active_anon",
+            b"total_unevictable",
+        ]
+    } else {
+        [b"inactive_anon", b"active_anon", b"unevictable"]
+    };
+    stat_values(stat.as_bytes(), names).iter().sum()
 }
 
 /// The values of `names` in a `key value` per line file (0 when absent or not a

@@ -25,9 +25,9 @@ use std::time::SystemTime;
 
 use super::CgroupError;
 use super::files::{self, MAX_FILE_BYTES, err};
-use super::stat::{dir_of, memory_from_stat, throttling};
+use super::stat::{dir_of, memory_from_stat, throttling, without_cache_from_stat};
 use super::tree::CgroupTree;
-use crate::contracts::{CgroupReading, CpuReading, Pressure};
+use crate::contracts::{CgroupReading, CpuReading, MemoryReading, Pressure};
 
 /// What one cgroup's reading is made of, in the order [`StatReader::stats`] reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +72,11 @@ struct OpenCgroup {
     quota: Option<(bool, u64)>,
     /// The throttling counters as last read from `cpu.stat`.
     throttling: Option<Option<crate::contracts::Throttling>>,
+    /// The memory reading made with a fresh usage file, and its round (see
+    /// [`StatReader::detail_rounds`]).
+    memory: Option<(MemoryReading, u64)>,
+    /// `pids.current` as last read, and its round.
+    pids: Option<(Option<u64>, u64)>,
 }
 
 /// v1 reports "no memory limit" as the largest page-aligned value; anything this
@@ -95,6 +100,11 @@ pub(crate) struct StatReader {
     kept: usize,
     max_kept: usize,
     round: u64,
+    /// Rounds the kubelet side of a kept cgroup's reading is reused for: the usage
+    /// with page cache (so the working set), rss and faults, and the process count.
+    /// 1 reads them every round; the pod collector reuses them for 10 (see
+    /// [`StatReader::reusing_details`]).
+    detail_rounds: u64,
     buf: Vec<u8>,
 }
 
@@ -125,8 +135,20 @@ impl StatReader {
             kept: 0,
             max_kept: max_kept_for(open_files_limit),
             round: 0,
+            detail_rounds: 1,
             buf: vec![0; usize::try_from(MAX_FILE_BYTES).unwrap_or(65_536) + 1],
         }
+    }
+
+    /// This reader, reading the kubelet side of a cgroup (usage with page cache,
+    /// working set, rss, faults, process count) every [`LIMIT_ROUNDS`] rounds only, and
+    /// koordlet's side (CPU usage, memory without page cache) every round. kubelet's
+    /// summary and eviction ranking take pod stats from cAdvisor's 10 s housekeeping,
+    /// so they are no staler than kubelet's; koordlet reads only `cpuacct.usage` and
+    /// `memory.stat` each second. At 110 pods that is 330 of 770 files a second fewer.
+    pub(crate) fn reusing_details(mut self) -> StatReader {
+        self.detail_rounds = LIMIT_ROUNDS;
+        self
     }
 
     fn files(&self) -> &'static [(Part, &'static str, &'static str)] {
@@ -234,6 +256,8 @@ impl StatReader {
                     limit: None,
                     quota: None,
                     throttling: None,
+                    memory: None,
+                    pids: None,
                 },
             );
         }
@@ -315,6 +339,30 @@ impl StatReader {
         quota
     }
 
+    /// Whether `part` of a kept cgroup is reused from an earlier round rather than
+    /// read (the usage file and `pids.current`, within [`StatReader::detail_rounds`]);
+    /// if so, the reused value is put in `reading`.
+    fn reused(&self, part: Part, open: Option<&OpenCgroup>, reading: &mut Reading) -> bool {
+        let fresh = |at: u64| self.round.saturating_sub(at) < self.detail_rounds;
+        match (part, open) {
+            (Part::MemoryUsage, Some(c)) => match c.memory {
+                Some((m, at)) if fresh(at) => {
+                    reading.reused_memory = Some(m);
+                    true
+                }
+                _ => false,
+            },
+            (Part::Pids, Some(c)) => match c.pids {
+                Some((pids, at)) if fresh(at) => {
+                    reading.pids = pids;
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// Reads each file of `rel` into `buf` in turn (through its kept descriptors when
     /// `open`, else opened for this read) and hands its text to `reading`.
     fn read_each(
@@ -334,6 +382,9 @@ impl StatReader {
         }
         for (i, (part, _, name)) in self.files().iter().enumerate() {
             if *part == Part::Pids && !pids {
+                continue;
+            }
+            if self.reused(*part, open.as_deref(), reading) {
                 continue;
             }
             if *part == Part::MemoryLimit
@@ -378,6 +429,10 @@ impl StatReader {
                 match part {
                     Part::MemoryLimit => c.limit = Some((reading.memory_limit, self.round)),
                     Part::CpuStat => c.throttling = Some(reading.throttling),
+                    Part::MemoryStat if reading.memory_usage.is_some() => {
+                        c.memory = reading.memory.map(|m| (m, self.round));
+                    }
+                    Part::Pids => c.pids = Some((reading.pids, self.round)),
                     _ => {}
                 }
             }
@@ -393,7 +448,9 @@ struct Reading {
     cpu_usage: Option<u64>,
     throttling: Option<crate::contracts::Throttling>,
     memory_usage: Option<u64>,
-    memory: Option<crate::contracts::MemoryReading>,
+    /// The last reading made with a fresh usage file, when this round reuses it.
+    reused_memory: Option<MemoryReading>,
+    memory: Option<MemoryReading>,
     memory_limit: Option<u64>,
     pids: Option<u64>,
 }
@@ -421,10 +478,14 @@ impl Reading {
             Part::MemoryUsage => self.memory_usage = number(content),
             // The limit comes after the stat: the reading is finished at the end.
             Part::MemoryStat => {
-                self.memory = self
-                    .memory_usage
-                    .zip(content)
-                    .map(|(usage, stat)| memory_from_stat(usage, stat, v1));
+                self.memory = match (self.memory_usage, self.reused_memory) {
+                    (Some(usage), _) => content.map(|stat| memory_from_stat(usage, stat, v1)),
+                    (None, Some(earlier)) => content.map(|stat| MemoryReading {
+                        without_cache_bytes: without_cache_from_stat(stat, v1),
+                        ..earlier
+                    }),
+                    (None, None) => None,
+                };
             }
             Part::MemoryLimit => self.memory_limit = number(content),
             Part::Pids => self.pids = number(content),

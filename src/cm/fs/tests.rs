@@ -583,7 +583,8 @@ fn v1_stats_read_cpu_throttling_memory_and_pids() {
     write(
         at("memory").join("memory.stat"),
         "cache 3000000\nrss 9\ninactive_file 9\ntotal_rss 2000000\ntotal_inactive_file 1000000\n\
-         total_pgfault 77\ntotal_pgmajfault 3\n",
+         total_pgfault 77\ntotal_pgmajfault 3\ntotal_inactive_anon 300000\ntotal_active_anon \
+         1500000\ntotal_unevictable 4096\ntotal_active_file 900000\n",
     );
     write(at("pids").join("pids.current"), "2\n");
     let r = tree.stats(POD).unwrap();
@@ -600,6 +601,8 @@ fn v1_stats_read_cpu_throttling_memory_and_pids() {
     // The hierarchical total_inactive_file, not the local one.
     assert_eq!(m.working_set_bytes, 4_000_000);
     assert_eq!(m.rss_bytes, 2_000_000);
+    // koordlet's: anonymous pages and unevictable ones, no page cache.
+    assert_eq!(m.without_cache_bytes, 1_804_096);
     assert_eq!((m.page_faults, m.major_page_faults), (77, 3));
     // limits() wrote 64 MiB.
     assert_eq!(m.limit_bytes, Some(64 << 20));
@@ -707,6 +710,60 @@ fn v2_root_has_no_memory_current_and_reads_as_no_memory() {
     assert_eq!(r.cpu.unwrap().usage_core_nanos, 1_000_000);
     assert!(r.cpu.unwrap().throttling.is_none());
     assert!(r.memory.is_none());
+}
+
+#[test]
+fn a_reader_reusing_details_reads_koordlets_memory_each_round_and_kubelets_every_tenth() {
+    let (dir, tree) = v1_tree();
+    tree.create(POD, &limits()).unwrap();
+    let at = |h: &str| dir.path().join(h).join(POD);
+    let stat = |anon: u64, inactive_file: u64| {
+        format!(
+            "total_inactive_anon 1000\ntotal_active_anon {anon}\ntotal_unevictable 0\n\
+             total_inactive_file {inactive_file}\ntotal_pgfault 5\n"
+        )
+    };
+    write(at("cpu,cpuacct").join("cpuacct.usage"), "1000\n");
+    write(at("memory").join("memory.usage_in_bytes"), "5000000\n");
+    write(at("memory").join("memory.stat"), &stat(2000, 1_000_000));
+    write(at("pids").join("pids.current"), "2\n");
+    let mut reader = super::StatReader::with_limit(tree.clone(), 1 << 20).reusing_details();
+    let m = reader.stats(POD, true).unwrap().memory.unwrap();
+    assert_eq!(
+        (m.working_set_bytes, m.without_cache_bytes),
+        (4_000_000, 3000)
+    );
+
+    // The next rounds: CPU and koordlet's memory move; the usage file, the working set
+    // made from it and the process count are the first round's.
+    write(at("cpu,cpuacct").join("cpuacct.usage"), "2000\n");
+    write(at("memory").join("memory.usage_in_bytes"), "9000000\n");
+    write(at("memory").join("memory.stat"), &stat(7000, 500_000));
+    write(at("pids").join("pids.current"), "40\n");
+    for _ in 1..10 {
+        reader.end_round();
+        let r = reader.stats(POD, true).unwrap();
+        assert_eq!(r.cpu.unwrap().usage_core_nanos, 2000);
+        let m = r.memory.unwrap();
+        assert_eq!((m.usage_bytes, m.working_set_bytes), (5_000_000, 4_000_000));
+        assert_eq!(m.page_faults, 5);
+        assert_eq!(m.without_cache_bytes, 8000);
+        assert_eq!(r.pids, Some(2));
+    }
+    // The tenth round reads them all again, from one consistent pair of files.
+    reader.end_round();
+    let r = reader.stats(POD, true).unwrap();
+    let m = r.memory.unwrap();
+    assert_eq!((m.usage_bytes, m.working_set_bytes), (9_000_000, 8_500_000));
+    assert_eq!(m.without_cache_bytes, 8000);
+    assert_eq!(r.pids, Some(40));
+    // A reader that does not reuse (the node collector's) reads every round.
+    let mut every = super::StatReader::with_limit(tree.clone(), 1 << 20);
+    every.stats(POD, true).unwrap();
+    write(at("memory").join("memory.usage_in_bytes"), "6000000\n");
+    every.end_round();
+    let m = every.stats(POD, true).unwrap().memory.unwrap();
+    assert_eq!(m.working_set_bytes, 5_500_000);
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! The pod and container collector (koordlet's `podresource` and `podthrottled`):
 //! each desired pod with a running sandbox, its cgroup and its running containers'
-//! cgroups; CPU cores and throttling from deltas, working set, pids.
+//! cgroups; CPU cores and throttling from deltas, and memory as koordlet records it
+//! (without page cache) into the metric cache. The readings the Summary API and
+//! eviction use keep kubelet's working set, refreshed every tenth round as cAdvisor's
+//! 10 s housekeeping refreshes it under kubelet.
 
 use crate::locks::Locked as _;
 use std::collections::HashMap;
@@ -209,7 +212,7 @@ fn is_gone(e: &CgroupError) -> bool {
 impl PodCollector {
     pub(crate) fn new(tree: CgroupTree, lister: Box<dyn TargetLister>) -> PodCollector {
         PodCollector {
-            reader: StatReader::new(tree),
+            reader: StatReader::new(tree).reusing_details(),
             lister,
             rates: RateTracker::default(),
         }
@@ -249,7 +252,7 @@ impl PodCollector {
             }
         }
         if let Some(m) = r.memory {
-            shared.push(kinds.memory, labels, ts, m.working_set_bytes as f64);
+            shared.push(kinds.memory, labels, ts, m.without_cache_bytes as f64);
         }
         if let (Some(p), Some(kind)) = (r.pids, kinds.pids) {
             shared.push(kind, labels, ts, p as f64);
@@ -272,7 +275,7 @@ impl PodCollector {
                     cpu_sum += c;
                     any_cpu = true;
                 }
-                mem_sum += r.memory.map_or(0.0, |m| m.working_set_bytes as f64);
+                mem_sum += r.memory.map_or(0.0, |m| m.without_cache_bytes as f64);
                 r
             });
             let mut containers = Vec::with_capacity(t.containers.len());

@@ -172,14 +172,17 @@ fn v2_pod(dir: &Path, tree: &CgroupTree) -> PodTarget {
     let pod = "kubepods/burstable/poduid1";
     let ctr = container_cgroup(CgroupDriver::Cgroupfs, pod, "c1");
     tree.create(&ctr, &ResourceConfig::default()).unwrap();
-    for (path, ws) in [(pod, "9000"), (ctr.as_str(), "4000")] {
+    for (path, ws, anon) in [(pod, "9000", 6000), (ctr.as_str(), "4000", 2000)] {
         let d = dir.join(path);
         write(
             d.join("cpu.stat"),
             "usage_usec 0\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
         );
         write(d.join("memory.current"), ws);
-        write(d.join("memory.stat"), "inactive_file 1000\n");
+        write(
+            d.join("memory.stat"),
+            &format!("inactive_file 1000\nactive_anon {anon}\ninactive_anon 500\nunevictable 0\n"),
+        );
         write(d.join("pids.current"), "1\n");
     }
     PodTarget {
@@ -198,7 +201,7 @@ fn v2_pod(dir: &Path, tree: &CgroupTree) -> PodTarget {
 }
 
 #[test]
-fn pod_collector_writes_rates_working_sets_and_readings_and_skips_vanished_cgroups() {
+fn pod_collector_writes_rates_koordlets_memory_and_readings_and_skips_vanished_cgroups() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path().join("cgroup.controllers"), "cpu memory pids");
     write(dir.path().join("cgroup.subtree_control"), "");
@@ -225,7 +228,9 @@ fn pod_collector_writes_rates_working_sets_and_readings_and_skips_vanished_cgrou
         "a vanished pod cgroup reads as None"
     );
     let ctr = &shared.pods[0].containers[0].cgroup;
+    // The reading keeps kubelet's working set; the metric cache gets koordlet's memory.
     assert_eq!(ctr.memory.unwrap().working_set_bytes, 3000);
+    assert_eq!(ctr.memory.unwrap().without_cache_bytes, 2500);
     // 0.8 s of CPU in the container between rounds, 2 of 4 periods throttled.
     std::thread::sleep(Duration::from_millis(200));
     let d = dir.path().join(&target.containers[0].cgroup);
@@ -259,12 +264,12 @@ fn pod_collector_writes_rates_working_sets_and_readings_and_skips_vanished_cgrou
     assert_eq!(q(MetricKind::PodCpuUsage, &[(label::POD_UID, "uid1")]), 0.0);
     assert_eq!(
         q(MetricKind::PodMemoryUsage, &[(label::POD_UID, "uid1")]),
-        8000.0
+        6500.0
     );
     let reading = shared.pods[0].containers[0].cgroup.cpu.unwrap();
     assert!(reading.usage_nano_cores.unwrap() > 500_000_000);
     assert_eq!(shared.pods_cpu_cores, Some(0.0));
-    assert_eq!(shared.pods_memory_bytes, 8000.0);
+    assert_eq!(shared.pods_memory_bytes, 6500.0);
     assert_eq!(c.tracked(), 2, "the pod and its container");
 }
 

@@ -839,15 +839,38 @@ async fn events_configmaps_secrets_tokens_and_csrs() {
     );
 }
 
-#[tokio::test]
-async fn kubectl_gets_pods_and_nodes() {
-    if std::process::Command::new("kubectl")
+/// Whether kubectl is here; says the test is skipped when it is not.
+fn kubectl_installed() -> bool {
+    let here = std::process::Command::new("kubectl")
         .arg("version")
         .arg("--client")
         .output()
-        .is_err()
-    {
+        .is_ok();
+    if !here {
         eprintln!("SKIPPED: kubectl is not installed (apt-get install kubernetes-client)");
+    }
+    here
+}
+
+/// Runs kubectl against `server`: (succeeded, stdout, stderr).
+async fn kubectl_run(server: &TestApiServer, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(server.kubeconfig())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn kubectl_gets_pods_and_nodes() {
+    if !kubectl_installed() {
         return;
     }
     let (_dir, server, _client) = server().await;
@@ -855,23 +878,12 @@ async fn kubectl_gets_pods_and_nodes() {
     server
         .put(&serde_json::from_value::<Node>(json!({"metadata": {"name": "n1"}})).unwrap())
         .unwrap();
-    let kubectl = |args: &[&str]| {
-        let kc = server.kubeconfig().to_owned();
-        let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    let kubectl = |args: &'static [&'static str]| {
+        let server = &server;
         async move {
-            let out = tokio::process::Command::new("kubectl")
-                .arg("--kubeconfig")
-                .arg(kc)
-                .args(&args)
-                .output()
-                .await
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "kubectl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8(out.stdout).unwrap()
+            let (ok, out, err) = kubectl_run(server, args).await;
+            assert!(ok, "kubectl {args:?}: {err}");
+            out
         }
     };
     let pods: Value = serde_json::from_str(&kubectl(&["get", "pods", "-o", "json"]).await).unwrap();
@@ -1038,4 +1050,75 @@ async fn start_on_a_given_port_survives_a_process_restart() {
     assert_eq!(second.url(), url);
     let nodes: Api<Node> = Api::all(client_of(&second).await);
     nodes.list(&ListParams::default()).await.unwrap();
+}
+
+/// Custom resources, as the real server serves them: a CRD created with kubectl makes
+/// its group discoverable and its plural, short name and status subresource served;
+/// objects keep fields no built-in type knows, and the main resource keeps the status.
+#[tokio::test]
+async fn kubectl_serves_a_custom_resource_once_its_crd_is_created() {
+    if !kubectl_installed() {
+        return;
+    }
+    let (dir, server, client) = server().await;
+    let kubectl = |line: &str| {
+        let args: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let server = &server;
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            kubectl_run(server, &args).await
+        }
+    };
+    // Not served before its CRD exists.
+    let (ok, _, err) = kubectl("get nodemetrics").await;
+    assert!(
+        !ok && err.contains("the server doesn't have a resource type"),
+        "{err}"
+    );
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "nodemetrics.slo.koordinator.sh"},
+        "spec": {"group": "slo.koordinator.sh", "scope": "Cluster",
+            "names": {"kind": "NodeMetric", "plural": "nodemetrics", "singular": "nodemetric", "shortNames": ["nm"]},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}}}]}});
+    let nm = json!({"apiVersion": "slo.koordinator.sh/v1alpha1", "kind": "NodeMetric",
+        "metadata": {"name": "n1"}, "spec": {"metricCollectPolicy": {"reportIntervalSeconds": 60}},
+        "status": {"ignored": true}});
+    for (name, doc) in [("crd.json", &crd), ("nm.json", &nm)] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, doc.to_string()).unwrap();
+        // The server publishes no OpenAPI document for kubectl to validate against.
+        let (ok, out, err) =
+            kubectl(&format!("create --validate=false -f {}", path.display())).await;
+        assert!(ok, "{out}{err}");
+    }
+    let (ok, out, err) = kubectl("get nm n1 -o json").await;
+    assert!(ok, "{err}");
+    let got: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        got["spec"]["metricCollectPolicy"]["reportIntervalSeconds"],
+        60
+    );
+    assert!(got.get("status").is_none(), "create keeps no status: {got}");
+    let (ok, _, err) = kubectl(
+        r#"patch nodemetric n1 --subresource=status --type=merge -p {"status":{"podsMetric":[{"name":"a"}]}}"#,
+    )
+    .await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = kubectl("get nodemetrics.slo.koordinator.sh -o name").await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "nodemetric.slo.koordinator.sh/n1");
+    // The same object through kube-rs, as a dynamic object found by discovery.
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    let (ar, caps) = discovery
+        .groups()
+        .flat_map(kube::discovery::ApiGroup::recommended_resources)
+        .find(|(ar, _)| ar.kind == "NodeMetric")
+        .expect("NodeMetric is discovered");
+    assert_eq!(ar.api_version, "slo.koordinator.sh/v1alpha1");
+    assert!(caps.subresources.iter().any(|(s, _)| s.plural == "status"));
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client, &ar);
+    let n1 = api.get("n1").await.unwrap();
+    assert_eq!(n1.data["status"]["podsMetric"][0]["name"], "a");
 }

@@ -63,6 +63,15 @@ pub(crate) struct Shared {
     pub reviews: Mutex<crate::reviews::Rules>,
     /// The TLS set-up the proxy subresources reach kubelets with.
     pub kubelet_client: Mutex<Option<Arc<tokio_rustls::rustls::ClientConfig>>>,
+    /// The resources the stored CustomResourceDefinitions define.
+    pub custom: crate::custom::Custom,
+}
+
+impl Shared {
+    /// The custom resources served now.
+    pub(crate) fn custom_defs(&self) -> Vec<&'static Def> {
+        self.custom.defs(&self.store)
+    }
 }
 
 fn body(v: &Value) -> Body {
@@ -271,10 +280,10 @@ async fn serve(
             return Ok(r);
         }
         ["api"] => return found(Some(resources::api_versions(&shared.server_address))),
-        ["apis"] => return found(Some(resources::api_group_list())),
-        ["api", "v1"] => return found(resources::resource_list("", "v1")),
-        ["apis", g] => return found(resources::api_group(g)),
-        ["apis", g, v] => return found(resources::resource_list(g, v)),
+        ["apis"] => return found(Some(resources::api_group_list(&shared.custom_defs()))),
+        ["api", "v1"] => return found(resources::resource_list(&[], "", "v1")),
+        ["apis", g] => return found(resources::api_group(&shared.custom_defs(), g)),
+        ["apis", g, v] => return found(resources::resource_list(&shared.custom_defs(), g, v)),
         ["api", "v1", rest @ ..] => ("", "v1", rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return found(None),
@@ -311,7 +320,7 @@ async fn serve(
         [r, n, s] => (*r, Some((*n).to_owned()), Some((*s).to_owned())),
         _ => return found(None),
     };
-    let Some(def) = resources::find(group, version, resource) else {
+    let Some(def) = resources::find(&shared.custom_defs(), group, version, resource) else {
         return found(None);
     };
     // A namespaced resource by name needs its namespace; a cluster-scoped one has none.

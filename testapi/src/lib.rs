@@ -13,6 +13,7 @@
 //! on create but no `qosClass` or `generation`; a too-old resourceVersion is 410 with reason
 //! `Expired` (as the watch cache answers), and a list newer than the store is 504 at once.
 
+mod custom;
 mod http;
 mod patch;
 mod proxy;
@@ -145,7 +146,7 @@ fn resource_id<K: k8s_openapi::Resource>() -> Result<&'static resources::Def, Er
     } else {
         format!("{}/{}", K::GROUP, K::URL_PATH_SEGMENT)
     };
-    resources::by_id(&id).ok_or_else(|| Error::UnknownResource {
+    resources::by_id(&[], &id).ok_or_else(|| Error::UnknownResource {
         kind: K::KIND.to_owned(),
     })
 }
@@ -204,6 +205,7 @@ impl TestApiServer {
             log: Mutex::new(std::collections::VecDeque::new()),
             reviews: Mutex::new(reviews::Rules::default()),
             kubelet_client: Mutex::new(None),
+            custom: custom::Custom::default(),
         });
         let kubeconfig = state_dir.join("kubeconfig");
         std::fs::write(

@@ -6,11 +6,13 @@ use k8s_openapi::api::{
     authentication::v1::TokenRequest, certificates::v1::CertificateSigningRequest,
     coordination::v1::Lease, core::v1 as core, events::v1 as events,
 };
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
 use crate::status::ApiError;
 
+#[derive(Debug)]
 pub(crate) struct Def {
     pub group: &'static str,
     pub version: &'static str,
@@ -175,6 +177,18 @@ pub(crate) static RESOURCES: &[Def] = &[
         check: strict::<events::Event>,
     },
     Def {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        name: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        kind: "CustomResourceDefinition",
+        namespaced: false,
+        status: true,
+        fields: &[],
+        short: &["crd", "crds"],
+        check: strict::<CustomResourceDefinition>,
+    },
+    Def {
         group: "certificates.k8s.io",
         version: "v1",
         name: "certificatesigningrequests",
@@ -188,14 +202,34 @@ pub(crate) static RESOURCES: &[Def] = &[
     },
 ];
 
-pub(crate) fn find(group: &str, version: &str, name: &str) -> Option<&'static Def> {
-    RESOURCES
-        .iter()
-        .find(|d| d.group == group && d.version == version && d.name == name)
+/// The built-in resources, then `custom` (those of the CustomResourceDefinitions stored).
+fn all<'a>(custom: &'a [&'static Def]) -> impl Iterator<Item = &'static Def> + 'a {
+    RESOURCES.iter().chain(custom.iter().copied())
 }
 
-pub(crate) fn by_id(id: &str) -> Option<&'static Def> {
-    RESOURCES.iter().find(|d| d.id() == id)
+pub(crate) fn find(
+    custom: &[&'static Def],
+    group: &str,
+    version: &str,
+    name: &str,
+) -> Option<&'static Def> {
+    all(custom).find(|d| d.group == group && d.version == version && d.name == name)
+}
+
+pub(crate) fn by_id(custom: &[&'static Def], id: &str) -> Option<&'static Def> {
+    all(custom).find(|d| d.id() == id)
+}
+
+/// A custom resource's body: any JSON object (the server keeps what it is given, as a
+/// CRD with `x-kubernetes-preserve-unknown-fields` does; schemas are not checked).
+pub(crate) fn any_object(v: &Value) -> Result<(), ApiError> {
+    if v.is_object() {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "the body of the request could not be decoded: not a JSON object",
+        ))
+    }
 }
 
 /// The TokenRequest body of `serviceaccounts/token`, strictly decoded like the rest.
@@ -256,40 +290,47 @@ pub(crate) fn api_versions(server: &str) -> Value {
     })
 }
 
-fn groups() -> Vec<&'static str> {
-    let mut g: Vec<&str> = RESOURCES
-        .iter()
-        .map(|d| d.group)
-        .filter(|g| !g.is_empty())
-        .collect();
-    g.dedup();
-    g
+/// Each named group with its versions in the order first seen (the first preferred).
+fn groups(custom: &[&'static Def]) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut out: Vec<(&str, Vec<&str>)> = Vec::new();
+    for d in all(custom).filter(|d| !d.group.is_empty()) {
+        match out.iter_mut().find(|(g, _)| *g == d.group) {
+            Some((_, versions)) if !versions.contains(&d.version) => versions.push(d.version),
+            Some(_) => {}
+            None => out.push((d.group, vec![d.version])),
+        }
+    }
+    out
 }
 
-pub(crate) fn api_group_list() -> Value {
-    let groups: Vec<Value> = groups()
-        .into_iter()
-        .map(|g| {
-            let gv = json!({"groupVersion": format!("{g}/v1"), "version": "v1"});
-            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
-        })
+fn group_doc(group: &str, versions: &[&str]) -> Value {
+    let gvs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    json!({"name": group, "versions": gvs, "preferredVersion": gvs[0]})
+}
+
+pub(crate) fn api_group_list(custom: &[&'static Def]) -> Value {
+    let groups: Vec<Value> = groups(custom)
+        .iter()
+        .map(|(g, versions)| group_doc(g, versions))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
-pub(crate) fn api_group(group: &str) -> Option<Value> {
-    groups().contains(&group).then(|| {
-        let gv = json!({"groupVersion": format!("{group}/v1"), "version": "v1"});
-        json!({"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [gv.clone()], "preferredVersion": gv})
-    })
+pub(crate) fn api_group(custom: &[&'static Def], group: &str) -> Option<Value> {
+    let groups = groups(custom);
+    let (g, versions) = groups.iter().find(|(g, _)| *g == group)?;
+    let mut doc = group_doc(g, versions);
+    doc["kind"] = json!("APIGroup");
+    doc["apiVersion"] = json!("v1");
+    Some(doc)
 }
 
-pub(crate) fn resource_list(group: &str, version: &str) -> Option<Value> {
+pub(crate) fn resource_list(custom: &[&'static Def], group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();
-    for d in RESOURCES
-        .iter()
-        .filter(|d| d.group == group && d.version == version)
-    {
+    for d in all(custom).filter(|d| d.group == group && d.version == version) {
         resources.push(json!({
             "name": d.name, "singularName": d.singular, "namespaced": d.namespaced, "kind": d.kind,
             "verbs": VERBS, "shortNames": d.short,
@@ -346,7 +387,7 @@ mod tests {
 
     #[test]
     fn discovery_lists_status_subresources() {
-        let v1 = resource_list("", "v1").unwrap();
+        let v1 = resource_list(&[], "", "v1").unwrap();
         let names: Vec<&str> = v1["resources"]
             .as_array()
             .unwrap()
@@ -357,7 +398,7 @@ mod tests {
             names.contains(&"pods/status") && names.contains(&"serviceaccounts/token"),
             "{names:?}"
         );
-        assert!(resource_list("apps", "v1").is_none());
-        assert_eq!(api_group_list()["groups"].as_array().unwrap().len(), 3);
+        assert!(resource_list(&[], "apps", "v1").is_none());
+        assert_eq!(api_group_list(&[])["groups"].as_array().unwrap().len(), 4);
     }
 }

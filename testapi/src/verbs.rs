@@ -115,6 +115,12 @@ pub(crate) fn create(
         "certificatesigningrequests" => {
             body.as_object_mut().expect("object").remove("status");
         }
+        // Served at once, as the real server does when the names do not conflict.
+        "customresourcedefinitions" => body["status"] = crate::custom::established_status(&body),
+        // A custom resource with a status subresource starts without one.
+        _ if t.def.status && crate::resources::by_id(&[], &t.def.id()).is_none() => {
+            body.as_object_mut().expect("object").remove("status");
+        }
         _ => {}
     }
     let key = (t.def.id(), t.ns.clone().unwrap_or_default(), name.clone());

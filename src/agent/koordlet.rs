@@ -12,8 +12,8 @@ use super::node::{Host, host_cgroup_tree};
 use super::runtime::Runtime;
 use crate::cm::NodeAllocatable;
 use crate::koord::{
-    PredictServer, PredictionCollector, PredictionConfig, PredictionInputs, QosConfig,
-    ResourceAmount, Served, pod_input,
+    NodeMetricReporter, NodeMetricSource, PredictServer, PredictionCollector, PredictionConfig,
+    PredictionInputs, PredictionView, QosConfig, ResourceAmount, Served, pod_inputs,
 };
 use crate::kuberuntime::ContainerHooks;
 use crate::logging::STARTUP_TARGET;
@@ -85,6 +85,54 @@ pub(super) fn spawn_prediction(
     })
 }
 
+/// What this node's NodeMetric status is made of (served at
+/// `/debug/koord/nodemetric`, and reported in cluster mode).
+/// `OXLET_TEST_NODEMETRIC_MIN_REPORT_MS` (test-only) lowers koordlet's 30 s floor
+/// on the report interval.
+pub(super) fn node_metric_source(
+    shared: &Shared,
+    prediction: Option<&Served>,
+) -> Arc<NodeMetricSource> {
+    let min_report = std::env::var("OXLET_TEST_NODEMETRIC_MIN_REPORT_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    let (p, st, served) = (
+        shared.pods.clone(),
+        shared.statuses.clone(),
+        prediction.cloned(),
+    );
+    let view: PredictionView = Arc::new(move || served.as_ref().and_then(|s| s.prod(&p, &st)));
+    Arc::new(NodeMetricSource::new(
+        shared.metric_cache.clone(),
+        shared.pods.clone(),
+        view,
+        min_report,
+    ))
+}
+
+/// koordlet's NodeMetric report (cluster mode): this node's NodeMetric's status from
+/// the metric cache every report interval.
+pub(super) fn spawn_node_metric_reporter(
+    opts: &Options,
+    client: &kube::Client,
+    source: &Arc<NodeMetricSource>,
+    tasks: &Tasks,
+) {
+    let (client, source, node_name) = (client.clone(), source.clone(), opts.node_name.clone());
+    tasks.spawn_restarting("node-metric-report", Backoff::default(), move |cancel| {
+        let reporter = NodeMetricReporter {
+            source: source.clone(),
+            client: client.clone(),
+            node_name: node_name.clone(),
+        };
+        async move {
+            reporter.run(cancel).await;
+            Ok(())
+        }
+    });
+}
+
 /// The gauges on /metrics, computed from the same models at scrape time.
 fn register_prediction_gauges(
     opts: &Options,
@@ -94,14 +142,7 @@ fn register_prediction_gauges(
 ) {
     let (p, st) = (shared.pods.clone(), shared.statuses.clone());
     let inputs: PredictionInputs = Arc::new(move || {
-        let pods = p
-            .all()
-            .iter()
-            .map(|pod| {
-                let phase = st.get(crate::pod::pod_uid(pod)).and_then(|s| s.phase);
-                pod_input(pod, phase.as_deref())
-            })
-            .collect();
+        let pods = pod_inputs(&p, &st).into_iter().map(|(_, i)| i).collect();
         (pods, amount)
     });
     match PredictionCollector::new(server.clone(), opts.node_name.clone(), inputs)

@@ -125,6 +125,7 @@ async fn start(
     runtime::spawn_log_rotation(opts, rt, tasks);
     let shared = Shared::new(events);
     let prediction = koordlet::spawn_prediction(opts, &shared, &host.allocatable, tasks);
+    let node_metric = koordlet::node_metric_source(&shared, prediction.as_ref());
     let sources = sources::start(opts, api, tasks);
     let pleg_events = runtime::start_pleg(&manager, &shared, tasks, opts.evented_pleg()).await;
     runtime::spawn_runtime_health(&manager, &shared, tasks);
@@ -156,7 +157,11 @@ async fn start(
             reclaimers: disk_reclaimers,
         };
         let node_views = node::spawn_eviction(opts, &host, &shared, reclaim, tasks);
-        let views = servers::views(opts, rt, &shared, node_views, &health, prediction);
+        let koord = servers::KoordViews {
+            prediction,
+            node_metric: node_metric.clone(),
+        };
+        let views = servers::views(opts, rt, &shared, node_views, &health, koord);
         let secure = servers::SecureParts {
             rt,
             client: api.map(|a| a.main.clone()),
@@ -167,6 +172,7 @@ async fn start(
     if let Some(api) = api {
         cluster::spawn_status_writer(opts, api, &shared, workers, mirror_wake, tasks);
         node::spawn_node_status(opts, rt, api, &host, &shared, tasks);
+        koordlet::spawn_node_metric_reporter(opts, &api.main, &node_metric, tasks);
     }
     Ok(Agent {
         pods: shared.pods,

@@ -38,15 +38,21 @@ pub(super) fn health(opts: &Options, sync_loop: &SyncLoop) -> Health {
     }
 }
 
+/// What the koordlet side shows: the predictions (None: off) and the NodeMetric status.
+pub(super) struct KoordViews {
+    pub prediction: Option<Served>,
+    pub node_metric: Arc<crate::koord::NodeMetricSource>,
+}
+
 /// What the read-only port shows: the shared state, what the node side measures, the
-/// health checks, `/configz` and the predictions.
+/// health checks, `/configz`, the predictions and the NodeMetric status.
 pub(super) fn views(
     opts: &Options,
     rt: &Runtime,
     shared: &Shared,
     node: NodeViews,
     health: &Health,
-    prediction: Option<Served>,
+    koord: KoordViews,
 ) -> Views {
     Views {
         eviction: node.eviction,
@@ -58,7 +64,8 @@ pub(super) fn views(
         pod_cache: shared.pod_cache.clone(),
         volumes: node.volumes,
         configz: Arc::new(crate::options::kubelet_configuration(opts, &rt.endpoint)),
-        prediction,
+        prediction: koord.prediction,
+        node_metric: koord.node_metric,
     }
 }
 

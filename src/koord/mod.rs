@@ -9,12 +9,16 @@
 //! - `qosmanager`: CPU suppress, memory eviction by usage and cgroup reconcile.
 //! - `hooks`: rules the runtime runs before creating and starting a container.
 //! - `prediction`: peak prediction from the cache and the reclaimable resources.
+//! - `slo`: koordinator's NodeMetric through the apiserver (koordlet's states informer).
+//! - `classes`: koordinator's QoS and priority classes of a pod.
 
 mod advisor;
+mod classes;
 mod hooks;
 mod metriccache;
 mod prediction;
 mod qosmanager;
+mod slo;
 
 // The metric advisor and its series, for the agent, the server and the stats.
 /// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
@@ -25,7 +29,7 @@ pub(crate) use metriccache::MetricCache;
 // Peak prediction: the server, its collector and inputs, and what `/debug` serves.
 pub(crate) use prediction::metrics::{PredictionCollector, PredictionInputs};
 pub(crate) use prediction::predictor::ResourceAmount;
-pub(crate) use prediction::view::{Served, pod_input};
+pub(crate) use prediction::view::{Served, pod_inputs};
 pub(crate) use prediction::{PredictServer, PredictionConfig};
 // The QoS manager, its configuration (`--qos-config`), and the runtime hooks it asks for.
 pub(crate) use hooks::hook_rules;
@@ -33,3 +37,5 @@ pub(crate) use hooks::hook_rules;
 pub(crate) use qosmanager::config::Strategies;
 pub(crate) use qosmanager::config::{QosConfig, load_qos_config};
 pub(crate) use qosmanager::{QosDeps, QosManager};
+// This node's NodeMetric: its status made from the metric cache, and the reporter.
+pub(crate) use slo::{NodeMetricReporter, NodeMetricSource, PredictionView};

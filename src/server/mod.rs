@@ -69,6 +69,8 @@ pub(crate) struct Views {
     pub prediction: Option<crate::koord::Served>,
     /// The eviction manager's conditions and last observations.
     pub eviction: Arc<crate::eviction::StatusView>,
+    /// What this node's NodeMetric status is made of (`/debug/koord/nodemetric`).
+    pub node_metric: Arc<crate::koord::NodeMetricSource>,
 }
 
 impl Views {
@@ -153,6 +155,16 @@ async fn koord_metrics(
     }
 }
 
+/// `/debug/koord/nodemetric`: the NodeMetric status koordlet would report now (in
+/// cluster mode it is also written to this node's NodeMetric).
+async fn koord_nodemetric(State(v): State<Views>) -> axum::response::Response {
+    let status = v.node_metric.status();
+    match serde_json::to_string(&status) {
+        Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
 /// Any method but GET (and HEAD) on a GET-only endpoint, as kubelet answers it.
 async fn get_only() -> impl IntoResponse {
     (
@@ -233,6 +245,7 @@ fn shared_routes(views: Views) -> Router {
         .route("/metrics/probes", get(probe_metrics))
         // The metric advisor: a read-only look into the metric cache.
         .route("/debug/koord/metrics", get(koord_metrics))
+        .route("/debug/koord/nodemetric", get(koord_nodemetric))
         // The eviction manager's state (oxlet only; kubelet has no such endpoint).
         .route("/debug/eviction", get(eviction_status))
         .route("/debug/tasks", get(task_cpu))

@@ -8,7 +8,7 @@
 mod checkpoint;
 mod histogram;
 pub(super) mod metrics;
-mod model;
+pub(super) mod model;
 pub(super) mod predictor;
 mod training;
 pub(super) mod view;

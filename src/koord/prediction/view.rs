@@ -93,6 +93,22 @@ pub(crate) fn render(
     })
 }
 
+/// The agent's pods now, each with what the predictors read of it (its phase from the
+/// status manager).
+pub(crate) fn pod_inputs(
+    pods: &crate::pod::PodManager,
+    statuses: &crate::status::StatusManager,
+) -> Vec<(Arc<Pod>, PodInput)> {
+    pods.all()
+        .into_iter()
+        .map(|p| {
+            let phase = statuses.get(crate::pod::pod_uid(&p)).and_then(|s| s.phase);
+            let i = pod_input(&p, phase.as_deref());
+            (p, i)
+        })
+        .collect()
+}
+
 /// What the read-only server needs to serve `/stats/predictions`.
 #[derive(Clone)]
 pub(crate) struct Served {
@@ -107,16 +123,26 @@ impl Served {
         pods: &crate::pod::PodManager,
         statuses: &crate::status::StatusManager,
     ) -> Value {
-        let rows: Vec<(Arc<Pod>, PodInput)> = pods
-            .all()
+        render(&self.server, &pod_inputs(pods, statuses), self.allocatable)
+    }
+
+    /// The node's reclaimable resources and peak for the prod classes, as the
+    /// NodeMetric reports them (`prodReclaimableMetric`, `prodPeakMetric`); None
+    /// before the models have synced (koordlet's predictor errs then).
+    pub(crate) fn prod(
+        &self,
+        pods: &crate::pod::PodManager,
+        statuses: &crate::status::StatusManager,
+    ) -> Option<(ResourceAmount, ResourceAmount)> {
+        if !self.server.has_synced() {
+            return None;
+        }
+        let inputs: Vec<PodInput> = pod_inputs(pods, statuses)
             .into_iter()
-            .map(|p| {
-                let phase = statuses.get(crate::pod::pod_uid(&p)).and_then(|s| s.phase);
-                let i = pod_input(&p, phase.as_deref());
-                (p, i)
-            })
+            .map(|(_, i)| i)
             .collect();
-        render(&self.server, &rows, self.allocatable)
+        let r = current(&self.server, &inputs, self.allocatable);
+        Some((r.node.reclaimable, r.node.peak))
     }
 }
 

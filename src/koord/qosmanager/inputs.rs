@@ -8,11 +8,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cm::QosClass;
+use crate::koord::classes::KoordQos;
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
 use crate::pod::pod_uid;
-
-/// koordinator's pod QoS label.
-pub(crate) const KOORD_QOS_LABEL: &str = "koordinator.sh/qosClass";
 
 /// How far back a "last" value may be.
 pub(crate) const WINDOW_MS: i64 = 2000;
@@ -100,12 +98,7 @@ pub(crate) fn view(
             let cpu = last(cache, MetricKind::PodCpuUsage, &uid, now_ms);
             PodUsage {
                 best_effort: QosClass::of(p) == QosClass::BestEffort,
-                koord_be: p
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(KOORD_QOS_LABEL))
-                    .is_some_and(|q| q == "BE"),
+                koord_be: KoordQos::of_label(p) == Some(KoordQos::Be),
                 cpu_cores: cpu.unwrap_or(0.0),
                 has_cpu: cpu.is_some(),
                 memory_bytes: mem.unwrap_or(0.0),

@@ -1,0 +1,253 @@
+//! What koordlet reports in its node's NodeMetric status (its states informer's
+//! `nodeMetricInformer.collectMetric`), made from the metric cache:
+//! - `nodeMetric.nodeUsage` and `systemUsage`: the average over the aggregate duration
+//!   (300 s, at least 60 s);
+//! - `aggregatedNodeUsages` / `aggregatedSystemUsages`: for each configured duration
+//!   (5m, 10m, 30m), avg, p50, p90, p95 and p99; each map stays empty while the
+//!   samples cover less than half the window (koordlet's cold-start rule);
+//! - `podsMetric`: each pod's average CPU and memory (without page cache), with
+//!   koordinator's priority and QoS classes, sorted by namespace and name; a pod
+//!   without samples is left out;
+//! - `prodReclaimableMetric` / `prodPeakMetric`: the peak predictor's answer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::types::{
+    AggregatedUsage, NodeMetricInfo, NodeMetricSpec, NodeMetricStatus, PodMetricInfo, ResourceMap,
+    ResourceMetric,
+};
+use crate::koord::classes::{koord_priority_with_default, koord_qos_with_default};
+use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
+use crate::koord::prediction::predictor::ResourceAmount;
+
+/// koordlet's defaults and floors (`states_nodemetric.go`).
+const DEFAULT_AGGREGATE_SECS: i64 = 300;
+const MIN_AGGREGATE_SECS: i64 = 60;
+const DEFAULT_REPORT_SECS: i64 = 60;
+const MIN_REPORT_SECS: i64 = 30;
+const DEFAULT_DURATIONS: [Duration; 3] = [
+    Duration::from_secs(300),
+    Duration::from_secs(600),
+    Duration::from_secs(1800),
+];
+/// A window's aggregates are reported once its samples span at least this share of it.
+const COLD_START_RATIO: f64 = 0.5;
+/// The one memory policy oxlet records series for.
+pub(crate) const MEMORY_POLICY: &str = "usageWithoutPageCache";
+
+/// The report's policy: the NodeMetric's `metricCollectPolicy` field by field over
+/// koordlet's defaults, with its floors.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ReportPolicy {
+    pub aggregate: Duration,
+    pub report: Duration,
+    pub durations: Vec<Duration>,
+    /// `nodeMemoryCollectPolicy` as asked; anything but [`MEMORY_POLICY`] is reported
+    /// as it (koordlet, too, falls back to it for a policy it cannot serve).
+    pub memory_policy: String,
+}
+
+impl Default for ReportPolicy {
+    fn default() -> Self {
+        ReportPolicy::of(None, Duration::from_secs(MIN_REPORT_SECS.unsigned_abs()))
+    }
+}
+
+fn secs(v: i64, floor: i64) -> Duration {
+    Duration::from_secs(v.max(floor).unsigned_abs())
+}
+
+impl ReportPolicy {
+    /// The policy of `spec` (None: no NodeMetric yet). `min_report` is koordlet's 30 s
+    /// floor on the report interval (lowered only by the tests).
+    pub(crate) fn of(spec: Option<&NodeMetricSpec>, min_report: Duration) -> ReportPolicy {
+        let p = spec.and_then(|s| s.collect_policy.as_ref());
+        let durations = p
+            .and_then(|p| p.node_aggregate_policy.as_ref())
+            .map(|a| {
+                a.durations
+                    .iter()
+                    .filter_map(|d| crate::duration::parse_go_duration(d).ok()?.to_std())
+                    .collect()
+            })
+            .unwrap_or_else(|| DEFAULT_DURATIONS.to_vec());
+        let report = p
+            .and_then(|p| p.report_interval_seconds)
+            .map_or(secs(DEFAULT_REPORT_SECS, MIN_REPORT_SECS), |v| {
+                Duration::from_secs(v.max(0).unsigned_abs())
+            })
+            .max(min_report);
+        ReportPolicy {
+            aggregate: secs(
+                p.and_then(|p| p.aggregate_duration_seconds)
+                    .unwrap_or(DEFAULT_AGGREGATE_SECS),
+                MIN_AGGREGATE_SECS,
+            ),
+            report,
+            durations,
+            memory_policy: p
+                .and_then(|p| p.node_memory_collect_policy.clone())
+                .unwrap_or_else(|| MEMORY_POLICY.to_string()),
+        }
+    }
+}
+
+/// Go's `NewMilliQuantity(v, DecimalSI).String()`: whole cores without a suffix.
+/// Rounded where koordlet truncates: the cache keeps f32 values, so 0.9 cores comes
+/// back as 0.89999998.
+fn cpu_quantity(cores: f64) -> Quantity {
+    let milli = (cores * 1000.0).round() as i64;
+    Quantity(if milli % 1000 == 0 {
+        crate::quantity::canonical(milli / 1000, false)
+    } else {
+        format!("{milli}m")
+    })
+}
+
+/// Go's `NewQuantity(v, BinarySI).String()`.
+fn memory_quantity(bytes: f64) -> Quantity {
+    Quantity(crate::quantity::canonical(bytes.round() as i64, true))
+}
+
+fn resources(cpu: f64, memory: f64) -> ResourceMap {
+    ResourceMap {
+        resources: BTreeMap::from([
+            ("cpu".to_string(), cpu_quantity(cpu)),
+            ("memory".to_string(), memory_quantity(memory)),
+        ]),
+        devices: None,
+    }
+}
+
+/// One window of the metric cache.
+struct Window<'a> {
+    cache: &'a MetricCache,
+    start_ms: i64,
+    end_ms: i64,
+}
+
+impl Window<'_> {
+    /// `agg` of a CPU and a memory kind; empty when either has no points, or when
+    /// `cold_start` and the CPU samples span less than half the window.
+    fn usage(
+        &self,
+        (cpu, memory): (MetricKind, MetricKind),
+        labels: &[(&str, &str)],
+        agg: Aggregation,
+        cold_start: bool,
+    ) -> ResourceMap {
+        let c = self.cache.query(cpu, labels, self.start_ms, self.end_ms);
+        let m = self.cache.query(memory, labels, self.start_ms, self.end_ms);
+        let (Ok(cores), Ok(bytes)) = (c.value(agg), m.value(agg)) else {
+            return ResourceMap::default();
+        };
+        let span = (self.end_ms - self.start_ms) as f64;
+        if cold_start && (c.time_range_ms() as f64) < span * COLD_START_RATIO {
+            return ResourceMap::default();
+        }
+        resources(cores, bytes)
+    }
+}
+
+const NODE: (MetricKind, MetricKind) = (MetricKind::NodeCpuUsage, MetricKind::NodeMemoryUsage);
+const SYSTEM: (MetricKind, MetricKind) = (MetricKind::SysCpuUsage, MetricKind::SysMemoryUsage);
+const POD: (MetricKind, MetricKind) = (MetricKind::PodCpuUsage, MetricKind::PodMemoryUsage);
+
+/// Each duration's aggregates of `kinds`, ending at `end_ms`.
+fn aggregated(
+    cache: &MetricCache,
+    kinds: (MetricKind, MetricKind),
+    durations: &[Duration],
+    end_ms: i64,
+) -> Vec<AggregatedUsage> {
+    durations
+        .iter()
+        .map(|d| {
+            let w = Window {
+                cache,
+                start_ms: end_ms - i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+                end_ms,
+            };
+            let usage = [
+                ("avg", Aggregation::Avg),
+                ("p50", Aggregation::P50),
+                ("p90", Aggregation::P90),
+                ("p95", Aggregation::P95),
+                ("p99", Aggregation::P99),
+            ]
+            .into_iter()
+            .map(|(name, agg)| (name.to_string(), w.usage(kinds, &[], agg, true)))
+            .collect();
+            AggregatedUsage {
+                usage,
+                duration: crate::duration::format_go_duration(*d),
+            }
+        })
+        .collect()
+}
+
+/// What the peak predictor says of the prod classes: (reclaimable, peak), or None
+/// before it has synced (koordlet then reports an empty reclaimable and no peak).
+pub(crate) type ProdPrediction = Option<(ResourceAmount, ResourceAmount)>;
+
+fn amount_map(a: ResourceAmount) -> ResourceMap {
+    resources(a.cpu_milli as f64 / 1000.0, a.memory_bytes as f64)
+}
+
+/// The status koordlet would write now, for `pods` (the node's pods, mirror pods
+/// left out by the caller).
+pub(crate) fn build_status(
+    cache: &MetricCache,
+    pods: &[Arc<Pod>],
+    policy: &ReportPolicy,
+    prediction: ProdPrediction,
+    now_ms: i64,
+) -> NodeMetricStatus {
+    let w = Window {
+        cache,
+        start_ms: now_ms - i64::try_from(policy.aggregate.as_millis()).unwrap_or(i64::MAX),
+        end_ms: now_ms,
+    };
+    let node_metric = NodeMetricInfo {
+        node_usage: w.usage(NODE, &[], Aggregation::Avg, false),
+        aggregated_node_usages: aggregated(cache, NODE, &policy.durations, now_ms),
+        system_usage: w.usage(SYSTEM, &[], Aggregation::Avg, false),
+        aggregated_system_usages: aggregated(cache, SYSTEM, &policy.durations, now_ms),
+        numa_usages: Vec::new(),
+    };
+    let mut pods_metric: Vec<PodMetricInfo> = pods
+        .iter()
+        .filter_map(|pod| {
+            let uid = crate::pod::pod_uid(pod);
+            let usage = w.usage(POD, &[(label::POD_UID, uid)], Aggregation::Avg, false);
+            (!usage.resources.is_empty()).then(|| PodMetricInfo {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                pod_usage: usage,
+                priority: koord_priority_with_default(pod).to_string(),
+                qos: koord_qos_with_default(pod).to_string(),
+                extensions: None,
+            })
+        })
+        .collect();
+    pods_metric.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    NodeMetricStatus {
+        update_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::from_millisecond(now_ms).unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+        )),
+        node_metric: Some(node_metric),
+        pods_metric,
+        host_application_metric: Vec::new(),
+        prod_reclaimable_metric: Some(ResourceMetric {
+            resource: prediction.map_or_else(ResourceMap::default, |(r, _)| amount_map(r)),
+        }),
+        prod_peak_metric: prediction.map(|(_, p)| ResourceMetric {
+            resource: amount_map(p),
+        }),
+    }
+}

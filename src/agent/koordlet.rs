@@ -12,8 +12,9 @@ use super::node::{Host, host_cgroup_tree};
 use super::runtime::Runtime;
 use crate::cm::NodeAllocatable;
 use crate::koord::{
-    NodeMetricReporter, NodeMetricSource, PredictServer, PredictionCollector, PredictionConfig,
-    PredictionInputs, PredictionView, QosConfig, ResourceAmount, Served, pod_inputs,
+    NodeMetricReporter, NodeMetricSource, NodeSloWatch, PredictServer, PredictionCollector,
+    PredictionConfig, PredictionInputs, PredictionView, QosConfig, ResourceAmount, Served,
+    pod_inputs,
 };
 use crate::kuberuntime::ContainerHooks;
 use crate::logging::STARTUP_TARGET;
@@ -109,6 +110,31 @@ pub(super) fn node_metric_source(
         view,
         min_report,
     ))
+}
+
+/// koordlet's NodeSLO informer (cluster mode): this node's NodeSLO's thresholds,
+/// over `base` (the file's), handed to the QoS manager as they change.
+pub(super) fn spawn_node_slo_watch(
+    opts: &Options,
+    client: &kube::Client,
+    base: &QosConfig,
+    tasks: &Tasks,
+) -> tokio::sync::watch::Receiver<QosConfig> {
+    let (tx, rx) = tokio::sync::watch::channel(base.clone());
+    let (client, node_name, base) = (client.clone(), opts.node_name.clone(), base.clone());
+    tasks.spawn_restarting("node-slo-watch", Backoff::default(), move |cancel| {
+        let watch = NodeSloWatch {
+            client: client.clone(),
+            node_name: node_name.clone(),
+            base: base.clone(),
+            tx: tx.clone(),
+        };
+        async move {
+            watch.run(cancel).await;
+            Ok(())
+        }
+    });
+    rx
 }
 
 /// koordlet's NodeMetric report (cluster mode): this node's NodeMetric's status from
@@ -207,6 +233,7 @@ pub(super) fn spawn_metric_advisor(
 /// SLO config turns it on. Evictions go through the pod workers.
 pub(super) fn spawn_qos_manager(
     cfg: QosConfig,
+    updates: Option<tokio::sync::watch::Receiver<QosConfig>>,
     opts: &Options,
     host: &Host,
     shared: &Shared,
@@ -215,7 +242,9 @@ pub(super) fn spawn_qos_manager(
 ) {
     use crate::koord::{QosDeps, QosManager};
     let any_strategy = cfg.strategies.cpu_suppress || cfg.strategies.memory_evict;
-    if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cgroup_reconcile_on() {
+    if updates.is_some() {
+        info!(target: STARTUP_TARGET, "node QoS manager follows this node's NodeSLO (until one is read, --node-slo-file's thresholds)");
+    } else if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cgroup_reconcile_on() {
         if any_strategy && !cfg.enable {
             info!(target: STARTUP_TARGET, "node QoS manager off: --node-slo-file turns strategies on but resourceUsedThresholdWithBE.enable is false");
         } else {
@@ -238,7 +267,10 @@ pub(super) fn spawn_qos_manager(
     let node_name = opts.node_name.clone();
     tasks.spawn_restarting("qos-manager", Backoff::default(), move |cancel| {
         let qm = QosManager::new(QosDeps {
-            cfg: cfg.clone(),
+            cfg: updates
+                .as_ref()
+                .map_or_else(|| cfg.clone(), |rx| rx.borrow().clone()),
+            updates: updates.clone(),
             cache: cache.clone(),
             pods: pods.clone(),
             cm: cm.clone(),

@@ -149,7 +149,8 @@ async fn start(
     let inputs = LoopInputs::new(sources.updates, pleg_events).with_probes(probe_rx);
     let workers = sync_loop.workers.clone();
     let disk_reclaimers = node::spawn_image_gc(opts, rt, &sync_loop, &shared.events, tasks);
-    koordlet::spawn_qos_manager(qos, opts, &host, &shared, &sync_loop, tasks);
+    let qos_updates = api.map(|a| koordlet::spawn_node_slo_watch(opts, &a.main, &qos, tasks));
+    koordlet::spawn_qos_manager(qos, qos_updates, opts, &host, &shared, &sync_loop, tasks);
     runtime::spawn_sync_loop(sync_loop, inputs, tasks);
     if !opts.runonce {
         let reclaim = node::Reclaim {

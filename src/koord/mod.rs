@@ -38,4 +38,4 @@ pub(crate) use qosmanager::config::Strategies;
 pub(crate) use qosmanager::config::{QosConfig, load_qos_config};
 pub(crate) use qosmanager::{QosDeps, QosManager};
 // This node's NodeMetric: its status made from the metric cache, and the reporter.
-pub(crate) use slo::{NodeMetricReporter, NodeMetricSource, PredictionView};
+pub(crate) use slo::{NodeMetricReporter, NodeMetricSource, NodeSloWatch, PredictionView};

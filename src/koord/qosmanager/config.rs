@@ -1,12 +1,17 @@
 //! The QoS manager's configuration: koordlet's NodeSLO `resourceUsedThresholdWithBE`
-//! (same field names and defaults) plus one switch per strategy, read from the file
-//! given by `--node-slo-file` once at start. Everything is off unless the file
-//! turns it on: koordlet's `enable` defaults to false and its gates for eviction and
-//! cgroup reconcile are off.
+//! (same field names and defaults) plus one switch per strategy (koordlet's feature
+//! gates). The thresholds come from this node's NodeSLO in cluster mode, else from
+//! `--node-slo-file`, a NodeSLO spec with oxlet's `strategies` block beside it; the
+//! switches come from the file. Everything is off unless the NodeSLO turns it on:
+//! koordlet's `enable` defaults to false; of its gates, only BECPUSuppress is on by
+//! default, and eviction and cgroup reconcile are off.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use serde_json::Value;
+
+use crate::koord::slo::{NodeSLOSpec, ResourceThresholdStrategy, SPEC_FIELDS, THRESHOLD_FIELDS};
 
 /// The largest config file read (a NodeSLO section is a few hundred bytes).
 pub(crate) const MAX_CONFIG_BYTES: u64 = 64 * 1024;
@@ -21,37 +26,33 @@ pub(crate) enum CpuSuppressPolicy {
     CfsQuota,
 }
 
-/// koordlet's `resourceUsedThresholdWithBE`, as written in the file.
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawThresholds {
-    enable: Option<bool>,
-    cpu_suppress_threshold_percent: Option<i64>,
-    cpu_suppress_min_percent: Option<i64>,
-    cpu_suppress_policy: Option<String>,
-    memory_evict_threshold_percent: Option<i64>,
-    memory_evict_lower_percent: Option<i64>,
+fn on() -> bool {
+    true
 }
 
-/// Which strategies run (koordlet's feature gates).
-#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+/// Which strategies run (koordlet's feature gates, with their defaults).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(crate) struct Strategies {
-    #[serde(default)]
+    /// `BECPUSuppress`, beta and on by default.
+    #[serde(default = "on")]
     pub cpu_suppress: bool,
+    /// `BEMemoryEvict`, alpha and off.
     #[serde(default)]
     pub memory_evict: bool,
+    /// `CgroupReconcile`, alpha and off.
     #[serde(default)]
     pub cgroup_reconcile: bool,
 }
 
-#[derive(Debug, Deserialize, Default)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct RawFile {
-    #[serde(default, rename = "resourceUsedThresholdWithBE")]
-    resource_used_threshold_with_be: RawThresholds,
-    #[serde(default)]
-    strategies: Strategies,
+impl Default for Strategies {
+    fn default() -> Self {
+        Strategies {
+            cpu_suppress: true,
+            memory_evict: false,
+            cgroup_reconcile: false,
+        }
+    }
 }
 
 /// The validated configuration.
@@ -110,12 +111,16 @@ pub(crate) enum ConfigError {
     TooLarge { file: PathBuf },
     #[error("node SLO config {}: {error}", file.display())]
     Parse { file: PathBuf, error: String },
-    #[error("node SLO config {}: field {field}: {reason}", file.display())]
-    Invalid {
-        file: PathBuf,
-        field: &'static str,
-        reason: String,
-    },
+    #[error("node SLO config {}: {error}", file.display())]
+    Invalid { file: PathBuf, error: InvalidField },
+}
+
+/// A NodeSLO field whose value cannot be used, and why.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("field {field}: {reason}")]
+pub(crate) struct InvalidField {
+    pub field: &'static str,
+    pub reason: String,
 }
 
 /// Reads and validates the file (YAML, of which JSON is a subset).
@@ -140,89 +145,134 @@ pub(crate) fn load_qos_config(file: &Path) -> Result<QosConfig, ConfigError> {
     parse(file, &text)
 }
 
-/// Parses and validates `text`, read from `file`.
+/// The first key of `doc` (an object) not in `known`, with `prefix`.
+fn unknown_key(doc: &Value, known: &[&str], prefix: &str) -> Option<String> {
+    doc.as_object()?
+        .keys()
+        .find(|k| !known.contains(&k.as_str()))
+        .map(|k| format!("{prefix}{k}"))
+}
+
+/// Parses and validates `text`, read from `file`: a NodeSLO spec whose sections and
+/// threshold fields are koordinator's (anything else is refused, naming it), and
+/// oxlet's `strategies`.
 pub(crate) fn parse(file: &Path, text: &str) -> Result<QosConfig, ConfigError> {
-    let raw: RawFile = if text.trim().is_empty() {
-        RawFile::default()
-    } else {
-        serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
-            file: file.to_path_buf(),
-            error: e.to_string(),
-        })?
-    };
-    let invalid = |field: &'static str, reason: String| ConfigError::Invalid {
+    let parse_error = |error: String| ConfigError::Parse {
         file: file.to_path_buf(),
-        field,
-        reason,
+        error,
     };
-    let percent = |field: &'static str, v: i64, lo: i64| {
-        if (lo..=100).contains(&v) {
-            Ok(v)
-        } else {
-            Err(invalid(
-                field,
-                format!("{v} is not a percent in [{lo}, 100]"),
-            ))
-        }
+    let mut doc: Value = if text.trim().is_empty() {
+        Value::Object(Default::default())
+    } else {
+        serde_yaml_ng::from_str(text).map_err(|e| parse_error(e.to_string()))?
     };
-    let t = raw.resource_used_threshold_with_be;
-    let d = QosConfig::default();
-    let cpu_threshold = percent(
-        "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent",
-        t.cpu_suppress_threshold_percent
-            .unwrap_or(d.cpu_suppress_threshold_percent),
-        1,
-    )?;
-    let cpu_min = t
-        .cpu_suppress_min_percent
-        .map(|v| percent("resourceUsedThresholdWithBE.cpuSuppressMinPercent", v, 0))
-        .transpose()?;
-    if let Some(m) = cpu_min.filter(|m| *m > cpu_threshold) {
-        return Err(invalid(
-            "resourceUsedThresholdWithBE.cpuSuppressMinPercent",
-            format!("{m} is above cpuSuppressThresholdPercent ({cpu_threshold})"),
-        ));
+    if !doc.is_object() {
+        return Err(parse_error("not a map of NodeSLO spec sections".into()));
     }
-    let policy = match t.cpu_suppress_policy.as_deref() {
-        None | Some("cfsQuota") => CpuSuppressPolicy::CfsQuota,
-        Some("cpuset") => {
+    let known: Vec<&str> = SPEC_FIELDS.iter().copied().chain(["strategies"]).collect();
+    let unknown = unknown_key(&doc, &known, "").or_else(|| {
+        unknown_key(
+            &doc["resourceUsedThresholdWithBE"],
+            &THRESHOLD_FIELDS,
+            "resourceUsedThresholdWithBE.",
+        )
+    });
+    if let Some(field) = unknown {
+        return Err(parse_error(format!("unknown field `{field}`")));
+    }
+    let strategies = match doc.as_object_mut().and_then(|m| m.remove("strategies")) {
+        Some(v) => {
+            Strategies::deserialize(v).map_err(|e| parse_error(format!("strategies: {e}")))?
+        }
+        None => Strategies::default(),
+    };
+    let spec: NodeSLOSpec = serde_json::from_value(doc).map_err(|e| parse_error(e.to_string()))?;
+    QosConfig::from_slo(spec.resource_used_threshold_with_be.as_ref(), strategies).map_err(
+        |error| ConfigError::Invalid {
+            file: file.to_path_buf(),
+            error,
+        },
+    )
+}
+
+impl QosConfig {
+    /// The configuration of a NodeSLO's thresholds (None: the section is absent)
+    /// with `strategies`, over koordlet's defaults; the first unusable field is named.
+    pub(crate) fn from_slo(
+        t: Option<&ResourceThresholdStrategy>,
+        strategies: Strategies,
+    ) -> Result<QosConfig, InvalidField> {
+        let default_t = ResourceThresholdStrategy::default();
+        let t = t.unwrap_or(&default_t);
+        let invalid = |field: &'static str, reason: String| InvalidField { field, reason };
+        let percent = |field: &'static str, v: i64, lo: i64| {
+            if (lo..=100).contains(&v) {
+                Ok(v)
+            } else {
+                Err(invalid(
+                    field,
+                    format!("{v} is not a percent in [{lo}, 100]"),
+                ))
+            }
+        };
+        let d = QosConfig::default();
+        let cpu_threshold = percent(
+            "resourceUsedThresholdWithBE.cpuSuppressThresholdPercent",
+            t.cpu_suppress_threshold_percent
+                .unwrap_or(d.cpu_suppress_threshold_percent),
+            1,
+        )?;
+        let cpu_min = t
+            .cpu_suppress_min_percent
+            .map(|v| percent("resourceUsedThresholdWithBE.cpuSuppressMinPercent", v, 0))
+            .transpose()?;
+        if let Some(m) = cpu_min.filter(|m| *m > cpu_threshold) {
             return Err(invalid(
-                "resourceUsedThresholdWithBE.cpuSuppressPolicy",
-                "\"cpuset\" is not supported by oxlet (no CPU topology or CPU manager); use \"cfsQuota\"".into(),
+                "resourceUsedThresholdWithBE.cpuSuppressMinPercent",
+                format!("{m} is above cpuSuppressThresholdPercent ({cpu_threshold})"),
             ));
         }
-        Some(other) => {
+        let policy = match t.cpu_suppress_policy.as_deref() {
+            None | Some("" | "cfsQuota") => CpuSuppressPolicy::CfsQuota,
+            Some("cpuset") => {
+                return Err(invalid(
+                    "resourceUsedThresholdWithBE.cpuSuppressPolicy",
+                    "\"cpuset\" is not supported by oxlet (no CPU topology or CPU manager); use \"cfsQuota\"".into(),
+                ));
+            }
+            Some(other) => {
+                return Err(invalid(
+                    "resourceUsedThresholdWithBE.cpuSuppressPolicy",
+                    format!("unknown policy {other:?} (want \"cfsQuota\" or \"cpuset\")"),
+                ));
+            }
+        };
+        let mem_threshold = percent(
+            "resourceUsedThresholdWithBE.memoryEvictThresholdPercent",
+            t.memory_evict_threshold_percent
+                .unwrap_or(d.memory_evict_threshold_percent),
+            1,
+        )?;
+        let mem_lower = match t.memory_evict_lower_percent {
+            Some(v) => percent("resourceUsedThresholdWithBE.memoryEvictLowerPercent", v, 0)?,
+            None => (mem_threshold - 2).max(0),
+        };
+        if mem_lower > mem_threshold {
             return Err(invalid(
-                "resourceUsedThresholdWithBE.cpuSuppressPolicy",
-                format!("unknown policy {other:?} (want \"cfsQuota\" or \"cpuset\")"),
+                "resourceUsedThresholdWithBE.memoryEvictLowerPercent",
+                format!("{mem_lower} is above memoryEvictThresholdPercent ({mem_threshold})"),
             ));
         }
-    };
-    let mem_threshold = percent(
-        "resourceUsedThresholdWithBE.memoryEvictThresholdPercent",
-        t.memory_evict_threshold_percent
-            .unwrap_or(d.memory_evict_threshold_percent),
-        1,
-    )?;
-    let mem_lower = match t.memory_evict_lower_percent {
-        Some(v) => percent("resourceUsedThresholdWithBE.memoryEvictLowerPercent", v, 0)?,
-        None => (mem_threshold - 2).max(0),
-    };
-    if mem_lower > mem_threshold {
-        return Err(invalid(
-            "resourceUsedThresholdWithBE.memoryEvictLowerPercent",
-            format!("{mem_lower} is above memoryEvictThresholdPercent ({mem_threshold})"),
-        ));
+        Ok(QosConfig {
+            enable: t.enable.unwrap_or(false),
+            cpu_suppress_threshold_percent: cpu_threshold,
+            cpu_suppress_min_percent: cpu_min,
+            cpu_suppress_policy: policy,
+            memory_evict_threshold_percent: mem_threshold,
+            memory_evict_lower_percent: mem_lower,
+            strategies,
+        })
     }
-    Ok(QosConfig {
-        enable: t.enable.unwrap_or(false),
-        cpu_suppress_threshold_percent: cpu_threshold,
-        cpu_suppress_min_percent: cpu_min,
-        cpu_suppress_policy: policy,
-        memory_evict_threshold_percent: mem_threshold,
-        memory_evict_lower_percent: mem_lower,
-        strategies: raw.strategies,
-    })
 }
 
 #[cfg(test)]
@@ -252,6 +302,31 @@ mod tests {
         assert_eq!(c.cpu_suppress_threshold_percent, 50);
         assert_eq!(c.cpu_suppress_min_percent, Some(10));
         assert_eq!(c.memory_evict_lower_percent, 78);
+    }
+
+    #[test]
+    fn a_real_node_slo_spec_is_read_and_a_misspelt_field_refused() {
+        // koord-manager's NodeSLO carries sections and threshold fields oxlet does not
+        // act on: all read without error.
+        let c = p(r#"{"resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressThresholdPercent": 60,
+            "cpuSuppressPolicy": "cfsQuota", "memoryAllocatableEvictThresholdPercent": 110, "cpuEvictPolicy": "evictByRealLimit"},
+            "resourceQOSStrategy": {"lsClass": {"cpuQOS": {"enable": false}}}, "cpuBurstStrategy": {"policy": "none"},
+            "systemStrategy": {"minFreeKbytesFactor": 100}, "extensions": {}, "hostApplications": []}"#)
+        .unwrap();
+        assert_eq!(c.cpu_suppress_threshold_percent, 60);
+        // koordlet's BECPUSuppress gate is on by default; the others are off.
+        assert!(c.cpu_suppress_on() && !c.memory_evict_on() && !c.cgroup_reconcile_on());
+        let e = p("resourceUsedThresholdWithBE: {cpuSupressThresholdPercent: 60}")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "node SLO config /etc/slo.yaml: unknown field `resourceUsedThresholdWithBE.cpuSupressThresholdPercent`"
+        );
+        let e = p("strategies: {cpuSupress: true}").unwrap_err().to_string();
+        assert!(e.contains("strategies: unknown field `cpuSupress`"), "{e}");
+        let e = p("- a").unwrap_err().to_string();
+        assert!(e.contains("not a map"), "{e}");
     }
 
     #[test]

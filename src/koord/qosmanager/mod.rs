@@ -41,6 +41,8 @@ pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
 /// What the QoS manager reads and acts on.
 pub(crate) struct QosDeps {
     pub cfg: QosConfig,
+    /// Later configurations (this node's NodeSLO in cluster mode), applied at once.
+    pub updates: Option<tokio::sync::watch::Receiver<QosConfig>>,
     pub cache: Arc<MetricCache>,
     pub pods: Arc<PodManager>,
     pub cm: Arc<ContainerManager>,
@@ -73,11 +75,46 @@ impl QosManager {
         }
         let mut tick = tokio::time::interval(INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut updates = self.d.updates.take();
         loop {
+            let changed = async {
+                match updates.as_mut() {
+                    Some(rx) => rx.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = cancel.cancelled() => return,
+                alive = changed => match (alive, updates.as_ref()) {
+                    (true, Some(rx)) => {
+                        let cfg = rx.borrow().clone();
+                        self.apply(cfg);
+                    }
+                    _ => updates = None,
+                },
                 _ = tick.tick() => self.round(crate::koord::metriccache::now_ms(), Instant::now()),
             }
+        }
+    }
+
+    /// Takes a new configuration from the next round on; says what it turns on and
+    /// off, and lifts the BestEffort quota when CPU suppress goes off.
+    fn apply(&mut self, cfg: QosConfig) {
+        let was = &self.d.cfg;
+        info!(
+            cpuSuppress = cfg.cpu_suppress_on(),
+            wasCpuSuppress = was.cpu_suppress_on(),
+            memoryEvict = cfg.memory_evict_on(),
+            wasMemoryEvict = was.memory_evict_on(),
+            cgroupReconcile = cfg.cgroup_reconcile_on(),
+            cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent,
+            memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent,
+            "QoS manager configuration changed; applied from this round on"
+        );
+        let suppress_off = was.cpu_suppress_on() && !cfg.cpu_suppress_on();
+        self.d.cfg = cfg;
+        if suppress_off {
+            self.restore_quota();
         }
     }
 

@@ -78,6 +78,7 @@ fn bed(cfg: QosConfig) -> Bed {
     };
     let qm = QosManager::new(QosDeps {
         cfg,
+        updates: None,
         cache: cache.clone(),
         pods,
         cm: Arc::new(cm),
@@ -161,6 +162,37 @@ fn cpu_suppress_off_lifts_a_left_over_quota() {
         .unwrap()
         .block_on(b.qm.run(cancel));
     assert_eq!(fs.resources(BE).unwrap().cpu_quota, Some(-1));
+}
+
+#[test]
+fn a_new_configuration_applies_at_once_and_suppress_going_off_lifts_the_quota() {
+    let mut b = bed(on(true, false, false));
+    fill(&b.cache, 10_000, 2.0, 100.0);
+    b.qm.round(10_500, Instant::now());
+    assert_eq!(b.fs.resources(BE).unwrap().cpu_quota, Some(110_000));
+    let (tx, rx) = tokio::sync::watch::channel(on(true, false, false));
+    b.qm.d.updates = Some(rx);
+    let fs = b.fs.clone();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let cancel = CancellationToken::new();
+        let run = tokio::spawn(b.qm.run(cancel.clone()));
+        // The NodeSLO turns the thresholds off: the quota is lifted without a round.
+        tx.send(on(false, false, false)).unwrap();
+        let t = Instant::now();
+        while fs.resources(BE).unwrap().cpu_quota != Some(-1) {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(5),
+                "not lifted"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        cancel.cancel();
+        run.await.unwrap();
+    });
 }
 
 #[test]

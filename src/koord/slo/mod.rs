@@ -1,11 +1,15 @@
 //! koordinator's node-level objects through the apiserver (koordlet's states
-//! informer): this node's NodeMetric, whose status oxlet reports from the metric cache.
+//! informer): this node's NodeMetric, whose status oxlet reports from the metric cache,
+//! and its NodeSLO, whose thresholds the QoS manager follows.
 
 mod nodemetric;
 mod report;
+mod slo_watch;
 mod types;
 
 pub(crate) use report::{NodeMetricReporter, NodeMetricSource, PredictionView};
+pub(crate) use slo_watch::NodeSloWatch;
+pub(crate) use types::{NodeSLOSpec, ResourceThresholdStrategy, SPEC_FIELDS, THRESHOLD_FIELDS};
 
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,8 @@
-//! koordinator's `slo.koordinator.sh/v1alpha1` NodeMetric, with koordinator's field
-//! names (`apis/slo/v1alpha1/nodemetric_types.go`), typed whole: oxlet writes its
-//! status. NUMA usages, host applications and GPU devices are never filled here.
+//! koordinator's `slo.koordinator.sh/v1alpha1` objects with koordinator's field names
+//! (`apis/slo/v1alpha1`). NodeMetric is typed whole: oxlet writes its status (NUMA
+//! usages, host applications and GPU devices are never filled here). Of NodeSLO, the
+//! part the QoS manager acts on is typed; the other sections are kept as given, so a
+//! real NodeSLO is read without error.
 
 use std::collections::BTreeMap;
 
@@ -121,3 +123,93 @@ pub(crate) struct NodeMetricStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prod_peak_metric: Option<ResourceMetric>,
 }
+
+/// koordlet's `resourceUsedThresholdWithBE` (`ResourceThresholdStrategy`). The QoS
+/// manager acts on the CPU suppress and memory eviction fields; the others
+/// (allocatable, BE CPU and CPU eviction) are kept as given.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ResourceThresholdStrategy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_suppress_threshold_percent: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_suppress_min_percent: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_suppress_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_evict_threshold_percent: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_evict_lower_percent: Option<i64>,
+    /// The fields oxlet does not act on yet, by their names.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// Every field koordinator's `ResourceThresholdStrategy` has: a node SLO file naming
+/// another is refused (the apiserver checked a NodeSLO against its CRD already).
+pub(crate) const THRESHOLD_FIELDS: [&str; 19] = [
+    "enable",
+    "cpuSuppressThresholdPercent",
+    "cpuSuppressMinPercent",
+    "cpuSuppressPolicy",
+    "memoryEvictThresholdPercent",
+    "memoryEvictLowerPercent",
+    "memoryAllocatableEvictThresholdPercent",
+    "memoryAllocatableEvictLowerPercent",
+    "cpuEvictBESatisfactionUpperPercent",
+    "cpuEvictBESatisfactionLowerPercent",
+    "cpuEvictBEUsageThresholdPercent",
+    "cpuEvictTimeWindowSeconds",
+    "cpuEvictThresholdPercent",
+    "cpuEvictLowerPercent",
+    "cpuAllocatableEvictThresholdPercent",
+    "cpuAllocatableEvictLowerPercent",
+    "cpuEvictPolicy",
+    "evictEnabledPriorityThreshold",
+    "allocatableEvictPriorityThreshold",
+];
+
+/// The node's SLO (`NodeSLO`, named after the node), which koord-manager writes. The
+/// sections oxlet does not act on are kept as given.
+#[derive(CustomResource, Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[kube(
+    group = "slo.koordinator.sh",
+    version = "v1alpha1",
+    kind = "NodeSLO",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NodeSLOSpec {
+    #[serde(
+        default,
+        rename = "resourceUsedThresholdWithBE",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub resource_used_threshold_with_be: Option<ResourceThresholdStrategy>,
+    #[serde(
+        default,
+        rename = "resourceQOSStrategy",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub resource_qos_strategy: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_burst_strategy: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_strategy: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_applications: Option<Vec<Value>>,
+}
+
+/// Every section of a NodeSLO spec.
+pub(crate) const SPEC_FIELDS: [&str; 6] = [
+    "resourceUsedThresholdWithBE",
+    "resourceQOSStrategy",
+    "cpuBurstStrategy",
+    "systemStrategy",
+    "extensions",
+    "hostApplications",
+];

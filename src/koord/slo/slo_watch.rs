@@ -1,0 +1,79 @@
+//! koordlet's NodeSLO informer: a watch on this node's NodeSLO (koord-manager names
+//! it after the node) turns its `resourceUsedThresholdWithBE` into the QoS manager's
+//! configuration, with the strategies of `--node-slo-file`, and hands it over at once;
+//! no restart. A NodeSLO with a field oxlet cannot use is refused, naming the field,
+//! and the last good configuration stays; with no NodeSLO the file's applies.
+
+use futures::StreamExt as _;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event, watcher};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::types::NodeSLO;
+use crate::koord::qosmanager::config::QosConfig;
+
+/// Watches the NodeSLO and sends each configuration it makes.
+pub(crate) struct NodeSloWatch {
+    pub client: kube::Client,
+    pub node_name: String,
+    /// `--node-slo-file`'s configuration (or the defaults): the strategies, and what
+    /// applies while there is no NodeSLO.
+    pub base: QosConfig,
+    pub tx: watch::Sender<QosConfig>,
+}
+
+impl NodeSloWatch {
+    /// Runs until cancelled.
+    pub(crate) async fn run(self, cancel: CancellationToken) {
+        let api: Api<NodeSLO> = Api::all(self.client.clone());
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name={}", self.node_name));
+        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        loop {
+            let event = tokio::select! {
+                () = cancel.cancelled() => return,
+                event = events.next() => event,
+            };
+            match event {
+                Some(Ok(Event::Apply(slo) | Event::InitApply(slo))) => self.apply(&slo),
+                Some(Ok(Event::Delete(_))) => {
+                    info!(node = %self.node_name, "NodeSLO deleted; the QoS manager goes back to --node-slo-file's thresholds");
+                    self.send(self.base.clone());
+                }
+                Some(Ok(Event::Init | Event::InitDone)) => {}
+                Some(Err(e)) => debug!(error = %e, "NodeSLO watch failed; retrying"),
+                None => return,
+            }
+        }
+    }
+
+    fn apply(&self, slo: &NodeSLO) {
+        let thresholds = slo.spec.resource_used_threshold_with_be.as_ref();
+        match QosConfig::from_slo(thresholds, self.base.strategies) {
+            Ok(cfg) => {
+                info!(
+                    node = %self.node_name,
+                    enable = cfg.enable,
+                    cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent,
+                    memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent,
+                    "NodeSLO read; the QoS manager follows its thresholds"
+                );
+                self.send(cfg);
+            }
+            Err(e) => {
+                warn!(node = %self.node_name, error = %e, "NodeSLO refused; the QoS manager keeps its last configuration");
+            }
+        }
+    }
+
+    fn send(&self, cfg: QosConfig) {
+        self.tx.send_if_modified(|now| {
+            let changed = *now != cfg;
+            *now = cfg;
+            changed
+        });
+    }
+}

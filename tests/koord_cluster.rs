@@ -1,0 +1,262 @@
+//! koordlet's side in a cluster: the test apiserver serves koordinator's CRDs (created
+//! as a cluster admin would, through `apiextensions.k8s.io`); on a real containerd
+//! oxlet writes its NodeMetric's status from the metric cache, where a CPU-burning
+//! pod shows, and follows its NodeSLO's thresholds as they change, without a restart.
+//! Objects are written and read back with kube-rs as dynamic objects, as
+//! koord-manager and kubectl would.
+
+mod agent;
+mod common;
+
+use std::time::{Duration, Instant};
+
+use agent::*;
+use common::Testbed;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::{Value, json};
+
+const NODE: &str = "testnode";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// One of koordinator's cluster-scoped CRDs in the shape `config/crd/bases` ships (its
+/// schema cut down to preserving what it is given).
+fn koord_crd(kind: &str, plural: &str) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.slo.koordinator.sh")},
+        "spec": {
+            "group": "slo.koordinator.sh",
+            "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural, "singular": kind.to_lowercase()},
+            "scope": "Cluster",
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}},
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+fn koord_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("slo.koordinator.sh", "v1alpha1", kind),
+        plural,
+    )
+}
+
+/// A quantity's value in cores or bytes (`1500m`, `2`, `3Mi`, `1k`).
+fn value(q: &Value) -> f64 {
+    let s = q.as_str().unwrap_or_else(|| panic!("not a quantity: {q}"));
+    let (num, mult) = [
+        ("m", 1e-3),
+        ("Ki", 1024.0),
+        ("Mi", 1048576.0),
+        ("Gi", 1073741824.0),
+        ("k", 1e3),
+    ]
+    .iter()
+    .find_map(|(suf, m)| s.strip_suffix(suf).map(|n| (n, *m)))
+    .unwrap_or((s, 1.0));
+    num.parse::<f64>().unwrap() * mult
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_metric_status_shows_a_cpu_burning_pod() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
+    let client = client_of(&server).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds
+        .create(
+            &PostParams::default(),
+            &koord_crd("NodeMetric", "nodemetrics"),
+        )
+        .await
+        .unwrap();
+    let established = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+    assert!(
+        established
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    );
+    // koord-manager creates one per node, naming its collect policy.
+    let resource = koord_resource("NodeMetric", "nodemetrics");
+    let metrics: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut nm = DynamicObject::new(NODE, &resource);
+    nm.data = json!({"spec": {"metricCollectPolicy": {"reportIntervalSeconds": 2, "aggregateDurationSeconds": 60}}});
+    metrics.create(&PostParams::default(), &nm).await.unwrap();
+
+    let mut ox = Oxlet::new(&bed);
+    ox.env
+        .push(("OXLET_TEST_NODEMETRIC_MIN_REPORT_MS".into(), "1000".into()));
+    ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
+    let burner = api_pod("burner", NODE, "while :; do :; done", 1);
+    server.put(&burner).unwrap();
+
+    // The status shows the burner near one core, the node at least that, and both
+    // with memory; the report follows the spec's 2 s interval.
+    let t = Instant::now();
+    let (pod, node) = loop {
+        let got = metrics.get(NODE).await.unwrap();
+        let status = got.data.get("status").cloned().unwrap_or(Value::Null);
+        let pod = status["podsMetric"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == "burner").cloned());
+        if let Some(pod) = pod.filter(|p| value(&p["podUsage"]["resources"]["cpu"]) >= 0.5) {
+            break (pod, status["nodeMetric"].clone());
+        }
+        assert!(
+            t.elapsed() < WAIT,
+            "no burner in {status:#}\n{}",
+            tail(&ox.log(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(
+        (pod["namespace"].as_str(), pod["qos"].as_str()),
+        (Some("default"), Some("BE"))
+    );
+    assert_eq!(pod["priority"], "koord-batch");
+    assert!(
+        value(&pod["podUsage"]["resources"]["memory"]) > 0.0,
+        "{pod}"
+    );
+    let node_cpu = value(&node["nodeUsage"]["resources"]["cpu"]);
+    assert!(node_cpu >= 0.5, "{node}");
+    assert!(
+        value(&node["nodeUsage"]["resources"]["memory"]) > 0.0,
+        "{node}"
+    );
+    // The default windows (5m, 10m, 30m) are not half covered yet: empty aggregations.
+    let durations: Vec<&str> = node["aggregatedNodeUsages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["duration"].as_str().unwrap())
+        .collect();
+    assert_eq!(durations, ["5m0s", "10m0s", "30m0s"]);
+    assert_eq!(node["aggregatedNodeUsages"][0]["usage"]["p90"], json!({}));
+    // The spec was kept, and the read-only port serves the same report.
+    let got = metrics.get(NODE).await.unwrap();
+    assert_eq!(
+        got.data["spec"]["metricCollectPolicy"]["reportIntervalSeconds"],
+        2
+    );
+    let (code, body) = ox.get("/debug/koord/nodemetric").await.unwrap();
+    assert_eq!(code, 200);
+    let local: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        local["podsMetric"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "burner")
+    );
+    assert!(ox.log().contains("NodeMetric status reported"));
+}
+
+/// The BestEffort QoS cgroup's CFS quota.
+fn best_effort_quota(ox: &Oxlet) -> i64 {
+    let path = std::path::Path::new("/sys/fs/cgroup/cpu")
+        .join(ox.cgroup_root.trim_start_matches('/'))
+        .join("kubepods/besteffort/cpu.cfs_quota_us");
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits until the BestEffort quota satisfies `want`.
+async fn wait_quota(ox: &Oxlet, what: &str, want: impl Fn(i64) -> bool) {
+    let t = Instant::now();
+    loop {
+        let q = best_effort_quota(ox);
+        if want(q) {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{what}: quota {q}\n{}",
+            tail(&ox.log(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
+    let client = client_of(&server).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &koord_crd("NodeSLO", "nodeslos"))
+        .await
+        .unwrap();
+    // No --node-slo-file: koordlet's gates (CPU suppress on) and no thresholds yet.
+    let mut ox = Oxlet::new(&bed);
+    ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
+    ox.wait_up(Duration::from_secs(30)).await;
+    let burn = pod_yaml("burn", "while true; do :; done", "").replace(
+        "    command:",
+        "    resources:\n      requests: {cpu: 100m}\n    command:",
+    );
+    write_manifest(&ox.manifests, "burn.yaml", &burn);
+    ox.wait_running("burn", Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(best_effort_quota(&ox), -1, "no NodeSLO: nothing enabled");
+
+    // koord-manager writes this node's NodeSLO: a 10 % threshold with one core busy.
+    let resource = koord_resource("NodeSLO", "nodeslos");
+    let slos: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut slo = DynamicObject::new(NODE, &resource);
+    slo.data = json!({"spec": {
+        "resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressThresholdPercent": 10,
+            "cpuSuppressPolicy": "cfsQuota", "memoryAllocatableEvictThresholdPercent": 110},
+        "resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": true, "groupIdentity": -1}}},
+        "cpuBurstStrategy": {"policy": "none"}}});
+    slos.create(&PostParams::default(), &slo).await.unwrap();
+    wait_quota(&ox, "suppressed after the NodeSLO", |q| q > 0 && q <= 2000).await;
+
+    // A NodeSLO oxlet cannot use is refused by name; the running configuration stays.
+    let mut bad = slos.get(NODE).await.unwrap();
+    bad.data["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] = json!(150);
+    slos.replace(NODE, &PostParams::default(), &bad)
+        .await
+        .unwrap();
+    let t = Instant::now();
+    while !ox.log().contains("NodeSLO refused") {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{}",
+            tail(&ox.log(), 20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        ox.log()
+            .contains("cpuSuppressThresholdPercent: 150 is not a percent")
+    );
+    assert!(best_effort_quota(&ox) > 0);
+
+    // Turned off: the quota is lifted.
+    let mut off = slos.get(NODE).await.unwrap();
+    off.data["spec"]["resourceUsedThresholdWithBE"] = json!({"enable": false});
+    slos.replace(NODE, &PostParams::default(), &off)
+        .await
+        .unwrap();
+    wait_quota(&ox, "lifted after enable: false", |q| q == -1).await;
+    assert!(ox.log().contains("QoS manager configuration changed"));
+    // One process all along: one start-up line in the log.
+    assert_eq!(
+        ox.log()
+            .matches("starting the pod lifecycle event generator")
+            .count(),
+        1
+    );
+}

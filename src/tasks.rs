@@ -200,7 +200,7 @@ impl Tasks {
                     delay = backoff.initial;
                 }
                 let end = end.err().unwrap_or(TaskEnd::EndedEarly);
-                error!(task = name, error = %end, retryIn = ?delay, "task ended; restarting it after a back-off");
+                error!(task = name, error = %end, retryIn = %crate::duration::format_go_duration(delay), "task ended; restarting it after a back-off");
                 tokio::select! {
                     () = token.cancelled() => return,
                     () = tokio::time::sleep(delay) => {}

@@ -60,7 +60,7 @@ pub(super) async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClie
         server = %clients.server,
         kubeAPIQPS = settings.qps,
         kubeAPIBurst = settings.burst,
-        heartbeatTimeout = ?settings.heartbeat_timeout(),
+        heartbeatTimeout = %crate::duration::format_go_duration(settings.heartbeat_timeout()),
         "apiserver clients built from {}: pods bound to this node, node status and lease, pod statuses, mirror pods and events go through the apiserver",
         path.display()
     );

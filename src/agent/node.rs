@@ -43,7 +43,7 @@ pub(super) async fn start_host(
         warn!(dir = %opts.root_dir.display(), error = %e, "cannot create the root dir");
     }
     let node = NodeInfo::gather(&opts.node_name, opts.max_pods, &opts.root_dir);
-    debug!(node = ?node, "node facts");
+    debug!(node = %node.name, kernelVersion = %node.kernel_version, osImage = %node.os_image, architecture = node.architecture, machineID = %node.machine_id, bootID = %node.boot_id, addresses = node.addresses.len(), "node facts");
     let cm_settings = opts.cm_settings();
     let allocatable = crate::cm::node_allocatable(&cm_settings, &node);
     info!(target: STARTUP_TARGET, "node {allocatable}");

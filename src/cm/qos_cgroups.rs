@@ -69,7 +69,9 @@ impl ContainerManager {
                 info!(cgroup = %path, "a QoS cgroup is missing; re-creating it");
             }
             match update(&path, &limits) {
-                Ok(()) => debug!(cgroup = %path, shares = ?limits.cpu_shares, "updated QoS cgroup"),
+                Ok(()) => {
+                    debug!(cgroup = %path, shares = limits.cpu_shares.unwrap_or_default(), "updated QoS cgroup");
+                }
                 Err(e) => warn_failed("cannot update a QoS cgroup", &e),
             }
         }

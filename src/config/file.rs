@@ -494,7 +494,7 @@ impl WatchState {
                 }
                 info!(
                     dir = %target.dir.display(),
-                    retry_in = ?self.backoff,
+                    retryIn = %crate::duration::format_go_duration(self.backoff),
                     "cannot watch static pod path (periodic relist still applies): {e}"
                 );
                 self.next_attempt = Some(Instant::now() + self.backoff);
@@ -636,7 +636,7 @@ impl FileSource {
                     reason = reason.as_str(),
                     files = scanned.files,
                     pods = scanned.pods.len(),
-                    elapsed = ?started.elapsed(),
+                    elapsed = %crate::duration::format_go_duration(started.elapsed()),
                     "relisted static pod path"
                 );
                 let snapshot = SourceSnapshot {

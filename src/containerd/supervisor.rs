@@ -51,7 +51,8 @@ pub async fn supervise(mut current: ManagedContainerd, cancel: CancellationToken
             pid = current.pid,
             %status,
             log = %current.launch.layout.log.display(),
-            "managed containerd exited; restarting it after a back-off of {backoff:?}"
+            "managed containerd exited; restarting it after a back-off of {}",
+            crate::duration::format_go_duration(backoff)
         );
         let launch = current.launch.clone();
         loop {
@@ -73,7 +74,8 @@ pub async fn supervise(mut current: ManagedContainerd, cancel: CancellationToken
                 }
                 Err(e) => tracing::warn!(
                     error = %e,
-                    "restarting managed containerd failed; retrying after a back-off of {backoff:?}"
+                    "restarting managed containerd failed; retrying after a back-off of {}",
+                    crate::duration::format_go_duration(backoff)
                 ),
             }
         }

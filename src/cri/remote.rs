@@ -193,14 +193,14 @@ impl RemoteRuntime {
         crate::metrics::cri_call(name, latency, matches!(res, Ok(Ok(_))));
         match res {
             Err(_) => {
-                tracing::trace!(call = name, ?latency, "CRI call timed out");
+                tracing::trace!(call = name, latency = %crate::duration::format_go_duration(latency), "CRI call timed out");
                 Err(CriError::Timeout {
                     call: name,
                     timeout: deadline.unwrap_or(self.timeout),
                 })
             }
             Ok(Err(status)) => {
-                tracing::trace!(call = name, ?latency, code = ?status.code(), "CRI call failed");
+                tracing::trace!(call = name, latency = %crate::duration::format_go_duration(latency), code = ?status.code(), "CRI call failed");
                 Err(CriError::Status {
                     call: name,
                     code: status.code(),
@@ -208,7 +208,7 @@ impl RemoteRuntime {
                 })
             }
             Ok(Ok(resp)) => {
-                tracing::trace!(call = name, ?latency, "CRI call");
+                tracing::trace!(call = name, latency = %crate::duration::format_go_duration(latency), "CRI call");
                 Ok(resp.into_inner())
             }
         }

@@ -325,7 +325,7 @@ impl ImageGcManager {
             }
             let age = now.saturating_duration_since(c.record.first_detected);
             if age < self.policy.min_age {
-                debug!(imageID = %c.id, ?age, minAge = ?self.policy.min_age, "image is younger than the minimum GC age, not eligible for garbage collection");
+                debug!(imageID = %c.id, age = %crate::duration::format_go_duration(age), minAge = %crate::duration::format_go_duration(self.policy.min_age), "image is younger than the minimum GC age, not eligible for garbage collection");
                 continue;
             }
             if let Err(e) = self.remove(c, Why::Space).await {
@@ -449,7 +449,7 @@ impl ImageGcManager {
             match self.garbage_collect().await {
                 Ok(f) => {
                     failed_before = false;
-                    info!(removed = f.removed, freedBytes = f.bytes, took = ?started.elapsed(), "image garbage collection done");
+                    info!(removed = f.removed, freedBytes = f.bytes, took = %crate::duration::format_go_duration(started.elapsed()), "image garbage collection done");
                 }
                 Err(e) => {
                     if failed_before {

@@ -33,6 +33,35 @@ pub(crate) struct PodActions {
     pub probe_grace: Vec<(String, i64)>,
 }
 
+/// kubelet's `podActions.String()`: one line of named fields, the containers to kill
+/// by name with the reason.
+impl std::fmt::Display for PodActions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |v: &[usize]| {
+            v.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let kill = self
+            .kill
+            .iter()
+            .map(|(_, name, why)| format!("{name}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        write!(
+            f,
+            "KillPod: {}, CreateSandbox: {}, SandboxID: {}, Attempt: {}, InitContainersToStart: [{}], ContainersToStart: [{}], ContainersToKill: [{kill}]",
+            self.kill_pod,
+            self.create_sandbox,
+            self.sandbox_id.as_deref().unwrap_or(""),
+            self.attempt,
+            list(&self.start_init),
+            list(&self.start),
+        )
+    }
+}
+
 impl PodActions {
     /// True when the sync has nothing to do.
     pub(crate) fn is_noop(&self) -> bool {
@@ -360,6 +389,21 @@ pub(crate) fn compute_pod_actions_probed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn actions_read_as_one_line_of_named_fields() {
+        let a = PodActions {
+            create_sandbox: true,
+            attempt: 1,
+            start: vec![0, 2],
+            kill: vec![("abc".into(), "main".into(), "liveness probe failed".into())],
+            ..PodActions::default()
+        };
+        assert_eq!(
+            a.to_string(),
+            "KillPod: false, CreateSandbox: true, SandboxID: , Attempt: 1, InitContainersToStart: [], ContainersToStart: [0 2], ContainersToKill: [main: liveness probe failed]"
+        );
+    }
     use crate::kuberuntime::sidecar::RunningIsStarted;
     use crate::kuberuntime::types::SandboxStatus;
     use k8s_openapi::api::core::v1::{Container, PodSpec};

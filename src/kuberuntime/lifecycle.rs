@@ -294,10 +294,10 @@ pub(crate) async fn run_pre_stop(
     let run = run_handler(cri, &plan.id, pod, &spec, handler, target, budget);
     match tokio::time::timeout(budget, run).await {
         Ok(Ok(())) => {
-            info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, elapsed = ?start.elapsed(), "preStop hook completed");
+            info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, elapsed = %crate::duration::format_go_duration(start.elapsed()), "preStop hook completed");
         }
         Ok(Err(e)) => {
-            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, event = "FailedPreStopHook", error = ?e.to_string(), "preStop hook failed");
+            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, event = "FailedPreStopHook", error = %e, "preStop hook failed");
             // kubelet keeps the error out of the event, so no secret leaks to the apiserver.
             let obj = crate::events::ObjectRef::container(pod, &plan.name);
             let warning = crate::events::EventType::Warning;

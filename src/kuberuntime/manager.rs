@@ -468,7 +468,7 @@ impl RuntimeManager {
         // Step 1: compute sandbox and container changes.
         let actions =
             compute_pod_actions_probed(pod, status, self.startup_gate.as_ref(), failed_probe);
-        debug!(pod = %pod_ref, podUID = %uid, ?actions, "computed pod actions");
+        debug!(pod = %pod_ref, podUID = %uid, actions = actions.to_string().as_str(), "computed pod actions");
         crate::volumes::make_pod_data_dirs(&self.sandbox_env.pods_dir, &uid)?;
         self.update_downward_volumes(pod);
         let objects = self.resolve_objects(pod).await;
@@ -550,7 +550,7 @@ impl RuntimeManager {
             &self.sandbox_env.allocatable,
         ) {
             Ok(written) if !written.is_empty() => {
-                info!(pod = %pod_ref, podUID = %uid, volumes = ?written, "updated downwardAPI volumes");
+                info!(pod = %pod_ref, podUID = %uid, volumes = %written.join(","), "updated downwardAPI volumes");
             }
             Ok(_) => {}
             Err(e) => {
@@ -628,7 +628,7 @@ impl RuntimeManager {
             &self.sandbox_env.allocatable,
         ) {
             Ok(w) if !w.is_empty() => {
-                info!(pod = %pod_ref, podUID = %uid, volumes = ?w, "updated API object volumes");
+                info!(pod = %pod_ref, podUID = %uid, volumes = %w.join(","), "updated API object volumes");
             }
             Ok(_) => {}
             Err(e) => {
@@ -762,7 +762,7 @@ impl RuntimeManager {
                 })
                 .unwrap_or_default();
         }
-        info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, ips = ?ips, "pod sandbox ready");
+        info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, ips = %ips.join(","), "pod sandbox ready");
         Ok((id, ips))
     }
 
@@ -1118,7 +1118,7 @@ impl RuntimeManager {
             lifecycle::run_handler(self.cri.as_ref(), id, pod, c, hook, &target, Duration::ZERO);
         if let Err(e) = run.await {
             let msg = e.to_string();
-            warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, event = "FailedPostStartHook", error = ?msg, "postStart hook failed, killing the container");
+            warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, event = "FailedPostStartHook", error = %msg, "postStart hook failed, killing the container");
             (self.events).event(
                 &container_ref,
                 Warning,

@@ -297,7 +297,7 @@ impl LogManager {
     /// Checks every interval until cancelled; a failed pass is logged and the next
     /// one comes at the next tick.
     pub(crate) async fn run(&self, cancel: CancellationToken) {
-        info!(workers = self.workers, monitorPeriod = ?self.interval, maxSize = self.policy.max_size, maxFiles = self.policy.max_files, "initializing container log rotate workers");
+        info!(workers = self.workers, monitorPeriod = %crate::duration::format_go_duration(self.interval), maxSize = self.policy.max_size, maxFiles = self.policy.max_files, "initializing container log rotate workers");
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

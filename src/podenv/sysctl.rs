@@ -66,7 +66,11 @@ pub(crate) fn safe_sysctls(release: Option<&str>) -> Vec<&'static str> {
             (None, _) => true,
             (Some(min), Some(v)) => v >= *min,
             (Some(_), None) => {
-                tracing::warn!(sysctl = name, kernelVersion = ?release, "kernel version is too small, dropping the sysctl from safe sysctl list");
+                tracing::warn!(
+                    sysctl = name,
+                    kernelVersion = release.unwrap_or("unknown"),
+                    "kernel version is too small, dropping the sysctl from safe sysctl list"
+                );
                 false
             }
         })

@@ -255,12 +255,12 @@ impl Worker {
             // kubelet records every failed probe, not only the one that crosses the threshold.
             self.event(format!("{} probe failed: {output}", self.kind.as_str()));
         }
-        debug!(pod = %pod_ref(&self.pod), podUID = %uid, container = %self.container.name, probe = self.kind.as_str(), result = result.as_str(), output = ?output, "probe ran");
+        debug!(pod = %pod_ref(&self.pod), podUID = %uid, container = %self.container.name, probe = self.kind.as_str(), result = result.as_str(), output = output.as_str(), "probe ran");
         if !self.count(result) {
             return true;
         }
         if self.deps.results.get(self.kind, id) != Some(result) {
-            info!(pod = %pod_ref(&self.pod), podUID = %uid, container = %self.container.name, containerID = %id, probe = self.kind.as_str(), result = result.as_str(), output = ?output, "probe result changed");
+            info!(pod = %pod_ref(&self.pod), podUID = %uid, container = %self.container.name, containerID = %id, probe = self.kind.as_str(), result = result.as_str(), output = output.as_str(), "probe result changed");
         }
         self.set(result).await;
         if result == ProbeResult::Failure && self.kind != ProbeKind::Readiness {

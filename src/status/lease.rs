@@ -136,7 +136,7 @@ impl LeaseController {
                     self.renew_interval()
                 }
                 Err(e) => {
-                    warn!(node = %self.node, error = %e, retryIn = ?backoff, "failed to renew the node lease");
+                    warn!(node = %self.node, error = %e, retryIn = %crate::duration::format_go_duration(backoff), "failed to renew the node lease");
                     let w = backoff;
                     backoff = RETRY.after(backoff);
                     w

@@ -460,7 +460,7 @@ impl SyncLoop {
             {
                 continue;
             }
-            info!(pod = %pod_ref(&pod), podUID = %uid, activeDeadlineSeconds = ?pod.spec.as_ref().and_then(|s| s.active_deadline_seconds), "pod passed its active deadline, killing it");
+            info!(pod = %pod_ref(&pod), podUID = %uid, activeDeadlineSeconds = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds).unwrap_or_default(), "pod passed its active deadline, killing it");
             self.workers.update_pod(PodWork::Kill {
                 pod,
                 kill: KillRequest {
@@ -538,7 +538,7 @@ impl SyncLoop {
             cleanup_pod_cgroups(cm, workers).await;
             let took = started.elapsed();
             if took > Duration::from_secs(1) {
-                warn!(?took, "housekeeping took longer than expected");
+                warn!(took = %crate::duration::format_go_duration(took), "housekeeping took longer than expected");
             }
             Ok(())
         };

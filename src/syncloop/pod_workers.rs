@@ -605,7 +605,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             let Some((pod_name, lifecycle, delay)) = self.step_panicked(&uid) else {
                 return;
             };
-            error!(pod = %pod_name, podUID = %uid, state = ?lifecycle, panic = %crate::tasks::panic_message(&*panic), retryIn = ?delay, "pod worker panicked; retrying with back-off");
+            error!(pod = %pod_name, podUID = %uid, state = ?lifecycle, panic = %crate::tasks::panic_message(&*panic), retryIn = %crate::duration::format_go_duration(delay), "pod worker panicked; retrying with back-off");
         }
     }
 
@@ -904,7 +904,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             Err(e) => {
                 let delay = self.step_failed(uid, lifecycle, work, &e);
                 let reason = e.waiting_reason().map(WaitingReason::as_str);
-                warn!(pod = %pod_name, podUID = %uid, error = %e, reason, retryable = e.retryable(), retryIn = ?delay, "error syncing pod, will retry");
+                warn!(pod = %pod_name, podUID = %uid, error = %e, reason, retryable = e.retryable(), retryIn = %crate::duration::format_go_duration(delay), "error syncing pod, will retry");
             }
         }
     }
@@ -959,7 +959,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             }
             Err(e) => {
                 let delay = self.step_failed(uid, lifecycle, work, &e);
-                warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = ?delay, "error terminating pod, will retry");
+                warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = %crate::duration::format_go_duration(delay), "error terminating pod, will retry");
             }
         }
         ControlFlow::Continue(())
@@ -994,7 +994,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             }
             Err(e) => {
                 let delay = self.step_failed(uid, lifecycle, work, &e);
-                warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = ?delay, "error cleaning up terminated pod, will retry");
+                warn!(pod = %pod_name, podUID = %uid, error = %e, retryIn = %crate::duration::format_go_duration(delay), "error cleaning up terminated pod, will retry");
                 ControlFlow::Continue(())
             }
         }

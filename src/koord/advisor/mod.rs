@@ -198,7 +198,7 @@ impl Advisor {
         for c in collectors {
             match c.disabled_reason() {
                 None => {
-                    info!(collector = c.name(), interval = ?c.interval(), "metric advisor: collector enabled");
+                    info!(collector = c.name(), interval = %crate::duration::format_go_duration(c.interval()), "metric advisor: collector enabled");
                     let cpu_name = crate::tasks::intern_task_name(format!("advisor/{}", c.name()));
                     slots.push(Slot {
                         collector: c,
@@ -257,7 +257,7 @@ impl Advisor {
             self.readings.set(self.snapshot());
         });
         debug!(
-            duration = ?started.elapsed(),
+            duration = %crate::duration::format_go_duration(started.elapsed()),
             collectors = ran,
             pods = self.shared.pods.len(),
             containers = self.shared.pods.iter().map(|p| p.containers.len()).sum::<usize>(),

@@ -123,7 +123,7 @@ impl QosManager {
         let cfg = &self.d.cfg;
         if cfg.cgroup_reconcile_on() {
             for (cgroup, had, want) in self.d.cm.reconcile_qos_shares() {
-                info!(cgroup = %cgroup, found = ?had, shares = want, "cgroup reconcile: QoS cgroup cpu shares drifted; put back");
+                info!(cgroup = %cgroup, found = had.map_or_else(|| "none".to_string(), |s| s.to_string()), shares = want, "cgroup reconcile: QoS cgroup cpu shares drifted; put back");
             }
         }
         if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() {
@@ -175,7 +175,11 @@ impl QosManager {
         };
         let Some(quota) = cpu_suppress::next_quota(suppress, current, self.d.capacity.cpu_milli)
         else {
-            debug!(suppressMilli = suppress as i64, currentQuota = ?current, "cpu suppress: change too small, quota kept");
+            debug!(
+                suppressMilli = suppress as i64,
+                currentQuota = current.unwrap_or(-1),
+                "cpu suppress: change too small, quota kept"
+            );
             return;
         };
         match self.d.cm.set_best_effort_cpu_quota(quota) {
@@ -195,7 +199,7 @@ impl QosManager {
                     nonBEPodsUsedMilli = i.non_be_pods_used_milli as i64,
                     systemUsedMilli = i.system_used_milli() as i64,
                     suppressMilli = suppress as i64,
-                    oldQuota = ?current,
+                    oldQuota = current.unwrap_or(-1),
                     quota,
                     "cpu suppress: set the BestEffort cgroup's cfs quota"
                 );

@@ -114,7 +114,7 @@ impl NodeStatusTask {
                     return Some(node);
                 }
                 Err(e) => {
-                    warn!(error = %e, retryIn = ?backoff, "unable to register node with API server");
+                    warn!(error = %e, retryIn = %crate::duration::format_go_duration(backoff), "unable to register node with API server");
                 }
             }
             tokio::select! {

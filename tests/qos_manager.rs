@@ -107,10 +107,29 @@ async fn cpu_suppress_limits_the_best_effort_cgroup_when_a_burstable_pod_burns_c
         ox.log()
             .contains("cpu suppress: set the BestEffort cgroup's cfs quota")
     );
+    // koordlet's gauge is the quota written, in cores: positive, however far the
+    // suppress value itself fell below zero.
+    let (_, metrics) = ox.get("/metrics").await.unwrap();
+    let cores: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("koordlet_be_suppress_cpu_cores{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .expect("koordlet_be_suppress_cpu_cores on /metrics");
+    let written: f64 = std::fs::read_to_string(&quota)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(cores > 0.0 && cores <= 0.02 + 1e-9, "{cores} cores");
+    assert!(
+        (cores - written / 100_000.0).abs() < 0.011,
+        "{cores} against {written}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_eviction_evicts_the_best_effort_api_pod_only() {
+async fn memory_eviction_evicts_the_be_labelled_api_pod_only() {
     let bed = Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();
     let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
@@ -131,7 +150,13 @@ async fn memory_eviction_evicts_the_best_effort_api_pod_only() {
     burstable.spec.as_mut().unwrap().containers[0].resources =
         Some(serde_json::from_value(serde_json::json!({"requests": {"memory": "16Mi"}})).unwrap());
     server.put(&burstable).unwrap();
-    server.put(&api_pod("be", NODE, "sleep 3600", 1)).unwrap();
+    // koordinator's BE is the label; an unlabelled BestEffort pod is never a victim.
+    let mut be = api_pod("be", NODE, "sleep 3600", 1);
+    be.metadata.labels = Some([("koordinator.sh/qosClass".to_string(), "BE".to_string())].into());
+    server.put(&be).unwrap();
+    server
+        .put(&api_pod("plain", NODE, "sleep 3600", 1))
+        .unwrap();
     let be = ox
         .wait_api_phase(&pods, "be", "Failed", Duration::from_secs(40))
         .await;
@@ -146,6 +171,10 @@ async fn memory_eviction_evicts_the_best_effort_api_pod_only() {
     );
     let bu = pods.get("bu").await.unwrap();
     assert_eq!(phase(&bu), "Running");
+    let plain = ox
+        .wait_api_phase(&pods, "plain", "Running", Duration::from_secs(40))
+        .await;
+    assert_eq!(phase(&plain), "Running");
     let st = ox.wait_running("st", START).await;
     assert_eq!(phase(&st), "Running");
 }

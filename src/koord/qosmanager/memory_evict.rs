@@ -1,8 +1,9 @@
-//! Memory eviction by real usage (koordlet's `memoryevict`, the `MemoryEvict`
-//! trigger): when the node's last memory usage reaches the threshold, BestEffort
-//! pods are evicted, in koordlet's common order, until capacity × (usage% − lower%)
-//! is released. Pods evicted in the last 2 minutes count as already released, and
-//! after a round that evicted nothing is evicted for 4 seconds.
+//! Memory eviction by real usage (koordlet's `memoryevict`, the `BEMemoryEvict`
+//! trigger): when the node's last memory usage, in whole percent of capacity, reaches
+//! the threshold, pods labelled `koordinator.sh/qosClass: BE` are evicted in
+//! koordlet's order until capacity × (usage% − lower%) is released. Pods evicted in
+//! the last 2 minutes count as already released, and after a round that evicted
+//! nothing is evicted for 4 seconds.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -21,11 +22,13 @@ pub(crate) const EVICTION_ENABLED: &str = "koordinator.sh/eviction-enabled";
 /// Whether the node's memory is over the threshold, and how much to release.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Trigger {
-    pub usage_percent: f64,
+    /// Whole percent, truncated, as koordlet computes it (`used × 100 / capacity`).
+    pub usage_percent: i64,
     pub release_bytes: f64,
 }
 
-/// None under the threshold; else the release target: capacity × (usage% − lower%).
+/// None under the threshold; else the release target: capacity × (usage% − lower%),
+/// in koordlet's integer arithmetic.
 pub(crate) fn trigger(
     cfg: &QosConfig,
     node_memory_bytes: f64,
@@ -34,25 +37,29 @@ pub(crate) fn trigger(
     if capacity_bytes <= 0 {
         return None;
     }
-    let cap = capacity_bytes as f64;
-    let usage_percent = node_memory_bytes / cap * 100.0;
-    if usage_percent < cfg.memory_evict_threshold_percent as f64 {
+    let usage_percent = (node_memory_bytes as i64).saturating_mul(100) / capacity_bytes;
+    if usage_percent < cfg.memory_evict_threshold_percent {
         return None;
     }
+    let release =
+        capacity_bytes.saturating_mul(usage_percent - cfg.memory_evict_lower_percent) / 100;
     Some(Trigger {
         usage_percent,
-        release_bytes: cap * (usage_percent - cfg.memory_evict_lower_percent as f64) / 100.0,
+        release_bytes: release as f64,
     })
 }
 
-/// The victims in eviction order: BestEffort pods with metrics, not critical, not
-/// opted out by `koordinator.sh/eviction-enabled: "false"`, by spec.priority
-/// ascending, then memory usage descending.
+/// The victims in eviction order (koordlet's `getSortedBEPodInfos`): pods labelled
+/// BE, not critical, not opted out by `koordinator.sh/eviction-enabled: "false"`; by
+/// spec.priority ascending, then memory usage descending with pods without usage
+/// last, then name descending. koordlet compares priorities only where both pods
+/// have one, which is no total order; a pod without one counts as 0 here, the value
+/// the Priority admission plugin gives it (Rust's sort needs a total order).
 pub(crate) fn victims(view: &UsageView) -> Vec<&PodUsage> {
     let mut v: Vec<&PodUsage> = view
         .pods
         .iter()
-        .filter(|p| p.best_effort && p.has_memory && !is_critical(&p.pod))
+        .filter(|p| p.koord_be && !is_critical(&p.pod))
         .filter(|p| {
             p.pod
                 .metadata
@@ -63,10 +70,22 @@ pub(crate) fn victims(view: &UsageView) -> Vec<&PodUsage> {
         })
         .collect();
     let prio = |p: &PodUsage| p.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+    let used = |p: &PodUsage| {
+        if p.has_memory {
+            p.memory_bytes as i64
+        } else {
+            0
+        }
+    };
     v.sort_by(|a, b| {
         prio(a)
             .cmp(&prio(b))
-            .then(b.memory_bytes.total_cmp(&a.memory_bytes))
+            .then_with(|| match (used(a), used(b)) {
+                (0, 0) => b.pod.metadata.name.cmp(&a.pod.metadata.name),
+                (0, _) => std::cmp::Ordering::Greater,
+                (_, 0) => std::cmp::Ordering::Less,
+                (x, y) => y.cmp(&x),
+            })
     });
     v
 }
@@ -130,7 +149,7 @@ impl EvictState {
 /// koordlet-like message on the evicted pod.
 pub(crate) fn message(t: &Trigger, cfg: &QosConfig, victim: &PodUsage) -> String {
     format!(
-        "evicted by oxlet qos manager: node memory usage {:.1}% is at or above the threshold {}% (release target {} bytes, down to {}%); this pod used {} bytes",
+        "evicted by oxlet qos manager: node memory usage {}% is at or above the threshold {}% (release target {} bytes, down to {}%); this pod used {} bytes",
         t.usage_percent,
         cfg.memory_evict_threshold_percent,
         t.release_bytes as i64,
@@ -168,36 +187,46 @@ mod tests {
     fn trigger_at_the_threshold_releases_down_to_lower() {
         assert_eq!(trigger(&cfg(), 690.0, 1000), None);
         let t = trigger(&cfg(), 750.0, 1000).unwrap();
-        assert_eq!(t.usage_percent, 75.0);
+        assert_eq!(t.usage_percent, 75);
         assert!((t.release_bytes - 70.0).abs() < 1e-9);
         assert!(trigger(&cfg(), 700.0, 1000).is_some());
+        // Whole percent, truncated as koordlet does: 70.9 % releases 1000 × (70 − 68) %.
+        let t = trigger(&cfg(), 709.0, 1000).unwrap();
+        assert_eq!((t.usage_percent, t.release_bytes), (70, 20.0));
+        assert_eq!(trigger(&cfg(), 699.9, 1000), None);
         assert_eq!(trigger(&cfg(), 700.0, 0), None);
     }
 
+    /// A pod labelled koordinator's BE, with `mem` bytes used.
+    fn be(uid: &str, mem: f64) -> PodUsage {
+        PodUsage {
+            koord_be: true,
+            ..PodUsage::test(uid, true, 0.0, mem)
+        }
+    }
+
     #[test]
-    fn victims_are_best_effort_by_priority_then_usage() {
+    fn victims_are_labelled_be_by_usage_with_the_unmeasured_last() {
         let view = UsageView {
             node_cpu_cores: 0.0,
             node_memory_bytes: 0.0,
             pods: vec![
-                PodUsage::test("small", true, 0.0, 10.0),
-                PodUsage::test("big", true, 0.0, 50.0),
-                with(PodUsage::test("low-prio", true, 0.0, 1.0), prio(-5)),
+                be("small", 10.0),
+                be("big", 50.0),
+                // Kubernetes' BestEffort without the label is not koordinator's BE.
+                PodUsage::test("unlabelled", true, 0.0, 700.0),
                 PodUsage::test("burstable", false, 0.0, 500.0),
-                with(PodUsage::test("opted-out", true, 0.0, 900.0), |p| {
+                with(be("opted-out", 900.0), |p| {
                     p.metadata.annotations =
                         Some([(EVICTION_ENABLED.to_string(), "false".to_string())].into());
                 }),
-                with(
-                    PodUsage::test("critical", true, 0.0, 900.0),
-                    prio(2_000_000_000),
-                ),
-                with(PodUsage::test("node-critical", true, 0.0, 900.0), |p| {
+                with(be("critical", 900.0), prio(2_000_000_000)),
+                with(be("node-critical", 900.0), |p| {
                     p.spec
                         .get_or_insert_with(Default::default)
                         .priority_class_name = Some("system-node-critical".into());
                 }),
-                with(PodUsage::test("static", true, 0.0, 900.0), |p| {
+                with(be("static", 900.0), |p| {
                     p.metadata.annotations = Some(
                         [(
                             "kubernetes.io/config.source".to_string(),
@@ -208,12 +237,27 @@ mod tests {
                 }),
                 PodUsage {
                     has_memory: false,
-                    ..PodUsage::test("no-metrics", true, 0.0, 0.0)
+                    ..be("no-metrics-a", 0.0)
+                },
+                PodUsage {
+                    has_memory: false,
+                    ..be("no-metrics-b", 0.0)
                 },
             ],
         };
         let order: Vec<&str> = victims(&view).iter().map(|p| pod_uid(&p.pod)).collect();
-        assert_eq!(order, ["low-prio", "big", "small"]);
+        assert_eq!(order, ["big", "small", "no-metrics-b", "no-metrics-a"]);
+        // The lowest priority goes first; none counts as 0.
+        let view = UsageView {
+            pods: vec![
+                with(be("high", 50.0), prio(10)),
+                be("none", 60.0),
+                with(be("low", 1.0), prio(-5)),
+            ],
+            ..view
+        };
+        let order: Vec<&str> = victims(&view).iter().map(|p| pod_uid(&p.pod)).collect();
+        assert_eq!(order, ["low", "none", "high"]);
     }
 
     #[test]

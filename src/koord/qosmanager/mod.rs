@@ -190,7 +190,9 @@ impl QosManager {
                             self.d.node_name.as_str(),
                             metrics::SUPPRESS_CFS_QUOTA,
                         ])
-                        .set(suppress / 1000.0);
+                        // koordlet records the quota written, in cores (never below
+                        // the 2 ms minimum), not the suppress value, which can be negative.
+                        .set(quota as f64 / cpu_suppress::PERIOD_US as f64);
                 }
                 info!(
                     capacityMilli = i.capacity_milli,
@@ -248,7 +250,7 @@ impl QosManager {
         if picked.is_empty() {
             debug!(
                 nodeUsedBytes = view.node_memory_bytes as i64,
-                usagePercent = format!("{:.1}", t.usage_percent),
+                usagePercent = t.usage_percent,
                 thresholdPercent = cfg.memory_evict_threshold_percent,
                 candidates = victims.len(),
                 "memory evict: over the threshold, no pod left to evict"
@@ -258,7 +260,7 @@ impl QosManager {
         info!(
             capacityBytes = capacity,
             nodeUsedBytes = view.node_memory_bytes as i64,
-            usagePercent = format!("{:.1}", t.usage_percent),
+            usagePercent = t.usage_percent,
             thresholdPercent = cfg.memory_evict_threshold_percent,
             lowerPercent = cfg.memory_evict_lower_percent,
             releaseBytes = t.release_bytes as i64,

@@ -54,6 +54,13 @@ fn pod(uid: &str, cpu_request: Option<&str>) -> Arc<Pod> {
     Arc::new(p)
 }
 
+/// The pod labelled `koordinator.sh/qosClass: BE`.
+fn koord_be(pod: Arc<Pod>) -> Arc<Pod> {
+    let mut p = (*pod).clone();
+    p.metadata.labels = Some([("koordinator.sh/qosClass".into(), "BE".into())].into());
+    Arc::new(p)
+}
+
 struct Bed {
     qm: QosManager,
     fs: Arc<FakeCgroupFs>,
@@ -67,8 +74,10 @@ fn bed(cfg: QosConfig) -> Bed {
     let cache = Arc::new(MetricCache::default());
     let pods = Arc::new(PodManager::default());
     pods.add_or_update(pod("ls", Some("1")));
-    pods.add_or_update(pod("be-small", None));
-    pods.add_or_update(pod("be-big", None));
+    pods.add_or_update(koord_be(pod("be-small", None)));
+    pods.add_or_update(koord_be(pod("be-big", None)));
+    // BestEffort by Kubernetes' class alone: not koordinator's BE.
+    pods.add_or_update(pod("plain", None));
     let evicted = Arc::new(FakeEvictor::default());
     let res = |cpu_milli, memory_bytes| NodeResources {
         cpu_milli,
@@ -210,7 +219,7 @@ fn memory_evict_picks_best_effort_by_usage_then_cools_down() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].0, "be-big");
     assert!(
-        got[0].1.contains("node memory usage 80.0%") && got[0].1.contains("threshold 70%"),
+        got[0].1.contains("node memory usage 80%") && got[0].1.contains("threshold 70%"),
         "{}",
         got[0].1
     );
@@ -219,7 +228,7 @@ fn memory_evict_picks_best_effort_by_usage_then_cools_down() {
     b.qm.round(12_000, now + Duration::from_secs(1));
     assert_eq!(b.evicted.0.lock().unwrap().len(), 1);
     // After it: 99 % wants 310 bytes; be-big counts as released (200), so be-small
-    // goes too; the Burstable pod never does.
+    // goes too; the Burstable pod and the unlabelled BestEffort one never do.
     fill(&b.cache, 15_000, 1.0, 990.0);
     b.qm.round(15_000, now + Duration::from_secs(5));
     let uids: Vec<String> = b

@@ -132,25 +132,33 @@ struct Window<'a> {
 }
 
 impl Window<'_> {
-    /// `agg` of a CPU and a memory kind; empty when either has no points, or when
-    /// `cold_start` and the CPU samples span less than half the window.
-    fn usage(
+    /// Each of `aggs` of a CPU and a memory kind, from one query of each; empty when
+    /// either has no points, or when `cold_start` and the CPU samples span less than
+    /// half the window.
+    fn usages(
         &self,
         (cpu, memory): (MetricKind, MetricKind),
         labels: &[(&str, &str)],
-        agg: Aggregation,
+        aggs: &[Aggregation],
         cold_start: bool,
-    ) -> ResourceMap {
+    ) -> Vec<ResourceMap> {
         let c = self.cache.query(cpu, labels, self.start_ms, self.end_ms);
         let m = self.cache.query(memory, labels, self.start_ms, self.end_ms);
-        let (Ok(cores), Ok(bytes)) = (c.value(agg), m.value(agg)) else {
-            return ResourceMap::default();
-        };
         let span = (self.end_ms - self.start_ms) as f64;
-        if cold_start && (c.time_range_ms() as f64) < span * COLD_START_RATIO {
-            return ResourceMap::default();
-        }
-        resources(cores, bytes)
+        let cold = cold_start && (c.time_range_ms() as f64) < span * COLD_START_RATIO;
+        aggs.iter()
+            .map(|agg| match (c.value(*agg), m.value(*agg)) {
+                (Ok(cores), Ok(bytes)) if !cold => resources(cores, bytes),
+                _ => ResourceMap::default(),
+            })
+            .collect()
+    }
+
+    /// The average of a CPU and a memory kind (no cold-start rule).
+    fn average(&self, kinds: (MetricKind, MetricKind), labels: &[(&str, &str)]) -> ResourceMap {
+        self.usages(kinds, labels, &[Aggregation::Avg], false)
+            .pop()
+            .unwrap_or_default()
     }
 }
 
@@ -173,16 +181,19 @@ fn aggregated(
                 start_ms: end_ms - i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
                 end_ms,
             };
-            let usage = [
-                ("avg", Aggregation::Avg),
-                ("p50", Aggregation::P50),
-                ("p90", Aggregation::P90),
-                ("p95", Aggregation::P95),
-                ("p99", Aggregation::P99),
-            ]
-            .into_iter()
-            .map(|(name, agg)| (name.to_string(), w.usage(kinds, &[], agg, true)))
-            .collect();
+            const NAMES: [&str; 5] = ["avg", "p50", "p90", "p95", "p99"];
+            const AGGS: [Aggregation; 5] = [
+                Aggregation::Avg,
+                Aggregation::P50,
+                Aggregation::P90,
+                Aggregation::P95,
+                Aggregation::P99,
+            ];
+            let usage = NAMES
+                .iter()
+                .map(|n| (*n).to_string())
+                .zip(w.usages(kinds, &[], &AGGS, true))
+                .collect();
             AggregatedUsage {
                 usage,
                 duration: crate::duration::format_go_duration(*d),
@@ -214,9 +225,9 @@ pub(crate) fn build_status(
         end_ms: now_ms,
     };
     let node_metric = NodeMetricInfo {
-        node_usage: w.usage(NODE, &[], Aggregation::Avg, false),
+        node_usage: w.average(NODE, &[]),
         aggregated_node_usages: aggregated(cache, NODE, &policy.durations, now_ms),
-        system_usage: w.usage(SYSTEM, &[], Aggregation::Avg, false),
+        system_usage: w.average(SYSTEM, &[]),
         aggregated_system_usages: aggregated(cache, SYSTEM, &policy.durations, now_ms),
         numa_usages: Vec::new(),
     };
@@ -224,7 +235,7 @@ pub(crate) fn build_status(
         .iter()
         .filter_map(|pod| {
             let uid = crate::pod::pod_uid(pod);
-            let usage = w.usage(POD, &[(label::POD_UID, uid)], Aggregation::Avg, false);
+            let usage = w.average(POD, &[(label::POD_UID, uid)]);
             (!usage.resources.is_empty()).then(|| PodMetricInfo {
                 name: pod.metadata.name.clone().unwrap_or_default(),
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),

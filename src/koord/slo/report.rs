@@ -76,18 +76,27 @@ impl NodeMetricSource {
         )
     }
 
+    /// Keeps `spec` (None: the NodeMetric is gone); says so when the policy changes
+    /// (every status written comes back through the watch, unchanged).
     fn set_spec(&self, spec: Option<NodeMetricSpec>) {
         let policy = ReportPolicy::of(spec.as_ref(), self.min_report);
+        let mut kept = self.spec.locked();
+        let changed = kept.is_some() != spec.is_some()
+            || ReportPolicy::of(kept.as_ref(), self.min_report) != policy;
+        *kept = spec;
+        drop(kept);
+        if !changed {
+            return;
+        }
         if policy.memory_policy != MEMORY_POLICY {
             warn!(nodeMemoryCollectPolicy = %policy.memory_policy, using = MEMORY_POLICY, "NodeMetric asks for a memory collect policy oxlet does not record; reporting memory without page cache");
         }
         info!(
-            seen = spec.is_some(),
+            seen = self.spec.locked().is_some(),
             reportInterval = %crate::duration::format_go_duration(policy.report),
             aggregateDuration = %crate::duration::format_go_duration(policy.aggregate),
             "NodeMetric collect policy"
         );
-        *self.spec.locked() = spec;
     }
 }
 

@@ -53,6 +53,9 @@ impl NodeSloWatch {
     fn apply(&self, slo: &NodeSLO) {
         let thresholds = slo.spec.resource_used_threshold_with_be.as_ref();
         match QosConfig::from_slo(thresholds, self.base.strategies) {
+            Ok(cfg) if *self.tx.borrow() == cfg => {
+                debug!(node = %self.node_name, "NodeSLO seen again; nothing changed");
+            }
             Ok(cfg) => {
                 info!(
                     node = %self.node_name,

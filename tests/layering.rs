@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 
 /// Rooms, bottom floor first. A room may use the rooms of the floors below its own.
 const FLOORS: &[&[&str]] = &[
-    // the lock policy and the one safe-path helper, which the base rooms use too
-    &["locks", "safe_path"],
+    // the lock policy, the one safe-path helper and Go's duration spelling, which the
+    // base rooms use too
+    &["locks", "safe_path", "duration"],
     // base: needs no other room (but the one HTTP GET uses the TLS set-up)
     &[
         "hash",
         "quantity",
-        "duration",
         "flag_text",
         "percent",
         "logging",

@@ -19,10 +19,7 @@ const START: Duration = Duration::from_secs(30);
 
 /// `/sys/fs/cgroup/<controller>/<cgroup root>/<rel>`.
 fn cg(ox: &Oxlet, controller: &str, rel: &str) -> PathBuf {
-    Path::new("/sys/fs/cgroup")
-        .join(controller)
-        .join(ox.cgroup_root.trim_start_matches('/'))
-        .join(rel)
+    ox.cgroup_file(controller, rel)
 }
 
 fn read(p: &Path) -> String {

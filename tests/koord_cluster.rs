@@ -159,35 +159,6 @@ async fn the_node_metric_status_shows_a_cpu_burning_pod() {
     assert!(ox.log().contains("NodeMetric status reported"));
 }
 
-/// The BestEffort QoS cgroup's CFS quota.
-fn best_effort_quota(ox: &Oxlet) -> i64 {
-    let path = std::path::Path::new("/sys/fs/cgroup/cpu")
-        .join(ox.cgroup_root.trim_start_matches('/'))
-        .join("kubepods/besteffort/cpu.cfs_quota_us");
-    std::fs::read_to_string(path)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// Waits until the BestEffort quota satisfies `want`.
-async fn wait_quota(ox: &Oxlet, what: &str, want: impl Fn(i64) -> bool) {
-    let t = Instant::now();
-    loop {
-        let q = best_effort_quota(ox);
-        if want(q) {
-            return;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "{what}: quota {q}\n{}",
-            tail(&ox.log(), 30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
     let bed = Testbed::start().await;
@@ -209,7 +180,7 @@ async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
     write_manifest(&ox.manifests, "burn.yaml", &burn);
     ox.wait_running("burn", Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(best_effort_quota(&ox), -1, "no NodeSLO: nothing enabled");
+    assert_eq!(ox.best_effort_quota(), -1, "no NodeSLO: nothing enabled");
 
     // koord-manager writes this node's NodeSLO: a 10 % threshold with one core busy.
     let resource = koord_resource("NodeSLO", "nodeslos");
@@ -221,7 +192,8 @@ async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
         "resourceQOSStrategy": {"beClass": {"cpuQOS": {"enable": true, "groupIdentity": -1}}},
         "cpuBurstStrategy": {"policy": "none"}}});
     slos.create(&PostParams::default(), &slo).await.unwrap();
-    wait_quota(&ox, "suppressed after the NodeSLO", |q| q > 0 && q <= 2000).await;
+    ox.wait_best_effort_quota("suppressed after the NodeSLO", |q| q > 0 && q <= 2000)
+        .await;
 
     // A NodeSLO oxlet cannot use is refused by name; the running configuration stays.
     let mut bad = slos.get(NODE).await.unwrap();
@@ -242,7 +214,7 @@ async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
         ox.log()
             .contains("cpuSuppressThresholdPercent: 150 is not a percent")
     );
-    assert!(best_effort_quota(&ox) > 0);
+    assert!(ox.best_effort_quota() > 0);
 
     // Turned off: the quota is lifted.
     let mut off = slos.get(NODE).await.unwrap();
@@ -250,7 +222,8 @@ async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
     slos.replace(NODE, &PostParams::default(), &off)
         .await
         .unwrap();
-    wait_quota(&ox, "lifted after enable: false", |q| q == -1).await;
+    ox.wait_best_effort_quota("lifted after enable: false", |q| q == -1)
+        .await;
     assert!(ox.log().contains("QoS manager configuration changed"));
     // One process all along: one start-up line in the log.
     assert_eq!(

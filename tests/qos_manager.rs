@@ -6,7 +6,7 @@ mod agent;
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent::*;
 use common::Testbed;
@@ -21,13 +21,6 @@ fn slo_file(dir: &Path, text: &str) -> PathBuf {
     let p = dir.join("node-slo.yaml");
     std::fs::write(&p, text).unwrap();
     p
-}
-
-fn cg(ox: &Oxlet, controller: &str, rel: &str) -> PathBuf {
-    Path::new("/sys/fs/cgroup")
-        .join(controller)
-        .join(ox.cgroup_root.trim_start_matches('/'))
-        .join(rel)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,8 +70,8 @@ async fn cpu_suppress_limits_the_best_effort_cgroup_when_a_burstable_pod_burns_c
     );
     let ox = Oxlet::start(&bed, &[&format!("--node-slo-file={}", slo.display())]);
     ox.wait_up(START).await;
-    let quota = cg(&ox, "cpu", "kubepods/besteffort/cpu.cfs_quota_us");
-    assert_eq!(std::fs::read_to_string(&quota).unwrap().trim(), "-1");
+    let quota = ox.cgroup_file("cpu", "kubepods/besteffort/cpu.cfs_quota_us");
+    assert_eq!(ox.best_effort_quota(), -1);
     let burn = pod_yaml("burn", "while true; do :; done", "").replace(
         "    command:",
         "    resources:\n      requests: {cpu: 100m}\n    command:",
@@ -86,23 +79,8 @@ async fn cpu_suppress_limits_the_best_effort_cgroup_when_a_burstable_pod_burns_c
     write_manifest(&ox.manifests, "burn.yaml", &burn);
     ox.wait_running("burn", START).await;
     // One core busy on a node with a 10 % threshold: BestEffort gets the minimum.
-    let t = Instant::now();
-    loop {
-        let q: i64 = std::fs::read_to_string(&quota)
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        if q > 0 && q <= 2000 {
-            break;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "quota {q}\n{}",
-            tail(&ox.log(), 30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    ox.wait_best_effort_quota("suppressed", |q| q > 0 && q <= 2000)
+        .await;
     assert!(
         ox.log()
             .contains("cpu suppress: set the BestEffort cgroup's cfs quota")

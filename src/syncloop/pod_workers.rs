@@ -274,6 +274,18 @@ pub(crate) enum Lifecycle {
     Finished,
 }
 
+impl Lifecycle {
+    /// The state's name in log lines.
+    fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Syncing => "Syncing",
+            Lifecycle::Terminating => "Terminating",
+            Lifecycle::Terminated => "Terminated",
+            Lifecycle::Finished => "Finished",
+        }
+    }
+}
+
 #[derive(Debug)]
 struct PodSyncStatus {
     notify: Arc<Notify>,
@@ -605,7 +617,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             let Some((pod_name, lifecycle, delay)) = self.step_panicked(&uid) else {
                 return;
             };
-            error!(pod = %pod_name, podUID = %uid, state = ?lifecycle, panic = %crate::tasks::panic_message(&*panic), retryIn = %crate::duration::format_go_duration(delay), "pod worker panicked; retrying with back-off");
+            error!(pod = %pod_name, podUID = %uid, state = lifecycle.as_str(), panic = %crate::tasks::panic_message(&*panic), retryIn = %crate::duration::format_go_duration(delay), "pod worker panicked; retrying with back-off");
         }
     }
 

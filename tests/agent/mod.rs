@@ -275,6 +275,43 @@ impl Oxlet {
         std::fs::read_to_string(&self.log_file).unwrap_or_default()
     }
 
+    /// `/sys/fs/cgroup/<controller>/<cgroup root>/<rel>`: a file of this oxlet's
+    /// cgroup tree (v1).
+    pub fn cgroup_file(&self, controller: &str, rel: &str) -> PathBuf {
+        Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join(self.cgroup_root.trim_start_matches('/'))
+            .join(rel)
+    }
+
+    /// The BestEffort QoS cgroup's CFS quota (`-1`: none), which CPU suppress sets.
+    pub fn best_effort_quota(&self) -> i64 {
+        let path = self.cgroup_file("cpu", "kubepods/besteffort/cpu.cfs_quota_us");
+        std::fs::read_to_string(path)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits up to 20 s until the BestEffort quota satisfies `want`; fails the test
+    /// with `what`, the quota and the log's tail.
+    pub async fn wait_best_effort_quota(&self, what: &str, want: impl Fn(i64) -> bool) {
+        let t = Instant::now();
+        loop {
+            let q = self.best_effort_quota();
+            if want(q) {
+                return;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "{what}: quota {q}\n{}",
+                tail(&self.log(), 30)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// GET a path on the read-only port; None while oxlet is not listening yet.
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))

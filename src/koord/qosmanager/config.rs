@@ -26,22 +26,16 @@ pub(crate) enum CpuSuppressPolicy {
     CfsQuota,
 }
 
-fn on() -> bool {
-    true
-}
-
-/// Which strategies run (koordlet's feature gates, with their defaults).
+/// Which strategies run (koordlet's feature gates); a switch left out keeps its
+/// default below.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub(crate) struct Strategies {
     /// `BECPUSuppress`, beta and on by default.
-    #[serde(default = "on")]
     pub cpu_suppress: bool,
     /// `BEMemoryEvict`, alpha and off.
-    #[serde(default)]
     pub memory_evict: bool,
     /// `CgroupReconcile`, alpha and off.
-    #[serde(default)]
     pub cgroup_reconcile: bool,
 }
 

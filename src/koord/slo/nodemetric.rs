@@ -28,8 +28,9 @@ use crate::koord::prediction::predictor::ResourceAmount;
 /// koordlet's defaults and floors (`states_nodemetric.go`).
 const DEFAULT_AGGREGATE_SECS: i64 = 300;
 const MIN_AGGREGATE_SECS: i64 = 60;
-const DEFAULT_REPORT_SECS: i64 = 60;
-const MIN_REPORT_SECS: i64 = 30;
+const DEFAULT_REPORT: Duration = Duration::from_secs(60);
+/// koordlet's floor on the report interval (`minReportIntervalSeconds`).
+pub(crate) const MIN_REPORT: Duration = Duration::from_secs(30);
 const DEFAULT_DURATIONS: [Duration; 3] = [
     Duration::from_secs(300),
     Duration::from_secs(600),
@@ -52,19 +53,13 @@ pub(crate) struct ReportPolicy {
     pub memory_policy: String,
 }
 
-impl Default for ReportPolicy {
-    fn default() -> Self {
-        ReportPolicy::of(None, Duration::from_secs(MIN_REPORT_SECS.unsigned_abs()))
-    }
-}
-
 fn secs(v: i64, floor: i64) -> Duration {
     Duration::from_secs(v.max(floor).unsigned_abs())
 }
 
 impl ReportPolicy {
-    /// The policy of `spec` (None: no NodeMetric yet). `min_report` is koordlet's 30 s
-    /// floor on the report interval (lowered only by the tests).
+    /// The policy of `spec` (None: no NodeMetric yet). `min_report` is the floor on
+    /// the report interval: [`MIN_REPORT`], lowered only by the tests.
     pub(crate) fn of(spec: Option<&NodeMetricSpec>, min_report: Duration) -> ReportPolicy {
         let p = spec.and_then(|s| s.collect_policy.as_ref());
         let durations = p
@@ -78,7 +73,7 @@ impl ReportPolicy {
             .unwrap_or_else(|| DEFAULT_DURATIONS.to_vec());
         let report = p
             .and_then(|p| p.report_interval_seconds)
-            .map_or(secs(DEFAULT_REPORT_SECS, MIN_REPORT_SECS), |v| {
+            .map_or(DEFAULT_REPORT, |v| {
                 Duration::from_secs(v.max(0).unsigned_abs())
             })
             .max(min_report);

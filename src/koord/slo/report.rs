@@ -15,14 +15,12 @@ use kube::runtime::watcher::{self, Event, watcher};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::nodemetric::{MEMORY_POLICY, ProdPrediction, ReportPolicy, build_status};
+use super::nodemetric::{MEMORY_POLICY, MIN_REPORT, ProdPrediction, ReportPolicy, build_status};
 use super::types::{NodeMetric, NodeMetricSpec, NodeMetricStatus};
 use crate::koord::metriccache::{MetricCache, now_ms};
 use crate::locks::Locked as _;
 use crate::pod::PodManager;
 
-/// koordlet's floor on the report interval.
-const MIN_REPORT: Duration = Duration::from_secs(30);
 /// Conflicts retried per round (client-go's `retry.DefaultBackoff`: 4 steps).
 const CONFLICT_RETRIES: usize = 4;
 

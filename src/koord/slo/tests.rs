@@ -4,12 +4,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
-use super::nodemetric::{ReportPolicy, build_status};
+use super::nodemetric::{MIN_REPORT as MIN, ReportPolicy, build_status};
 use super::types::NodeMetricSpec;
 use crate::koord::metriccache::{MetricCache, MetricKind, Sample, label};
 use crate::koord::prediction::predictor::ResourceAmount;
-
-const MIN: Duration = Duration::from_secs(30);
 
 fn spec(v: serde_json::Value) -> NodeMetricSpec {
     serde_json::from_value(v).unwrap()

@@ -255,3 +255,72 @@ async fn a_cpu_burner_shows_near_one_core_and_memory_matches_the_cgroup() {
         "the perf probe says it is off"
     );
 }
+
+/// The debug route's count and time range of a query.
+async fn span(ox: &Oxlet, query: &str) -> (u64, i64) {
+    let (code, body) = ox
+        .get(&format!(
+            "/debug/koord/metrics?{query}&agg=count&window=10m"
+        ))
+        .await
+        .expect("oxlet answers");
+    assert_eq!(code, 200, "{query}: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    (
+        v["count"].as_u64().unwrap(),
+        v["time_range_ms"].as_i64().unwrap(),
+    )
+}
+
+/// The metric cache lives under `--root-dir`, as koordlet's TSDB does under its path:
+/// after a kill -9 and a restart, the points from before it are still there (the log
+/// is replayed), so the aggregates and the prediction's training do not start cold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metric_cache_keeps_its_points_across_a_kill_9() {
+    let bed = Testbed::start().await;
+    let mut ox = Oxlet::start(&bed, &[]);
+    write_manifest(
+        &ox.manifests,
+        "rest.yaml",
+        &pod_yaml("rest", "sleep 3600", ""),
+    );
+    let rest = ox.wait_running("rest", START).await;
+    let pod_q = format!("kind=pod_cpu_usage&pod_uid={}", uid(&rest));
+    let t = Instant::now();
+    let (before, before_range) = loop {
+        let (count, range) = span(&ox, &pod_q).await;
+        if count >= 10 {
+            break (count, range);
+        }
+        assert!(t.elapsed() < START, "only {count} points after {START:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (node_before, _) = span(&ox, "kind=node_cpu_usage").await;
+    ox.kill9();
+    ox.spawn(&[]);
+    ox.wait_up(START).await;
+    // The oldest points are from before the kill: the time range covers at least what it
+    // did, where a cold cache would span the two or three seconds since the restart.
+    let (after, after_range) = span(&ox, &pod_q).await;
+    assert!(
+        after >= before && after_range >= before_range,
+        "before the kill {before} points over {before_range} ms, after it {after} over {after_range} ms"
+    );
+    let (node_after, _) = span(&ox, "kind=node_cpu_usage").await;
+    assert!(node_after >= node_before, "{node_before} → {node_after}");
+    let log = ox.log();
+    let opened: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("metric cache opened on disk"))
+        .collect();
+    assert_eq!(opened.len(), 2, "{}", tail(&log, 40));
+    assert!(
+        !opened[1].contains("pointsReplayed=0 "),
+        "the second start replays the log: {}",
+        opened[1]
+    );
+    let dir = ox.root.join("metric-cache");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&dir).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700, "{}", dir.display());
+}

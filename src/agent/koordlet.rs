@@ -285,3 +285,29 @@ pub(super) fn spawn_qos_manager(
         }
     });
 }
+
+/// The metric cache, on disk under `--tsdb-path` (koordlet's TSDB): the points from
+/// before a restart are replayed. A directory that cannot be used is said once, and the
+/// cache is kept in memory (30 minutes) instead: the node runs on without history.
+pub(super) fn open_metric_cache(opts: &Options) -> Arc<crate::koord::MetricCache> {
+    use crate::koord::{CacheLimits, MetricCache};
+    let dir = opts
+        .tsdb_path
+        .clone()
+        .unwrap_or_else(|| opts.root_dir.join("metric-cache"));
+    let limits = CacheLimits {
+        retention: opts.tsdb_retention,
+        max_disk_bytes: opts.tsdb_max_bytes,
+        ..CacheLimits::ON_DISK
+    };
+    match MetricCache::open(&dir, limits) {
+        Ok((cache, found)) => {
+            info!(target: STARTUP_TARGET, dir = %dir.display(), blocks = found.blocks, logSegments = found.wal.segments, pointsReplayed = found.wal.points, tornBytes = found.wal.torn_bytes, retention = %crate::duration::format_go_duration(limits.retention), maxBytes = limits.max_disk_bytes, "metric cache opened on disk");
+            Arc::new(cache)
+        }
+        Err(e) => {
+            warn!(target: STARTUP_TARGET, error = %e, "metric cache: cannot use its directory; keeping the last 30 minutes in memory only");
+            Arc::new(MetricCache::default())
+        }
+    }
+}

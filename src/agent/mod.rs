@@ -75,7 +75,7 @@ struct Shared {
 
 impl Shared {
     /// Everything empty, the runtime taken as healthy until its check says otherwise.
-    fn new(events: EventRecorder) -> Self {
+    fn new(events: EventRecorder, metric_cache: Arc<MetricCache>) -> Self {
         let runtime_health = Arc::new(RuntimeHealth::default());
         runtime_health.set(true);
         Shared {
@@ -84,7 +84,7 @@ impl Shared {
             statuses: Arc::default(),
             pod_cache: Arc::default(),
             pleg_stats: Arc::default(),
-            metric_cache: Arc::default(),
+            metric_cache,
             readings: Arc::default(),
             runtime_health,
             pressure: Arc::default(),
@@ -123,7 +123,7 @@ async fn start(
         },
     );
     runtime::spawn_log_rotation(opts, rt, tasks);
-    let shared = Shared::new(events);
+    let shared = Shared::new(events, koordlet::open_metric_cache(opts));
     let prediction = koordlet::spawn_prediction(opts, &shared, &host.allocatable, tasks);
     let node_metric = koordlet::node_metric_source(&shared, prediction.as_ref());
     let sources = sources::start(opts, api, tasks);

@@ -25,7 +25,7 @@ mod slo;
 #[doc(hidden)]
 pub use advisor::bench as advisor_bench;
 pub(crate) use advisor::{Advisor, AdvisorDeps, DebugQuery, ManagedPods, debug_query};
-pub(crate) use metriccache::MetricCache;
+pub(crate) use metriccache::{CacheLimits, MetricCache};
 // Peak prediction: the server, its collector and inputs, and what `/debug` serves.
 pub(crate) use prediction::metrics::{PredictionCollector, PredictionInputs};
 pub(crate) use prediction::predictor::ResourceAmount;

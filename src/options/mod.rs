@@ -166,6 +166,11 @@ pub struct Options {
     /// `--prediction-checkpoint-filepath` (None: `<root-dir>/prediction-checkpoints`).
     pub(crate) prediction: bool,
     pub(crate) prediction_checkpoint_dir: Option<PathBuf>,
+    /// koordlet's metric cache on disk: `--tsdb-path` (None: `<root-dir>/metric-cache`),
+    /// `--tsdb-retention-duration` and `--tsdb-max-bytes`.
+    pub(crate) tsdb_path: Option<PathBuf>,
+    pub(crate) tsdb_retention: Duration,
+    pub(crate) tsdb_max_bytes: u64,
     /// The image GC policy (`imageGCHighThresholdPercent`,
     /// `imageGCLowThresholdPercent`, `imageMinimumGCAge`, `imageMaximumGCAge`).
     pub(crate) image_gc: crate::images::Policy,
@@ -302,6 +307,9 @@ impl Options {
             event_burst: 0,
             prediction: false,
             prediction_checkpoint_dir: None,
+            tsdb_path: None,
+            tsdb_retention: Duration::ZERO,
+            tsdb_max_bytes: 0,
             image_gc: crate::images::Policy::default(),
             unimplemented: Vec::new(),
             warnings: Vec::new(),

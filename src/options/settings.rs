@@ -230,6 +230,10 @@ pub(crate) static SETTINGS: &[Setting] = &[
     // koordlet's peak prediction (its flag for the directory).
     row("enable-prediction", None, Bool, "true", "true|false", "Train koordlet's peak prediction models from the metric cache and serve /stats/predictions", |o, i| parse_bool(i.text).map(|b| o.prediction = b)),
     row("prediction-checkpoint-filepath", None, Path, "", "PATH", "Directory of the prediction models' checkpoints (empty: <root-dir>/prediction-checkpoints)", |o, i| { o.prediction_checkpoint_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    // koordlet's metric cache on disk (its flags).
+    row("tsdb-path", None, Path, "", "PATH", "Directory of the metric cache's log and blocks (empty: <root-dir>/metric-cache)", |o, i| { o.tsdb_path = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("tsdb-retention-duration", None, Duration, "12h0m0s", "DURATION", "How long the metric cache keeps points on disk", |o, i| positive_duration(i.text).map(|d| o.tsdb_retention = d)),
+    row("tsdb-max-bytes", None, Int, "104857600", "BYTES", "The metric cache's size cap on disk; the oldest blocks go past it", |o, i| int_within(i.text, 1 << 20, i64::MAX).map(|n| o.tsdb_max_bytes = n)),
     // Image garbage collection (kubelet's ImageGCPolicy); each row's check reads the rows above it.
     row("image-gc-high-threshold", Some("imageGCHighThresholdPercent"), Int, "85", "PERCENT", "Image filesystem usage at which unused images are removed (100 turns the periodic image GC off)", |o, i| int_within(i.text, 0, 100).map(|n| o.image_gc.high_percent = n)),
     row("image-gc-low-threshold", Some("imageGCLowThresholdPercent"), Int, "80", "PERCENT", "Image filesystem usage the image GC frees down to; less than the high threshold", set_image_gc_low),

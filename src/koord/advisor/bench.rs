@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use super::Shared;
 use super::pods::{ContainerTarget, PodCollector, PodTarget, TargetLister};
 use crate::cm::{CgroupFs, CgroupTree, HOST_MOUNT, ResourceConfig};
-use crate::koord::metriccache::{MetricCache, MetricKind, Sample, label};
+use crate::koord::metriccache::{MetricCache, MetricKind, synthetic};
 
 struct Fixed(Arc<Vec<Arc<PodTarget>>>);
 
@@ -114,84 +114,81 @@ impl CollectorBench {
     }
 }
 
-/// A filled cache, kept alive while the benchmark reads the process's RSS.
-pub struct FilledCache(MetricCache);
+/// A metric cache the bench fills with rounds shaped as the advisor's, in memory or on
+/// disk, kept alive while the bench reads the process's RSS.
+pub struct FilledCache {
+    cache: MetricCache,
+    pods: i64,
+    containers: i64,
+    start_ms: i64,
+    next_sec: i64,
+}
 
 impl FilledCache {
+    /// In memory only, the default limits (30 minutes).
+    pub fn in_memory(pods: usize, containers: usize, start_ms: i64) -> FilledCache {
+        FilledCache::with(MetricCache::default(), pods, containers, start_ms)
+    }
+
+    /// On disk in `dir`, koordlet's limits (12 h, 100 MiB).
+    pub fn on_disk(
+        dir: &std::path::Path,
+        pods: usize,
+        containers: usize,
+        start_ms: i64,
+    ) -> Result<FilledCache, Box<dyn Error>> {
+        let (cache, _) = MetricCache::open(dir, crate::koord::CacheLimits::ON_DISK)?;
+        Ok(FilledCache::with(cache, pods, containers, start_ms))
+    }
+
+    fn with(cache: MetricCache, pods: usize, containers: usize, start_ms: i64) -> FilledCache {
+        FilledCache {
+            cache,
+            pods: pods as i64,
+            containers: containers as i64,
+            start_ms,
+            next_sec: 0,
+        }
+    }
+
+    /// Appends the next `seconds` rounds, one a second of sample time, running the
+    /// cache's GC each minute as the advisor does; returns the samples stored.
+    pub fn append_seconds(&mut self, seconds: usize) -> usize {
+        let mut stored = 0;
+        for _ in 0..seconds {
+            let sec = self.next_sec;
+            let ts = self.start_ms + sec * 1000;
+            stored += self
+                .cache
+                .append(synthetic::round(self.pods, self.containers, sec, ts));
+            if sec % 60 == 59 {
+                self.cache.gc(ts);
+            }
+            self.next_sec += 1;
+        }
+        stored
+    }
+
     pub fn series(&self) -> usize {
-        self.0.series_count()
+        self.cache.series_count()
     }
 
     /// The cache's own estimate of its heap ([`MetricCache::approx_bytes`]).
     pub fn approx_bytes(&self) -> usize {
-        self.0.approx_bytes()
+        self.cache.approx_bytes()
     }
-}
 
-/// Fills a default-sized cache with `seconds` rounds of what the advisor writes each
-/// second for `pods` pods of `containers` containers (node, system, pod and container
-/// kinds; PSI every 10 s).
-pub fn fill_cache(pods: usize, containers: usize, seconds: usize) -> FilledCache {
-    let cache = MetricCache::default();
-    let start = crate::koord::metriccache::now_ms() - (seconds as i64) * 1000;
-    let psi = |labels: &[(&str, &str)], kind, ts, out: &mut Vec<Sample>| {
-        for res in ["cpu", "mem", "io"] {
-            for degree in ["some", "full"] {
-                let mut l = labels.to_vec();
-                l.extend([
-                    (label::PSI_RESOURCE, res),
-                    (label::PSI_PRECISION, "10"),
-                    (label::PSI_DEGREE, degree),
-                ]);
-                out.extend(Sample::new(kind, &l, ts, 0.5));
-            }
-        }
-    };
-    for s in 0..seconds {
-        let ts = start + (s as i64) * 1000;
-        let mut batch = Vec::new();
-        for kind in [
-            MetricKind::NodeCpuUsage,
-            MetricKind::NodeMemoryUsage,
-            MetricKind::SysCpuUsage,
-            MetricKind::SysMemoryUsage,
-        ] {
-            batch.extend(Sample::new(kind, &[], ts, 1.0));
-        }
-        for p in 0..pods {
-            let uid = format!("00000000-0000-0000-0000-{p:012}");
-            let l = [(label::POD_UID, uid.as_str())];
-            for kind in [
-                MetricKind::PodCpuUsage,
-                MetricKind::PodMemoryUsage,
-                MetricKind::PodCpuThrottled,
-                MetricKind::PodPids,
-            ] {
-                batch.extend(Sample::new(kind, &l, ts, s as f64));
-            }
-            if s % 10 == 0 {
-                psi(&l, MetricKind::PodPsi, ts, &mut batch);
-            }
-            for c in 0..containers {
-                let id = format!("{p:06}{c:02}{}", "a".repeat(56));
-                let l = [(label::CONTAINER_ID, id.as_str())];
-                for kind in [
-                    MetricKind::ContainerCpuUsage,
-                    MetricKind::ContainerMemoryUsage,
-                    MetricKind::ContainerCpuThrottled,
-                ] {
-                    batch.extend(Sample::new(kind, &l, ts, s as f64));
-                }
-                if s % 10 == 0 {
-                    let l = [
-                        (label::POD_UID, uid.as_str()),
-                        (label::CONTAINER_ID, id.as_str()),
-                    ];
-                    psi(&l, MetricKind::ContainerPsi, ts, &mut batch);
-                }
-            }
-        }
-        cache.append(batch);
+    /// `(disk bytes, blocks, bytes written since open)`.
+    pub fn disk(&self) -> (u64, usize, u64) {
+        let s = self.cache.stats();
+        (s.disk_bytes, s.blocks, s.bytes_written)
     }
-    FilledCache(cache)
+
+    /// The span of sample time a query of the node's CPU finds, oldest to newest, in s.
+    pub fn held_seconds(&self) -> f64 {
+        let r = self
+            .cache
+            .query(MetricKind::NodeCpuUsage, &[], i64::MIN, i64::MAX);
+        r.time_range_ms() as f64 / 1000.0
+    }
 }

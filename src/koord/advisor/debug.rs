@@ -6,25 +6,8 @@ use std::time::Duration;
 
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label, now_ms};
 
-/// The longest window asked for: the cache's retention.
-const MAX_WINDOW: Duration = Duration::from_secs(30 * 60);
-
-/// Every kind, to find one by its koordlet name.
-const KINDS: [MetricKind; 13] = [
-    MetricKind::NodeCpuUsage,
-    MetricKind::NodeMemoryUsage,
-    MetricKind::SysCpuUsage,
-    MetricKind::SysMemoryUsage,
-    MetricKind::PodCpuUsage,
-    MetricKind::PodMemoryUsage,
-    MetricKind::PodCpuThrottled,
-    MetricKind::PodPids,
-    MetricKind::PodPsi,
-    MetricKind::ContainerCpuUsage,
-    MetricKind::ContainerMemoryUsage,
-    MetricKind::ContainerCpuThrottled,
-    MetricKind::ContainerPsi,
-];
+/// The longest window asked for: the on-disk cache's retention.
+const MAX_WINDOW: Duration = Duration::from_secs(12 * 3600);
 
 /// The query string.
 #[derive(Debug, Clone, Default)]
@@ -64,12 +47,12 @@ pub(crate) enum DebugQueryError {
     Kind(String),
     #[error("agg: {0:?} is not one of {valid}", valid = AGGS.join(", "))]
     Agg(String),
-    #[error("window: {0:?} is not a duration of at most 30m (e.g. 5s, 1m)")]
+    #[error("window: {0:?} is not a duration of at most 12h (e.g. 5s, 1m, 2h)")]
     Window(String),
 }
 
 fn kind_names() -> String {
-    KINDS.map(MetricKind::name).join(", ")
+    MetricKind::ALL.map(MetricKind::name).join(", ")
 }
 
 impl DebugQuery {
@@ -132,7 +115,7 @@ pub(crate) fn debug_query(
     cache: &MetricCache,
     q: &DebugQuery,
 ) -> Result<serde_json::Value, DebugQueryError> {
-    let kind = KINDS
+    let kind = MetricKind::ALL
         .into_iter()
         .find(|k| k.name() == q.kind)
         .ok_or_else(|| DebugQueryError::Kind(q.kind.clone()))?;
@@ -157,6 +140,7 @@ pub(crate) fn debug_query(
         .iter()
         .map(|(k, v)| ((*k).to_string(), serde_json::Value::from(*v)))
         .collect();
+    let stats = cache.stats();
     Ok(serde_json::json!({
         "kind": kind.name(),
         "labels": labels,
@@ -166,11 +150,15 @@ pub(crate) fn debug_query(
         "time_range_ms": result.time_range_ms(),
         "value": result.value(agg).ok(),
         "series_of_kind": cache.series_of(kind).len(),
+        "truncated": result.truncated(),
         "cache": {
-            "series": cache.series_count(),
-            "dropped_samples": cache.dropped(),
-            "approx_bytes": cache.approx_bytes(),
-            "max_point_bytes": cache.limits().max_point_bytes(),
+            "series": stats.series,
+            "dropped_samples": stats.dropped_samples,
+            "approx_bytes": stats.head_bytes,
+            "disk_bytes": stats.disk_bytes,
+            "blocks": stats.blocks,
+            "bytes_written": stats.bytes_written,
+            "persisted_until_ms": stats.persisted_until_ms,
             "retention_s": cache.limits().retention.as_secs(),
         },
         "node_info": cache.kv().get::<serde_json::Value>(super::NODE_INFO_KEY),

@@ -39,11 +39,36 @@ pub(crate) enum AggregateError {
 pub(crate) struct AggregateResult {
     /// `(unix ms, value)`, in no particular order across series.
     points: Vec<(i64, f64)>,
+    /// The query stopped at its point limit: the window held more.
+    truncated: bool,
 }
 
 impl AggregateResult {
     pub(crate) fn new(points: Vec<(i64, f64)>) -> AggregateResult {
-        AggregateResult { points }
+        AggregateResult {
+            points,
+            truncated: false,
+        }
+    }
+
+    /// Marks the result as cut at the query's point limit.
+    pub(crate) fn cut_short(mut self, truncated: bool) -> AggregateResult {
+        self.truncated = truncated;
+        self
+    }
+
+    pub(crate) fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    #[cfg(test)]
+    pub(crate) fn sort_by_time(&mut self) {
+        self.points.sort_by_key(|p| p.0);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn points(&self) -> &[(i64, f64)] {
+        &self.points
     }
 
     pub(crate) fn count(&self) -> usize {

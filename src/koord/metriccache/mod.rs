@@ -1,17 +1,32 @@
-//! The metric cache: koordlet's `metriccache`, kept in memory. It holds the metric
-//! advisor's samples as time series (one per kind and label set, each with its own
-//! retention) and a small key-value store for facts that are not series (CPU topology,
-//! the last prediction round). The prediction model and the QoS manager read it; the
-//! advisor is its only writer.
+//! The metric cache: koordlet's `metriccache`. It holds the metric advisor's samples as
+//! time series (one per kind and label set) and a small key-value store for facts that
+//! are not series (CPU topology, the last prediction round). The prediction model, the
+//! QoS manager and the NodeMetric report read it; the advisor is its only writer.
 //!
-//! koordlet puts the series in an embedded Prometheus TSDB on disk; oxlet needs only
-//! the last half hour, so a ring of points per series is enough, and its memory is
-//! bounded by [`CacheLimits`]: points per series and the number of series. A sample
-//! that would open a series past the limit is dropped and counted, never stored.
+//! koordlet keeps the series in Prometheus's TSDB on disk, 12 h of them; so does oxlet,
+//! in a small store of the same shape under `--root-dir` (see [`disk`]):
+//! - the **head** holds the newest points in memory: the last minute as it came (a late
+//!   point, up to a minute behind, is slotted in), the rest compressed in chunks;
+//! - every point is written to a **write-ahead log** first, so a restart (even after
+//!   kill -9) replays it and loses nothing that was written;
+//! - each finished 10-minute window goes to an immutable **block** file, and leaves
+//!   memory; queries read blocks for older points;
+//! - blocks past the retention, or the oldest past the size cap, are deleted.
+//!
+//! So memory holds about 11 minutes of points whatever the retention. Without a
+//! directory (the tests, or one that cannot be opened) the cache is the head alone,
+//! kept for [`CacheLimits::retention`]. Either way a sample that would open a series past
+//! the limit is dropped and counted, never stored.
 
 mod aggregate;
+mod block;
+mod codec;
+pub(crate) mod disk;
+mod gorilla;
 mod kv;
 mod series;
+pub(crate) mod synthetic;
+mod wal;
 
 #[cfg(test)]
 mod tests;
@@ -23,8 +38,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub(crate) use aggregate::{AggregateResult, Aggregation};
+use disk::Disk;
 pub(crate) use kv::KvStore;
-use series::Series;
+use series::{Series, SeriesRules};
 
 /// What a series measures, with koordlet's metric names. Units: cores for CPU usage,
 /// bytes for memory, a ratio (0..1) for throttling, a count for pids, percent for PSI.
@@ -46,6 +62,32 @@ pub(crate) enum MetricKind {
 }
 
 impl MetricKind {
+    /// Every kind, in the order of their codes on disk (append only).
+    pub(crate) const ALL: [MetricKind; 13] = [
+        MetricKind::NodeCpuUsage,
+        MetricKind::NodeMemoryUsage,
+        MetricKind::SysCpuUsage,
+        MetricKind::SysMemoryUsage,
+        MetricKind::PodCpuUsage,
+        MetricKind::PodMemoryUsage,
+        MetricKind::PodCpuThrottled,
+        MetricKind::PodPids,
+        MetricKind::PodPsi,
+        MetricKind::ContainerCpuUsage,
+        MetricKind::ContainerMemoryUsage,
+        MetricKind::ContainerCpuThrottled,
+        MetricKind::ContainerPsi,
+    ];
+
+    /// The kind's code in the log and the blocks.
+    fn code(self) -> u8 {
+        MetricKind::ALL.iter().position(|k| *k == self).unwrap_or(0) as u8
+    }
+
+    fn from_code(code: u8) -> Option<MetricKind> {
+        MetricKind::ALL.get(usize::from(code)).copied()
+    }
+
     /// koordlet's name for the kind (its series' `__name__`).
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -187,29 +229,44 @@ impl Sample {
     }
 }
 
-/// How much the cache may hold.
+/// How much the cache may hold, and where the head hands points to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct CacheLimits {
-    /// How long a point is kept (koordlet: 12 h on disk; oxlet: 30 min in memory).
+    /// How long a point is kept (koordlet's `--tsdb-retention-duration`, 12 h).
     pub retention: Duration,
-    /// Points kept per series at most: retention at the finest collection interval.
+    /// Points a series keeps in memory at most; the oldest chunk goes past it.
     pub max_points_per_series: usize,
     /// Series kept at most; samples that would open more are dropped.
     pub max_series: usize,
+    /// The span of a block (koordlet's `--tsdb-min-block-duration`, 10 min).
+    pub block: Duration,
+    /// How far behind its series' newest point a point may still come.
+    pub out_of_order: Duration,
+    /// The directory's size cap (koordlet's `--tsdb-max-bytes`, 100 MiB).
+    pub max_disk_bytes: u64,
 }
 
 impl CacheLimits {
-    /// 30 minutes at 1 s resolution, and series for 250 pods of 4 containers with
-    /// every kind. 110 pods of two containers take about 16 MiB (see the budget test).
+    /// In memory only: 30 minutes, and series for 250 pods of 4 containers with every
+    /// kind.
     pub(crate) const DEFAULT: CacheLimits = CacheLimits {
         retention: Duration::from_secs(30 * 60),
         max_points_per_series: 30 * 60 + 60,
         max_series: 8192,
+        block: Duration::from_secs(10 * 60),
+        out_of_order: Duration::from_secs(60),
+        max_disk_bytes: 100 << 20,
     };
 
-    /// The most memory the points can take, in bytes.
-    pub(crate) fn max_point_bytes(&self) -> usize {
-        self.max_series * self.max_points_per_series * series::POINT_BYTES
+    /// On disk, as koordlet's TSDB: 12 h, 10-minute blocks, 100 MiB. The head holds a
+    /// block and the out-of-order minute at most, so its cap is the in-memory one.
+    pub(crate) const ON_DISK: CacheLimits = CacheLimits {
+        retention: Duration::from_secs(12 * 3600),
+        ..CacheLimits::DEFAULT
+    };
+
+    fn ms(d: Duration) -> i64 {
+        i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
     }
 }
 
@@ -219,14 +276,49 @@ impl Default for CacheLimits {
     }
 }
 
+/// The most points one query returns (16 bytes each): a window that would take more is
+/// cut there, and its result says so.
+pub(crate) const MAX_QUERY_POINTS: usize = 1 << 20;
+
+/// The cache's size and traffic, for the debug endpoint and the bench.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CacheStats {
+    pub series: usize,
+    pub head_bytes: usize,
+    pub disk_bytes: u64,
+    pub blocks: usize,
+    /// Bytes written to the log and to blocks since start.
+    pub bytes_written: u64,
+    pub dropped_samples: u64,
+    /// Points before this (unix ms) are read from blocks; `null` in memory only.
+    pub persisted_until_ms: Option<i64>,
+}
+
+/// The series in memory, and the directory they go to.
+struct Head {
+    series: HashMap<SeriesKey, Series>,
+    /// Every block window before this is on disk, and no point before it is taken.
+    persisted_until: i64,
+    newest_ms: i64,
+    disk: Option<Disk>,
+}
+
 /// The time series and the key-value store. Cheap to share behind an `Arc`; every
-/// call takes a short lock.
-#[derive(Debug)]
+/// call takes a short lock (a query of old points reads blocks under it).
 pub(crate) struct MetricCache {
     limits: CacheLimits,
-    series: Mutex<HashMap<SeriesKey, Series>>,
+    head: Mutex<Head>,
     kv: KvStore,
     dropped: AtomicU64,
+}
+
+impl std::fmt::Debug for MetricCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetricCache")
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for MetricCache {
@@ -236,51 +328,140 @@ impl Default for MetricCache {
 }
 
 impl MetricCache {
+    /// A cache in memory only.
     pub(crate) fn new(limits: CacheLimits) -> MetricCache {
         MetricCache {
             limits,
-            series: Mutex::new(HashMap::new()),
+            head: Mutex::new(Head {
+                series: HashMap::new(),
+                persisted_until: i64::MIN,
+                newest_ms: i64::MIN,
+                disk: None,
+            }),
             kv: KvStore::default(),
             dropped: AtomicU64::new(0),
         }
+    }
+
+    /// A cache kept in `dir`: the blocks found there are read by queries, and the log
+    /// is replayed, so the points from before a restart are all there.
+    pub(crate) fn open(
+        dir: &std::path::Path,
+        limits: CacheLimits,
+    ) -> Result<(MetricCache, disk::Opened), disk::OpenError> {
+        let cache = MetricCache::new(limits);
+        let rules = cache.rules(i64::MIN);
+        let mut series: HashMap<SeriesKey, Series> = HashMap::new();
+        let mut newest = i64::MIN;
+        let (d, opened) = Disk::open(dir, rules.block_ms, |s| {
+            let full = series.len() >= limits.max_series;
+            if let Some(entry) = series.get_mut(&s.key) {
+                let _ = entry.push(s.ts_ms, s.value, rules);
+            } else if !full {
+                let mut fresh = Series::default();
+                let _ = fresh.push(s.ts_ms, s.value, rules);
+                series.insert(s.key, fresh);
+            }
+            newest = newest.max(s.ts_ms);
+        })?;
+        {
+            let mut head = cache.head.locked();
+            head.series = series;
+            head.persisted_until = opened.persisted_until;
+            head.newest_ms = newest;
+            head.disk = Some(d);
+            cache.persist_due(&mut head);
+        }
+        Ok((cache, opened))
     }
 
     pub(crate) fn limits(&self) -> CacheLimits {
         self.limits
     }
 
-    /// Stores a batch (one collector round). Points older than the retention, counted
-    /// from each series' newest point, are dropped; a point older than its series' newest
-    /// is dropped too (koordlet's TSDB allows 1 min out of order; the advisor never
-    /// writes out of order, so oxlet does not). Returns how many were stored.
+    fn rules(&self, floor_ms: i64) -> SeriesRules {
+        SeriesRules {
+            floor_ms,
+            out_of_order_ms: CacheLimits::ms(self.limits.out_of_order),
+            block_ms: CacheLimits::ms(self.limits.block),
+            max_points: self.limits.max_points_per_series,
+        }
+    }
+
+    /// Stores a batch (one collector round), logging it first when the cache is on disk.
+    /// A point more than the out-of-order window older than its series' newest, one
+    /// already on disk, a duplicate, or one that would open a series past the limit is
+    /// dropped and counted. Returns how many were stored.
     pub(crate) fn append(&self, samples: impl IntoIterator<Item = Sample>) -> usize {
-        let retention_ms = i64::try_from(self.limits.retention.as_millis()).unwrap_or(i64::MAX);
-        let mut stored = 0;
-        let mut map = self.series.locked();
-        for s in samples {
+        let samples: Vec<Sample> = samples.into_iter().collect();
+        let retention_ms = CacheLimits::ms(self.limits.retention);
+        let mut head = self.head.locked();
+        let rules = self.rules(head.persisted_until);
+        let mut taken: Vec<&Sample> = Vec::with_capacity(samples.len());
+        let mut dropped = 0u64;
+        for s in &samples {
             // One lookup for a known series (nearly every sample), an insert for a new one.
-            let full = map.len() >= self.limits.max_series;
-            let series = match map.get_mut(&s.key) {
+            let full = head.series.len() >= self.limits.max_series;
+            let series = match head.series.get_mut(&s.key) {
                 Some(series) => series,
                 None if full => {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    dropped += 1;
                     continue;
                 }
-                None => map
-                    .entry(s.key)
-                    .or_insert_with(|| Series::new(self.limits.max_points_per_series)),
+                None => head.series.entry(s.key.clone()).or_default(),
             };
-            if series.push(s.ts_ms, s.value, retention_ms) {
-                stored += 1;
-            } else {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+            match series.push(s.ts_ms, s.value, rules) {
+                Ok(()) => {
+                    series.drop_before(s.ts_ms.saturating_sub(retention_ms));
+                    taken.push(s);
+                }
+                Err(_) => dropped += 1,
             }
         }
+        let stored = taken.len();
+        if let Some(newest) = taken.iter().map(|s| s.ts_ms).max() {
+            head.newest_ms = head.newest_ms.max(newest);
+        }
+        if let Some(disk) = head.disk.as_mut() {
+            disk.log(&taken);
+        }
+        drop(taken);
+        self.persist_due(&mut head);
+        self.dropped.fetch_add(dropped, Ordering::Relaxed);
         stored
     }
 
+    /// Moves every block window that is past the out-of-order window of the newest
+    /// point to disk, and forgets the series left empty (a deleted pod's, once its
+    /// last points are in a block).
+    fn persist_due(&self, head: &mut Head) {
+        let rules = self.rules(head.persisted_until);
+        let cut = series::window_start(
+            head.newest_ms.saturating_sub(rules.out_of_order_ms),
+            rules.block_ms,
+        );
+        if head.disk.is_none() || head.newest_ms == i64::MIN || cut <= head.persisted_until {
+            return;
+        }
+        let mut finished = Vec::new();
+        for (key, s) in &mut head.series {
+            let chunks = s.take_before(cut, rules.block_ms);
+            if !chunks.is_empty() {
+                finished.push((key.clone(), chunks));
+            }
+        }
+        finished.sort_by(|a, b| a.0.cmp(&b.0));
+        head.series.retain(|_, s| !s.is_empty());
+        head.persisted_until = cut;
+        if let Some(disk) = head.disk.as_mut() {
+            let lost = disk.persist(cut, finished);
+            self.dropped.fetch_add(lost as u64, Ordering::Relaxed);
+        }
+    }
+
     /// Every point in `[start_ms, end_ms]` of every series of `kind` whose labels include
-    /// all of `labels` (koordlet's equality matchers), as one list.
+    /// all of `labels` (koordlet's equality matchers), as one list: the blocks' points,
+    /// then the head's. At most [`MAX_QUERY_POINTS`].
     pub(crate) fn query(
         &self,
         kind: MetricKind,
@@ -288,74 +469,124 @@ impl MetricCache {
         start_ms: i64,
         end_ms: i64,
     ) -> AggregateResult {
-        let map = self.series.locked();
+        let head = self.head.locked();
         let mut points = Vec::new();
-        for (key, series) in map.iter() {
-            if key.kind != kind {
-                continue;
-            }
-            let matches = labels
-                .iter()
-                .all(|(n, v)| key.labels.iter().any(|(kn, kv)| kn == n && kv == v));
-            if matches {
-                points.extend(series.range(start_ms, end_ms));
-            }
+        let mut complete = true;
+        if let Some(disk) = head
+            .disk
+            .as_ref()
+            .filter(|_| start_ms < head.persisted_until)
+        {
+            let want = block::Want {
+                kind,
+                labels,
+                start_ms,
+                end_ms: end_ms.min(head.persisted_until - 1),
+                limit: MAX_QUERY_POINTS,
+            };
+            complete = disk.read_into(&want, &mut points);
         }
-        AggregateResult::new(points)
+        let want = block::Want {
+            kind,
+            labels,
+            start_ms,
+            end_ms,
+            limit: MAX_QUERY_POINTS,
+        };
+        for series in head
+            .series
+            .iter()
+            .filter(|(k, _)| want.matches(k))
+            .map(|(_, s)| s)
+        {
+            if !complete {
+                break;
+            }
+            complete = series.range_into(start_ms, end_ms, &mut points, MAX_QUERY_POINTS);
+        }
+        AggregateResult::new(points).cut_short(!complete)
     }
 
-    /// The label sets of `kind`'s series (for callers that group, e.g. per pod).
+    /// The label sets of `kind`'s series in memory (for callers that group, e.g. per pod).
     pub(crate) fn series_of(&self, kind: MetricKind) -> Vec<SeriesKey> {
-        let map = self.series.locked();
-        let mut keys: Vec<SeriesKey> = map.keys().filter(|k| k.kind == kind).cloned().collect();
+        let head = self.head.locked();
+        let mut keys: Vec<SeriesKey> = head
+            .series
+            .keys()
+            .filter(|k| k.kind == kind)
+            .cloned()
+            .collect();
         keys.sort();
         keys
     }
 
-    /// Drops the points older than the retention before `now_ms`, and the series left
-    /// empty (a deleted pod's series go once their last point ages out).
+    /// Drops what is past the retention before `now_ms`: points and emptied series in
+    /// memory, blocks on disk (and the oldest blocks while the directory is over its
+    /// cap). Returns how many series went.
     pub(crate) fn gc(&self, now_ms: i64) -> usize {
-        let retention_ms = i64::try_from(self.limits.retention.as_millis()).unwrap_or(i64::MAX);
-        let cutoff = now_ms.saturating_sub(retention_ms);
-        let mut map = self.series.locked();
-        let before = map.len();
-        map.retain(|_, s| {
+        let cutoff = now_ms.saturating_sub(CacheLimits::ms(self.limits.retention));
+        let mut head = self.head.locked();
+        let before = head.series.len();
+        head.series.retain(|_, s| {
             s.drop_before(cutoff);
             !s.is_empty()
         });
-        before - map.len()
+        let gone = before - head.series.len();
+        if let Some(disk) = head.disk.as_mut() {
+            disk.enforce_limits(cutoff, self.limits.max_disk_bytes);
+        }
+        gone
     }
 
-    /// Series held now.
+    /// Series held in memory now.
     pub(crate) fn series_count(&self) -> usize {
-        self.series.locked().len()
+        self.head.locked().series.len()
     }
 
-    /// Samples dropped so far (series limit, or out of order).
+    /// Samples dropped so far (series limit, out of order, duplicates, a block that
+    /// could not be written).
     pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// The memory the series take now: their point buffers (allocated capacity) and
-    /// their keys. An estimate of the heap, without the allocator's own overhead.
+    /// The memory the head takes now: its buffers and keys. An estimate of the heap,
+    /// without the allocator's own overhead.
     pub(crate) fn approx_bytes(&self) -> usize {
-        let map = self.series.locked();
-        let per_entry = std::mem::size_of::<(SeriesKey, Series)>() + 8;
-        map.iter()
-            .map(|(k, s)| {
-                per_entry
-                    + s.heap_bytes()
-                    + k.labels.capacity() * std::mem::size_of::<(&str, String)>()
-                    + k.labels.iter().map(|(_, v)| v.capacity()).sum::<usize>()
-            })
-            .sum::<usize>()
-            + map.capacity() * std::mem::size_of::<u64>()
+        approx_head_bytes(&self.head.locked())
+    }
+
+    pub(crate) fn stats(&self) -> CacheStats {
+        let head = self.head.locked();
+        let disk = head.disk.as_ref();
+        CacheStats {
+            series: head.series.len(),
+            head_bytes: approx_head_bytes(&head),
+            disk_bytes: disk.map_or(0, Disk::disk_bytes),
+            blocks: disk.map_or(0, Disk::blocks),
+            bytes_written: disk.map_or(0, |d| d.bytes_written + d.log_bytes_written()),
+            dropped_samples: self.dropped(),
+            persisted_until_ms: disk.map(|_| head.persisted_until),
+        }
     }
 
     /// The key-value store.
     pub(crate) fn kv(&self) -> &KvStore {
         &self.kv
     }
+}
+
+fn approx_head_bytes(head: &Head) -> usize {
+    let per_entry = std::mem::size_of::<(SeriesKey, Series)>() + 8;
+    head.series
+        .iter()
+        .map(|(k, s)| {
+            per_entry
+                + s.heap_bytes()
+                + k.labels.capacity() * std::mem::size_of::<(&str, String)>()
+                + k.labels.iter().map(|(_, v)| v.capacity()).sum::<usize>()
+        })
+        .sum::<usize>()
+        + head.series.capacity() * std::mem::size_of::<u64>()
 }
 
 /// Now, in unix milliseconds (the cache's timestamps).

@@ -1,117 +1,188 @@
-//! One series: its points, oldest first, in a ring whose length never passes the cap.
-//!
-//! A point takes 8 bytes: its time as milliseconds after the series' base (u32, so a
-//! base lasts 49 days before it is moved up) and its value as an f32 (a 24-bit mantissa:
-//! 64 bytes of error on a gigabyte, a thousandth of a core on 4 000 cores). At 1 s
-//! resolution and 30 min retention that is 15 KiB a series.
+//! One series in the head (the part of the cache kept in memory): its last minute of
+//! points as they came, where a late point can still be slotted in, and the rest in
+//! compressed chunks (see [`gorilla`](super::gorilla)). A chunk never crosses a block
+//! boundary, so a finished block takes whole chunks, as they are, to disk.
 
 use std::collections::VecDeque;
 
-/// The bytes one point takes in the ring.
-pub(super) const POINT_BYTES: usize = std::mem::size_of::<(u32, f32)>();
+use super::gorilla::{CHUNK_POINTS, Chunk, ChunkWriter};
 
-#[derive(Debug)]
+/// The start of the block window `ts` falls in.
+pub(super) fn window_start(ts: i64, block_ms: i64) -> i64 {
+    ts.saturating_sub(ts.rem_euclid(block_ms))
+}
+
+/// Why a point was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refused {
+    /// Older than the out-of-order window or than what is already on disk.
+    TooOld,
+    /// The series already has a point at that time.
+    Duplicate,
+}
+
+#[derive(Debug, Default)]
 pub(super) struct Series {
-    /// Unix ms that offsets count from.
-    base_ms: i64,
-    points: VecDeque<(u32, f32)>,
-    cap: usize,
+    /// The newest points, sorted by time: those within the out-of-order window of the
+    /// newest, uncompressed so that a late point can be inserted.
+    recent: VecDeque<(i64, f64)>,
+    /// Finished chunks, oldest first.
+    chunks: Vec<Chunk>,
+    /// The chunk being filled, after the finished ones.
+    open: Option<ChunkWriter>,
+}
+
+/// Where the cache's rules put a series' limits.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SeriesRules {
+    /// No point older than this is taken (what is on disk is final).
+    pub floor_ms: i64,
+    pub out_of_order_ms: i64,
+    pub block_ms: i64,
+    pub max_points: usize,
 }
 
 impl Series {
-    pub(super) fn new(cap: usize) -> Series {
-        Series {
-            base_ms: 0,
-            points: VecDeque::new(),
-            cap: cap.max(1),
-        }
-    }
-
-    fn newest_ms(&self) -> Option<i64> {
-        self.points
+    /// The newest point's time.
+    pub(super) fn newest_ms(&self) -> Option<i64> {
+        self.recent
             .back()
-            .map(|(off, _)| self.base_ms + i64::from(*off))
+            .map(|p| p.0)
+            .or_else(|| self.sealed_until())
     }
 
-    /// Appends a point unless it is older than the newest one; then drops what is past
-    /// the retention or the cap. False when the point was refused.
-    pub(super) fn push(&mut self, ts_ms: i64, value: f64, retention_ms: i64) -> bool {
-        match self.newest_ms() {
-            Some(newest) if newest > ts_ms => return false,
-            None => self.base_ms = ts_ms,
-            Some(_) => {}
+    /// The newest compressed point's time: nothing at or before it can be added.
+    fn sealed_until(&self) -> Option<i64> {
+        match &self.open {
+            Some(w) => Some(w.last_ts()),
+            None => self.chunks.last().map(|c| c.max_ts),
         }
-        self.drop_before(ts_ms.saturating_sub(retention_ms));
-        if self.points.len() == self.cap {
-            self.points.pop_front();
+    }
+
+    /// Adds a point unless it is older than the newest by more than the out-of-order
+    /// window, older than the floor, or a duplicate; then compresses what has left the
+    /// window, and drops the oldest chunk past the point cap (as a retention would).
+    pub(super) fn push(&mut self, ts: i64, value: f64, rules: SeriesRules) -> Result<(), Refused> {
+        let newest = self.newest_ms().unwrap_or(i64::MIN);
+        let oldest_taken = rules
+            .floor_ms
+            .max(newest.saturating_sub(rules.out_of_order_ms));
+        if ts < oldest_taken || self.sealed_until().is_some_and(|s| ts <= s) {
+            return Err(Refused::TooOld);
         }
-        let offset = match u32::try_from(ts_ms - self.base_ms) {
-            Ok(o) => o,
-            Err(_) => {
-                self.rebase();
-                match u32::try_from(ts_ms - self.base_ms) {
-                    Ok(o) => o,
-                    // Older points are further back than a u32 reaches: start afresh.
-                    Err(_) => {
-                        self.points.clear();
-                        self.base_ms = ts_ms;
-                        0
+        let at = self.recent.partition_point(|(t, _)| *t < ts);
+        if self.recent.get(at).is_some_and(|(t, _)| *t == ts) {
+            return Err(Refused::Duplicate);
+        }
+        self.recent.insert(at, (ts, value));
+        let newest = newest.max(ts);
+        self.seal_before(newest.saturating_sub(rules.out_of_order_ms), rules.block_ms);
+        self.enforce_cap(rules.max_points);
+        Ok(())
+    }
+
+    /// Compresses the recent points older than `before_ms`.
+    fn seal_before(&mut self, before_ms: i64, block_ms: i64) {
+        while let Some(&(ts, v)) = self.recent.front().filter(|p| p.0 < before_ms) {
+            self.recent.pop_front();
+            match &mut self.open {
+                Some(w)
+                    if w.len() < CHUNK_POINTS
+                        && window_start(w.first_ts(), block_ms) == window_start(ts, block_ms) =>
+                {
+                    w.push(ts, v);
+                }
+                _ => {
+                    if let Some(w) = self.open.take() {
+                        self.chunks.push(w.close());
                     }
+                    self.open = Some(ChunkWriter::new(ts, v));
                 }
             }
-        };
-        if self.points.len() == self.points.capacity() {
-            // Doubling, but never past the cap: a full ring holds exactly `cap` points.
-            let want = (self.points.capacity() * 2).max(16).min(self.cap);
-            self.points.reserve_exact(want - self.points.len());
         }
-        #[allow(
-            clippy::cast_possible_truncation,
-            reason = "stored as f32 on purpose (see the module doc)"
-        )]
-        self.points.push_back((offset, value as f32));
+    }
+
+    /// Drops the oldest chunks while the series holds more than `max` points.
+    fn enforce_cap(&mut self, max: usize) {
+        while self.len() > max && !self.chunks.is_empty() {
+            self.chunks.remove(0);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.recent.len()
+            + self.open.as_ref().map_or(0, |w| usize::from(w.len()))
+            + self.chunks.iter().map(|c| usize::from(c.n)).sum::<usize>()
+    }
+
+    /// Takes out every point before `end_ms` (a block boundary) as finished chunks,
+    /// oldest first; the series keeps only what is newer.
+    pub(super) fn take_before(&mut self, end_ms: i64, block_ms: i64) -> Vec<Chunk> {
+        self.seal_before(end_ms, block_ms);
+        if self.open.as_ref().is_some_and(|w| w.first_ts() < end_ms) {
+            self.chunks.extend(self.open.take().map(ChunkWriter::close));
+        }
+        let keep = self.chunks.partition_point(|c| c.max_ts < end_ms);
+        let rest = self.chunks.split_off(keep);
+        std::mem::replace(&mut self.chunks, rest)
+    }
+
+    /// Drops the points older than `cutoff_ms` (whole chunks: a chunk goes when its
+    /// newest point is past the cutoff).
+    pub(super) fn drop_before(&mut self, cutoff_ms: i64) {
+        self.chunks.retain(|c| c.max_ts >= cutoff_ms);
+        if self.open.as_ref().is_some_and(|w| w.last_ts() < cutoff_ms) {
+            self.open = None;
+        }
+        while self.recent.front().is_some_and(|p| p.0 < cutoff_ms) {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Appends the points in `[start_ms, end_ms]` to `out`, oldest first, stopping when
+    /// `out` holds `limit`; false if it stopped early.
+    pub(super) fn range_into(
+        &self,
+        start_ms: i64,
+        end_ms: i64,
+        out: &mut Vec<(i64, f64)>,
+        limit: usize,
+    ) -> bool {
+        let in_range = |p: &(i64, f64)| p.0 >= start_ms && p.0 <= end_ms;
+        let chunks = self
+            .chunks
+            .iter()
+            .filter(|c| c.max_ts >= start_ms && c.min_ts <= end_ms)
+            .map(Chunk::points);
+        let open = self
+            .open
+            .iter()
+            .filter(|w| w.last_ts() >= start_ms && w.first_ts() <= end_ms)
+            .map(ChunkWriter::points);
+        for p in chunks.chain(open).flatten().filter(in_range) {
+            if out.len() >= limit {
+                return false;
+            }
+            out.push(p);
+        }
+        for p in self.recent.iter().copied().filter(in_range) {
+            if out.len() >= limit {
+                return false;
+            }
+            out.push(p);
+        }
         true
     }
 
-    /// Moves the base up to the oldest point.
-    fn rebase(&mut self) {
-        let Some(&(first, _)) = self.points.front() else {
-            return;
-        };
-        for p in &mut self.points {
-            p.0 -= first;
-        }
-        self.base_ms += i64::from(first);
-    }
-
-    /// Drops the points older than `cutoff_ms`.
-    pub(super) fn drop_before(&mut self, cutoff_ms: i64) {
-        while self
-            .points
-            .front()
-            .is_some_and(|(off, _)| self.base_ms + i64::from(*off) < cutoff_ms)
-        {
-            self.points.pop_front();
-        }
-    }
-
-    /// The points in `[start_ms, end_ms]`, as unix ms and values.
-    pub(super) fn range(&self, start_ms: i64, end_ms: i64) -> impl Iterator<Item = (i64, f64)> {
-        let base = self.base_ms;
-        let from = self
-            .points
-            .partition_point(|(off, _)| base + i64::from(*off) < start_ms);
-        self.points
-            .range(from..)
-            .map(move |(off, v)| (base + i64::from(*off), f64::from(*v)))
-            .take_while(move |(t, _)| *t <= end_ms)
-    }
-
     pub(super) fn is_empty(&self) -> bool {
-        self.points.is_empty()
+        self.recent.is_empty() && self.open.is_none() && self.chunks.is_empty()
     }
 
+    /// The heap the series takes: its buffers' capacity.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.points.capacity() * POINT_BYTES
+        self.recent.capacity() * std::mem::size_of::<(i64, f64)>()
+            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
+            + self.chunks.iter().map(|c| c.bytes.len()).sum::<usize>()
+            + self.open.as_ref().map_or(0, ChunkWriter::heap_bytes)
     }
 }

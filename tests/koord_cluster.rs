@@ -159,20 +159,30 @@ async fn the_node_metric_status_shows_a_cpu_burning_pod() {
     assert!(ox.log().contains("NodeMetric status reported"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
-    let bed = Testbed::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
+/// The test apiserver serving koordinator's NodeSLO CRD, a client of it, and oxlet
+/// running against it: no `--node-slo-file`, so koordlet's gates (CPU suppress on)
+/// and no thresholds until a NodeSLO is written.
+async fn start_with_node_slo_crd(
+    bed: &Testbed,
+    dir: &std::path::Path,
+) -> (testapi::TestApiServer, kube::Client, Oxlet) {
+    let server = testapi::TestApiServer::start(dir).await.unwrap();
     let client = client_of(&server).await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &koord_crd("NodeSLO", "nodeslos"))
         .await
         .unwrap();
-    // No --node-slo-file: koordlet's gates (CPU suppress on) and no thresholds yet.
-    let mut ox = Oxlet::new(&bed);
+    let mut ox = Oxlet::new(bed);
     ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
     ox.wait_up(Duration::from_secs(30)).await;
+    (server, client, ox)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, client, ox) = start_with_node_slo_crd(&bed, dir.path()).await;
     let burn = pod_yaml("burn", "while true; do :; done", "").replace(
         "    command:",
         "    resources:\n      requests: {cpu: 100m}\n    command:",
@@ -265,15 +275,7 @@ async fn wait_pod_quota(ox: &Oxlet, p: &k8s_openapi::api::core::v1::Pod, what: &
 async fn a_node_slo_change_turns_the_batch_cfs_quota_off_and_on_without_a_restart() {
     let bed = Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
-    let client = client_of(&server).await;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &koord_crd("NodeSLO", "nodeslos"))
-        .await
-        .unwrap();
-    let mut ox = Oxlet::new(&bed);
-    ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
-    ox.wait_up(Duration::from_secs(30)).await;
+    let (_server, client, ox) = start_with_node_slo_crd(&bed, dir.path()).await;
     let batch = pod_yaml("batch", "sleep 3600", "")
         .replace("  name: batch\n", "  name: batch\n  labels: {koordinator.sh/qosClass: BE}\n")
         .replace(

@@ -159,20 +159,30 @@ async fn the_node_metric_status_shows_a_cpu_burning_pod() {
     assert!(ox.log().contains("NodeMetric status reported"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
-    let bed = Testbed::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let server = testapi::TestApiServer::start(dir.path()).await.unwrap();
+/// The test apiserver serving koordinator's NodeSLO CRD, a client of it, and oxlet
+/// running against it: no `--node-slo-file`, so koordlet's gates (CPU suppress on)
+/// and no thresholds until a NodeSLO is written.
+async fn start_with_node_slo_crd(
+    bed: &Testbed,
+    dir: &std::path::Path,
+) -> (testapi::TestApiServer, kube::Client, Oxlet) {
+    let server = testapi::TestApiServer::start(dir).await.unwrap();
     let client = client_of(&server).await;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     crds.create(&PostParams::default(), &koord_crd("NodeSLO", "nodeslos"))
         .await
         .unwrap();
-    // No --node-slo-file: koordlet's gates (CPU suppress on) and no thresholds yet.
-    let mut ox = Oxlet::new(&bed);
+    let mut ox = Oxlet::new(bed);
     ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
     ox.wait_up(Duration::from_secs(30)).await;
+    (server, client, ox)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, client, ox) = start_with_node_slo_crd(&bed, dir.path()).await;
     let burn = pod_yaml("burn", "while true; do :; done", "").replace(
         "    command:",
         "    resources:\n      requests: {cpu: 100m}\n    command:",
@@ -231,5 +241,77 @@ async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
             .matches("starting the pod lifecycle event generator")
             .count(),
         1
+    );
+}
+
+/// The pod cgroup's CFS quota (v1) of the static pod `p`.
+fn pod_quota(ox: &Oxlet, p: &k8s_openapi::api::core::v1::Pod) -> i64 {
+    let path = ox.cgroup_file(
+        "cpu",
+        &format!("kubepods/besteffort/pod{}/cpu.cfs_quota_us", uid(p)),
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits up to 30 s until the pod cgroup's quota is `want`.
+async fn wait_pod_quota(ox: &Oxlet, p: &k8s_openapi::api::core::v1::Pod, what: &str, want: i64) {
+    let t = Instant::now();
+    while pod_quota(ox, p) != want {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{what}: quota {}\n{}",
+            pod_quota(ox, p),
+            tail(&ox.log(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_slo_change_turns_the_batch_cfs_quota_off_and_on_without_a_restart() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, client, ox) = start_with_node_slo_crd(&bed, dir.path()).await;
+    let batch = pod_yaml("batch", "sleep 3600", "")
+        .replace("  name: batch\n", "  name: batch\n  labels: {koordinator.sh/qosClass: BE}\n")
+        .replace(
+            "    command:",
+            "    resources:\n      requests: {kubernetes.io/batch-cpu: \"500\"}\n      limits: {kubernetes.io/batch-cpu: \"1500\"}\n    command:",
+        );
+    write_manifest(&ox.manifests, "batch.yaml", &batch);
+    let p = ox.wait_running("batch", Duration::from_secs(30)).await;
+    // No NodeSLO: CPU suppress is off, the batch pod has its quota (1500m).
+    wait_pod_quota(&ox, &p, "no NodeSLO", 150_000).await;
+
+    // koord-manager turns CPU suppress on with the cfsQuota policy: the BestEffort
+    // cgroup's quota is now CPU suppress's, and the batch pods' quotas are lifted.
+    let resource = koord_resource("NodeSLO", "nodeslos");
+    let slos: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut slo = DynamicObject::new(NODE, &resource);
+    slo.data = json!({"spec": {"resourceUsedThresholdWithBE": {"enable": true, "cpuSuppressPolicy": "cfsQuota"}}});
+    slos.create(&PostParams::default(), &slo).await.unwrap();
+    wait_pod_quota(&ox, &p, "after enable: true", -1).await;
+    assert!(
+        ox.log()
+            .contains("runtime hook rule changed by the NodeSLO")
+    );
+
+    // Off again: the pod's quota comes back.
+    let mut off = slos.get(NODE).await.unwrap();
+    off.data["spec"]["resourceUsedThresholdWithBE"] = json!({"enable": false});
+    slos.replace(NODE, &PostParams::default(), &off)
+        .await
+        .unwrap();
+    wait_pod_quota(&ox, &p, "after enable: false", 150_000).await;
+    assert_eq!(
+        ox.log()
+            .matches("starting the pod lifecycle event generator")
+            .count(),
+        1,
+        "one process all along"
     );
 }

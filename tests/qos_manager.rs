@@ -23,42 +23,158 @@ fn slo_file(dir: &Path, text: &str) -> PathBuf {
     p
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_batch_resource_hook_sets_a_best_effort_containers_cpu_shares() {
-    let bed = Testbed::start().await;
-    let slo = slo_file(
-        bed.base_dir(),
-        "resourceUsedThresholdWithBE: {enable: true}\nstrategies: {cpuSuppress: true}\n",
+/// A pod labelled `koordinator.sh/qosClass: BE` with two containers asking for
+/// koordinator's batch resources (BestEffort to Kubernetes).
+fn batch_pod_yaml(name: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  labels: {{koordinator.sh/qosClass: BE}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    resources:
+      requests: {{kubernetes.io/batch-cpu: "500", kubernetes.io/batch-memory: 64Mi}}
+      limits: {{kubernetes.io/batch-cpu: "1000", kubernetes.io/batch-memory: 64Mi}}
+  - name: side
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    resources:
+      requests: {{kubernetes.io/batch-cpu: "250"}}
+      limits: {{kubernetes.io/batch-cpu: "500", kubernetes.io/batch-memory: 32Mi}}
+"#
+    )
+}
+
+/// A v1 cgroup file of the pod (`rel` below its cgroup), as a number.
+fn pod_cgroup_value(ox: &Oxlet, pod: &Pod, controller: &str, rel: &str) -> i64 {
+    let path = ox.cgroup_file(
+        controller,
+        &format!("kubepods/besteffort/pod{}/{rel}", uid(pod)),
     );
-    let ox = Oxlet::start(&bed, &[&format!("--node-slo-file={}", slo.display())]);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.trim().parse().unwrap()
+}
+
+/// Waits up to 30 s until the pod's cgroup file reads `want`.
+async fn wait_pod_cgroup_value(ox: &Oxlet, pod: &Pod, controller: &str, rel: &str, want: i64) {
+    let t = std::time::Instant::now();
+    loop {
+        let have = pod_cgroup_value(ox, pod, controller, rel);
+        if have == want {
+            return;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{rel}: {have}, want {want}\n{}",
+            tail(&ox.log(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batch_resource_rule_sets_a_be_pods_cgroups_and_the_reconciler_repairs_them() {
+    let bed = Testbed::start().await;
+    // No NodeSLO: CPU suppress is off, so batch pods get their CFS quotas.
+    let ox = Oxlet::start(&bed, &[]);
     ox.wait_up(START).await;
-    // runc mounts the container's own cgroup at /sys/fs/cgroup (v1: per controller).
-    let script = "echo shares=$(cat /sys/fs/cgroup/cpu/cpu.shares 2>/dev/null || echo w$(cat /sys/fs/cgroup/cpu.weight)); \
-                  echo quota=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cat /sys/fs/cgroup/cpu.max); sleep 3600";
-    let resources = "    resources:\n      requests: {kubernetes.io/batch-cpu: \"500\"}\n      limits: {kubernetes.io/batch-cpu: \"1000\"}\n";
-    let text =
-        pod_yaml("batch", script, "").replace("    command:", &format!("{resources}    command:"));
-    write_manifest(&ox.manifests, "batch.yaml", &text);
-    write_manifest(&ox.manifests, "plain.yaml", &pod_yaml("plain", script, ""));
+    write_manifest(&ox.manifests, "batch.yaml", &batch_pod_yaml("batch"));
+    write_manifest(
+        &ox.manifests,
+        "plain.yaml",
+        &pod_yaml("plain", "sleep 3600", ""),
+    );
     let batch = ox.wait_running("batch", START).await;
     let plain = ox.wait_running("plain", START).await;
     assert_eq!(
         batch.status.as_ref().unwrap().qos_class.as_deref(),
         Some("BestEffort")
     );
-    let out = ox.main_log_once(&batch, "quota=").await;
-    // v1: 500 × 1024 / 1000 = 512 shares; v2: weight 20. Quota 1000m = 100000 µs.
-    assert!(
-        out.contains("shares=512") || out.contains("shares=w20"),
-        "{out}"
+    // The pod: 750m of requests → 768 shares; 1500m of limits → 150000 µs; 96 MiB.
+    // Set before the sandbox ran (PreRunPodSandbox).
+    assert_eq!(pod_cgroup_value(&ox, &batch, "cpu", "cpu.shares"), 768);
+    assert_eq!(
+        pod_cgroup_value(&ox, &batch, "cpu", "cpu.cfs_quota_us"),
+        150_000
     );
-    assert!(out.contains("quota=100000"), "{out}");
-    // A BestEffort pod without batch resources keeps kubelet's 2 shares.
-    let out = ox.main_log_once(&plain, "quota=").await;
-    assert!(
-        out.contains("shares=2") || out.contains("shares=w1"),
-        "{out}"
+    assert_eq!(
+        pod_cgroup_value(&ox, &batch, "memory", "memory.limit_in_bytes"),
+        96 << 20
     );
+    assert!(
+        ox.log()
+            .contains("runtime hook set a pod cgroup value before its sandbox runs")
+    );
+    // Each container: its own request and limits (PreCreateContainer).
+    let main = runtime_id(&batch, "main");
+    assert_eq!(
+        pod_cgroup_value(&ox, &batch, "cpu", &format!("{main}/cpu.shares")),
+        512
+    );
+    assert_eq!(
+        pod_cgroup_value(&ox, &batch, "cpu", &format!("{main}/cpu.cfs_quota_us")),
+        100_000
+    );
+    let side = runtime_id(&batch, "side");
+    assert_eq!(
+        pod_cgroup_value(
+            &ox,
+            &batch,
+            "memory",
+            &format!("{side}/memory.limit_in_bytes")
+        ),
+        32 << 20
+    );
+    // A pod without the BE label keeps kubelet's BestEffort cgroup.
+    assert_eq!(pod_cgroup_value(&ox, &plain, "cpu", "cpu.shares"), 2);
+    assert_eq!(pod_cgroup_value(&ox, &plain, "cpu", "cpu.cfs_quota_us"), -1);
+
+    // Someone writes the pod's shares and a container's quota by hand: the
+    // reconciler puts both back, and says why.
+    let shares = ox.cgroup_file(
+        "cpu",
+        &format!("kubepods/besteffort/pod{}/cpu.shares", uid(&batch)),
+    );
+    std::fs::write(&shares, "1024").unwrap();
+    let quota = ox.cgroup_file(
+        "cpu",
+        &format!(
+            "kubepods/besteffort/pod{}/{main}/cpu.cfs_quota_us",
+            uid(&batch)
+        ),
+    );
+    std::fs::write(&quota, "-1").unwrap();
+    assert_eq!(pod_cgroup_value(&ox, &batch, "cpu", "cpu.shares"), 1024);
+    wait_pod_cgroup_value(&ox, &batch, "cpu", "cpu.shares", 768).await;
+    wait_pod_cgroup_value(
+        &ox,
+        &batch,
+        "cpu",
+        &format!("{main}/cpu.cfs_quota_us"),
+        100_000,
+    )
+    .await;
+    let log = ox.log();
+    let repair = log
+        .lines()
+        .find(|l| l.contains("a cgroup value was not the rule's") && l.contains("found=\"1024\""))
+        .unwrap_or_else(|| panic!("no repair line\n{}", tail(&log, 30)));
+    for field in [
+        "level=\"pod\"",
+        "resource=\"cpu.shares\"",
+        "value=768",
+        "hook=\"batchresource\"",
+    ] {
+        assert!(repair.contains(field), "{field} in {repair}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

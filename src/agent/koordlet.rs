@@ -1,5 +1,5 @@
 //! koordlet's side of the node: the node SLO config and the runtime hooks
-//! it turns on, the metric advisor filling the metric cache, peak prediction trained
+//! with their reconciler, the metric advisor filling the metric cache, peak prediction trained
 //! from it, and the node QoS manager.
 
 use std::sync::Arc;
@@ -12,11 +12,10 @@ use super::node::{Host, host_cgroup_tree};
 use super::runtime::Runtime;
 use crate::cm::NodeAllocatable;
 use crate::koord::{
-    NodeMetricReporter, NodeMetricSource, NodeSloWatch, PredictServer, PredictionCollector,
-    PredictionConfig, PredictionInputs, PredictionView, QosConfig, ResourceAmount, Served,
-    pod_inputs,
+    HookSet, NodeMetricReporter, NodeMetricSource, NodeSloWatch, PredictServer,
+    PredictionCollector, PredictionConfig, PredictionInputs, PredictionView, QosConfig,
+    ResourceAmount, Served, pod_inputs,
 };
-use crate::kuberuntime::ContainerHooks;
 use crate::logging::STARTUP_TARGET;
 use crate::options::Options;
 use crate::syncloop::SyncLoop;
@@ -30,10 +29,39 @@ pub(super) fn qos_config(opts: &Options) -> anyhow::Result<QosConfig> {
     })
 }
 
-/// koordlet's runtime hooks that the node SLO config turns on, which the runtime
-/// manager runs before CreateContainer and StartContainer.
-pub(super) fn runtime_hooks(cfg: &QosConfig) -> ContainerHooks {
-    crate::koord::hook_rules(cfg)
+/// koordlet's runtime hooks with the rule the node SLO config makes (its NodeSLO
+/// changes it later), which the runtime manager runs before RunPodSandbox,
+/// CreateContainer and StartContainer.
+pub(super) fn runtime_hooks(cfg: &QosConfig, host: &Host) -> HookSet {
+    HookSet::new(cfg, host.cm.clone())
+}
+
+/// koordlet's runtime hooks reconciler: the rules put back on the QoS, pod and
+/// container cgroups every 10 s, and at once when `updates` (this node's NodeSLO)
+/// changes a rule.
+pub(super) fn spawn_hook_reconciler(
+    hooks: &HookSet,
+    updates: Option<tokio::sync::watch::Receiver<QosConfig>>,
+    host: &Host,
+    shared: &Shared,
+    tasks: &Tasks,
+) {
+    use crate::koord::ManagedPods;
+    let (hooks, cm) = (hooks.clone(), host.cm.clone());
+    let (pods, pod_cache) = (shared.pods.clone(), shared.pod_cache.clone());
+    tasks.spawn_restarting(
+        "runtime-hooks-reconciler",
+        Backoff::default(),
+        move |cancel| {
+            let lister = ManagedPods::new(pods.clone(), pod_cache.clone(), cm.clone());
+            let reconciler = hooks.reconciler(pods.clone(), Box::new(lister));
+            let updates = updates.clone();
+            async move {
+                reconciler.run(updates, cancel).await;
+                Ok(())
+            }
+        },
+    );
 }
 
 /// Peak prediction: koordlet's predict server, trained from the

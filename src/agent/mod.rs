@@ -110,6 +110,7 @@ async fn start(
     let probe_results = Arc::new(probe_results);
     let dns = runtime::dns(opts, &host.info);
     let qos = koordlet::qos_config(opts)?;
+    let hooks = koordlet::runtime_hooks(&qos, &host);
     let manager = runtime::manager(
         opts,
         rt,
@@ -119,7 +120,7 @@ async fn start(
             events: &events,
             probes: &probe_results,
             objects: cluster::object_manager(api),
-            hooks: koordlet::runtime_hooks(&qos),
+            hooks: hooks.runtime_hooks(),
         },
     );
     runtime::spawn_log_rotation(opts, rt, tasks);
@@ -150,6 +151,7 @@ async fn start(
     let workers = sync_loop.workers.clone();
     let disk_reclaimers = node::spawn_image_gc(opts, rt, &sync_loop, &shared.events, tasks);
     let qos_updates = api.map(|a| koordlet::spawn_node_slo_watch(opts, &a.main, &qos, tasks));
+    koordlet::spawn_hook_reconciler(&hooks, qos_updates.clone(), &host, &shared, tasks);
     koordlet::spawn_qos_manager(qos, qos_updates, opts, &host, &shared, &sync_loop, tasks);
     runtime::spawn_sync_loop(sync_loop, inputs, tasks);
     if !opts.runonce {

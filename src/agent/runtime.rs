@@ -21,7 +21,7 @@ use crate::contracts::AdmissionChain;
 use crate::cri::RemoteRuntime;
 use crate::events::EventRecorder;
 use crate::images::PullLimit;
-use crate::kuberuntime::ContainerHooks;
+use crate::kuberuntime::RuntimeHooks;
 use crate::kuberuntime::RuntimeManager;
 use crate::kuberuntime::SandboxEnv;
 use crate::logging::STARTUP_TARGET;
@@ -180,8 +180,8 @@ pub(super) struct ManagerInputs<'a> {
     pub probes: &'a Arc<ProbeResults>,
     /// Cluster mode's ConfigMap, Secret and token managers.
     pub objects: Option<Arc<ObjectManager>>,
-    /// koordlet's hooks before CreateContainer/StartContainer.
-    pub hooks: ContainerHooks,
+    /// koordlet's hooks before RunPodSandbox and CreateContainer/StartContainer.
+    pub hooks: RuntimeHooks,
 }
 
 /// kubelet's kuberuntime manager on the CRI client: sandboxes, containers and images,
@@ -219,7 +219,7 @@ pub(super) fn manager(
         .with_log_symlinks(opts.container_log_symlink_dir.clone())
         .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
         .with_objects(inputs.objects)
-        .with_container_hooks(inputs.hooks),
+        .with_runtime_hooks(inputs.hooks),
     )
 }
 

@@ -20,7 +20,7 @@ pub(super) mod tests;
 pub(crate) use stat::parse_psi;
 pub(crate) use stat_reader::StatReader;
 pub(crate) use tree::{CgroupTree, HOST_MOUNT};
-pub(crate) use v2::shares_to_weight;
+pub(crate) use v2::{shares_to_weight, weight_to_shares};
 
 use std::path::PathBuf;
 
@@ -54,4 +54,9 @@ pub(crate) trait CgroupFs: Send + Sync + std::fmt::Debug {
     fn procs(&self, path: &str) -> Result<Vec<i32>, CgroupError>;
     /// The limits set on `path`, read back.
     fn resources(&self, path: &str) -> Result<ResourceConfig, CgroupError>;
+    /// Whether cpu shares read back exactly as written (v1); v2 keeps a weight and
+    /// reads back the least shares with it.
+    fn keeps_shares(&self) -> bool {
+        true
+    }
 }

@@ -16,12 +16,14 @@
 //! - [`manager`]: [`ContainerManager`], the tree as one value, with its periodic task;
 //!   [`qos_cgroups`] and [`pod_cgroups`] are its node-level and per-pod halves.
 //! - [`startup`]: detection, the driver decision, the start-up line, the tree made.
+//! - [`hook_cgroups`]: limits read and written for koordlet's runtime hooks.
 
 mod allocatable;
 mod container_resources;
 mod driver;
 mod fit;
 mod fs;
+mod hook_cgroups;
 mod manager;
 mod name;
 mod pod_cgroups;
@@ -55,8 +57,8 @@ pub(crate) use qos::{
 // The limits kubelet gives pods and containers, and the formulas behind them.
 pub(crate) use container_resources::{ResourceError, apply_cfs_period, linux_resources};
 pub(crate) use resources::{
-    DEFAULT_CPU_PERIOD_US, MAX_SHARES, MIN_SHARES, ResourceConfig, milli_cpu_to_quota,
-    milli_cpu_to_shares, pod_limits, pod_requests, sandbox_amounts,
+    DEFAULT_CPU_PERIOD_US, ResourceConfig, milli_cpu_to_quota, milli_cpu_to_shares, pod_limits,
+    pod_requests, sandbox_amounts,
 };
 
 #[cfg(test)]

@@ -7,7 +7,8 @@
 //! - `metriccache`: the samples as bounded in-memory time series, and a small
 //!   key-value store.
 //! - `qosmanager`: CPU suppress, memory eviction by usage and cgroup reconcile.
-//! - `hooks`: rules the runtime runs before creating and starting a container.
+//! - `hooks`: koordlet's runtime hook rules, at the runtime's hook points (before a
+//!   sandbox runs, a container is created or updated) and in their reconciler.
 //! - `prediction`: peak prediction from the cache and the reclaimable resources.
 //! - `slo`: koordinator's NodeMetric through the apiserver (koordlet's states informer).
 //! - `classes`: koordinator's QoS and priority classes of a pod.
@@ -31,8 +32,8 @@ pub(crate) use prediction::metrics::{PredictionCollector, PredictionInputs};
 pub(crate) use prediction::predictor::ResourceAmount;
 pub(crate) use prediction::view::{Served, pod_inputs};
 pub(crate) use prediction::{PredictServer, PredictionConfig};
-// The QoS manager, its configuration (`--qos-config`), and the runtime hooks it asks for.
-pub(crate) use hooks::hook_rules;
+// The QoS manager, its configuration (`--qos-config`), and the runtime hooks it decides.
+pub(crate) use hooks::HookSet;
 #[cfg(test)]
 pub(crate) use qosmanager::config::Strategies;
 pub(crate) use qosmanager::config::{QosConfig, load_qos_config};

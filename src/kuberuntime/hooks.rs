@@ -1,7 +1,13 @@
-//! The runtime's hook point (koordlet's runtime hooks, run in-process): rules that
-//! may change a container's resources before `CreateContainer`, and act before
-//! `StartContainer`. Rules run sorted by name; a failing rule is logged and the
-//! container goes on without it (koordlet's default failure policy `Ignore`).
+//! The runtime's hook points (koordlet's runtime hooks, run in-process), one per
+//! koordlet stage oxlet has: `PreRunPodSandbox` (the pod's cgroup exists by then),
+//! `PreCreateContainer` and `PreUpdateContainerResources` (rules may change the
+//! container's CRI resources) and `PreStartContainer`. Rules run sorted by name; a
+//! failing rule is logged and the pod or container goes on without it (koordlet's
+//! default failure policy `Ignore`).
+//!
+//! oxlet never calls the CRI's `UpdateContainerResources` (kubelet calls it only for
+//! in-place pod resizes, which oxlet does not do): `pre_update` is the stage for
+//! when it does.
 
 use std::sync::Arc;
 
@@ -16,18 +22,34 @@ use k8s_cri::v1 as cri;
 #[error("{0}")]
 pub(crate) struct HookError(pub String);
 
-/// One rule.
-pub(crate) trait ContainerHook: Send + Sync {
+/// One rule; a stage it does not act on is left at its default (nothing).
+pub(crate) trait RuntimeHook: Send + Sync {
     /// Its name (rules run in name order).
     fn name(&self) -> &'static str;
+    /// Before `RunPodSandbox`, with the pod's cgroup made: may set the pod cgroup's
+    /// limits itself. Returns whether it changed anything.
+    fn pre_run_pod_sandbox(&self, _pod: &Pod) -> Result<bool, HookError> {
+        Ok(false)
+    }
     /// Before `CreateContainer`: may change the container's resources. Returns
     /// whether it changed anything.
     fn pre_create_container(
         &self,
-        pod: &Pod,
-        container: &Container,
-        resources: &mut cri::LinuxContainerResources,
-    ) -> Result<bool, HookError>;
+        _pod: &Pod,
+        _container: &Container,
+        _resources: &mut cri::LinuxContainerResources,
+    ) -> Result<bool, HookError> {
+        Ok(false)
+    }
+    /// Before `UpdateContainerResources`: may change the resources sent.
+    fn pre_update_container_resources(
+        &self,
+        _pod: &Pod,
+        _container: &Container,
+        _resources: &mut cri::LinuxContainerResources,
+    ) -> Result<bool, HookError> {
+        Ok(false)
+    }
     /// Before `StartContainer` of the created container `id`.
     fn pre_start_container(
         &self,
@@ -41,9 +63,9 @@ pub(crate) trait ContainerHook: Send + Sync {
 
 /// The rules, sorted by name.
 #[derive(Clone, Default)]
-pub(crate) struct ContainerHooks(Vec<Arc<dyn ContainerHook>>);
+pub(crate) struct RuntimeHooks(Vec<Arc<dyn RuntimeHook>>);
 
-impl std::fmt::Debug for ContainerHooks {
+impl std::fmt::Debug for RuntimeHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
             .entries(self.0.iter().map(|h| h.name()))
@@ -51,10 +73,27 @@ impl std::fmt::Debug for ContainerHooks {
     }
 }
 
-impl ContainerHooks {
-    pub(crate) fn new(mut rules: Vec<Arc<dyn ContainerHook>>) -> Self {
+/// A container-resources stage: which rule method, and its name for the logs.
+type ResourcesStage = fn(
+    &dyn RuntimeHook,
+    &Pod,
+    &Container,
+    &mut cri::LinuxContainerResources,
+) -> Result<bool, HookError>;
+
+impl RuntimeHooks {
+    pub(crate) fn new(mut rules: Vec<Arc<dyn RuntimeHook>>) -> Self {
         rules.sort_by_key(|r| r.name());
-        ContainerHooks(rules)
+        RuntimeHooks(rules)
+    }
+
+    /// Runs every rule's `pre_run_pod_sandbox`.
+    pub(crate) fn pre_run_pod_sandbox(&self, pod: &Pod) {
+        for rule in &self.0 {
+            if let Err(e) = rule.pre_run_pod_sandbox(pod) {
+                warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), hook = rule.name(), stage = "PreRunPodSandbox", error = %e, "runtime hook failed before the sandbox; ignored");
+            }
+        }
     }
 
     /// Runs every rule's `pre_create_container` on `config`'s Linux resources.
@@ -62,14 +101,51 @@ impl ContainerHooks {
         let Some(res) = config.linux.as_mut().and_then(|l| l.resources.as_mut()) else {
             return;
         };
+        self.run_resources_stage("PreCreateContainer", pod, c, res, |r, p, c, res| {
+            r.pre_create_container(p, c, res)
+        });
+    }
+
+    /// Runs every rule's `pre_update_container_resources` on the resources an
+    /// `UpdateContainerResources` call would send.
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "oxlet makes no UpdateContainerResources call (no in-place resize)"
+        )
+    )]
+    pub(crate) fn pre_update(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        res: &mut cri::LinuxContainerResources,
+    ) {
+        self.run_resources_stage(
+            "PreUpdateContainerResources",
+            pod,
+            c,
+            res,
+            |r, p, c, res| r.pre_update_container_resources(p, c, res),
+        );
+    }
+
+    fn run_resources_stage(
+        &self,
+        stage: &'static str,
+        pod: &Pod,
+        c: &Container,
+        res: &mut cri::LinuxContainerResources,
+        call: ResourcesStage,
+    ) {
         for rule in &self.0 {
-            match rule.pre_create_container(pod, c, res) {
+            match call(rule.as_ref(), pod, c, res) {
                 Ok(true) => {
-                    info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, hook = rule.name(), cpuShares = res.cpu_shares, cpuQuota = res.cpu_quota, memoryLimit = res.memory_limit_in_bytes, "runtime hook changed the container's resources");
+                    info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, hook = rule.name(), stage, cpuShares = res.cpu_shares, cpuQuota = res.cpu_quota, memoryLimit = res.memory_limit_in_bytes, "runtime hook changed the container's resources");
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, hook = rule.name(), error = %e, "runtime hook failed before create; ignored");
+                    warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, hook = rule.name(), stage, error = %e, "runtime hook failed; ignored");
                 }
             }
         }
@@ -92,16 +168,8 @@ mod tests {
 
     struct Rule(&'static str, Arc<Mutex<Vec<&'static str>>>, bool);
 
-    impl ContainerHook for Rule {
-        fn name(&self) -> &'static str {
-            self.0
-        }
-        fn pre_create_container(
-            &self,
-            _: &Pod,
-            _: &Container,
-            r: &mut cri::LinuxContainerResources,
-        ) -> Result<bool, HookError> {
+    impl Rule {
+        fn bump(&self, r: &mut cri::LinuxContainerResources) -> Result<bool, HookError> {
             self.1.lock().unwrap().push(self.0);
             if self.2 {
                 return Err(HookError("boom".into()));
@@ -111,14 +179,47 @@ mod tests {
         }
     }
 
-    #[test]
-    fn rules_run_by_name_and_a_failure_is_ignored() {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let hooks = ContainerHooks::new(vec![
+    impl RuntimeHook for Rule {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn pre_run_pod_sandbox(&self, _: &Pod) -> Result<bool, HookError> {
+            self.1.lock().unwrap().push(self.0);
+            Ok(true)
+        }
+        fn pre_create_container(
+            &self,
+            _: &Pod,
+            _: &Container,
+            r: &mut cri::LinuxContainerResources,
+        ) -> Result<bool, HookError> {
+            self.bump(r)
+        }
+        fn pre_update_container_resources(
+            &self,
+            _: &Pod,
+            _: &Container,
+            r: &mut cri::LinuxContainerResources,
+        ) -> Result<bool, HookError> {
+            self.bump(r).map(|_| {
+                r.cpu_quota = 5000;
+                true
+            })
+        }
+    }
+
+    fn rules(log: &Arc<Mutex<Vec<&'static str>>>) -> RuntimeHooks {
+        RuntimeHooks::new(vec![
             Arc::new(Rule("b", log.clone(), false)),
             Arc::new(Rule("a-fails", log.clone(), true)),
             Arc::new(Rule("c", log.clone(), false)),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn rules_run_by_name_and_a_failure_is_ignored() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let hooks = rules(&log);
         let mut config = cri::ContainerConfig {
             linux: Some(cri::LinuxContainerConfig {
                 resources: Some(cri::LinuxContainerResources {
@@ -132,5 +233,21 @@ mod tests {
         hooks.pre_create(&Pod::default(), &Container::default(), &mut config);
         assert_eq!(*log.lock().unwrap(), ["a-fails", "b", "c"]);
         assert_eq!(config.linux.unwrap().resources.unwrap().cpu_shares, 4);
+    }
+
+    #[test]
+    fn the_sandbox_and_update_stages_run_each_rule_once() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let hooks = rules(&log);
+        hooks.pre_run_pod_sandbox(&Pod::default());
+        assert_eq!(*log.lock().unwrap(), ["a-fails", "b", "c"]);
+        log.lock().unwrap().clear();
+        let mut res = cri::LinuxContainerResources {
+            cpu_shares: 2,
+            ..Default::default()
+        };
+        hooks.pre_update(&Pod::default(), &Container::default(), &mut res);
+        assert_eq!(*log.lock().unwrap(), ["a-fails", "b", "c"]);
+        assert_eq!((res.cpu_shares, res.cpu_quota), (4, 5000));
     }
 }

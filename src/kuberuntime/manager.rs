@@ -279,8 +279,9 @@ pub(crate) struct RuntimeManager {
     objects: Option<Arc<crate::objects::ObjectManager>>,
     /// Where container, image and sandbox events go.
     events: EventRecorder,
-    /// Rules run before CreateContainer and StartContainer (the node QoS hooks).
-    hooks: super::hooks::ContainerHooks,
+    /// Rules run before RunPodSandbox, CreateContainer and StartContainer (the node
+    /// QoS hooks).
+    hooks: super::hooks::RuntimeHooks,
 }
 
 /// Pods starting at once: four per core, at least 4.
@@ -327,8 +328,9 @@ impl RuntimeManager {
         self
     }
 
-    /// Sets the rules run before each container is created and started.
-    pub(crate) fn with_container_hooks(mut self, hooks: super::hooks::ContainerHooks) -> Self {
+    /// Sets the rules run before each sandbox is run and each container is created
+    /// and started.
+    pub(crate) fn with_runtime_hooks(mut self, hooks: super::hooks::RuntimeHooks) -> Self {
         self.hooks = hooks;
         self
     }
@@ -734,6 +736,7 @@ impl RuntimeManager {
         let handler = sandbox::runtime_handler(pod);
         info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = crate::pod::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
         crate::metrics::kubelet().started_pods.inc();
+        self.hooks.pre_run_pod_sandbox(pod);
         let id = match self.cri.run_pod_sandbox(config, handler).await {
             Ok(id) => id,
             Err(e) => {

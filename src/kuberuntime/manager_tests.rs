@@ -708,29 +708,23 @@ fn one_removal_per_container_at_a_time() {
 /// The hook point: rules change the CreateContainer request the runtime sends.
 #[tokio::test(start_paused = true)]
 async fn container_hooks_shape_the_create_request() {
-    use crate::koord::{QosConfig, Strategies};
+    use crate::koord::{HookSet, QosConfig};
     use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let fake = Arc::new(crate::cri::FakeRuntime::new());
     fake.add_image(IMAGE);
     let dir = tempfile::tempdir().unwrap();
-    let cfg = QosConfig {
-        enable: true,
-        strategies: Strategies {
-            cpu_suppress: true,
-            ..Default::default()
-        },
-        ..QosConfig::default()
-    };
+    let (cm, _) = crate::cm::fake_manager(true);
+    let hooks = HookSet::new(&QosConfig::default(), Arc::new(cm));
     let node = FakeNode {
         manager: Arc::new(
-            FakeNode::manager_over(&fake, &dir)
-                .with_container_hooks(crate::koord::hook_rules(&cfg)),
+            FakeNode::manager_over(&fake, &dir).with_runtime_hooks(hooks.runtime_hooks()),
         ),
         fake,
         dir,
     };
     let mut p = pod("batch", &[], &["app"], "Always");
+    p.metadata.labels = Some([("koordinator.sh/qosClass".to_string(), "BE".to_string())].into());
     p.spec.as_mut().unwrap().containers[0].resources = Some(ResourceRequirements {
         requests: Some(
             [(

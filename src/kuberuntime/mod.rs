@@ -34,8 +34,9 @@ pub(crate) use types::{RuntimeContainer, RuntimeSandbox, SandboxStatus};
 pub(crate) use actions::should_restart;
 pub(crate) use sidecar::{Startup, StartupGate, is_sidecar};
 pub(crate) use termination::cap_pod_messages;
-// The sandbox's environment, its log directory, and the hook point before create/start.
-pub(crate) use hooks::{ContainerHook, ContainerHooks, HookError};
+// The sandbox's environment, its log directory, and the hook points before the
+// sandbox, container create, update and start.
+pub(crate) use hooks::{HookError, RuntimeHook, RuntimeHooks};
 pub(crate) use sandbox::SandboxEnv;
 // Container GC: housekeeping's pass over dead containers and orphaned directories.
 #[cfg(test)]

@@ -223,6 +223,10 @@ fn v1_dirs(root: &Path, version: CgroupVersion) -> Result<Vec<Hierarchy>, Cgroup
 }
 
 impl CgroupFs for CgroupTree {
+    fn keeps_shares(&self) -> bool {
+        self.version() != CgroupVersion::V2
+    }
+
     fn create(&self, path: &str, res: &ResourceConfig) -> Result<(), CgroupError> {
         if path.is_empty() {
             return Err(err(

@@ -238,6 +238,7 @@ pub(super) fn spawn_metric_advisor(
             readings: readings.clone(),
             node_name: node_name.clone(),
             proc_root: "/proc".into(),
+            sys_root: "/sys".into(),
             cgroups: tree.clone(),
             kubepods: cm.kubepods_path(),
             runtime_cgroup: runtime_cgroup.clone(),

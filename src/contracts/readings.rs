@@ -40,6 +40,9 @@ pub(crate) struct MemoryReading {
     /// usage (`usageWithoutPageCache`, its default node memory collect policy), which
     /// its metric cache records for pods and containers.
     pub without_cache_bytes: u64,
+    /// The same plus the file pages, active and inactive: koordlet's usage with page
+    /// cache (`MemoryStatRaw.UsageWithPageCache`).
+    pub with_cache_bytes: u64,
     /// Anonymous and swap cache memory (`rss` / `anon`).
     pub rss_bytes: u64,
     pub page_faults: u64,

@@ -394,6 +394,7 @@ pub(super) mod tests {
                 usage_bytes: ws + 100,
                 working_set_bytes: ws,
                 without_cache_bytes: ws / 2,
+                with_cache_bytes: ws,
                 rss_bytes: ws / 2,
                 page_faults: 7,
                 major_page_faults: 1,

@@ -105,7 +105,7 @@ pub(super) fn dir_of(tree: &CgroupTree, h: &Hierarchy, rel: &str) -> Result<Path
 /// The fields of one `memory.stat`, in one pass; the limit is read apart (the
 /// caller's).
 pub(super) fn memory_from_stat(usage: u64, stat: &str, v1: bool) -> MemoryReading {
-    let names: [&[u8]; 7] = if v1 {
+    let names: [&[u8]; 8] = if v1 {
         [
             b"total_inactive_file",
             b"total_rss",
@@ -114,6 +114,7 @@ pub(super) fn memory_from_stat(usage: u64, stat: &str, v1: bool) -> MemoryReadin
             b"total_inactive_anon",
             b"total_active_anon",
             b"total_unevictable",
+            b"total_active_file",
         ]
     } else {
         [
@@ -124,6 +125,7 @@ pub(super) fn memory_from_stat(usage: u64, stat: &str, v1: bool) -> MemoryReadin
             b"inactive_anon",
             b"active_anon",
             b"unevictable",
+            b"active_file",
         ]
     };
     let [
@@ -134,11 +136,14 @@ pub(super) fn memory_from_stat(usage: u64, stat: &str, v1: bool) -> MemoryReadin
         inactive_anon,
         active_anon,
         unevictable,
+        active_file,
     ] = stat_values(stat.as_bytes(), names);
+    let without_cache = inactive_anon + active_anon + unevictable;
     MemoryReading {
         usage_bytes: usage,
         working_set_bytes: usage.saturating_sub(inactive_file),
-        without_cache_bytes: inactive_anon + active_anon + unevictable,
+        without_cache_bytes: without_cache,
+        with_cache_bytes: without_cache + active_file + inactive_file,
         rss_bytes: rss,
         page_faults: pgfault,
         major_page_faults: pgmajfault,
@@ -146,19 +151,29 @@ pub(super) fn memory_from_stat(usage: u64, stat: &str, v1: bool) -> MemoryReadin
     }
 }
 
-/// koordlet's usage without page cache alone (`MemoryStatRaw.Usage`: inactive and
-/// active anonymous pages plus unevictable ones), for the rounds that reuse the rest.
-pub(super) fn without_cache_from_stat(stat: &str, v1: bool) -> u64 {
-    let names: [&[u8]; 3] = if v1 {
+/// koordlet's usage without page cache (`MemoryStatRaw.Usage`: inactive and active
+/// anonymous pages plus unevictable ones) and with it (plus the file pages), alone,
+/// for the rounds that reuse the rest.
+pub(super) fn cache_split_from_stat(stat: &str, v1: bool) -> (u64, u64) {
+    let names: [&[u8]; 5] = if v1 {
         [
             b"total_inactive_anon",
             b"total_active_anon",
             b"total_unevictable",
+            b"total_active_file",
+            b"total_inactive_file",
         ]
     } else {
-        [b"inactive_anon", b"active_anon", b"unevictable"]
+        [
+            b"inactive_anon",
+            b"active_anon",
+            b"unevictable",
+            b"active_file",
+            b"inactive_file",
+        ]
     };
-    stat_values(stat.as_bytes(), names).iter().sum()
+    let [ia, aa, u, af, ifile] = stat_values(stat.as_bytes(), names);
+    (ia + aa + u, ia + aa + u + af + ifile)
 }
 
 /// The values of `names` in a `key value` per line file (0 when absent or not a
@@ -257,5 +272,33 @@ impl CgroupTree {
     #[cfg(test)]
     pub(crate) fn stats(&self, rel: &str) -> Result<crate::contracts::CgroupReading, CgroupError> {
         super::StatReader::with_limit(self.clone(), 0).stats(rel, true)
+    }
+}
+
+impl CgroupTree {
+    /// The CPUs the cgroup `rel` may run on: v1 `cpuset.cpus` (in the cpuset
+    /// hierarchy), v2 `cpuset.cpus.effective`. koordlet's BestEffort collector counts
+    /// them for the tier's real CPU limit.
+    pub(crate) fn cpuset_cpus(&self, rel: &str) -> Result<Vec<usize>, CgroupError> {
+        let v1 = self.version().uses_v1_controllers();
+        let h = self
+            .hierarchies()
+            .iter()
+            .find(|h| !v1 || h.controllers.iter().any(|c| c == "cpuset"))
+            .ok_or_else(|| missing(self.root()))?;
+        let dir = dir_of(self, h, rel)?;
+        let name = if v1 {
+            "cpuset.cpus"
+        } else {
+            "cpuset.cpus.effective"
+        };
+        let text = files::read_opt(&dir, name)?.ok_or_else(|| missing(&dir.join(name)))?;
+        crate::cm::parse_cpu_list(&text).map_err(|e| {
+            err(
+                "stats",
+                &dir.join(name),
+                io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
+            )
+        })
     }
 }

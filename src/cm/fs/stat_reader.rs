@@ -25,7 +25,7 @@ use std::time::SystemTime;
 
 use super::CgroupError;
 use super::files::{self, MAX_FILE_BYTES, err};
-use super::stat::{dir_of, memory_from_stat, throttling, without_cache_from_stat};
+use super::stat::{cache_split_from_stat, dir_of, memory_from_stat, throttling};
 use super::tree::CgroupTree;
 use crate::contracts::{CgroupReading, CpuReading, MemoryReading, Pressure};
 
@@ -480,9 +480,13 @@ impl Reading {
             Part::MemoryStat => {
                 self.memory = match (self.memory_usage, self.reused_memory) {
                     (Some(usage), _) => content.map(|stat| memory_from_stat(usage, stat, v1)),
-                    (None, Some(earlier)) => content.map(|stat| MemoryReading {
-                        without_cache_bytes: without_cache_from_stat(stat, v1),
-                        ..earlier
+                    (None, Some(earlier)) => content.map(|stat| {
+                        let (without, with) = cache_split_from_stat(stat, v1);
+                        MemoryReading {
+                            without_cache_bytes: without,
+                            with_cache_bytes: with,
+                            ..earlier
+                        }
                     }),
                     (None, None) => None,
                 };

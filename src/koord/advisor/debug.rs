@@ -162,5 +162,7 @@ pub(crate) fn debug_query(
             "retention_s": cache.limits().retention.as_secs(),
         },
         "node_info": cache.kv().get::<serde_json::Value>(super::NODE_INFO_KEY),
+        "node_cpu_info": cache.kv().get::<serde_json::Value>(super::topology::CPU_INFO_KEY),
+        "node_numa_info": cache.kv().get::<serde_json::Value>(super::topology::NUMA_INFO_KEY),
     }))
 }

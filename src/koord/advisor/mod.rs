@@ -21,6 +21,7 @@ mod psi;
 mod rate;
 mod storage;
 mod system;
+pub(crate) mod topology;
 
 #[cfg(test)]
 mod tests;
@@ -106,6 +107,8 @@ pub(crate) struct Shared {
     pub image_fs: Option<FsReading>,
     /// Each container's writable layer by ID, from the storage collector's last round.
     pub container_rootfs: HashMap<String, FsReading>,
+    /// The CPU and NUMA topology, from the node info collector's last round.
+    pub topology: Option<(topology::NodeCpuInfo, topology::NodeNumaInfo)>,
     /// This round's samples, appended to the cache at its end.
     pub samples: Vec<Sample>,
 }
@@ -145,6 +148,8 @@ pub(crate) struct AdvisorDeps {
     pub readings: Arc<LatestReadings>,
     pub node_name: String,
     pub proc_root: PathBuf,
+    /// `/sys` on a node: the CPU and NUMA topology.
+    pub sys_root: PathBuf,
     pub cgroups: crate::cm::CgroupTree,
     /// kubelet's `pods` system container (the `kubepods` cgroup), if pods have cgroups.
     pub kubepods: Option<String>,
@@ -172,6 +177,7 @@ pub(crate) struct Advisor {
     last_gc: Instant,
     /// What [`Advisor::store_node_info`] stored last.
     stored_info: Option<NodeInfo>,
+    stored_topology: Option<(topology::NodeCpuInfo, topology::NodeNumaInfo)>,
 }
 
 impl Advisor {
@@ -180,7 +186,10 @@ impl Advisor {
     pub(crate) fn new(deps: AdvisorDeps) -> Advisor {
         let tree = deps.cgroups;
         let collectors: Vec<Box<dyn Collector>> = vec![
-            Box::new(node::NodeInfoCollector::new(deps.proc_root.clone())),
+            Box::new(node::NodeInfoCollector::new(
+                deps.proc_root.clone(),
+                deps.sys_root.clone(),
+            )),
             Box::new(node::NodeCollector::new(
                 deps.proc_root.clone(),
                 tree.clone(),
@@ -219,6 +228,7 @@ impl Advisor {
             node_name: deps.node_name,
             last_gc: now,
             stored_info: None,
+            stored_topology: None,
         }
     }
 
@@ -289,6 +299,35 @@ impl Advisor {
         match self.cache.kv().set(NODE_INFO_KEY, &info) {
             Ok(()) => self.stored_info = Some(info),
             Err(e) => warn!(error = %e, "metric advisor: node info not stored"),
+        }
+        self.store_topology();
+    }
+
+    /// The CPU and NUMA topology under koordlet's keys, rewritten only when it changes
+    /// (a CPU taken offline, say).
+    fn store_topology(&mut self) {
+        let Some(t) = self.shared.topology.as_ref() else {
+            return;
+        };
+        if self.stored_topology.as_ref() == Some(t) {
+            return;
+        }
+        let kv = self.cache.kv();
+        match kv
+            .set(topology::CPU_INFO_KEY, &t.0)
+            .and_then(|()| kv.set(topology::NUMA_INFO_KEY, &t.1))
+        {
+            Ok(()) => {
+                info!(
+                    cpus = t.0.total_info.number_cpus,
+                    cores = t.0.total_info.number_cores,
+                    sockets = t.0.total_info.number_sockets,
+                    numaNodes = t.0.total_info.number_nodes,
+                    "metric advisor: stored the CPU topology"
+                );
+                self.stored_topology = Some(t.clone());
+            }
+            Err(e) => warn!(error = %e, "metric advisor: CPU topology not stored"),
         }
     }
 

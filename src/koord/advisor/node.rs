@@ -226,11 +226,15 @@ impl Collector for NodeCollector {
 
 pub(crate) struct NodeInfoCollector {
     proc_root: PathBuf,
+    sys_root: PathBuf,
 }
 
 impl NodeInfoCollector {
-    pub(crate) fn new(proc_root: PathBuf) -> Self {
-        NodeInfoCollector { proc_root }
+    pub(crate) fn new(proc_root: PathBuf, sys_root: PathBuf) -> Self {
+        NodeInfoCollector {
+            proc_root,
+            sys_root,
+        }
     }
 }
 
@@ -267,6 +271,10 @@ impl Collector for NodeInfoCollector {
             }
             shared.facts.pid_max =
                 procfs::read_number(&self.proc_root.join("sys/kernel/pid_max")).ok();
+            match super::topology::read(&self.sys_root) {
+                Ok((cpu, numa)) => shared.topology = Some((cpu, numa)),
+                Err(e) => debug!(error = %e, "metric advisor: CPU topology not read"),
+            }
         })
     }
 }

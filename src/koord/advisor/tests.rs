@@ -372,6 +372,7 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
         readings: readings.clone(),
         node_name: "n1".into(),
         proc_root: "/proc".into(),
+        sys_root: "/sys".into(),
         cgroups: tree,
         kubepods: None,
         runtime_cgroup: None,

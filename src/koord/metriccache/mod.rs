@@ -59,11 +59,17 @@ pub(crate) enum MetricKind {
     ContainerMemoryUsage,
     ContainerCpuThrottled,
     ContainerPsi,
+    NodeMemoryUsageWithPageCache,
+    PodMemoryUsageWithPageCache,
+    ContainerMemoryUsageWithPageCache,
+    /// The BestEffort tier's CPU in millicores: its usage, its pods' batch requests and
+    /// the limit its cgroup really has (koordlet's `node_be`).
+    NodeBe,
 }
 
 impl MetricKind {
     /// Every kind, in the order of their codes on disk (append only).
-    pub(crate) const ALL: [MetricKind; 13] = [
+    pub(crate) const ALL: [MetricKind; 17] = [
         MetricKind::NodeCpuUsage,
         MetricKind::NodeMemoryUsage,
         MetricKind::SysCpuUsage,
@@ -77,6 +83,10 @@ impl MetricKind {
         MetricKind::ContainerMemoryUsage,
         MetricKind::ContainerCpuThrottled,
         MetricKind::ContainerPsi,
+        MetricKind::NodeMemoryUsageWithPageCache,
+        MetricKind::PodMemoryUsageWithPageCache,
+        MetricKind::ContainerMemoryUsageWithPageCache,
+        MetricKind::NodeBe,
     ];
 
     /// The kind's code in the log and the blocks.
@@ -104,6 +114,12 @@ impl MetricKind {
             MetricKind::ContainerMemoryUsage => "container_memory_usage",
             MetricKind::ContainerCpuThrottled => "container_cpu_throttled",
             MetricKind::ContainerPsi => "container_psi",
+            MetricKind::NodeMemoryUsageWithPageCache => "node_memory_usage_with_page_cache",
+            MetricKind::PodMemoryUsageWithPageCache => "pod_memory_usage_with_page_cache",
+            MetricKind::ContainerMemoryUsageWithPageCache => {
+                "container_memory_usage_with_page_cache"
+            }
+            MetricKind::NodeBe => "node_be",
         }
     }
 
@@ -113,8 +129,11 @@ impl MetricKind {
             MetricKind::NodeCpuUsage
             | MetricKind::NodeMemoryUsage
             | MetricKind::SysCpuUsage
-            | MetricKind::SysMemoryUsage => &[],
+            | MetricKind::SysMemoryUsage
+            | MetricKind::NodeMemoryUsageWithPageCache => &[],
+            MetricKind::NodeBe => &[label::BE_RESOURCE, label::BE_ALLOCATION],
             MetricKind::PodCpuUsage
+            | MetricKind::PodMemoryUsageWithPageCache
             | MetricKind::PodMemoryUsage
             | MetricKind::PodCpuThrottled
             | MetricKind::PodPids => &[label::POD_UID],
@@ -126,6 +145,7 @@ impl MetricKind {
             ],
             MetricKind::ContainerCpuUsage
             | MetricKind::ContainerMemoryUsage
+            | MetricKind::ContainerMemoryUsageWithPageCache
             | MetricKind::ContainerCpuThrottled => &[label::CONTAINER_ID],
             MetricKind::ContainerPsi => &[
                 label::POD_UID,
@@ -148,6 +168,10 @@ pub(super) mod label {
     pub(crate) const PSI_PRECISION: &str = "psi_precision";
     /// `some` or `full`.
     pub(crate) const PSI_DEGREE: &str = "psi_degree";
+    /// `cpu`.
+    pub(crate) const BE_RESOURCE: &str = "be_resource";
+    /// `usage`, `request` or `real-limit`.
+    pub(crate) const BE_ALLOCATION: &str = "be_allocation";
 }
 
 /// A series' identity: its kind and its label values, in the kind's label order.

@@ -272,3 +272,65 @@ async fn memory_eviction_evicts_the_be_labelled_api_pod_only() {
     let st = ox.wait_running("st", START).await;
     assert_eq!(phase(&st), "Running");
 }
+
+/// One value from the metric cache through the debug route (None: no point).
+async fn cached(ox: &Oxlet, query: &str) -> Option<f64> {
+    let (code, body) = ox
+        .get(&format!("/debug/koord/metrics?{query}&agg=last&window=5s"))
+        .await
+        .expect("oxlet answers");
+    assert_eq!(code, 200, "{query}: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["value"].as_f64()
+}
+
+/// koordlet's `beresource` collector: `node_be` holds the BE pods' batch CPU requests
+/// (500m + 250m here), the BE tier's real limit (every CPU: nothing suppresses it) and
+/// its usage; and with `--enable-pagecache-collector` a pod's memory with page cache
+/// is recorded beside the usage without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_be_collector_reports_batch_requests_the_real_limit_and_usage() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &["--enable-pagecache-collector=true"]);
+    ox.wait_up(START).await;
+    write_manifest(&ox.manifests, "batch.yaml", &batch_pod_yaml("batch"));
+    let batch = ox.wait_running("batch", START).await;
+    let be = |allocation: &str| format!("kind=node_be&be_resource=cpu&be_allocation={allocation}");
+    let t = std::time::Instant::now();
+    while cached(&ox, &be("request")).await != Some(750.0) {
+        assert!(
+            t.elapsed() < START,
+            "node_be request never 750: {:?}",
+            cached(&ox, &be("request")).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let cpus: f64 = online
+        .trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<f64>().unwrap() - a.parse::<f64>().unwrap() + 1.0,
+            None => 1.0,
+        })
+        .sum();
+    assert_eq!(cached(&ox, &be("real-limit")).await, Some(cpus * 1000.0));
+    let usage = cached(&ox, &be("usage")).await.unwrap();
+    assert!((0.0..=cpus * 1000.0).contains(&usage), "{usage}");
+    let pod = format!("pod_uid={}", uid(&batch));
+    let with = cached(&ox, &format!("kind=pod_memory_usage_with_page_cache&{pod}")).await;
+    let without = cached(&ox, &format!("kind=pod_memory_usage&{pod}")).await;
+    assert!(
+        matches!((with, without), (Some(w), Some(wo)) if w >= wo && wo > 0.0),
+        "with page cache {with:?}, without {without:?}"
+    );
+    let (_, body) = ox.get("/metrics").await.unwrap();
+    assert!(
+        body.contains("koordlet_be_suppress_be_used_cpu_cores{node=\"testnode\"}"),
+        "{}",
+        body.lines()
+            .filter(|l| l.contains("koordlet"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

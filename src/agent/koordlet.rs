@@ -227,6 +227,8 @@ pub(super) fn spawn_metric_advisor(
     );
     let (cache, readings) = (shared.metric_cache.clone(), shared.readings.clone());
     let runtime_cgroup = opts.runtime_cgroups.clone();
+    let best_effort = host.cm.qos_cgroup_path(crate::cm::QosClass::BestEffort);
+    let page_cache = opts.pagecache_collector;
     let (node_name, root_dir, cri) = (
         opts.node_name.clone(),
         opts.root_dir.clone(),
@@ -247,6 +249,8 @@ pub(super) fn spawn_metric_advisor(
                 pod_cache.clone(),
                 cm.clone(),
             )),
+            best_effort: best_effort.clone(),
+            page_cache,
             root_dir: root_dir.clone(),
             cri: cri.clone(),
         });

@@ -11,6 +11,31 @@ use crate::koord::prediction::model::PriorityClass;
 
 /// koordinator's pod QoS label.
 pub(crate) const KOORD_QOS_LABEL: &str = "koordinator.sh/qosClass";
+/// koordinator's extended resources for batch (BE) pods: CPU in millicores, memory in
+/// bytes.
+pub(crate) const BATCH_CPU: &str = "kubernetes.io/batch-cpu";
+pub(crate) const BATCH_MEMORY: &str = "kubernetes.io/batch-memory";
+
+/// `GetPodBEMilliCPURequest`: the batch CPU requests of the pod's containers and its
+/// sidecars (restartable init containers), in millicores; a missing or unreadable one
+/// counts 0.
+pub(crate) fn batch_milli_cpu_request(pod: &Pod) -> i64 {
+    let Some(spec) = pod.spec.as_ref() else {
+        return 0;
+    };
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    spec.containers
+        .iter()
+        .chain(sidecars)
+        .filter_map(|c| crate::cm::container_resource(c, "requests", BATCH_CPU))
+        .filter_map(|q| crate::quantity::bytes(q).ok())
+        .map(|m| m.max(0))
+        .sum()
+}
 
 /// koordinator's QoS classes; `None` is the empty class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

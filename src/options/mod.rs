@@ -171,6 +171,8 @@ pub struct Options {
     pub(crate) tsdb_path: Option<PathBuf>,
     pub(crate) tsdb_retention: Duration,
     pub(crate) tsdb_max_bytes: u64,
+    /// koordlet's `--enable-pagecache-collector`: memory with page cache recorded too.
+    pub(crate) pagecache_collector: bool,
     /// The image GC policy (`imageGCHighThresholdPercent`,
     /// `imageGCLowThresholdPercent`, `imageMinimumGCAge`, `imageMaximumGCAge`).
     pub(crate) image_gc: crate::images::Policy,
@@ -310,6 +312,7 @@ impl Options {
             tsdb_path: None,
             tsdb_retention: Duration::ZERO,
             tsdb_max_bytes: 0,
+            pagecache_collector: false,
             image_gc: crate::images::Policy::default(),
             unimplemented: Vec::new(),
             warnings: Vec::new(),

@@ -234,6 +234,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("tsdb-path", None, Path, "", "PATH", "Directory of the metric cache's log and blocks (empty: <root-dir>/metric-cache)", |o, i| { o.tsdb_path = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     row("tsdb-retention-duration", None, Duration, "12h0m0s", "DURATION", "How long the metric cache keeps points on disk", |o, i| positive_duration(i.text).map(|d| o.tsdb_retention = d)),
     row("tsdb-max-bytes", None, Int, "104857600", "BYTES", "The metric cache's size cap on disk; the oldest blocks go past it", |o, i| int_within(i.text, 1 << 20, i64::MAX).map(|n| o.tsdb_max_bytes = n)),
+    row("enable-pagecache-collector", None, Bool, "false", "true|false", "Record node, pod and container memory with the page cache too (koordlet's pagecache collector)", |o, i| parse_bool(i.text).map(|b| o.pagecache_collector = b)),
     // Image garbage collection (kubelet's ImageGCPolicy); each row's check reads the rows above it.
     row("image-gc-high-threshold", Some("imageGCHighThresholdPercent"), Int, "85", "PERCENT", "Image filesystem usage at which unused images are removed (100 turns the periodic image GC off)", |o, i| int_within(i.text, 0, 100).map(|n| o.image_gc.high_percent = n)),
     row("image-gc-low-threshold", Some("imageGCLowThresholdPercent"), Int, "80", "PERCENT", "Image filesystem usage the image GC frees down to; less than the high threshold", set_image_gc_low),

@@ -59,6 +59,7 @@ impl CollectorBench {
                 started_at: SystemTime::now(),
                 cgroup: Some(pod_path),
                 containers: cs,
+                be_batch_cpu_milli: None,
             }));
         }
         let targets = Arc::new(targets);

@@ -17,6 +17,8 @@ pub(crate) struct DebugQuery {
     pub container_id: Option<String>,
     pub psi_resource: Option<String>,
     pub psi_degree: Option<String>,
+    pub be_resource: Option<String>,
+    pub be_allocation: Option<String>,
     /// avg, p50, p90, p95, p99, last, count (default last).
     pub agg: Option<String>,
     /// A duration such as `5s` or `1m` (default 10s).
@@ -25,7 +27,7 @@ pub(crate) struct DebugQuery {
 
 /// The query keys understood; any other is refused, so a typo (`pod=`) is not
 /// silently answered with the aggregate over every series.
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 9] = [
     "kind",
     "pod_uid",
     "container_id",
@@ -33,6 +35,8 @@ const KEYS: [&str; 7] = [
     "psi_degree",
     "agg",
     "window",
+    "be_resource",
+    "be_allocation",
 ];
 
 /// The aggregations, by their query names.
@@ -77,7 +81,9 @@ impl DebugQuery {
                 3 => q.psi_resource = Some(v),
                 4 => q.psi_degree = Some(v),
                 5 => q.agg = Some(v),
-                _ => q.window = Some(v),
+                6 => q.window = Some(v),
+                7 => q.be_resource = Some(v),
+                _ => q.be_allocation = Some(v),
             }
         }
         Ok(q)
@@ -129,6 +135,8 @@ pub(crate) fn debug_query(
         (label::CONTAINER_ID, q.container_id.as_deref()),
         (label::PSI_RESOURCE, q.psi_resource.as_deref()),
         (label::PSI_DEGREE, q.psi_degree.as_deref()),
+        (label::BE_RESOURCE, q.be_resource.as_deref()),
+        (label::BE_ALLOCATION, q.be_allocation.as_deref()),
     ]
     .into_iter()
     .filter_map(|(k, v)| Some((k, v?)))

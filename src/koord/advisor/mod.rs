@@ -9,11 +9,13 @@
 //! koordlet's `SharedState` does; a collector whose interval has not passed keeps its
 //! previous results. A failing read skips that value for the round, never the loop.
 
+mod be;
 #[doc(hidden)]
 pub mod bench;
 mod debug;
 mod network;
 mod node;
+mod pagecache;
 mod perf;
 mod pods;
 mod procfs;
@@ -85,6 +87,8 @@ pub(crate) struct Shared {
     /// Node CPU in cores and memory in bytes from procfs, this round.
     pub node_cpu_cores: Option<f64>,
     pub node_memory_bytes: Option<f64>,
+    /// MemTotal − MemFree: the node's memory with the page cache (koordlet's).
+    pub node_memory_with_cache_bytes: Option<f64>,
     /// The root cgroup.
     pub node_cgroup: Option<CgroupReading>,
     pub processes: Option<u64>,
@@ -156,6 +160,10 @@ pub(crate) struct AdvisorDeps {
     /// kubelet's `runtime` system container: `--runtime-cgroups`, if given.
     pub runtime_cgroup: Option<String>,
     pub lister: Box<dyn TargetLister>,
+    /// The BestEffort QoS cgroup (None without per-QoS cgroups): the BE collector's.
+    pub best_effort: Option<String>,
+    /// `--enable-pagecache-collector`.
+    pub page_cache: bool,
     pub root_dir: PathBuf,
     pub cri: Arc<dyn crate::cri::CriRead>,
 }
@@ -197,6 +205,12 @@ impl Advisor {
                 deps.runtime_cgroup,
             )),
             Box::new(PodCollector::new(tree.clone(), deps.lister)),
+            Box::new(pagecache::PageCacheCollector::new(deps.page_cache)),
+            Box::new(be::BeCollector::new(
+                tree.clone(),
+                deps.best_effort,
+                deps.node_name.clone(),
+            )),
             Box::new(system::SystemCollector),
             Box::new(psi::PsiCollector::new(deps.proc_root, tree)),
             Box::new(storage::StorageCollector::new(deps.root_dir, deps.cri)),

@@ -140,6 +140,7 @@ impl Collector for NodeCollector {
             let ts = now_ms();
             shared.node_cpu_cores = None;
             shared.node_memory_bytes = None;
+            shared.node_memory_with_cache_bytes = None;
             let stat = self.proc_root.join("stat");
             match procfs::read_parsed(&stat, procfs::parse_cpu_jiffies, "no cpu line") {
                 Ok(j) => {
@@ -163,6 +164,8 @@ impl Collector for NodeCollector {
                 Ok(m) => {
                     let used = m.used() as f64;
                     shared.node_memory_bytes = Some(used);
+                    shared.node_memory_with_cache_bytes =
+                        Some(m.total.saturating_sub(m.free) as f64);
                     shared.push(MetricKind::NodeMemoryUsage, &[], ts, used);
                     Some(m)
                 }

@@ -17,6 +17,7 @@ use super::rate::RateTracker;
 use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
 use crate::cm::{CgroupDriver, CgroupError, CgroupTree, ContainerManager, StatReader};
 use crate::contracts::{CgroupReading, ContainerReading, PodReading};
+use crate::koord::classes::KoordQos;
 use crate::koord::metriccache::{MetricKind, label};
 use crate::kuberuntime::{ContainerState, PodRuntimeStatus};
 use crate::pleg::PodCache;
@@ -44,6 +45,9 @@ pub(crate) struct PodTarget {
     pub started_at: SystemTime,
     pub cgroup: Option<String>,
     pub containers: Vec<ContainerTarget>,
+    /// For a `koordinator.sh/qosClass: BE` pod, its batch CPU request in millicores
+    /// (the BE collector's `request`).
+    pub be_batch_cpu_milli: Option<i64>,
 }
 
 /// Where the pods to read come from (the pod manager and the PLEG cache in the
@@ -114,6 +118,8 @@ impl ManagedPods {
             started_at: from_unix_nanos(sandbox.created_at),
             cgroup: cgroup.clone(),
             containers: Vec::new(),
+            be_batch_cpu_milli: (KoordQos::of_label(pod) == Some(KoordQos::Be))
+                .then(|| crate::koord::classes::batch_milli_cpu_request(pod)),
         };
         let Some(pod_cg) = &cgroup else {
             return Some(target);

@@ -197,6 +197,7 @@ fn v2_pod(dir: &Path, tree: &CgroupTree) -> PodTarget {
             created_at: SystemTime::now(),
             cgroup: ctr,
         }],
+        be_batch_cpu_milli: None,
     }
 }
 
@@ -211,6 +212,7 @@ fn pod_collector_writes_rates_koordlets_memory_and_readings_and_skips_vanished_c
         uid: "gone".into(),
         cgroup: Some("kubepods/burstable/podgone".into()),
         containers: Vec::new(),
+        be_batch_cpu_milli: None,
         ..target.clone()
     };
     let targets = vec![Arc::new(target.clone()), Arc::new(gone)];
@@ -377,6 +379,9 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
         kubepods: None,
         runtime_cgroup: None,
         lister: Box::new(Fixed(Vec::new())),
+        // The root cgroup stands in for the BestEffort tier: every CPU, no quota.
+        best_effort: Some(String::new()),
+        page_cache: true,
         root_dir: root.path().to_path_buf(),
         cri: Arc::new(crate::cri::FakeRuntime::default()),
     });
@@ -415,6 +420,32 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
         last(MetricKind::SysMemoryUsage).unwrap(),
         last(MetricKind::NodeMemoryUsage).unwrap()
     );
+    // The page cache counts in MemTotal − MemFree, not in MemTotal − MemAvailable.
+    assert!(
+        last(MetricKind::NodeMemoryUsageWithPageCache).unwrap()
+            >= last(MetricKind::NodeMemoryUsage).unwrap()
+    );
+    // The BE tier (here the root cgroup): its real limit is every online CPU, no batch
+    // pods ask for anything, and its usage is a rate.
+    let be = |allocation: &str| {
+        cache
+            .query(
+                MetricKind::NodeBe,
+                &[("be_resource", "cpu"), ("be_allocation", allocation)],
+                now - 10_000,
+                now,
+            )
+            .value(Aggregation::Last)
+            .unwrap()
+    };
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let cpus = crate::cm::parse_cpu_list(&online).unwrap().len();
+    assert_eq!(be("real-limit"), (cpus * 1000) as f64);
+    assert_eq!(be("request"), 0.0);
+    assert!(be("usage") >= 0.0 && be("usage") <= (cpus * 1000) as f64);
+    // The topology is in the key-value store under koordlet's key.
+    let info: super::topology::NodeCpuInfo = cache.kv().get(super::topology::CPU_INFO_KEY).unwrap();
+    assert_eq!(info.total_info.number_cpus, cpus);
 }
 
 /// A pod status with one ready sandbox and the running containers `ids`.
@@ -520,6 +551,7 @@ fn v1_targets() -> Vec<Arc<PodTarget>> {
                 started_at: UNIX_EPOCH,
                 cgroup: Some(format!("kubepods/pod{u}")),
                 containers: Vec::new(),
+                be_batch_cpu_milli: None,
             })
         })
         .collect()

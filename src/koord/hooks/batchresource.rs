@@ -22,9 +22,7 @@ use crate::cm::{DEFAULT_CPU_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares};
 use crate::koord::classes::KoordQos;
 use crate::kuberuntime::HookError;
 
-/// koordinator's extended resources for batch (BE) pods; CPU in millicores.
-pub(crate) const BATCH_CPU: &str = "kubernetes.io/batch-cpu";
-pub(crate) const BATCH_MEMORY: &str = "kubernetes.io/batch-memory";
+pub(crate) use crate::koord::classes::{BATCH_CPU, BATCH_MEMORY};
 
 /// See the module doc.
 pub(crate) struct BatchResource;

@@ -334,3 +334,74 @@ async fn the_be_collector_reports_batch_requests_the_real_limit_and_usage() {
             .join("\n")
     );
 }
+
+/// koordlet's `hostapplication` collector: a NodeSLO host application (here from
+/// `--node-slo-file`) is read from its own cgroup, below `kubepods` as its
+/// `cgroupPath` says: a process burning CPU there shows as about a core. A path that
+/// climbs out of its base is refused at start, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_applications_cgroup_is_collected_and_a_climbing_path_refused() {
+    let bed = Testbed::start().await;
+    let bad = slo_file(
+        bed.base_dir(),
+        "hostApplications: [{name: app, cgroupPath: {base: Kubepods, parentDir: \"a/../..\"}}]\n",
+    );
+    let (status, _) = Oxlet::new(&bed).run_to_end(&[&format!("--node-slo-file={}", bad.display())]);
+    assert!(!status.success());
+    let slo = slo_file(
+        bed.base_dir(),
+        "hostApplications: [{name: burner, qos: LS, cgroupPath: {base: Kubepods, relativePath: host-burner}}]\n",
+    );
+    let ox = Oxlet::start(&bed, &[&format!("--node-slo-file={}", slo.display())]);
+    ox.wait_up(START).await;
+    // The application's cgroup, made by hand as its own supervisor would, and a burner in it.
+    let dirs: Vec<PathBuf> = ["cpuacct", "memory"]
+        .iter()
+        .map(|c| ox.cgroup_file(c, "kubepods/host-burner"))
+        .collect();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    /// The burner dies with the test, whatever its end.
+    struct Burner(std::process::Child);
+    impl Drop for Burner {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let burner = Burner(
+        std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .unwrap(),
+    );
+    for d in &dirs {
+        std::fs::write(d.join("cgroup.procs"), burner.0.id().to_string()).unwrap();
+    }
+    let q = "kind=host_application_cpu_usage&host_app_name=burner&agg=avg&window=3s";
+    let t = std::time::Instant::now();
+    let mut last = None;
+    while t.elapsed() < START {
+        let (_, body) = ox.get(&format!("/debug/koord/metrics?{q}")).await.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        last = v["value"].as_f64();
+        if last.is_some_and(|c| c > 0.5) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    drop(burner);
+    assert!(
+        last.is_some_and(|c| (0.5..=1.1).contains(&c)),
+        "host application CPU {last:?}"
+    );
+    let (_, body) = ox
+        .get("/debug/koord/metrics?kind=host_application_memory_usage_with_page_cache&host_app_name=burner")
+        .await
+        .unwrap();
+    assert!(body.contains("\"count\":"), "{body}");
+    for d in &dirs {
+        let _ = std::fs::remove_dir(d);
+    }
+}

@@ -146,16 +146,21 @@ pub(super) fn spawn_node_slo_watch(
     opts: &Options,
     client: &kube::Client,
     base: &QosConfig,
+    shared: &Shared,
     tasks: &Tasks,
 ) -> tokio::sync::watch::Receiver<QosConfig> {
     let (tx, rx) = tokio::sync::watch::channel(base.clone());
     let (client, node_name, base) = (client.clone(), opts.node_name.clone(), base.clone());
+    let host_apps = shared.host_apps.clone();
+    let base_host_apps = file_host_apps(opts);
     tasks.spawn_restarting("node-slo-watch", Backoff::default(), move |cancel| {
         let watch = NodeSloWatch {
             client: client.clone(),
             node_name: node_name.clone(),
             base: base.clone(),
             tx: tx.clone(),
+            host_apps: host_apps.clone(),
+            base_host_apps: base_host_apps.clone(),
         };
         async move {
             watch.run(cancel).await;
@@ -229,6 +234,12 @@ pub(super) fn spawn_metric_advisor(
     let runtime_cgroup = opts.runtime_cgroups.clone();
     let best_effort = host.cm.qos_cgroup_path(crate::cm::QosClass::BestEffort);
     let page_cache = opts.pagecache_collector;
+    let host_apps = shared.host_apps.subscribe();
+    let qos_paths = crate::koord::host_apps::QosPaths {
+        kubepods: host.cm.kubepods_path(),
+        burstable: host.cm.qos_cgroup_path(crate::cm::QosClass::Burstable),
+        best_effort: best_effort.clone(),
+    };
     let (node_name, root_dir, cri) = (
         opts.node_name.clone(),
         opts.root_dir.clone(),
@@ -251,6 +262,8 @@ pub(super) fn spawn_metric_advisor(
             )),
             best_effort: best_effort.clone(),
             page_cache,
+            host_apps: host_apps.clone(),
+            qos_paths: qos_paths.clone(),
             root_dir: root_dir.clone(),
             cri: cri.clone(),
         });
@@ -341,6 +354,21 @@ pub(super) fn open_metric_cache(opts: &Options) -> Arc<crate::koord::MetricCache
         Err(e) => {
             warn!(target: STARTUP_TARGET, error = %e, "metric cache: cannot use its directory; keeping the last 30 minutes in memory only");
             Arc::new(MetricCache::default())
+        }
+    }
+}
+
+/// `--node-slo-file`'s host applications (checked when the flag was parsed; none
+/// without the file).
+pub(super) fn file_host_apps(opts: &Options) -> Vec<crate::koord::host_apps::HostApp> {
+    let Some(path) = &opts.node_slo_file else {
+        return Vec::new();
+    };
+    match crate::koord::host_apps::from_file(path) {
+        Ok((apps, _)) => apps,
+        Err(e) => {
+            warn!(error = %e, "host applications not read");
+            Vec::new()
         }
     }
 }

@@ -71,11 +71,17 @@ struct Shared {
     runtime_health: Arc<RuntimeHealth>,
     /// The eviction manager sets it; admission and the node status read it.
     pressure: Arc<PressureSource>,
+    /// The NodeSLO's host applications: `--node-slo-file`'s, then the cluster's.
+    host_apps: tokio::sync::watch::Sender<Vec<crate::koord::host_apps::HostApp>>,
 }
 
 impl Shared {
     /// Everything empty, the runtime taken as healthy until its check says otherwise.
-    fn new(events: EventRecorder, metric_cache: Arc<MetricCache>) -> Self {
+    fn new(
+        events: EventRecorder,
+        metric_cache: Arc<MetricCache>,
+        host_apps: Vec<crate::koord::host_apps::HostApp>,
+    ) -> Self {
         let runtime_health = Arc::new(RuntimeHealth::default());
         runtime_health.set(true);
         Shared {
@@ -88,6 +94,7 @@ impl Shared {
             readings: Arc::default(),
             runtime_health,
             pressure: Arc::default(),
+            host_apps: tokio::sync::watch::Sender::new(host_apps),
         }
     }
 }
@@ -124,7 +131,11 @@ async fn start(
         },
     );
     runtime::spawn_log_rotation(opts, rt, tasks);
-    let shared = Shared::new(events, koordlet::open_metric_cache(opts));
+    let shared = Shared::new(
+        events,
+        koordlet::open_metric_cache(opts),
+        koordlet::file_host_apps(opts),
+    );
     let prediction = koordlet::spawn_prediction(opts, &shared, &host.allocatable, tasks);
     let node_metric = koordlet::node_metric_source(&shared, prediction.as_ref());
     let sources = sources::start(opts, api, tasks);
@@ -150,7 +161,8 @@ async fn start(
     let inputs = LoopInputs::new(sources.updates, pleg_events).with_probes(probe_rx);
     let workers = sync_loop.workers.clone();
     let disk_reclaimers = node::spawn_image_gc(opts, rt, &sync_loop, &shared.events, tasks);
-    let qos_updates = api.map(|a| koordlet::spawn_node_slo_watch(opts, &a.main, &qos, tasks));
+    let qos_updates =
+        api.map(|a| koordlet::spawn_node_slo_watch(opts, &a.main, &qos, &shared, tasks));
     koordlet::spawn_hook_reconciler(&hooks, qos_updates.clone(), &host, &shared, tasks);
     koordlet::spawn_qos_manager(qos, qos_updates, opts, &host, &shared, &sync_loop, tasks);
     runtime::spawn_sync_loop(sync_loop, inputs, tasks);

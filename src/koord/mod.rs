@@ -12,10 +12,12 @@
 //! - `prediction`: peak prediction from the cache and the reclaimable resources.
 //! - `slo`: koordinator's NodeMetric through the apiserver (koordlet's states informer).
 //! - `classes`: koordinator's QoS and priority classes of a pod.
+//! - `host_apps`: the NodeSLO's host applications and their cgroups.
 
 mod advisor;
 mod classes;
 mod hooks;
+pub(crate) mod host_apps;
 mod metriccache;
 mod prediction;
 mod qosmanager;

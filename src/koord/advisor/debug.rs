@@ -19,6 +19,7 @@ pub(crate) struct DebugQuery {
     pub psi_degree: Option<String>,
     pub be_resource: Option<String>,
     pub be_allocation: Option<String>,
+    pub host_app_name: Option<String>,
     /// avg, p50, p90, p95, p99, last, count (default last).
     pub agg: Option<String>,
     /// A duration such as `5s` or `1m` (default 10s).
@@ -27,7 +28,7 @@ pub(crate) struct DebugQuery {
 
 /// The query keys understood; any other is refused, so a typo (`pod=`) is not
 /// silently answered with the aggregate over every series.
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 10] = [
     "kind",
     "pod_uid",
     "container_id",
@@ -37,6 +38,7 @@ const KEYS: [&str; 9] = [
     "window",
     "be_resource",
     "be_allocation",
+    "host_app_name",
 ];
 
 /// The aggregations, by their query names.
@@ -83,7 +85,8 @@ impl DebugQuery {
                 5 => q.agg = Some(v),
                 6 => q.window = Some(v),
                 7 => q.be_resource = Some(v),
-                _ => q.be_allocation = Some(v),
+                8 => q.be_allocation = Some(v),
+                _ => q.host_app_name = Some(v),
             }
         }
         Ok(q)
@@ -137,6 +140,7 @@ pub(crate) fn debug_query(
         (label::PSI_DEGREE, q.psi_degree.as_deref()),
         (label::BE_RESOURCE, q.be_resource.as_deref()),
         (label::BE_ALLOCATION, q.be_allocation.as_deref()),
+        (label::HOST_APP_NAME, q.host_app_name.as_deref()),
     ]
     .into_iter()
     .filter_map(|(k, v)| Some((k, v?)))

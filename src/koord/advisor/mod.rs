@@ -13,6 +13,7 @@ mod be;
 #[doc(hidden)]
 pub mod bench;
 mod debug;
+mod hostapp;
 mod network;
 mod node;
 mod pagecache;
@@ -164,6 +165,10 @@ pub(crate) struct AdvisorDeps {
     pub best_effort: Option<String>,
     /// `--enable-pagecache-collector`.
     pub page_cache: bool,
+    /// The NodeSLO's host applications, as they change, and the pod cgroups' bases
+    /// their paths may start from.
+    pub host_apps: tokio::sync::watch::Receiver<Vec<crate::koord::host_apps::HostApp>>,
+    pub qos_paths: crate::koord::host_apps::QosPaths,
     pub root_dir: PathBuf,
     pub cri: Arc<dyn crate::cri::CriRead>,
 }
@@ -206,6 +211,12 @@ impl Advisor {
             )),
             Box::new(PodCollector::new(tree.clone(), deps.lister)),
             Box::new(pagecache::PageCacheCollector::new(deps.page_cache)),
+            Box::new(hostapp::HostAppCollector::new(
+                tree.clone(),
+                deps.host_apps,
+                deps.qos_paths,
+                deps.cache.clone(),
+            )),
             Box::new(be::BeCollector::new(
                 tree.clone(),
                 deps.best_effort,

@@ -382,6 +382,16 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
         // The root cgroup stands in for the BestEffort tier: every CPU, no quota.
         best_effort: Some(String::new()),
         page_cache: true,
+        // A host application whose cgroup is the root: it is read like any other.
+        host_apps: tokio::sync::watch::channel(vec![crate::koord::host_apps::HostApp {
+            name: "everything".into(),
+            qos: "LS".into(),
+            priority: String::new(),
+            base: crate::koord::host_apps::CgroupBase::CgroupRoot,
+            parts: Vec::new(),
+        }])
+        .1,
+        qos_paths: crate::koord::host_apps::QosPaths::default(),
         root_dir: root.path().to_path_buf(),
         cri: Arc::new(crate::cri::FakeRuntime::default()),
     });
@@ -443,6 +453,20 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
     assert_eq!(be("real-limit"), (cpus * 1000) as f64);
     assert_eq!(be("request"), 0.0);
     assert!(be("usage") >= 0.0 && be("usage") <= (cpus * 1000) as f64);
+    // The host application: a CPU rate after two rounds, and its memory both ways.
+    let app = |kind| {
+        cache
+            .query(kind, &[("host_app_name", "everything")], now - 10_000, now)
+            .value(Aggregation::Last)
+            .unwrap()
+    };
+    assert!(app(MetricKind::HostAppCpuUsage) >= 0.0);
+    assert!(
+        app(MetricKind::HostAppMemoryUsageWithPageCache) >= app(MetricKind::HostAppMemoryUsage)
+    );
+    let stored: Vec<crate::koord::host_apps::HostApp> =
+        cache.kv().get("host_applications").unwrap();
+    assert_eq!(stored.len(), 1);
     // The topology is in the key-value store under koordlet's key.
     let info: super::topology::NodeCpuInfo = cache.kv().get(super::topology::CPU_INFO_KEY).unwrap();
     assert_eq!(info.total_info.number_cpus, cpus);

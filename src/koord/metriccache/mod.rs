@@ -65,11 +65,14 @@ pub(crate) enum MetricKind {
     /// The BestEffort tier's CPU in millicores: its usage, its pods' batch requests and
     /// the limit its cgroup really has (koordlet's `node_be`).
     NodeBe,
+    HostAppCpuUsage,
+    HostAppMemoryUsage,
+    HostAppMemoryUsageWithPageCache,
 }
 
 impl MetricKind {
     /// Every kind, in the order of their codes on disk (append only).
-    pub(crate) const ALL: [MetricKind; 17] = [
+    pub(crate) const ALL: [MetricKind; 20] = [
         MetricKind::NodeCpuUsage,
         MetricKind::NodeMemoryUsage,
         MetricKind::SysCpuUsage,
@@ -87,6 +90,9 @@ impl MetricKind {
         MetricKind::PodMemoryUsageWithPageCache,
         MetricKind::ContainerMemoryUsageWithPageCache,
         MetricKind::NodeBe,
+        MetricKind::HostAppCpuUsage,
+        MetricKind::HostAppMemoryUsage,
+        MetricKind::HostAppMemoryUsageWithPageCache,
     ];
 
     /// The kind's code in the log and the blocks.
@@ -120,6 +126,11 @@ impl MetricKind {
                 "container_memory_usage_with_page_cache"
             }
             MetricKind::NodeBe => "node_be",
+            MetricKind::HostAppCpuUsage => "host_application_cpu_usage",
+            MetricKind::HostAppMemoryUsage => "host_application_memory_usage",
+            MetricKind::HostAppMemoryUsageWithPageCache => {
+                "host_application_memory_usage_with_page_cache"
+            }
         }
     }
 
@@ -132,6 +143,9 @@ impl MetricKind {
             | MetricKind::SysMemoryUsage
             | MetricKind::NodeMemoryUsageWithPageCache => &[],
             MetricKind::NodeBe => &[label::BE_RESOURCE, label::BE_ALLOCATION],
+            MetricKind::HostAppCpuUsage
+            | MetricKind::HostAppMemoryUsage
+            | MetricKind::HostAppMemoryUsageWithPageCache => &[label::HOST_APP_NAME],
             MetricKind::PodCpuUsage
             | MetricKind::PodMemoryUsageWithPageCache
             | MetricKind::PodMemoryUsage
@@ -172,6 +186,8 @@ pub(super) mod label {
     pub(crate) const BE_RESOURCE: &str = "be_resource";
     /// `usage`, `request` or `real-limit`.
     pub(crate) const BE_ALLOCATION: &str = "be_allocation";
+    /// A host application's name (NodeSLO `hostApplications[].name`).
+    pub(crate) const HOST_APP_NAME: &str = "host_app_name";
 }
 
 /// A series' identity: its kind and its label values, in the kind's label order.

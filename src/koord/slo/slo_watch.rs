@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::types::NodeSLO;
+use crate::koord::host_apps::{self, HostApp};
 use crate::koord::qosmanager::config::QosConfig;
 
 /// Watches the NodeSLO and sends each configuration it makes.
@@ -23,6 +24,10 @@ pub(crate) struct NodeSloWatch {
     /// applies while there is no NodeSLO.
     pub base: QosConfig,
     pub tx: watch::Sender<QosConfig>,
+    /// Where the NodeSLO's host applications go (the metric advisor), and
+    /// `--node-slo-file`'s, kept when the NodeSLO is deleted.
+    pub host_apps: watch::Sender<Vec<HostApp>>,
+    pub base_host_apps: Vec<HostApp>,
 }
 
 impl NodeSloWatch {
@@ -42,6 +47,7 @@ impl NodeSloWatch {
                 Some(Ok(Event::Delete(_))) => {
                     info!(node = %self.node_name, "NodeSLO deleted; the QoS manager goes back to --node-slo-file's thresholds");
                     self.send(self.base.clone());
+                    self.send_host_apps(self.base_host_apps.clone());
                 }
                 Some(Ok(Event::Init | Event::InitDone)) => {}
                 Some(Err(e)) => debug!(error = %e, "NodeSLO watch failed; retrying"),
@@ -51,6 +57,11 @@ impl NodeSloWatch {
     }
 
     fn apply(&self, slo: &NodeSLO) {
+        let (apps, errors) = host_apps::parse(slo.spec.host_applications.as_deref());
+        for e in &errors {
+            warn!(node = %self.node_name, error = %e, "NodeSLO host application refused; the others are kept");
+        }
+        self.send_host_apps(apps);
         let thresholds = slo.spec.resource_used_threshold_with_be.as_ref();
         match QosConfig::from_slo(thresholds, self.base.strategies) {
             Ok(cfg) if *self.tx.borrow() == cfg => {
@@ -70,6 +81,14 @@ impl NodeSloWatch {
                 warn!(node = %self.node_name, error = %e, "NodeSLO refused; the QoS manager keeps its last configuration");
             }
         }
+    }
+
+    fn send_host_apps(&self, apps: Vec<HostApp>) {
+        self.host_apps.send_if_modified(|now| {
+            let changed = *now != apps;
+            *now = apps;
+            changed
+        });
     }
 
     fn send(&self, cfg: QosConfig) {

@@ -1,0 +1,134 @@
+//! koordlet's `hostapplication` collector: every second, each host application the
+//! NodeSLO names (`spec.hostApplications`), read from its own cgroup: CPU cores from
+//! the usage delta, memory without page cache (koordlet's usage) and with it (the
+//! cgroup's usage file). The list follows the NodeSLO as it changes; the current one
+//! is also kept in the key-value store (`host_applications`) for CPU suppress, which
+//! counts the usage of the host applications that are not BE.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
+use crate::cm::{CgroupTree, StatReader};
+use crate::koord::host_apps::{HostApp, QosPaths};
+use crate::koord::metriccache::{MetricCache, MetricKind, label};
+
+/// The key-value store's key for the current host applications.
+pub(crate) const HOST_APPS_KEY: &str = "host_applications";
+
+pub(crate) struct HostAppCollector {
+    reader: StatReader,
+    apps: watch::Receiver<Vec<HostApp>>,
+    bases: QosPaths,
+    cache: std::sync::Arc<MetricCache>,
+    /// Each application's last CPU time (ns) and when, by name.
+    prev: HashMap<String, (SystemTime, u64)>,
+    stored: Option<Vec<HostApp>>,
+}
+
+impl HostAppCollector {
+    pub(crate) fn new(
+        tree: CgroupTree,
+        apps: watch::Receiver<Vec<HostApp>>,
+        bases: QosPaths,
+        cache: std::sync::Arc<MetricCache>,
+    ) -> Self {
+        HostAppCollector {
+            reader: StatReader::new(tree),
+            apps,
+            bases,
+            cache,
+            prev: HashMap::new(),
+            stored: None,
+        }
+    }
+
+    /// Keeps the key-value store's list in step with the NodeSLO's.
+    fn store(&mut self, apps: &[HostApp]) {
+        if self.stored.as_deref() == Some(apps) {
+            return;
+        }
+        match self.cache.kv().set(HOST_APPS_KEY, &apps) {
+            Ok(()) => {
+                info!(
+                    hostApplications = apps.len(),
+                    "metric advisor: following the NodeSLO's host applications"
+                );
+                self.stored = Some(apps.to_vec());
+            }
+            Err(e) => warn!(error = %e, "metric advisor: host applications not stored"),
+        }
+    }
+}
+
+impl Collector for HostAppCollector {
+    fn name(&self) -> &'static str {
+        "hostapplication"
+    }
+
+    fn interval(&self) -> Duration {
+        RES_USED_INTERVAL
+    }
+
+    fn disabled_reason(&self) -> Option<String> {
+        None
+    }
+
+    fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {
+        Box::pin(async move {
+            let apps = self.apps.borrow().clone();
+            self.store(&apps);
+            self.prev
+                .retain(|name, _| apps.iter().any(|a| &a.name == name));
+            for app in &apps {
+                let Some(path) = app.cgroup_path(&self.bases) else {
+                    continue;
+                };
+                let r = match self.reader.stats(&path, false) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        debug!(hostApplication = %app.name, cgroup = %path, error = %e, "metric advisor: host application not read");
+                        continue;
+                    }
+                };
+                let ts = r
+                    .time
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                let labels = [(label::HOST_APP_NAME, app.name.as_str())];
+                if let Some(cpu) = r.cpu {
+                    let now = (r.time, cpu.usage_core_nanos);
+                    if let Some((t0, ns0)) = self.prev.insert(app.name.clone(), now)
+                        && let (Ok(dt), Some(dns)) =
+                            (r.time.duration_since(t0), now.1.checked_sub(ns0))
+                        && !dt.is_zero()
+                    {
+                        shared.push(
+                            MetricKind::HostAppCpuUsage,
+                            &labels,
+                            ts,
+                            dns as f64 / dt.as_nanos() as f64,
+                        );
+                    }
+                }
+                if let Some(m) = r.memory {
+                    shared.push(
+                        MetricKind::HostAppMemoryUsage,
+                        &labels,
+                        ts,
+                        m.without_cache_bytes as f64,
+                    );
+                    shared.push(
+                        MetricKind::HostAppMemoryUsageWithPageCache,
+                        &labels,
+                        ts,
+                        m.usage_bytes as f64,
+                    );
+                }
+            }
+        })
+    }
+}

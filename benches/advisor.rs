@@ -137,8 +137,8 @@ fn main() {
         if cost / 1e9 <= 0.01 { "met" } else { "NOT met" }
     );
 
-    cache_in_memory();
-    cache_on_disk();
+    let in_memory = cache_in_memory();
+    cache_on_disk(in_memory);
 }
 
 fn now_ms() -> i64 {
@@ -172,7 +172,7 @@ fn cache_in_memory() {
 
 /// 13 hours of sample time at 110 pods into the on-disk cache (a temporary directory),
 /// as fast as it goes; the CPU per round is the cache's share of the advisor's second.
-fn cache_on_disk() {
+fn cache_on_disk(in_memory_cpu_ns: f64) {
     const HOURS: usize = 13;
     let dir = std::env::temp_dir().join(format!("oxlet-bench-cache-{}", std::process::id()));
     let rss0 = rss_bytes();

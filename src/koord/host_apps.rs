@@ -187,7 +187,7 @@ pub(crate) fn parse(raw: Option<&[Value]>) -> (Vec<HostApp>, Vec<HostAppError>) 
                     index: i,
                     field: "name",
                     reason: format!("{:?} is named twice", app.name),
-                })
+                });
             }
             Ok(app) => apps.push(app),
             Err(e) => errors.push(e),

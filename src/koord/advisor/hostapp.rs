@@ -83,6 +83,7 @@ impl Collector for HostAppCollector {
             self.store(&apps);
             self.prev
                 .retain(|name, _| apps.iter().any(|a| &a.name == name));
+            shared.host_apps_usage = (0.0, 0.0);
             for app in &apps {
                 let Some(path) = app.cgroup_path(&self.bases) else {
                     continue;
@@ -106,15 +107,13 @@ impl Collector for HostAppCollector {
                             (r.time.duration_since(t0), now.1.checked_sub(ns0))
                         && !dt.is_zero()
                     {
-                        shared.push(
-                            MetricKind::HostAppCpuUsage,
-                            &labels,
-                            ts,
-                            dns as f64 / dt.as_nanos() as f64,
-                        );
+                        let cores = dns as f64 / dt.as_nanos() as f64;
+                        shared.host_apps_usage.0 += cores;
+                        shared.push(MetricKind::HostAppCpuUsage, &labels, ts, cores);
                     }
                 }
                 if let Some(m) = r.memory {
+                    shared.host_apps_usage.1 += m.without_cache_bytes as f64;
                     shared.push(
                         MetricKind::HostAppMemoryUsage,
                         &labels,

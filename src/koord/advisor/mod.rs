@@ -103,6 +103,8 @@ pub(crate) struct Shared {
     /// Σ pod CPU cores and memory bytes of this round (for the system part).
     pub pods_cpu_cores: Option<f64>,
     pub pods_memory_bytes: f64,
+    /// Σ host application CPU cores and memory bytes (without page cache), this round.
+    pub host_apps_usage: (f64, f64),
     /// The pods and containers listed this round, with their cgroups.
     pub targets: Vec<Arc<PodTarget>>,
     /// Pressure by cgroup path, and the node's, from the PSI collector's last round.

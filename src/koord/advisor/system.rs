@@ -1,6 +1,5 @@
 //! The system part (koordlet's `sysresource`): what the node uses beyond its pods,
-//! `max(node − Σ pods, 0)`, for CPU and memory. oxlet has no host applications, so
-//! nothing else is subtracted.
+//! `max(node − Σ pods − Σ host applications, 0)`, for CPU and memory.
 
 use std::time::Duration;
 
@@ -31,12 +30,15 @@ impl Collector for SystemCollector {
         Box::pin(async move {
             let ts = now_ms();
             // Both inputs come from this round (node and pods run first).
-            if let Some(cpu) = system_usage(shared.node_cpu_cores, shared.pods_cpu_cores) {
+            let (apps_cpu, apps_mem) = shared.host_apps_usage;
+            let pods_cpu = shared.pods_cpu_cores.map(|c| c + apps_cpu);
+            if let Some(cpu) = system_usage(shared.node_cpu_cores, pods_cpu) {
                 shared.push(MetricKind::SysCpuUsage, &[], ts, cpu);
             }
-            if let Some(mem) =
-                system_usage(shared.node_memory_bytes, Some(shared.pods_memory_bytes))
-            {
+            if let Some(mem) = system_usage(
+                shared.node_memory_bytes,
+                Some(shared.pods_memory_bytes + apps_mem),
+            ) {
                 shared.push(MetricKind::SysMemoryUsage, &[], ts, mem);
             }
         })

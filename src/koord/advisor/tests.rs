@@ -425,10 +425,14 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
     };
     assert!(last(MetricKind::NodeCpuUsage).unwrap() >= 0.0);
     assert!(last(MetricKind::NodeMemoryUsage).unwrap() > 0.0);
-    // No pods: the system part is the whole node.
+    // No pods: the system part is the node less the host application.
+    let app_memory = cache
+        .query(MetricKind::HostAppMemoryUsage, &[], now - 10_000, now)
+        .value(Aggregation::Last)
+        .unwrap();
     assert_eq!(
         last(MetricKind::SysMemoryUsage).unwrap(),
-        last(MetricKind::NodeMemoryUsage).unwrap()
+        (last(MetricKind::NodeMemoryUsage).unwrap() - app_memory).max(0.0)
     );
     // The page cache counts in MemTotal − MemFree, not in MemTotal − MemAvailable.
     assert!(

@@ -579,3 +579,55 @@ async fn a_root_dir_refuses_to_switch_runtimes() {
         format!("endpoint {}\n", bed.endpoint())
     );
 }
+
+/// The locks: a second oxlet on the same root dir, or on the same runtime with another
+/// root dir, is refused at once naming the holder; with kubelet's `--lock-file` and
+/// `--exit-on-lock-contention`, a new oxlet opening the lock file makes the old one
+/// leave (exit 0) and takes over once it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_agent_is_refused_and_the_lock_file_hands_over() {
+    let bed = Testbed::start().await;
+    let lock_file = bed.base_dir().join("kubelet.lock");
+    let lock_flags = [
+        format!("--lock-file={}", lock_file.display()),
+        "--exit-on-lock-contention".to_string(),
+    ];
+    let lock_flags: Vec<&str> = lock_flags.iter().map(String::as_str).collect();
+    let mut first = Oxlet::start(&bed, &lock_flags);
+    first.wait_up(START).await;
+    let holder = format!("pid={}", first.pid());
+
+    let mut same_root = Oxlet::new(&bed);
+    let before = same_root.log().len();
+    same_root.spawn(&[]);
+    assert!(!same_root.wait_exit(START).success());
+    let said = same_root.log()[before..].to_string();
+    assert!(
+        said.contains("oxlet.lock") && said.contains(&holder) && said.contains("one root dir"),
+        "{said}"
+    );
+
+    let mut same_runtime = Oxlet::in_dir(&bed.base_dir().join("other"), Some(bed.endpoint()));
+    same_runtime.spawn(&[]);
+    assert!(!same_runtime.wait_exit(START).success());
+    let said = same_runtime.log();
+    assert!(
+        said.contains(&holder) && said.contains("one runtime"),
+        "{said}"
+    );
+
+    // The first is still serving.
+    assert!(first.get("/pods").await.is_some());
+    // A new agent with the lock file: the first leaves, the new one comes up.
+    let mut second = Oxlet::new(&bed);
+    second.spawn(&lock_flags);
+    assert!(first.wait_exit(START).success());
+    second.wait_up(START).await;
+    assert!(
+        first
+            .log()
+            .contains("another process opened the lock file; exiting"),
+        "{}",
+        tail(&first.log(), 20)
+    );
+}

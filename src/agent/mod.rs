@@ -12,6 +12,7 @@
 
 mod cluster;
 mod koordlet;
+mod lock;
 mod node;
 mod process;
 mod runonce;
@@ -200,6 +201,10 @@ async fn start(
 pub async fn run(opts: Options) -> anyhow::Result<i32> {
     let mut signals = Signals::install().context("cannot listen for SIGTERM/SIGINT")?;
     process::log_summary(&opts);
+    if opts.exit_on_lock_contention && opts.lock_file.is_none() {
+        anyhow::bail!("cannot exit on lock file contention: no --lock-file given");
+    }
+    let locks = lock::acquire(&opts).await?;
     if opts.task_cpu_accounting {
         crate::tasks::enable_cpu_accounting();
     }
@@ -222,7 +227,20 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
     if let Some(api) = &api {
         cluster::start_cert_rotation(&opts, api, &agent);
     }
-    let result = run_agent(&opts, &rt, api.as_ref(), &mut signals, &agent).await;
+    let contended = async {
+        match locks.lock_file.as_deref() {
+            Some(path) if opts.exit_on_lock_contention => lock::contention(path).await,
+            _ => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        r = run_agent(&opts, &rt, api.as_ref(), &mut signals, &agent) => r,
+        r = contended => {
+            r?;
+            info!(target: STARTUP_TARGET, "another process opened the lock file; exiting (--exit-on-lock-contention)");
+            Ok(0)
+        }
+    };
     if !tasks.shutdown(RUNTIME_STOP).await {
         warn!("the managed containerd's supervisor did not stop within {RUNTIME_STOP:?}");
     }

@@ -171,6 +171,9 @@ pub struct Options {
     pub(crate) tsdb_path: Option<PathBuf>,
     pub(crate) tsdb_retention: Duration,
     pub(crate) tsdb_max_bytes: u64,
+    /// kubelet's `--lock-file` (waited for) and `--exit-on-lock-contention`.
+    pub(crate) lock_file: Option<PathBuf>,
+    pub(crate) exit_on_lock_contention: bool,
     /// koordlet's `--enable-pagecache-collector`: memory with page cache recorded too.
     pub(crate) pagecache_collector: bool,
     /// The image GC policy (`imageGCHighThresholdPercent`,
@@ -313,6 +316,8 @@ impl Options {
             tsdb_retention: Duration::ZERO,
             tsdb_max_bytes: 0,
             pagecache_collector: false,
+            lock_file: None,
+            exit_on_lock_contention: false,
             image_gc: crate::images::Policy::default(),
             unimplemented: Vec::new(),
             warnings: Vec::new(),

@@ -140,6 +140,8 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("runtime-cgroups", None, Text, "", "CGROUP", "The container runtime's cgroup, reported as the Summary API's runtime system container (empty: none)", |o, i| { o.runtime_cgroups = Some(i.text.to_string()).filter(|c| !c.is_empty()); Ok(()) }),
     row("fail-swap-on", Some("failSwapOn"), Bool, "true", "true|false", "Refuse to start while swap is on", |o, i| parse_bool(i.text).map(|b| o.fail_swap_on = b)),
     row("root-dir", None, Text, "/var/lib/oxlet", "PATH", "Directory for oxlet state", |o, i| non_empty(i.text).map(|p| o.root_dir = p)),
+    row("lock-file", None, Path, "", "PATH", "A file to hold an exclusive lock on while running, waited for at start (besides the lock oxlet always takes on the root dir)", |o, i| { o.lock_file = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("exit-on-lock-contention", None, Bool, "false", "true|false", "Exit when another process opens --lock-file", |o, i| parse_bool(i.text).map(|b| o.exit_on_lock_contention = b)),
     row("pod-logs-dir", Some("podLogsDir"), Text, "/var/log/pods", "PATH", "Directory for container logs", |o, i| absolute(i.text).map(|p| o.pod_logs_dir = p)),
     row("hostname-override", None, Text, "", "NAME", "Node name to use instead of the host name", set_node_name),
     row("address", Some("address"), Text, "0.0.0.0", "IP", "IP address the read-only and secure ports listen on", |o, i| ip(i.text).map(|a| o.address = a)),

@@ -40,6 +40,50 @@ type SetFilter =
     Box<dyn Fn(EnvFilter) -> Result<(), tracing_subscriber::reload::Error> + Send + Sync>;
 static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
 
+/// A value as klog writes it in a `key=value` pair: as it is when it is one word,
+/// else in double quotes with `"` and `\` escaped and line breaks spelled `\n`, so a
+/// reader (or a parser) always knows where a value ends.
+pub(crate) fn klog_value(rendered: &str) -> std::borrow::Cow<'_, str> {
+    let already_quoted =
+        rendered.len() >= 2 && rendered.starts_with('"') && rendered.ends_with('"');
+    let plain = !rendered.is_empty()
+        && !rendered
+            .chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '=' || c.is_control());
+    if already_quoted || plain {
+        return std::borrow::Cow::Borrowed(rendered);
+    }
+    let mut out = String::with_capacity(rendered.len() + 2);
+    out.push('"');
+    for c in rendered.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    std::borrow::Cow::Owned(out)
+}
+
+/// The fields of a line: the message as it is, every other field `key=value` with
+/// [`klog_value`]'s quoting.
+fn klog_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let rendered = format!("{value:?}");
+        if field.name() == "message" {
+            write!(w, "{rendered}")
+        } else {
+            write!(w, "{}={}", field.name(), klog_value(&rendered))
+        }
+    })
+    .delimited(" ")
+}
+
 /// Installs the global subscriber (stderr, one line per event). `RUST_LOG` overrides `-v`.
 /// Its filter can be changed later with `set_verbosity` (`PUT /debug/flags/v`).
 pub fn init(verbosity: u8) {
@@ -48,6 +92,7 @@ pub fn init(verbosity: u8) {
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| filter_for(verbosity));
     let builder = tracing_subscriber::fmt()
+        .fmt_fields(klog_fields())
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(verbosity >= 4)
@@ -81,6 +126,31 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+
+    #[test]
+    fn values_are_quoted_as_klog_quotes_them() {
+        assert_eq!(klog_value("default/web"), "default/web");
+        assert_eq!(klog_value("connection refused"), "\"connection refused\"");
+        assert_eq!(klog_value(""), "\"\"");
+        assert_eq!(klog_value("a=b"), "\"a=b\"");
+        assert_eq!(klog_value("say \"hi\"\n"), "\"say \\\"hi\\\"\\n\"");
+        // A Debug-rendered string is quoted already.
+        assert_eq!(klog_value("\"x y\""), "\"x y\"");
+        let buf = Buf::default();
+        let w = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .fmt_fields(klog_fields())
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            tracing::info!(pod = %"default/web", error = %"no such file or directory", attempt = 2, "container start failed");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            out.contains("container start failed pod=default/web error=\"no such file or directory\" attempt=2"),
+            "{out}"
+        );
+    }
 
     #[test]
     fn verbosity_maps_to_levels() {

@@ -221,7 +221,7 @@ fn kinds_kubeconfig_with_missing_client_pem_is_one_clear_error() {
     );
     // kind passes --bootstrap-kubeconfig: as kubelet, oxlet then bootstraps a new
     // certificate, and the missing bootstrap file is the error.
-    assert!(err.contains(&format!("WARN the kubeconfig cannot be used; bootstrapping a new client certificate error={want}")), "want {want}\n{err}");
+    assert!(err.contains(&format!("WARN the kubeconfig cannot be used; bootstrapping a new client certificate error=\"{want}")), "want {want}\n{err}");
     assert!(
         err.contains("oxlet: error: cannot bootstrap a client certificate: kubeconfig /etc/kubernetes/bootstrap-kubelet.conf: cannot read: No such file or directory"),
         "{err}"

@@ -292,6 +292,7 @@ pub(super) fn spawn_qos_manager(
         shared.pods.clone(),
         sync_loop.cm.clone(),
     );
+    let pod_cache = shared.pod_cache.clone();
     let (capacity, allocatable) = (host.allocatable.capacity, host.allocatable.allocatable);
     let node_name = opts.node_name.clone();
     tasks.spawn_restarting("qos-manager", Backoff::default(), move |cancel| {
@@ -304,6 +305,11 @@ pub(super) fn spawn_qos_manager(
             pods: pods.clone(),
             cm: cm.clone(),
             evictor: evictor.clone(),
+            lister: Box::new(crate::koord::ManagedPods::new(
+                pods.clone(),
+                pod_cache.clone(),
+                cm.clone(),
+            )),
             capacity,
             allocatable,
             node_name: node_name.clone(),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::driver::CgroupDriver;
+use super::fs::QosFile;
 use super::fs::{CgroupError, CgroupFs};
 use super::manager::{CmConfig, ContainerManager};
 use super::name::CgroupName;
@@ -37,6 +38,33 @@ pub(crate) fn fake_manager(per_qos: bool) -> (ContainerManager, Arc<FakeCgroupFs
 pub(crate) struct FakeCgroupFs {
     /// Path → (limits as last written, processes inside).
     cgroups: Mutex<BTreeMap<String, (ResourceConfig, Vec<i32>)>>,
+    /// The QoS control files written, and those the pretend kernel does not offer.
+    qos_files: Mutex<FakeQosFiles>,
+}
+
+#[derive(Debug, Default)]
+struct FakeQosFiles {
+    values: BTreeMap<(String, QosFile), String>,
+    withheld: std::collections::BTreeSet<QosFile>,
+}
+
+/// The QoS control files (koordlet's cpuset and memory QoS files).
+impl FakeCgroupFs {
+    fn qos(&self) -> std::sync::MutexGuard<'_, FakeQosFiles> {
+        self.qos_files
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Makes `file` one the kernel does not offer (v1 without Anolis' memory files).
+    pub(crate) fn withhold(&self, file: QosFile) {
+        self.qos().withheld.insert(file);
+    }
+
+    /// What `file` of `path` holds (None: never written).
+    pub(crate) fn qos_file(&self, path: &str, file: QosFile) -> Option<String> {
+        self.qos().values.get(&(path.to_string(), file)).cloned()
+    }
 }
 
 impl FakeCgroupFs {
@@ -156,5 +184,38 @@ impl CgroupFs for FakeCgroupFs {
             .get(path)
             .map(|c| c.0)
             .ok_or_else(|| Self::missing(path, "read"))
+    }
+
+    fn read_qos_file(&self, path: &str, file: QosFile) -> Result<Option<String>, CgroupError> {
+        if !self.exists(path) {
+            return Err(Self::missing(path, "read"));
+        }
+        let q = self.qos();
+        if q.withheld.contains(&file) {
+            return Ok(None);
+        }
+        // A cgroup whose file was never written reads as empty (v2's `cpuset.cpus`).
+        Ok(Some(
+            q.values
+                .get(&(path.to_string(), file))
+                .cloned()
+                .unwrap_or_default(),
+        ))
+    }
+
+    fn write_qos_file(&self, path: &str, file: QosFile, value: &str) -> Result<(), CgroupError> {
+        if !self.exists(path) {
+            return Err(Self::missing(path, "write"));
+        }
+        let mut q = self.qos();
+        if q.withheld.contains(&file) {
+            return Err(CgroupError {
+                op: "write",
+                path: PathBuf::from(path).join(file.name()),
+                error: std::io::ErrorKind::Unsupported.into(),
+            });
+        }
+        q.values.insert((path.to_string(), file), value.to_string());
+        Ok(())
     }
 }

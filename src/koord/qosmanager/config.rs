@@ -49,6 +49,8 @@ pub(crate) struct Strategies {
     pub cgroup_reconcile: bool,
     /// `BECPUEvict`, alpha and off.
     pub cpu_evict: bool,
+    /// `CPUEvict` (by node CPU usage, pods up to a priority), alpha and off.
+    pub cpu_usage_evict: bool,
 }
 
 impl Default for Strategies {
@@ -58,8 +60,20 @@ impl Default for Strategies {
             memory_evict: false,
             cgroup_reconcile: false,
             cpu_evict: false,
+            cpu_usage_evict: false,
         }
     }
+}
+
+/// CPUEvict's NodeSLO fields (`cpuEvictThresholdPercent`, `cpuEvictLowerPercent`,
+/// `evictEnabledPriorityThreshold`); the window is BECPUEvict's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CpuUsageEvictConfig {
+    pub threshold_percent: i64,
+    /// `cpuEvictLowerPercent`, else the threshold − 2.
+    pub lower_percent: i64,
+    /// Pods with a priority above it are never evicted.
+    pub priority_threshold: i32,
 }
 
 /// Where BECPUEvict takes the BestEffort tier's CPU limit from (`cpuEvictPolicy`).
@@ -125,6 +139,9 @@ pub(crate) struct QosConfig {
     pub memory_evict_threshold_percent: i64,
     pub memory_evict_lower_percent: i64,
     pub cpu_evict: CpuEvictConfig,
+    /// None while the threshold or the priority threshold is unset: CPUEvict then
+    /// does nothing (koordlet skips the feature).
+    pub cpu_usage_evict: Option<CpuUsageEvictConfig>,
     /// From `resourceQOSStrategy`, for cgroup reconcile.
     pub memory_qos: MemoryQosClasses,
     pub strategies: Strategies,
@@ -141,6 +158,7 @@ impl Default for QosConfig {
             memory_evict_threshold_percent: 70,
             memory_evict_lower_percent: 68,
             cpu_evict: CpuEvictConfig::default(),
+            cpu_usage_evict: None,
             memory_qos: MemoryQosClasses::default(),
             strategies: Strategies::default(),
         }
@@ -161,6 +179,11 @@ impl QosConfig {
     /// BECPUEvict runs.
     pub(crate) fn cpu_evict_on(&self) -> bool {
         self.enable && self.strategies.cpu_evict
+    }
+
+    /// CPUEvict runs.
+    pub(crate) fn cpu_usage_evict_on(&self) -> bool {
+        self.enable && self.strategies.cpu_usage_evict
     }
 
     /// cgroup reconcile runs (a gate of its own in koordlet, not under `enable`).
@@ -419,10 +442,51 @@ impl QosConfig {
             memory_evict_threshold_percent: mem_threshold,
             memory_evict_lower_percent: mem_lower,
             cpu_evict: cpu_evict_config(t)?,
+            cpu_usage_evict: cpu_usage_evict_config(t)?,
             memory_qos: MemoryQosClasses::default(),
             strategies,
         })
     }
+}
+
+/// CPUEvict's fields, with koordlet's checks (`isUsedThresholdConfigValid`): the
+/// lower percent below the threshold.
+fn cpu_usage_evict_config(
+    t: &ResourceThresholdStrategy,
+) -> Result<Option<CpuUsageEvictConfig>, InvalidField> {
+    let threshold = int_field(
+        t,
+        "resourceUsedThresholdWithBE.cpuEvictThresholdPercent",
+        0,
+        100,
+    )?;
+    let lower = int_field(
+        t,
+        "resourceUsedThresholdWithBE.cpuEvictLowerPercent",
+        0,
+        100,
+    )?;
+    let priority = int_field(
+        t,
+        "resourceUsedThresholdWithBE.evictEnabledPriorityThreshold",
+        i64::from(i32::MIN),
+        i64::from(i32::MAX),
+    )?;
+    let Some(threshold) = threshold else {
+        return Ok(None);
+    };
+    let lower = lower.unwrap_or(threshold - 2);
+    if lower >= threshold {
+        return Err(InvalidField {
+            field: "resourceUsedThresholdWithBE.cpuEvictLowerPercent",
+            reason: format!("{lower} is not below cpuEvictThresholdPercent ({threshold})"),
+        });
+    }
+    Ok(priority.map(|p| CpuUsageEvictConfig {
+        threshold_percent: threshold,
+        lower_percent: lower,
+        priority_threshold: i32::try_from(p).unwrap_or(i32::MAX),
+    }))
 }
 
 /// An integer field of the thresholds oxlet keeps by name (`other`), checked to lie
@@ -625,6 +689,43 @@ mod tests {
             let e = err(&format!("resourceUsedThresholdWithBE: {text}"));
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn cpu_usage_evict_fields() {
+        let c = p(
+            r#"{"resourceUsedThresholdWithBE": {"enable": true, "cpuEvictThresholdPercent": 80,
+            "evictEnabledPriorityThreshold": 5999}, "strategies": {"cpuUsageEvict": true}}"#,
+        )
+        .unwrap();
+        assert!(c.cpu_usage_evict_on() && !c.cpu_evict_on());
+        assert_eq!(
+            c.cpu_usage_evict,
+            Some(CpuUsageEvictConfig {
+                threshold_percent: 80,
+                lower_percent: 78,
+                priority_threshold: 5999
+            })
+        );
+        // Without the priority threshold koordlet skips the feature.
+        let c = p("resourceUsedThresholdWithBE: {cpuEvictThresholdPercent: 80}").unwrap();
+        assert_eq!(c.cpu_usage_evict, None);
+        let e = p(
+            "resourceUsedThresholdWithBE: {cpuEvictThresholdPercent: 80, cpuEvictLowerPercent: 80}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("field resourceUsedThresholdWithBE.cpuEvictLowerPercent: 80 is not below cpuEvictThresholdPercent (80)"),
+            "{e}"
+        );
+        let e = p("resourceUsedThresholdWithBE: {evictEnabledPriorityThreshold: 3000000000}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("evictEnabledPriorityThreshold: 3000000000 is not in"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::config::{CpuEvictConfig, CpuEvictPolicy};
+use super::config::{CpuEvictConfig, CpuEvictPolicy, CpuUsageEvictConfig};
 use super::inputs::{PodUsage, UsageView};
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
 use crate::pod::is_critical;
@@ -258,6 +258,107 @@ pub(crate) fn victims(view: &UsageView) -> Vec<&PodUsage> {
     v.into_iter().map(|(p, _, _)| p).collect()
 }
 
+/// CPUEvict's feature gate name.
+pub(crate) const USAGE_FEATURE: &str = "CPUEvict";
+/// Pods opt in to CPUEvict with this label set to `"true"` (koordinator's
+/// `PodEvictEnabled`).
+const EVICTION_ENABLED_LABEL: &str = "koordinator.sh/eviction-enabled";
+/// Lower evicts first, before any priority (default 0).
+const EVICTION_PRIORITY: &str = "koordinator.sh/eviction-priority";
+/// koordinator's sub-priority label, compared after spec.priority.
+const PRIORITY_LABEL: &str = "koordinator.sh/priority";
+
+/// CPUEvict's trigger (koordlet's `calculateMilliReleaseByUsedThresholdPercent`):
+/// the node's CPU averaged over the window, in whole percent of capacity; at or
+/// above the threshold, capacity × (usage% − lower%) millicores are to be released.
+/// Returns the usage percent and the release; None under the threshold or without
+/// samples.
+pub(crate) fn usage_trigger(
+    cfg: &CpuUsageEvictConfig,
+    window_s: i64,
+    cache: &MetricCache,
+    now_ms: i64,
+    capacity_milli: i64,
+) -> Option<(i64, i64)> {
+    if capacity_milli <= 0 {
+        return None;
+    }
+    let window_s = window_s.max(COLLECT_INTERVAL_S);
+    let used = cache
+        .query(
+            MetricKind::NodeCpuUsage,
+            &[],
+            now_ms - window_s * 1000,
+            now_ms,
+        )
+        .value(Aggregation::Avg)
+        .ok()?;
+    let usage = ((used * 1000.0) as i64).saturating_mul(100) / capacity_milli;
+    if usage < cfg.threshold_percent {
+        return None;
+    }
+    Some((usage, capacity_milli * (usage - cfg.lower_percent) / 100))
+}
+
+/// koordinator's `GetPodPriorityValueWithDefault`: spec.priority unless 0 or unset,
+/// else its priority class's default (prod 9500, mid 7500, batch 5500, free 3500).
+pub(crate) fn priority_with_default(pod: &Pod) -> i32 {
+    if let Some(p) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.priority)
+        .filter(|p| *p != 0)
+    {
+        return p;
+    }
+    match crate::koord::classes::koord_priority_with_default(pod) {
+        "koord-prod" => 9500,
+        "koord-mid" => 7500,
+        "koord-batch" => 5500,
+        "koord-free" => 3500,
+        _ => 0,
+    }
+}
+
+/// Eviction priority, priority, priority label, −used: ascending is koordlet's order.
+type SortKey = (i32, i32, i64, i64);
+
+/// CPUEvict's victims in koordlet's order (`getPodEvictInfoAndSortByPriority`):
+/// pods labelled `koordinator.sh/eviction-enabled: "true"`, allowed by their eviction
+/// policy, with a priority at most the threshold and a CPU reading (never a
+/// critical pod in oxlet); by `koordinator.sh/eviction-priority`, priority, the
+/// `koordinator.sh/priority` label (all ascending), then CPU used descending.
+pub(crate) fn victims_by_used(view: &UsageView, priority_threshold: i32) -> Vec<&PodUsage> {
+    let label = |p: &Pod, k: &str| p.metadata.labels.as_ref().and_then(|l| l.get(k).cloned());
+    let mut v: Vec<(&PodUsage, SortKey)> = view
+        .pods
+        .iter()
+        .filter(|p| p.has_cpu && !is_critical(&p.pod) && policy_allows(&p.pod, USAGE_FEATURE))
+        .filter(|p| label(&p.pod, EVICTION_ENABLED_LABEL).as_deref() == Some("true"))
+        .filter_map(|p| {
+            let prio = priority_with_default(&p.pod);
+            (prio <= priority_threshold).then_some((p, prio))
+        })
+        .map(|(p, prio)| {
+            let eviction_prio = p
+                .pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(EVICTION_PRIORITY))
+                .and_then(|v| v.parse::<i32>().ok())
+                .unwrap_or(0);
+            let sub = label(&p.pod, PRIORITY_LABEL)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(i64::from(prio));
+            let used = (p.cpu_cores * 1000.0) as i64;
+            (p, (eviction_prio, prio, sub, -used))
+        })
+        .collect();
+    v.sort_by_key(|(_, k)| *k);
+    v.into_iter().map(|(p, _)| p).collect()
+}
+
 /// Tests fill the tier's three series at `ts` (ms), as the advisor's BestEffort
 /// collector does every second.
 #[cfg(test)]
@@ -397,6 +498,78 @@ mod tests {
         pod.spec = Some(spec);
         p.pod = Arc::new(pod);
         p
+    }
+
+    #[test]
+    fn cpu_evict_by_usage_fires_at_the_threshold_and_orders_opted_in_pods() {
+        let cache = MetricCache::default();
+        let cfg = CpuUsageEvictConfig {
+            threshold_percent: 80,
+            lower_percent: 78,
+            priority_threshold: 5999,
+        };
+        let node = |ts, cores| {
+            crate::koord::metriccache::Sample::new(MetricKind::NodeCpuUsage, &[], ts, cores)
+                .unwrap()
+        };
+        cache.append([node(9_000, 1.5), node(10_000, 1.7)]);
+        // 1.6 cores of 2 = 80 %: release 2000 × (80 − 78) % = 40m.
+        assert_eq!(usage_trigger(&cfg, 2, &cache, 10_000, 2000), Some((80, 40)));
+        // Over the last second only: 1.7 → 85 %.
+        assert_eq!(
+            usage_trigger(&cfg, 1, &cache, 10_500, 2000),
+            Some((85, 140))
+        );
+        assert_eq!(
+            usage_trigger(&cfg, 2, &cache, 30_000, 2000),
+            None,
+            "no samples"
+        );
+        let low = CpuUsageEvictConfig {
+            threshold_percent: 90,
+            ..cfg
+        };
+        assert_eq!(usage_trigger(&low, 2, &cache, 10_000, 2000), None);
+
+        let with = |uid: &str, cpu: f64, f: &dyn Fn(&mut Pod)| {
+            let mut p = PodUsage::test(uid, false, cpu, 0.0);
+            let mut pod = p.pod.as_ref().clone();
+            pod.metadata.labels =
+                Some([(EVICTION_ENABLED_LABEL.to_string(), "true".to_string())].into());
+            pod.spec = Some(Default::default());
+            f(&mut pod);
+            p.pod = Arc::new(pod);
+            p
+        };
+        let prio = |n: i32| move |p: &mut Pod| p.spec.as_mut().unwrap().priority = Some(n);
+        let view = UsageView {
+            node_cpu_cores: 0.0,
+            node_memory_bytes: 0.0,
+            pods: vec![
+                with("busy", 0.9, &prio(5000)),
+                with("idle", 0.1, &prio(5000)),
+                with("first", 0.0, &|p: &mut Pod| {
+                    p.spec.as_mut().unwrap().priority = Some(5900);
+                    p.metadata.annotations =
+                        Some([(EVICTION_PRIORITY.to_string(), "-1".to_string())].into());
+                }),
+                with("prod", 2.0, &prio(9000)),
+                // Not opted in.
+                with("quiet", 2.0, &|p: &mut Pod| p.metadata.labels = None),
+                // No CPU reading yet.
+                PodUsage {
+                    has_cpu: false,
+                    ..with("new", 2.0, &prio(1))
+                },
+            ],
+        };
+        let order: Vec<&str> = victims_by_used(&view, 5999)
+            .iter()
+            .map(|p| crate::pod::pod_uid(&p.pod))
+            .collect();
+        assert_eq!(order, ["first", "busy", "idle"]);
+        // Without spec.priority, the class's default: a BestEffort pod is batch, 5500.
+        assert_eq!(priority_with_default(&view.pods[4].pod), 5500);
     }
 
     #[test]

@@ -130,6 +130,11 @@ impl EvictState {
             .retain(|_, (t, _)| now.duration_since(*t) < EVICTED_TTL);
     }
 
+    /// Starts the cool-down: a round evicted (by another trigger sharing it).
+    pub(crate) fn evicted_now(&mut self, now: Instant) {
+        self.last_round = Some(now);
+    }
+
     /// Whether the pod was evicted less than 2 minutes ago.
     pub(crate) fn is_evicted(&self, uid: &str) -> bool {
         self.evicted.contains_key(uid)

@@ -22,6 +22,7 @@
 
 pub(super) mod config;
 mod cpu_evict;
+mod cpu_evict_apply;
 mod cpu_suppress;
 mod cpuset_suppress;
 mod inputs;
@@ -70,8 +71,11 @@ pub(crate) struct QosDeps {
 pub(crate) struct QosManager {
     d: QosDeps,
     evict: EvictState,
-    /// BECPUEvict's evicted pods and cool-down (its own, 20 s, as koordlet's).
+    /// BECPUEvict's evicted pods, and the CPU evictor's cool-down (20 s, shared
+    /// with CPUEvict, as koordlet's one `lastEvictTime`).
     cpu_evict: EvictState,
+    /// CPUEvict's evicted pods (their used CPU counts as released).
+    cpu_usage_evict: EvictState,
     /// The kernel's online CPU list (a test points it elsewhere).
     online_cpus: std::path::PathBuf,
     /// Whether "no memory QoS files here" was said (once).
@@ -85,6 +89,7 @@ impl QosManager {
             evict: EvictState::default(),
             // koordlet's CPU evictor starts its cool-down when it is made.
             cpu_evict: EvictState::new(cpu_evict::COOL_DOWN, Some(Instant::now())),
+            cpu_usage_evict: EvictState::new(Duration::ZERO, None),
             online_cpus: suppress_apply::ONLINE_CPUS.into(),
             memory_qos_unsupported_said: false,
         }
@@ -133,6 +138,7 @@ impl QosManager {
             wasMemoryEvict = was.memory_evict_on(),
             cpuEvict = cfg.cpu_evict_on(),
             wasCpuEvict = was.cpu_evict_on(),
+            cpuUsageEvict = cfg.cpu_usage_evict_on(),
             cgroupReconcile = cfg.cgroup_reconcile_on(),
             cpuSuppressPolicy = cfg.cpu_suppress_policy.name(),
             cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent,
@@ -156,7 +162,11 @@ impl QosManager {
             self.reconcile_memory_qos();
         }
         let cfg = &self.d.cfg;
-        if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cpu_evict_on() {
+        if !cfg.cpu_suppress_on()
+            && !cfg.memory_evict_on()
+            && !cfg.cpu_evict_on()
+            && !cfg.cpu_usage_evict_on()
+        {
             return;
         }
         let pods = self.d.pods.all();
@@ -173,7 +183,7 @@ impl QosManager {
         if self.d.cfg.memory_evict_on() {
             self.memory_evict(&view, now);
         }
-        if self.d.cfg.cpu_evict_on() {
+        if self.d.cfg.cpu_evict_on() || self.d.cfg.cpu_usage_evict_on() {
             self.cpu_evict(&view, now_ms, now);
         }
     }
@@ -235,55 +245,6 @@ impl QosManager {
             }
         } else {
             debug!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), feature, "qos manager: pod to evict is not running here any more");
-        }
-    }
-
-    /// BECPUEvict: see [`cpu_evict`].
-    fn cpu_evict(&mut self, view: &inputs::UsageView, now_ms: i64, now: Instant) {
-        if self.cpu_evict.cooling(now) {
-            debug!("cpu evict: cooling down after the last eviction round");
-            return;
-        }
-        let cfg = self.d.cfg.cpu_evict;
-        let t = match cpu_evict::trigger(&cfg, &self.d.cache, now_ms) {
-            Ok(t) => t,
-            Err(skip) => {
-                debug!(reason = %skip, "cpu evict: BestEffort CPU satisfaction is fine; nothing to evict");
-                return;
-            }
-        };
-        let victims = cpu_evict::victims(view);
-        let picked = self.cpu_evict.pick(
-            &victims,
-            |p| cpu_evict::batch_request_milli(&p.pod) as f64,
-            t.release_milli as f64,
-            now,
-        );
-        if picked.is_empty() {
-            debug!(
-                releaseMilli = t.release_milli,
-                candidates = victims.len(),
-                "cpu evict: satisfaction is low, no pod left to evict"
-            );
-            return;
-        }
-        let (lower, upper) = cfg.satisfaction.unwrap_or_default();
-        info!(
-            beUsageMilli = t.avg.usage as i64,
-            beRequestMilli = t.avg.request as i64,
-            beLimitMilli = t.avg.limit as i64,
-            lastLimitMilli = t.last.limit as i64,
-            usageThresholdPercent = cfg.usage_threshold_percent,
-            satisfactionLowerPercent = lower,
-            satisfactionUpperPercent = upper,
-            windowSeconds = cfg.window_seconds,
-            releaseMilli = t.release_milli,
-            victims = picked.len(),
-            "cpu evict: BestEffort pods use their real CPU limit and it is below the satisfaction lower percent of their requests"
-        );
-        for v in picked {
-            info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), batchCpuRequestMilli = cpu_evict::batch_request_milli(&v.pod), usedMilli = (v.cpu_cores * 1000.0) as i64, "cpu evict: evicting pod");
-            self.kill(v, cpu_evict::FEATURE);
         }
     }
 }

@@ -135,6 +135,7 @@ fn on(cpu: bool, mem: bool, reconcile: bool) -> QosConfig {
             memory_evict: mem,
             cgroup_reconcile: reconcile,
             cpu_evict: false,
+            cpu_usage_evict: false,
         },
         ..QosConfig::default()
     }
@@ -561,4 +562,51 @@ fn without_the_memory_qos_files_nothing_is_written() {
         assert_eq!(b.fs.qos_file(BURSTABLE, f), None);
     }
     assert!(b.qm.memory_qos_unsupported_said);
+}
+
+/// `pod` labelled `koordinator.sh/eviction-enabled: "true"` (CPUEvict's opt-in).
+fn opted_in(pod: Arc<Pod>) -> Arc<Pod> {
+    let mut p = (*pod).clone();
+    p.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("koordinator.sh/eviction-enabled".into(), "true".into());
+    Arc::new(p)
+}
+
+#[test]
+fn cpu_evict_by_usage_evicts_opted_in_pods_up_to_the_priority_threshold() {
+    let mut cfg = on(false, false, false);
+    cfg.strategies.cpu_usage_evict = true;
+    cfg.cpu_usage_evict = Some(config::CpuUsageEvictConfig {
+        threshold_percent: 80,
+        lower_percent: 78,
+        priority_threshold: 5999,
+    });
+    let mut b = bed(cfg);
+    // be-big is batch (5500); ls is prod (9500) even opted in: never a victim.
+    b.qm.d
+        .pods
+        .add_or_update(opted_in(koord_be(pod("be-big", None))));
+    b.qm.d.pods.add_or_update(opted_in(pod("ls", Some("1"))));
+    let t0 = Instant::now();
+    // 3.6 of 4 cores = 90 %: release 4000 × (90 − 78) % = 480m.
+    fill(&b.cache, 10_000, 3.6, 100.0);
+    b.qm.round(10_000, t0);
+    assert!(
+        b.evicted.0.lock().unwrap().is_empty(),
+        "cool-down from start"
+    );
+    b.qm.round(10_000, t0 + cpu_evict::COOL_DOWN);
+    assert_eq!(
+        b.evicted.0.lock().unwrap().clone(),
+        [(
+            "be-big".to_string(),
+            "trigger by koordlet feature CPUEvict, kill pod: be-big".to_string()
+        )]
+    );
+    // Under the threshold: nothing more, even after the cool-down.
+    fill(&b.cache, 40_000, 2.0, 100.0);
+    b.qm.round(40_000, t0 + 3 * cpu_evict::COOL_DOWN);
+    assert_eq!(b.evicted.0.lock().unwrap().len(), 1);
 }

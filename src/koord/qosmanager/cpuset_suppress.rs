@@ -2,12 +2,16 @@
 //! as many whole CPUs as the suppress value rounds up to (at least 2, growing by at
 //! most 10 % of the node's CPUs a round), chosen as koordlet's
 //! `calculateBESuppressCPUSetPolicy` does: hyper-thread siblings first, spread over
-//! NUMA nodes and sockets. The set goes on the BestEffort QoS cgroup and every pod and
-//! container cgroup below it.
+//! NUMA nodes and sockets; never a CPU an LSE pod is pinned to, and from the CPUs
+//! LSR pods are pinned to only their share (koord-scheduler's `resource-status`). The
+//! set goes on the BestEffort QoS cgroup and every pod and container cgroup below it.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use k8s_openapi::api::core::v1::Pod;
+
 use crate::koord::advisor::topology::Processor;
+use crate::koord::classes::KoordQos;
 
 /// koordlet's `beMinCPUSetCores`.
 pub(crate) const MIN_CPUS: usize = 2;
@@ -90,6 +94,89 @@ pub(crate) fn choose(want: usize, procs: &[Processor]) -> Vec<usize> {
     }
     chosen.sort_unstable();
     chosen
+}
+
+/// The annotation koord-scheduler pins a pod's CPUs with (`{"cpuset": "0-3"}`).
+const RESOURCE_STATUS: &str = "scheduling.koordinator.sh/resource-status";
+
+/// koordlet's `cpuIdToPool`: each CPU some pod's resource status pins, with that
+/// pod's koordinator QoS label (a later pod wins a CPU, as in koordlet's map).
+pub(crate) fn pinned(pods: &[&Pod]) -> BTreeMap<usize, Option<KoordQos>> {
+    #[derive(serde::Deserialize)]
+    struct Status {
+        #[serde(default)]
+        cpuset: String,
+    }
+    let mut out = BTreeMap::new();
+    for pod in pods {
+        let Some(text) = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(RESOURCE_STATUS))
+        else {
+            continue;
+        };
+        let Ok(status) = serde_json::from_str::<Status>(text) else {
+            continue;
+        };
+        let Ok(cpus) = crate::cm::parse_cpu_list(&status.cpuset) else {
+            continue;
+        };
+        for c in cpus {
+            out.insert(c, KoordQos::of_label(pod));
+        }
+    }
+    out
+}
+
+/// koordlet's pools in `adjustByCPUSet`: CPUs pinned by LSE pods are never given;
+/// those pinned by LSR pods are a pool of their own, taking a share of `want`
+/// proportional to its size; the rest is the shared pool.
+pub(crate) fn choose_in_pools(
+    want: usize,
+    procs: &[Processor],
+    pins: &BTreeMap<usize, Option<KoordQos>>,
+) -> Vec<usize> {
+    let pool = |p: &Processor| pins.get(&p.cpu_id).copied().flatten();
+    let lsr: Vec<Processor> = procs
+        .iter()
+        .filter(|p| pool(p) == Some(KoordQos::Lsr))
+        .cloned()
+        .collect();
+    let ls: Vec<Processor> = procs
+        .iter()
+        .filter(|p| !matches!(pool(p), Some(KoordQos::Lsr | KoordQos::Lse)))
+        .cloned()
+        .collect();
+    if lsr.is_empty() && ls.is_empty() {
+        return Vec::new();
+    }
+    let from_lsr = want * lsr.len() / (lsr.len() + ls.len());
+    let mut cpus = Vec::new();
+    if from_lsr > 0 {
+        cpus.extend(choose(from_lsr, &lsr));
+    }
+    if want > from_lsr {
+        cpus.extend(choose(want - from_lsr, &ls));
+    }
+    cpus.sort_unstable();
+    cpus
+}
+
+/// All CPUs BestEffort may have (koordlet's `calcBECPUSet`): every CPU but those
+/// LSE pods are pinned to.
+pub(crate) fn all_but_lse(
+    procs: &[Processor],
+    pins: &BTreeMap<usize, Option<KoordQos>>,
+) -> Vec<usize> {
+    let mut all: Vec<usize> = procs
+        .iter()
+        .map(|p| p.cpu_id)
+        .filter(|c| pins.get(c).copied().flatten() != Some(KoordQos::Lse))
+        .collect();
+    all.sort_unstable();
+    all
 }
 
 /// The CPUs of `/sys/devices/system/cpu/online` as processors when the metric cache
@@ -207,6 +294,34 @@ mod tests {
         let t = topo(&[(0, 0, 0, 0), (1, 1, 0, 0), (2, 2, 1, 0), (3, 3, 1, 0)]);
         assert_eq!(choose(2, &t), [0, 2]);
         assert_eq!(choose(3, &t), [0, 1, 2]);
+    }
+
+    #[test]
+    fn lse_pinned_cpus_are_never_given_and_lsr_pinned_ones_share_in_proportion() {
+        let pod = |class: &str, cpuset: &str| {
+            let mut p = Pod::default();
+            p.metadata.labels =
+                Some([("koordinator.sh/qosClass".to_string(), class.to_string())].into());
+            p.metadata.annotations = Some(
+                [(
+                    RESOURCE_STATUS.to_string(),
+                    format!(r#"{{"cpuset": "{cpuset}"}}"#),
+                )]
+                .into(),
+            );
+            p
+        };
+        let (lse, lsr) = (pod("LSE", "0,4"), pod("LSR", "1,5"));
+        let mut broken = pod("LSR", "2");
+        broken.metadata.annotations = Some([(RESOURCE_STATUS.to_string(), "{".to_string())].into());
+        let pins = pinned(&[&lse, &lsr, &broken]);
+        assert_eq!(pins.len(), 4, "a status that is not JSON pins nothing");
+        let t = smt(4);
+        // 6 CPUs left: 2 LSR-pinned, 4 shared. 4 wanted: 4 × 2 / 6 = 1 from LSR.
+        assert_eq!(choose_in_pools(4, &t, &pins), [1, 2, 3, 6]);
+        assert_eq!(all_but_lse(&t, &pins), [1, 2, 3, 5, 6, 7]);
+        // Nothing pinned: the plain choice.
+        assert_eq!(choose_in_pools(4, &t, &BTreeMap::new()), choose(4, &t));
     }
 
     #[test]

@@ -49,7 +49,9 @@ impl QosManager {
                 self.recover_cpuset("the cpu suppress policy is cfsQuota");
             }
             CpuSuppressPolicy::Cpuset => {
-                self.suppress_by_cpuset(&i, suppress);
+                let pods: Vec<&k8s_openapi::api::core::v1::Pod> =
+                    view.pods.iter().map(|p| p.pod.as_ref()).collect();
+                self.suppress_by_cpuset(&i, suppress, &cpuset_suppress::pinned(&pods));
                 self.restore_quota("the cpu suppress policy is cpuset");
             }
         }
@@ -123,7 +125,12 @@ impl QosManager {
         }
     }
 
-    fn suppress_by_cpuset(&mut self, i: &cpu_suppress::SuppressInputs, suppress: f64) {
+    fn suppress_by_cpuset(
+        &mut self,
+        i: &cpu_suppress::SuppressInputs,
+        suppress: f64,
+        pins: &std::collections::BTreeMap<usize, Option<crate::koord::classes::KoordQos>>,
+    ) {
         let Some(procs) = self.processors() else {
             warn!("cpu suppress: no CPU topology and no online CPU list; cpuset kept");
             return;
@@ -143,7 +150,7 @@ impl QosManager {
             }
         };
         let n = cpuset_suppress::cpu_count(suppress, old.len(), procs.len());
-        let cpus = cpuset_suppress::choose(n, &procs);
+        let cpus = cpuset_suppress::choose_in_pools(n, &procs, pins);
         if cpus.is_empty() {
             warn!(
                 want = n,
@@ -204,7 +211,7 @@ impl QosManager {
     }
 
     /// koordlet's `recoverCPUSetIfNeed`: every BestEffort cgroup, top-down, gets all
-    /// of the node's CPUs back where it has fewer.
+    /// of the node's CPUs but those LSE pods are pinned to, where it has other ones.
     pub(super) fn recover_cpuset(&self, cause: &str) {
         if !self.d.cm.cgroups_per_qos() {
             return;
@@ -212,8 +219,9 @@ impl QosManager {
         let Some(procs) = self.processors() else {
             return;
         };
-        let mut all: Vec<usize> = procs.iter().map(|p| p.cpu_id).collect();
-        all.sort_unstable();
+        let pods = self.d.pods.all();
+        let refs: Vec<&k8s_openapi::api::core::v1::Pod> = pods.iter().map(AsRef::as_ref).collect();
+        let all = cpuset_suppress::all_but_lse(&procs, &cpuset_suppress::pinned(&refs));
         let Ok(paths) = self.d.cm.best_effort_tree(CONTAINER_DEPTH) else {
             return;
         };

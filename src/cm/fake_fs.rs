@@ -46,6 +46,38 @@ pub(crate) struct FakeCgroupFs {
 struct FakeQosFiles {
     values: BTreeMap<(String, QosFile), String>,
     withheld: std::collections::BTreeSet<QosFile>,
+    /// v1's rule: a cgroup's CPUs lie within its parent's and hold its children's.
+    v1_cpusets: bool,
+}
+
+impl FakeQosFiles {
+    fn cpus(&self, path: &str) -> Option<Vec<usize>> {
+        let text = self.values.get(&(path.to_string(), QosFile::CpusetCpus))?;
+        crate::cm::parse_cpu_list(text)
+            .ok()
+            .filter(|c| !c.is_empty())
+    }
+
+    /// Whether v1 takes `value` as `path`'s CPUs.
+    fn v1_allows(&self, path: &str, value: &str) -> bool {
+        let Ok(new) = crate::cm::parse_cpu_list(value) else {
+            return false;
+        };
+        let within = |outer: &[usize], inner: &[usize]| inner.iter().all(|c| outer.contains(c));
+        let parent_ok = path
+            .rsplit_once('/')
+            .and_then(|(parent, _)| self.cpus(parent))
+            .is_none_or(|p| within(&p, &new));
+        let below = format!("{path}/");
+        let children_ok = self.values.keys().all(|(p, f)| {
+            *f != QosFile::CpusetCpus
+                || !p
+                    .strip_prefix(&below)
+                    .is_some_and(|rest| !rest.contains('/'))
+                || self.cpus(p).is_none_or(|c| within(&new, &c))
+        });
+        parent_ok && children_ok
+    }
 }
 
 /// The QoS control files (koordlet's cpuset and memory QoS files).
@@ -59,6 +91,12 @@ impl FakeCgroupFs {
     /// Makes `file` one the kernel does not offer (v1 without Anolis' memory files).
     pub(crate) fn withhold(&self, file: QosFile) {
         self.qos().withheld.insert(file);
+    }
+
+    /// Refuses cpusets as cgroup v1 does: outside the parent's, or not holding a
+    /// child's (so the order of writes matters).
+    pub(crate) fn enforce_v1_cpusets(&self) {
+        self.qos().v1_cpusets = true;
     }
 
     /// What `file` of `path` holds (None: never written).
@@ -213,6 +251,13 @@ impl CgroupFs for FakeCgroupFs {
                 op: "write",
                 path: PathBuf::from(path).join(file.name()),
                 error: std::io::ErrorKind::Unsupported.into(),
+            });
+        }
+        if file == QosFile::CpusetCpus && q.v1_cpusets && !q.v1_allows(path, value) {
+            return Err(CgroupError {
+                op: "write",
+                path: PathBuf::from(path).join(file.name()),
+                error: std::io::Error::from_raw_os_error(22),
             });
         }
         q.values.insert((path.to_string(), file), value.to_string());

@@ -349,6 +349,34 @@ fn cpuset_policy_narrows_every_best_effort_cgroup_and_lifts_the_quota() {
 }
 
 #[test]
+fn cpuset_writes_keep_v1_parents_around_their_children() {
+    let mut b = bed(cpuset_policy());
+    smt_topology(&b.cache);
+    b.fs.enforce_v1_cpusets();
+    let paths = be_cgroups(&b, "0-7");
+    // Shrink: 8 → 2 CPUs, children first.
+    fill(&b.cache, 10_000, 2.0, 100.0);
+    b.qm.round(10_500, Instant::now());
+    assert_eq!(cpusets(&b, &paths), vec!["0,4"; 5]);
+    // Grow: 2 → 3 CPUs, parents first (written bottom-up alone, every child
+    // write would be refused).
+    let s = |k, l: &[(&str, &str)], v| Sample::new(k, l, 11_000, v).unwrap();
+    b.cache.append([
+        s(MetricKind::NodeCpuUsage, &[], 0.2),
+        s(MetricKind::NodeMemoryUsage, &[], 100.0),
+        s(MetricKind::PodCpuUsage, &[("pod_uid", "ls")], 0.0),
+    ]);
+    b.qm.round(11_000, Instant::now());
+    assert_eq!(cpusets(&b, &paths), vec!["0-1,4"; 5]);
+    // The fake does refuse what v1 refuses.
+    assert!(
+        b.fs.write_qos_file(&paths[2], QosFile::CpusetCpus, "0-7")
+            .is_err()
+    );
+    assert!(b.fs.write_qos_file(BE, QosFile::CpusetCpus, "0").is_err());
+}
+
+#[test]
 fn switching_the_policy_puts_the_other_mechanism_back() {
     let mut b = bed(cpuset_policy());
     smt_topology(&b.cache);

@@ -69,13 +69,15 @@ impl FakeQosFiles {
             .and_then(|(parent, _)| self.cpus(parent))
             .is_none_or(|p| within(&p, &new));
         let below = format!("{path}/");
-        let children_ok = self.values.keys().all(|(p, f)| {
-            *f != QosFile::CpusetCpus
-                || !p
-                    .strip_prefix(&below)
-                    .is_some_and(|rest| !rest.contains('/'))
-                || self.cpus(p).is_none_or(|c| within(&new, &c))
-        });
+        let is_child = |p: &str| {
+            p.strip_prefix(&below)
+                .is_some_and(|rest| !rest.contains('/'))
+        };
+        let children_ok = self
+            .values
+            .keys()
+            .filter(|(p, f)| *f == QosFile::CpusetCpus && is_child(p))
+            .all(|(p, _)| self.cpus(p).is_none_or(|c| within(&new, &c)));
         parent_ok && children_ok
     }
 }

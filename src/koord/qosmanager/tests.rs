@@ -313,6 +313,17 @@ fn cpusets(b: &Bed, paths: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The node at 0.2 cores with the LS pod idle at `ts`: 2600 − 200 = 2400m for
+/// BestEffort at 65 %, 3 CPUs.
+fn idle(cache: &MetricCache, ts: i64) {
+    let s = |k, l: &[(&str, &str)], v| Sample::new(k, l, ts, v).unwrap();
+    cache.append([
+        s(MetricKind::NodeCpuUsage, &[], 0.2),
+        s(MetricKind::NodeMemoryUsage, &[], 100.0),
+        s(MetricKind::PodCpuUsage, &[("pod_uid", "ls")], 0.0),
+    ]);
+}
+
 fn cpuset_policy() -> QosConfig {
     QosConfig {
         cpu_suppress_policy: config::CpuSuppressPolicy::Cpuset,
@@ -331,21 +342,20 @@ fn cpuset_policy_narrows_every_best_effort_cgroup_and_lifts_the_quota() {
     b.qm.round(10_500, Instant::now());
     assert_eq!(cpusets(&b, &paths), vec!["0,4"; 5]);
     assert_eq!(b.fs.resources(BE).unwrap().cpu_quota, Some(-1));
-    // An idle node wants 4 CPUs (2600 − 1000 − 200 = 1400m → 2; with LS idle more):
-    // growth is capped at ⌈10 % of 8⌉ = 1 CPU a round.
-    let s = |k, l: &[(&str, &str)], v| Sample::new(k, l, 11_000, v).unwrap();
-    b.cache.append([
-        s(MetricKind::NodeCpuUsage, &[], 0.2),
-        s(MetricKind::NodeMemoryUsage, &[], 100.0),
-        s(MetricKind::PodCpuUsage, &[("pod_uid", "ls")], 0.0),
-    ]);
+    // An idle node at a 100 % threshold leaves 4000 − 200 = 3800m, 4 CPUs: growth
+    // is capped at ⌈10 % of 8⌉ = 1 CPU a round.
+    b.qm.d.cfg.cpu_suppress_threshold_percent = 100;
+    idle(&b.cache, 11_000);
     b.qm.round(11_000, Instant::now());
     assert_eq!(cpusets(&b, &paths), vec!["0-1,4"; 5]);
-    // A container narrowed from outside is put back to the BestEffort set.
+    // The next round grows to the 4 wanted; a container narrowed from outside in
+    // between gets the BestEffort set too.
     b.fs.write_qos_file(&paths[2], QosFile::CpusetCpus, "4")
         .unwrap();
     b.qm.round(11_000, Instant::now());
-    assert_eq!(cpusets(&b, &paths), vec!["0-1,4"; 5]);
+    assert_eq!(cpusets(&b, &paths), vec!["0-1,4-5"; 5]);
+    b.qm.round(11_000, Instant::now());
+    assert_eq!(cpusets(&b, &paths), vec!["0-1,4-5"; 5]);
 }
 
 #[test]
@@ -360,12 +370,7 @@ fn cpuset_writes_keep_v1_parents_around_their_children() {
     assert_eq!(cpusets(&b, &paths), vec!["0,4"; 5]);
     // Grow: 2 → 3 CPUs, parents first (written bottom-up alone, every child
     // write would be refused).
-    let s = |k, l: &[(&str, &str)], v| Sample::new(k, l, 11_000, v).unwrap();
-    b.cache.append([
-        s(MetricKind::NodeCpuUsage, &[], 0.2),
-        s(MetricKind::NodeMemoryUsage, &[], 100.0),
-        s(MetricKind::PodCpuUsage, &[("pod_uid", "ls")], 0.0),
-    ]);
+    idle(&b.cache, 11_000);
     b.qm.round(11_000, Instant::now());
     assert_eq!(cpusets(&b, &paths), vec!["0-1,4"; 5]);
     // The fake does refuse what v1 refuses.

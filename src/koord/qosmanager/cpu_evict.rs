@@ -221,12 +221,7 @@ pub(crate) fn batch_request_milli(pod: &Pod) -> i64 {
 /// Whether the pod's `koordinator.sh/eviction-policy` allows `feature` (no annotation
 /// allows all; a list that is not JSON allows none).
 pub(crate) fn policy_allows(pod: &Pod, feature: &str) -> bool {
-    let Some(text) = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(EVICTION_POLICY))
-    else {
+    let Some(text) = super::inputs::annotation(pod, EVICTION_POLICY) else {
         return true;
     };
     serde_json::from_str::<Vec<String>>(text).is_ok_and(|l| l.iter().any(|p| p == feature))
@@ -340,12 +335,7 @@ pub(crate) fn victims_by_used(view: &UsageView, priority_threshold: i32) -> Vec<
             (prio <= priority_threshold).then_some((p, prio))
         })
         .map(|(p, prio)| {
-            let eviction_prio = p
-                .pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(EVICTION_PRIORITY))
+            let eviction_prio = super::inputs::annotation(&p.pod, EVICTION_PRIORITY)
                 .and_then(|v| v.parse::<i32>().ok())
                 .unwrap_or(0);
             let sub = label(&p.pod, PRIORITY_LABEL)

@@ -109,12 +109,7 @@ pub(crate) fn pinned(pods: &[&Pod]) -> BTreeMap<usize, Option<KoordQos>> {
     }
     let mut out = BTreeMap::new();
     for pod in pods {
-        let Some(text) = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(RESOURCE_STATUS))
-        else {
+        let Some(text) = super::inputs::annotation(pod, RESOURCE_STATUS) else {
             continue;
         };
         let Ok(status) = serde_json::from_str::<Status>(text) else {

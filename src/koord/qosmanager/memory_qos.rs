@@ -1,6 +1,7 @@
 //! cgroup reconcile's memory QoS (koordlet's `cgreconcile`, its `memory.min`,
 //! `memory.low` and `memory.high`): from each pod's koordinator QoS class (the
-//! `resourceQOSStrategy` percents of its class) and its memory requests and limits,
+//! `resourceQOSStrategy` percents of its class, under its own `koordinator.sh/memoryQOS`
+//! annotation) and its memory requests and limits,
 //! at three levels: the QoS cgroups (the sums of their pods' values; `kubepods`, the
 //! Guaranteed level, holds every pod's), the pod cgroups, and the running containers'
 //! cgroups (the only level with `memory.high`). Pods labelled BE count their
@@ -27,15 +28,52 @@ pub(crate) struct MemoryValues {
     pub high: Option<i64>,
 }
 
-/// The class's percents (`GetPodResourceQoSByQoSClass`: LSE uses LSR's).
+/// A pod's own memory QoS (koordinator's `PodMemoryQOSConfig`, JSON).
+const POD_MEMORY_QOS: &str = "koordinator.sh/memoryQOS";
+
+/// The pod's percents: its class's (`GetPodResourceQoSByQoSClass`: LSE uses LSR's),
+/// then its own annotation's (`mergePodResourceQoSForMemoryQoS`).
 pub(crate) fn percents(cfg: &MemoryQosClasses, pod: &Pod) -> MemoryQosPercents {
-    match koord_qos_with_default(pod) {
+    let class = match koord_qos_with_default(pod) {
         KoordQos::Lse | KoordQos::Lsr => cfg.lsr,
         KoordQos::Ls => cfg.ls,
         KoordQos::Be => cfg.be,
         KoordQos::System => cfg.system,
         KoordQos::None => MemoryQosPercents::default(),
+    };
+    pod_override(pod, class)
+}
+
+/// The annotation over `class`: policy `none` turns memory QoS off for the pod,
+/// `auto` starts from koordinator's recommended values (all three 0), `default` (or
+/// none given) from the class's; then each percent the pod sets (0 to 100) wins. A
+/// value that is not such JSON leaves the class's, as koordlet ignores it.
+fn pod_override(pod: &Pod, class: MemoryQosPercents) -> MemoryQosPercents {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct PodCfg {
+        #[serde(default)]
+        policy: String,
+        min_limit_percent: Option<i64>,
+        low_limit_percent: Option<i64>,
+        throttling_percent: Option<i64>,
     }
+    let Some(text) = super::inputs::annotation(pod, POD_MEMORY_QOS) else {
+        return class;
+    };
+    let Ok(c) = serde_json::from_str::<PodCfg>(text) else {
+        return class;
+    };
+    let mut p = match c.policy.as_str() {
+        "none" => return MemoryQosPercents::default(),
+        "auto" => MemoryQosPercents::default(),
+        _ => class,
+    };
+    let percent = |v: Option<i64>| v.filter(|v| (0..=100).contains(v));
+    p.min = percent(c.min_limit_percent).unwrap_or(p.min);
+    p.low = percent(c.low_limit_percent).unwrap_or(p.low);
+    p.throttling = percent(c.throttling_percent).unwrap_or(p.throttling);
+    p
 }
 
 fn amount(c: &Container, which: &str, name: &str) -> i64 {
@@ -284,6 +322,44 @@ mod tests {
             throttling: 1,
         };
         assert_eq!(container_values(&g, c, tight, 1 << 30).high, Some(64 * MI));
+    }
+
+    #[test]
+    fn a_pods_own_memory_qos_overrides_its_class() {
+        let annotated = |text: &str| {
+            let mut p = pod(None, &[("memory", "100Mi")], &[]);
+            p.metadata.annotations = Some([(POD_MEMORY_QOS.to_string(), text.to_string())].into());
+            p
+        };
+        let ls = cfg().ls;
+        assert_eq!(
+            percents(&cfg(), &annotated(r#"{"policy": "none"}"#)),
+            MemoryQosPercents::default()
+        );
+        assert_eq!(
+            percents(&cfg(), &annotated(r#"{"minLimitPercent": 100}"#)),
+            MemoryQosPercents { min: 100, ..ls }
+        );
+        assert_eq!(
+            percents(
+                &cfg(),
+                &annotated(r#"{"policy": "auto", "lowLimitPercent": 10}"#)
+            ),
+            MemoryQosPercents {
+                min: 0,
+                low: 10,
+                throttling: 0
+            }
+        );
+        // Not JSON, or out of range: the class's.
+        assert_eq!(percents(&cfg(), &annotated("{")), ls);
+        assert_eq!(
+            percents(&cfg(), &annotated(r#"{"minLimitPercent": 900}"#)),
+            ls
+        );
+        // The QoS level sums the pod's own values.
+        let p = annotated(r#"{"minLimitPercent": 100}"#);
+        assert_eq!(qos_values(&cfg(), &[&p])[1].1.min, 100 * MI);
     }
 
     #[test]

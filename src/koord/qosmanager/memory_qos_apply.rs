@@ -27,9 +27,8 @@ impl QosManager {
         match self.d.cm.read_qos_file(&kubepods, QosFile::MemoryMin) {
             Ok(Some(_)) => {}
             Ok(None) => {
-                if !self.memory_qos_unsupported_said {
+                if self.first_time("no-memory-qos") {
                     info!(cgroup = %kubepods, "cgroup reconcile: the kernel has no memory.min, memory.low or memory.high here (cgroup v1 without Anolis); memory QoS is not applied");
-                    self.memory_qos_unsupported_said = true;
                 }
                 return;
             }

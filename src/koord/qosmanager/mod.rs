@@ -78,8 +78,9 @@ pub(crate) struct QosManager {
     cpu_usage_evict: EvictState,
     /// The kernel's online CPU list (a test points it elsewhere).
     online_cpus: std::path::PathBuf,
-    /// Whether "no memory QoS files here" was said (once).
-    memory_qos_unsupported_said: bool,
+    /// Lasting conditions already said once (no cpuset controller, too few CPUs,
+    /// no memory QoS files).
+    said: std::collections::HashSet<&'static str>,
 }
 
 impl QosManager {
@@ -91,7 +92,7 @@ impl QosManager {
             cpu_evict: EvictState::new(cpu_evict::COOL_DOWN, Some(Instant::now())),
             cpu_usage_evict: EvictState::new(Duration::ZERO, None),
             online_cpus: suppress_apply::ONLINE_CPUS.into(),
-            memory_qos_unsupported_said: false,
+            said: std::collections::HashSet::new(),
         }
     }
 

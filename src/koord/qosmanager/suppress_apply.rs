@@ -141,7 +141,9 @@ impl QosManager {
         let old = match self.read_cpuset(&be) {
             Ok(Some(old)) => old,
             Ok(None) => {
-                warn!(cgroup = %be, "cpu suppress: the BestEffort cgroup has no cpuset.cpus (no cpuset controller); cpuset policy cannot apply");
+                if self.first_time("no-cpuset") {
+                    warn!(cgroup = %be, "cpu suppress: the BestEffort cgroup has no cpuset.cpus (no cpuset controller); cpuset policy cannot apply");
+                }
                 return;
             }
             Err(e) => {
@@ -152,11 +154,13 @@ impl QosManager {
         let n = cpuset_suppress::cpu_count(suppress, old.len(), procs.len());
         let cpus = cpuset_suppress::choose_in_pools(n, &procs, pins);
         if cpus.is_empty() {
-            warn!(
-                want = n,
-                cpus = procs.len(),
-                "cpu suppress: fewer CPUs than the BestEffort set needs; cpuset kept"
-            );
+            if self.first_time("too-few-cpus") {
+                warn!(
+                    want = n,
+                    cpus = procs.len(),
+                    "cpu suppress: fewer CPUs than the BestEffort set needs; cpuset kept"
+                );
+            }
             return;
         }
         let written = self.write_best_effort_cpuset(&cpus, &old);
@@ -258,6 +262,12 @@ impl QosManager {
                 debug!(error = %e, "cpu suppress: cannot read the BestEffort cgroup's quota");
             }
         }
+    }
+
+    /// Whether a lasting condition (`what`) is met for the first time, so that it is
+    /// said once rather than every second.
+    pub(super) fn first_time(&mut self, what: &'static str) -> bool {
+        self.said.insert(what)
     }
 
     /// A cgroup's CPUs; None when the kernel offers no cpuset there.

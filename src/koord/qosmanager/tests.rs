@@ -594,7 +594,7 @@ fn without_the_memory_qos_files_nothing_is_written() {
         assert_eq!(b.fs.qos_file(&ctr, f), None);
         assert_eq!(b.fs.qos_file(BURSTABLE, f), None);
     }
-    assert!(b.qm.memory_qos_unsupported_said);
+    assert!(b.qm.said.contains("no-memory-qos"));
 }
 
 /// `pod` labelled `koordinator.sh/eviction-enabled: "true"` (CPUEvict's opt-in).

@@ -256,7 +256,10 @@ async fn memory_eviction_evicts_the_be_labelled_api_pod_only() {
         .await;
     let s = be.status.unwrap();
     assert_eq!(s.reason.as_deref(), Some("Evicted"));
-    assert!(s.message.unwrap_or_default().contains("threshold 1%"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("trigger by koordlet feature BEMemoryEvict, kill pod: be")
+    );
     assert!(
         s.conditions
             .unwrap_or_default()
@@ -404,4 +407,129 @@ async fn a_host_applications_cgroup_is_collected_and_a_climbing_path_refused() {
     for d in &dirs {
         let _ = std::fs::remove_dir(d);
     }
+}
+
+/// The CPUs of a cgroup of this oxlet in the v1 cpuset hierarchy (`rel` below the
+/// cgroup root).
+fn cpuset_of(ox: &Oxlet, rel: &str) -> String {
+    let path = ox.cgroup_file("cpuset", &format!("{rel}/cpuset.cpus"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_string()
+}
+
+/// Waits up to 20 s until every cgroup in `rels` has the same cpuset and `want`
+/// holds for it; returns it.
+async fn wait_cpusets(
+    ox: &Oxlet,
+    what: &str,
+    rels: &[String],
+    want: impl Fn(&str) -> bool,
+) -> String {
+    let t = std::time::Instant::now();
+    loop {
+        let have: Vec<String> = rels.iter().map(|r| cpuset_of(ox, r)).collect();
+        if have.iter().all(|h| *h == have[0]) && want(&have[0]) {
+            return have[0].clone();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{what}: {have:?}\n{}",
+            tail(&ox.log(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// How many CPUs a kernel CPU list (`0-1,4`) names.
+fn cpu_count(list: &str) -> usize {
+    list.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum()
+}
+
+/// The node's online CPUs, as the kernel lists them.
+fn online_cpus() -> String {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpuset_policy_sets_the_best_effort_cpusets_and_cfs_quota_puts_them_back() {
+    let bed = Testbed::start().await;
+    let cpuset = "resourceUsedThresholdWithBE: {enable: true, cpuSuppressThresholdPercent: 10, cpuSuppressPolicy: cpuset}\nstrategies: {cpuSuppress: true}\n";
+    let slo = slo_file(bed.base_dir(), cpuset);
+    let flag = format!("--node-slo-file={}", slo.display());
+    let mut ox = Oxlet::start(&bed, &[&flag]);
+    ox.wait_up(START).await;
+    // oxlet makes its QoS cgroups in every v1 hierarchy, the cpuset one too.
+    let be = "kubepods/besteffort".to_string();
+    let all = online_cpus();
+    assert!(cpu_count(&cpuset_of(&ox, &be)) >= 2);
+    write_manifest(&ox.manifests, "be.yaml", &pod_yaml("be", "sleep 3600", ""));
+    let pod = ox.wait_running("be", START).await;
+    let pod_dir = format!("{be}/pod{}", uid(&pod));
+    let ctr_dir = format!("{pod_dir}/{}", runtime_id(&pod, "main"));
+    let tree = [be.clone(), pod_dir, ctr_dir.clone()];
+    // Suppressed to the minimum (one busy core would do; an idle node with a 10 %
+    // threshold is enough): koordlet's minimum is 2 CPUs, so on a 2-CPU node the
+    // BestEffort set is all of them; a container cgroup narrowed from outside shows
+    // the write reaching the pod and container cgroups.
+    std::fs::write(
+        ox.cgroup_file("cpuset", &format!("{ctr_dir}/cpuset.cpus")),
+        "1",
+    )
+    .unwrap();
+    std::fs::write(
+        ox.cgroup_file("cpu", &format!("{be}/cpu.cfs_quota_us")),
+        "50000",
+    )
+    .unwrap();
+    let set = wait_cpusets(&ox, "cpuset policy", &tree, |c| cpu_count(c) == 2).await;
+    assert_eq!(cpuset_of(&ox, &ctr_dir), set);
+    ox.wait_best_effort_quota("cpuset policy lifts the quota", |q| q == -1)
+        .await;
+    let (_, metrics) = ox.get("/metrics").await.unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("koordlet_be_suppress_cpu_cores{")
+                && l.contains("type=\"cpuset\"")
+                && l.ends_with(" 2")),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("suppress"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // The policy goes to cfsQuota: a quota on the BestEffort cgroup, and every
+    // BestEffort cgroup gets all CPUs back.
+    ox.sigterm();
+    std::fs::write(
+        &slo,
+        cpuset.replace("cpuSuppressPolicy: cpuset", "cpuSuppressPolicy: cfsQuota"),
+    )
+    .unwrap();
+    std::fs::write(
+        ox.cgroup_file("cpuset", &format!("{ctr_dir}/cpuset.cpus")),
+        "1",
+    )
+    .unwrap();
+    ox.spawn(&[&flag]);
+    ox.wait_up(START).await;
+    ox.wait_best_effort_quota("cfsQuota policy", |q| q > 0)
+        .await;
+    wait_cpusets(&ox, "cfsQuota policy", &tree, |c| c == all).await;
+    assert!(
+        ox.log()
+            .contains("cpu suppress: gave the BestEffort cgroups all CPUs back")
+    );
 }

@@ -287,17 +287,22 @@ pub(super) fn spawn_qos_manager(
     tasks: &Tasks,
 ) {
     use crate::koord::{QosDeps, QosManager};
-    let any_strategy = cfg.strategies.cpu_suppress || cfg.strategies.memory_evict;
+    let any_strategy =
+        cfg.strategies.cpu_suppress || cfg.strategies.memory_evict || cfg.strategies.cpu_evict;
     if updates.is_some() {
         info!(target: STARTUP_TARGET, "node QoS manager follows this node's NodeSLO (until one is read, --node-slo-file's thresholds)");
-    } else if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() && !cfg.cgroup_reconcile_on() {
+    } else if !cfg.cpu_suppress_on()
+        && !cfg.memory_evict_on()
+        && !cfg.cpu_evict_on()
+        && !cfg.cgroup_reconcile_on()
+    {
         if any_strategy && !cfg.enable {
             info!(target: STARTUP_TARGET, "node QoS manager off: --node-slo-file turns strategies on but resourceUsedThresholdWithBE.enable is false");
         } else {
             info!(target: STARTUP_TARGET, "node QoS manager off (no strategy enabled by --node-slo-file)");
         }
     } else {
-        info!(target: STARTUP_TARGET, cpuSuppress = cfg.cpu_suppress_on(), memoryEvict = cfg.memory_evict_on(), cgroupReconcile = cfg.cgroup_reconcile_on(), cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent, memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent, memoryEvictLowerPercent = cfg.memory_evict_lower_percent, "node QoS manager on");
+        info!(target: STARTUP_TARGET, cpuSuppress = cfg.cpu_suppress_on(), cpuSuppressPolicy = cfg.cpu_suppress_policy.name(), memoryEvict = cfg.memory_evict_on(), cpuEvict = cfg.cpu_evict_on(), cgroupReconcile = cfg.cgroup_reconcile_on(), cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent, memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent, memoryEvictLowerPercent = cfg.memory_evict_lower_percent, "node QoS manager on");
     }
     let evictor = Arc::new(crate::syncloop::WorkerEvictor {
         pods: shared.pods.clone(),
@@ -309,6 +314,7 @@ pub(super) fn spawn_qos_manager(
         shared.pods.clone(),
         sync_loop.cm.clone(),
     );
+    let pod_cache = shared.pod_cache.clone();
     let (capacity, allocatable) = (host.allocatable.capacity, host.allocatable.allocatable);
     let node_name = opts.node_name.clone();
     tasks.spawn_restarting("qos-manager", Backoff::default(), move |cancel| {
@@ -321,6 +327,11 @@ pub(super) fn spawn_qos_manager(
             pods: pods.clone(),
             cm: cm.clone(),
             evictor: evictor.clone(),
+            lister: Box::new(crate::koord::ManagedPods::new(
+                pods.clone(),
+                pod_cache.clone(),
+                cm.clone(),
+            )),
             capacity,
             allocatable,
             node_name: node_name.clone(),

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::driver::CgroupDriver;
+use super::fs::QosFile;
 use super::fs::{CgroupError, CgroupFs};
 use super::manager::{CmConfig, ContainerManager};
 use super::name::CgroupName;
@@ -37,6 +38,73 @@ pub(crate) fn fake_manager(per_qos: bool) -> (ContainerManager, Arc<FakeCgroupFs
 pub(crate) struct FakeCgroupFs {
     /// Path → (limits as last written, processes inside).
     cgroups: Mutex<BTreeMap<String, (ResourceConfig, Vec<i32>)>>,
+    /// The QoS control files written, and those the pretend kernel does not offer.
+    qos_files: Mutex<FakeQosFiles>,
+}
+
+#[derive(Debug, Default)]
+struct FakeQosFiles {
+    values: BTreeMap<(String, QosFile), String>,
+    withheld: std::collections::BTreeSet<QosFile>,
+    /// v1's rule: a cgroup's CPUs lie within its parent's and hold its children's.
+    v1_cpusets: bool,
+}
+
+impl FakeQosFiles {
+    fn cpus(&self, path: &str) -> Option<Vec<usize>> {
+        let text = self.values.get(&(path.to_string(), QosFile::CpusetCpus))?;
+        crate::cm::parse_cpu_list(text)
+            .ok()
+            .filter(|c| !c.is_empty())
+    }
+
+    /// Whether v1 takes `value` as `path`'s CPUs.
+    fn v1_allows(&self, path: &str, value: &str) -> bool {
+        let Ok(new) = crate::cm::parse_cpu_list(value) else {
+            return false;
+        };
+        let within = |outer: &[usize], inner: &[usize]| inner.iter().all(|c| outer.contains(c));
+        let parent_ok = path
+            .rsplit_once('/')
+            .and_then(|(parent, _)| self.cpus(parent))
+            .is_none_or(|p| within(&p, &new));
+        let below = format!("{path}/");
+        let is_child = |p: &str| {
+            p.strip_prefix(&below)
+                .is_some_and(|rest| !rest.contains('/'))
+        };
+        let children_ok = self
+            .values
+            .keys()
+            .filter(|(p, f)| *f == QosFile::CpusetCpus && is_child(p))
+            .all(|(p, _)| self.cpus(p).is_none_or(|c| within(&new, &c)));
+        parent_ok && children_ok
+    }
+}
+
+/// The QoS control files (koordlet's cpuset and memory QoS files).
+impl FakeCgroupFs {
+    fn qos(&self) -> std::sync::MutexGuard<'_, FakeQosFiles> {
+        self.qos_files
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Makes `file` one the kernel does not offer (v1 without Anolis' memory files).
+    pub(crate) fn withhold(&self, file: QosFile) {
+        self.qos().withheld.insert(file);
+    }
+
+    /// Refuses cpusets as cgroup v1 does: outside the parent's, or not holding a
+    /// child's (so the order of writes matters).
+    pub(crate) fn enforce_v1_cpusets(&self) {
+        self.qos().v1_cpusets = true;
+    }
+
+    /// What `file` of `path` holds (None: never written).
+    pub(crate) fn qos_file(&self, path: &str, file: QosFile) -> Option<String> {
+        self.qos().values.get(&(path.to_string(), file)).cloned()
+    }
 }
 
 impl FakeCgroupFs {
@@ -156,5 +224,45 @@ impl CgroupFs for FakeCgroupFs {
             .get(path)
             .map(|c| c.0)
             .ok_or_else(|| Self::missing(path, "read"))
+    }
+
+    fn read_qos_file(&self, path: &str, file: QosFile) -> Result<Option<String>, CgroupError> {
+        if !self.exists(path) {
+            return Err(Self::missing(path, "read"));
+        }
+        let q = self.qos();
+        if q.withheld.contains(&file) {
+            return Ok(None);
+        }
+        // A cgroup whose file was never written reads as empty (v2's `cpuset.cpus`).
+        Ok(Some(
+            q.values
+                .get(&(path.to_string(), file))
+                .cloned()
+                .unwrap_or_default(),
+        ))
+    }
+
+    fn write_qos_file(&self, path: &str, file: QosFile, value: &str) -> Result<(), CgroupError> {
+        if !self.exists(path) {
+            return Err(Self::missing(path, "write"));
+        }
+        let mut q = self.qos();
+        if q.withheld.contains(&file) {
+            return Err(CgroupError {
+                op: "write",
+                path: PathBuf::from(path).join(file.name()),
+                error: std::io::ErrorKind::Unsupported.into(),
+            });
+        }
+        if file == QosFile::CpusetCpus && q.v1_cpusets && !q.v1_allows(path, value) {
+            return Err(CgroupError {
+                op: "write",
+                path: PathBuf::from(path).join(file.name()),
+                error: std::io::Error::from_raw_os_error(22),
+            });
+        }
+        q.values.insert((path.to_string(), file), value.to_string());
+        Ok(())
     }
 }

@@ -8,6 +8,7 @@
 
 mod event;
 mod files;
+mod qos_files;
 mod stat;
 mod stat_reader;
 mod tree;
@@ -17,6 +18,7 @@ mod v2;
 #[cfg(test)]
 pub(super) mod tests;
 
+pub(crate) use qos_files::QosFile;
 pub(crate) use stat::parse_psi;
 pub(crate) use stat_reader::StatReader;
 pub(crate) use tree::{CgroupTree, HOST_MOUNT};
@@ -59,4 +61,10 @@ pub(crate) trait CgroupFs: Send + Sync + std::fmt::Debug {
     fn keeps_shares(&self) -> bool {
         true
     }
+    /// A QoS control file of `path` (koordlet's cpuset and memory QoS files); None
+    /// when the kernel does not offer it.
+    fn read_qos_file(&self, path: &str, file: QosFile) -> Result<Option<String>, CgroupError>;
+    /// Writes a QoS control file of the existing cgroup `path`; `Unsupported` when
+    /// the kernel does not offer it.
+    fn write_qos_file(&self, path: &str, file: QosFile, value: &str) -> Result<(), CgroupError>;
 }

@@ -17,6 +17,7 @@
 //!   [`qos_cgroups`] and [`pod_cgroups`] are its node-level and per-pod halves.
 //! - [`startup`]: detection, the driver decision, the start-up line, the tree made.
 //! - [`hook_cgroups`]: limits read and written for koordlet's runtime hooks.
+//! - [`koord_cgroups`]: the cpuset and memory QoS files koordlet's QoS manager writes.
 
 mod allocatable;
 mod container_resources;
@@ -25,6 +26,7 @@ mod driver;
 mod fit;
 mod fs;
 mod hook_cgroups;
+mod koord_cgroups;
 mod manager;
 mod name;
 mod pod_cgroups;
@@ -50,6 +52,8 @@ pub(crate) use name::CgroupName;
 pub(crate) use fit::ResourceFit;
 // The cgroup filesystem, for the readers beside the manager (eviction, the metric advisor).
 pub(crate) use fs::{CgroupError, CgroupFs, CgroupTree, HOST_MOUNT, StatReader, parse_psi};
+// The QoS control files koordlet's QoS manager writes (`koord_cgroups`).
+pub(crate) use fs::QosFile;
 pub(crate) use version::detect_cgroup_version;
 // QoS classes and `oom_score_adj`.
 pub(crate) use qos::{

@@ -228,7 +228,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     // Client certificate rotation (client-go's certificate manager).
     row("rotate-certificates", Some("rotateCertificates"), Bool, "false", "true|false", "Request a new client certificate before the current one expires (for a kubeconfig naming <cert-dir>/kubelet-client-current.pem)", |o, i| parse_bool(i.text).map(|b| o.rotate_certificates = b)),
     // The node QoS manager and runtime hooks (koordlet's NodeSLO).
-    row("node-slo-file", None, Path, "", "PATH", "koordlet NodeSLO spec file, plus strategies: cpuSuppress (default on), memoryEvict, cgroupReconcile; read at start; in cluster mode the node's NodeSLO replaces its thresholds", set_node_slo_file),
+    row("node-slo-file", None, Path, "", "PATH", "koordlet NodeSLO spec file, plus strategies: cpuSuppress (default on), memoryEvict, cpuEvict, cpuUsageEvict, cgroupReconcile; read at start; in cluster mode the node's NodeSLO replaces its thresholds", set_node_slo_file),
     // koordlet's peak prediction (its flag for the directory).
     row("enable-prediction", None, Bool, "true", "true|false", "Train koordlet's peak prediction models from the metric cache and serve /stats/predictions", |o, i| parse_bool(i.text).map(|b| o.prediction = b)),
     row("prediction-checkpoint-filepath", None, Path, "", "PATH", "Directory of the prediction models' checkpoints (empty: <root-dir>/prediction-checkpoints)", |o, i| { o.prediction_checkpoint_dir = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),

@@ -6,6 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::files::{self, err};
+use super::qos_files::{self, QosFile};
 use super::{CgroupError, CgroupFs, v1, v2};
 use crate::cm::resources::ResourceConfig;
 use crate::cm::version::CgroupVersion;
@@ -307,5 +308,13 @@ impl CgroupFs for CgroupTree {
         } else {
             v2::resources(self, path)
         }
+    }
+
+    fn read_qos_file(&self, path: &str, file: QosFile) -> Result<Option<String>, CgroupError> {
+        qos_files::read(self, path, file)
+    }
+
+    fn write_qos_file(&self, path: &str, file: QosFile, value: &str) -> Result<(), CgroupError> {
+        qos_files::write(self, path, file, value)
     }
 }

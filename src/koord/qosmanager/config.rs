@@ -16,14 +16,24 @@ use crate::koord::slo::{NodeSLOSpec, ResourceThresholdStrategy, SPEC_FIELDS, THR
 /// The largest config file read (a NodeSLO section is a few hundred bytes).
 pub(crate) const MAX_CONFIG_BYTES: u64 = 64 * 1024;
 
-/// How BestEffort pods' CPU is held back. oxlet implements `cfsQuota`; `cpuset` is
-/// accepted by name (it is koordlet's default) but refused: it needs the CPU topology
-/// and the kubelet CPU manager's pinned sets, which oxlet does not have.
+/// How BestEffort pods' CPU is held back: a CFS quota on the BestEffort QoS cgroup,
+/// or a `cpuset.cpus` on it and every cgroup below (koordlet's default policy; oxlet's
+/// default stays `cfsQuota`, which the runtime hooks' rule is built on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) enum CpuSuppressPolicy {
     Cpuset,
     CfsQuota,
+}
+
+impl CpuSuppressPolicy {
+    /// The NodeSLO's spelling.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CpuSuppressPolicy::Cpuset => "cpuset",
+            CpuSuppressPolicy::CfsQuota => "cfsQuota",
+        }
+    }
 }
 
 /// Which strategies run (koordlet's feature gates); a switch left out keeps its
@@ -37,6 +47,10 @@ pub(crate) struct Strategies {
     pub memory_evict: bool,
     /// `CgroupReconcile`, alpha and off.
     pub cgroup_reconcile: bool,
+    /// `BECPUEvict`, alpha and off.
+    pub cpu_evict: bool,
+    /// `CPUEvict` (by node CPU usage, pods up to a priority), alpha and off.
+    pub cpu_usage_evict: bool,
 }
 
 impl Default for Strategies {
@@ -45,8 +59,74 @@ impl Default for Strategies {
             cpu_suppress: true,
             memory_evict: false,
             cgroup_reconcile: false,
+            cpu_evict: false,
+            cpu_usage_evict: false,
         }
     }
+}
+
+/// CPUEvict's NodeSLO fields (`cpuEvictThresholdPercent`, `cpuEvictLowerPercent`,
+/// `evictEnabledPriorityThreshold`); the window is BECPUEvict's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CpuUsageEvictConfig {
+    pub threshold_percent: i64,
+    /// `cpuEvictLowerPercent`, else the threshold − 2.
+    pub lower_percent: i64,
+    /// Pods with a priority above it are never evicted.
+    pub priority_threshold: i32,
+}
+
+/// Where BECPUEvict takes the BestEffort tier's CPU limit from (`cpuEvictPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CpuEvictPolicy {
+    /// The limit the BestEffort cgroups really have (koordlet's default).
+    EvictByRealLimit,
+    /// The node's `kubernetes.io/batch-cpu` allocatable.
+    EvictByAllocatable,
+}
+
+/// BECPUEvict's NodeSLO fields (koordlet's `cpuEvictBE*` and `cpuEvictTimeWindowSeconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CpuEvictConfig {
+    /// `cpuEvictBESatisfactionLowerPercent` and `…UpperPercent`; None while either
+    /// is unset, and then BECPUEvict does nothing (koordlet skips the feature).
+    pub satisfaction: Option<(i64, i64)>,
+    /// `cpuEvictBEUsageThresholdPercent` (90 when unset).
+    pub usage_threshold_percent: i64,
+    /// `cpuEvictTimeWindowSeconds`, at least the 1 s collect interval.
+    pub window_seconds: i64,
+    pub policy: CpuEvictPolicy,
+}
+
+impl Default for CpuEvictConfig {
+    fn default() -> Self {
+        CpuEvictConfig {
+            satisfaction: None,
+            usage_threshold_percent: 90,
+            window_seconds: 1,
+            policy: CpuEvictPolicy::EvictByRealLimit,
+        }
+    }
+}
+
+/// One koordinator QoS class's memory QoS (`resourceQOSStrategy.<class>.memoryQOS`)
+/// as koordlet applies it: the percents of requests for `memory.min` and
+/// `memory.low`, and the throttling percent for `memory.high`; all 0 unless the
+/// class's `enable` is true (koordlet merges a disabled class with `NoneMemoryQOS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MemoryQosPercents {
+    pub min: i64,
+    pub low: i64,
+    pub throttling: i64,
+}
+
+/// The memory QoS of each class (LSE pods use LSR's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MemoryQosClasses {
+    pub lsr: MemoryQosPercents,
+    pub ls: MemoryQosPercents,
+    pub be: MemoryQosPercents,
+    pub system: MemoryQosPercents,
 }
 
 /// The validated configuration.
@@ -58,6 +138,12 @@ pub(crate) struct QosConfig {
     pub cpu_suppress_policy: CpuSuppressPolicy,
     pub memory_evict_threshold_percent: i64,
     pub memory_evict_lower_percent: i64,
+    pub cpu_evict: CpuEvictConfig,
+    /// None while the threshold or the priority threshold is unset: CPUEvict then
+    /// does nothing (koordlet skips the feature).
+    pub cpu_usage_evict: Option<CpuUsageEvictConfig>,
+    /// From `resourceQOSStrategy`, for cgroup reconcile.
+    pub memory_qos: MemoryQosClasses,
     pub strategies: Strategies,
 }
 
@@ -71,6 +157,9 @@ impl Default for QosConfig {
             cpu_suppress_policy: CpuSuppressPolicy::CfsQuota,
             memory_evict_threshold_percent: 70,
             memory_evict_lower_percent: 68,
+            cpu_evict: CpuEvictConfig::default(),
+            cpu_usage_evict: None,
+            memory_qos: MemoryQosClasses::default(),
             strategies: Strategies::default(),
         }
     }
@@ -85,6 +174,16 @@ impl QosConfig {
     /// Memory eviction by usage runs.
     pub(crate) fn memory_evict_on(&self) -> bool {
         self.enable && self.strategies.memory_evict
+    }
+
+    /// BECPUEvict runs.
+    pub(crate) fn cpu_evict_on(&self) -> bool {
+        self.enable && self.strategies.cpu_evict
+    }
+
+    /// CPUEvict runs.
+    pub(crate) fn cpu_usage_evict_on(&self) -> bool {
+        self.enable && self.strategies.cpu_usage_evict
     }
 
     /// cgroup reconcile runs (a gate of its own in koordlet, not under `enable`).
@@ -181,12 +280,95 @@ pub(crate) fn parse(file: &Path, text: &str) -> Result<QosConfig, ConfigError> {
         None => Strategies::default(),
     };
     let spec: NodeSLOSpec = serde_json::from_value(doc).map_err(|e| parse_error(e.to_string()))?;
-    QosConfig::from_slo(spec.resource_used_threshold_with_be.as_ref(), strategies).map_err(
-        |error| ConfigError::Invalid {
+    QosConfig::from_slo(spec.resource_used_threshold_with_be.as_ref(), strategies)
+        .and_then(|c| c.with_resource_qos(spec.resource_qos_strategy.as_ref()))
+        .map_err(|error| ConfigError::Invalid {
             file: file.to_path_buf(),
             error,
-        },
-    )
+        })
+}
+
+/// The NodeSLO field names of one class's memory QoS: enable and the three percents.
+macro_rules! memory_qos_fields {
+    ($class:literal) => {
+        (
+            $class,
+            [
+                concat!("resourceQOSStrategy.", $class, ".memoryQOS.minLimitPercent"),
+                concat!("resourceQOSStrategy.", $class, ".memoryQOS.lowLimitPercent"),
+                concat!(
+                    "resourceQOSStrategy.",
+                    $class,
+                    ".memoryQOS.throttlingPercent"
+                ),
+            ],
+            concat!("resourceQOSStrategy.", $class, ".memoryQOS.enable"),
+        )
+    };
+}
+
+type ClassFields = (&'static str, [&'static str; 3], &'static str);
+
+/// One class's memory QoS from its section of `resourceQOSStrategy` (None: absent).
+fn memory_qos_class(
+    section: Option<&Value>,
+    (_, percents, enable_field): ClassFields,
+) -> Result<MemoryQosPercents, InvalidField> {
+    let Some(m) = section.and_then(|c| c.get("memoryQOS")) else {
+        return Ok(MemoryQosPercents::default());
+    };
+    let enable = match m.get("enable") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(InvalidField {
+                field: enable_field,
+                reason: format!("{v} is not true or false"),
+            });
+        }
+    };
+    let mut v = [0i64; 3];
+    for (slot, field) in v.iter_mut().zip(percents) {
+        let name = field.rsplit('.').next().unwrap_or(field);
+        let Some(x) = m.get(name).filter(|x| !x.is_null()) else {
+            continue;
+        };
+        let invalid = |reason: String| InvalidField { field, reason };
+        let n = x
+            .as_i64()
+            .ok_or_else(|| invalid(format!("{x} is not an integer")))?;
+        if !(0..=100).contains(&n) {
+            return Err(invalid(format!("{n} is not a percent in [0, 100]")));
+        }
+        *slot = n;
+    }
+    Ok(if enable {
+        MemoryQosPercents {
+            min: v[0],
+            low: v[1],
+            throttling: v[2],
+        }
+    } else {
+        MemoryQosPercents::default()
+    })
+}
+
+impl QosConfig {
+    /// This configuration with the memory QoS of a NodeSLO's `resourceQOSStrategy`
+    /// (None: absent, every class off); the first unusable field is named.
+    pub(crate) fn with_resource_qos(
+        mut self,
+        strategy: Option<&Value>,
+    ) -> Result<QosConfig, InvalidField> {
+        let class = |f: ClassFields| memory_qos_class(strategy.and_then(|s| s.get(f.0)), f);
+        self.memory_qos = MemoryQosClasses {
+            lsr: class(memory_qos_fields!("lsrClass"))?,
+            ls: class(memory_qos_fields!("lsClass"))?,
+            be: class(memory_qos_fields!("beClass"))?,
+            system: class(memory_qos_fields!("systemClass"))?,
+        };
+        Ok(self)
+    }
 }
 
 impl QosConfig {
@@ -228,12 +410,7 @@ impl QosConfig {
         }
         let policy = match t.cpu_suppress_policy.as_deref() {
             None | Some("" | "cfsQuota") => CpuSuppressPolicy::CfsQuota,
-            Some("cpuset") => {
-                return Err(invalid(
-                    "resourceUsedThresholdWithBE.cpuSuppressPolicy",
-                    "\"cpuset\" is not supported by oxlet (no CPU topology or CPU manager); use \"cfsQuota\"".into(),
-                ));
-            }
+            Some("cpuset") => CpuSuppressPolicy::Cpuset,
             Some(other) => {
                 return Err(invalid(
                     "resourceUsedThresholdWithBE.cpuSuppressPolicy",
@@ -264,9 +441,134 @@ impl QosConfig {
             cpu_suppress_policy: policy,
             memory_evict_threshold_percent: mem_threshold,
             memory_evict_lower_percent: mem_lower,
+            cpu_evict: cpu_evict_config(t)?,
+            cpu_usage_evict: cpu_usage_evict_config(t)?,
+            memory_qos: MemoryQosClasses::default(),
             strategies,
         })
     }
+}
+
+/// CPUEvict's fields, with koordlet's checks (`isUsedThresholdConfigValid`): the
+/// lower percent below the threshold.
+fn cpu_usage_evict_config(
+    t: &ResourceThresholdStrategy,
+) -> Result<Option<CpuUsageEvictConfig>, InvalidField> {
+    let threshold = int_field(
+        t,
+        "resourceUsedThresholdWithBE.cpuEvictThresholdPercent",
+        0,
+        100,
+    )?;
+    let lower = int_field(
+        t,
+        "resourceUsedThresholdWithBE.cpuEvictLowerPercent",
+        0,
+        100,
+    )?;
+    let priority = int_field(
+        t,
+        "resourceUsedThresholdWithBE.evictEnabledPriorityThreshold",
+        i64::from(i32::MIN),
+        i64::from(i32::MAX),
+    )?;
+    let Some(threshold) = threshold else {
+        return Ok(None);
+    };
+    let lower = lower.unwrap_or(threshold - 2);
+    if lower >= threshold {
+        return Err(InvalidField {
+            field: "resourceUsedThresholdWithBE.cpuEvictLowerPercent",
+            reason: format!("{lower} is not below cpuEvictThresholdPercent ({threshold})"),
+        });
+    }
+    Ok(priority.map(|p| CpuUsageEvictConfig {
+        threshold_percent: threshold,
+        lower_percent: lower,
+        priority_threshold: i32::try_from(p).unwrap_or(i32::MAX),
+    }))
+}
+
+/// An integer field of the thresholds oxlet keeps by name (`other`), checked to lie
+/// in `lo..=hi`; None when unset.
+fn int_field(
+    t: &ResourceThresholdStrategy,
+    field: &'static str,
+    lo: i64,
+    hi: i64,
+) -> Result<Option<i64>, InvalidField> {
+    let name = field.trim_start_matches("resourceUsedThresholdWithBE.");
+    let Some(v) = t.other.get(name) else {
+        return Ok(None);
+    };
+    let invalid = |reason: String| InvalidField { field, reason };
+    let n = v
+        .as_i64()
+        .ok_or_else(|| invalid(format!("{v} is not an integer")))?;
+    if !(lo..=hi).contains(&n) {
+        return Err(invalid(format!("{n} is not in [{lo}, {hi}]")));
+    }
+    Ok(Some(n))
+}
+
+/// BECPUEvict's fields, with koordlet's checks (`isSatisfactionConfigValid`): the
+/// lower satisfaction percent in (0, 60], the upper in (0, 100) and not below the
+/// lower; the window at most the metric cache's 12 h retention.
+fn cpu_evict_config(t: &ResourceThresholdStrategy) -> Result<CpuEvictConfig, InvalidField> {
+    let lower = int_field(
+        t,
+        "resourceUsedThresholdWithBE.cpuEvictBESatisfactionLowerPercent",
+        1,
+        60,
+    )?;
+    let upper = int_field(
+        t,
+        "resourceUsedThresholdWithBE.cpuEvictBESatisfactionUpperPercent",
+        1,
+        99,
+    )?;
+    if let (Some(l), Some(u)) = (lower, upper)
+        && u < l
+    {
+        return Err(InvalidField {
+            field: "resourceUsedThresholdWithBE.cpuEvictBESatisfactionUpperPercent",
+            reason: format!("{u} is below cpuEvictBESatisfactionLowerPercent ({l})"),
+        });
+    }
+    let d = CpuEvictConfig::default();
+    let usage = int_field(
+        t,
+        "resourceUsedThresholdWithBE.cpuEvictBEUsageThresholdPercent",
+        1,
+        100,
+    )?;
+    let window = int_field(
+        t,
+        "resourceUsedThresholdWithBE.cpuEvictTimeWindowSeconds",
+        0,
+        12 * 3600,
+    )?;
+    let policy = match t.other.get("cpuEvictPolicy") {
+        None => CpuEvictPolicy::EvictByRealLimit,
+        Some(v) => match v.as_str() {
+            Some("" | "evictByRealLimit") => CpuEvictPolicy::EvictByRealLimit,
+            Some("evictByAllocatable") => CpuEvictPolicy::EvictByAllocatable,
+            _ => {
+                return Err(InvalidField {
+                    field: "resourceUsedThresholdWithBE.cpuEvictPolicy",
+                    reason: format!(
+                        "unknown policy {v} (want \"evictByRealLimit\" or \"evictByAllocatable\")"
+                    ),
+                });
+            }
+        },
+    };
+    Ok(CpuEvictConfig {
+        satisfaction: lower.zip(upper),
+        usage_threshold_percent: usage.unwrap_or(d.usage_threshold_percent),
+        window_seconds: window.unwrap_or(0).max(d.window_seconds),
+        policy,
+    })
 }
 
 #[cfg(test)]
@@ -324,6 +626,147 @@ mod tests {
     }
 
     #[test]
+    fn the_cpuset_policy_and_be_cpu_evict_fields() {
+        let c =
+            p("resourceUsedThresholdWithBE: {enable: true, cpuSuppressPolicy: cpuset}").unwrap();
+        assert_eq!(c.cpu_suppress_policy, CpuSuppressPolicy::Cpuset);
+        // BECPUEvict is off by default, and without the satisfaction pair does nothing.
+        assert!(!c.cpu_evict_on());
+        assert_eq!(c.cpu_evict, CpuEvictConfig::default());
+        let c = p(r#"{"resourceUsedThresholdWithBE": {"enable": true, "cpuEvictBESatisfactionLowerPercent": 40,
+            "cpuEvictBESatisfactionUpperPercent": 60, "cpuEvictBEUsageThresholdPercent": 80,
+            "cpuEvictTimeWindowSeconds": 30, "cpuEvictPolicy": "evictByAllocatable"},
+            "strategies": {"cpuEvict": true}}"#)
+        .unwrap();
+        assert!(c.cpu_evict_on());
+        assert_eq!(
+            c.cpu_evict,
+            CpuEvictConfig {
+                satisfaction: Some((40, 60)),
+                usage_threshold_percent: 80,
+                window_seconds: 30,
+                policy: CpuEvictPolicy::EvictByAllocatable,
+            }
+        );
+        // A window under the 1 s collect interval is the interval.
+        let c = p("resourceUsedThresholdWithBE: {cpuEvictTimeWindowSeconds: 0}").unwrap();
+        assert_eq!(c.cpu_evict.window_seconds, 1);
+        let err = |text: &str| p(text).unwrap_err().to_string();
+        for (text, want) in [
+            (
+                "{cpuEvictBESatisfactionLowerPercent: 0}",
+                "field resourceUsedThresholdWithBE.cpuEvictBESatisfactionLowerPercent: 0 is not in [1, 60]",
+            ),
+            (
+                "{cpuEvictBESatisfactionLowerPercent: 61}",
+                "cpuEvictBESatisfactionLowerPercent: 61 is not in [1, 60]",
+            ),
+            (
+                "{cpuEvictBESatisfactionUpperPercent: 100}",
+                "cpuEvictBESatisfactionUpperPercent: 100 is not in [1, 99]",
+            ),
+            (
+                "{cpuEvictBESatisfactionLowerPercent: 50, cpuEvictBESatisfactionUpperPercent: 40}",
+                "cpuEvictBESatisfactionUpperPercent: 40 is below cpuEvictBESatisfactionLowerPercent (50)",
+            ),
+            (
+                "{cpuEvictBEUsageThresholdPercent: 101}",
+                "cpuEvictBEUsageThresholdPercent: 101 is not in [1, 100]",
+            ),
+            (
+                "{cpuEvictBEUsageThresholdPercent: high}",
+                "cpuEvictBEUsageThresholdPercent: \"high\" is not an integer",
+            ),
+            (
+                "{cpuEvictTimeWindowSeconds: -5}",
+                "cpuEvictTimeWindowSeconds: -5 is not in [0, 43200]",
+            ),
+            (
+                "{cpuEvictPolicy: evictByMagic}",
+                "cpuEvictPolicy: unknown policy \"evictByMagic\"",
+            ),
+        ] {
+            let e = err(&format!("resourceUsedThresholdWithBE: {text}"));
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn cpu_usage_evict_fields() {
+        let c = p(
+            r#"{"resourceUsedThresholdWithBE": {"enable": true, "cpuEvictThresholdPercent": 80,
+            "evictEnabledPriorityThreshold": 5999}, "strategies": {"cpuUsageEvict": true}}"#,
+        )
+        .unwrap();
+        assert!(c.cpu_usage_evict_on() && !c.cpu_evict_on());
+        assert_eq!(
+            c.cpu_usage_evict,
+            Some(CpuUsageEvictConfig {
+                threshold_percent: 80,
+                lower_percent: 78,
+                priority_threshold: 5999
+            })
+        );
+        // Without the priority threshold koordlet skips the feature.
+        let c = p("resourceUsedThresholdWithBE: {cpuEvictThresholdPercent: 80}").unwrap();
+        assert_eq!(c.cpu_usage_evict, None);
+        let e = p(
+            "resourceUsedThresholdWithBE: {cpuEvictThresholdPercent: 80, cpuEvictLowerPercent: 80}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("field resourceUsedThresholdWithBE.cpuEvictLowerPercent: 80 is not below cpuEvictThresholdPercent (80)"),
+            "{e}"
+        );
+        let e = p("resourceUsedThresholdWithBE: {evictEnabledPriorityThreshold: 3000000000}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("evictEnabledPriorityThreshold: 3000000000 is not in"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn memory_qos_per_class_counts_only_where_enabled() {
+        let c = p(r#"{"resourceQOSStrategy": {
+            "lsClass": {"memoryQOS": {"enable": true, "minLimitPercent": 40, "lowLimitPercent": 60, "throttlingPercent": 80}},
+            "beClass": {"memoryQOS": {"enable": false, "minLimitPercent": 50}, "cpuQOS": {"enable": true}},
+            "lsrClass": {"memoryQOS": {"enable": true, "lowLimitPercent": 100}}}}"#)
+        .unwrap();
+        let m = c.memory_qos;
+        assert_eq!(
+            m.ls,
+            MemoryQosPercents {
+                min: 40,
+                low: 60,
+                throttling: 80
+            }
+        );
+        // Disabled: koordlet's NoneMemoryQOS, all 0; unset percents are 0 too.
+        assert_eq!(m.be, MemoryQosPercents::default());
+        assert_eq!((m.lsr.min, m.lsr.low, m.lsr.throttling), (0, 100, 0));
+        assert_eq!(m.system, MemoryQosPercents::default());
+        let e = p(
+            "resourceQOSStrategy: {lsClass: {memoryQOS: {enable: true, throttlingPercent: 101}}}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "node SLO config /etc/slo.yaml: field resourceQOSStrategy.lsClass.memoryQOS.throttlingPercent: 101 is not a percent in [0, 100]"
+        );
+        let e = p("resourceQOSStrategy: {beClass: {memoryQOS: {enable: yes please}}}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("field resourceQOSStrategy.beClass.memoryQOS.enable"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn errors_name_the_file_the_field_and_the_reason() {
         let e = p("resourceUsedThresholdWithBE: {cpuSuppressThresholdPercent: 120}")
             .unwrap_err()
@@ -339,10 +782,6 @@ mod tests {
             e.contains("cpuSuppressPolicy: unknown policy \"magic\""),
             "{e}"
         );
-        let e = p("resourceUsedThresholdWithBE: {cpuSuppressPolicy: cpuset}")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("not supported"), "{e}");
         let e = p("resourceUsedThresholdWithBE: {memoryEvictThresholdPercent: 50, memoryEvictLowerPercent: 60}")
             .unwrap_err()
             .to_string();

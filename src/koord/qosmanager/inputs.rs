@@ -53,6 +53,16 @@ impl PodUsage {
     }
 }
 
+/// The pod's annotation `key` (koordinator's per-pod settings: eviction policy,
+/// pinned CPUs, memory QoS).
+pub(crate) fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
 /// The node and its pods, as the cache saw them last.
 #[derive(Debug, Clone)]
 pub(crate) struct UsageView {

@@ -12,6 +12,8 @@ use super::config::QosConfig;
 use super::inputs::{PodUsage, UsageView};
 use crate::pod::{is_critical, pod_uid};
 
+/// The feature gate's name, in the eviction reason.
+pub(crate) const FEATURE: &str = "BEMemoryEvict";
 /// koordlet's `MemoryEvictCoolTimeSeconds`.
 pub(crate) const COOL_DOWN: Duration = Duration::from_secs(4);
 /// How long an evicted pod stays in the evicted cache.
@@ -92,17 +94,35 @@ pub(crate) fn victims(view: &UsageView) -> Vec<&PodUsage> {
 
 /// Pods evicted recently (koordlet's evicted-pod cache) and the last round that
 /// evicted, for the cool-down.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct EvictState {
     evicted: HashMap<String, (Instant, f64)>,
     last_round: Option<Instant>,
+    cool_down: Duration,
+}
+
+impl Default for EvictState {
+    /// Memory eviction's: no round yet, a 4 s cool-down.
+    fn default() -> Self {
+        EvictState::new(COOL_DOWN, None)
+    }
 }
 
 impl EvictState {
+    /// A cache with `cool_down` after an evicting round; `last_round` starts a
+    /// cool-down at once (koordlet's CPU evictor starts cooling when it is made).
+    pub(crate) fn new(cool_down: Duration, last_round: Option<Instant>) -> Self {
+        EvictState {
+            evicted: HashMap::new(),
+            last_round,
+            cool_down,
+        }
+    }
+
     /// Whether the cool-down after the last evicting round is still running.
     pub(crate) fn cooling(&self, now: Instant) -> bool {
         self.last_round
-            .is_some_and(|t| now.duration_since(t) < COOL_DOWN)
+            .is_some_and(|t| now.duration_since(t) < self.cool_down)
     }
 
     fn expire(&mut self, now: Instant) {
@@ -110,33 +130,40 @@ impl EvictState {
             .retain(|_, (t, _)| now.duration_since(*t) < EVICTED_TTL);
     }
 
+    /// Starts the cool-down: a round evicted (by another trigger sharing it).
+    pub(crate) fn evicted_now(&mut self, now: Instant) {
+        self.last_round = Some(now);
+    }
+
     /// Whether the pod was evicted less than 2 minutes ago.
     pub(crate) fn is_evicted(&self, uid: &str) -> bool {
         self.evicted.contains_key(uid)
     }
 
-    /// The pods to evict this round, in order, each with its usage: going down
-    /// `victims` until the release (less what recent evictions still count for) is
-    /// met, skipping pods already evicted. Records the picked ones and the round.
+    /// The pods to evict this round, in order, each counting its `amount`: going
+    /// down `victims` until the release (less what recent evictions still count for)
+    /// is met, skipping pods already evicted. Records the picked ones and the round.
     pub(crate) fn pick<'a>(
         &mut self,
         victims: &[&'a PodUsage],
-        release_bytes: f64,
+        amount: impl Fn(&PodUsage) -> f64,
+        release: f64,
         now: Instant,
     ) -> Vec<&'a PodUsage> {
         self.expire(now);
         let mut released: f64 = self.evicted.values().map(|(_, b)| b).sum();
         let mut picked = Vec::new();
         for v in victims {
-            if released >= release_bytes {
+            if released >= release {
                 break;
             }
             let uid = pod_uid(&v.pod);
             if self.is_evicted(uid) {
                 continue;
             }
-            released += v.memory_bytes;
-            self.evicted.insert(uid.to_string(), (now, v.memory_bytes));
+            let a = amount(v);
+            released += a;
+            self.evicted.insert(uid.to_string(), (now, a));
             picked.push(*v);
         }
         if !picked.is_empty() {
@@ -146,15 +173,17 @@ impl EvictState {
     }
 }
 
-/// koordlet-like message on the evicted pod.
-pub(crate) fn message(t: &Trigger, cfg: &QosConfig, victim: &PodUsage) -> String {
+/// koordlet's reason for an eviction task (`EvictReasonPrefix` + the feature gate).
+pub(crate) fn reason(feature: &str) -> String {
+    format!("trigger by koordlet feature {feature}")
+}
+
+/// koordlet's message on the evicted pod (`KillAndEvictPods`).
+pub(crate) fn message(feature: &str, victim: &PodUsage) -> String {
     format!(
-        "evicted by oxlet qos manager: node memory usage {}% is at or above the threshold {}% (release target {} bytes, down to {}%); this pod used {} bytes",
-        t.usage_percent,
-        cfg.memory_evict_threshold_percent,
-        t.release_bytes as i64,
-        cfg.memory_evict_lower_percent,
-        victim.memory_bytes as i64,
+        "{}, kill pod: {}",
+        reason(feature),
+        victim.pod.metadata.name.as_deref().unwrap_or_default()
     )
 }
 
@@ -266,11 +295,12 @@ mod tests {
         let b = PodUsage::test("b", true, 0.0, 30.0);
         let c = PodUsage::test("c", true, 0.0, 20.0);
         let list = [&a, &b, &c];
+        let mem = |p: &PodUsage| p.memory_bytes;
         let mut s = EvictState::default();
         let t0 = Instant::now();
         assert!(!s.cooling(t0));
         let picked: Vec<_> = s
-            .pick(&list, 60.0, t0)
+            .pick(&list, mem, 60.0, t0)
             .iter()
             .map(|p| pod_uid(&p.pod))
             .collect();
@@ -278,17 +308,17 @@ mod tests {
         assert!(s.cooling(t0 + Duration::from_secs(3)));
         assert!(!s.cooling(t0 + COOL_DOWN));
         // Still counted as released: nothing more for the same target.
-        assert!(s.pick(&list, 60.0, t0 + COOL_DOWN).is_empty());
+        assert!(s.pick(&list, mem, 60.0, t0 + COOL_DOWN).is_empty());
         // A larger target skips the evicted ones.
         let picked: Vec<_> = s
-            .pick(&list, 90.0, t0 + COOL_DOWN)
+            .pick(&list, mem, 90.0, t0 + COOL_DOWN)
             .iter()
             .map(|p| pod_uid(&p.pod))
             .collect();
         assert_eq!(picked, ["c"]);
         // After 2 minutes the cache forgets them.
         let later = t0 + EVICTED_TTL + COOL_DOWN;
-        assert!(s.pick(&[], 0.0, later).is_empty());
+        assert!(s.pick(&[], mem, 0.0, later).is_empty());
         assert!(!s.is_evicted("a"));
     }
 }

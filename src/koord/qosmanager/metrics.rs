@@ -8,10 +8,13 @@ use std::sync::LazyLock;
 use prometheus::{CounterVec, GaugeVec, Opts};
 use tracing::warn;
 
-/// koordlet's reason for an eviction by node memory usage.
-pub(crate) const REASON_MEMORY_USAGE: &str = "evictPodByNodeMemoryUsage";
-/// The suppress type label for the `cfsQuota` policy.
+/// koordlet's reason label for every eviction its QoS manager launches
+/// (`EvictedStr`, which `KillAndEvictPods` passes to the metric).
+pub(crate) const REASON_EVICTED: &str = "evicted";
+/// The suppress type label for the `cfsQuota` policy (the quota in cores).
 pub(crate) const SUPPRESS_CFS_QUOTA: &str = "cfsQuota";
+/// The suppress type label for the `cpuset` policy (the CPUs given).
+pub(crate) const SUPPRESS_CPUSET: &str = "cpuset";
 
 pub(crate) struct QosMetrics {
     pub pod_eviction: CounterVec,
@@ -64,11 +67,14 @@ mod tests {
     fn koordlets_names_and_labels() {
         let m = QosMetrics::new().unwrap();
         m.pod_eviction
-            .with_label_values(&["n1", REASON_MEMORY_USAGE])
+            .with_label_values(&["n1", REASON_EVICTED])
             .inc();
         m.be_suppress_cpu_cores
             .with_label_values(&["n1", SUPPRESS_CFS_QUOTA])
             .set(1.5);
+        m.be_suppress_cpu_cores
+            .with_label_values(&["n1", SUPPRESS_CPUSET])
+            .set(2.0);
         let r = prometheus::Registry::new();
         r.register(Box::new(m.pod_eviction.clone())).unwrap();
         r.register(Box::new(m.be_suppress_cpu_cores.clone()))
@@ -77,11 +83,8 @@ mod tests {
         prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &r.gather(), &mut buf)
             .unwrap();
         let text = String::from_utf8(buf).unwrap();
-        assert!(
-            text.contains(
-                "koordlet_pod_eviction{node=\"n1\",reason=\"evictPodByNodeMemoryUsage\"} 1"
-            )
-        );
+        assert!(text.contains("koordlet_pod_eviction{node=\"n1\",reason=\"evicted\"} 1"));
         assert!(text.contains("koordlet_be_suppress_cpu_cores{node=\"n1\",type=\"cfsQuota\"} 1.5"));
+        assert!(text.contains("koordlet_be_suppress_cpu_cores{node=\"n1\",type=\"cpuset\"} 2"));
     }
 }

@@ -5,26 +5,38 @@
 //!
 //! - [`config`]: the NodeSLO `resourceUsedThresholdWithBE` file and the switches.
 //! - [`inputs`]: one round's view of node and pod usage from the metric cache.
-//! - [`cpu_suppress`]: the BestEffort CFS quota (`cfsQuota` policy).
+//! - [`cpu_suppress`]: what BestEffort may use, and the CFS quota (`cfsQuota` policy);
+//!   [`cpuset_suppress`]: the CPUs it gets (`cpuset` policy); `suppress_apply`: both
+//!   written to the cgroups, the other policy's mechanism put back.
 //! - [`memory_evict`]: evicting BestEffort pods when node memory usage is high.
+//! - [`cpu_evict`]: evicting BestEffort pods when their CPU satisfaction is low
+//!   (koordlet's BECPUEvict).
 //! - evictions reach the pod workers through `contracts::Evictor` (the sync loop's
 //!   `WorkerEvictor`), which records the event too.
 //! - [`metrics`]: koordlet's eviction and suppression metrics.
 //!
 //! cgroup reconcile puts the QoS cgroups' cpu shares back when they drift (on v1
-//! and v2); it is done by the container manager and called from here.
+//! and v2; done by the container manager and called from here), and writes
+//! koordlet's memory QoS ([`memory_qos`]: `memory.min`, `memory.low`, `memory.high`
+//! at QoS, pod and container level, where the kernel has the files).
 
 pub(super) mod config;
+mod cpu_evict;
+mod cpu_evict_apply;
 mod cpu_suppress;
+mod cpuset_suppress;
 mod inputs;
 mod memory_evict;
+mod memory_qos;
+mod memory_qos_apply;
 mod metrics;
+mod suppress_apply;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::cm::{ContainerManager, NodeResources};
 use crate::contracts::{Eviction, Evictor};
@@ -47,6 +59,8 @@ pub(crate) struct QosDeps {
     pub pods: Arc<PodManager>,
     pub cm: Arc<ContainerManager>,
     pub evictor: Arc<dyn Evictor>,
+    /// The running pods with their pod and container cgroups (memory QoS).
+    pub lister: Box<dyn crate::koord::advisor::TargetLister>,
     pub capacity: NodeResources,
     pub allocatable: NodeResources,
     /// For the metrics' `node` label.
@@ -57,6 +71,16 @@ pub(crate) struct QosDeps {
 pub(crate) struct QosManager {
     d: QosDeps,
     evict: EvictState,
+    /// BECPUEvict's evicted pods, and the CPU evictor's cool-down (20 s, shared
+    /// with CPUEvict, as koordlet's one `lastEvictTime`).
+    cpu_evict: EvictState,
+    /// CPUEvict's evicted pods (their used CPU counts as released).
+    cpu_usage_evict: EvictState,
+    /// The kernel's online CPU list (a test points it elsewhere).
+    online_cpus: std::path::PathBuf,
+    /// Lasting conditions already said once (no cpuset controller, too few CPUs,
+    /// no memory QoS files).
+    said: std::collections::HashSet<&'static str>,
 }
 
 impl QosManager {
@@ -64,14 +88,21 @@ impl QosManager {
         QosManager {
             d,
             evict: EvictState::default(),
+            // koordlet's CPU evictor starts its cool-down when it is made.
+            cpu_evict: EvictState::new(cpu_evict::COOL_DOWN, Some(Instant::now())),
+            cpu_usage_evict: EvictState::new(Duration::ZERO, None),
+            online_cpus: suppress_apply::ONLINE_CPUS.into(),
+            said: std::collections::HashSet::new(),
         }
     }
 
     /// Runs a round every second until cancelled. With CPU suppress off, any quota
-    /// left on the BestEffort cgroup (by an earlier run) is lifted once at start.
+    /// or narrowed cpuset left on the BestEffort cgroups (by an earlier run) is put
+    /// back once at start.
     pub(crate) async fn run(mut self, cancel: CancellationToken) {
         if !self.d.cfg.cpu_suppress_on() {
-            self.restore_quota();
+            self.restore_quota("cpu suppress is off");
+            self.recover_cpuset("cpu suppress is off");
         }
         let mut tick = tokio::time::interval(INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -106,7 +137,11 @@ impl QosManager {
             wasCpuSuppress = was.cpu_suppress_on(),
             memoryEvict = cfg.memory_evict_on(),
             wasMemoryEvict = was.memory_evict_on(),
+            cpuEvict = cfg.cpu_evict_on(),
+            wasCpuEvict = was.cpu_evict_on(),
+            cpuUsageEvict = cfg.cpu_usage_evict_on(),
             cgroupReconcile = cfg.cgroup_reconcile_on(),
+            cpuSuppressPolicy = cfg.cpu_suppress_policy.name(),
             cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent,
             memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent,
             "QoS manager configuration changed; applied from this round on"
@@ -114,19 +149,25 @@ impl QosManager {
         let suppress_off = was.cpu_suppress_on() && !cfg.cpu_suppress_on();
         self.d.cfg = cfg;
         if suppress_off {
-            self.restore_quota();
+            self.restore_quota("cpu suppress went off");
+            self.recover_cpuset("cpu suppress went off");
         }
     }
 
     /// One round of every enabled strategy.
     pub(crate) fn round(&mut self, now_ms: i64, now: Instant) {
-        let cfg = &self.d.cfg;
-        if cfg.cgroup_reconcile_on() {
+        if self.d.cfg.cgroup_reconcile_on() {
             for (cgroup, had, want) in self.d.cm.reconcile_qos_shares() {
                 info!(cgroup = %cgroup, found = had.map_or_else(|| "none".to_string(), |s| s.to_string()), shares = want, "cgroup reconcile: QoS cgroup cpu shares drifted; put back");
             }
+            self.reconcile_memory_qos();
         }
-        if !cfg.cpu_suppress_on() && !cfg.memory_evict_on() {
+        let cfg = &self.d.cfg;
+        if !cfg.cpu_suppress_on()
+            && !cfg.memory_evict_on()
+            && !cfg.cpu_evict_on()
+            && !cfg.cpu_usage_evict_on()
+        {
             return;
         }
         let pods = self.d.pods.all();
@@ -143,94 +184,8 @@ impl QosManager {
         if self.d.cfg.memory_evict_on() {
             self.memory_evict(&view, now);
         }
-    }
-
-    fn suppress(&mut self, view: &inputs::UsageView) {
-        if !self.d.cm.cgroups_per_qos() {
-            debug!("cpu suppress: no QoS cgroups (--cgroups-per-qos=false); nothing to limit");
-            return;
-        }
-        // The advisor's first reading of a pod has its memory but no CPU rate yet; its
-        // CPU would count as the system's, so wait for the next round.
-        if let Some(p) = view
-            .pods
-            .iter()
-            .find(|p| !p.best_effort && !p.koord_be && p.has_memory && !p.has_cpu)
-        {
-            debug!(pod = %pod_ref(&p.pod), podUID = %pod_uid(&p.pod), "cpu suppress: no CPU rate for a running pod yet; waiting a round");
-            return;
-        }
-        let i = cpu_suppress::SuppressInputs::from_usage(
-            view,
-            self.d.capacity.cpu_milli,
-            self.d.allocatable.cpu_milli,
-        );
-        let suppress = cpu_suppress::suppress_milli(&self.d.cfg, &i);
-        let current = match self.d.cm.best_effort_cpu_quota() {
-            Ok(q) => q,
-            Err(e) => {
-                warn!(error = %e, "cpu suppress: cannot read the BestEffort cgroup's quota");
-                return;
-            }
-        };
-        let Some(quota) = cpu_suppress::next_quota(suppress, current, self.d.capacity.cpu_milli)
-        else {
-            debug!(
-                suppressMilli = suppress as i64,
-                currentQuota = current.unwrap_or(-1),
-                "cpu suppress: change too small, quota kept"
-            );
-            return;
-        };
-        match self.d.cm.set_best_effort_cpu_quota(quota) {
-            Ok(()) => {
-                if let Some(m) = metrics::qos() {
-                    m.be_suppress_cpu_cores
-                        .with_label_values(&[
-                            self.d.node_name.as_str(),
-                            metrics::SUPPRESS_CFS_QUOTA,
-                        ])
-                        // koordlet records the quota written, in cores (never below
-                        // the 2 ms minimum), not the suppress value, which can be negative.
-                        .set(quota as f64 / cpu_suppress::PERIOD_US as f64);
-                }
-                info!(
-                    capacityMilli = i.capacity_milli,
-                    thresholdPercent = self.d.cfg.cpu_suppress_threshold_percent,
-                    nodeUsedMilli = i.node_used_milli as i64,
-                    nonBEPodsUsedMilli = i.non_be_pods_used_milli as i64,
-                    systemUsedMilli = i.system_used_milli() as i64,
-                    suppressMilli = suppress as i64,
-                    oldQuota = current.unwrap_or(-1),
-                    quota,
-                    "cpu suppress: set the BestEffort cgroup's cfs quota"
-                );
-            }
-            Err(e) => {
-                warn!(error = %e, quota, "cpu suppress: cannot write the BestEffort cgroup's quota");
-            }
-        }
-    }
-
-    /// Lifts the BestEffort quota (−1), as koordlet does when suppress is off.
-    fn restore_quota(&mut self) {
-        if !self.d.cm.cgroups_per_qos() {
-            return;
-        }
-        match self.d.cm.best_effort_cpu_quota() {
-            Ok(Some(q)) if q > 0 => match self.d.cm.set_best_effort_cpu_quota(-1) {
-                Ok(()) => info!(
-                    oldQuota = q,
-                    "cpu suppress is off: lifted the BestEffort cgroup's cfs quota"
-                ),
-                Err(e) => {
-                    warn!(error = %e, "cpu suppress is off: cannot lift the BestEffort cgroup's quota");
-                }
-            },
-            Ok(_) => {}
-            Err(e) => {
-                debug!(error = %e, "cpu suppress is off: cannot read the BestEffort cgroup's quota");
-            }
+        if self.d.cfg.cpu_evict_on() || self.d.cfg.cpu_usage_evict_on() {
+            self.cpu_evict(&view, now_ms, now);
         }
     }
 
@@ -245,7 +200,9 @@ impl QosManager {
             return;
         };
         let victims = memory_evict::victims(view);
-        let picked = self.evict.pick(&victims, t.release_bytes, now);
+        let picked = self
+            .evict
+            .pick(&victims, |p| p.memory_bytes, t.release_bytes, now);
         // Over the threshold with nobody to evict is a steady state: said at -v=4 only.
         if picked.is_empty() {
             debug!(
@@ -269,20 +226,26 @@ impl QosManager {
             "memory evict: node memory usage is over the threshold"
         );
         for v in picked {
-            let message = memory_evict::message(&t, cfg, v);
             info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), usedBytes = v.memory_bytes as i64, releaseBytes = t.release_bytes as i64, "memory evict: evicting pod");
-            if self.d.evictor.evict(v.pod.clone(), Eviction::new(message)) {
-                if let Some(m) = metrics::qos() {
-                    m.pod_eviction
-                        .with_label_values(&[
-                            self.d.node_name.as_str(),
-                            metrics::REASON_MEMORY_USAGE,
-                        ])
-                        .inc();
-                }
-            } else {
-                debug!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), "memory evict: pod is not running here any more");
+            self.kill(v, memory_evict::FEATURE);
+        }
+    }
+
+    /// Evicts `v` as koordlet's `KillAndEvictPods` does: its containers stopped at
+    /// once (grace 0), koordlet's message, and `koordlet_pod_eviction{reason="evicted"}`.
+    fn kill(&self, v: &inputs::PodUsage, feature: &str) {
+        let eviction = Eviction {
+            grace_seconds: Some(0),
+            ..Eviction::new(memory_evict::message(feature, v))
+        };
+        if self.d.evictor.evict(v.pod.clone(), eviction) {
+            if let Some(m) = metrics::qos() {
+                m.pod_eviction
+                    .with_label_values(&[self.d.node_name.as_str(), metrics::REASON_EVICTED])
+                    .inc();
             }
+        } else {
+            debug!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), feature, "qos manager: pod to evict is not running here any more");
         }
     }
 }

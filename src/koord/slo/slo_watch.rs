@@ -63,7 +63,10 @@ impl NodeSloWatch {
         }
         self.send_host_apps(apps);
         let thresholds = slo.spec.resource_used_threshold_with_be.as_ref();
-        match QosConfig::from_slo(thresholds, self.base.strategies) {
+        let qos = slo.spec.resource_qos_strategy.as_ref();
+        match QosConfig::from_slo(thresholds, self.base.strategies)
+            .and_then(|c| c.with_resource_qos(qos))
+        {
             Ok(cfg) if *self.tx.borrow() == cfg => {
                 debug!(node = %self.node_name, "NodeSLO seen again; nothing changed");
             }

@@ -57,6 +57,7 @@ pub(crate) struct NodeCpuInfo {
 
 impl NodeCpuInfo {
     /// The CPUs, sorted.
+    #[cfg(test)]
     pub(crate) fn cpus(&self) -> Vec<usize> {
         self.processor_infos.iter().map(|p| p.cpu_id).collect()
     }

@@ -533,6 +533,7 @@ mod tests {
         };
         let prio = |n: i32| move |p: &mut Pod| p.spec.as_mut().unwrap().priority = Some(n);
         let view = UsageView {
+            host_apps_cpu_cores: (0.0, 0.0),
             node_cpu_cores: 0.0,
             node_memory_bytes: 0.0,
             pods: vec![
@@ -588,6 +589,7 @@ mod tests {
         hungry.pod = Arc::new(h);
         assert_eq!(batch_request_milli(&hungry.pod), 2000);
         let view = UsageView {
+            host_apps_cpu_cores: (0.0, 0.0),
             node_cpu_cores: 0.0,
             node_memory_bytes: 0.0,
             pods: vec![idle, hungry, barred, low, unlabelled],

@@ -18,6 +18,9 @@ pub(crate) struct SuppressInputs {
     pub node_used_milli: f64,
     pub pods_used_milli: f64,
     pub non_be_pods_used_milli: f64,
+    /// The host applications' CPU: all, and those not BE.
+    pub host_apps_used_milli: f64,
+    pub non_be_host_apps_used_milli: f64,
 }
 
 impl SuppressInputs {
@@ -40,25 +43,30 @@ impl SuppressInputs {
             node_used_milli: view.node_cpu_cores * 1000.0,
             pods_used_milli: sum(&|_| true),
             non_be_pods_used_milli: sum(&|p| !p.best_effort && !p.koord_be),
+            host_apps_used_milli: view.host_apps_cpu_cores.0 * 1000.0,
+            non_be_host_apps_used_milli: view.host_apps_cpu_cores.1 * 1000.0,
         }
     }
 
-    /// `max(node − all pods, 0)`, raised to at least `capacity − allocatable`.
+    /// `max(node − all pods − all host applications, 0)`, raised to at least
+    /// `capacity − allocatable`.
     pub(crate) fn system_used_milli(&self) -> f64 {
         let reserved = (self.capacity_milli - self.allocatable_milli).max(0) as f64;
-        (self.node_used_milli - self.pods_used_milli)
+        (self.node_used_milli - self.pods_used_milli - self.host_apps_used_milli)
             .max(0.0)
             .max(reserved)
     }
 }
 
 /// What BestEffort may use, in millicores (koordlet's `calculateBESuppressCPU`):
-/// capacity × threshold% − non-BE pod usage − system usage, floored at capacity ×
+/// capacity × threshold% − non-BE pod and host application usage − system usage,
+/// floored at capacity ×
 /// min% when that is set. May be negative (then the quota is the minimum).
 pub(crate) fn suppress_milli(cfg: &QosConfig, i: &SuppressInputs) -> f64 {
     let cap = i.capacity_milli as f64;
     let s = cap * cfg.cpu_suppress_threshold_percent as f64 / 100.0
         - i.non_be_pods_used_milli
+        - i.non_be_host_apps_used_milli
         - i.system_used_milli();
     match cfg.cpu_suppress_min_percent {
         Some(min) => s.max(cap * min as f64 / 100.0),
@@ -108,6 +116,7 @@ mod tests {
         // 4 CPUs, 65 %: 2600m. LS pods use 1000m, BE pods 750m, node 2250m:
         // system = 2250 − 1750 = 500m (above the 200m reservation).
         let view = UsageView {
+            host_apps_cpu_cores: (0.0, 0.0),
             node_cpu_cores: 2.25,
             node_memory_bytes: 0.0,
             pods: vec![
@@ -138,6 +147,18 @@ mod tests {
         };
         assert_eq!(suppress_milli(&cfg(65, None), &busy), -900.0);
         assert_eq!(suppress_milli(&cfg(65, Some(10)), &busy), 400.0);
+        // Host applications: 300m in all, 200m of it not BE. The system's share
+        // loses all 300m; the threshold loses the 200m not BE.
+        let with_apps = SuppressInputs::from_usage(
+            &UsageView {
+                host_apps_cpu_cores: (0.3, 0.2),
+                ..view
+            },
+            4000,
+            3800,
+        );
+        assert_eq!(with_apps.system_used_milli(), 200.0);
+        assert_eq!(suppress_milli(&cfg(65, None), &with_apps), 1200.0);
     }
 
     #[test]

@@ -69,6 +69,8 @@ pub(crate) struct UsageView {
     pub node_cpu_cores: f64,
     pub node_memory_bytes: f64,
     pub pods: Vec<PodUsage>,
+    /// The NodeSLO's host applications' CPU cores: all of them, and those not BE.
+    pub host_apps_cpu_cores: (f64, f64),
 }
 
 /// Why a round has no view.
@@ -121,6 +123,19 @@ pub(crate) fn view(
         node_cpu_cores: node_cpu,
         node_memory_bytes: node_mem,
         pods,
+        host_apps_cpu_cores: host_apps_cpu(cache, now_ms),
+    })
+}
+
+/// The host applications' last CPU (the advisor keeps their list in the key-value
+/// store): all of them, and those whose QoS is not BE.
+fn host_apps_cpu(cache: &MetricCache, now_ms: i64) -> (f64, f64) {
+    let apps: Vec<crate::koord::host_apps::HostApp> =
+        cache.kv().get("host_applications").unwrap_or_default();
+    apps.iter().fold((0.0, 0.0), |(all, non_be), app| {
+        let labels = [(label::HOST_APP_NAME, app.name.as_str())];
+        let cpu = last(cache, MetricKind::HostAppCpuUsage, &labels, now_ms).unwrap_or(0.0);
+        (all + cpu, if app.is_be() { non_be } else { non_be + cpu })
     })
 }
 

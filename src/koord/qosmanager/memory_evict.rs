@@ -237,6 +237,7 @@ mod tests {
     #[test]
     fn victims_are_labelled_be_by_usage_with_the_unmeasured_last() {
         let view = UsageView {
+            host_apps_cpu_cores: (0.0, 0.0),
             node_cpu_cores: 0.0,
             node_memory_bytes: 0.0,
             pods: vec![
@@ -278,6 +279,7 @@ mod tests {
         assert_eq!(order, ["big", "small", "no-metrics-b", "no-metrics-a"]);
         // The lowest priority goes first; none counts as 0.
         let view = UsageView {
+            host_apps_cpu_cores: (0.0, 0.0),
             pods: vec![
                 with(be("high", 50.0), prio(10)),
                 be("none", 60.0),

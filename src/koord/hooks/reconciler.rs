@@ -21,7 +21,7 @@ use super::protocol::{Cause, CgroupRule, Pass, Target, apply};
 use super::rule::{HookRule, SharedRule};
 use crate::cm::{ContainerManager, QosClass};
 use crate::koord::advisor::{PodTarget, TargetLister};
-use crate::koord::qosmanager::config::QosConfig;
+use crate::koord::qosmanager::config::{QosConfig, next_update};
 use crate::pod::{PodManager, pod_ref, pod_uid};
 
 /// koordlet's `RuntimeHookReconcileInterval`.
@@ -48,23 +48,13 @@ impl HookReconciler {
         let mut tick = tokio::time::interval(RECONCILE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let changed = async {
-                match updates.as_mut() {
-                    Some(rx) => rx.changed().await.is_ok(),
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 () = cancel.cancelled() => return,
-                alive = changed => match updates.as_ref() {
-                    Some(rx) if alive => {
-                        let cfg = rx.borrow().clone();
-                        if self.take_config(&cfg) {
-                            self.reconcile(Cause::RuleChanged);
-                        }
+                cfg = next_update(&mut updates) => {
+                    if self.take_config(&cfg) {
+                        self.reconcile(Cause::RuleChanged);
                     }
-                    _ => updates = None,
-                },
+                }
                 _ = tick.tick() => {
                     self.reconcile(Cause::Drift);
                 }

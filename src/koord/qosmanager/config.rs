@@ -571,6 +571,23 @@ fn cpu_evict_config(t: &ResourceThresholdStrategy) -> Result<CpuEvictConfig, Inv
     })
 }
 
+/// The next configuration `updates` sends (this node's NodeSLO, as it changes).
+/// Without updates, or once their sender is gone, it never resolves: the last
+/// configuration stays.
+pub(crate) async fn next_update(
+    updates: &mut Option<tokio::sync::watch::Receiver<QosConfig>>,
+) -> QosConfig {
+    loop {
+        let Some(rx) = updates.as_mut() else {
+            return std::future::pending().await;
+        };
+        if rx.changed().await.is_ok() {
+            return rx.borrow_and_update().clone();
+        }
+        *updates = None;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

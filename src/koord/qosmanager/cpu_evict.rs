@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::config::{CpuEvictConfig, CpuEvictPolicy, CpuUsageEvictConfig};
 use super::inputs::{PodUsage, UsageView};
@@ -19,8 +19,6 @@ use crate::pod::is_critical;
 pub(crate) const COOL_DOWN: Duration = Duration::from_secs(20);
 /// The feature gate's name: the eviction reason and the eviction-policy entry.
 pub(crate) const FEATURE: &str = "BECPUEvict";
-/// koordinator's batch CPU resource, in millicores.
-const BATCH_CPU: &str = "kubernetes.io/batch-cpu";
 /// A pod's list of the eviction features allowed on it (JSON).
 const EVICTION_POLICY: &str = "koordinator.sh/eviction-policy";
 /// koordlet's `CollectResUsedInterval` (s), the unit of the sample count check.
@@ -192,30 +190,10 @@ pub(crate) fn trigger(
     })
 }
 
-/// A container's `kubernetes.io/batch-cpu` request in millicores; 0 without one.
-fn batch_milli(c: &Container) -> i64 {
-    crate::cm::container_resource(c, "requests", BATCH_CPU)
-        .and_then(|q| crate::quantity::bytes(q).ok())
-        .filter(|v| *v > 0)
-        .unwrap_or(0)
-}
-
-/// The pod's batch CPU request: its containers' and its sidecars' (init containers
-/// that keep running), as koordlet sums them.
+/// The pod's batch CPU request, its containers' and its sidecars', as koordlet sums
+/// them (`GetPodBEMilliCPURequest`).
 pub(crate) fn batch_request_milli(pod: &Pod) -> i64 {
-    let Some(spec) = pod.spec.as_ref() else {
-        return 0;
-    };
-    let sidecars = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-    spec.containers
-        .iter()
-        .chain(sidecars)
-        .map(batch_milli)
-        .sum()
+    crate::koord::classes::batch_milli_cpu_request(pod)
 }
 
 /// Whether the pod's `koordinator.sh/eviction-policy` allows `feature` (no annotation
@@ -477,10 +455,16 @@ mod tests {
             priority: prio,
             ..Default::default()
         };
-        spec.containers.push(Container {
+        spec.containers.push(k8s_openapi::api::core::v1::Container {
             name: "c".into(),
             resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
-                requests: Some([(BATCH_CPU.to_string(), Quantity(batch_milli.into()))].into()),
+                requests: Some(
+                    [(
+                        crate::koord::classes::BATCH_CPU.to_string(),
+                        Quantity(batch_milli.into()),
+                    )]
+                    .into(),
+                ),
                 ..Default::default()
             }),
             ..Default::default()

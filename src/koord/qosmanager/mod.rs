@@ -108,21 +108,9 @@ impl QosManager {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut updates = self.d.updates.take();
         loop {
-            let changed = async {
-                match updates.as_mut() {
-                    Some(rx) => rx.changed().await.is_ok(),
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
                 () = cancel.cancelled() => return,
-                alive = changed => match (alive, updates.as_ref()) {
-                    (true, Some(rx)) => {
-                        let cfg = rx.borrow().clone();
-                        self.apply(cfg);
-                    }
-                    _ => updates = None,
-                },
+                cfg = config::next_update(&mut updates) => self.apply(cfg),
                 _ = tick.tick() => self.round(crate::koord::metriccache::now_ms(), Instant::now()),
             }
         }

@@ -182,7 +182,7 @@ async fn cpu_suppress_limits_the_best_effort_cgroup_when_a_burstable_pod_burns_c
     let bed = Testbed::start().await;
     let slo = slo_file(
         bed.base_dir(),
-        "resourceUsedThresholdWithBE: {enable: true, cpuSuppressThresholdPercent: 10}\nstrategies: {cpuSuppress: true}\n",
+        "resourceUsedThresholdWithBE: {enable: true, cpuSuppressThresholdPercent: 10, cpuSuppressPolicy: cfsQuota}\nstrategies: {cpuSuppress: true}\n",
     );
     let ox = Oxlet::start(&bed, &[&format!("--node-slo-file={}", slo.display())]);
     ox.wait_up(START).await;

@@ -235,7 +235,7 @@ pub(super) fn spawn_metric_advisor(
     let best_effort = host.cm.qos_cgroup_path(crate::cm::QosClass::BestEffort);
     let page_cache = opts.pagecache_collector;
     let host_apps = shared.host_apps.subscribe();
-    let qos_paths = crate::koord::host_apps::QosPaths {
+    let qos_paths = crate::koord::QosPaths {
         kubepods: host.cm.kubepods_path(),
         burstable: host.cm.qos_cgroup_path(crate::cm::QosClass::Burstable),
         best_effort: best_effort.clone(),
@@ -371,11 +371,11 @@ pub(super) fn open_metric_cache(opts: &Options) -> Arc<crate::koord::MetricCache
 
 /// `--node-slo-file`'s host applications (checked when the flag was parsed; none
 /// without the file).
-pub(super) fn file_host_apps(opts: &Options) -> Vec<crate::koord::host_apps::HostApp> {
+pub(super) fn file_host_apps(opts: &Options) -> Vec<crate::koord::HostApp> {
     let Some(path) = &opts.node_slo_file else {
         return Vec::new();
     };
-    match crate::koord::host_apps::from_file(path) {
+    match crate::koord::host_apps_from_file(path) {
         Ok((apps, _)) => apps,
         Err(e) => {
             warn!(error = %e, "host applications not read");

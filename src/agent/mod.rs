@@ -73,7 +73,7 @@ struct Shared {
     /// The eviction manager sets it; admission and the node status read it.
     pressure: Arc<PressureSource>,
     /// The NodeSLO's host applications: `--node-slo-file`'s, then the cluster's.
-    host_apps: tokio::sync::watch::Sender<Vec<crate::koord::host_apps::HostApp>>,
+    host_apps: tokio::sync::watch::Sender<Vec<crate::koord::HostApp>>,
 }
 
 impl Shared {
@@ -81,7 +81,7 @@ impl Shared {
     fn new(
         events: EventRecorder,
         metric_cache: Arc<MetricCache>,
-        host_apps: Vec<crate::koord::host_apps::HostApp>,
+        host_apps: Vec<crate::koord::HostApp>,
     ) -> Self {
         let runtime_health = Arc::new(RuntimeHealth::default());
         runtime_health.set(true);

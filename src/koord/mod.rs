@@ -17,7 +17,7 @@
 mod advisor;
 mod classes;
 mod hooks;
-pub(crate) mod host_apps;
+mod host_apps;
 mod metriccache;
 mod prediction;
 mod qosmanager;
@@ -29,6 +29,8 @@ mod slo;
 pub use advisor::bench as advisor_bench;
 pub(crate) use advisor::{Advisor, AdvisorDeps, DebugQuery, ManagedPods, debug_query};
 pub(crate) use metriccache::{CacheLimits, MetricCache};
+// The NodeSLO's host applications, for the agent's wiring and the flag check.
+pub(crate) use host_apps::{HostApp, QosPaths, from_file as host_apps_from_file};
 // Peak prediction: the server, its collector and inputs, and what `/debug` serves.
 pub(crate) use prediction::metrics::{PredictionCollector, PredictionInputs};
 pub(crate) use prediction::predictor::ResourceAmount;

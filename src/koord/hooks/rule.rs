@@ -19,7 +19,7 @@ pub(crate) struct HookRule {
 
 impl HookRule {
     /// koordlet's `getCPUSuppressPolicy`: `resourceUsedThresholdWithBE.enable` and its
-    /// `cpuSuppressPolicy` (oxlet's only policy, and its default, is `cfsQuota`).
+    /// `cpuSuppressPolicy` (koordlet's default is `cpuset`, which leaves the quotas).
     pub(crate) fn from_config(cfg: &QosConfig) -> HookRule {
         HookRule {
             batch_cfs_quota: !(cfg.enable

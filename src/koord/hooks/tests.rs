@@ -163,9 +163,15 @@ fn container_level_uses_its_own_batch_resources_or_no_limit() {
 fn the_rule_follows_enable_and_the_cfs_quota_policy_of_the_node_slo() {
     let off = QosConfig::default();
     assert_eq!(HookRule::from_config(&off), QUOTA_ON);
-    let on = QosConfig {
+    // koordlet's default policy, cpuset, leaves the batch quotas on.
+    let on_cpuset = QosConfig {
         enable: true,
         ..QosConfig::default()
+    };
+    assert_eq!(HookRule::from_config(&on_cpuset), QUOTA_ON);
+    let on = QosConfig {
+        cpu_suppress_policy: crate::koord::qosmanager::config::CpuSuppressPolicy::CfsQuota,
+        ..on_cpuset
     };
     // CPU suppress's own switch plays no part (koordlet reads the NodeSLO only).
     let on_without_suppress = QosConfig {
@@ -348,6 +354,7 @@ fn a_rule_change_lifts_and_restores_the_quotas_at_once() {
     n.reconciler.reconcile(Cause::Drift);
     let on = QosConfig {
         enable: true,
+        cpu_suppress_policy: crate::koord::qosmanager::config::CpuSuppressPolicy::CfsQuota,
         ..QosConfig::default()
     };
     assert!(n.reconciler.take_config(&on));

@@ -154,7 +154,7 @@ impl Default for QosConfig {
             enable: false,
             cpu_suppress_threshold_percent: 65,
             cpu_suppress_min_percent: None,
-            cpu_suppress_policy: CpuSuppressPolicy::CfsQuota,
+            cpu_suppress_policy: CpuSuppressPolicy::Cpuset,
             memory_evict_threshold_percent: 70,
             memory_evict_lower_percent: 68,
             cpu_evict: CpuEvictConfig::default(),
@@ -409,8 +409,9 @@ impl QosConfig {
             ));
         }
         let policy = match t.cpu_suppress_policy.as_deref() {
-            None | Some("" | "cfsQuota") => CpuSuppressPolicy::CfsQuota,
-            Some("cpuset") => CpuSuppressPolicy::Cpuset,
+            // koordlet's default (`DefaultResourceThresholdStrategy`).
+            None | Some("" | "cpuset") => CpuSuppressPolicy::Cpuset,
+            Some("cfsQuota") => CpuSuppressPolicy::CfsQuota,
             Some(other) => {
                 return Err(invalid(
                     "resourceUsedThresholdWithBE.cpuSuppressPolicy",

@@ -137,6 +137,7 @@ fn on(cpu: bool, mem: bool, reconcile: bool) -> QosConfig {
             cpu_evict: false,
             cpu_usage_evict: false,
         },
+        cpu_suppress_policy: config::CpuSuppressPolicy::CfsQuota,
         ..QosConfig::default()
     }
 }

@@ -268,11 +268,13 @@ impl StatusWriter {
         }
         let target_uid = target.metadata.uid.clone().unwrap_or_default();
         let old = target.status.clone().unwrap_or_default();
-        // kubelet's status manager, for a static pod whose status it has not written
-        // since it started: the mirror's status is the old one, so unchanged conditions
-        // keep their transition times and the start time stays (after a restart).
+        // kubelet's status manager: for a static pod the mirror's status is the old
+        // one, so unchanged conditions keep their transition times and the start time
+        // stays (after a restart). On every write, not just the first: a status the
+        // pod worker computed while the first write was under way would otherwise
+        // bring the restart's times back (seen under load).
         let mut kept;
-        let ours = if is_static && !self.written.contains_key(uid) {
+        let ours = if is_static {
             kept = ours.clone();
             crate::status::generate::keep_times_from(&mut kept, &old);
             if kept != *ours {

@@ -152,7 +152,8 @@ pub(super) fn spawn_node_slo_watch(
     let (tx, rx) = tokio::sync::watch::channel(base.clone());
     let (client, node_name, base) = (client.clone(), opts.node_name.clone(), base.clone());
     let host_apps = shared.host_apps.clone();
-    let base_host_apps = file_host_apps(opts);
+    // What the channel started with: `--node-slo-file`'s, read once at start.
+    let base_host_apps = shared.host_apps.borrow().clone();
     tasks.spawn_restarting("node-slo-watch", Backoff::default(), move |cancel| {
         let watch = NodeSloWatch {
             client: client.clone(),

@@ -274,31 +274,3 @@ impl CgroupTree {
         super::StatReader::with_limit(self.clone(), 0).stats(rel, true)
     }
 }
-
-impl CgroupTree {
-    /// The CPUs the cgroup `rel` may run on: v1 `cpuset.cpus` (in the cpuset
-    /// hierarchy), v2 `cpuset.cpus.effective`. koordlet's BestEffort collector counts
-    /// them for the tier's real CPU limit.
-    pub(crate) fn cpuset_cpus(&self, rel: &str) -> Result<Vec<usize>, CgroupError> {
-        let v1 = self.version().uses_v1_controllers();
-        let h = self
-            .hierarchies()
-            .iter()
-            .find(|h| !v1 || h.controllers.iter().any(|c| c == "cpuset"))
-            .ok_or_else(|| missing(self.root()))?;
-        let dir = dir_of(self, h, rel)?;
-        let name = if v1 {
-            "cpuset.cpus"
-        } else {
-            "cpuset.cpus.effective"
-        };
-        let text = files::read_opt(&dir, name)?.ok_or_else(|| missing(&dir.join(name)))?;
-        crate::cm::parse_cpu_list(&text).map_err(|e| {
-            err(
-                "stats",
-                &dir.join(name),
-                io::Error::new(io::ErrorKind::InvalidData, e.to_string()),
-            )
-        })
-    }
-}

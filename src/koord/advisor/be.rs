@@ -15,8 +15,8 @@ use prometheus::{GaugeVec, Opts};
 use tracing::{debug, warn};
 
 use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
-use crate::cm::{CgroupFs as _, CgroupTree, StatReader};
-use crate::koord::metriccache::{MetricKind, label};
+use crate::cm::{CgroupFs as _, CgroupTree, QosFile, StatReader, parse_cpu_list};
+use crate::koord::metriccache::{MetricKind, label, unix_ms};
 
 /// koordlet's `koordlet_be_suppress_be_used_cpu_cores{node}`.
 static BE_USED_CPU: LazyLock<Option<GaugeVec>> = LazyLock::new(|| {
@@ -86,7 +86,15 @@ impl BeCollector {
     }
 
     fn real_limit(&self, path: &str, shared: &Shared) -> i64 {
-        let cpus = self.tree.cpuset_cpus(path).map(|c| c.len()).unwrap_or_else(|e| {
+        // The QoS manager's reader of the same file (v2: the effective CPUs).
+        let cpus = match self.tree.read_qos_file(path, QosFile::CpusetCpus) {
+            Ok(Some(text)) => parse_cpu_list(&text)
+                .map(|c| c.len())
+                .map_err(|e| e.to_string()),
+            Ok(None) => Err("no cpuset.cpus here".to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let cpus = cpus.unwrap_or_else(|e| {
             debug!(cgroup = path, error = %e, "metric advisor: the BestEffort cpuset not read; counting the node's CPUs");
             shared
                 .topology
@@ -130,10 +138,7 @@ impl Collector for BeCollector {
                 .filter_map(|t| t.be_batch_cpu_milli)
                 .sum();
             let limit = self.real_limit(&path, shared);
-            let ts = now
-                .0
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            let ts = unix_ms(now.0);
             for (allocation, value) in [
                 ("real-limit", limit),
                 ("request", request),

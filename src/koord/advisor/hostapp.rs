@@ -5,16 +5,16 @@
 //! is also kept in the key-value store (`host_applications`) for CPU suppress, which
 //! counts the usage of the host applications that are not BE.
 
-use std::collections::HashMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use super::rate::RateTracker;
 use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
 use crate::cm::{CgroupTree, StatReader};
 use crate::koord::host_apps::{HostApp, QosPaths};
-use crate::koord::metriccache::{MetricCache, MetricKind, label};
+use crate::koord::metriccache::{MetricCache, MetricKind, label, unix_ms};
 
 /// The key-value store's key for the current host applications.
 pub(crate) const HOST_APPS_KEY: &str = "host_applications";
@@ -24,8 +24,8 @@ pub(crate) struct HostAppCollector {
     apps: watch::Receiver<Vec<HostApp>>,
     bases: QosPaths,
     cache: std::sync::Arc<MetricCache>,
-    /// Each application's last CPU time (ns) and when, by name.
-    prev: HashMap<String, (SystemTime, u64)>,
+    /// Each application's last CPU reading, by name (the pod collector's rates).
+    rates: RateTracker,
     stored: Option<Vec<HostApp>>,
 }
 
@@ -41,7 +41,7 @@ impl HostAppCollector {
             apps,
             bases,
             cache,
-            prev: HashMap::new(),
+            rates: RateTracker::default(),
             stored: None,
         }
     }
@@ -81,8 +81,6 @@ impl Collector for HostAppCollector {
         Box::pin(async move {
             let apps = self.apps.borrow().clone();
             self.store(&apps);
-            self.prev
-                .retain(|name, _| apps.iter().any(|a| &a.name == name));
             shared.host_apps_usage = (0.0, 0.0);
             for app in &apps {
                 let Some(path) = app.cgroup_path(&self.bases) else {
@@ -95,22 +93,13 @@ impl Collector for HostAppCollector {
                         continue;
                     }
                 };
-                let ts = r
-                    .time
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                let ts = unix_ms(r.time);
                 let labels = [(label::HOST_APP_NAME, app.name.as_str())];
-                if let Some(cpu) = r.cpu {
-                    let now = (r.time, cpu.usage_core_nanos);
-                    if let Some((t0, ns0)) = self.prev.insert(app.name.clone(), now)
-                        && let (Ok(dt), Some(dns)) =
-                            (r.time.duration_since(t0), now.1.checked_sub(ns0))
-                        && !dt.is_zero()
-                    {
-                        let cores = dns as f64 / dt.as_nanos() as f64;
-                        shared.host_apps_usage.0 += cores;
-                        shared.push(MetricKind::HostAppCpuUsage, &labels, ts, cores);
-                    }
+                if let Some(mut cpu) = r.cpu
+                    && let Some(cores) = self.rates.update(&app.name, r.time, &mut cpu).cores
+                {
+                    shared.host_apps_usage.0 += cores;
+                    shared.push(MetricKind::HostAppCpuUsage, &labels, ts, cores);
                 }
                 if let Some(m) = r.memory {
                     shared.host_apps_usage.1 += m.without_cache_bytes as f64;
@@ -128,6 +117,7 @@ impl Collector for HostAppCollector {
                     );
                 }
             }
+            self.rates.end_round();
         })
     }
 }

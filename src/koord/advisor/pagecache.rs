@@ -4,10 +4,10 @@
 //! the anonymous, unevictable and file pages of its `memory.stat`. Both come from
 //! what the node and pod collectors read this round: no file is read twice.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
-use crate::koord::metriccache::{MetricKind, label, now_ms};
+use crate::koord::metriccache::{MetricKind, label, now_ms, unix_ms};
 
 pub(crate) struct PageCacheCollector {
     enabled: bool,
@@ -17,11 +17,6 @@ impl PageCacheCollector {
     pub(crate) fn new(enabled: bool) -> Self {
         PageCacheCollector { enabled }
     }
-}
-
-fn ms(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Collector for PageCacheCollector {
@@ -58,7 +53,7 @@ impl Collector for PageCacheCollector {
                     out.push((
                         MetricKind::PodMemoryUsageWithPageCache,
                         Some((label::POD_UID, pod.uid.clone())),
-                        ms(m.0),
+                        unix_ms(m.0),
                         v,
                     ));
                 }
@@ -68,7 +63,7 @@ impl Collector for PageCacheCollector {
                         out.push((
                             MetricKind::ContainerMemoryUsageWithPageCache,
                             Some((label::CONTAINER_ID, c.id.clone())),
-                            ms(c.cgroup.time),
+                            unix_ms(c.cgroup.time),
                             v,
                         ));
                     }

@@ -18,7 +18,7 @@ use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
 use crate::cm::{CgroupDriver, CgroupError, CgroupTree, ContainerManager, StatReader};
 use crate::contracts::{CgroupReading, ContainerReading, PodReading};
 use crate::koord::classes::KoordQos;
-use crate::koord::metriccache::{MetricKind, label};
+use crate::koord::metriccache::{MetricKind, label, unix_ms};
 use crate::kuberuntime::{ContainerState, PodRuntimeStatus};
 use crate::pleg::PodCache;
 use crate::pod::PodManager;
@@ -242,10 +242,7 @@ impl PodCollector {
                 return None;
             }
         };
-        let ts = r
-            .time
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let ts = unix_ms(r.time);
         let mut cores = None;
         if let Some(cpu) = r.cpu.as_mut() {
             let rates = self.rates.update(id, r.time, cpu);

@@ -81,7 +81,7 @@ pub(crate) struct NodeNumaInfo {
 }
 
 fn number(path: &Path) -> Option<i64> {
-    procfs::read_bounded(path).ok()?.trim().parse().ok()
+    i64::try_from(procfs::read_number(path).ok()?).ok()
 }
 
 /// Reads the topology under `sys` (`/sys` on a node).

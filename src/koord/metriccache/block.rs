@@ -272,7 +272,7 @@ pub(super) fn read_into(
             continue;
         }
         let total: usize = e.chunks.iter().map(|c| c.3).sum();
-        if total as u64 > b.index.len() as u64 + meta.bytes {
+        if e.offset.saturating_add(total as u64) > meta.bytes {
             corrupt.push(bad(format!(
                 "series {}: data past the file",
                 e.key.kind.name()

@@ -631,7 +631,11 @@ fn approx_head_bytes(head: &Head) -> usize {
 
 /// Now, in unix milliseconds (the cache's timestamps).
 pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
+    unix_ms(std::time::SystemTime::now())
+}
+
+/// `t` in unix milliseconds (0 before the epoch): a reading's time as a sample's.
+pub(crate) fn unix_ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

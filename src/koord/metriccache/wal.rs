@@ -81,8 +81,12 @@ impl Wal {
         let mut found = Replayed::default();
         let mut windows: Vec<i64> = Vec::new();
         for entry in std::fs::read_dir(dir)? {
-            let name = entry?.file_name();
-            if let Some(w) = name.to_str().and_then(segment_window) {
+            let entry = entry?;
+            // Only plain files by this log's names: anything else is not ours.
+            let plain = entry.file_type().is_ok_and(|t| t.is_file());
+            if let Some(w) = entry.file_name().to_str().and_then(segment_window)
+                && plain
+            {
                 windows.push(w);
             }
         }

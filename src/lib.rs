@@ -20,6 +20,7 @@ mod flag_text;
 mod hash;
 mod http_get;
 mod images;
+mod klog;
 mod koord;
 mod kubeclient;
 mod kuberuntime;
@@ -43,12 +44,13 @@ mod stats;
 mod status;
 mod syncloop;
 mod tasks;
+mod timeline;
 mod tls;
 mod volumes;
 
 // The library's public surface: what the binary (`src/main.rs`) and the integration tests
 // and benchmarks (the managed containerd as a test bed) use. Everything else is crate-private.
-pub use agent::run;
+pub use agent::{run, timeline_command};
 /// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
 #[doc(hidden)]
 pub use koord::advisor_bench;

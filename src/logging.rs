@@ -7,11 +7,16 @@ use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
 
+use crate::klog::quote as klog_value;
+
 /// The tracing target of the start-up summary, shown at every verbosity.
 pub(crate) const STARTUP_TARGET: &str = "oxlet::startup";
 /// The tracing target of recorded events (`Event: ...`), shown from `-v=3` like
 /// kubelet's event broadcaster log (`klog.V(3)`).
 pub(crate) const EVENTS_TARGET: &str = "oxlet::events";
+/// The tracing target of what kubelet logs at `klog.V(3)` (a pod status written to
+/// the apiserver): shown from `-v=3`, and always in the pod's timeline.
+pub(crate) const V3_TARGET: &str = "oxlet::v3";
 /// kube-client logs every failed request at error level; oxlet already reports each
 /// failure in its own words (rate-limited), so those lines only show from this `-v`.
 const KUBE_CLIENT_FROM: u8 = 6;
@@ -31,7 +36,7 @@ pub(crate) fn filter_for(verbosity: u8) -> EnvFilter {
         "off"
     };
     EnvFilter::new(format!(
-        "warn,kube_client={kube_client},oxlet={oxlet},{EVENTS_TARGET}={events},{STARTUP_TARGET}=info"
+        "warn,kube_client={kube_client},oxlet={oxlet},{EVENTS_TARGET}={events},{V3_TARGET}={events},{STARTUP_TARGET}=info"
     ))
 }
 
@@ -39,35 +44,6 @@ pub(crate) fn filter_for(verbosity: u8) -> EnvFilter {
 type SetFilter =
     Box<dyn Fn(EnvFilter) -> Result<(), tracing_subscriber::reload::Error> + Send + Sync>;
 static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
-
-/// A value as klog writes it in a `key=value` pair: as it is when it is one word,
-/// else in double quotes with `"` and `\` escaped and line breaks spelled `\n`, so a
-/// reader (or a parser) always knows where a value ends.
-pub(crate) fn klog_value(rendered: &str) -> std::borrow::Cow<'_, str> {
-    let already_quoted =
-        rendered.len() >= 2 && rendered.starts_with('"') && rendered.ends_with('"');
-    let plain = !rendered.is_empty()
-        && !rendered
-            .chars()
-            .any(|c| c.is_whitespace() || c == '"' || c == '=' || c.is_control());
-    if already_quoted || plain {
-        return std::borrow::Cow::Borrowed(rendered);
-    }
-    let mut out = String::with_capacity(rendered.len() + 2);
-    out.push('"');
-    for c in rendered.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    std::borrow::Cow::Owned(out)
-}
 
 /// The fields of a line: the message as it is, every other field `key=value` with
 /// [`klog_value`]'s quoting.
@@ -86,20 +62,32 @@ fn klog_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'st
 
 /// Installs the global subscriber (stderr, one line per event). `RUST_LOG` overrides `-v`.
 /// Its filter can be changed later with `set_verbosity` (`PUT /debug/flags/v`).
+/// Beside it, the timeline layer (`timeline::TimelineLayer`) sees oxlet's lines up to `-v=2`'s
+/// whatever `-v` is, so each pod's timeline is the same at every verbosity.
 pub fn init(verbosity: u8) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{Layer as _, filter::Targets, fmt, reload};
+
     let filter = std::env::var("RUST_LOG")
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| filter_for(verbosity));
-    let builder = tracing_subscriber::fmt()
+    let (filter, handle) = reload::Layer::new(filter);
+    let log = fmt::layer()
         .fmt_fields(klog_fields())
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(verbosity >= 4)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter_reloading();
-    let handle = builder.reload_handle();
-    if builder.try_init().is_ok() {
+        .with_filter(filter);
+    let stories = crate::timeline::TimelineLayer
+        .with_filter(Targets::new().with_target("oxlet", tracing::Level::INFO));
+    if tracing_subscriber::registry()
+        .with(log)
+        .with(stories)
+        .try_init()
+        .is_ok()
+    {
         let set: SetFilter = Box::new(move |f| handle.reload(f));
         let _ = SET_FILTER.set(set);
     }

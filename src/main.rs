@@ -3,6 +3,11 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // `oxlet timeline NAMESPACE/NAME`: a client of a running oxlet, not an agent.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("timeline") {
+        return oxlet::timeline_command(&args[1..]);
+    }
     let opts = oxlet::load_or_exit();
     oxlet::init_logging(opts.verbosity);
     let rt = match tokio::runtime::Builder::new_multi_thread()

@@ -119,7 +119,7 @@ async fn memory_pressure_evicts_best_effort_first_never_static_and_refuses_best_
         .await;
     let st = ox.wait_running("st", Duration::from_secs(5)).await;
     assert_eq!(phase(&st), "Running");
-    assert!(ox.log().contains("cannot evict a critical pod"));
+    assert!(ox.log().contains("not evicting a critical pod"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,24 +33,7 @@ async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
     ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);
     let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
 
-    let mut filler = api_pod(
-        "filler",
-        NODE,
-        "dd if=/dev/zero of=/scratch/blob bs=1M count=4 && sleep 3600",
-        1,
-    );
-    let spec = filler.spec.as_mut().unwrap();
-    spec.volumes = Some(vec![
-        serde_json::from_value(serde_json::json!({
-            "name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}
-        }))
-        .unwrap(),
-    ]);
-    spec.containers[0].volume_mounts = Some(vec![
-        serde_json::from_value(serde_json::json!({"name": "scratch", "mountPath": "/scratch"}))
-            .unwrap(),
-    ]);
-    server.put(&filler).unwrap();
+    server.put(&empty_dir_filler("filler", NODE)).unwrap();
     // A neighbour within its limits is left alone.
     server
         .put(&api_pod("quiet", NODE, "sleep 3600", 1))

@@ -12,16 +12,16 @@ use std::path::{Path, PathBuf};
 
 /// Rooms, bottom floor first. A room may use the rooms of the floors below its own.
 const FLOORS: &[&[&str]] = &[
-    // the lock policy, the one safe-path helper and Go's duration spelling, which the
-    // base rooms use too
-    &["locks", "safe_path", "duration"],
+    // the lock policy, the one safe-path helper, Go's duration spelling and klog's
+    // quoting, which the base rooms use too
+    &["locks", "safe_path", "duration", "klog"],
     // base: needs no other room (but the one HTTP GET uses the TLS set-up)
     &[
         "hash",
         "quantity",
         "flag_text",
         "percent",
-        "logging",
+        "timeline",
         "node",
         "tls",
         "rlimit",
@@ -29,8 +29,9 @@ const FLOORS: &[&[&str]] = &[
         "pod",
         "backoff",
     ],
-    // the one HTTP GET; registry credentials (which read the pod helpers)
-    &["http_get", "credentials"],
+    // the one HTTP GET; registry credentials (which read the pod helpers); logging,
+    // which feeds the timelines
+    &["http_get", "credentials", "logging"],
     // the clients: the apiserver's, and the metrics registries
     &["kubeclient", "metrics"],
     // the clients' users: events and objects through the apiserver, the CRI client

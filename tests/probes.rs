@@ -139,8 +139,9 @@ async fn exec_http_and_tcp_liveness_restart_once_then_stay() {
         "dial tcp",
     ] {
         assert!(
-            log.lines()
-                .any(|l| l.contains("probe result changed") && l.contains(why)),
+            log.lines().any(|l| l
+                .contains("liveness probe failed 1 time in a row (failureThreshold 1)")
+                && l.contains(why)),
             "a transition line says {why:?}:\n{}",
             tail(&log, 60)
         );

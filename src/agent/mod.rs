@@ -20,6 +20,9 @@ mod runtime;
 mod runtime_choice;
 mod servers;
 mod sources;
+mod timeline_cmd;
+
+pub use timeline_cmd::timeline_command;
 
 use std::sync::Arc;
 use std::time::Duration;

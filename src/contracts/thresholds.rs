@@ -51,6 +51,33 @@ impl Signal {
         }
     }
 
+    /// An amount of this signal as a person reads it: bytes in the nearest binary
+    /// unit (`92Mi`), inodes and pids as counts.
+    pub(crate) fn readable(self, amount: i64) -> String {
+        let counts = matches!(
+            self,
+            Signal::NodeFsInodesFree
+                | Signal::ImageFsInodesFree
+                | Signal::ContainerFsInodesFree
+                | Signal::PidAvailable
+        );
+        if counts || amount.abs() < 1024 {
+            return amount.to_string();
+        }
+        let units = ["Ki", "Mi", "Gi", "Ti"];
+        let mut v = amount as f64 / 1024.0;
+        let mut i = 0;
+        while v.abs() >= 1024.0 && i + 1 < units.len() {
+            v /= 1024.0;
+            i += 1;
+        }
+        if v.fract().abs() < 0.05 || v.abs() >= 100.0 {
+            format!("{v:.0}{}", units[i])
+        } else {
+            format!("{v:.1}{}", units[i])
+        }
+    }
+
     pub(crate) fn parse(text: &str) -> Option<Signal> {
         Signal::ALL.into_iter().find(|s| s.as_str() == text)
     }
@@ -203,6 +230,15 @@ pub(crate) const DEFAULT_EVICTION_HARD: &str =
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amounts_read_in_binary_units_or_as_counts() {
+        assert_eq!(Signal::MemoryAvailable.readable(92 << 20), "92Mi");
+        assert_eq!(Signal::MemoryAvailable.readable(1536 << 20), "1.5Gi");
+        assert_eq!(Signal::NodeFsAvailable.readable(500), "500");
+        assert_eq!(Signal::PidAvailable.readable(4096), "4096");
+        assert_eq!(Signal::MemoryAvailable.readable(-(3 << 20)), "-3Mi");
+    }
 
     fn parse(pairs: &[(&str, &str)]) -> Result<Thresholds, ThresholdError> {
         Thresholds::parse(pairs.iter().copied())

@@ -382,17 +382,33 @@ impl Manager {
         }
         info!(signal = %t.signal, ranking = %explain(&ranked, RANKING_LOGGED), "eviction manager: pods ranked for eviction");
         let amount = obs.get(&t.signal).map_or(0, |o| t.value.amount(o.capacity));
-        for r in ranked {
+        let available = obs.get(&t.signal).map_or(0, |o| o.available);
+        let crossed = format!(
+            "{} {} < {}",
+            t.signal,
+            t.signal.readable(available),
+            t.signal.readable(amount)
+        );
+        let of = ranked.len();
+        for (place, r) in ranked.into_iter().enumerate() {
+            let usage = r.usage.map_or("no stats".into(), |u| t.signal.readable(u));
+            let rank = format!(
+                "ranked {} of {of} (usage {usage}, request {}, priority {})",
+                place + 1,
+                t.signal.readable(r.request),
+                r.priority
+            );
             let pod = r.pod;
             let uid = pod_uid(&pod).to_string();
             if is_critical(&pod) {
-                info!(pod = %pod_ref(&pod), podUID = %uid, "eviction manager: cannot evict a critical pod");
+                info!(pod = %pod_ref(&pod), podUID = %uid, cause = %crossed, "eviction manager: not evicting a critical pod, {rank}");
                 continue;
             }
             let grace = self.eviction_grace(t, &pod);
             let (message, annotations) =
                 eviction_message(t.signal, amount, obs, &pod, stats.get(&uid));
-            info!(pod = %pod_ref(&pod), podUID = %uid, message = %message, gracePeriod = grace, "eviction manager: evicting pod");
+            info!(pod = %pod_ref(&pod), podUID = %uid, cause = %crossed, message = %message, gracePeriod = grace,
+                "eviction manager: evicting pod: {crossed}, {rank}; grace {grace}s");
             if self.d.target.evict(
                 pod.clone(),
                 Eviction {
@@ -456,7 +472,7 @@ impl Manager {
                 info!(pod = %pod_ref(pod), podUID = %v.pod_uid, message = %v.message, "eviction manager: a critical pod is over a local storage limit; not evicted");
                 continue;
             }
-            info!(pod = %pod_ref(pod), podUID = %v.pod_uid, message = %v.message, gracePeriod = LOCAL_GRACE, "eviction manager: evicting pod over its local storage limit");
+            info!(pod = %pod_ref(pod), podUID = %v.pod_uid, cause = %v.message, gracePeriod = LOCAL_GRACE, "eviction manager: evicting pod over its local storage limit; grace {LOCAL_GRACE}s");
             if self.d.target.evict(
                 pod.clone(),
                 Eviction {

@@ -294,7 +294,11 @@ pub(crate) async fn run_pre_stop(
     let run = run_handler(cri, &plan.id, pod, &spec, handler, target, budget);
     match tokio::time::timeout(budget, run).await {
         Ok(Ok(())) => {
-            info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, elapsed = %crate::duration::format_go_duration(start.elapsed()), "preStop hook completed");
+            let took = start.elapsed();
+            info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name,
+                elapsed = %crate::duration::format_go_duration(took),
+                "preStop hook took {:.1}s of the {}s grace; stopping the container (SIGTERM) with {}s left",
+                took.as_secs_f64(), plan.grace, grace_after_pre_stop(plan.grace, took));
         }
         Ok(Err(e)) => {
             warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, event = "FailedPreStopHook", error = %e, "preStop hook failed");
@@ -309,7 +313,8 @@ pub(crate) async fn run_pre_stop(
             );
         }
         Err(_) => {
-            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, event = "FailedPreStopHook", gracePeriod = plan.grace, "preStop hook did not finish within the grace period");
+            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, event = "FailedPreStopHook", gracePeriod = plan.grace,
+                "preStop hook did not finish within the {}s grace; stopping the container with the minimum {}s", plan.grace, MIN_GRACE_SECS);
         }
     }
     grace_after_pre_stop(plan.grace, start.elapsed())

@@ -241,6 +241,15 @@ struct ContainerStarts {
 }
 
 /// Converts a CRI wall-clock timestamp (ns) into a tokio instant in the past.
+/// The reason an exited container shows (`Error`, `OOMKilled`, `Completed`).
+fn exit_reason(c: &ContainerStatus) -> &str {
+    match (c.reason.as_str(), c.exit_code) {
+        ("", 0) => "Completed",
+        ("", _) => "Error",
+        (r, _) => r,
+    }
+}
+
 fn instant_of(ns: i64) -> tokio::time::Instant {
     let now_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -904,7 +913,22 @@ impl RuntimeManager {
                 pod.metadata.name.as_deref().unwrap_or(""),
                 pod.metadata.namespace.as_deref().unwrap_or("default"),
             );
-            debug!(pod = %s.pod_ref, podUID = %uid, container = name, message = %msg, "container in CrashLoopBackOff");
+            // Said once per exit, at -v=2; every later sync in the same back-off at -v=4.
+            let told = self
+                .reasons
+                .get(uid, name)
+                .is_some_and(|(r, m)| r == WaitingReason::CrashLoopBackOff && m == msg);
+            if told {
+                debug!(pod = %s.pod_ref, podUID = %uid, container = name, message = %msg, "container in CrashLoopBackOff");
+            } else {
+                let ran = Duration::from_nanos(
+                    (prev.finished_at - prev.started_at).max(0).unsigned_abs(),
+                );
+                info!(pod = %s.pod_ref, podUID = %uid, container = name, restartCount = prev.restart_count,
+                    cause = %format!("exited with code {} ({}) after running {:.1}s", prev.exit_code, exit_reason(prev), ran.as_secs_f64()),
+                    "back-off {} restarting failed container ({}s left)",
+                    crate::duration::format_go_duration(current), left.as_secs());
+            }
             // kubelet's doBackOff: recorded on the container (its fieldPath).
             let event = format!(
                 "Back-off restarting failed container {name} in pod {}_{}({uid})",

@@ -38,6 +38,17 @@ pub(crate) enum EventKind {
     ContainerRemoved,
 }
 
+impl EventKind {
+    /// kubelet's name of the event type.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EventKind::ContainerStarted => "ContainerStarted",
+            EventKind::ContainerDied => "ContainerDied",
+            EventKind::ContainerRemoved => "ContainerRemoved",
+        }
+    }
+}
+
 /// One lifecycle event of one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PodLifecycleEvent {

@@ -260,7 +260,9 @@ impl Worker {
             return true;
         }
         if self.deps.results.get(self.kind, id) != Some(result) {
-            info!(pod = %pod_ref(&self.pod), podUID = %uid, container = %self.container.name, containerID = %id, probe = self.kind.as_str(), result = result.as_str(), output = output.as_str(), "probe result changed");
+            info!(pod = %pod_ref(&self.pod), podUID = %uid, container = %self.container.name, containerID = %id,
+                probe = self.kind.as_str(), result = result.as_str(), cause = output.as_str().trim_end(),
+                "{}", self.transition(result));
         }
         self.set(result).await;
         if result == ProbeResult::Failure && self.kind != ProbeKind::Readiness {
@@ -269,6 +271,43 @@ impl Worker {
             self.run = 0;
         }
         true
+    }
+
+    /// The result that crossed its threshold, as a sentence: how many in a row, the
+    /// threshold, and what follows from it.
+    fn transition(&self, result: ProbeResult) -> String {
+        let kind = self.kind.as_str().to_lowercase();
+        let (what, threshold, then) = match (result, self.kind) {
+            (ProbeResult::Failure, ProbeKind::Readiness) => {
+                ("failed", "failureThreshold", "the container is not ready")
+            }
+            (ProbeResult::Failure, _) => (
+                "failed",
+                "failureThreshold",
+                "the container will be killed and restarted by its restart policy",
+            ),
+            (ProbeResult::Success, ProbeKind::Readiness) => {
+                ("succeeded", "successThreshold", "the container is ready")
+            }
+            (ProbeResult::Success, ProbeKind::Startup) => (
+                "succeeded",
+                "successThreshold",
+                "the container has started; liveness and readiness probes begin",
+            ),
+            (ProbeResult::Success, ProbeKind::Liveness) => {
+                ("succeeded", "successThreshold", "the container is live")
+            }
+            (ProbeResult::Unknown, _) => return format!("{kind} probe result unknown"),
+        };
+        let limit = match result {
+            ProbeResult::Failure => self.timing.failure_threshold,
+            _ => self.timing.success_threshold,
+        };
+        format!(
+            "{kind} probe {what} {} time{} in a row ({threshold} {limit}): {then}",
+            self.run,
+            if self.run == 1 { "" } else { "s" }
+        )
     }
 
     /// Records kubelet's `Unhealthy` warning about this container.

@@ -226,6 +226,30 @@ async fn debug_flags_v(
     )
 }
 
+/// `/debug/pods/{namespace}/{name}/timeline`: the pod's story as JSON, or as the text
+/// `oxlet timeline` prints with `?format=text`; 404 when nothing was said of the pod.
+async fn timeline(
+    axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
+    query: axum::extract::RawQuery,
+) -> axum::response::Response {
+    let pod = format!("{namespace}/{name}");
+    let Some(story) = crate::timeline::global().story(&pod) else {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("no timeline for pod {pod}: this node has not seen it, or it is gone for longer than {}\n",
+                crate::duration::format_go_duration(crate::timeline::GONE_KEPT_FOR)),
+        )
+            .into_response();
+    };
+    if query.0.as_deref() == Some("format=text") {
+        return crate::timeline::render_text(&story).into_response();
+    }
+    match serde_json::to_string(&story) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    }
+}
+
 async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
@@ -249,6 +273,8 @@ fn shared_routes(views: Views) -> Router {
         // The eviction manager's state (oxlet only; kubelet has no such endpoint).
         .route("/debug/eviction", get(eviction_status))
         .route("/debug/tasks", get(task_cpu))
+        // Each pod's story (oxlet only; on the secure port behind nodes/proxy).
+        .route("/debug/pods/{namespace}/{name}/timeline", get(timeline))
         .merge(healthz_routes(views.health.clone()))
         .with_state(views)
 }

@@ -294,7 +294,15 @@ impl StatusWriter {
             api.patch_status(pod_name, &PatchParams::default(), &Patch::Merge(p))
                 .await
                 .map_err(err("patch status"))?;
-            debug!(pod = %name, "pod status patched");
+            let phase = merged.phase.as_deref().unwrap_or("Unknown");
+            let ready = merged
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "Ready")
+                .map_or("Unknown", |c| c.status.as_str());
+            info!(target: crate::logging::V3_TARGET, pod = %name, podUID = uid, phase, ready,
+                "pod status written to the apiserver (phase {phase}, Ready {ready})");
             outcome = Outcome::Patched;
         }
         if !is_static

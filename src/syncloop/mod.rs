@@ -252,10 +252,13 @@ impl SyncLoop {
                 true
             }
             Some(event) = inputs.pleg.recv() => {
-                debug!(channel = "pleg", podUID = %event.uid, event = ?event.kind, containerID = %event.container_id, "sync loop iteration");
+                debug!(channel = "pleg", podUID = %event.uid, event = event.kind.as_str(), containerID = %event.container_id, "sync loop iteration");
                 if event.kind != EventKind::ContainerRemoved
                     && let Some(pod) = self.pods.get(&event.uid)
                 {
+                    // kubelet's V(2) line: each event that makes the pod sync again.
+                    info!(pod = %pod_ref(&pod), podUID = %event.uid, event = event.kind.as_str(), containerID = %event.container_id,
+                        "SyncLoop (PLEG): event for pod, syncing it");
                     self.handle_pod_syncs(vec![pod]);
                 }
                 true
@@ -296,6 +299,10 @@ impl SyncLoop {
             // kubelet logs RECONCILE (a status-only change, after every status write) at V(4).
             if update.op == PodOperation::Reconcile {
                 debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), source, op = update.op.as_str(), "pod update from config");
+            } else if is_api_mirror(pod) {
+                // The mirror's own UID is not the static pod's: named apart, so the
+                // line joins the static pod's story instead of starting one.
+                info!(pod = %pod_ref(pod), mirrorPodUID = %pod_uid(pod), source, op = update.op.as_str(), "mirror pod update from config");
             } else {
                 info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), source, op = update.op.as_str(), "pod update from config");
             }
@@ -371,7 +378,7 @@ impl SyncLoop {
                 && !self.is_terminal(&uid)
                 && let Err(r) = self.admission.admit(&attrs)
             {
-                warn!(pod = %pod_ref(&pod), podUID = %uid, reason = %r.reason, message = %r.message, "pod admission rejected");
+                warn!(pod = %pod_ref(&pod), podUID = %uid, cause = %r.reason, "pod rejected at admission: {}", r.message);
                 // kubelet's rejectPod: a Warning event with the rejection's reason.
                 self.runtime.events().event(
                     &crate::events::ObjectRef::pod(&pod),
@@ -508,6 +515,8 @@ impl SyncLoop {
         {
             debug!(podUID = %uid, "forgot the status of a pod that is gone");
         }
+        // A gone pod's timeline is kept a while longer, so the end of its story can be read.
+        crate::timeline::global().retain_live(|uid| pods.contains(uid) || workers.is_active(uid));
         for uid in restarted {
             if let Some(pod) = self.pods.get(&uid) {
                 info!(pod = %pod_ref(&pod), podUID = %uid, "restarting pod that was re-created");

@@ -941,7 +941,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         } = step;
         let started = Instant::now();
         let reason = kill.as_ref().map_or(KillReason::Deleted, |k| k.reason);
-        info!(pod = %pod_name, podUID = %uid, gracePeriod = grace, %reason, "terminating pod");
+        info!(pod = %pod_name, podUID = %uid, gracePeriod = grace, cause = %reason, "terminating pod within {grace}s");
         let status = kill.and_then(|k| k.status);
         let fut = async {
             match (&pod, &runtime_pod) {
@@ -966,6 +966,8 @@ impl<S: PodSyncer> PodWorkers<S> {
         worker_duration("kill", started);
         match res {
             Ok(()) => {
+                let took = started.elapsed().as_secs_f64();
+                info!(pod = %pod_name, podUID = %uid, cause = %reason, "pod's containers stopped after {took:.1}s of the {grace}s grace");
                 self.step_succeeded(uid);
                 self.set_lifecycle(uid, Lifecycle::Terminated, work);
             }

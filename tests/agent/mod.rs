@@ -642,6 +642,29 @@ pub fn api_pod(name: &str, node: &str, script: &str, grace: i64) -> Pod {
     .unwrap()
 }
 
+/// An API pod that writes 4 MiB into an emptyDir whose `sizeLimit` is 1Mi, then sleeps:
+/// the local storage eviction's subject.
+pub fn empty_dir_filler(name: &str, node: &str) -> Pod {
+    let mut filler = api_pod(
+        name,
+        node,
+        "dd if=/dev/zero of=/scratch/blob bs=1M count=4 && sleep 3600",
+        1,
+    );
+    let spec = filler.spec.as_mut().unwrap();
+    spec.volumes = Some(vec![
+        serde_json::from_value(serde_json::json!({
+            "name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}
+        }))
+        .unwrap(),
+    ]);
+    spec.containers[0].volume_mounts = Some(vec![
+        serde_json::from_value(serde_json::json!({"name": "scratch", "mountPath": "/scratch"}))
+            .unwrap(),
+    ]);
+    filler
+}
+
 /// A test apiserver with its state in `dir`, and oxlet running against it.
 pub async fn start_with_apiserver(
     bed: &Testbed,

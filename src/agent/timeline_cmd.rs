@@ -1,0 +1,209 @@
+//! `oxlet timeline <namespace>/<name>`: asks a running oxlet for a pod's story
+//! (`/debug/pods/{namespace}/{name}/timeline`) and prints it for a person.
+//!
+//! The read-only port (`http://127.0.0.1:10255`) is the default. A node without one
+//! (kind's `readOnlyPort: 0`) is asked on its secure port with `--server
+//! https://127.0.0.1:10250 --token …`: there the path is behind `nodes/proxy`.
+
+use std::process::ExitCode;
+
+use http_body_util::Empty;
+use hyper::body::Bytes;
+
+use crate::http_get::{Transport, get_over};
+use crate::timeline::{Story, render_text};
+
+/// A story is at most a few hundred KiB; anything bigger is not one.
+const MAX_ANSWER: usize = 8 << 20;
+
+const USAGE: &str = "usage: oxlet timeline [--server URL] [--token TOKEN | --token-file FILE] \
+[--insecure-skip-tls-verify] [-o text|json] NAMESPACE/NAME";
+
+/// What the command line asked for.
+#[derive(Debug, PartialEq)]
+struct Ask {
+    server: String,
+    token: Option<String>,
+    insecure: bool,
+    json: bool,
+    pod: String,
+}
+
+fn parse(args: &[String]) -> Result<Ask, String> {
+    let mut ask = Ask {
+        server: "http://127.0.0.1:10255".into(),
+        token: None,
+        insecure: false,
+        json: false,
+        pod: String::new(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with('-') => (f, Some(v.to_string())),
+            _ => (a.as_str(), None),
+        };
+        let mut value = |name: &str| {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match flag {
+            "--server" => ask.server = value("--server")?,
+            "--token" => ask.token = Some(value("--token")?),
+            "--token-file" => {
+                let path = value("--token-file")?;
+                let t = std::fs::read_to_string(&path)
+                    .map_err(|e| format!("--token-file {path}: {e}"))?;
+                ask.token = Some(t.trim().to_string());
+            }
+            "--insecure-skip-tls-verify" => ask.insecure = true,
+            "-o" | "--output" => match value("-o")?.as_str() {
+                "json" => ask.json = true,
+                "text" => ask.json = false,
+                other => return Err(format!("-o {other}: want text or json")),
+            },
+            "-h" | "--help" => return Err(String::new()),
+            f if f.starts_with('-') => return Err(format!("unknown flag {f}")),
+            pod if ask.pod.is_empty() => ask.pod = pod.to_string(),
+            extra => return Err(format!("one pod at a time ({extra} is one too many)")),
+        }
+    }
+    let parts: Vec<&str> = ask.pod.split('/').collect();
+    if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
+        return Err("name the pod as NAMESPACE/NAME".into());
+    }
+    Ok(ask)
+}
+
+/// Runs the command; `args` are what follows `timeline`.
+pub fn timeline_command(args: &[String]) -> ExitCode {
+    let ask = match parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("oxlet timeline: {e}");
+            }
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("oxlet timeline: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(fetch(&ask)) {
+        Ok(out) => {
+            print!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("oxlet timeline: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `host[:port]` or `[v6][:port]`, with the scheme's port when none is given.
+fn host_port(authority: &str, default: u16) -> Option<(&str, u16)> {
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !p.ends_with(']') && (!h.contains(':') || h.ends_with(']')) => {
+            (h, p.parse().ok()?)
+        }
+        _ => (authority, default),
+    };
+    Some((host, port))
+}
+
+/// Asks the server and turns the answer into what to print.
+async fn fetch(ask: &Ask) -> Result<String, String> {
+    let (https, rest) = if let Some(r) = ask.server.strip_prefix("https://") {
+        (true, r)
+    } else if let Some(r) = ask.server.strip_prefix("http://") {
+        (false, r)
+    } else {
+        return Err(format!("--server {}: want http:// or https://", ask.server));
+    };
+    let authority = rest.trim_end_matches('/');
+    let (host, port) = host_port(authority, if https { 443 } else { 80 })
+        .ok_or_else(|| format!("--server {}: bad port", ask.server))?;
+    let transport = match (https, ask.insecure) {
+        (false, _) => Transport::Plain,
+        (true, true) => Transport::TlsSkipVerify,
+        (true, false) => Transport::TlsVerify,
+    };
+    let (ns, name) = ask.pod.split_once('/').unwrap_or_default();
+    let mut req = hyper::Request::get(format!("/debug/pods/{ns}/{name}/timeline"))
+        .header(hyper::header::HOST, authority);
+    if let Some(t) = &ask.token {
+        req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+    let answer = get_over(transport, host, port, req, MAX_ANSWER)
+        .await
+        .map_err(|e| format!("{}: {e}", ask.server))?;
+    let body = String::from_utf8_lossy(&answer.body);
+    if !answer.status.is_success() {
+        return Err(format!("{}: {} {}", ask.server, answer.status, body.trim()));
+    }
+    if ask.json {
+        return Ok(format!("{body}\n"));
+    }
+    let story: Story =
+        serde_json::from_str(&body).map_err(|e| format!("{}: not a timeline: {e}", ask.server))?;
+    Ok(render_text(&story))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn flags_and_the_pod_are_read() {
+        let a = parse(&args(
+            "--server=https://127.0.0.1:10250 --token t -o json kube-system/etcd",
+        ))
+        .unwrap();
+        assert_eq!(a.server, "https://127.0.0.1:10250");
+        assert_eq!(a.token.as_deref(), Some("t"));
+        assert!(a.json);
+        assert_eq!(a.pod, "kube-system/etcd");
+        assert_eq!(
+            parse(&args("default/web")).unwrap().server,
+            "http://127.0.0.1:10255"
+        );
+    }
+
+    #[test]
+    fn the_port_is_the_servers_or_the_schemes() {
+        assert_eq!(host_port("127.0.0.1:10255", 80), Some(("127.0.0.1", 10255)));
+        assert_eq!(host_port("node", 443), Some(("node", 443)));
+        assert_eq!(host_port("[::1]:10250", 443), Some(("[::1]", 10250)));
+        assert_eq!(host_port("[::1]", 443), Some(("[::1]", 443)));
+        assert_eq!(host_port("node:x", 80), None);
+    }
+
+    #[test]
+    fn bad_command_lines_say_why() {
+        assert!(parse(&args("web")).unwrap_err().contains("NAMESPACE/NAME"));
+        assert!(parse(&args("a/b c/d")).unwrap_err().contains("one pod"));
+        assert!(parse(&args("--bogus a/b")).unwrap_err().contains("--bogus"));
+        assert!(parse(&args("-o yaml a/b")).unwrap_err().contains("yaml"));
+        assert!(
+            parse(&args("a/b --server"))
+                .unwrap_err()
+                .contains("needs a value")
+        );
+    }
+}

@@ -29,6 +29,16 @@ pub(crate) fn quote(rendered: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// A message on one line: trailing breaks dropped, inner ones spelled `\\n`, so text a
+/// container controls (a probe's output) can never start a log line of its own.
+pub(crate) fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    let trimmed = s.trim_end();
+    if !trimmed.contains(['\n', '\r']) {
+        return std::borrow::Cow::Borrowed(trimmed);
+    }
+    std::borrow::Cow::Owned(trimmed.replace('\n', "\\n").replace('\r', "\\r"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::quote;
@@ -38,5 +48,11 @@ mod tests {
         assert_eq!(quote("default/web"), "default/web");
         assert_eq!(quote("connection refused"), "\"connection refused\"");
         assert_eq!(quote("tab\there"), "\"tab\\there\"");
+    }
+
+    #[test]
+    fn messages_stay_on_one_line() {
+        assert_eq!(super::one_line("a\nb\n"), "a\\nb");
+        assert_eq!(super::one_line("plain "), "plain");
     }
 }

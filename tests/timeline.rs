@@ -194,20 +194,7 @@ async fn each_pods_story_tells_its_decisions_with_their_causes() {
     );
 
     // The command prints the story for a person.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_oxlet"))
-        .args([
-            "timeline",
-            &format!("--server=http://127.0.0.1:{}", ox.port),
-            &probed,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = ox.timeline(&probed);
     assert!(text.starts_with(&format!("pod {probed}  uid ")), "{text}");
     assert!(
         text.lines().any(|l| l.contains(" prober ")

@@ -193,13 +193,15 @@ impl EventRecorder {
     ) {
         let (reason, message) = (reason.into(), message.into());
         let (kind_name, reason_name) = (kind.as_str(), &*reason);
+        // The message may carry a container's output (a probe's): one line in the log.
+        let said = crate::klog::one_line(&message);
         if object.kind == "Pod" {
             let pod = format!("{}/{}", object.namespace, object.name);
             info!(target: crate::logging::EVENTS_TARGET, pod = %pod, podUID = %object.uid, fieldPath = %object.field_path,
-                eventType = kind_name, reason = reason_name, "Event: {message}");
+                eventType = kind_name, reason = reason_name, "Event: {said}");
         } else {
             let obj = format!("{}/{}", object.kind, object.name);
-            info!(target: crate::logging::EVENTS_TARGET, object = %obj, eventType = kind_name, reason = reason_name, "Event: {message}");
+            info!(target: crate::logging::EVENTS_TARGET, object = %obj, eventType = kind_name, reason = reason_name, "Event: {said}");
         }
         let Some(queue) = &self.queue else { return };
         let recorded = Recorded {

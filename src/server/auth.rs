@@ -398,6 +398,7 @@ mod tests {
             ("/exec/ns/pod/c", "proxy"),
             ("/pods", "proxy"),
             ("/configz", "proxy"),
+            ("/debug/pods/ns/pod/timeline", "proxy"),
         ] {
             assert_eq!(subresource_of(path), sub, "{path}");
         }

@@ -45,8 +45,8 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for TimelineLayer {
         let entry = Entry {
             time: jiff::Timestamp::now(),
             room: room.to_string(),
-            what: one_line(what),
-            cause: line.cause.map(one_line),
+            what: crate::klog::one_line(&what).into_owned(),
+            cause: line.cause.map(|c| crate::klog::one_line(&c).into_owned()),
             severity: match *meta.level() {
                 Level::ERROR => Some("error".into()),
                 Level::WARN => Some("warning".into()),
@@ -114,20 +114,6 @@ impl Line {
     }
 }
 
-/// A message on one line: trailing breaks dropped, inner ones spelled `\\n`, so a
-/// container's output cannot start a line of its own.
-fn one_line(s: String) -> String {
-    let trimmed = s.trim_end();
-    if !trimmed.contains(['\n', '\r']) {
-        return if trimmed.len() == s.len() {
-            s
-        } else {
-            trimmed.to_string()
-        };
-    }
-    trimmed.replace('\n', "\\n").replace('\r', "\\r")
-}
-
 /// Cuts `s` to at most `max` bytes on a character boundary, marking the cut.
 fn cut(s: &mut String, max: usize) {
     if s.len() <= max {
@@ -150,12 +136,6 @@ mod tests {
         assert_eq!(room_of("oxlet::kuberuntime::manager"), "kuberuntime");
         assert_eq!(room_of("oxlet::events"), "events");
         assert_eq!(room_of("oxlet"), "oxlet");
-    }
-
-    #[test]
-    fn messages_stay_on_one_line() {
-        assert_eq!(one_line("a\nb\n".into()), "a\\nb");
-        assert_eq!(one_line("plain".into()), "plain");
     }
 
     #[test]

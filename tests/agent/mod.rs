@@ -312,6 +312,24 @@ impl Oxlet {
         }
     }
 
+    /// `oxlet timeline <pod>` against this oxlet's read-only port: what it printed.
+    pub fn timeline(&self, pod: &str) -> String {
+        let out = Command::new(&self.binary)
+            .args([
+                "timeline",
+                &format!("--server=http://127.0.0.1:{}", self.port),
+                pod,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "oxlet timeline {pod}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// GET a path on the read-only port; None while oxlet is not listening yet.
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.port))

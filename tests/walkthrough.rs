@@ -1,0 +1,279 @@
+//! The docs' log excerpts, kept true. One pod's life as `docs/walkthrough.md` tells
+//! it (a manifest written, Running, a failed liveness probe and a restart, deletion)
+//! runs on a real containerd with oxlet at `-v=6`. Every line of every ```` ```log ````
+//! block in `docs/walkthrough.md` and `docs/logging.md` must then be in that log, at the
+//! verbosity the block names (` ```log v=2 `), and every line of a
+//! ```` ```timeline ```` block in the pod's `oxlet timeline`. A line that stops being
+//! printed, or moves to another `-v`, fails here.
+//!
+//! Lines are compared with what varies from run to run taken out: the time stamp,
+//! runs of 12 or more hex digits (IDs, UIDs) and every number. `…` stands for left-out
+//! lines and is skipped. Set `OXLET_WALKTHROUGH_OUT=<dir>` to keep the run's log and
+//! timeline there (how the excerpts were taken).
+
+mod agent;
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use agent::*;
+use common::Testbed;
+
+/// The walkthrough's pod, as `docs/walkthrough.md` shows it.
+const WEB: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+    - name: httpd
+      image: localhost/oxlet/busybox:1
+      imagePullPolicy: IfNotPresent
+      command: ["sh", "-c", "touch /tmp/healthy; sleep 6; rm /tmp/healthy; exec httpd -f -p 8080"]
+      livenessProbe:
+        exec:
+          command: ["cat", "/tmp/healthy"]
+        periodSeconds: 1
+        failureThreshold: 3
+      lifecycle:
+        preStop:
+          exec:
+            command: ["sleep", "1"]
+"#;
+
+/// `-v` of a printed line: its level, and for info lines the target kubelet keeps
+/// to `-v=3` (recorded events, status writes).
+fn verbosity_of(level: &str, target: &str) -> u8 {
+    match level {
+        "ERROR" | "WARN" => 0,
+        "INFO" if target == "oxlet::events" || target == "oxlet::v3" => 3,
+        "INFO" if target == "oxlet::startup" => 0,
+        "INFO" => 2,
+        "DEBUG" => 4,
+        _ => 6,
+    }
+}
+
+/// A line with what varies taken out: the test bed's name, IDs, durations, numbers.
+fn shape(line: &str) -> String {
+    let line = same_testbed(line.trim());
+    let mut out = String::new();
+    let mut word = String::new();
+    for c in line.chars().chain(std::iter::once(' ')) {
+        // `.` and `µ` stay inside a word, so `187.57ms` and `820.4µs` are one.
+        if c.is_ascii_alphanumeric() || c == '.' || c == 'µ' {
+            word.push(c);
+            continue;
+        }
+        out.push_str(&word_shape(&word));
+        word.clear();
+        out.push(c);
+    }
+    out.trim_end().to_string()
+}
+
+/// One word's shape: `ID` for 12 or more hex digits at its end, `DUR` for a Go duration, and
+/// every run of digits `N`.
+fn word_shape(word: &str) -> String {
+    // A UID or ID, or one glued to a prefix (`pod<uid>` in a cgroup path).
+    let hex_tail = word
+        .chars()
+        .rev()
+        .take_while(char::is_ascii_hexdigit)
+        .count();
+    if hex_tail >= 12 {
+        return format!("{}ID", &word[..word.len() - hex_tail]);
+    }
+    if is_duration(word) {
+        return "DUR".into();
+    }
+    let mut out = String::new();
+    let mut in_number = false;
+    for c in word.chars() {
+        if c.is_ascii_digit() {
+            if !in_number {
+                out.push('N');
+            }
+            in_number = true;
+        } else {
+            in_number = false;
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `187.57ms`, `1m0s`, `820µs`: numbers each followed by a unit.
+fn is_duration(word: &str) -> bool {
+    let mut rest = word;
+    let mut parts = 0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let Some(unit) = ["ns", "µs", "us", "ms", "s", "m", "h"]
+            .into_iter()
+            .find(|u| rest.starts_with(u))
+        else {
+            return false;
+        };
+        rest = &rest[unit.len()..];
+        parts += 1;
+    }
+    parts > 0
+}
+
+/// Each test bed's directory ends in 6 random characters: one name for them all.
+fn same_testbed(line: &str) -> String {
+    const BED: &str = "oxlet-testbed-";
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(i) = rest.find(BED) {
+        out.push_str(&rest[..i + BED.len()]);
+        out.push('*');
+        let tail = &rest[i + BED.len()..];
+        let skip = tail
+            .char_indices()
+            .take_while(|(_, c)| c.is_ascii_alphanumeric())
+            .count();
+        rest = &tail[skip..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A printed line as `(-v, shape)`: `2026-…Z  INFO oxlet::x::y: text` → the text.
+fn printed(line: &str) -> Option<(u8, String)> {
+    let mut parts = line.split_whitespace();
+    let _time = parts.next()?;
+    let level = parts.next()?;
+    let rest = line.split_once(level)?.1.trim_start();
+    let (target, text) = match rest.split_once(": ") {
+        Some((t, text)) if t.starts_with("oxlet") && !t.contains(' ') => (t, text),
+        _ => ("", rest),
+    };
+    Some((verbosity_of(level, target), shape(text)))
+}
+
+/// The checked blocks of a doc: (info string, lines).
+fn blocks(doc: &str) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut current: Option<(String, Vec<String>)> = None;
+    for line in doc.lines() {
+        let fence = line.trim_start().strip_prefix("```");
+        match (&mut current, fence) {
+            (None, Some(info)) if info.starts_with("log") || info.starts_with("timeline") => {
+                current = Some((info.trim().to_string(), Vec::new()));
+            }
+            (Some(_), Some(_)) => out.extend(current.take()),
+            (Some((_, lines)), None) if !line.trim().is_empty() && line.trim() != "…" => {
+                lines.push(line.to_string());
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What a doc's blocks claim that the run did not print.
+fn missing(doc_path: &Path, log: &[(u8, String)], timeline: &[String]) -> Vec<String> {
+    let doc = std::fs::read_to_string(doc_path).unwrap();
+    let mut out = Vec::new();
+    for (info, lines) in blocks(&doc) {
+        let want_v = info
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .map(|v| v.parse::<u8>().expect("v=N"));
+        for line in lines {
+            let found = if info.starts_with("timeline") {
+                let s = shape(&line);
+                timeline.contains(&s)
+            } else {
+                let s = shape(&line);
+                log.iter()
+                    .any(|(v, l)| *l == s && want_v.is_none_or(|w| w == *v))
+            };
+            if !found {
+                out.push(format!("{} ({info}): {line}", doc_path.display()));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docs_log_excerpts_are_what_oxlet_prints() {
+    let bed = Testbed::start().await;
+    let mut ox = Oxlet::new(&bed);
+    ox.spawn(&["-v=6"]);
+    ox.wait_up(Duration::from_secs(30)).await;
+    write_manifest(&ox.manifests, "web.yaml", WEB);
+    // Running, then killed by its liveness probe and started again.
+    ox.wait_for("web restarted", Duration::from_secs(60), |pods| {
+        let p = find(pods, "web")?;
+        let c = container_status(p, "httpd")?;
+        (c.restart_count >= 1 && is_running(p)).then_some(())
+    })
+    .await;
+    std::fs::remove_file(ox.manifests.join("web.yaml")).unwrap();
+    ox.wait_logged("pod terminated", 1, Duration::from_secs(60))
+        .await;
+    let timeline_text = ox.timeline("default/web-testnode");
+    let log_text = ox.log();
+    if let Ok(dir) = std::env::var("OXLET_WALKTHROUGH_OUT") {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(Path::new(&dir).join("oxlet.log"), &log_text).unwrap();
+        std::fs::write(Path::new(&dir).join("timeline.txt"), &timeline_text).unwrap();
+    }
+    let log: Vec<(u8, String)> = log_text.lines().filter_map(printed).collect();
+    let timeline: Vec<String> = timeline_text.lines().map(shape).collect();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let mut gone = Vec::new();
+    for doc in ["walkthrough.md", "logging.md"] {
+        gone.extend(missing(&docs.join(doc), &log, &timeline));
+    }
+    assert!(
+        gone.is_empty(),
+        "documented lines this run did not print (at that -v):\n{}",
+        gone.join("\n")
+    );
+}
+
+#[test]
+fn shapes_leave_out_what_varies() {
+    assert_eq!(
+        shape("started container container=httpd containerID=8850d18b39d646acc0a39806e24c45af"),
+        "started container container=httpd containerID=ID"
+    );
+    assert_eq!(
+        shape("back-off 10s restarting failed container (9s left) after 1.5s"),
+        "back-off DUR restarting failed container (DUR left) after DUR"
+    );
+    assert_eq!(
+        shape("latency=820.437µs ip=10.0.0.2"),
+        "latency=DUR ip=N.N.N.N"
+    );
+    assert_eq!(
+        shape("cgroup=kubepods/podc365a7a069731e60c40cd513a24a35bf"),
+        "cgroup=kubepods/poID"
+    );
+    assert_eq!(
+        shape("cgroup=oxtest-oxlet-testbed-uOlSAF/kubepods"),
+        shape("cgroup=oxtest-oxlet-testbed-Ra5vLk/kubepods")
+    );
+    assert_eq!(
+        printed("2026-11-28T01:59:49.881601Z  INFO oxlet::events: Event: Started container"),
+        Some((3, "Event: Started container".into()))
+    );
+    assert_eq!(
+        printed("2026-11-28T01:59:49.881601Z DEBUG oxlet::syncloop: sync loop iteration x=1"),
+        Some((4, "sync loop iteration x=N".into()))
+    );
+}

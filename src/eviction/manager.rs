@@ -278,7 +278,10 @@ impl Manager {
         for &i in &now_met {
             if !self.seen.contains(&i) {
                 let t = &ts[i];
-                info!(signal = %t.signal, threshold = %t.value, observed = obs[&t.signal].available, hard = t.is_hard(), "eviction manager: threshold crossed");
+                let o = &obs[&t.signal];
+                info!(signal = %t.signal, threshold = %t.value, observed = o.available, hard = t.is_hard(),
+                    "eviction manager: threshold crossed: {} {} < {} ({})", t.signal, t.signal.readable(o.available),
+                    t.signal.readable(t.value.amount(o.capacity)), if t.is_hard() { "hard, acted on now" } else { "soft, acted on after its grace period" });
             }
         }
         self.seen = now_met.iter().copied().collect();

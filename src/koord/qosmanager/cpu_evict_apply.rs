@@ -64,7 +64,16 @@ impl QosManager {
             "cpu evict: BestEffort pods use their real CPU limit and it is below the satisfaction lower percent of their requests"
         );
         for v in picked {
-            info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), batchCpuRequestMilli = cpu_evict::batch_request_milli(&v.pod), usedMilli = (v.cpu_cores * 1000.0) as i64, "cpu evict: evicting pod");
+            let cause = format!(
+                "BestEffort CPU limit {}m is below {lower}% of the {}m requested",
+                t.avg.limit as i64, t.avg.request as i64
+            );
+            let (request, used) = (
+                cpu_evict::batch_request_milli(&v.pod),
+                (v.cpu_cores * 1000.0) as i64,
+            );
+            info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), batchCpuRequestMilli = request, usedMilli = used, cause,
+                "cpu evict: evicting BestEffort pod (requests {request}m, uses {used}m) to release {}m", t.release_milli as i64);
             self.kill(v, cpu_evict::FEATURE);
         }
     }
@@ -110,7 +119,13 @@ impl QosManager {
             "cpu evict by usage: node CPU usage is over the threshold"
         );
         for v in picked {
-            info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), usedMilli = (v.cpu_cores * 1000.0) as i64, "cpu evict by usage: evicting pod");
+            let cause = format!(
+                "node CPU usage {usage:.0}% >= threshold {}%",
+                cfg.threshold_percent
+            );
+            let used = (v.cpu_cores * 1000.0) as i64;
+            info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), usedMilli = used, cause,
+                "cpu evict by usage: evicting pod (uses {used}m, priority up to {}) to release {release}m", cfg.priority_threshold);
             self.kill(v, cpu_evict::USAGE_FEATURE);
         }
     }

@@ -214,7 +214,13 @@ impl QosManager {
             "memory evict: node memory usage is over the threshold"
         );
         for v in picked {
-            info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), usedBytes = v.memory_bytes as i64, releaseBytes = t.release_bytes as i64, "memory evict: evicting pod");
+            let cause = format!(
+                "node memory usage {:.0}% >= threshold {}%",
+                t.usage_percent, cfg.memory_evict_threshold_percent
+            );
+            info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), usedBytes = v.memory_bytes as i64, releaseBytes = t.release_bytes as i64, cause,
+                "memory evict: evicting BestEffort pod using {}Mi, to release {}Mi down to {}%",
+                v.memory_bytes as i64 >> 20, t.release_bytes as i64 >> 20, cfg.memory_evict_lower_percent);
             self.kill(v, memory_evict::FEATURE);
         }
     }

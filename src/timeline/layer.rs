@@ -9,7 +9,7 @@ use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::layer::Context;
 
-use super::store::Entry;
+use super::store::Stored;
 
 /// A field's value is cut to this many bytes (probe output can be long).
 const VALUE_MAX: usize = 256;
@@ -42,17 +42,17 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for TimelineLayer {
             Some(m) if room == "events" => m.to_string(),
             _ => line.what,
         };
-        let entry = Entry {
+        let entry = Stored {
             time: jiff::Timestamp::now(),
-            room: room.to_string(),
-            what: crate::klog::one_line(&what).into_owned(),
-            cause: line.cause.map(|c| crate::klog::one_line(&c).into_owned()),
+            room,
+            what: crate::klog::one_line(&what).into(),
+            cause: line.cause.map(|c| crate::klog::one_line(&c).into()),
             severity: match *meta.level() {
-                Level::ERROR => Some("error".into()),
-                Level::WARN => Some("warning".into()),
+                Level::ERROR => Some("error"),
+                Level::WARN => Some("warning"),
                 _ => None,
             },
-            details: line.details,
+            details: line.details.into_boxed_slice(),
         };
         super::global().record(&pod, line.uid.as_deref(), entry);
     }
@@ -60,7 +60,7 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for TimelineLayer {
 
 /// The room of a target: `oxlet::kuberuntime::manager` → `kuberuntime`; recorded
 /// events (`oxlet::events`) keep `events`.
-fn room_of(target: &str) -> &str {
+fn room_of(target: &'static str) -> &'static str {
     let rest = target.strip_prefix("oxlet::").unwrap_or(target);
     rest.split("::").next().unwrap_or(rest)
 }
@@ -72,7 +72,7 @@ struct Line {
     uid: Option<String>,
     what: String,
     cause: Option<String>,
-    details: Vec<(String, String)>,
+    details: Vec<(&'static str, Box<str>)>,
 }
 
 impl Visit for Line {
@@ -107,7 +107,7 @@ impl Line {
             }
             name if self.details.len() < DETAILS_MAX => {
                 cut(&mut value, VALUE_MAX);
-                self.details.push((name.to_string(), value));
+                self.details.push((name, value.into_boxed_str()));
             }
             _ => {}
         }

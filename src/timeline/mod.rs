@@ -15,6 +15,8 @@ mod store;
 use std::sync::OnceLock;
 
 pub(crate) use layer::TimelineLayer;
+#[cfg(test)]
+use store::Stored;
 pub(crate) use store::{Entry, GONE_KEPT_FOR, Story, Timelines};
 
 /// The process's stories: the log is process-wide, so the timelines are too.
@@ -81,13 +83,13 @@ mod tests {
         t.record(
             "default/web",
             Some("u1"),
-            Entry {
+            Stored {
                 time,
-                room: "kuberuntime".into(),
+                room: "kuberuntime",
                 what: "back-off 20s restarting failed container".into(),
                 cause: Some("exited with code 1".into()),
                 severity: None,
-                details: vec![("container".into(), "app".into())],
+                details: Box::new([("container", "app".into())]),
             },
         );
         let text = render_text(&t.story("default/web").unwrap());

@@ -64,11 +64,40 @@ pub(crate) struct Story {
     pub(crate) lives: Vec<Life>,
 }
 
+/// An entry as it is kept: exact-size text, and the room and field names as the
+/// `'static` strings tracing gives, so 110 pods' stories stay small.
+pub(crate) struct Stored {
+    pub time: jiff::Timestamp,
+    pub room: &'static str,
+    pub what: Box<str>,
+    pub cause: Option<Box<str>>,
+    /// `Some("warning")` or `Some("error")` above info.
+    pub severity: Option<&'static str>,
+    pub details: Box<[(&'static str, Box<str>)]>,
+}
+
+impl Stored {
+    fn view(&self) -> Entry {
+        Entry {
+            time: self.time,
+            room: self.room.to_string(),
+            what: self.what.to_string(),
+            cause: self.cause.as_deref().map(str::to_string),
+            severity: self.severity.map(str::to_string),
+            details: self
+                .details
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+}
+
 /// A life as it is kept: the first entries, then a ring of the latest.
 struct Kept {
     uid: String,
-    first: Vec<Entry>,
-    latest: VecDeque<Entry>,
+    first: Vec<Stored>,
+    latest: VecDeque<Stored>,
     dropped: u64,
     gone: Option<(Instant, jiff::Timestamp)>,
 }
@@ -84,7 +113,7 @@ impl Kept {
         }
     }
 
-    fn push(&mut self, entry: Entry) {
+    fn push(&mut self, entry: Stored) {
         if self.first.len() < FIRST_KEPT {
             self.first.push(entry);
             return;
@@ -101,7 +130,12 @@ impl Kept {
             uid: self.uid.clone(),
             gone_at: self.gone.map(|(_, at)| at),
             dropped: self.dropped,
-            entries: self.first.iter().chain(&self.latest).cloned().collect(),
+            entries: self
+                .first
+                .iter()
+                .chain(&self.latest)
+                .map(Stored::view)
+                .collect(),
         }
     }
 }
@@ -115,7 +149,7 @@ pub(crate) struct Timelines {
 impl Timelines {
     /// Adds `entry` to the life of `uid` (the name's latest life when the line named
     /// no UID), starting a new life when the UID is new to the name.
-    pub(crate) fn record(&self, pod: &str, uid: Option<&str>, entry: Entry) {
+    pub(crate) fn record(&self, pod: &str, uid: Option<&str>, entry: Stored) {
         let mut stories = self.stories.locked();
         let lives = match stories.get_mut(pod) {
             Some(l) => l,
@@ -207,14 +241,14 @@ impl Timelines {
 mod tests {
     use super::*;
 
-    fn entry(what: &str) -> Entry {
-        Entry {
+    fn entry(what: &str) -> Stored {
+        Stored {
             time: jiff::Timestamp::now(),
-            room: "test".into(),
+            room: "test",
             what: what.into(),
             cause: None,
             severity: None,
-            details: Vec::new(),
+            details: Box::new([]),
         }
     }
 

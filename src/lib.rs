@@ -28,6 +28,7 @@ mod logging;
 mod logs;
 mod metrics;
 mod node;
+mod nodeshutdown;
 mod objects;
 mod options;
 mod percent;

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install what oxlet's real-runtime tests and examples need, as root on Debian:
 # containerd (with CRI), runc, the CNI plugins, a static busybox (test images),
-# protoc (the k8s-cri build script), iproute2, openssl (test certificates), kubectl, and
+# protoc (the k8s-cri build script), iproute2, openssl (test certificates), kubectl,
 # docker-registry (distribution 2.8: the pull tests run it on loopback; its service is never
-# started). Only missing packages are installed, so a prepared machine costs nothing (and no
-# network). containerd 1.7 and 2.x, which the core
-# of the integration suite also runs against, are fetched into target/runtimes without being
-# installed (scripts/fetch-runtimes.sh).
+# started), and dbus (dbus-daemon: the graceful node shutdown tests run a private system bus
+# with a logind of their own on it; the system's bus is never started). Only missing packages
+# are installed, so a prepared machine costs nothing (and no network). containerd 1.7 and
+# 2.x, which the core of the integration suite also runs against, are fetched into
+# target/runtimes without being installed (scripts/fetch-runtimes.sh).
 #
 # No system containerd is started: oxlet and the test bed run their own, and a system
 # one would only compete for nothing. A policy-rc.d that forbids service starts is put in
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 PKGS=(containerd runc containernetworking-plugins busybox-static protobuf-compiler iproute2 openssl
-    docker-registry)
+    docker-registry dbus)
 # kubectl (Debian's 1.20) shows in tests/test_apiserver.rs that the test apiserver speaks the real
 # protocol; any kubectl already on PATH does as well.
 if ! command -v kubectl >/dev/null 2>&1; then
@@ -60,7 +61,7 @@ if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     systemctl disable --now containerd.service docker-registry.service >/dev/null 2>&1 || true
 fi
 for bin in containerd runc ctr containerd-shim-runc-v2 ip protoc /usr/lib/cni/bridge /bin/busybox \
-    docker-registry; do
+    docker-registry dbus-daemon; do
     if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "$bin" ]; then
         echo "install-deps: $bin still missing after install" >&2
         exit 1

@@ -29,6 +29,7 @@ mod logging;
 mod logs;
 mod metrics;
 mod node;
+mod nodeshutdown;
 mod objects;
 mod options;
 mod percent;

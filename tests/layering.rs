@@ -53,7 +53,7 @@ const FLOORS: &[&[&str]] = &[
     &["status"],
     &["prober"],
     // beside the loop: they see pods through the contracts, never the loop itself
-    &["eviction", "koord"],
+    &["eviction", "koord", "nodeshutdown"],
     // the loop and its pod workers
     &["syncloop"],
     // settings, servers, and the agent that wires every room

@@ -4,8 +4,8 @@
 //!
 //! This file is the room's face ([`run`]) and the order of start-up ([`start`]). The
 //! wings wire one side each: `runtime` (the CRI runtime, the PLEG, the sync loop and
-//! its pod workers), `node` (container manager, image GC, volume stats, eviction, node
-//! status), `koordlet` (metric advisor, prediction, QoS manager, runtime hooks),
+//! its pod workers), `node` (container manager, image GC, volume stats, eviction, the
+//! node shutdown manager, node status), `koordlet` (metric advisor, prediction, QoS manager, runtime hooks),
 //! `sources` (static pods, manifest URL, apiserver, the merger), `servers` (read-only
 //! and healthz ports), `cluster` (the apiserver clients and what writes through them)
 //! and `process` (signals, limits, the start-up summary).
@@ -31,7 +31,7 @@ use anyhow::Context;
 use tracing::{info, warn};
 
 use crate::contracts::LatestReadings;
-use crate::contracts::RuntimeHealth;
+use crate::contracts::{NodeShutdownState, RuntimeHealth};
 use crate::events::EventRecorder;
 use crate::koord::MetricCache;
 use crate::kubeclient::ApiClients;
@@ -75,6 +75,8 @@ struct Shared {
     runtime_health: Arc<RuntimeHealth>,
     /// The eviction manager sets it; admission and the node status read it.
     pressure: Arc<PressureSource>,
+    /// The node shutdown manager sets it; admission and the node status read it.
+    shutdown: Arc<NodeShutdownState>,
     /// The NodeSLO's host applications: `--node-slo-file`'s, then the cluster's.
     host_apps: tokio::sync::watch::Sender<Vec<crate::koord::HostApp>>,
 }
@@ -98,6 +100,7 @@ impl Shared {
             readings: Arc::default(),
             runtime_health,
             pressure: Arc::default(),
+            shutdown: Arc::default(),
             host_apps: tokio::sync::watch::Sender::new(host_apps),
         }
     }
@@ -176,6 +179,7 @@ async fn start(
             reclaimers: disk_reclaimers,
         };
         let node_views = node::spawn_eviction(opts, &host, &shared, reclaim, tasks);
+        node::spawn_node_shutdown(opts, &shared, &workers, tasks);
         let koord = servers::KoordViews {
             prediction,
             node_metric: node_metric.clone(),

@@ -1,6 +1,6 @@
 //! The node side: the root dir, the node's facts and allocatable, the container
-//! manager, image GC and disk reclaim, volume stats, the eviction manager and, in
-//! cluster mode, the node's registration, status and lease.
+//! manager, image GC and disk reclaim, volume stats, the eviction manager, the node
+//! shutdown manager and, in cluster mode, the node's registration, status and lease.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -263,6 +263,55 @@ fn spawn_eviction_manager(
     status
 }
 
+/// kubelet's node shutdown manager (not with `--runonce`), when the settings give it
+/// budgets: a delay lock from logind on the system bus, and the pods stopped by
+/// priority when logind announces a shutdown. Without budgets it is off, as kubelet's.
+pub(super) fn spawn_node_shutdown(
+    opts: &Options,
+    shared: &Shared,
+    workers: &Workers,
+    tasks: &Tasks,
+) {
+    use crate::nodeshutdown::{LOGIND_DROP_IN_DIR, Manager, ManagerDeps, SystemLogind};
+    let groups = opts.shutdown_groups();
+    if groups.is_empty() {
+        info!(
+            "graceful node shutdown is off (no shutdownGracePeriod or shutdownGracePeriodByPodPriority): a node shutdown does not wait for the pods"
+        );
+        return;
+    }
+    let budgets: Vec<String> = groups
+        .iter()
+        .map(|g| format!("{}s from priority {}", g.seconds, g.priority))
+        .collect();
+    info!(target: STARTUP_TARGET, budgets = %budgets.join(", "), total = %crate::duration::format_go_duration(crate::nodeshutdown::period_requested(&groups)), "graceful node shutdown: on logind's PrepareForShutdown, pods are stopped by priority, lowest first, each group within its budget");
+    let pods: Arc<dyn crate::contracts::PodTerminator> = Arc::new(crate::syncloop::WorkerEvictor {
+        pods: shared.pods.clone(),
+        workers: workers.clone(),
+        events: shared.events.clone(),
+    });
+    let (state, events, node_name) = (
+        shared.shutdown.clone(),
+        shared.events.clone(),
+        opts.node_name.clone(),
+    );
+    tasks.spawn_restarting("node-shutdown", Backoff::default(), move |cancel| {
+        let manager = Manager::new(ManagerDeps {
+            logind: SystemLogind::new(LOGIND_DROP_IN_DIR.into()),
+            groups: groups.clone(),
+            state: state.clone(),
+            pods: pods.clone(),
+            events: events.clone(),
+            node_name: node_name.clone(),
+            sigusr1: true,
+        });
+        async move {
+            manager.run(cancel).await;
+            Ok(())
+        }
+    });
+}
+
 /// The host's cgroup tree, its version detected, for the readers beside the container
 /// manager; None (with a warning naming `who` is off) when it cannot be read.
 pub(super) fn host_cgroup_tree(who: &str) -> Option<crate::cm::CgroupTree> {
@@ -349,10 +398,11 @@ pub(super) fn spawn_node_status(
         create: opts.register_node,
         provider_id: opts.provider_id.clone(),
     };
-    let (health, pleg, pressure) = (
+    let (health, pleg, pressure, shutdown) = (
         shared.runtime_health.clone(),
         shared.pleg_stats.clone(),
         shared.pressure.clone(),
+        shared.shutdown.clone(),
     );
     let events = shared.events.clone();
     let (update_frequency, report_frequency) = (
@@ -371,6 +421,7 @@ pub(super) fn spawn_node_status(
         runtime_health: health.clone(),
         pleg: pleg.clone(),
         pressure: pressure.clone(),
+        shutdown: shutdown.clone(),
         update_frequency,
         report_frequency,
         owner: owner_tx.clone(),

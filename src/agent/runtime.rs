@@ -389,8 +389,8 @@ pub(super) fn sync_loop(
     })
 }
 
-/// kubelet's admission handlers that oxlet has: sysctls, `maxPods`, then the pod's
-/// requests against allocatable.
+/// kubelet's admission handlers that oxlet has: eviction pressure, sysctls, `maxPods`,
+/// the pod's requests against allocatable, then the node shutdown.
 fn admission_chain(opts: &Options, host: &Host, shared: &Shared) -> AdmissionChain {
     // kubelet's order: the sysctl allowlist, then the predicate handler (pods and
     // resource fit), so a pod failing both is rejected as SysctlForbidden.
@@ -407,6 +407,10 @@ fn admission_chain(opts: &Options, host: &Host, shared: &Shared) -> AdmissionCha
     }));
     chain.push(Box::new(crate::cm::ResourceFit {
         allocatable: host.allocatable.allocatable,
+    }));
+    // Then kubelet's node shutdown manager: no pod starts while the node shuts down.
+    chain.push(Box::new(crate::nodeshutdown::ShutdownAdmission {
+        state: shared.shutdown.clone(),
     }));
     chain
 }

@@ -6,7 +6,10 @@
 //! - node-level disk reclaim: the steps the eviction manager runs before it evicts,
 //!   implemented by the runtime's container GC and image GC (`reclaim.rs`);
 //! - evicting a pod: the eviction manager and the QoS manager decide, the pod
-//!   workers kill (`evictor.rs`);
+//!   workers kill (`evictor.rs`); the node shutdown manager stops pods the same way,
+//!   with its own status (`PodTerminator`);
+//! - whether the node is shutting down: the node shutdown manager sets it, admission
+//!   and the node status's Ready condition read it (`node_shutdown.rs`);
 //! - a sandbox's cgroup parent: the runtime asks, the container manager answers
 //!   (`cgroup_parent.rs`);
 //! - the runtime's health as the sync loop last saw it, for the node status
@@ -20,6 +23,7 @@
 mod admission;
 mod cgroup_parent;
 mod evictor;
+mod node_shutdown;
 mod readings;
 mod reclaim;
 mod runtime_health;
@@ -29,7 +33,8 @@ pub(crate) use admission::{AdmissionChain, PodAdmitAttributes, PodAdmitHandler, 
 pub(crate) use cgroup_parent::PodCgroupParent;
 #[cfg(test)]
 pub(crate) use cgroup_parent::RuntimeDefaultCgroups;
-pub(crate) use evictor::{Eviction, Evictor};
+pub(crate) use evictor::{Eviction, Evictor, PodTerminator, Termination};
+pub(crate) use node_shutdown::{NODE_SHUTTING_DOWN, NodeShutdownState};
 pub(crate) use readings::{
     CgroupReading, ContainerReading, CpuReading, FsReading, InterfaceReading, LatestReadings,
     MemoryReading, NetworkReading, NodeReading, PodReading, Pressure, Psi, PsiLine, Snapshot,

@@ -58,6 +58,7 @@ pub(crate) mod reason {
     pub(crate) const FAILED_MOUNT: &str = "FailedMount";
     pub(crate) const MISSING_CLUSTER_DNS: &str = "MissingClusterDNS";
     pub(crate) const EVICTED: &str = "Evicted";
+    pub(crate) const NODE_SHUTDOWN: &str = "NodeShutdown";
 }
 
 /// The event's type, as core/v1 spells it.

@@ -198,6 +198,15 @@ fn eviction(m: &mut Map<String, Value>, o: &Options) {
         "evictionMaxPodGracePeriod".into(),
         json!(o.eviction_max_pod_grace_period),
     );
+    // Graceful node shutdown, beside eviction as the other way kubelet stops pods.
+    m.insert(
+        "shutdownGracePeriod".into(),
+        json!(format_go_duration(o.shutdown_grace_period)),
+    );
+    m.insert(
+        "shutdownGracePeriodCriticalPods".into(),
+        json!(format_go_duration(o.shutdown_grace_period_critical_pods)),
+    );
 }
 
 /// `enforceNodeAllocatable`: the cgroups whose allocatable oxlet enforces, in kubelet's words.
@@ -338,6 +347,12 @@ fn omitted_when_unset(m: &mut Map<String, Value>, o: &Options) {
     if let Some(n) = &o.system_reserved_cgroup {
         m.insert("systemReservedCgroup".into(), cgroup(n));
     }
+    if !o.shutdown_grace_period_by_pod_priority.is_empty() {
+        let list: Vec<Value> = (o.shutdown_grace_period_by_pod_priority.iter())
+            .map(|g| json!({"priority": g.priority, "shutdownGracePeriodSeconds": g.seconds}))
+            .collect();
+        m.insert("shutdownGracePeriodByPodPriority".into(), json!(list));
+    }
 }
 
 #[cfg(test)]
@@ -368,6 +383,10 @@ mod tests {
         ]);
         let mut o = o;
         o.max_parallel_image_pulls = Some(2);
+        o.shutdown_grace_period_by_pod_priority = vec![crate::nodeshutdown::PriorityGrace {
+            priority: 0,
+            seconds: 30,
+        }];
         let v = kubelet_configuration(&o, "unix:///managed/containerd.sock");
         let c = v["kubeletconfig"].as_object().unwrap();
         let fields: Vec<&str> = SETTINGS.iter().filter_map(|s| s.field).collect();
@@ -405,6 +424,11 @@ mod tests {
         );
         assert_eq!(c["containerLogMaxSize"], "10Mi");
         assert_eq!(c["enforceNodeAllocatable"], json!(["pods"]));
+        assert_eq!(c["shutdownGracePeriod"], "0s");
+        assert_eq!(
+            c["shutdownGracePeriodByPodPriority"],
+            json!([{"priority": 0, "shutdownGracePeriodSeconds": 30}])
+        );
         // The endpoint connected to, not the flag's default.
         assert_eq!(
             c["containerRuntimeEndpoint"],

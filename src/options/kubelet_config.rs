@@ -51,9 +51,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "kernelMemcgNotification",
     "enableSystemLogHandler",
     "enableSystemLogQuery",
-    "shutdownGracePeriod",
-    "shutdownGracePeriodCriticalPods",
-    "shutdownGracePeriodByPodPriority",
     "reservedMemory",
     "enableProfilingHandler",
     "enableDebugFlagsHandler",
@@ -383,6 +380,7 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::List, Value::Sequence(items)) => list_text(items)?,
         (Kind::Multimap, Value::Mapping(m)) => multimap_text(m)?,
         (Kind::Gates, Value::Mapping(m)) => gates_text(m)?,
+        (Kind::GraceByPriority, Value::Sequence(items)) => grace_by_priority_text(items)?,
         (Kind::Text | Kind::Path, _) => return Err("must be a string".into()),
         (Kind::Int, _) => return Err("must be an integer".into()),
         (Kind::Duration, _) => {
@@ -393,6 +391,9 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::List, _) => return Err("must be a list of strings".into()),
         (Kind::Multimap, _) => return Err("must be a map of lists of strings".into()),
         (Kind::Gates, _) => return Err("must be a map of gate names to true or false".into()),
+        (Kind::GraceByPriority, _) => {
+            return Err("must be a list of {priority, shutdownGracePeriodSeconds}".into());
+        }
     };
     kind.parse(&text)?;
     Ok(Some(text))
@@ -451,6 +452,33 @@ fn multimap_text(m: &serde_yaml_ng::Mapping) -> Result<String, InvalidValue> {
     Ok(parts.join(","))
 }
 
+/// `shutdownGracePeriodByPodPriority`'s entries as `priority=seconds,...`; a field
+/// left out is zero, as Go decodes it, and any other field is refused.
+fn grace_by_priority_text(items: &[Value]) -> Result<String, InvalidValue> {
+    let mut parts = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Mapping(m) = item else {
+            return Err("must be a list of {priority, shutdownGracePeriodSeconds}".into());
+        };
+        let (mut priority, mut seconds) = (0_i64, 0_i64);
+        for (k, v) in m {
+            let (Value::String(k), Value::Number(n)) = (k, v) else {
+                return Err(format!("{} is not a field with an integer", value_text(k)).into());
+            };
+            let n = n
+                .as_i64()
+                .ok_or_else(|| InvalidValue(format!("{k}: {n} is not an integer")))?;
+            match k.as_str() {
+                "priority" => priority = n,
+                "shutdownGracePeriodSeconds" => seconds = n,
+                other => return Err(format!("unknown field {other:?} in an entry").into()),
+            }
+        }
+        parts.push(format!("{priority}={seconds}"));
+    }
+    Ok(parts.join(","))
+}
+
 /// A YAML list of strings as the flag's text (`a,b`).
 fn list_text(items: &[Value]) -> Result<String, InvalidValue> {
     let mut parts = Vec::with_capacity(items.len());
@@ -504,7 +532,11 @@ mod tests {
             .filter(|s| {
                 !matches!(
                     s.kind,
-                    Kind::Map(_) | Kind::List | Kind::Multimap | Kind::Gates
+                    Kind::Map(_)
+                        | Kind::List
+                        | Kind::Multimap
+                        | Kind::Gates
+                        | Kind::GraceByPriority
                 )
             })
             .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))
@@ -548,6 +580,12 @@ mod tests {
              authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 1s\n\
              tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n"
         );
+        // Graceful node shutdown.
+        let body = format!(
+            "{body}shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n\
+             shutdownGracePeriodByPodPriority:\n- priority: 2000000000\n  shutdownGracePeriodSeconds: 10\n\
+             - shutdownGracePeriodSeconds: 20\n"
+        );
         let fields: Vec<(&str, &str)> = fields
             .into_iter()
             .chain([
@@ -576,6 +614,9 @@ mod tests {
                 ("evictionMinimumReclaim", "memory.available=100Mi"),
                 ("evictionMaxPodGracePeriod", "10"),
                 ("featureGates", "EventedPLEG=false,Other=true"),
+                ("shutdownGracePeriod", "30s"),
+                ("shutdownGracePeriodCriticalPods", "10s"),
+                ("shutdownGracePeriodByPodPriority", "2000000000=10,0=20"),
             ])
             .collect();
         let cfg = parse(&body).unwrap();
@@ -721,7 +762,7 @@ mod tests {
         // Not zero: applied and checked as usual.
         let cfg = parse("syncFrequency: 30s\nshutdownGracePeriod: 30s\n").unwrap();
         assert_eq!(cfg.values["syncFrequency"], "30s");
-        assert_eq!(cfg.unimplemented, ["shutdownGracePeriod"]);
+        assert_eq!(cfg.values["shutdownGracePeriod"], "30s");
     }
 
     /// kind's `/var/lib/kubelet/config.yaml`, as kubeadm writes it: every

@@ -100,6 +100,11 @@ pub struct Options {
         std::collections::BTreeMap<crate::contracts::Signal, crate::contracts::ThresholdValue>,
     pub(crate) eviction_pressure_transition_period: std::time::Duration,
     pub(crate) eviction_max_pod_grace_period: i64,
+    /// Graceful node shutdown: `shutdownGracePeriod`, `shutdownGracePeriodCriticalPods`
+    /// (zero: off) and `shutdownGracePeriodByPodPriority` (checked: not with the others).
+    pub(crate) shutdown_grace_period: Duration,
+    pub(crate) shutdown_grace_period_critical_pods: Duration,
+    pub(crate) shutdown_grace_period_by_pod_priority: Vec<crate::nodeshutdown::PriorityGrace>,
     pub(crate) enforce_node_allocatable: NodeAllocatableEnforcement,
     /// `containerLogMaxSize` in bytes; negative turns log rotation off (as in kubelet).
     pub(crate) container_log_max_size: i64,
@@ -198,6 +203,17 @@ const IMPLEMENTED_GATES: &[&str] = &[EVENTED_PLEG_GATE];
 pub(crate) const EVENTED_PLEG_GATE: &str = "EventedPLEG";
 
 impl Options {
+    /// The node shutdown's budgets by priority (kubelet's, from
+    /// `shutdownGracePeriodByPodPriority` or the two periods); empty: graceful node
+    /// shutdown is off.
+    pub(crate) fn shutdown_groups(&self) -> Vec<crate::nodeshutdown::PriorityGrace> {
+        crate::nodeshutdown::from_settings(
+            self.shutdown_grace_period,
+            self.shutdown_grace_period_critical_pods,
+            &self.shutdown_grace_period_by_pod_priority,
+        )
+    }
+
     /// Whether the evented PLEG may run: kubelet's `EventedPLEG` gate, which oxlet takes
     /// as on unless it is set false (kubelet's default is off while the gate is alpha;
     /// oxlet runs it wherever the runtime streams container events).
@@ -278,6 +294,9 @@ impl Options {
             eviction_minimum_reclaim: Default::default(),
             eviction_pressure_transition_period: std::time::Duration::ZERO,
             eviction_max_pod_grace_period: 0,
+            shutdown_grace_period: Duration::ZERO,
+            shutdown_grace_period_critical_pods: Duration::ZERO,
+            shutdown_grace_period_by_pod_priority: Vec::new(),
             volume_stats_agg_period: Duration::ZERO,
             enforce_node_allocatable: NodeAllocatableEnforcement::default(),
             container_log_max_size: 0,
@@ -1686,5 +1705,67 @@ mod tests {
                 max_age: Duration::from_secs(3600),
             }
         );
+    }
+
+    #[test]
+    fn shutdown_grace_periods_are_checked_as_kubelets() {
+        let f = config("shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n");
+        let o = ok(&[&config_flag(&f)]);
+        assert_eq!(
+            o.shutdown_groups(),
+            [
+                crate::nodeshutdown::PriorityGrace {
+                    priority: 0,
+                    seconds: 20
+                },
+                crate::nodeshutdown::PriorityGrace {
+                    priority: 2_000_000_000,
+                    seconds: 10
+                }
+            ]
+        );
+        assert!(ok(&[]).shutdown_groups().is_empty());
+        let f = config(
+            "shutdownGracePeriodByPodPriority:\n- {priority: 100000, shutdownGracePeriodSeconds: 5}\n\
+             - {priority: 0, shutdownGracePeriodSeconds: 20}\n",
+        );
+        let o = ok(&[&config_flag(&f)]);
+        let groups: Vec<(i32, i64)> = o
+            .shutdown_groups()
+            .iter()
+            .map(|g| (g.priority, g.seconds))
+            .collect();
+        assert_eq!(groups, [(0, 20), (100_000, 5)]);
+        for (body, field, reason) in [
+            (
+                "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
+                "shutdownGracePeriodCriticalPods",
+                "must be <= shutdownGracePeriod 10s",
+            ),
+            (
+                "shutdownGracePeriod: 500ms\n",
+                "shutdownGracePeriod",
+                "must be either zero or otherwise >= 1 sec",
+            ),
+            (
+                "shutdownGracePeriod: 30s\nshutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: 5}]\n",
+                "shutdownGracePeriodByPodPriority",
+                "cannot be given with shutdownGracePeriod or shutdownGracePeriodCriticalPods at the same time",
+            ),
+            (
+                "shutdownGracePeriodByPodPriority: [{priority: 0, shutdownGracePeriodSeconds: -5}]\n",
+                "shutdownGracePeriodByPodPriority",
+                "must be a whole number of seconds, not negative",
+            ),
+            (
+                "shutdownGracePeriodByPodPriority: [{priority: 0, seconds: 5}]\n",
+                "shutdownGracePeriodByPodPriority",
+                "unknown field \"seconds\" in an entry",
+            ),
+        ] {
+            let f = config(body);
+            let p = one_problem(&[&config_flag(&f)]);
+            assert!(p.contains(field) && p.ends_with(reason), "{body}: {p}");
+        }
     }
 }

@@ -42,6 +42,9 @@ pub(crate) enum Kind {
     /// `k:v,k:v2` on the command line, where a repeated flag adds to the earlier
     /// ones; a YAML map of lists of strings in the file, turned into the same text.
     Multimap,
+    /// `shutdownGracePeriodByPodPriority` (config file only): a YAML list of
+    /// `{priority, shutdownGracePeriodSeconds}`, held as the text `priority=seconds,...`.
+    GraceByPriority,
 }
 
 impl Kind {
@@ -56,6 +59,7 @@ impl Kind {
             Kind::List => Ok(()),
             Kind::Multimap => multimap(text).map(drop),
             Kind::Gates => feature_gates(text).map(drop),
+            Kind::GraceByPriority => grace_by_priority(text).map(drop),
         }
     }
 }
@@ -73,6 +77,34 @@ pub(crate) fn feature_gates(text: &str) -> Result<BTreeMap<String, bool>, Invali
 }
 
 pub(super) use crate::flag_text::{InvalidValue, list_items, map_pairs, multimap};
+
+/// The entries of `shutdownGracePeriodByPodPriority` from their text
+/// (`priority=seconds,...`); a budget may not be negative.
+pub(crate) fn grace_by_priority(
+    text: &str,
+) -> Result<Vec<crate::nodeshutdown::PriorityGrace>, InvalidValue> {
+    list_items(text)
+        .iter()
+        .map(|item| {
+            let (p, s) = item
+                .split_once('=')
+                .ok_or_else(|| InvalidValue(format!("{item:?} is not priority=seconds")))?;
+            let priority = p
+                .parse::<i32>()
+                .map_err(|_| InvalidValue(format!("priority {p:?} is not a 32-bit integer")))?;
+            let seconds = s
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| {
+                    InvalidValue(format!(
+                        "shutdownGracePeriodSeconds {s:?} of priority {priority} must be a whole number of seconds, not negative"
+                    ))
+                })?;
+            Ok(crate::nodeshutdown::PriorityGrace { priority, seconds })
+        })
+        .collect()
+}
 
 /// A value on its way into `Options`: its text, and whether the user gave it
 /// (flag or config file) rather than it being the default.
@@ -126,7 +158,7 @@ pub(crate) const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/contai
 /// socket need would break oxlet itself (kubelet only defaults 0).
 pub(crate) const MIN_OPEN_FILES: u64 = 256;
 
-use Kind::{Bool, Duration, Gates, Int, List, Map, Multimap, Path, Text};
+use Kind::{Bool, Duration, Gates, GraceByPriority, Int, List, Map, Multimap, Path, Text};
 
 /// Every setting, in `--help` order (problems are reported in this order too):
 /// flag, config field, kind (the parser), default, `--help` placeholder and text,
@@ -249,7 +281,52 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("eviction-minimum-reclaim", Some("evictionMinimumReclaim"), Map('='), "", "SIGNAL=VALUE,...", "How far above its threshold a signal must get back before the threshold counts as resolved", |o, i| crate::eviction::parse_min_reclaim(map_pairs(i.text, '=')?).map(|m| o.eviction_minimum_reclaim = m).map_err(|e| InvalidValue(e.to_string()))),
     row("eviction-pressure-transition-period", Some("evictionPressureTransitionPeriod"), Duration, "5m0s", "DURATION", "How long a pressure condition stays True after its threshold was last met", |o, i| parse_duration(i.text)?.to_std().map(|d| o.eviction_pressure_transition_period = d).ok_or_else(|| "must not be negative".into())),
     row("eviction-max-pod-grace-period", Some("evictionMaxPodGracePeriod"), Int, "0", "SECONDS", "Longest grace period given to a pod evicted for a soft threshold", |o, i| parse_int(i.text).map(|n| o.eviction_max_pod_grace_period = n)),
+    // Graceful node shutdown (config file only, as in kubelet); each row's check reads the rows above it.
+    row("", Some("shutdownGracePeriod"), Duration, "", "DURATION", "How long a node shutdown is delayed for the pods to stop (unset or 0s: graceful node shutdown off); config file only", |o, i| shutdown_period(i.text).map(|d| o.shutdown_grace_period = d)),
+    row("", Some("shutdownGracePeriodCriticalPods"), Duration, "", "DURATION", "The part of shutdownGracePeriod kept for critical pods (priority 2000000000 and up), stopped after the others; config file only", set_shutdown_grace_critical),
+    row("", Some("shutdownGracePeriodByPodPriority"), GraceByPriority, "", "PRIORITY=SECONDS,...", "Shutdown budgets by pod priority, instead of the two above; config file only", set_shutdown_by_priority),
 ];
+
+/// kubelet's check of the shutdown periods: zero, or at least a second.
+fn shutdown_period(text: &str) -> Result<std::time::Duration, InvalidValue> {
+    if text.is_empty() {
+        return Ok(std::time::Duration::ZERO);
+    }
+    parse_duration(text)?
+        .to_std()
+        .filter(|d| d.is_zero() || *d >= std::time::Duration::from_secs(1))
+        .ok_or_else(|| "must be either zero or otherwise >= 1 sec".into())
+}
+
+/// kubelet's: no longer than `shutdownGracePeriod` (its row comes first).
+fn set_shutdown_grace_critical(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let d = shutdown_period(i.text)?;
+    if d > o.shutdown_grace_period {
+        return Err(format!(
+            "must be <= shutdownGracePeriod {}",
+            crate::duration::format_go_duration(o.shutdown_grace_period)
+        )
+        .into());
+    }
+    o.shutdown_grace_period_critical_pods = d;
+    Ok(())
+}
+
+/// kubelet's: not together with `shutdownGracePeriod` or
+/// `shutdownGracePeriodCriticalPods` (their rows come first).
+fn set_shutdown_by_priority(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let list = grace_by_priority(i.text)?;
+    let periods_given =
+        !o.shutdown_grace_period.is_zero() || !o.shutdown_grace_period_critical_pods.is_zero();
+    if !list.is_empty() && periods_given {
+        return Err(
+            "cannot be given with shutdownGracePeriod or shutdownGracePeriodCriticalPods at the same time"
+                .into(),
+        );
+    }
+    o.shutdown_grace_period_by_pod_priority = list;
+    Ok(())
+}
 
 /// kubelet's validation: within 0..=100 and below the high threshold (its row comes first).
 fn set_image_gc_low(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
@@ -777,7 +854,8 @@ mod tests {
                 | Kind::Bool
                 | Kind::Map(_)
                 | Kind::Multimap
-                | Kind::Gates => "x1",
+                | Kind::Gates
+                | Kind::GraceByPriority => "x1",
                 Kind::Text | Kind::Path | Kind::List => continue,
             };
             let reason = s.kind.parse(bad).unwrap_err();

@@ -93,7 +93,7 @@ pub(crate) fn is_mirror(pod: &Pod) -> bool {
 }
 
 /// kubelet's `SystemCriticalPriority`.
-const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
 /// kubelet's `IsCriticalPod`, exactly: static, mirror, or a priority at least
 /// system-critical.

@@ -31,6 +31,7 @@ pub(crate) fn kill_status() -> KillStatus {
         reason: REASON.into(),
         message: MESSAGE.into(),
         condition: None,
+        keep_succeeded: false,
     }
 }
 

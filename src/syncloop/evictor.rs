@@ -1,14 +1,15 @@
 //! The one evictor (`contracts::Evictor`): the pod manager's pods whose worker is
 //! syncing them, killed through the pod workers with reason `Evicted` (kubelet's
 //! `killPodNow`) after a Warning event. kubelet's eviction manager and the koordlet
-//! side's QoS manager both evict through it.
+//! side's QoS manager both evict through it. It is also the node shutdown manager's
+//! `contracts::PodTerminator`: the same kill with kubelet's shutdown status, no event.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::pod_workers::{KillRequest, Lifecycle, PodSyncer, PodWork, PodWorkers};
-use crate::contracts::{Eviction, Evictor};
+use crate::contracts::{Eviction, Evictor, PodTerminator, Termination};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::pod::{PodManager, pod_uid};
 
@@ -53,5 +54,46 @@ impl<S: PodSyncer> Evictor for WorkerEvictor<S> {
 
     fn cleaned_up(&self, uid: &str) -> bool {
         !self.workers.is_active(uid)
+    }
+}
+
+impl<S: PodSyncer> PodTerminator for WorkerEvictor<S> {
+    fn running_pods(&self) -> Vec<Arc<Pod>> {
+        self.pods
+            .all()
+            .into_iter()
+            .filter(|p| {
+                matches!(
+                    self.workers.lifecycle(pod_uid(p)),
+                    Some(Lifecycle::Syncing | Lifecycle::Terminating)
+                )
+            })
+            .collect()
+    }
+
+    fn terminate(&self, pod: Arc<Pod>, termination: Termination) -> bool {
+        if !matches!(
+            self.workers.lifecycle(pod_uid(&pod)),
+            Some(Lifecycle::Syncing | Lifecycle::Terminating)
+        ) {
+            return false;
+        }
+        let Termination {
+            reason,
+            message,
+            grace_seconds,
+        } = termination;
+        self.workers.update_pod(PodWork::Kill {
+            pod,
+            kill: KillRequest::node_shutdown(&reason, message, grace_seconds),
+        });
+        true
+    }
+
+    fn terminated(&self, uid: &str) -> bool {
+        matches!(
+            self.workers.lifecycle(uid),
+            None | Some(Lifecycle::Terminated | Lifecycle::Finished)
+        )
     }
 }

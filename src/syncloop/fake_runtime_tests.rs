@@ -359,6 +359,7 @@ async fn a_kill_with_a_status_sets_it_before_stopping_and_it_stays() {
                 reason: "Evicted".into(),
                 message: "The node was low on resource: memory.".into(),
                 condition: None,
+                keep_succeeded: false,
             }),
             ..KillRequest::new(KillReason::RemovedFromConfig)
         },
@@ -641,12 +642,14 @@ async fn static_and_mirror_pod_changes_poke_the_mirror_hook() {
     a.stop().await;
 }
 
-/// The QoS manager's evictor (and kubelet's eviction manager after it): a syncing
-/// pod ends Failed/Evicted with a DisruptionTarget and a Warning event; a pod that
-/// is already stopping is left alone.
-#[tokio::test(start_paused = true)]
-async fn an_eviction_through_the_pod_workers_fails_the_pod_with_a_disruption_target() {
-    use crate::contracts::{Eviction, Evictor};
+/// A running pod `web`, and the one evictor over it (its pod manager holds the pod),
+/// with the receiving end of its events.
+async fn running_web_and_evictor() -> (
+    Agent,
+    Pod,
+    super::WorkerEvictor<super::Syncer>,
+    tokio::sync::mpsc::Receiver<crate::events::Recorded>,
+) {
     let a = agent(110).await;
     let p = pod("web", &[], &["app"], "Always");
     a.send(PodOperation::Add, vec![p.clone()]).await;
@@ -654,12 +657,24 @@ async fn an_eviction_through_the_pod_workers_fails_the_pod_with_a_disruption_tar
         a.phase("uid-web").as_deref() == Some("Running")
     })
     .await;
-    let (events, mut rx) = crate::events::EventRecorder::queued(8);
+    let (events, rx) = crate::events::EventRecorder::queued(8);
+    let pods = Arc::new(PodManager::default());
+    pods.add_or_update(Arc::new(p.clone()));
     let evictor = super::WorkerEvictor {
-        pods: Arc::new(PodManager::default()),
+        pods,
         workers: a.workers.clone(),
         events,
     };
+    (a, p, evictor, rx)
+}
+
+/// The QoS manager's evictor (and kubelet's eviction manager after it): a syncing
+/// pod ends Failed/Evicted with a DisruptionTarget and a Warning event; a pod that
+/// is already stopping is left alone.
+#[tokio::test(start_paused = true)]
+async fn an_eviction_through_the_pod_workers_fails_the_pod_with_a_disruption_target() {
+    use crate::contracts::{Eviction, Evictor};
+    let (a, p, evictor, mut rx) = running_web_and_evictor().await;
     assert!(evictor.evict(
         Arc::new(p.clone()),
         Eviction::new("node memory usage 80%".into())
@@ -687,5 +702,43 @@ async fn an_eviction_through_the_pod_workers_fails_the_pod_with_a_disruption_tar
         ("Evicted", crate::events::EventType::Warning)
     );
     assert!(rx.try_recv().is_err(), "one event");
+    a.stop().await;
+}
+
+/// The node shutdown manager's terminator: a running pod is listed, stopped with the
+/// shutdown's status and no event, then reported terminated and no longer listed.
+#[tokio::test(start_paused = true)]
+async fn a_node_shutdown_kill_fails_the_pod_as_terminated_without_an_event() {
+    use crate::contracts::{PodTerminator, Termination};
+    let (a, p, terminator, mut rx) = running_web_and_evictor().await;
+    assert_eq!(terminator.running_pods().len(), 1);
+    assert!(!terminator.terminated("uid-web"));
+    let message = "Pod was terminated in response to imminent node shutdown.";
+    assert!(terminator.terminate(
+        Arc::new(p.clone()),
+        Termination {
+            reason: "Terminated".into(),
+            message: message.into(),
+            grace_seconds: 2,
+        }
+    ));
+    a.until(Duration::from_secs(5), "pod terminated", |_| {
+        terminator.terminated("uid-web")
+    })
+    .await;
+    assert!(terminator.running_pods().is_empty());
+    let st = a.statuses.get("uid-web").unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Failed"));
+    assert_eq!(
+        (st.reason.as_deref(), st.message.as_deref()),
+        (Some("Terminated"), Some(message))
+    );
+    let conditions = st.conditions.unwrap_or_default();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+    );
+    assert!(rx.try_recv().is_err(), "no event");
     a.stop().await;
 }

@@ -79,7 +79,7 @@ impl Syncer {
             probed: &|c, id| self.probes.readiness(c, id),
         });
         if let Some(k) = kill_status {
-            k.apply(&mut status);
+            k.apply(&mut status, previous.as_ref());
         }
 
         let phase = Phase::parse_or_pending(status.phase.as_deref());

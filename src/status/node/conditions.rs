@@ -40,15 +40,22 @@ impl PressureSource {
     }
 }
 
-/// What the Ready condition is computed from: kubelet's runtime, network and PLEG
-/// errors, in its order. Empty: ready.
-pub(crate) fn not_ready_errors(runtime_up: bool, pleg: Option<String>) -> Vec<String> {
+/// What the Ready condition is computed from: kubelet's runtime and PLEG errors, then
+/// its node shutdown manager's, in its order. Empty: ready.
+pub(crate) fn not_ready_errors(
+    runtime_up: bool,
+    pleg: Option<String>,
+    shutting_down: bool,
+) -> Vec<String> {
     let mut errs = Vec::new();
     if !runtime_up {
         errs.push("container runtime is down".to_string());
     }
     if let Some(e) = pleg {
         errs.push(format!("PLEG is not healthy: {e}"));
+    }
+    if shutting_down {
+        errs.push(crate::contracts::NODE_SHUTTING_DOWN.to_string());
     }
     errs
 }
@@ -280,7 +287,7 @@ mod tests {
     fn healthy_node_is_ready_without_pressure() {
         let c = desired(
             PressureSource::default().get(),
-            &not_ready_errors(true, None),
+            &not_ready_errors(true, None, false),
         );
         let types: Vec<_> = c.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(
@@ -317,7 +324,7 @@ mod tests {
 
     #[test]
     fn runtime_down_or_pleg_unhealthy_is_not_ready() {
-        let errs = not_ready_errors(false, Some("pleg has yet to be successful".into()));
+        let errs = not_ready_errors(false, Some("pleg has yet to be successful".into()), false);
         let c = desired(Pressure::default(), &errs);
         let r = find(&c, "Ready");
         assert_eq!(
@@ -327,6 +334,20 @@ mod tests {
         assert_eq!(
             r.message.as_deref(),
             Some("container runtime is down,PLEG is not healthy: pleg has yet to be successful")
+        );
+    }
+
+    #[test]
+    fn a_node_shutting_down_is_not_ready_with_kubelets_message() {
+        let c = desired(Pressure::default(), &not_ready_errors(true, None, true));
+        let r = find(&c, "Ready");
+        assert_eq!(
+            (r.status.as_str(), r.reason.as_deref(), r.message.as_deref()),
+            (
+                "False",
+                Some("KubeletNotReady"),
+                Some("node is shutting down")
+            )
         );
     }
 

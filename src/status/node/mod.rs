@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::cm::NodeAllocatable;
-use crate::contracts::RuntimeHealth;
+use crate::contracts::{NodeShutdownState, RuntimeHealth};
 use crate::cri::CriRead as _;
 use crate::cri::RemoteRuntime;
 use crate::events::{EventRecorder, EventType, ObjectRef};
@@ -62,6 +62,8 @@ pub(crate) struct NodeStatusDeps {
     pub runtime_health: Arc<RuntimeHealth>,
     pub pleg: Arc<PlegStats>,
     pub pressure: Arc<PressureSource>,
+    /// Set while the node shuts down: Ready goes False, and its change is sent at once.
+    pub shutdown: Arc<NodeShutdownState>,
     pub update_frequency: Duration,
     pub report_frequency: Duration,
     /// Where the Node's name and UID are published (the lease's owner).
@@ -145,6 +147,7 @@ impl NodeStatusTask {
         let errs = conditions::not_ready_errors(
             d.runtime_health.is_up(),
             d.pleg.healthy().err().map(|e| e.to_string()),
+            d.shutdown.is_shutting_down(),
         );
         let previous = self
             .last
@@ -294,12 +297,17 @@ impl NodeStatusTask {
                 () = tokio::time::sleep(FAST_POLL) => {}
             }
         }
+        // kubelet's shutdown manager syncs the node status as soon as a shutdown starts.
+        let mut shutdown = self.deps.shutdown.watch();
         loop {
             // kubelet's jitter: up to 4 % of the period.
             let jitter = self.deps.update_frequency.mul_f64(0.04 * rand_fraction());
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = tokio::time::sleep(self.deps.update_frequency + jitter) => {}
+                Ok(()) = shutdown.changed() => {
+                    info!(shuttingDown = *shutdown.borrow_and_update(), "node shutdown state changed: updating the node status now");
+                }
             }
             let mut result = self.update().await;
             if let Err(UpdateError::NodeGone(name)) = &result {

@@ -2,7 +2,8 @@
 //! period override, and the status to set on the pod (kubelet's `PodStatusFunc`).
 //! Removal from the config, runtime-only pods, deadlines and the node QoS manager's
 //! evictions use it; kubelet's eviction manager sends its kills through
-//! [`KillRequest::evicted`] too.
+//! [`KillRequest::evicted`] too, and the node shutdown manager through
+//! [`KillRequest::node_shutdown`].
 
 use std::fmt;
 
@@ -25,6 +26,8 @@ pub(crate) enum KillReason {
     DeadlineExceeded,
     /// A node agent evicted it (resource pressure; the message is on its status).
     Evicted,
+    /// The node is shutting down (logind announced it).
+    NodeShutdown,
 }
 
 impl KillReason {
@@ -36,6 +39,7 @@ impl KillReason {
             KillReason::Terminal => "pod is terminal",
             KillReason::DeadlineExceeded => "active deadline exceeded",
             KillReason::Evicted => "evicted",
+            KillReason::NodeShutdown => "node shutdown",
         }
     }
 }
@@ -56,12 +60,19 @@ pub(crate) struct KillStatus {
     pub message: String,
     /// A condition set with it (eviction's `DisruptionTarget`); generation keeps it.
     pub condition: Option<PodCondition>,
+    /// A pod that had already `Succeeded` before the kill keeps that phase (kubelet's
+    /// node shutdown status function; its eviction sets `Failed` whatever the phase).
+    pub keep_succeeded: bool,
 }
 
 impl KillStatus {
-    /// Writes the phase, reason and message over a generated status.
-    pub(crate) fn apply(&self, status: &mut PodStatus) {
-        status.phase = Some(self.phase.to_string());
+    /// Writes the phase, reason and message over a generated status; `before` is the
+    /// status the pod had (it tells whether the pod had already succeeded).
+    pub(crate) fn apply(&self, status: &mut PodStatus, before: Option<&PodStatus>) {
+        let succeeded = before.and_then(|b| b.phase.as_deref()) == Some(Phase::Succeeded.as_str());
+        if !(self.keep_succeeded && succeeded) {
+            status.phase = Some(self.phase.to_string());
+        }
         status.reason = Some(self.reason.clone());
         status.message = Some(self.message.clone());
         if let Some(c) = &self.condition {
@@ -102,6 +113,25 @@ impl KillRequest {
     /// reason `Evicted` and `message`, and a `DisruptionTarget` condition (reason
     /// `TerminationByKubelet`) as kubelet sets it; `grace` overrides the pod's.
     pub(crate) fn evicted(message: String, grace: Option<i64>) -> Self {
+        Self::by_kubelet(KillReason::Evicted, EVICTED_REASON, message, grace, false)
+    }
+
+    /// A node shutdown (kubelet's shutdown manager): the pod ends Failed (unless it
+    /// already Succeeded) with `reason` and `message`, and the same `DisruptionTarget`
+    /// condition as an eviction; `grace` overrides the pod's.
+    pub(crate) fn node_shutdown(reason: &str, message: String, grace: i64) -> Self {
+        Self::by_kubelet(KillReason::NodeShutdown, reason, message, Some(grace), true)
+    }
+
+    /// A kill kubelet itself decided on: `Failed` with `status_reason` and `message`,
+    /// and a `DisruptionTarget` condition saying the message.
+    fn by_kubelet(
+        kind: KillReason,
+        status_reason: &str,
+        message: String,
+        grace: Option<i64>,
+        keep_succeeded: bool,
+    ) -> Self {
         let condition = PodCondition {
             type_: DISRUPTION_TARGET.into(),
             status: "True".into(),
@@ -113,13 +143,14 @@ impl KillRequest {
             ..Default::default()
         };
         KillRequest {
-            reason: KillReason::Evicted,
+            reason: kind,
             grace_override: grace,
             status: Some(KillStatus {
                 phase: Phase::Failed,
-                reason: EVICTED_REASON.into(),
+                reason: status_reason.into(),
                 message,
                 condition: Some(condition),
+                keep_succeeded,
             }),
         }
     }
@@ -144,6 +175,7 @@ mod tests {
             reason: "Evicted".into(),
             message: "The node was low on resource: memory.".into(),
             condition: None,
+            keep_succeeded: false,
         }
     }
 
@@ -181,7 +213,7 @@ mod tests {
             }]),
             ..Default::default()
         };
-        k.status.unwrap().apply(&mut s);
+        k.status.unwrap().apply(&mut s, None);
         assert_eq!(s.phase.as_deref(), Some("Failed"));
         assert_eq!(s.reason.as_deref(), Some("Evicted"));
         assert_eq!(s.message.as_deref(), Some("node memory 80% >= 70%"));
@@ -195,12 +227,57 @@ mod tests {
     }
 
     #[test]
+    fn a_node_shutdown_fails_a_running_pod_but_leaves_a_succeeded_one() {
+        let msg = "Pod was terminated in response to imminent node shutdown.";
+        let k = KillRequest::node_shutdown("Terminated", msg.into(), 10);
+        assert_eq!(
+            (k.reason, k.grace_override),
+            (KillReason::NodeShutdown, Some(10))
+        );
+        let status = k.status.unwrap();
+        // Exited 0 on SIGTERM (generated Succeeded) but running before: Failed. Already
+        // Succeeded before the kill: it stays so.
+        for (before, after) in [("Running", "Failed"), ("Succeeded", "Succeeded")] {
+            let mut s = PodStatus {
+                phase: Some("Succeeded".into()),
+                ..Default::default()
+            };
+            let old = PodStatus {
+                phase: Some(before.into()),
+                ..Default::default()
+            };
+            status.apply(&mut s, Some(&old));
+            assert_eq!(s.phase.as_deref(), Some(after));
+            assert_eq!(
+                (s.reason.as_deref(), s.message.as_deref()),
+                (Some("Terminated"), Some(msg))
+            );
+            let d = &s.conditions.unwrap()[0];
+            assert_eq!(
+                (d.type_.as_str(), d.reason.as_deref(), d.message.as_deref()),
+                ("DisruptionTarget", Some("TerminationByKubelet"), Some(msg))
+            );
+        }
+        // An eviction fails even a pod that succeeded meanwhile, as kubelet's.
+        let mut s = PodStatus {
+            phase: Some("Succeeded".into()),
+            ..Default::default()
+        };
+        let old = s.clone();
+        KillRequest::evicted("x".into(), None)
+            .status
+            .unwrap()
+            .apply(&mut s, Some(&old));
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+    }
+
+    #[test]
     fn status_is_written_over_the_generated_one() {
         let mut s = PodStatus {
             phase: Some(Phase::Running.to_string()),
             ..Default::default()
         };
-        evicted().apply(&mut s);
+        evicted().apply(&mut s, None);
         assert_eq!(s.phase.as_deref(), Some("Failed"));
         assert_eq!(s.reason.as_deref(), Some("Evicted"));
         assert_eq!(

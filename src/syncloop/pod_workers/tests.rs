@@ -609,6 +609,7 @@ fn evicted() -> KillStatus {
         reason: "Evicted".into(),
         message: "The node was low on resource: memory.".into(),
         condition: None,
+        keep_succeeded: false,
     }
 }
 

@@ -249,7 +249,10 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
         }
     };
     if !tasks.shutdown(RUNTIME_STOP).await {
-        warn!("the managed containerd's supervisor did not stop within {RUNTIME_STOP:?}");
+        warn!(
+            "the managed containerd's supervisor did not stop within {}",
+            crate::duration::format_go_duration(RUNTIME_STOP)
+        );
     }
     match tasks.failure() {
         Some(failure) => Err(failure.into()),
@@ -303,7 +306,10 @@ async fn run_agent(
         },
     };
     if !tasks.shutdown(AGENT_STOP).await {
-        warn!("some tasks did not stop within {AGENT_STOP:?}");
+        warn!(
+            "some tasks did not stop within {}",
+            crate::duration::format_go_duration(AGENT_STOP)
+        );
     }
     Ok(code)
 }

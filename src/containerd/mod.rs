@@ -416,7 +416,8 @@ impl ManagedContainerd {
         }
         tracing::warn!(
             pid = self.pid,
-            "managed containerd ignored SIGTERM for {STOP_GRACE:?}; killing it"
+            "managed containerd ignored SIGTERM for {}; killing it",
+            crate::duration::format_go_duration(STOP_GRACE)
         );
         let _ = self.child.start_kill();
         self.poll_exit(Duration::from_secs(5)).await;

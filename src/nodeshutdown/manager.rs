@@ -284,7 +284,13 @@ impl<L: Logind> Manager<L> {
             .as_ref()
             .and_then(|s| s.termination_grace_period_seconds);
         let grace = own.filter(|g| *g <= group_grace).unwrap_or(group_grace);
-        info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), gracePeriod = grace, "node shutdown manager: stopping pod");
+        let whose = if grace < group_grace {
+            "its own"
+        } else {
+            "its priority group's"
+        };
+        info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), gracePeriod = grace, cause = "node is shutting down",
+            "node shutdown manager: stopping pod within {grace}s ({whose} grace)");
         let stopping = self.d.pods.terminate(
             pod.clone(),
             Termination {

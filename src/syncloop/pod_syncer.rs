@@ -154,7 +154,7 @@ impl PodSyncer for Syncer {
         last_sync: Option<Instant>,
     ) -> Result<SyncResult, PodSyncError> {
         let uid = pod_uid(&pod).to_string();
-        debug!(pod = %pod_ref(&pod), podUID = %uid, ?update, "syncing pod");
+        debug!(pod = %pod_ref(&pod), podUID = %uid, update = update.as_metric(), "syncing pod");
         self.startup.worker_started(&uid, jiff::Timestamp::now());
         // The runtime's view newer than our last sync (the first sync takes what the
         // relists saw, which includes everything adopted after a restart).

@@ -39,8 +39,9 @@ pub(crate) enum UpdateType {
 }
 
 impl UpdateType {
-    /// kubelet's `operation_type` for `kubelet_pod_worker_duration_seconds`.
-    fn as_metric(self) -> &'static str {
+    /// kubelet's `operation_type` for `kubelet_pod_worker_duration_seconds`, and
+    /// what a sync line says it is.
+    pub(crate) fn as_metric(self) -> &'static str {
         match self {
             UpdateType::Create => "create",
             UpdateType::Update => "update",

@@ -179,6 +179,7 @@ async fn webhook_authentication_and_authorization() {
         "metrics",
     );
     server.allow_node_access("viewers", "get", "stats");
+    server.allow_node_access("viewers", "get", "proxy");
     let (ox, port) = start_secure(
         &bed,
         &[
@@ -215,6 +216,35 @@ async fn webhook_authentication_and_authorization() {
         .await
         .unwrap();
     assert_eq!(code, 200);
+    // A pod's timeline is authorized as nodes/proxy, like the other debug views.
+    let (code, body) = client
+        .request(
+            "GET",
+            "/debug/pods/default/x/timeline",
+            &bearer("token-of-ms"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            403,
+            "Forbidden (user=system:serviceaccount:kube-system:metrics-server, verb=get, resource=nodes, subresource=proxy)"
+        )
+    );
+    let (code, body) = client
+        .request(
+            "GET",
+            "/debug/pods/default/x/timeline",
+            &bearer("token-of-bob"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        code, 404,
+        "bob may read timelines; none for a pod never seen: {body}"
+    );
+    assert!(body.contains("no timeline for pod default/x"), "{body}");
     let (code, _) = client
         .request(
             "POST",

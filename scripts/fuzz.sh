@@ -8,14 +8,13 @@
 # replays it.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
+#   scripts/fuzz.sh --install     (only the install; scripts/install-deps.sh runs it)
 #
 # FUZZ_STATS=<file> appends one line per target: name, executions, seconds, coverage
 # (edges), features, peak RSS (MiB), corpus size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${1:-30}
-shift || true
 # cargo-fuzz, pinned: a fresh machine installs the same one.
 CARGO_FUZZ_VERSION=0.13.2
 
@@ -23,6 +22,11 @@ if ! cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $CARGO_FUZZ_VERSION
     echo "fuzz.sh: installing cargo-fuzz $CARGO_FUZZ_VERSION"
     cargo install --locked --version "$CARGO_FUZZ_VERSION" cargo-fuzz
 fi
+if [ "${1:-}" = "--install" ]; then
+    exit 0
+fi
+seconds=${1:-30}
+shift || true
 
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then

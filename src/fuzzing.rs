@@ -4,7 +4,7 @@
 //! crate alone calls it. The top floor, so it may use any room, through its face.
 //!
 //! An input that stands for several files holds them separated by NUL bytes
-//! ([`parts`]); the seeds under `fuzz/seeds/` are made that way.
+//! (`parts`); the seeds under `fuzz/seeds/` are made that way.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -48,4 +48,4 @@ done
 
 # Every parser fuzzed for 30 s (docs/reliability.md): a crash prints its input and fails
 # the run. About 12 minutes of build on a fresh machine, then 30 s per target.
-bash scripts/fuzz.sh 30
+FUZZ_DEV=1 bash scripts/fuzz.sh 30

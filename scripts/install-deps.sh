@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what oxlet's real-runtime tests and examples need, as root on Debian:
 # containerd (with CRI), runc, the CNI plugins, a static busybox (test images),
-# protoc (the k8s-cri build script), iproute2, openssl (test certificates), kubectl,
+# protoc (the k8s-cri build script), iproute2, openssl (test certificates), kubectl, g++ and
+# cargo-fuzz (the fuzz targets),
 # docker-registry (distribution 2.8: the pull tests run it on loopback; its service is never
 # started), and dbus (dbus-daemon: the graceful node shutdown tests run a private system bus
 # with a logind of their own on it; the system's bus is never started). Only missing packages
@@ -14,8 +15,9 @@
 # place for the duration of the install.
 set -euo pipefail
 
+# g++: libFuzzer, which the fuzz targets link (scripts/fuzz.sh), is C++ built from source.
 PKGS=(containerd runc containernetworking-plugins busybox-static protobuf-compiler iproute2 openssl
-    docker-registry dbus)
+    docker-registry dbus g++)
 # kubectl (Debian's 1.20) shows in tests/test_apiserver.rs that the test apiserver speaks the real
 # protocol; any kubectl already on PATH does as well.
 if ! command -v kubectl >/dev/null 2>&1; then
@@ -33,7 +35,11 @@ for p in "${PKGS[@]}"; do
         missing+=("$p")
     fi
 done
-fetch_runtimes() { bash "$(dirname "$0")/fetch-runtimes.sh"; }
+# containerd 1.7 and 2.x, and cargo-fuzz (pinned in scripts/fuzz.sh).
+fetch_runtimes() {
+    bash "$(dirname "$0")/fetch-runtimes.sh"
+    bash "$(dirname "$0")/fuzz.sh" --install
+}
 if [ ${#missing[@]} -eq 0 ]; then
     echo "install-deps: all present (${PKGS[*]})"
     fetch_runtimes

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: test images, the unit tests and the integration tests (against
 # real containerd test beds, the system's containerd 1.6), a build (not a run) of the
-# benchmarks, the docs, then the core of the integration tests on containerd 1.7 and 2.x.
+# benchmarks, the docs, then the core of the integration tests on containerd 1.7 and 2.x, and
+# 30 s of fuzzing per parser.
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,3 +45,7 @@ for series in containerd-1.7 containerd-2; do
     OXLET_TEST_CONTAINERD=$bin cargo test "${CORE[@]/#/--test=}" -- --test-threads=2 \
         --skip crash_loop_back_off_doubles_from_ten_seconds
 done
+
+# Every parser fuzzed for 30 s (docs/reliability.md): a crash prints its input and fails
+# the run. About 12 minutes of build on a fresh machine, then 30 s per target.
+FUZZ_DEV=1 bash scripts/fuzz.sh 30

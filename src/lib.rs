@@ -17,6 +17,8 @@ mod duration;
 mod events;
 mod eviction;
 mod flag_text;
+#[doc(hidden)]
+pub mod fuzzing;
 mod hash;
 mod http_get;
 mod images;

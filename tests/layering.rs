@@ -60,6 +60,8 @@ const FLOORS: &[&[&str]] = &[
     &["options"],
     &["server"],
     &["agent"],
+    // the fuzz targets' entry points (`fuzz/`), above every room they feed
+    &["fuzzing"],
 ];
 
 fn floor_of(room: &str) -> Option<usize> {

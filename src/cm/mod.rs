@@ -73,5 +73,4 @@ mod fake_fs;
 mod kind_v2_tests;
 #[cfg(test)]
 pub(crate) use fake_fs::{FakeCgroupFs, fake_manager};
-#[cfg(test)]
 pub(crate) use version::CgroupVersion;

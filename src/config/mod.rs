@@ -13,6 +13,8 @@ pub(crate) use apiserver::run_api_source;
 pub(crate) use file::run_file_source;
 pub(crate) use http::{UrlSource, run_http_source};
 pub(crate) use merge::{PodConfig, run_merger};
+// The manifest decoders whole, for the fuzz targets (`crate::fuzzing`).
+pub(crate) use manifest::{decode_static_pod, decode_url_pods};
 
 use k8s_openapi::api::core::v1::Pod;
 

@@ -71,7 +71,35 @@ impl std::fmt::Debug for RemoteRuntime {
     }
 }
 
+/// `endpoint` as tonic dials it.
+fn parse_endpoint(endpoint: &str) -> Result<Endpoint, CriError> {
+    Endpoint::from_shared(endpoint.to_string()).map_err(|e| CriError::Endpoint {
+        endpoint: endpoint.to_string(),
+        reason: e.to_string(),
+    })
+}
+
 impl RemoteRuntime {
+    /// A client that dials `endpoint` only at its first call (the fuzz targets' servers
+    /// hold one they never call). Needs a tokio runtime.
+    pub(crate) fn lazy(endpoint: &str, request_timeout: Duration) -> Result<Self, CriError> {
+        let channel = parse_endpoint(endpoint)?.connect_lazy();
+        Ok(RemoteRuntime::on(endpoint, channel, request_timeout))
+    }
+
+    /// The clients of one channel to `endpoint`.
+    fn on(endpoint: &str, channel: Channel, timeout: Duration) -> RemoteRuntime {
+        RemoteRuntime {
+            endpoint: endpoint.to_string(),
+            runtime: RuntimeServiceClient::new(channel.clone())
+                .max_decoding_message_size(MAX_DECODING),
+            images: ImageServiceClient::new(channel.clone())
+                .max_decoding_message_size(MAX_DECODING),
+            lean: tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_DECODING),
+            timeout,
+        }
+    }
+
     /// Connects (bounded by `connect_timeout`) and checks the runtime answers `Version`.
     pub(crate) async fn connect(
         endpoint: &str,
@@ -84,10 +112,7 @@ impl RemoteRuntime {
                 reason: "only unix:// endpoints are supported".into(),
             });
         }
-        let ep = Endpoint::from_shared(endpoint.to_string()).map_err(|e| CriError::Endpoint {
-            endpoint: endpoint.to_string(),
-            reason: e.to_string(),
-        })?;
+        let ep = parse_endpoint(endpoint)?;
         let channel = tokio::time::timeout(connect_timeout, ep.connect())
             .await
             .map_err(|_| CriError::Connect {
@@ -98,15 +123,7 @@ impl RemoteRuntime {
                 endpoint: endpoint.to_string(),
                 reason: error_chain(&e),
             })?;
-        let rt = RemoteRuntime {
-            endpoint: endpoint.to_string(),
-            runtime: RuntimeServiceClient::new(channel.clone())
-                .max_decoding_message_size(MAX_DECODING),
-            images: ImageServiceClient::new(channel.clone())
-                .max_decoding_message_size(MAX_DECODING),
-            lean: tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_DECODING),
-            timeout: request_timeout,
-        };
+        let rt = RemoteRuntime::on(endpoint, channel, request_timeout);
         let version = tokio::time::timeout(connect_timeout, rt.version())
             .await
             .map_err(|_| CriError::Connect {

@@ -29,8 +29,15 @@ mod slo;
 pub use advisor::bench as advisor_bench;
 pub(crate) use advisor::{Advisor, AdvisorDeps, DebugQuery, ManagedPods, debug_query};
 pub(crate) use metriccache::{CacheLimits, MetricCache};
+// The advisor's procfs parsers, for the fuzz targets (`crate::fuzzing`).
+pub(crate) use advisor::{
+    memory_from_meminfo, parse_boot_time, parse_cpu_jiffies, parse_default_route,
+    parse_loadavg_tasks, parse_meminfo, parse_net_dev,
+};
 // The NodeSLO's host applications, for the agent's wiring and the flag check.
 pub(crate) use host_apps::{HostApp, QosPaths, from_file as host_apps_from_file};
+// The NodeSLO's host applications as the apiserver's NodeSLO carries them (fuzz targets).
+pub(crate) use host_apps::parse as parse_host_apps;
 // Peak prediction: the server, its collector and inputs, and what `/debug` serves.
 pub(crate) use prediction::metrics::{PredictionCollector, PredictionInputs};
 pub(crate) use prediction::predictor::ResourceAmount;
@@ -40,7 +47,7 @@ pub(crate) use prediction::{PredictServer, PredictionConfig};
 pub(crate) use hooks::HookSet;
 #[cfg(test)]
 pub(crate) use qosmanager::config::Strategies;
-pub(crate) use qosmanager::config::{QosConfig, load_qos_config};
+pub(crate) use qosmanager::config::{QosConfig, load_qos_config, parse as parse_qos_config};
 pub(crate) use qosmanager::{QosDeps, QosManager};
 // This node's NodeMetric: its status made from the metric cache, and the reporter.
 pub(crate) use slo::{NodeMetricReporter, NodeMetricSource, NodeSloWatch, PredictionView};

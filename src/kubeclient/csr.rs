@@ -278,7 +278,10 @@ pub(crate) async fn request_certificate(
 
 /// client-go's `ensureCompatible`/`WaitForCertificate` verdict: Denied and Failed end
 /// the wait, Approved with a certificate ends it with the certificate.
-fn issued(name: &str, csr: &CertificateSigningRequest) -> Result<Option<Vec<u8>>, CsrError> {
+pub(crate) fn issued(
+    name: &str,
+    csr: &CertificateSigningRequest,
+) -> Result<Option<Vec<u8>>, CsrError> {
     let Some(status) = &csr.status else {
         return Ok(None);
     };

@@ -33,8 +33,13 @@ use kube::client::ClientBuilder;
 
 pub(crate) use bootstrap::{BOOTSTRAP_WAIT, Bootstrap, cert_info};
 pub(crate) use kubeconfig::KubeconfigError;
+// The kubeconfig reader, the CSR verdict and the certificate checks, for the fuzz
+// targets (`crate::fuzzing`).
+pub(crate) use csr::{Template, certificate_blocks, issued as issued_certificate};
+pub(crate) use kubeconfig::load as load_kubeconfig;
 use ratelimit::RateLimitLayer;
 pub(crate) use ratelimit::TokenBucket;
+pub(crate) use rotation::deadline as rotation_deadline;
 // Client certificate rotation, for the agent to run beside the clients.
 pub(crate) use rotation::{ROTATION_WAIT, Rotation};
 // `serverTLSBootstrap`: the serving certificate, requested and rotated.

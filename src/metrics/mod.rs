@@ -28,6 +28,8 @@ pub(crate) use http::{exposition, track_readonly, track_readwrite};
 // What callers record through the registries' families.
 pub(crate) use kubelet_families::WorkingPods;
 pub(crate) use probe_families::{ProbeOutcome, ProbeSeries};
+// `/proc/self/stat`'s parser, for the fuzz targets (`crate::fuzzing`).
+pub(crate) use process::parse as parse_process_stat;
 // Pod startup latency: pull windows and the one-time observations.
 pub(crate) use startup::{
     forget_pod_pulls, pod_first_seen, pod_running, pull_finished, pull_started, status_synced,

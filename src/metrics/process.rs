@@ -63,7 +63,7 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
 }
 
 /// (start time in unix seconds, CPU seconds, RSS bytes) from the stat files' text.
-fn parse(stat: &str, proc_stat: &str, ticks: f64, page: f64) -> Option<(f64, f64, f64)> {
+pub(crate) fn parse(stat: &str, proc_stat: &str, ticks: f64, page: f64) -> Option<(f64, f64, f64)> {
     let f = stat_fields(stat)?;
     // After the command: state is field 3, so field n is f[n - 3].
     let num = |n: usize| f.get(n - 3)?.parse::<f64>().ok();

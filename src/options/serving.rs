@@ -68,7 +68,7 @@ pub(crate) struct Serving {
 
 impl Serving {
     /// Zero values, before the table's defaults are applied.
-    pub(super) fn blank() -> Serving {
+    pub(crate) fn blank() -> Serving {
         Serving {
             enable: false,
             port: 0,

@@ -249,6 +249,31 @@ pub(crate) async fn serve(
     }
 }
 
+/// Serves one plain connection on `io` as [`serve`] serves an accepted one, until the
+/// client has left: the fuzz targets send request bytes through it (`crate::fuzzing`).
+pub(crate) async fn serve_io<S>(router: Router, io: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok(slot) = Arc::new(Semaphore::new(1)).try_acquire_owned() else {
+        return;
+    };
+    let conn = Conn {
+        router,
+        limits: Limits::for_open_files(1024),
+        tls: None,
+        tasks: ConnTasks {
+            tracker: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+        },
+        peer: SocketAddr::from(([127, 0, 0, 1], 0)),
+        slot: Arc::new(slot),
+    };
+    let io = Tracked::new(io);
+    let activity = io.activity.clone();
+    conn.http(TokioIo::new(io), activity, None).await;
+}
+
 /// One accepted connection and what serving it needs.
 struct Conn {
     router: Router,

@@ -138,12 +138,17 @@ pub(super) fn memory_from_stat(usage: u64, stat: &str, v1: bool) -> MemoryReadin
         unevictable,
         active_file,
     ] = stat_values(stat.as_bytes(), names);
-    let without_cache = inactive_anon + active_anon + unevictable;
+    // Saturating: the kernel's numbers fit, a corrupt file's may not.
+    let without_cache = inactive_anon
+        .saturating_add(active_anon)
+        .saturating_add(unevictable);
     MemoryReading {
         usage_bytes: usage,
         working_set_bytes: usage.saturating_sub(inactive_file),
         without_cache_bytes: without_cache,
-        with_cache_bytes: without_cache + active_file + inactive_file,
+        with_cache_bytes: without_cache
+            .saturating_add(active_file)
+            .saturating_add(inactive_file),
         rss_bytes: rss,
         page_faults: pgfault,
         major_page_faults: pgmajfault,
@@ -173,7 +178,8 @@ pub(super) fn cache_split_from_stat(stat: &str, v1: bool) -> (u64, u64) {
         ]
     };
     let [ia, aa, u, af, ifile] = stat_values(stat.as_bytes(), names);
-    (ia + aa + u, ia + aa + u + af + ifile)
+    let without = ia.saturating_add(aa).saturating_add(u);
+    (without, without.saturating_add(af).saturating_add(ifile))
 }
 
 /// The values of `names` in a `key value` per line file (0 when absent or not a

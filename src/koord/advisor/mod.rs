@@ -40,7 +40,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub(crate) use debug::{DebugQuery, debug_query};
+// The procfs parsers, for the fuzz targets (`crate::fuzzing`).
+pub(crate) use network::{parse_default_route, parse_net_dev};
+pub(crate) use node::memory_from_meminfo;
 pub(crate) use pods::{ManagedPods, PodCollector, PodTarget, TargetLister};
+pub(crate) use procfs::{parse_boot_time, parse_cpu_jiffies, parse_loadavg_tasks, parse_meminfo};
 
 use crate::contracts::{
     CgroupReading, FsReading, LatestReadings, NetworkReading, NodeReading, PodReading, Pressure,

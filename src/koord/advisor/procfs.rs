@@ -61,9 +61,11 @@ pub(crate) fn parse_cpu_jiffies(text: &str) -> Option<CpuJiffies> {
     if f.len() < 7 {
         return None;
     }
-    Some(CpuJiffies {
-        busy: f[0] + f[1] + f[2] + f[5] + f[6],
-    })
+    // Saturating: a corrupt or hostile file must not overflow (a panic in a debug build).
+    let busy = [f[0], f[1], f[2], f[5], f[6]]
+        .into_iter()
+        .fold(0u64, u64::saturating_add);
+    Some(CpuJiffies { busy })
 }
 
 /// The boot time from `/proc/stat`'s `btime` (unix seconds).
@@ -74,7 +76,8 @@ pub(crate) fn parse_boot_time(text: &str) -> Option<SystemTime> {
         .trim()
         .parse()
         .ok()?;
-    Some(UNIX_EPOCH + Duration::from_secs(secs))
+    // A time past what the clock can hold is no boot time.
+    UNIX_EPOCH.checked_add(Duration::from_secs(secs))
 }
 
 /// What the advisor needs of `/proc/meminfo`, in bytes.
@@ -142,4 +145,17 @@ pub(crate) fn read_parsed<T>(
     what: &'static str,
 ) -> Result<T, ProcError> {
     parse(&read_bounded(path)?).ok_or_else(|| parse_err(path, what))
+}
+
+#[cfg(test)]
+mod overflow_tests {
+    use super::*;
+
+    #[test]
+    fn huge_values_neither_overflow_nor_panic() {
+        let max = u64::MAX;
+        let stat = format!("cpu {max} {max} 1 2 3 {max} {max}\nbtime {max}\n");
+        assert_eq!(parse_cpu_jiffies(&stat).unwrap().busy, u64::MAX);
+        assert_eq!(parse_boot_time(&stat), None);
+    }
 }

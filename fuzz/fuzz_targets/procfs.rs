@@ -1,0 +1,4 @@
+#![no_main]
+//! `oxlet::fuzzing::procfs` (its doc says what it feeds and checks).
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| oxlet::fuzzing::procfs(data));

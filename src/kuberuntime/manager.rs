@@ -241,15 +241,6 @@ struct ContainerStarts {
 }
 
 /// Converts a CRI wall-clock timestamp (ns) into a tokio instant in the past.
-/// The reason an exited container shows (`Error`, `OOMKilled`, `Completed`).
-fn exit_reason(c: &ContainerStatus) -> &str {
-    match (c.reason.as_str(), c.exit_code) {
-        ("", 0) => "Completed",
-        ("", _) => "Error",
-        (r, _) => r,
-    }
-}
-
 fn instant_of(ns: i64) -> tokio::time::Instant {
     let now_ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -925,7 +916,7 @@ impl RuntimeManager {
                     (prev.finished_at - prev.started_at).max(0).unsigned_abs(),
                 );
                 info!(pod = %s.pod_ref, podUID = %uid, container = name, restartCount = prev.restart_count,
-                    cause = %format!("exited with code {} ({}) after running {:.1}s", prev.exit_code, exit_reason(prev), ran.as_secs_f64()),
+                    cause = %format!("exited with code {} ({}) after running {:.1}s", prev.exit_code, prev.terminated_reason(), ran.as_secs_f64()),
                     "back-off {} restarting failed container ({}s left)",
                     crate::duration::format_go_duration(current), left.as_secs());
             }

@@ -108,6 +108,18 @@ pub(crate) struct SandboxStatus {
     pub host_network: bool,
 }
 
+impl ContainerStatus {
+    /// The reason an exited instance shows: the runtime's own (`OOMKilled`, …) as it
+    /// gave it, else kubelet's by the exit code (`Completed` or `Error`).
+    pub(crate) fn terminated_reason(&self) -> &str {
+        if self.reason.is_empty() {
+            crate::pod::TerminatedReason::of_exit(self.exit_code).as_str()
+        } else {
+            &self.reason
+        }
+    }
+}
+
 #[cfg(test)]
 impl ContainerStatus {
     /// A status with only its ID, name and state set, the rest zero or empty; tests

@@ -47,15 +47,9 @@ fn seconds(t: jiff::Timestamp) -> Time {
 }
 
 fn terminated(c: &rt::ContainerStatus, runtime_name: &str) -> ContainerStateTerminated {
-    // The runtime's own reason (OOMKilled, …) as it gave it, else kubelet's.
-    let reason = if c.reason.is_empty() {
-        TerminatedReason::of_exit(c.exit_code).to_string()
-    } else {
-        c.reason.clone()
-    };
     ContainerStateTerminated {
         exit_code: c.exit_code,
-        reason: Some(reason),
+        reason: Some(c.terminated_reason().to_string()),
         message: (!c.message.is_empty()).then(|| c.message.clone()),
         started_at: time_of(c.started_at),
         finished_at: time_of(c.finished_at),

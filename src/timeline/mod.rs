@@ -40,7 +40,8 @@ pub(crate) fn render_text(story: &Story) -> String {
         };
         out.push_str(&format!("pod {}  uid {uid}{gone}\n", story.pod));
         for (i, e) in life.entries.iter().enumerate() {
-            if i == FIRST_SHOWN_BEFORE_GAP && life.dropped > 0 {
+            // The left-out entries sat after the first ones a life keeps.
+            if i == store::FIRST_KEPT && life.dropped > 0 {
                 out.push_str(&format!("  … {} entries left out …\n", life.dropped));
             }
             out.push_str(&entry_line(e));
@@ -48,9 +49,6 @@ pub(crate) fn render_text(story: &Story) -> String {
     }
     out
 }
-
-/// Where the left-out entries sit in a life's list: after its first ones.
-const FIRST_SHOWN_BEFORE_GAP: usize = 24;
 
 fn entry_line(e: &Entry) -> String {
     let mut line = format!("  {}  {:<11} {}", short_time(e.time), e.room, e.what);

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::locks::Locked;
 
 /// The first entries of a life are kept whatever follows: they tell how it started.
-const FIRST_KEPT: usize = 24;
+pub(crate) const FIRST_KEPT: usize = 24;
 /// The latest entries of a life, after the first ones.
 const LATEST_KEPT: usize = 104;
 /// Lives of one pod name (a static pod re-created, an API pod deleted and made again).

@@ -29,7 +29,22 @@ struct Ask {
     pod: String,
 }
 
-fn parse(args: &[String]) -> Result<Ask, String> {
+/// Why the command line asked for no timeline.
+#[derive(Debug, PartialEq)]
+enum NoAsk {
+    /// `-h` or `--help`: the usage alone.
+    Help,
+    /// A mistake, said before the usage.
+    Wrong(String),
+}
+
+impl From<String> for NoAsk {
+    fn from(why: String) -> NoAsk {
+        NoAsk::Wrong(why)
+    }
+}
+
+fn parse(args: &[String]) -> Result<Ask, NoAsk> {
     let mut ask = Ask {
         server: "http://127.0.0.1:10255".into(),
         token: None,
@@ -62,17 +77,17 @@ fn parse(args: &[String]) -> Result<Ask, String> {
             "-o" | "--output" => match value("-o")?.as_str() {
                 "json" => ask.json = true,
                 "text" => ask.json = false,
-                other => return Err(format!("-o {other}: want text or json")),
+                other => return Err(format!("-o {other}: want text or json").into()),
             },
-            "-h" | "--help" => return Err(String::new()),
-            f if f.starts_with('-') => return Err(format!("unknown flag {f}")),
+            "-h" | "--help" => return Err(NoAsk::Help),
+            f if f.starts_with('-') => return Err(format!("unknown flag {f}").into()),
             pod if ask.pod.is_empty() => ask.pod = pod.to_string(),
-            extra => return Err(format!("one pod at a time ({extra} is one too many)")),
+            extra => return Err(format!("one pod at a time ({extra} is one too many)").into()),
         }
     }
     let parts: Vec<&str> = ask.pod.split('/').collect();
     if parts.len() != 2 || parts.iter().any(|p| p.is_empty()) {
-        return Err("name the pod as NAMESPACE/NAME".into());
+        return Err(NoAsk::Wrong("name the pod as NAMESPACE/NAME".into()));
     }
     Ok(ask)
 }
@@ -81,9 +96,9 @@ fn parse(args: &[String]) -> Result<Ask, String> {
 pub fn timeline_command(args: &[String]) -> ExitCode {
     let ask = match parse(args) {
         Ok(a) => a,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("oxlet timeline: {e}");
+        Err(no) => {
+            if let NoAsk::Wrong(why) = no {
+                eprintln!("oxlet timeline: {why}");
             }
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -196,14 +211,15 @@ mod tests {
 
     #[test]
     fn bad_command_lines_say_why() {
-        assert!(parse(&args("web")).unwrap_err().contains("NAMESPACE/NAME"));
-        assert!(parse(&args("a/b c/d")).unwrap_err().contains("one pod"));
-        assert!(parse(&args("--bogus a/b")).unwrap_err().contains("--bogus"));
-        assert!(parse(&args("-o yaml a/b")).unwrap_err().contains("yaml"));
-        assert!(
-            parse(&args("a/b --server"))
-                .unwrap_err()
-                .contains("needs a value")
-        );
+        let why = |line: &str| match parse(&args(line)) {
+            Err(NoAsk::Wrong(why)) => why,
+            other => panic!("{line}: {other:?}"),
+        };
+        assert!(why("web").contains("NAMESPACE/NAME"));
+        assert!(why("a/b c/d").contains("one pod"));
+        assert!(why("--bogus a/b").contains("--bogus"));
+        assert!(why("-o yaml a/b").contains("yaml"));
+        assert!(why("a/b --server").contains("needs a value"));
+        assert_eq!(parse(&args("--help")), Err(NoAsk::Help));
     }
 }

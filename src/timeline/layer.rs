@@ -39,13 +39,13 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for TimelineLayer {
         let room = room_of(meta.module_path().unwrap_or(meta.target()));
         // A recorded event reads as its message; `events` already says what it is.
         let what = match line.what.strip_prefix("Event: ") {
-            Some(m) if room == "events" => m.to_string(),
-            _ => line.what,
+            Some(m) if room == "events" => m,
+            _ => &line.what,
         };
         let entry = Stored {
             time: jiff::Timestamp::now(),
             room,
-            what: crate::klog::one_line(&what).into(),
+            what: crate::klog::one_line(what).into(),
             cause: line.cause.map(|c| crate::klog::one_line(&c).into()),
             severity: match *meta.level() {
                 Level::ERROR => Some("error"),

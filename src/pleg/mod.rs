@@ -344,7 +344,10 @@ impl GenericPleg {
         let mut changed: HashSet<String> = events.iter().map(|e| e.uid.clone()).collect();
         changed.extend(self.retry.drain());
         for uid in &changed {
-            let Some(pod) = current.get(uid).or_else(|| self.previous.get(uid)) else {
+            let Some(pod) = current.get(uid) else {
+                // Gone from the runtime: kubelet's `updateCache` forgets it (a reader
+                // then gets an empty status once this relist's time is set below).
+                self.cache.delete(uid);
                 continue;
             };
             // A worker that just acted stored what it caused; when that matches this
@@ -362,11 +365,7 @@ impl GenericPleg {
             {
                 Ok(status) => {
                     log_exits(&events, uid, pod, &status);
-                    if current.contains_key(uid) {
-                        self.cache.set(uid, status, start);
-                    } else {
-                        self.cache.set(uid, Default::default(), start);
-                    }
+                    self.cache.set(uid, status, start);
                 }
                 Err(e) => {
                     debug!(podUID = %uid, error = %e, "PLEG: cannot read pod status; will retry");

@@ -14,8 +14,8 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use kube::runtime::watcher::watcher;
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher::watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -193,8 +193,56 @@ pub(crate) async fn run_api_source(
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     info!(node = %node_name, "watching the apiserver for pods bound to this node");
-    let stream = watcher(api, config).default_backoff();
-    pump(stream, PodStore::new(MAX_API_PODS), tx, cancel).await;
+    let mut store = PodStore::new(MAX_API_PODS);
+    let mut errors = ErrorLog::default();
+    let mut wait = RELIST_BACKOFF_START;
+    loop {
+        let stream = watcher(api.clone(), config.clone());
+        let listed = match pump(stream, &mut store, &mut errors, &tx, &cancel).await {
+            Pumped::Ended => return,
+            Pumped::Failed { listed } => listed,
+        };
+        if listed {
+            wait = RELIST_BACKOFF_START;
+        }
+        // The set stands until the new list completes; then what the apiserver no
+        // longer has is deleted (a pod deleted during an outage, or every pod of a
+        // cluster that was replaced).
+        debug!(
+            cause = "the watch failed",
+            after = %crate::duration::format_go_duration(wait),
+            "apiserver pod source: listing again, as client-go's reflector does"
+        );
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(jittered(wait)) => {}
+        }
+        wait = (wait * 2).min(RELIST_BACKOFF_MAX);
+    }
+}
+
+/// client-go's reflector backs off 800 ms, doubling up to 30 s, between a failed
+/// watch and the next list.
+const RELIST_BACKOFF_START: Duration = Duration::from_millis(800);
+const RELIST_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// `d` and up to as much again, so nodes that lost the same apiserver come back
+/// spread out (client-go's jitter of 1.0).
+fn jittered(d: Duration) -> Duration {
+    d + d.mul_f64(fastrand::f64())
+}
+
+/// Why [`pump`] returned.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Pumped {
+    /// Cancelled, or the stream or the merger is gone.
+    Ended,
+    /// The list or the watch failed: as client-go's reflector, the source lists
+    /// again (after a back-off) instead of resuming the watch, so what changed while
+    /// it was away (a pod deleted, a cluster replaced by a new one whose versions
+    /// mean nothing to the old watch) is caught up from a full list. `listed`: a
+    /// list had completed in this stream before it failed.
+    Failed { listed: bool },
 }
 
 /// Reads watch events, coalescing those that arrive within [`COALESCE_GAP`] of each
@@ -204,53 +252,70 @@ pub(crate) async fn run_api_source(
 /// it was created still wakes its reconciler.
 pub(crate) async fn pump<S>(
     stream: S,
-    mut store: PodStore,
-    tx: mpsc::Sender<SourceSnapshot>,
-    cancel: CancellationToken,
-) where
+    store: &mut PodStore,
+    errors: &mut ErrorLog,
+    tx: &mpsc::Sender<SourceSnapshot>,
+    cancel: &CancellationToken,
+) -> Pumped
+where
     S: Stream<Item = Result<Event<Pod>, watcher::Error>>,
 {
     let mut stream = std::pin::pin!(stream);
-    let mut errors = ErrorLog::default();
+    let mut listed = false;
     loop {
         let item = tokio::select! {
-            () = cancel.cancelled() => return,
+            () = cancel.cancelled() => return Pumped::Ended,
             item = stream.next() => item,
         };
-        let Some(item) = item else { return };
+        let event = match item {
+            None => return Pumped::Ended,
+            Some(Ok(event)) => event,
+            Some(Err(e)) => {
+                errors.error(&e);
+                return Pumped::Failed { listed };
+            }
+        };
+        listed |= matches!(event, Event::InitDone);
         // Keys applied since the last set went out.
         let mut unsent: HashSet<String> = HashSet::new();
-        let mut changed = handle(&mut store, &mut errors, &mut unsent, item);
+        let mut changed = handle(store, errors, &mut unsent, event);
         let until = Instant::now() + COALESCE_MAX;
         loop {
             let gap = (Instant::now() + COALESCE_GAP).min(until);
-            match tokio::time::timeout_at(gap, stream.next()).await {
-                Ok(Some(item)) => {
-                    if changed && deletes_one_of(&item, &unsent) {
-                        if !send(&store, &tx, &cancel).await {
-                            return;
-                        }
-                        unsent.clear();
-                        changed = false;
+            let event = match tokio::time::timeout_at(gap, stream.next()).await {
+                Ok(Some(Ok(event))) => event,
+                Ok(Some(Err(e))) => {
+                    errors.error(&e);
+                    if changed && !send(store, tx, cancel).await {
+                        return Pumped::Ended;
                     }
-                    changed |= handle(&mut store, &mut errors, &mut unsent, item);
+                    return Pumped::Failed { listed };
                 }
-                Ok(None) => return,
+                Ok(None) => return Pumped::Ended,
                 Err(_) => break,
+            };
+            listed |= matches!(event, Event::InitDone);
+            if changed && deletes_one_of(&event, &unsent) {
+                if !send(store, tx, cancel).await {
+                    return Pumped::Ended;
+                }
+                unsent.clear();
+                changed = false;
             }
+            changed |= handle(store, errors, &mut unsent, event);
             if Instant::now() >= until {
                 break;
             }
         }
-        if changed && !send(&store, &tx, &cancel).await {
-            return;
+        if changed && !send(store, tx, cancel).await {
+            return Pumped::Ended;
         }
     }
 }
 
-/// Whether `item` deletes a pod applied since the last set went out.
-fn deletes_one_of(item: &Result<Event<Pod>, watcher::Error>, unsent: &HashSet<String>) -> bool {
-    matches!(item, Ok(Event::Delete(pod)) if unsent.contains(&key(pod)))
+/// Whether `event` deletes a pod applied since the last set went out.
+fn deletes_one_of(event: &Event<Pod>, unsent: &HashSet<String>) -> bool {
+    matches!(event, Event::Delete(pod) if unsent.contains(&key(pod)))
 }
 
 /// Sends the store's set (if it has one yet); false once cancelled or the merger is gone.
@@ -273,21 +338,13 @@ fn handle(
     store: &mut PodStore,
     errors: &mut ErrorLog,
     unsent: &mut HashSet<String>,
-    item: Result<Event<Pod>, watcher::Error>,
+    event: Event<Pod>,
 ) -> bool {
-    match item {
-        Ok(event) => {
-            errors.ok();
-            if let Event::Apply(pod) = &event {
-                unsent.insert(key(pod));
-            }
-            store.apply(event)
-        }
-        Err(e) => {
-            errors.error(&e);
-            false
-        }
+    errors.ok();
+    if let Event::Apply(pod) = &event {
+        unsent.insert(key(pod));
     }
+    store.apply(event)
 }
 
 #[cfg(test)]
@@ -409,7 +466,11 @@ mod tests {
         let (tx, rx) = mpsc::channel(16);
         let cancel = CancellationToken::new();
         let stream = tokio_stream_from(ev_rx);
-        tokio::spawn(pump(stream, PodStore::new(1000), tx, cancel.clone()));
+        let stop = cancel.clone();
+        tokio::spawn(async move {
+            let (mut store, mut errors) = (PodStore::new(1000), ErrorLog::default());
+            pump(stream, &mut store, &mut errors, &tx, &stop).await
+        });
         (ev_tx, rx, cancel)
     }
 
@@ -462,29 +523,56 @@ mod tests {
         cancel.cancel();
     }
 
+    /// A failed list or watch ends the stream: the source lists again in a fresh one
+    /// (client-go's reflector), and the set stands until that list completes. A pod
+    /// deleted while the apiserver was away, or a whole cluster replaced by a new
+    /// one, is caught up by that list.
     #[tokio::test(start_paused = true)]
-    async fn errors_keep_the_last_set_and_send_nothing() {
-        let (ev, mut rx, cancel) = start_pump();
-        ev.send(Ok(Event::Init)).unwrap();
-        ev.send(Ok(Event::InitApply(pod("a", "1")))).unwrap();
-        ev.send(Ok(Event::InitDone)).unwrap();
-        assert_eq!(names(&rx.recv().await.unwrap()), ["a"]);
-        // An outage: errors, then a relist that starts but cannot finish.
-        for _ in 0..5 {
-            ev.send(Err(watcher::Error::NoResourceVersion)).unwrap();
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        }
-        ev.send(Ok(Event::Init)).unwrap();
-        ev.send(Err(watcher::Error::NoResourceVersion)).unwrap();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(rx.try_recv().is_err(), "never an empty set for an outage");
-        // The apiserver is back: the completed relist goes out.
-        ev.send(Ok(Event::Init)).unwrap();
-        ev.send(Ok(Event::InitApply(pod("a", "1")))).unwrap();
-        ev.send(Ok(Event::InitApply(pod("b", "1")))).unwrap();
-        ev.send(Ok(Event::InitDone)).unwrap();
+    async fn a_failure_keeps_the_set_until_a_new_list_completes() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let (mut store, mut errors) = (PodStore::new(10), ErrorLog::default());
+        let fed = |items: Vec<Item>| {
+            futures::stream::iter(items).chain(futures::stream::pending::<Item>())
+        };
+        let broken = || Err(watcher::Error::NoResourceVersion);
+        let first = fed(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("a", "1"))),
+            Ok(Event::InitApply(pod("b", "1"))),
+            Ok(Event::InitDone),
+            broken(),
+        ]);
+        let pumped = pump(first, &mut store, &mut errors, &tx, &cancel).await;
+        assert_eq!(pumped, Pumped::Failed { listed: true });
         assert_eq!(names(&rx.recv().await.unwrap()), ["a", "b"]);
-        cancel.cancel();
+        // An outage: lists fail, one starts but cannot finish. Nothing goes out.
+        let pumped = pump(fed(vec![broken()]), &mut store, &mut errors, &tx, &cancel).await;
+        assert_eq!(pumped, Pumped::Failed { listed: false });
+        let half = fed(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("a", "1"))),
+            broken(),
+        ]);
+        let pumped = pump(half, &mut store, &mut errors, &tx, &cancel).await;
+        assert_eq!(pumped, Pumped::Failed { listed: false });
+        assert!(
+            rx.try_recv().is_err(),
+            "never an empty or partial set for an outage"
+        );
+        // Back, with b deleted meanwhile: the completed list replaces the set.
+        let back = fed(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("a", "1"))),
+            Ok(Event::InitDone),
+        ]);
+        let running = pump(back, &mut store, &mut errors, &tx, &cancel);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), running)
+                .await
+                .is_err()
+        );
+        assert_eq!(names(&rx.recv().await.unwrap()), ["a"]);
     }
 
     #[tokio::test(start_paused = true)]

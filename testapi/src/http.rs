@@ -44,6 +44,8 @@ pub struct RequestRecord {
     /// The request body as text (lossy UTF-8, at most `MAX_LOGGED_BODY` bytes): what a
     /// test asserts of, e.g., a DELETE's grace period and preconditions.
     pub body: String,
+    /// When the request arrived: what a test of a client's pacing measures.
+    pub at: std::time::Instant,
 }
 
 /// How much of each request body the log keeps.
@@ -193,6 +195,7 @@ impl Target {
 }
 
 pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let at = std::time::Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
@@ -226,6 +229,7 @@ pub(crate) async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Respo
         authenticated,
         status: resp.status().as_u16(),
         body: String::from_utf8_lossy(&seen[..seen.len().min(MAX_LOGGED_BODY)]).into_owned(),
+        at,
     });
     resp
 }
@@ -506,11 +510,7 @@ fn list(shared: &Shared, t: &Target, q: &Query) -> Result<Response<Body>, ApiErr
     let exact = q.get("resourceVersionMatch") == Some("Exact");
     let current = shared.store.current_rv();
     if let Some(rv) = rv.filter(|rv| *rv > current) {
-        return Err(ApiError::new(
-            504,
-            "Timeout",
-            format!("Too large resource version: {rv}, current: {current}"),
-        ));
+        return Err(ApiError::too_large(rv, current));
     }
     let at = match (&cont, rv) {
         (Some((crv, _, _)), _) => Some(*crv),

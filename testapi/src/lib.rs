@@ -11,7 +11,8 @@
 //! server-side apply (415) and no protobuf; no `sendInitialEvents` streaming lists; the two
 //! Event APIs are stored apart (the real one converts between them); pods get `phase: Pending`
 //! on create but no `qosClass` or `generation`; a too-old resourceVersion is 410 with reason
-//! `Expired` (as the watch cache answers), and a list newer than the store is 504 at once.
+//! `Expired` (as the watch cache answers), and a list or watch newer than the store is 504
+//! at once (the real one waits up to 3 s for the version first).
 
 mod custom;
 mod http;

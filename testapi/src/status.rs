@@ -60,6 +60,17 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
+    /// A resourceVersion newer than any the server has (a client of another, or an
+    /// older, cluster): the watch cache's 504 after its wait, which client-go answers
+    /// with a fresh list.
+    pub fn too_large(asked: u64, current: u64) -> Self {
+        Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {asked}, current: {current}"),
+        )
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }

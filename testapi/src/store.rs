@@ -201,7 +201,10 @@ impl Store {
         let Some(at) = at.filter(|a| *a != inner.rv) else {
             return Ok((objects.into_iter().collect(), inner.rv));
         };
-        if at < inner.floor || at > inner.rv {
+        if at > inner.rv {
+            return Err(ApiError::too_large(at, inner.rv));
+        }
+        if at < inner.floor {
             return Err(ApiError::expired(format!(
                 "too old resource version: {at} ({})",
                 inner.floor + 1
@@ -246,6 +249,7 @@ impl Store {
                     })
                 })
                 .collect(),
+            Some(from) if from > inner.rv => return Err(ApiError::too_large(from, inner.rv)),
             Some(from) if from < inner.floor => {
                 return Err(ApiError::expired(format!(
                     "too old resource version: {from} ({})",

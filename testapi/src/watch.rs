@@ -155,8 +155,11 @@ pub(crate) fn watch(
     }
     let slot = WatchSlot(shared.clone());
     // The real server accepts a watch from a too-old version, then sends one ERROR event (410).
+    // A version from the future is refused before the stream starts (504).
     let (initial, seen, rx, gone) = match shared.store.watch(&def.id(), ns, p.from) {
         Ok(w) => (w.initial, w.rv, w.rx, None),
+        // The slot's drop gives the watcher count back.
+        Err(e) if e.code == 504 => return Err(e),
         Err(e) => {
             let w = shared.store.watch(&def.id(), ns, None)?;
             (Vec::new(), w.rv, w.rx, Some(e))

@@ -34,6 +34,11 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// Keys with a back-off (the census).
+    pub(crate) fn len(&self) -> usize {
+        self.entries.locked().len()
+    }
+
     pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         Backoff {
             initial,

@@ -7,6 +7,7 @@
 
 mod agent;
 mod backoff;
+mod census;
 mod cm;
 mod config;
 pub mod containerd;

@@ -90,6 +90,12 @@ pub fn init(verbosity: u8) {
     {
         let set: SetFilter = Box::new(move |f| handle.reload(f));
         let _ = SET_FILTER.set(set);
+        crate::census::register("timeline: pod names", || {
+            Some(crate::timeline::global().census().0)
+        });
+        crate::census::register("timeline: lives", || {
+            Some(crate::timeline::global().census().1)
+        });
     }
 }
 

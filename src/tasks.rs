@@ -250,8 +250,7 @@ impl Tasks {
             .is_ok()
     }
 
-    /// The number of tasks running in this scope (for tests and the stop log).
-    #[cfg(test)]
+    /// The number of tasks running in this scope (the census, and tests).
     pub(crate) fn len(&self) -> usize {
         self.tracker.len()
     }

@@ -26,6 +26,7 @@ const FLOORS: &[&[&str]] = &[
         "tls",
         "rlimit",
         "tasks",
+        "census",
         "pod",
         "backoff",
     ],

@@ -91,6 +91,7 @@ pub(super) fn spawn_prediction(
         .clone()
         .unwrap_or_else(|| opts.root_dir.join("prediction-checkpoints"));
     let server = Arc::new(PredictServer::new(cfg, dir));
+    crate::census::watch("prediction models", &server, PredictServer::model_count);
     let (s, c, pm) = (
         server.clone(),
         shared.metric_cache.clone(),

@@ -122,6 +122,7 @@ async fn start(
     // Bounded: a worker waits for the loop rather than an update being lost.
     let (probe_results, probe_rx) = ProbeResults::new(256);
     let probe_results = Arc::new(probe_results);
+    crate::census::watch("probe results", &probe_results, ProbeResults::len);
     let dns = runtime::dns(opts, &host.info);
     let qos = koordlet::qos_config(opts)?;
     let hooks = koordlet::runtime_hooks(&qos, &host);
@@ -142,6 +143,11 @@ async fn start(
         events,
         koordlet::open_metric_cache(opts),
         koordlet::file_host_apps(opts),
+    );
+    crate::census::watch(
+        "metric cache series",
+        &shared.metric_cache,
+        MetricCache::series_count,
     );
     let prediction = koordlet::spawn_prediction(opts, &shared, &host.allocatable, tasks);
     let node_metric = koordlet::node_metric_source(&shared, prediction.as_ref());
@@ -229,6 +235,8 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
     // One task tree: the supervisor owns the managed containerd in the root scope and
     // stops it only after the agent's scope has stopped.
     let tasks = Tasks::new();
+    let counted = tasks.clone();
+    crate::census::register("task tree", move || Some(counted.len()));
     runtime::spawn_supervisor(&mut rt, &tasks);
     let agent = tasks.child();
     if let Some(api) = &api {

@@ -154,6 +154,8 @@ pub(super) fn spawn_eviction(
 fn spawn_volume_stats(opts: &Options, shared: &Shared, tasks: &Tasks) -> Arc<VolumeUsage> {
     use crate::stats::{Dirs, VOLUME_STATS_TICK, volume_stats_period};
     let usage = Arc::new(VolumeUsage::default());
+    crate::census::watch("volume usage: pods", &usage, |u| u.census().0);
+    crate::census::watch("volume usage: last tries", &usage, |u| u.census().1);
     if let Err(e) = crate::stats::LogMetrics::new(usage.clone())
         .and_then(|c| crate::metrics::register(Box::new(c)))
     {

@@ -238,6 +238,11 @@ pub(super) fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
         opts.container_log_max_workers,
         opts.container_log_monitor_interval,
     ));
+    crate::census::watch(
+        "container log paths",
+        &logs,
+        crate::logs::LogManager::kept_paths,
+    );
     tasks.spawn_restarting("container-log-manager", Backoff::default(), move |cancel| {
         let logs = logs.clone();
         async move {
@@ -342,7 +347,7 @@ pub(super) fn syncer(
         },
         tasks.child(),
     ));
-    Arc::new(Syncer {
+    let syncer = Arc::new(Syncer {
         runtime: runtime.clone(),
         cache: shared.pod_cache.clone(),
         statuses: shared.statuses.clone(),
@@ -351,7 +356,32 @@ pub(super) fn syncer(
         startup: Default::default(),
         probes,
         cm: host.cm.clone(),
-    })
+    });
+    count_in_census(&syncer);
+    syncer
+}
+
+/// The per-pod maps the pod syncer reaches, in the census (`/debug/census`): each
+/// must shrink back as pods leave.
+fn count_in_census(syncer: &Arc<Syncer>) {
+    use crate::census::watch;
+    watch("pod manager: pods", syncer, |s| s.pods.len());
+    watch("pod manager: mirror pods", syncer, |s| {
+        s.pods.mirror_count()
+    });
+    watch("status manager: statuses", syncer, |s| {
+        s.statuses.census().0
+    });
+    watch("status manager: unwritten", syncer, |s| {
+        s.statuses.census().1
+    });
+    watch("pod cache", syncer, |s| s.cache.len());
+    watch("startup tracker", syncer, |s| s.startup.len());
+    watch("probe workers", syncer, |s| s.probes.worker_count());
+    watch("crash back-off entries", syncer, |s| s.runtime.census().0);
+    watch("waiting reasons", syncer, |s| s.runtime.census().1);
+    watch("containers being removed", syncer, |s| s.runtime.census().2);
+    watch("pod cgroups", syncer, |s| s.cm.pod_count());
 }
 
 /// What the sync loop is made of beside the shared state.
@@ -373,12 +403,14 @@ pub(super) fn sync_loop(
     parts: LoopParts,
     tasks: &Tasks,
 ) -> SyncLoop {
+    let queue = Arc::new(WorkQueue::default());
+    crate::census::watch("work queue", &queue, WorkQueue::len);
     SyncLoop::new(SyncLoopDeps {
         pods: shared.pods.clone(),
         syncer: parts.syncer,
         statuses: shared.statuses.clone(),
         runtime: parts.runtime,
-        queue: Arc::new(WorkQueue::default()),
+        queue,
         pleg: shared.pleg_stats.clone(),
         health: shared.runtime_health.clone(),
         resync: opts.sync_frequency,

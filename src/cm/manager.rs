@@ -59,6 +59,11 @@ pub(crate) struct ContainerManager {
 }
 
 impl ContainerManager {
+    /// Pods with a cgroup (the census).
+    pub(crate) fn pod_count(&self) -> usize {
+        self.pods.locked().len()
+    }
+
     /// Fails when `--cgroup-root` cannot be spelled for the driver.
     pub(crate) fn new(cfg: CmConfig, fs: Arc<dyn CgroupFs>) -> Result<ContainerManager, NameError> {
         let tree = QosTree::new(&cfg.cgroup_root);

@@ -145,6 +145,11 @@ pub(crate) fn event_name(object: &str, at: jiff::Timestamp) -> String {
 }
 
 impl Correlator {
+    /// Entries in its three caches (the census).
+    pub(crate) fn entries(&self) -> usize {
+        self.aggregates.map.len() + self.observed.map.len() + self.spam.map.len()
+    }
+
     /// Correlates one event recorded at `e.at`, seen by the sink at `now`.
     pub(crate) fn correlate(&mut self, e: &Recorded, now: Instant) -> Correlated {
         let (object, message, key) = self.aggregate(e, now);

@@ -7,6 +7,8 @@
 //! retried up to 12 times, then dropped; one the apiserver refuses is dropped at once.
 //! The recorder never waits for any of this: its queue drops when full.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
@@ -66,6 +68,8 @@ pub(crate) async fn run_sink(
     cancel: CancellationToken,
 ) {
     let mut correlator = Correlator::default();
+    let entries = Arc::new(AtomicUsize::new(0));
+    crate::census::watch("event correlator", &entries, |n| n.load(Ordering::Relaxed));
     let mut bucket = TokenBucket::new(settings.qps, settings.burst);
     let mut dropped = 0u64;
     loop {
@@ -73,7 +77,9 @@ pub(crate) async fn run_sink(
             () = cancel.cancelled() => return,
             r = queue.recv() => match r { Some(r) => r, None => return },
         };
-        let write = match correlator.correlate(&recorded, Instant::now()) {
+        let correlated = correlator.correlate(&recorded, Instant::now());
+        entries.store(correlator.entries(), Ordering::Relaxed);
+        let write = match correlated {
             Correlated::Skip => {
                 debug!(reason = %recorded.reason, "event spam-filtered");
                 continue;

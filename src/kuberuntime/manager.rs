@@ -156,6 +156,11 @@ pub(crate) struct ReasonCache {
 }
 
 impl ReasonCache {
+    /// Containers with a waiting reason kept (the census).
+    pub(crate) fn len(&self) -> usize {
+        self.inner.locked().len()
+    }
+
     pub(crate) fn get(&self, uid: &str, name: &str) -> Option<(WaitingReason, String)> {
         self.inner
             .lock()
@@ -291,6 +296,16 @@ fn start_concurrency() -> usize {
 }
 
 impl RuntimeManager {
+    /// Containers in crash back-off, containers with a waiting reason, containers
+    /// being removed (the census).
+    pub(crate) fn census(&self) -> (usize, usize, usize) {
+        (
+            self.crash_backoff.len(),
+            self.reasons.len(),
+            self.removing.locked().len(),
+        )
+    }
+
     /// `cri` is the real client in the agent, the in-memory fake in unit tests.
     pub(crate) fn new(cri: Arc<dyn Cri>, sandbox_env: SandboxEnv, host_ip: String) -> Self {
         RuntimeManager {

@@ -277,6 +277,11 @@ pub(crate) struct LogManager {
 }
 
 impl LogManager {
+    /// Running containers whose log path is kept (the census).
+    pub(crate) fn kept_paths(&self) -> usize {
+        self.log_paths.locked().len()
+    }
+
     pub(crate) fn new(
         cri: Arc<dyn Cri>,
         root: PathBuf,

@@ -42,6 +42,11 @@ impl Default for PodCache {
 }
 
 impl PodCache {
+    /// Pods with a cached runtime status (the census).
+    pub(crate) fn len(&self) -> usize {
+        self.entries.locked().len()
+    }
+
     /// The latest status of a pod, if the cache has one.
     pub(crate) fn get(&self, uid: &str) -> Option<Arc<PodRuntimeStatus>> {
         self.entries

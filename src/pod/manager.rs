@@ -117,9 +117,13 @@ impl PodManager {
         });
         pods
     }
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.inner.read_locked().pods.by_uid.len()
+    }
+
+    /// Mirror pods held (the census).
+    pub(crate) fn mirror_count(&self) -> usize {
+        self.inner.read_locked().mirrors.by_uid.len()
     }
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {

@@ -190,6 +190,11 @@ pub(crate) struct ProbeManager {
 }
 
 impl ProbeManager {
+    /// Probe workers running (the census).
+    pub(crate) fn worker_count(&self) -> usize {
+        self.workers.locked().len()
+    }
+
     pub(crate) fn new(deps: WorkerDeps, tasks: Tasks) -> Self {
         ProbeManager {
             deps: Arc::new(deps),
@@ -275,12 +280,6 @@ impl ProbeManager {
     /// Stops every worker of the pod.
     pub(crate) fn remove_pod(&self, uid: &str) {
         self.stop_where(|(u, _, _)| u != uid);
-    }
-
-    /// How many workers run.
-    #[cfg(test)]
-    pub(crate) fn worker_count(&self) -> usize {
-        self.lock().len()
     }
 
     /// The container's (ready, started) as its probes say, or None when it has none.

@@ -46,6 +46,11 @@ pub(crate) struct ProbeResults {
 }
 
 impl ProbeResults {
+    /// Cached probe results (the census).
+    pub(crate) fn len(&self) -> usize {
+        self.caches.locked().len()
+    }
+
     /// The caches and the receiving end of their updates (bounded: workers wait when
     /// the loop is behind, so no update is dropped).
     pub(crate) fn new(capacity: usize) -> (Self, mpsc::Receiver<ProbeUpdate>) {

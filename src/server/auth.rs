@@ -399,6 +399,7 @@ mod tests {
             ("/pods", "proxy"),
             ("/configz", "proxy"),
             ("/debug/pods/ns/pod/timeline", "proxy"),
+            ("/debug/census", "proxy"),
         ] {
             assert_eq!(subresource_of(path), sub, "{path}");
         }

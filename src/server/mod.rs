@@ -184,6 +184,19 @@ async fn task_cpu() -> axum::response::Response {
     axum::Json(crate::tasks::cpu_snapshot()).into_response()
 }
 
+/// `/debug/census`: the runtime's live tasks and every registered map's size
+/// (`crate::census`), so a soak can see what grows.
+async fn census() -> axum::response::Response {
+    let tasks = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    axum::Json(serde_json::json!({
+        "tokioTasks": tasks,
+        "counts": crate::census::snapshot(),
+    }))
+    .into_response()
+}
+
 async fn eviction_status(State(v): State<Views>) -> impl IntoResponse {
     axum::Json(v.eviction.get())
 }
@@ -273,6 +286,8 @@ fn shared_routes(views: Views) -> Router {
         // The eviction manager's state (oxlet only; kubelet has no such endpoint).
         .route("/debug/eviction", get(eviction_status))
         .route("/debug/tasks", get(task_cpu))
+        // How many entries each per-pod map holds (oxlet only; for leak checks).
+        .route("/debug/census", get(census))
         // Each pod's story (oxlet only; on the secure port behind nodes/proxy).
         .route("/debug/pods/{namespace}/{name}/timeline", get(timeline))
         .merge(healthz_routes(views.health.clone()))

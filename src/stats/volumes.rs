@@ -101,6 +101,11 @@ pub(crate) struct VolumeUsage {
 }
 
 impl VolumeUsage {
+    /// Pods measured, and pods with a time of their last try (the census).
+    pub(crate) fn census(&self) -> (usize, usize) {
+        (self.pods.read_locked().len(), self.last_try.locked().len())
+    }
+
     /// The latest usage measured for a pod, if any round saw it.
     pub(crate) fn usage_of(&self, uid: &str) -> Option<Arc<PodUsage>> {
         self.pods.read_locked().get(uid).cloned()

@@ -73,6 +73,14 @@ impl Default for StatusManager {
 }
 
 impl StatusManager {
+    /// Pods with a status, and pods with a change not yet written (the census).
+    pub(crate) fn census(&self) -> (usize, usize) {
+        (
+            self.statuses.read_locked().len(),
+            self.unwritten_since.locked().len(),
+        )
+    }
+
     /// Changes from now on. A receiver that falls more than [`CHANGES_CAPACITY`]
     /// behind gets `RecvError::Lagged` and should re-read every status ([`Self::uids`]).
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<StatusChange> {

@@ -77,6 +77,11 @@ fn from_nanos(ns: i64) -> Option<Timestamp> {
 }
 
 impl StartupTracker {
+    /// Pods whose startup is tracked (the census).
+    pub(crate) fn len(&self) -> usize {
+        self.pods.locked().len()
+    }
+
     /// Records the start of a pod's first sync.
     pub(crate) fn worker_started(&self, uid: &str, now: Timestamp) {
         let mut pods = self.pods.locked();

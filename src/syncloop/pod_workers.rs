@@ -481,8 +481,13 @@ impl<S: PodSyncer> PodWorkers<S> {
         resync: Duration,
         tasks: Tasks,
     ) -> Self {
+        let state: Arc<Mutex<State>> = Arc::default();
+        crate::census::watch("pod workers", &state, |s| s.locked().pods.len());
+        crate::census::watch("pod workers: static pod order", &state, |s| {
+            s.locked().static_order.len()
+        });
         PodWorkers {
-            state: Arc::default(),
+            state,
             syncer,
             queue,
             resync,

@@ -18,6 +18,11 @@ pub(crate) struct WorkQueue {
 }
 
 impl WorkQueue {
+    /// Pods waiting for a resync (the census).
+    pub(crate) fn len(&self) -> usize {
+        self.due.locked().len()
+    }
+
     /// Schedules a sync of `uid` after `delay` (replacing any earlier schedule).
     pub(crate) fn enqueue(&self, uid: &str, delay: Duration) {
         self.due

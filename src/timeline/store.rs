@@ -147,6 +147,12 @@ pub(crate) struct Timelines {
 }
 
 impl Timelines {
+    /// Pod names with a story, and their lives (the census).
+    pub(crate) fn census(&self) -> (usize, usize) {
+        let stories = self.stories.locked();
+        (stories.len(), stories.values().map(Vec::len).sum())
+    }
+
     /// Adds `entry` to the life of `uid` (the name's latest life when the line named
     /// no UID), starting a new life when the UID is new to the name.
     pub(crate) fn record(&self, pod: &str, uid: Option<&str>, entry: Stored) {

@@ -76,6 +76,11 @@ pub(crate) struct PredictServer {
 }
 
 impl PredictServer {
+    /// Pods and containers with a model (the census).
+    pub(crate) fn model_count(&self) -> usize {
+        self.models.locked().by_uid.len()
+    }
+
     pub(crate) fn new(cfg: PredictionConfig, dir: PathBuf) -> PredictServer {
         PredictServer {
             cfg,

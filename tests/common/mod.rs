@@ -260,6 +260,25 @@ impl Testbed {
         self.containerd = Some(c);
     }
 
+    /// SIGKILL containerd, as a crash or the OOM killer would, then start it again on
+    /// the same state, as its service manager would. Returns how long the start took.
+    pub async fn kill_containerd(&mut self) -> Duration {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.containerd_pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        if let Some(c) = self.containerd.take() {
+            // Reaps the killed process (it is gone, so nothing is waited for).
+            c.stop().await;
+        }
+        let t = std::time::Instant::now();
+        let c = ManagedContainerd::start(&self.launch)
+            .await
+            .unwrap_or_else(|e| panic!("test bed: restarting containerd failed: {e}"));
+        self.containerd_pid = c.pid();
+        self.containerd = Some(c);
+        t.elapsed()
+    }
+
     /// The CRI endpoint, `unix://<socket>`.
     pub fn endpoint(&self) -> String {
         self.launch.layout.endpoint()

@@ -1,0 +1,171 @@
+//! Churn: thousands of pods through one node in waves, then everything a pod leaves
+//! behind compared with the node before them.
+
+use std::time::{Duration, Instant};
+
+use testapi::TestApiServer;
+
+use std::path::Path;
+
+use crate::agent::{Oxlet, tail};
+use crate::footprint::{Footprint, Places, compare};
+use crate::kit::*;
+
+const WAVE: usize = 50;
+
+/// `total` pods in waves of [`WAVE`] (static and API; a tenth crash-looping, a tenth
+/// with volumes, a tenth probed), beside a resting set of 10.
+pub(crate) async fn churn(scale: Scale) {
+    let total: usize = scale.pick(2000, 150);
+    // The full run waits out the caches kept by design (the metric cache's head
+    // window, the timeline's gone lives) before its end reading.
+    let settle = Duration::from_secs(scale.pick(20, 20));
+    let final_settle = Duration::from_secs(scale.pick(660, 20));
+    let (bed, server, flags) = cluster_bed().await;
+    let ox = cluster_oxlet(&bed, &server, &[]);
+    ox.wait_up(Duration::from_secs(120)).await;
+    for i in 0..10 {
+        add(
+            &ox,
+            &server,
+            &pod(&format!("rest{i}"), Kind::Idle, i % 2 == 1, &flags),
+        );
+    }
+    let resting = 10;
+    until(
+        &ox,
+        "the resting pods Running",
+        Duration::from_secs(120),
+        async || {
+            let pods = shown(&ox).await;
+            (pods.len() == resting && pods.values().all(running_ready)).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(settle).await;
+    let places = Places {
+        ox: &ox,
+        socket: bed.socket(),
+        ipam: &bed.layout().cni_data_dir,
+        ctr: &bed.ctr(),
+    };
+    // One wave first: the allocator's pools and the caches kept by design (below)
+    // fill once, so the baseline is a node that has run pods, as any node has.
+    let cold = Footprint::take(&places).await;
+    run_wave(&ox, &server, &places, &flags, "warmup", WAVE, resting).await;
+    tokio::time::sleep(settle).await;
+    let base = Footprint::take(&places).await;
+    let t = Instant::now();
+    let mut peak_rss = 0;
+    for wave in 0..total.div_ceil(WAVE) {
+        let rss = run_wave(
+            &ox,
+            &server,
+            &places,
+            &flags,
+            &format!("w{wave:03}"),
+            WAVE.min(total - wave * WAVE),
+            resting,
+        )
+        .await;
+        peak_rss = peak_rss.max(rss);
+    }
+    let churned = t.elapsed();
+    // Their sandboxes go as their workers finish; then housekeeping's passes.
+    until(
+        &ox,
+        "the runtime back to the resting pods",
+        Duration::from_secs(300),
+        async || {
+            let f = Footprint::take(&places).await;
+            (f.get("runtime sandboxes") == base.get("runtime sandboxes")).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(final_settle).await;
+    let after = Footprint::take(&places).await;
+    let (rows, over) = compare(&base, &after, scale.full);
+    let mut report = Report::new(
+        &format!("Churn: {total} pods in waves of {WAVE}, beside {resting} resting pods"),
+        &["what", "before", "after", ""],
+    );
+    for r in rows {
+        report.row(r.to_vec());
+    }
+    report.note(format!(
+        "before the warm-up wave: RSS {} MiB, {} tokio tasks, {} open fds",
+        cold.get("RSS KiB") / 1024,
+        cold.get("tokio tasks"),
+        cold.get("open fds")
+    ));
+    report.note(format!(
+        "{total} pods started and removed in {} ({:.0} pods a minute); peak RSS {} MiB, {} MiB after",
+        secs(churned),
+        total as f64 / churned.as_secs_f64() * 60.0,
+        peak_rss / 1024,
+        after.get("RSS KiB") / 1024
+    ));
+    report.finish(scale, &format!("{:?}", bed.containerd_release()));
+    assert!(
+        over.is_empty(),
+        "not back to the baseline: {over:?}\n{}",
+        tail(&ox.log(), 40)
+    );
+}
+
+/// Starts `count` pods (static and API, a tenth crash-looping, a tenth with volumes,
+/// a tenth probed), waits until each has run, removes them and waits until only the
+/// `resting` pods are left. Returns the RSS (KiB) while they all ran.
+async fn run_wave(
+    ox: &Oxlet,
+    server: &TestApiServer,
+    places: &Places<'_>,
+    flags: &Path,
+    prefix: &str,
+    count: usize,
+    resting: usize,
+) -> u64 {
+    let pods: Vec<_> = (0..count)
+        .map(|i| {
+            let kind = match i % 10 {
+                0 => Kind::CrashLoop,
+                1 => Kind::Volumes,
+                2 => Kind::Probed,
+                _ => Kind::Idle,
+            };
+            pod(&format!("{prefix}-{i:02}"), kind, i % 2 == 1, flags)
+        })
+        .collect();
+    for p in &pods {
+        add(ox, server, p);
+    }
+    let names: Vec<String> = pods.iter().map(shown_name).collect();
+    until(
+        ox,
+        &format!("wave {prefix}'s pods running or run"),
+        Duration::from_secs(300),
+        async || {
+            let shown = shown(ox).await;
+            names
+                .iter()
+                .all(|n| shown.get(n).is_some_and(has_run))
+                .then_some(())
+        },
+    )
+    .await;
+    let rss = Footprint::take(places).await.get("RSS KiB");
+    for p in &pods {
+        remove(ox, server, p);
+    }
+    until(
+        ox,
+        &format!("wave {prefix}'s pods gone"),
+        Duration::from_secs(300),
+        async || {
+            let shown = shown(ox).await;
+            (shown.len() == resting).then_some(())
+        },
+    )
+    .await;
+    rss
+}

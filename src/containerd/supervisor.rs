@@ -11,8 +11,12 @@ use super::ManagedContainerd;
 pub const RESTART_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 /// The longest wait between restarts.
 pub const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// A containerd that stayed up this long starts over at the initial back-off.
-pub const RESTART_BACKOFF_RESET: Duration = Duration::from_secs(60);
+/// A containerd that stayed up this long starts over at the initial back-off: one
+/// that crashes as it starts still backs off, but one killed now and then (the
+/// soak's six SIGKILLs 15 s apart) is back within seconds each time, as systemd's
+/// `RestartSec=5` for containerd's own unit would have it. With 60 s, the sixth kill
+/// left the node without a runtime for 32 s.
+pub const RESTART_BACKOFF_RESET: Duration = Duration::from_secs(10);
 
 /// The next restart back-off: doubled, capped at [`RESTART_BACKOFF_MAX`].
 pub fn next_backoff(current: Duration) -> Duration {
@@ -22,7 +26,7 @@ pub fn next_backoff(current: Duration) -> Duration {
 /// Keeps a managed containerd running until `cancel` fires, then stops it.
 ///
 /// k3s exits when its containerd dies and leaves the restart to systemd; oxlet restarts
-/// it itself, with back-off (1 s doubling to 30 s, reset after 60 s up), so running pods
+/// it itself, with back-off (1 s doubling to 30 s, reset after 10 s up), so running pods
 /// and the sync loop (which skips while the runtime is down) carry on. Containers survive
 /// it: their shims are separate processes that the new containerd reconnects to.
 ///

@@ -105,7 +105,7 @@ pub(crate) async fn churn(scale: Scale) {
         peak_rss / 1024,
         after.get("RSS KiB") / 1024
     ));
-    report.finish(scale, &format!("{:?}", bed.containerd_release()));
+    report.finish(scale, &release(&bed));
     assert!(
         over.is_empty(),
         "not back to the baseline: {over:?}\n{}",

@@ -163,7 +163,7 @@ pub(crate) async fn runtime_kills(scale: Scale, which: Runtime) {
         }
     }
     check_nothing_restarted(&node, &before, &mut report).await;
-    report.finish(scale, &format!("{:?}", node.bed.containerd_release()));
+    report.finish(scale, &release(&node.bed));
 }
 
 struct Recovery {

@@ -43,8 +43,10 @@ impl Scale {
 pub(crate) enum Kind {
     /// Sleeps.
     Idle,
-    /// Sleeps, with exec readiness and liveness probes and resource limits (a
-    /// Burstable pod cgroup); NotReady while `/flags/down` exists on the host.
+    /// Serves the host's flags dir over HTTP, with an HTTP readiness probe, a TCP
+    /// liveness probe and resource limits (a Burstable pod cgroup); Ready while
+    /// `up` is in the flags dir. (Exec probes cost a runc exec each: 55 of them every
+    /// 2 s saturate two cores, and kubelet's would too.)
     Probed,
     /// Exits 1 a second after each start: kubelet's crash loop.
     CrashLoop,
@@ -60,7 +62,8 @@ pub(crate) enum Kind {
 /// `flags` is the host dir a [`Kind::Probed`] pod's readiness reads.
 pub(crate) fn pod(name: &str, kind: Kind, api: bool, flags: &Path) -> Pod {
     let script = match kind {
-        Kind::Idle | Kind::Probed | Kind::Volumes => RESTING.to_string(),
+        Kind::Idle | Kind::Volumes => RESTING.to_string(),
+        Kind::Probed => format!("httpd -p 8080 -h /flags; {RESTING}"),
         Kind::CrashLoop => "sleep 1; exit 1".into(),
         Kind::ProbeKilled => format!("rm -f /tmp/dead; (sleep 20; touch /tmp/dead) & {RESTING}"),
         Kind::Chatty => "trap 'exit 0' TERM; while :; do \
@@ -77,11 +80,11 @@ pub(crate) fn pod(name: &str, kind: Kind, api: bool, flags: &Path) -> Pod {
     match kind {
         Kind::Probed => {
             container["readinessProbe"] = serde_json::json!({
-                "exec": {"command": ["sh", "-c", "test ! -f /flags/down"]},
+                "httpGet": {"path": "/up", "port": 8080},
                 "periodSeconds": 2, "failureThreshold": 1,
             });
             container["livenessProbe"] = serde_json::json!({
-                "exec": {"command": ["true"]}, "periodSeconds": 10,
+                "tcpSocket": {"port": 8080}, "periodSeconds": 10,
             });
             container["resources"] = serde_json::json!({
                 "requests": {"cpu": "5m", "memory": "8Mi"},
@@ -266,6 +269,7 @@ pub(crate) async fn cluster_bed() -> (Testbed, TestApiServer, PathBuf) {
         .unwrap();
     let flags = bed.base_dir().join("flags");
     std::fs::create_dir_all(&flags).unwrap();
+    std::fs::write(flags.join("up"), b"up\n").unwrap();
     (bed, server, flags)
 }
 
@@ -360,6 +364,12 @@ fn where_run(release: &str) -> String {
         kernel.trim(),
         jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC")
     )
+}
+
+/// The bed's containerd release, `major.minor`.
+pub(crate) fn release(bed: &Testbed) -> String {
+    let (major, minor) = bed.containerd_release();
+    format!("{major}.{minor}")
 }
 
 /// Milliseconds, one decimal.

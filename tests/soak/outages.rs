@@ -135,7 +135,7 @@ pub(crate) async fn apiserver_outages(scale: Scale) {
         let victim_uid = crate::agent::uid(&pods[&victim]);
         before.remove(&victim);
         server.stop().await.unwrap();
-        std::fs::write(flags.join("down"), b"").unwrap();
+        std::fs::remove_file(flags.join("up")).unwrap();
         assert!(server.remove::<Pod>("default", &victim).unwrap());
         tokio::time::sleep(*length).await;
         let (killed, back_wall) = (killed_pods(&ox, &before).await, jiff::Timestamp::now());
@@ -177,7 +177,7 @@ pub(crate) async fn apiserver_outages(scale: Scale) {
         })
         .await;
         let ready = back.elapsed();
-        std::fs::remove_file(flags.join("down")).unwrap();
+        std::fs::write(flags.join("up"), b"up\n").unwrap();
         until(
             &ox,
             "every pod Ready again, on both sides",
@@ -221,7 +221,7 @@ pub(crate) async fn apiserver_outages(scale: Scale) {
         tail(&ox.log(), 60)
     );
     new_cluster(&bed, &ox, server, &names, &mut report).await;
-    report.finish(scale, &format!("{:?}", bed.containerd_release()));
+    report.finish(scale, &release(&bed));
 }
 
 fn bed_socket(bed: &Testbed) -> std::path::PathBuf {

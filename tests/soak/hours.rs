@@ -196,7 +196,7 @@ fn report(scale: Scale, bed: &Testbed, ox: &Oxlet, samples: &[Sample], restarts:
         restarts[0],
         restarts[1]
     ));
-    report.finish(scale, &release(&bed));
+    report.finish(scale, &release(bed));
     assert!(grew.is_empty(), "grew: {grew:?}\n{}", tail(&ox.log(), 40));
     assert!(
         restarts[0] > 0 && restarts[1] > 0,

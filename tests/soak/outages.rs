@@ -37,6 +37,23 @@ fn api_statuses_are(server: &TestApiServer, names: &[String], ready: bool) -> bo
     })
 }
 
+/// Which pods are not yet Running and Ready, in oxlet's view and in the apiserver's.
+fn explain_unready(server: &TestApiServer, names: &[String], shown: &BTreeMap<String, Pod>) {
+    let here: Vec<&String> = shown
+        .iter()
+        .filter(|(_, p)| !running_ready(p))
+        .map(|(n, _)| n)
+        .collect();
+    let there: Vec<&String> = names
+        .iter()
+        .filter(|n| !api_statuses_are(server, std::slice::from_ref(*n), true))
+        .collect();
+    eprintln!(
+        "soak: {} pods shown; not Running and Ready: in oxlet {here:?}, in the apiserver {there:?}",
+        shown.len()
+    );
+}
+
 /// The most requests oxlet sent in any one second after `from`, and their total.
 fn busiest_second(server: &TestApiServer, from: Instant) -> (usize, usize) {
     let times: Vec<Instant> = server
@@ -104,10 +121,13 @@ pub(crate) async fn apiserver_outages(scale: Scale) {
         Duration::from_secs(600),
         async || {
             let pods = shown(&ox).await;
-            (pods.len() == total
+            let done = pods.len() == total
                 && pods.values().all(running_ready)
-                && api_statuses_are(&server, &names, true))
-            .then_some(pods)
+                && api_statuses_are(&server, &names, true);
+            if !done && fastrand::u8(..50) == 0 {
+                explain_unready(&server, &names, &pods);
+            }
+            done.then_some(pods)
         },
     )
     .await;

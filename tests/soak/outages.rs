@@ -91,7 +91,8 @@ async fn sandbox_ready(socket: &std::path::Path, uid: &str) -> bool {
 
 /// Each outage of `lengths`, then a new cluster.
 pub(crate) async fn apiserver_outages(scale: Scale) {
-    let api_pods = scale.pick(110, 20);
+    // With the 5 static pods, kubelet's maxPods (110): more are refused at admission.
+    let api_pods = scale.pick(105, 20);
     let lengths: Vec<Duration> = scale
         .pick(vec![5, 60, 300], vec![5, 10])
         .into_iter()

@@ -13,6 +13,12 @@ pub(crate) const INITIAL: Duration = Duration::from_secs(10);
 /// Back-off cap (kubelet's `MaxContainerBackOff`, 300 s).
 pub(crate) const MAX: Duration = Duration::from_secs(300);
 
+/// `jitter(d, f)`: a random duration in `[d, d × (1 + f))`, as client-go's
+/// `wait.Jitter` (the pod workers' retries and resyncs, the apiserver source's relists).
+pub(crate) fn jitter(d: Duration, factor: f64) -> Duration {
+    d + d.mul_f64(fastrand::f64() * factor)
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     backoff: Duration,
@@ -116,6 +122,14 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..100 {
+            let j = jitter(Duration::from_secs(60), 0.5);
+            assert!(j >= Duration::from_secs(60) && j < Duration::from_secs(90));
+        }
+    }
 
     /// Simulates a container that dies `run` after each restart, restarting as soon
     /// as the back-off allows; returns the waits between death and restart.

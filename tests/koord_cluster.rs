@@ -244,6 +244,88 @@ async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
     );
 }
 
+/// A NodeSLO with this threshold, for `client`'s cluster.
+fn node_slo_with_threshold(percent: u32) -> DynamicObject {
+    let mut slo = DynamicObject::new(NODE, &koord_resource("NodeSLO", "nodeslos"));
+    slo.data = json!({"spec": {"resourceUsedThresholdWithBE": {
+        "enable": true, "cpuSuppressThresholdPercent": percent,
+        "cpuSuppressPolicy": "cfsQuota", "memoryAllocatableEvictThresholdPercent": 110}}});
+    slo
+}
+
+async fn wait_log(ox: &Oxlet, what: &str, needle: &str) {
+    let t = Instant::now();
+    while !ox.log().contains(needle) {
+        assert!(
+            t.elapsed() < WAIT,
+            "never logged {what} ({needle}):\n{}",
+            tail(&ox.log(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The apiserver is replaced by a new, empty cluster on the same address and token
+/// (its resource versions start over). The NodeSLO watch, whose last version is now
+/// from the future, lists afresh as client-go's reflector does, and the new cluster's
+/// NodeSLO is followed; kube-runtime alone would retry the old version forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_slo_in_a_new_cluster_on_the_same_address_is_followed() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, client, ox) = start_with_node_slo_crd(&bed, dir.path()).await;
+    let resource = koord_resource("NodeSLO", "nodeslos");
+    let slos: Api<DynamicObject> = Api::all_with(client, &resource);
+    slos.create(&PostParams::default(), &node_slo_with_threshold(11))
+        .await
+        .unwrap();
+    wait_log(
+        &ox,
+        "the old cluster's NodeSLO",
+        "cpuSuppressThresholdPercent=11",
+    )
+    .await;
+    // The watch's version runs far ahead of anything the new cluster reaches soon.
+    for i in 0..300 {
+        let mut slo = slos.get(NODE).await.unwrap();
+        slo.metadata.labels = Some([("bump".to_owned(), i.to_string())].into());
+        slos.replace(NODE, &PostParams::default(), &slo)
+            .await
+            .unwrap();
+    }
+    let old_version = server.resource_version();
+
+    let port = server.addr().port();
+    server.stop().await.unwrap();
+    let fresh = dir.path().join("new-cluster");
+    std::fs::create_dir_all(&fresh).unwrap();
+    std::fs::copy(dir.path().join("token"), fresh.join("token")).unwrap();
+    let server = testapi::TestApiServer::start_on(&fresh, port)
+        .await
+        .unwrap();
+    let client = client_of(&server).await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &koord_crd("NodeSLO", "nodeslos"))
+        .await
+        .unwrap();
+    let slos: Api<DynamicObject> = Api::all_with(client, &resource);
+    slos.create(&PostParams::default(), &node_slo_with_threshold(37))
+        .await
+        .unwrap();
+    wait_log(
+        &ox,
+        "the new cluster's NodeSLO",
+        "cpuSuppressThresholdPercent=37",
+    )
+    .await;
+    assert!(
+        server.resource_version() < old_version,
+        "the new cluster's versions stayed below the old watch's ({} vs {old_version}), \
+         so the test showed what it means to",
+        server.resource_version()
+    );
+}
+
 /// The pod cgroup's CFS quota (v1) of the static pod `p`.
 fn pod_quota(ox: &Oxlet, p: &k8s_openapi::api::core::v1::Pod) -> i64 {
     let path = ox.cgroup_file(

@@ -33,25 +33,31 @@ async fn oxlet_starts_and_stops_its_own_containerd() {
         !Path::new("/run/containerd/containerd.sock").exists(),
         "this test needs the default containerd socket to be absent (a system containerd runs here)"
     );
-    let images = common::test_images_dir();
     let base = tempfile::Builder::new()
         .prefix("oxm-")
         .tempdir_in("/tmp")
         .unwrap();
     let mut ox = Oxlet::in_dir(base.path(), None);
-    let image_dir = ox.root.join("images");
-    std::fs::create_dir_all(&image_dir).unwrap();
-    for f in ["oxlet-busybox.tar", "oxlet-pause.tar"] {
-        std::fs::copy(images.join(f), image_dir.join(f)).unwrap();
-    }
+    let image_dir = ox.copy_images_to_root();
     std::fs::write(image_dir.join("broken.tar"), b"not an image archive").unwrap();
     write_manifest(
         &ox.manifests,
         "m.yaml",
         &pod_yaml("m", "sleep 3600", "  hostNetwork: true\n"),
     );
+    // A pod on the pod network gets an address from --pod-cidr, on --managed-cni-bridge.
+    write_manifest(&ox.manifests, "n.yaml", &pod_yaml("n", "sleep 3600", ""));
     ox.spawn(&[]);
     ox.wait_running("m", START).await;
+    let n = ox.wait_running("n", START).await;
+    let net = ox.managed_network().unwrap();
+    let ip = n.status.unwrap().pod_ip.unwrap();
+    let prefix = net.subnet().trim_end_matches("0/24").to_string();
+    assert!(ip.starts_with(&prefix), "{ip} is not in {}", net.subnet());
+    let ports = std::fs::read_dir(format!("/sys/class/net/{}/brif", net.bridge()))
+        .unwrap()
+        .count();
+    assert_eq!(ports, 1, "n's veth is on {}", net.bridge());
     let log = ox.log();
     assert!(
         log.contains("starting a managed containerd"),
@@ -64,7 +70,7 @@ async fn oxlet_starts_and_stops_its_own_containerd() {
         tail(&log, 30)
     );
     let socket = ox.root.join("containerd/containerd.sock");
-    assert_eq!(sandboxes(&socket).await.len(), 1);
+    assert_eq!(sandboxes(&socket).await.len(), 2);
 
     let (status, _) = ox.sigterm();
     assert!(status.success());
@@ -87,6 +93,7 @@ async fn oxlet_starts_and_stops_its_own_containerd() {
     // Start again with the manifest gone: the new containerd sees the old pod, and oxlet
     // stops and removes it, then exits cleanly, leaving nothing behind.
     std::fs::remove_file(ox.manifests.join("m.yaml")).unwrap();
+    std::fs::remove_file(ox.manifests.join("n.yaml")).unwrap();
     ox.spawn(&[]);
     let t = Instant::now();
     loop {

@@ -301,14 +301,9 @@ async fn sigterm_during_startup_and_image_import_stops_promptly_leaving_no_conta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_managed_containerd_is_restarted_and_pods_carry_on() {
     no_system_containerd();
-    let images = common::test_images_dir();
     let base = short_tempdir("oxk-");
     let mut ox = Oxlet::in_dir(base.path(), None);
-    let image_dir = ox.root.join("images");
-    std::fs::create_dir_all(&image_dir).unwrap();
-    for f in ["oxlet-busybox.tar", "oxlet-pause.tar"] {
-        std::fs::copy(images.join(f), image_dir.join(f)).unwrap();
-    }
+    ox.copy_images_to_root();
     let host = "  hostNetwork: true\n";
     write_manifest(&ox.manifests, "a.yaml", &pod_yaml("a", "sleep 3600", host));
     ox.spawn(&[]);

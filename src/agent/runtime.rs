@@ -83,6 +83,21 @@ async fn choose_runtime(opts: &Options) -> anyhow::Result<RuntimeChoice> {
     Ok(requested)
 }
 
+/// The managed containerd's pod network: `--managed-cni-bridge`, and `--pod-cidr`
+/// (kubelet's standalone pod addresses) or the default subnet.
+fn managed_pod_network(opts: &Options) -> CniSettings {
+    let default = CniSettings::default();
+    let (subnet, from) = match &opts.pod_cidr {
+        Some(cidr) => (cidr.clone(), "--pod-cidr"),
+        None => (default.subnet, "the default"),
+    };
+    let bridge = Some(opts.managed_cni_bridge.clone())
+        .filter(|b| !b.is_empty())
+        .unwrap_or(default.bridge);
+    info!(target: STARTUP_TARGET, bridge = %bridge, subnet = %subnet, subnetFrom = from, "managed containerd pod network");
+    CniSettings { bridge, subnet }
+}
+
 /// Connects to the configured runtime, or starts a managed containerd under
 /// `--root-dir` (see [`choose_runtime`]), and records the choice.
 pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
@@ -98,7 +113,7 @@ pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
                 .await
                 .context("cannot start managed containerd")?;
             info!(target: STARTUP_TARGET, binary = %binary.path.display(), version = %binary.version, configVersion = binary.config_format().number(), "managed containerd release");
-            let launch = Launch::new(binary, layout, CniSettings::default());
+            let launch = Launch::new(binary, layout, managed_pod_network(opts));
             let m = ManagedContainerd::start(&launch)
                 .await
                 .context("cannot start managed containerd")?;

@@ -1,7 +1,7 @@
 //! The apiserver pod source (kubelet's `config/apiserver.go`): a list and watch of the
 //! pods bound to this node (`spec.nodeName=<node>`, all namespaces) through
-//! kube-runtime's `watcher`, which relists after a 410 and, with its default backoff,
-//! retries after errors by itself. What the watch says is kept in an "undelta store":
+//! kube-runtime's `watcher`, listed afresh after any failure as client-go's reflector
+//! does (`kubeclient::relisting_watcher`). What the watch says is kept in an "undelta store":
 //! every change sends the whole set as this source's snapshot, and a burst of events
 //! (a relist of 100 pods) is one snapshot. Nothing goes out before the first complete
 //! list, so sources-ready waits for it; during an outage the last set stays, so pods
@@ -14,7 +14,6 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::runtime::watcher::watcher;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -195,54 +194,11 @@ pub(crate) async fn run_api_source(
     info!(node = %node_name, "watching the apiserver for pods bound to this node");
     let mut store = PodStore::new(MAX_API_PODS);
     let mut errors = ErrorLog::default();
-    let mut wait = RELIST_BACKOFF_START;
-    loop {
-        let stream = watcher(api.clone(), config.clone());
-        let listed = match pump(stream, &mut store, &mut errors, &tx, &cancel).await {
-            Pumped::Ended => return,
-            Pumped::Failed { listed } => listed,
-        };
-        if listed {
-            wait = RELIST_BACKOFF_START;
-        }
-        // The set stands until the new list completes; then what the apiserver no
-        // longer has is deleted (a pod deleted during an outage, or every pod of a
-        // cluster that was replaced).
-        debug!(
-            cause = "the watch failed",
-            after = %crate::duration::format_go_duration(wait),
-            "apiserver pod source: listing again, as client-go's reflector does"
-        );
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = tokio::time::sleep(jittered(wait)) => {}
-        }
-        wait = (wait * 2).min(RELIST_BACKOFF_MAX);
-    }
-}
-
-/// client-go's reflector backs off 800 ms, doubling up to 30 s, between a failed
-/// watch and the next list.
-const RELIST_BACKOFF_START: Duration = Duration::from_millis(800);
-const RELIST_BACKOFF_MAX: Duration = Duration::from_secs(30);
-
-/// `d` and up to as much again, so nodes that lost the same apiserver come back
-/// spread out (client-go's jitter of 1.0).
-fn jittered(d: Duration) -> Duration {
-    d + d.mul_f64(fastrand::f64())
-}
-
-/// Why [`pump`] returned.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Pumped {
-    /// Cancelled, or the stream or the merger is gone.
-    Ended,
-    /// The list or the watch failed: as client-go's reflector, the source lists
-    /// again (after a back-off) instead of resuming the watch, so what changed while
-    /// it was away (a pod deleted, a cluster replaced by a new one whose versions
-    /// mean nothing to the old watch) is caught up from a full list. `listed`: a
-    /// list had completed in this stream before it failed.
-    Failed { listed: bool },
+    // After a failure the set stands until the new list completes; then what the
+    // apiserver no longer has is deleted (a pod deleted during an outage, or every
+    // pod of a cluster that was replaced).
+    let stream = crate::kubeclient::relisting_watcher(api, config);
+    pump(stream, &mut store, &mut errors, &tx, &cancel).await;
 }
 
 /// Reads watch events, coalescing those that arrive within [`COALESCE_GAP`] of each
@@ -256,26 +212,23 @@ pub(crate) async fn pump<S>(
     errors: &mut ErrorLog,
     tx: &mpsc::Sender<SourceSnapshot>,
     cancel: &CancellationToken,
-) -> Pumped
-where
+) where
     S: Stream<Item = Result<Event<Pod>, watcher::Error>>,
 {
     let mut stream = std::pin::pin!(stream);
-    let mut listed = false;
     loop {
         let item = tokio::select! {
-            () = cancel.cancelled() => return Pumped::Ended,
+            () = cancel.cancelled() => return,
             item = stream.next() => item,
         };
         let event = match item {
-            None => return Pumped::Ended,
+            None => return,
             Some(Ok(event)) => event,
             Some(Err(e)) => {
                 errors.error(&e);
-                return Pumped::Failed { listed };
+                continue;
             }
         };
-        listed |= matches!(event, Event::InitDone);
         // Keys applied since the last set went out.
         let mut unsent: HashSet<String> = HashSet::new();
         let mut changed = handle(store, errors, &mut unsent, event);
@@ -286,18 +239,14 @@ where
                 Ok(Some(Ok(event))) => event,
                 Ok(Some(Err(e))) => {
                     errors.error(&e);
-                    if changed && !send(store, tx, cancel).await {
-                        return Pumped::Ended;
-                    }
-                    return Pumped::Failed { listed };
+                    break;
                 }
-                Ok(None) => return Pumped::Ended,
+                Ok(None) => return,
                 Err(_) => break,
             };
-            listed |= matches!(event, Event::InitDone);
             if changed && deletes_one_of(&event, &unsent) {
                 if !send(store, tx, cancel).await {
-                    return Pumped::Ended;
+                    return;
                 }
                 unsent.clear();
                 changed = false;
@@ -308,7 +257,7 @@ where
             }
         }
         if changed && !send(store, tx, cancel).await {
-            return Pumped::Ended;
+            return;
         }
     }
 }
@@ -469,7 +418,7 @@ mod tests {
         let stop = cancel.clone();
         tokio::spawn(async move {
             let (mut store, mut errors) = (PodStore::new(1000), ErrorLog::default());
-            pump(stream, &mut store, &mut errors, &tx, &stop).await
+            pump(stream, &mut store, &mut errors, &tx, &stop).await;
         });
         (ev_tx, rx, cancel)
     }
@@ -523,56 +472,48 @@ mod tests {
         cancel.cancel();
     }
 
-    /// A failed list or watch ends the stream: the source lists again in a fresh one
-    /// (client-go's reflector), and the set stands until that list completes. A pod
-    /// deleted while the apiserver was away, or a whole cluster replaced by a new
-    /// one, is caught up by that list.
+    /// After a failed list or watch the source lists again (client-go's reflector,
+    /// `kubeclient::relisting_watcher`), and the set stands until that list
+    /// completes. A pod deleted while the apiserver was away, or a whole cluster
+    /// replaced by a new one, is caught up by that list.
     #[tokio::test(start_paused = true)]
     async fn a_failure_keeps_the_set_until_a_new_list_completes() {
-        let (tx, mut rx) = mpsc::channel(16);
-        let cancel = CancellationToken::new();
-        let (mut store, mut errors) = (PodStore::new(10), ErrorLog::default());
-        let fed = |items: Vec<Item>| {
-            futures::stream::iter(items).chain(futures::stream::pending::<Item>())
-        };
+        let (ev, mut rx, cancel) = start_pump();
         let broken = || Err(watcher::Error::NoResourceVersion);
-        let first = fed(vec![
+        for item in [
             Ok(Event::Init),
             Ok(Event::InitApply(pod("a", "1"))),
             Ok(Event::InitApply(pod("b", "1"))),
             Ok(Event::InitDone),
             broken(),
-        ]);
-        let pumped = pump(first, &mut store, &mut errors, &tx, &cancel).await;
-        assert_eq!(pumped, Pumped::Failed { listed: true });
+        ] {
+            ev.send(item).unwrap();
+        }
         assert_eq!(names(&rx.recv().await.unwrap()), ["a", "b"]);
         // An outage: lists fail, one starts but cannot finish. Nothing goes out.
-        let pumped = pump(fed(vec![broken()]), &mut store, &mut errors, &tx, &cancel).await;
-        assert_eq!(pumped, Pumped::Failed { listed: false });
-        let half = fed(vec![
+        for item in [
+            broken(),
             Ok(Event::Init),
             Ok(Event::InitApply(pod("a", "1"))),
             broken(),
-        ]);
-        let pumped = pump(half, &mut store, &mut errors, &tx, &cancel).await;
-        assert_eq!(pumped, Pumped::Failed { listed: false });
+        ] {
+            ev.send(item).unwrap();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(
             rx.try_recv().is_err(),
             "never an empty or partial set for an outage"
         );
         // Back, with b deleted meanwhile: the completed list replaces the set.
-        let back = fed(vec![
+        for item in [
             Ok(Event::Init),
             Ok(Event::InitApply(pod("a", "1"))),
             Ok(Event::InitDone),
-        ]);
-        let running = pump(back, &mut store, &mut errors, &tx, &cancel);
-        assert!(
-            tokio::time::timeout(Duration::from_secs(1), running)
-                .await
-                .is_err()
-        );
+        ] {
+            ev.send(item).unwrap();
+        }
         assert_eq!(names(&rx.recv().await.unwrap()), ["a"]);
+        cancel.cancel();
     }
 
     #[tokio::test(start_paused = true)]

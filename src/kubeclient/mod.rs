@@ -16,6 +16,7 @@ mod client_cert;
 mod csr;
 mod kubeconfig;
 mod ratelimit;
+mod relist;
 mod rotation;
 #[cfg(test)]
 mod rotation_tests;
@@ -39,6 +40,8 @@ pub(crate) use csr::{Template, certificate_blocks, issued as issued_certificate}
 pub(crate) use kubeconfig::load as load_kubeconfig;
 use ratelimit::RateLimitLayer;
 pub(crate) use ratelimit::TokenBucket;
+// Watches that list again after any failure, as client-go's reflector.
+pub(crate) use relist::relisting_watcher;
 pub(crate) use rotation::deadline as rotation_deadline;
 // Client certificate rotation, for the agent to run beside the clients.
 pub(crate) use rotation::{ROTATION_WAIT, Rotation};

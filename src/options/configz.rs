@@ -341,6 +341,9 @@ fn omitted_when_unset(m: &mut Map<String, Value>, o: &Options) {
     if let Some(n) = o.max_parallel_image_pulls {
         m.insert("maxParallelImagePulls".into(), json!(n));
     }
+    if let Some(cidr) = &o.pod_cidr {
+        m.insert("podCIDR".into(), json!(cidr));
+    }
     if let Some(n) = &o.kube_reserved_cgroup {
         m.insert("kubeReservedCgroup".into(), cgroup(n));
     }
@@ -383,6 +386,7 @@ mod tests {
         ]);
         let mut o = o;
         o.max_parallel_image_pulls = Some(2);
+        o.pod_cidr = Some("10.244.1.0/24".into());
         o.shutdown_grace_period_by_pod_priority = vec![crate::nodeshutdown::PriorityGrace {
             priority: 0,
             seconds: 30,

@@ -53,7 +53,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("minimum-container-ttl-duration", Value),
     ("node-status-max-images", Value),
     ("oom-score-adj", Value),
-    ("pod-cidr", Value),
     ("pod-infra-container-image", Value),
     ("pods-per-core", Value),
     ("protect-kernel-defaults", Bool),
@@ -333,12 +332,12 @@ mod tests {
     #[test]
     fn unimplemented_kubelet_flags_are_accepted_in_order() {
         let f = parse(&[
-            "--pod-cidr=10.244.0.0/24",
+            "--registry-qps=7",
             "--kernel-memcg-notification=false",
             "--protect-kernel-defaults",
             "--oom-score-adj",
             "-999",
-            "--pod-cidr=10.245.0.0/24",
+            "--registry-qps=9",
         ])
         .unwrap();
         assert_eq!(
@@ -347,7 +346,7 @@ mod tests {
                 "kernel-memcg-notification",
                 "protect-kernel-defaults",
                 "oom-score-adj",
-                "pod-cidr"
+                "registry-qps"
             ]
         );
         assert!(f.problems.is_empty(), "{:?}", f.problems);

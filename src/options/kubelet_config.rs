@@ -34,7 +34,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "topologyManagerPolicyOptions",
     "qosReserved",
     "hairpinMode",
-    "podCIDR",
     "nodeStatusMaxImages",
     "contentType",
     "mergeDefaultEvictionSettings",
@@ -574,6 +573,8 @@ mod tests {
         // The HTTP source.
         let body =
             format!("{body}staticPodURL: http://h/p\nstaticPodURLHeader:\n  a: [x, \"y:z\"]\n");
+        // Standalone pod addresses (a managed containerd's subnet).
+        let body = format!("{body}podCIDR: 10.244.1.0/24\n");
         // The secure port's authentication and authorization.
         let body = format!(
             "{body}authentication:\n  x509:\n    clientCAFile: /ca.crt\n  webhook:\n    enabled: true\n    cacheTTL: 1m\n  anonymous:\n    enabled: false\n\
@@ -608,6 +609,7 @@ mod tests {
                 ("clusterDNS", "10.96.0.10"),
                 ("allowedUnsafeSysctls", "net.core.*"),
                 ("staticPodURL", "http://h/p"),
+                ("podCIDR", "10.244.1.0/24"),
                 ("staticPodURLHeader", "a:x,a:y:z"),
                 ("evictionSoft", "memory.available<2Gi"),
                 ("evictionSoftGracePeriod", "memory.available=1m"),

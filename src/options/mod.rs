@@ -44,6 +44,11 @@ pub struct Options {
     pub runtime_endpoint_explicit: bool,
     /// `--containerd-binary`: the containerd a managed runtime runs (None: the one in PATH).
     pub containerd_binary: Option<PathBuf>,
+    /// `--pod-cidr` / `podCIDR`: the pods' addresses in standalone mode; a managed
+    /// containerd's CNI subnet (None: [`crate::containerd::CniSettings`]'s default).
+    pub(crate) pod_cidr: Option<String>,
+    /// `--managed-cni-bridge`: the Linux bridge a managed containerd's pods attach to.
+    pub(crate) managed_cni_bridge: String,
     /// `--runtime-cgroups`: the runtime's cgroup, the Summary API's `runtime` system container.
     pub(crate) runtime_cgroups: Option<String>,
     /// `failSwapOn`: refuse to start while swap is on.
@@ -254,6 +259,8 @@ impl Options {
             container_runtime_endpoint: String::new(),
             runtime_endpoint_explicit: false,
             containerd_binary: None,
+            pod_cidr: None,
+            managed_cni_bridge: String::new(),
             runtime_cgroups: None,
             fail_swap_on: true,
             root_dir: PathBuf::new(),
@@ -1004,6 +1011,27 @@ mod tests {
         ),
         ("pod-logs-dir", "logs", "must be an absolute path"),
         ("root-dir", "", "must not be empty"),
+        (
+            "pod-cidr",
+            "10.244.1.0",
+            "must be a CIDR (an address, '/', a prefix length)",
+        ),
+        (
+            "pod-cidr",
+            "10.244.1.0/x",
+            "must be a CIDR (an address, '/', a prefix length)",
+        ),
+        ("pod-cidr", "10.244.1.0/33", "prefix length 33 is over 32"),
+        (
+            "managed-cni-bridge",
+            "a-very-long-bridge",
+            "must be an interface name: 1 to 15 of a-z, A-Z, 0-9, '-', '_', '.'",
+        ),
+        (
+            "managed-cni-bridge",
+            "br/0",
+            "must be an interface name: 1 to 15 of a-z, A-Z, 0-9, '-', '_', '.'",
+        ),
         ("v", "300", "must be between 0 and 255"),
         ("v", "loud", "must be an integer"),
     ];

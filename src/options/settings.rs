@@ -169,6 +169,8 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("pod-manifest-path", Some("staticPodPath"), Path, "", "PATH", "Directory of static pod manifests (empty: file source off)", |o, i| { o.static_pod_path = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     row("container-runtime-endpoint", Some("containerRuntimeEndpoint"), Text, DEFAULT_RUNTIME_ENDPOINT, "URL", "CRI endpoint (unix:// socket)", set_endpoint),
     row("containerd-binary", None, Path, "", "PATH", "The containerd a managed runtime runs; its release decides its config format (empty: containerd in PATH)", |o, i| { o.containerd_binary = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
+    row("pod-cidr", Some("podCIDR"), Text, "", "CIDR", "The pods' addresses in standalone mode: a managed containerd's CNI subnet (empty: 10.88.0.0/16)", set_pod_cidr),
+    row("managed-cni-bridge", None, Text, "oxlet0", "NAME", "The Linux bridge a managed containerd's pods attach to", set_managed_cni_bridge),
     row("runtime-cgroups", None, Text, "", "CGROUP", "The container runtime's cgroup, reported as the Summary API's runtime system container (empty: none)", |o, i| { o.runtime_cgroups = Some(i.text.to_string()).filter(|c| !c.is_empty()); Ok(()) }),
     row("fail-swap-on", Some("failSwapOn"), Bool, "true", "true|false", "Refuse to start while swap is on", |o, i| parse_bool(i.text).map(|b| o.fail_swap_on = b)),
     row("root-dir", None, Text, "/var/lib/oxlet", "PATH", "Directory for oxlet state", |o, i| non_empty(i.text).map(|p| o.root_dir = p)),
@@ -649,6 +651,42 @@ fn set_node_name(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     } else {
         Err(NODE_NAME_REASON.into())
     }
+}
+
+/// kubelet passes `podCIDR` on to the runtime unchecked; oxlet writes it into a
+/// managed containerd's CNI config, so it must be a CIDR (`10.244.1.0/24`).
+fn set_pod_cidr(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let text = i.text.trim();
+    if text.is_empty() {
+        o.pod_cidr = None;
+        return Ok(());
+    }
+    let bad = || InvalidValue::from("must be a CIDR (an address, '/', a prefix length)");
+    let (addr, len) = text.split_once('/').ok_or_else(bad)?;
+    let addr: std::net::IpAddr = addr.parse().map_err(|_| bad())?;
+    let len: u8 = len.parse().map_err(|_| bad())?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    if len > max {
+        return Err(InvalidValue(format!("prefix length {len} is over {max}")));
+    }
+    o.pod_cidr = Some(text.to_string());
+    Ok(())
+}
+
+/// A Linux interface name: 1 to 15 bytes (IFNAMSIZ - 1), no '/', ':' or space.
+fn set_managed_cni_bridge(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let name = i.text;
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty()
+        || name.len() > 15
+        || !name.chars().all(allowed)
+        || name == "."
+        || name == ".."
+    {
+        return Err("must be an interface name: 1 to 15 of a-z, A-Z, 0-9, '-', '_', '.'".into());
+    }
+    o.managed_cni_bridge = name.to_string();
+    Ok(())
 }
 
 fn non_empty(s: &str) -> Result<PathBuf, InvalidValue> {

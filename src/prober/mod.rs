@@ -192,7 +192,7 @@ pub(crate) struct ProbeManager {
 impl ProbeManager {
     /// Probe workers running (the census).
     pub(crate) fn worker_count(&self) -> usize {
-        self.workers.locked().len()
+        self.lock().len()
     }
 
     pub(crate) fn new(deps: WorkerDeps, tasks: Tasks) -> Self {

@@ -19,7 +19,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::work_queue::{WorkQueue, jitter};
+use super::work_queue::WorkQueue;
+use crate::backoff::jitter;
 use crate::cri::CriError;
 use crate::kuberuntime::RuntimePod;
 use crate::kuberuntime::SyncError;

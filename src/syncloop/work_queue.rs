@@ -7,11 +7,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// `jitter(d, f)`: a random duration in `[d, d × (1 + f))`, as kubelet's `wait.Jitter`.
-pub(crate) fn jitter(d: Duration, factor: f64) -> Duration {
-    d + d.mul_f64(fastrand::f64() * factor)
-}
-
 #[derive(Debug, Default)]
 pub(crate) struct WorkQueue {
     due: Mutex<HashMap<String, Instant>>,
@@ -62,13 +57,5 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(q.take_due(), vec!["a".to_string()]);
         assert!(q.take_due().is_empty());
-    }
-
-    #[test]
-    fn jitter_stays_in_range() {
-        for _ in 0..100 {
-            let j = jitter(Duration::from_secs(60), 0.5);
-            assert!(j >= Duration::from_secs(60) && j < Duration::from_secs(90));
-        }
     }
 }

@@ -27,6 +27,8 @@ pub struct Oxlet {
     pub log_file: PathBuf,
     /// None: no `--container-runtime-endpoint`, so oxlet manages its own containerd.
     endpoint: Option<String>,
+    /// A managed containerd's own pod network (dropped after the process is killed).
+    network: Option<crate::common::NetworkSlot>,
     starts: u32,
     /// How often `wait_for` polls `/pods` (benchmarks poll faster).
     pub poll: Duration,
@@ -117,6 +119,9 @@ impl Oxlet {
             links: base.join("containers"),
             port: free_port(),
             log_file: base.join("oxlet.log"),
+            network: endpoint
+                .is_none()
+                .then(|| crate::common::NetworkSlot::claim(base)),
             endpoint,
             starts: 0,
             poll: Duration::from_millis(50),
@@ -124,6 +129,23 @@ impl Oxlet {
             binary: PathBuf::from(env!("CARGO_BIN_EXE_oxlet")),
             known_flags: None,
         }
+    }
+
+    /// A managed containerd's pod network (None with a test bed's runtime).
+    pub fn managed_network(&self) -> Option<&crate::common::NetworkSlot> {
+        self.network.as_ref()
+    }
+
+    /// Copies the test images into `<root-dir>/images/`, which a managed containerd
+    /// imports at start; returns that dir.
+    pub fn copy_images_to_root(&self) -> PathBuf {
+        let dir = self.root.join("images");
+        std::fs::create_dir_all(&dir).unwrap();
+        let images = crate::common::test_images_dir();
+        for f in ["oxlet-busybox.tar", "oxlet-pause.tar"] {
+            std::fs::copy(images.join(f), dir.join(f)).unwrap();
+        }
+        dir
     }
 
     /// Drops the long flags `known_flags` does not list; short ones (`-v=4`) stay.
@@ -149,6 +171,10 @@ impl Oxlet {
             None => crate::common::containerd_binary_flag(),
         };
         let mut args = vec![runtime];
+        if let Some(net) = &self.network {
+            args.push(format!("--pod-cidr={}", net.subnet()));
+            args.push(format!("--managed-cni-bridge={}", net.bridge()));
+        }
         args.extend([
             format!("--pod-manifest-path={}", self.manifests.display()),
             format!("--root-dir={}", self.root.display()),

@@ -51,13 +51,36 @@ pub const BRIDGE_PREFIX: &str = "oxt";
 pub const SUBNET_PREFIX: [u8; 2] = [10, 234];
 const SLOTS: u32 = 256;
 
-/// A free loopback port (bound, then released).
+/// A free loopback port for a server a test starts later (bound, then released).
+///
+/// Not one the kernel picks for `bind(0)`: that is the ephemeral range, where every
+/// outgoing connection (probes, watches, gRPC) also takes its source port, so a port
+/// released here could be someone's source port by the time oxlet binds it (CI saw
+/// oxlet refuse to start for that). Below the range only listeners live; this process
+/// never hands out one port twice, and its pid spreads processes apart.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let high = ephemeral_range_start().clamp(LOW + 1_000, 65_535);
+    let span = high - LOW;
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        let port = u16::try_from(LOW + offset).expect("below 65536");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{high}");
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_range_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Build the test images once per process into `target/test-images`; returns that dir.
@@ -127,8 +150,7 @@ impl Testbed {
     async fn start_with(image_fs_mib: Option<u64>, binary: ContainerdBinary) -> Testbed {
         let started = Instant::now();
         check_prerequisites();
-        static SWEEP: Once = Once::new();
-        SWEEP.call_once(sweep_leftovers);
+        sweep_once();
         let images = test_images_dir();
 
         let base = tempfile::Builder::new()
@@ -647,6 +669,43 @@ fn release_slot(slot: u32) {
     let _ = fs::remove_file(slot_file(slot));
 }
 
+/// A network slot for an oxlet that runs its own (managed) containerd: a bridge and
+/// subnet no other test shares (`--managed-cni-bridge`, `--pod-cidr`). A managed
+/// containerd killed with its oxlet leaves its pods' network namespaces pinned in
+/// /run/netns, still holding their addresses; in a shared subnet the next test's pods
+/// would be handed the same addresses and their probes answered by the dead ones. On
+/// drop the slot's namespaces and bridge go and the claim is released (and the sweep
+/// does the same for a test that died).
+pub struct NetworkSlot(u32);
+
+impl NetworkSlot {
+    pub fn claim(base: &Path) -> NetworkSlot {
+        sweep_once();
+        NetworkSlot(claim_slot(base))
+    }
+
+    pub fn bridge(&self) -> String {
+        bridge_name(self.0)
+    }
+
+    pub fn subnet(&self) -> String {
+        format!("{}.{}.{}.0/24", SUBNET_PREFIX[0], SUBNET_PREFIX[1], self.0)
+    }
+}
+
+impl Drop for NetworkSlot {
+    fn drop(&mut self) {
+        for ns in netns_of_slots(&[self.0]) {
+            let _ = Command::new("ip")
+                .args(["netns", "delete", &ns])
+                .stderr(Stdio::null())
+                .status();
+        }
+        delete_link(&bridge_name(self.0));
+        release_slot(self.0);
+    }
+}
+
 // ---- teardown helpers ------------------------------------------------------------------
 
 fn delete_link(name: &str) {
@@ -847,6 +906,12 @@ fn netns_of_slots(slots: &[u32]) -> Vec<String> {
         }
     }
     found
+}
+
+/// [`sweep_leftovers`], once per test process (before its first bed or network slot).
+fn sweep_once() {
+    static SWEEP: Once = Once::new();
+    SWEEP.call_once(sweep_leftovers);
 }
 
 /// Remove what earlier, dead test processes left behind: their containerds, shims and

@@ -8,7 +8,7 @@ use testapi::TestApiServer;
 use std::path::Path;
 
 use crate::agent::{Oxlet, tail};
-use crate::footprint::{Footprint, Places, compare};
+use crate::footprint::{Footprint, Places, compare, rss_kib, runtime_objects};
 use crate::kit::*;
 
 const WAVE: usize = 50;
@@ -32,27 +32,19 @@ pub(crate) async fn churn(scale: Scale) {
         );
     }
     let resting = 10;
-    until(
+    until_all_ready(
         &ox,
+        resting,
         "the resting pods Running",
         Duration::from_secs(120),
-        async || {
-            let pods = shown(&ox).await;
-            (pods.len() == resting && pods.values().all(running_ready)).then_some(())
-        },
     )
     .await;
     tokio::time::sleep(settle).await;
-    let places = Places {
-        ox: &ox,
-        socket: bed.socket(),
-        ipam: &bed.layout().cni_data_dir,
-        ctr: &bed.ctr(),
-    };
+    let places = Places::of_bed(&ox, &bed);
     // One wave first: the allocator's pools and the caches kept by design (below)
     // fill once, so the baseline is a node that has run pods, as any node has.
     let cold = Footprint::take(&places).await;
-    run_wave(&ox, &server, &places, &flags, "warmup", WAVE, resting).await;
+    run_wave(&ox, &server, &flags, "warmup", WAVE, resting).await;
     tokio::time::sleep(settle).await;
     let base = Footprint::take(&places).await;
     let t = Instant::now();
@@ -61,7 +53,6 @@ pub(crate) async fn churn(scale: Scale) {
         let rss = run_wave(
             &ox,
             &server,
-            &places,
             &flags,
             &format!("w{wave:03}"),
             WAVE.min(total - wave * WAVE),
@@ -77,8 +68,8 @@ pub(crate) async fn churn(scale: Scale) {
         "the runtime back to the resting pods",
         Duration::from_secs(300),
         async || {
-            let f = Footprint::take(&places).await;
-            (f.get("runtime sandboxes") == base.get("runtime sandboxes")).then_some(())
+            let (sandboxes, _) = runtime_objects(places.socket).await;
+            (sandboxes == base.get("runtime sandboxes")).then_some(())
         },
     )
     .await;
@@ -119,7 +110,6 @@ pub(crate) async fn churn(scale: Scale) {
 async fn run_wave(
     ox: &Oxlet,
     server: &TestApiServer,
-    places: &Places<'_>,
     flags: &Path,
     prefix: &str,
     count: usize,
@@ -153,7 +143,7 @@ async fn run_wave(
         },
     )
     .await;
-    let rss = Footprint::take(places).await.get("RSS KiB");
+    let rss = rss_kib(ox.pid());
     for p in &pods {
         remove(ox, server, p);
     }

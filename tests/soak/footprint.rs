@@ -4,11 +4,12 @@
 //! snapshots), and every per-pod map oxlet keeps (`/debug/census`).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
 
 use crate::agent::Oxlet;
+use crate::common::Testbed;
 
 /// One reading of everything, by name.
 #[derive(Debug, Clone, Default)]
@@ -47,7 +48,19 @@ pub(crate) struct Places<'a> {
     /// host-local's data dir (one subdir per network).
     pub(crate) ipam: &'a Path,
     /// The runtime's `ctr` and its gRPC socket, for snapshots.
-    pub(crate) ctr: &'a Path,
+    pub(crate) ctr: PathBuf,
+}
+
+impl<'a> Places<'a> {
+    /// `ox` on the test bed's runtime.
+    pub(crate) fn of_bed(ox: &'a Oxlet, bed: &'a Testbed) -> Places<'a> {
+        Places {
+            ox,
+            socket: bed.socket(),
+            ipam: &bed.layout().cni_data_dir,
+            ctr: bed.ctr(),
+        }
+    }
 }
 
 impl Footprint {
@@ -60,7 +73,7 @@ impl Footprint {
             count_entries(Path::new(&format!("/proc/{pid}/fd"))),
         );
         f.insert("threads".into(), status_field(&status, "Threads:"));
-        f.insert("RSS KiB".into(), status_field(&status, "VmRSS:"));
+        f.insert("RSS KiB".into(), rss_kib_in(&status));
         if let Some((200, body)) = at.ox.get("/debug/census").await {
             let v: serde_json::Value = serde_json::from_str(&body).unwrap();
             f.insert("tokio tasks".into(), v["tokioTasks"].as_u64().unwrap_or(0));
@@ -83,7 +96,7 @@ impl Footprint {
         let (sandboxes, containers) = runtime_objects(at.socket).await;
         f.insert("runtime sandboxes".into(), sandboxes);
         f.insert("runtime containers".into(), containers);
-        f.insert("runtime snapshots".into(), snapshots(at.ctr, at.socket));
+        f.insert("runtime snapshots".into(), snapshots(&at.ctr, at.socket));
         Footprint(f)
     }
 
@@ -125,6 +138,15 @@ pub(crate) fn compare(
         rows.push([name.clone(), b.to_string(), a.to_string(), verdict]);
     }
     (rows, over)
+}
+
+/// The process's resident memory (KiB), without the rest of a reading.
+pub(crate) fn rss_kib(pid: u32) -> u64 {
+    rss_kib_in(&std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default())
+}
+
+fn rss_kib_in(status: &str) -> u64 {
+    status_field(status, "VmRSS:")
 }
 
 fn status_field(status: &str, key: &str) -> u64 {
@@ -193,7 +215,8 @@ pub(crate) async fn cri_client(
     ))
 }
 
-async fn runtime_objects(socket: &Path) -> (u64, u64) {
+/// The runtime's (sandboxes, containers), in any state.
+pub(crate) async fn runtime_objects(socket: &Path) -> (u64, u64) {
     let Some(mut c) = cri_client(socket).await else {
         return (0, 0);
     };

@@ -92,12 +92,7 @@ pub(crate) async fn hours(scale: Scale) {
     )
     .await;
     tokio::time::sleep(warmup).await;
-    let places = Places {
-        ox: &ox,
-        socket: bed.socket(),
-        ipam: &bed.layout().cni_data_dir,
-        ctr: &bed.ctr(),
-    };
+    let places = Places::of_bed(&ox, &bed);
     let t = Instant::now();
     let mut samples = Vec::new();
     while t.elapsed() <= duration {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use testapi::TestApiServer;
 
 use crate::agent::{Oxlet, tail};
-use crate::common::{Testbed, test_images_dir};
+use crate::common::Testbed;
 use crate::footprint::{cri_client, reserved_ips};
 use crate::kit::*;
 
@@ -24,9 +24,11 @@ pub(crate) enum Runtime {
 
 /// The node under test: where its runtime and its oxlet are.
 struct Node {
+    /// Dropped first: a live oxlet would put back the sandboxes the bed's drop removes,
+    /// and their network namespaces would outlive the bed's containerd.
+    ox: Oxlet,
     /// Keeps the external runtime (and the bed's dirs) alive.
     bed: Testbed,
-    ox: Oxlet,
     server: TestApiServer,
     socket: PathBuf,
     ipam: PathBuf,
@@ -56,11 +58,7 @@ async fn start_node(which: Runtime) -> Node {
                 .tempdir_in("/tmp")
                 .unwrap();
             let mut ox = Oxlet::in_dir(base.path(), None);
-            let images = ox.root.join("images");
-            std::fs::create_dir_all(&images).unwrap();
-            for f in ["oxlet-busybox.tar", "oxlet-pause.tar"] {
-                std::fs::copy(test_images_dir().join(f), images.join(f)).unwrap();
-            }
+            ox.copy_images_to_root();
             ox.spawn(&[
                 &format!("--kubeconfig={}", server.kubeconfig().display()),
                 "-v=2",
@@ -97,14 +95,11 @@ async fn fill(node: &Node, count: usize) -> BTreeMap<String, Vec<(String, i32)>>
         let p = pod(&format!("k{i:03}"), kind, i % 2 == 1, &node.flags);
         add(&node.ox, &node.server, &p);
     }
-    let (pods, took) = until(
+    let (pods, took) = until_all_ready(
         &node.ox,
+        count,
         "every pod Running and Ready",
         Duration::from_secs(600),
-        async || {
-            let pods = shown(&node.ox).await;
-            (pods.len() == count && pods.values().all(running_ready)).then_some(pods)
-        },
     )
     .await;
     eprintln!("soak: {count} pods Running and Ready in {took:?}");
@@ -227,14 +222,11 @@ async fn check_nothing_restarted(
     before: &BTreeMap<String, Vec<(String, i32)>>,
     report: &mut Report,
 ) {
-    let (pods, _) = until(
+    let (pods, _) = until_all_ready(
         &node.ox,
+        before.len(),
         "every pod Running and Ready after the kills",
         Duration::from_secs(120),
-        async || {
-            let pods = shown(&node.ox).await;
-            (pods.len() == before.len() && pods.values().all(running_ready)).then_some(pods)
-        },
     )
     .await;
     let restarted: Vec<&String> = pods

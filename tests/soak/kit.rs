@@ -192,6 +192,21 @@ pub(crate) async fn until<T>(
     }
 }
 
+/// Waits until oxlet shows exactly `count` pods, each Running and Ready; returns
+/// them and how long that took.
+pub(crate) async fn until_all_ready(
+    ox: &Oxlet,
+    count: usize,
+    what: &str,
+    within: Duration,
+) -> (BTreeMap<String, Pod>, Duration) {
+    until(ox, what, within, async || {
+        let pods = shown(ox).await;
+        (pods.len() == count && pods.values().all(running_ready)).then_some(pods)
+    })
+    .await
+}
+
 /// The pods oxlet shows, by name.
 pub(crate) async fn shown(ox: &Oxlet) -> BTreeMap<String, Pod> {
     ox.pods()

@@ -10,8 +10,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use kube::api::{Api, PostParams};
-use kube::runtime::WatchStreamExt as _;
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -111,7 +110,8 @@ impl NodeMetricReporter {
         let api: Api<NodeMetric> = Api::all(self.client.clone());
         let config =
             watcher::Config::default().fields(&format!("metadata.name={}", self.node_name));
-        let mut events = std::pin::pin!(watcher(api.clone(), config).default_backoff());
+        // Any failure lists again (a new cluster has no history to resume from).
+        let mut events = std::pin::pin!(crate::kubeclient::relisting_watcher(api.clone(), config));
         let mut next = tokio::time::Instant::now() + self.source.policy().report;
         loop {
             tokio::select! {

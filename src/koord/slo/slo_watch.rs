@@ -6,8 +6,7 @@
 
 use futures::StreamExt as _;
 use kube::api::Api;
-use kube::runtime::WatchStreamExt as _;
-use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -36,7 +35,8 @@ impl NodeSloWatch {
         let api: Api<NodeSLO> = Api::all(self.client.clone());
         let config =
             watcher::Config::default().fields(&format!("metadata.name={}", self.node_name));
-        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        // Any failure lists again (a new cluster has no history to resume from).
+        let mut events = std::pin::pin!(crate::kubeclient::relisting_watcher(api, config));
         loop {
             let event = tokio::select! {
                 () = cancel.cancelled() => return,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use tokio::sync::{Notify, mpsc};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::node::Host;
 use super::runtime_choice::{self, RuntimeChoice};
@@ -139,6 +139,15 @@ pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
     };
     info!(target: STARTUP_TARGET, endpoint = %endpoint, runtime = %version.runtime_name, version = %version.runtime_version, apiVersion = %version.runtime_api_version, "connected to container runtime");
     runtime_choice::save(&opts.root_dir, &choice)?;
+    if let Some(cidr) = &opts.pod_cidr {
+        // kubelet's updatePodCIDR at start: a failure is logged, never fatal.
+        match cri.update_pod_cidr(cidr).await {
+            Ok(()) => {
+                info!(target: STARTUP_TARGET, originalPodCIDR = "", newPodCIDR = %cidr, "Updating Pod CIDR");
+            }
+            Err(e) => error!(error = %e, podCIDR = %cidr, "Pod CIDR update failed"),
+        }
+    }
     let ctr = managed.as_ref().map_or_else(
         || PathBuf::from("ctr"),
         |m| m.launch().binary.sibling("ctr"),

@@ -151,6 +151,23 @@ impl RemoteRuntime {
         .await
     }
 
+    /// Hands the runtime the node's pod CIDR (CRI `UpdateRuntimeConfig`), as kubelet's
+    /// `updatePodCIDR`: a runtime with a CNI config template (containerd's
+    /// `conf_template`) writes its pod network from it; others ignore it.
+    pub(crate) async fn update_pod_cidr(&self, cidr: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let req = cri::UpdateRuntimeConfigRequest {
+            runtime_config: Some(cri::RuntimeConfig {
+                network_config: Some(cri::NetworkConfig {
+                    pod_cidr: cidr.to_string(),
+                }),
+            }),
+        };
+        self.call("UpdateRuntimeConfig", c.update_runtime_config(req))
+            .await
+            .map(|_| ())
+    }
+
     /// `Status` with `verbose: true`: the runtime adds free-form details (containerd
     /// puts its CRI plugin configuration as JSON under `info["config"]`).
     pub(crate) async fn verbose_status(&self) -> Result<cri::StatusResponse, CriError> {

@@ -90,11 +90,13 @@ pub(crate) async fn churn(scale: Scale) {
         cold.get("open fds")
     ));
     report.note(format!(
-        "{total} pods started and removed in {} ({:.0} pods a minute); peak RSS {} MiB, {} MiB after",
+        "{total} pods started and removed in {} ({:.0} pods a minute); peak RSS {} MiB, {} MiB after, of which the heap (RSS anon) {} MiB against {} MiB before",
         secs(churned),
         total as f64 / churned.as_secs_f64() * 60.0,
         peak_rss / 1024,
-        after.get("RSS KiB") / 1024
+        after.get("RSS KiB") / 1024,
+        after.get("RSS anon KiB") / 1024,
+        base.get("RSS anon KiB") / 1024
     ));
     report.finish(scale, &release(&bed));
     assert!(

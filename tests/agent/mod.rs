@@ -541,8 +541,11 @@ impl Drop for Oxlet {
             let _ = c.kill();
             let _ = c.wait();
         }
-        // A managed containerd's test dir has no bed whose drop would do it.
+        // A managed containerd's test dir has no bed whose drop would do it: its
+        // containerd, shims and containers (oxlet's SIGKILL leaves them running), the
+        // mounts below the root dir, then the pod cgroups.
         if self.endpoint.is_none() {
+            crate::common::teardown_dir(&self.root);
             crate::common::remove_cgroup_tree(self.cgroup_root.trim_start_matches('/'));
         }
     }

@@ -861,7 +861,7 @@ fn kill_processes_of(dir: &Path) {
 }
 
 /// Kill what still runs from `dir`, unmount what is mounted under it, remove it.
-fn teardown_dir(dir: &Path) {
+pub fn teardown_dir(dir: &Path) {
     kill_processes_of(dir);
     for m in mounts_under(dir) {
         let ok = Command::new("umount")

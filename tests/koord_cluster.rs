@@ -244,25 +244,13 @@ async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
     );
 }
 
-/// A NodeSLO with this threshold, for `client`'s cluster.
+/// This node's NodeSLO with CPU suppress on at `percent`.
 fn node_slo_with_threshold(percent: u32) -> DynamicObject {
     let mut slo = DynamicObject::new(NODE, &koord_resource("NodeSLO", "nodeslos"));
     slo.data = json!({"spec": {"resourceUsedThresholdWithBE": {
         "enable": true, "cpuSuppressThresholdPercent": percent,
         "cpuSuppressPolicy": "cfsQuota", "memoryAllocatableEvictThresholdPercent": 110}}});
     slo
-}
-
-async fn wait_log(ox: &Oxlet, what: &str, needle: &str) {
-    let t = Instant::now();
-    while !ox.log().contains(needle) {
-        assert!(
-            t.elapsed() < WAIT,
-            "never logged {what} ({needle}):\n{}",
-            tail(&ox.log(), 30)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// The apiserver is replaced by a new, empty cluster on the same address and token
@@ -279,12 +267,8 @@ async fn a_node_slo_in_a_new_cluster_on_the_same_address_is_followed() {
     slos.create(&PostParams::default(), &node_slo_with_threshold(11))
         .await
         .unwrap();
-    wait_log(
-        &ox,
-        "the old cluster's NodeSLO",
-        "cpuSuppressThresholdPercent=11",
-    )
-    .await;
+    ox.wait_logged("cpuSuppressThresholdPercent=11", 1, WAIT)
+        .await;
     // The watch's version runs far ahead of anything the new cluster reaches soon.
     for i in 0..300 {
         let mut slo = slos.get(NODE).await.unwrap();
@@ -312,12 +296,8 @@ async fn a_node_slo_in_a_new_cluster_on_the_same_address_is_followed() {
     slos.create(&PostParams::default(), &node_slo_with_threshold(37))
         .await
         .unwrap();
-    wait_log(
-        &ox,
-        "the new cluster's NodeSLO",
-        "cpuSuppressThresholdPercent=37",
-    )
-    .await;
+    ox.wait_logged("cpuSuppressThresholdPercent=37", 1, WAIT)
+        .await;
     assert!(
         server.resource_version() < old_version,
         "the new cluster's versions stayed below the old watch's ({} vs {old_version}), \

@@ -19,8 +19,8 @@ use serde::de::DeserializeOwned;
 use tracing::debug;
 
 /// The reflector's first and longest wait between a failure and the next list.
-pub(crate) const RELIST_BACKOFF_START: Duration = Duration::from_millis(800);
-pub(crate) const RELIST_BACKOFF_MAX: Duration = Duration::from_secs(30);
+const RELIST_BACKOFF_START: Duration = Duration::from_millis(800);
+const RELIST_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// kube-runtime's watcher on `api` with `config`, started anew (a full list) after
 /// every error it yields. The error is still yielded, for the caller to log; the

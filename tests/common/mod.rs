@@ -695,12 +695,7 @@ impl NetworkSlot {
 
 impl Drop for NetworkSlot {
     fn drop(&mut self) {
-        for ns in netns_of_slots(&[self.0]) {
-            let _ = Command::new("ip")
-                .args(["netns", "delete", &ns])
-                .stderr(Stdio::null())
-                .status();
-        }
+        remove_netns_of_slots(&[self.0]);
         delete_link(&bridge_name(self.0));
         release_slot(self.0);
     }
@@ -908,6 +903,17 @@ fn netns_of_slots(slots: &[u32]) -> Vec<String> {
     found
 }
 
+/// Unpins the network namespaces of `slots` ([`netns_of_slots`]).
+fn remove_netns_of_slots(slots: &[u32]) {
+    for ns in netns_of_slots(slots) {
+        eprintln!("testbed cleanup: removing leftover netns {ns}");
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &ns])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 /// [`sweep_leftovers`], once per test process (before its first bed or network slot).
 fn sweep_once() {
     static SWEEP: Once = Once::new();
@@ -984,13 +990,7 @@ pub fn sweep_leftovers() {
             dead.push(slot);
         }
     }
-    for ns in netns_of_slots(&dead) {
-        eprintln!("testbed sweep: removing leftover netns {ns}");
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &ns])
-            .stderr(Stdio::null())
-            .status();
-    }
+    remove_netns_of_slots(&dead);
     let links = Command::new("ip")
         .args(["-o", "link", "show", "type", "bridge"])
         .output()

@@ -116,16 +116,19 @@ pub(crate) async fn apiserver_outages(scale: Scale) {
         );
     }
     let total = api_pods + STATICS;
+    let mut polls = 0_u32;
     let (pods, took) = until(
         &ox,
         "every pod Running and Ready",
         Duration::from_secs(600),
         async || {
+            polls += 1;
             let pods = shown(&ox).await;
             let done = pods.len() == total
                 && pods.values().all(running_ready)
                 && api_statuses_are(&server, &names, true);
-            if !done && fastrand::u8(..50) == 0 {
+            // Every 50th poll (10 s): who is still missing.
+            if !done && polls.is_multiple_of(50) {
                 explain_unready(&server, &names, &pods);
             }
             done.then_some(pods)

@@ -7,6 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Time and disk, printed between the phases: CI has a time limit, and a CI run once
+# failed on a full disk.
+started=$(date +%s)
+phase() {
+    echo "test.sh: $1: $(($(date +%s) - started)) s in; disk $(df -h --output=avail . | tail -1 | tr -d ' ') free, target/ $(du -sh target 2>/dev/null | cut -f1)"
+}
+phase "start"
+
 bash scripts/build-images.sh target/test-images
 # Two cores: two tests at a time keeps test beds (one containerd each) from starving.
 # The benchmarks are long and not part of the suite, but they must keep building; build
@@ -19,6 +27,7 @@ fi
 # The doc comments' links must resolve: a renamed or moved item shows here first.
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 cargo test --lib --bins --tests -- --test-threads=2
+phase "the suite on 1.6 done"
 
 # The core of the integration suite again on containerd 1.7 and 2.x (fetched by
 # scripts/fetch-runtimes.sh): static pods, adoption after a restart, probes, hooks and grace,
@@ -41,11 +50,14 @@ for series in containerd-1.7 containerd-2; do
         echo "test.sh: $bin is missing; run scripts/install-deps.sh (it fetches it)" >&2
         exit 1
     fi
+    phase "the core suite on $series"
     echo "test.sh: the core suite on $("$bin" --version | awk '{print $3}') ($bin)"
     OXLET_TEST_CONTAINERD=$bin cargo test "${CORE[@]/#/--test=}" -- --test-threads=2 \
         --skip crash_loop_back_off_doubles_from_ten_seconds
 done
 
+phase "the fuzz build"
 # Every parser fuzzed for 30 s (docs/reliability.md): a crash prints its input and fails
-# the run. About 12 minutes of build on a fresh machine, then 30 s per target.
+# the run. About 3 minutes of build on a fresh machine, then 30 s per target.
 FUZZ_DEV=1 bash scripts/fuzz.sh 30
+phase "done"

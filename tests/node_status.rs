@@ -3,7 +3,8 @@
 //! capacity oxlet measured and Ready, the lease is renewed every quarter of its
 //! duration, a deleted Node is registered again (with the default report
 //! frequency, so only the periodic GET can notice), and after an apiserver outage the
-//! lease and the status catch up.
+//! lease and the status catch up; and the pod CIDR, from the flag and then the Node, goes
+//! to the runtime once per change.
 
 mod agent;
 mod common;
@@ -217,21 +218,25 @@ async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
     .await;
 }
 
-/// With the default `nodeStatusReportFrequency` (5 min) nothing is due to be sent
-/// after the first status, so only the periodic GET notices a deleted Node.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_node_is_registered_again_with_the_default_report_frequency() {
+/// A bed, a test apiserver and an oxlet in cluster mode updating its node status
+/// every second, with `extra` flags (dropped oxlet first, as bound).
+async fn node_with_a_status_every_second(extra: &[&str]) -> (Testbed, TestApiServer, Oxlet) {
     let bed = Testbed::start().await;
     let api = TestApiServer::start(&bed.base_dir().join("apiserver"))
         .await
         .unwrap();
-    let ox = Oxlet::start(
-        &bed,
-        &[
-            &format!("--kubeconfig={}", api.kubeconfig().display()),
-            "--node-status-update-frequency=1s",
-        ],
-    );
+    let kubeconfig = format!("--kubeconfig={}", api.kubeconfig().display());
+    let mut flags = vec![kubeconfig.as_str(), "--node-status-update-frequency=1s"];
+    flags.extend_from_slice(extra);
+    let ox = Oxlet::start(&bed, &flags);
+    (bed, api, ox)
+}
+
+/// With the default `nodeStatusReportFrequency` (5 min) nothing is due to be sent
+/// after the first status, so only the periodic GET notices a deleted Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_node_is_registered_again_with_the_default_report_frequency() {
+    let (_bed, api, ox) = node_with_a_status_every_second(&[]).await;
     let node = ox
         .poll("the node to be Ready", Duration::from_secs(30), || {
             let n: Node = api.get("", NODE).ok()??;
@@ -275,4 +280,54 @@ async fn a_deleted_node_is_registered_again_with_the_default_report_frequency() 
         },
     )
     .await;
+}
+
+/// Lines of oxlet's log handing `cidr` to the runtime.
+fn pod_cidr_updates(log: &str, cidr: &str) -> usize {
+    log.lines()
+        .filter(|l| l.contains("Updating Pod CIDR") && l.contains(&format!("newPodCIDR={cidr}")))
+        .count()
+}
+
+/// kubelet's `updatePodCIDR`: `--pod-cidr` goes to the runtime at start; the Node's
+/// `spec.podCIDRs`, once the node IPAM controller sets them, replace it; each change is
+/// sent once, however many periods see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodes_pod_cidrs_are_handed_to_the_runtime_once_per_change() {
+    let (_bed, api, ox) = node_with_a_status_every_second(&["--pod-cidr=10.244.9.0/24"]).await;
+    ox.wait_logged("newPodCIDR=10.244.9.0/24", 1, Duration::from_secs(30))
+        .await;
+    let mut node = ox
+        .poll("the node to be Ready", Duration::from_secs(30), || {
+            let n: Node = api.get("", NODE).ok()??;
+            (ready(&n)?.0 == "True").then_some(n)
+        })
+        .await;
+
+    // The controller assigns one range, then (dual-stack) two.
+    for (cidrs, joined, original) in [
+        (vec!["10.244.3.0/24"], "10.244.3.0/24", "10.244.9.0/24"),
+        (
+            vec!["10.244.4.0/24", "fd00:10:244:4::/64"],
+            "10.244.4.0/24,fd00:10:244:4::/64",
+            "10.244.3.0/24",
+        ),
+    ] {
+        let spec = node.spec.get_or_insert_with(Default::default);
+        spec.pod_cidr = Some(cidrs[0].to_string());
+        spec.pod_cidrs = Some(cidrs.iter().map(ToString::to_string).collect());
+        node = api.put(&node).unwrap();
+        let new = format!("newPodCIDR={joined}");
+        ox.wait_logged(&new, 1, Duration::from_secs(15)).await;
+        let log = ox.log();
+        let line = log.lines().find(|l| l.contains(&new)).unwrap();
+        assert!(
+            line.contains(&format!("originalPodCIDR={original}")),
+            "{line}"
+        );
+        // Three more periods see the same CIDRs: nothing more is sent.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(pod_cidr_updates(&ox.log(), joined), 1, "{}", ox.log());
+    }
+    assert_eq!(pod_cidr_updates(&ox.log(), "10.244.9.0/24"), 1);
 }

@@ -387,12 +387,13 @@ pub(super) fn spawn_node_status(
             Ok(())
         }
     });
-    let (api_client, info, alloc, node_ip, cri) = (
+    let (api_client, info, alloc, node_ip, cri, pod_cidr) = (
         api.heartbeat.clone(),
         node.clone(),
         host.allocatable,
         opts.node_ip,
         rt.cri.clone(),
+        rt.pod_cidr.clone(),
     );
     let registration = Registration {
         labels: opts.node_labels.clone(),
@@ -420,6 +421,7 @@ pub(super) fn spawn_node_status(
         kubelet_port,
         registration: registration.clone(),
         cri: cri.clone(),
+        pod_cidr: pod_cidr.clone(),
         runtime_health: health.clone(),
         pleg: pleg.clone(),
         pressure: pressure.clone(),

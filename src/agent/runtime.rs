@@ -18,7 +18,7 @@ use crate::containerd::{
     probe_cri, supervise,
 };
 use crate::contracts::AdmissionChain;
-use crate::cri::RemoteRuntime;
+use crate::cri::{PodCidr, RemoteRuntime};
 use crate::events::EventRecorder;
 use crate::images::PullLimit;
 use crate::kuberuntime::RuntimeHooks;
@@ -48,6 +48,8 @@ fn socket_path(endpoint: &str) -> PathBuf {
 /// The runtime oxlet talks to, and the containerd it supervises (if any).
 pub(super) struct Runtime {
     pub cri: RemoteRuntime,
+    /// The pod CIDR the runtime was handed: `--pod-cidr` at start, then the Node's.
+    pub pod_cidr: Arc<PodCidr>,
     pub runtime_name: String,
     /// The CRI endpoint connected to.
     pub endpoint: String,
@@ -139,13 +141,11 @@ pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
     };
     info!(target: STARTUP_TARGET, endpoint = %endpoint, runtime = %version.runtime_name, version = %version.runtime_version, apiVersion = %version.runtime_api_version, "connected to container runtime");
     runtime_choice::save(&opts.root_dir, &choice)?;
+    let pod_cidr = Arc::new(PodCidr::new(cri.clone()));
     if let Some(cidr) = &opts.pod_cidr {
         // kubelet's updatePodCIDR at start: a failure is logged, never fatal.
-        match cri.update_pod_cidr(cidr).await {
-            Ok(()) => {
-                info!(target: STARTUP_TARGET, originalPodCIDR = "", newPodCIDR = %cidr, "Updating Pod CIDR");
-            }
-            Err(e) => error!(error = %e, podCIDR = %cidr, "Pod CIDR update failed"),
+        if let Err(e) = pod_cidr.update(cidr).await {
+            error!(error = %e, podCIDR = %cidr, "Pod CIDR update failed");
         }
     }
     let ctr = managed.as_ref().map_or_else(
@@ -154,6 +154,7 @@ pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
     );
     Ok(Runtime {
         cri,
+        pod_cidr,
         runtime_name: version.runtime_name,
         endpoint,
         managed,

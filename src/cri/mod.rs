@@ -7,6 +7,7 @@ mod api;
 #[cfg(test)]
 mod fake;
 mod listing;
+mod pod_cidr;
 mod remote;
 
 #[cfg(test)]
@@ -15,4 +16,5 @@ pub(crate) use api::{ContainerEvents, Cri, CriRead, StreamRequest};
 #[cfg(test)]
 pub(crate) use fake::{FakeRuntime, support};
 pub(crate) use listing::Lookup;
+pub(crate) use pod_cidr::PodCidr;
 pub(crate) use remote::{CriError, RemoteRuntime};

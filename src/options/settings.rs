@@ -169,7 +169,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("pod-manifest-path", Some("staticPodPath"), Path, "", "PATH", "Directory of static pod manifests (empty: file source off)", |o, i| { o.static_pod_path = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
     row("container-runtime-endpoint", Some("containerRuntimeEndpoint"), Text, DEFAULT_RUNTIME_ENDPOINT, "URL", "CRI endpoint (unix:// socket)", set_endpoint),
     row("containerd-binary", None, Path, "", "PATH", "The containerd a managed runtime runs; its release decides its config format (empty: containerd in PATH)", |o, i| { o.containerd_binary = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
-    row("pod-cidr", Some("podCIDR"), Text, "", "CIDR", "The pods' addresses in standalone mode: a managed containerd's CNI subnet (empty: 10.88.0.0/16)", set_pod_cidr),
+    row("pod-cidr", Some("podCIDR"), Text, "", "CIDR", "The pods' addresses: handed to the runtime at start, and a managed containerd's CNI subnet (empty: 10.88.0.0/16); the Node's spec.podCIDRs replace it", set_pod_cidr),
     row("managed-cni-bridge", None, Text, "oxlet0", "NAME", "The Linux bridge a managed containerd's pods attach to", set_managed_cni_bridge),
     row("runtime-cgroups", None, Text, "", "CGROUP", "The container runtime's cgroup, reported as the Summary API's runtime system container (empty: none)", |o, i| { o.runtime_cgroups = Some(i.text.to_string()).filter(|c| !c.is_empty()); Ok(()) }),
     row("fail-swap-on", Some("failSwapOn"), Bool, "true", "true|false", "Refuse to start while swap is on", |o, i| parse_bool(i.text).map(|b| o.fail_swap_on = b)),

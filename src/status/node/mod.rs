@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 use crate::cm::NodeAllocatable;
 use crate::contracts::{NodeShutdownState, RuntimeHealth};
 use crate::cri::CriRead as _;
-use crate::cri::RemoteRuntime;
+use crate::cri::{PodCidr, RemoteRuntime};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::node::NodeInfo;
 use crate::pleg::PlegStats;
@@ -59,6 +59,8 @@ pub(crate) struct NodeStatusDeps {
     pub kubelet_port: i32,
     pub registration: Registration,
     pub cri: RemoteRuntime,
+    /// The pod CIDR the runtime has; the Node's `spec.podCIDRs` replace it.
+    pub pod_cidr: Arc<PodCidr>,
     pub runtime_health: Arc<RuntimeHealth>,
     pub pleg: Arc<PlegStats>,
     pub pressure: Arc<PressureSource>,
@@ -195,6 +197,7 @@ impl NodeStatusTask {
         match self.api.get_opt(&self.deps.info.name).await? {
             None => Err(UpdateError::NodeGone(self.deps.info.name.clone())),
             Some(node) => {
+                self.follow_pod_cidr(&node).await;
                 let uid = node.metadata.uid.unwrap_or_default();
                 self.deps.owner.send_if_modified(|owner| match owner {
                     Some(o) if o.uid != uid => {
@@ -205,6 +208,22 @@ impl NodeStatusTask {
                 });
                 Ok(())
             }
+        }
+    }
+
+    /// kubelet's pod CIDR step of `tryUpdateNodeStatus`: the CIDRs the node IPAM
+    /// controller put in the Node's spec go to the runtime (its CNI config template
+    /// reads them). A failure is logged and tried again next period.
+    async fn follow_pod_cidr(&self, node: &Node) {
+        let Some(spec) = &node.spec else { return };
+        let cidrs = match (&spec.pod_cidrs, &spec.pod_cidr) {
+            (Some(list), _) if !list.is_empty() => list.join(","),
+            // An apiserver fills podCIDRs from podCIDR; one that did not still means it.
+            (_, Some(one)) if !one.is_empty() => one.clone(),
+            _ => return,
+        };
+        if let Err(e) = self.deps.pod_cidr.update(&cidrs).await {
+            warn!(error = %e, podCIDR = %cidrs, "Error updating pod CIDR");
         }
     }
 

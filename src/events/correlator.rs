@@ -77,6 +77,10 @@ impl<V> Lru<V> {
         })
     }
 
+    fn remove_where(&mut self, matches: impl Fn(&str) -> bool) {
+        self.map.retain(|k, _| !matches(k));
+    }
+
     fn insert(&mut self, key: String, value: V) {
         self.tick += 1;
         if self.map.len() >= MAX_CACHE_ENTRIES && !self.map.contains_key(&key) {
@@ -144,10 +148,36 @@ pub(crate) fn event_name(object: &str, at: jiff::Timestamp) -> String {
     format!("{object}.{:x}", at.as_nanosecond())
 }
 
+/// The object UID a key starts with (the fourth field of [`object_key`]).
+fn uid_of(key: &str) -> Option<&str> {
+    key.split('\0').nth(3)
+}
+
 impl Correlator {
+    /// Drops every entry about the object `uid`: it is gone, and a new one has a new
+    /// UID, so none could match again. client-go keeps them until the LRU pushes them
+    /// out; without this a node that churns pods holds its three caches full for good.
+    pub(crate) fn forget(&mut self, uid: &str) {
+        let about = |key: &str| uid_of(key) == Some(uid);
+        self.aggregates.remove_where(about);
+        self.observed.remove_where(about);
+        self.spam.remove_where(about);
+    }
+
     /// Entries in its three caches (the census).
     pub(crate) fn entries(&self) -> usize {
         self.aggregates.map.len() + self.observed.map.len() + self.spam.map.len()
+    }
+
+    /// Of [`entries`](Self::entries), those about pods ([`forget`](Self::forget) takes
+    /// them as pods leave); the rest are about the Node, which stays.
+    pub(crate) fn pod_entries(&self) -> usize {
+        let pods = |keys: &mut dyn Iterator<Item = &String>| {
+            keys.filter(|k| k.starts_with("Pod\0")).count()
+        };
+        pods(&mut self.aggregates.map.keys())
+            + pods(&mut self.observed.map.keys())
+            + pods(&mut self.spam.map.keys())
     }
 
     /// Correlates one event recorded at `e.at`, seen by the sink at `now`.
@@ -369,6 +399,49 @@ mod tests {
         assert_eq!(c.observed.map.len(), MAX_CACHE_ENTRIES);
         assert_eq!(c.spam.map.len(), MAX_CACHE_ENTRIES);
         assert_eq!(c.aggregates.map.len(), MAX_CACHE_ENTRIES);
+    }
+
+    #[test]
+    fn a_forgotten_object_leaves_nothing_and_starts_afresh() {
+        let (mut c, now) = (Correlator::default(), Instant::now());
+        let (gone, kept) = (obj("gone"), obj("kept"));
+        for o in [&gone, &kept] {
+            for i in 0..3 {
+                c.correlate(&ev(o, reason::BACK_OFF, &format!("m{i}")), now);
+            }
+        }
+        let before = c.entries();
+        c.forget(&gone.uid);
+        // One aggregate, three observed and one spam bucket each.
+        assert_eq!((before, c.entries()), (10, 5));
+        c.correlate(
+            &ev(&ObjectRef::node("n1"), reason::NODE_READY, "ready"),
+            now,
+        );
+        assert_eq!((c.entries(), c.pod_entries()), (8, 5));
+        c.forget("n1");
+        assert!(
+            [
+                &c.aggregates.map.keys().collect::<Vec<_>>(),
+                &c.observed.map.keys().collect(),
+                &c.spam.map.keys().collect()
+            ]
+            .iter()
+            .flat_map(|keys| keys.iter())
+            .all(|k| uid_of(k) == Some(kept.uid.as_str()))
+        );
+        // The kept object still counts up; the forgotten one would start again at 1.
+        let Correlated::Update(r) = c.correlate(&ev(&kept, reason::BACK_OFF, "m0"), now) else {
+            panic!("a repeat of a kept object is an update")
+        };
+        assert_eq!(r.count, 2);
+        let Correlated::Create(r) = c.correlate(&ev(&gone, reason::BACK_OFF, "m0"), now) else {
+            panic!("nothing is remembered of a forgotten object")
+        };
+        assert_eq!(r.count, 1);
+        // A UID that is a prefix of another's takes only its own.
+        c.forget("uid-kep");
+        assert_eq!(c.entries(), 8);
     }
 
     #[test]

@@ -149,11 +149,65 @@ pub(crate) struct Recorded {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// What the recorder queues for the sink, in the order it happened.
+#[derive(Debug)]
+pub(crate) enum Queued {
+    Event(Recorded),
+    /// The object with this UID is gone for good (a pod removed from the node): the
+    /// correlator's entries about it can never match again. Queued behind the pod's
+    /// last events, so none of them brings an entry back.
+    Forget(String),
+}
+
+/// The most forgets kept aside while the queue is full (see [`EventRecorder::forget_object`]).
+const MAX_DEFERRED_FORGETS: usize = 4096;
+
+/// Forgets that found the queue full, applied by the sink once it has drained the
+/// queue (so after the events queued before them).
+type DeferredForgets = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// The sink's end of the recorder's queue.
+#[derive(Debug)]
+pub(crate) struct EventQueue {
+    rx: mpsc::Receiver<Queued>,
+    deferred: DeferredForgets,
+}
+
+impl EventQueue {
+    /// The next thing queued; when the queue is empty, the forgets that found it full
+    /// come first.
+    pub(crate) async fn recv(&mut self) -> Option<Queued> {
+        if self.rx.is_empty()
+            && let Some(uid) = lock(&self.deferred).pop()
+        {
+            return Some(Queued::Forget(uid));
+        }
+        self.rx.recv().await
+    }
+
+    /// The next queued event, passing over forgets (unit tests read what was recorded).
+    #[cfg(test)]
+    pub(crate) fn try_recv(&mut self) -> Result<Recorded, mpsc::error::TryRecvError> {
+        loop {
+            if let Queued::Event(e) = self.rx.try_recv()? {
+                return Ok(e);
+            }
+        }
+    }
+}
+
 /// Records events; cheap to clone; never blocks.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct EventRecorder {
-    queue: Option<mpsc::Sender<Recorded>>,
+    queue: Option<mpsc::Sender<Queued>>,
     dropped: Arc<AtomicU64>,
+    deferred: DeferredForgets,
+}
+
+fn lock(deferred: &DeferredForgets) -> std::sync::MutexGuard<'_, Vec<String>> {
+    deferred
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl EventRecorder {
@@ -163,13 +217,31 @@ impl EventRecorder {
     }
 
     /// Logs and queues up to `capacity` events for the sink.
-    pub(crate) fn queued(capacity: usize) -> (EventRecorder, mpsc::Receiver<Recorded>) {
+    pub(crate) fn queued(capacity: usize) -> (EventRecorder, EventQueue) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
+        let deferred = DeferredForgets::default();
         let recorder = EventRecorder {
             queue: Some(tx),
             dropped: Arc::default(),
+            deferred: deferred.clone(),
         };
-        (recorder, rx)
+        (recorder, EventQueue { rx, deferred })
+    }
+
+    /// Tells the sink that the object `uid` is gone (see [`Queued::Forget`]). When
+    /// the queue is full (an apiserver that does not answer holds the sink for
+    /// minutes), it waits aside, up to [`MAX_DEFERRED_FORGETS`] of them; past that the
+    /// correlator's caches stay bounded by their size, as client-go's always are.
+    pub(crate) fn forget_object(&self, uid: &str) {
+        let Some(queue) = &self.queue else { return };
+        if let Err(e) = queue.try_send(Queued::Forget(uid.to_string())) {
+            let mut deferred = lock(&self.deferred);
+            if deferred.len() < MAX_DEFERRED_FORGETS
+                && let Queued::Forget(uid) = e.into_inner()
+            {
+                deferred.push(uid);
+            }
+        }
     }
 
     /// Records an event: logged at `-v=3`, queued for the apiserver if there is one.
@@ -213,7 +285,7 @@ impl EventRecorder {
             at: jiff::Timestamp::now(),
             annotations,
         };
-        if queue.try_send(recorded).is_err() {
+        if queue.try_send(Queued::Event(recorded)).is_err() {
             let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             tracing::debug!(dropped = n, "event queue full or closed; event dropped");
         }
@@ -262,5 +334,31 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap().message, "m0");
         // A log-only recorder never queues.
         EventRecorder::log_only().event(&obj, EventType::Warning, reason::FAILED, "x");
+    }
+
+    /// A forget comes behind the events queued before it, even when the queue was
+    /// full and it had to wait aside.
+    #[tokio::test]
+    async fn forgets_follow_the_events_before_them() {
+        let (rec, mut rx) = EventRecorder::queued(2);
+        let obj = ObjectRef::pod(&pod());
+        rec.event(&obj, EventType::Normal, reason::PULLED, "m0");
+        rec.forget_object("u0");
+        rec.event(&obj, EventType::Normal, reason::PULLED, "m1");
+        rec.forget_object("u1");
+        rec.forget_object("u2");
+        let mut seen = Vec::new();
+        while seen.len() < 4 {
+            seen.push(match rx.recv().await.unwrap() {
+                Queued::Event(e) => e.message,
+                Queued::Forget(uid) => format!("forget {uid}"),
+            });
+        }
+        // m1 found the queue full and was dropped; the two forgets waited aside.
+        assert_eq!(seen[..2], ["m0", "forget u0"]);
+        let mut rest = seen[2..].to_vec();
+        rest.sort();
+        assert_eq!(rest, ["forget u1", "forget u2"]);
+        assert_eq!(rec.dropped(), 1);
     }
 }

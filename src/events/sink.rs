@@ -14,13 +14,12 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::Recorded;
 use super::correlator::{Correlated, Correlator, EventRecord};
+use super::{EventQueue, Queued};
 use crate::kubeclient::TokenBucket;
 
 /// client-go's `maxTriesPerEvent`.
@@ -64,21 +63,40 @@ enum Outcome {
 pub(crate) async fn run_sink(
     client: kube::Client,
     settings: SinkSettings,
-    queue: &mut mpsc::Receiver<Recorded>,
+    queue: &mut EventQueue,
     cancel: CancellationToken,
 ) {
     let mut correlator = Correlator::default();
-    let entries = Arc::new(AtomicUsize::new(0));
-    crate::census::watch("event correlator", &entries, |n| n.load(Ordering::Relaxed));
+    // Two census counts: the pods' entries go as the pods do; the Node's stay.
+    let entries = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    crate::census::watch("event correlator: pods", &entries, |n| {
+        n[0].load(Ordering::Relaxed)
+    });
+    crate::census::watch("event correlator: other objects", &entries, |n| {
+        n[1].load(Ordering::Relaxed)
+    });
+    let count = |c: &Correlator| {
+        let pods = c.pod_entries();
+        entries[0].store(pods, Ordering::Relaxed);
+        entries[1].store(c.entries() - pods, Ordering::Relaxed);
+    };
     let mut bucket = TokenBucket::new(settings.qps, settings.burst);
     let mut dropped = 0u64;
     loop {
-        let recorded = tokio::select! {
+        let queued = tokio::select! {
             () = cancel.cancelled() => return,
             r = queue.recv() => match r { Some(r) => r, None => return },
         };
+        let recorded = match queued {
+            Queued::Event(e) => e,
+            Queued::Forget(uid) => {
+                correlator.forget(&uid);
+                count(&correlator);
+                continue;
+            }
+        };
         let correlated = correlator.correlate(&recorded, Instant::now());
-        entries.store(correlator.entries(), Ordering::Relaxed);
+        count(&correlator);
         let write = match correlated {
             Correlated::Skip => {
                 debug!(reason = %recorded.reason, "event spam-filtered");

@@ -558,7 +558,7 @@ async fn config_errors_and_crash_loop_back_off_are_container_events() {
             manager.sync_pod(&p, &st).await
         }
     };
-    let drain = |rx: &mut tokio::sync::mpsc::Receiver<crate::events::Recorded>| {
+    let drain = |rx: &mut crate::events::EventQueue| {
         let mut seen = Vec::new();
         while let Ok(e) = rx.try_recv() {
             seen.push((e.reason.to_string(), e.message, e.object.field_path));

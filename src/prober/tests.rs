@@ -22,7 +22,7 @@ struct Bed {
     pod: Arc<Pod>,
     id: String,
     started: jiff::Timestamp,
-    events: tokio::sync::mpsc::Receiver<crate::events::Recorded>,
+    events: crate::events::EventQueue,
 }
 
 fn exec_probe(threshold_fail: i32, threshold_ok: i32, delay: i32) -> Probe {

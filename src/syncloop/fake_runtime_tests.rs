@@ -648,7 +648,7 @@ async fn running_web_and_evictor() -> (
     Agent,
     Pod,
     super::WorkerEvictor<super::Syncer>,
-    tokio::sync::mpsc::Receiver<crate::events::Recorded>,
+    crate::events::EventQueue,
 ) {
     let a = agent(110).await;
     let p = pod("web", &[], &["app"], "Always");

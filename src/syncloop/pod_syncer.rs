@@ -260,6 +260,8 @@ impl PodSyncer for Syncer {
             self.runtime.remove_pod(&uid, &pod_ref).await?;
             self.cache.delete(&uid);
             self.statuses.remove(&uid);
+            // No event can be about this pod any more.
+            self.runtime.events().forget_object(&uid);
         }
         Ok(())
     }

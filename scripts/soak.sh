@@ -2,8 +2,8 @@
 # The soak and fault harness at the issue's full figures (tests/soak.rs, issue 25):
 # runtime kills (110 pods, 6 SIGKILLs, the bed's containerd and oxlet's own), apiserver
 # outages (5 s, 60 s, 5 min, then a new cluster; 105 API pods and 5 static ones), churn (2,000 pods in
-# waves of 50, then an 11-minute settle) and hours (1 h with a crash loop, a probe-killed
-# pod, a chatty logger and 100 idle pods). About 1 h 40 min on 2 cores, release build,
+# waves of 50, then a 32-minute settle) and hours (1 h with a crash loop, a probe-killed
+# pod, a chatty logger and 100 idle pods). About 2 h on 2 cores, release build,
 # one scenario at a time so their figures do not disturb each other.
 #
 #   scripts/soak.sh [SCENARIO...]     (kills, outages, churn, hours; default: all)

@@ -21,6 +21,7 @@ mod flag_text;
 #[doc(hidden)]
 pub mod fuzzing;
 mod hash;
+mod heap;
 mod http_get;
 mod images;
 mod klog;

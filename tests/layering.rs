@@ -25,6 +25,7 @@ const FLOORS: &[&[&str]] = &[
         "node",
         "tls",
         "rlimit",
+        "heap",
         "tasks",
         "census",
         "pod",

@@ -5,7 +5,7 @@
 //!
 //! The suite runs in its short form with the others (CI). The full figures:
 //! `OXLET_SOAK=full cargo test --release --test soak -- --nocapture --test-threads=1`
-//! (`scripts/soak.sh` runs that), about 1 h 40 min.
+//! (`scripts/soak.sh` runs that), about 2 h.
 
 mod agent;
 #[path = "soak/churn.rs"]

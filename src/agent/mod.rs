@@ -117,6 +117,7 @@ async fn start(
 ) -> anyhow::Result<Agent> {
     let events = cluster::spawn_event_sink(opts, api, tasks);
     process::set_metrics_node_name(opts);
+    process::spawn_heap_trimmer(tasks);
     let limits = servers::limits();
     let host = node::start_host(opts, rt, &events, tasks).await?;
     // Bounded: a worker waits for the loop rather than an update being lost.

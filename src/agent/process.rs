@@ -1,5 +1,6 @@
 //! The agent process's own settings: its `oom_score_adj` and open-file limit, the
-//! signals it stops on, and the start-up summary it logs first.
+//! signals it stops on, the start-up summary it logs first, and the task that gives
+//! its heap's free pages back.
 
 use std::path::Path;
 
@@ -98,4 +99,17 @@ pub(super) fn apply_max_open_files(wanted: u64) {
         }
         Err(e) => warn!(error = %e, maxOpenFiles = wanted, "cannot set RLIMIT_NOFILE; going on"),
     }
+}
+
+/// Gives the heap's free pages back to the kernel every 30 s ([`crate::heap`]), so the
+/// memory a burst of pods took comes back after it.
+pub(super) fn spawn_heap_trimmer(tasks: &crate::tasks::Tasks) {
+    tasks.spawn_restarting(
+        "heap-trim",
+        crate::tasks::Backoff::default(),
+        |cancel| async move {
+            crate::heap::run_trimmer(cancel).await;
+            Ok(())
+        },
+    );
 }

@@ -469,7 +469,7 @@ fn spawn(launch: &Launch) -> Result<Child, ContainerdError> {
         .kill_on_drop(true);
     let parent = rustix::process::getpid();
     // SAFETY: only async-signal-safe raw syscalls (prctl, getppid) run between fork and exec.
-    // (One of the two places oxlet allows `unsafe`: `pre_exec` has no safe form.)
+    // (One of the three places oxlet allows `unsafe`: `pre_exec` has no safe form.)
     #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(move || {

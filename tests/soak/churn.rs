@@ -8,7 +8,7 @@ use testapi::TestApiServer;
 use std::path::Path;
 
 use crate::agent::{Oxlet, tail};
-use crate::footprint::{Footprint, Places, compare, rss_kib, runtime_objects};
+use crate::footprint::{Footprint, Places, census, compare, rss_kib, runtime_objects};
 use crate::kit::*;
 
 const WAVE: usize = 50;
@@ -17,10 +17,12 @@ const WAVE: usize = 50;
 /// with volumes, a tenth probed), beside a resting set of 10.
 pub(crate) async fn churn(scale: Scale) {
     let total: usize = scale.pick(2000, 150);
-    // The full run waits out the caches kept by design (the metric cache's head
-    // window, the timeline's gone lives) before its end reading.
+    // The full run waits out the caches kept by design (the longest: a prediction
+    // model unseen for 30 min, koordlet's modelExpiration, dropped at its next
+    // minutely GC; the metric cache's head window, the timeline's gone lives) and
+    // then judges them with the rest.
     let settle = Duration::from_secs(scale.pick(20, 20));
-    let final_settle = Duration::from_secs(scale.pick(660, 20));
+    let final_settle = Duration::from_secs(scale.pick(32 * 60, 20));
     let (bed, server, flags) = cluster_bed().await;
     let ox = cluster_oxlet(&bed, &server, &[]);
     ox.wait_up(Duration::from_secs(120)).await;
@@ -40,6 +42,18 @@ pub(crate) async fn churn(scale: Scale) {
     )
     .await;
     tokio::time::sleep(settle).await;
+    // The first training round (each minute) models the resting pods and the node:
+    // the baseline holds those models, as the end does.
+    until(
+        &ox,
+        "the first prediction models",
+        Duration::from_secs(150),
+        async || {
+            let models = census(&ox).await?["counts"]["prediction models"].as_u64()?;
+            (models >= resting as u64).then_some(())
+        },
+    )
+    .await;
     let places = Places::of_bed(&ox, &bed);
     // One wave first: the allocator's pools and the caches kept by design (below)
     // fill once, so the baseline is a node that has run pods, as any node has.
@@ -75,6 +89,7 @@ pub(crate) async fn churn(scale: Scale) {
     .await;
     tokio::time::sleep(final_settle).await;
     let after = Footprint::take(&places).await;
+    hold_for_a_look(&ox).await;
     let (rows, over) = compare(&base, &after, scale.full);
     let mut report = Report::new(
         &format!("Churn: {total} pods in waves of {WAVE}, beside {resting} resting pods"),

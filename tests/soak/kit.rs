@@ -398,3 +398,17 @@ pub(crate) fn ms(d: Duration) -> String {
 pub(crate) fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
 }
+
+/// `OXLET_SOAK_HOLD=<seconds>`: keeps the scenario's oxlet running that long after its
+/// end reading, so a person can look at the process (its smaps, or gdb's
+/// `malloc_trim(0)` to tell freed memory the allocator keeps from live memory).
+pub(crate) async fn hold_for_a_look(ox: &Oxlet) {
+    let Some(secs) = std::env::var("OXLET_SOAK_HOLD")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    eprintln!("soak: holding oxlet (pid {}) for {secs} s", ox.pid());
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+}

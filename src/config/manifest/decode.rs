@@ -245,7 +245,7 @@ fn check_depth(text: &str) -> Result<(), ParseError> {
     use unsafe_libyaml as unsafe_y;
     // SAFETY: the parser is initialised before use and deleted once; it reads `text`
     // only while `text` is borrowed here; every event it fills is deleted once.
-    // (One of the two places oxlet allows `unsafe`: libyaml has no safe event API.)
+    // (One of the three places oxlet allows `unsafe`: libyaml has no safe event API.)
     #[allow(unsafe_code)]
     unsafe {
         let mut parser = MaybeUninit::<unsafe_y::yaml_parser_t>::uninit();

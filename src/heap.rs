@@ -48,10 +48,13 @@ pub(crate) async fn run_trimmer(cancel: CancellationToken) {
             () = cancel.cancelled() => return,
             () = tokio::time::sleep(TRIM_EVERY) => {}
         }
+        // A walk of every arena's free lists and a few system calls: well under a
+        // millisecond at oxlet's heap, so it runs here (a blocking-pool thread would be
+        // started for it each time and idle out after 10 s).
         let started = Instant::now();
-        // A walk of every arena's free lists: off the runtime's worker threads.
-        let released = tokio::task::spawn_blocking(trim).await.unwrap_or(false);
-        debug!(released, took = ?started.elapsed(), "gave the heap's free pages back to the kernel");
+        let released = trim();
+        let took = crate::duration::format_go_duration(started.elapsed());
+        debug!(released, took = %took, "gave the heap's free pages back to the kernel");
     }
 }
 
@@ -74,9 +77,9 @@ mod tests {
                 .unwrap()
         };
         // A thread of its own allocates in its own arena, where nothing else runs;
-        // small chunks (below the mmap threshold) stay in the arena when freed. Every
-        // other one is freed, so the arena's top cannot shrink by itself, and then
-        // the rest but one at the top.
+        // small chunks (below the mmap threshold) stay in the arena when freed. All
+        // are freed but the last, which holds the arena's top, so the arena cannot
+        // shrink by itself.
         let (before_trim, after_trim) = std::thread::spawn(move || {
             let mut chunks: Vec<Vec<u8>> = (0..40_000).map(|_| vec![1u8; 1000]).collect();
             let keep = chunks.pop();

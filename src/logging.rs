@@ -9,7 +9,8 @@ use tracing_subscriber::EnvFilter;
 
 use crate::klog::quote as klog_value;
 
-/// The tracing target of the start-up summary, shown at every verbosity.
+/// The tracing target of the start-up summary, shown at every verbosity (as are the
+/// few later lines kubelet logs at `V(0)`, such as a new pod CIDR).
 pub(crate) const STARTUP_TARGET: &str = "oxlet::startup";
 /// The tracing target of recorded events (`Event: ...`), shown from `-v=3` like
 /// kubelet's event broadcaster log (`klog.V(3)`).

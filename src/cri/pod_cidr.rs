@@ -8,6 +8,7 @@ use tokio::sync::Mutex;
 use tracing::info;
 
 use super::{CriError, RemoteRuntime};
+use crate::logging::STARTUP_TARGET;
 
 /// The runtime's current pod CIDR and the client that changes it.
 pub(crate) struct PodCidr {
@@ -34,7 +35,8 @@ impl PodCidr {
             return Ok(false);
         }
         self.cri.update_pod_cidr(cidr).await?;
-        info!(originalPodCIDR = %current, newPodCIDR = %cidr, "Updating Pod CIDR");
+        // kubelet logs it at every verbosity.
+        info!(target: STARTUP_TARGET, originalPodCIDR = %current, newPodCIDR = %cidr, "Updating Pod CIDR");
         *current = cidr.to_string();
         Ok(true)
     }

@@ -22,7 +22,7 @@ use kube::api::{Api, Patch, PatchParams};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::cm::NodeAllocatable;
 use crate::contracts::{NodeShutdownState, RuntimeHealth};
@@ -192,12 +192,13 @@ impl NodeStatusTask {
 
     /// kubelet's GET at the start of `tryUpdateNodeStatus`: a 404 means the Node was
     /// deleted; a Node recreated by someone else gets its new UID published (the lease's
-    /// owner reference follows).
-    async fn check_node(&self) -> Result<(), UpdateError> {
+    /// owner reference follows); its pod CIDRs go to the runtime. Returns whether those
+    /// changed.
+    async fn check_node(&self) -> Result<bool, UpdateError> {
         match self.api.get_opt(&self.deps.info.name).await? {
             None => Err(UpdateError::NodeGone(self.deps.info.name.clone())),
             Some(node) => {
-                self.follow_pod_cidr(&node).await;
+                let cidr_changed = self.follow_pod_cidr(&node).await;
                 let uid = node.metadata.uid.unwrap_or_default();
                 self.deps.owner.send_if_modified(|owner| match owner {
                     Some(o) if o.uid != uid => {
@@ -206,24 +207,32 @@ impl NodeStatusTask {
                     }
                     _ => false,
                 });
-                Ok(())
+                Ok(cidr_changed)
             }
         }
     }
 
     /// kubelet's pod CIDR step of `tryUpdateNodeStatus`: the CIDRs the node IPAM
     /// controller put in the Node's spec go to the runtime (its CNI config template
-    /// reads them). A failure is logged and tried again next period.
-    async fn follow_pod_cidr(&self, node: &Node) {
-        let Some(spec) = &node.spec else { return };
+    /// reads them). Returns whether they changed (the status is then sent, as
+    /// kubelet's `podCIDRChanged`); a failure is logged and tried again next period.
+    async fn follow_pod_cidr(&self, node: &Node) -> bool {
+        let Some(spec) = &node.spec else {
+            return false;
+        };
         let cidrs = match (&spec.pod_cidrs, &spec.pod_cidr) {
             (Some(list), _) if !list.is_empty() => list.join(","),
             // An apiserver fills podCIDRs from podCIDR; one that did not still means it.
             (_, Some(one)) if !one.is_empty() => one.clone(),
-            _ => return,
+            _ => return false,
         };
-        if let Err(e) = self.deps.pod_cidr.update(&cidrs).await {
-            warn!(error = %e, podCIDR = %cidrs, "Error updating pod CIDR");
+        match self.deps.pod_cidr.update(&cidrs).await {
+            Ok(changed) => changed,
+            Err(e) => {
+                error!(error = %e, podCIDR = %cidrs, "Error updating pod CIDR");
+                // kubelet's: it may have changed, so send the status anyway.
+                true
+            }
         }
     }
 
@@ -232,22 +241,22 @@ impl NodeStatusTask {
     async fn update(&mut self) -> Result<bool, UpdateError> {
         let mut last_err = None;
         for _ in 0..UPDATE_RETRIES {
-            match self.check_node().await {
-                Ok(()) => {}
+            let cidr_changed = match self.check_node().await {
+                Ok(changed) => changed,
                 Err(UpdateError::Api(e)) => {
                     debug!(error = %e, "error getting the node, will retry");
                     last_err = Some(e);
                     continue;
                 }
                 Err(gone) => return Err(gone),
-            }
+            };
             let status = self.compute().await;
             let ready = status
                 .conditions
                 .iter()
                 .flatten()
                 .any(|c| c.type_ == "Ready" && c.status == "True");
-            if !self.due(&status) {
+            if !cidr_changed && !self.due(&status) {
                 return Ok(ready);
             }
             let patch = serde_json::json!({ "status": status });

@@ -328,7 +328,7 @@ async fn the_nodes_pod_cidrs_are_handed_to_the_runtime_once_per_change() {
         let spec = node.spec.get_or_insert_with(Default::default);
         spec.pod_cidr = Some(cidrs[0].to_string());
         spec.pod_cidrs = Some(cidrs.iter().map(ToString::to_string).collect());
-        node = api.put(&node).unwrap();
+        api.put(&node).unwrap();
         let new = format!("newPodCIDR={joined}");
         ox.wait_logged(&new, 1, Duration::from_secs(15)).await;
         let log = ox.log();

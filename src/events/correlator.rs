@@ -81,6 +81,10 @@ impl<V> Lru<V> {
         self.map.retain(|k, _| !matches(k));
     }
 
+    fn count_where(&self, matches: impl Fn(&str) -> bool) -> usize {
+        self.map.keys().filter(|k| matches(k)).count()
+    }
+
     fn insert(&mut self, key: String, value: V) {
         self.tick += 1;
         if self.map.len() >= MAX_CACHE_ENTRIES && !self.map.contains_key(&key) {
@@ -172,12 +176,10 @@ impl Correlator {
     /// Of [`entries`](Self::entries), those about pods ([`forget`](Self::forget) takes
     /// them as pods leave); the rest are about the Node, which stays.
     pub(crate) fn pod_entries(&self) -> usize {
-        let pods = |keys: &mut dyn Iterator<Item = &String>| {
-            keys.filter(|k| k.starts_with("Pod\0")).count()
-        };
-        pods(&mut self.aggregates.map.keys())
-            + pods(&mut self.observed.map.keys())
-            + pods(&mut self.spam.map.keys())
+        let about_a_pod = |key: &str| key.starts_with("Pod\0");
+        self.aggregates.count_where(about_a_pod)
+            + self.observed.count_where(about_a_pod)
+            + self.spam.count_where(about_a_pod)
     }
 
     /// Correlates one event recorded at `e.at`, seen by the sink at `now`.

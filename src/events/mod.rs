@@ -18,6 +18,8 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::mpsc;
 use tracing::info;
 
+use crate::locks::Locked as _;
+
 pub(crate) use sink::{SinkSettings, run_sink};
 
 /// client-go's `maxQueuedEvents`: the broadcaster's queue, dropping when full.
@@ -178,7 +180,7 @@ impl EventQueue {
     /// come first.
     pub(crate) async fn recv(&mut self) -> Option<Queued> {
         if self.rx.is_empty()
-            && let Some(uid) = lock(&self.deferred).pop()
+            && let Some(uid) = self.deferred.locked().pop()
         {
             return Some(Queued::Forget(uid));
         }
@@ -202,12 +204,6 @@ pub(crate) struct EventRecorder {
     queue: Option<mpsc::Sender<Queued>>,
     dropped: Arc<AtomicU64>,
     deferred: DeferredForgets,
-}
-
-fn lock(deferred: &DeferredForgets) -> std::sync::MutexGuard<'_, Vec<String>> {
-    deferred
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl EventRecorder {
@@ -235,7 +231,7 @@ impl EventRecorder {
     pub(crate) fn forget_object(&self, uid: &str) {
         let Some(queue) = &self.queue else { return };
         if let Err(e) = queue.try_send(Queued::Forget(uid.to_string())) {
-            let mut deferred = lock(&self.deferred);
+            let mut deferred = self.deferred.locked();
             if deferred.len() < MAX_DEFERRED_FORGETS
                 && let Queued::Forget(uid) = e.into_inner()
             {

@@ -6,6 +6,11 @@
 //! `malloc_trim(0)` took a 150-pod churn's 18.8 MiB back to 13.2. Go's runtime
 //! (kubelet's) scavenges freed memory by itself; oxlet asks glibc to, every
 //! [`TRIM_EVERY`]. Other C libraries (musl) return freed pages themselves.
+//!
+//! glibc also gives each thread that allocates an arena of its own, up to eight per
+//! core. Each keeps its own partly used pages, and oxlet's threads (two tokio workers,
+//! a few blocking-pool threads) do not need that many: at 110 pods the heap was 16.0
+//! MiB with six arenas and 13.6 with two. [`limit_arenas`] caps them at start.
 
 use std::time::{Duration, Instant};
 
@@ -24,8 +29,58 @@ mod glibc {
     // safe to call from any thread at any time.
     // (One of the three places oxlet allows `unsafe`: the C library has no Rust interface.)
     #[allow(unsafe_code)]
+    // `int mallopt(int param, int value)` only sets a tunable under malloc's own lock,
+    // and `void malloc_stats(void)` prints each arena's figures to stderr.
     unsafe extern "C" {
         pub(super) safe fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        pub(super) safe fn mallopt(
+            param: std::ffi::c_int,
+            value: std::ffi::c_int,
+        ) -> std::ffi::c_int;
+        #[cfg(test)]
+        pub(super) safe fn malloc_stats();
+    }
+
+    /// glibc's `M_ARENA_MAX` (malloc.h).
+    pub(super) const M_ARENA_MAX: std::ffi::c_int = -8;
+}
+
+/// How many arenas glibc may keep: one per tokio worker thread (`main.rs` starts two);
+/// the blocking-pool threads, which allocate little, share them.
+pub(crate) const ARENAS: i32 = 2;
+
+/// Caps glibc's arenas at two (`ARENAS`) unless the user chose a number (the
+/// `MALLOC_ARENA_MAX` variable or the `glibc.malloc.arena_max` tunable). Called first
+/// thing in `main`, before any thread starts; a thread that already has an arena keeps
+/// it, and threads after the cap share the ones there are. Returns whether it set it.
+pub fn limit_arenas() -> bool {
+    let max = std::env::var_os("MALLOC_ARENA_MAX");
+    let tunables = std::env::var("GLIBC_TUNABLES").ok();
+    if user_chose_arenas(max.is_some(), tunables.as_deref()) {
+        return false;
+    }
+    set_arena_max(ARENAS)
+}
+
+/// Whether the environment sets the arena count: the variable at all, or the tunable
+/// among `GLIBC_TUNABLES`' colon-separated `name=value` pairs.
+fn user_chose_arenas(max_set: bool, tunables: Option<&str>) -> bool {
+    max_set
+        || tunables.is_some_and(|t| {
+            t.split(':')
+                .any(|kv| kv.split('=').next() == Some("glibc.malloc.arena_max"))
+        })
+}
+
+fn set_arena_max(n: i32) -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        glibc::mallopt(glibc::M_ARENA_MAX, n) == 1
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        let _ = n;
+        false
     }
 }
 
@@ -61,6 +116,93 @@ pub(crate) async fn run_trimmer(cancel: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Set for [`arenas_child`]: "capped" or "uncapped".
+    const ARENAS_CHILD_ENV: &str = "OXLET_TEST_ARENAS_CHILD";
+
+    /// The half of `threads_share_the_capped_arenas` that runs in a child process
+    /// (the cap is process-wide): eight threads allocate at once, then glibc prints
+    /// its arenas to stderr.
+    #[test]
+    #[ignore = "run by threads_share_the_capped_arenas in a child process"]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn arenas_child() {
+        let Ok(mode) = std::env::var(ARENAS_CHILD_ENV) else {
+            return;
+        };
+        if mode == "capped" {
+            assert!(set_arena_max(ARENAS));
+        }
+        let all_in = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let all_in = all_in.clone();
+                std::thread::spawn(move || {
+                    let held: Vec<Vec<u8>> = (0..100).map(|_| vec![1u8; 512]).collect();
+                    // Every thread holds its chunks until all have allocated, so
+                    // glibc sees eight threads allocating at once.
+                    all_in.wait();
+                    held.len()
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        glibc::malloc_stats();
+    }
+
+    /// How many arenas a child process with eight allocating threads ended with.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn arenas_in_a_child(mode: &str) -> usize {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "heap::tests::arenas_child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ARENAS_CHILD_ENV, mode)
+            .env_remove("MALLOC_ARENA_MAX")
+            .env_remove("GLIBC_TUNABLES")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "child failed: {stderr}");
+        stderr.lines().filter(|l| l.starts_with("Arena ")).count()
+    }
+
+    /// With the cap, eight threads allocating at once share two arenas; without
+    /// it, glibc gives them more.
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn threads_share_the_capped_arenas() {
+        let capped = arenas_in_a_child("capped");
+        assert!(
+            (1..=ARENAS as usize).contains(&capped),
+            "{capped} arenas with the cap"
+        );
+        let uncapped = arenas_in_a_child("uncapped");
+        assert!(
+            uncapped > ARENAS as usize,
+            "{uncapped} arenas without the cap"
+        );
+    }
+
+    /// A user's own choice of arenas is left alone, in either spelling.
+    #[test]
+    fn a_users_arena_setting_is_kept() {
+        assert!(user_chose_arenas(true, None));
+        let both = "glibc.malloc.trim_threshold=1:glibc.malloc.arena_max=4";
+        assert!(user_chose_arenas(false, Some(both)));
+        assert!(!user_chose_arenas(
+            false,
+            Some("glibc.malloc.trim_threshold=1")
+        ));
+        assert!(!user_chose_arenas(false, Some("glibc.malloc.arena_test=1")));
+        assert!(!user_chose_arenas(false, None));
+    }
 
     /// Freed memory in a thread's arena is given back: the process's anonymous
     /// resident memory drops once the arena's free pages are released.

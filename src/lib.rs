@@ -56,6 +56,7 @@ mod volumes;
 // The library's public surface: what the binary (`src/main.rs`) and the integration tests
 // and benchmarks (the managed containerd as a test bed) use. Everything else is crate-private.
 pub use agent::{run, timeline_command};
+pub use heap::limit_arenas as limit_heap_arenas;
 /// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
 #[doc(hidden)]
 pub use koord::advisor_bench;

@@ -3,6 +3,8 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Before any thread allocates: glibc's arenas are per thread (oxlet::heap).
+    oxlet::limit_heap_arenas();
     // `oxlet timeline NAMESPACE/NAME`: a client of a running oxlet, not an agent.
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("timeline") {

@@ -28,8 +28,10 @@ use super::SourceSnapshot;
 use super::manifest::{decode_static_pod, is_transient_io, read_manifest};
 use crate::pod::FILE_SOURCE;
 
-/// How long to wait after the first inotify event for the rest of its burst (an editor's
-/// write + rename, `cp` of several files), so one relist covers them all.
+/// How long to wait, after an event saying a file was created or written but not yet
+/// closed, for the rest of its burst (`cp` of one or several files), so one relist covers
+/// them all and does not read a half-written file. A finished change (a rename into the
+/// directory, a closed write, a removal) is relisted at once.
 const COALESCE: Duration = Duration::from_millis(1);
 /// First and maximum delay between attempts to set up the watch (kubelet: 1s → 20s).
 const WATCH_RETRY_MIN: Duration = Duration::from_secs(1);
@@ -436,6 +438,19 @@ fn relevant(event: &notify::Event, target: &WatchTarget) -> bool {
     }
 }
 
+/// Whether an event leaves a file that may still be being written: created, or its
+/// data changed without the writer having closed it yet.
+fn may_be_incomplete(kind: &EventKind) -> bool {
+    use notify::event::{CreateKind, ModifyKind};
+    matches!(
+        kind,
+        EventKind::Create(CreateKind::File | CreateKind::Any | CreateKind::Other)
+            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any | ModifyKind::Other)
+            | EventKind::Any
+            | EventKind::Other
+    )
+}
+
 /// The watch, re-established when its target changes and retried with back-off when
 /// it cannot be set up.
 struct WatchState {
@@ -450,6 +465,9 @@ struct WatchState {
     /// the watch is dead even if a new directory at the same path got the same
     /// inode number (filesystems reuse them at once).
     dead: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Set by the watcher, before its wake-up, when a relevant file was created or
+    /// written and may not be complete yet (see [`COALESCE`]).
+    writing: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl WatchState {
@@ -461,6 +479,7 @@ impl WatchState {
             next_attempt: None,
             failed: None,
             dead: Default::default(),
+            writing: Default::default(),
         }
     }
 
@@ -509,6 +528,7 @@ impl WatchState {
         let tx = self.events.clone();
         let filter = target.clone();
         let dead = self.dead.clone();
+        let writing = self.writing.clone();
         let mut watcher =
             notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
                 let wake = match res {
@@ -521,7 +541,11 @@ impl WatchState {
                         if gone {
                             dead.store(true, std::sync::atomic::Ordering::SeqCst);
                         }
-                        gone || relevant(&event, &filter)
+                        let relevant = relevant(&event, &filter);
+                        if relevant && may_be_incomplete(&event.kind) {
+                            writing.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        gone || relevant
                     }
                     // An error from the backend may mean lost events: relist to be safe.
                     Err(_) => true,
@@ -706,7 +730,9 @@ impl FileSource {
                     }
                 } => return Some(Reason::Retry),
                 Some(()) = self.event_rx.recv() => {
-                    tokio::time::sleep(COALESCE).await;
+                    if self.watch.writing.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                        tokio::time::sleep(COALESCE).await;
+                    }
                     while self.event_rx.try_recv().is_ok() {}
                     return Some(Reason::Inotify);
                 }
@@ -786,6 +812,35 @@ mod tests {
         std::fs::write(&file, manifest("solo")).unwrap();
         std::fs::write(dir.path().join("other.yaml"), manifest("other")).unwrap();
         assert_eq!(names(&list_manifests(&file, "n1")), ["solo-n1"]);
+    }
+
+    #[test]
+    fn only_a_file_still_being_written_waits_for_the_rest_of_its_burst() {
+        use notify::event::{
+            AccessKind, AccessMode, CreateKind, DataChange, MetadataKind, ModifyKind, RemoveKind,
+            RenameMode,
+        };
+        let waits = [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Data(DataChange::Content)),
+        ];
+        for kind in waits {
+            assert!(
+                may_be_incomplete(&kind),
+                "{kind:?} may leave a half-written file"
+            );
+        }
+        let at_once = [
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::From)),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
+        ];
+        for kind in at_once {
+            assert!(!may_be_incomplete(&kind), "{kind:?} is a finished change");
+        }
     }
 
     #[test]

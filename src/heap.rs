@@ -24,13 +24,12 @@ pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(30);
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod glibc {
-    // SAFETY: glibc's `int malloc_trim(size_t pad)`, declared with its C signature. It
-    // takes each arena's lock itself and only releases pages no chunk uses, so it is
-    // safe to call from any thread at any time.
+    // SAFETY: glibc's functions, declared with their C signatures. `malloc_trim` takes
+    // each arena's lock itself and only releases pages no chunk uses; `mallopt` only
+    // sets a tunable under malloc's own lock; `malloc_stats` (tests) prints each arena's
+    // figures to stderr. All are safe to call from any thread at any time.
     // (One of the three places oxlet allows `unsafe`: the C library has no Rust interface.)
     #[allow(unsafe_code)]
-    // `int mallopt(int param, int value)` only sets a tunable under malloc's own lock,
-    // and `void malloc_stats(void)` prints each arena's figures to stderr.
     unsafe extern "C" {
         pub(super) safe fn malloc_trim(pad: usize) -> std::ffi::c_int;
         pub(super) safe fn mallopt(
@@ -45,21 +44,19 @@ mod glibc {
     pub(super) const M_ARENA_MAX: std::ffi::c_int = -8;
 }
 
-/// How many arenas glibc may keep: one per tokio worker thread (`main.rs` starts two);
-/// the blocking-pool threads, which allocate little, share them.
-pub(crate) const ARENAS: i32 = 2;
-
-/// Caps glibc's arenas at two (`ARENAS`) unless the user chose a number (the
-/// `MALLOC_ARENA_MAX` variable or the `glibc.malloc.arena_max` tunable). Called first
-/// thing in `main`, before any thread starts; a thread that already has an arena keeps
-/// it, and threads after the cap share the ones there are. Returns whether it set it.
-pub fn limit_arenas() -> bool {
+/// Caps glibc's arenas at `arenas` (`main` passes its tokio worker count; the
+/// blocking-pool threads, which allocate little, share them) unless the user chose a
+/// number (the `MALLOC_ARENA_MAX` variable or the `glibc.malloc.arena_max` tunable).
+/// Called first thing in `main`, before any thread starts; a thread that already has an
+/// arena keeps it, and threads after the cap share the ones there are. Returns whether
+/// it set it.
+pub fn limit_arenas(arenas: usize) -> bool {
     let max = std::env::var_os("MALLOC_ARENA_MAX");
     let tunables = std::env::var("GLIBC_TUNABLES").ok();
     if user_chose_arenas(max.is_some(), tunables.as_deref()) {
         return false;
     }
-    set_arena_max(ARENAS)
+    set_arena_max(i32::try_from(arenas).unwrap_or(i32::MAX))
 }
 
 /// Whether the environment sets the arena count: the variable at all, or the tunable
@@ -116,6 +113,9 @@ pub(crate) async fn run_trimmer(cancel: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cap the tests set: `main`'s two tokio workers.
+    const ARENAS: i32 = 2;
 
     /// Set for [`arenas_child`]: "capped" or "uncapped".
     const ARENAS_CHILD_ENV: &str = "OXLET_TEST_ARENAS_CHILD";

@@ -2,9 +2,12 @@
 
 use std::process::ExitCode;
 
+/// The async runtime's worker threads; glibc keeps one malloc arena for each.
+const WORKER_THREADS: usize = 2;
+
 fn main() -> ExitCode {
     // Before any thread allocates: glibc's arenas are per thread (oxlet::heap).
-    oxlet::limit_heap_arenas();
+    oxlet::limit_heap_arenas(WORKER_THREADS);
     // `oxlet timeline NAMESPACE/NAME`: a client of a running oxlet, not an agent.
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("timeline") {
@@ -13,7 +16,7 @@ fn main() -> ExitCode {
     let opts = oxlet::load_or_exit();
     oxlet::init_logging(opts.verbosity);
     let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(WORKER_THREADS)
         .enable_all()
         .build()
     {

@@ -76,6 +76,11 @@ async fn exit_and_image_failures_show_kubelets_reasons() {
     let bed = Testbed::start().await;
     let ox = Oxlet::start(&bed, &[]);
     let m = &ox.manifests;
+    // The OOM-killed process is the shell's child, and the shell exits with its status a
+    // second later: containerd names the reason from its OOM event, which can reach its
+    // CRI side after the exit when the killed process is the container's first (then
+    // containerd itself, so kubelet too, says `Error`). A second between them makes the
+    // test about oxlet passing the runtime's reason on, not about containerd's race.
     write_manifest(
         m,
         "oom.yaml",
@@ -84,7 +89,8 @@ async fn exit_and_image_failures_show_kubelets_reasons() {
             "Never",
             &format!(
                 "    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
-                 command: [\"sh\", \"-c\", \"dd if=/dev/zero of=/dev/null bs=64M count=1\"]\n    \
+                 command: [\"sh\", \"-c\", \"dd if=/dev/zero of=/dev/null bs=64M count=1; \
+                 s=$?; sleep 1; exit $s\"]\n    \
                  resources:\n      limits:\n        memory: 16Mi\n"
             ),
         ),

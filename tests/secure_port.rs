@@ -517,6 +517,7 @@ async fn kubectl(
 
 /// What a cluster does to a node, end to end: kubectl logs (tail, follow), exec
 /// (exit codes, stderr, stdin), port-forward and `get --raw .../proxy/stats/summary`
+/// and `.../proxy/metrics/cadvisor`
 /// go through the test apiserver, which reaches oxlet's secure port with its client
 /// certificate; oxlet asks the apiserver whether that user may (Webhook).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -644,6 +645,24 @@ async fn kubectl_reaches_the_node_through_the_apiserver() {
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(summary["node"]["nodeName"], "testnode");
+    // Prometheus' node scrape job: cAdvisor's families through the node proxy.
+    let (code, out, err) = kubectl(
+        &kc,
+        &[
+            "get",
+            "--raw",
+            "/api/v1/nodes/testnode/proxy/metrics/cadvisor",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("container_cpu_usage_seconds_total{")
+                && l.contains("namespace=\"default\",pod=\"web\"}")),
+        "{out}"
+    );
 
     // logs -f: a line written after it started arrives.
     let mut follow = tokio::process::Command::new("kubectl")

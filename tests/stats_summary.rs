@@ -38,6 +38,8 @@ spec:
     image: localhost/oxlet/busybox:1
     imagePullPolicy: IfNotPresent
     command: ["sh", "-c", "dd if=/dev/zero of=/data/f bs=1048576 count=2 && dd if=/dev/zero of=/layer bs=1048576 count=15 && echo written && sleep 3600"]
+    resources:
+      limits: {cpu: "1", memory: 256Mi}
     volumeMounts:
     - {name: data, mountPath: /data}
 "#
@@ -118,7 +120,12 @@ async fn stats_and_debug_endpoints() {
     }
 
     // The Prometheus endpoints gzip on request.
-    for path in ["/metrics", "/metrics/probes", "/metrics/resource"] {
+    for path in [
+        "/metrics",
+        "/metrics/probes",
+        "/metrics/resource",
+        "/metrics/cadvisor",
+    ] {
         let (head, body) = get_gzip(&ox, path).await;
         assert!(head.starts_with("http/1.0 200"), "{path}: {head}");
         assert!(
@@ -361,6 +368,8 @@ async fn summary_matches_the_cgroup_and_the_volume() {
     }
     assert!(metrics.contains("\nresource_scrape_error 0\n"), "{metrics}");
 
+    cadvisor_rows_match_the_cgroups(&ox, &uid, &id, from_files).await;
+
     // kubelet's log usage gauge: the container's log directory as the summary has it.
     let (code, _, metrics) = request(&ox, "GET", "/metrics").await;
     assert_eq!(code, 200);
@@ -378,4 +387,62 @@ async fn summary_matches_the_cgroup_and_the_volume() {
         .parse()
         .unwrap();
     assert!(value > 0.0, "the container wrote a log line: {value}");
+}
+
+/// The value of the one `family` line whose labels contain every one of `has`.
+fn sample(text: &str, family: &str, has: &[&str]) -> f64 {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) && has.iter().all(|h| l.contains(h)))
+        .collect();
+    assert_eq!(lines.len(), 1, "{family} with {has:?}: {lines:?}\n{text}");
+    lines[0].split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// `/metrics/cadvisor` as Prometheus reads it: the container's row with kubelet's six
+/// labels, its pod's row and the root's, values from the same cgroups.
+async fn cadvisor_rows_match_the_cgroups(ox: &Oxlet, uid: &str, id: &str, working_set: u64) {
+    let (code, head, text) = request(ox, "GET", "/metrics/cadvisor").await;
+    assert_eq!(code, 200, "{text}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(text.contains("\ncontainer_scrape_error 0\n"), "{text}");
+    let main = [
+        "{container=\"main\",",
+        "image=\"localhost/oxlet/busybox:1\"",
+        ",namespace=\"default\",pod=\"sum-testnode\"}",
+    ];
+    let by_id = format!("name=\"{id}\"");
+    let in_cgroup = format!("/{id}\",image=");
+    let mut row: Vec<&str> = main.to_vec();
+    row.extend([by_id.as_str(), in_cgroup.as_str()]);
+    let ws = sample(&text, "container_memory_working_set_bytes", &row);
+    assert!(
+        (ws as u64).abs_diff(working_set) <= (1 << 20).max(working_set / 10),
+        "working set {ws} vs cgroup files {working_set}"
+    );
+    let mut cpu_row = row.clone();
+    cpu_row.push(",cpu=\"total\",");
+    assert!(sample(&text, "container_cpu_usage_seconds_total", &cpu_row) > 0.0);
+    assert_eq!(
+        sample(&text, "container_spec_memory_limit_bytes", &row),
+        268_435_456.0
+    );
+    // A CPU limit is a CFS quota: the periods the container ran in are counted.
+    assert!(sample(&text, "container_cpu_cfs_periods_total", &row) >= 1.0);
+    assert!(sample(&text, "container_start_time_seconds", &row) > 1.6e9);
+    // The pod's own cgroup: no container, image or name.
+    let pod_cgroup = format!("pod{}", uid.replace('-', "_"));
+    let pod_cgroup_fs = format!("pod{uid}\",image=\"\"");
+    let pod_row = [
+        "{container=\"\",",
+        ",namespace=\"default\",pod=\"sum-testnode\"}",
+    ];
+    let found = text.lines().any(|l| {
+        l.starts_with("container_memory_usage_bytes{")
+            && pod_row.iter().all(|h| l.contains(h))
+            && (l.contains(&pod_cgroup_fs) || l.contains(&format!("{pod_cgroup}.slice\"")))
+    });
+    assert!(found, "no row for the pod cgroup of {uid}:\n{text}");
+    let root = ["{container=\"\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}"];
+    assert!(sample(&text, "container_memory_working_set_bytes", &root) > 0.0);
 }

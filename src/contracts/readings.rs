@@ -154,6 +154,10 @@ pub(crate) struct ContainerReading {
     pub id: String,
     /// The spec's container name.
     pub name: String,
+    /// The image the runtime says it runs (cAdvisor's `image` label).
+    pub image: String,
+    /// Its cgroup below the hierarchy's mount, without a leading `/` (cAdvisor's `id`).
+    pub cgroup_path: String,
     /// When the runtime created it (kubelet's container `startTime` in the summary).
     pub created_at: SystemTime,
     pub cgroup: CgroupReading,
@@ -173,6 +177,8 @@ pub(crate) struct PodReading {
     pub started_at: SystemTime,
     /// The pod cgroup, or None when it could not be read.
     pub cgroup: Option<CgroupReading>,
+    /// The pod cgroup below the mount, without a leading `/` (None without pod cgroups).
+    pub cgroup_path: Option<String>,
     pub containers: Vec<ContainerReading>,
     /// Per volume name: what its directory holds (emptyDir and the like).
     pub volumes: Vec<(String, FsReading)>,

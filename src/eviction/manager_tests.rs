@@ -111,6 +111,7 @@ fn pod_reading(uid: &str, t: SystemTime, working_set: u64) -> PodReading {
         namespace: "ns".into(),
         started_at: t,
         cgroup: Some(cgroup(t, working_set)),
+        cgroup_path: None,
         containers: vec![],
         volumes: vec![],
     }

@@ -510,6 +510,8 @@ mod tests {
         let container = |name: &str, layer: u64| ContainerReading {
             id: name.into(),
             name: name.into(),
+            image: String::new(),
+            cgroup_path: String::new(),
             created_at: t,
             cgroup: cgroup(t, 0),
             rootfs: Some(fs(t, 0, 0, 7, 0)).map(|mut f| {
@@ -524,6 +526,7 @@ mod tests {
             namespace: "ns".into(),
             started_at: t,
             cgroup: None,
+            cgroup_path: None,
             containers: vec![container("a", 1000), container("b", 20)],
             volumes: vec![],
         }];

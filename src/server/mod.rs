@@ -275,6 +275,7 @@ fn shared_routes(views: Views) -> Router {
         // kubelet's stats.
         .route("/stats/summary", get(stats::summary).post(stats::summary))
         .route("/metrics/resource", get(stats::resource))
+        .route("/metrics/cadvisor", get(stats::cadvisor))
         // Prediction.
         .route("/stats/predictions", get(predictions))
         // kubelet's Prometheus registries.

@@ -1,5 +1,5 @@
 //! The read-only server's stats and debugging endpoints: `/stats/summary`,
-//! `/metrics/resource`, `/runningpods/` and `/configz`, answered as kubelet answers
+//! `/metrics/resource`, `/metrics/cadvisor`, `/runningpods/` and `/configz`, answered as kubelet answers
 //! them. kubelet serves the last two only on its authenticated port (its read-only
 //! port answers 405 `Debug endpoints are disabled.`); oxlet has only the read-only
 //! port, so it serves them here.
@@ -10,7 +10,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::Views;
-use crate::stats::{RESOURCE_METRICS_CONTENT_TYPE, build_summary, render_resource_metrics};
+use crate::stats::{
+    TEXT_CONTENT_TYPE, build_summary, render_cadvisor_metrics, render_resource_metrics,
+};
 
 /// go-restful's pretty JSON: one-space indent, no trailing newline.
 fn pretty<T: Serialize>(v: &T) -> Vec<u8> {
@@ -50,8 +52,18 @@ pub(super) async fn resource(State(v): State<Views>, headers: header::HeaderMap)
         .map(|snap| build_summary(&snap, &v.volumes, true));
     crate::metrics::exposition(
         &headers,
-        RESOURCE_METRICS_CONTENT_TYPE,
+        TEXT_CONTENT_TYPE,
         render_resource_metrics(summary.as_ref()),
+    )
+}
+
+/// kubelet's embedded cAdvisor's container metrics, from the same readings.
+pub(super) async fn cadvisor(State(v): State<Views>, headers: header::HeaderMap) -> Response {
+    let snap = v.readings.get();
+    crate::metrics::exposition(
+        &headers,
+        TEXT_CONTENT_TYPE,
+        render_cadvisor_metrics(snap.as_deref(), std::time::SystemTime::now()),
     )
 }
 

@@ -471,10 +471,13 @@ pub(super) mod tests {
                 namespace: "default".into(),
                 started_at: at(1_690_000_000),
                 cgroup: Some(cg(1_700_000_002, 3_000, 900)),
+                cgroup_path: Some("kubepods/burstable/podu1".into()),
                 containers: vec![
                     ContainerReading {
                         id: "c1".into(),
                         name: "app".into(),
+                        image: "docker.io/library/app:1".into(),
+                        cgroup_path: "kubepods/burstable/podu1/c1".into(),
                         created_at: at(1_690_000_001),
                         cgroup: cg(1_700_000_003, 1_000, 400),
                         rootfs: Some(fsr(40)),
@@ -483,6 +486,8 @@ pub(super) mod tests {
                     ContainerReading {
                         id: "c2".into(),
                         name: "side".into(),
+                        image: "docker.io/library/side:2".into(),
+                        cgroup_path: "kubepods/burstable/podu1/c2".into(),
                         created_at: at(1_690_000_002),
                         cgroup: cg(1_700_000_004, 2_000, 500),
                         rootfs: None,

@@ -1,16 +1,20 @@
 //! What the node, its pods and their containers use, served from the metric advisor's
-//! latest readings (`contracts::LatestReadings`): the Summary API and the resource
-//! metrics.
+//! latest readings (`contracts::LatestReadings`): the Summary API, the resource
+//! metrics and the cAdvisor metrics.
 
 mod build;
+mod cadvisor_metrics;
 mod log_metrics;
 mod resource_metrics;
 mod summary;
+mod text_format;
 mod volumes;
 
-// The Summary API and `/metrics/resource`, for the server.
+// The Summary API, `/metrics/resource` and `/metrics/cadvisor`, for the server.
 pub(crate) use build::build_summary;
-pub(crate) use resource_metrics::{RESOURCE_METRICS_CONTENT_TYPE, render_resource_metrics};
+pub(crate) use cadvisor_metrics::render_cadvisor_metrics;
+pub(crate) use resource_metrics::render_resource_metrics;
+pub(crate) use text_format::TEXT_CONTENT_TYPE;
 // Each pod's measured local storage: the task that measures it, and its readers.
 pub(crate) use log_metrics::LogMetrics;
 #[cfg(test)]

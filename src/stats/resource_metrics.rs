@@ -3,39 +3,10 @@
 //! (families sorted, `[STABLE]` in HELP, Go's float formatting, ms timestamps, no
 //! timestamp on `container_start_time_seconds`). metrics-server reads this.
 
-use std::fmt::Write;
-
 use super::summary::{
-    ContainerStats, CpuStats, MemoryStats, NodeStats, PodReference, PodStats, Summary, Time,
+    ContainerStats, CpuStats, MemoryStats, NodeStats, PodReference, PodStats, Summary,
 };
-
-/// The content type of Prometheus text 0.0.4.
-pub(crate) const RESOURCE_METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// One sample: label pairs (sorted by name), value, optional timestamp.
-struct Sample {
-    labels: Labels,
-    value: f64,
-    time: Option<Time>,
-}
-
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    kind: &'static str,
-    samples: Vec<Sample>,
-}
-
-impl Family {
-    fn new(name: &'static str, kind: &'static str, help: &'static str) -> Family {
-        Family {
-            name,
-            help,
-            kind,
-            samples: Vec::new(),
-        }
-    }
-}
+use super::text_format::{Family, Labels, Sample, render, scrape_error};
 
 /// The text for `summary`; None means the stats could not be read, which kubelet
 /// reports as `resource_scrape_error 1` and nothing else.
@@ -47,11 +18,7 @@ pub(crate) fn render_resource_metrics(summary: Option<&Summary>) -> String {
             families.collect_pod(p);
         }
     }
-    let mut out = String::new();
-    for f in &mut families.sorted() {
-        write_family(&mut out, f);
-    }
-    out
+    render(families.into_vec())
 }
 
 /// The families kubelet's resource metrics collector describes, filled from one summary.
@@ -66,23 +33,11 @@ struct ResourceFamilies {
     scrape: Family,
 }
 
-/// A sample's label pairs, sorted by name.
-type Labels = Vec<(&'static str, String)>;
-
 impl ResourceFamilies {
     /// Every family empty but `resource_scrape_error`, which says whether the
     /// summary could be read (`scraped`).
     fn new(scraped: bool) -> ResourceFamilies {
-        let mut scrape = Family::new(
-            "resource_scrape_error",
-            "gauge",
-            "1 if there was an error while getting container metrics, 0 otherwise",
-        );
-        scrape.samples.push(Sample {
-            labels: Vec::new(),
-            value: if scraped { 0.0 } else { 1.0 },
-            time: None,
-        });
+        let scrape = scrape_error("resource_scrape_error", scraped);
         ResourceFamilies {
             node_cpu: Family::new(
                 "node_cpu_usage_seconds_total",
@@ -169,14 +124,14 @@ impl ResourceFamilies {
             self.ctr_start.samples.push(Sample {
                 labels: labels(),
                 value: secs,
-                time: None,
+                time_ms: None,
             });
         }
     }
 
-    /// The families in the order the Go client writes them: by name.
-    fn sorted(self) -> [Family; 8] {
-        let mut families = [
+    /// Every family, each marked stable as kubelet's collector declares them.
+    fn into_vec(self) -> Vec<Family> {
+        [
             self.node_cpu,
             self.node_mem,
             self.ctr_cpu,
@@ -185,9 +140,10 @@ impl ResourceFamilies {
             self.pod_cpu,
             self.pod_mem,
             self.scrape,
-        ];
-        families.sort_by_key(|f| f.name);
-        families
+        ]
+        .into_iter()
+        .map(Family::stable)
+        .collect()
     }
 }
 
@@ -202,7 +158,7 @@ fn cpu_sample(cpu: Option<&CpuStats>, labels: impl FnOnce() -> Labels) -> Option
     Some(Sample {
         labels: labels(),
         value: ns as f64 / 1e9,
-        time: Some(cpu.time),
+        time_ms: cpu.time.unix_millis(),
     })
 }
 
@@ -217,109 +173,15 @@ fn memory_sample(memory: Option<&MemoryStats>, labels: impl FnOnce() -> Labels) 
     Some(Sample {
         labels: labels(),
         value: ws as f64,
-        time: Some(m.time),
+        time_ms: m.time.unix_millis(),
     })
-}
-
-/// One family as the text format wants it: HELP, TYPE, then its samples sorted by
-/// labels; nothing at all for a family without samples, as the Go client does.
-fn write_family(out: &mut String, f: &mut Family) {
-    if f.samples.is_empty() {
-        return;
-    }
-    f.samples.sort_by(|a, b| a.labels.cmp(&b.labels));
-    let _ = writeln!(out, "# HELP {} [STABLE] {}", f.name, f.help);
-    let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind);
-    for s in &f.samples {
-        write_sample(out, f.name, s);
-    }
-}
-
-/// One sample line: name, `{labels}` if any, the value and the timestamp if any.
-fn write_sample(out: &mut String, name: &str, s: &Sample) {
-    out.push_str(name);
-    if !s.labels.is_empty() {
-        out.push('{');
-        for (i, (k, v)) in s.labels.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{k}=\"{}\"", escape(v));
-        }
-        out.push('}');
-    }
-    let _ = write!(out, " {}", go_float(s.value));
-    if let Some(t) = s.time.and_then(Time::unix_millis) {
-        let _ = write!(out, " {t}");
-    }
-    out.push('\n');
-}
-
-/// A label value escaped as the text format wants.
-fn escape(v: &str) -> String {
-    v.replace('\\', r"\\")
-        .replace('"', "\\\"")
-        .replace('\n', r"\n")
-}
-
-/// Go's `strconv.FormatFloat(v, 'g', -1, 64)` as the Prometheus text writer uses it:
-/// the shortest digits that read back the same; exponent form when the decimal
-/// exponent is below -4 or at least 6 (the shortest format's precision), with a sign
-/// and at least two exponent digits. `0`, `1`, `-1`, `NaN` and `±Inf` are written
-/// directly, as the writer does.
-pub(crate) fn go_float(v: f64) -> String {
-    if v.is_nan() {
-        return "NaN".into();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 {
-            "+Inf".into()
-        } else {
-            "-Inf".into()
-        };
-    }
-    if v == 0.0 {
-        return if v.is_sign_negative() {
-            "-0".into()
-        } else {
-            "0".into()
-        };
-    }
-    // Rust's `{:e}` gives the shortest round-trip digits: `d.ddddde±x`.
-    let sci = format!("{:e}", v.abs());
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let sign = if v < 0.0 { "-" } else { "" };
-    if !(-4..6).contains(&exp) {
-        let (first, rest) = digits.split_at(1);
-        let dot = if rest.is_empty() {
-            String::new()
-        } else {
-            format!(".{rest}")
-        };
-        let esign = if exp < 0 { '-' } else { '+' };
-        return format!("{sign}{first}{dot}e{esign}{:02}", exp.abs());
-    }
-    // Fixed form: the point after `exp + 1` digits.
-    let point = exp + 1;
-    let body = if point <= 0 {
-        format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
-    } else {
-        let point = point as usize;
-        if digits.len() <= point {
-            format!("{digits}{}", "0".repeat(point - digits.len()))
-        } else {
-            format!("{}.{}", &digits[..point], &digits[point..])
-        }
-    };
-    format!("{sign}{body}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::stats::build;
+    use crate::stats::text_format::{escape, go_float};
     use crate::stats::volumes::VolumeUsage;
 
     #[test]

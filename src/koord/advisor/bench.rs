@@ -48,6 +48,7 @@ impl CollectorBench {
                 cs.push(ContainerTarget {
                     id,
                     name: format!("c{c}"),
+                    image: String::new(),
                     created_at: SystemTime::now(),
                     cgroup: path,
                 });

@@ -32,6 +32,7 @@ pub(crate) const MAX_CONTAINERS: usize = 4096;
 pub(crate) struct ContainerTarget {
     pub id: String,
     pub name: String,
+    pub image: String,
     pub created_at: SystemTime,
     pub cgroup: String,
 }
@@ -134,6 +135,7 @@ impl ManagedPods {
             target.containers.push(ContainerTarget {
                 id: c.id.clone(),
                 name: c.name.clone(),
+                image: c.image.clone(),
                 created_at: from_unix_nanos(c.created_at),
                 cgroup: container_cgroup(driver, pod_cg, &c.id),
             });
@@ -289,6 +291,8 @@ impl PodCollector {
                     containers.push(ContainerReading {
                         id: c.id.clone(),
                         name: c.name.clone(),
+                        image: c.image.clone(),
+                        cgroup_path: c.cgroup.clone(),
                         created_at: c.created_at,
                         cgroup: r,
                         rootfs: shared.container_rootfs.get(&c.id).cloned(),
@@ -302,6 +306,7 @@ impl PodCollector {
                 namespace: t.namespace.clone(),
                 started_at: t.started_at,
                 cgroup,
+                cgroup_path: t.cgroup.clone(),
                 containers,
                 volumes: Vec::new(),
             });

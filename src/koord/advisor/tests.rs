@@ -194,6 +194,7 @@ fn v2_pod(dir: &Path, tree: &CgroupTree) -> PodTarget {
         containers: vec![ContainerTarget {
             id: "c1".into(),
             name: "main".into(),
+            image: "busybox".into(),
             created_at: SystemTime::now(),
             cgroup: ctr,
         }],

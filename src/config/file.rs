@@ -1106,16 +1106,28 @@ mod tests {
         wait_for(&mut rx, &["a-n1"]).await;
 
         // The path becomes a symlink loop (ELOOP): several periodic relists fail,
-        // and none of them may send anything but the last set.
-        std::fs::rename(&d, dir.path().join("away")).unwrap();
-        std::os::unix::fs::symlink(&d, &d).unwrap();
+        // and none of them may send anything but the last set. The loop is swapped in
+        // atomically: between a rename and a new link the path would be missing, for
+        // which kubelet (so oxlet) sends an empty set.
+        let away = dir.path().join("away");
+        std::os::unix::fs::symlink(&d, &away).unwrap();
+        let exchange = || {
+            rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                &d,
+                rustix::fs::CWD,
+                &away,
+                rustix::fs::RenameFlags::EXCHANGE,
+            )
+            .unwrap();
+        };
+        exchange();
         let until = tokio::time::Instant::now() + Duration::from_millis(600);
         while let Ok(Some(s)) = tokio::time::timeout_at(until, rx.recv()).await {
             assert_eq!(names(&s.pods), ["a-n1"], "a failed listing changed the set");
         }
 
-        std::fs::remove_file(&d).unwrap();
-        std::fs::rename(dir.path().join("away"), &d).unwrap();
+        exchange();
         std::fs::write(d.join("b.yaml"), manifest("b")).unwrap();
         wait_for(&mut rx, &["a-n1", "b-n1"]).await;
         cancel.cancel();

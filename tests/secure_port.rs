@@ -517,7 +517,7 @@ async fn kubectl(
 
 /// What a cluster does to a node, end to end: kubectl logs (tail, follow), exec
 /// (exit codes, stderr, stdin), port-forward and `get --raw .../proxy/stats/summary`
-/// and `.../proxy/metrics/cadvisor`
+/// and `.../proxy/metrics/cadvisor`, and `kubectl debug` (an ephemeral container)
 /// go through the test apiserver, which reaches oxlet's secure port with its client
 /// certificate; oxlet asks the apiserver whether that user may (Webhook).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -663,6 +663,53 @@ async fn kubectl_reaches_the_node_through_the_apiserver() {
                 && l.contains("namespace=\"default\",pod=\"web\"}")),
         "{out}"
     );
+
+    // kubectl debug: an ephemeral container that joins main's processes (--target).
+    let (code, out, err) = kubectl(
+        &kc,
+        &[
+            "debug",
+            "web",
+            "--image=localhost/oxlet/busybox:1",
+            "--image-pull-policy=IfNotPresent",
+            "--container=dbg",
+            "--target=main",
+            "--",
+            "sh",
+            "-c",
+            "ps -o pid,args; echo debugged",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let t = Instant::now();
+    let dbg = loop {
+        let (_, out, _) = kubectl(&kc, &["get", "pod", "web", "-o", "json"], None).await;
+        let pod: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let status = pod["status"]["ephemeralContainerStatuses"]
+            .as_array()
+            .and_then(|l| l.iter().find(|c| c["name"] == "dbg").cloned());
+        if let Some(s) = status.filter(|s| s["state"]["terminated"].is_object()) {
+            break s;
+        }
+        assert!(t.elapsed() < START, "dbg never ended: {out}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(dbg["state"]["terminated"]["exitCode"], 0, "{dbg}");
+    assert_eq!(dbg["ready"], false, "{dbg}");
+    let (code, out, err) = kubectl(&kc, &["logs", "web", "-c", "dbg"], None).await;
+    assert_eq!(code, 0, "{err}");
+    // main's shell and httpd, seen from the debug container: one process namespace.
+    assert!(
+        out.contains("httpd -p 8080") && out.ends_with("debugged\n"),
+        "{out}"
+    );
+    // The pod itself ran on untouched.
+    let (_, out, _) = kubectl(&kc, &["get", "pod", "web", "-o", "json"], None).await;
+    let pod: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(pod["status"]["phase"], "Running");
 
     // logs -f: a line written after it started arrives.
     let mut follow = tokio::process::Command::new("kubectl")

@@ -406,6 +406,63 @@ async fn pod_status_patches_merge_and_strategic_with_uid_precondition() {
     );
 }
 
+/// `kubectl debug`'s request: a strategic patch of `pods/ephemeralcontainers`. It adds
+/// ephemeral containers and nothing else, and the ones there may not change.
+#[tokio::test]
+async fn ephemeral_containers_are_added_through_their_subresource_only() {
+    let (_dir, _server, client) = server().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &pod("a", "n1", json!({})))
+        .await
+        .unwrap();
+    let debug = |image: &str| {
+        json!({"spec": {
+            "containers": [{"name": "c", "image": "changed:1"}],
+            "ephemeralContainers": [{"name": "dbg", "image": image, "targetContainerName": "c"}],
+        }})
+    };
+    let p = pods
+        .patch_ephemeral_containers(
+            "a",
+            &PatchParams::default(),
+            &Patch::Strategic(debug("busybox:1")),
+        )
+        .await
+        .unwrap();
+    let spec = p.spec.unwrap();
+    let ec = spec.ephemeral_containers.unwrap();
+    assert_eq!((ec.len(), ec[0].name.as_str()), (1, "dbg"));
+    assert_eq!(ec[0].target_container_name.as_deref(), Some("c"));
+    assert_eq!(
+        spec.containers[0].image.as_deref(),
+        Some("localhost/oxlet-test/busybox:1"),
+        "the subresource takes only the ephemeral containers"
+    );
+    let err = pods
+        .patch_ephemeral_containers(
+            "a",
+            &PatchParams::default(),
+            &Patch::Strategic(debug("other:2")),
+        )
+        .await
+        .unwrap_err();
+    let (code, reason, message) = api_error(err);
+    assert_eq!((code, reason.as_str()), (422, "Invalid"), "{message}");
+    assert!(message.contains("\"dbg\" may not be changed"), "{message}");
+    // A plain update of the pod cannot change them.
+    let mut p = pods.get("a").await.unwrap();
+    p.spec.as_mut().unwrap().ephemeral_containers = None;
+    assert!(
+        pods.replace("a", &PostParams::default(), &p).await.is_err() || {
+            let now = pods.get("a").await.unwrap();
+            now.spec
+                .unwrap()
+                .ephemeral_containers
+                .is_some_and(|e| e.len() == 1)
+        }
+    );
+}
+
 #[tokio::test]
 async fn graceful_delete_then_grace_zero_with_uid_precondition() {
     let (_dir, server, client) = server().await;

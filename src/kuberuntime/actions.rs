@@ -27,6 +27,8 @@ pub(crate) struct PodActions {
     pub start_init: Vec<usize>,
     /// Indices into `spec.containers` to start.
     pub start: Vec<usize>,
+    /// Indices into `spec.ephemeralContainers` to start: those never started yet.
+    pub start_ephemeral: Vec<usize>,
     /// Running containers to kill: (id, name, why).
     pub kill: Vec<(String, String, String)>,
     /// Kills a probe asked for with the probe's own grace period: (id, seconds).
@@ -51,13 +53,14 @@ impl std::fmt::Display for PodActions {
             .join("; ");
         write!(
             f,
-            "KillPod: {}, CreateSandbox: {}, SandboxID: {}, Attempt: {}, InitContainersToStart: [{}], ContainersToStart: [{}], ContainersToKill: [{kill}]",
+            "KillPod: {}, CreateSandbox: {}, SandboxID: {}, Attempt: {}, InitContainersToStart: [{}], ContainersToStart: [{}], EphemeralContainersToStart: [{}], ContainersToKill: [{kill}]",
             self.kill_pod,
             self.create_sandbox,
             self.sandbox_id.as_deref().unwrap_or(""),
             self.attempt,
             list(&self.start_init),
             list(&self.start),
+            list(&self.start_ephemeral),
         )
     }
 }
@@ -69,6 +72,7 @@ impl PodActions {
             && !self.create_sandbox
             && self.start_init.is_empty()
             && self.start.is_empty()
+            && self.start_ephemeral.is_empty()
             && self.kill.is_empty()
     }
 }
@@ -320,10 +324,12 @@ pub(crate) fn compute_pod_actions_probed(
         return actions;
     }
 
+    let ephemeral = spec.ephemeral_containers.as_deref().unwrap_or_default();
     // Running containers that the spec no longer has are killed.
     for running in status.running_containers() {
         let known = spec.containers.iter().any(|c| c.name == running.name)
-            || inits.iter().any(|c| c.name == running.name);
+            || inits.iter().any(|c| c.name == running.name)
+            || ephemeral.iter().any(|c| c.name == running.name);
         if !known {
             actions.kill.push((
                 running.id.clone(),
@@ -332,6 +338,13 @@ pub(crate) fn compute_pod_actions_probed(
             ));
         }
     }
+
+    // Ephemeral containers start once, even before initialization is done, and are
+    // never restarted: one the runtime has any record of is left as it is.
+    actions.start_ephemeral = (ephemeral.iter().enumerate())
+        .filter(|(_, c)| status.latest(&c.name).is_none())
+        .map(|(i, _)| i)
+        .collect();
 
     if !init_container_actions(pod, status, gate, failed_probe, &mut actions) || actions.kill_pod {
         // Initialization failed or is still in progress: app containers wait.
@@ -401,7 +414,7 @@ mod tests {
         };
         assert_eq!(
             a.to_string(),
-            "KillPod: false, CreateSandbox: true, SandboxID: , Attempt: 1, InitContainersToStart: [], ContainersToStart: [0 2], ContainersToKill: [main: liveness probe failed]"
+            "KillPod: false, CreateSandbox: true, SandboxID: , Attempt: 1, InitContainersToStart: [], ContainersToStart: [0 2], EphemeralContainersToStart: [], ContainersToKill: [main: liveness probe failed]"
         );
     }
     use crate::kuberuntime::sidecar::RunningIsStarted;
@@ -658,6 +671,62 @@ mod tests {
             &RunningIsStarted,
         );
         assert_eq!((a.start_init.clone(), a.start.clone()), (vec![], vec![0]));
+    }
+
+    fn with_ephemeral(mut p: Pod, names: &[&str]) -> Pod {
+        let spec = p.spec.as_mut().unwrap();
+        spec.ephemeral_containers = Some(
+            names
+                .iter()
+                .map(|n| k8s_openapi::api::core::v1::EphemeralContainer {
+                    name: n.to_string(),
+                    image: Some("busybox:1".into()),
+                    target_container_name: Some("a".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        p
+    }
+
+    #[test]
+    fn ephemeral_containers_start_once_and_are_never_killed_or_restarted() {
+        let p = with_ephemeral(pod("Always", &["a"]), &["debug", "shell"]);
+        let running_a = || container(&pod("Always", &["a"]), "a", ContainerState::Running, 0);
+        let eph = |name: &str, state| ContainerStatus {
+            is_init: false,
+            ..ContainerStatus::for_test(&format!("id-{name}"), name, state)
+        };
+        // Added to a running pod: both start, nothing else happens.
+        let a = compute_pod_actions(&p, &ready_sandbox(vec![running_a()]), &RunningIsStarted);
+        assert_eq!(a.start_ephemeral, vec![0, 1]);
+        assert!(
+            a.start.is_empty() && a.kill.is_empty() && !a.kill_pod,
+            "{a}"
+        );
+        assert!(
+            a.to_string().contains("EphemeralContainersToStart: [0 1]"),
+            "{a}"
+        );
+        // Running: kept (not "not in the pod spec"); exited: left as it is.
+        let s = ready_sandbox(vec![
+            running_a(),
+            eph("debug", ContainerState::Running),
+            eph("shell", ContainerState::Exited),
+        ]);
+        let a = compute_pod_actions(&p, &s, &RunningIsStarted);
+        assert!(a.is_noop(), "{a}");
+        // Before initialization is done, they start too.
+        let p = with_ephemeral(pod_with_inits("Always", &["i1"], &["a"]), &["debug"]);
+        let s = ready_sandbox(vec![init("i1", ContainerState::Running, 0)]);
+        let a = compute_pod_actions(&p, &s, &RunningIsStarted);
+        assert_eq!(
+            (a.start_ephemeral.clone(), a.start_init.clone()),
+            (vec![0], vec![])
+        );
+        // A new sandbox starts none of them: they belonged to the old one.
+        let a = compute_pod_actions(&p, &PodRuntimeStatus::default(), &RunningIsStarted);
+        assert!(a.create_sandbox && a.start_ephemeral.is_empty(), "{a}");
     }
 
     #[test]

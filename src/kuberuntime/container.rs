@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
+use k8s_openapi::api::core::v1::{Container, EnvVar, EphemeralContainer, Pod};
 
 use super::labels::{self, ContainerType};
 use crate::cm::{ResourceError, apply_cfs_period, linux_resources};
@@ -208,6 +208,63 @@ pub(crate) struct ContainerRequest<'a> {
     /// The image's user, from `ImageStatus`, for runAsNonRoot and the default user.
     pub image_user: &'a ImageUser,
     pub security: &'a SecuritySettings,
+    /// An ephemeral container's target: the runtime ID whose process namespace it
+    /// joins (kubelet's `NamespaceMode_TARGET`).
+    pub pid_target: Option<&'a str>,
+}
+
+/// An ephemeral container as the container it runs as (kubelet's
+/// `v1.Container(ec.EphemeralContainerCommon)`): every field but the target.
+pub(crate) fn ephemeral_as_container(ec: &EphemeralContainer) -> Container {
+    let ec = ec.clone();
+    Container {
+        args: ec.args,
+        command: ec.command,
+        env: ec.env,
+        env_from: ec.env_from,
+        image: ec.image,
+        image_pull_policy: ec.image_pull_policy,
+        lifecycle: ec.lifecycle,
+        liveness_probe: ec.liveness_probe,
+        name: ec.name,
+        ports: ec.ports,
+        readiness_probe: ec.readiness_probe,
+        resize_policy: ec.resize_policy,
+        resources: ec.resources,
+        restart_policy: ec.restart_policy,
+        restart_policy_rules: ec.restart_policy_rules,
+        security_context: ec.security_context,
+        startup_probe: ec.startup_probe,
+        stdin: ec.stdin,
+        stdin_once: ec.stdin_once,
+        termination_message_path: ec.termination_message_path,
+        termination_message_policy: ec.termination_message_policy,
+        tty: ec.tty,
+        volume_devices: ec.volume_devices,
+        volume_mounts: ec.volume_mounts,
+        working_dir: ec.working_dir,
+    }
+}
+
+/// The container's security context, with an ephemeral container's process namespace
+/// its target's where it would otherwise have its own (kubelet's
+/// `generateLinuxContainerConfig`).
+fn security_context(
+    req: &ContainerRequest<'_>,
+) -> Result<cri::LinuxContainerSecurityContext, ContainerConfigError> {
+    let mut sc = crate::podenv::container_security_context(
+        req.pod,
+        req.container,
+        req.image_user,
+        req.security,
+    )?;
+    if let (Some(target), Some(ns)) = (req.pid_target, sc.namespace_options.as_mut())
+        && ns.pid == cri::NamespaceMode::Container as i32
+    {
+        ns.pid = cri::NamespaceMode::Target as i32;
+        ns.target_id = target.to_string();
+    }
+    Ok(sc)
 }
 
 /// Builds the CRI container config; an error is the pod's `CreateContainerConfigError`.
@@ -278,12 +335,7 @@ pub(crate) fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(resources),
-            security_context: Some(crate::podenv::container_security_context(
-                pod,
-                container,
-                req.image_user,
-                req.security,
-            )?),
+            security_context: Some(security_context(req)?),
         }),
         ..Default::default()
     })
@@ -373,6 +425,53 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_ephemeral_container_joins_its_targets_processes_unless_the_pod_shares_them() {
+        let (mut pod, c) = pod_with_env(vec![]);
+        let env = PodEnv::default();
+        let pid_of = |pod: &Pod| {
+            let mut req = request(pod, &c, &env);
+            req.pid_target = Some("target-id");
+            let config = container_config(&req).unwrap();
+            let ns = (config.linux.unwrap().security_context.unwrap())
+                .namespace_options
+                .unwrap();
+            (ns.pid, ns.target_id)
+        };
+        assert_eq!(
+            pid_of(&pod),
+            (cri::NamespaceMode::Target as i32, "target-id".to_string())
+        );
+        pod.spec.as_mut().unwrap().share_process_namespace = Some(true);
+        assert_eq!(
+            pid_of(&pod),
+            (cri::NamespaceMode::Pod as i32, String::new())
+        );
+        // Without a target, the container has its own, as any.
+        let config = container_config(&request(&pod, &c, &env)).unwrap();
+        let sc = config.linux.unwrap().security_context.unwrap();
+        assert!(sc.namespace_options.unwrap().target_id.is_empty());
+    }
+
+    #[test]
+    fn an_ephemeral_container_runs_as_the_container_it_describes() {
+        let ec = k8s_openapi::api::core::v1::EphemeralContainer {
+            name: "debugger".into(),
+            image: Some("busybox:1".into()),
+            command: Some(vec!["sh".into()]),
+            stdin: Some(true),
+            tty: Some(true),
+            target_container_name: Some("app".into()),
+            ..Default::default()
+        };
+        let c = ephemeral_as_container(&ec);
+        assert_eq!(
+            (c.name.as_str(), c.image.as_deref(), c.stdin, c.tty),
+            ("debugger", Some("busybox:1"), Some(true), Some(true))
+        );
+        assert_eq!(c.command, Some(vec!["sh".to_string()]));
+    }
+
     fn request<'a>(pod: &'a Pod, c: &'a Container, env: &'a PodEnv) -> ContainerRequest<'a> {
         ContainerRequest {
             pod,
@@ -386,6 +485,7 @@ mod tests {
             cfs_period_us: Some(100_000),
             image_user: &ROOT,
             security: &SECURITY,
+            pid_target: None,
         }
     }
 

@@ -31,6 +31,8 @@ pub(crate) const POD_TERMINATION_GRACE_ANNOTATION: &str =
 pub(crate) enum ContainerType {
     Init,
     Regular,
+    /// Added to a running pod (`kubectl debug`); never restarted.
+    Ephemeral,
 }
 
 impl ContainerType {
@@ -38,6 +40,7 @@ impl ContainerType {
         match self {
             ContainerType::Init => "init",
             ContainerType::Regular => "container",
+            ContainerType::Ephemeral => "ephemeral",
         }
     }
 }

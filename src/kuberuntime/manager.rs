@@ -206,6 +206,8 @@ struct ContainerStart<'a> {
     pod_ref: String,
     uid: &'a str,
     name: &'a str,
+    /// An ephemeral container's `targetContainerName`, whose process namespace it joins.
+    target: Option<&'a str>,
 }
 
 impl<'a> ContainerStart<'a> {
@@ -217,6 +219,7 @@ impl<'a> ContainerStart<'a> {
             pod_ref: pod_ref(ctx.pod),
             uid: pod_uid(ctx.pod),
             name: &container.name,
+            target: None,
         }
     }
 
@@ -225,6 +228,7 @@ impl<'a> ContainerStart<'a> {
         match self.kind {
             ContainerType::Init => "init_container",
             ContainerType::Regular => "container",
+            ContainerType::Ephemeral => "ephemeral_container",
         }
     }
 
@@ -538,9 +542,11 @@ impl RuntimeManager {
             pull_secrets: &pull_secrets,
         };
 
-        // Step 6: start the init containers; step 7: the regular containers. (Step 5,
-        // ephemeral containers, has no counterpart: oxlet starts none.)
+        // Step 5: start the ephemeral containers; step 6: the init containers; step 7:
+        // the regular containers.
         let mut started = ContainerStarts::default();
+        self.start_ephemeral_containers(&ctx, spec, &actions.start_ephemeral, &mut started)
+            .await;
         self.start_init_containers(&ctx, spec, &actions.start_init, &mut started)
             .await;
         self.start_regular_containers(&ctx, spec, &actions.start, &mut started)
@@ -784,6 +790,32 @@ impl RuntimeManager {
         Ok((id, ips))
     }
 
+    /// SyncPod's step 5: starts the ephemeral containers never started yet (`kubectl
+    /// debug`), each once; one that fails is not retried until the next sync.
+    async fn start_ephemeral_containers(
+        &self,
+        ctx: &StartContext<'_>,
+        spec: &PodSpec,
+        indices: &[usize],
+        started: &mut ContainerStarts,
+    ) {
+        let all = spec.ephemeral_containers.as_deref().unwrap_or_default();
+        for ec in indices.iter().filter_map(|&i| all.get(i)) {
+            let c = container::ephemeral_as_container(ec);
+            let mut s = ContainerStart::new(ctx, &c, ContainerType::Ephemeral);
+            s.target = ec
+                .target_container_name
+                .as_deref()
+                .filter(|t| !t.is_empty());
+            info!(pod = %s.pod_ref, podUID = %s.uid, container = %c.name, target = s.target.unwrap_or(""),
+                cause = "in the pod's ephemeralContainers with no instance yet", "starting ephemeral container");
+            match self.start_one(s).await {
+                Ok(retry) => merge_retry(&mut started.retry_after, retry),
+                Err(e) => started.errors.push(e),
+            }
+        }
+    }
+
     /// SyncPod's step 6: starts the init containers due, in order. A sidecar that cannot
     /// start does not hold up the others; a regular init container does.
     async fn start_init_containers(
@@ -845,7 +877,15 @@ impl RuntimeManager {
         c: &Container,
         kind: ContainerType,
     ) -> Result<Option<Duration>, ContainerStartError> {
-        let s = ContainerStart::new(ctx, c, kind);
+        self.start_one(ContainerStart::new(ctx, c, kind)).await
+    }
+
+    /// [`Self::start_container`] for a start already described.
+    async fn start_one(
+        &self,
+        s: ContainerStart<'_>,
+    ) -> Result<Option<Duration>, ContainerStartError> {
+        let (ctx, c) = (s.ctx, s.container);
         let pod = ctx.pod;
         if let Some(left) = self.do_back_off(&s) {
             return Ok(Some(left));
@@ -993,6 +1033,17 @@ impl RuntimeManager {
         image_ref: &str,
     ) -> Result<(cri::ContainerConfig, i32), ContainerStartError> {
         let (pod, c, env, uid, name) = (s.ctx.pod, s.container, s.ctx.env, s.uid, s.name);
+        // kubelet's getTargetID: the target must be running, its ID names the namespace.
+        let pid_target = match s.target {
+            None => None,
+            Some(t) => match s.ctx.status.latest(t) {
+                Some(r) if r.state == ContainerState::Running => Some(r.id.as_str()),
+                _ => {
+                    let e = format!("unable to find target container {t}");
+                    return Err(self.config_error(s, &e));
+                }
+            },
+        };
         let pod_log_dir = std::path::PathBuf::from(&s.ctx.sandbox_config.log_directory);
         let log_dir = match container::container_log_dir(&pod_log_dir, name) {
             Ok(d) => d,
@@ -1055,6 +1106,7 @@ impl RuntimeManager {
             cfs_period_us: self.sandbox_env.cfs_period_us,
             image_user: &image_user,
             security: &self.sandbox_env.security,
+            pid_target,
         }) {
             Ok(c) => c,
             Err(e) => return Err(self.config_error(s, &e)),

@@ -38,6 +38,8 @@ pub(crate) use termination::cap_pod_messages;
 // sandbox, container create, update and start.
 pub(crate) use hooks::{HookError, RuntimeHook, RuntimeHooks};
 pub(crate) use sandbox::SandboxEnv;
+// An ephemeral container as the container it runs as (the status generator's too).
+pub(crate) use container::ephemeral_as_container;
 // Container GC: housekeeping's pass over dead containers and orphaned directories.
 #[cfg(test)]
 pub(crate) use container::environment;

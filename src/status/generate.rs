@@ -713,6 +713,7 @@ fn old_of<'a>(list: Option<&'a Vec<ContainerStatus>>, name: &str) -> Option<&'a 
 pub(crate) fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
     let pod = inputs.pod;
     let (init_statuses, statuses) = container_statuses(inputs);
+    let ephemeral_statuses = ephemeral_container_statuses(inputs);
     let phase = generate_phase(inputs, &init_statuses, &statuses);
     // The reason and message belong to the phase: kept while it stays.
     let (reason, message) = match inputs.old {
@@ -740,6 +741,8 @@ pub(crate) fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
         conditions: Some(conditions),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         host_ip: Some(inputs.host_ip.to_string()),
         host_ips: Some(vec![HostIP {
             ip: inputs.host_ip.to_string(),
@@ -793,6 +796,38 @@ fn container_statuses(inputs: &StatusInputs<'_>) -> (Vec<ContainerStatus>, Vec<C
         .collect();
     statuses.sort_by(|a, b| a.name.cmp(&b.name));
     (init_statuses, statuses)
+}
+
+/// kubelet's `convertToAPIContainerStatuses` for the ephemeral containers: as regular
+/// ones, sorted by name, but the prober never sees them, so they are not ready and say
+/// nothing of being started. They count for neither the phase nor the conditions.
+fn ephemeral_container_statuses(inputs: &StatusInputs<'_>) -> Vec<ContainerStatus> {
+    let spec = inputs.pod.spec.as_ref();
+    let has_inits = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|i| !i.is_empty());
+    let default_waiting = if has_inits {
+        WaitingReason::PodInitializing
+    } else {
+        WaitingReason::ContainerCreating
+    };
+    let olds = inputs
+        .old
+        .and_then(|o| o.ephemeral_container_statuses.as_ref());
+    let mut statuses: Vec<ContainerStatus> = (spec.and_then(|s| s.ephemeral_containers.as_ref()))
+        .into_iter()
+        .flatten()
+        .map(|ec| {
+            let c = crate::kuberuntime::ephemeral_as_container(ec);
+            let mut status =
+                container_status(&c, inputs, old_of(olds, &c.name), default_waiting, false);
+            status.ready = false;
+            status.started = None;
+            status
+        })
+        .collect();
+    statuses.sort_by(|a, b| a.name.cmp(&b.name));
+    statuses
 }
 
 /// The phase from the container statuses, except that a terminal phase, once reported

@@ -869,3 +869,35 @@ fn a_replacement_applies_only_to_the_status_it_was_made_from() {
     assert!(m.replace_if_unchanged("u", &newer, adjusted.clone()));
     assert_eq!(m.get("u"), Some(adjusted));
 }
+
+#[test]
+fn ephemeral_containers_get_their_own_list_and_move_neither_phase_nor_readiness() {
+    let mut p = pod("Never", &["a"], &[]);
+    let ec = |n: &str| k8s_openapi::api::core::v1::EphemeralContainer {
+        name: n.into(),
+        image: Some("busybox:1".into()),
+        ..Default::default()
+    };
+    p.spec.as_mut().unwrap().ephemeral_containers = Some(vec![ec("shell"), ec("debug")]);
+    let rt = runtime(vec![
+        ctr("a", ContainerState::Running, 0, 1, 0),
+        ctr("debug", ContainerState::Exited, 1, 2, 0),
+    ]);
+    let s = status_of(&p, &rt);
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "Ready").0, "True");
+    let eph = s.ephemeral_container_statuses.as_ref().unwrap();
+    let names: Vec<&str> = eph.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["debug", "shell"], "sorted by name");
+    let debug = &eph[0];
+    let t = debug.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!((t.exit_code, t.reason.as_deref()), (1, Some("Error")));
+    assert_eq!(debug.container_id.as_deref(), Some("containerd://debug-2"));
+    assert!(!debug.ready && debug.started.is_none());
+    let waiting = eph[1].state.as_ref().unwrap().waiting.as_ref().unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("ContainerCreating"));
+    // Neither list holds the other's containers; a pod without any has no list.
+    assert_eq!(s.container_statuses.as_ref().unwrap().len(), 1);
+    let plain = status_of(&pod("Never", &["a"], &[]), &rt);
+    assert!(plain.ephemeral_container_statuses.is_none());
+}

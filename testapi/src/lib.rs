@@ -443,6 +443,9 @@ impl TestApiServer {
         if def.namespaced {
             v["metadata"]["namespace"] = json!(ns);
         }
+        if def.name == "pods" {
+            crate::validate::default_pod(&mut v);
+        }
         let (stored, ()) = self.shared.store.mutate(&(def.id(), ns, name), |old, _| {
             for owned in ["uid", "creationTimestamp"] {
                 let keep = old.and_then(|o| o["metadata"].get(owned).cloned());

@@ -3,7 +3,9 @@
 //! `PrepareForUpdate`), and a pod is validated for the mistakes oxlet's tests care
 //! about (`ValidatePodSpec`): duplicate container names across init and regular
 //! containers, and unsupported `restartPolicy` / `imagePullPolicy` values. Errors are
-//! 422 Invalid naming the field path, worded like the real server's.
+//! 422 Invalid naming the field path, worded like the real server's. A pod spec gets
+//! the one default clients count on finding (`SetDefaults_PodSpec`'s empty
+//! `securityContext`: `kubectl debug` reads it unchecked).
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -20,8 +22,19 @@ pub(crate) fn admit(resource: &str, body: &mut Value) -> Result<(), ApiError> {
             merge_string_data(body);
             Ok(())
         }
-        "pods" => validate_pod(body).map_err(|m| ApiError::invalid("pods", &name(body), m)),
+        "pods" => {
+            default_pod(body);
+            validate_pod(body).map_err(|m| ApiError::invalid("pods", &name(body), m))
+        }
         _ => Ok(()),
+    }
+}
+
+/// The pod defaults every stored pod has (objects put directly get them too).
+pub(crate) fn default_pod(body: &mut Value) {
+    if let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.entry("securityContext")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
     }
 }
 

@@ -152,6 +152,39 @@ fn finished(obj: &Value) -> bool {
             == 0
 }
 
+/// The `pods/ephemeralcontainers` subresource: only `spec.ephemeralContainers` is taken,
+/// and only by adding; the ones there stay as they are (the apiserver's
+/// `ValidatePodEphemeralContainersUpdate`).
+fn with_ephemeral_containers(
+    t: &Target,
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> Result<Value, ApiError> {
+    let list = |v: &Value| {
+        v.pointer("/spec/ephemeralContainers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (before, after) = (list(old), list(new));
+    for e in &before {
+        if !after.contains(e) {
+            let which = e["name"].as_str().unwrap_or("");
+            return Err(ApiError::invalid(
+                t.def.name,
+                name,
+                format!(
+                    "spec.ephemeralContainers: Forbidden: existing ephemeral containers \"{which}\" may not be changed"
+                ),
+            ));
+        }
+    }
+    let mut o = old.clone();
+    o["spec"]["ephemeralContainers"] = Value::Array(after);
+    Ok(o)
+}
+
 /// Write `new` over `old` the way the target allows: the main resource keeps the status of
 /// resources that have a status subresource, `status`/`approval` change only the status, and
 /// the server-owned metadata always stays.
@@ -192,6 +225,7 @@ fn merge_write(
             o["status"] = new.get("status").cloned().unwrap_or(json!({}));
             o
         }
+        Some("ephemeralcontainers") => with_ephemeral_containers(t, name, old, &new)?,
         Some("approval") => {
             let mut o = old.clone();
             o["status"]["conditions"] = new
@@ -201,6 +235,14 @@ fn merge_write(
             o
         }
         _ => {
+            let ephemeral = |v: &Value| v.pointer("/spec/ephemeralContainers").cloned();
+            if t.def.name == "pods" && ephemeral(old) != ephemeral(&new) {
+                return Err(ApiError::invalid(
+                    t.def.name,
+                    name,
+                    "spec.ephemeralContainers: Forbidden: ephemeral containers are changed through the pods/ephemeralcontainers subresource only",
+                ));
+            }
             if t.def.status {
                 match old.get("status") {
                     Some(s) => new["status"] = s.clone(),

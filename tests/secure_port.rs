@@ -487,8 +487,19 @@ async fn kubectl(
     args: &[&str],
     stdin: Option<&str>,
 ) -> (i32, String, String) {
+    kubectl_with(kubeconfig, &[], args, stdin).await
+}
+
+/// [`kubectl`] with `env` set for it.
+async fn kubectl_with(
+    kubeconfig: &std::path::Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (i32, String, String) {
     let mut cmd = tokio::process::Command::new("kubectl");
-    cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+    cmd.envs(env.iter().copied())
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .args(args)
         .stdin(if stdin.is_some() {
             std::process::Stdio::piped()
@@ -711,6 +722,58 @@ async fn kubectl_reaches_the_node_through_the_apiserver() {
         out.contains("httpd -p 8080") && out.ends_with("debugged\n"),
         "{out}"
     );
+    // kubectl debug -i: a second one, attached to as it starts, its stdin kubectl's.
+    // SPDY, as the real apiserver (1.30 and later) speaks to a node whatever kubectl
+    // speaks: the test apiserver relays kubectl's WebSocket try instead, which reaches
+    // the node as a first attach of its own before kubectl falls back. stdin stays open
+    // until the answer came: containerd detaches the output when an attach's stdin ends.
+    if minor >= 22 {
+        let mut debug = tokio::process::Command::new("kubectl")
+            .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", "false")
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .args([
+                "debug",
+                "-i",
+                "web",
+                "--image=localhost/oxlet/busybox:1",
+                "--image-pull-policy=IfNotPresent",
+                "--container=dbg2",
+                "--",
+                "sh",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stdin = debug.stdin.take().unwrap();
+        let mut seen = String::new();
+        // Said until the shell answers: the first lines may come before the attach.
+        let mut stdout = debug.stdout.take().unwrap();
+        let t = Instant::now();
+        while !seen.contains("attached-42") {
+            assert!(
+                t.elapsed() < START,
+                "no answer through the attach: {seen:?}"
+            );
+            stdin.write_all(b"echo attached-$((6*7))\n").await.unwrap();
+            let mut buf = [0u8; 4096];
+            if let Ok(Ok(n)) =
+                tokio::time::timeout(Duration::from_millis(500), stdout.read(&mut buf)).await
+            {
+                assert!(n > 0, "the attach ended: {seen:?}");
+                seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        }
+        stdin.write_all(b"exit 0\n").await.unwrap();
+        drop(stdin);
+        let status = tokio::time::timeout(START, debug.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "kubectl debug -i: {status}");
+    }
     // The pod itself ran on untouched.
     let (_, out, _) = kubectl(&kc, &["get", "pod", "web", "-o", "json"], None).await;
     let pod: serde_json::Value = serde_json::from_str(&out).unwrap();

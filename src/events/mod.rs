@@ -105,17 +105,21 @@ impl ObjectRef {
     /// One container of the pod, by name: its `fieldPath` says which list it is in,
     /// as kubelet's `GenerateContainerRef` does.
     pub(crate) fn container(pod: &Pod, container: &str) -> ObjectRef {
-        let init = pod.spec.as_ref().is_some_and(|s| {
-            s.init_containers
-                .iter()
-                .flatten()
-                .any(|c| c.name == container)
-        });
-        let list = if init {
-            "spec.initContainers"
-        } else {
-            "spec.containers"
-        };
+        let spec = pod.spec.as_ref();
+        let named = |c: &str| c == container;
+        let list =
+            if spec.is_some_and(|s| s.init_containers.iter().flatten().any(|c| named(&c.name))) {
+                "spec.initContainers"
+            } else if spec.is_some_and(|s| {
+                s.ephemeral_containers
+                    .iter()
+                    .flatten()
+                    .any(|c| named(&c.name))
+            }) {
+                "spec.ephemeralContainers"
+            } else {
+                "spec.containers"
+            };
         ObjectRef {
             field_path: format!("{list}{{{container}}}"),
             ..ObjectRef::pod(pod)
@@ -301,7 +305,8 @@ mod tests {
     fn pod() -> Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-            "spec": {"initContainers": [{"name": "init"}], "containers": [{"name": "app"}]},
+            "spec": {"initContainers": [{"name": "init"}], "containers": [{"name": "app"}],
+                     "ephemeralContainers": [{"name": "dbg"}]},
         }))
         .unwrap()
     }
@@ -315,6 +320,8 @@ mod tests {
         );
         let init = ObjectRef::container(&p, "init");
         assert_eq!(init.field_path, "spec.initContainers{init}");
+        let dbg = ObjectRef::container(&p, "dbg");
+        assert_eq!(dbg.field_path, "spec.ephemeralContainers{dbg}");
         assert_eq!((init.namespace.as_str(), init.uid.as_str()), ("ns", "u1"));
         assert_eq!(ObjectRef::node("n1").uid, "n1");
     }

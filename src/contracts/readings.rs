@@ -155,9 +155,9 @@ pub(crate) struct ContainerReading {
     /// The spec's container name.
     pub name: String,
     /// The image the runtime says it runs (cAdvisor's `image` label).
-    pub image: String,
+    pub image: Arc<str>,
     /// Its cgroup below the hierarchy's mount, without a leading `/` (cAdvisor's `id`).
-    pub cgroup_path: String,
+    pub cgroup_path: Arc<str>,
     /// When the runtime created it (kubelet's container `startTime` in the summary).
     pub created_at: SystemTime,
     pub cgroup: CgroupReading,
@@ -178,7 +178,7 @@ pub(crate) struct PodReading {
     /// The pod cgroup, or None when it could not be read.
     pub cgroup: Option<CgroupReading>,
     /// The pod cgroup below the mount, without a leading `/` (None without pod cgroups).
-    pub cgroup_path: Option<String>,
+    pub cgroup_path: Option<Arc<str>>,
     pub containers: Vec<ContainerReading>,
     /// Per volume name: what its directory holds (emptyDir and the like).
     pub volumes: Vec<(String, FsReading)>,

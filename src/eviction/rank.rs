@@ -510,8 +510,8 @@ mod tests {
         let container = |name: &str, layer: u64| ContainerReading {
             id: name.into(),
             name: name.into(),
-            image: String::new(),
-            cgroup_path: String::new(),
+            image: "".into(),
+            cgroup_path: "".into(),
             created_at: t,
             cgroup: cgroup(t, 0),
             rootfs: Some(fs(t, 0, 0, 7, 0)).map(|mut f| {

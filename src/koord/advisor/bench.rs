@@ -48,9 +48,9 @@ impl CollectorBench {
                 cs.push(ContainerTarget {
                     id,
                     name: format!("c{c}"),
-                    image: String::new(),
+                    image: "".into(),
                     created_at: SystemTime::now(),
-                    cgroup: path,
+                    cgroup: path.into(),
                 });
             }
             targets.push(Arc::new(PodTarget {
@@ -58,7 +58,7 @@ impl CollectorBench {
                 name: uid,
                 namespace: "bench".into(),
                 started_at: SystemTime::now(),
-                cgroup: Some(pod_path),
+                cgroup: Some(pod_path.into()),
                 containers: cs,
                 be_batch_cpu_milli: None,
             }));

@@ -397,7 +397,7 @@ impl Advisor {
                         t.containers
                             .iter()
                             .find(|ct| ct.id == c.id)
-                            .map(|ct| ct.cgroup.as_str())
+                            .map(|ct| &*ct.cgroup)
                     });
                     c.cgroup = with_pressure(path, c.cgroup.clone());
                 }

@@ -32,9 +32,11 @@ pub(crate) const MAX_CONTAINERS: usize = 4096;
 pub(crate) struct ContainerTarget {
     pub id: String,
     pub name: String,
-    pub image: String,
+    /// Shared with each round's reading (`/metrics/cadvisor`'s `image` label).
+    pub image: Arc<str>,
     pub created_at: SystemTime,
-    pub cgroup: String,
+    /// Shared with each round's reading (`/metrics/cadvisor`'s `id` label).
+    pub cgroup: Arc<str>,
 }
 
 /// One pod with a sandbox, and its cgroup path (None without pod cgroups).
@@ -44,7 +46,7 @@ pub(crate) struct PodTarget {
     pub name: String,
     pub namespace: String,
     pub started_at: SystemTime,
-    pub cgroup: Option<String>,
+    pub cgroup: Option<Arc<str>>,
     pub containers: Vec<ContainerTarget>,
     /// For a `koordinator.sh/qosClass: BE` pod, its batch CPU request in millicores
     /// (the BE collector's `request`).
@@ -117,7 +119,7 @@ impl ManagedPods {
             name: status.name.clone(),
             namespace: status.namespace.clone(),
             started_at: from_unix_nanos(sandbox.created_at),
-            cgroup: cgroup.clone(),
+            cgroup: cgroup.as_deref().map(Arc::from),
             containers: Vec::new(),
             be_batch_cpu_milli: (KoordQos::of_label(pod) == Some(KoordQos::Be))
                 .then(|| crate::koord::classes::batch_milli_cpu_request(pod)),
@@ -135,9 +137,9 @@ impl ManagedPods {
             target.containers.push(ContainerTarget {
                 id: c.id.clone(),
                 name: c.name.clone(),
-                image: c.image.clone(),
+                image: c.image.as_str().into(),
                 created_at: from_unix_nanos(c.created_at),
-                cgroup: container_cgroup(driver, pod_cg, &c.id),
+                cgroup: container_cgroup(driver, pod_cg, &c.id).into(),
             });
         }
         Some(target)

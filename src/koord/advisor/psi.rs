@@ -120,7 +120,7 @@ impl Collector for PsiCollector {
                         &p,
                         ts,
                     );
-                    shared.pressure.insert(path.clone(), p);
+                    shared.pressure.insert(path.to_string(), p);
                 }
                 for c in &t.containers {
                     if let Some(p) = self.cgroup(&c.cgroup) {
@@ -131,7 +131,7 @@ impl Collector for PsiCollector {
                             &p,
                             ts,
                         );
-                        shared.pressure.insert(c.cgroup.clone(), p);
+                        shared.pressure.insert(c.cgroup.to_string(), p);
                     }
                 }
             }

@@ -196,7 +196,7 @@ fn v2_pod(dir: &Path, tree: &CgroupTree) -> PodTarget {
             name: "main".into(),
             image: "busybox".into(),
             created_at: SystemTime::now(),
-            cgroup: ctr,
+            cgroup: ctr.into(),
         }],
         be_batch_cpu_milli: None,
     }
@@ -236,7 +236,7 @@ fn pod_collector_writes_rates_koordlets_memory_and_readings_and_skips_vanished_c
     assert_eq!(ctr.memory.unwrap().without_cache_bytes, 2500);
     // 0.8 s of CPU in the container between rounds, 2 of 4 periods throttled.
     std::thread::sleep(Duration::from_millis(200));
-    let d = dir.path().join(&target.containers[0].cgroup);
+    let d = dir.path().join(&*target.containers[0].cgroup);
     write(
         d.join("cpu.stat"),
         "usage_usec 800000\nnr_periods 4\nnr_throttled 2\nthrottled_usec 10\n",
@@ -532,7 +532,7 @@ fn managed_pods_reuse_a_target_until_its_pod_or_status_changes() {
         Some("root/kubepods/besteffort/podu1")
     );
     assert_eq!(
-        first[0].containers[0].cgroup,
+        &*first[0].containers[0].cgroup,
         "root/kubepods/besteffort/podu1/c1"
     );
     let again = lister.list();
@@ -578,7 +578,7 @@ fn v1_targets() -> Vec<Arc<PodTarget>> {
                 name: (*u).into(),
                 namespace: "default".into(),
                 started_at: UNIX_EPOCH,
-                cgroup: Some(format!("kubepods/pod{u}")),
+                cgroup: Some(format!("kubepods/pod{u}").into()),
                 containers: Vec::new(),
                 be_batch_cpu_milli: None,
             })

@@ -61,7 +61,7 @@ impl QosManager {
             running.push(pod.clone());
             if let Some(cg) = &t.cgroup {
                 levels[1].push((
-                    cg.clone(),
+                    cg.to_string(),
                     memory_qos::pod_values(pod, p),
                     Some(pod.clone()),
                 ));
@@ -75,7 +75,7 @@ impl QosManager {
                 if let Some(c) = spec.iter().find(|c| c.name == ct.name) {
                     let v =
                         memory_qos::container_values(pod, c, p, self.d.allocatable.memory_bytes);
-                    levels[2].push((ct.cgroup.clone(), v, Some(pod.clone())));
+                    levels[2].push((ct.cgroup.to_string(), v, Some(pod.clone())));
                 }
             }
         }

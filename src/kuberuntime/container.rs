@@ -447,7 +447,7 @@ mod tests {
             pid_of(&pod),
             (cri::NamespaceMode::Pod as i32, String::new())
         );
-        // Without a target, the container has its own, as any.
+        // Without a target, none is named.
         let config = container_config(&request(&pod, &c, &env)).unwrap();
         let sc = config.linux.unwrap().security_context.unwrap();
         assert!(sc.namespace_options.unwrap().target_id.is_empty());

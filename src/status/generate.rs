@@ -758,6 +758,20 @@ pub(crate) fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
     status
 }
 
+/// What a container with no runtime record waits as: every container of a pod with init
+/// containers waits as PodInitializing (kubelet's `hasInitContainers`), else
+/// ContainerCreating.
+fn default_waiting(pod: &Pod) -> WaitingReason {
+    let has_inits = (pod.spec.as_ref())
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|i| !i.is_empty());
+    if has_inits {
+        WaitingReason::PodInitializing
+    } else {
+        WaitingReason::ContainerCreating
+    }
+}
+
 /// kubelet's `convertToAPIContainerStatuses` for both lists: the init containers' in
 /// spec order, then the regular ones sorted by name.
 fn container_statuses(inputs: &StatusInputs<'_>) -> (Vec<ContainerStatus>, Vec<ContainerStatus>) {
@@ -766,12 +780,7 @@ fn container_statuses(inputs: &StatusInputs<'_>) -> (Vec<ContainerStatus>, Vec<C
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or_default();
     let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
-    // kubelet: every container of a pod with init containers waits as PodInitializing.
-    let default_waiting = if inits.is_empty() {
-        WaitingReason::ContainerCreating
-    } else {
-        WaitingReason::PodInitializing
-    };
+    let default_waiting = default_waiting(inputs.pod);
     // Init container statuses stay in spec order.
     let init_statuses: Vec<ContainerStatus> = inits
         .iter()
@@ -803,14 +812,7 @@ fn container_statuses(inputs: &StatusInputs<'_>) -> (Vec<ContainerStatus>, Vec<C
 /// nothing of being started. They count for neither the phase nor the conditions.
 fn ephemeral_container_statuses(inputs: &StatusInputs<'_>) -> Vec<ContainerStatus> {
     let spec = inputs.pod.spec.as_ref();
-    let has_inits = spec
-        .and_then(|s| s.init_containers.as_ref())
-        .is_some_and(|i| !i.is_empty());
-    let default_waiting = if has_inits {
-        WaitingReason::PodInitializing
-    } else {
-        WaitingReason::ContainerCreating
-    };
+    let default_waiting = default_waiting(inputs.pod);
     let olds = inputs
         .old
         .and_then(|o| o.ephemeral_container_statuses.as_ref());

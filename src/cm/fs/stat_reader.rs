@@ -70,6 +70,9 @@ struct OpenCgroup {
     /// v1: whether the cgroup has a CFS quota (`cpu.cfs_quota_us` ≥ 0), and the round
     /// that was read in; without one its `cpu.stat` counters cannot move.
     quota: Option<(bool, u64)>,
+    /// v1: `cpu.cfs_quota_us`, opened at its first read and kept with the others
+    /// (not counted against the budget: one per kept cgroup at most).
+    quota_file: Option<File>,
     /// The throttling counters as last read from `cpu.stat`.
     throttling: Option<Option<crate::contracts::Throttling>>,
     /// The memory reading made with a fresh usage file, and its round (see
@@ -153,6 +156,14 @@ impl StatReader {
 
     fn files(&self) -> &'static [(Part, &'static str, &'static str)] {
         if self.v1 { &V1_FILES } else { &V2_FILES }
+    }
+
+    /// Whether the kubelet side of `rel`'s last reading (see
+    /// [`StatReader::reusing_details`]) was read in this round rather than reused.
+    pub(crate) fn read_details_now(&self, rel: &str) -> bool {
+        self.open
+            .get(rel)
+            .is_none_or(|c| c.pids.is_none_or(|(_, at)| at == self.round))
     }
 
     /// The descriptors kept now (for tests and the bench).
@@ -255,6 +266,7 @@ impl StatReader {
                     round: 0,
                     limit: None,
                     quota: None,
+                    quota_file: None,
                     throttling: None,
                     memory: None,
                     pids: None,
@@ -319,20 +331,23 @@ impl StatReader {
     }
 
     /// Whether the v1 cgroup `rel` has a CFS quota, read again every [`LIMIT_ROUNDS`]
-    /// (an unreadable quota counts as one, so `cpu.stat` is read).
-    fn has_quota(&self, rel: &str, c: &mut OpenCgroup) -> bool {
+    /// through a kept descriptor (an unreadable quota counts as one, so `cpu.stat` is
+    /// read).
+    fn has_quota(&self, rel: &str, c: &mut OpenCgroup, buf: &mut [u8]) -> bool {
         if let Some((quota, at)) = c.quota
             && self.round.saturating_sub(at) < LIMIT_ROUNDS
         {
             return quota;
         }
-        let cpu = self
-            .files()
-            .iter()
-            .position(|(p, _, _)| *p == Part::CpuStat);
-        let quota = cpu
-            .and_then(|i| self.dir(i, rel).ok())
-            .and_then(|d| files::read_opt(&d, "cpu.cfs_quota_us").ok().flatten())
+        if c.quota_file.is_none() {
+            let cpu = (self.files().iter()).position(|(p, _, _)| *p == Part::CpuStat);
+            c.quota_file = cpu
+                .and_then(|i| self.dir(i, rel).ok())
+                .and_then(|d| Self::open_file(&d.join("cpu.cfs_quota_us")).ok().flatten());
+        }
+        let quota = (c.quota_file.as_ref())
+            .and_then(|f| Self::pread(buf, f).ok())
+            .and_then(|n| text(&buf[..n]))
             .and_then(|t| t.trim().parse::<i64>().ok())
             .is_none_or(|q| q >= 0);
         c.quota = Some((quota, self.round));
@@ -402,7 +417,7 @@ impl StatReader {
                 && self.v1
                 && let Some(c) = open.as_deref_mut()
                 && let Some(throttling) = c.throttling
-                && !self.has_quota(rel, c)
+                && !self.has_quota(rel, c, buf)
             {
                 reading.throttling = throttling;
                 continue;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::Shared;
-use super::pods::{ContainerTarget, PodCollector, PodTarget, TargetLister};
+use super::pods::{ContainerTarget, PodCollector, PodTarget, SampleKeys, TargetLister};
 use crate::cm::{CgroupFs, CgroupTree, HOST_MOUNT, ResourceConfig};
 use crate::koord::metriccache::{MetricCache, MetricKind, synthetic};
 
@@ -46,6 +46,7 @@ impl CollectorBench {
                 let path = format!("{pod_path}/{id}");
                 tree.create(&path, &ResourceConfig::default())?;
                 cs.push(ContainerTarget {
+                    keys: SampleKeys::container(&id),
                     id,
                     name: format!("c{c}"),
                     image: "".into(),
@@ -54,6 +55,7 @@ impl CollectorBench {
                 });
             }
             targets.push(Arc::new(PodTarget {
+                keys: SampleKeys::pod(&uid),
                 uid: uid.clone(),
                 name: uid,
                 namespace: "bench".into(),

@@ -138,6 +138,19 @@ impl Shared {
             Err(e) => debug!(error = %e, "metric advisor: sample dropped"),
         }
     }
+
+    /// Adds a sample to a series whose key the collector keeps.
+    pub(crate) fn push_keyed(
+        &mut self,
+        key: &crate::koord::metriccache::SeriesKey,
+        ts_ms: i64,
+        value: f64,
+    ) {
+        match Sample::with_key(key, ts_ms, value) {
+            Ok(s) => self.samples.push(s),
+            Err(e) => debug!(error = %e, "metric advisor: sample dropped"),
+        }
+    }
 }
 
 /// A collection round's future.
@@ -283,10 +296,12 @@ impl Advisor {
             }
             ran += 1;
         }
-        let samples = std::mem::take(&mut self.shared.samples);
+        // Kept (and cleared at the next round's start), so each round's vector is
+        // not grown anew.
+        let samples = &self.shared.samples;
         let count = samples.len();
         let stored = crate::tasks::metered_sync("advisor/cache", || {
-            let stored = self.cache.append(samples);
+            let stored = self.cache.append_slice(samples);
             if started.duration_since(self.last_gc) >= GC_INTERVAL {
                 self.cache.gc(now_ms());
                 self.last_gc = started;

@@ -18,7 +18,7 @@ use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
 use crate::cm::{CgroupDriver, CgroupError, CgroupTree, ContainerManager, StatReader};
 use crate::contracts::{CgroupReading, ContainerReading, PodReading};
 use crate::koord::classes::KoordQos;
-use crate::koord::metriccache::{MetricKind, label, unix_ms};
+use crate::koord::metriccache::{MetricKind, SeriesKey, label, unix_ms};
 use crate::kuberuntime::{ContainerState, PodRuntimeStatus};
 use crate::pleg::PodCache;
 use crate::pod::PodManager;
@@ -37,6 +37,8 @@ pub(crate) struct ContainerTarget {
     pub created_at: SystemTime,
     /// Shared with each round's reading (`/metrics/cadvisor`'s `id` label).
     pub cgroup: Arc<str>,
+    /// Its series in the metric cache, made once with the target.
+    pub keys: SampleKeys,
 }
 
 /// One pod with a sandbox, and its cgroup path (None without pod cgroups).
@@ -51,6 +53,56 @@ pub(crate) struct PodTarget {
     /// For a `koordinator.sh/qosClass: BE` pod, its batch CPU request in millicores
     /// (the BE collector's `request`).
     pub be_batch_cpu_milli: Option<i64>,
+    /// Its series in the metric cache, made once with the target.
+    pub keys: SampleKeys,
+}
+
+/// The series one pod's or container's readings are written to: made with its
+/// target (kept while the pod and its status stay the same), so a round writes
+/// each point with a shared key rather than a fresh one.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SampleKeys {
+    cpu: SeriesKey,
+    memory: SeriesKey,
+    throttled: SeriesKey,
+    /// Containers have no pids kind in koordlet's schema.
+    pids: Option<SeriesKey>,
+}
+
+impl SampleKeys {
+    /// A pod's series, by its UID.
+    pub(crate) fn pod(uid: &str) -> SampleKeys {
+        let key = |kind| SeriesKey::new(kind, vec![(label::POD_UID, uid.to_string())]);
+        SampleKeys {
+            cpu: key(MetricKind::PodCpuUsage),
+            memory: key(MetricKind::PodMemoryUsage),
+            throttled: key(MetricKind::PodCpuThrottled),
+            pids: Some(key(MetricKind::PodPids)),
+        }
+    }
+
+    /// Every key (for tests).
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> Vec<SeriesKey> {
+        let mut keys = vec![
+            self.cpu.clone(),
+            self.memory.clone(),
+            self.throttled.clone(),
+        ];
+        keys.extend(self.pids.clone());
+        keys
+    }
+
+    /// A container's series, by its runtime ID.
+    pub(crate) fn container(id: &str) -> SampleKeys {
+        let key = |kind| SeriesKey::new(kind, vec![(label::CONTAINER_ID, id.to_string())]);
+        SampleKeys {
+            cpu: key(MetricKind::ContainerCpuUsage),
+            memory: key(MetricKind::ContainerMemoryUsage),
+            throttled: key(MetricKind::ContainerCpuThrottled),
+            pids: None,
+        }
+    }
 }
 
 /// Where the pods to read come from (the pod manager and the PLEG cache in the
@@ -114,8 +166,9 @@ impl ManagedPods {
         // Newest first: the running sandbox is the first ready one.
         let sandbox = status.sandboxes.iter().find(|s| s.ready)?;
         let cgroup = self.cm.pod_cgroup_path(pod);
+        let uid = pod_uid(pod);
         let mut target = PodTarget {
-            uid: pod_uid(pod).to_string(),
+            uid: uid.to_string(),
             name: status.name.clone(),
             namespace: status.namespace.clone(),
             started_at: from_unix_nanos(sandbox.created_at),
@@ -123,6 +176,7 @@ impl ManagedPods {
             containers: Vec::new(),
             be_batch_cpu_milli: (KoordQos::of_label(pod) == Some(KoordQos::Be))
                 .then(|| crate::koord::classes::batch_milli_cpu_request(pod)),
+            keys: SampleKeys::pod(uid),
         };
         let Some(pod_cg) = &cgroup else {
             return Some(target);
@@ -140,6 +194,7 @@ impl ManagedPods {
                 image: c.image.as_str().into(),
                 created_at: from_unix_nanos(c.created_at),
                 cgroup: container_cgroup(driver, pod_cg, &c.id).into(),
+                keys: SampleKeys::container(&c.id),
             });
         }
         Some(target)
@@ -192,29 +247,6 @@ pub(crate) struct PodCollector {
     rates: RateTracker,
 }
 
-/// The kinds one cgroup's reading is written as.
-struct Kinds {
-    cpu: MetricKind,
-    memory: MetricKind,
-    throttled: MetricKind,
-    pids: Option<MetricKind>,
-}
-
-const POD_KINDS: Kinds = Kinds {
-    cpu: MetricKind::PodCpuUsage,
-    memory: MetricKind::PodMemoryUsage,
-    throttled: MetricKind::PodCpuThrottled,
-    pids: Some(MetricKind::PodPids),
-};
-
-/// Containers have no pids kind in koordlet's schema.
-const CONTAINER_KINDS: Kinds = Kinds {
-    cpu: MetricKind::ContainerCpuUsage,
-    memory: MetricKind::ContainerMemoryUsage,
-    throttled: MetricKind::ContainerCpuThrottled,
-    pids: None,
-};
-
 fn is_gone(e: &CgroupError) -> bool {
     e.error.kind() == std::io::ErrorKind::NotFound
 }
@@ -228,17 +260,17 @@ impl PodCollector {
         }
     }
 
-    /// Reads one cgroup, fills its rate and adds its samples; None when it is gone
-    /// (quiet) or unreadable (debug).
+    /// Reads one cgroup, fills its rate and adds its samples to `keys`' series; None
+    /// when it is gone (quiet) or unreadable (debug). The process count, read every
+    /// tenth round only, is added only when it was read this round.
     fn read(
         &mut self,
         path: &str,
         id: &str,
-        kinds: &Kinds,
-        labels: &[(&str, &str)],
+        keys: &SampleKeys,
         shared: &mut Shared,
     ) -> Option<(CgroupReading, Option<f64>)> {
-        let mut r = match self.reader.stats(path, kinds.pids.is_some()) {
+        let mut r = match self.reader.stats(path, keys.pids.is_some()) {
             Ok(r) => r,
             Err(e) if is_gone(&e) => return None,
             Err(e) => {
@@ -252,17 +284,19 @@ impl PodCollector {
             let rates = self.rates.update(id, r.time, cpu);
             cores = rates.cores;
             if let Some(c) = rates.cores {
-                shared.push(kinds.cpu, labels, ts, c);
+                shared.push_keyed(&keys.cpu, ts, c);
             }
             if let Some(t) = rates.throttled_ratio {
-                shared.push(kinds.throttled, labels, ts, t);
+                shared.push_keyed(&keys.throttled, ts, t);
             }
         }
         if let Some(m) = r.memory {
-            shared.push(kinds.memory, labels, ts, m.without_cache_bytes as f64);
+            shared.push_keyed(&keys.memory, ts, m.without_cache_bytes as f64);
         }
-        if let (Some(p), Some(kind)) = (r.pids, kinds.pids) {
-            shared.push(kind, labels, ts, p as f64);
+        if let (Some(p), Some(key)) = (r.pids, &keys.pids)
+            && self.reader.read_details_now(path)
+        {
+            shared.push_keyed(key, ts, p as f64);
         }
         Some((r, cores))
     }
@@ -272,11 +306,10 @@ impl PodCollector {
         let mut pods = Vec::with_capacity(targets.len());
         let (mut cpu_sum, mut mem_sum, mut any_cpu) = (0.0, 0.0, false);
         for t in targets {
-            let pod_labels = [(label::POD_UID, t.uid.as_str())];
             let cgroup = t
                 .cgroup
                 .as_deref()
-                .and_then(|path| self.read(path, &t.uid, &POD_KINDS, &pod_labels, shared));
+                .and_then(|path| self.read(path, &t.uid, &t.keys, shared));
             let cgroup = cgroup.map(|(r, cores)| {
                 if let Some(c) = cores {
                     cpu_sum += c;
@@ -287,9 +320,7 @@ impl PodCollector {
             });
             let mut containers = Vec::with_capacity(t.containers.len());
             for c in &t.containers {
-                let labels = [(label::CONTAINER_ID, c.id.as_str())];
-                if let Some((r, _)) = self.read(&c.cgroup, &c.id, &CONTAINER_KINDS, &labels, shared)
-                {
+                if let Some((r, _)) = self.read(&c.cgroup, &c.id, &c.keys, shared) {
                     containers.push(ContainerReading {
                         id: c.id.clone(),
                         name: c.name.clone(),

@@ -24,7 +24,9 @@ pub(crate) fn read_bounded(path: &Path) -> Result<String, ProcError> {
         error,
     };
     let file = std::fs::File::open(path).map_err(io)?;
-    let mut text = String::new();
+    // Room for the usual file at once: grown from nothing, each read's text took
+    // several reallocations (and, past 1 KiB, a walk of malloc's free lists).
+    let mut text = String::with_capacity(4096);
     file.take(MAX_PROC_BYTES)
         .read_to_string(&mut text)
         .map_err(io)?;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::node::{cpu_cores, memory_from_meminfo};
-use super::pods::{ContainerTarget, PodCollector, PodTarget, TargetLister, container_cgroup};
+use super::pods::{
+    ContainerTarget, PodCollector, PodTarget, SampleKeys, TargetLister, container_cgroup,
+};
 use super::procfs::{
     CpuJiffies, parse_boot_time, parse_cpu_jiffies, parse_loadavg_tasks, parse_meminfo,
 };
@@ -197,8 +199,10 @@ fn v2_pod(dir: &Path, tree: &CgroupTree) -> PodTarget {
             image: "busybox".into(),
             created_at: SystemTime::now(),
             cgroup: ctr.into(),
+            keys: SampleKeys::container("c1"),
         }],
         be_batch_cpu_milli: None,
+        keys: SampleKeys::pod("uid1"),
     }
 }
 
@@ -214,6 +218,7 @@ fn pod_collector_writes_rates_koordlets_memory_and_readings_and_skips_vanished_c
         cgroup: Some("kubepods/burstable/podgone".into()),
         containers: Vec::new(),
         be_batch_cpu_milli: None,
+        keys: SampleKeys::pod("gone"),
         ..target.clone()
     };
     let targets = vec![Arc::new(target.clone()), Arc::new(gone)];
@@ -245,6 +250,17 @@ fn pod_collector_writes_rates_koordlets_memory_and_readings_and_skips_vanished_c
     c.collect_targets(&targets, &mut shared);
     let cache = MetricCache::default();
     cache.append(shared.samples.clone());
+    // The process count is read every tenth round only, and written only then: a
+    // point stamped now must not carry a count from up to 10 s ago.
+    let pids_written =
+        |shared: &Shared| (shared.samples.iter()).any(|s| s.key().kind == MetricKind::PodPids);
+    assert!(!pids_written(&shared), "round 1 reuses the count");
+    let mut rounds = Shared::default();
+    for round in 2..=10 {
+        rounds.samples.clear();
+        c.collect_targets(&targets, &mut rounds);
+        assert_eq!(pids_written(&rounds), round == 10, "round {round}");
+    }
     let q = |kind, labels: &[(&str, &str)]| {
         cache
             .query(kind, labels, 0, i64::MAX)
@@ -581,6 +597,7 @@ fn v1_targets() -> Vec<Arc<PodTarget>> {
                 cgroup: Some(format!("kubepods/pod{u}").into()),
                 containers: Vec::new(),
                 be_batch_cpu_milli: None,
+                keys: SampleKeys::pod(u),
             })
         })
         .collect()
@@ -622,5 +639,37 @@ async fn psi_on_v1_is_read_where_the_kernel_keeps_it_and_given_up_where_it_does_
     assert!(
         shared.node_pressure.cpu.is_some(),
         "the node's PSI is still read"
+    );
+}
+
+#[test]
+fn kept_sample_keys_follow_the_kinds_label_schema() {
+    // A kept key skips the schema check: it must be the key the checked path makes.
+    let checked = |kind, labels: &[(&str, &str)]| {
+        crate::koord::metriccache::Sample::new(kind, labels, 0, 0.0)
+            .unwrap()
+            .key()
+            .clone()
+    };
+    let pod = SampleKeys::pod("u1");
+    let ctr = SampleKeys::container("c1");
+    let p = [(label::POD_UID, "u1")];
+    let c = [(label::CONTAINER_ID, "c1")];
+    assert_eq!(
+        pod.keys(),
+        vec![
+            checked(MetricKind::PodCpuUsage, &p),
+            checked(MetricKind::PodMemoryUsage, &p),
+            checked(MetricKind::PodCpuThrottled, &p),
+            checked(MetricKind::PodPids, &p),
+        ]
+    );
+    assert_eq!(
+        ctr.keys(),
+        vec![
+            checked(MetricKind::ContainerCpuUsage, &c),
+            checked(MetricKind::ContainerMemoryUsage, &c),
+            checked(MetricKind::ContainerCpuThrottled, &c),
+        ]
     );
 }

@@ -110,7 +110,7 @@ pub(super) fn read_key(r: &mut Reader<'_>) -> Result<SeriesKey, DecodeError> {
         let v = std::str::from_utf8(v).map_err(|_| DecodeError::NotUtf8)?;
         labels.push((*name, v.to_string()));
     }
-    Ok(SeriesKey { kind, labels })
+    Ok(SeriesKey::new(kind, labels))
 }
 
 /// Frames `body` as a record.

@@ -33,8 +33,8 @@ mod tests;
 
 use crate::locks::Locked as _;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub(crate) use aggregate::{AggregateResult, Aggregation};
@@ -191,10 +191,82 @@ pub(super) mod label {
 }
 
 /// A series' identity: its kind and its label values, in the kind's label order.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct SeriesKey {
+///
+/// Shared, with its hash taken once: every second each pod and container adds a few
+/// points, and each is looked up in the head and in the log's references. With the
+/// key's strings compared and hashed anew every time, that was most of the cache's
+/// CPU at rest (its memory is cold after a second). A collector that keeps its
+/// targets' keys hands the same key in each round, so a lookup is one hash table
+/// probe and a pointer comparison.
+#[derive(Clone)]
+pub(crate) struct SeriesKey(Arc<KeyParts>);
+
+/// What a [`SeriesKey`] names, and its hash.
+#[derive(Debug)]
+pub(crate) struct KeyParts {
     pub kind: MetricKind,
     pub labels: Vec<(&'static str, String)>,
+    /// Of `kind` and `labels`, with the process's one random hasher (see
+    /// [`key_hasher`]).
+    hash: u64,
+}
+
+/// The hasher every key's hash is taken with: keyed at random once per process, so
+/// equal keys hash alike and label values cannot be chosen to collide.
+fn key_hasher() -> &'static std::hash::RandomState {
+    static HASHER: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    HASHER.get_or_init(std::hash::RandomState::new)
+}
+
+impl SeriesKey {
+    pub(crate) fn new(kind: MetricKind, labels: Vec<(&'static str, String)>) -> SeriesKey {
+        use std::hash::BuildHasher as _;
+        let hash = key_hasher().hash_one((kind, &labels));
+        SeriesKey(Arc::new(KeyParts { kind, labels, hash }))
+    }
+}
+
+impl std::ops::Deref for SeriesKey {
+    type Target = KeyParts;
+    fn deref(&self) -> &KeyParts {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SeriesKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeriesKey")
+            .field("kind", &self.kind)
+            .field("labels", &self.labels)
+            .finish()
+    }
+}
+
+impl PartialEq for SeriesKey {
+    fn eq(&self, other: &SeriesKey) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.hash == other.hash && self.kind == other.kind && self.labels == other.labels)
+    }
+}
+
+impl Eq for SeriesKey {}
+
+impl std::hash::Hash for SeriesKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialOrd for SeriesKey {
+    fn partial_cmp(&self, other: &SeriesKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for SeriesKey {
+    fn cmp(&self, other: &SeriesKey) -> std::cmp::Ordering {
+        (self.kind, &self.labels).cmp(&(other.kind, &other.labels))
+    }
 }
 
 /// Why a sample was not stored.
@@ -254,10 +326,23 @@ impl Sample {
             ordered.push((*want, (*v).to_string()));
         }
         Ok(Sample {
-            key: SeriesKey {
-                kind,
-                labels: ordered,
-            },
+            key: SeriesKey::new(kind, ordered),
+            ts_ms,
+            value,
+        })
+    }
+
+    /// A sample of a series whose key a collector keeps from round to round: no
+    /// label is checked or copied again.
+    pub(crate) fn with_key(key: &SeriesKey, ts_ms: i64, value: f64) -> Result<Sample, SampleError> {
+        if !value.is_finite() {
+            return Err(SampleError::NotFinite {
+                kind: key.kind.name(),
+                value,
+            });
+        }
+        Ok(Sample {
+            key: key.clone(),
             ts_ms,
             value,
         })
@@ -434,12 +519,18 @@ impl MetricCache {
     /// dropped and counted. Returns how many were stored.
     pub(crate) fn append(&self, samples: impl IntoIterator<Item = Sample>) -> usize {
         let samples: Vec<Sample> = samples.into_iter().collect();
+        self.append_slice(&samples)
+    }
+
+    /// [`MetricCache::append`] of borrowed samples: the advisor keeps its round's
+    /// vector (and its capacity) from one round to the next.
+    pub(crate) fn append_slice(&self, samples: &[Sample]) -> usize {
         let retention_ms = CacheLimits::ms(self.limits.retention);
         let mut head = self.head.locked();
         let rules = self.rules(head.persisted_until);
         let mut taken: Vec<&Sample> = Vec::with_capacity(samples.len());
         let mut dropped = 0u64;
-        for s in &samples {
+        for s in samples {
             // One lookup for a known series (nearly every sample), an insert for a new one.
             let full = head.series.len() >= self.limits.max_series;
             let series = match head.series.get_mut(&s.key) {

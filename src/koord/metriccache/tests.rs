@@ -436,3 +436,30 @@ mod on_disk {
         eprintln!("45 min at 110 pods: {stats:?}");
     }
 }
+
+#[test]
+fn a_kept_key_and_a_fresh_one_name_the_same_series() {
+    let cache = MetricCache::default();
+    let kept = pod_cpu("a", 0, 0.0).key().clone();
+    let fresh = pod_cpu("a", 0, 0.0).key().clone();
+    assert_eq!(kept, fresh, "equal without being the same allocation");
+    assert_ne!(kept, pod_cpu("b", 0, 0.0).key().clone());
+    let state = std::hash::RandomState::new();
+    assert_eq!(
+        std::hash::BuildHasher::hash_one(&state, &kept),
+        std::hash::BuildHasher::hash_one(&state, &fresh)
+    );
+    cache.append([Sample::with_key(&kept, 1000, 1.0).unwrap()]);
+    cache.append([pod_cpu("a", 2000, 3.0)]);
+    cache.append([Sample::with_key(&fresh, 3000, 5.0).unwrap()]);
+    assert_eq!(cache.series_count(), 1);
+    let got = cache.query(
+        MetricKind::PodCpuUsage,
+        &[(label::POD_UID, "a")],
+        0,
+        i64::MAX,
+    );
+    assert_eq!(got.value(Aggregation::Avg), Ok(3.0));
+    // A kept key still refuses a value that is not a number.
+    assert!(Sample::with_key(&kept, 4000, f64::NAN).is_err());
+}

@@ -73,6 +73,29 @@ impl Activity {
 /// (rustls' send buffer limit).
 const TLS_SEND_BUFFER: usize = 256 * 1024;
 
+/// The end of an `AsyncWrite` impl for a wrapper whose `inner` stream does the
+/// writing: whether it writes vectored, flush and shutdown, passed through as they are.
+macro_rules! passed_through_write_tail {
+    () => {
+        fn is_write_vectored(&self) -> bool {
+            self.inner.is_write_vectored()
+        }
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+        }
+        fn poll_shutdown(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    };
+}
+pub(super) use passed_through_write_tail;
+
 /// A stream that records when bytes last moved: a TCP connection, or a stream
 /// handed over by an upgrade.
 pub(super) struct Tracked<S> {
@@ -139,15 +162,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
         }
         r
     }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
+    passed_through_write_tail!();
 }
 
 /// What a handler may learn about the connection its request came on: the verified

@@ -20,6 +20,7 @@ mod conn;
 mod container_logs;
 mod healthz;
 mod node_logs;
+mod paced;
 mod serving;
 mod stats;
 mod streaming;

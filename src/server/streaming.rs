@@ -22,6 +22,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::conn::{ConnInfo, Tracked};
+use super::paced::Paced;
 use crate::cri::{Cri, StreamRequest};
 use crate::pod::{PodManager, pod_uid};
 
@@ -459,7 +460,8 @@ async fn join_streams(
     };
     let mut client = Tracked::new(TokioIo::new(client));
     let last_activity = client.last_activity();
-    let mut backend = TokioIo::new(backend);
+    // The runtime's leg, read in fewer, larger pieces while it runs in bulk.
+    let mut backend = Paced::new(TokioIo::new(backend));
     // One copy for the stream's whole life: it holds bytes in flight in its buffers.
     let copy = tokio::io::copy_bidirectional_with_sizes(
         &mut client,

@@ -133,10 +133,7 @@ impl Shared {
         ts_ms: i64,
         value: f64,
     ) {
-        match Sample::new(kind, labels, ts_ms, value) {
-            Ok(s) => self.samples.push(s),
-            Err(e) => debug!(error = %e, "metric advisor: sample dropped"),
-        }
+        self.keep(Sample::new(kind, labels, ts_ms, value));
     }
 
     /// Adds a sample to a series whose key the collector keeps.
@@ -146,7 +143,11 @@ impl Shared {
         ts_ms: i64,
         value: f64,
     ) {
-        match Sample::with_key(key, ts_ms, value) {
+        self.keep(Sample::with_key(key, ts_ms, value));
+    }
+
+    fn keep(&mut self, sample: Result<Sample, crate::koord::metriccache::SampleError>) {
+        match sample {
             Ok(s) => self.samples.push(s),
             Err(e) => debug!(error = %e, "metric advisor: sample dropped"),
         }

@@ -300,12 +300,7 @@ impl Sample {
         ts_ms: i64,
         value: f64,
     ) -> Result<Sample, SampleError> {
-        if !value.is_finite() {
-            return Err(SampleError::NotFinite {
-                kind: kind.name(),
-                value,
-            });
-        }
+        Sample::check_finite(kind, value)?;
         if let Some((name, _)) = labels
             .iter()
             .find(|(name, _)| !kind.label_names().contains(name))
@@ -335,15 +330,21 @@ impl Sample {
     /// A sample of a series whose key a collector keeps from round to round: no
     /// label is checked or copied again.
     pub(crate) fn with_key(key: &SeriesKey, ts_ms: i64, value: f64) -> Result<Sample, SampleError> {
-        if !value.is_finite() {
-            return Err(SampleError::NotFinite {
-                kind: key.kind.name(),
-                value,
-            });
-        }
+        Sample::check_finite(key.kind, value)?;
         Ok(Sample {
             key: key.clone(),
             ts_ms,
+            value,
+        })
+    }
+
+    /// A point's value must be a number, however its key was made.
+    fn check_finite(kind: MetricKind, value: f64) -> Result<(), SampleError> {
+        if value.is_finite() {
+            return Ok(());
+        }
+        Err(SampleError::NotFinite {
+            kind: kind.name(),
             value,
         })
     }

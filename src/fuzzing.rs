@@ -163,7 +163,7 @@ pub fn node_slo(data: &[u8]) {
         return;
     };
     let _ = crate::koord::parse_qos_config(Path::new("/etc/oxlet/node-slo.yaml"), text);
-    let Ok(doc) = serde_yaml_ng::from_str::<serde_json::Value>(text) else {
+    let Ok(doc) = crate::yaml::single(text, &crate::yaml::CONFIG_LIMITS) else {
         return;
     };
     let list = doc

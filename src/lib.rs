@@ -52,6 +52,7 @@ mod tasks;
 mod timeline;
 mod tls;
 mod volumes;
+mod yaml;
 
 // The library's public surface: what the binary (`src/main.rs`) and the integration tests
 // and benchmarks (the managed containerd as a test bed) use. Everything else is crate-private.

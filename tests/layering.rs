@@ -30,6 +30,7 @@ const FLOORS: &[&[&str]] = &[
         "census",
         "pod",
         "backoff",
+        "yaml",
     ],
     // the one HTTP GET; registry credentials (which read the pod helpers); logging,
     // which feeds the timelines

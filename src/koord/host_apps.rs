@@ -213,7 +213,8 @@ pub(crate) fn from_file(
     let doc: Value = if text.trim().is_empty() {
         Value::Null
     } else {
-        serde_yaml_ng::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
+        crate::yaml::single(&text, &crate::yaml::CONFIG_LIMITS)
+            .map_err(|e| format!("{}: {e}", path.display()))?
     };
     let list = doc.get("hostApplications").and_then(Value::as_array);
     Ok(parse(list.map(Vec::as_slice)))

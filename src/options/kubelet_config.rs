@@ -5,7 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde_yaml_ng::Value;
+use serde_json::Value;
+
+/// A YAML mapping, its keys already JSON's strings (`crate::yaml`).
+type Mapping = serde_json::Map<String, Value>;
 
 use super::Problem;
 use super::settings::{self, InvalidValue, Kind};
@@ -189,7 +192,7 @@ fn is_unset_zero(field: &str, value: &Value) -> bool {
 fn walk_struct(path: &str, value: &Value, leaves: &[&str], top: &str, cfg: &mut KubeletConfigFile) {
     let map = match value {
         Value::Null => return,
-        Value::Mapping(map) => map,
+        Value::Object(map) => map,
         other => {
             cfg.problems.push(Problem::Field {
                 file: cfg.path.clone(),
@@ -201,15 +204,11 @@ fn walk_struct(path: &str, value: &Value, leaves: &[&str], top: &str, cfg: &mut 
         }
     };
     for (key, v) in map {
-        let Value::String(key) = key else {
-            cfg.unknown.push(format!("{path}.{}", value_text(key)));
-            continue;
-        };
         let full = format!("{path}.{key}");
         let rel = &full[top.len() + 1..];
         if leaves.contains(&rel) {
-            let empty = matches!(v, Value::Mapping(m) if m.is_empty())
-                || matches!(v, Value::Sequence(s) if s.is_empty());
+            let empty = matches!(v, Value::Object(m) if m.is_empty())
+                || matches!(v, Value::Array(s) if s.is_empty());
             if v.is_null() || empty || is_unset_zero(&full, v) {
                 continue;
             }
@@ -269,12 +268,12 @@ pub(crate) fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile,
         reason,
     };
     let expected = format!("expected {KIND} (apiVersion {API_VERSION})");
-    let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| {
+    let doc: Value = crate::yaml::single(text, &crate::yaml::CONFIG_LIMITS).map_err(|e| {
         let msg = e.to_string().replace('\n', " ");
         vec![file_problem(format!("invalid YAML: {msg}"))]
     })?;
     let map = match doc {
-        Value::Mapping(map) => map,
+        Value::Object(map) => map,
         Value::Null => return Err(vec![file_problem(format!("file is empty, {expected}"))]),
         other => {
             return Err(vec![file_problem(format!(
@@ -313,11 +312,7 @@ pub(crate) fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile,
         path: path.to_path_buf(),
         ..Default::default()
     };
-    for (key, value) in &map {
-        let Value::String(name) = key else {
-            cfg.unknown.push(value_text(key));
-            continue;
-        };
+    for (name, value) in &map {
         let name = name.as_str();
         if name == "apiVersion" || name == "kind" {
             continue;
@@ -375,11 +370,11 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::Text | Kind::Path | Kind::Duration, Value::String(s)) => s.clone(),
         (Kind::Int, Value::Number(n)) if n.as_i64().is_some() => n.to_string(),
         (Kind::Bool, Value::Bool(b)) => b.to_string(),
-        (Kind::Map(sep), Value::Mapping(m)) => map_text(m, sep)?,
-        (Kind::List, Value::Sequence(items)) => list_text(items)?,
-        (Kind::Multimap, Value::Mapping(m)) => multimap_text(m)?,
-        (Kind::Gates, Value::Mapping(m)) => gates_text(m)?,
-        (Kind::GraceByPriority, Value::Sequence(items)) => grace_by_priority_text(items)?,
+        (Kind::Map(sep), Value::Object(m)) => map_text(m, sep)?,
+        (Kind::List, Value::Array(items)) => list_text(items)?,
+        (Kind::Multimap, Value::Object(m)) => multimap_text(m)?,
+        (Kind::Gates, Value::Object(m)) => gates_text(m)?,
+        (Kind::GraceByPriority, Value::Array(items)) => grace_by_priority_text(items)?,
         (Kind::Text | Kind::Path, _) => return Err("must be a string".into()),
         (Kind::Int, _) => return Err("must be an integer".into()),
         (Kind::Duration, _) => {
@@ -401,10 +396,10 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
 /// A YAML map of strings as the flag's text (`k<sep>v,...`), so the flag and
 /// the file go through one check. Keys or values holding `,` (or a key holding
 /// the separator) could not round-trip and are refused.
-fn map_text(m: &serde_yaml_ng::Mapping, sep: char) -> Result<String, InvalidValue> {
+fn map_text(m: &Mapping, sep: char) -> Result<String, InvalidValue> {
     let mut parts = Vec::with_capacity(m.len());
     for (k, v) in m {
-        let (Value::String(k), Value::String(v)) = (k, v) else {
+        let Value::String(v) = v else {
             return Err("must be a map of strings (quote numbers: \"1\")".into());
         };
         if k.contains([',', sep]) || v.contains(',') || k.trim().is_empty() {
@@ -416,10 +411,10 @@ fn map_text(m: &serde_yaml_ng::Mapping, sep: char) -> Result<String, InvalidValu
 }
 
 /// A YAML map of booleans as the flag's text (`Gate=true,Other=false`).
-fn gates_text(m: &serde_yaml_ng::Mapping) -> Result<String, InvalidValue> {
+fn gates_text(m: &Mapping) -> Result<String, InvalidValue> {
     let mut parts = Vec::new();
     for (k, v) in m {
-        let (Value::String(k), Value::Bool(on)) = (k, v) else {
+        let Value::Bool(on) = v else {
             return Err("must be a map of gate names to true or false".into());
         };
         if k.contains([',', '=']) || k.trim().is_empty() {
@@ -432,10 +427,10 @@ fn gates_text(m: &serde_yaml_ng::Mapping) -> Result<String, InvalidValue> {
 
 /// A YAML map of string lists as the flag's text (`k:v,k:v2`). A key holding
 /// `:` or `,`, or a value holding `,`, could not round-trip and is refused.
-fn multimap_text(m: &serde_yaml_ng::Mapping) -> Result<String, InvalidValue> {
+fn multimap_text(m: &Mapping) -> Result<String, InvalidValue> {
     let mut parts = Vec::new();
     for (k, v) in m {
-        let (Value::String(k), Value::Sequence(values)) = (k, v) else {
+        let Value::Array(values) = v else {
             return Err("must be a map of lists of strings".into());
         };
         if k.contains([',', ':']) || k.trim().is_empty() {
@@ -456,13 +451,13 @@ fn multimap_text(m: &serde_yaml_ng::Mapping) -> Result<String, InvalidValue> {
 fn grace_by_priority_text(items: &[Value]) -> Result<String, InvalidValue> {
     let mut parts = Vec::with_capacity(items.len());
     for item in items {
-        let Value::Mapping(m) = item else {
+        let Value::Object(m) = item else {
             return Err("must be a list of {priority, shutdownGracePeriodSeconds}".into());
         };
         let (mut priority, mut seconds) = (0_i64, 0_i64);
         for (k, v) in m {
-            let (Value::String(k), Value::Number(n)) = (k, v) else {
-                return Err(format!("{} is not a field with an integer", value_text(k)).into());
+            let Value::Number(n) = v else {
+                return Err(format!("{k} is not a field with an integer").into());
             };
             let n = n
                 .as_i64()
@@ -679,7 +674,8 @@ mod tests {
             cfg.unimplemented,
             ["logging.format", "mergeDefaultEvictionSettings"]
         );
-        assert_eq!(cfg.unknown, ["notAField", "StaticPodPath"]);
+        // In key order (the YAML reader's maps are sorted; Go's have no order).
+        assert_eq!(cfg.unknown, ["StaticPodPath", "notAField"]);
         assert!(cfg.problems.is_empty());
     }
 
@@ -705,8 +701,8 @@ mod tests {
         assert_eq!(
             cfg.unknown,
             [
-                "authentication.webhook.cachTTL",
                 "authentication.oidc",
+                "authentication.webhook.cachTTL",
                 "logging.options.json.bufferSize"
             ]
         );
@@ -856,11 +852,11 @@ mod tests {
         assert_eq!(
             messages(&cfg.problems),
             [
+                "/etc/x.yaml: field address: invalid value \"[1,2]\": must be a string",
+                "/etc/x.yaml: field fileCheckFrequency: invalid value \"soon\": not a valid duration (use a Go duration such as 20s, 1m30s or 300ms)",
                 "/etc/x.yaml: field maxPods: invalid value \"lots\": must be an integer",
                 "/etc/x.yaml: field readOnlyPort: invalid value \"1.5\": must be an integer",
                 "/etc/x.yaml: field syncFrequency: invalid value \"60\": must be a duration string such as \"20s\" or \"1m30s\"",
-                "/etc/x.yaml: field fileCheckFrequency: invalid value \"soon\": not a valid duration (use a Go duration such as 20s, 1m30s or 300ms)",
-                "/etc/x.yaml: field address: invalid value \"[1,2]\": must be a string",
             ]
         );
     }

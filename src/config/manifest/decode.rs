@@ -1,11 +1,12 @@
-//! Bytes to a `Pod`: text only, one YAML or JSON document of kind Pod, with
-//! alias expansion budgeted before anything is built (kubelet's
-//! `tryDecodeSinglePod`, bounded).
+//! Bytes to a `Pod`: text only, one YAML or JSON document of kind Pod (kubelet's
+//! `tryDecodeSinglePod`), read within budgets. YAML goes through `crate::yaml`, which
+//! reads it as kubelet's sigs.k8s.io/yaml does (YAML 1.1 booleans and octals) in pure
+//! Rust; JSON through serde_json, as kubelet hands JSON to its JSON decoder as is.
 
 use k8s_openapi::api::core::v1::Pod;
-use serde::Deserialize;
 
 use super::{FieldError, MAX_MANIFEST_BYTES, ParseError, fail};
+use crate::yaml::{self, PathSeg};
 
 /// Rejects binary content up front: the YAML parser's complaint about it would be cryptic.
 pub(super) fn as_text(bytes: &[u8]) -> Result<&str, ParseError> {
@@ -30,7 +31,7 @@ pub(super) fn as_text(bytes: &[u8]) -> Result<&str, ParseError> {
 }
 
 /// Parses to a generic value first (kind/apiVersion/document count checks with clear
-/// messages), then decodes the typed Pod from the text so type errors keep line/column.
+/// messages), then decodes the typed Pod, naming the field and line of a type error.
 pub(super) fn parse_pod(text: &str) -> Result<Pod, ParseError> {
     if text.trim_start().starts_with('{') {
         // JSON has no aliases, but the same node budget bounds the generic value.
@@ -50,21 +51,17 @@ pub(super) fn parse_pod(text: &str) -> Result<Pod, ParseError> {
             Err(json_err) => {
                 // A YAML flow mapping also starts with `{`; only if YAML fails too is
                 // the JSON message the better one to show.
-                if let Ok((index, value)) = yaml_single_document(text) {
+                if let Ok(value) = yaml_single_document(text) {
                     check_kind(&value)?;
-                    return yaml_pod(text, index);
+                    return yaml_pod(text, value);
                 }
                 return Err(ParseError::Decode(format!("invalid JSON: {json_err}")));
             }
         }
     }
-    let (index, mut value) = yaml_single_document(text)?;
+    let value = yaml_single_document(text)?;
     check_kind(&value)?;
-    if yaml11_octal_modes(&mut value) {
-        return serde_json::from_value(value)
-            .map_err(|e| ParseError::Decode(format!("invalid Pod (YAML): {e}")));
-    }
-    yaml_pod(text, index)
+    yaml_pod(text, value)
 }
 
 /// One Pod, or the items of a PodList (kubelet's HTTP source tries the one, then
@@ -79,7 +76,7 @@ pub(super) fn parse_pods(text: &str) -> Result<(Vec<Pod>, bool), ParseError> {
     if value.get("kind").and_then(serde_json::Value::as_str) != Some("PodList") {
         return parse_pod(text).map(|p| (vec![p], false));
     }
-    pod_list(value, yaml).map(|pods| (pods, true))
+    pod_list(text, value, yaml).map(|pods| (pods, true))
 }
 
 /// The one document of `text` as a generic value (budgeted as [`parse_pod`] is),
@@ -95,12 +92,11 @@ fn generic_value(text: &str) -> Result<(serde_json::Value, bool), ParseError> {
             return Ok((value, false));
         }
     }
-    let (_, value) = yaml_single_document(text)?;
-    Ok((value, true))
+    Ok((yaml_single_document(text)?, true))
 }
 
 /// A PodList's items as Pods; the first bad item fails the whole list.
-fn pod_list(mut value: serde_json::Value, yaml: bool) -> Result<Vec<Pod>, ParseError> {
+fn pod_list(text: &str, mut value: serde_json::Value, yaml: bool) -> Result<Vec<Pod>, ParseError> {
     use serde_json::Value;
     match value.get("apiVersion") {
         Some(Value::String(v)) if v == "v1" => {}
@@ -121,7 +117,7 @@ fn pod_list(mut value: serde_json::Value, yaml: bool) -> Result<Vec<Pod>, ParseE
         Some(_) => return Err(FieldError::new("items", "expected a list of Pods").into()),
     };
     let mut pods = Vec::with_capacity(items.len());
-    for (i, mut item) in items.into_iter().enumerate() {
+    for (i, item) in items.into_iter().enumerate() {
         let field = |f: &str| format!("items[{i}].{f}");
         if !item.is_object() {
             return Err(FieldError::new(format!("items[{i}]"), "expected a Pod object").into());
@@ -148,143 +144,45 @@ fn pod_list(mut value: serde_json::Value, yaml: bool) -> Result<Vec<Pod>, ParseE
                 .into());
             }
         }
-        if yaml {
-            yaml11_octal_modes(&mut item);
+        let pod = if yaml {
+            let at = [PathSeg::Key("items".to_string()), PathSeg::Index(i)];
+            yaml::decode::<Pod>(text, item, &LIMITS, &at)
+        } else {
+            serde_json::from_value::<Pod>(item).map_err(|e| e.to_string())
         }
-        let pod = serde_json::from_value::<Pod>(item)
-            .map_err(|e| ParseError::Decode(format!("items[{i}]: invalid Pod: {e}")))?;
+        .map_err(|e| ParseError::Decode(format!("items[{i}]: invalid Pod: {e}")))?;
         pods.push(pod);
     }
     Ok(pods)
 }
 
-/// File modes written the YAML 1.1 way (`defaultMode: 0644`), as kubelet's YAML
-/// decoder reads them: octal. serde_yaml_ng follows YAML 1.2, where `0644` is not a
-/// number, and gives a string. Only `defaultMode` and `mode` (the volume file modes)
-/// holding a plain octal literal are turned into numbers; true if any was.
-fn yaml11_octal_modes(value: &mut serde_json::Value) -> bool {
-    use serde_json::Value;
-    let mut changed = false;
-    match value {
-        Value::Object(map) => {
-            for (key, v) in map.iter_mut() {
-                let octal = match v {
-                    Value::String(s) if key == "defaultMode" || key == "mode" => s
-                        .strip_prefix('0')
-                        .filter(|d| !d.is_empty() && d.len() <= 11)
-                        .and_then(|d| i64::from_str_radix(d, 8).ok()),
-                    _ => None,
-                };
-                if let Some(n) = octal {
-                    *v = Value::from(n);
-                    changed = true;
-                } else {
-                    changed |= yaml11_octal_modes(v);
-                }
-            }
-        }
-        Value::Array(items) => {
-            for v in items {
-                changed |= yaml11_octal_modes(v);
-            }
-        }
-        _ => {}
-    }
-    changed
+/// Decodes the typed Pod from its YAML document's value.
+fn yaml_pod(text: &str, value: serde_json::Value) -> Result<Pod, ParseError> {
+    yaml::decode::<Pod>(text, value, &LIMITS, &[])
+        .map_err(|e| ParseError::Decode(format!("invalid Pod (YAML): {e}")))
 }
 
-/// Decodes document `index` of `text` as a Pod (`from_str` refuses multi-document
-/// input, and a stray leading or trailing `---` makes it that).
-fn yaml_pod(text: &str, index: usize) -> Result<Pod, ParseError> {
-    let doc = serde_yaml_ng::Deserializer::from_str(text)
-        .nth(index)
-        .ok_or_else(|| ParseError::Decode("invalid YAML: document vanished".to_string()))?;
-    Pod::deserialize(doc).map_err(|e| ParseError::Decode(format!("invalid Pod (YAML): {e}")))
-}
-
-/// The index and value of the one non-empty YAML document in `text`; more than one
-/// is an error (kubelet would silently take the first, which hides mistakes).
-fn yaml_single_document(text: &str) -> Result<(usize, serde_json::Value), ParseError> {
-    check_depth(text)?;
-    check_expansion(text)?;
-    let mut found = None;
-    let mut count = 0;
-    for (index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let value = serde_json::Value::deserialize(doc)
-            .map_err(|e| ParseError::Decode(format!("invalid YAML: {e}")))?;
-        if !value.is_null() {
-            count += 1;
-            found.get_or_insert((index, value));
-        }
-    }
-    match (count, found) {
-        (1, Some(found)) => Ok(found),
-        (0, _) | (_, None) => Err(ParseError::Decode(
+/// The value of the one non-empty YAML document in `text`; more than one is an
+/// error (kubelet would silently take the first, which hides mistakes).
+fn yaml_single_document(text: &str) -> Result<serde_json::Value, ParseError> {
+    let docs = yaml::documents(text, &LIMITS)
+        .map_err(|e| ParseError::Decode(format!("invalid YAML: {e}")))?;
+    let mut docs = docs.into_iter().filter(|d| !d.is_null());
+    match (docs.next(), docs.count()) {
+        (Some(value), 0) => Ok(value),
+        (None, _) => Err(ParseError::Decode(
             "empty manifest: expected one Pod".to_string(),
         )),
-        (n, _) => Err(ParseError::Decode(format!(
-            "found {n} YAML documents: a manifest must hold exactly one Pod"
+        (Some(_), more) => Err(ParseError::Decode(format!(
+            "found {} YAML documents: a manifest must hold exactly one Pod",
+            more + 1
         ))),
     }
 }
 
-/// Deepest nesting of collections a YAML manifest may have: as deep as serde_yaml_ng
-/// deserializes at all (its recursion limit), so no manifest it would accept is refused.
+/// Deepest nesting of collections a YAML manifest may have (as deep as serde_yaml_ng,
+/// the parser before, went, so no manifest it took is refused for its depth).
 pub(super) const MAX_YAML_DEPTH: usize = 128;
-
-/// Refuses YAML nested deeper than [`MAX_YAML_DEPTH`] before serde_yaml_ng sees it.
-///
-/// serde_yaml_ng applies its depth limit only after libyaml has scanned the whole
-/// document, and libyaml's scanner costs time quadratic in the flow depth: a 400 kB
-/// `[[[[…` took the file source minutes of CPU, and no other manifest was read meanwhile.
-/// This walks libyaml's events (the same scanner, so the same notion of depth) and stops
-/// at the first level too deep, which bounds the scan at linear time. Syntax errors are
-/// left to the real parse, which reports them with better context.
-fn check_depth(text: &str) -> Result<(), ParseError> {
-    use std::mem::MaybeUninit;
-    use unsafe_libyaml as unsafe_y;
-    // SAFETY: the parser is initialised before use and deleted once; it reads `text`
-    // only while `text` is borrowed here; every event it fills is deleted once.
-    // (One of the three places oxlet allows `unsafe`: libyaml has no safe event API.)
-    #[allow(unsafe_code)]
-    unsafe {
-        let mut parser = MaybeUninit::<unsafe_y::yaml_parser_t>::uninit();
-        let parser = parser.as_mut_ptr();
-        if !unsafe_y::yaml_parser_initialize(parser).ok {
-            return Err(ParseError::Decode(
-                "invalid YAML: cannot initialise the parser".to_string(),
-            ));
-        }
-        unsafe_y::yaml_parser_set_input_string(parser, text.as_ptr(), text.len() as u64);
-        let mut depth = 0usize;
-        let result = loop {
-            let mut event = MaybeUninit::<unsafe_y::yaml_event_t>::uninit();
-            let event = event.as_mut_ptr();
-            if !unsafe_y::yaml_parser_parse(parser, event).ok {
-                break Ok(());
-            }
-            let kind = (*event).type_;
-            unsafe_y::yaml_event_delete(event);
-            match kind {
-                unsafe_y::YAML_SEQUENCE_START_EVENT | unsafe_y::YAML_MAPPING_START_EVENT => {
-                    depth += 1;
-                    if depth > MAX_YAML_DEPTH {
-                        break Err(ParseError::Decode(format!(
-                            "invalid YAML: nested deeper than {MAX_YAML_DEPTH} levels"
-                        )));
-                    }
-                }
-                unsafe_y::YAML_SEQUENCE_END_EVENT | unsafe_y::YAML_MAPPING_END_EVENT => {
-                    depth = depth.saturating_sub(1);
-                }
-                unsafe_y::YAML_STREAM_END_EVENT => break Ok(()),
-                _ => {}
-            }
-        };
-        unsafe_y::yaml_parser_delete(parser);
-        result
-    }
-}
 
 /// Most bytes (scalar text plus one per node) all documents of a manifest may
 /// expand to once YAML aliases are resolved: no more than a file without aliases
@@ -293,20 +191,23 @@ pub(crate) const MAX_EXPANDED_BYTES: usize = MAX_MANIFEST_BYTES;
 /// Most YAML nodes after alias expansion (each becomes an allocated value; real
 /// pods have a few thousand).
 pub(crate) const MAX_EXPANDED_NODES: usize = 1_000_000;
+/// Most alias references (`*name`) in a manifest: real ones share an env list or
+/// a volume or two.
+pub(crate) const MAX_ALIASES: usize = 10_000;
+/// Most YAML documents (`---`) in a manifest, empty ones included: one holds the
+/// Pod, the rest can only be empty.
+pub(crate) const MAX_DOCUMENTS: usize = 16;
 
-/// Walks every document with aliases expanded, building nothing and charging each
-/// node against the budget, so a "billion laughs" file is refused before any value
-/// is built (serde_yaml_ng only limits how many aliases are followed, not how much
-/// each one expands to). Time is bounded too: every step costs budget.
-fn check_expansion(text: &str) -> Result<(), ParseError> {
-    let budget = ExpansionBudget::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        serde::de::DeserializeSeed::deserialize(Walk(&budget), doc)
-            .map_err(|e| ParseError::Decode(format!("invalid YAML: {e}")))?;
-    }
-    Ok(())
-}
+/// A manifest's YAML budgets (`crate::yaml` charges them while it builds).
+pub(super) const LIMITS: yaml::Limits = yaml::Limits {
+    depth: MAX_YAML_DEPTH,
+    nodes: MAX_EXPANDED_NODES,
+    bytes: MAX_EXPANDED_BYTES,
+    aliases: MAX_ALIASES,
+    documents: MAX_DOCUMENTS,
+};
 
+/// The JSON half of the budget: nodes and bytes, charged while walking.
 struct ExpansionBudget {
     bytes: std::cell::Cell<usize>,
     nodes: std::cell::Cell<usize>,
@@ -321,7 +222,8 @@ impl ExpansionBudget {
     }
 }
 
-/// A serde seed and visitor that only counts (see [`check_expansion`]).
+/// A serde seed and visitor that only counts, so a JSON document past the budget
+/// is refused before any value is built.
 #[derive(Clone, Copy)]
 struct Walk<'b>(&'b ExpansionBudget);
 
@@ -468,8 +370,63 @@ mod tests {
         let items = d.items.as_ref().unwrap();
         assert_eq!(items[0].mode, Some(0o400));
         assert_eq!(items[1].mode, Some(256));
-        // Not octal: still refused as a string.
-        assert!(decode(&text.replace("0644", "0648")).is_err());
+        // Not octal: go-yaml v2 reads the digits as a float, 648, which is no file mode.
+        assert_err(
+            &text.replace("0644", "0648"),
+            "spec.volumes[0].downwardAPI.defaultMode: invalid value 648: must be a number between 0 and 0777",
+        );
+        // Quoted, it is a string, which an integer field refuses (kubelet's JSON decoder too).
+        assert_err(
+            &text.replace("0644", "\"0644\""),
+            "invalid Pod (YAML): spec.volumes[0].downwardAPI.defaultMode: invalid type: string \"0644\"",
+        );
+    }
+
+    /// kubelet reads YAML 1.1 (go-yaml v2 through sigs.k8s.io/yaml) into JSON, then
+    /// decodes the JSON: a plain `yes` is a boolean and `012` the number 10, which a
+    /// string field refuses; a boolean key is the text "true".
+    #[test]
+    fn yaml_1_1_booleans_and_numbers_land_as_kubelet_lands_them() {
+        let env = |v: &str| with_container_lines(&format!("    env:\n    - name: A\n      value: {v}\n"));
+        assert_err(
+            &env("yes"),
+            "invalid Pod (YAML): spec.containers[0].env[0].value: invalid type: boolean `true`, expected a string",
+        );
+        assert!(err(&env("on")).contains("quote the value"), "{}", err(&env("on")));
+        assert!(err(&env("yes")).ends_with("at line 14 column 14"), "{}", err(&env("yes")));
+        let pod = decode(&env("\"yes\"")).unwrap();
+        let value = |p: &Pod| p.spec.as_ref().unwrap().containers[0].env.as_ref().unwrap()[0].value.clone();
+        assert_eq!(value(&pod).as_deref(), Some("yes"));
+        assert_eq!(value(&decode(&env("yesterday")).unwrap()).as_deref(), Some("yesterday"));
+        assert_err(
+            &GOOD.replace("- name: nginx", "- name: 012"),
+            "spec.containers[0].name: invalid type: integer `10`, expected a string",
+        );
+        assert_err(&env("012"), "invalid type: integer `10`");
+        let labelled = GOOD.replace("name: web\n", "name: web\n  labels: {on: x, app: web}\n");
+        let pod = decode(&labelled).unwrap();
+        let labels = pod.metadata.labels.unwrap();
+        assert_eq!(labels.get("true").map(String::as_str), Some("x"));
+        let numbers = with_container_lines("    ports:\n    - containerPort: 0x50\n");
+        let pod = decode(&numbers.replace("    ports:\n    - containerPort: 80\n", "")).unwrap();
+        let port = pod.spec.unwrap().containers[0].ports.as_ref().unwrap()[0].container_port;
+        assert_eq!(port, 80);
+    }
+
+    #[test]
+    fn alias_count_and_document_count_are_budgeted() {
+        let many = with_container_lines(&format!(
+            "    env:\n    - name: A\n      value: &v x\n    args: [{}x]\n",
+            "*v, ".repeat(MAX_ALIASES + 1)
+        ));
+        assert_err(&many, &format!("invalid YAML: more than {MAX_ALIASES} aliases at line"));
+        let separators = format!("{GOOD}{}", "---\n".repeat(MAX_DOCUMENTS));
+        assert_err(
+            &separators,
+            &format!("invalid YAML: more than {MAX_DOCUMENTS} YAML documents at line"),
+        );
+        let fine = format!("{GOOD}{}", "---\n".repeat(MAX_DOCUMENTS - 2));
+        assert!(decode(&fine).is_ok());
     }
 
     #[test]
@@ -636,9 +593,17 @@ mod tests {
                 "{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"x\",\"annotations\":{{\"a\":{flow_seq}}}}}}}"
             ),
         ];
+        let block: String = (0..200).map(|i| format!("{}k:\n", "  ".repeat(i + 2))).collect();
+        let docs = [
+            docs[0].clone(),
+            docs[1].clone(),
+            docs[2].clone(),
+            format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n  labels:\n{block}"),
+        ];
         for doc in docs {
             let started = std::time::Instant::now();
             let msg = decode(&doc).unwrap_err().to_string();
+            assert!(msg.starts_with(&format!("{PATH}: invalid ")), "{msg}");
             // (serde_json refuses deep JSON by itself, with its own words.)
             assert!(
                 msg.contains("nested deeper than 128 levels")
@@ -651,7 +616,7 @@ mod tests {
                 started.elapsed()
             );
         }
-        // As deep as serde_yaml_ng goes is not refused for its depth.
+        // As deep as the parser before (serde_yaml_ng) went is not refused for its depth.
         let ok_depth = MAX_YAML_DEPTH - 4;
         let deep_ok = with_container_lines(&format!(
             "    args: {}{}\n",
@@ -681,9 +646,9 @@ mod tests {
             &with_container_lines(&format!("    args: [{many}0]\n")),
             "document too large with aliases expanded",
         );
-        // Just under: fine.
-        let fewer = "0,".repeat(900_000);
-        assert!(decode(&with_container_lines(&format!("    args: [{fewer}0]\n"))).is_ok());
+        // Just under: fine (strings: kubelet refuses numbers as args).
+        let fewer = "a,".repeat(900_000);
+        assert!(decode(&with_container_lines(&format!("    args: [{fewer}a]\n"))).is_ok());
     }
 
     /// Peak or current resident set (`VmHWM:` / `VmRSS:`) in KiB.

@@ -229,6 +229,7 @@ fn validate_volumes(spec: &PodSpec) -> Result<HashSet<&str>, FieldError> {
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let field = format!("spec.volumes[{i}]");
         validate_volume(v, &field)?;
+        validate_file_modes(v, &field)?;
         if !volumes.insert(v.name.as_str()) {
             return fail(
                 format!("{field}.name"),
@@ -237,6 +238,39 @@ fn validate_volumes(spec: &PodSpec) -> Result<HashSet<&str>, FieldError> {
         }
     }
     Ok(volumes)
+}
+
+/// kubelet's file mode checks (`validateDownwardAPIVolumeSource`, `validateProjectedVolumeSource`):
+/// a mode is 0 to 0777. YAML's `0648` is no octal and reads as 648, which lands here.
+fn validate_file_modes(v: &k8s_openapi::api::core::v1::Volume, field: &str) -> Result<(), FieldError> {
+    let check = |mode: Option<i32>, at: String| match mode {
+        Some(m) if !(0..=0o777).contains(&m) => fail(
+            at,
+            format!("invalid value {m}: must be a number between 0 and 0777 (octal), both inclusive"),
+        ),
+        _ => Ok(()),
+    };
+    let items = |items: Option<&Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>>, at: &str| {
+        for (j, item) in items.into_iter().flatten().enumerate() {
+            check(item.mode, format!("{at}.items[{j}].mode"))?;
+        }
+        Ok(())
+    };
+    if let Some(d) = &v.downward_api {
+        let at = format!("{field}.downwardAPI");
+        check(d.default_mode, format!("{at}.defaultMode"))?;
+        items(d.items.as_ref(), &at)?;
+    }
+    if let Some(p) = &v.projected {
+        let at = format!("{field}.projected");
+        check(p.default_mode, format!("{at}.defaultMode"))?;
+        for (k, source) in p.sources.iter().flatten().enumerate() {
+            if let Some(d) = &source.downward_api {
+                items(d.items.as_ref(), &format!("{at}.sources[{k}].downwardAPI"))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// kubelet's `validateInitContainers` then `validateContainers`: container names are

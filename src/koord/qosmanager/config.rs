@@ -257,7 +257,8 @@ pub(crate) fn parse(file: &Path, text: &str) -> Result<QosConfig, ConfigError> {
     let mut doc: Value = if text.trim().is_empty() {
         Value::Object(Default::default())
     } else {
-        serde_yaml_ng::from_str(text).map_err(|e| parse_error(e.to_string()))?
+        crate::yaml::single(text, &crate::yaml::CONFIG_LIMITS)
+            .map_err(|e| parse_error(e.to_string()))?
     };
     if !doc.is_object() {
         return Err(parse_error("not a map of NodeSLO spec sections".into()));

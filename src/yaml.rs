@@ -54,9 +54,7 @@ pub(crate) enum Problem {
     Syntax(String),
     #[error("nested deeper than {0} levels")]
     TooDeep(usize),
-    #[error(
-        "document too large with aliases expanded: more than {bytes} bytes or {nodes} nodes"
-    )]
+    #[error("document too large with aliases expanded: more than {bytes} bytes or {nodes} nodes")]
     TooLarge { bytes: usize, nodes: usize },
     #[error("more than {0} aliases")]
     TooManyAliases(usize),
@@ -319,12 +317,19 @@ fn go_parse_uint(s: &str) -> Result<u64, IntError> {
         if d >= base {
             return Err(IntError::Syntax);
         }
-        match n.checked_mul(u64::from(base)).and_then(|n| n.checked_add(u64::from(d))) {
+        match n
+            .checked_mul(u64::from(base))
+            .and_then(|n| n.checked_add(u64::from(d)))
+        {
             Some(v) => n = v,
             None => overflow = true,
         }
     }
-    if overflow { Err(IntError::Range) } else { Ok(n) }
+    if overflow {
+        Err(IntError::Range)
+    } else {
+        Ok(n)
+    }
 }
 
 /// Go's `strconv.ParseInt(s, 0, 64)`: an optional sign, then [`go_parse_uint`].
@@ -355,7 +360,9 @@ fn scalar_value(s: Scalar) -> Result<Value, String> {
         Scalar::Uint(u) => Value::from(u),
         Scalar::Str(s) => Value::String(s),
         Scalar::Float(f) if !f.is_finite() => {
-            return Err(format!("unsupported value {f}: JSON has no NaN or infinity"));
+            return Err(format!(
+                "unsupported value {f}: JSON has no NaN or infinity"
+            ));
         }
         Scalar::Float(f) if f.fract() == 0.0 && f.abs() < 1e21 => {
             if f >= i64::MIN as f64 && f < i64::MAX as f64 {
@@ -379,9 +386,7 @@ pub(crate) fn key_text(key: Scalar) -> Result<String, String> {
         Scalar::Int(i) => i.to_string(),
         Scalar::Bool(b) => b.to_string(),
         Scalar::Float(f) if f.is_nan() => ".nan".to_string(),
-        Scalar::Float(f) if f.is_infinite() => {
-            if f > 0.0 { ".inf" } else { "-.inf" }.to_string()
-        }
+        Scalar::Float(f) if f.is_infinite() => if f > 0.0 { ".inf" } else { "-.inf" }.to_string(),
         Scalar::Float(f) => go_float32_g(f),
         Scalar::Null => return Err("unsupported map key: null".to_string()),
         Scalar::Uint(u) => return Err(format!("unsupported map key: {u} (uint64)")),
@@ -706,7 +711,12 @@ impl<'a> Builder<'a> {
 
     /// Keeps a copy for aliases; the copy is charged like any expansion. `cost` is
     /// (nodes, scalar bytes) of one copy.
-    fn keep_anchor(&mut self, id: usize, value: &Value, cost: (usize, usize)) -> Result<(), Problem> {
+    fn keep_anchor(
+        &mut self,
+        id: usize,
+        value: &Value,
+        cost: (usize, usize),
+    ) -> Result<(), Problem> {
         self.charge(cost.0, cost.1)?;
         self.anchors.insert(
             id,
@@ -937,7 +947,9 @@ mod tests {
         assert_eq!(doc["both"], json!({"a": "x", "c": "z"}));
         assert_eq!(doc["again"], json!([1, 2]));
         assert_eq!(doc["m2"], json!({"kk": "w2"}));
-        assert!(refused("a: 1\nb: 2\na: 3\n").contains("mapping key \"a\" is written twice at line 3"));
+        assert!(
+            refused("a: 1\nb: 2\na: 3\n").contains("mapping key \"a\" is written twice at line 3")
+        );
         assert!(refused("a:\n  <<: 5\n").contains("map merge requires map"));
         assert!(refused("a: &x [1, *x]\n").contains("refers to itself"));
         assert!(refused("a: *nowhere\n").to_lowercase().contains("anchor"));
@@ -947,7 +959,10 @@ mod tests {
     #[test]
     fn every_budget_refuses_with_its_reason() {
         let deep = format!("a: {}{}\n", "[".repeat(17), "]".repeat(17));
-        assert_eq!(refused(&deep), "nested deeper than 16 levels at line 1 column 20");
+        assert_eq!(
+            refused(&deep),
+            "nested deeper than 16 levels at line 1 column 20"
+        );
         let mut block = String::new();
         for i in 0..17 {
             block.push_str(&format!("{}k:\n", "  ".repeat(i)));
@@ -958,7 +973,11 @@ mod tests {
 
         // Aliases by count, and by what they expand to.
         let many = format!("a: &a x\nb: [{}]\n", "*a, ".repeat(21));
-        assert!(refused(&many).starts_with("more than 20 aliases"), "{}", refused(&many));
+        assert!(
+            refused(&many).starts_with("more than 20 aliases"),
+            "{}",
+            refused(&many)
+        );
         let laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n";
         assert!(
             refused(laughs).starts_with(
@@ -974,8 +993,12 @@ mod tests {
 
         // Documents, empty ones too.
         assert_eq!(documents("a: 1\n---\n---\n", &LIMITS).unwrap().len(), 3);
-        assert!(refused("---\n---\n---\n---\n").starts_with("more than 3 YAML documents at line 4"));
-        let two = single("a: 1\n---\nb: 2\n", &LIMITS).unwrap_err().to_string();
+        assert!(
+            refused("---\n---\n---\n---\n").starts_with("more than 3 YAML documents at line 4")
+        );
+        let two = single("a: 1\n---\nb: 2\n", &LIMITS)
+            .unwrap_err()
+            .to_string();
         assert!(two.contains("found 2 YAML documents"), "{two}");
     }
 
@@ -993,7 +1016,10 @@ mod tests {
         }
         let text = "env:\n- value: \"x\"\n- value: yes\n";
         let e = decode::<Doc>(text, one(text), &LIMITS, &[]).unwrap_err();
-        assert!(e.starts_with("env[1].value: invalid type: boolean `true`, expected a string"), "{e}");
+        assert!(
+            e.starts_with("env[1].value: invalid type: boolean `true`, expected a string"),
+            "{e}"
+        );
         assert!(e.contains("quote the value"), "{e}");
         assert!(e.ends_with("at line 3 column 10"), "{e}");
     }

@@ -387,17 +387,33 @@ mod tests {
     /// string field refuses; a boolean key is the text "true".
     #[test]
     fn yaml_1_1_booleans_and_numbers_land_as_kubelet_lands_them() {
-        let env = |v: &str| with_container_lines(&format!("    env:\n    - name: A\n      value: {v}\n"));
+        let env =
+            |v: &str| with_container_lines(&format!("    env:\n    - name: A\n      value: {v}\n"));
         assert_err(
             &env("yes"),
             "invalid Pod (YAML): spec.containers[0].env[0].value: invalid type: boolean `true`, expected a string",
         );
-        assert!(err(&env("on")).contains("quote the value"), "{}", err(&env("on")));
-        assert!(err(&env("yes")).ends_with("at line 14 column 14"), "{}", err(&env("yes")));
+        assert!(
+            err(&env("on")).contains("quote the value"),
+            "{}",
+            err(&env("on"))
+        );
+        assert!(
+            err(&env("yes")).ends_with("at line 14 column 14"),
+            "{}",
+            err(&env("yes"))
+        );
         let pod = decode(&env("\"yes\"")).unwrap();
-        let value = |p: &Pod| p.spec.as_ref().unwrap().containers[0].env.as_ref().unwrap()[0].value.clone();
+        let value = |p: &Pod| {
+            p.spec.as_ref().unwrap().containers[0].env.as_ref().unwrap()[0]
+                .value
+                .clone()
+        };
         assert_eq!(value(&pod).as_deref(), Some("yes"));
-        assert_eq!(value(&decode(&env("yesterday")).unwrap()).as_deref(), Some("yesterday"));
+        assert_eq!(
+            value(&decode(&env("yesterday")).unwrap()).as_deref(),
+            Some("yesterday")
+        );
         assert_err(
             &GOOD.replace("- name: nginx", "- name: 012"),
             "spec.containers[0].name: invalid type: integer `10`, expected a string",
@@ -419,7 +435,10 @@ mod tests {
             "    env:\n    - name: A\n      value: &v x\n    args: [{}x]\n",
             "*v, ".repeat(MAX_ALIASES + 1)
         ));
-        assert_err(&many, &format!("invalid YAML: more than {MAX_ALIASES} aliases at line"));
+        assert_err(
+            &many,
+            &format!("invalid YAML: more than {MAX_ALIASES} aliases at line"),
+        );
         let separators = format!("{GOOD}{}", "---\n".repeat(MAX_DOCUMENTS));
         assert_err(
             &separators,
@@ -593,7 +612,9 @@ mod tests {
                 "{{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{{\"name\":\"x\",\"annotations\":{{\"a\":{flow_seq}}}}}}}"
             ),
         ];
-        let block: String = (0..200).map(|i| format!("{}k:\n", "  ".repeat(i + 2))).collect();
+        let block: String = (0..200)
+            .map(|i| format!("{}k:\n", "  ".repeat(i + 2)))
+            .collect();
         let docs = [
             docs[0].clone(),
             docs[1].clone(),

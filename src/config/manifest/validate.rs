@@ -242,15 +242,21 @@ fn validate_volumes(spec: &PodSpec) -> Result<HashSet<&str>, FieldError> {
 
 /// kubelet's file mode checks (`validateDownwardAPIVolumeSource`, `validateProjectedVolumeSource`):
 /// a mode is 0 to 0777. YAML's `0648` is no octal and reads as 648, which lands here.
-fn validate_file_modes(v: &k8s_openapi::api::core::v1::Volume, field: &str) -> Result<(), FieldError> {
+fn validate_file_modes(
+    v: &k8s_openapi::api::core::v1::Volume,
+    field: &str,
+) -> Result<(), FieldError> {
     let check = |mode: Option<i32>, at: String| match mode {
         Some(m) if !(0..=0o777).contains(&m) => fail(
             at,
-            format!("invalid value {m}: must be a number between 0 and 0777 (octal), both inclusive"),
+            format!(
+                "invalid value {m}: must be a number between 0 and 0777 (octal), both inclusive"
+            ),
         ),
         _ => Ok(()),
     };
-    let items = |items: Option<&Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>>, at: &str| {
+    let items = |items: Option<&Vec<k8s_openapi::api::core::v1::DownwardAPIVolumeFile>>,
+                 at: &str| {
         for (j, item) in items.into_iter().flatten().enumerate() {
             check(item.mode, format!("{at}.items[{j}].mode"))?;
         }

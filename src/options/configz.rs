@@ -89,6 +89,7 @@ fn servers(m: &mut Map<String, Value>, o: &Options) {
     m.insert("enableDebuggingHandlers".into(), json!(h.debugging));
     m.insert("enableSystemLogHandler".into(), json!(h.system_log));
     m.insert("enableDebugFlagsHandler".into(), json!(h.debug_flags));
+    m.insert("enableProfilingHandler".into(), json!(h.profiling));
 }
 
 /// The secure port: TLS, authentication and authorization, nested as kubelet nests them.

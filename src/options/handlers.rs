@@ -14,6 +14,9 @@ pub(crate) struct DebugHandlers {
     pub system_log: bool,
     /// `enableDebugFlagsHandler`: `PUT /debug/flags/v`, only while `debugging` is on.
     pub debug_flags: bool,
+    /// `enableProfilingHandler`: kubelet's `/debug/pprof/`, which oxlet does not have
+    /// (404); off, it answers kubelet's 405, only while `debugging` is on.
+    pub profiling: bool,
 }
 
 impl Default for DebugHandlers {
@@ -23,6 +26,7 @@ impl Default for DebugHandlers {
             debugging: true,
             system_log: true,
             debug_flags: true,
+            profiling: true,
         }
     }
 }

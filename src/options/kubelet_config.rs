@@ -47,7 +47,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "kernelMemcgNotification",
     "enableSystemLogQuery",
     "reservedMemory",
-    "enableProfilingHandler",
     "memoryThrottlingFactor",
     "localStorageCapacityIsolation",
     "imageServiceEndpoint",

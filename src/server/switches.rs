@@ -3,8 +3,8 @@
 //! `/containerLogs/`, `/runningpods/`, `/debug/pprof/` and `/logs/` answer 405
 //! "Debug endpoints are disabled." (`InstallDebuggingDisabledHandlers`), and
 //! `/configz`, `/checkpoint/` and `/debug/flags/v` are not served at all; with it on,
-//! `enableSystemLogHandler` and `enableDebugFlagsHandler` turn `/logs/` and
-//! `/debug/flags/v` into their own 405s. kubelet's read-only port is built without
+//! `enableSystemLogHandler`, `enableDebugFlagsHandler` and `enableProfilingHandler`
+//! turn `/logs/`, `/debug/flags/v` and `/debug/pprof/` into their own 405s. kubelet's read-only port is built without
 //! a configuration, so it always answers as if the debugging handlers were off.
 //!
 //! One middleware inside authentication and authorization (kubelet's filters run
@@ -40,6 +40,7 @@ pub(crate) const READ_ONLY: DebugHandlers = DebugHandlers {
     debugging: false,
     system_log: false,
     debug_flags: false,
+    profiling: false,
 };
 
 /// What a switched-off path answers instead of its handler.
@@ -74,6 +75,9 @@ fn switched_off(h: DebugHandlers, path: &str) -> Option<Off> {
     }
     if !h.debug_flags && matches("/debug/flags/v", path) {
         return Some(Off::Disabled("flags endpoint is disabled."));
+    }
+    if !h.profiling && matches("/debug/pprof/", path) {
+        return Some(Off::Disabled("profiling endpoint is disabled."));
     }
     None
 }
@@ -223,6 +227,7 @@ mod tests {
         debugging: true,
         system_log: true,
         debug_flags: true,
+        profiling: true,
     };
 
     #[test]
@@ -287,6 +292,15 @@ mod tests {
             Some(Off::Disabled("flags endpoint is disabled."))
         );
         assert_eq!(switched_off(no_flags, "/logs/"), None);
+        let no_pprof = DebugHandlers {
+            profiling: false,
+            ..ON
+        };
+        assert_eq!(
+            switched_off(no_pprof, "/debug/pprof/heap"),
+            Some(Off::Disabled("profiling endpoint is disabled."))
+        );
+        assert_eq!(switched_off(ON, "/debug/pprof/heap"), None);
         // With the debugging handlers off, kubelet installs neither switch's handler.
         let all_off = DebugHandlers {
             debugging: false,

@@ -8,7 +8,7 @@
 # replays it.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      (FUZZ_DEV=1: an unoptimized build)
-#   scripts/fuzz.sh --install     (only the install; scripts/install-deps.sh runs it)
+#   scripts/fuzz.sh --install     (only the install; scripts/install-test-deps.sh runs it)
 #
 # FUZZ_STATS=<file> appends one line per target: name, executions, seconds, coverage
 # (edges), features, peak RSS (MiB), corpus size.

@@ -1,77 +1,141 @@
 #!/usr/bin/env bash
-# Install what oxlet's real-runtime tests and examples need, as root on Debian:
-# containerd (with CRI), runc, the CNI plugins, a static busybox (test images),
-# protoc (the k8s-cri build script), iproute2, openssl (test certificates), kubectl, g++ and
-# cargo-fuzz (the fuzz targets),
-# docker-registry (distribution 2.8: the pull tests run it on loopback; its service is never
-# started), and dbus (dbus-daemon: the graceful node shutdown tests run a private system bus
-# with a logind of their own on it; the system's bus is never started). Only missing packages
-# are installed, so a prepared machine costs nothing (and no network). containerd 1.7 and
-# 2.x, which the core of the integration suite also runs against, are fetched into
-# target/runtimes without being installed (scripts/fetch-runtimes.sh).
+# Install what `scripts/run-example.sh` needs, as root on Debian, and nothing else:
+# containerd (with CRI), runc, the CNI plugins, a static busybox (the example's images),
+# protoc (the k8s-cri build script) and iproute2. The test tooling comes with
+# `scripts/install-test-deps.sh`, which runs this first.
 #
-# No system containerd is started: oxlet and the test bed run their own, and a system
-# one would only compete for nothing. A policy-rc.d that forbids service starts is put in
-# place for the duration of the install.
+# It never touches a runtime it did not install:
+# - a part already there is used as it is: a `containerd` or `runc` on PATH (an upstream
+#   build in /usr/local/bin as well as Debian's) is never replaced, so only what is
+#   missing is installed, and a prepared machine costs nothing (and no network);
+# - Docker's `containerd.io` package is refused outright, before anything changes:
+#   apt would remove it to install Debian's containerd or runc, and its containerd
+#   runs without the CRI plugin oxlet needs;
+# - no service is started while packages install (a policy-rc.d forbids it), none is
+#   ever disabled, and a service is stopped only when it was not running before the
+#   install and is running after it (the install started it).
+#
+# OXLET_INSTALL_ROOT (tests only) prefixes the files looked at and written
+# (/usr/lib/cni, /usr/sbin/policy-rc.d), so a test can run the script against a
+# tree of its own with stub dpkg-query, apt-get and systemctl on PATH.
+#
+# Usage: install-deps.sh [--test]   (--test: the test tooling too; install-test-deps.sh)
 set -euo pipefail
 
-# g++: libFuzzer, which the fuzz targets link (scripts/fuzz.sh), is C++ built from source.
-PKGS=(containerd runc containernetworking-plugins busybox-static protobuf-compiler iproute2 openssl
-    docker-registry dbus g++)
-# kubectl (Debian's 1.20) shows in tests/test_apiserver.rs that the test apiserver speaks the real
-# protocol; any kubectl already on PATH does as well.
-if ! command -v kubectl >/dev/null 2>&1; then
-    PKGS+=(kubernetes-client)
+ROOT=${OXLET_INSTALL_ROOT:-}
+here=${BASH_SOURCE[0]%/*}
+test_tools=
+if [ "${1:-}" = --test ]; then
+    test_tools=1
 fi
+
+say() { echo "install-deps: $*"; }
+fail() {
+    echo "install-deps: $*" >&2
+    exit 1
+}
 
 if [ "$(id -u)" -ne 0 ]; then
-    echo "install-deps: must run as root" >&2
-    exit 1
+    fail "must run as root"
 fi
 
-missing=()
-for p in "${PKGS[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-        missing+=("$p")
-    fi
-done
-# containerd 1.7 and 2.x, and cargo-fuzz (pinned in scripts/fuzz.sh).
-fetch_runtimes() {
-    bash "$(dirname "$0")/fetch-runtimes.sh"
-    bash "$(dirname "$0")/fuzz.sh" --install
+installed() { # package
+    local status
+    status=$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) || return 1
+    [ "$status" = "install ok installed" ]
 }
-if [ ${#missing[@]} -eq 0 ]; then
-    echo "install-deps: all present (${PKGS[*]})"
-    fetch_runtimes
-    exit 0
-fi
-echo "install-deps: installing ${missing[*]}"
+on_path() { command -v "$1" >/dev/null 2>&1; }
 
-export DEBIAN_FRONTEND=noninteractive
-policy=/usr/sbin/policy-rc.d
-created_policy=
-if [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\n# oxlet install-deps: no service starts during install\nexit 101\n' >"$policy"
-    chmod 0755 "$policy"
-    created_policy=1
+if installed containerd.io; then
+    fail "Docker's containerd.io package is installed; nothing was changed.
+  Installing Debian's containerd or runc would make apt remove it (and Docker's runtime with
+  it), and its containerd runs without the CRI plugin oxlet needs. To run oxlet beside it,
+  enable that plugin yourself (remove \"cri\" from disabled_plugins in
+  /etc/containerd/config.toml, then restart containerd), install
+  containernetworking-plugins busybox-static protobuf-compiler iproute2, and start oxlet."
 fi
-cleanup() { if [ -n "$created_policy" ]; then rm -f "$policy"; fi; }
-trap cleanup EXIT
 
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
-
-# Should a service manager have started containerd or the registry anyway, stop them:
-# they are not ours.
-if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-    systemctl disable --now containerd.service docker-registry.service >/dev/null 2>&1 || true
-fi
-for bin in containerd runc ctr containerd-shim-runc-v2 ip protoc /usr/lib/cni/bridge /bin/busybox \
-    docker-registry dbus-daemon; do
-    if ! command -v "$bin" >/dev/null 2>&1 && [ ! -x "$bin" ]; then
-        echo "install-deps: $bin still missing after install" >&2
-        exit 1
+# Each part: the package, and whether the machine already has it.
+missing=()
+want() { # package, present?
+    if [ "$2" = no ]; then
+        missing+=("$1")
     fi
-done
-fetch_runtimes
-echo "install-deps: done"
+}
+has() { if "$@"; then echo yes; else echo no; fi; }
+# A containerd or runc already on PATH is used, whoever installed it.
+want containerd "$(has on_path containerd)"
+want runc "$(has on_path runc)"
+want containernetworking-plugins "$(has test -x "$ROOT/usr/lib/cni/bridge")"
+want busybox-static "$(has installed busybox-static)"
+want protobuf-compiler "$(has on_path protoc)"
+want iproute2 "$(has on_path ip)"
+services=(containerd.service)
+if [ -n "$test_tools" ]; then
+    # openssl: test certificates. docker-registry (distribution 2.8): the pull tests run it
+    # on loopback. dbus (dbus-daemon): the graceful node shutdown tests run a private system
+    # bus with a logind of their own on it. g++: libFuzzer, which the fuzz targets link
+    # (scripts/fuzz.sh), is C++ built from source. kubectl (Debian's 1.20) shows in
+    # tests/test_apiserver.rs that the test apiserver speaks the real protocol; any kubectl
+    # already on PATH does as well.
+    want openssl "$(has on_path openssl)"
+    want docker-registry "$(has on_path docker-registry)"
+    want dbus "$(has on_path dbus-daemon)"
+    want g++ "$(has on_path g++)"
+    want kubernetes-client "$(has on_path kubectl)"
+    services+=(docker-registry.service)
+fi
+
+systemd_runs() { on_path systemctl && [ -d "$ROOT/run/systemd/system" ]; }
+active() { systemctl is-active --quiet "$1" 2>/dev/null; }
+
+if [ ${#missing[@]} -eq 0 ]; then
+    say "all present"
+else
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # The services running before the install: never stopped afterwards.
+    before=()
+    if systemd_runs; then
+        for s in "${services[@]}"; do
+            if active "$s"; then before+=("$s"); fi
+        done
+    fi
+    policy=$ROOT/usr/sbin/policy-rc.d
+    created_policy=
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\n# oxlet install-deps: no service starts during install\nexit 101\n' >"$policy"
+        chmod 0755 "$policy"
+        created_policy=1
+    fi
+    cleanup() { if [ -n "$created_policy" ]; then rm -f "$policy"; fi; }
+    trap cleanup EXIT
+
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+
+    # Should a service manager have started one anyway, stop it: this install started
+    # it. One that ran before is the machine's, and is left alone.
+    if systemd_runs; then
+        for s in "${services[@]}"; do
+            if [[ " ${before[*]} " != *" $s "* ]] && active "$s"; then
+                say "stopping $s, which the install started"
+                systemctl stop "$s" || true
+            fi
+        done
+    fi
+    bins=(containerd runc ip protoc)
+    if [ -n "$test_tools" ]; then bins+=(openssl docker-registry dbus-daemon g++ kubectl); fi
+    for bin in "${bins[@]}"; do
+        on_path "$bin" || fail "$bin still missing after install"
+    done
+    [ -x "$ROOT/usr/lib/cni/bridge" ] || fail "/usr/lib/cni/bridge still missing after install"
+fi
+
+if [ -n "$test_tools" ]; then
+    # containerd 1.7 and 2.x into target/runtimes (nothing installed), and cargo-fuzz
+    # (pinned in scripts/fuzz.sh).
+    bash "$here/fetch-runtimes.sh"
+    bash "$here/fuzz.sh" --install
+fi
+say "done"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: install the runtime packages, build oxlet, put the
+# The main job on a fresh machine: install the runtime packages (never over a runtime the
+# machine already has; scripts/install-deps.sh), build oxlet, put the
 # local images where oxlet imports them at start (<root-dir>/images), and run oxlet on the
 # example static pods. oxlet starts its own containerd under <root-dir>/containerd unless
 # one answers at the default socket.
@@ -17,7 +18,10 @@ bash scripts/install-deps.sh
 cargo build --release
 bash scripts/build-images.sh "$ROOT_DIR/images"
 
-args=(--pod-manifest-path examples/manifests -v=2)
+# Loopback only: with flags alone kubelet's defaults let anyone who reaches the secure
+# port exec into the pods (anonymous requests, every request authorized), so the example
+# serves the secure and read-only ports to this machine alone.
+args=(--pod-manifest-path examples/manifests --address=127.0.0.1 -v=2)
 # Like kubelet since 1.35, oxlet refuses a cgroup v1 host unless told otherwise.
 if [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then
     echo "run-example: this host uses cgroup v1; passing --fail-cgroupv1=false" >&2

@@ -47,7 +47,7 @@ runtimes=${OXLET_RUNTIMES:-$PWD/target/runtimes}
 for series in containerd-1.7 containerd-2; do
     bin=$runtimes/$series/bin/containerd
     if [ ! -x "$bin" ]; then
-        echo "test.sh: $bin is missing; run scripts/install-deps.sh (it fetches it)" >&2
+        echo "test.sh: $bin is missing; run scripts/install-test-deps.sh (it fetches it)" >&2
         exit 1
     fi
     phase "the core suite on $series"

@@ -432,6 +432,7 @@ fn routers() -> &'static [axum::Router; 2] {
                 dir: scratch().join("checkpoints"),
             },
             auth: Arc::new(auth),
+            handlers: crate::options::DebugHandlers::default(),
         };
         [
             crate::server::read_only_router(views),

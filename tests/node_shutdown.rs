@@ -73,7 +73,9 @@ impl Bus {
             .args(["--nofork", "--print-address"])
             .stdout(Stdio::piped())
             .spawn()
-            .expect("dbus-daemon (Debian's dbus package; scripts/install-deps.sh installs it)");
+            .expect(
+                "dbus-daemon (Debian's dbus package; scripts/install-test-deps.sh installs it)",
+            );
         let mut out = daemon.stdout.take().unwrap();
         let mut address = Vec::new();
         let mut byte = [0_u8; 1];

@@ -102,7 +102,7 @@ async fn client_certificates_and_anonymous_requests() {
     assert_eq!((code, body.as_str()), (405, "Method Not Allowed"));
     // kubelet keeps these to the secure port.
     assert_eq!(ox.get("/configz").await.unwrap().0, 404);
-    assert_eq!(ox.get("/runningpods/").await.unwrap().0, 404);
+    assert_eq!(ox.get("/runningpods/").await.unwrap().0, 405);
     assert_eq!(ox.get("/pods").await.unwrap().0, 200);
 
     // /logs/: the node's /var/log, nothing outside it.
@@ -539,7 +539,7 @@ async fn kubectl_reaches_the_node_through_the_apiserver() {
         .output()
         .is_err()
     {
-        eprintln!("SKIPPED: kubectl is not installed (scripts/install-deps.sh installs it)");
+        eprintln!("SKIPPED: kubectl is not installed (scripts/install-test-deps.sh installs it)");
         return;
     }
     let bed = Testbed::start().await;

@@ -102,9 +102,14 @@ async fn stats_and_debug_endpoints() {
     let (ox, uid) = start(&bed).await;
 
     // kubelet serves /configz and /runningpods/ on the secure port alone
-    // (tests/secure_port.rs reads them there).
+    // (tests/secure_port.rs reads them there); its read-only port answers the
+    // debugging endpoints as switched off (its server has no configuration).
     assert_eq!(request(&ox, "GET", "/configz").await.0, 404);
-    assert_eq!(request(&ox, "GET", "/runningpods/").await.0, 404);
+    let (code, _, body) = request(&ox, "GET", "/runningpods/").await;
+    assert_eq!(
+        (code, body.as_str()),
+        (405, "Debug endpoints are disabled.\n")
+    );
     let _ = &uid;
     // GET-only endpoints answer other methods as kubelet does.
     for path in ["/pods", "/pods/"] {

@@ -134,6 +134,14 @@ async fn start_secure(
         clientCA = serving.client_ca_file.is_some(),
         "serving the kubelet API on the secure port"
     );
+    if serves_exec_to_anyone(opts, addr) {
+        tracing::warn!(
+            %addr,
+            anonymousAuth = serving.anonymous,
+            authorizationMode = serving.authorization_mode.as_str(),
+            "the secure port serves exec, attach, port-forward and run to anonymous users on a non-loopback address: anyone who reaches it can run commands in every pod; listen on loopback (--address=127.0.0.1), or turn anonymous requests off (--anonymous-auth=false) or authorize them (--authorization-mode=Webhook)"
+        );
+    }
     let cri: Arc<dyn crate::cri::Cri> = Arc::new(parts.rt.cri.clone());
     let checkpoints = server::Checkpoints {
         pods: views.pods.clone(),
@@ -159,6 +167,7 @@ async fn start_secure(
         },
         checkpoints,
         auth: Arc::new(auth),
+        handlers: opts.handlers,
         views: views.clone(),
     });
     tasks.spawn_critical("secure-server", move |cancel| async move {
@@ -166,6 +175,18 @@ async fn start_secure(
         Ok(())
     });
     Ok(())
+}
+
+/// Whether anyone who reaches `addr` may exec, attach, port-forward and run: anonymous
+/// requests on, every request authorized, the debugging handlers on, and an address
+/// other than loopback (kubelet's flag defaults on 0.0.0.0). A webhook may allow
+/// `system:anonymous` too, but only the apiserver knows; that case is not said.
+fn serves_exec_to_anyone(opts: &Options, addr: SocketAddr) -> bool {
+    let s = &opts.serving;
+    s.anonymous
+        && s.authorization_mode == crate::options::AuthorizationMode::AlwaysAllow
+        && opts.handlers.debugging
+        && !addr.ip().to_canonical().is_loopback()
 }
 
 /// `serverTLSBootstrap`: the stored serving certificate is presented now, and a
@@ -248,4 +269,38 @@ pub(super) async fn start(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: &[&str]) -> Options {
+        crate::options::load(std::iter::once("oxlet").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{e:?}"))
+    }
+
+    #[test]
+    fn exec_for_anyone_is_only_anonymous_always_allow_off_loopback() {
+        let at = |ip: &str| SocketAddr::new(ip.parse().unwrap(), 10250);
+        // kubelet's flag defaults: anonymous on, AlwaysAllow, 0.0.0.0.
+        let defaults = opts(&[]);
+        assert!(serves_exec_to_anyone(&defaults, at("0.0.0.0")));
+        assert!(serves_exec_to_anyone(&defaults, at("::")));
+        assert!(serves_exec_to_anyone(&defaults, at("192.0.2.7")));
+        // run-example.sh's loopback, in each spelling.
+        for ip in ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"] {
+            assert!(!serves_exec_to_anyone(&defaults, at(ip)), "{ip}");
+        }
+        for args in [
+            &["--anonymous-auth=false"][..],
+            &["--authorization-mode=Webhook"][..],
+            &["--enable-debugging-handlers=false"][..],
+        ] {
+            assert!(
+                !serves_exec_to_anyone(&opts(args), at("0.0.0.0")),
+                "{args:?}"
+            );
+        }
+    }
 }

@@ -16,6 +16,7 @@
 //! - [`manager`]: [`ContainerManager`], the tree as one value, with its periodic task;
 //!   [`qos_cgroups`] and [`pod_cgroups`] are its node-level and per-pod halves.
 //! - [`startup`]: detection, the driver decision, the start-up line, the tree made.
+//! - [`kernel`]: kubelet's kernel tunables, checked (`protectKernelDefaults`) or written.
 //! - [`hook_cgroups`]: limits read and written for koordlet's runtime hooks.
 //! - [`koord_cgroups`]: the cpuset and memory QoS files koordlet's QoS manager writes.
 
@@ -26,6 +27,7 @@ mod driver;
 mod fit;
 mod fs;
 mod hook_cgroups;
+mod kernel;
 mod koord_cgroups;
 mod manager;
 mod name;

@@ -32,6 +32,9 @@ pub(crate) struct CmSettings {
     pub fail_cgroup_v1: bool,
     /// `failSwapOn`.
     pub fail_swap_on: bool,
+    /// `protectKernelDefaults`: a kernel tunable off kubelet's value stops the start
+    /// (false: it is written).
+    pub protect_kernel_defaults: bool,
     /// `cgroupDriver`, and whether it was given rather than defaulted.
     pub cgroup_driver: CgroupDriver,
     pub cgroup_driver_explicit: bool,
@@ -72,6 +75,10 @@ pub(crate) enum CmStartError {
     Swaps(std::io::Error),
     #[error(transparent)]
     Driver(#[from] DriverMismatch),
+    /// kubelet's words, each tunable named; under `protectKernelDefaults` the fix is
+    /// the host's sysctls, otherwise oxlet could not write them.
+    #[error("{0} (protectKernelDefaults: {1})")]
+    KernelTunables(super::kernel::TunablesError, bool),
     #[error("--cgroup-root: {0}")]
     Root(NameError),
     #[error("cannot create the kubepods cgroups: {0}")]
@@ -231,6 +238,9 @@ pub(crate) async fn start(
     if opts.fail_swap_on {
         check_swap(Path::new(PROC_SWAPS))?;
     }
+    let protect = opts.protect_kernel_defaults;
+    super::kernel::setup_kernel_tunables(Path::new(super::kernel::PROC_SYS), protect)
+        .map_err(|e| CmStartError::KernelTunables(e, protect))?;
     let root_text = opts.cgroup_root.to_cgroupfs()?;
     let reported = runtime_driver(cri).await;
     let guessed = driver::guess(Path::new(HOST_MOUNT), version, &opts.cgroup_root);

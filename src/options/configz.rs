@@ -85,6 +85,11 @@ fn servers(m: &mut Map<String, Value>, o: &Options) {
     );
     m.insert("healthzPort".into(), json!(o.healthz_port));
     secure_port(m, &o.serving);
+    let h = o.handlers;
+    m.insert("enableDebuggingHandlers".into(), json!(h.debugging));
+    m.insert("enableSystemLogHandler".into(), json!(h.system_log));
+    m.insert("enableDebugFlagsHandler".into(), json!(h.debug_flags));
+    m.insert("enableProfilingHandler".into(), json!(h.profiling));
 }
 
 /// The secure port: TLS, authentication and authorization, nested as kubelet nests them.
@@ -164,6 +169,10 @@ fn cgroups_and_reserved(m: &mut Map<String, Value>, o: &Options) {
     );
     m.insert("failCgroupV1".into(), json!(o.fail_cgroup_v1));
     m.insert("failSwapOn".into(), json!(o.fail_swap_on));
+    m.insert(
+        "protectKernelDefaults".into(),
+        json!(o.protect_kernel_defaults),
+    );
     m.insert("kubeReserved".into(), json!(reserved(&o.kube_reserved)));
     m.insert("systemReserved".into(), json!(reserved(&o.system_reserved)));
 }

@@ -30,7 +30,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("cpu-manager-policy-options", Value),
     ("cpu-manager-reconcile-period", Value),
     ("enable-controller-attach-detach", Bool),
-    ("enable-debugging-handlers", Bool),
     ("experimental-mounter-path", Value),
     ("hairpin-mode", Value),
     ("image-credential-provider-bin-dir", Value),
@@ -55,7 +54,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("oom-score-adj", Value),
     ("pod-infra-container-image", Value),
     ("pods-per-core", Value),
-    ("protect-kernel-defaults", Bool),
     ("qos-reserved", Value),
     ("registry-burst", Value),
     ("registry-qps", Value),
@@ -288,7 +286,10 @@ mod tests {
                     args.push(format!("--{}={value}", s.flag));
                 }
             }
-            for s in SETTINGS.iter().filter(|s| s.kind == Kind::Bool) {
+            for s in SETTINGS
+                .iter()
+                .filter(|s| s.kind == Kind::Bool && s.has_flag())
+            {
                 args.push(format!("--{}=false", s.flag));
             }
             args.push("--runonce".to_string());
@@ -334,7 +335,7 @@ mod tests {
         let f = parse(&[
             "--registry-qps=7",
             "--kernel-memcg-notification=false",
-            "--protect-kernel-defaults",
+            "--make-iptables-util-chains",
             "--oom-score-adj",
             "-999",
             "--registry-qps=9",
@@ -344,7 +345,7 @@ mod tests {
             f.unimplemented,
             [
                 "kernel-memcg-notification",
-                "protect-kernel-defaults",
+                "make-iptables-util-chains",
                 "oom-score-adj",
                 "registry-qps"
             ]

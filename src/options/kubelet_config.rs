@@ -20,9 +20,7 @@ pub(crate) const KIND: &str = "KubeletConfiguration";
 pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "registryPullQPS",
     "registryBurst",
-    "imagePullCredentialsVerificationPolicy",
     "preloadedImagesVerificationAllowlist",
-    "enableDebuggingHandlers",
     "enableContentionProfiling",
     "oomScoreAdj",
     "kubeletCgroups",
@@ -42,7 +40,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "mergeDefaultEvictionSettings",
     "podsPerCore",
     "enableControllerAttachDetach",
-    "protectKernelDefaults",
     "makeIPTablesUtilChains",
     "iptablesMasqueradeBit",
     "iptablesDropBit",
@@ -51,16 +48,43 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "showHiddenMetricsForVersion",
     "volumePluginDir",
     "kernelMemcgNotification",
-    "enableSystemLogHandler",
     "enableSystemLogQuery",
     "reservedMemory",
-    "enableProfilingHandler",
-    "enableDebugFlagsHandler",
     "memoryThrottlingFactor",
-    "registerWithTaints",
     "localStorageCapacityIsolation",
     "imageServiceEndpoint",
 ];
+
+/// KubeletConfiguration fields oxlet refuses when set: ignored, they would leave the
+/// node weaker than the file asks, a hardening that silently does not happen. Each
+/// with the value that is what oxlet does anyway (accepted; "" is an empty list) and why.
+pub(crate) const REFUSED_FIELDS: &[(&str, &str, &str)] = &[
+    (
+        "imagePullCredentialsVerificationPolicy",
+        "NeverVerify",
+        "oxlet does not check that a pod may use an image pulled with another pod's \
+         credentials (kubelet's KubeletEnsureSecretPulledImages), so only NeverVerify, \
+         what it does, is accepted",
+    ),
+    (
+        "registerWithTaints",
+        "",
+        "oxlet takes the Node's registration taints from --register-with-taints only; \
+         a taint given here would not be on the Node",
+    ),
+];
+
+/// The reason `name` set to `value` is refused, if it is ([`REFUSED_FIELDS`]).
+fn refused(name: &str, value: &Value) -> Option<&'static str> {
+    let &(_, accepted, reason) = REFUSED_FIELDS.iter().find(|(f, _, _)| *f == name)?;
+    let is_accepted = match value {
+        Value::Null => true,
+        Value::Sequence(items) => items.is_empty() && accepted.is_empty(),
+        Value::String(text) => text == accepted,
+        _ => false,
+    };
+    (!is_accepted).then_some(reason)
+}
 
 /// KubeletConfiguration fields that are structs, each with its own fields (dotted
 /// for structs inside). The decoder walks them: a field with a setting row
@@ -324,8 +348,18 @@ pub(crate) fn parse_config(path: &Path, text: &str) -> Result<KubeletConfigFile,
             walk_struct(top, value, leaves, top, &mut cfg);
             continue;
         }
+        if let Some(reason) = refused(name, value) {
+            cfg.problems.push(Problem::Field {
+                file: path.to_path_buf(),
+                field: name.to_string(),
+                value: value_text(value),
+                reason: reason.to_string(),
+            });
+            continue;
+        }
         match settings::by_field(name) {
             Some(setting) => record_value(setting, path, value, &mut cfg),
+            None if REFUSED_FIELDS.iter().any(|(f, _, _)| *f == name) => {}
             None if UNIMPLEMENTED_FIELDS.contains(&name) => {
                 cfg.unimplemented.push(name.to_string());
             }
@@ -867,10 +901,46 @@ mod tests {
         assert_eq!(cfg.values["fileCheckFrequency"], "-1s");
     }
 
+    /// A field whose silent absence would weaken the node stops the start, naming it,
+    /// unless its value is what oxlet does anyway.
+    #[test]
+    fn refused_fields_stop_the_start_unless_set_to_what_oxlet_does() {
+        let cfg = parse(
+            "imagePullCredentialsVerificationPolicy: AlwaysVerify\n\
+             registerWithTaints:\n- key: dedicated\n  value: secrets\n  effect: NoSchedule\n",
+        )
+        .unwrap();
+        let mut all = messages(&cfg.problems);
+        let taints = all.pop().unwrap();
+        assert!(
+            taints.starts_with("/etc/x.yaml: field registerWithTaints: invalid value \"[{")
+                && taints.ends_with("\": oxlet takes the Node's registration taints from --register-with-taints only; a taint given here would not be on the Node"),
+            "{taints}"
+        );
+        assert_eq!(
+            all,
+            [
+                "/etc/x.yaml: field imagePullCredentialsVerificationPolicy: invalid value \"AlwaysVerify\": oxlet does not check that a pod may use an image pulled with another pod's credentials (kubelet's KubeletEnsureSecretPulledImages), so only NeverVerify, what it does, is accepted",
+            ]
+        );
+        assert!(cfg.unimplemented.is_empty() && cfg.unknown.is_empty());
+        let cfg =
+            parse("imagePullCredentialsVerificationPolicy: NeverVerify\nregisterWithTaints: []\n")
+                .unwrap();
+        assert!(cfg.problems.is_empty(), "{:?}", cfg.problems);
+        assert!(cfg.unimplemented.is_empty() && cfg.unknown.is_empty());
+    }
+
     #[test]
     fn field_tables_are_disjoint() {
         for f in settings::SETTINGS.iter().filter_map(|s| s.field) {
             assert!(!UNIMPLEMENTED_FIELDS.contains(&f), "{f}");
+        }
+        for (f, _, _) in REFUSED_FIELDS {
+            assert!(
+                !UNIMPLEMENTED_FIELDS.contains(f) && settings::by_field(f).is_none(),
+                "{f}"
+            );
         }
         let mut all: Vec<&str> = UNIMPLEMENTED_FIELDS.to_vec();
         all.sort();

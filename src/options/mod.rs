@@ -5,6 +5,7 @@
 
 mod configz;
 mod flags;
+mod handlers;
 mod kubelet_config;
 mod problem;
 mod serving;
@@ -17,6 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use flags::FlagValues;
+pub(crate) use handlers::DebugHandlers;
 use kubelet_config::KubeletConfigFile;
 pub(crate) use problem::{ConfigError, Problem};
 pub(crate) use serving::{AuthorizationMode, Serving, TlsVersion};
@@ -191,6 +193,11 @@ pub struct Options {
     pub(crate) image_gc: crate::images::Policy,
     /// The secure port: TLS, authentication, authorization.
     pub(crate) serving: Serving,
+    /// Which of kubelet's debugging endpoints the secure port serves.
+    pub(crate) handlers: DebugHandlers,
+    /// `protectKernelDefaults`: refuse to start when the kernel's tunables differ
+    /// from kubelet's values, instead of writing them.
+    pub(crate) protect_kernel_defaults: bool,
     /// `volumeStatsAggPeriod`: how often each pod's volumes and logs are measured
     /// (zero: never, as kubelet).
     pub(crate) volume_stats_agg_period: Duration,
@@ -234,6 +241,7 @@ impl Options {
         crate::cm::CmSettings {
             fail_cgroup_v1: self.fail_cgroup_v1,
             fail_swap_on: self.fail_swap_on,
+            protect_kernel_defaults: self.protect_kernel_defaults,
             cgroup_driver: self.cgroup_driver,
             cgroup_driver_explicit: self.cgroup_driver_explicit,
             cgroup_root: self.cgroup_root.clone(),
@@ -270,6 +278,8 @@ impl Options {
             address: IpAddr::from([0, 0, 0, 0]),
             read_only_port: 0,
             serving: Serving::blank(),
+            handlers: DebugHandlers::default(),
+            protect_kernel_defaults: false,
             healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
             healthz_port: 0,
             file_check_frequency: Duration::ZERO,

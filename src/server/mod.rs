@@ -12,7 +12,9 @@
 //! - the healthz port: `/healthz`.
 //!
 //! It holds no state of its own: it reads the pod and status managers and the runtime.
-//! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]).
+//! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]);
+//! kubelet's switches for the debugging endpoints are honoured on both API ports
+//! ([`switches`]).
 
 mod auth;
 mod checkpoint;
@@ -24,6 +26,7 @@ mod paced;
 mod serving;
 mod stats;
 mod streaming;
+mod switches;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -301,6 +304,10 @@ fn shared_routes(views: Views) -> Router {
 pub(crate) fn read_only_router(views: Views) -> Router {
     shared_routes(views)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            switches::READ_ONLY,
+            switches::gate,
+        ))
         .layer(axum::middleware::from_fn(crate::metrics::track_readonly))
 }
 
@@ -313,6 +320,8 @@ pub(crate) struct Secure {
     pub node_logs: NodeLogs,
     pub checkpoints: Checkpoints,
     pub auth: Arc<Auth>,
+    /// kubelet's switches for the debugging endpoints ([`switches`]).
+    pub handlers: crate::options::DebugHandlers,
 }
 
 /// The secure API router: every endpoint, behind kubelet's authentication and
@@ -381,6 +390,11 @@ pub(crate) fn secure_router(s: Secure) -> Router {
         .merge(streams)
         .merge(checkpoints)
         .fallback(not_found)
+        // Inside authentication and authorization, as kubelet's disabled handlers are.
+        .layer(axum::middleware::from_fn_with_state(
+            s.handlers,
+            switches::gate,
+        ))
         .layer(axum::middleware::from_fn_with_state(s.auth, auth::check))
         .layer(axum::middleware::from_fn(crate::metrics::track_readwrite))
 }

@@ -533,7 +533,9 @@ pub fn containerd_binary() -> &'static ContainerdBinary {
             .expect("reading the containerd release")
         });
         let binary = binary.unwrap_or_else(|e| {
-            panic!("test bed: {e}; run scripts/install-deps.sh as root, or set {CONTAINERD_ENV}")
+            panic!(
+                "test bed: {e}; run scripts/install-test-deps.sh as root, or set {CONTAINERD_ENV}"
+            )
         });
         eprintln!(
             "testbed: containerd {} ({})",
@@ -574,7 +576,7 @@ fn check_prerequisites() {
     }
     assert!(
         missing.is_empty(),
-        "the real-runtime test bed needs {}; run scripts/install-deps.sh as root \
+        "the real-runtime test bed needs {}; run scripts/install-test-deps.sh as root \
          (containerd runc containernetworking-plugins busybox-static iproute2)",
         missing.join(", ")
     );

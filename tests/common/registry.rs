@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use super::{BUSYBOX_IMAGE, Testbed, free_port, test_images_dir};
 
-/// The registry binary `scripts/install-deps.sh` installs.
+/// The registry binary `scripts/install-test-deps.sh` installs.
 pub const REGISTRY_BINARY: &str = "/usr/bin/docker-registry";
 /// Where the seed image is imported before it is pushed (never the CRI's `k8s.io`).
 const SEED_NAMESPACE: &str = "oxlet-seed";
@@ -38,7 +38,7 @@ impl Registry {
         // The tests fail, never skip, without it.
         assert!(
             Path::new(REGISTRY_BINARY).exists(),
-            "{REGISTRY_BINARY} is missing: run scripts/install-deps.sh"
+            "{REGISTRY_BINARY} is missing: run scripts/install-test-deps.sh"
         );
         let dir = tempfile::Builder::new()
             .prefix("oxlet-registry-")
@@ -76,7 +76,7 @@ impl Registry {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| {
-                panic!("starting {REGISTRY_BINARY} (scripts/install-deps.sh installs it): {e}")
+                panic!("starting {REGISTRY_BINARY} (scripts/install-test-deps.sh installs it): {e}")
             });
         let reg = Registry {
             child,

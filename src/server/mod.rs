@@ -14,6 +14,7 @@
 //! It holds no state of its own: it reads the pod and status managers and the runtime.
 //! Connections are bounded (see [`conn`]); `/healthz` runs kubelet's checks ([`healthz`]).
 
+mod admission;
 mod auth;
 mod checkpoint;
 mod conn;
@@ -42,7 +43,7 @@ pub(crate) use conn::{Limits, serve_io};
 pub(crate) use container_logs::ContainerLogs;
 pub(crate) use healthz::Health;
 pub(crate) use node_logs::NodeLogs;
-pub(crate) use serving::{ServingSlot, acceptor, reload_pair, user_of};
+pub(crate) use serving::{ServingSlot, Tls, acceptor, reload_client_cas, reload_pair, user_of};
 pub(crate) use streaming::Streaming;
 
 use crate::pod::PodManager;
@@ -408,7 +409,7 @@ pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     limits: Limits,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Tls>,
     cancel: CancellationToken,
 ) {
     conn::serve(listener, router, limits, tls, cancel).await;

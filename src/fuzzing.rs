@@ -408,7 +408,7 @@ fn routers() -> &'static [axum::Router; 2] {
         let cri = crate::cri::RemoteRuntime::lazy("unix:///nonexistent/fuzz.sock", SECOND)
             .expect("a fixed endpoint");
         let cri: Arc<dyn crate::cri::Cri> = Arc::new(cri);
-        let auth = crate::server::Auth::new(NODE, &anonymous_serving(), None)
+        let auth = crate::server::Auth::new(NODE, &anonymous_serving(), None, None)
             .expect("no webhook, no apiserver needed");
         let secure = crate::server::Secure {
             views: views.clone(),

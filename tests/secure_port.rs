@@ -22,8 +22,9 @@ use tokio_tungstenite::tungstenite::Message;
 const START: Duration = Duration::from_secs(30);
 
 /// x509 users, anonymous off, AlwaysAllow: 401 without a certificate, 200 with
-/// one; a foreign CA's certificate cannot even connect; the serving key is root's
-/// alone; kubelet's debugging endpoints left the read-only port.
+/// one; a foreign CA's certificate is a 401 until `clientCAFile` is replaced by its
+/// CA, then the old CA's is; the serving key is root's alone; kubelet's debugging
+/// endpoints left the read-only port.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_and_anonymous_requests() {
     let bed = Testbed::start().await;
@@ -131,13 +132,34 @@ async fn client_certificates_and_anonymous_requests() {
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_file(&escape);
 
-    let stranger = Ca::new("another-ca").client("mallory", &["system:masters"]);
+    // A certificate from a CA the node does not trust: the handshake completes
+    // (kubelet asks for a certificate and verifies it in its authenticator) and
+    // the request is kubelet's 401.
+    let another_ca = Ca::new("another-ca");
+    let stranger = another_ca.client("mallory", &["system:masters"]);
     let foreign = Client::new(&ox, port, Some(&stranger));
-    let refused = foreign.request("GET", "/pods", "").await;
-    assert!(
-        refused.is_err() || refused.as_ref().is_ok_and(|(c, _)| *c == 0),
-        "a certificate from another CA was served: {refused:?}"
+    assert_eq!(
+        foreign.request("GET", "/pods", "").await.unwrap(),
+        (401, "Unauthorized".to_string()),
+        "a certificate from another CA"
     );
+    // clientCAFile replaced: the new CA's certificates authenticate, the old CA's
+    // no longer do, without a restart.
+    std::fs::write(&ca_file, &another_ca.pem).unwrap();
+    let t = Instant::now();
+    while foreign.get("/pods").await.0 != 200 {
+        assert!(
+            t.elapsed() < START,
+            "the replaced client CA file was never reloaded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(ox.log().contains("reloaded the client CA bundle"));
+    assert_eq!(
+        with_cert.get("/pods").await,
+        (401, "Unauthorized".to_string())
+    );
+    std::fs::write(&ca_file, &ca.pem).unwrap();
 
     // Anonymous on: the same request is system:anonymous and allowed.
     ox.sigterm();
@@ -150,6 +172,8 @@ async fn client_certificates_and_anonymous_requests() {
     wait_serving(&anonymous).await;
     let (code, body) = anonymous.get("/pods").await;
     assert_eq!(code, 200, "{body}");
+    // An untrusted certificate is not anonymous (kubelet's fail-on-error union).
+    assert_eq!(foreign.get("/pods").await.0, 401);
     // The self-signed pair made at the first start is kept.
     assert!(
         ox.log()
@@ -279,6 +303,22 @@ async fn webhook_authentication_and_authorization() {
         (asked("tokenreviews"), asked("subjectaccessreviews")),
         (tokens, reviews)
     );
+    // The SubjectAccessReview names the user as the TokenReview did: with its UID
+    // and extra, as kubelet's webhook authorizer sends them.
+    let bobs: Vec<serde_json::Value> = (server.requests().iter())
+        .filter(|r| r.path.ends_with("subjectaccessreviews"))
+        .filter_map(|r| serde_json::from_str(&r.body).ok())
+        .filter(|b: &serde_json::Value| b["spec"]["user"] == "bob")
+        .collect();
+    assert!(!bobs.is_empty());
+    for b in bobs {
+        assert_eq!(b["spec"]["uid"], testapi::user_uid("bob"), "{b}");
+        assert_eq!(
+            b["spec"]["extra"]["authentication.kubernetes.io/credential-id"],
+            serde_json::json!([testapi::credential_id("token-of-bob")]),
+            "{b}"
+        );
+    }
 }
 
 /// `/containerLogs` with kubelet's options, `previous`, and a followed log that sees a

@@ -195,6 +195,7 @@ async fn start(
         let secure = servers::SecureParts {
             rt,
             client: api.map(|a| a.main.clone()),
+            reviews: api.map(|a| a.reviews.clone()),
             addresses: crate::status::node_addresses(&host.info, opts.node_ip),
         };
         servers::start(opts, views, secure, health, limits, tasks).await?;

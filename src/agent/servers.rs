@@ -21,6 +21,10 @@ use crate::tasks::Tasks;
 /// How often a configured serving pair's files are checked for a change (kubelet's
 /// dynamic certificate content re-checks once a minute besides its file watch).
 const CERT_RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often `clientCAFile` is checked for a change: kubelet's dynamic CA content
+/// watches the file (and re-reads it each minute); a stat every few seconds gives
+/// the same reach without a watch.
+const CLIENT_CA_RELOAD_CHECK: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The node's log directory `/logs/` serves (kubelet's, fixed).
 const NODE_LOG_DIR: &str = "/var/log";
@@ -69,11 +73,13 @@ pub(super) fn views(
     }
 }
 
-/// What the secure port needs beyond the views: the runtime and the apiserver
-/// client its webhooks ask.
+/// What the secure port needs beyond the views: the runtime, the apiserver client
+/// (serving certificate requests) and the one its webhooks ask.
 pub(super) struct SecureParts<'a> {
     pub rt: &'a Runtime,
     pub client: Option<kube::Client>,
+    /// The reviews' own rate-limited client.
+    pub reviews: Option<kube::Client>,
     /// The node's addresses, as its status reports them: the names a
     /// `serverTLSBootstrap` certificate is requested for.
     pub addresses: Vec<k8s_openapi::api::core::v1::NodeAddress>,
@@ -89,7 +95,6 @@ async fn start_secure(
     tasks: &Tasks,
 ) -> anyhow::Result<()> {
     let serving = &opts.serving;
-    let auth = server::Auth::new(&opts.node_name, serving, parts.client.clone())?;
     let cert_dir = opts
         .cert_dir
         .clone()
@@ -97,6 +102,22 @@ async fn start_secure(
     let ips: Vec<std::net::IpAddr> = opts.node_ip.into_iter().collect();
     let (tls, slot) = server::acceptor(serving, &cert_dir, &opts.node_name, &ips)
         .context("cannot set up the secure port's TLS")?;
+    let auth = server::Auth::new(
+        &opts.node_name,
+        serving,
+        parts.reviews.clone(),
+        tls.client_cas.clone(),
+    )?;
+    if let Some(cas) = tls.client_cas.clone() {
+        tasks.spawn_critical("client-ca-reload", move |cancel| {
+            // Made here, so the file is looked at now, right after it was loaded.
+            let watch = server::reload_client_cas(cas, CLIENT_CA_RELOAD_CHECK, cancel);
+            async move {
+                watch.await;
+                Ok(())
+            }
+        });
+    }
     if serving.server_tls_bootstrap {
         let client = parts.client.clone().ok_or_else(|| {
             anyhow::anyhow!("serverTLSBootstrap (--rotate-server-certificates) requests the serving certificate from the apiserver, and needs --kubeconfig")

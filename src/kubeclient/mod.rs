@@ -77,6 +77,10 @@ pub(crate) struct ApiClients {
     pub main: kube::Client,
     /// Unthrottled, with a timeout under the lease duration; for node status and the lease.
     pub heartbeat: kube::Client,
+    /// Throttled by a bucket of its own (`kubeAPIQPS`/`kubeAPIBurst` again); for the
+    /// secure port's TokenReviews and SubjectAccessReviews, so clients sending
+    /// random tokens slow their own reviews, never the pod status writes.
+    pub reviews: kube::Client,
     /// The apiserver's URL, for logs.
     pub server: String,
     /// The certificate both clients present, when it rotates (`rotateCertificates`).
@@ -112,6 +116,10 @@ pub(crate) async fn build(
         .map_err(build_err)?
         .with_layer(&RateLimitLayer::new(settings.qps, settings.burst))
         .build();
+    let reviews = ClientBuilder::try_from(config.clone())
+        .map_err(build_err)?
+        .with_layer(&RateLimitLayer::new(settings.qps, settings.burst))
+        .build();
     let heartbeat = ClientBuilder::try_from(config)
         .map_err(build_err)?
         .with_layer(&tower::timeout::TimeoutLayer::new(
@@ -121,6 +129,7 @@ pub(crate) async fn build(
     Ok(ApiClients {
         main,
         heartbeat,
+        reviews,
         server,
         cert_slot: None,
     })
@@ -157,6 +166,10 @@ pub(crate) async fn build_rotating(
         .map_err(build_err)?
         .with_layer(&RateLimitLayer::new(settings.qps, settings.burst))
         .build();
+    let reviews = client_cert::builder(&config, &slot)
+        .map_err(build_err)?
+        .with_layer(&RateLimitLayer::new(settings.qps, settings.burst))
+        .build();
     let heartbeat = client_cert::builder(&config, &slot)
         .map_err(build_err)?
         .with_layer(&tower::timeout::TimeoutLayer::new(
@@ -166,6 +179,7 @@ pub(crate) async fn build_rotating(
     Ok(ApiClients {
         main,
         heartbeat,
+        reviews,
         server: config.cluster_url.to_string(),
         cert_slot: Some(slot),
     })

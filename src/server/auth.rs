@@ -1,21 +1,24 @@
 //! Who may do what on the secure port, as kubelet decides it (`BuildAuth` and its
 //! `InstallAuthFilter`):
 //!
-//! 1. **Authentication.** A client certificate the TLS handshake verified against
-//!    `clientCAFile` names the user (CN) and groups (O). Else a bearer token is
+//! 1. **Authentication.** A client certificate that verifies against the current
+//!    `clientCAFile` CAs names the user (CN) and groups (O). Else a bearer token is
 //!    checked with a TokenReview when the token webhook is on. Else, with
 //!    anonymous auth on, the request is `system:anonymous` in `system:unauthenticated`.
-//!    Credentials that do not check out are a 401 even with anonymous auth on
-//!    (kubelet's fail-on-error union); no credentials with anonymous auth off are too.
+//!    Credentials that do not check out (an untrusted certificate, a token the
+//!    apiserver did not answer for) are a 401 even with anonymous auth on (kubelet's
+//!    fail-on-error union); no credentials with anonymous auth off are too.
 //! 2. **Authorization.** The request becomes kubelet's attributes: the verb from the
 //!    method, resource `nodes`, the node's name, and a subresource from the path
 //!    (`stats`, `metrics`, `log`, `spec`, `checkpoint`, else `proxy`). `AlwaysAllow`
 //!    allows it; `Webhook` asks the apiserver with a SubjectAccessReview. A refusal is
 //!    kubelet's 403 `Forbidden (user=…, verb=…, resource=nodes, subresource=…)`.
 //!
-//! Webhook answers are cached as kubelet caches them (TokenReviews for `cacheTTL`,
-//! allowed reviews for `cacheAuthorizedTTL`, denied ones for `cacheUnauthorizedTTL`),
-//! in bounded maps. Tokens are kept only as SHA-256 digests.
+//! Webhook answers are cached as kubelet caches them (TokenReviews, authenticated or
+//! not, for `cacheTTL`; allowed reviews for `cacheAuthorizedTTL`, denied ones for
+//! `cacheUnauthorizedTTL`), in bounded maps. Tokens are kept only as SHA-256 digests.
+//! Reviews go through a client of their own with its own rate limit (kubelet shares
+//! its main client): a flood of random tokens waits on that bucket alone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,9 +33,10 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+use tokio_rustls::rustls::pki_types::CertificateDer;
 
 use super::conn::ConnInfo;
-use super::serving::User;
+use super::serving::{ClientCas, UntrustedCert, User};
 use crate::locks::Locked as _;
 use crate::options::{AuthorizationMode, Serving};
 
@@ -46,6 +50,8 @@ const AUTHENTICATED: &str = "system:authenticated";
 pub(crate) struct Auth {
     node_name: String,
     anonymous: bool,
+    /// The CAs client certificates are verified against (`clientCAFile`).
+    client_cas: Option<Arc<ClientCas>>,
     /// The TokenReview client, when the token webhook is on.
     tokens: Option<Webhook<TokenKey, Option<User>>>,
     /// The SubjectAccessReview client, when authorization is `Webhook`.
@@ -67,6 +73,7 @@ impl Auth {
         node_name: &str,
         serving: &Serving,
         client: Option<kube::Client>,
+        client_cas: Option<Arc<ClientCas>>,
     ) -> Result<Auth, NoApiserver> {
         let needs = |setting, kind| client.clone().ok_or(NoApiserver { setting, kind });
         let tokens = match serving.token_webhook {
@@ -94,37 +101,57 @@ impl Auth {
         Ok(Auth {
             node_name: node_name.to_string(),
             anonymous: serving.anonymous,
+            client_cas,
             tokens,
             reviews,
         })
     }
 
-    /// Who sent a request with this verified certificate's user and this bearer
-    /// token: Ok(None) is a 401.
+    /// Who sent a request with this client certificate chain and this bearer
+    /// token, as kubelet's union of authenticators: the certificate first, then the
+    /// token; a certificate that does not verify is an error unless the token
+    /// authenticates, and an error is never anonymous. Ok(None) is a 401.
     async fn authenticate(
         &self,
-        cert_user: Option<User>,
-        token: Option<String>,
-    ) -> Result<Option<User>, ReviewError> {
-        if let Some(mut user) = cert_user {
-            add_group(&mut user, AUTHENTICATED);
-            return Ok(Some(user));
+        chain: Option<&[CertificateDer<'static>]>,
+        token: Option<&str>,
+    ) -> Result<Option<User>, AuthnError> {
+        let mut untrusted = None;
+        if let (Some(cas), Some(chain)) = (&self.client_cas, chain) {
+            match cas.verify(chain) {
+                Ok(Some(mut user)) => {
+                    add_group(&mut user, AUTHENTICATED);
+                    return Ok(Some(user));
+                }
+                Ok(None) => {}
+                Err(e) => untrusted = Some(e),
+            }
         }
-        if let Some(token) = token.as_deref() {
-            let Some(tokens) = &self.tokens else {
-                return Ok(None);
-            };
+        if let (Some(token), Some(tokens)) = (token, &self.tokens) {
             let key = TokenKey::of(token);
-            if let Some(user) = tokens.cached(&key) {
+            let user = match tokens.cached(&key) {
+                Some(user) => user,
+                None => {
+                    let user = token_review(&tokens.client, token).await?;
+                    tokens.store(key, user.clone(), user.is_some());
+                    user
+                }
+            };
+            if user.is_some() {
                 return Ok(user);
             }
-            let user = token_review(&tokens.client, token).await?;
-            tokens.store(key, user.clone(), user.is_some());
-            return Ok(user);
+            return untrusted.map_or(Ok(None), |e| Err(e.into()));
+        }
+        if let Some(e) = untrusted {
+            return Err(e.into());
+        }
+        if token.is_some() {
+            return Ok(None);
         }
         Ok(self.anonymous.then(|| User {
             name: "system:anonymous".into(),
             groups: vec!["system:unauthenticated".into()],
+            ..User::default()
         }))
     }
 
@@ -208,8 +235,8 @@ pub(crate) fn subresource_of(path: &str) -> &'static str {
     }
 }
 
-/// The first cause under a review's error (what the apiserver or the transport said).
-fn source_of(e: &ReviewError) -> String {
+/// The first cause under an error (what the apiserver or the transport said).
+fn source_of(e: &dyn std::error::Error) -> String {
     std::error::Error::source(e)
         .map(ToString::to_string)
         .unwrap_or_default()
@@ -218,15 +245,25 @@ fn source_of(e: &ReviewError) -> String {
 /// The secure router's middleware: 401 for no or bad credentials, 403 with kubelet's
 /// message for a refusal, 500 when the apiserver could not answer a review.
 pub(crate) async fn check(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
-    let conn = req.extensions().get::<ConnInfo>();
-    let peer = conn.map(|c| c.peer.to_string()).unwrap_or_default();
-    let cert_user = conn.and_then(|c| c.cert_user.clone());
-    let token = bearer_token(&req).map(str::to_string);
+    let conn = req.extensions().get::<ConnInfo>().cloned();
+    let peer = conn
+        .as_ref()
+        .map(|c| c.peer.to_string())
+        .unwrap_or_default();
+    let chain = conn.as_ref().and_then(|c| c.client_cert.clone());
     let path = req.uri().path().to_string();
-    let user = match auth.authenticate(cert_user, token).await {
+    let authenticated = auth
+        .authenticate(chain.as_deref(), bearer_token(&req))
+        .await;
+    let user = match authenticated {
         Ok(Some(user)) => user,
         Ok(None) => {
             tracing::debug!(path, peer, "unauthorized: no valid credentials");
+            return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+        }
+        Err(AuthnError::Untrusted(e)) => {
+            // At -v=4, as every 401: a client can send these as fast as it likes.
+            tracing::debug!(path, peer, error = %e, "unauthorized: the client certificate does not verify against clientCAFile");
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         }
         Err(e) => {
@@ -234,6 +271,11 @@ pub(crate) async fn check(State(auth): State<Arc<Auth>>, req: Request, next: Nex
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         }
     };
+    if let Some(conn) = &conn
+        && !user.groups.iter().any(|g| g == "system:unauthenticated")
+    {
+        conn.slot.authenticated(&user.name);
+    }
     let attrs = Attributes {
         verb: verb_of(req.method()),
         subresource: subresource_of(&path),
@@ -316,6 +358,15 @@ impl<K: Eq + std::hash::Hash, V: Clone> Webhook<K, V> {
     }
 }
 
+/// Why a request could not be authenticated (a 401, never anonymous).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AuthnError {
+    #[error(transparent)]
+    Untrusted(#[from] UntrustedCert),
+    #[error(transparent)]
+    Review(#[from] ReviewError),
+}
+
 /// A review the apiserver did not answer (a 401 or a 500, never an answer).
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ReviewError {
@@ -347,7 +398,9 @@ async fn token_review(client: &kube::Client, token: &str) -> Result<Option<User>
     };
     let mut user = User {
         name: info.username.unwrap_or_default(),
+        uid: info.uid.unwrap_or_default(),
         groups: info.groups.unwrap_or_default(),
+        extra: info.extra.unwrap_or_default().into_iter().collect(),
     };
     add_group(&mut user, AUTHENTICATED);
     Ok(Some(user))
@@ -358,7 +411,9 @@ async fn access_review(client: &kube::Client, attrs: &Attributes) -> Result<bool
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: Some(attrs.user.name.clone()),
+            uid: Some(attrs.user.uid.clone()).filter(|u| !u.is_empty()),
             groups: Some(attrs.user.groups.clone()),
+            extra: Some(attrs.user.extra.clone()).filter(|e| !e.is_empty()),
             resource_attributes: Some(ResourceAttributes {
                 verb: Some(attrs.verb.to_string()),
                 resource: Some("nodes".into()),

@@ -1,5 +1,6 @@
 //! Serving HTTP/1 connections with bounds, so that slow or idle clients cannot pile up
-//! descriptors or tasks: a header-read timeout, an idle timeout and a connection cap.
+//! descriptors or tasks: a handshake and header-read timeout, an idle timeout, and
+//! caps on handshakes and on connections per client ([`super::admission`]).
 //!
 //! kubelet's Go servers rely on `http.Server` timeouts (IdleTimeout 90 s); axum's `serve`
 //! sets none, so each connection is driven here with hyper directly.
@@ -16,11 +17,13 @@ use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use super::admission::{Admission, Refusal, Slot};
+use super::serving::Tls;
 
 /// A client must send a complete request head within this time (also the longest a
 /// kept-alive connection may wait for its next request: hyper runs one timer for both).
@@ -36,19 +39,41 @@ const DRAIN: Duration = Duration::from_secs(1);
 /// The bounds one server applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Limits {
+    /// Also the longest a TLS handshake may take.
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
+    /// Connections in all, past their handshake.
     pub max_connections: usize,
+    /// TLS handshakes in flight, in all and from one client address; past either,
+    /// the oldest is dropped for the new one.
+    pub max_handshakes: usize,
+    pub max_handshakes_per_client: usize,
+    /// Authenticated connections one client address may hold.
+    pub max_connections_per_client: usize,
+    /// Connections without an authenticated user, in all and per client address.
+    pub max_unauthenticated: usize,
+    pub max_unauthenticated_per_client: usize,
 }
 
 impl Limits {
     /// The default timeouts and a connection cap that leaves most descriptors to pods:
-    /// a quarter of `open_files` per server (two servers run), between 64 and 10000.
+    /// a quarter of `open_files` per server (two servers run), between 64 and 10000;
+    /// a quarter of that for handshakes in flight and for unauthenticated
+    /// connections, a quarter of those per client, and three quarters of the cap
+    /// for one authenticated client (so the apiserver cannot lock out
+    /// metrics-server, nor the reverse).
     pub(crate) fn for_open_files(open_files: u64) -> Limits {
+        let max = (open_files / 4).clamp(64, 10_000) as usize;
+        let quarter = max / 4;
         Limits {
             header_read_timeout: HEADER_READ_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
-            max_connections: (open_files / 4).clamp(64, 10_000) as usize,
+            max_connections: max,
+            max_handshakes: quarter,
+            max_handshakes_per_client: quarter / 4,
+            max_connections_per_client: max * 3 / 4,
+            max_unauthenticated: quarter,
+            max_unauthenticated_per_client: quarter / 4,
         }
     }
 }
@@ -165,15 +190,16 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     passed_through_write_tail!();
 }
 
-/// What a handler may learn about the connection its request came on: the verified
-/// client certificate's user, and the connection's slot under the cap, which a
+/// What a handler may learn about the connection its request came on: the client
+/// certificate it presented, and the connection's slot under the caps, which a
 /// stream that outlives the HTTP exchange (exec, port-forward) keeps.
 #[derive(Clone)]
 pub(super) struct ConnInfo {
     pub peer: SocketAddr,
-    /// The user a verified client certificate names (TLS with a client CA only).
-    pub cert_user: Option<super::serving::User>,
-    pub slot: Arc<OwnedSemaphorePermit>,
+    /// The chain a client presented, leaf first (TLS with a client CA only); the
+    /// handshake checked only that the client holds its key.
+    pub client_cert: Option<Arc<[CertificateDer<'static>]>>,
+    pub slot: Arc<Slot>,
     /// Where a stream that outlives its request runs.
     pub tasks: ConnTasks,
 }
@@ -201,19 +227,20 @@ impl ConnTasks {
 }
 
 /// Accepts connections until `cancel` fires and serves `router` on each, within `limits`.
-/// Connections over the cap are closed at once (with a warning at most every 10 s), so a
-/// flood costs one descriptor for a moment, never a pile of them.
+/// A plain connection is taken or closed at once; a TLS one first shakes hands
+/// (bounded in time and number), then is taken by its client's count or the
+/// unauthenticated budget ([`super::admission`]). A refused connection is closed at
+/// once, so a flood costs a descriptor for a moment, never a pile of them.
 pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: Limits,
-    tls: Option<TlsAcceptor>,
+    tls: Option<Tls>,
     cancel: CancellationToken,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let admission = Admission::new(limits);
+    let refusals = Arc::new(Refusals::default());
     let conns = TaskTracker::new();
-    let mut refused: u64 = 0;
-    let mut last_warning: Option<Instant> = None;
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => break,
@@ -228,39 +255,79 @@ pub(crate) async fn serve(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            drop(stream);
-            refused += 1;
-            if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                tracing::warn!(
-                    max = limits.max_connections,
-                    refused,
-                    "HTTP server: connection cap reached; closing new connections"
-                );
-                last_warning = Some(Instant::now());
-            }
-            continue;
-        };
         let _ = stream.set_nodelay(true);
         let conn = Conn {
             router: router.clone(),
             limits,
-            tls: tls.clone(),
             tasks: ConnTasks {
                 tracker: conns.clone(),
                 cancel: cancel.clone(),
             },
             peer,
-            slot: Arc::new(slot),
         };
+        let Some(tls) = &tls else {
+            match admission.admit(peer.ip(), true) {
+                Ok(slot) => {
+                    conns.spawn(conn.plain(stream, slot));
+                }
+                Err(why) => refusals.note(peer, why, limits),
+            }
+            continue;
+        };
+        let handshake = admission.handshake(peer.ip());
+        let (admission, refusals, tls) = (admission.clone(), refusals.clone(), tls.clone());
         // Tracked so shutdown can wait for open requests to finish. Connections are
         // short-lived helpers of this server task: it drains them before it ends, so
         // the agent's task tree waits for them through it.
-        conns.spawn(conn.run(stream));
+        conns.spawn(async move {
+            let Some((stream, certs)) = conn.handshake(stream, &tls, handshake).await else {
+                return;
+            };
+            let trusted = match (&tls.client_cas, &certs) {
+                (Some(cas), Some(chain)) => cas.verify(chain).is_ok_and(|u| u.is_some()),
+                _ => false,
+            };
+            match admission.admit(peer.ip(), trusted) {
+                Ok(slot) => conn.tls(stream, certs, slot).await,
+                Err(why) => refusals.note(peer, why, limits),
+            }
+        });
     }
     conns.close();
     if tokio::time::timeout(DRAIN, conns.wait()).await.is_err() {
         tracing::debug!("HTTP server: some connections still open at shutdown; dropping them");
+    }
+}
+
+/// Refused connections, told at most every 10 s with how many there were: at -v=0
+/// when the server's cap is reached (the node needs a higher open-file limit), at
+/// -v=2 when a client met its own share.
+#[derive(Default)]
+struct Refusals {
+    since_told: std::sync::Mutex<(u64, Option<Instant>)>,
+}
+
+impl Refusals {
+    fn note(&self, peer: SocketAddr, why: Refusal, limits: Limits) {
+        use crate::locks::Locked as _;
+        let mut s = self.since_told.locked();
+        s.0 += 1;
+        if s.1.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
+            return;
+        }
+        let (refused, reason) = (s.0, why.reason());
+        *s = (0, Some(Instant::now()));
+        drop(s);
+        let (max, per_client, unauthenticated) = (
+            limits.max_connections,
+            limits.max_connections_per_client,
+            limits.max_unauthenticated,
+        );
+        if why == Refusal::Full {
+            tracing::warn!(%peer, reason, refused, max, "HTTP server: closing new connections");
+        } else {
+            tracing::info!(%peer, reason, refused, perClient = per_client, unauthenticated, "HTTP server: closing new connections");
+        }
     }
 }
 
@@ -270,75 +337,118 @@ pub(crate) async fn serve_io<S>(router: Router, io: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let Ok(slot) = Arc::new(Semaphore::new(1)).try_acquire_owned() else {
+    let limits = Limits::for_open_files(1024);
+    let peer = SocketAddr::from(([127, 0, 0, 1], 0));
+    let Ok(slot) = Admission::new(limits).admit(peer.ip(), true) else {
         return;
     };
     let conn = Conn {
         router,
-        limits: Limits::for_open_files(1024),
-        tls: None,
+        limits,
         tasks: ConnTasks {
             tracker: TaskTracker::new(),
             cancel: CancellationToken::new(),
         },
-        peer: SocketAddr::from(([127, 0, 0, 1], 0)),
-        slot: Arc::new(slot),
+        peer,
     };
     let io = Tracked::new(io);
     let activity = io.activity.clone();
-    conn.http(TokioIo::new(io), activity, None).await;
+    conn.http(TokioIo::new(io), activity, None, slot).await;
 }
 
 /// One accepted connection and what serving it needs.
 struct Conn {
     router: Router,
     limits: Limits,
-    tls: Option<TlsAcceptor>,
     tasks: ConnTasks,
     peer: SocketAddr,
-    slot: Arc<OwnedSemaphorePermit>,
 }
 
+/// A TLS connection past its handshake.
+type TlsConn = tokio_rustls::server::TlsStream<Tracked<TcpStream>>;
+
 impl Conn {
-    /// The TLS handshake (within the header-read timeout, so a client that stalls
-    /// in it is cut like one that stalls in its request head), then HTTP.
-    async fn run(self, stream: TcpStream) {
+    async fn plain(self, stream: TcpStream, slot: Arc<Slot>) {
         let io = Tracked::new(stream);
         let activity = io.activity.clone();
-        let Some(tls) = self.tls.clone() else {
-            return self.http(TokioIo::new(io), activity, None).await;
+        self.http(TokioIo::new(io), activity, None, slot).await;
+    }
+
+    /// The TLS handshake, within the header-read timeout (so a client that stalls in
+    /// it is cut like one that stalls in its request head) and until a newer
+    /// handshake needs its place; then the client's chain, if it sent one.
+    async fn handshake(
+        &self,
+        stream: TcpStream,
+        tls: &Tls,
+        place: super::admission::Handshake,
+    ) -> Option<(TlsConn, Option<Arc<[CertificateDer<'static>]>>)> {
+        let peer = self.peer;
+        let handshake = tokio::time::timeout(
+            self.limits.header_read_timeout,
+            tls.acceptor.accept(Tracked::new(stream)),
+        );
+        let done = tokio::select! {
+            r = handshake => r,
+            () = place.close.cancelled() => {
+                tracing::debug!(%peer, "TLS handshake dropped: newer handshakes needed its place");
+                return None;
+            }
         };
-        let handshake = tokio::time::timeout(self.limits.header_read_timeout, tls.accept(io));
-        match handshake.await {
+        match done {
             Ok(Ok(mut stream)) => {
                 // rustls' default (64 KiB) splits a stream copy's 128 KiB into two
                 // writes; two copies' worth still bounds what a slow client can make
                 // oxlet hold.
                 stream.get_mut().1.set_buffer_limit(Some(TLS_SEND_BUFFER));
-                let certs = stream.get_ref().1.peer_certificates();
-                let user = super::serving::user_of(certs);
-                self.http(TokioIo::new(stream), activity, user).await;
+                let certs = (stream.get_ref().1.peer_certificates())
+                    .filter(|c| !c.is_empty())
+                    .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
+                Some((stream, certs))
             }
-            Ok(Err(e)) => tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed"),
-            Err(_) => tracing::debug!(peer = %self.peer, "TLS handshake took too long; closing"),
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake took too long; closing");
+                None
+            }
         }
+    }
+
+    async fn tls(
+        self,
+        stream: TlsConn,
+        certs: Option<Arc<[CertificateDer<'static>]>>,
+        slot: Arc<Slot>,
+    ) {
+        let activity = stream.get_ref().0.activity.clone();
+        self.http(TokioIo::new(stream), activity, certs, slot).await;
     }
 
     /// Serves HTTP/1 on `io` until the client leaves, the connection idles out, an
     /// upgrade takes it over, or shutdown drains it.
-    async fn http<I>(self, io: I, activity: Arc<Activity>, cert_user: Option<super::serving::User>)
-    where
+    async fn http<I>(
+        self,
+        io: I,
+        activity: Arc<Activity>,
+        client_cert: Option<Arc<[CertificateDer<'static>]>>,
+        slot: Arc<Slot>,
+    ) where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
+        let closed = slot.closed().clone();
         let info = ConnInfo {
             peer: self.peer,
-            cert_user,
-            slot: self.slot,
+            client_cert,
+            slot,
             tasks: self.tasks.clone(),
         };
         let router = self.router;
         let service =
             hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                info.slot.requested();
                 req.extensions_mut().insert(info.clone());
                 let mut router = router.clone();
                 async move { tower::Service::call(&mut router, req).await }
@@ -364,6 +474,10 @@ impl Conn {
                 () = self.tasks.cancel.cancelled(), if !draining => {
                     conn.as_mut().graceful_shutdown();
                     draining = true;
+                }
+                () = closed.cancelled() => {
+                    tracing::debug!(%peer, "closing a connection that sent no request: the unauthenticated budget needed its place");
+                    break;
                 }
                 () = tokio::time::sleep_until(idle_deadline) => {
                     if activity.last() + self.limits.idle_timeout <= Instant::now() {
@@ -399,6 +513,11 @@ mod tests {
             header_read_timeout: Duration::from_millis(300),
             idle_timeout: Duration::from_millis(600),
             max_connections: max,
+            max_handshakes: max,
+            max_handshakes_per_client: max,
+            max_connections_per_client: max,
+            max_unauthenticated: max,
+            max_unauthenticated_per_client: max,
         }
     }
 
@@ -433,7 +552,14 @@ mod tests {
 
     #[test]
     fn cap_follows_open_files() {
-        assert_eq!(Limits::for_open_files(1024).max_connections, 256);
+        let l = Limits::for_open_files(1024);
+        assert_eq!(l.max_connections, 256);
+        assert_eq!((l.max_handshakes, l.max_handshakes_per_client), (64, 16));
+        assert_eq!(
+            (l.max_unauthenticated, l.max_unauthenticated_per_client),
+            (64, 16)
+        );
+        assert_eq!(l.max_connections_per_client, 192);
         assert_eq!(Limits::for_open_files(20_000).max_connections, 5000);
         assert_eq!(Limits::for_open_files(100).max_connections, 64);
         assert_eq!(Limits::for_open_files(1_000_000).max_connections, 10_000);

@@ -16,6 +16,7 @@
 //! kubelet's switches for the debugging endpoints are honoured on both API ports
 //! ([`switches`]).
 
+mod admission;
 mod auth;
 mod checkpoint;
 mod conn;
@@ -45,7 +46,7 @@ pub(crate) use conn::{Limits, serve_io};
 pub(crate) use container_logs::ContainerLogs;
 pub(crate) use healthz::Health;
 pub(crate) use node_logs::NodeLogs;
-pub(crate) use serving::{ServingSlot, acceptor, reload_pair, user_of};
+pub(crate) use serving::{ServingSlot, Tls, acceptor, reload_client_cas, reload_pair, user_of};
 pub(crate) use streaming::Streaming;
 
 use crate::pod::PodManager;
@@ -422,7 +423,7 @@ pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     limits: Limits,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Tls>,
     cancel: CancellationToken,
 ) {
     conn::serve(listener, router, limits, tls, cancel).await;

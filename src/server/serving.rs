@@ -19,14 +19,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use std::sync::RwLock;
+use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
 use tokio_rustls::rustls::pki_types::pem::PemObject as _;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use tokio_rustls::rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig, crypto};
 
+use crate::locks::ReadWriteLocked as _;
 use crate::options::{Serving, TlsVersion};
 
 /// The self-signed pair's file names in the cert dir (kubelet's).
@@ -145,12 +149,13 @@ fn make_self_signed(host: &str, ips: &[IpAddr]) -> Result<ServingPair, ServingEr
 }
 
 /// The server's TLS set-up: `pair` (None: nothing to present until the slot is
-/// filled), and with `client_ca` (PEM) client certificates verified against it; a
-/// client without one still connects (anonymous, or a bearer token), as kubelet's
-/// `tls.VerifyClientCertIfGiven`.
+/// filled), and with `client_ca` a client certificate requested but not verified in
+/// the handshake (kubelet's `tls.RequestClientCert`): the authenticator verifies it
+/// against the current CAs, so a certificate from another CA is a 401, not a failed
+/// handshake. A client without one still connects (anonymous, or a bearer token).
 pub(crate) fn server_config(
     pair: Option<&ServingPair>,
-    client_ca: Option<&[u8]>,
+    request_client_cert: bool,
     choice: &TlsChoice,
 ) -> Result<(Arc<ServerConfig>, Arc<ServingSlot>), ServingError> {
     let invalid = |what: &str, reason: String| ServingError::Invalid {
@@ -181,23 +186,9 @@ pub(crate) fn server_config(
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)
         .map_err(|e| invalid("tlsCipherSuites", e.to_string()))?;
-    let builder = match client_ca {
-        Some(pem) => {
-            let mut roots = RootCertStore::empty();
-            for c in CertificateDer::pem_slice_iter(pem) {
-                let c = c.map_err(|e| invalid("clientCAFile", e.to_string()))?;
-                roots
-                    .add(c)
-                    .map_err(|e| invalid("clientCAFile", e.to_string()))?;
-            }
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                    .allow_unauthenticated()
-                    .build()
-                    .map_err(|e| invalid("clientCAFile", e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
+    let builder = match request_client_cert {
+        true => builder.with_client_cert_verifier(Arc::new(RequestClientCert(provider.clone()))),
+        false => builder.with_no_client_auth(),
     };
     let current = match pair {
         Some(pair) => Some(Presented {
@@ -390,14 +381,14 @@ fn same_suite(go: &str, suite: tokio_rustls::rustls::CipherSuite) -> bool {
 
 /// The acceptor for `serving`: its configured pair, or the self-signed one in
 /// `cert_dir` for `host` and `ips` (none with `serverTLSBootstrap`: the slot waits
-/// for an issued one), with client certificates checked against `clientCAFile` when
-/// set.
+/// for an issued one), asking for client certificates when `clientCAFile` is set;
+/// and the CAs those are verified against, read from that file.
 pub(crate) fn acceptor(
     serving: &Serving,
     cert_dir: &Path,
     host: &str,
     ips: &[IpAddr],
-) -> Result<(tokio_rustls::TlsAcceptor, Arc<ServingSlot>), ServingError> {
+) -> Result<(Tls, Arc<ServingSlot>), ServingError> {
     let pair = match (&serving.tls_cert_file, &serving.tls_private_key_file) {
         (Some(cert), Some(key)) => Some(load_pair(cert, key)?),
         (None, None) if serving.server_tls_bootstrap => None,
@@ -409,39 +400,238 @@ pub(crate) fn acceptor(
             });
         }
     };
-    let ca = match &serving.client_ca_file {
-        Some(p) => Some(std::fs::read(p).map_err(io_err(p))?),
+    let client_cas = match &serving.client_ca_file {
+        Some(p) => Some(Arc::new(ClientCas::from_file(p)?)),
         None => None,
     };
     let choice = TlsChoice {
         min_version: serving.tls_min_version,
         cipher_suites: serving.tls_cipher_suites.clone(),
     };
-    let (config, slot) = server_config(pair.as_ref(), ca.as_deref(), &choice)?;
-    Ok((tokio_rustls::TlsAcceptor::from(config), slot))
+    let (config, slot) = server_config(pair.as_ref(), client_cas.is_some(), &choice)?;
+    let tls = Tls {
+        acceptor: tokio_rustls::TlsAcceptor::from(config),
+        client_cas,
+    };
+    Ok((tls, slot))
 }
 
-/// Who a request comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// The secure port's TLS: the acceptor, and the client CAs (`clientCAFile`) a
+/// client certificate is verified against after the handshake.
+#[derive(Clone)]
+pub(crate) struct Tls {
+    pub acceptor: tokio_rustls::TlsAcceptor,
+    pub client_cas: Option<Arc<ClientCas>>,
+}
+
+/// kubelet's `tls.RequestClientCert`: asks for a client certificate and takes any
+/// that parses, checking in the handshake only that the client holds its key (the
+/// handshake signature). Whether the chain leads to a trusted CA is the
+/// authenticator's question ([`ClientCas::verify`]), so an untrusted certificate is
+/// a 401 as in kubelet. No CA names are sent as hints: they would go stale when the
+/// CA file is replaced, and Go's clients send their certificate when none are named.
+#[derive(Debug)]
+struct RequestClientCert(Arc<crypto::CryptoProvider>);
+
+impl ClientCertVerifier for RequestClientCert {
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, tokio_rustls::rustls::Error> {
+        // Go's handshake refuses a certificate it cannot parse; so does this one.
+        for c in std::iter::once(end_entity).chain(intermediates) {
+            if x509_parser::parse_x509_certificate(c.as_ref()).is_err() {
+                return Err(tokio_rustls::rustls::Error::InvalidCertificate(
+                    tokio_rustls::rustls::CertificateError::BadEncoding,
+                ));
+            }
+        }
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, tokio_rustls::rustls::Error> {
+        crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Why a client certificate names no user: kubelet's x509 authenticator error
+/// ("verifying certificate ... failed"), a 401 unless a bearer token authenticates.
+#[derive(Debug, thiserror::Error)]
+#[error("verifying certificate {subject} failed: {reason}")]
+pub(crate) struct UntrustedCert {
+    subject: String,
+    reason: tokio_rustls::rustls::Error,
+}
+
+/// The CAs in `clientCAFile`, replaceable while serving: kubelet reads the file as
+/// dynamic CA content and verifies each request's certificate against what it holds
+/// now, so a replaced CA takes effect without a restart.
+pub(crate) struct ClientCas {
+    file: PathBuf,
+    verifier: RwLock<Arc<dyn ClientCertVerifier>>,
+}
+
+impl ClientCas {
+    /// The CAs in `file`, which must hold at least one PEM certificate.
+    pub(crate) fn from_file(file: &Path) -> Result<ClientCas, ServingError> {
+        let pem = std::fs::read(file).map_err(io_err(file))?;
+        Ok(ClientCas {
+            file: file.to_path_buf(),
+            verifier: RwLock::new(verifier_for(&pem)?),
+        })
+    }
+
+    /// The user a certificate chain (leaf first) names, when it leads to one of the
+    /// current CAs with a valid signature at each step, is within its validity
+    /// period and may be used for client authentication (webpki, as Go's `Verify`
+    /// with `ExtKeyUsageClientAuth`). Ok(None): a trusted certificate with no CN.
+    pub(crate) fn verify(
+        &self,
+        chain: &[CertificateDer<'_>],
+    ) -> Result<Option<User>, UntrustedCert> {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return Ok(None);
+        };
+        let verifier = self.verifier.read_locked().clone();
+        match verifier.verify_client_cert(leaf, intermediates, UnixTime::now()) {
+            Ok(_) => Ok(user_of(Some(chain))),
+            Err(reason) => Err(UntrustedCert {
+                subject: user_of(Some(chain))
+                    .map(|u| format!("CN={}", u.name))
+                    .unwrap_or_default(),
+                reason,
+            }),
+        }
+    }
+
+    /// Reads the file again; a file that does not load leaves the current CAs.
+    fn reload(&self) -> Result<(), ServingError> {
+        let pem = std::fs::read(&self.file).map_err(io_err(&self.file))?;
+        *self.verifier.write_locked() = verifier_for(&pem)?;
+        Ok(())
+    }
+}
+
+/// A webpki verifier for the CA certificates in `pem`.
+fn verifier_for(pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, ServingError> {
+    let invalid = |reason: String| ServingError::Invalid {
+        what: "clientCAFile".into(),
+        reason,
+    };
+    let mut roots = RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(pem) {
+        roots
+            .add(c.map_err(|e| invalid(e.to_string()))?)
+            .map_err(|e| invalid(e.to_string()))?;
+    }
+    let provider = Arc::new(crypto::ring::default_provider());
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| invalid(e.to_string()))
+}
+
+/// Reloads `cas` whenever its file changes (checked every `every`), until cancelled.
+/// A file that does not load is logged and the current CAs kept.
+pub(crate) fn reload_client_cas(
+    cas: Arc<ClientCas>,
+    every: std::time::Duration,
+    cancel: tokio_util::sync::CancellationToken,
+) -> impl Future<Output = ()> + Send {
+    let mut seen = stamp(&cas.file, &cas.file);
+    async move {
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let now = stamp(&cas.file, &cas.file);
+            if now.is_none() || now == seen {
+                continue;
+            }
+            seen = now;
+            match cas.reload() {
+                Ok(()) => {
+                    tracing::info!(file = %cas.file.display(), "reloaded the client CA bundle: its file changed");
+                }
+                Err(e) => {
+                    tracing::warn!(file = %cas.file.display(), error = %e, "the client CA file changed but does not load; keeping the current CAs");
+                }
+            }
+        }
+    }
+}
+
+/// Who a request comes from: kubelet's `user.Info`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub(crate) struct User {
     pub name: String,
+    /// The user's UID, when the authenticator knows one (a TokenReview's answer).
+    pub uid: String,
     pub groups: Vec<String>,
+    /// What else the authenticator said (a service account token's pod and node).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
-/// kubelet's x509 authenticator: a client certificate the handshake verified names
-/// the user (its CN) and the groups (each O). `None`: no certificate.
+/// kubelet's x509 user conversion: a certificate names the user (its CN; Go's
+/// `pkix.Name` keeps the last CN when there are several) and the groups (each O).
+/// `None`: no certificate, or one with no CN. This reads names only: whether the
+/// certificate is trusted is [`ClientCas::verify`]'s question.
 pub(crate) fn user_of(peer: Option<&[CertificateDer<'_>]>) -> Option<User> {
     let leaf = peer?.first()?;
     let (_, cert) = x509_parser::parse_x509_certificate(leaf.as_ref()).ok()?;
     let subject = cert.subject();
     let name = subject
         .iter_common_name()
-        .find_map(|a| a.as_str().ok())?
+        .filter_map(|a| a.as_str().ok())
+        .last()
+        .filter(|n| !n.is_empty())?
         .to_string();
     let groups = (subject.iter_organization())
         .filter_map(|a| a.as_str().ok().map(str::to_string))
         .collect();
-    Some(User { name, groups })
+    Some(User {
+        name,
+        groups,
+        ..User::default()
+    })
 }
 
 #[cfg(test)]
@@ -485,28 +675,9 @@ mod tests {
                 "{want} in {sans}"
             );
         }
-        assert!(server_config(Some(&first), None, &TlsChoice::default()).is_ok());
+        assert!(server_config(Some(&first), false, &TlsChoice::default()).is_ok());
     }
 
-    /// A CA and a client certificate it signs for `cn` in groups `orgs`.
-    fn client(cn: &str, orgs: &[&str]) -> (String, String, String) {
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca, ca_key);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
-        for o in orgs {
-            p.distinguished_name
-                .push(rcgen::DnType::OrganizationName, *o);
-        }
-        let cert = p.signed_by(&key, &issuer).unwrap();
-        (ca_cert.pem(), cert.pem(), key.serialize_pem())
-    }
-
-    /// One handshake over a pipe; the user the server sees, or the handshake's error.
     /// The configured pair reloads when its files change; a pair that does not load
     /// is refused and the one in use stays.
     #[tokio::test]
@@ -518,7 +689,7 @@ mod tests {
         let (cert, key) = (files.path().join("tls.crt"), files.path().join("tls.key"));
         std::fs::write(&cert, &a.cert_pem).unwrap();
         std::fs::write(&key, &a.key_pem).unwrap();
-        let (server, slot) = server_config(Some(&a), None, &TlsChoice::default()).unwrap();
+        let (server, slot) = server_config(Some(&a), false, &TlsChoice::default()).unwrap();
         assert_eq!(handshake(server.clone(), &a.cert_pem, None).await, Ok(None));
         assert!(handshake(server.clone(), &b.cert_pem, None).await.is_err());
 
@@ -560,7 +731,7 @@ mod tests {
     async fn an_issued_certificate_is_presented_until_it_expires() {
         let dir = tempfile::tempdir().unwrap();
         let ca = self_signed_pair(dir.path(), "node1", &[]).unwrap();
-        let (server, slot) = server_config(None, None, &TlsChoice::default()).unwrap();
+        let (server, slot) = server_config(None, false, &TlsChoice::default()).unwrap();
         assert!(handshake(server.clone(), &ca.cert_pem, None).await.is_err());
 
         let issued = |from: i64, to: i64| {
@@ -584,11 +755,13 @@ mod tests {
         assert!(slot.replace_issued(b"no pem").is_err());
     }
 
+    /// One handshake over a pipe; the chain the client presented (as the server
+    /// holds it), or the handshake's error.
     async fn handshake(
         server: Arc<ServerConfig>,
         server_ca: &[u8],
         client_pair: Option<(&str, &str)>,
-    ) -> Result<Option<User>, String> {
+    ) -> Result<Option<Vec<CertificateDer<'static>>>, String> {
         let mut roots = RootCertStore::empty();
         for c in CertificateDer::pem_slice_iter(server_ca) {
             let _ = roots.add(c.unwrap());
@@ -599,14 +772,17 @@ mod tests {
             .unwrap()
             .with_root_certificates(roots);
         let config = match client_pair {
-            Some((cert, key)) => builder
-                .with_client_auth_cert(
-                    CertificateDer::pem_slice_iter(cert.as_bytes())
-                        .map(Result::unwrap)
-                        .collect(),
-                    PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-                )
-                .unwrap(),
+            // Not `with_client_auth_cert`, which refuses a key that does not match:
+            // the server must be the one to refuse it.
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .map(Result::unwrap)
+                    .collect();
+                let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+                let signer = crypto::ring::sign::any_supported_type(&key).unwrap();
+                let certified = CertifiedKey::new(chain, signer);
+                builder.with_client_cert_resolver(Arc::new(Presents(Arc::new(certified))))
+            }
             None => builder.with_no_client_auth(),
         };
         let (a, b) = tokio::io::duplex(64 * 1024);
@@ -614,9 +790,10 @@ mod tests {
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let serve = tokio::spawn(async move {
             let mut tls = acceptor.accept(a).await.map_err(|e| e.to_string())?;
-            let user = user_of(tls.get_ref().1.peer_certificates());
+            let chain = (tls.get_ref().1.peer_certificates())
+                .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
             let _ = tls.write_all(b"ok").await;
-            Ok::<_, String>(user)
+            Ok::<_, String>(chain)
         });
         let name = ServerName::try_from("localhost").unwrap();
         if let Ok(mut tls) = connector.connect(name, b).await {
@@ -626,31 +803,198 @@ mod tests {
         serve.await.unwrap()
     }
 
+    /// A client that presents its certificate whatever the server asks.
+    #[derive(Debug)]
+    struct Presents(Arc<CertifiedKey>);
+
+    impl tokio_rustls::rustls::client::ResolvesClientCert for Presents {
+        fn resolve(&self, _: &[&[u8]], _: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+            Some(self.0.clone())
+        }
+
+        fn has_certs(&self) -> bool {
+            true
+        }
+    }
+
+    /// A test CA that signs client certificates.
+    struct TestCa {
+        pem: String,
+        issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    }
+
+    impl TestCa {
+        fn new() -> TestCa {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            let pem = p.self_signed(&key).unwrap().pem();
+            TestCa {
+                pem,
+                issuer: rcgen::Issuer::new(p, key),
+            }
+        }
+
+        /// A certificate for `cn` in `org`, for `usage`, valid from `from` to `to`
+        /// seconds from now: (cert PEM, key PEM).
+        fn sign(
+            &self,
+            cn: &str,
+            org: Option<&str>,
+            usage: rcgen::ExtendedKeyUsagePurpose,
+            (from, to): (i64, i64),
+        ) -> (String, String) {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+            if let Some(o) = org {
+                p.distinguished_name
+                    .push(rcgen::DnType::OrganizationName, o);
+            }
+            p.extended_key_usages = vec![usage];
+            let now = time::OffsetDateTime::now_utc();
+            p.not_before = now + time::Duration::seconds(from);
+            p.not_after = now + time::Duration::seconds(to);
+            let cert = p.signed_by(&key, &self.issuer).unwrap();
+            (cert.pem(), key.serialize_pem())
+        }
+
+        fn client(&self, cn: &str, org: Option<&str>) -> (String, String) {
+            let usage = rcgen::ExtendedKeyUsagePurpose::ClientAuth;
+            self.sign(cn, org, usage, (-60, 3600))
+        }
+    }
+
+    fn user(name: &str, groups: &[&str]) -> User {
+        User {
+            name: name.into(),
+            groups: groups.iter().map(ToString::to_string).collect(),
+            ..User::default()
+        }
+    }
+
+    /// kubelet's `RequestClientCert`: every well-formed certificate gets through
+    /// the handshake, and the authenticator's verification against the CA file
+    /// decides (a 401 for the untrusted, not a failed handshake); the file reloads.
     #[tokio::test]
-    async fn client_certificates_name_the_user_and_anonymous_still_connects() {
+    async fn client_certificates_are_verified_after_the_handshake() {
         let dir = tempfile::tempdir().unwrap();
         let pair = self_signed_pair(dir.path(), "node1", &[]).unwrap();
-        // (rcgen keeps one value per name type, so one group here.)
-        let (ca, cert, key) = client("alice", &["dev"]);
-        let (server, _) =
-            server_config(Some(&pair), Some(ca.as_bytes()), &TlsChoice::default()).unwrap();
-        let user = handshake(server.clone(), &pair.cert_pem, Some((&cert, &key))).await;
+        let (ca, other_ca) = (TestCa::new(), TestCa::new());
+        let ca_file = dir.path().join("client-ca.crt");
+        std::fs::write(&ca_file, &ca.pem).unwrap();
+        let cas = ClientCas::from_file(&ca_file).unwrap();
+        let (server, _) = server_config(Some(&pair), true, &TlsChoice::default()).unwrap();
+        let chain = async |pair: Option<&(String, String)>| {
+            let pair = pair.map(|(c, k)| (c.as_str(), k.as_str()));
+            handshake(server.clone(), &pair_pem(&dir), pair).await
+        };
+        let alice = ca.client("alice", Some("dev"));
+        let alice_chain = chain(Some(&alice)).await.unwrap().unwrap();
         assert_eq!(
-            user,
-            Ok(Some(User {
-                name: "alice".into(),
-                groups: vec!["dev".into()],
-            }))
+            cas.verify(&alice_chain).unwrap(),
+            Some(user("alice", &["dev"]))
         );
         // No certificate: the connection stands, with no user (anonymous or a token).
-        assert_eq!(
-            handshake(server.clone(), &pair.cert_pem, None).await,
-            Ok(None)
+        assert_eq!(chain(None).await, Ok(None));
+        // Another CA's certificate connects, and is not trusted.
+        let mallory = other_ca.client("mallory", Some("system:masters"));
+        let mallory_chain = chain(Some(&mallory)).await.unwrap().unwrap();
+        let e = cas.verify(&mallory_chain).unwrap_err().to_string();
+        assert!(
+            e.starts_with("verifying certificate CN=mallory failed"),
+            "{e}"
         );
-        // A certificate from another CA is refused in the handshake.
-        let (_, other_cert, other_key) = client("mallory", &[]);
-        let refused = handshake(server, &pair.cert_pem, Some((&other_cert, &other_key))).await;
-        assert!(refused.is_err(), "{refused:?}");
+        // Expired, not yet valid, or not for client auth: not trusted either.
+        let server_auth = rcgen::ExtendedKeyUsagePurpose::ServerAuth;
+        let client_auth = rcgen::ExtendedKeyUsagePurpose::ClientAuth;
+        for (cert, why) in [
+            (
+                ca.sign("old", None, client_auth.clone(), (-7200, -3600)),
+                "expired",
+            ),
+            (
+                ca.sign("early", None, client_auth, (3600, 7200)),
+                "not yet valid",
+            ),
+            (
+                ca.sign("srv", None, server_auth, (-60, 3600)),
+                "serverAuth only",
+            ),
+        ] {
+            let c = chain(Some(&cert)).await.unwrap().unwrap();
+            assert!(cas.verify(&c).is_err(), "{why} was trusted");
+        }
+        // A certificate with someone else's key does not get through the handshake.
+        let stolen = (alice.0.clone(), mallory.1.clone());
+        assert!(chain(Some(&stolen)).await.is_err());
+
+        // The CA file replaced: the new CA's certificates are trusted, the old one's
+        // no longer; a file that does not load keeps the CAs in use.
+        std::fs::write(&ca_file, &other_ca.pem).unwrap();
+        cas.reload().unwrap();
+        assert!(cas.verify(&alice_chain).is_err());
+        assert!(cas.verify(&mallory_chain).unwrap().is_some());
+        std::fs::write(&ca_file, "not pem").unwrap();
+        assert!(cas.reload().is_err());
+        assert!(cas.verify(&mallory_chain).unwrap().is_some());
+    }
+
+    fn pair_pem(dir: &tempfile::TempDir) -> Vec<u8> {
+        std::fs::read(dir.path().join(SELF_SIGNED_CERT)).unwrap()
+    }
+
+    /// The reload task notices a replaced CA file by itself.
+    #[tokio::test]
+    async fn the_client_ca_file_reloads_when_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (TestCa::new(), TestCa::new());
+        let file = dir.path().join("ca.crt");
+        std::fs::write(&file, &a.pem).unwrap();
+        let cas = Arc::new(ClientCas::from_file(&file).unwrap());
+        let der = |pem: &str| {
+            vec![
+                CertificateDer::from_pem_slice(pem.as_bytes())
+                    .unwrap()
+                    .into_owned(),
+            ]
+        };
+        let of_b = der(&b.client("bob", None).0);
+        assert!(cas.verify(&of_b).is_err());
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let every = std::time::Duration::from_millis(20);
+        let task = tokio::spawn(reload_client_cas(cas.clone(), every, cancel.clone()));
+        std::fs::write(&file, &b.pem).unwrap();
+        let t = std::time::Instant::now();
+        while cas.verify(&of_b).is_err() {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(5),
+                "never reloaded"
+            );
+            tokio::time::sleep(every).await;
+        }
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    /// Go's `pkix.Name` keeps the last CN of a subject with several; so does the
+    /// x509 user. (rcgen writes one value per name type, so the second CN is an O
+    /// whose type is rewritten to CN: the same length, still DER.)
+    #[test]
+    fn the_user_is_the_last_common_name() {
+        let ca = TestCa::new();
+        let (pem, _) = ca.client("first", Some("second"));
+        let mut der = CertificateDer::from_pem_slice(pem.as_bytes())
+            .unwrap()
+            .to_vec();
+        let org = [0x06, 0x03, 0x55, 0x04, 0x0a];
+        let at = der.windows(5).position(|w| w == org).unwrap();
+        der[at + 4] = 0x03;
+        let certs = [CertificateDer::from(der)];
+        assert_eq!(user_of(Some(&certs)), Some(user("second", &[])));
+        let (pem, _) = ca.client("", Some("g"));
+        let certs = [CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()];
+        assert_eq!(user_of(Some(&certs)), None, "an empty CN names no user");
     }
 
     #[test]
@@ -659,7 +1003,7 @@ mod tests {
             cert_pem: b"nothing".to_vec(),
             key_pem: b"nothing".to_vec(),
         };
-        let e = server_config(Some(&bad), None, &TlsChoice::default())
+        let e = server_config(Some(&bad), false, &TlsChoice::default())
             .err()
             .unwrap()
             .to_string();
@@ -668,15 +1012,13 @@ mod tests {
             "{e}"
         );
         let dir = tempfile::tempdir().unwrap();
-        let good = self_signed_pair(dir.path(), "n", &[]).unwrap();
-        let e = server_config(
-            Some(&good),
-            Some(b"-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n"),
-            &TlsChoice::default(),
+        let file = dir.path().join("ca.crt");
+        std::fs::write(
+            &file,
+            "-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n",
         )
-        .err()
-        .unwrap()
-        .to_string();
+        .unwrap();
+        let e = ClientCas::from_file(&file).err().unwrap().to_string();
         assert!(e.starts_with("clientCAFile"), "{e}");
     }
 }

@@ -449,7 +449,7 @@ async fn join_streams(
     client: OnUpgrade,
     backend: OnUpgrade,
     idle_timeout: Duration,
-    _slot: Arc<tokio::sync::OwnedSemaphorePermit>,
+    _slot: Arc<super::admission::Slot>,
 ) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(pair) => pair,

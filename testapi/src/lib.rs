@@ -41,6 +41,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 pub use http::RequestRecord;
+pub use reviews::{credential_id, user_uid};
 pub use status::ApiError;
 
 use http::Shared;

@@ -38,9 +38,16 @@ pub(crate) fn token_review(rules: &Rules, body: &Value) -> Result<Value, ApiErro
     let spec = spec(body, "TokenReview")?;
     let token = spec["token"].as_str().unwrap_or_default();
     let status = match rules.tokens.iter().find(|(t, _, _)| t == token) {
+        // As the real apiserver answers for a service account token: the user's
+        // UID, and in `extra` the credential's ID (a hash of the token's ID here).
         Some((_, user, groups)) => json!({
             "authenticated": true,
-            "user": {"username": user, "groups": groups},
+            "user": {
+                "username": user,
+                "uid": user_uid(user),
+                "groups": groups,
+                "extra": {"authentication.kubernetes.io/credential-id": [credential_id(token)]},
+            },
         }),
         None => json!({"authenticated": false, "error": "token not recognised"}),
     };
@@ -51,6 +58,30 @@ pub(crate) fn token_review(rules: &Rules, body: &Value) -> Result<Value, ApiErro
         "spec": spec,
         "status": status,
     }))
+}
+
+/// A stable UID for a user name, shaped as the apiserver's UUIDs.
+pub fn user_uid(user: &str) -> String {
+    let h = fnv(user.as_bytes());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        h >> 32,
+        (h >> 16) & 0xffff,
+        h & 0xfff,
+        (h >> 20) & 0xfff,
+        h & 0xffff_ffff_ffff
+    )
+}
+
+/// The credential ID the answer names for `token` (`JTI=`, as for bound tokens).
+pub fn credential_id(token: &str) -> String {
+    format!("JTI={:016x}", fnv(token.as_bytes()))
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// A SubjectAccessReview's answer.
@@ -97,9 +128,12 @@ mod tests {
             }],
         };
         let tr = |t: &str| json!({"kind": "TokenReview", "spec": {"token": t}});
+        let answer = token_review(&rules, &tr("t1")).unwrap();
+        assert_eq!(answer["status"]["user"]["username"], "alice");
+        assert_eq!(answer["status"]["user"]["uid"], user_uid("alice"));
         assert_eq!(
-            token_review(&rules, &tr("t1")).unwrap()["status"]["user"]["username"],
-            "alice"
+            answer["status"]["user"]["extra"]["authentication.kubernetes.io/credential-id"][0],
+            credential_id("t1")
         );
         assert_eq!(
             token_review(&rules, &tr("t2")).unwrap()["status"]["authenticated"],

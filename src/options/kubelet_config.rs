@@ -79,7 +79,7 @@ fn refused(name: &str, value: &Value) -> Option<&'static str> {
     let &(_, accepted, reason) = REFUSED_FIELDS.iter().find(|(f, _, _)| *f == name)?;
     let is_accepted = match value {
         Value::Null => true,
-        Value::Sequence(items) => items.is_empty() && accepted.is_empty(),
+        Value::Array(items) => items.is_empty() && accepted.is_empty(),
         Value::String(text) => text == accepted,
         _ => false,
     };

@@ -105,17 +105,13 @@ impl Backoff {
         let now = Instant::now();
         let max2 = self.max * 2;
         self.entries
-            .lock()
-            .unwrap()
+            .locked()
             .retain(|_, e| now.saturating_duration_since(e.last_update) <= max2);
     }
 
     /// Forgets every key starting with `prefix` (a pod that is gone).
     pub(crate) fn forget_prefix(&self, prefix: &str) {
-        self.entries
-            .lock()
-            .unwrap()
-            .retain(|k, _| !k.starts_with(prefix));
+        self.entries.locked().retain(|k, _| !k.starts_with(prefix));
     }
 }
 

@@ -34,20 +34,77 @@ pub(crate) struct Answer {
     pub body: Vec<u8>,
 }
 
-/// A URL as logs and `/configz` may show it: the password in its user info is
-/// replaced by `xxxxx`, as Go's `URL.Redacted` does.
+/// A URL as logs, errors and `/configz` may show it, every credential shape replaced
+/// by `xxxxx`: the password of the user info (as Go's `URL.Redacted`), a user info
+/// that is a user alone (`https://TOKEN@host`, a token more often than a name), and
+/// the value of each query parameter whose name says it carries a credential (see
+/// [`is_credential_param`]: `token`, `access_token`, `X-Amz-Signature`, `sig`…).
 pub(crate) fn redacted_url(url: &str) -> std::borrow::Cow<'_, str> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.into();
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let Some((user_info, host)) = rest[..end].rsplit_once('@') else {
-        return url.into();
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
+        Some((user_info, host)) => match user_info.split_once(':') {
+            Some((user, _password)) => format!("{user}:xxxxx@{host}"),
+            None => format!("xxxxx@{host}"),
+        },
+        None => authority.to_string(),
     };
-    let Some((user, _password)) = user_info.split_once(':') else {
-        return url.into();
+    let (before_fragment, fragment) = tail.split_at(tail.find('#').unwrap_or(tail.len()));
+    let tail = match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if is_credential_param(name) => format!("{name}=xxxxx"),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{path}?{}{fragment}", pairs.join("&"))
+        }
+        None => tail.to_string(),
     };
-    format!("{scheme}://{user}:xxxxx@{host}{}", &rest[end..]).into()
+    let shown = format!("{scheme}://{authority}{tail}");
+    if shown == url {
+        url.into()
+    } else {
+        shown.into()
+    }
+}
+
+/// Whether a query parameter's name (percent-decoded, any case) says its value is a
+/// credential: a token, key, secret, password or signature of the common schemes
+/// (OAuth, S3 and GCS presigned URLs, Azure SAS, API keys).
+fn is_credential_param(name: &str) -> bool {
+    const EXACT: [&str; 9] = [
+        "sig",
+        "key",
+        "code",
+        "auth",
+        "authorization",
+        "pass",
+        "pwd",
+        "session",
+        "jwt",
+    ];
+    const WITHIN: [&str; 9] = [
+        "token",
+        "secret",
+        "signature",
+        "password",
+        "passwd",
+        "credential",
+        "apikey",
+        "api_key",
+        "api-key",
+    ];
+    let name = crate::percent::decoded(name).to_ascii_lowercase();
+    EXACT.contains(&name.as_str())
+        || WITHIN.iter().any(|w| name.contains(w))
+        || name.ends_with("_key")
+        || name.ends_with("-key")
 }
 
 /// The authority without its user info: what a `Host` header carries.
@@ -199,15 +256,57 @@ mod tests {
             redacted_url("https://bob:s3cr%40t@example.com:8443/p?q=a@b"),
             "https://bob:xxxxx@example.com:8443/p?q=a@b"
         );
+        // A user alone is most often a token (GitHub's, a presigned proxy's).
         assert_eq!(
             redacted_url("http://bob@example.com/x"),
-            "http://bob@example.com/x"
+            "http://xxxxx@example.com/x"
+        );
+        assert_eq!(
+            redacted_url("https://ghp_abc123@raw.example.com/pods.yaml"),
+            "https://xxxxx@raw.example.com/pods.yaml"
         );
         assert_eq!(
             redacted_url("http://example.com/a@b"),
             "http://example.com/a@b"
         );
         assert_eq!(redacted_url("not a url"), "not a url");
+        // Query credentials, whatever their case or encoding; other parameters kept.
+        for (url, shown) in [
+            ("https://h/p?token=abc", "https://h/p?token=xxxxx"),
+            (
+                "https://h/p?a=1&access_token=abc&b=2",
+                "https://h/p?a=1&access_token=xxxxx&b=2",
+            ),
+            (
+                "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4&X-Amz-Credential=AK%2F1&X-Amz-Signature=f00&X-Amz-Security-Token=t",
+                "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4&X-Amz-Credential=xxxxx&X-Amz-Signature=xxxxx&X-Amz-Security-Token=xxxxx",
+            ),
+            (
+                "https://a.blob.core.windows.net/c/p?sv=2020&sp=r&sig=abc%3D",
+                "https://a.blob.core.windows.net/c/p?sv=2020&sp=r&sig=xxxxx",
+            ),
+            (
+                "https://storage.googleapis.com/b/o?X-Goog-Signature=00&x=1",
+                "https://storage.googleapis.com/b/o?X-Goog-Signature=xxxxx&x=1",
+            ),
+            (
+                "http://h/?apikey=k&api_key=k&private_key=k",
+                "http://h/?apikey=xxxxx&api_key=xxxxx&private_key=xxxxx",
+            ),
+            (
+                "http://h/?client_secret=s&password=p",
+                "http://h/?client_secret=xxxxx&password=xxxxx",
+            ),
+            ("http://h/?%74oken=abc", "http://h/?%74oken=xxxxx"),
+            ("http://h/?TOKEN=abc#frag", "http://h/?TOKEN=xxxxx#frag"),
+            (
+                "http://h/?design=1&monkey=2&flag",
+                "http://h/?design=1&monkey=2&flag",
+            ),
+            ("https://u:p@h/?token=t", "https://u:xxxxx@h/?token=xxxxx"),
+        ] {
+            assert_eq!(redacted_url(url), shown, "{url}");
+        }
         assert_eq!(host_of("bob:pw@example.com:8443"), "example.com:8443");
         assert_eq!(host_of("[::1]:80"), "[::1]:80");
         // "bob:s3cr@t", as Go's SetBasicAuth sends it.

@@ -95,7 +95,7 @@ fn without_cache(ox: &Oxlet, pod: &Pod) -> u64 {
 /// One aggregation from the debug route: (count, value).
 async fn metric(ox: &Oxlet, query: &str) -> (u64, Option<f64>) {
     let (code, body) = ox
-        .get(&format!("/debug/koord/metrics?{query}"))
+        .debug_get(&format!("/debug/koord/metrics?{query}"))
         .await
         .expect("oxlet answers");
     assert_eq!(code, 200, "{query}: {body}");
@@ -241,12 +241,15 @@ async fn a_cpu_burner_shows_near_one_core_and_memory_matches_the_cgroup() {
     );
 
     // A bad query names its parameter.
-    let (code, body) = ox.get("/debug/koord/metrics?kind=nope").await.unwrap();
+    let (code, body) = ox
+        .debug_get("/debug/koord/metrics?kind=nope")
+        .await
+        .unwrap();
     assert_eq!(code, 400);
     assert!(body.starts_with("kind:"), "{body}");
     // An unknown key is refused, not answered with the all-pods aggregate.
     let (code, body) = ox
-        .get("/debug/koord/metrics?kind=pod_cpu_usage&pod=x")
+        .debug_get("/debug/koord/metrics?kind=pod_cpu_usage&pod=x")
         .await
         .unwrap();
     assert_eq!(code, 400);
@@ -260,7 +263,7 @@ async fn a_cpu_burner_shows_near_one_core_and_memory_matches_the_cgroup() {
 /// The debug route's count and time range of a query.
 async fn span(ox: &Oxlet, query: &str) -> (u64, i64) {
     let (code, body) = ox
-        .get(&format!(
+        .debug_get(&format!(
             "/debug/koord/metrics?{query}&agg=count&window=10m"
         ))
         .await

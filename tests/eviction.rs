@@ -79,7 +79,7 @@ async fn memory_pressure_evicts_best_effort_first_never_static_and_refuses_best_
             .join("\n")
     );
     // The condition on the read-only API and on the Node.
-    let (code, body) = ox.get("/debug/eviction").await.unwrap();
+    let (code, body) = ox.debug_get("/debug/eviction").await.unwrap();
     assert_eq!(code, 200);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
@@ -140,7 +140,7 @@ async fn a_soft_threshold_raises_pressure_at_once_but_evicts_nothing_before_its_
     let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
     let t = Instant::now();
     loop {
-        let body = ox.get("/debug/eviction").await.map(|(_, b)| b);
+        let body = ox.debug_get("/debug/eviction").await.map(|(_, b)| b);
         if body
             .as_deref()
             .is_some_and(|b| b.contains("MemoryPressure"))

@@ -20,7 +20,7 @@ use kube::api::Api;
 const NODE: &str = "testnode";
 
 async fn conditions(ox: &Oxlet) -> serde_json::Value {
-    let (_, body) = ox.get("/debug/eviction").await.unwrap_or_default();
+    let (_, body) = ox.debug_get("/debug/eviction").await.unwrap_or_default();
     serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["conditions"].clone()
 }
 

@@ -33,7 +33,7 @@ fn pid_max() -> u64 {
 }
 
 async fn conditions(ox: &Oxlet) -> serde_json::Value {
-    let (_, body) = ox.get("/debug/eviction").await.unwrap_or_default();
+    let (_, body) = ox.debug_get("/debug/eviction").await.unwrap_or_default();
     serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["conditions"].clone()
 }
 

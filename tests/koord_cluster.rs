@@ -146,7 +146,7 @@ async fn the_node_metric_status_shows_a_cpu_burning_pod() {
         got.data["spec"]["metricCollectPolicy"]["reportIntervalSeconds"],
         2
     );
-    let (code, body) = ox.get("/debug/koord/nodemetric").await.unwrap();
+    let (code, body) = ox.debug_get("/debug/koord/nodemetric").await.unwrap();
     assert_eq!(code, 200);
     let local: Value = serde_json::from_str(&body).unwrap();
     assert!(

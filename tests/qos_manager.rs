@@ -279,7 +279,7 @@ async fn memory_eviction_evicts_the_be_labelled_api_pod_only() {
 /// One value from the metric cache through the debug route (None: no point).
 async fn cached(ox: &Oxlet, query: &str) -> Option<f64> {
     let (code, body) = ox
-        .get(&format!("/debug/koord/metrics?{query}&agg=last&window=5s"))
+        .debug_get(&format!("/debug/koord/metrics?{query}&agg=last&window=5s"))
         .await
         .expect("oxlet answers");
     assert_eq!(code, 200, "{query}: {body}");
@@ -386,7 +386,10 @@ async fn a_host_applications_cgroup_is_collected_and_a_climbing_path_refused() {
     let t = std::time::Instant::now();
     let mut last = None;
     while t.elapsed() < START {
-        let (_, body) = ox.get(&format!("/debug/koord/metrics?{q}")).await.unwrap();
+        let (_, body) = ox
+            .debug_get(&format!("/debug/koord/metrics?{q}"))
+            .await
+            .unwrap();
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         last = v["value"].as_f64();
         if last.is_some_and(|c| c > 0.5) {
@@ -400,7 +403,7 @@ async fn a_host_applications_cgroup_is_collected_and_a_climbing_path_refused() {
         "host application CPU {last:?}"
     );
     let (_, body) = ox
-        .get("/debug/koord/metrics?kind=host_application_memory_usage_with_page_cache&host_app_name=burner")
+        .debug_get("/debug/koord/metrics?kind=host_application_memory_usage_with_page_cache&host_app_name=burner")
         .await
         .unwrap();
     assert!(body.contains("\"count\":"), "{body}");

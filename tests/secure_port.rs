@@ -105,6 +105,25 @@ async fn client_certificates_and_anonymous_requests() {
     assert_eq!(ox.get("/configz").await.unwrap().0, 404);
     assert_eq!(ox.get("/runningpods/").await.unwrap().0, 405);
     assert_eq!(ox.get("/pods").await.unwrap().0, 200);
+    // oxlet's debug views too: they are the secure port's alone, behind authentication.
+    for path in [
+        "/debug/koord/metrics?kind=node_cpu_usage",
+        "/debug/koord/nodemetric",
+        "/debug/eviction",
+        "/debug/census",
+        "/debug/pods/default/idle-testnode/timeline",
+    ] {
+        assert_eq!(ox.get(path).await.unwrap().0, 404, "read-only port: {path}");
+        assert_eq!(
+            anonymous.get(path).await.0,
+            401,
+            "secure, anonymous: {path}"
+        );
+        let (code, body) = with_cert.get(path).await;
+        assert_eq!(code, 200, "secure, alice: {path}: {body}");
+    }
+    assert_eq!(ox.get("/debug/tasks").await.unwrap().0, 404);
+    assert_eq!(anonymous.get("/debug/tasks").await.0, 401);
 
     // /logs/: the node's /var/log, nothing outside it.
     let name = format!("oxlet-secure-port-{}", std::process::id());
@@ -225,7 +244,12 @@ async fn webhook_authentication_and_authorization() {
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("node_cpu_usage_seconds_total"), "{body}");
     // `/pods`, and a pod's timeline like the other debug views, are nodes/proxy.
-    for path in ["/pods", "/debug/pods/default/x/timeline"] {
+    for path in [
+        "/pods",
+        "/debug/pods/default/x/timeline",
+        "/debug/koord/metrics?kind=node_cpu_usage",
+        "/debug/census",
+    ] {
         let (code, body) = client
             .request("GET", path, &bearer("token-of-ms"))
             .await

@@ -20,7 +20,7 @@ const NODE: &str = "testnode";
 
 /// The entries of a pod's newest life, as the read-only port serves them.
 async fn entries(ox: &Oxlet, pod: &str) -> Vec<Value> {
-    let Some((200, body)) = ox.get(&format!("/debug/pods/{pod}/timeline")).await else {
+    let Some((200, body)) = ox.debug_get(&format!("/debug/pods/{pod}/timeline")).await else {
         return Vec::new();
     };
     let story: Value = serde_json::from_str(&body).unwrap();
@@ -208,7 +208,7 @@ async fn each_pods_story_tells_its_decisions_with_their_causes() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let (code, body) = ox
-            .get(&format!("/debug/pods/{crash}/timeline"))
+            .debug_get(&format!("/debug/pods/{crash}/timeline"))
             .await
             .unwrap();
         assert_eq!(code, 200, "{body}");
@@ -229,7 +229,7 @@ async fn each_pods_story_tells_its_decisions_with_their_causes() {
     }
     // A pod never seen has no story.
     let (code, body) = ox
-        .get("/debug/pods/default/never-was/timeline")
+        .debug_get("/debug/pods/default/never-was/timeline")
         .await
         .unwrap();
     assert_eq!(code, 404, "{body}");

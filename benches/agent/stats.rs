@@ -97,7 +97,7 @@ impl Footprint {
 /// `/debug/tasks`: cumulative CPU seconds per task name; None if the endpoint is
 /// missing (404: a build without `--task-cpu-accounting`, or the flag is off).
 async fn task_cpu(ox: &Oxlet) -> Option<Vec<(String, f64)>> {
-    let (200, body) = ox.get("/debug/tasks").await? else {
+    let (200, body) = ox.debug_get("/debug/tasks").await? else {
         return None;
     };
     let list: Vec<serde_json::Value> = serde_json::from_str(&body).ok()?;

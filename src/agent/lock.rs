@@ -37,6 +37,9 @@ pub(super) struct Held {
     pub lock_file: Option<PathBuf>,
 }
 
+/// Opens (or makes, 0600) the lock file at `path` itself: a symbolic link there is
+/// refused, never followed (a link to `/etc/shadow` would otherwise have that file
+/// truncated when the holder is written), and so is anything but a regular file.
 fn open(path: &Path) -> anyhow::Result<File> {
     if let Some(dir) = path.parent() {
         std::fs::DirBuilder::new()
@@ -45,14 +48,34 @@ fn open(path: &Path) -> anyhow::Result<File> {
             .create(dir)
             .with_context(|| format!("{}: cannot make its directory", path.display()))?;
     }
-    OpenOptions::new()
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .open(path)
-        .with_context(|| format!("{}: cannot open the lock file", path.display()))
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32)
+        .open(path);
+    let file = match file {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) => {
+            anyhow::bail!(
+                "{}: is a symbolic link; a lock file is opened only as itself, never through a link",
+                path.display()
+            )
+        }
+        other => other.with_context(|| format!("{}: cannot open the lock file", path.display()))?,
+    };
+    let kind = file
+        .metadata()
+        .with_context(|| format!("{}: cannot read the lock file", path.display()))?
+        .file_type();
+    if !kind.is_file() {
+        anyhow::bail!(
+            "{}: is not a regular file; refusing to use it as a lock file",
+            path.display()
+        );
+    }
+    Ok(file)
 }
 
 /// What the holder wrote, on one line (empty if it wrote nothing).
@@ -204,6 +227,33 @@ mod tests {
             &std::fs::metadata(&path).unwrap().permissions(),
         );
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_symlink_or_a_fifo_is_refused_and_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let link = dir.path().join("oxlet.lock");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err = take_now(&link, "rootDir=/x", "it would fight")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        let fifo = dir.path().join("fifo.lock");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let err = take_now(&fifo, "rootDir=/x", "it would fight")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a regular file"), "{err}");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! `oxlet timeline <namespace>/<name>`: asks a running oxlet for a pod's story
 //! (`/debug/pods/{namespace}/{name}/timeline`) and prints it for a person.
 //!
-//! The read-only port (`http://127.0.0.1:10255`) is the default. A node without one
-//! (kind's `readOnlyPort: 0`) is asked on its secure port with `--server
-//! https://127.0.0.1:10250 --token …`: there the path is behind `nodes/proxy`.
+//! The secure port (`https://127.0.0.1:10250`) is the default: `/debug/*` is served
+//! there alone, behind `nodes/proxy` (`--token …` where anonymous requests are off;
+//! `--insecure-skip-tls-verify` for the node's self-signed serving certificate).
 
 use std::process::ExitCode;
 
@@ -46,7 +46,7 @@ impl From<String> for NoAsk {
 
 fn parse(args: &[String]) -> Result<Ask, NoAsk> {
     let mut ask = Ask {
-        server: "http://127.0.0.1:10255".into(),
+        server: "https://127.0.0.1:10250".into(),
         token: None,
         insecure: false,
         json: false,
@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(a.pod, "kube-system/etcd");
         assert_eq!(
             parse(&args("default/web")).unwrap().server,
-            "http://127.0.0.1:10255"
+            "https://127.0.0.1:10250"
         );
     }
 

@@ -242,7 +242,7 @@ fn is_sensitive(name: &str) -> bool {
 fn parse(target: &str, url: &str) -> Result<(Transport, String, u16, Uri), HttpSourceError> {
     let shown = crate::http_get::redacted_url(target);
     let bad = |reason: String| HttpSourceError::BadUrl {
-        url: url.to_string(),
+        url: crate::http_get::redacted_url(url).into_owned(),
         reason,
     };
     let uri: Uri = target
@@ -578,6 +578,33 @@ mod tests {
         serve(&served, 500, "");
         let e = src.poll().await.unwrap_err().to_string();
         assert!(e.contains("bob:xxxxx@") && !e.contains("s3cr"), "{e}");
+    }
+
+    /// A token as the user info and credentials in the query never reach a message.
+    #[tokio::test]
+    async fn token_user_info_and_query_credentials_are_redacted_in_errors() {
+        let served = Arc::new(Mutex::new(Served::default()));
+        let url = server(served.clone())
+            .await
+            .replace("http://", "http://ghp_t0ken@");
+        let url = format!("{url}pods.yaml?v=1&token=q1&X-Amz-Signature=q2&sig=q3");
+        let mut src = UrlSource::new(url, BTreeMap::new(), "Node1".into());
+        serve(&served, 500, "");
+        let e = src.poll().await.unwrap_err().to_string();
+        for secret in ["ghp_t0ken", "q1", "q2", "q3"] {
+            assert!(!e.contains(secret), "{secret} in {e}");
+        }
+        assert!(e.contains("xxxxx@") && e.contains("v=1&token=xxxxx"), "{e}");
+        let bad = UrlSource::new(
+            "ftp://tok@h/?access_token=q4".into(),
+            BTreeMap::new(),
+            "Node1".into(),
+        )
+        .poll()
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(!bad.contains("tok@") && !bad.contains("q4"), "{bad}");
     }
 
     #[tokio::test]

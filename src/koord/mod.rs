@@ -27,7 +27,9 @@ mod slo;
 /// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
 #[doc(hidden)]
 pub use advisor::bench as advisor_bench;
-pub(crate) use advisor::{Advisor, AdvisorDeps, DebugQuery, ManagedPods, debug_query};
+pub(crate) use advisor::{
+    Advisor, AdvisorDeps, DebugQuery, DebugQueryError, ManagedPods, debug_query,
+};
 pub(crate) use metriccache::{CacheLimits, MetricCache};
 // The advisor's procfs parsers, for the fuzz targets (`crate::fuzzing`).
 pub(crate) use advisor::{

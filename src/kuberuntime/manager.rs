@@ -163,21 +163,18 @@ impl ReasonCache {
 
     pub(crate) fn get(&self, uid: &str, name: &str) -> Option<(WaitingReason, String)> {
         self.inner
-            .lock()
-            .unwrap()
+            .locked()
             .get(&(uid.to_string(), name.to_string()))
             .cloned()
     }
     fn set(&self, uid: &str, name: &str, reason: WaitingReason, message: String) {
         self.inner
-            .lock()
-            .unwrap()
+            .locked()
             .insert((uid.to_string(), name.to_string()), (reason, message));
     }
     fn clear(&self, uid: &str, name: &str) {
         self.inner
-            .lock()
-            .unwrap()
+            .locked()
             .remove(&(uid.to_string(), name.to_string()));
     }
     pub(crate) fn forget_pod(&self, uid: &str) {
@@ -1592,13 +1589,10 @@ impl<'a> RemovalClaim<'a> {
         set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
         id: &str,
     ) -> Option<Self> {
-        set.lock()
-            .unwrap()
-            .insert(id.to_string())
-            .then(|| RemovalClaim {
-                set,
-                id: id.to_string(),
-            })
+        set.locked().insert(id.to_string()).then(|| RemovalClaim {
+            set,
+            id: id.to_string(),
+        })
     }
 }
 

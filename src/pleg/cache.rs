@@ -50,8 +50,7 @@ impl PodCache {
     /// The latest status of a pod, if the cache has one.
     pub(crate) fn get(&self, uid: &str) -> Option<Arc<PodRuntimeStatus>> {
         self.entries
-            .lock()
-            .unwrap()
+            .locked()
             .get(uid)
             .and_then(|e| e.status.clone().ok())
     }

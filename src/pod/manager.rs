@@ -100,8 +100,7 @@ impl PodManager {
     pub(crate) fn all(&self) -> Vec<Arc<Pod>> {
         let mut pods: Vec<Arc<Pod>> = self
             .inner
-            .read()
-            .unwrap()
+            .read_locked()
             .pods
             .by_uid
             .values()
@@ -133,8 +132,7 @@ impl PodManager {
     /// The mirror pod of a static pod, by full name (kubelet's `GetMirrorPodByPod`).
     pub(crate) fn get_mirror_of_static(&self, pod: &Pod) -> Option<Arc<Pod>> {
         self.inner
-            .read()
-            .unwrap()
+            .read_locked()
             .mirrors
             .by_full_name(&pod_full_name(pod))
     }
@@ -143,8 +141,7 @@ impl PodManager {
     /// `GetPodByMirrorPod`).
     pub(crate) fn get_static_of_mirror(&self, mirror: &Pod) -> Option<Arc<Pod>> {
         self.inner
-            .read()
-            .unwrap()
+            .read_locked()
             .pods
             .by_full_name(&pod_full_name(mirror))
     }
@@ -152,8 +149,7 @@ impl PodManager {
     /// Every mirror pod held.
     pub(crate) fn mirror_pods(&self) -> Vec<Arc<Pod>> {
         self.inner
-            .read()
-            .unwrap()
+            .read_locked()
             .mirrors
             .by_uid
             .values()

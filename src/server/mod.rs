@@ -1,14 +1,14 @@
 //! kubelet's HTTP API on its three ports:
 //!
 //! - the secure port (`port`, 10250): TLS ([`serving`]), kubelet's authentication and
-//!   authorization ([`auth`]), and every endpoint: the read-only ones, `/configz`,
+//!   authorization ([`auth`]), and every endpoint: the read-only ones, `/debug/*`, `/configz`,
 //!   `/runningpods/`, `/containerLogs` ([`container_logs`]), the node's `/logs/`
 //!   ([`node_logs`]) and the streams (`/exec`,
 //!   `/attach`, `/portForward`, `/run`; [`streaming`]);
 //! - the read-only port (`readOnlyPort`): `/pods` (a v1 PodList of every pod the agent
-//!   manages, spec and status), the stats, `/metrics`, `/healthz`, and oxlet's
-//!   `/debug/*` views, without authentication and without what kubelet keeps to the
-//!   secure port;
+//!   manages, spec and status), the stats, `/metrics` and `/healthz`, without
+//!   authentication and without what kubelet keeps to the secure port (oxlet's
+//!   `/debug/*` views are the secure port's alone, behind `nodes/proxy`);
 //! - the healthz port: `/healthz`.
 //!
 //! It holds no state of its own: it reads the pod and status managers and the runtime.
@@ -143,7 +143,7 @@ async fn probe_metrics(headers: header::HeaderMap) -> axum::response::Response {
 
 /// `/debug/koord/metrics`: one aggregation of the metric cache (see
 /// [`crate::koord::debug_query`]); a bad or unknown parameter is a 400
-/// naming it.
+/// naming it, a query while another runs a 429.
 async fn koord_metrics(
     State(v): State<Views>,
     axum::extract::Query(pairs): axum::extract::Query<Vec<(String, String)>>,
@@ -154,6 +154,12 @@ async fn koord_metrics(
         Ok(json) => (
             [(header::CONTENT_TYPE, "application/json")],
             json.to_string(),
+        )
+            .into_response(),
+        Err(e @ crate::koord::DebugQueryError::Busy) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, "1")],
+            format!("{e}\n"),
         )
             .into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
@@ -272,7 +278,7 @@ async fn not_found() -> impl IntoResponse {
     (StatusCode::NOT_FOUND, "404 page not found\n")
 }
 
-/// The endpoints both API ports serve: kubelet's read-only API and oxlet's views.
+/// The endpoints both API ports serve: kubelet's read-only API.
 fn shared_routes(views: Views) -> Router {
     Router::new()
         .route("/pods", get(pods).fallback(get_only))
@@ -286,6 +292,15 @@ fn shared_routes(views: Views) -> Router {
         // kubelet's Prometheus registries.
         .route("/metrics", get(metrics))
         .route("/metrics/probes", get(probe_metrics))
+        .merge(healthz_routes(views.health.clone()))
+        .with_state(views)
+}
+
+/// oxlet's `/debug/*` views: the secure port's alone, behind `nodes/proxy` as
+/// kubelet's own debug paths are (they show pod UIDs, container IDs and each pod's
+/// story, and a query costs the node work).
+fn debug_views(views: Views) -> Router {
+    Router::new()
         // The metric advisor: a read-only look into the metric cache.
         .route("/debug/koord/metrics", get(koord_metrics))
         .route("/debug/koord/nodemetric", get(koord_nodemetric))
@@ -294,9 +309,8 @@ fn shared_routes(views: Views) -> Router {
         .route("/debug/tasks", get(task_cpu))
         // How many entries each per-pod map holds (oxlet only; for leak checks).
         .route("/debug/census", get(census))
-        // Each pod's story (oxlet only; on the secure port behind nodes/proxy).
+        // Each pod's story (oxlet only).
         .route("/debug/pods/{namespace}/{name}/timeline", get(timeline))
-        .merge(healthz_routes(views.health.clone()))
         .with_state(views)
 }
 
@@ -385,7 +399,8 @@ pub(crate) fn secure_router(s: Secure) -> Router {
             axum::routing::post(checkpoint::checkpoint),
         )
         .with_state(s.checkpoints);
-    shared_routes(s.views)
+    shared_routes(s.views.clone())
+        .merge(debug_views(s.views))
         .merge(debugging)
         .merge(logs)
         .merge(streams)

@@ -12,6 +12,7 @@
 //! configured pair) and the serving certificate manager fills it with an issued
 //! certificate; until then handshakes fail, as kubelet's do.
 
+use crate::locks::ReadWriteLocked as _;
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -276,21 +277,13 @@ impl ServingSlot {
         not_after: Option<std::time::SystemTime>,
     ) -> Result<(), ServingError> {
         let key = certified_key(pair, &self.provider)?;
-        *self
-            .current
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some(Presented { key, not_after });
+        *self.current.write_locked() = Some(Presented { key, not_after });
         Ok(())
     }
 
     /// The certificate to present now, if any.
     fn current(&self) -> Option<Arc<CertifiedKey>> {
-        let current = self
-            .current
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()?;
+        let current = self.current.read_locked().clone()?;
         match current.not_after {
             Some(end) if end <= std::time::SystemTime::now() => None,
             _ => Some(current.key),

@@ -150,11 +150,7 @@ impl StatusManager {
 
     /// The version of a pod's status (how many times it changed).
     pub(crate) fn version(&self, uid: &str) -> u64 {
-        self.statuses
-            .read()
-            .unwrap()
-            .get(uid)
-            .map_or(0, |(_, v)| *v)
+        self.statuses.read_locked().get(uid).map_or(0, |(_, v)| *v)
     }
 
     fn unwritten(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {

@@ -21,8 +21,7 @@ impl WorkQueue {
     /// Schedules a sync of `uid` after `delay` (replacing any earlier schedule).
     pub(crate) fn enqueue(&self, uid: &str, delay: Duration) {
         self.due
-            .lock()
-            .unwrap()
+            .locked()
             .insert(uid.to_string(), Instant::now() + delay);
     }
     /// Removes and returns the pods whose time has come.

@@ -25,11 +25,14 @@ const MAX_NAME: usize = 255;
 /// Most files one volume may hold (its items come from one bounded manifest).
 const MAX_FILES: usize = 1024;
 
-/// One file of the payload: its bytes and permission bits.
+/// One file of the payload: its bytes, permission bits and, for a token given to
+/// the pod's one user (kubelet's `FsUser`), its owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FileProjection {
     pub data: Vec<u8>,
     pub mode: u32,
+    /// The owner's uid; None (or 0): root's, as the file is made.
+    pub fs_user: Option<u32>,
 }
 
 /// Relative path (as given by the pod) → file.
@@ -119,7 +122,16 @@ fn read_version(dir: &Path) -> io::Result<BTreeMap<String, FileProjection>> {
             } else if meta.is_file() && out.len() < MAX_FILES {
                 let data = std::fs::read(entry.path())?;
                 let mode = meta.permissions().mode() & 0o7777;
-                out.insert(rel, FileProjection { data, mode });
+                let owner = std::os::unix::fs::MetadataExt::uid(&meta);
+                let fs_user = (owner != 0).then_some(owner);
+                out.insert(
+                    rel,
+                    FileProjection {
+                        data,
+                        mode,
+                        fs_user,
+                    },
+                );
             }
         }
     }
@@ -173,6 +185,10 @@ fn write_files(
         io::Write::write_all(&mut f, &file.data).map_err(io_err(&path))?;
         f.set_permissions(std::fs::Permissions::from_mode(file.mode))
             .map_err(io_err(&path))?;
+        if let Some(uid) = file.fs_user.filter(|u| *u != 0) {
+            rustix::fs::fchown(&f, Some(rustix::fs::Uid::from_raw(uid)), None)
+                .map_err(|e| io_err(&path)(e.into()))?;
+        }
     }
     Ok(())
 }
@@ -271,6 +287,7 @@ mod tests {
                     FileProjection {
                         data: d.as_bytes().to_vec(),
                         mode: *m,
+                        fs_user: None,
                     },
                 )
             })

@@ -80,6 +80,7 @@ fn make_payload(
             let file = FileProjection {
                 data: v.clone(),
                 mode,
+                fs_user: None,
             };
             payload.insert(k.clone(), file);
         }
@@ -96,6 +97,7 @@ fn make_payload(
         let file = FileProjection {
             data: v.clone(),
             mode,
+            fs_user: None,
         };
         payload.insert(item.path.clone(), file);
     }
@@ -221,6 +223,27 @@ fn secret_payload(
     })
 }
 
+/// kubelet's `FsUserFrom`: the effective `runAsUser` (the container's, else the
+/// pod's) when every init and regular container has one and they are all the same;
+/// None otherwise (ephemeral containers are not counted).
+fn fs_user(pod: &Pod) -> Option<i64> {
+    let spec = pod.spec.as_ref()?;
+    let pod_user = spec.security_context.as_ref().and_then(|sc| sc.run_as_user);
+    let mut users = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .map(|c| {
+            c.security_context
+                .as_ref()
+                .and_then(|sc| sc.run_as_user)
+                .or(pod_user)
+        });
+    let first = users.next()??;
+    users.all(|u| u == Some(first)).then_some(first)
+}
+
 /// The pod's `fsGroup`, which its volumes' files are given to.
 fn fs_group(pod: &Pod) -> Option<i64> {
     (pod.spec.as_ref())
@@ -250,10 +273,15 @@ fn projected_payload(
         } else if let Some(s) = &src.secret {
             project_secret(&mut payload, s, p.default_mode, ns, objects).map_err(err)?;
         } else if let Some(t) = &src.service_account_token {
-            // kubelet: with an fsGroup the token is 0600, and the ownership walk
-            // below makes it 0640; without one it keeps the volume's default mode.
-            let mode = fs_group(pod).map(|_| 0o600).or(p.default_mode);
-            let file = token_file(t, mode, objects).map_err(err)?;
+            // kubelet: with the pod's one user or an fsGroup the token is 0600 (the
+            // ownership walk below makes it 0640 for the group), and that user's;
+            // with neither it keeps the volume's default mode.
+            let user = fs_user(pod);
+            let mode = (user.is_some() || fs_group(pod).is_some())
+                .then_some(0o600)
+                .or(p.default_mode);
+            let mut file = token_file(t, mode, objects).map_err(err)?;
+            file.fs_user = user.and_then(|u| u32::try_from(u).ok());
             payload.insert(t.path.clone(), file);
         } else if let Some(d) = &src.downward_api {
             volumes::downward_items(
@@ -344,6 +372,7 @@ fn token_file(
     Ok(FileProjection {
         data: token.into_bytes(),
         mode,
+        fs_user: None,
     })
 }
 
@@ -450,6 +479,7 @@ pub(crate) fn refresh(
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ConfigMap, ConfigMapVolumeSource};
+    use std::os::unix::fs::PermissionsExt as _;
     use std::sync::Arc;
 
     fn objects(data: &[(&str, &str)]) -> PodObjects {
@@ -650,6 +680,47 @@ mod tests {
         let got = payload(&volume, &grouped, Some(&o), &res).unwrap().unwrap();
         assert_eq!(got.payload["token"].mode, 0o600);
         assert_eq!(got.payload["ca.crt"].mode, 0o644);
+        // With one runAsUser for every container and no fsGroup, kubelet's FsUser:
+        // the token is 0600 and that user's, on disk too.
+        let mut one_user = pod.clone();
+        one_user.spec.as_mut().unwrap().security_context =
+            Some(k8s_openapi::api::core::v1::PodSecurityContext {
+                run_as_user: Some(1234),
+                ..Default::default()
+            });
+        let got = payload(&volume, &one_user, Some(&o), &res)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (got.payload["token"].mode, got.payload["token"].fs_user),
+            (0o600, Some(1234))
+        );
+        assert_eq!(got.payload["ca.crt"].fs_user, None);
+        let dir = tempfile::tempdir().unwrap();
+        crate::volumes::atomic_writer::write(dir.path(), &got.payload).unwrap();
+        let meta = std::fs::metadata(dir.path().join("token")).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 1234);
+        let ca = std::fs::metadata(dir.path().join("ca.crt")).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::uid(&ca), 0);
+        // Written again unchanged: nothing to do.
+        assert!(!crate::volumes::atomic_writer::write(dir.path(), &got.payload).unwrap());
+        // A container of another user: no FsUser, the volume's default mode.
+        let mut two_users = one_user.clone();
+        let spec = two_users.spec.as_mut().unwrap();
+        let mut init = spec.containers[0].clone();
+        init.security_context = Some(k8s_openapi::api::core::v1::SecurityContext {
+            run_as_user: Some(99),
+            ..Default::default()
+        });
+        spec.init_containers = Some(vec![init]);
+        let got = payload(&volume, &two_users, Some(&o), &res)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (got.payload["token"].mode, got.payload["token"].fs_user),
+            (0o644, None)
+        );
         // A failed TokenRequest fails the volume with its reason, naming the source.
         o.tokens.insert(
             want,

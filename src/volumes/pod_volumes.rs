@@ -390,6 +390,7 @@ pub(super) fn downward_items(
             FileProjection {
                 data: value.into_bytes(),
                 mode,
+                fs_user: None,
             },
         );
     }

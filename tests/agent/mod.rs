@@ -24,6 +24,9 @@ pub struct Oxlet {
     /// `--container-log-symlink-dir`: the legacy log links, kept out of /var/log/containers.
     pub links: PathBuf,
     pub port: u16,
+    /// The secure port (`--port`): the harness's free one, or the last `--port=` a
+    /// test passed. oxlet's `/debug/*` views are served there alone.
+    pub secure_port: u16,
     pub log_file: PathBuf,
     /// None: no `--container-runtime-endpoint`, so oxlet manages its own containerd.
     endpoint: Option<String>,
@@ -118,6 +121,7 @@ impl Oxlet {
             logs: base.join("pod-logs"),
             links: base.join("containers"),
             port: free_port(),
+            secure_port: free_port(),
             log_file: base.join("oxlet.log"),
             network: endpoint
                 .is_none()
@@ -182,8 +186,9 @@ impl Oxlet {
             format!("--container-log-symlink-dir={}", self.links.display()),
             format!("--read-only-port={}", self.port),
             "--healthz-port=0".into(),
-            // The secure port is off unless a test turns it on with its own --port.
-            "--port=0".into(),
+            // The secure port, with the flag defaults (anonymous, AlwaysAllow) on
+            // loopback: where a test reads the `/debug/*` views. A test's own --port wins.
+            format!("--port={}", self.secure_port),
             "--hostname-override=testnode".into(),
             "--file-check-frequency=2s".into(),
             // The test machines' disks may be under kubelet's default nodefs/imagefs
@@ -203,6 +208,13 @@ impl Oxlet {
     /// (Re)starts the process with the same directories.
     pub fn spawn(&mut self, extra: &[&str]) {
         self.starts += 1;
+        if let Some(port) = extra
+            .iter()
+            .rev()
+            .find_map(|a| a.strip_prefix("--port=")?.parse().ok())
+        {
+            self.secure_port = port;
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -338,12 +350,13 @@ impl Oxlet {
         }
     }
 
-    /// `oxlet timeline <pod>` against this oxlet's read-only port: what it printed.
+    /// `oxlet timeline <pod>` against this oxlet's secure port: what it printed.
     pub fn timeline(&self, pod: &str) -> String {
         let out = Command::new(&self.binary)
             .args([
                 "timeline",
-                &format!("--server=http://127.0.0.1:{}", self.port),
+                &format!("--server=https://127.0.0.1:{}", self.secure_port),
+                "--insecure-skip-tls-verify",
                 pod,
             ])
             .output()
@@ -370,6 +383,19 @@ impl Oxlet {
         let (head, body) = text.split_once("\r\n\r\n")?;
         let code = head.split_whitespace().nth(1)?.parse().ok()?;
         Some((code, body.to_string()))
+    }
+
+    /// GET a path on the secure port, anonymously and taking any serving certificate
+    /// (`curl -k`): oxlet's `/debug/*` views are served there alone. None while oxlet
+    /// is not listening yet, or with the secure port off.
+    pub async fn debug_get(&self, path: &str) -> Option<(u16, String)> {
+        if self.secure_port == 0 {
+            return None;
+        }
+        secure::Client::any_server(self.secure_port)
+            .request("GET", path, "")
+            .await
+            .ok()
     }
 
     /// Polls the JSON document at `path` until `check` finds what it wants; fails the test

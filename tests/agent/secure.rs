@@ -105,6 +105,22 @@ impl Client {
         }
     }
 
+    /// A client that takes any serving certificate, presenting none: anonymous, as
+    /// curl -k is (for the `/debug/*` views of an oxlet that runs the flag defaults).
+    pub fn any_server(port: u16) -> Client {
+        let provider = Arc::new(crypto::ring::default_provider());
+        let config = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
+            .with_no_client_auth();
+        Client {
+            port,
+            config: Arc::new(config),
+        }
+    }
+
     pub async fn connect(
         &self,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
@@ -144,6 +160,63 @@ impl Client {
 
     pub async fn get(&self, path: &str) -> (u16, String) {
         self.request("GET", path, "").await.unwrap()
+    }
+}
+
+/// Takes any serving certificate (its signatures still checked): for a test's GET of
+/// the `/debug/*` views, where who serves is not what is tested.
+#[derive(Debug)]
+struct AnyServer(Arc<crypto::CryptoProvider>);
+
+impl tokio_rustls::rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: tokio_rustls::rustls::pki_types::UnixTime,
+    ) -> Result<tokio_rustls::rustls::client::danger::ServerCertVerified, tokio_rustls::rustls::Error>
+    {
+        Ok(tokio_rustls::rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &tokio_rustls::rustls::DigitallySignedStruct,
+    ) -> Result<
+        tokio_rustls::rustls::client::danger::HandshakeSignatureValid,
+        tokio_rustls::rustls::Error,
+    > {
+        crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &tokio_rustls::rustls::DigitallySignedStruct,
+    ) -> Result<
+        tokio_rustls::rustls::client::danger::HandshakeSignatureValid,
+        tokio_rustls::rustls::Error,
+    > {
+        crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<tokio_rustls::rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 

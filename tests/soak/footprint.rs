@@ -123,7 +123,7 @@ impl Footprint {
 
 /// oxlet's `/debug/census`: its per-pod maps by name (`counts`) and its tokio tasks.
 pub(crate) async fn census(ox: &Oxlet) -> Option<serde_json::Value> {
-    match ox.get("/debug/census").await {
+    match ox.debug_get("/debug/census").await {
         Some((200, body)) => serde_json::from_str(&body).ok(),
         _ => None,
     }

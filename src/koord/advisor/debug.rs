@@ -1,13 +1,23 @@
 //! A read-only look into the metric cache for tests and operators:
 //! `/debug/koord/metrics?kind=container_cpu_usage&container_id=…&agg=last&window=5s`.
-//! One aggregation over one window, bounded to the cache's retention.
+//! One aggregation over one window, bounded to the cache's retention, and in what it
+//! reads: at most [`DEBUG_BOUNDS`]' points and time, one query at a time. A query cut
+//! by a bound answers what it read and says which bound cut it (`truncated_by`).
 
 use std::time::Duration;
 
-use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label, now_ms};
+use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, QueryBounds, label, now_ms};
 
 /// The longest window asked for: the on-disk cache's retention.
 const MAX_WINDOW: Duration = Duration::from_secs(12 * 3600);
+
+/// What one debug query may read: 200 000 points (3 MiB, a day of one series at 1 s
+/// and a few ms to decode) within 1 s. The advisor's own readers keep the cache's
+/// larger bound; this one is for a look by hand.
+pub(crate) const DEBUG_BOUNDS: QueryBounds = QueryBounds {
+    max_points: 200_000,
+    time: Some(Duration::from_secs(1)),
+};
 
 /// The query string.
 #[derive(Debug, Clone, Default)]
@@ -55,6 +65,8 @@ pub(crate) enum DebugQueryError {
     Agg(String),
     #[error("window: {0:?} is not a duration of at most 12h (e.g. 5s, 1m, 2h)")]
     Window(String),
+    #[error("another /debug/koord/metrics query is running; one runs at a time, try again")]
+    Busy,
 }
 
 fn kind_names() -> String {
@@ -147,7 +159,10 @@ pub(crate) fn debug_query(
     .collect();
     let end = now_ms();
     let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
-    let result = cache.query(kind, &labels, end - window_ms, end);
+    // One at a time: its reads run on the caller's thread.
+    let running = cache.outside_slot().ok_or(DebugQueryError::Busy)?;
+    let result = cache.query_within(kind, &labels, end - window_ms, end, DEBUG_BOUNDS);
+    drop(running);
     let labels: serde_json::Map<String, serde_json::Value> = labels
         .iter()
         .map(|(k, v)| ((*k).to_string(), serde_json::Value::from(*v)))
@@ -163,6 +178,9 @@ pub(crate) fn debug_query(
         "value": result.value(agg).ok(),
         "series_of_kind": cache.series_of(kind).len(),
         "truncated": result.truncated(),
+        "truncated_by": result.cut().map(crate::koord::metriccache::Cut::as_str),
+        "max_points": DEBUG_BOUNDS.max_points,
+        "deadline_ms": DEBUG_BOUNDS.time.map(|t| t.as_millis()),
         "cache": {
             "series": stats.series,
             "dropped_samples": stats.dropped_samples,

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-pub(crate) use debug::{DebugQuery, debug_query};
+pub(crate) use debug::{DebugQuery, DebugQueryError, debug_query};
 // The procfs parsers, for the fuzz targets (`crate::fuzzing`).
 pub(crate) use network::{parse_default_route, parse_net_dev};
 pub(crate) use node::memory_from_meminfo;

@@ -34,31 +34,51 @@ pub(crate) enum AggregateError {
     Empty,
 }
 
+/// Which of a query's bounds stopped it before the end of its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cut {
+    /// It read as many points as it may.
+    Points,
+    /// Its time ran out.
+    Deadline,
+}
+
+impl Cut {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Cut::Points => "points",
+            Cut::Deadline => "deadline",
+        }
+    }
+}
+
 /// Every point a query matched, from all its series, in one list.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct AggregateResult {
     /// `(unix ms, value)`, in no particular order across series.
     points: Vec<(i64, f64)>,
-    /// The query stopped at its point limit: the window held more.
-    truncated: bool,
+    /// The query stopped at one of its bounds: the window held more.
+    cut: Option<Cut>,
 }
 
 impl AggregateResult {
     pub(crate) fn new(points: Vec<(i64, f64)>) -> AggregateResult {
-        AggregateResult {
-            points,
-            truncated: false,
-        }
+        AggregateResult { points, cut: None }
     }
 
-    /// Marks the result as cut at the query's point limit.
-    pub(crate) fn cut_short(mut self, truncated: bool) -> AggregateResult {
-        self.truncated = truncated;
+    /// Marks the result as cut by one of the query's bounds.
+    pub(crate) fn cut_short(mut self, cut: Option<Cut>) -> AggregateResult {
+        self.cut = cut;
         self
     }
 
     pub(crate) fn truncated(&self) -> bool {
-        self.truncated
+        self.cut.is_some()
+    }
+
+    /// The bound that cut the result short, if one did.
+    pub(crate) fn cut(&self) -> Option<Cut> {
+        self.cut
     }
 
     #[cfg(test)]

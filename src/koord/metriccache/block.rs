@@ -13,6 +13,7 @@ use std::io::Write as _;
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
+use super::aggregate::Cut;
 use super::codec::{self, DecodeError, Reader};
 use super::gorilla::{self, Chunk};
 use super::{MetricKind, SeriesKey};
@@ -80,6 +81,8 @@ pub(super) struct Want<'a> {
     pub start_ms: i64,
     pub end_ms: i64,
     pub limit: usize,
+    /// Past this, reading stops (and the answer says so).
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl Want<'_> {
@@ -245,8 +248,8 @@ fn read_entry(r: &mut Reader<'_>) -> Result<Entry, DecodeError> {
     })
 }
 
-/// Appends the block's points that `want` asks for to `out`. Returns false when it
-/// stopped at the limit. A series whose data fails its checksum is skipped (in
+/// Appends the block's points that `want` asks for to `out`. Returns the bound that
+/// stopped it, if one did. A series whose data fails its checksum is skipped (in
 /// `corrupt`); a broken index is the block's error.
 pub(super) fn read_into(
     dir: &Path,
@@ -254,7 +257,7 @@ pub(super) fn read_into(
     want: &Want<'_>,
     out: &mut Vec<(i64, f64)>,
     corrupt: &mut Vec<BlockError>,
-) -> Result<bool, BlockError> {
+) -> Result<Option<Cut>, BlockError> {
     let b = open(&dir.join(meta.file_name()))?;
     let bad = |reason: String| BlockError::Format {
         path: b.path.clone(),
@@ -270,6 +273,12 @@ pub(super) fn read_into(
             .any(|c| c.1 >= want.start_ms && c.0 <= want.end_ms);
         if !want.matches(&e.key) || !overlaps {
             continue;
+        }
+        if want
+            .deadline
+            .is_some_and(|d| std::time::Instant::now() >= d)
+        {
+            return Ok(Some(Cut::Deadline));
         }
         let total: usize = e.chunks.iter().map(|c| c.3).sum();
         if e.offset.saturating_add(total as u64) > meta.bytes {
@@ -305,11 +314,11 @@ pub(super) fn read_into(
                 gorilla::decode(bytes, n).filter(|p| p.0 >= want.start_ms && p.0 <= want.end_ms)
             {
                 if out.len() >= want.limit {
-                    return Ok(false);
+                    return Ok(Some(Cut::Points));
                 }
                 out.push(p);
             }
         }
     }
-    Ok(true)
+    Ok(None)
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use tracing::{info, warn};
 
+use super::aggregate::Cut;
 use super::block::{self, BlockError, BlockMeta, Want};
 use super::gorilla::Chunk;
 use super::series::window_start;
@@ -192,29 +193,18 @@ impl Disk {
         removed
     }
 
-    /// The points of the blocks overlapping the query, oldest first. False when the
-    /// limit stopped it.
-    pub(super) fn read_into(&self, want: &Want<'_>, out: &mut Vec<(i64, f64)>) -> bool {
-        let mut problems: Vec<BlockError> = Vec::new();
-        let mut complete = true;
-        for meta in self
-            .blocks
-            .iter()
-            .filter(|b| b.end > want.start_ms && b.start <= want.end_ms)
-        {
-            match block::read_into(&self.dir, meta, want, out, &mut problems) {
-                Ok(true) => {}
-                Ok(false) => {
-                    complete = false;
-                    break;
-                }
-                Err(e) => problems.push(e),
-            }
+    /// The blocks overlapping `[start_ms, end_ms]`, to be read after the cache's lock
+    /// is let go: a block is never changed once written, only deleted.
+    pub(super) fn blocks_in(&self, start_ms: i64, end_ms: i64) -> Blocks {
+        Blocks {
+            dir: self.dir.clone(),
+            blocks: self
+                .blocks
+                .iter()
+                .filter(|b| b.end > start_ms && b.start <= end_ms)
+                .cloned()
+                .collect(),
         }
-        for e in problems {
-            warn!(error = %e, "metric cache: a query skipped stored points that do not check out");
-        }
-        complete
     }
 
     /// Blocks and log, in bytes.
@@ -229,4 +219,55 @@ impl Disk {
     pub(super) fn log_bytes_written(&self) -> u64 {
         self.wal.bytes_written
     }
+}
+
+/// Some of the directory's blocks, named under the cache's lock and read without it.
+pub(super) struct Blocks {
+    dir: PathBuf,
+    blocks: Vec<BlockMeta>,
+}
+
+impl Blocks {
+    /// The points of the blocks that `want` asks for, oldest first. Returns the bound
+    /// that stopped it, if one did. A block deleted meanwhile (past the retention or
+    /// the size cap) is skipped.
+    pub(super) fn read_into(&self, want: &Want<'_>, out: &mut Vec<(i64, f64)>) -> Option<Cut> {
+        let mut problems: Vec<BlockError> = Vec::new();
+        let mut cut = None;
+        for meta in &self.blocks {
+            #[cfg(test)]
+            BEFORE_BLOCK_READ.with_borrow_mut(|f| f.as_mut().map(|f| f()));
+            if want
+                .deadline
+                .is_some_and(|d| std::time::Instant::now() >= d)
+            {
+                cut = Some(Cut::Deadline);
+                break;
+            }
+            match block::read_into(&self.dir, meta, want, out, &mut problems) {
+                Ok(None) => {}
+                Ok(Some(c)) => {
+                    cut = Some(c);
+                    break;
+                }
+                Err(BlockError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    tracing::debug!(block = %meta.file_name(), "metric cache: a query skipped a block deleted while it read");
+                }
+                Err(e) => problems.push(e),
+            }
+        }
+        for e in problems {
+            warn!(error = %e, "metric cache: a query skipped stored points that do not check out");
+        }
+        cut
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Called before each block a query reads: what a test does meanwhile.
+    pub(super) static BEFORE_BLOCK_READ: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+        const { std::cell::RefCell::new(None) };
 }

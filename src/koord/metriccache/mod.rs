@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub(crate) use aggregate::{AggregateResult, Aggregation};
+pub(crate) use aggregate::{AggregateResult, Aggregation, Cut};
 use disk::Disk;
 pub(crate) use kv::KvStore;
 use series::{Series, SeriesRules};
@@ -406,6 +406,25 @@ impl Default for CacheLimits {
 /// cut there, and its result says so.
 pub(crate) const MAX_QUERY_POINTS: usize = 1 << 20;
 
+/// How much one query may read, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QueryBounds {
+    /// Points read at most; a window holding more is cut there, and its result says so.
+    pub max_points: usize,
+    /// How long reading may take; past it the result is cut, and says so.
+    pub time: Option<Duration>,
+}
+
+impl Default for QueryBounds {
+    /// The cache's own readers: [`MAX_QUERY_POINTS`], no deadline.
+    fn default() -> Self {
+        QueryBounds {
+            max_points: MAX_QUERY_POINTS,
+            time: None,
+        }
+    }
+}
+
 /// The cache's size and traffic, for the debug endpoint and the bench.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -431,12 +450,24 @@ struct Head {
 }
 
 /// The time series and the key-value store. Cheap to share behind an `Arc`; every
-/// call takes a short lock (a query of old points reads blocks under it).
+/// call takes a short lock (a query copies what it needs under it and reads the blocks
+/// after).
 pub(crate) struct MetricCache {
     limits: CacheLimits,
     head: Mutex<Head>,
     kv: KvStore,
     dropped: AtomicU64,
+    /// An outside reader's query is running (see [`MetricCache::outside_slot`]).
+    outside: std::sync::atomic::AtomicBool,
+}
+
+/// The one outside reader's turn; the next may query once it is dropped.
+pub(crate) struct OutsideSlot<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for OutsideSlot<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl std::fmt::Debug for MetricCache {
@@ -466,6 +497,7 @@ impl MetricCache {
             }),
             kv: KvStore::default(),
             dropped: AtomicU64::new(0),
+            outside: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -601,42 +633,80 @@ impl MetricCache {
         start_ms: i64,
         end_ms: i64,
     ) -> AggregateResult {
-        let head = self.head.locked();
-        let mut points = Vec::new();
-        let mut complete = true;
-        if let Some(disk) = head
-            .disk
-            .as_ref()
-            .filter(|_| start_ms < head.persisted_until)
-        {
-            let want = block::Want {
-                kind,
-                labels,
-                start_ms,
-                end_ms: end_ms.min(head.persisted_until - 1),
-                limit: MAX_QUERY_POINTS,
-            };
-            complete = disk.read_into(&want, &mut points);
-        }
+        self.query_within(kind, labels, start_ms, end_ms, QueryBounds::default())
+    }
+
+    /// [`MetricCache::query`] within `bounds`. The lock is held only to copy what the
+    /// query needs of the head (at most `bounds.max_points` points) and to name the
+    /// blocks; the blocks are read and the copies decoded after it is let go, so the
+    /// advisor's append never waits for a disk read or a long decode.
+    pub(crate) fn query_within(
+        &self,
+        kind: MetricKind,
+        labels: &[(&str, &str)],
+        start_ms: i64,
+        end_ms: i64,
+        bounds: QueryBounds,
+    ) -> AggregateResult {
+        let deadline = bounds.time.map(|t| std::time::Instant::now() + t);
         let want = block::Want {
             kind,
             labels,
             start_ms,
             end_ms,
-            limit: MAX_QUERY_POINTS,
+            limit: bounds.max_points,
+            deadline,
         };
-        for series in head
-            .series
-            .iter()
-            .filter(|(k, _)| want.matches(k))
-            .map(|(_, s)| s)
-        {
-            if !complete {
+        let mut copies: Vec<series::Copied> = Vec::new();
+        let mut copy_cut = None;
+        let blocks = {
+            let head = self.head.locked();
+            let mut budget = bounds.max_points;
+            for (_, s) in head.series.iter().filter(|(k, _)| want.matches(k)) {
+                let copy = (budget > 0).then(|| s.copy_range(start_ms, end_ms, &mut budget));
+                match copy {
+                    Some(c) if !c.cut => copies.push(c),
+                    partial => {
+                        copies.extend(partial);
+                        copy_cut = Some(Cut::Points);
+                        break;
+                    }
+                }
+            }
+            head.disk
+                .as_ref()
+                .filter(|_| start_ms < head.persisted_until)
+                .map(|d| (d.blocks_in(start_ms, end_ms), head.persisted_until - 1))
+        };
+        // The lock is let go: what follows reads files and decodes copies.
+        let mut points = Vec::new();
+        let mut cut = blocks.and_then(|(blocks, last_persisted)| {
+            let in_blocks = block::Want {
+                end_ms: end_ms.min(last_persisted),
+                ..want
+            };
+            blocks.read_into(&in_blocks, &mut points)
+        });
+        for copy in &copies {
+            if cut.is_some() {
                 break;
             }
-            complete = series.range_into(start_ms, end_ms, &mut points, MAX_QUERY_POINTS);
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                cut = Some(Cut::Deadline);
+            } else if !copy.range_into(start_ms, end_ms, &mut points, bounds.max_points) {
+                cut = Some(Cut::Points);
+            }
         }
-        AggregateResult::new(points).cut_short(!complete)
+        AggregateResult::new(points).cut_short(cut.or(copy_cut))
+    }
+
+    /// A turn for a reader from outside the node (the debug endpoint): one at a time,
+    /// so clients cannot run many bounded queries at once. None while one runs.
+    pub(crate) fn outside_slot(&self) -> Option<OutsideSlot<'_>> {
+        self.outside
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| OutsideSlot(&self.outside))
     }
 
     /// The label sets of `kind`'s series in memory (for callers that group, e.g. per pod).

@@ -139,39 +139,48 @@ impl Series {
         }
     }
 
-    /// Appends the points in `[start_ms, end_ms]` to `out`, oldest first, stopping when
-    /// `out` holds `limit`; false if it stopped early.
-    pub(super) fn range_into(
-        &self,
-        start_ms: i64,
-        end_ms: i64,
-        out: &mut Vec<(i64, f64)>,
-        limit: usize,
-    ) -> bool {
-        let in_range = |p: &(i64, f64)| p.0 >= start_ms && p.0 <= end_ms;
-        let chunks = self
+    /// A copy of the chunks and points that overlap `[start_ms, end_ms]`, so a query
+    /// can decode them after the cache's lock is let go. Stops copying once it holds
+    /// `budget` points (counted whole chunks); the budget is spent by what it copies.
+    pub(super) fn copy_range(&self, start_ms: i64, end_ms: i64, budget: &mut usize) -> Copied {
+        let mut copied = Copied::default();
+        for c in self
             .chunks
             .iter()
             .filter(|c| c.max_ts >= start_ms && c.min_ts <= end_ms)
-            .map(Chunk::points);
-        let open = self
+        {
+            if *budget == 0 {
+                copied.cut = true;
+                return copied;
+            }
+            *budget = budget.saturating_sub(usize::from(c.n));
+            copied.chunks.push(c.clone());
+        }
+        if let Some(w) = self
             .open
-            .iter()
+            .as_ref()
             .filter(|w| w.last_ts() >= start_ms && w.first_ts() <= end_ms)
-            .map(ChunkWriter::points);
-        for p in chunks.chain(open).flatten().filter(in_range) {
-            if out.len() >= limit {
-                return false;
+        {
+            if *budget == 0 {
+                copied.cut = true;
+                return copied;
             }
-            out.push(p);
+            *budget = budget.saturating_sub(usize::from(w.len()));
+            copied.open = Some(w.clone());
         }
-        for p in self.recent.iter().copied().filter(in_range) {
-            if out.len() >= limit {
-                return false;
+        for p in self
+            .recent
+            .iter()
+            .filter(|p| p.0 >= start_ms && p.0 <= end_ms)
+        {
+            if *budget == 0 {
+                copied.cut = true;
+                return copied;
             }
-            out.push(p);
+            *budget -= 1;
+            copied.recent.push(*p);
         }
-        true
+        copied
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -184,5 +193,44 @@ impl Series {
             + self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self.chunks.iter().map(|c| c.bytes.len()).sum::<usize>()
             + self.open.as_ref().map_or(0, ChunkWriter::heap_bytes)
+    }
+}
+
+/// What a query copied of one series under the cache's lock (see
+/// [`Series::copy_range`]), decoded after it.
+#[derive(Debug, Default)]
+pub(super) struct Copied {
+    chunks: Vec<Chunk>,
+    open: Option<ChunkWriter>,
+    recent: Vec<(i64, f64)>,
+    /// The copy stopped at its budget: the series holds more in the range.
+    pub cut: bool,
+}
+
+impl Copied {
+    /// Appends the points in `[start_ms, end_ms]` to `out`, oldest first, stopping when
+    /// `out` holds `limit`; false if it stopped early.
+    pub(super) fn range_into(
+        &self,
+        start_ms: i64,
+        end_ms: i64,
+        out: &mut Vec<(i64, f64)>,
+        limit: usize,
+    ) -> bool {
+        let in_range = |p: &(i64, f64)| p.0 >= start_ms && p.0 <= end_ms;
+        let chunks = self.chunks.iter().map(Chunk::points);
+        let open = self.open.iter().map(ChunkWriter::points);
+        for p in chunks
+            .chain(open)
+            .flatten()
+            .chain(self.recent.iter().copied())
+            .filter(in_range)
+        {
+            if out.len() >= limit {
+                return false;
+            }
+            out.push(p);
+        }
+        true
     }
 }

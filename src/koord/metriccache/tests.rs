@@ -417,6 +417,80 @@ mod on_disk {
         );
     }
 
+    /// A query reads its blocks with the lock let go (the advisor's append goes on
+    /// meanwhile), and stops at its bounds in points and time, saying which.
+    #[test]
+    fn a_query_reads_blocks_without_the_lock_and_within_its_bounds() {
+        use std::sync::atomic::AtomicUsize;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(open(dir.path(), CacheLimits::ON_DISK).0);
+        // 35 minutes of 20 pods at 1 s: three blocks and a head.
+        let secs = 35 * 60;
+        for sec in 0..secs {
+            let ts = START + sec * 1000;
+            cache.append((0..20).map(|p| pod_cpu(&format!("p{p}"), ts, 1.0)));
+        }
+        assert_eq!(cache.stats().blocks, 3, "{:?}", cache.stats());
+        let (free, appended) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (c, f, a) = (cache.clone(), free.clone(), appended.clone());
+        let mut next = START + secs * 1000;
+        disk::BEFORE_BLOCK_READ.set(Some(Box::new(move || {
+            // The lock is free while the query is between its copy and its answer…
+            let was_free = c.head.try_lock().is_ok();
+            f.fetch_add(usize::from(was_free), Ordering::Relaxed);
+            // …so the advisor's round is stored at once.
+            if was_free {
+                a.fetch_add(c.append([node(next, 1.0)]), Ordering::Relaxed);
+                next += 1000;
+            }
+        })));
+        let all = cache.query(MetricKind::PodCpuUsage, &[], START, i64::MAX);
+        disk::BEFORE_BLOCK_READ.set(None);
+        assert_eq!((all.count(), all.cut()), (20 * 2100, None));
+        assert_eq!(
+            free.load(Ordering::Relaxed),
+            3,
+            "before each of three blocks"
+        );
+        assert_eq!(appended.load(Ordering::Relaxed), 3);
+        // The point bound: exactly that many, and the answer says it was cut.
+        let bounded = |max_points, time| QueryBounds { max_points, time };
+        let r = cache.query_within(
+            MetricKind::PodCpuUsage,
+            &[],
+            START,
+            i64::MAX,
+            bounded(1000, None),
+        );
+        assert_eq!((r.count(), r.cut()), (1000, Some(Cut::Points)));
+        // In the head alone: the copy stops at the bound too.
+        let head_from = START + 31 * 60 * 1000;
+        let r = cache.query_within(
+            MetricKind::PodCpuUsage,
+            &[],
+            head_from,
+            i64::MAX,
+            bounded(100, None),
+        );
+        assert_eq!((r.count(), r.cut()), (100, Some(Cut::Points)));
+        let whole_head = cache.query(MetricKind::PodCpuUsage, &[], head_from, i64::MAX);
+        assert_eq!((whole_head.count(), whole_head.cut()), (20 * 240, None));
+        // The time bound: a deadline already past reads nothing and says why.
+        let r = cache.query_within(
+            MetricKind::PodCpuUsage,
+            &[],
+            START,
+            i64::MAX,
+            bounded(MAX_QUERY_POINTS, Some(Duration::ZERO)),
+        );
+        assert_eq!((r.count(), r.cut()), (0, Some(Cut::Deadline)));
+        // One outside reader at a time.
+        let slot = cache.outside_slot().unwrap();
+        assert!(cache.outside_slot().is_none());
+        drop(slot);
+        assert!(cache.outside_slot().is_some());
+    }
+
     #[test]
     fn twelve_hours_of_110_pods_stay_in_memory_bounds() {
         let dir = tempfile::tempdir().unwrap();

@@ -92,7 +92,8 @@ fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
-/// Writes `uid`'s checkpoint: `<uid>.tmp`, then renamed over `<uid>`.
+/// Writes `uid`'s checkpoint: `<uid>.tmp` (made anew, synced), then renamed over
+/// `<uid>`, and the directory synced.
 pub(crate) fn save(
     dir: &Path,
     uid: &str,
@@ -113,8 +114,38 @@ pub(crate) fn save(
     })?;
     let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
     let dst = dir.join(name);
-    std::fs::write(&tmp, body).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &dst).map_err(io(&dst))
+    write_new(&tmp, &body).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &dst).map_err(io(&dst))?;
+    // The rename itself, made durable: a crash after it leaves the new checkpoint.
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))
+}
+
+/// Writes `body` to a file made anew at `tmp` (never through a link or into a file
+/// someone left there: a leftover is removed, itself, and the create is exclusive),
+/// and syncs it, so the rename that follows never publishes a half-written file.
+fn write_new(tmp: &Path, body: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(tmp)
+    };
+    let mut f = match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // A crash's leftover, or something planted: unlinked, not followed.
+            std::fs::remove_file(tmp)?;
+            create()?
+        }
+        other => other?,
+    };
+    f.write_all(body)?;
+    f.sync_all()
 }
 
 /// Deletes `uid`'s checkpoint, if there is one.
@@ -324,6 +355,34 @@ mod tests {
             .collect();
         left.sort();
         assert_eq!(left, vec!["keep", "not a model", "subdir"]);
+    }
+
+    #[test]
+    fn a_link_planted_at_the_temp_name_is_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let dir = d.path().join("c");
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("pod-1.tmp")).unwrap();
+        save(&dir, "pod-1", &model(), NOW).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        let saved = dir.join("pod-1");
+        let meta = std::fs::symlink_metadata(&saved).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "the checkpoint is a file of its own"
+        );
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+            0o600
+        );
+        assert!(
+            std::fs::read_to_string(&saved)
+                .unwrap()
+                .contains("\"UID\":\"pod-1\"")
+        );
+        assert!(std::fs::symlink_metadata(dir.join("pod-1.tmp")).is_err());
     }
 
     #[test]

@@ -31,7 +31,6 @@ use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig, crypto};
 
-use crate::locks::ReadWriteLocked as _;
 use crate::options::{Serving, TlsVersion};
 
 /// The self-signed pair's file names in the cert dir (kubelet's).

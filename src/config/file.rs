@@ -947,8 +947,8 @@ mod tests {
         std::fs::create_dir(&d).unwrap();
         std::fs::write(d.join("x.yaml"), manifest("x")).unwrap();
         wait_for(&mut rx, &["x-n1"]).await;
-        std::fs::write(d.join("y.yaml"), manifest("y")).unwrap();
-        wait_for(&mut rx, &["x-n1", "y-n1"]).await;
+        std::fs::write(d.join("w.yaml"), manifest("w")).unwrap();
+        wait_for(&mut rx, &["w-n1", "x-n1"]).await;
 
         // Removed and recreated: the new directory is watched again.
         std::fs::remove_dir_all(&d).unwrap();

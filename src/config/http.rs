@@ -464,13 +464,13 @@ mod tests {
         // An empty list is a good, empty set.
         serve(&served, 200, &list(&[]));
         assert_eq!(names(&src.poll().await.unwrap()), Vec::<String>::new());
-        // YAML lists decode too.
+        // YAML lists decode too (a plain `y` would be YAML 1.1's true, as kubelet reads it).
         serve(
             &served,
             200,
-            "apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: y}\n  spec: {containers: [{name: c, image: busybox}]}\n",
+            "apiVersion: v1\nkind: PodList\nitems:\n- metadata: {name: ylist}\n  spec: {containers: [{name: c, image: busybox}]}\n",
         );
-        assert_eq!(names(&src.poll().await.unwrap()), ["y-node1"]);
+        assert_eq!(names(&src.poll().await.unwrap()), ["ylist-node1"]);
     }
 
     #[tokio::test]

@@ -201,11 +201,12 @@ pub fn container_log(data: &[u8]) {
         follow: false,
     };
     let path = scratch_file("0.log", log);
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
-    crate::logs::read_logs(&path, &opts, &tx, &|| false).expect("the log file is readable");
-    drop(tx);
+    let root = path.parent().expect("a scratch file is in a directory");
+    let mut reader = crate::logs::LogReader::open(root, &path, opts.clone(), None)
+        .expect("the log file is readable");
     let mut out = Vec::new();
-    while let Ok(chunk) = rx.try_recv() {
+    // Not followed: the reader never waits, so the first poll of each piece is its answer.
+    while let Some(chunk) = futures::executor::block_on(reader.next()) {
         out.extend_from_slice(&chunk);
     }
     if let Some(limit) = opts.limit_bytes {
@@ -418,11 +419,13 @@ fn routers() -> &'static [axum::Router; 2] {
                 cri: cri.clone(),
                 idle_timeout: SECOND,
                 run_timeout: SECOND,
+                slots: crate::server::stream_slots(crate::server::MAX_STREAMS),
             },
             logs: crate::server::ContainerLogs {
                 pods: pods.clone(),
                 pod_cache: pod_cache.clone(),
                 pod_logs_dir: logs.join("pods"),
+                follows: crate::server::Follows::new(4, SECOND),
             },
             node_logs: crate::server::NodeLogs { dir: logs },
             checkpoints: crate::server::Checkpoints {

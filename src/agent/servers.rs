@@ -177,11 +177,16 @@ async fn start_secure(
             cri,
             idle_timeout: serving.streaming_idle_timeout,
             run_timeout: opts.runtime_request_timeout,
+            slots: server::stream_slots(server::MAX_STREAMS),
         },
         logs: server::ContainerLogs {
             pods: views.pods.clone(),
             pod_cache: views.pod_cache.clone(),
             pod_logs_dir: opts.pod_logs_dir.clone(),
+            follows: server::Follows::new(
+                server::MAX_FOLLOWED_LOGS,
+                serving.streaming_idle_timeout,
+            ),
         },
         node_logs: server::NodeLogs {
             dir: std::path::PathBuf::from(NODE_LOG_DIR),

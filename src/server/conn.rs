@@ -17,6 +17,7 @@ use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +25,7 @@ use tokio_util::task::TaskTracker;
 
 use super::admission::{Admission, Refusal, Slot};
 use super::serving::Tls;
+use crate::locks::Locked as _;
 
 /// A client must send a complete request head within this time (also the longest a
 /// kept-alive connection may wait for its next request: hyper runs one timer for both).
@@ -190,6 +192,63 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     passed_through_write_tail!();
 }
 
+/// How long a connection may idle: the server's idle timeout, or while a handler
+/// serves a long-lived stream on it (a followed log), `streamingConnectionIdleTimeout`,
+/// as kubelet keeps such a response open for its own write timeout (4 h) rather than
+/// the keep-alive idle cut.
+#[derive(Clone)]
+pub(super) struct IdleLimit {
+    inner: Arc<IdleState>,
+}
+
+struct IdleState {
+    default: Duration,
+    /// The stream's limit and what it serves, while one runs.
+    stream: std::sync::Mutex<Option<(Duration, &'static str)>>,
+    changed: Notify,
+}
+
+impl IdleLimit {
+    fn new(default: Duration) -> IdleLimit {
+        IdleLimit {
+            inner: Arc::new(IdleState {
+                default,
+                stream: std::sync::Mutex::new(None),
+                changed: Notify::new(),
+            }),
+        }
+    }
+
+    /// Puts the connection under `timeout` until the guard is dropped; `what` names
+    /// the stream in the log line that says why it was closed.
+    pub(super) fn stream(&self, timeout: Duration, what: &'static str) -> IdleGuard {
+        *self.inner.stream.locked() = Some((timeout, what));
+        self.inner.changed.notify_one();
+        IdleGuard {
+            limit: self.clone(),
+        }
+    }
+
+    fn current(&self) -> (Duration, Option<&'static str>) {
+        match *self.inner.stream.locked() {
+            Some((d, what)) => (d, Some(what)),
+            None => (self.inner.default, None),
+        }
+    }
+}
+
+/// Holds a connection under a stream's idle timeout; back to the server's when dropped.
+pub(super) struct IdleGuard {
+    limit: IdleLimit,
+}
+
+impl Drop for IdleGuard {
+    fn drop(&mut self) {
+        *self.limit.inner.stream.locked() = None;
+        self.limit.inner.changed.notify_one();
+    }
+}
+
 /// What a handler may learn about the connection its request came on: the client
 /// certificate it presented, and the connection's slot under the caps, which a
 /// stream that outlives the HTTP exchange (exec, port-forward) keeps.
@@ -202,6 +261,8 @@ pub(super) struct ConnInfo {
     pub slot: Arc<Slot>,
     /// Where a stream that outlives its request runs.
     pub tasks: ConnTasks,
+    /// The connection's idle limit, which a long-lived response raises.
+    pub idle: IdleLimit,
 }
 
 /// The server's own tasks: a stream an upgrade hands off (exec, port-forward) runs
@@ -439,11 +500,13 @@ impl Conn {
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
         let closed = slot.closed().clone();
+        let idle = IdleLimit::new(self.limits.idle_timeout);
         let info = ConnInfo {
             peer: self.peer,
             client_cert,
             slot,
             tasks: self.tasks.clone(),
+            idle: idle.clone(),
         };
         let router = self.router;
         let service =
@@ -463,7 +526,8 @@ impl Conn {
         let mut draining = false;
         let peer = self.peer;
         loop {
-            let idle_deadline = activity.last() + self.limits.idle_timeout;
+            let (limit, stream) = idle.current();
+            let idle_deadline = activity.last() + limit;
             tokio::select! {
                 r = conn.as_mut() => {
                     if let Err(e) = r {
@@ -479,11 +543,17 @@ impl Conn {
                     tracing::debug!(%peer, "closing a connection that sent no request: the unauthenticated budget needed its place");
                     break;
                 }
+                // A stream began or ended: the deadline is computed again.
+                () = idle.inner.changed.notified() => {}
                 () = tokio::time::sleep_until(idle_deadline) => {
-                    if activity.last() + self.limits.idle_timeout <= Instant::now() {
-                        tracing::debug!(%peer, "HTTP connection idle too long; closing");
-                        break;
+                    if activity.last() + limit > Instant::now() {
+                        continue;
                     }
+                    match stream {
+                        Some(what) => tracing::info!(%peer, stream = what, idle = %crate::duration::format_go_duration(limit), "closing a stream idle for streamingConnectionIdleTimeout"),
+                        None => tracing::debug!(%peer, "HTTP connection idle too long; closing"),
+                    }
+                    break;
                 }
             }
         }
@@ -614,6 +684,44 @@ mod tests {
         d.write_all(b"GET /x HTTP/1.0\r\n\r\n").await.unwrap();
         let (body, _) = read_to_eof(&mut d, Duration::from_secs(2)).await;
         assert!(body.starts_with("HTTP/1.0 200"), "{body}");
+        cancel.cancel();
+    }
+
+    /// A response that marks its connection as a stream: quiet past the server's idle
+    /// timeout it lives on, and it is closed after the stream's own idle timeout.
+    #[tokio::test]
+    async fn a_quiet_stream_lives_by_its_own_idle_timeout() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let cancel = CancellationToken::new();
+        let handler = |axum::Extension(info): axum::Extension<ConnInfo>| async move {
+            let guard = info.idle.stream(Duration::from_millis(1500), "test stream");
+            let pieces = futures::stream::unfold((0, guard), |(i, g)| async move {
+                match i {
+                    0 => {}
+                    1 => tokio::time::sleep(Duration::from_millis(1000)).await,
+                    _ => futures::future::pending::<()>().await,
+                }
+                Some((Ok::<_, io::Error>(format!("piece{i}\n")), (i + 1, g)))
+            });
+            axum::body::Body::from_stream(pieces)
+        };
+        let router = Router::new().route("/s", get(handler));
+        tokio::spawn(serve(l, router, limits(4), None, cancel.clone()));
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /s HTTP/1.0\r\n\r\n").await.unwrap();
+        let t = Instant::now();
+        let (body, eof) = read_to_eof(&mut s, Duration::from_secs(5)).await;
+        let took = t.elapsed();
+        assert!(eof, "the quiet stream was never closed: {body}");
+        assert!(
+            body.contains("piece1"),
+            "cut by the 600ms idle timeout: {body}"
+        );
+        assert!(
+            took >= Duration::from_millis(2400) && took < Duration::from_millis(3500),
+            "closed after {took:?}, not 1.5s after its last piece"
+        );
         cancel.cancel();
     }
 

@@ -4,17 +4,25 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use k8s_openapi::api::core::v1::Pod;
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::conn::{ConnInfo, IdleGuard};
 use crate::kuberuntime::{ContainerState, ContainerStatus, PodRuntimeStatus};
-use crate::logs::LogOptions;
+use crate::logs::{Follow, LogOptions, LogReader, LogWatch};
 use crate::pod::{PodManager, pod_uid};
+
+/// The most followed logs served at once. Each costs no thread, one descriptor, a
+/// read buffer while it reads and its connection's TLS buffers (at most 256 KiB for a
+/// client that stops reading): about 300 MiB at worst for all of them, where a few
+/// hundred threads held the blocking pool before. kubelet has no such cap.
+pub(crate) const MAX_FOLLOWED_LOGS: usize = 1024;
 
 /// What the handler reads.
 #[derive(Clone)]
@@ -23,6 +31,57 @@ pub(crate) struct ContainerLogs {
     pub pod_cache: Arc<crate::pleg::PodCache>,
     /// `podLogsDir`.
     pub pod_logs_dir: PathBuf,
+    /// What followed logs share: the inotify watcher and the cap.
+    pub follows: Arc<Follows>,
+}
+
+/// What followed logs share.
+pub(crate) struct Follows {
+    watch: Arc<LogWatch>,
+    slots: Arc<Semaphore>,
+    max: usize,
+    /// `streamingConnectionIdleTimeout`: a followed log that sent nothing for this
+    /// long is closed (kubelet keeps such a response for its 4 h write timeout).
+    idle_timeout: Duration,
+}
+
+impl Follows {
+    pub(crate) fn new(max: usize, idle_timeout: Duration) -> Arc<Follows> {
+        let f = Arc::new(Follows {
+            watch: LogWatch::new(),
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+            idle_timeout,
+        });
+        crate::census::watch("server.followedLogs", &f, |f| {
+            f.max - f.slots.available_permits()
+        });
+        f
+    }
+
+    /// A slot for one more followed log, or kube-apiserver's answer to too many
+    /// requests in flight (429, `Retry-After: 1`, which client-go waits on).
+    fn admit(&self) -> Result<OwnedSemaphorePermit, TooMany> {
+        (self.slots.clone().try_acquire_owned()).map_err(|_| TooMany(self.max))
+    }
+}
+
+/// The refusal past [`MAX_FOLLOWED_LOGS`].
+#[derive(Debug)]
+struct TooMany(usize);
+
+impl IntoResponse for TooMany {
+    fn into_response(self) -> Response {
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, "1")],
+            format!(
+                "too many followed log streams on this node (at most {}); try again later",
+                self.0
+            ),
+        )
+            .into_response()
+    }
 }
 
 fn refuse(code: StatusCode, msg: String) -> Response {
@@ -100,6 +159,7 @@ pub(crate) async fn container_logs(
     State(s): State<ContainerLogs>,
     Path((ns, name, container)): Path<(String, String, String)>,
     Query(q): Query<Vec<(String, String)>>,
+    conn: Option<axum::Extension<ConnInfo>>,
 ) -> Response {
     let (opts, previous) = match options(&q) {
         Ok(o) => o,
@@ -140,7 +200,23 @@ pub(crate) async fn container_logs(
         Ok(f) => f,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    stream_file(s, file, opts, uid, instance.id).await
+    let target = Target {
+        ns,
+        name,
+        container,
+        uid,
+        container_id: instance.id,
+    };
+    stream_file(s, file, opts, target, conn.map(|c| c.0)).await
+}
+
+/// Whose log a request reads, for the followed log's checks and log lines.
+struct Target {
+    ns: String,
+    name: String,
+    container: String,
+    uid: String,
+    container_id: String,
 }
 
 /// The instance whose log a request without `previous` reads, as kubelet's
@@ -159,50 +235,97 @@ fn current_instance<'a>(st: &'a PodRuntimeStatus, container: &str) -> Option<&'a
     st.previous(container)
 }
 
-/// Streams the file from a blocking thread; a followed one until its container stops.
+/// Streams the file; a followed one until its container stops, holding a slot under
+/// [`MAX_FOLLOWED_LOGS`] and its connection under the streaming idle timeout.
 async fn stream_file(
     s: ContainerLogs,
     file: PathBuf,
     opts: LogOptions,
-    uid: String,
-    container_id: String,
+    t: Target,
+    conn: Option<ConnInfo>,
 ) -> Response {
-    if let Err(e) = std::fs::metadata(&file) {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "failed to open log file {:?}: {e}",
-                file.display().to_string()
-            ),
-        );
-    }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    let cache = s.pod_cache.clone();
-    tokio::task::spawn_blocking(move || {
-        let running = || {
-            cache.get(&uid).is_some_and(|st| {
-                st.containers
-                    .iter()
-                    .any(|c| c.id == container_id && c.state == ContainerState::Running)
-            })
+    let mut held = None;
+    if opts.follow {
+        let slot = match s.follows.admit() {
+            Ok(slot) => slot,
+            Err(answer) => {
+                tracing::info!(namespace = %t.ns, pod = %t.name, container = %t.container, max = s.follows.max, "refusing a followed log: too many followed at once");
+                return answer.into_response();
+            }
         };
-        if let Err(e) = crate::logs::read_logs(&file, &opts, &tx, &running) {
-            tracing::debug!(file = %file.display(), error = %e, "reading a container log ended");
+        let idle = conn.map(|c| c.idle.stream(s.follows.idle_timeout, "followed log"));
+        held = Some((slot, idle));
+    }
+    let follow = opts.follow.then(|| {
+        let (cache, uid, id) = (s.pod_cache.clone(), t.uid.clone(), t.container_id.clone());
+        Follow {
+            running: Box::new(move || {
+                cache.get(&uid).is_some_and(|st| {
+                    (st.containers.iter()).any(|c| c.id == id && c.state == ContainerState::Running)
+                })
+            }),
+            watch: s.follows.watch.clone(),
+            root: s.pod_logs_dir.clone(),
         }
     });
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx))
+    // The open reads the file's end backwards for tailLines: a brief blocking call
+    // that ends on its own (it waits on the disk, never on the client).
+    let root = s.pod_logs_dir.clone();
+    let opened =
+        tokio::task::spawn_blocking(move || LogReader::open(&root, &file, opts, follow)).await;
+    let reader = match opened {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return refuse(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let body = LogBody { reader, t, held };
+    let stream = futures::stream::unfold(body, |mut b| async move {
+        let chunk = b.reader.next().await?;
+        Some((Ok::<_, std::io::Error>(chunk), b))
     });
     (
         [(header::CONTENT_TYPE, "text/plain")],
-        Body::from_stream(stream),
+        axum::body::Body::from_stream(stream),
     )
         .into_response()
+}
+
+/// A log response's state; a followed one says at `-v=2` why it ended.
+struct LogBody {
+    reader: LogReader,
+    t: Target,
+    held: Option<(OwnedSemaphorePermit, Option<IdleGuard>)>,
+}
+
+impl Drop for LogBody {
+    fn drop(&mut self) {
+        if self.held.is_none() {
+            return;
+        }
+        let t = &self.t;
+        let why = match self.reader.ended() {
+            Some(e) => e.to_string(),
+            None => "the client went away or the connection was closed".to_string(),
+        };
+        tracing::info!(namespace = %t.ns, pod = %t.name, container = %t.container, reason = %why, "a followed container log ended");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn followed_logs_past_the_cap_get_429_until_one_ends() {
+        let f = Follows::new(2, Duration::from_secs(1));
+        let a = f.admit().unwrap();
+        let _b = f.admit().unwrap();
+        let refused = f.admit().unwrap_err().into_response();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+        drop(a);
+        assert!(f.admit().is_ok(), "an ended follow gives its slot back");
+    }
 
     #[test]
     fn a_restart_under_way_serves_the_instance_that_ran() {

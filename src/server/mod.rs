@@ -43,11 +43,11 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use auth::Auth;
 pub(crate) use checkpoint::Checkpoints;
 pub(crate) use conn::{Limits, serve_io};
-pub(crate) use container_logs::ContainerLogs;
+pub(crate) use container_logs::{ContainerLogs, Follows, MAX_FOLLOWED_LOGS};
 pub(crate) use healthz::Health;
 pub(crate) use node_logs::NodeLogs;
 pub(crate) use serving::{ServingSlot, Tls, acceptor, reload_client_cas, reload_pair, user_of};
-pub(crate) use streaming::Streaming;
+pub(crate) use streaming::{MAX_STREAMS, Streaming, stream_slots};
 
 use crate::pod::PodManager;
 use crate::pod::pod_uid;

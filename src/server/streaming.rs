@@ -5,8 +5,9 @@
 //! and the WebSocket channel protocols), so whatever the client and the runtime agree
 //! on passes through untouched. `/run` is a one-shot `ExecSync`.
 //!
-//! A proxied stream holds its connection's slot under the server's cap, and is closed
-//! when no byte has moved either way for `streamingConnectionIdleTimeout`.
+//! A proxied stream holds its connection's slot under the server's cap and one of the
+//! [`MAX_STREAMS`] stream slots, and is closed when no byte has moved either way for
+//! `streamingConnectionIdleTimeout`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,12 @@ const MAX_REFUSAL_BYTES: usize = 64 * 1024;
 const COPY_BUFFER: usize = 128 * 1024;
 /// How long the runtime's streaming server has to answer the upgrade.
 const BACKEND_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most exec, attach and port-forward streams proxied at once. Each holds two
+/// copy buffers and its connection's TLS send buffer (about 512 KiB for a bulk
+/// stream to a slow client), so 256 of them bound that memory near 128 MiB; kubelet
+/// has no cap (its streams run in the runtime's server). Past it the answer is
+/// kube-apiserver's for too many requests in flight: 429 with `Retry-After: 1`.
+pub(crate) const MAX_STREAMS: usize = 256;
 
 /// What the streaming handlers need.
 #[derive(Clone)]
@@ -44,6 +51,18 @@ pub(crate) struct Streaming {
     pub idle_timeout: Duration,
     /// `runtimeRequestTimeout`: `/run`'s ExecSync is bounded by it.
     pub run_timeout: Duration,
+    /// The slots of [`MAX_STREAMS`] (see [`stream_slots`]).
+    pub slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// The slots that bound proxied streams, counted in `/debug/census`.
+pub(crate) fn stream_slots(max: usize) -> Arc<tokio::sync::Semaphore> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(max));
+    let weak = Arc::downgrade(&slots);
+    crate::census::register("server.streams", move || {
+        weak.upgrade().map(|s| max - s.available_permits())
+    });
+    slots
 }
 
 /// A kubelet-style refusal: the status and a one-line message.
@@ -304,6 +323,9 @@ async fn stream_through(s: &Streaming, call: StreamRequest, mut req: Request) ->
     if !is_upgrade(req.headers()) {
         return required().into_response();
     }
+    let Some(stream_slot) = admit(&s.slots) else {
+        return too_many_streams();
+    };
     let url = match s.cri.stream_url(call).await {
         Ok(u) => u,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
@@ -314,13 +336,36 @@ async fn stream_through(s: &Streaming, call: StreamRequest, mut req: Request) ->
     let Some(conn) = req.extensions().get::<ConnInfo>().cloned() else {
         return required().into_response();
     };
-    match proxy_upgrade(&url, req, client_upgrade, s.idle_timeout, conn).await {
+    match proxy_upgrade(&url, req, client_upgrade, s.idle_timeout, conn, stream_slot).await {
         Ok(resp) => resp,
         Err(e) => {
             tracing::warn!(url, error = %e, "proxying a stream to the runtime failed");
             error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
         }
     }
+}
+
+/// A slot for one more stream, or kube-apiserver's answer to too many requests in
+/// flight: 429 with `Retry-After: 1`.
+fn admit(slots: &Arc<tokio::sync::Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let slot = slots.clone().try_acquire_owned().ok();
+    if slot.is_none() {
+        tracing::info!(
+            max = MAX_STREAMS,
+            "refusing a stream: too many streams at once"
+        );
+    }
+    slot
+}
+
+/// The answer past [`MAX_STREAMS`].
+fn too_many_streams() -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, "1")],
+        format!("too many streams on this node (at most {MAX_STREAMS}); try again later"),
+    )
+        .into_response()
 }
 
 /// Whether the request asks for a protocol upgrade (`Connection: upgrade` and `Upgrade`).
@@ -361,6 +406,7 @@ async fn proxy_upgrade(
     client_upgrade: OnUpgrade,
     idle_timeout: Duration,
     conn: ConnInfo,
+    stream_slot: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<Response, ProxyError> {
     let bad = |reason: String| ProxyError::BadUrl {
         url: url.to_string(),
@@ -420,8 +466,8 @@ async fn proxy_upgrade(
     for (k, v) in resp.headers() {
         answer = answer.header(k, v);
     }
-    let slot = conn.slot.clone();
-    let join = join_streams(client_upgrade, backend_upgrade, idle_timeout, slot);
+    let slots = (conn.slot.clone(), stream_slot);
+    let join = join_streams(client_upgrade, backend_upgrade, idle_timeout, slots);
     conn.tasks.spawn(join);
     answer.body(Body::empty()).map_err(ProxyError::Request)
 }
@@ -449,7 +495,7 @@ async fn join_streams(
     client: OnUpgrade,
     backend: OnUpgrade,
     idle_timeout: Duration,
-    _slot: Arc<super::admission::Slot>,
+    _slots: (Arc<super::admission::Slot>, tokio::sync::OwnedSemaphorePermit),
 ) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(pair) => pair,
@@ -517,6 +563,18 @@ mod tests {
             StreamOptions::from_query(&q(&[("tty", "1"), ("error", "1"), ("input", "1")])).unwrap();
         assert!(tty.tty && tty.stdin && !tty.stderr, "a TTY merges stderr");
         assert!(StreamOptions::from_query(&q(&[("command", "ls")])).is_err());
+    }
+
+    #[test]
+    fn streams_past_the_cap_get_429_until_one_ends() {
+        let slots = stream_slots(1);
+        let held = admit(&slots).unwrap();
+        assert!(admit(&slots).is_none());
+        let refused = too_many_streams();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
+        drop(held);
+        assert!(admit(&slots).is_some());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 # example static pods. oxlet starts its own containerd under <root-dir>/containerd unless
 # one answers at the default socket.
 #   sudo scripts/run-example.sh            (OXLET_ROOT_DIR overrides /var/lib/oxlet)
+#   scripts/run-example.sh --print-args    (the arguments it runs oxlet with; nothing else)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,10 +14,6 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
 fi
 
 ROOT_DIR=${OXLET_ROOT_DIR:-/var/lib/oxlet}
-
-bash scripts/install-deps.sh
-cargo build --release
-bash scripts/build-images.sh "$ROOT_DIR/images"
 
 # Loopback only: with flags alone kubelet's defaults let anyone who reaches the secure
 # port exec into the pods (anonymous requests, every request authorized), so the example
@@ -30,4 +27,14 @@ fi
 if [ "$ROOT_DIR" != /var/lib/oxlet ]; then
     args+=(--root-dir "$ROOT_DIR")
 fi
+# `--print-args`: the arguments alone, one a line, nothing installed or built (the test
+# of the example's node, tests/example_node.rs, runs oxlet with exactly these).
+if [ "${1:-}" = --print-args ]; then
+    printf '%s\n' "${args[@]}"
+    exit 0
+fi
+
+bash scripts/install-deps.sh
+cargo build --release
+bash scripts/build-images.sh "$ROOT_DIR/images"
 exec target/release/oxlet "${args[@]}"

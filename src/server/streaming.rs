@@ -495,7 +495,10 @@ async fn join_streams(
     client: OnUpgrade,
     backend: OnUpgrade,
     idle_timeout: Duration,
-    _slots: (Arc<super::admission::Slot>, tokio::sync::OwnedSemaphorePermit),
+    _slots: (
+        Arc<super::admission::Slot>,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
 ) {
     let (client, backend) = match tokio::try_join!(client, backend) {
         Ok(pair) => pair,

@@ -600,8 +600,8 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt as _;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    use tokio_rustls::rustls::ClientConfig;
     use tokio_rustls::rustls::pki_types::ServerName;
+    use tokio_rustls::rustls::{ClientConfig, SignatureScheme};
 
     fn mode(p: &Path) -> u32 {
         std::fs::metadata(p).unwrap().permissions().mode() & 0o777

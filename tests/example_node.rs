@@ -154,8 +154,7 @@ async fn the_examples_node_refuses_exec_to_another_machine() {
     extra.push(&port_flag);
     ox.spawn(&extra);
     ox.wait_up(Duration::from_secs(30)).await;
-    ox.wait_running("web-testnode", Duration::from_secs(60))
-        .await;
+    ox.wait_running("web", Duration::from_secs(60)).await;
 
     // From this machine, exec runs: the example's node serves it to loopback.
     let (code, body) = Client::new(&ox, port, None)

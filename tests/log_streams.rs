@@ -251,9 +251,16 @@ async fn six_hundred_followed_logs_leave_eviction_and_static_pods_on_time() {
     ox.env
         .push(("OXLET_TEST_EVICTION_PERIOD_MS".into(), "200".into()));
     let port = free_port();
+    // One authenticated client (a tenant with pods/log on its pod): the secure port
+    // keeps anonymous connections to a small budget of their own.
+    let ca = Ca::new("log-streams-ca");
+    let ca_file = bed.base_dir().join("client-ca.crt");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let tenant = ca.client("tenant", &[]);
     let mut flags = vec![
         format!("--kubeconfig={}", server.kubeconfig().display()),
         format!("--port={port}"),
+        format!("--client-ca-file={}", ca_file.display()),
     ];
     flags.extend(OPEN.iter().map(ToString::to_string));
     ox.spawn(&flags.iter().map(String::as_str).collect::<Vec<_>>());
@@ -267,7 +274,7 @@ async fn six_hundred_followed_logs_leave_eviction_and_static_pods_on_time() {
         ))
         .unwrap();
     ox.wait_api_running("ticker", START).await;
-    let c = Client::new(&ox, port, None);
+    let c = Client::new(&ox, port, Some(&tenant));
     wait_serving(&c).await;
 
     // Without streams.
@@ -289,7 +296,7 @@ async fn six_hundred_followed_logs_leave_eviction_and_static_pods_on_time() {
     let opened = t.elapsed();
     let threads_with = threads(ox.pid());
     let census = ox
-        .get("/debug/census")
+        .debug_get("/debug/census")
         .await
         .map(|(_, b)| b)
         .unwrap_or_default();

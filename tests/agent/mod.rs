@@ -57,12 +57,14 @@ pub fn write_manifest(dir: &Path, name: &str, text: &str) {
 }
 
 /// A one-container busybox pod manifest.
+/// The name is quoted: YAML 1.1, as kubelet reads it, takes a plain `n` or `y` for
+/// a boolean.
 pub fn pod_yaml(name: &str, command: &str, extra_spec: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
 metadata:
-  name: {name}
+  name: "{name}"
 spec:
   terminationGracePeriodSeconds: 1
 {extra_spec}  containers:
@@ -188,6 +190,9 @@ impl Oxlet {
             "--healthz-port=0".into(),
             // The secure port, with the flag defaults (anonymous, AlwaysAllow) on
             // loopback: where a test reads the `/debug/*` views. A test's own --port wins.
+            // With a test's config file the port is off unless the test names one: the
+            // file's own authentication (a webhook, a client CA path) decides what the
+            // port needs, and kubelet, as oxlet, refuses to start without it.
             format!("--port={}", self.secure_port),
             "--hostname-override=testnode".into(),
             "--file-check-frequency=2s".into(),
@@ -215,6 +220,13 @@ impl Oxlet {
         {
             self.secure_port = port;
         }
+        let config_port_off = ["--port=0"];
+        let config_port_off: &[&str] = if own_config_without_port(extra) {
+            self.secure_port = 0;
+            &config_port_off
+        } else {
+            &[]
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -222,6 +234,7 @@ impl Oxlet {
             .unwrap();
         let child = Command::new(&self.binary)
             .args(self.args())
+            .args(self.supported(config_port_off.iter().copied()))
             .args(self.supported(extra.iter().copied()))
             .env("NO_COLOR", "1")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -234,8 +247,14 @@ impl Oxlet {
 
     /// Runs oxlet to completion with extra args (e.g. `--runonce`); returns status and stdout.
     pub fn run_to_end(&self, extra: &[&str]) -> (ExitStatus, String) {
+        let port_off: &[&str] = if own_config_without_port(extra) {
+            &["--port=0"]
+        } else {
+            &[]
+        };
         let out = Command::new(&self.binary)
             .args(self.args())
+            .args(self.supported(port_off.iter().copied()))
             .args(self.supported(extra.iter().copied()))
             .stderr(Stdio::inherit())
             .output()
@@ -540,6 +559,12 @@ impl Oxlet {
         })
         .await
     }
+}
+
+/// Whether a test passes its own config file and no `--port` (see [`Oxlet::args`]).
+fn own_config_without_port(extra: &[&str]) -> bool {
+    extra.iter().any(|a| a.starts_with("--config"))
+        && !extra.iter().any(|a| a.starts_with("--port"))
 }
 
 /// The long flags (without `--`) that `binary --help` lists.

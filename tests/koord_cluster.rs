@@ -338,9 +338,11 @@ async fn a_node_slo_change_turns_the_batch_cfs_quota_off_and_on_without_a_restar
     let bed = Testbed::start().await;
     let dir = tempfile::tempdir().unwrap();
     let (_server, client, ox) = start_with_node_slo_crd(&bed, dir.path()).await;
-    let batch = pod_yaml("batch", "sleep 3600", "")
-        .replace("  name: batch\n", "  name: batch\n  labels: {koordinator.sh/qosClass: BE}\n")
-        .replace(
+    let batch = with_metadata(
+        &pod_yaml("batch", "sleep 3600", ""),
+        "labels: {koordinator.sh/qosClass: BE}",
+    )
+    .replace(
             "    command:",
             "    resources:\n      requests: {kubernetes.io/batch-cpu: \"500\"}\n      limits: {kubernetes.io/batch-cpu: \"1500\"}\n    command:",
         );

@@ -221,10 +221,7 @@ async fn unsafe_uids_are_manifest_errors_and_touch_nothing() {
         std::fs::write(dir.join("keep"), b"precious").unwrap();
     }
     let with_uid = |name: &str, uid: &str| {
-        pod_yaml(name, "sleep 3600", "").replace(
-            &format!("name: {name}\n"),
-            &format!("name: {name}\n  uid: {uid:?}\n"),
-        )
+        with_metadata(&pod_yaml(name, "sleep 3600", ""), &format!("uid: {uid:?}"))
     };
     write_manifest(&ox.manifests, "climb.yaml", &with_uid("climb", "../../x"));
     write_manifest(

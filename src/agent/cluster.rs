@@ -162,7 +162,7 @@ pub(super) fn spawn_status_writer(
     api: &ApiClients,
     shared: &Shared,
     workers: Workers,
-    mirror_wake: Arc<tokio::sync::Notify>,
+    (mirror_wake, sources_ready): (Arc<tokio::sync::Notify>, tokio::sync::watch::Receiver<bool>),
     tasks: &Tasks,
 ) {
     use crate::status::{Finished, MirrorPods, StatusWriter};
@@ -207,6 +207,7 @@ pub(super) fn spawn_status_writer(
             period,
         )
         .with_wake(mirror_wake)
+        .with_sources_ready(sources_ready)
         .with_created_hook(mirror_created),
     );
     tasks.spawn_restarting("mirror-pods", Backoff::default(), move |cancel| {

@@ -159,6 +159,7 @@ async fn start(
     koordlet::spawn_metric_advisor(opts, rt, &host, &shared, tasks);
     // The sync loop wakes the mirror pod reconciler when static or mirror pods change.
     let mirror_wake = Arc::new(tokio::sync::Notify::new());
+    let (sources_ready, sources_ready_rx) = tokio::sync::watch::channel(false);
     let sync_loop = runtime::sync_loop(
         opts,
         &host,
@@ -168,6 +169,7 @@ async fn start(
             runtime: manager,
             sources: sources.names,
             mirror_hook: api.map(|_| mirror_wake.clone()),
+            sources_ready,
         },
         tasks,
     );
@@ -201,7 +203,14 @@ async fn start(
         servers::start(opts, views, secure, health, limits, tasks).await?;
     }
     if let Some(api) = api {
-        cluster::spawn_status_writer(opts, api, &shared, workers, mirror_wake, tasks);
+        cluster::spawn_status_writer(
+            opts,
+            api,
+            &shared,
+            workers,
+            (mirror_wake, sources_ready_rx),
+            tasks,
+        );
         node::spawn_node_status(opts, rt, api, &host, &shared, tasks);
         koordlet::spawn_node_metric_reporter(opts, &api.main, &node_metric, tasks);
     }

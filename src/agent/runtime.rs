@@ -417,6 +417,8 @@ pub(super) struct LoopParts {
     pub sources: Vec<&'static str>,
     /// Woken when static or mirror pods change (cluster mode: the mirror pods).
     pub mirror_hook: Option<Arc<Notify>>,
+    /// Told `true` once every source has reported (the mirror pods wait for it).
+    pub sources_ready: tokio::sync::watch::Sender<bool>,
 }
 
 /// The sync loop, its pod workers (in a scope of `tasks` of their own) and kubelet's
@@ -443,6 +445,7 @@ pub(super) fn sync_loop(
         sources: parts.sources,
         tasks: tasks.clone(),
         mirror_hook: parts.mirror_hook,
+        sources_ready: parts.sources_ready,
     })
 }
 

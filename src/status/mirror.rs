@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -65,6 +65,10 @@ pub(crate) struct MirrorPods {
     /// Notified after a pass created a mirror pod, so the status writer writes its
     /// static pod's status at once (kubelet's syncPod does right after the create).
     created: Option<Arc<Notify>>,
+    /// `true` once every pod source has reported (None: from the start). Until then an
+    /// orphan may be a static pod not read yet, so orphans are left (kubelet's
+    /// HandlePodCleanups waits for sourcesReady the same way).
+    sources_ready: Option<watch::Receiver<bool>>,
 }
 
 impl MirrorPods {
@@ -81,12 +85,19 @@ impl MirrorPods {
             period,
             wake: Arc::new(Notify::new()),
             created: None,
+            sources_ready: None,
         }
     }
 
     /// `created` is notified after each pass that created a mirror pod.
     pub(crate) fn with_created_hook(mut self, created: Arc<Notify>) -> Self {
         self.created = Some(created);
+        self
+    }
+
+    /// Orphaned mirror pods are deleted only once `ready` says every source reported.
+    pub(crate) fn with_sources_ready(mut self, ready: watch::Receiver<bool>) -> Self {
+        self.sources_ready = Some(ready);
         self
     }
 
@@ -179,7 +190,16 @@ impl MirrorPods {
                 Err(e) => warn!(pod = %pod_ref(pod), error = %e, "cannot create the mirror pod"),
             }
         }
-        // What is left has no static pod any more (kubelet's orphaned mirror pods).
+        // What is left has no static pod any more (kubelet's orphaned mirror pods),
+        // or one whose source has not reported yet.
+        let ready = self.sources_ready.as_ref().is_none_or(|r| *r.borrow());
+        if !ready && !mirrors.is_empty() {
+            debug!(
+                orphans = mirrors.len(),
+                "orphaned mirror pods wait until every pod source has reported"
+            );
+            mirrors.clear();
+        }
         for m in mirrors.values() {
             match self.delete(m).await {
                 Ok(()) => report.deleted += 1,

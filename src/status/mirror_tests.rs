@@ -140,6 +140,32 @@ async fn a_mirror_being_deleted_is_replaced_and_an_orphan_is_deleted() {
     assert!(bed.server.get::<Pod>("default", "plain").unwrap().is_some());
 }
 
+/// An oxlet that restarts lists the node's mirror pods before its file source has
+/// reported: the mirror pod of a static pod not read yet must not be taken for an orphan.
+#[tokio::test]
+async fn orphans_wait_until_every_source_has_reported() {
+    let bed = bed().await;
+    node(&bed);
+    static_pod(&bed, "h1");
+    bed.mirrors.pass().await.unwrap();
+    let first = mirror(&bed).unwrap().metadata.uid;
+    // The restart: the same mirror pod, a pod manager that has not been told of it yet.
+    let (ready, ready_rx) = watch::channel(false);
+    let restarted = MirrorPods::new(
+        client_of(&bed.server).await,
+        Arc::new(PodManager::default()),
+        NODE.into(),
+        Duration::from_secs(10),
+    )
+    .with_sources_ready(ready_rx);
+    assert_eq!(restarted.pass().await.unwrap().deleted, 0);
+    assert_eq!(mirror(&bed).unwrap().metadata.uid, first);
+    // Every source has reported and the static pod is still gone: an orphan.
+    ready.send_replace(true);
+    assert_eq!(restarted.pass().await.unwrap().deleted, 1);
+    assert!(mirror(&bed).is_none());
+}
+
 #[tokio::test]
 async fn a_poke_runs_a_pass_before_the_period() {
     let bed = bed().await;

@@ -75,6 +75,7 @@ async fn agent_on(node: FakeNode, max_pods: u32, setup: impl FnOnce(&mut SyncLoo
         sources: vec!["file"],
         tasks: tasks.clone(),
         mirror_hook: None,
+        sources_ready: tokio::sync::watch::channel(false).0,
     });
     setup(&mut sync_loop);
     let workers = sync_loop.workers.clone();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -108,6 +108,9 @@ pub(crate) struct SyncLoop {
     pub monitor: Arc<monitor::SyncLoopMonitor>,
     /// Woken when a static or mirror pod changes (cluster mode: the mirror pod reconciler).
     mirror_hook: Option<Arc<Notify>>,
+    /// Set once every source has reported: kubelet deletes orphaned mirror pods only
+    /// then, since before it a static pod not yet read looks like one that is gone.
+    sources_ready_tx: watch::Sender<bool>,
 }
 
 /// The channels and tickers `sync_loop_iteration` selects over.
@@ -172,6 +175,8 @@ pub(crate) struct SyncLoopDeps {
     /// Notified when a static or mirror pod is added, updated or removed, so mirror
     /// pods follow at once (kubelet does it in syncPod and HandlePodCleanups).
     pub mirror_hook: Option<Arc<Notify>>,
+    /// Told `true` once every configured source has reported.
+    pub sources_ready: watch::Sender<bool>,
 }
 
 impl SyncLoop {
@@ -193,6 +198,7 @@ impl SyncLoop {
             last_log_link_gc: None,
             monitor: Default::default(),
             mirror_hook: d.mirror_hook,
+            sources_ready_tx: d.sources_ready,
         }
     }
 
@@ -321,6 +327,11 @@ impl SyncLoop {
             PodOperation::Reconcile => self.handle_pod_reconcile(pods),
         }
         self.seen.insert(source);
+        if !*self.sources_ready_tx.borrow() && self.sources_ready() {
+            info!(sources = %self.sources.join(","), "every pod source has reported; housekeeping and orphaned mirror pod cleanup may run");
+            self.sources_ready_tx.send_replace(true);
+            self.poke_mirrors();
+        }
     }
 
     /// Asks the mirror pod reconciler for a pass (no-op without an apiserver).

@@ -76,6 +76,13 @@ spec:
     )
 }
 
+/// Adds `field` (one `key: value` line) to the manifest's metadata, failing the
+/// test if `yaml` has no `metadata:` line: a silent no-op would test another pod.
+pub fn with_metadata(yaml: &str, field: &str) -> String {
+    assert!(yaml.contains("metadata:\n"), "no metadata in:\n{yaml}");
+    yaml.replacen("metadata:\n", &format!("metadata:\n  {field}\n"), 1)
+}
+
 impl Oxlet {
     /// Polls `check` every 50 ms until it returns Some (e.g. an object in the test
     /// apiserver); fails after `limit`, showing the tail of oxlet's log.

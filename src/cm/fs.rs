@@ -21,6 +21,8 @@ mod v2;
 #[cfg(test)]
 pub(super) mod fake_systemd;
 #[cfg(test)]
+mod systemd_dbus_tests;
+#[cfg(test)]
 mod systemd_tests;
 #[cfg(test)]
 pub(super) mod tests;

@@ -56,20 +56,38 @@ type Reply = std::sync::mpsc::SyncSender<Result<Answer, BusError>>;
 #[derive(Debug)]
 pub(crate) struct DbusSystemd {
     calls: mpsc::UnboundedSender<(Call, Reply)>,
+    timeout: Duration,
+}
+
+/// Which bus, and how long a call may take.
+#[derive(Debug, Clone)]
+struct Target {
+    /// `None`: the system bus; a test's private bus otherwise.
+    address: Option<String>,
+    timeout: Duration,
 }
 
 impl DbusSystemd {
-    /// Starts the thread; it connects at the first call (and again after the
-    /// connection broke), so a bus that comes later is found.
+    /// Starts the thread for the system bus; it connects at the first call (and again
+    /// after the connection broke), so a bus that comes later is found.
     pub(crate) fn start() -> std::io::Result<DbusSystemd> {
+        DbusSystemd::start_on(None, JOB_TIMEOUT)
+    }
+
+    /// The same on the bus at `address` (a test's), with calls bounded by `timeout`.
+    pub(super) fn start_on(
+        address: Option<String>,
+        timeout: Duration,
+    ) -> std::io::Result<DbusSystemd> {
         let (calls, queue) = mpsc::unbounded_channel();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let target = Target { address, timeout };
         std::thread::Builder::new()
             .name("systemd-dbus".to_string())
-            .spawn(move || runtime.block_on(serve(queue)))?;
-        Ok(DbusSystemd { calls })
+            .spawn(move || runtime.block_on(serve(queue, target)))?;
+        Ok(DbusSystemd { calls, timeout })
     }
 
     fn call(&self, call: Call) -> Result<Answer, BusError> {
@@ -79,8 +97,8 @@ impl DbusSystemd {
             .map_err(|_| BusError::Transport("the systemd D-Bus thread has stopped".into()))?;
         let wait = || {
             answer
-                .recv_timeout(JOB_TIMEOUT + REPLY_MARGIN)
-                .unwrap_or(Err(BusError::Timeout(JOB_TIMEOUT + REPLY_MARGIN)))
+                .recv_timeout(self.timeout + REPLY_MARGIN)
+                .unwrap_or(Err(BusError::Timeout(self.timeout + REPLY_MARGIN)))
         };
         let on_workers = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
@@ -144,10 +162,11 @@ impl SystemdManager for DbusSystemd {
 type Slot = Arc<Mutex<Option<Connection>>>;
 
 /// The thread's loop: each call a task with the connection (made when there is none).
-async fn serve(mut queue: mpsc::UnboundedReceiver<(Call, Reply)>) {
+async fn serve(mut queue: mpsc::UnboundedReceiver<(Call, Reply)>, target: Target) {
     let slot: Slot = Arc::default();
+    let timeout = target.timeout;
     while let Some((call, reply)) = queue.recv().await {
-        let conn = match connection(&slot).await {
+        let conn = match connection(&slot, &target).await {
             Ok(c) => c,
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -156,9 +175,9 @@ async fn serve(mut queue: mpsc::UnboundedReceiver<(Call, Reply)>) {
         };
         let slot = slot.clone();
         tokio::spawn(async move {
-            let answer = match tokio::time::timeout(JOB_TIMEOUT, run(&conn, call)).await {
+            let answer = match tokio::time::timeout(timeout, run(&conn, call)).await {
                 Ok(answer) => answer,
-                Err(_) => Err(BusError::Timeout(JOB_TIMEOUT)),
+                Err(_) => Err(BusError::Timeout(timeout)),
             };
             // Anything but systemd's own error reply may be a broken connection (or
             // a systemd that re-executed under a new bus name): connect anew.
@@ -170,14 +189,24 @@ async fn serve(mut queue: mpsc::UnboundedReceiver<(Call, Reply)>) {
     }
 }
 
-/// The connection in `slot`, or a new one to the system bus.
-async fn connection(slot: &Slot) -> Result<Connection, BusError> {
+/// The connection in `slot`, or a new one to the bus.
+async fn connection(slot: &Slot, target: &Target) -> Result<Connection, BusError> {
     if let Some(conn) = slot.locked().clone() {
         return Ok(conn);
     }
-    let conn = tokio::time::timeout(JOB_TIMEOUT, Connection::system())
+    let connect = async {
+        match &target.address {
+            None => Connection::system().await,
+            Some(address) => {
+                zbus::connection::Builder::address(address.as_str())
+                    .build()
+                    .await
+            }
+        }
+    };
+    let conn = tokio::time::timeout(target.timeout, connect)
         .await
-        .map_err(|_| BusError::Timeout(JOB_TIMEOUT))?
+        .map_err(|_| BusError::Timeout(target.timeout))?
         .map_err(|e| transport("connecting to the system bus", &e))?;
     // Signals go out only once a client subscribed (systemd's `Subscribe`); job
     // signals also reach the client that queued the job, so a refusal is no failure.

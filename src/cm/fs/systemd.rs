@@ -288,7 +288,9 @@ impl SystemdFs {
         }
     }
 
-    /// runc's `Set`: the unit's properties, then the files.
+    /// runc's `Set`, its first half: the unit's properties (the caller then writes the
+    /// files through the tree). A quota or period `res` leaves out is read from the
+    /// cgroup, so the quota per second is over the period the cgroup has.
     fn set(
         &self,
         op: &'static str,

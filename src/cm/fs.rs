@@ -1,6 +1,6 @@
 //! The one boundary to the cgroup filesystem. Paths are relative to the cgroup root
 //! and already spelled for the driver (see [`super::name`]). [`CgroupTree`] is the real
-//! one, for v1 (and hybrid) and v2; [`SystemdFs`] wraps it for the systemd driver on v2,
+//! one, for v1 (and hybrid) and v2; [`SystemdFs`] wraps it for the systemd driver,
 //! making each slice a systemd unit over D-Bus ([`DbusSystemd`]) as kubelet does.
 //!
 //! Written on `std::fs` rather than `cgroups-rs`: every path here is checked to stay

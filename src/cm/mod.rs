@@ -8,7 +8,7 @@
 //! - [`name`]: a cgroup's name as components, and its spelling for each driver.
 //! - [`fit`]: resource-fit admission against allocatable (`OutOfcpu`, …).
 //! - [`fs`]: the one boundary to the cgroup filesystem (create, limit, read, remove);
-//!   with the systemd driver on cgroup v2, each slice a systemd unit over D-Bus
+//!   with the systemd driver, each slice a systemd unit over D-Bus
 //!   (`fs/systemd.rs`, `fs/systemd_dbus.rs`).
 //! - [`allocatable`]: capacity, reservations, allocatable and the `kubepods` limits.
 //! - [`qos`]: the pod's QoS class and its containers' `oom_score_adj`.

@@ -274,12 +274,9 @@ pub(crate) async fn start(
     if let Some(w) = &resolved.warning {
         warn!("{w}");
     }
-    if manager == CgroupManager::SystemdMkdir {
-        warn!(cgroupVersion = %version, "the systemd cgroup driver on cgroup v1 makes its slices with mkdir, not as systemd units: systemd may reset their limits when it loads them (oxlet makes units over D-Bus on cgroup v2 only)");
-    }
     let tree = CgroupTree::host(version).map_err(CmStartError::Setup)?;
     let fs: Arc<dyn CgroupFs> = match manager {
-        CgroupManager::Files | CgroupManager::SystemdMkdir => Arc::new(tree),
+        CgroupManager::Files => Arc::new(tree),
         CgroupManager::SystemdUnits => {
             let bus = DbusSystemd::start().map_err(CmStartError::SystemdThread)?;
             Arc::new(SystemdFs::new(tree, Arc::new(bus)))
@@ -301,13 +298,9 @@ fn systemd_running() -> bool {
 pub(super) enum CgroupManager {
     /// The cgroupfs driver: oxlet's own files.
     Files,
-    /// The systemd driver on cgroup v2: each slice a transient unit over D-Bus, its
-    /// limits unit properties, as kubelet's libcontainer systemd manager.
+    /// The systemd driver: each slice a transient unit over D-Bus, its limits unit
+    /// properties, as kubelet's libcontainer systemd manager (v2's or v1's).
     SystemdUnits,
-    /// The systemd driver on cgroup v1 (or hybrid): slices named the systemd way but
-    /// made with `mkdir`, as before the units (v1's `CPUShares`/`MemoryLimit`
-    /// properties are not done yet).
-    SystemdMkdir,
 }
 
 impl CgroupManager {
@@ -315,7 +308,6 @@ impl CgroupManager {
         match self {
             CgroupManager::Files => "cgroupfs",
             CgroupManager::SystemdUnits => "systemd-dbus",
-            CgroupManager::SystemdMkdir => "systemd-mkdir",
         }
     }
 }
@@ -331,18 +323,18 @@ pub(super) fn cgroup_manager(
     version: CgroupVersion,
     systemd_running: bool,
 ) -> Result<(CgroupManager, &'static str), CmStartError> {
-    match (driver, version, systemd_running) {
-        (CgroupDriver::Cgroupfs, _, _) => {
+    match (driver, systemd_running) {
+        (CgroupDriver::Cgroupfs, _) => {
             Ok((CgroupManager::Files, "oxlet writes the cgroup files itself"))
         }
-        (CgroupDriver::Systemd, _, false) => Err(CmStartError::NoSystemd),
-        (CgroupDriver::Systemd, CgroupVersion::V2, true) => Ok((
+        (CgroupDriver::Systemd, false) => Err(CmStartError::NoSystemd),
+        (CgroupDriver::Systemd, true) if version.uses_v1_controllers() => Ok((
+            CgroupManager::SystemdUnits,
+            "systemd runs as PID 1, so each slice is a systemd unit made over D-Bus with its limits as unit properties (v1's CPUShares and MemoryLimit)",
+        )),
+        (CgroupDriver::Systemd, true) => Ok((
             CgroupManager::SystemdUnits,
             "systemd runs as PID 1, so each slice is a systemd unit made over D-Bus with its limits as unit properties",
-        )),
-        (CgroupDriver::Systemd, _, true) => Ok((
-            CgroupManager::SystemdMkdir,
-            "systemd runs as PID 1, but on cgroup v1 oxlet makes the slices with mkdir",
         )),
     }
 }
@@ -418,7 +410,7 @@ mod tests {
     }
 
     #[test]
-    fn the_systemd_driver_makes_units_on_v2_and_is_refused_without_systemd() {
+    fn the_systemd_driver_makes_units_and_is_refused_without_systemd() {
         use CgroupVersion::{Hybrid, V1, V2};
         let manager =
             |driver, version, running| cgroup_manager(driver, version, running).map(|(m, _)| m);
@@ -437,18 +429,12 @@ mod tests {
                 "{line}"
             );
         }
-        assert_eq!(
-            manager(CgroupDriver::Systemd, V2, true).unwrap(),
-            CgroupManager::SystemdUnits
-        );
-        assert_eq!(
-            manager(CgroupDriver::Systemd, V1, true).unwrap(),
-            CgroupManager::SystemdMkdir
-        );
-        assert_eq!(
-            manager(CgroupDriver::Systemd, Hybrid, true).unwrap(),
-            CgroupManager::SystemdMkdir
-        );
+        for version in [V1, Hybrid, V2] {
+            assert_eq!(
+                manager(CgroupDriver::Systemd, version, true).unwrap(),
+                CgroupManager::SystemdUnits
+            );
+        }
     }
 
     #[test]

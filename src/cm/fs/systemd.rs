@@ -1,5 +1,5 @@
-//! [`SystemdFs`]: the systemd cgroup driver on cgroup v2, as kubelet runs it through
-//! runc's libcontainer systemd manager (`libcontainer/cgroups/systemd/v2.go`,
+//! [`SystemdFs`]: the systemd cgroup driver, as kubelet runs it through runc's
+//! libcontainer systemd manager (`libcontainer/cgroups/systemd/v2.go`, `v1.go`,
 //! `common.go`). With systemd as PID 1 the slices below the root are systemd's: when
 //! containerd's `SystemdCgroup` scopes make systemd load `kubepods-….slice` as a unit,
 //! systemd writes that unit's properties over the cgroup files, and a slice oxlet made
@@ -9,7 +9,8 @@
 //! - create: `StartTransientUnit` (`Wants=` the parent slice, accounting on,
 //!   `DefaultDependencies=false`), the job waited for ("UnitExists" is fine, as runc
 //!   treats it for kubelet's slices), then the same as update;
-//! - update: `SetUnitProperties` (runtime) with the v2 properties, then the files
+//! - update: `SetUnitProperties` (runtime) with the properties of the cgroup version
+//!   (v2: `CPUWeight`, `MemoryMax`; v1: `CPUShares`, `MemoryLimit`), then the files
 //!   written too by the [`CgroupTree`] (runc's `fsMgr.Set` after the properties): the
 //!   exact quota systemd rounds, and the controllers enabled down the path;
 //! - remove: `StopUnit` (a unit systemd does not know is fine), `ResetFailedUnit`, then
@@ -19,6 +20,9 @@
 //! (a container's scope, a reserved cgroup such as `kubelet.slice/kubelet.service`) is
 //! not oxlet's unit: it goes to the tree alone, as koordlet writes container cgroups.
 //! Reading (`exists`, `children`, `procs`, `resources`, the QoS files) is the tree's.
+//! runc's v1 manager freezes a cgroup around `SetUnitProperties` because systemd
+//! rewrites device rules disruptively; oxlet sets no device properties (kubelet's pod
+//! cgroups skip devices), so there is nothing to freeze for.
 
 use std::io;
 use std::sync::Arc;
@@ -30,6 +34,7 @@ use super::qos_files::QosFile;
 use super::v2::shares_to_weight;
 use super::{CgroupError, CgroupFs, CgroupTree};
 use crate::cm::resources::{DEFAULT_CPU_PERIOD_US, ResourceConfig};
+use crate::cm::version::CgroupVersion;
 
 /// How long a call and its job may take (runc's job timeout).
 pub(crate) const JOB_TIMEOUT: Duration = Duration::from_secs(30);
@@ -142,8 +147,14 @@ pub(crate) fn slice_unit(path: &str) -> Option<(&str, &str)> {
 
 /// What runc's `Apply(-1)` asks of a new slice: its description (runc's words, so
 /// `systemctl status` reads as on a kubelet node), a `Wants=` on its parent, every
-/// accounting on, and no default dependencies.
-pub(crate) fn start_properties(unit: &str, parent: &str) -> Vec<Property> {
+/// accounting on (v1's I/O accounting is `BlockIOAccounting`), and no default
+/// dependencies.
+pub(crate) fn start_properties(unit: &str, parent: &str, version: CgroupVersion) -> Vec<Property> {
+    let io = if version.uses_v1_controllers() {
+        "BlockIOAccounting"
+    } else {
+        "IOAccounting"
+    };
     vec![
         (
             "Description",
@@ -152,7 +163,7 @@ pub(crate) fn start_properties(unit: &str, parent: &str) -> Vec<Property> {
         ("Wants", PropValue::Strs(vec![parent.to_string()])),
         ("MemoryAccounting", PropValue::Bool(true)),
         ("CPUAccounting", PropValue::Bool(true)),
-        ("IOAccounting", PropValue::Bool(true)),
+        (io, PropValue::Bool(true)),
         ("TasksAccounting", PropValue::Bool(true)),
         ("DefaultDependencies", PropValue::Bool(false)),
     ]
@@ -179,18 +190,23 @@ fn limit(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(INFINITY)
 }
 
-/// runc's `genV2ResourcesProperties` for what oxlet sets: `CPUWeight` from the shares,
-/// the quota per second (and `CPUQuotaPeriodUSec` when the period is not the kernel's
-/// default and `period_supported`), `MemoryMax` and `TasksMax`. `current` fills in a
-/// quota or period `res` leaves as it is, so the quota per second is the cgroup's.
+/// runc's `genV2ResourcesProperties` (`genV1ResourcesProperties` on v1) for what oxlet
+/// sets: `CPUWeight` from the shares (v1: `CPUShares` as they are), the quota per
+/// second (and `CPUQuotaPeriodUSec` when the period is not the kernel's default and
+/// `period_supported`), `MemoryMax` (v1: `MemoryLimit`) and `TasksMax`. `current` fills
+/// in a quota or period `res` leaves as it is, so the quota per second is the cgroup's.
 pub(crate) fn resource_properties(
     res: &ResourceConfig,
     current: Option<&ResourceConfig>,
+    version: CgroupVersion,
     period_supported: bool,
 ) -> Vec<Property> {
+    let v1 = version.uses_v1_controllers();
     let mut props = Vec::new();
-    if let Some(weight) = res.cpu_shares.map(shares_to_weight).filter(|w| *w > 0) {
-        props.push(("CPUWeight", PropValue::U64(weight)));
+    match res.cpu_shares.filter(|s| *s > 0) {
+        Some(shares) if v1 => props.push(("CPUShares", PropValue::U64(shares))),
+        Some(shares) => props.push(("CPUWeight", PropValue::U64(shares_to_weight(shares)))),
+        None => {}
     }
     if res.cpu_quota.is_some() || res.cpu_period.is_some() {
         let default_period = DEFAULT_CPU_PERIOD_US.unsigned_abs();
@@ -212,7 +228,8 @@ pub(crate) fn resource_properties(
         ));
     }
     if let Some(m) = res.memory_limit {
-        props.push(("MemoryMax", PropValue::U64(limit(m))));
+        let name = if v1 { "MemoryLimit" } else { "MemoryMax" };
+        props.push((name, PropValue::U64(limit(m))));
     }
     // runc sets TasksMax for a positive limit or -1; 0 is "not set" in its config.
     if let Some(p) = res.pids_limit.filter(|p| *p != 0) {
@@ -231,7 +248,7 @@ pub(crate) struct SystemdFs {
 }
 
 impl SystemdFs {
-    /// The driver over `tree` (cgroup v2) and systemd's manager. systemd's version is
+    /// The driver over `tree` (v2, or v1 and hybrid) and systemd's manager. systemd's version is
     /// asked once; unknown, the period stays a file the tree writes.
     pub(crate) fn new(tree: CgroupTree, bus: Arc<dyn SystemdManager>) -> SystemdFs {
         let period_supported = match bus.version() {
@@ -263,7 +280,7 @@ impl SystemdFs {
     fn start(&self, path: &str, unit: &str, parent: &str) -> Result<(), CgroupError> {
         match self
             .bus
-            .start_transient_unit(unit, &start_properties(unit, parent))
+            .start_transient_unit(unit, &start_properties(unit, parent, self.tree.version()))
         {
             Ok(result) if result == JOB_DONE => {
                 debug!(unit = %unit, parent = %parent, "started systemd slice");
@@ -302,7 +319,12 @@ impl SystemdFs {
         let current = needs_current
             .then(|| self.tree.resources(path).ok())
             .flatten();
-        let props = resource_properties(res, current.as_ref(), self.period_supported);
+        let props = resource_properties(
+            res,
+            current.as_ref(),
+            self.tree.version(),
+            self.period_supported,
+        );
         if !props.is_empty() {
             self.bus
                 .set_unit_properties(unit, &props)

@@ -259,7 +259,8 @@ async fn calls_reach_systemd_with_systemds_types_and_jobs_are_waited_for() {
     let client = DbusSystemd::start_on(Some(bus.address.clone()), Duration::from_secs(2)).unwrap();
 
     assert_eq!(client.version(), Ok(252));
-    let start = super::systemd::start_properties("kubepods.slice", "-.slice");
+    let start =
+        super::systemd::start_properties("kubepods.slice", "-.slice", crate::cm::CgroupVersion::V2);
     assert_eq!(
         client.start_transient_unit("kubepods.slice", &start),
         Ok("done".to_string())

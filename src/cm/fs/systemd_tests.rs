@@ -19,6 +19,7 @@ use crate::cm::version::CgroupVersion;
 use crate::contracts::PodCgroupParent as _;
 
 const MAX: u64 = u64::MAX;
+const V2: CgroupVersion = CgroupVersion::V2;
 const UID: &str = "1234-abcd";
 
 fn u(n: u64) -> PropValue {
@@ -139,7 +140,7 @@ fn limits_become_runcs_v2_properties() {
         ("MemoryMax", u(64 << 20)),
         ("TasksMax", u(100)),
     ];
-    assert_eq!(resource_properties(&pod, None, true), want);
+    assert_eq!(resource_properties(&pod, None, V2, true), want);
 
     // Unlimited: infinity for each.
     let none = ResourceConfig {
@@ -150,7 +151,7 @@ fn limits_become_runcs_v2_properties() {
         ..ResourceConfig::default()
     };
     assert_eq!(
-        resource_properties(&none, None, true),
+        resource_properties(&none, None, V2, true),
         vec![
             ("CPUQuotaPerSecUSec", u(MAX)),
             ("MemoryMax", u(MAX)),
@@ -162,7 +163,7 @@ fn limits_become_runcs_v2_properties() {
         pids_limit: Some(0),
         ..ResourceConfig::default()
     };
-    assert!(resource_properties(&zero, None, true).is_empty());
+    assert!(resource_properties(&zero, None, V2, true).is_empty());
 
     // A period other than the default, where systemd takes it (v242+).
     let period = ResourceConfig {
@@ -171,14 +172,14 @@ fn limits_become_runcs_v2_properties() {
         ..ResourceConfig::default()
     };
     assert_eq!(
-        resource_properties(&period, None, true),
+        resource_properties(&period, None, V2, true),
         vec![
             ("CPUQuotaPeriodUSec", u(50_000)),
             ("CPUQuotaPerSecUSec", u(200_000))
         ]
     );
     assert_eq!(
-        resource_properties(&period, None, false),
+        resource_properties(&period, None, V2, false),
         vec![("CPUQuotaPerSecUSec", u(200_000))]
     );
     // A quota alone is over the cgroup's own period.
@@ -192,11 +193,11 @@ fn limits_become_runcs_v2_properties() {
         ..ResourceConfig::default()
     };
     assert_eq!(
-        resource_properties(&quota_only, Some(&current), true),
+        resource_properties(&quota_only, Some(&current), V2, true),
         vec![("CPUQuotaPerSecUSec", u(200_000))]
     );
     assert_eq!(
-        resource_properties(&quota_only, None, true),
+        resource_properties(&quota_only, None, V2, true),
         vec![("CPUQuotaPerSecUSec", u(100_000))]
     );
 }
@@ -271,11 +272,11 @@ fn kubepods_qos_and_pod_slices_are_units_with_their_limits() {
         first,
         FakeCall::Start(
             "kubepods.slice".into(),
-            start_properties("kubepods.slice", "-.slice")
+            start_properties("kubepods.slice", "-.slice", V2)
         )
     );
     assert_eq!(
-        start_properties("kubepods.slice", "-.slice"),
+        start_properties("kubepods.slice", "-.slice", V2),
         vec![
             (
                 "Description",
@@ -545,4 +546,74 @@ fn an_unknown_version_leaves_the_period_to_the_files() {
         vec![("CPUQuotaPerSecUSec", u(200_000))]
     );
     assert_eq!(read(dir.path(), "kubepods.slice/cpu.max"), "10000 50000");
+}
+
+#[test]
+fn v1_asks_for_runcs_v1_properties() {
+    let v1 = CgroupVersion::V1;
+    let pod = ResourceConfig {
+        cpu_shares: Some(256),
+        cpu_quota: Some(25_000),
+        cpu_period: Some(100_000),
+        memory_limit: Some(64 << 20),
+        pids_limit: Some(100),
+    };
+    assert_eq!(
+        resource_properties(&pod, None, v1, true),
+        vec![
+            ("CPUShares", u(256)),
+            ("CPUQuotaPerSecUSec", u(250_000)),
+            ("MemoryLimit", u(64 << 20)),
+            ("TasksMax", u(100)),
+        ]
+    );
+    let none = ResourceConfig {
+        memory_limit: Some(-1),
+        ..ResourceConfig::default()
+    };
+    assert_eq!(
+        resource_properties(&none, None, CgroupVersion::Hybrid, true),
+        vec![("MemoryLimit", u(MAX))]
+    );
+    let start = start_properties("kubepods.slice", "-.slice", v1);
+    assert!(start.contains(&("BlockIOAccounting", PropValue::Bool(true))));
+    assert!(!start.iter().any(|(n, _)| *n == "IOAccounting"));
+}
+
+#[test]
+fn v1_slices_are_units_and_the_files_are_written_in_every_hierarchy() {
+    let dir = tempfile::tempdir().unwrap();
+    for h in ["cpu,cpuacct", "memory", "pids", "systemd", "unified"] {
+        std::fs::create_dir(dir.path().join(h)).unwrap();
+    }
+    let tree = CgroupTree::new(dir.path(), CgroupVersion::Hybrid).unwrap();
+    let bus = Arc::new(FakeSystemd::new(255));
+    let fs = Arc::new(SystemdFs::new(tree, bus.clone()));
+    let cm = manager(&[], fs.clone());
+    cm.setup().unwrap();
+    let g = pod(UID, "{}", r#"{"cpu": "250m", "memory": "64Mi"}"#);
+    cm.ensure_pod(&g).unwrap();
+    let pod_unit = "kubepods-pod1234_abcd.slice";
+    assert_eq!(
+        bus.last_set(pod_unit).unwrap(),
+        vec![
+            ("CPUShares", u(256)),
+            ("CPUQuotaPerSecUSec", u(250_000)),
+            ("MemoryLimit", u(64 << 20)),
+            ("TasksMax", u(100))
+        ]
+    );
+    let rel = format!("kubepods.slice/{pod_unit}");
+    assert_eq!(
+        read(dir.path(), &format!("memory/{rel}/memory.limit_in_bytes")),
+        "67108864"
+    );
+    assert_eq!(
+        read(dir.path(), &format!("cpu,cpuacct/{rel}/cpu.cfs_quota_us")),
+        "25000"
+    );
+    assert!(fs.keeps_shares());
+    fs.remove(&rel).unwrap();
+    assert!(bus.calls().contains(&FakeCall::Stop(pod_unit.into())));
+    assert!(!dir.path().join("memory").join(&rel).exists());
 }

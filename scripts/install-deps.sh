@@ -2,7 +2,8 @@
 # Install what `scripts/run-example.sh` needs, as root on Debian, and nothing else:
 # containerd (with CRI), runc, the CNI plugins, a static busybox (the example's images),
 # protoc (the k8s-cri build script) and iproute2. The test tooling comes with
-# `scripts/install-test-deps.sh`, which runs this first.
+# `scripts/install-test-deps.sh`, which runs this first (and, with --test, the VM test
+# bed's qemu, debootstrap and ssh client).
 #
 # It never touches a runtime it did not install:
 # - a part already there is used as it is: a `containerd` or `runc` on PATH (an upstream
@@ -133,6 +134,24 @@ else
 fi
 
 if [ -n "$test_tools" ]; then
+    # The VM test bed (scripts/vm/build-image.sh, tests/vm_kind_node.rs): qemu with 9p,
+    # debootstrap, mkfs.ext4 and the ssh client. Debian 12's cloud image may carry
+    # qemu-utils 10.x from backports, which conflicts with bookworm's qemu-system-x86:
+    # bookworm's qemu-utils is taken (a downgrade). No package here has a service.
+    vm_missing=()
+    on_path qemu-system-x86_64 || vm_missing+=(qemu-system-x86 qemu-utils/bookworm)
+    on_path debootstrap || vm_missing+=(debootstrap)
+    on_path ssh || vm_missing+=(openssh-client)
+    on_path mkfs.ext4 || vm_missing+=(e2fsprogs)
+    if [ ${#vm_missing[@]} -gt 0 ]; then
+        say "installing for the VM test bed: ${vm_missing[*]}"
+        apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades \
+            --no-install-recommends "${vm_missing[@]}" </dev/null
+        for bin in qemu-system-x86_64 debootstrap ssh mkfs.ext4; do
+            on_path "$bin" || fail "$bin still missing after install (the VM test bed needs it)"
+        done
+    fi
     # containerd 1.7 and 2.x into target/runtimes (nothing installed), and cargo-fuzz
     # (pinned in scripts/fuzz.sh).
     bash "$here/fetch-runtimes.sh"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: test images, the unit tests and the integration tests (against
 # real containerd test beds, the system's containerd 1.6), a build (not a run) of the
-# benchmarks, the docs, then the core of the integration tests on containerd 1.7 and 2.x, and
-# 30 s of fuzzing per parser.
+# benchmarks, the docs, then the core of the integration tests on containerd 1.7 and 2.x, a
+# kind-shaped node in a qemu guest (tests/vm_kind_node.rs), and 30 s of fuzzing per parser.
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,14 @@ phase() {
     echo "test.sh: $1: $(($(date +%s) - started)) s in; disk $(df -h --output=avail . | tail -1 | tr -d ' ') free, target/ $(du -sh target 2>/dev/null | cut -f1)"
 }
 phase "start"
+
+# The VM test bed's image (scripts/vm/build-image.sh: about 4 minutes of debootstrap, most
+# of it waiting on the mirror, cold; a second when cached) builds in the background while
+# the host suite builds and runs; the VM phase waits for it.
+mkdir -p target
+vm_image_log=target/vm-image.log
+bash scripts/vm/build-image.sh >"$vm_image_log" 2>&1 &
+vm_image_pid=$!
 
 bash scripts/build-images.sh target/test-images
 # Two cores: two tests at a time keeps test beds (one containerd each) from starving.
@@ -55,6 +63,19 @@ for series in containerd-1.7 containerd-2; do
     OXLET_TEST_CONTAINERD=$bin cargo test "${CORE[@]/#/--test=}" -- --test-threads=2 \
         --skip crash_loop_back_off_doubles_from_ten_seconds
 done
+
+# A kind-shaped node in a qemu guest (systemd as PID 1, cgroup v2, containerd 2.x with
+# SystemdCgroup = true): oxlet as kind's kubelet.service with the systemd cgroup driver.
+# Software emulation: one boot and test take several minutes (docs/architecture.md).
+# `--features vm` builds oxlet once more (the feature is part of the crate's fingerprint).
+phase "the VM test bed"
+if ! wait "$vm_image_pid"; then
+    cat "$vm_image_log" >&2
+    echo "test.sh: building the VM image failed (scripts/vm/build-image.sh, log above)" >&2
+    exit 1
+fi
+cargo test --features vm --test vm_kind_node -- --nocapture
+phase "the VM test bed done"
 
 phase "the fuzz build"
 # Every parser fuzzed for 30 s (docs/reliability.md): a crash prints its input and fails

@@ -1,6 +1,7 @@
 //! The one boundary to the cgroup filesystem. Paths are relative to the cgroup root
 //! and already spelled for the driver (see [`super::name`]). [`CgroupTree`] is the real
-//! one, for v1 (and hybrid) and v2.
+//! one, for v1 (and hybrid) and v2; [`SystemdFs`] wraps it for the systemd driver,
+//! making each slice a systemd unit over D-Bus ([`DbusSystemd`]) as kubelet does.
 //!
 //! Written on `std::fs` rather than `cgroups-rs`: every path here is checked to stay
 //! below the mount without following a symlink, every read is bounded, removal never
@@ -11,16 +12,26 @@ mod files;
 mod qos_files;
 mod stat;
 mod stat_reader;
+mod systemd;
+mod systemd_dbus;
 mod tree;
 mod v1;
 mod v2;
 
+#[cfg(test)]
+pub(super) mod fake_systemd;
+#[cfg(test)]
+mod systemd_dbus_tests;
+#[cfg(test)]
+mod systemd_tests;
 #[cfg(test)]
 pub(super) mod tests;
 
 pub(crate) use qos_files::QosFile;
 pub(crate) use stat::parse_psi;
 pub(crate) use stat_reader::StatReader;
+pub(crate) use systemd::SystemdFs;
+pub(crate) use systemd_dbus::DbusSystemd;
 pub(crate) use tree::{CgroupTree, HOST_MOUNT};
 pub(crate) use v2::{shares_to_weight, weight_to_shares};
 

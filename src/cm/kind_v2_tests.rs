@@ -102,7 +102,7 @@ fn kinds_config_puts_every_cgroup_where_kubelet_does_on_v2_with_the_systemd_driv
     let tree = CgroupTree::new(root, CgroupVersion::V2).unwrap();
     let cm = build(
         &settings,
-        tree.clone(),
+        std::sync::Arc::new(tree.clone()),
         settings.cgroup_driver,
         allocatable.kubepods,
     )

@@ -7,7 +7,9 @@
 //! - [`driver`]: `cgroupfs` or `systemd`: configured, reported by the runtime, or guessed.
 //! - [`name`]: a cgroup's name as components, and its spelling for each driver.
 //! - [`fit`]: resource-fit admission against allocatable (`OutOfcpu`, …).
-//! - [`fs`]: the one boundary to the cgroup filesystem (create, limit, read, remove).
+//! - [`fs`]: the one boundary to the cgroup filesystem (create, limit, read, remove);
+//!   with the systemd driver, each slice a systemd unit over D-Bus
+//!   (`fs/systemd.rs`, `fs/systemd_dbus.rs`).
 //! - [`allocatable`]: capacity, reservations, allocatable and the `kubepods` limits.
 //! - [`qos`]: the pod's QoS class and its containers' `oom_score_adj`.
 //! - [`resources`]: the limits kubelet gives a pod cgroup, and the formulas behind them;
@@ -15,7 +17,9 @@
 //! - [`tree`]: where `kubepods`, the QoS cgroups and each pod's cgroup live.
 //! - [`manager`]: [`ContainerManager`], the tree as one value, with its periodic task;
 //!   [`qos_cgroups`] and [`pod_cgroups`] are its node-level and per-pod halves.
-//! - [`startup`]: detection, the driver decision, the start-up line, the tree made.
+//! - [`startup`]: detection, the driver decision, who makes the cgroups (oxlet's files
+//!   or systemd's units; the systemd driver without systemd is refused), the start-up
+//!   line, the tree made.
 //! - [`kernel`]: kubelet's kernel tunables, checked (`protectKernelDefaults`) or written.
 //! - [`hook_cgroups`]: limits read and written for koordlet's runtime hooks.
 //! - [`koord_cgroups`]: the cpuset and memory QoS files koordlet's QoS manager writes.

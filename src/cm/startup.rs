@@ -1,7 +1,8 @@
 //! Starting the container manager (kubelet's `NewContainerManager` and `Start`): the
 //! cgroup version from the mount, the driver (from the runtime, the configuration or
-//! the host's directories; a configured one the runtime contradicts is refused), one
-//! start-up line that says what was found and why, then the `kubepods` tree.
+//! the host's directories; a configured one the runtime contradicts is refused), who
+//! makes the cgroups (oxlet's files, or systemd's units over D-Bus), one start-up line
+//! that says what was found and why, then the `kubepods` tree.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use super::allocatable::{
 use super::driver::{
     self, CgroupDriver, DriverMismatch, SOURCE_CONTAINERD_CONFIG, SOURCE_RUNTIME_CONFIG,
 };
-use super::fs::{CgroupError, CgroupTree, HOST_MOUNT};
+use super::fs::{CgroupError, CgroupFs, CgroupTree, DbusSystemd, HOST_MOUNT, SystemdFs};
 use super::manager::{CmConfig, ContainerManager};
 use super::name::{CgroupName, NameError};
 use super::resources::ResourceConfig;
@@ -83,6 +84,14 @@ pub(crate) enum CmStartError {
     Root(NameError),
     #[error("cannot create the kubepods cgroups: {0}")]
     Setup(CgroupError),
+    /// kubelet's refusal: libcontainer's systemd manager cannot work without systemd.
+    #[error(
+        "the systemd cgroup driver needs systemd as the init system, and {SYSTEMD_RUNNING} does not exist; \
+         use --cgroup-driver=cgroupfs (cgroupDriver) with the runtime's cgroup driver set alike"
+    )]
+    NoSystemd,
+    #[error("cannot start the thread that talks to systemd over D-Bus: {0}")]
+    SystemdThread(std::io::Error),
     #[error("{flag}: cannot limit the reserved cgroup {name}: {cause}")]
     Reserved {
         flag: &'static str,
@@ -250,28 +259,91 @@ pub(crate) async fn start(
         reported,
         guessed,
     )?;
+    let (manager, how) = cgroup_manager(resolved.driver, version, systemd_running())?;
     info!(
         target: STARTUP_TARGET,
         cgroupVersion = %version,
         cgroupDriver = %resolved.driver,
+        cgroupManager = manager.as_str(),
         cgroupRoot = %root_text,
         cgroupsPerQOS = opts.cgroups_per_qos,
-        "container manager: cgroup {version}, driver {} ({})",
+        "container manager: cgroup {version}, driver {} ({}); {how}",
         resolved.driver,
         resolved.why
     );
     if let Some(w) = &resolved.warning {
         warn!("{w}");
     }
-    let fs = CgroupTree::host(version).map_err(CmStartError::Setup)?;
+    let tree = CgroupTree::host(version).map_err(CmStartError::Setup)?;
+    let fs: Arc<dyn CgroupFs> = match manager {
+        CgroupManager::Files => Arc::new(tree),
+        CgroupManager::SystemdUnits => {
+            let bus = DbusSystemd::start().map_err(CmStartError::SystemdThread)?;
+            Arc::new(SystemdFs::new(tree, Arc::new(bus)))
+        }
+    };
     build(opts, fs, resolved.driver, kubepods)
+}
+
+/// Where systemd says it runs as the init system (`sd_booted(3)`; runc's
+/// `IsRunningSystemd`): a directory, not a link to one.
+const SYSTEMD_RUNNING: &str = "/run/systemd/system";
+
+fn systemd_running() -> bool {
+    std::fs::symlink_metadata(SYSTEMD_RUNNING).is_ok_and(|m| m.is_dir())
+}
+
+/// Who makes the cgroups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CgroupManager {
+    /// The cgroupfs driver: oxlet's own files.
+    Files,
+    /// The systemd driver: each slice a transient unit over D-Bus, its limits unit
+    /// properties, as kubelet's libcontainer systemd manager (v2's or v1's).
+    SystemdUnits,
+}
+
+impl CgroupManager {
+    fn as_str(self) -> &'static str {
+        match self {
+            CgroupManager::Files => "cgroupfs",
+            CgroupManager::SystemdUnits => "systemd-dbus",
+        }
+    }
+}
+
+/// Who makes the cgroups, and the reason for the start-up line. The systemd driver
+/// without systemd as PID 1 is refused, as kubelet refuses it: the runtime, set to
+/// systemd cgroups as the driver must match, could not start a container either, so
+/// one line at start says it instead of every sandbox failing. No test on a host
+/// without systemd runs the systemd driver this far: they pass `--cgroup-driver=cgroupfs`
+/// or are refused earlier for a driver the runtime contradicts.
+pub(super) fn cgroup_manager(
+    driver: CgroupDriver,
+    version: CgroupVersion,
+    systemd_running: bool,
+) -> Result<(CgroupManager, &'static str), CmStartError> {
+    match (driver, systemd_running) {
+        (CgroupDriver::Cgroupfs, _) => {
+            Ok((CgroupManager::Files, "oxlet writes the cgroup files itself"))
+        }
+        (CgroupDriver::Systemd, false) => Err(CmStartError::NoSystemd),
+        (CgroupDriver::Systemd, true) if version.uses_v1_controllers() => Ok((
+            CgroupManager::SystemdUnits,
+            "systemd runs as PID 1, so each slice is a systemd unit made over D-Bus with its limits as unit properties (v1's CPUShares and MemoryLimit)",
+        )),
+        (CgroupDriver::Systemd, true) => Ok((
+            CgroupManager::SystemdUnits,
+            "systemd runs as PID 1, so each slice is a systemd unit made over D-Bus with its limits as unit properties",
+        )),
+    }
 }
 
 /// The manager on `fs` with the settled driver: `kubepods` and the QoS cgroups made,
 /// then the reserved cgroups `enforceNodeAllocatable` names limited.
 pub(super) fn build(
     opts: &CmSettings,
-    fs: CgroupTree,
+    fs: Arc<dyn CgroupFs>,
     driver: CgroupDriver,
     kubepods: ResourceConfig,
 ) -> Result<Arc<ContainerManager>, CmStartError> {
@@ -286,20 +358,19 @@ pub(super) fn build(
         },
         kubepods,
     };
-    let cm = ContainerManager::new(cfg, Arc::new(fs.clone()))?;
+    let cm = ContainerManager::new(cfg, fs.clone())?;
     cm.setup().map_err(CmStartError::Setup)?;
     // `enforceNodeAllocatable: [system-reserved|kube-reserved]`: limit those cgroups,
     // which must already exist (kubelet's `enforceExistingCgroup`).
     for ReservedCgroup { flag, name, limits } in reserved_cgroups(opts) {
         let Some(name) = name else { continue };
         let path = reserved_path(name, driver)?;
-        super::fs::CgroupFs::update(&fs, &path, &limits).map_err(|cause| {
-            CmStartError::Reserved {
+        fs.update(&path, &limits)
+            .map_err(|cause| CmStartError::Reserved {
                 flag,
                 name: path.clone(),
                 cause,
-            }
-        })?;
+            })?;
         info!(target: STARTUP_TARGET, cgroup = %path, cpuShares = limits.cpu_shares, memoryLimit = limits.memory_limit, pidsLimit = limits.pids_limit, "limited the {flag} cgroup");
     }
     Ok(Arc::new(cm))
@@ -336,6 +407,34 @@ mod tests {
         );
         assert!(err.contains("/swapfile"), "{err}");
         assert!(check_swap(&dir.path().join("absent")).is_ok());
+    }
+
+    #[test]
+    fn the_systemd_driver_makes_units_and_is_refused_without_systemd() {
+        use CgroupVersion::{Hybrid, V1, V2};
+        let manager =
+            |driver, version, running| cgroup_manager(driver, version, running).map(|(m, _)| m);
+        for version in [V1, Hybrid, V2] {
+            for running in [false, true] {
+                assert_eq!(
+                    manager(CgroupDriver::Cgroupfs, version, running).unwrap(),
+                    CgroupManager::Files
+                );
+            }
+            let refused = manager(CgroupDriver::Systemd, version, false).unwrap_err();
+            let line = refused.to_string();
+            assert!(
+                line.contains("/run/systemd/system does not exist")
+                    && line.contains("--cgroup-driver=cgroupfs"),
+                "{line}"
+            );
+        }
+        for version in [V1, Hybrid, V2] {
+            assert_eq!(
+                manager(CgroupDriver::Systemd, version, true).unwrap(),
+                CgroupManager::SystemdUnits
+            );
+        }
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub fn image_dir() -> PathBuf {
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
     assert!(
         out.status.success(),
-        "the VM image is missing: {} (build it with `bash scripts/vm/build-image.sh`, as root)",
+        "the VM image is missing (as root: bash scripts/vm/build-image.sh): {}",
         String::from_utf8_lossy(&out.stderr).trim()
     );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())

@@ -67,14 +67,13 @@ done
 # A kind-shaped node in a qemu guest (systemd as PID 1, cgroup v2, containerd 2.x with
 # SystemdCgroup = true): oxlet as kind's kubelet.service with the systemd cgroup driver.
 # Software emulation: one boot and test take several minutes (docs/architecture.md).
-# `--features vm` builds oxlet once more (the feature is part of the crate's fingerprint).
 phase "the VM test bed"
 if ! wait "$vm_image_pid"; then
     cat "$vm_image_log" >&2
     echo "test.sh: building the VM image failed (scripts/vm/build-image.sh, log above)" >&2
     exit 1
 fi
-cargo test --features vm --test vm_kind_node -- --nocapture
+cargo test --test vm_kind_node -- --nocapture
 phase "the VM test bed done"
 
 phase "the fuzz build"

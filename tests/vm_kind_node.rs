@@ -10,7 +10,7 @@
 //! once; the cgroup and unit checks are all run and reported together, each as PASS or
 //! FAIL, so one run shows everything the systemd driver still gets wrong.
 //!
-//! Run: `bash scripts/vm/build-image.sh && cargo test --features vm --test vm_kind_node -- --nocapture`.
+//! Run: `bash scripts/vm/build-image.sh && cargo test --test vm_kind_node -- --nocapture`.
 
 mod vm;
 

@@ -22,7 +22,7 @@
 #   bash scripts/vm/build-image.sh          build (3.5 min cold here, most of it the mirror;
 #                                           about 1 GB in the cache) or reuse (0.03 s)
 #   bash scripts/vm/build-image.sh --check  print the image dir, or fail if not built
-#   cargo test --features vm --test vm_kind_node -- --nocapture
+#   cargo test --test vm_kind_node -- --nocapture
 # The test boots the image under software emulation (ssh answers after 35-45 s) and
 # takes about 2 minutes in all, power-off included. To look around in a guest by hand,
 # run the qemu command line of tests/vm/mod.rs (qemu_args) and ssh in with

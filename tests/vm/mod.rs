@@ -13,7 +13,7 @@
 //!   host built: the oxlet binary, containerd 2.x and the test image archives.
 //! - Everything is emulated: assert behaviour, never timings, and wait generously.
 //!
-//! Use from an integration test with `mod vm;` (the `vm` feature's test binaries).
+//! Use from an integration test with `mod vm;` (test binaries with `test = false`, run by name).
 #![allow(dead_code)] // a test binary uses its own subset
 #![allow(unreachable_pub)] // the harness's API, for the VM test binaries
 

@@ -115,6 +115,7 @@ impl MirrorPods {
 
     /// Runs passes until cancelled; a failed pass is logged and retried on the next.
     pub(crate) async fn run(&self, cancel: CancellationToken) {
+        let mut ready = self.sources_ready.clone();
         loop {
             let result = self.pass().await;
             if let (Ok(r), Some(created)) = (&result, &self.created)
@@ -136,6 +137,8 @@ impl MirrorPods {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = self.wake.notified() => {}
+                // Every source has reported: the orphans left so far are due now.
+                Some(()) = became_ready(ready.as_mut()) => {}
                 () = tokio::time::sleep(self.period) => {}
             }
         }
@@ -252,6 +255,15 @@ impl MirrorPods {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(api_err("delete mirror pod", pod_ref(mirror))(e)),
         }
+    }
+}
+
+/// Resolves when the sources' readiness changes; never without a receiver, and None
+/// once its sender is gone.
+async fn became_ready(ready: Option<&mut watch::Receiver<bool>>) -> Option<()> {
+    match ready {
+        Some(r) => r.changed().await.ok(),
+        None => std::future::pending().await,
     }
 }
 

@@ -330,7 +330,6 @@ impl SyncLoop {
         if !*self.sources_ready_tx.borrow() && self.sources_ready() {
             info!(sources = %self.sources.join(","), "every pod source has reported; housekeeping and orphaned mirror pod cleanup may run");
             self.sources_ready_tx.send_replace(true);
-            self.poke_mirrors();
         }
     }
 

@@ -210,8 +210,13 @@ async fn connection(slot: &Slot, target: &Target) -> Result<Connection, BusError
         .map_err(|e| transport("connecting to the system bus", &e))?;
     // Signals go out only once a client subscribed (systemd's `Subscribe`); job
     // signals also reach the client that queued the job, so a refusal is no failure.
-    if let Err(e) = manager_call(&conn, "Subscribe", &()).await {
-        debug!(error = %e, "systemd refused Subscribe; waiting for job signals anyway");
+    // Bounded like every call: a hung systemd must not hold the thread's loop.
+    match tokio::time::timeout(target.timeout, manager_call(&conn, "Subscribe", &())).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            debug!(error = %e, "systemd refused Subscribe; waiting for job signals anyway");
+        }
+        Err(_) => return Err(BusError::Timeout(target.timeout)),
     }
     *slot.locked() = Some(conn.clone());
     Ok(conn)

@@ -473,7 +473,14 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
     let cpus = crate::cm::parse_cpu_list(&online).unwrap().len();
     assert_eq!(be("real-limit"), (cpus * 1000) as f64);
     assert_eq!(be("request"), 0.0);
-    assert!(be("usage") >= 0.0 && be("usage") <= (cpus * 1000) as f64);
+    // A rate over about a second of the whole machine: with every CPU busy (the lib
+    // suite around it) it reads at the CPU count, and the time between a reading's
+    // clock and its file read may put it a little over.
+    let usage = be("usage");
+    assert!(
+        usage >= 0.0 && usage <= (cpus * 1000) as f64 * 1.25,
+        "BE usage {usage} milli-CPUs on {cpus} CPUs"
+    );
     // The host application: a CPU rate after two rounds, and its memory both ways.
     let app = |kind| {
         cache

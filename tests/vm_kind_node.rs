@@ -14,15 +14,13 @@
 
 mod vm;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use vm::{SHARE_MOUNT, Share, Vm};
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kind");
-const CTR: &str = "/mnt/oxlet/containerd/ctr";
-/// kind's kubepods slice under `cgroupRoot: /kubelet`, as kubelet's systemd driver names it.
-const KUBEPODS: &str = "kubelet.slice/kubelet-kubepods.slice";
+use vm::Vm;
+use vm::kind::{
+    Checks, KUBEPODS, MANIFESTS, assert_kind_shaped, find_pod, kind_config, kubelet_log, pods,
+    poll, share, start_containerd, start_oxlet_as_kubelet, unit_state, wait_running,
+};
 
 /// The static pod: Guaranteed, 64Mi and 250m.
 const MANIFEST: &str = r#"apiVersion: v1
@@ -41,237 +39,6 @@ spec:
       requests: {cpu: 250m, memory: 64Mi}
       limits: {cpu: 250m, memory: 64Mi}
 "#;
-
-/// Runs oxlet instead of the kubelet, as docs/kind.md's drop-in does, in static-pod mode:
-/// no kubeconfig (so no webhooks, and the secure port off: kind's config asks for
-/// webhook authentication, which needs an apiserver), the read-only port on for `/pods`.
-const OXLET_DROPIN: &str = r#"[Service]
-Environment="KUBELET_KUBECONFIG_ARGS="
-ExecStart=
-ExecStart=/mnt/oxlet/oxlet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS --cgroup-driver=systemd --port=0 --read-only-port=10255 -v=2
-"#;
-
-/// Checks that are reported together: each prints PASS or FAIL with what was seen.
-#[derive(Default)]
-struct Checks {
-    results: Vec<(String, bool, String)>,
-}
-
-impl Checks {
-    fn check(&mut self, what: &str, ok: bool, seen: impl Into<String>) {
-        let seen = seen.into();
-        let verdict = if ok { "PASS" } else { "FAIL" };
-        eprintln!("vm_kind_node: {verdict} {what} seen={seen:?}");
-        self.results.push((what.to_string(), ok, seen));
-    }
-
-    /// Fails the test when any check failed, listing them all.
-    fn finish(self) {
-        let failed: Vec<String> = self
-            .results
-            .iter()
-            .filter(|(_, ok, _)| !ok)
-            .map(|(what, _, seen)| format!("  FAIL {what}: saw {seen:?}"))
-            .collect();
-        eprintln!(
-            "vm_kind_node: {} of {} checks passed",
-            self.results.len() - failed.len(),
-            self.results.len()
-        );
-        assert!(
-            failed.is_empty(),
-            "{} checks failed:\n{}",
-            failed.len(),
-            failed.join("\n")
-        );
-    }
-}
-
-/// Polls `f` every 2 s until it returns Some, for at most `limit`.
-fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_secs(2));
-    }
-}
-
-/// What the guest shares: this build's oxlet, containerd 2.x and the test images.
-fn share() -> Share {
-    let repo = vm::repo();
-    let images = repo.join("target/test-images");
-    let built = std::process::Command::new("bash")
-        .arg(repo.join("scripts/build-images.sh"))
-        .arg(&images)
-        .output()
-        .expect("cannot run scripts/build-images.sh");
-    assert!(
-        built.status.success(),
-        "scripts/build-images.sh failed: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let runtimes = std::env::var_os("OXLET_RUNTIMES")
-        .map_or_else(|| repo.join("target/runtimes"), PathBuf::from);
-    Share::new()
-        .add("oxlet", env!("CARGO_BIN_EXE_oxlet"))
-        .add("containerd", runtimes.join("containerd-2/bin"))
-        .add("images", images)
-}
-
-/// The guest is what a kind node is: systemd as PID 1, cgroup v2 alone.
-fn assert_kind_shaped(vm: &Vm) {
-    let fs = vm.ssh_ok("stat -fc %T /sys/fs/cgroup");
-    assert_eq!(fs.trim(), "cgroup2fs", "the guest's /sys/fs/cgroup");
-    let init = vm.ssh_ok("readlink /proc/1/exe");
-    assert!(init.contains("systemd"), "PID 1 is {init}");
-    let version = vm.ssh_ok("systemctl --version | head -n1");
-    eprintln!(
-        "vm_kind_node: step 1 ok: cgroup2fs, PID 1 {}, {}",
-        init.trim(),
-        version.trim()
-    );
-}
-
-/// containerd 2.x active from the share with the systemd cgroup driver; the test images
-/// imported into the CRI namespace.
-fn start_containerd(vm: &Vm) {
-    let active = poll(Duration::from_secs(240), || {
-        let out = vm.ssh("systemctl is-active containerd");
-        (String::from_utf8_lossy(&out.stdout).trim() == "active").then_some(())
-    });
-    if active.is_none() {
-        panic!(
-            "containerd did not become active:\n{}",
-            vm.ssh_ok("systemctl status containerd --no-pager; journalctl -u containerd --no-pager | tail -n 40")
-        );
-    }
-    let version = vm.ssh_ok(&format!("{CTR} version"));
-    assert!(
-        version.contains("Version:  2.") || version.contains("Version: 2."),
-        "{version}"
-    );
-    let dump = vm.ssh_ok(
-        "/mnt/oxlet/containerd/containerd --config /etc/containerd/config.toml config dump",
-    );
-    assert!(dump.contains("SystemdCgroup = true"), "{dump}");
-    for tar in ["oxlet-pause.tar", "oxlet-busybox.tar"] {
-        vm.ssh_ok(&format!(
-            "{CTR} -n k8s.io images import {SHARE_MOUNT}/images/{tar}"
-        ));
-    }
-    eprintln!(
-        "vm_kind_node: step 2 ok: containerd 2.x active (SystemdCgroup = true), images imported"
-    );
-}
-
-/// kind's kubelet files in place (the node IP and provider ID are the guest's), the
-/// oxlet drop-in, then `systemctl start kubelet`, waiting for healthz.
-fn start_oxlet_as_kubelet(vm: &Vm) {
-    let kind = |f: &str| std::fs::read(format!("{DATA}/{f}")).unwrap();
-    vm.write_file(
-        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
-        &kind("10-kubeadm.conf"),
-        0o644,
-    );
-    vm.write_file(
-        "/etc/systemd/system/kubelet.service.d/20-oxlet.conf",
-        OXLET_DROPIN.as_bytes(),
-        0o644,
-    );
-    vm.write_file("/etc/default/kubelet", &kind("default-kubelet"), 0o644);
-    let flags = String::from_utf8(kind("kubeadm-flags.env"))
-        .unwrap()
-        .replace("--node-ip=172.18.0.2", "--node-ip=10.0.2.15")
-        .replace(
-            "kind://docker/kind/kind-control-plane",
-            "kind://qemu/kind/oxlet-vm",
-        );
-    vm.write_file(
-        "/var/lib/kubelet/kubeadm-flags.env",
-        flags.as_bytes(),
-        0o644,
-    );
-    vm.copy_in(
-        &PathBuf::from(format!("{DATA}/config.yaml")),
-        "/var/lib/kubelet/config.yaml",
-    );
-    vm.ssh_ok(
-        "mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl start kubelet",
-    );
-    let healthy = poll(Duration::from_secs(300), || {
-        let out = vm.ssh("busybox wget -qO- http://127.0.0.1:10248/healthz");
-        (String::from_utf8_lossy(&out.stdout).trim() == "ok").then_some(())
-    });
-    if healthy.is_none() {
-        panic!(
-            "oxlet (kubelet.service) is not healthy:\n{}",
-            kubelet_log(vm, 60)
-        );
-    }
-    let cgroup = vm.ssh_ok("cat /proc/$(systemctl show -p MainPID --value kubelet)/cgroup");
-    assert_eq!(
-        cgroup.trim(),
-        "0::/kubelet.slice/kubelet.service",
-        "oxlet's own cgroup"
-    );
-    eprintln!(
-        "vm_kind_node: step 3 ok: oxlet runs as kubelet.service in kubelet.slice, healthz ok"
-    );
-}
-
-fn kubelet_log(vm: &Vm, lines: usize) -> String {
-    String::from_utf8_lossy(
-        &vm.ssh(&format!(
-            "journalctl -u kubelet --no-pager | tail -n {lines}"
-        ))
-        .stdout,
-    )
-    .into_owned()
-}
-
-/// The read-only port's pod list.
-fn pods(vm: &Vm) -> Option<serde_json::Value> {
-    let out = vm.ssh("busybox wget -qO- http://127.0.0.1:10255/pods");
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-/// The static pod, once its container runs: its UID and container ID.
-fn wait_running(vm: &Vm) -> (String, String) {
-    let found = poll(Duration::from_secs(480), || {
-        let list = pods(vm)?;
-        let pod = list["items"]
-            .as_array()?
-            .iter()
-            .find(|p| p["metadata"]["name"] == "guaranteed-oxlet-vm")?
-            .clone();
-        let status = &pod["status"]["containerStatuses"][0];
-        if pod["status"]["phase"] != "Running" || status["state"]["running"].is_null() {
-            return None;
-        }
-        let id = status["containerID"]
-            .as_str()?
-            .strip_prefix("containerd://")?;
-        Some((pod["metadata"]["uid"].as_str()?.to_string(), id.to_string()))
-    });
-    found.unwrap_or_else(|| {
-        panic!(
-            "the static pod did not become Running; /pods: {}\noxlet's log:\n{}",
-            pods(vm).map(|p| p.to_string()).unwrap_or_default(),
-            kubelet_log(vm, 60)
-        )
-    })
-}
-
-/// `LoadState=… ActiveState=…` of a unit, as systemd knows it.
-fn unit_state(vm: &Vm, unit: &str) -> String {
-    let out = vm.ssh_ok(&format!("systemctl show -p LoadState,ActiveState {unit}"));
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
-}
 
 /// What kubelet's systemd driver guarantees once the pod runs: the container's scope
 /// below the pod slice, every slice a unit systemd started, the pod slice's limits in
@@ -363,14 +130,12 @@ fn check_limits(vm: &Vm, c: &mut Checks, pod_slice: &str, unit: &str, when: &str
 /// The manifest removed: the pod leaves `/pods`, then its slice leaves systemd and the
 /// cgroup tree.
 fn remove_pod(vm: &Vm, c: &mut Checks, pod_slice: &str) {
-    vm.ssh_ok("rm /etc/kubernetes/manifests/guaranteed.yaml");
+    vm.ssh_ok(&format!("rm {MANIFESTS}/guaranteed.yaml"));
     let gone = poll(Duration::from_secs(300), || {
         let list = pods(vm)?;
-        let items = list["items"].as_array()?;
-        (!items
-            .iter()
-            .any(|p| p["metadata"]["name"] == "guaranteed-oxlet-vm"))
-        .then_some(())
+        find_pod(&list, "guaranteed-oxlet-vm")
+            .is_none()
+            .then_some(())
     });
     if gone.is_none() {
         panic!(
@@ -406,21 +171,21 @@ fn kind_node_runs_a_static_pod_with_the_systemd_driver() {
     let vm = Vm::boot(&share());
     assert_kind_shaped(&vm);
     start_containerd(&vm);
-    start_oxlet_as_kubelet(&vm);
+    start_oxlet_as_kubelet(&vm, &kind_config());
 
     vm.write_file(
-        "/etc/kubernetes/manifests/guaranteed.yaml",
+        &format!("{MANIFESTS}/guaranteed.yaml"),
         MANIFEST.as_bytes(),
         0o644,
     );
-    let (uid, container) = wait_running(&vm);
+    let (uid, container) = wait_running(&vm, "guaranteed-oxlet-vm");
     eprintln!("vm_kind_node: step 4 ok: the static pod runs podUID={uid} container={container}");
 
     let pod_slice = format!(
         "{KUBEPODS}/kubelet-kubepods-pod{}.slice",
         uid.replace('-', "_")
     );
-    let mut checks = Checks::default();
+    let mut checks = Checks::new("vm_kind_node");
     check_cgroups(&vm, &mut checks, &pod_slice, &container);
     eprintln!("vm_kind_node: step 5 done: cgroups and units checked");
     remove_pod(&vm, &mut checks, &pod_slice);

@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod kind;
+
 /// The tag the image's fstab mounts at `/mnt/oxlet`.
 const SHARE_TAG: &str = "oxlet";
 /// Where the share appears in the guest.
@@ -223,10 +225,15 @@ impl Vm {
         fs::read_to_string(self.tmp.path().join("qemu.stderr")).unwrap_or_default()
     }
 
-    /// The last `n` lines of the guest's serial console (kernel and systemd messages).
-    pub fn console_tail(&self, n: usize) -> String {
+    /// The guest's serial console so far (kernel and systemd messages).
+    pub fn console(&self) -> String {
         let log = fs::read(self.tmp.path().join("console.log")).unwrap_or_default();
-        let log = String::from_utf8_lossy(&log);
+        String::from_utf8_lossy(&log).into_owned()
+    }
+
+    /// The last `n` lines of the guest's serial console.
+    pub fn console_tail(&self, n: usize) -> String {
+        let log = self.console();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
@@ -328,7 +335,14 @@ impl Vm {
     /// A clean power-off: `systemctl poweroff`, then qemu's exit (up to
     /// `OXLET_VM_POWEROFF_TIMEOUT` s, 300 by default). Returns how long it took; qemu
     /// still running at the limit is killed and fails the test.
-    pub fn poweroff(mut self) -> Duration {
+    pub fn poweroff(self) -> Duration {
+        self.poweroff_with_console().0
+    }
+
+    /// [`Vm::poweroff`], also returning the whole serial console: what the guest said
+    /// while it went down (journald forwards there when a test asks it to) is only
+    /// readable once qemu has exited, and dropping the `Vm` removes the file.
+    pub fn poweroff_with_console(mut self) -> (Duration, String) {
         let started = Instant::now();
         // The connection drops as the guest goes down: its status says nothing.
         let _ = self.ssh_with_timeout("systemctl poweroff", Duration::from_secs(60));
@@ -336,11 +350,9 @@ impl Vm {
         while started.elapsed() < limit {
             if let Some(status) = self.qemu_exited() {
                 self.qemu = None;
-                eprintln!(
-                    "vm: powered off status={status} took={:?}",
-                    started.elapsed()
-                );
-                return started.elapsed();
+                let took = started.elapsed();
+                eprintln!("vm: powered off status={status} took={took:?}");
+                return (took, self.console());
             }
             std::thread::sleep(Duration::from_millis(500));
         }

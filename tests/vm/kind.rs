@@ -1,0 +1,261 @@
+//! A kind node in the guest, shared by the VM tests: containerd 2.x from the share with
+//! `SystemdCgroup = true`, and oxlet run as kind runs its kubelet (`kubelet.service` in
+//! `kubelet.slice`, kubeadm's drop-in, kind's `config.yaml` and flags), in static-pod mode.
+//! Also the tests' small tools: checks reported together, polling, oxlet's `/pods`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::{SHARE_MOUNT, Share, Vm};
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kind");
+pub const CTR: &str = "/mnt/oxlet/containerd/ctr";
+/// kind's kubepods slice under `cgroupRoot: /kubelet`, as kubelet's systemd driver names it.
+pub const KUBEPODS: &str = "kubelet.slice/kubelet-kubepods.slice";
+/// Where the static pods' manifests go (kind's `staticPodPath`).
+pub const MANIFESTS: &str = "/etc/kubernetes/manifests";
+
+/// Runs oxlet instead of the kubelet, as docs/kind.md's drop-in does, in static-pod mode:
+/// no kubeconfig (so no webhooks, and the secure port off: kind's config asks for
+/// webhook authentication, which needs an apiserver), the read-only port on for `/pods`.
+const OXLET_DROPIN: &str = r#"[Service]
+Environment="KUBELET_KUBECONFIG_ARGS="
+ExecStart=
+ExecStart=/mnt/oxlet/oxlet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS --cgroup-driver=systemd --port=0 --read-only-port=10255 -v=2
+"#;
+
+/// Checks that are reported together: each prints PASS or FAIL with what was seen.
+pub struct Checks {
+    test: &'static str,
+    results: Vec<(String, bool, String)>,
+}
+
+impl Checks {
+    /// No checks yet; `test` prefixes every line printed.
+    pub fn new(test: &'static str) -> Checks {
+        Checks {
+            test,
+            results: Vec::new(),
+        }
+    }
+
+    pub fn check(&mut self, what: &str, ok: bool, seen: impl Into<String>) {
+        let seen = seen.into();
+        let verdict = if ok { "PASS" } else { "FAIL" };
+        eprintln!("{}: {verdict} {what} seen={seen:?}", self.test);
+        self.results.push((what.to_string(), ok, seen));
+    }
+
+    /// Fails the test when any check failed, listing them all.
+    pub fn finish(self) {
+        let failed: Vec<String> = self
+            .results
+            .iter()
+            .filter(|(_, ok, _)| !ok)
+            .map(|(what, _, seen)| format!("  FAIL {what}: saw {seen:?}"))
+            .collect();
+        eprintln!(
+            "{}: {} of {} checks passed",
+            self.test,
+            self.results.len() - failed.len(),
+            self.results.len()
+        );
+        assert!(
+            failed.is_empty(),
+            "{} checks failed:\n{}",
+            failed.len(),
+            failed.join("\n")
+        );
+    }
+}
+
+/// Polls `f` every 2 s until it returns Some, for at most `limit`.
+pub fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
+/// What the guest shares: this build's oxlet, containerd 2.x and the test images.
+pub fn share() -> Share {
+    let repo = super::repo();
+    let images = repo.join("target/test-images");
+    let built = std::process::Command::new("bash")
+        .arg(repo.join("scripts/build-images.sh"))
+        .arg(&images)
+        .output()
+        .expect("cannot run scripts/build-images.sh");
+    assert!(
+        built.status.success(),
+        "scripts/build-images.sh failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let runtimes = std::env::var_os("OXLET_RUNTIMES")
+        .map_or_else(|| repo.join("target/runtimes"), PathBuf::from);
+    Share::new()
+        .add("oxlet", env!("CARGO_BIN_EXE_oxlet"))
+        .add("containerd", runtimes.join("containerd-2/bin"))
+        .add("images", images)
+}
+
+/// The guest is what a kind node is: systemd as PID 1, cgroup v2 alone.
+pub fn assert_kind_shaped(vm: &Vm) {
+    let fs = vm.ssh_ok("stat -fc %T /sys/fs/cgroup");
+    assert_eq!(fs.trim(), "cgroup2fs", "the guest's /sys/fs/cgroup");
+    let init = vm.ssh_ok("readlink /proc/1/exe");
+    assert!(init.contains("systemd"), "PID 1 is {init}");
+    let version = vm.ssh_ok("systemctl --version | head -n1");
+    eprintln!(
+        "vm: kind: the guest is kind-shaped: cgroup2fs, PID 1 {}, {}",
+        init.trim(),
+        version.trim()
+    );
+}
+
+/// containerd 2.x active from the share with the systemd cgroup driver; the test images
+/// imported into the CRI namespace.
+pub fn start_containerd(vm: &Vm) {
+    let active = poll(Duration::from_secs(240), || {
+        let out = vm.ssh("systemctl is-active containerd");
+        (String::from_utf8_lossy(&out.stdout).trim() == "active").then_some(())
+    });
+    if active.is_none() {
+        panic!(
+            "containerd did not become active:\n{}",
+            vm.ssh_ok("systemctl status containerd --no-pager; journalctl -u containerd --no-pager | tail -n 40")
+        );
+    }
+    let version = vm.ssh_ok(&format!("{CTR} version"));
+    assert!(
+        version.contains("Version:  2.") || version.contains("Version: 2."),
+        "{version}"
+    );
+    let dump = vm.ssh_ok(
+        "/mnt/oxlet/containerd/containerd --config /etc/containerd/config.toml config dump",
+    );
+    assert!(dump.contains("SystemdCgroup = true"), "{dump}");
+    for tar in ["oxlet-pause.tar", "oxlet-busybox.tar"] {
+        vm.ssh_ok(&format!(
+            "{CTR} -n k8s.io images import {SHARE_MOUNT}/images/{tar}"
+        ));
+    }
+    eprintln!("vm: kind: containerd 2.x active (SystemdCgroup = true), images imported");
+}
+
+/// kind's kubelet configuration (`/var/lib/kubelet/config.yaml`), for a test to change.
+pub fn kind_config() -> String {
+    std::fs::read_to_string(format!("{DATA}/config.yaml")).unwrap()
+}
+
+/// kind's kubelet files in place (the node IP and provider ID are the guest's, the
+/// kubelet configuration `config`), the oxlet drop-in, then `systemctl start kubelet`,
+/// waiting for healthz.
+pub fn start_oxlet_as_kubelet(vm: &Vm, config: &str) {
+    let kind = |f: &str| std::fs::read(format!("{DATA}/{f}")).unwrap();
+    vm.write_file(
+        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
+        &kind("10-kubeadm.conf"),
+        0o644,
+    );
+    vm.write_file(
+        "/etc/systemd/system/kubelet.service.d/20-oxlet.conf",
+        OXLET_DROPIN.as_bytes(),
+        0o644,
+    );
+    vm.write_file("/etc/default/kubelet", &kind("default-kubelet"), 0o644);
+    let flags = String::from_utf8(kind("kubeadm-flags.env"))
+        .unwrap()
+        .replace("--node-ip=172.18.0.2", "--node-ip=10.0.2.15")
+        .replace(
+            "kind://docker/kind/kind-control-plane",
+            "kind://qemu/kind/oxlet-vm",
+        );
+    vm.write_file(
+        "/var/lib/kubelet/kubeadm-flags.env",
+        flags.as_bytes(),
+        0o644,
+    );
+    vm.write_file("/var/lib/kubelet/config.yaml", config.as_bytes(), 0o644);
+    vm.ssh_ok(&format!(
+        "mkdir -p {MANIFESTS} && systemctl daemon-reload && systemctl start kubelet"
+    ));
+    let healthy = poll(Duration::from_secs(300), || {
+        let out = vm.ssh("busybox wget -qO- http://127.0.0.1:10248/healthz");
+        (String::from_utf8_lossy(&out.stdout).trim() == "ok").then_some(())
+    });
+    if healthy.is_none() {
+        panic!(
+            "oxlet (kubelet.service) is not healthy:\n{}",
+            kubelet_log(vm, 60)
+        );
+    }
+    let cgroup = vm.ssh_ok("cat /proc/$(systemctl show -p MainPID --value kubelet)/cgroup");
+    assert_eq!(
+        cgroup.trim(),
+        "0::/kubelet.slice/kubelet.service",
+        "oxlet's own cgroup"
+    );
+    eprintln!("vm: kind: oxlet runs as kubelet.service in kubelet.slice, healthz ok");
+}
+
+/// The last `lines` of oxlet's journal.
+pub fn kubelet_log(vm: &Vm, lines: usize) -> String {
+    String::from_utf8_lossy(
+        &vm.ssh(&format!(
+            "journalctl -u kubelet --no-pager | tail -n {lines}"
+        ))
+        .stdout,
+    )
+    .into_owned()
+}
+
+/// The read-only port's pod list.
+pub fn pods(vm: &Vm) -> Option<serde_json::Value> {
+    let out = vm.ssh("busybox wget -qO- http://127.0.0.1:10255/pods");
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// The pod called `name` in `/pods` (a static pod's name ends in `-oxlet-vm`).
+pub fn find_pod(list: &serde_json::Value, name: &str) -> Option<serde_json::Value> {
+    list["items"]
+        .as_array()?
+        .iter()
+        .find(|p| p["metadata"]["name"] == name)
+        .cloned()
+}
+
+/// `LoadState=… ActiveState=…` of a unit, as systemd knows it.
+pub fn unit_state(vm: &Vm, unit: &str) -> String {
+    let out = vm.ssh_ok(&format!("systemctl show -p LoadState,ActiveState {unit}"));
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The static pod `name` (with its `-oxlet-vm` suffix), once its first container runs:
+/// its UID and container ID. Waits up to 8 minutes (first pods are slow under emulation).
+pub fn wait_running(vm: &Vm, name: &str) -> (String, String) {
+    let found = poll(Duration::from_secs(480), || {
+        let pod = find_pod(&pods(vm)?, name)?;
+        let status = &pod["status"]["containerStatuses"][0];
+        if pod["status"]["phase"] != "Running" || status["state"]["running"].is_null() {
+            return None;
+        }
+        let id = status["containerID"]
+            .as_str()?
+            .strip_prefix("containerd://")?;
+        Some((pod["metadata"]["uid"].as_str()?.to_string(), id.to_string()))
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "the static pod {name} did not become Running; /pods: {}\noxlet's log:\n{}",
+            pods(vm).map(|p| p.to_string()).unwrap_or_default(),
+            kubelet_log(vm, 60)
+        )
+    })
+}

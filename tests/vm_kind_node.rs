@@ -14,13 +14,11 @@
 
 mod vm;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use vm::{SHARE_MOUNT, Share, Vm};
+use vm::Vm;
+use vm::kind::{kubelet_log, poll};
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/kind");
-const CTR: &str = "/mnt/oxlet/containerd/ctr";
 /// kind's kubepods slice under `cgroupRoot: /kubelet`, as kubelet's systemd driver names it.
 const KUBEPODS: &str = "kubelet.slice/kubelet-kubepods.slice";
 
@@ -85,153 +83,6 @@ impl Checks {
             failed.join("\n")
         );
     }
-}
-
-/// Polls `f` every 2 s until it returns Some, for at most `limit`.
-fn poll<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_secs(2));
-    }
-}
-
-/// What the guest shares: this build's oxlet, containerd 2.x and the test images.
-fn share() -> Share {
-    let repo = vm::repo();
-    let images = repo.join("target/test-images");
-    let built = std::process::Command::new("bash")
-        .arg(repo.join("scripts/build-images.sh"))
-        .arg(&images)
-        .output()
-        .expect("cannot run scripts/build-images.sh");
-    assert!(
-        built.status.success(),
-        "scripts/build-images.sh failed: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let runtimes = std::env::var_os("OXLET_RUNTIMES")
-        .map_or_else(|| repo.join("target/runtimes"), PathBuf::from);
-    Share::new()
-        .add("oxlet", env!("CARGO_BIN_EXE_oxlet"))
-        .add("containerd", runtimes.join("containerd-2/bin"))
-        .add("images", images)
-}
-
-/// The guest is what a kind node is: systemd as PID 1, cgroup v2 alone.
-fn assert_kind_shaped(vm: &Vm) {
-    let fs = vm.ssh_ok("stat -fc %T /sys/fs/cgroup");
-    assert_eq!(fs.trim(), "cgroup2fs", "the guest's /sys/fs/cgroup");
-    let init = vm.ssh_ok("readlink /proc/1/exe");
-    assert!(init.contains("systemd"), "PID 1 is {init}");
-    let version = vm.ssh_ok("systemctl --version | head -n1");
-    eprintln!(
-        "vm_kind_node: step 1 ok: cgroup2fs, PID 1 {}, {}",
-        init.trim(),
-        version.trim()
-    );
-}
-
-/// containerd 2.x active from the share with the systemd cgroup driver; the test images
-/// imported into the CRI namespace.
-fn start_containerd(vm: &Vm) {
-    let active = poll(Duration::from_secs(240), || {
-        let out = vm.ssh("systemctl is-active containerd");
-        (String::from_utf8_lossy(&out.stdout).trim() == "active").then_some(())
-    });
-    if active.is_none() {
-        panic!(
-            "containerd did not become active:\n{}",
-            vm.ssh_ok("systemctl status containerd --no-pager; journalctl -u containerd --no-pager | tail -n 40")
-        );
-    }
-    let version = vm.ssh_ok(&format!("{CTR} version"));
-    assert!(
-        version.contains("Version:  2.") || version.contains("Version: 2."),
-        "{version}"
-    );
-    let dump = vm.ssh_ok(
-        "/mnt/oxlet/containerd/containerd --config /etc/containerd/config.toml config dump",
-    );
-    assert!(dump.contains("SystemdCgroup = true"), "{dump}");
-    for tar in ["oxlet-pause.tar", "oxlet-busybox.tar"] {
-        vm.ssh_ok(&format!(
-            "{CTR} -n k8s.io images import {SHARE_MOUNT}/images/{tar}"
-        ));
-    }
-    eprintln!(
-        "vm_kind_node: step 2 ok: containerd 2.x active (SystemdCgroup = true), images imported"
-    );
-}
-
-/// kind's kubelet files in place (the node IP and provider ID are the guest's), the
-/// oxlet drop-in, then `systemctl start kubelet`, waiting for healthz.
-fn start_oxlet_as_kubelet(vm: &Vm) {
-    let kind = |f: &str| std::fs::read(format!("{DATA}/{f}")).unwrap();
-    vm.write_file(
-        "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
-        &kind("10-kubeadm.conf"),
-        0o644,
-    );
-    vm.write_file(
-        "/etc/systemd/system/kubelet.service.d/20-oxlet.conf",
-        OXLET_DROPIN.as_bytes(),
-        0o644,
-    );
-    vm.write_file("/etc/default/kubelet", &kind("default-kubelet"), 0o644);
-    let flags = String::from_utf8(kind("kubeadm-flags.env"))
-        .unwrap()
-        .replace("--node-ip=172.18.0.2", "--node-ip=10.0.2.15")
-        .replace(
-            "kind://docker/kind/kind-control-plane",
-            "kind://qemu/kind/oxlet-vm",
-        );
-    vm.write_file(
-        "/var/lib/kubelet/kubeadm-flags.env",
-        flags.as_bytes(),
-        0o644,
-    );
-    vm.copy_in(
-        &PathBuf::from(format!("{DATA}/config.yaml")),
-        "/var/lib/kubelet/config.yaml",
-    );
-    vm.ssh_ok(
-        "mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl start kubelet",
-    );
-    let healthy = poll(Duration::from_secs(300), || {
-        let out = vm.ssh("busybox wget -qO- http://127.0.0.1:10248/healthz");
-        (String::from_utf8_lossy(&out.stdout).trim() == "ok").then_some(())
-    });
-    if healthy.is_none() {
-        panic!(
-            "oxlet (kubelet.service) is not healthy:\n{}",
-            kubelet_log(vm, 60)
-        );
-    }
-    let cgroup = vm.ssh_ok("cat /proc/$(systemctl show -p MainPID --value kubelet)/cgroup");
-    assert_eq!(
-        cgroup.trim(),
-        "0::/kubelet.slice/kubelet.service",
-        "oxlet's own cgroup"
-    );
-    eprintln!(
-        "vm_kind_node: step 3 ok: oxlet runs as kubelet.service in kubelet.slice, healthz ok"
-    );
-}
-
-fn kubelet_log(vm: &Vm, lines: usize) -> String {
-    String::from_utf8_lossy(
-        &vm.ssh(&format!(
-            "journalctl -u kubelet --no-pager | tail -n {lines}"
-        ))
-        .stdout,
-    )
-    .into_owned()
 }
 
 /// The read-only port's pod list.
@@ -403,10 +254,8 @@ fn remove_pod(vm: &Vm, c: &mut Checks, pod_slice: &str) {
 #[test]
 fn kind_node_runs_a_static_pod_with_the_systemd_driver() {
     let started = Instant::now();
-    let vm = Vm::boot(&share());
-    assert_kind_shaped(&vm);
-    start_containerd(&vm);
-    start_oxlet_as_kubelet(&vm);
+    let vm = vm::kind::boot_kind_node();
+    vm::kind::start_oxlet_as_kubelet(&vm, OXLET_DROPIN, &vm::kind::config());
 
     vm.write_file(
         "/etc/kubernetes/manifests/guaranteed.yaml",
@@ -426,11 +275,6 @@ fn kind_node_runs_a_static_pod_with_the_systemd_driver() {
     remove_pod(&vm, &mut checks, &pod_slice);
     eprintln!("vm_kind_node: step 6 done: the manifest removed");
 
-    let boot = vm.boot_time;
-    let off = vm.poweroff();
-    eprintln!(
-        "vm_kind_node: boot_to_ssh={boot:?} poweroff={off:?} total={:?}",
-        started.elapsed()
-    );
+    vm.poweroff_and_report("vm_kind_node", started);
     checks.finish();
 }

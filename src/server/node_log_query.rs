@@ -115,33 +115,30 @@ impl Time {
     /// journalctl's `--since`/`--until` value: kubelet's layout (`2006-1-2 15:4:5`),
     /// in UTC and saying so, since journalctl reads a bare time as the node's local time.
     fn journal(&self) -> String {
-        let t = self.at.to_zoned(jiff::tz::TimeZone::UTC).datetime();
-        format!(
-            "{}-{}-{} {:02}:{}:{} UTC",
-            t.year(),
-            t.month(),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second()
-        )
+        let [y, mo, d, h, mi, s] = fields(&self.at.to_zoned(jiff::tz::TimeZone::UTC).datetime());
+        format!("{y}-{mo}-{d} {h:02}:{mi}:{s} UTC")
     }
+}
+
+/// A wall clock's year, month, day, hour, minute and second.
+fn fields(t: &jiff::civil::DateTime) -> [i32; 6] {
+    let (y, mo, d) = (t.year().into(), t.month().into(), t.day().into());
+    [
+        y,
+        mo,
+        d,
+        t.hour().into(),
+        t.minute().into(),
+        t.second().into(),
+    ]
 }
 
 impl fmt::Display for Time {
     /// Go's `Time.String()`: `2006-01-02 15:04:05.999999999 -0700 MST`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = self.wall();
-        write!(
-            f,
-            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
-            t.year(),
-            t.month(),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second()
-        )?;
+        let [y, mo, d, h, mi, s] = fields(&t);
+        write!(f, "{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}")?;
         let nanos = t.subsec_nanosecond();
         if nanos != 0 {
             let frac = format!("{nanos:09}");
@@ -256,6 +253,22 @@ fn atoi(s: &str) -> Result<i64, String> {
     })
 }
 
+/// One parameter: None when absent or empty (kubelet ignores it), else its value, or
+/// kubelet's error for it.
+fn param<T>(
+    value: &str,
+    field: &'static str,
+    parse: impl Fn(&str) -> Result<T, String>,
+    errs: &mut Vec<FieldError>,
+) -> Option<T> {
+    if value.is_empty() {
+        return None;
+    }
+    parse(value)
+        .map_err(|e| errs.push(FieldError::Invalid(field, Bad::Str(value.into()), e)))
+        .ok()
+}
+
 /// kubelet's `newNodeLogQuery`: `Ok(None)` when the request asks nothing of the query
 /// (then `/logs/` serves files as before), else the query or the errors (a 400).
 pub(crate) fn parse(pairs: &[(String, String)]) -> Result<Option<Query>, Vec<FieldError>> {
@@ -286,36 +299,11 @@ pub(crate) fn parse(pairs: &[(String, String)]) -> Result<Option<Query>, Vec<Fie
             "query cannot be empty".into(),
         ));
     }
-    for (field, slot) in [
-        ("sinceTime", &mut q.options.since),
-        ("untilTime", &mut q.options.until),
-    ] {
-        let v = first(field);
-        if v.is_empty() {
-            continue;
-        }
-        match Time::parse(v) {
-            Some(t) => *slot = Some(t),
-            None => errs.push(FieldError::Invalid(
-                field,
-                Bad::Str(v.into()),
-                "invalid time format".into(),
-            )),
-        }
-    }
-    for (field, slot) in [
-        ("boot", &mut q.options.boot),
-        ("tailLines", &mut q.options.tail_lines),
-    ] {
-        let v = first(field);
-        if v.is_empty() {
-            continue;
-        }
-        match atoi(v) {
-            Ok(n) => *slot = Some(n),
-            Err(e) => errs.push(FieldError::Invalid(field, Bad::Str(v.into()), e)),
-        }
-    }
+    let time = |v: &str| Time::parse(v).ok_or_else(|| "invalid time format".to_string());
+    q.options.since = param(first("sinceTime"), "sinceTime", time, &mut errs);
+    q.options.until = param(first("untilTime"), "untilTime", time, &mut errs);
+    q.options.boot = param(first("boot"), "boot", atoi, &mut errs);
+    q.options.tail_lines = param(first("tailLines"), "tailLines", atoi, &mut errs);
     q.options.pattern = first("pattern").to_string();
     if !errs.is_empty() {
         return Err(errs);
@@ -715,7 +703,7 @@ mod tests {
 
     fn services(s: &[&str]) -> Query {
         Query {
-            services: s.iter().map(|s| s.to_string()).collect(),
+            services: s.iter().map(ToString::to_string).collect(),
             ..Query::default()
         }
     }

@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod kind;
+
 /// The tag the image's fstab mounts at `/mnt/oxlet`.
 const SHARE_TAG: &str = "oxlet";
 /// Where the share appears in the guest.
@@ -323,6 +325,17 @@ impl Vm {
             fs::read(local).unwrap_or_else(|e| panic!("cannot read {}: {e}", local.display()));
         let mode = fs::metadata(local).unwrap().permissions().mode() & 0o7777;
         self.write_file(remote, &data, mode);
+    }
+
+    /// The end of a test: a clean power-off, then `test`'s timings (boot, power-off,
+    /// all since `started`) on stderr.
+    pub fn poweroff_and_report(self, test: &str, started: Instant) {
+        let boot = self.boot_time;
+        let off = self.poweroff();
+        eprintln!(
+            "{test}: boot_to_ssh={boot:?} poweroff={off:?} total={:?}",
+            started.elapsed()
+        );
     }
 
     /// A clean power-off: `systemctl poweroff`, then qemu's exit (up to

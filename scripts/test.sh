@@ -2,8 +2,8 @@
 # The whole test suite: test images, the unit tests and the integration tests (against
 # real containerd test beds, the system's containerd 1.6), a build (not a run) of the
 # benchmarks, the docs, then the core of the integration tests on containerd 1.7 and 2.x, a
-# kind-shaped node in a qemu guest (tests/vm_kind_node.rs, tests/vm_node_lifecycle.rs),
-# and 30 s of fuzzing per parser.
+# kind-shaped node in a qemu guest (tests/vm_kind_node.rs, tests/vm_node_lifecycle.rs,
+# tests/vm_node_logs.rs), and 30 s of fuzzing per parser.
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,6 +76,7 @@ if ! wait "$vm_image_pid"; then
 fi
 cargo test --test vm_kind_node -- --nocapture
 cargo test --test vm_node_lifecycle -- --nocapture
+cargo test --test vm_node_logs -- --nocapture
 phase "the VM test bed done"
 
 phase "the fuzz build"

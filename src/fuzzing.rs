@@ -427,7 +427,10 @@ fn routers() -> &'static [axum::Router; 2] {
                 pod_logs_dir: logs.join("pods"),
                 follows: crate::server::Follows::new(4, SECOND),
             },
-            node_logs: crate::server::NodeLogs { dir: logs },
+            node_logs: crate::server::NodeLogs {
+                dir: logs,
+                query: None,
+            },
             checkpoints: crate::server::Checkpoints {
                 pods,
                 pod_cache,

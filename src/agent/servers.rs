@@ -190,6 +190,7 @@ async fn start_secure(
         },
         node_logs: server::NodeLogs {
             dir: std::path::PathBuf::from(NODE_LOG_DIR),
+            query: node_log_query(opts),
         },
         checkpoints,
         auth: Arc::new(auth),
@@ -201,6 +202,25 @@ async fn start_secure(
         Ok(())
     });
     Ok(())
+}
+
+/// The journal `/logs/?query=` reads, when kubelet's `NodeLogQuery` gate and
+/// `enableSystemLogQuery` are both on; with only the setting, kubelet says at start
+/// that the gate is off, and so does oxlet.
+fn node_log_query(opts: &Options) -> Option<Arc<dyn server::Journalctl>> {
+    if opts.node_log_query() {
+        info!(
+            "/logs/ answers node log queries from the journal (NodeLogQuery gate and enableSystemLogQuery on)"
+        );
+        return Some(Arc::new(server::SystemJournal));
+    }
+    if opts.system_log_query {
+        info!(
+            feature = crate::options::NODE_LOG_QUERY_GATE,
+            "Feature not enabled: enableSystemLogQuery is set, but without the gate /logs/ ignores queries"
+        );
+    }
+    None
 }
 
 /// Whether anyone who reaches `addr` may exec, attach, port-forward and run: anonymous

@@ -88,6 +88,7 @@ fn servers(m: &mut Map<String, Value>, o: &Options) {
     let h = o.handlers;
     m.insert("enableDebuggingHandlers".into(), json!(h.debugging));
     m.insert("enableSystemLogHandler".into(), json!(h.system_log));
+    m.insert("enableSystemLogQuery".into(), json!(o.system_log_query));
     m.insert("enableDebugFlagsHandler".into(), json!(h.debug_flags));
     m.insert("enableProfilingHandler".into(), json!(h.profiling));
 }

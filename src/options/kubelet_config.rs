@@ -48,7 +48,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "showHiddenMetricsForVersion",
     "volumePluginDir",
     "kernelMemcgNotification",
-    "enableSystemLogQuery",
     "reservedMemory",
     "memoryThrottlingFactor",
     "localStorageCapacityIsolation",

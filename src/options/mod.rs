@@ -195,6 +195,9 @@ pub struct Options {
     pub(crate) serving: Serving,
     /// Which of kubelet's debugging endpoints the secure port serves.
     pub(crate) handlers: DebugHandlers,
+    /// `enableSystemLogQuery`: `/logs/?query=…` reads the journal, with the
+    /// `NodeLogQuery` gate on too (see [`Options::node_log_query`]).
+    pub(crate) system_log_query: bool,
     /// `protectKernelDefaults`: refuse to start when the kernel's tunables differ
     /// from kubelet's values, instead of writing them.
     pub(crate) protect_kernel_defaults: bool,
@@ -210,9 +213,11 @@ pub struct Options {
 }
 
 /// The feature gates oxlet reads; any other gate given is reported as not implemented.
-const IMPLEMENTED_GATES: &[&str] = &[EVENTED_PLEG_GATE];
+const IMPLEMENTED_GATES: &[&str] = &[EVENTED_PLEG_GATE, NODE_LOG_QUERY_GATE];
 /// kubelet's gate for the evented PLEG.
 pub(crate) const EVENTED_PLEG_GATE: &str = "EventedPLEG";
+/// kubelet's gate for the node log query (beta and off by default since 1.30).
+pub(crate) const NODE_LOG_QUERY_GATE: &str = "NodeLogQuery";
 
 impl Options {
     /// The node shutdown's budgets by priority (kubelet's, from
@@ -234,6 +239,17 @@ impl Options {
             .get(EVENTED_PLEG_GATE)
             .copied()
             .unwrap_or(true)
+    }
+
+    /// Whether `/logs/?query=…` reads the journal: kubelet asks for both its
+    /// `NodeLogQuery` gate (off by default) and `enableSystemLogQuery`.
+    pub(crate) fn node_log_query(&self) -> bool {
+        self.system_log_query
+            && self
+                .feature_gates
+                .get(NODE_LOG_QUERY_GATE)
+                .copied()
+                .unwrap_or(false)
     }
 
     /// What the container manager starts with, taken from these settings.
@@ -279,6 +295,7 @@ impl Options {
             read_only_port: 0,
             serving: Serving::blank(),
             handlers: DebugHandlers::default(),
+            system_log_query: false,
             protect_kernel_defaults: false,
             healthz_bind_address: IpAddr::from([0, 0, 0, 0]),
             healthz_port: 0,

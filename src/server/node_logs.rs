@@ -6,28 +6,41 @@
 //! ([`crate::safe_path::open_beneath`]): a symlink that leads out of it is a 404,
 //! not a way to read the rest of the host. What is served is the descriptor opened
 //! then, never the name again.
+//!
+//! With kubelet's `NodeLogQuery` gate and `enableSystemLogQuery` on, a request with a
+//! query (`?query=kubelet`) is answered from the journal instead ([`node_log_query`]).
 
 use std::io::Read as _;
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures::StreamExt as _;
 
+use super::node_log_query::{self, ByteStream, Journalctl};
 use crate::safe_path::{BeneathError, open_beneath, open_dir};
 
 /// How much of a file is sent at once.
 const CHUNK: usize = 64 * 1024;
 /// The most entries a directory list shows.
 const MAX_ENTRIES: usize = 10_000;
+/// kubelet's budget for one query's answer: past it journalctl is killed and the
+/// answer ends where it is.
+const QUERY_BUDGET: Duration = Duration::from_secs(30);
 
-/// The directory `/logs/` serves (kubelet's is `/var/log`).
+/// The directory `/logs/` serves (kubelet's is `/var/log`), and the journal queries
+/// run when kubelet's `NodeLogQuery` gate and `enableSystemLogQuery` are on (None: off,
+/// a query is ignored and the path served as a file, as kubelet does).
 #[derive(Clone)]
 pub(crate) struct NodeLogs {
     pub dir: PathBuf,
+    pub query: Option<Arc<dyn Journalctl>>,
 }
 
 fn not_found() -> Response {
@@ -36,6 +49,11 @@ fn not_found() -> Response {
 
 /// `GET /logs/` and `GET /logs/{path}`.
 pub(crate) async fn node_logs(State(s): State<NodeLogs>, uri: Uri) -> Response {
+    if let Some(journal) = s.query.clone()
+        && let Some(answer) = query_mode(&s.dir, journal, &uri).await
+    {
+        return answer;
+    }
     let path = uri.path().strip_prefix("/logs").unwrap_or_default();
     let rel = crate::percent::decoded(path.trim_start_matches('/'));
     let wants_dir = path.ends_with('/') || rel.is_empty();
@@ -56,13 +74,157 @@ pub(crate) async fn node_logs(State(s): State<NodeLogs>, uri: Uri) -> Response {
     }
 }
 
-enum Opened {
+/// kubelet's query mode: None when the request carries no query (then `/logs/` is a
+/// file server), else kubelet's answer: 400 for a bad parameter, 406 for a path with
+/// a query or a query that does not validate, the file a query names, or the journal.
+async fn query_mode(dir: &Path, journal: Arc<dyn Journalctl>, uri: &Uri) -> Option<Response> {
+    let pairs = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|q| q.0)
+        .unwrap_or_default();
+    let query = match node_log_query::parse(&pairs) {
+        Ok(None) => return None,
+        Ok(Some(q)) => q,
+        Err(errs) => {
+            let msg = node_log_query::aggregate(&errs);
+            tracing::info!(query = uri.query(), error = %msg, "/logs/: the node log query is refused (400): a parameter does not parse");
+            return Some(super::switches::go_http_error(
+                StatusCode::BAD_REQUEST,
+                &msg,
+            ));
+        }
+    };
+    let path = uri.path().strip_prefix("/logs/").unwrap_or_default();
+    if !path.is_empty() && path != "/" {
+        tracing::info!(
+            path,
+            "/logs/: the node log query is refused (406): a path and a query together"
+        );
+        return Some(super::switches::go_http_error(
+            StatusCode::NOT_ACCEPTABLE,
+            "path not allowed in query mode",
+        ));
+    }
+    let (base, q) = (dir.to_path_buf(), query.clone());
+    let validated = tokio::task::spawn_blocking(move || q.validate(&base)).await;
+    let Ok(validated) = validated else {
+        return Some(not_found());
+    };
+    Some(match validated {
+        Err(errs) => {
+            let msg = node_log_query::aggregate(&errs);
+            tracing::info!(query = uri.query(), error = %msg, "/logs/: the node log query is refused (406): it does not validate");
+            super::switches::go_http_error(StatusCode::NOT_ACCEPTABLE, &msg)
+        }
+        Ok(Some(Opened::File(f))) => file(f),
+        Ok(Some(Opened::Dir(names))) => {
+            let asked = &query.files[0];
+            if asked.ends_with('/') {
+                listing(&names)
+            } else {
+                let to = format!("{}/", asked.rsplit('/').next().unwrap_or_default());
+                (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, to)]).into_response()
+            }
+        }
+        Ok(None) => journal_answer(dir.to_path_buf(), journal, query).await,
+    })
+}
+
+/// The services' logs as kubelet sends them: those journald knows from journalctl,
+/// then the others from their files below the log directory (or, with options, a
+/// line saying why not), all within kubelet's 30 s.
+async fn journal_answer(
+    dir: PathBuf,
+    journal: Arc<dyn Journalctl>,
+    query: node_log_query::Query,
+) -> Response {
+    let deadline = tokio::time::Instant::now() + QUERY_BUDGET;
+    let units = tokio::time::timeout_at(deadline, node_log_query::unit_list(journal.as_ref()))
+        .await
+        .ok()
+        .flatten();
+    let (native, files) = query.split_services(units.as_deref());
+    let mut parts: Vec<ByteStream> = Vec::new();
+    if !native.is_empty() {
+        let args = query.journal_args(&native);
+        tracing::info!(services = ?native, ?args, "/logs/: the node log query reads the journal (journald has logged these units)");
+        match journal.run(args) {
+            // journalctl's failure status ends the answer: its message is in it already.
+            Ok(out) => parts.push(Box::pin(out.take_while(|r| std::future::ready(r.is_ok())))),
+            Err(e) => {
+                tracing::warn!(error = %e, "/logs/: cannot run journalctl for the node log query");
+                if query.options.boot.unwrap_or(0) == 0 {
+                    parts.push(text("\nerror: journal output not available\n".into()));
+                }
+            }
+        }
+    }
+    if !files.is_empty() {
+        if query.options != node_log_query::Options::default() {
+            tracing::info!(services = ?files, "/logs/: the node log query is not answered for these services: journald has no such unit, and a file cannot take the query's options");
+            parts.push(text(format!(
+                "\noptions present and query resolved to log files for [{}]\ntry without specifying options\n",
+                files.join(" ")
+            )));
+        } else {
+            tracing::info!(services = ?files, "/logs/: the node log query reads files below the log directory (journald has no such unit)");
+            parts.push(blocking_stream(move |tx| service_files(&dir, &files, tx)));
+        }
+    }
+    let body = futures::stream::iter(parts)
+        .flatten()
+        .take_until(tokio::time::sleep_until(deadline));
+    (
+        [(header::CONTENT_TYPE, "text/plain;charset=UTF-8")],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// One line of kubelet's, as a body part.
+fn text(s: String) -> ByteStream {
+    Box::pin(futures::stream::once(std::future::ready(Ok(Bytes::from(
+        s,
+    )))))
+}
+
+/// kubelet's heuristics for a service journald does not know: the first of
+/// `<s>`, `<s>.log` and `<s>/<s>.log` below the log directory that is a file, or a
+/// line saying there is none (or why it could not be read).
+fn service_files(dir: &Path, services: &[String], tx: &Sender) {
+    for s in services {
+        let names = [s.clone(), format!("{s}.log"), format!("{s}/{s}.log")];
+        let found = names.iter().find_map(|n| match open(dir, n) {
+            Ok(Opened::File(f)) => Some(Ok(f)),
+            Ok(Opened::Dir(_))
+            | Err(BeneathError::NotFound | BeneathError::Escapes | BeneathError::Invalid(_)) => {
+                None
+            }
+            Err(BeneathError::Io(e)) => Some(Err(e)),
+        });
+        let line = match found {
+            Some(Ok(f)) => {
+                if !copy(f, tx) {
+                    return;
+                }
+                continue;
+            }
+            None => format!("\nlog not found for {s}\n"),
+            Some(Err(e)) => format!("\nerror getting log for {s}: {e}\n"),
+        };
+        if tx.blocking_send(Ok(Bytes::from(line))).is_err() {
+            return;
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) enum Opened {
     Dir(Vec<(String, bool)>),
     File(std::fs::File),
 }
 
 /// Opens `rel` below `dir`: a directory's entries (name, is a directory), or a file.
-fn open(dir: &Path, rel: &str) -> Result<Opened, BeneathError> {
+pub(super) fn open(dir: &Path, rel: &str) -> Result<Opened, BeneathError> {
     let base = open_dir(dir)?;
     let fd = open_beneath(&base, Path::new(rel))?;
     // Reopened through the descriptor: the inode resolved above, whatever the name is now.
@@ -107,32 +269,46 @@ fn listing(names: &[(String, bool)]) -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], html).into_response()
 }
 
-/// The file's bytes, read in chunks on a blocking thread.
-fn file(f: std::fs::File) -> Response {
+/// Where a blocking producer sends the body's chunks.
+type Sender = tokio::sync::mpsc::Sender<std::io::Result<Bytes>>;
+
+/// A body produced on a blocking thread by `produce`, a few chunks ahead at most; the
+/// producer stops when the receiver is gone.
+fn blocking_stream(produce: impl FnOnce(&Sender) + Send + 'static) -> ByteStream {
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-    tokio::task::spawn_blocking(move || {
-        let mut f = f;
-        let mut buf = vec![0u8; CHUNK];
-        loop {
-            match f.read(&mut buf) {
-                Ok(0) => return,
-                Ok(n) => {
-                    if tx
-                        .blocking_send(Ok(Bytes::copy_from_slice(&buf[..n])))
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e));
-                    return;
+    tokio::task::spawn_blocking(move || produce(&tx));
+    Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (b, rx))
+    }))
+}
+
+/// Sends `f`'s bytes in chunks; false when the receiver is gone.
+fn copy(mut f: std::fs::File, tx: &Sender) -> bool {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => {
+                if tx
+                    .blocking_send(Ok(Bytes::copy_from_slice(&buf[..n])))
+                    .is_err()
+                {
+                    return false;
                 }
             }
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return false;
+            }
         }
+    }
+}
+
+/// The file's bytes, read in chunks on a blocking thread.
+fn file(f: std::fs::File) -> Response {
+    let stream = blocking_stream(move |tx| {
+        copy(f, tx);
     });
-    let stream =
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
     (
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
         Body::from_stream(stream),

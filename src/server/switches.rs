@@ -83,7 +83,7 @@ fn switched_off(h: DebugHandlers, path: &str) -> Option<Off> {
 }
 
 /// Go's `http.Error`: the message and a newline as plain text, not sniffed.
-fn go_http_error(code: StatusCode, msg: &str) -> Response {
+pub(super) fn go_http_error(code: StatusCode, msg: &str) -> Response {
     let mut r = (code, format!("{msg}\n")).into_response();
     let headers = r.headers_mut();
     headers.insert(

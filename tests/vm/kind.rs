@@ -154,10 +154,24 @@ pub fn kind_config() -> String {
     std::fs::read_to_string(format!("{DATA}/config.yaml")).unwrap()
 }
 
-/// kind's kubelet files in place (the node IP and provider ID are the guest's, the
-/// kubelet configuration `config`), the oxlet drop-in, then `systemctl start kubelet`,
-/// waiting for healthz.
+/// A booted guest that is a kind node, containerd running with the test images.
+pub fn boot_kind_node() -> Vm {
+    let vm = Vm::boot(&share());
+    assert_kind_shaped(&vm);
+    start_containerd(&vm);
+    vm
+}
+
+/// [`start_oxlet_with_dropin`] with the VM tests' usual drop-in (static-pod mode, the
+/// systemd driver, the read-only port).
 pub fn start_oxlet_as_kubelet(vm: &Vm, config: &str) {
+    start_oxlet_with_dropin(vm, OXLET_DROPIN, config);
+}
+
+/// kind's kubelet files in place (the node IP and provider ID are the guest's, the
+/// kubelet configuration `config`), oxlet's drop-in `dropin`, then `systemctl start
+/// kubelet`, waiting for healthz.
+pub fn start_oxlet_with_dropin(vm: &Vm, dropin: &str, config: &str) {
     let kind = |f: &str| std::fs::read(format!("{DATA}/{f}")).unwrap();
     vm.write_file(
         "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
@@ -166,7 +180,7 @@ pub fn start_oxlet_as_kubelet(vm: &Vm, config: &str) {
     );
     vm.write_file(
         "/etc/systemd/system/kubelet.service.d/20-oxlet.conf",
-        OXLET_DROPIN.as_bytes(),
+        dropin.as_bytes(),
         0o644,
     );
     vm.write_file("/etc/default/kubelet", &kind("default-kubelet"), 0o644);

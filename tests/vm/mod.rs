@@ -332,6 +332,17 @@ impl Vm {
         self.write_file(remote, &data, mode);
     }
 
+    /// The end of a test: a clean power-off, then `test`'s timings (boot, power-off,
+    /// all since `started`) on stderr.
+    pub fn poweroff_and_report(self, test: &str, started: Instant) {
+        let boot = self.boot_time;
+        let off = self.poweroff();
+        eprintln!(
+            "{test}: boot_to_ssh={boot:?} poweroff={off:?} total={:?}",
+            started.elapsed()
+        );
+    }
+
     /// A clean power-off: `systemctl poweroff`, then qemu's exit (up to
     /// `OXLET_VM_POWEROFF_TIMEOUT` s, 300 by default). Returns how long it took; qemu
     /// still running at the limit is killed and fails the test.

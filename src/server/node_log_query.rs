@@ -349,7 +349,7 @@ fn regexp_error_code(kind: &regex_syntax::ast::ErrorKind) -> &'static str {
 }
 
 /// Go's `regexp/syntax.Parse(pattern, syntax.Perl)` as a yes or no, with its message
-/// (`error parsing regexp: <code>: `<expr>``); the fragment shown may be shorter or
+/// (``error parsing regexp: CODE: `EXPR` ``); the fragment shown may be shorter or
 /// longer than Go's, the code is Go's.
 fn pattern_error(pattern: &str) -> Option<String> {
     let ast = match regex_syntax::ast::parse::Parser::new().parse(pattern) {

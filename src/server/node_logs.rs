@@ -146,7 +146,7 @@ async fn journal_answer(
     let mut parts: Vec<ByteStream> = Vec::new();
     if !native.is_empty() {
         let args = query.journal_args(&native);
-        tracing::info!(services = ?native, ?args, "/logs/: the node log query reads the journal (journald has logged these units)");
+        tracing::info!(services = %native.join(","), args = %args.join(" "), "/logs/: the node log query reads the journal (journald has logged these units)");
         match journal.run(args) {
             // journalctl's failure status ends the answer: its message is in it already.
             Ok(out) => parts.push(Box::pin(out.take_while(|r| std::future::ready(r.is_ok())))),
@@ -160,13 +160,13 @@ async fn journal_answer(
     }
     if !files.is_empty() {
         if query.options != node_log_query::Options::default() {
-            tracing::info!(services = ?files, "/logs/: the node log query is not answered for these services: journald has no such unit, and a file cannot take the query's options");
+            tracing::info!(services = %files.join(","), "/logs/: the node log query is not answered for these services: journald has no such unit, and a file cannot take the query's options");
             parts.push(text(format!(
                 "\noptions present and query resolved to log files for [{}]\ntry without specifying options\n",
                 files.join(" ")
             )));
         } else {
-            tracing::info!(services = ?files, "/logs/: the node log query reads files below the log directory (journald has no such unit)");
+            tracing::info!(services = %files.join(","), "/logs/: the node log query reads files below the log directory (journald has no such unit)");
             parts.push(blocking_stream(move |tx| service_files(&dir, &files, tx)));
         }
     }

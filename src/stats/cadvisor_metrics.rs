@@ -6,14 +6,15 @@
 //! Rows are the cgroups the advisor reads: the root (`id="/"`), each pod's cgroup and
 //! each running container's. Families are those of kubelet's metric set that these
 //! readings hold: CPU usage and CFS throttling, memory usage, working set, RSS and page
-//! cache, the memory limit, start time and last seen. What cAdvisor has beyond them
+//! cache, the memory limit, start time, last seen, and the pressure stall totals
+//! (`KubeletPSI`, GA in 1.36) where the kernel keeps PSI. What cAdvisor has beyond them
 //! (per-device disk I/O, network, processes, machine facts, system slices, sandbox
 //! containers) is listed in `docs/kind.md`.
 
 use std::time::SystemTime;
 
 use super::text_format::{Family, Labels, Sample, render, scrape_error};
-use crate::contracts::{CgroupReading, Snapshot};
+use crate::contracts::{CgroupReading, Psi, Snapshot};
 
 /// One cgroup's row: its labels (without `cpu`), reading and start time.
 struct Row<'a> {
@@ -85,6 +86,51 @@ struct CadvisorFamilies {
     spec_mem_limit: Family,
     start_time: Family,
     last_seen: Family,
+    /// `[cpu, memory, io]`, each `(stalled: full, waiting: some)`.
+    pressure: [(Family, Family); 3],
+}
+
+/// cAdvisor's pressure families, `[cpu, memory, io]`, each `(stalled, waiting)`: the
+/// stall totals of the `full` and the `some` line.
+const PRESSURE: [[(&str, &str); 2]; 3] = [
+    [
+        (
+            "container_pressure_cpu_stalled_seconds_total",
+            "Total time duration no tasks in the container could make progress due to CPU congestion.",
+        ),
+        (
+            "container_pressure_cpu_waiting_seconds_total",
+            "Total time duration tasks in the container have waited due to CPU congestion.",
+        ),
+    ],
+    [
+        (
+            "container_pressure_memory_stalled_seconds_total",
+            "Total time duration no tasks in the container could make progress due to memory congestion.",
+        ),
+        (
+            "container_pressure_memory_waiting_seconds_total",
+            "Total time duration tasks in the container have waited due to memory congestion.",
+        ),
+    ],
+    [
+        (
+            "container_pressure_io_stalled_seconds_total",
+            "Total time duration no tasks in the container could make progress due to IO congestion.",
+        ),
+        (
+            "container_pressure_io_waiting_seconds_total",
+            "Total time duration tasks in the container have waited due to IO congestion.",
+        ),
+    ],
+];
+
+/// The `(stalled, waiting)` families of one resource of [`PRESSURE`].
+fn pressure_families([stalled, waiting]: [(&'static str, &'static str); 2]) -> (Family, Family) {
+    (
+        Family::new(stalled.0, "counter", stalled.1),
+        Family::new(waiting.0, "counter", waiting.1),
+    )
 }
 
 impl CadvisorFamilies {
@@ -133,6 +179,28 @@ impl CadvisorFamilies {
                 "container_last_seen",
                 "Last time a container was seen by the exporter",
             ),
+            pressure: PRESSURE.map(pressure_families),
+        }
+    }
+
+    /// The stall totals of one cgroup, in seconds (the kernel counts microseconds). A
+    /// pressure file without a `full` line (the root's cpu) is 0, as cAdvisor writes an
+    /// absent total.
+    fn add_pressure(&mut self, labels: &Labels, reading: &CgroupReading, ts: Option<i64>) {
+        let p = reading.pressure;
+        for ((stalled, waiting), psi) in self.pressure.iter_mut().zip([p.cpu, p.memory, p.io]) {
+            let Some(Psi { some, full }) = psi else {
+                continue;
+            };
+            let seconds = |us: u64| us as f64 / 1e6;
+            let full = full.map_or(0, |f| f.total_us);
+            for (family, value) in [(stalled, seconds(full)), (waiting, seconds(some.total_us))] {
+                family.samples.push(Sample {
+                    labels: labels.clone(),
+                    value,
+                    time_ms: ts,
+                });
+            }
         }
     }
 
@@ -181,6 +249,7 @@ impl CadvisorFamilies {
                 time_ms: None,
             });
         }
+        self.add_pressure(&row.labels, r, ts);
         self.start_time.samples.push(Sample {
             labels: row.labels.clone(),
             value: unix_seconds(row.started_at) as f64,
@@ -194,7 +263,8 @@ impl CadvisorFamilies {
     }
 
     fn into_vec(self) -> Vec<Family> {
-        vec![
+        let pressure = self.pressure.into_iter().flat_map(|(s, w)| [s, w]);
+        let mut all = vec![
             self.cpu,
             self.cfs_periods,
             self.cfs_throttled_periods,
@@ -206,7 +276,9 @@ impl CadvisorFamilies {
             self.spec_mem_limit,
             self.start_time,
             self.last_seen,
-        ]
+        ];
+        all.extend(pressure);
+        all
     }
 }
 
@@ -267,7 +339,7 @@ mod tests {
         let types = text.lines().filter(|l| l.starts_with("# TYPE "));
         let names: Vec<&str> = types.filter_map(|l| l.split(' ').nth(2)).collect();
         assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
-        assert_eq!(names.len(), 9, "{names:?}");
+        assert_eq!(names.len(), 11, "{names:?}");
         assert!(!text.contains("[STABLE]"));
     }
 
@@ -291,6 +363,39 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line} in\n{text}");
         }
+    }
+
+    /// The stall totals in seconds, for the cgroups whose pressure files were read; a
+    /// file without a `full` line is a stalled total of 0.
+    #[test]
+    fn pressure_is_written_in_seconds_where_the_kernel_keeps_it() {
+        let mut snap = build::tests::snapshot();
+        let line = |total_us| crate::contracts::PsiLine {
+            total_us,
+            ..Default::default()
+        };
+        snap.pods[0].containers[0].cgroup.pressure.memory = Some(Psi {
+            some: line(2_500_000),
+            full: Some(line(1_000_000)),
+        });
+        let text = render_cadvisor_metrics(Some(&snap), now());
+        let root = r#"{container="",id="/",image="",name="",namespace="",pod=""}"#;
+        let app = r#"{container="app",id="/kubepods/burstable/podu1/c1",image="docker.io/library/app:1",name="c1",namespace="default",pod="web"}"#;
+        for line in [
+            "# HELP container_pressure_memory_stalled_seconds_total Total time duration no tasks in the container could make progress due to memory congestion.".to_string(),
+            "# TYPE container_pressure_cpu_waiting_seconds_total counter".into(),
+            format!("container_pressure_cpu_waiting_seconds_total{root} 5e-06 1700000001000"),
+            format!("container_pressure_cpu_stalled_seconds_total{root} 0 1700000001000"),
+            format!("container_pressure_memory_waiting_seconds_total{app} 2.5 1700000003000"),
+            format!("container_pressure_memory_stalled_seconds_total{app} 1 1700000003000"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line} in\n{text}");
+        }
+        // Nothing for a resource whose file was not read.
+        assert!(!text.contains(&format!("container_pressure_io_waiting_seconds_total{app}")));
+        assert!(!text.contains(&format!(
+            "container_pressure_memory_waiting_seconds_total{root}"
+        )));
     }
 
     #[test]

@@ -200,6 +200,18 @@ pub fn start_oxlet_with_dropin(vm: &Vm, dropin: &str, config: &str) {
     vm.ssh_ok(&format!(
         "mkdir -p {MANIFESTS} && systemctl daemon-reload && systemctl start kubelet"
     ));
+    wait_healthy(vm);
+    let cgroup = vm.ssh_ok("cat /proc/$(systemctl show -p MainPID --value kubelet)/cgroup");
+    assert_eq!(
+        cgroup.trim(),
+        "0::/kubelet.slice/kubelet.service",
+        "oxlet's own cgroup"
+    );
+    eprintln!("vm: kind: oxlet runs as kubelet.service in kubelet.slice, healthz ok");
+}
+
+/// Waits (up to 5 minutes) for oxlet's healthz on 10248 to answer `ok`.
+pub fn wait_healthy(vm: &Vm) {
     let healthy = poll(Duration::from_secs(300), || {
         let out = vm.ssh("busybox wget -qO- http://127.0.0.1:10248/healthz");
         (String::from_utf8_lossy(&out.stdout).trim() == "ok").then_some(())
@@ -210,13 +222,6 @@ pub fn start_oxlet_with_dropin(vm: &Vm, dropin: &str, config: &str) {
             kubelet_log(vm, 60)
         );
     }
-    let cgroup = vm.ssh_ok("cat /proc/$(systemctl show -p MainPID --value kubelet)/cgroup");
-    assert_eq!(
-        cgroup.trim(),
-        "0::/kubelet.slice/kubelet.service",
-        "oxlet's own cgroup"
-    );
-    eprintln!("vm: kind: oxlet runs as kubelet.service in kubelet.slice, healthz ok");
 }
 
 /// The last `lines` of oxlet's journal.

@@ -4,7 +4,7 @@
 //! counters every [`NETWORK_INTERVAL`]) and `nodeinfo` (every minute: boot time,
 //! memory size, pid_max).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use tracing::debug;
@@ -12,7 +12,7 @@ use tracing::debug;
 use super::procfs::{self, CpuJiffies, MemInfo};
 use super::rate::RateTracker;
 use super::{CollectFuture, Collector, NODE_INFO_INTERVAL, RES_USED_INTERVAL, Shared};
-use crate::cm::{CgroupTree, StatReader};
+use crate::cm::{CgroupTree, CgroupVersion, StatReader};
 use crate::contracts::{CgroupReading, CpuReading, MemoryReading, SystemContainerReading};
 use crate::koord::metriccache::{MetricKind, now_ms};
 
@@ -41,6 +41,29 @@ pub(crate) fn memory_from_meminfo(m: &MemInfo) -> MemoryReading {
     }
 }
 
+/// kubelet's `kubelet` system container when `kubeletCgroups` is unset: the cgroup
+/// oxlet itself runs in (kind: `/kubelet.slice/kubelet.service`), from
+/// `/proc/self/cgroup`: the unified line on v2, the memory hierarchy's on v1.
+fn own_cgroup(proc_root: &Path, tree: &CgroupTree) -> Option<String> {
+    let text = procfs::read_bounded(&proc_root.join("self/cgroup")).ok()?;
+    cgroup_of(&text, tree.version())
+}
+
+/// The path `/proc/<pid>/cgroup` gives for `version`'s hierarchy that oxlet reads.
+fn cgroup_of(text: &str, version: CgroupVersion) -> Option<String> {
+    text.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let wanted = match version {
+            CgroupVersion::V2 => id == "0" && controllers.is_empty(),
+            CgroupVersion::V1 | CgroupVersion::Hybrid => {
+                controllers.split(',').any(|c| c == "memory")
+            }
+        };
+        wanted.then(|| path.to_string())
+    })
+}
+
 /// How often the host's network counters are read: cAdvisor's housekeeping interval
 /// under kubelet, where the summary's `node.network` comes from. `/proc/net/dev`
 /// lists every pod's `veth` too, so at 110 pods a read each second was a tenth of the
@@ -54,8 +77,9 @@ pub(crate) struct NodeCollector {
     kubepods: Option<String>,
     /// When `kubepods` was made: read once (a dozen `stat`s), it does not change.
     kubepods_created: Option<SystemTime>,
-    /// kubelet's `runtime` system container (`--runtime-cgroups`), and when it was made.
-    runtime: Option<(String, Option<SystemTime>)>,
+    /// kubelet's `runtime` (`--runtime-cgroups`) and `kubelet` (its own cgroup) system
+    /// containers: name, path and when the cgroup was made.
+    system: Vec<(&'static str, String, Option<SystemTime>)>,
     hz: u64,
     prev: Option<(Instant, CpuJiffies)>,
     rates: RateTracker,
@@ -75,13 +99,17 @@ impl NodeCollector {
         kubepods: Option<String>,
         runtime: Option<String>,
     ) -> Self {
+        let system = [("runtime", runtime), ("kubelet", own_cgroup(&proc_root, &tree))]
+            .into_iter()
+            .filter_map(|(name, p)| Some((name, p?.trim_start_matches('/').to_string(), None)))
+            .collect();
         NodeCollector {
             proc_root,
             reader: StatReader::new(tree.clone()),
             tree,
             kubepods,
             kubepods_created: None,
-            runtime: runtime.map(|p| (p.trim_start_matches('/').to_string(), None)),
+            system,
             hz: rustix::param::clock_ticks_per_second(),
             prev: None,
             rates: RateTracker::default(),
@@ -202,13 +230,15 @@ impl Collector for NodeCollector {
                     cgroup: r,
                 });
             }
-            if let Some((path, created)) = self.runtime.clone()
-                && let Some(r) = self.cgroup("runtime", &path)
-            {
+            for i in 0..self.system.len() {
+                let (name, path, created) = self.system[i].clone();
+                let Some(r) = self.cgroup(name, &path) else {
+                    continue;
+                };
                 let created = created.or_else(|| self.tree.created(&path));
-                self.runtime = Some((path, created));
+                self.system[i].2 = created;
                 shared.system_containers.push(SystemContainerReading {
-                    name: "runtime".to_string(),
+                    name: name.to_string(),
                     created_at: created,
                     cgroup: r,
                 });
@@ -315,5 +345,25 @@ mod tests {
         tokio::time::advance(NETWORK_INTERVAL).await;
         c.collect(&mut shared).await;
         assert_eq!(rx(&shared), Some(200));
+    }
+
+    /// kubelet's `kubelet` system container is the cgroup oxlet runs in: the unified
+    /// line on v2, the memory hierarchy's line on v1 and hybrid hosts.
+    #[test]
+    fn own_cgroup_is_the_unified_line_on_v2_and_the_memory_line_on_v1() {
+        let v2 = "0::/kubelet.slice/kubelet.service\n";
+        assert_eq!(
+            cgroup_of(v2, CgroupVersion::V2).as_deref(),
+            Some("/kubelet.slice/kubelet.service")
+        );
+        let hybrid = "12:cpu,cpuacct:/oxlet\n7:memory:/system.slice/oxlet.service\n0::/init.scope\n";
+        for v in [CgroupVersion::V1, CgroupVersion::Hybrid] {
+            assert_eq!(
+                cgroup_of(hybrid, v).as_deref(),
+                Some("/system.slice/oxlet.service")
+            );
+        }
+        assert_eq!(cgroup_of(hybrid, CgroupVersion::V2).as_deref(), Some("/init.scope"));
+        assert_eq!(cgroup_of("12:cpu:/x\n", CgroupVersion::V1), None);
     }
 }

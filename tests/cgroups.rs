@@ -1,7 +1,8 @@
 //! The container manager on real cgroups and a real containerd: the QoS tree, one
 //! cgroup per pod with kubelet's limits read back from the kernel's files, the
 //! containers inside it, their `oom_score_adj`, removal after churn, node allocatable
-//! and its enforcement, resource-fit admission, and a driver the runtime contradicts.
+//! and its enforcement, resource-fit admission, a driver the runtime contradicts, and
+//! a cgroup root that does not exist (refused, as kubelet refuses it).
 //!
 //! This host is cgroup v1 (hybrid), driver cgroupfs; each test's oxlet runs with
 //! `--cgroup-root=/<its test dir>`, so tests never share a tree.
@@ -420,6 +421,62 @@ async fn a_driver_the_runtime_contradicts_is_refused() {
     // Nothing was created.
     assert!(!cg(&ox, "cpu", "kubepods").exists());
     assert!(!cg(&ox, "cpu", "kubepods.slice").exists());
+}
+
+/// kubelet's rule: the cgroup root must exist before the start, in every hierarchy
+/// kubelet looks at (cpu, cpuacct, cpuset, memory, pids, and systemd's named one);
+/// oxlet refuses a missing one naming the setting and each missing path, and creates
+/// nothing. The harness's own root, made beforehand as a service manager would, is
+/// verified at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cgroup_root_that_does_not_exist_is_refused_and_not_created() {
+    let bed = Testbed::start().await;
+    let mut ox = Oxlet::new(&bed);
+    let absent = format!("{}-absent", ox.cgroup_root);
+    let name = absent.trim_start_matches('/');
+    let mounts = ["cpu", "cpuacct", "cpuset", "memory", "pids", "systemd"]
+        .map(|h| Path::new("/sys/fs/cgroup").join(h));
+    // Made in one hierarchy only, as a half-finished set-up would leave it.
+    let memory = Path::new("/sys/fs/cgroup/memory").join(name);
+    std::fs::create_dir_all(&memory).unwrap();
+    ox.spawn(&[&format!("--cgroup-root={absent}")]);
+    let status = ox.wait_exit(START);
+    let log = ox.log();
+    let _ = std::fs::remove_dir(&memory);
+    assert!(!status.success(), "{status:?}\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("invalid configuration"))
+        .unwrap_or_else(|| panic!("no refusal:\n{log}"));
+    assert!(
+        line.contains(&format!("cgroup [\"{name}\"] has some missing paths: "))
+            && line.contains(&format!("(--cgroup-root / cgroupRoot \"{absent}\")"))
+            && line.contains("oxlet does not create its cgroup root"),
+        "{line}"
+    );
+    for m in &mounts {
+        let dir = m.join(name);
+        if m.ends_with("memory") {
+            assert!(!line.contains(&dir.display().to_string()), "{line}");
+        } else if m.is_dir() {
+            assert!(line.contains(&dir.display().to_string()), "{line}");
+        }
+        assert!(!dir.exists() || m.ends_with("memory"), "{}", dir.display());
+    }
+    assert!(!memory.join("kubepods").exists());
+
+    // The harness's root exists: verified, and the tree is made below it.
+    let ox = Oxlet::start(&bed, &[]);
+    ox.wait_up(START).await;
+    assert!(
+        ox.log().contains(&format!(
+            "container manager verified the cgroup root \"{}\" exists",
+            ox.cgroup_root
+        )),
+        "{}",
+        tail(&ox.log(), 40)
+    );
+    assert!(cg(&ox, "cpu", "kubepods").is_dir());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -112,7 +112,11 @@ fn run_oxlet(args: &[String]) -> (i32, String) {
     )
 }
 
+/// The flags every run here passes; the cgroup root they name is made first (oxlet,
+/// as kubelet, refuses to start without it).
 fn base_args(root: &Path, port: u16) -> Vec<String> {
+    let cgroup_root = common::cgroup_root_for(root);
+    common::create_cgroup_root(&cgroup_root);
     vec![
         format!("--root-dir={}", root.display()),
         format!("--read-only-port={port}"),
@@ -121,7 +125,7 @@ fn base_args(root: &Path, port: u16) -> Vec<String> {
         "--hostname-override=testnode".into(),
         "--pod-logs-dir=/tmp/oxlet-process-test-logs".into(),
         "--container-log-symlink-dir=/tmp/oxlet-process-test-links".into(),
-        format!("--cgroup-root={}", common::cgroup_root_for(root)),
+        format!("--cgroup-root={cgroup_root}"),
         // These machines run cgroup v1, which oxlet refuses by default, as kubelet.
         "--fail-cgroupv1=false".into(),
         "-v=2".into(),

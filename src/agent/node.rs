@@ -413,6 +413,7 @@ pub(super) fn spawn_node_status(
         opts.node_status_report_frequency,
     );
     let kubelet_port = i32::from(opts.serving.port);
+    let soft_requirements = host.cm.soft_requirements();
     let deps = move || NodeStatusDeps {
         client: api_client.clone(),
         info: info.clone(),
@@ -426,6 +427,7 @@ pub(super) fn spawn_node_status(
         pleg: pleg.clone(),
         pressure: pressure.clone(),
         shutdown: shutdown.clone(),
+        soft_requirements,
         update_frequency,
         report_frequency,
         owner: owner_tx.clone(),

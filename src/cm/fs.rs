@@ -2,6 +2,8 @@
 //! and already spelled for the driver (see [`super::name`]). [`CgroupTree`] is the real
 //! one, for v1 (and hybrid) and v2; [`SystemdFs`] wraps it for the systemd driver,
 //! making each slice a systemd unit over D-Bus ([`DbusSystemd`]) as kubelet does.
+//! `validate.rs` reads what kubelet checks before it makes a cgroup: that a given one
+//! exists (with its controllers, on v2), and which v1 controllers are mounted.
 //!
 //! Written on `std::fs` rather than `cgroups-rs`: every path here is checked to stay
 //! below the mount without following a symlink, every read is bounded, removal never
@@ -17,6 +19,7 @@ mod systemd_dbus;
 mod tree;
 mod v1;
 mod v2;
+mod validate;
 
 #[cfg(test)]
 pub(super) mod fake_systemd;
@@ -34,6 +37,7 @@ pub(crate) use systemd::SystemdFs;
 pub(crate) use systemd_dbus::DbusSystemd;
 pub(crate) use tree::{CgroupTree, HOST_MOUNT};
 pub(crate) use v2::{shares_to_weight, weight_to_shares};
+pub(crate) use validate::{CgroupInvalid, NotMounted, SystemFeatures};
 
 use std::path::PathBuf;
 

@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use super::fs::tests::{honest_v2_tree, set};
+use super::host_checks::check_host;
 use super::manager::tests::pod;
 use super::startup::build;
 use super::{CgroupDriver, CgroupFs, CgroupName, CgroupTree, CgroupVersion, node_allocatable};
@@ -100,13 +101,18 @@ fn kinds_config_puts_every_cgroup_where_kubelet_does_on_v2_with_the_systemd_driv
     let dir = kind_node_tree();
     let root = dir.path();
     let tree = CgroupTree::new(root, CgroupVersion::V2).unwrap();
+    // kubelet's checks first: kind's kubelet.slice exists, offered every controller.
+    let features = check_host(&settings, &tree, settings.cgroup_driver).unwrap();
+    assert!(features.cpu_hardcapping);
     let cm = build(
         &settings,
         std::sync::Arc::new(tree.clone()),
         settings.cgroup_driver,
         allocatable.kubepods,
+        features,
     )
     .unwrap();
+    assert_eq!(cm.soft_requirements(), None);
 
     // Node allocatable on kubelet's node-level slice: 4 CPUs are 4096 shares, weight
     // 157; all 8 GiB (kind reserves nothing); the host's pid limit.
@@ -205,4 +211,39 @@ fn kinds_config_puts_every_cgroup_where_kubelet_does_on_v2_with_the_systemd_driv
     ] {
         assert!(root.join(kept).is_dir(), "{kept}");
     }
+}
+
+/// kind's settings on a node where kind's `kubelet.service` set-up has not run: without
+/// `kubelet.slice` oxlet refuses to start, as kubelet does, and makes nothing; with the
+/// slice as systemd alone makes it (no cpuset, no hugetlb offered), it is refused naming
+/// those two.
+#[test]
+fn kinds_config_is_refused_without_kind_s_kubelet_slice() {
+    let settings = kind_settings();
+    let dir = kind_node_tree();
+    let root = dir.path();
+    std::fs::remove_dir_all(root.join("kubelet.slice")).unwrap();
+    let tree = CgroupTree::new(root, CgroupVersion::V2).unwrap();
+    let err = check_host(&settings, &tree, settings.cgroup_driver)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!(
+            "invalid configuration: could not read controllers for cgroup [\"kubelet\"]: {}",
+            root.join("kubelet.slice/cgroup.controllers").display()
+        )) && err.contains("--cgroup-root / cgroupRoot \"/kubelet\", kubelet.slice"),
+        "{err}"
+    );
+    assert!(!root.join("kubelet.slice").exists());
+
+    let slice = root.join("kubelet.slice");
+    std::fs::create_dir(&slice).unwrap();
+    write(slice.join("cgroup.controllers"), "cpu io memory pids\n");
+    let err = check_host(&settings, &tree, settings.cgroup_driver)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cgroup [\"kubelet\"] has some missing controllers: cpuset, hugetlb"),
+        "{err}"
+    );
 }

@@ -56,6 +56,8 @@ pub(crate) struct ContainerManager {
     pub(super) tree: QosTree,
     /// Pods with a cgroup, by UID.
     pub(super) pods: Mutex<HashMap<String, TrackedPod>>,
+    /// What the host lacks that kubelet only warns about (its `Status().SoftRequirements`).
+    pub(super) soft_requirements: Option<&'static str>,
 }
 
 impl ContainerManager {
@@ -79,6 +81,7 @@ impl ContainerManager {
             cfg,
             fs,
             pods: Mutex::default(),
+            soft_requirements: None,
         })
     }
 
@@ -120,6 +123,12 @@ impl ContainerManager {
             return None;
         }
         self.path(self.tree.kubepods()).ok()
+    }
+
+    /// What the host lacks that the node's Ready condition warns about, in kubelet's
+    /// words (`CPU hardcapping unsupported`); None when nothing is.
+    pub(crate) fn soft_requirements(&self) -> Option<&'static str> {
+        self.soft_requirements
     }
 
     /// The cgroup driver, which spells container cgroups too.

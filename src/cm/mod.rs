@@ -20,6 +20,8 @@
 //! - [`startup`]: detection, the driver decision, who makes the cgroups (oxlet's files
 //!   or systemd's units; the systemd driver without systemd is refused), the start-up
 //!   line, the tree made.
+//! - [`host_checks`]: kubelet's checks before any cgroup is made: the cgroup root exists
+//!   (with the controllers kubelet needs on v2), and the v1 controllers are mounted.
 //! - [`kernel`]: kubelet's kernel tunables, checked (`protectKernelDefaults`) or written.
 //! - [`hook_cgroups`]: limits read and written for koordlet's runtime hooks.
 //! - [`koord_cgroups`]: the cpuset and memory QoS files koordlet's QoS manager writes.
@@ -31,6 +33,7 @@ mod driver;
 mod fit;
 mod fs;
 mod hook_cgroups;
+mod host_checks;
 mod kernel;
 mod koord_cgroups;
 mod manager;

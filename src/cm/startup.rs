@@ -2,7 +2,8 @@
 //! cgroup version from the mount, the driver (from the runtime, the configuration or
 //! the host's directories; a configured one the runtime contradicts is refused), who
 //! makes the cgroups (oxlet's files, or systemd's units over D-Bus), one start-up line
-//! that says what was found and why, then the `kubepods` tree.
+//! that says what was found and why, kubelet's checks of the host (the cgroup root must
+//! already exist: `host_checks`), then the `kubepods` tree.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,7 +17,11 @@ use super::allocatable::{
 use super::driver::{
     self, CgroupDriver, DriverMismatch, SOURCE_CONTAINERD_CONFIG, SOURCE_RUNTIME_CONFIG,
 };
-use super::fs::{CgroupError, CgroupFs, CgroupTree, DbusSystemd, HOST_MOUNT, SystemdFs};
+use super::fs::{
+    CgroupError, CgroupFs, CgroupTree, DbusSystemd, HOST_MOUNT, NotMounted, SystemFeatures,
+    SystemdFs,
+};
+use super::host_checks::{RootRefused, check_host};
 use super::manager::{CmConfig, ContainerManager};
 use super::name::{CgroupName, NameError};
 use super::resources::ResourceConfig;
@@ -82,6 +87,12 @@ pub(crate) enum CmStartError {
     KernelTunables(super::kernel::TunablesError, bool),
     #[error("--cgroup-root: {0}")]
     Root(NameError),
+    /// kubelet's refusal of a cgroup root that is not there or lacks controllers.
+    #[error(transparent)]
+    RootRefused(Box<RootRefused>),
+    /// kubelet's refusal of a v1 host without the controllers it needs.
+    #[error(transparent)]
+    NotMounted(#[from] NotMounted),
     #[error("cannot create the kubepods cgroups: {0}")]
     Setup(CgroupError),
     /// kubelet's refusal: libcontainer's systemd manager cannot work without systemd.
@@ -247,9 +258,6 @@ pub(crate) async fn start(
     if opts.fail_swap_on {
         check_swap(Path::new(PROC_SWAPS))?;
     }
-    let protect = opts.protect_kernel_defaults;
-    super::kernel::setup_kernel_tunables(Path::new(super::kernel::PROC_SYS), protect)
-        .map_err(|e| CmStartError::KernelTunables(e, protect))?;
     let root_text = opts.cgroup_root.to_cgroupfs()?;
     let reported = runtime_driver(cri).await;
     let guessed = driver::guess(Path::new(HOST_MOUNT), version, &opts.cgroup_root);
@@ -275,6 +283,12 @@ pub(crate) async fn start(
         warn!("{w}");
     }
     let tree = CgroupTree::host(version).map_err(CmStartError::Setup)?;
+    // kubelet's order: the cgroup root when the manager is made, then its `setupNode`:
+    // the mounted controllers, the kernel tunables, and only then any cgroup.
+    let features = check_host(opts, &tree, resolved.driver)?;
+    let protect = opts.protect_kernel_defaults;
+    super::kernel::setup_kernel_tunables(Path::new(super::kernel::PROC_SYS), protect)
+        .map_err(|e| CmStartError::KernelTunables(e, protect))?;
     let fs: Arc<dyn CgroupFs> = match manager {
         CgroupManager::Files => Arc::new(tree),
         CgroupManager::SystemdUnits => {
@@ -282,7 +296,7 @@ pub(crate) async fn start(
             Arc::new(SystemdFs::new(tree, Arc::new(bus)))
         }
     };
-    build(opts, fs, resolved.driver, kubepods)
+    build(opts, fs, resolved.driver, kubepods, features)
 }
 
 /// Where systemd says it runs as the init system (`sd_booted(3)`; runc's
@@ -339,13 +353,15 @@ pub(super) fn cgroup_manager(
     }
 }
 
-/// The manager on `fs` with the settled driver: `kubepods` and the QoS cgroups made,
-/// then the reserved cgroups `enforceNodeAllocatable` names limited.
+/// The manager on `fs` with the settled driver and what the host allows (see
+/// [`check_host`], which comes first): `kubepods` and the QoS cgroups made, then the
+/// reserved cgroups `enforceNodeAllocatable` names limited.
 pub(super) fn build(
     opts: &CmSettings,
     fs: Arc<dyn CgroupFs>,
     driver: CgroupDriver,
     kubepods: ResourceConfig,
+    features: SystemFeatures,
 ) -> Result<Arc<ContainerManager>, CmStartError> {
     let cfg = CmConfig {
         driver,
@@ -358,7 +374,10 @@ pub(super) fn build(
         },
         kubepods,
     };
-    let cm = ContainerManager::new(cfg, fs.clone())?;
+    let mut cm = ContainerManager::new(cfg, fs.clone())?;
+    if !features.cpu_hardcapping {
+        cm.soft_requirements = Some(super::host_checks::CPU_HARDCAPPING_UNSUPPORTED);
+    }
     cm.setup().map_err(CmStartError::Setup)?;
     // `enforceNodeAllocatable: [system-reserved|kube-reserved]`: limit those cgroups,
     // which must already exist (kubelet's `enforceExistingCgroup`).

@@ -38,7 +38,8 @@ pub struct Oxlet {
     /// Extra environment for the process (e.g. `RUST_LOG`).
     pub env: Vec<(String, String)>,
     /// `--cgroup-root`: one per test dir, so concurrent tests never share (or clean
-    /// up) each other's pod cgroups.
+    /// up) each other's pod cgroups. Made before each start (oxlet, as kubelet, never
+    /// creates it) and removed with the test dir.
     pub cgroup_root: String,
     /// The oxlet binary to run: this build's unless a benchmark compares another.
     pub binary: PathBuf,
@@ -220,6 +221,7 @@ impl Oxlet {
     /// (Re)starts the process with the same directories.
     pub fn spawn(&mut self, extra: &[&str]) {
         self.starts += 1;
+        crate::common::create_cgroup_root(&self.cgroup_root);
         if let Some(port) = extra
             .iter()
             .rev()
@@ -254,6 +256,7 @@ impl Oxlet {
 
     /// Runs oxlet to completion with extra args (e.g. `--runonce`); returns status and stdout.
     pub fn run_to_end(&self, extra: &[&str]) -> (ExitStatus, String) {
+        crate::common::create_cgroup_root(&self.cgroup_root);
         let port_off: &[&str] = if own_config_without_port(extra) {
             &["--port=0"]
         } else {

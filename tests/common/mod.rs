@@ -1087,6 +1087,50 @@ pub fn move_into_cgroup(name: &str, pid: u32) {
     }
 }
 
+/// Makes the cgroup root `root` (a `--cgroup-root`, `/oxtest-<dir>`) before oxlet
+/// starts, as a node's service manager would: oxlet, as kubelet, refuses to start
+/// without it. v1: the cgroup in every hierarchy, its cpuset given the mount's cpus
+/// and memory nodes (a new v1 cpuset has none). v2: the root's controllers enabled
+/// for its children first (kind's `create-kubelet-cgroup-v2` does the same), so the
+/// new cgroup is offered what kubelet needs. Already there is fine;
+/// [`remove_cgroup_tree`] takes it away again.
+pub fn create_cgroup_root(root: &str) {
+    let name = root.trim_start_matches('/');
+    assert!(
+        !name.is_empty() && !name.contains('/') && name != "." && name != "..",
+        "{root:?}"
+    );
+    for mount in cgroup_mounts() {
+        let v2 = mount.join("cgroup.controllers").exists();
+        if v2 && mount != Path::new("/sys/fs/cgroup") {
+            // Hybrid's `unified`: neither kubelet nor oxlet looks there.
+            continue;
+        }
+        if v2 {
+            let offered = fs::read_to_string(mount.join("cgroup.controllers")).unwrap_or_default();
+            for c in offered.split_whitespace() {
+                if let Err(e) = fs::write(mount.join("cgroup.subtree_control"), format!("+{c}")) {
+                    eprintln!("enabling the {c} controller at {}: {e}", mount.display());
+                }
+            }
+        }
+        let dir = mount.join(name);
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("creating the cgroup root {}: {e}", dir.display()),
+        }
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            let own = fs::read_to_string(dir.join(file)).unwrap_or_default();
+            let parent = fs::read_to_string(mount.join(file)).unwrap_or_default();
+            if !v2 && own.trim().is_empty() && !parent.trim().is_empty() {
+                fs::write(dir.join(file), parent.trim())
+                    .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()));
+            }
+        }
+    }
+}
+
 pub fn remove_cgroup_tree(name: &str) {
     assert!(
         !name.is_empty() && !name.contains('/') && name != "." && name != "..",

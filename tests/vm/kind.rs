@@ -1,6 +1,7 @@
 //! A kind node in the guest, shared by the VM tests: containerd 2.x from the share with
 //! `SystemdCgroup = true`, and oxlet run as kind runs its kubelet (`kubelet.service` in
-//! `kubelet.slice`, kubeadm's drop-in, kind's `config.yaml` and flags), in static-pod mode.
+//! `kubelet.slice`, kubeadm's drop-in, kind's own drop-in that readies the cgroup root,
+//! kind's `config.yaml` and flags), in static-pod mode.
 //! Also the tests' small tools: checks reported together, polling, oxlet's `/pods`.
 
 use std::path::PathBuf;
@@ -22,6 +23,37 @@ const OXLET_DROPIN: &str = r#"[Service]
 Environment="KUBELET_KUBECONFIG_ARGS="
 ExecStart=
 ExecStart=/mnt/oxlet/oxlet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS --cgroup-driver=systemd --port=0 --read-only-port=10255 -v=2
+"#;
+
+/// What kind's node image adds to `kubelet.service` (its `11-kind.conf`, the cgroup v2
+/// half): before the kubelet starts, kind's `create-kubelet-cgroup-v2` gives the
+/// kubelet's cgroup root every controller the host has. kubelet, and oxlet with it,
+/// refuse a cgroup root without cpuset or hugetlb, which systemd alone never enables.
+const KIND_DROPIN: &str = r#"[Service]
+ExecStartPre=/bin/sh -euc "if [ -f /sys/fs/cgroup/cgroup.controllers ]; then /kind/bin/create-kubelet-cgroup-v2.sh; fi"
+"#;
+
+/// Where kind's drop-in runs its script from.
+const KIND_CGROUP_SCRIPT_PATH: &str = "/kind/bin/create-kubelet-cgroup-v2.sh";
+
+/// What kind's `create-kubelet-cgroup-v2` does, written for the guest: every controller
+/// the root cgroup offers enabled for its children, then `/kubelet` (the cgroupfs
+/// driver's root) and `/kubelet.slice` (the systemd driver's) made and enabling the
+/// same. A controller the kernel refuses is said on stderr and left out, so oxlet's
+/// refusal names it.
+const KIND_CGROUP_SCRIPT: &str = r#"#!/bin/sh
+set -eu
+cg=/sys/fs/cgroup
+enable_offered() {
+    for c in $(cat "$1/cgroup.controllers"); do
+        echo "+$c" > "$1/cgroup.subtree_control" || echo "cannot enable $c in $1" >&2
+    done
+}
+enable_offered "$cg"
+for d in kubelet kubelet.slice; do
+    mkdir -p "$cg/$d"
+    enable_offered "$cg/$d"
+done
 "#;
 
 /// Checks that are reported together: each prints PASS or FAIL with what was seen.
@@ -169,14 +201,24 @@ pub fn start_oxlet_as_kubelet(vm: &Vm, config: &str) {
 }
 
 /// kind's kubelet files in place (the node IP and provider ID are the guest's, the
-/// kubelet configuration `config`), oxlet's drop-in `dropin`, then `systemctl start
-/// kubelet`, waiting for healthz.
+/// kubelet configuration `config`, kind's own drop-in and the cgroup script it runs),
+/// oxlet's drop-in `dropin`, then `systemctl start kubelet`, waiting for healthz.
 pub fn start_oxlet_with_dropin(vm: &Vm, dropin: &str, config: &str) {
     let kind = |f: &str| std::fs::read(format!("{DATA}/{f}")).unwrap();
     vm.write_file(
         "/etc/systemd/system/kubelet.service.d/10-kubeadm.conf",
         &kind("10-kubeadm.conf"),
         0o644,
+    );
+    vm.write_file(
+        "/etc/systemd/system/kubelet.service.d/11-kind.conf",
+        KIND_DROPIN.as_bytes(),
+        0o644,
+    );
+    vm.write_file(
+        KIND_CGROUP_SCRIPT_PATH,
+        KIND_CGROUP_SCRIPT.as_bytes(),
+        0o755,
     );
     vm.write_file(
         "/etc/systemd/system/kubelet.service.d/20-oxlet.conf",

@@ -131,6 +131,23 @@ pub(crate) fn desired(pressure: Pressure, not_ready: &[String]) -> Vec<NodeCondi
     vec![mem, disk, pid, ready]
 }
 
+/// kubelet's note of the container manager's soft requirements on the Ready condition,
+/// whatever its status: `kubelet is posting ready status. WARNING: CPU hardcapping
+/// unsupported`.
+pub(crate) fn warn_soft_requirements(
+    mut conds: Vec<NodeCondition>,
+    soft: Option<&str>,
+) -> Vec<NodeCondition> {
+    let Some(soft) = soft else {
+        return conds;
+    };
+    for c in conds.iter_mut().filter(|c| c.type_ == "Ready") {
+        let message = c.message.take().unwrap_or_default();
+        c.message = Some(format!("{message}. WARNING: {soft}"));
+    }
+    conds
+}
+
 /// Adds the times: the heartbeat is `now`; the transition time is kept from the
 /// condition of the same type in `previous` when its status is unchanged, else `now`.
 pub(crate) fn with_times(
@@ -319,6 +336,36 @@ mod tests {
         assert_eq!(
             find(&c, "PIDPressure").message.as_deref(),
             Some("kubelet has sufficient PID available")
+        );
+    }
+
+    #[test]
+    fn soft_requirements_are_a_warning_on_the_ready_message() {
+        let ready = warn_soft_requirements(
+            with(Pressure::default(), &[]),
+            Some("CPU hardcapping unsupported"),
+        );
+        let r = find(&ready, "Ready");
+        assert_eq!(r.status, "True");
+        assert_eq!(
+            r.message.as_deref(),
+            Some("kubelet is posting ready status. WARNING: CPU hardcapping unsupported")
+        );
+        assert_eq!(
+            find(&ready, "MemoryPressure").message.as_deref(),
+            Some("kubelet has sufficient memory available")
+        );
+        let down = warn_soft_requirements(
+            with(Pressure::default(), &["container runtime is down"]),
+            Some("CPU hardcapping unsupported"),
+        );
+        assert_eq!(
+            find(&down, "Ready").message.as_deref(),
+            Some("container runtime is down. WARNING: CPU hardcapping unsupported")
+        );
+        assert_eq!(
+            warn_soft_requirements(with(Pressure::default(), &[]), None),
+            with(Pressure::default(), &[])
         );
     }
 

@@ -66,6 +66,9 @@ pub(crate) struct NodeStatusDeps {
     pub pressure: Arc<PressureSource>,
     /// Set while the node shuts down: Ready goes False, and its change is sent at once.
     pub shutdown: Arc<NodeShutdownState>,
+    /// What the host lacks that the container manager only warns about (kubelet's
+    /// soft requirements), noted on the Ready condition's message.
+    pub soft_requirements: Option<&'static str>,
     pub update_frequency: Duration,
     pub report_frequency: Duration,
     /// Where the Node's name and UID are published (the lease's owner).
@@ -164,7 +167,10 @@ impl NodeStatusTask {
             daemon_endpoints: Some(setters::daemon_endpoints(d.kubelet_port)),
             images: Some(images),
             conditions: Some(conditions::with_times(
-                conditions::desired(d.pressure.get(), &errs),
+                conditions::warn_soft_requirements(
+                    conditions::desired(d.pressure.get(), &errs),
+                    d.soft_requirements,
+                ),
                 &previous,
                 jiff::Timestamp::now(),
             )),

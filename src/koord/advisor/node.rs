@@ -99,10 +99,13 @@ impl NodeCollector {
         kubepods: Option<String>,
         runtime: Option<String>,
     ) -> Self {
-        let system = [("runtime", runtime), ("kubelet", own_cgroup(&proc_root, &tree))]
-            .into_iter()
-            .filter_map(|(name, p)| Some((name, p?.trim_start_matches('/').to_string(), None)))
-            .collect();
+        let system = [
+            ("runtime", runtime),
+            ("kubelet", own_cgroup(&proc_root, &tree)),
+        ]
+        .into_iter()
+        .filter_map(|(name, p)| Some((name, p?.trim_start_matches('/').to_string(), None)))
+        .collect();
         NodeCollector {
             proc_root,
             reader: StatReader::new(tree.clone()),
@@ -356,14 +359,18 @@ mod tests {
             cgroup_of(v2, CgroupVersion::V2).as_deref(),
             Some("/kubelet.slice/kubelet.service")
         );
-        let hybrid = "12:cpu,cpuacct:/oxlet\n7:memory:/system.slice/oxlet.service\n0::/init.scope\n";
+        let hybrid =
+            "12:cpu,cpuacct:/oxlet\n7:memory:/system.slice/oxlet.service\n0::/init.scope\n";
         for v in [CgroupVersion::V1, CgroupVersion::Hybrid] {
             assert_eq!(
                 cgroup_of(hybrid, v).as_deref(),
                 Some("/system.slice/oxlet.service")
             );
         }
-        assert_eq!(cgroup_of(hybrid, CgroupVersion::V2).as_deref(), Some("/init.scope"));
+        assert_eq!(
+            cgroup_of(hybrid, CgroupVersion::V2).as_deref(),
+            Some("/init.scope")
+        );
         assert_eq!(cgroup_of("12:cpu:/x\n", CgroupVersion::V1), None);
     }
 }

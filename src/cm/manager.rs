@@ -303,6 +303,28 @@ pub(super) mod tests {
         assert_eq!(shares(&fs, "root/kubepods/burstable"), Some(204));
     }
 
+    /// A terminated pod's cgroup goes at once (kubelet's `SyncTerminatedPod`), its
+    /// request leaves the Burstable shares, and a second call finds nothing to do.
+    #[test]
+    fn a_terminated_pods_cgroup_is_destroyed_and_stops_counting() {
+        let (cm, fs) = fake_manager(true);
+        cm.setup().unwrap();
+        let a = pod("a", r#"{"cpu": "100m"}"#, "{}");
+        let b = pod("b", r#"{"cpu": "200m"}"#, "{}");
+        for p in [&a, &b] {
+            cm.ensure_pod(p).unwrap();
+        }
+        assert_eq!(shares(&fs, "root/kubepods/burstable"), Some(307));
+        cm.destroy_pod(&b).unwrap();
+        assert!(!cm.pod_cgroup_exists(&b));
+        assert!(cm.pod_cgroup_exists(&a));
+        assert_eq!(shares(&fs, "root/kubepods/burstable"), Some(102));
+        cm.destroy_pod(&b).unwrap();
+        // A pod whose UID cannot name a cgroup is an error, and nothing is removed.
+        assert!(cm.destroy_pod(&pod("..", "{}", "{}")).is_err());
+        assert!(cm.pod_cgroup_exists(&a));
+    }
+
     #[test]
     fn the_qos_update_repairs_what_was_removed_from_outside() {
         let (cm, fs) = fake_manager(true);

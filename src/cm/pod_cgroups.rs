@@ -89,6 +89,30 @@ impl ContainerManager {
         Ok(())
     }
 
+    /// Destroys a terminated pod's cgroup (kubelet's `SyncTerminatedPod`): what is
+    /// left in it is killed and it is removed, before the pod's worker finishes, so
+    /// the pod's final delete in the apiserver comes after its cgroup is gone.
+    /// Housekeeping's orphan cleanup stays for the pods oxlet forgot.
+    pub(crate) fn destroy_pod(&self, pod: &Pod) -> Result<(), PodCgroupError> {
+        if !self.cfg.cgroups_per_qos {
+            return Ok(());
+        }
+        let uid = pod_uid(pod).to_string();
+        let fail = |cause: PodCgroupCause| PodCgroupError {
+            uid: uid.clone(),
+            cause,
+        };
+        let (_, _, path) = self.pod_path(pod).map_err(|e| fail(e.into()))?;
+        if self.fs.exists(&path) {
+            self.destroy(&path).map_err(|e| fail(e.into()))?;
+            debug!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, "pod termination removed its cgroup");
+        }
+        if self.tracked().remove(&uid).is_some() {
+            self.update_qos();
+        }
+        Ok(())
+    }
+
     /// The pod cgroups below the QoS cgroups now, by pod UID.
     fn scan(&self) -> Vec<(String, CgroupName)> {
         let mut found = Vec::new();

@@ -250,6 +250,9 @@ impl PodSyncer for Syncer {
                 .tear_down_volumes(&uid, &pod_ref)
                 .await
                 .map_err(PodSyncError::Volumes)?;
+            if let Some(p) = &pod {
+                self.cm.destroy_pod(p)?;
+            }
             if evicted {
                 // kubelet's container GC removes the content of an evicted pod at once
                 // (`ShouldPodContentBeRemoved`): its writable layers and logs are what
@@ -257,6 +260,9 @@ impl PodSyncer for Syncer {
                 self.runtime.remove_pod(&uid, &pod_ref).await?;
             }
         } else {
+            if let Some(p) = &pod {
+                self.cm.destroy_pod(p)?;
+            }
             self.runtime.remove_pod(&uid, &pod_ref).await?;
             self.cache.delete(&uid);
             self.statuses.remove(&uid);

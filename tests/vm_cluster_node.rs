@@ -464,7 +464,9 @@ fn delete_pods(vm: &Vm, c: &mut Checks) {
         gone.is_some(),
         format!("{:?}", get_json(vm, "pods").map(|l| l["items"].to_string())),
     );
-    let slices = vm.ssh_ok(&format!("ls /sys/fs/cgroup/{KUBEPODS}/kubelet-kubepods-burstable.slice /sys/fs/cgroup/{KUBEPODS}/kubelet-kubepods-besteffort.slice | grep -c pod || true"));
+    let slices = vm.ssh_ok(&format!(
+        "find /sys/fs/cgroup/{KUBEPODS} -name '*-pod*.slice' | wc -l"
+    ));
     c.check(
         "their pod slices are removed",
         slices.trim() == "0",

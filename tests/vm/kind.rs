@@ -273,3 +273,54 @@ pub fn wait_running(vm: &Vm, name: &str) -> (String, String) {
         )
     })
 }
+
+/// The cgroup of pod `uid` as kubelet's systemd driver names it below kind's
+/// kubepods: `qos` is `guaranteed`, `burstable` or `besteffort`.
+pub fn pod_slice(qos: &str, uid: &str) -> String {
+    let uid = uid.replace('-', "_");
+    match qos {
+        "guaranteed" => format!("/sys/fs/cgroup/{KUBEPODS}/kubelet-kubepods-pod{uid}.slice"),
+        q => format!(
+            "/sys/fs/cgroup/{KUBEPODS}/kubelet-kubepods-{q}.slice/kubelet-kubepods-{q}-pod{uid}.slice"
+        ),
+    }
+}
+
+/// `files` of a container named `name` while it runs in its scope below `slice`
+/// (`cri-containerd-<id>.scope`), caught by a loop in the guest, since a container
+/// that is OOM-killed lives for seconds: `<id> file=value ...`, or None after
+/// `limit_secs`.
+pub fn running_container_files(
+    vm: &Vm,
+    slice: &str,
+    name: &str,
+    files: &[&str],
+    limit_secs: u64,
+) -> Option<String> {
+    let files = files.join(" ");
+    let script = format!(
+        r#"end=$(( $(date +%s) + {limit_secs} ))
+while [ "$(date +%s)" -lt "$end" ]; do
+  for id in $({CTR} -n k8s.io containers ls -q 'labels."io.kubernetes.container.name"=={name}'); do
+    d={slice}/cri-containerd-$id.scope
+    [ -d "$d" ] || continue
+    out=$id; ok=1
+    for f in {files}; do v=$(cat "$d/$f" 2>/dev/null) || ok=0; out="$out $f=$v"; done
+    [ "$ok" = 1 ] && {{ echo "$out"; exit 0; }}
+  done
+  sleep 0.2
+done
+exit 1"#
+    );
+    let out = vm.ssh_with_timeout(&script, Duration::from_secs(limit_secs + 60));
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// A `key value` line's value in a cgroup file such as `memory.events`.
+pub fn events_field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse().ok())
+}

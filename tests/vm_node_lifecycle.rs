@@ -165,7 +165,7 @@ fn oom_kill(vm: &Vm, c: &mut Checks) {
     let slice = pod_slice("burstable", &uid);
     // kubelet 1.32+ on v2 without singleProcessOOMKill: the kernel kills the whole
     // container (caught while a restart of it runs).
-    let group = running_container_files(vm, &slice, "hog", &["memory.oom.group"], 240);
+    let group = running_container_files(vm, &slice, "sh", &["memory.oom.group"], 240);
     c.check(
         "the OOM pod's container scope has memory.oom.group 1",
         group

@@ -146,11 +146,11 @@ fn start_oxlet(vm: &Vm, server: &TestApiServer) {
     start_oxlet_with_dropin(vm, &dropin(), &config);
 }
 
-/// The container files of a running pod: `(uid, "memory.swap.max", "memory.oom.group")`.
-fn limits_of(vm: &Vm, pod: &str, qos: &str, container: &str) -> (String, String) {
+/// The swap and OOM group files of a running pod's one container (its `sh`).
+fn limits_of(vm: &Vm, pod: &str, qos: &str) -> (String, String) {
     let (uid, _) = wait_running(vm, pod);
     let files = ["memory.swap.max", "memory.oom.group"];
-    let seen = running_container_files(vm, &pod_slice(qos, &uid), container, &files, 120);
+    let seen = running_container_files(vm, &pod_slice(qos, &uid), "sh", &files, 120);
     (uid, seen.unwrap_or_else(|| "not found".into()))
 }
 
@@ -171,7 +171,7 @@ fn check_limits(vm: &Vm, server: &TestApiServer, c: &mut Checks, swap: u64, mem:
         format!("{capacity:?} want {swap}"),
     );
     let want = expected_swap_max(REQUEST_BYTES, mem, swap);
-    let (_, burst) = limits_of(vm, "burst", "burstable", "work");
+    let (_, burst) = limits_of(vm, "burst", "burstable");
     c.check(
         "a Burstable API pod's container: memory.swap.max is its request's share of the swap",
         burst.contains(&format!(" memory.swap.max={want} ")) && want > 0,
@@ -182,13 +182,13 @@ fn check_limits(vm: &Vm, server: &TestApiServer, c: &mut Checks, swap: u64, mem:
         burst.ends_with(" memory.oom.group=1"),
         burst.clone(),
     );
-    let (_, guaranteed) = limits_of(vm, "guaranteed", "guaranteed", "work");
+    let (_, guaranteed) = limits_of(vm, "guaranteed", "guaranteed");
     c.check(
         "a Guaranteed API pod's container: memory.swap.max 0",
         guaranteed.contains(" memory.swap.max=0 ") && guaranteed.ends_with("oom.group=1"),
         guaranteed,
     );
-    let (_, critical) = limits_of(vm, "staticburst-oxlet-vm", "burstable", "idle");
+    let (_, critical) = limits_of(vm, "staticburst-oxlet-vm", "burstable");
     c.check(
         "a Burstable static pod (critical): memory.swap.max 0",
         critical.contains(" memory.swap.max=0 ") && critical.ends_with("oom.group=1"),
@@ -241,7 +241,7 @@ fn check_oom(vm: &Vm, c: &mut Checks) {
     );
     let slice = pod_slice("burstable", &uid);
     let files = ["memory.swap.max", "memory.oom.group"];
-    let seen = running_container_files(vm, &slice, "hog", &files, 240).unwrap_or_default();
+    let seen = running_container_files(vm, &slice, "sh", &files, 240).unwrap_or_default();
     c.check(
         "the OOM pod's container: memory.swap.max 0 (request = limit), memory.oom.group 1",
         seen.contains(" memory.swap.max=0 ") && seen.ends_with(" memory.oom.group=1"),
@@ -339,7 +339,14 @@ fn kind_node_limited_swap_and_group_oom_kills() {
     check_limits(&vm, &server, &mut checks, swap, mem);
     check_oom(&vm, &mut checks);
     check_summary(&vm, &mut checks, swap);
-    vm.poweroff_and_report("vm_node_swap", started);
+    // No power-off: pods still run, and the guest's power-off then waits 90 s on
+    // their runtime's processes; nothing here is about shutting down.
+    eprintln!(
+        "vm_node_swap: boot_to_ssh={:?} total={:?}",
+        vm.boot_time,
+        started.elapsed()
+    );
+    drop(vm);
     drop(forward);
     checks.finish();
 }

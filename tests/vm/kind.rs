@@ -286,14 +286,15 @@ pub fn pod_slice(qos: &str, uid: &str) -> String {
     }
 }
 
-/// `files` of a container named `name` while it runs in its scope below `slice`
-/// (`cri-containerd-<id>.scope`), caught by a loop in the guest, since a container
-/// that is OOM-killed lives for seconds: `<id> file=value ...`, or None after
-/// `limit_secs`.
+/// `files` of a container's scope below `slice` (`cri-containerd-<id>.scope`) while a
+/// process named `comm` runs in it (so not the sandbox's `pause`, nor runc's init, which
+/// sets the limits before it execs the command), caught by a tight loop in the guest:
+/// a container that is OOM-killed lives for a second. `<scope> file=value ...`, or None
+/// after `limit_secs`.
 pub fn running_container_files(
     vm: &Vm,
     slice: &str,
-    name: &str,
+    comm: &str,
     files: &[&str],
     limit_secs: u64,
 ) -> Option<String> {
@@ -301,14 +302,18 @@ pub fn running_container_files(
     let script = format!(
         r#"end=$(( $(date +%s) + {limit_secs} ))
 while [ "$(date +%s)" -lt "$end" ]; do
-  for id in $({CTR} -n k8s.io containers ls -q 'labels."io.kubernetes.container.name"=={name}'); do
-    d={slice}/cri-containerd-$id.scope
+  for d in {slice}/cri-containerd-*.scope; do
     [ -d "$d" ] || continue
-    out=$id; ok=1
+    found=0
+    for p in $(cat "$d/cgroup.procs" 2>/dev/null); do
+      [ "$(cat /proc/$p/comm 2>/dev/null)" = '{comm}' ] && found=1
+    done
+    [ "$found" = 1 ] || continue
+    out=${{d##*/}}; ok=1
     for f in {files}; do v=$(cat "$d/$f" 2>/dev/null) || ok=0; out="$out $f=$v"; done
     [ "$ok" = 1 ] && {{ echo "$out"; exit 0; }}
   done
-  sleep 0.2
+  sleep 0.05
 done
 exit 1"#
     );

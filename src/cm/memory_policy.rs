@@ -245,7 +245,7 @@ impl MemoryPolicy {
         }
         match self.swap {
             None => {
-                info!(target: STARTUP_TARGET, "swap: no swap controller for oxlet's cgroup (memory.swap.max), so containers get no swap settings")
+                info!(target: STARTUP_TARGET, "swap: no swap controller (v2: memory.swap.max in oxlet's cgroup; v1: memory.memsw.limit_in_bytes), so containers get no swap settings");
             }
             Some(t) => info!(
                 target: STARTUP_TARGET,
@@ -254,7 +254,7 @@ impl MemoryPolicy {
                 nodeMemoryBytes = t.node_memory_bytes,
                 "swap: {}",
                 match t.behavior {
-                    SwapBehavior::NoSwap => "no container may swap (memory.swap.max=0)",
+                    SwapBehavior::NoSwap => "no container may swap (v2: memory.swap.max=0; v1: memory+swap limited to the memory limit)",
                     SwapBehavior::LimitedSwap => "Burstable containers of pods that are not critical may swap their memory request's share of the node's swap; every other container none",
                 }
             ),

@@ -155,7 +155,7 @@ fn v2_groups_the_oom_kill_unless_single_process_oom_kill_is_true() {
         let policy = MemoryPolicy::new(CgroupVersion::V2, &settings(oom, None), false, GI, 0);
         assert_eq!(policy.oom_group(), want, "{oom:?}");
         let r = resources(&policy, &p);
-        assert_eq!(r.unified.get("memory.oom.group").is_some(), want);
+        assert_eq!(r.unified.contains_key("memory.oom.group"), want);
         // No swap controller: nothing about swap.
         assert!(!r.unified.contains_key("memory.swap.max"));
         assert_eq!(r.memory_swap_limit_in_bytes, 0);

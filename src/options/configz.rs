@@ -170,7 +170,7 @@ fn cgroups_and_reserved(m: &mut Map<String, Value>, o: &Options) {
     );
     m.insert("failCgroupV1".into(), json!(o.fail_cgroup_v1));
     m.insert("failSwapOn".into(), json!(o.fail_swap_on));
-    let swap = o.memory.swap_behavior.map(|b| b.as_str());
+    let swap = o.memory.swap_behavior.map(crate::cm::SwapBehavior::as_str);
     m.insert(
         "memorySwap".into(),
         swap.map_or_else(|| json!({}), |b| json!({ "swapBehavior": b })),

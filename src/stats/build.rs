@@ -50,7 +50,6 @@ pub(crate) fn build_summary(
             maxpid: n.max_pid.and_then(|v| i64::try_from(v).ok()),
             curproc: n.processes.and_then(|v| i64::try_from(v).ok()),
         }),
-        ..NodeStats::default()
     };
     let pods = snap
         .pods

@@ -3,7 +3,8 @@
 # real containerd test beds, the system's containerd 1.6), a build (not a run) of the
 # benchmarks, the docs, then the core of the integration tests on containerd 1.7 and 2.x, a
 # kind-shaped node in a qemu guest (tests/vm_kind_node.rs, tests/vm_node_lifecycle.rs,
-# tests/vm_node_logs.rs, tests/vm_cluster_node.rs), and 30 s of fuzzing per parser.
+# tests/vm_node_logs.rs, tests/vm_cluster_node.rs, tests/vm_node_swap.rs), and 30 s of
+# fuzzing per parser.
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +79,7 @@ cargo test --test vm_kind_node -- --nocapture
 cargo test --test vm_node_lifecycle -- --nocapture
 cargo test --test vm_node_logs -- --nocapture
 cargo test --test vm_cluster_node -- --nocapture
+cargo test --test vm_node_swap -- --nocapture
 phase "the VM test bed done"
 
 phase "the fuzz build"

@@ -42,6 +42,9 @@ pub(crate) struct NodeInfo {
     /// `InternalIP` first, then `Hostname`, as kubelet lists them.
     pub addresses: Vec<NodeAddress>,
     pub capacity: Capacity,
+    /// `SwapTotal` from /proc/meminfo, in bytes (cadvisor's `SwapCapacity`): what
+    /// `LimitedSwap` shares out, and the Node's `nodeInfo.swap.capacity`.
+    pub swap_capacity_bytes: u64,
     /// /etc/machine-id; empty when absent.
     pub machine_id: String,
     /// /sys/class/dmi/id/product_uuid; empty when absent or unreadable.
@@ -88,6 +91,7 @@ impl NodeInfo {
             name: name.to_string(),
             addresses: Vec::new(),
             capacity,
+            swap_capacity_bytes: 0,
             machine_id: String::new(),
             system_uuid: String::new(),
             boot_id: String::new(),
@@ -112,8 +116,10 @@ impl NodeInfo {
                     .map(|n| n.get() as u32)
             })
             .unwrap_or(1);
-        let memory_bytes = read_fact("/proc/meminfo", true)
-            .and_then(|s| mem_total_bytes(&s))
+        let meminfo = read_fact("/proc/meminfo", true);
+        let memory_bytes = meminfo.as_deref().and_then(mem_total_bytes).unwrap_or(0);
+        let swap_capacity_bytes = (meminfo.as_deref())
+            .and_then(|m| meminfo_bytes(m, "SwapTotal:"))
             .unwrap_or(0);
         NodeInfo {
             name: name.to_string(),
@@ -133,6 +139,7 @@ impl NodeInfo {
                 pods: max_pods,
                 ephemeral_storage_bytes: filesystem_size(root_dir).unwrap_or(0),
             },
+            swap_capacity_bytes,
             machine_id: read_fact("/etc/machine-id", false)
                 .or_else(|| read_fact("/var/lib/dbus/machine-id", false))
                 .unwrap_or_default(),
@@ -197,8 +204,13 @@ pub(crate) fn first_inet(text: &str) -> Option<String> {
 
 /// `MemTotal` of /proc/meminfo text, in bytes.
 pub(crate) fn mem_total_bytes(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let mut words = line["MemTotal:".len()..].split_whitespace();
+    meminfo_bytes(meminfo, "MemTotal:")
+}
+
+/// One `/proc/meminfo` field (`key` with its colon), in bytes.
+fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with(key))?;
+    let mut words = line[key.len()..].split_whitespace();
     let value: u64 = words.next()?.parse().ok()?;
     match words.next() {
         Some("kB") => value.checked_mul(1024),
@@ -266,11 +278,12 @@ mod tests {
 
     #[test]
     fn mem_total_is_read_in_bytes() {
-        let text = "MemTotal:        8029352 kB\nMemFree:          123456 kB\n";
+        let text = "MemTotal:        8029352 kB\nMemFree:          123456 kB\nSwapTotal:       2097148 kB\n";
         assert_eq!(mem_total_bytes(text), Some(8_029_352 * 1024));
         assert_eq!(mem_total_bytes("MemFree: 1 kB\n"), None);
         assert_eq!(mem_total_bytes("MemTotal: lots kB\n"), None);
         assert_eq!(mem_total_bytes("MemTotal: 1 MB\n"), None);
+        assert_eq!(meminfo_bytes(text, "SwapTotal:"), Some(2_097_148 * 1024));
         assert_eq!(mem_total_bytes("MemTotal: 18446744073709551615 kB\n"), None);
     }
 

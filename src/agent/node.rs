@@ -28,6 +28,8 @@ pub(super) struct Host {
     pub info: NodeInfo,
     pub allocatable: NodeAllocatable,
     pub cm: Arc<ContainerManager>,
+    /// Each container's `memory.oom.group` and swap on this host.
+    pub memory: crate::cm::MemoryPolicy,
 }
 
 /// What must be up before the runtime manager: the root dir, the node's facts and
@@ -49,6 +51,12 @@ pub(super) async fn start_host(
     info!(target: STARTUP_TARGET, "node {allocatable}");
     allocatable.validate()?;
     let cm = crate::cm::start(&cm_settings, &rt.cri, allocatable.kubepods).await?;
+    let memory = crate::cm::MemoryPolicy::detect(
+        &cm_settings.memory,
+        cm_settings.fail_swap_on,
+        node.capacity.memory_bytes,
+        node.swap_capacity_bytes,
+    );
     if opts.enforce_node_allocatable.pods && opts.cgroups_per_qos {
         // kubelet's enforceNodeAllocatableCgroups, once `kubepods` is limited.
         events.event(
@@ -70,6 +78,7 @@ pub(super) async fn start_host(
         info: node,
         allocatable,
         cm,
+        memory,
     })
 }
 

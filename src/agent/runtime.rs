@@ -228,6 +228,7 @@ pub(super) fn manager(
                 cgroups: host.cm.clone(),
                 node_memory_bytes: host.allocatable.capacity.memory_bytes,
                 min_oom_score_adj: process::own_oom_score_adj(),
+                memory: host.memory,
                 cfs_period_us: opts.cpu_cfs_quota.then(|| {
                     i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)
                 }),

@@ -12,6 +12,9 @@
 //!   (`fs/systemd.rs`, `fs/systemd_dbus.rs`).
 //! - [`allocatable`]: capacity, reservations, allocatable and the `kubepods` limits.
 //! - [`qos`]: the pod's QoS class and its containers' `oom_score_adj`.
+//! - [`memory_policy`]: each container's `memory.oom.group` and swap (kubelet's
+//!   `singleProcessOOMKill` and `memorySwap.swapBehavior`), from the host's cgroup
+//!   version and swap.
 //! - [`resources`]: the limits kubelet gives a pod cgroup, and the formulas behind them;
 //!   `container_resources`: the same formulas for one container's CRI resources.
 //! - [`tree`]: where `kubepods`, the QoS cgroups and each pod's cgroup live.
@@ -37,6 +40,7 @@ mod host_checks;
 mod kernel;
 mod koord_cgroups;
 mod manager;
+mod memory_policy;
 mod name;
 mod pod_cgroups;
 mod qos;
@@ -64,6 +68,8 @@ pub(crate) use fs::{CgroupError, CgroupFs, CgroupTree, HOST_MOUNT, StatReader, p
 // The QoS control files koordlet's QoS manager writes (`koord_cgroups`).
 pub(crate) use fs::QosFile;
 pub(crate) use version::detect_cgroup_version;
+// Each container's `memory.oom.group` and swap.
+pub(crate) use memory_policy::{MemoryPolicy, MemorySettings, SwapBehavior};
 // QoS classes and `oom_score_adj`.
 pub(crate) use qos::{
     KUBELET_OOM_SCORE_ADJ, QosClass, clamp_oom_score_adj, container_oom_score_adj,

@@ -38,6 +38,9 @@ pub(crate) struct CmSettings {
     pub fail_cgroup_v1: bool,
     /// `failSwapOn`.
     pub fail_swap_on: bool,
+    /// `singleProcessOOMKill` and `memorySwap.swapBehavior`, checked against the
+    /// cgroup version.
+    pub memory: super::MemorySettings,
     /// `protectKernelDefaults`: a kernel tunable off kubelet's value stops the start
     /// (false: it is written).
     pub protect_kernel_defaults: bool,
@@ -79,6 +82,8 @@ pub(crate) enum CmStartError {
     SwapOn(Vec<String>),
     #[error("cannot read /proc/swaps to check for swap (failSwapOn): {0}")]
     Swaps(std::io::Error),
+    #[error(transparent)]
+    Memory(#[from] super::memory_policy::MemorySettingsError),
     #[error(transparent)]
     Driver(#[from] DriverMismatch),
     /// kubelet's words, each tunable named; under `protectKernelDefaults` the fix is
@@ -255,6 +260,7 @@ pub(crate) async fn start(
     if opts.fail_cgroup_v1 && version.uses_v1_controllers() {
         return Err(CmStartError::CgroupV1(version));
     }
+    super::memory_policy::check_settings(version, &opts.memory)?;
     if opts.fail_swap_on {
         check_swap(Path::new(PROC_SWAPS))?;
     }

@@ -49,6 +49,12 @@ pub(crate) struct MemoryReading {
     pub major_page_faults: u64,
     /// The limit, when one is set (for `availableBytes`).
     pub limit_bytes: Option<u64>,
+    /// Swap in use (v2 `memory.swap.current`; the node's SwapTotal − SwapFree); None
+    /// where there is no swap accounting.
+    pub swap_usage_bytes: Option<u64>,
+    /// The swap limit, when one is set (v2 `memory.swap.max`; the node's SwapTotal),
+    /// for the summary's `swapAvailableBytes`.
+    pub swap_limit_bytes: Option<u64>,
 }
 
 /// One line of a pressure file.

@@ -1147,6 +1147,7 @@ pub(crate) mod support {
                 cgroups: Arc::new(crate::contracts::RuntimeDefaultCgroups),
                 node_memory_bytes: 1 << 30,
                 min_oom_score_adj: -999,
+                memory: Default::default(),
                 cfs_period_us: Some(100_000),
                 security: Default::default(),
                 allocatable: Default::default(),

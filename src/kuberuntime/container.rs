@@ -205,6 +205,8 @@ pub(crate) struct ContainerRequest<'a> {
     /// The CFS period for cpu limits (`cpuCFSQuotaPeriod`, µs); `None` when
     /// `cpuCFSQuota` is off, which leaves containers without a quota.
     pub cfs_period_us: Option<i64>,
+    /// `memory.oom.group` and swap on this host.
+    pub memory: &'a crate::cm::MemoryPolicy,
     /// The image's user, from `ImageStatus`, for runAsNonRoot and the default user.
     pub image_user: &'a ImageUser,
     pub security: &'a SecuritySettings,
@@ -305,6 +307,7 @@ pub(crate) fn container_config(
         ..linux_resources(container)?
     };
     apply_cfs_period(&mut resources, req.cfs_period_us);
+    req.memory.apply(pod, container, &mut resources);
     let log_path = container_log_path(&container.name, *restart_count)?;
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
@@ -483,11 +486,14 @@ mod tests {
             mounts: vec![],
             oom_score_adj: 42,
             cfs_period_us: Some(100_000),
+            memory: &NO_MEMORY_POLICY,
             image_user: &ROOT,
             security: &SECURITY,
             pid_target: None,
         }
     }
+
+    static NO_MEMORY_POLICY: crate::cm::MemoryPolicy = crate::cm::MemoryPolicy::NONE;
 
     static ROOT: ImageUser = ImageUser {
         uid: Some(0),
@@ -628,6 +634,37 @@ mod tests {
                 "{bad:?} accepted"
             );
         }
+    }
+
+    #[test]
+    fn the_memory_policy_lands_in_the_containers_unified_resources() {
+        let (pod, c) = pod_with_env(vec![]);
+        let env = PodEnv::default();
+        let unified = |policy: &crate::cm::MemoryPolicy| {
+            let req = ContainerRequest {
+                memory: policy,
+                ..request(&pod, &c, &env)
+            };
+            let cfg = container_config(&req).unwrap();
+            cfg.linux.unwrap().resources.unwrap().unified
+        };
+        assert!(unified(&NO_MEMORY_POLICY).is_empty());
+        // cgroup v2 with a swap controller and the default NoSwap.
+        let v2 = crate::cm::MemoryPolicy::new(
+            crate::cm::CgroupVersion::V2,
+            &crate::cm::MemorySettings::default(),
+            true,
+            1 << 30,
+            1 << 30,
+        );
+        let u = unified(&v2);
+        assert_eq!(
+            (
+                u["memory.oom.group"].as_str(),
+                u["memory.swap.max"].as_str()
+            ),
+            ("1", "0")
+        );
     }
 
     #[test]

@@ -1101,6 +1101,7 @@ impl RuntimeManager {
                 self.sandbox_env.min_oom_score_adj,
             ),
             cfs_period_us: self.sandbox_env.cfs_period_us,
+            memory: &self.sandbox_env.memory,
             image_user: &image_user,
             security: &self.sandbox_env.security,
             pid_target,

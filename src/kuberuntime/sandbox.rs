@@ -46,6 +46,8 @@ pub(crate) struct SandboxEnv {
     pub node_memory_bytes: i64,
     /// The lowest `oom_score_adj` this host lets oxlet give a container (its own).
     pub min_oom_score_adj: i64,
+    /// `memory.oom.group` and swap for each container (and the group for the sandbox).
+    pub memory: crate::cm::MemoryPolicy,
     /// `cpuCFSQuotaPeriod` in µs, `None` with `cpuCFSQuota` off.
     pub cfs_period_us: Option<i64>,
     /// Seccomp profile root and default, for the containers' security contexts.
@@ -135,7 +137,7 @@ pub(crate) fn sandbox_config(
                 // runc wants dots as the separator (kubelet's NormalizeName).
                 .map(|s| (crate::podenv::normalize_name(&s.name), s.value))
                 .collect(),
-            ..sandbox_resources(pod, env.cfs_period_us)
+            ..sandbox_resources(pod, env.cfs_period_us, &env.memory)
         }),
         windows: None,
     })
@@ -143,9 +145,14 @@ pub(crate) fn sandbox_config(
 
 /// kubelet's `applySandboxResources`: the pod's requests and limits without the
 /// overhead as `resources`, and the overhead (requests = limits) as `overhead`,
-/// each in container-resource form (`calculateLinuxResources`). A quantity that
-/// cannot be read (manifest validation refuses those) leaves both unset.
-fn sandbox_resources(pod: &Pod, cfs_period_us: Option<i64>) -> cri::LinuxPodSandboxConfig {
+/// each in container-resource form (`calculateLinuxResources`, so with
+/// `memory.oom.group` where the policy asks for it; an absent overhead stays empty).
+/// A quantity that cannot be read (manifest validation refuses those) leaves both unset.
+fn sandbox_resources(
+    pod: &Pod,
+    cfs_period_us: Option<i64>,
+    policy: &crate::cm::MemoryPolicy,
+) -> cri::LinuxPodSandboxConfig {
     use crate::cm::{milli_cpu_to_quota, milli_cpu_to_shares, sandbox_amounts};
     let Ok(amounts) = sandbox_amounts(pod) else {
         return cri::LinuxPodSandboxConfig::default();
@@ -161,6 +168,7 @@ fn sandbox_resources(pod: &Pod, cfs_period_us: Option<i64>) -> cri::LinuxPodSand
             r.cpu_period = period;
             r.cpu_quota = milli_cpu_to_quota(cpu_limit.unwrap_or(0), period).unwrap_or(-1);
         }
+        policy.apply_oom_group(&mut r);
         r
     };
     let overhead = amounts
@@ -196,7 +204,8 @@ mod tests {
             },
         }))
         .unwrap();
-        let l = sandbox_resources(&pod, Some(100_000));
+        let none = crate::cm::MemoryPolicy::default();
+        let l = sandbox_resources(&pod, Some(100_000), &none);
         let r = l.resources.unwrap();
         // Requests 1 + 0.5 CPU; limits: only a's cpu, both memories.
         assert_eq!(r.cpu_shares, 1536);
@@ -209,7 +218,7 @@ mod tests {
         // Without cpuCFSQuota, no quota or period; without overhead, an empty one.
         let mut plain = pod.clone();
         plain.spec.as_mut().unwrap().overhead = None;
-        let l = sandbox_resources(&plain, None);
+        let l = sandbox_resources(&plain, None, &none);
         assert_eq!(
             (
                 l.resources.as_ref().unwrap().cpu_quota,
@@ -217,6 +226,22 @@ mod tests {
             ),
             (0, 0)
         );
+        assert_eq!(l.overhead, Some(cri::LinuxContainerResources::default()));
+        // cgroup v2: memory.oom.group on both, as kubelet's calculateLinuxResources;
+        // an absent overhead stays empty.
+        let v2 = crate::cm::MemoryPolicy::new(
+            crate::cm::CgroupVersion::V2,
+            &crate::cm::MemorySettings::default(),
+            false,
+            1 << 30,
+            0,
+        );
+        let l = sandbox_resources(&pod, Some(100_000), &v2);
+        for r in [l.resources.unwrap(), l.overhead.unwrap()] {
+            assert_eq!(r.unified["memory.oom.group"], "1");
+        }
+        let l = sandbox_resources(&plain, None, &v2);
+        assert_eq!(l.resources.unwrap().unified["memory.oom.group"], "1");
         assert_eq!(l.overhead, Some(cri::LinuxContainerResources::default()));
     }
 
@@ -240,6 +265,7 @@ mod tests {
             cgroups: Arc::new(crate::contracts::RuntimeDefaultCgroups),
             node_memory_bytes: 1 << 30,
             min_oom_score_adj: -999,
+            memory: Default::default(),
             cfs_period_us: Some(100_000),
             security: Default::default(),
             allocatable: Default::default(),
@@ -279,6 +305,7 @@ mod tests {
             cgroups: Arc::new(crate::contracts::RuntimeDefaultCgroups),
             node_memory_bytes: 1 << 30,
             min_oom_score_adj: -999,
+            memory: Default::default(),
             cfs_period_us: None,
             security: Default::default(),
             allocatable: Default::default(),

@@ -170,6 +170,11 @@ fn cgroups_and_reserved(m: &mut Map<String, Value>, o: &Options) {
     );
     m.insert("failCgroupV1".into(), json!(o.fail_cgroup_v1));
     m.insert("failSwapOn".into(), json!(o.fail_swap_on));
+    let swap = o.memory.swap_behavior.map(crate::cm::SwapBehavior::as_str);
+    m.insert(
+        "memorySwap".into(),
+        swap.map_or_else(|| json!({}), |b| json!({ "swapBehavior": b })),
+    );
     m.insert(
         "protectKernelDefaults".into(),
         json!(o.protect_kernel_defaults),
@@ -354,6 +359,9 @@ fn omitted_when_unset(m: &mut Map<String, Value>, o: &Options) {
     if let Some(cidr) = &o.pod_cidr {
         m.insert("podCIDR".into(), json!(cidr));
     }
+    if let Some(b) = o.memory.single_process_oom_kill {
+        m.insert("singleProcessOOMKill".into(), json!(b));
+    }
     if let Some(n) = &o.kube_reserved_cgroup {
         m.insert("kubeReservedCgroup".into(), cgroup(n));
     }
@@ -397,6 +405,8 @@ mod tests {
         let mut o = o;
         o.max_parallel_image_pulls = Some(2);
         o.pod_cidr = Some("10.244.1.0/24".into());
+        o.memory.single_process_oom_kill = Some(true);
+        o.memory.swap_behavior = Some(crate::cm::SwapBehavior::LimitedSwap);
         o.shutdown_grace_period_by_pod_priority = vec![crate::nodeshutdown::PriorityGrace {
             priority: 0,
             seconds: 30,
@@ -443,6 +453,12 @@ mod tests {
             c["shutdownGracePeriodByPodPriority"],
             json!([{"priority": 0, "shutdownGracePeriodSeconds": 30}])
         );
+        assert_eq!(c["singleProcessOOMKill"], true);
+        assert_eq!(c["memorySwap"], json!({"swapBehavior": "LimitedSwap"}));
+        // Unset: `singleProcessOOMKill` left out, `memorySwap` empty (Go's omitempty).
+        let plain = kubelet_configuration(&parse(&[]), "unix:///c.sock");
+        assert!(plain["kubeletconfig"].get("singleProcessOOMKill").is_none());
+        assert_eq!(plain["kubeletconfig"]["memorySwap"], json!({}));
         // The endpoint connected to, not the flag's default.
         assert_eq!(
             c["containerRuntimeEndpoint"],

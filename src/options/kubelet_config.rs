@@ -28,7 +28,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "cpuManagerPolicy",
     "cpuManagerPolicyOptions",
     "cpuManagerReconcilePeriod",
-    "singleProcessOOMKill",
     "memoryManagerPolicy",
     "topologyManagerPolicy",
     "topologyManagerScope",
@@ -603,6 +602,10 @@ mod tests {
             format!("{body}staticPodURL: http://h/p\nstaticPodURLHeader:\n  a: [x, \"y:z\"]\n");
         // Standalone pod addresses (a managed containerd's subnet).
         let body = format!("{body}podCIDR: 10.244.1.0/24\n");
+        // The containers' OOM kill and swap.
+        let body = format!(
+            "{body}singleProcessOOMKill: false\nmemorySwap:\n  swapBehavior: LimitedSwap\n"
+        );
         // The secure port's authentication and authorization.
         let body = format!(
             "{body}authentication:\n  x509:\n    clientCAFile: /ca.crt\n  webhook:\n    enabled: true\n    cacheTTL: 1m\n  anonymous:\n    enabled: false\n\
@@ -638,6 +641,8 @@ mod tests {
                 ("allowedUnsafeSysctls", "net.core.*"),
                 ("staticPodURL", "http://h/p"),
                 ("podCIDR", "10.244.1.0/24"),
+                ("singleProcessOOMKill", "false"),
+                ("memorySwap.swapBehavior", "LimitedSwap"),
                 ("staticPodURLHeader", "a:x,a:y:z"),
                 ("evictionSoft", "memory.available<2Gi"),
                 ("evictionSoftGracePeriod", "memory.available=1m"),
@@ -725,11 +730,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             cfg.unimplemented,
-            [
-                "logging.format",
-                "logging.options.json.infoBufferSize",
-                "memorySwap.swapBehavior",
-            ]
+            ["logging.format", "logging.options.json.infoBufferSize"]
         );
         assert_eq!(
             cfg.unknown,
@@ -749,6 +750,7 @@ mod tests {
                 ("authentication.webhook.enabled", "true"),
                 ("authentication.x509.clientCAFile", "/ca.crt"),
                 ("authorization.mode", "AlwaysAllow"),
+                ("memorySwap.swapBehavior", "LimitedSwap"),
             ]
         );
         let cfg = parse("authentication:\n  x509:\n    clientCAFile: pki/ca.crt\n  anonymous:\n    enabled: 1\n").unwrap();

@@ -55,6 +55,8 @@ pub struct Options {
     pub(crate) runtime_cgroups: Option<String>,
     /// `failSwapOn`: refuse to start while swap is on.
     pub(crate) fail_swap_on: bool,
+    /// `singleProcessOOMKill` and `memorySwap.swapBehavior`, as given (None: unset).
+    pub(crate) memory: crate::cm::MemorySettings,
     pub root_dir: PathBuf,
     pub pod_logs_dir: PathBuf,
     /// The node name: `--hostname-override`, else the host name, lower-cased.
@@ -257,6 +259,7 @@ impl Options {
         crate::cm::CmSettings {
             fail_cgroup_v1: self.fail_cgroup_v1,
             fail_swap_on: self.fail_swap_on,
+            memory: self.memory,
             protect_kernel_defaults: self.protect_kernel_defaults,
             cgroup_driver: self.cgroup_driver,
             cgroup_driver_explicit: self.cgroup_driver_explicit,
@@ -287,6 +290,7 @@ impl Options {
             managed_cni_bridge: String::new(),
             runtime_cgroups: None,
             fail_swap_on: true,
+            memory: crate::cm::MemorySettings::default(),
             root_dir: PathBuf::new(),
             pod_logs_dir: PathBuf::new(),
             node_name: String::new(),
@@ -961,6 +965,34 @@ mod tests {
             load(["oxlet", "--version"]),
             Err(ConfigError::Help(_))
         ));
+    }
+
+    #[test]
+    fn single_process_oom_kill_and_swap_behavior_come_from_the_file_only() {
+        use crate::cm::SwapBehavior;
+        let o = ok(&[]);
+        assert_eq!(o.memory, crate::cm::MemorySettings::default());
+        let f = config("singleProcessOOMKill: false\nmemorySwap:\n  swapBehavior: LimitedSwap\n");
+        let o = ok(&[&config_flag(&f)]);
+        assert_eq!(o.memory.single_process_oom_kill, Some(false));
+        assert_eq!(o.memory.swap_behavior, Some(SwapBehavior::LimitedSwap));
+        assert!(o.unimplemented.is_empty(), "{:?}", o.unimplemented);
+        assert_eq!(o.cm_settings().memory, o.memory);
+        // kind writes `memorySwap: {}`, and "" is NoSwap's unset spelling.
+        for body in ["memorySwap: {}\n", "memorySwap:\n  swapBehavior: \"\"\n"] {
+            let f = config(body);
+            assert_eq!(ok(&[&config_flag(&f)]).memory.swap_behavior, None);
+        }
+        let f = config("memorySwap:\n  swapBehavior: UnlimitedSwap\n");
+        assert_eq!(
+            one_problem(&[&config_flag(&f)]),
+            format!(
+                "{}: field memorySwap.swapBehavior: invalid value \"UnlimitedSwap\": must be one of: \"\", \"LimitedSwap\" or \"NoSwap\"",
+                f.path().display()
+            )
+        );
+        // Config fields only, as in kubelet.
+        assert!(one_problem(&["--single-process-oom-kill=true"]).starts_with("unknown flag"));
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 
 use super::summary::{
     ContainerStats, CpuStats, FsStats, InterfaceStats, IoStats, MemoryStats, NetworkStats,
-    NodeStats, PodReference, PodStats, PsiData, PsiStats, RlimitStats, RuntimeStats, Summary, Time,
-    VolumeStats,
+    NodeStats, PodReference, PodStats, PsiData, PsiStats, RlimitStats, RuntimeStats, Summary,
+    SwapStats, Time, VolumeStats,
 };
 use super::volumes::{PodUsage, Usage, VolumeUsage};
 use crate::contracts::{
@@ -37,6 +37,7 @@ pub(crate) fn build_summary(
         start_time: Time::from_system(n.started_at),
         cpu: cpu(&n.cgroup),
         memory: memory(&n.cgroup, Some(n.memory_capacity_bytes)),
+        swap: swap(&n.cgroup),
         io: io(&n.cgroup),
         fs: n.fs.as_ref().map(fs),
         network: n.network.as_ref().map(network),
@@ -49,7 +50,6 @@ pub(crate) fn build_summary(
             maxpid: n.max_pid.and_then(|v| i64::try_from(v).ok()),
             curproc: n.processes.and_then(|v| i64::try_from(v).ok()),
         }),
-        ..NodeStats::default()
     };
     let pods = snap
         .pods
@@ -64,6 +64,7 @@ pub(crate) fn build_summary(
                     start_time: Time::from_system(c.created_at),
                     cpu: cpu(&c.cgroup),
                     memory: memory(&c.cgroup, None),
+                    swap: swap(&c.cgroup),
                     rootfs: c.rootfs.as_ref().map(fs),
                     logs: measured
                         .as_ref()
@@ -111,6 +112,7 @@ pub(crate) fn build_summary(
                 start_time: Time::from_system(p.started_at),
                 cpu: pod_cpu,
                 memory: pod_memory,
+                swap: pod_swap(p.cgroup.as_ref(), &containers),
                 io: p.cgroup.as_ref().and_then(io),
                 containers: Some(containers),
                 volume,
@@ -130,6 +132,7 @@ fn system_container(n: &NodeReading, c: &SystemContainerReading) -> ContainerSta
         start_time: Time::from_system(c.created_at.unwrap_or(n.started_at)),
         cpu: cpu(&c.cgroup),
         memory: memory(&c.cgroup, None),
+        swap: swap(&c.cgroup),
         ..ContainerStats::default()
     }
 }
@@ -246,6 +249,31 @@ fn memory(cg: &CgroupReading, capacity: Option<u64>) -> Option<MemoryStats> {
         page_faults: Some(m.page_faults),
         major_page_faults: Some(m.major_page_faults),
         psi: psi(cg.pressure.memory.as_ref()),
+    })
+}
+
+/// kubelet's `cadvisorInfoToSwapStats`: the swap in use, and what is left of a
+/// limit when there is one (the node's: SwapTotal).
+fn swap(cg: &CgroupReading) -> Option<SwapStats> {
+    let m = cg.memory?;
+    let usage = m.swap_usage_bytes?;
+    Some(SwapStats {
+        time: Time::from_system(cg.time),
+        swap_available_bytes: m.swap_limit_bytes.map(|l| l.saturating_sub(usage)),
+        swap_usage_bytes: Some(usage),
+    })
+}
+
+/// The pod cgroup's swap, or the sum of its containers' (kubelet's `addSwapStats`).
+fn pod_swap(cg: Option<&CgroupReading>, containers: &[ContainerStats]) -> Option<SwapStats> {
+    if let Some(s) = cg.and_then(swap) {
+        return Some(s);
+    }
+    let swaps: Vec<&SwapStats> = containers.iter().filter_map(|c| c.swap.as_ref()).collect();
+    (!swaps.is_empty()).then(|| SwapStats {
+        time: swaps.iter().map(|s| s.time).max().unwrap_or_default(),
+        swap_available_bytes: Some(swaps.iter().filter_map(|s| s.swap_available_bytes).sum()),
+        swap_usage_bytes: Some(swaps.iter().filter_map(|s| s.swap_usage_bytes).sum()),
     })
 }
 
@@ -399,6 +427,8 @@ pub(super) mod tests {
                 page_faults: 7,
                 major_page_faults: 1,
                 limit_bytes: None,
+                swap_usage_bytes: None,
+                swap_limit_bytes: None,
             }),
             pids: Some(3),
             pressure: Pressure::default(),
@@ -415,6 +445,13 @@ pub(super) mod tests {
             inodes_free: Some(40),
             inodes_used: Some(10),
         }
+    }
+
+    /// `cg` with swap in use, and a swap limit.
+    fn swapping(mut r: CgroupReading, usage: u64, limit: Option<u64>) -> CgroupReading {
+        let m = r.memory.as_mut().unwrap();
+        (m.swap_usage_bytes, m.swap_limit_bytes) = (Some(usage), limit);
+        r
     }
 
     /// A node with one pod of two containers.
@@ -538,7 +575,9 @@ pub(super) mod tests {
         );
         assert_eq!(net["interfaces"].as_array().unwrap().len(), 2);
         assert_eq!(net["interfaces"][0]["name"], "cni0");
-        assert!(node.get("io").is_none() && node.get("swap").is_none());
+        assert!(node.get("io").is_none());
+        // No swap accounting read: no swap stats.
+        assert!(node.get("swap").is_none() && v["pods"][0].get("swap").is_none());
         let pod = &v["pods"][0];
         assert_eq!(
             pod["podRef"],
@@ -596,6 +635,51 @@ pub(super) mod tests {
         assert_eq!(e.used_bytes, Some(40 + 8192 + (2 << 20) + 4096));
         assert_eq!(e.inodes_used, Some(10 + 2 + 2 + 1));
         assert_eq!(e.time, Time::from_system(at(1_700_000_020)));
+    }
+
+    #[test]
+    fn swap_is_the_usage_and_whats_left_of_a_limit() {
+        let mut snap = snapshot();
+        // The node: SwapTotal 1000, SwapTotal − SwapFree 100 in use.
+        snap.node.cgroup = swapping(snap.node.cgroup, 100, Some(1_000));
+        let pod = &mut snap.pods[0];
+        // memory.swap.max 0 (NoSwap), and `max` (no limit).
+        pod.containers[0].cgroup = swapping(pod.containers[0].cgroup.clone(), 0, Some(0));
+        pod.containers[1].cgroup = swapping(pod.containers[1].cgroup.clone(), 7, None);
+        pod.cgroup = Some(swapping(pod.cgroup.clone().unwrap(), 12, None));
+        let v = serde_json::to_value(build_summary(&snap, &VolumeUsage::default(), false)).unwrap();
+        let node = &v["node"]["swap"];
+        assert_eq!(node["time"], "2023-11-14T22:13:21Z");
+        assert_eq!(
+            (&node["swapUsageBytes"], &node["swapAvailableBytes"]),
+            (&100.into(), &900.into())
+        );
+        let pod = &v["pods"][0];
+        assert_eq!(
+            pod["swap"],
+            serde_json::json!({"time": "2023-11-14T22:13:22Z", "swapUsageBytes": 12})
+        );
+        let c = &pod["containers"];
+        assert_eq!(
+            (
+                &c[0]["swap"]["swapUsageBytes"],
+                &c[0]["swap"]["swapAvailableBytes"]
+            ),
+            (&0.into(), &0.into())
+        );
+        assert!(c[1]["swap"].get("swapAvailableBytes").is_none(), "no limit");
+        // Without the pod cgroup's reading, the containers' sum.
+        snap.pods[0].cgroup = None;
+        let s = build_summary(&snap, &VolumeUsage::default(), false);
+        let sum = s.pods[0].swap.as_ref().unwrap();
+        assert_eq!(
+            (sum.swap_usage_bytes, sum.swap_available_bytes),
+            (Some(7), Some(0))
+        );
+        assert_eq!(sum.time, Time::from_system(at(1_700_000_004)));
+        // The CPU-and-memory shape has none.
+        let v = serde_json::to_value(build_summary(&snap, &VolumeUsage::default(), true)).unwrap();
+        assert!(v["node"].get("swap").is_none());
     }
 
     #[test]

@@ -320,3 +320,59 @@ pub fn wait_running(vm: &Vm, name: &str) -> (String, String) {
         )
     })
 }
+
+/// The cgroup of pod `uid` as kubelet's systemd driver names it below kind's
+/// kubepods: `qos` is `guaranteed`, `burstable` or `besteffort`.
+pub fn pod_slice(qos: &str, uid: &str) -> String {
+    let uid = uid.replace('-', "_");
+    match qos {
+        "guaranteed" => format!("/sys/fs/cgroup/{KUBEPODS}/kubelet-kubepods-pod{uid}.slice"),
+        q => format!(
+            "/sys/fs/cgroup/{KUBEPODS}/kubelet-kubepods-{q}.slice/kubelet-kubepods-{q}-pod{uid}.slice"
+        ),
+    }
+}
+
+/// `files` of a container's scope below `slice` (`cri-containerd-<id>.scope`) while a
+/// process named `comm` runs in it (so not the sandbox's `pause`, nor runc's init, which
+/// sets the limits before it execs the command), caught by a tight loop in the guest:
+/// a container that is OOM-killed lives for a second. `<scope> file=value ...`, or None
+/// after `limit_secs`.
+pub fn running_container_files(
+    vm: &Vm,
+    slice: &str,
+    comm: &str,
+    files: &[&str],
+    limit_secs: u64,
+) -> Option<String> {
+    let files = files.join(" ");
+    let script = format!(
+        r#"end=$(( $(date +%s) + {limit_secs} ))
+while [ "$(date +%s)" -lt "$end" ]; do
+  for d in {slice}/cri-containerd-*.scope; do
+    [ -d "$d" ] || continue
+    found=0
+    for p in $(cat "$d/cgroup.procs" 2>/dev/null); do
+      [ "$(cat /proc/$p/comm 2>/dev/null)" = '{comm}' ] && found=1
+    done
+    [ "$found" = 1 ] || continue
+    out=${{d##*/}}; ok=1
+    for f in {files}; do v=$(cat "$d/$f" 2>/dev/null) || ok=0; out="$out $f=$v"; done
+    [ "$ok" = 1 ] && {{ echo "$out"; exit 0; }}
+  done
+  sleep 0.05
+done
+exit 1"#
+    );
+    let out = vm.ssh_with_timeout(&script, Duration::from_secs(limit_secs + 60));
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// A `key value` line's value in a cgroup file such as `memory.events`.
+pub fn events_field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse().ok())
+}

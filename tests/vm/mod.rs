@@ -240,6 +240,13 @@ impl Vm {
 
     /// The ssh command line for `cmd` (run by the guest's shell as root).
     fn ssh_command(&self, cmd: &str) -> Command {
+        let mut c = self.ssh_to_guest(&[]);
+        c.args(["--", cmd]);
+        c
+    }
+
+    /// ssh to the guest with the harness's options, then `extra`, then the destination.
+    fn ssh_to_guest(&self, extra: &[&str]) -> Command {
         let mut c = Command::new("ssh");
         c.arg("-i")
             .arg(&self.key)
@@ -260,11 +267,24 @@ impl Vm {
                 "LogLevel=ERROR",
                 "-o",
                 "ServerAliveInterval=15",
-                "root@127.0.0.1",
-                "--",
-                cmd,
-            ]);
+            ])
+            .args(extra)
+            .arg("root@127.0.0.1");
         c
+    }
+
+    /// The guest's `127.0.0.1:<port>` forwarded to the host's (an ssh remote forward:
+    /// the guest reaches nothing else), for as long as the returned value lives.
+    pub fn forward_to_host(&self, port: u16) -> RemoteForward {
+        let spec = format!("127.0.0.1:{port}:127.0.0.1:{port}");
+        let child = self
+            .ssh_to_guest(&["-N", "-o", "ExitOnForwardFailure=yes", "-R", &spec])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run ssh: {e} (install openssh-client)"));
+        RemoteForward(child)
     }
 
     /// Runs `cmd` in the guest with the default limit (180 s).
@@ -370,6 +390,16 @@ impl Vm {
         let tail = self.console_tail(40);
         drop(self);
         panic!("the guest did not power off within {limit:?}; console:\n{tail}");
+    }
+}
+
+/// An ssh remote forward into the guest ([`Vm::forward_to_host`]); dropping it ends it.
+pub struct RemoteForward(Child);
+
+impl Drop for RemoteForward {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

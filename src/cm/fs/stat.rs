@@ -153,6 +153,8 @@ pub(super) fn memory_from_stat(usage: u64, stat: &str, v1: bool) -> MemoryReadin
         page_faults: pgfault,
         major_page_faults: pgmajfault,
         limit_bytes: None,
+        swap_usage_bytes: None,
+        swap_limit_bytes: None,
     }
 }
 
@@ -235,8 +237,10 @@ impl CgroupTree {
             [
                 "cpu.stat",
                 "memory.current",
+                "memory.swap.current",
                 "memory.stat",
                 "memory.max",
+                "memory.swap.max",
                 "pids.current",
             ]
             .iter()

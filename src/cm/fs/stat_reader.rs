@@ -37,8 +37,13 @@ enum Part {
     /// `cpu.stat`: throttling (v1, v2) and usage (v2; it stands for the cgroup there).
     CpuStat,
     MemoryUsage,
+    /// v2 `memory.swap.current`, read with the usage (before the stat, so a
+    /// reading kept for reuse has it).
+    SwapUsage,
     MemoryStat,
     MemoryLimit,
+    /// v2 `memory.swap.max`, reused like the memory limit.
+    SwapLimit,
     Pids,
 }
 
@@ -51,11 +56,13 @@ const V1_FILES: [(Part, &str, &str); 6] = [
     (Part::MemoryLimit, "memory", "memory.limit_in_bytes"),
     (Part::Pids, "pids", "pids.current"),
 ];
-const V2_FILES: [(Part, &str, &str); 5] = [
+const V2_FILES: [(Part, &str, &str); 7] = [
     (Part::CpuStat, "", "cpu.stat"),
     (Part::MemoryUsage, "", "memory.current"),
+    (Part::SwapUsage, "", "memory.swap.current"),
     (Part::MemoryStat, "", "memory.stat"),
     (Part::MemoryLimit, "", "memory.max"),
+    (Part::SwapLimit, "", "memory.swap.max"),
     (Part::Pids, "", "pids.current"),
 ];
 
@@ -67,6 +74,8 @@ struct OpenCgroup {
     /// The memory limit file's number as last read (`None` inside: no number), and
     /// the round it was read in.
     limit: Option<(Option<u64>, u64)>,
+    /// The same of the swap limit file.
+    swap_limit: Option<(Option<u64>, u64)>,
     /// v1: whether the cgroup has a CFS quota (`cpu.cfs_quota_us` ≥ 0), and the round
     /// that was read in; without one its `cpu.stat` counters cannot move.
     quota: Option<(bool, u64)>,
@@ -265,6 +274,7 @@ impl StatReader {
                     files,
                     round: 0,
                     limit: None,
+                    swap_limit: None,
                     quota: None,
                     quota_file: None,
                     throttling: None,
@@ -354,6 +364,17 @@ impl StatReader {
         quota
     }
 
+    /// A kept cgroup's memory or swap limit as last read, while within [`LIMIT_ROUNDS`].
+    fn kept_limit(&self, part: Part, c: &OpenCgroup) -> Option<Option<u64>> {
+        let kept = match part {
+            Part::MemoryLimit => c.limit,
+            Part::SwapLimit => c.swap_limit,
+            _ => None,
+        };
+        let (limit, at) = kept?;
+        (self.round.saturating_sub(at) < LIMIT_ROUNDS).then_some(limit)
+    }
+
     /// Whether `part` of a kept cgroup is reused from an earlier round rather than
     /// read (the usage file and `pids.current`, within [`StatReader::detail_rounds`]);
     /// if so, the reused value is put in `reading`.
@@ -367,6 +388,8 @@ impl StatReader {
                 }
                 _ => false,
             },
+            // The reused memory reading holds its swap usage.
+            (Part::SwapUsage, Some(_)) => reading.reused_memory.is_some(),
             (Part::Pids, Some(c)) => match c.pids {
                 Some((pids, at)) if fresh(at) => {
                     reading.pids = pids;
@@ -402,12 +425,13 @@ impl StatReader {
             if self.reused(*part, open.as_deref(), reading) {
                 continue;
             }
-            if *part == Part::MemoryLimit
-                && let Some(c) = open.as_deref()
-                && let Some((limit, at)) = c.limit
-                && self.round.saturating_sub(at) < LIMIT_ROUNDS
+            if let Some(c) = open.as_deref()
+                && let Some(limit) = self.kept_limit(*part, c)
             {
-                reading.memory_limit = limit;
+                match part {
+                    Part::SwapLimit => reading.swap_limit = limit,
+                    _ => reading.memory_limit = limit,
+                }
                 continue;
             }
             // v1 `cpu.stat` holds only the throttling counters, which stand still
@@ -443,6 +467,7 @@ impl StatReader {
             if let Some(c) = open.as_deref_mut() {
                 match part {
                     Part::MemoryLimit => c.limit = Some((reading.memory_limit, self.round)),
+                    Part::SwapLimit => c.swap_limit = Some((reading.swap_limit, self.round)),
                     Part::CpuStat => c.throttling = Some(reading.throttling),
                     Part::MemoryStat if reading.memory_usage.is_some() => {
                         c.memory = reading.memory.map(|m| (m, self.round));
@@ -467,6 +492,8 @@ struct Reading {
     reused_memory: Option<MemoryReading>,
     memory: Option<MemoryReading>,
     memory_limit: Option<u64>,
+    swap_usage: Option<u64>,
+    swap_limit: Option<u64>,
     pids: Option<u64>,
 }
 
@@ -491,10 +518,14 @@ impl Reading {
                 self.throttling = content.and_then(|s| throttling(s, v1));
             }
             Part::MemoryUsage => self.memory_usage = number(content),
+            Part::SwapUsage => self.swap_usage = number(content),
             // The limit comes after the stat: the reading is finished at the end.
             Part::MemoryStat => {
                 self.memory = match (self.memory_usage, self.reused_memory) {
-                    (Some(usage), _) => content.map(|stat| memory_from_stat(usage, stat, v1)),
+                    (Some(usage), _) => content.map(|stat| MemoryReading {
+                        swap_usage_bytes: self.swap_usage,
+                        ..memory_from_stat(usage, stat, v1)
+                    }),
                     (None, Some(earlier)) => content.map(|stat| {
                         let (without, with) = cache_split_from_stat(stat, v1);
                         MemoryReading {
@@ -507,12 +538,14 @@ impl Reading {
                 };
             }
             Part::MemoryLimit => self.memory_limit = number(content),
+            // `max` is no number: no limit.
+            Part::SwapLimit => self.swap_limit = number(content),
             Part::Pids => self.pids = number(content),
         }
     }
 
     fn finish(self, time: SystemTime) -> CgroupReading {
-        let limit = self.memory_limit;
+        let (limit, swap_limit) = (self.memory_limit, self.swap_limit);
         CgroupReading {
             time,
             cpu: self.cpu_usage.map(|usage| CpuReading {
@@ -522,6 +555,7 @@ impl Reading {
             }),
             memory: self.memory.map(|mut m| {
                 m.limit_bytes = limit.filter(|l| *l < UNLIMITED_MEMORY);
+                m.swap_limit_bytes = swap_limit.filter(|l| *l < UNLIMITED_MEMORY);
                 m
             }),
             pids: self.pids,

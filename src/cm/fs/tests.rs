@@ -698,7 +698,16 @@ fn v2_stats_read_cpu_stat_memory_pids_and_pressure() {
         tree.stats(POD).unwrap().memory.unwrap().limit_bytes,
         Some(1 << 20)
     );
-    assert_eq!(tree.stat_files(POD).len(), 5);
+    // No swap files (no swap accounting): no swap reading.
+    assert_eq!(m.swap_usage_bytes, None);
+    write(pod.join("memory.swap.current"), "8192\n");
+    write(pod.join("memory.swap.max"), "max\n");
+    let m = tree.stats(POD).unwrap().memory.unwrap();
+    assert_eq!((m.swap_usage_bytes, m.swap_limit_bytes), (Some(8192), None));
+    write(pod.join("memory.swap.max"), "0\n");
+    let m = tree.stats(POD).unwrap().memory.unwrap();
+    assert_eq!(m.swap_limit_bytes, Some(0));
+    assert_eq!(tree.stat_files(POD).len(), 7);
 }
 
 #[test]
@@ -764,6 +773,37 @@ fn a_reader_reusing_details_reads_koordlets_memory_each_round_and_kubelets_every
     every.end_round();
     let m = every.stats(POD, true).unwrap().memory.unwrap();
     assert_eq!(m.working_set_bytes, 5_500_000);
+}
+
+#[test]
+fn a_reader_reusing_details_reuses_swap_with_the_usage_and_its_limit_with_the_memory_limit() {
+    let (dir, tree) = v2_tree("cpu memory pids");
+    tree.create(POD, &limits()).unwrap();
+    let pod = dir.path().join(POD);
+    write(pod.join("cpu.stat"), "usage_usec 1\n");
+    write(pod.join("memory.current"), "5000000\n");
+    write(pod.join("memory.stat"), "anon 1000\n");
+    write(pod.join("memory.swap.current"), "4096\n");
+    write(pod.join("memory.swap.max"), "0\n");
+    let mut reader = super::StatReader::with_limit(tree.clone(), 1 << 20).reusing_details();
+    let m = reader.stats(POD, false).unwrap().memory.unwrap();
+    assert_eq!(
+        (m.swap_usage_bytes, m.swap_limit_bytes),
+        (Some(4096), Some(0))
+    );
+    write(pod.join("memory.swap.current"), "8192\n");
+    write(pod.join("memory.swap.max"), "max\n");
+    for _ in 1..10 {
+        reader.end_round();
+        let m = reader.stats(POD, false).unwrap().memory.unwrap();
+        assert_eq!(
+            (m.swap_usage_bytes, m.swap_limit_bytes),
+            (Some(4096), Some(0))
+        );
+    }
+    reader.end_round();
+    let m = reader.stats(POD, false).unwrap().memory.unwrap();
+    assert_eq!((m.swap_usage_bytes, m.swap_limit_bytes), (Some(8192), None));
 }
 
 #[test]

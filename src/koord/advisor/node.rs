@@ -1,6 +1,6 @@
 //! The node collectors: `noderesource` (koordlet, every second: CPU from `/proc/stat`
 //! jiffies, memory MemTotal − MemAvailable; plus the root cgroup for kubelet's node
-//! working set, the `pods` system container and the running processes; the network
+//! working set and swap, the `pods` system container and the running processes; the network
 //! counters every [`NETWORK_INTERVAL`]) and `nodeinfo` (every minute: boot time,
 //! memory size, pid_max).
 
@@ -214,6 +214,9 @@ impl Collector for NodeCollector {
                 }
                 if let Some(m) = r.memory.as_mut() {
                     m.limit_bytes = meminfo.map(|m| m.total);
+                    // cAdvisor's root: swap used from meminfo, SwapTotal its limit.
+                    m.swap_usage_bytes = meminfo.map(|m| m.swap_used());
+                    m.swap_limit_bytes = meminfo.map(|m| m.swap_total);
                 }
                 if r.cpu.is_none() {
                     r.cpu = Some(CpuReading::default());

@@ -89,12 +89,20 @@ pub(crate) struct MemInfo {
     pub free: u64,
     pub available: u64,
     pub inactive_file: u64,
+    /// `SwapTotal` and `SwapFree` (0 without swap).
+    pub swap_total: u64,
+    pub swap_free: u64,
 }
 
 impl MemInfo {
     /// koordlet's node memory usage: MemTotal − MemAvailable.
     pub(crate) fn used(&self) -> u64 {
         self.total.saturating_sub(self.available)
+    }
+
+    /// Swap in use, as runc reads the root cgroup's: SwapTotal − SwapFree.
+    pub(crate) fn swap_used(&self) -> u64 {
+        self.swap_total.saturating_sub(self.swap_free)
     }
 }
 
@@ -119,6 +127,8 @@ pub(crate) fn parse_meminfo(text: &str) -> Option<MemInfo> {
             "MemFree" => m.free = bytes,
             "MemAvailable" => (m.available, available) = (bytes, true),
             "Inactive(file)" => m.inactive_file = bytes,
+            "SwapTotal" => m.swap_total = bytes,
+            "SwapFree" => m.swap_free = bytes,
             _ => {}
         }
     }

@@ -59,9 +59,12 @@ fn node_cpu_cores_from_two_readings() {
 #[test]
 fn meminfo_usage_and_the_v2_root_fallback() {
     let text = "MemTotal:        8000000 kB\nMemFree:         1000000 kB\n\
-                MemAvailable:    5000000 kB\nBuffers: 10 kB\nInactive(file):   500000 kB\n";
+                MemAvailable:    5000000 kB\nBuffers: 10 kB\nInactive(file):   500000 kB\n\
+                SwapTotal:       2000000 kB\nSwapFree:        1500000 kB\n";
     let m = parse_meminfo(text).unwrap();
     assert_eq!(m.total, 8_000_000 * 1024);
+    assert_eq!(m.swap_total, 2_000_000 * 1024);
+    assert_eq!(m.swap_used(), 500_000 * 1024, "SwapTotal − SwapFree");
     assert_eq!(m.used(), 3_000_000 * 1024, "MemTotal − MemAvailable");
     let node = memory_from_meminfo(&m);
     assert_eq!(node.usage_bytes, 7_000_000 * 1024);

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, NodeAddress, NodeDaemonEndpoints, NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, NodeAddress, NodeDaemonEndpoints, NodeSwapStatus,
+    NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -78,6 +79,7 @@ pub(crate) fn resources(r: &NodeResources) -> BTreeMap<String, Quantity> {
 }
 
 /// `nodeInfo`; `runtime` is the CRI `Version` answer (`<runtime>://<version>`).
+/// `swap.capacity` only on a node with swap, as kubelet (NodeSwap) reports it.
 pub(crate) fn node_info(info: &NodeInfo, runtime: &cri::VersionResponse) -> NodeSystemInfo {
     NodeSystemInfo {
         machine_id: info.machine_id.clone(),
@@ -93,6 +95,9 @@ pub(crate) fn node_info(info: &NodeInfo, runtime: &cri::VersionResponse) -> Node
         ),
         kubelet_version: KUBELET_VERSION.into(),
         kube_proxy_version: String::new(),
+        swap: (info.swap_capacity_bytes > 0).then(|| NodeSwapStatus {
+            capacity: i64::try_from(info.swap_capacity_bytes).ok(),
+        }),
         ..Default::default()
     }
 }
@@ -151,6 +156,7 @@ mod tests {
                 pods: 110,
                 ephemeral_storage_bytes: 0,
             },
+            swap_capacity_bytes: 0,
             machine_id: "m1".into(),
             system_uuid: "u1".into(),
             boot_id: "b1".into(),
@@ -225,6 +231,13 @@ mod tests {
             ("linux", "amd64")
         );
         assert_eq!(n.os_image, "Debian GNU/Linux 12 (bookworm)");
+        assert_eq!(n.swap, None, "no swap on the node: no nodeInfo.swap");
+        let with_swap = NodeInfo {
+            swap_capacity_bytes: 2 << 30,
+            ..info()
+        };
+        let swap = node_info(&with_swap, &v).swap.unwrap();
+        assert_eq!(swap.capacity, Some(2 << 30));
         assert_eq!(
             daemon_endpoints(10250).kubelet_endpoint.unwrap().port,
             10250

@@ -1,28 +1,9 @@
 use super::*;
-use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use crate::cm::resources::tests::container;
+use k8s_openapi::api::core::v1::PodSpec;
 use serde_json::json;
 
 const GI: u64 = 1 << 30;
-
-fn container(name: &str, reqs: &[(&str, &str)], lims: &[(&str, &str)]) -> Container {
-    let m = |v: &[(&str, &str)]| {
-        (!v.is_empty()).then(|| {
-            v.iter()
-                .map(|(k, q)| (k.to_string(), Quantity(q.to_string())))
-                .collect()
-        })
-    };
-    Container {
-        name: name.into(),
-        resources: Some(ResourceRequirements {
-            requests: m(reqs),
-            limits: m(lims),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
 
 fn pod(containers: Vec<Container>) -> Pod {
     Pod {

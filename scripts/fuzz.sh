@@ -3,9 +3,9 @@
 # builds the targets with libFuzzer's coverage instrumentation on stable Rust
 # (`--sanitizer none`: the sanitizers need nightly), seeds each target's corpus with
 # the repository's manifests and configs and this machine's /proc and cgroup files,
-# and runs each target for SECONDS (default 30), one at a time. Any crash, timeout or
-# memory overrun fails the script, printing the input that did it and the command that
-# replays it.
+# and runs each target for SECONDS (default 30), FUZZ_JOBS at a time (default: one per
+# core). Any crash, timeout or memory overrun fails the script, printing the input that
+# did it and the command that replays it.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      (FUZZ_DEV=1: an unoptimized build)
 #   scripts/fuzz.sh --install     (only the install; scripts/install-test-deps.sh runs it)
@@ -90,16 +90,15 @@ seed() {
     esac
 }
 
-mkdir -p fuzz/corpus fuzz/artifacts
-failed=()
-for t in "${targets[@]}"; do
-    corpus=fuzz/corpus/$t
+# One target for $seconds s: its summary line, and on a crash the input and how to replay
+# it; the exit status is the fuzzer's.
+fuzz_one() {
+    local t=$1 corpus=fuzz/corpus/$1 scratch log rc
     mkdir -p "$corpus" fuzz/artifacts/"$t"
     seed "$t" "$corpus"
     # Each run's files (the parsers that read files read them from here) go with it.
     scratch=$(mktemp -d)
     log=$scratch/libfuzzer.log
-    echo "fuzz.sh: $t for $seconds s"
     # -timeout: an input that takes 10 s is a hang; -rss_limit_mb: memory stays bounded
     # (and one allocation may not take more); -max_len: manifests and configs are small.
     set +e
@@ -108,28 +107,53 @@ for t in "${targets[@]}"; do
         -print_final_stats=1 -close_fd_mask=1 </dev/null >"$log" 2>&1
     rc=$?
     set -e
+    local done_line execs rss cov ft corp artifact
     done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     rss=$(sed -n 's/^stat::peak_rss_mb: *//p' "$log")
     cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$done_line")
     ft=$(sed -nE 's/.* ft: ([0-9]+).*/\1/p' <<<"$done_line")
     corp=$(sed -nE 's/.* corp: ([0-9]+).*/\1/p' <<<"$done_line")
-    echo "fuzz.sh: $t: ${execs:-?} executions, coverage ${cov:-?} edges, ${ft:-?} features, peak RSS ${rss:-?} MiB, corpus ${corp:-?}"
+    echo "fuzz.sh: $t: ${execs:-?} executions in $seconds s, coverage ${cov:-?} edges, ${ft:-?} features, peak RSS ${rss:-?} MiB, corpus ${corp:-?}"
     if [ -n "${FUZZ_STATS:-}" ]; then
         echo "$t ${execs:-?} $seconds ${cov:-?} ${ft:-?} ${rss:-?} ${corp:-?}" >>"$FUZZ_STATS"
     fi
     if [ $rc -ne 0 ]; then
         tail -60 "$log"
         artifact=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "$log" | tail -1)
-        echo "fuzz.sh: $t FAILED (exit $rc); input: ${artifact:-fuzz/artifacts/$t/}" >&2
+        echo "fuzz.sh: $t FAILED (exit $rc); input: ${artifact:-fuzz/artifacts/$t/}"
         if [ -n "$artifact" ]; then
-            echo "fuzz.sh: the input, escaped: $(od -An -c "$artifact" | head -c 2000)" >&2
+            echo "fuzz.sh: the input, escaped: $(od -An -c "$artifact" | head -c 2000)"
         fi
-        echo "fuzz.sh: replay: $bin/$t ${artifact:-fuzz/artifacts/$t/<file>}" >&2
-        failed+=("$t")
+        echo "fuzz.sh: replay: $bin/$t ${artifact:-fuzz/artifacts/$t/<file>}"
     fi
     rm -rf "$scratch"
+    return $rc
+}
+
+# FUZZ_JOBS targets at a time (default: one per core; each fuzzer is one process on one
+# core). Each target's lines are printed when it ends, whole.
+mkdir -p fuzz/corpus fuzz/artifacts
+out=$(mktemp -d)
+parallel=${FUZZ_JOBS:-$(nproc)}
+echo "fuzz.sh: ${#targets[@]} targets for $seconds s each, $parallel at a time"
+for t in "${targets[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do
+        wait -n || true
+    done
+    (
+        rc=0
+        fuzz_one "$t" >"$out/$t.log" 2>&1 || rc=$?
+        cat "$out/$t.log"
+        echo "$rc" >"$out/$t.rc"
+    ) &
 done
+wait
+failed=()
+for t in "${targets[@]}"; do
+    [ "$(cat "$out/$t.rc" 2>/dev/null)" = 0 ] || failed+=("$t")
+done
+rm -rf "$out"
 
 if [ ${#failed[@]} -ne 0 ]; then
     echo "fuzz.sh: crashes in: ${failed[*]}" >&2

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite: test images, the unit tests and the integration tests (against
-# real containerd test beds, the system's containerd 1.6), a build (not a run) of the
-# benchmarks, the docs, then the core of the integration tests on containerd 1.7 and 2.x, a
-# kind-shaped node in a qemu guest (tests/vm_kind_node.rs, tests/vm_node_lifecycle.rs,
-# tests/vm_node_logs.rs, tests/vm_cluster_node.rs, tests/vm_node_swap.rs), and 30 s of
-# fuzzing per parser.
+# The whole test suite: test images, a build (not a run) of the benchmarks, the docs, the
+# unit tests and the integration tests (against real containerd test beds, the system's
+# containerd 1.6) with the core of the integration tests on containerd 1.7 and 2.x as one
+# pool of four lanes (scripts/test-pool.sh), then a kind-shaped node in a qemu guest
+# (tests/vm_kind_node.rs, tests/vm_node_lifecycle.rs, tests/vm_node_logs.rs,
+# tests/vm_cluster_node.rs, tests/vm_node_swap.rs), and 30 s of fuzzing per parser, two
+# parsers at a time.
 # Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,6 @@ bash scripts/vm/build-image.sh >"$vm_image_log" 2>&1 &
 vm_image_pid=$!
 
 bash scripts/build-images.sh target/test-images
-# Two cores: two tests at a time keeps test beds (one containerd each) from starving.
 # The benchmarks are long and not part of the suite, but they must keep building; build
 # them first so the test results are the last thing this prints. The dev profile shares its
 # artifacts with the tests below (an optimized build would cost CI about 8 minutes more and
@@ -36,35 +36,43 @@ if [ -d benches ]; then
 fi
 # The doc comments' links must resolve: a renamed or moved item shows here first.
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
-cargo test --lib --bins --tests -- --test-threads=2
-phase "the suite on 1.6 done"
 
-# The core of the integration suite again on containerd 1.7 and 2.x (fetched by
-# scripts/fetch-runtimes.sh): static pods, adoption after a restart, probes, hooks and grace,
-# exits and reasons, logs and rotation (the secure port's log tests), cgroups, the secure
-# port's streams, an apiserver pod with its volumes, the managed containerd and its config,
-# the image GC keeping the sandbox
-# image (1.6 names it in its Status config, 1.7 and 2.x pin it; 2.x no longer names it), and
-# what differs between the releases (runtime_versions), and pulls from a real registry with
-# and without logins (registry_pulls). The test beds (and every oxlet
-# that manages its own containerd) run the binary OXLET_TEST_CONTAINERD names. The one test
-# left out waits 70 s on oxlet's own back-off doubling, which no runtime changes.
-# container_logs' symlink test is left out: once in about eight runs on 1.7 its crash-looping
-# pod's log link outlived the pod by 30 s (being found; its failure now prints oxlet's log).
+# The host suite, as one pool (scripts/test-pool.sh): the unit and integration tests against
+# real containerd test beds on the system's containerd 1.6, and the core of the integration
+# tests again on containerd 1.7 and 2.x (fetched by scripts/fetch-runtimes.sh): static
+# pods, adoption after a restart, probes, hooks and grace, exits and reasons, logs and
+# rotation (the secure port's log tests), cgroups, the secure port's streams, an apiserver
+# pod with its volumes, the managed containerd and its config, the image GC keeping the
+# sandbox image (1.6 names it in its Status config, 1.7 and 2.x pin it; 2.x no longer
+# names it), what differs between the releases (runtime_versions), and pulls from a real
+# registry with and without logins (registry_pulls). The test beds (and every oxlet that
+# manages its own containerd) run the binary OXLET_TEST_CONTAINERD names. The one test left
+# out there waits 70 s on oxlet's own back-off doubling, which no runtime changes.
+# container_logs' symlink test is left out of the core: once in about eight runs on 1.7 its
+# crash-looping pod's log link outlived the pod by 30 s (being found; its failure now prints
+# oxlet's log).
+# Four at a time: the tests mostly wait (probes, grace periods, back-offs, idle timeouts),
+# so four test beds keep the two cores about as busy as `cargo test` one binary after
+# another kept them with two, in about a third of the time.
 CORE=(static_pods restarts probes hooks_termination exits_images cgroups secure_port
     api_volumes managed_runtime testbed_smoke runtime_versions image_gc registry_pulls)
 runtimes=${OXLET_RUNTIMES:-$PWD/target/runtimes}
+jobs=target/test-pool/jobs.tsv
+mkdir -p target/test-pool
+bash scripts/test-pool.sh list --label containerd-1.6 -- --lib --bins --tests >"$jobs"
 for series in containerd-1.7 containerd-2; do
     bin=$runtimes/$series/bin/containerd
     if [ ! -x "$bin" ]; then
         echo "test.sh: $bin is missing; run scripts/install-test-deps.sh (it fetches it)" >&2
         exit 1
     fi
-    phase "the core suite on $series"
-    echo "test.sh: the core suite on $("$bin" --version | awk '{print $3}') ($bin)"
-    OXLET_TEST_CONTAINERD=$bin cargo test "${CORE[@]/#/--test=}" -- --test-threads=2 \
-        --skip crash_loop_back_off_doubles_from_ten_seconds
+    echo "test.sh: the core suite also on $("$bin" --version | awk '{print $3}') ($bin)"
+    bash scripts/test-pool.sh list --label "$series" --env "OXLET_TEST_CONTAINERD=$bin" \
+        --skip crash_loop_back_off_doubles_from_ten_seconds -- "${CORE[@]/#/--test=}" >>"$jobs"
 done
+phase "the host suite"
+bash scripts/test-pool.sh run -j "${OXLET_TEST_JOBS:-4}" "$jobs"
+phase "the host suite done"
 
 # A kind-shaped node in a qemu guest (systemd as PID 1, cgroup v2, containerd 2.x with
 # SystemdCgroup = true): oxlet as kind's kubelet.service with the systemd cgroup driver.

@@ -80,7 +80,11 @@ async fn exit_and_image_failures_show_kubelets_reasons() {
     // second later: containerd names the reason from its OOM event, which can reach its
     // CRI side after the exit when the killed process is the container's first (then
     // containerd itself, so kubelet too, says `Error`). A second between them makes the
-    // test about oxlet passing the runtime's reason on, not about containerd's race.
+    // test about oxlet passing the runtime's reason on, not about containerd's race. The
+    // child starts its hog two seconds in: on cgroup v1 the shim starts watching the
+    // container's OOM notifications only once the container has started, and under load
+    // (four test beds at once) a hog at once was killed before that, with no OOM event
+    // at all (containerd 2.x's log: the exit, no `TaskOOM`).
     write_manifest(
         m,
         "oom.yaml",
@@ -89,7 +93,7 @@ async fn exit_and_image_failures_show_kubelets_reasons() {
             "Never",
             &format!(
                 "    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    \
-                 command: [\"sh\", \"-c\", \"dd if=/dev/zero of=/dev/null bs=64M count=1; \
+                 command: [\"sh\", \"-c\", \"sleep 2; dd if=/dev/zero of=/dev/null bs=64M count=1; \
                  s=$?; sleep 1; exit $s\"]\n    \
                  resources:\n      limits:\n        memory: 16Mi\n"
             ),
@@ -139,7 +143,25 @@ async fn exit_and_image_failures_show_kubelets_reasons() {
         })
         .await;
     let t = terminated(&oom).unwrap();
-    assert_eq!((t.reason.as_deref(), t.exit_code), (Some("OOMKilled"), 137));
+    let id = t
+        .container_id
+        .as_deref()
+        .unwrap_or("")
+        .trim_start_matches("containerd://");
+    let about = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("default/oom") || (!id.is_empty() && l.contains(id)))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        (t.reason.as_deref(), t.exit_code),
+        (Some("OOMKilled"), 137),
+        "oxlet's lines about the pod:\n{}\ncontainerd's about the container:\n{}",
+        about(&ox.log()),
+        about(&std::fs::read_to_string(&bed.layout().log).unwrap_or_default())
+    );
     assert!(t.started_at.is_some() && t.finished_at.is_some(), "{t:?}");
     assert!(t.finished_at.as_ref().unwrap().0 >= t.started_at.as_ref().unwrap().0);
     assert!(

@@ -15,12 +15,12 @@ mod common;
 
 use std::io::Read as _;
 use std::os::unix::net::UnixStream;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent::*;
 use common::Testbed;
+use common::dbus::Bus;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use zbus::Connection;
@@ -29,71 +29,6 @@ use zbus::message::Type;
 const NODE: &str = "testnode";
 const MESSAGE: &str = "Pod was terminated in response to imminent node shutdown.";
 const START: Duration = Duration::from_secs(40);
-
-/// A private bus: `dbus-daemon` with a system-bus configuration of the test's own (any
-/// local user may own any name), listening on a socket in the test's directory.
-struct Bus {
-    daemon: Child,
-    address: String,
-}
-
-impl Bus {
-    fn start(dir: &std::path::Path) -> Bus {
-        let config = dir.join("system.conf");
-        let socket = dir.join("system_bus_socket");
-        std::fs::write(
-            &config,
-            format!(
-                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow own="*"/>
-    <allow send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_type="method_return"/>
-    <allow send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="signal"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-  </policy>
-</busconfig>
-"#,
-                socket.display()
-            ),
-        )
-        .unwrap();
-        let mut daemon = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", config.display()))
-            .args(["--nofork", "--print-address"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect(
-                "dbus-daemon (Debian's dbus package; scripts/install-test-deps.sh installs it)",
-            );
-        let mut out = daemon.stdout.take().unwrap();
-        let mut address = Vec::new();
-        let mut byte = [0_u8; 1];
-        while out.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
-            address.push(byte[0]);
-        }
-        let address = String::from_utf8(address).unwrap();
-        assert!(address.starts_with("unix:"), "{address:?}");
-        Bus { daemon, address }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
-}
 
 /// What the test's logind saw.
 #[derive(Default)]

@@ -136,21 +136,28 @@ pub(crate) enum SwapDecision {
     Limited(i64),
 }
 
+/// Why a container's share of the swap cannot be computed (kubelet's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SwapShareError {
+    #[error("total node memory is 0")]
+    NoNodeMemory,
+    #[error("container request {request} is larger than total node memory {memory}")]
+    RequestAboveNodeMemory { request: i64, memory: i64 },
+}
+
 /// kubelet's `calcSwapForBurstablePods`: the request's share of the node's memory,
 /// times the node's swap, in float64 as kubelet computes it (so the bytes match).
 pub(crate) fn limited_swap_bytes(
     request: i64,
     node_memory: u64,
     node_swap: u64,
-) -> Result<i64, String> {
+) -> Result<i64, SwapShareError> {
     let memory = i64::try_from(node_memory).unwrap_or(i64::MAX);
     if memory <= 0 {
-        return Err("total node memory is 0".to_string());
+        return Err(SwapShareError::NoNodeMemory);
     }
     if request > memory {
-        return Err(format!(
-            "container request {request} is larger than total node memory {memory}"
-        ));
+        return Err(SwapShareError::RequestAboveNodeMemory { request, memory });
     }
     #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
     let bytes = (request as f64 / memory as f64 * node_swap as f64) as i64;

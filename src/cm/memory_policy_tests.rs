@@ -280,11 +280,11 @@ fn a_request_above_the_nodes_memory_gets_no_swap() {
     );
     assert_eq!(resources(&p, &big).unified["memory.swap.max"], "0");
     assert_eq!(
-        limited_swap_bytes(2 << 30, GI, GI).unwrap_err(),
+        limited_swap_bytes(2 << 30, GI, GI).unwrap_err().to_string(),
         "container request 2147483648 is larger than total node memory 1073741824"
     );
     assert_eq!(
-        limited_swap_bytes(1, 0, GI).unwrap_err(),
+        limited_swap_bytes(1, 0, GI).unwrap_err().to_string(),
         "total node memory is 0"
     );
 }

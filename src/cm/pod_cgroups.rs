@@ -16,12 +16,14 @@ use crate::pod::{pod_ref, pod_uid};
 /// next housekeeping (kubelet's `tryKillingCgroupProcesses` tries 5 times).
 const KILL_ATTEMPTS: usize = 5;
 
-/// Why a pod's cgroup could not be made: the pod does not start this sync.
+/// Why a pod's cgroup could not be made (the pod does not start this sync) or removed
+/// (its worker tries again).
 #[derive(Debug, thiserror::Error)]
-#[error("failed to ensure that the pod {uid} cgroups exist and are correctly applied: {cause}")]
-pub(crate) struct PodCgroupError {
-    pub uid: String,
-    pub cause: PodCgroupCause,
+pub(crate) enum PodCgroupError {
+    #[error("failed to ensure that the pod {uid} cgroups exist and are correctly applied: {cause}")]
+    Ensure { uid: String, cause: PodCgroupCause },
+    #[error("failed to destroy the cgroup of the terminated pod {uid}: {cause}")]
+    Destroy { uid: String, cause: PodCgroupCause },
 }
 
 /// The cause of a [`PodCgroupError`].
@@ -45,48 +47,50 @@ impl ContainerManager {
             .is_ok_and(|(_, _, path)| self.fs.exists(&path))
     }
 
-    /// Creates the pod's cgroup with its limits when it is missing (kubelet's
-    /// `EnsureExists`: an existing one is left as it is), after updating the QoS
-    /// cgroups so the new pod's request counts at once.
-    pub(crate) fn ensure_pod(&self, pod: &Pod) -> Result<(), PodCgroupError> {
+    /// Runs `step` on the pod's cgroup (its UID, QoS class, name and path) when pods get
+    /// cgroups of their own; a failure names the pod, made by `failed`.
+    fn on_pod_cgroup(
+        &self,
+        pod: &Pod,
+        failed: fn(String, PodCgroupCause) -> PodCgroupError,
+        step: impl FnOnce(&str, QosClass, CgroupName, String) -> Result<(), PodCgroupCause>,
+    ) -> Result<(), PodCgroupError> {
         if !self.cfg.cgroups_per_qos {
             return Ok(());
         }
         let uid = pod_uid(pod).to_string();
-        let fail = |cause: PodCgroupCause| PodCgroupError {
-            uid: uid.clone(),
-            cause,
-        };
-        let (class, name, path) = self.pod_path(pod).map_err(|e| fail(e.into()))?;
-        let limits =
-            resources::pod_resource_config(pod, self.cfg.pod).map_err(|e| fail(e.into()))?;
-        let cpu_request_milli = resources::pod_requests(pod)
-            .map_err(|e| fail(e.into()))?
-            .cpu_milli
-            .unwrap_or(0);
-        let fresh = self
-            .tracked()
-            .insert(
-                uid.clone(),
-                TrackedPod {
-                    class,
-                    cpu_request_milli,
-                    name: name.clone(),
-                },
-            )
-            .is_none();
-        if self.fs.exists(&path) {
-            if fresh {
-                // Adopted after a restart: the shares now count it again.
-                self.update_qos();
+        self.pod_path(pod)
+            .map_err(PodCgroupCause::from)
+            .and_then(|(class, name, path)| step(&uid, class, name, path))
+            .map_err(|cause| failed(uid, cause))
+    }
+
+    /// Creates the pod's cgroup with its limits when it is missing (kubelet's
+    /// `EnsureExists`: an existing one is left as it is), after updating the QoS
+    /// cgroups so the new pod's request counts at once.
+    pub(crate) fn ensure_pod(&self, pod: &Pod) -> Result<(), PodCgroupError> {
+        let failed = |uid, cause| PodCgroupError::Ensure { uid, cause };
+        self.on_pod_cgroup(pod, failed, |uid, class, name, path| {
+            let limits = resources::pod_resource_config(pod, self.cfg.pod)?;
+            let cpu_request_milli = resources::pod_requests(pod)?.cpu_milli.unwrap_or(0);
+            let tracked = TrackedPod {
+                class,
+                cpu_request_milli,
+                name,
+            };
+            let fresh = self.tracked().insert(uid.to_string(), tracked).is_none();
+            if self.fs.exists(&path) {
+                if fresh {
+                    // Adopted after a restart: the shares now count it again.
+                    self.update_qos();
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        self.update_qos();
-        crate::metrics::cgroup_op("create", || self.fs.create(&path, &limits))
-            .map_err(|e| fail(e.into()))?;
-        info!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, qos = class.as_str(), cpuShares = limits.cpu_shares, cpuQuota = limits.cpu_quota, cpuPeriod = limits.cpu_period, memoryLimit = limits.memory_limit, pidsLimit = limits.pids_limit, "created pod cgroup");
-        Ok(())
+            self.update_qos();
+            crate::metrics::cgroup_op("create", || self.fs.create(&path, &limits))?;
+            info!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, qos = class.as_str(), cpuShares = limits.cpu_shares, cpuQuota = limits.cpu_quota, cpuPeriod = limits.cpu_period, memoryLimit = limits.memory_limit, pidsLimit = limits.pids_limit, "created pod cgroup");
+            Ok(())
+        })
     }
 
     /// Destroys a terminated pod's cgroup (kubelet's `SyncTerminatedPod`): what is
@@ -94,23 +98,17 @@ impl ContainerManager {
     /// the pod's final delete in the apiserver comes after its cgroup is gone.
     /// Housekeeping's orphan cleanup stays for the pods oxlet forgot.
     pub(crate) fn destroy_pod(&self, pod: &Pod) -> Result<(), PodCgroupError> {
-        if !self.cfg.cgroups_per_qos {
-            return Ok(());
-        }
-        let uid = pod_uid(pod).to_string();
-        let fail = |cause: PodCgroupCause| PodCgroupError {
-            uid: uid.clone(),
-            cause,
-        };
-        let (_, _, path) = self.pod_path(pod).map_err(|e| fail(e.into()))?;
-        if self.fs.exists(&path) {
-            self.destroy(&path).map_err(|e| fail(e.into()))?;
-            debug!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, "pod termination removed its cgroup");
-        }
-        if self.tracked().remove(&uid).is_some() {
-            self.update_qos();
-        }
-        Ok(())
+        let failed = |uid, cause| PodCgroupError::Destroy { uid, cause };
+        self.on_pod_cgroup(pod, failed, |uid, _, _, path| {
+            if self.fs.exists(&path) {
+                self.destroy(&path)?;
+                debug!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, "pod termination removed its cgroup");
+            }
+            if self.tracked().remove(uid).is_some() {
+                self.update_qos();
+            }
+            Ok(())
+        })
     }
 
     /// The pod cgroups below the QoS cgroups now, by pod UID.

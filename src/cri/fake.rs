@@ -467,6 +467,16 @@ impl FakeRuntime {
         }
     }
 
+    /// The runtime's OOM event for a container that already exited with 137: its reason
+    /// becomes OOMKilled (containerd 2.x may publish `TaskOOM` after `TaskExit`).
+    pub(crate) fn late_oom_event(&self, id: &str) {
+        if let Some(c) = self.lock().containers.get_mut(id)
+            && c.state == State::Exited
+        {
+            c.reason = TerminatedReason::OomKilled.as_str().to_string();
+        }
+    }
+
     /// What `ExecSync` in this container returns (default: exit 0, no output).
     pub(crate) fn set_exec_result(&self, id: &str, result: Result<ExecOutput, tonic::Code>) {
         self.lock().exec.insert(id.to_string(), result);

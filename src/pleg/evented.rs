@@ -25,6 +25,11 @@
 //! - kubelet gives up on the stream after 5 failed attempts and relists every second from
 //!   then on; oxlet relists every second only while the stream is down, and resubscribes
 //!   with back-off (1 s doubling to 30 s).
+//! - a container that stopped with exit 137 and no OOM reason is read once more
+//!   [`OOM_EVENT_GRACE`] later, and its worker woken again when it turned `OOMKilled`:
+//!   containerd 2.x may send its OOM event just after the exit. The second read is a
+//!   timer of the loop, not a wait inside it: a loop held back would hand the workers a
+//!   view older than what they did since (a sandbox they stopped still ready).
 
 use std::time::Duration;
 
@@ -37,7 +42,9 @@ use tracing::{debug, info, warn};
 
 use super::{EventKind, GenericPleg, PodLifecycleEvent, RELIST_PERIOD};
 use crate::cri::{ContainerEvents, CriError};
-use crate::kuberuntime::{ContainerState, EventPod, RuntimeReader};
+use crate::kuberuntime::{
+    ContainerState, EventPod, OOM_EVENT_GRACE, RuntimeReader, awaits_oom_event,
+};
 
 /// kubelet's `eventedPlegRelistPeriod`: the full relist beside the event stream.
 pub(crate) const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(300);
@@ -187,6 +194,8 @@ pub(crate) struct EventedPleg {
     generic: GenericPleg,
     stream: Stream,
     backoff: Duration,
+    /// Stopped containers to read again for a late OOM event: pod, container, when.
+    late_oom: Vec<(EventPod, String, Instant)>,
 }
 
 impl EventedPleg {
@@ -195,6 +204,7 @@ impl EventedPleg {
             generic,
             stream,
             backoff: RESUBSCRIBE_INITIAL,
+            late_oom: Vec::new(),
         }
     }
 
@@ -214,6 +224,7 @@ impl EventedPleg {
         let mut next_global = Instant::now() + GLOBAL_CACHE_UPDATE_PERIOD;
         loop {
             let down = self.stream.is_down();
+            let next_oom_read = self.late_oom.iter().map(|(_, _, at)| *at).min();
             // Biased, the stream first: the global time moves only when no received
             // event waits to be handled.
             tokio::select! {
@@ -228,6 +239,9 @@ impl EventedPleg {
                 () = tokio::time::sleep_until(next_relist) => {
                     self.generic.relist().await;
                     next_relist = Instant::now() + self.relist_period();
+                }
+                () = tokio::time::sleep_until(next_oom_read.unwrap_or(next_relist)), if next_oom_read.is_some() => {
+                    self.read_late_ooms().await;
                 }
                 () = tokio::time::sleep_until(next_global), if !down => {
                     let now = Instant::now();
@@ -315,8 +329,36 @@ impl EventedPleg {
         }
     }
 
+    /// The stopped containers due for their second read: each pod read again, and its
+    /// worker woken when the container turned `OOMKilled` since.
+    async fn read_late_ooms(&mut self) {
+        let now = Instant::now();
+        let (due, later) = std::mem::take(&mut self.late_oom)
+            .into_iter()
+            .partition(|(_, _, at)| *at <= now);
+        self.late_oom = later;
+        for (pod, id, _) in due {
+            self.refresh(&pod, &id, None).await;
+            let turned = self.generic.cache.get(&pod.uid).is_some_and(|s| {
+                s.containers.iter().any(|c| {
+                    c.id == id && c.reason == crate::pod::TerminatedReason::OomKilled.as_str()
+                })
+            });
+            debug!(pod = %format!("{}/{}", pod.namespace, pod.name), podUID = %pod.uid, containerID = %id, oomKilled = turned, "Evented PLEG: an exit 137 read again for the runtime's late OOM event");
+            if turned {
+                info!(pod = %format!("{}/{}", pod.namespace, pod.name), podUID = %pod.uid, containerID = %id, reason = "OOMKilled", "container exited: the runtime's OOM event came after its exit");
+                self.generic.send(PodLifecycleEvent {
+                    uid: pod.uid,
+                    kind: EventKind::ContainerDied,
+                    container_id: id,
+                });
+            }
+        }
+    }
+
     /// The pod's status read again into the cache; a container that stopped is logged
-    /// with its exit code and reason, as the generic PLEG logs it.
+    /// with its exit code and reason, as the generic PLEG logs it, and read again later
+    /// when its OOM event may still come.
     async fn refresh(&mut self, pod: &EventPod, id: &str, kind: Option<cri::ContainerEventType>) {
         let start = Instant::now();
         let read = self
@@ -333,6 +375,10 @@ impl EventedPleg {
                         .find(|c| c.id == id && c.state == ContainerState::Exited)
                 {
                     info!(pod = %format!("{}/{}", pod.namespace, pod.name), podUID = %pod.uid, container = %c.name, containerID = %c.id, exitCode = c.exit_code, reason = %c.reason, "container exited");
+                    if awaits_oom_event(c, std::time::SystemTime::now()) {
+                        let at = Instant::now() + OOM_EVENT_GRACE;
+                        self.late_oom.push((pod.clone(), id.to_string(), at));
+                    }
                 }
                 self.generic.cache.set(&pod.uid, status, start);
             }

@@ -89,6 +89,20 @@ impl Rig {
         }
     }
 
+    /// Pod `name`'s container exits with `code` and the runtime says so; the loop hears
+    /// of it at once. Returns the container's ID.
+    async fn exits(&mut self, name: &str, code: i32) -> String {
+        let id = self.node.fake.container_id(name, "app").unwrap();
+        self.node.fake.exit_container(&id, code);
+        let ev = self
+            .event(name, &id, cri::ContainerEventType::ContainerStoppedEvent)
+            .await;
+        self.node.fake.send_container_event(ev);
+        settle().await;
+        assert_eq!(self.drain(), [(id.clone(), EventKind::ContainerDied)]);
+        id
+    }
+
     fn relists(&self) -> u64 {
         self.stats.relists.load(Ordering::Relaxed)
     }
@@ -148,14 +162,7 @@ async fn an_exit_reaches_the_cache_and_the_loop_without_a_relist() {
     r.drain();
     let relists = r.relists();
 
-    let id = r.node.fake.container_id("web", "app").unwrap();
-    r.node.fake.exit_container(&id, 3);
-    let ev = r
-        .event("web", &id, cri::ContainerEventType::ContainerStoppedEvent)
-        .await;
-    r.node.fake.send_container_event(ev);
-    settle().await;
-    assert_eq!(r.drain(), [(id.clone(), EventKind::ContainerDied)]);
+    let id = r.exits("web", 3).await;
     let cached = r.cache.get("uid-web").unwrap();
     assert_eq!(cached.latest("app").unwrap().exit_code, 3);
     assert_eq!(r.relists(), relists, "no relist was needed");
@@ -177,6 +184,43 @@ async fn an_exit_reaches_the_cache_and_the_loop_without_a_relist() {
     // The slow relist still runs, every 300 s.
     tokio::time::sleep(EVENTED_RELIST_PERIOD + Duration::from_millis(10)).await;
     assert_eq!(r.relists(), relists + 1);
+    cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_oom_event_after_the_exit_is_read_and_wakes_the_worker_again() {
+    let mut r = serving_with("hog").await;
+    let cancel = r.start().await;
+    r.drain();
+    let reason = |r: &Rig| {
+        let cached = r.cache.get("uid-hog").unwrap();
+        cached.latest("app").unwrap().reason.clone()
+    };
+
+    // containerd 2.x: the exit (137, "Error") first, its OOM event just after.
+    let id = r.exits("hog", 137).await;
+    assert_eq!(reason(&r), "Error");
+    r.node.fake.late_oom_event(&id);
+    tokio::time::sleep(OOM_EVENT_GRACE + Duration::from_millis(10)).await;
+    settle().await;
+    assert_eq!(reason(&r), "OOMKilled");
+    assert_eq!(r.drain(), [(id, EventKind::ContainerDied)]);
+
+    // A SIGKILL that was no OOM kill: read again once, nobody woken for it.
+    r.node
+        .sync(&pod("hog", &[], &["app"], "Always"))
+        .await
+        .unwrap();
+    r.exits("hog", 137).await;
+    let reads = r.node.fake.calls_of("ContainerStatus").len();
+    tokio::time::sleep(OOM_EVENT_GRACE + Duration::from_millis(10)).await;
+    settle().await;
+    assert!(
+        r.node.fake.calls_of("ContainerStatus").len() > reads,
+        "read again"
+    );
+    assert!(r.drain().is_empty());
+    assert_eq!(reason(&r), "Error");
     cancel.cancel();
 }
 

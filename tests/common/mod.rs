@@ -14,6 +14,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 #![allow(unreachable_pub)] // shared by several test binaries: `pub` is the helpers' API
 
+pub mod dbus;
 pub mod registry;
 
 use std::collections::HashMap;
@@ -158,7 +159,10 @@ impl Testbed {
             .tempdir_in("/tmp")
             .expect("creating the test bed dir in /tmp")
             .keep();
-        fs::write(base.join("owner"), my_identity()).expect("writing the owner file");
+        // Written whole (a rename): another process's sweep reading it half-written would
+        // take the bed for a dead one's and tear it down.
+        fs::write(base.join("owner.new"), my_identity()).expect("writing the owner file");
+        fs::rename(base.join("owner.new"), base.join("owner")).expect("writing the owner file");
         let slot = claim_slot(&base);
         let cni = CniSettings {
             bridge: bridge_name(slot),

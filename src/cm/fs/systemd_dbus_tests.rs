@@ -3,14 +3,18 @@
 //! each call, a job signal that comes before the call's reply, a job signal from
 //! another client ignored, systemd's error replies by name, and a job that never ends.
 
-use std::io::Read as _;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use zbus::message::Type;
 use zbus::{Connection, OwnedObjectPath, OwnedVariant};
+
+// The integration tests' private bus, shared by path.
+#[allow(unreachable_pub)]
+#[path = "../../../tests/common/dbus.rs"]
+mod dbus;
+use dbus::Bus;
 
 use super::systemd::{BusError, PropValue, Property, SystemdManager};
 use super::systemd_dbus::DbusSystemd;
@@ -21,73 +25,6 @@ const PATH: &str = "/org/freedesktop/systemd1";
 /// Each call's limit: short, since one test waits it out, and long enough that a
 /// loaded machine (the whole lib suite at once) answers every other call within it.
 const CALL_LIMIT: Duration = Duration::from_secs(5);
-
-struct Bus {
-    daemon: Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Bus {
-    fn start() -> Bus {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("system.conf");
-        let socket = dir.path().join("bus");
-        std::fs::write(
-            &config,
-            format!(
-                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow own="*"/>
-    <allow send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_type="method_return"/>
-    <allow send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="signal"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-  </policy>
-</busconfig>
-"#,
-                socket.display()
-            ),
-        )
-        .unwrap();
-        let mut daemon = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", config.display()))
-            .args(["--nofork", "--print-address"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect(
-                "dbus-daemon (Debian's dbus package; scripts/install-test-deps.sh installs it)",
-            );
-        let mut out = daemon.stdout.take().unwrap();
-        let mut address = Vec::new();
-        let mut byte = [0_u8; 1];
-        while out.read(&mut byte).unwrap() == 1 && byte[0] != b'\n' {
-            address.push(byte[0]);
-        }
-        Bus {
-            daemon,
-            address: String::from_utf8(address).unwrap(),
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
-}
 
 /// A property value as the pretend systemd decodes it.
 fn decode(v: &OwnedVariant) -> PropValue {
@@ -257,7 +194,8 @@ fn props(list: &[Property]) -> Vec<(String, PropValue)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_reach_systemd_with_systemds_types_and_jobs_are_waited_for() {
-    let bus = Bus::start();
+    let dir = tempfile::tempdir().unwrap();
+    let bus = Bus::start(dir.path());
     let seen = Seen::default();
     let _systemd = pretend_systemd(&bus.address, seen.clone()).await;
     let client = DbusSystemd::start_on(Some(bus.address.clone()), CALL_LIMIT).unwrap();

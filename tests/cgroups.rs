@@ -204,6 +204,53 @@ async fn pods_get_qos_cgroups_with_kubelets_limits() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_level_resources_class_the_pod_and_limit_its_cgroup() {
+    let bed = Testbed::start().await;
+    let ox = Oxlet::start(&bed, &[]);
+    ox.wait_up(START).await;
+    // Pod-level resources (`spec.resources`, beta and on by default since 1.34): the
+    // containers set nothing, the pod's own requests and limits decide its class and
+    // its cgroup; a request left out defaults to the limit.
+    let pod_level = |name: &str, level: &str| {
+        let grace = "  terminationGracePeriodSeconds: 1\n";
+        reporting_pod(name, "").replace(grace, &format!("{grace}{level}"))
+    };
+    let guaranteed = "  resources:\n    limits: {cpu: 300m, memory: 96Mi}\n";
+    let burstable =
+        "  resources:\n    requests: {cpu: 100m, memory: 32Mi}\n    limits: {memory: 80Mi}\n";
+    write_manifest(&ox.manifests, "g.yaml", &pod_level("plg", guaranteed));
+    write_manifest(&ox.manifests, "b.yaml", &pod_level("plb", burstable));
+    let g = ox.wait_running("plg", START).await;
+    let b = ox.wait_running("plb", START).await;
+    let class = |p: &k8s_openapi::api::core::v1::Pod| p.status.as_ref().unwrap().qos_class.clone();
+    assert_eq!(class(&g).as_deref(), Some("Guaranteed"));
+    assert_eq!(class(&b).as_deref(), Some("Burstable"));
+
+    // (its cgroup, shares, quota, memory limit): the Burstable pod limits memory at
+    // pod level only, which limits its cgroup's memory; it limits no cpu.
+    let cases = [
+        (format!("kubepods/pod{}", uid(&g)), 307, 30_000, 96 << 20),
+        (
+            format!("kubepods/burstable/pod{}", uid(&b)),
+            102,
+            -1,
+            80 << 20,
+        ),
+    ];
+    for (rel, shares, quota, memory) in &cases {
+        let file = |c: &str, f: &str| read_i64(&cg(&ox, c, &format!("{rel}/{f}")));
+        assert_eq!(file("cpu", "cpu.shares"), *shares, "{rel}");
+        assert_eq!(file("cpu", "cpu.cfs_quota_us"), *quota, "{rel}");
+        assert_eq!(file("memory", "memory.limit_in_bytes"), *memory, "{rel}");
+    }
+    // The Burstable QoS cgroup's shares count the pod-level cpu request (100m).
+    assert_eq!(
+        read_i64(&cg(&ox, "cpu", "kubepods/burstable/cpu.shares")),
+        102
+    );
+}
+
 /// The pod cgroups below the QoS cgroups, in any hierarchy.
 fn pod_cgroups_left(ox: &Oxlet) -> Vec<PathBuf> {
     let mut left = Vec::new();

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::quantity;
@@ -28,15 +28,22 @@ impl QosClass {
         }
     }
 
-    /// The pod's class (kubelet's `ComputePodQOS`): over regular and init
-    /// containers, cpu and memory only, positive quantities only. Guaranteed when
-    /// every container limits both and the summed requests equal the summed
-    /// limits; BestEffort when nothing is requested or limited. A request left
-    /// out defaults to the limit, as the API's defaulting does for static pods.
+    /// The pod's class (kubelet's `ComputePodQOS`). A pod with `spec.resources`
+    /// (pod-level resources, beta and on by default since 1.34) is classed by them
+    /// alone, as kubelet 1.36 does: Guaranteed when its cpu and memory requests equal
+    /// their limits, both set; BestEffort when neither is set; Burstable otherwise.
+    /// Without them: over regular and init containers, cpu and memory only, positive
+    /// quantities only. Guaranteed when every container limits both and the summed
+    /// requests equal the summed limits; BestEffort when nothing is requested or
+    /// limited. A request left out defaults to the limit, as the API's defaulting does
+    /// for static pods.
     pub(crate) fn of(pod: &Pod) -> QosClass {
         let Some(spec) = pod.spec.as_ref() else {
             return QosClass::BestEffort;
         };
+        if let Some(level) = spec.resources.as_ref() {
+            return Self::of_pod_level(level);
+        }
         let mut requests: BTreeMap<&str, i64> = BTreeMap::new();
         let mut limits: BTreeMap<&str, i64> = BTreeMap::new();
         let mut guaranteed = true;
@@ -69,6 +76,36 @@ impl QosClass {
         } else {
             QosClass::Burstable
         }
+    }
+}
+
+impl QosClass {
+    /// kubelet's `resourceQOS` over the pod's own requirements.
+    fn of_pod_level(level: &ResourceRequirements) -> QosClass {
+        let get = |m: Option<&BTreeMap<String, Quantity>>, name| {
+            positive(m.and_then(|m| m.get(name)), name).unwrap_or(0)
+        };
+        let (requests, limits) = (level.requests.as_ref(), level.limits.as_ref());
+        let mut class = None;
+        for name in ["cpu", "memory"] {
+            let limit = get(limits, name);
+            let request = match requests.and_then(|m| m.get(name)) {
+                Some(_) => get(requests, name),
+                None => limit,
+            };
+            if request != limit {
+                return QosClass::Burstable;
+            }
+            let this = if limit == 0 {
+                QosClass::BestEffort
+            } else {
+                QosClass::Guaranteed
+            };
+            if *class.get_or_insert(this) != this {
+                return QosClass::Burstable;
+            }
+        }
+        class.unwrap_or(QosClass::BestEffort)
     }
 }
 

@@ -213,12 +213,81 @@ fn overhead(pod: &Pod) -> Result<PodResources, PodResourceError> {
     Ok(out)
 }
 
-/// The pod's effective requests (kubelet's `PodRequests`): the containers'
-/// aggregate plus the overhead.
-pub(crate) fn pod_requests(pod: &Pod) -> Result<PodResources, PodResourceError> {
+/// The pod's own requests or limits (`spec.resources`, pod-level resources: beta and
+/// on by default since 1.34), cpu and memory: the ones kubelet takes at pod level
+/// (hugepages aside). A request left out defaults to the limit, as the API's defaulting
+/// does (static pods too). None when the pod sets none of them.
+fn pod_level(pod: &Pod, which: Which) -> Result<Option<PodResources>, PodResourceError> {
+    let Some(level) = pod.spec.as_ref().and_then(|s| s.resources.as_ref()) else {
+        return Ok(None);
+    };
+    let (requests, limits) = (level.requests.as_ref(), level.limits.as_ref());
+    let mut out = PodResources::default();
+    for name in ["cpu", "memory"] {
+        let (key, q) = match (which, requests.and_then(|r| r.get(name))) {
+            (Which::Requests, Some(q)) => ("requests", Some(q)),
+            _ => ("limits", limits.and_then(|l| l.get(name))),
+        };
+        if let Some(q) = q {
+            *out.slot(name) = Some(value(|| format!("spec.resources.{key}.{name}"), name, q)?);
+        }
+    }
+    Ok((out != PodResources::default()).then_some(out))
+}
+
+/// Whether the pod sets pod-level cpu or memory (kubelet's `IsPodLevelResourcesSet`).
+fn pod_level_set(pod: &Pod) -> bool {
+    let Some(level) = pod.spec.as_ref().and_then(|s| s.resources.as_ref()) else {
+        return false;
+    };
+    [level.requests.as_ref(), level.limits.as_ref()]
+        .into_iter()
+        .flatten()
+        .any(|m| m.contains_key("cpu") || m.contains_key("memory"))
+}
+
+impl PodResources {
+    /// kubelet's `applyPodLevelResources`: the pod's own values replace the
+    /// containers' aggregate, resource by resource.
+    fn apply_pod_level(&mut self, level: &PodResources) {
+        for name in ["cpu", "memory"] {
+            if let Some(v) = level.get(name) {
+                *self.slot(name) = Some(v);
+            }
+        }
+    }
+}
+
+/// The containers' aggregate requests with the pod's own where it sets them (kubelet's
+/// `PodRequests` with `ExcludeOverhead`).
+fn requests_without_overhead(pod: &Pod) -> Result<PodResources, PodResourceError> {
     let mut reqs = aggregate(pod, Which::Requests, |_| {})?;
+    if let Some(level) = pod_level(pod, Which::Requests)? {
+        reqs.apply_pod_level(&level);
+    }
+    Ok(reqs)
+}
+
+/// The pod's effective requests (kubelet's `PodRequests`): the containers'
+/// aggregate, the pod's own requests in its place where it sets them, plus the
+/// overhead.
+pub(crate) fn pod_requests(pod: &Pod) -> Result<PodResources, PodResourceError> {
+    let mut reqs = requests_without_overhead(pod)?;
     reqs.add(&overhead(pod)?);
     Ok(reqs)
+}
+
+/// The pod's request of `name` as eviction ranks it (kubelet's
+/// `GetResourceRequestQuantity`): with pod-level resources set, the pod's own request
+/// alone (0 for what it leaves out), else the containers' aggregate; plus the overhead.
+pub(crate) fn pod_request_for_eviction(pod: &Pod, name: &str) -> Result<i64, PodResourceError> {
+    let mut reqs = if pod_level_set(pod) {
+        pod_level(pod, Which::Requests)?.unwrap_or_default()
+    } else {
+        aggregate(pod, Which::Requests, |_| {})?
+    };
+    reqs.add(&overhead(pod)?);
+    Ok(reqs.get(name).unwrap_or(0))
 }
 
 /// What kubelet tells the runtime about a sandbox (`applySandboxResources`): the
@@ -233,9 +302,13 @@ pub(crate) struct SandboxAmounts {
 /// The [`SandboxAmounts`] of `pod`.
 pub(crate) fn sandbox_amounts(pod: &Pod) -> Result<SandboxAmounts, PodResourceError> {
     let has_overhead = pod.spec.as_ref().is_some_and(|s| s.overhead.is_some());
+    let mut limits = aggregate(pod, Which::Limits, |_| {})?;
+    if let Some(level) = pod_level(pod, Which::Limits)? {
+        limits.apply_pod_level(&level);
+    }
     Ok(SandboxAmounts {
-        requests: aggregate(pod, Which::Requests, |_| {})?,
-        limits: aggregate(pod, Which::Limits, |_| {})?,
+        requests: requests_without_overhead(pod)?,
+        limits,
         overhead: if has_overhead {
             Some(overhead(pod)?)
         } else {
@@ -253,7 +326,10 @@ pub(crate) struct LimitsDeclared {
 }
 
 /// The pod's effective limits (kubelet's `PodLimits`): the containers'
-/// aggregate, plus the overhead for the resources that have a limit.
+/// aggregate, the pod's own limits in its place where it sets them, plus the
+/// overhead for the resources that have a limit. A pod-level cpu or memory limit
+/// declares that resource limited, as every container limiting it does
+/// (kubelet's `ResourceConfigForPod`).
 pub(crate) fn pod_limits(pod: &Pod) -> Result<(PodResources, LimitsDeclared), PodResourceError> {
     let mut declared = LimitsDeclared {
         cpu: true,
@@ -263,6 +339,11 @@ pub(crate) fn pod_limits(pod: &Pod) -> Result<(PodResources, LimitsDeclared), Po
         declared.cpu &= r.cpu_milli.unwrap_or(0) != 0;
         declared.memory &= r.memory_bytes.unwrap_or(0) != 0;
     })?;
+    if let Some(level) = pod_level(pod, Which::Limits)? {
+        limits.apply_pod_level(&level);
+        declared.cpu |= level.cpu_milli.unwrap_or(0) != 0;
+        declared.memory |= level.memory_bytes.unwrap_or(0) != 0;
+    }
     let over = overhead(pod)?;
     for name in NAMES {
         if let (Some(l), Some(o)) = (limits.get(name), over.get(name)) {
@@ -377,6 +458,79 @@ pub(super) mod tests {
         pod_pids_limit: -1,
     };
     const MI: i64 = 1 << 20;
+
+    /// `p` with pod-level requests and limits (`spec.resources`).
+    pub(crate) fn with_pod_level(mut p: Pod, reqs: &[(&str, &str)], lims: &[(&str, &str)]) -> Pod {
+        let level = container("", reqs, lims).resources;
+        p.spec.as_mut().unwrap().resources = level;
+        p
+    }
+
+    #[test]
+    fn pod_level_resources_take_the_place_of_the_containers() {
+        // The containers ask little; the pod's own requests and limits decide.
+        let app = container("app", &[("cpu", "100m"), ("memory", "64Mi")], &[]);
+        let p = with_pod_level(
+            pod_of(vec![app.clone()], vec![]),
+            &[("cpu", "1"), ("memory", "256Mi")],
+            &[("cpu", "2"), ("memory", "512Mi")],
+        );
+        let r = pod_requests(&p).unwrap();
+        assert_eq!((r.cpu_milli, r.memory_bytes), (Some(1000), Some(256 * MI)));
+        let (l, declared) = pod_limits(&p).unwrap();
+        assert_eq!((l.cpu_milli, l.memory_bytes), (Some(2000), Some(512 * MI)));
+        assert!(declared.cpu && declared.memory, "the pod limits both");
+        assert_eq!(QosClass::of(&p), QosClass::Burstable);
+        let c = pod_resource_config(&p, SETTINGS).unwrap();
+        assert_eq!(
+            (c.cpu_shares, c.cpu_quota, c.memory_limit),
+            (Some(1024), Some(200_000), Some(512 * MI))
+        );
+        assert_eq!(pod_request_for_eviction(&p, "memory").unwrap(), 256 * MI);
+
+        // Limits alone: the requests default to them, and the pod is Guaranteed
+        // although its container sets nothing.
+        let g = with_pod_level(
+            pod_of(vec![container("app", &[], &[])], vec![]),
+            &[],
+            &[("cpu", "500m"), ("memory", "128Mi")],
+        );
+        assert_eq!(QosClass::of(&g), QosClass::Guaranteed);
+        let c = pod_resource_config(&g, SETTINGS).unwrap();
+        assert_eq!(
+            (c.cpu_shares, c.cpu_quota, c.memory_limit),
+            (Some(512), Some(50_000), Some(128 * MI))
+        );
+        let s = sandbox_amounts(&g).unwrap();
+        assert_eq!(s.requests.memory_bytes, Some(128 * MI));
+        assert_eq!(s.limits.cpu_milli, Some(500));
+
+        // Only a cpu request at pod level: Burstable, the memory limit left to the
+        // containers, and eviction counts no memory request (the containers' are not
+        // looked at once the pod sets its own).
+        let b = with_pod_level(pod_of(vec![app], vec![]), &[("cpu", "250m")], &[]);
+        assert_eq!(QosClass::of(&b), QosClass::Burstable);
+        let (_, declared) = pod_limits(&b).unwrap();
+        assert!(!declared.memory && !declared.cpu);
+        assert_eq!(pod_requests(&b).unwrap().memory_bytes, Some(64 * MI));
+        assert_eq!(pod_request_for_eviction(&b, "memory").unwrap(), 0);
+
+        // An empty `spec.resources` classes the pod by it: BestEffort, as kubelet's.
+        let e = with_pod_level(
+            pod_of(
+                vec![container("app", &[("cpu", "1")], &[("cpu", "1")])],
+                vec![],
+            ),
+            &[],
+            &[],
+        );
+        assert_eq!(QosClass::of(&e), QosClass::BestEffort);
+
+        // A bad pod-level quantity names its field.
+        let bad = with_pod_level(pod_of(vec![], vec![]), &[("memory", "lots")], &[]);
+        let e = pod_requests(&bad).unwrap_err().to_string();
+        assert!(e.starts_with("spec.resources.requests.memory: "), "{e}");
+    }
 
     #[test]
     fn shares_and_quota_follow_kubelets_formulas() {

@@ -157,27 +157,12 @@ fn request(c: &Container, resource: &str) -> i64 {
         .unwrap_or(0)
 }
 
-/// The pod's request of `resource` (kubelet's `GetResourceRequestQuantity`): the sum
-/// over containers, at least the largest init container's, plus the overhead.
+/// The pod's request of `resource` (kubelet's `GetResourceRequestQuantity`): the
+/// pod's own request when it sets pod-level resources, else the containers' aggregate
+/// (the sidecars counted as kubelet's `PodRequests` counts them); plus the overhead.
+/// 0 when a quantity cannot be read.
 pub(crate) fn pod_request(pod: &Pod, resource: &str) -> i64 {
-    let Some(spec) = pod.spec.as_ref() else {
-        return 0;
-    };
-    let sum: i64 = spec.containers.iter().map(|c| request(c, resource)).sum();
-    let init = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| request(c, resource))
-        .max()
-        .unwrap_or(0);
-    let overhead = spec
-        .overhead
-        .as_ref()
-        .and_then(|o| o.get(resource))
-        .and_then(|q| crate::quantity::bytes(q).ok())
-        .unwrap_or(0);
-    sum.max(init) + overhead
+    crate::cm::pod_request_for_eviction(pod, resource).unwrap_or(0)
 }
 
 /// The container's request of `resource` (for the eviction message).

@@ -78,8 +78,10 @@ if [ -n "$test_tools" ]; then
     # bus with a logind of their own on it. g++: libFuzzer, which the fuzz targets link
     # (scripts/fuzz.sh), is C++ built from source. kubectl (Debian's 1.20) shows in
     # tests/test_apiserver.rs that the test apiserver speaks the real protocol; any kubectl
-    # already on PATH does as well.
+    # already on PATH does as well. jq: scripts/test-pool.sh reads cargo's list of test
+    # binaries with it.
     want openssl "$(has on_path openssl)"
+    want jq "$(has on_path jq)"
     want docker-registry "$(has on_path docker-registry)"
     want dbus "$(has on_path dbus-daemon)"
     want g++ "$(has on_path g++)"
@@ -126,7 +128,7 @@ else
         done
     fi
     bins=(containerd runc ip protoc)
-    if [ -n "$test_tools" ]; then bins+=(openssl docker-registry dbus-daemon g++ kubectl); fi
+    if [ -n "$test_tools" ]; then bins+=(openssl jq docker-registry dbus-daemon g++ kubectl); fi
     for bin in "${bins[@]}"; do
         on_path "$bin" || fail "$bin still missing after install"
     done

@@ -43,7 +43,7 @@ list_jobs() {
         esac
     done
     local artifacts kind name exe dir
-    artifacts=$(cargo test --no-run --message-format=json "$@" |
+    artifacts=$(cargo test --no-run --message-format=json-render-diagnostics "$@" |
         jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test)
                | [.target.kind[0], .target.name, .executable,
                   (.manifest_path | sub("/Cargo.toml$"; ""))] | @tsv')

@@ -172,8 +172,9 @@ fn is_node_critical(pod: &Pod) -> bool {
 /// The `oom_score_adj` for `container` of `pod` on a node with `memory_capacity`
 /// bytes (kubelet's `GetContainerOOMScoreAdjust`): node-critical and Guaranteed
 /// −997, BestEffort 1000, Burstable `1000 − 1000 × request / capacity` kept in
-/// 3..=999; a sidecar (restartable init container) scores no higher than the
-/// regular container with the smallest memory request.
+/// 3..=999, where the request includes the container's share of a pod-level memory
+/// request no container claims; a sidecar (restartable init container) scores no
+/// higher than the regular container with the smallest memory request.
 pub(crate) fn container_oom_score_adj(
     pod: &Pod,
     container: &Container,
@@ -188,7 +189,11 @@ pub(crate) fn container_oom_score_adj(
         QosClass::Burstable => {}
     }
     let capacity = memory_capacity.max(1);
-    let scaled = |request: i64| 1000 - request.saturating_mul(1000) / capacity;
+    // With a pod-level memory request, what no container requests is shared among
+    // the containers (0 otherwise).
+    let share = super::resources::unrequested_pod_memory_per_container(pod);
+    let scaled =
+        |request: i64| 1000 - request.saturating_add(share).saturating_mul(1000) / capacity;
     let mut adj = scaled(memory_request(container));
     let spec = pod.spec.as_ref();
     let is_sidecar = spec

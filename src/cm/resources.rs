@@ -277,6 +277,30 @@ pub(crate) fn pod_requests(pod: &Pod) -> Result<PodResources, PodResourceError> 
     Ok(reqs)
 }
 
+/// kubelet's `remainingPodMemReqPerContainer`: the part of a pod-level memory request
+/// that no container requests, shared equally among all the pod's containers (init
+/// ones too), which each Burstable container's `oom_score_adj` counts as its own. 0
+/// without a pod-level memory request.
+pub(crate) fn unrequested_pod_memory_per_container(pod: &Pod) -> i64 {
+    let Ok(Some(level)) = pod_level(pod, Which::Requests) else {
+        return 0;
+    };
+    let Some(spec) = pod
+        .spec
+        .as_ref()
+        .filter(|_| level.memory_bytes.unwrap_or(0) > 0)
+    else {
+        return 0;
+    };
+    let count = spec.containers.len() + spec.init_containers.as_ref().map_or(0, Vec::len);
+    let requested = aggregate(pod, Which::Requests, |_| {})
+        .ok()
+        .and_then(|r| r.memory_bytes)
+        .unwrap_or(0);
+    let unrequested = level.memory_bytes.unwrap_or(0).saturating_sub(requested);
+    unrequested / i64::try_from(count.max(1)).unwrap_or(i64::MAX)
+}
+
 /// The pod's request of `name` as eviction ranks it (kubelet's
 /// `GetResourceRequestQuantity`): with pod-level resources set, the pod's own request
 /// alone (0 for what it leaves out), else the containers' aggregate; plus the overhead.
@@ -464,6 +488,26 @@ pub(super) mod tests {
         let level = container("", reqs, lims).resources;
         p.spec.as_mut().unwrap().resources = level;
         p
+    }
+
+    #[test]
+    fn a_pod_level_memory_request_no_container_claims_is_shared_in_the_oom_score() {
+        let cap = 4096 * MI;
+        let containers = vec![
+            container("a", &[("memory", "64Mi")], &[]),
+            container("b", &[], &[]),
+        ];
+        let p = with_pod_level(pod_of(containers, vec![]), &[("memory", "512Mi")], &[]);
+        assert_eq!(QosClass::of(&p), QosClass::Burstable);
+        // (512 − 64) Mi over two containers.
+        assert_eq!(unrequested_pod_memory_per_container(&p), 224 * MI);
+        let spec = p.spec.as_ref().unwrap();
+        let adj =
+            |i: usize| super::super::qos::container_oom_score_adj(&p, &spec.containers[i], cap);
+        // 1000 − 1000 × 288 / 4096 and 1000 − 1000 × 224 / 4096, as kubelet's integers.
+        assert_eq!((adj(0), adj(1)), (930, 946));
+        let own = pod_of(vec![container("a", &[("memory", "64Mi")], &[])], vec![]);
+        assert_eq!(unrequested_pod_memory_per_container(&own), 0);
     }
 
     #[test]

@@ -114,13 +114,20 @@ async fn unused_images_are_removed_when_the_image_fs_is_over_the_high_threshold(
     let (capacity, available) = (s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize);
     let filler = available - capacity * 12 / 100;
     std::fs::write(root.join("filler"), vec![0x5a_u8; filler as usize]).unwrap();
+    // The filler takes the fs to 88 % of what statvfs said; read back, the GC (every
+    // 300 ms) may already have freed the images on a loaded machine, which only a fill
+    // past the threshold makes it do.
     let full = usage_percent(&root);
-    assert!(full >= 85, "filled to only {full} %");
+    let gone = |refs: &[String]| !refs.iter().any(|r| r == FILLER_A || r == FILLER_B);
+    assert!(
+        full >= 85 || gone(&image_refs(&bed).await),
+        "filled to only {full} %"
+    );
 
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let left = loop {
         let now = image_refs(&bed).await;
-        if !now.iter().any(|r| r == FILLER_A || r == FILLER_B) {
+        if gone(&now) {
             break now;
         }
         assert!(

@@ -216,7 +216,8 @@ fn overhead(pod: &Pod) -> Result<PodResources, PodResourceError> {
 /// The pod's own requests or limits (`spec.resources`, pod-level resources: beta and
 /// on by default since 1.34), cpu and memory: the ones kubelet takes at pod level
 /// (hugepages aside). A request left out defaults to the limit, as the API's defaulting
-/// does (static pods too). None when the pod sets none of them.
+/// does (static pods too). None when the pod sets none of them (kubelet's
+/// `IsPodLevelResourcesSet` false).
 fn pod_level(pod: &Pod, which: Which) -> Result<Option<PodResources>, PodResourceError> {
     let Some(level) = pod.spec.as_ref().and_then(|s| s.resources.as_ref()) else {
         return Ok(None);
@@ -235,17 +236,6 @@ fn pod_level(pod: &Pod, which: Which) -> Result<Option<PodResources>, PodResourc
     Ok((out != PodResources::default()).then_some(out))
 }
 
-/// Whether the pod sets pod-level cpu or memory (kubelet's `IsPodLevelResourcesSet`).
-fn pod_level_set(pod: &Pod) -> bool {
-    let Some(level) = pod.spec.as_ref().and_then(|s| s.resources.as_ref()) else {
-        return false;
-    };
-    [level.requests.as_ref(), level.limits.as_ref()]
-        .into_iter()
-        .flatten()
-        .any(|m| m.contains_key("cpu") || m.contains_key("memory"))
-}
-
 impl PodResources {
     /// kubelet's `applyPodLevelResources`: the pod's own values replace the
     /// containers' aggregate, resource by resource.
@@ -258,21 +248,27 @@ impl PodResources {
     }
 }
 
-/// The containers' aggregate requests with the pod's own where it sets them (kubelet's
-/// `PodRequests` with `ExcludeOverhead`).
-fn requests_without_overhead(pod: &Pod) -> Result<PodResources, PodResourceError> {
-    let mut reqs = aggregate(pod, Which::Requests, |_| {})?;
-    if let Some(level) = pod_level(pod, Which::Requests)? {
-        reqs.apply_pod_level(&level);
+/// The containers' aggregate with the pod's own values in its place where it sets them
+/// (kubelet's `PodRequests` / `PodLimits` without the overhead), and those pod-level
+/// values. `on_container` sees each container's list, as in [`aggregate`].
+fn effective(
+    pod: &Pod,
+    which: Which,
+    on_container: impl FnMut(&PodResources),
+) -> Result<(PodResources, Option<PodResources>), PodResourceError> {
+    let mut total = aggregate(pod, which, on_container)?;
+    let level = pod_level(pod, which)?;
+    if let Some(level) = &level {
+        total.apply_pod_level(level);
     }
-    Ok(reqs)
+    Ok((total, level))
 }
 
 /// The pod's effective requests (kubelet's `PodRequests`): the containers'
 /// aggregate, the pod's own requests in its place where it sets them, plus the
 /// overhead.
 pub(crate) fn pod_requests(pod: &Pod) -> Result<PodResources, PodResourceError> {
-    let mut reqs = requests_without_overhead(pod)?;
+    let (mut reqs, _) = effective(pod, Which::Requests, |_| {})?;
     reqs.add(&overhead(pod)?);
     Ok(reqs)
 }
@@ -282,14 +278,12 @@ pub(crate) fn pod_requests(pod: &Pod) -> Result<PodResources, PodResourceError> 
 /// ones too), which each Burstable container's `oom_score_adj` counts as its own. 0
 /// without a pod-level memory request.
 pub(crate) fn unrequested_pod_memory_per_container(pod: &Pod) -> i64 {
-    let Ok(Some(level)) = pod_level(pod, Which::Requests) else {
-        return 0;
-    };
-    let Some(spec) = pod
-        .spec
-        .as_ref()
-        .filter(|_| level.memory_bytes.unwrap_or(0) > 0)
-    else {
+    let pod_memory = pod_level(pod, Which::Requests)
+        .ok()
+        .flatten()
+        .and_then(|level| level.memory_bytes)
+        .unwrap_or(0);
+    let Some(spec) = pod.spec.as_ref().filter(|_| pod_memory > 0) else {
         return 0;
     };
     let count = spec.containers.len() + spec.init_containers.as_ref().map_or(0, Vec::len);
@@ -297,18 +291,16 @@ pub(crate) fn unrequested_pod_memory_per_container(pod: &Pod) -> i64 {
         .ok()
         .and_then(|r| r.memory_bytes)
         .unwrap_or(0);
-    let unrequested = level.memory_bytes.unwrap_or(0).saturating_sub(requested);
-    unrequested / i64::try_from(count.max(1)).unwrap_or(i64::MAX)
+    pod_memory.saturating_sub(requested) / i64::try_from(count.max(1)).unwrap_or(i64::MAX)
 }
 
 /// The pod's request of `name` as eviction ranks it (kubelet's
 /// `GetResourceRequestQuantity`): with pod-level resources set, the pod's own request
 /// alone (0 for what it leaves out), else the containers' aggregate; plus the overhead.
 pub(crate) fn pod_request_for_eviction(pod: &Pod, name: &str) -> Result<i64, PodResourceError> {
-    let mut reqs = if pod_level_set(pod) {
-        pod_level(pod, Which::Requests)?.unwrap_or_default()
-    } else {
-        aggregate(pod, Which::Requests, |_| {})?
+    let mut reqs = match pod_level(pod, Which::Requests)? {
+        Some(level) => level,
+        None => aggregate(pod, Which::Requests, |_| {})?,
     };
     reqs.add(&overhead(pod)?);
     Ok(reqs.get(name).unwrap_or(0))
@@ -326,13 +318,9 @@ pub(crate) struct SandboxAmounts {
 /// The [`SandboxAmounts`] of `pod`.
 pub(crate) fn sandbox_amounts(pod: &Pod) -> Result<SandboxAmounts, PodResourceError> {
     let has_overhead = pod.spec.as_ref().is_some_and(|s| s.overhead.is_some());
-    let mut limits = aggregate(pod, Which::Limits, |_| {})?;
-    if let Some(level) = pod_level(pod, Which::Limits)? {
-        limits.apply_pod_level(&level);
-    }
     Ok(SandboxAmounts {
-        requests: requests_without_overhead(pod)?,
-        limits,
+        requests: effective(pod, Which::Requests, |_| {})?.0,
+        limits: effective(pod, Which::Limits, |_| {})?.0,
         overhead: if has_overhead {
             Some(overhead(pod)?)
         } else {
@@ -359,12 +347,11 @@ pub(crate) fn pod_limits(pod: &Pod) -> Result<(PodResources, LimitsDeclared), Po
         cpu: true,
         memory: true,
     };
-    let mut limits = aggregate(pod, Which::Limits, |r| {
+    let (mut limits, level) = effective(pod, Which::Limits, |r| {
         declared.cpu &= r.cpu_milli.unwrap_or(0) != 0;
         declared.memory &= r.memory_bytes.unwrap_or(0) != 0;
     })?;
-    if let Some(level) = pod_level(pod, Which::Limits)? {
-        limits.apply_pod_level(&level);
+    if let Some(level) = level {
         declared.cpu |= level.cpu_milli.unwrap_or(0) != 0;
         declared.memory |= level.memory_bytes.unwrap_or(0) != 0;
     }

@@ -24,7 +24,7 @@ mod types;
 pub(crate) use manager::{ContainerStartError, SyncOutcome};
 pub(crate) use manager::{RuntimeManager, SyncError};
 // What the runtime reads back: pods, sandboxes and containers as the runtime has them.
-pub(crate) use reader::{EventPod, OOM_EVENT_GRACE, RuntimeReader, awaits_oom_event};
+pub(crate) use reader::{EventPod, RuntimeReader};
 pub(crate) use types::{
     ContainerState, ContainerStatus, ContainerUser, PodRuntimeStatus, RuntimePod,
 };

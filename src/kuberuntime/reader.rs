@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::join_all;
 use k8s_cri::v1 as cri;
@@ -16,17 +15,6 @@ use super::types::*;
 use crate::cri::CriError;
 use crate::cri::CriRead;
 use crate::cri::Lookup;
-
-/// How long after an exit 137 the runtime's OOM event may still come. containerd 2.x's
-/// shim can publish `TaskOOM` some milliseconds after `TaskExit` when the kernel kills
-/// the whole cgroup (`memory.oom.group`), and only the OOM event makes the reason
-/// `OOMKilled`; read before it, the container shows `Error`. kubelet's relist, a second
-/// apart, seldom reads that soon; the evented PLEG reads at once, so it reads such a
-/// container again this much later.
-pub(crate) const OOM_EVENT_GRACE: Duration = Duration::from_millis(250);
-
-/// Only an exit this recent may still turn into an OOM kill.
-const FRESH_EXIT: Duration = Duration::from_secs(2);
 
 /// The pod a container event names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,17 +241,4 @@ impl RuntimeReader {
         }
         message
     }
-}
-
-/// Whether `c` exited with 137 (SIGKILL) less than [`FRESH_EXIT`] before `now` with a
-/// reason other than the runtime's `OOMKilled`: its OOM event may be on its way.
-pub(crate) fn awaits_oom_event(c: &ContainerStatus, now: SystemTime) -> bool {
-    let now = now
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-    let fresh = i64::try_from(FRESH_EXIT.as_nanos()).unwrap_or(i64::MAX);
-    c.state == ContainerState::Exited
-        && c.exit_code == 137
-        && (c.reason.is_empty() || c.reason == "Error")
-        && now.saturating_sub(c.finished_at) < fresh
 }

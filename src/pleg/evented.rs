@@ -42,9 +42,18 @@ use tracing::{debug, info, warn};
 
 use super::{EventKind, GenericPleg, PodLifecycleEvent, RELIST_PERIOD};
 use crate::cri::{ContainerEvents, CriError};
-use crate::kuberuntime::{
-    ContainerState, EventPod, OOM_EVENT_GRACE, RuntimeReader, awaits_oom_event,
-};
+use crate::kuberuntime::{ContainerState, ContainerStatus, EventPod, RuntimeReader};
+
+/// How long after an exit 137 the runtime's OOM event may still come. containerd 2.x's
+/// shim can publish `TaskOOM` some milliseconds after `TaskExit` when the kernel kills
+/// the whole cgroup (`memory.oom.group`), and only the OOM event makes the reason
+/// `OOMKilled`; read before it, the container shows `Error`. kubelet's relist, a second
+/// apart, seldom reads that soon; this PLEG reads at once, so it reads such a container
+/// again this much later.
+pub(crate) const OOM_EVENT_GRACE: Duration = Duration::from_millis(250);
+
+/// Only an exit this recent may still turn into an OOM kill.
+const FRESH_EXIT: Duration = Duration::from_secs(2);
 
 /// kubelet's `eventedPlegRelistPeriod`: the full relist beside the event stream.
 pub(crate) const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(300);
@@ -389,6 +398,19 @@ impl EventedPleg {
             }
         }
     }
+}
+
+/// Whether `c` exited with 137 (SIGKILL) less than [`FRESH_EXIT`] before `now` with a
+/// reason other than the runtime's `OOMKilled`: its OOM event may be on its way.
+fn awaits_oom_event(c: &ContainerStatus, now: std::time::SystemTime) -> bool {
+    let now = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    let fresh = i64::try_from(FRESH_EXIT.as_nanos()).unwrap_or(i64::MAX);
+    c.state == ContainerState::Exited
+        && c.exit_code == 137
+        && (c.reason.is_empty() || c.reason == "Error")
+        && now.saturating_sub(c.finished_at) < fresh
 }
 
 #[cfg(test)]

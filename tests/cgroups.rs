@@ -479,13 +479,7 @@ async fn a_driver_the_runtime_contradicts_is_refused() {
 async fn a_cgroup_root_that_does_not_exist_is_refused_and_not_created() {
     let bed = Testbed::start().await;
     let mut ox = Oxlet::new(&bed);
-    // Named as every test cgroup is, `oxtest-<a dir below /tmp>`: another test
-    // process's sweep takes one whose dir is gone for a leftover, and removes it.
-    let absent_dir = tempfile::Builder::new()
-        .prefix("oxlet-absent-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let absent = common::cgroup_root_for(absent_dir.path());
+    let (_absent_dir, absent) = common::own_test_cgroup("oxlet-absent-");
     let name = absent.trim_start_matches('/');
     let mounts = ["cpu", "cpuacct", "cpuset", "memory", "pids", "systemd"]
         .map(|h| Path::new("/sys/fs/cgroup").join(h));

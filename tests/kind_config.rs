@@ -270,15 +270,8 @@ async fn kind_settings_run_a_static_pod_on_containerd() {
         "{err}"
     );
 
-    // Named as every test cgroup is, `oxtest-<a dir below /tmp>`: the sweep of another
-    // test process takes one whose dir is gone for a leftover, and removes it.
-    let runtime_dir = tempfile::Builder::new()
-        .prefix("oxlet-runtime-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let runtime_cgroup = common::cgroup_root_for(runtime_dir.path())
-        .trim_start_matches('/')
-        .to_string();
+    let (_runtime_dir, runtime_cgroup) = common::own_test_cgroup("oxlet-runtime-");
+    let runtime_cgroup = runtime_cgroup.trim_start_matches('/').to_string();
     common::move_into_cgroup(&runtime_cgroup, bed.containerd_pid());
     let args: Vec<String> = kind_args()
         .into_iter()

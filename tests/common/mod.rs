@@ -1070,6 +1070,18 @@ pub fn cgroup_root_for(path: &Path) -> String {
     format!("/{CGROUP_ROOT_PREFIX}{dir}")
 }
 
+/// A cgroup path of the test's own, `/oxtest-<a new dir below /tmp>`, with that dir,
+/// which must live as long as the cgroup: another test process's sweep takes an
+/// `oxtest-` cgroup whose dir is gone for a leftover and removes it.
+pub fn own_test_cgroup(prefix: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .expect("creating a dir in /tmp for a test cgroup");
+    let cgroup = cgroup_root_for(dir.path());
+    (dir, cgroup)
+}
+
 /// Removes the cgroup tree `/<name>` from every hierarchy: kills what is left inside,
 /// then removes the cgroups deepest first (a cgroup directory goes with `rmdir`).
 /// Makes the top-level cgroup `name` in the hierarchies the stats are read from (v1:

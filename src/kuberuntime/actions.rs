@@ -9,7 +9,9 @@ use super::sidecar::{Startup, StartupGate, is_sidecar};
 use super::types::{ContainerState, ContainerStatus, PodRuntimeStatus};
 use crate::pod::ProbeKind;
 use crate::pod::is_host_network;
-use crate::pod::{RestartPolicy, TerminatedReason};
+use crate::pod::{
+    RestartPolicy, TerminatedReason, container_should_restart, restarts_without_exit_code,
+};
 
 /// What one sync must do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -77,9 +79,10 @@ impl PodActions {
     }
 }
 
-/// Whether a container that is not running should be (re)started (kubelet's
-/// `ShouldContainerBeRestarted`).
-pub(crate) fn should_restart(pod: &Pod, latest: Option<&ContainerStatus>) -> bool {
+/// Whether container `c`, not running now, should be (re)started (kubelet's
+/// `ShouldContainerBeRestarted`): one that exited asks its restart rules and
+/// policy, else the pod's.
+pub(crate) fn should_restart(pod: &Pod, c: &Container, latest: Option<&ContainerStatus>) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return false;
     }
@@ -89,11 +92,10 @@ pub(crate) fn should_restart(pod: &Pod, latest: Option<&ContainerStatus>) -> boo
     match status.state {
         ContainerState::Running => false,
         ContainerState::Unknown | ContainerState::Created => true,
-        ContainerState::Exited => match RestartPolicy::of(pod) {
-            RestartPolicy::Never => false,
-            RestartPolicy::OnFailure => status.exit_code != 0,
-            RestartPolicy::Always => true,
-        },
+        ContainerState::Exited => pod
+            .spec
+            .as_ref()
+            .is_some_and(|spec| container_should_restart(c, spec, status.exit_code)),
     }
 }
 
@@ -126,7 +128,9 @@ fn init_failed(s: &ContainerStatus) -> bool {
 
 /// kubelet's `computeInitContainerActions`: adds the init containers to start (the
 /// next one in order, and any sidecar that must run again), or sets `kill_pod` when a
-/// regular one failed under `restartPolicy: Never`; returns whether the pod is
+/// regular one failed and will not run again (its exit code against its restart
+/// rules and policy, else the pod's; one in an unknown state has no exit code, so
+/// only the policy decides); returns whether the pod is
 /// initialized. A sidecar counts as done once it runs and `gate` says it started.
 ///
 /// Once an app container was created or runs, the pod was initialized in the past and
@@ -156,7 +160,6 @@ fn init_container_actions(
             .is_some_and(|s| matches!(s.state, ContainerState::Created | ContainerState::Running))
     });
     let mut previously = initialized;
-    let restart_on_failure = RestartPolicy::of(pod) != RestartPolicy::Never;
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let mut start = Vec::new();
     for (i, c) in inits.iter().enumerate().rev() {
@@ -206,7 +209,7 @@ fn init_container_actions(
             // A sidecar that exited runs again (with back-off).
             ContainerState::Exited if sidecar => start.push(i),
             ContainerState::Exited if init_failed(s) => {
-                if !restart_on_failure {
+                if !container_should_restart(c, spec, s.exit_code) {
                     actions.kill_pod = true;
                     actions.start_init.clear();
                     return false;
@@ -221,7 +224,7 @@ fn init_container_actions(
                 }
             }
             ContainerState::Unknown => {
-                if !sidecar && !restart_on_failure {
+                if !sidecar && !restarts_without_exit_code(c, spec) {
                     actions.kill_pod = true;
                     actions.start_init.clear();
                     return false;
@@ -309,15 +312,17 @@ pub(crate) fn compute_pod_actions_probed(
             actions.start_init = vec![0];
             return actions;
         }
+        // A container that exited and may not run again stays exited in the new
+        // sandbox too (under OnFailure: one that succeeded).
         actions.start = spec
             .containers
             .iter()
             .enumerate()
             .filter(|(_, c)| {
-                !(policy == RestartPolicy::OnFailure
-                    && status
-                        .latest(&c.name)
-                        .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0))
+                status.latest(&c.name).is_none_or(|s| {
+                    s.state != ContainerState::Exited
+                        || container_should_restart(c, spec, s.exit_code)
+                })
             })
             .map(|(i, _)| i)
             .collect();
@@ -357,7 +362,8 @@ pub(crate) fn compute_pod_actions_probed(
         match latest {
             Some(s) if s.state == ContainerState::Running => {
                 if let Some(kind) = failed_probe(&s.id) {
-                    let restart = policy != RestartPolicy::Never;
+                    // A running container has no exit code for the rules to read.
+                    let restart = restarts_without_exit_code(c, spec);
                     let mut why = format!(
                         "Container {} failed {} probe",
                         c.name,
@@ -383,7 +389,7 @@ pub(crate) fn compute_pod_actions_probed(
                 }
             }
             _ => {
-                if should_restart(pod, latest) {
+                if should_restart(pod, c, latest) {
                     actions.start.push(i);
                 }
             }
@@ -555,6 +561,108 @@ mod tests {
             let a = compute_pod_actions(&p, &s, &RunningIsStarted);
             assert_eq!(a.start == vec![0], restart, "{policy} exit {exit}");
         }
+    }
+
+    /// Gives container `i` of `p` its own restart policy and a rule restarting it on
+    /// the exit codes `codes`.
+    fn own_policy(mut p: Pod, i: usize, policy: &str, codes: &[i32], init: bool) -> Pod {
+        let spec = p.spec.as_mut().unwrap();
+        let c = if init {
+            &mut spec.init_containers.as_mut().unwrap()[i]
+        } else {
+            &mut spec.containers[i]
+        };
+        c.restart_policy = Some(policy.into());
+        c.restart_policy_rules = (!codes.is_empty()).then(|| vec![crate::pod::restart_on(codes)]);
+        p
+    }
+
+    #[test]
+    fn a_containers_own_rules_and_policy_decide_its_restart() {
+        // (pod policy, the container's policy, restart codes, exit code, restart)
+        for (policy, own, codes, exit, restart) in [
+            ("Never", "Never", &[42][..], 42, true),
+            ("Never", "Never", &[42][..], 0, false),
+            ("Never", "Never", &[42][..], 1, false),
+            ("Always", "Never", &[][..], 0, false),
+            ("Always", "OnFailure", &[][..], 0, false),
+            ("Never", "Always", &[][..], 0, true),
+        ] {
+            let p = own_policy(pod(policy, &["a", "b"]), 0, own, codes, false);
+            let s = status(
+                vec![sandbox("s1", true, 0)],
+                vec![
+                    container(&p, "a", ContainerState::Exited, exit),
+                    container(&p, "b", ContainerState::Running, 0),
+                ],
+            );
+            let a = compute_pod_actions(&p, &s, &RunningIsStarted);
+            assert_eq!(
+                a.start == vec![0],
+                restart,
+                "{policy}/{own} {codes:?} exit {exit}"
+            );
+        }
+        // A failed probe has no exit code: the container's policy alone decides.
+        let p = own_policy(pod("Always", &["a", "b"]), 0, "Never", &[137], false);
+        let s = status(
+            vec![sandbox("s1", true, 0)],
+            vec![
+                container(&p, "a", ContainerState::Running, 0),
+                container(&p, "b", ContainerState::Running, 0),
+            ],
+        );
+        let failed = |id: &str| (id == "id-a").then_some(ProbeKind::Liveness);
+        let a = compute_pod_actions_probed(&p, &s, &RunningIsStarted, &failed);
+        assert_eq!(a.kill.len(), 1);
+        assert!(a.start.is_empty(), "a Never container is not restarted");
+    }
+
+    #[test]
+    fn a_new_sandbox_starts_only_the_containers_that_may_run_again() {
+        let p = own_policy(pod("Always", &["a", "b"]), 0, "Never", &[], false);
+        let s = status(
+            vec![sandbox("s1", false, 0)],
+            vec![
+                container(&p, "a", ContainerState::Exited, 0),
+                container(&p, "b", ContainerState::Exited, 0),
+            ],
+        );
+        let a = compute_pod_actions(&p, &s, &RunningIsStarted);
+        assert!(a.create_sandbox);
+        assert_eq!(a.start, vec![1]);
+    }
+
+    #[test]
+    fn an_init_containers_own_rules_decide_whether_its_failure_ends_the_pod() {
+        let p = own_policy(
+            pod_with_inits("Always", &["i1"], &["a"]),
+            0,
+            "Never",
+            &[],
+            true,
+        );
+        let failed = ready_sandbox(vec![init("i1", ContainerState::Exited, 2)]);
+        assert!(compute_pod_actions(&p, &failed, &RunningIsStarted).kill_pod);
+        let p = own_policy(
+            pod_with_inits("Never", &["i1"], &["a"]),
+            0,
+            "Never",
+            &[2],
+            true,
+        );
+        let a = compute_pod_actions(&p, &failed, &RunningIsStarted);
+        assert!(!a.kill_pod);
+        assert_eq!(a.start_init, vec![0]);
+        let p = own_policy(
+            pod_with_inits("Never", &["i1"], &["a"]),
+            0,
+            "OnFailure",
+            &[],
+            true,
+        );
+        let unknown = ready_sandbox(vec![init("i1", ContainerState::Unknown, 0)]);
+        assert!(!compute_pod_actions(&p, &unknown, &RunningIsStarted).kill_pod);
     }
 
     #[test]

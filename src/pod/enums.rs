@@ -107,7 +107,8 @@ impl RestartPolicy {
             .unwrap_or(RestartPolicy::Always)
     }
 
-    /// A container's own restart policy (only sidecar init containers have one).
+    /// A container's own restart policy: a sidecar init container's Always, or any
+    /// container's override of the pod's (ContainerRestartRules).
     pub(crate) fn of_container(c: &Container) -> Option<RestartPolicy> {
         c.restart_policy.as_deref().and_then(|p| p.parse().ok())
     }

@@ -1,7 +1,8 @@
 //! Pod helpers every room may use: the names kubelet logs a pod by, its UID,
 //! the source names and the `kubernetes.io/config.*` annotations (kubelet's
 //! `pkg/kubelet/types`), whether a pod is a mirror or a critical one, and the
-//! phases, reasons and policies as enums (`enums`), and the pod manager
+//! phases, reasons and policies as enums (`enums`), whether an exited container
+//! restarts (`restart`), and the pod manager
 //! (`manager`: kubelet's `pkg/kubelet/pod`, the desired pods every room reads). No
 //! logic of its own beyond reading a pod's metadata and spec and keeping that set.
 
@@ -12,6 +13,7 @@ mod image_ref;
 mod layout;
 mod manager;
 mod names;
+mod restart;
 pub(crate) use enums::{
     ImagePullPolicy, Phase, ProbeKind, RestartPolicy, TerminatedReason, WaitingReason,
 };
@@ -21,6 +23,12 @@ pub(crate) use layout::{
 };
 pub(crate) use manager::{PodManager, is_api_mirror};
 pub(crate) use names::{is_dns1123_label, is_dns1123_subdomain};
+#[cfg(test)]
+pub(crate) use restart::restart_on;
+pub(crate) use restart::{
+    RULE_ACTION_RESTART, RULE_OPERATORS, container_should_restart, is_container_restartable,
+    restarts_without_exit_code,
+};
 
 /// The source name of the static pod directory (kubelet's `kubetypes.FileSource`).
 pub(crate) const FILE_SOURCE: &str = "file";

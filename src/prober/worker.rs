@@ -13,7 +13,7 @@ use tracing::{debug, info};
 use super::results::ProbeResult;
 use super::{ProbeKind, ProbeOutcome, WorkerDeps, run_probe};
 use crate::events::{EventType, ObjectRef, reason};
-use crate::pod::{Phase, RestartPolicy, pod_ref, pod_uid};
+use crate::pod::{Phase, container_should_restart, pod_ref, pod_uid};
 
 /// kubelet's `maxProbeRetries`: a probe that errors is tried this often per period.
 pub(crate) const MAX_PROBE_RETRIES: usize = 3;
@@ -200,9 +200,13 @@ impl Worker {
         let state = c.state.as_ref();
         let Some(running) = state.and_then(|s| s.running.as_ref()) else {
             self.set(ProbeResult::Failure).await;
-            // A container that ended under Never will not come back.
-            return state.and_then(|s| s.terminated.as_ref()).is_none()
-                || RestartPolicy::of(&self.pod) != RestartPolicy::Never;
+            // A container that ended and will not run again (its restart rules and
+            // policy, else the pod's, over its exit code) needs no more probes.
+            return state.and_then(|s| s.terminated.as_ref()).is_none_or(|t| {
+                self.pod.spec.as_ref().is_some_and(|spec| {
+                    container_should_restart(&self.container, spec, t.exit_code)
+                })
+            });
         };
         let started_at = running.started_at.as_ref().map(|t| t.0);
         if started_at.is_some_and(|t| now.duration_since(t).as_secs() < self.timing.initial_delay) {

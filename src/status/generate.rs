@@ -4,13 +4,13 @@
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodSpec, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::kuberuntime::is_sidecar;
 use crate::kuberuntime::{self as rt, PodRuntimeStatus};
-use crate::pod::{Phase, RestartPolicy, TerminatedReason, WaitingReason};
+use crate::pod::{Phase, TerminatedReason, WaitingReason, container_should_restart};
 
 /// What status generation needs besides the pod and the runtime view.
 pub(crate) struct StatusInputs<'a> {
@@ -280,7 +280,7 @@ fn apply_waiting_state(
         inputs.pod.metadata.deletion_timestamp.is_none()
             && latest.is_none_or(|c| c.state != rt::ContainerState::Running)
     } else {
-        crate::kuberuntime::should_restart(inputs.pod, latest)
+        crate::kuberuntime::should_restart(inputs.pod, spec, latest)
     };
     if role == Role::Init
         && !init_done
@@ -343,17 +343,30 @@ fn update_ready_and_started(
     }
 }
 
-/// kubelet's `getPhase` over generated container statuses.
+/// kubelet's `getPhase` over generated container statuses. Whether a stopped
+/// container counts as restarting is the container's own call: its restart rules
+/// and policy, else the pod's (`container_should_restart`).
 pub(crate) fn pod_phase(
     pod: &Pod,
     init: &[ContainerStatus],
     regular: &[ContainerStatus],
     terminating: bool,
 ) -> Phase {
+    let empty = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&empty);
+    let restarts = |list: &[Container], name: &str, code: i32| {
+        list.iter()
+            .find(|c| c.name == name)
+            .is_some_and(|c| container_should_restart(c, spec, code))
+    };
+    let inits = spec.init_containers.as_deref().unwrap_or_default();
     let sidecars = sidecar_names(pod);
     let mut counts = PhaseCounts::default();
     counts.count_sidecars(init.iter().filter(|s| sidecars.contains(&s.name.as_str())));
-    counts.count_init_containers(init.iter().filter(|s| !sidecars.contains(&s.name.as_str())));
+    counts.count_init_containers(
+        init.iter().filter(|s| !sidecars.contains(&s.name.as_str())),
+        &|name, code| restarts(inits, name, code),
+    );
     let initialized = regular.iter().any(|s| {
         is_running(s)
             || is_terminated(s)
@@ -361,19 +374,27 @@ pub(crate) fn pod_phase(
                 .as_ref()
                 .is_some_and(|l| l.terminated.is_some())
     });
-    counts.count_regular(regular);
-    counts.phase(RestartPolicy::of(pod), initialized, terminating)
+    counts.count_regular(regular, &|name, code| {
+        restarts(&spec.containers, name, code)
+    });
+    counts.phase(initialized, terminating)
 }
+
+/// Says whether the container of that name restarts after that exit code.
+type Restarts<'a> = dyn Fn(&str, i32) -> bool + 'a;
 
 /// The container tallies `getPhase` decides on.
 #[derive(Default)]
 struct PhaseCounts {
     pending_init: u32,
-    failed_init: u32,
+    /// Init containers whose last exit failed and that will not run again.
+    failed_init_for_good: u32,
     unknown: u32,
     running: u32,
     waiting: u32,
     stopped: u32,
+    /// Stopped containers that will not run again.
+    stopped_for_good: u32,
     succeeded: u32,
     /// Sidecars not started yet: they hold the pod Pending until it was initialized.
     pending_sidecars: u32,
@@ -407,21 +428,23 @@ impl PhaseCounts {
         }
     }
 
-    /// Plain init containers: pending until they exit, failed when the last exit
-    /// was not 0.
-    fn count_init_containers<'a>(&mut self, inits: impl Iterator<Item = &'a ContainerStatus>) {
+    /// Plain init containers: pending until they exit; one whose last exit was
+    /// not 0 and that will not run again fails the pod.
+    fn count_init_containers<'a>(
+        &mut self,
+        inits: impl Iterator<Item = &'a ContainerStatus>,
+        restarts: &Restarts<'_>,
+    ) {
         for s in inits {
             let st = s.state.as_ref();
+            let failed_with = |code: i32| u32::from(code != 0 && !restarts(&s.name, code));
             if st.is_some_and(|st| st.running.is_some()) {
                 self.pending_init += 1;
             } else if let Some(t) = st.and_then(|st| st.terminated.as_ref()) {
-                if t.exit_code != 0 {
-                    self.failed_init += 1;
-                }
+                self.failed_init_for_good += failed_with(t.exit_code);
             } else if st.is_some_and(|st| st.waiting.is_some()) {
                 match s.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
-                    Some(t) if t.exit_code != 0 => self.failed_init += 1,
-                    Some(_) => {}
+                    Some(t) => self.failed_init_for_good += failed_with(t.exit_code),
                     None => self.pending_init += 1,
                 }
             } else {
@@ -432,38 +455,36 @@ impl PhaseCounts {
 
     /// App containers: running, stopped (and whether successfully) or waiting; one
     /// waiting after it ran counts as stopped.
-    fn count_regular(&mut self, regular: &[ContainerStatus]) {
+    fn count_regular(&mut self, regular: &[ContainerStatus], restarts: &Restarts<'_>) {
         for s in regular {
             let Some(st) = s.state.as_ref() else {
                 self.unknown += 1;
                 continue;
             };
-            if st.running.is_some() {
+            let last_exit = s.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+            let stopped_code = if st.running.is_some() {
                 self.running += 1;
+                None
             } else if let Some(t) = &st.terminated {
-                self.stopped += 1;
-                if t.exit_code == 0 {
-                    self.succeeded += 1;
-                }
+                self.succeeded += u32::from(t.exit_code == 0);
+                Some(t.exit_code)
             } else if st.waiting.is_some() {
-                if s.last_state
-                    .as_ref()
-                    .and_then(|l| l.terminated.as_ref())
-                    .is_some()
-                {
-                    self.stopped += 1;
-                } else {
-                    self.waiting += 1;
-                }
+                self.waiting += u32::from(last_exit.is_none());
+                last_exit.map(|t| t.exit_code)
             } else {
                 self.unknown += 1;
+                None
+            };
+            if let Some(code) = stopped_code {
+                self.stopped += 1;
+                self.stopped_for_good += u32::from(!restarts(&s.name, code));
             }
         }
     }
 
     /// `getPhase`'s decision over the tallies.
-    fn phase(&self, policy: RestartPolicy, initialized: bool, terminating: bool) -> Phase {
-        if self.failed_init > 0 && policy == RestartPolicy::Never {
+    fn phase(&self, initialized: bool, terminating: bool) -> Phase {
+        if self.failed_init_for_good > 0 {
             return Phase::Failed;
         }
         if self.pending_init > 0 || (self.pending_sidecars > 0 && !initialized) || self.waiting > 0
@@ -481,11 +502,14 @@ impl PhaseCounts {
                     Phase::Failed
                 };
             }
-            return match policy {
-                RestartPolicy::Always => Phase::Running,
-                _ if self.stopped == self.succeeded => Phase::Succeeded,
-                RestartPolicy::Never => Phase::Failed,
-                RestartPolicy::OnFailure => Phase::Running,
+            // At least one of them will run again.
+            if self.stopped != self.stopped_for_good {
+                return Phase::Running;
+            }
+            return if self.stopped == self.succeeded {
+                Phase::Succeeded
+            } else {
+                Phase::Failed
             };
         }
         Phase::Pending

@@ -12,10 +12,10 @@
 //! Timestamps need no normalising here: `Time` serialises to whole seconds, and every
 //! comparison is made on the serialised JSON.
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodSpec, PodStatus};
 use serde_json::{Map, Value, json};
 
-use crate::pod::RestartPolicy;
+use crate::pod::{RestartPolicy, container_should_restart};
 
 /// The pod conditions kubelet owns (`kubetypes.PodConditionsByKubelet`); others
 /// (readiness gates, DisruptionTarget, …) belong to someone else and are kept.
@@ -64,7 +64,8 @@ pub(crate) fn merge(api: &PodStatus, ours: &PodStatus) -> PodStatus {
 
 /// kubelet's checks before a status goes out: a terminal phase in the apiserver never
 /// becomes non-terminal, and a terminated container never runs again unless the
-/// restart policy allows it (`checkContainerStateTransition`).
+/// restart policy, or the container's own rules and policy, allow it
+/// (`checkContainerStateTransition`).
 pub(crate) fn check(api: &Pod, ours: &PodStatus) -> Result<(), Refused> {
     let old = api.status.clone().unwrap_or_default();
     if is_terminal(old.phase.as_deref()) && !is_terminal(ours.phase.as_deref()) {
@@ -78,17 +79,33 @@ pub(crate) fn check(api: &Pod, ours: &PodStatus) -> Result<(), Refused> {
     if policy == RestartPolicy::Always.as_str() {
         return Ok(());
     }
-    let pairs = [
-        (&old.container_statuses, &ours.container_statuses),
-        (&old.init_container_statuses, &ours.init_container_statuses),
+    let empty = PodSpec::default();
+    let spec = api.spec.as_ref().unwrap_or(&empty);
+    let lists = [
+        (
+            &old.container_statuses,
+            &ours.container_statuses,
+            &spec.containers[..],
+        ),
+        (
+            &old.init_container_statuses,
+            &ours.init_container_statuses,
+            spec.init_containers.as_deref().unwrap_or_default(),
+        ),
     ];
-    for (old_list, new_list) in pairs {
+    for (old_list, new_list, containers) in lists {
         for o in old_list.iter().flatten() {
             let Some(code) = terminated_exit_code(o) else {
                 continue;
             };
-            // OnFailure may restart a container that failed.
+            // OnFailure may restart a container that failed, and a container's own
+            // rules and policy may restart it whatever the pod says.
             if policy == RestartPolicy::OnFailure.as_str() && code != 0 {
+                continue;
+            }
+            if (containers.iter().find(|c| c.name == o.name))
+                .is_some_and(|c| container_should_restart(c, spec, code))
+            {
                 continue;
             }
             let still = new_list
@@ -267,6 +284,20 @@ mod tests {
         assert_eq!(check(&api_pod("OnFailure", done(1)), &running), Ok(()));
         assert_eq!(check(&api_pod("Always", done(0)), &running), Ok(()));
         assert_eq!(check(&api_pod("Never", done(0)), &done(0)), Ok(()));
+        // A container whose own rule restarts it on 42 may run again under Never.
+        let mut ruled = api_pod("Never", done(42));
+        ruled.spec.as_mut().unwrap().containers = vec![k8s_openapi::api::core::v1::Container {
+            name: "c".into(),
+            restart_policy: Some("Never".into()),
+            restart_policy_rules: Some(vec![crate::pod::restart_on(&[42])]),
+            ..Default::default()
+        }];
+        assert_eq!(check(&ruled, &running), Ok(()));
+        ruled.status = Some(done(1));
+        assert!(matches!(
+            check(&ruled, &running),
+            Err(Refused::TerminatedContainer(..))
+        ));
     }
 
     #[test]

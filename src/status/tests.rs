@@ -179,6 +179,60 @@ fn phases_by_restart_policy_and_exit_codes() {
     }
 }
 
+/// Sets container `name`'s own restart policy, and a rule restarting it on `codes`.
+fn with_container_policy(mut p: Pod, name: &str, policy: &str, codes: &[i32]) -> Pod {
+    let spec = p.spec.as_mut().unwrap();
+    let all = spec.init_containers.iter_mut().flatten();
+    let c = all
+        .chain(spec.containers.iter_mut())
+        .find(|c| c.name == name)
+        .unwrap();
+    c.restart_policy = Some(policy.into());
+    if !codes.is_empty() {
+        c.restart_policy_rules = Some(vec![crate::pod::restart_on(codes)]);
+    }
+    p
+}
+
+#[test]
+fn phases_follow_the_containers_own_restart_rules_and_policy() {
+    // (pod policy, the container's policy, its restart codes, exit code, phase)
+    for (pod_policy, own, codes, exit, phase) in [
+        ("Never", "Never", &[42][..], 42, "Running"),
+        ("Never", "Never", &[42][..], 0, "Succeeded"),
+        ("Never", "Never", &[42][..], 1, "Failed"),
+        ("Always", "Never", &[][..], 0, "Succeeded"),
+        ("Always", "Never", &[][..], 2, "Failed"),
+        ("Never", "OnFailure", &[][..], 2, "Running"),
+        ("Never", "Always", &[][..], 0, "Running"),
+    ] {
+        let p = with_container_policy(pod(pod_policy, &["a"], &[]), "a", own, codes);
+        let rt = runtime(vec![ctr("a", ContainerState::Exited, exit, 1, 0)]);
+        let s = status_of(&p, &rt);
+        assert_eq!(
+            s.phase.as_deref(),
+            Some(phase),
+            "pod {pod_policy}, container {own} {codes:?}, exit {exit}"
+        );
+    }
+    // One container that stays exited does not end the pod while another restarts.
+    let p = with_container_policy(pod("Always", &["a", "b"], &[]), "a", "Never", &[]);
+    let rt = runtime(vec![
+        ctr("a", ContainerState::Exited, 0, 1, 0),
+        ctr("b", ContainerState::Exited, 1, 2, 0),
+    ]);
+    assert_eq!(status_of(&p, &rt).phase.as_deref(), Some("Running"));
+}
+
+#[test]
+fn an_init_container_that_may_not_rerun_fails_the_pod() {
+    let p = with_container_policy(pod("Always", &["a"], &["init"]), "init", "Never", &[]);
+    let rt = runtime(vec![ctr("init", ContainerState::Exited, 1, 1, 0)]);
+    assert_eq!(status_of(&p, &rt).phase.as_deref(), Some("Failed"));
+    let p = with_container_policy(pod("Never", &["a"], &["init"]), "init", "Never", &[1]);
+    assert_eq!(status_of(&p, &rt).phase.as_deref(), Some("Pending"));
+}
+
 #[test]
 fn crash_loop_shows_waiting_with_last_state() {
     let p = pod("Always", &["a"], &[]);

@@ -13,7 +13,7 @@ use crate::kuberuntime::RuntimeManager;
 use crate::kuberuntime::{PodRuntimeStatus, RuntimePod};
 use crate::pleg::PodCache;
 use crate::pod::PodManager;
-use crate::pod::{Phase, is_static_pod, pod_ref, pod_uid};
+use crate::pod::{Phase, is_container_restartable, is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeManager;
 use crate::status::{
     StartupTracker, StatusInputs, StatusManager, generate_pod_status, terminate_pod_status,
@@ -112,8 +112,8 @@ impl Syncer {
 
     /// kubelet's `SyncPod` before the runtime acts: containers that run without a pod
     /// cgroup (started before per-QoS cgroups were on) are killed so they come back
-    /// inside one, except a `Never` pod, which then ends without; and the pod's cgroup
-    /// is made before its sandbox.
+    /// inside one, except a `Never` pod none of whose containers may restart, which
+    /// then ends without; and the pod's cgroup is made before its sandbox.
     async fn ensure_pod_cgroup(
         &self,
         pod: &Pod,
@@ -125,9 +125,15 @@ impl Syncer {
         if !self.cm.pod_cgroup_exists(pod) && rt.running_containers().next().is_some() {
             info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), "killing the pod: its containers run outside its pod cgroup (started without one, or its QoS class changed)");
             self.runtime.kill_pod_status(pod, rt, None).await?;
-            let never =
-                pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
-            if never {
+            // A run-once pod ends here: none of its containers may run again.
+            let run_once = pod.spec.as_ref().is_some_and(|spec| {
+                spec.restart_policy.as_deref() == Some("Never")
+                    && !spec
+                        .containers
+                        .iter()
+                        .any(|c| is_container_restartable(spec, c))
+            });
+            if run_once {
                 return Ok(());
             }
         }

@@ -11,7 +11,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::defaults::unset;
 use super::identity::static_pod_name;
 use super::{FieldError, fail};
-use crate::pod::{ImagePullPolicy, RestartPolicy, is_dns1123_label, is_dns1123_subdomain};
+use crate::pod::{
+    ImagePullPolicy, RULE_ACTION_RESTART, RULE_OPERATORS, RestartPolicy, is_dns1123_label,
+    is_dns1123_subdomain,
+};
 use crate::quantity;
 use crate::safe_path;
 
@@ -489,27 +492,66 @@ fn validate_image(c: &Container, f: &dyn Fn(&str) -> String) -> Result<(), Field
     }
 }
 
-/// kubelet's `validateInitContainerRestartPolicy`: only init containers have a restart
-/// policy, and the only one is Always (which makes them sidecars).
+/// The API's `validateContainerRestartPolicy` (ContainerRestartRules, beta and on by
+/// default since 1.35): any container may override the pod's policy (an init
+/// container's Always makes it a sidecar), and restart rules need that override.
 fn validate_container_restart_policy(
     c: &Container,
     ctx: &ContainerCtx,
     f: &dyn Fn(&str) -> String,
 ) -> Result<(), FieldError> {
-    if ctx.init {
-        one_of(
-            &f("restartPolicy"),
-            &c.restart_policy,
-            &[RestartPolicy::Always.as_str()],
-        )?;
-    } else if c.restart_policy.is_some() || c.restart_policy_rules.is_some() {
+    let rules = c.restart_policy_rules.as_deref().unwrap_or_default();
+    if c.restart_policy.is_none() {
+        if !rules.is_empty() {
+            return fail(
+                f("restartPolicy"),
+                "required value: must be specified when restartPolicyRules are used",
+            );
+        }
+        return Ok(());
+    }
+    one_of(&f("restartPolicy"), &c.restart_policy, RestartPolicy::NAMES)?;
+    if rules.len() > MAX_RESTART_RULES {
         return fail(
-            f("restartPolicy"),
-            "forbidden: only allowed for init containers",
+            f("restartPolicyRules"),
+            format!(
+                "too many: {}: must have at most {MAX_RESTART_RULES} items",
+                rules.len()
+            ),
         );
+    }
+    for (i, rule) in rules.iter().enumerate() {
+        let rf = |sub: &str| format!("{}.restartPolicyRules[{i}].{sub}", ctx.field);
+        one_of(
+            &rf("action"),
+            &Some(rule.action.clone()),
+            &[RULE_ACTION_RESTART],
+        )?;
+        let Some(on) = rule.exit_codes.as_ref() else {
+            return fail(rf("exitCodes"), "required value: must be specified");
+        };
+        one_of(
+            &rf("exitCodes.operator"),
+            &Some(on.operator.clone()),
+            RULE_OPERATORS,
+        )?;
+        let values = on.values.as_deref().unwrap_or_default();
+        if values.len() > MAX_RULE_EXIT_CODES {
+            return fail(
+                rf("exitCodes.values"),
+                format!(
+                    "too many: {}: must have at most {MAX_RULE_EXIT_CODES} items",
+                    values.len()
+                ),
+            );
+        }
     }
     Ok(())
 }
+
+/// The API's bounds on a container's restart rules and on one rule's exit codes.
+const MAX_RESTART_RULES: usize = 20;
+const MAX_RULE_EXIT_CODES: usize = 255;
 
 /// The API's `ValidateSecurityContext`: no_new_privs cannot hold for a privileged
 /// container, nor for one that adds CAP_SYS_ADMIN (the API compares that spelling only).
@@ -970,8 +1012,61 @@ mod tests {
             .is_ok()
         );
         assert_err(
-            &with_container_lines("    restartPolicy: Always\n"),
-            "spec.containers[0].restartPolicy: forbidden",
+            &with_container_lines("    restartPolicy: Sometimes\n"),
+            "spec.containers[0].restartPolicy: unsupported value \"Sometimes\"",
+        );
+    }
+
+    #[test]
+    fn containers_may_override_the_restart_policy_with_rules_beside_it() {
+        for policy in ["Always", "OnFailure", "Never"] {
+            let lines = format!("    restartPolicy: {policy}\n");
+            assert!(decode(&with_container_lines(&lines)).is_ok(), "{policy}");
+        }
+        let rules = "    restartPolicyRules:\n    - action: Restart\n      exitCodes:\n        operator: In\n        values: [42]\n";
+        assert!(
+            decode(&with_container_lines(&format!(
+                "    restartPolicy: Never\n{rules}"
+            )))
+            .is_ok()
+        );
+        assert_err(
+            &with_container_lines(rules),
+            "spec.containers[0].restartPolicy: required value",
+        );
+        let with = |rule: &str| {
+            with_container_lines(&format!(
+                "    restartPolicy: Never\n    restartPolicyRules:\n{rule}"
+            ))
+        };
+        assert_err(
+            &with(
+                "    - action: RestartAllContainers\n      exitCodes:\n        operator: In\n        values: [1]\n",
+            ),
+            "spec.containers[0].restartPolicyRules[0].action: unsupported value \"RestartAllContainers\": supported values: \"Restart\"",
+        );
+        assert_err(
+            &with("    - action: Restart\n"),
+            "spec.containers[0].restartPolicyRules[0].exitCodes: required value",
+        );
+        assert_err(
+            &with("    - action: Restart\n      exitCodes:\n        operator: Above\n"),
+            "spec.containers[0].restartPolicyRules[0].exitCodes.operator: unsupported value \"Above\"",
+        );
+        let many = "    - action: Restart\n      exitCodes:\n        operator: In\n".repeat(21);
+        assert_err(
+            &with(&many),
+            "spec.containers[0].restartPolicyRules: too many: 21: must have at most 20 items",
+        );
+        let codes = (0..256)
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        assert_err(
+            &with(&format!(
+                "    - action: Restart\n      exitCodes:\n        operator: NotIn\n        values: [{codes}]\n"
+            )),
+            "spec.containers[0].restartPolicyRules[0].exitCodes.values: too many: 256",
         );
     }
 

@@ -16,7 +16,7 @@ mod mounts;
 mod open;
 
 pub(crate) use mounts::{bind_fd, detach, mounts_at_or_below};
-pub(crate) use open::{BeneathError, make_dirs_beneath, open_beneath, open_dir};
+pub(crate) use open::{BeneathError, make_dirs_beneath, open_beneath, open_dir, read_beneath};
 
 use std::fmt;
 use std::io;

@@ -87,8 +87,8 @@ impl Shared {
         events: EventRecorder,
         metric_cache: Arc<MetricCache>,
         host_apps: Vec<crate::koord::HostApp>,
+        runtime_health: Arc<RuntimeHealth>,
     ) -> Self {
-        let runtime_health = Arc::new(RuntimeHealth::default());
         runtime_health.set(true);
         Shared {
             events,
@@ -127,6 +127,7 @@ async fn start(
     let dns = runtime::dns(opts, &host.info);
     let qos = koordlet::qos_config(opts)?;
     let hooks = koordlet::runtime_hooks(&qos, &host);
+    let runtime_health = Arc::new(RuntimeHealth::default());
     let manager = runtime::manager(
         opts,
         rt,
@@ -137,6 +138,7 @@ async fn start(
             probes: &probe_results,
             objects: cluster::object_manager(api),
             hooks: hooks.runtime_hooks(),
+            runtime_state: runtime_health.clone(),
         },
     );
     runtime::spawn_log_rotation(opts, rt, tasks);
@@ -144,6 +146,7 @@ async fn start(
         events,
         koordlet::open_metric_cache(opts),
         koordlet::file_host_apps(opts),
+        runtime_health,
     );
     crate::census::watch(
         "metric cache series",
@@ -154,6 +157,8 @@ async fn start(
     let node_metric = koordlet::node_metric_source(&shared, prediction.as_ref());
     let sources = sources::start(opts, api, tasks);
     let pleg_events = runtime::start_pleg(&manager, &shared, tasks, opts.evented_pleg()).await;
+    // The handlers' features are known before the first pod syncs.
+    crate::syncloop::check_runtime(&manager, &shared.runtime_health).await;
     runtime::spawn_runtime_health(&manager, &shared, tasks);
     let syncer = runtime::syncer(rt, &manager, &host, &shared, probe_results, tasks);
     koordlet::spawn_metric_advisor(opts, rt, &host, &shared, tasks);

@@ -207,6 +207,8 @@ pub(super) struct ManagerInputs<'a> {
     pub objects: Option<Arc<ObjectManager>>,
     /// koordlet's hooks before RunPodSandbox and CreateContainer/StartContainer.
     pub hooks: RuntimeHooks,
+    /// The runtime check's findings: the handlers' features a container's mounts need.
+    pub runtime_state: Arc<crate::contracts::RuntimeHealth>,
 }
 
 /// kubelet's kuberuntime manager on the CRI client: sandboxes, containers and images,
@@ -245,7 +247,8 @@ pub(super) fn manager(
         .with_log_symlinks(opts.container_log_symlink_dir.clone())
         .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
         .with_objects(inputs.objects)
-        .with_runtime_hooks(inputs.hooks),
+        .with_runtime_hooks(inputs.hooks)
+        .with_runtime_state(inputs.runtime_state),
     )
 }
 

@@ -141,7 +141,8 @@ impl PodConfig {
 
 /// Folds `new` into `existing` the way kubelet's `checkAndUpdatePod` does: the stored
 /// pod keeps its identity and kubelet-local annotations and takes the new spec,
-/// labels, deletion fields, status and other annotations.
+/// labels, deletion fields, generation (the status's `observedGeneration` reports
+/// it), status and other annotations.
 fn check_and_update(existing: &mut Pod, new: Pod) -> Change {
     if !differs_semantically(existing, &new) {
         if existing.status != new.status {
@@ -163,6 +164,7 @@ fn check_and_update(existing: &mut Pod, new: Pod) -> Change {
     meta.labels = new.metadata.labels;
     meta.deletion_timestamp = new.metadata.deletion_timestamp;
     meta.deletion_grace_period_seconds = new.metadata.deletion_grace_period_seconds;
+    meta.generation = new.metadata.generation;
     existing.spec = new.spec;
     existing.status = new.status;
     if existing.metadata.deletion_timestamp.is_some() {
@@ -341,9 +343,15 @@ mod tests {
 
         let mut changed = pod("u1", "a");
         changed.spec.as_mut().unwrap().containers[0].image = Some("busybox:1.37".into());
+        changed.metadata.generation = Some(2);
         let out = c.merge(set(API_SOURCE, vec![changed]));
         assert_eq!(summary(&out), ops(&[(PodOperation::Update, &["u1"])]));
         let updated = &out[0].pods[0];
+        assert_eq!(
+            updated.metadata.generation,
+            Some(2),
+            "the generation follows"
+        );
         assert_eq!(
             updated.spec.as_ref().unwrap().containers[0]
                 .image

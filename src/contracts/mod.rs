@@ -41,7 +41,7 @@ pub(crate) use readings::{
     SystemContainerReading, Throttling,
 };
 pub(crate) use reclaim::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
-pub(crate) use runtime_health::RuntimeHealth;
+pub(crate) use runtime_health::{RuntimeHandlerFeatures, RuntimeHealth};
 pub(crate) use thresholds::{
     DEFAULT_EVICTION_HARD, Signal, ThresholdError, ThresholdValue, Thresholds,
 };

@@ -1,12 +1,28 @@
-//! Whether the runtime is up, as the sync loop's runtime check last found it (kubelet's
-//! `runtimeState`): the check writes it, the node status's Ready condition reads it.
+//! Whether the runtime is up, and what its handlers support, as the sync loop's
+//! runtime check last found them (kubelet's `runtimeState`): the check writes them;
+//! the node status's Ready condition and `runtimeHandlers`, and the container
+//! config (recursive read-only mounts), read them.
 
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether the runtime answered its last status check (kubelet's `runtimeState`).
+use crate::locks::ReadWriteLocked;
+
+/// One runtime handler the CRI status lists (kubelet's `kubecontainer.RuntimeHandler`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct RuntimeHandlerFeatures {
+    /// The handler's name; empty for the runtime's default handler.
+    pub name: String,
+    pub recursive_read_only_mounts: bool,
+    pub user_namespaces: bool,
+}
+
+/// Whether the runtime answered its last status check (kubelet's `runtimeState`),
+/// and the handlers that answer listed.
 #[derive(Debug, Default)]
 pub(crate) struct RuntimeHealth {
     up: AtomicBool,
+    handlers: RwLock<Vec<RuntimeHandlerFeatures>>,
 }
 
 impl RuntimeHealth {
@@ -15,5 +31,29 @@ impl RuntimeHealth {
     }
     pub(crate) fn is_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
+    }
+
+    /// Stores the handlers of the last status; true when they changed.
+    pub(crate) fn set_handlers(&self, handlers: Vec<RuntimeHandlerFeatures>) -> bool {
+        let mut held = self.handlers.write_locked();
+        let changed = *held != handlers;
+        *held = handlers;
+        changed
+    }
+
+    /// The handlers the runtime listed (none from runtimes older than CRI 1.30's
+    /// `runtime_handlers`, such as containerd 1.6 and 1.7).
+    pub(crate) fn handlers(&self) -> Vec<RuntimeHandlerFeatures> {
+        self.handlers.read_locked().clone()
+    }
+
+    /// The features of the handler named `name` ("" is the default one); None when the
+    /// runtime did not list it.
+    pub(crate) fn handler(&self, name: &str) -> Option<RuntimeHandlerFeatures> {
+        self.handlers
+            .read_locked()
+            .iter()
+            .find(|h| h.name == name)
+            .cloned()
     }
 }

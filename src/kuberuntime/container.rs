@@ -1,5 +1,6 @@
 //! Building a container's `ContainerConfig`: command and args with `$(VAR)`
-//! expansion, environment (values and downward-API field refs), working dir, log
+//! expansion, environment (values, downward-API field refs, object keys and env
+//! files), working dir, log
 //! path `<container>/<restartCount>.log`, resources, security context, and the
 //! labels and annotations that let a restarted agent adopt it.
 
@@ -35,6 +36,10 @@ pub(crate) enum ContainerConfigError {
     /// kubelet's message as it is (`configmaps "x" not found`, `couldn't find key ...`).
     #[error(transparent)]
     Object(#[from] crate::podenv::ObjectEnvError),
+    /// kubelet's message as it is (`couldn't parse env file`, `environment variable
+    /// key "K" not found in file ...`).
+    #[error(transparent)]
+    EnvFile(#[from] crate::volumes::EnvFileError),
     #[error("{field}: {source}")]
     Downward {
         field: String,
@@ -141,6 +146,11 @@ fn environment_within(
                 }
             } else if let Some(sel) = &vf.secret_key_ref {
                 match crate::podenv::secret_key(pod, sel, objects)? {
+                    Some(v) => v,
+                    None => continue,
+                }
+            } else if let Some(sel) = &vf.file_key_ref {
+                match crate::volumes::file_key_value(pod, &env.pods_dir, sel)? {
                     Some(v) => v,
                     None => continue,
                 }

@@ -24,6 +24,7 @@ use super::sidecar::{self, RunningIsStarted, StartupGate, TerminationOrder};
 use super::termination;
 use super::types::*;
 use crate::backoff::Backoff;
+use crate::contracts::RuntimeHealth;
 use crate::cri::Cri;
 use crate::cri::CriError;
 use crate::events::EventType::{Normal, Warning};
@@ -288,6 +289,9 @@ pub(crate) struct RuntimeManager {
     /// Rules run before RunPodSandbox, CreateContainer and StartContainer (the node
     /// QoS hooks).
     hooks: super::hooks::RuntimeHooks,
+    /// What the runtime's handlers support, from its last status (recursive
+    /// read-only mounts).
+    runtime_state: Arc<RuntimeHealth>,
 }
 
 /// Pods starting at once: four per core, at least 4.
@@ -328,6 +332,27 @@ impl RuntimeManager {
             objects: None,
             events: EventRecorder::log_only(),
             hooks: Default::default(),
+            runtime_state: Default::default(),
+        }
+    }
+
+    /// Reads the runtime handlers' features from `state`, which the runtime health
+    /// check keeps (by default: none known, so nothing is supported).
+    pub(crate) fn with_runtime_state(mut self, state: Arc<RuntimeHealth>) -> Self {
+        self.runtime_state = state;
+        self
+    }
+
+    /// kubelet's `runtimeClassSupportsRecursiveReadOnlyMounts`: whether the pod's
+    /// runtime handler is listed with support for recursive read-only mounts.
+    pub(crate) fn supports_recursive_read_only(&self, pod: &Pod) -> bool {
+        let handler = super::sandbox::runtime_handler(pod);
+        match self.runtime_state.handler(handler) {
+            Some(h) => h.recursive_read_only_mounts,
+            None => {
+                debug!(pod = %pod_ref(pod), runtimeHandler = handler, "runtime handler not listed by the runtime: recursive read-only mounts unsupported");
+                false
+            }
         }
     }
 
@@ -459,6 +484,7 @@ impl RuntimeManager {
             host_ip: self.host_ip.clone(),
             allocatable: self.sandbox_env.allocatable,
             objects,
+            pods_dir: self.sandbox_env.pods_dir.clone(),
         }
     }
 
@@ -1064,6 +1090,7 @@ impl RuntimeManager {
             &envs,
             env.objects.as_deref(),
             &self.sandbox_env.allocatable,
+            self.supports_recursive_read_only(pod),
         ) {
             Ok(m) => m,
             Err(e) => return Err(self.config_error(s, &e)),

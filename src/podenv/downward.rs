@@ -22,6 +22,9 @@ pub(crate) struct PodEnv {
     /// The ConfigMaps and Secrets the pod references, fetched for this sync (None
     /// without an apiserver).
     pub objects: Option<std::sync::Arc<crate::objects::PodObjects>>,
+    /// `<root-dir>/pods`, below which the pod's emptyDirs hold the env files a
+    /// `fileKeyRef` reads.
+    pub pods_dir: std::path::PathBuf,
 }
 
 /// Why a downward-API value cannot be produced (the container's
@@ -295,7 +298,7 @@ mod tests {
             pod_ips: vec!["10.0.0.5".into(), "fd00::5".into()],
             host_ip: "192.168.1.2".into(),
             allocatable: NODE,
-            objects: None,
+            ..Default::default()
         };
         let f = |path: &str| env_field(&p, path, &env).unwrap();
         assert_eq!(f("metadata.name"), "p");

@@ -55,16 +55,26 @@ fn spec_error(field: impl Into<String>, reason: impl Into<String>) -> HostsError
     }
 }
 
-/// kubelet's `GeneratePodHostNameAndDomain`: the host name is `spec.hostname`, else
-/// the pod's name, cut to 63 characters without a trailing `-` or `.`; the domain is
-/// `<subdomain>.<namespace>.svc.<clusterDomain>` when `spec.subdomain` is set.
+/// kubelet's `GeneratePodHostNameAndDomain`: `spec.hostnameOverride` when set
+/// (HostnameOverride, beta and on by default since 1.35: a DNS subdomain, with no
+/// domain), else `spec.hostname`, else the pod's name, cut to 63 characters without a
+/// trailing `-` or `.`; the domain is `<subdomain>.<namespace>.svc.<clusterDomain>`
+/// when `spec.subdomain` is set.
 pub(crate) fn hostname_and_domain(
     pod: &Pod,
     cluster_domain: &str,
 ) -> Result<(String, String), HostsError> {
     let spec = pod.spec.as_ref();
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    let mut hostname = name;
+    if let Some(h) = spec.and_then(|s| s.hostname_override.as_deref()) {
+        if !is_dns1123_subdomain(h) {
+            return Err(spec_error(
+                "spec.hostnameOverride",
+                format!("pod HostnameOverride {h:?} is not a valid DNS subdomain"),
+            ));
+        }
+        return Ok((truncated_hostname(pod, h)?, String::new()));
+    }
+    let mut hostname = pod.metadata.name.as_deref().unwrap_or("");
     if let Some(h) = spec
         .and_then(|s| s.hostname.as_deref())
         .filter(|h| !h.is_empty())
@@ -79,29 +89,7 @@ pub(crate) fn hostname_and_domain(
         }
         hostname = h;
     }
-    let hostname = if hostname.len() > 63 {
-        // Pod names are ASCII (a DNS subdomain), so byte 63 is a character boundary.
-        let cut = hostname
-            .get(..63)
-            .unwrap_or(hostname)
-            .trim_end_matches(['-', '.']);
-        tracing::warn!(
-            pod = %crate::pod::pod_ref(pod),
-            podUID = crate::pod::pod_uid(pod),
-            hostnameMaxLen = 63,
-            truncatedHostname = cut,
-            "Hostname for pod was too long, truncated it"
-        );
-        if cut.is_empty() {
-            return Err(spec_error(
-                "metadata.name",
-                format!("hostname for pod {name:?} was invalid"),
-            ));
-        }
-        cut.to_string()
-    } else {
-        hostname.to_string()
-    };
+    let hostname = truncated_hostname(pod, hostname)?;
     let domain = match spec
         .and_then(|s| s.subdomain.as_deref())
         .filter(|s| !s.is_empty())
@@ -121,6 +109,34 @@ pub(crate) fn hostname_and_domain(
         }
     };
     Ok((hostname, domain))
+}
+
+/// kubelet's `truncatePodHostnameIfNeeded`: at most 63 characters (the kernel's
+/// limit), without a trailing `-` or `.`.
+fn truncated_hostname(pod: &Pod, hostname: &str) -> Result<String, HostsError> {
+    if hostname.len() <= 63 {
+        return Ok(hostname.to_string());
+    }
+    // Pod names and DNS subdomains are ASCII, so byte 63 is a character boundary.
+    let cut = hostname
+        .get(..63)
+        .unwrap_or(hostname)
+        .trim_end_matches(['-', '.']);
+    tracing::warn!(
+        pod = %crate::pod::pod_ref(pod),
+        podUID = crate::pod::pod_uid(pod),
+        hostnameMaxLen = 63,
+        truncatedHostname = cut,
+        "Hostname for pod was too long, truncated it"
+    );
+    if cut.is_empty() {
+        let name = pod.metadata.name.as_deref().unwrap_or("");
+        return Err(spec_error(
+            "metadata.name",
+            format!("hostname for pod {name:?} was invalid: {hostname:?}"),
+        ));
+    }
+    Ok(cut.to_string())
 }
 
 /// The sandbox's host name, which `hostname` prints inside (kubelet's
@@ -385,6 +401,32 @@ mod tests {
             let e = hostname_and_domain(&pod(serde_json::json!({field: bad})), "").unwrap_err();
             assert!(e.to_string().starts_with(&format!("spec.{field}:")), "{e}");
         }
+    }
+
+    #[test]
+    fn a_hostname_override_wins_and_drops_the_domain() {
+        let p = pod(serde_json::json!({
+            "hostname": "db-0", "subdomain": "db", "hostnameOverride": "api.example.internal",
+        }));
+        let (h, d) = hostname_and_domain(&p, "cluster.local").unwrap();
+        assert_eq!((h.as_str(), d.as_str()), ("api.example.internal", ""));
+        assert_eq!(
+            sandbox_hostname(&p, "cluster.local").unwrap(),
+            "api.example.internal"
+        );
+        let text = managed_content(&["10.88.0.5".into()], &h, &d, &[]);
+        assert!(
+            text.ends_with("10.88.0.5\tapi.example.internal\n"),
+            "{text}"
+        );
+        let long = pod(serde_json::json!({"hostnameOverride": format!("{}.b", "a".repeat(62))}));
+        assert_eq!(sandbox_hostname(&long, "").unwrap(), "a".repeat(62));
+        let e = hostname_and_domain(&pod(serde_json::json!({"hostnameOverride": "Not_DNS"})), "")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.hostnameOverride: pod HostnameOverride \"Not_DNS\" is not a valid DNS subdomain"
+        );
     }
 
     #[test]

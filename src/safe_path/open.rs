@@ -23,6 +23,12 @@ pub(crate) enum BeneathError {
     /// Absolute or with `..`: refused before anything is opened.
     #[error(transparent)]
     Invalid(#[from] super::PathError),
+    /// Not a regular file (a directory, a FIFO a reader would hang on, a device).
+    #[error("it is not a regular file")]
+    NotAFile,
+    /// Over the reader's bound.
+    #[error("it is larger than {0} bytes")]
+    TooLarge(u64),
     #[error(transparent)]
     Io(#[from] io::Error),
 }
@@ -60,6 +66,40 @@ pub(crate) fn open_beneath(base: impl AsFd, rel: &Path) -> Result<OwnedFd, Benea
             Err(e) => return Err(classify(e)),
         }
     }
+}
+
+/// Reads the regular file `rel` below the directory `dir`, at most `max` bytes: it is
+/// opened below `dir` as [`open_beneath`] does, then read through that descriptor, so
+/// a file the pod swaps for a symlink out, a FIFO or a huge file is refused, not read.
+pub(crate) fn read_beneath(dir: &Path, rel: &Path, max: u64) -> Result<Vec<u8>, BeneathError> {
+    use std::io::Read;
+    let path_fd = open_beneath(open_dir(dir)?, rel)?;
+    let st = rustix::fs::fstat(&path_fd).map_err(io::Error::from)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(BeneathError::NotAFile);
+    }
+    if u64::try_from(st.st_size).unwrap_or(u64::MAX) > max {
+        return Err(BeneathError::TooLarge(max));
+    }
+    // An O_PATH descriptor cannot be read; its /proc link reopens the same inode.
+    let proc_link = format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&path_fd)
+    );
+    let fd = rustix::fs::open(
+        proc_link.as_str(),
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )
+    .map_err(classify)?;
+    let mut out = Vec::new();
+    std::fs::File::from(fd)
+        .take(max + 1)
+        .read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(BeneathError::TooLarge(max));
+    }
+    Ok(out)
 }
 
 /// Creates the directories of `rel` below `base` that do not exist yet (mode 0755, as
@@ -184,6 +224,34 @@ mod tests {
             open_beneath(&base, Path::new("missing")),
             Err(BeneathError::NotFound)
         ));
+    }
+
+    #[test]
+    fn a_bounded_read_takes_regular_files_below_the_base_only() {
+        let (_tmp, vol, outside) = setup();
+        std::fs::write(vol.join("a/env"), b"K=v\n").unwrap();
+        symlink("a/env", vol.join("link")).unwrap();
+        symlink(outside.join("secret"), vol.join("out")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            vol.join("fifo"),
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        std::fs::write(vol.join("big"), vec![b'x'; 65]).unwrap();
+        assert_eq!(
+            read_beneath(&vol, Path::new("a/env"), 64).unwrap(),
+            b"K=v\n"
+        );
+        assert_eq!(read_beneath(&vol, Path::new("link"), 64).unwrap(), b"K=v\n");
+        let err = |rel: &str| read_beneath(&vol, Path::new(rel), 64).unwrap_err();
+        assert!(matches!(err("out"), BeneathError::Escapes));
+        assert!(matches!(err("fifo"), BeneathError::NotAFile));
+        assert!(matches!(err("a"), BeneathError::NotAFile));
+        assert!(matches!(err("big"), BeneathError::TooLarge(64)));
+        assert!(matches!(err("nothing"), BeneathError::NotFound));
     }
 
     #[test]

@@ -196,9 +196,13 @@ fn service_files(dir: &Path, services: &[String], tx: &Sender) {
         let found = names.iter().find_map(|n| match open(dir, n) {
             Ok(Opened::File(f)) => Some(Ok(f)),
             Ok(Opened::Dir(_))
-            | Err(BeneathError::NotFound | BeneathError::Escapes | BeneathError::Invalid(_)) => {
-                None
-            }
+            | Err(
+                BeneathError::NotFound
+                | BeneathError::Escapes
+                | BeneathError::Invalid(_)
+                | BeneathError::NotAFile
+                | BeneathError::TooLarge(_),
+            ) => None,
             Err(BeneathError::Io(e)) => Some(Err(e)),
         });
         let line = match found {

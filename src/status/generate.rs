@@ -5,6 +5,7 @@
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodSpec, PodStatus,
+    VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -29,6 +30,9 @@ pub(crate) struct StatusInputs<'a> {
     /// A running container's (ready, started) from its probes, by spec and runtime
     /// ID; None when it has no readiness or startup probe.
     pub probed: &'a ProbedFn<'a>,
+    /// Whether the pod's runtime handler supports recursive read-only mounts (the
+    /// containers' `volumeMounts` statuses say which mounts are).
+    pub supports_rro: bool,
 }
 
 /// A running container's (ready, started) from its probes (see `StatusInputs::probed`).
@@ -152,7 +156,10 @@ fn container_status(
     let mut status = carried_over_status(spec, old, default_waiting);
     match latest {
         None => mark_lost_container(&mut status, old, default_waiting, inputs),
-        Some(c) => status = runtime_container_status(spec, c, previous, old, inputs.runtime_name),
+        Some(c) => {
+            status = runtime_container_status(spec, c, previous, old, inputs.runtime_name);
+            status.volume_mounts = volume_mount_statuses(spec, inputs.supports_rro);
+        }
     }
     // A sidecar is never done: it runs again whenever it exits, whatever its code.
     let role = if !is_init {
@@ -250,6 +257,34 @@ fn runtime_container_status(
         user: latest.user.as_ref().map(api_user),
         ..Default::default()
     }
+}
+
+/// kubelet's `volumeMounts` in a created container's status: each mount, and for a
+/// read-only one whether it is recursively so (as `resolveRecursiveReadOnly` decided
+/// when the container was made; a mount that could not be resolved never made one).
+fn volume_mount_statuses(spec: &Container, supports_rro: bool) -> Option<Vec<VolumeMountStatus>> {
+    let mounts = spec.volume_mounts.as_deref().filter(|m| !m.is_empty())?;
+    Some(
+        (mounts.iter())
+            .map(|m| {
+                let read_only = m.read_only == Some(true);
+                let rro = read_only.then(|| {
+                    match crate::volumes::resolve_recursive_read_only(m, supports_rro) {
+                        Ok(true) => "Enabled",
+                        _ => "Disabled",
+                    }
+                    .to_string()
+                });
+                VolumeMountStatus {
+                    name: m.name.clone(),
+                    mount_path: m.mount_path.clone(),
+                    read_only: m.read_only.filter(|r| *r),
+                    recursive_read_only: rro,
+                    volume_status: None,
+                }
+            })
+            .collect(),
+    )
 }
 
 /// kubelet's `convertContainerStatusUser` (SupplementalGroupsPolicy, on by default since
@@ -550,8 +585,15 @@ fn condition(
         message,
         last_transition_time: Some(last.unwrap_or_else(|| seconds(inputs.now))),
         last_probe_time: None,
-        ..Default::default()
+        observed_generation: observed_generation(inputs.pod),
     }
+}
+
+/// The pod generation a status or condition was computed from (PodObservedGeneration
+/// Tracking, GA in 1.35, so always): `metadata.generation`, left out while it is 0
+/// (a static pod from a file has none).
+fn observed_generation(pod: &Pod) -> Option<i64> {
+    pod.metadata.generation.filter(|g| *g != 0)
 }
 
 /// kubelet's status manager for a pod it holds no status for (a static pod after a
@@ -775,6 +817,7 @@ pub(crate) fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time: Some(start_time),
         qos_class: Some(crate::cm::QosClass::of(pod).as_str().to_string()),
+        observed_generation: observed_generation(pod),
         ..Default::default()
     };
     // kubelet's status manager caps termination messages per pod (12 KiB in all).
@@ -963,6 +1006,7 @@ pub(crate) fn rejected(pod: &Pod, reason: &str, message: &str, now: jiff::Timest
         message: Some(format!("{REJECTED_PREFIX}{message}")),
         qos_class: Some(crate::cm::QosClass::of(pod).as_str().to_string()),
         start_time: Some(seconds(now)),
+        observed_generation: observed_generation(pod),
         ..Default::default()
     }
 }

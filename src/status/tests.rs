@@ -87,6 +87,7 @@ fn gen_with(
         terminating,
         now: jiff::Timestamp::from_second(1_700_000_100).unwrap(),
         probed: &|_, _| None,
+        supports_rro: false,
     })
 }
 
@@ -231,6 +232,52 @@ fn an_init_container_that_may_not_rerun_fails_the_pod() {
     assert_eq!(status_of(&p, &rt).phase.as_deref(), Some("Failed"));
     let p = with_container_policy(pod("Never", &["a"], &["init"]), "init", "Never", &[1]);
     assert_eq!(status_of(&p, &rt).phase.as_deref(), Some("Pending"));
+}
+
+#[test]
+fn created_containers_report_their_mounts_and_which_are_recursively_read_only() {
+    let mut p = pod("Always", &["a"], &[]);
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    let mount = |name: &str, ro: bool, rro: Option<&str>| k8s_openapi::api::core::v1::VolumeMount {
+        name: name.into(),
+        mount_path: format!("/{name}"),
+        read_only: Some(ro),
+        recursive_read_only: rro.map(Into::into),
+        ..Default::default()
+    };
+    c.volume_mounts = Some(vec![
+        mount("rw", false, None),
+        mount("ro", true, None),
+        mount("rro", true, Some("IfPossible")),
+    ]);
+    let rt = runtime(vec![ctr("a", ContainerState::Running, 0, 1, 0)]);
+    let status = |supported: bool| {
+        let lookup = |_: &str| None;
+        generate_pod_status(&StatusInputs {
+            pod: &p,
+            runtime: &rt,
+            waiting_reason: &lookup,
+            old: None,
+            host_ip: "192.0.2.10",
+            runtime_name: "containerd",
+            terminating: false,
+            now: jiff::Timestamp::from_second(1_700_000_100).unwrap(),
+            probed: &|_, _| None,
+            supports_rro: supported,
+        })
+    };
+    let mounts = |s: PodStatus| {
+        serde_json::to_value(&s.container_statuses.unwrap()[0].volume_mounts).unwrap()
+    };
+    assert_eq!(
+        mounts(status(true)),
+        serde_json::json!([
+            {"name": "rw", "mountPath": "/rw"},
+            {"name": "ro", "mountPath": "/ro", "readOnly": true, "recursiveReadOnly": "Disabled"},
+            {"name": "rro", "mountPath": "/rro", "readOnly": true, "recursiveReadOnly": "Enabled"},
+        ])
+    );
+    assert_eq!(mounts(status(false))[2]["recursiveReadOnly"], "Disabled");
 }
 
 #[test]

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::cm::ContainerManager;
 use crate::config::{PodOperation, PodUpdate};
-use crate::contracts::{AdmissionChain, PodAdmitAttributes, RuntimeHealth};
+use crate::contracts::{AdmissionChain, PodAdmitAttributes, RuntimeHandlerFeatures, RuntimeHealth};
 use crate::kuberuntime::RuntimeManager;
 use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
 use crate::pod::{PodManager, is_api_mirror};
@@ -68,18 +68,55 @@ pub(crate) async fn run_runtime_health(
             () = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let up = match runtime.cri().status().await {
-            Ok(_) => true,
-            Err(e) => {
-                warn!(error = %e, "container runtime status check failed");
-                false
-            }
-        };
-        if up != health.is_up() {
-            info!(up, "container runtime health changed");
-        }
-        health.set(up);
+        check_runtime(&runtime, &health).await;
     }
+}
+
+/// One runtime check: whether the runtime answers its CRI status, and the handlers
+/// it lists with their features. The agent runs one before the first pod syncs, so
+/// a pod's mounts see the handlers' features from the start.
+pub(crate) async fn check_runtime(runtime: &RuntimeManager, health: &RuntimeHealth) {
+    let up = match runtime.cri().status().await {
+        Ok(status) => {
+            let handlers = handler_features(&status);
+            let listed = (handlers.iter())
+                .map(|h| {
+                    format!(
+                        "{:?} (recursiveReadOnlyMounts={}, userNamespaces={})",
+                        h.name, h.recursive_read_only_mounts, h.user_namespaces
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            if health.set_handlers(handlers) {
+                info!(handlers = %listed, "runtime handlers changed");
+            }
+            true
+        }
+        Err(e) => {
+            warn!(error = %e, "container runtime status check failed");
+            false
+        }
+    };
+    if up != health.is_up() {
+        info!(up, "container runtime health changed");
+    }
+    health.set(up);
+}
+
+/// The runtime handlers a CRI status lists, with their features (kubelet's
+/// `runtimeState.setRuntimeHandlers`).
+fn handler_features(status: &k8s_cri::v1::StatusResponse) -> Vec<RuntimeHandlerFeatures> {
+    (status.runtime_handlers.iter())
+        .map(|h| {
+            let f = h.features.unwrap_or_default();
+            RuntimeHandlerFeatures {
+                name: h.name.clone(),
+                recursive_read_only_mounts: f.recursive_read_only_mounts,
+                user_namespaces: f.user_namespaces,
+            }
+        })
+        .collect()
 }
 
 /// The sync loop's state and handlers.

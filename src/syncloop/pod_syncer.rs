@@ -77,6 +77,7 @@ impl Syncer {
             terminating,
             now: jiff::Timestamp::now(),
             probed: &|c, id| self.probes.readiness(c, id),
+            supports_rro: self.runtime.supports_recursive_read_only(pod),
         });
         if let Some(k) = kill_status {
             k.apply(&mut status, previous.as_ref());

@@ -69,6 +69,9 @@ pub(crate) enum VolumeError {
         "volume mount {0:?}: mountPropagation: Forbidden: Bidirectional mount propagation is available only to privileged containers"
     )]
     BidirectionalUnprivileged(String),
+    /// kubelet's `makeMounts` message around `resolveRecursiveReadOnly`'s.
+    #[error("failed to resolve recursive read-only mode: {0}")]
+    RecursiveReadOnly(String),
     /// kubelet's `translateMountPropagation` message.
     #[error("volume mount {volume:?}: invalid MountPropagation mode: {mode:?}")]
     Propagation { volume: String, mode: String },
@@ -113,7 +116,7 @@ pub(crate) enum VolumeError {
     },
 }
 
-fn empty_dir_path(pods_dir: &Path, uid: &str, name: &str) -> Result<PathBuf, PathError> {
+pub(super) fn empty_dir_path(pods_dir: &Path, uid: &str, name: &str) -> Result<PathBuf, PathError> {
     crate::pod::volume_dir(pods_dir, uid, EMPTY_DIR, name)
 }
 
@@ -571,6 +574,40 @@ fn propagation(vm: &VolumeMount, privileged: bool) -> Result<i32, VolumeError> {
     })
 }
 
+/// kubelet's `resolveRecursiveReadOnly`: whether the mount is recursively read-only
+/// (`recursiveReadOnly`, GA in 1.33). `Enabled` needs a read-only mount without
+/// propagation and a runtime handler that supports it (`supported`, from the CRI
+/// status); `IfPossible` is recursive only where the runtime can; unset or
+/// `Disabled` is not. The errors are kubelet's words.
+pub(crate) fn resolve_recursive_read_only(
+    vm: &VolumeMount,
+    supported: bool,
+) -> Result<bool, String> {
+    let mode = match vm.recursive_read_only.as_deref() {
+        None | Some("Disabled") => return Ok(false),
+        Some(mode) => mode,
+    };
+    let name = &vm.name;
+    if vm.read_only != Some(true) {
+        return Err(format!(
+            "volume {name:?} requested recursive read-only mode, but it is not read-only"
+        ));
+    }
+    if let Some(p) = vm.mount_propagation.as_deref().filter(|p| *p != "None") {
+        return Err(format!(
+            "volume {name:?} requested recursive read-only mode, but it is not compatible with propagation {p:?}"
+        ));
+    }
+    match mode {
+        "IfPossible" => Ok(supported),
+        "Enabled" if supported => Ok(true),
+        "Enabled" => Err(format!(
+            "volume {name:?} requested recursive read-only mode, but it is not supported by the runtime"
+        )),
+        other => Err(format!("unknown recursive read-only mode {other:?}")),
+    }
+}
+
 /// The subPath of a mount: `subPath` as written, or `subPathExpr` with `$(VAR)` expanded
 /// from the container's environment (kubelet's `ExpandContainerVolumeMounts`). The result is
 /// pod input either way and is checked again before use.
@@ -602,6 +639,7 @@ pub(crate) fn container_mounts(
     envs: &[(String, String)],
     objects: Option<&PodObjects>,
     allocatable: &NodeResources,
+    supports_rro: bool,
 ) -> Result<Vec<cri::Mount>, VolumeError> {
     let privileged = container
         .security_context
@@ -621,6 +659,8 @@ pub(crate) fn container_mounts(
             .find(|v| v.name == vm.name)
             .ok_or_else(|| VolumeError::NoSuchVolume(vm.name.clone()))?;
         let propagation = propagation(vm, privileged)?;
+        let recursive_read_only = resolve_recursive_read_only(vm, supports_rro)
+            .map_err(VolumeError::RecursiveReadOnly)?;
         let HostVolume {
             path: mut host,
             read_only,
@@ -633,6 +673,7 @@ pub(crate) fn container_mounts(
             container_path: vm.mount_path.clone(),
             host_path: host.to_string_lossy().into_owned(),
             readonly: vm.read_only.unwrap_or(false) || read_only,
+            recursive_read_only,
             propagation,
             ..Default::default()
         });
@@ -722,7 +763,7 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        let m = container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
+        let m = container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
         assert!(m[0].readonly, "API data volumes are always read-only");
         let dir = pods.join("u9/volumes/kubernetes.io~downward-api/info");
         assert_eq!(m[0].host_path, dir.to_string_lossy());
@@ -752,7 +793,7 @@ mod tests {
         let mut item = field_item("n", "metadata.name");
         item.mode = Some(0o1777);
         let odd = pod("u14", vec![downward_volume(vec![item])]);
-        let err = container_mounts(&odd, &c, &pods, &[], None, &NODE).unwrap_err();
+        let err = container_mounts(&odd, &c, &pods, &[], None, &NODE, false).unwrap_err();
         assert_eq!(
             err.to_string(),
             "volume \"info\": items[0]: mode: 0o1777 must be a number between 0 and 0777 (octal)"
@@ -763,7 +804,7 @@ mod tests {
             "u10",
             vec![downward_volume(vec![field_item("../x", "metadata.name")])],
         );
-        let err = container_mounts(&bad, &c, &pods, &[], None, &NODE).unwrap_err();
+        let err = container_mounts(&bad, &c, &pods, &[], None, &NODE, false).unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("volume \"info\": item path \"../x\""),
@@ -803,7 +844,7 @@ mod tests {
         );
         p.metadata.name = Some("web".into());
         let c = container(vec![mount("proj", "/p", None)]);
-        let m = container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
+        let m = container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
         assert!(m[0].readonly);
         let dir = pods.join("u15/volumes/kubernetes.io~projected/proj");
         assert_eq!(std::fs::read_to_string(dir.join("name")).unwrap(), "web");
@@ -814,7 +855,7 @@ mod tests {
             ..Default::default()
         };
         let p = pod("u16", vec![projected(vec![cm])]);
-        let err = container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap_err();
+        let err = container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap_err();
         assert!(
             matches!(err, VolumeError::Unsupported(ref v) if v == "proj"),
             "{err}"
@@ -857,13 +898,13 @@ mod tests {
         let mut vm = mount("d", "/d", None);
         vm.mount_propagation = Some("Bidirectional".into());
         let mut c = container(vec![vm]);
-        assert!(container_mounts(&p, &c, &pods, &[], None, &NODE).is_err());
+        assert!(container_mounts(&p, &c, &pods, &[], None, &NODE, false).is_err());
         c.security_context = Some(SecurityContext {
             privileged: Some(true),
             ..Default::default()
         });
         assert_eq!(
-            container_mounts(&p, &c, &pods, &[], None, &NODE)
+            container_mounts(&p, &c, &pods, &[], None, &NODE, false)
                 .unwrap()
                 .len(),
             1
@@ -900,7 +941,7 @@ mod tests {
         let pods = tmp.path().join("pods");
         let p = pod("u12", vec![memory_dir("m", Some("8Mi"))]);
         let c = container(vec![mount("m", "/m", None)]);
-        let m = container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
+        let m = container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
         let dir = pods.join("u12/volumes/kubernetes.io~empty-dir/m");
         assert_eq!(m[0].host_path, dir.to_string_lossy());
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
@@ -911,7 +952,7 @@ mod tests {
         assert!(line.starts_with("tmpfs "), "{line}");
         assert!(line.contains("size=8192k"), "{line}");
         // A second container start mounts nothing more.
-        container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
+        container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
         assert_eq!(safe_path::mounts_at_or_below(&dir).unwrap().len(), 1);
         // The removal refuses to cross it until it is unmounted.
         assert!(safe_path::remove_beneath(&pods, &pods.join("u12")).is_err());
@@ -929,6 +970,7 @@ mod tests {
             &[],
             None,
             &NODE,
+            false,
         )
         .unwrap_err();
         assert_eq!(
@@ -986,7 +1028,7 @@ mod tests {
         };
         let p = pod("u14", vec![disk, memory_dir("m", Some("8Mi"))]);
         let c = container(vec![mount("d", "/d", Some("sub")), mount("m", "/m", None)]);
-        container_mounts(&p, &c, &pods, &[], None, &NODE).unwrap();
+        container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
         let volumes = pods.join("u14/volumes");
         std::fs::write(
             volumes.join("kubernetes.io~empty-dir/d/sub/data"),
@@ -1013,6 +1055,59 @@ mod tests {
     }
 
     #[test]
+    fn recursive_read_only_is_resolved_as_kubelet_does() {
+        let rro = |mode: Option<&str>, ro: bool, prop: Option<&str>, supported: bool| {
+            let mut m = mount("v", "/v", None);
+            m.recursive_read_only = mode.map(Into::into);
+            m.read_only = Some(ro);
+            m.mount_propagation = prop.map(Into::into);
+            resolve_recursive_read_only(&m, supported)
+        };
+        assert_eq!(rro(None, true, None, true), Ok(false));
+        assert_eq!(rro(Some("Disabled"), true, None, true), Ok(false));
+        assert_eq!(rro(Some("IfPossible"), true, None, true), Ok(true));
+        assert_eq!(rro(Some("IfPossible"), true, None, false), Ok(false));
+        assert_eq!(rro(Some("Enabled"), true, Some("None"), true), Ok(true));
+        assert_eq!(
+            rro(Some("Enabled"), true, None, false),
+            Err("volume \"v\" requested recursive read-only mode, but it is not supported by the runtime".into())
+        );
+        assert!(
+            rro(Some("Enabled"), false, None, true)
+                .unwrap_err()
+                .ends_with("but it is not read-only")
+        );
+        assert!(
+            rro(Some("IfPossible"), true, Some("HostToContainer"), true)
+                .unwrap_err()
+                .contains("not compatible with propagation \"HostToContainer\"")
+        );
+        // The CRI mount carries it; a mount that cannot have it fails the config.
+        let tmp = tempfile::tempdir().unwrap();
+        let pods = tmp.path().join("pods");
+        let pod = pod(
+            "u9",
+            vec![Volume {
+                name: "e".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            }],
+        );
+        let mut m = mount("e", "/ro", None);
+        m.read_only = Some(true);
+        m.recursive_read_only = Some("Enabled".into());
+        let c = container(vec![m]);
+        let made = container_mounts(&pod, &c, &pods, &[], None, &NODE, true).unwrap();
+        assert!(made[0].readonly && made[0].recursive_read_only);
+        let err = container_mounts(&pod, &c, &pods, &[], None, &NODE, false).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("failed to resolve recursive read-only mode: volume \"e\""),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn host_path_and_empty_dir_mounts() {
         let tmp = tempfile::tempdir().unwrap();
         let host = tmp.path().join("data");
@@ -1035,7 +1130,8 @@ mod tests {
         data.read_only = Some(true);
         let c = container(vec![data, mount("e", "/scratch", Some("sub"))]);
         let pods = tmp.path().join("pods");
-        let m = container_mounts(&pod, &c, &pods, &[], None, &NodeResources::default()).unwrap();
+        let m =
+            container_mounts(&pod, &c, &pods, &[], None, &NodeResources::default(), false).unwrap();
         assert!(host.is_dir(), "DirectoryOrCreate created it");
         assert_eq!(m[0].container_path, "/data");
         assert_eq!(m[0].host_path, host.to_string_lossy());
@@ -1060,8 +1156,16 @@ mod tests {
 
         let mut missing = c.clone();
         missing.volume_mounts.as_mut().unwrap()[0].name = "nope".into();
-        let err = container_mounts(&pod, &missing, &pods, &[], None, &NodeResources::default())
-            .unwrap_err();
+        let err = container_mounts(
+            &pod,
+            &missing,
+            &pods,
+            &[],
+            None,
+            &NodeResources::default(),
+            false,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
     }
 
@@ -1084,8 +1188,9 @@ mod tests {
         let pods = tmp.path().join("pods");
         for sub in ["link", "link/deeper"] {
             let c = container(vec![mount("h", "/x", Some(sub))]);
-            let err = container_mounts(&pod, &c, &pods, &[], None, &NodeResources::default())
-                .unwrap_err();
+            let err =
+                container_mounts(&pod, &c, &pods, &[], None, &NodeResources::default(), false)
+                    .unwrap_err();
             assert!(matches!(err, VolumeError::SubPath { .. }), "{err}");
             let msg = err.to_string();
             assert!(
@@ -1110,6 +1215,7 @@ mod tests {
                 &envs,
                 None,
                 &NodeResources::default(),
+                false,
             )
             .unwrap_err();
             assert!(matches!(err, VolumeError::SubPath { .. }), "{expr}: {err}");
@@ -1123,6 +1229,7 @@ mod tests {
             &envs,
             None,
             &NodeResources::default(),
+            false,
         )
         .unwrap();
         assert!(vol.join("made-link").is_dir(), "expanded and made inside");

@@ -6,17 +6,19 @@
 //! kube-rs and kubectl run against it unmodified. It can stop and restart keeping its state,
 //! for outage tests; tests also read and write objects directly, without HTTP.
 //!
-//! Not a real apiserver: no admission and no validation beyond strict decoding and names; no
+//! Not a real apiserver: no admission, and validation only where oxlet's writes meet it
+//! (pods: `validate.rs`; their status updates and server-set fields: `pod_rules.rs`); no
 //! RBAC (one bearer token, anonymous allowed unless turned off); no Namespace objects; no
 //! server-side apply (415) and no protobuf; no `sendInitialEvents` streaming lists; the two
-//! Event APIs are stored apart (the real one converts between them); pods get `phase: Pending`
-//! on create but no `qosClass` or `generation`; a too-old resourceVersion is 410 with reason
+//! Event APIs are stored apart (the real one converts between them); pods get `phase: Pending`,
+//! their `qosClass` and `generation` 1 on create; a too-old resourceVersion is 410 with reason
 //! `Expired` (as the watch cache answers), and a list or watch newer than the store is 504
 //! at once (the real one waits up to 3 s for the version first).
 
 mod custom;
 mod http;
 mod patch;
+mod pod_rules;
 mod proxy;
 mod resources;
 mod reviews;
@@ -447,7 +449,20 @@ impl TestApiServer {
         if def.name == "pods" {
             crate::validate::default_pod(&mut v);
         }
+        let is_pod = def.name == "pods";
         let (stored, ()) = self.shared.store.mutate(&(def.id(), ns, name), |old, _| {
+            if is_pod {
+                // As a create or an update through the API would leave them.
+                let generation = old.map_or(1, |o| pod_rules::generation_after(o, &v));
+                v["metadata"]["generation"] = json!(generation);
+                if v.pointer("/status/qosClass").is_none() {
+                    let qos = pod_rules::qos_class(v.get("spec").unwrap_or(&Value::Null));
+                    if !v.get("status").is_some_and(Value::is_object) {
+                        v["status"] = json!({});
+                    }
+                    v["status"]["qosClass"] = json!(qos);
+                }
+            }
             for owned in ["uid", "creationTimestamp"] {
                 let keep = old.and_then(|o| o["metadata"].get(owned).cloned());
                 v["metadata"][owned] = keep.unwrap_or_else(|| {

@@ -111,7 +111,7 @@ pub(crate) fn create(
     m.insert("creationTimestamp".into(), Value::String(timestamp(now())));
     match t.def.name {
         // The server resets what a client may not set on create.
-        "pods" => body["status"] = json!({"phase": "Pending"}),
+        "pods" => crate::pod_rules::on_create(&mut body),
         "certificatesigningrequests" => {
             body.as_object_mut().expect("object").remove("status");
         }
@@ -219,10 +219,15 @@ fn merge_write(
         }
         _ => {}
     }
+    let is_pod = t.def.name == "pods" && t.def.group.is_empty();
     let mut out = match t.sub.as_deref() {
         Some("status") => {
             let mut o = old.clone();
             o["status"] = new.get("status").cloned().unwrap_or(json!({}));
+            if is_pod {
+                crate::pod_rules::check_status_update(old, &o)
+                    .map_err(|m| ApiError::invalid(t.def.name, name, m))?;
+            }
             o
         }
         Some("ephemeralcontainers") => with_ephemeral_containers(t, name, old, &new)?,
@@ -250,6 +255,10 @@ fn merge_write(
                         new.as_object_mut().expect("object").remove("status");
                     }
                 }
+            }
+            if is_pod {
+                new["metadata"]["generation"] =
+                    json!(crate::pod_rules::generation_after(old, &new));
             }
             new
         }

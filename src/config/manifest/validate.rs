@@ -148,6 +148,7 @@ fn validate_pod_spec(spec: &PodSpec) -> Result<(), FieldError> {
         );
     }
     validate_pod_policies(spec)?;
+    validate_hostname_override(spec)?;
     if spec
         .ephemeral_containers
         .as_ref()
@@ -160,7 +161,97 @@ fn validate_pod_spec(spec: &PodSpec) -> Result<(), FieldError> {
     }
     validate_no_api_references(spec)?;
     let volumes = validate_volumes(spec)?;
-    validate_containers(spec, &volumes)
+    validate_containers(spec, &volumes)?;
+    validate_env_files(spec)
+}
+
+/// The API's checks of `spec.hostnameOverride` (HostnameOverride, beta in 1.35): a
+/// DNS subdomain of at most 64 characters, and neither a host-network pod's (it has
+/// the node's name) nor beside `setHostnameAsFQDN` (the override has no domain).
+fn validate_hostname_override(spec: &PodSpec) -> Result<(), FieldError> {
+    let Some(h) = spec.hostname_override.as_deref() else {
+        return Ok(());
+    };
+    const FIELD: &str = "spec.hostnameOverride";
+    if h.len() > 64 || !is_dns1123_subdomain(h) {
+        return fail(
+            FIELD,
+            format!("invalid value {h:?}: must be a DNS subdomain of at most 64 characters"),
+        );
+    }
+    if spec.host_network == Some(true) {
+        return fail(FIELD, "forbidden: may not be set when hostNetwork is true");
+    }
+    if spec.set_hostname_as_fqdn == Some(true) {
+        return fail(
+            FIELD,
+            "forbidden: may not be set when setHostnameAsFQDN is true",
+        );
+    }
+    Ok(())
+}
+
+/// The API's `validateFileKeySelector` and its pod-level check: each `fileKeyRef`
+/// names one of the pod's emptyDir volumes, a relative path inside it, and a key.
+fn validate_env_files(spec: &PodSpec) -> Result<(), FieldError> {
+    let empty_dirs: HashSet<&str> = (spec.volumes.iter().flatten())
+        .filter(|v| v.empty_dir.is_some())
+        .map(|v| v.name.as_str())
+        .collect();
+    let lists = [
+        (
+            "initContainers",
+            spec.init_containers.as_deref().unwrap_or_default(),
+        ),
+        ("containers", &spec.containers[..]),
+    ];
+    for (list, containers) in lists {
+        for (i, c) in containers.iter().enumerate() {
+            for (j, e) in c.env.iter().flatten().enumerate() {
+                let Some(sel) = e.value_from.as_ref().and_then(|v| v.file_key_ref.as_ref()) else {
+                    continue;
+                };
+                let f = |sub: &str| format!("spec.{list}[{i}].env[{j}].valueFrom.fileKeyRef.{sub}");
+                if sel.volume_name.is_empty() {
+                    return fail(f("volumeName"), "required value");
+                }
+                if !empty_dirs.contains(sel.volume_name.as_str()) {
+                    return fail(
+                        f("volumeName"),
+                        format!(
+                            "invalid value {:?}: must reference an emptyDir volume of the pod",
+                            sel.volume_name
+                        ),
+                    );
+                }
+                if sel.path.is_empty() {
+                    return fail(f("path"), "required value");
+                }
+                if crate::safe_path::relative(&sel.path).is_err() {
+                    return fail(
+                        f("path"),
+                        format!(
+                            "invalid value {:?}: must be a relative path without '..'",
+                            sel.path
+                        ),
+                    );
+                }
+                if sel.key.is_empty() {
+                    return fail(f("key"), "required value");
+                }
+                if !is_env_var_name(&sel.key) {
+                    return fail(
+                        f("key"),
+                        format!(
+                            "invalid value {:?}: not a valid environment variable name",
+                            sel.key
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// kubelet's `validateRestartPolicy` and `validateDNSPolicy`, and the bounds on the
@@ -1014,6 +1105,60 @@ mod tests {
         assert_err(
             &with_container_lines("    restartPolicy: Sometimes\n"),
             "spec.containers[0].restartPolicy: unsupported value \"Sometimes\"",
+        );
+    }
+
+    #[test]
+    fn a_hostname_override_is_a_dns_subdomain_off_the_host_network() {
+        let with = |lines: &str| format!("{GOOD}  {lines}\n");
+        assert!(decode(&with("hostnameOverride: api.internal")).is_ok());
+        assert_err(
+            &with("hostnameOverride: Api_1"),
+            "spec.hostnameOverride: invalid value",
+        );
+        let long = format!("hostnameOverride: {}", "a".repeat(65));
+        assert_err(&with(&long), "spec.hostnameOverride: invalid value");
+        assert_err(
+            &with("hostnameOverride: api\n  hostNetwork: true"),
+            "spec.hostnameOverride: forbidden: may not be set when hostNetwork is true",
+        );
+        assert_err(
+            &with("hostnameOverride: api\n  setHostnameAsFQDN: true"),
+            "spec.hostnameOverride: forbidden",
+        );
+    }
+
+    #[test]
+    fn a_file_key_ref_names_an_empty_dir_a_relative_path_and_a_key() {
+        let with = |volume: &str, path: &str, key: &str| {
+            format!(
+                "{}  volumes:\n  - name: cfg\n    emptyDir: {{}}\n  - name: host\n    hostPath:\n      path: /tmp\n",
+                with_container_lines(&format!(
+                    "    env:\n    - name: V\n      valueFrom:\n        fileKeyRef:\n          volumeName: {volume:?}\n          path: {path:?}\n          key: {key:?}\n"
+                ))
+            )
+        };
+        assert!(decode(&with("cfg", "vars.env", "TOKEN")).is_ok());
+        let f = "spec.containers[0].env[0].valueFrom.fileKeyRef";
+        assert_err(
+            &with("host", "vars.env", "K"),
+            &format!("{f}.volumeName: invalid value \"host\": must reference an emptyDir"),
+        );
+        assert_err(
+            &with("", "vars.env", "K"),
+            &format!("{f}.volumeName: required value"),
+        );
+        assert_err(
+            &with("cfg", "../x", "K"),
+            &format!("{f}.path: invalid value \"../x\""),
+        );
+        assert_err(
+            &with("cfg", "/etc/x", "K"),
+            &format!("{f}.path: invalid value"),
+        );
+        assert_err(
+            &with("cfg", "vars.env", "1K"),
+            &format!("{f}.key: invalid value \"1K\""),
         );
     }
 

@@ -165,6 +165,7 @@ impl NodeStatusTask {
             allocatable: Some(setters::resources(&d.allocatable.allocatable)),
             node_info: Some(setters::node_info(&d.info, &version)),
             daemon_endpoints: Some(setters::daemon_endpoints(d.kubelet_port)),
+            runtime_handlers: setters::runtime_handlers(&d.runtime_health.handlers()),
             images: Some(images),
             conditions: Some(conditions::with_times(
                 conditions::warn_soft_requirements(

@@ -7,8 +7,8 @@ use std::net::IpAddr;
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, NodeAddress, NodeDaemonEndpoints, NodeSwapStatus,
-    NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, NodeAddress, NodeDaemonEndpoints, NodeRuntimeHandler,
+    NodeRuntimeHandlerFeatures, NodeSwapStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -100,6 +100,24 @@ pub(crate) fn node_info(info: &NodeInfo, runtime: &cri::VersionResponse) -> Node
         }),
         ..Default::default()
     }
+}
+
+/// kubelet's `RuntimeHandlers` setter: each handler the runtime's status lists, with
+/// whether it supports recursive read-only mounts and user namespaces (none from a
+/// runtime older than CRI 1.30's handler list; the field is then left out).
+pub(crate) fn runtime_handlers(
+    handlers: &[crate::contracts::RuntimeHandlerFeatures],
+) -> Option<Vec<NodeRuntimeHandler>> {
+    let list: Vec<NodeRuntimeHandler> = (handlers.iter())
+        .map(|h| NodeRuntimeHandler {
+            name: Some(h.name.clone()),
+            features: Some(NodeRuntimeHandlerFeatures {
+                recursive_read_only_mounts: Some(h.recursive_read_only_mounts),
+                user_namespaces: Some(h.user_namespaces),
+            }),
+        })
+        .collect();
+    (!list.is_empty()).then_some(list)
 }
 
 /// `daemonEndpoints.kubeletEndpoint.Port`.
@@ -206,6 +224,21 @@ mod tests {
         assert_eq!(r["memory"].0, "8Gi");
         assert_eq!(r["pods"].0, "110");
         assert_eq!(r["ephemeral-storage"].0, "1Mi");
+    }
+
+    #[test]
+    fn runtime_handlers_are_listed_with_their_features_or_left_out() {
+        assert_eq!(runtime_handlers(&[]), None);
+        let listed = runtime_handlers(&[crate::contracts::RuntimeHandlerFeatures {
+            name: "runc".into(),
+            recursive_read_only_mounts: true,
+            user_namespaces: false,
+        }])
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(&listed).unwrap(),
+            serde_json::json!([{"name": "runc", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": false}}])
+        );
     }
 
     #[test]

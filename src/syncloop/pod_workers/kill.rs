@@ -76,9 +76,14 @@ impl KillStatus {
         status.reason = Some(self.reason.clone());
         status.message = Some(self.message.clone());
         if let Some(c) = &self.condition {
+            // The generation the rest of the status was computed from.
+            let c = PodCondition {
+                observed_generation: status.observed_generation,
+                ..c.clone()
+            };
             let conditions = status.conditions.get_or_insert_with(Vec::new);
             conditions.retain(|old| old.type_ != c.type_);
-            conditions.push(c.clone());
+            conditions.push(c);
         }
     }
 }

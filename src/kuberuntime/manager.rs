@@ -40,6 +40,9 @@ use crate::podenv::ImageUser;
 pub(crate) enum SyncError {
     #[error("failed to create pod sandbox: {0}")]
     CreateSandbox(CriError),
+    /// kubelet's `LookupRuntimeHandler` failing: the pod's RuntimeClass is not there.
+    #[error("failed to create pod sandbox: {0}")]
+    RuntimeClass(crate::objects::ObjectError),
     #[error("failed to kill pod: {}", join(.0))]
     KillContainers(Vec<StopError>),
     #[error("failed to kill pod: {0}")]
@@ -336,6 +339,34 @@ impl RuntimeManager {
         }
     }
 
+    /// kubelet's `LookupRuntimeHandler`: the CRI handler of the pod's RuntimeClass.
+    /// With an apiserver the class object decides (its `handler`), and a class that
+    /// does not exist fails the sandbox with the apiserver's NotFound; standalone no
+    /// class objects exist and the class name is the handler (`sandbox::runtime_handler`).
+    fn runtime_handler(
+        &self,
+        pod: &Pod,
+        objects: Option<&crate::objects::PodObjects>,
+    ) -> Result<String, crate::objects::ObjectError> {
+        match objects.and_then(|o| o.runtime_class.as_ref()) {
+            Some(Ok(class)) => Ok(class.handler.clone()),
+            Some(Err(e)) => Err(e.clone()),
+            None => Ok(super::sandbox::runtime_handler(pod).to_string()),
+        }
+    }
+
+    /// The pod's handler as far as it is known without a fetch: the RuntimeClass the
+    /// last sync read, else the class name (for readers outside a sync).
+    fn known_handler(&self, pod: &Pod) -> String {
+        let class = crate::objects::runtime_class_name(pod)
+            .zip(self.objects.as_ref())
+            .and_then(|(name, m)| m.cached_runtime_class(name));
+        match class {
+            Some(rc) => rc.handler.clone(),
+            None => super::sandbox::runtime_handler(pod).to_string(),
+        }
+    }
+
     /// Reads the runtime handlers' features from `state`, which the runtime health
     /// check keeps (by default: none known, so nothing is supported).
     pub(crate) fn with_runtime_state(mut self, state: Arc<RuntimeHealth>) -> Self {
@@ -346,7 +377,8 @@ impl RuntimeManager {
     /// kubelet's `runtimeClassSupportsRecursiveReadOnlyMounts`: whether the pod's
     /// runtime handler is listed with support for recursive read-only mounts.
     pub(crate) fn supports_recursive_read_only(&self, pod: &Pod) -> bool {
-        let handler = super::sandbox::runtime_handler(pod);
+        let handler = self.known_handler(pod);
+        let handler = handler.as_str();
         match self.runtime_state.handler(handler) {
             Some(h) => h.recursive_read_only_mounts,
             None => {
@@ -546,8 +578,14 @@ impl RuntimeManager {
         // Step 4: create a sandbox if needed.
         let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env)?;
         let (sandbox_id, ips) = if actions.create_sandbox {
-            self.create_pod_sandbox(pod, status, actions.attempt, &sandbox_config)
-                .await?
+            self.create_pod_sandbox(
+                pod,
+                status,
+                actions.attempt,
+                &sandbox_config,
+                objects.as_deref(),
+            )
+            .await?
         } else {
             match actions.sandbox_id.clone() {
                 Some(id) => (id, status.ips.clone()),
@@ -765,6 +803,7 @@ impl RuntimeManager {
         status: &PodRuntimeStatus,
         attempt: u32,
         sandbox_config: &cri::PodSandboxConfig,
+        objects: Option<&crate::objects::PodObjects>,
     ) -> Result<(String, Vec<String>), SyncError> {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod);
@@ -777,8 +816,19 @@ impl RuntimeManager {
             let pod_obj = ObjectRef::pod(pod);
             (self.events).event(&pod_obj, Warning, reason::MISSING_CLUSTER_DNS, msg);
         }
-        let handler = sandbox::runtime_handler(pod);
-        info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = crate::pod::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
+        let handler = match self.runtime_handler(pod, objects) {
+            Ok(h) => h,
+            Err(e) => {
+                // kubelet's event and wording; retried on the next sync.
+                let msg = format!("Failed to create pod sandbox: {e}");
+                warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", runtimeClassName = crate::objects::runtime_class_name(pod).unwrap_or(""), "{msg}");
+                let pod_obj = ObjectRef::pod(pod);
+                (self.events).event(&pod_obj, Warning, reason::FAILED_CREATE_POD_SANDBOX, msg);
+                return Err(SyncError::RuntimeClass(e));
+            }
+        };
+        let handler = handler.as_str();
+        info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = crate::pod::is_host_network(pod), runtimeHandler = handler, runtimeClassName = crate::objects::runtime_class_name(pod).unwrap_or(""), "creating pod sandbox");
         crate::metrics::kubelet().started_pods.inc();
         self.hooks.pre_run_pod_sandbox(pod);
         let id = match self.cri.run_pod_sandbox(config, handler).await {

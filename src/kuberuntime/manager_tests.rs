@@ -617,6 +617,12 @@ impl crate::objects::ObjectSource for ConfigMaps {
     ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::Secret>> {
         Box::pin(async { Ok(None) })
     }
+    fn runtime_class<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::node::v1::RuntimeClass>> {
+        Box::pin(async { Ok(None) })
+    }
     fn token<'a>(
         &'a self,
         _: &'a str,

@@ -2,6 +2,7 @@
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, PostParams};
 
 use super::{ObjectError, ObjectFuture, ObjectSource};
@@ -37,6 +38,13 @@ impl ObjectSource for KubeObjects {
         Box::pin(async move {
             let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
             (api.get_opt(name).await).map_err(|e| api_error("secrets", ns, name, e))
+        })
+    }
+
+    fn runtime_class<'a>(&'a self, name: &'a str) -> ObjectFuture<'a, Option<RuntimeClass>> {
+        Box::pin(async move {
+            let api: Api<RuntimeClass> = Api::all(self.client.clone());
+            (api.get_opt(name).await).map_err(|e| api_error(super::RUNTIME_CLASSES, "", name, e))
         })
     }
 

@@ -1,5 +1,6 @@
-//! The API objects pods read: ConfigMaps, Secrets and service-account tokens (kubelet's
-//! `pkg/kubelet/configmap`, `secret` and `token` managers).
+//! The API objects pods read: ConfigMaps, Secrets, service-account tokens and the
+//! pod's RuntimeClass (kubelet's `pkg/kubelet/configmap`, `secret`, `token` and
+//! `runtimeclass` managers).
 //!
 //! A pod sync is synchronous below the point where mounts and env are built, so the
 //! manager resolves everything a pod references up front ([`ObjectManager::resolve`]) into
@@ -23,6 +24,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::node::v1::RuntimeClass;
 
 pub(crate) use kube_source::KubeObjects;
 use token::TokenCache;
@@ -86,6 +88,8 @@ pub(crate) type ObjectFuture<'a, T> =
 pub(crate) trait ObjectSource: Send + Sync {
     fn config_map<'a>(&'a self, ns: &'a str, name: &'a str) -> ObjectFuture<'a, Option<ConfigMap>>;
     fn secret<'a>(&'a self, ns: &'a str, name: &'a str) -> ObjectFuture<'a, Option<Secret>>;
+    /// `GET runtimeclasses/<name>` (cluster-scoped, node.k8s.io/v1).
+    fn runtime_class<'a>(&'a self, name: &'a str) -> ObjectFuture<'a, Option<RuntimeClass>>;
     /// `POST serviceaccounts/<sa>/token`.
     fn token<'a>(
         &'a self,
@@ -112,6 +116,8 @@ pub(crate) struct PodObjects {
     pub config_maps: HashMap<String, Result<Arc<ConfigMap>, ObjectError>>,
     pub secrets: HashMap<String, Result<Arc<Secret>, ObjectError>>,
     pub tokens: HashMap<TokenWant, Result<String, ObjectError>>,
+    /// The class `spec.runtimeClassName` names (None when it names none).
+    pub runtime_class: Option<Result<Arc<RuntimeClass>, ObjectError>>,
 }
 
 impl PodObjects {
@@ -243,11 +249,14 @@ pub(crate) fn references(pod: &Pod) -> References {
 enum Key {
     ConfigMap(String, String),
     Secret(String, String),
+    RuntimeClass(String),
 }
 
+#[derive(Clone)]
 enum Cached {
     ConfigMap(Result<Arc<ConfigMap>, ObjectError>),
     Secret(Result<Arc<Secret>, ObjectError>),
+    RuntimeClass(Result<Arc<RuntimeClass>, ObjectError>),
 }
 
 struct Entry {
@@ -330,6 +339,22 @@ impl ObjectManager {
             keys.insert(key);
             out.secrets.insert(name.clone(), got);
         }
+        if let Some(name) = runtime_class_name(pod) {
+            let key = Key::RuntimeClass(name.to_string());
+            let got = match self.cached(&key) {
+                Some(Cached::RuntimeClass(v)) => v,
+                _ => {
+                    let v = self.source.runtime_class(name).await.and_then(|o| {
+                        let o = o.ok_or_else(|| not_found(RUNTIME_CLASSES, name))?;
+                        Ok(Arc::new(o))
+                    });
+                    self.store(key.clone(), Cached::RuntimeClass(v.clone()));
+                    v
+                }
+            };
+            keys.insert(key);
+            out.runtime_class = Some(got);
+        }
         if !refs.tokens.is_empty() {
             let sa = service_account(pod);
             for want in refs.tokens {
@@ -364,10 +389,16 @@ impl ObjectManager {
         if age >= self.ttl {
             return None;
         }
-        Some(match &e.value {
-            Cached::ConfigMap(v) => Cached::ConfigMap(v.clone()),
-            Cached::Secret(v) => Cached::Secret(v.clone()),
-        })
+        Some(e.value.clone())
+    }
+
+    /// The RuntimeClass `name` as the last sync that read it found it, without a
+    /// fetch (for readers outside a sync, such as the status's mount features).
+    pub(crate) fn cached_runtime_class(&self, name: &str) -> Option<Arc<RuntimeClass>> {
+        match self.cached(&Key::RuntimeClass(name.to_string()))? {
+            Cached::RuntimeClass(Ok(rc)) => Some(rc),
+            _ => None,
+        }
     }
 
     fn store(&self, key: Key, value: Cached) {
@@ -408,6 +439,16 @@ pub(crate) fn service_account(pod: &Pod) -> String {
         .or_else(|| spec.and_then(|s| s.service_account.clone()))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "default".to_string())
+}
+
+/// The apiserver's name for RuntimeClasses in its NotFound messages.
+pub(crate) const RUNTIME_CLASSES: &str = "runtimeclasses.node.k8s.io";
+
+/// The pod's `spec.runtimeClassName`, when it names one.
+pub(crate) fn runtime_class_name(pod: &Pod) -> Option<&str> {
+    (pod.spec.as_ref())
+        .and_then(|s| s.runtime_class_name.as_deref())
+        .filter(|n| !n.is_empty())
 }
 
 fn not_found(kind: &'static str, name: &str) -> ObjectError {

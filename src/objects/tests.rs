@@ -30,6 +30,17 @@ impl ObjectSource for Fake {
     fn secret<'a>(&'a self, _: &'a str, _: &'a str) -> ObjectFuture<'a, Option<Secret>> {
         Box::pin(async { Ok(None) })
     }
+    fn runtime_class<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> ObjectFuture<'a, Option<k8s_openapi::api::node::v1::RuntimeClass>> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        let found = (name == "gvisor").then(|| k8s_openapi::api::node::v1::RuntimeClass {
+            handler: "runsc".into(),
+            ..Default::default()
+        });
+        Box::pin(async move { Ok(found) })
+    }
     fn token<'a>(
         &'a self,
         _: &'a str,
@@ -226,4 +237,37 @@ async fn tokens_are_bound_to_the_pod_and_rotated_at_eighty_percent() {
         (b.kind.as_deref(), b.uid.as_deref()),
         (Some("Pod"), Some("u1"))
     );
+}
+
+#[tokio::test]
+async fn the_pods_runtime_class_is_read_cached_and_a_missing_one_says_so() {
+    let fake = Arc::new(Fake::default());
+    let (m, _) = manager(&fake, SystemTime::UNIX_EPOCH + Duration::from_secs(10));
+    let with_class = |uid: &str, class: &str| {
+        let mut p = pod(uid, &[], false);
+        p.spec.as_mut().unwrap().runtime_class_name = Some(class.into());
+        p
+    };
+    let before = fake.gets.load(Ordering::SeqCst);
+    let got = m.resolve(&with_class("u1", "gvisor")).await;
+    let class = got.runtime_class.unwrap().unwrap();
+    assert_eq!(class.handler, "runsc");
+    assert_eq!(m.cached_runtime_class("gvisor").unwrap().handler, "runsc");
+    m.resolve(&with_class("u2", "gvisor")).await;
+    // One fetch of the class for both pods (the rest is the pods' optional "env").
+    let class_gets = fake.gets.load(Ordering::SeqCst) - before;
+    assert_eq!(class_gets, 1 + 1, "env once, the class once");
+    let err = m
+        .resolve(&with_class("u3", "kata"))
+        .await
+        .runtime_class
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "runtimeclasses.node.k8s.io \"kata\" not found"
+    );
+    assert!(m.cached_runtime_class("kata").is_none());
+    let none = m.resolve(&pod("u4", &[], false)).await;
+    assert!(none.runtime_class.is_none());
 }

@@ -70,9 +70,11 @@ fn stored(bed: &Bed, name: &str) -> Option<Pod> {
     bed.server.get::<Pod>("default", name).unwrap()
 }
 
+/// A running status as the status manager makes it (the QoS class of these pods is
+/// BestEffort, and the apiserver refuses a status that changes it).
 fn running(ip: &str) -> PodStatus {
     serde_json::from_value(json!({
-        "phase": "Running", "podIP": ip,
+        "phase": "Running", "podIP": ip, "qosClass": "BestEffort",
         "conditions": [{"type": "Ready", "status": "True"}],
         "containerStatuses": [{"name": "c", "image": "busybox", "imageID": "", "ready": true,
                                "restartCount": 0, "state": {"running": {}}}],

@@ -14,6 +14,72 @@
 
 use serde_json::{Value, json};
 
+/// The RuntimeClass admission plugin on a new pod naming `class` (the stored
+/// RuntimeClass, None when there is none): the class must exist; its
+/// `overhead.podFixed` becomes `spec.overhead` (a pod that sets another is refused);
+/// its `scheduling` node selector and tolerations are merged in. Errors are 403
+/// Forbidden messages, as the plugin's.
+pub(crate) fn admit_runtime_class(body: &mut Value, class: Option<&Value>) -> Result<(), String> {
+    let Some(name) = body
+        .pointer("/spec/runtimeClassName")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
+        return Ok(());
+    };
+    let Some(class) = class else {
+        return Err(format!("pod rejected: RuntimeClass {name:?} not found"));
+    };
+    if let Some(fixed) = class.pointer("/overhead/podFixed") {
+        match body.pointer("/spec/overhead") {
+            Some(set) if set != fixed => {
+                return Err(
+                    "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
+                        .into(),
+                );
+            }
+            _ => body["spec"]["overhead"] = fixed.clone(),
+        }
+    }
+    if let Some(selector) = class
+        .pointer("/scheduling/nodeSelector")
+        .and_then(Value::as_object)
+    {
+        let spec = &mut body["spec"];
+        if !spec.get("nodeSelector").is_some_and(Value::is_object) {
+            spec["nodeSelector"] = json!({});
+        }
+        for (k, v) in selector {
+            match spec["nodeSelector"].get(k) {
+                Some(mine) if mine != v => {
+                    return Err(format!(
+                        "pod rejected: conflict: runtimeClass.scheduling.nodeSelector[{k}] = {v}; pod.spec.nodeSelector[{k}] = {mine}"
+                    ));
+                }
+                _ => spec["nodeSelector"][k] = v.clone(),
+            }
+        }
+    }
+    if let Some(tolerations) = class
+        .pointer("/scheduling/tolerations")
+        .and_then(Value::as_array)
+    {
+        let spec = &mut body["spec"];
+        if !spec.get("tolerations").is_some_and(Value::is_array) {
+            spec["tolerations"] = json!([]);
+        }
+        let list = spec["tolerations"]
+            .as_array_mut()
+            .expect("made an array above");
+        for t in tolerations {
+            if !list.contains(t) {
+                list.push(t.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A new pod's server-set fields.
 pub(crate) fn on_create(body: &mut Value) {
     body["metadata"]["generation"] = json!(1);
@@ -359,6 +425,36 @@ mod tests {
                 .unwrap_err()
                 .starts_with("status.observedGeneration")
         );
+    }
+
+    #[test]
+    fn the_runtime_class_admission_sets_overhead_and_scheduling_or_refuses() {
+        let class = json!({"handler": "runsc", "overhead": {"podFixed": {"cpu": "250m", "memory": "64Mi"}},
+            "scheduling": {"nodeSelector": {"sandboxed": "true"}, "tolerations": [{"key": "sandbox", "operator": "Exists"}]}});
+        let mut p = json!({"spec": {"runtimeClassName": "gvisor", "containers": [{"name": "c"}]}});
+        admit_runtime_class(&mut p, Some(&class)).unwrap();
+        assert_eq!(
+            p["spec"]["overhead"],
+            json!({"cpu": "250m", "memory": "64Mi"})
+        );
+        assert_eq!(p["spec"]["nodeSelector"], json!({"sandboxed": "true"}));
+        assert_eq!(
+            p["spec"]["tolerations"],
+            json!([{"key": "sandbox", "operator": "Exists"}])
+        );
+        let mut missing = json!({"spec": {"runtimeClassName": "nope"}});
+        assert_eq!(
+            admit_runtime_class(&mut missing, None).unwrap_err(),
+            "pod rejected: RuntimeClass \"nope\" not found"
+        );
+        let mut other = json!({"spec": {"runtimeClassName": "gvisor", "overhead": {"cpu": "1"}}});
+        assert!(
+            admit_runtime_class(&mut other, Some(&class))
+                .unwrap_err()
+                .contains("Overhead")
+        );
+        let mut none = json!({"spec": {}});
+        admit_runtime_class(&mut none, None).unwrap();
     }
 
     #[test]

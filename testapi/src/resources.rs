@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::{
     authentication::v1::TokenRequest, certificates::v1::CertificateSigningRequest,
-    coordination::v1::Lease, core::v1 as core, events::v1 as events,
+    coordination::v1::Lease, core::v1 as core, events::v1 as events, node::v1::RuntimeClass,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::{Serialize, de::DeserializeOwned};
@@ -187,6 +187,18 @@ pub(crate) static RESOURCES: &[Def] = &[
         fields: &[],
         short: &["crd", "crds"],
         check: strict::<CustomResourceDefinition>,
+    },
+    Def {
+        group: "node.k8s.io",
+        version: "v1",
+        name: "runtimeclasses",
+        singular: "runtimeclass",
+        kind: "RuntimeClass",
+        namespaced: false,
+        status: false,
+        fields: &[],
+        short: &[],
+        check: strict::<RuntimeClass>,
     },
     Def {
         group: "certificates.k8s.io",
@@ -399,6 +411,7 @@ mod tests {
             "{names:?}"
         );
         assert!(resource_list(&[], "apps", "v1").is_none());
-        assert_eq!(api_group_list(&[])["groups"].as_array().unwrap().len(), 4);
+        assert_eq!(api_group_list(&[])["groups"].as_array().unwrap().len(), 5);
+        assert!(resource_list(&[], "node.k8s.io", "v1").is_some());
     }
 }

@@ -44,6 +44,17 @@ impl ApiError {
         .with_details(what, name)
     }
 
+    /// An admission plugin's refusal (HTTP 403, reason Forbidden), worded as the real
+    /// server's: `pods "x" is forbidden: <why>`.
+    pub fn forbidden(resource: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            format!("{resource} \"{name}\" is forbidden: {why}"),
+        )
+        .with_details(resource, name)
+    }
+
     /// An optimistic-lock or precondition failure (HTTP 409, reason Conflict).
     pub fn conflict(resource: &str, name: &str, why: &str) -> Self {
         let what = resource.rsplit('/').next().unwrap_or(resource);

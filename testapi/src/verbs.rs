@@ -111,7 +111,21 @@ pub(crate) fn create(
     m.insert("creationTimestamp".into(), Value::String(timestamp(now())));
     match t.def.name {
         // The server resets what a client may not set on create.
-        "pods" => crate::pod_rules::on_create(&mut body),
+        "pods" => {
+            let class = (body
+                .pointer("/spec/runtimeClassName")
+                .and_then(Value::as_str))
+            .and_then(|n| {
+                shared.store.get(&(
+                    "node.k8s.io/runtimeclasses".to_owned(),
+                    String::new(),
+                    n.to_owned(),
+                ))
+            });
+            crate::pod_rules::admit_runtime_class(&mut body, class.as_ref())
+                .map_err(|m| ApiError::forbidden(t.def.name, &name, &m))?;
+            crate::pod_rules::on_create(&mut body);
+        }
         "certificatesigningrequests" => {
             body.as_object_mut().expect("object").remove("status");
         }

@@ -137,11 +137,12 @@ pub(super) fn spawn_event_sink(
 /// with a clear error as in standalone mode.
 pub(super) fn object_manager(
     api: Option<&ApiClients>,
+    node_name: &str,
 ) -> Option<Arc<crate::objects::ObjectManager>> {
     let source = crate::objects::KubeObjects::new(api?.main.clone());
-    Some(Arc::new(crate::objects::ObjectManager::new(Arc::new(
-        source,
-    ))))
+    Some(Arc::new(
+        crate::objects::ObjectManager::new(Arc::new(source)).with_node_name(node_name),
+    ))
 }
 
 /// The reconcile period of the status writer and mirror pods: kubelet's 10 s, or

@@ -136,7 +136,7 @@ async fn start(
             dns,
             events: &events,
             probes: &probe_results,
-            objects: cluster::object_manager(api),
+            objects: cluster::object_manager(api, &opts.node_name),
             hooks: hooks.runtime_hooks(),
             runtime_state: runtime_health.clone(),
         },

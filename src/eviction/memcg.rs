@@ -265,14 +265,12 @@ mod tests {
         drop(first_arc);
         let second_fd: i32 = second.split(' ').next().unwrap().parse().unwrap();
         assert!(Path::new(&format!("/proc/self/fd/{second_fd}")).exists());
-        // The first fd number is free now, or reused by something that is not it.
-        if second_fd != first_fd {
-            let link = std::fs::read_link(format!("/proc/self/fd/{first_fd}"));
-            assert!(
-                link.map_or(true, |l| !l.to_string_lossy().contains("eventfd")),
-                "the old eventfd is still open"
-            );
-        }
+        assert_ne!(
+            first_fd, second_fd,
+            "the new eventfd was opened before the old closed"
+        );
+        // (Whether the first fd number is free now cannot be told here: the other
+        // tests of this process open eventfds of their own and may reuse it.)
         // A missing cgroup fails the arm with the path and keeps the last registration.
         std::fs::remove_file(&control).unwrap();
         let e = n.set_threshold(3000).unwrap_err();

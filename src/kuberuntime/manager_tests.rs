@@ -617,6 +617,27 @@ impl crate::objects::ObjectSource for ConfigMaps {
     ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::Secret>> {
         Box::pin(async { Ok(None) })
     }
+    fn claim<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>>
+    {
+        Box::pin(async { Ok(None) })
+    }
+    fn volume<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::PersistentVolume>>
+    {
+        Box::pin(async { Ok(None) })
+    }
+    fn node<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::Node>> {
+        Box::pin(async { Ok(None) })
+    }
     fn runtime_class<'a>(
         &'a self,
         _: &'a str,

@@ -1,7 +1,9 @@
 //! The [`ObjectSource`] of the agent: kube-rs on the main (throttled) client.
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Secret, ServiceAccount,
+};
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, PostParams};
 
@@ -38,6 +40,31 @@ impl ObjectSource for KubeObjects {
         Box::pin(async move {
             let api: Api<Secret> = Api::namespaced(self.client.clone(), ns);
             (api.get_opt(name).await).map_err(|e| api_error("secrets", ns, name, e))
+        })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> ObjectFuture<'a, Option<PersistentVolumeClaim>> {
+        Box::pin(async move {
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), ns);
+            (api.get_opt(name).await).map_err(|e| api_error("persistentvolumeclaims", ns, name, e))
+        })
+    }
+
+    fn volume<'a>(&'a self, name: &'a str) -> ObjectFuture<'a, Option<PersistentVolume>> {
+        Box::pin(async move {
+            let api: Api<PersistentVolume> = Api::all(self.client.clone());
+            (api.get_opt(name).await).map_err(|e| api_error("persistentvolumes", "", name, e))
+        })
+    }
+
+    fn node<'a>(&'a self, name: &'a str) -> ObjectFuture<'a, Option<Node>> {
+        Box::pin(async move {
+            let api: Api<Node> = Api::all(self.client.clone());
+            (api.get_opt(name).await).map_err(|e| api_error("nodes", "", name, e))
         })
     }
 

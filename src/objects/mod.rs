@@ -1,6 +1,7 @@
-//! The API objects pods read: ConfigMaps, Secrets, service-account tokens and the
-//! pod's RuntimeClass (kubelet's `pkg/kubelet/configmap`, `secret`, `token` and
-//! `runtimeclass` managers).
+//! The API objects pods read: ConfigMaps, Secrets, service-account tokens, the pod's
+//! RuntimeClass, and its PersistentVolumeClaims with their volumes (kubelet's
+//! `pkg/kubelet/configmap`, `secret`, `token` and `runtimeclass` managers, and the
+//! claims half of the volume manager's populator, `claims`).
 //!
 //! A pod sync is synchronous below the point where mounts and env are built, so the
 //! manager resolves everything a pod references up front ([`ObjectManager::resolve`]) into
@@ -9,6 +10,7 @@
 //! more machinery than a node of this size needs, and the TTL keeps updates within
 //! seconds); entries no pod references any more are dropped, and the cache is bounded.
 
+mod claims;
 mod kube_source;
 mod token;
 
@@ -23,9 +25,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+};
 use k8s_openapi::api::node::v1::RuntimeClass;
 
+pub(crate) use claims::BoundClaim;
 pub(crate) use kube_source::KubeObjects;
 use token::TokenCache;
 
@@ -88,6 +93,16 @@ pub(crate) type ObjectFuture<'a, T> =
 pub(crate) trait ObjectSource: Send + Sync {
     fn config_map<'a>(&'a self, ns: &'a str, name: &'a str) -> ObjectFuture<'a, Option<ConfigMap>>;
     fn secret<'a>(&'a self, ns: &'a str, name: &'a str) -> ObjectFuture<'a, Option<Secret>>;
+    /// `GET persistentvolumeclaims/<name>` in `ns`.
+    fn claim<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> ObjectFuture<'a, Option<PersistentVolumeClaim>>;
+    /// `GET persistentvolumes/<name>`.
+    fn volume<'a>(&'a self, name: &'a str) -> ObjectFuture<'a, Option<PersistentVolume>>;
+    /// `GET nodes/<name>` (a volume's `nodeAffinity` is checked against its labels).
+    fn node<'a>(&'a self, name: &'a str) -> ObjectFuture<'a, Option<Node>>;
     /// `GET runtimeclasses/<name>` (cluster-scoped, node.k8s.io/v1).
     fn runtime_class<'a>(&'a self, name: &'a str) -> ObjectFuture<'a, Option<RuntimeClass>>;
     /// `POST serviceaccounts/<sa>/token`.
@@ -118,6 +133,22 @@ pub(crate) struct PodObjects {
     pub tokens: HashMap<TokenWant, Result<String, ObjectError>>,
     /// The class `spec.runtimeClassName` names (None when it names none).
     pub runtime_class: Option<Result<Arc<RuntimeClass>, ObjectError>>,
+    /// Each claim a volume names, bound and checked, or kubelet's reason it is not
+    /// (`error processing PVC <ns>/<name>: PVC is not bound`).
+    pub claims: HashMap<String, Result<BoundClaim, String>>,
+}
+
+impl PodObjects {
+    /// The checked claim `name`, or why the volume cannot be mounted (standalone:
+    /// there are no claims).
+    pub(crate) fn claim(this: Option<&Self>, name: &str) -> Result<BoundClaim, String> {
+        match this.and_then(|o| o.claims.get(name)) {
+            Some(got) => got.clone(),
+            None => Err(format!(
+                "couldn't get PersistentVolumeClaim {name:?}, no kubeClient defined"
+            )),
+        }
+    }
 }
 
 impl PodObjects {
@@ -250,6 +281,9 @@ enum Key {
     ConfigMap(String, String),
     Secret(String, String),
     RuntimeClass(String),
+    Claim(String, String),
+    Volume(String),
+    Node(String),
 }
 
 #[derive(Clone)]
@@ -257,6 +291,9 @@ enum Cached {
     ConfigMap(Result<Arc<ConfigMap>, ObjectError>),
     Secret(Result<Arc<Secret>, ObjectError>),
     RuntimeClass(Result<Arc<RuntimeClass>, ObjectError>),
+    Claim(Result<Arc<PersistentVolumeClaim>, ObjectError>),
+    Volume(Result<Arc<PersistentVolume>, ObjectError>),
+    Node(Result<Arc<Node>, ObjectError>),
 }
 
 struct Entry {
@@ -275,6 +312,8 @@ struct State {
 /// [`ObjectSource`], caches for a TTL, and keeps tokens until they need rotating.
 pub(crate) struct ObjectManager {
     source: Arc<dyn ObjectSource>,
+    /// This node's name, whose labels a volume's `nodeAffinity` is checked against.
+    node_name: String,
     clock: Clock,
     ttl: Duration,
     state: Mutex<State>,
@@ -289,11 +328,18 @@ impl ObjectManager {
     pub(crate) fn with_clock(source: Arc<dyn ObjectSource>, clock: Clock, ttl: Duration) -> Self {
         ObjectManager {
             source,
+            node_name: String::new(),
             ttl,
             tokens: TokenCache::new(clock.clone()),
             clock,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Names the node, so volumes' `nodeAffinity` can be checked against its labels.
+    pub(crate) fn with_node_name(mut self, name: &str) -> Self {
+        self.node_name = name.to_string();
+        self
     }
 
     /// Fetches (or takes from the cache) everything `pod` references. Never fails as a
@@ -339,6 +385,10 @@ impl ObjectManager {
             keys.insert(key);
             out.secrets.insert(name.clone(), got);
         }
+        for claim in claim_names(pod) {
+            let got = self.resolve_claim(ns, &claim, &mut keys).await;
+            out.claims.insert(claim, got);
+        }
         if let Some(name) = runtime_class_name(pod) {
             let key = Key::RuntimeClass(name.to_string());
             let got = match self.cached(&key) {
@@ -370,6 +420,70 @@ impl ObjectManager {
         }
         drop_unreferenced(&mut state);
         out
+    }
+
+    /// One claim and its volume, checked as kubelet's populator does; the error is
+    /// kubelet's `error processing PVC <ns>/<name>: ...`.
+    async fn resolve_claim(
+        &self,
+        ns: &str,
+        name: &str,
+        keys: &mut HashSet<Key>,
+    ) -> Result<BoundClaim, String> {
+        let processing = |why: String| format!("error processing PVC {ns}/{name}: {why}");
+        let key = Key::Claim(ns.to_string(), name.to_string());
+        keys.insert(key.clone());
+        let claim = match self.cached(&key) {
+            Some(Cached::Claim(v)) => v,
+            _ => {
+                let v = (self.source.claim(ns, name).await).and_then(|o| {
+                    o.map(Arc::new)
+                        .ok_or_else(|| not_found("persistentvolumeclaims", name))
+                });
+                self.store(key, Cached::Claim(v.clone()));
+                v
+            }
+        }
+        .map_err(|e| processing(format!("failed to fetch PVC from API server: {e}")))?;
+        let volume_name = claims::check_claim(&claim).map_err(processing)?.to_string();
+        let key = Key::Volume(volume_name.clone());
+        keys.insert(key.clone());
+        let volume = match self.cached(&key) {
+            Some(Cached::Volume(v)) => v,
+            _ => {
+                let v = (self.source.volume(&volume_name).await).and_then(|o| {
+                    o.map(Arc::new)
+                        .ok_or_else(|| not_found("persistentvolumes", &volume_name))
+                });
+                self.store(key, Cached::Volume(v.clone()));
+                v
+            }
+        }
+        .map_err(|e| {
+            processing(format!(
+                "failed to fetch PV {volume_name} from API server: {e}"
+            ))
+        })?;
+        let has_affinity = (volume.spec.as_ref()).is_some_and(|s| s.node_affinity.is_some());
+        let node = if has_affinity && !self.node_name.is_empty() {
+            let key = Key::Node(self.node_name.clone());
+            keys.insert(key.clone());
+            match self.cached(&key) {
+                Some(Cached::Node(v)) => v.ok(),
+                _ => {
+                    let v = (self.source.node(&self.node_name).await).and_then(|o| {
+                        o.map(Arc::new)
+                            .ok_or_else(|| not_found("nodes", &self.node_name))
+                    });
+                    self.store(key, Cached::Node(v.clone()));
+                    v.ok()
+                }
+            }
+        } else {
+            None
+        };
+        claims::check_volume(&volume, &claim, node.as_deref())?;
+        Ok(BoundClaim { volume })
     }
 
     /// Forgets a pod that is gone: its objects leave the cache unless another pod
@@ -443,6 +557,18 @@ pub(crate) fn service_account(pod: &Pod) -> String {
 
 /// The apiserver's name for RuntimeClasses in its NotFound messages.
 pub(crate) const RUNTIME_CLASSES: &str = "runtimeclasses.node.k8s.io";
+
+/// The claims the pod's volumes name (kubelet reads each once per pod).
+pub(crate) fn claim_names(pod: &Pod) -> Vec<String> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
+    let mut names: Vec<String> = (volumes.unwrap_or_default().iter())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.clone())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
 
 /// The pod's `spec.runtimeClassName`, when it names one.
 pub(crate) fn runtime_class_name(pod: &Pod) -> Option<&str> {

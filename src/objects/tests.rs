@@ -30,6 +30,25 @@ impl ObjectSource for Fake {
     fn secret<'a>(&'a self, _: &'a str, _: &'a str) -> ObjectFuture<'a, Option<Secret>> {
         Box::pin(async { Ok(None) })
     }
+    fn claim<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> ObjectFuture<'a, Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn volume<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> ObjectFuture<'a, Option<k8s_openapi::api::core::v1::PersistentVolume>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn node<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> ObjectFuture<'a, Option<k8s_openapi::api::core::v1::Node>> {
+        Box::pin(async { Ok(None) })
+    }
     fn runtime_class<'a>(
         &'a self,
         name: &'a str,

@@ -428,6 +428,27 @@ pub(crate) fn set_up(
     let vols = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
     let mut failed = Vec::new();
     for volume in vols.unwrap_or_default() {
+        if let Some(src) = &volume.persistent_volume_claim {
+            let v = &volume.name;
+            match PodObjects::claim(Some(objects), &src.claim_name) {
+                // The volume's source is checked (and a DirectoryOrCreate made) before
+                // the sandbox, as kubelet mounts before it.
+                Ok(bound) => {
+                    let read_only = src.read_only.unwrap_or(false);
+                    if let Err(e) = super::pod_volumes::claim_host_volume(&bound, read_only) {
+                        failed.push((v.clone(), e.to_string()));
+                    }
+                }
+                // kubelet's WaitForAttachAndMount message for a claim it could not process.
+                Err(why) => failed.push((
+                    v.clone(),
+                    format!(
+                        "Unable to attach or mount volumes: unmounted volumes=[{v}], unattached volumes=[{v}], failed to process volumes=[{v}]: {why}"
+                    ),
+                )),
+            }
+            continue;
+        }
         if let Err(e) = write(volume, pod, pods_dir, Some(objects), allocatable, false) {
             let detail = match &e {
                 VolumeError::Object { source, .. } | VolumeError::Projected { source, .. } => {

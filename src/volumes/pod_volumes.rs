@@ -75,6 +75,9 @@ pub(crate) enum VolumeError {
     /// kubelet's `translateMountPropagation` message.
     #[error("volume mount {volume:?}: invalid MountPropagation mode: {mode:?}")]
     Propagation { volume: String, mode: String },
+    /// A claim that is not bound or cannot be mounted here, in kubelet's words.
+    #[error("{0}")]
+    Claim(String),
     #[error("unsafe path part: {0}")]
     Path(#[from] PathError),
     #[error("cannot set up emptyDir {path}: {source}")]
@@ -224,7 +227,7 @@ const DOWNWARD_API: &str = "kubernetes.io~downward-api";
 const PROJECTED: &str = "kubernetes.io~projected";
 
 /// Where a volume comes from on the host, and whether it must be mounted read-only.
-struct HostVolume {
+pub(super) struct HostVolume {
     path: PathBuf,
     read_only: bool,
 }
@@ -244,6 +247,10 @@ fn host_path_of(
             path,
             read_only: false,
         });
+    }
+    if let Some(src) = &volume.persistent_volume_claim {
+        let bound = PodObjects::claim(objects, &src.claim_name).map_err(VolumeError::Claim)?;
+        return claim_host_volume(&bound, src.read_only.unwrap_or(false));
     }
     if let Some(ed) = &volume.empty_dir {
         let path = empty_dir_path(pods_dir, uid, &volume.name)?;
@@ -294,6 +301,46 @@ fn host_path_of(
         });
     }
     Err(VolumeError::Unsupported(volume.name.clone()))
+}
+
+/// The host directory behind a bound claim's volume: a `hostPath` volume (with its
+/// type checked, as the hostPath plugin does) or a `local` one (which must exist);
+/// read-only when the pod's volume says so. Other sources have no node plugin here:
+/// CSI needs the driver's node plugin, which oxlet does not run, and kubelet's
+/// words for a driver it does not know say so.
+pub(super) fn claim_host_volume(
+    bound: &crate::objects::BoundClaim,
+    read_only: bool,
+) -> Result<HostVolume, VolumeError> {
+    let pv = &bound.volume;
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    let spec = pv.spec.as_ref();
+    if let Some(hp) = spec.and_then(|s| s.host_path.as_ref()) {
+        let hp = HostPathVolumeSource {
+            path: hp.path.clone(),
+            type_: hp.type_.clone(),
+        };
+        return check_host_path(&hp).map(|path| HostVolume { path, read_only });
+    }
+    if let Some(local) = spec.and_then(|s| s.local.as_ref()) {
+        let path = PathBuf::from(&local.path);
+        if !path.is_dir() {
+            return Err(VolumeError::Claim(format!(
+                "MountVolume.NewMounter initialization failed for volume {name:?} : path {:?} does not exist",
+                local.path
+            )));
+        }
+        return Ok(HostVolume { path, read_only });
+    }
+    if let Some(csi) = spec.and_then(|s| s.csi.as_ref()) {
+        return Err(VolumeError::Claim(format!(
+            "MountVolume.MountDevice failed for volume {name:?} : kubernetes.io/csi: attacher.MountDevice failed to create newCsiDriverClient: driver name {} not found in the list of registered CSI drivers (oxlet runs no CSI node plugins)",
+            csi.driver
+        )));
+    }
+    Err(VolumeError::Claim(format!(
+        "volume {name:?}: only hostPath and local persistent volumes can be mounted by oxlet (no node plugin for its source)"
+    )))
 }
 
 /// Sets `path`'s permission bits to `mode` unless they are already (kubelet's

@@ -5,6 +5,7 @@
 use k8s_openapi::api::{
     authentication::v1::TokenRequest, certificates::v1::CertificateSigningRequest,
     coordination::v1::Lease, core::v1 as core, events::v1 as events, node::v1::RuntimeClass,
+    storage::v1::StorageClass,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::{Serialize, de::DeserializeOwned};
@@ -187,6 +188,42 @@ pub(crate) static RESOURCES: &[Def] = &[
         fields: &[],
         short: &["crd", "crds"],
         check: strict::<CustomResourceDefinition>,
+    },
+    Def {
+        group: "",
+        version: "v1",
+        name: "persistentvolumes",
+        singular: "persistentvolume",
+        kind: "PersistentVolume",
+        namespaced: false,
+        status: true,
+        fields: &[],
+        short: &["pv"],
+        check: strict::<core::PersistentVolume>,
+    },
+    Def {
+        group: "",
+        version: "v1",
+        name: "persistentvolumeclaims",
+        singular: "persistentvolumeclaim",
+        kind: "PersistentVolumeClaim",
+        namespaced: true,
+        status: true,
+        fields: &[],
+        short: &["pvc"],
+        check: strict::<core::PersistentVolumeClaim>,
+    },
+    Def {
+        group: "storage.k8s.io",
+        version: "v1",
+        name: "storageclasses",
+        singular: "storageclass",
+        kind: "StorageClass",
+        namespaced: false,
+        status: false,
+        fields: &[],
+        short: &["sc"],
+        check: strict::<StorageClass>,
     },
     Def {
         group: "node.k8s.io",
@@ -411,7 +448,7 @@ mod tests {
             "{names:?}"
         );
         assert!(resource_list(&[], "apps", "v1").is_none());
-        assert_eq!(api_group_list(&[])["groups"].as_array().unwrap().len(), 5);
+        assert_eq!(api_group_list(&[])["groups"].as_array().unwrap().len(), 6);
         assert!(resource_list(&[], "node.k8s.io", "v1").is_some());
     }
 }

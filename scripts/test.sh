@@ -48,7 +48,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 # registry with and without logins (registry_pulls), container restart rules and the newer
 # pod fields (restart_rules, pod_fields: 2.x's handlers support recursive read-only mounts,
 # 1.6's and 1.7's list none, so both branches run) RuntimeClass handlers (runtime_class) and claims
-# on hostPath and local volumes (persistent_volumes).
+# on hostPath and local volumes (persistent_volumes), image volumes (image_volumes:
+# mounted by 2.1, refused by the runtime before).
 # The test beds (and every oxlet that
 # manages its own containerd) run the binary OXLET_TEST_CONTAINERD names. The one test left
 # out there waits 70 s on oxlet's own back-off doubling, which no runtime changes.
@@ -60,7 +61,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 # another kept them with two, in about a third of the time.
 CORE=(static_pods restarts probes hooks_termination exits_images cgroups secure_port
     api_volumes managed_runtime testbed_smoke runtime_versions image_gc registry_pulls
-    restart_rules pod_fields runtime_class persistent_volumes)
+    restart_rules pod_fields runtime_class persistent_volumes image_volumes)
 runtimes=${OXLET_RUNTIMES:-$PWD/target/runtimes}
 jobs=target/test-pool/jobs.tsv
 mkdir -p target/test-pool

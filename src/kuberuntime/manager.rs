@@ -297,6 +297,31 @@ pub(crate) struct RuntimeManager {
     runtime_state: Arc<RuntimeHealth>,
 }
 
+/// The image volumes container `c` mounts, each as a container whose image and pull
+/// policy are the volume's (`volumes[].image.reference`, `pullPolicy`), so the one
+/// image puller pulls it; the container's own name keeps its events and back-off.
+fn image_volume_pulls(pod: &Pod, c: &Container) -> Vec<(String, Container)> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
+    let mut out = Vec::new();
+    for vm in c.volume_mounts.iter().flatten() {
+        let image = (volumes.unwrap_or_default().iter())
+            .find(|v| v.name == vm.name)
+            .and_then(|v| v.image.as_ref());
+        let Some(image) = image else { continue };
+        if out.iter().any(|(name, _)| *name == vm.name) {
+            continue;
+        }
+        let as_container = Container {
+            name: c.name.clone(),
+            image: image.reference.clone(),
+            image_pull_policy: image.pull_policy.clone(),
+            ..Default::default()
+        };
+        out.push((vm.name.clone(), as_container));
+    }
+    out
+}
+
 /// Pods starting at once: four per core, at least 4.
 fn start_concurrency() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
@@ -979,9 +1004,28 @@ impl RuntimeManager {
             Ok(r) => r,
             Err(e) => return self.image_not_ready(&s, e),
         };
+        // And the image volumes it mounts (kubelet's getImageVolumes): each pulled with
+        // its own policy and the pod's pull secrets; a failure is this container's.
+        let mut image_volumes = std::collections::HashMap::new();
+        for (volume, as_container) in image_volume_pulls(pod, c) {
+            match (self.images)
+                .ensure_image(
+                    self.cri.as_ref(),
+                    pod,
+                    &as_container,
+                    ctx.sandbox_config,
+                    &secrets,
+                )
+                .await
+            {
+                Ok(r) => image_volumes.insert(volume, r),
+                Err(e) => return self.image_not_ready(&s, e),
+            };
+        }
 
         // Step 2: create the container.
-        let (mut config, restart_count) = self.generate_container_config(&s, &image_ref).await?;
+        let (mut config, restart_count) =
+            (self.generate_container_config(&s, &image_ref, image_volumes)).await?;
         self.hooks.pre_create(pod, c, &mut config);
         let log_path =
             std::path::PathBuf::from(&ctx.sandbox_config.log_directory).join(&config.log_path);
@@ -1104,6 +1148,7 @@ impl RuntimeManager {
         &self,
         s: &ContainerStart<'_>,
         image_ref: &str,
+        image_volumes: std::collections::HashMap<String, String>,
     ) -> Result<(cri::ContainerConfig, i32), ContainerStartError> {
         let (pod, c, env, uid, name) = (s.ctx.pod, s.container, s.ctx.env, s.uid, s.name);
         // kubelet's getTargetID: the target must be running, its ID names the namespace.
@@ -1140,7 +1185,10 @@ impl RuntimeManager {
             &envs,
             env.objects.as_deref(),
             &self.sandbox_env.allocatable,
-            self.supports_recursive_read_only(pod),
+            &crate::volumes::MountFeatures {
+                supports_rro: self.supports_recursive_read_only(pod),
+                image_volumes,
+            },
         ) {
             Ok(m) => m,
             Err(e) => return Err(self.config_error(s, &e)),

@@ -18,6 +18,6 @@ pub(crate) use object_volumes::{
     refresh as refresh_object_volumes, set_up as set_up_object_volumes,
 };
 pub(crate) use pod_volumes::{
-    container_mounts, refresh_downward_volumes, resolve_recursive_read_only, tear_down_pod_volumes,
-    unmount_pod_volumes,
+    MountFeatures, container_mounts, refresh_downward_volumes, resolve_recursive_read_only,
+    tear_down_pod_volumes, unmount_pod_volumes,
 };

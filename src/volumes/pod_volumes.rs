@@ -75,6 +75,10 @@ pub(crate) enum VolumeError {
     /// kubelet's `translateMountPropagation` message.
     #[error("volume mount {volume:?}: invalid MountPropagation mode: {mode:?}")]
     Propagation { volume: String, mode: String },
+    #[error(
+        "volume {volume:?}: subPath {sub_path:?} into an image volume needs the CRI's image_sub_path, which oxlet's CRI API does not carry yet"
+    )]
+    ImageSubPath { volume: String, sub_path: String },
     /// A claim that is not bound or cannot be mounted here, in kubelet's words.
     #[error("{0}")]
     Claim(String),
@@ -621,6 +625,48 @@ fn propagation(vm: &VolumeMount, privileged: bool) -> Result<i32, VolumeError> {
     })
 }
 
+/// What the runtime and the sync add to a container's mounts: whether the pod's
+/// runtime handler makes recursive read-only mounts, and the image each image volume
+/// was pulled as (volume name → image reference).
+#[derive(Debug, Default)]
+pub(crate) struct MountFeatures {
+    pub supports_rro: bool,
+    pub image_volumes: std::collections::HashMap<String, String>,
+}
+
+/// An image volume's mount (`volumes[].image`, beta and on by default since 1.35):
+/// the runtime mounts the pulled image itself, read-only, at the mount path; there is
+/// no host path. A `subPath` into it needs the CRI's `image_sub_path` (CRI 1.33),
+/// which the CRI API oxlet is built on does not carry yet, so it is refused rather
+/// than silently mounting the whole image.
+fn image_mount(
+    vm: &VolumeMount,
+    features: &MountFeatures,
+    envs: &[(String, String)],
+    propagation: i32,
+) -> Result<cri::Mount, VolumeError> {
+    if let Some(sub) = sub_path_of(vm, envs)? {
+        return Err(VolumeError::ImageSubPath {
+            volume: vm.name.clone(),
+            sub_path: sub,
+        });
+    }
+    let image = features
+        .image_volumes
+        .get(&vm.name)
+        .ok_or_else(|| VolumeError::NoSuchVolume(vm.name.clone()))?;
+    Ok(cri::Mount {
+        container_path: vm.mount_path.clone(),
+        readonly: true,
+        propagation,
+        image: Some(cri::ImageSpec {
+            image: image.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
 /// kubelet's `resolveRecursiveReadOnly`: whether the mount is recursively read-only
 /// (`recursiveReadOnly`, GA in 1.33). `Enabled` needs a read-only mount without
 /// propagation and a runtime handler that supports it (`supported`, from the CRI
@@ -686,7 +732,7 @@ pub(crate) fn container_mounts(
     envs: &[(String, String)],
     objects: Option<&PodObjects>,
     allocatable: &NodeResources,
-    supports_rro: bool,
+    features: &MountFeatures,
 ) -> Result<Vec<cri::Mount>, VolumeError> {
     let privileged = container
         .security_context
@@ -706,8 +752,12 @@ pub(crate) fn container_mounts(
             .find(|v| v.name == vm.name)
             .ok_or_else(|| VolumeError::NoSuchVolume(vm.name.clone()))?;
         let propagation = propagation(vm, privileged)?;
-        let recursive_read_only = resolve_recursive_read_only(vm, supports_rro)
+        let recursive_read_only = resolve_recursive_read_only(vm, features.supports_rro)
             .map_err(VolumeError::RecursiveReadOnly)?;
+        if volume.image.is_some() {
+            mounts.push(image_mount(vm, features, envs, propagation)?);
+            continue;
+        }
         let HostVolume {
             path: mut host,
             read_only,
@@ -810,7 +860,8 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        let m = container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
+        let m =
+            container_mounts(&p, &c, &pods, &[], None, &NODE, &MountFeatures::default()).unwrap();
         assert!(m[0].readonly, "API data volumes are always read-only");
         let dir = pods.join("u9/volumes/kubernetes.io~downward-api/info");
         assert_eq!(m[0].host_path, dir.to_string_lossy());
@@ -840,7 +891,8 @@ mod tests {
         let mut item = field_item("n", "metadata.name");
         item.mode = Some(0o1777);
         let odd = pod("u14", vec![downward_volume(vec![item])]);
-        let err = container_mounts(&odd, &c, &pods, &[], None, &NODE, false).unwrap_err();
+        let err = container_mounts(&odd, &c, &pods, &[], None, &NODE, &MountFeatures::default())
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             "volume \"info\": items[0]: mode: 0o1777 must be a number between 0 and 0777 (octal)"
@@ -851,7 +903,8 @@ mod tests {
             "u10",
             vec![downward_volume(vec![field_item("../x", "metadata.name")])],
         );
-        let err = container_mounts(&bad, &c, &pods, &[], None, &NODE, false).unwrap_err();
+        let err = container_mounts(&bad, &c, &pods, &[], None, &NODE, &MountFeatures::default())
+            .unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("volume \"info\": item path \"../x\""),
@@ -891,7 +944,8 @@ mod tests {
         );
         p.metadata.name = Some("web".into());
         let c = container(vec![mount("proj", "/p", None)]);
-        let m = container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
+        let m =
+            container_mounts(&p, &c, &pods, &[], None, &NODE, &MountFeatures::default()).unwrap();
         assert!(m[0].readonly);
         let dir = pods.join("u15/volumes/kubernetes.io~projected/proj");
         assert_eq!(std::fs::read_to_string(dir.join("name")).unwrap(), "web");
@@ -902,7 +956,8 @@ mod tests {
             ..Default::default()
         };
         let p = pod("u16", vec![projected(vec![cm])]);
-        let err = container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap_err();
+        let err = container_mounts(&p, &c, &pods, &[], None, &NODE, &MountFeatures::default())
+            .unwrap_err();
         assert!(
             matches!(err, VolumeError::Unsupported(ref v) if v == "proj"),
             "{err}"
@@ -945,13 +1000,15 @@ mod tests {
         let mut vm = mount("d", "/d", None);
         vm.mount_propagation = Some("Bidirectional".into());
         let mut c = container(vec![vm]);
-        assert!(container_mounts(&p, &c, &pods, &[], None, &NODE, false).is_err());
+        assert!(
+            container_mounts(&p, &c, &pods, &[], None, &NODE, &MountFeatures::default()).is_err()
+        );
         c.security_context = Some(SecurityContext {
             privileged: Some(true),
             ..Default::default()
         });
         assert_eq!(
-            container_mounts(&p, &c, &pods, &[], None, &NODE, false)
+            container_mounts(&p, &c, &pods, &[], None, &NODE, &MountFeatures::default())
                 .unwrap()
                 .len(),
             1
@@ -988,7 +1045,8 @@ mod tests {
         let pods = tmp.path().join("pods");
         let p = pod("u12", vec![memory_dir("m", Some("8Mi"))]);
         let c = container(vec![mount("m", "/m", None)]);
-        let m = container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
+        let m =
+            container_mounts(&p, &c, &pods, &[], None, &NODE, &MountFeatures::default()).unwrap();
         let dir = pods.join("u12/volumes/kubernetes.io~empty-dir/m");
         assert_eq!(m[0].host_path, dir.to_string_lossy());
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
@@ -999,7 +1057,7 @@ mod tests {
         assert!(line.starts_with("tmpfs "), "{line}");
         assert!(line.contains("size=8192k"), "{line}");
         // A second container start mounts nothing more.
-        container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
+        container_mounts(&p, &c, &pods, &[], None, &NODE, &MountFeatures::default()).unwrap();
         assert_eq!(safe_path::mounts_at_or_below(&dir).unwrap().len(), 1);
         // The removal refuses to cross it until it is unmounted.
         assert!(safe_path::remove_beneath(&pods, &pods.join("u12")).is_err());
@@ -1017,7 +1075,7 @@ mod tests {
             &[],
             None,
             &NODE,
-            false,
+            &MountFeatures::default(),
         )
         .unwrap_err();
         assert_eq!(
@@ -1075,7 +1133,7 @@ mod tests {
         };
         let p = pod("u14", vec![disk, memory_dir("m", Some("8Mi"))]);
         let c = container(vec![mount("d", "/d", Some("sub")), mount("m", "/m", None)]);
-        container_mounts(&p, &c, &pods, &[], None, &NODE, false).unwrap();
+        container_mounts(&p, &c, &pods, &[], None, &NODE, &MountFeatures::default()).unwrap();
         let volumes = pods.join("u14/volumes");
         std::fs::write(
             volumes.join("kubernetes.io~empty-dir/d/sub/data"),
@@ -1144,9 +1202,14 @@ mod tests {
         m.read_only = Some(true);
         m.recursive_read_only = Some("Enabled".into());
         let c = container(vec![m]);
-        let made = container_mounts(&pod, &c, &pods, &[], None, &NODE, true).unwrap();
+        let rro = MountFeatures {
+            supports_rro: true,
+            ..Default::default()
+        };
+        let made = container_mounts(&pod, &c, &pods, &[], None, &NODE, &rro).unwrap();
         assert!(made[0].readonly && made[0].recursive_read_only);
-        let err = container_mounts(&pod, &c, &pods, &[], None, &NODE, false).unwrap_err();
+        let err = container_mounts(&pod, &c, &pods, &[], None, &NODE, &MountFeatures::default())
+            .unwrap_err();
         assert!(
             err.to_string()
                 .starts_with("failed to resolve recursive read-only mode: volume \"e\""),
@@ -1177,8 +1240,16 @@ mod tests {
         data.read_only = Some(true);
         let c = container(vec![data, mount("e", "/scratch", Some("sub"))]);
         let pods = tmp.path().join("pods");
-        let m =
-            container_mounts(&pod, &c, &pods, &[], None, &NodeResources::default(), false).unwrap();
+        let m = container_mounts(
+            &pod,
+            &c,
+            &pods,
+            &[],
+            None,
+            &NodeResources::default(),
+            &MountFeatures::default(),
+        )
+        .unwrap();
         assert!(host.is_dir(), "DirectoryOrCreate created it");
         assert_eq!(m[0].container_path, "/data");
         assert_eq!(m[0].host_path, host.to_string_lossy());
@@ -1210,7 +1281,7 @@ mod tests {
             &[],
             None,
             &NodeResources::default(),
-            false,
+            &MountFeatures::default(),
         )
         .unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
@@ -1235,9 +1306,16 @@ mod tests {
         let pods = tmp.path().join("pods");
         for sub in ["link", "link/deeper"] {
             let c = container(vec![mount("h", "/x", Some(sub))]);
-            let err =
-                container_mounts(&pod, &c, &pods, &[], None, &NodeResources::default(), false)
-                    .unwrap_err();
+            let err = container_mounts(
+                &pod,
+                &c,
+                &pods,
+                &[],
+                None,
+                &NodeResources::default(),
+                &MountFeatures::default(),
+            )
+            .unwrap_err();
             assert!(matches!(err, VolumeError::SubPath { .. }), "{err}");
             let msg = err.to_string();
             assert!(
@@ -1262,7 +1340,7 @@ mod tests {
                 &envs,
                 None,
                 &NodeResources::default(),
-                false,
+                &MountFeatures::default(),
             )
             .unwrap_err();
             assert!(matches!(err, VolumeError::SubPath { .. }), "{expr}: {err}");
@@ -1276,7 +1354,7 @@ mod tests {
             &envs,
             None,
             &NodeResources::default(),
-            false,
+            &MountFeatures::default(),
         )
         .unwrap();
         assert!(vol.join("made-link").is_dir(), "expanded and made inside");

@@ -143,6 +143,18 @@ async fn env_files_hostname_override_recursive_read_only_and_observed_generation
         write_manifest(&ox.manifests, &format!("{name}.json"), &p.to_string());
     }
     server.put(&api_pod("gen", NODE, "sleep 3600", 1)).unwrap();
+    // No runtime here supports user namespaces (that needs runc 1.2 or newer): a
+    // `hostUsers: false` pod gets no sandbox, and kubelet's reason.
+    let mut userns: Pod = serde_json::from_value(json!({"metadata": {"name": "userns"},
+        "spec": {"hostUsers": false, "containers": [{"name": "main", "image": IMAGE,
+            "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}}))
+    .unwrap();
+    userns.metadata.namespace = None;
+    write_manifest(
+        &ox.manifests,
+        "userns.json",
+        &serde_json::to_string(&userns).unwrap(),
+    );
 
     // The env file, the host name, and the mount below the read-only top.
     let running = ox.wait_running("fields", WAIT).await;
@@ -195,6 +207,16 @@ async fn env_files_hostname_override_recursive_read_only_and_observed_generation
             && message.ends_with("/volumes/kubernetes.io~empty-dir/cfg/vars.env\""),
         "{message}"
     );
+
+    ox.wait_logged(
+        "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces",
+        1,
+        WAIT,
+    )
+    .await;
+    let pods = ox.pods().await;
+    let userns = find(&pods, "userns").expect("the userns pod is known");
+    assert!(cri_sandboxes(&bed, &uid(userns)).await.is_empty());
 
     // observedGeneration follows the spec: 1 at first, 2 after a spec change.
     let api: Api<Pod> = Api::namespaced(client_of(&server).await, "default");

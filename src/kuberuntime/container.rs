@@ -223,6 +223,8 @@ pub(crate) struct ContainerRequest<'a> {
     /// An ephemeral container's target: the runtime ID whose process namespace it
     /// joins (kubelet's `NamespaceMode_TARGET`).
     pub pid_target: Option<&'a str>,
+    /// The pod's user namespace, as its sandbox has it (containers share it).
+    pub userns: Option<&'a cri::UserNamespace>,
 }
 
 /// An ephemeral container as the container it runs as (kubelet's
@@ -275,6 +277,9 @@ fn security_context(
     {
         ns.pid = cri::NamespaceMode::Target as i32;
         ns.target_id = target.to_string();
+    }
+    if let (Some(userns), Some(ns)) = (req.userns, sc.namespace_options.as_mut()) {
+        ns.userns_options = Some(userns.clone());
     }
     Ok(sc)
 }
@@ -500,6 +505,7 @@ mod tests {
             image_user: &ROOT,
             security: &SECURITY,
             pid_target: None,
+            userns: None,
         }
     }
 

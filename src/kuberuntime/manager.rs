@@ -40,6 +40,9 @@ use crate::podenv::ImageUser;
 pub(crate) enum SyncError {
     #[error("failed to create pod sandbox: {0}")]
     CreateSandbox(CriError),
+    /// No user namespace for a `hostUsers: false` pod (kubelet's sandbox config error).
+    #[error("failed to create pod sandbox: {0}")]
+    UserNamespace(super::userns::UsernsError),
     /// kubelet's `LookupRuntimeHandler` failing: the pod's RuntimeClass is not there.
     #[error("failed to create pod sandbox: {0}")]
     RuntimeClass(crate::objects::ObjectError),
@@ -293,8 +296,10 @@ pub(crate) struct RuntimeManager {
     /// QoS hooks).
     hooks: super::hooks::RuntimeHooks,
     /// What the runtime's handlers support, from its last status (recursive
-    /// read-only mounts).
+    /// read-only mounts, user namespaces).
     runtime_state: Arc<RuntimeHealth>,
+    /// The ID blocks of `hostUsers: false` pods.
+    userns: super::userns::UsernsManager,
 }
 
 /// The image volumes container `c` mounts, each as a container whose image and pull
@@ -341,6 +346,7 @@ impl RuntimeManager {
 
     /// `cri` is the real client in the agent, the in-memory fake in unit tests.
     pub(crate) fn new(cri: Arc<dyn Cri>, sandbox_env: SandboxEnv, host_ip: String) -> Self {
+        let userns = super::userns::UsernsManager::new(&sandbox_env.pods_dir);
         RuntimeManager {
             reader: RuntimeReader::new(
                 cri.clone(),
@@ -361,7 +367,22 @@ impl RuntimeManager {
             events: EventRecorder::log_only(),
             hooks: Default::default(),
             runtime_state: Default::default(),
+            userns,
         }
+    }
+
+    /// The pod's user namespace (kubelet's `GetOrCreateUserNamespaceMappings`) for its
+    /// runtime handler, which must say it supports them when the pod asks for one.
+    fn user_namespace(
+        &self,
+        pod: &Pod,
+        objects: Option<&crate::objects::PodObjects>,
+    ) -> Result<cri::UserNamespace, super::userns::UsernsError> {
+        let handler = self
+            .runtime_handler(pod, objects)
+            .unwrap_or_else(|_| self.known_handler(pod));
+        let supported = (self.runtime_state.handler(&handler)).is_some_and(|h| h.user_namespaces);
+        self.userns.mappings(pod, &handler, supported)
     }
 
     /// kubelet's `LookupRuntimeHandler`: the CRI handler of the pod's RuntimeClass.
@@ -601,7 +622,18 @@ impl RuntimeManager {
             self.set_up_object_volumes(pod, o)?;
         }
         // Step 4: create a sandbox if needed.
-        let sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env)?;
+        let mut sandbox_config = sandbox::sandbox_config(pod, actions.attempt, &self.sandbox_env)?;
+        match self.user_namespace(pod, objects.as_deref()) {
+            Ok(userns) => sandbox::set_user_namespace(&mut sandbox_config, userns),
+            Err(e) => {
+                // kubelet's event and wording (its sandbox config fails); retried.
+                let msg = format!("Failed to create pod sandbox: {e}");
+                warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", "{msg}");
+                let pod_obj = ObjectRef::pod(pod);
+                (self.events).event(&pod_obj, Warning, reason::FAILED_CREATE_POD_SANDBOX, msg);
+                return Err(SyncError::UserNamespace(e));
+            }
+        }
         let (sandbox_id, ips) = if actions.create_sandbox {
             self.create_pod_sandbox(
                 pod,
@@ -1230,6 +1262,10 @@ impl RuntimeManager {
             image_user: &image_user,
             security: &self.sandbox_env.security,
             pid_target,
+            userns: (s.ctx.sandbox_config.linux.as_ref())
+                .and_then(|l| l.security_context.as_ref())
+                .and_then(|sc| sc.namespace_options.as_ref())
+                .and_then(|ns| ns.userns_options.as_ref()),
         }) {
             Ok(c) => c,
             Err(e) => return Err(self.config_error(s, &e)),

@@ -18,6 +18,7 @@ mod sandbox;
 mod sidecar;
 mod termination;
 mod types;
+mod userns;
 
 // The runtime manager and what a sync returns.
 #[cfg(test)]

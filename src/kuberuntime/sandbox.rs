@@ -143,6 +143,16 @@ pub(crate) fn sandbox_config(
     })
 }
 
+/// Puts the pod's user namespace into the sandbox's namespace options.
+pub(crate) fn set_user_namespace(config: &mut cri::PodSandboxConfig, userns: cri::UserNamespace) {
+    let ns = (config.linux.get_or_insert_with(Default::default))
+        .security_context
+        .get_or_insert_with(Default::default)
+        .namespace_options
+        .get_or_insert_with(Default::default);
+    ns.userns_options = Some(userns);
+}
+
 /// kubelet's `applySandboxResources`: the pod's requests and limits without the
 /// overhead as `resources`, and the overhead (requests = limits) as `overhead`,
 /// each in container-resource form (`calculateLinuxResources`, so with

@@ -102,10 +102,6 @@ pub(crate) enum SecurityError {
     #[error("securityContext.procMount: unknown value {0:?} (Default or Unmasked)")]
     ProcMount(String),
     #[error(
-        "spec.hostUsers: false asks for a user namespace, which oxlet does not set up yet; the container would run in the node's"
-    )]
-    UserNamespace,
-    #[error(
         "spec.securityContext.supplementalGroupsPolicy: unsupported value {0:?} (Merge or Strict)"
     )]
     SupplementalGroupsPolicy(String),
@@ -456,11 +452,6 @@ pub(crate) fn container_security_context(
     image: &ImageUser,
     settings: &SecuritySettings,
 ) -> Result<cri::LinuxContainerSecurityContext, SecurityError> {
-    // Refused rather than ignored: running it in the node's user namespace would
-    // quietly give it less isolation than it asked for.
-    if pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
-        return Err(SecurityError::UserNamespace);
-    }
     let sc = effective(pod, container);
     verify_run_as_non_root(pod, container, &sc, image)?;
     let (apparmor, apparmor_profile) = apparmor_profile(pod, container)?;
@@ -678,16 +669,6 @@ mod tests {
             build(&bad, &user(Some(0), "")).unwrap_err(),
             SecurityError::SupplementalGroupsPolicy("Loose".into())
         );
-    }
-
-    #[test]
-    fn a_user_namespace_is_refused_never_ignored() {
-        let p = pod(json!({"hostUsers": false}));
-        assert_eq!(
-            build(&p, &user(Some(0), "")).unwrap_err(),
-            SecurityError::UserNamespace
-        );
-        assert!(build(&pod(json!({"hostUsers": true})), &user(Some(0), "")).is_ok());
     }
 
     #[test]

@@ -149,6 +149,7 @@ fn validate_pod_spec(spec: &PodSpec) -> Result<(), FieldError> {
     }
     validate_pod_policies(spec)?;
     validate_hostname_override(spec)?;
+    validate_host_users(spec)?;
     if spec
         .ephemeral_containers
         .as_ref()
@@ -163,6 +164,24 @@ fn validate_pod_spec(spec: &PodSpec) -> Result<(), FieldError> {
     let volumes = validate_volumes(spec)?;
     validate_containers(spec, &volumes)?;
     validate_env_files(spec)
+}
+
+/// The API's `validateHostUsers`: a pod in its own user namespace shares none of the
+/// node's other namespaces.
+fn validate_host_users(spec: &PodSpec) -> Result<(), FieldError> {
+    if spec.host_users != Some(false) {
+        return Ok(());
+    }
+    for (field, set) in [
+        ("spec.hostNetwork", spec.host_network),
+        ("spec.hostPID", spec.host_pid),
+        ("spec.hostIPC", spec.host_ipc),
+    ] {
+        if set == Some(true) {
+            return fail(field, "forbidden: when `pod.Spec.HostUsers` is false");
+        }
+    }
+    Ok(())
 }
 
 /// The API's checks of `spec.hostnameOverride` (HostnameOverride, beta in 1.35): a
@@ -1105,6 +1124,20 @@ mod tests {
         assert_err(
             &with_container_lines("    restartPolicy: Sometimes\n"),
             "spec.containers[0].restartPolicy: unsupported value \"Sometimes\"",
+        );
+    }
+
+    #[test]
+    fn a_pod_in_its_own_user_namespace_shares_no_host_namespace() {
+        let with = |lines: &str| format!("{GOOD}  {lines}\n");
+        assert!(decode(&with("hostUsers: false")).is_ok());
+        assert_err(
+            &with("hostUsers: false\n  hostPID: true"),
+            "spec.hostPID: forbidden: when `pod.Spec.HostUsers` is false",
+        );
+        assert_err(
+            &with("hostUsers: false\n  hostNetwork: true"),
+            "spec.hostNetwork: forbidden",
         );
     }
 

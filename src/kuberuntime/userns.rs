@@ -1,0 +1,411 @@
+//! User namespaces for `hostUsers: false` pods (UserNamespacesSupport, GA in 1.36), as
+//! kubelet's `userns` manager gives them: each such pod gets its own block of
+//! `idsPerPod` host IDs (65536), mapped to IDs 0.. inside, the same for UIDs and GIDs.
+//! The blocks come from the `kubelet` user's range in `/etc/subuid` and `/etc/subgid`
+//! when there is one, else from everything above the first block (never ID 0). A
+//! pod's block is kept in its directory (`<pods>/<uid>/userns`, kubelet's file and
+//! JSON), so it survives an agent restart, and it is free again once the pod's
+//! directory is gone. Other pods get the node's user namespace, said explicitly.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+
+use crate::locks::Locked as _;
+
+/// kubelet's default `userNamespaces.idsPerPod`, and the unit every block is made of.
+pub(crate) const IDS_PER_POD: u32 = 65536;
+/// kubelet's file in the pod's directory.
+const MAPPINGS_FILE: &str = "userns";
+/// The user whose subordinate ranges kubelet takes.
+const KUBELET_USER: &str = "kubelet";
+
+/// Why a pod gets no user namespace: the pod's sandbox is not made (kubelet's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum UsernsError {
+    #[error("can't set `spec.hostUsers: false`, runtime does not support user namespaces")]
+    RuntimeUnsupported,
+    #[error(
+        "can't set `spec.hostUsers: false`, RuntimeClass handler {0:?} does not support user namespaces"
+    )]
+    HandlerUnsupported(String),
+    #[error("create user namespace: could not find an empty slot to allocate a user namespace")]
+    Exhausted,
+    #[error("user namespace: {0}")]
+    File(String),
+    #[error("kubelet mappings: {0}")]
+    Mappings(String),
+}
+
+/// One ID mapping as kubelet's file stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IdMapping {
+    host_id: u32,
+    container_id: u32,
+    length: u32,
+}
+
+/// kubelet's `userns` file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MappingsFile {
+    uid_mappings: Vec<IdMapping>,
+    gid_mappings: Vec<IdMapping>,
+}
+
+/// Hands out the blocks. Allocation reads the pods' files each time (allocations are
+/// rare), under a lock so two pods never pick the same block.
+pub(crate) struct UsernsManager {
+    pods_dir: PathBuf,
+    /// The kubelet range (first host ID, length), found on first use.
+    range: Mutex<Option<(u32, u32)>>,
+    subids: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl UsernsManager {
+    pub(crate) fn new(pods_dir: &Path) -> Self {
+        UsernsManager {
+            pods_dir: pods_dir.to_path_buf(),
+            range: Mutex::new(None),
+            subids: PathBuf::from("/etc"),
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// Reads `subuid` and `subgid` below `dir` instead of `/etc` (for tests).
+    #[cfg(test)]
+    fn with_subids(mut self, dir: &Path) -> Self {
+        self.subids = dir.to_path_buf();
+        self
+    }
+
+    /// kubelet's `GetOrCreateUserNamespaceMappings`: the node's namespace unless the pod
+    /// says `hostUsers: false`; then its block, made if it has none, provided the pod's
+    /// runtime handler supports user namespaces.
+    pub(crate) fn mappings(
+        &self,
+        pod: &Pod,
+        handler: &str,
+        supported: bool,
+    ) -> Result<cri::UserNamespace, UsernsError> {
+        let node = cri::UserNamespace {
+            mode: cri::NamespaceMode::Node as i32,
+            ..Default::default()
+        };
+        if pod.spec.as_ref().and_then(|s| s.host_users) != Some(false) {
+            return Ok(node);
+        }
+        if !supported {
+            return Err(if handler.is_empty() {
+                UsernsError::RuntimeUnsupported
+            } else {
+                UsernsError::HandlerUnsupported(handler.to_string())
+            });
+        }
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let _held = self.lock.locked();
+        let file = crate::safe_path::beneath(&self.pods_dir, &[uid, MAPPINGS_FILE])
+            .map_err(|e| UsernsError::File(e.to_string()))?;
+        let first = match read_mappings(&file)? {
+            Some(first) => first,
+            None => self.allocate(&file)?,
+        };
+        let ids = vec![cri::IdMapping {
+            host_id: first,
+            container_id: 0,
+            length: IDS_PER_POD,
+        }];
+        Ok(cri::UserNamespace {
+            mode: cri::NamespaceMode::Pod as i32,
+            uids: ids.clone(),
+            gids: ids,
+        })
+    }
+
+    /// Takes the lowest free block and writes it into the pod's file.
+    fn allocate(&self, file: &Path) -> Result<u32, UsernsError> {
+        let (first, length) = self.range()?;
+        let used = self.used_blocks();
+        let slots = length / IDS_PER_POD;
+        let free = (0..slots)
+            .map(|i| first + i * IDS_PER_POD)
+            .find(|start| !used.contains(start))
+            .ok_or(UsernsError::Exhausted)?;
+        let mapping = IdMapping {
+            host_id: free,
+            container_id: 0,
+            length: IDS_PER_POD,
+        };
+        let body = MappingsFile {
+            uid_mappings: vec![mapping],
+            gid_mappings: vec![mapping],
+        };
+        let text = serde_json::to_vec(&body).map_err(|e| UsernsError::File(e.to_string()))?;
+        write_atomically(file, &text)
+            .map_err(|e| UsernsError::File(format!("cannot write {}: {e}", file.display())))?;
+        tracing::info!(file = %file.display(), hostID = free, length = IDS_PER_POD, "allocated a pod user namespace");
+        Ok(free)
+    }
+
+    /// The blocks the pods on disk hold.
+    fn used_blocks(&self) -> BTreeSet<u32> {
+        let Ok(dirs) = std::fs::read_dir(&self.pods_dir) else {
+            return BTreeSet::new();
+        };
+        dirs.flatten()
+            .filter_map(|d| match read_mappings(&d.path().join(MAPPINGS_FILE)) {
+                Ok(first) => first,
+                Err(e) => {
+                    // Kept out of use: a block nobody can read may still be someone's.
+                    tracing::warn!(dir = %d.path().display(), error = %e, "unreadable user namespace file");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// The kubelet range, checked as kubelet's `MakeUserNsManager` checks it.
+    fn range(&self) -> Result<(u32, u32), UsernsError> {
+        let mut held = self.range.locked();
+        if let Some(r) = *held {
+            return Ok(r);
+        }
+        let (first, length) = kubelet_range(&self.subids)?;
+        if first % IDS_PER_POD != 0 {
+            return Err(UsernsError::Mappings(format!(
+                "kubelet user assigned ID {first} is not a multiple of {IDS_PER_POD}"
+            )));
+        }
+        if first < IDS_PER_POD {
+            return Err(UsernsError::Mappings(format!(
+                "kubelet user assigned ID {first} must be greater or equal to {IDS_PER_POD}"
+            )));
+        }
+        if length % IDS_PER_POD != 0 {
+            return Err(UsernsError::Mappings(format!(
+                "kubelet user assigned IDs length {length} is not a multiple of {IDS_PER_POD}"
+            )));
+        }
+        tracing::info!(
+            firstID = first,
+            length,
+            idsPerPod = IDS_PER_POD,
+            "user namespace manager mapping"
+        );
+        *held = Some((first, length));
+        Ok((first, length))
+    }
+}
+
+/// The `kubelet` user's one subordinate range, the same in `subuid` and `subgid`;
+/// without one, every ID above the first block (kubelet's default).
+fn kubelet_range(dir: &Path) -> Result<(u32, u32), UsernsError> {
+    let find = |file: &str| -> Result<Option<(u32, u32)>, UsernsError> {
+        let Ok(text) = std::fs::read_to_string(dir.join(file)) else {
+            return Ok(None);
+        };
+        let ranges: Vec<&str> = (text.lines())
+            .filter(|l| l.split(':').next() == Some(KUBELET_USER))
+            .collect();
+        match ranges.as_slice() {
+            [] => Ok(None),
+            [one] => {
+                let mut parts = one.split(':').skip(1).map(|p| p.trim().parse::<u32>());
+                match (parts.next(), parts.next()) {
+                    (Some(Ok(first)), Some(Ok(len))) => Ok(Some((first, len))),
+                    _ => Err(UsernsError::Mappings(format!(
+                        "invalid line {one:?} in {file}"
+                    ))),
+                }
+            }
+            _ => Err(UsernsError::Mappings(format!(
+                "{file} must hold only one mapping for user {KUBELET_USER:?}"
+            ))),
+        }
+    };
+    match (find("subuid")?, find("subgid")?) {
+        (None, None) => Ok((IDS_PER_POD, u32::MAX - IDS_PER_POD + 1)),
+        (Some(u), Some(g)) if u == g => Ok(u),
+        _ => Err(UsernsError::Mappings(format!(
+            "mismatched subuids and subgids for user {KUBELET_USER:?}"
+        ))),
+    }
+}
+
+/// The first host ID of the block a pod's file holds (None: no file), after kubelet's
+/// checks (one mapping, UIDs equal to GIDs, ID 0 mapped, one block long).
+fn read_mappings(file: &Path) -> Result<Option<u32>, UsernsError> {
+    let text = match std::fs::read(file) {
+        Ok(t) if t.len() <= 4096 => t,
+        Ok(_) => {
+            return Err(UsernsError::File(format!(
+                "{} is too large",
+                file.display()
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(UsernsError::File(format!("{}: {e}", file.display()))),
+    };
+    let parsed: MappingsFile = serde_json::from_slice(&text)
+        .map_err(|e| UsernsError::File(format!("invalid user namespace mappings file: {e}")))?;
+    let (uids, gids) = (&parsed.uid_mappings, &parsed.gid_mappings);
+    let valid = uids.len() == 1
+        && gids.len() == 1
+        && uids[0] == gids[0]
+        && uids[0].container_id == 0
+        && uids[0].length == IDS_PER_POD
+        && uids[0].host_id % IDS_PER_POD == 0
+        && uids[0].host_id >= IDS_PER_POD;
+    if !valid {
+        return Err(UsernsError::File(format!(
+            "invalid user namespace configuration in {}",
+            file.display()
+        )));
+    }
+    Ok(Some(uids[0].host_id))
+}
+
+fn write_atomically(file: &Path, body: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = file.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(body)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, file)?;
+    if let Some(dir) = file.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str, host_users: Option<bool>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "uid": uid},
+            "spec": {"hostUsers": host_users, "containers": [{"name": "c"}]},
+        }))
+        .unwrap()
+    }
+
+    fn bed() -> (tempfile::TempDir, UsernsManager) {
+        let tmp = tempfile::tempdir().unwrap();
+        for uid in ["u1", "u2", "u3"] {
+            std::fs::create_dir_all(tmp.path().join("pods").join(uid)).unwrap();
+        }
+        let etc = tmp.path().join("etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        let m = UsernsManager::new(&tmp.path().join("pods")).with_subids(&etc);
+        (tmp, m)
+    }
+
+    #[test]
+    fn pods_without_host_users_false_share_the_nodes_namespace() {
+        let (_tmp, m) = bed();
+        for host_users in [None, Some(true)] {
+            let ns = m.mappings(&pod("u1", host_users), "", false).unwrap();
+            assert_eq!(ns.mode, cri::NamespaceMode::Node as i32);
+            assert!(ns.uids.is_empty());
+        }
+    }
+
+    #[test]
+    fn each_pod_gets_its_own_block_kept_in_its_directory() {
+        let (tmp, m) = bed();
+        let a = m.mappings(&pod("u1", Some(false)), "", true).unwrap();
+        assert_eq!(a.mode, cri::NamespaceMode::Pod as i32);
+        assert_eq!(
+            (a.uids[0].host_id, a.uids[0].container_id, a.uids[0].length),
+            (65536, 0, 65536)
+        );
+        assert_eq!(a.uids, a.gids);
+        let b = m.mappings(&pod("u2", Some(false)), "", true).unwrap();
+        assert_eq!(b.uids[0].host_id, 2 * 65536);
+        // The same pod keeps its block; a new manager (an agent restart) reads it back.
+        let again =
+            UsernsManager::new(&tmp.path().join("pods")).with_subids(&tmp.path().join("etc"));
+        assert_eq!(
+            again.mappings(&pod("u1", Some(false)), "", true).unwrap(),
+            a
+        );
+        let file = std::fs::read_to_string(tmp.path().join("pods/u1/userns")).unwrap();
+        assert_eq!(
+            file,
+            r#"{"uidMappings":[{"hostId":65536,"containerId":0,"length":65536}],"gidMappings":[{"hostId":65536,"containerId":0,"length":65536}]}"#
+        );
+        // A pod whose directory is gone frees its block.
+        std::fs::remove_dir_all(tmp.path().join("pods/u1")).unwrap();
+        let c = m.mappings(&pod("u3", Some(false)), "", true).unwrap();
+        assert_eq!(c.uids[0].host_id, 65536);
+    }
+
+    #[test]
+    fn an_unsupporting_runtime_is_refused_in_kubelets_words() {
+        let (_tmp, m) = bed();
+        let err = m.mappings(&pod("u1", Some(false)), "", false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+        );
+        let err = m
+            .mappings(&pod("u1", Some(false)), "kata", false)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "can't set `spec.hostUsers: false`, RuntimeClass handler \"kata\" does not support user namespaces"
+        );
+    }
+
+    #[test]
+    fn the_kubelet_users_subordinate_range_is_used_and_checked() {
+        let (tmp, m) = bed();
+        let etc = tmp.path().join("etc");
+        std::fs::write(
+            etc.join("subuid"),
+            "alice:100000:65536\nkubelet:1048576:131072\n",
+        )
+        .unwrap();
+        std::fs::write(etc.join("subgid"), "kubelet:1048576:131072\n").unwrap();
+        let a = m.mappings(&pod("u1", Some(false)), "", true).unwrap();
+        assert_eq!(a.uids[0].host_id, 1_048_576);
+        let b = m.mappings(&pod("u2", Some(false)), "", true).unwrap();
+        assert_eq!(b.uids[0].host_id, 1_048_576 + 65536);
+        assert_eq!(
+            m.mappings(&pod("u3", Some(false)), "", true).unwrap_err(),
+            UsernsError::Exhausted
+        );
+        std::fs::write(etc.join("subgid"), "kubelet:2000000:65536\n").unwrap();
+        assert!(
+            kubelet_range(&etc)
+                .unwrap_err()
+                .to_string()
+                .contains("mismatched")
+        );
+        std::fs::write(etc.join("subgid"), "kubelet:1048577:131072\n").unwrap();
+        std::fs::write(etc.join("subuid"), "kubelet:1048577:131072\n").unwrap();
+        let fresh = UsernsManager::new(&tmp.path().join("pods")).with_subids(&etc);
+        std::fs::remove_dir_all(tmp.path().join("pods/u3")).ok();
+        std::fs::create_dir_all(tmp.path().join("pods/u4")).unwrap();
+        let err = fresh
+            .mappings(&pod("u4", Some(false)), "", true)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("is not a multiple of 65536"),
+            "{err}"
+        );
+    }
+}

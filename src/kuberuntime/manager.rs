@@ -885,7 +885,11 @@ impl RuntimeManager {
             }
         };
         let handler = handler.as_str();
-        info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = crate::pod::is_host_network(pod), runtimeHandler = handler, runtimeClassName = crate::objects::runtime_class_name(pod).unwrap_or(""), "creating pod sandbox");
+        if let Some(class) = crate::objects::runtime_class_name(pod) {
+            // kubelet's V(2) line, with the class that chose the handler.
+            info!(pod = %pod_ref, podUID = %uid, runtimeClassName = class, runtimeHandler = handler, "Running pod with runtime handler");
+        }
+        info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = crate::pod::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
         crate::metrics::kubelet().started_pods.inc();
         self.hooks.pre_run_pod_sandbox(pod);
         let id = match self.cri.run_pod_sandbox(config, handler).await {

@@ -149,9 +149,6 @@ impl PodObjects {
             )),
         }
     }
-}
-
-impl PodObjects {
     /// The ConfigMap `name`, `Ok(None)` when it does not exist and `optional`.
     pub(crate) fn config_map(
         this: Option<&Self>,
@@ -286,6 +283,37 @@ enum Key {
     Node(String),
 }
 
+/// An object kind the cache holds: how it goes into [`Cached`] and comes back out.
+trait CacheKind: Sized {
+    fn wrap(v: Result<Arc<Self>, ObjectError>) -> Cached;
+    fn unwrap(c: Cached) -> Option<Result<Arc<Self>, ObjectError>>;
+}
+
+macro_rules! cache_kind {
+    ($($ty:ty => $variant:ident),* $(,)?) => {$(
+        impl CacheKind for $ty {
+            fn wrap(v: Result<Arc<Self>, ObjectError>) -> Cached {
+                Cached::$variant(v)
+            }
+            fn unwrap(c: Cached) -> Option<Result<Arc<Self>, ObjectError>> {
+                match c {
+                    Cached::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+cache_kind!(
+    ConfigMap => ConfigMap,
+    Secret => Secret,
+    RuntimeClass => RuntimeClass,
+    PersistentVolumeClaim => Claim,
+    PersistentVolume => Volume,
+    Node => Node,
+);
+
 #[derive(Clone)]
 enum Cached {
     ConfigMap(Result<Arc<ConfigMap>, ObjectError>),
@@ -353,36 +381,20 @@ impl ObjectManager {
         let mut keys = HashSet::new();
         for name in &refs.config_maps {
             let key = Key::ConfigMap(ns.to_string(), name.clone());
-            let got = match self.cached(&key) {
-                Some(Cached::ConfigMap(v)) => v,
-                _ => {
-                    let v = self.source.config_map(ns, name).await.and_then(|o| {
-                        let o = o.ok_or_else(|| not_found("configmaps", name))?;
-                        check_size("configmaps", ns, name, config_map_size(&o))?;
-                        Ok(Arc::new(o))
-                    });
-                    self.store(key.clone(), Cached::ConfigMap(v.clone()));
-                    v
-                }
-            };
-            keys.insert(key);
+            let fetch = || self.source.config_map(ns, name);
+            let got = (self.fetch_cached(key, &mut keys, "configmaps", name, fetch, |o| {
+                check_size("configmaps", ns, name, config_map_size(o))
+            }))
+            .await;
             out.config_maps.insert(name.clone(), got);
         }
         for name in &refs.secrets {
             let key = Key::Secret(ns.to_string(), name.clone());
-            let got = match self.cached(&key) {
-                Some(Cached::Secret(v)) => v,
-                _ => {
-                    let v = self.source.secret(ns, name).await.and_then(|o| {
-                        let o = o.ok_or_else(|| not_found("secrets", name))?;
-                        check_size("secrets", ns, name, secret_size(&o))?;
-                        Ok(Arc::new(o))
-                    });
-                    self.store(key.clone(), Cached::Secret(v.clone()));
-                    v
-                }
-            };
-            keys.insert(key);
+            let fetch = || self.source.secret(ns, name);
+            let got = (self.fetch_cached(key, &mut keys, "secrets", name, fetch, |o| {
+                check_size("secrets", ns, name, secret_size(o))
+            }))
+            .await;
             out.secrets.insert(name.clone(), got);
         }
         for claim in claim_names(pod) {
@@ -391,18 +403,9 @@ impl ObjectManager {
         }
         if let Some(name) = runtime_class_name(pod) {
             let key = Key::RuntimeClass(name.to_string());
-            let got = match self.cached(&key) {
-                Some(Cached::RuntimeClass(v)) => v,
-                _ => {
-                    let v = self.source.runtime_class(name).await.and_then(|o| {
-                        let o = o.ok_or_else(|| not_found(RUNTIME_CLASSES, name))?;
-                        Ok(Arc::new(o))
-                    });
-                    self.store(key.clone(), Cached::RuntimeClass(v.clone()));
-                    v
-                }
-            };
-            keys.insert(key);
+            let fetch = || self.source.runtime_class(name);
+            let got =
+                (self.fetch_cached(key, &mut keys, RUNTIME_CLASSES, name, fetch, |_| Ok(()))).await;
             out.runtime_class = Some(got);
         }
         if !refs.tokens.is_empty() {
@@ -432,53 +435,31 @@ impl ObjectManager {
     ) -> Result<BoundClaim, String> {
         let processing = |why: String| format!("error processing PVC {ns}/{name}: {why}");
         let key = Key::Claim(ns.to_string(), name.to_string());
-        keys.insert(key.clone());
-        let claim = match self.cached(&key) {
-            Some(Cached::Claim(v)) => v,
-            _ => {
-                let v = (self.source.claim(ns, name).await).and_then(|o| {
-                    o.map(Arc::new)
-                        .ok_or_else(|| not_found("persistentvolumeclaims", name))
-                });
-                self.store(key, Cached::Claim(v.clone()));
-                v
-            }
-        }
+        let fetch = || self.source.claim(ns, name);
+        let claim = (self
+            .fetch_cached(key, keys, "persistentvolumeclaims", name, fetch, |_| Ok(())))
+        .await
         .map_err(|e| processing(format!("failed to fetch PVC from API server: {e}")))?;
         let volume_name = claims::check_claim(&claim).map_err(processing)?.to_string();
         let key = Key::Volume(volume_name.clone());
-        keys.insert(key.clone());
-        let volume = match self.cached(&key) {
-            Some(Cached::Volume(v)) => v,
-            _ => {
-                let v = (self.source.volume(&volume_name).await).and_then(|o| {
-                    o.map(Arc::new)
-                        .ok_or_else(|| not_found("persistentvolumes", &volume_name))
-                });
-                self.store(key, Cached::Volume(v.clone()));
-                v
-            }
-        }
-        .map_err(|e| {
-            processing(format!(
-                "failed to fetch PV {volume_name} from API server: {e}"
-            ))
-        })?;
+        let fetch = || self.source.volume(&volume_name);
+        let volume =
+            (self.fetch_cached(key, keys, "persistentvolumes", &volume_name, fetch, |_| {
+                Ok(())
+            }))
+            .await
+            .map_err(|e| {
+                processing(format!(
+                    "failed to fetch PV {volume_name} from API server: {e}"
+                ))
+            })?;
         let has_affinity = (volume.spec.as_ref()).is_some_and(|s| s.node_affinity.is_some());
         let node = if has_affinity && !self.node_name.is_empty() {
             let key = Key::Node(self.node_name.clone());
-            keys.insert(key.clone());
-            match self.cached(&key) {
-                Some(Cached::Node(v)) => v.ok(),
-                _ => {
-                    let v = (self.source.node(&self.node_name).await).and_then(|o| {
-                        o.map(Arc::new)
-                            .ok_or_else(|| not_found("nodes", &self.node_name))
-                    });
-                    self.store(key, Cached::Node(v.clone()));
-                    v.ok()
-                }
-            }
+            let fetch = || self.source.node(&self.node_name);
+            (self.fetch_cached(key, keys, "nodes", &self.node_name, fetch, |_| Ok(())))
+                .await
+                .ok()
         } else {
             None
         };
@@ -494,6 +475,31 @@ impl ObjectManager {
         drop_unreferenced(&mut state);
         drop(state);
         self.tokens.forget_pod(uid);
+    }
+
+    /// The object under `key` (recorded in `keys` as referenced): from the cache while
+    /// fresh, else fetched with what `fetch` makes (absent is the apiserver's `kind "name" not
+    /// found`), passed through `check`, and cached, a failure included.
+    async fn fetch_cached<'a, T: CacheKind>(
+        &'a self,
+        key: Key,
+        keys: &mut HashSet<Key>,
+        kind: &'static str,
+        name: &str,
+        fetch: impl FnOnce() -> ObjectFuture<'a, Option<T>>,
+        check: impl FnOnce(&T) -> Result<(), ObjectError>,
+    ) -> Result<Arc<T>, ObjectError> {
+        keys.insert(key.clone());
+        if let Some(v) = self.cached(&key).and_then(T::unwrap) {
+            return v;
+        }
+        let v = fetch().await.and_then(|o| {
+            let o = o.ok_or_else(|| not_found(kind, name))?;
+            check(&o)?;
+            Ok(Arc::new(o))
+        });
+        self.store(key, T::wrap(v.clone()));
+        v
     }
 
     fn cached(&self, key: &Key) -> Option<Cached> {

@@ -239,10 +239,16 @@ async fn the_docs_log_excerpts_are_what_oxlet_prints() {
     for doc in ["walkthrough.md", "logging.md"] {
         gone.extend(missing(&docs.join(doc), &log, &timeline));
     }
+    // What the PLEG said, so a missing exit line shows why it was not printed.
+    let pleg: Vec<&str> = log_text
+        .lines()
+        .filter(|l| l.contains("oxlet::pleg") && !l.contains("TRACE"))
+        .collect();
     assert!(
         gone.is_empty(),
-        "documented lines this run did not print (at that -v):\n{}",
-        gone.join("\n")
+        "documented lines this run did not print (at that -v):\n{}\n\nthe PLEG's lines:\n{}",
+        gone.join("\n"),
+        pleg.join("\n")
     );
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 pub(crate) use cache::{InspectError, PodCache};
 pub(crate) use evented::{EventedPleg, PlegChoice, Stream, choose_pleg};
@@ -368,16 +368,25 @@ impl GenericPleg {
                     self.cache.set(uid, status, start);
                 }
                 Err(e) => {
-                    debug!(podUID = %uid, error = %e, "PLEG: cannot read pod status; will retry");
+                    // kubelet's `Relist`: this pod's events are held back and its old
+                    // record kept, so the next relist finds the same changes again.
+                    warn!(pod = %pod.pod_ref(), podUID = %uid, error = %e, "PLEG: ignoring events for pod: cannot read its status; the next relist inspects it again");
                     self.cache.set_error(uid, e, start);
                     self.retry.insert(uid.clone());
                 }
             }
         }
         self.cache.update_time(start);
-        self.previous = current;
+        let mut records = current;
+        for uid in &self.retry {
+            match self.previous.remove(uid) {
+                Some(old) => records.insert(uid.clone(), old),
+                None => records.remove(uid),
+            };
+        }
+        self.previous = records;
         for ev in events {
-            if ev.kind == EventKind::ContainerRemoved {
+            if ev.kind == EventKind::ContainerRemoved || self.retry.contains(&ev.uid) {
                 continue;
             }
             self.send(ev);

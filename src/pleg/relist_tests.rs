@@ -142,7 +142,8 @@ async fn a_failed_relist_changes_nothing_and_a_failed_inspection_is_retried() {
     assert!(r.cache.get("uid-flaky").is_none());
 
     // The listing works but reading the pod's status fails once: the waiter gets the
-    // error, and the next relist reads the pod again although nothing changed.
+    // error and, as in kubelet's Relist, the pod's events are held back and its record
+    // is kept, so the next relist finds the same changes and sends them then.
     r.node.fake.fail_next(
         "PodSandboxStatus",
         Some("flaky"),
@@ -150,15 +151,35 @@ async fn a_failed_relist_changes_nothing_and_a_failed_inspection_is_retried() {
         tonic::Code::Unavailable,
     );
     r.pleg.relist().await;
-    assert_eq!(
-        drain(&mut r.events).len(),
-        2,
-        "sandbox and container started"
-    );
+    assert!(drain(&mut r.events).is_empty(), "held back while unread");
     assert!(r.cache.get_newer_than("uid-flaky", None).await.is_err());
     tokio::time::advance(RELIST_PERIOD).await;
     r.pleg.relist().await;
-    assert!(drain(&mut r.events).is_empty());
+    assert_eq!(
+        drain(&mut r.events).len(),
+        2,
+        "sandbox and container started, once read"
+    );
     let st = r.cache.get_newer_than("uid-flaky", None).await.unwrap();
     assert_eq!(st.latest("app").unwrap().state, ContainerState::Running);
+    tokio::time::advance(RELIST_PERIOD).await;
+    r.pleg.relist().await;
+    assert!(drain(&mut r.events).is_empty(), "nothing new");
+
+    // A container's death seen while its pod cannot be read is told on the retry,
+    // with its exit (kubelet's podRecords keep the old state until an inspection works).
+    let id = r.node.fake.container_id("flaky", "app").unwrap();
+    r.node.fake.oom_kill(&id);
+    r.node.fake.fail_next(
+        "PodSandboxStatus",
+        Some("flaky"),
+        1,
+        tonic::Code::Unavailable,
+    );
+    tokio::time::advance(RELIST_PERIOD).await;
+    r.pleg.relist().await;
+    assert!(drain(&mut r.events).is_empty());
+    tokio::time::advance(RELIST_PERIOD).await;
+    r.pleg.relist().await;
+    assert_eq!(drain(&mut r.events), [(id, EventKind::ContainerDied)]);
 }

@@ -86,6 +86,8 @@ if [ -n "$test_tools" ]; then
     want dbus "$(has on_path dbus-daemon)"
     want g++ "$(has on_path g++)"
     want kubernetes-client "$(has on_path kubectl)"
+    # patchelf: fetch-runtimes.sh points sid's runc at sid's C library, kept beside it.
+    want patchelf "$(has on_path patchelf)"
     services+=(docker-registry.service)
 fi
 
@@ -128,7 +130,7 @@ else
         done
     fi
     bins=(containerd runc ip protoc)
-    if [ -n "$test_tools" ]; then bins+=(openssl jq docker-registry dbus-daemon g++ kubectl); fi
+    if [ -n "$test_tools" ]; then bins+=(openssl jq docker-registry dbus-daemon g++ kubectl patchelf); fi
     for bin in "${bins[@]}"; do
         on_path "$bin" || fail "$bin still missing after install"
     done
@@ -154,7 +156,8 @@ if [ -n "$test_tools" ]; then
             on_path "$bin" || fail "$bin still missing after install (the VM test bed needs it)"
         done
     fi
-    # containerd 1.7 and 2.x into target/runtimes (nothing installed), and cargo-fuzz
+    # containerd 1.7 and 2.x (2.x with runc 1.3) into target/runtimes (nothing
+    # installed), and cargo-fuzz
     # (pinned in scripts/fuzz.sh).
     bash "$here/fetch-runtimes.sh"
     bash "$here/fuzz.sh" --install

@@ -61,7 +61,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 # another kept them with two, in about a third of the time.
 CORE=(static_pods restarts probes hooks_termination exits_images cgroups secure_port
     api_volumes managed_runtime testbed_smoke runtime_versions image_gc registry_pulls
-    restart_rules pod_fields runtime_class persistent_volumes image_volumes)
+    restart_rules pod_fields runtime_class persistent_volumes image_volumes user_namespaces)
 runtimes=${OXLET_RUNTIMES:-$PWD/target/runtimes}
 jobs=target/test-pool/jobs.tsv
 mkdir -p target/test-pool
@@ -72,7 +72,9 @@ for series in containerd-1.7 containerd-2; do
         echo "test.sh: $bin is missing; run scripts/install-test-deps.sh (it fetches it)" >&2
         exit 1
     fi
-    echo "test.sh: the core suite also on $("$bin" --version | awk '{print $3}') ($bin)"
+    runc=runc
+    if [ -x "${bin%/*}/runc" ]; then runc=${bin%/*}/runc; fi
+    echo "test.sh: the core suite also on $("$bin" --version | awk '{print $3}') ($bin), runc $("$runc" --version | head -n1 | awk '{print $3}')"
     bash scripts/test-pool.sh list --label "$series" --env "OXLET_TEST_CONTAINERD=$bin" \
         --skip crash_loop_back_off_doubles_from_ten_seconds -- "${CORE[@]/#/--test=}" >>"$jobs"
 done

@@ -84,24 +84,6 @@ const REPORT: &str = "echo \"host=$(hostname) greeting=[$GREETING] missing=${MIS
     if touch /rro/sub/x 2>/dev/null; then echo sub=rw; else echo sub=ro; fi; \
     if touch /rro/top 2>/dev/null; then echo top=rw; else echo top=ro; fi; sleep 3600";
 
-/// Whether containerd's default handler says it can make recursive read-only mounts.
-async fn runtime_supports_rro(bed: &Testbed) -> bool {
-    let status = bed
-        .cri()
-        .await
-        .status(k8s_cri::v1::StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
-    eprintln!("runtime handlers: {:?}", status.runtime_handlers);
-    status
-        .runtime_handlers
-        .iter()
-        .find(|h| h.name.is_empty())
-        .and_then(|h| h.features)
-        .is_some_and(|f| f.recursive_read_only_mounts)
-}
-
 fn waiting_message(p: &Pod) -> Option<(String, String)> {
     let w = container_status(p, "main")?
         .state
@@ -118,7 +100,10 @@ async fn env_files_hostname_override_recursive_read_only_and_observed_generation
     let top = dir.path().join("rro");
     let _sub = SubMount::new(&top);
     let (server, ox) = start_with_apiserver(&bed, dir.path()).await;
-    let supported = runtime_supports_rro(&bed).await;
+    let supported = bed
+        .default_handler_features()
+        .await
+        .recursive_read_only_mounts;
 
     let fields = pod(
         "fields",
@@ -143,19 +128,6 @@ async fn env_files_hostname_override_recursive_read_only_and_observed_generation
         write_manifest(&ox.manifests, &format!("{name}.json"), &p.to_string());
     }
     server.put(&api_pod("gen", NODE, "sleep 3600", 1)).unwrap();
-    // No runtime here supports user namespaces (that needs runc 1.2 or newer): a
-    // `hostUsers: false` pod gets no sandbox, and kubelet's reason.
-    let mut userns: Pod = serde_json::from_value(json!({"metadata": {"name": "userns"},
-        "spec": {"hostUsers": false, "containers": [{"name": "main", "image": IMAGE,
-            "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]}}))
-    .unwrap();
-    userns.metadata.namespace = None;
-    write_manifest(
-        &ox.manifests,
-        "userns.json",
-        &serde_json::to_string(&userns).unwrap(),
-    );
-
     // The env file, the host name, and the mount below the read-only top.
     let running = ox.wait_running("fields", WAIT).await;
     let log = ox.main_log_once(&running, "top=").await;
@@ -207,16 +179,6 @@ async fn env_files_hostname_override_recursive_read_only_and_observed_generation
             && message.ends_with("/volumes/kubernetes.io~empty-dir/cfg/vars.env\""),
         "{message}"
     );
-
-    ox.wait_logged(
-        "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces",
-        1,
-        WAIT,
-    )
-    .await;
-    let pods = ox.pods().await;
-    let userns = find(&pods, "userns").expect("the userns pod is known");
-    assert!(cri_sandboxes(&bed, &uid(userns)).await.is_empty());
 
     // observedGeneration follows the spec: 1 at first, 2 after a spec change.
     let api: Api<Pod> = Api::namespaced(client_of(&server).await, "default");

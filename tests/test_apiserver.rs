@@ -1179,3 +1179,71 @@ async fn kubectl_serves_a_custom_resource_once_its_crd_is_created() {
     let n1 = api.get("n1").await.unwrap();
     assert_eq!(n1.data["status"]["podsMetric"][0]["name"], "a");
 }
+
+/// Like the real server (`ValidateNode`, `ValidateNodeUpdate`): a kubelet-shaped node
+/// registers and updates its status; a status with a negative capacity, a fractional
+/// pod count or an address listed twice is refused with 422, as is moving a set
+/// `podCIDR`; a status write cannot smuggle a spec change past that check.
+#[tokio::test]
+async fn node_writes_are_validated_like_the_real_server() {
+    let (_dir, _server, client) = server().await;
+    let nodes: Api<Node> = Api::all(client);
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "n1"},
+        "spec": {"podCIDR": "10.244.1.0/24", "taints": [{"key": "k", "effect": "NoSchedule"}]}}))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let status = |capacity: serde_json::Value, addresses: serde_json::Value| {
+        Patch::Merge(
+            json!({"status": {"capacity": capacity, "allocatable": capacity,
+            "addresses": addresses}}),
+        )
+    };
+    let ip = json!({"type": "InternalIP", "address": "10.0.0.1"});
+    let ok = status(json!({"cpu": "2", "pods": "110"}), json!([ip]));
+    nodes
+        .patch_status("n1", &PatchParams::default(), &ok)
+        .await
+        .unwrap();
+    let refused = [
+        (
+            status(json!({"cpu": "-1"}), json!([ip])),
+            "status.capacity.cpu: Invalid value: \"-1\": must be greater than or equal to 0",
+        ),
+        (
+            status(json!({"pods": "1500m"}), json!([ip])),
+            "status.capacity.pods: Invalid value: \"1500m\": must be an integer",
+        ),
+        (
+            status(json!({"cpu": "2"}), json!([ip, ip])),
+            "status.addresses[1]: Duplicate value",
+        ),
+        (
+            Patch::Merge(json!({"spec": {"podCIDR": "10.244.9.0/24"}})),
+            "spec.podCIDR: Forbidden: node updates may not change podCIDR except from \"\" to valid",
+        ),
+    ];
+    for (i, (patch, message)) in refused.iter().enumerate() {
+        let result = if i == 3 {
+            nodes.patch("n1", &PatchParams::default(), patch).await
+        } else {
+            nodes
+                .patch_status("n1", &PatchParams::default(), patch)
+                .await
+        };
+        match result {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"), "{e:?}");
+                assert!(e.message.contains(message), "{}", e.message);
+            }
+            other => panic!("expected 422 for {message}, got {other:?}"),
+        }
+    }
+    // Through the status subresource, a spec in the body is ignored, not refused.
+    let with_spec = Patch::Merge(json!({"spec": {"podCIDR": "10.244.9.0/24"},
+        "status": {"capacity": {"cpu": "4"}}}));
+    let n = nodes
+        .patch_status("n1", &PatchParams::default(), &with_spec)
+        .await
+        .unwrap();
+    assert_eq!(n.spec.unwrap().pod_cidr.as_deref(), Some("10.244.1.0/24"));
+}

@@ -140,7 +140,7 @@ async fn start(
             hooks: hooks.runtime_hooks(),
             runtime_state: runtime_health.clone(),
         },
-    );
+    )?;
     runtime::spawn_log_rotation(opts, rt, tasks);
     let shared = Shared::new(
         events,

@@ -218,38 +218,42 @@ pub(super) fn manager(
     rt: &Runtime,
     host: &Host,
     inputs: ManagerInputs<'_>,
-) -> Arc<RuntimeManager> {
+) -> anyhow::Result<Arc<RuntimeManager>> {
     let pulls = PullLimit::from_settings(opts.serialize_image_pulls, opts.max_parallel_image_pulls);
-    Arc::new(
-        RuntimeManager::new(
-            Arc::new(rt.cri.clone()),
-            SandboxEnv {
-                pod_logs_dir: opts.pod_logs_dir.clone(),
-                dns: inputs.dns,
-                pods_dir: opts.root_dir.join("pods"),
-                cgroups: host.cm.clone(),
-                node_memory_bytes: host.allocatable.capacity.memory_bytes,
-                min_oom_score_adj: process::own_oom_score_adj(),
-                memory: host.memory,
-                cfs_period_us: opts.cpu_cfs_quota.then(|| {
-                    i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)
-                }),
-                security: crate::podenv::SecuritySettings {
-                    seccomp_root: opts.root_dir.join("seccomp"),
-                    seccomp_default: opts.seccomp_default,
-                },
-                allocatable: host.allocatable.allocatable,
+    let ids_per_pod = opts
+        .userns_ids_per_pod
+        .unwrap_or(crate::kuberuntime::USERNS_IDS_PER_POD);
+    let manager = RuntimeManager::new(
+        Arc::new(rt.cri.clone()),
+        SandboxEnv {
+            pod_logs_dir: opts.pod_logs_dir.clone(),
+            dns: inputs.dns,
+            pods_dir: opts.root_dir.join("pods"),
+            cgroups: host.cm.clone(),
+            node_memory_bytes: host.allocatable.capacity.memory_bytes,
+            min_oom_score_adj: process::own_oom_score_adj(),
+            memory: host.memory,
+            cfs_period_us: opts
+                .cpu_cfs_quota
+                .then(|| i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)),
+            security: crate::podenv::SecuritySettings {
+                seccomp_root: opts.root_dir.join("seccomp"),
+                seccomp_default: opts.seccomp_default,
             },
-            host.info.internal_ip().to_string(),
-        )
-        .with_events(inputs.events.clone())
-        .with_image_pulls(pulls, crate::credentials::NodeKeyring::new(&opts.root_dir))
-        .with_log_symlinks(opts.container_log_symlink_dir.clone())
-        .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
-        .with_objects(inputs.objects)
-        .with_runtime_hooks(inputs.hooks)
-        .with_runtime_state(inputs.runtime_state),
+            allocatable: host.allocatable.allocatable,
+        },
+        host.info.internal_ip().to_string(),
     )
+    .with_events(inputs.events.clone())
+    .with_image_pulls(pulls, crate::credentials::NodeKeyring::new(&opts.root_dir))
+    .with_log_symlinks(opts.container_log_symlink_dir.clone())
+    .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
+    .with_objects(inputs.objects)
+    .with_runtime_hooks(inputs.hooks)
+    .with_runtime_state(inputs.runtime_state)
+    .with_user_namespaces(ids_per_pod, opts.max_pods)
+    .map_err(|e| anyhow::anyhow!("create user namespace manager: {e}"))?;
+    Ok(Arc::new(manager))
 }
 
 /// The container log manager (kubelet's: no rotation with a negative max size).

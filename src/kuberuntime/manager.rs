@@ -420,6 +420,18 @@ impl RuntimeManager {
         self
     }
 
+    /// `userNamespaces.idsPerPod` and `maxPods` for `hostUsers: false` pods, checked
+    /// against the kubelet range now, as kubelet's start does (`MakeUserNsManager`).
+    pub(crate) fn with_user_namespaces(
+        mut self,
+        ids_per_pod: u32,
+        max_pods: u32,
+    ) -> Result<Self, super::userns::UsernsError> {
+        self.userns = self.userns.with_limits(ids_per_pod, max_pods);
+        self.userns.check()?;
+        Ok(self)
+    }
+
     /// kubelet's `runtimeClassSupportsRecursiveReadOnlyMounts`: whether the pod's
     /// runtime handler is listed with support for recursive read-only mounts.
     pub(crate) fn supports_recursive_read_only(&self, pod: &Pod) -> bool {

@@ -24,6 +24,8 @@ mod userns;
 #[cfg(test)]
 pub(crate) use manager::{ContainerStartError, SyncOutcome};
 pub(crate) use manager::{RuntimeManager, SyncError};
+/// kubelet's default `userNamespaces.idsPerPod`.
+pub(crate) use userns::IDS_PER_POD as USERNS_IDS_PER_POD;
 // What the runtime reads back: pods, sandboxes and containers as the runtime has them.
 pub(crate) use reader::{EventPod, RuntimeReader};
 pub(crate) use types::{

@@ -356,6 +356,9 @@ fn omitted_when_unset(m: &mut Map<String, Value>, o: &Options) {
     if let Some(n) = o.max_parallel_image_pulls {
         m.insert("maxParallelImagePulls".into(), json!(n));
     }
+    if let Some(n) = o.userns_ids_per_pod {
+        m.insert("userNamespaces".into(), json!({"idsPerPod": n}));
+    }
     if let Some(cidr) = &o.pod_cidr {
         m.insert("podCIDR".into(), json!(cidr));
     }
@@ -407,6 +410,7 @@ mod tests {
         o.pod_cidr = Some("10.244.1.0/24".into());
         o.memory.single_process_oom_kill = Some(true);
         o.memory.swap_behavior = Some(crate::cm::SwapBehavior::LimitedSwap);
+        o.userns_ids_per_pod = Some(131_072);
         o.shutdown_grace_period_by_pod_priority = vec![crate::nodeshutdown::PriorityGrace {
             priority: 0,
             seconds: 30,

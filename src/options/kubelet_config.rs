@@ -604,7 +604,8 @@ mod tests {
         let body = format!("{body}podCIDR: 10.244.1.0/24\n");
         // The containers' OOM kill and swap.
         let body = format!(
-            "{body}singleProcessOOMKill: false\nmemorySwap:\n  swapBehavior: LimitedSwap\n"
+            "{body}singleProcessOOMKill: false\nmemorySwap:\n  swapBehavior: LimitedSwap\n\
+             userNamespaces:\n  idsPerPod: 131072\n"
         );
         // The secure port's authentication and authorization.
         let body = format!(
@@ -643,6 +644,7 @@ mod tests {
                 ("podCIDR", "10.244.1.0/24"),
                 ("singleProcessOOMKill", "false"),
                 ("memorySwap.swapBehavior", "LimitedSwap"),
+                ("userNamespaces.idsPerPod", "131072"),
                 ("staticPodURLHeader", "a:x,a:y:z"),
                 ("evictionSoft", "memory.available<2Gi"),
                 ("evictionSoftGracePeriod", "memory.available=1m"),

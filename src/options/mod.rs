@@ -78,6 +78,9 @@ pub struct Options {
     /// `maxParallelImagePulls` (None: no limit) when pulls are not serialized.
     pub max_parallel_image_pulls: Option<usize>,
     pub max_pods: u32,
+    /// `userNamespaces.idsPerPod`: the IDs each `hostUsers: false` pod gets (None:
+    /// kubelet's 65536).
+    pub userns_ids_per_pod: Option<u32>,
     /// RLIMIT_NOFILE set at start.
     pub max_open_files: u64,
     pub runonce: bool,
@@ -309,6 +312,7 @@ impl Options {
             serialize_image_pulls: false,
             max_parallel_image_pulls: None,
             max_pods: 0,
+            userns_ids_per_pod: None,
             max_open_files: 0,
             runonce: false,
             task_cpu_accounting: false,
@@ -965,6 +969,29 @@ mod tests {
             load(["oxlet", "--version"]),
             Err(ConfigError::Help(_))
         ));
+    }
+
+    #[test]
+    fn user_namespace_ids_per_pod_is_checked_as_kubelet_checks_it() {
+        assert_eq!(ok(&[]).userns_ids_per_pod, None);
+        let f = config("userNamespaces:\n  idsPerPod: 1048576\n");
+        let o = ok(&[&config_flag(&f)]);
+        assert_eq!(o.userns_ids_per_pod, Some(1_048_576));
+        assert!(o.unimplemented.is_empty(), "{:?}", o.unimplemented);
+        for (n, reason) in [
+            ("1000", "must not be less than 65536"),
+            ("100000", "must be a multiple of 65536"),
+            ("4295032832", "must not be more than 4294967295"),
+        ] {
+            let f = config(&format!("userNamespaces:\n  idsPerPod: {n}\n"));
+            assert_eq!(
+                one_problem(&[&config_flag(&f)]),
+                format!(
+                    "{}: field userNamespaces.idsPerPod: invalid value \"{n}\": {reason}",
+                    f.path().display()
+                )
+            );
+        }
     }
 
     #[test]

@@ -211,6 +211,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("runtime-request-timeout", Some("runtimeRequestTimeout"), Duration, "2m0s", "DURATION", "Timeout for CRI requests, except long-running ones", |o, i| positive_duration(i.text).map(|d| o.runtime_request_timeout = d)),
     row("serialize-image-pulls", Some("serializeImagePulls"), Bool, "true", "true|false", "Pull images one at a time", |o, i| parse_bool(i.text).map(|b| o.serialize_image_pulls = b)),
     row("", Some("maxParallelImagePulls"), Int, "", "N", "Most image pulls at once when not serialized (unset: no limit); config file only", set_max_parallel_image_pulls),
+    row("", Some("userNamespaces.idsPerPod"), Int, "", "N", "IDs each `hostUsers: false` pod gets, a multiple of 65536 (unset: 65536); the kubelet user's subordinate range, or the default one, must hold maxPods such blocks; config file only", set_userns_ids_per_pod),
     row("max-pods", Some("maxPods"), Int, "110", "N", "Maximum number of pods on this node", |o, i| max_pods(i.text).map(|n| o.max_pods = n)),
     row("max-open-files", Some("maxOpenFiles"), Int, "1000000", "N", "Number of files the oxlet process may open (RLIMIT_NOFILE)", |o, i| max_open_files(i.text).map(|n| o.max_open_files = n)),
     row("cgroup-driver", Some("cgroupDriver"), Text, "cgroupfs", "cgroupfs|systemd", "Cgroup driver; a driver the runtime reports wins over the default, and a contradicting explicit one is refused", set_cgroup_driver),
@@ -438,6 +439,25 @@ fn log_max_size(text: &str) -> Result<i64, InvalidValue> {
 
 /// kubelet's validation: nil or at least 1, and more than 1 only when pulls are
 /// not serialized (the serializeImagePulls row comes first, so its value is final).
+/// kubelet's checks of `userNamespaces.idsPerPod` (its Linux config validation).
+fn set_userns_ids_per_pod(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    const UNIT: i64 = 65536;
+    if i.text.is_empty() {
+        o.userns_ids_per_pod = None;
+        return Ok(());
+    }
+    let n = parse_int(i.text)?;
+    if n < UNIT {
+        return Err(format!("must not be less than {UNIT}").into());
+    }
+    if n % UNIT != 0 {
+        return Err(format!("must be a multiple of {UNIT}").into());
+    }
+    let n = u32::try_from(n).map_err(|_| format!("must not be more than {}", u32::MAX))?;
+    o.userns_ids_per_pod = Some(n);
+    Ok(())
+}
+
 fn set_max_parallel_image_pulls(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     if i.text.is_empty() {
         o.max_parallel_image_pulls = None;

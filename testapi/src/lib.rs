@@ -6,8 +6,9 @@
 //! kube-rs and kubectl run against it unmodified. It can stop and restart keeping its state,
 //! for outage tests; tests also read and write objects directly, without HTTP.
 //!
-//! Not a real apiserver: no admission, and validation only where oxlet's writes meet it
-//! (pods: `validate.rs`; their status updates and server-set fields: `pod_rules.rs`); no
+//! Not a real apiserver: no admission but RuntimeClass's, and validation only where oxlet's writes meet it
+//! (pods: `validate.rs`; their status updates and server-set fields: `pod_rules.rs`;
+//! nodes and their status: `node_rules.rs`); no
 //! RBAC (one bearer token, anonymous allowed unless turned off); no Namespace objects; no
 //! server-side apply (415) and no protobuf; no `sendInitialEvents` streaming lists; the two
 //! Event APIs are stored apart (the real one converts between them); pods get `phase: Pending`,
@@ -17,6 +18,7 @@
 
 mod custom;
 mod http;
+mod node_rules;
 mod patch;
 mod pod_rules;
 mod proxy;

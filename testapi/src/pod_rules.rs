@@ -316,7 +316,7 @@ pub(crate) fn qos_class(spec: &Value) -> &'static str {
 
 /// A quantity in thousandths of its unit (`100m` → 100, `1` → 1000, `64Mi` → 64·2²⁰·1000);
 /// None when it does not parse.
-fn quantity_milli(v: &Value) -> Option<i128> {
+pub(crate) fn quantity_milli(v: &Value) -> Option<i128> {
     let s = match v {
         Value::String(s) => s.as_str(),
         Value::Number(n) => return n.as_f64().map(|f| (f * 1000.0) as i128),

@@ -126,6 +126,9 @@ pub(crate) fn create(
                 .map_err(|m| ApiError::forbidden(t.def.name, &name, &m))?;
             crate::pod_rules::on_create(&mut body);
         }
+        "nodes" if t.def.group.is_empty() => {
+            crate::node_rules::check(&body).map_err(|m| ApiError::invalid(t.def.name, &name, m))?
+        }
         "certificatesigningrequests" => {
             body.as_object_mut().expect("object").remove("status");
         }
@@ -277,6 +280,10 @@ fn merge_write(
             new
         }
     };
+    if t.def.name == "nodes" && t.def.group.is_empty() {
+        crate::node_rules::check_update(old, &out)
+            .map_err(|m| ApiError::invalid(t.def.name, name, m))?;
+    }
     let m = out["metadata"]
         .as_object_mut()
         .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;

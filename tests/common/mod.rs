@@ -360,6 +360,23 @@ impl Testbed {
         RuntimeServiceClient::new(self.channel().await)
     }
 
+    /// What containerd's default runtime handler says it supports (CRI `Status`):
+    /// recursive read-only mounts, user namespaces. Printed, since tests branch on it.
+    pub async fn default_handler_features(&self) -> k8s_cri::v1::RuntimeHandlerFeatures {
+        let status = self
+            .cri()
+            .await
+            .status(k8s_cri::v1::StatusRequest { verbose: false })
+            .await
+            .expect("CRI Status")
+            .into_inner();
+        eprintln!("runtime handlers: {:?}", status.runtime_handlers);
+        (status.runtime_handlers.iter())
+            .find(|h| h.name.is_empty())
+            .and_then(|h| h.features)
+            .unwrap_or_default()
+    }
+
     /// A connected CRI image client.
     pub async fn images(&self) -> ImageServiceClient<Channel> {
         ImageServiceClient::new(self.channel().await)

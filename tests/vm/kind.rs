@@ -131,10 +131,16 @@ pub fn share() -> Share {
     );
     let runtimes = std::env::var_os("OXLET_RUNTIMES")
         .map_or_else(|| repo.join("target/runtimes"), PathBuf::from);
-    Share::new()
+    let bin = runtimes.join("containerd-2/bin");
+    let mut share = Share::new()
         .add("oxlet", env!("CARGO_BIN_EXE_oxlet"))
-        .add("containerd", runtimes.join("containerd-2/bin"))
-        .add("images", images)
+        .add("images", images);
+    // containerd's own binaries only: the runc beside them is pointed at the host's
+    // copy of sid's C library (scripts/fetch-runtimes.sh), so the guest runs Debian's.
+    for file in ["containerd", "containerd-shim-runc-v2", "ctr"] {
+        share = share.add(&format!("containerd/{file}"), bin.join(file));
+    }
+    share
 }
 
 /// The guest is what a kind node is: systemd as PID 1, cgroup v2 alone.

@@ -77,7 +77,8 @@ impl Share {
         Share::default()
     }
 
-    /// `src` (a file, or a directory of files) appears as `<SHARE_MOUNT>/<name>`.
+    /// `src` (a file, or a directory of files) appears as `<SHARE_MOUNT>/<name>`; a
+    /// name may hold a folder (`containerd/ctr`).
     pub fn add(mut self, name: &str, src: impl Into<PathBuf>) -> Share {
         let src = src.into();
         assert!(
@@ -112,6 +113,9 @@ fn stage_path(src: &Path, dst: &Path) {
         return;
     }
     let src = fs::canonicalize(src).unwrap();
+    if let Some(parent) = dst.parent() {
+        fs::create_dir_all(parent).unwrap();
+    }
     if fs::hard_link(&src, dst).is_err() {
         fs::copy(&src, dst)
             .unwrap_or_else(|e| panic!("cannot copy {} into the share: {e}", src.display()));

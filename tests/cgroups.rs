@@ -249,6 +249,39 @@ async fn pod_level_resources_class_the_pod_and_limit_its_cgroup() {
         read_i64(&cg(&ox, "cpu", "kubepods/burstable/cpu.shares")),
         102
     );
+    // The Summary API's pod view reads the pod cgroup: what is left of the pod-level
+    // memory limit (availableBytes = limit - workingSet), the containers having none.
+    for (p, limit) in [(&g, 96u64 << 20), (&b, 80 << 20)] {
+        let memory = pod_summary_memory(&ox, &uid(p)).await;
+        let (available, working) = (
+            memory["availableBytes"].as_u64().unwrap(),
+            memory["workingSetBytes"].as_u64().unwrap(),
+        );
+        assert_eq!(available + working, limit, "{memory}");
+        assert!(working > 0, "{memory}");
+    }
+}
+
+/// The pod's `memory` in `/stats/summary`, once its pod cgroup has been read.
+async fn pod_summary_memory(ox: &Oxlet, pod_uid: &str) -> serde_json::Value {
+    let t = Instant::now();
+    loop {
+        let (code, body) = ox.get("/stats/summary").await.expect("oxlet answers");
+        assert_eq!(code, 200, "{body}");
+        let summary: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let memory = (summary["pods"].as_array().into_iter().flatten())
+            .find(|p| p["podRef"]["uid"] == pod_uid)
+            .map(|p| p["memory"].clone())
+            .filter(|m| m.get("availableBytes").is_some());
+        if let Some(memory) = memory {
+            return memory;
+        }
+        assert!(
+            t.elapsed() < START,
+            "pod {pod_uid} not in the summary: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The pod cgroups below the QoS cgroups, in any hierarchy.

@@ -2,7 +2,8 @@
 //! oxlet binary against the in-repo test apiserver: the node registers with the
 //! capacity oxlet measured and Ready, the lease is renewed every quarter of its
 //! duration, a deleted Node is registered again (with the default report
-//! frequency, so only the periodic GET can notice), and after an apiserver outage the
+//! frequency, so only the periodic GET can notice; and deleted 0.1 s, 1 s and 60 s
+//! after registering, without more requests than kubelet's), and after an apiserver outage the
 //! lease and the status catch up; and the pod CIDR, from the flag and then the Node, goes
 //! to the runtime once per change.
 
@@ -280,6 +281,198 @@ async fn a_deleted_node_is_registered_again_with_the_default_report_frequency() 
         },
     )
     .await;
+}
+
+/// The requests oxlet made about its own Node (`/api/v1/nodes/<name>` and below)
+/// among `log`, and the index of the POST that registered it again (None: not yet).
+fn node_requests(log: &[testapi::RequestRecord]) -> (usize, Option<usize>) {
+    let own = format!("/api/v1/nodes/{NODE}");
+    let about = log.iter().filter(|r| r.path.starts_with(&own)).count();
+    let post = log
+        .iter()
+        .position(|r| r.method == "POST" && r.path == "/api/v1/nodes");
+    (about, post)
+}
+
+/// A Node deleted 0.1 s, 1 s and 60 s after it was registered is registered again
+/// each time, and meanwhile oxlet asks about it no faster than kubelet would: a GET
+/// (up to 5 on errors) and a PATCH per status period (10 s here, the default); the
+/// fast first status polls what oxlet knows, not the apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_deleted_at_any_moment_is_registered_again_without_hammering() {
+    let bed = Testbed::start().await;
+    let api = TestApiServer::start(&bed.base_dir().join("apiserver"))
+        .await
+        .unwrap();
+    let kubeconfig = format!("--kubeconfig={}", api.kubeconfig().display());
+    let ox = Oxlet::start(&bed, &[kubeconfig.as_str()]);
+    let registered = || {
+        let n: Node = api.get("", NODE).ok()??;
+        n.metadata.uid
+    };
+    let mut uid = ox
+        .poll("the node to be registered", Duration::from_secs(30), || {
+            registered()
+        })
+        .await;
+    for after in [
+        Duration::from_millis(100),
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    ] {
+        tokio::time::sleep(after).await;
+        let from = api.requests().len();
+        let deleted = Instant::now();
+        assert!(api.remove::<Node>("", NODE).unwrap());
+        let again = ox
+            .poll(
+                "the node to be registered again",
+                Duration::from_secs(25),
+                || registered().filter(|u| *u != uid),
+            )
+            .await;
+        let took = deleted.elapsed();
+        let log = api.requests();
+        let (_, post) = node_requests(&log[from..]);
+        let post = post.expect("the registering POST");
+        let (about, _) = node_requests(&log[from..from + post]);
+        // kubelet's bound: 5 GETs and a PATCH per 10 s period begun, and one more.
+        let periods = took.as_secs() / 10 + 1;
+        assert!(
+            about as u64 <= 6 * periods + 1,
+            "deleted {after:?} after registering: {about} requests about the Node in {took:?}"
+        );
+        eprintln!(
+            "deleted {after:?} after registering: registered again in {took:?}, {about} requests between"
+        );
+        uid = again;
+    }
+    let warned = ox
+        .log()
+        .matches("the Node object was deleted; registering it again")
+        .count();
+    assert_eq!(warned, 3, "one warning per deletion");
+}
+
+/// Whether containerd says its network is ready (CRI `Status`, `NetworkReady`).
+async fn network_ready(bed: &Testbed) -> bool {
+    let status = bed
+        .cri()
+        .await
+        .status(k8s_cri::v1::StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    (status.status.iter().flat_map(|s| &s.conditions))
+        .any(|c| c.r#type == "NetworkReady" && c.status)
+}
+
+/// kubelet's network readiness: while the runtime says its network is not ready (no CNI
+/// config yet, as on a kind node before its CNI is installed), the node is NotReady
+/// with kubelet's message, a pod off the host network waits (kubelet's "network is not
+/// ready" error and NetworkNotReady event) while a host-network pod runs, and a Node
+/// deleted meanwhile is registered again within a status period with no more requests
+/// than kubelet's. Once the CNI config is back the node turns Ready at once (the fast
+/// status sends it) and the waiting pod runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn until_the_runtime_network_is_ready_the_node_is_not_ready_and_pods_wait() {
+    let bed = Testbed::start().await;
+    let conf_dir = bed.layout().cni_conf_dir.clone();
+    let mut saved = Vec::new();
+    for e in std::fs::read_dir(&conf_dir).unwrap().flatten() {
+        saved.push((e.path(), std::fs::read(e.path()).unwrap()));
+        std::fs::remove_file(e.path()).unwrap();
+    }
+    let t = Instant::now();
+    while network_ready(&bed).await {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "containerd still says NetworkReady"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let api = TestApiServer::start(&bed.base_dir().join("apiserver"))
+        .await
+        .unwrap();
+    let kubeconfig = format!("--kubeconfig={}", api.kubeconfig().display());
+    let ox = Oxlet::start(&bed, &[kubeconfig.as_str()]);
+    write_manifest(
+        &ox.manifests,
+        "net.yaml",
+        &pod_yaml("net", "sleep 3600", ""),
+    );
+    write_manifest(
+        &ox.manifests,
+        "host.yaml",
+        &pod_yaml("host", "sleep 3600", "  hostNetwork: true\n"),
+    );
+    let not_ready = || {
+        let n: Node = api.get("", NODE).ok()??;
+        let (status, _) = ready(&n)?;
+        let message = n
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?
+            .message?;
+        (status == "False").then_some((n.metadata.uid?, message))
+    };
+    let (uid, message) = ox
+        .poll(
+            "the node registered NotReady",
+            Duration::from_secs(30),
+            not_ready,
+        )
+        .await;
+    assert!(
+        message.starts_with("container runtime network not ready: NetworkReady=false reason:"),
+        "{message}"
+    );
+    ox.wait_running("host", Duration::from_secs(30)).await;
+    ox.wait_logged(
+        "network is not ready: container runtime network not ready",
+        1,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(ox.log().contains("NetworkNotReady"), "the pod's event");
+    let pods = ox.pods().await;
+    assert!(!is_running(find(&pods, "net").expect("the pod is known")));
+
+    // Deleted while NotReady: registered again within a status period (10 s), asked
+    // about no more than kubelet's 5 GETs and a PATCH per period meanwhile.
+    let from = api.requests().len();
+    let deleted = Instant::now();
+    assert!(api.remove::<Node>("", NODE).unwrap());
+    ox.poll("the node registered again", Duration::from_secs(25), || {
+        not_ready().filter(|(u, _)| *u != uid)
+    })
+    .await;
+    let took = deleted.elapsed();
+    let log = api.requests();
+    let post = node_requests(&log[from..]).1.expect("the registering POST");
+    let (about, _) = node_requests(&log[from..from + post]);
+    assert!(
+        about as u64 <= 6 * (took.as_secs() / 10 + 1) + 1,
+        "{about} requests about the Node in {took:?}"
+    );
+
+    // The CNI config is back: Ready within the runtime check's 5 s and a poll.
+    for (path, body) in &saved {
+        std::fs::write(path, body).unwrap();
+    }
+    let back = Instant::now();
+    ox.poll("the node Ready", Duration::from_secs(20), || {
+        let n: Node = api.get("", NODE).ok()??;
+        (ready(&n)?.0 == "True").then_some(())
+    })
+    .await;
+    assert!(
+        back.elapsed() < Duration::from_secs(9),
+        "Ready after {:?}",
+        back.elapsed()
+    );
+    ox.wait_running("net", Duration::from_secs(40)).await;
 }
 
 /// The Ready condition's last heartbeat: when a status was last sent.

@@ -40,6 +40,24 @@ spec:
       limits: {cpu: 250m, memory: 64Mi}
 "#;
 
+/// The same limits at pod level (`spec.resources`, beta and on since 1.34): the
+/// container sets none, the pod slice gets them all the same.
+const POD_LEVEL_MANIFEST: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: podlevel
+  namespace: default
+spec:
+  terminationGracePeriodSeconds: 1
+  resources:
+    limits: {cpu: 250m, memory: 64Mi}
+  containers:
+  - name: main
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+"#;
+
 /// What kubelet's systemd driver guarantees once the pod runs: the container's scope
 /// below the pod slice, every slice a unit systemd started, the pod slice's limits in
 /// the files and as unit properties, and kept across a `daemon-reload`.
@@ -190,6 +208,17 @@ fn kind_node_runs_a_static_pod_with_the_systemd_driver() {
     eprintln!("vm_kind_node: step 5 done: cgroups and units checked");
     remove_pod(&vm, &mut checks, &pod_slice);
     eprintln!("vm_kind_node: step 6 done: the manifest removed");
+
+    vm.write_file(
+        &format!("{MANIFESTS}/podlevel.yaml"),
+        POD_LEVEL_MANIFEST.as_bytes(),
+        0o644,
+    );
+    let (uid, _) = wait_running(&vm, "podlevel-oxlet-vm");
+    let unit = format!("kubelet-kubepods-pod{}.slice", uid.replace('-', "_"));
+    let slice = format!("{KUBEPODS}/{unit}");
+    check_limits(&vm, &mut checks, &slice, &unit, " (pod-level resources)");
+    eprintln!("vm_kind_node: step 7 done: pod-level resources limit the pod slice");
 
     let boot = vm.boot_time;
     let off = vm.poweroff();

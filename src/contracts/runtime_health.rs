@@ -1,7 +1,8 @@
 //! Whether the runtime is up, and what its handlers support, as the sync loop's
 //! runtime check last found them (kubelet's `runtimeState`): the check writes them;
-//! the node status's Ready condition and `runtimeHandlers`, and the container
-//! config (recursive read-only mounts), read them.
+//! the node status's Ready condition and `runtimeHandlers`, the pod syncs (the
+//! network's readiness) and the container config (recursive read-only mounts), read
+//! them.
 
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +24,9 @@ pub(crate) struct RuntimeHandlerFeatures {
 pub(crate) struct RuntimeHealth {
     up: AtomicBool,
     handlers: RwLock<Vec<RuntimeHandlerFeatures>>,
+    /// Why the runtime's network is not ready (kubelet's `networkErrors`), None when
+    /// it is.
+    network: RwLock<Option<String>>,
 }
 
 impl RuntimeHealth {
@@ -31,6 +35,21 @@ impl RuntimeHealth {
     }
     pub(crate) fn is_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
+    }
+
+    /// Stores why the runtime's network is not ready (None: ready); true when that
+    /// changed.
+    pub(crate) fn set_network_error(&self, error: Option<String>) -> bool {
+        let mut held = self.network.write_locked();
+        let changed = *held != error;
+        *held = error;
+        changed
+    }
+
+    /// kubelet's `networkErrors`: why pods off the host network cannot start, and why
+    /// the node is not Ready (None: the network is ready).
+    pub(crate) fn network_error(&self) -> Option<String> {
+        self.network.read_locked().clone()
     }
 
     /// Stores the handlers of the last status; true when they changed.

@@ -549,7 +549,18 @@ impl CriRead for FakeRuntime {
 
     fn status(&self) -> CriFuture<'_, cri::StatusResponse> {
         let res = self.lock().enter("Status", String::new(), String::new());
-        ready(res.map(|()| cri::StatusResponse::default()))
+        // A healthy runtime: both of its conditions true.
+        let ready_as = |kind: &str| cri::RuntimeCondition {
+            r#type: kind.to_string(),
+            status: true,
+            ..Default::default()
+        };
+        ready(res.map(|()| cri::StatusResponse {
+            status: Some(cri::RuntimeStatus {
+                conditions: vec![ready_as("RuntimeReady"), ready_as("NetworkReady")],
+            }),
+            ..Default::default()
+        }))
     }
 
     fn list_pod_sandbox(

@@ -70,6 +70,10 @@ pub(crate) enum SyncError {
     /// kubelet's `CreatePodSandboxConfigError`: DNS settings or host name.
     #[error("failed to make the pod sandbox config: {0}")]
     SandboxConfig(sandbox::SandboxConfigError),
+    /// kubelet's `NetworkNotReadyErrorMsg`: the runtime's network is not ready and the
+    /// pod is not on the host network, so it waits.
+    #[error("network is not ready: {0}")]
+    NetworkNotReady(String),
 }
 
 impl From<sandbox::SandboxConfigError> for SyncError {
@@ -430,6 +434,28 @@ impl RuntimeManager {
         self.userns = self.userns.with_limits(ids_per_pod, max_pods);
         self.userns.check()?;
         Ok(self)
+    }
+
+    /// kubelet's network check at the top of `SyncPod`: while the runtime says its
+    /// network is not ready, a pod off the host network is not synced, with kubelet's
+    /// `NetworkNotReady` event; it is tried again on the worker's back-off.
+    pub(crate) fn check_network(&self, pod: &Pod) -> Result<(), SyncError> {
+        let Some(e) = self.runtime_state.network_error() else {
+            return Ok(());
+        };
+        if crate::pod::is_host_network(pod) {
+            return Ok(());
+        }
+        let err = SyncError::NetworkNotReady(e);
+        let msg = err.to_string();
+        debug!(pod = %pod_ref(pod), podUID = %crate::pod::pod_uid(pod), event = reason::NETWORK_NOT_READY, "{msg}");
+        (self.events).event(
+            &ObjectRef::pod(pod),
+            Warning,
+            reason::NETWORK_NOT_READY,
+            msg,
+        );
+        Err(err)
     }
 
     /// kubelet's `runtimeClassSupportsRecursiveReadOnlyMounts`: whether the pod's

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::cm::ContainerManager;
 use crate::config::{PodOperation, PodUpdate};
@@ -91,6 +91,15 @@ pub(crate) async fn check_runtime(runtime: &RuntimeManager, health: &RuntimeHeal
             if health.set_handlers(handlers) {
                 info!(handlers = %listed, "runtime handlers changed");
             }
+            let network = network_error(&status);
+            if health.set_network_error(network.clone()) {
+                match &network {
+                    Some(e) => {
+                        error!(networkReady = %e, "Container runtime network not ready: pods off the host network wait, and the node is not Ready");
+                    }
+                    None => info!("container runtime network is ready"),
+                }
+            }
             true
         }
         Err(e) => {
@@ -102,6 +111,22 @@ pub(crate) async fn check_runtime(runtime: &RuntimeManager, health: &RuntimeHeal
         info!(up, "container runtime health changed");
     }
     health.set(up);
+}
+
+/// kubelet's network check of `updateRuntimeUp`: the runtime's `NetworkReady`
+/// condition, missing or false, is an error worded as kubelet's
+/// (`container runtime network not ready: NetworkReady=false reason:... message:...`).
+fn network_error(status: &k8s_cri::v1::StatusResponse) -> Option<String> {
+    let condition = (status.status.as_ref())
+        .and_then(|s| s.conditions.iter().find(|c| c.r#type == "NetworkReady"));
+    match condition {
+        Some(c) if c.status => None,
+        Some(c) => Some(format!(
+            "container runtime network not ready: {}={} reason:{} message:{}",
+            c.r#type, c.status, c.reason, c.message
+        )),
+        None => Some("container runtime network not ready: <nil>".to_string()),
+    }
 }
 
 /// The runtime handlers a CRI status lists, with their features (kubelet's

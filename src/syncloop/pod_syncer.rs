@@ -177,6 +177,7 @@ impl PodSyncer for Syncer {
                 retry_after: None,
             });
         }
+        self.runtime.check_network(&pod)?;
         self.ensure_pod_cgroup(&pod, &rt).await?;
         self.probes.add_pod(&pod);
         let failed = |id: &str| self.probes.failed(id);

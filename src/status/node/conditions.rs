@@ -40,11 +40,13 @@ impl PressureSource {
     }
 }
 
-/// What the Ready condition is computed from: kubelet's runtime and PLEG errors, then
-/// its node shutdown manager's, in its order. Empty: ready.
+/// What the Ready condition is computed from: kubelet's runtime and PLEG errors, its
+/// network errors (the runtime's `NetworkReady`), then its node shutdown manager's, in
+/// its order. Empty: ready.
 pub(crate) fn not_ready_errors(
     runtime_up: bool,
     pleg: Option<String>,
+    network: Option<String>,
     shutting_down: bool,
 ) -> Vec<String> {
     let mut errs = Vec::new();
@@ -54,6 +56,7 @@ pub(crate) fn not_ready_errors(
     if let Some(e) = pleg {
         errs.push(format!("PLEG is not healthy: {e}"));
     }
+    errs.extend(network);
     if shutting_down {
         errs.push(crate::contracts::NODE_SHUTTING_DOWN.to_string());
     }
@@ -304,7 +307,7 @@ mod tests {
     fn healthy_node_is_ready_without_pressure() {
         let c = desired(
             PressureSource::default().get(),
-            &not_ready_errors(true, None, false),
+            &not_ready_errors(true, None, None, false),
         );
         let types: Vec<_> = c.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(
@@ -371,7 +374,12 @@ mod tests {
 
     #[test]
     fn runtime_down_or_pleg_unhealthy_is_not_ready() {
-        let errs = not_ready_errors(false, Some("pleg has yet to be successful".into()), false);
+        let errs = not_ready_errors(
+            false,
+            Some("pleg has yet to be successful".into()),
+            None,
+            false,
+        );
         let c = desired(Pressure::default(), &errs);
         let r = find(&c, "Ready");
         assert_eq!(
@@ -385,8 +393,25 @@ mod tests {
     }
 
     #[test]
+    fn a_runtime_network_not_ready_is_not_ready_with_kubelets_message() {
+        let network = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized";
+        let c = desired(
+            Pressure::default(),
+            &not_ready_errors(true, None, Some(network.into()), false),
+        );
+        let r = find(&c, "Ready");
+        assert_eq!(
+            (r.status.as_str(), r.reason.as_deref(), r.message.as_deref()),
+            ("False", Some("KubeletNotReady"), Some(network))
+        );
+    }
+
+    #[test]
     fn a_node_shutting_down_is_not_ready_with_kubelets_message() {
-        let c = desired(Pressure::default(), &not_ready_errors(true, None, true));
+        let c = desired(
+            Pressure::default(),
+            &not_ready_errors(true, None, None, true),
+        );
         let r = find(&c, "Ready");
         assert_eq!(
             (r.status.as_str(), r.reason.as_deref(), r.message.as_deref()),

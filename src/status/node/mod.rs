@@ -1,7 +1,8 @@
 //! Node registration and node status (kubelet's `kubelet_node_status.go`): register
 //! or adopt the Node, then compute its status every `nodeStatusUpdateFrequency`
 //! and PATCH it when it changed or `nodeStatusReportFrequency` has passed, with a
-//! fast first status at start. The Node is read every period, so one deleted while
+//! fast first status at start (sent again the moment the node turns Ready, without
+//! asking the apiserver in between). The Node is read every period, so one deleted while
 //! oxlet runs is registered again even when nothing is due to be sent (kubelet does
 //! not re-register; users asked for it). Everything goes through the heartbeat
 //! client; an absent apiserver only delays reports, it never stops the agent.
@@ -149,11 +150,7 @@ impl NodeStatusTask {
                     .unwrap_or_default()
             }
         };
-        let errs = conditions::not_ready_errors(
-            d.runtime_health.is_up(),
-            d.pleg.healthy().err().map(|e| e.to_string()),
-            d.shutdown.is_shutting_down(),
-        );
+        let errs = self.not_ready();
         let previous = self
             .last
             .as_ref()
@@ -316,21 +313,8 @@ impl NodeStatusTask {
 
     /// Registers, sends the fast first status, then updates periodically until `cancel`.
     pub(crate) async fn run(mut self, cancel: CancellationToken) {
-        if self.register(&cancel).await.is_none() {
+        if self.register(&cancel).await.is_none() || !self.fast_status(&cancel).await {
             return;
-        }
-        // fastStatusUpdateOnce: report as soon as Ready, polling every 100 ms.
-        let fast_until = Instant::now() + FAST_GRACE;
-        while Instant::now() < fast_until {
-            match self.update().await {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(e) => debug!(error = %e, "fast node status update failed"),
-            }
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(FAST_POLL) => {}
-            }
         }
         // kubelet's shutdown manager syncs the node status as soon as a shutdown starts.
         let mut shutdown = self.deps.shutdown.watch();
@@ -346,15 +330,77 @@ impl NodeStatusTask {
             }
             let mut result = self.update().await;
             if let Err(UpdateError::NodeGone(name)) = &result {
-                warn!(node = %name, "the Node object was deleted; registering it again");
-                self.last = None;
-                if self.register(&cancel).await.is_none() {
+                if !self.register_again(name.clone(), &cancel).await {
                     return;
                 }
                 result = self.update().await;
             }
             self.log_outcome(result.err());
         }
+    }
+
+    /// kubelet's `fastStatusUpdateOnce`: the first status at once, then the status
+    /// again as soon as the node turns Ready, for at most [`FAST_GRACE`]. Readiness is
+    /// polled every 100 ms from what oxlet knows (runtime, PLEG, network, shutdown), as
+    /// kubelet reads its Node from the informer cache: the apiserver is asked only when
+    /// there is something to send, or a status period has passed (kubelet's periodic
+    /// sync runs beside its fast one). A Node found deleted is registered again.
+    /// Returns false when cancelled.
+    async fn fast_status(&mut self, cancel: &CancellationToken) -> bool {
+        let until = Instant::now() + FAST_GRACE;
+        let mut send = true;
+        let mut sent_at = Instant::now();
+        loop {
+            if send {
+                sent_at = Instant::now();
+                match self.update().await {
+                    Ok(true) => {
+                        info!("fast updating node status as it just became ready");
+                        return true;
+                    }
+                    Ok(false) => {}
+                    Err(UpdateError::NodeGone(name)) => {
+                        if !self.register_again(name, cancel).await {
+                            return false;
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        // kubelet falls back to its periodic sync; so does oxlet.
+                        self.log_outcome(Some(e));
+                        return true;
+                    }
+                }
+            }
+            if Instant::now() >= until {
+                error!(grace = %crate::duration::format_go_duration(FAST_GRACE), "Node not becoming ready in time after startup");
+                return true;
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return false,
+                () = tokio::time::sleep(FAST_POLL) => {}
+            }
+            send = self.not_ready().is_empty() || sent_at.elapsed() >= self.deps.update_frequency;
+        }
+    }
+
+    /// Why the node is not Ready, by what oxlet itself knows (no apiserver request).
+    fn not_ready(&self) -> Vec<String> {
+        let d = &self.deps;
+        conditions::not_ready_errors(
+            d.runtime_health.is_up(),
+            d.pleg.healthy().err().map(|e| e.to_string()),
+            d.runtime_health.network_error(),
+            d.shutdown.is_shutting_down(),
+        )
+    }
+
+    /// The Node `name` was deleted: registered again, its status to be sent anew.
+    /// Returns false when cancelled first.
+    async fn register_again(&mut self, name: String, cancel: &CancellationToken) -> bool {
+        warn!(node = %name, "the Node object was deleted; registering it again");
+        self.last = None;
+        self.register(cancel).await.is_some()
     }
 
     /// One line per period outcome, rate-limited (see [`failures`]).
@@ -365,7 +411,7 @@ impl NodeStatusTask {
                     warn!(failures = n, "node status updates work again");
                 }
             }
-            Some(e) => match self.failures.failed() {
+            Some(e) => match self.failures.failed(&e.to_string()) {
                 Verdict::Warn(n) => {
                     warn!(error = %e, failuresInARow = n, "unable to update node status, will retry");
                 }

@@ -51,6 +51,7 @@ mod syncloop;
 mod tasks;
 mod timeline;
 mod tls;
+mod version;
 mod volumes;
 mod yaml;
 

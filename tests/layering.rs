@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 /// Rooms, bottom floor first. A room may use the rooms of the floors below its own.
 const FLOORS: &[&[&str]] = &[
-    // the lock policy, the one safe-path helper, Go's duration spelling and klog's
-    // quoting, which the base rooms use too
-    &["locks", "safe_path", "duration", "klog"],
+    // the lock policy, the one safe-path helper, Go's duration spelling, klog's
+    // quoting and the versions oxlet says it is, which the base rooms use too
+    &["locks", "safe_path", "duration", "klog", "version"],
     // base: needs no other room (but the one HTTP GET uses the TLS set-up)
     &[
         "hash",

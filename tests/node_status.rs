@@ -137,7 +137,7 @@ async fn node_registers_leases_reregisters_and_catches_up_after_an_outage() {
         "{}",
         info.container_runtime_version
     );
-    assert_eq!(info.kubelet_version, "v1.37.0");
+    assert_eq!(info.kubelet_version, "v1.36.0");
     assert_eq!(
         status
             .daemon_endpoints

@@ -131,7 +131,7 @@ impl UrlSource {
             let authority = uri.authority().map_or(host.as_str(), |a| a.as_str());
             let mut req = Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
                 .header("Host", crate::http_get::host_of(authority))
-                .header("User-Agent", concat!("oxlet/", env!("CARGO_PKG_VERSION")));
+                .header("User-Agent", format!("oxlet/{}", crate::version::OXLET));
             // The URL's user info goes as Basic auth unless a header says otherwise
             // (Go's client), and never in the Host header.
             let configured = self

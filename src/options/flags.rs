@@ -97,7 +97,7 @@ pub(crate) fn command() -> Command {
     let mut cmd =
         Command::new("oxlet")
             .about("A kubelet-like node agent: runs static pods through a CRI runtime")
-            .version(env!("CARGO_PKG_VERSION"))
+            .version(crate::version::VERSION_TEXT)
             .disable_version_flag(true)
             .args_override_self(true)
             .arg(

@@ -965,10 +965,15 @@ mod tests {
             load(["oxlet", "--help"]),
             Err(ConfigError::Help(_))
         ));
-        assert!(matches!(
-            load(["oxlet", "--version"]),
-            Err(ConfigError::Help(_))
-        ));
+        match load(["oxlet", "--version"]) {
+            Err(ConfigError::Help(text)) => {
+                assert_eq!(
+                    text.to_string().trim_end(),
+                    format!("oxlet {}\nKubernetes v1.36.0", env!("CARGO_PKG_VERSION"))
+                );
+            }
+            _ => panic!("--version prints the versions"),
+        }
     }
 
     #[test]

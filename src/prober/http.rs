@@ -13,7 +13,7 @@ use super::tcp::bracket;
 use super::{ProbeError, ProbeOutcome};
 
 /// The Kubernetes version oxlet reports, as in kubelet's `kube-probe/<major>.<minor>`.
-pub(crate) const USER_AGENT: &str = "kube-probe/1.34";
+pub(crate) const USER_AGENT: &str = crate::version::PROBE_USER_AGENT;
 /// kubelet's `maxRespBodyLength`.
 const MAX_BODY: usize = 10 * 1024;
 /// Go's http client's redirect limit, which kubelet keeps.
@@ -215,7 +215,7 @@ mod tests {
         let head = seen.lock().unwrap()[0].to_lowercase();
         assert!(head.starts_with("get /ok http/1.1"), "{head}");
         for h in [
-            "user-agent: kube-probe/1.34",
+            "user-agent: kube-probe/1.36",
             "accept: */*",
             "x-custom: yes",
             &format!("host: 127.0.0.1:{port}"),

@@ -15,11 +15,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::cm::NodeResources;
 use crate::node::{AddressType, NodeInfo};
 
-/// The Kubernetes version oxlet reports as `kubeletVersion`: the newest API it is
-/// built against (k8s-openapi's `latest`, v1.37), so kubectl and the version-skew
-/// checks of controllers see a kubelet of the API generation oxlet speaks.
-pub(crate) const KUBELET_VERSION: &str = "v1.37.0";
-
 /// kubelet's `nodeStatusMaxImages`.
 pub(crate) const MAX_IMAGES: usize = 50;
 /// kubelet's `maxNamesPerImageInNodeStatus`.
@@ -93,7 +88,7 @@ pub(crate) fn node_info(info: &NodeInfo, runtime: &cri::VersionResponse) -> Node
             "{}://{}",
             runtime.runtime_name, runtime.runtime_version
         ),
-        kubelet_version: KUBELET_VERSION.into(),
+        kubelet_version: crate::version::KUBERNETES.into(),
         kube_proxy_version: String::new(),
         swap: (info.swap_capacity_bytes > 0).then(|| NodeSwapStatus {
             capacity: i64::try_from(info.swap_capacity_bytes).ok(),
@@ -250,7 +245,7 @@ mod tests {
         };
         let n = node_info(&info(), &v);
         assert_eq!(n.container_runtime_version, "containerd://1.6.20~ds1");
-        assert_eq!(n.kubelet_version, "v1.37.0");
+        assert_eq!(n.kubelet_version, "v1.36.0");
         assert_eq!(
             (
                 n.machine_id.as_str(),

@@ -3,6 +3,7 @@
 //! and its node-address setter). One home, so node status, the container manager and
 //! the server all read the same facts.
 
+use std::net::IpAddr;
 use std::path::Path;
 
 use tracing::{debug, warn};
@@ -104,10 +105,26 @@ impl NodeInfo {
 }
 
 impl NodeInfo {
-    /// Reads the facts of this host. A fact that cannot be read is logged with its
-    /// file and the reason and left empty (or zero); it never stops the agent.
-    pub(crate) fn gather(name: &str, max_pods: u32, root_dir: &Path) -> NodeInfo {
-        let host_ip = detect_host_ip().unwrap_or_else(|| LOOPBACK.to_string());
+    /// Reads the facts of this host, its InternalIPs from `node_ips` (`--node-ip`) or
+    /// detected. A fact that cannot be read is logged with its file and the reason and
+    /// left empty (or zero); it never stops the agent.
+    pub(crate) fn gather(
+        name: &str,
+        max_pods: u32,
+        root_dir: &Path,
+        node_ips: &[IpAddr],
+    ) -> NodeInfo {
+        let internal = internal_ips(node_ips, detect_host_ip);
+        let mut addresses: Vec<NodeAddress> = (internal.iter())
+            .map(|ip| NodeAddress {
+                kind: AddressType::InternalIP,
+                address: ip.to_string(),
+            })
+            .collect();
+        addresses.push(NodeAddress {
+            kind: AddressType::Hostname,
+            address: name.to_string(),
+        });
         let cpu_cores = read_fact("/proc/self/status", true)
             .and_then(|s| cpus_allowed(&s))
             .or_else(|| {
@@ -123,16 +140,7 @@ impl NodeInfo {
             .unwrap_or(0);
         NodeInfo {
             name: name.to_string(),
-            addresses: vec![
-                NodeAddress {
-                    kind: AddressType::InternalIP,
-                    address: host_ip,
-                },
-                NodeAddress {
-                    kind: AddressType::Hostname,
-                    address: name.to_string(),
-                },
-            ],
+            addresses,
             capacity: Capacity {
                 cpu_cores,
                 memory_bytes,
@@ -162,6 +170,19 @@ impl NodeInfo {
             .find(|a| a.kind == AddressType::InternalIP)
             .map_or(LOOPBACK, |a| a.address.as_str())
     }
+
+    /// Every `InternalIP`, primary first (the pods' `status.hostIPs`): one per family.
+    pub(crate) fn internal_ips(&self) -> Vec<String> {
+        let ips: Vec<String> = (self.addresses.iter())
+            .filter(|a| a.kind == AddressType::InternalIP)
+            .map(|a| a.address.clone())
+            .collect();
+        if ips.is_empty() {
+            vec![LOOPBACK.to_string()]
+        } else {
+            ips
+        }
+    }
 }
 
 /// A small host file, trimmed. Unreadable: logged (at warn when `expected`) and `None`.
@@ -184,20 +205,43 @@ fn read_fact(path: &str, expected: bool) -> Option<String> {
     }
 }
 
-/// The node's primary IPv4 address: the first global one `ip` lists.
-fn detect_host_ip() -> Option<String> {
-    let out = std::process::Command::new("ip")
-        .args(["-o", "-4", "addr", "show", "scope", "global"])
-        .output()
-        .ok()?;
-    first_inet(&String::from_utf8_lossy(&out.stdout))
+/// kubelet's node address setter without a cloud provider: `--node-ip` as given (one
+/// address, or a dual-stack pair) when it names one; else the address `detect` finds,
+/// of IPv4 first unless the flag is `::` (then IPv6 first), as kubelet chooses.
+pub(crate) fn internal_ips(
+    node_ips: &[IpAddr],
+    detect: impl Fn(bool) -> Option<IpAddr>,
+) -> Vec<IpAddr> {
+    match node_ips.first() {
+        Some(first) if !first.is_unspecified() => node_ips.to_vec(),
+        first => {
+            let v6_first = matches!(first, Some(IpAddr::V6(_)));
+            [v6_first, !v6_first]
+                .into_iter()
+                .find_map(&detect)
+                .into_iter()
+                .collect()
+        }
+    }
 }
 
-/// The first `inet` address in `ip -o -4 addr` output, without its prefix length.
+/// The host's first global address of one family, as `ip` lists them.
+fn detect_host_ip(v6: bool) -> Option<IpAddr> {
+    let family = if v6 { "-6" } else { "-4" };
+    let out = std::process::Command::new("ip")
+        .args(["-o", family, "addr", "show", "scope", "global"])
+        .output()
+        .ok()?;
+    first_inet(&String::from_utf8_lossy(&out.stdout))?
+        .parse()
+        .ok()
+}
+
+/// The first `inet`/`inet6` address in `ip -o addr` output, without its prefix length.
 pub(crate) fn first_inet(text: &str) -> Option<String> {
     text.lines().find_map(|l| {
         let mut words = l.split_whitespace();
-        words.find(|w| *w == "inet")?;
+        words.find(|w| *w == "inet" || *w == "inet6")?;
         words.next()?.split('/').next().map(str::to_string)
     })
 }
@@ -361,7 +405,7 @@ mod tests {
             "{total}"
         );
 
-        let info = NodeInfo::gather("node-1", 110, Path::new("/"));
+        let info = NodeInfo::gather("node-1", 110, Path::new("/"), &[]);
         let st = rustix::fs::statvfs("/").unwrap();
         assert_eq!(
             info.capacity.ephemeral_storage_bytes,
@@ -385,5 +429,26 @@ mod tests {
         assert_eq!(info.addresses[1].address, "node-1");
         assert!(info.internal_ip().parse::<std::net::Ipv4Addr>().is_ok());
         assert!(!info.os_image.is_empty());
+    }
+
+    #[test]
+    fn internal_ips_follow_node_ip_as_kubelet() {
+        let v4: IpAddr = "10.0.0.5".parse().unwrap();
+        let v6: IpAddr = "fd00::5".parse().unwrap();
+        let host = |v6_wanted: bool| Some(if v6_wanted { v6 } else { v4 });
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        // Given: as given, a pair in its order.
+        assert_eq!(internal_ips(&[ip("172.18.0.2")], host), [ip("172.18.0.2")]);
+        let pair = [ip("fc00:f853::2"), ip("172.18.0.2")];
+        assert_eq!(internal_ips(&pair, host), pair);
+        // Unset or 0.0.0.0: IPv4 first; '::': IPv6 first; a family the host lacks is skipped.
+        assert_eq!(internal_ips(&[], host), [v4]);
+        assert_eq!(internal_ips(&[ip("0.0.0.0")], host), [v4]);
+        assert_eq!(internal_ips(&[ip("::")], host), [v6]);
+        assert_eq!(
+            internal_ips(&[ip("::")], |v6_wanted| (!v6_wanted).then_some(v4)),
+            [v4]
+        );
+        assert!(internal_ips(&[], |_| None).is_empty());
     }
 }

@@ -356,13 +356,7 @@ async fn a_node_deleted_at_any_moment_is_registered_again_without_hammering() {
 
 /// Whether containerd says its network is ready (CRI `Status`, `NetworkReady`).
 async fn network_ready(bed: &Testbed) -> bool {
-    let status = bed
-        .cri()
-        .await
-        .status(k8s_cri::v1::StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = bed.runtime_status().await;
     (status.status.iter().flat_map(|s| &s.conditions))
         .any(|c| c.r#type == "NetworkReady" && c.status)
 }
@@ -473,6 +467,78 @@ async fn until_the_runtime_network_is_ready_the_node_is_not_ready_and_pods_wait(
         back.elapsed()
     );
     ox.wait_running("net", Duration::from_secs(40)).await;
+}
+
+/// kind's dual-stack flags (`--node-ip=<v4>,<v6>`): the Node lists both InternalIPs,
+/// primary first, then its host name; pods' `hostIPs` have both (`hostIP` the
+/// primary), a host-network pod's `podIPs` too, and the downward API's
+/// `status.hostIPs` is the pair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dual_stack_node_ip_gives_the_node_and_pods_both_families() {
+    let bed = Testbed::start().await;
+    let api = TestApiServer::start(&bed.base_dir().join("apiserver"))
+        .await
+        .unwrap();
+    let kubeconfig = format!("--kubeconfig={}", api.kubeconfig().display());
+    let ox = Oxlet::start(
+        &bed,
+        &[
+            kubeconfig.as_str(),
+            "--node-ip=172.18.0.2,fc00:f853:ccd:e793::2",
+        ],
+    );
+    let report = "echo ips=$HOST_IPS; sleep 3600";
+    let env = "    env:\n    - name: HOST_IPS\n      valueFrom: {fieldRef: {fieldPath: status.hostIPs}}\n";
+    write_manifest(
+        &ox.manifests,
+        "net.yaml",
+        &format!("{}{env}", pod_yaml("net", report, "")),
+    );
+    write_manifest(
+        &ox.manifests,
+        "host.yaml",
+        &pod_yaml("host", "sleep 3600", "  hostNetwork: true\n"),
+    );
+    let addresses = ox
+        .poll("the node's addresses", Duration::from_secs(30), || {
+            let n: Node = api.get("", NODE).ok()??;
+            let list = n.status?.addresses?;
+            Some(
+                list.into_iter()
+                    .map(|a| (a.type_, a.address))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .await;
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(
+        addresses,
+        [
+            pair("InternalIP", "172.18.0.2"),
+            pair("InternalIP", "fc00:f853:ccd:e793::2"),
+            pair("Hostname", NODE),
+        ]
+    );
+    let both = ["172.18.0.2", "fc00:f853:ccd:e793::2"];
+    let net = ox.wait_running("net", Duration::from_secs(30)).await;
+    let host = ox.wait_running("host", Duration::from_secs(30)).await;
+    for p in [&net, &host] {
+        let status = p.status.as_ref().unwrap();
+        assert_eq!(status.host_ip.as_deref(), Some(both[0]));
+        let host_ips: Vec<&str> = (status.host_ips.iter().flatten())
+            .map(|h| h.ip.as_str())
+            .collect();
+        assert_eq!(host_ips, both);
+    }
+    let pod_ips: Vec<&str> = (host.status.as_ref().unwrap().pod_ips.iter().flatten())
+        .map(|p| p.ip.as_str())
+        .collect();
+    assert_eq!(pod_ips, both, "a host-network pod has the node's addresses");
+    let log = ox.main_log_once(&net, "ips=").await;
+    assert!(
+        log.contains("ips=172.18.0.2,fc00:f853:ccd:e793::2"),
+        "{log}"
+    );
 }
 
 /// The Ready condition's last heartbeat: when a status was last sent.

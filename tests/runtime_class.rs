@@ -118,3 +118,40 @@ async fn a_runtime_class_picks_the_handler_and_adds_its_overhead() {
     let p = server.get::<Pod>("default", "orphan").unwrap().unwrap();
     assert_eq!(phase(&p), "Pending");
 }
+
+/// kubelet's `RuntimeHandlers` and `RuntimeFeatures` setters: the Node lists the
+/// handlers the runtime's CRI status lists, with their recursive read-only and user
+/// namespace support, and `features.supplementalGroupsPolicy` as the runtime says it;
+/// both are left out where the runtime says nothing (containerd 1.6 and 1.7).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_lists_the_runtimes_handlers_and_features() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, ox) = start_with_apiserver(&bed, dir.path()).await;
+    let status = bed.runtime_status().await;
+    let want_handlers: Vec<serde_json::Value> = (status.runtime_handlers.iter())
+        .map(|h| {
+            let f = h.features.unwrap_or_default();
+            json!({"name": h.name, "features": {
+                "recursiveReadOnlyMounts": f.recursive_read_only_mounts,
+                "userNamespaces": f.user_namespaces}})
+        })
+        .collect();
+    let want_features = (status.features.as_ref())
+        .map(|f| json!({"supplementalGroupsPolicy": f.supplemental_groups_policy}));
+    eprintln!("runtime: handlers {want_handlers:?}, features {want_features:?}");
+    let node = ox
+        .poll("the node's status", WAIT, || {
+            let n: k8s_openapi::api::core::v1::Node = server.get("", NODE).ok()??;
+            let n = serde_json::to_value(&n).unwrap();
+            n.pointer("/status/nodeInfo").is_some().then_some(n)
+        })
+        .await;
+    let handlers = node.pointer("/status/runtimeHandlers").cloned();
+    if want_handlers.is_empty() {
+        assert_eq!(handlers, None);
+    } else {
+        assert_eq!(handlers, Some(json!(want_handlers)));
+    }
+    assert_eq!(node.pointer("/status/features").cloned(), want_features);
+}

@@ -203,7 +203,7 @@ async fn start(
             rt,
             client: api.map(|a| a.main.clone()),
             reviews: api.map(|a| a.reviews.clone()),
-            addresses: crate::status::node_addresses(&host.info, opts.node_ip),
+            addresses: crate::status::node_addresses(&host.info),
         };
         servers::start(opts, views, secure, health, limits, tasks).await?;
     }

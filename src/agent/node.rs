@@ -44,7 +44,12 @@ pub(super) async fn start_host(
     if let Err(e) = crate::volumes::make_data_dirs(&opts.root_dir) {
         warn!(dir = %opts.root_dir.display(), error = %e, "cannot create the root dir");
     }
-    let node = NodeInfo::gather(&opts.node_name, opts.max_pods, &opts.root_dir);
+    let node = NodeInfo::gather(
+        &opts.node_name,
+        opts.max_pods,
+        &opts.root_dir,
+        &opts.node_ips,
+    );
     debug!(node = %node.name, kernelVersion = %node.kernel_version, osImage = %node.os_image, architecture = node.architecture, machineID = %node.machine_id, bootID = %node.boot_id, addresses = node.addresses.len(), "node facts");
     let cm_settings = opts.cm_settings();
     let allocatable = crate::cm::node_allocatable(&cm_settings, &node);
@@ -396,11 +401,10 @@ pub(super) fn spawn_node_status(
             Ok(())
         }
     });
-    let (api_client, info, alloc, node_ip, cri, pod_cidr) = (
+    let (api_client, info, alloc, cri, pod_cidr) = (
         api.heartbeat.clone(),
         node.clone(),
         host.allocatable,
-        opts.node_ip,
         rt.cri.clone(),
         rt.pod_cidr.clone(),
     );
@@ -427,7 +431,6 @@ pub(super) fn spawn_node_status(
         client: api_client.clone(),
         info: info.clone(),
         allocatable: alloc,
-        node_ip,
         kubelet_port,
         registration: registration.clone(),
         cri: cri.clone(),

@@ -190,7 +190,9 @@ pub(super) fn dns(opts: &Options, node: &NodeInfo) -> DnsConfigurer {
         cluster_dns: opts.cluster_dns.clone(),
         cluster_domain: opts.cluster_domain.clone(),
         resolv_conf: opts.resolv_conf.clone(),
-        node_ips: node.internal_ip().parse().into_iter().collect(),
+        node_ips: (node.internal_ips().iter())
+            .filter_map(|ip| ip.parse().ok())
+            .collect(),
     };
     dns.check_resolv_conf();
     dns
@@ -251,6 +253,7 @@ pub(super) fn manager(
     .with_objects(inputs.objects)
     .with_runtime_hooks(inputs.hooks)
     .with_runtime_state(inputs.runtime_state)
+    .with_host_ips(host.info.internal_ips())
     .with_user_namespaces(ids_per_pod, opts.max_pods)
     .map_err(|e| anyhow::anyhow!("create user namespace manager: {e}"))?;
     Ok(Arc::new(manager))

@@ -99,7 +99,10 @@ async fn start_secure(
         .cert_dir
         .clone()
         .unwrap_or_else(|| opts.root_dir.join("pki"));
-    let ips: Vec<std::net::IpAddr> = opts.node_ip.into_iter().collect();
+    let ips: Vec<std::net::IpAddr> = (opts.node_ips.iter())
+        .filter(|ip| !ip.is_unspecified())
+        .copied()
+        .collect();
     let (tls, slot) = server::acceptor(serving, &cert_dir, &opts.node_name, &ips)
         .context("cannot set up the secure port's TLS")?;
     let auth = server::Auth::new(

@@ -27,6 +27,9 @@ pub(crate) struct RuntimeHealth {
     /// Why the runtime's network is not ready (kubelet's `networkErrors`), None when
     /// it is.
     network: RwLock<Option<String>>,
+    /// The runtime's features (CRI `Status.features`): whether it supports
+    /// `supplementalGroupsPolicy`; None when it did not say.
+    supplemental_groups_policy: RwLock<Option<bool>>,
 }
 
 impl RuntimeHealth {
@@ -50,6 +53,17 @@ impl RuntimeHealth {
     /// the node is not Ready (None: the network is ready).
     pub(crate) fn network_error(&self) -> Option<String> {
         self.network.read_locked().clone()
+    }
+
+    /// Stores the runtime's `supplemental_groups_policy` feature (None: no features).
+    pub(crate) fn set_supplemental_groups_policy(&self, supported: Option<bool>) {
+        *self.supplemental_groups_policy.write_locked() = supported;
+    }
+
+    /// Whether the runtime supports `supplementalGroupsPolicy` (kubelet's
+    /// `runtimeFeatures`), None when it sent no features.
+    pub(crate) fn supplemental_groups_policy(&self) -> Option<bool> {
+        *self.supplemental_groups_policy.read_locked()
     }
 
     /// Stores the handlers of the last status; true when they changed.

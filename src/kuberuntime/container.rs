@@ -622,7 +622,7 @@ mod tests {
         ]);
         let env = PodEnv {
             pod_ips: vec!["10.1.0.5".into()],
-            host_ip: "192.0.2.1".into(),
+            host_ips: vec!["192.0.2.1".into()],
             ..Default::default()
         };
         let vars = environment(&pod, &c, &env).unwrap();

@@ -274,7 +274,8 @@ pub(crate) struct RuntimeManager {
     cri: Arc<dyn Cri>,
     reader: RuntimeReader,
     sandbox_env: SandboxEnv,
-    host_ip: String,
+    /// The node's InternalIPs, primary first (pods' `hostIPs`).
+    host_ips: Vec<String>,
     crash_backoff: Backoff,
     images: ImagePuller,
     reasons: ReasonCache,
@@ -359,7 +360,7 @@ impl RuntimeManager {
             ),
             cri,
             sandbox_env,
-            host_ip,
+            host_ips: vec![host_ip],
             crash_backoff: Backoff::default(),
             images: ImagePuller::default(),
             reasons: ReasonCache::default(),
@@ -535,8 +536,23 @@ impl RuntimeManager {
         self.reader.clone()
     }
 
+    /// The node's primary InternalIP.
     pub(crate) fn host_ip(&self) -> &str {
-        &self.host_ip
+        self.host_ips.first().map_or("", String::as_str)
+    }
+
+    /// The node's InternalIPs, primary first (a dual-stack node has one per family).
+    pub(crate) fn host_ips(&self) -> &[String] {
+        &self.host_ips
+    }
+
+    /// Every InternalIP of the node (`--node-ip`'s dual-stack pair), not just the
+    /// primary one given to `new`.
+    pub(crate) fn with_host_ips(mut self, host_ips: Vec<String>) -> Self {
+        if !host_ips.is_empty() {
+            self.host_ips = host_ips;
+        }
+        self
     }
 
     pub(crate) fn reasons(&self) -> &ReasonCache {
@@ -591,13 +607,13 @@ impl RuntimeManager {
         objects: Option<Arc<crate::objects::PodObjects>>,
     ) -> PodEnv {
         let pod_ips = if crate::pod::is_host_network(pod) {
-            vec![self.host_ip.clone()]
+            self.host_ips.clone()
         } else {
             status_ips.to_vec()
         };
         PodEnv {
             pod_ips,
-            host_ip: self.host_ip.clone(),
+            host_ips: self.host_ips.clone(),
             allocatable: self.sandbox_env.allocatable,
             objects,
             pods_dir: self.sandbox_env.pods_dir.clone(),
@@ -848,7 +864,7 @@ impl RuntimeManager {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod);
         let grace = termination_grace(pod);
-        let target = hook_target(pod, &status.ips, &self.host_ip);
+        let target = hook_target(pod, &status.ips, self.host_ip());
         for (id, name, why) in &actions.kill {
             // A probe's own terminationGracePeriodSeconds replaces the pod's.
             let grace = (actions.probe_grace.iter())
@@ -1542,7 +1558,7 @@ impl RuntimeManager {
         let killed = self
             .kill_containers_and_sandboxes(
                 pod,
-                &hook_target(pod, &status.ips, &self.host_ip),
+                &hook_target(pod, &status.ips, self.host_ip()),
                 status
                     .running_containers()
                     .map(|c| stop_plan(pod, &c.id, &c.name, grace))

@@ -162,8 +162,9 @@ pub struct Options {
     pub(crate) node_status_update_frequency: Duration,
     pub(crate) node_lease_duration: Duration,
     // Cluster mode: node registration and status.
-    /// `--node-ip`: the node's InternalIP (None: detected).
-    pub(crate) node_ip: Option<IpAddr>,
+    /// `--node-ip`: the node's InternalIPs, one per family, primary first (empty:
+    /// detected; `0.0.0.0` or `::` alone: detected, preferring that family).
+    pub(crate) node_ips: Vec<IpAddr>,
     /// `--provider-id` / `providerID`: the Node's `spec.providerID`.
     pub(crate) provider_id: String,
     /// `--feature-gates` / `featureGates`, as given (see [`Options::evented_pleg`]).
@@ -362,7 +363,7 @@ impl Options {
             kube_api_burst: 0,
             node_status_update_frequency: Duration::ZERO,
             node_lease_duration: Duration::ZERO,
-            node_ip: None,
+            node_ips: Vec::new(),
             provider_id: String::new(),
             feature_gates: std::collections::BTreeMap::new(),
             node_labels: std::collections::BTreeMap::new(),
@@ -973,6 +974,38 @@ mod tests {
                 );
             }
             _ => panic!("--version prints the versions"),
+        }
+    }
+
+    #[test]
+    fn node_ip_takes_one_address_or_a_dual_stack_pair() {
+        assert!(ok(&[]).node_ips.is_empty());
+        let ips = |s: &str| -> Vec<IpAddr> { s.split(',').map(|p| p.parse().unwrap()).collect() };
+        assert_eq!(ok(&["--node-ip=172.18.0.2"]).node_ips, ips("172.18.0.2"));
+        assert_eq!(
+            ok(&["--node-ip=172.18.0.2,fc00:f853:ccd:e793::2"]).node_ips,
+            ips("172.18.0.2,fc00:f853:ccd:e793::2")
+        );
+        assert_eq!(ok(&["--node-ip=::"]).node_ips, ips("::"));
+        for (value, reason) in [
+            (
+                "10.0.0.1,10.0.0.2",
+                "must contain either a single IP or a dual-stack pair of IPs",
+            ),
+            (
+                "10.0.0.1,fd00::1,fd00::2",
+                "must contain either a single IP or a dual-stack pair of IPs",
+            ),
+            (
+                "0.0.0.0,fd00::1",
+                "dual-stack node IP cannot include '0.0.0.0' or '::'",
+            ),
+            ("10.0.0.1,nope", "could not parse \"nope\""),
+        ] {
+            assert_eq!(
+                one_problem(&[&format!("--node-ip={value}")]),
+                format!("invalid value {value:?} for --node-ip: {reason}")
+            );
         }
     }
 

@@ -257,7 +257,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("", Some("nodeLeaseDurationSeconds"), Int, "40", "SECONDS", "Duration of the node lease; caps the heartbeat client's timeout; config file only", |o, i| Some(parse_int(i.text)?).filter(|n| (1..=i64::from(i32::MAX)).contains(n)).and_then(|n| u64::try_from(n).ok()).map(|n| o.node_lease_duration = std::time::Duration::from_secs(n)).ok_or_else(|| "must be greater than 0".into())),
     // Cluster mode: node registration, node status and the lease.
     row("provider-id", Some("providerID"), Text, "", "ID", "The Node's spec.providerID, set when the node registers (kind: kind://docker/<cluster>/<node>)", |o, i| { o.provider_id = i.text.to_string(); Ok(()) }),
-    row("node-ip", None, Text, "", "IP", "The node's InternalIP address (empty: detected)", |o, i| { o.node_ip = if i.text.is_empty() { None } else { Some(ip(i.text)?) }; Ok(()) }),
+    row("node-ip", None, Text, "", "IP[,IP]", "The node's InternalIP, or a dual-stack pair (one per family, the first primary); empty: the host's first global IPv4 address, else its IPv6 one; '::' prefers IPv6", |o, i| node_ips(i.text).map(|ips| o.node_ips = ips)),
     row("node-labels", None, Map('='), "", "KEY=VALUE,...", "Labels the Node is registered with; kubernetes.io and k8s.io labels only from kubelet's allowed set", |o, i| crate::status::node_labels(i.text).map(|l| o.node_labels = l)),
     row("register-with-taints", None, List, "", "KEY=VALUE:EFFECT,...", "Taints the Node is registered with", |o, i| crate::status::node_taints(i.text).map(|t| o.register_with_taints = t)),
     row("feature-gates", Some("featureGates"), Gates, "", "GATE=true|false,...", "Feature gates. oxlet reads EventedPLEG (on unless set false: the evented PLEG runs where the runtime streams container events) and NodeLogQuery (off unless set true, as kubelet's: with enableSystemLogQuery, /logs/?query= reads the journal); any other gate is reported as not implemented", |o, i| feature_gates(i.text).map(|g| o.feature_gates = g)),
@@ -810,6 +810,32 @@ pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {
 
 pub(super) fn parse_bool(s: &str) -> Result<bool, InvalidValue> {
     parse_go_bool(s).ok_or_else(|| "must be true or false".into())
+}
+
+/// kubelet's `ParseNodeIPArgument` (no cloud provider, so dual-stack is allowed):
+/// one address, or two of different families, neither of them unspecified.
+fn node_ips(s: &str) -> Result<Vec<IpAddr>, InvalidValue> {
+    if s.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ips = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        ips.push(
+            part.parse::<IpAddr>()
+                .map_err(|_| format!("could not parse {part:?}"))?,
+        );
+    }
+    match ips.as_slice() {
+        [_] => Ok(ips),
+        [a, b] if a.is_ipv6() != b.is_ipv6() => {
+            if a.is_unspecified() || b.is_unspecified() {
+                Err("dual-stack node IP cannot include '0.0.0.0' or '::'".into())
+            } else {
+                Ok(ips)
+            }
+        }
+        _ => Err("must contain either a single IP or a dual-stack pair of IPs".into()),
+    }
 }
 
 fn ip(s: &str) -> Result<IpAddr, InvalidValue> {

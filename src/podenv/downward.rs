@@ -15,7 +15,8 @@ use crate::quantity::{self, QuantityError};
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PodEnv {
     pub pod_ips: Vec<String>,
-    pub host_ip: String,
+    /// The node's InternalIPs, primary first.
+    pub host_ips: Vec<String>,
     /// Node allocatable: a `resourceFieldRef` to a limit the container does not set
     /// reads this instead, as in kubelet.
     pub allocatable: NodeResources,
@@ -94,8 +95,8 @@ pub(crate) fn env_field(pod: &Pod, path: &str, env: &PodEnv) -> Result<String, D
         "spec.serviceAccountName" => spec
             .and_then(|s| s.service_account_name.clone())
             .unwrap_or_default(),
-        // oxlet knows one node address; kubelet's list then has that one entry.
-        "status.hostIP" | "status.hostIPs" => env.host_ip.clone(),
+        "status.hostIP" => env.host_ips.first().cloned().unwrap_or_default(),
+        "status.hostIPs" => env.host_ips.join(","),
         "status.podIP" => env.pod_ips.first().cloned().unwrap_or_default(),
         "status.podIPs" => env.pod_ips.join(","),
         _ => return metadata_field(pod, path),
@@ -296,7 +297,7 @@ mod tests {
         let p = pod();
         let env = PodEnv {
             pod_ips: vec!["10.0.0.5".into(), "fd00::5".into()],
-            host_ip: "192.168.1.2".into(),
+            host_ips: vec!["192.168.1.2".into(), "fd00::2".into()],
             allocatable: NODE,
             ..Default::default()
         };
@@ -312,7 +313,7 @@ mod tests {
         assert_eq!(f("status.podIP"), "10.0.0.5");
         assert_eq!(f("status.podIPs"), "10.0.0.5,fd00::5");
         assert_eq!(f("status.hostIP"), "192.168.1.2");
-        assert_eq!(f("status.hostIPs"), "192.168.1.2");
+        assert_eq!(f("status.hostIPs"), "192.168.1.2,fd00::2");
         assert_eq!(
             f("metadata.labels"),
             "app=\"web\"\ntier=\"a\\\"b\\\\c\\nd\""

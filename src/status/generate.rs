@@ -21,7 +21,9 @@ pub(crate) struct StatusInputs<'a> {
     pub waiting_reason: &'a dyn Fn(&str) -> Option<(WaitingReason, String)>,
     /// The status we reported last time (keeps startTime and transition times).
     pub old: Option<&'a PodStatus>,
-    pub host_ip: &'a str,
+    /// The node's InternalIPs, primary first (one per family): `hostIP` is the first,
+    /// `hostIPs` all of them, as kubelet's `getHostIPsAnyWay` gives them.
+    pub host_ips: &'a [String],
     /// The runtime's name for container IDs (`containerd://…`).
     pub runtime_name: &'a str,
     /// True once the pod is being terminated (then all-stopped means terminal).
@@ -792,7 +794,7 @@ pub(crate) fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
 
     let host_network = crate::pod::is_host_network(pod);
     let ips: Vec<String> = if host_network {
-        vec![inputs.host_ip.to_string()]
+        inputs.host_ips.to_vec()
     } else {
         inputs.runtime.ips.clone()
     };
@@ -809,10 +811,12 @@ pub(crate) fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
         ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
             .then_some(ephemeral_statuses),
-        host_ip: Some(inputs.host_ip.to_string()),
-        host_ips: Some(vec![HostIP {
-            ip: inputs.host_ip.to_string(),
-        }]),
+        host_ip: inputs.host_ips.first().cloned(),
+        host_ips: Some(
+            (inputs.host_ips.iter())
+                .map(|ip| HostIP { ip: ip.clone() })
+                .collect(),
+        ),
         pod_ip: ips.first().cloned(),
         pod_ips: (!ips.is_empty()).then(|| ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
         start_time: Some(start_time),

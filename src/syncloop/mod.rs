@@ -91,6 +91,9 @@ pub(crate) async fn check_runtime(runtime: &RuntimeManager, health: &RuntimeHeal
             if health.set_handlers(handlers) {
                 info!(handlers = %listed, "runtime handlers changed");
             }
+            health.set_supplemental_groups_policy(
+                (status.features.as_ref()).map(|f| f.supplemental_groups_policy),
+            );
             let network = network_error(&status);
             if health.set_network_error(network.clone()) {
                 match &network {

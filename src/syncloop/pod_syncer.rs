@@ -72,7 +72,7 @@ impl Syncer {
             runtime: rt,
             waiting_reason: &lookup,
             old: previous.as_ref(),
-            host_ip: self.runtime.host_ip(),
+            host_ips: self.runtime.host_ips(),
             runtime_name: &self.runtime_name,
             terminating,
             now: jiff::Timestamp::now(),

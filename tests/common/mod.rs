@@ -360,16 +360,20 @@ impl Testbed {
         RuntimeServiceClient::new(self.channel().await)
     }
 
-    /// What containerd's default runtime handler says it supports (CRI `Status`):
-    /// recursive read-only mounts, user namespaces. Printed, since tests branch on it.
-    pub async fn default_handler_features(&self) -> k8s_cri::v1::RuntimeHandlerFeatures {
-        let status = self
-            .cri()
+    /// containerd's CRI `Status`: its conditions, handlers and features.
+    pub async fn runtime_status(&self) -> k8s_cri::v1::StatusResponse {
+        self.cri()
             .await
             .status(k8s_cri::v1::StatusRequest { verbose: false })
             .await
             .expect("CRI Status")
-            .into_inner();
+            .into_inner()
+    }
+
+    /// What containerd's default runtime handler says it supports (CRI `Status`):
+    /// recursive read-only mounts, user namespaces. Printed, since tests branch on it.
+    pub async fn default_handler_features(&self) -> k8s_cri::v1::RuntimeHandlerFeatures {
+        let status = self.runtime_status().await;
         eprintln!("runtime handlers: {:?}", status.runtime_handlers);
         (status.runtime_handlers.iter())
             .find(|h| h.name.is_empty())

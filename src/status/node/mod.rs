@@ -13,7 +13,6 @@ mod labels;
 mod register;
 mod setters;
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +54,6 @@ pub(crate) struct NodeStatusDeps {
     pub client: kube::Client,
     pub info: NodeInfo,
     pub allocatable: NodeAllocatable,
-    pub node_ip: Option<IpAddr>,
     /// The secure port, advertised as `daemonEndpoints.kubeletEndpoint.Port`.
     pub kubelet_port: i32,
     pub registration: Registration,
@@ -157,12 +155,13 @@ impl NodeStatusTask {
             .and_then(|(s, _)| s.conditions.clone())
             .unwrap_or_default();
         NodeStatus {
-            addresses: Some(setters::addresses(&d.info, d.node_ip)),
+            addresses: Some(setters::addresses(&d.info)),
             capacity: Some(setters::resources(&d.allocatable.capacity)),
             allocatable: Some(setters::resources(&d.allocatable.allocatable)),
             node_info: Some(setters::node_info(&d.info, &version)),
             daemon_endpoints: Some(setters::daemon_endpoints(d.kubelet_port)),
             runtime_handlers: setters::runtime_handlers(&d.runtime_health.handlers()),
+            features: setters::features(d.runtime_health.supplemental_groups_policy()),
             images: Some(images),
             conditions: Some(conditions::with_times(
                 conditions::warn_soft_requirements(

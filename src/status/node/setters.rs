@@ -3,12 +3,11 @@
 //! apiserver or a runtime. The conditions are in `conditions`.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, NodeAddress, NodeDaemonEndpoints, NodeRuntimeHandler,
-    NodeRuntimeHandlerFeatures, NodeSwapStatus, NodeSystemInfo,
+    ContainerImage, DaemonEndpoint, NodeAddress, NodeDaemonEndpoints, NodeFeatures,
+    NodeRuntimeHandler, NodeRuntimeHandlerFeatures, NodeSwapStatus, NodeSystemInfo,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -20,18 +19,12 @@ pub(crate) const MAX_IMAGES: usize = 50;
 /// kubelet's `maxNamesPerImageInNodeStatus`.
 pub(crate) const MAX_NAMES_PER_IMAGE: usize = 5;
 
-/// `InternalIP` then `Hostname`: `--node-ip` when given, else the detected addresses.
-pub(crate) fn addresses(info: &NodeInfo, node_ip: Option<IpAddr>) -> Vec<NodeAddress> {
+/// The `InternalIP`s (`--node-ip`'s, one per family, else the detected one), then
+/// `Hostname`, as kubelet lists them.
+pub(crate) fn addresses(info: &NodeInfo) -> Vec<NodeAddress> {
     let mut out = Vec::new();
-    if let Some(ip) = node_ip {
-        out.push(NodeAddress {
-            type_: "InternalIP".into(),
-            address: ip.to_string(),
-        });
-    }
     for a in &info.addresses {
         let type_ = match a.kind {
-            AddressType::InternalIP if node_ip.is_some() => continue,
             AddressType::InternalIP => "InternalIP",
             AddressType::Hostname => "Hostname",
         };
@@ -115,6 +108,15 @@ pub(crate) fn runtime_handlers(
     (!list.is_empty()).then_some(list)
 }
 
+/// kubelet's `RuntimeFeatures` setter: `features.supplementalGroupsPolicy` as the
+/// runtime's status says it (left out when the runtime sends no features, as 1.6 and
+/// 1.7 do).
+pub(crate) fn features(supplemental_groups_policy: Option<bool>) -> Option<NodeFeatures> {
+    supplemental_groups_policy.map(|supported| NodeFeatures {
+        supplemental_groups_policy: Some(supported),
+    })
+}
+
 /// `daemonEndpoints.kubeletEndpoint.Port`.
 pub(crate) fn daemon_endpoints(port: i32) -> NodeDaemonEndpoints {
     NodeDaemonEndpoints {
@@ -181,20 +183,34 @@ mod tests {
     }
 
     #[test]
-    fn addresses_prefer_node_ip_then_detected() {
-        let a = addresses(&info(), None);
+    fn addresses_are_the_internal_ips_then_the_host_name() {
+        let pairs = |a: Vec<NodeAddress>| {
+            a.into_iter()
+                .map(|a| (a.type_, a.address))
+                .collect::<Vec<_>>()
+        };
+        let a = addresses(&info());
         assert_eq!(
-            a.iter()
-                .map(|a| (a.type_.as_str(), a.address.as_str()))
-                .collect::<Vec<_>>(),
-            [("InternalIP", "10.0.0.5"), ("Hostname", "node-a")]
+            pairs(a),
+            [
+                ("InternalIP".into(), "10.0.0.5".into()),
+                ("Hostname".into(), "node-a".into())
+            ]
         );
-        let a = addresses(&info(), Some("192.168.1.9".parse().unwrap()));
-        assert_eq!(a[0].address, "192.168.1.9");
-        assert_eq!(a.len(), 2);
+        let mut dual = info();
+        dual.addresses.insert(
+            1,
+            crate::node::NodeAddress {
+                kind: AddressType::InternalIP,
+                address: "fd00::5".into(),
+            },
+        );
+        let a = pairs(addresses(&dual));
+        assert_eq!(a.len(), 3);
+        assert_eq!(a[1], ("InternalIP".into(), "fd00::5".into()));
         let mut bare = info();
         bare.addresses.clear();
-        let a = addresses(&bare, None);
+        let a = addresses(&bare);
         assert_eq!(
             (a[0].type_.as_str(), a[0].address.as_str()),
             ("Hostname", "node-a")

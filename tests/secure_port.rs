@@ -216,6 +216,10 @@ async fn webhook_authentication_and_authorization() {
         &["system:serviceaccounts"],
     );
     server.add_token_user("token-of-bob", "bob", &["viewers"]);
+    // A monitoring account allowed nodes/pods alone (kubelet 1.36's fine-grained
+    // authorization): it reads /pods without nodes/proxy, and nothing else.
+    server.add_token_user("token-of-mon", "monitor", &[]);
+    server.allow_node_access("monitor", "get", "pods");
     server.allow_node_access(
         "system:serviceaccount:kube-system:metrics-server",
         "get",
@@ -243,12 +247,13 @@ async fn webhook_authentication_and_authorization() {
         .unwrap();
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("node_cpu_usage_seconds_total"), "{body}");
-    // `/pods`, and a pod's timeline like the other debug views, are nodes/proxy.
-    for path in [
-        "/pods",
-        "/debug/pods/default/x/timeline",
-        "/debug/koord/metrics?kind=node_cpu_usage",
-        "/debug/census",
+    // `/pods` is nodes/pods, then nodes/proxy; a pod's timeline, like the other debug
+    // views, is nodes/proxy.
+    for (path, subs) in [
+        ("/pods", "[pods proxy]"),
+        ("/debug/pods/default/x/timeline", "[proxy]"),
+        ("/debug/koord/metrics?kind=node_cpu_usage", "[proxy]"),
+        ("/debug/census", "[proxy]"),
     ] {
         let (code, body) = client
             .request("GET", path, &bearer("token-of-ms"))
@@ -258,11 +263,34 @@ async fn webhook_authentication_and_authorization() {
             (code, body.as_str()),
             (
                 403,
-                "Forbidden (user=system:serviceaccount:kube-system:metrics-server, verb=get, resource=nodes, subresource=proxy)"
+                format!("Forbidden (user=system:serviceaccount:kube-system:metrics-server, verb=get, resource=nodes, subresource(s)={subs})\n").as_str()
             ),
             "{path}"
         );
     }
+    let (code, body) = client
+        .request("GET", "/pods", &bearer("token-of-mon"))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "nodes/pods reads /pods: {body}");
+    assert!(body.contains("\"kind\":\"PodList\""), "{body}");
+    for path in [
+        "/exec/default/x/main?command=ls",
+        "/debug/census",
+        "/configz",
+    ] {
+        let (code, _) = client
+            .request("GET", path, &bearer("token-of-mon"))
+            .await
+            .unwrap();
+        assert_eq!(code, 403, "nodes/pods alone does not open {path}");
+    }
+    // nodes/proxy opens /pods too (kubelet's fall-back).
+    let (code, body) = client
+        .request("GET", "/pods", &bearer("token-of-bob"))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "nodes/proxy reads /pods: {body}");
     let (code, _) = client
         .request("GET", "/stats/summary", &bearer("token-of-bob"))
         .await
@@ -304,7 +332,7 @@ async fn webhook_authentication_and_authorization() {
         (code, body.as_str()),
         (
             403,
-            "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource=stats)"
+            "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[stats])\n"
         )
     );
     // Cached: the same token and attributes again ask the apiserver nothing more.

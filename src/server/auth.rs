@@ -9,10 +9,14 @@
 //!    apiserver did not answer for) are a 401 even with anonymous auth on (kubelet's
 //!    fail-on-error union); no credentials with anonymous auth off are too.
 //! 2. **Authorization.** The request becomes kubelet's attributes: the verb from the
-//!    method, resource `nodes`, the node's name, and a subresource from the path
-//!    (`stats`, `metrics`, `log`, `spec`, `checkpoint`, else `proxy`). `AlwaysAllow`
-//!    allows it; `Webhook` asks the apiserver with a SubjectAccessReview. A refusal is
-//!    kubelet's 403 `Forbidden (user=…, verb=…, resource=nodes, subresource=…)`.
+//!    method, resource `nodes`, the node's name, and subresources from the path, as
+//!    kubelet 1.36 lists them (KubeletFineGrainedAuthz, GA): `pods` for `/pods` and
+//!    `/runningpods`, `healthz`, `configz` and `statusz` for theirs, each followed by
+//!    the coarse one (`stats`, `metrics`, `log`, `spec`, `checkpoint`, else `proxy`).
+//!    `AlwaysAllow` allows it; `Webhook` asks the apiserver with a SubjectAccessReview
+//!    for each in turn until one is allowed, so an account allowed `nodes/pods` reads
+//!    `/pods` without `nodes/proxy`. A refusal is kubelet's 403 `Forbidden (user=…,
+//!    verb=…, resource=nodes, subresource(s)=[pods proxy])`.
 //!
 //! Webhook answers are cached as kubelet caches them (TokenReviews, authenticated or
 //! not, for `cacheTTL`; allowed reviews for `cacheAuthorizedTTL`, denied ones for
@@ -218,8 +222,26 @@ pub(crate) fn verb_of(method: &Method) -> &'static str {
     }
 }
 
-/// kubelet's subresource for a path: the stats, metrics, logs, spec and checkpoint
-/// trees have their own; everything else (exec, pods, containerLogs…) is `proxy`.
+/// kubelet 1.36's subresources for a path, the fine-grained one (if any) first, then
+/// the coarse one it falls back to (`GetRequestAttributes`).
+pub(crate) fn subresources_of(path: &str) -> Vec<&'static str> {
+    let under = |base: &str| {
+        path.strip_prefix(base)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    let fine = match () {
+        () if under("/pods") || under("/runningpods") => Some("pods"),
+        () if under("/healthz") => Some("healthz"),
+        () if under("/configz") => Some("configz"),
+        () if under("/statusz") => Some("statusz"),
+        () => None,
+    };
+    fine.into_iter().chain([subresource_of(path)]).collect()
+}
+
+/// kubelet's coarse subresource for a path: the stats, metrics, logs, spec and
+/// checkpoint trees have their own; everything else (exec, pods, containerLogs…) is
+/// `proxy`.
 pub(crate) fn subresource_of(path: &str) -> &'static str {
     let under = |base: &str| {
         path.strip_prefix(base)
@@ -276,40 +298,41 @@ pub(crate) async fn check(State(auth): State<Arc<Auth>>, req: Request, next: Nex
     {
         conn.slot.authenticated(&user.name);
     }
-    let attrs = Attributes {
+    let subresources = subresources_of(&path);
+    let mut attrs = Attributes {
         verb: verb_of(req.method()),
-        subresource: subresource_of(&path),
+        subresource: subresources[0],
         node: auth.node_name.clone(),
         user,
     };
-    let said = |what: &str| {
-        format!(
-            "{what} (user={}, verb={}, resource=nodes, subresource={})",
-            attrs.user.name, attrs.verb, attrs.subresource
-        )
-    };
-    match auth.authorize(&attrs).await {
-        Ok(true) => next.run(req).await,
-        Ok(false) => {
-            let msg = said("Forbidden");
-            tracing::info!(
-                user = attrs.user.name,
-                verb = attrs.verb,
-                subresource = attrs.subresource,
-                path,
-                "refused a request to the kubelet API: the authorizer said no"
-            );
-            (StatusCode::FORBIDDEN, msg).into_response()
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, cause = %source_of(&e), user = attrs.user.name, "authorization error");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                said("Authorization error"),
-            )
-                .into_response()
+    for subresource in &subresources {
+        attrs.subresource = subresource;
+        match auth.authorize(&attrs).await {
+            Ok(true) => return next.run(req).await,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, cause = %source_of(&e), user = attrs.user.name, subresource, "authorization error");
+                let msg = format!(
+                    "Authorization error (user={}, verb={}, resource=nodes, subresource={subresource})",
+                    attrs.user.name, attrs.verb
+                );
+                return (StatusCode::INTERNAL_SERVER_ERROR, msg).into_response();
+            }
         }
     }
+    let listed = format!("[{}]", subresources.join(" "));
+    tracing::info!(
+        user = attrs.user.name,
+        verb = attrs.verb,
+        subresources = %listed,
+        path,
+        "refused a request to the kubelet API: the authorizer allowed none of its subresources"
+    );
+    let msg = format!(
+        "Forbidden (user={}, verb={}, resource=nodes, subresource(s)={listed})\n",
+        attrs.user.name, attrs.verb
+    );
+    (StatusCode::FORBIDDEN, msg).into_response()
 }
 
 /// A webhook client with its answer cache.
@@ -457,6 +480,21 @@ mod tests {
             ("/debug/census", "proxy"),
         ] {
             assert_eq!(subresource_of(path), sub, "{path}");
+        }
+        // kubelet 1.36's fine-grained ones come first, the coarse one after.
+        for (path, subs) in [
+            ("/pods", &["pods", "proxy"][..]),
+            ("/pods/", &["pods", "proxy"]),
+            ("/runningpods/", &["pods", "proxy"]),
+            ("/healthz", &["healthz", "proxy"]),
+            ("/healthz/syncloop", &["healthz", "proxy"]),
+            ("/configz", &["configz", "proxy"]),
+            ("/statusz", &["statusz", "proxy"]),
+            ("/podsx", &["proxy"]),
+            ("/stats/summary", &["stats"]),
+            ("/exec/ns/pod/c", &["proxy"]),
+        ] {
+            assert_eq!(subresources_of(path), subs, "{path}");
         }
     }
 

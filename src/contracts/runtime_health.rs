@@ -43,10 +43,7 @@ impl RuntimeHealth {
     /// Stores why the runtime's network is not ready (None: ready); true when that
     /// changed.
     pub(crate) fn set_network_error(&self, error: Option<String>) -> bool {
-        let mut held = self.network.write_locked();
-        let changed = *held != error;
-        *held = error;
-        changed
+        replace(&self.network, error)
     }
 
     /// kubelet's `networkErrors`: why pods off the host network cannot start, and why
@@ -68,10 +65,7 @@ impl RuntimeHealth {
 
     /// Stores the handlers of the last status; true when they changed.
     pub(crate) fn set_handlers(&self, handlers: Vec<RuntimeHandlerFeatures>) -> bool {
-        let mut held = self.handlers.write_locked();
-        let changed = *held != handlers;
-        *held = handlers;
-        changed
+        replace(&self.handlers, handlers)
     }
 
     /// The handlers the runtime listed (none from runtimes older than CRI 1.30's
@@ -89,4 +83,12 @@ impl RuntimeHealth {
             .find(|h| h.name == name)
             .cloned()
     }
+}
+
+/// Stores `value` in `slot`; true when it differs from what was there.
+fn replace<T: PartialEq>(slot: &RwLock<T>, value: T) -> bool {
+    let mut held = slot.write_locked();
+    let changed = *held != value;
+    *held = value;
+    changed
 }

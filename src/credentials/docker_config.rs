@@ -17,6 +17,28 @@ pub(crate) struct Credential {
     pub password: String,
 }
 
+/// Where a login came from. kubelet's pull records (`imagePullCredentialsVerificationPolicy`)
+/// keep it: an image pulled with a pod's secret is that secret's, one pulled with the
+/// node's own logins is every pod's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LoginSource {
+    /// One of a pod's `imagePullSecrets`.
+    Secret {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+    /// The node's own logins (its docker config files).
+    Node,
+}
+
+/// A login and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Login {
+    pub credential: Credential,
+    pub source: LoginSource,
+}
+
 impl std::fmt::Debug for Credential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Credential")

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::docker_config::{Credential, DockerConfig};
+use super::docker_config::{DockerConfig, Login, LoginSource};
 
 /// The key Docker Hub's credentials are filed under (`https://index.docker.io/v1/`).
 const DOCKER_HUB_KEY: &str = "index.docker.io";
@@ -13,29 +13,33 @@ const DOCKER_HUB_KEY: &str = "index.docker.io";
 /// sorted, so `quay.io/coreos` is tried before `quay.io`.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Keyring {
-    creds: BTreeMap<String, Vec<Credential>>,
+    creds: BTreeMap<String, Vec<Login>>,
 }
 
 impl Keyring {
     /// Files every entry of `cfg` under its key: scheme dropped, a `/v1/` or `/v2/`
     /// path counted as the bare host (docker's `ResolveAuthConfig` does the same).
-    pub(crate) fn add(&mut self, cfg: &DockerConfig) {
+    /// Each login remembers `source`, for the image pull records.
+    pub(crate) fn add(&mut self, cfg: &DockerConfig, source: &LoginSource) {
         for (location, cred) in cfg {
             let Some(key) = key_of(location) else {
                 continue;
             };
-            self.creds.entry(key).or_default().push(cred.clone());
+            self.creds.entry(key).or_default().push(Login {
+                credential: cred.clone(),
+                source: source.clone(),
+            });
         }
     }
 
     /// Every credential whose key matches `repository` (a normalized repository, as
     /// `crate::pod::image_repository` gives it), most specific key first; Docker Hub's
     /// own key serves Docker Hub images when nothing else matched.
-    pub(crate) fn lookup(&self, repository: &str) -> Vec<Credential> {
+    pub(crate) fn lookup(&self, repository: &str) -> Vec<Login> {
         let Some(target) = Url::parse(repository) else {
             return Vec::new();
         };
-        let found: Vec<Credential> = self
+        let found: Vec<Login> = self
             .creds
             .iter()
             .rev()
@@ -197,6 +201,7 @@ fn class_match(class: &[u8], c: u8) -> Option<(bool, &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::credentials::Credential;
 
     fn cred(u: &str) -> Credential {
         Credential {
@@ -211,12 +216,15 @@ mod tests {
             .iter()
             .map(|(loc, u)| (loc.to_string(), cred(u)))
             .collect();
-        k.add(&cfg);
+        k.add(&cfg, &LoginSource::Node);
         k
     }
 
     fn users(k: &Keyring, repo: &str) -> Vec<String> {
-        k.lookup(repo).into_iter().map(|c| c.username).collect()
+        k.lookup(repo)
+            .into_iter()
+            .map(|l| l.credential.username)
+            .collect()
     }
 
     #[test]
@@ -297,6 +305,7 @@ mod tests {
             &[("https://reg.io".to_string(), cred("second"))]
                 .into_iter()
                 .collect(),
+            &LoginSource::Node,
         );
         assert_eq!(users(&k, "reg.io/x"), ["first", "second"]);
     }

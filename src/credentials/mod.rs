@@ -10,7 +10,7 @@ mod node;
 
 use k8s_openapi::api::core::v1::Secret;
 
-pub(crate) use docker_config::{Credential, DockerConfigError};
+pub(crate) use docker_config::{Credential, DockerConfigError, Login, LoginSource};
 pub(crate) use keyring::Keyring;
 pub(crate) use node::NodeKeyring;
 
@@ -50,14 +50,19 @@ pub(crate) fn keyring_from_secrets(secrets: &[&Secret]) -> Result<Keyring, Docke
             },
             _ => continue,
         };
-        keyring.add(&cfg);
+        let source = LoginSource::Secret {
+            namespace: s.metadata.namespace.clone().unwrap_or_default(),
+            name: s.metadata.name.clone().unwrap_or_default(),
+            uid: s.metadata.uid.clone().unwrap_or_default(),
+        };
+        keyring.add(&cfg, &source);
     }
     Ok(keyring)
 }
 
 /// The logins to try for `repository`: the pod's matches, then the node's (kubelet's
 /// union keyring).
-pub(crate) fn lookup(pod: &Keyring, node: &Keyring, repository: &str) -> Vec<Credential> {
+pub(crate) fn lookup(pod: &Keyring, node: &Keyring, repository: &str) -> Vec<Login> {
     let mut found = pod.lookup(repository);
     found.extend(node.lookup(repository));
     found
@@ -82,8 +87,8 @@ mod tests {
         }
     }
 
-    fn users(v: Vec<Credential>) -> Vec<String> {
-        v.into_iter().map(|c| c.username).collect()
+    fn users(v: Vec<Login>) -> Vec<String> {
+        v.into_iter().map(|l| l.credential.username).collect()
     }
 
     #[test]
@@ -145,7 +150,17 @@ mod tests {
             r#"{"reg.io/x":{"username":"node","password":"p"}}"#,
         )])
         .unwrap();
-        assert_eq!(users(lookup(&pod, &node, "reg.io/x/y")), ["pod", "node"]);
+        let found = lookup(&pod, &node, "reg.io/x/y");
+        assert_eq!(
+            found[0].source,
+            LoginSource::Secret {
+                namespace: "ns".into(),
+                name: "a".into(),
+                uid: String::new()
+            },
+            "each login says which secret it came from"
+        );
+        assert_eq!(users(found), ["pod", "node"]);
         assert_eq!(
             users(lookup(&pod, &Keyring::default(), "other.io/x")),
             Vec::<String>::new()

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
+use super::docker_config::LoginSource;
 use super::docker_config::{self, DockerConfig, DockerConfigError, MAX_CONFIG_BYTES};
 use super::keyring::Keyring;
 use crate::locks::Locked as _;
@@ -71,7 +72,7 @@ impl NodeKeyring {
         }
         let mut keyring = Keyring::default();
         if let Some(cfg) = self.read() {
-            keyring.add(&cfg);
+            keyring.add(&cfg, &LoginSource::Node);
         }
         let keyring = Arc::new(keyring);
         *self.cached.locked() = Some((Instant::now(), keyring.clone()));
@@ -127,7 +128,10 @@ mod tests {
     use super::*;
 
     fn users(k: &Keyring, repo: &str) -> Vec<String> {
-        k.lookup(repo).into_iter().map(|c| c.username).collect()
+        k.lookup(repo)
+            .into_iter()
+            .map(|l| l.credential.username)
+            .collect()
     }
 
     #[test]

@@ -258,7 +258,7 @@ impl ImagePuller {
         let mut refusals = Vec::new();
         for login in &logins {
             match cri
-                .pull_image(image, Some(auth_config(login)), sandbox())
+                .pull_image(image, Some(auth_config(&login.credential)), sandbox())
                 .await
             {
                 Ok(r) => return Ok(r),

@@ -1,5 +1,6 @@
 //! FNV-1a hashes, the ones kubelet uses: 128-bit for static pod UIDs, 32-bit for
 //! container spec hashes. Deterministic across runs and machines (unlike std's SipHash).
+//! And SHA-256 in hex, where kubelet names files or keeps a login by it.
 
 const FNV32_OFFSET: u32 = 0x811c_9dc5;
 const FNV32_PRIME: u32 = 0x0100_0193;
@@ -51,9 +52,28 @@ impl Fnv128a {
     }
 }
 
+/// The SHA-256 of `bytes` as 64 lower-case hex digits.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = String::with_capacity(64);
+    for b in digest.as_ref() {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sha256_hex_known_vector() {
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
 
     #[test]
     fn fnv32a_known_vectors() {

@@ -40,6 +40,7 @@ mod percent;
 mod pleg;
 mod pod;
 mod podenv;
+mod private_file;
 mod prober;
 mod quantity;
 mod rlimit;

@@ -26,6 +26,7 @@ const FLOORS: &[&[&str]] = &[
         "tls",
         "rlimit",
         "heap",
+        "private_file",
         "tasks",
         "census",
         "pod",

@@ -180,15 +180,7 @@ fn cluster_pod(name: &str, image: &str, secrets: &[&str]) -> Pod {
 
 /// Waits until an event about `pod` has `reason` and `message` contains `text`.
 async fn wait_event(ox: &Oxlet, api: &TestApiServer, pod: &str, reason: &str, text: &str) -> Event {
-    ox.poll(&format!("{reason} event for {pod}"), WAIT, || {
-        let events = api.list::<Event>(Some("default")).ok()?;
-        events.into_iter().find(|e| {
-            e.involved_object.name.as_deref() == Some(pod)
-                && e.reason.as_deref() == Some(reason)
-                && e.message.as_deref().is_some_and(|m| m.contains(text))
-        })
-    })
-    .await
+    wait_event_in(ox, api, "default", pod, reason, text).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -287,6 +279,194 @@ async fn cluster_pods_pull_with_their_image_pull_secrets() {
         .await;
     assert!(
         !ox.log().contains(&right.password),
+        "a password reached the log"
+    );
+}
+
+/// A pod in `namespace` with pull policy `policy` and these pull secrets.
+fn pod_in(namespace: &str, name: &str, image: &str, policy: &str, secrets: &[&str]) -> Pod {
+    let mut p = cluster_pod(name, image, secrets);
+    p.metadata.namespace = Some(namespace.into());
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.image_pull_policy = Some(policy.into());
+    p
+}
+
+/// Waits for an event about `pod` in `namespace` with `reason` whose message contains
+/// `text`; returns it.
+async fn wait_event_in(
+    ox: &Oxlet,
+    api: &TestApiServer,
+    namespace: &str,
+    pod: &str,
+    reason: &str,
+    text: &str,
+) -> Event {
+    ox.poll(
+        &format!("{reason} event for {namespace}/{pod}"),
+        WAIT,
+        || {
+            let events = api.list::<Event>(Some(namespace)).ok()?;
+            events.into_iter().find(|e| {
+                e.involved_object.name.as_deref() == Some(pod)
+                    && e.reason.as_deref() == Some(reason)
+                    && e.message.as_deref().is_some_and(|m| m.contains(text))
+            })
+        },
+    )
+    .await
+}
+
+/// kubelet's `imagePullCredentialsVerificationPolicy`: a private image pulled with one
+/// namespace's secret is not another namespace's to use from the node's cache, under
+/// AlwaysVerify and under the default (it was the agent that pulled it); a secret with
+/// the same login is; Never says "not present"; the records survive a restart; and
+/// under NeverVerify any pod takes what is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn present_private_images_are_only_for_pods_whose_credentials_pulled_them() {
+    let bed = Testbed::start().await;
+    let private = Registry::start(&bed, Some(alice()), &["team/busybox:1"]).await;
+    let image = private.image("team/busybox:1");
+    let dir = tempfile::tempdir().unwrap();
+    let api = TestApiServer::start(dir.path()).await.unwrap();
+    let login = docker_config_json(private.host(), &alice());
+    for (namespace, name) in [("team-a", "regcred"), ("team-c", "copy")] {
+        let mut s = pull_secret(
+            name,
+            "kubernetes.io/dockerconfigjson",
+            ".dockerconfigjson",
+            &login,
+        );
+        s.metadata.namespace = Some(namespace.into());
+        api.put(&s).unwrap();
+    }
+    let config = |policy: &str| {
+        let file = bed.base_dir().join(format!("kubelet-{policy}.yaml"));
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 imagePullCredentialsVerificationPolicy: {policy}\n"
+            ),
+        )
+        .unwrap();
+        format!("--config={}", file.display())
+    };
+    let kubeconfig = format!("--kubeconfig={}", api.kubeconfig().display());
+    let mut ox = Oxlet::new(&bed);
+    ox.spawn(&[&kubeconfig, "--sync-frequency=1s", &config("AlwaysVerify")]);
+
+    // The owner pulls it with its namespace's secret.
+    api.put(&pod_in(
+        "team-a",
+        "owner",
+        &image,
+        "IfNotPresent",
+        &["regcred"],
+    ))
+    .unwrap();
+    ox.wait_api_running("owner", WAIT).await;
+    wait_event_in(
+        &ox,
+        &api,
+        "team-a",
+        "owner",
+        "Pulled",
+        "Successfully pulled image",
+    )
+    .await;
+    let pulled_dir = ox.root.join("image_manager/pulled");
+    let record = std::fs::read_dir(&pulled_dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        text.contains("\"kind\":\"ImagePulledRecord\"") && text.contains("\"name\":\"regcred\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&alice().password),
+        "a password reached the pull record"
+    );
+
+    // Another namespace without a secret: the image is there, but the pod must pull it
+    // with its own credentials, and has none. With Never it is "not present".
+    api.put(&pod_in("team-b", "intruder", &image, "IfNotPresent", &[]))
+        .unwrap();
+    api.put(&pod_in("team-b", "never", &image, "Never", &[]))
+        .unwrap();
+    let w = wait_waiting(&ox, "intruder", "ErrImagePull").await;
+    assert!(
+        w.message
+            .unwrap_or_default()
+            .starts_with("Failed to pull image")
+    );
+    let w = wait_waiting(&ox, "never", "ErrImageNeverPull").await;
+    assert_eq!(
+        w.message.as_deref(),
+        Some(
+            format!("Container image {image:?} is not present with pull policy of Never").as_str()
+        )
+    );
+    // A secret of its own with the same login: known, so no pull.
+    api.put(&pod_in(
+        "team-c",
+        "sibling",
+        &image,
+        "IfNotPresent",
+        &["copy"],
+    ))
+    .unwrap();
+    ox.wait_api_running("sibling", WAIT).await;
+    wait_event_in(
+        &ox,
+        &api,
+        "team-c",
+        "sibling",
+        "Pulled",
+        "already present on machine and can be accessed by the pod",
+    )
+    .await;
+
+    // The default policy after a restart: the records say the agent pulled it, so the
+    // intruder is still refused (a new refusal, said by the new process).
+    let refusal = "image present but this pod's pull credentials must be verified first";
+    let intruder_refusals = |log: &str| {
+        log.lines()
+            .filter(|l| {
+                l.contains(refusal)
+                    && l.contains("intruder")
+                    && l.contains("NeverVerifyPreloadedImages")
+            })
+            .count()
+    };
+    assert_eq!(intruder_refusals(&ox.log()), 0);
+    ox.sigterm();
+    ox.spawn(&[&kubeconfig, "--sync-frequency=1s"]);
+    ox.poll(
+        "the intruder refused under the default policy",
+        WAIT,
+        || (intruder_refusals(&ox.log()) > 0).then_some(()),
+    )
+    .await;
+
+    // NeverVerify: any pod takes what the node has.
+    ox.sigterm();
+    ox.spawn(&[&kubeconfig, "--sync-frequency=1s", &config("NeverVerify")]);
+    ox.wait_api_running("intruder", Duration::from_secs(60))
+        .await;
+    ox.wait_api_running("never", WAIT).await;
+    let log = ox.log();
+    assert!(
+        log.contains("image present but this pod's pull credentials must be verified first"),
+        "{}",
+        tail(&log, 40)
+    );
+    assert!(
+        !log.contains(&alice().password),
         "a password reached the log"
     );
 }

@@ -101,12 +101,23 @@ pub(super) fn spawn_image_gc(
     use crate::kuberuntime::DeadContainers;
     use crate::syncloop::Lifecycle;
     let runtime = sync_loop.runtime.clone();
-    let images = Arc::new(ImageGcManager::new(
+    let mut gc = ImageGcManager::new(
         Arc::new(rt.cri.clone()),
         opts.image_gc,
         events.clone(),
         &opts.node_name,
-    ));
+    );
+    if let Some(records) = runtime.pull_records() {
+        // Intents a crash left become records once the runtime says what it has.
+        let (cri, r) = (rt.cri.clone(), records.clone());
+        tasks.spawn_pass("pull-records", async move {
+            let images = cri.list_images().await?;
+            r.recover_intents(&images);
+            Ok(())
+        });
+        gc = gc.with_pull_records(records);
+    }
+    let images = Arc::new(gc);
     if images.policy().periodic_gc_enabled() {
         let m = images.clone();
         tasks.spawn_restarting("image-gc", Backoff::default(), move |cancel| {

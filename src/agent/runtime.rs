@@ -222,6 +222,15 @@ pub(super) fn manager(
     inputs: ManagerInputs<'_>,
 ) -> anyhow::Result<Arc<RuntimeManager>> {
     let pulls = PullLimit::from_settings(opts.serialize_image_pulls, opts.max_parallel_image_pulls);
+    let pull_records =
+        crate::images::PullRecords::open(&opts.root_dir, opts.pull_verification.clone()).map_err(
+            |e| {
+                anyhow::anyhow!(
+                    "open the image pull records in {}: {e}",
+                    opts.root_dir.join("image_manager").display()
+                )
+            },
+        )?;
     let ids_per_pod = opts
         .userns_ids_per_pod
         .unwrap_or(crate::kuberuntime::USERNS_IDS_PER_POD);
@@ -248,6 +257,7 @@ pub(super) fn manager(
     )
     .with_events(inputs.events.clone())
     .with_image_pulls(pulls, crate::credentials::NodeKeyring::new(&opts.root_dir))
+    .with_pull_records(Arc::new(pull_records))
     .with_log_symlinks(opts.container_log_symlink_dir.clone())
     .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
     .with_objects(inputs.objects)

@@ -39,6 +39,27 @@ pub(crate) struct Login {
     pub source: LoginSource,
 }
 
+impl Credential {
+    /// The hex SHA-256 of the login as kubelet hashes it (its `AuthConfig` as JSON,
+    /// empty fields left out): pull records keep it, never the login.
+    pub(crate) fn hash(&self) -> String {
+        /// Go's field order (a JSON object's keys are hashed as written).
+        #[derive(serde::Serialize)]
+        struct AuthConfig<'a> {
+            #[serde(skip_serializing_if = "str::is_empty")]
+            username: &'a str,
+            #[serde(skip_serializing_if = "str::is_empty")]
+            password: &'a str,
+        }
+        let json = serde_json::to_vec(&AuthConfig {
+            username: &self.username,
+            password: &self.password,
+        })
+        .expect("two strings");
+        crate::hash::sha256_hex(&json)
+    }
+}
+
 impl std::fmt::Debug for Credential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Credential")

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tracing::{debug, info, warn};
 
+use super::pull_records::PullRecords;
 use crate::contracts::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
 use crate::cri::Cri;
 use crate::cri::CriError;
@@ -152,6 +153,8 @@ pub(crate) struct ImageGcManager {
     began: Instant,
     events: EventRecorder,
     node: ObjectRef,
+    /// Records of images gone are pruned after each run.
+    pull_records: Option<Arc<PullRecords>>,
 }
 
 impl ImageGcManager {
@@ -168,7 +171,15 @@ impl ImageGcManager {
             began: Instant::now(),
             events,
             node: ObjectRef::node(node_name),
+            pull_records: None,
         }
+    }
+
+    /// Prunes the pull records of removed images after each run (kubelet's
+    /// `PruneUnknownRecords`).
+    pub(crate) fn with_pull_records(mut self, records: Arc<PullRecords>) -> Self {
+        self.pull_records = Some(records);
+        self
     }
 
     pub(crate) fn policy(&self) -> Policy {
@@ -371,6 +382,26 @@ impl ImageGcManager {
 
     /// One periodic run (kubelet's `GarbageCollect`).
     pub(crate) async fn garbage_collect(&self) -> Result<Freed, ImageGcError> {
+        let began = jiff::Timestamp::now();
+        let freed = self.collect_images().await;
+        if let Some(records) = &self.pull_records {
+            // Whatever the run freed, records of images no longer there go; one of an
+            // image pulled since the run began stays.
+            if let Ok(images) = self.cri.list_images().await {
+                let present = images.into_iter().map(|i| i.id).collect();
+                let pruned = records.prune(&present, began);
+                if pruned > 0 {
+                    debug!(
+                        pruned,
+                        "image GC: removed the pull records of images no longer present"
+                    );
+                }
+            }
+        }
+        freed
+    }
+
+    async fn collect_images(&self) -> Result<Freed, ImageGcError> {
         let now = Instant::now();
         let mut freed = Freed::default();
         let candidates = self.eviction_order(now).await?;

@@ -13,13 +13,15 @@ use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
-use crate::credentials::{self, Credential, NodeKeyring};
+use crate::credentials::{self, Credential, Login, LoginSource, NodeKeyring};
 use crate::cri::Cri;
 use crate::cri::CriError;
 use crate::duration::format_go_duration;
 use crate::events::EventType::{Normal, Warning};
 use crate::events::{EventRecorder, ObjectRef, reason};
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
+
+use super::pull_records::{Access, PullCredentials, PullRecords, SecretCoordinates};
 
 /// How soon a pod whose pull failed is synced again: kubelet's pod worker retries a
 /// failed sync after its 10 s `backOffPeriod`, whatever the image back-off, so a
@@ -66,6 +68,9 @@ pub(crate) struct ImagePuller {
     events: EventRecorder,
     /// The node's own registry logins (its docker config files).
     node_keyring: Arc<NodeKeyring>,
+    /// Which credentials pulled each image, and the policy that checks them; None:
+    /// any pod may use any present image (no records are kept).
+    records: Option<Arc<PullRecords>>,
 }
 
 impl Default for ImagePuller {
@@ -93,7 +98,15 @@ impl ImagePuller {
             backoff: Backoff::default(),
             events: EventRecorder::log_only(),
             node_keyring: Arc::new(NodeKeyring::empty()),
+            records: None,
         }
+    }
+
+    /// Keeps pull records and checks a pod's credentials before it uses a present
+    /// image (`imagePullCredentialsVerificationPolicy`).
+    pub(crate) fn with_pull_records(mut self, records: Arc<PullRecords>) -> Self {
+        self.records = Some(records);
+        self
     }
 
     /// Where the node's registry logins are read (kubelet's docker config search path).
@@ -134,10 +147,10 @@ impl ImagePuller {
         let uid = pod_uid(pod);
         let obj = ObjectRef::container(pod, &c.name);
         let event = |kind, reason, msg: &str| self.events.event(&obj, kind, reason, msg);
-        let err = |reason, message: String, retry_after| ImageError {
+        let err = |reason, message: String| ImageError {
             reason,
             message,
-            retry_after,
+            retry_after: None,
         };
         if let Err(e) = crate::pod::check_image_ref(image) {
             let msg = format!("Failed to apply default image tag {image:?}: {e}");
@@ -145,7 +158,7 @@ impl ImagePuller {
             event(Warning, reason::INSPECT_FAILED, &msg);
             // kubelet's startContainer adds `Error: <err>` for every EnsureImageExists failure.
             event(Warning, reason::FAILED, "Error: InvalidImageName");
-            return Err(err(WaitingReason::InvalidImageName, msg, None));
+            return Err(err(WaitingReason::InvalidImageName, msg));
         }
         let policy = ImagePullPolicy::of(c);
         let present = match cri.image_status(image).await {
@@ -155,36 +168,117 @@ impl ImagePuller {
                 warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, message = %msg, "cannot inspect image");
                 event(Warning, reason::INSPECT_FAILED, &msg);
                 event(Warning, reason::FAILED, "Error: ImageInspectError");
-                return Err(err(WaitingReason::ImageInspectError, msg, None));
+                return Err(err(WaitingReason::ImageInspectError, msg));
             }
         };
+        // kubelet says the same whether the image is absent or present but not this
+        // pod's to use: a pod must not learn that another pod's private image is here.
+        let never_pull = || {
+            let msg = format!("Container image {image:?} is not present with pull policy of Never");
+            warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
+            event(Warning, reason::ERR_IMAGE_NEVER_PULL, &msg);
+            event(Warning, reason::FAILED, "Error: ErrImageNeverPull");
+            err(WaitingReason::ErrImageNeverPull, msg)
+        };
         match (policy, present) {
-            (ImagePullPolicy::Never, None) => {
-                let msg =
-                    format!("Container image {image:?} is not present with pull policy of Never");
-                warn!(pod = %pod_ref, podUID = %uid, container = %c.name, image, "{msg}");
-                event(Warning, reason::ERR_IMAGE_NEVER_PULL, &msg);
-                event(Warning, reason::FAILED, "Error: ErrImageNeverPull");
-                return Err(err(WaitingReason::ErrImageNeverPull, msg, None));
-            }
+            (ImagePullPolicy::Never, None) => return Err(never_pull()),
             (ImagePullPolicy::Never | ImagePullPolicy::IfNotPresent, Some(img)) => {
-                let msg = format!("Container image {image:?} already present on machine");
-                event(Normal, reason::PULLED, &msg);
-                return Ok(img.id);
+                match self.present_access(pod, image, &img.id, pull_secrets) {
+                    Ok(msg) => {
+                        event(Normal, reason::PULLED, &msg);
+                        return Ok(img.id);
+                    }
+                    Err(cause) => {
+                        info!(pod = %pod_ref, podUID = %uid, container = %c.name, image, imageRef = %img.id, policy = self.verify_policy(), cause, "image present but this pod's pull credentials must be verified first: pulling it with them");
+                        if policy == ImagePullPolicy::Never {
+                            return Err(never_pull());
+                        }
+                    }
+                }
             }
             _ => {}
         }
+        self.pull_image(cri, pod, c, sandbox_config, pull_secrets)
+            .await
+    }
+
+    /// The name of the credential verification policy in force, for the log.
+    fn verify_policy(&self) -> &'static str {
+        self.records
+            .as_ref()
+            .map_or("NeverVerify", |r| r.policy().name())
+    }
+
+    /// Whether the pod may use the present `image` without pulling it (kubelet's
+    /// `MustAttemptImagePull` with the pod's matching pull secrets): `Ok` with the
+    /// Pulled event's message, or `Err` with why it must pull.
+    fn present_access(
+        &self,
+        pod: &Pod,
+        image: &str,
+        image_ref: &str,
+        pull_secrets: &[&Secret],
+    ) -> Result<String, &'static str> {
+        let Some(records) = &self.records else {
+            return Ok(format!(
+                "Container image {image:?} already present on machine"
+            ));
+        };
+        // A pull secret that does not parse gives no coordinates; the pull then fails
+        // with its reason, as kubelet's keyring does.
+        let secrets: Vec<SecretCoordinates> = self
+            .logins(image, pull_secrets)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|l| match &l.source {
+                LoginSource::Secret {
+                    namespace,
+                    name,
+                    uid,
+                } => Some(SecretCoordinates {
+                    uid: uid.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    credential_hash: l.credential.hash(),
+                }),
+                LoginSource::Node => None,
+            })
+            .collect();
+        let access = records.access(image, image_ref, &secrets, None);
+        debug!(pod = %pod_ref(pod), image, imageRef = image_ref, access = ?access, "image pull credentials checked");
+        match access {
+            Access::MustPull(cause) => Err(cause),
+            _ => Ok(format!(
+                "Container image {image:?} already present on machine and can be accessed by the pod"
+            )),
+        }
+    }
+
+    /// The pull itself, within the back-off and the pull limit, with its events and
+    /// its pull record (kubelet's `pullImage`).
+    async fn pull_image(
+        &self,
+        cri: &dyn Cri,
+        pod: &Pod,
+        c: &Container,
+        sandbox_config: &cri::PodSandboxConfig,
+        pull_secrets: &[&Secret],
+    ) -> Result<String, ImageError> {
+        let image = c.image.as_deref().unwrap_or("");
+        let (pod_ref, uid) = (pod_ref(pod), pod_uid(pod));
+        let obj = ObjectRef::container(pod, &c.name);
+        let event = |kind, reason, msg: &str| self.events.event(&obj, kind, reason, msg);
         let key = format!("{uid}_{image}");
         // Counted from the failed pull, not from now: from now it would never end.
         if let Some(left) = self.backoff.remaining_since_update(&key) {
             let msg = format!("Back-off pulling image {image:?}");
             event(Normal, reason::BACK_OFF, &msg);
             event(Warning, reason::FAILED, "Error: ImagePullBackOff");
-            return Err(err(
-                WaitingReason::ImagePullBackOff,
-                msg,
-                Some(left.min(RETRY_PERIOD)),
-            ));
+            return Err(ImageError {
+                reason: WaitingReason::ImagePullBackOff,
+                message: msg,
+                retry_after: Some(left.min(RETRY_PERIOD)),
+            });
         }
         let asked = tokio::time::Instant::now();
         // Waiting for a slot is cancelled with the sync, like the pull itself.
@@ -194,13 +288,20 @@ impl ImagePuller {
         };
         let started = tokio::time::Instant::now();
         event(Normal, reason::PULLING, &format!("Pulling image {image:?}"));
+        let intent = self.records.as_ref().map(|r| (r, r.record_intent(image)));
+        if let Some((_, Err(e))) = &intent {
+            warn!(image, error = %e, "failed to record image pull intent");
+        }
         crate::metrics::pull_started(uid);
         let pulled = self
             .pull(cri, pod, image, pull_secrets, sandbox_config)
             .await;
         crate::metrics::pull_finished(uid);
         match pulled {
-            Ok(image_ref) => {
+            Ok((image_ref, login)) => {
+                if let Some((records, Ok(()))) = intent {
+                    records.record_pulled(image, &image_ref, Some(&credentials_of(login.as_ref())));
+                }
                 let pulled = started.elapsed();
                 let size = match cri.image_status(&image_ref).await {
                     Ok(Some(i)) => i.size,
@@ -217,6 +318,9 @@ impl ImagePuller {
                 Ok(image_ref)
             }
             Err(failure) => {
+                if let Some((records, Ok(()))) = intent {
+                    records.record_failed(image);
+                }
                 let failed_at = tokio::time::Instant::now();
                 self.backoff.next(&key, failed_at);
                 let msg = format!("Failed to pull image {image:?}: {failure}");
@@ -224,17 +328,34 @@ impl ImagePuller {
                 event(Warning, reason::FAILED, &msg);
                 event(Warning, reason::FAILED, "Error: ErrImagePull");
                 // The first failure reports ErrImagePull; retries wait out the back-off.
-                Err(err(
-                    WaitingReason::ErrImagePull,
-                    msg,
-                    self.backoff.current(&key).map(|d| d.min(RETRY_PERIOD)),
-                ))
+                Err(ImageError {
+                    reason: WaitingReason::ErrImagePull,
+                    message: msg,
+                    retry_after: self.backoff.current(&key).map(|d| d.min(RETRY_PERIOD)),
+                })
             }
         }
     }
 
+    /// The logins that match `image`'s repository: the pod's pull secrets first,
+    /// then the node's (kubelet's union keyring).
+    fn logins(
+        &self,
+        image: &str,
+        pull_secrets: &[&Secret],
+    ) -> Result<Vec<Login>, credentials::DockerConfigError> {
+        let repository = crate::pod::image_repository(image);
+        let pod_ring = credentials::keyring_from_secrets(pull_secrets)?;
+        Ok(credentials::lookup(
+            &pod_ring,
+            &self.node_keyring.keyring(),
+            &repository,
+        ))
+    }
+
     /// kubelet's `pullImage` with its keyring: no login matches the repository, one pull
-    /// without; else each login in turn until one is accepted.
+    /// without; else each login in turn until one is accepted. Returns the image
+    /// reference and the login that was accepted (None: none was needed).
     async fn pull(
         &self,
         cri: &dyn Cri,
@@ -242,30 +363,53 @@ impl ImagePuller {
         image: &str,
         pull_secrets: &[&Secret],
         sandbox_config: &cri::PodSandboxConfig,
-    ) -> Result<String, PullFailure> {
+    ) -> Result<(String, Option<Login>), PullFailure> {
         let repository = crate::pod::image_repository(image);
-        let pod_ring = credentials::keyring_from_secrets(pull_secrets)?;
-        let logins = credentials::lookup(&pod_ring, &self.node_keyring.keyring(), &repository);
+        let logins = self.logins(image, pull_secrets)?;
         let sandbox = || Some(sandbox_config.clone());
         if logins.is_empty() {
             debug!(pod = %pod_ref(pod), image, repository = %repository, "no registry login matches: pulling anonymously");
-            return cri
-                .pull_image(image, None, sandbox())
-                .await
-                .map_err(|e| PullFailure::Refused(vec![e]));
+            return match cri.pull_image(image, None, sandbox()).await {
+                Ok(r) => Ok((r, None)),
+                Err(e) => Err(PullFailure::Refused(vec![e])),
+            };
         }
         info!(pod = %pod_ref(pod), image, repository = %repository, logins = logins.len(), "pulling with the registry logins that match (the pod's imagePullSecrets first, then the node's docker config)");
         let mut refusals = Vec::new();
-        for login in &logins {
+        for login in logins {
             match cri
                 .pull_image(image, Some(auth_config(&login.credential)), sandbox())
                 .await
             {
-                Ok(r) => return Ok(r),
+                Ok(r) => return Ok((r, Some(login))),
                 Err(e) => refusals.push(e),
             }
         }
         Err(PullFailure::Refused(refusals))
+    }
+}
+
+/// What the pull records keep of the login a pull used (kubelet's
+/// `trackedToImagePullCreds`): none or the node's own make the image every pod's.
+fn credentials_of(login: Option<&Login>) -> PullCredentials {
+    match login.map(|l| (&l.source, &l.credential)) {
+        Some((
+            LoginSource::Secret {
+                namespace,
+                name,
+                uid,
+            },
+            credential,
+        )) => PullCredentials {
+            kubernetes_secrets: vec![SecretCoordinates {
+                uid: uid.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+                credential_hash: credential.hash(),
+            }],
+            ..Default::default()
+        },
+        None | Some((LoginSource::Node, _)) => PullCredentials::node_wide(),
     }
 }
 

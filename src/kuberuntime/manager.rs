@@ -278,6 +278,7 @@ pub(crate) struct RuntimeManager {
     host_ips: Vec<String>,
     crash_backoff: Backoff,
     images: ImagePuller,
+    pull_records: Option<Arc<crate::images::PullRecords>>,
     reasons: ReasonCache,
     /// Bounds how many pods create sandboxes and start containers at once. On a small
     /// node containerd finishes a burst fastest a few pods at a time: 105 pods all at
@@ -363,6 +364,7 @@ impl RuntimeManager {
             host_ips: vec![host_ip],
             crash_backoff: Backoff::default(),
             images: ImagePuller::default(),
+            pull_records: None,
             reasons: ReasonCache::default(),
             start_slots: tokio::sync::Semaphore::new(start_concurrency()),
             startup_gate: Arc::new(RunningIsStarted),
@@ -509,6 +511,19 @@ impl RuntimeManager {
             .with_events(self.events.clone())
             .with_node_keyring(node_logins);
         self
+    }
+
+    /// Keeps image pull records and checks a pod's pull credentials before it uses a
+    /// present image (`imagePullCredentialsVerificationPolicy`).
+    pub(crate) fn with_pull_records(mut self, records: Arc<crate::images::PullRecords>) -> Self {
+        self.images = std::mem::take(&mut self.images).with_pull_records(records.clone());
+        self.pull_records = Some(records);
+        self
+    }
+
+    /// The image pull records, for the image GC's pruning and the start's recovery.
+    pub(crate) fn pull_records(&self) -> Option<Arc<crate::images::PullRecords>> {
+        self.pull_records.clone()
     }
 
     /// Makes the legacy container log symlinks in `dir` (kubelet's /var/log/containers).

@@ -205,7 +205,7 @@ impl UsernsManager {
             gid_mappings: vec![mapping],
         };
         let text = serde_json::to_vec(&body).map_err(|e| UsernsError::File(e.to_string()))?;
-        write_atomically(file, &text)
+        crate::private_file::write_atomically(file, &text)
             .map_err(|e| UsernsError::File(format!("cannot write {}: {e}", file.display())))?;
         tracing::info!(file = %file.display(), hostID = free, length = ids, "allocated a pod user namespace");
         Ok(free)
@@ -350,25 +350,6 @@ fn read_mappings(file: &Path) -> Result<Option<Block>, UsernsError> {
         first: uids[0].host_id,
         length: uids[0].length,
     }))
-}
-
-fn write_atomically(file: &Path, body: &[u8]) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let tmp = file.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(body)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, file)?;
-    if let Some(dir) = file.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -153,6 +153,17 @@ fn sync_and_limits(m: &mut Map<String, Value>, o: &Options) {
         json!(format_go_duration(o.runtime_request_timeout)),
     );
     m.insert("serializeImagePulls".into(), json!(o.serialize_image_pulls));
+    m.insert(
+        "imagePullCredentialsVerificationPolicy".into(),
+        json!(o.pull_verification.name()),
+    );
+    let allowlist = o.pull_verification.allowlist();
+    if !allowlist.is_empty() {
+        m.insert(
+            "preloadedImagesVerificationAllowlist".into(),
+            json!(allowlist),
+        );
+    }
     m.insert("maxPods".into(), json!(o.max_pods));
     m.insert("maxOpenFiles".into(), json!(o.max_open_files));
 }
@@ -411,6 +422,11 @@ mod tests {
         o.memory.single_process_oom_kill = Some(true);
         o.memory.swap_behavior = Some(crate::cm::SwapBehavior::LimitedSwap);
         o.userns_ids_per_pod = Some(131_072);
+        o.pull_verification = crate::images::VerifyPolicy::parse(
+            "NeverVerifyAllowlistedImages",
+            &["busybox".to_string()],
+        )
+        .unwrap();
         o.shutdown_grace_period_by_pod_priority = vec![crate::nodeshutdown::PriorityGrace {
             priority: 0,
             seconds: 30,

@@ -20,7 +20,6 @@ pub(crate) const KIND: &str = "KubeletConfiguration";
 pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "registryPullQPS",
     "registryBurst",
-    "preloadedImagesVerificationAllowlist",
     "enableContentionProfiling",
     "oomScoreAdj",
     "kubeletCgroups",
@@ -56,21 +55,12 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
 /// KubeletConfiguration fields oxlet refuses when set: ignored, they would leave the
 /// node weaker than the file asks, a hardening that silently does not happen. Each
 /// with the value that is what oxlet does anyway (accepted; "" is an empty list) and why.
-pub(crate) const REFUSED_FIELDS: &[(&str, &str, &str)] = &[
-    (
-        "imagePullCredentialsVerificationPolicy",
-        "NeverVerify",
-        "oxlet does not check that a pod may use an image pulled with another pod's \
-         credentials (kubelet's KubeletEnsureSecretPulledImages), so only NeverVerify, \
-         what it does, is accepted",
-    ),
-    (
-        "registerWithTaints",
-        "",
-        "oxlet takes the Node's registration taints from --register-with-taints only; \
+pub(crate) const REFUSED_FIELDS: &[(&str, &str, &str)] = &[(
+    "registerWithTaints",
+    "",
+    "oxlet takes the Node's registration taints from --register-with-taints only; \
          a taint given here would not be on the Node",
-    ),
-];
+)];
 
 /// The reason `name` set to `value` is refused, if it is ([`REFUSED_FIELDS`]).
 fn refused(name: &str, value: &Value) -> Option<&'static str> {
@@ -605,7 +595,8 @@ mod tests {
         // The containers' OOM kill and swap.
         let body = format!(
             "{body}singleProcessOOMKill: false\nmemorySwap:\n  swapBehavior: LimitedSwap\n\
-             userNamespaces:\n  idsPerPod: 131072\n"
+             userNamespaces:\n  idsPerPod: 131072\n\
+             preloadedImagesVerificationAllowlist: [busybox, \"reg.io/*\"]\n"
         );
         // The secure port's authentication and authorization.
         let body = format!(
@@ -645,6 +636,7 @@ mod tests {
                 ("singleProcessOOMKill", "false"),
                 ("memorySwap.swapBehavior", "LimitedSwap"),
                 ("userNamespaces.idsPerPod", "131072"),
+                ("preloadedImagesVerificationAllowlist", "busybox,reg.io/*"),
                 ("staticPodURLHeader", "a:x,a:y:z"),
                 ("evictionSoft", "memory.available<2Gi"),
                 ("evictionSoftGracePeriod", "memory.available=1m"),
@@ -909,8 +901,7 @@ mod tests {
     #[test]
     fn refused_fields_stop_the_start_unless_set_to_what_oxlet_does() {
         let cfg = parse(
-            "imagePullCredentialsVerificationPolicy: AlwaysVerify\n\
-             registerWithTaints:\n- key: dedicated\n  value: secrets\n  effect: NoSchedule\n",
+            "registerWithTaints:\n- key: dedicated\n  value: secrets\n  effect: NoSchedule\n",
         )
         .unwrap();
         let mut all = messages(&cfg.problems);
@@ -920,16 +911,9 @@ mod tests {
                 && taints.ends_with("\": oxlet takes the Node's registration taints from --register-with-taints only; a taint given here would not be on the Node"),
             "{taints}"
         );
-        assert_eq!(
-            all,
-            [
-                "/etc/x.yaml: field imagePullCredentialsVerificationPolicy: invalid value \"AlwaysVerify\": oxlet does not check that a pod may use an image pulled with another pod's credentials (kubelet's KubeletEnsureSecretPulledImages), so only NeverVerify, what it does, is accepted",
-            ]
-        );
+        assert!(all.is_empty(), "{all:?}");
         assert!(cfg.unimplemented.is_empty() && cfg.unknown.is_empty());
-        let cfg =
-            parse("imagePullCredentialsVerificationPolicy: NeverVerify\nregisterWithTaints: []\n")
-                .unwrap();
+        let cfg = parse("registerWithTaints: []\n").unwrap();
         assert!(cfg.problems.is_empty(), "{:?}", cfg.problems);
         assert!(cfg.unimplemented.is_empty() && cfg.unknown.is_empty());
     }

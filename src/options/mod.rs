@@ -77,6 +77,9 @@ pub struct Options {
     pub serialize_image_pulls: bool,
     /// `maxParallelImagePulls` (None: no limit) when pulls are not serialized.
     pub max_parallel_image_pulls: Option<usize>,
+    /// `imagePullCredentialsVerificationPolicy` with its allowlist
+    /// (`preloadedImagesVerificationAllowlist`).
+    pub(crate) pull_verification: crate::images::VerifyPolicy,
     pub max_pods: u32,
     /// `userNamespaces.idsPerPod`: the IDs each `hostUsers: false` pod gets (None:
     /// kubelet's 65536).
@@ -312,6 +315,7 @@ impl Options {
             runtime_request_timeout: Duration::ZERO,
             serialize_image_pulls: false,
             max_parallel_image_pulls: None,
+            pull_verification: crate::images::VerifyPolicy::NeverVerifyPreloadedImages,
             max_pods: 0,
             userns_ids_per_pod: None,
             max_open_files: 0,

@@ -211,6 +211,8 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("runtime-request-timeout", Some("runtimeRequestTimeout"), Duration, "2m0s", "DURATION", "Timeout for CRI requests, except long-running ones", |o, i| positive_duration(i.text).map(|d| o.runtime_request_timeout = d)),
     row("serialize-image-pulls", Some("serializeImagePulls"), Bool, "true", "true|false", "Pull images one at a time", |o, i| parse_bool(i.text).map(|b| o.serialize_image_pulls = b)),
     row("", Some("maxParallelImagePulls"), Int, "", "N", "Most image pulls at once when not serialized (unset: no limit); config file only", set_max_parallel_image_pulls),
+    row("", Some("imagePullCredentialsVerificationPolicy"), Text, crate::images::VerifyPolicy::DEFAULT, "POLICY", "Which present images a pod must prove its pull credentials for: NeverVerify, NeverVerifyPreloadedImages (those the agent pulled), NeverVerifyAllowlistedImages (all but the allowlist's) or AlwaysVerify; config file only", set_pull_verification),
+    row("", Some("preloadedImagesVerificationAllowlist"), List, "", "IMAGE|PREFIX/*,...", "Repositories (no tag) exempt from the check under NeverVerifyAllowlistedImages; config file only", set_preloaded_allowlist),
     row("", Some("userNamespaces.idsPerPod"), Int, "", "N", "IDs each `hostUsers: false` pod gets, a multiple of 65536 (unset: 65536); the kubelet user's subordinate range, or the default one, must hold maxPods such blocks; config file only", set_userns_ids_per_pod),
     row("max-pods", Some("maxPods"), Int, "110", "N", "Maximum number of pods on this node", |o, i| max_pods(i.text).map(|n| o.max_pods = n)),
     row("max-open-files", Some("maxOpenFiles"), Int, "1000000", "N", "Number of files the oxlet process may open (RLIMIT_NOFILE)", |o, i| max_open_files(i.text).map(|n| o.max_open_files = n)),
@@ -437,8 +439,6 @@ fn log_max_size(text: &str) -> Result<i64, InvalidValue> {
     .map_err(|e| e.to_string().into())
 }
 
-/// kubelet's validation: nil or at least 1, and more than 1 only when pulls are
-/// not serialized (the serializeImagePulls row comes first, so its value is final).
 /// kubelet's checks of `userNamespaces.idsPerPod` (its Linux config validation).
 fn set_userns_ids_per_pod(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     const UNIT: i64 = 65536;
@@ -458,6 +458,8 @@ fn set_userns_ids_per_pod(o: &mut Options, i: Input) -> Result<(), InvalidValue>
     Ok(())
 }
 
+/// kubelet's validation: nil or at least 1, and more than 1 only when pulls are
+/// not serialized (the serializeImagePulls row comes first, so its value is final).
 fn set_max_parallel_image_pulls(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     if i.text.is_empty() {
         o.max_parallel_image_pulls = None;
@@ -471,6 +473,21 @@ fn set_max_parallel_image_pulls(o: &mut Options, i: Input) -> Result<(), Invalid
         return Err("cannot be larger than 1 unless serializeImagePulls is false".into());
     }
     o.max_parallel_image_pulls = Some(usize::try_from(n).unwrap_or(usize::MAX));
+    Ok(())
+}
+
+/// One of kubelet's four policies (the allowlist row comes next and completes it).
+fn set_pull_verification(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    o.pull_verification = crate::images::VerifyPolicy::parse(i.text, &[])?;
+    Ok(())
+}
+
+/// Only with NeverVerifyAllowlistedImages, each a repository or `prefix/*`, as
+/// kubelet validates them.
+fn set_preloaded_allowlist(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
+    let items: Vec<String> = list_items(i.text).into_iter().map(str::to_string).collect();
+    let name = o.pull_verification.name();
+    o.pull_verification = crate::images::VerifyPolicy::parse(name, &items)?;
     Ok(())
 }
 

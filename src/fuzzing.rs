@@ -437,6 +437,10 @@ fn routers() -> &'static [axum::Router; 2] {
                 cri,
                 dir: scratch().join("checkpoints"),
             },
+            zpages: Arc::new(crate::server::Zpages::new(
+                std::time::SystemTime::now(),
+                vec![("v".into(), "0".into())],
+            )),
             auth: Arc::new(auth),
             handlers: crate::options::DebugHandlers::default(),
         };

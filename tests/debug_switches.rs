@@ -77,6 +77,8 @@ async fn debugging_handlers_off_answer_as_kubelet_and_the_api_stays() {
     // Not installed at all with the debugging handlers off, as on kubelet.
     for (method, path) in [
         ("GET", "/configz".to_string()),
+        ("GET", "/statusz".to_string()),
+        ("GET", "/flagz".to_string()),
         ("PUT", "/debug/flags/v".to_string()),
         ("POST", format!("/checkpoint/default/{pod}/main")),
     ] {

@@ -79,6 +79,9 @@ async fn client_certificates_and_anonymous_requests() {
         "{ep}"
     );
     assert!(c.get("kind").is_none() && c.get("apiVersion").is_none());
+    zpages_are_kubelets(&with_cert, port).await;
+    assert_eq!(ox.get("/statusz").await.unwrap().0, 404);
+    assert_eq!(ox.get("/flagz").await.unwrap().0, 404);
     // /runningpods/: the runtime's running pods, names, UIDs and images only.
     write_manifest(
         &ox.manifests,
@@ -1210,4 +1213,82 @@ async fn add_debug_container(kubeconfig: &std::path::Path, script: &str) {
     )
     .await
     .unwrap();
+}
+
+/// The value of `name` on a z-page, whichever of kubelet's four delimiters the
+/// response drew (`:`, `: `, `=`, ` `).
+fn zpage_value<'a>(page: &'a str, name: &str) -> Option<&'a str> {
+    page.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?;
+        [": ", ":", "=", " "]
+            .iter()
+            .find_map(|d| rest.strip_prefix(d))
+            .map(str::trim)
+    })
+}
+
+/// `/statusz` and `/flagz` as kubelet 1.36 serves them: its header and warning,
+/// the versions, an uptime that moves, each flag with the value in force.
+async fn zpages_are_kubelets(client: &Client, port: u16) {
+    let (code, statusz) = client.get("/statusz").await;
+    assert_eq!(code, 200, "{statusz}");
+    assert!(
+        statusz.starts_with(
+            "\nkubelet statusz\nWarning: This endpoint is not meant to be machine parseable"
+        ),
+        "{statusz}"
+    );
+    assert_eq!(
+        zpage_value(&statusz, "Binary version"),
+        Some("1.36.0"),
+        "{statusz}"
+    );
+    assert_eq!(
+        zpage_value(&statusz, "Emulation version"),
+        Some("1.36"),
+        "{statusz}"
+    );
+    let up = zpage_value(&statusz, "Up").unwrap().to_string();
+    assert!(up.ends_with(" sec") && up.contains(" hr "), "{up}");
+    let paths = zpage_value(&statusz, "Paths").unwrap();
+    for p in ["/pods", "/stats", "/metrics", "/exec", "/configz", "/flagz"] {
+        assert!(paths.split(' ').any(|x| x == p), "{p} not in {paths}");
+    }
+    // Served as what each path is: a listed path is not a 404.
+    for p in [
+        "/pods",
+        "/stats/summary",
+        "/metrics",
+        "/configz",
+        "/flagz",
+        "/healthz",
+    ] {
+        assert_ne!(client.get(p).await.0, 404, "{p}");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let (_, again) = client.get("/statusz").await;
+    assert_ne!(zpage_value(&again, "Up").unwrap(), up, "the uptime moves");
+
+    let (code, flagz) = client.get("/flagz").await;
+    assert_eq!(code, 200, "{flagz}");
+    assert!(flagz.starts_with("\nkubelet flags\nWarning: "), "{flagz}");
+    let port_text = port.to_string();
+    assert_eq!(
+        zpage_value(&flagz, "port"),
+        Some(port_text.as_str()),
+        "{flagz}"
+    );
+    assert_eq!(
+        zpage_value(&flagz, "file-check-frequency"),
+        Some("2s"),
+        "{flagz}"
+    );
+    let names: Vec<&str> = flagz
+        .lines()
+        .skip(4)
+        .map(|l| l.split([':', '=', ' ']).next().unwrap())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "flags are listed by name");
 }

@@ -198,6 +198,7 @@ async fn start_secure(
         checkpoints,
         auth: Arc::new(auth),
         handlers: opts.handlers,
+        zpages: Arc::new(server::Zpages::new(opts.started, opts.flag_values.clone())),
         views: views.clone(),
     });
     tasks.spawn_critical("secure-server", move |cancel| async move {

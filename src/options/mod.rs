@@ -80,6 +80,12 @@ pub struct Options {
     /// `imagePullCredentialsVerificationPolicy` with its allowlist
     /// (`preloadedImagesVerificationAllowlist`).
     pub(crate) pull_verification: crate::images::VerifyPolicy,
+    /// Every flag oxlet implements with the value in force (given, from the config
+    /// file, or the default), and `--config`: what `/flagz` lists.
+    pub(crate) flag_values: Vec<(String, String)>,
+    /// When the options were read: the start of the process, give or take the
+    /// parsing (`/statusz`'s "Started").
+    pub(crate) started: std::time::SystemTime,
     pub max_pods: u32,
     /// `userNamespaces.idsPerPod`: the IDs each `hostUsers: false` pod gets (None:
     /// kubelet's 65536).
@@ -316,6 +322,8 @@ impl Options {
             serialize_image_pulls: false,
             max_parallel_image_pulls: None,
             pull_verification: crate::images::VerifyPolicy::NeverVerifyPreloadedImages,
+            flag_values: Vec::new(),
+            started: std::time::SystemTime::now(),
             max_pods: 0,
             userns_ids_per_pod: None,
             max_open_files: 0,
@@ -519,6 +527,9 @@ fn resolve(
     }
 
     let mut o = Options::blank();
+    let config_text = config_file.as_ref().map(|p| p.display().to_string());
+    o.flag_values
+        .push(("config".into(), config_text.unwrap_or_default()));
     for s in SETTINGS {
         // The default, then the file's value, then the flag's. Range checks come
         // after flags are applied, as in kubelet, so a flag can fix a bad file value.
@@ -543,6 +554,9 @@ fn resolve(
             };
         }
         let (origin, text) = value;
+        if s.has_flag() {
+            o.flag_values.push((s.flag.to_string(), text.to_string()));
+        }
         let input = Input {
             text,
             explicit: origin != Origin::Default,

@@ -29,6 +29,7 @@ mod serving;
 mod stats;
 mod streaming;
 mod switches;
+mod zpages;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,6 +51,7 @@ pub(crate) use node_log_query::{Journalctl, System as SystemJournal};
 pub(crate) use node_logs::NodeLogs;
 pub(crate) use serving::{ServingSlot, Tls, acceptor, reload_client_cas, reload_pair, user_of};
 pub(crate) use streaming::{MAX_STREAMS, Streaming, stream_slots};
+pub(crate) use zpages::Zpages;
 
 use crate::pod::PodManager;
 use crate::pod::pod_uid;
@@ -339,6 +341,8 @@ pub(crate) struct Secure {
     pub auth: Arc<Auth>,
     /// kubelet's switches for the debugging endpoints ([`switches`]).
     pub handlers: crate::options::DebugHandlers,
+    /// What `/statusz` and `/flagz` show.
+    pub zpages: Arc<Zpages>,
 }
 
 /// The secure API router: every endpoint, behind kubelet's authentication and
@@ -348,7 +352,13 @@ pub(crate) fn secure_router(s: Secure) -> Router {
         .route("/runningpods/", get(stats::running_pods).fallback(get_only))
         .route("/configz", get(stats::configz))
         .route("/debug/flags/v", axum::routing::any(debug_flags_v))
-        .with_state(s.views.clone());
+        .with_state(s.views.clone())
+        .merge(
+            Router::new()
+                .route("/statusz", get(zpages::statusz).fallback(get_only))
+                .route("/flagz", get(zpages::flagz).fallback(get_only))
+                .with_state(s.zpages),
+        );
     let logs = Router::new()
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",

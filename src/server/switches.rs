@@ -33,7 +33,13 @@ const DEBUGGING_PATHS: &[&str] = &[
 
 /// What kubelet installs only with the debugging handlers on (exact, or a subtree
 /// when ending in `/`).
-const DEBUGGING_ONLY: &[&str] = &["/configz", "/checkpoint/", "/debug/flags/v"];
+const DEBUGGING_ONLY: &[&str] = &[
+    "/configz",
+    "/checkpoint/",
+    "/debug/flags/v",
+    "/statusz",
+    "/flagz",
+];
 
 /// The switches of kubelet's read-only port: none of the debugging handlers.
 pub(crate) const READ_ONLY: DebugHandlers = DebugHandlers {

@@ -80,6 +80,7 @@ async fn client_certificates_and_anonymous_requests() {
     );
     assert!(c.get("kind").is_none() && c.get("apiVersion").is_none());
     zpages_are_kubelets(&with_cert, port).await;
+    cpu_profile_is_pprofs(&with_cert, &bed).await;
     assert_eq!(ox.get("/statusz").await.unwrap().0, 404);
     assert_eq!(ox.get("/flagz").await.unwrap().0, 404);
     // /runningpods/: the runtime's running pods, names, UIDs and images only.
@@ -1291,4 +1292,68 @@ async fn zpages_are_kubelets(client: &Client, port: u16) {
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted, "flags are listed by name");
+}
+
+/// `/debug/pprof/profile`: a gzipped pprof protobuf that `protoc` decodes with the
+/// format's schema, holding the samples of a busy oxlet; one profile at a time.
+async fn cpu_profile_is_pprofs(client: &Client, bed: &Testbed) {
+    let busy = async {
+        for _ in 0..400 {
+            let _ = client.get("/metrics").await;
+        }
+    };
+    let profile = client.request_bytes("GET", "/debug/pprof/profile?seconds=3", "");
+    let second = async {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        client.get("/debug/pprof/profile?seconds=1").await
+    };
+    let (profile, (), second) = tokio::join!(profile, busy, second);
+    let (code, body) = profile.unwrap();
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        second,
+        (
+            500,
+            "Could not enable CPU profiling: cpu profiling already in use\n".to_string()
+        )
+    );
+    assert_eq!(&body[..2], [0x1f, 0x8b], "gzip, as Go serves it");
+    let file = bed.base_dir().join("profile.pb.gz");
+    std::fs::write(&file, &body).unwrap();
+    let schema = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pprof");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "gzip -dc {} | protoc --decode=perftools.profiles.Profile -I {} profile.proto",
+            file.display(),
+            schema.display()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("period: 10000000"), "{text}");
+    assert!(
+        text.contains("string_table: \"samples\"") && text.contains("string_table: \"cpu\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("sample {"),
+        "no samples from a busy oxlet:\n{text}"
+    );
+    assert!(
+        text.contains("string_table: \"oxlet::"),
+        "oxlet's own functions are named:\n{}",
+        &text[..text.len().min(4000)]
+    );
+    let (code, cmdline) = client.get("/debug/pprof/cmdline").await;
+    assert_eq!(code, 200);
+    assert!(cmdline.contains("--client-ca-file="), "{cmdline:?}");
+    let (code, index) = client.get("/debug/pprof/heap").await;
+    assert_eq!(code, 404);
+    assert!(index.contains("no heap"), "{index}");
 }

@@ -14,7 +14,7 @@ pub(crate) struct DebugHandlers {
     pub system_log: bool,
     /// `enableDebugFlagsHandler`: `PUT /debug/flags/v`, only while `debugging` is on.
     pub debug_flags: bool,
-    /// `enableProfilingHandler`: kubelet's `/debug/pprof/`, which oxlet does not have
+    /// `enableProfilingHandler`: kubelet's `/debug/pprof/` (oxlet's CPU profile and cmdline)
     /// (404); off, it answers kubelet's 405, only while `debugging` is on.
     pub profiling: bool,
 }

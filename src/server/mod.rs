@@ -25,6 +25,7 @@ mod healthz;
 mod node_log_query;
 mod node_logs;
 mod paced;
+mod pprof;
 mod serving;
 mod stats;
 mod streaming;
@@ -358,7 +359,17 @@ pub(crate) fn secure_router(s: Secure) -> Router {
                 .route("/statusz", get(zpages::statusz).fallback(get_only))
                 .route("/flagz", get(zpages::flagz).fallback(get_only))
                 .with_state(s.zpages),
-        );
+        )
+        .route(
+            "/debug/pprof/profile",
+            get(pprof::profile).fallback(get_only),
+        )
+        .route(
+            "/debug/pprof/cmdline",
+            get(pprof::cmdline).fallback(get_only),
+        )
+        .route("/debug/pprof/", get(pprof::index))
+        .route("/debug/pprof/{*name}", get(pprof::index));
     let logs = Router::new()
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",

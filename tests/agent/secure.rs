@@ -141,6 +141,17 @@ impl Client {
         path: &str,
         headers: &str,
     ) -> std::io::Result<(u16, String)> {
+        let (code, body) = self.request_bytes(method, path, headers).await?;
+        Ok((code, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    /// As [`request`](Self::request), the body as bytes (a binary answer).
+    pub async fn request_bytes(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &str,
+    ) -> std::io::Result<(u16, Vec<u8>)> {
         let mut s = self.connect().await?;
         s.write_all(
             format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\n{headers}\r\n").as_bytes(),
@@ -148,14 +159,17 @@ impl Client {
         .await?;
         let mut buf = Vec::new();
         s.read_to_end(&mut buf).await?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let code = head
+        let split = buf.windows(4).position(|w| w == b"\r\n\r\n");
+        let (head, body) = match split {
+            Some(i) => (&buf[..i], buf[i + 4..].to_vec()),
+            None => (&buf[..], Vec::new()),
+        };
+        let code = String::from_utf8_lossy(head)
             .split_whitespace()
             .nth(1)
             .and_then(|c| c.parse().ok())
             .unwrap_or(0);
-        Ok((code, body.to_string()))
+        Ok((code, body))
     }
 
     pub async fn get(&self, path: &str) -> (u16, String) {

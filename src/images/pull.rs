@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
-use crate::credentials::{self, Credential, NodeKeyring};
+use crate::credentials::{self, Credential, CredentialPlugins, Keyring, NodeKeyring};
 use crate::cri::Cri;
 use crate::cri::CriError;
 use crate::duration::format_go_duration;
@@ -66,6 +66,8 @@ pub(crate) struct ImagePuller {
     events: EventRecorder,
     /// The node's own registry logins (its docker config files).
     node_keyring: Arc<NodeKeyring>,
+    /// The credential provider plugins, when configured.
+    plugins: Option<Arc<CredentialPlugins>>,
 }
 
 impl Default for ImagePuller {
@@ -93,7 +95,17 @@ impl ImagePuller {
             backoff: Backoff::default(),
             events: EventRecorder::log_only(),
             node_keyring: Arc::new(NodeKeyring::empty()),
+            plugins: None,
         }
+    }
+
+    /// The credential provider plugins asked for the images they match.
+    pub(crate) fn with_credential_plugins(
+        mut self,
+        plugins: Option<Arc<CredentialPlugins>>,
+    ) -> Self {
+        self.plugins = plugins;
+        self
     }
 
     /// Where the node's registry logins are read (kubelet's docker config search path).
@@ -245,7 +257,12 @@ impl ImagePuller {
     ) -> Result<String, PullFailure> {
         let repository = crate::pod::image_repository(image);
         let pod_ring = credentials::keyring_from_secrets(pull_secrets)?;
-        let logins = credentials::lookup(&pod_ring, &self.node_keyring.keyring(), &repository);
+        let plugin_ring = match &self.plugins {
+            Some(p) => p.keyring(&repository, pod).await,
+            None => Keyring::default(),
+        };
+        let node_ring = self.node_keyring.keyring();
+        let logins = credentials::lookup(&[&pod_ring, &node_ring, &plugin_ring], &repository);
         let sandbox = || Some(sandbox_config.clone());
         if logins.is_empty() {
             debug!(pod = %pod_ref(pod), image, repository = %repository, "no registry login matches: pulling anonymously");
@@ -254,7 +271,7 @@ impl ImagePuller {
                 .await
                 .map_err(|e| PullFailure::Refused(vec![e]));
         }
-        info!(pod = %pod_ref(pod), image, repository = %repository, logins = logins.len(), "pulling with the registry logins that match (the pod's imagePullSecrets first, then the node's docker config)");
+        info!(pod = %pod_ref(pod), image, repository = %repository, logins = logins.len(), "pulling with the registry logins that match (the pod's imagePullSecrets first, then the node's docker config, then the credential provider plugins')");
         let mut refusals = Vec::new();
         for login in &logins {
             match cri

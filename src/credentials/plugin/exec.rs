@@ -49,8 +49,8 @@ pub(crate) struct Response {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawResponse {
-    #[allow(dead_code)]
     kind: String,
+    /// Checked before decoding; declared so the strict decode accepts it.
     #[allow(dead_code)]
     api_version: String,
     #[serde(default)]
@@ -132,9 +132,8 @@ impl ExecPlugin {
             let status = child.wait().await;
             (out, err, status)
         };
-        let (out, err, status) = match tokio::time::timeout(self.timeout, work).await {
-            Ok(done) => done,
-            Err(_) => return Err(failed("context deadline exceeded", "")),
+        let Ok((out, err, status)) = tokio::time::timeout(self.timeout, work).await else {
+            return Err(failed("context deadline exceeded", ""));
         };
         let err_text = String::from_utf8_lossy(&err.0).trim_end().to_string();
         match status {

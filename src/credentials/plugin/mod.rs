@@ -130,7 +130,7 @@ impl CredentialPlugins {
             let binary = crate::safe_path::beneath(bin_dir, &[&config.name])
                 .map_err(|_| PluginSetupError::NoBinary(config.name.clone()))?;
             check_executable(&binary)?;
-            info!(provider = %config.name, binary = %binary.display(), matchImages = ?config.match_images, tokenAudience = config.token_attributes.as_ref().map(|t| t.audience.as_str()).unwrap_or(""), "registered credential provider plugin");
+            info!(provider = %config.name, binary = %binary.display(), matchImages = %config.match_images.join(","), tokenAudience = config.token_attributes.as_ref().map(|t| t.audience.as_str()).unwrap_or(""), "registered credential provider plugin");
             let plugin = ExecPlugin {
                 name: config.name.clone(),
                 binary,
@@ -315,7 +315,7 @@ async fn run_once(
             };
             let started = Instant::now();
             let r = p.plugin.run(&request).await;
-            info!(provider = %p.config.name, image, withToken = account.is_some(), ok = r.is_ok(), duration = ?started.elapsed(), "ran credential provider plugin");
+            info!(provider = %p.config.name, image, withToken = account.is_some(), ok = r.is_ok(), duration = %crate::duration::format_go_duration(started.elapsed()), "ran credential provider plugin");
             r
         })
         .await
@@ -345,7 +345,7 @@ fn store(p: &Provider, image: &str, account_key: &str, r: &Response) {
         base: base.to_string(),
         account: account_key.to_string(),
     };
-    debug!(provider = %p.config.name, image, cacheKey = %base, cacheDuration = ?lifetime, "credential provider response cached");
+    debug!(provider = %p.config.name, image, cacheKey = %base, cacheDuration = %crate::duration::format_go_duration(lifetime), "credential provider response cached");
     p.cache.put(key, r.auth.clone(), now + lifetime, now);
 }
 

@@ -231,6 +231,7 @@ pub(super) fn manager(
                 )
             },
         )?;
+    let plugins = credential_plugins(opts, inputs.objects.as_ref())?;
     let ids_per_pod = opts
         .userns_ids_per_pod
         .unwrap_or(crate::kuberuntime::USERNS_IDS_PER_POD);
@@ -256,7 +257,11 @@ pub(super) fn manager(
         host.info.internal_ip().to_string(),
     )
     .with_events(inputs.events.clone())
-    .with_image_pulls(pulls, crate::credentials::NodeKeyring::new(&opts.root_dir))
+    .with_image_pulls(
+        pulls,
+        crate::credentials::NodeKeyring::new(&opts.root_dir),
+        plugins,
+    )
     .with_pull_records(Arc::new(pull_records))
     .with_log_symlinks(opts.container_log_symlink_dir.clone())
     .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
@@ -267,6 +272,30 @@ pub(super) fn manager(
     .with_user_namespaces(ids_per_pod, opts.max_pods)
     .map_err(|e| anyhow::anyhow!("create user namespace manager: {e}"))?;
     Ok(Arc::new(manager))
+}
+
+/// The credential provider plugins of `--image-credential-provider-config`, checked
+/// as kubelet checks them: a bad config, bin dir or binary stops the start. Token-mode
+/// providers ask the apiserver through the object manager (none in standalone mode).
+fn credential_plugins(
+    opts: &Options,
+    objects: Option<&Arc<ObjectManager>>,
+) -> anyhow::Result<Option<Arc<crate::credentials::CredentialPlugins>>> {
+    let (config, bin_dir) = (
+        &opts.image_credential_provider_config,
+        &opts.image_credential_provider_bin_dir,
+    );
+    if config.is_none() && bin_dir.is_none() {
+        return Ok(None);
+    }
+    let accounts = objects.map(|o| o.clone() as Arc<dyn crate::credentials::ServiceAccounts>);
+    let plugins = crate::credentials::CredentialPlugins::load(
+        config.as_deref().unwrap_or(std::path::Path::new("")),
+        bin_dir.as_deref().unwrap_or(std::path::Path::new("")),
+        accounts,
+    )
+    .map_err(|e| anyhow::anyhow!("Failed to register CRI auth plugins: {e}"))?;
+    Ok(Some(Arc::new(plugins)))
 }
 
 /// The container log manager (kubelet's: no rotation with a negative max size).

@@ -28,8 +28,15 @@ pub(crate) enum LoginSource {
         name: String,
         uid: String,
     },
-    /// The node's own logins (its docker config files).
+    /// The node's own logins (its docker config files, or a credential provider
+    /// plugin asked without a service account token).
     Node,
+    /// A credential provider plugin's answer for a token of this service account.
+    ServiceAccount {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
 }
 
 /// A login and where it came from.

@@ -61,6 +61,15 @@ impl Keyring {
     }
 }
 
+/// kubelet's `URLsMatchStr`: whether the glob `pattern` (a `matchImages` entry) covers
+/// `target` (an image's repository), by the same rules as the keyring's keys.
+pub(super) fn urls_match(pattern: &str, target: &str) -> bool {
+    match (Url::parse(pattern), Url::parse(target)) {
+        (Some(glob), Some(t)) => glob.matches(&t),
+        _ => false,
+    }
+}
+
 /// The index key of a config entry's location; `None` for one that is no URL.
 fn key_of(location: &str) -> Option<String> {
     let rest = location

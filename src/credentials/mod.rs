@@ -1,18 +1,21 @@
 //! Registry credentials for image pulls (kubelet's `pkg/credentialprovider` and
 //! `credentialprovider/secrets`): the docker config formats, the keyring that matches a
 //! repository to its logins, the node's own docker config, and a pod's
-//! `imagePullSecrets`. Pod logins come first, then the node's; a pull tries each in turn.
-//! Credential provider plugins (`--image-credential-provider-config`) are not read.
+//! `imagePullSecrets`, and the credential provider plugins
+//! (`--image-credential-provider-config`). Pod logins come first, then the node's docker
+//! config, then the plugins' (kubelet's union keyring); a pull tries each in turn.
 
 mod docker_config;
 mod keyring;
 mod node;
+mod plugin;
 
 use k8s_openapi::api::core::v1::Secret;
 
 pub(crate) use docker_config::{Credential, DockerConfigError, Login, LoginSource};
 pub(crate) use keyring::Keyring;
 pub(crate) use node::NodeKeyring;
+pub(crate) use plugin::{AccountFuture, CredentialPlugins, ServiceAccounts};
 
 /// The secret type and key of a `config.json`-style pull secret.
 pub(crate) const DOCKER_CONFIG_JSON_TYPE: &str = "kubernetes.io/dockerconfigjson";
@@ -60,12 +63,12 @@ pub(crate) fn keyring_from_secrets(secrets: &[&Secret]) -> Result<Keyring, Docke
     Ok(keyring)
 }
 
-/// The logins to try for `repository`: the pod's matches, then the node's (kubelet's
-/// union keyring).
-pub(crate) fn lookup(pod: &Keyring, node: &Keyring, repository: &str) -> Vec<Login> {
-    let mut found = pod.lookup(repository);
-    found.extend(node.lookup(repository));
-    found
+/// The logins to try for `repository`: each keyring's matches in turn (kubelet's
+/// union keyring: the pod's secrets, the node's docker config, the plugins').
+pub(crate) fn lookup(keyrings: &[&Keyring], repository: &str) -> Vec<Login> {
+    (keyrings.iter())
+        .flat_map(|k| k.lookup(repository))
+        .collect()
 }
 
 #[cfg(test)]
@@ -150,7 +153,7 @@ mod tests {
             r#"{"reg.io/x":{"username":"node","password":"p"}}"#,
         )])
         .unwrap();
-        let found = lookup(&pod, &node, "reg.io/x/y");
+        let found = lookup(&[&pod, &node], "reg.io/x/y");
         assert_eq!(
             found[0].source,
             LoginSource::Secret {
@@ -162,7 +165,7 @@ mod tests {
         );
         assert_eq!(users(found), ["pod", "node"]);
         assert_eq!(
-            users(lookup(&pod, &Keyring::default(), "other.io/x")),
+            users(lookup(&[&pod, &Keyring::default()], "other.io/x")),
             Vec::<String>::new()
         );
     }

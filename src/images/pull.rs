@@ -13,7 +13,9 @@ use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
-use crate::credentials::{self, Credential, Login, LoginSource, NodeKeyring};
+use crate::credentials::{
+    self, Credential, CredentialPlugins, Keyring, Login, LoginSource, NodeKeyring,
+};
 use crate::cri::Cri;
 use crate::cri::CriError;
 use crate::duration::format_go_duration;
@@ -21,7 +23,9 @@ use crate::events::EventType::{Normal, Warning};
 use crate::events::{EventRecorder, ObjectRef, reason};
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
 
-use super::pull_records::{Access, PullCredentials, PullRecords, SecretCoordinates};
+use super::pull_records::{
+    Access, PullCredentials, PullRecords, SecretCoordinates, ServiceAccountCoordinates,
+};
 
 /// How soon a pod whose pull failed is synced again: kubelet's pod worker retries a
 /// failed sync after its 10 s `backOffPeriod`, whatever the image back-off, so a
@@ -71,6 +75,8 @@ pub(crate) struct ImagePuller {
     /// Which credentials pulled each image, and the policy that checks them; None:
     /// any pod may use any present image (no records are kept).
     records: Option<Arc<PullRecords>>,
+    /// The credential provider plugins, when configured.
+    plugins: Option<Arc<CredentialPlugins>>,
 }
 
 impl Default for ImagePuller {
@@ -99,6 +105,7 @@ impl ImagePuller {
             events: EventRecorder::log_only(),
             node_keyring: Arc::new(NodeKeyring::empty()),
             records: None,
+            plugins: None,
         }
     }
 
@@ -106,6 +113,15 @@ impl ImagePuller {
     /// image (`imagePullCredentialsVerificationPolicy`).
     pub(crate) fn with_pull_records(mut self, records: Arc<PullRecords>) -> Self {
         self.records = Some(records);
+        self
+    }
+
+    /// The credential provider plugins asked for the images they match.
+    pub(crate) fn with_credential_plugins(
+        mut self,
+        plugins: Option<Arc<CredentialPlugins>>,
+    ) -> Self {
+        self.plugins = plugins;
         self
     }
 
@@ -183,7 +199,7 @@ impl ImagePuller {
         match (policy, present) {
             (ImagePullPolicy::Never, None) => return Err(never_pull()),
             (ImagePullPolicy::Never | ImagePullPolicy::IfNotPresent, Some(img)) => {
-                match self.present_access(pod, image, &img.id, pull_secrets) {
+                match self.present_access(pod, image, &img.id, pull_secrets).await {
                     Ok(msg) => {
                         event(Normal, reason::PULLED, &msg);
                         return Ok(img.id);
@@ -212,7 +228,7 @@ impl ImagePuller {
     /// Whether the pod may use the present `image` without pulling it (kubelet's
     /// `MustAttemptImagePull` with the pod's matching pull secrets): `Ok` with the
     /// Pulled event's message, or `Err` with why it must pull.
-    fn present_access(
+    async fn present_access(
         &self,
         pod: &Pod,
         image: &str,
@@ -226,26 +242,40 @@ impl ImagePuller {
         };
         // A pull secret that does not parse gives no coordinates; the pull then fails
         // with its reason, as kubelet's keyring does.
-        let secrets: Vec<SecretCoordinates> = self
-            .logins(image, pull_secrets)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|l| match &l.source {
+        let logins = self
+            .logins(pod, image, pull_secrets)
+            .await
+            .unwrap_or_default();
+        let mut secrets = Vec::new();
+        let mut service_account = None;
+        for l in &logins {
+            match &l.source {
                 LoginSource::Secret {
                     namespace,
                     name,
                     uid,
-                } => Some(SecretCoordinates {
+                } => secrets.push(SecretCoordinates {
                     uid: uid.clone(),
                     namespace: namespace.clone(),
                     name: name.clone(),
                     credential_hash: l.credential.hash(),
                 }),
-                LoginSource::Node => None,
-            })
-            .collect();
-        let access = records.access(image, image_ref, &secrets, None);
-        debug!(pod = %pod_ref(pod), image, imageRef = image_ref, access = ?access, "image pull credentials checked");
+                LoginSource::ServiceAccount {
+                    namespace,
+                    name,
+                    uid,
+                } => {
+                    service_account = Some(ServiceAccountCoordinates {
+                        uid: uid.clone(),
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                    });
+                }
+                LoginSource::Node => {}
+            }
+        }
+        let access = records.access(image, image_ref, &secrets, service_account.as_ref());
+        debug!(pod = %pod_ref(pod), image, imageRef = image_ref, access = access.name(), "image pull credentials checked");
         match access {
             Access::MustPull(cause) => Err(cause),
             _ => Ok(format!(
@@ -338,17 +368,23 @@ impl ImagePuller {
     }
 
     /// The logins that match `image`'s repository: the pod's pull secrets first,
-    /// then the node's (kubelet's union keyring).
-    fn logins(
+    /// then the node's docker config, then the credential provider plugins' (kubelet's
+    /// union keyring).
+    async fn logins(
         &self,
+        pod: &Pod,
         image: &str,
         pull_secrets: &[&Secret],
     ) -> Result<Vec<Login>, credentials::DockerConfigError> {
         let repository = crate::pod::image_repository(image);
         let pod_ring = credentials::keyring_from_secrets(pull_secrets)?;
+        let plugin_ring = match &self.plugins {
+            Some(p) => p.keyring(&repository, pod).await,
+            None => Keyring::default(),
+        };
+        let node_ring = self.node_keyring.keyring();
         Ok(credentials::lookup(
-            &pod_ring,
-            &self.node_keyring.keyring(),
+            &[&pod_ring, &node_ring, &plugin_ring],
             &repository,
         ))
     }
@@ -365,7 +401,7 @@ impl ImagePuller {
         sandbox_config: &cri::PodSandboxConfig,
     ) -> Result<(String, Option<Login>), PullFailure> {
         let repository = crate::pod::image_repository(image);
-        let logins = self.logins(image, pull_secrets)?;
+        let logins = self.logins(pod, image, pull_secrets).await?;
         let sandbox = || Some(sandbox_config.clone());
         if logins.is_empty() {
             debug!(pod = %pod_ref(pod), image, repository = %repository, "no registry login matches: pulling anonymously");
@@ -374,7 +410,7 @@ impl ImagePuller {
                 Err(e) => Err(PullFailure::Refused(vec![e])),
             };
         }
-        info!(pod = %pod_ref(pod), image, repository = %repository, logins = logins.len(), "pulling with the registry logins that match (the pod's imagePullSecrets first, then the node's docker config)");
+        info!(pod = %pod_ref(pod), image, repository = %repository, logins = logins.len(), "pulling with the registry logins that match (the pod's imagePullSecrets first, then the node's docker config, then the credential provider plugins')");
         let mut refusals = Vec::new();
         for login in logins {
             match cri
@@ -392,24 +428,36 @@ impl ImagePuller {
 /// What the pull records keep of the login a pull used (kubelet's
 /// `trackedToImagePullCreds`): none or the node's own make the image every pod's.
 fn credentials_of(login: Option<&Login>) -> PullCredentials {
-    match login.map(|l| (&l.source, &l.credential)) {
-        Some((
-            LoginSource::Secret {
-                namespace,
-                name,
-                uid,
-            },
-            credential,
-        )) => PullCredentials {
+    let Some(login) = login else {
+        return PullCredentials::node_wide();
+    };
+    match &login.source {
+        LoginSource::Secret {
+            namespace,
+            name,
+            uid,
+        } => PullCredentials {
             kubernetes_secrets: vec![SecretCoordinates {
                 uid: uid.clone(),
                 namespace: namespace.clone(),
                 name: name.clone(),
-                credential_hash: credential.hash(),
+                credential_hash: login.credential.hash(),
             }],
             ..Default::default()
         },
-        None | Some((LoginSource::Node, _)) => PullCredentials::node_wide(),
+        LoginSource::ServiceAccount {
+            namespace,
+            name,
+            uid,
+        } => PullCredentials {
+            kubernetes_service_accounts: vec![ServiceAccountCoordinates {
+                uid: uid.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+            }],
+            ..Default::default()
+        },
+        LoginSource::Node => PullCredentials::node_wide(),
     }
 }
 

@@ -291,6 +291,19 @@ pub(crate) enum Access {
     MustPull(&'static str),
 }
 
+impl Access {
+    /// The decision's name, for the log.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Access::NotVerified => "not verified (the policy exempts it)",
+            Access::NodeWide => "node-wide (pulled with no login or the node's own)",
+            Access::SecretMatches => "one of the pod's pull secrets pulled it",
+            Access::ServiceAccountMatches => "the pod's service account pulled it",
+            Access::MustPull(cause) => cause,
+        }
+    }
+}
+
 /// The records and the policy; one per node, shared by the puller and the image GC.
 #[derive(Debug)]
 pub(crate) struct PullRecords {

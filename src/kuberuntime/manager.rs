@@ -500,16 +500,18 @@ impl RuntimeManager {
         &self.events
     }
 
-    /// Sets how many image pulls run at once (serialized by default, as in kubelet) and
-    /// where the node's registry logins are read.
+    /// Sets how many image pulls run at once (serialized by default, as in kubelet),
+    /// where the node's registry logins are read, and the credential provider plugins.
     pub(crate) fn with_image_pulls(
         mut self,
         limit: PullLimit,
         node_logins: crate::credentials::NodeKeyring,
+        plugins: Option<Arc<crate::credentials::CredentialPlugins>>,
     ) -> Self {
         self.images = ImagePuller::new(limit)
             .with_events(self.events.clone())
-            .with_node_keyring(node_logins);
+            .with_node_keyring(node_logins)
+            .with_credential_plugins(plugins);
         self
     }
 

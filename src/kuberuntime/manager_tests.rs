@@ -644,6 +644,13 @@ impl crate::objects::ObjectSource for ConfigMaps {
     ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::node::v1::RuntimeClass>> {
         Box::pin(async { Ok(None) })
     }
+    fn service_account<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> crate::objects::ObjectFuture<'a, Option<k8s_openapi::api::core::v1::ServiceAccount>> {
+        Box::pin(async { Ok(None) })
+    }
     fn token<'a>(
         &'a self,
         _: &'a str,

@@ -75,6 +75,17 @@ impl ObjectSource for KubeObjects {
         })
     }
 
+    fn service_account<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> ObjectFuture<'a, Option<ServiceAccount>> {
+        Box::pin(async move {
+            let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), ns);
+            (api.get_opt(name).await).map_err(|e| api_error("serviceaccounts", ns, name, e))
+        })
+    }
+
     fn token<'a>(
         &'a self,
         ns: &'a str,

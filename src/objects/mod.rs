@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+    ConfigMap, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, ServiceAccount,
 };
 use k8s_openapi::api::node::v1::RuntimeClass;
 
@@ -105,6 +105,12 @@ pub(crate) trait ObjectSource: Send + Sync {
     fn node<'a>(&'a self, name: &'a str) -> ObjectFuture<'a, Option<Node>>;
     /// `GET runtimeclasses/<name>` (cluster-scoped, node.k8s.io/v1).
     fn runtime_class<'a>(&'a self, name: &'a str) -> ObjectFuture<'a, Option<RuntimeClass>>;
+    /// `GET serviceaccounts/<name>` in `ns`.
+    fn service_account<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> ObjectFuture<'a, Option<ServiceAccount>>;
     /// `POST serviceaccounts/<sa>/token`.
     fn token<'a>(
         &'a self,
@@ -549,6 +555,40 @@ fn drop_unreferenced(state: &mut State) {
         .collect();
     for k in dead {
         state.objects.remove(&k);
+    }
+}
+
+/// The credential provider plugins' view of the apiserver: service accounts fetched
+/// fresh (kubelet reads them through its informer, so a changed annotation counts at
+/// once), tokens through the token manager, as kubelet's plugin tokens are.
+impl crate::credentials::ServiceAccounts for ObjectManager {
+    fn service_account<'a>(
+        &'a self,
+        ns: &'a str,
+        name: &'a str,
+    ) -> crate::credentials::AccountFuture<'a, Option<ServiceAccount>> {
+        Box::pin(
+            async move { (self.source.service_account(ns, name).await).map_err(|e| e.to_string()) },
+        )
+    }
+
+    fn token<'a>(
+        &'a self,
+        pod: &'a Pod,
+        account: &'a str,
+        audience: &'a str,
+    ) -> crate::credentials::AccountFuture<'a, String> {
+        Box::pin(async move {
+            let want = TokenWant {
+                audience: Some(audience.to_string()),
+                expiration_seconds: DEFAULT_TOKEN_SECONDS,
+            };
+            let got = self
+                .tokens
+                .get(self.source.as_ref(), pod, account, &want)
+                .await;
+            got.map_err(|e| e.to_string())
+        })
     }
 }
 

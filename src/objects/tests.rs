@@ -60,6 +60,13 @@ impl ObjectSource for Fake {
         });
         Box::pin(async move { Ok(found) })
     }
+    fn service_account<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> ObjectFuture<'a, Option<ServiceAccount>> {
+        Box::pin(async { Ok(None) })
+    }
     fn token<'a>(
         &'a self,
         _: &'a str,

@@ -32,8 +32,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("enable-controller-attach-detach", Bool),
     ("experimental-mounter-path", Value),
     ("hairpin-mode", Value),
-    ("image-credential-provider-bin-dir", Value),
-    ("image-credential-provider-config", Value),
     ("image-service-endpoint", Value),
     ("kernel-memcg-notification", Bool),
     ("kube-api-content-type", Value),

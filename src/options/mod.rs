@@ -38,6 +38,10 @@ pub struct Options {
     pub config_file: Option<PathBuf>,
     /// The static pod directory (None = file source off).
     pub static_pod_path: Option<PathBuf>,
+    /// `--image-credential-provider-config`: the CredentialProviderConfig file or dir.
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// `--image-credential-provider-bin-dir`: where the provider binaries are.
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// `--node-slo-file`: the node QoS manager's file (None = QoS manager off).
     pub node_slo_file: Option<PathBuf>,
     /// The CRI endpoint, e.g. `unix:///run/containerd/containerd.sock`.
@@ -295,6 +299,8 @@ impl Options {
         Options {
             config_file: None,
             static_pod_path: None,
+            image_credential_provider_config: None,
+            image_credential_provider_bin_dir: None,
             node_slo_file: None,
             container_runtime_endpoint: String::new(),
             runtime_endpoint_explicit: false,

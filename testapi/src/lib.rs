@@ -302,6 +302,28 @@ impl TestApiServer {
         });
     }
 
+    /// RBAC's `request-serviceaccounts-token-audience` verb on `audience` for `subject`
+    /// (`system:node:<name>` or `system:nodes`), for `service_account` alone when named:
+    /// without it a node's token request for an audience its pod's volumes do not name
+    /// is refused, as NodeRestriction refuses it.
+    pub fn allow_token_audience(
+        &self,
+        subject: &str,
+        audience: &str,
+        service_account: Option<&str>,
+    ) {
+        let mut r = self
+            .shared
+            .reviews
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        r.audiences.push(reviews::AudienceRule {
+            subject: subject.to_owned(),
+            audience: audience.to_owned(),
+            service_account: service_account.map(str::to_owned),
+        });
+    }
+
     pub fn is_running(&self) -> bool {
         self.running.is_some()
     }

@@ -14,12 +14,61 @@ pub(crate) struct AccessRule {
     pub subresource: String,
 }
 
+/// RBAC's `request-serviceaccounts-token-audience` grant: `subject` (a node's user
+/// name or `system:nodes`) may request tokens for `audience`, of `service_account`
+/// only when one is named (the rule's `resourceNames`).
+#[derive(Debug, Clone)]
+pub(crate) struct AudienceRule {
+    pub subject: String,
+    pub audience: String,
+    pub service_account: Option<String>,
+}
+
 /// The rules.
 #[derive(Debug, Default)]
 pub(crate) struct Rules {
     /// Token → user name and groups.
     pub tokens: Vec<(String, String, Vec<String>)>,
     pub allowed: Vec<AccessRule>,
+    pub audiences: Vec<AudienceRule>,
+}
+
+/// NodeRestriction's `ServiceAccountNodeAudienceRestriction` (on by default since
+/// 1.33): a node may request a token bound to one of its pods only for an audience
+/// the pod's projected volumes name, or one RBAC grants it. `node` is the pod's node.
+pub(crate) fn check_node_audience(
+    rules: &Rules,
+    pod: &Value,
+    node: &str,
+    service_account: &str,
+    audiences: &[&str],
+) -> Result<(), ApiError> {
+    let forbidden = |why: &str| ApiError::forbidden("serviceaccounts", service_account, why);
+    let audience = match audiences {
+        [] => "",
+        [one] => one,
+        _ => return Err(forbidden("node may only request 0 or 1 audiences")),
+    };
+    let volumes = pod.pointer("/spec/volumes").and_then(Value::as_array);
+    let in_volumes = (volumes.into_iter().flatten())
+        .filter_map(|v| v.pointer("/projected/sources").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|s| s.get("serviceAccountToken"))
+        .any(|t| t.get("audience").and_then(Value::as_str).unwrap_or("") == audience);
+    let user = format!("system:node:{node}");
+    let granted = rules.audiences.iter().any(|r| {
+        (r.subject == user || r.subject == "system:nodes")
+            && r.audience == audience
+            && r.service_account
+                .as_deref()
+                .is_none_or(|n| n == service_account)
+    });
+    if in_volumes || granted {
+        return Ok(());
+    }
+    Err(forbidden(&format!(
+        "audience {audience:?} not found in pod spec volume, {user} is not authorized to request tokens for this audience"
+    )))
 }
 
 fn spec(body: &Value, kind: &str) -> Result<Value, ApiError> {
@@ -126,6 +175,7 @@ mod tests {
                 verb: "get".into(),
                 subresource: "stats".into(),
             }],
+            audiences: Vec::new(),
         };
         let tr = |t: &str| json!({"kind": "TokenReview", "spec": {"token": t}});
         let answer = token_review(&rules, &tr("t1")).unwrap();
@@ -152,5 +202,38 @@ mod tests {
             false
         );
         assert!(access_review(&rules, &json!({"kind": "Pod"})).is_err());
+    }
+
+    #[test]
+    fn a_node_gets_only_the_audiences_its_pod_names_or_rbac_grants() {
+        let pod = json!({"spec": {"volumes": [
+            {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+            {"name": "vault", "projected": {"sources": [{"serviceAccountToken": {"path": "t", "audience": "vault"}}]}},
+        ]}});
+        let mut rules = Rules::default();
+        let check = |rules: &Rules, sa: &str, aud: &[&str]| {
+            check_node_audience(rules, &pod, "n1", sa, aud)
+                .map_err(|e| e.status()["message"].clone())
+        };
+        assert!(
+            check(&rules, "app", &[]).is_ok(),
+            "the unnamed default audience is in a volume"
+        );
+        assert!(check(&rules, "app", &["vault"]).is_ok());
+        assert_eq!(
+            check(&rules, "app", &["registry"]).unwrap_err(),
+            "serviceaccounts \"app\" is forbidden: audience \"registry\" not found in pod spec volume, system:node:n1 is not authorized to request tokens for this audience"
+        );
+        assert!(check(&rules, "app", &["vault", "x"]).is_err());
+        rules.audiences.push(AudienceRule {
+            subject: "system:nodes".into(),
+            audience: "registry".into(),
+            service_account: Some("puller".into()),
+        });
+        assert!(check(&rules, "puller", &["registry"]).is_ok());
+        assert!(
+            check(&rules, "app", &["registry"]).is_err(),
+            "the grant names one account"
+        );
     }
 }

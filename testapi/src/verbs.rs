@@ -492,6 +492,21 @@ pub(crate) fn token_request(
                 ),
             ));
         }
+        // A token bound to a pod is what a node asks for: NodeRestriction's audience rule.
+        let audiences: Vec<&str> = (spec.get("audiences").and_then(Value::as_array))
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let node = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let rules = shared
+            .reviews
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        crate::reviews::check_node_audience(&rules, &pod, node, &sa, &audiences)?;
     }
     spec["expirationSeconds"] = json!(secs);
     if spec

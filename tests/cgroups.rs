@@ -529,8 +529,9 @@ async fn a_cgroup_root_that_does_not_exist_is_refused_and_not_created() {
         .find(|l| l.contains("invalid configuration"))
         .unwrap_or_else(|| panic!("no refusal:\n{log}"));
     assert!(
-        line.contains(&format!("cgroup [\"{name}\"] has some missing paths: "))
-            && line.contains(&format!("(--cgroup-root / cgroupRoot \"{absent}\")"))
+        // The error is the `err` value of kubelet's "command failed" line: Go-quoted.
+        line.contains(&format!("cgroup [\\\"{name}\\\"] has some missing paths: "))
+            && line.contains(&format!("(--cgroup-root / cgroupRoot \\\"{absent}\\\")"))
             && line.contains("oxlet does not create its cgroup root"),
         "{line}"
     );

@@ -178,9 +178,9 @@ async fn standalone_events_are_in_the_v3_log() {
         .lines()
         .find(|l| l.contains("Event: Started container main"))
         .unwrap();
-    assert!(started.contains("podUID="), "{started}");
+    assert!(started.contains("podUID=\""), "{started}");
     assert!(
-        started.contains("fieldPath=spec.containers{main}"),
+        started.contains("fieldPath=\"spec.containers{main}\""),
         "{started}"
     );
 }

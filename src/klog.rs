@@ -56,6 +56,8 @@ pub(crate) fn write_go_quoted(w: &mut impl std::fmt::Write, s: &str) -> std::fmt
             '\x08' => Some("\\b"),
             '\x0c' => Some("\\f"),
             '\x0b' => Some("\\v"),
+            // Printable ASCII, most of any line, without the Unicode tables' checks.
+            ' '..='~' => continue,
             c if go_printable(c) => continue,
             _ => None,
         };

@@ -34,30 +34,70 @@ pub(crate) fn quote(rendered: &str) -> std::borrow::Cow<'_, str> {
 /// quotes, backslashes and control characters escaped, printable text kept.
 pub(crate) fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            '\x07' => out.push_str("\\a"),
-            '\x08' => out.push_str("\\b"),
-            '\x0c' => out.push_str("\\f"),
-            '\x0b' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if !go_printable(c) && (c as u32) <= 0xffff => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c if !go_printable(c) => out.push_str(&format!("\\U{:08x}", c as u32)),
-            c => out.push(c),
+    // Writing to a String cannot fail.
+    let _ = write_go_quoted(&mut out, s);
+    out
+}
+
+/// [`go_quote`] written straight to `w`, allocating nothing (the log formatter's
+/// path, once per line).
+pub(crate) fn write_go_quoted(w: &mut impl std::fmt::Write, s: &str) -> std::fmt::Result {
+    w.write_char('"')?;
+    // Runs of printable text are written whole; only what needs escaping is split out.
+    let mut plain_from = 0;
+    for (i, c) in s.char_indices() {
+        let escape: Option<&str> = match c {
+            '"' => Some("\\\""),
+            '\\' => Some("\\\\"),
+            '\n' => Some("\\n"),
+            '\t' => Some("\\t"),
+            '\r' => Some("\\r"),
+            '\x07' => Some("\\a"),
+            '\x08' => Some("\\b"),
+            '\x0c' => Some("\\f"),
+            '\x0b' => Some("\\v"),
+            // Printable ASCII, most of any line, without the Unicode tables' checks.
+            ' '..='~' => continue,
+            c if go_printable(c) => continue,
+            _ => None,
+        };
+        w.write_str(&s[plain_from..i])?;
+        plain_from = i + c.len_utf8();
+        match escape {
+            Some(e) => w.write_str(e)?,
+            None if (c as u32) < 0x20 || c as u32 == 0x7f => write!(w, "\\x{:02x}", c as u32)?,
+            None if (c as u32) <= 0xffff => write!(w, "\\u{:04x}", c as u32)?,
+            None => write!(w, "\\U{:08x}", c as u32)?,
         }
     }
-    out.push('"');
-    out
+    w.write_str(&s[plain_from..])?;
+    w.write_char('"')
+}
+
+/// klog's text form of a string value after its key (`writeStringValue`): `="..."`,
+/// Go-quoted, when it is one line; else `=<`, each line on its own indented by a tab,
+/// and ` >` on a line of its own, so a multi-line value (a probe's output) stays
+/// readable and no line of it can pass for the start of a log line.
+pub(crate) fn write_string_value(w: &mut impl std::fmt::Write, s: &str) -> std::fmt::Result {
+    if !s.contains('\n') {
+        w.write_char('=')?;
+        return write_go_quoted(w, s);
+    }
+    w.write_str("=<\n")?;
+    let mut rest = s;
+    while let Some(end) = rest.find('\n') {
+        w.write_char('\t')?;
+        w.write_str(&rest[..=end])?;
+        rest = &rest[end + 1..];
+    }
+    if rest.is_empty() {
+        // Ended with a line break: the closing line needs no other.
+        w.write_str(" >")
+    } else {
+        w.write_char('\t')?;
+        w.write_str(rest)?;
+        w.write_str("\n >")
+    }
 }
 
 /// Go's `unicode.IsPrint` (letters, marks, numbers, punctuation, symbols and the ASCII
@@ -113,6 +153,28 @@ mod tests {
         assert_eq!(quote("default/web"), "default/web");
         assert_eq!(quote("connection refused"), "\"connection refused\"");
         assert_eq!(quote("tab\there"), "\"tab\\there\"");
+        assert_eq!(quote(""), "\"\"");
+        assert_eq!(quote("a=b"), "\"a=b\"");
+        assert_eq!(quote("say \"hi\"\n"), "\"say \\\"hi\\\"\\n\"");
+        // A Debug-rendered string is quoted already.
+        assert_eq!(quote("\"x y\""), "\"x y\"");
+    }
+
+    /// klog's `writeStringValue`: one line Go-quoted, several as `=<`, tab-indented
+    /// lines and ` >`, with or without a final line break.
+    #[test]
+    fn string_values_as_klog_writes_them() {
+        let value = |s: &str| {
+            let mut out = String::new();
+            super::write_string_value(&mut out, s).unwrap();
+            out
+        };
+        assert_eq!(value("default/web"), "=\"default/web\"");
+        assert_eq!(value("a\tb \"c\" \\"), "=\"a\\tb \\\"c\\\" \\\\\"");
+        assert_eq!(value("\u{1}\u{7f}\u{200b}"), "=\"\\x01\\x7f\\u200b\"");
+        assert_eq!(value("line 1\nline 2"), "=<\n\tline 1\n\tline 2\n >");
+        assert_eq!(value("line 1\nline 2\n"), "=<\n\tline 1\n\tline 2\n >");
+        assert_eq!(super::go_quote("x\u{200b}y"), "\"x\\u200by\"");
     }
 
     #[test]

@@ -63,5 +63,5 @@ pub use heap::limit_arenas as limit_heap_arenas;
 /// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
 #[doc(hidden)]
 pub use koord::advisor_bench;
-pub use logging::init as init_logging;
+pub use logging::{LogFormat, init as init_logging};
 pub use options::{Options, load_or_exit};

@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         return oxlet::timeline_command(&args[1..]);
     }
     let opts = oxlet::load_or_exit();
-    oxlet::init_logging(opts.verbosity);
+    oxlet::init_logging(opts.verbosity, opts.logging_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKER_THREADS)
         .enable_all()
@@ -29,8 +29,9 @@ fn main() -> ExitCode {
     match rt.block_on(oxlet::run(opts)) {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("oxlet: error: {e:#}");
+            // kubelet's end once its logging is set up (component-base's `cli.Run`).
+            let error = format!("{e:#}");
+            tracing::error!(error = %error, "command failed");
             ExitCode::from(1)
         }
     }

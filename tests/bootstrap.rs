@@ -226,7 +226,7 @@ async fn a_denied_csr_is_a_clear_error_and_exit_1() {
     let log = ox.log();
     assert!(
         log.contains(&format!(
-            "CertificateSigningRequest {name} was denied (reason \"NotThisNode\", message \"denied by the test\")"
+            "CertificateSigningRequest {name} was denied (reason \\\"NotThisNode\\\", message \\\"denied by the test\\\")"
         )),
         "{}",
         tail(&log, 20)

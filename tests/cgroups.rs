@@ -360,7 +360,7 @@ async fn pod_cgroups_go_with_their_pods_and_nothing_is_left_after_churn() {
         }
         for u in &uids {
             assert!(
-                ox.log().contains(&format!("podUID={u}")),
+                ox.log().contains(&format!("podUID=\"{u}\"")),
                 "the log tells of pod {u}"
             );
         }
@@ -529,8 +529,9 @@ async fn a_cgroup_root_that_does_not_exist_is_refused_and_not_created() {
         .find(|l| l.contains("invalid configuration"))
         .unwrap_or_else(|| panic!("no refusal:\n{log}"));
     assert!(
-        line.contains(&format!("cgroup [\"{name}\"] has some missing paths: "))
-            && line.contains(&format!("(--cgroup-root / cgroupRoot \"{absent}\")"))
+        // The error is the `err` value of kubelet's "command failed" line: Go-quoted.
+        line.contains(&format!("cgroup [\\\"{name}\\\"] has some missing paths: "))
+            && line.contains(&format!("(--cgroup-root / cgroupRoot \\\"{absent}\\\")"))
             && line.contains("oxlet does not create its cgroup root"),
         "{line}"
     );
@@ -550,7 +551,7 @@ async fn a_cgroup_root_that_does_not_exist_is_refused_and_not_created() {
     ox.wait_up(START).await;
     assert!(
         ox.log().contains(&format!(
-            "container manager verified the cgroup root \"{}\" exists",
+            "container manager verified the cgroup root \\\"{}\\\" exists",
             ox.cgroup_root
         )),
         "{}",
@@ -648,7 +649,9 @@ async fn reservations_beyond_the_node_are_refused_at_start() {
         let log = ox.log();
         assert!(
             log.contains("invalid Node Allocatable configuration.")
-                && log.contains(&format!("Resource \"{resource}\" has an allocatable of")),
+                && log.contains(&format!(
+                    "Resource \\\"{resource}\\\" has an allocatable of"
+                )),
             "{flag}:\n{log}"
         );
         assert!(!cg(&ox, "cpu", "kubepods").exists(), "{flag}");

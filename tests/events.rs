@@ -146,7 +146,8 @@ async fn standalone_events_are_in_the_v3_log() {
         ("Starting", "Event: Starting kubelet."),
         (
             "Pulled",
-            "Event: Container image \"localhost/oxlet/busybox:1\" already present on machine",
+            // The message Go-quoted: its own quotes escaped.
+            "Event: Container image \\\"localhost/oxlet/busybox:1\\\" already present on machine",
         ),
         ("Created", "Event: Created container: main"),
         ("Started", "Event: Started container main"),
@@ -177,9 +178,9 @@ async fn standalone_events_are_in_the_v3_log() {
         .lines()
         .find(|l| l.contains("Event: Started container main"))
         .unwrap();
-    assert!(started.contains("podUID="), "{started}");
+    assert!(started.contains("podUID=\""), "{started}");
     assert!(
-        started.contains("fieldPath=spec.containers{main}"),
+        started.contains("fieldPath=\"spec.containers{main}\""),
         "{started}"
     );
 }

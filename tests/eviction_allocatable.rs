@@ -101,7 +101,7 @@ async fn a_pod_over_the_pods_allocatable_is_evicted_on_the_kubepods_notification
         tail(&log, 60)
     );
     assert!(
-        log.contains("signal=allocatableMemory.available"),
+        log.contains("signal=\"allocatableMemory.available\""),
         "{}",
         tail(&log, 60)
     );

@@ -98,7 +98,7 @@ async fn an_empty_dir_over_its_size_limit_evicts_the_api_pod() {
     let before = s;
     // The status is final before the worker has removed the pod's content; let the
     // first life end ("pod terminated") so the restart is counted from a finished pod.
-    let terminated = "pod terminated pod=default/filler";
+    let terminated = "\"pod terminated\" pod=\"default/filler\"";
     ox.wait_logged(terminated, 1, Duration::from_secs(30)).await;
     ox.sigterm();
     ox.spawn(&[&format!("--kubeconfig={}", server.kubeconfig().display())]);

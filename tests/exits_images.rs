@@ -256,7 +256,7 @@ async fn exit_and_image_failures_show_kubelets_reasons() {
         );
     }
     assert!(
-        !log.contains("Pulling image \"localhost/Oxlet"),
+        !log.contains("Pulling image \\\"localhost/Oxlet"),
         "invalid name pulled"
     );
 }

@@ -191,9 +191,10 @@ fn kinds_flags_config_and_kubeconfig_are_accepted() {
     let unimplemented: Vec<&str> = err
         .lines()
         .filter_map(|l| {
-            l.split_once("WARN ")?
-                .1
-                .strip_suffix(" is accepted but not implemented by oxlet yet; ignoring it")
+            // klog's warning: `W… file.rs:N] "<what> is accepted …"`.
+            l.starts_with('W')
+                .then_some(l.split_once("] \"")?.1)?
+                .strip_suffix(" is accepted but not implemented by oxlet yet; ignoring it\"")
         })
         .map(|s| s.rsplit(": ").next().unwrap_or(s))
         .collect();
@@ -221,9 +222,9 @@ fn kinds_kubeconfig_with_missing_client_pem_is_one_clear_error() {
     );
     // kind passes --bootstrap-kubeconfig: as kubelet, oxlet then bootstraps a new
     // certificate, and the missing bootstrap file is the error.
-    assert!(err.contains(&format!("WARN the kubeconfig cannot be used; bootstrapping a new client certificate error=\"{want}")), "want {want}\n{err}");
+    assert!(err.contains(&format!("] \"the kubeconfig cannot be used; bootstrapping a new client certificate\" err=\"{want}")), "want {want}\n{err}");
     assert!(
-        err.contains("oxlet: error: cannot bootstrap a client certificate: kubeconfig /etc/kubernetes/bootstrap-kubelet.conf: cannot read: No such file or directory"),
+        err.contains("\"command failed\" err=\"cannot bootstrap a client certificate: kubeconfig /etc/kubernetes/bootstrap-kubelet.conf: cannot read: No such file or directory"),
         "{err}"
     );
     assert!(!err.contains("none.sock"), "{err}");

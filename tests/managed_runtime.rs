@@ -59,7 +59,7 @@ async fn oxlet_starts_and_stops_its_own_containerd() {
         .count();
     assert_eq!(ports, 1, "n's veth is on {}", net.bridge());
     // kubelet's updatePodCIDR: the runtime was told the CIDR too (UpdateRuntimeConfig).
-    let told = format!("newPodCIDR={}", net.subnet());
+    let told = format!("newPodCIDR=\"{}\"", net.subnet());
     assert!(ox.log().contains(&told), "{}", tail(&ox.log(), 30));
     let log = ox.log();
     assert!(

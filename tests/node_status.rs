@@ -555,7 +555,9 @@ fn heartbeat(n: &Node) -> Option<jiff::Timestamp> {
 /// Lines of oxlet's log handing `cidr` to the runtime.
 fn pod_cidr_updates(log: &str, cidr: &str) -> usize {
     log.lines()
-        .filter(|l| l.contains("Updating Pod CIDR") && l.contains(&format!("newPodCIDR={cidr}")))
+        .filter(|l| {
+            l.contains("Updating Pod CIDR") && l.contains(&format!("newPodCIDR=\"{cidr}\""))
+        })
         .count()
 }
 
@@ -565,7 +567,7 @@ fn pod_cidr_updates(log: &str, cidr: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_nodes_pod_cidrs_are_handed_to_the_runtime_once_per_change() {
     let (_bed, api, ox) = node_with_a_status_every_second(&["--pod-cidr=10.244.9.0/24"]).await;
-    ox.wait_logged("newPodCIDR=10.244.9.0/24", 1, Duration::from_secs(30))
+    ox.wait_logged("newPodCIDR=\"10.244.9.0/24\"", 1, Duration::from_secs(30))
         .await;
     let mut node = ox
         .poll("the node to be Ready", Duration::from_secs(30), || {
@@ -588,12 +590,12 @@ async fn the_nodes_pod_cidrs_are_handed_to_the_runtime_once_per_change() {
         spec.pod_cidr = Some(cidrs[0].to_string());
         spec.pod_cidrs = Some(cidrs.iter().map(ToString::to_string).collect());
         api.put(&node).unwrap();
-        let new = format!("newPodCIDR={joined}");
+        let new = format!("newPodCIDR=\"{joined}\"");
         ox.wait_logged(&new, 1, Duration::from_secs(15)).await;
         let log = ox.log();
         let line = log.lines().find(|l| l.contains(&new)).unwrap();
         assert!(
-            line.contains(&format!("originalPodCIDR={original}")),
+            line.contains(&format!("originalPodCIDR=\"{original}\"")),
             "{line}"
         );
         // A changed CIDR sends the status at once (kubelet's podCIDRChanged), though

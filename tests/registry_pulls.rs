@@ -93,7 +93,7 @@ async fn static_pods_pull_with_and_without_logins() {
 
     // An open registry: pulled with no login, kubelet's event with the size.
     ox.wait_running("open", WAIT).await;
-    let pulled = format!("Event: Successfully pulled image \"{open_image}\" in ");
+    let pulled = format!("Event: Successfully pulled image \\\"{open_image}\\\" in ");
     ox.wait_logged(&pulled, 1, WAIT).await;
     let log = ox.log();
     let line = log.lines().find(|l| l.contains(&pulled)).unwrap();
@@ -110,7 +110,7 @@ async fn static_pods_pull_with_and_without_logins() {
     let absent = open.image("open/absent:1");
     write_manifest(m, "never.yaml", &static_pod_with("never", &absent, "Never"));
     ox.wait_running("again", WAIT).await;
-    let present = format!("Event: Container image \"{open_image}\" already present on machine");
+    let present = format!("Event: Container image \\\"{open_image}\\\" already present on machine");
     ox.wait_logged(&present, 1, WAIT).await;
     wait_waiting(&ox, "never", "ErrImageNeverPull").await;
 

@@ -1153,8 +1153,14 @@ async fn checkpoint_and_the_verbosity_flag() {
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
 
-    // -v=0 logs no debug line; PUT 4 turns them on, PUT 0 off again.
-    let debug_lines = || ox.log().lines().filter(|l| l.contains(" DEBUG ")).count();
+    // -v=0 logs no debug line (the sync loop's iterations); PUT 4 turns them on, PUT 0
+    // off again.
+    let debug_lines = || {
+        let log = ox.log();
+        log.lines()
+            .filter(|l| l.contains("] \"sync loop iteration"))
+            .count()
+    };
     assert_eq!(debug_lines(), 0);
     let put = |v: &'static str| {
         let c = &c;

@@ -241,7 +241,7 @@ fn node_joins(vm: &Vm, c: &mut Checks) -> (String, String) {
         provider == "kind://qemu/kind/oxlet-vm",
         provider,
     );
-    let verified = vm.ssh_ok("journalctl -u kubelet --no-pager | grep -c 'verified the cgroup root \"/kubelet\"' || true");
+    let verified = vm.ssh_ok("journalctl -u kubelet --no-pager | grep -cF 'verified the cgroup root \\\"/kubelet\\\"' || true");
     c.check(
         "the cgroup root's start-up check passed on kind's kubelet.slice",
         verified.trim() != "0",

@@ -309,7 +309,7 @@ fn check_shutdown_console(c: &mut Checks, console: &str) {
         let line = format!("stopping pod within {grace}s");
         let logged = console
             .lines()
-            .any(|l| l.contains(&line) && l.contains(&format!("pod=default/{pod}-oxlet-vm")));
+            .any(|l| l.contains(&line) && l.contains(&format!("pod=\"default/{pod}-oxlet-vm\"")));
         c.check(
             &format!("oxlet logged stopping {pod} within its group's {grace}s"),
             logged,

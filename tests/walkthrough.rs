@@ -6,6 +6,10 @@
 //! ```` ```timeline ```` block in the pod's `oxlet timeline`. A line that stops being
 //! printed, or moves to another `-v`, fails here.
 //!
+//! oxlet runs with `--logging-format=json`, whose lines carry the `-v` each is shown
+//! from (`v`); each is turned back into the body of its klog text line (the message
+//! Go-quoted, then `key=value`), which is what the docs show.
+//!
 //! Lines are compared with what varies from run to run taken out: the time stamp,
 //! runs of 12 or more hex digits (IDs, UIDs) and every number. `…` stands for left-out
 //! lines and is skipped. Set `OXLET_WALKTHROUGH_OUT=<dir>` to keep the run's log and
@@ -43,19 +47,6 @@ spec:
           exec:
             command: ["sleep", "1"]
 "#;
-
-/// `-v` of a printed line: its level, and for info lines the target kubelet keeps
-/// to `-v=3` (recorded events, status writes).
-fn verbosity_of(level: &str, target: &str) -> u8 {
-    match level {
-        "ERROR" | "WARN" => 0,
-        "INFO" if target == "oxlet::events" || target == "oxlet::v3" => 3,
-        "INFO" if target == "oxlet::startup" => 0,
-        "INFO" => 2,
-        "DEBUG" => 4,
-        _ => 6,
-    }
-}
 
 /// A line with what varies taken out: the test bed's name, IDs, durations, numbers.
 fn shape(line: &str) -> String {
@@ -149,17 +140,82 @@ fn same_testbed(line: &str) -> String {
     out
 }
 
-/// A printed line as `(-v, shape)`: `2026-…Z  INFO oxlet::x::y: text` → the text.
-fn printed(line: &str) -> Option<(u8, String)> {
-    let mut parts = line.split_whitespace();
-    let _time = parts.next()?;
-    let level = parts.next()?;
-    let rest = line.split_once(level)?.1.trim_start();
-    let (target, text) = match rest.split_once(": ") {
-        Some((t, text)) if t.starts_with("oxlet") && !t.contains(' ') => (t, text),
-        _ => ("", rest),
+/// A JSON object's members in the order the line holds them.
+struct Ordered(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Ordered {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members;
+        impl<'de> serde::de::Visitor<'de> for Members {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Ordered, A::Error> {
+                let mut out = Vec::new();
+                while let Some(member) = m.next_entry()? {
+                    out.push(member);
+                }
+                Ok(Ordered(out))
+            }
+        }
+        d.deserialize_map(Members)
+    }
+}
+
+/// Go's `strconv.Quote` for the text the docs hold.
+fn go_quote(s: &str) -> String {
+    let mut out = String::from('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A JSON line as the lines of its klog text body, each `(-v, shape)`: the message
+/// quoted, an error line's `err` first, a multi-line value as klog's `=<` block.
+/// An error line (no `v`) shows at every `-v`.
+fn printed(line: &str) -> Vec<(u8, String)> {
+    let Ok(Ordered(members)) = serde_json::from_str::<Ordered>(line) else {
+        return Vec::new();
     };
-    Some((verbosity_of(level, target), shape(text)))
+    let get = |k: &str| members.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+    let v = get("v").and_then(serde_json::Value::as_u64).unwrap_or(0) as u8;
+    let msg = get("msg").and_then(serde_json::Value::as_str).unwrap_or("");
+    let mut fields: Vec<&(String, serde_json::Value)> = members
+        .iter()
+        .filter(|(k, _)| !["ts", "caller", "msg", "v"].contains(&k.as_str()))
+        .collect();
+    if get("v").is_none() {
+        fields.sort_by_key(|(k, _)| k != "err");
+    }
+    let mut text = go_quote(msg);
+    for (k, value) in fields {
+        match value.as_str() {
+            Some(s) if s.contains('\n') => {
+                text.push_str(&format!(" {k}=<\n"));
+                for l in s.strip_suffix('\n').unwrap_or(s).split('\n') {
+                    text.push_str(&format!("\t{l}\n"));
+                }
+                text.push_str(" >");
+            }
+            Some(s) => text.push_str(&format!(" {k}={}", go_quote(s))),
+            None => text.push_str(&format!(" {k}={value}")),
+        }
+    }
+    text.lines().map(|l| (v, shape(l))).collect()
 }
 
 /// The checked blocks of a doc: (info string, lines).
@@ -212,7 +268,7 @@ fn missing(doc_path: &Path, log: &[(u8, String)], timeline: &[String]) -> Vec<St
 async fn the_docs_log_excerpts_are_what_oxlet_prints() {
     let bed = Testbed::start().await;
     let mut ox = Oxlet::new(&bed);
-    ox.spawn(&["-v=6"]);
+    ox.spawn(&["-v=6", "--logging-format=json"]);
     ox.wait_up(Duration::from_secs(30)).await;
     write_manifest(&ox.manifests, "web.yaml", WEB);
     // Running, then killed by its liveness probe and started again.
@@ -232,7 +288,7 @@ async fn the_docs_log_excerpts_are_what_oxlet_prints() {
         std::fs::write(Path::new(&dir).join("oxlet.log"), &log_text).unwrap();
         std::fs::write(Path::new(&dir).join("timeline.txt"), &timeline_text).unwrap();
     }
-    let log: Vec<(u8, String)> = log_text.lines().filter_map(printed).collect();
+    let log: Vec<(u8, String)> = log_text.lines().flat_map(printed).collect();
     let timeline: Vec<String> = timeline_text.lines().map(shape).collect();
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
     let mut gone = Vec::new();
@@ -242,7 +298,7 @@ async fn the_docs_log_excerpts_are_what_oxlet_prints() {
     // What the PLEG said, so a missing exit line shows why it was not printed.
     let pleg: Vec<&str> = log_text
         .lines()
-        .filter(|l| l.contains("oxlet::pleg") && !l.contains("TRACE"))
+        .filter(|l| l.contains("\"caller\":\"pleg/") && !l.contains("\"v\":6"))
         .collect();
     assert!(
         gone.is_empty(),
@@ -275,11 +331,21 @@ fn shapes_leave_out_what_varies() {
         shape("cgroup=oxtest-oxlet-testbed-Ra5vLk/kubepods")
     );
     assert_eq!(
-        printed("2026-11-28T01:59:49.881601Z  INFO oxlet::events: Event: Started container"),
-        Some((3, "Event: Started container".into()))
+        printed(
+            r#"{"ts":1.5,"caller":"events/mod.rs:1","msg":"Event: Started container","v":3,"pod":"a/b"}"#
+        ),
+        [(3, "\"Event: Started container\" pod=\"a/b\"".to_string())]
     );
     assert_eq!(
-        printed("2026-11-28T01:59:49.881601Z DEBUG oxlet::syncloop: sync loop iteration x=1"),
-        Some((4, "sync loop iteration x=N".into()))
+        printed(r#"{"ts":1.5,"caller":"x/y.rs:2","msg":"probe ran","v":4,"output":"no\n","n":1}"#),
+        [
+            (4, "\"probe ran\" output=<".to_string()),
+            (4, "no".to_string()),
+            (4, "> n=N".to_string())
+        ]
+    );
+    assert_eq!(
+        printed(r#"{"ts":1.5,"caller":"x/y.rs:2","msg":"failed","pod":"a/b","err":"gone"}"#),
+        [(0, "\"failed\" err=\"gone\" pod=\"a/b\"".to_string())]
     );
 }

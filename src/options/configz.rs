@@ -59,6 +59,11 @@ pub(crate) fn kubelet_configuration(o: &Options, runtime_endpoint: &str) -> Valu
     api_and_node_status(&mut m, o);
     garbage_collection(&mut m, o);
     omitted_when_unset(&mut m, o);
+    // Of component-base's logging configuration, the one field oxlet reads.
+    m.insert(
+        "logging".into(),
+        json!({ "format": o.logging_format.name() }),
+    );
     json!({ "kubeletconfig": m })
 }
 
@@ -451,6 +456,7 @@ mod tests {
         }
         assert!(!c.contains_key("kind") && !c.contains_key("apiVersion"));
         assert_eq!(c["maxPods"], 42);
+        assert_eq!(c["logging"], json!({"format": "text"}));
         assert_eq!(c["syncFrequency"], "1m0s");
         assert_eq!(c["kubeReserved"], json!({"cpu": "100m", "memory": "1Mi"}));
         assert_eq!(c["kubeReservedCgroup"], "/kube");

@@ -42,7 +42,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("log-json-split-stream", Bool),
     ("log-text-info-buffer-size", Value),
     ("log-text-split-stream", Bool),
-    ("logging-format", Value),
     ("make-iptables-util-chains", Bool),
     ("maximum-dead-containers", Value),
     ("maximum-dead-containers-per-container", Value),

@@ -596,7 +596,8 @@ mod tests {
         let body = format!(
             "{body}singleProcessOOMKill: false\nmemorySwap:\n  swapBehavior: LimitedSwap\n\
              userNamespaces:\n  idsPerPod: 131072\n\
-             preloadedImagesVerificationAllowlist: [busybox, \"reg.io/*\"]\n"
+             preloadedImagesVerificationAllowlist: [busybox, \"reg.io/*\"]\n\
+             logging:\n  format: json\n"
         );
         // The secure port's authentication and authorization.
         let body = format!(
@@ -637,6 +638,7 @@ mod tests {
                 ("memorySwap.swapBehavior", "LimitedSwap"),
                 ("userNamespaces.idsPerPod", "131072"),
                 ("preloadedImagesVerificationAllowlist", "busybox,reg.io/*"),
+                ("logging.format", "json"),
                 ("staticPodURLHeader", "a:x,a:y:z"),
                 ("evictionSoft", "memory.available<2Gi"),
                 ("evictionSoftGracePeriod", "memory.available=1m"),
@@ -696,7 +698,7 @@ mod tests {
     fn unimplemented_and_unknown_fields_are_collected() {
         let cfg = parse(
             "failSwapOn: false\n\
-             logging:\n  format: json\n\
+             logging:\n  flushFrequency: 5s\n\
              notAField: 3\n\
              mergeDefaultEvictionSettings: true\n\
              StaticPodPath: /x\n",
@@ -704,7 +706,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             cfg.unimplemented,
-            ["logging.format", "mergeDefaultEvictionSettings"]
+            ["logging.flushFrequency", "mergeDefaultEvictionSettings"]
         );
         // In key order (the YAML reader's maps are sorted; Go's have no order).
         assert_eq!(cfg.unknown, ["StaticPodPath", "notAField"]);
@@ -722,10 +724,7 @@ mod tests {
              memorySwap:\n  swapBehavior: LimitedSwap\n",
         )
         .unwrap();
-        assert_eq!(
-            cfg.unimplemented,
-            ["logging.format", "logging.options.json.infoBufferSize"]
-        );
+        assert_eq!(cfg.unimplemented, ["logging.options.json.infoBufferSize"]);
         assert_eq!(
             cfg.unknown,
             [
@@ -744,6 +743,7 @@ mod tests {
                 ("authentication.webhook.enabled", "true"),
                 ("authentication.x509.clientCAFile", "/ca.crt"),
                 ("authorization.mode", "AlwaysAllow"),
+                ("logging.format", "json"),
                 ("memorySwap.swapBehavior", "LimitedSwap"),
             ]
         );

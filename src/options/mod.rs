@@ -67,6 +67,8 @@ pub struct Options {
     pub node_name: String,
     /// klog verbosity.
     pub verbosity: u8,
+    /// `--logging-format` / `logging.format`: klog's text lines or JSON.
+    pub logging_format: crate::logging::LogFormat,
     /// Where the read-only and secure ports listen.
     pub address: IpAddr,
     /// 0 disables.
@@ -314,6 +316,7 @@ impl Options {
             pod_logs_dir: PathBuf::new(),
             node_name: String::new(),
             verbosity: 0,
+            logging_format: crate::logging::LogFormat::Text,
             address: IpAddr::from([0, 0, 0, 0]),
             read_only_port: 0,
             serving: Serving::blank(),
@@ -475,6 +478,14 @@ fn problem(
 ) -> Problem {
     let value = text.to_string();
     let reason = reason.0;
+    if s.field == Some("logging.format") {
+        // kubelet validates its logging configuration apart from the rest
+        // (component-base's `ValidateAndApplyAsField`), flag or file alike.
+        return Problem::Other(format!(
+            "initialize logging: logging.format: Invalid value: {}: {reason}",
+            crate::klog::go_quote(text)
+        ));
+    }
     match (origin, s.field) {
         (Origin::Field, Some(field)) => Problem::Field {
             file: file.clone().unwrap_or_default(),
@@ -788,6 +799,28 @@ mod tests {
         }
     }
 
+    /// `--logging-format` and `logging.format` (the flag wins); a format
+    /// component-base does not know is refused with kubelet's words, either way.
+    #[test]
+    fn logging_format_from_flag_or_file() {
+        use crate::logging::LogFormat;
+        assert_eq!(ok(&[]).logging_format, LogFormat::Text);
+        assert_eq!(
+            ok(&["--logging-format=json"]).logging_format,
+            LogFormat::Json
+        );
+        let f = config("logging:\n  format: json\n");
+        assert_eq!(ok(&[&config_flag(&f)]).logging_format, LogFormat::Json);
+        let both = ok(&[&config_flag(&f), "--logging-format=text"]);
+        assert_eq!(both.logging_format, LogFormat::Text);
+        assert!(both.unimplemented.is_empty(), "{:?}", both.unimplemented);
+        let refused =
+            "initialize logging: logging.format: Invalid value: \"xml\": Unsupported log format";
+        assert_eq!(one_problem(&["--logging-format=xml"]), refused);
+        let f = config("logging:\n  format: xml\n");
+        assert_eq!(one_problem(&[&config_flag(&f)]), refused);
+    }
+
     #[test]
     fn explicit_default_endpoint_is_still_explicit() {
         let o = ok(&["--container-runtime-endpoint", DEFAULT_RUNTIME_ENDPOINT]);
@@ -1089,19 +1122,25 @@ mod tests {
         let f = config(
             "failSwapOn: false\n\
              kubeletCgroups: /kubelet\n\
-             logging:\n  format: json\n\
+             logging:\n  flushFrequency: 5s\n\
              noSuchField: 1\n",
         );
         let o = ok(&[&config_flag(&f)]);
         assert_eq!(
             o.unimplemented,
-            ["config field kubeletCgroups", "config field logging.format"]
+            [
+                "config field kubeletCgroups",
+                "config field logging.flushFrequency"
+            ]
         );
         // Given as a flag too, it is warned about once, as the flag.
         let o = ok(&[&config_flag(&f), "--kubelet-cgroups=/kubelet"]);
         assert_eq!(
             o.unimplemented,
-            ["flag --kubelet-cgroups", "config field logging.format"]
+            [
+                "flag --kubelet-cgroups",
+                "config field logging.flushFrequency"
+            ]
         );
         assert_eq!(o.warnings.len(), 1);
         assert_eq!(

@@ -234,6 +234,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     // After cgroups-per-qos and the reserved cgroups: its check reads their final values.
     row("enforce-node-allocatable", Some("enforceNodeAllocatable"), List, "pods", "pods,system-reserved,kube-reserved|none", "Which reservations to enforce with cgroup limits", set_enforce_node_allocatable),
     row("v", None, Int, "0", "LEVEL", "Log verbosity (klog level)", |o, i| int_within(i.text, 0, 255).map(|v| o.verbosity = v)).short('v'),
+    row("logging-format", Some("logging.format"), Text, "text", "text|json", "Log format: text (klog's lines) or json (one JSON object a line)", |o, i| crate::logging::LogFormat::parse(i.text).map(|f| o.logging_format = f).ok_or_else(|| UNSUPPORTED_LOG_FORMAT.into())),
     row("runonce", None, Bool, "false", "true|false", "Start the static pods once, wait for them, then exit", |o, i| parse_bool(i.text).map(|b| o.runonce = b)),
     row("task-cpu-accounting", None, Bool, "false", "true|false", "Charge each task's CPU time to its name, shown on /debug/tasks (oxlet only; two clock reads per poll)", |o, i| parse_bool(i.text).map(|b| o.task_cpu_accounting = b)),
     // Container log rotation (kubelet's container log manager) and the legacy log symlinks.
@@ -779,6 +780,9 @@ pub(crate) fn by_field(field: &str) -> Option<&'static Setting> {
 
 pub(super) const NODE_NAME_REASON: &str = "the node name must be a DNS subdomain (lower-case \
      letters, digits, '-' and '.', at most 253 characters)";
+
+/// component-base's reason for a format its registry does not hold.
+pub(super) const UNSUPPORTED_LOG_FORMAT: &str = "Unsupported log format";
 
 pub(super) const ENDPOINT_REASON: &str = "must be a unix:// URL with an absolute socket path, \
      e.g. unix:///run/containerd/containerd.sock";

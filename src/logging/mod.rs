@@ -2,12 +2,15 @@
 //! summary; `-v=2`: every pod update and container event (info); `-v=3`: also the
 //! events oxlet records (`Event: ...`); `-v=4`: every sync loop iteration (debug);
 //! `-v=6`: every CRI call with its latency (trace), and kube-client's own error lines.
+//! Each line is written as kubelet writes it: klog's text format, or JSON (`format`).
+
+mod format;
 
 use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::klog::quote as klog_value;
+pub use format::LogFormat;
 
 /// The tracing target of the start-up summary, shown at every verbosity (as are the
 /// few later lines kubelet logs at `V(0)`, such as a new pod CIDR).
@@ -46,26 +49,12 @@ type SetFilter =
     Box<dyn Fn(EnvFilter) -> Result<(), tracing_subscriber::reload::Error> + Send + Sync>;
 static SET_FILTER: OnceLock<SetFilter> = OnceLock::new();
 
-/// The fields of a line: the message as it is, every other field `key=value` with
-/// [`klog_value`]'s quoting.
-fn klog_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
-    use tracing_subscriber::field::MakeExt as _;
-    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
-        let rendered = format!("{value:?}");
-        if field.name() == "message" {
-            write!(w, "{rendered}")
-        } else {
-            write!(w, "{}={}", field.name(), klog_value(&rendered))
-        }
-    })
-    .delimited(" ")
-}
-
-/// Installs the global subscriber (stderr, one line per event). `RUST_LOG` overrides `-v`.
+/// Installs the global subscriber (stderr, one line per event, in `format`). `RUST_LOG`
+/// overrides `-v`.
 /// Its filter can be changed later with `set_verbosity` (`PUT /debug/flags/v`).
 /// Beside it, the timeline layer (`timeline::TimelineLayer`) sees oxlet's lines up to `-v=2`'s
 /// whatever `-v` is, so each pod's timeline is the same at every verbosity.
-pub fn init(verbosity: u8) {
+pub fn init(verbosity: u8, format: LogFormat) {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{Layer as _, filter::Targets, fmt, reload};
@@ -76,10 +65,8 @@ pub fn init(verbosity: u8) {
         .unwrap_or_else(|| filter_for(verbosity));
     let (filter, handle) = reload::Layer::new(filter);
     let log = fmt::layer()
-        .fmt_fields(klog_fields())
+        .event_format(format::KlogFormat::new(format))
         .with_writer(std::io::stderr)
-        .with_target(verbosity >= 4)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(filter);
     let stories = crate::timeline::TimelineLayer
         .with_filter(Targets::new().with_target("oxlet", tracing::Level::INFO));
@@ -121,31 +108,6 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-
-    #[test]
-    fn values_are_quoted_as_klog_quotes_them() {
-        assert_eq!(klog_value("default/web"), "default/web");
-        assert_eq!(klog_value("connection refused"), "\"connection refused\"");
-        assert_eq!(klog_value(""), "\"\"");
-        assert_eq!(klog_value("a=b"), "\"a=b\"");
-        assert_eq!(klog_value("say \"hi\"\n"), "\"say \\\"hi\\\"\\n\"");
-        // A Debug-rendered string is quoted already.
-        assert_eq!(klog_value("\"x y\""), "\"x y\"");
-        let buf = Buf::default();
-        let w = buf.clone();
-        let sub = tracing_subscriber::fmt()
-            .fmt_fields(klog_fields())
-            .with_writer(move || w.clone())
-            .finish();
-        tracing::subscriber::with_default(sub, || {
-            tracing::info!(pod = %"default/web", error = %"no such file or directory", attempt = 2, "container start failed");
-        });
-        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-        assert!(
-            out.contains("container start failed pod=default/web error=\"no such file or directory\" attempt=2"),
-            "{out}"
-        );
-    }
 
     #[test]
     fn verbosity_maps_to_levels() {

@@ -70,6 +70,8 @@ pub(super) fn views(
         configz: Arc::new(crate::options::kubelet_configuration(opts, &rt.endpoint)),
         prediction: koord.prediction,
         node_metric: koord.node_metric,
+        cgroups: super::node::host_cgroup_tree("/metrics/cadvisor's cgroup families").map(Arc::new),
+        machine: Arc::new(crate::stats::MachineReader::new(std::path::Path::new("/"))),
     }
 }
 

@@ -78,6 +78,11 @@ pub(crate) struct Views {
     pub eviction: Arc<crate::eviction::StatusView>,
     /// What this node's NodeMetric status is made of (`/debug/koord/nodemetric`).
     pub node_metric: Arc<crate::koord::NodeMetricSource>,
+    /// The host's cgroups, which `/metrics/cadvisor` reads at scrape time (None: they
+    /// could not be read, and those families are left out).
+    pub cgroups: Option<Arc<crate::cm::CgroupTree>>,
+    /// The machine facts of `/metrics/cadvisor`'s `machine_*` families.
+    pub machine: Arc<crate::stats::MachineReader>,
 }
 
 impl Views {

@@ -402,7 +402,7 @@ fn routers() -> &'static [axum::Router; 2] {
                 no_prediction,
                 None,
             )),
-            cgroups: None,
+            cgroups: Arc::new(crate::stats::ExtrasCache::new(None)),
             machine: Arc::new(crate::stats::MachineReader::new(scratch())),
         };
         let logs = scratch().join("logs");

@@ -78,9 +78,9 @@ pub(crate) struct Views {
     pub eviction: Arc<crate::eviction::StatusView>,
     /// What this node's NodeMetric status is made of (`/debug/koord/nodemetric`).
     pub node_metric: Arc<crate::koord::NodeMetricSource>,
-    /// The host's cgroups, which `/metrics/cadvisor` reads at scrape time (None: they
-    /// could not be read, and those families are left out).
-    pub cgroups: Option<Arc<crate::cm::CgroupTree>>,
+    /// The host's cgroup files `/metrics/cadvisor` reads for itself, kept for a
+    /// housekeeping interval.
+    pub cgroups: Arc<crate::stats::ExtrasCache>,
     /// The machine facts of `/metrics/cadvisor`'s `machine_*` families.
     pub machine: Arc<crate::stats::MachineReader>,
 }

@@ -63,7 +63,7 @@ pub(super) async fn cadvisor(State(v): State<Views>, headers: header::HeaderMap)
     let (cgroups, machine) = (v.cgroups.clone(), v.machine.clone());
     // The scrape reads cgroup and proc files: off the async workers.
     let text = tokio::task::spawn_blocking(move || {
-        scrape_cadvisor_metrics(snap.as_deref(), cgroups.as_deref(), &machine)
+        scrape_cadvisor_metrics(snap.as_deref(), &cgroups, &machine)
     })
     .await;
     match text {

@@ -14,7 +14,7 @@
 use std::time::SystemTime;
 
 use super::cadvisor_scraped::{ScrapedFamilies, machine_families};
-use super::cgroup_extras::ExtrasReader;
+use super::cgroup_extras::ExtrasCache;
 use super::cgroup_extras::{Extras, RowKind};
 use super::machine::{Machine, MachineReader};
 use super::text_format::{Family, Labels, Sample, render, scrape_error};
@@ -316,7 +316,8 @@ pub(crate) fn render_cadvisor_metrics(
             let ts = unix_millis(row.reading.time);
             scraped.add_reading(&row.labels, row.reading, ts);
             let extras = (reads.extras)(row.cgroup, row.kind);
-            scraped.add_extras(&row.labels, &extras, unix_millis(now));
+            let read_at = unix_millis(extras.time.unwrap_or(now));
+            scraped.add_extras(&row.labels, &extras, read_at);
             families.add(row, now);
         }
     }
@@ -327,26 +328,22 @@ pub(crate) fn render_cadvisor_metrics(
     render(all)
 }
 
-/// One scrape of this host: the snapshot, each row's cgroup files read now (none
-/// without a cgroup tree) and the machine. Blocking: call it off the async runtime.
+/// One scrape of this host: the snapshot, each row's cgroup files (kept for a
+/// housekeeping interval) and the machine. Blocking: call it off the async runtime.
 pub(crate) fn scrape_cadvisor_metrics(
     snapshot: Option<&Snapshot>,
-    tree: Option<&crate::cm::CgroupTree>,
+    cgroups: &ExtrasCache,
     machine: &MachineReader,
 ) -> String {
     let now = SystemTime::now();
     let m = machine.get(now);
-    let mut reader = tree.map(ExtrasReader::new);
-    let mut extras = |rel: &str, kind| {
-        reader
-            .as_mut()
-            .map_or_else(Extras::default, |r| r.read(rel, kind))
-    };
-    let reads = ScrapeReads {
-        extras: &mut extras,
-        machine: Some(&m),
-    };
-    render_cadvisor_metrics(snapshot, now, reads)
+    cgroups.serve(now, |extras| {
+        let reads = ScrapeReads {
+            extras,
+            machine: Some(&m),
+        };
+        render_cadvisor_metrics(snapshot, now, reads)
+    })
 }
 
 #[cfg(test)]

@@ -7,8 +7,16 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
 
 use crate::cm::CgroupTree;
+use crate::locks::Locked as _;
+
+/// How long a cgroup's files are served before they are read again: cAdvisor's
+/// housekeeping interval under kubelet, whose scrapes serve the stats of its latest
+/// housekeeping. A scrape at rest then costs little more than the text.
+const HOUSEKEEPING: Duration = Duration::from_secs(10);
 
 /// Control and proc files read here are small; reads stop here.
 const MAX_FILE_BYTES: u64 = 256 * 1024;
@@ -86,13 +94,15 @@ pub(super) struct Extras {
     pub network: Vec<Interface>,
     /// A container's init process's soft open-files limit (-1: unlimited).
     pub max_open_files: Option<i64>,
+    /// When the files were read (None: not read, the scrape's time stands).
+    pub time: Option<SystemTime>,
 }
 
 /// What a row's cgroup is, which says where its network counters come from: the root
 /// (pid 1's namespace, the machine's, as cAdvisor reads it), a pod (a process of its
 /// own, in the sandbox's namespace), or a container (none: it shares its pod's; but
 /// its init process's open-files limit, as cAdvisor's containerd handler has it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum RowKind {
     Root,
     Pod,
@@ -163,6 +173,7 @@ impl<'a> ExtrasReader<'a> {
             cpu: self.cpu_spec(rel),
             network,
             max_open_files,
+            time: Some(SystemTime::now()),
         }
     }
 
@@ -282,6 +293,52 @@ impl<'a> ExtrasReader<'a> {
         read_small(&self.proc.join(format!("{pid}/net/dev")))
             .map(|t| parse_net_dev(&t))
             .unwrap_or_default()
+    }
+}
+
+/// Each row's files as last read, served until they are [`HOUSEKEEPING`] old; None
+/// without a cgroup tree (then the families are left out).
+pub(crate) struct ExtrasCache {
+    tree: Option<CgroupTree>,
+    entries: Mutex<HashMap<(String, RowKind), Extras>>,
+}
+
+impl ExtrasCache {
+    pub(crate) fn new(tree: Option<CgroupTree>) -> ExtrasCache {
+        ExtrasCache {
+            tree,
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `f` with a lookup of each row's files at `now`: the kept ones while fresh,
+    /// else read anew. Rows `f` does not ask for are forgotten (their cgroups are gone).
+    pub(super) fn serve<R>(
+        &self,
+        now: SystemTime,
+        f: impl FnOnce(&mut dyn FnMut(&str, RowKind) -> Extras) -> R,
+    ) -> R {
+        let mut entries = self.entries.locked();
+        let mut kept = std::mem::take(&mut *entries);
+        let mut reader = self.tree.as_ref().map(ExtrasReader::new);
+        let fresh = |x: &Extras| {
+            x.time
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age < HOUSEKEEPING)
+        };
+        let mut lookup = |rel: &str, kind: RowKind| {
+            let key = (rel.to_string(), kind);
+            let x = match kept.remove(&key) {
+                Some(x) if fresh(&x) => x,
+                _ => reader.as_mut().map_or_else(Extras::default, |r| Extras {
+                    time: Some(now),
+                    ..r.read(rel, kind)
+                }),
+            };
+            entries.insert(key, x.clone());
+            x
+        };
+        f(&mut lookup)
     }
 }
 
@@ -473,6 +530,37 @@ mod tests {
         assert_eq!(i[0].rx, [5000, 40, 1, 2]);
         assert_eq!(i[0].tx, [3000, 30, 3, 4]);
         assert!(parse_net_dev("h\nh\neth0: 1 2\n").is_empty());
+    }
+
+    /// A row's files are served as read for a housekeeping interval, then read anew.
+    #[test]
+    fn files_are_kept_for_a_housekeeping_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let stat = |w: u64| {
+            std::fs::write(
+                dir.path().join("a/io.stat"),
+                format!("8:0 rbytes=0 wbytes={w} rios=0 wios=1\n"),
+            )
+            .unwrap();
+        };
+        stat(100);
+        let tree = CgroupTree::new(dir.path(), crate::cm::CgroupVersion::V2).unwrap();
+        let cache = ExtrasCache::new(Some(tree));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let written =
+            |at: SystemTime| cache.serve(at, |f| f("a", RowKind::Container).io[0].bytes("Write"));
+        assert_eq!(written(t0), Some(100));
+        stat(200);
+        assert_eq!(written(t0 + Duration::from_secs(9)), Some(100), "kept");
+        assert_eq!(
+            written(t0 + Duration::from_secs(10)),
+            Some(200),
+            "read anew"
+        );
+        // A row not asked for in a scrape is forgotten.
+        cache.serve(t0, |_| ());
+        assert!(cache.entries.locked().is_empty());
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod volumes;
 // The Summary API, `/metrics/resource` and `/metrics/cadvisor`, for the server.
 pub(crate) use build::build_summary;
 pub(crate) use cadvisor_metrics::scrape_cadvisor_metrics;
+pub(crate) use cgroup_extras::ExtrasCache;
 pub(crate) use machine::MachineReader;
 pub(crate) use resource_metrics::render_resource_metrics;
 pub(crate) use text_format::TEXT_CONTENT_TYPE;

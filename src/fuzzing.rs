@@ -402,6 +402,8 @@ fn routers() -> &'static [axum::Router; 2] {
                 no_prediction,
                 None,
             )),
+            cgroups: Arc::new(crate::stats::ExtrasCache::new(None)),
+            machine: Arc::new(crate::stats::MachineReader::new(scratch())),
         };
         let logs = scratch().join("logs");
         std::fs::create_dir_all(logs.join("pods")).expect("scratch logs");

@@ -367,6 +367,74 @@ async fn prepare_for_shutdown_stops_pods_by_priority_within_budgets_then_release
         let cs = cri_containers(&bed, id).await;
         assert!(cs.iter().all(|c| c.state != RUNNING), "{name} runs again");
     }
+    shutdown_times_are_metrics_and_survive_a_restart(&mut ox, &cfg, &server, times.t0).await;
+}
+
+/// kubelet's `kubelet_graceful_shutdown_{start,end}_time_seconds`: set when the shutdown
+/// started and ended, kept in `graceful_node_shutdown_state`, and read back by the
+/// next start.
+async fn shutdown_times_are_metrics_and_survive_a_restart(
+    ox: &mut Oxlet,
+    cfg: &str,
+    server: &testapi::TestApiServer,
+    signalled: Instant,
+) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started_at = now - signalled.elapsed().as_secs_f64();
+    let gauge = |text: &str, name: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"));
+        line.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    let (code, text) = ox.get("/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    let (start, end) = (
+        gauge(&text, "kubelet_graceful_shutdown_start_time_seconds"),
+        gauge(&text, "kubelet_graceful_shutdown_end_time_seconds"),
+    );
+    assert!(
+        (start - started_at).abs() <= 2.0,
+        "start {start} vs signalled {started_at}"
+    );
+    assert!(end >= start && end <= now + 1.0, "{start} {end} {now}");
+    let state = std::fs::read_to_string(ox.root.join("graceful_node_shutdown_state")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&state).unwrap();
+    for key in ["startTime", "endTime"] {
+        assert!(
+            json[key].as_str().is_some_and(|t| t.ends_with('Z')),
+            "{state}"
+        );
+    }
+    ox.kill9();
+    ox.spawn(&[
+        cfg,
+        &format!("--kubeconfig={}", server.kubeconfig().display()),
+    ]);
+    ox.wait_up(Duration::from_secs(20)).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        if let Some((200, text)) = ox.get("/metrics").await
+            && text.contains("\nkubelet_graceful_shutdown_start_time_seconds ")
+            && gauge(&text, "kubelet_graceful_shutdown_start_time_seconds") == start
+        {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the times were not read back:\n{}",
+            tail(&ox.log(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        gauge(&text, "kubelet_graceful_shutdown_end_time_seconds"),
+        end
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

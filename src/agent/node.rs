@@ -322,6 +322,7 @@ pub(super) fn spawn_node_shutdown(
         shared.events.clone(),
         opts.node_name.clone(),
     );
+    let times = crate::nodeshutdown::ShutdownTimes::new(&opts.root_dir);
     tasks.spawn_restarting("node-shutdown", Backoff::default(), move |cancel| {
         let manager = Manager::new(ManagerDeps {
             logind: SystemLogind::new(LOGIND_DROP_IN_DIR.into()),
@@ -331,6 +332,7 @@ pub(super) fn spawn_node_shutdown(
             events: events.clone(),
             node_name: node_name.clone(),
             sigusr1: true,
+            times: Some(times.clone()),
         });
         async move {
             manager.run(cancel).await;

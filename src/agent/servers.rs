@@ -70,6 +70,10 @@ pub(super) fn views(
         configz: Arc::new(crate::options::kubelet_configuration(opts, &rt.endpoint)),
         prediction: koord.prediction,
         node_metric: koord.node_metric,
+        cgroups: Arc::new(crate::stats::ExtrasCache::new(
+            super::node::host_cgroup_tree("/metrics/cadvisor's cgroup families"),
+        )),
+        machine: Arc::new(crate::stats::MachineReader::new(std::path::Path::new("/"))),
     }
 }
 

@@ -31,6 +31,8 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
     ("kubelet_evented_pleg_connection_latency_seconds", H, &[]),
     ("kubelet_evented_pleg_connection_success_count", C, &[]),
     ("kubelet_evictions", C, &["eviction_signal"]),
+    ("kubelet_graceful_shutdown_end_time_seconds", G, &[]),
+    ("kubelet_graceful_shutdown_start_time_seconds", G, &[]),
     (
         "kubelet_http_inflight_requests",
         G,
@@ -52,6 +54,7 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
         H,
         &["image_size_in_bytes"],
     ),
+    ("kubelet_managed_ephemeral_containers", G, &[]),
     ("kubelet_mirror_pods", G, &[]),
     ("kubelet_node_name", G, &["node"]),
     ("kubelet_pleg_discard_events", C, &[]),
@@ -105,6 +108,21 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
         "kubelet_working_pods",
         G,
         &["config", "lifecycle", "static"],
+    ),
+    (
+        "kubernetes_build_info",
+        G,
+        &[
+            "buildDate",
+            "compiler",
+            "gitCommit",
+            "gitTreeState",
+            "gitVersion",
+            "goVersion",
+            "major",
+            "minor",
+            "platform",
+        ],
     ),
 ];
 

@@ -66,6 +66,9 @@ pub(crate) struct Kubelet {
     pub http_requests: CounterVec,
     pub http_requests_duration: HistogramVec,
     pub http_inflight: GaugeVec,
+    pub graceful_shutdown_start: Gauge,
+    pub graceful_shutdown_end: Gauge,
+    pub managed_ephemeral_containers: Gauge,
 }
 
 /// The HTTP request families' labels (kubelet's server metrics).
@@ -547,6 +550,95 @@ fn cgroup_version_family(r: &Registry) -> prometheus::Result<Gauge> {
     )
 }
 
+/// The node shutdown manager's times, the ephemeral container count, and
+/// component-base's build info.
+struct NodeFamilies {
+    graceful_shutdown_start: Gauge,
+    graceful_shutdown_end: Gauge,
+    managed_ephemeral_containers: Gauge,
+}
+
+/// component-base's `kubernetes_build_info` labels, in its order.
+const BUILD_INFO_LABELS: &[&str] = &[
+    "major",
+    "minor",
+    "gitVersion",
+    "gitCommit",
+    "gitTreeState",
+    "buildDate",
+    "goVersion",
+    "compiler",
+    "platform",
+];
+
+/// Go's `GOOS/GOARCH` of this build (component-base's `platform` label).
+fn go_platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    format!("{}/{arch}", std::env::consts::OS)
+}
+
+/// The build info's values: the Kubernetes release followed (as the Node's
+/// `kubeletVersion`), no git stamp (oxlet embeds none: Kubernetes' unstamped
+/// defaults), no Go version (there is no Go in oxlet), `rustc` as the compiler.
+fn build_info_values() -> [String; 9] {
+    let version = crate::version::KUBERNETES;
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major = parts.next().unwrap_or_default().to_string();
+    let minor = parts.next().unwrap_or_default().to_string();
+    [
+        major,
+        minor,
+        version.to_string(),
+        String::new(),
+        String::new(),
+        "1970-01-01T00:00:00Z".to_string(),
+        String::new(),
+        "rustc".to_string(),
+        go_platform(),
+    ]
+}
+
+impl NodeFamilies {
+    fn register(r: &Registry) -> prometheus::Result<Self> {
+        let gauge = |name: &str, help: &str| register(r, Gauge::with_opts(opts(name, help))?);
+        // Set once here; nothing changes it.
+        let build_info = register(
+            r,
+            GaugeVec::new(
+                opts(
+                    "kubernetes_build_info",
+                    "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+                ),
+                BUILD_INFO_LABELS,
+            )?,
+        )?;
+        let values = build_info_values();
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        build_info.with_label_values(&values).set(1.0);
+        Ok(NodeFamilies {
+            // kubelet's help says "start" for both.
+            graceful_shutdown_start: gauge(
+                "kubelet_graceful_shutdown_start_time_seconds",
+                "Last graceful shutdown start time since unix epoch in seconds",
+            )?,
+            graceful_shutdown_end: gauge(
+                "kubelet_graceful_shutdown_end_time_seconds",
+                "Last graceful shutdown start time since unix epoch in seconds",
+            )?,
+            managed_ephemeral_containers: gauge(
+                "kubelet_managed_ephemeral_containers",
+                "Current number of ephemeral containers in pods managed by this kubelet.",
+            )?,
+        })
+    }
+}
+
 /// The kubelet server's requests (kubelet's `pkg/kubelet/server/metrics`).
 struct HttpFamilies {
     http_requests: CounterVec,
@@ -607,7 +699,11 @@ impl Kubelet {
         let starts = StartFamilies::register(&r)?;
         let cgroup_version = cgroup_version_family(&r)?;
         let http = HttpFamilies::register(&r)?;
+        let node = NodeFamilies::register(&r)?;
         let k = Kubelet {
+            graceful_shutdown_start: node.graceful_shutdown_start,
+            graceful_shutdown_end: node.graceful_shutdown_end,
+            managed_ephemeral_containers: node.managed_ephemeral_containers,
             node_name,
             containers_per_pod: pods.containers_per_pod,
             pod_worker_duration: pods.pod_worker_duration,
@@ -686,13 +782,16 @@ fn static_label(is_static: bool) -> &'static str {
 }
 
 impl Kubelet {
-    /// Housekeeping's tallies: desired and active pods as (API, static), mirror pods.
+    /// Housekeeping's tallies: desired and active pods as (API, static), mirror pods,
+    /// and the ephemeral containers of the desired pods.
     pub(crate) fn set_pod_counts(
         &self,
         desired: (usize, usize),
         active: (usize, usize),
         mirrors: usize,
+        ephemeral_containers: usize,
     ) {
+        (self.managed_ephemeral_containers).set(ephemeral_containers as f64);
         for (vec, (api, stat)) in [(&self.desired_pods, desired), (&self.active_pods, active)] {
             vec.with_label_values(&[""]).set(api as f64);
             vec.with_label_values(&["true"]).set(stat as f64);
@@ -862,7 +961,8 @@ mod tests {
             .find(|f| f.name() == "kubelet_working_pods")
             .unwrap();
         assert_eq!(f.get_metric().len(), 18);
-        k.set_pod_counts((2, 1), (1, 1), 1);
+        k.set_pod_counts((2, 1), (1, 1), 1, 3);
+        assert_eq!(k.managed_ephemeral_containers.get(), 3.0);
         assert_eq!(k.desired_pods.with_label_values(&[""]).get(), 2.0);
         assert_eq!(k.desired_pods.with_label_values(&["true"]).get(), 1.0);
         assert_eq!(k.mirror_pods.get(), 1.0);

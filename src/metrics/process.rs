@@ -1,6 +1,6 @@
-//! `process_*` families read from `/proc/self` at scrape time (the prometheus crate's
-//! process collector needs its `process` feature and more dependencies; three numbers
-//! from two small files do not).
+//! `process_*` families read from `/proc/self` at scrape time, the Go client's process
+//! collector's set as kubelet serves it (the prometheus crate's process collector needs
+//! its `process` feature and more dependencies; a few numbers from small files do not).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -24,8 +24,32 @@ const RSS: (&str, &str) = (
     "Resident memory size in bytes.",
 );
 
-/// The process collector: start time, CPU seconds, resident memory (`full`), or the
-/// start time alone (the probes registry, as kubelet's).
+const OPEN_FDS: (&str, &str) = ("process_open_fds", "Number of open file descriptors.");
+const MAX_FDS: (&str, &str) = (
+    "process_max_fds",
+    "Maximum number of open file descriptors.",
+);
+const VSIZE: (&str, &str) = (
+    "process_virtual_memory_bytes",
+    "Virtual memory size in bytes.",
+);
+const VSIZE_MAX: (&str, &str) = (
+    "process_virtual_memory_max_bytes",
+    "Maximum amount of virtual memory available in bytes.",
+);
+const NET_RX: (&str, &str) = (
+    "process_network_receive_bytes_total",
+    "Number of bytes received by the process over the network.",
+);
+const NET_TX: (&str, &str) = (
+    "process_network_transmit_bytes_total",
+    "Number of bytes sent by the process over the network.",
+);
+/// Descriptors counted at most (the count stops there).
+const MAX_FDS_COUNTED: usize = 1 << 20;
+
+/// The process collector: start time, CPU seconds, memory, descriptors and network
+/// bytes (`full`), or the start time alone (the probes registry, as kubelet's).
 pub(crate) struct Process {
     full: bool,
     descs: Vec<Desc>,
@@ -35,8 +59,11 @@ impl Process {
     pub(crate) fn new(full: bool) -> prometheus::Result<Process> {
         let mut descs = vec![desc(START)?];
         if full {
-            descs.push(desc(CPU)?);
-            descs.push(desc(RSS)?);
+            for d in [
+                CPU, RSS, OPEN_FDS, MAX_FDS, VSIZE, VSIZE_MAX, NET_RX, NET_TX,
+            ] {
+                descs.push(desc(d)?);
+            }
         }
         Ok(Process { full, descs })
     }
@@ -77,6 +104,77 @@ pub(crate) fn parse(stat: &str, proc_stat: &str, ticks: f64, page: f64) -> Optio
     Some((btime + start / ticks, (utime + stime) / ticks, rss * page))
 }
 
+/// A soft limit of `/proc/self/limits` (`Max open files  1024  4096  files`); the Go
+/// client's procfs reads `unlimited` as the largest u64.
+pub(crate) fn soft_limit(limits: &str, name: &str) -> Option<f64> {
+    let line = limits.lines().find(|l| l.starts_with(name))?;
+    let soft = line[name.len()..].split_whitespace().next()?;
+    if soft == "unlimited" {
+        return Some(u64::MAX as f64);
+    }
+    soft.parse::<u64>().ok().map(|v| v as f64)
+}
+
+/// `IpExt: … InOctets … OutOctets` of `/proc/self/net/netstat` (the names line, then
+/// the values line).
+pub(crate) fn ip_octets(netstat: &str) -> Option<(f64, f64)> {
+    let mut lines = netstat.lines().filter(|l| l.starts_with("IpExt:"));
+    let names: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let values: Vec<&str> = lines.next()?.split_whitespace().collect();
+    let at = |n: &str| -> Option<f64> {
+        let i = names.iter().position(|x| *x == n)?;
+        values.get(i)?.parse::<f64>().ok()
+    };
+    Some((at("InOctets")?, at("OutOctets")?))
+}
+
+/// Virtual memory size: field 23 of `/proc/self/stat`.
+fn vsize(stat: &str) -> Option<f64> {
+    stat_fields(stat)?.get(23 - 3)?.parse().ok()
+}
+
+fn open_fds() -> Option<f64> {
+    let n = std::fs::read_dir("/proc/self/fd")
+        .ok()?
+        .take(MAX_FDS_COUNTED)
+        .count();
+    Some(n as f64)
+}
+
+fn counter(v: f64) -> Metric {
+    let mut c = Counter::default();
+    c.set_value(v);
+    let mut m = Metric::default();
+    m.set_counter(c);
+    m
+}
+
+/// The families beyond start time, CPU and RSS: each left out when its file cannot
+/// be read, as the Go client leaves out what procfs cannot give.
+fn more_families(stat: &str, out: &mut Vec<MetricFamily>) {
+    let g = |(name, help): (&str, &str), v: f64| family(name, help, MetricType::GAUGE, gauge(v));
+    let limits = read_small("/proc/self/limits").unwrap_or_default();
+    if let Some(n) = open_fds() {
+        out.push(g(OPEN_FDS, n));
+    }
+    if let Some(n) = soft_limit(&limits, "Max open files") {
+        out.push(g(MAX_FDS, n));
+    }
+    if let Some(n) = vsize(stat) {
+        out.push(g(VSIZE, n));
+    }
+    if let Some(n) = soft_limit(&limits, "Max address space") {
+        out.push(g(VSIZE_MAX, n));
+    }
+    if let Some((rx, tx)) = read_small("/proc/self/net/netstat")
+        .as_deref()
+        .and_then(ip_octets)
+    {
+        out.push(family(NET_RX.0, NET_RX.1, MetricType::COUNTER, counter(rx)));
+        out.push(family(NET_TX.0, NET_TX.1, MetricType::COUNTER, counter(tx)));
+    }
+}
+
 fn family(name: &str, help: &str, t: MetricType, m: Metric) -> MetricFamily {
     let mut f = MetricFamily::default();
     f.set_name(name.into());
@@ -112,12 +210,9 @@ impl Collector for Process {
         };
         let mut out = vec![family(START.0, START.1, MetricType::GAUGE, gauge(start))];
         if self.full {
-            let mut c = Counter::default();
-            c.set_value(cpu);
-            let mut m = Metric::default();
-            m.set_counter(c);
-            out.push(family(CPU.0, CPU.1, MetricType::COUNTER, m));
+            out.push(family(CPU.0, CPU.1, MetricType::COUNTER, counter(cpu)));
             out.push(family(RSS.0, RSS.1, MetricType::GAUGE, gauge(rss)));
+            more_families(&stat, &mut out);
         }
         out
     }
@@ -137,6 +232,19 @@ mod tests {
     }
 
     #[test]
+    fn reads_limits_and_netstat() {
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\nMax open files            1024                 524288               files\nMax address space         unlimited            unlimited            bytes\n";
+        assert_eq!(soft_limit(limits, "Max open files"), Some(1024.0));
+        assert_eq!(
+            soft_limit(limits, "Max address space"),
+            Some(u64::MAX as f64)
+        );
+        let netstat =
+            "TcpExt: A B\nTcpExt: 1 2\nIpExt: InNoRoutes InOctets OutOctets\nIpExt: 0 500 700\n";
+        assert_eq!(ip_octets(netstat), Some((500.0, 700.0)));
+    }
+
+    #[test]
     fn reads_this_process() {
         let fams = Process::new(true).unwrap().collect();
         let names: Vec<&str> = fams
@@ -148,9 +256,24 @@ mod tests {
             [
                 "process_start_time_seconds",
                 "process_cpu_seconds_total",
-                "process_resident_memory_bytes"
+                "process_resident_memory_bytes",
+                "process_open_fds",
+                "process_max_fds",
+                "process_virtual_memory_bytes",
+                "process_virtual_memory_max_bytes",
+                "process_network_receive_bytes_total",
+                "process_network_transmit_bytes_total",
             ]
         );
+        let value = |name: &str| {
+            let f = fams.iter().find(|f| f.name() == name).unwrap();
+            let m = &f.get_metric()[0];
+            m.get_gauge().get_value().max(m.get_counter().get_value())
+        };
+        // This test process has at least stdin, stdout, stderr and /proc/self/fd open.
+        assert!(value("process_open_fds") >= 3.0);
+        assert!(value("process_max_fds") >= value("process_open_fds"));
+        assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
         let start = fams[0].get_metric()[0].get_gauge().get_value();
         assert!(start > 1.5e9, "{start}");
     }

@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::groups::{Group, PriorityGrace, group_by_priority, period_requested, range_text};
 use super::logind::{InhibitLock, Logind, LogindError};
+use super::storage::ShutdownTimes;
 use crate::contracts::{NodeShutdownState, PodTerminator, Termination};
 use crate::duration::format_go_duration;
 use crate::events::{EventRecorder, EventType, ObjectRef};
@@ -61,6 +62,9 @@ pub(crate) struct ManagerDeps<L> {
     pub node_name: String,
     /// SIGUSR1 starts a shutdown too (kubelet's); off in unit tests, as it is process-wide.
     pub sigusr1: bool,
+    /// Where the last shutdown's times are kept for the metrics (None in unit tests,
+    /// whose gauges are process-wide).
+    pub times: Option<ShutdownTimes>,
 }
 
 /// The manager, holding the inhibitor lock while it watches.
@@ -84,6 +88,9 @@ impl<L: Logind> Manager<L> {
     /// Watches for shutdowns until `cancel`. A failed first start is said once and
     /// the manager then waits idle (kubelet's `Start` does not retry it).
     pub(crate) async fn run(mut self, cancel: CancellationToken) {
+        if let Some(t) = &self.d.times {
+            t.restore();
+        }
         let mut events = match self.start().await {
             Ok(events) => Some(events),
             Err(e) => {
@@ -225,7 +232,14 @@ impl<L: Logind> Manager<L> {
             "node is shutting down (logind sent PrepareForShutdown): new pods are refused, the node is not Ready, and the running pods are stopped by priority, lowest first"
         );
         let groups = group_by_priority(&self.d.groups, pods);
+        let started = std::time::SystemTime::now();
+        if let Some(t) = &self.d.times {
+            t.record(started, None);
+        }
         let outcome = self.stop_groups(groups, cancel).await;
+        if let Some(t) = &self.d.times {
+            t.record(started, Some(std::time::SystemTime::now()));
+        }
         self.release_lock();
         if outcome.is_ok() {
             info!(

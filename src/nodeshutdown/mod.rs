@@ -21,6 +21,7 @@ mod fake;
 mod groups;
 mod logind;
 mod manager;
+mod storage;
 #[cfg(test)]
 mod tests;
 
@@ -32,3 +33,4 @@ pub(crate) use dbus::{LOGIND_DROP_IN_DIR, SystemLogind};
 pub(crate) use groups::{PriorityGrace, from_settings, period_requested};
 // The manager the agent runs.
 pub(crate) use manager::{Manager, ManagerDeps};
+pub(crate) use storage::ShutdownTimes;

@@ -108,6 +108,7 @@ async fn run(logind: FakeLogind, groups: Vec<PriorityGrace>, pods: FakePods) -> 
         events: EventRecorder::log_only(),
         node_name: "n1".into(),
         sigusr1: false,
+        times: None,
     });
     let task = tokio::spawn(manager.run(cancel.clone()));
     let start = Instant::now();

@@ -81,6 +81,11 @@ pub(crate) struct Views {
     pub eviction: Arc<crate::eviction::StatusView>,
     /// What this node's NodeMetric status is made of (`/debug/koord/nodemetric`).
     pub node_metric: Arc<crate::koord::NodeMetricSource>,
+    /// The host's cgroup files `/metrics/cadvisor` reads for itself, kept for a
+    /// housekeeping interval.
+    pub cgroups: Arc<crate::stats::ExtrasCache>,
+    /// The machine facts of `/metrics/cadvisor`'s `machine_*` families.
+    pub machine: Arc<crate::stats::MachineReader>,
 }
 
 impl Views {

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::Views;
 use crate::stats::{
-    TEXT_CONTENT_TYPE, build_summary, render_cadvisor_metrics, render_resource_metrics,
+    TEXT_CONTENT_TYPE, build_summary, render_resource_metrics, scrape_cadvisor_metrics,
 };
 
 /// go-restful's pretty JSON: one-space indent, no trailing newline.
@@ -60,11 +60,16 @@ pub(super) async fn resource(State(v): State<Views>, headers: header::HeaderMap)
 /// kubelet's embedded cAdvisor's container metrics, from the same readings.
 pub(super) async fn cadvisor(State(v): State<Views>, headers: header::HeaderMap) -> Response {
     let snap = v.readings.get();
-    crate::metrics::exposition(
-        &headers,
-        TEXT_CONTENT_TYPE,
-        render_cadvisor_metrics(snap.as_deref(), std::time::SystemTime::now()),
-    )
+    let (cgroups, machine) = (v.cgroups.clone(), v.machine.clone());
+    // The scrape reads cgroup and proc files: off the async workers.
+    let text = tokio::task::spawn_blocking(move || {
+        scrape_cadvisor_metrics(snap.as_deref(), &cgroups, &machine)
+    })
+    .await;
+    match text {
+        Ok(text) => crate::metrics::exposition(&headers, TEXT_CONTENT_TYPE, text),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
 }
 
 /// A v1 PodList of the running pods with only names, UIDs and containers' names and

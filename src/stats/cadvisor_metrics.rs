@@ -4,23 +4,30 @@
 //! `pod`, every one present even when empty, as kubelet's label function sets them).
 //!
 //! Rows are the cgroups the advisor reads: the root (`id="/"`), each pod's cgroup and
-//! each running container's. Families are those of kubelet's metric set that these
+//! each running container's. Families here are those of kubelet's metric set that the
 //! readings hold: CPU usage and CFS throttling, memory usage, working set, RSS and page
 //! cache, the memory limit, start time, last seen, and the pressure stall totals
-//! (`KubeletPSI`, GA in 1.36) where the kernel keeps PSI. What cAdvisor has beyond them
-//! (per-device disk I/O, network, processes, machine facts, system slices, sandbox
-//! containers) is listed in `docs/kind.md`.
+//! (`KubeletPSI`, GA in 1.36) where the kernel keeps PSI. A scrape adds what it reads
+//! for itself (`cadvisor_scraped`: block I/O, network, processes, the CPU spec, the
+//! machine). What cAdvisor has beyond them is listed in `docs/kind.md`.
 
 use std::time::SystemTime;
 
+use super::cadvisor_scraped::{ScrapedFamilies, machine_families};
+use super::cgroup_extras::ExtrasCache;
+use super::cgroup_extras::{Extras, RowKind};
+use super::machine::{Machine, MachineReader};
 use super::text_format::{Family, Labels, Sample, render, scrape_error};
 use crate::contracts::{CgroupReading, Psi, Snapshot};
 
-/// One cgroup's row: its labels (without `cpu`), reading and start time.
+/// One cgroup's row: its labels (without `cpu`), reading and start time, its cgroup
+/// below the mount and where its network counters come from.
 struct Row<'a> {
     labels: Labels,
     reading: &'a CgroupReading,
     started_at: SystemTime,
+    cgroup: &'a str,
+    kind: RowKind,
 }
 
 /// The six labels kubelet gives every cAdvisor row, in name order.
@@ -41,6 +48,8 @@ fn rows(snap: &Snapshot) -> Vec<Row<'_>> {
         labels: row_labels("", "/".into(), "", "", "", ""),
         reading: &snap.node.cgroup,
         started_at: snap.node.started_at,
+        cgroup: "",
+        kind: RowKind::Root,
     }];
     for p in &snap.pods {
         if let (Some(reading), Some(path)) = (&p.cgroup, &p.cgroup_path) {
@@ -48,6 +57,8 @@ fn rows(snap: &Snapshot) -> Vec<Row<'_>> {
                 labels: row_labels("", format!("/{path}"), "", "", &p.namespace, &p.name),
                 reading,
                 started_at: p.started_at,
+                cgroup: path,
+                kind: RowKind::Pod,
             });
         }
         for c in &p.containers {
@@ -56,6 +67,8 @@ fn rows(snap: &Snapshot) -> Vec<Row<'_>> {
                 labels: row_labels(&c.name, id, &c.image, &c.id, &p.namespace, &p.name),
                 reading: &c.cgroup,
                 started_at: c.created_at,
+                cgroup: &c.cgroup_path,
+                kind: RowKind::Container,
             });
         }
     }
@@ -68,7 +81,7 @@ fn unix_seconds(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn unix_millis(t: SystemTime) -> Option<i64> {
+pub(super) fn unix_millis(t: SystemTime) -> Option<i64> {
     let d = t.duration_since(SystemTime::UNIX_EPOCH).ok()?;
     i64::try_from(d.as_millis()).ok()
 }
@@ -282,18 +295,55 @@ impl CadvisorFamilies {
     }
 }
 
+/// What one scrape reads beyond the snapshot: each row's cgroup files (by its cgroup
+/// below the mount) and the machine (None: it could not be read).
+pub(crate) struct ScrapeReads<'a> {
+    pub extras: &'a mut dyn FnMut(&str, RowKind) -> Extras,
+    pub machine: Option<&'a Machine>,
+}
+
 /// The text for `snapshot` at `now`; None (no round read yet) is cAdvisor's failed
 /// listing: `container_scrape_error 1` and no container.
-pub(crate) fn render_cadvisor_metrics(snapshot: Option<&Snapshot>, now: SystemTime) -> String {
+pub(crate) fn render_cadvisor_metrics(
+    snapshot: Option<&Snapshot>,
+    now: SystemTime,
+    reads: ScrapeReads<'_>,
+) -> String {
     let mut families = CadvisorFamilies::new();
+    let mut scraped = ScrapedFamilies::new();
     if let Some(snap) = snapshot {
         for row in rows(snap) {
+            let ts = unix_millis(row.reading.time);
+            scraped.add_reading(&row.labels, row.reading, ts);
+            let extras = (reads.extras)(row.cgroup, row.kind);
+            let read_at = unix_millis(extras.time.unwrap_or(now));
+            scraped.add_extras(&row.labels, &extras, read_at);
             families.add(row, now);
         }
     }
     let mut all = families.into_vec();
+    all.extend(scraped.into_vec());
+    all.extend(machine_families(reads.machine));
     all.push(scrape_error("container_scrape_error", snapshot.is_some()));
     render(all)
+}
+
+/// One scrape of this host: the snapshot, each row's cgroup files (kept for a
+/// housekeeping interval) and the machine. Blocking: call it off the async runtime.
+pub(crate) fn scrape_cadvisor_metrics(
+    snapshot: Option<&Snapshot>,
+    cgroups: &ExtrasCache,
+    machine: &MachineReader,
+) -> String {
+    let now = SystemTime::now();
+    let m = machine.get(now);
+    cgroups.serve(now, |extras| {
+        let reads = ScrapeReads {
+            extras,
+            machine: Some(&m),
+        };
+        render_cadvisor_metrics(snapshot, now, reads)
+    })
 }
 
 #[cfg(test)]
@@ -306,18 +356,29 @@ mod tests {
         build::tests::at(1_700_000_010) + Duration::from_millis(250)
     }
 
+    /// The text with no cgroup files and no machine read.
+    fn rendered(snap: Option<&Snapshot>) -> String {
+        let reads = ScrapeReads {
+            extras: &mut |_, _| Extras::default(),
+            machine: None,
+        };
+        render_cadvisor_metrics(snap, now(), reads)
+    }
+
     #[test]
     fn before_any_reading_only_the_scrape_error_is_set() {
         assert_eq!(
-            render_cadvisor_metrics(None, now()),
+            rendered(None),
             "# HELP container_scrape_error 1 if there was an error while getting container metrics, 0 otherwise\n\
-             # TYPE container_scrape_error gauge\ncontainer_scrape_error 1\n"
+             # TYPE container_scrape_error gauge\ncontainer_scrape_error 1\n\
+             # HELP machine_scrape_error 1 if there was an error while getting machine metrics, 0 otherwise.\n\
+             # TYPE machine_scrape_error gauge\nmachine_scrape_error 1\n"
         );
     }
 
     #[test]
     fn rows_carry_kubelets_labels_and_cadvisors_names() {
-        let text = render_cadvisor_metrics(Some(&build::tests::snapshot()), now());
+        let text = rendered(Some(&build::tests::snapshot()));
         let app = r#"{container="app",id="/kubepods/burstable/podu1/c1",image="docker.io/library/app:1",name="c1",namespace="default",pod="web"}"#;
         let pod = r#"{container="",id="/kubepods/burstable/podu1",image="",name="",namespace="default",pod="web"}"#;
         let root = r#"{container="",id="/",image="",name="",namespace="",pod=""}"#;
@@ -339,14 +400,14 @@ mod tests {
         let types = text.lines().filter(|l| l.starts_with("# TYPE "));
         let names: Vec<&str> = types.filter_map(|l| l.split(' ').nth(2)).collect();
         assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
-        assert_eq!(names.len(), 11, "{names:?}");
+        assert_eq!(names.len(), 14, "{names:?}");
         assert!(!text.contains("[STABLE]"));
     }
 
     #[test]
     fn throttling_is_written_only_for_a_cgroup_with_periods() {
         let mut snap = build::tests::snapshot();
-        let text = render_cadvisor_metrics(Some(&snap), now());
+        let text = rendered(Some(&snap));
         assert!(!text.contains("container_cpu_cfs_periods_total"), "{text}");
         let cpu = snap.pods[0].containers[1].cgroup.cpu.as_mut().unwrap();
         cpu.throttling = Some(crate::contracts::Throttling {
@@ -354,7 +415,7 @@ mod tests {
             throttled_periods: 3,
             throttled_nanos: 250_000_000,
         });
-        let text = render_cadvisor_metrics(Some(&snap), now());
+        let text = rendered(Some(&snap));
         let side = r#"{container="side",id="/kubepods/burstable/podu1/c2",image="docker.io/library/side:2",name="c2",namespace="default",pod="web"}"#;
         for line in [
             format!("container_cpu_cfs_periods_total{side} 40 1700000004000"),
@@ -378,7 +439,7 @@ mod tests {
             some: line(2_500_000),
             full: Some(line(1_000_000)),
         });
-        let text = render_cadvisor_metrics(Some(&snap), now());
+        let text = rendered(Some(&snap));
         let root = r#"{container="",id="/",image="",name="",namespace="",pod=""}"#;
         let app = r#"{container="app",id="/kubepods/burstable/podu1/c1",image="docker.io/library/app:1",name="c1",namespace="default",pod="web"}"#;
         for line in [
@@ -405,7 +466,7 @@ mod tests {
         m.limit_bytes = Some(64 << 20);
         m.with_cache_bytes = 700;
         m.without_cache_bytes = 300;
-        let text = render_cadvisor_metrics(Some(&snap), now());
+        let text = rendered(Some(&snap));
         let value = |name: &str, container: &str| {
             text.lines()
                 .find(|l| l.starts_with(&format!("{name}{{container=\"{container}\"")))
@@ -424,5 +485,109 @@ mod tests {
             value("container_memory_cache", "app").as_deref(),
             Some("400")
         );
+    }
+
+    /// Each row's scrape-time files and the machine, in cAdvisor's names and labels:
+    /// per-device I/O, the pod's interfaces, processes and the CPU spec.
+    #[test]
+    fn scrape_time_files_and_the_machine_become_cadvisors_families() {
+        use super::super::cgroup_extras::{CpuSpec, DeviceIo, Interface, Processes};
+        let snap = build::tests::snapshot();
+        let mut extras = |rel: &str, kind: RowKind| {
+            let mut x = Extras::default();
+            if rel == "kubepods/burstable/podu1/c1" {
+                x.io.push(DeviceIo {
+                    major: 8,
+                    minor: 0,
+                    device: "/dev/sda".into(),
+                    bytes: vec![("Read".into(), 4096), ("Write".into(), 8192)],
+                    ios: vec![("Read".into(), 1), ("Write".into(), 2)],
+                });
+                x.processes = Some(Processes {
+                    count: 2,
+                    fds: 9,
+                    sockets: 1,
+                    threads: 3,
+                    threads_max: 0,
+                });
+                x.cpu = Some(CpuSpec {
+                    shares: 102,
+                    period: 100_000,
+                    quota: Some(50_000),
+                });
+                x.max_open_files = Some(1024);
+            }
+            if kind == RowKind::Pod {
+                x.network.push(Interface {
+                    name: "eth0".into(),
+                    rx: [10, 2, 0, 1],
+                    tx: [20, 3, 0, 0],
+                });
+            }
+            x
+        };
+        let machine = Machine {
+            time: now(),
+            machine_id: "m1".into(),
+            system_uuid: "u1".into(),
+            boot_id: "b1".into(),
+            cpus: 4,
+            physical_cores: 2,
+            sockets: 1,
+            memory_bytes: 1 << 30,
+            swap_bytes: 0,
+        };
+        let reads = ScrapeReads {
+            extras: &mut extras,
+            machine: Some(&machine),
+        };
+        let text = render_cadvisor_metrics(Some(&snap), now(), reads);
+        let app = r#"container="app",id="/kubepods/burstable/podu1/c1",image="docker.io/library/app:1",name="c1",namespace="default",pod="web""#;
+        let app_on = |extra: &str| {
+            format!(
+                r#"container="app",{extra}id="/kubepods/burstable/podu1/c1",image="docker.io/library/app:1",name="c1",namespace="default",pod="web""#
+            )
+        };
+        let sda = app_on(r#"device="/dev/sda","#);
+        let app_then = |extra: &str| format!("{app},{extra}");
+        let pod_eth0 = r#"container="",id="/kubepods/burstable/podu1",image="",interface="eth0",name="",namespace="default",pod="web""#;
+        let ids = r#"boot_id="b1",machine_id="m1",system_uuid="u1""#;
+        for line in [
+            "# TYPE container_fs_writes_bytes_total counter".to_string(),
+            format!("container_fs_writes_bytes_total{{{sda}}} 8192 1700000010250"),
+            format!("container_fs_reads_total{{{sda}}} 1 1700000010250"),
+            format!(
+                "container_blkio_device_usage_total{{{}}} 4096 1700000010250",
+                app_on(r#"device="/dev/sda","#).replace(
+                    r#"image="docker.io/library/app:1","#,
+                    r#"image="docker.io/library/app:1",major="8",minor="0","#
+                ).replace(r#"namespace="default","#, r#"namespace="default",operation="Read","#)
+            ),
+            format!("container_network_receive_bytes_total{{{pod_eth0}}} 10 1700000010250"),
+            format!("container_network_transmit_packets_total{{{pod_eth0}}} 3 1700000010250"),
+            format!("container_file_descriptors{{{app}}} 9 1700000010250"),
+            format!("container_threads_max{{{app}}} 0 1700000010250"),
+            format!("container_spec_cpu_quota{{{app}}} 50000"),
+            format!("container_spec_cpu_shares{{{app}}} 102"),
+            format!(
+                "container_ulimits_soft{{{}}} 1024 1700000010250",
+                app_then(r#"ulimit="max_open_files""#)
+            ),
+            format!("container_cpu_load_average_10s{{{app}}} 0 1700000003000"),
+            format!(
+                "container_memory_failures_total{{{}}} 7 1700000003000",
+                app_on(r#"failure_type="pgfault","#).replace(
+                    r#"pod="web""#,
+                    r#"pod="web",scope="hierarchy""#
+                )
+            ),
+            format!("machine_cpu_cores{{{ids}}} 4 1700000010250"),
+            r#"machine_nvm_capacity{boot_id="b1",machine_id="m1",mode="app_direct_mode",system_uuid="u1"} 0 1700000010250"#.to_string(),
+            "machine_scrape_error 0".into(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line} in\n{text}");
+        }
+        // No network on a container row: it shares its pod's namespace.
+        assert!(!text.contains(&format!("container_network_receive_bytes_total{{{app}")));
     }
 }

@@ -4,7 +4,10 @@
 
 mod build;
 mod cadvisor_metrics;
+mod cadvisor_scraped;
+mod cgroup_extras;
 mod log_metrics;
+mod machine;
 mod resource_metrics;
 mod summary;
 mod text_format;
@@ -12,7 +15,9 @@ mod volumes;
 
 // The Summary API, `/metrics/resource` and `/metrics/cadvisor`, for the server.
 pub(crate) use build::build_summary;
-pub(crate) use cadvisor_metrics::render_cadvisor_metrics;
+pub(crate) use cadvisor_metrics::scrape_cadvisor_metrics;
+pub(crate) use cgroup_extras::ExtrasCache;
+pub(crate) use machine::MachineReader;
 pub(crate) use resource_metrics::render_resource_metrics;
 pub(crate) use text_format::TEXT_CONTENT_TYPE;
 // Each pod's measured local storage: the task that measures it, and its readers.

@@ -576,10 +576,17 @@ impl SyncLoop {
             let n = ps.iter().filter(|p| is_static_pod(p)).count();
             (ps.len() - n, n)
         };
+        let desired = self.pods.all();
+        let ephemeral = desired
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.ephemeral_containers.as_ref())
+            .map(Vec::len)
+            .sum();
         crate::metrics::kubelet().set_pod_counts(
-            static_split(&self.pods.all()),
+            static_split(&desired),
             static_split(&self.active_pods()),
             self.pods.mirror_pods().len(),
+            ephemeral,
         );
         // Statuses of pods neither desired nor being stopped (kubelet's
         // RemoveOrphanedStatuses).

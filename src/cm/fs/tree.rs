@@ -112,6 +112,19 @@ impl CgroupTree {
         &self.root
     }
 
+    /// The file `name` of the cgroup `rel` (below the mount, `""` the root): in the
+    /// hierarchy holding `controller` on v1, in the one directory on v2. None when that
+    /// controller is not mounted or `rel` is no cgroup path (readers beside the
+    /// container manager, which read files it does not: `io.stat`, `cgroup.procs`).
+    pub(crate) fn file_of(&self, controller: &str, rel: &str, name: &str) -> Option<PathBuf> {
+        let dir = if self.version.uses_v1_controllers() {
+            self.controller_dir("read", controller, rel).ok()?
+        } else {
+            self.dir_in("read", &self.hierarchies[0], rel).ok()?
+        };
+        Some(dir.join(name))
+    }
+
     pub(super) fn hierarchies(&self) -> &[Hierarchy] {
         &self.hierarchies
     }

@@ -313,7 +313,8 @@ async fn a_bad_config_or_a_missing_plugin_stops_the_start() {
             "Failed to register CRI auth plugins: failed to validate credential provider config"
         ) && log.contains(&shown)
             && log.contains(
-                "providers.name: Invalid value: \"../escape\": provider name cannot contain '/'"
+                // Go-quoted inside the log line's err, as klog writes it.
+                r#"providers.name: Invalid value: \"../escape\": provider name cannot contain '/'"#
             )
             && log.contains("providers.defaultCacheDuration: Required value"),
         "{}",

@@ -67,11 +67,12 @@ pub(crate) fn startups(log: &str, t0: jiff::Timestamp, names: &[String]) -> Vec<
     names
         .iter()
         .filter_map(|n| {
-            let pat = format!("pod=default/{n} ");
+            // tracing's `pod=default/x ` before klog's format, klog's `pod="default/x"`.
+            let (bare, quoted) = (format!("pod=default/{n} "), format!("pod=\"default/{n}\""));
             let line = log
                 .lines()
                 .rev()
-                .find(|l| l.contains(STARTUP_LINE) && l.contains(&pat))?;
+                .find(|l| l.contains(STARTUP_LINE) && (l.contains(&bare) || l.contains(&quoted)))?;
             let at = line_time(line)?;
             Some((
                 (at.as_nanosecond() - t0.as_nanosecond()) as f64 / 1e6,

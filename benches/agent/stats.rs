@@ -40,9 +40,24 @@ pub(crate) fn field(line: &str, key: &str) -> Option<f64> {
     rest[..end].parse().ok()
 }
 
-/// The wall-clock time at the start of a log line (tracing's RFC 3339 prefix).
+/// The wall-clock time at the start of a log line: klog's header (`I1203
+/// 07:51:40.897243`, local time, the year taken as the current one), or tracing's
+/// RFC 3339 prefix, which builds before klog's format wrote.
 pub(crate) fn line_time(line: &str) -> Option<jiff::Timestamp> {
-    line.split_whitespace().next()?.parse().ok()
+    let mut words = line.split_whitespace();
+    let first = words.next()?;
+    if let Ok(t) = first.parse() {
+        return Some(t);
+    }
+    let date = first
+        .get(1..5)
+        .filter(|d| d.bytes().all(|b| b.is_ascii_digit()))?;
+    let (month, day) = (date[..2].parse::<i8>().ok()?, date[2..].parse::<i8>().ok()?);
+    let time: jiff::civil::Time = words.next()?.parse().ok()?;
+    let tz = jiff::tz::TimeZone::system();
+    let year = jiff::Timestamp::now().to_zoned(tz.clone()).year();
+    let civil = jiff::civil::date(year, month, day).to_datetime(time);
+    civil.to_zoned(tz).ok().map(|z| z.timestamp())
 }
 
 /// (RSS bytes, CPU ticks user+sys) of a process.

@@ -24,7 +24,7 @@ use crate::events::{EventRecorder, ObjectRef, reason};
 use crate::pod::{ImagePullPolicy, WaitingReason, pod_ref, pod_uid};
 
 use super::pull_records::{
-    Access, PullCredentials, PullRecords, SecretCoordinates, ServiceAccountCoordinates,
+    Access, Check, PullCredentials, PullRecords, SecretCoordinates, ServiceAccountCoordinates,
 };
 
 /// How soon a pod whose pull failed is synced again: kubelet's pod worker retries a
@@ -240,8 +240,38 @@ impl ImagePuller {
                 "Container image {image:?} already present on machine"
             ));
         };
-        // A pull secret that does not parse gives no coordinates; the pull then fails
-        // with its reason, as kubelet's keyring does.
+        let access = match records.check(image, image_ref) {
+            Check::Decided(access) => access,
+            Check::Needs(known) => {
+                let (secrets, service_account) = self.credentials(pod, image, pull_secrets).await;
+                records.match_credentials(
+                    image,
+                    image_ref,
+                    &known,
+                    &secrets,
+                    service_account.as_ref(),
+                )
+            }
+        };
+        debug!(pod = %pod_ref(pod), image, imageRef = image_ref, access = access.name(), "image pull credentials checked");
+        match access {
+            Access::MustPull(cause) => Err(cause),
+            _ => Ok(format!(
+                "Container image {image:?} already present on machine and can be accessed by the pod"
+            )),
+        }
+    }
+
+    /// What the records know of the pod's matching logins: its pull secrets'
+    /// coordinates with each login's hash, and the service account a credential plugin
+    /// was asked for. A pull secret that does not parse gives none; the pull then fails
+    /// with its reason, as kubelet's keyring does.
+    async fn credentials(
+        &self,
+        pod: &Pod,
+        image: &str,
+        pull_secrets: &[&Secret],
+    ) -> (Vec<SecretCoordinates>, Option<ServiceAccountCoordinates>) {
         let logins = self
             .logins(pod, image, pull_secrets)
             .await
@@ -274,14 +304,7 @@ impl ImagePuller {
                 LoginSource::Node => {}
             }
         }
-        let access = records.access(image, image_ref, &secrets, service_account.as_ref());
-        debug!(pod = %pod_ref(pod), image, imageRef = image_ref, access = access.name(), "image pull credentials checked");
-        match access {
-            Access::MustPull(cause) => Err(cause),
-            _ => Ok(format!(
-                "Container image {image:?} already present on machine and can be accessed by the pod"
-            )),
-        }
+        (secrets, service_account)
     }
 
     /// The pull itself, within the back-off and the pull limit, with its events and

@@ -304,6 +304,15 @@ impl Access {
     }
 }
 
+/// What [`PullRecords::check`] found.
+#[derive(Debug)]
+pub(crate) enum Check {
+    /// Decided without the pod's credentials.
+    Decided(Access),
+    /// Only a pod whose credentials are among these may use the image.
+    Needs(PullCredentials),
+}
+
 /// The records and the policy; one per node, shared by the puller and the image GC.
 #[derive(Debug)]
 pub(crate) struct PullRecords {
@@ -447,18 +456,13 @@ impl PullRecords {
         Ok(intent.is_some_and(|i| i.image == image))
     }
 
-    /// Whether a pod may use the present `image` (resolved to `image_ref`) without
-    /// pulling it with its own credentials (kubelet's `MustAttemptImagePull`).
-    /// `secrets`: the pod's pull secrets that match the image's registry, each with
-    /// its login's hash; `service_account`: the pod's, when a credential plugin was
-    /// asked with its token.
-    pub(crate) fn access(
-        &self,
-        image: &str,
-        image_ref: &str,
-        secrets: &[SecretCoordinates],
-        service_account: Option<&ServiceAccountCoordinates>,
-    ) -> Access {
+    /// The first half of kubelet's `MustAttemptImagePull` for the present `image`
+    /// (resolved to `image_ref`): what the policy and the records decide without the
+    /// pod's credentials, or the credentials known to have pulled it, which the pod's
+    /// must then match ([`match_credentials`](Self::match_credentials)). Split so that
+    /// the pod's logins (its secrets parsed, credential plugins asked) are looked up
+    /// only when a check needs them.
+    pub(crate) fn check(&self, image: &str, image_ref: &str) -> Check {
         let repository = crate::pod::image_repository(image);
         let intents = self.intents.locked();
         let (record, pulled_by_agent) = match self.read_pulled(image_ref) {
@@ -470,7 +474,7 @@ impl PullRecords {
             }
             Err(e) => {
                 warn!(image, imageRef = image_ref, error = %e, "Unable to access cache records about image pulls");
-                return Access::MustPull("its pull records cannot be read");
+                return Check::Decided(Access::MustPull("its pull records cannot be read"));
             }
         };
         drop(intents);
@@ -478,17 +482,34 @@ impl PullRecords {
             .policy
             .requires_verification(&repository, pulled_by_agent)
         {
-            return Access::NotVerified;
+            return Check::Decided(Access::NotVerified);
         }
-        let Some(record) = record else {
-            return Access::MustPull("no record says with what credentials it was pulled");
+        let Some(mut record) = record else {
+            return Check::Decided(Access::MustPull(
+                "no record says with what credentials it was pulled",
+            ));
         };
-        let Some(known) = record.credential_mapping.get(&repository) else {
-            return Access::MustPull("it was never pulled under this name with known credentials");
+        let Some(known) = record.credential_mapping.remove(&repository) else {
+            return Check::Decided(Access::MustPull(
+                "it was never pulled under this name with known credentials",
+            ));
         };
         if known.node_pods_accessible {
-            return Access::NodeWide;
+            return Check::Decided(Access::NodeWide);
         }
+        Check::Needs(known)
+    }
+
+    /// The second half: whether one of the pod's matching pull secrets (same
+    /// coordinates or same login) or its service account is among the `known` ones.
+    pub(crate) fn match_credentials(
+        &self,
+        image: &str,
+        image_ref: &str,
+        known: &PullCredentials,
+        secrets: &[SecretCoordinates],
+        service_account: Option<&ServiceAccountCoordinates>,
+    ) -> Access {
         let matched = secrets.iter().find(|s| {
             known.kubernetes_secrets.iter().any(|k| {
                 (!k.credential_hash.is_empty() && k.credential_hash == s.credential_hash)
@@ -512,6 +533,23 @@ impl PullRecords {
             return Access::ServiceAccountMatches;
         }
         Access::MustPull("none of the pod's credentials pulled it")
+    }
+
+    /// Both halves at once, with the pod's credentials at hand.
+    #[cfg(test)]
+    pub(crate) fn access(
+        &self,
+        image: &str,
+        image_ref: &str,
+        secrets: &[SecretCoordinates],
+        service_account: Option<&ServiceAccountCoordinates>,
+    ) -> Access {
+        match self.check(image, image_ref) {
+            Check::Decided(a) => a,
+            Check::Needs(known) => {
+                self.match_credentials(image, image_ref, &known, secrets, service_account)
+            }
+        }
     }
 
     /// Turns the intents a previous run left into records of the images the runtime

@@ -63,7 +63,7 @@ impl ShutdownTimes {
         if let Some(e) = end {
             k.graceful_shutdown_end.set(e as f64);
         }
-        info!(path = %self.path.display(), start = ?start, end = ?end, "node shutdown manager: the last graceful shutdown's times, read back for the metrics");
+        info!(path = %self.path.display(), start = start.unwrap_or_default(), end = end.unwrap_or_default(), "node shutdown manager: the last graceful shutdown's times, read back for the metrics");
     }
 
     fn load(&self) -> Option<(Option<i64>, Option<i64>)> {

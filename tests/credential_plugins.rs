@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use agent::*;
 use common::Testbed;
-use common::registry::{Login, Registry};
-use k8s_openapi::api::core::v1::{ContainerStateWaiting, Pod, ServiceAccount};
+use common::registry::{Login, Registry, pull_pod};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -99,33 +99,6 @@ fn login_env(registry: &Registry, key_type: &str) -> Vec<(&'static str, String)>
     ]
 }
 
-fn static_pod(name: &str, image: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
-         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    \
-         image: {image}\n    imagePullPolicy: Always\n    command: [\"sleep\", \"3600\"]\n"
-    )
-}
-
-fn waiting(p: &Pod) -> Option<&ContainerStateWaiting> {
-    container_status(p, "main")?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()
-}
-
-async fn wait_waiting(ox: &Oxlet, name: &str, reason: &str) -> ContainerStateWaiting {
-    ox.wait_for(&format!("{name} waiting {reason}"), WAIT, |pods| {
-        named(pods, name)
-            .or_else(|| find(pods, name))
-            .and_then(waiting)
-            .filter(|w| w.reason.as_deref() == Some(reason))
-            .cloned()
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_images_pull_through_plugins_and_their_cache() {
     let bed = Testbed::start().await;
@@ -184,12 +157,12 @@ async fn private_images_pull_through_plugins_and_their_cache() {
     write_manifest(
         &m,
         "a.yaml",
-        &static_pod("a", &registry.image("img/busybox:1")),
+        &pull_pod("a", &registry.image("img/busybox:1"), "Always"),
     );
     write_manifest(
         &m,
         "broken.yaml",
-        &static_pod("broken", &registry.image("broken/busybox:1")),
+        &pull_pod("broken", &registry.image("broken/busybox:1"), "Always"),
     );
     ox.wait_running("a", WAIT).await;
     assert_eq!(runs("by-image"), 1);
@@ -200,7 +173,7 @@ async fn private_images_pull_through_plugins_and_their_cache() {
     write_manifest(
         &m,
         "b.yaml",
-        &static_pod("b", &registry.image("img/busybox:1")),
+        &pull_pod("b", &registry.image("img/busybox:1"), "Always"),
     );
     ox.wait_running("b", WAIT).await;
     assert_eq!(
@@ -212,7 +185,7 @@ async fn private_images_pull_through_plugins_and_their_cache() {
     write_manifest(
         &m,
         "c.yaml",
-        &static_pod("c", &registry.image("img/other:1")),
+        &pull_pod("c", &registry.image("img/other:1"), "Always"),
     );
     ox.wait_running("c", WAIT).await;
     assert_eq!(runs("by-image"), 2);
@@ -221,13 +194,13 @@ async fn private_images_pull_through_plugins_and_their_cache() {
     write_manifest(
         &m,
         "r1.yaml",
-        &static_pod("r1", &registry.image("reg/busybox:1")),
+        &pull_pod("r1", &registry.image("reg/busybox:1"), "Always"),
     );
     ox.wait_running("r1", WAIT).await;
     write_manifest(
         &m,
         "r2.yaml",
-        &static_pod("r2", &registry.image("reg/other:1")),
+        &pull_pod("r2", &registry.image("reg/other:1"), "Always"),
     );
     ox.wait_running("r2", WAIT).await;
     assert_eq!(runs("by-registry"), 1);
@@ -236,20 +209,20 @@ async fn private_images_pull_through_plugins_and_their_cache() {
     write_manifest(
         &m,
         "z1.yaml",
-        &static_pod("z1", &registry.image("nocache/busybox:1")),
+        &pull_pod("z1", &registry.image("nocache/busybox:1"), "Always"),
     );
     ox.wait_running("z1", WAIT).await;
     write_manifest(
         &m,
         "z2.yaml",
-        &static_pod("z2", &registry.image("nocache/busybox:1")),
+        &pull_pod("z2", &registry.image("nocache/busybox:1"), "Always"),
     );
     ox.wait_running("z2", WAIT).await;
     assert_eq!(runs("no-cache"), 2);
 
     // The failing plugin: no login, so the registry refuses the pull; the plugin's
     // error is in the log; the other pods ran meanwhile.
-    let w = wait_waiting(&ox, "broken", "ErrImagePull").await;
+    let w = ox.wait_main_waiting("broken", "ErrImagePull", WAIT).await;
     let msg = w.message.unwrap_or_default();
     assert!(
         msg.starts_with(&format!(
@@ -384,7 +357,7 @@ async fn service_account_tokens_reach_the_plugin_in_cluster_mode() {
 
     // The node may not ask for the audience yet: the apiserver refuses the token, the
     // plugin is skipped, and the registry refuses the pull without a login.
-    wait_waiting(&ox, "wid", "ErrImagePull").await;
+    ox.wait_main_waiting("wid", "ErrImagePull", WAIT).await;
     ox.wait_logged(
         "not authorized to request tokens for this audience",
         1,

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use agent::*;
 use common::Testbed;
-use common::registry::{Login, Registry, docker_config_json};
-use k8s_openapi::api::core::v1::{ContainerStateWaiting, Event, Pod, Secret};
+use common::registry::{Login, Registry, docker_config_json, pull_pod};
+use k8s_openapi::api::core::v1::{Event, Pod, Secret};
 use serde_json::json;
 use testapi::TestApiServer;
 
@@ -25,41 +25,6 @@ fn alice() -> Login {
         username: "alice".into(),
         password: "s3cret-pw".into(),
     }
-}
-
-fn waiting(p: &Pod) -> Option<&ContainerStateWaiting> {
-    container_status(p, "main")?
-        .state
-        .as_ref()?
-        .waiting
-        .as_ref()
-}
-
-/// Waits until pod `name`'s container waits with `reason` (a static pod's name is
-/// without its node suffix); returns the waiting state.
-async fn wait_waiting(ox: &Oxlet, name: &str, reason: &str) -> ContainerStateWaiting {
-    ox.wait_for(&format!("{name} waiting {reason}"), WAIT, |pods| {
-        named(pods, name)
-            .or_else(|| find(pods, name))
-            .and_then(waiting)
-            .filter(|w| w.reason.as_deref() == Some(reason))
-            .cloned()
-    })
-    .await
-}
-
-/// A static pod running `image` with pull policy Always. (A static pod may not name
-/// pull secrets: the file source refuses it, as the apiserver refuses its mirror.)
-fn static_pod(name: &str, image: &str) -> String {
-    static_pod_with(name, image, "Always")
-}
-
-fn static_pod_with(name: &str, image: &str, policy: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
-         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    \
-         image: {image}\n    imagePullPolicy: {policy}\n    command: [\"sleep\", \"3600\"]\n"
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,16 +44,16 @@ async fn static_pods_pull_with_and_without_logins() {
     ox.spawn(&[]);
     let m = &ox.manifests;
     let open_image = open.image("open/busybox:1");
-    write_manifest(m, "open.yaml", &static_pod("open", &open_image));
+    write_manifest(m, "open.yaml", &pull_pod("open", &open_image, "Always"));
     write_manifest(
         m,
         "nologin.yaml",
-        &static_pod("nologin", &private.image("team/busybox:1")),
+        &pull_pod("nologin", &private.image("team/busybox:1"), "Always"),
     );
     write_manifest(
         m,
         "nodelogin.yaml",
-        &static_pod("nodelogin", &private.image("node/busybox:1")),
+        &pull_pod("nodelogin", &private.image("node/busybox:1"), "Always"),
     );
 
     // An open registry: pulled with no login, kubelet's event with the size.
@@ -105,21 +70,22 @@ async fn static_pods_pull_with_and_without_logins() {
     write_manifest(
         m,
         "again.yaml",
-        &static_pod_with("again", &open_image, "IfNotPresent"),
+        &pull_pod("again", &open_image, "IfNotPresent"),
     );
     let absent = open.image("open/absent:1");
-    write_manifest(m, "never.yaml", &static_pod_with("never", &absent, "Never"));
+    write_manifest(m, "never.yaml", &pull_pod("never", &absent, "Never"));
     ox.wait_running("again", WAIT).await;
     let present = format!("Event: Container image \\\"{open_image}\\\" already present on machine");
     ox.wait_logged(&present, 1, WAIT).await;
-    wait_waiting(&ox, "never", "ErrImageNeverPull").await;
+    ox.wait_main_waiting("never", "ErrImageNeverPull", WAIT)
+        .await;
 
     // The node's docker config serves the repositories its key covers.
     ox.wait_running("nodelogin", WAIT).await;
 
     // No login: the registry's refusal, then the back-off. containerd 1.6 reports the
     // bare 401; 1.7 and 2.x say that no basic auth credentials were there.
-    let w = wait_waiting(&ox, "nologin", "ErrImagePull").await;
+    let w = ox.wait_main_waiting("nologin", "ErrImagePull", WAIT).await;
     let msg = w.message.unwrap_or_default();
     let refusal = match bed.containerd_release() {
         (1, 6) => "401 Unauthorized",
@@ -132,7 +98,8 @@ async fn static_pods_pull_with_and_without_logins() {
         )) && msg.contains(refusal),
         "{msg}"
     );
-    wait_waiting(&ox, "nologin", "ImagePullBackOff").await;
+    ox.wait_main_waiting("nologin", "ImagePullBackOff", WAIT)
+        .await;
 
     // No password in oxlet's log, whatever it says about logins.
     let log = ox.log();
@@ -251,7 +218,7 @@ async fn cluster_pods_pull_with_their_image_pull_secrets() {
     assert!(e.message.unwrap().contains("Image size: "));
 
     // Only a wrong login: the registry's refusal in the status and the event.
-    let w = wait_waiting(&ox, "wrong", "ErrImagePull").await;
+    let w = ox.wait_main_waiting("wrong", "ErrImagePull", WAIT).await;
     assert!(w.message.unwrap_or_default().contains("401 Unauthorized"));
     wait_event(&ox, &api, "wrong", "Failed", "401 Unauthorized").await;
 
@@ -265,7 +232,7 @@ async fn cluster_pods_pull_with_their_image_pull_secrets() {
         "Unable to retrieve some image pull secrets (nosuch)",
     )
     .await;
-    wait_waiting(&ox, "missing", "ErrImagePull").await;
+    ox.wait_main_waiting("missing", "ErrImagePull", WAIT).await;
 
     // The secret is created: the next try after the back-off takes it.
     api.put(&pull_secret(
@@ -398,13 +365,15 @@ async fn present_private_images_are_only_for_pods_whose_credentials_pulled_them(
         .unwrap();
     api.put(&pod_in("team-b", "never", &image, "Never", &[]))
         .unwrap();
-    let w = wait_waiting(&ox, "intruder", "ErrImagePull").await;
+    let w = ox.wait_main_waiting("intruder", "ErrImagePull", WAIT).await;
     assert!(
         w.message
             .unwrap_or_default()
             .starts_with("Failed to pull image")
     );
-    let w = wait_waiting(&ox, "never", "ErrImageNeverPull").await;
+    let w = ox
+        .wait_main_waiting("never", "ErrImageNeverPull", WAIT)
+        .await;
     assert_eq!(
         w.message.as_deref(),
         Some(

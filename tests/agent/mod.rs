@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStateWaiting, Pod};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::Testbed;
@@ -501,6 +501,24 @@ impl Oxlet {
         }
     }
 
+    /// Waits until pod `name`'s container `main` waits with `reason` (a static pod's
+    /// name is without its node suffix); returns the waiting state.
+    pub async fn wait_main_waiting(
+        &self,
+        name: &str,
+        reason: &str,
+        timeout: Duration,
+    ) -> ContainerStateWaiting {
+        self.wait_for(&format!("{name} waiting {reason}"), timeout, |pods| {
+            named(pods, name)
+                .or_else(|| find(pods, name))
+                .and_then(main_waiting)
+                .filter(|w| w.reason.as_deref() == Some(reason))
+                .cloned()
+        })
+        .await
+    }
+
     /// Waits for the apiserver pod named exactly `name` to be Running; returns it.
     pub async fn wait_api_running(&self, name: &str, timeout: Duration) -> Pod {
         self.wait_for(&format!("{name} Running"), timeout, |pods| {
@@ -670,6 +688,15 @@ pub fn is_running(p: &Pod) -> bool {
 
 /// The container status of `container` in pod `p`, if it has one yet (a pod is on
 /// `/pods` before its first status is generated).
+/// The waiting state of a pod's container `main`, if it waits.
+pub fn main_waiting(p: &Pod) -> Option<&ContainerStateWaiting> {
+    container_status(p, "main")?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()
+}
+
 pub fn container_status<'a>(
     p: &'a Pod,
     container: &str,

@@ -207,3 +207,14 @@ pub fn docker_config_json(host: &str, login: &Login) -> String {
         .encode(format!("{}:{}", login.username, login.password));
     format!(r#"{{"auths":{{"{host}":{{"auth":"{auth}"}}}}}}"#)
 }
+
+/// A static pod running `image` with pull policy `policy` in its container `main`.
+/// (A static pod may not name pull secrets: the file source refuses it, as the
+/// apiserver refuses its mirror.)
+pub fn pull_pod(name: &str, image: &str, policy: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  hostNetwork: true\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n  - name: main\n    \
+         image: {image}\n    imagePullPolicy: {policy}\n    command: [\"sleep\", \"3600\"]\n"
+    )
+}

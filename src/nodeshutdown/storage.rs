@@ -97,12 +97,11 @@ impl ShutdownTimes {
         }
     }
 
-    /// Written whole (a temporary file renamed over it), as kubelet's atomic write.
+    /// Written whole (a temporary file renamed over it), as kubelet's atomic write,
+    /// through the one helper for oxlet's state files.
     fn store(&self, state: &StateJson) -> std::io::Result<()> {
         let data = serde_json::to_vec(state).map_err(std::io::Error::other)?;
-        let tmp = self.path.with_extension("tmp");
-        std::fs::write(&tmp, data)?;
-        std::fs::rename(&tmp, &self.path)
+        crate::private_file::write_atomically(&self.path, &data)
     }
 }
 

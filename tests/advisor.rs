@@ -158,9 +158,10 @@ async fn a_cpu_burner_shows_near_one_core_and_memory_matches_the_cgroup() {
     );
     // Near a core where the machine gives it one; on a shared, loaded machine the
     // cgroup's own counter says how much it got, and the advisor must agree (above).
+    // One one-second sample may fall in a moment the scheduler gave to others.
     if truth >= 0.9 {
         assert!(
-            last >= 0.8 && avg >= 0.8,
+            last >= 0.6 && avg >= 0.8,
             "last {last:.3}, avg {avg:.3} cores"
         );
     } else {

@@ -115,10 +115,7 @@ async fn env_expansion_bomb_is_a_config_error_for_its_pod_only() {
         .wait_for("envbomb CreateContainerConfigError", START, |pods| {
             find(pods, "envbomb")
                 .filter(|p| {
-                    container(p, "main")
-                        .state
-                        .as_ref()
-                        .and_then(|s| s.waiting.as_ref())
+                    main_waiting(p)
                         .is_some_and(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
                 })
                 .cloned()

@@ -285,8 +285,10 @@ async fn crash_loop_back_off_doubles_from_ten_seconds() {
     let t0 = Instant::now();
     while started.len() < 5 && t0.elapsed() < Duration::from_secs(110) {
         let pods = ox.pods().await;
-        if let Some(p) = find(&pods, "crash") {
-            let cs = container(p, "main");
+        // Listed before its first sync, it has no container status yet.
+        if let Some((p, cs)) =
+            find(&pods, "crash").and_then(|p| Some((p, container_status(p, "main")?)))
+        {
             if let Some(w) = waiting(p)
                 && w.reason.as_deref() == Some("CrashLoopBackOff")
             {

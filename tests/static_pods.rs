@@ -232,7 +232,7 @@ async fn restart_policies_decide_phases_and_reasons() {
         let p = ox
             .wait_for(&format!("{name} restarted"), START, |pods| {
                 find(pods, name)
-                    .filter(|p| container(p, "main").restart_count >= 1)
+                    .filter(|p| container_status(p, "main").is_some_and(|c| c.restart_count >= 1))
                     .cloned()
             })
             .await;
@@ -271,11 +271,7 @@ async fn crash_looping_container_backs_off() {
         .wait_for("CrashLoopBackOff", START, |pods| {
             find(pods, "crash")
                 .filter(|p| {
-                    container(p, "main")
-                        .state
-                        .as_ref()
-                        .and_then(|s| s.waiting.as_ref())
-                        .is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+                    main_waiting(p).is_some_and(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
                 })
                 .cloned()
         })

@@ -6,6 +6,7 @@
 //! kubelet-faithful pod status; `server` serves read-only views.
 
 mod agent;
+mod allocation;
 mod backoff;
 mod census;
 mod cm;

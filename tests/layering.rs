@@ -35,7 +35,7 @@ const FLOORS: &[&[&str]] = &[
     ],
     // the one HTTP GET; registry credentials (which read the pod helpers); logging,
     // which feeds the timelines
-    &["http_get", "credentials", "logging"],
+    &["http_get", "credentials", "logging", "allocation"],
     // the clients: the apiserver's, and the metrics registries
     &["kubeclient", "metrics"],
     // the clients' users: events and objects through the apiserver, the CRI client

@@ -160,7 +160,16 @@ async fn start(
     // The handlers' features are known before the first pod syncs.
     crate::syncloop::check_runtime(&manager, &shared.runtime_health).await;
     runtime::spawn_runtime_health(&manager, &shared, tasks);
-    let syncer = runtime::syncer(rt, &manager, &host, &shared, probe_results, tasks);
+    let allocation = runtime::allocation_manager(opts, &host, &shared)?;
+    let syncer = runtime::syncer(
+        rt,
+        &manager,
+        &host,
+        &shared,
+        probe_results,
+        allocation,
+        tasks,
+    );
     koordlet::spawn_metric_advisor(opts, rt, &host, &shared, tasks);
     // The sync loop wakes the mirror pod reconciler when static or mirror pods change.
     let mirror_wake = Arc::new(tokio::sync::Notify::new());

@@ -13,6 +13,7 @@ use tracing::{error, info, warn};
 use super::node::Host;
 use super::runtime_choice::{self, RuntimeChoice};
 use super::{Shared, process};
+use crate::allocation::ResourceState;
 use crate::containerd::{
     CniSettings, ContainerdBinary, ContainerdLayout, Launch, ManagedContainerd, import_images,
     probe_cri, supervise,
@@ -34,6 +35,7 @@ use crate::pleg::{
 };
 use crate::podenv::DnsConfigurer;
 use crate::prober::{ProbeManager, ProbeResults, StartupProbeGate, WorkerDeps};
+use crate::syncloop::AllocationManager;
 use crate::syncloop::{LoopInputs, SyncLoop, SyncLoopDeps, Syncer, WorkQueue, run_runtime_health};
 use crate::tasks::{Backoff, Tasks};
 
@@ -403,6 +405,21 @@ pub(super) fn spawn_runtime_health(runtime: &Arc<RuntimeManager>, shared: &Share
     });
 }
 
+/// kubelet's allocation manager over its checkpoint in the root dir; a file that
+/// cannot be read back stops the start, naming it, as kubelet does.
+pub(super) fn allocation_manager(
+    opts: &Options,
+    host: &Host,
+    shared: &Shared,
+) -> anyhow::Result<Arc<AllocationManager>> {
+    let state = ResourceState::open(&opts.root_dir, crate::allocation::ALLOCATED_STATE_FILE)?;
+    Ok(Arc::new(AllocationManager::new(
+        state,
+        host.allocatable.allocatable,
+        shared.events.clone(),
+    )))
+}
+
 /// The pod syncer the pod workers call, with the prober whose workers run in a scope
 /// of their own.
 pub(super) fn syncer(
@@ -411,6 +428,7 @@ pub(super) fn syncer(
     host: &Host,
     shared: &Shared,
     probe_results: Arc<ProbeResults>,
+    allocation: Arc<AllocationManager>,
     tasks: &Tasks,
 ) -> Arc<Syncer> {
     let probes = Arc::new(ProbeManager::new(
@@ -431,6 +449,7 @@ pub(super) fn syncer(
         startup: Default::default(),
         probes,
         cm: host.cm.clone(),
+        allocation,
     });
     count_in_census(&syncer);
     syncer

@@ -115,6 +115,11 @@ impl SyncError {
         }
     }
 
+    /// The message of a resize the runtime could not apply, for `PodResizeInProgress`.
+    pub(crate) fn resize_error(&self) -> Option<String> {
+        None
+    }
+
     /// The waiting reason the failure shows (the first failed container's).
     pub(crate) fn waiting_reason(&self) -> Option<WaitingReason> {
         match self {
@@ -570,6 +575,16 @@ impl RuntimeManager {
             self.host_ips = host_ips;
         }
         self
+    }
+
+    /// The resources the runtime was last given for the pod's containers.
+    pub(crate) fn actuated(&self, _uid: &str) -> Option<crate::allocation::PodResources> {
+        None
+    }
+
+    /// Whether the runtime runs `pod`'s containers at the resources it asks for.
+    pub(crate) fn is_actuated(&self, _pod: &Pod) -> bool {
+        true
     }
 
     pub(crate) fn reasons(&self) -> &ReasonCache {

@@ -35,6 +35,18 @@ pub(crate) struct StatusInputs<'a> {
     /// Whether the pod's runtime handler supports recursive read-only mounts (the
     /// containers' `volumeMounts` statuses say which mounts are).
     pub supports_rro: bool,
+    /// In-place resize: what the pod was admitted at, what the runtime was last given
+    /// and the resize conditions; `None` for a pod the allocation manager never saw.
+    pub resize: Option<&'a ResizeInputs>,
+}
+
+/// The allocation manager's view of a pod, for its status.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ResizeInputs {
+    pub allocated: Option<crate::allocation::PodResources>,
+    pub actuated: Option<crate::allocation::PodResources>,
+    /// `PodResizePending` and `PodResizeInProgress`, when set.
+    pub conditions: Vec<PodCondition>,
 }
 
 /// A running container's (ready, started) from its probes (see `StatusInputs::probed`).
@@ -173,7 +185,92 @@ fn container_status(
     };
     apply_waiting_state(&mut status, spec, latest, role, inputs);
     update_ready_and_started(&mut status, spec, latest, role, inputs);
+    apply_resources(&mut status, spec, old, inputs);
     status
+}
+
+/// kubelet's `allocatedResources` (the requests admission granted) and, for a running
+/// container, `resources` (`convertContainerStatusResources`): cpu and memory as the
+/// runtime was last given them, else as the container started with them.
+fn apply_resources(
+    status: &mut ContainerStatus,
+    spec: &Container,
+    old: Option<&ContainerStatus>,
+    inputs: &StatusInputs<'_>,
+) {
+    let Some(resize) = inputs.resize else {
+        return;
+    };
+    let allocated = (resize.allocated.as_ref())
+        .and_then(|a| a.containers.get(&spec.name))
+        .cloned();
+    status.allocated_resources = allocated
+        .as_ref()
+        .and_then(|a| a.requests.clone())
+        .or_else(|| old.and_then(|o| o.allocated_resources.clone()));
+    if !is_running(status) {
+        return;
+    }
+    let granted = allocated.unwrap_or_else(|| spec.resources.clone().unwrap_or_default());
+    let actuated = (resize.actuated.as_ref()).and_then(|a| a.containers.get(&spec.name));
+    // The old status's value while the same container runs; the granted one when it
+    // has just started (kubelet's `determineResource`).
+    let same_instance = old.is_some_and(|o| is_running(o) && o.container_id == status.container_id);
+    let pick = |limits: bool, name: &str| {
+        let list = |r: &k8s_openapi::api::core::v1::ResourceRequirements| {
+            if limits {
+                r.limits.clone()
+            } else {
+                r.requests.clone()
+            }
+        };
+        if let Some(q) = actuated.and_then(list).and_then(|l| l.get(name).cloned()) {
+            return Some(q);
+        }
+        let from_old = old
+            .and_then(|o| o.resources.as_ref())
+            .and_then(list)
+            .and_then(|l| l.get(name).cloned());
+        if same_instance && from_old.is_some() {
+            return from_old;
+        }
+        list(&granted).and_then(|l| l.get(name).cloned())
+    };
+    let mut out = k8s_openapi::api::core::v1::ResourceRequirements::default();
+    for (limits, names) in [
+        (true, ["cpu", "memory", "ephemeral-storage"]),
+        (false, ["cpu", "memory", "ephemeral-storage"]),
+    ] {
+        let granted_list = if limits {
+            &granted.limits
+        } else {
+            &granted.requests
+        };
+        let Some(granted_list) = granted_list else {
+            continue;
+        };
+        let mut list = std::collections::BTreeMap::new();
+        for name in names {
+            if !granted_list.contains_key(name) {
+                continue;
+            }
+            // Ephemeral storage is never resized: the spec's value stands.
+            let q = if name == "ephemeral-storage" {
+                granted_list.get(name).cloned()
+            } else {
+                pick(limits, name)
+            };
+            if let Some(q) = q {
+                list.insert(name.to_owned(), q);
+            }
+        }
+        if limits {
+            out.limits = Some(list);
+        } else {
+            out.requests = Some(list);
+        }
+    }
+    status.resources = Some(out);
 }
 
 /// The status while the runtime has no record of the container: waiting for the
@@ -944,6 +1041,12 @@ fn pod_conditions(
         .is_some_and(|s| s.ready && (s.host_network || !s.ips.is_empty()));
     let containers_ready = containers_ready_condition(pod, init_statuses, statuses, phase, inputs);
     let ready = ready_condition(pod, &containers_ready, &conditions, inputs);
+    // kubelet's resize conditions come first among its own, and go once the pod ends.
+    if !phase.is_terminal()
+        && let Some(resize) = inputs.resize
+    {
+        conditions.extend(resize.conditions.iter().cloned());
+    }
     conditions.push(condition(
         "PodReadyToStartContainers",
         sandbox_ready,

@@ -14,7 +14,9 @@ mod startup;
 mod terminate;
 
 // Generation: a pod's status from what the runtime and the probes say, for the pod syncer.
-pub(crate) use generate::{StatusInputs, generate_pod_status, rejected, was_rejected};
+pub(crate) use generate::{
+    ResizeInputs, StatusInputs, generate_pod_status, rejected, was_rejected,
+};
 pub(crate) use startup::StartupTracker;
 pub(crate) use terminate::terminate_pod_status;
 // Cluster mode: the status writer, mirror pods, the node's lease and its status.

@@ -88,6 +88,7 @@ fn gen_with(
         now: jiff::Timestamp::from_second(1_700_000_100).unwrap(),
         probed: &|_, _| None,
         supports_rro: false,
+        resize: None,
     })
 }
 
@@ -264,6 +265,7 @@ fn created_containers_report_their_mounts_and_which_are_recursively_read_only() 
             now: jiff::Timestamp::from_second(1_700_000_100).unwrap(),
             probed: &|_, _| None,
             supports_rro: supported,
+            resize: None,
         })
     };
     let mounts = |s: PodStatus| {

@@ -61,6 +61,16 @@ async fn agent_on(node: FakeNode, max_pods: u32, setup: impl FnOnce(&mut SyncLoo
         startup: Default::default(),
         probes: probes.clone(),
         cm: Arc::new(crate::cm::fake_manager(true).0),
+        allocation: Arc::new(super::AllocationManager::new(
+            crate::allocation::ResourceState::in_memory(),
+            crate::cm::NodeResources {
+                cpu_milli: 4000,
+                memory_bytes: 8 << 30,
+                ephemeral_storage_bytes: 100 << 30,
+                pods: 110,
+            },
+            crate::events::EventRecorder::log_only(),
+        )),
     });
     let mut sync_loop = SyncLoop::new(SyncLoopDeps {
         pods,
@@ -262,7 +272,10 @@ impl crate::contracts::PodAdmitHandler for RefuseByName {
     fn name(&self) -> &'static str {
         "test"
     }
-    fn admit(&self, attrs: &PodAdmitAttributes<'_>) -> Result<(), crate::contracts::Rejection> {
+    fn admit(
+        &self,
+        attrs: &crate::contracts::PodAdmitAttributes<'_>,
+    ) -> Result<(), crate::contracts::Rejection> {
         if attrs.pod.metadata.name.as_deref() == Some("refused") {
             return Err(crate::contracts::Rejection {
                 reason: "OutOfcpu".into(),

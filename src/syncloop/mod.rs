@@ -2,6 +2,7 @@
 //! the 1 s sync tick and the 2 s housekeeping tick, and hands each pod to its worker.
 
 mod admission;
+mod allocation;
 mod deadline;
 mod evictor;
 mod monitor;
@@ -22,7 +23,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::cm::ContainerManager;
 use crate::config::{PodOperation, PodUpdate};
-use crate::contracts::{AdmissionChain, PodAdmitAttributes, RuntimeHandlerFeatures, RuntimeHealth};
+use crate::contracts::{AdmissionChain, RuntimeHandlerFeatures, RuntimeHealth};
 use crate::kuberuntime::RuntimeManager;
 use crate::pleg::{EventKind, PlegStats, PodLifecycleEvent};
 use crate::pod::{PodManager, is_api_mirror};
@@ -35,6 +36,8 @@ use pod_workers::{KillReason, KillRequest, PodWork, UpdateType};
 pub(crate) use evictor::WorkerEvictor;
 // The loop's parts the agent builds: the syncer, the pod workers, the work queue.
 pub(crate) use pod_syncer::Syncer;
+// kubelet's allocation manager: the resources each pod runs at, and its resizes.
+pub(crate) use allocation::AllocationManager;
 pub(crate) use pod_workers::{Lifecycle, PodWorkers};
 pub(crate) use work_queue::WorkQueue;
 // The admission handlers the loop's own rules contribute to the chain.
@@ -160,6 +163,10 @@ pub(crate) struct SyncLoop {
     pub health: Arc<RuntimeHealth>,
     /// Asked before a new pod gets a worker; cm and eviction add their handlers.
     pub admission: AdmissionChain,
+    /// What each pod runs at, and the resizes waiting for room.
+    allocation: Arc<AllocationManager>,
+    /// When the waiting resizes are tried again without a trigger (kubelet's ticker).
+    next_resize_retry: Instant,
     /// Every configured source; housekeeping waits until each has reported.
     pub sources: Vec<&'static str>,
     seen: HashSet<&'static str>,
@@ -248,6 +255,8 @@ impl SyncLoop {
     pub(crate) fn new(d: SyncLoopDeps) -> Self {
         SyncLoop {
             cm: d.syncer.cm.clone(),
+            allocation: d.syncer.allocation.clone(),
+            next_resize_retry: Instant::now() + allocation::INITIAL_RETRY_DELAY,
             workers: PodWorkers::new(d.syncer, d.queue.clone(), d.resync, d.tasks.child()),
             pods: d.pods,
             statuses: d.statuses,
@@ -445,13 +454,9 @@ impl SyncLoop {
                 self.handle_mirror_pod(&pod);
                 continue;
             }
-            let attrs = PodAdmitAttributes {
-                pod: &pod,
-                other_pods: &active,
-            };
             if !already
                 && !self.is_terminal(&uid)
-                && let Err(r) = self.admission.admit(&attrs)
+                && let Err(r) = self.allocation.add_pod(&self.admission, &active, &pod)
             {
                 warn!(pod = %pod_ref(&pod), podUID = %uid, cause = %r.reason, "pod rejected at admission: {}", r.message);
                 // kubelet's rejectPod: a Warning event with the rejection's reason.
@@ -465,8 +470,13 @@ impl SyncLoop {
                 self.statuses.set(&uid, status);
                 continue;
             }
+            // Admitted at its allocation after a restart: a resize it asks for waits its turn.
+            if self.allocation.resize_requested(&pod) {
+                self.allocation.push_pending(&uid);
+            }
             self.dispatch(pod, UpdateType::Create);
         }
+        self.retry_pending_resizes(allocation::Trigger::PodsAdded);
     }
 
     fn handle_pod_updates(&mut self, pods: Vec<Arc<Pod>>) {
@@ -479,7 +489,36 @@ impl SyncLoop {
             if self.is_rejected(pod_uid(&pod)) {
                 continue;
             }
+            // kubelet's HandlePodUpdates: a spec asking for other resources queues a
+            // resize, tried below with every other waiting one.
+            if self.allocation.resize_requested(&pod) {
+                self.allocation.push_pending(pod_uid(&pod));
+            }
             self.dispatch(pod, UpdateType::Update);
+        }
+        self.retry_pending_resizes(allocation::Trigger::PodUpdated);
+    }
+
+    /// kubelet's `RetryPendingResizes`: the waiting resizes tried again against the
+    /// active pods; the pods whose allocation or condition changed are synced.
+    fn retry_pending_resizes(&self, trigger: allocation::Trigger) {
+        if !self.allocation.has_pending() {
+            return;
+        }
+        if !self.sources_ready() {
+            debug!(
+                trigger = trigger.as_str(),
+                "not retrying pending resizes: sources not ready"
+            );
+            return;
+        }
+        let active = self.active_pods();
+        let pods = self.pods.clone();
+        let synced =
+            self.allocation
+                .retry_pending(&self.admission, &active, |uid| pods.get(uid), trigger);
+        for pod in synced {
+            self.dispatch(pod, UpdateType::Sync);
         }
     }
 
@@ -506,6 +545,7 @@ impl SyncLoop {
                 self.handle_mirror_pod(&pod);
                 continue;
             }
+            self.allocation.remove_pod(&uid);
             if self.workers.lifecycle(&uid).is_none() {
                 // Never had a worker (rejected at admission): only its status is left.
                 self.statuses.remove(&uid);
@@ -516,6 +556,8 @@ impl SyncLoop {
                 kill: KillRequest::new(KillReason::RemovedFromConfig),
             });
         }
+        // What the removed pods held may be what a waiting resize needs.
+        self.retry_pending_resizes(allocation::Trigger::PodsRemoved);
     }
 
     /// Only the pod manager learns of status-only changes; a mirror pod's goes there
@@ -596,6 +638,16 @@ impl SyncLoop {
             .retain(|uid| pods.contains(uid) || workers.is_active(uid))
         {
             debug!(podUID = %uid, "forgot the status of a pod that is gone");
+        }
+        // Allocations of pods neither desired nor being stopped (kubelet's
+        // RemoveOrphanedPods), then the resizes waiting on a finished one or the clock.
+        self.allocation
+            .remove_orphans(|uid| pods.contains(uid) || workers.is_active(uid));
+        if self.allocation.take_retry_request() {
+            self.retry_pending_resizes(allocation::Trigger::PodResized);
+        } else if Instant::now() >= self.next_resize_retry {
+            self.next_resize_retry = Instant::now() + allocation::RETRY_DELAY;
+            self.retry_pending_resizes(allocation::Trigger::Periodic);
         }
         // A gone pod's timeline is kept a while longer, so the end of its story can be read.
         crate::timeline::global().retain_live(|uid| pods.contains(uid) || workers.is_active(uid));

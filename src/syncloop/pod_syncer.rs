@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
+use super::allocation::{AllocationManager, resize_message};
 use super::pod_workers::{KillStatus, PodSyncError, PodSyncer, SyncResult, UpdateType};
 use crate::cm::ContainerManager;
 use crate::kuberuntime::RuntimeManager;
@@ -16,7 +17,8 @@ use crate::pod::PodManager;
 use crate::pod::{Phase, is_container_restartable, is_static_pod, pod_ref, pod_uid};
 use crate::prober::ProbeManager;
 use crate::status::{
-    StartupTracker, StatusInputs, StatusManager, generate_pod_status, terminate_pod_status,
+    ResizeInputs, StartupTracker, StatusInputs, StatusManager, generate_pod_status,
+    terminate_pod_status,
 };
 
 /// Everything a pod sync touches.
@@ -32,6 +34,8 @@ pub(crate) struct Syncer {
     pub probes: Arc<ProbeManager>,
     /// Pod cgroups: made before the sandbox.
     pub cm: Arc<ContainerManager>,
+    /// What each pod was admitted (or resized) at: the pod a sync runs.
+    pub allocation: Arc<AllocationManager>,
 }
 
 fn names(pod: &Pod) -> (String, String, String) {
@@ -67,6 +71,11 @@ impl Syncer {
         let previous = old.clone().or_else(|| pod.status.clone());
         let reasons = self.runtime.reasons();
         let lookup = |name: &str| reasons.get(uid, name);
+        let resize = ResizeInputs {
+            allocated: self.allocation.allocation(uid),
+            actuated: self.runtime.actuated(uid),
+            conditions: self.allocation.conditions(uid),
+        };
         let mut status = generate_pod_status(&StatusInputs {
             pod,
             runtime: rt,
@@ -78,6 +87,7 @@ impl Syncer {
             now: jiff::Timestamp::now(),
             probed: &|c, id| self.probes.readiness(c, id),
             supports_rro: self.runtime.supports_recursive_read_only(pod),
+            resize: Some(&resize),
         });
         if let Some(k) = kill_status {
             k.apply(&mut status, previous.as_ref());
@@ -142,6 +152,44 @@ impl Syncer {
         Ok(())
     }
 
+    /// After a sync: a resize the runtime now has is complete (`PodResizeInProgress`
+    /// goes, `ResizeCompleted`, and the waiting resizes are tried again); one it
+    /// refused says why in the condition (reason `Error`).
+    fn note_resize(&self, pod: &Pod, run: &Pod, err: Option<&crate::kuberuntime::SyncError>) {
+        let uid = pod_uid(pod);
+        if !self.allocation.in_progress(uid) {
+            return;
+        }
+        let generation = pod.metadata.generation.unwrap_or(0);
+        if let Some(message) = err.and_then(crate::kuberuntime::SyncError::resize_error) {
+            if self.allocation.set_in_progress(
+                uid,
+                Some(super::allocation::RESIZE_ERROR),
+                &message,
+                generation,
+            ) {
+                tracing::warn!(pod = %pod_ref(pod), podUID = %uid, generation, "pod resize failed: {message}");
+            }
+            return;
+        }
+        if !self.runtime.is_actuated(run) {
+            return;
+        }
+        if self.allocation.clear_in_progress(uid) {
+            info!(pod = %pod_ref(pod), podUID = %uid, generation, "pod resize completed: the runtime runs the pod at its allocated resources");
+            self.runtime.events().event(
+                &crate::events::ObjectRef::pod(pod),
+                crate::events::EventType::Normal,
+                "ResizeCompleted",
+                format!(
+                    "Pod resize completed: {}",
+                    resize_message(run, generation, None)
+                ),
+            );
+            self.allocation.request_retry();
+        }
+    }
+
     /// Reads the pod's runtime status now and stores it in the cache, so what an
     /// action caused is visible at once rather than after the next relist.
     async fn refresh(&self, pod: &Pod) -> Result<PodRuntimeStatus, PodSyncError> {
@@ -178,10 +226,13 @@ impl PodSyncer for Syncer {
             });
         }
         self.runtime.check_network(&pod)?;
-        self.ensure_pod_cgroup(&pod, &rt).await?;
+        // The pod as admitted or last resized: what the cgroups and the runtime get.
+        let run = self.allocation.allocated_pod(&pod);
+        self.ensure_pod_cgroup(&run, &rt).await?;
         self.probes.add_pod(&pod);
         let failed = |id: &str| self.probes.failed(id);
-        let res = self.runtime.sync_pod_probed(&pod, &rt, &failed).await;
+        let res = self.runtime.sync_pod_probed(&run, &rt, &failed).await;
+        self.note_resize(&pod, &run, res.as_ref().err());
         let acted = res.as_ref().map(|o| o.acted).unwrap_or(true);
         if acted {
             let fresh = self.refresh(&pod).await?;

@@ -17,14 +17,17 @@ use serde_json::{Map, Value, json};
 
 use crate::pod::{RestartPolicy, container_should_restart};
 
-/// The pod conditions kubelet owns (`kubetypes.PodConditionsByKubelet`); others
-/// (readiness gates, DisruptionTarget, …) belong to someone else and are kept.
+/// The pod conditions kubelet owns (`kubetypes.PodConditionByKubelet`: its list, and
+/// the two resize conditions with in-place resize on); others (readiness gates,
+/// DisruptionTarget, …) belong to someone else and are kept.
 const KUBELET_CONDITIONS: &[&str] = &[
     "PodScheduled",
     "Ready",
     "Initialized",
     "ContainersReady",
     "PodReadyToStartContainers",
+    "PodResizePending",
+    "PodResizeInProgress",
 ];
 
 /// Why a status is not written.

@@ -310,6 +310,7 @@ pub(super) fn spawn_qos_manager(
         pods: shared.pods.clone(),
         workers: sync_loop.workers.clone(),
         events: shared.events.clone(),
+        allocation: shared.allocation.clone(),
     });
     let (cache, pods, cm) = (
         shared.metric_cache.clone(),

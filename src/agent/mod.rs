@@ -79,6 +79,9 @@ struct Shared {
     shutdown: Arc<NodeShutdownState>,
     /// The NodeSLO's host applications: `--node-slo-file`'s, then the cluster's.
     host_apps: tokio::sync::watch::Sender<Vec<crate::koord::HostApp>>,
+    /// What each pod was admitted (or resized) at: the pods the sync loop runs and
+    /// the eviction manager and the QoS manager weigh.
+    allocation: Arc<crate::syncloop::AllocationManager>,
 }
 
 impl Shared {
@@ -88,6 +91,7 @@ impl Shared {
         metric_cache: Arc<MetricCache>,
         host_apps: Vec<crate::koord::HostApp>,
         runtime_health: Arc<RuntimeHealth>,
+        allocation: Arc<crate::syncloop::AllocationManager>,
     ) -> Self {
         runtime_health.set(true);
         Shared {
@@ -102,6 +106,7 @@ impl Shared {
             pressure: Arc::default(),
             shutdown: Arc::default(),
             host_apps: tokio::sync::watch::Sender::new(host_apps),
+            allocation,
         }
     }
 }
@@ -142,11 +147,13 @@ async fn start(
         },
     )?;
     runtime::spawn_log_rotation(opts, rt, tasks);
+    let allocation = runtime::allocation_manager(opts, &host, &events)?;
     let shared = Shared::new(
         events,
         koordlet::open_metric_cache(opts),
         koordlet::file_host_apps(opts),
         runtime_health,
+        allocation,
     );
     crate::census::watch(
         "metric cache series",
@@ -160,16 +167,7 @@ async fn start(
     // The handlers' features are known before the first pod syncs.
     crate::syncloop::check_runtime(&manager, &shared.runtime_health).await;
     runtime::spawn_runtime_health(&manager, &shared, tasks);
-    let allocation = runtime::allocation_manager(opts, &host, &shared)?;
-    let syncer = runtime::syncer(
-        rt,
-        &manager,
-        &host,
-        &shared,
-        probe_results,
-        allocation,
-        tasks,
-    );
+    let syncer = runtime::syncer(rt, &manager, &host, &shared, probe_results, tasks);
     koordlet::spawn_metric_advisor(opts, rt, &host, &shared, tasks);
     // The sync loop wakes the mirror pod reconciler when static or mirror pods change.
     let mirror_wake = Arc::new(tokio::sync::Notify::new());

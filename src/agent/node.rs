@@ -253,6 +253,7 @@ fn spawn_eviction_manager(
         pods: shared.pods.clone(),
         workers: reclaim.workers.clone(),
         events: shared.events.clone(),
+        allocation: shared.allocation.clone(),
     });
     // kubelet's `pods` system container: its capacity is the kubepods limit.
     let allocatable_memory = cfg
@@ -316,6 +317,7 @@ pub(super) fn spawn_node_shutdown(
         pods: shared.pods.clone(),
         workers: workers.clone(),
         events: shared.events.clone(),
+        allocation: shared.allocation.clone(),
     });
     let (state, events, node_name) = (
         shared.shutdown.clone(),

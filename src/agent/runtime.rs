@@ -410,13 +410,13 @@ pub(super) fn spawn_runtime_health(runtime: &Arc<RuntimeManager>, shared: &Share
 pub(super) fn allocation_manager(
     opts: &Options,
     host: &Host,
-    shared: &Shared,
+    events: &EventRecorder,
 ) -> anyhow::Result<Arc<AllocationManager>> {
     let state = ResourceState::open(&opts.root_dir, crate::allocation::ALLOCATED_STATE_FILE)?;
     Ok(Arc::new(AllocationManager::new(
         state,
         host.allocatable.allocatable,
-        shared.events.clone(),
+        events.clone(),
     )))
 }
 
@@ -428,7 +428,6 @@ pub(super) fn syncer(
     host: &Host,
     shared: &Shared,
     probe_results: Arc<ProbeResults>,
-    allocation: Arc<AllocationManager>,
     tasks: &Tasks,
 ) -> Arc<Syncer> {
     let probes = Arc::new(ProbeManager::new(
@@ -449,7 +448,7 @@ pub(super) fn syncer(
         startup: Default::default(),
         probes,
         cm: host.cm.clone(),
-        allocation,
+        allocation: shared.allocation.clone(),
     });
     count_in_census(&syncer);
     syncer

@@ -259,6 +259,10 @@ pub(super) mod tests {
         let b2 = pod("b2", r#"{"cpu": "1"}"#, "{}");
         cm.ensure_pod(&b2).unwrap();
         assert_eq!(shares(&fs, "root/kubepods/burstable"), Some(1280));
+        // b2 resized in place to 500m (its cgroup exists): the QoS shares follow.
+        let b2 = pod("b2", r#"{"cpu": "500m"}"#, "{}");
+        cm.ensure_pod(&b2).unwrap();
+        assert_eq!(shares(&fs, "root/kubepods/burstable"), Some(768));
 
         // A pod whose UID cannot name a cgroup gets an error, not a cgroup elsewhere.
         let bad = pod("..", "{}", "{}");

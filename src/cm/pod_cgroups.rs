@@ -78,10 +78,11 @@ impl ContainerManager {
                 cpu_request_milli,
                 name,
             };
-            let fresh = self.tracked().insert(uid.to_string(), tracked).is_none();
+            let before = self.tracked().insert(uid.to_string(), tracked);
             if self.fs.exists(&path) {
-                if fresh {
-                    // Adopted after a restart: the shares now count it again.
+                // Adopted after a restart, or resized in place: the shares count what
+                // it is allocated now.
+                if before.is_none_or(|b| b.cpu_request_milli != cpu_request_milli) {
                     self.update_qos();
                 }
                 return Ok(());

@@ -18,6 +18,9 @@ pub(crate) struct WorkerEvictor<S: PodSyncer> {
     pub pods: Arc<PodManager>,
     pub workers: PodWorkers<S>,
     pub events: EventRecorder,
+    /// The pods are weighed at what they were admitted or resized at, not at what a
+    /// waiting resize asks for (kubelet's allocated pods).
+    pub allocation: Arc<super::AllocationManager>,
 }
 
 impl<S: PodSyncer> Evictor for WorkerEvictor<S> {
@@ -26,6 +29,7 @@ impl<S: PodSyncer> Evictor for WorkerEvictor<S> {
             .all()
             .into_iter()
             .filter(|p| self.workers.lifecycle(pod_uid(p)) == Some(Lifecycle::Syncing))
+            .map(|p| self.allocation.allocated_pod(&p))
             .collect()
     }
 
@@ -33,6 +37,8 @@ impl<S: PodSyncer> Evictor for WorkerEvictor<S> {
         if self.workers.lifecycle(pod_uid(&pod)) != Some(Lifecycle::Syncing) {
             return false;
         }
+        // The pod as its source has it (the ranking saw its allocation).
+        let pod = self.pods.get(pod_uid(&pod)).unwrap_or(pod);
         let Eviction {
             message,
             annotations,

@@ -61,16 +61,7 @@ async fn agent_on(node: FakeNode, max_pods: u32, setup: impl FnOnce(&mut SyncLoo
         startup: Default::default(),
         probes: probes.clone(),
         cm: Arc::new(crate::cm::fake_manager(true).0),
-        allocation: Arc::new(super::AllocationManager::new(
-            crate::allocation::ResourceState::in_memory(),
-            crate::cm::NodeResources {
-                cpu_milli: 4000,
-                memory_bytes: 8 << 30,
-                ephemeral_storage_bytes: 100 << 30,
-                pods: 110,
-            },
-            crate::events::EventRecorder::log_only(),
-        )),
+        allocation: test_allocation(),
     });
     let mut sync_loop = SyncLoop::new(SyncLoopDeps {
         pods,
@@ -678,6 +669,7 @@ async fn running_web_and_evictor() -> (
         pods,
         workers: a.workers.clone(),
         events,
+        allocation: test_allocation(),
     };
     (a, p, evictor, rx)
 }
@@ -755,4 +747,18 @@ async fn a_node_shutdown_kill_fails_the_pod_as_terminated_without_an_event() {
     );
     assert!(rx.try_recv().is_err(), "no event");
     a.stop().await;
+}
+
+/// An allocation manager in memory, for a 4-CPU, 8 GiB node.
+fn test_allocation() -> Arc<super::AllocationManager> {
+    Arc::new(super::AllocationManager::new(
+        crate::allocation::ResourceState::in_memory(),
+        crate::cm::NodeResources {
+            cpu_milli: 4000,
+            memory_bytes: 8 << 30,
+            ephemeral_storage_bytes: 100 << 30,
+            pods: 110,
+        },
+        crate::events::EventRecorder::log_only(),
+    ))
 }

@@ -8,8 +8,10 @@
 //! tables and writes `target/bench/agent.json`. `OXLET_BENCH_WINDOW=<seconds>` sets
 //! the at-rest windows (120 s); `OXLET_BENCH_QUICK=1` is a smoke run (few pods, 5 s
 //! windows). `cargo bench --bench agent -- --against <binary or git rev>` runs that
-//! build and this one alternately instead and prints their ratios; `-- --runtimes` runs
-//! this build on each containerd release (exit to status, the node at rest).
+//! build and this one alternately instead and prints their ratios; `-- --resize` times
+//! in-place resizes through the test apiserver against a bare UpdateContainerResources;
+//! `-- --runtimes` runs this build on each containerd release (exit to status, the
+//! node at rest).
 
 #[path = "agent/ablation.rs"]
 mod ablation;
@@ -31,6 +33,8 @@ mod normal;
 mod proxy;
 #[path = "agent/report.rs"]
 mod report;
+#[path = "agent/resize.rs"]
+mod resize;
 #[path = "agent/run.rs"]
 mod run;
 #[path = "agent/runtimes.rs"]
@@ -66,6 +70,8 @@ pub(crate) struct Plan {
     pub(crate) floor_concurrency: Vec<usize>,
     /// Cluster mode: single apiserver pods.
     pub(crate) api_reps: usize,
+    /// `--resize`: resizes timed, each beside one bare `UpdateContainerResources`.
+    pub(crate) resize_reps: usize,
     /// Rounds of the fair floor's ablation (every variant once a round).
     pub(crate) ablation_rounds: usize,
     /// `--against`: rounds of single pods per side, pods per round, and rounds of
@@ -94,6 +100,7 @@ impl Plan {
             settle: Duration::from_secs(if quick { 2 } else { 10 }),
             floor_concurrency: if quick { vec![4, 8] } else { vec![4, 8, 16] },
             api_reps: if quick { 3 } else { 20 },
+            resize_reps: if quick { 5 } else { 50 },
             ablation_rounds: if quick { 1 } else { 10 },
             ab_rounds: if quick { 2 } else { 4 },
             ab_round_pods: if quick { 2 } else { 10 },
@@ -139,6 +146,9 @@ async fn main() {
     let plan = Plan::from_env();
     if std::env::args().any(|a| a == "--runtimes") {
         return runtimes::run(&plan).await;
+    }
+    if std::env::args().any(|a| a == "--resize") {
+        return resize::run(&plan).await;
     }
     match against_arg() {
         Some(other) => against::run(&plan, &other).await,

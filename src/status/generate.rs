@@ -1036,6 +1036,7 @@ mod exit_reason_tests {
             restart_count: 0,
             is_init: false,
             user: None,
+            resources: None,
         }
     }
 

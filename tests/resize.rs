@@ -159,6 +159,24 @@ async fn running_main(ox: &Oxlet, name: &str) -> (String, i32) {
     (runtime_id(&pod, "main"), s.restart_count)
 }
 
+/// The (cpu quota, memory limit) the runtime reports for container `id` (CRI
+/// `ContainerStatus.resources.linux`, what oxlet reads back for the pod status's
+/// `containerStatuses[].resources`); None when it reports no resources.
+async fn reported_limits(bed: &Testbed, id: &str) -> Option<(i64, i64)> {
+    let mut c = bed.cri().await;
+    let status = c
+        .container_status(k8s_cri::v1::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status?;
+    let linux = status.resources?.linux?;
+    Some((linux.cpu_quota, linux.memory_limit_in_bytes))
+}
+
 fn start(bed: &Testbed, api: &TestApiServer) -> Oxlet {
     Oxlet::start(
         bed,
@@ -210,6 +228,17 @@ async fn cpu_and_memory_resize_in_place_once_and_a_decrease_below_usage_is_refus
     ]);
     ox.wait_up(START).await;
     ox.wait_api_running("web", START).await;
+    let read_back = "read back the resources the runtime was last given";
+    let line = ox
+        .log()
+        .lines()
+        .filter(|l| l.contains(read_back))
+        .last()
+        .map(str::to_string);
+    assert!(
+        line.as_deref().is_some_and(|l| l.contains("pods=1")),
+        "{line:?}"
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
         ox.log().matches(RESIZE_LINE).count(),
@@ -292,5 +321,12 @@ async fn restart_container_policy_restarts_once_with_the_new_memory_limit() {
     // The cpu (NotRequired) changes in place: no second restart.
     resize(&api, "web", "1", "96Mi");
     wait_limits(&bed, &ox, &uid, &second, (100_000, 96 * MI)).await;
-    assert_eq!(running_main(&ox, "web").await, (second, 1));
+    assert_eq!(running_main(&ox, "web").await, (second.clone(), 1));
+    // containerd 1.6.20, 1.7 and 2.x all report the resources, the update's included.
+    assert_eq!(
+        reported_limits(&bed, &second).await,
+        Some((100_000, 96 * MI)),
+        "containerd {:?}",
+        bed.containerd_release()
+    );
 }

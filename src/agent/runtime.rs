@@ -239,6 +239,7 @@ pub(super) fn manager(
         crate::allocation::ACTUATED_STATE_FILE,
     )
     .map_err(|e| anyhow::anyhow!("open the actuated pod resources: {e}"))?;
+    info!(file = %opts.root_dir.join(crate::allocation::ACTUATED_STATE_FILE).display(), pods = actuated.uids().len(), "read back the resources the runtime was last given");
     let ids_per_pod = opts
         .userns_ids_per_pod
         .unwrap_or(crate::kuberuntime::USERNS_IDS_PER_POD);

@@ -232,8 +232,7 @@ async fn cpu_and_memory_resize_in_place_once_and_a_decrease_below_usage_is_refus
     let line = ox
         .log()
         .lines()
-        .filter(|l| l.contains(read_back))
-        .last()
+        .rfind(|l| l.contains(read_back))
         .map(str::to_string);
     assert!(
         line.as_deref().is_some_and(|l| l.contains("pods=1")),

@@ -195,6 +195,21 @@ fn decreases_are_ordered_before_increases_and_policies_pick_restart() {
     assert_eq!(restart.kill[0].2, "Container down resize requires restart");
     assert_eq!(restart.start, [1]);
     assert!(restart.resize.update_pod && restart.resize.memory.is_empty());
+
+    // Nothing known of what it runs with (no entry, a runtime that reports nothing):
+    // updated in place, the call being idempotent, never restarted on a guess.
+    let mut unknown = super::actions::PodActions::default();
+    compute_resize(&q, &st, &|_| None, &mut unknown);
+    assert!(unknown.kill.is_empty() && unknown.start.is_empty());
+    let names: Vec<_> = unknown
+        .resize
+        .memory
+        .iter()
+        .map(|u| u.name.as_str())
+        .collect();
+    // An unknown limit counts as none: each new one is a decrease, put first.
+    assert_eq!(names, ["down", "up"]);
+    assert_eq!(unknown.resize.cpu.len(), 2);
 }
 
 #[test]
@@ -342,4 +357,40 @@ async fn a_memory_limit_below_usage_is_refused_with_kubelets_message_and_kept() 
     assert_eq!(resources_of(&node, "main").memory_limit_in_bytes, 20 * MI);
     let (_, now) = cm.pod_cgroup_limits(&p).unwrap().unwrap();
     assert_eq!(now.memory_limit, Some(20 * MI));
+}
+
+#[tokio::test]
+async fn a_sidecar_resizes_in_place_and_a_regular_init_container_never() {
+    let node = FakeNode::new();
+    let mut p = pod("web", &["sidecar"], &["main"], "Always");
+    let spec = p.spec.as_mut().unwrap();
+    let sidecar = &mut spec.init_containers.as_mut().unwrap()[0];
+    sidecar.restart_policy = Some("Always".into());
+    sidecar.resources = Some(guaranteed("100m", "32Mi"));
+    spec.containers[0].resources = Some(guaranteed("500m", "64Mi"));
+    node.sync(&p).await.unwrap();
+    node.sync(&p).await.unwrap();
+    assert!(node.fake.container_id("web", "main").is_some());
+
+    let spec = p.spec.as_mut().unwrap();
+    spec.init_containers.as_mut().unwrap()[0].resources = Some(guaranteed("200m", "32Mi"));
+    node.sync(&p).await.unwrap();
+    assert_eq!(
+        node.fake.calls_of("UpdateContainerResources"),
+        ["web/sidecar"]
+    );
+    assert_eq!(resources_of(&node, "sidecar").cpu_quota, 20_000);
+    assert_eq!(node.fake.container_count("web", "sidecar"), 1);
+
+    // A regular init container is never resized: it has run to its end.
+    let st = status(&node).await;
+    let mut q = sized(&["main"], "500m", "64Mi", None);
+    q.spec.as_mut().unwrap().init_containers = Some(vec![Container {
+        name: "sidecar".into(),
+        resources: Some(guaranteed("1", "32Mi")),
+        ..Default::default()
+    }]);
+    let mut actions = super::actions::PodActions::default();
+    compute_resize(&q, &st, &|_| None, &mut actions);
+    assert!(actions.resize.cpu.is_empty() && actions.kill.is_empty());
 }

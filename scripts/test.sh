@@ -49,7 +49,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 # pod fields (restart_rules, pod_fields: 2.x's handlers support recursive read-only mounts,
 # 1.6's and 1.7's list none, so both branches run) RuntimeClass handlers (runtime_class) and claims
 # on hostPath and local volumes (persistent_volumes), image volumes (image_volumes:
-# mounted by 2.1, refused by the runtime before).
+# mounted by 2.1, refused by the runtime before), in-place resize (resize: 1.6.20, 1.7 and
+# 2.x all report a container's resources, an update's included).
 # The test beds (and every oxlet that
 # manages its own containerd) run the binary OXLET_TEST_CONTAINERD names. The one test left
 # out there waits 70 s on oxlet's own back-off doubling, which no runtime changes.
@@ -61,7 +62,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 # another kept them with two, in about a third of the time.
 CORE=(static_pods restarts probes hooks_termination exits_images cgroups secure_port
     api_volumes managed_runtime testbed_smoke runtime_versions image_gc registry_pulls
-    restart_rules pod_fields runtime_class persistent_volumes image_volumes user_namespaces)
+    restart_rules pod_fields runtime_class persistent_volumes image_volumes user_namespaces
+    resize)
 runtimes=${OXLET_RUNTIMES:-$PWD/target/runtimes}
 jobs=target/test-pool/jobs.tsv
 mkdir -p target/test-pool

@@ -88,26 +88,6 @@ fn cluster_pod(name: &str) -> Pod {
     }))
 }
 
-async fn exec(bed: &Testbed, id: &str, cmd: &str) -> String {
-    let mut c = bed.cri().await;
-    let r = c
-        .exec_sync(cri::ExecSyncRequest {
-            container_id: id.to_string(),
-            cmd: vec!["sh".into(), "-c".into(), cmd.into()],
-            timeout: 5,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(
-        r.exit_code,
-        0,
-        "{cmd}: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
-    String::from_utf8_lossy(&r.stdout).into_owned()
-}
-
 async fn main_container(bed: &Testbed, uid: &str) -> String {
     let cs = cri_containers(bed, uid).await;
     let c = cs
@@ -128,19 +108,8 @@ fn start(bed: &Testbed, api: &TestApiServer) -> Oxlet {
 }
 
 /// Polls until `check` holds, or fails with `what` and the oxlet log.
-async fn eventually<T>(ox: &Oxlet, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let t = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            t.elapsed() < START,
-            "timed out waiting for {what}\n{}",
-            tail(&ox.log(), 60)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+async fn eventually<T>(ox: &Oxlet, what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    ox.eventually(what, START, check).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,15 +136,15 @@ async fn cluster_pod_gets_its_files_and_env_and_config_map_changes() {
     let id = main_container(&bed, &uid).await;
 
     // The injected projected volume: a token bound to this pod, the CA, the namespace.
-    let token = exec(&bed, &id, &format!("cat {SA_DIR}/token")).await;
+    let token = exec_sh(&bed, &id, &format!("cat {SA_DIR}/token")).await;
     assert!(token.starts_with("testapi-default-default-"), "{token}");
-    let ca = exec(&bed, &id, &format!("cat {SA_DIR}/ca.crt")).await;
+    let ca = exec_sh(&bed, &id, &format!("cat {SA_DIR}/ca.crt")).await;
     assert!(ca.contains("test-ca"), "{ca}");
     assert_eq!(
-        exec(&bed, &id, &format!("cat {SA_DIR}/namespace")).await,
+        exec_sh(&bed, &id, &format!("cat {SA_DIR}/namespace")).await,
         "default"
     );
-    let modes = exec(
+    let modes = exec_sh(
         &bed,
         &id,
         &format!("stat -L -c '%n %a' {SA_DIR}/token {SA_DIR}/ca.crt /etc/cfg/conf/app.conf /etc/cfg/color /etc/creds/password"),
@@ -188,7 +157,7 @@ async fn cluster_pod_gets_its_files_and_env_and_config_map_changes() {
         )
     );
     // kubelet's atomic-writer layout: user paths link into ..data, a timestamped dir.
-    let layout = exec(
+    let layout = exec_sh(
         &bed,
         &id,
         "for l in conf color ..data; do readlink /etc/cfg/$l; done; ls -A /etc/cfg | grep -c '^\\.\\.[0-9]'",
@@ -199,18 +168,21 @@ async fn cluster_pod_gets_its_files_and_env_and_config_map_changes() {
     assert!(lines[2].starts_with("..20"), "{layout}");
     assert_eq!(lines[3], "1", "{layout}");
     assert_eq!(
-        exec(&bed, &id, "cat /etc/cfg/conf/app.conf").await,
+        exec_sh(&bed, &id, "cat /etc/cfg/conf/app.conf").await,
         "level=1\n"
     );
     assert_eq!(
-        exec(&bed, &id, "cat /etc/creds/password /etc/creds/USER").await,
+        exec_sh(&bed, &id, "cat /etc/creds/password /etc/creds/USER").await,
         "s3cr3tadmin"
     );
     // The optional, missing configMap is an empty volume.
-    assert_eq!(exec(&bed, &id, "ls /etc/maybe | wc -l").await.trim(), "0");
+    assert_eq!(
+        exec_sh(&bed, &id, "ls /etc/maybe | wc -l").await.trim(),
+        "0"
+    );
     // The API volumes are read-only for the container.
     assert!(
-        exec(&bed, &id, "touch /etc/cfg/x 2>&1 || echo refused")
+        exec_sh(&bed, &id, "touch /etc/cfg/x 2>&1 || echo refused")
             .await
             .contains("refused")
     );
@@ -221,7 +193,7 @@ async fn cluster_pod_gets_its_files_and_env_and_config_map_changes() {
     assert_no_local_reader(&ox, &uid);
 
     // env: envFrom with its prefix, env overriding it, key refs; invalid names skipped.
-    let env = exec(&bed, &id, "tr '\\0' '\\n' < /proc/1/environ | sort").await;
+    let env = exec_sh(&bed, &id, "tr '\\0' '\\n' < /proc/1/environ | sort").await;
     let env: Vec<&str> = env.lines().collect();
     for want in [
         "CM_app.conf=level=1\n",
@@ -251,7 +223,7 @@ async fn cluster_pod_gets_its_files_and_env_and_config_map_changes() {
     ))
     .unwrap();
     eventually(&ox, "the configMap change in the volume", async || {
-        (exec(&bed, &id, "cat /etc/cfg/conf/app.conf /etc/cfg/color").await == "level=2\ngreen")
+        (exec_sh(&bed, &id, "cat /etc/cfg/conf/app.conf /etc/cfg/color").await == "level=2\ngreen")
             .then_some(())
     })
     .await;
@@ -259,7 +231,7 @@ async fn cluster_pod_gets_its_files_and_env_and_config_map_changes() {
     eprintln!("configMap change reached the volume after {took:?}");
     assert!(took < Duration::from_secs(10), "{took:?}");
     // Still one timestamped dir: the old one was removed.
-    let dirs = exec(&bed, &id, "ls -A /etc/cfg | grep -c '^\\.\\.[0-9]'").await;
+    let dirs = exec_sh(&bed, &id, "ls -A /etc/cfg | grep -c '^\\.\\.[0-9]'").await;
     assert_eq!(dirs.trim(), "1");
 }
 
@@ -311,7 +283,7 @@ async fn missing_config_map_waits_then_runs_and_secret_tmpfs_goes_with_the_pod()
     let running = ox.wait_api_running("waiter", START).await;
     assert_eq!(uid(&running), pod_uid);
     let id = main_container(&bed, &pod_uid).await;
-    let env = exec(&bed, &id, "tr '\\0' '\\n' < /proc/1/environ").await;
+    let env = exec_sh(&bed, &id, "tr '\\0' '\\n' < /proc/1/environ").await;
     assert!(env.lines().any(|l| l == "LATER=now"), "{env}");
 
     // (d) The secret volume is a tmpfs, on the host and in the container.
@@ -331,9 +303,9 @@ async fn missing_config_map_waits_then_runs_and_secret_tmpfs_goes_with_the_pod()
     let on_host = host_mounts();
     assert_eq!(on_host.len(), 1, "{on_host:?}");
     assert!(on_host[0].contains(" - tmpfs "), "{on_host:?}");
-    let inside = exec(&bed, &id, "grep ' /etc/sec ' /proc/self/mountinfo").await;
+    let inside = exec_sh(&bed, &id, "grep ' /etc/sec ' /proc/self/mountinfo").await;
     assert!(inside.contains(" - tmpfs "), "{inside}");
-    assert_eq!(exec(&bed, &id, "cat /etc/sec/k").await, "v");
+    assert_eq!(exec_sh(&bed, &id, "cat /etc/sec/k").await, "v");
     // A changed Secret reaches the container through the same tmpfs (not a new one
     // stacked over the one the container holds).
     api.put::<Secret>(&object(json!({
@@ -342,7 +314,7 @@ async fn missing_config_map_waits_then_runs_and_secret_tmpfs_goes_with_the_pod()
     })))
     .unwrap();
     eventually(&ox, "the secret change in the volume", async || {
-        (exec(&bed, &id, "cat /etc/sec/k").await == "v2").then_some(())
+        (exec_sh(&bed, &id, "cat /etc/sec/k").await == "v2").then_some(())
     })
     .await;
     assert_eq!(host_mounts().len(), 1);

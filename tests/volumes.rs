@@ -98,16 +98,7 @@ fn waiting(p: &Pod, name: &str) -> Option<(String, String)> {
 }
 
 async fn exec(bed: &Testbed, id: &str, cmd: &str) -> (i32, String) {
-    let mut c = bed.cri().await;
-    let r = c
-        .exec_sync(cri::ExecSyncRequest {
-            container_id: id.to_string(),
-            cmd: vec!["sh".into(), "-c".into(), cmd.into()],
-            timeout: 5,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let r = exec_sync_sh(bed, id, cmd).await;
     let mut out = String::from_utf8_lossy(&r.stdout).into_owned();
     out.push_str(&String::from_utf8_lossy(&r.stderr));
     (r.exit_code, out)

@@ -234,6 +234,14 @@ pub(super) fn manager(
             },
         )?;
     let plugins = credential_plugins(opts, inputs.objects.as_ref())?;
+    // kubelet's actuated resources: what each container was last given, so a
+    // restarted agent neither re-applies a resize nor misses one.
+    let actuated = crate::allocation::ResourceState::open(
+        &opts.root_dir,
+        crate::allocation::ACTUATED_STATE_FILE,
+    )
+    .map_err(|e| anyhow::anyhow!("open the actuated pod resources: {e}"))?;
+    info!(file = %opts.root_dir.join(crate::allocation::ACTUATED_STATE_FILE).display(), pods = actuated.uids().len(), "read back the resources the runtime was last given");
     let ids_per_pod = opts
         .userns_ids_per_pod
         .unwrap_or(crate::kuberuntime::USERNS_IDS_PER_POD);
@@ -270,6 +278,8 @@ pub(super) fn manager(
     .with_objects(inputs.objects)
     .with_runtime_hooks(inputs.hooks)
     .with_runtime_state(inputs.runtime_state)
+    .with_actuated(Arc::new(actuated))
+    .with_pod_cgroups(host.cm.clone())
     .with_host_ips(host.info.internal_ips())
     .with_user_namespaces(ids_per_pod, opts.max_pods)
     .map_err(|e| anyhow::anyhow!("create user namespace manager: {e}"))?;

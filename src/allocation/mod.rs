@@ -9,13 +9,10 @@
 //! container, which trails the allocation while a resize is applied). The sync loop
 //! owns the first, the runtime manager the second.
 
-// Used by the sync loop and the runtime manager as the resize work lands.
-#![allow(dead_code, unused_imports)]
-
 mod state;
 
 // The states, what a pod's entry holds, and the pod as its allocation says.
 pub(crate) use state::{
-    ACTUATED_STATE_FILE, ALLOCATED_STATE_FILE, PodResources, ResourceState, StateError,
-    apply_allocation, is_resizable, same_requirements,
+    ACTUATED_STATE_FILE, ALLOCATED_STATE_FILE, PodResources, ResourceState, apply_allocation,
+    is_resizable, same_requirements,
 };

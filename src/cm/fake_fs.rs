@@ -40,6 +40,8 @@ pub(crate) struct FakeCgroupFs {
     cgroups: Mutex<BTreeMap<String, (ResourceConfig, Vec<i32>)>>,
     /// The QoS control files written, and those the pretend kernel does not offer.
     qos_files: Mutex<FakeQosFiles>,
+    /// Memory each cgroup charges (0 unless a test sets it).
+    usage: Mutex<BTreeMap<String, u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -123,6 +125,15 @@ impl FakeCgroupFs {
     pub(crate) fn remove_from_outside(&self, path: &str) {
         self.map()
             .retain(|p, _| p != path && !p.starts_with(&format!("{path}/")));
+    }
+
+    /// Makes `path` charge `bytes` of memory.
+    pub(crate) fn set_memory_usage(&self, path: &str, bytes: u64) {
+        let mut usage = self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        usage.insert(path.to_string(), bytes);
     }
 
     /// Puts a (pretend) process into `path`.
@@ -224,6 +235,17 @@ impl CgroupFs for FakeCgroupFs {
             .get(path)
             .map(|c| c.0)
             .ok_or_else(|| Self::missing(path, "read"))
+    }
+
+    fn memory_usage(&self, path: &str) -> Result<u64, CgroupError> {
+        if !self.exists(path) {
+            return Err(Self::missing(path, "read"));
+        }
+        let usage = self
+            .usage
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(usage.get(path).copied().unwrap_or(0))
     }
 
     fn read_qos_file(&self, path: &str, file: QosFile) -> Result<Option<String>, CgroupError> {

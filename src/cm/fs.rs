@@ -71,6 +71,9 @@ pub(crate) trait CgroupFs: Send + Sync + std::fmt::Debug {
     fn procs(&self, path: &str) -> Result<Vec<i32>, CgroupError>;
     /// The limits set on `path`, read back.
     fn resources(&self, path: &str) -> Result<ResourceConfig, CgroupError>;
+    /// The memory `path` charges now (v1 `memory.usage_in_bytes`, v2 `memory.current`):
+    /// what a lower limit is checked against before it is written.
+    fn memory_usage(&self, path: &str) -> Result<u64, CgroupError>;
     /// Whether cpu shares read back exactly as written (v1); v2 keeps a weight and
     /// reads back the least shares with it.
     fn keeps_shares(&self) -> bool {

@@ -79,7 +79,7 @@ pub(crate) use qos::{
 pub(crate) use container_resources::{ResourceError, apply_cfs_period, linux_resources};
 pub(crate) use resources::{
     DEFAULT_CPU_PERIOD_US, ResourceConfig, milli_cpu_to_quota, milli_cpu_to_shares, pod_limits,
-    pod_request_for_eviction, pod_requests, sandbox_amounts,
+    pod_request_for_eviction, pod_requests, sandbox_amounts, shares_to_milli_cpu,
 };
 
 #[cfg(test)]

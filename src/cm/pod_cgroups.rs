@@ -9,7 +9,7 @@ use super::fs::CgroupError;
 use super::manager::{ContainerManager, TrackedPod, warn_failed};
 use super::name::{CgroupName, NameError, pod_uid_from_base};
 use super::qos::QosClass;
-use super::resources::{self, PodResourceError};
+use super::resources::{self, PodResourceError, ResourceConfig};
 use crate::pod::{pod_ref, pod_uid};
 
 /// How often a pod cgroup's leftover processes are killed before giving up until the
@@ -24,6 +24,10 @@ pub(crate) enum PodCgroupError {
     Ensure { uid: String, cause: PodCgroupCause },
     #[error("failed to destroy the cgroup of the terminated pod {uid}: {cause}")]
     Destroy { uid: String, cause: PodCgroupCause },
+    /// A resize could not read or write the pod's cgroup (kubelet's
+    /// `GetPodCgroupConfig` / `SetPodCgroupConfig` failing).
+    #[error("failed to update the cgroup of pod {uid}: {cause}")]
+    Update { uid: String, cause: PodCgroupCause },
 }
 
 /// The cause of a [`PodCgroupError`].
@@ -106,6 +110,61 @@ impl ContainerManager {
                 debug!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, "pod termination removed its cgroup");
             }
             if self.tracked().remove(uid).is_some() {
+                self.update_qos();
+            }
+            Ok(())
+        })
+    }
+
+    /// The limits kubelet's formulas give the pod's cgroup for the resources `pod`
+    /// carries (kubelet's `ResourceConfigForPod`), and the limits its cgroup has now;
+    /// None without pod cgroups. A resize compares the two.
+    pub(crate) fn pod_cgroup_limits(
+        &self,
+        pod: &Pod,
+    ) -> Result<Option<(ResourceConfig, ResourceConfig)>, PodCgroupError> {
+        let mut out = None;
+        let failed = |uid, cause| PodCgroupError::Update { uid, cause };
+        self.on_pod_cgroup(pod, failed, |_, _, _, path| {
+            let target = resources::pod_resource_config(pod, self.cfg.pod)?;
+            out = Some((target, self.fs.resources(&path)?));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// The memory the pod's cgroup charges now (kubelet's `GetPodCgroupMemoryUsage`);
+    /// None without pod cgroups.
+    pub(crate) fn pod_memory_usage(&self, pod: &Pod) -> Result<Option<u64>, PodCgroupError> {
+        let mut out = None;
+        let failed = |uid, cause| PodCgroupError::Update { uid, cause };
+        self.on_pod_cgroup(pod, failed, |_, _, _, path| {
+            out = Some(self.fs.memory_usage(&path)?);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Writes the limits set in `limits` to the pod's existing cgroup (kubelet's
+    /// `SetPodCgroupConfig`, one resource at a time as a resize orders them). New cpu
+    /// shares also change the pod's weight in its QoS cgroup's shares.
+    pub(crate) fn set_pod_cgroup_limits(
+        &self,
+        pod: &Pod,
+        limits: &ResourceConfig,
+    ) -> Result<(), PodCgroupError> {
+        let failed = |uid, cause| PodCgroupError::Update { uid, cause };
+        self.on_pod_cgroup(pod, failed, |uid, class, name, path| {
+            crate::metrics::cgroup_op("update", || self.fs.update(&path, limits))?;
+            info!(pod = %pod_ref(pod), podUID = %uid, cgroup = %path, cpuShares = limits.cpu_shares, cpuQuota = limits.cpu_quota, cpuPeriod = limits.cpu_period, memoryLimit = limits.memory_limit, "updated pod cgroup for a resize");
+            if limits.cpu_shares.is_some() {
+                let cpu_request_milli = resources::pod_requests(pod)?.cpu_milli.unwrap_or(0);
+                let tracked = TrackedPod {
+                    class,
+                    cpu_request_milli,
+                    name,
+                };
+                self.tracked().insert(uid.to_string(), tracked);
                 self.update_qos();
             }
             Ok(())

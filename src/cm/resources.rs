@@ -40,6 +40,15 @@ pub(crate) fn milli_cpu_to_shares(milli: i64) -> i64 {
     (milli.saturating_mul(1024) / 1000).clamp(MIN_SHARES, MAX_SHARES)
 }
 
+/// The milli-CPU request `shares` stand for (kubelet's `sharesToMilliCPU`):
+/// `⌈shares × 1000 / 1024⌉`, 0 below the kernel's 2 shares.
+pub(crate) fn shares_to_milli_cpu(shares: i64) -> i64 {
+    if shares < MIN_SHARES {
+        return 0;
+    }
+    (shares.saturating_mul(1000) + 1023) / 1024
+}
+
 /// The CFS quota for a milli-CPU limit over `period_us` (kubelet's
 /// `MilliCPUToQuota`): `m × period / 1000`, at least 1 ms; a zero limit sets no
 /// quota (0). None when the product does not fit 64 bits.

@@ -112,6 +112,13 @@ pub(crate) trait Cri: CriRead {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> CriFuture<'a, ExecOutput>;
+    /// Changes a running container's Linux resources in place
+    /// (`UpdateContainerResources`): kubelet calls it only to actuate a pod resize.
+    fn update_container_resources<'a>(
+        &'a self,
+        id: &'a str,
+        resources: cri::LinuxContainerResources,
+    ) -> CriFuture<'a, ()>;
     /// Asks the runtime to reopen the container's log file (after log rotation
     /// renamed it away).
     fn reopen_container_log<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()>;

@@ -55,6 +55,8 @@ struct Container {
     reason: String,
     /// The writable layer's (bytes, inodes) `ListContainerStats` reports; None: unknown.
     writable_layer: Option<(u64, u64)>,
+    /// The memory `ListContainerStats` reports the container using; None: unknown.
+    memory_usage: Option<u64>,
 }
 
 /// "The next `times` calls of `call` (whose pod name contains `pod`) fail with `code`."
@@ -453,6 +455,13 @@ impl FakeRuntime {
         }
     }
 
+    /// Sets the memory the container's stats report it using.
+    pub(crate) fn set_memory_usage(&self, id: &str, bytes: u64) {
+        if let Some(c) = self.lock().containers.get_mut(id) {
+            c.memory_usage = Some(bytes);
+        }
+    }
+
     /// The running container exits with `code` (reason "Completed" or "Error").
     pub(crate) fn exit_container(&self, id: &str, code: i32) {
         if let Some(c) = self.lock().containers.get_mut(id) {
@@ -527,6 +536,10 @@ impl FakeRuntime {
             labels: c.config.labels.clone(),
             annotations: c.config.annotations.clone(),
             log_path: c.log_path.clone(),
+            resources: c.config.linux.as_ref().map(|l| cri::ContainerResources {
+                linux: l.resources.clone(),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
@@ -728,6 +741,10 @@ impl CriRead for FakeRuntime {
                         inodes_used: Some(cri::UInt64Value { value: inodes }),
                         ..Default::default()
                     }),
+                memory: c.memory_usage.map(|bytes| cri::MemoryUsage {
+                    usage_bytes: Some(cri::UInt64Value { value: bytes }),
+                    ..Default::default()
+                }),
                 ..Default::default()
             })
             .collect();
@@ -914,6 +931,7 @@ impl Cri for FakeRuntime {
                 exit_code: 0,
                 reason: String::new(),
                 writable_layer: None,
+                memory_usage: None,
             },
         );
         ready(Ok(id))
@@ -967,6 +985,35 @@ impl Cri for FakeRuntime {
         let res = match inner.containers.remove(id) {
             None => Err(not_found("RemoveContainer", "container", id)),
             Some(_) => Ok(()),
+        };
+        ready(res)
+    }
+
+    /// As containerd 1.7 and 2.x: a created or running container takes the new
+    /// resources (its status reports them from then on); an exited one refuses.
+    fn update_container_resources<'a>(
+        &'a self,
+        id: &'a str,
+        resources: cri::LinuxContainerResources,
+    ) -> CriFuture<'a, ()> {
+        const CALL: &str = "UpdateContainerResources";
+        let mut inner = self.lock();
+        let (pod, name) = inner.container_subject(id);
+        if let Err(e) = inner.enter(CALL, pod, name) {
+            return ready(Err(e));
+        }
+        let res = match inner.containers.get_mut(id) {
+            Some(c) if matches!(c.state, State::Running | State::Created) => {
+                let linux = c.config.linux.get_or_insert_with(Default::default);
+                linux.resources = Some(resources);
+                Ok(())
+            }
+            Some(_) => Err(status(
+                CALL,
+                tonic::Code::FailedPrecondition,
+                "container is not running",
+            )),
+            None => Err(not_found(CALL, "container", id)),
         };
         ready(res)
     }
@@ -1173,7 +1220,14 @@ pub(crate) mod support {
                 security: Default::default(),
                 allocatable: Default::default(),
             };
+            // The actuated resources in the node's directory, read back by the next manager.
+            let actuated = crate::allocation::ResourceState::open(
+                dir.path(),
+                crate::allocation::ACTUATED_STATE_FILE,
+            )
+            .expect("actuated state");
             RuntimeManager::new(fake.clone(), env, "192.0.2.10".into())
+                .with_actuated(Arc::new(actuated))
         }
 
         /// One sync of `pod` against a fresh read of the runtime.

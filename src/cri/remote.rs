@@ -555,6 +555,27 @@ impl Cri for RemoteRuntime {
         })
     }
 
+    fn update_container_resources<'a>(
+        &'a self,
+        id: &'a str,
+        resources: cri::LinuxContainerResources,
+    ) -> CriFuture<'a, ()> {
+        Box::pin(async move {
+            let mut c = self.runtime.clone();
+            let req = cri::UpdateContainerResourcesRequest {
+                container_id: id.to_string(),
+                linux: Some(resources),
+                ..Default::default()
+            };
+            self.call(
+                "UpdateContainerResources",
+                c.update_container_resources(req),
+            )
+            .await
+            .map(|_| ())
+        })
+    }
+
     fn reopen_container_log<'a>(&'a self, id: &'a str) -> CriFuture<'a, ()> {
         Box::pin(async move {
             let mut c = self.runtime.clone();

@@ -35,6 +35,9 @@ pub(crate) struct PodActions {
     pub kill: Vec<(String, String, String)>,
     /// Kills a probe asked for with the probe's own grace period: (id, seconds).
     pub probe_grace: Vec<(String, i64)>,
+    /// Running containers resized in place, and whether the pod cgroup follows
+    /// (kubelet's `ContainersToUpdate` and `UpdatePodResources`).
+    pub resize: super::resize::ResizeActions,
 }
 
 /// kubelet's `podActions.String()`: one line of named fields, the containers to kill
@@ -63,6 +66,22 @@ impl std::fmt::Display for PodActions {
             list(&self.start_init),
             list(&self.start),
             list(&self.start_ephemeral),
+        )?;
+        if self.resize.is_empty() {
+            return Ok(());
+        }
+        let names = |v: &[super::resize::ContainerUpdate]| {
+            v.iter()
+                .map(|u| u.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        write!(
+            f,
+            ", ContainersToUpdate: [memory: [{}] cpu: [{}]], UpdatePodResources: {}",
+            names(&self.resize.memory),
+            names(&self.resize.cpu),
+            self.resize.update_pod
         )
     }
 }
@@ -76,6 +95,7 @@ impl PodActions {
             && self.start.is_empty()
             && self.start_ephemeral.is_empty()
             && self.kill.is_empty()
+            && self.resize.is_empty()
     }
 }
 
@@ -475,6 +495,7 @@ mod tests {
             restart_count: 0,
             is_init: false,
             user: None,
+            resources: None,
         }
     }
 

@@ -284,6 +284,26 @@ fn security_context(
     Ok(sc)
 }
 
+/// The container's CRI Linux resources (kubelet's `generateLinuxContainerResources`):
+/// the cgroup formulas, the CFS period, its `oom_score_adj`, and the memory policy's
+/// unified settings. The same for `CreateContainer` and for a resize's
+/// `UpdateContainerResources`.
+pub(crate) fn container_resources(
+    pod: &Pod,
+    container: &Container,
+    oom_score_adj: i64,
+    cfs_period_us: Option<i64>,
+    memory: &crate::cm::MemoryPolicy,
+) -> Result<cri::LinuxContainerResources, ResourceError> {
+    let mut resources = cri::LinuxContainerResources {
+        oom_score_adj,
+        ..linux_resources(container)?
+    };
+    apply_cfs_period(&mut resources, cfs_period_us);
+    memory.apply(pod, container, &mut resources);
+    Ok(resources)
+}
+
 /// Builds the CRI container config; an error is the pod's `CreateContainerConfigError`.
 pub(crate) fn container_config(
     req: &ContainerRequest<'_>,
@@ -317,12 +337,13 @@ pub(crate) fn container_config(
     };
     let command = expand_all("command", &container.command)?;
     let args = expand_all("args", &container.args)?;
-    let mut resources = cri::LinuxContainerResources {
-        oom_score_adj: req.oom_score_adj,
-        ..linux_resources(container)?
-    };
-    apply_cfs_period(&mut resources, req.cfs_period_us);
-    req.memory.apply(pod, container, &mut resources);
+    let resources = container_resources(
+        pod,
+        container,
+        req.oom_score_adj,
+        req.cfs_period_us,
+        req.memory,
+    )?;
     let log_path = container_log_path(&container.name, *restart_count)?;
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {

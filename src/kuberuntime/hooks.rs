@@ -5,9 +5,8 @@
 //! failing rule is logged and the pod or container goes on without it (koordlet's
 //! default failure policy `Ignore`).
 //!
-//! oxlet never calls the CRI's `UpdateContainerResources` (kubelet calls it only for
-//! in-place pod resizes, which oxlet does not do): `pre_update` is the stage for
-//! when it does.
+//! Like kubelet, oxlet calls the CRI's `UpdateContainerResources` only to actuate an
+//! in-place pod resize (`resize.rs`); `pre_update` runs on what that call sends.
 
 use std::sync::Arc;
 
@@ -108,13 +107,6 @@ impl RuntimeHooks {
 
     /// Runs every rule's `pre_update_container_resources` on the resources an
     /// `UpdateContainerResources` call would send.
-    #[cfg_attr(
-        not(test),
-        expect(
-            dead_code,
-            reason = "oxlet makes no UpdateContainerResources call (no in-place resize)"
-        )
-    )]
     pub(crate) fn pre_update(
         &self,
         pod: &Pod,

@@ -74,6 +74,11 @@ pub(crate) enum SyncError {
     /// pod is not on the host network, so it waits.
     #[error("network is not ready: {0}")]
     NetworkNotReady(String),
+    /// An in-place resize that could not be carried out (kubelet's `doPodResizeAction`
+    /// failing): the pod's `PodResizeInProgress` condition shows it with reason
+    /// `Error` and this message; the next sync tries again.
+    #[error("{0}")]
+    Resize(super::resize::ResizeError),
 }
 
 impl From<sandbox::SandboxConfigError> for SyncError {
@@ -115,9 +120,12 @@ impl SyncError {
         }
     }
 
-    /// The message of a resize the runtime could not apply, for `PodResizeInProgress`.
+    /// The message of a resize that failed (for `PodResizeInProgress`, reason `Error`).
     pub(crate) fn resize_error(&self) -> Option<String> {
-        None
+        match self {
+            SyncError::Resize(e) => Some(e.to_string()),
+            _ => None,
+        }
     }
 
     /// The waiting reason the failure shows (the first failed container's).
@@ -311,6 +319,12 @@ pub(crate) struct RuntimeManager {
     runtime_state: Arc<RuntimeHealth>,
     /// The ID blocks of `hostUsers: false` pods.
     userns: super::userns::UsernsManager,
+    /// What the runtime was last told each container runs with (kubelet's actuated
+    /// resources, `actuated_pods_state`): a resize is the difference to the allocation.
+    /// None: not kept (a resize then goes by what the runtime reports).
+    actuated: Option<Arc<crate::allocation::ResourceState>>,
+    /// The pod cgroups a resize changes (None: pods have none of oxlet's).
+    pod_cgroups: Option<Arc<crate::cm::ContainerManager>>,
 }
 
 /// The image volumes container `c` mounts, each as a container whose image and pull
@@ -380,6 +394,42 @@ impl RuntimeManager {
             hooks: Default::default(),
             runtime_state: Default::default(),
             userns,
+            actuated: None,
+            pod_cgroups: None,
+        }
+    }
+
+    /// Keeps the actuated resources in `state` (the agent's is the root dir's
+    /// `actuated_pods_state`, read back at start so nothing is applied twice).
+    pub(crate) fn with_actuated(mut self, state: Arc<crate::allocation::ResourceState>) -> Self {
+        self.actuated = Some(state);
+        self
+    }
+
+    /// The container manager whose pod cgroups a resize changes.
+    pub(crate) fn with_pod_cgroups(mut self, cm: Arc<crate::cm::ContainerManager>) -> Self {
+        self.pod_cgroups = cm.cgroups_per_qos().then_some(cm);
+        self
+    }
+
+    /// Forgets the actuated resources of every pod `keep` says no to (housekeeping,
+    /// kubelet's `RemoveOrphanedPods`).
+    pub(crate) fn prune_actuated(&self, keep: &dyn Fn(&str) -> bool) {
+        let Some(state) = &self.actuated else {
+            return;
+        };
+        if let Err(e) = state.retain(keep) {
+            warn!(error = %e, "cannot write the actuated resources of pods that are gone");
+        }
+    }
+
+    fn actuator(&self) -> super::resize::Actuator<'_> {
+        super::resize::Actuator {
+            cri: self.cri.as_ref(),
+            cgroups: self.pod_cgroups.as_deref(),
+            hooks: &self.hooks,
+            actuated: self.actuated.as_deref(),
+            env: &self.sandbox_env,
         }
     }
 
@@ -578,13 +628,29 @@ impl RuntimeManager {
     }
 
     /// The resources the runtime was last given for the pod's containers.
-    pub(crate) fn actuated(&self, _uid: &str) -> Option<crate::allocation::PodResources> {
-        None
+    pub(crate) fn actuated(&self, uid: &str) -> Option<crate::allocation::PodResources> {
+        self.actuated.as_ref()?.pod(uid)
     }
 
-    /// Whether the runtime runs `pod`'s containers at the resources it asks for.
-    pub(crate) fn is_actuated(&self, _pod: &Pod) -> bool {
-        true
+    /// Whether the runtime runs `pod`'s containers at the resources it asks for: each
+    /// resizable container it was given resources for has them (one not running has
+    /// nothing to resize).
+    pub(crate) fn is_actuated(&self, pod: &Pod) -> bool {
+        let (Some(state), Some(spec)) = (&self.actuated, pod.spec.as_ref()) else {
+            return true;
+        };
+        let Some(given) = state.pod(crate::pod::pod_uid(pod)) else {
+            return true;
+        };
+        let inits = spec.init_containers.iter().flatten().map(|c| (c, true));
+        let all = inits.chain(spec.containers.iter().map(|c| (c, false)));
+        all.filter(|(c, init)| crate::allocation::is_resizable(c, *init))
+            .all(|(c, _)| {
+                given
+                    .containers
+                    .get(&c.name)
+                    .is_none_or(|a| super::resize::settled(c.resources.as_ref(), a))
+            })
     }
 
     pub(crate) fn reasons(&self) -> &ReasonCache {
@@ -601,13 +667,18 @@ impl RuntimeManager {
         &self.sandbox_env.pod_logs_dir
     }
 
-    /// Forgets per-pod back-off and waiting reasons of a pod that is gone.
+    /// Forgets per-pod back-off, waiting reasons and actuated resources of a pod
+    /// whose containers are gone.
     pub(crate) fn forget_pod(&self, uid: &str) {
         self.reasons.forget_pod(uid);
         self.crash_backoff.forget_prefix(&format!("{uid}_"));
         self.images.forget_pod(uid);
         if let Some(o) = &self.objects {
             o.forget_pod(uid);
+        }
+        // Its containers are gone: nothing of it runs with any resources.
+        if let Some(Err(e)) = self.actuated.as_ref().map(|a| a.remove_pod(uid)) {
+            warn!(podUID = %uid, error = %e, "cannot forget the actuated resources of a removed pod");
         }
     }
 
@@ -673,9 +744,11 @@ impl RuntimeManager {
     ) -> Result<SyncOutcome, SyncError> {
         let pod_ref = pod_ref(pod);
         let uid = pod_uid(pod).to_string();
-        // Step 1: compute sandbox and container changes.
-        let actions =
+        // Step 1: compute sandbox and container changes, and the resize.
+        let mut actions =
             compute_pod_actions_probed(pod, status, self.startup_gate.as_ref(), failed_probe);
+        let actuated = |name: &str| (self.actuated.as_ref())?.container(&uid, name);
+        super::resize::compute_resize(pod, status, &actuated, &mut actions);
         debug!(pod = %pod_ref, podUID = %uid, actions = actions.to_string().as_str(), "computed pod actions");
         crate::volumes::make_pod_data_dirs(&self.sandbox_env.pods_dir, &uid)?;
         self.update_downward_volumes(pod);
@@ -753,17 +826,32 @@ impl RuntimeManager {
             .await;
         self.start_init_containers(&ctx, spec, &actions.start_init, &mut started)
             .await;
+        // Step 7: resize the running containers and the pod cgroup; step 8: start.
+        let resized = self.resize(pod, &actions).await;
         self.start_regular_containers(&ctx, spec, &actions.start, &mut started)
             .await;
         outcome.retry_after = started.retry_after;
         if started.errors.is_empty() {
-            Ok(outcome)
+            resized.map(|()| outcome)
         } else {
             Err(SyncError::Containers {
                 errors: started.errors,
                 retry_after: outcome.retry_after,
             })
         }
+    }
+
+    /// SyncPod's step 7 (kubelet's `doPodResizeAction`), when the actions resize.
+    async fn resize(&self, pod: &Pod, actions: &PodActions) -> Result<(), SyncError> {
+        if actions.resize.is_empty() {
+            return Ok(());
+        }
+        super::resize::log_restarts(pod, actions);
+        let res = self.actuator().resize(pod, &actions.resize).await;
+        if let Err(e) = &res {
+            super::resize::log_failed(pod, e);
+        }
+        res.map_err(SyncError::Resize)
     }
 
     /// Changed labels or annotations reach the downwardAPI volumes on every sync; a
@@ -1161,6 +1249,13 @@ impl RuntimeManager {
         // Step 4: run the postStart hook, if there is one.
         self.run_post_start_hook(&s, &id).await?;
         self.reasons.clear(s.uid, s.name);
+        // kubelet's SetActuatedResources: what it was started with is what it runs with.
+        if s.kind != ContainerType::Ephemeral
+            && crate::allocation::is_resizable(c, s.kind == ContainerType::Init)
+        {
+            let given = c.resources.clone().unwrap_or_default();
+            super::resize::record(self.actuated.as_deref(), pod, s.name, given);
+        }
         Ok(None)
     }
 

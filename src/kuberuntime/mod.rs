@@ -14,6 +14,9 @@ mod labels;
 mod lifecycle;
 mod manager;
 mod reader;
+mod resize;
+#[cfg(test)]
+mod resize_tests;
 mod sandbox;
 mod sidecar;
 mod termination;

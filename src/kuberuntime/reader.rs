@@ -205,6 +205,8 @@ impl RuntimeReader {
                     gid: l.gid,
                     supplemental_groups: l.supplemental_groups,
                 }),
+                resources: (cs.resources.and_then(|r| r.linux))
+                    .map(|l| RuntimeResources::from_cri(&l)),
             });
         }
         status

@@ -87,6 +87,48 @@ pub(crate) struct ContainerStatus {
     /// The identity the process runs as, when the runtime reports it (containerd 2.x
     /// does; 1.6 and 1.7 do not).
     pub user: Option<ContainerUser>,
+    /// The Linux resources the runtime reports the container running with (CRI
+    /// `ContainerStatus.resources.linux`; containerd 1.7 and 2.x report them, 1.6 not).
+    pub resources: Option<RuntimeResources>,
+}
+
+/// A container's cgroup limits as the runtime reports them (kubelet's
+/// `ContainerResources`, read from `LinuxContainerResources`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RuntimeResources {
+    pub cpu_shares: i64,
+    pub cpu_quota: i64,
+    pub cpu_period: i64,
+    pub memory_limit_bytes: i64,
+}
+
+impl RuntimeResources {
+    pub(crate) fn from_cri(linux: &cri::LinuxContainerResources) -> Self {
+        RuntimeResources {
+            cpu_shares: linux.cpu_shares,
+            cpu_quota: linux.cpu_quota,
+            cpu_period: linux.cpu_period,
+            memory_limit_bytes: linux.memory_limit_in_bytes,
+        }
+    }
+
+    /// The cpu request the shares stand for (kubelet's `sharesToMilliCPU`); None
+    /// without shares.
+    pub(crate) fn cpu_request_milli(&self) -> Option<i64> {
+        (self.cpu_shares > 0).then(|| crate::cm::shares_to_milli_cpu(self.cpu_shares))
+    }
+
+    /// The cpu limit the CFS quota stands for (kubelet's `quotaToMilliCPU`); None
+    /// without a quota.
+    pub(crate) fn cpu_limit_milli(&self) -> Option<i64> {
+        (self.cpu_quota > 0 && self.cpu_period > 0)
+            .then(|| self.cpu_quota.saturating_mul(1000) / self.cpu_period)
+    }
+
+    /// The memory limit; None without one.
+    pub(crate) fn memory_limit(&self) -> Option<i64> {
+        (self.memory_limit_bytes > 0).then_some(self.memory_limit_bytes)
+    }
 }
 
 /// A container process's Linux identity, as the runtime reports it.
@@ -141,6 +183,7 @@ impl ContainerStatus {
             restart_count: 0,
             is_init: false,
             user: None,
+            resources: None,
         }
     }
 }

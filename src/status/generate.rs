@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodSpec, PodStatus,
     VolumeMountStatus,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::kuberuntime::is_sidecar;
@@ -189,6 +190,15 @@ fn container_status(
     status
 }
 
+/// Millicores as the API writes them (`NewMilliQuantity(v, DecimalSI)`): `1`, `250m`.
+fn milli_quantity(milli: i64) -> Quantity {
+    if milli % 1000 == 0 {
+        Quantity((milli / 1000).to_string())
+    } else {
+        Quantity(format!("{milli}m"))
+    }
+}
+
 /// kubelet's `allocatedResources` (the requests admission granted) and, for a running
 /// container, `resources` (`convertContainerStatusResources`): cpu and memory as the
 /// runtime was last given them, else as the container started with them.
@@ -213,6 +223,23 @@ fn apply_resources(
     }
     let granted = allocated.unwrap_or_else(|| spec.resources.clone().unwrap_or_default());
     let actuated = (resize.actuated.as_ref()).and_then(|a| a.containers.get(&spec.name));
+    // What the runtime reports of the running instance comes first (kubelet's
+    // `cStatus.Resources`), as the API spells it.
+    let reported = inputs
+        .runtime
+        .latest(&spec.name)
+        .and_then(|c| c.resources.as_ref());
+    let from_runtime = |limits: bool, name: &str| -> Option<Quantity> {
+        let r = reported?;
+        match (limits, name) {
+            (true, "cpu") => r.cpu_limit_milli().map(milli_quantity),
+            (true, "memory") => r
+                .memory_limit()
+                .map(|b| Quantity(crate::quantity::canonical(b, true))),
+            (false, "cpu") => r.cpu_request_milli().map(milli_quantity),
+            _ => None,
+        }
+    };
     // The old status's value while the same container runs; the granted one when it
     // has just started (kubelet's `determineResource`).
     let same_instance = old.is_some_and(|o| is_running(o) && o.container_id == status.container_id);
@@ -224,6 +251,9 @@ fn apply_resources(
                 r.requests.clone()
             }
         };
+        if let Some(q) = from_runtime(limits, name) {
+            return Some(q);
+        }
         if let Some(q) = actuated.and_then(list).and_then(|l| l.get(name).cloned()) {
             return Some(q);
         }
@@ -1139,6 +1169,7 @@ mod exit_reason_tests {
             restart_count: 0,
             is_init: false,
             user: None,
+            resources: None,
         }
     }
 

@@ -50,6 +50,7 @@ fn ctr(
         restart_count: restarts,
         is_init: false,
         user: None,
+        resources: None,
     }
 }
 

@@ -743,6 +743,7 @@ async fn cleanup_runtime_pods(
     let known =
         |uid: &str| pods.contains(uid) || workers.is_active(uid) || in_runtime.contains(uid);
     crate::kuberuntime::cleanup_orphaned_dirs(runtime.pods_dir(), runtime.pod_logs_dir(), &known);
+    runtime.prune_actuated(&known);
 }
 
 /// Destroys the cgroups of pods no worker may still run (kubelet's

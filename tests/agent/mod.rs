@@ -93,9 +93,32 @@ impl Oxlet {
         limit: Duration,
         mut check: impl FnMut() -> Option<T>,
     ) -> T {
+        let every = Duration::from_millis(50);
+        self.poll_every(what, limit, every, async || check()).await
+    }
+
+    /// Polls the async `check` every 200 ms until it returns Some (e.g. a file in a
+    /// container); fails after `limit`, showing the tail of oxlet's log.
+    pub async fn eventually<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        check: impl AsyncFnMut() -> Option<T>,
+    ) -> T {
+        let every = Duration::from_millis(200);
+        self.poll_every(what, limit, every, check).await
+    }
+
+    async fn poll_every<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        every: Duration,
+        mut check: impl AsyncFnMut() -> Option<T>,
+    ) -> T {
         let t = std::time::Instant::now();
         loop {
-            if let Some(v) = check() {
+            if let Some(v) = check().await {
                 return v;
             }
             assert!(
@@ -103,7 +126,7 @@ impl Oxlet {
                 "timed out after {limit:?} waiting for {what}\n{}",
                 tail(&self.log(), 60)
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(every).await;
         }
     }
 
@@ -725,6 +748,31 @@ pub fn runtime_id(p: &Pod, container: &str) -> String {
         .as_deref()
         .unwrap_or_else(|| panic!("no containerID for container {container}"));
     id.split_once("://").map_or(id, |(_, id)| id).to_string()
+}
+
+/// Runs `cmd` under `sh -c` in container `id` (CRI `ExecSync`, 5 s at most).
+pub async fn exec_sync_sh(bed: &Testbed, id: &str, cmd: &str) -> cri::ExecSyncResponse {
+    let mut c = bed.cri().await;
+    c.exec_sync(cri::ExecSyncRequest {
+        container_id: id.to_string(),
+        cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+        timeout: 5,
+    })
+    .await
+    .unwrap()
+    .into_inner()
+}
+
+/// [`exec_sync_sh`] that must exit 0; returns its stdout.
+pub async fn exec_sh(bed: &Testbed, id: &str, cmd: &str) -> String {
+    let r = exec_sync_sh(bed, id, cmd).await;
+    assert_eq!(
+        r.exit_code,
+        0,
+        "{cmd}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    String::from_utf8_lossy(&r.stdout).into_owned()
 }
 
 /// CRI containers of a pod (by UID label), any state.

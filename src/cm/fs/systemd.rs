@@ -407,6 +407,10 @@ impl CgroupFs for SystemdFs {
         self.tree.resources(path)
     }
 
+    fn memory_usage(&self, path: &str) -> Result<u64, CgroupError> {
+        self.tree.memory_usage(path)
+    }
+
     fn keeps_shares(&self) -> bool {
         self.tree.keeps_shares()
     }

@@ -323,6 +323,28 @@ impl CgroupFs for CgroupTree {
         }
     }
 
+    fn memory_usage(&self, path: &str) -> Result<u64, CgroupError> {
+        let (controller, name) = if self.version.uses_v1_controllers() {
+            ("memory", "memory.usage_in_bytes")
+        } else {
+            ("", "memory.current")
+        };
+        let dir = if controller.is_empty() {
+            self.dir_in("read", &self.hierarchies[0], path)?
+        } else {
+            self.controller_dir("read", controller, path)?
+        };
+        let dir = files::existing("read", dir)?;
+        let text = files::read_opt(&dir, name)?.ok_or_else(|| {
+            err(
+                "read",
+                &dir.join(name),
+                io::Error::new(io::ErrorKind::NotFound, "no memory usage file"),
+            )
+        })?;
+        files::parse_u64(&dir.join(name), &text)
+    }
+
     fn read_qos_file(&self, path: &str, file: QosFile) -> Result<Option<String>, CgroupError> {
         qos_files::read(self, path, file)
     }

@@ -22,6 +22,13 @@ pub(crate) const IMAGE_PULL: &[f64] = &[
 pub(crate) const STATUS_SYNC: &[f64] =
     &[0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0];
 
+/// In-place resize actuation, in milliseconds (`podResizeDurationBuckets`): 10 ms to
+/// 10 minutes.
+pub(crate) const POD_RESIZE_MS: &[f64] = &[
+    10.0, 50.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0, 30000.0, 60000.0, 120000.0,
+    300000.0, 600000.0,
+];
+
 /// Runtime operations: `ExponentialBuckets(0.005, 2.5, 14)`.
 pub(crate) fn runtime_ops() -> Vec<f64> {
     exponential(0.005, 2.5, 14)
@@ -84,7 +91,9 @@ mod tests {
         assert_eq!((IMAGE_PULL[0], IMAGE_PULL[17]), (1.0, 3600.0));
         assert_eq!(STATUS_SYNC.len(), 11);
         assert_eq!((STATUS_SYNC[0], STATUS_SYNC[10]), (0.01, 60.0));
-        for set in [DEF, POD_START, IMAGE_PULL, STATUS_SYNC] {
+        assert_eq!(POD_RESIZE_MS.len(), 14);
+        assert_eq!((POD_RESIZE_MS[0], POD_RESIZE_MS[13]), (10.0, 600000.0));
+        for set in [DEF, POD_START, IMAGE_PULL, STATUS_SYNC, POD_RESIZE_MS] {
             assert!(
                 set.windows(2).all(|w| w[0] < w[1]),
                 "{set:?} not increasing"

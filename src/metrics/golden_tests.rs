@@ -25,6 +25,11 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
         G,
         &["container", "namespace", "pod", "uid"],
     ),
+    (
+        "kubelet_container_requested_resizes_total",
+        C,
+        &["operation", "requirement", "resource"],
+    ),
     ("kubelet_containers_per_pod_count", H, &[]),
     ("kubelet_desired_pods", G, &["static"]),
     ("kubelet_evented_pleg_connection_error_count", C, &[]),
@@ -61,6 +66,19 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
     ("kubelet_pleg_last_seen_seconds", G, &[]),
     ("kubelet_pleg_relist_duration_seconds", H, &[]),
     ("kubelet_pleg_relist_interval_seconds", H, &[]),
+    (
+        "kubelet_pod_deferred_accepted_resizes_total",
+        C,
+        &["retry_trigger"],
+    ),
+    ("kubelet_pod_in_progress_resizes", G, &[]),
+    (
+        "kubelet_pod_infeasible_resizes_total",
+        C,
+        &["reason_detail"],
+    ),
+    ("kubelet_pod_pending_resizes", G, &["reason"]),
+    ("kubelet_pod_resize_duration_milliseconds", H, &["success"]),
     ("kubelet_pod_start_duration_seconds", H, &[]),
     ("kubelet_pod_start_sli_duration_seconds", H, &[]),
     ("kubelet_pod_start_total_duration_seconds", H, &[]),
@@ -155,6 +173,7 @@ fn touch_all(k: &Kubelet) {
         &k.runtime_operations_duration,
         &k.run_podsandbox_duration,
         &k.image_pull_duration,
+        &k.resize.duration,
     ] {
         v.with_label_values(&["x"]).observe(1.0);
     }
@@ -169,9 +188,12 @@ fn touch_all(k: &Kubelet) {
         &k.preemptions,
         &k.run_podsandbox_errors,
         &k.started_containers,
+        &k.resize.infeasible,
+        &k.resize.deferred_accepted,
     ] {
         v.with_label_values(&["x"]).inc();
     }
+    k.resize.requested.with_label_values(&["x", "y", "z"]).inc();
     k.started_containers_errors
         .with_label_values(&["x", "y"])
         .inc();
@@ -180,6 +202,7 @@ fn touch_all(k: &Kubelet) {
         &k.running_containers,
         &k.desired_pods,
         &k.active_pods,
+        &k.resize.pending,
     ] {
         v.with_label_values(&["x"]).set(1.0);
     }
@@ -273,6 +296,7 @@ fn kubelet_families_match_kubelets_names_types_labels_and_buckets() {
             "kubelet_image_pull_duration_seconds" => buckets::IMAGE_PULL.to_vec(),
             "kubelet_pod_status_sync_duration_seconds" => buckets::STATUS_SYNC.to_vec(),
             "kubelet_containers_per_pod_count" => buckets::containers_per_pod(),
+            "kubelet_pod_resize_duration_milliseconds" => buckets::POD_RESIZE_MS.to_vec(),
             _ => buckets::DEF.to_vec(),
         };
         assert_eq!(bounds(f), want, "{}", f.name());

@@ -10,6 +10,7 @@ use prometheus::{
 };
 
 use super::buckets;
+use super::resize::ResizeFamilies;
 
 /// Every kubelet family, registered in one registry.
 pub(crate) struct Kubelet {
@@ -69,6 +70,7 @@ pub(crate) struct Kubelet {
     pub graceful_shutdown_start: Gauge,
     pub graceful_shutdown_end: Gauge,
     pub managed_ephemeral_containers: Gauge,
+    pub resize: ResizeFamilies,
 }
 
 /// The HTTP request families' labels (kubelet's server metrics).
@@ -78,16 +80,16 @@ fn alpha(help: &str) -> String {
     format!("[ALPHA] {help}")
 }
 
-fn opts(name: &str, help: &str) -> Opts {
+pub(super) fn opts(name: &str, help: &str) -> Opts {
     Opts::new(name, alpha(help))
 }
 
-fn hopts(name: &str, help: &str, b: &[f64]) -> HistogramOpts {
+pub(super) fn hopts(name: &str, help: &str, b: &[f64]) -> HistogramOpts {
     HistogramOpts::new(name, alpha(help)).buckets(b.to_vec())
 }
 
 /// Registers `m` in `r` and hands it back.
-fn register<M: prometheus::core::Collector + Clone + 'static>(
+pub(super) fn register<M: prometheus::core::Collector + Clone + 'static>(
     r: &Registry,
     m: M,
 ) -> prometheus::Result<M> {
@@ -700,6 +702,7 @@ impl Kubelet {
         let cgroup_version = cgroup_version_family(&r)?;
         let http = HttpFamilies::register(&r)?;
         let node = NodeFamilies::register(&r)?;
+        let resize = ResizeFamilies::register(&r)?;
         let k = Kubelet {
             graceful_shutdown_start: node.graceful_shutdown_start,
             graceful_shutdown_end: node.graceful_shutdown_end,
@@ -744,6 +747,7 @@ impl Kubelet {
             http_requests: http.http_requests,
             http_requests_duration: http.http_requests_duration,
             http_inflight: http.http_inflight,
+            resize,
             registry: r,
         };
         // kubelet adds 0 to both series at the first housekeeping; oxlet has no

@@ -12,11 +12,13 @@ mod http;
 mod kubelet_families;
 mod probe_families;
 mod process;
+mod resize;
 mod startup;
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use prometheus::core::Collector;
 use prometheus::{Encoder, TextEncoder};
 
@@ -147,6 +149,67 @@ pub(crate) fn image_garbage_collected(reason: &str) {
         .image_garbage_collected
         .with_label_values(&[reason])
         .inc();
+}
+
+/// A pod update from `old` to `new` (kubelet's `recordResizeOperations`, in
+/// `HandlePodUpdates`): counts in `kubelet_container_requested_resizes_total` each cpu
+/// and memory request and limit that was added, removed, increased or decreased on a
+/// regular container or a sidecar (quantities by value: `1` and `1000m` are no change;
+/// other init containers are not resizable, and kubelet 1.36 counts no pod-level
+/// change). True when the update asks for a resize: a container's requirement or the
+/// pod-level `spec.resources` changed.
+#[allow(dead_code)] // called by the resize code (issue 46) once merged
+pub(crate) fn resize_requested(old: &Pod, new: &Pod) -> bool {
+    KUBELET.resize.count_requested(old, new)
+}
+
+/// One resize actuated by the runtime manager (kubelet's `doPodResizeAction`, timed
+/// from its start whether it succeeded or not), in whole milliseconds.
+#[allow(dead_code)] // called by the resize code (issue 46) once merged
+pub(crate) fn pod_resize_duration(took: Duration, success: bool) {
+    KUBELET.resize.observe_duration(took, success);
+}
+
+/// A resize found infeasible, once per evaluation that finds it so (kubelet counts it
+/// again each time the pod's resize is looked at). kubelet's `reason_detail` values:
+/// `static_pod` (resize of a static pod), `swap_limitation` (a memory request change
+/// on a container with swap and no restart policy for memory),
+/// `guaranteed_pod_cpu_manager_static_policy` and
+/// `guaranteed_pod_memory_manager_static_policy` (a Guaranteed pod's cpu or memory
+/// under the static CPU or memory manager), `insufficient_node_allocatable` (the pod's
+/// new requests exceed the node's allocatable: "not enough capacity"), and
+/// `feature_gate_off` (InPlacePodVerticalScaling, or
+/// InPlacePodLevelResourcesVerticalScaling for a pod-level change, off).
+#[allow(dead_code)] // called by the resize code (issue 46) once merged
+pub(crate) fn infeasible_resize(reason_detail: &str) {
+    KUBELET
+        .resize
+        .infeasible
+        .with_label_values(&[reason_detail])
+        .inc();
+}
+
+/// A resize that was Deferred was allocated on a retry, by what triggered the retry:
+/// `pod_resized`, `pod_updated`, `pods_added`, `pods_removed`, `pod_terminated` or
+/// `periodic_retry` (kubelet's trigger reasons).
+#[allow(dead_code)] // called by the resize code (issue 46) once merged
+pub(crate) fn deferred_resize_accepted(trigger: &str) {
+    KUBELET
+        .resize
+        .deferred_accepted
+        .with_label_values(&[trigger])
+        .inc();
+}
+
+/// The pods whose `PodResizePending` condition says Deferred or Infeasible, and those
+/// with `PodResizeInProgress`, counted over every pod (kubelet's status manager
+/// recounts its resize conditions when a pending condition first appears, when one
+/// clears, when an in-progress one is set or cleared, and when a pod's statuses are
+/// dropped). A reason with no pod is not rendered, as kubelet's; the in-progress gauge
+/// always is (0 until a resize starts).
+#[allow(dead_code)] // called by the resize code (issue 46) once merged
+pub(crate) fn set_resize_gauges(deferred: usize, infeasible: usize, in_progress: usize) {
+    KUBELET.resize.set_gauges(deferred, infeasible, in_progress);
 }
 
 /// Pod start SLI and total: `total` from creation to all containers seen running,

@@ -209,6 +209,22 @@ async fn cpu_and_memory_resize_in_place_once_and_a_decrease_below_usage_is_refus
     resize(&api, "web", "250m", "256Mi");
     wait_limits(&bed, &ox, &uid, &id, (25_000, 256 * MI)).await;
     assert_eq!(running_main(&ox, "web").await, (id.clone(), 0));
+    // The status says what the runtime runs and what was granted, and the resize is over.
+    let p = ox
+        .poll("the status reports the new resources", START, || {
+            api.get::<Pod>("default", "web").unwrap().filter(|p| {
+                let c = container_status(p, "main");
+                let limits = c.and_then(|c| c.resources.as_ref()?.limits.clone());
+                limits.is_some_and(|l| l["cpu"].0 == "250m" && l["memory"].0 == "256Mi")
+                    && pod_condition(p, "PodResizeInProgress").is_none()
+            })
+        })
+        .await;
+    let granted = container(&p, "main").allocated_resources.clone().unwrap();
+    assert_eq!(
+        (granted["cpu"].0.as_str(), granted["memory"].0.as_str()),
+        ("250m", "256Mi")
+    );
     let sent = ox.log().matches(RESIZE_LINE).count();
     assert_eq!(
         sent,
@@ -261,6 +277,25 @@ async fn cpu_and_memory_resize_in_place_once_and_a_decrease_below_usage_is_refus
         running_main(&ox, "web").await,
         (id.clone(), 0),
         "still the same, never OOM-killed"
+    );
+    // The refusal is the resize's condition (reason Error), with kubelet's message.
+    let p = ox
+        .poll("PodResizeInProgress with reason Error", START, || {
+            api.get::<Pod>("default", "web").unwrap().filter(|p| {
+                pod_condition(p, "PodResizeInProgress").is_some_and(|c| {
+                    c.reason.as_deref() == Some("Error")
+                        && c.message
+                            .as_deref()
+                            .is_some_and(|m| m.starts_with("cannot decrease memory limits: "))
+                })
+            })
+        })
+        .await;
+    assert_eq!(
+        pod_condition(&p, "PodResizeInProgress")
+            .unwrap()
+            .observed_generation,
+        p.metadata.generation
     );
     let log = ox.log();
     let refusal = log

@@ -642,6 +642,9 @@ impl RuntimeManager {
         let Some(given) = state.pod(crate::pod::pod_uid(pod)) else {
             return true;
         };
+        if self.pod_level_differs(pod) {
+            return false;
+        }
         let inits = spec.init_containers.iter().flatten().map(|c| (c, true));
         let all = inits.chain(spec.containers.iter().map(|c| (c, false)));
         all.filter(|(c, init)| crate::allocation::is_resizable(c, *init))
@@ -749,6 +752,10 @@ impl RuntimeManager {
             compute_pod_actions_probed(pod, status, self.startup_gate.as_ref(), failed_probe);
         let actuated = |name: &str| (self.actuated.as_ref())?.container(&uid, name);
         super::resize::compute_resize(pod, status, &actuated, &mut actions);
+        if self.pod_level_changed(pod, &actions) {
+            // kubelet's pod-level resize: only the pod cgroup changes.
+            actions.resize.update_pod = true;
+        }
         debug!(pod = %pod_ref, podUID = %uid, actions = actions.to_string().as_str(), "computed pod actions");
         crate::volumes::make_pod_data_dirs(&self.sandbox_env.pods_dir, &uid)?;
         self.update_downward_volumes(pod);
@@ -841,17 +848,52 @@ impl RuntimeManager {
         }
     }
 
+    /// Whether the pod's own resources (`spec.resources`) differ from those its pod
+    /// cgroup was last given, for a pod that keeps its sandbox; unknown is no change.
+    fn pod_level_changed(&self, pod: &Pod, actions: &PodActions) -> bool {
+        !(actions.kill_pod || actions.create_sandbox || crate::pod::is_static_pod(pod))
+            && self.pod_level_differs(pod)
+    }
+
+    /// Whether the pod's own resources differ from the actuated ones (unknown: no).
+    fn pod_level_differs(&self, pod: &Pod) -> bool {
+        let Some(given) = (self.actuated.as_ref()).and_then(|s| s.pod(pod_uid(pod))) else {
+            return false;
+        };
+        let wanted = pod.spec.as_ref().and_then(|s| s.resources.as_ref());
+        match (wanted, given.pod_level.as_ref()) {
+            (None, None) => false,
+            (Some(w), Some(g)) => !crate::allocation::same_requirements(w, g),
+            _ => true,
+        }
+    }
+
     /// SyncPod's step 7 (kubelet's `doPodResizeAction`), when the actions resize.
     async fn resize(&self, pod: &Pod, actions: &PodActions) -> Result<(), SyncError> {
         if actions.resize.is_empty() {
             return Ok(());
         }
         super::resize::log_restarts(pod, actions);
+        let started = std::time::Instant::now();
         let res = self.actuator().resize(pod, &actions.resize).await;
-        if let Err(e) = &res {
-            super::resize::log_failed(pod, e);
+        crate::metrics::pod_resize_duration(started.elapsed(), res.is_ok());
+        match &res {
+            Err(e) => super::resize::log_failed(pod, e),
+            Ok(()) => self.record_pod_level(pod),
         }
         res.map_err(SyncError::Resize)
+    }
+
+    /// kubelet's actuated pod-level resources: what the pod cgroup was made or last
+    /// resized with.
+    fn record_pod_level(&self, pod: &Pod) {
+        let Some(state) = &self.actuated else {
+            return;
+        };
+        let level = pod.spec.as_ref().and_then(|s| s.resources.clone());
+        if let Err(e) = state.set_pod_level(pod_uid(pod), level) {
+            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), error = %e, "cannot record the pod's actuated pod-level resources");
+        }
     }
 
     /// Changed labels or annotations reach the downwardAPI volumes on every sync; a
@@ -1255,6 +1297,15 @@ impl RuntimeManager {
         {
             let given = c.resources.clone().unwrap_or_default();
             super::resize::record(self.actuated.as_deref(), pod, s.name, given);
+            // The pod cgroup was made from the same pod.
+            if self
+                .actuated
+                .as_ref()
+                .and_then(|a| a.pod(s.uid))
+                .is_none_or(|p| p.pod_level.is_none())
+            {
+                self.record_pod_level(pod);
+            }
         }
         Ok(None)
     }

@@ -158,14 +158,12 @@ pub(crate) fn image_garbage_collected(reason: &str) {
 /// other init containers are not resizable, and kubelet 1.36 counts no pod-level
 /// change). True when the update asks for a resize: a container's requirement or the
 /// pod-level `spec.resources` changed.
-#[allow(dead_code)] // called by the resize code (issue 46) once merged
 pub(crate) fn resize_requested(old: &Pod, new: &Pod) -> bool {
     KUBELET.resize.count_requested(old, new)
 }
 
 /// One resize actuated by the runtime manager (kubelet's `doPodResizeAction`, timed
 /// from its start whether it succeeded or not), in whole milliseconds.
-#[allow(dead_code)] // called by the resize code (issue 46) once merged
 pub(crate) fn pod_resize_duration(took: Duration, success: bool) {
     KUBELET.resize.observe_duration(took, success);
 }
@@ -180,7 +178,6 @@ pub(crate) fn pod_resize_duration(took: Duration, success: bool) {
 /// new requests exceed the node's allocatable: "not enough capacity"), and
 /// `feature_gate_off` (InPlacePodVerticalScaling, or
 /// InPlacePodLevelResourcesVerticalScaling for a pod-level change, off).
-#[allow(dead_code)] // called by the resize code (issue 46) once merged
 pub(crate) fn infeasible_resize(reason_detail: &str) {
     KUBELET
         .resize
@@ -192,7 +189,6 @@ pub(crate) fn infeasible_resize(reason_detail: &str) {
 /// A resize that was Deferred was allocated on a retry, by what triggered the retry:
 /// `pod_resized`, `pod_updated`, `pods_added`, `pods_removed`, `pod_terminated` or
 /// `periodic_retry` (kubelet's trigger reasons).
-#[allow(dead_code)] // called by the resize code (issue 46) once merged
 pub(crate) fn deferred_resize_accepted(trigger: &str) {
     KUBELET
         .resize
@@ -207,7 +203,6 @@ pub(crate) fn deferred_resize_accepted(trigger: &str) {
 /// clears, when an in-progress one is set or cleared, and when a pod's statuses are
 /// dropped). A reason with no pod is not rendered, as kubelet's; the in-progress gauge
 /// always is (0 until a resize starts).
-#[allow(dead_code)] // called by the resize code (issue 46) once merged
 pub(crate) fn set_resize_gauges(deferred: usize, infeasible: usize, in_progress: usize) {
     KUBELET.resize.set_gauges(deferred, infeasible, in_progress);
 }

@@ -158,6 +158,7 @@ impl AllocationManager {
     /// resize can never be granted here.
     fn infeasible(&self, pod: &Pod) -> Option<String> {
         if is_static_pod(pod) {
+            crate::metrics::infeasible_resize("static_pod");
             return Some("In-place resize of static-pods is not supported".into());
         }
         let wanted = pod_requests(pod).ok()?;
@@ -166,6 +167,9 @@ impl AllocationManager {
             wanted.memory_bytes.unwrap_or(0),
         );
         let a = &self.allocatable;
+        if memory > a.memory_bytes || cpu > a.cpu_milli {
+            crate::metrics::infeasible_resize("insufficient_node_allocatable");
+        }
         // Memory is named first when both are too large, as kubelet does.
         if memory > a.memory_bytes {
             return Some(format!(
@@ -289,6 +293,7 @@ impl AllocationManager {
                 }
                 ResizeDecision::Allocated => {
                     if was_deferred {
+                        crate::metrics::deferred_resize_accepted(trigger.as_str());
                         info!(pod = %pod_ref(&pod), podUID = %uid, trigger = trigger.as_str(), "deferred pod resize allocated on retry");
                     }
                     to_sync.push(pod);
@@ -330,6 +335,20 @@ impl AllocationManager {
         (increasing, -priority, !guaranteed, since)
     }
 
+    /// kubelet's pending and in-progress resize gauges, counted again after a change.
+    fn publish_gauges(&self) {
+        let all = self.conditions.locked();
+        let pending = |reason: &str| {
+            all.values()
+                .filter(|c| {
+                    (c.pending.as_ref()).is_some_and(|p| p.reason.as_deref() == Some(reason))
+                })
+                .count()
+        };
+        let in_progress = all.values().filter(|c| c.in_progress.is_some()).count();
+        crate::metrics::set_resize_gauges(pending(DEFERRED), pending(INFEASIBLE), in_progress);
+    }
+
     fn pending_condition(&self, uid: &str) -> Option<(String, String)> {
         let c = self.conditions.locked();
         let p = c.get(uid)?.pending.as_ref()?;
@@ -339,33 +358,32 @@ impl AllocationManager {
         ))
     }
 
+    /// Changes one pod's resize conditions, then counts the gauges again.
+    fn change<R>(&self, uid: &str, f: impl FnOnce(&mut ResizeConditions) -> R) -> R {
+        let out = f(self.conditions.locked().entry(uid.to_owned()).or_default());
+        self.publish_gauges();
+        out
+    }
+
     /// Sets `PodResizePending`; true when its reason or message changed.
     fn set_pending(&self, uid: &str, reason: &str, message: &str, generation: i64) -> bool {
-        let mut all = self.conditions.locked();
-        let entry = all.entry(uid.to_owned()).or_default();
-        let changed = entry.pending.as_ref().is_none_or(|c| {
-            c.reason.as_deref() != Some(reason) || c.message.as_deref() != Some(message)
-        });
-        let since = (entry.pending.as_ref())
-            .filter(|_| !changed)
-            .and_then(|c| c.last_transition_time.clone());
-        entry.pending = Some(resize_condition(
-            "PodResizePending",
-            Some(reason),
-            message,
-            generation,
-            since,
-        ));
-        changed
+        self.change(uid, |c| {
+            set_condition(
+                &mut c.pending,
+                "PodResizePending",
+                Some(reason),
+                message,
+                generation,
+            )
+        })
     }
 
     fn clear_pending(&self, uid: &str) {
-        if let Some(c) = self.conditions.locked().get_mut(uid) {
-            c.pending = None;
-        }
+        self.change(uid, |c| c.pending = None);
     }
 
-    /// Sets `PodResizeInProgress` (reason `Error` with a message when actuation failed).
+    /// Sets `PodResizeInProgress` (reason `Error` with a message when actuation failed);
+    /// true when its reason or message changed.
     pub(crate) fn set_in_progress(
         &self,
         uid: &str,
@@ -373,31 +391,15 @@ impl AllocationManager {
         message: &str,
         generation: i64,
     ) -> bool {
-        let mut all = self.conditions.locked();
-        let entry = all.entry(uid.to_owned()).or_default();
-        let changed = entry.in_progress.as_ref().is_none_or(|c| {
-            c.reason.as_deref() != reason || c.message.as_deref().unwrap_or("") != message
-        });
-        let since = (entry.in_progress.as_ref())
-            .filter(|_| !changed)
-            .and_then(|c| c.last_transition_time.clone());
-        entry.in_progress = Some(resize_condition(
-            "PodResizeInProgress",
-            reason,
-            message,
-            generation,
-            since,
-        ));
-        changed
+        self.change(uid, |c| {
+            let kind = "PodResizeInProgress";
+            set_condition(&mut c.in_progress, kind, reason, message, generation)
+        })
     }
 
     /// Clears `PodResizeInProgress`; true when it was set (the resize just completed).
     pub(crate) fn clear_in_progress(&self, uid: &str) -> bool {
-        self.conditions
-            .locked()
-            .get_mut(uid)
-            .and_then(|c| c.in_progress.take())
-            .is_some()
+        self.change(uid, |c| c.in_progress.take().is_some())
     }
 
     pub(crate) fn in_progress(&self, uid: &str) -> bool {
@@ -419,6 +421,7 @@ impl AllocationManager {
     /// Forgets a pod gone from the node (kubelet's `RemovePod`).
     pub(crate) fn remove_pod(&self, uid: &str) {
         self.conditions.locked().remove(uid);
+        self.publish_gauges();
         self.pending.locked().retain(|u| u != uid);
         if let Err(e) = self.allocated.remove_pod(uid) {
             debug!(podUID = %uid, err = %e, "failed to forget the pod's allocation; housekeeping tries again");
@@ -428,11 +431,31 @@ impl AllocationManager {
     /// Forgets every pod `keep` says no to (kubelet's `RemoveOrphanedPods`).
     pub(crate) fn remove_orphans(&self, keep: impl Fn(&str) -> bool) {
         self.conditions.locked().retain(|uid, _| keep(uid));
+        self.publish_gauges();
         self.pending.locked().retain(|uid| keep(uid));
         if let Err(e) = self.allocated.retain(keep) {
             debug!(err = %e, "failed to forget orphaned allocations; housekeeping tries again");
         }
     }
+}
+
+/// Sets a resize condition; its transition time stays while its reason and message
+/// do. True when they changed.
+fn set_condition(
+    slot: &mut Option<PodCondition>,
+    kind: &str,
+    reason: Option<&str>,
+    message: &str,
+    generation: i64,
+) -> bool {
+    let changed = slot.as_ref().is_none_or(|c| {
+        c.reason.as_deref() != reason || c.message.as_deref().unwrap_or("") != message
+    });
+    let since = (slot.as_ref())
+        .filter(|_| !changed)
+        .and_then(|c| c.last_transition_time.clone());
+    *slot = Some(resize_condition(kind, reason, message, generation, since));
+    changed
 }
 
 fn resize_condition(

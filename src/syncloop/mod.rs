@@ -481,6 +481,10 @@ impl SyncLoop {
 
     fn handle_pod_updates(&mut self, pods: Vec<Arc<Pod>>) {
         for pod in pods {
+            // kubelet's recordContainerResizeOperations: what the update asks to change.
+            if let Some(old) = self.pods.get(pod_uid(&pod)) {
+                crate::metrics::resize_requested(&old, &pod);
+            }
             self.pods.add_or_update(pod.clone());
             if is_api_mirror(&pod) {
                 self.handle_mirror_pod(&pod);

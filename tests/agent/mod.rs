@@ -732,6 +732,19 @@ pub fn container_status<'a>(
         .find(|c| c.name == container)
 }
 
+/// The pod's condition of type `kind`, if it has one.
+pub fn pod_condition<'a>(
+    p: &'a Pod,
+    kind: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == kind)
+}
+
 /// The container status of `container` in pod `p`.
 pub fn container<'a>(
     p: &'a Pod,

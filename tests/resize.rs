@@ -15,6 +15,7 @@ use std::time::Duration;
 use agent::*;
 use common::Testbed;
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use testapi::TestApiServer;
 
@@ -52,17 +53,27 @@ fn resizable_pod(
     .unwrap()
 }
 
-/// The resize request: a plain update of the pod's container resources (the lead
-/// switches this to the `pods/resize` subresource when it lands).
-fn resize(api: &TestApiServer, name: &str, cpu: &str, memory: &str) {
-    let mut pod: Pod = api
-        .get("default", name)
-        .unwrap()
-        .expect("the pod is stored");
+/// The resize request through the `pods/resize` subresource (the one way a real
+/// apiserver takes it): container `main`'s requests and limits set to `cpu`/`memory`.
+async fn resize(api: &TestApiServer, name: &str, cpu: &str, memory: &str) {
     let list = json!({"cpu": cpu, "memory": memory});
-    pod.spec.as_mut().unwrap().containers[0].resources =
-        Some(serde_json::from_value(json!({"requests": list, "limits": list})).unwrap());
-    api.put(&pod).unwrap();
+    let patch = json!({"spec": {"containers": [
+        {"name": "main", "resources": {"requests": list, "limits": list}}
+    ]}});
+    resize_with(api, name, patch).await;
+}
+
+/// Sends `patch` (strategic merge) to the pod's `resize` subresource.
+async fn resize_with(api: &TestApiServer, name: &str, patch: serde_json::Value) {
+    let pods: Api<Pod> = Api::namespaced(client_of(api).await, "default");
+    pods.patch_subresource(
+        "resize",
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(patch),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("resizing {name}: {e}"));
 }
 
 fn cgroup_v2() -> bool {
@@ -201,12 +212,12 @@ async fn cpu_and_memory_resize_in_place_once_and_a_decrease_below_usage_is_refus
     wait_limits(&bed, &ox, &uid, &id, (50_000, 128 * MI)).await;
 
     // The cpu limit up, then down: both cgroups follow, the container is not restarted.
-    resize(&api, "web", "1", "128Mi");
+    resize(&api, "web", "1", "128Mi").await;
     wait_limits(&bed, &ox, &uid, &id, (100_000, 128 * MI)).await;
-    resize(&api, "web", "250m", "128Mi");
+    resize(&api, "web", "250m", "128Mi").await;
     wait_limits(&bed, &ox, &uid, &id, (25_000, 128 * MI)).await;
     // The memory limit up.
-    resize(&api, "web", "250m", "256Mi");
+    resize(&api, "web", "250m", "256Mi").await;
     wait_limits(&bed, &ox, &uid, &id, (25_000, 256 * MI)).await;
     assert_eq!(running_main(&ox, "web").await, (id.clone(), 0));
     // The status says what the runtime runs and what was granted, and the resize is over.
@@ -263,7 +274,7 @@ async fn cpu_and_memory_resize_in_place_once_and_a_decrease_below_usage_is_refus
     assert_eq!(running_main(&ox, "web").await, (id.clone(), 0));
 
     // Below what it holds (40 MiB in /dev/shm): refused, the limit stays, no OOM kill.
-    resize(&api, "web", "250m", "20Mi");
+    resize(&api, "web", "250m", "20Mi").await;
     eventually(&ox, "the refusal", async || {
         ox.log()
             .contains("cannot decrease memory limits: ")
@@ -339,7 +350,7 @@ async fn restart_container_policy_restarts_once_with_the_new_memory_limit() {
     let (uid, first) = (uid(&pod), runtime_id(&pod, "main"));
     wait_limits(&bed, &ox, &uid, &first, (50_000, 64 * MI)).await;
 
-    resize(&api, "web", "500m", "96Mi");
+    resize(&api, "web", "500m", "96Mi").await;
     let (second, restarts) = eventually(&ox, "the restart", async || {
         let (id, restarts) = running_main(&ox, "web").await;
         (id != first).then_some((id, restarts))
@@ -353,7 +364,7 @@ async fn restart_container_policy_restarts_once_with_the_new_memory_limit() {
     );
 
     // The cpu (NotRequired) changes in place: no second restart.
-    resize(&api, "web", "1", "96Mi");
+    resize(&api, "web", "1", "96Mi").await;
     wait_limits(&bed, &ox, &uid, &second, (100_000, 96 * MI)).await;
     assert_eq!(running_main(&ox, "web").await, (second.clone(), 1));
     // containerd 1.6.20, 1.7 and 2.x all report the resources, the update's included.
@@ -363,4 +374,60 @@ async fn restart_container_policy_restarts_once_with_the_new_memory_limit() {
         "containerd {:?}",
         bed.containerd_release()
     );
+}
+
+/// A pod with resources of its own (`spec.resources`) and none on its container: its
+/// pod cgroup follows a resize of them, the container runs on, and the status reports
+/// the pod's grant and what its cgroup was given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_level_resize_changes_the_pod_cgroup_only() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let api = TestApiServer::start(dir.path()).await.unwrap();
+    let ox = start(&bed, &api);
+    let mut pod = api_pod("shared", NODE, "sleep 3600", 1);
+    pod.spec.as_mut().unwrap().resources = Some(
+        serde_json::from_value(json!({
+            "requests": {"cpu": "200m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi"},
+        }))
+        .unwrap(),
+    );
+    api.put(&pod).unwrap();
+    let pod = ox.wait_api_running("shared", START).await;
+    let (uid, id) = (uid(&pod), runtime_id(&pod, "main"));
+    eventually(&ox, "the pod cgroup at 500m", async || {
+        (pod_limits(&ox, &uid) == (50_000, 128 * MI)).then_some(())
+    })
+    .await;
+
+    resize_with(
+        &api,
+        "shared",
+        json!({"spec": {"resources": {"limits": {"cpu": "1", "memory": "256Mi"}}}}),
+    )
+    .await;
+    eventually(&ox, "the pod cgroup at 1 CPU and 256Mi", async || {
+        (pod_limits(&ox, &uid) == (100_000, 256 * MI)).then_some(())
+    })
+    .await;
+    let p = ox
+        .poll("the pod's resources reported", START, || {
+            api.get::<Pod>("default", "shared").unwrap().filter(|p| {
+                let s = p.status.as_ref();
+                let limits = s.and_then(|s| s.resources.as_ref()?.limits.clone());
+                limits.is_some_and(|l| l["memory"].0 == "256Mi")
+                    && pod_condition(p, "PodResizeInProgress").is_none()
+            })
+        })
+        .await;
+    let granted = p
+        .status
+        .as_ref()
+        .unwrap()
+        .allocated_resources
+        .clone()
+        .unwrap();
+    assert_eq!(granted["cpu"].0, "200m");
+    assert_eq!(running_main(&ox, "shared").await, (id, 0));
 }

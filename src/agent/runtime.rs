@@ -426,6 +426,7 @@ pub(super) fn allocation_manager(
     Ok(Arc::new(AllocationManager::new(
         state,
         host.allocatable.allocatable,
+        host.memory,
         events.clone(),
     )))
 }

@@ -69,7 +69,7 @@ pub(crate) use fs::{CgroupError, CgroupFs, CgroupTree, HOST_MOUNT, StatReader, p
 pub(crate) use fs::QosFile;
 pub(crate) use version::detect_cgroup_version;
 // Each container's `memory.oom.group` and swap.
-pub(crate) use memory_policy::{MemoryPolicy, MemorySettings, SwapBehavior};
+pub(crate) use memory_policy::{MemoryPolicy, MemorySettings, SwapBehavior, SwapDecision};
 // QoS classes and `oom_score_adj`.
 pub(crate) use qos::{
     KUBELET_OOM_SCORE_ADJ, QosClass, clamp_oom_score_adj, container_oom_score_adj,

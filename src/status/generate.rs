@@ -951,9 +951,26 @@ pub(crate) fn generate_pod_status(inputs: &StatusInputs<'_>) -> PodStatus {
         observed_generation: observed_generation(pod),
         ..Default::default()
     };
+    apply_pod_level_resources(&mut status, inputs);
     // kubelet's status manager caps termination messages per pod (12 KiB in all).
     crate::kuberuntime::cap_pod_messages(pod, &mut status);
     status
+}
+
+/// A pod with its own resources (`spec.resources`) reports them as granted
+/// (`allocatedResources`, the requests) and as its pod cgroup was last given
+/// (`resources`; the grant until the runtime side has a record).
+fn apply_pod_level_resources(status: &mut PodStatus, inputs: &StatusInputs<'_>) {
+    let spec_level = inputs.pod.spec.as_ref().and_then(|s| s.resources.as_ref());
+    let (Some(spec_level), Some(resize)) = (spec_level, inputs.resize) else {
+        return;
+    };
+    let granted = (resize.allocated.as_ref())
+        .and_then(|a| a.pod_level.clone())
+        .unwrap_or_else(|| spec_level.clone());
+    let given = (resize.actuated.as_ref()).and_then(|a| a.pod_level.clone());
+    status.allocated_resources = granted.requests.clone();
+    status.resources = Some(given.unwrap_or(granted));
 }
 
 /// What a container with no runtime record waits as: every container of a pod with init

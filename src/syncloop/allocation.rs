@@ -17,7 +17,7 @@ use serde_json::json;
 use tracing::{debug, info};
 
 use crate::allocation::{PodResources, ResourceState, apply_allocation, is_resizable};
-use crate::cm::{NodeResources, QosClass, pod_requests};
+use crate::cm::{MemoryPolicy, NodeResources, QosClass, SwapDecision, pod_requests};
 use crate::contracts::{AdmissionChain, PodAdmitAttributes, Rejection};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::locks::Locked as _;
@@ -82,6 +82,8 @@ pub(crate) enum ResizeDecision {
 pub(crate) struct AllocationManager {
     allocated: ResourceState,
     allocatable: NodeResources,
+    /// Which containers get swap: kubelet refuses to resize their memory in place.
+    memory: MemoryPolicy,
     events: EventRecorder,
     conditions: Mutex<HashMap<String, ResizeConditions>>,
     /// UIDs with a resize waiting, in kubelet's retry order.
@@ -94,11 +96,13 @@ impl AllocationManager {
     pub(crate) fn new(
         allocated: ResourceState,
         allocatable: NodeResources,
+        memory: MemoryPolicy,
         events: EventRecorder,
     ) -> Self {
         AllocationManager {
             allocated,
             allocatable,
+            memory,
             events,
             conditions: Mutex::default(),
             pending: Mutex::default(),
@@ -156,10 +160,14 @@ impl AllocationManager {
 
     /// kubelet's `IsInPlacePodVerticalScalingAllowed` and the node's capacity: why a
     /// resize can never be granted here.
-    fn infeasible(&self, pod: &Pod) -> Option<String> {
+    fn infeasible(&self, pod: &Arc<Pod>) -> Option<String> {
         if is_static_pod(pod) {
             crate::metrics::infeasible_resize("static_pod");
             return Some("In-place resize of static-pods is not supported".into());
+        }
+        if self.swap_resize(pod) {
+            crate::metrics::infeasible_resize("swap_limitation");
+            return Some("In-place resize of containers with swap is not supported.".into());
         }
         let wanted = pod_requests(pod).ok()?;
         let (cpu, memory) = (
@@ -184,6 +192,40 @@ impl AllocationManager {
             ));
         }
         None
+    }
+
+    /// kubelet's `disallowResizeForSwappableContainers`: a container whose memory
+    /// request changes in place (no `RestartContainer` for memory) and that has swap
+    /// before or after.
+    fn swap_resize(&self, pod: &Arc<Pod>) -> bool {
+        let before = self.allocated_pod(pod);
+        let containers = |p: &Pod| {
+            let spec = p.spec.clone().unwrap_or_default();
+            spec.containers
+                .into_iter()
+                .chain(spec.init_containers.unwrap_or_default())
+        };
+        let memory_request = |c: &k8s_openapi::api::core::v1::Container| {
+            let r = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+            r.and_then(|r| r.get("memory"))
+                .and_then(|q| crate::quantity::bytes(q).ok())
+        };
+        let swaps = |p: &Pod, c: &k8s_openapi::api::core::v1::Container| {
+            matches!(
+                self.memory.swap_decision(p, c),
+                Some(SwapDecision::Limited(_))
+            )
+        };
+        containers(pod).any(|want| {
+            let Some(had) = containers(&before).find(|c| c.name == want.name) else {
+                return false;
+            };
+            let restarts = (had.resize_policy.iter().flatten())
+                .any(|r| r.resource_name == "memory" && r.restart_policy == "RestartContainer");
+            memory_request(&want) != memory_request(&had)
+                && !restarts
+                && (swaps(pod, &want) || swaps(&before, &had))
+        })
     }
 
     /// kubelet's `handlePodResourcesResize`: the pod's new resources admitted as if it
@@ -521,6 +563,7 @@ mod tests {
         let m = AllocationManager::new(
             ResourceState::in_memory(),
             allocatable,
+            MemoryPolicy::NONE,
             EventRecorder::log_only(),
         );
         (m, chain)
@@ -613,6 +656,74 @@ mod tests {
         assert_eq!(conds[0].type_, "PodResizeInProgress");
         assert!(m.clear_in_progress(pod_uid(&a)));
         assert!(m.conditions(pod_uid(&a)).is_empty());
+    }
+
+    #[test]
+    fn a_memory_resize_of_a_container_with_swap_is_infeasible_unless_it_restarts() {
+        let (mut m, chain) = manager();
+        let settings = crate::cm::MemorySettings {
+            single_process_oom_kill: None,
+            swap_behavior: Some(crate::cm::SwapBehavior::LimitedSwap),
+        };
+        m.memory = MemoryPolicy::new(
+            crate::cm::CgroupVersion::V2,
+            &settings,
+            true,
+            8 << 30,
+            1 << 30,
+        );
+        // Burstable, memory request below its limit: LimitedSwap gives it swap.
+        let mut p = (*asking("swappy", "100m", 0)).clone();
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        let r = c.resources.as_mut().unwrap();
+        r.requests
+            .as_mut()
+            .unwrap()
+            .insert("memory".into(), Quantity("64Mi".into()));
+        r.limits = Some(BTreeMap::from([(
+            "memory".into(),
+            Quantity("256Mi".into()),
+        )]));
+        let p = Arc::new(p);
+        m.add_pod(&chain, &[], &p).unwrap();
+        let mut more = (*p).clone();
+        more.spec.as_mut().unwrap().containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .requests
+            .as_mut()
+            .unwrap()
+            .insert("memory".into(), Quantity("128Mi".into()));
+        let more = Arc::new(more);
+        assert_eq!(
+            m.handle_resize(&chain, std::slice::from_ref(&p), &more),
+            ResizeDecision::Pending {
+                reason: INFEASIBLE,
+                message: "In-place resize of containers with swap is not supported.".into()
+            }
+        );
+        // With RestartContainer for memory, the container restarts into its new swap.
+        let mut restarting = (*more).clone();
+        restarting.spec.as_mut().unwrap().containers[0].resize_policy = Some(vec![
+            serde_json::from_value(
+                serde_json::json!({"resourceName": "memory", "restartPolicy": "RestartContainer"}),
+            )
+            .unwrap(),
+        ]);
+        let mut admitted = (*p).clone();
+        admitted.spec.as_mut().unwrap().containers[0].resize_policy =
+            restarting.spec.as_ref().unwrap().containers[0]
+                .resize_policy
+                .clone();
+        let (m2, chain2) = manager();
+        let mut m2 = m2;
+        m2.memory = m.memory;
+        m2.add_pod(&chain2, &[], &Arc::new(admitted)).unwrap();
+        assert_eq!(
+            m2.handle_resize(&chain2, &[], &Arc::new(restarting)),
+            ResizeDecision::Allocated
+        );
     }
 
     #[test]

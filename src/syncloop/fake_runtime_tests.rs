@@ -759,6 +759,7 @@ fn test_allocation() -> Arc<super::AllocationManager> {
             ephemeral_storage_bytes: 100 << 30,
             pods: 110,
         },
+        crate::cm::MemoryPolicy::NONE,
         crate::events::EventRecorder::log_only(),
     ))
 }

@@ -1414,3 +1414,48 @@ async fn pods_resize_through_its_subresource_only() {
     );
     assert_eq!(pods.get("r").await.unwrap().metadata.generation, Some(4));
 }
+
+/// `kubectl patch --subresource resize`, as a user resizes a pod.
+#[tokio::test]
+async fn kubectl_resizes_a_pod() {
+    if !kubectl_installed() {
+        return;
+    }
+    let (_dir, server, client) = server().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &burstable_pod("r"))
+        .await
+        .unwrap();
+    let patch = r#"{"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"800m"}}}]}}"#;
+    let (ok, out, err) = kubectl_run(
+        &server,
+        &["patch", "pod", "r", "--subresource", "resize", "-p", patch],
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    let p = pods.get("r").await.unwrap();
+    assert_eq!(p.metadata.generation, Some(2));
+    let limits = p.spec.unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap()
+        .limits
+        .unwrap();
+    assert_eq!(limits["cpu"].0, "800m");
+    let removal = r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":null}}}]}}"#;
+    let (ok, _, err) = kubectl_run(
+        &server,
+        &[
+            "patch",
+            "pod",
+            "r",
+            "--subresource",
+            "resize",
+            "-p",
+            removal,
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert!(err.contains("resource requests cannot be removed"), "{err}");
+}

@@ -1247,3 +1247,215 @@ async fn node_writes_are_validated_like_the_real_server() {
         .unwrap();
     assert_eq!(n.spec.unwrap().pod_cidr.as_deref(), Some("10.244.1.0/24"));
 }
+
+/// `patch`, strategic, to pod `r`'s resize subresource through kube-rs.
+async fn resize_r(pods: &Api<Pod>, patch: Value) -> Result<Pod, kube::Error> {
+    let params = PatchParams::default();
+    (pods.patch_subresource("resize", "r", &params, &Patch::Strategic(patch))).await
+}
+
+/// `patch` sent by curl as a merge patch to pod `r`'s resize subresource; the answer.
+/// Run without blocking: the server answers on the test's own runtime.
+async fn curl_resize(server: &TestApiServer, patch: &str) -> Value {
+    let url = format!("{}/api/v1/namespaces/default/pods/r/resize", server.url());
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-X", "PATCH"])
+        .args(["-H", "Content-Type: application/merge-patch+json"])
+        .args(["-H", &format!("Authorization: Bearer {}", server.token())])
+        .args(["--data", patch, &url])
+        .output()
+        .await
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn burstable_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "localhost/oxlet-test/busybox:1",
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                          "limits": {"cpu": "500m", "memory": "128Mi"}}}]},
+    }))
+    .unwrap()
+}
+
+/// `pods/resize` through kube-rs and curl: cpu and memory change (generation and
+/// resourceVersion move, watchers see it), the rest of the body is ignored, the 1.36
+/// refusals come with their messages, and a plain pod update may not touch resources.
+#[tokio::test]
+async fn pods_resize_through_its_subresource_only() {
+    let (_dir, server, client) = server().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let created = pods
+        .create(&PostParams::default(), &burstable_pod("r"))
+        .await
+        .unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    let mut events = pods
+        .watch(&WatchParams::default().fields("metadata.name=r"), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let resize = json!({"metadata": {"labels": {"ignored": "yes"}},
+        "spec": {"activeDeadlineSeconds": 5,
+                 "containers": [{"name": "c", "image": "ignored:2",
+                                 "resources": {"limits": {"cpu": "1", "memory": "96Mi"}}}]}});
+    let p = resize_r(&pods, resize).await.unwrap();
+    assert_eq!(p.metadata.generation, Some(2));
+    assert_ne!(p.metadata.resource_version, Some(rv));
+    assert!(
+        p.metadata.labels.is_none(),
+        "only the resize fields are taken"
+    );
+    let spec = p.spec.unwrap();
+    assert_eq!(spec.active_deadline_seconds, None);
+    assert_eq!(
+        spec.containers[0].image.as_deref(),
+        Some("localhost/oxlet-test/busybox:1")
+    );
+    let limits = spec.containers[0]
+        .resources
+        .as_ref()
+        .unwrap()
+        .limits
+        .clone()
+        .unwrap();
+    // The memory limit went down under the default (NotRequired) policy: allowed in 1.36.
+    assert_eq!(
+        (limits["cpu"].0.as_str(), limits["memory"].0.as_str()),
+        ("1", "96Mi")
+    );
+    let seen = tokio::time::timeout(WAIT, events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match seen {
+        WatchEvent::Modified(p) => assert_eq!(p.metadata.generation, Some(2)),
+        other => panic!("expected MODIFIED, got {other:?}"),
+    }
+    let got: Pod = serde_json::from_value(
+        raw(
+            &server,
+            "GET",
+            "/api/v1/namespaces/default/pods/r/resize",
+            None,
+            "",
+            true,
+        )
+        .await
+        .1,
+    )
+    .unwrap();
+    assert_eq!(
+        got.metadata.generation,
+        Some(2),
+        "GET on resize answers the pod"
+    );
+
+    let refused = |patch: Value| {
+        let pods = pods.clone();
+        async move {
+            let err = resize_r(&pods, patch).await.unwrap_err();
+            let (code, reason, message) = api_error(err);
+            assert_eq!((code, reason.as_str()), (422, "Invalid"), "{message}");
+            message
+        }
+    };
+    let limit =
+        |l: Value| json!({"spec": {"containers": [{"name": "c", "resources": {"limits": l}}]}});
+    assert_eq!(
+        refused(limit(json!({"memory": null}))).await,
+        "spec.containers[0].resources.limits: Forbidden: resource limits cannot be removed"
+    );
+    assert_eq!(
+        refused(json!({"spec": {"containers": [{"name": "c", "resources": {
+            "requests": {"cpu": "1", "memory": "96Mi"}, "limits": {"cpu": "1", "memory": "96Mi"}}}]}})).await,
+        "spec: Invalid value: \"Burstable\": Pod QOS Class may not change as a result of resizing"
+    );
+    assert_eq!(
+        refused(limit(json!({"ephemeral-storage": "1Gi"}))).await,
+        "spec: Forbidden: only cpu and memory resources are mutable"
+    );
+
+    // A plain update may not change resources; a new image it may.
+    let (code, body) = raw(
+        &server,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/r",
+        Some("application/strategic-merge-patch+json"),
+        &limit(json!({"cpu": "2"})).to_string(),
+        true,
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(body["message"].as_str().unwrap().starts_with(
+        "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"), "{body}");
+    let image =
+        json!({"spec": {"containers": [{"name": "c", "image": "localhost/oxlet-test/busybox:2"}]}});
+    let p = pods
+        .patch("r", &PatchParams::default(), &Patch::Strategic(image))
+        .await
+        .unwrap();
+    assert_eq!(p.metadata.generation, Some(3));
+
+    // curl, as a user would: a merge patch on the subresource, then a refused one.
+    let answer = curl_resize(&server, r#"{"spec":{"containers":[{"name":"c","image":"localhost/oxlet-test/busybox:2","resources":{"requests":{"cpu":"200m","memory":"64Mi"},"limits":{"cpu":"1","memory":"96Mi"}}}]}}"#).await;
+    assert_eq!(answer["metadata"]["generation"], 4, "{answer}");
+    assert_eq!(
+        answer["spec"]["containers"][0]["resources"]["requests"]["cpu"],
+        "200m"
+    );
+    let answer = curl_resize(&server, r#"{"spec":{"containers":[{"name":"c","image":"localhost/oxlet-test/busybox:2","resources":{"requests":{"cpu":"2","memory":"64Mi"},"limits":{"cpu":"1","memory":"96Mi"}}}]}}"#).await;
+    assert_eq!(answer["code"], 422, "{answer}");
+    assert_eq!(
+        answer["message"],
+        "spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1"
+    );
+    assert_eq!(pods.get("r").await.unwrap().metadata.generation, Some(4));
+}
+
+/// `kubectl patch --subresource resize`, as a user resizes a pod.
+#[tokio::test]
+async fn kubectl_resizes_a_pod() {
+    if !kubectl_installed() {
+        return;
+    }
+    let (_dir, server, client) = server().await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    pods.create(&PostParams::default(), &burstable_pod("r"))
+        .await
+        .unwrap();
+    let patch = r#"{"spec":{"containers":[{"name":"c","resources":{"limits":{"cpu":"800m"}}}]}}"#;
+    let (ok, out, err) = kubectl_run(
+        &server,
+        &["patch", "pod", "r", "--subresource", "resize", "-p", patch],
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    let p = pods.get("r").await.unwrap();
+    assert_eq!(p.metadata.generation, Some(2));
+    let limits = p.spec.unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap()
+        .limits
+        .unwrap();
+    assert_eq!(limits["cpu"].0, "800m");
+    let removal = r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":null}}}]}}"#;
+    let (ok, _, err) = kubectl_run(
+        &server,
+        &[
+            "patch",
+            "pod",
+            "r",
+            "--subresource",
+            "resize",
+            "-p",
+            removal,
+        ],
+    )
+    .await;
+    assert!(!ok);
+    assert!(err.contains("resource requests cannot be removed"), "{err}");
+}

@@ -336,7 +336,7 @@ async fn serve(
         Some("status") => def.status,
         Some("approval") => def.name == "certificatesigningrequests",
         Some("token") => def.name == "serviceaccounts",
-        Some("ephemeralcontainers") => def.name == "pods",
+        Some("ephemeralcontainers" | "resize") => def.name == "pods" && def.group.is_empty(),
         Some(_) => false,
     };
     if !sub_ok {

@@ -6,7 +6,21 @@
 //! kube-rs and kubectl run against it unmodified. It can stop and restart keeping its state,
 //! for outage tests; tests also read and write objects directly, without HTTP.
 //!
-//! Not a real apiserver: no admission but RuntimeClass's, and validation only where oxlet's writes meet it
+//! Pods are resized as 1.36 does it, through `pods/resize` only (GET, PUT and the three
+//! patch types; `resize.rs`): the containers' and init containers' `resources` and
+//! `resizePolicy` and the pod-level `spec.resources` are taken from the request and the
+//! rest ignored, `ValidatePodResize`'s refusals come with its field paths and words (QoS
+//! class kept, cpu and memory only, nothing removed, sidecars but no other init container,
+//! no static or Windows pod, a running pod's node must report container resources), and a
+//! change moves `metadata.generation`. A plain pod update may change only what
+//! `ValidatePodUpdate` lets it (`pod_update.rs`: images, a lower or new
+//! `activeDeadlineSeconds`, added tolerations, removed scheduling gates, a negative grace
+//! period to 1, a gated pod's added node selector and affinity); anything else in the spec,
+//! resources included, is refused with its fixed text (the spec diff the real one appends
+//! is left out).
+//!
+//! Not a real apiserver: no admission but RuntimeClass's (so no NodeDeclaredFeatureValidator
+//! on resizes, no LimitRanger or ResourceQuota), and validation only where oxlet's writes meet it
 //! (pods: `validate.rs`; their status updates and server-set fields: `pod_rules.rs`;
 //! nodes and their status: `node_rules.rs`); no
 //! RBAC (one bearer token, anonymous allowed unless turned off); no Namespace objects; no
@@ -21,7 +35,9 @@ mod http;
 mod node_rules;
 mod patch;
 mod pod_rules;
+mod pod_update;
 mod proxy;
+mod resize;
 mod resources;
 mod reviews;
 mod selectors;

@@ -387,6 +387,12 @@ pub(crate) fn resource_list(custom: &[&'static Def], group: &str, version: &str)
         if d.status {
             resources.push(json!({"name": format!("{}/status", d.name), "singularName": "", "namespaced": d.namespaced, "kind": d.kind, "verbs": ["get", "patch", "update"]}));
         }
+        // The pod subresources a user writes through, listed as the real server lists them.
+        if d.name == "pods" && d.group.is_empty() {
+            for sub in ["ephemeralcontainers", "resize"] {
+                resources.push(json!({"name": format!("pods/{sub}"), "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get", "patch", "update"]}));
+            }
+        }
         if d.name == "serviceaccounts" {
             resources.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
         }
@@ -444,7 +450,9 @@ mod tests {
             .map(|r| r["name"].as_str().unwrap())
             .collect();
         assert!(
-            names.contains(&"pods/status") && names.contains(&"serviceaccounts/token"),
+            names.contains(&"pods/status")
+                && names.contains(&"pods/resize")
+                && names.contains(&"serviceaccounts/token"),
             "{names:?}"
         );
         assert!(resource_list(&[], "apps", "v1").is_none());

@@ -102,7 +102,51 @@ impl ApiError {
         });
         if let Some((kind, name)) = &self.details {
             s["details"] = json!({ "name": name, "kind": kind });
+            if self.reason == "Invalid" {
+                s["details"]["causes"] = json!([cause(&self.message)]);
+            }
         }
         s
+    }
+}
+
+/// The `details.causes` entry of a field error `<field>: <kind>: <detail>`, as the real
+/// server lists each one: kubectl prints these, not the message, for an Invalid answer.
+fn cause(message: &str) -> Value {
+    let (field, rest) = message.split_once(": ").unwrap_or(("", message));
+    let reason = [
+        ("Forbidden", "FieldValueForbidden"),
+        ("Invalid value", "FieldValueInvalid"),
+        ("Required value", "FieldValueRequired"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Duplicate value", "FieldValueDuplicate"),
+    ]
+    .iter()
+    .find(|(prefix, _)| rest.starts_with(prefix))
+    .map_or("FieldValueInvalid", |(_, reason)| reason);
+    json!({"reason": reason, "message": rest, "field": field})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_answer_lists_its_cause() {
+        let e = ApiError::invalid(
+            "pods",
+            "p",
+            "spec.containers[0].resources.limits: Forbidden: resource limits cannot be removed",
+        );
+        assert_eq!(
+            e.status()["details"]["causes"],
+            json!([{"reason": "FieldValueForbidden", "field": "spec.containers[0].resources.limits",
+                "message": "Forbidden: resource limits cannot be removed"}])
+        );
+        assert!(
+            ApiError::not_found("pods", "p").status()["details"]
+                .get("causes")
+                .is_none()
+        );
     }
 }

@@ -248,6 +248,13 @@ fn merge_write(
             o
         }
         Some("ephemeralcontainers") => with_ephemeral_containers(t, name, old, &new)?,
+        Some("resize") => {
+            let mut o = crate::resize::take_resize(old, &new);
+            crate::resize::check_resize(old, &o)
+                .map_err(|m| ApiError::invalid(t.def.name, name, m))?;
+            o["metadata"]["generation"] = json!(crate::pod_rules::generation_after(old, &o));
+            o
+        }
         Some("approval") => {
             let mut o = old.clone();
             o["status"]["conditions"] = new
@@ -274,6 +281,8 @@ fn merge_write(
                 }
             }
             if is_pod {
+                crate::pod_update::check_update(old, &new)
+                    .map_err(|m| ApiError::invalid(t.def.name, name, m))?;
                 new["metadata"]["generation"] =
                     json!(crate::pod_rules::generation_after(old, &new));
             }

@@ -80,18 +80,26 @@ fn cgroup_v2() -> bool {
     rustix::fs::statfs("/sys/fs/cgroup").is_ok_and(|s| s.f_type == 0x6367_7270)
 }
 
-/// The pod cgroup's file: v1 `<controller>/<root>/kubepods/pod<uid>/<v1 file>`, v2
-/// `<root>/kubepods/pod<uid>/<v2 file>`.
+/// The pod cgroup's file: v1 `<controller>/<root>/kubepods[/<qos>]/pod<uid>/<v1 file>`,
+/// v2 `<root>/kubepods[/<qos>]/pod<uid>/<v2 file>`, below the pod's QoS class.
 fn pod_file(ox: &Oxlet, uid: &str, controller: &str, v1: &str, v2: &str) -> PathBuf {
-    let rel = format!("kubepods/pod{uid}");
-    if cgroup_v2() {
-        PathBuf::from("/sys/fs/cgroup")
-            .join(ox.cgroup_root.trim_start_matches('/'))
-            .join(rel)
-            .join(v2)
-    } else {
-        ox.cgroup_file(controller, &format!("{rel}/{v1}"))
-    }
+    let at = |rel: &str, file: &str| {
+        if cgroup_v2() {
+            PathBuf::from("/sys/fs/cgroup")
+                .join(ox.cgroup_root.trim_start_matches('/'))
+                .join(rel)
+                .join(file)
+        } else {
+            ox.cgroup_file(controller, &format!("{rel}/{file}"))
+        }
+    };
+    let file = if cgroup_v2() { v2 } else { v1 };
+    ["", "burstable/", "besteffort/"]
+        .map(|qos| format!("kubepods/{qos}pod{uid}"))
+        .into_iter()
+        .map(|rel| at(&rel, file))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| at(&format!("kubepods/pod{uid}"), file))
 }
 
 fn read(path: &std::path::Path) -> String {

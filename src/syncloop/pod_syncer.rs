@@ -223,6 +223,7 @@ impl PodSyncer for Syncer {
             return Ok(SyncResult {
                 terminal: true,
                 retry_after: None,
+                unchanged: false,
             });
         }
         self.runtime.check_network(&pod)?;
@@ -245,6 +246,7 @@ impl PodSyncer for Syncer {
         Ok(SyncResult {
             terminal: false,
             retry_after: outcome.retry_after,
+            unchanged: !acted,
         })
     }
 

@@ -109,6 +109,11 @@ pub(crate) struct SyncResult {
     pub terminal: bool,
     /// A back-off ends then: sync again no later than this.
     pub retry_after: Option<Duration>,
+    /// The sync changed nothing in the runtime: the view it worked from is still the
+    /// runtime's, so the next sync needs nothing newer than this one did (kubelet
+    /// waits for the cache to pass the start of every sync; after a no-op that wait
+    /// is a relist period for nothing, e.g. between two quick resizes).
+    pub unchanged: bool,
 }
 
 /// Why one step of a pod worker failed; the worker logs it and retries with back-off,
@@ -891,7 +896,9 @@ impl<S: PodSyncer> PodWorkers<S> {
             }
             r = step => r,
         };
-        *last_sync = Some(started);
+        if !res.as_ref().is_ok_and(|r| r.unchanged) {
+            *last_sync = Some(started);
+        }
         worker_duration(update.as_metric(), started);
         self.complete_sync(uid, pod_name, lifecycle, work, res);
         ControlFlow::Continue(())

@@ -26,6 +26,10 @@ struct Fake {
     panic_terminating: AtomicUsize,
     /// When each `sync_pod` call started.
     sync_times: Mutex<Vec<Instant>>,
+    /// Each `sync_pod` says it changed nothing in the runtime.
+    unchanged: bool,
+    /// The last sync each `sync_pod` call was given.
+    last_syncs: Mutex<Vec<Option<Instant>>>,
 }
 
 impl Fake {
@@ -47,9 +51,10 @@ impl PodSyncer for Fake {
         &self,
         _u: UpdateType,
         pod: Arc<Pod>,
-        _l: Option<Instant>,
+        last: Option<Instant>,
     ) -> Result<SyncResult, PodSyncError> {
         self.sync_times.lock().unwrap().push(Instant::now());
+        self.last_syncs.lock().unwrap().push(last);
         if self.panic_sync == Some(pod_uid(&pod)) {
             self.record(format!("sync-panic {}", pod_uid(&pod)));
             panic!("fake syncer panics for {}", pod_uid(&pod));
@@ -75,6 +80,7 @@ impl PodSyncer for Fake {
         Ok(SyncResult {
             terminal: self.terminal_after.is_some_and(|t| count >= t),
             retry_after: None,
+            unchanged: self.unchanged,
         })
     }
     async fn sync_terminating_pod(
@@ -231,6 +237,35 @@ async fn latest_update_wins_and_syncs_never_overlap() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(fake.log(), vec!["sync u1 v1", "sync u1 v4"]);
     assert_eq!(fake.max_in_flight.load(Ordering::SeqCst), 1);
+}
+
+/// A sync that acted raises the bar the next one's runtime view must pass; one that
+/// changed nothing leaves it where it was.
+#[tokio::test(start_paused = true)]
+async fn only_a_sync_that_acted_moves_the_last_sync() {
+    for unchanged in [false, true] {
+        let (w, fake) = workers(Fake {
+            unchanged,
+            ..Default::default()
+        });
+        for v in ["v1", "v2", "v3"] {
+            let kind = if v == "v1" {
+                UpdateType::Create
+            } else {
+                UpdateType::Update
+            };
+            w.update_pod(work(&pod("u1", "p", v, None), kind));
+            settle().await;
+        }
+        let seen = fake.last_syncs.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3);
+        if unchanged {
+            assert!(seen.iter().all(Option::is_none), "{seen:?}");
+        } else {
+            let times = fake.sync_times.lock().unwrap().clone();
+            assert_eq!(seen, vec![None, Some(times[0]), Some(times[1])]);
+        }
+    }
 }
 
 #[tokio::test(start_paused = true)]

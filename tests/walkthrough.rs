@@ -50,7 +50,7 @@ spec:
 
 /// A line with what varies taken out: the test bed's name, IDs, durations, numbers.
 fn shape(line: &str) -> String {
-    let line = same_testbed(line.trim());
+    let line = same_uuids(&same_testbed(line.trim()));
     let mut out = String::new();
     let mut word = String::new();
     for c in line.chars().chain(std::iter::once(' ')) {
@@ -119,6 +119,44 @@ fn is_duration(word: &str) -> bool {
         parts += 1;
     }
     parts > 0
+}
+
+/// An apiserver pod's UID is random: every UUID (`8-4-4-4-12` hex digits) is `UUID`.
+fn same_uuids(line: &str) -> String {
+    const GROUPS: [usize; 5] = [8, 4, 4, 4, 12];
+    let b = line.as_bytes();
+    let uuid_at = |i: usize| {
+        let mut j = i;
+        for (n, len) in GROUPS.iter().enumerate() {
+            if n > 0 {
+                if b.get(j) != Some(&b'-') {
+                    return None;
+                }
+                j += 1;
+            }
+            let hex = b.get(j..j + len)?;
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            j += len;
+        }
+        Some(j)
+    };
+    let (mut out, mut i) = (String::new(), 0);
+    while i < b.len() {
+        match uuid_at(i) {
+            Some(end) => {
+                out.push_str("UUID");
+                i = end;
+            }
+            None => {
+                let c = line[i..].chars().next().unwrap();
+                out.push(c);
+                i += c.len_utf8();
+            }
+        }
+    }
+    out
 }
 
 /// Each test bed's directory ends in 6 random characters: one name for them all.
@@ -288,8 +326,23 @@ async fn the_docs_log_excerpts_are_what_oxlet_prints() {
         std::fs::write(Path::new(&dir).join("oxlet.log"), &log_text).unwrap();
         std::fs::write(Path::new(&dir).join("timeline.txt"), &timeline_text).unwrap();
     }
-    let log: Vec<(u8, String)> = log_text.lines().flat_map(printed).collect();
-    let timeline: Vec<String> = timeline_text.lines().map(shape).collect();
+    // One oxlet per runtime: this one goes before the resize story's starts.
+    ox.sigterm();
+    let (resize_log, resize_timeline) = resize_story(&bed).await;
+    if let Ok(dir) = std::env::var("OXLET_WALKTHROUGH_OUT") {
+        std::fs::write(Path::new(&dir).join("resize.log"), &resize_log).unwrap();
+        std::fs::write(
+            Path::new(&dir).join("resize-timeline.txt"),
+            &resize_timeline,
+        )
+        .unwrap();
+    }
+    let log: Vec<(u8, String)> = (log_text.lines().chain(resize_log.lines()))
+        .flat_map(printed)
+        .collect();
+    let timeline: Vec<String> = (timeline_text.lines().chain(resize_timeline.lines()))
+        .map(shape)
+        .collect();
     let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
     let mut gone = Vec::new();
     for doc in ["walkthrough.md", "logging.md"] {
@@ -305,6 +358,59 @@ async fn the_docs_log_excerpts_are_what_oxlet_prints() {
         "documented lines this run did not print (at that -v):\n{}\n\nthe PLEG's lines:\n{}",
         gone.join("\n"),
         pleg.join("\n")
+    );
+}
+
+/// The walkthrough's resize section: pod `web` from the test apiserver, its CPU limit
+/// raised through `pods/resize`, on its own oxlet at `-v=6`. Returns its log and the
+/// pod's timeline.
+async fn resize_story(bed: &Testbed) -> (String, String) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams};
+    let dir = bed.base_dir().join("resize-apiserver");
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = testapi::TestApiServer::start(&dir).await.unwrap();
+    let mut ox = Oxlet::in_dir(&bed.base_dir().join("resize"), Some(bed.endpoint()));
+    let kubeconfig = format!("--kubeconfig={}", server.kubeconfig().display());
+    ox.spawn(&["-v=6", "--logging-format=json", &kubeconfig]);
+    ox.wait_up(Duration::from_secs(30)).await;
+    let mut pod = api_pod("web", "testnode", "exec httpd -f -p 8080", 5);
+    pod.spec.as_mut().unwrap().containers[0].resources = Some(
+        serde_json::from_value(serde_json::json!({
+            "requests": {"cpu": "100m", "memory": "32Mi"},
+            "limits": {"cpu": "200m", "memory": "64Mi"},
+        }))
+        .unwrap(),
+    );
+    server.put(&pod).unwrap();
+    ox.wait_api_running("web", Duration::from_secs(30)).await;
+    let pods: Api<Pod> = Api::namespaced(client_of(&server).await, "default");
+    let patch = serde_json::json!({"spec": {"containers": [
+        {"name": "main", "resources": {"limits": {"cpu": "500m"}}}
+    ]}});
+    pods.patch_subresource(
+        "resize",
+        "web",
+        &PatchParams::default(),
+        &Patch::Strategic(patch),
+    )
+    .await
+    .unwrap();
+    ox.wait_logged("pod resize completed", 1, Duration::from_secs(30))
+        .await;
+    (ox.log(), ox.timeline("default/web"))
+}
+
+#[test]
+fn uuids_are_one_shape() {
+    assert_eq!(
+        shape("pod=\"default/web\" podUID=\"93f8e378-0834-4374-a409-759e0ba3f5ad\""),
+        shape("pod=\"default/web\" podUID=\"0af1c2d3-1111-4a2b-8c3d-000000000001\"")
+    );
+    // A cgroup path glues it to `pod`.
+    assert_eq!(
+        same_uuids("burstable/pod93f8e378-0834-4374-a409-759e0ba3f5ad"),
+        "burstable/podUUID"
     );
 }
 

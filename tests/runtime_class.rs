@@ -154,4 +154,9 @@ async fn the_node_lists_the_runtimes_handlers_and_features() {
         assert_eq!(handlers, Some(json!(want_handlers)));
     }
     assert_eq!(node.pointer("/status/features").cloned(), want_features);
+    // kubelet's declared features that oxlet carries out: the pod-level resize.
+    assert_eq!(
+        node.pointer("/status/declaredFeatures").cloned(),
+        Some(json!(["InPlacePodLevelResourcesVerticalScaling"]))
+    );
 }

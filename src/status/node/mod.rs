@@ -162,6 +162,7 @@ impl NodeStatusTask {
             daemon_endpoints: Some(setters::daemon_endpoints(d.kubelet_port)),
             runtime_handlers: setters::runtime_handlers(&d.runtime_health.handlers()),
             features: setters::features(d.runtime_health.supplemental_groups_policy()),
+            declared_features: Some(setters::declared_features()),
             images: Some(images),
             conditions: Some(conditions::with_times(
                 conditions::warn_soft_requirements(

@@ -117,6 +117,15 @@ pub(crate) fn features(supplemental_groups_policy: Option<bool>) -> Option<NodeF
     })
 }
 
+/// kubelet's declared features (NodeDeclaredFeatures, beta and on in 1.36): what the
+/// apiserver's NodeDeclaredFeatureValidator and the scheduler match pods against, by
+/// the names kubelet's feature registry gives them, sorted. Of 1.36's, oxlet does the
+/// pod-level resize (`InPlacePodLevelResourcesVerticalScaling`, on by default); the
+/// others are off by default or are managers oxlet does not have.
+pub(crate) fn declared_features() -> Vec<String> {
+    vec!["InPlacePodLevelResourcesVerticalScaling".to_owned()]
+}
+
 /// `daemonEndpoints.kubeletEndpoint.Port`.
 pub(crate) fn daemon_endpoints(port: i32) -> NodeDaemonEndpoints {
     NodeDaemonEndpoints {

@@ -11,12 +11,14 @@
 //! 2. **The readers on v2**: `/stats/summary` and `/metrics/cadvisor` (the metric
 //!    advisor's readings) show the node's, the pods' and the containers' memory and PSI,
 //!    with the systemd driver's slice and scope paths as cAdvisor's `id`s.
-//! 3. **Eviction on memory pressure**: oxlet restarted with a hard `memory.available`
+//! 3. **In-place resize**: pod bu gets a CPU limit through `pods/resize`; its pod
+//!    slice's `cpu.max` follows and the container runs on (issue 46, v2 and systemd).
+//! 4. **Eviction on memory pressure**: oxlet restarted with a hard `memory.available`
 //!    threshold a little below what the node has free (the pods adopted, not restarted);
 //!    a BestEffort pod that holds 400 MB is evicted (phase Failed, reason `Evicted`,
 //!    kubelet's message), the Node's `MemoryPressure` goes True, the other pods stay,
 //!    and the condition goes False again once the memory is back.
-//! 4. **Deletion**: the pods deleted through the apiserver are stopped, finished and
+//! 5. **Deletion**: the pods deleted through the apiserver are stopped, finished and
 //!    their slices removed.
 //!
 //! Static pods are never evicted (kubelet's rule: they are critical), which is why this
@@ -456,6 +458,54 @@ fn memory_pressure(vm: &Vm, c: &mut Checks, bu: &str, be: &str) {
 /// apiserver) and their slices removed. It also spares the power-off: a container whose
 /// PID 1 is a shell ignores the SIGTERM systemd sends at shutdown, and each would be
 /// waited on for systemd's 90 s stop timeout.
+/// In-place resize on v2 with the systemd driver: pod bu gets a CPU limit through
+/// `pods/resize` (kubectl), its pod slice's `cpu.max` follows, the container keeps
+/// running (same ID, no restart) and the status reports the new limit.
+fn resize_on_v2(vm: &Vm, c: &mut Checks, bu_container: &str) {
+    let patch = r#"{"spec":{"containers":[{"name":"main","resources":{"requests":{"memory":"16Mi","cpu":"100m"},"limits":{"cpu":"300m"}}}]}}"#;
+    let out = kubectl(
+        vm,
+        &format!("patch pod bu --subresource resize -p '{patch}'"),
+    );
+    assert!(
+        out.status.success(),
+        "kubectl patch --subresource resize: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut last = Value::Null;
+    let reported = poll(Duration::from_secs(120), || {
+        let p = get_json(vm, "pod bu")?;
+        last = p.clone();
+        let status = &p["status"]["containerStatuses"][0];
+        let limit = status["resources"]["limits"]["cpu"].as_str()?;
+        (limit == "300m"
+            && p["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .all(|c| c["type"] != "PodResizeInProgress"))
+        .then(|| status.clone())
+    });
+    c.check(
+        "pod bu resized in place: the status reports the 300m limit, no restart",
+        reported.as_ref().is_some_and(|s| {
+            s["containerID"].as_str() == Some(bu_container) && s["restartCount"] == 0
+        }),
+        format!("{:?}", last["status"]),
+    );
+    let uid = last["metadata"]["uid"]
+        .as_str()
+        .unwrap_or("")
+        .replace('-', "_");
+    let cpu_max = vm.ssh_ok(&format!(
+        "cat /sys/fs/cgroup/{KUBEPODS}/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod{uid}.slice/cpu.max"
+    ));
+    c.check(
+        "its pod slice's cpu.max follows (30000 100000)",
+        cpu_max.trim() == "30000 100000",
+        cpu_max.trim().to_string(),
+    );
+}
+
 fn delete_pods(vm: &Vm, c: &mut Checks) {
     let out = kubectl(vm, "delete pod bu be hog --wait=false");
     assert!(
@@ -502,6 +552,7 @@ fn kind_node_in_cluster_mode_reads_v2_and_evicts_on_memory_pressure() {
     let mut checks = Checks::new("vm_cluster_node");
     let (bu, be) = node_joins(&vm, &mut checks);
     readers_on_v2(&vm, &mut checks, &bu);
+    resize_on_v2(&vm, &mut checks, &bu);
     memory_pressure(&vm, &mut checks, &bu, &be);
     delete_pods(&vm, &mut checks);
     vm.poweroff_and_report("vm_cluster_node", started);

@@ -330,8 +330,12 @@ impl ResourceState {
         })
     }
 
-    /// Forgets every pod `keep` says no to (kubelet's `RemoveOrphanedPods`).
+    /// Forgets every pod `keep` says no to (kubelet's `RemoveOrphanedPods`). Asked on
+    /// every housekeeping pass: with nothing to forget, nothing is copied or written.
     pub(crate) fn retain(&self, keep: impl Fn(&str) -> bool) -> std::io::Result<()> {
+        if self.entries.locked().keys().all(|uid| keep(uid)) {
+            return Ok(());
+        }
         self.update(|e| e.retain(|uid, _| keep(uid)))
     }
 }

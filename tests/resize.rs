@@ -15,7 +15,7 @@ use std::time::Duration;
 use agent::*;
 use common::Testbed;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::json;
 use testapi::TestApiServer;
 
@@ -66,14 +66,7 @@ async fn resize(api: &TestApiServer, name: &str, cpu: &str, memory: &str) {
 /// Sends `patch` (strategic merge) to the pod's `resize` subresource.
 async fn resize_with(api: &TestApiServer, name: &str, patch: serde_json::Value) {
     let pods: Api<Pod> = Api::namespaced(client_of(api).await, "default");
-    pods.patch_subresource(
-        "resize",
-        name,
-        &PatchParams::default(),
-        &Patch::Strategic(patch),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("resizing {name}: {e}"));
+    resize_pod(&pods, name, patch).await;
 }
 
 fn cgroup_v2() -> bool {

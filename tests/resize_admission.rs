@@ -12,7 +12,7 @@ use std::time::Duration;
 use agent::*;
 use common::Testbed;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use testapi::TestApiServer;
 
 const START: Duration = Duration::from_secs(30);
@@ -33,14 +33,7 @@ async fn resize_cpu(pods: &Api<Pod>, name: &str, cpu_milli: i64) -> Pod {
     let patch = serde_json::json!({"spec": {"containers": [
         {"name": "main", "resources": {"requests": {"cpu": format!("{cpu_milli}m")}}}
     ]}});
-    pods.patch_subresource(
-        "resize",
-        name,
-        &PatchParams::default(),
-        &Patch::Strategic(patch),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("resizing {name}: {e}"))
+    resize_pod(pods, name, patch).await
 }
 
 /// The node's allocatable CPU in millicores, as oxlet registered it.

@@ -366,7 +366,7 @@ async fn the_docs_log_excerpts_are_what_oxlet_prints() {
 /// pod's timeline.
 async fn resize_story(bed: &Testbed) -> (String, String) {
     use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{Api, Patch, PatchParams};
+    use kube::api::Api;
     let dir = bed.base_dir().join("resize-apiserver");
     std::fs::create_dir_all(&dir).unwrap();
     let server = testapi::TestApiServer::start(&dir).await.unwrap();
@@ -388,14 +388,7 @@ async fn resize_story(bed: &Testbed) -> (String, String) {
     let patch = serde_json::json!({"spec": {"containers": [
         {"name": "main", "resources": {"limits": {"cpu": "500m"}}}
     ]}});
-    pods.patch_subresource(
-        "resize",
-        "web",
-        &PatchParams::default(),
-        &Patch::Strategic(patch),
-    )
-    .await
-    .unwrap();
+    resize_pod(&pods, "web", patch).await;
     ox.wait_logged("pod resize completed", 1, Duration::from_secs(30))
         .await;
     (ox.log(), ox.timeline("default/web"))

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use testapi::TestApiServer;
 
-use crate::agent::{Oxlet, api_pod, client_of, container_status, is_running};
+use crate::agent::{Oxlet, api_pod, client_of, container_status, is_running, resize_pod};
 use crate::common::Testbed;
 use crate::floor::{floor_pod, wait_sandboxes};
 use crate::stats::{dist, ms, pct, sorted};
@@ -83,14 +83,7 @@ async fn resize(api: &Api<Pod>, server: &TestApiServer, ox: &Oxlet, milli: i64) 
         {"name": "main", "resources": {"limits": {"cpu": want}}}
     ]}});
     let t = Instant::now();
-    api.patch_subresource(
-        "resize",
-        "resized",
-        &PatchParams::default(),
-        &Patch::Strategic(patch),
-    )
-    .await
-    .expect("the resize patch");
+    resize_pod(api, "resized", patch).await;
     ox.poll(&format!("the status reports {want}"), WAIT, || {
         (reported_limit(server).as_deref() == Some(want.as_str())).then_some(())
     })

@@ -14,5 +14,5 @@ mod state;
 // The states, what a pod's entry holds, and the pod as its allocation says.
 pub(crate) use state::{
     ACTUATED_STATE_FILE, ALLOCATED_STATE_FILE, PodResources, ResourceState, apply_allocation,
-    is_resizable, same_requirements,
+    is_resizable, resizable_containers, same_optional, same_requirements,
 };

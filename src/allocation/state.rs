@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::{Deserialize, Serialize};
 
@@ -47,11 +47,7 @@ impl PodResources {
             return out;
         };
         out.pod_level = spec.resources.clone();
-        let inits = spec.init_containers.iter().flatten();
-        for c in inits
-            .filter(|c| is_resizable(c, true))
-            .chain(&spec.containers)
-        {
+        for (c, _) in resizable_containers(spec) {
             out.containers
                 .insert(c.name.clone(), c.resources.clone().unwrap_or_default());
         }
@@ -60,12 +56,7 @@ impl PodResources {
 
     /// Semantically the same (quantities compared by value, `1` equals `1000m`).
     pub(crate) fn same_as(&self, other: &PodResources) -> bool {
-        let pod_level = match (&self.pod_level, &other.pod_level) {
-            (None, None) => true,
-            (Some(a), Some(b)) => same_requirements(a, b),
-            _ => false,
-        };
-        pod_level
+        same_optional(self.pod_level.as_ref(), other.pod_level.as_ref())
             && self.containers.len() == other.containers.len()
             && self.containers.iter().all(|(name, a)| {
                 other
@@ -80,6 +71,27 @@ impl PodResources {
 /// containers the restartable ones (sidecars), which run beside the others.
 pub(crate) fn is_resizable(c: &Container, init: bool) -> bool {
     !init || c.restart_policy.as_deref() == Some("Always")
+}
+
+/// The spec's resizable containers, init containers first (kubelet's `ContainerIter`
+/// over init and regular containers), each with whether it is an init container.
+pub(crate) fn resizable_containers(spec: &PodSpec) -> impl Iterator<Item = (&Container, bool)> {
+    let inits = spec.init_containers.iter().flatten().map(|c| (c, true));
+    inits
+        .chain(spec.containers.iter().map(|c| (c, false)))
+        .filter(|(c, init)| is_resizable(c, *init))
+}
+
+/// Two optional requirements (a pod's own, which it may not have) alike by value.
+pub(crate) fn same_optional(
+    a: Option<&ResourceRequirements>,
+    b: Option<&ResourceRequirements>,
+) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => same_requirements(a, b),
+        _ => false,
+    }
 }
 
 /// Two requirements with the same requests and limits by value (kubelet's
@@ -116,11 +128,7 @@ pub(crate) fn apply_allocation(pod: &Pod, alloc: &PodResources) -> Option<Pod> {
             !same_requirements(a, c.resources.as_ref().unwrap_or(&Default::default()))
         })
     };
-    let pod_level_differs = match (&spec.resources, &alloc.pod_level) {
-        (None, None) => false,
-        (Some(a), Some(b)) => !same_requirements(a, b),
-        _ => true,
-    };
+    let pod_level_differs = !same_optional(spec.resources.as_ref(), alloc.pod_level.as_ref());
     let inits = spec.init_containers.iter().flatten();
     if !pod_level_differs && !inits.clone().chain(&spec.containers).any(differs) {
         return None;
@@ -312,12 +320,7 @@ impl ResourceState {
     ) -> std::io::Result<()> {
         self.update(|e| {
             let pod = e.entry(uid.to_owned()).or_default();
-            let same = match (&pod.pod_level, &resources) {
-                (None, None) => true,
-                (Some(a), Some(b)) => same_requirements(a, b),
-                _ => false,
-            };
-            if !same {
+            if !same_optional(pod.pod_level.as_ref(), resources.as_ref()) {
                 pod.pod_level = resources;
             }
         })

@@ -642,13 +642,9 @@ impl RuntimeManager {
         let Some(given) = state.pod(crate::pod::pod_uid(pod)) else {
             return true;
         };
-        if self.pod_level_differs(pod) {
-            return false;
-        }
-        let inits = spec.init_containers.iter().flatten().map(|c| (c, true));
-        let all = inits.chain(spec.containers.iter().map(|c| (c, false)));
-        all.filter(|(c, init)| crate::allocation::is_resizable(c, *init))
-            .all(|(c, _)| {
+        let pod_level = spec.resources.as_ref();
+        crate::allocation::same_optional(pod_level, given.pod_level.as_ref())
+            && crate::allocation::resizable_containers(spec).all(|(c, _)| {
                 given
                     .containers
                     .get(&c.name)
@@ -861,11 +857,7 @@ impl RuntimeManager {
             return false;
         };
         let wanted = pod.spec.as_ref().and_then(|s| s.resources.as_ref());
-        match (wanted, given.pod_level.as_ref()) {
-            (None, None) => false,
-            (Some(w), Some(g)) => !crate::allocation::same_requirements(w, g),
-            _ => true,
-        }
+        !crate::allocation::same_optional(wanted, given.pod_level.as_ref())
     }
 
     /// SyncPod's step 7 (kubelet's `doPodResizeAction`), when the actions resize.

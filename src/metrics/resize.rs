@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use prometheus::{CounterVec, Gauge, GaugeVec, HistogramVec, Registry};
 
 use super::buckets;
 use super::kubelet_families::{hopts, opts, register};
-use crate::allocation::{is_resizable, same_requirements};
+use crate::allocation::{resizable_containers, same_requirements};
 
 /// The resize families, registered in the kubelet registry.
 pub(crate) struct ResizeFamilies {
@@ -157,15 +157,6 @@ const REQUIREMENTS: [(&str, &str); 4] = [
     ("cpu", "requests"),
     ("cpu", "limits"),
 ];
-
-/// The spec's resizable containers, init containers first (kubelet's `ContainerIter`
-/// over init and regular containers), each with whether it is an init container.
-fn resizable_containers(spec: &PodSpec) -> impl Iterator<Item = (&Container, bool)> {
-    let inits = spec.init_containers.iter().flatten().map(|c| (c, true));
-    inits
-        .chain(spec.containers.iter().map(|c| (c, false)))
-        .filter(|(c, init)| is_resizable(c, *init))
-}
 
 /// The requests or the limits of `r`.
 fn list<'a>(

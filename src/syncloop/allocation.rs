@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 use tracing::{debug, info};
 
-use crate::allocation::{PodResources, ResourceState, apply_allocation, is_resizable};
+use crate::allocation::{PodResources, ResourceState, apply_allocation, resizable_containers};
 use crate::cm::{MemoryPolicy, NodeResources, QosClass, SwapDecision, pod_requests};
 use crate::contracts::{AdmissionChain, PodAdmitAttributes, Rejection};
 use crate::events::{EventRecorder, EventType, ObjectRef};
@@ -521,13 +521,9 @@ fn resize_condition(
 /// kubelet's resize event detail: the resizable containers' resources as the spec
 /// asks, the generation, and the error when there is one.
 pub(crate) fn resize_message(pod: &Pod, generation: i64, error: Option<&str>) -> String {
-    let spec = pod.spec.as_ref();
-    let inits = spec.and_then(|s| s.init_containers.as_ref()).into_iter();
-    let inits = inits.flatten().filter(|c| is_resizable(c, true));
-    let regular = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
-    let containers: Vec<serde_json::Value> = inits
-        .chain(regular)
-        .map(|c| json!({"name": c.name, "resources": c.resources.clone().unwrap_or_default()}))
+    let containers: Vec<serde_json::Value> = (pod.spec.iter())
+        .flat_map(resizable_containers)
+        .map(|(c, _)| json!({"name": c.name, "resources": c.resources.clone().unwrap_or_default()}))
         .collect();
     // Go's field order: containers, generation, error.
     let containers = serde_json::Value::Array(containers);

@@ -882,3 +882,12 @@ pub async fn client_of(server: &testapi::TestApiServer) -> kube::Client {
         .unwrap();
     kube::Client::try_from(config).unwrap()
 }
+
+/// Sends `patch` (a strategic merge) to pod `name`'s `resize` subresource, the one way
+/// a real apiserver takes a resize; the pod as the apiserver stored it.
+pub async fn resize_pod(pods: &kube::api::Api<Pod>, name: &str, patch: serde_json::Value) -> Pod {
+    let params = kube::api::PatchParams::default();
+    pods.patch_subresource("resize", name, &params, &kube::api::Patch::Strategic(patch))
+        .await
+        .unwrap_or_else(|e| panic!("resizing {name}: {e}"))
+}

@@ -53,6 +53,9 @@ mod syncloop;
 mod tasks;
 mod timeline;
 mod tls;
+// The resource managers' shared NUMA types; their providers and wiring come next.
+#[allow(dead_code)]
+mod topology;
 mod version;
 mod volumes;
 mod yaml;

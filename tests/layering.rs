@@ -46,6 +46,8 @@ const FLOORS: &[&[&str]] = &[
     &["contracts"],
     // the container manager
     &["cm"],
+    // the topology manager's hints, masks and policies, below its hint providers
+    &["topology"],
     // pod sources; what a pod's runtime set-up is made of
     &["config", "podenv", "images", "logs"],
     &["volumes"],

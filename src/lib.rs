@@ -41,6 +41,9 @@ mod percent;
 mod pleg;
 mod pod;
 mod podenv;
+// The pod resources API; its source, the resource managers, is wired next.
+#[allow(dead_code, unused_imports)]
+mod podresources;
 mod private_file;
 mod prober;
 mod quantity;
@@ -54,7 +57,7 @@ mod tasks;
 mod timeline;
 mod tls;
 // The resource managers' shared NUMA types; their providers and wiring come next.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod topology;
 mod version;
 mod volumes;

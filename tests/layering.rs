@@ -48,6 +48,8 @@ const FLOORS: &[&[&str]] = &[
     &["cm"],
     // the topology manager's hints, masks and policies, below its hint providers
     &["topology"],
+    // the pod resources API: its messages, answers and socket, fed by the managers
+    &["podresources"],
     // pod sources; what a pod's runtime set-up is made of
     &["config", "podenv", "images", "logs"],
     &["volumes"],

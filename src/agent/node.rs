@@ -446,6 +446,7 @@ pub(super) fn spawn_node_status(
         client: api_client.clone(),
         info: info.clone(),
         allocatable: alloc,
+        extended: None,
         kubelet_port,
         registration: registration.clone(),
         cri: cri.clone(),

@@ -546,6 +546,7 @@ fn admission_chain(opts: &Options, host: &Host, shared: &Shared) -> AdmissionCha
     }));
     chain.push(Box::new(crate::cm::ResourceFit {
         allocatable: host.allocatable.allocatable,
+        extended: None,
     }));
     // Then kubelet's node shutdown manager: no pod starts while the node shuts down.
     chain.push(Box::new(crate::nodeshutdown::ShutdownAdmission {

@@ -7,17 +7,27 @@
 //!
 //! [`AdmissionChain::push`]: crate::contracts::AdmissionChain::push
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
 use super::allocatable::NodeResources;
 use super::resources::{PodResources, pod_requests};
-use crate::contracts::{PodAdmitAttributes, PodAdmitHandler, Rejection};
+use crate::contracts::{
+    ExtendedResourceSource, ExtendedResources, PodAdmitAttributes, PodAdmitHandler, Rejection,
+};
 
 /// kubelet's reason when admission fails for a reason it did not expect.
 const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
 
-/// The check, against the node's allocatable.
-#[derive(Debug, Clone, Copy)]
+/// The check, against the node's allocatable and, with device plugins, their
+/// resources.
+#[derive(Clone)]
 pub(crate) struct ResourceFit {
     pub allocatable: NodeResources,
+    /// The device plugin resources (None: no device manager).
+    pub extended: Option<Arc<dyn ExtendedResourceSource>>,
 }
 
 impl PodAdmitHandler for ResourceFit {
@@ -62,17 +72,124 @@ impl PodAdmitHandler for ResourceFit {
             let used = used.unwrap_or(0);
             // Only a positive request is checked, as the scheduler's `fitsRequest`.
             if requested > 0 && requested > capacity.saturating_sub(used) {
-                return Err(Rejection {
-                    reason: format!("OutOf{name}"),
-                    message: format!(
-                        "Node didn't have enough resource: {name}, requested: {requested}, \
-                         used: {used}, capacity: {capacity}"
-                    ),
-                });
+                return Err(out_of(name, requested, used, capacity));
             }
         }
-        Ok(())
+        match &self.extended {
+            Some(source) => fits_extended(attrs, &source.extended_resources()),
+            None => Ok(()),
+        }
     }
+}
+
+/// kubelet's `InsufficientResource` rejection.
+fn out_of(name: &str, requested: i64, used: i64, capacity: i64) -> Rejection {
+    Rejection {
+        reason: format!("OutOf{name}"),
+        message: format!(
+            "Node didn't have enough resource: {name}, requested: {requested}, \
+             used: {used}, capacity: {capacity}"
+        ),
+    }
+}
+
+/// The device plugin resources' part: a resource the node does not know is left out
+/// (kubelet's `removeMissingExtendedResources`: it may be a cluster-level resource);
+/// a known one's allocatable is never less than what pods hold of it.
+fn fits_extended(
+    attrs: &PodAdmitAttributes<'_>,
+    node: &ExtendedResources,
+) -> Result<(), Rejection> {
+    let wanted = extended_requests(attrs.pod);
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let mut used: BTreeMap<String, i64> = BTreeMap::new();
+    for p in attrs.other_pods {
+        for (name, n) in extended_requests(p) {
+            *used.entry(name).or_default() += n;
+        }
+    }
+    for (name, requested) in wanted {
+        let Some(&allocatable) = node.allocatable.get(&name) else {
+            continue;
+        };
+        let held = node.allocated.get(&name).copied().unwrap_or(0);
+        let capacity = allocatable.max(held);
+        let used = used.get(&name).copied().unwrap_or(0);
+        if requested > 0 && requested > capacity.saturating_sub(used) {
+            return Err(out_of(&name, requested, used, capacity));
+        }
+    }
+    Ok(())
+}
+
+/// kubelet's `IsExtendedResourceName`: a qualified name outside `kubernetes.io/`, not
+/// a quota name (`requests.`) and not a huge page size.
+pub(crate) fn is_extended_resource(name: &str) -> bool {
+    name.contains('/')
+        && !name.contains("kubernetes.io/")
+        && !name.starts_with("requests.")
+        && !name.starts_with("hugepages-")
+}
+
+/// The pod's extended resource requests (kubelet's `PodRequests` for scalar
+/// resources): its regular containers and sidecars together, or its largest init
+/// container with the sidecars started before it, whichever is more.
+pub(crate) fn extended_requests(pod: &Pod) -> BTreeMap<String, i64> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return BTreeMap::new();
+    };
+    let mut total: BTreeMap<String, i64> = BTreeMap::new();
+    let mut sidecars: BTreeMap<String, i64> = BTreeMap::new();
+    let mut init_peak: BTreeMap<String, i64> = BTreeMap::new();
+    for c in spec.init_containers.iter().flatten() {
+        let own = container_extended(c);
+        if c.restart_policy.as_deref() == Some("Always") {
+            add_into(&mut sidecars, &own);
+        } else {
+            let mut with_sidecars = sidecars.clone();
+            add_into(&mut with_sidecars, &own);
+            for (k, v) in with_sidecars {
+                let e = init_peak.entry(k).or_default();
+                *e = (*e).max(v);
+            }
+        }
+    }
+    for c in &spec.containers {
+        add_into(&mut total, &container_extended(c));
+    }
+    add_into(&mut total, &sidecars);
+    for (k, v) in init_peak {
+        let e = total.entry(k).or_default();
+        *e = (*e).max(v);
+    }
+    total.retain(|_, v| *v > 0);
+    total
+}
+
+fn add_into(into: &mut BTreeMap<String, i64>, from: &BTreeMap<String, i64>) {
+    for (k, v) in from {
+        *into.entry(k.clone()).or_default() += v;
+    }
+}
+
+/// One container's extended requests (a limit alone counts as the request).
+fn container_extended(c: &Container) -> BTreeMap<String, i64> {
+    let r = c.resources.as_ref();
+    let mut out = BTreeMap::new();
+    for map in [
+        r.and_then(|r| r.limits.as_ref()),
+        r.and_then(|r| r.requests.as_ref()),
+    ] {
+        for (name, q) in map.into_iter().flatten() {
+            if is_extended_resource(name) {
+                let n = crate::quantity::bytes(q).unwrap_or(0);
+                out.insert(name.clone(), n);
+            }
+        }
+    }
+    out
 }
 
 fn sum(a: Option<i64>, b: Option<i64>) -> i64 {
@@ -99,6 +216,7 @@ mod tests {
                 ephemeral_storage_bytes: 10 * 1024 * MI,
                 pods: 110,
             },
+            extended: None,
         }
     }
 
@@ -200,6 +318,54 @@ mod tests {
             admit(&fit(), &asking(&[("cpu", "2")]), &[Arc::new(bad)]),
             Ok(())
         );
+    }
+
+    struct Widgets(ExtendedResources);
+    impl ExtendedResourceSource for Widgets {
+        fn extended_resources(&self) -> ExtendedResources {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn device_plugin_resources_fit_as_kubelets_predicate_and_unknown_ones_are_left_out() {
+        let node = ExtendedResources {
+            allocatable: [("example.com/widget".to_string(), 2)].into(),
+            allocated: [("example.com/widget".to_string(), 3)].into(),
+            ..Default::default()
+        };
+        let h = ResourceFit {
+            extended: Some(Arc::new(Widgets(node))),
+            ..fit()
+        };
+        let one = asking(&[("example.com/widget", "1")]);
+        let others: Vec<Arc<Pod>> = vec![Arc::new(one.clone()), Arc::new(one.clone())];
+        // Pods hold 3 though 2 are healthy: the third still fits (capacity 3).
+        admit(&h, &one, &others).unwrap();
+        let three: Vec<Arc<Pod>> = (0..3).map(|_| Arc::new(one.clone())).collect();
+        let r = admit(&h, &one, &three).unwrap_err();
+        assert_eq!(r.reason, "OutOfexample.com/widget");
+        assert_eq!(
+            r.message,
+            "Node didn't have enough resource: example.com/widget, requested: 1, used: 3, capacity: 3"
+        );
+        // A resource the node does not know may be a cluster-level one: not checked.
+        admit(&h, &asking(&[("example.com/gadget", "5")]), &three).unwrap();
+    }
+
+    #[test]
+    fn extended_requests_take_the_larger_of_init_and_regular_containers() {
+        let mut p = pod_of(
+            vec![container("app", &[("example.com/w", "1")], &[])],
+            vec![container("init", &[("example.com/w", "3")], &[])],
+        );
+        assert_eq!(extended_requests(&p)["example.com/w"], 3);
+        p.spec.as_mut().unwrap().containers[0] =
+            container("app", &[("example.com/w", "4"), ("cpu", "1")], &[]);
+        assert_eq!(extended_requests(&p).len(), 1);
+        assert_eq!(extended_requests(&p)["example.com/w"], 4);
+        assert!(!is_extended_resource("hugepages-2Mi") && !is_extended_resource("cpu"));
+        assert!(!is_extended_resource("kubernetes.io/batch-cpu"));
     }
 
     #[test]

@@ -17,15 +17,21 @@
 //! - the node's and the pods' readings (kubelet's stats API types): the cgroup stat
 //!   reader fills them, the metric advisor publishes them, the summary, the eviction
 //!   manager and the QoS side read them (`readings.rs`);
+//! - the node's device plugin resources: the device manager counts them, the node
+//!   status and resource-fit admission read them (`extended.rs`);
+//! - what the resource managers give a pod's containers (cpusets, devices, CDI
+//!   devices, prepared claims): the runtime asks, the managers answer (`resources.rs`);
 //! - kubelet's eviction thresholds (its `eviction/api`): the eviction manager acts on
 //!   them, node allocatable subtracts the hard ones (`thresholds.rs`).
 
 mod admission;
 mod cgroup_parent;
 mod evictor;
+mod extended;
 mod node_shutdown;
 mod readings;
 mod reclaim;
+mod resources;
 mod runtime_health;
 mod thresholds;
 
@@ -34,6 +40,7 @@ pub(crate) use cgroup_parent::PodCgroupParent;
 #[cfg(test)]
 pub(crate) use cgroup_parent::RuntimeDefaultCgroups;
 pub(crate) use evictor::{Eviction, Evictor, PodTerminator, Termination};
+pub(crate) use extended::{ExtendedResourceSource, ExtendedResources};
 pub(crate) use node_shutdown::{NODE_SHUTTING_DOWN, NodeShutdownState};
 pub(crate) use readings::{
     CgroupReading, ContainerReading, CpuReading, FsReading, InterfaceReading, LatestReadings,
@@ -41,6 +48,7 @@ pub(crate) use readings::{
     SystemContainerReading, Throttling,
 };
 pub(crate) use reclaim::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
+pub(crate) use resources::{ContainerGrants, DeviceGrant, GrantError, MountGrant, ResourceGrants};
 pub(crate) use runtime_health::{RuntimeHandlerFeatures, RuntimeHealth};
 pub(crate) use thresholds::{
     DEFAULT_EVICTION_HARD, Signal, ThresholdError, ThresholdValue, Thresholds,

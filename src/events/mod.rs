@@ -56,6 +56,7 @@ pub(crate) mod reason {
     pub(crate) const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
     pub(crate) const SANDBOX_CHANGED: &str = "SandboxChanged";
     pub(crate) const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    pub(crate) const FAILED_PREPARE_DYNAMIC_RESOURCES: &str = "FailedPrepareDynamicResources";
     pub(crate) const NETWORK_NOT_READY: &str = "NetworkNotReady";
     pub(crate) const FAILED_KILL_POD: &str = "FailedKillPod";
     pub(crate) const FAILED_MOUNT: &str = "FailedMount";

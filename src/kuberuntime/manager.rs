@@ -79,6 +79,10 @@ pub(crate) enum SyncError {
     /// `Error` and this message; the next sync tries again.
     #[error("{0}")]
     Resize(super::resize::ResizeError),
+    /// kubelet's `PrepareDynamicResources` failing: the pod's claims are not prepared
+    /// (a driver is missing or refused), so it gets no sandbox yet; retried.
+    #[error("failed to prepare dynamic resources: {0}")]
+    PrepareResources(crate::contracts::GrantError),
 }
 
 impl From<sandbox::SandboxConfigError> for SyncError {
@@ -314,6 +318,8 @@ pub(crate) struct RuntimeManager {
     /// Rules run before RunPodSandbox, CreateContainer and StartContainer (the node
     /// QoS hooks).
     hooks: super::hooks::RuntimeHooks,
+    /// The resource managers (CPU, memory, devices, DRA): what each container gets.
+    grants: Option<Arc<dyn crate::contracts::ResourceGrants>>,
     /// What the runtime's handlers support, from its last status (recursive
     /// read-only mounts, user namespaces).
     runtime_state: Arc<RuntimeHealth>,
@@ -392,6 +398,7 @@ impl RuntimeManager {
             objects: None,
             events: EventRecorder::log_only(),
             hooks: Default::default(),
+            grants: None,
             runtime_state: Default::default(),
             userns,
             actuated: None,
@@ -545,6 +552,16 @@ impl RuntimeManager {
 
     /// Sets the rules run before each sandbox is run and each container is created
     /// and started.
+    /// With the resource managers: claims prepared before the sandbox, each
+    /// container's cpuset, devices and CDI devices at creation.
+    pub(crate) fn with_resource_grants(
+        mut self,
+        grants: Arc<dyn crate::contracts::ResourceGrants>,
+    ) -> Self {
+        self.grants = Some(grants);
+        self
+    }
+
     pub(crate) fn with_runtime_hooks(mut self, hooks: super::hooks::RuntimeHooks) -> Self {
         self.hooks = hooks;
         self
@@ -796,6 +813,9 @@ impl RuntimeManager {
                 return Err(SyncError::UserNamespace(e));
             }
         }
+        if actions.create_sandbox {
+            self.prepare_dynamic_resources(pod).await?;
+        }
         let (sandbox_id, ips) = if actions.create_sandbox {
             self.create_pod_sandbox(
                 pod,
@@ -842,6 +862,23 @@ impl RuntimeManager {
                 retry_after: outcome.retry_after,
             })
         }
+    }
+
+    /// kubelet's `PrepareDynamicResources` before a sandbox: a failure is a Warning
+    /// event `FailedPrepareDynamicResources` and the sync ends, to be tried again.
+    async fn prepare_dynamic_resources(&self, pod: &Pod) -> Result<(), SyncError> {
+        let Some(grants) = &self.grants else {
+            return Ok(());
+        };
+        if let Err(e) = grants.prepare_pod(pod).await {
+            let msg = format!("Failed to prepare dynamic resources: {e}");
+            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), event = reason::FAILED_PREPARE_DYNAMIC_RESOURCES, "{msg}");
+            let pod_obj = ObjectRef::pod(pod);
+            let why = reason::FAILED_PREPARE_DYNAMIC_RESOURCES;
+            (self.events).event(&pod_obj, Warning, why, msg);
+            return Err(SyncError::PrepareResources(e));
+        }
+        Ok(())
     }
 
     /// Whether the pod's own resources (`spec.resources`) differ from those its pod
@@ -1274,6 +1311,9 @@ impl RuntimeManager {
         let log_path =
             std::path::PathBuf::from(&ctx.sandbox_config.log_directory).join(&config.log_path);
         let id = self.create_container(&s, config, restart_count).await?;
+        if let Some(grants) = &self.grants {
+            grants.container_created(pod, s.name, &id);
+        }
         self.hooks.pre_start(pod, c, &id);
 
         // Step 3: start the container.
@@ -1498,6 +1538,13 @@ impl RuntimeManager {
             Ok(c) => c,
             Err(e) => return Err(self.config_error(s, &e)),
         };
+        let mut config = config;
+        if let Some(grants) = &self.grants {
+            match grants.container_grants(pod, c).await {
+                Ok(g) => super::grants::apply(&mut config, g),
+                Err(e) => return Err(self.config_error(s, &e)),
+            }
+        }
         Ok((config, restart_count))
     }
 

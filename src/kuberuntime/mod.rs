@@ -9,6 +9,7 @@
 mod actions;
 mod container;
 mod gc;
+mod grants;
 mod hooks;
 mod labels;
 mod lifecycle;

@@ -49,6 +49,7 @@ pub(crate) fn kubelet_configuration(o: &Options, runtime_endpoint: &str) -> Valu
     sync_and_limits(&mut m, o);
     cgroups_and_reserved(&mut m, o);
     eviction(&mut m, o);
+    resource_managers(&mut m, &o.resource_managers);
     m.insert(
         "enforceNodeAllocatable".into(),
         json!(enforce_node_allocatable(o)),
@@ -65,6 +66,42 @@ pub(crate) fn kubelet_configuration(o: &Options, runtime_endpoint: &str) -> Valu
         json!({ "format": o.logging_format.name() }),
     );
     json!({ "kubeletconfig": m })
+}
+
+/// The CPU, memory and topology managers, as kubelet's `/configz` spells them (the
+/// option maps and `reservedSystemCPUs` only when set, as Go's `omitempty`).
+fn resource_managers(m: &mut Map<String, Value>, r: &super::ResourceManagerOptions) {
+    m.insert("cpuManagerPolicy".into(), json!(r.cpu_policy));
+    if !r.cpu_policy_options.is_empty() {
+        m.insert(
+            "cpuManagerPolicyOptions".into(),
+            json!(r.cpu_policy_options),
+        );
+    }
+    m.insert(
+        "cpuManagerReconcilePeriod".into(),
+        json!(format_go_duration(r.cpu_reconcile_period)),
+    );
+    if let Some(cpus) = &r.reserved_cpus {
+        m.insert("reservedSystemCPUs".into(), json!(cpus));
+    }
+    m.insert("memoryManagerPolicy".into(), json!(r.memory_policy));
+    if !r.reserved_memory.is_empty() {
+        let entries: Vec<Value> = r
+            .reserved_memory
+            .iter()
+            .map(|(node, limits)| json!({ "numaNode": node, "limits": limits.iter().map(|(k, v)| (k.clone(), json!(crate::quantity::binary_si(*v)))).collect::<Map<String, Value>>() }))
+            .collect();
+        m.insert("reservedMemory".into(), json!(entries));
+    }
+    m.insert("topologyManagerPolicy".into(), json!(r.topology_policy));
+    m.insert("topologyManagerScope".into(), json!(r.topology_scope));
+    if !r.topology_policy_options.is_empty() {
+        m.insert(
+            "topologyManagerPolicyOptions".into(),
+            json!(r.topology_policy_options),
+        );
+    }
 }
 
 /// Where pods come from, the CRI endpoint, and where their logs go.

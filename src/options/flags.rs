@@ -26,9 +26,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("cloud-provider", Value),
     ("config-dir", Value),
     ("contention-profiling", Bool),
-    ("cpu-manager-policy", Value),
-    ("cpu-manager-policy-options", Value),
-    ("cpu-manager-reconcile-period", Value),
     ("enable-controller-attach-detach", Bool),
     ("experimental-mounter-path", Value),
     ("hairpin-mode", Value),
@@ -45,7 +42,6 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("make-iptables-util-chains", Bool),
     ("maximum-dead-containers", Value),
     ("maximum-dead-containers-per-container", Value),
-    ("memory-manager-policy", Value),
     ("minimum-container-ttl-duration", Value),
     ("node-status-max-images", Value),
     ("oom-score-adj", Value),
@@ -54,13 +50,8 @@ pub(crate) const UNIMPLEMENTED_FLAGS: &[(&str, FlagKind)] = &[
     ("qos-reserved", Value),
     ("registry-burst", Value),
     ("registry-qps", Value),
-    ("reserved-cpus", Value),
-    ("reserved-memory", Value),
     ("show-hidden-metrics-for-version", Value),
     ("system-cgroups", Value),
-    ("topology-manager-policy", Value),
-    ("topology-manager-policy-options", Value),
-    ("topology-manager-scope", Value),
     ("vmodule", Value),
     ("volume-plugin-dir", Value),
 ];
@@ -131,8 +122,9 @@ fn setting_arg(s: &Setting) -> Arg {
     if let Some(c) = s.short {
         arg = arg.short(c);
     }
-    if s.kind == Kind::Multimap {
-        // pflag's multimap: every occurrence adds to the earlier ones.
+    if matches!(s.kind, Kind::Multimap | Kind::ReservedMemory) {
+        // pflag's multimap (and kubelet's reserved memory): every occurrence adds
+        // to the earlier ones.
         arg = arg.action(ArgAction::Append);
     }
     if s.kind != Kind::Bool && !s.default.is_empty() {
@@ -181,10 +173,15 @@ fn explicit(m: &ArgMatches, name: &str) -> Option<String> {
 
 /// Every occurrence of an appending flag, joined as one text (`a:1,b:2`).
 fn explicit_all(m: &ArgMatches, name: &str) -> Option<String> {
+    explicit_all_joined(m, name, ",")
+}
+
+/// Every occurrence of a repeated flag, joined by `sep`.
+fn explicit_all_joined(m: &ArgMatches, name: &str, sep: &str) -> Option<String> {
     (m.value_source(name) == Some(ValueSource::CommandLine))
         .then(|| m.get_many::<String>(name))
         .flatten()
-        .map(|v| v.map(String::as_str).collect::<Vec<_>>().join(","))
+        .map(|v| v.map(String::as_str).collect::<Vec<_>>().join(sep))
 }
 
 fn from_matches(m: &ArgMatches) -> FlagValues {
@@ -214,6 +211,8 @@ fn from_matches(m: &ArgMatches) -> FlagValues {
             .filter_map(|s| {
                 let text = if s.kind == Kind::Multimap {
                     explicit_all(m, s.flag)?
+                } else if s.kind == Kind::ReservedMemory {
+                    explicit_all_joined(m, s.flag, ";")?
                 } else {
                     explicit(m, s.flag)?
                 };

@@ -24,13 +24,6 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "oomScoreAdj",
     "kubeletCgroups",
     "systemCgroups",
-    "cpuManagerPolicy",
-    "cpuManagerPolicyOptions",
-    "cpuManagerReconcilePeriod",
-    "memoryManagerPolicy",
-    "topologyManagerPolicy",
-    "topologyManagerScope",
-    "topologyManagerPolicyOptions",
     "qosReserved",
     "hairpinMode",
     "nodeStatusMaxImages",
@@ -42,11 +35,9 @@ pub(crate) const UNIMPLEMENTED_FIELDS: &[&str] = &[
     "iptablesMasqueradeBit",
     "iptablesDropBit",
     "configMapAndSecretChangeDetectionStrategy",
-    "reservedSystemCPUs",
     "showHiddenMetricsForVersion",
     "volumePluginDir",
     "kernelMemcgNotification",
-    "reservedMemory",
     "memoryThrottlingFactor",
     "localStorageCapacityIsolation",
     "imageServiceEndpoint",
@@ -397,6 +388,7 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::Multimap, Value::Object(m)) => multimap_text(m)?,
         (Kind::Gates, Value::Object(m)) => gates_text(m)?,
         (Kind::GraceByPriority, Value::Array(items)) => grace_by_priority_text(items)?,
+        (Kind::ReservedMemory, Value::Array(items)) => reserved_memory_text(items)?,
         (Kind::Text | Kind::Path, _) => return Err("must be a string".into()),
         (Kind::Int, _) => return Err("must be an integer".into()),
         (Kind::Duration, _) => {
@@ -410,6 +402,7 @@ fn field_text(kind: Kind, value: &Value) -> Result<Option<String>, InvalidValue>
         (Kind::GraceByPriority, _) => {
             return Err("must be a list of {priority, shutdownGracePeriodSeconds}".into());
         }
+        (Kind::ReservedMemory, _) => return Err("must be a list of {numaNode, limits}".into()),
     };
     kind.parse(&text)?;
     Ok(Some(text))
@@ -495,6 +488,32 @@ fn grace_by_priority_text(items: &[Value]) -> Result<String, InvalidValue> {
     Ok(parts.join(","))
 }
 
+/// `reservedMemory`'s entries (`{numaNode: 0, limits: {memory: 1Gi}}`) as the
+/// flag's text (`0:memory=1Gi;...`); any other field is refused, as Go's strict decode.
+fn reserved_memory_text(items: &[Value]) -> Result<String, InvalidValue> {
+    let mut parts = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Object(m) = item else {
+            return Err("must be a list of {numaNode, limits}".into());
+        };
+        let (mut node, mut limits) = (None, String::new());
+        for (k, v) in m {
+            match (k.as_str(), v) {
+                ("numaNode", Value::Number(n)) => node = n.as_u64(),
+                ("limits", Value::Object(l)) => limits = map_text(l, '=')?,
+                ("numaNode", _) => return Err("numaNode must be a whole number".into()),
+                ("limits", _) => return Err("limits must be a map of quantities".into()),
+                (other, _) => {
+                    return Err(format!("unknown field {other:?} in an entry").into());
+                }
+            }
+        }
+        let node = node.ok_or_else(|| InvalidValue("an entry has no numaNode".into()))?;
+        parts.push(format!("{node}:{limits}"));
+    }
+    Ok(parts.join(";"))
+}
+
 /// A YAML list of strings as the flag's text (`a,b`).
 fn list_text(items: &[Value]) -> Result<String, InvalidValue> {
     let mut parts = Vec::with_capacity(items.len());
@@ -553,6 +572,7 @@ mod tests {
                         | Kind::Multimap
                         | Kind::Gates
                         | Kind::GraceByPriority
+                        | Kind::ReservedMemory
                 )
             })
             .filter_map(|s| Some((s.field?, Some(s.default).filter(|d| !d.is_empty())?)))

@@ -8,6 +8,7 @@ mod flags;
 mod handlers;
 mod kubelet_config;
 mod problem;
+mod resource_managers;
 mod serving;
 mod settings;
 
@@ -21,6 +22,7 @@ use flags::FlagValues;
 pub(crate) use handlers::DebugHandlers;
 use kubelet_config::KubeletConfigFile;
 pub(crate) use problem::{ConfigError, Problem};
+pub(crate) use resource_managers::ResourceManagerOptions;
 pub(crate) use serving::{AuthorizationMode, Serving, TlsVersion};
 pub(crate) use settings::{DEFAULT_RUNTIME_ENDPOINT, parse_go_bool};
 // `/configz`: the settings in use, as kubelet's KubeletConfiguration.
@@ -216,6 +218,8 @@ pub struct Options {
     pub(crate) serving: Serving,
     /// Which of kubelet's debugging endpoints the secure port serves.
     pub(crate) handlers: DebugHandlers,
+    /// The CPU, memory and topology managers' settings.
+    pub(crate) resource_managers: ResourceManagerOptions,
     /// `enableSystemLogQuery`: `/logs/?query=…` reads the journal, with the
     /// `NodeLogQuery` gate on too (see [`Options::node_log_query`]).
     pub(crate) system_log_query: bool,
@@ -321,6 +325,7 @@ impl Options {
             read_only_port: 0,
             serving: Serving::blank(),
             handlers: DebugHandlers::default(),
+            resource_managers: ResourceManagerOptions::default(),
             system_log_query: false,
             protect_kernel_defaults: false,
             healthz_bind_address: IpAddr::from([0, 0, 0, 0]),

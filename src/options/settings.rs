@@ -9,6 +9,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use super::Options;
+use super::resource_managers as rm;
 use super::serving;
 use crate::cm::{CgroupDriver, CgroupName, Enforced, NodeAllocatableEnforcement, Reserved};
 use crate::contracts::{DEFAULT_EVICTION_HARD, Thresholds};
@@ -45,6 +46,9 @@ pub(crate) enum Kind {
     /// `shutdownGracePeriodByPodPriority` (config file only): a YAML list of
     /// `{priority, shutdownGracePeriodSeconds}`, held as the text `priority=seconds,...`.
     GraceByPriority,
+    /// `reservedMemory`: `N:memory=1Gi,hugepages-2Mi=4Mi` entries split by `;`, a
+    /// repeated flag adding entries; the config file's list of `{numaNode, limits}`.
+    ReservedMemory,
 }
 
 impl Kind {
@@ -60,6 +64,7 @@ impl Kind {
             Kind::Multimap => multimap(text).map(drop),
             Kind::Gates => feature_gates(text).map(drop),
             Kind::GraceByPriority => grace_by_priority(text).map(drop),
+            Kind::ReservedMemory => super::resource_managers::reserved_memory(text).map(drop),
         }
     }
 }
@@ -158,7 +163,9 @@ pub(crate) const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/contai
 /// socket need would break oxlet itself (kubelet only defaults 0).
 pub(crate) const MIN_OPEN_FILES: u64 = 256;
 
-use Kind::{Bool, Duration, Gates, GraceByPriority, Int, List, Map, Multimap, Path, Text};
+use Kind::{
+    Bool, Duration, Gates, GraceByPriority, Int, List, Map, Multimap, Path, ReservedMemory, Text,
+};
 
 /// Every setting, in `--help` order (problems are reported in this order too):
 /// flag, config field, kind (the parser), default, `--help` placeholder and text,
@@ -233,6 +240,16 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("eviction-hard", Some("evictionHard"), Map('<'), DEFAULT_EVICTION_HARD, "SIGNAL<VALUE,...", "Hard eviction thresholds; a given set replaces the defaults (0% or 100% disables one)", set_eviction_hard),
     // After cgroups-per-qos and the reserved cgroups: its check reads their final values.
     row("enforce-node-allocatable", Some("enforceNodeAllocatable"), List, "pods", "pods,system-reserved,kube-reserved|none", "Which reservations to enforce with cgroup limits", set_enforce_node_allocatable),
+    // The resource managers (kubelet's CPU, memory and topology managers).
+    row("cpu-manager-policy", Some("cpuManagerPolicy"), Text, "none", "none|static", "The CPU manager's policy: static gives Guaranteed containers with whole CPUs exclusive CPUs", |o, i| rm::cpu_policy(i.text).map(|p| o.resource_managers.cpu_policy = p)),
+    row("cpu-manager-policy-options", Some("cpuManagerPolicyOptions"), Map('='), "", "full-pcpus-only=true,...", "The static policy's options (GA and beta ones)", |o, i| map_pairs(i.text, '=').map(|m| o.resource_managers.cpu_policy_options = m.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())),
+    row("cpu-manager-reconcile-period", Some("cpuManagerReconcilePeriod"), Duration, "10s", "DURATION", "How often every container's cpuset is made what the CPU manager says", |o, i| positive_duration(i.text).map(|d| o.resource_managers.cpu_reconcile_period = d)),
+    row("reserved-cpus", Some("reservedSystemCPUs"), Text, "", "CPU-LIST", "CPUs kept for the system and Kubernetes daemons (e.g. 0-1); overrides the CPU of kube-reserved and system-reserved", |o, i| rm::reserved_cpus(i.text).map(|c| o.resource_managers.reserved_cpus = c)),
+    row("memory-manager-policy", Some("memoryManagerPolicy"), Text, "None", "None|Static", "The memory manager's policy: Static pins Guaranteed pods' memory to NUMA nodes", |o, i| rm::memory_policy(i.text).map(|p| o.resource_managers.memory_policy = p)),
+    row("reserved-memory", Some("reservedMemory"), ReservedMemory, "", "N:memory=1Gi,...;...", "Memory reserved per NUMA node for the Static memory policy; repeat the flag for more nodes", |o, i| rm::reserved_memory(i.text).map(|r| o.resource_managers.reserved_memory = r)),
+    row("topology-manager-policy", Some("topologyManagerPolicy"), Text, "none", "none|best-effort|restricted|single-numa-node", "How the topology manager aligns CPUs, memory and devices on NUMA nodes", |o, i| rm::topology_policy(i.text).map(|p| o.resource_managers.topology_policy = p)),
+    row("topology-manager-scope", Some("topologyManagerScope"), Text, "container", "container|pod", "Whether the topology manager aligns each container or the whole pod", |o, i| rm::topology_scope(i.text).map(|s| o.resource_managers.topology_scope = s)),
+    row("topology-manager-policy-options", Some("topologyManagerPolicyOptions"), Map('='), "", "prefer-closest-numa-nodes=true,...", "The topology manager's options (GA and beta ones)", |o, i| map_pairs(i.text, '=').map(|m| o.resource_managers.topology_policy_options = m.into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())),
     row("v", None, Int, "0", "LEVEL", "Log verbosity (klog level)", |o, i| int_within(i.text, 0, 255).map(|v| o.verbosity = v)).short('v'),
     row("logging-format", Some("logging.format"), Text, "text", "text|json", "Log format: text (klog's lines) or json (one JSON object a line)", |o, i| crate::logging::LogFormat::parse(i.text).map(|f| o.logging_format = f).ok_or_else(|| UNSUPPORTED_LOG_FORMAT.into())),
     row("runonce", None, Bool, "false", "true|false", "Start the static pods once, wait for them, then exit", |o, i| parse_bool(i.text).map(|b| o.runonce = b)),
@@ -971,7 +988,8 @@ mod tests {
                 | Kind::Map(_)
                 | Kind::Multimap
                 | Kind::Gates
-                | Kind::GraceByPriority => "x1",
+                | Kind::GraceByPriority
+                | Kind::ReservedMemory => "x1",
                 Kind::Text | Kind::Path | Kind::List => continue,
             };
             let reason = s.kind.parse(bad).unwrap_err();

@@ -555,7 +555,10 @@ mod tests {
             pods: 110,
         };
         let mut chain = AdmissionChain::default();
-        chain.push(Box::new(crate::cm::ResourceFit { allocatable }));
+        chain.push(Box::new(crate::cm::ResourceFit {
+            allocatable,
+            extended: None,
+        }));
         let m = AllocationManager::new(
             ResourceState::in_memory(),
             allocatable,

@@ -54,6 +54,8 @@ pub(crate) struct NodeStatusDeps {
     pub client: kube::Client,
     pub info: NodeInfo,
     pub allocatable: NodeAllocatable,
+    /// The device plugins' resources (None: no device manager).
+    pub extended: Option<Arc<dyn crate::contracts::ExtendedResourceSource>>,
     /// The secure port, advertised as `daemonEndpoints.kubeletEndpoint.Port`.
     pub kubelet_port: i32,
     pub registration: Registration,
@@ -154,10 +156,16 @@ impl NodeStatusTask {
             .as_ref()
             .and_then(|(s, _)| s.conditions.clone())
             .unwrap_or_default();
+        let extended = d.extended.as_ref().map(|e| e.extended_resources());
+        let (capacity, allocatable) = setters::with_extended(
+            setters::resources(&d.allocatable.capacity),
+            setters::resources(&d.allocatable.allocatable),
+            extended.as_ref(),
+        );
         NodeStatus {
             addresses: Some(setters::addresses(&d.info)),
-            capacity: Some(setters::resources(&d.allocatable.capacity)),
-            allocatable: Some(setters::resources(&d.allocatable.allocatable)),
+            capacity: Some(capacity),
+            allocatable: Some(allocatable),
             node_info: Some(setters::node_info(&d.info, &version)),
             daemon_endpoints: Some(setters::daemon_endpoints(d.kubelet_port)),
             runtime_handlers: setters::runtime_handlers(&d.runtime_health.handlers()),

@@ -66,6 +66,30 @@ pub(crate) fn resources(r: &NodeResources) -> BTreeMap<String, Quantity> {
     ])
 }
 
+/// The device plugins' resources added to `capacity` and `allocatable` (kubelet's
+/// `MachineInfo` setter): each registered resource's devices and healthy devices, and
+/// zero for a resource whose plugin is gone, so the scheduler stops counting on it.
+pub(crate) fn with_extended(
+    mut capacity: BTreeMap<String, Quantity>,
+    mut allocatable: BTreeMap<String, Quantity>,
+    extended: Option<&crate::contracts::ExtendedResources>,
+) -> (BTreeMap<String, Quantity>, BTreeMap<String, Quantity>) {
+    let Some(e) = extended else {
+        return (capacity, allocatable);
+    };
+    for (name, n) in &e.capacity {
+        capacity.insert(name.clone(), Quantity(n.to_string()));
+    }
+    for (name, n) in &e.allocatable {
+        allocatable.insert(name.clone(), Quantity(n.to_string()));
+    }
+    for name in &e.removed {
+        capacity.insert(name.clone(), Quantity("0".into()));
+        allocatable.insert(name.clone(), Quantity("0".into()));
+    }
+    (capacity, allocatable)
+}
+
 /// `nodeInfo`; `runtime` is the CRI `Version` answer (`<runtime>://<version>`).
 /// `swap.capacity` only on a node with swap, as kubelet (NodeSwap) reports it.
 pub(crate) fn node_info(info: &NodeInfo, runtime: &cri::VersionResponse) -> NodeSystemInfo {

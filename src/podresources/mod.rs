@@ -1,0 +1,22 @@
+//! kubelet's pod resources API (`pkg/kubelet/apis/podresources`, v1): a gRPC service
+//! on `<root-dir>/pod-resources/kubelet.sock` that monitoring agents and device
+//! plugins ask which exclusive CPUs, memory, devices and ResourceClaims each running
+//! container holds (`List`, `Get`), and what the node has to give
+//! (`GetAllocatableResources`). Root-only socket, a request-rate limit as kubelet's.
+//!
+//! - `api.rs`: the v1 messages (the wire contract);
+//! - `lister.rs`: the answers, from a [`PodResourcesSource`] the resource managers fill;
+//! - `server.rs`: the socket, the routing and the rate limit.
+
+mod api;
+mod lister;
+mod server;
+
+pub(crate) use api::{
+    AllocatableResourcesResponse, ClaimResource, ContainerDevices, ContainerMemory,
+    DynamicResource, NumaNode, TopologyInfo,
+};
+pub(crate) use lister::{ContainerAllocations, PodResourcesSource};
+#[cfg(test)]
+pub(crate) use server::test_client;
+pub(crate) use server::{SOCKET_DIR, SOCKET_NAME, serve};

@@ -19,6 +19,12 @@
 //! resources included, is refused with its fixed text (the spec diff the real one appends
 //! is left out).
 //!
+//! resource.k8s.io/v1 is served (ResourceClaims with their status subresource, templates,
+//! DeviceClasses, ResourceSlices with `deletecollection`; `dra_rules.rs`), with node
+//! identities (`add_node_token`: `system:node:<name>`) bound by the node authorizer's rules
+//! on that group alone; `ApiHandle::allocate_claims` does what the scheduler and the
+//! resourceclaim controller do for a pod's claims, and `dra_driver` is a DRA driver for tests.
+//!
 //! Not a real apiserver: no admission but RuntimeClass's (so no NodeDeclaredFeatureValidator
 //! on resizes, no LimitRanger or ResourceQuota), and validation only where oxlet's writes meet it
 //! (pods: `validate.rs`; their status updates and server-set fields: `pod_rules.rs`;

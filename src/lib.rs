@@ -15,6 +15,8 @@ pub mod containerd;
 mod contracts;
 mod credentials;
 mod cri;
+#[allow(dead_code)] // wired by the resource managers
+mod dra;
 mod duration;
 mod events;
 mod eviction;

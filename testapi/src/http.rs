@@ -67,6 +67,8 @@ pub(crate) struct Shared {
     pub kubelet_client: Mutex<Option<Arc<tokio_rustls::rustls::ClientConfig>>>,
     /// The resources the stored CustomResourceDefinitions define.
     pub custom: crate::custom::Custom,
+    /// Bearer tokens of node identities (`system:node:<name>`): token, node name.
+    pub node_tokens: Mutex<Vec<(String, String)>>,
 }
 
 impl Shared {
@@ -264,8 +266,18 @@ async fn serve(
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")));
+    let node = presented.flatten().and_then(|token| {
+        let nodes = shared
+            .node_tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        nodes
+            .iter()
+            .find(|(t, _)| t == token)
+            .map(|(_, n)| n.clone())
+    });
     let ok = match presented {
-        Some(token) => token == Some(shared.token.as_str()),
+        Some(token) => token == Some(shared.token.as_str()) || node.is_some(),
         None => shared.anonymous.load(Ordering::SeqCst),
     };
     if !ok {
@@ -358,6 +370,20 @@ async fn serve(
         });
     let raw = read_body(req).await?;
     seen.clone_from(&raw);
+    if let Some(node) = &node
+        && t.def.group == "resource.k8s.io"
+    {
+        let body: Option<Value> = serde_json::from_slice(&raw).ok();
+        crate::dra_rules::authorize(
+            shared,
+            node,
+            &method,
+            &t,
+            body.as_ref(),
+            query.get("fieldSelector"),
+            query.flag("watch"),
+        )?;
+    }
     match (method, t.name.is_some(), t.sub.as_deref()) {
         (Method::GET, false, _) if query.flag("watch") => {
             let (labels, fields) = selectors(&t, &query)?;
@@ -390,6 +416,10 @@ async fn serve(
         }
         (Method::DELETE, true, None) => {
             verbs::delete(shared, &t, content_type.as_deref(), &raw, &query)
+        }
+        (Method::DELETE, false, None) if t.def.name != "pods" => {
+            let (labels, fields) = selectors(&t, &query)?;
+            verbs::delete_collection(shared, &t, &labels, &fields)
         }
         (m, _, _) => Err(ApiError::new(
             405,

@@ -19,6 +19,12 @@
 //! resources included, is refused with its fixed text (the spec diff the real one appends
 //! is left out).
 //!
+//! resource.k8s.io/v1 is served (ResourceClaims with their status subresource, templates,
+//! DeviceClasses, ResourceSlices with `deletecollection`; `dra_rules.rs`), with node
+//! identities (`add_node_token`: `system:node:<name>`) bound by the node authorizer's rules
+//! on that group alone; `ApiHandle::allocate_claims` does what the scheduler and the
+//! resourceclaim controller do for a pod's claims, and `dra_driver` is a DRA driver for tests.
+//!
 //! Not a real apiserver: no admission but RuntimeClass's (so no NodeDeclaredFeatureValidator
 //! on resizes, no LimitRanger or ResourceQuota), and validation only where oxlet's writes meet it
 //! (pods: `validate.rs`; their status updates and server-set fields: `pod_rules.rs`;
@@ -30,7 +36,12 @@
 //! `Expired` (as the watch cache answers), and a list or watch newer than the store is 504
 //! at once (the real one waits up to 3 s for the version first).
 
+mod allocate;
 mod custom;
+pub mod dra_driver;
+mod dra_rules;
+#[cfg(test)]
+mod dra_tests;
 mod http;
 mod node_rules;
 mod patch;
@@ -228,6 +239,7 @@ impl TestApiServer {
             reviews: Mutex::new(reviews::Rules::default()),
             kubelet_client: Mutex::new(None),
             custom: custom::Custom::default(),
+            node_tokens: Mutex::new(Vec::new()),
         });
         let kubeconfig = state_dir.join("kubeconfig");
         std::fs::write(
@@ -423,17 +435,7 @@ impl TestApiServer {
         ns: &str,
         name: &str,
     ) -> Result<Option<K>, Error> {
-        let def = resource_id::<K>()?;
-        self.shared
-            .store
-            .get(&(def.id(), ns.to_owned(), name.to_owned()))
-            .map(|v| {
-                serde_json::from_value(v).map_err(|source| Error::Json {
-                    kind: K::KIND.into(),
-                    source,
-                })
-            })
-            .transpose()
+        self.handle().get(ns, name)
     }
 
     /// Every object of a kind, in `ns` or (None) everywhere.
@@ -456,6 +458,98 @@ impl TestApiServer {
 
     /// Create or replace an object directly, status included, as a controller would leave it
     /// (uid and creationTimestamp kept if it existed; a new resourceVersion). Returns it as stored.
+    pub fn put<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
+        &self,
+        obj: &K,
+    ) -> Result<K, Error> {
+        self.handle().put(obj)
+    }
+
+    /// A handle on the stored objects that outlives borrows of the server (a test DRA
+    /// driver's, a controller's).
+    pub fn handle(&self) -> ApiHandle {
+        ApiHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Requests with bearer `token` are the node `node` (`system:node:<node>`), which the
+    /// node authorizer's rules bind on resource.k8s.io (other groups serve it as the
+    /// kubeconfig's user). Returns a kubeconfig with that token.
+    pub fn add_node_token(&self, token: &str, node: &str) -> Result<PathBuf, Error> {
+        self.shared
+            .node_tokens
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((token.to_owned(), node.to_owned()));
+        let file = self.state_dir.join(format!("kubeconfig-{node}"));
+        std::fs::write(&file, kubeconfig_yaml(&self.url(), token)).map_err(io(&file))?;
+        Ok(file)
+    }
+
+    /// Remove an object at once (no grace, no finalizers), as a force delete would.
+    pub fn remove<K: k8s_openapi::Resource>(&self, ns: &str, name: &str) -> Result<bool, Error> {
+        let def = resource_id::<K>()?;
+        let (gone, existed) = self
+            .shared
+            .store
+            .mutate(&(def.id(), ns.to_owned(), name.to_owned()), |old, _| {
+                Ok((None, old.is_some()))
+            })?;
+        drop(gone);
+        Ok(existed)
+    }
+
+    /// Approve a CSR as an approver would, and issue `certificate` (PEM) if given, as a signer.
+    pub fn approve_csr(&self, name: &str, certificate_pem: Option<&[u8]>) -> Result<(), Error> {
+        let key = (
+            "certificates.k8s.io/certificatesigningrequests".to_owned(),
+            String::new(),
+            name.to_owned(),
+        );
+        self.shared.store.mutate(&key, |old, _| {
+            let mut csr = old.cloned().ok_or_else(|| ApiError::not_found("certificatesigningrequests", name))?;
+            let now = http::timestamp(jiff::Timestamp::now());
+            csr["status"]["conditions"] = json!([{
+                "type": "Approved", "status": "True", "reason": "TestApiApprove",
+                "message": "approved by the test apiserver", "lastUpdateTime": now, "lastTransitionTime": now,
+            }]);
+            if let Some(pem) = certificate_pem {
+                csr["status"]["certificate"] = json!(base64(pem));
+            }
+            Ok((Some(csr), ()))
+        })?;
+        Ok(())
+    }
+}
+
+/// The stored objects of a [`TestApiServer`], read and written directly.
+#[derive(Clone)]
+pub struct ApiHandle {
+    shared: Arc<Shared>,
+}
+
+impl ApiHandle {
+    /// [`TestApiServer::get`].
+    pub fn get<K: k8s_openapi::Resource + DeserializeOwned>(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<K>, Error> {
+        let def = resource_id::<K>()?;
+        self.shared
+            .store
+            .get(&(def.id(), ns.to_owned(), name.to_owned()))
+            .map(|v| {
+                serde_json::from_value(v).map_err(|source| Error::Json {
+                    kind: K::KIND.into(),
+                    source,
+                })
+            })
+            .transpose()
+    }
+
+    /// [`TestApiServer::put`].
     pub fn put<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
         &self,
         obj: &K,
@@ -521,41 +615,6 @@ impl TestApiServer {
             kind: K::KIND.into(),
             source,
         })
-    }
-
-    /// Remove an object at once (no grace, no finalizers), as a force delete would.
-    pub fn remove<K: k8s_openapi::Resource>(&self, ns: &str, name: &str) -> Result<bool, Error> {
-        let def = resource_id::<K>()?;
-        let (gone, existed) = self
-            .shared
-            .store
-            .mutate(&(def.id(), ns.to_owned(), name.to_owned()), |old, _| {
-                Ok((None, old.is_some()))
-            })?;
-        drop(gone);
-        Ok(existed)
-    }
-
-    /// Approve a CSR as an approver would, and issue `certificate` (PEM) if given, as a signer.
-    pub fn approve_csr(&self, name: &str, certificate_pem: Option<&[u8]>) -> Result<(), Error> {
-        let key = (
-            "certificates.k8s.io/certificatesigningrequests".to_owned(),
-            String::new(),
-            name.to_owned(),
-        );
-        self.shared.store.mutate(&key, |old, _| {
-            let mut csr = old.cloned().ok_or_else(|| ApiError::not_found("certificatesigningrequests", name))?;
-            let now = http::timestamp(jiff::Timestamp::now());
-            csr["status"]["conditions"] = json!([{
-                "type": "Approved", "status": "True", "reason": "TestApiApprove",
-                "message": "approved by the test apiserver", "lastUpdateTime": now, "lastTransitionTime": now,
-            }]);
-            if let Some(pem) = certificate_pem {
-                csr["status"]["certificate"] = json!(base64(pem));
-            }
-            Ok((Some(csr), ()))
-        })?;
-        Ok(())
     }
 }
 

@@ -5,7 +5,7 @@
 use k8s_openapi::api::{
     authentication::v1::TokenRequest, certificates::v1::CertificateSigningRequest,
     coordination::v1::Lease, core::v1 as core, events::v1 as events, node::v1::RuntimeClass,
-    storage::v1::StorageClass,
+    resource::v1 as resource, storage::v1::StorageClass,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::{Serialize, de::DeserializeOwned};
@@ -249,6 +249,54 @@ pub(crate) static RESOURCES: &[Def] = &[
         short: &["csr"],
         check: strict::<CertificateSigningRequest>,
     },
+    Def {
+        group: "resource.k8s.io",
+        version: "v1",
+        name: "resourceclaims",
+        singular: "resourceclaim",
+        kind: "ResourceClaim",
+        namespaced: true,
+        status: true,
+        fields: &[],
+        short: &[],
+        check: strict::<resource::ResourceClaim>,
+    },
+    Def {
+        group: "resource.k8s.io",
+        version: "v1",
+        name: "resourceclaimtemplates",
+        singular: "resourceclaimtemplate",
+        kind: "ResourceClaimTemplate",
+        namespaced: true,
+        status: false,
+        fields: &[],
+        short: &[],
+        check: strict::<resource::ResourceClaimTemplate>,
+    },
+    Def {
+        group: "resource.k8s.io",
+        version: "v1",
+        name: "deviceclasses",
+        singular: "deviceclass",
+        kind: "DeviceClass",
+        namespaced: false,
+        status: false,
+        fields: &[],
+        short: &[],
+        check: strict::<resource::DeviceClass>,
+    },
+    Def {
+        group: "resource.k8s.io",
+        version: "v1",
+        name: "resourceslices",
+        singular: "resourceslice",
+        kind: "ResourceSlice",
+        namespaced: false,
+        status: false,
+        fields: &["spec.nodeName", "spec.driver"],
+        short: &[],
+        check: strict::<resource::ResourceSlice>,
+    },
 ];
 
 /// The built-in resources, then `custom` (those of the CustomResourceDefinitions stored).
@@ -456,7 +504,24 @@ mod tests {
             "{names:?}"
         );
         assert!(resource_list(&[], "apps", "v1").is_none());
-        assert_eq!(api_group_list(&[])["groups"].as_array().unwrap().len(), 6);
+        assert_eq!(api_group_list(&[])["groups"].as_array().unwrap().len(), 7);
+        let dra = resource_list(&[], "resource.k8s.io", "v1").unwrap();
+        let dra: Vec<&str> = dra["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            dra,
+            [
+                "resourceclaims",
+                "resourceclaims/status",
+                "resourceclaimtemplates",
+                "deviceclasses",
+                "resourceslices"
+            ]
+        );
         assert!(resource_list(&[], "node.k8s.io", "v1").is_some());
     }
 }

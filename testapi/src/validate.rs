@@ -40,6 +40,12 @@ pub(crate) fn admit(resource: &str, body: &mut Value) -> Result<(), ApiError> {
         "runtimeclasses" => {
             validate_runtime_class(body).map_err(|m| ApiError::invalid(resource, &name(body), m))
         }
+        "resourceclaims" => crate::dra_rules::check_claim(body)
+            .map_err(|m| ApiError::invalid(resource, &name(body), m)),
+        "resourceclaimtemplates" => crate::dra_rules::check_template(body)
+            .map_err(|m| ApiError::invalid(resource, &name(body), m)),
+        "resourceslices" => crate::dra_rules::check_slice(body)
+            .map_err(|m| ApiError::invalid(resource, &name(body), m)),
         _ => Ok(()),
     }
 }

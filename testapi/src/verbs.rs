@@ -445,6 +445,48 @@ pub(crate) fn delete(
     ))
 }
 
+/// `DELETE` on a collection (`deletecollection`): every object the selectors match is
+/// deleted as a single delete would (at once unless finalizers hold it); the answer is
+/// the list of what was deleted. Not for pods (their graceful deletion is per pod).
+pub(crate) fn delete_collection(
+    shared: &Shared,
+    t: &Target,
+    labels: &crate::selectors::Selector,
+    fields: &crate::selectors::Selector,
+) -> Result<Response<Body>, ApiError> {
+    let (items, _) = shared.store.list(&t.def.id(), t.ns.as_deref(), None)?;
+    let mut deleted = Vec::new();
+    for (key, obj) in items {
+        if !labels.matches_labels(&obj) || !fields.matches_fields(&obj) {
+            continue;
+        }
+        let (_, gone) = shared.store.mutate(&key, |old, _| {
+            let Some(old) = old else {
+                return Ok((None, None));
+            };
+            let mut new = old.clone();
+            if new["metadata"]
+                .get("deletionTimestamp")
+                .is_none_or(Value::is_null)
+            {
+                new["metadata"]["deletionTimestamp"] = Value::String(timestamp(now()));
+                new["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            }
+            let keep = if finished(&new) {
+                None
+            } else {
+                Some(new.clone())
+            };
+            Ok((keep, Some(new)))
+        })?;
+        deleted.extend(gone);
+    }
+    Ok(respond(
+        200,
+        &json!({"kind": format!("{}List", t.def.kind), "apiVersion": t.def.api_version(), "metadata": {}, "items": deleted}),
+    ))
+}
+
 /// `serviceaccounts/<name>/token`: a TokenRequest answered with an opaque token and its expiry.
 pub(crate) fn token_request(
     shared: &Shared,

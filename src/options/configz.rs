@@ -457,6 +457,10 @@ mod tests {
             "--eviction-minimum-reclaim=memory.available=500Mi",
             "--volume-stats-agg-period=30s",
             "--feature-gates=EventedPLEG=false,SomeAlphaGate=true",
+            "--cpu-manager-policy-options=full-pcpus-only=true",
+            "--topology-manager-policy-options=prefer-closest-numa-nodes=true",
+            "--reserved-memory=0:memory=1Gi",
+            "--reserved-cpus=0",
         ]);
         let mut o = o;
         o.max_parallel_image_pulls = Some(2);

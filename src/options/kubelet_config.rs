@@ -631,9 +631,22 @@ mod tests {
              shutdownGracePeriodByPodPriority:\n- priority: 2000000000\n  shutdownGracePeriodSeconds: 10\n\
              - shutdownGracePeriodSeconds: 20\n"
         );
+        // The resource managers' maps, lists and the reserved memory.
+        let body = format!(
+            "{body}cpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\n\
+             topologyManagerPolicyOptions:\n  prefer-closest-numa-nodes: \"true\"\n\
+             reservedMemory:\n- numaNode: 0\n  limits:\n    memory: 1Gi\nreservedSystemCPUs: 0-1\n"
+        );
         let fields: Vec<(&str, &str)> = fields
             .into_iter()
             .chain([
+                ("cpuManagerPolicyOptions", "full-pcpus-only=true"),
+                (
+                    "topologyManagerPolicyOptions",
+                    "prefer-closest-numa-nodes=true",
+                ),
+                ("reservedMemory", "0:memory=1Gi"),
+                ("reservedSystemCPUs", "0-1"),
                 ("tlsCipherSuites", "TLS_AES_128_GCM_SHA256"),
                 ("authentication.x509.clientCAFile", "/ca.crt"),
                 ("authentication.webhook.enabled", "true"),

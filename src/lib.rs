@@ -54,7 +54,7 @@ mod tasks;
 mod timeline;
 mod tls;
 // The resource managers' shared NUMA types; their providers and wiring come next.
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)] // wired by the resource managers
 mod topology;
 mod version;
 mod volumes;

@@ -115,7 +115,7 @@ fn read_node(dir: &Path) -> std::io::Result<NodeMemory> {
 
 /// The resource name of a huge page size (kubelet's `HugePageResourceName`):
 /// `hugepages-2Mi` for 2048 KiB pages.
-pub(crate) fn hugepage_resource(page_kib: u64) -> String {
+pub(super) fn hugepage_resource(page_kib: u64) -> String {
     let bytes = i64::try_from(page_kib.saturating_mul(1024)).unwrap_or(i64::MAX);
     format!("hugepages-{}", crate::quantity::canonical(bytes, true))
 }
@@ -200,7 +200,7 @@ pub(crate) fn reserved_from_config(list: &[MemoryReservation]) -> Result<Reserve
 /// `memory` and each huge page size the reservations over all nodes add up to what
 /// node allocatable reserves (kube-reserved + system-reserved + the hard eviction
 /// threshold), `node_reserved`.
-pub(crate) fn validate_reserved(
+pub(super) fn validate_reserved(
     machine: &NumaMemory,
     reserved: &Reserved,
     node_reserved: &BTreeMap<String, u64>,

@@ -27,7 +27,7 @@ impl std::fmt::Display for TopologyHint {
 }
 
 /// A provider's hints as klog prints kubelet's map: `map[cpu:[{…} {…}] memory:[…]]`.
-pub(crate) fn hints_text(hints: &Hints) -> String {
+pub(super) fn hints_text(hints: &Hints) -> String {
     let entries: Vec<String> = hints
         .iter()
         .map(|(resource, list)| {

@@ -34,6 +34,8 @@ mod kuberuntime;
 mod locks;
 mod logging;
 mod logs;
+#[allow(dead_code, unused_imports)] // wired by the resource managers
+mod memorymanager;
 mod metrics;
 mod node;
 mod nodeshutdown;

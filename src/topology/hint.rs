@@ -15,6 +15,29 @@ pub(crate) struct TopologyHint {
     pub preferred: bool,
 }
 
+impl std::fmt::Display for TopologyHint {
+    /// As klog prints kubelet's hint (`{NUMANodeAffinity:01 Preferred:true}`), with
+    /// the mask as node ids: `{NUMANodeAffinity:0,1 Preferred:true}`, `<nil>` for any.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.numa_affinity {
+            Some(m) => write!(f, "{{NUMANodeAffinity:{m} Preferred:{}}}", self.preferred),
+            None => write!(f, "{{NUMANodeAffinity:<nil> Preferred:{}}}", self.preferred),
+        }
+    }
+}
+
+/// A provider's hints as klog prints kubelet's map: `map[cpu:[{…} {…}] memory:[…]]`.
+pub(super) fn hints_text(hints: &Hints) -> String {
+    let entries: Vec<String> = hints
+        .iter()
+        .map(|(resource, list)| {
+            let list: Vec<String> = list.iter().map(ToString::to_string).collect();
+            format!("{resource}:[{}]", list.join(" "))
+        })
+        .collect();
+    format!("map[{}]", entries.join(" "))
+}
+
 /// A provider's hints by resource name (`cpu`, `memory`, `hugepages-2Mi`, a device
 /// plugin's resource). A resource with no entry has no preference; an entry with an
 /// empty list means the resource cannot be placed at all.
@@ -30,7 +53,18 @@ pub(crate) struct AdmitError {
     pub message: String,
 }
 
+/// kubelet's reason for a pod whose resources cannot be aligned.
+const TOPOLOGY_AFFINITY_ERROR: &str = "TopologyAffinityError";
+
 impl AdmitError {
+    /// kubelet's `TopologyAffinityError`: the policy found no admissible affinity.
+    pub(crate) fn topology_affinity() -> Self {
+        Self {
+            reason: TOPOLOGY_AFFINITY_ERROR.into(),
+            message: "Resources cannot be allocated with Topology locality".into(),
+        }
+    }
+
     /// An error a provider did not classify: kubelet's `UnexpectedAdmissionError`,
     /// whose message is "Allocate failed due to <cause>, which is unexpected".
     pub(crate) fn unexpected(cause: impl std::fmt::Display) -> Self {

@@ -65,6 +65,33 @@ impl NumaMask {
     pub(crate) fn bits(self) -> u64 {
         self.0
     }
+
+    /// kubelet's `IsLessThan`: the lower number when read as bits, which is the mask
+    /// with more of the low-numbered nodes.
+    pub(crate) fn is_less_than(self, other: Self) -> bool {
+        self.0 < other.0
+    }
+
+    /// Every non-empty mask over `nodes` (kubelet's `IterateBitMasks`): the single
+    /// nodes first, then the pairs, and so on, each size in the order of `nodes`.
+    pub(crate) fn subsets(nodes: &[usize]) -> Vec<NumaMask> {
+        fn walk(rest: &[usize], taken: &mut Vec<usize>, size: usize, out: &mut Vec<NumaMask>) {
+            if taken.len() == size {
+                out.push(NumaMask::of(taken.iter().copied()));
+                return;
+            }
+            for (i, &n) in rest.iter().enumerate() {
+                taken.push(n);
+                walk(&rest[i + 1..], taken, size, out);
+                taken.pop();
+            }
+        }
+        let mut out = Vec::new();
+        for size in 1..=nodes.len() {
+            walk(nodes, &mut Vec::new(), size, &mut out);
+        }
+        out
+    }
 }
 
 impl std::fmt::Display for NumaMask {
@@ -91,5 +118,16 @@ mod tests {
         assert!(!NumaMask::of([1]).is_narrower_than(NumaMask::of([0])));
         assert_eq!(ab.to_string(), "0,1");
         assert_eq!(NumaMask::of([64]), NumaMask::default());
+        assert!(NumaMask::of([0, 1]).is_less_than(NumaMask::of([2])));
+    }
+
+    #[test]
+    fn subsets_come_by_size_then_in_node_order_as_kubelets_iterate_bit_masks() {
+        let all: Vec<String> = NumaMask::subsets(&[0, 1, 2])
+            .into_iter()
+            .map(|m| m.to_string())
+            .collect();
+        assert_eq!(all, ["0", "1", "2", "0,1", "0,2", "1,2", "0,1,2"]);
+        assert!(NumaMask::subsets(&[]).is_empty());
     }
 }

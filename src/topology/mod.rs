@@ -5,9 +5,20 @@
 //!
 //! - [`mask`]: a set of NUMA nodes (kubelet's `bitmask.BitMask`).
 //! - [`hint`]: a hint, the provider trait, and the admission error a provider returns.
+//! - [`numa`]: the machine's NUMA nodes and distances, from sysfs.
+//! - [`settings`]: policy, scope and options as kubelet takes and checks them.
+//! - [`policy`]: the merge of hints (the permutation walk and kubelet's comparison).
+//! - [`manager`]: admission per scope, the affinity store, the allocation.
 
 mod hint;
+mod manager;
 mod mask;
+mod numa;
+mod policy;
+mod settings;
 
 pub(crate) use hint::{AdmitError, HintProvider, Hints, TopologyHint};
+pub(crate) use manager::TopologyManager;
 pub(crate) use mask::NumaMask;
+pub(crate) use numa::NumaInfo;
+pub(crate) use settings::{PolicyName, PolicyOptions, TopologyError, TopologySettings};

@@ -1,0 +1,308 @@
+//! What the memory manager starts from: each NUMA node's memory and huge pages (read
+//! from sysfs, as cadvisor reads them for kubelet) and the memory reserved per node
+//! (`--reserved-memory` / `reservedMemory`), checked against node allocatable's
+//! reservation as kubelet checks it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde::Deserialize;
+
+/// Bytes reserved per NUMA node and resource (`memory`, `hugepages-2Mi`, …).
+pub(crate) type Reserved = BTreeMap<usize, BTreeMap<String, u64>>;
+
+/// Largest sysfs file read: a node's meminfo is a couple of KiB.
+const MAX_SYSFS_BYTES: u64 = 64 << 10;
+
+/// One NUMA node's memory: its total and its huge pages by page size.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NodeMemory {
+    /// `MemTotal` of the node, in bytes.
+    pub memory: u64,
+    /// Page size in KiB → number of pages (`nr_hugepages`).
+    pub hugepages: BTreeMap<u64, u64>,
+}
+
+/// The machine's memory by NUMA node (what kubelet reads from cadvisor's topology).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NumaMemory {
+    pub nodes: BTreeMap<usize, NodeMemory>,
+}
+
+impl NumaMemory {
+    /// Reads `<root>/nodeN/meminfo` (`Node N MemTotal: X kB`) and
+    /// `<root>/nodeN/hugepages/hugepages-<size>kB/nr_hugepages`; root is normally
+    /// `/sys/devices/system/node`.
+    pub(crate) fn from_sysfs(root: &Path) -> std::io::Result<Self> {
+        let mut out = Self::default();
+        for e in std::fs::read_dir(root)? {
+            let e = e?;
+            let Some(id) = e
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("node"))
+                .and_then(|n| n.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            out.nodes.insert(id, read_node(&e.path())?);
+        }
+        if out.nodes.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("no NUMA node under {}", root.display()),
+            ));
+        }
+        Ok(out)
+    }
+}
+
+fn read_text(file: &Path) -> std::io::Result<String> {
+    let body = crate::private_file::read_bounded(file, MAX_SYSFS_BYTES)?.ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} is missing", file.display()),
+        )
+    })?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+fn read_node(dir: &Path) -> std::io::Result<NodeMemory> {
+    let meminfo = read_text(&dir.join("meminfo"))?;
+    let kib = meminfo
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once("MemTotal:")?;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("no MemTotal in {}", dir.join("meminfo").display()),
+            )
+        })?;
+    let mut node = NodeMemory {
+        memory: kib * 1024,
+        hugepages: BTreeMap::new(),
+    };
+    let pages_dir = dir.join("hugepages");
+    let Ok(entries) = std::fs::read_dir(&pages_dir) else {
+        return Ok(node);
+    };
+    for e in entries {
+        let e = e?;
+        let name = e.file_name();
+        let Some(size) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("hugepages-"))
+            .and_then(|n| n.strip_suffix("kB"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let count = read_text(&e.path().join("nr_hugepages"))?;
+        let count = count.trim().parse::<u64>().map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("bad nr_hugepages for {size}kB"),
+            )
+        })?;
+        node.hugepages.insert(size, count);
+    }
+    Ok(node)
+}
+
+/// The resource name of a huge page size (kubelet's `HugePageResourceName`):
+/// `hugepages-2Mi` for 2048 KiB pages.
+pub(super) fn hugepage_resource(page_kib: u64) -> String {
+    let bytes = i64::try_from(page_kib.saturating_mul(1024)).unwrap_or(i64::MAX);
+    format!("hugepages-{}", crate::quantity::canonical(bytes, true))
+}
+
+fn is_memory_resource(name: &str) -> bool {
+    name == "memory" || name.starts_with("hugepages-")
+}
+
+/// Parses `--reserved-memory` (kubelet's `ReservedMemoryVar`):
+/// `0:memory=1Gi,hugepages-1Gi=2Gi;1:memory=2Gi`, adding to `into` (the flag may be
+/// given more than once). kubelet's error texts, typos included.
+pub(crate) fn parse_reserved_memory_flag(value: &str, into: &mut Reserved) -> Result<(), String> {
+    if value.is_empty() {
+        return Ok(());
+    }
+    for reservation in value.split(';') {
+        let parts: Vec<&str> = reservation.split(':').collect();
+        let [node, limits] = parts[..] else {
+            return Err(format!(
+                "the reserved memory has incorrect format, expected numaNodeID:type=quantity[,type=quantity...], got {reservation}"
+            ));
+        };
+        let node: usize = node.parse().map_err(|_| {
+            format!("failed to convert the NUMA node ID, exptected integer, got {node}")
+        })?;
+        for limit in limits.split(',') {
+            let kv: Vec<&str> = limit.split('=').collect();
+            let [name, quantity] = kv[..] else {
+                return Err(format!(
+                    "the reserved limit has incorrect value, expected type=quantatity, got {limit}"
+                ));
+            };
+            if !is_memory_resource(name) {
+                return Err(format!(
+                    "memory type conversion error, unknown type: {}",
+                    crate::klog::go_quote(name)
+                ));
+            }
+            let bytes = crate::quantity::bytes(&Quantity(quantity.into()))
+                .ok()
+                .and_then(|b| u64::try_from(b).ok())
+                .ok_or_else(|| {
+                    format!("failed to parse the quantatity, expected quantatity, got {quantity}")
+                })?;
+            into.entry(node)
+                .or_default()
+                .insert(name.to_string(), bytes);
+        }
+    }
+    Ok(())
+}
+
+/// One entry of `reservedMemory` in the KubeletConfiguration file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct MemoryReservation {
+    pub numa_node: i32,
+    #[serde(default)]
+    pub limits: BTreeMap<String, Quantity>,
+}
+
+/// The configuration file's list as the per-node map.
+pub(crate) fn reserved_from_config(list: &[MemoryReservation]) -> Result<Reserved, String> {
+    let mut out = Reserved::new();
+    for r in list {
+        let node = usize::try_from(r.numa_node)
+            .map_err(|_| format!("invalid NUMA node {} in reservedMemory", r.numa_node))?;
+        for (name, q) in &r.limits {
+            let bytes = crate::quantity::bytes(q)
+                .ok()
+                .and_then(|b| u64::try_from(b).ok())
+                .ok_or_else(|| {
+                    "could not covert a variable of type Quantity to int64".to_string()
+                })?;
+            out.entry(node).or_default().insert(name.clone(), bytes);
+        }
+    }
+    Ok(out)
+}
+
+/// kubelet's `validateReservedMemory`: every reserved NUMA node exists, and for
+/// `memory` and each huge page size the reservations over all nodes add up to what
+/// node allocatable reserves (kube-reserved + system-reserved + the hard eviction
+/// threshold), `node_reserved`.
+pub(super) fn validate_reserved(
+    machine: &NumaMemory,
+    reserved: &Reserved,
+    node_reserved: &BTreeMap<String, u64>,
+) -> Result<(), String> {
+    let mut totals: BTreeMap<&str, u64> = BTreeMap::new();
+    for (node, limits) in reserved {
+        if !machine.nodes.contains_key(node) {
+            return Err(format!(
+                "the reserved memory configuration references a NUMA node {node} that does not exist on this machine"
+            ));
+        }
+        for (name, bytes) in limits {
+            *totals.entry(name).or_default() += bytes;
+        }
+    }
+    let mut kinds: Vec<&str> = totals.keys().copied().collect();
+    kinds.extend(
+        node_reserved
+            .keys()
+            .map(String::as_str)
+            .filter(|n| is_memory_resource(n)),
+    );
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        let total = totals.get(kind).copied().unwrap_or(0);
+        let allocatable = node_reserved.get(kind).copied().unwrap_or(0);
+        if total != allocatable {
+            let q = |b: u64| crate::quantity::canonical(i64::try_from(b).unwrap_or(i64::MAX), true);
+            return Err(format!(
+                "the total amount {} of type {} is not equal to the value {} determined by Node Allocatable feature",
+                crate::klog::go_quote(&q(total)),
+                crate::klog::go_quote(kind),
+                crate::klog::go_quote(&q(allocatable)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_memory_and_huge_pages_come_from_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = dir.path().join("node0");
+        std::fs::create_dir_all(node.join("hugepages/hugepages-2048kB")).unwrap();
+        std::fs::write(
+            node.join("meminfo"),
+            "Node 0 MemTotal:       16384 kB\nNode 0 MemFree:        100 kB\n",
+        )
+        .unwrap();
+        std::fs::write(node.join("hugepages/hugepages-2048kB/nr_hugepages"), "4\n").unwrap();
+        let m = NumaMemory::from_sysfs(dir.path()).unwrap();
+        assert_eq!(m.nodes[&0].memory, 16384 * 1024);
+        assert_eq!(m.nodes[&0].hugepages[&2048], 4);
+        assert_eq!(hugepage_resource(2048), "hugepages-2Mi");
+        assert_eq!(hugepage_resource(1048576), "hugepages-1Gi");
+    }
+
+    #[test]
+    fn the_flag_parses_and_refuses_with_kubelets_words() {
+        let mut r = Reserved::new();
+        parse_reserved_memory_flag("0:memory=1Gi,hugepages-2Mi=4Mi;1:memory=512Mi", &mut r)
+            .unwrap();
+        assert_eq!(r[&0]["memory"], 1 << 30);
+        assert_eq!(r[&0]["hugepages-2Mi"], 4 << 20);
+        assert_eq!(r[&1]["memory"], 512 << 20);
+        let err = |v| parse_reserved_memory_flag(v, &mut Reserved::new()).unwrap_err();
+        assert!(err("0memory=1Gi").starts_with("the reserved memory has incorrect format"));
+        assert_eq!(
+            err("x:memory=1Gi"),
+            "failed to convert the NUMA node ID, exptected integer, got x"
+        );
+        assert_eq!(
+            err("0:cpu=1"),
+            "memory type conversion error, unknown type: \"cpu\""
+        );
+        assert_eq!(
+            err("0:memory=lots"),
+            "failed to parse the quantatity, expected quantatity, got lots"
+        );
+    }
+
+    #[test]
+    fn reservations_must_add_up_to_node_allocatables() {
+        let mut machine = NumaMemory::default();
+        machine.nodes.insert(0, NodeMemory::default());
+        let mut r = Reserved::new();
+        parse_reserved_memory_flag("0:memory=1Gi", &mut r).unwrap();
+        let node = |b: u64| BTreeMap::from([("memory".to_string(), b), ("cpu".to_string(), 7)]);
+        assert!(validate_reserved(&machine, &r, &node(1 << 30)).is_ok());
+        assert_eq!(
+            validate_reserved(&machine, &r, &node(1100 << 20)).unwrap_err(),
+            "the total amount \"1Gi\" of type \"memory\" is not equal to the value \"1100Mi\" determined by Node Allocatable feature"
+        );
+        parse_reserved_memory_flag("3:memory=1Gi", &mut r).unwrap();
+        assert_eq!(
+            validate_reserved(&machine, &r, &node(2 << 30)).unwrap_err(),
+            "the reserved memory configuration references a NUMA node 3 that does not exist on this machine"
+        );
+    }
+}

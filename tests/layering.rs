@@ -58,6 +58,7 @@ const FLOORS: &[&[&str]] = &[
     // pod status (kubelet's status manager), which the prober reads
     &["status"],
     &["prober"],
+    &["cpumanager", "memorymanager", "devicemanager", "dra"],
     // beside the loop: they see pods through the contracts, never the loop itself
     &["eviction", "koord", "nodeshutdown"],
     // the loop and its pod workers

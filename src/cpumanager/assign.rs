@@ -215,8 +215,9 @@ pub(super) fn take_packed(
     Err("failed to allocate cpus".into())
 }
 
-/// Every `k`-subset of `items`, in lexical order.
-fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
+/// Every `k`-subset of `items`, in lexical order (kubelet's `iterateCombinations`,
+/// and by size its `IterateBitMasks`).
+pub(super) fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
     if k == 0 || k > items.len() {
         return if k == 0 { vec![vec![]] } else { vec![] };
     }

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::info;
 
 use super::CpuSet;
+use super::assign::combinations;
 use super::manager::{CpuManager, Inner, note_existing, pod_ref, pod_uid};
 use super::options::CpuManagerPolicy;
 use crate::cm::QosClass;
@@ -245,21 +246,6 @@ impl CpuManager {
         self.assign(&mut inner, pod, container, cpus);
         Ok(())
     }
-}
-
-/// Every `k`-subset of `items`, lexical order (kubelet's `IterateBitMasks` order).
-fn combinations(items: &[usize], k: usize) -> Vec<Vec<usize>> {
-    if k == 0 {
-        return vec![vec![]];
-    }
-    let mut out = Vec::new();
-    for (i, &first) in items.iter().enumerate() {
-        for mut rest in combinations(&items[i + 1..], k - 1) {
-            rest.insert(0, first);
-            out.push(rest);
-        }
-    }
-    out
 }
 
 impl HintProvider for CpuManager {

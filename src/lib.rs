@@ -13,6 +13,8 @@ mod cm;
 mod config;
 pub mod containerd;
 mod contracts;
+#[allow(dead_code, unused_imports)] // wired by the resource managers
+mod cpumanager;
 mod credentials;
 mod cri;
 #[allow(dead_code)] // wired by the resource managers

@@ -15,12 +15,18 @@ pub mod containerd;
 mod contracts;
 mod credentials;
 mod cri;
+// kubelet's device manager and its device plugins.
+#[allow(dead_code)] // wired by the resource managers
+mod devicemanager;
 mod duration;
 mod events;
 mod eviction;
 mod flag_text;
+// The plugin protocols' gRPC over unix sockets.
 #[doc(hidden)]
 pub mod fuzzing;
+#[allow(dead_code)] // wired by the resource managers
+mod grpc_unix;
 mod hash;
 mod heap;
 mod http_get;
@@ -39,6 +45,9 @@ mod objects;
 mod options;
 mod percent;
 mod pleg;
+// kubelet's plugin watcher (plugins_registry/).
+#[allow(dead_code)] // wired by the resource managers
+mod pluginwatcher;
 mod pod;
 mod podenv;
 mod private_file;

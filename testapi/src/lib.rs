@@ -31,6 +31,7 @@
 //! at once (the real one waits up to 3 s for the version first).
 
 mod custom;
+pub mod device_plugin;
 mod http;
 mod node_rules;
 mod patch;

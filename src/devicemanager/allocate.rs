@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{debug, info};
 
-use super::manager::{DeviceManager, State};
+use super::DeviceManager;
+use super::manager::State;
 use super::pod_devices::{Allocation, NO_TOPOLOGY};
 use super::{DeviceError, DeviceRunOptions};
 use crate::topology::{AdmitError, HintProvider, Hints, NumaMask, TopologyHint};

@@ -10,8 +10,8 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use super::DeviceManager;
 use super::api;
-use super::manager::DeviceManager;
 use super::{DeviceError, KUBELET_SOCKET};
 use crate::grpc_unix;
 use crate::pluginwatcher::{DEVICE_PLUGIN, PluginError, PluginHandler, PluginWatcher};

@@ -17,14 +17,20 @@ mod contracts;
 mod cpumanager;
 mod credentials;
 mod cri;
+// kubelet's device manager and its device plugins.
+#[allow(dead_code)] // wired by the resource managers
+mod devicemanager;
 #[allow(dead_code)] // wired by the resource managers
 mod dra;
 mod duration;
 mod events;
 mod eviction;
 mod flag_text;
+// The plugin protocols' gRPC over unix sockets.
 #[doc(hidden)]
 pub mod fuzzing;
+#[allow(dead_code)] // wired by the resource managers
+mod grpc_unix;
 mod hash;
 mod heap;
 mod http_get;
@@ -45,6 +51,9 @@ mod objects;
 mod options;
 mod percent;
 mod pleg;
+// kubelet's plugin watcher (plugins_registry/).
+#[allow(dead_code)] // wired by the resource managers
+mod pluginwatcher;
 mod pod;
 mod podenv;
 // The pod resources API; its source, the resource managers, is wired next.

@@ -35,7 +35,13 @@ const FLOORS: &[&[&str]] = &[
     ],
     // the one HTTP GET; registry credentials (which read the pod helpers); logging,
     // which feeds the timelines
-    &["http_get", "credentials", "logging", "allocation"],
+    &[
+        "http_get",
+        "credentials",
+        "logging",
+        "allocation",
+        "grpc_unix",
+    ],
     // the clients: the apiserver's, and the metrics registries
     &["kubeclient", "metrics"],
     // the clients' users: events and objects through the apiserver, the CRI client
@@ -47,7 +53,7 @@ const FLOORS: &[&[&str]] = &[
     // the container manager
     &["cm"],
     // the topology manager's hints, masks and policies, below its hint providers
-    &["topology"],
+    &["topology", "pluginwatcher"],
     // the pod resources API: its messages, answers and socket, fed by the managers
     &["podresources"],
     // pod sources; what a pod's runtime set-up is made of

@@ -38,6 +38,7 @@
 
 mod allocate;
 mod custom;
+pub mod device_plugin;
 pub mod dra_driver;
 mod dra_rules;
 #[cfg(test)]

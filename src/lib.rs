@@ -13,14 +13,10 @@ mod cm;
 mod config;
 pub mod containerd;
 mod contracts;
-#[allow(dead_code, unused_imports)] // wired by the resource managers
 mod cpumanager;
 mod credentials;
 mod cri;
-// kubelet's device manager and its device plugins.
-#[allow(dead_code)] // wired by the resource managers
 mod devicemanager;
-#[allow(dead_code)] // wired by the resource managers
 mod dra;
 mod duration;
 mod events;
@@ -29,7 +25,6 @@ mod flag_text;
 // The plugin protocols' gRPC over unix sockets.
 #[doc(hidden)]
 pub mod fuzzing;
-#[allow(dead_code)] // wired by the resource managers
 mod grpc_unix;
 mod hash;
 mod heap;
@@ -42,7 +37,6 @@ mod kuberuntime;
 mod locks;
 mod logging;
 mod logs;
-#[allow(dead_code, unused_imports)] // wired by the resource managers
 mod memorymanager;
 mod metrics;
 mod node;
@@ -51,17 +45,14 @@ mod objects;
 mod options;
 mod percent;
 mod pleg;
-// kubelet's plugin watcher (plugins_registry/).
-#[allow(dead_code)] // wired by the resource managers
 mod pluginwatcher;
 mod pod;
 mod podenv;
-// The pod resources API; its source, the resource managers, is wired next.
-#[allow(dead_code, unused_imports)]
 mod podresources;
 mod private_file;
 mod prober;
 mod quantity;
+mod resourcemanager;
 mod rlimit;
 mod safe_path;
 mod server;
@@ -71,8 +62,6 @@ mod syncloop;
 mod tasks;
 mod timeline;
 mod tls;
-// The resource managers' shared NUMA types; their providers and wiring come next.
-#[allow(dead_code, unused_imports)]
 mod topology;
 mod version;
 mod volumes;

@@ -66,7 +66,11 @@ const FLOORS: &[&[&str]] = &[
     // pod status (kubelet's status manager), which the prober reads
     &["status"],
     &["prober"],
+    // the resource managers, each with its state file (kubelet's cm/cpumanager,
+    // memorymanager, devicemanager, dra)
     &["cpumanager", "memorymanager", "devicemanager", "dra"],
+    // the resource managers as one: admission, what containers get, the reconcile loop
+    &["resourcemanager"],
     // beside the loop: they see pods through the contracts, never the loop itself
     &["eviction", "koord", "nodeshutdown"],
     // the loop and its pod workers

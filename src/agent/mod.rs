@@ -15,6 +15,7 @@ mod koordlet;
 mod lock;
 mod node;
 mod process;
+mod resources;
 mod runonce;
 mod runtime;
 mod runtime_choice;
@@ -82,6 +83,8 @@ struct Shared {
     /// What each pod was admitted (or resized) at: the pods the sync loop runs and
     /// the eviction manager and the QoS manager weigh.
     allocation: Arc<crate::syncloop::AllocationManager>,
+    /// The CPU, memory, topology, device and DRA managers.
+    resources: Arc<crate::resourcemanager::ResourceManagers>,
 }
 
 impl Shared {
@@ -92,6 +95,7 @@ impl Shared {
         host_apps: Vec<crate::koord::HostApp>,
         runtime_health: Arc<RuntimeHealth>,
         allocation: Arc<crate::syncloop::AllocationManager>,
+        resources: Arc<crate::resourcemanager::ResourceManagers>,
     ) -> Self {
         runtime_health.set(true);
         Shared {
@@ -107,6 +111,7 @@ impl Shared {
             shutdown: Arc::default(),
             host_apps: tokio::sync::watch::Sender::new(host_apps),
             allocation,
+            resources,
         }
     }
 }
@@ -125,6 +130,7 @@ async fn start(
     process::spawn_heap_trimmer(tasks);
     let limits = servers::limits();
     let host = node::start_host(opts, rt, &events, tasks).await?;
+    let resource_managers = resources::resource_managers(opts, &host, api)?;
     // Bounded: a worker waits for the loop rather than an update being lost.
     let (probe_results, probe_rx) = ProbeResults::new(256);
     let probe_results = Arc::new(probe_results);
@@ -144,6 +150,7 @@ async fn start(
             objects: cluster::object_manager(api, &opts.node_name),
             hooks: hooks.runtime_hooks(),
             runtime_state: runtime_health.clone(),
+            grants: resource_managers.clone(),
         },
     )?;
     runtime::spawn_log_rotation(opts, rt, tasks);
@@ -154,6 +161,7 @@ async fn start(
         koordlet::file_host_apps(opts),
         runtime_health,
         allocation,
+        resource_managers,
     );
     crate::census::watch(
         "metric cache series",
@@ -172,6 +180,8 @@ async fn start(
     // The sync loop wakes the mirror pod reconciler when static or mirror pods change.
     let mirror_wake = Arc::new(tokio::sync::Notify::new());
     let (sources_ready, sources_ready_rx) = tokio::sync::watch::channel(false);
+    resources::set_active_pods(&shared, sources_ready_rx.clone());
+    resources::spawn(opts, &shared.resources, rt, tasks);
     let sync_loop = runtime::sync_loop(
         opts,
         &host,

@@ -442,11 +442,12 @@ pub(super) fn spawn_node_status(
     );
     let kubelet_port = i32::from(opts.serving.port);
     let soft_requirements = host.cm.soft_requirements();
+    let extended: Arc<dyn crate::contracts::ExtendedResourceSource> = shared.resources.clone();
     let deps = move || NodeStatusDeps {
         client: api_client.clone(),
         info: info.clone(),
         allocatable: alloc,
-        extended: None,
+        extended: Some(extended.clone()),
         kubelet_port,
         registration: registration.clone(),
         cri: cri.clone(),

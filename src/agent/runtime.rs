@@ -213,6 +213,8 @@ pub(super) struct ManagerInputs<'a> {
     pub hooks: RuntimeHooks,
     /// The runtime check's findings: the handlers' features a container's mounts need.
     pub runtime_state: Arc<crate::contracts::RuntimeHealth>,
+    /// The resource managers: each container's cpuset, devices and CDI devices.
+    pub grants: Arc<crate::resourcemanager::ResourceManagers>,
 }
 
 /// kubelet's kuberuntime manager on the CRI client: sandboxes, containers and images,
@@ -277,6 +279,7 @@ pub(super) fn manager(
     .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
     .with_objects(inputs.objects)
     .with_runtime_hooks(inputs.hooks)
+    .with_resource_grants(inputs.grants)
     .with_runtime_state(inputs.runtime_state)
     .with_actuated(Arc::new(actuated))
     .with_pod_cgroups(host.cm.clone())
@@ -460,6 +463,7 @@ pub(super) fn syncer(
         probes,
         cm: host.cm.clone(),
         allocation: shared.allocation.clone(),
+        grants: Some(shared.resources.clone()),
     });
     count_in_census(&syncer);
     syncer
@@ -541,12 +545,17 @@ fn admission_chain(opts: &Options, host: &Host, shared: &Shared) -> AdmissionCha
     chain.push(Box::new(crate::syncloop::SysctlAdmission::for_node(
         &opts.allowed_unsafe_sysctls,
     )));
+    // kubelet's resource allocation handler: the topology manager over the CPU,
+    // memory and device managers.
+    chain.push(Box::new(crate::resourcemanager::ResourceAdmission(
+        shared.resources.clone(),
+    )));
     chain.push(Box::new(crate::syncloop::MaxPods {
         capacity: opts.max_pods,
     }));
     chain.push(Box::new(crate::cm::ResourceFit {
         allocatable: host.allocatable.allocatable,
-        extended: None,
+        extended: Some(shared.resources.clone()),
     }));
     // Then kubelet's node shutdown manager: no pod starts while the node shuts down.
     chain.push(Box::new(crate::nodeshutdown::ShutdownAdmission {

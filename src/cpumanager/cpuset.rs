@@ -29,10 +29,6 @@ impl CpuSet {
         self.0.is_empty()
     }
 
-    pub(crate) fn contains(&self, cpu: usize) -> bool {
-        self.0.contains(&cpu)
-    }
-
     /// The ids, ascending.
     pub(crate) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.0.iter().copied()

@@ -250,12 +250,14 @@ impl CpuManager {
             .cloned()
     }
 
+    #[cfg(test)]
     /// The shared pool (kubelet's default CPU set): every managed CPU not given out
     /// exclusively; empty under `none`.
     pub(crate) fn shared_pool(&self) -> CpuSet {
         self.lock().saved.default_set.clone()
     }
 
+    #[cfg(test)]
     /// The CPUs kept from exclusive assignment.
     pub(crate) fn reserved_cpus(&self) -> CpuSet {
         self.reserved.clone()

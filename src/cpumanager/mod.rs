@@ -25,8 +25,7 @@ mod tests;
 pub(crate) use cpuset::CpuSet;
 pub(crate) use manager::{CpuManager, CpuManagerSettings};
 pub(crate) use options::CpuManagerPolicy;
-pub(crate) use state::STATE_FILE;
-pub(crate) use topology::{CpuInfo, CpuTopology};
+pub(crate) use topology::CpuTopology;
 
 /// Why the CPU manager cannot start.
 #[derive(Debug, thiserror::Error)]

@@ -6,6 +6,7 @@ use std::path::Path;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use super::state::STATE_FILE;
 use super::topology::fake::{FakeCpu, two_socket_ht, write_sysfs};
 use super::*;
 use crate::topology::{HintProvider, NumaMask};

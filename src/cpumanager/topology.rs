@@ -88,10 +88,6 @@ impl CpuTopology {
         (self.num_cpus() / self.num_cores).max(1)
     }
 
-    pub(crate) fn cpus_per_socket(&self) -> usize {
-        (self.num_cpus() / self.num_sockets).max(1)
-    }
-
     pub(crate) fn cpus_per_uncore_cache(&self) -> usize {
         (self.num_cpus() / self.num_uncore_caches).max(1)
     }

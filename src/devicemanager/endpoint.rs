@@ -1,7 +1,7 @@
 //! The client of one device plugin (kubelet's plugin client and endpoint): the calls
 //! kubelet makes on the plugin's socket.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use tonic::transport::Channel;
@@ -16,7 +16,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A connection to one plugin's socket.
 pub(super) struct PluginClient {
-    pub socket: PathBuf,
     channel: Channel,
 }
 
@@ -25,10 +24,7 @@ impl PluginClient {
         let channel = grpc_unix::connect(socket, DIAL_TIMEOUT)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(Self {
-            socket: socket.to_path_buf(),
-            channel,
-        })
+        Ok(Self { channel })
     }
 
     pub(super) async fn options(&self) -> Result<api::DevicePluginOptions, tonic::Status> {

@@ -118,6 +118,7 @@ impl DeviceManager {
         self.state.locked()
     }
 
+    #[cfg(test)]
     /// Fires (the value counts up) when capacity, allocatable or health change.
     pub(crate) fn changes(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()

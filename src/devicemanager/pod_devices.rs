@@ -38,10 +38,6 @@ impl PodDevices {
         self.0.keys().cloned().collect()
     }
 
-    pub(super) fn has_pod(&self, uid: &str) -> bool {
-        self.0.contains_key(uid)
-    }
-
     pub(super) fn insert(&mut self, uid: &str, container: &str, resource: &str, a: Allocation) {
         self.0
             .entry(uid.to_string())

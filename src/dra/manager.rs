@@ -474,6 +474,7 @@ impl DraManager {
         }
     }
 
+    #[cfg(test)]
     /// kubelet's `PodMightNeedToUnprepareResources`: the pod is still with a claim.
     pub(crate) fn pod_might_need_to_unprepare(&self, pod_uid: &str) -> bool {
         self.cache

@@ -28,7 +28,6 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 
 pub(crate) use kube::KubeClaims;
 pub(crate) use manager::DraManager;
-pub(crate) use plugins::PLUGIN_TYPE;
 
 /// A boxed future of the apiserver boundary.
 pub(crate) type ApiFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;

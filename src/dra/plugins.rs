@@ -15,8 +15,6 @@ use super::client::{PluginClient, Service};
 use super::{ClaimSource, DraError};
 use crate::locks::Locked as _;
 
-/// The plugin watcher's type for DRA drivers.
-pub(crate) const PLUGIN_TYPE: &str = "DRAPlugin";
 /// kubelet's `defaultWipingDelay`: how long a driver has to come back before its
 /// ResourceSlices are deleted.
 pub(super) const WIPING_DELAY: Duration = Duration::from_secs(30);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
-use futures::stream::BoxStream;
+
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 use tonic::body::Body;
@@ -52,35 +52,6 @@ impl Router {
             Box::pin(async move {
                 let mut grpc = tonic::server::Grpc::new(ProstCodec::<Resp, Req>::default());
                 grpc.unary(svc, req).await
-            })
-        });
-        self.routes.insert(path, h);
-        self
-    }
-
-    /// Adds a method answering one message with a stream of them.
-    pub(crate) fn server_streaming<Req, Resp, F, Fut>(
-        mut self,
-        path: &'static str,
-        handler: F,
-    ) -> Self
-    where
-        Req: prost::Message + Default + Send + 'static,
-        Resp: prost::Message + Send + 'static,
-        F: Fn(Req) -> Fut + Clone + Send + Sync + 'static,
-        Fut: Future<Output = Result<BoxStream<'static, Result<Resp, tonic::Status>>, tonic::Status>>
-            + Send
-            + 'static,
-    {
-        let h: Handler = Arc::new(move |req| {
-            let f = handler.clone();
-            let svc = tower::service_fn(move |r: tonic::Request<Req>| {
-                let fut = f(r.into_inner());
-                async move { fut.await.map(tonic::Response::new) }
-            });
-            Box::pin(async move {
-                let mut grpc = tonic::server::Grpc::new(ProstCodec::<Resp, Req>::default());
-                grpc.server_streaming(svc, req).await
             })
         });
         self.routes.insert(path, h);

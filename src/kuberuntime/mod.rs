@@ -53,3 +53,5 @@ pub(crate) use container::environment;
 pub(crate) use gc::{DeadContainers, cleanup_orphaned_dirs, collect_pod};
 #[cfg(test)]
 pub(crate) use labels::POD_NAME_LABEL;
+// The labels the CPU manager's reconcile loop finds each container's pod and name by.
+pub(crate) use labels::{CONTAINER_NAME_LABEL, POD_UID_LABEL};

@@ -6,9 +6,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use serde::Deserialize;
-
 /// Bytes reserved per NUMA node and resource (`memory`, `hugepages-2Mi`, …).
 pub(crate) type Reserved = BTreeMap<usize, BTreeMap<String, u64>>;
 
@@ -124,78 +121,6 @@ fn is_memory_resource(name: &str) -> bool {
     name == "memory" || name.starts_with("hugepages-")
 }
 
-/// Parses `--reserved-memory` (kubelet's `ReservedMemoryVar`):
-/// `0:memory=1Gi,hugepages-1Gi=2Gi;1:memory=2Gi`, adding to `into` (the flag may be
-/// given more than once). kubelet's error texts, typos included.
-pub(crate) fn parse_reserved_memory_flag(value: &str, into: &mut Reserved) -> Result<(), String> {
-    if value.is_empty() {
-        return Ok(());
-    }
-    for reservation in value.split(';') {
-        let parts: Vec<&str> = reservation.split(':').collect();
-        let [node, limits] = parts[..] else {
-            return Err(format!(
-                "the reserved memory has incorrect format, expected numaNodeID:type=quantity[,type=quantity...], got {reservation}"
-            ));
-        };
-        let node: usize = node.parse().map_err(|_| {
-            format!("failed to convert the NUMA node ID, exptected integer, got {node}")
-        })?;
-        for limit in limits.split(',') {
-            let kv: Vec<&str> = limit.split('=').collect();
-            let [name, quantity] = kv[..] else {
-                return Err(format!(
-                    "the reserved limit has incorrect value, expected type=quantatity, got {limit}"
-                ));
-            };
-            if !is_memory_resource(name) {
-                return Err(format!(
-                    "memory type conversion error, unknown type: {}",
-                    crate::klog::go_quote(name)
-                ));
-            }
-            let bytes = crate::quantity::bytes(&Quantity(quantity.into()))
-                .ok()
-                .and_then(|b| u64::try_from(b).ok())
-                .ok_or_else(|| {
-                    format!("failed to parse the quantatity, expected quantatity, got {quantity}")
-                })?;
-            into.entry(node)
-                .or_default()
-                .insert(name.to_string(), bytes);
-        }
-    }
-    Ok(())
-}
-
-/// One entry of `reservedMemory` in the KubeletConfiguration file.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct MemoryReservation {
-    pub numa_node: i32,
-    #[serde(default)]
-    pub limits: BTreeMap<String, Quantity>,
-}
-
-/// The configuration file's list as the per-node map.
-pub(crate) fn reserved_from_config(list: &[MemoryReservation]) -> Result<Reserved, String> {
-    let mut out = Reserved::new();
-    for r in list {
-        let node = usize::try_from(r.numa_node)
-            .map_err(|_| format!("invalid NUMA node {} in reservedMemory", r.numa_node))?;
-        for (name, q) in &r.limits {
-            let bytes = crate::quantity::bytes(q)
-                .ok()
-                .and_then(|b| u64::try_from(b).ok())
-                .ok_or_else(|| {
-                    "could not covert a variable of type Quantity to int64".to_string()
-                })?;
-            out.entry(node).or_default().insert(name.clone(), bytes);
-        }
-    }
-    Ok(out)
-}
-
 /// kubelet's `validateReservedMemory`: every reserved NUMA node exists, and for
 /// `memory` and each huge page size the reservations over all nodes add up to what
 /// node allocatable reserves (kube-reserved + system-reserved + the hard eviction
@@ -264,42 +189,18 @@ mod tests {
     }
 
     #[test]
-    fn the_flag_parses_and_refuses_with_kubelets_words() {
-        let mut r = Reserved::new();
-        parse_reserved_memory_flag("0:memory=1Gi,hugepages-2Mi=4Mi;1:memory=512Mi", &mut r)
-            .unwrap();
-        assert_eq!(r[&0]["memory"], 1 << 30);
-        assert_eq!(r[&0]["hugepages-2Mi"], 4 << 20);
-        assert_eq!(r[&1]["memory"], 512 << 20);
-        let err = |v| parse_reserved_memory_flag(v, &mut Reserved::new()).unwrap_err();
-        assert!(err("0memory=1Gi").starts_with("the reserved memory has incorrect format"));
-        assert_eq!(
-            err("x:memory=1Gi"),
-            "failed to convert the NUMA node ID, exptected integer, got x"
-        );
-        assert_eq!(
-            err("0:cpu=1"),
-            "memory type conversion error, unknown type: \"cpu\""
-        );
-        assert_eq!(
-            err("0:memory=lots"),
-            "failed to parse the quantatity, expected quantatity, got lots"
-        );
-    }
-
-    #[test]
     fn reservations_must_add_up_to_node_allocatables() {
         let mut machine = NumaMemory::default();
         machine.nodes.insert(0, NodeMemory::default());
         let mut r = Reserved::new();
-        parse_reserved_memory_flag("0:memory=1Gi", &mut r).unwrap();
+        r.entry(0).or_default().insert("memory".into(), 1 << 30);
         let node = |b: u64| BTreeMap::from([("memory".to_string(), b), ("cpu".to_string(), 7)]);
         assert!(validate_reserved(&machine, &r, &node(1 << 30)).is_ok());
         assert_eq!(
             validate_reserved(&machine, &r, &node(1100 << 20)).unwrap_err(),
             "the total amount \"1Gi\" of type \"memory\" is not equal to the value \"1100Mi\" determined by Node Allocatable feature"
         );
-        parse_reserved_memory_flag("3:memory=1Gi", &mut r).unwrap();
+        r.entry(3).or_default().insert("memory".into(), 1 << 30);
         assert_eq!(
             validate_reserved(&machine, &r, &node(2 << 30)).unwrap_err(),
             "the reserved memory configuration references a NUMA node 3 that does not exist on this machine"

@@ -15,9 +15,6 @@ mod manager;
 mod policy;
 mod state;
 
-pub(crate) use machine::{
-    MemoryReservation, NodeMemory, NumaMemory, Reserved, parse_reserved_memory_flag,
-    reserved_from_config,
-};
+pub(crate) use machine::{NumaMemory, Reserved};
 pub(crate) use manager::{MemoryManager, MemoryManagerError, MemoryManagerSettings};
 pub(crate) use state::MemoryBlock;

@@ -19,7 +19,6 @@ use futures::future::BoxFuture;
 /// The plugin types kubelet knows.
 pub(crate) const DEVICE_PLUGIN: &str = "DevicePlugin";
 pub(crate) const DRA_PLUGIN: &str = "DRAPlugin";
-pub(crate) const CSI_PLUGIN: &str = "CSIPlugin";
 
 /// Why a handler refused or failed a plugin; the text goes back to the plugin.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

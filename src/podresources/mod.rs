@@ -11,12 +11,12 @@
 mod api;
 mod lister;
 mod server;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use api::{
-    AllocatableResourcesResponse, ClaimResource, ContainerDevices, ContainerMemory,
+    AllocatableResourcesResponse, CdiDevice, ClaimResource, ContainerDevices, ContainerMemory,
     DynamicResource, NumaNode, TopologyInfo,
 };
 pub(crate) use lister::{ContainerAllocations, PodResourcesSource};
-#[cfg(test)]
-pub(crate) use server::test_client;
-pub(crate) use server::{SOCKET_DIR, SOCKET_NAME, serve};
+pub(crate) use server::serve;

@@ -12,9 +12,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::codegen::{Body as HttpBody, StdError, http};
 use tracing::{info, warn};
 
+use crate::locks::Locked as _;
+
 use super::api::{
     AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest,
-    GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, SERVICE,
+    ListPodResourcesRequest, ListPodResourcesResponse, SERVICE,
 };
 use super::lister::{self, PodResourcesSource};
 
@@ -106,7 +108,7 @@ impl Lister {
             .next()
             .unwrap_or("")
             .to_string();
-        if !self.limit.lock().expect("rate limit lock").allow() {
+        if !self.limit.locked().allow() {
             let status = tonic::Status::resource_exhausted("rejected by rate limit");
             return status.into_http();
         }
@@ -153,7 +155,7 @@ where
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
     let answer = std::sync::Mutex::new(Some(answer));
     let svc = tower::service_fn(move |r: tonic::Request<Req>| {
-        let f = answer.lock().expect("answer lock").take();
+        let f = answer.locked().take();
         async move {
             let f = f.ok_or_else(|| tonic::Status::internal("answered twice"))?;
             f(r.into_inner()).map(tonic::Response::new)
@@ -221,7 +223,7 @@ fn restrict(path: &Path, mode: u32) -> std::io::Result<()> {
 
 /// A client for the tests: a channel to the socket at `path`.
 #[cfg(test)]
-pub(crate) async fn test_client(path: PathBuf) -> tonic::client::Grpc<tonic::transport::Channel> {
+pub(super) async fn test_client(path: PathBuf) -> tonic::client::Grpc<tonic::transport::Channel> {
     let channel = tonic::transport::Endpoint::from_static("http://localhost")
         .connect_with_connector(tower::service_fn(move |_: http::Uri| {
             let path = path.clone();

@@ -62,6 +62,7 @@ async fn agent_on(node: FakeNode, max_pods: u32, setup: impl FnOnce(&mut SyncLoo
         probes: probes.clone(),
         cm: Arc::new(crate::cm::fake_manager(true).0),
         allocation: test_allocation(),
+        grants: None,
     });
     let mut sync_loop = SyncLoop::new(SyncLoopDeps {
         pods,

@@ -36,6 +36,9 @@ pub(crate) struct Syncer {
     pub cm: Arc<ContainerManager>,
     /// What each pod was admitted (or resized) at: the pod a sync runs.
     pub allocation: Arc<AllocationManager>,
+    /// The resource managers: a stopped pod's claims unprepared, its CPUs, memory and
+    /// devices given back (kubelet's `UnprepareDynamicResources` in SyncTerminatingPod).
+    pub grants: Option<Arc<dyn crate::contracts::ResourceGrants>>,
 }
 
 fn names(pod: &Pod) -> (String, String, String) {
@@ -269,6 +272,12 @@ impl PodSyncer for Syncer {
         self.update_status_with(&pod, &after, true, kill_status.as_ref());
         if let Some(c) = after.running_containers().next() {
             return Err(PodSyncError::StillRunning(c.name.clone()));
+        }
+        if let Some(grants) = &self.grants {
+            grants
+                .release_pod(&pod)
+                .await
+                .map_err(PodSyncError::Release)?;
         }
         Ok(())
     }

@@ -132,6 +132,9 @@ pub(crate) enum PodSyncError {
     Cgroup(#[from] crate::cm::PodCgroupError),
     #[error("cannot tear down the pod's volumes: {0}")]
     Volumes(std::io::Error),
+    /// The pod's claims could not be unprepared: it stays terminating until they are.
+    #[error("{0}")]
+    Release(crate::contracts::GrantError),
 }
 
 impl PodSyncError {

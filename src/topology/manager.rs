@@ -110,6 +110,7 @@ impl TopologyManager {
         self.scope.as_str()
     }
 
+    #[cfg(test)]
     /// The affinity `container` of the pod was admitted with (kubelet's `GetAffinity`).
     pub(crate) fn affinity(&self, pod_uid: &str, container: &str) -> Option<TopologyHint> {
         self.affinities
@@ -119,6 +120,7 @@ impl TopologyManager {
             .copied()
     }
 
+    #[cfg(test)]
     /// Forgets one container's affinity.
     pub(crate) fn remove_container(&self, pod_uid: &str, container: &str) {
         let mut all = self.affinities.locked();

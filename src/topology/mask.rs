@@ -39,6 +39,7 @@ impl NumaMask {
     }
 
     /// The nodes in either mask (kubelet's `Or`).
+    #[cfg(test)]
     pub(crate) fn or(self, other: Self) -> Self {
         Self(self.0 | other.0)
     }
@@ -59,11 +60,6 @@ impl NumaMask {
     /// The node ids, lowest first.
     pub(crate) fn nodes(self) -> impl Iterator<Item = usize> {
         (0..=Self::MAX_NODE).filter(move |&n| self.contains(n))
-    }
-
-    /// The raw bits (bit n is node n).
-    pub(crate) fn bits(self) -> u64 {
-        self.0
     }
 
     /// kubelet's `IsLessThan`: the lower number when read as bits, which is the mask

@@ -63,7 +63,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 CORE=(static_pods restarts probes hooks_termination exits_images cgroups secure_port
     api_volumes managed_runtime testbed_smoke runtime_versions image_gc registry_pulls
     restart_rules pod_fields runtime_class persistent_volumes image_volumes user_namespaces
-    resize resize_admission)
+    resize resize_admission resource_managers)
 runtimes=${OXLET_RUNTIMES:-$PWD/target/runtimes}
 jobs=target/test-pool/jobs.tsv
 mkdir -p target/test-pool

@@ -73,13 +73,14 @@ impl ResourceManagers {
         dra: Option<Arc<DraManager>>,
     ) -> Result<Self, StartError> {
         let machine = |e: std::io::Error| StartError::Machine {
-            path: s.sys_root.display().to_string(),
+            path: s.sys_root.join("devices/system/node").display().to_string(),
             err: e,
         };
-        let numa = NumaInfo::from_sysfs(&s.sys_root).map_err(machine)?;
+        let node_dir = s.sys_root.join("devices/system/node");
+        let numa = NumaInfo::from_sysfs(&node_dir).map_err(machine)?;
         let cpu_topology = CpuTopology::discover(&s.sys_root)?;
         let cpu = Arc::new(CpuManager::new(s.cpu.clone(), cpu_topology)?);
-        let memory_layout = NumaMemory::from_sysfs(&s.sys_root).map_err(machine)?;
+        let memory_layout = NumaMemory::from_sysfs(&node_dir).map_err(machine)?;
         let memory = Arc::new(MemoryManager::new(
             &s.memory,
             memory_layout,

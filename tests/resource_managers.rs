@@ -183,3 +183,203 @@ async fn static_cpu_manager_gives_exclusive_cpus_and_the_shared_pool_follows() {
         "the pod's entry is gone: {state}"
     );
 }
+
+/// The pod resources API's messages this test reads (its own copy of the v1 wire
+/// contract, so a mistake on oxlet's side is not made twice).
+mod podresources {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Empty {}
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListResponse {
+        #[prost(message, repeated, tag = "1")]
+        pub pod_resources: Vec<PodResources>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(string, tag = "2")]
+        pub namespace: String,
+        #[prost(message, repeated, tag = "3")]
+        pub containers: Vec<ContainerResources>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(message, repeated, tag = "2")]
+        pub devices: Vec<ContainerDevices>,
+        #[prost(int64, repeated, tag = "3")]
+        pub cpu_ids: Vec<i64>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerDevices {
+        #[prost(string, tag = "1")]
+        pub resource_name: String,
+        #[prost(string, repeated, tag = "2")]
+        pub device_ids: Vec<String>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct AllocatableResponse {
+        #[prost(message, repeated, tag = "1")]
+        pub devices: Vec<ContainerDevices>,
+        #[prost(int64, repeated, tag = "2")]
+        pub cpu_ids: Vec<i64>,
+    }
+
+    /// One call on the socket at `path`.
+    pub async fn call<Resp: prost::Message + Default + 'static>(
+        path: &std::path::Path,
+        method: &str,
+    ) -> Resp {
+        let path = path.to_path_buf();
+        let channel = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_: tonic::codegen::http::Uri| {
+                let path = path.clone();
+                async move {
+                    let s = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+                }
+            }))
+            .await
+            .expect("connect to the pod resources socket");
+        let mut client = tonic::client::Grpc::new(channel);
+        client.ready().await.unwrap();
+        let path = format!("/v1.PodResourcesLister/{method}").parse().unwrap();
+        let codec = tonic_prost::ProstCodec::<Empty, Resp>::default();
+        client
+            .unary(tonic::Request::new(Empty {}), path, codec)
+            .await
+            .unwrap()
+            .into_inner()
+    }
+}
+
+/// A Guaranteed pod with a whole CPU and `widgets` devices of the test plugin.
+fn widget_pod(name: &str, widgets: u32) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: "{name}"
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: localhost/oxlet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    resources:
+      limits:
+        cpu: "1"
+        memory: 32Mi
+        example.com/widget: "{widgets}"
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_plugins_devices_reach_pods_and_the_pod_resources_api() {
+    let cpus = online_cpus();
+    if cpus.len() < 2 || cpus[0] != 0 {
+        eprintln!("skipped: needs CPUs 0 and 1 online, have {cpus:?}");
+        return;
+    }
+    let bed = Testbed::start().await;
+    let flags = [
+        "--cpu-manager-policy=static",
+        "--reserved-cpus=0",
+        RECONCILE,
+    ];
+    let ox = Oxlet::start(&bed, &flags);
+    let plugin_dir = ox.root.join("device-plugins");
+    ox.poll("the registration socket", START, || {
+        plugin_dir.join("kubelet.sock").exists().then_some(())
+    })
+    .await;
+    let plugin = testapi::device_plugin::DevicePlugin::start(
+        testapi::device_plugin::PluginConfig::new(&plugin_dir, "example.com/widget", 2),
+    )
+    .await
+    .unwrap();
+    let api = ox.root.join("pod-resources/kubelet.sock");
+    ox.eventually("two allocatable widgets", START, async || {
+        let a: podresources::AllocatableResponse =
+            podresources::call(&api, "GetAllocatableResources").await;
+        (a.devices.iter().map(|d| d.device_ids.len()).sum::<usize>() == 2).then_some(())
+    })
+    .await;
+
+    // The pod gets its device: the plugin's mount and env, and its Allocate was asked.
+    write_manifest(&ox.manifests, "gadget.yaml", &widget_pod("gadget", 1));
+    let gadget = ox.wait_running("gadget", START).await;
+    let id = runtime_id(&gadget, "main");
+    let ids = exec_sh(&bed, &id, "echo $WIDGET_IDS")
+        .await
+        .trim()
+        .to_string();
+    assert!(plugin.device_ids().contains(&ids), "WIDGET_IDS={ids}");
+    let content = exec_sh(&bed, &id, &format!("cat /widgets/{ids}")).await;
+    assert_eq!(
+        content,
+        std::fs::read_to_string(plugin.device_file(&ids)).unwrap()
+    );
+    assert_eq!(plugin.allocate_calls(), 1);
+
+    // The pod resources API lists the container's exclusive CPU and its device.
+    let list: podresources::ListResponse = podresources::call(&api, "List").await;
+    let p = (list.pod_resources.iter())
+        .find(|p| p.name.starts_with("gadget"))
+        .expect("gadget is listed");
+    let main = &p.containers[0];
+    assert_eq!(main.devices[0].resource_name, "example.com/widget");
+    assert_eq!(main.devices[0].device_ids, [ids.clone()]);
+    assert_eq!(
+        main.cpu_ids,
+        [allowed_cpus(&bed, &gadget).await.parse::<i64>().unwrap()]
+    );
+
+    // The other device turns unhealthy: allocatable drops to one.
+    let other = plugin.device_ids().into_iter().find(|d| *d != ids).unwrap();
+    plugin.set_healthy(&other, false);
+    ox.eventually("one allocatable widget", START, async || {
+        let a: podresources::AllocatableResponse =
+            podresources::call(&api, "GetAllocatableResources").await;
+        (a.devices.iter().map(|d| d.device_ids.len()).sum::<usize>() == 1).then_some(())
+    })
+    .await;
+
+    let greedy = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: greedy\nspec:\n  containers:\n  - name: main\n    image: localhost/oxlet/busybox:1\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n    resources:\n      limits:\n        example.com/widget: \"2\"\n";
+    write_manifest(&ox.manifests, "greedy.yaml", greedy);
+    let refused = ox
+        .wait_for("greedy rejected", START, |pods| {
+            find(pods, "greedy")
+                .filter(|p| phase(p) == "Failed")
+                .cloned()
+        })
+        .await;
+    let status = refused.status.unwrap();
+    assert_eq!(status.reason.as_deref(), Some("UnexpectedAdmissionError"));
+    assert_eq!(
+        status.message.as_deref(),
+        Some(
+            "Pod was rejected: Allocate failed due to requested number of devices unavailable for example.com/widget. Requested: 2, Available: 0, which is unexpected"
+        )
+    );
+
+    // The plugin restarts: the running pod keeps its device and its container.
+    plugin.stop();
+    plugin.restart().await.unwrap();
+    ox.wait_logged("Device plugin connected", 2, START).await;
+    let again = ox.wait_running("gadget", START).await;
+    assert_eq!(
+        runtime_id(&again, "main"),
+        id,
+        "the container was not restarted"
+    );
+    let list: podresources::ListResponse = podresources::call(&api, "List").await;
+    let p = (list.pod_resources.iter())
+        .find(|p| p.name.starts_with("gadget"))
+        .unwrap();
+    assert_eq!(p.containers[0].devices[0].device_ids, [ids]);
+}

@@ -29,32 +29,25 @@ fn online_cpus() -> Vec<usize> {
     out
 }
 
-/// A busybox pod with one container `main` asking for `cpu` (and 32Mi of memory);
-/// `limits` too makes it Guaranteed.
+/// A busybox pod whose container `main` sleeps with `resources` (YAML lines, indented
+/// as the fields of `resources:`).
+fn resource_pod(name: &str, resources: &str) -> String {
+    format!(
+        "{}    resources:\n{resources}",
+        pod_yaml(name, "sleep 3600", "")
+    )
+}
+
+/// A pod with one container `main` asking for `cpu` (and 32Mi of memory); `limits`
+/// too makes it Guaranteed.
 fn cpu_pod(name: &str, cpu: &str, guaranteed: bool) -> String {
+    let requests = format!("      requests:\n        cpu: \"{cpu}\"\n        memory: 32Mi\n");
     let limits = if guaranteed {
         format!("      limits:\n        cpu: \"{cpu}\"\n        memory: 32Mi\n")
     } else {
         String::new()
     };
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: "{name}"
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: localhost/oxlet/busybox:1
-    imagePullPolicy: IfNotPresent
-    command: ["sleep", "3600"]
-    resources:
-      requests:
-        cpu: "{cpu}"
-        memory: 32Mi
-{limits}"#
-    )
+    resource_pod(name, &format!("{requests}{limits}"))
 }
 
 /// The CPUs container `main` of `pod` may run on, as its own process sees them.
@@ -188,47 +181,47 @@ async fn static_cpu_manager_gives_exclusive_cpus_and_the_shared_pool_follows() {
 /// contract, so a mistake on oxlet's side is not made twice).
 mod podresources {
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Empty {}
+    pub(super) struct Empty {}
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ListResponse {
+    pub(super) struct ListResponse {
         #[prost(message, repeated, tag = "1")]
-        pub pod_resources: Vec<PodResources>,
+        pub(super) pod_resources: Vec<PodResources>,
     }
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PodResources {
+    pub(super) struct PodResources {
         #[prost(string, tag = "1")]
-        pub name: String,
+        pub(super) name: String,
         #[prost(string, tag = "2")]
-        pub namespace: String,
+        pub(super) namespace: String,
         #[prost(message, repeated, tag = "3")]
-        pub containers: Vec<ContainerResources>,
+        pub(super) containers: Vec<ContainerResources>,
     }
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ContainerResources {
+    pub(super) struct ContainerResources {
         #[prost(string, tag = "1")]
-        pub name: String,
+        pub(super) name: String,
         #[prost(message, repeated, tag = "2")]
-        pub devices: Vec<ContainerDevices>,
+        pub(super) devices: Vec<ContainerDevices>,
         #[prost(int64, repeated, tag = "3")]
-        pub cpu_ids: Vec<i64>,
+        pub(super) cpu_ids: Vec<i64>,
     }
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct ContainerDevices {
+    pub(super) struct ContainerDevices {
         #[prost(string, tag = "1")]
-        pub resource_name: String,
+        pub(super) resource_name: String,
         #[prost(string, repeated, tag = "2")]
-        pub device_ids: Vec<String>,
+        pub(super) device_ids: Vec<String>,
     }
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct AllocatableResponse {
+    pub(super) struct AllocatableResponse {
         #[prost(message, repeated, tag = "1")]
-        pub devices: Vec<ContainerDevices>,
+        pub(super) devices: Vec<ContainerDevices>,
         #[prost(int64, repeated, tag = "2")]
-        pub cpu_ids: Vec<i64>,
+        pub(super) cpu_ids: Vec<i64>,
     }
 
     /// One call on the socket at `path`.
-    pub async fn call<Resp: prost::Message + Default + 'static>(
+    pub(super) async fn call<Resp: prost::Message + Default + 'static>(
         path: &std::path::Path,
         method: &str,
     ) -> Resp {
@@ -257,25 +250,9 @@ mod podresources {
 
 /// A Guaranteed pod with a whole CPU and `widgets` devices of the test plugin.
 fn widget_pod(name: &str, widgets: u32) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: "{name}"
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: main
-    image: localhost/oxlet/busybox:1
-    imagePullPolicy: IfNotPresent
-    command: ["sleep", "3600"]
-    resources:
-      limits:
-        cpu: "1"
-        memory: 32Mi
-        example.com/widget: "{widgets}"
-"#
-    )
+    let limits =
+        format!("cpu: \"1\"\n        memory: 32Mi\n        example.com/widget: \"{widgets}\"\n");
+    resource_pod(name, &format!("      limits:\n        {limits}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -333,7 +310,7 @@ async fn a_device_plugins_devices_reach_pods_and_the_pod_resources_api() {
         .expect("gadget is listed");
     let main = &p.containers[0];
     assert_eq!(main.devices[0].resource_name, "example.com/widget");
-    assert_eq!(main.devices[0].device_ids, [ids.clone()]);
+    assert_eq!(main.devices[0].device_ids, std::slice::from_ref(&ids));
     assert_eq!(
         main.cpu_ids,
         [allowed_cpus(&bed, &gadget).await.parse::<i64>().unwrap()]
@@ -349,8 +326,11 @@ async fn a_device_plugins_devices_reach_pods_and_the_pod_resources_api() {
     })
     .await;
 
-    let greedy = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: greedy\nspec:\n  containers:\n  - name: main\n    image: localhost/oxlet/busybox:1\n    imagePullPolicy: IfNotPresent\n    command: [\"sleep\", \"3600\"]\n    resources:\n      limits:\n        example.com/widget: \"2\"\n";
-    write_manifest(&ox.manifests, "greedy.yaml", greedy);
+    let greedy = resource_pod(
+        "greedy",
+        "      limits:\n        example.com/widget: \"2\"\n",
+    );
+    write_manifest(&ox.manifests, "greedy.yaml", &greedy);
     let refused = ox
         .wait_for("greedy rejected", START, |pods| {
             find(pods, "greedy")
@@ -382,4 +362,51 @@ async fn a_device_plugins_devices_reach_pods_and_the_pod_resources_api() {
         .find(|p| p.name.starts_with("gadget"))
         .unwrap();
     assert_eq!(p.containers[0].devices[0].device_ids, [ids]);
+}
+
+/// A Guaranteed pod asking for `memory` (and 100m of CPU).
+fn memory_pod(name: &str, memory: &str) -> String {
+    resource_pod(
+        name,
+        &format!("      limits:\n        cpu: 100m\n        memory: {memory}\n"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_memory_manager_pins_guaranteed_pods_and_refuses_what_no_node_holds() {
+    let bed = Testbed::start().await;
+    // The default hard eviction threshold (100Mi) is all node allocatable holds back,
+    // so that is what NUMA node 0 must reserve.
+    let flags = [
+        "--memory-manager-policy=Static",
+        "--reserved-memory=0:memory=100Mi",
+    ];
+    let ox = Oxlet::start(&bed, &flags);
+    write_manifest(&ox.manifests, "pinned.yaml", &memory_pod("pinned", "32Mi"));
+    let pinned = ox.wait_running("pinned", START).await;
+    let id = runtime_id(&pinned, "main");
+    let mems = exec_sh(&bed, &id, "grep Mems_allowed_list /proc/self/status").await;
+    assert_eq!(mems.split_whitespace().last(), Some("0"), "{mems}");
+    let state = std::fs::read_to_string(ox.root.join("memory_manager_state")).unwrap();
+    assert!(state.contains(&uid(&pinned)), "{state}");
+
+    // More memory than NUMA node 0 has: refused before the resource fit is asked.
+    write_manifest(&ox.manifests, "huge.yaml", &memory_pod("huge", "4000Gi"));
+    let huge = ox
+        .wait_for("huge rejected", START, |pods| {
+            find(pods, "huge").filter(|p| phase(p) == "Failed").cloned()
+        })
+        .await;
+    let status = huge.status.unwrap();
+    let message = status.message.unwrap_or_default();
+    assert_eq!(
+        status.reason.as_deref(),
+        Some("UnexpectedAdmissionError"),
+        "{message}"
+    );
+    assert!(
+        message.starts_with("Pod was rejected: Allocate failed due to "),
+        "{message}"
+    );
+    eprintln!("refused: {message}");
 }

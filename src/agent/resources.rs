@@ -147,15 +147,17 @@ pub(super) fn spawn(opts: &Options, rm: &Arc<ResourceManagers>, rt: &Runtime, ta
     if let Some(dra) = rm.dra() {
         spawn_dra(dra, rm, tasks);
     }
-    let (managers, cri) = (rm.clone(), Arc::new(rt.cri.clone()));
-    let period = opts.resource_managers.cpu_reconcile_period;
-    tasks.spawn_restarting("cpu-manager-reconcile", Backoff::default(), move |cancel| {
-        let (managers, cri) = (managers.clone(), cri.clone());
-        async move {
-            crate::resourcemanager::reconcile_cpusets(managers, cri, period, cancel).await;
-            Ok(())
-        }
-    });
+    if rm.reconciles_cpusets() {
+        let (managers, cri) = (rm.clone(), Arc::new(rt.cri.clone()));
+        let period = opts.resource_managers.cpu_reconcile_period;
+        tasks.spawn_restarting("cpu-manager-reconcile", Backoff::default(), move |cancel| {
+            let (managers, cri) = (managers.clone(), cri.clone());
+            async move {
+                crate::resourcemanager::reconcile_cpusets(managers, cri, period, cancel).await;
+                Ok(())
+            }
+        });
+    }
     let (root, source) = (opts.root_dir.clone(), rm.clone());
     tasks.spawn_restarting("pod-resources-api", Backoff::default(), move |cancel| {
         let (root, source) = (root.clone(), source.clone());

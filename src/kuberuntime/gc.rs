@@ -37,14 +37,25 @@ pub(crate) struct GcContainer<'a> {
 }
 
 /// The dead (not running) containers beyond the newest `keep` of each container name,
-/// oldest last. Running containers are never chosen and do not count.
+/// oldest last. Running containers are never chosen and do not count, and neither is
+/// the newest instance of a name while it is only created: it is the attempt about to
+/// start, and counting it would remove the exited instance its status still reports as
+/// `lastState` (a GC pass between a restart's CreateContainer and StartContainer).
 pub(crate) fn dead_beyond_limit<'a>(
     containers: &[GcContainer<'a>],
     keep: usize,
 ) -> Vec<GcContainer<'a>> {
+    let mut newest: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    for c in containers {
+        let n = newest.entry(c.name).or_insert(c.created_at);
+        *n = (*n).max(c.created_at);
+    }
+    let starting = |c: &GcContainer<'_>| {
+        c.state == ContainerState::Created && newest.get(c.name) == Some(&c.created_at)
+    };
     let mut dead: Vec<&GcContainer<'a>> = containers
         .iter()
-        .filter(|c| c.state != ContainerState::Running)
+        .filter(|c| c.state != ContainerState::Running && !starting(c))
         .collect();
     // Newest first, so the first `keep` of each name are the ones kept.
     dead.sort_by_key(|c| std::cmp::Reverse(c.created_at));
@@ -363,13 +374,14 @@ mod tests {
         ];
         let mut out: Vec<&str> = dead_beyond_limit(&cs, 1).iter().map(|c| c.id).collect();
         out.sort();
-        // a: a2 kept (newest dead), a1 and a0 go; b: b2 (created, newest) kept, b1 goes.
-        assert_eq!(out, vec!["a0", "a1", "b1"]);
+        // a: a2 kept (newest dead), a1 and a0 go; b: b2 (created, newest) is the attempt
+        // about to start and does not count, so b1 (its lastState) is kept.
+        assert_eq!(out, vec!["a0", "a1"]);
         assert!(
             dead_beyond_limit(&cs[..1], 1).is_empty(),
             "running is never removed"
         );
-        assert_eq!(dead_beyond_limit(&cs, 0).len(), 5);
+        assert_eq!(dead_beyond_limit(&cs, 0).len(), 4);
     }
 
     fn sb(id: &str, ready: bool, attempt: u32, t: i64) -> RuntimeSandbox {
@@ -582,5 +594,30 @@ mod tests {
             log_dirs_of(&logs, "x_y"),
             vec![logs.join("default_web_x_y")]
         );
+    }
+}
+
+#[cfg(test)]
+mod created_tests {
+    use super::*;
+
+    #[test]
+    fn the_attempt_about_to_start_does_not_push_out_the_exited_one() {
+        let c = |id, state, created_at| GcContainer {
+            id,
+            name: "main",
+            state,
+            created_at,
+        };
+        let old = c("old", ContainerState::Exited, 1);
+        let new = c("new", ContainerState::Created, 2);
+        assert!(dead_beyond_limit(&[old, new], 1).is_empty());
+        // A created instance that is not the newest (a start that failed) is dead.
+        let newer = c("newer", ContainerState::Exited, 3);
+        let gone: Vec<&str> = dead_beyond_limit(&[old, new, newer], 1)
+            .iter()
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(gone, ["new", "old"]);
     }
 }

@@ -130,6 +130,12 @@ impl ResourceManagers {
         self.active.get().map(|a| (a.pods)()).unwrap_or_default()
     }
 
+    /// Whether the CPU manager keeps containers' cpusets (its `static` policy), so the
+    /// reconcile loop has work.
+    pub(crate) fn reconciles_cpusets(&self) -> bool {
+        self.cpu.policy_name() != "none"
+    }
+
     /// The device manager, whose tasks the agent starts.
     pub(crate) fn devices(&self) -> &Arc<DeviceManager> {
         &self.devices

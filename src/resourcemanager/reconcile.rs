@@ -18,14 +18,16 @@ use crate::cri::{Cri, Lookup};
 /// How often the loop checks whether the shared pool changed between periods.
 const POOL_CHECK: Duration = Duration::from_secs(1);
 
-/// Runs until `cancel`. Does nothing under the `none` policy.
+/// Runs until `cancel`; under the `none` policy it only waits for it (no cpuset is
+/// the CPU manager's to keep).
 pub(crate) async fn reconcile_cpusets(
     managers: Arc<ResourceManagers>,
     cri: Arc<dyn Cri>,
     period: Duration,
     cancel: CancellationToken,
 ) {
-    if managers.cpu.policy_name() == "none" {
+    if !managers.reconciles_cpusets() {
+        cancel.cancelled().await;
         return;
     }
     let mut applied: HashMap<String, String> = HashMap::new();

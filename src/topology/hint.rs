@@ -66,7 +66,7 @@ impl AdmitError {
     }
 
     /// An error a provider did not classify: kubelet's `UnexpectedAdmissionError`,
-    /// whose message is "Allocate failed due to <cause>, which is unexpected".
+    /// whose message is `Allocate failed due to <cause>, which is unexpected`.
     pub(crate) fn unexpected(cause: impl std::fmt::Display) -> Self {
         Self {
             reason: "UnexpectedAdmissionError".into(),

@@ -80,7 +80,12 @@ impl ResourceManagers {
         let numa = NumaInfo::from_sysfs(&node_dir).map_err(machine)?;
         let cpu_topology = CpuTopology::discover(&s.sys_root)?;
         let cpu = Arc::new(CpuManager::new(s.cpu.clone(), cpu_topology)?);
-        let memory_layout = NumaMemory::from_sysfs(&node_dir).map_err(machine)?;
+        // A host without NUMA nodes in sysfs runs the `None` policy, which needs none.
+        let memory_layout = match NumaMemory::from_sysfs(&node_dir) {
+            Ok(m) => m,
+            Err(_) if s.memory.policy == "None" => NumaMemory::default(),
+            Err(e) => return Err(machine(e)),
+        };
         let memory = Arc::new(MemoryManager::new(
             &s.memory,
             memory_layout,

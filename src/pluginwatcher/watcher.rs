@@ -86,9 +86,22 @@ impl PluginWatcher {
             warn!(path = %self.dir.display(), err = %e, "Failed to create the plugin registration directory");
         }
         let (tx, mut wake) = tokio::sync::mpsc::channel::<()>(1);
-        let watcher = notify::recommended_watcher(move |_res: notify::Result<notify::Event>| {
-            // Any event (or a backend error, which may mean lost events): rescan.
-            let _ = tx.try_send(());
+        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            // A socket made or removed (or a backend error, which may mean lost events):
+            // rescan. Not an access: the rescan's own read of the directory is one, and
+            // waking on it would rescan without end.
+            let wanted = res.as_ref().map_or(true, |e| {
+                matches!(
+                    e.kind,
+                    notify::EventKind::Create(_)
+                        | notify::EventKind::Remove(_)
+                        | notify::EventKind::Modify(notify::event::ModifyKind::Name(_))
+                        | notify::EventKind::Any
+                )
+            });
+            if wanted {
+                let _ = tx.try_send(());
+            }
         })
         .and_then(|mut w| {
             w.watch(&self.dir, notify::RecursiveMode::NonRecursive)

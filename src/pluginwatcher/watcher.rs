@@ -191,7 +191,7 @@ impl PluginWatcher {
                         .failed
                         .get(&path)
                         .map_or(RESCAN, |f| (f.backoff * 2).min(MAX_BACKOFF));
-                    warn!(path = %path.display(), err = %e, retryIn = ?backoff, "Plugin registration failed");
+                    warn!(path = %path.display(), err = %e, retryIn = %crate::duration::format_go_duration(backoff), "Plugin registration failed");
                     self.failed.insert(
                         path,
                         Failed {

@@ -84,13 +84,16 @@ const REPORT: &str = "echo \"host=$(hostname) greeting=[$GREETING] missing=${MIS
     if touch /rro/sub/x 2>/dev/null; then echo sub=rw; else echo sub=ro; fi; \
     if touch /rro/top 2>/dev/null; then echo top=rw; else echo top=ro; fi; sleep 3600";
 
+/// Why `main` waits, once its init container is done (until then it waits with
+/// `PodInitializing`, which says nothing of `main` itself).
 fn waiting_message(p: &Pod) -> Option<(String, String)> {
     let w = container_status(p, "main")?
         .state
         .as_ref()?
         .waiting
         .as_ref()?;
-    Some((w.reason.clone()?, w.message.clone().unwrap_or_default()))
+    let reason = w.reason.clone().filter(|r| r != "PodInitializing")?;
+    Some((reason, w.message.clone().unwrap_or_default()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,6 +56,9 @@ pub(crate) struct ContainerManager {
     pub(super) tree: QosTree,
     /// Pods with a cgroup, by UID.
     pub(super) pods: Mutex<HashMap<String, TrackedPod>>,
+    /// Held across a QoS update's read of the census and its writes: two pods' syncs
+    /// updating at once must not let the older census be written last.
+    pub(super) qos_update: Mutex<()>,
     /// What the host lacks that kubelet only warns about (its `Status().SoftRequirements`).
     pub(super) soft_requirements: Option<&'static str>,
 }
@@ -81,6 +84,7 @@ impl ContainerManager {
             cfg,
             fs,
             pods: Mutex::default(),
+            qos_update: Mutex::default(),
             soft_requirements: None,
         })
     }

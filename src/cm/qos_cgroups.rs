@@ -2,6 +2,7 @@
 //! `burstable` and `besteffort` QoS cgroups with their cpu shares (kubelet's
 //! `setupNode` and `qosContainerManager.UpdateCgroups`).
 
+use crate::locks::Locked as _;
 use tracing::{debug, info};
 
 use super::fs::CgroupError;
@@ -51,6 +52,7 @@ impl ContainerManager {
         if !self.cfg.cgroups_per_qos {
             return;
         }
+        let _serial = self.qos_update.locked();
         let kubepods = self.qos_path(QosClass::Guaranteed);
         if !self.fs.exists(&kubepods) {
             info!(cgroup = %kubepods, "the kubepods cgroup is missing; re-creating it");
@@ -112,6 +114,7 @@ impl ContainerManager {
         if !self.cfg.cgroups_per_qos {
             return Vec::new();
         }
+        let _serial = self.qos_update.locked();
         let mut fixed = Vec::new();
         for class in [QosClass::Burstable, QosClass::BestEffort] {
             let path = self.qos_path(class);

@@ -285,8 +285,11 @@ async fn the_test_plugin_end_to_end() {
     })
     .await;
     assert_eq!(m.resources().capacity[WIDGET], 3);
-    assert!(changes.has_changed().unwrap());
-    changes.mark_unchanged();
+    // The change is told after the state holds it: wait for the word, not just the state.
+    tokio::time::timeout(Duration::from_secs(5), changes.changed())
+        .await
+        .expect("the health change is told")
+        .unwrap();
 
     // The plugin restarts: the pod keeps its device, the devices come back healthy.
     plugin.stop();

@@ -3,7 +3,9 @@
 //! `cpu: 1` an exclusive CPU and everyone else the shared pool, moves the shared
 //! containers' cpusets as the pool shrinks and grows (its reconcile loop), keeps both
 //! across a restart (`cpu_manager_state`), and refuses a pod asking for more exclusive
-//! CPUs than are free with kubelet's reason and message.
+//! CPUs than are free with kubelet's reason and message. Device plugins' devices
+//! reach pods, the pod resources API and the Node; a DRA claim reaches its container
+//! through the driver's CDI spec, and is unprepared when the pod ends.
 
 mod agent;
 mod common;
@@ -12,7 +14,8 @@ use std::time::Duration;
 
 use agent::*;
 use common::Testbed;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 const START: Duration = Duration::from_secs(40);
 /// The reconcile loop's period in these tests (a pool change is applied within 1 s).
@@ -408,4 +411,152 @@ async fn static_memory_manager_pins_guaranteed_pods_and_refuses_what_no_node_hol
         message,
         "Pod was rejected: Allocate failed due to [memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available, which is unexpected"
     );
+}
+
+const NODE: &str = "testnode";
+const DRA_DRIVER: &str = "gpu.test.oxlet.dev";
+
+/// The Node's `capacity` and `allocatable` of `resource`, as the apiserver holds them.
+fn node_quantities(server: &testapi::TestApiServer, resource: &str) -> Option<(String, String)> {
+    let status = server.get::<Node>("", NODE).unwrap()?.status?;
+    let of = |m: Option<std::collections::BTreeMap<String, Quantity>>| {
+        m?.get(resource).map(|q| q.0.clone())
+    };
+    Some((of(status.capacity)?, of(status.allocatable)?))
+}
+
+/// Pod `name` in the apiserver, not yet bound, whose container `main` runs `script`
+/// holding the claim made from template `template`.
+fn claim_pod(name: &str, template: &str, script: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+            "containers": [{
+                "name": "main", "image": "localhost/oxlet/busybox:1", "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", script],
+                "resources": {"claims": [{"name": "gpu"}]},
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+/// What the scheduler does once the claims are allocated: the pod is bound to the node.
+fn bind(server: &testapi::TestApiServer, name: &str) -> Pod {
+    let mut pod: Pod = server.get("default", name).unwrap().unwrap();
+    pod.spec.as_mut().unwrap().node_name = Some(NODE.into());
+    server.put(&pod).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_plugins_reach_the_node_and_dra_claims_reach_containers_through_cdi() {
+    use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+    use testapi::dra_driver::{DriverConfig, TestDraDriver};
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (server, ox) = start_with_apiserver(&bed, dir.path()).await;
+
+    // A device plugin's devices are the Node's extended resource; an unhealthy one
+    // leaves allocatable, not capacity.
+    let plugin_dir = ox.root.join("device-plugins");
+    ox.poll("the registration socket", START, || {
+        plugin_dir.join("kubelet.sock").exists().then_some(())
+    })
+    .await;
+    let plugin = testapi::device_plugin::DevicePlugin::start(
+        testapi::device_plugin::PluginConfig::new(&plugin_dir, "example.com/widget", 2),
+    )
+    .await
+    .unwrap();
+    let want = |c: &str, a: &str| Some((c.to_owned(), a.to_owned()));
+    ox.poll("the Node's two widgets", START, || {
+        (node_quantities(&server, "example.com/widget") == want("2", "2")).then_some(())
+    })
+    .await;
+    plugin.set_healthy(&plugin.device_ids()[0], false);
+    ox.poll("one allocatable widget on the Node", START, || {
+        (node_quantities(&server, "example.com/widget") == want("2", "1")).then_some(())
+    })
+    .await;
+
+    // A DRA driver registers through the plugin watcher and publishes its slice.
+    let host_file = dir.path().join("gpu-0");
+    std::fs::write(&host_file, "the gpu's own file\n").unwrap();
+    let mut config = DriverConfig::under(&ox.root, DRA_DRIVER, NODE, &host_file, 2);
+    config.cdi_dir = bed.cdi_dir().to_owned();
+    let driver = TestDraDriver::start(config, Some(server.handle()))
+        .await
+        .unwrap();
+    let (registered, error) = ox
+        .poll("the driver's registration", START, || {
+            driver.registration_status()
+        })
+        .await;
+    assert!(registered, "{error}");
+
+    // A pod whose claim the scheduler allocated runs with the CDI device's edits: the
+    // file mounted and the variable set (containerd 1.6 has no CDI).
+    let template: ResourceClaimTemplate = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "gpu", "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "one", "exactly": {"deviceClassName": "gpu"}}]}}},
+    }))
+    .unwrap();
+    server.put(&template).unwrap();
+    let script = "echo \"device=$DRA_DEVICE_ONE\"; cat /var/run/dra/dev-0; sleep 3600";
+    server.put(&claim_pod("trainer", "gpu", script)).unwrap();
+    let claims = (server.handle())
+        .allocate_claims("default", "trainer", DRA_DRIVER, NODE, &["dev-0"])
+        .unwrap();
+    let claim_uid = claims[0].metadata.uid.clone().unwrap();
+    bind(&server, "trainer");
+    let trainer = ox.wait_api_running("trainer", START).await;
+    assert_eq!(driver.prepare_calls(), 1);
+    let spec = bed.cdi_dir().join(format!("{DRA_DRIVER}-{claim_uid}.json"));
+    assert!(spec.exists(), "the driver wrote {}", spec.display());
+    if bed.containerd_release() >= (1, 7) {
+        let log = ox.main_log_once(&trainer, "the gpu's own file").await;
+        assert!(log.contains("device=dev-0"), "{log}");
+    } else {
+        eprintln!("containerd 1.6 has no CDI: the device's edits are not checked");
+    }
+
+    // The pod ends: its claim is unprepared and the driver's spec goes.
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client_of(&server).await, "default");
+    pods.delete("trainer", &Default::default()).await.unwrap();
+    ox.poll("NodeUnprepareResources", START, || {
+        (driver.unprepare_calls() == 1).then_some(())
+    })
+    .await;
+    assert!(!spec.exists());
+
+    // A claim of a driver that never registered: the pod waits, with kubelet's event.
+    let absent = "absent.test.oxlet.dev";
+    server
+        .put(&claim_pod("orphan", "gpu", "sleep 3600"))
+        .unwrap();
+    (server.handle())
+        .allocate_claims("default", "orphan", absent, NODE, &["dev-9"])
+        .unwrap();
+    bind(&server, "orphan");
+    let event = ox
+        .poll("FailedPrepareDynamicResources", START, || {
+            let events = server.list::<Event>(Some("default")).ok()?;
+            events.into_iter().find(|e| {
+                e.reason.as_deref() == Some("FailedPrepareDynamicResources")
+                    && e.involved_object.name.as_deref() == Some("orphan")
+            })
+        })
+        .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.message.as_deref(),
+        Some(&*format!(
+            "Failed to prepare dynamic resources: prepare dynamic resources: DRA driver {absent} is not registered"
+        ))
+    );
+    let orphan: Pod = server.get("default", "orphan").unwrap().unwrap();
+    assert_eq!(phase(&orphan), "Pending");
+    assert_eq!(driver.prepare_calls(), 1, "the other driver is not asked");
 }

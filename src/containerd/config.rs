@@ -144,10 +144,24 @@ fn cri_v2(i: &ConfigInputs<'_>) -> String {
 "#,
         sandbox_image = toml_str(i.sandbox_image),
     );
+    out.push_str(&cdi_settings(i));
     out.push_str(&runc_runtime(CRI, "    snapshotter = \"overlayfs\"\n", i));
     out.push_str(&cni_section(CRI, i));
     out.push_str(&registry_section(CRI, i));
     out
+}
+
+/// CDI on, with the layout's spec dirs: the CRI's `cdi_devices` (DRA claims, device
+/// plugins' CDI names) are resolved from them. 1.6 has no CDI: nothing is written.
+fn cdi_settings(i: &ConfigInputs<'_>) -> String {
+    if i.release < (1, 7) {
+        return String::new();
+    }
+    let dirs: Vec<String> = i.layout.cdi_spec_dirs.iter().map(toml_str).collect();
+    format!(
+        "  enable_cdi = true\n  cdi_spec_dirs = [{}]\n",
+        dirs.join(", ")
+    )
 }
 
 /// Where the registry hosts files are, under `prefix` (kind writes the same key).
@@ -181,9 +195,10 @@ fn cri_v3(i: &ConfigInputs<'_>) -> String {
   # No CAP_SYS_RESOURCE here: never try to lower a container's oom_score_adj.
   restrict_oom_score_adj = true
   enable_selinux = false
-"#,
+{cdi}"#,
         sandbox_image = toml_str(i.sandbox_image),
         registry = registry_section(IMAGES, i),
+        cdi = cdi_settings(i),
     );
     out.push_str(&runc_runtime(RUNTIME, "", i));
     out.push_str(&cni_section(RUNTIME, i));
@@ -283,6 +298,25 @@ mod tests {
             assert!(c.contains(want), "config lacks {want:?}:\n{c}");
         }
         assert!(!c.contains("cri.v1"), "{c}");
+        assert!(
+            c.contains("enable_cdi = true\n  cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]\n"),
+            "{c}"
+        );
+        let cri_section = c
+            .split("[plugins.\"io.containerd.grpc.v1.cri\"]")
+            .nth(1)
+            .unwrap();
+        assert!(
+            cri_section
+                .split("\n[")
+                .next()
+                .unwrap()
+                .contains("enable_cdi"),
+            "CDI is a setting of the CRI plugin itself:\n{c}"
+        );
+        // 1.6 knows no CDI.
+        let c = render(ConfigFormat::V2, (1, 6), "/x");
+        assert!(!c.contains("cdi"), "{c}");
         assert_eq!(
             c.matches(".containerd]").count(),
             1,
@@ -305,6 +339,18 @@ mod tests {
             assert!(c.contains(want), "config lacks {want:?}:\n{c}");
         }
         assert!(!c.contains("sandbox_image"), "{c}");
+        let runtime = c
+            .split("[plugins.\"io.containerd.cri.v1.runtime\"]")
+            .nth(1)
+            .unwrap();
+        assert!(
+            runtime
+                .split("\n[")
+                .next()
+                .unwrap()
+                .contains("enable_cdi = true\n  cdi_spec_dirs = [\"/etc/cdi\", \"/var/run/cdi\"]"),
+            "CDI is a setting of the runtime plugin:\n{c}"
+        );
         assert!(!c.contains("grpc.v1.cri\".containerd"), "{c}");
         // 2.0 has no bin_dirs yet.
         let c = render(ConfigFormat::V3, (2, 0), "/x");

@@ -107,6 +107,10 @@ pub struct ContainerdLayout {
     /// `/etc/containerd/certs.d`): `<host[:port]>/hosts.toml` with a registry's CA,
     /// mirrors or plain HTTP, read at each pull.
     pub certs_dir: PathBuf,
+    /// Where CDI specs are read (DRA drivers and device plugins write them): containerd's
+    /// own defaults `/etc/cdi` and `/var/run/cdi`, where drivers on a node expect them.
+    /// Those under `base` are created with the layout; the others are the host's.
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl ContainerdLayout {
@@ -126,6 +130,7 @@ impl ContainerdLayout {
             runc_root: base.join("runc"),
             opt_dir: base.join("opt"),
             certs_dir: base.join("certs.d"),
+            cdi_spec_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
             base,
         }
     }
@@ -149,6 +154,13 @@ impl ContainerdLayout {
             &self.opt_dir,
             &self.certs_dir,
         ] {
+            fs::create_dir_all(dir)?;
+        }
+        for dir in self
+            .cdi_spec_dirs
+            .iter()
+            .filter(|d| d.starts_with(&self.base))
+        {
             fs::create_dir_all(dir)?;
         }
         for dir in [&self.root, &self.state] {

@@ -168,7 +168,11 @@ impl Testbed {
             bridge: bridge_name(slot),
             subnet: format!("{}.{}.{slot}.0/24", SUBNET_PREFIX[0], SUBNET_PREFIX[1]),
         };
-        let launch = Launch::new(binary, ContainerdLayout::new(&base), cni);
+        let mut layout = ContainerdLayout::new(&base);
+        // The bed's own CDI dir: a test's DRA driver writes its specs there, never in
+        // the host's /etc/cdi.
+        layout.cdi_spec_dirs = vec![base.join("cdi")];
+        let launch = Launch::new(binary, layout, cni);
 
         // From here on, a panic must still clean up: build the bed first, then fill it.
         let mut bed = Testbed {
@@ -327,6 +331,11 @@ impl Testbed {
 
     pub fn layout(&self) -> &ContainerdLayout {
         &self.launch.layout
+    }
+
+    /// The one CDI spec dir this bed's containerd reads (none on 1.6, which has no CDI).
+    pub fn cdi_dir(&self) -> &Path {
+        &self.launch.layout.cdi_spec_dirs[0]
     }
 
     /// The bed's own bridge and pod subnet.

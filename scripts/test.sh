@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: test images, a build (not a run) of the benchmarks, the docs, the
+# The whole test suite: test images, a build (not a run) of the benchmarks, rustfmt and
+# clippy (no warning allowed), the docs, the
 # unit tests and the integration tests (against real containerd test beds, the system's
 # containerd 1.6) with the core of the integration tests on containerd 1.7 and 2.x as one
 # pool of four lanes (scripts/test-pool.sh), then a kind-shaped node in a qemu guest
@@ -34,6 +35,12 @@ bash scripts/build-images.sh target/test-images
 if [ -d benches ]; then
     cargo build --benches
 fi
+# The house rules the compiler does not enforce: rustfmt's layout, and no clippy warning in
+# any target of either crate (the workspace's default members are oxlet and testapi). The
+# check builds share nothing with the test builds, so this costs a few minutes of CI.
+cargo fmt --all --check
+cargo clippy --all-targets --quiet -- -D warnings
+phase "fmt and clippy"
 # The doc comments' links must resolve: a renamed or moved item shows here first.
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --document-private-items --quiet
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 
 use super::config::{CpuEvictConfig, CpuEvictPolicy, CpuUsageEvictConfig};
+use super::evict::policy_allows;
 use super::inputs::{PodUsage, UsageView};
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
 use crate::pod::is_critical;
@@ -19,8 +20,6 @@ use crate::pod::is_critical;
 pub(crate) const COOL_DOWN: Duration = Duration::from_secs(20);
 /// The feature gate's name: the eviction reason and the eviction-policy entry.
 pub(crate) const FEATURE: &str = "BECPUEvict";
-/// A pod's list of the eviction features allowed on it (JSON).
-const EVICTION_POLICY: &str = "koordinator.sh/eviction-policy";
 /// koordlet's `CollectResUsedInterval` (s), the unit of the sample count check.
 const COLLECT_INTERVAL_S: i64 = 1;
 
@@ -194,15 +193,6 @@ pub(crate) fn trigger(
 /// them (`GetPodBEMilliCPURequest`).
 pub(crate) fn batch_request_milli(pod: &Pod) -> i64 {
     crate::koord::classes::batch_milli_cpu_request(pod)
-}
-
-/// Whether the pod's `koordinator.sh/eviction-policy` allows `feature` (no annotation
-/// allows all; a list that is not JSON allows none).
-pub(crate) fn policy_allows(pod: &Pod, feature: &str) -> bool {
-    let Some(text) = super::inputs::annotation(pod, EVICTION_POLICY) else {
-        return true;
-    };
-    serde_json::from_str::<Vec<String>>(text).is_ok_and(|l| l.iter().any(|p| p == feature))
 }
 
 /// The victims in koordlet's order (`getBEPodEvictInfoAndSort`): pods labelled BE
@@ -558,7 +548,7 @@ mod tests {
         let mut b = barred.pod.as_ref().clone();
         b.metadata.annotations = Some(
             [(
-                EVICTION_POLICY.to_string(),
+                "koordinator.sh/eviction-policy".to_string(),
                 r#"["BEMemoryEvict"]"#.to_string(),
             )]
             .into(),
@@ -584,12 +574,5 @@ mod tests {
             .collect();
         // low first (priority); then 0.9/2 = 0.45 before 0.1/1.
         assert_eq!(order, ["low", "hungry", "idle"]);
-        let mut allowed = view.pods[2].pod.as_ref().clone();
-        allowed.metadata.annotations =
-            Some([(EVICTION_POLICY.to_string(), r#"["BECPUEvict"]"#.to_string())].into());
-        assert!(policy_allows(&allowed, FEATURE));
-        allowed.metadata.annotations =
-            Some([(EVICTION_POLICY.to_string(), "not json".to_string())].into());
-        assert!(!policy_allows(&allowed, FEATURE));
     }
 }

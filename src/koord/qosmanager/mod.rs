@@ -25,6 +25,7 @@ mod cpu_evict;
 mod cpu_evict_apply;
 mod cpu_suppress;
 mod cpuset_suppress;
+mod evict;
 mod inputs;
 mod memory_evict;
 mod memory_qos;
@@ -44,7 +45,7 @@ use crate::koord::metriccache::MetricCache;
 use crate::pod::PodManager;
 use crate::pod::{pod_ref, pod_uid};
 use config::QosConfig;
-use memory_evict::EvictState;
+use evict::EvictState;
 
 /// koordlet's `CPUSuppressIntervalSeconds`, `MemoryEvictIntervalSeconds` and
 /// `ReconcileIntervalSeconds`: all 1 s.
@@ -87,7 +88,7 @@ impl QosManager {
     pub(crate) fn new(d: QosDeps) -> Self {
         QosManager {
             d,
-            evict: EvictState::default(),
+            evict: EvictState::new(memory_evict::COOL_DOWN, None),
             // koordlet's CPU evictor starts its cool-down when it is made.
             cpu_evict: EvictState::new(cpu_evict::COOL_DOWN, Some(Instant::now())),
             cpu_usage_evict: EvictState::new(Duration::ZERO, None),
@@ -230,7 +231,7 @@ impl QosManager {
     fn kill(&self, v: &inputs::PodUsage, feature: &str) {
         let eviction = Eviction {
             grace_seconds: Some(0),
-            ..Eviction::new(memory_evict::message(feature, v))
+            ..Eviction::new(evict::message(feature, v))
         };
         if self.d.evictor.evict(v.pod.clone(), eviction) {
             if let Some(m) = metrics::qos() {

@@ -253,6 +253,53 @@ fn memory_evict_picks_best_effort_by_usage_then_cools_down() {
     assert_eq!(uids, ["be-big", "be-small"]);
 }
 
+/// The pod with koordinator's `eviction-policy` annotation listing `features`.
+fn eviction_policy(pod: Arc<Pod>, features: &str) -> Arc<Pod> {
+    let mut p = (*pod).clone();
+    (p.metadata.annotations.get_or_insert_with(Default::default))
+        .insert("koordinator.sh/eviction-policy".into(), features.into());
+    Arc::new(p)
+}
+
+#[test]
+fn memory_evict_honours_the_eviction_policy_and_a_gone_pod_releases_nothing_more() {
+    let mut b = bed(on(false, true, false));
+    // The biggest BE pod allows only CPU eviction; another allows memory eviction.
+    let barred = eviction_policy(koord_be(pod("be-barred", None)), r#"["BECPUEvict"]"#);
+    let listed = eviction_policy(koord_be(pod("be-listed", None)), r#"["BEMemoryEvict"]"#);
+    b.qm.d.pods.add_or_update(barred);
+    b.qm.d.pods.add_or_update(listed);
+    let extra = |ts| {
+        let s =
+            |uid, v| Sample::new(MetricKind::PodMemoryUsage, &[("pod_uid", uid)], ts, v).unwrap();
+        b.cache
+            .append([s("be-barred", 600.0), s("be-listed", 50.0)]);
+    };
+    let uids = |b: &Bed| -> Vec<String> {
+        let got = b.evicted.0.lock().unwrap();
+        got.iter().map(|(u, _)| u.clone()).collect()
+    };
+    let now = Instant::now();
+    // 80 %: 120 bytes to release; be-big (200) meets it, be-barred is never a victim.
+    fill(&b.cache, 10_000, 1.0, 800.0);
+    extra(10_000);
+    b.qm.round(10_000, now);
+    assert_eq!(uids(&b), ["be-big"]);
+    // The next round right after the cool-down, be-big still here and still using
+    // 200: it counts, nothing more goes.
+    fill(&b.cache, 15_000, 1.0, 800.0);
+    extra(15_000);
+    b.qm.round(15_000, now + Duration::from_secs(5));
+    assert_eq!(uids(&b), ["be-big"]);
+    // be-big is gone, the node still at 80 %: it counts for nothing any more, so the
+    // next victims in order go (be-listed 50, then be-small 10 are all that is left).
+    b.qm.d.pods.remove("be-big");
+    fill(&b.cache, 20_000, 1.0, 800.0);
+    extra(20_000);
+    b.qm.round(20_000, now + Duration::from_secs(10));
+    assert_eq!(uids(&b), ["be-big", "be-listed", "be-small"]);
+}
+
 #[test]
 fn cgroup_reconcile_puts_drifted_shares_back() {
     let mut b = bed(on(false, false, true));

@@ -3,93 +3,16 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
 
 use super::PredictionConfig;
 use super::histogram::{Buckets, DecayingHistogram};
+pub(crate) use crate::koord::classes::PriorityClass;
 
 pub(crate) const NODE_UID: &str = "__node__";
 pub(crate) const SYS_UID: &str = "__node-sys__";
-/// koordinator's label naming a pod's priority class.
-pub(crate) const PRIORITY_CLASS_LABEL: &str = "koordinator.sh/priority-class";
 /// The most models kept (pods are bounded by max-pods; this bounds a misbehaving source).
 pub(crate) const MAX_MODELS: usize = 1024;
-
-/// koordinator's priority classes, in koordlet's order; `None` is the empty class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum PriorityClass {
-    Prod,
-    Mid,
-    Batch,
-    Free,
-    None,
-}
-
-impl PriorityClass {
-    pub(crate) const ALL: [PriorityClass; 5] = [
-        PriorityClass::Prod,
-        PriorityClass::Mid,
-        PriorityClass::Batch,
-        PriorityClass::Free,
-        PriorityClass::None,
-    ];
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            PriorityClass::Prod => "koord-prod",
-            PriorityClass::Mid => "koord-mid",
-            PriorityClass::Batch => "koord-batch",
-            PriorityClass::Free => "koord-free",
-            PriorityClass::None => "",
-        }
-    }
-
-    /// The class's model UID: `__node-<class>__` (`__node-__` for none).
-    pub(crate) fn uid(self) -> String {
-        format!("__node-{}__", self.name())
-    }
-
-    /// From spec.priority: prod 9000–9999, mid 7000–7999, batch 5000–5999, free 3000–3999.
-    fn of_priority(p: i32) -> PriorityClass {
-        match p {
-            9000..=9999 => PriorityClass::Prod,
-            7000..=7999 => PriorityClass::Mid,
-            5000..=5999 => PriorityClass::Batch,
-            3000..=3999 => PriorityClass::Free,
-            _ => PriorityClass::None,
-        }
-    }
-
-    /// The pod's class: its `koordinator.sh/priority-class` label when that names a
-    /// class, else from spec.priority.
-    pub(crate) fn of_pod(pod: &Pod) -> PriorityClass {
-        let label = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(PRIORITY_CLASS_LABEL));
-        let named = label.and_then(|v| {
-            PriorityClass::ALL
-                .into_iter()
-                .find(|c| *c != PriorityClass::None && c.name() == v)
-        });
-        if let Some(c) = named {
-            return c;
-        }
-        PriorityClass::of_priority(
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.priority)
-                .unwrap_or_default(),
-        )
-    }
-
-    /// Classes whose peaks the prod reclaimable predictor treats as unreclaimable.
-    pub(crate) fn is_reclaimable(self) -> bool {
-        matches!(self, PriorityClass::Prod | PriorityClass::None)
-    }
-}
 
 /// Every UID that is not a pod's.
 pub(crate) fn node_uids() -> Vec<String> {
@@ -212,62 +135,6 @@ impl Models {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
-
-    fn pod(label: Option<&str>, priority: Option<i32>) -> Pod {
-        let mut p = Pod::default();
-        if let Some(l) = label {
-            p.metadata.labels = Some([(PRIORITY_CLASS_LABEL.to_string(), l.to_string())].into());
-        }
-        p.spec = Some(PodSpec {
-            priority,
-            ..Default::default()
-        });
-        p
-    }
-
-    #[test]
-    fn priority_classes_come_from_the_label_then_the_priority() {
-        assert_eq!(
-            PriorityClass::of_pod(&pod(Some("koord-batch"), Some(9500))),
-            PriorityClass::Batch
-        );
-        assert_eq!(
-            PriorityClass::of_pod(&pod(Some("bogus"), Some(9500))),
-            PriorityClass::Prod
-        );
-        assert_eq!(
-            PriorityClass::of_pod(&pod(None, Some(9000))),
-            PriorityClass::Prod
-        );
-        assert_eq!(
-            PriorityClass::of_pod(&pod(None, Some(9999))),
-            PriorityClass::Prod
-        );
-        assert_eq!(
-            PriorityClass::of_pod(&pod(None, Some(10000))),
-            PriorityClass::None
-        );
-        assert_eq!(
-            PriorityClass::of_pod(&pod(None, Some(7000))),
-            PriorityClass::Mid
-        );
-        assert_eq!(
-            PriorityClass::of_pod(&pod(None, Some(5999))),
-            PriorityClass::Batch
-        );
-        assert_eq!(
-            PriorityClass::of_pod(&pod(None, Some(3000))),
-            PriorityClass::Free
-        );
-        assert_eq!(
-            PriorityClass::of_pod(&pod(None, Some(2999))),
-            PriorityClass::None
-        );
-        assert_eq!(PriorityClass::of_pod(&pod(None, None)), PriorityClass::None);
-        assert_eq!(PriorityClass::None.uid(), "__node-__");
-        assert_eq!(PriorityClass::Prod.uid(), "__node-koord-prod__");
-    }
 
     #[test]
     fn gc_removes_models_not_updated_for_the_expiration() {

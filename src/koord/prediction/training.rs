@@ -53,7 +53,7 @@ pub(crate) fn train(
             continue;
         };
         models.add(cfg, uid, cpu, mem, now_ms);
-        let class = PriorityClass::of_pod(pod);
+        let class = PriorityClass::with_default(pod);
         let i = PriorityClass::ALL
             .iter()
             .position(|c| *c == class)
@@ -141,6 +141,20 @@ mod tests {
             &[(label::POD_UID, "b")],
             GIB,
         );
+        // d has no priority class of its own: a BestEffort pod is koordinator's BE,
+        // so its class is batch (not the empty class).
+        fill(
+            &cache,
+            MetricKind::PodCpuUsage,
+            &[(label::POD_UID, "d")],
+            0.25,
+        );
+        fill(
+            &cache,
+            MetricKind::PodMemoryUsage,
+            &[(label::POD_UID, "d")],
+            GIB,
+        );
         fill(&cache, MetricKind::NodeCpuUsage, &[], 2.0);
         fill(&cache, MetricKind::NodeMemoryUsage, &[], 4.0 * GIB);
         // c has no samples: no model, nothing in its class.
@@ -148,6 +162,7 @@ mod tests {
             pod("a", 9100),
             pod("b", 5500),
             pod("c", 9100),
+            pod("d", 0),
             pod("../x", 9100),
         ];
         let cfg = PredictionConfig::default();
@@ -163,16 +178,16 @@ mod tests {
         assert!(!m.by_uid.contains_key("../x"));
         assert_eq!(cpu_of(&m, "__node__").p95, edge(2.0));
         assert_eq!(cpu_of(&m, "__node-koord-prod__").p95, edge(1.0));
-        assert_eq!(cpu_of(&m, "__node-koord-batch__").p95, edge(0.5));
+        assert_eq!(cpu_of(&m, "__node-koord-batch__").p95, edge(0.75));
         // Empty classes get a zero sample: bucket 0, whose upper edge is 25m.
         assert_eq!(cpu_of(&m, "__node-koord-mid__").p95, 25);
         assert_eq!(cpu_of(&m, "__node-__").p95, 25);
-        // System: 2 − 1.5 cores, 4 − 2 GiB.
-        assert_eq!(cpu_of(&m, "__node-sys__").p95, edge(0.5));
+        // System: 2 − 1.75 cores, 4 − 3 GiB.
+        assert_eq!(cpu_of(&m, "__node-sys__").p95, edge(0.25));
         let mem = m.by_uid["__node-sys__"].prediction().memory_bytes.p98;
         let b = super::super::histogram::Buckets::memory();
-        assert_eq!(mem, b.start(b.find(2.0 * GIB) + 1) as i64);
-        assert_eq!(m.by_uid.len(), 2 + 2 + 5);
+        assert_eq!(mem, b.start(b.find(GIB) + 1) as i64);
+        assert_eq!(m.by_uid.len(), 3 + 2 + 5);
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub(crate) fn pod_input(pod: &Pod, phase: Option<&str>) -> PodInput {
     let req = crate::cm::pod_requests(pod).unwrap_or_default();
     PodInput {
         uid: crate::pod::pod_uid(pod).to_string(),
-        class: PriorityClass::of_pod(pod),
+        class: PriorityClass::with_default(pod),
         request: ResourceAmount {
             cpu_milli: req.cpu_milli.unwrap_or(0),
             memory_bytes: req.memory_bytes.unwrap_or(0),
@@ -200,7 +200,8 @@ mod tests {
         assert_eq!(doc["modelCount"], 1);
         assert_eq!(doc["models"]["uid-a"]["cpuMilli"]["p95"], 1035);
         assert_eq!(doc["pods"][0]["pod"], "ns/a");
-        assert_eq!(doc["pods"][0]["priorityClass"], "");
+        // Unlabelled and Burstable: koordinator derives prod from its QoS (LS).
+        assert_eq!(doc["pods"][0]["priorityClass"], "koord-prod");
         // 2000m − 1035m × 1.1.
         assert_eq!(doc["pods"][0]["reclaimable"]["cpuMilli"], 862);
         assert_eq!(doc["node"]["reclaimable"]["cpuMilli"], 862);

@@ -274,12 +274,13 @@ pub(crate) fn priority_with_default(pod: &Pod) -> i32 {
     {
         return p;
     }
-    match crate::koord::classes::koord_priority_with_default(pod) {
-        "koord-prod" => 9500,
-        "koord-mid" => 7500,
-        "koord-batch" => 5500,
-        "koord-free" => 3500,
-        _ => 0,
+    use crate::koord::classes::PriorityClass;
+    match PriorityClass::with_default(pod) {
+        PriorityClass::Prod => 9500,
+        PriorityClass::Mid => 7500,
+        PriorityClass::Batch => 5500,
+        PriorityClass::Free => 3500,
+        PriorityClass::None => 0,
     }
 }
 

@@ -21,7 +21,7 @@ use super::types::{
     AggregatedUsage, NodeMetricInfo, NodeMetricSpec, NodeMetricStatus, PodMetricInfo, ResourceMap,
     ResourceMetric,
 };
-use crate::koord::classes::{koord_priority_with_default, koord_qos_with_default};
+use crate::koord::classes::{PriorityClass, koord_qos_with_default};
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
 use crate::koord::prediction::predictor::ResourceAmount;
 
@@ -235,7 +235,7 @@ pub(crate) fn build_status(
                 name: pod.metadata.name.clone().unwrap_or_default(),
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 pod_usage: usage,
-                priority: koord_priority_with_default(pod).to_string(),
+                priority: PriorityClass::with_default(pod).name().to_string(),
                 qos: koord_qos_with_default(pod).to_string(),
                 extensions: None,
             })

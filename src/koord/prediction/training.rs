@@ -117,44 +117,22 @@ mod tests {
     #[test]
     fn a_round_feeds_pods_classes_node_and_system() {
         let cache = MetricCache::default();
-        fill(
-            &cache,
-            MetricKind::PodCpuUsage,
-            &[(label::POD_UID, "a")],
-            1.0,
-        );
-        fill(
-            &cache,
-            MetricKind::PodMemoryUsage,
-            &[(label::POD_UID, "a")],
-            GIB,
-        );
-        fill(
-            &cache,
-            MetricKind::PodCpuUsage,
-            &[(label::POD_UID, "b")],
-            0.5,
-        );
-        fill(
-            &cache,
-            MetricKind::PodMemoryUsage,
-            &[(label::POD_UID, "b")],
-            GIB,
-        );
         // d has no priority class of its own: a BestEffort pod is koordinator's BE,
         // so its class is batch (not the empty class).
-        fill(
-            &cache,
-            MetricKind::PodCpuUsage,
-            &[(label::POD_UID, "d")],
-            0.25,
-        );
-        fill(
-            &cache,
-            MetricKind::PodMemoryUsage,
-            &[(label::POD_UID, "d")],
-            GIB,
-        );
+        for (uid, cores) in [("a", 1.0), ("b", 0.5), ("d", 0.25)] {
+            fill(
+                &cache,
+                MetricKind::PodCpuUsage,
+                &[(label::POD_UID, uid)],
+                cores,
+            );
+            fill(
+                &cache,
+                MetricKind::PodMemoryUsage,
+                &[(label::POD_UID, uid)],
+                GIB,
+            );
+        }
         fill(&cache, MetricKind::NodeCpuUsage, &[], 2.0);
         fill(&cache, MetricKind::NodeMemoryUsage, &[], 4.0 * GIB);
         // c has no samples: no model, nothing in its class.

@@ -365,6 +365,41 @@ async fn a_device_plugins_devices_reach_pods_and_the_pod_resources_api() {
         .find(|p| p.name.starts_with("gadget"))
         .unwrap();
     assert_eq!(p.containers[0].devices[0].device_ids, [ids]);
+
+    // kubelet's resource manager metrics on /metrics, as this process recorded them.
+    let (code, text) = ox.get("/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    let sample = |series: &str| -> f64 {
+        (text.lines())
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{series} not on /metrics"))
+    };
+    let v1 =
+        |name: &str| format!("kubelet_pod_resources_endpoint_{name}{{server_api_version=\"v1\"}}");
+    let widget = "{resource_name=\"example.com/widget\"}";
+    assert!(sample(&format!("kubelet_device_plugin_registration_total{widget}")) >= 2.0);
+    assert_eq!(
+        sample(&format!(
+            "kubelet_device_plugin_alloc_duration_seconds_count{widget}"
+        )),
+        1.0
+    );
+    assert_eq!(sample(&v1("requests_list")), 2.0);
+    let allocatable = sample(&v1("requests_get_allocatable"));
+    assert!(allocatable >= 2.0);
+    assert_eq!(sample(&v1("requests_total")), 2.0 + allocatable);
+    assert!(sample("kubelet_cpu_manager_pinning_requests_total") >= 1.0);
+    assert_eq!(
+        sample("kubelet_cpu_manager_exclusive_cpu_allocation_count"),
+        1.0
+    );
+    assert_eq!(
+        sample("kubelet_cpu_manager_shared_pool_size_millicores"),
+        ((cpus.len() - 2) * 1000) as f64,
+        "every CPU but the reserved one and gadget's"
+    );
+    assert!(sample("kubelet_topology_manager_admission_requests_total") >= 2.0);
+    assert!(sample("kubelet_topology_manager_admission_duration_ms_count") >= 2.0);
 }
 
 /// A Guaranteed pod asking for `memory` (and 100m of CPU).

@@ -106,6 +106,18 @@ impl CpuManager {
                 reserved_physical_cpus = %manager.reserved_physical,
                 "static policy: reserved CPUs not available for exclusive assignment"
             );
+            // kubelet's static policy makes its alignment series exist at start.
+            let scope = crate::metrics::ALIGN_SCOPE_CONTAINER;
+            crate::metrics::aligned_compute_series(
+                scope,
+                crate::metrics::ALIGNED_PHYSICAL_CPU,
+                true,
+            );
+            crate::metrics::aligned_compute_series(
+                scope,
+                crate::metrics::ALIGNED_UNCORE_CACHE,
+                false,
+            );
         }
         manager.restore()?;
         Ok(manager)
@@ -144,7 +156,32 @@ impl CpuManager {
                 })?;
         }
         self.store(&inner.saved)
-            .map_err(|e| self.state_error(e.to_string()))
+            .map_err(|e| self.state_error(e.to_string()))?;
+        self.publish_pools(&inner);
+        Ok(())
+    }
+
+    /// The pools kubelet's gauges show: CPUs in the shared pool that exclusive CPUs
+    /// come from, CPUs held exclusively, and those per NUMA node of the machine
+    /// (every node, 0 included).
+    pub(super) fn pool_sizes(&self, inner: &Inner) -> (usize, usize, BTreeMap<usize, usize>) {
+        let exclusive = (inner.saved.assignments.values())
+            .flat_map(|c| c.values())
+            .fold(CpuSet::new(), |a, s| a.union(s));
+        let per_numa = (self.topology.numa_nodes().into_iter())
+            .map(|n| (n, self.topology.select(&exclusive, |i| i.numa, &[n]).len()))
+            .collect();
+        (self.available(inner).len(), exclusive.len(), per_numa)
+    }
+
+    /// Sets the CPU manager's gauges; the static policy's alone (kubelet's `none`
+    /// policy leaves them at 0).
+    pub(super) fn publish_pools(&self, inner: &Inner) {
+        if self.policy != CpuManagerPolicy::Static {
+            return;
+        }
+        let (shared, exclusive, per_numa) = self.pool_sizes(inner);
+        crate::metrics::cpu_pools(shared, exclusive, &per_numa);
     }
 
     /// Every CPU the static policy hands out or shares (all but the reserved ones
@@ -324,6 +361,7 @@ impl CpuManager {
             inner.saved.default_set = inner.saved.default_set.union(&back);
             inner.changed = true;
         }
+        self.publish_pools(inner);
         info!(
             pod_uid = %pod_uid,
             container = %container,
@@ -381,6 +419,7 @@ impl CpuManager {
             .insert(container.name.clone(), cpus.clone());
         update_reuse(inner, pod, container, &cpus);
         self.persist(inner);
+        self.publish_pools(inner);
         info!(
             pod = %pod_ref(pod),
             pod_uid = %uid,

@@ -214,6 +214,36 @@ impl CpuManager {
             info!(pod = %pod_ref(pod), pod_uid = %uid, container = %container.name, "CPU manager allocation skipped, pod is using pod-level resources which are not supported by the static CPU manager policy");
             return Ok(());
         }
+        crate::metrics::cpu_pinning_requested();
+        let result = self.allocate_exclusive(pod, container, n, affinity);
+        let physical = self.options.full_pcpus_only;
+        let (scope, core) = (
+            crate::metrics::ALIGN_SCOPE_CONTAINER,
+            crate::metrics::ALIGNED_PHYSICAL_CPU,
+        );
+        match (&result, physical) {
+            (Err(_), _) => {
+                crate::metrics::cpu_pinning_failed();
+                if physical {
+                    crate::metrics::aligned_compute_failed(scope, core);
+                }
+            }
+            (Ok(()), true) => crate::metrics::aligned_compute(scope, core),
+            (Ok(()), false) => {}
+        }
+        result
+    }
+
+    /// The allocation proper, once kubelet counts the pinning request: the SMT
+    /// checks, a container that already holds CPUs, or new CPUs at `affinity`.
+    fn allocate_exclusive(
+        &self,
+        pod: &Pod,
+        container: &Container,
+        n: usize,
+        affinity: Option<NumaMask>,
+    ) -> Result<(), AdmitError> {
+        let uid = pod_uid(pod);
         let mut inner = self.lock();
         if self.options.full_pcpus_only {
             let per_core = self.topology.cpus_per_core();
@@ -243,6 +273,12 @@ impl CpuManager {
         let cpus = self
             .allocate_cpus(&inner, n, affinity, &reusable)
             .map_err(AdmitError::unexpected)?;
+        if self.topology.keys_of(&cpus, |i| i.uncore_cache).len() == 1 {
+            crate::metrics::aligned_compute(
+                crate::metrics::ALIGN_SCOPE_CONTAINER,
+                crate::metrics::ALIGNED_UNCORE_CACHE,
+            );
+        }
         self.assign(&mut inner, pod, container, cpus);
         Ok(())
     }

@@ -351,3 +351,51 @@ fn start_refuses_what_kubelet_refuses() {
         "{text}"
     );
 }
+
+#[test]
+fn pinning_requests_refusals_and_the_pools_reach_kubelets_metrics() {
+    let sys = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = CpuManager::new(
+        settings(dir.path(), &[("full-pcpus-only", "true")], 1000),
+        big(sys.path()),
+    )
+    .unwrap();
+    let physical = "kubelet_container_aligned_compute_resources_count{boundary=\"physical_cpu\",scope=\"container\"}";
+    let physical_failed = "kubelet_container_aligned_compute_resources_failure_count{boundary=\"physical_cpu\",scope=\"container\"}";
+    let series = [
+        "kubelet_cpu_manager_pinning_requests_total",
+        "kubelet_cpu_manager_pinning_errors_total",
+        physical,
+        physical_failed,
+    ];
+    let before = series.map(crate::metrics::sample);
+    let delta = |i: usize| crate::metrics::sample(series[i]) - before[i];
+    // 16 CPUs, CPU 0 reserved: 15 shared, none exclusive, on either node.
+    let (shared, exclusive, per_numa) = m.pool_sizes(&m.lock());
+    assert_eq!((shared, exclusive), (15, 0));
+    assert_eq!(per_numa, BTreeMap::from([(0, 0), (1, 0)]));
+
+    let p = pod("u1", vec![], vec![container("main", "4", None)]);
+    m.allocate(&p, &p.spec.as_ref().unwrap().containers[0], None)
+        .unwrap();
+    assert!(delta(0) >= 1.0, "a whole-CPU request is a pinning request");
+    assert!(
+        delta(2) >= 1.0,
+        "full-pcpus-only counts the physical alignment"
+    );
+    let (shared, exclusive, per_numa) = m.pool_sizes(&m.lock());
+    assert_eq!((shared, exclusive), (11, 4));
+    assert_eq!(per_numa, BTreeMap::from([(0, 4), (1, 0)]));
+
+    let odd = pod("u2", vec![], vec![container("main", "3", None)]);
+    m.allocate(&odd, &odd.spec.as_ref().unwrap().containers[0], None)
+        .unwrap_err();
+    assert!(delta(0) >= 2.0);
+    assert!(delta(1) >= 1.0, "an SMT refusal is a pinning error");
+    assert!(delta(3) >= 1.0, "and a failed physical alignment");
+
+    m.remove_container("u1", "main");
+    let (shared, exclusive, _) = m.pool_sizes(&m.lock());
+    assert_eq!((shared, exclusive), (15, 0));
+}

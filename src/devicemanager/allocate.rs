@@ -418,10 +418,10 @@ impl DeviceManager {
             ids
         };
         debug!(devices = %ids.join(","), resourceName = %resource, pod = %pod_ref(pod), containerName = %container, "Making allocation request for device plugin");
-        let resp = client
-            .allocate(ids.clone())
-            .await
-            .map_err(|s| s.message().to_string())?;
+        let started = std::time::Instant::now();
+        let resp = client.allocate(ids.clone()).await;
+        crate::metrics::device_plugin_allocation(resource, started.elapsed());
+        let resp = resp.map_err(|s| s.message().to_string())?;
         let Some(first) = resp.container_responses.into_iter().next() else {
             return Err("no containers return in allocation response".into());
         };

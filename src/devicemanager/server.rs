@@ -95,6 +95,7 @@ impl DeviceManager {
         r: api::RegisterRequest,
     ) -> Result<api::Empty, tonic::Status> {
         info!(resourceName = %r.resource_name, "Got registration request from device plugin with resource");
+        crate::metrics::device_plugin_registration(&r.resource_name);
         if let Err(e) = validate_register(&r) {
             info!(resourceName = %r.resource_name, err = %e, "Bad registration request from device plugin");
             return Err(tonic::Status::invalid_argument(e));

@@ -244,6 +244,12 @@ fn start(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_test_plugin_end_to_end() {
     use testapi::device_plugin::{DevicePlugin, PluginConfig};
+    let series = [
+        format!("kubelet_device_plugin_registration_total{{resource_name=\"{WIDGET}\"}}"),
+        format!("kubelet_device_plugin_alloc_duration_seconds_count{{resource_name=\"{WIDGET}\"}}"),
+    ];
+    let before: Vec<f64> = series.iter().map(|s| crate::metrics::sample(s)).collect();
+    let delta = |i: usize| crate::metrics::sample(&series[i]) - before[i];
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().join(DEVICE_PLUGINS_DIR);
     let (m, cancel, task) = start(&plugins);
@@ -269,6 +275,8 @@ async fn the_test_plugin_end_to_end() {
     assert_eq!(plugin.allocate_calls(), 0, "no RPC under admission's lock");
     m.complete_allocation(&p).await.unwrap();
     assert_eq!(plugin.allocate_calls(), 1);
+    assert!(delta(0) >= 1.0, "the plugin's Register is counted");
+    assert!(delta(1) >= 1.0, "its Allocate call is timed");
     let opts = m.run_options("u1", "app").unwrap();
     let id = &m.container_devices("u1", "app")[0].device_ids[0];
     assert_eq!(opts.mounts[0].container_path, format!("/widgets/{id}"));

@@ -117,14 +117,22 @@ impl PluginClient {
             )
             .await
         };
-        let answer = match tokio::time::timeout(self.timeout, attempt).await {
-            Ok(Ok(resp)) => Ok(resp.into_inner()),
-            Ok(Err(status)) => Err(rpc_error(status.code(), status.message())),
-            Err(_) => Err(rpc_error(
+        let started = std::time::Instant::now();
+        let (answer, code) = match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(Ok(resp)) => (Ok(resp.into_inner()), tonic::Code::Ok),
+            Ok(Err(status)) => (
+                Err(rpc_error(status.code(), status.message())),
+                status.code(),
+            ),
+            Err(_) => (
+                Err(rpc_error(
+                    tonic::Code::DeadlineExceeded,
+                    "context deadline exceeded",
+                )),
                 tonic::Code::DeadlineExceeded,
-                "context deadline exceeded",
-            )),
+            ),
         };
+        crate::metrics::dra_grpc_call(&self.driver, path, go_code(code), started.elapsed());
         tracing::trace!(
             driverName = %self.driver,
             endpoint = %self.endpoint.display(),

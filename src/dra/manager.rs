@@ -248,9 +248,18 @@ impl DraManager {
 
     /// kubelet's `PrepareResources`, before the pod's sandbox is created.
     pub(crate) async fn prepare_resources(&self, pod: &Pod) -> Result<(), DraError> {
-        self.prepare(pod)
-            .await
-            .map_err(|e| DraError::Prepare(Box::new(e)))
+        let started = std::time::Instant::now();
+        let result = self.prepare(pod).await;
+        crate::metrics::dra_operation("PrepareResources", started.elapsed(), result.is_ok());
+        self.publish_claims_in_use();
+        result.map_err(|e| DraError::Prepare(Box::new(e)))
+    }
+
+    /// kubelet's claims-in-use collector: the prepared claims, per driver they use
+    /// and in all.
+    fn publish_claims_in_use(&self) {
+        let (per_driver, total) = claims_in_use(&self.cache.locked());
+        crate::metrics::dra_claims_in_use(&per_driver, total);
     }
 
     async fn prepare(&self, pod: &Pod) -> Result<(), DraError> {
@@ -449,9 +458,11 @@ impl DraManager {
                 }
             }
         }
-        self.unprepare_claims(id.uid, id.namespace, &names)
-            .await
-            .map_err(|e| DraError::Unprepare(Box::new(e)))
+        let started = std::time::Instant::now();
+        let result = self.unprepare_claims(id.uid, id.namespace, &names).await;
+        crate::metrics::dra_operation("UnprepareResources", started.elapsed(), result.is_ok());
+        self.publish_claims_in_use();
+        result.map_err(|e| DraError::Unprepare(Box::new(e)))
     }
 
     /// kubelet's reconcile loop: the claims of pods no longer active are unprepared
@@ -472,6 +483,13 @@ impl DraManager {
                 info!(podUID = %uid, err = %e, "Unpreparing pod resources in reconcile loop failed, will retry");
             }
         }
+        self.publish_claims_in_use();
+    }
+
+    #[cfg(test)]
+    /// What the claims-in-use gauge is set from: per driver, and in all.
+    pub(crate) fn claims_in_use_now(&self) -> (BTreeMap<String, usize>, usize) {
+        claims_in_use(&self.cache.locked())
     }
 
     #[cfg(test)]
@@ -622,6 +640,19 @@ impl DraManager {
 
 /// kubelet's `cdiDevicesAsList`: a device serves the request when it names it, names
 /// none, or no request is asked for.
+/// The prepared claims per driver with a result in them, and how many are prepared.
+fn claims_in_use(cache: &Cache) -> (BTreeMap<String, usize>, usize) {
+    let mut per_driver = BTreeMap::new();
+    let mut total = 0;
+    for info in cache.values().filter(|c| c.prepared) {
+        total += 1;
+        for driver in info.state.driver_state.keys() {
+            *per_driver.entry(driver.clone()).or_default() += 1;
+        }
+    }
+    (per_driver, total)
+}
+
 fn cdi_ids<'s>(info: &'s ClaimInfoState, request: &'s str) -> impl Iterator<Item = String> + 's {
     info.driver_state
         .values()

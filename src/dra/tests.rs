@@ -407,3 +407,44 @@ async fn registration_follows_kubelets_version_rules_and_a_gone_driver_loses_its
         &("n1".to_owned(), None)
     );
 }
+
+#[tokio::test]
+async fn prepares_unprepares_and_driver_calls_reach_kubelets_metrics() {
+    let op = |name: &str, error: bool| {
+        format!(
+            "dra_operations_duration_seconds_count{{is_error=\"{error}\",operation_name=\"{name}\"}}"
+        )
+    };
+    let series = [
+        op("PrepareResources", false),
+        op("PrepareResources", true),
+        op("UnprepareResources", false),
+        format!(
+            "dra_grpc_operations_duration_seconds_count{{driver_name=\"{DRIVER}\",grpc_status_code=\"OK\",method_name=\"/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources\"}}"
+        ),
+    ];
+    let before: Vec<f64> = series.iter().map(|s| crate::metrics::sample(s)).collect();
+    let delta = |i: usize| crate::metrics::sample(&series[i]) - before[i];
+    let bed = Bed::new().await;
+    let m = bed.registered().await;
+    bed.put_claim("c", &["gpu"]);
+    bed.put_pod(
+        "p1",
+        json!([{"name": "g", "resourceClaimName": "c"}]),
+        one_container(json!([])),
+    );
+    let pod = bed.allocate("p1", &["dev-0"]);
+    bed.driver.fail_claim("c", "device busy");
+    m.prepare_resources(&pod).await.unwrap_err();
+    assert!(delta(1) >= 1.0, "a failed prepare is is_error=\"true\"");
+    assert!(delta(3) >= 1.0, "the driver answered the call: code OK");
+    assert_eq!(m.claims_in_use_now(), (Default::default(), 0));
+    m.prepare_resources(&pod).await.unwrap();
+    assert!(delta(0) >= 1.0);
+    assert!(delta(3) >= 2.0);
+    let (per_driver, total) = m.claims_in_use_now();
+    assert_eq!((per_driver.get(DRIVER), total), (Some(&1), 1));
+    m.unprepare_resources(&pod).await.unwrap();
+    assert!(delta(2) >= 1.0);
+    assert_eq!(m.claims_in_use_now(), (Default::default(), 0));
+}

@@ -24,6 +24,8 @@ impl Static {
         if !is_managed(pod) {
             return Ok(None);
         }
+        // kubelet counts the request before looking for a container it already pinned.
+        crate::metrics::memory_pinning_requested();
         let uid = crate::pod::pod_uid(pod).to_owned();
         if let Some(blocks) = self.entries.get(&uid).and_then(|p| p.get(&c.name)).cloned() {
             self.update_reusable(pod, c, &blocks);

@@ -328,6 +328,7 @@ impl HintProvider for MemoryManager {
                 Ok(())
             }
             Err(e) => {
+                crate::metrics::memory_pinning_failed();
                 error!(pod = %pod_ref(pod), podUID = pod_uid(pod), containerName = %c.name, err = %e, "Allocate error");
                 Err(AdmitError::unexpected(e))
             }

@@ -296,3 +296,30 @@ fn start_up_refuses_what_kubelet_refuses() {
     mm.allocate(&p, &container("c", "1Gi", None), None).unwrap();
     assert!(mm.memory_blocks("a", "c").is_empty());
 }
+
+#[test]
+fn pinning_requests_and_refusals_reach_kubelets_metrics() {
+    let series = [
+        "kubelet_memory_manager_pinning_requests_total",
+        "kubelet_memory_manager_pinning_errors_total",
+    ];
+    let before = series.map(crate::metrics::sample);
+    let delta = |i: usize| crate::metrics::sample(series[i]) - before[i];
+    let dir = tempfile::tempdir().unwrap();
+    let machine = sysfs(&dir.path().join("sys"), &[(0, 4096)]);
+    let mm = MemoryManager::new(
+        &settings("Static", dir.path(), 1),
+        machine,
+        &node_reserved(1),
+    )
+    .unwrap();
+    let fits = pod("a", vec![], vec![container("c", "2Gi", None)]);
+    mm.allocate(&fits, &container("c", "2Gi", None), None)
+        .unwrap();
+    assert!(delta(0) >= 1.0, "a Guaranteed container's memory is pinned");
+    let too_big = pod("b", vec![], vec![container("c", "2Gi", None)]);
+    mm.allocate(&too_big, &container("c", "2Gi", None), None)
+        .unwrap_err();
+    assert!(delta(0) >= 2.0);
+    assert!(delta(1) >= 1.0, "a refusal is a pinning error");
+}

@@ -34,6 +34,11 @@ pub(crate) fn runtime_ops() -> Vec<f64> {
     exponential(0.005, 2.5, 14)
 }
 
+/// Topology manager admission, in milliseconds: `ExponentialBuckets(.05, 2, 15)`.
+pub(crate) fn topology_admission_ms() -> Vec<f64> {
+    exponential(0.05, 2.0, 15)
+}
+
 /// Containers per pod: `ExponentialBuckets(1, 2, 5)`.
 pub(crate) fn containers_per_pod() -> Vec<f64> {
     exponential(1.0, 2.0, 5)
@@ -83,6 +88,9 @@ mod tests {
     #[test]
     fn fixed_bucket_sets_are_kubelets() {
         assert_eq!(containers_per_pod(), vec![1.0, 2.0, 4.0, 8.0, 16.0]);
+        let topo = topology_admission_ms();
+        assert_eq!(topo.len(), 15);
+        assert_eq!((topo[0], topo[14]), (0.05, 819.2));
         assert_eq!(DEF.len(), 11);
         assert_eq!((DEF[0], DEF[10]), (0.005, 10.0));
         assert_eq!(POD_START.len(), 25);

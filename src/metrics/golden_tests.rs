@@ -13,6 +13,17 @@ const H: MetricType = MetricType::HISTOGRAM;
 
 /// (name, type, label names sorted).
 const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
+    (
+        "dra_grpc_operations_duration_seconds",
+        H,
+        &["driver_name", "grpc_status_code", "method_name"],
+    ),
+    (
+        "dra_operations_duration_seconds",
+        H,
+        &["is_error", "operation_name"],
+    ),
+    ("dra_resource_claims_in_use", G, &["driver_name"]),
     ("kubelet_active_pods", G, &["static"]),
     (
         "kubelet_cgroup_manager_duration_seconds",
@@ -20,6 +31,16 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
         &["operation_type"],
     ),
     ("kubelet_cgroup_version", G, &[]),
+    (
+        "kubelet_container_aligned_compute_resources_count",
+        C,
+        &["boundary", "scope"],
+    ),
+    (
+        "kubelet_container_aligned_compute_resources_failure_count",
+        C,
+        &["boundary", "scope"],
+    ),
     (
         "kubelet_container_log_filesystem_used_bytes",
         G,
@@ -31,7 +52,22 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
         &["operation", "requirement", "resource"],
     ),
     ("kubelet_containers_per_pod_count", H, &[]),
+    ("kubelet_cpu_manager_allocation_per_numa", G, &["numa_node"]),
+    ("kubelet_cpu_manager_exclusive_cpu_allocation_count", G, &[]),
+    ("kubelet_cpu_manager_pinning_errors_total", C, &[]),
+    ("kubelet_cpu_manager_pinning_requests_total", C, &[]),
+    ("kubelet_cpu_manager_shared_pool_size_millicores", G, &[]),
     ("kubelet_desired_pods", G, &["static"]),
+    (
+        "kubelet_device_plugin_alloc_duration_seconds",
+        H,
+        &["resource_name"],
+    ),
+    (
+        "kubelet_device_plugin_registration_total",
+        C,
+        &["resource_name"],
+    ),
     ("kubelet_evented_pleg_connection_error_count", C, &[]),
     ("kubelet_evented_pleg_connection_latency_seconds", H, &[]),
     ("kubelet_evented_pleg_connection_success_count", C, &[]),
@@ -60,6 +96,8 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
         &["image_size_in_bytes"],
     ),
     ("kubelet_managed_ephemeral_containers", G, &[]),
+    ("kubelet_memory_manager_pinning_errors_total", C, &[]),
+    ("kubelet_memory_manager_pinning_requests_total", C, &[]),
     ("kubelet_mirror_pods", G, &[]),
     ("kubelet_node_name", G, &["node"]),
     ("kubelet_pleg_discard_events", C, &[]),
@@ -79,6 +117,41 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
     ),
     ("kubelet_pod_pending_resizes", G, &["reason"]),
     ("kubelet_pod_resize_duration_milliseconds", H, &["success"]),
+    (
+        "kubelet_pod_resources_endpoint_errors_get",
+        C,
+        &["server_api_version"],
+    ),
+    (
+        "kubelet_pod_resources_endpoint_errors_get_allocatable",
+        C,
+        &["server_api_version"],
+    ),
+    (
+        "kubelet_pod_resources_endpoint_errors_list",
+        C,
+        &["server_api_version"],
+    ),
+    (
+        "kubelet_pod_resources_endpoint_requests_get",
+        C,
+        &["server_api_version"],
+    ),
+    (
+        "kubelet_pod_resources_endpoint_requests_get_allocatable",
+        C,
+        &["server_api_version"],
+    ),
+    (
+        "kubelet_pod_resources_endpoint_requests_list",
+        C,
+        &["server_api_version"],
+    ),
+    (
+        "kubelet_pod_resources_endpoint_requests_total",
+        C,
+        &["server_api_version"],
+    ),
     ("kubelet_pod_start_duration_seconds", H, &[]),
     ("kubelet_pod_start_sli_duration_seconds", H, &[]),
     ("kubelet_pod_start_total_duration_seconds", H, &[]),
@@ -122,6 +195,9 @@ const KUBELET_FAMILIES: &[(&str, MetricType, &[&str])] = &[
     ("kubelet_started_containers_total", C, &["container_type"]),
     ("kubelet_started_pods_errors_total", C, &[]),
     ("kubelet_started_pods_total", C, &[]),
+    ("kubelet_topology_manager_admission_duration_ms", H, &[]),
+    ("kubelet_topology_manager_admission_errors_total", C, &[]),
+    ("kubelet_topology_manager_admission_requests_total", C, &[]),
     (
         "kubelet_working_pods",
         G,
@@ -174,8 +250,30 @@ fn touch_all(k: &Kubelet) {
         &k.run_podsandbox_duration,
         &k.image_pull_duration,
         &k.resize.duration,
+        &k.rm.device_plugin_alloc_duration,
     ] {
         v.with_label_values(&["x"]).observe(1.0);
+    }
+    k.rm.dra_operations
+        .with_label_values(&["x", "y"])
+        .observe(1.0);
+    k.rm.dra_grpc_operations
+        .with_label_values(&["x", "y", "z"])
+        .observe(1.0);
+    for v in [&k.rm.aligned, &k.rm.aligned_failures] {
+        v.with_label_values(&["x", "y"]).inc();
+    }
+    let p = &k.rm.pod_resources;
+    for v in [
+        &p.total,
+        &p.list,
+        &p.get,
+        &p.get_allocatable,
+        &p.list_errors,
+        &p.get_errors,
+        &p.get_allocatable_errors,
+    ] {
+        v.with_label_values(&["v1"]).inc();
     }
     for v in [&k.pod_start_sli_duration, &k.pod_start_total_duration] {
         v.with_label_values(&[] as &[&str]).observe(1.0);
@@ -190,6 +288,7 @@ fn touch_all(k: &Kubelet) {
         &k.started_containers,
         &k.resize.infeasible,
         &k.resize.deferred_accepted,
+        &k.rm.device_plugin_registrations,
     ] {
         v.with_label_values(&["x"]).inc();
     }
@@ -203,6 +302,7 @@ fn touch_all(k: &Kubelet) {
         &k.desired_pods,
         &k.active_pods,
         &k.resize.pending,
+        &k.rm.cpu_allocation_per_numa,
     ] {
         v.with_label_values(&["x"]).set(1.0);
     }
@@ -297,6 +397,7 @@ fn kubelet_families_match_kubelets_names_types_labels_and_buckets() {
             "kubelet_pod_status_sync_duration_seconds" => buckets::STATUS_SYNC.to_vec(),
             "kubelet_containers_per_pod_count" => buckets::containers_per_pod(),
             "kubelet_pod_resize_duration_milliseconds" => buckets::POD_RESIZE_MS.to_vec(),
+            "kubelet_topology_manager_admission_duration_ms" => buckets::topology_admission_ms(),
             _ => buckets::DEF.to_vec(),
         };
         assert_eq!(bounds(f), want, "{}", f.name());
@@ -342,4 +443,60 @@ fn rendered_text_is_sorted_and_typed() {
     assert!(text.contains(
         "# HELP kubelet_running_pods [ALPHA] Number of pods that have a running pod sandbox\n"
     ));
+}
+
+#[test]
+fn resource_manager_families_have_kubelets_help_and_type() {
+    let k = Kubelet::new().unwrap();
+    touch_all(&k);
+    let text = super::encode(&k.registry.gather());
+    for (name, kind, help) in [
+        (
+            "kubelet_cpu_manager_pinning_requests_total",
+            "counter",
+            "The number of cpu core allocations which required pinning.",
+        ),
+        (
+            "kubelet_cpu_manager_shared_pool_size_millicores",
+            "gauge",
+            "The size of the shared CPU pool for non-guaranteed QoS pods, in millicores.",
+        ),
+        (
+            "kubelet_memory_manager_pinning_errors_total",
+            "counter",
+            "The number of memory pages allocations which required pinning that failed.",
+        ),
+        (
+            "kubelet_topology_manager_admission_duration_ms",
+            "histogram",
+            "Duration in milliseconds to serve a pod admission request.",
+        ),
+        (
+            "kubelet_container_aligned_compute_resources_failure_count",
+            "counter",
+            "Cumulative number of failures to allocate aligned compute resources to containers by alignment type.",
+        ),
+        (
+            "kubelet_pod_resources_endpoint_requests_get_allocatable",
+            "counter",
+            "Number of requests to the PodResource GetAllocatableResources endpoint. Broken down by server api version.",
+        ),
+        (
+            "kubelet_device_plugin_registration_total",
+            "counter",
+            "Cumulative number of device plugin registrations. Broken down by resource name.",
+        ),
+        (
+            "dra_grpc_operations_duration_seconds",
+            "histogram",
+            "Duration in seconds of the DRA gRPC operations",
+        ),
+    ] {
+        assert!(
+            text.contains(&format!(
+                "# HELP {name} [ALPHA] {help}\n# TYPE {name} {kind}\n"
+            )),
+            "{name}"
+        );
+    }
 }

@@ -11,6 +11,7 @@ use prometheus::{
 
 use super::buckets;
 use super::resize::ResizeFamilies;
+use super::resource_managers::ResourceManagerFamilies;
 
 /// Every kubelet family, registered in one registry.
 pub(crate) struct Kubelet {
@@ -71,6 +72,7 @@ pub(crate) struct Kubelet {
     pub graceful_shutdown_end: Gauge,
     pub managed_ephemeral_containers: Gauge,
     pub resize: ResizeFamilies,
+    pub rm: ResourceManagerFamilies,
 }
 
 /// The HTTP request families' labels (kubelet's server metrics).
@@ -703,6 +705,7 @@ impl Kubelet {
         let http = HttpFamilies::register(&r)?;
         let node = NodeFamilies::register(&r)?;
         let resize = ResizeFamilies::register(&r)?;
+        let rm = ResourceManagerFamilies::register(&r)?;
         let k = Kubelet {
             graceful_shutdown_start: node.graceful_shutdown_start,
             graceful_shutdown_end: node.graceful_shutdown_end,
@@ -748,6 +751,7 @@ impl Kubelet {
             http_requests_duration: http.http_requests_duration,
             http_inflight: http.http_inflight,
             resize,
+            rm,
             registry: r,
         };
         // kubelet adds 0 to both series at the first housekeeping; oxlet has no

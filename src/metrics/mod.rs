@@ -13,6 +13,7 @@ mod kubelet_families;
 mod probe_families;
 mod process;
 mod resize;
+mod resource_managers;
 mod startup;
 
 use std::sync::LazyLock;
@@ -32,6 +33,11 @@ pub(crate) use kubelet_families::WorkingPods;
 pub(crate) use probe_families::{ProbeOutcome, ProbeSeries};
 // `/proc/self/stat`'s parser, for the fuzz targets (`crate::fuzzing`).
 pub(crate) use process::parse as parse_process_stat;
+// The resource managers' label values and the pod resources API's calls.
+pub(crate) use resource_managers::{
+    ALIGN_SCOPE_CONTAINER, ALIGN_SCOPE_POD, ALIGNED_NUMA_NODE, ALIGNED_PHYSICAL_CPU,
+    ALIGNED_UNCORE_CACHE, PodResourcesCall,
+};
 // Pod startup latency: pull windows and the one-time observations.
 pub(crate) use startup::{
     forget_pod_pulls, pod_first_seen, pod_running, pull_finished, pull_started, status_synced,
@@ -219,5 +225,138 @@ pub(crate) fn pod_started(total: Duration, pulling: Option<Duration>) {
         .observe(kubelet_families::pod_start_sli(total, pulling).as_secs_f64());
 }
 
+/// The static CPU policy is asked for exclusive CPUs (kubelet counts it once a
+/// Guaranteed container with whole CPUs reaches the allocation, before it can fail).
+pub(crate) fn cpu_pinning_requested() {
+    KUBELET.rm.cpu_pinning_requests.inc();
+}
+
+/// An exclusive CPU allocation failed.
+pub(crate) fn cpu_pinning_failed() {
+    KUBELET.rm.cpu_pinning_errors.inc();
+}
+
+/// The CPU manager's pools after a change: CPUs in the shared pool (reserved ones
+/// excluded), CPUs held exclusively, and exclusive CPUs per NUMA node.
+pub(crate) fn cpu_pools(
+    shared_cpus: usize,
+    exclusive_cpus: usize,
+    per_numa: &std::collections::BTreeMap<usize, usize>,
+) {
+    KUBELET
+        .rm
+        .set_cpu_pools(shared_cpus, exclusive_cpus, per_numa);
+}
+
+/// The static memory policy is asked to pin a Guaranteed container's memory.
+pub(crate) fn memory_pinning_requested() {
+    KUBELET.rm.memory_pinning_requests.inc();
+}
+
+/// A memory pinning failed.
+pub(crate) fn memory_pinning_failed() {
+    KUBELET.rm.memory_pinning_errors.inc();
+}
+
+/// One topology manager admission (kubelet's `Admit`): counted, timed in whole
+/// milliseconds, and counted again as an error when refused.
+pub(crate) fn topology_admission(took: Duration, admitted: bool) {
+    let rm = &KUBELET.rm;
+    rm.topology_admission_requests.inc();
+    rm.topology_admission_took(took);
+    if !admitted {
+        rm.topology_admission_errors.inc();
+    }
+}
+
+/// Compute resources allocated aligned at `boundary` for a container or a pod
+/// (`scope`): [`ALIGN_SCOPE_CONTAINER`] or [`ALIGN_SCOPE_POD`], [`ALIGNED_NUMA_NODE`],
+/// [`ALIGNED_PHYSICAL_CPU`] or [`ALIGNED_UNCORE_CACHE`].
+pub(crate) fn aligned_compute(scope: &str, boundary: &str) {
+    KUBELET
+        .rm
+        .aligned
+        .with_label_values(&[scope, boundary])
+        .inc();
+}
+
+/// An alignment that was guaranteed could not be given.
+pub(crate) fn aligned_compute_failed(scope: &str, boundary: &str) {
+    KUBELET
+        .rm
+        .aligned_failures
+        .with_label_values(&[scope, boundary])
+        .inc();
+}
+
+/// Makes an alignment series exist at 0 (kubelet's managers do at start, so
+/// dashboards see the series before the first pod).
+pub(crate) fn aligned_compute_series(scope: &str, boundary: &str, failures_too: bool) {
+    let rm = &KUBELET.rm;
+    rm.aligned.with_label_values(&[scope, boundary]).inc_by(0.0);
+    if failures_too {
+        rm.aligned_failures
+            .with_label_values(&[scope, boundary])
+            .inc_by(0.0);
+    }
+}
+
+/// One pod resources API request (`server_api_version="v1"`), and whether it failed.
+pub(crate) fn pod_resources_request(call: PodResourcesCall, ok: bool) {
+    KUBELET.rm.pod_resources_call(call, ok);
+}
+
+/// A device plugin called `Register` for `resource` (counted before the request is
+/// checked, as kubelet does).
+pub(crate) fn device_plugin_registration(resource: &str) {
+    KUBELET
+        .rm
+        .device_plugin_registrations
+        .with_label_values(&[resource])
+        .inc();
+}
+
+/// One `Allocate` call to the device plugin of `resource`, failed or not.
+pub(crate) fn device_plugin_allocation(resource: &str, took: Duration) {
+    KUBELET
+        .rm
+        .device_plugin_alloc_duration
+        .with_label_values(&[resource])
+        .observe(took.as_secs_f64());
+}
+
+/// One `PrepareResources` or `UnprepareResources` of a pod's claims.
+pub(crate) fn dra_operation(operation: &str, took: Duration, ok: bool) {
+    KUBELET.rm.dra_operation(operation, took, ok);
+}
+
+/// One gRPC call to a DRA driver: the full method path and gRPC-Go's code name.
+pub(crate) fn dra_grpc_call(driver: &str, method: &str, code: &str, took: Duration) {
+    KUBELET
+        .rm
+        .dra_grpc_operations
+        .with_label_values(&[driver, method, code])
+        .observe(took.as_secs_f64());
+}
+
+/// The prepared ResourceClaims now: per driver, and in all.
+pub(crate) fn dra_claims_in_use(
+    per_driver: &std::collections::BTreeMap<String, usize>,
+    total: usize,
+) {
+    KUBELET.rm.set_claims_in_use(per_driver, total);
+}
+
 #[cfg(test)]
 mod golden_tests;
+
+/// The value of one series (`name{labels}` as rendered, or a bare name) in the
+/// kubelet registry's exposition now; 0 when it is not rendered. For the rooms'
+/// tests, which compare it before and after what must move it.
+#[cfg(test)]
+pub(crate) fn sample(series: &str) -> f64 {
+    render_kubelet()
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}

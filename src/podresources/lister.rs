@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
+use crate::metrics::PodResourcesCall;
+
 use super::api::{
     AllocatableResourcesResponse, ContainerDevices, ContainerMemory, ContainerResources,
     DynamicResource, GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesResponse,
@@ -42,6 +44,7 @@ pub(super) struct NotFound {
 
 /// kubelet's `List`.
 pub(super) fn list(source: &dyn PodResourcesSource) -> ListPodResourcesResponse {
+    crate::metrics::pod_resources_request(PodResourcesCall::List, true);
     ListPodResourcesResponse {
         pod_resources: (source.active_pods().iter())
             .map(|p| pod_resources(source, p))
@@ -59,6 +62,7 @@ pub(super) fn get(
         p.metadata.name.as_deref() == Some(req.pod_name.as_str())
             && p.metadata.namespace.as_deref().unwrap_or("default") == req.pod_namespace
     });
+    crate::metrics::pod_resources_request(PodResourcesCall::Get, pod.is_some());
     match pod {
         Some(p) => Ok(GetPodResourcesResponse {
             pod_resources: Some(pod_resources(source, p)),
@@ -68,6 +72,12 @@ pub(super) fn get(
             namespace: req.pod_namespace.clone(),
         }),
     }
+}
+
+/// kubelet's `GetAllocatableResources`.
+pub(super) fn allocatable(source: &dyn PodResourcesSource) -> AllocatableResourcesResponse {
+    crate::metrics::pod_resources_request(PodResourcesCall::GetAllocatable, true);
+    source.allocatable()
 }
 
 /// One pod: its sidecars first, then its regular containers (kubelet's order).
@@ -99,3 +109,7 @@ fn pod_resources(source: &dyn PodResourcesSource, pod: &Pod) -> PodResources {
         ..Default::default()
     }
 }
+
+#[cfg(test)]
+#[path = "lister_tests.rs"]
+mod tests;

@@ -129,7 +129,9 @@ impl Lister {
             }
             "GetAllocatableResources" => {
                 unary(req, move |_: AllocatableResourcesRequest| {
-                    Ok::<AllocatableResourcesResponse, tonic::Status>(source.allocatable())
+                    Ok::<AllocatableResourcesResponse, tonic::Status>(lister::allocatable(
+                        source.as_ref(),
+                    ))
                 })
                 .await
             }

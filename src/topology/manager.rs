@@ -18,6 +18,7 @@ use super::{
 };
 use crate::locks::Locked as _;
 use crate::logging::STARTUP_TARGET as V0;
+use crate::metrics::{ALIGN_SCOPE_CONTAINER, ALIGN_SCOPE_POD, ALIGNED_NUMA_NODE};
 use crate::pod::{pod_ref, pod_uid};
 
 /// Where hints are asked: per container or once for the whole pod; policy `none`
@@ -92,6 +93,10 @@ impl TopologyManager {
     }
 
     fn with(policy: Policy, scope: Scope, providers: Vec<Arc<dyn HintProvider>>) -> Self {
+        // kubelet's `initializeMetrics`: the NUMA alignment series exist from the start.
+        for s in [ALIGN_SCOPE_CONTAINER, ALIGN_SCOPE_POD] {
+            crate::metrics::aligned_compute_series(s, ALIGNED_NUMA_NODE, true);
+        }
         Self {
             policy,
             scope,
@@ -142,11 +147,16 @@ impl TopologyManager {
     /// clean-up, when the pod is removed, gives it back).
     pub(crate) fn admit(&self, pod: &Pod) -> Result<(), AdmitError> {
         debug!(pod = %pod_ref(pod), podUID = pod_uid(pod), "Topology manager admission check");
+        let started = std::time::Instant::now();
         let result = match self.scope {
             Scope::None => self.admit_none(pod),
             Scope::Container => self.admit_containers(pod),
             Scope::Pod => self.admit_pod(pod),
         };
+        // Policy `none` admits without alignment: kubelet's none scope counts the
+        // request and its time, never an error.
+        let refused = result.is_err() && self.scope != Scope::None;
+        crate::metrics::topology_admission(started.elapsed(), !refused);
         let message = result
             .as_ref()
             .err()
@@ -174,9 +184,10 @@ impl TopologyManager {
                     hints
                 })
                 .collect();
-            let best = self.decide(pod, Some(c), &hints)?;
+            let best = self.aligned(ALIGN_SCOPE_CONTAINER, self.decide(pod, Some(c), &hints))?;
             self.store(pod, c, best);
             self.allocate(pod, c, Some(best))?;
+            self.count_aligned(ALIGN_SCOPE_CONTAINER);
         }
         Ok(())
     }
@@ -193,12 +204,37 @@ impl TopologyManager {
                 hints
             })
             .collect();
-        let best = self.decide(pod, None, &hints)?;
+        let best = self.aligned(ALIGN_SCOPE_POD, self.decide(pod, None, &hints))?;
         for c in containers(pod) {
             self.store(pod, c, best);
             self.allocate(pod, c, Some(best))?;
         }
+        self.count_aligned(ALIGN_SCOPE_POD);
         Ok(())
+    }
+
+    /// kubelet's `IsAlignmentGuaranteed`: only `single-numa-node` promises one node.
+    fn guarantees_alignment(&self) -> bool {
+        self.policy.name == PolicyName::SingleNumaNode
+    }
+
+    /// A refused merge is a failed NUMA alignment where one was guaranteed.
+    fn aligned(
+        &self,
+        scope: &str,
+        decided: Result<TopologyHint, AdmitError>,
+    ) -> Result<TopologyHint, AdmitError> {
+        if decided.is_err() && self.guarantees_alignment() {
+            crate::metrics::aligned_compute_failed(scope, ALIGNED_NUMA_NODE);
+        }
+        decided
+    }
+
+    /// A container (or pod) got its resources on one NUMA node, as guaranteed.
+    fn count_aligned(&self, scope: &str) {
+        if self.guarantees_alignment() {
+            crate::metrics::aligned_compute(scope, ALIGNED_NUMA_NODE);
+        }
     }
 
     /// The policy's merge and admit decision, told at kubelet's level.

@@ -264,3 +264,47 @@ fn start_up_refuses_what_kubelet_refuses() {
         "cannot discover NUMA topology: error getting NUMA distances from sysfs"
     );
 }
+
+#[test]
+fn admissions_refusals_and_numa_alignment_reach_kubelets_metrics() {
+    let aligned = |scope: &str| {
+        format!(
+            "kubelet_container_aligned_compute_resources_count{{boundary=\"numa_node\",scope=\"{scope}\"}}"
+        )
+    };
+    let failed = "kubelet_container_aligned_compute_resources_failure_count{boundary=\"numa_node\",scope=\"container\"}";
+    let series = [
+        "kubelet_topology_manager_admission_requests_total".to_string(),
+        "kubelet_topology_manager_admission_errors_total".to_string(),
+        "kubelet_topology_manager_admission_duration_ms_count".to_string(),
+        aligned("container"),
+        aligned("pod"),
+        failed.to_string(),
+    ];
+    let before: Vec<f64> = series.iter().map(|s| crate::metrics::sample(s)).collect();
+    let delta = |i: usize| crate::metrics::sample(&series[i]) - before[i];
+
+    let mut cpu = FakeProvider::new("cpu");
+    cpu.container_hints
+        .insert("app".into(), hints("cpu", vec![hint(&[0], true)]));
+    cpu.container_hints
+        .insert("split".into(), hints("cpu", vec![hint(&[0, 1], false)]));
+    cpu.pod_hints = hints("cpu", vec![hint(&[1], true)]);
+    let cpu = Arc::new(cpu);
+    let tm = manager("single-numa-node", "container", std::slice::from_ref(&cpu));
+    tm.admit(&pod(&[], &["app"])).unwrap();
+    assert!(delta(0) >= 1.0, "every admission is counted");
+    assert!(delta(2) >= 1.0, "and timed");
+    assert!(
+        delta(3) >= 1.0,
+        "single-numa-node guarantees one node per container"
+    );
+    tm.admit(&pod(&[], &["split"])).unwrap_err();
+    assert!(delta(0) >= 2.0);
+    assert!(delta(1) >= 1.0, "a refusal is an admission error");
+    assert!(delta(5) >= 1.0, "and a failed NUMA alignment");
+
+    let tm = manager("single-numa-node", "pod", &[cpu]);
+    tm.admit(&pod(&[], &["app"])).unwrap();
+    assert!(delta(4) >= 1.0, "the pod scope counts the pod once");
+}

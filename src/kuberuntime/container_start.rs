@@ -12,10 +12,11 @@ use k8s_openapi::api::core::v1::{Container, Pod, Secret};
 use tracing::{info, warn};
 
 use super::container::{self, ContainerRequest, PodEnv};
+use super::container_kill::{stop_plan, termination_grace};
 use super::errors::ContainerStartError;
 use super::labels::ContainerType;
 use super::lifecycle;
-use super::manager::{RuntimeManager, image_volume_pulls, stop_plan, termination_grace};
+use super::manager::{RuntimeManager, image_volume_pulls};
 use super::termination;
 use super::types::{ContainerState, PodRuntimeStatus};
 use crate::events::EventType::{Normal, Warning};

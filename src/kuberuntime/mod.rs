@@ -8,6 +8,7 @@
 
 mod actions;
 mod container;
+mod container_kill;
 mod container_start;
 mod errors;
 mod gc;

@@ -993,44 +993,6 @@ impl RuntimeManager {
         None
     }
 
-    /// Keeps only the newest dead instance of each container (kubelet's per-pod cleanup
-    /// on `ContainerDied`, `maxPerPodContainer = 1`), so crash loops don't pile up dead
-    /// containers and their logs between housekeeping passes.
-    async fn prune_dead_containers(&self, pod: &Pod, status: &PodRuntimeStatus) {
-        let containers: Vec<gc::GcContainer> = status
-            .containers
-            .iter()
-            .map(|c| gc::GcContainer {
-                id: &c.id,
-                name: &c.name,
-                state: c.state,
-                created_at: c.created_at,
-            })
-            .collect();
-        for c in gc::dead_beyond_limit(&containers, gc::MAX_DEAD_PER_CONTAINER) {
-            debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, containerID = %c.id, "removing old dead container");
-            let unknown = c.state == ContainerState::Unknown;
-            if let Err(e) = self.remove_container(c.id, unknown).await {
-                debug!(error = %e, "failed to remove dead container");
-            }
-        }
-    }
-
-    /// Container GC: removes legacy log symlinks whose log is gone.
-    pub(crate) async fn remove_dangling_log_symlinks(&self) {
-        if let Some(dir) = &self.log_symlink_dir {
-            crate::logs::remove_dangling_log_links(dir, self.pod_logs_dir(), self.cri.as_ref())
-                .await;
-        }
-    }
-
-    /// Stops, then removes a sandbox (kubelet's GC `removeSandbox`: stopping first
-    /// tears down its network, which releases its IP, should nothing have done so).
-    pub(crate) async fn remove_sandbox(&self, id: &str) -> Result<(), CriError> {
-        gone_is_ok(self.cri.stop_pod_sandbox(id).await)?;
-        gone_is_ok(self.cri.remove_pod_sandbox(id).await)
-    }
-
     /// Stops every running container (in parallel, each with its grace period) and
     /// then every sandbox of the pod, dead ones included: a sandbox whose pause process
     /// died still holds its network namespace and IP until it is stopped (kubelet's

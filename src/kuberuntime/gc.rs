@@ -1,4 +1,4 @@
-//! Container garbage collection (kubelet's `containerGC`, policy `minAge 0`,
+//! Container garbage collection (kubelet's `kuberuntime_gc.go`: `containerGC`, policy `minAge 0`,
 //! `maxPerPodContainer 1`, `maxContainers -1`) and the orphaned-directory sweep
 //! (kubelet's `cleanupOrphanedPodDirs` and `evictPodLogsDirectories`).
 //!
@@ -20,9 +20,14 @@ use futures::future::BoxFuture;
 
 use tracing::{debug, info, warn};
 
+use k8s_openapi::api::core::v1::Pod;
+
+use super::container_kill::gone_is_ok;
 use super::manager::RuntimeManager;
-use super::types::{ContainerState, RuntimePod};
+use super::types::{ContainerState, PodRuntimeStatus, RuntimePod};
 use crate::contracts::{DiskReclaimer, DiskTarget, ReclaimError, Reclaimed};
+use crate::cri::CriError;
+use crate::pod::{pod_ref, pod_uid};
 
 /// Dead instances kept per (pod, container name): kubelet's `maxPerPodContainer`.
 pub(crate) const MAX_DEAD_PER_CONTAINER: usize = 1;
@@ -344,6 +349,46 @@ pub(crate) fn cleanup_orphaned_dirs(
                 warn!(dir = %dir.display(), error = %e, "cannot remove orphaned pod directory");
             }
         }
+    }
+}
+
+impl RuntimeManager {
+    /// Keeps only the newest dead instance of each container (kubelet's per-pod cleanup
+    /// on `ContainerDied`, `maxPerPodContainer = 1`), so crash loops don't pile up dead
+    /// containers and their logs between housekeeping passes.
+    pub(super) async fn prune_dead_containers(&self, pod: &Pod, status: &PodRuntimeStatus) {
+        let containers: Vec<GcContainer> = status
+            .containers
+            .iter()
+            .map(|c| GcContainer {
+                id: &c.id,
+                name: &c.name,
+                state: c.state,
+                created_at: c.created_at,
+            })
+            .collect();
+        for c in dead_beyond_limit(&containers, MAX_DEAD_PER_CONTAINER) {
+            debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, containerID = %c.id, "removing old dead container");
+            let unknown = c.state == ContainerState::Unknown;
+            if let Err(e) = self.remove_container(c.id, unknown).await {
+                debug!(error = %e, "failed to remove dead container");
+            }
+        }
+    }
+
+    /// Container GC: removes legacy log symlinks whose log is gone.
+    pub(crate) async fn remove_dangling_log_symlinks(&self) {
+        if let Some(dir) = &self.log_symlink_dir {
+            crate::logs::remove_dangling_log_links(dir, self.pod_logs_dir(), self.cri.as_ref())
+                .await;
+        }
+    }
+
+    /// Stops, then removes a sandbox (kubelet's GC `removeSandbox`: stopping first
+    /// tears down its network, which releases its IP, should nothing have done so).
+    pub(crate) async fn remove_sandbox(&self, id: &str) -> Result<(), CriError> {
+        gone_is_ok(self.cri.stop_pod_sandbox(id).await)?;
+        gone_is_ok(self.cri.remove_pod_sandbox(id).await)
     }
 }
 

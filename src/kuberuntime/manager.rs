@@ -14,14 +14,16 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Secret};
 use tracing::{debug, info, warn};
 
 use super::actions::{PodActions, compute_pod_actions_probed};
-use super::container::{self, ContainerRequest, PodEnv};
+use super::container::{self, PodEnv};
+use super::container_kill::{MIN_GRACE_SECS, gone_is_ok, stop_plan, termination_grace};
+use super::container_start::{ContainerStart, StartContext};
+use super::errors::{ContainerStartError, StopError, SyncError};
 use super::gc;
 use super::labels::{self, ContainerType};
 use super::lifecycle;
 use super::reader::RuntimeReader;
 use super::sandbox::{self, SandboxEnv};
 use super::sidecar::{self, RunningIsStarted, StartupGate, TerminationOrder};
-use super::termination;
 use super::types::*;
 use crate::backoff::Backoff;
 use crate::contracts::RuntimeHealth;
@@ -29,143 +31,8 @@ use crate::cri::Cri;
 use crate::cri::CriError;
 use crate::events::EventType::{Normal, Warning};
 use crate::events::{EventRecorder, ObjectRef, reason};
-use crate::images::{ImageError, ImagePuller, PullLimit, runtime_reason};
+use crate::images::{ImagePuller, PullLimit};
 use crate::pod::{WaitingReason, pod_ref, pod_uid};
-use crate::podenv::ImageUser;
-
-/// A sync failure that is not a per-container back-off. It reaches the pod worker
-/// whole, so the worker can tell what kind it is (`retryable`, `back_off`,
-/// `waiting_reason`) rather than read a message.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SyncError {
-    #[error("failed to create pod sandbox: {0}")]
-    CreateSandbox(CriError),
-    /// No user namespace for a `hostUsers: false` pod (kubelet's sandbox config error).
-    #[error("failed to create pod sandbox: {0}")]
-    UserNamespace(super::userns::UsernsError),
-    /// kubelet's `LookupRuntimeHandler` failing: the pod's RuntimeClass is not there.
-    #[error("failed to create pod sandbox: {0}")]
-    RuntimeClass(crate::objects::ObjectError),
-    #[error("failed to kill pod: {}", join(.0))]
-    KillContainers(Vec<StopError>),
-    #[error("failed to kill pod: {0}")]
-    StopSandbox(CriError),
-    #[error(transparent)]
-    Cri(#[from] CriError),
-    /// Containers that could not start; `retry_after` is the soonest end of a
-    /// back-off other containers of the same sync are in.
-    #[error("{}", join(.errors))]
-    Containers {
-        errors: Vec<ContainerStartError>,
-        retry_after: Option<Duration>,
-    },
-    #[error("pod directories: {0}")]
-    Path(#[from] crate::safe_path::PathError),
-    /// kubelet's `makePodDataDirs` failing: nothing of the pod is written yet.
-    #[error("unable to make pod data directories: {0}")]
-    DataDirs(crate::volumes::DataDirError),
-    /// kubelet's `WaitForAttachAndMount` failing: the pod gets no sandbox yet.
-    #[error("unable to attach or mount volumes: unmounted volumes=[{}]", .0.join(" "))]
-    UnmountedVolumes(Vec<String>),
-    /// kubelet's `CreatePodSandboxConfigError`: DNS settings or host name.
-    #[error("failed to make the pod sandbox config: {0}")]
-    SandboxConfig(sandbox::SandboxConfigError),
-    /// kubelet's `NetworkNotReadyErrorMsg`: the runtime's network is not ready and the
-    /// pod is not on the host network, so it waits.
-    #[error("network is not ready: {0}")]
-    NetworkNotReady(String),
-    /// An in-place resize that could not be carried out (kubelet's `doPodResizeAction`
-    /// failing): the pod's `PodResizeInProgress` condition shows it with reason
-    /// `Error` and this message; the next sync tries again.
-    #[error("{0}")]
-    Resize(super::resize::ResizeError),
-    /// kubelet's `PrepareDynamicResources` failing: the pod's claims are not prepared
-    /// (a driver is missing or refused), so it gets no sandbox yet; retried.
-    #[error("failed to prepare dynamic resources: {0}")]
-    PrepareResources(crate::contracts::GrantError),
-}
-
-impl From<sandbox::SandboxConfigError> for SyncError {
-    fn from(e: sandbox::SandboxConfigError) -> Self {
-        match e {
-            sandbox::SandboxConfigError::Path(p) => SyncError::Path(p),
-            other => SyncError::SandboxConfig(other),
-        }
-    }
-}
-
-impl From<crate::volumes::DataDirError> for SyncError {
-    fn from(e: crate::volumes::DataDirError) -> Self {
-        match e {
-            crate::volumes::DataDirError::Path(p) => SyncError::Path(p),
-            other => SyncError::DataDirs(other),
-        }
-    }
-}
-
-impl SyncError {
-    /// False when trying the same pod again cannot succeed: its directories would
-    /// leave their base (the pod's UID or names are unsafe, and a pod never changes
-    /// its UID).
-    pub(crate) fn retryable(&self) -> bool {
-        match self {
-            SyncError::Path(_) => false,
-            SyncError::SandboxConfig(e) => e.retryable(),
-            _ => true,
-        }
-    }
-
-    /// When the runtime wants the pod synced again regardless of this failure
-    /// (a crash-loop or image back-off of another container ends then).
-    pub(crate) fn back_off(&self) -> Option<Duration> {
-        match self {
-            SyncError::Containers { retry_after, .. } => *retry_after,
-            _ => None,
-        }
-    }
-
-    /// The message of a resize that failed (for `PodResizeInProgress`, reason `Error`).
-    pub(crate) fn resize_error(&self) -> Option<String> {
-        match self {
-            SyncError::Resize(e) => Some(e.to_string()),
-            _ => None,
-        }
-    }
-
-    /// The waiting reason the failure shows (the first failed container's).
-    pub(crate) fn waiting_reason(&self) -> Option<WaitingReason> {
-        match self {
-            SyncError::Containers { errors, .. } => errors.first().map(|e| e.reason),
-            _ => None,
-        }
-    }
-}
-
-/// One container that could not be started, with the waiting reason it now shows.
-#[derive(Debug, thiserror::Error)]
-#[error("{container}: {reason}: {message}")]
-pub(crate) struct ContainerStartError {
-    pub container: String,
-    pub reason: WaitingReason,
-    pub message: String,
-}
-
-/// One container that could not be stopped.
-#[derive(Debug, thiserror::Error)]
-#[error("{container}: {source}")]
-pub(crate) struct StopError {
-    pub container: String,
-    pub source: CriError,
-}
-
-/// `a; b; c`, the form a list of failures is logged in.
-fn join<T: std::fmt::Display>(items: &[T]) -> String {
-    items
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
 
 /// The outcome of one successful sync.
 #[derive(Debug, Default)]
@@ -195,74 +62,18 @@ impl ReasonCache {
             .get(&(uid.to_string(), name.to_string()))
             .cloned()
     }
-    fn set(&self, uid: &str, name: &str, reason: WaitingReason, message: String) {
+    pub(super) fn set(&self, uid: &str, name: &str, reason: WaitingReason, message: String) {
         self.inner
             .locked()
             .insert((uid.to_string(), name.to_string()), (reason, message));
     }
-    fn clear(&self, uid: &str, name: &str) {
+    pub(super) fn clear(&self, uid: &str, name: &str) {
         self.inner
             .locked()
             .remove(&(uid.to_string(), name.to_string()));
     }
     pub(crate) fn forget_pod(&self, uid: &str) {
         self.inner.locked().retain(|(u, _), _| u != uid);
-    }
-}
-
-/// What every container started in one sync shares, as kubelet hands it to each
-/// `startContainer`: the pod, its runtime status, its sandbox and its environment.
-struct StartContext<'a> {
-    pod: &'a Pod,
-    status: &'a PodRuntimeStatus,
-    sandbox_id: &'a str,
-    sandbox_config: &'a cri::PodSandboxConfig,
-    env: &'a PodEnv,
-    /// The pod's `imagePullSecrets` that could be fetched.
-    pull_secrets: &'a [Arc<Secret>],
-}
-
-/// One container being started (kubelet's `startSpec`, with its sync's context): the
-/// names its logs, metrics and waiting reason go under.
-struct ContainerStart<'a> {
-    ctx: &'a StartContext<'a>,
-    container: &'a Container,
-    kind: ContainerType,
-    pod_ref: String,
-    uid: &'a str,
-    name: &'a str,
-    /// An ephemeral container's `targetContainerName`, whose process namespace it joins.
-    target: Option<&'a str>,
-}
-
-impl<'a> ContainerStart<'a> {
-    fn new(ctx: &'a StartContext<'a>, container: &'a Container, kind: ContainerType) -> Self {
-        ContainerStart {
-            ctx,
-            container,
-            kind,
-            pod_ref: pod_ref(ctx.pod),
-            uid: pod_uid(ctx.pod),
-            name: &container.name,
-            target: None,
-        }
-    }
-
-    /// The container type label of kubelet's start metrics.
-    fn metric_type(&self) -> &'static str {
-        match self.kind {
-            ContainerType::Init => "init_container",
-            ContainerType::Regular => "container",
-            ContainerType::Ephemeral => "ephemeral_container",
-        }
-    }
-
-    /// kubelet's start failures by reason (a bounded set of codes).
-    fn count_failure(&self, reason: WaitingReason) {
-        crate::metrics::kubelet()
-            .started_containers_errors
-            .with_label_values(&[self.metric_type(), reason.as_str()])
-            .inc();
     }
 }
 
@@ -288,15 +99,15 @@ fn instant_of(ns: i64) -> tokio::time::Instant {
 
 /// Drives the CRI on behalf of pod workers.
 pub(crate) struct RuntimeManager {
-    cri: Arc<dyn Cri>,
+    pub(super) cri: Arc<dyn Cri>,
     reader: RuntimeReader,
-    sandbox_env: SandboxEnv,
+    pub(super) sandbox_env: SandboxEnv,
     /// The node's InternalIPs, primary first (pods' `hostIPs`).
     host_ips: Vec<String>,
     crash_backoff: Backoff,
-    images: ImagePuller,
+    pub(super) images: ImagePuller,
     pull_records: Option<Arc<crate::images::PullRecords>>,
-    reasons: ReasonCache,
+    pub(super) reasons: ReasonCache,
     /// Bounds how many pods create sandboxes and start containers at once. On a small
     /// node containerd finishes a burst fastest a few pods at a time: 105 pods all at
     /// once took 1.25 × as long as 4 at a time, and each pod waited twice as long
@@ -306,29 +117,29 @@ pub(crate) struct RuntimeManager {
     /// next init container may start.
     startup_gate: Arc<dyn StartupGate>,
     /// `--container-log-symlink-dir`: where the legacy log symlinks go (None: none made).
-    log_symlink_dir: Option<std::path::PathBuf>,
+    pub(super) log_symlink_dir: Option<std::path::PathBuf>,
     /// Containers being removed now: the pod worker's prune and housekeeping's GC may
     /// pick the same dead container, and only one of them removes it (kubelet's GC
     /// never overlaps removals either).
-    removing: std::sync::Mutex<std::collections::HashSet<String>>,
+    pub(super) removing: std::sync::Mutex<std::collections::HashSet<String>>,
     /// ConfigMaps, Secrets and tokens from the apiserver (None: standalone).
-    objects: Option<Arc<crate::objects::ObjectManager>>,
+    pub(super) objects: Option<Arc<crate::objects::ObjectManager>>,
     /// Where container, image and sandbox events go.
-    events: EventRecorder,
+    pub(super) events: EventRecorder,
     /// Rules run before RunPodSandbox, CreateContainer and StartContainer (the node
     /// QoS hooks).
-    hooks: super::hooks::RuntimeHooks,
+    pub(super) hooks: super::hooks::RuntimeHooks,
     /// The resource managers (CPU, memory, devices, DRA): what each container gets.
-    grants: Option<Arc<dyn crate::contracts::ResourceGrants>>,
+    pub(super) grants: Option<Arc<dyn crate::contracts::ResourceGrants>>,
     /// What the runtime's handlers support, from its last status (recursive
     /// read-only mounts, user namespaces).
-    runtime_state: Arc<RuntimeHealth>,
+    pub(super) runtime_state: Arc<RuntimeHealth>,
     /// The ID blocks of `hostUsers: false` pods.
-    userns: super::userns::UsernsManager,
+    pub(super) userns: super::userns::UsernsManager,
     /// What the runtime was last told each container runs with (kubelet's actuated
     /// resources, `actuated_pods_state`): a resize is the difference to the allocation.
     /// None: not kept (a resize then goes by what the runtime reports).
-    actuated: Option<Arc<crate::allocation::ResourceState>>,
+    pub(super) actuated: Option<Arc<crate::allocation::ResourceState>>,
     /// The pod cgroups a resize changes (None: pods have none of oxlet's).
     pod_cgroups: Option<Arc<crate::cm::ContainerManager>>,
 }
@@ -336,7 +147,7 @@ pub(crate) struct RuntimeManager {
 /// The image volumes container `c` mounts, each as a container whose image and pull
 /// policy are the volume's (`volumes[].image.reference`, `pullPolicy`), so the one
 /// image puller pulls it; the container's own name keeps its events and back-off.
-fn image_volume_pulls(pod: &Pod, c: &Container) -> Vec<(String, Container)> {
+pub(super) fn image_volume_pulls(pod: &Pod, c: &Container) -> Vec<(String, Container)> {
     let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
     let mut out = Vec::new();
     for vm in c.volume_mounts.iter().flatten() {
@@ -437,48 +248,6 @@ impl RuntimeManager {
             hooks: &self.hooks,
             actuated: self.actuated.as_deref(),
             env: &self.sandbox_env,
-        }
-    }
-
-    /// The pod's user namespace (kubelet's `GetOrCreateUserNamespaceMappings`) for its
-    /// runtime handler, which must say it supports them when the pod asks for one.
-    fn user_namespace(
-        &self,
-        pod: &Pod,
-        objects: Option<&crate::objects::PodObjects>,
-    ) -> Result<cri::UserNamespace, super::userns::UsernsError> {
-        let handler = self
-            .runtime_handler(pod, objects)
-            .unwrap_or_else(|_| self.known_handler(pod));
-        let supported = (self.runtime_state.handler(&handler)).is_some_and(|h| h.user_namespaces);
-        self.userns.mappings(pod, &handler, supported)
-    }
-
-    /// kubelet's `LookupRuntimeHandler`: the CRI handler of the pod's RuntimeClass.
-    /// With an apiserver the class object decides (its `handler`), and a class that
-    /// does not exist fails the sandbox with the apiserver's NotFound; standalone no
-    /// class objects exist and the class name is the handler (`sandbox::runtime_handler`).
-    fn runtime_handler(
-        &self,
-        pod: &Pod,
-        objects: Option<&crate::objects::PodObjects>,
-    ) -> Result<String, crate::objects::ObjectError> {
-        match objects.and_then(|o| o.runtime_class.as_ref()) {
-            Some(Ok(class)) => Ok(class.handler.clone()),
-            Some(Err(e)) => Err(e.clone()),
-            None => Ok(super::sandbox::runtime_handler(pod).to_string()),
-        }
-    }
-
-    /// The pod's handler as far as it is known without a fetch: the RuntimeClass the
-    /// last sync read, else the class name (for readers outside a sync).
-    fn known_handler(&self, pod: &Pod) -> String {
-        let class = crate::objects::runtime_class_name(pod)
-            .zip(self.objects.as_ref())
-            .and_then(|(name, m)| m.cached_runtime_class(name));
-        match class {
-            Some(rc) => rc.handler.clone(),
-            None => super::sandbox::runtime_handler(pod).to_string(),
         }
     }
 
@@ -915,7 +684,7 @@ impl RuntimeManager {
 
     /// kubelet's actuated pod-level resources: what the pod cgroup was made or last
     /// resized with.
-    fn record_pod_level(&self, pod: &Pod) {
+    pub(super) fn record_pod_level(&self, pod: &Pod) {
         let Some(state) = &self.actuated else {
             return;
         };
@@ -1097,78 +866,6 @@ impl RuntimeManager {
         Err(SyncError::UnmountedVolumes(names))
     }
 
-    /// SyncPod's step 4 (kubelet's `createPodSandbox`): runs a new sandbox and reads its
-    /// IPs back; returns its ID and the pod's IPs (on host network, the status's).
-    async fn create_pod_sandbox(
-        &self,
-        pod: &Pod,
-        status: &PodRuntimeStatus,
-        attempt: u32,
-        sandbox_config: &cri::PodSandboxConfig,
-        objects: Option<&crate::objects::PodObjects>,
-    ) -> Result<(String, Vec<String>), SyncError> {
-        let pod_ref = pod_ref(pod);
-        let uid = pod_uid(pod);
-        let mut ips = status.ips.clone();
-        let config = sandbox_config.clone();
-        if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
-            warn!(pod = %pod_ref, podUID = %uid, dir = %config.log_directory, error = %e, "cannot create pod log directory");
-        }
-        if let Some(msg) = self.sandbox_env.dns.missing_cluster_dns(pod) {
-            let pod_obj = ObjectRef::pod(pod);
-            (self.events).event(&pod_obj, Warning, reason::MISSING_CLUSTER_DNS, msg);
-        }
-        let handler = match self.runtime_handler(pod, objects) {
-            Ok(h) => h,
-            Err(e) => {
-                // kubelet's event and wording; retried on the next sync.
-                let msg = format!("Failed to create pod sandbox: {e}");
-                warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", runtimeClassName = crate::objects::runtime_class_name(pod).unwrap_or(""), "{msg}");
-                let pod_obj = ObjectRef::pod(pod);
-                (self.events).event(&pod_obj, Warning, reason::FAILED_CREATE_POD_SANDBOX, msg);
-                return Err(SyncError::RuntimeClass(e));
-            }
-        };
-        let handler = handler.as_str();
-        if let Some(class) = crate::objects::runtime_class_name(pod) {
-            // kubelet's V(2) line, with the class that chose the handler.
-            info!(pod = %pod_ref, podUID = %uid, runtimeClassName = class, runtimeHandler = handler, "Running pod with runtime handler");
-        }
-        info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = crate::pod::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
-        crate::metrics::kubelet().started_pods.inc();
-        self.hooks.pre_run_pod_sandbox(pod);
-        let id = match self.cri.run_pod_sandbox(config, handler).await {
-            Ok(id) => id,
-            Err(e) => {
-                crate::metrics::kubelet().started_pods_errors.inc();
-                // kubelet's event and wording; the pod stays Pending and is retried.
-                warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", error = %e, "Failed to create pod sandbox: {e}");
-                let msg = format!("Failed to create pod sandbox: {e}");
-                (self.events).event(
-                    &ObjectRef::pod(pod),
-                    Warning,
-                    reason::FAILED_CREATE_POD_SANDBOX,
-                    msg,
-                );
-                return Err(SyncError::CreateSandbox(e));
-            }
-        };
-        if !crate::pod::is_host_network(pod) {
-            let st = self.cri.pod_sandbox_status(&id).await?;
-            ips = st
-                .network
-                .map(|n| {
-                    std::iter::once(n.ip)
-                        .chain(n.additional_ips.into_iter().map(|i| i.ip))
-                        .filter(|ip| !ip.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default();
-        }
-        info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, ips = %ips.join(","), "pod sandbox ready");
-        Ok((id, ips))
-    }
-
     /// SyncPod's step 5: starts the ephemeral containers never started yet (`kubectl
     /// debug`), each once; one that fails is not retried until the next sync.
     async fn start_ephemeral_containers(
@@ -1247,123 +944,11 @@ impl RuntimeManager {
         }
     }
 
-    /// Starts one container with kubelet's `startContainer` steps: back-off check,
-    /// image, config, create, start, postStart hook. Ok(Some(d)) means "in back-off,
-    /// retry after d"; Err is a real failure (already in the reason cache).
-    async fn start_container(
-        &self,
-        ctx: &StartContext<'_>,
-        c: &Container,
-        kind: ContainerType,
-    ) -> Result<Option<Duration>, ContainerStartError> {
-        self.start_one(ContainerStart::new(ctx, c, kind)).await
-    }
-
-    /// [`Self::start_container`] for a start already described.
-    async fn start_one(
-        &self,
-        s: ContainerStart<'_>,
-    ) -> Result<Option<Duration>, ContainerStartError> {
-        let (ctx, c) = (s.ctx, s.container);
-        let pod = ctx.pod;
-        if let Some(left) = self.do_back_off(&s) {
-            return Ok(Some(left));
-        }
-        // kubelet counts a start attempt once it passed the back-off check.
-        crate::metrics::kubelet()
-            .started_containers
-            .with_label_values(&[s.metric_type()])
-            .inc();
-
-        // Step 1: pull the image (kubelet's EnsureImageExists).
-        let secrets: Vec<&Secret> = ctx.pull_secrets.iter().map(AsRef::as_ref).collect();
-        let image_ref = match self
-            .images
-            .ensure_image(self.cri.as_ref(), pod, c, ctx.sandbox_config, &secrets)
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => return self.image_not_ready(&s, e),
-        };
-        // And the image volumes it mounts (kubelet's getImageVolumes): each pulled with
-        // its own policy and the pod's pull secrets; a failure is this container's.
-        let mut image_volumes = std::collections::HashMap::new();
-        for (volume, as_container) in image_volume_pulls(pod, c) {
-            match (self.images)
-                .ensure_image(
-                    self.cri.as_ref(),
-                    pod,
-                    &as_container,
-                    ctx.sandbox_config,
-                    &secrets,
-                )
-                .await
-            {
-                Ok(r) => image_volumes.insert(volume, r),
-                Err(e) => return self.image_not_ready(&s, e),
-            };
-        }
-
-        // Step 2: create the container.
-        let (mut config, restart_count) =
-            (self.generate_container_config(&s, &image_ref, image_volumes)).await?;
-        self.hooks.pre_create(pod, c, &mut config);
-        let log_path =
-            std::path::PathBuf::from(&ctx.sandbox_config.log_directory).join(&config.log_path);
-        let id = self.create_container(&s, config, restart_count).await?;
-        if let Some(grants) = &self.grants {
-            grants.container_created(pod, s.name, &id);
-        }
-        self.hooks.pre_start(pod, c, &id);
-
-        // Step 3: start the container.
-        self.start_created_container(&s, &id).await?;
-        self.link_container_log(pod, s.name, &id, &log_path);
-
-        // Step 4: run the postStart hook, if there is one.
-        self.run_post_start_hook(&s, &id).await?;
-        self.reasons.clear(s.uid, s.name);
-        // kubelet's SetActuatedResources: what it was started with is what it runs with.
-        if s.kind != ContainerType::Ephemeral
-            && crate::allocation::is_resizable(c, s.kind == ContainerType::Init)
-        {
-            let given = c.resources.clone().unwrap_or_default();
-            super::resize::record(self.actuated.as_deref(), pod, s.name, given);
-            // The pod cgroup was made from the same pod.
-            if self
-                .actuated
-                .as_ref()
-                .and_then(|a| a.pod(s.uid))
-                .is_none_or(|p| p.pod_level.is_none())
-            {
-                self.record_pod_level(pod);
-            }
-        }
-        Ok(None)
-    }
-
-    /// Records why the container waits (and counts the failure), and returns that as
-    /// the error.
-    fn start_failed(
-        &self,
-        s: &ContainerStart<'_>,
-        reason: WaitingReason,
-        message: String,
-    ) -> ContainerStartError {
-        s.count_failure(reason);
-        self.reasons.set(s.uid, s.name, reason, message.clone());
-        ContainerStartError {
-            container: s.name.to_string(),
-            reason,
-            message,
-        }
-    }
-
     /// kubelet's `doBackOff` (CrashLoopBackOff): only a container that already ran and
     /// exited backs off, counted from its newest exited instance (not only the latest
     /// one: a container restarted because a probe failed is running still). Some: the
     /// back-off left, the container does not start now.
-    fn do_back_off(&self, s: &ContainerStart<'_>) -> Option<Duration> {
+    pub(super) fn do_back_off(&self, s: &ContainerStart<'_>) -> Option<Duration> {
         let prev = s.ctx.status.latest_exited(s.name)?;
         let (pod, uid, name) = (s.ctx.pod, s.uid, s.name);
         let key = format!("{uid}_{name}");
@@ -1406,356 +991,6 @@ impl RuntimeManager {
         }
         self.crash_backoff.next(&key, died);
         None
-    }
-
-    /// The image is not there: in back-off (a waiting reason, retried when it ends) or
-    /// failed to pull (a start failure).
-    fn image_not_ready(
-        &self,
-        s: &ContainerStart<'_>,
-        e: ImageError,
-    ) -> Result<Option<Duration>, ContainerStartError> {
-        match e.retry_after {
-            Some(retry) => {
-                s.count_failure(e.reason);
-                self.reasons.set(s.uid, s.name, e.reason, e.message);
-                Ok(Some(retry))
-            }
-            None => Err(self.start_failed(s, e.reason, e.message)),
-        }
-    }
-
-    /// Bad paths or volumes: the container cannot be configured (kubelet's reason,
-    /// and startContainer's Warning `Failed` event on the container).
-    fn config_error(
-        &self,
-        s: &ContainerStart<'_>,
-        e: &dyn std::fmt::Display,
-    ) -> ContainerStartError {
-        warn!(pod = %s.pod_ref, podUID = %s.uid, container = s.name, error = %e, "invalid container configuration");
-        (self.events).event(
-            &ObjectRef::container(s.ctx.pod, s.name),
-            Warning,
-            reason::FAILED,
-            format!("Error: {e}"),
-        );
-        self.start_failed(s, WaitingReason::CreateContainerConfigError, e.to_string())
-    }
-
-    /// kubelet's `generateContainerConfig`: the restart count, log directory, env,
-    /// mounts and image user that make the CRI container config.
-    async fn generate_container_config(
-        &self,
-        s: &ContainerStart<'_>,
-        image_ref: &str,
-        image_volumes: std::collections::HashMap<String, String>,
-    ) -> Result<(cri::ContainerConfig, i32), ContainerStartError> {
-        let (pod, c, env, uid, name) = (s.ctx.pod, s.container, s.ctx.env, s.uid, s.name);
-        // kubelet's getTargetID: the target must be running, its ID names the namespace.
-        let pid_target = match s.target {
-            None => None,
-            Some(t) => match s.ctx.status.latest(t) {
-                Some(r) if r.state == ContainerState::Running => Some(r.id.as_str()),
-                _ => {
-                    let e = format!("unable to find target container {t}");
-                    return Err(self.config_error(s, &e));
-                }
-            },
-        };
-        let pod_log_dir = std::path::PathBuf::from(&s.ctx.sandbox_config.log_directory);
-        let log_dir = match container::container_log_dir(&pod_log_dir, name) {
-            Ok(d) => d,
-            Err(e) => return Err(self.config_error(s, &e)),
-        };
-        let restart_count = match s.ctx.status.latest(name) {
-            Some(st) => st.restart_count + 1,
-            None => container::restart_count_from_logs(&log_dir),
-        };
-        if let Err(e) = std::fs::create_dir_all(&log_dir) {
-            warn!(pod = %s.pod_ref, podUID = %uid, container = name, error = %e, "cannot create container log directory");
-        }
-        let envs = match container::environment(pod, c, env) {
-            Ok(envs) => envs,
-            Err(e) => return Err(self.config_error(s, &e)),
-        };
-        let mut mounts = match crate::volumes::container_mounts(
-            pod,
-            c,
-            &self.sandbox_env.pods_dir,
-            &envs,
-            env.objects.as_deref(),
-            &self.sandbox_env.allocatable,
-            &crate::volumes::MountFeatures {
-                supports_rro: self.supports_recursive_read_only(pod),
-                image_volumes,
-            },
-        ) {
-            Ok(m) => m,
-            Err(e) => return Err(self.config_error(s, &e)),
-        };
-        match termination::message_mount(&self.sandbox_env.pods_dir, uid, c, restart_count) {
-            Ok(m) => mounts.extend(m),
-            Err(e) => return Err(self.config_error(s, &e)),
-        }
-        // kubelet's getImageUser: runAsNonRoot is checked against the image's user.
-        let image_user = match self.cri.image_status(image_ref).await {
-            Ok(image) => ImageUser::of(image.as_ref()),
-            Err(e) => return Err(self.config_error(s, &e)),
-        };
-        match crate::podenv::hosts_mount(
-            pod,
-            c,
-            &self.sandbox_env.pods_dir,
-            &env.pod_ips,
-            &self.sandbox_env.dns.cluster_domain,
-            std::path::Path::new(crate::podenv::NODE_HOSTS),
-        ) {
-            Ok(m) => mounts.extend(m),
-            Err(e) => return Err(self.config_error(s, &e)),
-        }
-        let config = match container::container_config(&ContainerRequest {
-            pod,
-            container: c,
-            kind: s.kind,
-            restart_count,
-            image_ref,
-            env,
-            mounts,
-            oom_score_adj: crate::cm::clamp_oom_score_adj(
-                crate::cm::container_oom_score_adj(pod, c, self.sandbox_env.node_memory_bytes),
-                self.sandbox_env.min_oom_score_adj,
-            ),
-            cfs_period_us: self.sandbox_env.cfs_period_us,
-            memory: &self.sandbox_env.memory,
-            image_user: &image_user,
-            security: &self.sandbox_env.security,
-            pid_target,
-            userns: (s.ctx.sandbox_config.linux.as_ref())
-                .and_then(|l| l.security_context.as_ref())
-                .and_then(|sc| sc.namespace_options.as_ref())
-                .and_then(|ns| ns.userns_options.as_ref()),
-        }) {
-            Ok(c) => c,
-            Err(e) => return Err(self.config_error(s, &e)),
-        };
-        let mut config = config;
-        if let Some(grants) = &self.grants {
-            match grants.container_grants(pod, c).await {
-                Ok(g) => super::grants::apply(&mut config, g),
-                Err(e) => return Err(self.config_error(s, &e)),
-            }
-        }
-        Ok((config, restart_count))
-    }
-
-    /// startContainer's CreateContainer call, with its `Failed` or `Created` event;
-    /// returns the new container's ID.
-    async fn create_container(
-        &self,
-        s: &ContainerStart<'_>,
-        config: cri::ContainerConfig,
-        restart_count: i32,
-    ) -> Result<String, ContainerStartError> {
-        let (pod, uid, name) = (s.ctx.pod, s.uid, s.name);
-        let id = match self
-            .cri
-            .create_container(s.ctx.sandbox_id, config, s.ctx.sandbox_config.clone())
-            .await
-        {
-            Ok(id) => id,
-            Err(e) => {
-                warn!(pod = %s.pod_ref, podUID = %uid, container = name, error = %e, "failed to create container");
-                (self.events).event(
-                    &ObjectRef::container(pod, name),
-                    Warning,
-                    reason::FAILED,
-                    format!("Error: {}", runtime_reason(&e)),
-                );
-                return Err(self.start_failed(
-                    s,
-                    WaitingReason::CreateContainerError,
-                    e.to_string(),
-                ));
-            }
-        };
-        info!(pod = %s.pod_ref, podUID = %uid, container = name, containerID = %id, restartCount = restart_count, "created container");
-        (self.events).event(
-            &ObjectRef::container(pod, name),
-            Normal,
-            reason::CREATED,
-            format!("Created container: {name}"),
-        );
-        Ok(id)
-    }
-
-    /// startContainer's StartContainer call, with its `Failed` or `Started` event.
-    async fn start_created_container(
-        &self,
-        s: &ContainerStart<'_>,
-        id: &str,
-    ) -> Result<(), ContainerStartError> {
-        let (uid, name) = (s.uid, s.name);
-        let container_ref = ObjectRef::container(s.ctx.pod, name);
-        if let Err(e) = self.cri.start_container(id).await {
-            warn!(pod = %s.pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to start container");
-            (self.events).event(
-                &container_ref,
-                Warning,
-                reason::FAILED,
-                format!("Error: {}", runtime_reason(&e)),
-            );
-            return Err(self.start_failed(s, WaitingReason::RunContainerError, e.to_string()));
-        }
-        info!(pod = %s.pod_ref, podUID = %uid, container = name, containerID = %id, "started container");
-        (self.events).event(
-            &container_ref,
-            Normal,
-            reason::STARTED,
-            format!("Started container {name}"),
-        );
-        Ok(())
-    }
-
-    /// startContainer's step 4: runs the container's postStart hook, if it has one; a
-    /// hook that fails kills the container (kubelet's `FailedPostStartHook`).
-    async fn run_post_start_hook(
-        &self,
-        s: &ContainerStart<'_>,
-        id: &str,
-    ) -> Result<(), ContainerStartError> {
-        let (pod, c, uid, name) = (s.ctx.pod, s.container, s.uid, s.name);
-        let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
-            return Ok(());
-        };
-        let pod_ref = &s.pod_ref;
-        let container_ref = ObjectRef::container(pod, name);
-        let target = lifecycle::HookTarget {
-            pod_ip: s.ctx.env.pod_ips.first().cloned().unwrap_or_default(),
-        };
-        info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "running postStart hook");
-        let run =
-            lifecycle::run_handler(self.cri.as_ref(), id, pod, c, hook, &target, Duration::ZERO);
-        if let Err(e) = run.await {
-            let msg = e.to_string();
-            warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, event = "FailedPostStartHook", error = %msg, "postStart hook failed, killing the container");
-            (self.events).event(
-                &container_ref,
-                Warning,
-                reason::FAILED_POST_START_HOOK,
-                msg.clone(),
-            );
-            (self.events).event(
-                &container_ref,
-                Normal,
-                reason::KILLING,
-                "FailedPostStartHook",
-            );
-            let grace = termination_grace(pod);
-            let plan = stop_plan(pod, id, name, grace);
-            info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, reason = "FailedPostStartHook", gracePeriod = grace, "killing container");
-            if let Err(e) = self.stop_with_hooks(pod, &plan, &target, None).await {
-                warn!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, error = %e, "failed to kill container after its postStart hook failed");
-            }
-            return Err(self.start_failed(s, WaitingReason::PostStartHookError, msg));
-        }
-        info!(pod = %pod_ref, podUID = %uid, container = name, containerID = %id, "postStart hook completed");
-        Ok(())
-    }
-
-    /// Keeps only the newest dead instance of each container (kubelet's per-pod cleanup
-    /// on `ContainerDied`, `maxPerPodContainer = 1`), so crash loops don't pile up dead
-    /// containers and their logs between housekeeping passes.
-    async fn prune_dead_containers(&self, pod: &Pod, status: &PodRuntimeStatus) {
-        let containers: Vec<gc::GcContainer> = status
-            .containers
-            .iter()
-            .map(|c| gc::GcContainer {
-                id: &c.id,
-                name: &c.name,
-                state: c.state,
-                created_at: c.created_at,
-            })
-            .collect();
-        for c in gc::dead_beyond_limit(&containers, gc::MAX_DEAD_PER_CONTAINER) {
-            debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %c.name, containerID = %c.id, "removing old dead container");
-            let unknown = c.state == ContainerState::Unknown;
-            if let Err(e) = self.remove_container(c.id, unknown).await {
-                debug!(error = %e, "failed to remove dead container");
-            }
-        }
-    }
-
-    /// Removes a container and then its log file, as kubelet's `removeContainer` does
-    /// (the log goes with the container, the kept dead instance keeps its log). An
-    /// `unknown`-state container may still run, so it is stopped first.
-    pub(crate) async fn remove_container(
-        &self,
-        id: &str,
-        stop_first: bool,
-    ) -> Result<(), CriError> {
-        let Some(_claim) = RemovalClaim::take(&self.removing, id) else {
-            debug!(containerID = %id, "container is being removed already");
-            return Ok(());
-        };
-        self.remove_container_once(id, stop_first).await
-    }
-
-    async fn remove_container_once(&self, id: &str, stop_first: bool) -> Result<(), CriError> {
-        if stop_first {
-            gone_is_ok(self.cri.stop_container(id, MIN_GRACE_SECS).await)?;
-        }
-        let status = match self.cri.container_status(id).await {
-            Ok(st) => st,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        gone_is_ok(self.cri.remove_container(id).await)?;
-        let root = self.pod_logs_dir();
-        if !status.log_path.is_empty() {
-            // With its rotated files (kubelet's log manager `Clean`).
-            let log = std::path::Path::new(&status.log_path);
-            if let Err(e) = crate::logs::remove_container_logs(root, log) {
-                warn!(containerID = %id, path = %status.log_path, error = %e, "cannot remove container log");
-            }
-        }
-        if let (Some(dir), Some(of)) = (&self.log_symlink_dir, labels::log_link_of(id, &status))
-            && let Err(e) = crate::logs::remove_log_link(dir, root, of)
-        {
-            warn!(containerID = %id, error = %e, "cannot remove legacy container log symlink");
-        }
-        Ok(())
-    }
-
-    /// Links the started container's log from the legacy symlink dir; a failure is
-    /// only logged, as in kubelet.
-    fn link_container_log(&self, pod: &Pod, name: &str, id: &str, log: &std::path::Path) {
-        let Some(dir) = &self.log_symlink_dir else {
-            return;
-        };
-        let of = crate::logs::LinkOf {
-            pod: pod.metadata.name.as_deref().unwrap_or_default(),
-            namespace: pod.metadata.namespace.as_deref().unwrap_or("default"),
-            container: name,
-            id,
-        };
-        if let Err(e) = crate::logs::create_log_link(dir, self.pod_logs_dir(), of, log) {
-            warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = name, containerID = %id, error = %e, "failed to create legacy container log symlink");
-        }
-    }
-
-    /// Container GC: removes legacy log symlinks whose log is gone.
-    pub(crate) async fn remove_dangling_log_symlinks(&self) {
-        if let Some(dir) = &self.log_symlink_dir {
-            crate::logs::remove_dangling_log_links(dir, self.pod_logs_dir(), self.cri.as_ref())
-                .await;
-        }
-    }
-
-    /// Stops, then removes a sandbox (kubelet's GC `removeSandbox`: stopping first
-    /// tears down its network, which releases its IP, should nothing have done so).
-    pub(crate) async fn remove_sandbox(&self, id: &str) -> Result<(), CriError> {
-        gone_is_ok(self.cri.stop_pod_sandbox(id).await)?;
-        gone_is_ok(self.cri.remove_pod_sandbox(id).await)
     }
 
     /// Stops every running container (in parallel, each with its grace period) and
@@ -1836,36 +1071,6 @@ impl RuntimeManager {
             None,
         )
         .await
-    }
-
-    /// Stops one container as kubelet's `killContainer` does: its preStop hook inside the
-    /// grace budget, then (for a pod with sidecars) its turn in the termination order, then
-    /// StopContainer with what is left, at least 2 s.
-    async fn stop_with_hooks(
-        &self,
-        pod: &Pod,
-        plan: &lifecycle::StopPlan,
-        target: &lifecycle::HookTarget,
-        order: Option<&TerminationOrder>,
-    ) -> Result<(), CriError> {
-        let mut grace =
-            lifecycle::run_pre_stop(self.cri.as_ref(), pod, plan, target, &self.events).await;
-        // Sidecars stop after the app containers and the sidecars after them,
-        // within their own grace (kubelet's `waitForTurn`).
-        if let Some(order) = order.filter(|_| grace > 0) {
-            let budget = Duration::from_secs(grace.unsigned_abs());
-            let waited = order.wait_for_turn(&plan.name, budget).await;
-            if !waited.is_zero() {
-                info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, waitedMs = waited.as_millis() as u64, "sidecar stops after the containers it serves");
-            }
-            grace = lifecycle::grace_after_pre_stop(grace, waited);
-        }
-        info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), container = %plan.name, containerID = %plan.id, gracePeriod = grace, "stopping container");
-        let stopped = gone_is_ok(self.cri.stop_container(&plan.id, grace).await);
-        if let Some(order) = order {
-            order.stopped(&plan.name);
-        }
-        stopped
     }
 
     async fn kill_containers_and_sandboxes(
@@ -1979,30 +1184,6 @@ impl RuntimeManager {
     }
 }
 
-/// The pod's `terminationGracePeriodSeconds` (API default 30).
-fn termination_grace(pod: &Pod) -> i64 {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30)
-}
-
-/// kubelet's `minimumGracePeriodInSeconds`: the grace of a stop without a pod spec.
-const MIN_GRACE_SECS: i64 = lifecycle::MIN_GRACE_SECS;
-
-/// How one container of a pod with a spec is stopped: the grace given, and the
-/// container's preStop hook from the spec.
-fn stop_plan(pod: &Pod, id: &str, name: &str, grace: i64) -> lifecycle::StopPlan {
-    lifecycle::StopPlan {
-        id: id.to_string(),
-        name: name.to_string(),
-        grace,
-        pre_stop: lifecycle::container_spec(pod, name)
-            .and_then(|c| c.lifecycle.as_ref())
-            .and_then(|l| l.pre_stop.clone()),
-    }
-}
-
 /// Where HTTP hooks without a host go: the pod's IP (the node's for host network).
 fn hook_target(pod: &Pod, ips: &[String], host_ip: &str) -> lifecycle::HookTarget {
     let pod_ip = if crate::pod::is_host_network(pod) {
@@ -2011,39 +1192,6 @@ fn hook_target(pod: &Pod, ips: &[String], host_ip: &str) -> lifecycle::HookTarge
         ips.first().cloned().unwrap_or_default()
     };
     lifecycle::HookTarget { pod_ip }
-}
-
-/// A stop or remove of something already gone has done its job.
-/// One caller's claim on removing a container; released when dropped, so a removal
-/// cut short (a cancelled task) never blocks later ones.
-struct RemovalClaim<'a> {
-    set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
-    id: String,
-}
-
-impl<'a> RemovalClaim<'a> {
-    fn take(
-        set: &'a std::sync::Mutex<std::collections::HashSet<String>>,
-        id: &str,
-    ) -> Option<Self> {
-        set.locked().insert(id.to_string()).then(|| RemovalClaim {
-            set,
-            id: id.to_string(),
-        })
-    }
-}
-
-impl Drop for RemovalClaim<'_> {
-    fn drop(&mut self) {
-        self.set.locked().remove(&self.id);
-    }
-}
-
-fn gone_is_ok(res: Result<(), CriError>) -> Result<(), CriError> {
-    match res {
-        Err(e) if e.is_not_found() => Ok(()),
-        other => other,
-    }
 }
 
 fn merge_retry(acc: &mut Option<Duration>, next: Option<Duration>) {

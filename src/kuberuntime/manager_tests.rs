@@ -727,18 +727,6 @@ async fn a_missing_config_map_volume_holds_the_sandbox_back_with_failed_mount() 
     assert_eq!(node.fake.calls_of("StartContainer"), ["vol/app"]);
 }
 
-/// Two callers removing the same container at once: one removes it, the other steps
-/// aside; a claim dropped (a cancelled removal) frees the container for later ones.
-#[test]
-fn one_removal_per_container_at_a_time() {
-    let set = std::sync::Mutex::new(std::collections::HashSet::new());
-    let first = super::RemovalClaim::take(&set, "c1").expect("first claim");
-    assert!(super::RemovalClaim::take(&set, "c1").is_none());
-    assert!(super::RemovalClaim::take(&set, "c2").is_some());
-    drop(first);
-    assert!(super::RemovalClaim::take(&set, "c1").is_some());
-}
-
 /// The hook point: rules change the CreateContainer request the runtime sends.
 #[tokio::test(start_paused = true)]
 async fn container_hooks_shape_the_create_request() {

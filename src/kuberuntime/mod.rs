@@ -8,6 +8,9 @@
 
 mod actions;
 mod container;
+mod container_kill;
+mod container_start;
+mod errors;
 mod gc;
 mod grants;
 mod hooks;
@@ -26,8 +29,11 @@ mod userns;
 
 // The runtime manager and what a sync returns.
 #[cfg(test)]
-pub(crate) use manager::{ContainerStartError, SyncOutcome};
-pub(crate) use manager::{RuntimeManager, SyncError};
+pub(crate) use errors::ContainerStartError;
+pub(crate) use errors::SyncError;
+pub(crate) use manager::RuntimeManager;
+#[cfg(test)]
+pub(crate) use manager::SyncOutcome;
 /// kubelet's default `userNamespaces.idsPerPod`.
 pub(crate) use userns::IDS_PER_POD as USERNS_IDS_PER_POD;
 // What the runtime reads back: pods, sandboxes and containers as the runtime has them.

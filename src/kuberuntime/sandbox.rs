@@ -1,5 +1,7 @@
-//! Building a pod's `PodSandboxConfig`: identity, log directory, DNS, ports,
-//! namespaces, and the one place where the pod's cgroup parent is decided.
+//! kubelet's `kuberuntime_sandbox.go`: building a pod's `PodSandboxConfig` (identity,
+//! log directory, DNS, ports, namespaces, and the one place where the pod's cgroup
+//! parent is decided), the pod's runtime handler and user namespace, and
+//! `createPodSandbox`, the runtime manager's `RunPodSandbox`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,10 +9,17 @@ use std::sync::Arc;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 
+use super::errors::SyncError;
 use super::labels;
+use super::manager::RuntimeManager;
+use super::types::PodRuntimeStatus;
 use crate::contracts::PodCgroupParent;
+use crate::events::EventType::Warning;
+use crate::events::{ObjectRef, reason};
+use crate::pod::{pod_ref, pod_uid};
 use crate::podenv::{DnsConfigurer, DnsError, HostsError};
 use crate::safe_path::PathError;
+use tracing::{info, warn};
 
 /// Why a pod's sandbox config cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -194,6 +203,122 @@ fn sandbox_resources(
         )),
         overhead: Some(overhead),
         ..Default::default()
+    }
+}
+
+impl RuntimeManager {
+    /// SyncPod's step 4 (kubelet's `createPodSandbox`): runs a new sandbox and reads its
+    /// IPs back; returns its ID and the pod's IPs (on host network, the status's).
+    pub(super) async fn create_pod_sandbox(
+        &self,
+        pod: &Pod,
+        status: &PodRuntimeStatus,
+        attempt: u32,
+        sandbox_config: &cri::PodSandboxConfig,
+        objects: Option<&crate::objects::PodObjects>,
+    ) -> Result<(String, Vec<String>), SyncError> {
+        let pod_ref = pod_ref(pod);
+        let uid = pod_uid(pod);
+        let mut ips = status.ips.clone();
+        let config = sandbox_config.clone();
+        if let Err(e) = std::fs::create_dir_all(&config.log_directory) {
+            warn!(pod = %pod_ref, podUID = %uid, dir = %config.log_directory, error = %e, "cannot create pod log directory");
+        }
+        if let Some(msg) = self.sandbox_env.dns.missing_cluster_dns(pod) {
+            let pod_obj = ObjectRef::pod(pod);
+            (self.events).event(&pod_obj, Warning, reason::MISSING_CLUSTER_DNS, msg);
+        }
+        let handler = match self.runtime_handler(pod, objects) {
+            Ok(h) => h,
+            Err(e) => {
+                // kubelet's event and wording; retried on the next sync.
+                let msg = format!("Failed to create pod sandbox: {e}");
+                warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", runtimeClassName = crate::objects::runtime_class_name(pod).unwrap_or(""), "{msg}");
+                let pod_obj = ObjectRef::pod(pod);
+                (self.events).event(&pod_obj, Warning, reason::FAILED_CREATE_POD_SANDBOX, msg);
+                return Err(SyncError::RuntimeClass(e));
+            }
+        };
+        let handler = handler.as_str();
+        if let Some(class) = crate::objects::runtime_class_name(pod) {
+            // kubelet's V(2) line, with the class that chose the handler.
+            info!(pod = %pod_ref, podUID = %uid, runtimeClassName = class, runtimeHandler = handler, "Running pod with runtime handler");
+        }
+        info!(pod = %pod_ref, podUID = %uid, attempt = attempt, hostNetwork = crate::pod::is_host_network(pod), runtimeHandler = handler, "creating pod sandbox");
+        crate::metrics::kubelet().started_pods.inc();
+        self.hooks.pre_run_pod_sandbox(pod);
+        let id = match self.cri.run_pod_sandbox(config, handler).await {
+            Ok(id) => id,
+            Err(e) => {
+                crate::metrics::kubelet().started_pods_errors.inc();
+                // kubelet's event and wording; the pod stays Pending and is retried.
+                warn!(pod = %pod_ref, podUID = %uid, event = "FailedCreatePodSandBox", error = %e, "Failed to create pod sandbox: {e}");
+                let msg = format!("Failed to create pod sandbox: {e}");
+                (self.events).event(
+                    &ObjectRef::pod(pod),
+                    Warning,
+                    reason::FAILED_CREATE_POD_SANDBOX,
+                    msg,
+                );
+                return Err(SyncError::CreateSandbox(e));
+            }
+        };
+        if !crate::pod::is_host_network(pod) {
+            let st = self.cri.pod_sandbox_status(&id).await?;
+            ips = st
+                .network
+                .map(|n| {
+                    std::iter::once(n.ip)
+                        .chain(n.additional_ips.into_iter().map(|i| i.ip))
+                        .filter(|ip| !ip.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+        info!(pod = %pod_ref, podUID = %uid, sandboxID = %id, ips = %ips.join(","), "pod sandbox ready");
+        Ok((id, ips))
+    }
+
+    /// The pod's user namespace (kubelet's `GetOrCreateUserNamespaceMappings`) for its
+    /// runtime handler, which must say it supports them when the pod asks for one.
+    pub(super) fn user_namespace(
+        &self,
+        pod: &Pod,
+        objects: Option<&crate::objects::PodObjects>,
+    ) -> Result<cri::UserNamespace, super::userns::UsernsError> {
+        let handler = self
+            .runtime_handler(pod, objects)
+            .unwrap_or_else(|_| self.known_handler(pod));
+        let supported = (self.runtime_state.handler(&handler)).is_some_and(|h| h.user_namespaces);
+        self.userns.mappings(pod, &handler, supported)
+    }
+
+    /// kubelet's `LookupRuntimeHandler`: the CRI handler of the pod's RuntimeClass.
+    /// With an apiserver the class object decides (its `handler`), and a class that
+    /// does not exist fails the sandbox with the apiserver's NotFound; standalone no
+    /// class objects exist and the class name is the handler (`sandbox::runtime_handler`).
+    fn runtime_handler(
+        &self,
+        pod: &Pod,
+        objects: Option<&crate::objects::PodObjects>,
+    ) -> Result<String, crate::objects::ObjectError> {
+        match objects.and_then(|o| o.runtime_class.as_ref()) {
+            Some(Ok(class)) => Ok(class.handler.clone()),
+            Some(Err(e)) => Err(e.clone()),
+            None => Ok(super::sandbox::runtime_handler(pod).to_string()),
+        }
+    }
+
+    /// The pod's handler as far as it is known without a fetch: the RuntimeClass the
+    /// last sync read, else the class name (for readers outside a sync).
+    pub(super) fn known_handler(&self, pod: &Pod) -> String {
+        let class = crate::objects::runtime_class_name(pod)
+            .zip(self.objects.as_ref())
+            .and_then(|(name, m)| m.cached_runtime_class(name));
+        match class {
+            Some(rc) => rc.handler.clone(),
+            None => super::sandbox::runtime_handler(pod).to_string(),
+        }
     }
 }
 

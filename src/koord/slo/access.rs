@@ -78,7 +78,7 @@ impl Access {
         match (refusal, first) {
             (Refusal::Forbidden, true) => warn!(
                 node = %node, access = what, error = %error,
-                "the apiserver refuses this node's {what} (403): RBAC grants the node's identity (group system:nodes) nothing of slo.koordinator.sh; apply deploy/koordlet-rbac.yaml (kubectl apply -f deploy/koordlet-rbac.yaml); retrying"
+                "the apiserver refuses this node's {what} (403): RBAC does not grant it to the node's identity (group system:nodes) on slo.koordinator.sh; apply deploy/koordlet-rbac.yaml (kubectl apply -f deploy/koordlet-rbac.yaml); retrying"
             ),
             (Refusal::NotServed, true) => warn!(
                 node = %node, access = what, error = %error,

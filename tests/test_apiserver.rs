@@ -1109,6 +1109,72 @@ async fn start_on_a_given_port_survives_a_process_restart() {
     nodes.list(&ListParams::default()).await.unwrap();
 }
 
+/// `deploy/koordlet-rbac.yaml` applied as docs/kind.md says (`kubectl apply -f`; the
+/// test apiserver serves no OpenAPI, hence `--validate=false`): a node identity that
+/// RBAC refused NodeSLOs gets them once the file is applied, and only what it grants.
+/// The node speaks through kube-rs (kubectl sends no bearer token over plain http).
+#[tokio::test]
+async fn kubectl_applies_the_koordlet_rbac_file_and_a_node_gets_its_node_slo() {
+    if !kubectl_installed() {
+        return;
+    }
+    let (_dir, server, client) = server().await;
+    let node_kubeconfig = server.add_node_token("node-n1", "n1").unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&node_kubeconfig).unwrap();
+    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let node = Client::try_from(config).unwrap();
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "nodeslos.slo.koordinator.sh"},
+        "spec": {"group": "slo.koordinator.sh", "scope": "Cluster",
+            "names": {"kind": "NodeSLO", "plural": "nodeslos"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true}]}});
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_json::from_value(crd).unwrap();
+    server.put(&crd).unwrap();
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("slo.koordinator.sh", "v1alpha1", "NodeSLO"),
+        "nodeslos",
+    );
+    let mut slo = kube::api::DynamicObject::new("n1", &ar);
+    slo.data = json!({"spec": {}});
+    Api::<kube::api::DynamicObject>::all_with(client, &ar)
+        .create(&PostParams::default(), &slo)
+        .await
+        .unwrap();
+    let slos: Api<kube::api::DynamicObject> = Api::all_with(node, &ar);
+    let refused = slos.get("n1").await.unwrap_err();
+    assert!(
+        refused.to_string().contains("User \"system:node:n1\" cannot get resource \"nodeslos\" in API group \"slo.koordinator.sh\" at the cluster scope"),
+        "{refused}"
+    );
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/koordlet-rbac.yaml");
+    let (ok, out, err) = kubectl_run(&server, &["apply", "--validate=false", "-f", file]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("clusterrolebinding.rbac.authorization.k8s.io/oxlet-koordlet created"),
+        "{out}"
+    );
+    assert_eq!(
+        slos.get("n1").await.unwrap().metadata.name.as_deref(),
+        Some("n1")
+    );
+    let list = slos
+        .list(&ListParams::default().fields("metadata.name=n1"))
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    let refused = slos
+        .delete("n1", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("cannot delete resource"),
+        "{refused}"
+    );
+}
+
 /// Custom resources, as the real server serves them: a CRD created with kubectl makes
 /// its group discoverable and its plural, short name and status subresource served;
 /// objects keep fields no built-in type knows, and the main resource keeps the status.

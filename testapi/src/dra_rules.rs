@@ -184,20 +184,6 @@ fn pod_claim_names(pod: &Value) -> Vec<String> {
         .collect()
 }
 
-fn verb(method: &Method, named: bool, watch: bool) -> &'static str {
-    match (method, named) {
-        (&Method::GET, true) => "get",
-        (&Method::GET, false) if watch => "watch",
-        (&Method::GET, false) => "list",
-        (&Method::POST, _) => "create",
-        (&Method::PUT, _) => "update",
-        (&Method::PATCH, _) => "patch",
-        (&Method::DELETE, true) => "delete",
-        (&Method::DELETE, false) => "deletecollection",
-        _ => "unknown",
-    }
-}
-
 /// The node authorizer (and NodeRestriction) for `node` on a resource.k8s.io request.
 /// `body` is the request's object, if any; `fields` its field selector.
 pub(crate) fn authorize(
@@ -209,7 +195,7 @@ pub(crate) fn authorize(
     fields: Option<&str>,
     watch: bool,
 ) -> Result<(), ApiError> {
-    let verb = verb(method, t.name.is_some(), watch);
+    let verb = crate::rbac::verb(method, t.name.is_some(), watch);
     let name = t.name.clone().unwrap_or_default();
     let refuse = |why: &str| {
         let scope =

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::TestApiServer;
 
 /// One request with bearer `token`; the status and the body as JSON (or text).
-async fn call(
+pub(crate) async fn call(
     server: &TestApiServer,
     token: &str,
     method: &str,
@@ -161,12 +161,12 @@ async fn claims_are_created_read_listed_watched_and_their_status_is_a_subresourc
     assert_eq!(types, ["MODIFIED"], "{text}");
 }
 
-fn tempfile_dir() -> TempDir {
+pub(crate) fn tempfile_dir() -> TempDir {
     TempDir::new()
 }
 
 /// A temporary directory removed on drop (testapi has no tempfile dependency).
-struct TempDir(std::path::PathBuf);
+pub(crate) struct TempDir(std::path::PathBuf);
 
 impl TempDir {
     fn new() -> Self {
@@ -174,7 +174,7 @@ impl TempDir {
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }

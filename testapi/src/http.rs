@@ -28,6 +28,8 @@ const MAX_BODY: usize = 3 * 1024 * 1024;
 const MAX_DRAIN: usize = 16 * 1024 * 1024;
 /// Requests remembered for tests to inspect.
 const MAX_LOG: usize = 10_000;
+/// The groups of a node identity, as the node's client certificate gives them.
+const NODE_GROUPS: &[&str] = &["system:nodes", "system:authenticated"];
 /// A watch without `timeoutSeconds` ends after this (the real one picks 30–60 min).
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 
@@ -336,6 +338,26 @@ async fn serve(
         [r, n, s] => (*r, Some((*n).to_owned()), Some((*s).to_owned())),
         _ => return found(None),
     };
+    let query = Query::parse(req.uri().query());
+    // The real server authorizes before it routes: a node refused by RBAC gets its
+    // 403 whether or not the resource is served.
+    if let Some(node) = &node
+        && crate::rbac::GROUPS.contains(&group)
+    {
+        let user = format!("system:node:{node}");
+        let named = name.as_deref();
+        let attributes = crate::rbac::Attributes {
+            user: &user,
+            groups: NODE_GROUPS,
+            verb: crate::rbac::verb(req.method(), named.is_some(), query.flag("watch")),
+            api_group: group,
+            resource,
+            sub: sub.as_deref(),
+            name: named.or_else(|| crate::rbac::selected_name(query.get("fieldSelector"))),
+            namespace: ns.as_deref(),
+        };
+        crate::rbac::authorize(&shared.store, &attributes)?;
+    }
     let Some(def) = resources::find(&shared.custom_defs(), group, version, resource) else {
         return found(None);
     };
@@ -355,7 +377,6 @@ async fn serve(
         return found(None);
     }
     let t = Target { def, ns, name, sub };
-    let query = Query::parse(req.uri().query());
     let method = req.method().clone();
     let content_type = req
         .headers()

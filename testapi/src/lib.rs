@@ -22,14 +22,18 @@
 //! resource.k8s.io/v1 is served (ResourceClaims with their status subresource, templates,
 //! DeviceClasses, ResourceSlices with `deletecollection`; `dra_rules.rs`), with node
 //! identities (`add_node_token`: `system:node:<name>`) bound by the node authorizer's rules
-//! on that group alone; `ApiHandle::allocate_claims` does what the scheduler and the
-//! resourceclaim controller do for a pod's claims, and `dra_driver` is a DRA driver for tests.
+//! on that group; on koordinator's `slo.koordinator.sh` (and RBAC's own group) a node
+//! identity gets only what a ClusterRoleBinding to it or to `system:nodes` grants
+//! (`rbac.rs`; ClusterRoles and ClusterRoleBindings are served). `ApiHandle::allocate_claims`
+//! does what the scheduler and the resourceclaim controller do for a pod's claims, and
+//! `dra_driver` is a DRA driver for tests.
 //!
 //! Not a real apiserver: no admission but RuntimeClass's (so no NodeDeclaredFeatureValidator
 //! on resizes, no LimitRanger or ResourceQuota), and validation only where oxlet's writes meet it
 //! (pods: `validate.rs`; their status updates and server-set fields: `pod_rules.rs`;
 //! nodes and their status: `node_rules.rs`); no
-//! RBAC (one bearer token, anonymous allowed unless turned off); no Namespace objects; no
+//! RBAC but for node identities as above (one bearer token, anonymous allowed unless
+//! turned off); no Namespace objects; no
 //! server-side apply (415) and no protobuf; no `sendInitialEvents` streaming lists; the two
 //! Event APIs are stored apart (the real one converts between them); pods get `phase: Pending`,
 //! their `qosClass` and `generation` 1 on create; a too-old resourceVersion is 410 with reason
@@ -49,6 +53,7 @@ mod patch;
 mod pod_rules;
 mod pod_update;
 mod proxy;
+mod rbac;
 mod resize;
 mod resources;
 mod reviews;
@@ -475,8 +480,8 @@ impl TestApiServer {
     }
 
     /// Requests with bearer `token` are the node `node` (`system:node:<node>`), which the
-    /// node authorizer's rules bind on resource.k8s.io (other groups serve it as the
-    /// kubeconfig's user). Returns a kubeconfig with that token.
+    /// node authorizer's rules bind on resource.k8s.io and RBAC on slo.koordinator.sh
+    /// (other groups serve it as the kubeconfig's user). Returns a kubeconfig with that token.
     pub fn add_node_token(&self, token: &str, node: &str) -> Result<PathBuf, Error> {
         self.shared
             .node_tokens

@@ -5,7 +5,7 @@
 use k8s_openapi::api::{
     authentication::v1::TokenRequest, certificates::v1::CertificateSigningRequest,
     coordination::v1::Lease, core::v1 as core, events::v1 as events, node::v1::RuntimeClass,
-    resource::v1 as resource, storage::v1::StorageClass,
+    rbac::v1 as rbac, resource::v1 as resource, storage::v1::StorageClass,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::{Serialize, de::DeserializeOwned};
@@ -297,6 +297,30 @@ pub(crate) static RESOURCES: &[Def] = &[
         short: &[],
         check: strict::<resource::ResourceSlice>,
     },
+    Def {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        name: "clusterroles",
+        singular: "clusterrole",
+        kind: "ClusterRole",
+        namespaced: false,
+        status: false,
+        fields: &[],
+        short: &[],
+        check: strict::<rbac::ClusterRole>,
+    },
+    Def {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        name: "clusterrolebindings",
+        singular: "clusterrolebinding",
+        kind: "ClusterRoleBinding",
+        namespaced: false,
+        status: false,
+        fields: &[],
+        short: &[],
+        check: strict::<rbac::ClusterRoleBinding>,
+    },
 ];
 
 /// The built-in resources, then `custom` (those of the CustomResourceDefinitions stored).
@@ -504,7 +528,7 @@ mod tests {
             "{names:?}"
         );
         assert!(resource_list(&[], "apps", "v1").is_none());
-        assert_eq!(api_group_list(&[])["groups"].as_array().unwrap().len(), 7);
+        assert_eq!(api_group_list(&[])["groups"].as_array().unwrap().len(), 8);
         let dra = resource_list(&[], "resource.k8s.io", "v1").unwrap();
         let dra: Vec<&str> = dra["resources"]
             .as_array()

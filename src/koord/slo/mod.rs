@@ -1,7 +1,9 @@
 //! koordinator's node-level objects through the apiserver (koordlet's states
 //! informer): this node's NodeMetric, whose status oxlet reports from the metric cache,
-//! and its NodeSLO, whose thresholds the QoS manager follows.
+//! and its NodeSLO, whose thresholds the QoS manager follows. A refusal by the
+//! apiserver (403: no RBAC grant; 404: no CRD) is said once with what to do.
 
+mod access;
 mod nodemetric;
 mod report;
 mod slo_watch;

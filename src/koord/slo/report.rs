@@ -2,7 +2,9 @@
 //! collect policy), and every report interval the status made from the metric cache
 //! is written through the status subresource (an Update, retried on a conflict, as
 //! koordlet's `statusUpdater` does). Without a NodeMetric (koord-manager creates one
-//! per node) a round is skipped and said so. Standalone, the same status is served at
+//! per node) a round is skipped and said so; while the apiserver refuses the watch
+//! (403: no RBAC grant; 404: no CRD) the round is skipped quietly, the refusal
+//! having been said once. Standalone, the same status is served at
 //! `/debug/koord/nodemetric`.
 
 use std::sync::{Arc, Mutex};
@@ -14,6 +16,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::access::{Access, Refusal};
 use super::nodemetric::{MEMORY_POLICY, MIN_REPORT, ProdPrediction, ReportPolicy, build_status};
 use super::types::{NodeMetric, NodeMetricSpec, NodeMetricStatus};
 use crate::koord::metriccache::{MetricCache, now_ms};
@@ -113,6 +116,8 @@ impl NodeMetricReporter {
         // Any failure lists again (a new cluster has no history to resume from).
         let mut events = std::pin::pin!(crate::kubeclient::relisting_watcher(api.clone(), config));
         let mut next = tokio::time::Instant::now() + self.source.policy().report;
+        let mut watch_access = Access::new("NodeMetric watch", &self.node_name);
+        let mut write_access = Access::new("NodeMetric status write", &self.node_name);
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -120,15 +125,19 @@ impl NodeMetricReporter {
                     match event {
                         Some(Ok(Event::Apply(m) | Event::InitApply(m))) => self.source.set_spec(Some(m.spec)),
                         Some(Ok(Event::Delete(_))) => self.source.set_spec(None),
-                        Some(Ok(Event::Init | Event::InitDone)) => {}
-                        Some(Err(e)) => debug!(error = %e, "NodeMetric watch failed; retrying"),
+                        Some(Ok(Event::InitDone)) => watch_access.served(),
+                        Some(Ok(Event::Init)) => {}
+                        Some(Err(e)) => match Refusal::of_watch(&e) {
+                            Some(refusal) => watch_access.refuse(refusal, &e),
+                            None => debug!(error = %e, "NodeMetric watch failed; retrying"),
+                        },
                         None => return,
                     }
                     // A shorter interval takes effect now, not after the old one.
                     next = next.min(tokio::time::Instant::now() + self.source.policy().report);
                 }
                 () = tokio::time::sleep_until(next) => {
-                    self.report(&api).await;
+                    self.report(&api, watch_access.refused(), &mut write_access).await;
                     next = tokio::time::Instant::now() + self.source.policy().report;
                 }
             }
@@ -136,9 +145,20 @@ impl NodeMetricReporter {
     }
 
     /// One round: the status written over the NodeMetric's, retried on a conflict.
-    async fn report(&self, api: &Api<NodeMetric>) {
+    /// `watch_refused`: why the NodeMetric watch is refused, if it is (then no
+    /// NodeMetric was seen because none could be, and that was said already).
+    async fn report(
+        &self,
+        api: &Api<NodeMetric>,
+        watch_refused: Option<Refusal>,
+        access: &mut Access,
+    ) {
         if self.source.spec.locked().is_none() {
-            warn!(node = %self.node_name, "no NodeMetric for this node yet (koord-manager creates it); skipping this report");
+            if watch_refused.is_some() {
+                debug!(node = %self.node_name, "the NodeMetric watch is refused by the apiserver; skipping this report");
+            } else {
+                warn!(node = %self.node_name, "no NodeMetric for this node yet (koord-manager creates it); skipping this report");
+            }
             return;
         }
         let status = self.source.status();
@@ -148,6 +168,10 @@ impl NodeMetricReporter {
                 Ok(m) => m,
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     warn!(node = %self.node_name, "NodeMetric is gone; skipping this report");
+                    return;
+                }
+                Err(e) if Refusal::of_client(&e) == Some(Refusal::Forbidden) => {
+                    access.refuse(Refusal::Forbidden, &e);
                     return;
                 }
                 Err(e) => {
@@ -161,6 +185,7 @@ impl NodeMetricReporter {
                 .await
             {
                 Ok(_) => {
+                    access.served();
                     info!(node = %self.node_name, pods, "NodeMetric status reported");
                     return;
                 }
@@ -168,6 +193,10 @@ impl NodeMetricReporter {
                     debug!(node = %self.node_name, attempt, "NodeMetric status conflicted; retrying");
                     tokio::time::sleep(Duration::from_millis(10 * 5u64.pow(attempt as u32 - 1)))
                         .await;
+                }
+                Err(e) if Refusal::of_client(&e) == Some(Refusal::Forbidden) => {
+                    access.refuse(Refusal::Forbidden, &e);
+                    return;
                 }
                 Err(e) => {
                     warn!(node = %self.node_name, error = %e, "cannot write the NodeMetric status; trying again next interval");

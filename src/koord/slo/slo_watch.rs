@@ -2,7 +2,8 @@
 //! it after the node) turns its `resourceUsedThresholdWithBE` into the QoS manager's
 //! configuration, with the strategies of `--node-slo-file`, and hands it over at once;
 //! no restart. A NodeSLO with a field oxlet cannot use is refused, naming the field,
-//! and the last good configuration stays; with no NodeSLO the file's applies.
+//! and the last good configuration stays; with no NodeSLO the file's applies. While the
+//! apiserver refuses the watch (403, 404) the file's applies too, and the watch retries.
 
 use futures::StreamExt as _;
 use kube::api::Api;
@@ -11,6 +12,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::access::{Access, Refusal};
 use super::types::NodeSLO;
 use crate::koord::host_apps::{self, HostApp};
 use crate::koord::qosmanager::config::QosConfig;
@@ -37,6 +39,7 @@ impl NodeSloWatch {
             watcher::Config::default().fields(&format!("metadata.name={}", self.node_name));
         // Any failure lists again (a new cluster has no history to resume from).
         let mut events = std::pin::pin!(crate::kubeclient::relisting_watcher(api, config));
+        let mut access = Access::new("NodeSLO watch", &self.node_name);
         loop {
             let event = tokio::select! {
                 () = cancel.cancelled() => return,
@@ -49,8 +52,12 @@ impl NodeSloWatch {
                     self.send(self.base.clone());
                     self.send_host_apps(self.base_host_apps.clone());
                 }
-                Some(Ok(Event::Init | Event::InitDone)) => {}
-                Some(Err(e)) => debug!(error = %e, "NodeSLO watch failed; retrying"),
+                Some(Ok(Event::InitDone)) => access.served(),
+                Some(Ok(Event::Init)) => {}
+                Some(Err(e)) => match Refusal::of_watch(&e) {
+                    Some(refusal) => access.refuse(refusal, &e),
+                    None => debug!(error = %e, "NodeSLO watch failed; retrying"),
+                },
                 None => return,
             }
         }

@@ -380,7 +380,7 @@ fn routers() -> &'static [axum::Router; 2] {
         let cache = Arc::new(crate::koord::MetricCache::new(
             crate::koord::CacheLimits::DEFAULT,
         ));
-        let no_prediction: crate::koord::PredictionView = Arc::new(|| None);
+        let no_prediction: crate::koord::PredictionView = Arc::new(|_| None);
         let health = crate::server::Health {
             syncloop: Arc::new(crate::syncloop::SyncLoopMonitor::default()),
             stall_threshold: std::time::Duration::from_secs(300),
@@ -399,6 +399,7 @@ fn routers() -> &'static [axum::Router; 2] {
             node_metric: Arc::new(crate::koord::NodeMetricSource::new(
                 cache,
                 pods.clone(),
+                tokio::sync::watch::channel(Vec::new()).1,
                 no_prediction,
                 None,
             )),

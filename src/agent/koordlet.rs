@@ -127,15 +127,15 @@ pub(super) fn node_metric_source(
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .map(Duration::from_millis);
-    let (p, st, served) = (
-        shared.pods.clone(),
-        shared.statuses.clone(),
-        prediction.cloned(),
-    );
-    let view: PredictionView = Arc::new(move || served.as_ref().and_then(|s| s.prod(&p, &st)));
+    let (st, served) = (shared.statuses.clone(), prediction.cloned());
+    let view: PredictionView =
+        Arc::new(move |measured: &[Arc<k8s_openapi::api::core::v1::Pod>]| {
+            served.as_ref().and_then(|s| s.prod(measured, &st))
+        });
     Arc::new(NodeMetricSource::new(
         shared.metric_cache.clone(),
         shared.pods.clone(),
+        shared.host_apps.subscribe(),
         view,
         min_report,
     ))

@@ -102,11 +102,16 @@ pub(crate) fn pod_inputs(
     pods.all()
         .into_iter()
         .map(|p| {
-            let phase = statuses.get(crate::pod::pod_uid(&p)).and_then(|s| s.phase);
-            let i = pod_input(&p, phase.as_deref());
+            let i = input_with_phase(&p, statuses);
             (p, i)
         })
         .collect()
+}
+
+/// `pod`'s input, its phase from the status manager.
+fn input_with_phase(pod: &Pod, statuses: &crate::status::StatusManager) -> PodInput {
+    let phase = statuses.get(crate::pod::pod_uid(pod)).and_then(|s| s.phase);
+    pod_input(pod, phase.as_deref())
 }
 
 /// What the read-only server needs to serve `/stats/predictions`.
@@ -131,15 +136,14 @@ impl Served {
     /// before the models have synced (koordlet's predictor errs then).
     pub(crate) fn prod(
         &self,
-        pods: &crate::pod::PodManager,
+        pods: &[Arc<Pod>],
         statuses: &crate::status::StatusManager,
     ) -> Option<(ResourceAmount, ResourceAmount)> {
         if !self.server.has_synced() {
             return None;
         }
-        let inputs: Vec<PodInput> = pod_inputs(pods, statuses)
-            .into_iter()
-            .map(|(_, i)| i)
+        let inputs: Vec<PodInput> = (pods.iter())
+            .map(|p| input_with_phase(p, statuses))
             .collect();
         let r = current(&self.server, &inputs, self.allocatable);
         Some((r.node.reclaimable, r.node.peak))

@@ -8,7 +8,12 @@
 //! - `podsMetric`: each pod's average CPU and memory (without page cache), with
 //!   koordinator's priority and QoS classes, sorted by namespace and name; a pod
 //!   without samples is left out;
-//! - `prodReclaimableMetric` / `prodPeakMetric`: the peak predictor's answer.
+//! - `hostApplicationMetric`: each NodeSLO host application's average usage;
+//! - `prodReclaimableMetric` / `prodPeakMetric`: the peak predictor's answer for the
+//!   pods with metrics.
+//!
+//! Memory is without the page cache unless `nodeMemoryCollectPolicy` asks for it with
+//! (`usageWithPageCache`); quantities are truncated as Go's `int64()` does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,10 +23,11 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::types::{
-    AggregatedUsage, NodeMetricInfo, NodeMetricSpec, NodeMetricStatus, PodMetricInfo, ResourceMap,
-    ResourceMetric,
+    AggregatedUsage, HostAppMetricInfo, NodeMetricInfo, NodeMetricSpec, NodeMetricStatus,
+    PodMetricInfo, ResourceMap, ResourceMetric,
 };
 use crate::koord::classes::{PriorityClass, koord_qos_with_default};
+use crate::koord::host_apps::HostApp;
 use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
 use crate::koord::prediction::predictor::ResourceAmount;
 
@@ -38,8 +44,11 @@ const DEFAULT_DURATIONS: [Duration; 3] = [
 ];
 /// A window's aggregates are reported once its samples span at least this share of it.
 const COLD_START_RATIO: f64 = 0.5;
-/// The one memory policy oxlet records series for.
+/// koordlet's default memory policy: memory without the page cache.
 pub(crate) const MEMORY_POLICY: &str = "usageWithoutPageCache";
+/// The policy that reports memory with the page cache (whose series the page cache
+/// collector records, `--enable-pagecache-collector`, as in koordlet).
+pub(crate) const MEMORY_WITH_PAGE_CACHE: &str = "usageWithPageCache";
 
 /// The report's policy: the NodeMetric's `metricCollectPolicy` field by field over
 /// koordlet's defaults, with its floors.
@@ -48,9 +57,37 @@ pub(crate) struct ReportPolicy {
     pub aggregate: Duration,
     pub report: Duration,
     pub durations: Vec<Duration>,
-    /// `nodeMemoryCollectPolicy` as asked; anything but [`MEMORY_POLICY`] is reported
-    /// as it (koordlet, too, falls back to it for a policy it cannot serve).
+    /// `nodeMemoryCollectPolicy` as asked: [`MEMORY_WITH_PAGE_CACHE`] reports the
+    /// page cache too; anything else is reported as [`MEMORY_POLICY`] (koordlet, too,
+    /// falls back to it for `usageWithHotPageCache` without cold memory).
     pub memory_policy: String,
+}
+
+/// The (node, pod, host application) kinds of a CPU and a memory series.
+struct Kinds {
+    node: (MetricKind, MetricKind),
+    pod: (MetricKind, MetricKind),
+    host_app: (MetricKind, MetricKind),
+}
+
+impl ReportPolicy {
+    /// The series the policy's memory is read from.
+    fn kinds(&self) -> Kinds {
+        use MetricKind as K;
+        if self.memory_policy == MEMORY_WITH_PAGE_CACHE {
+            Kinds {
+                node: (K::NodeCpuUsage, K::NodeMemoryUsageWithPageCache),
+                pod: (K::PodCpuUsage, K::PodMemoryUsageWithPageCache),
+                host_app: (K::HostAppCpuUsage, K::HostAppMemoryUsageWithPageCache),
+            }
+        } else {
+            Kinds {
+                node: (K::NodeCpuUsage, K::NodeMemoryUsage),
+                pod: (K::PodCpuUsage, K::PodMemoryUsage),
+                host_app: (K::HostAppCpuUsage, K::HostAppMemoryUsage),
+            }
+        }
+    }
 }
 
 fn secs(v: i64, floor: i64) -> Duration {
@@ -92,11 +129,27 @@ impl ReportPolicy {
     }
 }
 
-/// Go's `NewMilliQuantity(v, DecimalSI).String()`: whole cores without a suffix.
-/// Rounded where koordlet truncates: the cache keeps f32 values, so 0.9 cores comes
-/// back as 0.89999998.
+/// Go's `int64(v)` of a reading from the cache: truncated, as koordlet converts, after
+/// undoing the cache's f32 rounding (0.9 cores is stored as 0.89999998, which Go's
+/// float64 cache would have kept as 0.9): a value within one part in a million below
+/// the next integer is that integer (more than an f32's error, less than anything a
+/// reading can mean), and an integer stays itself.
+fn go_int(v: f64) -> i64 {
+    if v < 0.0 {
+        return -go_int(-v);
+    }
+    let up = v.ceil();
+    if up - v <= v * 1e-6 {
+        up as i64
+    } else {
+        v.trunc() as i64
+    }
+}
+
+/// Go's `NewMilliQuantity(int64(cores*1000), DecimalSI).String()`: whole cores without
+/// a suffix.
 fn cpu_quantity(cores: f64) -> Quantity {
-    let milli = (cores * 1000.0).round() as i64;
+    let milli = go_int(cores * 1000.0);
     Quantity(if milli % 1000 == 0 {
         crate::quantity::canonical(milli / 1000, false)
     } else {
@@ -104,9 +157,9 @@ fn cpu_quantity(cores: f64) -> Quantity {
     })
 }
 
-/// Go's `NewQuantity(v, BinarySI).String()`.
+/// Go's `NewQuantity(int64(bytes), BinarySI).String()`.
 fn memory_quantity(bytes: f64) -> Quantity {
-    Quantity(crate::quantity::canonical(bytes.round() as i64, true))
+    Quantity(crate::quantity::canonical(go_int(bytes), true))
 }
 
 fn resources(cpu: f64, memory: f64) -> ResourceMap {
@@ -157,9 +210,7 @@ impl Window<'_> {
     }
 }
 
-const NODE: (MetricKind, MetricKind) = (MetricKind::NodeCpuUsage, MetricKind::NodeMemoryUsage);
 const SYSTEM: (MetricKind, MetricKind) = (MetricKind::SysCpuUsage, MetricKind::SysMemoryUsage);
-const POD: (MetricKind, MetricKind) = (MetricKind::PodCpuUsage, MetricKind::PodMemoryUsage);
 
 /// Each duration's aggregates of `kinds`, ending at `end_ms`.
 fn aggregated(
@@ -206,12 +257,14 @@ fn amount_map(a: ResourceAmount) -> ResourceMap {
 }
 
 /// The status koordlet would write now, for `pods` (the node's pods, mirror pods
-/// left out by the caller).
+/// left out by the caller) and the NodeSLO's `host_apps`; `predict` answers for the
+/// pods that have metrics, the only ones koordlet's collectMetric feeds its predictor.
 pub(crate) fn build_status(
     cache: &MetricCache,
     pods: &[Arc<Pod>],
+    host_apps: &[HostApp],
     policy: &ReportPolicy,
-    prediction: ProdPrediction,
+    predict: &dyn Fn(&[Arc<Pod>]) -> ProdPrediction,
     now_ms: i64,
 ) -> NodeMetricStatus {
     let w = Window {
@@ -219,36 +272,40 @@ pub(crate) fn build_status(
         start_ms: now_ms - i64::try_from(policy.aggregate.as_millis()).unwrap_or(i64::MAX),
         end_ms: now_ms,
     };
+    let kinds = policy.kinds();
     let node_metric = NodeMetricInfo {
-        node_usage: w.average(NODE, &[]),
-        aggregated_node_usages: aggregated(cache, NODE, &policy.durations, now_ms),
+        node_usage: w.average(kinds.node, &[]),
+        aggregated_node_usages: aggregated(cache, kinds.node, &policy.durations, now_ms),
         system_usage: w.average(SYSTEM, &[]),
         aggregated_system_usages: aggregated(cache, SYSTEM, &policy.durations, now_ms),
         numa_usages: Vec::new(),
     };
-    let mut pods_metric: Vec<PodMetricInfo> = pods
-        .iter()
-        .filter_map(|pod| {
-            let uid = crate::pod::pod_uid(pod);
-            let usage = w.average(POD, &[(label::POD_UID, uid)]);
-            (!usage.resources.is_empty()).then(|| PodMetricInfo {
-                name: pod.metadata.name.clone().unwrap_or_default(),
-                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                pod_usage: usage,
-                priority: PriorityClass::with_default(pod).name().to_string(),
-                qos: koord_qos_with_default(pod).to_string(),
-                extensions: None,
-            })
-        })
-        .collect();
+    let mut measured = Vec::new();
+    let mut pods_metric: Vec<PodMetricInfo> = Vec::new();
+    for pod in pods {
+        let usage = w.average(kinds.pod, &[(label::POD_UID, crate::pod::pod_uid(pod))]);
+        if usage.resources.is_empty() {
+            continue;
+        }
+        measured.push(pod.clone());
+        pods_metric.push(PodMetricInfo {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            pod_usage: usage,
+            priority: PriorityClass::with_default(pod).name().to_string(),
+            qos: koord_qos_with_default(pod).to_string(),
+            extensions: None,
+        });
+    }
     pods_metric.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let prediction = predict(&measured);
     NodeMetricStatus {
         update_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             jiff::Timestamp::from_millisecond(now_ms).unwrap_or(jiff::Timestamp::UNIX_EPOCH),
         )),
         node_metric: Some(node_metric),
         pods_metric,
-        host_application_metric: Vec::new(),
+        host_application_metric: host_app_metrics(&w, kinds.host_app, host_apps),
         prod_reclaimable_metric: Some(ResourceMetric {
             resource: prediction.map_or_else(ResourceMap::default, |(r, _)| amount_map(r)),
         }),
@@ -256,4 +313,28 @@ pub(crate) fn build_status(
             resource: amount_map(p),
         }),
     }
+}
+
+/// koordlet's `hostApplicationMetric`: each host application with samples, its
+/// average usage, priority and QoS as the NodeSLO gives them, by name (slo-controller
+/// takes them out of the system usage it charges batch allocatable with).
+fn host_app_metrics(
+    w: &Window<'_>,
+    kinds: (MetricKind, MetricKind),
+    apps: &[HostApp],
+) -> Vec<HostAppMetricInfo> {
+    let mut out: Vec<HostAppMetricInfo> = apps
+        .iter()
+        .filter_map(|app| {
+            let usage = w.average(kinds, &[(label::HOST_APP_NAME, app.name.as_str())]);
+            (!usage.resources.is_empty()).then(|| HostAppMetricInfo {
+                name: app.name.clone(),
+                usage,
+                priority: app.priority.clone(),
+                qos: app.qos.clone(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }

@@ -17,23 +17,30 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::access::{Access, Refusal};
-use super::nodemetric::{MEMORY_POLICY, MIN_REPORT, ProdPrediction, ReportPolicy, build_status};
+use super::nodemetric::{
+    MEMORY_POLICY, MEMORY_WITH_PAGE_CACHE, MIN_REPORT, ProdPrediction, ReportPolicy, build_status,
+};
 use super::types::{NodeMetric, NodeMetricSpec, NodeMetricStatus};
+use crate::koord::host_apps::HostApp;
 use crate::koord::metriccache::{MetricCache, now_ms};
 use crate::locks::Locked as _;
 use crate::pod::PodManager;
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::watch;
 
 /// Conflicts retried per round (client-go's `retry.DefaultBackoff`: 4 steps).
 const CONFLICT_RETRIES: usize = 4;
 
-/// The prod classes' reclaimable resources and peak now (None before prediction has
-/// synced, or with prediction off).
-pub(crate) type PredictionView = Arc<dyn Fn() -> ProdPrediction + Send + Sync>;
+/// The prod classes' reclaimable resources and peak now, for the pods given (those
+/// with metrics); None before prediction has synced, or with prediction off.
+pub(crate) type PredictionView = Arc<dyn Fn(&[Arc<Pod>]) -> ProdPrediction + Send + Sync>;
 
 /// What the status is made of, and the spec the report follows.
 pub(crate) struct NodeMetricSource {
     cache: Arc<MetricCache>,
     pods: Arc<PodManager>,
+    /// The NodeSLO's host applications (the file's until a NodeSLO says otherwise).
+    host_apps: watch::Receiver<Vec<HostApp>>,
     prediction: PredictionView,
     /// This node's NodeMetric's spec as last seen (None: none seen yet).
     spec: Mutex<Option<NodeMetricSpec>>,
@@ -45,12 +52,14 @@ impl NodeMetricSource {
     pub(crate) fn new(
         cache: Arc<MetricCache>,
         pods: Arc<PodManager>,
+        host_apps: watch::Receiver<Vec<HostApp>>,
         prediction: PredictionView,
         min_report: Option<Duration>,
     ) -> NodeMetricSource {
         NodeMetricSource {
             cache,
             pods,
+            host_apps,
             prediction,
             spec: Mutex::new(None),
             min_report: min_report.unwrap_or(MIN_REPORT),
@@ -67,11 +76,13 @@ impl NodeMetricSource {
         let pods: Vec<_> = (self.pods.all().into_iter())
             .filter(|p| !crate::pod::is_mirror(p))
             .collect();
+        let host_apps = self.host_apps.borrow().clone();
         build_status(
             &self.cache,
             &pods,
+            &host_apps,
             &self.policy(),
-            (self.prediction)(),
+            &*self.prediction,
             now_ms(),
         )
     }
@@ -88,7 +99,7 @@ impl NodeMetricSource {
         if !changed {
             return;
         }
-        if policy.memory_policy != MEMORY_POLICY {
+        if policy.memory_policy != MEMORY_POLICY && policy.memory_policy != MEMORY_WITH_PAGE_CACHE {
             warn!(nodeMemoryCollectPolicy = %policy.memory_policy, using = MEMORY_POLICY, "NodeMetric asks for a memory collect policy oxlet does not record; reporting memory without page cache");
         }
         info!(

@@ -112,7 +112,25 @@ fn the_status_averages_the_window_and_holds_back_windows_not_half_covered() {
         )),
         MIN,
     );
-    let status = build_status(&cache, &pods, &policy, None, now);
+    // A host application with 0.3 cores and 5 MiB, the other without samples.
+    let app = [(label::HOST_APP_NAME, "nginx")];
+    fill(&cache, MetricKind::HostAppCpuUsage, &app, now, 30, |_| 0.3);
+    fill(
+        &cache,
+        MetricKind::HostAppMemoryUsage,
+        &app,
+        now,
+        30,
+        |_| 5.0 * 1024.0 * 1024.0,
+    );
+    let (apps, errors) = crate::koord::parse_host_apps(Some(&[
+        json!({"name": "nginx", "priority": "koord-prod", "qos": "LS",
+               "cgroupPath": {"relativePath": "nginx"}}),
+        json!({"name": "idle", "qos": "BE",
+               "cgroupPath": {"relativePath": "idle"}}),
+    ]));
+    assert!(errors.is_empty(), "{errors:?}");
+    let status = build_status(&cache, &pods, &apps, &policy, &|_| None, now);
     let v = serde_json::to_value(&status).unwrap();
     let node = &v["nodeMetric"];
     assert_eq!(
@@ -144,6 +162,13 @@ fn the_status_averages_the_window_and_holds_back_windows_not_half_covered() {
         json!([{"name": "zz-burn", "namespace": "default", "priority": "koord-batch", "qos": "BE",
                 "podUsage": {"resources": {"cpu": "900m", "memory": "3Mi"}}}])
     );
+    // The host application with samples, truncated as Go does (0.3 is stored as
+    // 0.30000001 and reported 300m, not 299m).
+    assert_eq!(
+        v["hostApplicationMetric"],
+        json!([{"name": "nginx", "priority": "koord-prod", "qos": "LS",
+                "usage": {"resources": {"cpu": "300m", "memory": "5Mi"}}}])
+    );
     assert_eq!(v["prodReclaimableMetric"], json!({"resource": {}}));
     assert!(v.get("prodPeakMetric").is_none());
     assert!(
@@ -158,13 +183,16 @@ fn the_status_averages_the_window_and_holds_back_windows_not_half_covered() {
         cpu_milli,
         memory_bytes,
     };
-    let status = build_status(
-        &cache,
-        &pods,
-        &policy,
-        Some((amount(2500, 1 << 30), amount(1000, 4096))),
-        now,
-    );
+    // The predictor is asked of the pods with metrics only (koordlet's collectMetric).
+    let predict = |measured: &[Arc<Pod>]| {
+        let names: Vec<_> = measured
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        assert_eq!(names, ["zz-burn"]);
+        Some((amount(2500, 1 << 30), amount(1000, 4096)))
+    };
+    let status = build_status(&cache, &pods, &apps, &policy, &predict, now);
     let v = serde_json::to_value(&status).unwrap();
     assert_eq!(
         v["prodReclaimableMetric"]["resource"]["resources"],
@@ -174,4 +202,47 @@ fn the_status_averages_the_window_and_holds_back_windows_not_half_covered() {
         v["prodPeakMetric"]["resource"]["resources"],
         json!({"cpu": "1", "memory": "4Ki"})
     );
+}
+
+#[test]
+fn usage_with_page_cache_reports_memory_from_the_page_cache_series() {
+    let cache = MetricCache::default();
+    let now = 10_000_000;
+    fill(&cache, MetricKind::NodeCpuUsage, &[], now, 120, |_| 1.0);
+    fill(&cache, MetricKind::NodeMemoryUsage, &[], now, 120, |_| {
+        (1u64 << 30) as f64
+    });
+    fill(
+        &cache,
+        MetricKind::NodeMemoryUsageWithPageCache,
+        &[],
+        now,
+        120,
+        |_| 3.0 * (1u64 << 30) as f64,
+    );
+    let uid = [(label::POD_UID, "u-1")];
+    fill(&cache, MetricKind::PodCpuUsage, &uid, now, 30, |_| 0.5);
+    fill(&cache, MetricKind::PodMemoryUsage, &uid, now, 30, |_| {
+        1024.0 * 1024.0
+    });
+    fill(
+        &cache,
+        MetricKind::PodMemoryUsageWithPageCache,
+        &uid,
+        now,
+        30,
+        |_| 7.0 * 1024.0 * 1024.0,
+    );
+    let pods = [pod("p", "u-1", json!({}), None)];
+    let with = |policy: &str| {
+        let spec = spec(json!({"metricCollectPolicy": {"nodeMemoryCollectPolicy": policy}}));
+        let policy = ReportPolicy::of(Some(&spec), MIN);
+        serde_json::to_value(build_status(&cache, &pods, &[], &policy, &|_| None, now)).unwrap()
+    };
+    let v = with("usageWithPageCache");
+    assert_eq!(v["nodeMetric"]["nodeUsage"]["resources"]["memory"], "3Gi");
+    assert_eq!(v["podsMetric"][0]["podUsage"]["resources"]["memory"], "7Mi");
+    let v = with("usageWithoutPageCache");
+    assert_eq!(v["nodeMetric"]["nodeUsage"]["resources"]["memory"], "1Gi");
+    assert_eq!(v["podsMetric"][0]["podUsage"]["resources"]["memory"], "1Mi");
 }

@@ -100,6 +100,19 @@ pub(crate) struct PodMetricInfo {
     pub extensions: Option<Value>,
 }
 
+/// One host application's usage (`HostApplicationMetricInfo`).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub(crate) struct HostAppMetricInfo {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub usage: ResourceMap,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub priority: String,
+    #[serde(default, rename = "qos", skip_serializing_if = "String::is_empty")]
+    pub qos: String,
+}
+
 /// `prodReclaimableMetric` and `prodPeakMetric`: a resource map under `resource`.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub(crate) struct ResourceMetric {
@@ -117,7 +130,7 @@ pub(crate) struct NodeMetricStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods_metric: Vec<PodMetricInfo>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub host_application_metric: Vec<Value>,
+    pub host_application_metric: Vec<HostAppMetricInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prod_reclaimable_metric: Option<ResourceMetric>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

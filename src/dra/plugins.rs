@@ -14,6 +14,7 @@ use tracing::{debug, error, info};
 use super::client::{PluginClient, Service};
 use super::{ClaimSource, DraError};
 use crate::locks::Locked as _;
+use crate::tasks::Tasks;
 
 /// kubelet's `defaultWipingDelay`: how long a driver has to come back before its
 /// ResourceSlices are deleted.
@@ -29,6 +30,8 @@ pub(super) struct Plugins {
     store: Mutex<HashMap<String, Vec<PluginClient>>>,
     /// Driver name → the pending wipe of its slices.
     wipes: Arc<Mutex<HashMap<String, tokio::task::JoinHandle<()>>>>,
+    /// Where the wipes run, as named tasks.
+    tasks: Tasks,
 }
 
 impl Drop for Plugins {
@@ -65,13 +68,19 @@ fn go_quoted_list(items: &[String]) -> String {
 }
 
 impl Plugins {
-    pub(super) fn new(node_name: &str, api: Arc<dyn ClaimSource>, wiping_delay: Duration) -> Self {
+    pub(super) fn new(
+        node_name: &str,
+        api: Arc<dyn ClaimSource>,
+        wiping_delay: Duration,
+        tasks: Tasks,
+    ) -> Self {
         Plugins {
             node_name: node_name.to_owned(),
             api,
             wiping_delay,
             store: Mutex::new(HashMap::new()),
             wipes: Arc::new(Mutex::new(HashMap::new())),
+            tasks,
         }
     }
 
@@ -166,10 +175,11 @@ impl Plugins {
         info!(driverName = %driver, delay = %crate::duration::format_go_duration(delay), "DRA driver gone, its ResourceSlices are deleted unless it comes back");
         wipes.insert(
             driver.to_owned(),
-            tokio::spawn(async move {
+            self.tasks.spawn_pass("dra-slice-wipe", async move {
                 tokio::time::sleep(delay).await;
                 wipe(api.as_ref(), &node, Some(&name)).await;
                 all.locked().remove(&name);
+                Ok(())
             }),
         );
     }

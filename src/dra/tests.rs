@@ -86,6 +86,7 @@ impl Bed {
             self.fake.clone(),
             Duration::from_millis(200),
             Duration::from_secs(5),
+            crate::tasks::Tasks::new(),
         )
         .unwrap()
     }

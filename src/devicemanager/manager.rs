@@ -206,7 +206,7 @@ impl DeviceManager {
     ) -> Result<(), DeviceError> {
         let client = PluginClient::connect(socket)
             .await
-            .map_err(DeviceError::Plugin)?;
+            .map_err(|e| DeviceError::Plugin(e.to_string()))?;
         let options = client.options().await.map_err(|s| {
             DeviceError::Plugin(format!(
                 "failed to get device plugin options: {}",

@@ -84,7 +84,7 @@ fn registration_is_validated_as_kubelet_does() {
         ..ok.clone()
     };
     assert_eq!(
-        validate_register(&old).unwrap_err(),
+        validate_register(&old).unwrap_err().to_string(),
         "requested API version \"v1alpha\" is not supported by kubelet. Supported versions are [\"v1beta1\"]"
     );
     let bad = api::RegisterRequest {
@@ -92,7 +92,7 @@ fn registration_is_validated_as_kubelet_does() {
         ..ok.clone()
     };
     assert_eq!(
-        validate_register(&bad).unwrap_err(),
+        validate_register(&bad).unwrap_err().to_string(),
         "the ResourceName \"widget\" is invalid"
     );
     let escape = api::RegisterRequest {

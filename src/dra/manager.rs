@@ -17,7 +17,7 @@ use super::client::{CALL_TIMEOUT, PluginClient};
 use super::plugins::{Plugins, WIPING_DELAY};
 use super::proto;
 use super::state::{self, ClaimInfoState, Device, DriverState};
-use super::{ClaimResources, ClaimSource, DraError};
+use super::{ApiError, ClaimResources, ClaimSource, DraError};
 use crate::locks::Locked as _;
 use crate::tasks::Tasks;
 
@@ -306,7 +306,7 @@ impl DraManager {
                         claim: name,
                     });
                 }
-                Err(message) => {
+                Err(ApiError(message)) => {
                     return Err(DraError::Fetch {
                         claim: name,
                         message,

@@ -13,17 +13,15 @@ use serde::{Deserialize, Serialize};
 
 use super::CpuSet;
 use crate::cm::CpuListError;
+use crate::private_file::CheckpointError;
 
 /// Why the state file cannot be restored, or does not fit this machine (kubelet's
 /// words; the manager wraps them with the file's name and what to do).
 #[derive(Debug, thiserror::Error)]
 pub(super) enum StateError {
-    #[error("{0}")]
-    Read(#[from] std::io::Error),
-    #[error("{0}")]
-    Json(#[from] serde_json::Error),
-    #[error("checkpoint is corrupted")]
-    Corrupted,
+    /// The file could not be read, or is not a checkpoint.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
     #[error(
         "failed to migrate checkpoint from v1 to v2: containerID '{0}' not found in initial containers list"
     )]
@@ -181,14 +179,14 @@ pub(super) fn encode(saved: &Saved) -> Vec<u8> {
 pub(super) fn decode(body: &[u8]) -> Result<Saved, StateError> {
     let v2_err = match serde_json::from_slice::<V2>(body) {
         Ok(cp) if cp.checksum == 0 || cp.checksum == cp.checksum() => return from_v2(cp),
-        Ok(_) => StateError::Corrupted,
-        Err(e) => StateError::Json(e),
+        Ok(_) => CheckpointError::Corrupt.into(),
+        Err(e) => CheckpointError::Json(e).into(),
     };
     let Ok(v1) = serde_json::from_slice::<V1>(body) else {
         return Err(v2_err);
     };
     if v1.checksum != 0 && v1.checksum != v1.checksum() {
-        return Err(StateError::Corrupted);
+        return Err(CheckpointError::Corrupt.into());
     }
     if let Some(id) = v1.entries.keys().next() {
         return Err(StateError::Migrate(id.clone()));
@@ -230,7 +228,7 @@ fn from_v2(cp: V2) -> Result<Saved, StateError> {
 
 /// Reads the file; `Ok(None)` when there is none.
 pub(super) fn read(file: &Path) -> Result<Option<Saved>, StateError> {
-    match crate::private_file::read_bounded(file, MAX_STATE_BYTES)? {
+    match crate::private_file::read_bounded(file, MAX_STATE_BYTES).map_err(CheckpointError::Io)? {
         None => Ok(None),
         Some(body) => decode(&body).map(Some),
     }

@@ -14,16 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// Why the state file cannot be read back.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum StateError {
-    #[error("{0}")]
-    Read(#[from] std::io::Error),
-    #[error("{0}")]
-    Json(#[from] serde_json::Error),
-    #[error("checkpoint is corrupted")]
-    Corrupted,
-}
+use crate::private_file::CheckpointError as StateError;
 
 /// kubelet's file name.
 const STATE_FILE: &str = "memory_manager_state";
@@ -175,7 +166,7 @@ pub(super) fn decode(body: &[u8]) -> Result<Restored, StateError> {
         .into_iter()
         .any(|pod| checksum(&cp.policy, &cp.machine, &cp.entries, pod) == cp.checksum);
     if !ok {
-        return Err(StateError::Corrupted);
+        return Err(StateError::Corrupt);
     }
     Ok(Restored {
         policy: cp.policy,

@@ -435,19 +435,33 @@ mod tests {
         panic!("timed out waiting for {what}");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_plugin_socket_is_registered_notified_and_deregistered() {
-        use testapi::device_plugin::{DevicePlugin, PluginConfig};
+    /// A root dir with its `plugins_registry/` and `device-plugins/`.
+    fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
         let root = tempfile::tempdir().unwrap();
         let registry = root.path().join("plugins_registry");
         let plugins = root.path().join("device-plugins");
         std::fs::create_dir_all(&registry).unwrap();
         std::fs::create_dir_all(&plugins).unwrap();
-        let ok = Arc::new(Recorder::default());
-        let mut w = PluginWatcher::new(&registry);
-        w.add_handler(super::super::DEVICE_PLUGIN, ok.clone());
+        (root, registry, plugins)
+    }
+
+    /// A watcher of `registry` handing device plugins to `handler`, until the token.
+    fn watch(
+        registry: &Path,
+        handler: Arc<Recorder>,
+    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+        let mut w = PluginWatcher::new(registry);
+        w.add_handler(super::super::DEVICE_PLUGIN, handler);
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(w.run(cancel.clone()));
+        (cancel.clone(), tokio::spawn(w.run(cancel)))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_plugin_socket_is_registered_notified_and_deregistered() {
+        use testapi::device_plugin::{DevicePlugin, PluginConfig};
+        let (_root, registry, plugins) = dirs();
+        let ok = Arc::new(Recorder::default());
+        let (cancel, task) = watch(&registry, ok.clone());
 
         let mut config = PluginConfig::new(&plugins, "example.com/widget", 1);
         config.registry_dir = Some(registry.clone());
@@ -476,10 +490,7 @@ mod tests {
             refuse: true,
             ..Recorder::default()
         });
-        let mut w = PluginWatcher::new(&registry);
-        w.add_handler(super::super::DEVICE_PLUGIN, no);
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn(w.run(cancel.clone()));
+        let (cancel, task) = watch(&registry, no);
         plugin.restart().await.unwrap();
         until("the refusal", || plugin.registration_statuses().len() == 2).await;
         assert_eq!(
@@ -497,16 +508,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_socket_in_a_directory_made_after_start_is_registered_and_hidden_ones_are_not() {
         use testapi::device_plugin::{DevicePlugin, PluginConfig};
-        let root = tempfile::tempdir().unwrap();
-        let registry = root.path().join("plugins_registry");
-        let plugins = root.path().join("device-plugins");
-        std::fs::create_dir_all(&registry).unwrap();
-        std::fs::create_dir_all(&plugins).unwrap();
+        let (_root, registry, plugins) = dirs();
         let rec = Arc::new(Recorder::default());
-        let mut w = PluginWatcher::new(&registry);
-        w.add_handler(super::super::DEVICE_PLUGIN, rec.clone());
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn(w.run(cancel.clone()));
+        let (cancel, task) = watch(&registry, rec.clone());
         tokio::time::sleep(Duration::from_millis(100)).await;
 
         // Hidden: a socket in a hidden directory, and a hidden socket in a plain one.

@@ -7,6 +7,18 @@ use std::io::{Read as _, Write as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
+/// Why a JSON checkpoint could not be read or written (the resource managers' state
+/// files; the last variant is kubelet's `CorruptCheckpointError` text).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckpointError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("checkpoint is corrupted")]
+    Corrupt,
+}
+
 /// Writes `body` to `file` through a temporary file beside it (mode 0600), synced and
 /// renamed into place, then syncs the directory so the rename survives a crash.
 pub(crate) fn write_atomically(file: &Path, body: &[u8]) -> std::io::Result<()> {

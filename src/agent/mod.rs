@@ -130,7 +130,7 @@ async fn start(
     process::spawn_heap_trimmer(tasks);
     let limits = servers::limits();
     let host = node::start_host(opts, rt, &events, tasks).await?;
-    let resource_managers = resources::resource_managers(opts, &host, api)?;
+    let resource_managers = resources::resource_managers(opts, &host, api, tasks)?;
     // Bounded: a worker waits for the loop rather than an update being lost.
     let (probe_results, probe_rx) = ProbeResults::new(256);
     let probe_results = Arc::new(probe_results);

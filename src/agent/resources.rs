@@ -82,6 +82,7 @@ pub(super) fn resource_managers(
     opts: &Options,
     host: &Host,
     api: Option<&ApiClients>,
+    tasks: &Tasks,
 ) -> anyhow::Result<Arc<ResourceManagers>> {
     let s = settings(opts, host)?;
     let dra = match api {
@@ -90,12 +91,13 @@ pub(super) fn resource_managers(
                 &opts.root_dir,
                 &opts.node_name,
                 Arc::new(KubeClaims::new(a.main.clone())),
+                tasks.clone(),
             )
             .context("failed to initialize the DRA manager")?,
         )),
         None => None,
     };
-    Ok(Arc::new(ResourceManagers::new(&s, dra)?))
+    Ok(Arc::new(ResourceManagers::new(&s, dra, tasks)?))
 }
 
 /// Tells the managers where the active pods are: the pod manager's pods not finished

@@ -58,7 +58,7 @@ pub(crate) use startup::{CmSettings, node_allocatable, start};
 pub(crate) use allocatable::{
     Enforced, NodeAllocatable, NodeAllocatableEnforcement, NodeResources, Reserved,
 };
-pub(crate) use cpuset::{format_cpu_list, parse_cpu_list};
+pub(crate) use cpuset::{CpuListError, format_cpu_list, parse_cpu_list};
 pub(crate) use driver::CgroupDriver;
 pub(crate) use name::CgroupName;
 // Admission against allocatable.

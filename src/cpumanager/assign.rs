@@ -14,11 +14,27 @@ const SOCKET: Key = |i| i.socket;
 const CORE: Key = |i| i.core;
 const UNCORE: Key = |i| i.uncore_cache;
 
-/// kubelet's error when the set cannot hold the request.
-pub(super) fn not_enough(requested: usize, available: usize) -> String {
-    format!(
+/// Why CPUs could not be taken (kubelet's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum TakeError {
+    /// The set cannot hold the request.
+    #[error(
         "not enough cpus available to satisfy request: requested={requested}, available={available}"
-    )
+    )]
+    NotEnough { requested: usize, available: usize },
+    /// Every stage ran and the request is still not met.
+    #[error("failed to allocate cpus")]
+    Failed,
+    /// The distribution over NUMA nodes left CPUs untaken.
+    #[error("accounting error, not enough CPUs allocated, remaining: {remaining}")]
+    Accounting { remaining: usize },
+}
+
+fn not_enough(requested: usize, available: usize) -> TakeError {
+    TakeError::NotEnough {
+        requested,
+        available,
+    }
 }
 
 /// What is left to take and what has been taken.
@@ -188,7 +204,7 @@ pub(super) fn take_packed(
     available: &CpuSet,
     n: usize,
     uncore: bool,
-) -> Result<CpuSet, String> {
+) -> Result<CpuSet, TakeError> {
     let mut acc = Acc::new(topo, available, n);
     if acc.satisfied() {
         return Ok(acc.result);
@@ -212,7 +228,7 @@ pub(super) fn take_packed(
     if acc.satisfied() {
         return Ok(acc.result);
     }
-    Err("failed to allocate cpus".into())
+    Err(TakeError::Failed)
 }
 
 /// Every `k`-subset of `items`, in lexical order (kubelet's `iterateCombinations`,
@@ -312,7 +328,7 @@ pub(super) fn take_distributed(
     available: &CpuSet,
     n: usize,
     group: usize,
-) -> Result<CpuSet, String> {
+) -> Result<CpuSet, TakeError> {
     if group == 0 || !n.is_multiple_of(group) {
         return take_packed(topo, available, n, false);
     }
@@ -360,9 +376,7 @@ pub(super) fn take_distributed(
                 }
             }
             if left == before {
-                return Err(format!(
-                    "accounting error, not enough CPUs allocated, remaining: {left}"
-                ));
+                return Err(TakeError::Accounting { remaining: left });
             }
         }
         return Ok(acc.result);
@@ -419,7 +433,9 @@ mod tests {
             "1,8-9"
         );
         assert_eq!(
-            take_packed(&t, &set("1-2"), 3, false).unwrap_err(),
+            take_packed(&t, &set("1-2"), 3, false)
+                .unwrap_err()
+                .to_string(),
             "not enough cpus available to satisfy request: requested=3, available=2"
         );
     }

@@ -15,10 +15,8 @@ impl CpuSet {
     }
 
     /// Parses a kernel CPU list (`0-3,8`); an empty text is the empty set.
-    pub(crate) fn parse(text: &str) -> Result<Self, String> {
-        crate::cm::parse_cpu_list(text)
-            .map(|ids| ids.into_iter().collect())
-            .map_err(|e| e.to_string())
+    pub(crate) fn parse(text: &str) -> Result<Self, crate::cm::CpuListError> {
+        crate::cm::parse_cpu_list(text).map(|ids| ids.into_iter().collect())
     }
 
     pub(crate) fn len(&self) -> usize {

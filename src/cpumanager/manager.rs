@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tracing::{error, info};
 
 use super::assign;
+use super::assign::TakeError;
 use super::options::{CpuManagerPolicy, StaticOptions};
-use super::state::{self, Saved};
+use super::state::{self, Saved, StateError};
 use super::topology::CpuTopology;
 use super::{CpuManagerError, CpuSet};
 use crate::locks::Locked as _;
@@ -132,7 +133,7 @@ impl CpuManager {
 
     /// kubelet's `restoreState` and the static policy's `validateState`.
     fn restore(&self) -> Result<(), CpuManagerError> {
-        let saved = state::read(&self.file).map_err(|why| self.state_error(why))?;
+        let saved = state::read(&self.file).map_err(|why| self.state_error(why.to_string()))?;
         let mut inner = self.inner.locked();
         match saved {
             None => {}
@@ -152,7 +153,7 @@ impl CpuManager {
             self.validate(&mut inner)
                 .map_err(|why| CpuManagerError::InvalidState {
                     file: self.file.display().to_string(),
-                    why,
+                    why: why.to_string(),
                 })?;
         }
         self.store(&inner.saved)
@@ -195,12 +196,12 @@ impl CpuManager {
         }
     }
 
-    fn validate(&self, inner: &mut Inner) -> Result<(), String> {
+    fn validate(&self, inner: &mut Inner) -> Result<(), StateError> {
         let all = self.managed_cpus();
         let s = &inner.saved;
         if s.default_set.is_empty() {
             if !s.assignments.is_empty() {
-                return Err("default cpuset cannot be empty".into());
+                return Err(StateError::EmptyDefault);
             }
             inner.saved.default_set = all.clone();
             inner.changed = true;
@@ -209,33 +210,33 @@ impl CpuManager {
         }
         let shared_reserved = self.reserved.intersection(&s.default_set);
         if self.options.strict_cpu_reservation && !shared_reserved.is_empty() {
-            return Err(format!(
-                "some of strictly reserved cpus: \"{shared_reserved}\" are present in defaultCpuSet: \"{}\"",
-                s.default_set
-            ));
+            return Err(StateError::StrictReservedShared {
+                reserved: shared_reserved,
+                default: s.default_set.clone(),
+            });
         }
         if !self.options.strict_cpu_reservation && shared_reserved != self.reserved {
-            return Err(format!(
-                "not all reserved cpus: \"{}\" are present in defaultCpuSet: \"{}\"",
-                self.reserved, s.default_set
-            ));
+            return Err(StateError::ReservedMissing {
+                reserved: self.reserved.clone(),
+                default: s.default_set.clone(),
+            });
         }
         let mut known = s.default_set.clone();
         for (pod, containers) in &s.assignments {
             for (name, cpus) in containers {
                 if !cpus.intersection(&s.default_set).is_empty() {
-                    return Err(format!(
-                        "pod: {pod}, container: {name} cpuset: \"{cpus}\" overlaps with default cpuset \"{}\"",
-                        s.default_set
-                    ));
+                    return Err(StateError::Overlap {
+                        pod: pod.clone(),
+                        name: name.clone(),
+                        cpus: cpus.clone(),
+                        default: s.default_set.clone(),
+                    });
                 }
                 known = known.union(cpus);
             }
         }
         if known != all {
-            return Err(format!(
-                "current set of available CPUs \"{all}\" doesn't match with CPUs in state \"{known}\""
-            ));
+            return Err(StateError::Mismatch { all, known });
         }
         Ok(())
     }
@@ -373,7 +374,11 @@ impl CpuManager {
     }
 
     /// kubelet's `takeByTopology` with the configured options.
-    pub(super) fn take_by_topology(&self, available: &CpuSet, n: usize) -> Result<CpuSet, String> {
+    pub(super) fn take_by_topology(
+        &self,
+        available: &CpuSet,
+        n: usize,
+    ) -> Result<CpuSet, TakeError> {
         take(&self.topology, self.options, available, n)
     }
 
@@ -385,7 +390,7 @@ impl CpuManager {
         n: usize,
         affinity: Option<NumaMask>,
         reusable: &CpuSet,
-    ) -> Result<CpuSet, String> {
+    ) -> Result<CpuSet, TakeError> {
         let allocatable = self.available(inner).union(reusable);
         let mut result = CpuSet::new();
         if let Some(mask) = affinity {
@@ -471,7 +476,7 @@ fn take(
     options: StaticOptions,
     available: &CpuSet,
     n: usize,
-) -> Result<CpuSet, String> {
+) -> Result<CpuSet, TakeError> {
     if options.distribute_across_numa {
         let group = if options.full_pcpus_only {
             topology.cpus_per_core()

@@ -105,12 +105,12 @@ impl StaticOptions {
 mod tests {
     use super::*;
 
-    fn opts(pairs: &[(&str, &str)]) -> Result<StaticOptions, String> {
+    fn opts(pairs: &[(&str, &str)]) -> Result<StaticOptions, CpuManagerError> {
         let m = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        StaticOptions::parse(&m).map_err(|e| e.to_string())
+        StaticOptions::parse(&m)
     }
 
     #[test]
@@ -128,15 +128,17 @@ mod tests {
                 .prefer_uncore_cache
         );
         assert_eq!(
-            opts(&[("align-by-socket", "true")]).unwrap_err(),
+            opts(&[("align-by-socket", "true")])
+                .unwrap_err()
+                .to_string(),
             r#"CPU Manager Policy Alpha-level Options not enabled, but option "align-by-socket" provided"#
         );
         assert_eq!(
-            opts(&[("made-up", "true")]).unwrap_err(),
+            opts(&[("made-up", "true")]).unwrap_err().to_string(),
             r#"unknown CPU Manager Policy option: "made-up""#
         );
         assert_eq!(
-            opts(&[("full-pcpus-only", "yes")]).unwrap_err(),
+            opts(&[("full-pcpus-only", "yes")]).unwrap_err().to_string(),
             r#"bad value for option "full-pcpus-only": strconv.ParseBool: parsing "yes": invalid syntax"#
         );
         assert!(
@@ -145,6 +147,7 @@ mod tests {
                 ("distribute-cpus-across-numa", "true")
             ])
             .unwrap_err()
+            .to_string()
             .contains("can not be used at the same time")
         );
         assert_eq!(

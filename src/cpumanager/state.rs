@@ -12,6 +12,49 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::CpuSet;
+use crate::cm::CpuListError;
+use crate::private_file::CheckpointError;
+
+/// Why the state file cannot be restored, or does not fit this machine (kubelet's
+/// words; the manager wraps them with the file's name and what to do).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StateError {
+    /// The file could not be read, or is not a checkpoint.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error(
+        "failed to migrate checkpoint from v1 to v2: containerID '{0}' not found in initial containers list"
+    )]
+    Migrate(String),
+    #[error("could not parse default cpu set {text:?}: {source}")]
+    DefaultSet { text: String, source: CpuListError },
+    #[error("could not parse cpuset {text:?} for container {name:?} in pod {pod:?}: {source}")]
+    ContainerSet {
+        text: String,
+        name: String,
+        pod: String,
+        source: CpuListError,
+    },
+    #[error("default cpuset cannot be empty")]
+    EmptyDefault,
+    #[error(
+        "some of strictly reserved cpus: \"{reserved}\" are present in defaultCpuSet: \"{default}\""
+    )]
+    StrictReservedShared { reserved: CpuSet, default: CpuSet },
+    #[error("not all reserved cpus: \"{reserved}\" are present in defaultCpuSet: \"{default}\"")]
+    ReservedMissing { reserved: CpuSet, default: CpuSet },
+    #[error(
+        "pod: {pod}, container: {name} cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\""
+    )]
+    Overlap {
+        pod: String,
+        name: String,
+        cpus: CpuSet,
+        default: CpuSet,
+    },
+    #[error("current set of available CPUs \"{all}\" doesn't match with CPUs in state \"{known}\"")]
+    Mismatch { all: CpuSet, known: CpuSet },
+}
 
 /// kubelet's file name, in the root directory.
 pub(crate) const STATE_FILE: &str = "cpu_manager_state";
@@ -133,22 +176,20 @@ pub(super) fn encode(saved: &Saved) -> Vec<u8> {
 
 /// Decodes a file: v2 first, then v1 (kubelet's fallback); a zero checksum is
 /// accepted, as kubelet accepts it from its old file backend.
-pub(super) fn decode(body: &[u8]) -> Result<Saved, String> {
+pub(super) fn decode(body: &[u8]) -> Result<Saved, StateError> {
     let v2_err = match serde_json::from_slice::<V2>(body) {
         Ok(cp) if cp.checksum == 0 || cp.checksum == cp.checksum() => return from_v2(cp),
-        Ok(_) => "checkpoint is corrupted".to_owned(),
-        Err(e) => e.to_string(),
+        Ok(_) => CheckpointError::Corrupt.into(),
+        Err(e) => CheckpointError::Json(e).into(),
     };
     let Ok(v1) = serde_json::from_slice::<V1>(body) else {
         return Err(v2_err);
     };
     if v1.checksum != 0 && v1.checksum != v1.checksum() {
-        return Err("checkpoint is corrupted".into());
+        return Err(CheckpointError::Corrupt.into());
     }
     if let Some(id) = v1.entries.keys().next() {
-        return Err(format!(
-            "failed to migrate checkpoint from v1 to v2: containerID '{id}' not found in initial containers list"
-        ));
+        return Err(StateError::Migrate(id.clone()));
     }
     from_v2(V2 {
         policy_name: v1.policy_name,
@@ -158,21 +199,21 @@ pub(super) fn decode(body: &[u8]) -> Result<Saved, String> {
     })
 }
 
-fn from_v2(cp: V2) -> Result<Saved, String> {
-    let default_set = CpuSet::parse(&cp.default_cpu_set).map_err(|e| {
-        format!(
-            "could not parse default cpu set {:?}: {e}",
-            cp.default_cpu_set
-        )
-    })?;
+fn from_v2(cp: V2) -> Result<Saved, StateError> {
+    let default_set =
+        CpuSet::parse(&cp.default_cpu_set).map_err(|source| StateError::DefaultSet {
+            text: cp.default_cpu_set.clone(),
+            source,
+        })?;
     let mut assignments = Assignments::new();
     for (pod, containers) in cp.entries {
         let mut out = BTreeMap::new();
         for (name, text) in containers {
-            let cpus = CpuSet::parse(&text).map_err(|e| {
-                format!(
-                    "could not parse cpuset {text:?} for container {name:?} in pod {pod:?}: {e}"
-                )
+            let cpus = CpuSet::parse(&text).map_err(|source| StateError::ContainerSet {
+                text: text.clone(),
+                name: name.clone(),
+                pod: pod.clone(),
+                source,
             })?;
             out.insert(name, cpus);
         }
@@ -186,11 +227,10 @@ fn from_v2(cp: V2) -> Result<Saved, String> {
 }
 
 /// Reads the file; `Ok(None)` when there is none.
-pub(super) fn read(file: &Path) -> Result<Option<Saved>, String> {
-    match crate::private_file::read_bounded(file, MAX_STATE_BYTES) {
-        Ok(None) => Ok(None),
-        Ok(Some(body)) => decode(&body).map(Some),
-        Err(e) => Err(e.to_string()),
+pub(super) fn read(file: &Path) -> Result<Option<Saved>, StateError> {
+    match crate::private_file::read_bounded(file, MAX_STATE_BYTES).map_err(CheckpointError::Io)? {
+        None => Ok(None),
+        Some(body) => decode(&body).map(Some),
     }
 }
 
@@ -264,12 +304,14 @@ mod tests {
             "1-3"
         );
         assert_eq!(
-            decode(KUBELET_BAD_SUM.as_bytes()).unwrap_err(),
+            decode(KUBELET_BAD_SUM.as_bytes()).unwrap_err().to_string(),
             "checkpoint is corrupted"
         );
         // The v1 vector's checksum is right; its entries name container IDs, which
         // kubelet maps through the runtime's containers and oxlet refuses.
-        let err = decode(KUBELET_V1_MIGRATION.as_bytes()).unwrap_err();
+        let err = decode(KUBELET_V1_MIGRATION.as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("containerID 'containerID1' not found"),
             "{err}"

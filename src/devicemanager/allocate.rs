@@ -61,6 +61,46 @@ fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
+/// Why devices could not be given to a container (kubelet's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum AllocateError {
+    #[error(
+        "pod {uid:?} container {container:?} changed request for resource {resource:?} from {from} to {to}"
+    )]
+    ChangedRequest {
+        uid: String,
+        container: String,
+        resource: String,
+        from: usize,
+        to: usize,
+    },
+    #[error("cannot allocate unregistered device {0}")]
+    Unregistered(String),
+    #[error("no healthy devices present; cannot allocate unhealthy devices {0}")]
+    NoHealthy(String),
+    #[error(
+        "previously allocated devices are no longer healthy; cannot allocate unhealthy devices {0}"
+    )]
+    NoLongerHealthy(String),
+    #[error(
+        "requested number of devices unavailable for {resource}. Requested: {requested}, Available: {available}"
+    )]
+    Unavailable {
+        resource: String,
+        requested: usize,
+        available: usize,
+    },
+    #[error("unknown Device Plugin {0}")]
+    UnknownPlugin(String),
+    /// The plugin's `Allocate` failed: its message.
+    #[error("{0}")]
+    Plugin(String),
+    #[error("no containers return in allocation response")]
+    NoContainerResponse,
+    #[error("device plugin GetPreferredAllocation rpc failed with err: {0}")]
+    Preferred(String),
+}
+
 impl DeviceManager {
     /// Does any device of the resource say where it is? Only then are hints given.
     fn has_topology(st: &State, resource: &str) -> bool {
@@ -213,7 +253,7 @@ impl DeviceManager {
         required: usize,
         reusable: &BTreeSet<String>,
         affinity: Option<NumaMask>,
-    ) -> Result<BTreeSet<String>, String> {
+    ) -> Result<BTreeSet<String>, AllocateError> {
         let held = st
             .pod_devices
             .get(uid, container, resource)
@@ -221,25 +261,24 @@ impl DeviceManager {
         let mut needed = required;
         if let Some(h) = &held {
             if h.len() != required {
-                return Err(format!(
-                    "pod {uid:?} container {container:?} changed request for resource {resource:?} from {} to {required}",
-                    h.len()
-                ));
+                return Err(AllocateError::ChangedRequest {
+                    uid: uid.to_owned(),
+                    container: container.to_owned(),
+                    resource: resource.to_owned(),
+                    from: h.len(),
+                    to: required,
+                });
             }
             needed = 0;
         }
         let Some(healthy) = st.healthy.get(resource) else {
-            return Err(format!("cannot allocate unregistered device {resource}"));
+            return Err(AllocateError::Unregistered(resource.to_owned()));
         };
         if healthy.is_empty() {
-            return Err(format!(
-                "no healthy devices present; cannot allocate unhealthy devices {resource}"
-            ));
+            return Err(AllocateError::NoHealthy(resource.to_owned()));
         }
         if held.as_ref().is_some_and(|h| !h.is_subset(healthy)) {
-            return Err(format!(
-                "previously allocated devices are no longer healthy; cannot allocate unhealthy devices {resource}"
-            ));
+            return Err(AllocateError::NoLongerHealthy(resource.to_owned()));
         }
         if needed == 0 {
             return Ok(BTreeSet::new());
@@ -254,10 +293,11 @@ impl DeviceManager {
             .cloned()
             .collect();
         if available.len() < needed {
-            return Err(format!(
-                "requested number of devices unavailable for {resource}. Requested: {needed}, Available: {}",
-                available.len()
-            ));
+            return Err(AllocateError::Unavailable {
+                resource: resource.to_owned(),
+                requested: needed,
+                available: available.len(),
+            });
         }
         for d in Self::by_affinity(st, resource, &available, affinity)
             .into_iter()
@@ -321,7 +361,7 @@ impl DeviceManager {
         pod: &Pod,
         container: &Container,
         affinity: Option<NumaMask>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AllocateError> {
         let uid = uid(pod);
         for (resource, needed) in container_requests(st, container) {
             let reusable = st
@@ -407,9 +447,9 @@ impl DeviceManager {
         container: &str,
         resource: &str,
         ids: Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AllocateError> {
         let Some((client, opts)) = self.endpoint(resource) else {
-            return Err(format!("unknown Device Plugin {resource}"));
+            return Err(AllocateError::UnknownPlugin(resource.to_owned()));
         };
         let ids = if opts.get_preferred_allocation_available {
             self.preferred(&client, pod, container, resource, ids)
@@ -421,9 +461,9 @@ impl DeviceManager {
         let started = std::time::Instant::now();
         let resp = client.allocate(ids.clone()).await;
         crate::metrics::device_plugin_allocation(resource, started.elapsed());
-        let resp = resp.map_err(|s| s.message().to_string())?;
+        let resp = resp.map_err(|s| AllocateError::Plugin(s.message().to_string()))?;
         let Some(first) = resp.container_responses.into_iter().next() else {
-            return Err("no containers return in allocation response".into());
+            return Err(AllocateError::NoContainerResponse);
         };
         let uid = uid(pod);
         {
@@ -448,7 +488,7 @@ impl DeviceManager {
         container: &str,
         resource: &str,
         picked: Vec<String>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<String>, AllocateError> {
         let uid = uid(pod);
         let candidates: BTreeSet<String> = {
             let st = self.state();
@@ -469,12 +509,7 @@ impl DeviceManager {
                 picked.len(),
             )
             .await
-            .map_err(|s| {
-                format!(
-                    "device plugin GetPreferredAllocation rpc failed with err: {}",
-                    s.message()
-                )
-            })?;
+            .map_err(|s| AllocateError::Preferred(s.message().to_string()))?;
         let answer: BTreeSet<String> = answer.into_iter().collect();
         let usable = answer.len() == picked.len() && answer.is_subset(&candidates);
         if !usable || answer.iter().eq(picked.iter()) {

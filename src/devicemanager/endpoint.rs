@@ -20,10 +20,8 @@ pub(super) struct PluginClient {
 }
 
 impl PluginClient {
-    pub(super) async fn connect(socket: &Path) -> Result<Self, String> {
-        let channel = grpc_unix::connect(socket, DIAL_TIMEOUT)
-            .await
-            .map_err(|e| e.to_string())?;
+    pub(super) async fn connect(socket: &Path) -> Result<Self, grpc_unix::GrpcError> {
+        let channel = grpc_unix::connect(socket, DIAL_TIMEOUT).await?;
         Ok(Self { channel })
     }
 

@@ -19,6 +19,7 @@ use super::endpoint::PluginClient;
 use super::pod_devices::{NO_TOPOLOGY, PodDevices};
 use super::{ContainerDevices, DeviceError, DeviceResources};
 use crate::locks::Locked as _;
+use crate::tasks::Tasks;
 
 /// kubelet's `endpointStopGracePeriod`: how long a resource whose plugin went away
 /// stays on the node (with nothing allocatable) before it is removed.
@@ -87,14 +88,21 @@ pub(crate) struct DeviceManager {
     next_id: AtomicU64,
     /// Ends the plugins' `ListAndWatch` streams when the manager stops.
     pub(super) stop: CancellationToken,
+    /// Where the `ListAndWatch` readers run, as named tasks.
+    tasks: Tasks,
 }
 
 impl DeviceManager {
     /// A manager for the plugins of `dir` (`<root-dir>/device-plugins`, created 0750),
     /// its allocations read back from the checkpoint there. A resource the checkpoint
     /// names starts with no devices and a stopped plugin: it stays on the node at zero
-    /// for the grace period unless its plugin registers again.
-    pub(crate) fn new(dir: &Path, numa_nodes: Vec<usize>) -> Result<Arc<Self>, DeviceError> {
+    /// for the grace period unless its plugin registers again. Each plugin's
+    /// `ListAndWatch` is read by a task in `tasks`.
+    pub(crate) fn new(
+        dir: &Path,
+        numa_nodes: Vec<usize>,
+        tasks: Tasks,
+    ) -> Result<Arc<Self>, DeviceError> {
         use std::os::unix::fs::DirBuilderExt as _;
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -109,6 +117,7 @@ impl DeviceManager {
             changes: watch::channel(0).0,
             next_id: AtomicU64::new(1),
             stop: CancellationToken::new(),
+            tasks,
         };
         m.read_checkpoint(Instant::now());
         Ok(Arc::new(m))
@@ -197,7 +206,7 @@ impl DeviceManager {
     ) -> Result<(), DeviceError> {
         let client = PluginClient::connect(socket)
             .await
-            .map_err(DeviceError::Plugin)?;
+            .map_err(|e| DeviceError::Plugin(e.to_string()))?;
         let options = client.options().await.map_err(|s| {
             DeviceError::Plugin(format!(
                 "failed to get device plugin options: {}",
@@ -222,7 +231,11 @@ impl DeviceManager {
         info!(resourceName = %resource, endpoint = %socket.display(), preStartRequired = options.pre_start_required, getPreferredAllocationAvailable = options.get_preferred_allocation_available, "Device plugin connected");
         let m = Arc::clone(self);
         let resource = resource.to_string();
-        tokio::spawn(async move { m.follow(resource, id, stream).await });
+        self.tasks
+            .spawn_pass("device-plugin-list-and-watch", async move {
+                m.follow(resource, id, stream).await;
+                Ok(())
+            });
         Ok(())
     }
 

@@ -65,23 +65,30 @@ fn is_dns_subdomain(v: &str) -> bool {
         })
 }
 
-/// kubelet's checks of a `RegisterRequest`, in its words.
-pub(super) fn validate_register(r: &api::RegisterRequest) -> Result<(), String> {
+/// Why a `RegisterRequest` is refused (kubelet's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum RegisterError {
+    #[error(
+        "requested API version {0:?} is not supported by kubelet. Supported versions are [{supported:?}]",
+        supported = api::VERSION
+    )]
+    Version(String),
+    #[error("the ResourceName {0:?} is invalid")]
+    ResourceName(String),
+    #[error("the endpoint {0:?} is not a socket name in the device plugin directory")]
+    Endpoint(String),
+}
+
+/// kubelet's checks of a `RegisterRequest`.
+pub(super) fn validate_register(r: &api::RegisterRequest) -> Result<(), RegisterError> {
     if r.version != api::VERSION {
-        return Err(format!(
-            "requested API version {:?} is not supported by kubelet. Supported versions are [{:?}]",
-            r.version,
-            api::VERSION
-        ));
+        return Err(RegisterError::Version(r.version.clone()));
     }
     if !is_extended_resource_name(&r.resource_name) {
-        return Err(format!("the ResourceName {:?} is invalid", r.resource_name));
+        return Err(RegisterError::ResourceName(r.resource_name.clone()));
     }
     if crate::safe_path::component(&r.endpoint).is_err() {
-        return Err(format!(
-            "the endpoint {:?} is not a socket name in the device plugin directory",
-            r.endpoint
-        ));
+        return Err(RegisterError::Endpoint(r.endpoint.clone()));
     }
     Ok(())
 }
@@ -98,7 +105,7 @@ impl DeviceManager {
         crate::metrics::device_plugin_registration(&r.resource_name);
         if let Err(e) = validate_register(&r) {
             info!(resourceName = %r.resource_name, err = %e, "Bad registration request from device plugin");
-            return Err(tonic::Status::invalid_argument(e));
+            return Err(tonic::Status::invalid_argument(e.to_string()));
         }
         let socket = self.dir.join(&r.endpoint);
         if let Err(e) = self.connect_plugin(&r.resource_name, &socket).await {

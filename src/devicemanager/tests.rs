@@ -55,7 +55,7 @@ fn device(id: &str, healthy: bool, numa: Option<i64>) -> api::Device {
 
 /// A manager with a connected-looking endpoint for `WIDGET` and these devices.
 fn manager_with(dir: &Path, devices: Vec<api::Device>) -> Arc<DeviceManager> {
-    let m = DeviceManager::new(dir, vec![0, 1]).unwrap();
+    let m = DeviceManager::new(dir, vec![0, 1], crate::tasks::Tasks::new()).unwrap();
     m.fake_endpoint(WIDGET);
     m.update_devices(WIDGET, devices);
     m
@@ -84,7 +84,7 @@ fn registration_is_validated_as_kubelet_does() {
         ..ok.clone()
     };
     assert_eq!(
-        validate_register(&old).unwrap_err(),
+        validate_register(&old).unwrap_err().to_string(),
         "requested API version \"v1alpha\" is not supported by kubelet. Supported versions are [\"v1beta1\"]"
     );
     let bad = api::RegisterRequest {
@@ -92,7 +92,7 @@ fn registration_is_validated_as_kubelet_does() {
         ..ok.clone()
     };
     assert_eq!(
-        validate_register(&bad).unwrap_err(),
+        validate_register(&bad).unwrap_err().to_string(),
         "the ResourceName \"widget\" is invalid"
     );
     let escape = api::RegisterRequest {
@@ -232,7 +232,7 @@ fn start(
     CancellationToken,
     tokio::task::JoinHandle<()>,
 ) {
-    let m = DeviceManager::new(dir, vec![0]).unwrap();
+    let m = DeviceManager::new(dir, vec![0], crate::tasks::Tasks::new()).unwrap();
     let cancel = CancellationToken::new();
     let task = tokio::spawn({
         let (m, c) = (Arc::clone(&m), cancel.clone());

@@ -57,6 +57,7 @@ async fn a_templates_claim_is_prepared_by_the_driver_and_unprepared_through_the_
         &dir.path().join("root"),
         "n1",
         Arc::new(KubeClaims::new(client)),
+        crate::tasks::Tasks::new(),
     )
     .unwrap();
     m.register_plugin(DRIVER, &driver.endpoint(), &["v1.DRAPlugin".to_owned()])
@@ -117,6 +118,7 @@ async fn another_nodes_pods_claim_is_refused_by_the_node_authorizer() {
         &dir.path().join("root"),
         "n1",
         Arc::new(KubeClaims::new(client)),
+        crate::tasks::Tasks::new(),
     )
     .unwrap();
     let err = m.prepare_resources(&pod).await.unwrap_err().to_string();

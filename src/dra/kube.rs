@@ -3,7 +3,7 @@
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams};
 
-use super::{ApiFuture, ClaimSource};
+use super::{ApiError, ApiFuture, ClaimSource};
 
 pub(crate) struct KubeClaims {
     client: kube::Client,
@@ -23,7 +23,7 @@ impl ClaimSource for KubeClaims {
     ) -> ApiFuture<'a, Option<ResourceClaim>> {
         Box::pin(async move {
             let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), ns);
-            api.get_opt(name).await.map_err(|e| e.to_string())
+            api.get_opt(name).await.map_err(|e| ApiError(e.to_string()))
         })
     }
 
@@ -42,7 +42,7 @@ impl ClaimSource for KubeClaims {
             match api.delete_collection(&DeleteParams::default(), &lp).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(ApiError(e.to_string())),
             }
         })
     }

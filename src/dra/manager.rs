@@ -17,8 +17,9 @@ use super::client::{CALL_TIMEOUT, PluginClient};
 use super::plugins::{Plugins, WIPING_DELAY};
 use super::proto;
 use super::state::{self, ClaimInfoState, Device, DriverState};
-use super::{ClaimResources, ClaimSource, DraError};
+use super::{ApiError, ClaimResources, ClaimSource, DraError};
 use crate::locks::Locked as _;
+use crate::tasks::Tasks;
 
 /// A claim in the cache: its checkpointed state, and whether its drivers prepared it
 /// since this process started (a claim read back from the checkpoint is prepared again,
@@ -163,13 +164,14 @@ fn name_of<'c>(claims: &'c [proto::Claim], uid: &str) -> Option<&'c str> {
 
 impl DraManager {
     /// The manager of the node `node_name`, its cache read back from
-    /// `root_dir/dra_manager_state`.
+    /// `root_dir/dra_manager_state`; the wipes of a gone driver's slices run in `tasks`.
     pub(crate) fn new(
         root_dir: &Path,
         node_name: &str,
         api: Arc<dyn ClaimSource>,
+        tasks: Tasks,
     ) -> Result<Self, DraError> {
-        Self::with_timings(root_dir, node_name, api, WIPING_DELAY, CALL_TIMEOUT)
+        Self::with_timings(root_dir, node_name, api, WIPING_DELAY, CALL_TIMEOUT, tasks)
     }
 
     /// [`Self::new`] with the wiping delay and call timeout tests shorten.
@@ -179,6 +181,7 @@ impl DraManager {
         api: Arc<dyn ClaimSource>,
         wiping_delay: Duration,
         call_timeout: Duration,
+        tasks: Tasks,
     ) -> Result<Self, DraError> {
         let state_file = root_dir.join(state::STATE_FILE);
         let cache_error = |e: &dyn std::fmt::Display| DraError::Cache(e.to_string());
@@ -205,7 +208,7 @@ impl DraManager {
             );
         }
         Ok(DraManager {
-            plugins: Plugins::new(node_name, api.clone(), wiping_delay),
+            plugins: Plugins::new(node_name, api.clone(), wiping_delay, tasks),
             api,
             state_file,
             cache: Mutex::new(cache),
@@ -312,7 +315,7 @@ impl DraManager {
                         claim: name,
                     });
                 }
-                Err(message) => {
+                Err(ApiError(message)) => {
                     return Err(DraError::Fetch {
                         claim: name,
                         message,

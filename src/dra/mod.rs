@@ -30,7 +30,12 @@ pub(crate) use kube::KubeClaims;
 pub(crate) use manager::DraManager;
 
 /// A boxed future of the apiserver boundary.
-pub(crate) type ApiFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+pub(crate) type ApiFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
+
+/// The apiserver's failure at the boundary, as its client words it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct ApiError(pub String);
 
 /// The apiserver as the DRA manager sees it: the pod's ResourceClaims, and the node's
 /// ResourceSlices to delete when a driver is gone.

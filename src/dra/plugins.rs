@@ -14,6 +14,7 @@ use tracing::{debug, error, info};
 use super::client::{PluginClient, Service};
 use super::{ClaimSource, DraError};
 use crate::locks::Locked as _;
+use crate::tasks::Tasks;
 
 /// kubelet's `defaultWipingDelay`: how long a driver has to come back before its
 /// ResourceSlices are deleted.
@@ -29,6 +30,8 @@ pub(super) struct Plugins {
     store: Mutex<HashMap<String, Vec<PluginClient>>>,
     /// Driver name → the pending wipe of its slices.
     wipes: Arc<Mutex<HashMap<String, tokio::task::JoinHandle<()>>>>,
+    /// Where the wipes run, as named tasks.
+    tasks: Tasks,
 }
 
 impl Drop for Plugins {
@@ -39,22 +42,32 @@ impl Drop for Plugins {
     }
 }
 
+/// Why none of a plugin's services will do (kubelet's words; the lists in Go's `%q`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ServiceError {
+    #[error("empty list of supported gRPC services (aka supported versions)")]
+    Empty,
+    #[error(
+        "none of services supported by the plugin ({theirs}) are supported by the kubelet ({ours})"
+    )]
+    NoneShared { theirs: String, ours: String },
+}
+
 /// kubelet's `validateSupportedServices`: the first of the plugin's services kubelet
 /// speaks.
-fn choose(versions: &[String]) -> Result<Service, String> {
+fn choose(versions: &[String]) -> Result<Service, ServiceError> {
     if versions.is_empty() {
-        return Err("empty list of supported gRPC services (aka supported versions)".into());
+        return Err(ServiceError::Empty);
     }
     versions
         .iter()
         .find_map(|v| SUPPORTED.into_iter().find(|s| s.name() == v))
         .ok_or_else(|| {
             let ours: Vec<String> = SUPPORTED.iter().map(|s| s.name().to_owned()).collect();
-            format!(
-                "none of services supported by the plugin ({}) are supported by the kubelet ({})",
-                go_quoted_list(versions),
-                go_quoted_list(&ours)
-            )
+            ServiceError::NoneShared {
+                theirs: go_quoted_list(versions),
+                ours: go_quoted_list(&ours),
+            }
         })
 }
 
@@ -65,13 +78,19 @@ fn go_quoted_list(items: &[String]) -> String {
 }
 
 impl Plugins {
-    pub(super) fn new(node_name: &str, api: Arc<dyn ClaimSource>, wiping_delay: Duration) -> Self {
+    pub(super) fn new(
+        node_name: &str,
+        api: Arc<dyn ClaimSource>,
+        wiping_delay: Duration,
+        tasks: Tasks,
+    ) -> Self {
         Plugins {
             node_name: node_name.to_owned(),
             api,
             wiping_delay,
             store: Mutex::new(HashMap::new()),
             wipes: Arc::new(Mutex::new(HashMap::new())),
+            tasks,
         }
     }
 
@@ -84,7 +103,7 @@ impl Plugins {
         choose(versions).map_err(|reason| DraError::Versions {
             driver: driver.to_owned(),
             endpoint: endpoint.display().to_string(),
-            reason,
+            reason: reason.to_string(),
         })
     }
 
@@ -166,10 +185,11 @@ impl Plugins {
         info!(driverName = %driver, delay = %crate::duration::format_go_duration(delay), "DRA driver gone, its ResourceSlices are deleted unless it comes back");
         wipes.insert(
             driver.to_owned(),
-            tokio::spawn(async move {
+            self.tasks.spawn_pass("dra-slice-wipe", async move {
                 tokio::time::sleep(delay).await;
                 wipe(api.as_ref(), &node, Some(&name)).await;
                 all.locked().remove(&name);
+                Ok(())
             }),
         );
     }
@@ -217,11 +237,11 @@ mod tests {
         );
         assert_eq!(choose(&v(&["v1.DRAPlugin"])), Ok(Service::V1));
         assert_eq!(
-            choose(&[]).unwrap_err(),
+            choose(&[]).unwrap_err().to_string(),
             "empty list of supported gRPC services (aka supported versions)"
         );
         assert_eq!(
-            choose(&v(&["1.0.0"])).unwrap_err(),
+            choose(&v(&["1.0.0"])).unwrap_err().to_string(),
             "none of services supported by the plugin ([\"1.0.0\"]) are supported by the kubelet ([\"v1.DRAPlugin\" \"v1beta1.DRAPlugin\"])"
         );
     }

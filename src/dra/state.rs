@@ -18,16 +18,7 @@ const API_VERSION: &str = "checkpoint.dra.kubelet.k8s.io/v1";
 const MAX_STATE_BYTES: u64 = 16 << 20;
 
 /// Why the checkpoint could not be read or written.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum StateError {
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("{0}")]
-    Json(#[from] serde_json::Error),
-    /// kubelet's `CorruptCheckpointError` text.
-    #[error("checkpoint is corrupted")]
-    Corrupt,
-}
+pub(super) use crate::private_file::CheckpointError as StateError;
 
 /// One claim as kubelet checkpoints it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

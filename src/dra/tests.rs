@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use testapi::dra_driver::{DriverConfig, TestDraDriver};
 use testapi::{ApiHandle, TestApiServer};
 
-use super::{ApiFuture, ClaimSource, DraError, DraManager};
+use super::{ApiError, ApiFuture, ClaimSource, DraError, DraManager};
 
 const DRIVER: &str = "gpu.test.oxlet.dev";
 
@@ -30,7 +30,7 @@ impl ClaimSource for Fake {
         ns: &'a str,
         name: &'a str,
     ) -> ApiFuture<'a, Option<ResourceClaim>> {
-        Box::pin(async move { self.api.get(ns, name).map_err(|e| e.to_string()) })
+        Box::pin(async move { self.api.get(ns, name).map_err(|e| ApiError(e.to_string())) })
     }
 
     fn delete_resource_slices<'a>(
@@ -86,6 +86,7 @@ impl Bed {
             self.fake.clone(),
             Duration::from_millis(200),
             Duration::from_secs(5),
+            crate::tasks::Tasks::new(),
         )
         .unwrap()
     }

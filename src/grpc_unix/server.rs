@@ -19,8 +19,17 @@ use tonic_prost::ProstCodec;
 
 use super::GrpcError;
 
-type Handler =
-    Arc<dyn Fn(http::Request<Body>) -> BoxFuture<'static, http::Response<Body>> + Send + Sync>;
+type Handler = Arc<
+    dyn Fn(http::Request<Body>, Limits) -> BoxFuture<'static, http::Response<Body>> + Send + Sync,
+>;
+type Guard = Arc<dyn Fn() -> Result<(), tonic::Status> + Send + Sync>;
+
+/// The largest request decoded and answer encoded (`None`: tonic's defaults).
+#[derive(Clone, Copy, Default)]
+struct Limits {
+    request: Option<usize>,
+    response: Option<usize>,
+}
 
 /// Method paths (`/v1beta1.Registration/Register`) to their handlers; any other path
 /// answers `Unimplemented`. One router may carry several services (a plugin serves
@@ -28,11 +37,32 @@ type Handler =
 #[derive(Clone, Default)]
 pub(crate) struct Router {
     routes: BTreeMap<&'static str, Handler>,
+    limits: Limits,
+    guard: Option<Guard>,
 }
 
 impl Router {
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// Bounds the size of each request decoded and each answer encoded, in bytes.
+    pub(crate) fn message_limits(mut self, request: usize, response: usize) -> Self {
+        self.limits = Limits {
+            request: Some(request),
+            response: Some(response),
+        };
+        self
+    }
+
+    /// A check every call passes before its method runs (a rate limit, as gRPC's
+    /// unary interceptors); its `Err` is the call's answer.
+    pub(crate) fn guard(
+        mut self,
+        check: impl Fn() -> Result<(), tonic::Status> + Send + Sync + 'static,
+    ) -> Self {
+        self.guard = Some(Arc::new(check));
+        self
     }
 
     /// Adds a method answering one message with one message.
@@ -43,7 +73,7 @@ impl Router {
         F: Fn(Req) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<Resp, tonic::Status>> + Send + 'static,
     {
-        let h: Handler = Arc::new(move |req| {
+        let h: Handler = Arc::new(move |req, limits: Limits| {
             let f = handler.clone();
             let svc = tower::service_fn(move |r: tonic::Request<Req>| {
                 let fut = f(r.into_inner());
@@ -51,12 +81,24 @@ impl Router {
             });
             Box::pin(async move {
                 let mut grpc = tonic::server::Grpc::new(ProstCodec::<Resp, Req>::default());
+                if let Some(n) = limits.request {
+                    grpc = grpc.max_decoding_message_size(n);
+                }
+                if let Some(n) = limits.response {
+                    grpc = grpc.max_encoding_message_size(n);
+                }
                 grpc.unary(svc, req).await
             })
         });
         self.routes.insert(path, h);
         self
     }
+}
+
+/// A status as the whole answer to a call.
+fn status_response(status: tonic::Status) -> http::Response<Body> {
+    let (parts, ()) = status.into_http::<()>().into_parts();
+    http::Response::from_parts(parts, Body::empty())
 }
 
 impl tower::Service<http::Request<Body>> for Router {
@@ -69,18 +111,16 @@ impl tower::Service<http::Request<Body>> for Router {
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        match self.routes.get(req.uri().path()) {
-            Some(h) => {
-                let fut = h(req);
-                Box::pin(async move { Ok(fut.await) })
-            }
-            None => {
-                let status =
-                    tonic::Status::unimplemented(format!("unknown method {}", req.uri().path()));
-                let (parts, ()) = status.into_http::<()>().into_parts();
-                Box::pin(async move { Ok(http::Response::from_parts(parts, Body::empty())) })
-            }
+        let Some(h) = self.routes.get(req.uri().path()) else {
+            let status =
+                tonic::Status::unimplemented(format!("unknown method {}", req.uri().path()));
+            return Box::pin(async move { Ok(status_response(status)) });
+        };
+        if let Some(Err(status)) = self.guard.as_ref().map(|g| g()) {
+            return Box::pin(async move { Ok(status_response(status)) });
         }
+        let fut = h(req, self.limits);
+        Box::pin(async move { Ok(fut.await) })
     }
 }
 

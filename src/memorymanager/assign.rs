@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::policy::{Requested, Static, find_best_hint, is_managed, requested};
+use super::policy::{PolicyError, Requested, Static, find_best_hint, is_managed, requested};
 use super::state::{MachineState, MemoryBlock};
 use crate::topology::NumaMask;
 
@@ -20,7 +20,7 @@ impl Static {
         pod: &Pod,
         c: &Container,
         affinity: Option<NumaMask>,
-    ) -> Result<Option<Vec<MemoryBlock>>, String> {
+    ) -> Result<Option<Vec<MemoryBlock>>, PolicyError> {
         if !is_managed(pod) {
             return Ok(None);
         }
@@ -40,7 +40,7 @@ impl Static {
             mask = self.extend(&uid, &req, mask)?;
         }
         if violates_grouping(&self.machine, mask) {
-            return Err("[memorymanager] preferred hint violates NUMA node allocation".into());
+            return Err(PolicyError::ViolatesGrouping);
         }
         let ids: Vec<usize> = mask.nodes().collect();
         let mut machine = self.machine.clone();
@@ -74,21 +74,21 @@ impl Static {
     }
 
     /// kubelet's `getDefaultHint`: the best of the policy's own hints.
-    fn default_mask(&self, uid: &str, req: &Requested) -> Result<NumaMask, String> {
+    fn default_mask(&self, uid: &str, req: &Requested) -> Result<NumaMask, PolicyError> {
         let hints = self.calculate_hints(uid, req);
         if hints.is_empty() {
-            return Err("[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available".into());
+            return Err(PolicyError::NoDefaultAffinity);
         }
         hints
             .get("memory")
             .and_then(|h| find_best_hint(h))
             .and_then(|h| h.numa_affinity)
-            .ok_or_else(|| "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available".into())
+            .ok_or(PolicyError::NoDefaultAffinity)
     }
 
     /// kubelet's `extendTopologyManagerHint`: the best of the policy's hints that
     /// contain the topology manager's (narrowed) mask.
-    fn extend(&self, uid: &str, req: &Requested, mask: NumaMask) -> Result<NumaMask, String> {
+    fn extend(&self, uid: &str, req: &Requested, mask: NumaMask) -> Result<NumaMask, PolicyError> {
         let hints = self.calculate_hints(uid, req);
         let containing: Vec<_> = hints
             .get("memory")
@@ -99,10 +99,7 @@ impl Static {
             .collect();
         find_best_hint(&containing)
             .and_then(|h| h.numa_affinity)
-            .ok_or_else(|| {
-                "[memorymanager] failed to find NUMA nodes to extend the current topology hint"
-                    .into()
-            })
+            .ok_or(PolicyError::CannotExtend)
     }
 
     /// kubelet's `updatePodReusableMemory`: a regular init container's blocks become

@@ -122,6 +122,24 @@ fn is_memory_resource(name: &str) -> bool {
 }
 
 /// kubelet's `validateReservedMemory`: every reserved NUMA node exists, and for
+/// Why `reservedMemory` does not fit the machine or node allocatable (kubelet's words;
+/// the amounts and kind already in Go's quotes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum ReservedError {
+    #[error(
+        "the reserved memory configuration references a NUMA node {0} that does not exist on this machine"
+    )]
+    NoSuchNode(usize),
+    #[error(
+        "the total amount {total} of type {kind} is not equal to the value {allocatable} determined by Node Allocatable feature"
+    )]
+    Total {
+        total: String,
+        kind: String,
+        allocatable: String,
+    },
+}
+
 /// `memory` and each huge page size the reservations over all nodes add up to what
 /// node allocatable reserves (kube-reserved + system-reserved + the hard eviction
 /// threshold), `node_reserved`.
@@ -129,13 +147,11 @@ pub(super) fn validate_reserved(
     machine: &NumaMemory,
     reserved: &Reserved,
     node_reserved: &BTreeMap<String, u64>,
-) -> Result<(), String> {
+) -> Result<(), ReservedError> {
     let mut totals: BTreeMap<&str, u64> = BTreeMap::new();
     for (node, limits) in reserved {
         if !machine.nodes.contains_key(node) {
-            return Err(format!(
-                "the reserved memory configuration references a NUMA node {node} that does not exist on this machine"
-            ));
+            return Err(ReservedError::NoSuchNode(*node));
         }
         for (name, bytes) in limits {
             *totals.entry(name).or_default() += bytes;
@@ -155,12 +171,11 @@ pub(super) fn validate_reserved(
         let allocatable = node_reserved.get(kind).copied().unwrap_or(0);
         if total != allocatable {
             let q = |b: u64| crate::quantity::canonical(i64::try_from(b).unwrap_or(i64::MAX), true);
-            return Err(format!(
-                "the total amount {} of type {} is not equal to the value {} determined by Node Allocatable feature",
-                crate::klog::go_quote(&q(total)),
-                crate::klog::go_quote(kind),
-                crate::klog::go_quote(&q(allocatable)),
-            ));
+            return Err(ReservedError::Total {
+                total: crate::klog::go_quote(&q(total)),
+                kind: crate::klog::go_quote(kind),
+                allocatable: crate::klog::go_quote(&q(allocatable)),
+            });
         }
     }
     Ok(())
@@ -197,12 +212,16 @@ mod tests {
         let node = |b: u64| BTreeMap::from([("memory".to_string(), b), ("cpu".to_string(), 7)]);
         assert!(validate_reserved(&machine, &r, &node(1 << 30)).is_ok());
         assert_eq!(
-            validate_reserved(&machine, &r, &node(1100 << 20)).unwrap_err(),
+            validate_reserved(&machine, &r, &node(1100 << 20))
+                .unwrap_err()
+                .to_string(),
             "the total amount \"1Gi\" of type \"memory\" is not equal to the value \"1100Mi\" determined by Node Allocatable feature"
         );
         r.entry(3).or_default().insert("memory".into(), 1 << 30);
         assert_eq!(
-            validate_reserved(&machine, &r, &node(2 << 30)).unwrap_err(),
+            validate_reserved(&machine, &r, &node(2 << 30))
+                .unwrap_err()
+                .to_string(),
             "the reserved memory configuration references a NUMA node 3 that does not exist on this machine"
         );
     }

@@ -88,7 +88,7 @@ impl MemoryManager {
         };
         let expected = if policy == Policy::Static {
             validate_reserved(&machine, &settings.reserved, node_reserved)
-                .map_err(MemoryManagerError::Reserved)?;
+                .map_err(|e| MemoryManagerError::Reserved(e.to_string()))?;
             if total_memory_reserved(&settings.reserved) == 0 {
                 return Err(MemoryManagerError::NoSystemReserved);
             }
@@ -205,7 +205,7 @@ fn restore(
         why,
     };
     let mut st = Static::default();
-    if let Some(r) = state::read(file).map_err(refuse)? {
+    if let Some(r) = state::read(file).map_err(|e| refuse(e.to_string()))? {
         if r.policy != policy.as_str() {
             return Err(refuse(format!(
                 "[memorymanager] configured policy {} differs from state checkpoint policy {}",
@@ -230,7 +230,7 @@ fn restore(
         st.machine = expected;
         return Ok(st);
     }
-    validate(&st, expected).map_err(refuse)?;
+    validate(&st, expected).map_err(|e| refuse(e.to_string()))?;
     Ok(st)
 }
 

@@ -15,6 +15,34 @@ use crate::topology::{Hints, NumaMask, TopologyHint};
 /// Bytes requested per resource (`memory`, `hugepages-*`).
 pub(super) type Requested = BTreeMap<String, u64>;
 
+/// Why the Static policy refuses an assignment, or a state read back (kubelet's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum PolicyError {
+    #[error("the memory assignment uses the NUMA that does not exist")]
+    NoSuchNuma,
+    #[error("the memory assignment uses memory resource that does not exist")]
+    NoSuchResource,
+    /// A block of the state file could not be replayed.
+    #[error("[memorymanager] (pod: {pod}, container: {name}) {why}")]
+    Replay {
+        pod: String,
+        name: String,
+        why: Box<PolicyError>,
+    },
+    #[error("[memorymanager] the expected machine state is different from the real one")]
+    MachineStateChanged,
+    #[error("[memorymanager] failed to represent quantity as int64")]
+    Quantity,
+    #[error("[memorymanager] preferred hint violates NUMA node allocation")]
+    ViolatesGrouping,
+    #[error(
+        "[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available"
+    )]
+    NoDefaultAffinity,
+    #[error("[memorymanager] failed to find NUMA nodes to extend the current topology hint")]
+    CannotExtend,
+}
+
 /// pod UID → mask → resource → bytes the pod's regular init containers leave for
 /// the containers after them (kubelet's `initContainersReusableMemory`).
 pub(super) type Reusable = BTreeMap<String, BTreeMap<NumaMask, BTreeMap<String, u64>>>;
@@ -86,16 +114,12 @@ fn reserve(
     nodes: &[usize],
     resource: &str,
     mut bytes: u64,
-) -> Result<(), String> {
+) -> Result<(), PolicyError> {
     for &id in nodes {
-        let node = machine
-            .get_mut(&id)
-            .ok_or_else(|| "the memory assignment uses the NUMA that does not exist".to_string())?;
+        let node = machine.get_mut(&id).ok_or(PolicyError::NoSuchNuma)?;
         node.assignments += 1;
         node.cells = nodes.to_vec();
-        let t = node.memory_map.get_mut(resource).ok_or_else(|| {
-            "the memory assignment uses memory resource that does not exist".to_string()
-        })?;
+        let t = (node.memory_map.get_mut(resource)).ok_or(PolicyError::NoSuchResource)?;
         if bytes == 0 || t.free == 0 {
             continue;
         }
@@ -109,21 +133,23 @@ fn reserve(
 
 /// kubelet's `validateState`: the state read back must be the machine's default
 /// state with every assignment replayed; else the machine or the reservation changed.
-pub(super) fn validate(state: &Static, expected_default: MachineState) -> Result<(), String> {
+pub(super) fn validate(state: &Static, expected_default: MachineState) -> Result<(), PolicyError> {
     let mut expected = expected_default;
     for (pod, containers) in &state.entries {
         for (name, blocks) in containers {
             for b in blocks {
                 reserve(&mut expected, &b.numa_ids, &b.resource, b.bytes).map_err(|why| {
-                    format!("[memorymanager] (pod: {pod}, container: {name}) {why}")
+                    PolicyError::Replay {
+                        pod: pod.clone(),
+                        name: name.clone(),
+                        why: Box::new(why),
+                    }
                 })?;
             }
         }
     }
     if !same_machine_state(&state.machine, &expected) {
-        return Err(
-            "[memorymanager] the expected machine state is different from the real one".into(),
-        );
+        return Err(PolicyError::MachineStateChanged);
     }
     Ok(())
 }
@@ -170,7 +196,7 @@ pub(super) fn is_managed(pod: &Pod) -> bool {
 
 /// kubelet's `getRequestedResources`: the container's memory and huge page requests,
 /// as admitted (`allocatedResources` in its status, where in-place resize put them).
-pub(super) fn requested(pod: &Pod, c: &Container) -> Result<Requested, String> {
+pub(super) fn requested(pod: &Pod, c: &Container) -> Result<Requested, PolicyError> {
     let status = pod.status.as_ref();
     let statuses = status
         .and_then(|s| s.container_statuses.as_ref())
@@ -194,7 +220,7 @@ pub(super) fn requested(pod: &Pod, c: &Container) -> Result<Requested, String> {
         let bytes = crate::quantity::bytes(q)
             .ok()
             .and_then(|b| u64::try_from(b).ok())
-            .ok_or_else(|| "[memorymanager] failed to represent quantity as int64".to_string())?;
+            .ok_or(PolicyError::Quantity)?;
         out.insert(name.clone(), bytes);
     }
     Ok(out)
@@ -207,7 +233,7 @@ fn is_restartable(c: &Container) -> bool {
 /// kubelet's `getPodRequestedResources`: per resource, the larger of what the
 /// long-running containers (app containers and sidecars) need together and the
 /// most any regular init container needs beside the sidecars started before it.
-pub(super) fn pod_requested(pod: &Pod) -> Result<Requested, String> {
+pub(super) fn pod_requested(pod: &Pod) -> Result<Requested, PolicyError> {
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(Requested::new());
     };

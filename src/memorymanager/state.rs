@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::private_file::CheckpointError as StateError;
+
 /// kubelet's file name.
 const STATE_FILE: &str = "memory_manager_state";
 
@@ -158,13 +160,13 @@ pub(super) fn encode(policy: &str, machine: &MachineState, entries: &Assignments
 }
 
 /// The checkpoint read back and its checksum checked.
-pub(super) fn decode(body: &[u8]) -> Result<Restored, String> {
-    let cp: Checkpoint = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+pub(super) fn decode(body: &[u8]) -> Result<Restored, StateError> {
+    let cp: Checkpoint = serde_json::from_slice(body)?;
     let ok = [false, true]
         .into_iter()
         .any(|pod| checksum(&cp.policy, &cp.machine, &cp.entries, pod) == cp.checksum);
     if !ok {
-        return Err("checkpoint is corrupted".into());
+        return Err(StateError::Corrupt);
     }
     Ok(Restored {
         policy: cp.policy,
@@ -179,11 +181,10 @@ pub(super) fn path(dir: &Path) -> PathBuf {
 }
 
 /// Reads the file; `Ok(None)` when there is none.
-pub(super) fn read(file: &Path) -> Result<Option<Restored>, String> {
-    match crate::private_file::read_bounded(file, MAX_STATE_BYTES) {
-        Ok(None) => Ok(None),
-        Ok(Some(body)) => decode(&body).map(Some),
-        Err(e) => Err(e.to_string()),
+pub(super) fn read(file: &Path) -> Result<Option<Restored>, StateError> {
+    match crate::private_file::read_bounded(file, MAX_STATE_BYTES)? {
+        None => Ok(None),
+        Some(body) => decode(&body).map(Some),
     }
 }
 
@@ -270,7 +271,7 @@ mod tests {
         );
         let tampered = go.replace("\"free\":512", "\"free\":511");
         assert_eq!(
-            decode(tampered.as_bytes()).err().unwrap(),
+            decode(tampered.as_bytes()).err().unwrap().to_string(),
             "checkpoint is corrupted"
         );
     }

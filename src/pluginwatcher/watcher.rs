@@ -1,7 +1,8 @@
 //! The watch of `plugins_registry/` and the reconciler (kubelet's pluginwatcher,
 //! desired and actual state caches, and operation executor, folded into one loop):
-//! inotify wakes the loop, a periodic rescan is the safety net; each pass registers the
-//! sockets that appeared and deregisters the plugins whose socket went away.
+//! inotify on the directory and every directory below it wakes the loop, a periodic
+//! rescan is the safety net; each pass walks the tree, registers the sockets that
+//! appeared and deregisters the plugins whose socket went away.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
@@ -21,6 +22,9 @@ use crate::grpc_unix;
 const RESCAN: Duration = Duration::from_secs(2);
 /// Bounds on what a local user can make the watcher hold or try.
 const MAX_SOCKETS: usize = 128;
+/// Directories read per pass, and how deep below the registry (kubelet has no bound).
+const MAX_DIRS: usize = 256;
+const MAX_DEPTH: usize = 8;
 const MAX_NAME: usize = 316;
 /// A unix socket path's limit (`sun_path`, without its NUL).
 const MAX_SOCKET_PATH: usize = 107;
@@ -86,7 +90,7 @@ impl PluginWatcher {
             warn!(path = %self.dir.display(), err = %e, "Failed to create the plugin registration directory");
         }
         let (tx, mut wake) = tokio::sync::mpsc::channel::<()>(1);
-        let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        let on_event = move |res: notify::Result<notify::Event>| {
             // A socket made or removed (or a backend error, which may mean lost events):
             // rescan. Not an access: the rescan's own read of the directory is one, and
             // waking on it would rescan without end.
@@ -102,9 +106,12 @@ impl PluginWatcher {
             if wanted {
                 let _ = tx.try_send(());
             }
-        })
-        .and_then(|mut w| {
-            w.watch(&self.dir, notify::RecursiveMode::NonRecursive)
+        };
+        // Every directory below is watched too, and each one made later as it appears
+        // (kubelet adds a watch per directory); a symlink is not followed.
+        let config = notify::Config::default().with_follow_symlinks(false);
+        let watcher = notify::RecommendedWatcher::new(on_event, config).and_then(|mut w| {
+            w.watch(&self.dir, notify::RecursiveMode::Recursive)
                 .map(|()| w)
         });
         if let Err(e) = &watcher {
@@ -123,36 +130,55 @@ impl PluginWatcher {
         drop(watcher);
     }
 
-    /// The sockets in the directory now (hidden files and non-sockets left out).
+    /// The sockets below the directory now, in it and in its subdirectories (kubelet
+    /// walks the tree), hidden names, symlinks and non-sockets left out.
     fn scan(&self) -> BTreeMap<PathBuf, SocketId> {
         let mut out = BTreeMap::new();
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return out;
-        };
-        for e in entries.flatten() {
-            let Some(name) = e.file_name().to_str().map(str::to_string) else {
-                continue;
-            };
-            let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
-                continue;
-            };
-            if name.starts_with('.') || !meta.file_type().is_socket() {
-                continue;
-            }
-            let Ok(path) = crate::safe_path::beneath(&self.dir, &[&name]) else {
-                continue;
-            };
-            if out.len() == MAX_SOCKETS {
-                warn!(path = %path.display(), max = MAX_SOCKETS, "Too many plugin sockets; ignoring the rest");
+        let mut dirs = vec![(self.dir.clone(), 0)];
+        let mut read = 0;
+        while let Some((dir, depth)) = dirs.pop() {
+            read += 1;
+            if read > MAX_DIRS {
+                warn!(path = %self.dir.display(), max = MAX_DIRS, "Too many plugin directories; ignoring the rest");
                 break;
             }
-            out.insert(
-                path,
-                SocketId {
-                    ino: meta.ino(),
-                    mtime: meta.mtime(),
-                },
-            );
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let Some(name) = e.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+                    continue;
+                };
+                if name.starts_with('.') {
+                    continue;
+                }
+                let Ok(path) = crate::safe_path::beneath(&dir, &[&name]) else {
+                    continue;
+                };
+                if meta.is_dir() {
+                    if depth < MAX_DEPTH {
+                        dirs.push((path, depth + 1));
+                    }
+                    continue;
+                }
+                if !meta.file_type().is_socket() {
+                    continue;
+                }
+                if out.len() == MAX_SOCKETS {
+                    warn!(path = %path.display(), max = MAX_SOCKETS, "Too many plugin sockets; ignoring the rest");
+                    return out;
+                }
+                out.insert(
+                    path,
+                    SocketId {
+                        ino: meta.ino(),
+                        mtime: meta.mtime(),
+                    },
+                );
+            }
         }
         out
     }
@@ -409,19 +435,33 @@ mod tests {
         panic!("timed out waiting for {what}");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_plugin_socket_is_registered_notified_and_deregistered() {
-        use testapi::device_plugin::{DevicePlugin, PluginConfig};
+    /// A root dir with its `plugins_registry/` and `device-plugins/`.
+    fn dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
         let root = tempfile::tempdir().unwrap();
         let registry = root.path().join("plugins_registry");
         let plugins = root.path().join("device-plugins");
         std::fs::create_dir_all(&registry).unwrap();
         std::fs::create_dir_all(&plugins).unwrap();
-        let ok = Arc::new(Recorder::default());
-        let mut w = PluginWatcher::new(&registry);
-        w.add_handler(super::super::DEVICE_PLUGIN, ok.clone());
+        (root, registry, plugins)
+    }
+
+    /// A watcher of `registry` handing device plugins to `handler`, until the token.
+    fn watch(
+        registry: &Path,
+        handler: Arc<Recorder>,
+    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+        let mut w = PluginWatcher::new(registry);
+        w.add_handler(super::super::DEVICE_PLUGIN, handler);
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(w.run(cancel.clone()));
+        (cancel.clone(), tokio::spawn(w.run(cancel)))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_plugin_socket_is_registered_notified_and_deregistered() {
+        use testapi::device_plugin::{DevicePlugin, PluginConfig};
+        let (_root, registry, plugins) = dirs();
+        let ok = Arc::new(Recorder::default());
+        let (cancel, task) = watch(&registry, ok.clone());
 
         let mut config = PluginConfig::new(&plugins, "example.com/widget", 1);
         config.registry_dir = Some(registry.clone());
@@ -450,10 +490,7 @@ mod tests {
             refuse: true,
             ..Recorder::default()
         });
-        let mut w = PluginWatcher::new(&registry);
-        w.add_handler(super::super::DEVICE_PLUGIN, no);
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn(w.run(cancel.clone()));
+        let (cancel, task) = watch(&registry, no);
         plugin.restart().await.unwrap();
         until("the refusal", || plugin.registration_statuses().len() == 2).await;
         assert_eq!(
@@ -466,5 +503,58 @@ mod tests {
         cancel.cancel();
         task.await.unwrap();
         plugin.stop();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_socket_in_a_directory_made_after_start_is_registered_and_hidden_ones_are_not() {
+        use testapi::device_plugin::{DevicePlugin, PluginConfig};
+        let (_root, registry, plugins) = dirs();
+        let rec = Arc::new(Recorder::default());
+        let (cancel, task) = watch(&registry, rec.clone());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+
+        // Hidden: a socket in a hidden directory, and a hidden socket in a plain one.
+        let vendor = registry.join("vendor").join("nested");
+        let hidden_dir = registry.join(".cache");
+        std::fs::create_dir_all(&vendor).unwrap();
+        std::fs::create_dir_all(&hidden_dir).unwrap();
+        let hidden = |dir: &Path, socket: &str| {
+            let mut c = PluginConfig::new(&plugins, "example.com/hidden", 1);
+            c.socket_name = socket.into();
+            c.registry_dir = Some(dir.to_path_buf());
+            DevicePlugin::start(c)
+        };
+        let in_hidden_dir = hidden(&hidden_dir, "a.sock").await.unwrap();
+        let hidden_name = hidden(&vendor, ".b.sock").await.unwrap();
+
+        let mut config = PluginConfig::new(&plugins, "example.com/widget", 1);
+        config.registry_dir = Some(vendor.clone());
+        let plugin = DevicePlugin::start(config).await.unwrap();
+        until("the registration", || {
+            plugin.registration_statuses() == vec![(true, String::new())]
+        })
+        .await;
+        // A full rescan later, the hidden ones were still never asked.
+        tokio::time::sleep(RESCAN + Duration::from_millis(500)).await;
+        assert!(in_hidden_dir.registration_statuses().is_empty());
+        assert!(hidden_name.registration_statuses().is_empty());
+        let calls = rec.calls.lock().unwrap().clone();
+        assert_eq!(
+            calls,
+            [
+                "validate example.com/widget v1beta1".to_string(),
+                format!("register example.com/widget {}", plugin.socket().display()),
+            ]
+        );
+        plugin.stop();
+        until("the deregistration", || {
+            rec.calls.lock().unwrap().last().map(String::as_str)
+                == Some("deregister example.com/widget")
+        })
+        .await;
+        cancel.cancel();
+        task.await.unwrap();
+        in_hidden_dir.stop();
+        hidden_name.stop();
     }
 }

@@ -2,8 +2,10 @@
 //! package `v1`), written out with prost's derive: the field numbers and types are the
 //! wire contract monitoring agents and device plugins read.
 
-/// The service's full name, the first part of each method's path.
-pub(super) const SERVICE: &str = "v1.PodResourcesLister";
+/// The methods' paths (service `v1.PodResourcesLister`).
+pub(super) const LIST: &str = "/v1.PodResourcesLister/List";
+pub(super) const GET: &str = "/v1.PodResourcesLister/Get";
+pub(super) const GET_ALLOCATABLE: &str = "/v1.PodResourcesLister/GetAllocatableResources";
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct AllocatableResourcesRequest {}

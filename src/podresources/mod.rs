@@ -6,7 +6,7 @@
 //!
 //! - `api.rs`: the v1 messages (the wire contract);
 //! - `lister.rs`: the answers, from a [`PodResourcesSource`] the resource managers fill;
-//! - `server.rs`: the socket, the routing and the rate limit.
+//! - `server.rs`: the routing and the rate limit, served through `grpc_unix`.
 
 mod api;
 mod lister;

@@ -4,19 +4,17 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
-use tonic::codegen::{Body as HttpBody, StdError, http};
-use tracing::{info, warn};
+use tracing::info;
 
+use crate::grpc_unix;
 use crate::locks::Locked as _;
 
 use super::api::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, GetPodResourcesRequest,
-    ListPodResourcesRequest, ListPodResourcesResponse, SERVICE,
+    AllocatableResourcesRequest, AllocatableResourcesResponse, GET, GET_ALLOCATABLE,
+    GetPodResourcesRequest, LIST, ListPodResourcesRequest, ListPodResourcesResponse,
 };
 use super::lister::{self, PodResourcesSource};
 
@@ -31,6 +29,20 @@ const BURST: f64 = 10.0;
 const MAX_REQUEST_BYTES: usize = 16 * 1024;
 /// The largest answer sent (kubelet's `DefaultMaxMsgSize`, 16 MiB).
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why the pod resources API could not be served.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PodResourcesError {
+    /// The socket's directory could not be made root's alone.
+    #[error("preparing {}: {source}", path.display())]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The socket could not be bound or served.
+    #[error(transparent)]
+    Grpc(#[from] grpc_unix::GrpcError),
+}
 
 /// A token bucket (`rate.Limiter` with kubelet's numbers).
 #[derive(Debug)]
@@ -62,108 +74,31 @@ impl RateLimit {
     }
 }
 
-/// The service: the source of answers and the shared rate limit.
-#[derive(Clone)]
-struct Lister {
-    source: Arc<dyn PodResourcesSource>,
-    limit: Arc<Mutex<RateLimit>>,
-}
-
-impl tonic::server::NamedService for Lister {
-    const NAME: &'static str = SERVICE;
-}
-
-type Body = tonic::body::Body;
-
-impl<B> tower::Service<http::Request<B>> for Lister
-where
-    B: HttpBody<Data = bytes::Bytes> + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = std::convert::Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move { Ok(this.route(req).await) })
-    }
-}
-
-impl Lister {
-    /// The method by its path, after the rate limit.
-    async fn route<B>(self, req: http::Request<B>) -> http::Response<Body>
-    where
-        B: HttpBody<Data = bytes::Bytes> + Send + 'static,
-        B::Error: Into<StdError> + Send + 'static,
-    {
-        let method = req
-            .uri()
-            .path()
-            .rsplit('/')
-            .next()
-            .unwrap_or("")
-            .to_string();
-        if !self.limit.locked().allow() {
-            let status = tonic::Status::resource_exhausted("rejected by rate limit");
-            return status.into_http();
-        }
-        let source = self.source;
-        match method.as_str() {
-            "List" => {
-                unary(req, move |_: ListPodResourcesRequest| {
-                    Ok::<ListPodResourcesResponse, tonic::Status>(lister::list(source.as_ref()))
-                })
-                .await
+/// The three methods, each call first past the rate limit (kubelet's interceptor).
+fn router(source: Arc<dyn PodResourcesSource>) -> grpc_unix::Router {
+    let limit = Mutex::new(RateLimit::new());
+    let (s1, s2, s3) = (source.clone(), source.clone(), source);
+    grpc_unix::Router::new()
+        .message_limits(MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES)
+        .guard(move || {
+            if limit.locked().allow() {
+                Ok(())
+            } else {
+                Err(tonic::Status::resource_exhausted("rejected by rate limit"))
             }
-            "Get" => {
-                unary(req, move |r: GetPodResourcesRequest| {
-                    lister::get(source.as_ref(), &r)
-                        .map_err(|e| tonic::Status::unknown(e.to_string()))
-                })
-                .await
-            }
-            "GetAllocatableResources" => {
-                unary(req, move |_: AllocatableResourcesRequest| {
-                    Ok::<AllocatableResourcesResponse, tonic::Status>(lister::allocatable(
-                        source.as_ref(),
-                    ))
-                })
-                .await
-            }
-            _ => tonic::Status::unimplemented(format!("unknown method {method}")).into_http(),
-        }
-    }
-}
-
-/// One unary call: the request decoded (bounded), `answer` asked, the reply encoded.
-async fn unary<B, Req, Resp>(
-    req: http::Request<B>,
-    answer: impl FnOnce(Req) -> Result<Resp, tonic::Status> + Send + 'static,
-) -> http::Response<Body>
-where
-    B: HttpBody<Data = bytes::Bytes> + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-    Req: prost::Message + Default + Send + 'static,
-    Resp: prost::Message + Send + 'static,
-{
-    let codec = tonic_prost::ProstCodec::<Resp, Req>::default();
-    let mut grpc = tonic::server::Grpc::new(codec)
-        .max_decoding_message_size(MAX_REQUEST_BYTES)
-        .max_encoding_message_size(MAX_RESPONSE_BYTES);
-    let answer = std::sync::Mutex::new(Some(answer));
-    let svc = tower::service_fn(move |r: tonic::Request<Req>| {
-        let f = answer.locked().take();
-        async move {
-            let f = f.ok_or_else(|| tonic::Status::internal("answered twice"))?;
-            f(r.into_inner()).map(tonic::Response::new)
-        }
-    });
-    grpc.unary(svc, req).await
+        })
+        .unary(LIST, move |_: ListPodResourcesRequest| {
+            let answer: ListPodResourcesResponse = lister::list(s1.as_ref());
+            std::future::ready(Ok(answer))
+        })
+        .unary(GET, move |r: GetPodResourcesRequest| {
+            let answer = lister::get(s2.as_ref(), &r);
+            std::future::ready(answer.map_err(|e| tonic::Status::unknown(e.to_string())))
+        })
+        .unary(GET_ALLOCATABLE, move |_: AllocatableResourcesRequest| {
+            let answer: AllocatableResourcesResponse = lister::allocatable(s3.as_ref());
+            std::future::ready(Ok(answer))
+        })
 }
 
 /// Serves the pod resources API on `<root_dir>/pod-resources/kubelet.sock` until
@@ -173,68 +108,22 @@ pub(crate) async fn serve(
     root_dir: &Path,
     source: Arc<dyn PodResourcesSource>,
     cancel: CancellationToken,
-) -> std::io::Result<()> {
-    let path = bind_path(root_dir)?;
-    let listener = tokio::net::UnixListener::bind(&path)?;
-    restrict(&path, 0o600)?;
-    info!(path = %path.display(), "serving the pod resources API");
-    let lister = Lister {
+) -> Result<(), PodResourcesError> {
+    let dir = root_dir.join(SOCKET_DIR);
+    private_dir(&dir).map_err(|source| PodResourcesError::Dir {
+        path: dir.clone(),
         source,
-        limit: Arc::new(Mutex::new(RateLimit::new())),
-    };
-    let incoming = futures::stream::unfold(listener, |l| async move {
-        let conn = l.accept().await.map(|(s, _)| s);
-        Some((conn, l))
-    });
-    let result = tonic::transport::Server::builder()
-        .add_service(lister)
-        .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
-        .await;
-    if let Err(e) = result {
-        warn!(path = %path.display(), err = %e, "the pod resources API stopped");
-    }
+    })?;
+    let path = dir.join(SOCKET_NAME);
+    let listener = grpc_unix::listen(&path)?;
+    info!(path = %path.display(), "serving the pod resources API");
+    grpc_unix::serve(listener, &path, router(source), cancel).await?;
     Ok(())
 }
 
-/// The socket's path, its directory made root's alone, an old socket removed.
-fn bind_path(root_dir: &Path) -> std::io::Result<PathBuf> {
-    let dir = root_dir.join(SOCKET_DIR);
-    std::fs::create_dir_all(&dir)?;
-    restrict(&dir, 0o700)?;
-    let path = dir.join(SOCKET_NAME);
-    match std::fs::symlink_metadata(&path) {
-        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
-            std::fs::remove_file(&path)?;
-        }
-        Ok(_) => {
-            return Err(std::io::Error::other(format!(
-                "{} exists and is not a socket; not removing it",
-                path.display()
-            )));
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    Ok(path)
-}
-
-fn restrict(path: &Path, mode: u32) -> std::io::Result<()> {
+/// Makes `dir` (mode 0700).
+fn private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-}
-
-/// A client for the tests: a channel to the socket at `path`.
-#[cfg(test)]
-pub(super) async fn test_client(path: PathBuf) -> tonic::client::Grpc<tonic::transport::Channel> {
-    let channel = tonic::transport::Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
-            let path = path.clone();
-            async move {
-                let s = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
-            }
-        }))
-        .await
-        .expect("connect to the pod resources socket");
-    tonic::client::Grpc::new(channel)
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }

@@ -8,7 +8,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::api::*;
 use super::lister::{ContainerAllocations, PodResourcesSource};
-use super::server::{SOCKET_DIR, SOCKET_NAME, serve, test_client};
+use super::server::{SOCKET_DIR, SOCKET_NAME, serve};
+use crate::grpc_unix;
+
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 struct OnePod(Arc<Pod>);
 
@@ -60,15 +63,16 @@ fn pod() -> Pod {
     }
 }
 
-async fn call<Req: prost::Message + 'static, Resp: prost::Message + Default + 'static>(
-    client: &mut tonic::client::Grpc<tonic::transport::Channel>,
+async fn call<Req, Resp>(
+    channel: &tonic::transport::Channel,
     method: &'static str,
     req: Req,
-) -> Result<Resp, tonic::Status> {
-    client.ready().await.unwrap();
-    let path = format!("/v1.PodResourcesLister/{method}").parse().unwrap();
-    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-    (client.unary(tonic::Request::new(req), path, codec).await).map(tonic::Response::into_inner)
+) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    grpc_unix::unary(channel, method, req, TIMEOUT).await
 }
 
 #[tokio::test]
@@ -96,9 +100,9 @@ async fn list_get_and_allocatable_answer_over_the_socket_and_the_rate_limit_hold
         0o700,
         "the socket's directory is root's alone"
     );
-    let mut client = test_client(path).await;
+    let client = &grpc_unix::connect(&path, TIMEOUT).await.unwrap();
 
-    let list: ListPodResourcesResponse = call(&mut client, "List", ListPodResourcesRequest {})
+    let list: ListPodResourcesResponse = call(client, LIST, ListPodResourcesRequest {})
         .await
         .unwrap();
     let p = &list.pod_resources[0];
@@ -113,7 +117,7 @@ async fn list_get_and_allocatable_answer_over_the_socket_and_the_rate_limit_hold
         pod_name: "nope".into(),
         pod_namespace: "default".into(),
     };
-    let err = call::<_, GetPodResourcesResponse>(&mut client, "Get", get)
+    let err = call::<_, GetPodResourcesResponse>(client, GET, get)
         .await
         .unwrap_err();
     assert_eq!(err.message(), "pod nope in namespace default not found");
@@ -121,23 +125,19 @@ async fn list_get_and_allocatable_answer_over_the_socket_and_the_rate_limit_hold
         pod_name: "web".into(),
         pod_namespace: "default".into(),
     };
-    let one: GetPodResourcesResponse = call(&mut client, "Get", get).await.unwrap();
+    let one: GetPodResourcesResponse = call(client, GET, get).await.unwrap();
     assert_eq!(one.pod_resources.unwrap().containers.len(), 2);
-    let alloc: AllocatableResourcesResponse = call(
-        &mut client,
-        "GetAllocatableResources",
-        AllocatableResourcesRequest {},
-    )
-    .await
-    .unwrap();
+    let alloc: AllocatableResourcesResponse =
+        call(client, GET_ALLOCATABLE, AllocatableResourcesRequest {})
+            .await
+            .unwrap();
     assert_eq!(alloc.cpu_ids, [1]);
 
     // A burst past kubelet's 10 tokens is refused as kubelet's limiter refuses it.
     let mut refused = 0;
     for _ in 0..30 {
         if let Err(e) =
-            call::<_, ListPodResourcesResponse>(&mut client, "List", ListPodResourcesRequest {})
-                .await
+            call::<_, ListPodResourcesResponse>(client, LIST, ListPodResourcesRequest {}).await
         {
             assert_eq!(e.code(), tonic::Code::ResourceExhausted);
             assert_eq!(e.message(), "rejected by rate limit");

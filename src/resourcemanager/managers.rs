@@ -14,6 +14,7 @@ use crate::devicemanager::DeviceManager;
 use crate::dra::DraManager;
 use crate::memorymanager::{MemoryManager, MemoryManagerSettings, NumaMemory};
 use crate::pod::pod_uid;
+use crate::tasks::Tasks;
 use crate::topology::{HintProvider, NumaInfo, TopologyManager, TopologySettings};
 
 /// The pods admitted and not finished, as the pod manager and the statuses know them,
@@ -71,6 +72,7 @@ impl ResourceManagers {
     pub(crate) fn new(
         s: &ResourceManagerSettings,
         dra: Option<Arc<DraManager>>,
+        tasks: &Tasks,
     ) -> Result<Self, StartError> {
         let machine = |e: std::io::Error| StartError::Machine {
             path: s.sys_root.join("devices/system/node").display().to_string(),
@@ -92,7 +94,7 @@ impl ResourceManagers {
             &s.memory_node_reserved,
         )?);
         let devices_dir = s.root_dir.join(crate::devicemanager::DEVICE_PLUGINS_DIR);
-        let devices = DeviceManager::new(&devices_dir, numa.nodes().to_vec())?;
+        let devices = DeviceManager::new(&devices_dir, numa.nodes().to_vec(), tasks.clone())?;
         let providers: Vec<Arc<dyn HintProvider>> =
             vec![cpu.clone(), memory.clone(), devices.clone()];
         let topology = TopologyManager::new(&s.topology, numa, providers)?;

@@ -1,7 +1,8 @@
 //! koordlet's side in a cluster: the test apiserver serves koordinator's CRDs (created
 //! as a cluster admin would, through `apiextensions.k8s.io`); on a real containerd
 //! oxlet writes its NodeMetric's status from the metric cache, where a CPU-burning
-//! pod shows, and follows its NodeSLO's thresholds as they change, without a restart.
+//! pod shows, and follows its NodeSLO's thresholds as they change, without a restart;
+//! a bad value drops its strategy alone, and a deleted NodeSLO stays applied.
 //! Objects are written and read back with kube-rs as dynamic objects, as
 //! koord-manager and kubectl would. oxlet runs with a node's identity
 //! (`system:node:testnode`), which the test apiserver, as a real one, refuses
@@ -250,25 +251,15 @@ async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
     ox.wait_best_effort_quota("suppressed after the NodeSLO", |q| q > 0 && q <= 2000)
         .await;
 
-    // A NodeSLO oxlet cannot use is refused by name; the running configuration stays.
+    // An out-of-range CPU suppress value drops that strategy alone, named with its
+    // field, value and range; CPU suppress keeps its running values.
     let mut bad = slos.get(NODE).await.unwrap();
     bad.data["spec"]["resourceUsedThresholdWithBE"]["cpuSuppressThresholdPercent"] = json!(150);
     slos.replace(NODE, &PostParams::default(), &bad)
         .await
         .unwrap();
-    let t = Instant::now();
-    while !ox.log().contains("NodeSLO refused") {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "{}",
-            tail(&ox.log(), 20)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        ox.log()
-            .contains("cpuSuppressThresholdPercent: 150 is not a percent")
-    );
+    let line = skip_logged(&ox, "BECPUSuppress", "cpuSuppressThresholdPercent", 150).await;
+    assert!(line.contains("reason=\"is not in [0, 100]\""), "{line}");
     assert!(ox.best_effort_quota() > 0);
 
     // Turned off: the quota is lifted.
@@ -287,6 +278,29 @@ async fn a_node_slo_change_turns_cpu_suppress_on_and_off_without_a_restart() {
             .count(),
         1
     );
+}
+
+/// Waits for the warning that a NodeSLO strategy was skipped and checks it names the
+/// strategy, the `resourceUsedThresholdWithBE` field and the value; returns the line.
+async fn skip_logged(ox: &Oxlet, strategy: &str, field: &str, value: i64) -> String {
+    const SKIPPED: &str = "NodeSLO strategy skipped";
+    ox.wait_logged(SKIPPED, 1, Duration::from_secs(10)).await;
+    let line = (ox
+        .log()
+        .lines()
+        .find(|l| l.contains(SKIPPED))
+        .map(str::to_owned))
+    .unwrap();
+    let names = [
+        format!("strategy=\"{strategy}\""),
+        format!("field=\"resourceUsedThresholdWithBE.{field}\""),
+        format!("value={value}"),
+    ];
+    assert!(
+        line.starts_with('W') && names.iter().all(|n| line.contains(n.as_str())),
+        "{line}"
+    );
+    line
 }
 
 /// This node's NodeSLO with CPU suppress on at `percent`.
@@ -556,4 +570,52 @@ async fn without_the_rbac_grant_the_refusal_is_said_once_and_the_grant_heals_it(
     // Still one warning each, for the whole refusal.
     assert_eq!(warnings(&ox, slo_refused), 1);
     assert_eq!(warnings(&ox, metric_refused), 1);
+}
+
+/// koordlet drops only the strategy a bad value is in: a NodeSLO whose memory eviction
+/// threshold is out of the CRD's range still turns CPU suppress on. Deleting the
+/// NodeSLO keeps the last one applied, as koordlet's informer keeps its last object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_strategy_drops_alone_and_a_deleted_node_slo_stays_applied() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, client, ox) = start_with_node_slo_crd(&bed, dir.path()).await;
+    write_manifest(
+        &ox.manifests,
+        "idle.yaml",
+        &pod_yaml("idle", "sleep 3600", ""),
+    );
+    ox.wait_running("idle", Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(ox.best_effort_quota(), -1, "no NodeSLO: nothing enabled");
+
+    let slos: Api<DynamicObject> =
+        Api::all_with(client.clone(), &koord_resource("NodeSLO", "nodeslos"));
+    let mut slo = node_slo_with_threshold(10);
+    slo.data["spec"]["resourceUsedThresholdWithBE"]["memoryEvictThresholdPercent"] = json!(150);
+    slos.create(&PostParams::default(), &slo).await.unwrap();
+    ox.wait_best_effort_quota("suppressed by the NodeSLO's other strategies", |q| q > 0)
+        .await;
+    skip_logged(&ox, "BEMemoryEvict", "memoryEvictThresholdPercent", 150).await;
+    let log = ox.log();
+    assert!(log.contains("cpuSuppressThresholdPercent=10"));
+
+    // Deleted: the last NodeSLO stays in force, the quota with it.
+    let changes = ox
+        .log()
+        .matches("QoS manager configuration changed")
+        .count();
+    slos.delete(NODE, &Default::default()).await.unwrap();
+    ox.wait_logged("NodeSLO deleted; the last one applied is kept", 1, WAIT)
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(ox.best_effort_quota() > 0, "{}", tail(&ox.log(), 20));
+    assert_eq!(
+        ox.log()
+            .matches("QoS manager configuration changed")
+            .count(),
+        changes,
+        "{}",
+        tail(&ox.log(), 20)
+    );
 }

@@ -141,8 +141,9 @@ pub(super) fn node_metric_source(
     ))
 }
 
-/// koordlet's NodeSLO informer (cluster mode): this node's NodeSLO's thresholds,
-/// over `base` (the file's), handed to the QoS manager as they change.
+/// koordlet's NodeSLO informer (cluster mode): this node's NodeSLO's strategies, with
+/// `base`'s switches (the file's), handed to the QoS manager as they change; `base`
+/// applies until the first NodeSLO.
 pub(super) fn spawn_node_slo_watch(
     opts: &Options,
     client: &kube::Client,
@@ -151,18 +152,15 @@ pub(super) fn spawn_node_slo_watch(
     tasks: &Tasks,
 ) -> tokio::sync::watch::Receiver<QosConfig> {
     let (tx, rx) = tokio::sync::watch::channel(base.clone());
-    let (client, node_name, base) = (client.clone(), opts.node_name.clone(), base.clone());
+    let (client, node_name, strategies) = (client.clone(), opts.node_name.clone(), base.strategies);
     let host_apps = shared.host_apps.clone();
-    // What the channel started with: `--node-slo-file`'s, read once at start.
-    let base_host_apps = shared.host_apps.borrow().clone();
     tasks.spawn_restarting("node-slo-watch", Backoff::default(), move |cancel| {
         let watch = NodeSloWatch {
             client: client.clone(),
             node_name: node_name.clone(),
-            base: base.clone(),
+            strategies,
             tx: tx.clone(),
             host_apps: host_apps.clone(),
-            base_host_apps: base_host_apps.clone(),
         };
         async move {
             watch.run(cancel).await;

@@ -150,7 +150,10 @@ pub(crate) fn trigger(
         return Err(Skip::NoAllocatable);
     }
     let window_s = cfg.window_seconds.max(COLLECT_INTERVAL_S);
-    let (avg, count) = be_cpu(cache, Aggregation::Avg, now_ms - window_s * 1000, now_ms);
+    // koordinator puts no bound on the window: a longer one than the cache keeps
+    // averages what it has.
+    let start = now_ms.saturating_sub(window_s.saturating_mul(1000));
+    let (avg, count) = be_cpu(cache, Aggregation::Avg, start, now_ms);
     if (count as i64) * COLLECT_INTERVAL_S < window_s / 3 || count == 0 {
         return Err(Skip::TooFewSamples { count, window_s });
     }
@@ -251,7 +254,7 @@ pub(crate) fn usage_trigger(
         .query(
             MetricKind::NodeCpuUsage,
             &[],
-            now_ms - window_s * 1000,
+            now_ms.saturating_sub(window_s.saturating_mul(1000)),
             now_ms,
         )
         .value(Aggregation::Avg)

@@ -3,7 +3,8 @@
 //! a room of its own. Nothing here stops: a round without fresh data or with a
 //! failing cgroup write is logged and the next round tries again.
 //!
-//! - [`config`]: the NodeSLO `resourceUsedThresholdWithBE` file and the switches.
+//! - [`config`]: the NodeSLO `resourceUsedThresholdWithBE` file and the switches;
+//!   [`slo_spec`]: a NodeSLO spec into that configuration, strategy by strategy.
 //! - [`inputs`]: one round's view of node and pod usage from the metric cache.
 //! - [`cpu_suppress`]: what BestEffort may use, and the CFS quota (`cfsQuota` policy);
 //!   [`cpuset_suppress`]: the CPUs it gets (`cpuset` policy); `suppress_apply`: both
@@ -31,6 +32,7 @@ mod memory_evict;
 mod memory_qos;
 mod memory_qos_apply;
 mod metrics;
+pub(super) mod slo_spec;
 mod suppress_apply;
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! koordinator's node-level objects through the apiserver (koordlet's states
 //! informer): this node's NodeMetric, whose status oxlet reports from the metric cache,
-//! and its NodeSLO, whose thresholds the QoS manager follows. A refusal by the
+//! and its NodeSLO, whose strategies the QoS manager follows. A refusal by the
 //! apiserver (403: no RBAC grant; 404: no CRD) is said once with what to do.
 
 mod access;
@@ -11,7 +11,7 @@ mod types;
 
 pub(crate) use report::{NodeMetricReporter, NodeMetricSource, PredictionView};
 pub(crate) use slo_watch::NodeSloWatch;
-pub(crate) use types::{NodeSLOSpec, ResourceThresholdStrategy, SPEC_FIELDS, THRESHOLD_FIELDS};
+pub(crate) use types::{NodeSLOSpec, SPEC_FIELDS, THRESHOLD_FIELDS};
 
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,17 @@
 //! koordlet's NodeSLO informer: a watch on this node's NodeSLO (koord-manager names
-//! it after the node) turns its `resourceUsedThresholdWithBE` into the QoS manager's
-//! configuration, with the strategies of `--node-slo-file`, and hands it over at once;
-//! no restart. A NodeSLO with a field oxlet cannot use is refused, naming the field,
-//! and the last good configuration stays; with no NodeSLO the file's applies. While the
-//! apiserver refuses the watch (403, 404) the file's applies too, and the watch retries.
+//! it after the node) turns its strategies into the QoS manager's configuration, with
+//! the switches of `--node-slo-file`, and hands it over at once; no restart. A value
+//! out of koordinator's range drops only its strategy, named with the field, the
+//! value and the range (`qosmanager/slo_spec.rs`); the others apply. Until a NodeSLO
+//! is seen the file's configuration applies; once one is, it stays when the NodeSLO
+//! is deleted, as koordlet's informer keeps its last object. While the apiserver
+//! refuses the watch (403, 404) the configuration in force stays too, and the watch
+//! retries.
 
 use futures::StreamExt as _;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -15,20 +19,19 @@ use tracing::{debug, info, warn};
 use super::access::{Access, Refusal};
 use super::types::NodeSLO;
 use crate::koord::host_apps::{self, HostApp};
-use crate::koord::qosmanager::config::QosConfig;
+use crate::koord::qosmanager::config::{QosConfig, Strategies};
+use crate::koord::qosmanager::slo_spec::{self, Kept};
 
 /// Watches the NodeSLO and sends each configuration it makes.
 pub(crate) struct NodeSloWatch {
     pub client: kube::Client,
     pub node_name: String,
-    /// `--node-slo-file`'s configuration (or the defaults): the strategies, and what
-    /// applies while there is no NodeSLO.
-    pub base: QosConfig,
+    /// `--node-slo-file`'s switches (koordlet's feature gates), which no NodeSLO sets.
+    pub strategies: Strategies,
+    /// The configuration in force: what a dropped strategy keeps is read here.
     pub tx: watch::Sender<QosConfig>,
-    /// Where the NodeSLO's host applications go (the metric advisor), and
-    /// `--node-slo-file`'s, kept when the NodeSLO is deleted.
+    /// Where the NodeSLO's host applications go (the metric advisor).
     pub host_apps: watch::Sender<Vec<HostApp>>,
-    pub base_host_apps: Vec<HostApp>,
 }
 
 impl NodeSloWatch {
@@ -48,9 +51,7 @@ impl NodeSloWatch {
             match event {
                 Some(Ok(Event::Apply(slo) | Event::InitApply(slo))) => self.apply(&slo),
                 Some(Ok(Event::Delete(_))) => {
-                    info!(node = %self.node_name, "NodeSLO deleted; the QoS manager goes back to --node-slo-file's thresholds");
-                    self.send(self.base.clone());
-                    self.send_host_apps(self.base_host_apps.clone());
+                    info!(node = %self.node_name, "NodeSLO deleted; the last one applied is kept, as koordlet keeps it");
                 }
                 Some(Ok(Event::InitDone)) => access.served(),
                 Some(Ok(Event::Init)) => {}
@@ -64,33 +65,58 @@ impl NodeSloWatch {
     }
 
     fn apply(&self, slo: &NodeSLO) {
-        let (apps, errors) = host_apps::parse(slo.spec.host_applications.as_deref());
+        self.apply_host_apps(slo.spec.host_applications.as_ref());
+        let prev = self.tx.borrow().clone();
+        let (cfg, skipped) = slo_spec::from_spec(&slo.spec, &prev, self.strategies);
+        for s in &skipped {
+            warn!(
+                node = %self.node_name,
+                strategy = s.strategy,
+                field = s.error.field,
+                value = %s.error.value,
+                reason = %s.error.reason,
+                then = s.kept.says(),
+                "NodeSLO strategy skipped"
+            );
+        }
+        if cfg == prev {
+            debug!(node = %self.node_name, "NodeSLO seen again; nothing changed");
+            return;
+        }
+        info!(
+            node = %self.node_name,
+            enable = cfg.enable,
+            cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent,
+            memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent,
+            skipped = skipped.len(),
+            "NodeSLO read; the QoS manager follows its strategies"
+        );
+        self.send(cfg);
+    }
+
+    /// The NodeSLO's host applications, each checked on its own; a `hostApplications`
+    /// that is no list keeps the previous ones.
+    fn apply_host_apps(&self, raw: Option<&Value>) {
+        let list = match raw {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(a)) => Some(a.as_slice()),
+            Some(_) => {
+                warn!(
+                    node = %self.node_name,
+                    strategy = "hostApplications",
+                    field = "hostApplications",
+                    reason = "is not a list",
+                    then = Kept::Previous.says(),
+                    "NodeSLO strategy skipped"
+                );
+                return;
+            }
+        };
+        let (apps, errors) = host_apps::parse(list);
         for e in &errors {
             warn!(node = %self.node_name, error = %e, "NodeSLO host application refused; the others are kept");
         }
         self.send_host_apps(apps);
-        let thresholds = slo.spec.resource_used_threshold_with_be.as_ref();
-        let qos = slo.spec.resource_qos_strategy.as_ref();
-        match QosConfig::from_slo(thresholds, self.base.strategies)
-            .and_then(|c| c.with_resource_qos(qos))
-        {
-            Ok(cfg) if *self.tx.borrow() == cfg => {
-                debug!(node = %self.node_name, "NodeSLO seen again; nothing changed");
-            }
-            Ok(cfg) => {
-                info!(
-                    node = %self.node_name,
-                    enable = cfg.enable,
-                    cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent,
-                    memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent,
-                    "NodeSLO read; the QoS manager follows its thresholds"
-                );
-                self.send(cfg);
-            }
-            Err(e) => {
-                warn!(node = %self.node_name, error = %e, "NodeSLO refused; the QoS manager keeps its last configuration");
-            }
-        }
     }
 
     fn send_host_apps(&self, apps: Vec<HostApp>) {

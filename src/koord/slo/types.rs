@@ -1,8 +1,8 @@
 //! koordinator's `slo.koordinator.sh/v1alpha1` objects with koordinator's field names
 //! (`apis/slo/v1alpha1`). NodeMetric is typed whole: oxlet writes its status (NUMA
-//! usages, host applications and GPU devices are never filled here). Of NodeSLO, the
-//! part the QoS manager acts on is typed; the other sections are kept as given, so a
-//! real NodeSLO is read without error.
+//! usages, host applications and GPU devices are never filled here). NodeSLO's
+//! sections are kept as given and checked strategy by strategy where they are used,
+//! so one bad value costs its strategy, never the whole object.
 
 use std::collections::BTreeMap;
 
@@ -137,28 +137,13 @@ pub(crate) struct NodeMetricStatus {
     pub prod_peak_metric: Option<ResourceMetric>,
 }
 
-/// koordlet's `resourceUsedThresholdWithBE` (`ResourceThresholdStrategy`). The QoS
-/// manager acts on the CPU suppress and memory eviction fields; the others
-/// (allocatable, BE CPU and CPU eviction) are kept as given.
+/// koordlet's `resourceUsedThresholdWithBE` (`ResourceThresholdStrategy`), field by
+/// field as given: the QoS manager's configuration checks each value for its strategy
+/// (`qosmanager/slo_spec.rs`), so a value of the wrong type drops that strategy alone
+/// instead of failing the whole NodeSLO's decoding.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct ResourceThresholdStrategy {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enable: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_suppress_threshold_percent: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_suppress_min_percent: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_suppress_policy: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_evict_threshold_percent: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_evict_lower_percent: Option<i64>,
-    /// The fields oxlet does not act on yet, by their names.
-    #[serde(flatten)]
-    pub other: BTreeMap<String, Value>,
-}
+#[serde(transparent)]
+pub(crate) struct ResourceThresholdStrategy(pub serde_json::Map<String, Value>);
 
 /// Every field koordinator's `ResourceThresholdStrategy` has: a node SLO file naming
 /// another is refused (the apiserver checked a NodeSLO against its CRD already).
@@ -213,8 +198,9 @@ pub(crate) struct NodeSLOSpec {
     pub system_strategy: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extensions: Option<Value>,
+    /// A list, checked item by item where it is used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_applications: Option<Vec<Value>>,
+    pub host_applications: Option<Value>,
 }
 
 /// Every section of a NodeSLO spec.

@@ -294,7 +294,7 @@ async fn skip_logged(ox: &Oxlet, strategy: &str, field: &str, value: i64) -> Str
     let names = [
         format!("strategy=\"{strategy}\""),
         format!("field=\"resourceUsedThresholdWithBE.{field}\""),
-        format!("value={value}"),
+        format!("value=\"{value}\""),
     ];
     assert!(
         line.starts_with('W') && names.iter().all(|n| line.contains(n.as_str())),

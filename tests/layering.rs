@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 /// Rooms, bottom floor first. A room may use the rooms of the floors below its own.
 const FLOORS: &[&[&str]] = &[
+    // the `/proc` files' parsers, which the safe-path helper's mount table needs too
+    &["procfs"],
     // the lock policy, the one safe-path helper, Go's duration spelling, klog's
     // quoting and the versions oxlet says it is, which the base rooms use too
     &["locks", "safe_path", "duration", "klog", "version"],

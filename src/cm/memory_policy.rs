@@ -100,7 +100,7 @@ pub(crate) fn swap_controller_available(
     let file = if version.uses_v1_controllers() {
         mount.join("memory/memory.memsw.limit_in_bytes")
     } else {
-        let Some(own) = self_cgroup.lines().find_map(|l| l.strip_prefix("0::")) else {
+        let Some(own) = crate::procfs::cgroup_path(self_cgroup, None) else {
             return false;
         };
         mount

@@ -339,12 +339,12 @@ pub fn cgroup(data: &[u8]) {
 }
 
 /// The procfs parsers, each on the whole input: `/proc/stat`, `/proc/meminfo`,
-/// `/proc/loadavg`, `/proc/net/{dev,route}`, `/proc/self/{stat,status}`, and the node
-/// facts' files.
+/// `/proc/loadavg`, `/proc/net/{dev,route}`, `/proc/self/{stat,status,mountinfo}`, and
+/// the node facts' files.
 pub fn procfs(data: &[u8]) {
-    use crate::koord::{
-        memory_from_meminfo, parse_boot_time, parse_cpu_jiffies, parse_default_route,
-        parse_loadavg_tasks, parse_meminfo, parse_net_dev,
+    use crate::koord::{memory_from_meminfo, parse_default_route, parse_net_dev};
+    use crate::procfs::{
+        parse_boot_time, parse_cpu_jiffies, parse_loadavg_tasks, parse_meminfo, parse_mountinfo,
     };
     let text = String::from_utf8_lossy(data);
     let _ = parse_cpu_jiffies(&text);
@@ -352,13 +352,13 @@ pub fn procfs(data: &[u8]) {
     if let Some(m) = parse_meminfo(&text) {
         let r = memory_from_meminfo(&m);
         assert!(r.working_set_bytes <= r.usage_bytes);
-        assert!(m.used() <= m.total);
+        assert!(m.used().is_none_or(|u| u <= m.total));
     }
     let _ = parse_loadavg_tasks(&text);
     let _ = parse_default_route(&text);
     assert!(parse_net_dev(&text).len() <= 64);
     let _ = crate::metrics::parse_process_stat(&text, &text, 100.0, 4096.0);
-    let _ = crate::node::mem_total_bytes(&text);
+    let _ = parse_mountinfo(data);
     let _ = crate::node::cpus_allowed(&text);
     let _ = crate::node::cpu_list_len(&text);
     let _ = crate::node::os_pretty_name(&text);

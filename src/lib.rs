@@ -51,6 +51,7 @@ mod podenv;
 mod podresources;
 mod private_file;
 mod prober;
+mod procfs;
 mod quantity;
 mod resourcemanager;
 mod rlimit;

@@ -133,11 +133,10 @@ impl NodeInfo {
                     .map(|n| n.get() as u32)
             })
             .unwrap_or(1);
-        let meminfo = read_fact("/proc/meminfo", true);
-        let memory_bytes = meminfo.as_deref().and_then(mem_total_bytes).unwrap_or(0);
-        let swap_capacity_bytes = (meminfo.as_deref())
-            .and_then(|m| meminfo_bytes(m, "SwapTotal:"))
-            .unwrap_or(0);
+        let meminfo = read_fact("/proc/meminfo", true)
+            .and_then(|m| crate::procfs::parse_meminfo(&m))
+            .unwrap_or_default();
+        let (memory_bytes, swap_capacity_bytes) = (meminfo.total, meminfo.swap_total);
         NodeInfo {
             name: name.to_string(),
             addresses,
@@ -246,23 +245,6 @@ pub(crate) fn first_inet(text: &str) -> Option<String> {
     })
 }
 
-/// `MemTotal` of /proc/meminfo text, in bytes.
-pub(crate) fn mem_total_bytes(meminfo: &str) -> Option<u64> {
-    meminfo_bytes(meminfo, "MemTotal:")
-}
-
-/// One `/proc/meminfo` field (`key` with its colon), in bytes.
-fn meminfo_bytes(meminfo: &str, key: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with(key))?;
-    let mut words = line[key.len()..].split_whitespace();
-    let value: u64 = words.next()?.parse().ok()?;
-    match words.next() {
-        Some("kB") => value.checked_mul(1024),
-        None => Some(value),
-        Some(_) => None,
-    }
-}
-
 /// The number of CPUs in `Cpus_allowed_list` of `/proc/<pid>/status` text.
 pub(crate) fn cpus_allowed(status: &str) -> Option<u32> {
     let line = status
@@ -319,17 +301,6 @@ pub(crate) fn go_arch(rust_arch: &'static str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mem_total_is_read_in_bytes() {
-        let text = "MemTotal:        8029352 kB\nMemFree:          123456 kB\nSwapTotal:       2097148 kB\n";
-        assert_eq!(mem_total_bytes(text), Some(8_029_352 * 1024));
-        assert_eq!(mem_total_bytes("MemFree: 1 kB\n"), None);
-        assert_eq!(mem_total_bytes("MemTotal: lots kB\n"), None);
-        assert_eq!(mem_total_bytes("MemTotal: 1 MB\n"), None);
-        assert_eq!(meminfo_bytes(text, "SwapTotal:"), Some(2_097_148 * 1024));
-        assert_eq!(mem_total_bytes("MemTotal: 18446744073709551615 kB\n"), None);
-    }
 
     #[test]
     fn cpu_lists_are_counted() {
@@ -394,7 +365,7 @@ mod tests {
             .sum();
         assert_eq!(cpus_allowed(&status), Some(mask_cpus));
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-        let total = mem_total_bytes(&meminfo).unwrap();
+        let total = crate::procfs::parse_meminfo(&meminfo).unwrap().total;
         let free_kb: u64 = meminfo
             .lines()
             .find_map(|l| l.strip_prefix("MemFree:"))

@@ -62,6 +62,49 @@ pub(crate) enum Problem {
     TooManyDocuments(usize),
     #[error("{0}")]
     Value(String),
+    #[error(transparent)]
+    Scalar(#[from] ScalarError),
+}
+
+/// Why a scalar has no JSON value or key, in go-yaml v2's and sigs.k8s.io/yaml's words.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ScalarError {
+    #[error("integer {0} does not fit in 64 bits")]
+    IntRange(String),
+    #[error("unsupported value {0}: JSON has no NaN or infinity")]
+    NotFinite(f64),
+    #[error("unsupported map key: null")]
+    NullKey,
+    #[error("unsupported map key: {0} (uint64)")]
+    UintKey(u64),
+    #[error("!!binary value contains invalid base64 data")]
+    Base64,
+    #[error("!!binary value is not UTF-8 text")]
+    NotUtf8,
+    #[error("cannot decode {got} `{text}` as a !!{wanted}")]
+    Tag {
+        got: &'static str,
+        text: String,
+        wanted: String,
+    },
+}
+
+/// Why a document does not decode into its type: the field's path, serde's reason
+/// with a hint where YAML 1.1 is the likely cause, and the field's place in the text.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}{reason}{hint}{}", at_text(.at))]
+pub(crate) struct DecodeError {
+    /// `spec.containers[0].image: `, or nothing at the document's top.
+    field: String,
+    reason: String,
+    hint: &'static str,
+    /// 1-based line and column, when the field was found.
+    at: Option<(usize, usize)>,
+}
+
+fn at_text(at: &Option<(usize, usize)>) -> String {
+    at.map(|(line, column)| format!(" at line {line} column {column}"))
+        .unwrap_or_default()
 }
 
 /// A [`Problem`] and where in the text it was met (1-based line and column).
@@ -121,7 +164,7 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     value: Value,
     limits: &Limits,
     prefix: &[PathSeg],
-) -> Result<T, String> {
+) -> Result<T, DecodeError> {
     serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let mut target = prefix.to_vec();
         for seg in e.path().iter() {
@@ -131,9 +174,9 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
                 _ => break,
             }
         }
-        let inner = e.inner().to_string();
-        let hint = if inner.contains("expected a string")
-            && (inner.contains("boolean") || inner.contains("integer") || inner.contains("floating"))
+        let reason = e.inner().to_string();
+        let hint = if reason.contains("expected a string")
+            && (reason.contains("boolean") || reason.contains("integer") || reason.contains("floating"))
         {
             " (YAML 1.1, as kubelet reads it: yes/no/on/off/y/n are booleans and 012 is octal; quote the value)"
         } else {
@@ -144,9 +187,11 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
         } else {
             String::new()
         };
-        match locate(text, limits, &target) {
-            Some((line, column)) => format!("{field}{inner}{hint} at line {line} column {column}"),
-            None => format!("{field}{inner}{hint}"),
+        DecodeError {
+            field,
+            reason,
+            hint,
+            at: locate(text, limits, &target),
         }
     })
 }
@@ -202,7 +247,7 @@ pub(crate) enum Scalar {
 /// - `.5`, `.inf`, `-.inf`, `.nan` are floats; anything else is a string.
 ///
 /// Timestamps stay strings, as go-yaml v2 keeps them for untyped values.
-pub(crate) fn resolve_plain(s: &str) -> Result<Scalar, String> {
+pub(crate) fn resolve_plain(s: &str) -> Result<Scalar, ScalarError> {
     match s {
         "y" | "Y" | "yes" | "Yes" | "YES" | "true" | "True" | "TRUE" | "on" | "On" | "ON" => {
             return Ok(Scalar::Bool(true));
@@ -239,7 +284,7 @@ pub(crate) fn resolve_plain(s: &str) -> Result<Scalar, String> {
                 return Ok(Scalar::Float(f));
             }
             if unsigned == Err(IntError::Range) {
-                return Err(format!("integer {s} does not fit in 64 bits"));
+                return Err(ScalarError::IntRange(s.to_string()));
             }
             Ok(Scalar::Str(s.to_string()))
         }
@@ -352,18 +397,14 @@ fn go_parse_int(s: &str) -> Result<i64, IntError> {
 
 /// A scalar as the JSON value sigs.k8s.io/yaml writes for it. Go writes a whole float
 /// below 1e21 without a fraction (`1e3` is `1000`), which an integer field then takes.
-fn scalar_value(s: Scalar) -> Result<Value, String> {
+fn scalar_value(s: Scalar) -> Result<Value, ScalarError> {
     Ok(match s {
         Scalar::Null => Value::Null,
         Scalar::Bool(b) => Value::Bool(b),
         Scalar::Int(i) => Value::from(i),
         Scalar::Uint(u) => Value::from(u),
         Scalar::Str(s) => Value::String(s),
-        Scalar::Float(f) if !f.is_finite() => {
-            return Err(format!(
-                "unsupported value {f}: JSON has no NaN or infinity"
-            ));
-        }
+        Scalar::Float(f) if !f.is_finite() => return Err(ScalarError::NotFinite(f)),
         Scalar::Float(f) if f.fract() == 0.0 && f.abs() < 1e21 => {
             if f >= i64::MIN as f64 && f < i64::MAX as f64 {
                 Value::from(f as i64)
@@ -380,7 +421,7 @@ fn scalar_value(s: Scalar) -> Result<Value, String> {
 /// A map key as sigs.k8s.io/yaml turns it into a JSON key: strings as they are,
 /// integers in decimal, booleans as `true`/`false`, floats as Go's `%g` of a float32;
 /// a null or an unsigned 64-bit key is refused, as there.
-pub(crate) fn key_text(key: Scalar) -> Result<String, String> {
+pub(crate) fn key_text(key: Scalar) -> Result<String, ScalarError> {
     Ok(match key {
         Scalar::Str(s) => s,
         Scalar::Int(i) => i.to_string(),
@@ -388,8 +429,8 @@ pub(crate) fn key_text(key: Scalar) -> Result<String, String> {
         Scalar::Float(f) if f.is_nan() => ".nan".to_string(),
         Scalar::Float(f) if f.is_infinite() => if f > 0.0 { ".inf" } else { "-.inf" }.to_string(),
         Scalar::Float(f) => go_float32_g(f),
-        Scalar::Null => return Err("unsupported map key: null".to_string()),
-        Scalar::Uint(u) => return Err(format!("unsupported map key: {u} (uint64)")),
+        Scalar::Null => return Err(ScalarError::NullKey),
+        Scalar::Uint(u) => return Err(ScalarError::UintKey(u)),
     })
 }
 
@@ -409,7 +450,7 @@ fn go_float32_g(f: f64) -> String {
 
 /// A scalar with its style and tag, as go-yaml v2 reads it for an untyped value:
 /// quoted and block scalars are strings; a tag asks for its type.
-fn tagged_scalar(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Scalar, String> {
+fn tagged_scalar(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Scalar, ScalarError> {
     let Some(tag) = tag else {
         return if style == ScalarStyle::Plain {
             resolve_plain(text)
@@ -427,10 +468,10 @@ fn tagged_scalar(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Sc
         let clean: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(clean)
-            .map_err(|_| "!!binary value contains invalid base64 data".to_string())?;
+            .map_err(|_| ScalarError::Base64)?;
         return String::from_utf8(bytes)
             .map(Scalar::Str)
-            .map_err(|_| "!!binary value is not UTF-8 text".to_string());
+            .map_err(|_| ScalarError::NotUtf8);
     }
     if !matches!(wanted, "int" | "float" | "bool" | "null") {
         return Ok(Scalar::Str(text.to_string()));
@@ -454,7 +495,11 @@ fn tagged_scalar(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Sc
             Scalar::Float(_) => "!!float",
             Scalar::Str(_) => "!!str",
         };
-        Err(format!("cannot decode {got} `{text}` as a !!{wanted}"))
+        Err(ScalarError::Tag {
+            got,
+            text: text.to_string(),
+            wanted: wanted.to_string(),
+        })
     }
 }
 
@@ -587,8 +632,7 @@ impl<'a> Builder<'a> {
             let key = if is_merge {
                 Key::Merge
             } else {
-                let scalar = tagged_scalar(text, style, tag).map_err(Problem::Value)?;
-                let name = key_text(scalar).map_err(Problem::Value)?;
+                let name = key_text(tagged_scalar(text, style, tag)?)?;
                 if anchor != 0 {
                     self.keep_anchor(anchor, &Value::String(name.clone()), (1, text.len()))?;
                 }
@@ -599,8 +643,7 @@ impl<'a> Builder<'a> {
             }
             return Ok(());
         }
-        let scalar = tagged_scalar(text, style, tag).map_err(Problem::Value)?;
-        let value = scalar_value(scalar).map_err(Problem::Value)?;
+        let value = scalar_value(tagged_scalar(text, style, tag)?)?;
         if anchor != 0 {
             self.keep_anchor(anchor, &value, (1, text.len()))?;
         }
@@ -1015,7 +1058,9 @@ mod tests {
             env: Vec<Env>,
         }
         let text = "env:\n- value: \"x\"\n- value: yes\n";
-        let e = decode::<Doc>(text, one(text), &LIMITS, &[]).unwrap_err();
+        let e = decode::<Doc>(text, one(text), &LIMITS, &[])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("env[1].value: invalid type: boolean `true`, expected a string"),
             "{e}"

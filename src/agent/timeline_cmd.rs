@@ -137,18 +137,46 @@ fn host_port(authority: &str, default: u16) -> Option<(&str, u16)> {
     Some((host, port))
 }
 
+/// Why no timeline could be fetched; each names the server asked.
+#[derive(Debug, thiserror::Error)]
+enum TimelineFetchError {
+    #[error("--server {0}: want http:// or https://")]
+    Scheme(String),
+    #[error("--server {0}: bad port")]
+    Port(String),
+    #[error("{0}")]
+    Request(#[from] hyper::http::Error),
+    #[error("{server}: {error}")]
+    Get {
+        server: String,
+        error: crate::http_get::HttpGetError,
+    },
+    #[error("{server}: {status} {body}")]
+    Status {
+        server: String,
+        status: hyper::StatusCode,
+        body: String,
+    },
+    #[error("{server}: not a timeline: {error}")]
+    NotATimeline {
+        server: String,
+        error: serde_json::Error,
+    },
+}
+
 /// Asks the server and turns the answer into what to print.
-async fn fetch(ask: &Ask) -> Result<String, String> {
+async fn fetch(ask: &Ask) -> Result<String, TimelineFetchError> {
+    let server = || ask.server.clone();
     let (https, rest) = if let Some(r) = ask.server.strip_prefix("https://") {
         (true, r)
     } else if let Some(r) = ask.server.strip_prefix("http://") {
         (false, r)
     } else {
-        return Err(format!("--server {}: want http:// or https://", ask.server));
+        return Err(TimelineFetchError::Scheme(server()));
     };
     let authority = rest.trim_end_matches('/');
     let (host, port) = host_port(authority, if https { 443 } else { 80 })
-        .ok_or_else(|| format!("--server {}: bad port", ask.server))?;
+        .ok_or_else(|| TimelineFetchError::Port(server()))?;
     let transport = match (https, ask.insecure) {
         (false, _) => Transport::Plain,
         (true, true) => Transport::TlsSkipVerify,
@@ -160,19 +188,29 @@ async fn fetch(ask: &Ask) -> Result<String, String> {
     if let Some(t) = &ask.token {
         req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+    let req = req.body(Empty::<Bytes>::new())?;
     let answer = get_over(transport, host, port, req, MAX_ANSWER)
         .await
-        .map_err(|e| format!("{}: {e}", ask.server))?;
+        .map_err(|error| TimelineFetchError::Get {
+            server: server(),
+            error,
+        })?;
     let body = String::from_utf8_lossy(&answer.body);
     if !answer.status.is_success() {
-        return Err(format!("{}: {} {}", ask.server, answer.status, body.trim()));
+        return Err(TimelineFetchError::Status {
+            server: server(),
+            status: answer.status,
+            body: body.trim().to_string(),
+        });
     }
     if ask.json {
         return Ok(format!("{body}\n"));
     }
     let story: Story =
-        serde_json::from_str(&body).map_err(|e| format!("{}: not a timeline: {e}", ask.server))?;
+        serde_json::from_str(&body).map_err(|error| TimelineFetchError::NotATimeline {
+            server: server(),
+            error,
+        })?;
     Ok(render_text(&story))
 }
 

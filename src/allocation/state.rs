@@ -160,7 +160,16 @@ pub(crate) enum StateError {
     #[error(
         "{file} is corrupt ({why}): drain this node and delete the file before starting again, as kubelet asks"
     )]
-    Corrupt { file: String, why: String },
+    Corrupt { file: String, why: CheckpointError },
+}
+
+/// What is wrong inside a state file.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckpointError {
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("checksum {stored} does not match its data ({computed})")]
+    Checksum { stored: u64, computed: u64 },
 }
 
 /// The file's shape: kubelet's `Checkpoint`.
@@ -222,16 +231,15 @@ impl ResourceState {
         }
     }
 
-    fn decode(body: &[u8]) -> Result<BTreeMap<String, PodResources>, String> {
-        let cp: Checkpoint = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    fn decode(body: &[u8]) -> Result<BTreeMap<String, PodResources>, CheckpointError> {
+        let cp: Checkpoint = serde_json::from_slice(body)?;
         if checksum(&cp.data) != cp.checksum {
-            return Err(format!(
-                "checksum {} does not match its data ({})",
-                cp.checksum,
-                checksum(&cp.data)
-            ));
+            return Err(CheckpointError::Checksum {
+                stored: cp.checksum,
+                computed: checksum(&cp.data),
+            });
         }
-        let data: Entries = serde_json::from_str(&cp.data).map_err(|e| e.to_string())?;
+        let data: Entries = serde_json::from_str(&cp.data)?;
         Ok(data.entries)
     }
 

@@ -37,12 +37,12 @@ impl SwapBehavior {
     }
 
     /// kubelet's validation: "" (None, unset), `NoSwap` or `LimitedSwap`.
-    pub(crate) fn parse(text: &str) -> Result<Option<SwapBehavior>, String> {
+    pub(crate) fn parse(text: &str) -> Result<Option<SwapBehavior>, MemorySettingsError> {
         match text {
             "" => Ok(None),
             "NoSwap" => Ok(Some(SwapBehavior::NoSwap)),
             "LimitedSwap" => Ok(Some(SwapBehavior::LimitedSwap)),
-            _ => Err(r#"must be one of: "", "LimitedSwap" or "NoSwap""#.to_string()),
+            _ => Err(MemorySettingsError::SwapBehavior),
         }
     }
 }
@@ -59,6 +59,9 @@ pub(crate) struct MemorySettings {
 /// Why the container manager refuses these settings on this host.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum MemorySettingsError {
+    /// `memorySwap.swapBehavior` names no behavior kubelet knows.
+    #[error(r#"must be one of: "", "LimitedSwap" or "NoSwap""#)]
+    SwapBehavior,
     /// kubelet's `validateKubeletOSConfiguration`, in its words.
     #[error(
         "invalid configuration: singleProcessOOMKill must not be explicitly set to false when using cgroup v1"
@@ -97,7 +100,7 @@ pub(crate) fn swap_controller_available(
     let file = if version.uses_v1_controllers() {
         mount.join("memory/memory.memsw.limit_in_bytes")
     } else {
-        let Some(own) = self_cgroup.lines().find_map(|l| l.strip_prefix("0::")) else {
+        let Some(own) = crate::procfs::cgroup_path(self_cgroup, None) else {
             return false;
         };
         mount

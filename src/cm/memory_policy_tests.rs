@@ -62,7 +62,7 @@ fn swap_behavior_parses_kubelets_three_values_and_refuses_others() {
     );
     for bad in ["UnlimitedSwap", "limitedswap", " NoSwap"] {
         assert_eq!(
-            SwapBehavior::parse(bad).unwrap_err(),
+            SwapBehavior::parse(bad).unwrap_err().to_string(),
             r#"must be one of: "", "LimitedSwap" or "NoSwap""#
         );
     }

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 pub(crate) use docker_config::{Credential, DockerConfigError, Login, LoginSource};
 pub(crate) use keyring::Keyring;
 pub(crate) use node::NodeKeyring;
-pub(crate) use plugin::{AccountFuture, CredentialPlugins, ServiceAccounts};
+pub(crate) use plugin::{AccountError, AccountFuture, CredentialPlugins, ServiceAccounts};
 
 /// The secret type and key of a `config.json`-style pull secret.
 pub(crate) const DOCKER_CONFIG_JSON_TYPE: &str = "kubernetes.io/dockerconfigjson";

@@ -105,22 +105,27 @@ impl NodeKeyring {
 
 type Parser = fn(&[u8], &str) -> Result<DockerConfig, DockerConfigError>;
 
+/// Why a node docker config file was skipped (logged, never fatal).
+#[derive(Debug, thiserror::Error)]
+enum NodeConfigError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Config(#[from] DockerConfigError),
+}
+
 /// `Ok(None)` when the file is not there.
-fn read_file(path: &Path, parse: Parser) -> Result<Option<DockerConfig>, String> {
+fn read_file(path: &Path, parse: Parser) -> Result<Option<DockerConfig>, NodeConfigError> {
     use std::io::Read as _;
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     };
     let mut bytes = Vec::new();
     let limit = u64::try_from(MAX_CONFIG_BYTES).unwrap_or(u64::MAX) + 1;
-    file.take(limit)
-        .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    parse(&bytes, &path.display().to_string())
-        .map(Some)
-        .map_err(|e| e.to_string())
+    file.take(limit).read_to_end(&mut bytes)?;
+    Ok(Some(parse(&bytes, &path.display().to_string())?))
 }
 
 #[cfg(test)]

@@ -57,7 +57,10 @@ impl VerifyPolicy {
 
     /// The policy named `name` with `allowlist` (`preloadedImagesVerificationAllowlist`),
     /// checked as kubelet validates its configuration.
-    pub(crate) fn parse(name: &str, allowlist: &[String]) -> Result<VerifyPolicy, String> {
+    pub(crate) fn parse(
+        name: &str,
+        allowlist: &[String],
+    ) -> Result<VerifyPolicy, VerifyPolicyError> {
         let policy = match name {
             "NeverVerify" => VerifyPolicy::NeverVerify,
             "" | "NeverVerifyPreloadedImages" => VerifyPolicy::NeverVerifyPreloadedImages,
@@ -65,15 +68,11 @@ impl VerifyPolicy {
                 VerifyPolicy::NeverVerifyAllowlistedImages(Allowlist::parse(allowlist)?)
             }
             "AlwaysVerify" => VerifyPolicy::AlwaysVerify,
-            other => {
-                return Err(format!(
-                    "unsupported value of imagePullCredentialsVerificationPolicy: {other:?}"
-                ));
-            }
+            other => return Err(VerifyPolicyError::Unsupported(other.to_string())),
         };
         if !allowlist.is_empty() && !matches!(policy, VerifyPolicy::NeverVerifyAllowlistedImages(_))
         {
-            return Err("can't set `preloadedImagesVerificationAllowlist` if `imagePullCredentialsVerificationPolicy` is not \"NeverVerifyAllowlistedImages\"".into());
+            return Err(VerifyPolicyError::AllowlistWithoutPolicy);
         }
         Ok(policy)
     }
@@ -107,6 +106,30 @@ impl VerifyPolicy {
     }
 }
 
+/// Why the verification policy or its allowlist is refused, in kubelet's
+/// configuration validation's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum VerifyPolicyError {
+    #[error("unsupported value of imagePullCredentialsVerificationPolicy: {0:?}")]
+    Unsupported(String),
+    #[error(
+        "can't set `preloadedImagesVerificationAllowlist` if `imagePullCredentialsVerificationPolicy` is not \"NeverVerifyAllowlistedImages\""
+    )]
+    AllowlistWithoutPolicy,
+    #[error("leading/trailing spaces are not allowed: {0}")]
+    Spaces(String),
+    #[error("at least registry hostname is required")]
+    NoRegistry,
+    #[error("the supplied pattern is too short: {0}")]
+    TooShort(String),
+    #[error("not a valid wildcard pattern, only patterns ending with '/*' are allowed: {0}")]
+    Wildcard(String),
+    #[error("failed to parse as an image name: {0}")]
+    ImageName(crate::pod::InvalidImageRef),
+    #[error("neither tag nor digest is accepted in an image reference: {0}")]
+    TagOrDigest(String),
+}
+
 /// `preloadedImagesVerificationAllowlist`: repositories without tag or digest, or a
 /// prefix ending in a whole path segment `/*`. Both sides are normalized
 /// (`busybox` is `docker.io/library/busybox`), as kubelet 1.36 compares them.
@@ -119,11 +142,12 @@ pub(crate) struct Allowlist {
 }
 
 impl Allowlist {
-    fn parse(patterns: &[String]) -> Result<Allowlist, String> {
+    fn parse(patterns: &[String]) -> Result<Allowlist, VerifyPolicyError> {
+        use VerifyPolicyError as E;
         let mut list = Allowlist::default();
         for p in patterns {
             if p.trim() != p {
-                return Err(format!("leading/trailing spaces are not allowed: {p}"));
+                return Err(E::Spaces(p.clone()));
             }
             let (stem, wildcard) = match p.strip_suffix("/*") {
                 Some(stem) => (stem, true),
@@ -131,31 +155,25 @@ impl Allowlist {
             };
             if stem.is_empty() {
                 return Err(if wildcard {
-                    "at least registry hostname is required".into()
+                    E::NoRegistry
                 } else {
-                    format!("the supplied pattern is too short: {p}")
+                    E::TooShort(p.clone())
                 });
             }
             if stem.contains('*') {
-                return Err(format!(
-                    "not a valid wildcard pattern, only patterns ending with '/*' are allowed: {p}"
-                ));
+                return Err(E::Wildcard(p.clone()));
             }
             if wildcard {
                 list.prefixes.push(format!("{stem}/"));
                 continue;
             }
-            if let Err(e) = crate::pod::check_image_ref(stem) {
-                return Err(format!("failed to parse as an image name: {e}"));
-            }
+            crate::pod::check_image_ref(stem).map_err(E::ImageName)?;
             let repository = crate::pod::image_repository(stem);
             if crate::pod::image_repository(&format!("{stem}:x")) != repository
                 || stem.contains('@')
                 || has_tag(stem)
             {
-                return Err(format!(
-                    "neither tag nor digest is accepted in an image reference: {p}"
-                ));
+                return Err(E::TagOrDigest(p.clone()));
             }
             list.exact.insert(repository);
         }

@@ -35,13 +35,16 @@ fn policies_and_allowlists_are_validated_as_kubelet() {
         assert_eq!(VerifyPolicy::parse(name, &[]).unwrap().name(), name);
     }
     assert_eq!(
-        VerifyPolicy::parse("Sometimes", &[]).unwrap_err(),
+        VerifyPolicy::parse("Sometimes", &[])
+            .unwrap_err()
+            .to_string(),
         "unsupported value of imagePullCredentialsVerificationPolicy: \"Sometimes\""
     );
     let list = |items: &[&str]| items.iter().map(ToString::to_string).collect::<Vec<_>>();
     assert!(
         VerifyPolicy::parse("AlwaysVerify", &list(&["busybox"]))
             .unwrap_err()
+            .to_string()
             .starts_with("can't set `preloadedImagesVerificationAllowlist`")
     );
     for (pattern, error) in [
@@ -59,7 +62,9 @@ fn policies_and_allowlists_are_validated_as_kubelet() {
             "neither tag nor digest is accepted in an image reference: busybox:1",
         ),
     ] {
-        let e = VerifyPolicy::parse("NeverVerifyAllowlistedImages", &list(&[pattern])).unwrap_err();
+        let e = VerifyPolicy::parse("NeverVerifyAllowlistedImages", &list(&[pattern]))
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, error, "{pattern}");
     }
     let policy = VerifyPolicy::parse(

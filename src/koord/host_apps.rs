@@ -105,19 +105,36 @@ struct RawPath {
     relative_path: String,
 }
 
+/// Why a host application's file or cgroup path is refused.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostAppsFileError {
+    #[error("{}: {source}", .path.display())]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: larger than {max} bytes", .path.display())]
+    TooLarge { path: std::path::PathBuf, max: u64 },
+    #[error("{}: {source}", .path.display())]
+    Yaml {
+        path: std::path::PathBuf,
+        source: crate::yaml::YamlError,
+    },
+    #[error(transparent)]
+    PathPart(#[from] crate::safe_path::PathError),
+    #[error("more than {MAX_PARTS} path parts")]
+    TooManyParts,
+}
+
 /// The plain components of `path` (slashes at either end and doubled ones dropped).
-fn components(path: &str) -> Result<Vec<String>, String> {
+fn components(path: &str) -> Result<Vec<String>, HostAppsFileError> {
     let parts: Vec<String> = path
         .split('/')
         .filter(|p| !p.is_empty())
-        .map(|p| {
-            crate::safe_path::component(p)
-                .map(str::to_string)
-                .map_err(|e| e.to_string())
-        })
+        .map(|p| crate::safe_path::component(p).map(str::to_string))
         .collect::<Result<_, _>>()?;
     if parts.len() > MAX_PARTS {
-        return Err(format!("more than {MAX_PARTS} path parts"));
+        return Err(HostAppsFileError::TooManyParts);
     }
     Ok(parts)
 }
@@ -149,10 +166,11 @@ fn one(index: usize, raw: &Value) -> Result<HostApp, HostAppError> {
             (CgroupBase::CgroupRoot, parts.collect())
         }
         Some(p) => {
-            let mut parts =
-                components(&p.parent_dir).map_err(|r| err("cgroupPath.parentDir", r))?;
+            let mut parts = components(&p.parent_dir)
+                .map_err(|r| err("cgroupPath.parentDir", r.to_string()))?;
             parts.extend(
-                components(&p.relative_path).map_err(|r| err("cgroupPath.relativePath", r))?,
+                components(&p.relative_path)
+                    .map_err(|r| err("cgroupPath.relativePath", r.to_string()))?,
             );
             (p.base.unwrap_or(CgroupBase::CgroupRoot), parts)
         }
@@ -200,21 +218,31 @@ pub(crate) fn parse(raw: Option<&[Value]>) -> (Vec<HostApp>, Vec<HostAppError>) 
 /// bounded; the file's errors are the caller's to report.
 pub(crate) fn from_file(
     path: &std::path::Path,
-) -> Result<(Vec<HostApp>, Vec<HostAppError>), String> {
+) -> Result<(Vec<HostApp>, Vec<HostAppError>), HostAppsFileError> {
     use std::io::Read as _;
     const MAX_BYTES: u64 = 64 * 1024;
     let mut text = String::new();
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_BYTES + 1).read_to_string(&mut text))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(|source| HostAppsFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if text.len() as u64 > MAX_BYTES {
-        return Err(format!("{}: larger than {MAX_BYTES} bytes", path.display()));
+        return Err(HostAppsFileError::TooLarge {
+            path: path.to_path_buf(),
+            max: MAX_BYTES,
+        });
     }
     let doc: Value = if text.trim().is_empty() {
         Value::Null
     } else {
-        crate::yaml::single(&text, &crate::yaml::CONFIG_LIMITS)
-            .map_err(|e| format!("{}: {e}", path.display()))?
+        crate::yaml::single(&text, &crate::yaml::CONFIG_LIMITS).map_err(|source| {
+            HostAppsFileError::Yaml {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?
     };
     let list = doc.get("hostApplications").and_then(Value::as_array);
     Ok(parse(list.map(Vec::as_slice)))

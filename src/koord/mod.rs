@@ -31,11 +31,8 @@ pub(crate) use advisor::{
     Advisor, AdvisorDeps, DebugQuery, DebugQueryError, ManagedPods, debug_query,
 };
 pub(crate) use metriccache::{CacheLimits, MetricCache};
-// The advisor's procfs parsers, for the fuzz targets (`crate::fuzzing`).
-pub(crate) use advisor::{
-    memory_from_meminfo, parse_boot_time, parse_cpu_jiffies, parse_default_route,
-    parse_loadavg_tasks, parse_meminfo, parse_net_dev,
-};
+// The advisor's readings of procfs files, for the fuzz targets (`crate::fuzzing`).
+pub(crate) use advisor::{memory_from_meminfo, parse_default_route, parse_net_dev};
 // The NodeSLO's host applications, for the agent's wiring and the flag check.
 pub(crate) use host_apps::{HostApp, QosPaths, from_file as host_apps_from_file};
 // The NodeSLO's host applications as the apiserver's NodeSLO carries them (fuzz targets).

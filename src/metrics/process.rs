@@ -95,24 +95,17 @@ pub(crate) fn parse(stat: &str, proc_stat: &str, ticks: f64, page: f64) -> Optio
     // After the command: state is field 3, so field n is f[n - 3].
     let num = |n: usize| f.get(n - 3)?.parse::<f64>().ok();
     let (utime, stime, start, rss) = (num(14)?, num(15)?, num(22)?, num(24)?);
-    let btime = proc_stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse::<f64>()
-        .ok()?;
+    let btime = crate::procfs::boot_time_secs(proc_stat)? as f64;
     Some((btime + start / ticks, (utime + stime) / ticks, rss * page))
 }
 
 /// A soft limit of `/proc/self/limits` (`Max open files  1024  4096  files`); the Go
 /// client's procfs reads `unlimited` as the largest u64.
 pub(crate) fn soft_limit(limits: &str, name: &str) -> Option<f64> {
-    let line = limits.lines().find(|l| l.starts_with(name))?;
-    let soft = line[name.len()..].split_whitespace().next()?;
-    if soft == "unlimited" {
-        return Some(u64::MAX as f64);
-    }
-    soft.parse::<u64>().ok().map(|v| v as f64)
+    Some(match crate::procfs::soft_limit(limits, name)? {
+        crate::procfs::Limit::Unlimited => u64::MAX as f64,
+        crate::procfs::Limit::Max(v) => v as f64,
+    })
 }
 
 /// `IpExt: … InOctets … OutOctets` of `/proc/self/net/netstat` (the names line, then

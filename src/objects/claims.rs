@@ -11,16 +11,54 @@ use k8s_openapi::api::core::v1::{
     Node, NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim,
 };
 
+use super::ObjectError;
+
 /// The volume a claim is bound to, the claim and the volume both checked.
 #[derive(Debug, Clone)]
 pub(crate) struct BoundClaim {
     pub volume: Arc<PersistentVolume>,
 }
 
+/// Why a claim's volume cannot be mounted, in kubelet's words (the pod's
+/// `FailedMount` event and waiting message carry them). Cached with the claim, so
+/// `Clone`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ClaimError {
+    #[error("PVC is being deleted")]
+    Deleting,
+    #[error("PVC is not bound")]
+    NotBound,
+    #[error("failed to fetch PVC from API server: {0}")]
+    FetchClaim(ObjectError),
+    #[error("failed to fetch PV {volume} from API server: {error}")]
+    FetchVolume { volume: String, error: ObjectError },
+    /// kubelet's populator wraps what went wrong with the claim itself.
+    #[error("error processing PVC {namespace}/{name}: {why}")]
+    Processing {
+        namespace: String,
+        name: String,
+        why: Box<ClaimError>,
+    },
+    #[error(
+        "found PV object {volume:?} but it has a ClaimRef that is bound to a different PVC (UID {uid})"
+    )]
+    OtherClaim { volume: String, uid: String },
+    #[error(
+        "volume {0:?} has volumeMode Block, which oxlet does not map into containers (only Filesystem volumes are mounted)"
+    )]
+    Block(String),
+    #[error(
+        "MountVolume.NodeAffinity check failed for volume {0:?}: no matching NodeSelectorTerms"
+    )]
+    NodeAffinity(String),
+    #[error("couldn't get PersistentVolumeClaim {0:?}, no kubeClient defined")]
+    NoClient(String),
+}
+
 /// kubelet's `getPVCExtractPV` checks: bound, and not being deleted.
-pub(crate) fn check_claim(pvc: &PersistentVolumeClaim) -> Result<&str, String> {
+pub(crate) fn check_claim(pvc: &PersistentVolumeClaim) -> Result<&str, ClaimError> {
     if pvc.metadata.deletion_timestamp.is_some() {
-        return Err("PVC is being deleted".into());
+        return Err(ClaimError::Deleting);
     }
     let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref());
     let volume = (pvc.spec.as_ref())
@@ -28,7 +66,7 @@ pub(crate) fn check_claim(pvc: &PersistentVolumeClaim) -> Result<&str, String> {
         .filter(|v| !v.is_empty());
     match (phase, volume) {
         (Some("Bound"), Some(volume)) => Ok(volume),
-        _ => Err("PVC is not bound".into()),
+        _ => Err(ClaimError::NotBound),
     }
 }
 
@@ -38,21 +76,19 @@ pub(crate) fn check_volume(
     pv: &PersistentVolume,
     pvc: &PersistentVolumeClaim,
     node: Option<&Node>,
-) -> Result<(), String> {
+) -> Result<(), ClaimError> {
     let name = pv.metadata.name.as_deref().unwrap_or_default();
     let spec = pv.spec.as_ref();
     let claim_ref = spec.and_then(|s| s.claim_ref.as_ref());
     let pvc_uid = pvc.metadata.uid.as_deref();
     if let Some(r) = claim_ref.filter(|r| r.uid.is_some() && r.uid.as_deref() != pvc_uid) {
-        return Err(format!(
-            "found PV object {name:?} but it has a ClaimRef that is bound to a different PVC (UID {})",
-            r.uid.as_deref().unwrap_or_default()
-        ));
+        return Err(ClaimError::OtherClaim {
+            volume: name.to_string(),
+            uid: r.uid.clone().unwrap_or_default(),
+        });
     }
     if spec.and_then(|s| s.volume_mode.as_deref()) == Some("Block") {
-        return Err(format!(
-            "volume {name:?} has volumeMode Block, which oxlet does not map into containers (only Filesystem volumes are mounted)"
-        ));
+        return Err(ClaimError::Block(name.to_string()));
     }
     let required = (spec.and_then(|s| s.node_affinity.as_ref())).and_then(|a| a.required.as_ref());
     if let Some(required) = required {
@@ -68,9 +104,7 @@ pub(crate) fn check_volume(
             .iter()
             .any(|t| term_matches(t, &labels, &node_name))
         {
-            return Err(format!(
-                "MountVolume.NodeAffinity check failed for volume {name:?}: no matching NodeSelectorTerms"
-            ));
+            return Err(ClaimError::NodeAffinity(name.to_string()));
         }
     }
     Ok(())
@@ -131,12 +165,18 @@ mod tests {
         assert_eq!(check_claim(&bound), Ok("pv"));
         let pending =
             pvc(json!({"metadata": {"name": "c"}, "spec": {}, "status": {"phase": "Pending"}}));
-        assert_eq!(check_claim(&pending).unwrap_err(), "PVC is not bound");
+        assert_eq!(
+            check_claim(&pending).unwrap_err().to_string(),
+            "PVC is not bound"
+        );
         let going = pvc(
             json!({"metadata": {"name": "c", "deletionTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"volumeName": "pv"}, "status": {"phase": "Bound"}}),
         );
-        assert_eq!(check_claim(&going).unwrap_err(), "PVC is being deleted");
+        assert_eq!(
+            check_claim(&going).unwrap_err().to_string(),
+            "PVC is being deleted"
+        );
     }
 
     fn pv(v: serde_json::Value) -> PersistentVolume {
@@ -164,7 +204,9 @@ mod tests {
         let elsewhere = affinity(json!([{"matchExpressions": [
             {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]));
         assert_eq!(
-            check_volume(&elsewhere, &claim, Some(&here)).unwrap_err(),
+            check_volume(&elsewhere, &claim, Some(&here))
+                .unwrap_err()
+                .to_string(),
             "MountVolume.NodeAffinity check failed for volume \"pv\": no matching NodeSelectorTerms"
         );
         // Terms are ORed, expressions ANDed; fields match the node's name.
@@ -181,12 +223,14 @@ mod tests {
         assert!(
             check_volume(&block, &claim, None)
                 .unwrap_err()
+                .to_string()
                 .contains("volumeMode Block")
         );
         let theirs = pv(json!({"metadata": {"name": "pv"}, "spec": {"claimRef": {"uid": "u2"}}}));
         assert!(
             check_volume(&theirs, &claim, None)
                 .unwrap_err()
+                .to_string()
                 .contains("different PVC")
         );
     }

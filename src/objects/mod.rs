@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::node::v1::RuntimeClass;
 
-pub(crate) use claims::BoundClaim;
+pub(crate) use claims::{BoundClaim, ClaimError};
 pub(crate) use kube_source::KubeObjects;
 use token::TokenCache;
 
@@ -141,18 +141,16 @@ pub(crate) struct PodObjects {
     pub runtime_class: Option<Result<Arc<RuntimeClass>, ObjectError>>,
     /// Each claim a volume names, bound and checked, or kubelet's reason it is not
     /// (`error processing PVC <ns>/<name>: PVC is not bound`).
-    pub claims: HashMap<String, Result<BoundClaim, String>>,
+    pub claims: HashMap<String, Result<BoundClaim, ClaimError>>,
 }
 
 impl PodObjects {
     /// The checked claim `name`, or why the volume cannot be mounted (standalone:
     /// there are no claims).
-    pub(crate) fn claim(this: Option<&Self>, name: &str) -> Result<BoundClaim, String> {
+    pub(crate) fn claim(this: Option<&Self>, name: &str) -> Result<BoundClaim, ClaimError> {
         match this.and_then(|o| o.claims.get(name)) {
             Some(got) => got.clone(),
-            None => Err(format!(
-                "couldn't get PersistentVolumeClaim {name:?}, no kubeClient defined"
-            )),
+            None => Err(ClaimError::NoClient(name.to_string())),
         }
     }
     /// The ConfigMap `name`, `Ok(None)` when it does not exist and `optional`.
@@ -438,14 +436,18 @@ impl ObjectManager {
         ns: &str,
         name: &str,
         keys: &mut HashSet<Key>,
-    ) -> Result<BoundClaim, String> {
-        let processing = |why: String| format!("error processing PVC {ns}/{name}: {why}");
+    ) -> Result<BoundClaim, ClaimError> {
+        let processing = |why: ClaimError| ClaimError::Processing {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            why: Box::new(why),
+        };
         let key = Key::Claim(ns.to_string(), name.to_string());
         let fetch = || self.source.claim(ns, name);
         let claim = (self
             .fetch_cached(key, keys, "persistentvolumeclaims", name, fetch, |_| Ok(())))
         .await
-        .map_err(|e| processing(format!("failed to fetch PVC from API server: {e}")))?;
+        .map_err(|e| processing(ClaimError::FetchClaim(e)))?;
         let volume_name = claims::check_claim(&claim).map_err(processing)?.to_string();
         let key = Key::Volume(volume_name.clone());
         let fetch = || self.source.volume(&volume_name);
@@ -454,10 +456,11 @@ impl ObjectManager {
                 Ok(())
             }))
             .await
-            .map_err(|e| {
-                processing(format!(
-                    "failed to fetch PV {volume_name} from API server: {e}"
-                ))
+            .map_err(|error| {
+                processing(ClaimError::FetchVolume {
+                    volume: volume_name.clone(),
+                    error,
+                })
             })?;
         let has_affinity = (volume.spec.as_ref()).is_some_and(|s| s.node_affinity.is_some());
         let node = if has_affinity && !self.node_name.is_empty() {
@@ -567,9 +570,10 @@ impl crate::credentials::ServiceAccounts for ObjectManager {
         ns: &'a str,
         name: &'a str,
     ) -> crate::credentials::AccountFuture<'a, Option<ServiceAccount>> {
-        Box::pin(
-            async move { (self.source.service_account(ns, name).await).map_err(|e| e.to_string()) },
-        )
+        Box::pin(async move {
+            (self.source.service_account(ns, name).await)
+                .map_err(crate::credentials::AccountError::new)
+        })
     }
 
     fn token<'a>(
@@ -587,7 +591,7 @@ impl crate::credentials::ServiceAccounts for ObjectManager {
                 .tokens
                 .get(self.source.as_ref(), pod, account, &want)
                 .await;
-            got.map_err(|e| e.to_string())
+            got.map_err(crate::credentials::AccountError::new)
         })
     }
 }

@@ -180,7 +180,7 @@ pub(crate) static SETTINGS: &[Setting] = &[
     row("managed-cni-bridge", None, Text, "oxlet0", "NAME", "The Linux bridge a managed containerd's pods attach to", set_managed_cni_bridge),
     row("runtime-cgroups", None, Text, "", "CGROUP", "The container runtime's cgroup, reported as the Summary API's runtime system container (empty: none)", |o, i| { o.runtime_cgroups = Some(i.text.to_string()).filter(|c| !c.is_empty()); Ok(()) }),
     row("fail-swap-on", Some("failSwapOn"), Bool, "true", "true|false", "Refuse to start while swap is on", |o, i| parse_bool(i.text).map(|b| o.fail_swap_on = b)),
-    row("", Some("memorySwap.swapBehavior"), Text, "", "NoSwap|LimitedSwap", "Swap for containers where the swap controller is: NoSwap (unset: memory.swap.max 0 for each), or LimitedSwap (cgroup v2 only: a Burstable container of a pod that is not critical, whose memory request differs from its limit, may swap its request's share of the node's swap); config file only", |o, i| crate::cm::SwapBehavior::parse(i.text).map(|b| o.memory.swap_behavior = b).map_err(InvalidValue)),
+    row("", Some("memorySwap.swapBehavior"), Text, "", "NoSwap|LimitedSwap", "Swap for containers where the swap controller is: NoSwap (unset: memory.swap.max 0 for each), or LimitedSwap (cgroup v2 only: a Burstable container of a pod that is not critical, whose memory request differs from its limit, may swap its request's share of the node's swap); config file only", |o, i| crate::cm::SwapBehavior::parse(i.text).map(|b| o.memory.swap_behavior = b).map_err(|e| InvalidValue(e.to_string()))),
     row("", Some("singleProcessOOMKill"), Bool, "", "true|false", "On an OOM kill the kernel kills one process of the container, not all of them (unset: false on cgroup v2, where each container gets memory.oom.group=1; cgroup v1 always kills one and refuses false); config file only", |o, i| { o.memory.single_process_oom_kill = if i.text.is_empty() { None } else { Some(parse_bool(i.text)?) }; Ok(()) }),
     row("root-dir", None, Text, "/var/lib/oxlet", "PATH", "Directory for oxlet state", |o, i| non_empty(i.text).map(|p| o.root_dir = p)),
     row("image-credential-provider-config", None, Path, "", "PATH", "The CredentialProviderConfig file, or a directory of them, naming the credential provider plugins asked for registry logins (empty: none)", |o, i| { o.image_credential_provider_config = Some(PathBuf::from(i.text)).filter(|p| !p.as_os_str().is_empty()); Ok(()) }),
@@ -409,7 +409,8 @@ fn set_node_slo_file(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     }
     let path = PathBuf::from(i.text);
     crate::koord::load_qos_config(&path).map_err(|e| InvalidValue(e.to_string()))?;
-    let (_, errors) = crate::koord::host_apps_from_file(&path).map_err(InvalidValue)?;
+    let (_, errors) =
+        crate::koord::host_apps_from_file(&path).map_err(|e| InvalidValue(e.to_string()))?;
     if let Some(e) = errors.first() {
         return Err(InvalidValue(format!("{}: {e}", path.display())));
     }
@@ -498,7 +499,8 @@ fn set_max_parallel_image_pulls(o: &mut Options, i: Input) -> Result<(), Invalid
 
 /// One of kubelet's four policies (the allowlist row comes next and completes it).
 fn set_pull_verification(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
-    o.pull_verification = crate::images::VerifyPolicy::parse(i.text, &[])?;
+    o.pull_verification =
+        crate::images::VerifyPolicy::parse(i.text, &[]).map_err(|e| InvalidValue(e.to_string()))?;
     Ok(())
 }
 
@@ -507,7 +509,8 @@ fn set_pull_verification(o: &mut Options, i: Input) -> Result<(), InvalidValue> 
 fn set_preloaded_allowlist(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
     let items: Vec<String> = list_items(i.text).into_iter().map(str::to_string).collect();
     let name = o.pull_verification.name();
-    o.pull_verification = crate::images::VerifyPolicy::parse(name, &items)?;
+    o.pull_verification = crate::images::VerifyPolicy::parse(name, &items)
+        .map_err(|e| InvalidValue(e.to_string()))?;
     Ok(())
 }
 

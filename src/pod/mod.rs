@@ -17,7 +17,9 @@ mod restart;
 pub(crate) use enums::{
     ImagePullPolicy, Phase, ProbeKind, RestartPolicy, TerminatedReason, WaitingReason,
 };
-pub(crate) use image_ref::{check as check_image_ref, repository as image_repository};
+pub(crate) use image_ref::{
+    InvalidImageRef, check as check_image_ref, repository as image_repository,
+};
 pub(crate) use layout::{
     HOSTS_FILE, VOLUMES_DIR, container_dir, pod_dir, pod_log_dir, pod_volumes_dir, volume_dir,
 };

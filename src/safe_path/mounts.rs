@@ -1,10 +1,8 @@
 //! Mount points below oxlet's directories: binding an opened subPath into place, finding
 //! mounts (so a recursive removal never deletes through one), and detaching oxlet's own.
 
-use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use rustix::mount::UnmountFlags;
@@ -17,40 +15,11 @@ const MAX_STACKED: usize = 16;
 /// Every mount point at `path` or below it (one entry per mount, so stacked mounts repeat).
 pub(crate) fn mounts_at_or_below(path: &Path) -> io::Result<Vec<PathBuf>> {
     let text = std::fs::read(MOUNTINFO)?;
-    Ok(parse_mountinfo(&text)
+    Ok(crate::procfs::parse_mountinfo(&text)
         .into_iter()
+        .map(|m| m.point)
         .filter(|m| m.starts_with(path))
         .collect())
-}
-
-/// The mount points (5th field) of `/proc/self/mountinfo`, octal escapes decoded.
-fn parse_mountinfo(text: &[u8]) -> Vec<PathBuf> {
-    text.split(|b| *b == b'\n')
-        .filter_map(|line| line.split(|b| *b == b' ').nth(4))
-        .map(|field| PathBuf::from(OsString::from_vec(unescape(field))))
-        .collect()
-}
-
-/// The kernel writes space, tab, newline and backslash in mount paths as `\ooo`.
-fn unescape(field: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(field.len());
-    let mut i = 0;
-    while i < field.len() {
-        let octal = field
-            .get(i + 1..i + 4)
-            .filter(|d| field[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(d) => {
-                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8) + (c - b'0')));
-                i += 4;
-            }
-            None => {
-                out.push(field[i]);
-                i += 1;
-            }
-        }
-    }
-    out
 }
 
 /// Whether `path` is itself a mount point.
@@ -113,21 +82,6 @@ pub(crate) fn bind_fd(fd: &OwnedFd, target: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_paths_are_decoded() {
-        let text = b"22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
-            40 22 8:1 /x /var/lib/a\\040b rw - ext4 /dev/sda1 rw\n\
-            41 22 8:1 /x /back\\134slash rw - ext4 /dev/sda1 rw\n";
-        assert_eq!(
-            parse_mountinfo(text),
-            vec![
-                PathBuf::from("/"),
-                PathBuf::from("/var/lib/a b"),
-                PathBuf::from("/back\\slash")
-            ]
-        );
-    }
 
     #[test]
     fn an_opened_directory_is_bound_and_detached() {

@@ -88,8 +88,27 @@ fn refuse(code: StatusCode, msg: String) -> Response {
     (code, msg).into_response()
 }
 
+/// Why a log request's options are refused (a 422), worded as before.
+#[derive(Debug, thiserror::Error)]
+enum LogOptionsError {
+    #[error("{0}: invalid value {1:?}: must be true or false")]
+    NotBool(String, String),
+    #[error("{0}: invalid value {1:?}: must be an integer")]
+    NotInt(String, String),
+    #[error("tailLines: Invalid value: must be greater than or equal to 0")]
+    NegativeTail,
+    #[error("limitBytes: Invalid value: must be greater than 0")]
+    LimitBytes,
+    #[error("sinceSeconds: Invalid value: must be greater than 0")]
+    SinceSeconds,
+    #[error("at most one of sinceTime or sinceSeconds may be specified")]
+    BothSince,
+    #[error("sinceTime: invalid value {0:?}: {1}")]
+    SinceTime(String, jiff::Error),
+}
+
 /// kubelet's `PodLogOptions` from the query, validated as kubelet validates it.
-fn options(q: &[(String, String)]) -> Result<(LogOptions, bool), String> {
+fn options(q: &[(String, String)]) -> Result<(LogOptions, bool), LogOptionsError> {
     let get = |k: &str| {
         q.iter()
             .rev()
@@ -99,13 +118,13 @@ fn options(q: &[(String, String)]) -> Result<(LogOptions, bool), String> {
     let boolean = |k: &str| match get(k) {
         None | Some("") => Ok(false),
         Some(v) => crate::options::parse_go_bool(v)
-            .ok_or_else(|| format!("{k}: invalid value {v:?}: must be true or false")),
+            .ok_or_else(|| LogOptionsError::NotBool(k.into(), v.into())),
     };
-    let int = |k: &str| -> Result<Option<i64>, String> {
+    let int = |k: &str| -> Result<Option<i64>, LogOptionsError> {
         get(k)
             .map(|v| {
                 v.parse::<i64>()
-                    .map_err(|_| format!("{k}: invalid value {v:?}: must be an integer"))
+                    .map_err(|_| LogOptionsError::NotInt(k.into(), v.into()))
             })
             .transpose()
     };
@@ -114,16 +133,16 @@ fn options(q: &[(String, String)]) -> Result<(LogOptions, bool), String> {
     let since_seconds = int("sinceSeconds")?;
     let since_time = get("sinceTime").filter(|v| !v.is_empty());
     if tail.is_some_and(|n| n < 0) {
-        return Err("tailLines: Invalid value: must be greater than or equal to 0".into());
+        return Err(LogOptionsError::NegativeTail);
     }
     if limit.is_some_and(|n| n < 1) {
-        return Err("limitBytes: Invalid value: must be greater than 0".into());
+        return Err(LogOptionsError::LimitBytes);
     }
     if since_seconds.is_some_and(|n| n < 1) {
-        return Err("sinceSeconds: Invalid value: must be greater than 0".into());
+        return Err(LogOptionsError::SinceSeconds);
     }
     if since_seconds.is_some() && since_time.is_some() {
-        return Err("at most one of sinceTime or sinceSeconds may be specified".into());
+        return Err(LogOptionsError::BothSince);
     }
     let since_nanos = match (since_seconds, since_time) {
         (Some(s), _) => {
@@ -131,7 +150,7 @@ fn options(q: &[(String, String)]) -> Result<(LogOptions, bool), String> {
         }
         (_, Some(t)) => Some(
             t.parse::<jiff::Timestamp>()
-                .map_err(|e| format!("sinceTime: invalid value {t:?}: {e}"))?
+                .map_err(|e| LogOptionsError::SinceTime(t.into(), e))?
                 .as_nanosecond(),
         ),
         _ => None,
@@ -163,7 +182,7 @@ pub(crate) async fn container_logs(
 ) -> Response {
     let (opts, previous) = match options(&q) {
         Ok(o) => o,
-        Err(e) => return refuse(StatusCode::UNPROCESSABLE_ENTITY, e),
+        Err(e) => return refuse(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };
     let Some(pod) = s.pods.get_by_name(&ns, &name) else {
         return refuse(
@@ -369,11 +388,13 @@ mod tests {
         assert!(
             options(&q(&[("tailLines", "-1")]))
                 .unwrap_err()
+                .to_string()
                 .contains("tailLines")
         );
         assert!(
             options(&q(&[("limitBytes", "0")]))
                 .unwrap_err()
+                .to_string()
                 .contains("limitBytes")
         );
         assert!(
@@ -382,11 +403,13 @@ mod tests {
                 ("sinceTime", "2026-01-01T00:00:00Z")
             ]))
             .unwrap_err()
+            .to_string()
             .contains("at most one")
         );
         assert!(
             options(&q(&[("follow", "yes")]))
                 .unwrap_err()
+                .to_string()
                 .contains("follow")
         );
         let (o, _) = options(&q(&[("sinceTime", "2026-01-01T00:00:00Z")])).unwrap();

@@ -15,7 +15,7 @@
 
 use std::fmt;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
 use bytes::Bytes;
@@ -236,21 +236,27 @@ pub(crate) struct Query {
     pub options: Options,
 }
 
+/// Why a query's number or file does not hold, in kubelet's words.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NodeLogQueryError {
+    #[error("strconv.Atoi: parsing {}: invalid syntax", crate::klog::go_quote(.0))]
+    AtoiSyntax(String),
+    #[error("strconv.Atoi: parsing {}: value out of range", crate::klog::go_quote(.0))]
+    AtoiRange(String),
+    #[error("invalid time format")]
+    TimeFormat,
+    #[error("stat {}: {why}", .shown.display())]
+    Stat { shown: PathBuf, why: String },
+}
+
 /// Go's `strconv.Atoi`, with its error text.
-fn atoi(s: &str) -> Result<i64, String> {
+fn atoi(s: &str) -> Result<i64, NodeLogQueryError> {
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "strconv.Atoi: parsing {}: invalid syntax",
-            crate::klog::go_quote(s)
-        ));
+        return Err(NodeLogQueryError::AtoiSyntax(s.to_string()));
     }
-    s.parse::<i64>().map_err(|_| {
-        format!(
-            "strconv.Atoi: parsing {}: value out of range",
-            crate::klog::go_quote(s)
-        )
-    })
+    s.parse::<i64>()
+        .map_err(|_| NodeLogQueryError::AtoiRange(s.to_string()))
 }
 
 /// One parameter: None when absent or empty (kubelet ignores it), else its value, or
@@ -258,14 +264,20 @@ fn atoi(s: &str) -> Result<i64, String> {
 fn param<T>(
     value: &str,
     field: &'static str,
-    parse: impl Fn(&str) -> Result<T, String>,
+    parse: impl Fn(&str) -> Result<T, NodeLogQueryError>,
     errs: &mut Vec<FieldError>,
 ) -> Option<T> {
     if value.is_empty() {
         return None;
     }
     parse(value)
-        .map_err(|e| errs.push(FieldError::Invalid(field, Bad::Str(value.into()), e)))
+        .map_err(|e| {
+            errs.push(FieldError::Invalid(
+                field,
+                Bad::Str(value.into()),
+                e.to_string(),
+            ));
+        })
         .ok()
 }
 
@@ -299,7 +311,7 @@ pub(crate) fn parse(pairs: &[(String, String)]) -> Result<Option<Query>, Vec<Fie
             "query cannot be empty".into(),
         ));
     }
-    let time = |v: &str| Time::parse(v).ok_or_else(|| "invalid time format".to_string());
+    let time = |v: &str| Time::parse(v).ok_or(NodeLogQueryError::TimeFormat);
     q.options.since = param(first("sinceTime"), "sinceTime", time, &mut errs);
     q.options.until = param(first("untilTime"), "untilTime", time, &mut errs);
     q.options.boot = param(first("boot"), "boot", atoi, &mut errs);
@@ -438,7 +450,7 @@ impl Query {
             )),
             (1, _) => match open_file(log_dir, &self.files[0]) {
                 Ok(o) => opened = Some(o),
-                Err(e) => errs.push(FieldError::Invalid("query", files(), e)),
+                Err(e) => errs.push(FieldError::Invalid("query", files(), e.to_string())),
             },
             _ => {}
         }
@@ -546,15 +558,17 @@ pub(crate) async fn unit_list(j: &dyn Journalctl) -> Option<String> {
 
 /// Opens `file` (a query's, relative to the log directory however it is spelt) as
 /// kubelet's validation stats it, with its message when it cannot be.
-fn open_file(log_dir: &Path, file: &str) -> Result<Opened, String> {
+fn open_file(log_dir: &Path, file: &str) -> Result<Opened, NodeLogQueryError> {
     let rel = file.trim_start_matches('/');
     super::node_logs::open(log_dir, rel).map_err(|e| {
-        let shown = log_dir.join(rel);
         let why = match e {
             crate::safe_path::BeneathError::Io(e) => e.to_string(),
             _ => "no such file or directory".into(),
         };
-        format!("stat {}: {why}", shown.display())
+        NodeLogQueryError::Stat {
+            shown: log_dir.join(rel),
+            why,
+        }
     })
 }
 

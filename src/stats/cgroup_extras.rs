@@ -364,15 +364,10 @@ fn first_pid_in(dir: &Path, depth: usize) -> Option<u32> {
 
 /// The soft `Max open files` of a `/proc/<pid>/limits` (`unlimited`: -1, as cAdvisor).
 fn parse_max_open_files(limits: &str) -> Option<i64> {
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    let fields: Vec<&str> = line["Max open files".len()..].split_whitespace().collect();
-    let [soft, _hard, _unit] = fields[..] else {
-        return None;
-    };
-    if soft.eq_ignore_ascii_case("unlimited") {
-        return Some(-1);
+    match crate::procfs::soft_limit(limits, "Max open files")? {
+        crate::procfs::Limit::Unlimited => Some(-1),
+        crate::procfs::Limit::Max(n) => i64::try_from(n).ok(),
     }
-    soft.parse().ok()
 }
 
 fn parse_pids(text: &str) -> Vec<u32> {
@@ -469,29 +464,21 @@ fn shares_of_weight(weight: u64) -> u64 {
 /// starting `lo`, `veth`, `docker`, `nerdctl`); nothing if a line is malformed, as
 /// cAdvisor then trusts none of the file.
 pub(super) fn parse_net_dev(text: &str) -> Vec<Interface> {
-    let mut out = Vec::new();
-    for line in text.lines().skip(2).take(MAX_ROWS) {
-        let line = line.replace(':', " ");
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() != 17 {
-            return Vec::new();
-        }
-        let name = f[0];
-        let lower = name.to_ascii_lowercase();
-        if ["lo", "veth", "docker", "nerdctl"]
-            .iter()
-            .any(|p| lower.starts_with(p))
-        {
-            continue;
-        }
-        let n = |i: usize| f[i].parse::<u64>().unwrap_or(0);
-        out.push(Interface {
-            name: name.to_string(),
-            rx: [n(1), n(2), n(3), n(4)],
-            tx: [n(9), n(10), n(11), n(12)],
-        });
-    }
-    out
+    let four = |c: [u64; 8]| [c[0], c[1], c[2], c[3]];
+    let Some(devices) = crate::procfs::net_devices(text)
+        .take(MAX_ROWS)
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Vec::new();
+    };
+    (devices.into_iter())
+        .filter(|d| !crate::procfs::ignored_by_cadvisor(d.name))
+        .map(|d| Interface {
+            name: d.name.to_string(),
+            rx: four(d.rx),
+            tx: four(d.tx),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -36,15 +36,6 @@ fn trimmed(path: &Path) -> String {
     read_small(path).map_or_else(String::new, |s| s.trim().to_string())
 }
 
-/// `/proc/meminfo`'s `name:` line in bytes (the kernel writes kB).
-fn meminfo_bytes(meminfo: &str, name: &str) -> Option<u64> {
-    let line = meminfo
-        .lines()
-        .find(|l| l.split(':').next() == Some(name))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb.saturating_mul(1024))
-}
-
 /// Where the machine's files are (the host's `/`, or a test tree).
 pub(crate) struct MachineReader {
     root: PathBuf,
@@ -75,7 +66,9 @@ impl MachineReader {
 
     fn read(&self, now: SystemTime) -> Machine {
         let at = |p: &str| self.root.join(p);
-        let meminfo = read_small(&at("proc/meminfo")).unwrap_or_default();
+        let meminfo = read_small(&at("proc/meminfo"))
+            .and_then(|m| crate::procfs::parse_meminfo(&m))
+            .unwrap_or_default();
         let (cpus, physical_cores, sockets) = self.topology();
         // cAdvisor: `/etc/machine-id`, else dbus's copy.
         let mut machine_id = trimmed(&at("etc/machine-id"));
@@ -90,8 +83,8 @@ impl MachineReader {
             cpus,
             physical_cores,
             sockets,
-            memory_bytes: meminfo_bytes(&meminfo, "MemTotal").unwrap_or(0),
-            swap_bytes: meminfo_bytes(&meminfo, "SwapTotal").unwrap_or(0),
+            memory_bytes: meminfo.total,
+            swap_bytes: meminfo.swap_total,
         }
     }
 

@@ -68,7 +68,7 @@ pub(crate) fn file_key_value(
         }
         Err(e) => return Err(parse(e.to_string())),
     };
-    match parse_env(&text, &sel.key).map_err(parse)? {
+    match parse_env(&text, &sel.key).map_err(|e| parse(e.to_string()))? {
         Some(v) if !v.is_empty() => Ok(Some(v)),
         _ if sel.optional == Some(true) => Ok(None),
         _ => Err(EnvFileError::KeyMissing {
@@ -78,17 +78,30 @@ pub(crate) fn file_key_value(
     }
 }
 
+/// Why `.env` text is malformed, in kubelet's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum EnvSyntaxError {
+    #[error("line {0} is longer than {max} bytes", max = MAX_LINE)]
+    LongLine(usize),
+    #[error("invalid environment variable format at line {line}: {what} in continuation")]
+    InContinuation { line: usize, what: &'static str },
+    #[error("invalid environment variable format at line {0}")]
+    Format(usize),
+    #[error("unexpected end of file: unfinished line continuation")]
+    UnfinishedContinuation,
+}
+
 /// The value of `key` in `.env` text: the first `KEY=VALUE` line naming it, with the
 /// whitespace around the name and the value trimmed. Leading whitespace is ignored;
 /// blank lines and `#` comments are skipped, but not inside a continuation; a line
 /// ending in `\` continues on the next, joined with one space. Every line up to the
 /// key must be well formed.
-pub(crate) fn parse_env(text: &str, key: &str) -> Result<Option<String>, String> {
+pub(crate) fn parse_env(text: &str, key: &str) -> Result<Option<String>, EnvSyntaxError> {
     let mut pending: Option<String> = None;
     for (n, raw) in text.lines().enumerate() {
         let n = n + 1;
         if raw.len() > MAX_LINE {
-            return Err(format!("line {n} is longer than {MAX_LINE} bytes"));
+            return Err(EnvSyntaxError::LongLine(n));
         }
         let line = raw.trim_start_matches([' ', '\t']);
         if line.is_empty() || line.starts_with('#') {
@@ -98,9 +111,7 @@ pub(crate) fn parse_env(text: &str, key: &str) -> Result<Option<String>, String>
                 } else {
                     "comment"
                 };
-                return Err(format!(
-                    "invalid environment variable format at line {n}: {what} in continuation"
-                ));
+                return Err(EnvSyntaxError::InContinuation { line: n, what });
             }
             continue;
         }
@@ -123,18 +134,18 @@ pub(crate) fn parse_env(text: &str, key: &str) -> Result<Option<String>, String>
             (None, None) => line.to_string(),
         };
         let Some((name, value)) = whole.split_once('=') else {
-            return Err(format!("invalid environment variable format at line {n}"));
+            return Err(EnvSyntaxError::Format(n));
         };
         let name = name.trim();
         if name.is_empty() {
-            return Err(format!("invalid environment variable format at line {n}"));
+            return Err(EnvSyntaxError::Format(n));
         }
         if name == key {
             return Ok(Some(value.trim().to_string()));
         }
     }
     if pending.is_some() {
-        return Err("unexpected end of file: unfinished line continuation".into());
+        return Err(EnvSyntaxError::UnfinishedContinuation);
     }
     Ok(None)
 }
@@ -172,11 +183,16 @@ mod tests {
             ("X=a\\\n# c\nA=1\n", "comment in continuation"),
             ("X=a\\\n", "unfinished line continuation"),
         ] {
-            let err = parse_env(text, "A").unwrap_err();
+            let err = parse_env(text, "A").unwrap_err().to_string();
             assert!(err.contains(want), "{text:?}: {err}");
         }
         let long = format!("X={}\nA=1\n", "v".repeat(MAX_LINE));
-        assert!(parse_env(&long, "A").unwrap_err().contains("longer than"));
+        assert!(
+            parse_env(&long, "A")
+                .unwrap_err()
+                .to_string()
+                .contains("longer than")
+        );
     }
 
     fn pod_with_empty_dir(uid: &str) -> Pod {

@@ -71,7 +71,7 @@ pub(crate) enum VolumeError {
     BidirectionalUnprivileged(String),
     /// kubelet's `makeMounts` message around `resolveRecursiveReadOnly`'s.
     #[error("failed to resolve recursive read-only mode: {0}")]
-    RecursiveReadOnly(String),
+    RecursiveReadOnly(RecursiveReadOnlyError),
     /// kubelet's `translateMountPropagation` message.
     #[error("volume mount {volume:?}: invalid MountPropagation mode: {mode:?}")]
     Propagation { volume: String, mode: String },
@@ -82,6 +82,9 @@ pub(crate) enum VolumeError {
     /// A claim that is not bound or cannot be mounted here, in kubelet's words.
     #[error("{0}")]
     Claim(String),
+    /// A claim the object manager could not bind and check, in kubelet's words.
+    #[error(transparent)]
+    Unbound(crate::objects::ClaimError),
     #[error("unsafe path part: {0}")]
     Path(#[from] PathError),
     #[error("cannot set up emptyDir {path}: {source}")]
@@ -253,7 +256,7 @@ fn host_path_of(
         });
     }
     if let Some(src) = &volume.persistent_volume_claim {
-        let bound = PodObjects::claim(objects, &src.claim_name).map_err(VolumeError::Claim)?;
+        let bound = PodObjects::claim(objects, &src.claim_name).map_err(VolumeError::Unbound)?;
         return claim_host_volume(&bound, src.read_only.unwrap_or(false));
     }
     if let Some(ed) = &volume.empty_dir {
@@ -675,30 +678,44 @@ fn image_mount(
 pub(crate) fn resolve_recursive_read_only(
     vm: &VolumeMount,
     supported: bool,
-) -> Result<bool, String> {
+) -> Result<bool, RecursiveReadOnlyError> {
     let mode = match vm.recursive_read_only.as_deref() {
         None | Some("Disabled") => return Ok(false),
         Some(mode) => mode,
     };
     let name = &vm.name;
     if vm.read_only != Some(true) {
-        return Err(format!(
-            "volume {name:?} requested recursive read-only mode, but it is not read-only"
-        ));
+        return Err(RecursiveReadOnlyError::NotReadOnly(name.clone()));
     }
     if let Some(p) = vm.mount_propagation.as_deref().filter(|p| *p != "None") {
-        return Err(format!(
-            "volume {name:?} requested recursive read-only mode, but it is not compatible with propagation {p:?}"
-        ));
+        return Err(RecursiveReadOnlyError::Propagation {
+            volume: name.clone(),
+            propagation: p.to_string(),
+        });
     }
     match mode {
         "IfPossible" => Ok(supported),
         "Enabled" if supported => Ok(true),
-        "Enabled" => Err(format!(
-            "volume {name:?} requested recursive read-only mode, but it is not supported by the runtime"
-        )),
-        other => Err(format!("unknown recursive read-only mode {other:?}")),
+        "Enabled" => Err(RecursiveReadOnlyError::Unsupported(name.clone())),
+        other => Err(RecursiveReadOnlyError::UnknownMode(other.to_string())),
     }
+}
+
+/// Why a mount cannot be recursively read-only, in kubelet's words.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub(crate) enum RecursiveReadOnlyError {
+    #[error("volume {0:?} requested recursive read-only mode, but it is not read-only")]
+    NotReadOnly(String),
+    #[error(
+        "volume {volume:?} requested recursive read-only mode, but it is not compatible with propagation {propagation:?}"
+    )]
+    Propagation { volume: String, propagation: String },
+    #[error(
+        "volume {0:?} requested recursive read-only mode, but it is not supported by the runtime"
+    )]
+    Unsupported(String),
+    #[error("unknown recursive read-only mode {0:?}")]
+    UnknownMode(String),
 }
 
 /// The subPath of a mount: `subPath` as written, or `subPathExpr` with `$(VAR)` expanded
@@ -1166,7 +1183,7 @@ mod tests {
             m.recursive_read_only = mode.map(Into::into);
             m.read_only = Some(ro);
             m.mount_propagation = prop.map(Into::into);
-            resolve_recursive_read_only(&m, supported)
+            resolve_recursive_read_only(&m, supported).map_err(|e| e.to_string())
         };
         assert_eq!(rro(None, true, None, true), Ok(false));
         assert_eq!(rro(Some("Disabled"), true, None, true), Ok(false));

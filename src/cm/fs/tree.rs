@@ -63,11 +63,8 @@ impl CgroupTree {
         let hierarchies = if version.uses_v1_controllers() {
             let text = std::fs::File::open(MOUNTINFO)
                 .and_then(|f| {
-                    let mut text = String::new();
-                    io::Read::read_to_string(
-                        &mut io::Read::take(f, MAX_MOUNTINFO_BYTES),
-                        &mut text,
-                    )?;
+                    let mut text = Vec::new();
+                    io::Read::read_to_end(&mut io::Read::take(f, MAX_MOUNTINFO_BYTES), &mut text)?;
                     Ok(text)
                 })
                 .map_err(|e| err("read", Path::new(MOUNTINFO), e))?;
@@ -184,29 +181,19 @@ impl CgroupTree {
 
 /// The cgroup v1 mounts directly below `root` (and hybrid's `unified`), from the
 /// mount table: `… <mount point> … - cgroup <source> rw,cpu,cpuacct`.
-fn v1_mounts(mountinfo: &str, root: &Path, version: CgroupVersion) -> Vec<Hierarchy> {
+fn v1_mounts(mountinfo: &[u8], root: &Path, version: CgroupVersion) -> Vec<Hierarchy> {
     let mut found: Vec<Hierarchy> = Vec::new();
-    for line in mountinfo.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let (Some(point), Some(fstype), Some(options)) =
-            (fields.get(4), fields.get(sep + 1), fields.get(sep + 3))
-        else {
-            continue;
-        };
-        let point = Path::new(point);
-        if point.parent() != Some(root) || found.iter().any(|h| h.dir == point) {
+    for m in crate::procfs::parse_mountinfo(mountinfo) {
+        if m.point.parent() != Some(root) || found.iter().any(|h| h.dir == m.point) {
             continue;
         }
-        let unified = *fstype == "cgroup2" && version == CgroupVersion::Hybrid;
-        if *fstype != "cgroup" && !unified {
+        let unified = m.fs_type == "cgroup2" && version == CgroupVersion::Hybrid;
+        if m.fs_type != "cgroup" && !unified {
             continue;
         }
         found.push(Hierarchy {
-            dir: point.to_path_buf(),
-            controllers: options.split(',').map(str::to_string).collect(),
+            dir: m.point,
+            controllers: m.super_options.split(',').map(str::to_string).collect(),
             create: !unified,
             kernel: true,
         });

@@ -144,13 +144,14 @@ fn pod_list(text: &str, mut value: serde_json::Value, yaml: bool) -> Result<Vec<
                 .into());
             }
         }
+        let invalid =
+            |e: &dyn std::fmt::Display| ParseError::Decode(format!("items[{i}]: invalid Pod: {e}"));
         let pod = if yaml {
             let at = [PathSeg::Key("items".to_string()), PathSeg::Index(i)];
-            yaml::decode::<Pod>(text, item, &LIMITS, &at)
+            yaml::decode::<Pod>(text, item, &LIMITS, &at).map_err(|e| invalid(&e))
         } else {
-            serde_json::from_value::<Pod>(item).map_err(|e| e.to_string())
-        }
-        .map_err(|e| ParseError::Decode(format!("items[{i}]: invalid Pod: {e}")))?;
+            serde_json::from_value::<Pod>(item).map_err(|e| invalid(&e))
+        }?;
         pods.push(pod);
     }
     Ok(pods)

@@ -197,32 +197,62 @@ fn read_file(path: &Path) -> Result<Vec<ProviderConfig>, ConfigError> {
     if text.len() as u64 > MAX_CONFIG_BYTES {
         return Err(decode(format!("larger than {MAX_CONFIG_BYTES} bytes")));
     }
-    let raw = parse(&text).map_err(decode)?;
+    let raw = parse(&text).map_err(|e| decode(e.to_string()))?;
     validate(raw).map_err(|errors| ConfigError::Invalid {
         path: path.to_path_buf(),
         errors,
     })
 }
 
+/// Why a config file's text, or a value in it, does not hold: kubelet's words (the
+/// decoder's, and Go's `url.Parse` and apimachinery's for the values it checks).
+#[derive(Debug, thiserror::Error)]
+enum ConfigTextError {
+    #[error(transparent)]
+    Yaml(#[from] crate::yaml::YamlError),
+    #[error("strict decoding error: {at}: {reason}")]
+    Strict {
+        at: String,
+        reason: serde_json::Error,
+    },
+    #[error("failed to decode {0:?} (wrong Kind)")]
+    WrongKind(String),
+    #[error(
+        "no kind \"CredentialProviderConfig\" is registered for version {0:?} (supported: {supported})",
+        supported = CONFIG_API_VERSIONS.join(", ")
+    )]
+    Version(String),
+    #[error("parse {url:?}: net/url: invalid control character in URL ({c:?})")]
+    UrlControl { url: String, c: char },
+    #[error("parse {url:?}: invalid port \":{port}\" after host")]
+    UrlPort { url: String, port: String },
+    #[error("parse {url:?}: invalid character {c:?} in host name")]
+    UrlHost { url: String, c: String },
+    #[error(
+        "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+    )]
+    NamePrefix,
+    #[error(
+        "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+    )]
+    NamePart,
+}
+
 /// YAML or JSON (JSON is YAML) to the typed config, with kubelet's kind and group checks.
-fn parse(text: &str) -> Result<RawConfig, String> {
-    let doc = crate::yaml::single(text, &crate::yaml::CONFIG_LIMITS).map_err(|e| e.to_string())?;
-    let raw: RawConfig = serde_path_to_error::deserialize(doc).map_err(|e| {
-        let at = e.path().to_string();
-        format!("strict decoding error: {at}: {}", e.into_inner())
-    })?;
+fn parse(text: &str) -> Result<RawConfig, ConfigTextError> {
+    let doc = crate::yaml::single(text, &crate::yaml::CONFIG_LIMITS)?;
+    let raw: RawConfig =
+        serde_path_to_error::deserialize(doc).map_err(|e| ConfigTextError::Strict {
+            at: e.path().to_string(),
+            reason: e.into_inner(),
+        })?;
     let api_version = raw.api_version.as_deref().unwrap_or_default();
     if raw.kind.as_deref() != Some("CredentialProviderConfig") {
-        return Err(format!(
-            "failed to decode {:?} (wrong Kind)",
-            raw.kind.as_deref().unwrap_or_default()
-        ));
+        let kind = raw.kind.unwrap_or_default();
+        return Err(ConfigTextError::WrongKind(kind));
     }
     if !CONFIG_API_VERSIONS.contains(&api_version) {
-        return Err(format!(
-            "no kind \"CredentialProviderConfig\" is registered for version {api_version:?} (supported: {})",
-            CONFIG_API_VERSIONS.join(", ")
-        ));
+        return Err(ConfigTextError::Version(api_version.to_string()));
     }
     Ok(raw)
 }
@@ -328,12 +358,10 @@ fn cache_duration(text: Option<&str>, errors: &mut Vec<String>) -> Duration {
 }
 
 /// kubelet's `ParseSchemelessURL` refusals, as Go's `url.Parse("https://" + m)` makes them.
-fn check_match_image(m: &str) -> Result<(), String> {
-    let full = format!("https://{m}");
+fn check_match_image(m: &str) -> Result<(), ConfigTextError> {
+    let url = format!("https://{m}");
     if let Some(c) = m.chars().find(|c| c.is_control()) {
-        return Err(format!(
-            "parse {full:?}: net/url: invalid control character in URL ({c:?})"
-        ));
+        return Err(ConfigTextError::UrlControl { url, c });
     }
     let authority = m.split(['/', '?', '#']).next().unwrap_or_default();
     let (host, port) = match authority.rsplit_once(':') {
@@ -343,13 +371,12 @@ fn check_match_image(m: &str) -> Result<(), String> {
     if let Some(p) = port
         && !p.chars().all(|c| c.is_ascii_digit())
     {
-        return Err(format!("parse {full:?}: invalid port \":{p}\" after host"));
+        let port = p.to_string();
+        return Err(ConfigTextError::UrlPort { url, port });
     }
     if let Some(c) = host.chars().find(|c| " <>\"{}|\\^`%".contains(*c)) {
-        return Err(format!(
-            "parse {full:?}: invalid character {:?} in host name",
-            c.to_string()
-        ));
+        let c = c.to_string();
+        return Err(ConfigTextError::UrlHost { url, c });
     }
     Ok(())
 }
@@ -434,7 +461,7 @@ fn check_annotation_keys(at: &str, keys: &[String], errors: &mut Vec<String>) {
 
 /// apimachinery's `IsQualifiedName`: `[prefix/]name`, the prefix a DNS subdomain, the
 /// name at most 63 alphanumerics, `-`, `_` or `.`, starting and ending alphanumeric.
-fn qualified_name(key: &str) -> Result<(), String> {
+fn qualified_name(key: &str) -> Result<(), ConfigTextError> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -449,7 +476,7 @@ fn qualified_name(key: &str) -> Result<(), String> {
                 && !l.ends_with('-')
         };
         if p.is_empty() || p.len() > 253 || !p.split('.').all(label_ok) {
-            return Err("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".into());
+            return Err(ConfigTextError::NamePrefix);
         }
     }
     let edge = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
@@ -463,7 +490,7 @@ fn qualified_name(key: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".into())
+        Err(ConfigTextError::NamePart)
     }
 }
 
@@ -475,7 +502,7 @@ mod tests {
         match parse(text).map(validate) {
             Ok(Ok(_)) => String::new(),
             Ok(Err(e)) => aggregate(&e),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     }
 

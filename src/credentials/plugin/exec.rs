@@ -101,12 +101,12 @@ impl ExecPlugin {
     }
 
     /// Runs the plugin once; the error is kubelet's text, never a credential.
-    pub(crate) async fn run(&self, r: &Request<'_>) -> Result<Response, String> {
-        let failed = |why: &str, stderr: &str| {
-            format!(
-                "error execing credential provider plugin {} for image {}: {why}: {stderr}",
-                self.name, r.image
-            )
+    pub(crate) async fn run(&self, r: &Request<'_>) -> Result<Response, PluginRunError> {
+        let failed = |why: &str, stderr: &str| PluginRunError::Exec {
+            plugin: self.name.clone(),
+            image: r.image.to_string(),
+            why: why.to_string(),
+            stderr: stderr.to_string(),
         };
         let mut child = tokio::process::Command::new(&self.binary)
             .args(&self.args)
@@ -142,41 +142,34 @@ impl ExecPlugin {
             Err(e) => return Err(failed(&e.to_string(), &err_text)),
         }
         if out.1 {
-            return Err(format!(
-                "credential provider plugin {} wrote more than {MAX_STDOUT} bytes",
-                self.name
-            ));
+            return Err(PluginRunError::TooMuchOutput(self.name.clone()));
         }
         self.decode(&out.0)
     }
 
     /// kubelet's checks: the response's apiVersion is the provider's, the kind and
     /// fields are the API's, and the cache key type is one it knows.
-    fn decode(&self, data: &[u8]) -> Result<Response, String> {
-        let head: serde_json::Value = serde_json::from_slice(data)
-            .map_err(|e| format!("error reading GVK from response: {e}"))?;
+    fn decode(&self, data: &[u8]) -> Result<Response, PluginRunError> {
+        let head: serde_json::Value =
+            serde_json::from_slice(data).map_err(|e| PluginRunError::Gvk(e.to_string()))?;
         let got = head["apiVersion"].as_str().unwrap_or_default();
         if got != self.api_version {
-            return Err(format!(
-                "apiVersion from credential plugin response did not match expected apiVersion:{}, actual apiVersion:{got}",
-                self.api_version
-            ));
+            return Err(PluginRunError::ApiVersion {
+                expected: self.api_version.clone(),
+                got: got.to_string(),
+            });
         }
         // Never the decoder's own words: they may quote a credential.
-        let undecodable = || "error decoding credential provider plugin response from stdout";
+        let undecodable = || PluginRunError::Undecodable;
         let raw: RawResponse = serde_json::from_value(head).map_err(|_| undecodable())?;
         if raw.kind != "CredentialProviderResponse" {
-            return Err(undecodable().into());
+            return Err(undecodable());
         }
         let cache_key_type = match raw.cache_key_type.as_str() {
             "Image" => CacheKeyType::Image,
             "Registry" => CacheKeyType::Registry,
             "Global" => CacheKeyType::Global,
-            other => {
-                return Err(format!(
-                    "credential provider plugin did not return a valid cacheKeyType: {other:?}"
-                ));
-            }
+            other => return Err(PluginRunError::CacheKeyType(other.to_string())),
         };
         let cache_duration = match raw.cache_duration.as_deref() {
             None => None,
@@ -200,6 +193,31 @@ impl ExecPlugin {
             auth,
         })
     }
+}
+
+/// Why a plugin run gave no logins, in kubelet's words (never the decoder's, which
+/// may quote a credential). Shared by the concurrent asks of one key, so `Clone`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum PluginRunError {
+    #[error("error execing credential provider plugin {plugin} for image {image}: {why}: {stderr}")]
+    Exec {
+        plugin: String,
+        image: String,
+        why: String,
+        stderr: String,
+    },
+    #[error("credential provider plugin {0} wrote more than {max} bytes", max = MAX_STDOUT)]
+    TooMuchOutput(String),
+    #[error("error reading GVK from response: {0}")]
+    Gvk(String),
+    #[error(
+        "apiVersion from credential plugin response did not match expected apiVersion:{expected}, actual apiVersion:{got}"
+    )]
+    ApiVersion { expected: String, got: String },
+    #[error("error decoding credential provider plugin response from stdout")]
+    Undecodable,
+    #[error("credential provider plugin did not return a valid cacheKeyType: {0:?}")]
+    CacheKeyType(String),
 }
 
 /// Go's `exec.ExitError` text.
@@ -296,7 +314,7 @@ mod tests {
         let ann = BTreeMap::new();
         let beta = "credentialprovider.kubelet.k8s.io/v1beta1";
         let p = plugin(dir.path(), "cat >&2; exit 3", beta);
-        let e = p.run(&request(&ann)).await.unwrap_err();
+        let e = p.run(&request(&ann)).await.unwrap_err().to_string();
         assert!(e.starts_with("error execing credential provider plugin p for image reg.io/team/app: exit status 3: {"), "{e}");
         assert!(!e.contains("tok"), "{e}");
     }
@@ -326,13 +344,14 @@ mod tests {
             let e = plugin(dir.path(), &reply(body), V1)
                 .run(&request(&ann))
                 .await
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(want), "{e}");
             assert!(!e.contains("secret"), "{e}");
         }
         let mut slow = plugin(dir.path(), "sleep 5", V1);
         slow.timeout = Duration::from_millis(200);
-        let e = slow.run(&request(&ann)).await.unwrap_err();
+        let e = slow.run(&request(&ann)).await.unwrap_err().to_string();
         assert!(e.ends_with("context deadline exceeded: "), "{e}");
     }
 }

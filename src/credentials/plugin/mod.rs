@@ -29,10 +29,23 @@ use crate::locks::Locked as _;
 use cache::{Cache, CacheKey, GLOBAL_KEY, registry_of};
 pub(crate) use config::ConfigError;
 use config::{ProviderConfig, TokenCacheType};
-use exec::{CacheKeyType, ExecPlugin, Request, Response};
+use exec::{CacheKeyType, ExecPlugin, PluginRunError, Request, Response};
 
 /// A boxed future, as the boundary's methods return them.
-pub(crate) type AccountFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+pub(crate) type AccountFuture<'a, T> =
+    Pin<Box<dyn Future<Output = Result<T, AccountError>> + Send + 'a>>;
+
+/// Why the apiserver gave no service account or token: the implementer's own error,
+/// boxed, as it lives in a room above this one.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct AccountError(Box<dyn std::error::Error + Send + Sync>);
+
+impl AccountError {
+    pub(crate) fn new(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(e))
+    }
+}
 
 /// What token-mode providers need of the apiserver: the pod's service account, and a
 /// token of it for an audience, bound to the pod (kubelet's service account and token
@@ -73,7 +86,7 @@ impl std::fmt::Debug for CredentialPlugins {
 }
 
 /// What a run gives, shared by the concurrent asks for one key.
-type Flight = Arc<OnceCell<Result<Response, String>>>;
+type Flight = Arc<OnceCell<Result<Response, PluginRunError>>>;
 
 struct Provider {
     config: ProviderConfig,
@@ -299,7 +312,7 @@ async fn run_once(
     p: &Provider,
     image: &str,
     account: Option<&AccountInput>,
-) -> Result<Response, String> {
+) -> Result<Response, PluginRunError> {
     let key = match account {
         None => image.to_string(),
         Some(a) => key_of(&[image, &token_hash(&a.token)], &a.annotations),

@@ -19,7 +19,6 @@ mod node;
 mod pagecache;
 mod perf;
 mod pods;
-mod procfs;
 mod psi;
 mod rate;
 mod storage;
@@ -40,11 +39,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 pub(crate) use debug::{DebugQuery, DebugQueryError, debug_query};
-// The procfs parsers, for the fuzz targets (`crate::fuzzing`).
+// The network files' readings, for the fuzz targets (`crate::fuzzing`).
 pub(crate) use network::{parse_default_route, parse_net_dev};
 pub(crate) use node::memory_from_meminfo;
 pub(crate) use pods::{ManagedPods, PodCollector, PodTarget, TargetLister};
-pub(crate) use procfs::{parse_boot_time, parse_cpu_jiffies, parse_loadavg_tasks, parse_meminfo};
 
 use crate::contracts::{
     CgroupReading, FsReading, LatestReadings, NetworkReading, NodeReading, PodReading, Pressure,

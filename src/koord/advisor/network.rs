@@ -2,20 +2,18 @@
 //! `/proc/net/dev` but the ones cAdvisor ignores (loopback, `veth*` pod ends and the
 //! `docker*`/`nerdctl*` bridges), and the default interface, the one holding the
 //! default route in `/proc/net/route`. Both files are read bounded
-//! ([`super::procfs::read_bounded`]) and parsed as plain text.
+//! ([`crate::procfs::read_bounded`]); `/proc/net/dev`'s lines are parsed in
+//! `crate::procfs`, which the cgroup rows' network counters share.
 
 use std::path::Path;
 use std::time::SystemTime;
 
-use super::procfs::{ProcError, read_bounded};
 use crate::contracts::{InterfaceReading, NetworkReading};
+use crate::procfs::{ProcError, read_bounded};
 
 /// Interfaces kept at most (a node with many pods has a `veth` per pod; those are
 /// skipped, but a bound keeps any other flood out of every snapshot).
 pub(crate) const MAX_INTERFACES: usize = 64;
-
-/// cAdvisor's `ignoredDevicePrefixes` for the machine's network stats.
-const IGNORED_PREFIXES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
 
 /// The interface of the first up default route (destination and mask 0).
 pub(crate) fn parse_default_route(text: &str) -> Option<String> {
@@ -32,30 +30,17 @@ pub(crate) fn parse_default_route(text: &str) -> Option<String> {
 /// The counters of `/proc/net/dev`, ignored interfaces left out, at most
 /// [`MAX_INTERFACES`].
 pub(crate) fn parse_net_dev(text: &str) -> Vec<InterfaceReading> {
-    text.lines()
-        .skip(2)
-        .filter_map(|line| {
-            let (name, rest) = line.split_once(':')?;
-            let name = name.trim();
-            if IGNORED_PREFIXES.iter().any(|p| name.starts_with(p)) {
-                return None;
-            }
-            let n: Vec<u64> = rest
-                .split_whitespace()
-                .map(str::parse)
-                .collect::<Result<_, _>>()
-                .ok()?;
-            // Receive: bytes packets errs drop fifo frame compressed multicast;
-            // then transmit: bytes packets errs ...
-            (n.len() >= 16).then(|| InterfaceReading {
-                name: name.to_string(),
-                rx_bytes: n[0],
-                rx_errors: n[2],
-                tx_bytes: n[8],
-                tx_errors: n[10],
-            })
-        })
+    crate::procfs::net_devices(text)
+        .flatten()
+        .filter(|d| !crate::procfs::ignored_by_cadvisor(d.name))
         .take(MAX_INTERFACES)
+        .map(|d| InterfaceReading {
+            name: d.name.to_string(),
+            rx_bytes: d.rx[0],
+            rx_errors: d.rx[2],
+            tx_bytes: d.tx[0],
+            tx_errors: d.tx[2],
+        })
         .collect()
 }
 

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tracing::debug;
 
-use super::procfs::{self, CpuJiffies, MemInfo};
 use super::rate::RateTracker;
 use super::{CollectFuture, Collector, NODE_INFO_INTERVAL, RES_USED_INTERVAL, Shared};
 use crate::cm::{CgroupTree, CgroupVersion, StatReader};
 use crate::contracts::{CgroupReading, CpuReading, MemoryReading, SystemContainerReading};
 use crate::koord::metriccache::{MetricKind, now_ms};
+use crate::procfs::{self, CpuJiffies, MemInfo};
 
 /// Node CPU in cores from two `/proc/stat` readings `elapsed` apart.
 pub(crate) fn cpu_cores(
@@ -51,17 +51,11 @@ fn own_cgroup(proc_root: &Path, tree: &CgroupTree) -> Option<String> {
 
 /// The path `/proc/<pid>/cgroup` gives for `version`'s hierarchy that oxlet reads.
 fn cgroup_of(text: &str, version: CgroupVersion) -> Option<String> {
-    text.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let wanted = match version {
-            CgroupVersion::V2 => id == "0" && controllers.is_empty(),
-            CgroupVersion::V1 | CgroupVersion::Hybrid => {
-                controllers.split(',').any(|c| c == "memory")
-            }
-        };
-        wanted.then(|| path.to_string())
-    })
+    let controller = match version {
+        CgroupVersion::V2 => None,
+        CgroupVersion::V1 | CgroupVersion::Hybrid => Some("memory"),
+    };
+    procfs::cgroup_path(text, controller).map(str::to_string)
 }
 
 /// How often the host's network counters are read: cAdvisor's housekeeping interval
@@ -188,12 +182,12 @@ impl Collector for NodeCollector {
             }
             let meminfo = procfs::read_parsed(
                 &self.proc_root.join("meminfo"),
-                procfs::parse_meminfo,
+                |text| procfs::parse_meminfo(text).filter(|m| m.available.is_some()),
                 "no MemTotal or MemAvailable",
             );
             let meminfo = match meminfo {
                 Ok(m) => {
-                    let used = m.used() as f64;
+                    let used = m.used().unwrap_or_default() as f64;
                     shared.node_memory_bytes = Some(used);
                     shared.node_memory_with_cache_bytes =
                         Some(m.total.saturating_sub(m.free) as f64);
@@ -303,7 +297,7 @@ impl Collector for NodeInfoCollector {
             let mem = procfs::read_parsed(
                 &self.proc_root.join("meminfo"),
                 procfs::parse_meminfo,
-                "no MemTotal or MemAvailable",
+                "no MemTotal",
             );
             if let Ok(m) = mem {
                 shared.facts.memory_total = Some(m.total);

@@ -55,7 +55,7 @@ impl PsiCollector {
     }
 
     fn node_file(&self, name: &str) -> Option<Psi> {
-        let text = super::procfs::read_bounded(&self.proc_root.join("pressure").join(name)).ok()?;
+        let text = crate::procfs::read_bounded(&self.proc_root.join("pressure").join(name)).ok()?;
         parse_psi(&text)
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::procfs::{self, ProcError};
+use crate::procfs::{self, ProcError};
 
 /// The key-value store's keys (koordlet's).
 pub(crate) const CPU_INFO_KEY: &str = "node_cpu_info";

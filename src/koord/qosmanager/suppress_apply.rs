@@ -14,6 +14,15 @@ use super::{QosManager, cpu_suppress, cpuset_suppress, inputs, metrics};
 use crate::cm::{QosFile, format_cpu_list, parse_cpu_list};
 use crate::koord::advisor::topology::{CPU_INFO_KEY, NodeCpuInfo, Processor};
 
+/// Why a cgroup's cpuset could not be read (logged; the next round tries again).
+#[derive(Debug, thiserror::Error)]
+enum CpusetReadError {
+    #[error(transparent)]
+    Cgroup(#[from] crate::cm::CgroupError),
+    #[error(transparent)]
+    CpuList(#[from] crate::cm::CpuListError),
+}
+
 /// koordlet's `ContainerCgroupPathRelativeDepth`: the BestEffort cgroup, its pods,
 /// their containers.
 const CONTAINER_DEPTH: usize = 2;
@@ -271,11 +280,10 @@ impl QosManager {
     }
 
     /// A cgroup's CPUs; None when the kernel offers no cpuset there.
-    fn read_cpuset(&self, path: &str) -> Result<Option<Vec<usize>>, String> {
-        match self.d.cm.read_qos_file(path, QosFile::CpusetCpus) {
-            Ok(Some(text)) => parse_cpu_list(&text).map(Some).map_err(|e| e.to_string()),
-            Ok(None) => Ok(None),
-            Err(e) => Err(e.to_string()),
+    fn read_cpuset(&self, path: &str) -> Result<Option<Vec<usize>>, CpusetReadError> {
+        match self.d.cm.read_qos_file(path, QosFile::CpusetCpus)? {
+            Some(text) => Ok(Some(parse_cpu_list(&text)?)),
+            None => Ok(None),
         }
     }
 

@@ -123,6 +123,20 @@ impl Bed {
         self.server.put(&claim).unwrap();
     }
 
+    /// Pod `p1` with claim `c` allocated `dev-0`, which the driver refuses to prepare
+    /// ("device busy") once.
+    fn pod_whose_claim_fails(&self) -> Pod {
+        self.put_claim("c", &["gpu"]);
+        self.put_pod(
+            "p1",
+            json!([{"name": "g", "resourceClaimName": "c"}]),
+            one_container(json!([])),
+        );
+        let pod = self.allocate("p1", &["dev-0"]);
+        self.driver.fail_claim("c", "device busy");
+        pod
+    }
+
     fn allocate(&self, pod: &str, devices: &[&str]) -> Pod {
         self.server
             .handle()
@@ -344,14 +358,7 @@ async fn each_container_gets_the_cdi_ids_of_the_requests_it_names() {
 async fn a_failed_claim_is_reported_and_prepared_again_next_time() {
     let bed = Bed::new().await;
     let m = bed.registered().await;
-    bed.put_claim("c", &["gpu"]);
-    bed.put_pod(
-        "p1",
-        json!([{"name": "g", "resourceClaimName": "c"}]),
-        one_container(json!([])),
-    );
-    let pod = bed.allocate("p1", &["dev-0"]);
-    bed.driver.fail_claim("c", "device busy");
+    let pod = bed.pod_whose_claim_fails();
     assert_eq!(
         m.prepare_resources(&pod).await.unwrap_err().to_string(),
         "prepare dynamic resources: NodePrepareResources failed for ResourceClaim c: device busy"
@@ -428,14 +435,7 @@ async fn prepares_unprepares_and_driver_calls_reach_kubelets_metrics() {
     let delta = |i: usize| crate::metrics::sample(&series[i]) - before[i];
     let bed = Bed::new().await;
     let m = bed.registered().await;
-    bed.put_claim("c", &["gpu"]);
-    bed.put_pod(
-        "p1",
-        json!([{"name": "g", "resourceClaimName": "c"}]),
-        one_container(json!([])),
-    );
-    let pod = bed.allocate("p1", &["dev-0"]);
-    bed.driver.fail_claim("c", "device busy");
+    let pod = bed.pod_whose_claim_fails();
     m.prepare_resources(&pod).await.unwrap_err();
     assert!(delta(1) >= 1.0, "a failed prepare is is_error=\"true\"");
     assert!(delta(3) >= 1.0, "the driver answered the call: code OK");

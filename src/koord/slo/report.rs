@@ -11,8 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -25,8 +27,6 @@ use crate::koord::host_apps::HostApp;
 use crate::koord::metriccache::{MetricCache, now_ms};
 use crate::locks::Locked as _;
 use crate::pod::PodManager;
-use k8s_openapi::api::core::v1::Pod;
-use tokio::sync::watch;
 
 /// Conflicts retried per round (client-go's `retry.DefaultBackoff`: 4 steps).
 const CONFLICT_RETRIES: usize = 4;

@@ -162,15 +162,15 @@ pub fn node_slo(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let _ = crate::koord::parse_qos_config(Path::new("/etc/oxlet/node-slo.yaml"), text);
+    let _ = crate::koordapi::parse_qos_config(Path::new("/etc/oxlet/node-slo.yaml"), text);
     let Ok(doc) = crate::yaml::single(text, &crate::yaml::CONFIG_LIMITS) else {
         return;
     };
     let list = doc
         .get("hostApplications")
         .and_then(serde_json::Value::as_array);
-    let (apps, _) = crate::koord::parse_host_apps(list.map(Vec::as_slice));
-    let bases = crate::koord::QosPaths {
+    let (apps, _) = crate::koordapi::parse_host_apps(list.map(Vec::as_slice));
+    let bases = crate::koordapi::QosPaths {
         kubepods: Some("kubepods".into()),
         burstable: Some("kubepods/burstable".into()),
         best_effort: Some("kubepods/besteffort".into()),
@@ -342,7 +342,7 @@ pub fn cgroup(data: &[u8]) {
 /// `/proc/loadavg`, `/proc/net/{dev,route}`, `/proc/self/{stat,status,mountinfo}`, and
 /// the node facts' files.
 pub fn procfs(data: &[u8]) {
-    use crate::koord::{memory_from_meminfo, parse_default_route, parse_net_dev};
+    use crate::advisor::{memory_from_meminfo, parse_default_route, parse_net_dev};
     use crate::procfs::{
         parse_boot_time, parse_cpu_jiffies, parse_loadavg_tasks, parse_meminfo, parse_mountinfo,
     };
@@ -377,8 +377,8 @@ fn routers() -> &'static [axum::Router; 2] {
         let _rt = runtime().enter();
         let pods = Arc::new(crate::pod::PodManager::default());
         let pod_cache = Arc::new(crate::pleg::PodCache::default());
-        let cache = Arc::new(crate::koord::MetricCache::new(
-            crate::koord::CacheLimits::DEFAULT,
+        let cache = Arc::new(crate::metriccache::MetricCache::new(
+            crate::metriccache::CacheLimits::DEFAULT,
         ));
         let no_prediction: crate::koord::PredictionView = Arc::new(|_| None);
         let health = crate::server::Health {

@@ -5,6 +5,7 @@
 //! `pleg` watches the runtime and wakes pod workers; `status` turns what we see into
 //! kubelet-faithful pod status; `server` serves read-only views.
 
+mod advisor;
 mod agent;
 mod allocation;
 mod backoff;
@@ -32,12 +33,14 @@ mod http_get;
 mod images;
 mod klog;
 mod koord;
+mod koordapi;
 mod kubeclient;
 mod kuberuntime;
 mod locks;
 mod logging;
 mod logs;
 mod memorymanager;
+mod metriccache;
 mod metrics;
 mod node;
 mod nodeshutdown;
@@ -72,8 +75,10 @@ mod yaml;
 // and benchmarks (the managed containerd as a test bed) use. Everything else is crate-private.
 pub use agent::{run, timeline_command};
 pub use heap::limit_arenas as limit_heap_arenas;
-/// The metric advisor's benchmark handle (`benches/advisor.rs`); not an API.
+/// The metric advisor's benchmark handles (`benches/advisor.rs`); not an API.
 #[doc(hidden)]
-pub use koord::advisor_bench;
+pub mod advisor_bench {
+    pub use crate::advisor::{CollectorBench, FilledCache};
+}
 pub use logging::{LogFormat, init as init_logging};
 pub use options::{Options, load_or_exit};

@@ -38,13 +38,15 @@ const FLOORS: &[&[&str]] = &[
         "yaml",
     ],
     // the one HTTP GET; registry credentials (which read the pod helpers); logging,
-    // which feeds the timelines
+    // which feeds the timelines; the allocation checkpoints, the gRPC server on a unix
+    // socket, and the metric cache (koordlet's time series of the node's samples)
     &[
         "http_get",
         "credentials",
         "logging",
         "allocation",
         "grpc_unix",
+        "metriccache",
     ],
     // the clients: the apiserver's, and the metrics registries
     &["kubeclient", "metrics"],
@@ -56,8 +58,9 @@ const FLOORS: &[&[&str]] = &[
     &["contracts"],
     // the container manager
     &["cm"],
-    // the topology manager's hints, masks and policies, below its hint providers
-    &["topology", "pluginwatcher"],
+    // the topology manager's hints, masks and policies, below its hint providers;
+    // koordinator's API types, below the advisor and the koordlet rooms that read them
+    &["topology", "pluginwatcher", "koordapi"],
     // the pod resources API: its messages, answers and socket, fed by the managers
     &["podresources"],
     // pod sources; what a pod's runtime set-up is made of
@@ -65,8 +68,13 @@ const FLOORS: &[&[&str]] = &[
     &["volumes"],
     // kubelet's kuberuntime: pod actions, sandboxes, containers, kills, container GC
     &["kuberuntime"],
-    // what watches and measures the runtime
-    &["pleg", "stats"],
+    // what watches the runtime
+    &["pleg"],
+    // the node's stats collector (the metric advisor), which kubelet's and koordlet's
+    // rooms both read
+    &["advisor"],
+    // what kubelet serves of those stats
+    &["stats"],
     // pod status (kubelet's status manager), which the prober reads
     &["status"],
     &["prober"],
@@ -114,7 +122,15 @@ fn production_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// names a room without using it).
 fn production_text(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap();
-    let code = match text.find("#[cfg(test)]\nmod tests {") {
+    let test_module = [
+        "mod tests {",
+        "pub(super) mod tests {",
+        "pub(crate) mod tests {",
+    ]
+    .iter()
+    .filter_map(|m| text.find(&format!("#[cfg(test)]\n{m}")))
+    .min();
+    let code = match test_module {
         Some(i) => &text[..i],
         None => &text,
     };
@@ -136,18 +152,52 @@ fn room_of(src: &Path, file: &Path) -> String {
     first.trim_end_matches(".rs").to_string()
 }
 
-/// Every `crate::a::b…` path in `text`, as its segments; a group (`crate::a::{b, c::d}`)
-/// gives one path per member, so grouping cannot hide a path past a face.
-fn crate_paths(text: &str) -> Vec<Vec<String>> {
+/// Every path to a module of this crate in `text`, written by a file whose module is
+/// `module` (`src/a/b/mod.rs` and `src/a/b.rs` are `[a, b]`), made absolute: `crate::…`,
+/// `super::…` and `self::…` paths, and paths that start with one of the module's own
+/// sub-modules. A group (`crate::a::{b, c::d}`) gives one path per member, so grouping
+/// cannot hide a path past a face.
+fn module_paths(src: &Path, module: &[String], text: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
-    for (i, _) in text.match_indices("crate::") {
-        let before = text[..i].chars().next_back();
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+    let own_dir = module.iter().fold(src.to_path_buf(), |d, m| d.join(m));
+    for (i, _) in text.match_indices("::") {
+        let start = text[..i]
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(0, |j| j + 1);
+        let first = &text[start..i];
+        if text[..start].ends_with("::") || first.is_empty() {
             continue;
         }
-        expand_path(&text[i + "crate::".len()..], Vec::new(), &mut out);
+        let base: Vec<String> = match first {
+            "crate" => Vec::new(),
+            "super" | "self" => module.to_vec(),
+            name if is_sub_module_of(&own_dir, name) => module.to_vec(),
+            _ => continue,
+        };
+        let mut found = Vec::new();
+        expand_path(&text[start..], Vec::new(), &mut found);
+        for rel in found {
+            out.push(resolve(&base, rel));
+        }
     }
     out
+}
+
+/// `rel` (as written: `crate`, `super` and `self` segments and all) made absolute
+/// against `base`, the module its file is.
+fn resolve(base: &[String], rel: Vec<String>) -> Vec<String> {
+    let mut path = base.to_vec();
+    let mut segments = rel.into_iter().peekable();
+    if segments.peek().is_some_and(|s| s == "crate") {
+        path.clear();
+        segments.next();
+    }
+    while segments.peek().is_some_and(|s| s == "super") {
+        path.pop();
+        segments.next();
+    }
+    path.extend(segments);
+    path
 }
 
 /// The path at the start of `rest` after the segments in `prefix`, groups expanded.
@@ -184,10 +234,41 @@ fn expand_path(rest: &str, mut prefix: Vec<String>, out: &mut Vec<Vec<String>>) 
     }
 }
 
-/// True when `room` has a module named `name` (a file or a directory under it).
-fn is_sub_module(src: &Path, room: &str, name: &str) -> bool {
-    let dir = src.join(room);
+/// True when the module whose directory is `dir` has a sub-module named `name` (a
+/// file or a directory under it).
+fn is_sub_module_of(dir: &Path, name: &str) -> bool {
     dir.join(format!("{name}.rs")).is_file() || dir.join(name).is_dir()
+}
+
+/// The module a file is: `src/a/b/mod.rs` and `src/a/b.rs` are `[a, b]`.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = (rel.components())
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// Where `path` reaches past a face: the first module on it, below the crate root,
+/// that has a directory (a room, or a room inside one) and whose next segment is one
+/// of its sub-modules, while `file` lies outside that directory. Inside a room every
+/// sub-room keeps its own face, as the rooms do towards each other.
+fn past_face(src: &Path, file: &Path, path: &[String]) -> Option<String> {
+    let mut dir = src.to_path_buf();
+    for (k, segment) in path.iter().enumerate() {
+        dir = dir.join(segment);
+        let next = path.get(k + 1)?;
+        if !dir.is_dir() || !is_sub_module_of(&dir, next) {
+            return None;
+        }
+        if !file.starts_with(&dir) && file != dir.with_extension("rs") {
+            return Some(format!("{}::{next}", path[..=k].join("::")));
+        }
+    }
+    None
 }
 
 #[derive(Default)]
@@ -200,44 +281,47 @@ struct Findings {
 }
 
 fn survey() -> Findings {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    survey_at(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+/// The findings for the source tree at `src`.
+fn survey_at(src: &Path) -> Findings {
     let mut files = Vec::new();
-    production_files(&src, &mut files);
+    production_files(src, &mut files);
     files.sort();
     let mut f = Findings::default();
     for file in &files {
-        let room = room_of(&src, file);
+        let room = room_of(src, file);
         if room == "lib" || room == "main" {
             continue;
         }
-        let site = file.strip_prefix(&src).unwrap().display().to_string();
-        let Some(floor) = floor_of(&room) else {
-            f.unknown.push(room);
-            continue;
-        };
-        for path in crate_paths(&production_text(file)) {
+        let site = file.strip_prefix(src).unwrap().display().to_string();
+        let floor = floor_of(&room);
+        if floor.is_none() {
+            f.unknown.push(room.clone());
+        }
+        let module = module_of(src, file);
+        for path in module_paths(src, &module, &production_text(file)) {
             let Some(to) = path.first().map(String::as_str) else {
                 continue;
             };
+            if let Some(face) = past_face(src, file, &path) {
+                f.past_face
+                    .entry((room.clone(), face))
+                    .or_default()
+                    .push(site.clone());
+            }
             if to == room {
                 continue;
             }
-            match floor_of(to) {
-                None => f.unknown.push(to.to_string()),
-                Some(t) if t >= floor => f
+            match (floor_of(to), floor) {
+                (None, _) => f.unknown.push(to.to_string()),
+                (Some(t), Some(floor)) if t >= floor => f
                     .upward
                     .entry((room.clone(), to.to_string()))
                     .or_default()
                     .push(site.clone()),
-                Some(_) => {}
-            }
-            if let Some(sub) = path.get(1)
-                && is_sub_module(&src, to, sub)
-            {
-                f.past_face
-                    .entry((room.clone(), format!("{to}::{sub}")))
-                    .or_default()
-                    .push(site.clone());
+                _ => {}
             }
         }
     }
@@ -284,37 +368,66 @@ fn no_room_reaches_past_a_face() {
     );
 }
 
-/// Each room's `mod.rs` keeps its sub-files private (or `pub(super)` further down):
-/// what other rooms may use is what it re-exports.
+/// Each room's face (`mod.rs`, or `room.rs` beside `room/`) keeps its sub-files
+/// private, and so does every room inside a room: what others may use is what the
+/// face re-exports. A sub-file declared `pub`, `pub(crate)`, `pub(super)` or
+/// `pub(in …)` is open past the face; test modules and fakes may be.
 #[test]
 fn sub_files_are_private() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut open = Vec::new();
-    for e in std::fs::read_dir(&src).unwrap() {
-        let dir = e.unwrap().path();
-        let face = dir.join("mod.rs");
-        if !face.is_file() {
-            continue;
-        }
-        let room = dir.file_name().unwrap().to_string_lossy().into_owned();
-        for line in production_text(&face).lines() {
-            let Some(rest) = line
-                .trim()
-                .strip_prefix("pub(crate) mod ")
-                .or_else(|| line.trim().strip_prefix("pub mod "))
-            else {
-                continue;
-            };
-            let name = rest.trim_end_matches(';').trim();
-            if is_sub_module(&src, &room, name) {
-                open.push(format!("{room}::{name}"));
-            }
-        }
-    }
+    let open = open_sub_files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     assert!(
         open.is_empty(),
         "sub-files other rooms could name past the face: {open:?}"
     );
+}
+
+/// Every sub-file opened by its face, in the tree at `src`, as `room::…::sub`.
+fn open_sub_files(src: &Path) -> Vec<String> {
+    let mut dirs = Vec::new();
+    module_dirs(src, &mut dirs);
+    let mut open = Vec::new();
+    for dir in dirs {
+        let face = [dir.join("mod.rs"), dir.with_extension("rs")]
+            .into_iter()
+            .find(|f| f.is_file());
+        let Some(face) = face else { continue };
+        let module = module_of(src, &face).join("::");
+        let lines: Vec<String> = production_text(&face).lines().map(str::to_string).collect();
+        for (i, line) in lines.iter().enumerate() {
+            let Some(name) = opened_module(line) else {
+                continue;
+            };
+            let for_tests = i > 0 && lines[i - 1].trim() == "#[cfg(test)]";
+            let test_name = name == "tests" || name.ends_with("_tests") || name.starts_with("fake");
+            if is_sub_module_of(&dir, name) && !for_tests && !test_name {
+                open.push(format!("{module}::{name}"));
+            }
+        }
+    }
+    open
+}
+
+/// Every directory below `dir` that can hold a module's sub-files.
+fn module_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() && p.file_name().is_some_and(|n| n != "testdata") {
+            out.push(p.clone());
+            module_dirs(&p, out);
+        }
+    }
+}
+
+/// The module a line declares with some `pub` visibility (`pub(super) mod x;`).
+fn opened_module(line: &str) -> Option<&str> {
+    let rest = line.trim().strip_prefix("pub")?;
+    let rest = match rest.strip_prefix('(') {
+        Some(vis) => vis.split_once(')')?.1,
+        None => rest,
+    };
+    let name = rest.trim_start().strip_prefix("mod ")?;
+    let name = name.strip_suffix(';')?.trim();
+    Some(name)
 }
 
 /// Every lock goes through `crate::locks` (`locked()`, `read_locked()`,
@@ -455,4 +568,77 @@ fn top_level_args(text: &str) -> Vec<&str> {
         prev = c;
     }
     Vec::new()
+}
+
+/// The face checks reach inside rooms: in a made-up wing whose sub-room `inner` opens
+/// its sub-file `secret`, the opening is found, and so is every path through it (from
+/// the wing's own face, and with `super::`, `crate::` and inside a group), while a
+/// path through `inner`'s face is not.
+#[test]
+fn a_face_opened_inside_a_room_is_found() {
+    let root = std::env::temp_dir().join(format!("oxlet-layering-{}", std::process::id()));
+    let src = root.join("src");
+    let files = [
+        (
+            "wing/mod.rs",
+            "mod inner;\nmod other;\npub(crate) use inner::secret::Hidden;\n",
+        ),
+        (
+            "wing/inner/mod.rs",
+            "pub(super) mod secret;\nmod kept;\npub(crate) use kept::Shown;\n",
+        ),
+        ("wing/inner/secret.rs", "pub(crate) struct Hidden;\n"),
+        ("wing/inner/kept.rs", "pub(crate) struct Shown;\n"),
+        (
+            "wing/other.rs",
+            "use super::inner::secret::Hidden;\n\
+             use crate::wing::inner::{Shown, secret::Hidden as H};\n\
+             fn f(_: crate::wing::inner::Shown) {}\n",
+        ),
+    ];
+    for (path, text) in files {
+        let path = src.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let found = survey_at(&src).past_face;
+    let open = open_sub_files(&src);
+    std::fs::remove_dir_all(&root).unwrap();
+    let sites = found.get(&("wing".to_string(), "wing::inner::secret".to_string()));
+    assert_eq!(
+        sites.map(Vec::as_slice),
+        Some(
+            ["wing/mod.rs", "wing/other.rs", "wing/other.rs"]
+                .map(String::from)
+                .as_slice()
+        ),
+        "{found:?}"
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(open, ["wing::inner::secret"]);
+}
+
+/// No room grows past a tenth of the production code (issue 48): a room that large
+/// has stopped having one job, and the floors say little about what is inside it.
+/// Lines are counted as [`production_text`] gives them (tests and comments left out).
+#[test]
+fn no_room_holds_more_than_a_tenth_of_the_code() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    production_files(&src, &mut files);
+    let mut by_room: BTreeMap<String, usize> = BTreeMap::new();
+    for file in &files {
+        let lines = production_text(file)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count();
+        *by_room.entry(room_of(&src, file)).or_default() += lines;
+    }
+    let total: usize = by_room.values().sum();
+    let (room, largest) = by_room.iter().max_by_key(|(_, n)| **n).unwrap();
+    assert!(
+        largest * 10 <= total,
+        "room {room} holds {largest} of {total} production lines, over a tenth: split it \
+         into rooms of one job each"
+    );
 }

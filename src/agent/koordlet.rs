@@ -13,9 +13,10 @@ use super::runtime::Runtime;
 use crate::cm::NodeAllocatable;
 use crate::koord::{
     HookSet, NodeMetricReporter, NodeMetricSource, NodeSloWatch, PredictServer,
-    PredictionCollector, PredictionConfig, PredictionInputs, PredictionView, QosConfig,
-    ResourceAmount, Served, pod_inputs,
+    PredictionCollector, PredictionConfig, PredictionInputs, PredictionView, ResourceAmount,
+    Served, pod_inputs,
 };
+use crate::koordapi::QosConfig;
 use crate::logging::STARTUP_TARGET;
 use crate::options::Options;
 use crate::syncloop::SyncLoop;
@@ -24,7 +25,7 @@ use crate::tasks::{Backoff, Tasks};
 /// `--node-slo-file`, read once at start (checked when the flag was parsed).
 pub(super) fn qos_config(opts: &Options) -> anyhow::Result<QosConfig> {
     Ok(match &opts.node_slo_file {
-        Some(path) => crate::koord::load_qos_config(path)?,
+        Some(path) => crate::koordapi::load_qos_config(path)?,
         None => Default::default(),
     })
 }
@@ -46,7 +47,7 @@ pub(super) fn spawn_hook_reconciler(
     shared: &Shared,
     tasks: &Tasks,
 ) {
-    use crate::koord::ManagedPods;
+    use crate::advisor::ManagedPods;
     let (hooks, cm) = (hooks.clone(), host.cm.clone());
     let (pods, pod_cache) = (shared.pods.clone(), shared.pod_cache.clone());
     tasks.spawn_restarting(
@@ -221,7 +222,7 @@ pub(super) fn spawn_metric_advisor(
     shared: &Shared,
     tasks: &Tasks,
 ) {
-    use crate::koord::{Advisor, AdvisorDeps, ManagedPods};
+    use crate::advisor::{Advisor, AdvisorDeps, ManagedPods};
     let Some(tree) = host_cgroup_tree("the metric advisor") else {
         return;
     };
@@ -235,7 +236,7 @@ pub(super) fn spawn_metric_advisor(
     let best_effort = host.cm.qos_cgroup_path(crate::cm::QosClass::BestEffort);
     let page_cache = opts.pagecache_collector;
     let host_apps = shared.host_apps.subscribe();
-    let qos_paths = crate::koord::QosPaths {
+    let qos_paths = crate::koordapi::QosPaths {
         kubepods: host.cm.kubepods_path(),
         burstable: host.cm.qos_cgroup_path(crate::cm::QosClass::Burstable),
         best_effort: best_effort.clone(),
@@ -328,7 +329,7 @@ pub(super) fn spawn_qos_manager(
             pods: pods.clone(),
             cm: cm.clone(),
             evictor: evictor.clone(),
-            lister: Box::new(crate::koord::ManagedPods::new(
+            lister: Box::new(crate::advisor::ManagedPods::new(
                 pods.clone(),
                 pod_cache.clone(),
                 cm.clone(),
@@ -347,8 +348,8 @@ pub(super) fn spawn_qos_manager(
 /// The metric cache, on disk under `--tsdb-path` (koordlet's TSDB): the points from
 /// before a restart are replayed. A directory that cannot be used is said once, and the
 /// cache is kept in memory (30 minutes) instead: the node runs on without history.
-pub(super) fn open_metric_cache(opts: &Options) -> Arc<crate::koord::MetricCache> {
-    use crate::koord::{CacheLimits, MetricCache};
+pub(super) fn open_metric_cache(opts: &Options) -> Arc<crate::metriccache::MetricCache> {
+    use crate::metriccache::{CacheLimits, MetricCache};
     let dir = opts
         .tsdb_path
         .clone()
@@ -372,11 +373,11 @@ pub(super) fn open_metric_cache(opts: &Options) -> Arc<crate::koord::MetricCache
 
 /// `--node-slo-file`'s host applications (checked when the flag was parsed; none
 /// without the file).
-pub(super) fn file_host_apps(opts: &Options) -> Vec<crate::koord::HostApp> {
+pub(super) fn file_host_apps(opts: &Options) -> Vec<crate::koordapi::HostApp> {
     let Some(path) = &opts.node_slo_file else {
         return Vec::new();
     };
-    match crate::koord::host_apps_from_file(path) {
+    match crate::koordapi::host_apps_from_file(path) {
         Ok((apps, _)) => apps,
         Err(e) => {
             warn!(error = %e, "host applications not read");

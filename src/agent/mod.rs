@@ -34,9 +34,9 @@ use tracing::{info, warn};
 use crate::contracts::LatestReadings;
 use crate::contracts::{NodeShutdownState, RuntimeHealth};
 use crate::events::EventRecorder;
-use crate::koord::MetricCache;
 use crate::kubeclient::ApiClients;
 use crate::logging::STARTUP_TARGET;
+use crate::metriccache::MetricCache;
 use crate::options::Options;
 use crate::pleg::{PlegStats, PodCache};
 use crate::pod::PodManager;
@@ -79,7 +79,7 @@ struct Shared {
     /// The node shutdown manager sets it; admission and the node status read it.
     shutdown: Arc<NodeShutdownState>,
     /// The NodeSLO's host applications: `--node-slo-file`'s, then the cluster's.
-    host_apps: tokio::sync::watch::Sender<Vec<crate::koord::HostApp>>,
+    host_apps: tokio::sync::watch::Sender<Vec<crate::koordapi::HostApp>>,
     /// What each pod was admitted (or resized) at: the pods the sync loop runs and
     /// the eviction manager and the QoS manager weigh.
     allocation: Arc<crate::syncloop::AllocationManager>,
@@ -92,7 +92,7 @@ impl Shared {
     fn new(
         events: EventRecorder,
         metric_cache: Arc<MetricCache>,
-        host_apps: Vec<crate::koord::HostApp>,
+        host_apps: Vec<crate::koordapi::HostApp>,
         runtime_health: Arc<RuntimeHealth>,
         allocation: Arc<crate::syncloop::AllocationManager>,
         resources: Arc<crate::resourcemanager::ResourceManagers>,

@@ -730,7 +730,8 @@ async fn a_missing_config_map_volume_holds_the_sandbox_back_with_failed_mount() 
 /// The hook point: rules change the CreateContainer request the runtime sends.
 #[tokio::test(start_paused = true)]
 async fn container_hooks_shape_the_create_request() {
-    use crate::koord::{HookSet, QosConfig};
+    use crate::koord::HookSet;
+    use crate::koordapi::QosConfig;
     use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let fake = Arc::new(crate::cri::FakeRuntime::new());

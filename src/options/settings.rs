@@ -408,9 +408,9 @@ fn set_node_slo_file(o: &mut Options, i: Input) -> Result<(), InvalidValue> {
         return Ok(());
     }
     let path = PathBuf::from(i.text);
-    crate::koord::load_qos_config(&path).map_err(|e| InvalidValue(e.to_string()))?;
+    crate::koordapi::load_qos_config(&path).map_err(|e| InvalidValue(e.to_string()))?;
     let (_, errors) =
-        crate::koord::host_apps_from_file(&path).map_err(|e| InvalidValue(e.to_string()))?;
+        crate::koordapi::host_apps_from_file(&path).map_err(|e| InvalidValue(e.to_string()))?;
     if let Some(e) = errors.first() {
         return Err(InvalidValue(format!("{}: {e}", path.display())));
     }

@@ -65,7 +65,7 @@ pub(crate) struct Views {
     pub statuses: Arc<StatusManager>,
     pub health: Health,
     /// The metric advisor's series (prediction and the QoS manager read them too).
-    pub cache: Arc<crate::koord::MetricCache>,
+    pub cache: Arc<crate::metriccache::MetricCache>,
     /// The metric advisor's latest round.
     pub readings: Arc<crate::contracts::LatestReadings>,
     // Summary API, /runningpods/, /configz: what those read.
@@ -152,21 +152,21 @@ async fn probe_metrics(headers: header::HeaderMap) -> axum::response::Response {
 }
 
 /// `/debug/koord/metrics`: one aggregation of the metric cache (see
-/// [`crate::koord::debug_query`]); a bad or unknown parameter is a 400
+/// [`crate::advisor::debug_query`]); a bad or unknown parameter is a 400
 /// naming it, a query while another runs a 429.
 async fn koord_metrics(
     State(v): State<Views>,
     axum::extract::Query(pairs): axum::extract::Query<Vec<(String, String)>>,
 ) -> axum::response::Response {
-    let answer = crate::koord::DebugQuery::from_pairs(&pairs)
-        .and_then(|q| crate::koord::debug_query(&v.cache, &q));
+    let answer = crate::advisor::DebugQuery::from_pairs(&pairs)
+        .and_then(|q| crate::advisor::debug_query(&v.cache, &q));
     match answer {
         Ok(json) => (
             [(header::CONTENT_TYPE, "application/json")],
             json.to_string(),
         )
             .into_response(),
-        Err(e @ crate::koord::DebugQueryError::Busy) => (
+        Err(e @ crate::advisor::DebugQueryError::Busy) => (
             StatusCode::TOO_MANY_REQUESTS,
             [(header::RETRY_AFTER, "1")],
             format!("{e}\n"),

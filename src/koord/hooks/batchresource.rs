@@ -19,10 +19,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use super::protocol::{CgroupRule, CgroupValues};
 use super::rule::HookRule;
 use crate::cm::{DEFAULT_CPU_PERIOD_US, milli_cpu_to_quota, milli_cpu_to_shares};
-use crate::koord::classes::KoordQos;
+use crate::koordapi::KoordQos;
 use crate::kuberuntime::HookError;
 
-pub(crate) use crate::koord::classes::{BATCH_CPU, BATCH_MEMORY};
+pub(crate) use crate::koordapi::{BATCH_CPU, BATCH_MEMORY};
 
 /// See the module doc.
 pub(crate) struct BatchResource;

@@ -23,7 +23,7 @@ mod tests;
 use std::sync::Arc;
 
 use crate::cm::ContainerManager;
-use crate::koord::qosmanager::config::QosConfig;
+use crate::koordapi::QosConfig;
 use crate::kuberuntime::{RuntimeHook, RuntimeHooks};
 use batchresource::BatchResource;
 use protocol::{CgroupRule, RuleHook};
@@ -67,7 +67,7 @@ impl HookSet {
     pub(crate) fn reconciler(
         &self,
         pods: Arc<crate::pod::PodManager>,
-        lister: Box<dyn crate::koord::advisor::TargetLister>,
+        lister: Box<dyn crate::advisor::TargetLister>,
     ) -> HookReconciler {
         HookReconciler {
             rules: self.rules.clone(),

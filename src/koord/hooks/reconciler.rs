@@ -5,7 +5,7 @@
 //! from outside; a value the cgroup already holds is never written.
 //!
 //! Pods come from the pod manager and the PLEG cache (the metric advisor's
-//! [`ManagedPods`](crate::koord::advisor::ManagedPods): each pod with a ready sandbox,
+//! [`ManagedPods`](crate::advisor::ManagedPods): each pod with a ready sandbox,
 //! its cgroup from the container manager, its running containers' cgroups from
 //! their runtime IDs, each checked to be one path component).
 
@@ -19,9 +19,9 @@ use tracing::{debug, info, warn};
 
 use super::protocol::{Cause, CgroupRule, Pass, Target, apply};
 use super::rule::{HookRule, SharedRule};
+use crate::advisor::{PodTarget, TargetLister};
 use crate::cm::{ContainerManager, QosClass};
-use crate::koord::advisor::{PodTarget, TargetLister};
-use crate::koord::qosmanager::config::{QosConfig, next_update};
+use crate::koordapi::{QosConfig, next_update};
 use crate::pod::{PodManager, pod_ref, pod_uid};
 
 /// koordlet's `RuntimeHookReconcileInterval`.

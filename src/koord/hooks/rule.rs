@@ -4,7 +4,7 @@
 
 use std::sync::RwLock;
 
-use crate::koord::qosmanager::config::{CpuSuppressPolicy, QosConfig};
+use crate::koordapi::{CpuSuppressPolicy, QosConfig};
 use crate::locks::ReadWriteLocked as _;
 
 /// What the NodeSLO decides for the rules.

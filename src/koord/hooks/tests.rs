@@ -10,8 +10,8 @@ use super::batchresource::{BATCH_CPU, BATCH_MEMORY, BatchResource};
 use super::protocol::{Cause, CgroupRule, CgroupValues};
 use super::rule::{HookRule, SharedRule};
 use super::*;
+use crate::advisor::ManagedPods;
 use crate::cm::{CgroupFs, FakeCgroupFs, ResourceConfig, fake_manager};
-use crate::koord::ManagedPods;
 use crate::kuberuntime::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
 use crate::pleg::PodCache;
 use crate::pod::PodManager;
@@ -170,12 +170,12 @@ fn the_rule_follows_enable_and_the_cfs_quota_policy_of_the_node_slo() {
     };
     assert_eq!(HookRule::from_config(&on_cpuset), QUOTA_ON);
     let on = QosConfig {
-        cpu_suppress_policy: crate::koord::qosmanager::config::CpuSuppressPolicy::CfsQuota,
+        cpu_suppress_policy: crate::koordapi::CpuSuppressPolicy::CfsQuota,
         ..on_cpuset
     };
     // CPU suppress's own switch plays no part (koordlet reads the NodeSLO only).
     let on_without_suppress = QosConfig {
-        strategies: crate::koord::Strategies {
+        strategies: crate::koordapi::Strategies {
             cpu_suppress: false,
             ..Default::default()
         },
@@ -354,7 +354,7 @@ fn a_rule_change_lifts_and_restores_the_quotas_at_once() {
     n.reconciler.reconcile(Cause::Drift);
     let on = QosConfig {
         enable: true,
-        cpu_suppress_policy: crate::koord::qosmanager::config::CpuSuppressPolicy::CfsQuota,
+        cpu_suppress_policy: crate::koordapi::CpuSuppressPolicy::CfsQuota,
         ..QosConfig::default()
     };
     assert!(n.reconciler.take_config(&on));

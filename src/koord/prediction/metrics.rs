@@ -129,10 +129,10 @@ mod tests {
         reg.register(Box::new(c)).unwrap();
         // Before the first round nothing is exported.
         assert!(reg.gather().iter().all(|f| f.get_metric().is_empty()));
-        let cache = crate::koord::metriccache::MetricCache::default();
-        let now = crate::koord::metriccache::now_ms();
-        let pu = [(crate::koord::metriccache::label::POD_UID, "a")];
-        use crate::koord::metriccache::{MetricKind, Sample};
+        let cache = crate::metriccache::MetricCache::default();
+        let now = crate::metriccache::now_ms();
+        let pu = [(crate::metriccache::label::POD_UID, "a")];
+        use crate::metriccache::{MetricKind, Sample};
         cache.append([
             Sample::new(MetricKind::PodCpuUsage, &pu, now - 1000, 1.0).unwrap(),
             Sample::new(MetricKind::PodMemoryUsage, &pu, now - 1000, 1e9).unwrap(),

@@ -7,11 +7,15 @@
 
 mod checkpoint;
 mod histogram;
-pub(super) mod metrics;
-pub(super) mod model;
-pub(super) mod predictor;
+mod metrics;
+mod model;
+mod predictor;
 mod training;
-pub(super) mod view;
+mod view;
+
+pub(crate) use metrics::{PredictionCollector, PredictionInputs};
+pub(crate) use predictor::ResourceAmount;
+pub(crate) use view::{Served, pod_inputs};
 
 use crate::locks::Locked as _;
 use std::path::PathBuf;
@@ -23,7 +27,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::koord::metriccache::{MetricCache, now_ms};
+use crate::metriccache::{MetricCache, now_ms};
 use model::Models;
 
 const MINUTE: i64 = 60_000;

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::PredictionConfig;
 use super::histogram::{Buckets, DecayingHistogram};
-pub(crate) use crate::koord::classes::PriorityClass;
+pub(crate) use crate::koordapi::PriorityClass;
 
 pub(crate) const NODE_UID: &str = "__node__";
 pub(crate) const SYS_UID: &str = "__node-sys__";

@@ -8,7 +8,7 @@ use tracing::debug;
 
 use super::PredictionConfig;
 use super::model::{Models, NODE_UID, PriorityClass, SYS_UID};
-use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
+use crate::metriccache::{Aggregation, MetricCache, MetricKind, label};
 
 /// The p90 of `kind` over `[start, end]` for `labels`, if the window has points.
 fn p90(
@@ -83,8 +83,8 @@ pub(crate) fn train(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::koord::metriccache::Sample;
     use crate::koord::prediction::model::Percentiles;
+    use crate::metriccache::Sample;
     use k8s_openapi::api::core::v1::PodSpec;
 
     const NOW: i64 = 1_700_000_000_000;

@@ -28,10 +28,7 @@ pub(crate) fn pod_input(pod: &Pod, phase: Option<&str>) -> PodInput {
                 .as_ref()
                 .map(|t| t.0)
                 .or_else(|| crate::metrics::pod_first_seen(pod))
-                .map_or_else(
-                    crate::koord::metriccache::now_ms,
-                    jiff::Timestamp::as_millisecond,
-                ),
+                .map_or_else(crate::metriccache::now_ms, jiff::Timestamp::as_millisecond),
         ),
         terminating: pod.metadata.deletion_timestamp.is_some()
             || matches!(phase, Some("Succeeded" | "Failed")),
@@ -49,7 +46,7 @@ pub(crate) fn current(
         &s.models(),
         pods,
         allocatable,
-        crate::koord::metriccache::now_ms(),
+        crate::metriccache::now_ms(),
     )
 }
 
@@ -163,7 +160,7 @@ mod tests {
             PredictionConfig::default(),
             "/nonexistent".into(),
         ));
-        let now = crate::koord::metriccache::now_ms();
+        let now = crate::metriccache::now_ms();
         s.models().add(s.config(), "uid-a", 1.0, 1e9, now);
         let pods = crate::pod::PodManager::default();
         let mut p = Pod::default();
@@ -214,7 +211,7 @@ mod tests {
 
     #[test]
     fn a_pod_without_a_creation_time_is_as_old_as_first_seen_or_cold() {
-        let now = crate::koord::metriccache::now_ms();
+        let now = crate::metriccache::now_ms();
         let mut p = Pod::default();
         p.metadata.uid = Some("u".into());
         // No creation time and no config.seen: unknown age counts as now (cold start).

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::config::{CpuEvictConfig, CpuEvictPolicy, CpuUsageEvictConfig};
 use super::evict::policy_allows;
 use super::inputs::{PodUsage, UsageView};
-use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
+use crate::koordapi::{CpuEvictConfig, CpuEvictPolicy, CpuUsageEvictConfig};
+use crate::metriccache::{Aggregation, MetricCache, MetricKind, label};
 use crate::pod::is_critical;
 
 /// koordlet's `CPUEvictCoolTimeSeconds`.
@@ -195,7 +195,7 @@ pub(crate) fn trigger(
 /// The pod's batch CPU request, its containers' and its sidecars', as koordlet sums
 /// them (`GetPodBEMilliCPURequest`).
 pub(crate) fn batch_request_milli(pod: &Pod) -> i64 {
-    crate::koord::classes::batch_milli_cpu_request(pod)
+    crate::koordapi::batch_milli_cpu_request(pod)
 }
 
 /// The victims in koordlet's order (`getBEPodEvictInfoAndSort`): pods labelled BE
@@ -277,7 +277,7 @@ pub(crate) fn priority_with_default(pod: &Pod) -> i32 {
     {
         return p;
     }
-    use crate::koord::classes::PriorityClass;
+    use crate::koordapi::PriorityClass;
     match PriorityClass::with_default(pod) {
         PriorityClass::Prod => 9500,
         PriorityClass::Mid => 7500,
@@ -326,7 +326,7 @@ pub(crate) fn victims_by_used(view: &UsageView, priority_threshold: i32) -> Vec<
 #[cfg(test)]
 pub(crate) fn fill_be_tier(cache: &MetricCache, ts: i64, usage: f64, request: f64, limit: f64) {
     let s = |a, v| {
-        crate::koord::metriccache::Sample::new(
+        crate::metriccache::Sample::new(
             MetricKind::NodeBe,
             &[(label::BE_RESOURCE, "cpu"), (label::BE_ALLOCATION, a)],
             ts,
@@ -454,7 +454,7 @@ mod tests {
             resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
                 requests: Some(
                     [(
-                        crate::koord::classes::BATCH_CPU.to_string(),
+                        crate::koordapi::BATCH_CPU.to_string(),
                         Quantity(batch_milli.into()),
                     )]
                     .into(),
@@ -477,8 +477,7 @@ mod tests {
             priority_threshold: 5999,
         };
         let node = |ts, cores| {
-            crate::koord::metriccache::Sample::new(MetricKind::NodeCpuUsage, &[], ts, cores)
-                .unwrap()
+            crate::metriccache::Sample::new(MetricKind::NodeCpuUsage, &[], ts, cores).unwrap()
         };
         cache.append([node(9_000, 1.5), node(10_000, 1.7)]);
         // 1.6 cores of 2 = 80 %: release 2000 × (80 − 78) % = 40m.

@@ -2,8 +2,8 @@
 //! what the node has left under the threshold once the other pods and the system
 //! have taken theirs, as a CFS quota on the BestEffort QoS cgroup.
 
-use super::config::QosConfig;
 use super::inputs::{PodUsage, UsageView};
+use crate::koordapi::QosConfig;
 
 /// The CFS period the quota is written against (µs).
 pub(crate) const PERIOD_US: i64 = 100_000;

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::koord::advisor::topology::Processor;
-use crate::koord::classes::KoordQos;
+use crate::advisor::Processor;
+use crate::koordapi::KoordQos;
 
 /// koordlet's `beMinCPUSetCores`.
 pub(crate) const MIN_CPUS: usize = 2;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::cm::QosClass;
-use crate::koord::classes::KoordQos;
-use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
+use crate::koordapi::KoordQos;
+use crate::metriccache::{Aggregation, MetricCache, MetricKind, label};
 use crate::pod::pod_uid;
 
 /// How far back a "last" value may be.
@@ -130,7 +130,7 @@ pub(crate) fn view(
 /// The host applications' last CPU (the advisor keeps their list in the key-value
 /// store): all of them, and those whose QoS is not BE.
 fn host_apps_cpu(cache: &MetricCache, now_ms: i64) -> (f64, f64) {
-    let apps: Vec<crate::koord::host_apps::HostApp> =
+    let apps: Vec<crate::koordapi::HostApp> =
         cache.kv().get("host_applications").unwrap_or_default();
     apps.iter().fold((0.0, 0.0), |(all, non_be), app| {
         let labels = [(label::HOST_APP_NAME, app.name.as_str())];
@@ -142,7 +142,7 @@ fn host_apps_cpu(cache: &MetricCache, now_ms: i64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::koord::metriccache::Sample;
+    use crate::metriccache::Sample;
 
     #[test]
     fn last_values_of_the_last_two_seconds_only() {

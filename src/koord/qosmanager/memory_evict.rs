@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use super::config::QosConfig;
 use super::evict::policy_allows;
 use super::inputs::{PodUsage, UsageView};
+use crate::koordapi::QosConfig;
 use crate::pod::is_critical;
 
 /// The feature gate's name, in the eviction reason.

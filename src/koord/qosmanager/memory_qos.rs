@@ -10,9 +10,9 @@
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::config::{MemoryQosClasses, MemoryQosPercents};
 use crate::cm::QosClass;
-use crate::koord::classes::{KoordQos, koord_qos_with_default};
+use crate::koordapi::{KoordQos, koord_qos_with_default};
+use crate::koordapi::{MemoryQosClasses, MemoryQosPercents};
 
 /// koordlet's `system.PageSize`: `memory.high` is rounded down to it.
 pub(crate) const PAGE_SIZE: i64 = 4096;

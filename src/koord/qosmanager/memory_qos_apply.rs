@@ -135,7 +135,7 @@ impl QosManager {
             }
         };
         let class = pod.map_or("the sum of its pods", |p| {
-            crate::koord::classes::koord_qos_with_default(p).name()
+            crate::koordapi::koord_qos_with_default(p).name()
         });
         match self.d.cm.write_qos_file(path, file, &spell(want)) {
             Ok(()) => info!(

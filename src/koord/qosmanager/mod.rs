@@ -3,8 +3,8 @@
 //! a room of its own. Nothing here stops: a round without fresh data or with a
 //! failing cgroup write is logged and the next round tries again.
 //!
-//! - [`config`]: the NodeSLO `resourceUsedThresholdWithBE` file and the switches;
-//!   [`slo_spec`]: a NodeSLO spec into that configuration, strategy by strategy.
+//! - its configuration, from `--node-slo-file` or a NodeSLO, is `crate::koordapi`'s
+//!   `QosConfig`, which the runtime hooks and the NodeSLO watch share.
 //! - [`inputs`]: one round's view of node and pod usage from the metric cache.
 //! - [`cpu_suppress`]: what BestEffort may use, and the CFS quota (`cfsQuota` policy);
 //!   [`cpuset_suppress`]: the CPUs it gets (`cpuset` policy); `suppress_apply`: both
@@ -21,7 +21,6 @@
 //! koordlet's memory QoS ([`memory_qos`]: `memory.min`, `memory.low`, `memory.high`
 //! at QoS, pod and container level, where the kernel has the files).
 
-pub(super) mod config;
 mod cpu_evict;
 mod cpu_evict_apply;
 mod cpu_suppress;
@@ -32,7 +31,6 @@ mod memory_evict;
 mod memory_qos;
 mod memory_qos_apply;
 mod metrics;
-pub(super) mod slo_spec;
 mod suppress_apply;
 
 use std::sync::Arc;
@@ -43,10 +41,10 @@ use tracing::{debug, info};
 
 use crate::cm::{ContainerManager, NodeResources};
 use crate::contracts::{Eviction, Evictor};
-use crate::koord::metriccache::MetricCache;
+use crate::koordapi::QosConfig;
+use crate::metriccache::MetricCache;
 use crate::pod::PodManager;
 use crate::pod::{pod_ref, pod_uid};
-use config::QosConfig;
 use evict::EvictState;
 
 /// koordlet's `CPUSuppressIntervalSeconds`, `MemoryEvictIntervalSeconds` and
@@ -63,7 +61,7 @@ pub(crate) struct QosDeps {
     pub cm: Arc<ContainerManager>,
     pub evictor: Arc<dyn Evictor>,
     /// The running pods with their pod and container cgroups (memory QoS).
-    pub lister: Box<dyn crate::koord::advisor::TargetLister>,
+    pub lister: Box<dyn crate::advisor::TargetLister>,
     pub capacity: NodeResources,
     pub allocatable: NodeResources,
     /// For the metrics' `node` label.
@@ -113,8 +111,8 @@ impl QosManager {
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
-                cfg = config::next_update(&mut updates) => self.apply(cfg),
-                _ = tick.tick() => self.round(crate::koord::metriccache::now_ms(), Instant::now()),
+                cfg = crate::koordapi::next_update(&mut updates) => self.apply(cfg),
+                _ = tick.tick() => self.round(crate::metriccache::now_ms(), Instant::now()),
             }
         }
     }

@@ -9,10 +9,10 @@ use std::io::Read as _;
 
 use tracing::{debug, info, warn};
 
-use super::config::CpuSuppressPolicy;
 use super::{QosManager, cpu_suppress, cpuset_suppress, inputs, metrics};
+use crate::advisor::{CPU_INFO_KEY, NodeCpuInfo, Processor};
 use crate::cm::{QosFile, format_cpu_list, parse_cpu_list};
-use crate::koord::advisor::topology::{CPU_INFO_KEY, NodeCpuInfo, Processor};
+use crate::koordapi::CpuSuppressPolicy;
 
 /// Why a cgroup's cpuset could not be read (logged; the next round tries again).
 #[derive(Debug, thiserror::Error)]
@@ -138,7 +138,7 @@ impl QosManager {
         &mut self,
         i: &cpu_suppress::SuppressInputs,
         suppress: f64,
-        pins: &std::collections::BTreeMap<usize, Option<crate::koord::classes::KoordQos>>,
+        pins: &std::collections::BTreeMap<usize, Option<crate::koordapi::KoordQos>>,
     ) {
         let Some(procs) = self.processors() else {
             warn!("cpu suppress: no CPU topology and no online CPU list; cpuset kept");

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::config::{QosConfig, Strategies};
 use super::*;
+use crate::advisor::ManagedPods;
 use crate::cm::{CgroupFs, FakeCgroupFs, QosFile, fake_manager};
 use crate::contracts::{Eviction, Evictor};
-use crate::koord::ManagedPods;
-use crate::koord::metriccache::{MetricKind, Sample};
+use crate::koordapi::{QosConfig, Strategies};
 use crate::kuberuntime::{ContainerState, ContainerStatus, PodRuntimeStatus, SandboxStatus};
+use crate::metriccache::{MetricKind, Sample};
 use crate::pleg::PodCache;
 
 #[derive(Default)]
@@ -137,7 +137,7 @@ fn on(cpu: bool, mem: bool, reconcile: bool) -> QosConfig {
             cpu_evict: false,
             cpu_usage_evict: false,
         },
-        cpu_suppress_policy: config::CpuSuppressPolicy::CfsQuota,
+        cpu_suppress_policy: crate::koordapi::CpuSuppressPolicy::CfsQuota,
         ..QosConfig::default()
     }
 }
@@ -337,7 +337,7 @@ fn be_cgroups(b: &Bed, cpus: &str) -> Vec<String> {
 /// 4 cores × 2 threads on one socket (siblings c and c+4), in the metric cache's
 /// key-value store as the advisor's node info collector puts it.
 fn smt_topology(cache: &MetricCache) {
-    use crate::koord::advisor::topology::{CPU_INFO_KEY, NodeCpuInfo, Processor};
+    use crate::advisor::{CPU_INFO_KEY, NodeCpuInfo, Processor};
     let processor_infos = (0..8)
         .map(|c| Processor {
             cpu_id: c,
@@ -374,7 +374,7 @@ fn idle(cache: &MetricCache, ts: i64) {
 
 fn cpuset_policy() -> QosConfig {
     QosConfig {
-        cpu_suppress_policy: config::CpuSuppressPolicy::Cpuset,
+        cpu_suppress_policy: crate::koordapi::CpuSuppressPolicy::Cpuset,
         ..on(true, false, false)
     }
 }
@@ -574,12 +574,12 @@ fn memory_file(b: &Bed, path: &str, file: QosFile) -> String {
 #[test]
 fn cgroup_reconcile_writes_memory_qos_at_qos_pod_and_container_level() {
     let mut cfg = on(false, false, true);
-    cfg.memory_qos.ls = config::MemoryQosPercents {
+    cfg.memory_qos.ls = crate::koordapi::MemoryQosPercents {
         min: 40,
         low: 60,
         throttling: 80,
     };
-    cfg.memory_qos.be = config::MemoryQosPercents {
+    cfg.memory_qos.be = crate::koordapi::MemoryQosPercents {
         min: 0,
         low: 50,
         throttling: 0,
@@ -659,7 +659,7 @@ fn opted_in(pod: Arc<Pod>) -> Arc<Pod> {
 fn cpu_evict_by_usage_evicts_opted_in_pods_up_to_the_priority_threshold() {
     let mut cfg = on(false, false, false);
     cfg.strategies.cpu_usage_evict = true;
-    cfg.cpu_usage_evict = Some(config::CpuUsageEvictConfig {
+    cfg.cpu_usage_evict = Some(crate::koordapi::CpuUsageEvictConfig {
         threshold_percent: 80,
         lower_percent: 78,
         priority_threshold: 5999,

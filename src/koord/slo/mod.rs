@@ -7,11 +7,9 @@ mod access;
 mod nodemetric;
 mod report;
 mod slo_watch;
-mod types;
 
 pub(crate) use report::{NodeMetricReporter, NodeMetricSource, PredictionView};
 pub(crate) use slo_watch::NodeSloWatch;
-pub(crate) use types::{NodeSLOSpec, SPEC_FIELDS, THRESHOLD_FIELDS};
 
 #[cfg(test)]
 mod tests;

@@ -22,14 +22,14 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::types::{
+use crate::koord::prediction::ResourceAmount;
+use crate::koordapi::HostApp;
+use crate::koordapi::{
     AggregatedUsage, HostAppMetricInfo, NodeMetricInfo, NodeMetricSpec, NodeMetricStatus,
     PodMetricInfo, ResourceMap, ResourceMetric,
 };
-use crate::koord::classes::{PriorityClass, koord_qos_with_default};
-use crate::koord::host_apps::HostApp;
-use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, label};
-use crate::koord::prediction::predictor::ResourceAmount;
+use crate::koordapi::{PriorityClass, koord_qos_with_default};
+use crate::metriccache::{Aggregation, MetricCache, MetricKind, label};
 
 /// koordlet's defaults and floors (`states_nodemetric.go`).
 const DEFAULT_AGGREGATE_SECS: i64 = 300;

@@ -22,10 +22,10 @@ use super::access::{Access, Refusal};
 use super::nodemetric::{
     MEMORY_POLICY, MEMORY_WITH_PAGE_CACHE, MIN_REPORT, ProdPrediction, ReportPolicy, build_status,
 };
-use super::types::{NodeMetric, NodeMetricSpec, NodeMetricStatus};
-use crate::koord::host_apps::HostApp;
-use crate::koord::metriccache::{MetricCache, now_ms};
+use crate::koordapi::HostApp;
+use crate::koordapi::{NodeMetric, NodeMetricSpec, NodeMetricStatus};
 use crate::locks::Locked as _;
+use crate::metriccache::{MetricCache, now_ms};
 use crate::pod::PodManager;
 
 /// Conflicts retried per round (client-go's `retry.DefaultBackoff`: 4 steps).

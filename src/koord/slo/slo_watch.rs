@@ -17,10 +17,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::access::{Access, Refusal};
-use super::types::NodeSLO;
-use crate::koord::host_apps::{self, HostApp};
-use crate::koord::qosmanager::config::{QosConfig, Strategies};
-use crate::koord::qosmanager::slo_spec::{self, Kept};
+use crate::koordapi::{
+    HostApp, Kept, NodeSLO, QosConfig, Strategies, parse_host_apps, qos_config_from_spec,
+};
 
 /// Watches the NodeSLO and sends each configuration it makes.
 pub(crate) struct NodeSloWatch {
@@ -67,7 +66,7 @@ impl NodeSloWatch {
     fn apply(&self, slo: &NodeSLO) {
         self.apply_host_apps(slo.spec.host_applications.as_ref());
         let prev = self.tx.borrow().clone();
-        let (cfg, skipped) = slo_spec::from_spec(&slo.spec, &prev, self.strategies);
+        let (cfg, skipped) = qos_config_from_spec(&slo.spec, &prev, self.strategies);
         for s in &skipped {
             warn!(
                 node = %self.node_name,
@@ -112,7 +111,7 @@ impl NodeSloWatch {
                 return;
             }
         };
-        let (apps, errors) = host_apps::parse(list);
+        let (apps, errors) = parse_host_apps(list);
         for e in &errors {
             warn!(node = %self.node_name, error = %e, "NodeSLO host application refused; the others are kept");
         }

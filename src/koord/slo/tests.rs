@@ -5,9 +5,9 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use super::nodemetric::{MIN_REPORT as MIN, ReportPolicy, build_status};
-use super::types::NodeMetricSpec;
-use crate::koord::metriccache::{MetricCache, MetricKind, Sample, label};
-use crate::koord::prediction::predictor::ResourceAmount;
+use crate::koord::prediction::ResourceAmount;
+use crate::koordapi::NodeMetricSpec;
+use crate::metriccache::{MetricCache, MetricKind, Sample, label};
 
 fn spec(v: serde_json::Value) -> NodeMetricSpec {
     serde_json::from_value(v).unwrap()
@@ -123,7 +123,7 @@ fn the_status_averages_the_window_and_holds_back_windows_not_half_covered() {
         30,
         |_| 5.0 * 1024.0 * 1024.0,
     );
-    let (apps, errors) = crate::koord::parse_host_apps(Some(&[
+    let (apps, errors) = crate::koordapi::parse_host_apps(Some(&[
         json!({"name": "nginx", "priority": "koord-prod", "qos": "LS",
                "cgroupPath": {"relativePath": "nginx"}}),
         json!({"name": "idle", "qos": "BE",

@@ -136,7 +136,7 @@ pub(super) fn next_record(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::koord::metriccache::Sample;
+    use crate::metriccache::Sample;
 
     #[test]
     fn varints_keys_and_records_round_trip() {

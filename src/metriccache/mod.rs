@@ -21,11 +21,11 @@
 mod aggregate;
 mod block;
 mod codec;
-pub(crate) mod disk;
+mod disk;
 mod gorilla;
 mod kv;
 mod series;
-pub(crate) mod synthetic;
+mod synthetic;
 mod wal;
 
 #[cfg(test)]
@@ -39,8 +39,10 @@ use std::time::Duration;
 
 pub(crate) use aggregate::{AggregateResult, Aggregation, Cut};
 use disk::Disk;
+// A synthetic round of a node's samples, for the benchmarks.
 pub(crate) use kv::KvStore;
 use series::{Series, SeriesRules};
+pub(crate) use synthetic::round as synthetic_round;
 
 /// What a series measures, with koordlet's metric names. Units: cores for CPU usage,
 /// bytes for memory, a ratio (0..1) for throttling, a count for pids, percent for PSI.
@@ -173,7 +175,7 @@ impl MetricKind {
 }
 
 /// koordlet's label names.
-pub(super) mod label {
+pub(crate) mod label {
     pub(crate) const POD_UID: &str = "pod_uid";
     pub(crate) const CONTAINER_ID: &str = "container_id";
     /// `cpu`, `mem` or `io`.

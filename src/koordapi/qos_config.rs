@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::slo_spec;
-use crate::koord::slo::{NodeSLOSpec, SPEC_FIELDS, THRESHOLD_FIELDS};
+use super::slo_types::{NodeSLOSpec, SPEC_FIELDS, THRESHOLD_FIELDS};
 
 /// The largest config file read (a NodeSLO section is a few hundred bytes).
 pub(crate) const MAX_CONFIG_BYTES: u64 = 64 * 1024;

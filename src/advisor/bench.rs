@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use super::Shared;
 use super::pods::{ContainerTarget, PodCollector, PodTarget, SampleKeys, TargetLister};
 use crate::cm::{CgroupFs, CgroupTree, HOST_MOUNT, ResourceConfig};
-use crate::koord::metriccache::{MetricCache, MetricKind, synthetic};
+use crate::metriccache::{MetricCache, MetricKind, synthetic_round};
 
 struct Fixed(Arc<Vec<Arc<PodTarget>>>);
 
@@ -141,7 +141,7 @@ impl FilledCache {
         containers: usize,
         start_ms: i64,
     ) -> Result<FilledCache, Box<dyn Error>> {
-        let (cache, _) = MetricCache::open(dir, crate::koord::CacheLimits::ON_DISK)?;
+        let (cache, _) = MetricCache::open(dir, crate::metriccache::CacheLimits::ON_DISK)?;
         Ok(FilledCache::with(cache, pods, containers, start_ms))
     }
 
@@ -164,7 +164,7 @@ impl FilledCache {
             let ts = self.start_ms + sec * 1000;
             stored += self
                 .cache
-                .append(synthetic::round(self.pods, self.containers, sec, ts));
+                .append(synthetic_round(self.pods, self.containers, sec, ts));
             if sec % 60 == 59 {
                 self.cache.gc(ts);
             }
@@ -177,7 +177,7 @@ impl FilledCache {
         self.cache.series_count()
     }
 
-    /// The cache's own estimate of its heap ([`MetricCache::approx_bytes`]).
+    /// The cache's own estimate of its heap (`MetricCache::approx_bytes`).
     pub fn approx_bytes(&self) -> usize {
         self.cache.approx_bytes()
     }

@@ -1,10 +1,8 @@
 //! The system part (koordlet's `sysresource`): what the node uses beyond its pods,
 //! `max(node − Σ pods − Σ host applications, 0)`, for CPU and memory.
 
-use std::time::Duration;
-
-use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
-use crate::koord::metriccache::{MetricKind, now_ms};
+use super::{CollectFuture, Collector, Shared};
+use crate::metriccache::{MetricKind, now_ms};
 
 /// `max(node − pods, 0)`, or None without a node value.
 pub(crate) fn system_usage(node: Option<f64>, pods: Option<f64>) -> Option<f64> {
@@ -16,14 +14,6 @@ pub(crate) struct SystemCollector;
 impl Collector for SystemCollector {
     fn name(&self) -> &'static str {
         "sysresource"
-    }
-
-    fn interval(&self) -> Duration {
-        RES_USED_INTERVAL
-    }
-
-    fn disabled_reason(&self) -> Option<String> {
-        None
     }
 
     fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {

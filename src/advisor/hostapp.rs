@@ -5,16 +5,14 @@
 //! is also kept in the key-value store (`host_applications`) for CPU suppress, which
 //! counts the usage of the host applications that are not BE.
 
-use std::time::Duration;
-
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::rate::RateTracker;
-use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
+use super::{CollectFuture, Collector, Shared};
 use crate::cm::{CgroupTree, StatReader};
-use crate::koord::host_apps::{HostApp, QosPaths};
-use crate::koord::metriccache::{MetricCache, MetricKind, label, unix_ms};
+use crate::koordapi::{HostApp, QosPaths};
+use crate::metriccache::{MetricCache, MetricKind, label, unix_ms};
 
 /// The key-value store's key for the current host applications.
 pub(crate) const HOST_APPS_KEY: &str = "host_applications";
@@ -67,14 +65,6 @@ impl HostAppCollector {
 impl Collector for HostAppCollector {
     fn name(&self) -> &'static str {
         "hostapplication"
-    }
-
-    fn interval(&self) -> Duration {
-        RES_USED_INTERVAL
-    }
-
-    fn disabled_reason(&self) -> Option<String> {
-        None
     }
 
     fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {

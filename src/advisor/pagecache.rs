@@ -4,10 +4,8 @@
 //! the anonymous, unevictable and file pages of its `memory.stat`. Both come from
 //! what the node and pod collectors read this round: no file is read twice.
 
-use std::time::Duration;
-
-use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
-use crate::koord::metriccache::{MetricKind, label, now_ms, unix_ms};
+use super::{CollectFuture, Collector, Shared};
+use crate::metriccache::{MetricKind, label, now_ms, unix_ms};
 
 pub(crate) struct PageCacheCollector {
     enabled: bool,
@@ -22,10 +20,6 @@ impl PageCacheCollector {
 impl Collector for PageCacheCollector {
     fn name(&self) -> &'static str {
         "pagecache"
-    }
-
-    fn interval(&self) -> Duration {
-        RES_USED_INTERVAL
     }
 
     fn disabled_reason(&self) -> Option<String> {

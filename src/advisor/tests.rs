@@ -14,7 +14,7 @@ use super::system::system_usage;
 use super::{DebugQuery, Shared, debug_query};
 use crate::cm::{CgroupDriver, CgroupFs, CgroupTree, CgroupVersion, ResourceConfig};
 use crate::contracts::{CpuReading, Throttling};
-use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, Sample, label, now_ms};
+use crate::metriccache::{Aggregation, MetricCache, MetricKind, Sample, label, now_ms};
 use crate::procfs::{CpuJiffies, parse_meminfo};
 
 #[test]
@@ -358,15 +358,15 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
         best_effort: Some(String::new()),
         page_cache: true,
         // A host application whose cgroup is the root: it is read like any other.
-        host_apps: tokio::sync::watch::channel(vec![crate::koord::host_apps::HostApp {
+        host_apps: tokio::sync::watch::channel(vec![crate::koordapi::HostApp {
             name: "everything".into(),
             qos: "LS".into(),
             priority: String::new(),
-            base: crate::koord::host_apps::CgroupBase::CgroupRoot,
+            base: crate::koordapi::CgroupBase::CgroupRoot,
             parts: Vec::new(),
         }])
         .1,
-        qos_paths: crate::koord::host_apps::QosPaths::default(),
+        qos_paths: crate::koordapi::QosPaths::default(),
         root_dir: root.path().to_path_buf(),
         cri: Arc::new(crate::cri::FakeRuntime::default()),
     });
@@ -450,8 +450,7 @@ async fn a_round_publishes_a_snapshot_and_node_samples() {
     assert!(
         app(MetricKind::HostAppMemoryUsageWithPageCache) >= app(MetricKind::HostAppMemoryUsage)
     );
-    let stored: Vec<crate::koord::host_apps::HostApp> =
-        cache.kv().get("host_applications").unwrap();
+    let stored: Vec<crate::koordapi::HostApp> = cache.kv().get("host_applications").unwrap();
     assert_eq!(stored.len(), 1);
     // The topology is in the key-value store under koordlet's key.
     let info: super::topology::NodeCpuInfo = cache.kv().get(super::topology::CPU_INFO_KEY).unwrap();
@@ -611,7 +610,7 @@ async fn psi_on_v1_is_read_where_the_kernel_keeps_it_and_given_up_where_it_does_
 fn kept_sample_keys_follow_the_kinds_label_schema() {
     // A kept key skips the schema check: it must be the key the checked path makes.
     let checked = |kind, labels: &[(&str, &str)]| {
-        crate::koord::metriccache::Sample::new(kind, labels, 0, 0.0)
+        crate::metriccache::Sample::new(kind, labels, 0, 0.0)
             .unwrap()
             .key()
             .clone()

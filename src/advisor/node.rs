@@ -10,10 +10,10 @@ use std::time::{Duration, Instant, SystemTime};
 use tracing::debug;
 
 use super::rate::RateTracker;
-use super::{CollectFuture, Collector, NODE_INFO_INTERVAL, RES_USED_INTERVAL, Shared};
+use super::{CollectFuture, Collector, NODE_INFO_INTERVAL, Shared};
 use crate::cm::{CgroupTree, CgroupVersion, StatReader};
 use crate::contracts::{CgroupReading, CpuReading, MemoryReading, SystemContainerReading};
-use crate::koord::metriccache::{MetricKind, now_ms};
+use crate::metriccache::{MetricKind, now_ms};
 use crate::procfs::{self, CpuJiffies, MemInfo};
 
 /// Node CPU in cores from two `/proc/stat` readings `elapsed` apart.
@@ -152,14 +152,6 @@ impl Collector for NodeCollector {
         "noderesource"
     }
 
-    fn interval(&self) -> Duration {
-        RES_USED_INTERVAL
-    }
-
-    fn disabled_reason(&self) -> Option<String> {
-        None
-    }
-
     fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {
         Box::pin(async move {
             let ts = now_ms();
@@ -280,10 +272,6 @@ impl Collector for NodeInfoCollector {
         NODE_INFO_INTERVAL
     }
 
-    fn disabled_reason(&self) -> Option<String> {
-        None
-    }
-
     fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {
         Box::pin(async move {
             let boot: Option<SystemTime> = procfs::read_parsed(
@@ -314,6 +302,7 @@ impl Collector for NodeInfoCollector {
 
 #[cfg(test)]
 mod tests {
+    use super::super::RES_USED_INTERVAL;
     use super::*;
     use crate::cm::CgroupVersion;
 

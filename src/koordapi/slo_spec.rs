@@ -17,11 +17,11 @@ use std::ops::RangeInclusive;
 
 use serde_json::Value;
 
-use super::config::{
+use super::qos_config::{
     CpuEvictConfig, CpuEvictPolicy, CpuSuppressPolicy, CpuUsageEvictConfig, InvalidField,
     MemoryQosClasses, MemoryQosPercents, QosConfig, Strategies,
 };
-use crate::koord::slo::NodeSLOSpec;
+use super::slo_types::NodeSLOSpec;
 
 /// What a dropped strategy does until a NodeSLO gives it usable values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

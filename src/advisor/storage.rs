@@ -85,10 +85,6 @@ impl Collector for StorageCollector {
         STORAGE_INTERVAL
     }
 
-    fn disabled_reason(&self) -> Option<String> {
-        None
-    }
-
     fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {
         Box::pin(async move {
             shared.fs = FsReading::of(&self.root_dir);

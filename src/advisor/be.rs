@@ -9,14 +9,14 @@
 //! It also sets `koordlet_be_suppress_be_used_cpu_cores`, as koordlet does here.
 
 use std::sync::LazyLock;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use prometheus::{GaugeVec, Opts};
 use tracing::{debug, warn};
 
-use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
+use super::{CollectFuture, Collector, Shared};
 use crate::cm::{CgroupFs as _, CgroupTree, QosFile, StatReader, parse_cpu_list};
-use crate::koord::metriccache::{MetricKind, label, unix_ms};
+use crate::metriccache::{MetricKind, label, unix_ms};
 
 /// koordlet's `koordlet_be_suppress_be_used_cpu_cores{node}`.
 static BE_USED_CPU: LazyLock<Option<GaugeVec>> = LazyLock::new(|| {
@@ -111,10 +111,6 @@ impl Collector for BeCollector {
         "beresource"
     }
 
-    fn interval(&self) -> Duration {
-        RES_USED_INTERVAL
-    }
-
     fn disabled_reason(&self) -> Option<String> {
         self.path
             .is_none()
@@ -161,6 +157,7 @@ impl Collector for BeCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn usage_and_limit_as_koordlet_counts_them() {

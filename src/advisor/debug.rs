@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::koord::metriccache::{Aggregation, MetricCache, MetricKind, QueryBounds, label, now_ms};
+use crate::metriccache::{Aggregation, MetricCache, MetricKind, QueryBounds, label, now_ms};
 
 /// The longest window asked for: the on-disk cache's retention.
 const MAX_WINDOW: Duration = Duration::from_secs(12 * 3600);
@@ -178,7 +178,7 @@ pub(crate) fn debug_query(
         "value": result.value(agg).ok(),
         "series_of_kind": cache.series_of(kind).len(),
         "truncated": result.truncated(),
-        "truncated_by": result.cut().map(crate::koord::metriccache::Cut::as_str),
+        "truncated_by": result.cut().map(crate::metriccache::Cut::as_str),
         "max_points": DEBUG_BOUNDS.max_points,
         "deadline_ms": DEBUG_BOUNDS.time.map(|t| t.as_millis()),
         "cache": {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::{CollectFuture, Collector, PSI_INTERVAL, Shared};
 use crate::cm::{CgroupTree, parse_psi};
 use crate::contracts::{Pressure, Psi};
-use crate::koord::metriccache::{MetricKind, label, now_ms};
+use crate::metriccache::{MetricKind, label, now_ms};
 
 /// koordlet's `psi_precision`: the avg10 window.
 const PRECISION: &str = "10";

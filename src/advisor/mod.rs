@@ -10,8 +10,7 @@
 //! previous results. A failing read skips that value for the round, never the loop.
 
 mod be;
-#[doc(hidden)]
-pub mod bench;
+mod bench;
 mod debug;
 mod hostapp;
 mod network;
@@ -23,7 +22,7 @@ mod psi;
 mod rate;
 mod storage;
 mod system;
-pub(crate) mod topology;
+mod topology;
 
 #[cfg(test)]
 mod tests;
@@ -43,12 +42,17 @@ pub(crate) use debug::{DebugQuery, DebugQueryError, debug_query};
 pub(crate) use network::{parse_default_route, parse_net_dev};
 pub(crate) use node::memory_from_meminfo;
 pub(crate) use pods::{ManagedPods, PodCollector, PodTarget, TargetLister};
+// The node's CPUs as the advisor stores them, for the QoS manager's suppress.
+/// The metric advisor's benchmark handles (`benches/advisor.rs`); not an API.
+#[doc(hidden)]
+pub use bench::{CollectorBench, FilledCache};
+pub(crate) use topology::{CPU_INFO_KEY, NodeCpuInfo, Processor};
 
 use crate::contracts::{
     CgroupReading, FsReading, LatestReadings, NetworkReading, NodeReading, PodReading, Pressure,
     Snapshot, SystemContainerReading,
 };
-use crate::koord::metriccache::{MetricCache, Sample, now_ms};
+use crate::metriccache::{MetricCache, Sample, now_ms};
 
 /// koordlet's `CollectResUsedInterval`: node, pod and system usage.
 pub(crate) const RES_USED_INTERVAL: Duration = Duration::from_secs(1);
@@ -126,7 +130,7 @@ impl Shared {
     /// Adds a sample; a label mistake is a bug in a collector, logged, not fatal.
     pub(crate) fn push(
         &mut self,
-        kind: crate::koord::metriccache::MetricKind,
+        kind: crate::metriccache::MetricKind,
         labels: &[(&str, &str)],
         ts_ms: i64,
         value: f64,
@@ -137,14 +141,14 @@ impl Shared {
     /// Adds a sample to a series whose key the collector keeps.
     pub(crate) fn push_keyed(
         &mut self,
-        key: &crate::koord::metriccache::SeriesKey,
+        key: &crate::metriccache::SeriesKey,
         ts_ms: i64,
         value: f64,
     ) {
         self.keep(Sample::with_key(key, ts_ms, value));
     }
 
-    fn keep(&mut self, sample: Result<Sample, crate::koord::metriccache::SampleError>) {
+    fn keep(&mut self, sample: Result<Sample, crate::metriccache::SampleError>) {
         match sample {
             Ok(s) => self.samples.push(s),
             Err(e) => debug!(error = %e, "metric advisor: sample dropped"),
@@ -158,9 +162,14 @@ pub(crate) type CollectFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>
 /// One collector (koordlet's `Enabled/Setup/Run`, kept to what oxlet needs).
 pub(crate) trait Collector: Send {
     fn name(&self) -> &'static str;
-    fn interval(&self) -> Duration;
+    /// How often it runs: most collectors read the node every round.
+    fn interval(&self) -> Duration {
+        RES_USED_INTERVAL
+    }
     /// None when it can run here; else why not (logged once at `-v=2`).
-    fn disabled_reason(&self) -> Option<String>;
+    fn disabled_reason(&self) -> Option<String> {
+        None
+    }
     /// One round: reads, fills `shared`, adds samples.
     fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a>;
 }
@@ -185,8 +194,8 @@ pub(crate) struct AdvisorDeps {
     pub page_cache: bool,
     /// The NodeSLO's host applications, as they change, and the pod cgroups' bases
     /// their paths may start from.
-    pub host_apps: tokio::sync::watch::Receiver<Vec<crate::koord::host_apps::HostApp>>,
-    pub qos_paths: crate::koord::host_apps::QosPaths,
+    pub host_apps: tokio::sync::watch::Receiver<Vec<crate::koordapi::HostApp>>,
+    pub qos_paths: crate::koordapi::QosPaths,
     pub root_dir: PathBuf,
     pub cri: Arc<dyn crate::cri::CriRead>,
 }

@@ -14,12 +14,12 @@ use k8s_openapi::api::core::v1::Pod;
 use tracing::debug;
 
 use super::rate::RateTracker;
-use super::{CollectFuture, Collector, RES_USED_INTERVAL, Shared};
+use super::{CollectFuture, Collector, Shared};
 use crate::cm::{CgroupDriver, CgroupError, CgroupTree, ContainerManager, StatReader};
 use crate::contracts::{CgroupReading, ContainerReading, PodReading};
-use crate::koord::classes::KoordQos;
-use crate::koord::metriccache::{MetricKind, SeriesKey, label, unix_ms};
+use crate::koordapi::KoordQos;
 use crate::kuberuntime::{ContainerState, PodRuntimeStatus};
+use crate::metriccache::{MetricKind, SeriesKey, label, unix_ms};
 use crate::pleg::PodCache;
 use crate::pod::PodManager;
 use crate::pod::pod_uid;
@@ -175,7 +175,7 @@ impl ManagedPods {
             cgroup: cgroup.as_deref().map(Arc::from),
             containers: Vec::new(),
             be_batch_cpu_milli: (KoordQos::of_label(pod) == Some(KoordQos::Be))
-                .then(|| crate::koord::classes::batch_milli_cpu_request(pod)),
+                .then(|| crate::koordapi::batch_milli_cpu_request(pod)),
             keys: SampleKeys::pod(uid),
         };
         let Some(pod_cg) = &cgroup else {
@@ -366,14 +366,6 @@ impl PodCollector {
 impl Collector for PodCollector {
     fn name(&self) -> &'static str {
         "podresource"
-    }
-
-    fn interval(&self) -> Duration {
-        RES_USED_INTERVAL
-    }
-
-    fn disabled_reason(&self) -> Option<String> {
-        None
     }
 
     fn collect<'a>(&'a mut self, shared: &'a mut Shared) -> CollectFuture<'a> {

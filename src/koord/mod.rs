@@ -10,7 +10,8 @@
 //! - `hooks`: koordlet's runtime hook rules, at the runtime's hook points (before a
 //!   sandbox runs, a container is created or updated) and in their reconciler.
 //! - `prediction`: peak prediction from the cache and the reclaimable resources.
-//! - `slo`: koordinator's NodeMetric through the apiserver (koordlet's states informer).
+//! - `slo`: koordinator's NodeMetric and NodeSLO, and this node's Node, through the
+//!   apiserver (koordlet's states informer).
 //! - `classes`: koordinator's QoS and priority classes of a pod.
 //! - `host_apps`: the NodeSLO's host applications and their cgroups.
 
@@ -50,3 +51,5 @@ pub(crate) use qosmanager::config::{QosConfig, load_qos_config, parse as parse_q
 pub(crate) use qosmanager::{QosDeps, QosManager};
 // This node's NodeMetric: its status made from the metric cache, and the reporter.
 pub(crate) use slo::{NodeMetricReporter, NodeMetricSource, NodeSloWatch, PredictionView};
+// koordlet's node informer: what it reads of this node's Node.
+pub(crate) use slo::{NodeView, NodeWatch};

@@ -7,7 +7,8 @@
 //! koord-manager and kubectl would. oxlet runs with a node's identity
 //! (`system:node:testnode`), which the test apiserver, as a real one, refuses
 //! slo.koordinator.sh until the repo's `deploy/koordlet-rbac.yaml` is applied: each
-//! test applies that file, so they prove it is enough.
+//! test applies that file, so they prove it is enough. oxlet also reads its own Node
+//! (koordlet's node informer), which the node identity may without that file.
 
 mod agent;
 mod common;
@@ -16,9 +17,12 @@ use std::time::{Duration, Instant};
 
 use agent::*;
 use common::Testbed;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use serde_json::{Value, json};
 
 const NODE: &str = "testnode";
@@ -617,5 +621,100 @@ async fn a_bad_strategy_drops_alone_and_a_deleted_node_slo_stays_applied() {
         changes,
         "{}",
         tail(&ox.log(), 20)
+    );
+}
+
+/// Merges `annotations` into this node's Node, as koord-manager (or an admin) does;
+/// a null value removes one.
+async fn annotate_node(nodes: &Api<Node>, annotations: Value) {
+    let patch = json!({"metadata": {"annotations": annotations}});
+    nodes
+        .patch(NODE, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+const NODE_READ: &str = "Node read; the QoS manager and the predictor follow it";
+const NODE_FIELD_DROPPED: &str = "a Node annotation or allocatable entry cannot be read";
+
+/// koordlet's node informer: oxlet, with the node's identity and no grant beyond the
+/// Node authorizer's, watches its own Node and follows its annotations without a
+/// restart. `node.koordinator.sh/raw-allocatable` caps the predictor (the node
+/// allocatable on `/stats/predictions`); `node.koordinator.sh/reservation` raises
+/// the system's floor in CPU suppress (the BestEffort quota falls to its minimum,
+/// and rises again when the reservation goes); an unreadable annotation is one
+/// warning naming it and the reason, not repeated as the Node changes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodes_annotations_reach_the_predictor_and_cpu_suppress_without_a_restart() {
+    let bed = Testbed::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, client, ox) = start_with_node_slo_crd(&bed, dir.path()).await;
+    ox.wait_logged(NODE_READ, 1, WAIT).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+
+    // The raw allocatable comes before the Node's own allocatable.
+    annotate_node(
+        &nodes,
+        json!({"node.koordinator.sh/raw-allocatable": r#"{"cpu":"1500m","memory":"1Gi"}"#}),
+    )
+    .await;
+    let node = ox
+        .wait_for_json("/stats/predictions", WAIT, |doc| {
+            let a = &doc["node"]["allocatable"];
+            (a["cpuMilli"] == 1500).then(|| a.clone())
+        })
+        .await;
+    assert_eq!(node["memoryBytes"], 1 << 30, "{node}");
+
+    // CPU suppress at 100 % on a quiet node: well above the 2 ms minimum.
+    let slos: Api<DynamicObject> =
+        Api::all_with(client.clone(), &koord_resource("NodeSLO", "nodeslos"));
+    slos.create(&PostParams::default(), &node_slo_with_threshold(100))
+        .await
+        .unwrap();
+    ox.wait_best_effort_quota("suppressed at 100 %", |q| q > 2000)
+        .await;
+    // A reservation of 1000 CPUs is more than the node has: nothing is left to
+    // BestEffort, so the quota is the minimum.
+    annotate_node(
+        &nodes,
+        json!({"node.koordinator.sh/reservation": r#"{"resources":{"cpu":"1000"}}"#}),
+    )
+    .await;
+    ox.wait_best_effort_quota("the reservation takes every CPU", |q| q == 2000)
+        .await;
+
+    // An unreadable ratio: one warning naming the annotation and the reason.
+    annotate_node(
+        &nodes,
+        json!({"node.koordinator.sh/cpu-normalization-ratio": "fast"}),
+    )
+    .await;
+    ox.wait_logged(NODE_FIELD_DROPPED, 1, WAIT).await;
+    let log = ox.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains(NODE_FIELD_DROPPED))
+        .unwrap();
+    assert!(
+        line.starts_with('W')
+            && line.contains(r#"field="node.koordinator.sh/cpu-normalization-ratio""#)
+            && line.contains("is not a number"),
+        "{line}"
+    );
+    // Another change to the Node (the reservation goes) does not say it again, and
+    // the BestEffort quota rises again.
+    annotate_node(&nodes, json!({"node.koordinator.sh/reservation": null})).await;
+    ox.wait_best_effort_quota("the reservation is gone", |q| q > 2000)
+        .await;
+    assert_eq!(ox.log().matches(NODE_FIELD_DROPPED).count(), 1);
+    // The raw allocatable still holds: the bad ratio dropped itself alone.
+    let (code, body) = ox.get("/stats/predictions").await.unwrap();
+    assert_eq!(code, 200);
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["node"]["allocatable"]["cpuMilli"], 1500);
+    assert_eq!(
+        ox.log().matches("refuses this node's Node watch").count(),
+        0
     );
 }

@@ -12,9 +12,9 @@ use super::node::{Host, host_cgroup_tree};
 use super::runtime::Runtime;
 use crate::cm::NodeAllocatable;
 use crate::koord::{
-    HookSet, NodeMetricReporter, NodeMetricSource, NodeSloWatch, PredictServer,
-    PredictionCollector, PredictionConfig, PredictionInputs, PredictionView, ResourceAmount,
-    Served, pod_inputs,
+    HookSet, NodeMetricReporter, NodeMetricSource, NodeSloWatch, NodeView, NodeWatch,
+    PredictServer, PredictionCollector, PredictionConfig, PredictionInputs, PredictionView,
+    ResourceAmount, Served, pod_inputs,
 };
 use crate::koordapi::QosConfig;
 use crate::logging::STARTUP_TARGET;
@@ -38,17 +38,17 @@ pub(super) fn runtime_hooks(cfg: &QosConfig, host: &Host) -> HookSet {
 }
 
 /// koordlet's runtime hooks reconciler: the rules put back on the QoS, pod and
-/// container cgroups every 10 s, and at once when `updates` (this node's NodeSLO)
-/// changes a rule.
+/// container cgroups every 10 s, and at once when `feeds` (this node's NodeSLO, its
+/// Node's CPU normalization ratio) change a rule.
 pub(super) fn spawn_hook_reconciler(
     hooks: &HookSet,
-    updates: Option<tokio::sync::watch::Receiver<QosConfig>>,
+    feeds: &ClusterFeeds,
     host: &Host,
     shared: &Shared,
     tasks: &Tasks,
 ) {
     use crate::advisor::ManagedPods;
-    let (hooks, cm) = (hooks.clone(), host.cm.clone());
+    let (hooks, cm, feeds) = (hooks.clone(), host.cm.clone(), feeds.clone());
     let (pods, pod_cache) = (shared.pods.clone(), shared.pod_cache.clone());
     tasks.spawn_restarting(
         "runtime-hooks-reconciler",
@@ -56,9 +56,9 @@ pub(super) fn spawn_hook_reconciler(
         move |cancel| {
             let lister = ManagedPods::new(pods.clone(), pod_cache.clone(), cm.clone());
             let reconciler = hooks.reconciler(pods.clone(), Box::new(lister));
-            let updates = updates.clone();
+            let (updates, node) = (feeds.slo.clone(), feeds.node.clone());
             async move {
-                reconciler.run(updates, cancel).await;
+                reconciler.run(updates, node, cancel).await;
                 Ok(())
             }
         },
@@ -67,11 +67,13 @@ pub(super) fn spawn_hook_reconciler(
 
 /// Peak prediction: koordlet's predict server, trained from the
 /// metric cache every `OXLET_TEST_PREDICTION_PERIOD_MS` (test-only) or koordlet's
-/// minute; None with `--enable-prediction=false`.
+/// minute; None with `--enable-prediction=false`. The prod predictor is capped by
+/// what `node` reads of the Node (cluster mode), else by the allocatable at start.
 pub(super) fn spawn_prediction(
     opts: &Options,
     shared: &Shared,
     allocatable: &NodeAllocatable,
+    node: Option<NodeView>,
     tasks: &Tasks,
 ) -> Option<Served> {
     if !opts.prediction {
@@ -105,15 +107,16 @@ pub(super) fn spawn_prediction(
             Ok(())
         }
     });
-    let amount = ResourceAmount {
-        cpu_milli: allocatable.allocatable.cpu_milli,
-        memory_bytes: allocatable.allocatable.memory_bytes,
-    };
-    register_prediction_gauges(opts, shared, &server, amount);
-    Some(Served {
+    let served = Served {
         server,
-        allocatable: amount,
-    })
+        allocatable: ResourceAmount {
+            cpu_milli: allocatable.allocatable.cpu_milli,
+            memory_bytes: allocatable.allocatable.memory_bytes,
+        },
+        node,
+    };
+    register_prediction_gauges(opts, shared, &served);
+    Some(served)
 }
 
 /// What this node's NodeMetric status is made of (served at
@@ -171,6 +174,34 @@ pub(super) fn spawn_node_slo_watch(
     rx
 }
 
+/// koordlet's node informer (cluster mode): this node's Node, watched, and what
+/// koordlet reads of it (batch allocatable, raw allocatable, reservation, CPU
+/// normalization ratio) handed to the QoS manager and the predictor as it changes.
+pub(super) fn spawn_node_watch(opts: &Options, client: &kube::Client, tasks: &Tasks) -> NodeView {
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let (client, node_name) = (client.clone(), opts.node_name.clone());
+    tasks.spawn_restarting("node-watch", Backoff::default(), move |cancel| {
+        let watch = NodeWatch {
+            client: client.clone(),
+            node_name: node_name.clone(),
+            tx: tx.clone(),
+        };
+        async move {
+            watch.run(cancel).await;
+            Ok(())
+        }
+    });
+    rx
+}
+
+/// What the QoS manager and the runtime hooks follow in cluster mode: this node's
+/// NodeSLO's configurations and its Node (both None standalone).
+#[derive(Clone)]
+pub(super) struct ClusterFeeds {
+    pub slo: Option<tokio::sync::watch::Receiver<QosConfig>>,
+    pub node: Option<NodeView>,
+}
+
 /// koordlet's NodeMetric report (cluster mode): this node's NodeMetric's status from
 /// the metric cache every report interval.
 pub(super) fn spawn_node_metric_reporter(
@@ -194,18 +225,13 @@ pub(super) fn spawn_node_metric_reporter(
 }
 
 /// The gauges on /metrics, computed from the same models at scrape time.
-fn register_prediction_gauges(
-    opts: &Options,
-    shared: &Shared,
-    server: &Arc<PredictServer>,
-    amount: ResourceAmount,
-) {
-    let (p, st) = (shared.pods.clone(), shared.statuses.clone());
+fn register_prediction_gauges(opts: &Options, shared: &Shared, served: &Served) {
+    let (p, st, sv) = (shared.pods.clone(), shared.statuses.clone(), served.clone());
     let inputs: PredictionInputs = Arc::new(move || {
         let pods = pod_inputs(&p, &st).into_iter().map(|(_, i)| i).collect();
-        (pods, amount)
+        (pods, sv.allocatable())
     });
-    match PredictionCollector::new(server.clone(), opts.node_name.clone(), inputs)
+    match PredictionCollector::new(served.server.clone(), opts.node_name.clone(), inputs)
         .and_then(|c| crate::metrics::register(Box::new(c)))
     {
         Ok(()) => {}
@@ -280,7 +306,7 @@ pub(super) fn spawn_metric_advisor(
 /// SLO config turns it on. Evictions go through the pod workers.
 pub(super) fn spawn_qos_manager(
     cfg: QosConfig,
-    updates: Option<tokio::sync::watch::Receiver<QosConfig>>,
+    feeds: ClusterFeeds,
     opts: &Options,
     host: &Host,
     shared: &Shared,
@@ -288,6 +314,7 @@ pub(super) fn spawn_qos_manager(
     tasks: &Tasks,
 ) {
     use crate::koord::{QosDeps, QosManager};
+    let ClusterFeeds { slo: updates, node } = feeds;
     let any_strategy =
         cfg.strategies.cpu_suppress || cfg.strategies.memory_evict || cfg.strategies.cpu_evict;
     if updates.is_some() {
@@ -336,6 +363,7 @@ pub(super) fn spawn_qos_manager(
             )),
             capacity,
             allocatable,
+            node: node.clone(),
             node_name: node_name.clone(),
         });
         async move {

@@ -168,7 +168,9 @@ async fn start(
         &shared.metric_cache,
         MetricCache::series_count,
     );
-    let prediction = koordlet::spawn_prediction(opts, &shared, &host.allocatable, tasks);
+    let node_view = api.map(|a| koordlet::spawn_node_watch(opts, &a.main, tasks));
+    let prediction =
+        koordlet::spawn_prediction(opts, &shared, &host.allocatable, node_view.clone(), tasks);
     let node_metric = koordlet::node_metric_source(&shared, prediction.as_ref());
     let sources = sources::start(opts, api, tasks);
     let pleg_events = runtime::start_pleg(&manager, &shared, tasks, opts.evented_pleg()).await;
@@ -201,8 +203,12 @@ async fn start(
     let disk_reclaimers = node::spawn_image_gc(opts, rt, &sync_loop, &shared.events, tasks);
     let qos_updates =
         api.map(|a| koordlet::spawn_node_slo_watch(opts, &a.main, &qos, &shared, tasks));
-    koordlet::spawn_hook_reconciler(&hooks, qos_updates.clone(), &host, &shared, tasks);
-    koordlet::spawn_qos_manager(qos, qos_updates, opts, &host, &shared, &sync_loop, tasks);
+    let feeds = koordlet::ClusterFeeds {
+        slo: qos_updates,
+        node: node_view,
+    };
+    koordlet::spawn_hook_reconciler(&hooks, &feeds, &host, &shared, tasks);
+    koordlet::spawn_qos_manager(qos, feeds, opts, &host, &shared, &sync_loop, tasks);
     runtime::spawn_sync_loop(sync_loop, inputs, tasks);
     if !opts.runonce {
         let reclaim = node::Reclaim {

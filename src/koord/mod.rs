@@ -8,8 +8,8 @@
 //! - `hooks`: koordlet's runtime hook rules, at the runtime's hook points (before a
 //!   sandbox runs, a container is created or updated) and in their reconciler.
 //! - `prediction`: peak prediction from the cache and the reclaimable resources.
-//! - `slo`: koordinator's NodeMetric and NodeSLO through the apiserver (koordlet's
-//!   states informer).
+//! - `slo`: koordinator's NodeMetric and NodeSLO, and this node's Node, through the
+//!   apiserver (koordlet's states informer).
 
 mod hooks;
 mod prediction;
@@ -26,3 +26,5 @@ pub(crate) use hooks::HookSet;
 pub(crate) use qosmanager::{QosDeps, QosManager};
 // This node's NodeMetric: its status made from the metric cache, and the reporter.
 pub(crate) use slo::{NodeMetricReporter, NodeMetricSource, NodeSloWatch, PredictionView};
+// koordlet's node informer: what it reads of this node's Node.
+pub(crate) use slo::{NodeView, NodeWatch};

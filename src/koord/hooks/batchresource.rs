@@ -8,7 +8,9 @@
 //! - pod: cpu.shares from the sum of the requests, the CFS quota from the sum of the
 //!   limits and the memory limit from the sum of the limits, each −1 unless every
 //!   container that asks for batch resources has that limit;
-//! - while CPU suppress holds BestEffort by CFS quota ([`HookRule`]), both quotas are −1.
+//! - while CPU suppress holds BestEffort by CFS quota ([`HookRule`]), both quotas are −1;
+//!   otherwise a limited quota is divided by the Node's CPU normalization ratio when
+//!   that is above 1 (`node.koordinator.sh/cpu-normalization-ratio`, cluster mode).
 //!
 //! A container asking for no batch resource is left alone, and counts for nothing
 //! in its pod's sums; a pod with none is left alone. Init containers do not count
@@ -82,6 +84,16 @@ fn quota(milli: Option<i64>) -> i64 {
         .unwrap_or(-1)
 }
 
+/// koordlet's scaling of a BE CFS quota by the Node's CPU normalization ratio: a
+/// limited quota divided by it, rounded up, when it is above 1 (a ratio in (0, 1] is
+/// not supported there yet, so it changes nothing).
+fn normalized(quota: i64, rule: HookRule) -> i64 {
+    match rule.cpu_normalization_ratio {
+        Some(r) if quota > 0 && r > 1.0 => (quota as f64 / r).ceil() as i64,
+        _ => quota,
+    }
+}
+
 /// The sum of every spec's amount, or None once one has none.
 fn sum_all(specs: &[BatchSpec], of: fn(&BatchSpec) -> Option<i64>) -> Option<i64> {
     specs
@@ -116,7 +128,7 @@ impl CgroupRule for BatchResource {
             .filter_map(|s| positive(s.cpu_request))
             .fold(0i64, i64::saturating_add);
         let cfs_quota = if rule.batch_cfs_quota {
-            quota(sum_all(&specs, |s| s.cpu_limit))
+            normalized(quota(sum_all(&specs, |s| s.cpu_limit)), rule)
         } else {
             -1
         };
@@ -140,7 +152,7 @@ impl CgroupRule for BatchResource {
             return Ok(None);
         };
         let cfs_quota = if rule.batch_cfs_quota {
-            quota(spec.cpu_limit)
+            normalized(quota(spec.cpu_limit), rule)
         } else {
             -1
         };

@@ -1,6 +1,7 @@
 //! koordlet's runtime hooks reconciler (`runtimehooks/reconciler`): every rule put
 //! back on the QoS cgroups, on each running pod's cgroup and on its running
-//! containers' cgroups, every 10 s and at once when the NodeSLO changes a rule. It
+//! containers' cgroups, every 10 s and at once when the NodeSLO or the Node (its CPU
+//! normalization ratio, koordlet's `ruleUpdateCbForNodeMeta`) changes a rule. It
 //! covers pods that were running before oxlet started, and repairs what was changed
 //! from outside; a value the cgroup already holds is never written.
 //!
@@ -21,11 +22,29 @@ use super::protocol::{Cause, CgroupRule, Pass, Target, apply};
 use super::rule::{HookRule, SharedRule};
 use crate::advisor::{PodTarget, TargetLister};
 use crate::cm::{ContainerManager, QosClass};
+use crate::koord::slo::NodeView;
 use crate::koordapi::{QosConfig, next_update};
 use crate::pod::{PodManager, pod_ref, pod_uid};
 
 /// koordlet's `RuntimeHookReconcileInterval`.
 pub(crate) const RECONCILE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The Node's CPU normalization ratio each time the Node changes; pending forever
+/// without a Node watch (standalone mode) or once it has ended.
+async fn next_ratio(node: &mut Option<NodeView>) -> Option<f64> {
+    loop {
+        let Some(rx) = node.as_mut() else {
+            return std::future::pending().await;
+        };
+        if rx.changed().await.is_ok() {
+            return rx
+                .borrow_and_update()
+                .as_ref()
+                .and_then(|n| n.cpu_normalization_ratio);
+        }
+        *node = None;
+    }
+}
 
 /// See the module doc.
 pub(crate) struct HookReconciler {
@@ -39,12 +58,20 @@ pub(crate) struct HookReconciler {
 
 impl HookReconciler {
     /// Reconciles at once, then every [`RECONCILE_INTERVAL`] and whenever `updates`
-    /// (this node's NodeSLO) changes the rule, until cancelled.
+    /// (this node's NodeSLO) or `node` (its Node) changes the rule, until cancelled.
     pub(crate) async fn run(
         self,
         mut updates: Option<watch::Receiver<QosConfig>>,
+        mut node: Option<NodeView>,
         cancel: CancellationToken,
     ) {
+        if let Some(rx) = node.as_mut() {
+            let ratio = rx
+                .borrow_and_update()
+                .as_ref()
+                .and_then(|n| n.cpu_normalization_ratio);
+            self.take_ratio(ratio);
+        }
         let mut tick = tokio::time::interval(RECONCILE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -52,6 +79,11 @@ impl HookReconciler {
                 () = cancel.cancelled() => return,
                 cfg = next_update(&mut updates) => {
                     if self.take_config(&cfg) {
+                        self.reconcile(Cause::RuleChanged);
+                    }
+                }
+                ratio = next_ratio(&mut node) => {
+                    if self.take_ratio(ratio) {
                         self.reconcile(Cause::RuleChanged);
                     }
                 }
@@ -74,6 +106,20 @@ impl HookReconciler {
             wasBatchCfsQuota = old.batch_cfs_quota,
             enable = cfg.enable,
             "runtime hook rule changed by the NodeSLO (batch pods get a CFS quota unless CPU suppress holds BestEffort by CFS quota); reconciling now"
+        );
+        true
+    }
+
+    /// Takes the Node's CPU normalization ratio; says so and returns true when it
+    /// changed the rule.
+    pub(crate) fn take_ratio(&self, ratio: Option<f64>) -> bool {
+        let Some(old) = self.rule.update_ratio(ratio) else {
+            return false;
+        };
+        info!(
+            cpuNormalizationRatio = ratio.unwrap_or(-1.0),
+            was = old.cpu_normalization_ratio.unwrap_or(-1.0),
+            "runtime hook rule changed by the Node (batch CFS quotas are divided by its CPU normalization ratio above 1); reconciling now"
         );
         true
     }

@@ -1,20 +1,27 @@
-//! The rules' parameters from the NodeSLO (koordlet's `runtimehooks/rule` and each
-//! plugin's `parseRuleForNodeSLO`), shared by the hook points and the reconciler:
-//! read at every hook call, replaced when the NodeSLO changes.
+//! The rules' parameters from the NodeSLO and the Node (koordlet's `runtimehooks/rule`
+//! and each plugin's `parseRuleForNodeSLO` and `parseRuleForNodeMeta`), shared by the
+//! hook points and the reconciler: read at every hook call, replaced when the
+//! NodeSLO or the Node changes.
 
 use std::sync::RwLock;
 
 use crate::koordapi::{CpuSuppressPolicy, QosConfig};
 use crate::locks::ReadWriteLocked as _;
 
-/// What the NodeSLO decides for the rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// koordlet's `ratioDiffEpsilon`.
+const RATIO_EPSILON: f64 = 0.01;
+
+/// What the NodeSLO and the Node decide for the rules.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct HookRule {
     /// batchresource's `enableCFSQuota`: BE pods and containers get a CFS quota from
     /// their batch-cpu limits, except while CPU suppress holds the BestEffort cgroup
     /// by CFS quota (a parent's quota must be no less than its children's, so the
     /// pods' quotas are lifted to −1 and their shares share out what is left).
     pub batch_cfs_quota: bool,
+    /// batchresource's `cpuNormalizationRatio`: the Node's
+    /// `node.koordinator.sh/cpu-normalization-ratio` (None: not set, koordlet's −1).
+    pub cpu_normalization_ratio: Option<f64>,
 }
 
 impl HookRule {
@@ -24,6 +31,7 @@ impl HookRule {
         HookRule {
             batch_cfs_quota: !(cfg.enable
                 && cfg.cpu_suppress_policy == CpuSuppressPolicy::CfsQuota),
+            cpu_normalization_ratio: None,
         }
     }
 }
@@ -42,10 +50,30 @@ impl SharedRule {
         *self.0.read_locked()
     }
 
-    /// Takes the rule `cfg` makes; returns the old one when it changed.
+    /// Takes the rule `cfg` makes (the Node's ratio kept); returns the old one when it
+    /// changed.
     pub(crate) fn update(&self, cfg: &QosConfig) -> Option<HookRule> {
-        let new = HookRule::from_config(cfg);
         let mut rule = self.0.write_locked();
+        let new = HookRule {
+            cpu_normalization_ratio: rule.cpu_normalization_ratio,
+            ..HookRule::from_config(cfg)
+        };
         (*rule != new).then(|| std::mem::replace(&mut *rule, new))
+    }
+
+    /// Takes the Node's CPU normalization ratio (koordlet's
+    /// `UpdateCPUNormalizationRatio`: a change under 0.01 is none); returns the old
+    /// rule when it changed.
+    pub(crate) fn update_ratio(&self, ratio: Option<f64>) -> Option<HookRule> {
+        let mut rule = self.0.write_locked();
+        let changed = match (rule.cpu_normalization_ratio, ratio) {
+            (Some(a), Some(b)) => (a - b).abs() >= RATIO_EPSILON,
+            (a, b) => a.is_some() != b.is_some(),
+        };
+        changed.then(|| {
+            let old = *rule;
+            rule.cpu_normalization_ratio = ratio;
+            old
+        })
     }
 }

@@ -53,9 +53,11 @@ fn pod(qos_label: Option<&str>, containers: Vec<Container>) -> Pod {
 
 const QUOTA_ON: HookRule = HookRule {
     batch_cfs_quota: true,
+    cpu_normalization_ratio: None,
 };
 const QUOTA_OFF: HookRule = HookRule {
     batch_cfs_quota: false,
+    cpu_normalization_ratio: None,
 };
 
 fn values(shares: i64, quota: i64, memory: i64) -> Option<CgroupValues> {
@@ -372,6 +374,72 @@ fn a_rule_change_lifts_and_restores_the_quotas_at_once() {
     assert!(n.reconciler.take_config(&QosConfig::default()));
     assert_eq!(n.reconciler.reconcile(Cause::RuleChanged), 3);
     assert_eq!(n.limits("").1, Some(150_000));
+}
+
+#[test]
+fn the_nodes_cpu_normalization_ratio_scales_limited_batch_quotas() {
+    let r = BatchResource;
+    let scaled = HookRule {
+        cpu_normalization_ratio: Some(1.5),
+        ..QUOTA_ON
+    };
+    // 150000 µs / 1.5 = 100000; a container's 100000 (1000m) / 1.5, rounded up.
+    assert_eq!(
+        r.pod(&batch_pod(), scaled).unwrap(),
+        values(768, 100_000, 96 << 20)
+    );
+    let spec = batch_pod().spec.unwrap().containers;
+    let c = r
+        .container(&batch_pod(), &spec[0], scaled)
+        .unwrap()
+        .unwrap();
+    let plain = r
+        .container(&batch_pod(), &spec[0], QUOTA_ON)
+        .unwrap()
+        .unwrap();
+    let want = (plain.cfs_quota.unwrap() as f64 / 1.5).ceil() as i64;
+    assert_eq!(c.cfs_quota, Some(want));
+    // No limit stays unlimited; a ratio of 1 or less changes nothing; nor does it
+    // while CPU suppress lifts the quotas.
+    assert_eq!(
+        r.pod(
+            &batch_pod(),
+            HookRule {
+                cpu_normalization_ratio: Some(0.8),
+                ..QUOTA_ON
+            }
+        )
+        .unwrap(),
+        r.pod(&batch_pod(), QUOTA_ON).unwrap()
+    );
+    assert_eq!(
+        r.pod(
+            &batch_pod(),
+            HookRule {
+                cpu_normalization_ratio: Some(1.5),
+                ..QUOTA_OFF
+            }
+        )
+        .unwrap()
+        .unwrap()
+        .cfs_quota,
+        Some(-1)
+    );
+    // The shared rule takes a change of 0.01 or more, and keeps the ratio through
+    // a NodeSLO change.
+    let shared = SharedRule::new(&QosConfig::default());
+    assert_eq!(shared.update_ratio(None), None);
+    assert_eq!(shared.update_ratio(Some(1.5)), Some(QUOTA_ON));
+    assert_eq!(shared.update_ratio(Some(1.505)), None);
+    assert!(shared.update_ratio(Some(1.52)).is_some());
+    let on = QosConfig {
+        enable: true,
+        cpu_suppress_policy: crate::koordapi::CpuSuppressPolicy::CfsQuota,
+        ..QosConfig::default()
+    };
+    assert!(shared.update(&on).is_some());
+    assert_eq!(shared.get().cpu_normalization_ratio, Some(1.52));
+    assert!(shared.update_ratio(None).is_some());
 }
 
 #[test]

@@ -115,17 +115,37 @@ fn input_with_phase(pod: &Pod, statuses: &crate::status::StatusManager) -> PodIn
 #[derive(Clone)]
 pub(crate) struct Served {
     pub server: Arc<PredictServer>,
+    /// The node's allocatable at start: what the predictors are capped by in
+    /// standalone mode, and until the Node is read.
     pub allocatable: ResourceAmount,
+    /// What koordlet reads of this node's Node (cluster mode).
+    pub node: Option<crate::koord::slo::NodeView>,
 }
 
 impl Served {
+    /// The allocatable the predictors are capped by now (koordlet's
+    /// `getNodeAllocatable`): the Node's `node.koordinator.sh/raw-allocatable`
+    /// annotation, else its `status.allocatable`, else the allocatable at start.
+    pub(crate) fn allocatable(&self) -> ResourceAmount {
+        let node = self.node.as_ref().and_then(|rx| {
+            rx.borrow()
+                .as_ref()
+                .and_then(crate::koord::slo::NodeInfo::predictor_allocatable)
+        });
+        node.unwrap_or(self.allocatable)
+    }
+
     /// The document for the pods the agent manages now.
     pub(crate) fn document(
         &self,
         pods: &crate::pod::PodManager,
         statuses: &crate::status::StatusManager,
     ) -> Value {
-        render(&self.server, &pod_inputs(pods, statuses), self.allocatable)
+        render(
+            &self.server,
+            &pod_inputs(pods, statuses),
+            self.allocatable(),
+        )
     }
 
     /// The node's reclaimable resources and peak for the prod classes, as the
@@ -142,7 +162,7 @@ impl Served {
         let inputs: Vec<PodInput> = (pods.iter())
             .map(|p| input_with_phase(p, statuses))
             .collect();
-        let r = current(&self.server, &inputs, self.allocatable);
+        let r = current(&self.server, &inputs, self.allocatable());
         Some((r.node.reclaimable, r.node.peak))
     }
 }
@@ -194,6 +214,7 @@ mod tests {
                 cpu_milli: 8000,
                 memory_bytes: 16 << 30,
             },
+            node: None,
         };
         let statuses = crate::status::StatusManager::default();
         let doc = served.document(&pods, &statuses);
@@ -207,6 +228,46 @@ mod tests {
         assert_eq!(doc["pods"][0]["reclaimable"]["cpuMilli"], 862);
         assert_eq!(doc["node"]["reclaimable"]["cpuMilli"], 862);
         assert!(doc["node"]["priorityReclaimablePredictor"].is_null());
+    }
+
+    #[test]
+    fn the_allocatable_is_the_nodes_raw_one_then_its_status_then_the_start() {
+        use crate::koord::slo::NodeInfo;
+        let server = Arc::new(PredictServer::new(
+            PredictionConfig::default(),
+            "/nonexistent".into(),
+        ));
+        let amount = |cpu_milli, memory_bytes| ResourceAmount {
+            cpu_milli,
+            memory_bytes,
+        };
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        let served = Served {
+            server,
+            allocatable: amount(8000, 8 << 30),
+            node: Some(rx),
+        };
+        assert_eq!(
+            served.allocatable(),
+            amount(8000, 8 << 30),
+            "no Node read yet"
+        );
+        let status = NodeInfo {
+            allocatable: Some(amount(7000, 7 << 30)),
+            ..Default::default()
+        };
+        tx.send_replace(Some(status.clone()));
+        assert_eq!(served.allocatable(), amount(7000, 7 << 30));
+        tx.send_replace(Some(NodeInfo {
+            raw_allocatable: Some(amount(6000, 0)),
+            ..status
+        }));
+        assert_eq!(served.allocatable(), amount(6000, 0));
+        let doc = served.document(
+            &crate::pod::PodManager::default(),
+            &crate::status::StatusManager::default(),
+        );
+        assert_eq!(doc["node"]["allocatable"]["cpuMilli"], 6000);
     }
 
     #[test]

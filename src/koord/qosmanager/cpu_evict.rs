@@ -5,6 +5,9 @@
 //! request × (upper% − limit/request) of `kubernetes.io/batch-cpu` requests is
 //! released. The tier's usage, request and limit are the advisor's `node_be` series,
 //! averaged over the time window and taken "last" over 2 s; the smaller release wins.
+//! Under `evictByAllocatable` the limit is the Node's `kubernetes.io/batch-cpu`
+//! allocatable instead (koordlet's `getBEMilliAllocatable`), read by the node
+//! informer; without one (standalone mode, or no koord-manager) nothing is evicted.
 
 use std::time::Duration;
 
@@ -94,7 +97,8 @@ pub(crate) fn release_by_satisfaction(request: f64, limit: f64, (lower, upper): 
 pub(crate) enum Skip {
     /// The satisfaction percents are not set.
     NotConfigured,
-    /// `evictByAllocatable`, and the node has no `batch-cpu` allocatable.
+    /// `evictByAllocatable`, and the Node has no `batch-cpu` allocatable (koordlet
+    /// reads −1, which no usage is high enough against).
     NoAllocatable,
     TooFewSamples {
         count: usize,
@@ -118,7 +122,7 @@ impl std::fmt::Display for Skip {
                 "cpuEvictBESatisfactionLowerPercent or cpuEvictBESatisfactionUpperPercent is not set",
             ),
             Skip::NoAllocatable => {
-                f.write_str("evictByAllocatable, and the node has no batch-cpu allocatable")
+                f.write_str("evictByAllocatable, and the Node has no batch-cpu allocatable")
             }
             Skip::TooFewSamples { count, window_s } => {
                 write!(f, "{count} samples in the {window_s}s window, fewer than a third")
@@ -137,23 +141,36 @@ pub(crate) struct Trigger {
     pub release_milli: i64,
 }
 
-/// koordlet's `calculateMilliReleaseByBESatisfaction` at `now_ms`. oxlet's node has no
-/// `kubernetes.io/batch-cpu` allocatable, so `evictByAllocatable` never fires (koordlet
-/// reads −1 there too).
+/// koordlet's `calculateMilliReleaseByBESatisfaction` at `now_ms`; `be_allocatable`
+/// is the Node's batch-cpu allocatable ([`NodeInfo::be_milli_allocatable`]), the
+/// tier's limit under `evictByAllocatable`.
+///
+/// [`NodeInfo::be_milli_allocatable`]: crate::koord::slo::NodeInfo::be_milli_allocatable
 pub(crate) fn trigger(
     cfg: &CpuEvictConfig,
     cache: &MetricCache,
     now_ms: i64,
+    be_allocatable: Option<f64>,
 ) -> Result<Trigger, Skip> {
     let satisfaction = cfg.satisfaction.ok_or(Skip::NotConfigured)?;
-    if cfg.policy == CpuEvictPolicy::EvictByAllocatable {
-        return Err(Skip::NoAllocatable);
-    }
+    let allocatable = match cfg.policy {
+        CpuEvictPolicy::EvictByAllocatable => Some(be_allocatable.ok_or(Skip::NoAllocatable)?),
+        _ => None,
+    };
+    // koordlet's "CPU Satisfaction considers the allocatable when
+    // policy=evictByAllocatable": the limit read is replaced, the usage is not.
+    let by_policy = |mut b: BeCpu| {
+        if let Some(a) = allocatable {
+            b.limit = a;
+        }
+        b
+    };
     let window_s = cfg.window_seconds.max(COLLECT_INTERVAL_S);
     // koordinator puts no bound on the window: a longer one than the cache keeps
     // averages what it has.
     let start = now_ms.saturating_sub(window_s.saturating_mul(1000));
     let (avg, count) = be_cpu(cache, Aggregation::Avg, start, now_ms);
+    let avg = by_policy(avg);
     if (count as i64) * COLLECT_INTERVAL_S < window_s / 3 || count == 0 {
         return Err(Skip::TooFewSamples { count, window_s });
     }
@@ -170,6 +187,7 @@ pub(crate) fn trigger(
         now_ms - 2 * COLLECT_INTERVAL_S * 1000,
         now_ms,
     );
+    let last = by_policy(last);
     if !usage_high_enough(last.usage, last.limit, cfg.usage_threshold_percent) {
         return Err(Skip::UsageLow(last));
     }
@@ -386,37 +404,37 @@ mod tests {
         let cache = MetricCache::default();
         let now = 100_000;
         assert_eq!(
-            trigger(&CpuEvictConfig::default(), &cache, now),
+            trigger(&CpuEvictConfig::default(), &cache, now, None),
             Err(Skip::NotConfigured)
         );
         // One sample in a 6 s window: fewer than 6/3.
         fill_be_tier(&cache, now - 500, 1900.0, 10_000.0, 2000.0);
         assert_eq!(
-            trigger(&cfg(), &cache, now),
+            trigger(&cfg(), &cache, now, None),
             Err(Skip::TooFewSamples {
                 count: 1,
                 window_s: 6
             })
         );
         fill_be_tier(&cache, now - 3000, 1900.0, 10_000.0, 2000.0);
-        let t = trigger(&cfg(), &cache, now).unwrap();
+        let t = trigger(&cfg(), &cache, now, None).unwrap();
         assert_eq!(t.release_milli, 3999);
         // The limit grew just now to 3000: last gives 10000 × (60 − 30) % = 3000, less.
         fill_be_tier(&cache, now - 100, 2900.0, 10_000.0, 3000.0);
-        let t = trigger(&cfg(), &cache, now).unwrap();
+        let t = trigger(&cfg(), &cache, now, None).unwrap();
         assert_eq!(t.release_milli, 3000);
         // Last usage fell under 90 % of the limit: nothing.
         fill_be_tier(&cache, now, 1000.0, 10_000.0, 3000.0);
         assert!(matches!(
-            trigger(&cfg(), &cache, now),
+            trigger(&cfg(), &cache, now, None),
             Err(Skip::UsageLow(_))
         ));
-        // evictByAllocatable: oxlet's node has no batch-cpu allocatable.
+        // evictByAllocatable without a batch-cpu allocatable: nothing.
         let alloc = CpuEvictConfig {
             policy: CpuEvictPolicy::EvictByAllocatable,
             ..cfg()
         };
-        assert_eq!(trigger(&alloc, &cache, now), Err(Skip::NoAllocatable));
+        assert_eq!(trigger(&alloc, &cache, now, None), Err(Skip::NoAllocatable));
     }
 
     #[test]
@@ -428,7 +446,7 @@ mod tests {
             fill_be_tier(&cache, ts, 5000.0, 10_000.0, 5000.0);
         }
         assert!(matches!(
-            trigger(&cfg(), &cache, now),
+            trigger(&cfg(), &cache, now, None),
             Err(Skip::Satisfied(_))
         ));
         let cache = MetricCache::default();
@@ -436,9 +454,40 @@ mod tests {
             fill_be_tier(&cache, ts, 1000.0, 10_000.0, 2000.0);
         }
         assert!(matches!(
-            trigger(&cfg(), &cache, now),
+            trigger(&cfg(), &cache, now, None),
             Err(Skip::UsageLow(_))
         ));
+    }
+
+    #[test]
+    fn evict_by_allocatable_measures_the_tier_against_the_batch_allocatable() {
+        let cache = MetricCache::default();
+        let now = 60_000;
+        for ts in [now - 4000, now - 2000, now] {
+            // The tier uses 38 % of its real limit (5000m), but 95 % of the Node's
+            // batch-cpu allocatable, 2000m.
+            fill_be_tier(&cache, ts, 1900.0, 10_000.0, 5000.0);
+        }
+        let alloc = CpuEvictConfig {
+            policy: CpuEvictPolicy::EvictByAllocatable,
+            ..cfg()
+        };
+        assert!(matches!(
+            trigger(&cfg(), &cache, now, Some(2000.0)),
+            Err(Skip::UsageLow(_))
+        ));
+        let t = trigger(&alloc, &cache, now, Some(2000.0)).unwrap();
+        // 10000 × (60 − 20) %, in Go's float arithmetic: 3999.
+        assert_eq!(t.release_milli, 3999);
+        assert_eq!((t.avg.limit, t.last.limit), (2000.0, 2000.0));
+        // A larger allocatable satisfies the tier; a zeroed one (read as 1m) makes
+        // any usage high enough and the gap the whole upper percent.
+        assert!(matches!(
+            trigger(&alloc, &cache, now, Some(4500.0)),
+            Err(Skip::UsageLow(_))
+        ));
+        let t = trigger(&alloc, &cache, now, Some(1.0)).unwrap();
+        assert_eq!(t.release_milli, 5999);
     }
 
     fn pod(uid: &str, batch_milli: &str, prio: Option<i32>, cpu: f64) -> PodUsage {

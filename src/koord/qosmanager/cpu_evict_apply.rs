@@ -27,7 +27,8 @@ impl QosManager {
     /// BECPUEvict: see [`cpu_evict`].
     fn be_cpu_evict(&mut self, view: &inputs::UsageView, now_ms: i64, now: Instant) {
         let cfg = self.d.cfg.cpu_evict;
-        let t = match cpu_evict::trigger(&cfg, &self.d.cache, now_ms) {
+        let be_allocatable = self.node().and_then(|n| n.be_milli_allocatable());
+        let t = match cpu_evict::trigger(&cfg, &self.d.cache, now_ms, be_allocatable) {
             Ok(t) => t,
             Err(skip) => {
                 debug!(reason = %skip, "cpu evict: BestEffort CPU satisfaction is fine; nothing to evict");
@@ -61,7 +62,8 @@ impl QosManager {
             windowSeconds = cfg.window_seconds,
             releaseMilli = t.release_milli,
             victims = picked.len(),
-            "cpu evict: BestEffort pods use their real CPU limit and it is below the satisfaction lower percent of their requests"
+            evictByAllocatable = cfg.policy == crate::koordapi::CpuEvictPolicy::EvictByAllocatable,
+            "cpu evict: BestEffort pods use nearly all their CPU limit (the real limit, or the Node's batch-cpu allocatable under evictByAllocatable) and it is below the satisfaction lower percent of their requests"
         );
         for v in picked {
             let cause = format!(

@@ -21,6 +21,9 @@ pub(crate) struct SuppressInputs {
     /// The host applications' CPU: all, and those not BE.
     pub host_apps_used_milli: f64,
     pub non_be_host_apps_used_milli: f64,
+    /// The CPU the Node's `node.koordinator.sh/reservation` annotation reserves
+    /// (0 without one, and in standalone mode).
+    pub annotation_reserved_milli: i64,
 }
 
 impl SuppressInputs {
@@ -45,13 +48,16 @@ impl SuppressInputs {
             non_be_pods_used_milli: sum(&|p| !p.best_effort && !p.koord_be),
             host_apps_used_milli: view.host_apps_cpu_cores.0 * 1000.0,
             non_be_host_apps_used_milli: view.host_apps_cpu_cores.1 * 1000.0,
+            annotation_reserved_milli: 0,
         }
     }
 
-    /// `max(node − all pods − all host applications, 0)`, raised to at least
-    /// `capacity − allocatable`.
+    /// `max(node − all pods − all host applications, 0)`, raised to at least the
+    /// node's reservation: koordlet's `GetNodeResourceReserved`, the larger of
+    /// kubelet's (`capacity − allocatable`) and the reservation annotation's.
     pub(crate) fn system_used_milli(&self) -> f64 {
-        let reserved = (self.capacity_milli - self.allocatable_milli).max(0) as f64;
+        let kubelet = (self.capacity_milli - self.allocatable_milli).max(0);
+        let reserved = kubelet.max(self.annotation_reserved_milli) as f64;
         (self.node_used_milli - self.pods_used_milli - self.host_apps_used_milli)
             .max(0.0)
             .max(reserved)
@@ -159,6 +165,19 @@ mod tests {
         );
         assert_eq!(with_apps.system_used_milli(), 200.0);
         assert_eq!(suppress_milli(&cfg(65, None), &with_apps), 1200.0);
+        // The Node's reservation annotation (1 CPU) is a floor above kubelet's 200m.
+        let reserved = SuppressInputs {
+            annotation_reserved_milli: 1000,
+            ..idle.clone()
+        };
+        assert_eq!(reserved.system_used_milli(), 1000.0);
+        assert_eq!(suppress_milli(&cfg(65, None), &reserved), 600.0);
+        // Under the system's usage it changes nothing.
+        let small = SuppressInputs {
+            annotation_reserved_milli: 300,
+            ..i.clone()
+        };
+        assert_eq!(small.system_used_milli(), 500.0);
     }
 
     #[test]

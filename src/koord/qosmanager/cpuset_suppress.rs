@@ -174,6 +174,16 @@ pub(crate) fn all_but_lse(
     all
 }
 
+/// `procs` but the CPUs in `reserved` (koordlet's `cpusetReserved`: the Node's
+/// reservation annotation's `reservedCPUs`), which are in no pool.
+pub(crate) fn without(procs: &[Processor], reserved: &[usize]) -> Vec<Processor> {
+    procs
+        .iter()
+        .filter(|p| !reserved.contains(&p.cpu_id))
+        .cloned()
+        .collect()
+}
+
 /// The CPUs of `/sys/devices/system/cpu/online` as processors when the metric cache
 /// has no topology yet: each CPU its own core, on node 0 and socket 0.
 pub(crate) fn processors_from_online(cpus: &[usize]) -> Vec<Processor> {
@@ -317,6 +327,10 @@ mod tests {
         assert_eq!(all_but_lse(&t, &pins), [1, 2, 3, 5, 6, 7]);
         // Nothing pinned: the plain choice.
         assert_eq!(choose_in_pools(4, &t, &BTreeMap::new()), choose(4, &t));
+        // Reserved CPUs are in no pool, and not in the set given back either.
+        let free = without(&t, &[2, 3]);
+        assert_eq!(choose_in_pools(4, &free, &pins), [1, 5, 6, 7]);
+        assert_eq!(all_but_lse(&free, &pins), [1, 5, 6, 7]);
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub(crate) struct QosDeps {
     pub lister: Box<dyn crate::advisor::TargetLister>,
     pub capacity: NodeResources,
     pub allocatable: NodeResources,
+    /// What koordlet reads of this node's Node (cluster mode; None standalone): the
+    /// batch-cpu allocatable of `evictByAllocatable`, the reservation annotation.
+    pub node: Option<crate::koord::slo::NodeView>,
     /// For the metrics' `node` label.
     pub node_name: String,
 }
@@ -224,6 +227,11 @@ impl QosManager {
                 v.memory_bytes as i64 >> 20, t.release_bytes as i64 >> 20, cfg.memory_evict_lower_percent);
             self.kill(v, memory_evict::FEATURE);
         }
+    }
+
+    /// What koordlet reads of the Node now; None in standalone mode and until read.
+    fn node(&self) -> Option<crate::koord::slo::NodeInfo> {
+        self.d.node.as_ref().and_then(|rx| rx.borrow().clone())
     }
 
     /// Evicts `v` as koordlet's `KillAndEvictPods` does: its containers stopped at

@@ -3,7 +3,8 @@
 //! mechanism is put back (`recoverCFSQuotaIfNeed`, `recoverCPUSetIfNeed`): under
 //! `cpuset` the quota is lifted, under `cfsQuota` every BestEffort cgroup gets all
 //! CPUs again. Every write is logged with its cause; nothing is written that is
-//! already so.
+//! already so. The CPUs the Node's reservation annotation lists are never given to
+//! BestEffort, and the CPU it reserves is a floor of the system's usage.
 
 use std::io::Read as _;
 
@@ -46,11 +47,14 @@ impl QosManager {
             debug!(pod = %crate::pod::pod_ref(&p.pod), podUID = %crate::pod::pod_uid(&p.pod), "cpu suppress: no CPU rate for a running pod yet; waiting a round");
             return;
         }
-        let i = cpu_suppress::SuppressInputs::from_usage(
-            view,
-            self.d.capacity.cpu_milli,
-            self.d.allocatable.cpu_milli,
-        );
+        let i = cpu_suppress::SuppressInputs {
+            annotation_reserved_milli: self.node().map_or(0, |n| n.reserved_cpu_milli()),
+            ..cpu_suppress::SuppressInputs::from_usage(
+                view,
+                self.d.capacity.cpu_milli,
+                self.d.allocatable.cpu_milli,
+            )
+        };
         let suppress = cpu_suppress::suppress_milli(&self.d.cfg, &i);
         match self.d.cfg.cpu_suppress_policy {
             CpuSuppressPolicy::CfsQuota => {
@@ -161,7 +165,8 @@ impl QosManager {
             }
         };
         let n = cpuset_suppress::cpu_count(suppress, old.len(), procs.len());
-        let cpus = cpuset_suppress::choose_in_pools(n, &procs, pins);
+        let usable = cpuset_suppress::without(&procs, &self.reserved_cpus());
+        let cpus = cpuset_suppress::choose_in_pools(n, &usable, pins);
         if cpus.is_empty() {
             if self.first_time("too-few-cpus") {
                 warn!(
@@ -234,7 +239,8 @@ impl QosManager {
         };
         let pods = self.d.pods.all();
         let refs: Vec<&k8s_openapi::api::core::v1::Pod> = pods.iter().map(AsRef::as_ref).collect();
-        let all = cpuset_suppress::all_but_lse(&procs, &cpuset_suppress::pinned(&refs));
+        let usable = cpuset_suppress::without(&procs, &self.reserved_cpus());
+        let all = cpuset_suppress::all_but_lse(&usable, &cpuset_suppress::pinned(&refs));
         let Ok(paths) = self.d.cm.best_effort_tree(CONTAINER_DEPTH) else {
             return;
         };
@@ -271,6 +277,15 @@ impl QosManager {
                 debug!(error = %e, "cpu suppress: cannot read the BestEffort cgroup's quota");
             }
         }
+    }
+
+    /// The CPUs the Node's reservation annotation lists, which BestEffort never gets
+    /// (koordlet's `GetReservedCPUs`, read through its NodeResourceTopology, which
+    /// copies the annotation); none in standalone mode.
+    fn reserved_cpus(&self) -> Vec<usize> {
+        self.node()
+            .map(|n| n.reserved_cpus().to_vec())
+            .unwrap_or_default()
     }
 
     /// Whether a lasting condition (`what`) is met for the first time, so that it is

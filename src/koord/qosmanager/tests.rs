@@ -102,6 +102,7 @@ fn bed(cfg: QosConfig) -> Bed {
         lister: Box::new(ManagedPods::new(pods, pod_cache.clone(), cm)),
         capacity: res(4000, 1000),
         allocatable: res(3800, 900),
+        node: None,
         node_name: "n1".into(),
     });
     Bed {
@@ -483,18 +484,26 @@ fn batch(pod: Arc<Pod>, milli: &str) -> Arc<Pod> {
     Arc::new(p)
 }
 
-#[test]
-fn cpu_evict_releases_batch_requests_after_its_cool_down() {
+/// BECPUEvict on by `policy` (satisfaction 40–60 %), with the two BE pods asking
+/// 3000m and 2000m of batch CPU.
+fn cpu_evict_bed(policy: crate::koordapi::CpuEvictPolicy) -> Bed {
     let mut cfg = on(false, false, false);
     cfg.strategies.cpu_evict = true;
     cfg.cpu_evict.satisfaction = Some((40, 60));
-    let mut b = bed(cfg);
+    cfg.cpu_evict.policy = policy;
+    let b = bed(cfg);
     b.qm.d
         .pods
         .add_or_update(batch(koord_be(pod("be-big", None)), "3000"));
     b.qm.d
         .pods
         .add_or_update(batch(koord_be(pod("be-small", None)), "2000"));
+    b
+}
+
+#[test]
+fn cpu_evict_releases_batch_requests_after_its_cool_down() {
+    let mut b = cpu_evict_bed(crate::koordapi::CpuEvictPolicy::EvictByRealLimit);
     let t0 = Instant::now();
     // BestEffort asked 5000m and has 1000m, all used: 20 % ≤ 40 %, release
     // 5000 × (60 − 20) % = 1999m (koordlet's float arithmetic, truncated).
@@ -521,6 +530,72 @@ fn cpu_evict_releases_batch_requests_after_its_cool_down() {
     cpu_evict::fill_be_tier(&b.cache, 11_000, 1000.0, 5000.0, 500.0);
     b.qm.round(11_000, later + Duration::from_secs(1));
     assert_eq!(b.evicted.0.lock().unwrap().len(), 1);
+}
+
+/// The Node as the node informer reads it, sent to the manager's view.
+fn read_node(
+    b: &mut Bed,
+    info: crate::koord::slo::NodeInfo,
+) -> tokio::sync::watch::Sender<Option<crate::koord::slo::NodeInfo>> {
+    let (tx, rx) = tokio::sync::watch::channel(Some(info));
+    b.qm.d.node = Some(rx);
+    tx
+}
+
+#[test]
+fn evict_by_allocatable_fires_against_the_nodes_batch_cpu_allocatable() {
+    let mut b = cpu_evict_bed(crate::koordapi::CpuEvictPolicy::EvictByAllocatable);
+    // 1900m used of a real limit of 5000m (38 %): not high enough by the real limit.
+    fill(&b.cache, 10_000, 2.0, 100.0);
+    cpu_evict::fill_be_tier(&b.cache, 10_000, 1900.0, 5000.0, 5000.0);
+    let later = Instant::now() + cpu_evict::COOL_DOWN;
+    b.qm.round(10_000, later);
+    assert!(
+        b.evicted.0.lock().unwrap().is_empty(),
+        "no Node read: no batch-cpu allocatable, nothing evicted"
+    );
+    // The Node's batch-cpu allocatable is 2000m: 95 % used, 40 % ≤ 40 % satisfied;
+    // release 5000 × (60 − 40) % = 999m (Go's float arithmetic, truncated).
+    let _tx = read_node(
+        &mut b,
+        crate::koord::slo::NodeInfo {
+            batch_cpu: Some(2000),
+            ..Default::default()
+        },
+    );
+    b.qm.round(10_000, later);
+    let got = b.evicted.0.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].0, "be-small");
+}
+
+#[test]
+fn the_nodes_reservation_is_kept_from_best_effort_cpus() {
+    let mut b = bed(cpuset_policy());
+    smt_topology(&b.cache);
+    let paths = be_cgroups(&b, "0-7");
+    b.qm.d.cfg.cpu_suppress_threshold_percent = 100;
+    // CPUs 0 and 4 reserved: the system's floor is 2000m, so BestEffort gets
+    // 4000 − 2000 = 2000m, 2 CPUs, neither of them reserved.
+    let (info, dropped) = crate::koord::slo::NodeInfo::from_node(&{
+        let mut n = k8s_openapi::api::core::v1::Node::default();
+        n.metadata.annotations = Some(
+            [(
+                "node.koordinator.sh/reservation".to_string(),
+                r#"{"reservedCPUs":"0,4"}"#.to_string(),
+            )]
+            .into(),
+        );
+        n
+    });
+    assert!(dropped.is_empty());
+    let _tx = read_node(&mut b, info);
+    idle(&b.cache, 11_000);
+    b.qm.round(11_000, Instant::now());
+    assert_eq!(cpusets(&b, &paths), vec!["1,5"; 5]);
+    // Suppress off: every CPU back but the reserved ones.
+    b.qm.apply(on(false, false, false));
+    assert_eq!(cpusets(&b, &paths), vec!["1-3,5-7"; 5]);
 }
 
 /// Puts `pod` in the pod manager and the runtime's cache as running, with a pod

@@ -63,6 +63,7 @@ mod server;
 mod stats;
 mod status;
 mod syncloop;
+mod sysfs;
 mod tasks;
 mod timeline;
 mod tls;

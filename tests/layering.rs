@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 /// Rooms, bottom floor first. A room may use the rooms of the floors below its own.
 const FLOORS: &[&[&str]] = &[
-    // the `/proc` files' parsers, which the safe-path helper's mount table needs too
-    &["procfs"],
+    // the `/proc` files' parsers, which the safe-path helper's mount table needs too;
+    // the CPU and NUMA topology's sysfs files
+    &["procfs", "sysfs"],
     // the lock policy, the one safe-path helper, Go's duration spelling, klog's
     // quoting and the versions oxlet says it is, which the base rooms use too
     &["locks", "safe_path", "duration", "klog", "version"],

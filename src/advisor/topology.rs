@@ -6,11 +6,11 @@
 //! CPU on node 0, as `lscpu` does.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::procfs::{self, ProcError};
+use crate::sysfs::{CpuDir, NodeDir, SysfsError};
 
 /// The key-value store's keys (koordlet's).
 pub(crate) const CPU_INFO_KEY: &str = "node_cpu_info";
@@ -80,20 +80,16 @@ pub(crate) struct NodeNumaInfo {
     pub numa_infos: Vec<NumaNode>,
 }
 
-fn number(path: &Path) -> Option<i64> {
-    i64::try_from(procfs::read_number(path).ok()?).ok()
+fn number(read: Result<u64, SysfsError>) -> Option<i64> {
+    i64::try_from(read.ok()?).ok()
 }
 
 /// Reads the topology under `sys` (`/sys` on a node).
-pub(crate) fn read(sys: &Path) -> Result<(NodeCpuInfo, NodeNumaInfo), ProcError> {
-    let cpu_dir = sys.join("devices/system/cpu");
-    let online = procfs::read_bounded(&cpu_dir.join("online"))?;
-    let mut cpus = crate::cm::parse_cpu_list(&online).map_err(|_| ProcError::Parse {
-        path: cpu_dir.join("online").display().to_string(),
-        what: "not a CPU list",
-    })?;
+pub(crate) fn read(sys: &Path) -> Result<(NodeCpuInfo, NodeNumaInfo), SysfsError> {
+    let cpu_dir = CpuDir::under(sys);
+    let mut cpus = cpu_dir.online()?;
     cpus.truncate(MAX_CPUS);
-    let nodes = numa_nodes(&sys.join("devices/system/node"));
+    let nodes = numa_nodes(&NodeDir::under(sys));
     let node_of = |cpu: usize| {
         nodes
             .iter()
@@ -103,13 +99,13 @@ pub(crate) fn read(sys: &Path) -> Result<(NodeCpuInfo, NodeNumaInfo), ProcError>
     let processors: Vec<Processor> = cpus
         .iter()
         .map(|&cpu| {
-            let dir = cpu_dir.join(format!("cpu{cpu}"));
+            let dir = cpu_dir.cpu(cpu);
             Processor {
                 cpu_id: cpu,
-                core_id: number(&dir.join("topology/core_id")).unwrap_or(cpu as i64),
-                socket_id: number(&dir.join("topology/physical_package_id")).unwrap_or(0),
+                core_id: number(dir.core_id()).unwrap_or(cpu as i64),
+                socket_id: number(dir.package_id()).unwrap_or(0),
                 node_id: node_of(cpu),
-                l3_id: number(&dir.join("cache/index3/id")),
+                l3_id: number(dir.l3_id()),
             }
         })
         .collect();
@@ -153,43 +149,24 @@ pub(crate) fn read(sys: &Path) -> Result<(NodeCpuInfo, NodeNumaInfo), ProcError>
     ))
 }
 
-/// The NUMA nodes under `dir` (`nodeN` directories), each with its `cpulist` and its
-/// `meminfo`'s `MemTotal`/`MemFree`.
-fn numa_nodes(dir: &Path) -> Vec<NumaNode> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+/// The NUMA nodes of `dir`, each with its `cpulist` (none when it cannot be read)
+/// and its `meminfo`'s `MemTotal`/`MemFree`; none when the directory cannot be read.
+fn numa_nodes(dir: &NodeDir) -> Vec<NumaNode> {
+    let Ok(ids) = dir.node_ids() else {
         return Vec::new();
     };
-    let mut nodes: Vec<NumaNode> = entries
-        .filter_map(Result::ok)
-        .take(MAX_CPUS)
-        .filter_map(|e| {
-            let name = e.file_name();
-            let id: i64 = name.to_str()?.strip_prefix("node")?.parse().ok()?;
-            let path: PathBuf = e.path();
-            let cpus = procfs::read_bounded(&path.join("cpulist"))
-                .ok()
-                .and_then(|t| crate::cm::parse_cpu_list(&t).ok())
-                .unwrap_or_default();
-            let meminfo = procfs::read_bounded(&path.join("meminfo")).ok();
-            let field = |key: &str| {
-                meminfo.as_deref().and_then(|m| {
-                    m.lines().find_map(|l| {
-                        let rest = l.split_once(&format!("{key}:"))?.1;
-                        let kb: u64 = rest.split_whitespace().next()?.parse().ok()?;
-                        Some(kb * 1024)
-                    })
-                })
-            };
-            Some(NumaNode {
-                numa_node_id: id,
-                cpus,
-                mem_total_bytes: field("MemTotal"),
-                mem_free_bytes: field("MemFree"),
-            })
+    (ids.into_iter().take(MAX_CPUS))
+        .map(|id| {
+            let node = dir.node(id);
+            let meminfo = node.meminfo().unwrap_or_default();
+            NumaNode {
+                numa_node_id: id as i64,
+                cpus: node.cpus().unwrap_or_default(),
+                mem_total_bytes: meminfo.total_kib.map(|kb| kb * 1024),
+                mem_free_bytes: meminfo.free_kib.map(|kb| kb * 1024),
+            }
         })
-        .collect();
-    nodes.sort_by_key(|n| n.numa_node_id);
-    nodes
+        .collect()
 }
 
 #[cfg(test)]

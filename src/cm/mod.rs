@@ -31,7 +31,6 @@
 
 mod allocatable;
 mod container_resources;
-mod cpuset;
 mod driver;
 mod fit;
 mod fs;
@@ -58,7 +57,8 @@ pub(crate) use startup::{CmSettings, node_allocatable, start};
 pub(crate) use allocatable::{
     Enforced, NodeAllocatable, NodeAllocatableEnforcement, NodeResources, Reserved,
 };
-pub(crate) use cpuset::{CpuListError, format_cpu_list, parse_cpu_list};
+// CPU lists as the kernel writes them: sysfs reads them too, so they live there.
+pub(crate) use crate::sysfs::{CpuListError, format_cpu_list, parse_cpu_list};
 pub(crate) use driver::CgroupDriver;
 pub(crate) use name::CgroupName;
 // Admission against allocatable.

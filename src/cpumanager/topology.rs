@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::{CpuManagerError, CpuSet};
+use crate::sysfs::{CpuDir, NodeDir, SysfsError};
 
 /// Where one logical CPU sits. `core` is the lowest CPU id among the core's threads,
 /// so core ids are unique across sockets (kubelet's `getUniqueCoreID`).
@@ -33,22 +34,24 @@ impl CpuTopology {
     /// id; without NUMA nodes every CPU is on node 0, without an L3 id the socket is
     /// the uncore cache, as kubelet does.
     pub(crate) fn discover(sys_root: &Path) -> Result<Self, CpuManagerError> {
-        let cpu_dir = sys_root.join("devices/system/cpu");
-        let online = CpuSet::parse(&read(&cpu_dir.join("online"))?)
-            .map_err(|why| CpuManagerError::Topology(format!("online CPUs: {why}")))?;
-        let numa_of = numa_nodes(&sys_root.join("devices/system/node"))?;
+        let cpu_dir = CpuDir::under(sys_root);
+        let online: CpuSet = (cpu_dir.online())
+            .map_err(|e| topology_error(e, "online CPUs"))?
+            .into_iter()
+            .collect();
+        let numa_of = numa_nodes(&NodeDir::under(sys_root))?;
         let mut cpus = BTreeMap::new();
         for cpu in online.iter() {
-            let dir = cpu_dir.join(format!("cpu{cpu}"));
-            let socket = read_number(&dir.join("topology/physical_package_id"))?;
-            let siblings = CpuSet::parse(&read(&dir.join("topology/thread_siblings_list"))?)
-                .map_err(|why| CpuManagerError::Topology(format!("cpu{cpu} siblings: {why}")))?;
+            let dir = cpu_dir.cpu(cpu);
+            let socket = index(dir.package_id())?;
+            let siblings: CpuSet = (dir.thread_siblings())
+                .map_err(|e| topology_error(e, &format!("cpu{cpu} siblings")))?
+                .into_iter()
+                .collect();
             let core = siblings.intersection(&online).iter().next().unwrap_or(cpu);
-            let l3 = dir.join("cache/index3/id");
-            let uncore_cache = if l3.exists() {
-                read_number(&l3)?
-            } else {
-                socket
+            let uncore_cache = match dir.l3_id() {
+                Err(e) if e.is_missing() => socket,
+                l3 => index(l3)?,
             };
             let numa = numa_of.get(&cpu).copied().unwrap_or(0);
             cpus.insert(
@@ -125,39 +128,30 @@ impl CpuTopology {
     }
 }
 
-fn read(path: &Path) -> Result<String, CpuManagerError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| CpuManagerError::Topology(format!("reading {}: {e}", path.display())))
+/// A sysfs error in the CPU manager's words: a bad CPU list is said with `what`.
+fn topology_error(e: SysfsError, what: &str) -> CpuManagerError {
+    match e {
+        SysfsError::CpuList { error, .. } => CpuManagerError::Topology(format!("{what}: {error}")),
+        e => CpuManagerError::Topology(e.to_string()),
+    }
 }
 
-fn read_number(path: &Path) -> Result<usize, CpuManagerError> {
-    let text = read(path)?;
-    text.trim().parse().map_err(|_| {
-        CpuManagerError::Topology(format!(
-            "{} holds {:?}, not a number",
-            path.display(),
-            text.trim()
-        ))
-    })
+/// An id read from sysfs, as an index.
+fn index(read: Result<u64, SysfsError>) -> Result<usize, CpuManagerError> {
+    read.map(|id| id as usize)
+        .map_err(|e| CpuManagerError::Topology(e.to_string()))
 }
 
 /// CPU id to NUMA node, from each `nodeN/cpulist`; empty without the node directory.
-fn numa_nodes(node_dir: &Path) -> Result<BTreeMap<usize, usize>, CpuManagerError> {
+fn numa_nodes(dir: &NodeDir) -> Result<BTreeMap<usize, usize>, CpuManagerError> {
     let mut out = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(node_dir) else {
+    let Ok(ids) = dir.node_ids() else {
         return Ok(out);
     };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(id) = name
-            .strip_prefix("node")
-            .and_then(|n| n.parse::<usize>().ok())
-        else {
-            continue;
-        };
-        let list = CpuSet::parse(&read(&e.path().join("cpulist"))?)
-            .map_err(|why| CpuManagerError::Topology(format!("{name} cpulist: {why}")))?;
-        for cpu in list.iter() {
+    for id in ids {
+        let list =
+            (dir.node(id).cpus()).map_err(|e| topology_error(e, &format!("node{id} cpulist")))?;
+        for cpu in list {
             out.insert(cpu, id);
         }
     }

@@ -2,7 +2,7 @@
 //! `startContainer` (the image, the container config with what the resource managers
 //! grant, `CreateContainer`, `StartContainer`, the legacy log symlink, the postStart
 //! hook). The CRI config itself is built in `container.rs`; the back-off check and
-//! SyncPod's start steps stay with the runtime manager, as in kubelet.
+//! SyncPod's start steps are in `container_start_steps.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use super::container_kill::{stop_plan, termination_grace};
 use super::errors::ContainerStartError;
 use super::labels::ContainerType;
 use super::lifecycle;
-use super::manager::{RuntimeManager, image_volume_pulls};
+use super::manager::RuntimeManager;
 use super::termination;
 use super::types::{ContainerState, PodRuntimeStatus};
 use crate::events::EventType::{Normal, Warning};
@@ -83,6 +83,31 @@ impl<'a> ContainerStart<'a> {
             .with_label_values(&[self.metric_type(), reason.as_str()])
             .inc();
     }
+}
+
+/// The image volumes container `c` mounts, each as a container whose image and pull
+/// policy are the volume's (`volumes[].image.reference`, `pullPolicy`), so the one
+/// image puller pulls it; the container's own name keeps its events and back-off.
+fn image_volume_pulls(pod: &Pod, c: &Container) -> Vec<(String, Container)> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref());
+    let mut out = Vec::new();
+    for vm in c.volume_mounts.iter().flatten() {
+        let image = (volumes.unwrap_or_default().iter())
+            .find(|v| v.name == vm.name)
+            .and_then(|v| v.image.as_ref());
+        let Some(image) = image else { continue };
+        if out.iter().any(|(name, _)| *name == vm.name) {
+            continue;
+        }
+        let as_container = Container {
+            name: c.name.clone(),
+            image: image.reference.clone(),
+            image_pull_policy: image.pull_policy.clone(),
+            ..Default::default()
+        };
+        out.push((vm.name.clone(), as_container));
+    }
+    out
 }
 
 impl RuntimeManager {

@@ -10,10 +10,12 @@ mod actions;
 mod container;
 mod container_kill;
 mod container_start;
+mod container_start_steps;
 mod errors;
 mod gc;
 mod grants;
 mod hooks;
+mod kill_pod;
 mod labels;
 mod lifecycle;
 mod manager;
@@ -23,6 +25,7 @@ mod resize;
 mod resize_tests;
 mod sandbox;
 mod sidecar;
+mod sync_pod;
 mod termination;
 mod types;
 mod userns;
@@ -33,7 +36,7 @@ pub(crate) use errors::ContainerStartError;
 pub(crate) use errors::SyncError;
 pub(crate) use manager::RuntimeManager;
 #[cfg(test)]
-pub(crate) use manager::SyncOutcome;
+pub(crate) use sync_pod::SyncOutcome;
 /// kubelet's default `userNamespaces.idsPerPod`.
 pub(crate) use userns::IDS_PER_POD as USERNS_IDS_PER_POD;
 // What the runtime reads back: pods, sandboxes and containers as the runtime has them.

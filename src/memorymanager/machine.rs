@@ -6,11 +6,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::sysfs::{NodeDir, SysNode, SysfsError};
+
 /// Bytes reserved per NUMA node and resource (`memory`, `hugepages-2Mi`, …).
 pub(crate) type Reserved = BTreeMap<usize, BTreeMap<String, u64>>;
-
-/// Largest sysfs file read: a node's meminfo is a couple of KiB.
-const MAX_SYSFS_BYTES: u64 = 64 << 10;
 
 /// One NUMA node's memory: its total and its huge pages by page size.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,17 +32,9 @@ impl NumaMemory {
     /// `/sys/devices/system/node`.
     pub(crate) fn from_sysfs(root: &Path) -> std::io::Result<Self> {
         let mut out = Self::default();
-        for e in std::fs::read_dir(root)? {
-            let e = e?;
-            let Some(id) = e
-                .file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("node"))
-                .and_then(|n| n.parse::<usize>().ok())
-            else {
-                continue;
-            };
-            out.nodes.insert(id, read_node(&e.path())?);
+        let dir = NodeDir::at(root);
+        for id in dir.node_ids().map_err(SysfsError::into_io)? {
+            out.nodes.insert(id, read_node(&dir.node(id))?);
         }
         if out.nodes.is_empty() {
             return Err(std::io::Error::new(
@@ -55,59 +46,41 @@ impl NumaMemory {
     }
 }
 
-fn read_text(file: &Path) -> std::io::Result<String> {
-    let body = crate::private_file::read_bounded(file, MAX_SYSFS_BYTES)?.ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            format!("{} is missing", file.display()),
-        )
-    })?;
-    Ok(String::from_utf8_lossy(&body).into_owned())
+/// A node file's error as the memory manager says it: a missing file named so.
+fn file_error(e: SysfsError) -> std::io::Error {
+    if e.is_missing() {
+        let msg = format!("{} is missing", e.path());
+        return std::io::Error::new(std::io::ErrorKind::NotFound, msg);
+    }
+    e.into_io()
 }
 
-fn read_node(dir: &Path) -> std::io::Result<NodeMemory> {
-    let meminfo = read_text(&dir.join("meminfo"))?;
-    let kib = meminfo
-        .lines()
-        .find_map(|l| {
-            let (_, rest) = l.split_once("MemTotal:")?;
-            rest.split_whitespace().next()?.parse::<u64>().ok()
-        })
+fn read_node(node: &SysNode) -> std::io::Result<NodeMemory> {
+    let kib = node
+        .meminfo()
+        .map_err(file_error)?
+        .total_kib
         .ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("no MemTotal in {}", dir.join("meminfo").display()),
+                format!("no MemTotal in {}", node.dir().join("meminfo").display()),
             )
         })?;
-    let mut node = NodeMemory {
+    let mut node_memory = NodeMemory {
         memory: kib * 1024,
         hugepages: BTreeMap::new(),
     };
-    let pages_dir = dir.join("hugepages");
-    let Ok(entries) = std::fs::read_dir(&pages_dir) else {
-        return Ok(node);
-    };
-    for e in entries {
-        let e = e?;
-        let name = e.file_name();
-        let Some(size) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("hugepages-"))
-            .and_then(|n| n.strip_suffix("kB"))
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        let count = read_text(&e.path().join("nr_hugepages"))?;
-        let count = count.trim().parse::<u64>().map_err(|_| {
-            std::io::Error::new(
+    for size in node.hugepage_sizes().map_err(SysfsError::into_io)? {
+        let count = node.hugepages(size).map_err(|e| match e {
+            SysfsError::NotANumber { .. } => std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
                 format!("bad nr_hugepages for {size}kB"),
-            )
+            ),
+            e => file_error(e),
         })?;
-        node.hugepages.insert(size, count);
+        node_memory.hugepages.insert(size, count);
     }
-    Ok(node)
+    Ok(node_memory)
 }
 
 /// The resource name of a huge page size (kubelet's `HugePageResourceName`):

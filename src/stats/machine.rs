@@ -90,28 +90,20 @@ impl MachineReader {
 
     /// (logical CPUs, cores, sockets) from sysfs's topology of each online CPU.
     fn topology(&self) -> (u64, u64, u64) {
-        let dir = self.root.join("sys/devices/system/cpu");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+        let dir = crate::sysfs::CpuDir::under(&self.root.join("sys"));
+        let Ok(listed) = dir.listed() else {
             return (0, 0, 0);
         };
         let (mut cpus, mut cores, mut packages) = (0u64, BTreeSet::new(), BTreeSet::new());
-        for e in entries.flatten().take(MAX_CPUS) {
-            let name = e.file_name();
-            let Some(n) = name.to_str().and_then(|n| n.strip_prefix("cpu")) else {
-                continue;
-            };
-            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-                continue;
-            }
-            let cpu = e.path();
+        for id in listed.into_iter().take(MAX_CPUS) {
+            let cpu = dir.cpu(id);
             // An offline CPU has `online` 0 (cpu0 often has no such file).
-            if trimmed(&cpu.join("online")) == "0" {
+            if matches!(cpu.online(), Ok(false)) {
                 continue;
             }
             cpus += 1;
-            let package = trimmed(&cpu.join("topology/physical_package_id"));
-            let core = trimmed(&cpu.join("topology/core_id"));
-            cores.insert((package.clone(), core));
+            let package = cpu.package_id().ok();
+            cores.insert((package, cpu.core_id().ok()));
             packages.insert(package);
         }
         (cpus, cores.len() as u64, packages.len() as u64)

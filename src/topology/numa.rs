@@ -7,9 +7,6 @@ use std::path::Path;
 
 use super::NumaMask;
 
-/// The largest sysfs file read here: a distance row of 64 nodes is a few hundred bytes.
-const MAX_SYSFS_BYTES: u64 = 64 << 10;
-
 /// The node ids and, for each, its distance row (indexed by node id).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NumaInfo {
@@ -31,32 +28,19 @@ impl NumaInfo {
     /// A node whose distance file is missing or unreadable has no row: only
     /// `prefer-closest-numa-nodes` needs them, and [`Self::has_distances`] tells.
     pub(crate) fn from_sysfs(root: &Path) -> std::io::Result<Self> {
-        let mut nodes = Vec::new();
-        match std::fs::read_dir(root) {
-            Ok(entries) => {
-                for e in entries {
-                    let name = e?.file_name();
-                    let id = name
-                        .to_str()
-                        .and_then(|n| n.strip_prefix("node"))
-                        .and_then(|n| n.parse::<usize>().ok());
-                    if let Some(id) = id.filter(|&id| id <= NumaMask::MAX_NODE) {
-                        nodes.push(id);
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+        let dir = crate::sysfs::NodeDir::at(root);
+        let mut nodes = match dir.node_ids() {
+            Ok(ids) => ids,
+            Err(e) if e.is_missing() => Vec::new(),
+            Err(e) => return Err(e.into_io()),
+        };
+        nodes.retain(|&id| id <= NumaMask::MAX_NODE);
         if nodes.is_empty() {
             nodes.push(0);
         }
         let mut distances = BTreeMap::new();
         for &id in &nodes {
-            let file = root.join(format!("node{id}")).join("distance");
-            if let Ok(Some(body)) = crate::private_file::read_bounded(&file, MAX_SYSFS_BYTES)
-                && let Some(row) = parse_distances(&String::from_utf8_lossy(&body))
-            {
+            if let Ok(row) = dir.node(id).distances() {
                 distances.insert(id, row);
             }
         }
@@ -117,11 +101,6 @@ impl NumaInfo {
         }
         sum / count
     }
-}
-
-/// A sysfs distance row: `10 21` (space-separated, as kubelet splits it).
-fn parse_distances(text: &str) -> Option<Vec<u64>> {
-    text.split_whitespace().map(|d| d.parse().ok()).collect()
 }
 
 #[cfg(test)]

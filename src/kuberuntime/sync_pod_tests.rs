@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use super::super::labels;
 use super::*;
 use crate::cri::support::{FakeNode, IMAGE, pod};
+use crate::pod::WaitingReason;
 use k8s_openapi::api::core::v1::PodSecurityContext;
 
 fn uid(p: &Pod) -> &str {

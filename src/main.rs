@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         return oxlet::timeline_command(&args[1..]);
     }
     let opts = oxlet::load_or_exit();
-    oxlet::init_logging(opts.verbosity, opts.logging_format);
+    oxlet::init_logging(opts.verbosity(), opts.logging_format());
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKER_THREADS)
         .enable_all()

@@ -17,31 +17,32 @@ use crate::tasks::{Backoff, Tasks};
 /// The apiserver clients when `--kubeconfig` is given (kubelet, too, refuses to start
 /// with a kubeconfig it cannot use); None runs standalone.
 pub(super) async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClients>> {
-    let Some(path) = &opts.kubeconfig else {
+    let Some(path) = &opts.cluster.kubeconfig else {
         return Ok(None);
     };
     let settings = crate::kubeclient::ClientSettings {
-        qps: opts.kube_api_qps,
-        burst: opts.kube_api_burst,
-        node_status_update_frequency: opts.node_status_update_frequency,
-        node_lease_duration: opts.node_lease_duration,
+        qps: opts.cluster.kube_api_qps,
+        burst: opts.cluster.kube_api_burst,
+        node_status_update_frequency: opts.status.update_frequency,
+        node_lease_duration: opts.status.lease_duration,
     };
     let cert_dir = opts
+        .cluster
         .cert_dir
         .clone()
-        .unwrap_or_else(|| opts.root_dir.join("pki"));
-    if let Some(boot) = &opts.bootstrap_kubeconfig {
+        .unwrap_or_else(|| opts.process.root_dir.join("pki"));
+    if let Some(boot) = &opts.cluster.bootstrap_kubeconfig {
         crate::kubeclient::Bootstrap {
             kubeconfig: path.clone(),
             bootstrap_kubeconfig: boot.clone(),
             cert_dir: cert_dir.clone(),
-            node_name: opts.node_name.clone(),
+            node_name: opts.node.name.clone(),
             wait: crate::kubeclient::BOOTSTRAP_WAIT,
         }
         .run()
         .await?;
     }
-    let clients = if opts.rotate_certificates {
+    let clients = if opts.cluster.rotate_certificates {
         crate::kubeclient::build_rotating(path, settings, &cert_dir).await?
     } else {
         crate::kubeclient::build(path, settings).await?
@@ -71,18 +72,19 @@ pub(super) async fn api_clients(opts: &Options) -> anyhow::Result<Option<ApiClie
 /// before it expires, when the clients present it (see `kubeclient::rotation`).
 pub(super) fn start_cert_rotation(opts: &Options, api: &ApiClients, tasks: &Tasks) {
     let Some(slot) = api.cert_slot.clone() else {
-        if opts.rotate_certificates {
+        if opts.cluster.rotate_certificates {
             info!(target: STARTUP_TARGET, "rotateCertificates is set, but the kubeconfig's client certificate is not <cert-dir>/kubelet-client-current.pem; it is not rotated");
         }
         return;
     };
     let rotation = crate::kubeclient::Rotation {
         cert_dir: opts
+            .cluster
             .cert_dir
             .clone()
-            .unwrap_or_else(|| opts.root_dir.join("pki")),
-        bootstrap_kubeconfig: opts.bootstrap_kubeconfig.clone(),
-        node_name: opts.node_name.clone(),
+            .unwrap_or_else(|| opts.process.root_dir.join("pki")),
+        bootstrap_kubeconfig: opts.cluster.bootstrap_kubeconfig.clone(),
+        node_name: opts.node.name.clone(),
         slot,
         client: api.main.clone(),
         wait: crate::kubeclient::ROTATION_WAIT,
@@ -110,9 +112,9 @@ pub(super) fn spawn_event_sink(
             let (recorder, queue) = EventRecorder::queued(crate::events::MAX_QUEUED_EVENTS);
             let queue = Arc::new(tokio::sync::Mutex::new(queue));
             let settings = crate::events::SinkSettings::new(
-                opts.event_record_qps,
-                opts.event_burst,
-                opts.node_name.clone(),
+                opts.cluster.event_record_qps,
+                opts.cluster.event_burst,
+                opts.node.name.clone(),
             );
             let client = api.main.clone();
             tasks.spawn_restarting("event-sink", Backoff::default(), move |cancel| {
@@ -126,7 +128,7 @@ pub(super) fn spawn_event_sink(
             recorder
         }
     };
-    let node = crate::events::ObjectRef::node(&opts.node_name);
+    let node = crate::events::ObjectRef::node(&opts.node.name);
     let starting = crate::events::reason::STARTING;
     recorder.event(&node, EventType::Normal, starting, "Starting kubelet.");
     recorder
@@ -204,7 +206,7 @@ pub(super) fn spawn_status_writer(
         MirrorPods::new(
             api.main.clone(),
             shared.pods.clone(),
-            opts.node_name.clone(),
+            opts.node.name.clone(),
             period,
         )
         .with_wake(mirror_wake)

@@ -24,7 +24,7 @@ use crate::tasks::{Backoff, Tasks};
 
 /// `--node-slo-file`, read once at start (checked when the flag was parsed).
 pub(super) fn qos_config(opts: &Options) -> anyhow::Result<QosConfig> {
-    Ok(match &opts.node_slo_file {
+    Ok(match &opts.koordlet.node_slo_file {
         Some(path) => crate::koordapi::load_qos_config(path)?,
         None => Default::default(),
     })
@@ -76,7 +76,7 @@ pub(super) fn spawn_prediction(
     node: Option<NodeView>,
     tasks: &Tasks,
 ) -> Option<Served> {
-    if !opts.prediction {
+    if !opts.koordlet.prediction {
         info!(target: STARTUP_TARGET, "prediction is off (--enable-prediction=false)");
         return None;
     }
@@ -90,9 +90,10 @@ pub(super) fn spawn_prediction(
     }
     let interval = Duration::from_millis(cfg.training_interval_ms.unsigned_abs());
     let dir = opts
+        .koordlet
         .prediction_checkpoint_dir
         .clone()
-        .unwrap_or_else(|| opts.root_dir.join("prediction-checkpoints"));
+        .unwrap_or_else(|| opts.process.root_dir.join("prediction-checkpoints"));
     let server = Arc::new(PredictServer::new(cfg, dir));
     crate::census::watch("prediction models", &server, PredictServer::model_count);
     let (s, c, pm) = (
@@ -156,7 +157,7 @@ pub(super) fn spawn_node_slo_watch(
     tasks: &Tasks,
 ) -> tokio::sync::watch::Receiver<QosConfig> {
     let (tx, rx) = tokio::sync::watch::channel(base.clone());
-    let (client, node_name, strategies) = (client.clone(), opts.node_name.clone(), base.strategies);
+    let (client, node_name, strategies) = (client.clone(), opts.node.name.clone(), base.strategies);
     let host_apps = shared.host_apps.clone();
     tasks.spawn_restarting("node-slo-watch", Backoff::default(), move |cancel| {
         let watch = NodeSloWatch {
@@ -179,7 +180,7 @@ pub(super) fn spawn_node_slo_watch(
 /// normalization ratio) handed to the QoS manager and the predictor as it changes.
 pub(super) fn spawn_node_watch(opts: &Options, client: &kube::Client, tasks: &Tasks) -> NodeView {
     let (tx, rx) = tokio::sync::watch::channel(None);
-    let (client, node_name) = (client.clone(), opts.node_name.clone());
+    let (client, node_name) = (client.clone(), opts.node.name.clone());
     tasks.spawn_restarting("node-watch", Backoff::default(), move |cancel| {
         let watch = NodeWatch {
             client: client.clone(),
@@ -210,7 +211,7 @@ pub(super) fn spawn_node_metric_reporter(
     source: &Arc<NodeMetricSource>,
     tasks: &Tasks,
 ) {
-    let (client, source, node_name) = (client.clone(), source.clone(), opts.node_name.clone());
+    let (client, source, node_name) = (client.clone(), source.clone(), opts.node.name.clone());
     tasks.spawn_restarting("node-metric-report", Backoff::default(), move |cancel| {
         let reporter = NodeMetricReporter {
             source: source.clone(),
@@ -231,7 +232,7 @@ fn register_prediction_gauges(opts: &Options, shared: &Shared, served: &Served) 
         let pods = pod_inputs(&p, &st).into_iter().map(|(_, i)| i).collect();
         (pods, sv.allocatable())
     });
-    match PredictionCollector::new(served.server.clone(), opts.node_name.clone(), inputs)
+    match PredictionCollector::new(served.server.clone(), opts.node.name.clone(), inputs)
         .and_then(|c| crate::metrics::register(Box::new(c)))
     {
         Ok(()) => {}
@@ -258,9 +259,9 @@ pub(super) fn spawn_metric_advisor(
         shared.pod_cache.clone(),
     );
     let (cache, readings) = (shared.metric_cache.clone(), shared.readings.clone());
-    let runtime_cgroup = opts.runtime_cgroups.clone();
+    let runtime_cgroup = opts.runtime.cgroups.clone();
     let best_effort = host.cm.qos_cgroup_path(crate::cm::QosClass::BestEffort);
-    let page_cache = opts.pagecache_collector;
+    let page_cache = opts.koordlet.pagecache_collector;
     let host_apps = shared.host_apps.subscribe();
     let qos_paths = crate::koordapi::QosPaths {
         kubepods: host.cm.kubepods_path(),
@@ -268,8 +269,8 @@ pub(super) fn spawn_metric_advisor(
         best_effort: best_effort.clone(),
     };
     let (node_name, root_dir, cri) = (
-        opts.node_name.clone(),
-        opts.root_dir.clone(),
+        opts.node.name.clone(),
+        opts.process.root_dir.clone(),
         Arc::new(rt.cri.clone()),
     );
     tasks.spawn_restarting("metric-advisor", Backoff::default(), move |cancel| {
@@ -345,7 +346,7 @@ pub(super) fn spawn_qos_manager(
     );
     let pod_cache = shared.pod_cache.clone();
     let (capacity, allocatable) = (host.allocatable.capacity, host.allocatable.allocatable);
-    let node_name = opts.node_name.clone();
+    let node_name = opts.node.name.clone();
     tasks.spawn_restarting("qos-manager", Backoff::default(), move |cancel| {
         let qm = QosManager::new(QosDeps {
             cfg: updates
@@ -379,12 +380,13 @@ pub(super) fn spawn_qos_manager(
 pub(super) fn open_metric_cache(opts: &Options) -> Arc<crate::metriccache::MetricCache> {
     use crate::metriccache::{CacheLimits, MetricCache};
     let dir = opts
+        .koordlet
         .tsdb_path
         .clone()
-        .unwrap_or_else(|| opts.root_dir.join("metric-cache"));
+        .unwrap_or_else(|| opts.process.root_dir.join("metric-cache"));
     let limits = CacheLimits {
-        retention: opts.tsdb_retention,
-        max_disk_bytes: opts.tsdb_max_bytes,
+        retention: opts.koordlet.tsdb_retention,
+        max_disk_bytes: opts.koordlet.tsdb_max_bytes,
         ..CacheLimits::ON_DISK
     };
     match MetricCache::open(&dir, limits) {
@@ -402,7 +404,7 @@ pub(super) fn open_metric_cache(opts: &Options) -> Arc<crate::metriccache::Metri
 /// `--node-slo-file`'s host applications (checked when the flag was parsed; none
 /// without the file).
 pub(super) fn file_host_apps(opts: &Options) -> Vec<crate::koordapi::HostApp> {
-    let Some(path) = &opts.node_slo_file else {
+    let Some(path) = &opts.koordlet.node_slo_file else {
         return Vec::new();
     };
     match crate::koordapi::host_apps_from_file(path) {

@@ -138,20 +138,20 @@ pub(super) fn runtime_lock_path(endpoint: &str) -> Option<PathBuf> {
 /// Takes every lock the options call for; waits for `--lock-file` as kubelet does.
 pub(super) async fn acquire(opts: &Options) -> anyhow::Result<Held> {
     let mut files = Vec::new();
-    if let Some(path) = &opts.lock_file {
+    if let Some(path) = &opts.process.lock_file {
         files.push(wait_for(path.clone()).await?);
     }
-    let root = opts.root_dir.join("oxlet.lock");
-    let what = format!("rootDir={}", opts.root_dir.display());
+    let root = opts.process.root_dir.join("oxlet.lock");
+    let what = format!("rootDir={}", opts.process.root_dir.display());
     files.push(take_now(
         &root,
         &what,
         "two agents on one root dir would each kill the other's containers",
     )?);
-    if opts.runtime_endpoint_explicit
-        && let Some(path) = runtime_lock_path(&opts.container_runtime_endpoint)
+    if opts.runtime.endpoint_explicit
+        && let Some(path) = runtime_lock_path(&opts.runtime.endpoint)
     {
-        let what = format!("runtime={} {what}", opts.container_runtime_endpoint);
+        let what = format!("runtime={} {what}", opts.runtime.endpoint);
         files.push(take_now(
             &path,
             &what,
@@ -160,7 +160,7 @@ pub(super) async fn acquire(opts: &Options) -> anyhow::Result<Held> {
     }
     Ok(Held {
         _files: files,
-        lock_file: opts.lock_file.clone(),
+        lock_file: opts.process.lock_file.clone(),
     })
 }
 

@@ -135,7 +135,7 @@ async fn start(
     let (probe_results, probe_rx) = ProbeResults::new(256);
     let probe_results = Arc::new(probe_results);
     crate::census::watch("probe results", &probe_results, ProbeResults::len);
-    let dns = runtime::dns(opts, &host.info);
+    let dns = runtime::dns(&opts.pods, &host.info);
     let qos = koordlet::qos_config(opts)?;
     let hooks = koordlet::runtime_hooks(&qos, &host);
     let runtime_health = Arc::new(RuntimeHealth::default());
@@ -147,13 +147,13 @@ async fn start(
             dns,
             events: &events,
             probes: &probe_results,
-            objects: cluster::object_manager(api, &opts.node_name),
+            objects: cluster::object_manager(api, &opts.node.name),
             hooks: hooks.runtime_hooks(),
             runtime_state: runtime_health.clone(),
             grants: resource_managers.clone(),
         },
     )?;
-    runtime::spawn_log_rotation(opts, rt, tasks);
+    runtime::spawn_log_rotation(&opts.logs, rt, tasks);
     let allocation = runtime::allocation_manager(opts, &host, &events)?;
     let shared = Shared::new(
         events,
@@ -185,7 +185,7 @@ async fn start(
     resources::set_active_pods(&shared, sources_ready_rx.clone());
     resources::spawn(opts, &shared.resources, rt, tasks);
     let sync_loop = runtime::sync_loop(
-        opts,
+        &opts.pods,
         &host,
         &shared,
         runtime::LoopParts {
@@ -197,7 +197,7 @@ async fn start(
         },
         tasks,
     );
-    let health = servers::health(opts, &sync_loop);
+    let health = servers::health(&opts.pods, &sync_loop);
     let inputs = LoopInputs::new(sources.updates, pleg_events).with_probes(probe_rx);
     let workers = sync_loop.workers.clone();
     let disk_reclaimers = node::spawn_image_gc(opts, rt, &sync_loop, &shared.events, tasks);
@@ -210,7 +210,7 @@ async fn start(
     koordlet::spawn_hook_reconciler(&hooks, &feeds, &host, &shared, tasks);
     koordlet::spawn_qos_manager(qos, feeds, opts, &host, &shared, &sync_loop, tasks);
     runtime::spawn_sync_loop(sync_loop, inputs, tasks);
-    if !opts.runonce {
+    if !opts.process.runonce {
         let reclaim = node::Reclaim {
             workers: &workers,
             reclaimers: disk_reclaimers,
@@ -253,15 +253,15 @@ async fn start(
 pub async fn run(opts: Options) -> anyhow::Result<i32> {
     let mut signals = Signals::install().context("cannot listen for SIGTERM/SIGINT")?;
     process::log_summary(&opts);
-    if opts.exit_on_lock_contention && opts.lock_file.is_none() {
+    if opts.process.exit_on_lock_contention && opts.process.lock_file.is_none() {
         anyhow::bail!("cannot exit on lock file contention: no --lock-file given");
     }
     let locks = lock::acquire(&opts).await?;
-    if opts.task_cpu_accounting {
+    if opts.process.task_cpu_accounting {
         crate::tasks::enable_cpu_accounting();
     }
     process::set_own_oom_score_adj();
-    process::apply_max_open_files(opts.max_open_files);
+    process::apply_max_open_files(opts.process.max_open_files);
     let api = cluster::api_clients(&opts).await?;
     // Cut short here, a half-started managed containerd is killed with its handle.
     let mut rt = tokio::select! {
@@ -283,7 +283,7 @@ pub async fn run(opts: Options) -> anyhow::Result<i32> {
     }
     let contended = async {
         match locks.lock_file.as_deref() {
-            Some(path) if opts.exit_on_lock_contention => lock::contention(path).await,
+            Some(path) if opts.process.exit_on_lock_contention => lock::contention(path).await,
             _ => std::future::pending().await,
         }
     };
@@ -340,9 +340,9 @@ async fn run_agent(
             biased;
             // The caller turns the failure into the error (and the exit code).
             _ = tasks.failed() => 1,
-            code = runonce::run(&agent.pods, &agent.statuses, &token), if opts.runonce => code,
+            code = runonce::run(&agent.pods, &agent.statuses, &token), if opts.process.runonce => code,
             sig = signals.recv() => {
-                if opts.runonce {
+                if opts.process.runonce {
                     info!(target: STARTUP_TARGET, "received {sig}; stopping runonce");
                 } else {
                     info!(target: STARTUP_TARGET, "received {sig}");

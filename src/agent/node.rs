@@ -41,14 +41,14 @@ pub(super) async fn start_host(
     tasks: &Tasks,
 ) -> anyhow::Result<Host> {
     // The root dir holds the pods' ephemeral storage: its filesystem is the capacity.
-    if let Err(e) = crate::volumes::make_data_dirs(&opts.root_dir) {
-        warn!(dir = %opts.root_dir.display(), error = %e, "cannot create the root dir");
+    if let Err(e) = crate::volumes::make_data_dirs(&opts.process.root_dir) {
+        warn!(dir = %opts.process.root_dir.display(), error = %e, "cannot create the root dir");
     }
     let node = NodeInfo::gather(
-        &opts.node_name,
-        opts.max_pods,
-        &opts.root_dir,
-        &opts.node_ips,
+        &opts.node.name,
+        opts.pods.max_pods,
+        &opts.process.root_dir,
+        &opts.node.ips,
     );
     debug!(node = %node.name, kernelVersion = %node.kernel_version, osImage = %node.os_image, architecture = node.architecture, machineID = %node.machine_id, bootID = %node.boot_id, addresses = node.addresses.len(), "node facts");
     let cm_settings = opts.cm_settings();
@@ -62,10 +62,10 @@ pub(super) async fn start_host(
         node.capacity.memory_bytes,
         node.swap_capacity_bytes,
     );
-    if opts.enforce_node_allocatable.pods && opts.cgroups_per_qos {
+    if opts.cm.enforce_node_allocatable.pods && opts.cm.cgroups_per_qos {
         // kubelet's enforceNodeAllocatableCgroups, once `kubepods` is limited.
         events.event(
-            &crate::events::ObjectRef::node(&opts.node_name),
+            &crate::events::ObjectRef::node(&opts.node.name),
             EventType::Normal,
             crate::events::reason::NODE_ALLOCATABLE_ENFORCED,
             "Updated Node Allocatable limit across pods",
@@ -103,9 +103,9 @@ pub(super) fn spawn_image_gc(
     let runtime = sync_loop.runtime.clone();
     let mut gc = ImageGcManager::new(
         Arc::new(rt.cri.clone()),
-        opts.image_gc,
+        opts.images.gc,
         events.clone(),
-        &opts.node_name,
+        &opts.node.name,
     );
     if let Some(records) = runtime.pull_records() {
         // Intents a crash left become records once the runtime says what it has.
@@ -141,7 +141,7 @@ pub(super) fn spawn_image_gc(
         Arc::new(DeadContainers::new(
             runtime,
             done,
-            vec![opts.pod_logs_dir.clone()],
+            vec![opts.logs.pod_logs_dir.clone()],
         )),
         Arc::new(UnusedImages(images)),
     ]
@@ -187,10 +187,10 @@ fn spawn_volume_stats(opts: &Options, shared: &Shared, tasks: &Tasks) -> Arc<Vol
         warn!(error = %e, "cannot register the container log usage gauge");
     }
     let dirs = Dirs {
-        pods: opts.root_dir.join("pods"),
-        pod_logs: opts.pod_logs_dir.clone(),
+        pods: opts.process.root_dir.join("pods"),
+        pod_logs: opts.logs.pod_logs_dir.clone(),
     };
-    let period = volume_stats_period(opts.volume_stats_agg_period);
+    let period = volume_stats_period(opts.status.volume_stats_agg_period);
     if period.is_zero() {
         info!(
             "volumeStatsAggPeriod is 0: pod volumes and logs are not measured, so local storage limits are not enforced"
@@ -238,14 +238,14 @@ fn spawn_eviction_manager(
     use crate::eviction::{EvictionConfig, Manager, ManagerDeps};
     let kubepods = host.cm.kubepods_path();
     let mut cfg = EvictionConfig::new(
-        &opts.eviction_hard,
-        &opts.eviction_soft,
-        &opts.eviction_soft_grace_period,
-        &opts.eviction_minimum_reclaim,
+        &opts.eviction.hard,
+        &opts.eviction.soft,
+        &opts.eviction.soft_grace_period,
+        &opts.eviction.minimum_reclaim,
     );
-    cfg.transition_period = opts.eviction_pressure_transition_period;
-    cfg.max_pod_grace_seconds = opts.eviction_max_pod_grace_period;
-    if opts.enforce_node_allocatable.pods {
+    cfg.transition_period = opts.eviction.pressure_transition_period;
+    cfg.max_pod_grace_seconds = opts.eviction.max_pod_grace_period;
+    if opts.cm.enforce_node_allocatable.pods {
         cfg.enforce_pod_allocatable();
     }
     let status = Arc::new(StatusView::default());
@@ -267,7 +267,7 @@ fn spawn_eviction_manager(
         shared.pressure.clone(),
         status.clone(),
     );
-    let (root_dir, reclaimers) = (opts.root_dir.clone(), reclaim.reclaimers);
+    let (root_dir, reclaimers) = (opts.process.root_dir.clone(), reclaim.reclaimers);
     let notifiers = memcg_notifiers(allocatable_memory.and(kubepods));
     tasks.spawn_restarting("eviction-manager", Backoff::default(), move |cancel| {
         let manager = Manager::new(ManagerDeps {
@@ -322,9 +322,9 @@ pub(super) fn spawn_node_shutdown(
     let (state, events, node_name) = (
         shared.shutdown.clone(),
         shared.events.clone(),
-        opts.node_name.clone(),
+        opts.node.name.clone(),
     );
-    let times = crate::nodeshutdown::ShutdownTimes::new(&opts.root_dir);
+    let times = crate::nodeshutdown::ShutdownTimes::new(&opts.process.root_dir);
     tasks.spawn_restarting("node-shutdown", Backoff::default(), move |cancel| {
         let manager = Manager::new(ManagerDeps {
             logind: SystemLogind::new(LOGIND_DROP_IN_DIR.into()),
@@ -407,7 +407,7 @@ pub(super) fn spawn_node_status(
     let (client, name, duration) = (
         api.heartbeat.clone(),
         node.name.clone(),
-        opts.node_lease_duration,
+        opts.status.lease_duration,
     );
     tasks.spawn_restarting("node-lease", quick, move |cancel| {
         let lease = LeaseController::new(client.clone(), &name, duration, owner_rx.clone());
@@ -424,10 +424,10 @@ pub(super) fn spawn_node_status(
         rt.pod_cidr.clone(),
     );
     let registration = Registration {
-        labels: opts.node_labels.clone(),
-        taints: opts.register_with_taints.clone(),
-        create: opts.register_node,
-        provider_id: opts.provider_id.clone(),
+        labels: opts.node.labels.clone(),
+        taints: opts.node.register_with_taints.clone(),
+        create: opts.node.register,
+        provider_id: opts.node.provider_id.clone(),
     };
     let (health, pleg, pressure, shutdown) = (
         shared.runtime_health.clone(),
@@ -436,10 +436,8 @@ pub(super) fn spawn_node_status(
         shared.shutdown.clone(),
     );
     let events = shared.events.clone();
-    let (update_frequency, report_frequency) = (
-        opts.node_status_update_frequency,
-        opts.node_status_report_frequency,
-    );
+    let (update_frequency, report_frequency) =
+        (opts.status.update_frequency, opts.status.report_frequency);
     let kubelet_port = i32::from(opts.serving.port);
     let soft_requirements = host.cm.soft_requirements();
     let extended: Arc<dyn crate::contracts::ExtendedResourceSource> = shared.resources.clone();

@@ -30,29 +30,29 @@ pub(super) fn own_oom_score_adj() -> i64 {
 /// kubelet's metrics live in process-wide registries
 /// (`crate::metrics`); at start only the node name is set, nothing runs on its own.
 pub(super) fn set_metrics_node_name(opts: &Options) {
-    crate::metrics::set_node_name(&opts.node_name);
+    crate::metrics::set_node_name(&opts.node.name);
 }
 
 /// Logs the start-up summary (shown at every verbosity).
 pub(super) fn log_summary(opts: &Options) {
     info!(
         target: STARTUP_TARGET,
-        node = %opts.node_name,
-        staticPodPath = %opts.static_pod_path.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_else(|| "(none)".into()),
-        rootDir = %opts.root_dir.display(),
-        podLogsDir = %opts.pod_logs_dir.display(),
-        maxPods = opts.max_pods,
-        syncFrequency = %crate::duration::format_go_duration(opts.sync_frequency),
-        fileCheckFrequency = %crate::duration::format_go_duration(opts.file_check_frequency),
-        staticPodURL = %opts.manifest_url.as_deref().map_or("(none)".into(), crate::http_get::redacted_url),
-        runonce = opts.runonce,
+        node = %opts.node.name,
+        staticPodPath = %opts.sources.static_pod_path.as_deref().map(Path::display).map(|d| d.to_string()).unwrap_or_else(|| "(none)".into()),
+        rootDir = %opts.process.root_dir.display(),
+        podLogsDir = %opts.logs.pod_logs_dir.display(),
+        maxPods = opts.pods.max_pods,
+        syncFrequency = %crate::duration::format_go_duration(opts.pods.sync_frequency),
+        fileCheckFrequency = %crate::duration::format_go_duration(opts.sources.file_check_frequency),
+        staticPodURL = %opts.sources.manifest_url.as_deref().map_or("(none)".into(), crate::http_get::redacted_url),
+        runonce = opts.process.runonce,
         "starting oxlet {}",
         env!("CARGO_PKG_VERSION")
     );
-    for item in &opts.unimplemented {
+    for item in &opts.process.unimplemented {
         warn!("{item} is accepted but not implemented by oxlet yet; ignoring it");
     }
-    for w in &opts.warnings {
+    for w in &opts.process.warnings {
         warn!("{w}");
     }
 }

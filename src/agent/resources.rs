@@ -33,8 +33,8 @@ const DRA_RECONCILE: Duration = Duration::from_secs(60);
 /// eviction threshold).
 fn settings(opts: &Options, host: &Host) -> anyhow::Result<ResourceManagerSettings> {
     let r = &opts.resource_managers;
-    let reserved_millicpu =
-        opts.kube_reserved.cpu_milli.unwrap_or(0) + opts.system_reserved.cpu_milli.unwrap_or(0);
+    let reserved_millicpu = opts.cm.kube_reserved.cpu_milli.unwrap_or(0)
+        + opts.cm.system_reserved.cpu_milli.unwrap_or(0);
     let reserved_cpus = match &r.reserved_cpus {
         Some(text) => Some(CpuSet::parse(text).map_err(|e| {
             anyhow::anyhow!("invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) {text}, error: {e}")
@@ -44,14 +44,14 @@ fn settings(opts: &Options, host: &Host) -> anyhow::Result<ResourceManagerSettin
     let held_back =
         host.allocatable.capacity.memory_bytes - host.allocatable.allocatable.memory_bytes;
     Ok(ResourceManagerSettings {
-        root_dir: opts.root_dir.clone(),
+        root_dir: opts.process.root_dir.clone(),
         sys_root: "/sys".into(),
         cpu: CpuManagerSettings {
             policy: CpuManagerPolicy::parse(&r.cpu_policy)?,
             options: r.cpu_policy_options.clone(),
             reserved_system_cpus: reserved_cpus,
             reserved_millicpu: u64::try_from(reserved_millicpu.max(0)).unwrap_or(0),
-            state_dir: opts.root_dir.clone(),
+            state_dir: opts.process.root_dir.clone(),
         },
         memory: MemoryManagerSettings {
             policy: r.memory_policy.clone(),
@@ -63,7 +63,7 @@ fn settings(opts: &Options, host: &Host) -> anyhow::Result<ResourceManagerSettin
                     (*node, l.collect())
                 })
                 .collect(),
-            state_dir: opts.root_dir.clone(),
+            state_dir: opts.process.root_dir.clone(),
         },
         memory_node_reserved: BTreeMap::from([(
             "memory".to_string(),
@@ -88,8 +88,8 @@ pub(super) fn resource_managers(
     let dra = match api {
         Some(a) => Some(Arc::new(
             DraManager::new(
-                &opts.root_dir,
-                &opts.node_name,
+                &opts.process.root_dir,
+                &opts.node.name,
                 Arc::new(KubeClaims::new(a.main.clone())),
                 tasks.clone(),
             )
@@ -130,7 +130,7 @@ pub(super) fn spawn(opts: &Options, rm: &Arc<ResourceManagers>, rt: &Runtime, ta
         let devices = devices.clone();
         async move { Ok(devices.run(cancel).await?) }
     });
-    let registry = opts.root_dir.join("plugins_registry");
+    let registry = opts.process.root_dir.join("plugins_registry");
     let (rm2, dra_handler) = (rm.clone(), rm.dra().cloned());
     tasks.spawn_restarting("plugin-watcher", Backoff::default(), move |cancel| {
         let mut watcher = PluginWatcher::new(&registry);
@@ -160,7 +160,7 @@ pub(super) fn spawn(opts: &Options, rm: &Arc<ResourceManagers>, rt: &Runtime, ta
             }
         });
     }
-    let (root, source) = (opts.root_dir.clone(), rm.clone());
+    let (root, source) = (opts.process.root_dir.clone(), rm.clone());
     tasks.spawn_restarting("pod-resources-api", Backoff::default(), move |cancel| {
         let (root, source) = (root.clone(), source.clone());
         async move { Ok(crate::podresources::serve(&root, source, cancel).await?) }

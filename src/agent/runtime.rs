@@ -28,7 +28,10 @@ use crate::kuberuntime::SandboxEnv;
 use crate::logging::STARTUP_TARGET;
 use crate::node::NodeInfo;
 use crate::objects::ObjectManager;
-use crate::options::{DEFAULT_RUNTIME_ENDPOINT, Options};
+use crate::options::{
+    ContainerLogOptions, DEFAULT_RUNTIME_ENDPOINT, ImageOptions, Options, PodOptions,
+    RuntimeOptions,
+};
 use crate::pleg::{
     EVENT_CHANNEL_CAPACITY, EventedPleg, GenericPleg, PlegChoice, PodLifecycleEvent, Stream,
     choose_pleg,
@@ -64,9 +67,9 @@ pub(super) struct Runtime {
 /// run with before (so a system containerd that is slow at boot never flips a node to
 /// the managed one, nor the reverse); else the default socket if it answers, else managed.
 async fn choose_runtime(opts: &Options) -> anyhow::Result<RuntimeChoice> {
-    let recorded = runtime_choice::load(&opts.root_dir)?;
-    let requested = if opts.runtime_endpoint_explicit {
-        RuntimeChoice::Endpoint(opts.container_runtime_endpoint.clone())
+    let recorded = runtime_choice::load(&opts.process.root_dir)?;
+    let requested = if opts.runtime.endpoint_explicit {
+        RuntimeChoice::Endpoint(opts.runtime.endpoint.clone())
     } else if recorded == Some(RuntimeChoice::Endpoint(DEFAULT_RUNTIME_ENDPOINT.into())) {
         RuntimeChoice::Endpoint(DEFAULT_RUNTIME_ENDPOINT.into())
     } else if recorded == Some(RuntimeChoice::Managed) {
@@ -83,19 +86,19 @@ async fn choose_runtime(opts: &Options) -> anyhow::Result<RuntimeChoice> {
             RuntimeChoice::Managed
         }
     };
-    runtime_choice::check(&opts.root_dir, recorded.as_ref(), &requested)?;
+    runtime_choice::check(&opts.process.root_dir, recorded.as_ref(), &requested)?;
     Ok(requested)
 }
 
 /// The managed containerd's pod network: `--managed-cni-bridge`, and `--pod-cidr`
 /// (kubelet's standalone pod addresses) or the default subnet.
-fn managed_pod_network(opts: &Options) -> CniSettings {
+fn managed_pod_network(runtime: &RuntimeOptions) -> CniSettings {
     let default = CniSettings::default();
-    let (subnet, from) = match &opts.pod_cidr {
+    let (subnet, from) = match &runtime.pod_cidr {
         Some(cidr) => (cidr.clone(), "--pod-cidr"),
         None => (default.subnet, "the default"),
     };
-    let bridge = Some(opts.managed_cni_bridge.clone())
+    let bridge = Some(runtime.managed_cni_bridge.clone())
         .filter(|b| !b.is_empty())
         .unwrap_or(default.bridge);
     info!(target: STARTUP_TARGET, bridge = %bridge, subnet = %subnet, subnetFrom = from, "managed containerd pod network");
@@ -105,19 +108,19 @@ fn managed_pod_network(opts: &Options) -> CniSettings {
 /// Connects to the configured runtime, or starts a managed containerd under
 /// `--root-dir` (see [`choose_runtime`]), and records the choice.
 pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
-    let timeout = opts.runtime_request_timeout;
+    let timeout = opts.runtime.request_timeout;
     let choice = choose_runtime(opts).await?;
     let mut managed = None;
     let endpoint = match &choice {
         RuntimeChoice::Endpoint(e) => e.clone(),
         RuntimeChoice::Managed => {
-            let layout = ContainerdLayout::new(opts.root_dir.join("containerd"));
-            info!(target: STARTUP_TARGET, root = %opts.root_dir.display(), "starting a managed containerd");
-            let binary = ContainerdBinary::locate(opts.containerd_binary.as_deref())
+            let layout = ContainerdLayout::new(opts.process.root_dir.join("containerd"));
+            info!(target: STARTUP_TARGET, root = %opts.process.root_dir.display(), "starting a managed containerd");
+            let binary = ContainerdBinary::locate(opts.runtime.containerd_binary.as_deref())
                 .await
                 .context("cannot start managed containerd")?;
             info!(target: STARTUP_TARGET, binary = %binary.path.display(), version = %binary.version, configVersion = binary.config_format().number(), "managed containerd release");
-            let launch = Launch::new(binary, layout, managed_pod_network(opts));
+            let launch = Launch::new(binary, layout, managed_pod_network(&opts.runtime));
             let m = ManagedContainerd::start(&launch)
                 .await
                 .context("cannot start managed containerd")?;
@@ -142,9 +145,9 @@ pub(super) async fn connect_runtime(opts: &Options) -> anyhow::Result<Runtime> {
         }
     };
     info!(target: STARTUP_TARGET, endpoint = %endpoint, runtime = %version.runtime_name, version = %version.runtime_version, apiVersion = %version.runtime_api_version, "connected to container runtime");
-    runtime_choice::save(&opts.root_dir, &choice)?;
+    runtime_choice::save(&opts.process.root_dir, &choice)?;
     let pod_cidr = Arc::new(PodCidr::new(cri.clone()));
-    if let Some(cidr) = &opts.pod_cidr {
+    if let Some(cidr) = &opts.runtime.pod_cidr {
         // kubelet's updatePodCIDR at start: a failure is logged, never fatal.
         if let Err(e) = pod_cidr.update(cidr).await {
             error!(error = %e, podCIDR = %cidr, "Pod CIDR update failed");
@@ -179,7 +182,7 @@ pub(super) fn spawn_supervisor(rt: &mut Runtime, tasks: &Tasks) {
 /// imported on its own; `import_images` logs successes and failures, and a broken
 /// archive is skipped.
 pub(super) async fn import_root_images(opts: &Options, rt: &Runtime) {
-    let images = opts.root_dir.join("images");
+    let images = opts.process.root_dir.join("images");
     if images.is_dir() {
         import_images(&rt.ctr, &socket_path(&rt.endpoint), &images).await;
     }
@@ -187,11 +190,11 @@ pub(super) async fn import_root_images(opts: &Options, rt: &Runtime) {
 
 /// The pods' DNS settings from the flags and the node's address; `--resolv-conf` is
 /// checked here, once, so a bad one is reported at start.
-pub(super) fn dns(opts: &Options, node: &NodeInfo) -> DnsConfigurer {
+pub(super) fn dns(pods: &PodOptions, node: &NodeInfo) -> DnsConfigurer {
     let dns = DnsConfigurer {
-        cluster_dns: opts.cluster_dns.clone(),
-        cluster_domain: opts.cluster_domain.clone(),
-        resolv_conf: opts.resolv_conf.clone(),
+        cluster_dns: pods.cluster_dns.clone(),
+        cluster_domain: pods.cluster_domain.clone(),
+        resolv_conf: pods.resolv_conf.clone(),
         node_ips: (node.internal_ips().iter())
             .filter_map(|ip| ip.parse().ok())
             .collect(),
@@ -225,44 +228,47 @@ pub(super) fn manager(
     host: &Host,
     inputs: ManagerInputs<'_>,
 ) -> anyhow::Result<Arc<RuntimeManager>> {
-    let pulls = PullLimit::from_settings(opts.serialize_image_pulls, opts.max_parallel_image_pulls);
-    let pull_records =
-        crate::images::PullRecords::open(&opts.root_dir, opts.pull_verification.clone()).map_err(
-            |e| {
-                anyhow::anyhow!(
-                    "open the image pull records in {}: {e}",
-                    opts.root_dir.join("image_manager").display()
-                )
-            },
-        )?;
-    let plugins = credential_plugins(opts, inputs.objects.as_ref())?;
+    let pulls =
+        PullLimit::from_settings(opts.images.serialize_pulls, opts.images.max_parallel_pulls);
+    let pull_records = crate::images::PullRecords::open(
+        &opts.process.root_dir,
+        opts.images.pull_verification.clone(),
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "open the image pull records in {}: {e}",
+            opts.process.root_dir.join("image_manager").display()
+        )
+    })?;
+    let plugins = credential_plugins(&opts.images, inputs.objects.as_ref())?;
     // kubelet's actuated resources: what each container was last given, so a
     // restarted agent neither re-applies a resize nor misses one.
     let actuated = crate::allocation::ResourceState::open(
-        &opts.root_dir,
+        &opts.process.root_dir,
         crate::allocation::ACTUATED_STATE_FILE,
     )
     .map_err(|e| anyhow::anyhow!("open the actuated pod resources: {e}"))?;
-    info!(file = %opts.root_dir.join(crate::allocation::ACTUATED_STATE_FILE).display(), pods = actuated.uids().len(), "read back the resources the runtime was last given");
+    info!(file = %opts.process.root_dir.join(crate::allocation::ACTUATED_STATE_FILE).display(), pods = actuated.uids().len(), "read back the resources the runtime was last given");
     let ids_per_pod = opts
+        .pods
         .userns_ids_per_pod
         .unwrap_or(crate::kuberuntime::USERNS_IDS_PER_POD);
     let manager = RuntimeManager::new(
         Arc::new(rt.cri.clone()),
         SandboxEnv {
-            pod_logs_dir: opts.pod_logs_dir.clone(),
+            pod_logs_dir: opts.logs.pod_logs_dir.clone(),
             dns: inputs.dns,
-            pods_dir: opts.root_dir.join("pods"),
+            pods_dir: opts.process.root_dir.join("pods"),
             cgroups: host.cm.clone(),
             node_memory_bytes: host.allocatable.capacity.memory_bytes,
             min_oom_score_adj: process::own_oom_score_adj(),
             memory: host.memory,
-            cfs_period_us: opts
-                .cpu_cfs_quota
-                .then(|| i64::try_from(opts.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)),
+            cfs_period_us: opts.cm.cpu_cfs_quota.then(|| {
+                i64::try_from(opts.cm.cpu_cfs_quota_period.as_micros()).unwrap_or(i64::MAX)
+            }),
             security: crate::podenv::SecuritySettings {
-                seccomp_root: opts.root_dir.join("seccomp"),
-                seccomp_default: opts.seccomp_default,
+                seccomp_root: opts.process.root_dir.join("seccomp"),
+                seccomp_default: opts.pods.seccomp_default,
             },
             allocatable: host.allocatable.allocatable,
         },
@@ -271,11 +277,11 @@ pub(super) fn manager(
     .with_events(inputs.events.clone())
     .with_image_pulls(
         pulls,
-        crate::credentials::NodeKeyring::new(&opts.root_dir),
+        crate::credentials::NodeKeyring::new(&opts.process.root_dir),
         plugins,
     )
     .with_pull_records(Arc::new(pull_records))
-    .with_log_symlinks(opts.container_log_symlink_dir.clone())
+    .with_log_symlinks(opts.logs.symlink_dir.clone())
     .with_startup_gate(Arc::new(StartupProbeGate(inputs.probes.clone())))
     .with_objects(inputs.objects)
     .with_runtime_hooks(inputs.hooks)
@@ -284,7 +290,7 @@ pub(super) fn manager(
     .with_actuated(Arc::new(actuated))
     .with_pod_cgroups(host.cm.clone())
     .with_host_ips(host.info.internal_ips())
-    .with_user_namespaces(ids_per_pod, opts.max_pods)
+    .with_user_namespaces(ids_per_pod, opts.pods.max_pods)
     .map_err(|e| anyhow::anyhow!("create user namespace manager: {e}"))?;
     Ok(Arc::new(manager))
 }
@@ -293,12 +299,12 @@ pub(super) fn manager(
 /// as kubelet checks them: a bad config, bin dir or binary stops the start. Token-mode
 /// providers ask the apiserver through the object manager (none in standalone mode).
 fn credential_plugins(
-    opts: &Options,
+    images: &ImageOptions,
     objects: Option<&Arc<ObjectManager>>,
 ) -> anyhow::Result<Option<Arc<crate::credentials::CredentialPlugins>>> {
     let (config, bin_dir) = (
-        &opts.image_credential_provider_config,
-        &opts.image_credential_provider_bin_dir,
+        &images.credential_provider_config,
+        &images.credential_provider_bin_dir,
     );
     if config.is_none() && bin_dir.is_none() {
         return Ok(None);
@@ -314,19 +320,17 @@ fn credential_plugins(
 }
 
 /// The container log manager (kubelet's: no rotation with a negative max size).
-pub(super) fn spawn_log_rotation(opts: &Options, rt: &Runtime, tasks: &Tasks) {
-    let Some(policy) =
-        crate::logs::RotatePolicy::new(opts.container_log_max_size, opts.container_log_max_files)
-    else {
+pub(super) fn spawn_log_rotation(settings: &ContainerLogOptions, rt: &Runtime, tasks: &Tasks) {
+    let Some(policy) = crate::logs::RotatePolicy::new(settings.max_size, settings.max_files) else {
         info!(target: STARTUP_TARGET, "container log rotation is off (containerLogMaxSize is negative)");
         return;
     };
     let logs = Arc::new(crate::logs::LogManager::new(
         Arc::new(rt.cri.clone()),
-        opts.pod_logs_dir.clone(),
+        settings.pod_logs_dir.clone(),
         policy,
-        opts.container_log_max_workers,
-        opts.container_log_monitor_interval,
+        settings.max_workers,
+        settings.monitor_interval,
     ));
     crate::census::watch(
         "container log paths",
@@ -425,7 +429,10 @@ pub(super) fn allocation_manager(
     host: &Host,
     events: &EventRecorder,
 ) -> anyhow::Result<Arc<AllocationManager>> {
-    let state = ResourceState::open(&opts.root_dir, crate::allocation::ALLOCATED_STATE_FILE)?;
+    let state = ResourceState::open(
+        &opts.process.root_dir,
+        crate::allocation::ALLOCATED_STATE_FILE,
+    )?;
     Ok(Arc::new(AllocationManager::new(
         state,
         host.allocatable.allocatable,
@@ -507,7 +514,7 @@ pub(super) struct LoopParts {
 /// The sync loop, its pod workers (in a scope of `tasks` of their own) and kubelet's
 /// admission chain; not yet running.
 pub(super) fn sync_loop(
-    opts: &Options,
+    pods: &PodOptions,
     host: &Host,
     shared: &Shared,
     parts: LoopParts,
@@ -523,8 +530,8 @@ pub(super) fn sync_loop(
         queue,
         pleg: shared.pleg_stats.clone(),
         health: shared.runtime_health.clone(),
-        resync: opts.sync_frequency,
-        admission: admission_chain(opts, host, shared),
+        resync: pods.sync_frequency,
+        admission: admission_chain(pods, host, shared),
         sources: parts.sources,
         tasks: tasks.clone(),
         mirror_hook: parts.mirror_hook,
@@ -534,7 +541,7 @@ pub(super) fn sync_loop(
 
 /// kubelet's admission handlers that oxlet has: eviction pressure, sysctls, `maxPods`,
 /// the pod's requests against allocatable, then the node shutdown.
-fn admission_chain(opts: &Options, host: &Host, shared: &Shared) -> AdmissionChain {
+fn admission_chain(pods: &PodOptions, host: &Host, shared: &Shared) -> AdmissionChain {
     // kubelet's order: the sysctl allowlist, then the predicate handler (pods and
     // resource fit), so a pod failing both is rejected as SysctlForbidden.
     let mut chain = AdmissionChain::default();
@@ -543,7 +550,7 @@ fn admission_chain(opts: &Options, host: &Host, shared: &Shared) -> AdmissionCha
         pressure: shared.pressure.clone(),
     }));
     chain.push(Box::new(crate::syncloop::SysctlAdmission::for_node(
-        &opts.allowed_unsafe_sysctls,
+        &pods.allowed_unsafe_sysctls,
     )));
     // kubelet's resource allocation handler: the topology manager over the CPU,
     // memory and device managers.
@@ -551,7 +558,7 @@ fn admission_chain(opts: &Options, host: &Host, shared: &Shared) -> AdmissionCha
         shared.resources.clone(),
     )));
     chain.push(Box::new(crate::syncloop::MaxPods {
-        capacity: opts.max_pods,
+        capacity: pods.max_pods,
     }));
     chain.push(Box::new(crate::cm::ResourceFit {
         allocatable: host.allocatable.allocatable,

@@ -13,7 +13,7 @@ use super::node::NodeViews;
 use super::runtime::Runtime;
 use crate::koord::Served;
 use crate::logging::STARTUP_TARGET;
-use crate::options::Options;
+use crate::options::{Options, PodOptions};
 use crate::server::{self, Health, Limits, Views};
 use crate::syncloop::{SyncLoop, stall_threshold};
 use crate::tasks::Tasks;
@@ -35,10 +35,10 @@ pub(super) fn limits() -> Limits {
 }
 
 /// kubelet's healthz checks, on the sync loop's monitor.
-pub(super) fn health(opts: &Options, sync_loop: &SyncLoop) -> Health {
+pub(super) fn health(pods: &PodOptions, sync_loop: &SyncLoop) -> Health {
     Health {
         syncloop: sync_loop.monitor.clone(),
-        stall_threshold: stall_threshold(opts.sync_frequency),
+        stall_threshold: stall_threshold(pods.sync_frequency),
     }
 }
 
@@ -100,17 +100,18 @@ async fn start_secure(
 ) -> anyhow::Result<()> {
     let serving = &opts.serving;
     let cert_dir = opts
+        .cluster
         .cert_dir
         .clone()
-        .unwrap_or_else(|| opts.root_dir.join("pki"));
-    let ips: Vec<std::net::IpAddr> = (opts.node_ips.iter())
+        .unwrap_or_else(|| opts.process.root_dir.join("pki"));
+    let ips: Vec<std::net::IpAddr> = (opts.node.ips.iter())
         .filter(|ip| !ip.is_unspecified())
         .copied()
         .collect();
-    let (tls, slot) = server::acceptor(serving, &cert_dir, &opts.node_name, &ips)
+    let (tls, slot) = server::acceptor(serving, &cert_dir, &opts.node.name, &ips)
         .context("cannot set up the secure port's TLS")?;
     let auth = server::Auth::new(
-        &opts.node_name,
+        &opts.node.name,
         serving,
         parts.reviews.clone(),
         tls.client_cas.clone(),
@@ -149,7 +150,7 @@ async fn start_secure(
             }
         });
     }
-    let addr = SocketAddr::new(opts.address, serving.port);
+    let addr = SocketAddr::new(opts.servers.address, serving.port);
     let l = server::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} (--port)"))?;
@@ -175,7 +176,7 @@ async fn start_secure(
         pods: views.pods.clone(),
         pod_cache: views.pod_cache.clone(),
         cri: cri.clone(),
-        dir: opts.root_dir.join("checkpoints"),
+        dir: opts.process.root_dir.join("checkpoints"),
     };
     let router = server::secure_router(server::Secure {
         streaming: server::Streaming {
@@ -183,13 +184,13 @@ async fn start_secure(
             pod_cache: views.pod_cache.clone(),
             cri,
             idle_timeout: serving.streaming_idle_timeout,
-            run_timeout: opts.runtime_request_timeout,
+            run_timeout: opts.runtime.request_timeout,
             slots: server::stream_slots(server::MAX_STREAMS),
         },
         logs: server::ContainerLogs {
             pods: views.pods.clone(),
             pod_cache: views.pod_cache.clone(),
-            pod_logs_dir: opts.pod_logs_dir.clone(),
+            pod_logs_dir: opts.logs.pod_logs_dir.clone(),
             follows: server::Follows::new(
                 server::MAX_FOLLOWED_LOGS,
                 serving.streaming_idle_timeout,
@@ -202,7 +203,10 @@ async fn start_secure(
         checkpoints,
         auth: Arc::new(auth),
         handlers: opts.handlers,
-        zpages: Arc::new(server::Zpages::new(opts.started, opts.flag_values.clone())),
+        zpages: Arc::new(server::Zpages::new(
+            opts.process.started,
+            opts.process.flag_values.clone(),
+        )),
         views: views.clone(),
     });
     tasks.spawn_critical("secure-server", move |cancel| async move {
@@ -222,7 +226,7 @@ fn node_log_query(opts: &Options) -> Option<Arc<dyn server::Journalctl>> {
         );
         return Some(Arc::new(server::SystemJournal));
     }
-    if opts.system_log_query {
+    if opts.servers.system_log_query {
         info!(
             feature = crate::options::NODE_LOG_QUERY_GATE,
             "Feature not enabled: enableSystemLogQuery is set, but without the gate /logs/ ignores queries"
@@ -255,7 +259,7 @@ fn start_serving_rotation(
 ) -> anyhow::Result<()> {
     let install: crate::kubeclient::Install =
         Arc::new(move |pem: &[u8]| slot.replace_issued(pem).map_err(Into::into));
-    let node = &opts.node_name;
+    let node = &opts.node.name;
     let Some(rotation) =
         crate::kubeclient::ServingRotation::new(cert_dir, node, addresses, client, install)
     else {
@@ -299,8 +303,8 @@ pub(super) async fn start(
     if opts.serving.enabled() {
         start_secure(opts, &views, secure, limits, tasks).await?;
     }
-    if opts.read_only_port != 0 {
-        let addr = SocketAddr::new(opts.address, opts.read_only_port);
+    if opts.servers.read_only_port != 0 {
+        let addr = SocketAddr::new(opts.servers.address, opts.servers.read_only_port);
         let l = server::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr} (--read-only-port)"))?;
@@ -311,8 +315,8 @@ pub(super) async fn start(
             Ok(())
         });
     }
-    if opts.healthz_port != 0 {
-        let addr = SocketAddr::new(opts.healthz_bind_address, opts.healthz_port);
+    if opts.servers.healthz_port != 0 {
+        let addr = SocketAddr::new(opts.servers.healthz_bind_address, opts.servers.healthz_port);
         let l = server::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr} (--healthz-port)"))?;

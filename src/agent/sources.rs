@@ -39,13 +39,13 @@ fn spawn_file_source(
     sources: &mut Vec<&'static str>,
     tasks: &Tasks,
 ) {
-    let Some(path) = opts.static_pod_path.clone() else {
+    let Some(path) = opts.sources.static_pod_path.clone() else {
         return;
     };
     sources.push(FILE_SOURCE);
     let (freq, node, tx) = (
-        opts.file_check_frequency,
-        opts.node_name.clone(),
+        opts.sources.file_check_frequency,
+        opts.node.name.clone(),
         snapshots.clone(),
     );
     tasks.spawn_restarting("file-source", Backoff::default(), move |cancel| {
@@ -64,14 +64,14 @@ fn spawn_http_source(
     sources: &mut Vec<&'static str>,
     tasks: &Tasks,
 ) {
-    let Some(url) = opts.manifest_url.clone() else {
+    let Some(url) = opts.sources.manifest_url.clone() else {
         return;
     };
     sources.push(HTTP_SOURCE);
     let (freq, headers, node, tx) = (
-        opts.http_check_frequency,
-        opts.manifest_url_header.clone(),
-        opts.node_name.clone(),
+        opts.sources.http_check_frequency,
+        opts.sources.manifest_url_header.clone(),
+        opts.node.name.clone(),
         snapshots.clone(),
     );
     tasks.spawn_restarting("http-source", Backoff::default(), move |cancel| {
@@ -95,7 +95,7 @@ fn spawn_api_source(
 ) {
     let Some(api) = api else { return };
     sources.push(API_SOURCE);
-    let (client, node, tx) = (api.main.clone(), opts.node_name.clone(), snapshots.clone());
+    let (client, node, tx) = (api.main.clone(), opts.node.name.clone(), snapshots.clone());
     tasks.spawn_restarting("api-source", Backoff::default(), move |cancel| {
         let run = run_api_source(client.clone(), node.clone(), tx.clone(), cancel);
         async move {

@@ -63,7 +63,7 @@ pub(crate) fn kubelet_configuration(o: &Options, runtime_endpoint: &str) -> Valu
     // Of component-base's logging configuration, the one field oxlet reads.
     m.insert(
         "logging".into(),
-        json!({ "format": o.logging_format.name() }),
+        json!({ "format": o.process.logging_format.name() }),
     );
     json!({ "kubeletconfig": m })
 }
@@ -90,7 +90,13 @@ fn resource_managers(m: &mut Map<String, Value>, r: &super::ResourceManagerOptio
         let entries: Vec<Value> = r
             .reserved_memory
             .iter()
-            .map(|(node, limits)| json!({ "numaNode": node, "limits": limits.iter().map(|(k, v)| (k.clone(), json!(crate::quantity::binary_si(*v)))).collect::<Map<String, Value>>() }))
+            .map(|(node, limits)| {
+                let limits: Map<String, Value> = limits
+                    .iter()
+                    .map(|(k, v)| (k.clone(), json!(crate::quantity::binary_si(*v))))
+                    .collect();
+                json!({ "numaNode": node, "limits": limits })
+            })
             .collect();
         m.insert("reservedMemory".into(), json!(entries));
     }
@@ -108,29 +114,32 @@ fn resource_managers(m: &mut Map<String, Value>, r: &super::ResourceManagerOptio
 fn pod_sources_and_runtime(m: &mut Map<String, Value>, o: &Options, runtime_endpoint: &str) {
     m.insert(
         "staticPodPath".into(),
-        json!(path(o.static_pod_path.as_ref())),
+        json!(path(o.sources.static_pod_path.as_ref())),
     );
     m.insert("containerRuntimeEndpoint".into(), json!(runtime_endpoint));
     m.insert(
         "podLogsDir".into(),
-        json!(o.pod_logs_dir.display().to_string()),
+        json!(o.logs.pod_logs_dir.display().to_string()),
     );
 }
 
 /// The read-only and healthz servers' addresses.
 fn servers(m: &mut Map<String, Value>, o: &Options) {
-    m.insert("address".into(), json!(o.address.to_string()));
-    m.insert("readOnlyPort".into(), json!(o.read_only_port));
+    m.insert("address".into(), json!(o.servers.address.to_string()));
+    m.insert("readOnlyPort".into(), json!(o.servers.read_only_port));
     m.insert(
         "healthzBindAddress".into(),
-        json!(o.healthz_bind_address.to_string()),
+        json!(o.servers.healthz_bind_address.to_string()),
     );
-    m.insert("healthzPort".into(), json!(o.healthz_port));
+    m.insert("healthzPort".into(), json!(o.servers.healthz_port));
     secure_port(m, &o.serving);
     let h = o.handlers;
     m.insert("enableDebuggingHandlers".into(), json!(h.debugging));
     m.insert("enableSystemLogHandler".into(), json!(h.system_log));
-    m.insert("enableSystemLogQuery".into(), json!(o.system_log_query));
+    m.insert(
+        "enableSystemLogQuery".into(),
+        json!(o.servers.system_log_query),
+    );
     m.insert("enableDebugFlagsHandler".into(), json!(h.debug_flags));
     m.insert("enableProfilingHandler".into(), json!(h.profiling));
 }
@@ -184,75 +193,85 @@ fn secure_port(m: &mut Map<String, Value>, s: &super::Serving) {
 fn sync_and_limits(m: &mut Map<String, Value>, o: &Options) {
     m.insert(
         "fileCheckFrequency".into(),
-        json!(format_go_duration(o.file_check_frequency)),
+        json!(format_go_duration(o.sources.file_check_frequency)),
     );
     m.insert(
         "syncFrequency".into(),
-        json!(format_go_duration(o.sync_frequency)),
+        json!(format_go_duration(o.pods.sync_frequency)),
     );
     m.insert(
         "runtimeRequestTimeout".into(),
-        json!(format_go_duration(o.runtime_request_timeout)),
+        json!(format_go_duration(o.runtime.request_timeout)),
     );
-    m.insert("serializeImagePulls".into(), json!(o.serialize_image_pulls));
+    m.insert(
+        "serializeImagePulls".into(),
+        json!(o.images.serialize_pulls),
+    );
     m.insert(
         "imagePullCredentialsVerificationPolicy".into(),
-        json!(o.pull_verification.name()),
+        json!(o.images.pull_verification.name()),
     );
-    let allowlist = o.pull_verification.allowlist();
+    let allowlist = o.images.pull_verification.allowlist();
     if !allowlist.is_empty() {
         m.insert(
             "preloadedImagesVerificationAllowlist".into(),
             json!(allowlist),
         );
     }
-    m.insert("maxPods".into(), json!(o.max_pods));
-    m.insert("maxOpenFiles".into(), json!(o.max_open_files));
+    m.insert("maxPods".into(), json!(o.pods.max_pods));
+    m.insert("maxOpenFiles".into(), json!(o.process.max_open_files));
 }
 
 /// The container manager's cgroup settings and the reserved resources.
 fn cgroups_and_reserved(m: &mut Map<String, Value>, o: &Options) {
-    m.insert("cgroupDriver".into(), json!(o.cgroup_driver.to_string()));
-    m.insert("cgroupRoot".into(), json!(cgroup(&o.cgroup_root)));
-    m.insert("cgroupsPerQOS".into(), json!(o.cgroups_per_qos));
-    m.insert("podPidsLimit".into(), json!(o.pod_pids_limit));
-    m.insert("cpuCFSQuota".into(), json!(o.cpu_cfs_quota));
+    m.insert("cgroupDriver".into(), json!(o.cm.cgroup_driver.to_string()));
+    m.insert("cgroupRoot".into(), json!(cgroup(&o.cm.cgroup_root)));
+    m.insert("cgroupsPerQOS".into(), json!(o.cm.cgroups_per_qos));
+    m.insert("podPidsLimit".into(), json!(o.cm.pod_pids_limit));
+    m.insert("cpuCFSQuota".into(), json!(o.cm.cpu_cfs_quota));
     m.insert(
         "cpuCFSQuotaPeriod".into(),
-        json!(format_go_duration(o.cpu_cfs_quota_period)),
+        json!(format_go_duration(o.cm.cpu_cfs_quota_period)),
     );
-    m.insert("failCgroupV1".into(), json!(o.fail_cgroup_v1));
-    m.insert("failSwapOn".into(), json!(o.fail_swap_on));
-    let swap = o.memory.swap_behavior.map(crate::cm::SwapBehavior::as_str);
+    m.insert("failCgroupV1".into(), json!(o.cm.fail_cgroup_v1));
+    m.insert("failSwapOn".into(), json!(o.cm.fail_swap_on));
+    let swap =
+        o.cm.memory
+            .swap_behavior
+            .map(crate::cm::SwapBehavior::as_str);
     m.insert(
         "memorySwap".into(),
         swap.map_or_else(|| json!({}), |b| json!({ "swapBehavior": b })),
     );
     m.insert(
         "protectKernelDefaults".into(),
-        json!(o.protect_kernel_defaults),
+        json!(o.cm.protect_kernel_defaults),
     );
-    m.insert("kubeReserved".into(), json!(reserved(&o.kube_reserved)));
-    m.insert("systemReserved".into(), json!(reserved(&o.system_reserved)));
+    m.insert("kubeReserved".into(), json!(reserved(&o.cm.kube_reserved)));
+    m.insert(
+        "systemReserved".into(),
+        json!(reserved(&o.cm.system_reserved)),
+    );
 }
 
 /// The eviction manager's thresholds, grace periods and minimum reclaims.
 fn eviction(m: &mut Map<String, Value>, o: &Options) {
     let hard: Map<String, Value> = o
-        .eviction_hard
+        .eviction
+        .hard
         .0
         .iter()
         .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
         .collect();
     m.insert("evictionHard".into(), json!(hard));
     // The eviction manager's other settings.
-    let soft: Map<String, Value> = (o.eviction_soft.0.iter())
+    let soft: Map<String, Value> = (o.eviction.soft.0.iter())
         .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
         .collect();
-    let grace: Map<String, Value> = (o.eviction_soft_grace_period.iter())
+    let grace: Map<String, Value> = (o.eviction.soft_grace_period.iter())
         .map(|(s, d)| (s.as_str().to_string(), json!(format_go_duration(*d))))
         .collect();
-    let reclaim: Map<String, Value> = (o.eviction_minimum_reclaim.iter())
+    let reclaim: Map<String, Value> = (o.eviction.minimum_reclaim.iter())
         .map(|(s, v)| (s.as_str().to_string(), json!(v.to_string())))
         .collect();
     m.insert("evictionSoft".into(), json!(soft));
@@ -260,27 +279,27 @@ fn eviction(m: &mut Map<String, Value>, o: &Options) {
     m.insert("evictionMinimumReclaim".into(), json!(reclaim));
     m.insert(
         "evictionPressureTransitionPeriod".into(),
-        json!(format_go_duration(o.eviction_pressure_transition_period)),
+        json!(format_go_duration(o.eviction.pressure_transition_period)),
     );
     m.insert(
         "evictionMaxPodGracePeriod".into(),
-        json!(o.eviction_max_pod_grace_period),
+        json!(o.eviction.max_pod_grace_period),
     );
     // Graceful node shutdown, beside eviction as the other way kubelet stops pods.
     m.insert(
         "shutdownGracePeriod".into(),
-        json!(format_go_duration(o.shutdown_grace_period)),
+        json!(format_go_duration(o.shutdown.grace_period)),
     );
     m.insert(
         "shutdownGracePeriodCriticalPods".into(),
-        json!(format_go_duration(o.shutdown_grace_period_critical_pods)),
+        json!(format_go_duration(o.shutdown.grace_period_critical_pods)),
     );
 }
 
 /// `enforceNodeAllocatable`: the cgroups whose allocatable oxlet enforces, in kubelet's words.
 fn enforce_node_allocatable(o: &Options) -> Vec<&'static str> {
     let mut enforce = Vec::new();
-    let e = &o.enforce_node_allocatable;
+    let e = &o.cm.enforce_node_allocatable;
     if e.pods {
         enforce.push("pods");
     }
@@ -301,131 +320,133 @@ fn enforce_node_allocatable(o: &Options) -> Vec<&'static str> {
 fn container_logs(m: &mut Map<String, Value>, o: &Options) {
     m.insert(
         "containerLogMaxSize".into(),
-        json!(quantity(o.container_log_max_size)),
+        json!(quantity(o.logs.max_size)),
     );
-    m.insert(
-        "containerLogMaxFiles".into(),
-        json!(o.container_log_max_files),
-    );
-    m.insert(
-        "containerLogMaxWorkers".into(),
-        json!(o.container_log_max_workers),
-    );
+    m.insert("containerLogMaxFiles".into(), json!(o.logs.max_files));
+    m.insert("containerLogMaxWorkers".into(), json!(o.logs.max_workers));
     m.insert(
         "containerLogMonitorInterval".into(),
-        json!(format_go_duration(o.container_log_monitor_interval)),
+        json!(format_go_duration(o.logs.monitor_interval)),
     );
 }
 
 /// The pods' security defaults and DNS.
 fn pod_security_and_dns(m: &mut Map<String, Value>, o: &Options) {
-    m.insert("seccompDefault".into(), json!(o.seccomp_default));
+    m.insert("seccompDefault".into(), json!(o.pods.seccomp_default));
     m.insert(
         "allowedUnsafeSysctls".into(),
-        json!(o.allowed_unsafe_sysctls),
+        json!(o.pods.allowed_unsafe_sysctls),
     );
     m.insert(
         "clusterDNS".into(),
         json!(
-            o.cluster_dns
+            o.pods
+                .cluster_dns
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
         ),
     );
-    m.insert("clusterDomain".into(), json!(o.cluster_domain));
-    m.insert("resolvConf".into(), json!(path(o.resolv_conf.as_ref())));
+    m.insert("clusterDomain".into(), json!(o.pods.cluster_domain));
+    m.insert(
+        "resolvConf".into(),
+        json!(path(o.pods.resolv_conf.as_ref())),
+    );
 }
 
 /// The HTTP static pod source. The read-only port serves this page to anyone, so
 /// the URL's password and every header value (`Authorization: Bearer …`) are
 /// redacted; the header names show which are set.
 fn static_pod_url(m: &mut Map<String, Value>, o: &Options) {
-    let url = o.manifest_url.as_deref().unwrap_or_default();
+    let url = o.sources.manifest_url.as_deref().unwrap_or_default();
     m.insert(
         "staticPodURL".into(),
         json!(crate::http_get::redacted_url(url)),
     );
-    let headers: std::collections::BTreeMap<&str, Vec<&str>> = (o.manifest_url_header.iter())
-        .map(|(name, values)| (name.as_str(), values.iter().map(|_| "xxxxx").collect()))
-        .collect();
+    let headers: std::collections::BTreeMap<&str, Vec<&str>> =
+        (o.sources.manifest_url_header.iter())
+            .map(|(name, values)| (name.as_str(), values.iter().map(|_| "xxxxx").collect()))
+            .collect();
     m.insert("staticPodURLHeader".into(), json!(headers));
     m.insert(
         "httpCheckFrequency".into(),
-        json!(format_go_duration(o.http_check_frequency)),
+        json!(format_go_duration(o.sources.http_check_frequency)),
     );
 }
 
 /// The apiserver client's rates, the node's status and lease, events, certificates.
 fn api_and_node_status(m: &mut Map<String, Value>, o: &Options) {
-    m.insert("kubeAPIQPS".into(), json!(o.kube_api_qps));
-    m.insert("kubeAPIBurst".into(), json!(o.kube_api_burst));
+    m.insert("kubeAPIQPS".into(), json!(o.cluster.kube_api_qps));
+    m.insert("kubeAPIBurst".into(), json!(o.cluster.kube_api_burst));
     m.insert(
         "nodeStatusUpdateFrequency".into(),
-        json!(format_go_duration(o.node_status_update_frequency)),
+        json!(format_go_duration(o.status.update_frequency)),
     );
     m.insert(
         "nodeLeaseDurationSeconds".into(),
-        json!(o.node_lease_duration.as_secs()),
+        json!(o.status.lease_duration.as_secs()),
     );
-    m.insert("providerID".into(), json!(o.provider_id));
-    m.insert("registerNode".into(), json!(o.register_node));
+    m.insert("providerID".into(), json!(o.node.provider_id));
+    m.insert("registerNode".into(), json!(o.node.register));
     m.insert(
         "nodeStatusReportFrequency".into(),
-        json!(format_go_duration(o.node_status_report_frequency)),
+        json!(format_go_duration(o.status.report_frequency)),
     );
-    m.insert("eventRecordQPS".into(), json!(o.event_record_qps));
-    m.insert("eventBurst".into(), json!(o.event_burst));
-    m.insert("rotateCertificates".into(), json!(o.rotate_certificates));
-    m.insert("featureGates".into(), json!(o.feature_gates));
+    m.insert("eventRecordQPS".into(), json!(o.cluster.event_record_qps));
+    m.insert("eventBurst".into(), json!(o.cluster.event_burst));
+    m.insert(
+        "rotateCertificates".into(),
+        json!(o.cluster.rotate_certificates),
+    );
+    m.insert("featureGates".into(), json!(o.process.feature_gates));
 }
 
 /// Image garbage collection, and the volume stats period between its fields.
 fn garbage_collection(m: &mut Map<String, Value>, o: &Options) {
     m.insert(
         "imageGCHighThresholdPercent".into(),
-        json!(o.image_gc.high_percent),
+        json!(o.images.gc.high_percent),
     );
     m.insert(
         "imageGCLowThresholdPercent".into(),
-        json!(o.image_gc.low_percent),
+        json!(o.images.gc.low_percent),
     );
     m.insert(
         "imageMinimumGCAge".into(),
-        json!(format_go_duration(o.image_gc.min_age)),
+        json!(format_go_duration(o.images.gc.min_age)),
     );
     m.insert(
         "volumeStatsAggPeriod".into(),
-        json!(format_go_duration(o.volume_stats_agg_period)),
+        json!(format_go_duration(o.status.volume_stats_agg_period)),
     );
     m.insert(
         "imageMaximumGCAge".into(),
-        json!(format_go_duration(o.image_gc.max_age)),
+        json!(format_go_duration(o.images.gc.max_age)),
     );
 }
 
 /// The optional settings, left out when unset (Go's `omitempty`).
 fn omitted_when_unset(m: &mut Map<String, Value>, o: &Options) {
-    if let Some(n) = o.max_parallel_image_pulls {
+    if let Some(n) = o.images.max_parallel_pulls {
         m.insert("maxParallelImagePulls".into(), json!(n));
     }
-    if let Some(n) = o.userns_ids_per_pod {
+    if let Some(n) = o.pods.userns_ids_per_pod {
         m.insert("userNamespaces".into(), json!({"idsPerPod": n}));
     }
-    if let Some(cidr) = &o.pod_cidr {
+    if let Some(cidr) = &o.runtime.pod_cidr {
         m.insert("podCIDR".into(), json!(cidr));
     }
-    if let Some(b) = o.memory.single_process_oom_kill {
+    if let Some(b) = o.cm.memory.single_process_oom_kill {
         m.insert("singleProcessOOMKill".into(), json!(b));
     }
-    if let Some(n) = &o.kube_reserved_cgroup {
+    if let Some(n) = &o.cm.kube_reserved_cgroup {
         m.insert("kubeReservedCgroup".into(), cgroup(n));
     }
-    if let Some(n) = &o.system_reserved_cgroup {
+    if let Some(n) = &o.cm.system_reserved_cgroup {
         m.insert("systemReservedCgroup".into(), cgroup(n));
     }
-    if !o.shutdown_grace_period_by_pod_priority.is_empty() {
-        let list: Vec<Value> = (o.shutdown_grace_period_by_pod_priority.iter())
+    if !o.shutdown.by_pod_priority.is_empty() {
+        let list: Vec<Value> = (o.shutdown.by_pod_priority.iter())
             .map(|g| json!({"priority": g.priority, "shutdownGracePeriodSeconds": g.seconds}))
             .collect();
         m.insert("shutdownGracePeriodByPodPriority".into(), json!(list));
@@ -435,7 +456,7 @@ fn omitted_when_unset(m: &mut Map<String, Value>, o: &Options) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::settings::SETTINGS;
+    use crate::options::settings;
 
     fn parse(args: &[&str]) -> Options {
         let flags = crate::options::flags::parse_flags(
@@ -463,23 +484,23 @@ mod tests {
             "--reserved-cpus=0",
         ]);
         let mut o = o;
-        o.max_parallel_image_pulls = Some(2);
-        o.pod_cidr = Some("10.244.1.0/24".into());
-        o.memory.single_process_oom_kill = Some(true);
-        o.memory.swap_behavior = Some(crate::cm::SwapBehavior::LimitedSwap);
-        o.userns_ids_per_pod = Some(131_072);
-        o.pull_verification = crate::images::VerifyPolicy::parse(
+        o.images.max_parallel_pulls = Some(2);
+        o.runtime.pod_cidr = Some("10.244.1.0/24".into());
+        o.cm.memory.single_process_oom_kill = Some(true);
+        o.cm.memory.swap_behavior = Some(crate::cm::SwapBehavior::LimitedSwap);
+        o.pods.userns_ids_per_pod = Some(131_072);
+        o.images.pull_verification = crate::images::VerifyPolicy::parse(
             "NeverVerifyAllowlistedImages",
             &["busybox".to_string()],
         )
         .unwrap();
-        o.shutdown_grace_period_by_pod_priority = vec![crate::nodeshutdown::PriorityGrace {
+        o.shutdown.by_pod_priority = vec![crate::nodeshutdown::PriorityGrace {
             priority: 0,
             seconds: 30,
         }];
         let v = kubelet_configuration(&o, "unix:///managed/containerd.sock");
         let c = v["kubeletconfig"].as_object().unwrap();
-        let fields: Vec<&str> = SETTINGS.iter().filter_map(|s| s.field).collect();
+        let fields: Vec<&str> = settings::all().filter_map(|s| s.field).collect();
         for f in &fields {
             let pointer = format!("/{}", f.replace('.', "/"));
             assert!(

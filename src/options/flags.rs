@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 
-use super::settings::{Kind, SETTINGS, Setting, parse_bool};
+use super::settings::{self, Kind, Setting, parse_bool};
 use super::{ConfigError, Problem};
 
 /// Whether a kubelet flag is a boolean (`--x`, `--x=false`) or takes a value.
@@ -97,7 +97,7 @@ pub(crate) fn command() -> Command {
             .arg(value_arg("config").value_name("PATH").help(
                 "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1); flags override it",
             ));
-    for setting in SETTINGS.iter().filter(|s| s.has_flag()) {
+    for setting in settings::all().filter(|s| s.has_flag()) {
         cmd = cmd.arg(setting_arg(setting));
     }
     for &(name, kind) in UNIMPLEMENTED_FLAGS {
@@ -205,8 +205,7 @@ fn from_matches(m: &ArgMatches) -> FlagValues {
     given.sort();
     FlagValues {
         config: explicit(m, "config"),
-        values: SETTINGS
-            .iter()
+        values: settings::all()
             .filter(|s| s.has_flag())
             .filter_map(|s| {
                 let text = if s.kind == Kind::Multimap {
@@ -271,10 +270,7 @@ mod tests {
         // `--flag=value` and `--flag value` (pflag), for every setting in the table.
         for two_args in [false, true] {
             let mut args = vec!["--config=/etc/oxlet/config.yaml".to_string()];
-            for s in SETTINGS
-                .iter()
-                .filter(|s| s.kind != Kind::Bool && s.has_flag())
-            {
+            for s in settings::all().filter(|s| s.kind != Kind::Bool && s.has_flag()) {
                 let value = format!("{}-value", s.flag);
                 if two_args {
                     args.extend([format!("--{}", s.flag), value]);
@@ -282,25 +278,19 @@ mod tests {
                     args.push(format!("--{}={value}", s.flag));
                 }
             }
-            for s in SETTINGS
-                .iter()
-                .filter(|s| s.kind == Kind::Bool && s.has_flag())
-            {
+            for s in settings::all().filter(|s| s.kind == Kind::Bool && s.has_flag()) {
                 args.push(format!("--{}=false", s.flag));
             }
             args.push("--runonce".to_string());
             let f = parse(&args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
             assert_eq!(f.config.as_deref(), Some("/etc/oxlet/config.yaml"));
-            for s in SETTINGS
-                .iter()
-                .filter(|s| s.kind != Kind::Bool && s.has_flag())
-            {
+            for s in settings::all().filter(|s| s.kind != Kind::Bool && s.has_flag()) {
                 assert_eq!(f.get(s.flag), Some(format!("{}-value", s.flag).as_str()));
             }
             assert_eq!(f.get("runonce"), Some("true"));
             assert_eq!(f.get("serialize-image-pulls"), Some("false"));
             assert_eq!(f.get("cgroups-per-qos"), Some("false"));
-            let with_flag = SETTINGS.iter().filter(|s| s.has_flag()).count();
+            let with_flag = settings::all().filter(|s| s.has_flag()).count();
             assert_eq!(f.values.len(), with_flag);
             assert!(f.unimplemented.is_empty() && f.problems.is_empty());
         }
@@ -392,7 +382,7 @@ mod tests {
     #[test]
     fn table_has_no_duplicates() {
         let mut names: Vec<&str> = UNIMPLEMENTED_FLAGS.iter().map(|(n, _)| *n).collect();
-        names.extend(SETTINGS.iter().filter(|s| s.has_flag()).map(|s| s.flag));
+        names.extend(settings::all().filter(|s| s.has_flag()).map(|s| s.flag));
         names.extend(["config", "version", "help"]);
         let total = names.len();
         names.sort();

@@ -562,8 +562,7 @@ mod tests {
     /// Every setting's field is read, as written (absolute paths stay as they are).
     #[test]
     fn reads_every_settings_field() {
-        let fields: Vec<(&str, &str)> = settings::SETTINGS
-            .iter()
+        let fields: Vec<(&str, &str)> = settings::all()
             .filter(|s| {
                 !matches!(
                     s.kind,
@@ -599,13 +598,15 @@ mod tests {
         );
         // The eviction manager's settings.
         let body = format!(
-            "{body}evictionSoft:\n  memory.available: 2Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\n\
+            "{body}evictionSoft:\n  memory.available: \
+             2Gi\nevictionSoftGracePeriod:\n  memory.available: 1m\n\
              evictionMinimumReclaim:\n  memory.available: 100Mi\nevictionMaxPodGracePeriod: 10\n\
              featureGates:\n  EventedPLEG: false\n  Other: true\n"
         );
         // Sysctls and cluster DNS.
         let body = format!(
-            "{body}clusterDomain: cluster.local\nclusterDNS: [10.96.0.10]\nallowedUnsafeSysctls: [\"net.core.*\"]\n"
+            "{body}clusterDomain: cluster.local\nclusterDNS: \
+             [10.96.0.10]\nallowedUnsafeSysctls: [\"net.core.*\"]\n"
         );
         // The HTTP source.
         let body =
@@ -621,14 +622,18 @@ mod tests {
         );
         // The secure port's authentication and authorization.
         let body = format!(
-            "{body}authentication:\n  x509:\n    clientCAFile: /ca.crt\n  webhook:\n    enabled: true\n    cacheTTL: 1m\n  anonymous:\n    enabled: false\n\
-             authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 1s\n\
+            "{body}authentication:\n  x509:\n    clientCAFile: \
+             /ca.crt\n  webhook:\n    enabled: true\n    cacheTTL: \
+             1m\n  anonymous:\n    enabled: false\n\
+             authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n    \
+             cacheUnauthorizedTTL: 1s\n\
              tlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n"
         );
         // Graceful node shutdown.
         let body = format!(
             "{body}shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n\
-             shutdownGracePeriodByPodPriority:\n- priority: 2000000000\n  shutdownGracePeriodSeconds: 10\n\
+             shutdownGracePeriodByPodPriority:\n- priority: 2000000000\n  \
+             shutdownGracePeriodSeconds: 10\n\
              - shutdownGracePeriodSeconds: 20\n"
         );
         // The resource managers' maps, lists and the reserved memory.
@@ -694,17 +699,15 @@ mod tests {
         assert_eq!(cfg.values.len(), fields.len());
         assert_eq!(
             fields.len(),
-            settings::SETTINGS
-                .iter()
-                .filter(|s| s.field.is_some())
-                .count()
+            settings::all().filter(|s| s.field.is_some()).count()
         );
         assert!(cfg.unimplemented.is_empty() && cfg.unknown.is_empty() && cfg.problems.is_empty());
     }
 
     #[test]
     fn json_is_accepted() {
-        let text = r#"{"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        let text = r#"{"apiVersion": "kubelet.config.k8s.io/v1beta1",
+                       "kind": "KubeletConfiguration",
                        "maxPods": 5, "syncFrequency": "30s"}"#;
         let cfg = parse_config(Path::new("/etc/x.json"), text).unwrap();
         assert_eq!(cfg.values["maxPods"], "5");
@@ -751,9 +754,11 @@ mod tests {
     #[test]
     fn nested_struct_fields_are_walked() {
         let cfg = parse(
-            "authentication:\n  x509:\n    clientCAFile: /ca.crt\n  webhook:\n    enabled: true\n    cacheTTL: 2m\n    cachTTL: 1m\n  oidc: {}\n\
+            "authentication:\n  x509:\n    clientCAFile: /ca.crt\n  webhook:\n    enabled: \
+             true\n    cacheTTL: 2m\n    cachTTL: 1m\n  oidc: {}\n\
              authorization:\n  mode: AlwaysAllow\n\
-             logging:\n  format: json\n  options:\n    json:\n      infoBufferSize: 64Ki\n      bufferSize: 1\n\
+             logging:\n  format: json\n  options:\n    json:\n      infoBufferSize: 64Ki\n      \
+             bufferSize: 1\n\
              memorySwap:\n  swapBehavior: LimitedSwap\n",
         )
         .unwrap();
@@ -780,7 +785,11 @@ mod tests {
                 ("memorySwap.swapBehavior", "LimitedSwap"),
             ]
         );
-        let cfg = parse("authentication:\n  x509:\n    clientCAFile: pki/ca.crt\n  anonymous:\n    enabled: 1\n").unwrap();
+        let cfg = parse(
+            "authentication:\n  x509:\n    clientCAFile: \
+                         pki/ca.crt\n  anonymous:\n    enabled: 1\n",
+        )
+        .unwrap();
         assert_eq!(
             cfg.values["authentication.x509.clientCAFile"],
             "/etc/pki/ca.crt"
@@ -788,7 +797,8 @@ mod tests {
         assert_eq!(
             messages(&cfg.problems),
             [
-                "/etc/x.yaml: field authentication.anonymous.enabled: invalid value \"1\": must be true or false"
+                "/etc/x.yaml: field authentication.anonymous.enabled: invalid value \"1\": must \
+                 be true or false"
             ]
         );
         let problems = parse("authentication: true\n").unwrap().problems;
@@ -808,7 +818,8 @@ mod tests {
              containerRuntimeEndpoint: \"\"\nmaxPods: 0\nhealthzBindAddress: \"\"\n\
              nodeStatusUpdateFrequency: 0s\nnodeLeaseDurationSeconds: 0\n\
              httpCheckFrequency: 0s\nshutdownGracePeriod: 0s\n\
-             logging:\n  flushFrequency: 0\n  verbosity: 0\n  options:\n    text:\n      infoBufferSize: \"0\"\n\
+             logging:\n  flushFrequency: 0\n  verbosity: 0\n  options:\n    text:\n      \
+             infoBufferSize: \"0\"\n\
              readOnlyPort: 0\nfailSwapOn: false\n",
         )
         .unwrap();
@@ -874,7 +885,8 @@ mod tests {
         assert_eq!(
             messages(&err),
             [
-                "/etc/x.yaml: kind is \"Pod\", expected KubeletConfiguration (apiVersion kubelet.config.k8s.io/v1beta1)",
+                "/etc/x.yaml: kind is \"Pod\", expected KubeletConfiguration (apiVersion \
+                 kubelet.config.k8s.io/v1beta1)",
                 "/etc/x.yaml: apiVersion is \"v1\", expected kubelet.config.k8s.io/v1beta1",
             ]
         );
@@ -882,7 +894,8 @@ mod tests {
         assert_eq!(
             messages(&err),
             [
-                "/etc/x.yaml: kind is missing, expected KubeletConfiguration (apiVersion kubelet.config.k8s.io/v1beta1)",
+                "/etc/x.yaml: kind is missing, expected KubeletConfiguration (apiVersion \
+                 kubelet.config.k8s.io/v1beta1)",
                 "/etc/x.yaml: apiVersion is missing, expected kubelet.config.k8s.io/v1beta1",
             ]
         );
@@ -915,10 +928,12 @@ mod tests {
             messages(&cfg.problems),
             [
                 "/etc/x.yaml: field address: invalid value \"[1,2]\": must be a string",
-                "/etc/x.yaml: field fileCheckFrequency: invalid value \"soon\": not a valid duration (use a Go duration such as 20s, 1m30s or 300ms)",
+                "/etc/x.yaml: field fileCheckFrequency: invalid value \"soon\": not a valid \
+                 duration (use a Go duration such as 20s, 1m30s or 300ms)",
                 "/etc/x.yaml: field maxPods: invalid value \"lots\": must be an integer",
                 "/etc/x.yaml: field readOnlyPort: invalid value \"1.5\": must be an integer",
-                "/etc/x.yaml: field syncFrequency: invalid value \"60\": must be a duration string such as \"20s\" or \"1m30s\"",
+                "/etc/x.yaml: field syncFrequency: invalid value \"60\": must be a duration \
+                 string such as \"20s\" or \"1m30s\"",
             ]
         );
     }
@@ -941,7 +956,11 @@ mod tests {
         let taints = all.pop().unwrap();
         assert!(
             taints.starts_with("/etc/x.yaml: field registerWithTaints: invalid value \"[{")
-                && taints.ends_with("\": oxlet takes the Node's registration taints from --register-with-taints only; a taint given here would not be on the Node"),
+                && taints.ends_with(
+                    "\": oxlet takes the Node's registration taints from \
+                                     --register-with-taints only; a taint given here would not \
+                                     be on the Node"
+                ),
             "{taints}"
         );
         assert!(all.is_empty(), "{all:?}");
@@ -953,7 +972,7 @@ mod tests {
 
     #[test]
     fn field_tables_are_disjoint() {
-        for f in settings::SETTINGS.iter().filter_map(|s| s.field) {
+        for f in settings::all().filter_map(|s| s.field) {
             assert!(!UNIMPLEMENTED_FIELDS.contains(&f), "{f}");
         }
         for (f, _, _) in REFUSED_FIELDS {

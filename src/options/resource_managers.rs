@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::settings::InvalidValue;
+use super::settings::{InvalidValue, Kind, Setting, map_pairs, positive_duration, row};
 
 /// The CPU, memory and topology managers' settings, as given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +107,8 @@ pub(super) fn reserved_memory(
     for entry in text.split(';').map(str::trim).filter(|e| !e.is_empty()) {
         let bad = || {
             InvalidValue(format!(
-                "the reserved memory has incorrect format, expected numaNodeID:type=quantity[,type=quantity...], got {entry}"
+                "the reserved memory has incorrect format, expected \
+                 numaNodeID:type=quantity[,type=quantity...], got {entry}"
             ))
         };
         let (node, limits) = entry.split_once(':').ok_or_else(bad)?;
@@ -135,13 +136,119 @@ pub(super) fn reserved_memory(
             let node_limits = out.entry(node).or_default();
             if node_limits.insert(name.to_string(), bytes).is_some() {
                 return Err(InvalidValue(format!(
-                    "the reserved memory has a duplicate value for NUMA node {node} and resource {name:?}"
+                    "the reserved memory has a duplicate value for NUMA node {node} and \
+                     resource {name:?}"
                 )));
             }
         }
     }
     Ok(out)
 }
+
+/// A `k=v,...` map of owned strings.
+fn string_map(text: &str) -> Result<BTreeMap<String, String>, InvalidValue> {
+    let pairs = map_pairs(text, '=')?;
+    Ok(pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
+}
+
+/// kubelet's CPU manager.
+pub(super) const CPU: &[Setting] = &[
+    row(
+        "cpu-manager-policy",
+        Some("cpuManagerPolicy"),
+        Kind::Text,
+        "none",
+        "none|static",
+        "The CPU manager's policy: static gives Guaranteed containers with whole CPUs exclusive \
+         CPUs",
+        |o, i| cpu_policy(i.text).map(|p| o.resource_managers.cpu_policy = p),
+    ),
+    row(
+        "cpu-manager-policy-options",
+        Some("cpuManagerPolicyOptions"),
+        Kind::Map('='),
+        "",
+        "full-pcpus-only=true,...",
+        "The static policy's options (GA and beta ones)",
+        |o, i| string_map(i.text).map(|m| o.resource_managers.cpu_policy_options = m),
+    ),
+    row(
+        "cpu-manager-reconcile-period",
+        Some("cpuManagerReconcilePeriod"),
+        Kind::Duration,
+        "10s",
+        "DURATION",
+        "How often every container's cpuset is made what the CPU manager says",
+        |o, i| positive_duration(i.text).map(|d| o.resource_managers.cpu_reconcile_period = d),
+    ),
+    row(
+        "reserved-cpus",
+        Some("reservedSystemCPUs"),
+        Kind::Text,
+        "",
+        "CPU-LIST",
+        "CPUs kept for the system and Kubernetes daemons (e.g. 0-1); overrides the CPU of \
+         kube-reserved and system-reserved",
+        |o, i| reserved_cpus(i.text).map(|c| o.resource_managers.reserved_cpus = c),
+    ),
+];
+
+/// kubelet's memory manager.
+pub(super) const MEMORY: &[Setting] = &[
+    row(
+        "memory-manager-policy",
+        Some("memoryManagerPolicy"),
+        Kind::Text,
+        "None",
+        "None|Static",
+        "The memory manager's policy: Static pins Guaranteed pods' memory to NUMA nodes",
+        |o, i| memory_policy(i.text).map(|p| o.resource_managers.memory_policy = p),
+    ),
+    row(
+        "reserved-memory",
+        Some("reservedMemory"),
+        Kind::ReservedMemory,
+        "",
+        "N:memory=1Gi,...;...",
+        "Memory reserved per NUMA node for the Static memory policy; repeat the flag for more \
+         nodes",
+        |o, i| reserved_memory(i.text).map(|r| o.resource_managers.reserved_memory = r),
+    ),
+];
+
+/// kubelet's topology manager.
+pub(super) const TOPOLOGY: &[Setting] = &[
+    row(
+        "topology-manager-policy",
+        Some("topologyManagerPolicy"),
+        Kind::Text,
+        "none",
+        "none|best-effort|restricted|single-numa-node",
+        "How the topology manager aligns CPUs, memory and devices on NUMA nodes",
+        |o, i| topology_policy(i.text).map(|p| o.resource_managers.topology_policy = p),
+    ),
+    row(
+        "topology-manager-scope",
+        Some("topologyManagerScope"),
+        Kind::Text,
+        "container",
+        "container|pod",
+        "Whether the topology manager aligns each container or the whole pod",
+        |o, i| topology_scope(i.text).map(|s| o.resource_managers.topology_scope = s),
+    ),
+    row(
+        "topology-manager-policy-options",
+        Some("topologyManagerPolicyOptions"),
+        Kind::Map('='),
+        "",
+        "prefer-closest-numa-nodes=true,...",
+        "The topology manager's options (GA and beta ones)",
+        |o, i| string_map(i.text).map(|m| o.resource_managers.topology_policy_options = m),
+    ),
+];
 
 #[cfg(test)]
 mod tests {
@@ -181,7 +288,8 @@ mod tests {
         assert!(memory_policy("Static").is_ok() && memory_policy("static").is_err());
         assert_eq!(
             topology_policy("numa").unwrap_err().0,
-            "\"numa\" must be one of: [\"none\" \"best-effort\" \"restricted\" \"single-numa-node\"]"
+            "\"numa\" must be one of: [\"none\" \"best-effort\" \"restricted\" \
+             \"single-numa-node\"]"
         );
         assert!(topology_scope("pod").is_ok() && topology_scope("node").is_err());
         assert_eq!(reserved_cpus("1,0").unwrap().as_deref(), Some("0-1"));

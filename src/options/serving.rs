@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::settings::InvalidValue;
+use super::settings::{
+    InvalidValue, Kind, Setting, list_items, non_negative_duration, opt_path, parse_bool, port,
+    positive_duration, row,
+};
 
 /// kubelet's `authorization.mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +148,169 @@ pub(super) fn authorization_mode(s: &str) -> Result<AuthorizationMode, InvalidVa
         _ => Err("must be AlwaysAllow or Webhook".into()),
     }
 }
+
+/// The secure port and its TLS (kubelet's API with TLS, authentication and authorization).
+pub(super) const TLS: &[Setting] = &[
+    row(
+        "enable-server",
+        Some("enableServer"),
+        Kind::Bool,
+        "true",
+        "true|false",
+        "Serve the secure port",
+        |o, i| parse_bool(i.text).map(|b| o.serving.enable = b),
+    ),
+    row(
+        "port",
+        Some("port"),
+        Kind::Int,
+        "10250",
+        "PORT",
+        "Secure API port (0 disables)",
+        |o, i| port(i.text).map(|p| o.serving.port = p),
+    ),
+    row(
+        "tls-cert-file",
+        Some("tlsCertFile"),
+        Kind::Path,
+        "",
+        "PATH",
+        "Serving certificate of the secure port, CA certificates after it (empty: a self-signed \
+         one in --cert-dir)",
+        |o, i| {
+            o.serving.tls_cert_file = opt_path(i.text);
+            Ok(())
+        },
+    ),
+    row(
+        "tls-private-key-file",
+        Some("tlsPrivateKeyFile"),
+        Kind::Path,
+        "",
+        "PATH",
+        "Key of --tls-cert-file",
+        |o, i| {
+            o.serving.tls_private_key_file = opt_path(i.text);
+            Ok(())
+        },
+    ),
+    row(
+        "rotate-server-certificates",
+        Some("serverTLSBootstrap"),
+        Kind::Bool,
+        "false",
+        "true|false",
+        "Request the serving certificate from the apiserver (signer \
+         kubernetes.io/kubelet-serving, the node's addresses as names) and rotate it, instead of \
+         a self-signed one",
+        |o, i| parse_bool(i.text).map(|b| o.serving.server_tls_bootstrap = b),
+    ),
+    row(
+        "tls-min-version",
+        Some("tlsMinVersion"),
+        Kind::Text,
+        "",
+        "VersionTLS12|VersionTLS13",
+        "Lowest TLS version the secure port accepts (empty: TLS 1.2)",
+        |o, i| tls_version(i.text).map(|v| o.serving.tls_min_version = v),
+    ),
+    row(
+        "tls-cipher-suites",
+        Some("tlsCipherSuites"),
+        Kind::List,
+        "",
+        "NAME,...",
+        "TLS cipher suites the secure port offers, Go's names (empty: the defaults)",
+        |o, i| cipher_suites(&list_items(i.text)).map(|v| o.serving.tls_cipher_suites = v),
+    ),
+];
+
+/// The secure port's authentication and authorization.
+pub(super) const AUTH: &[Setting] = &[
+    row(
+        "client-ca-file",
+        Some("authentication.x509.clientCAFile"),
+        Kind::Path,
+        "",
+        "PATH",
+        "CA bundle client certificates are verified against; a verified certificate's CN is the \
+         user, its O values the groups",
+        |o, i| {
+            o.serving.client_ca_file = opt_path(i.text);
+            Ok(())
+        },
+    ),
+    row(
+        "anonymous-auth",
+        Some("authentication.anonymous.enabled"),
+        Kind::Bool,
+        "true",
+        "true|false",
+        "Requests with no credentials are served as system:anonymous (group \
+         system:unauthenticated), not refused with 401",
+        |o, i| parse_bool(i.text).map(|b| o.serving.anonymous = b),
+    )
+    .config_default("false"),
+    row(
+        "authentication-token-webhook",
+        Some("authentication.webhook.enabled"),
+        Kind::Bool,
+        "false",
+        "true|false",
+        "Check bearer tokens with a TokenReview to the apiserver",
+        |o, i| parse_bool(i.text).map(|b| o.serving.token_webhook = b),
+    )
+    .config_default("true"),
+    row(
+        "authentication-token-webhook-cache-ttl",
+        Some("authentication.webhook.cacheTTL"),
+        Kind::Duration,
+        "2m0s",
+        "DURATION",
+        "How long a TokenReview's answer is kept",
+        |o, i| non_negative_duration(i.text).map(|d| o.serving.token_webhook_cache_ttl = d),
+    ),
+    row(
+        "authorization-mode",
+        Some("authorization.mode"),
+        Kind::Text,
+        "AlwaysAllow",
+        "AlwaysAllow|Webhook",
+        "How requests to the secure port are authorized (Webhook: a SubjectAccessReview to the \
+         apiserver)",
+        |o, i| authorization_mode(i.text).map(|m| o.serving.authorization_mode = m),
+    )
+    .config_default("Webhook"),
+    row(
+        "authorization-webhook-cache-authorized-ttl",
+        Some("authorization.webhook.cacheAuthorizedTTL"),
+        Kind::Duration,
+        "5m0s",
+        "DURATION",
+        "How long an allowing SubjectAccessReview is kept",
+        |o, i| non_negative_duration(i.text).map(|d| o.serving.authorized_ttl = d),
+    ),
+    row(
+        "authorization-webhook-cache-unauthorized-ttl",
+        Some("authorization.webhook.cacheUnauthorizedTTL"),
+        Kind::Duration,
+        "30s",
+        "DURATION",
+        "How long a denying SubjectAccessReview is kept",
+        |o, i| non_negative_duration(i.text).map(|d| o.serving.unauthorized_ttl = d),
+    ),
+];
+
+/// Streams' idle timeout.
+pub(super) const STREAMING: &[Setting] = &[row(
+    "streaming-connection-idle-timeout",
+    Some("streamingConnectionIdleTimeout"),
+    Kind::Duration,
+    "4h0m0s",
+    "DURATION",
+    "An exec, attach or port-forward stream or a followed log idle this long is closed",
+    |o, i| positive_duration(i.text).map(|d| o.serving.streaming_idle_timeout = d),
+)];
 
 #[cfg(test)]
 mod tests {

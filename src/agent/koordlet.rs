@@ -331,7 +331,7 @@ pub(super) fn spawn_qos_manager(
             info!(target: STARTUP_TARGET, "node QoS manager off (no strategy enabled by --node-slo-file)");
         }
     } else {
-        info!(target: STARTUP_TARGET, cpuSuppress = cfg.cpu_suppress_on(), cpuSuppressPolicy = cfg.cpu_suppress_policy.name(), memoryEvict = cfg.memory_evict_on(), cpuEvict = cfg.cpu_evict_on(), cgroupReconcile = cfg.cgroup_reconcile_on(), cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent, memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent, memoryEvictLowerPercent = cfg.memory_evict_lower_percent, "node QoS manager on");
+        info!(target: STARTUP_TARGET, cpuSuppress = cfg.cpu_suppress_on(), cpuSuppressPolicy = cfg.cpu_suppress_policy.name(), memoryEvict = cfg.memory_evict_on(), cpuEvict = cfg.cpu_evict_on(), cgroupReconcile = cfg.cgroup_reconcile_on(), cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent, memoryEvictThresholdPercent = cfg.memory_evict.map_or(-1, |m| m.threshold_percent), memoryEvictLowerPercent = cfg.memory_evict.map_or(-1, |m| m.lower_percent), "node QoS manager on");
     }
     let evictor = Arc::new(crate::syncloop::WorkerEvictor {
         pods: shared.pods.clone(),

@@ -24,8 +24,8 @@ pub(crate) use host_apps::{
     HostApp, QosPaths, from_file as host_apps_from_file, parse as parse_host_apps,
 };
 pub(crate) use qos_config::{
-    CpuEvictConfig, CpuEvictPolicy, CpuSuppressPolicy, CpuUsageEvictConfig, MemoryQosClasses,
-    MemoryQosPercents, QosConfig, Strategies, load_qos_config, next_update,
+    CpuEvictConfig, CpuEvictPolicy, CpuSuppressPolicy, CpuUsageEvictConfig, MemoryEvictConfig,
+    MemoryQosClasses, MemoryQosPercents, QosConfig, Strategies, load_qos_config, next_update,
     parse as parse_qos_config,
 };
 pub(crate) use slo_spec::{Kept, from_spec as qos_config_from_spec};

@@ -130,6 +130,24 @@ pub(crate) struct MemoryQosClasses {
     pub system: MemoryQosPercents,
 }
 
+/// BEMemoryEvict's thresholds: evict over `threshold_percent` of the node's memory,
+/// down to `lower_percent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MemoryEvictConfig {
+    pub threshold_percent: i64,
+    pub lower_percent: i64,
+}
+
+impl Default for MemoryEvictConfig {
+    /// koordlet's defaults: 70 %, and the threshold − 2.
+    fn default() -> Self {
+        MemoryEvictConfig {
+            threshold_percent: 70,
+            lower_percent: 68,
+        }
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct QosConfig {
@@ -137,11 +155,9 @@ pub(crate) struct QosConfig {
     pub cpu_suppress_threshold_percent: i64,
     pub cpu_suppress_min_percent: Option<i64>,
     pub cpu_suppress_policy: CpuSuppressPolicy,
-    pub memory_evict_threshold_percent: i64,
-    pub memory_evict_lower_percent: i64,
-    /// The NodeSLO's memory eviction fields failed koordlet's check: BEMemoryEvict
-    /// does not run (koordlet skips the feature).
-    pub memory_evict_invalid: bool,
+    /// None when the NodeSLO's memory eviction fields failed koordlet's check:
+    /// BEMemoryEvict does not run then (koordlet skips the feature).
+    pub memory_evict: Option<MemoryEvictConfig>,
     pub cpu_evict: CpuEvictConfig,
     /// None while the threshold or the priority threshold is unset: CPUEvict then
     /// does nothing (koordlet skips the feature).
@@ -159,9 +175,7 @@ impl Default for QosConfig {
             cpu_suppress_threshold_percent: 65,
             cpu_suppress_min_percent: None,
             cpu_suppress_policy: CpuSuppressPolicy::Cpuset,
-            memory_evict_threshold_percent: 70,
-            memory_evict_lower_percent: 68,
-            memory_evict_invalid: false,
+            memory_evict: Some(MemoryEvictConfig::default()),
             cpu_evict: CpuEvictConfig::default(),
             cpu_usage_evict: None,
             memory_qos: MemoryQosClasses::default(),
@@ -178,7 +192,7 @@ impl QosConfig {
 
     /// Memory eviction by usage runs.
     pub(crate) fn memory_evict_on(&self) -> bool {
-        self.enable && self.strategies.memory_evict && !self.memory_evict_invalid
+        self.enable && self.strategies.memory_evict && self.memory_evict.is_some()
     }
 
     /// BECPUEvict runs.
@@ -343,7 +357,7 @@ mod tests {
         assert!(c.cpu_suppress_on() && c.memory_evict_on() && !c.cgroup_reconcile_on());
         assert_eq!(c.cpu_suppress_threshold_percent, 50);
         assert_eq!(c.cpu_suppress_min_percent, Some(10));
-        assert_eq!(c.memory_evict_lower_percent, 78);
+        assert_eq!(c.memory_evict.map(|m| m.lower_percent), Some(78));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::qos_config::{
     CpuEvictConfig, CpuEvictPolicy, CpuSuppressPolicy, CpuUsageEvictConfig, InvalidField,
-    MemoryQosClasses, MemoryQosPercents, QosConfig, Strategies,
+    MemoryEvictConfig, MemoryQosClasses, MemoryQosPercents, QosConfig, Strategies,
 };
 use super::slo_types::NodeSLOSpec;
 
@@ -188,15 +188,12 @@ pub(crate) fn from_spec(
     });
     let cpu_usage_evict = or_skip(s, "CPUEvict", Kept::Nothing, cpu_usage_evict(&t), || None);
     let memory_qos = memory_qos(spec.resource_qos_strategy.as_ref(), &prev.memory_qos, s);
-    let d = QosConfig::default();
     let cfg = QosConfig {
         enable,
         cpu_suppress_threshold_percent: threshold,
         cpu_suppress_min_percent: min,
         cpu_suppress_policy: policy,
-        memory_evict_threshold_percent: memory.map_or(d.memory_evict_threshold_percent, |m| m.0),
-        memory_evict_lower_percent: memory.map_or(d.memory_evict_lower_percent, |m| m.1),
-        memory_evict_invalid: memory.is_none(),
+        memory_evict: memory,
         cpu_evict,
         cpu_usage_evict,
         memory_qos,
@@ -221,18 +218,24 @@ fn cpu_suppress(t: &Fields) -> Result<(i64, Option<i64>, CpuSuppressPolicy), Inv
 
 /// BEMemoryEvict's threshold (70 when unset) and lower percent (the threshold − 2 when
 /// unset), with koordlet's check (`generateConfigCheck`): the lower below the threshold.
-fn memory_evict(t: &Fields) -> Result<(i64, i64), InvalidField> {
+fn memory_evict(t: &Fields) -> Result<MemoryEvictConfig, InvalidField> {
     let threshold = t.int(field::MEM, PERCENT)?;
-    let threshold = threshold.unwrap_or(QosConfig::default().memory_evict_threshold_percent);
+    let threshold = threshold.unwrap_or(MemoryEvictConfig::default().threshold_percent);
     let Some(lower) = t.int(field::MEM_LOWER, PERCENT)? else {
-        return Ok((threshold, threshold - 2));
+        return Ok(MemoryEvictConfig {
+            threshold_percent: threshold,
+            lower_percent: threshold - 2,
+        });
     };
     if lower >= threshold {
         let v = &Value::from(lower);
         let reason = format!("is not below memoryEvictThresholdPercent ({threshold})");
         return Err(invalid(field::MEM_LOWER, v, reason));
     }
-    Ok((threshold, lower))
+    Ok(MemoryEvictConfig {
+        threshold_percent: threshold,
+        lower_percent: lower,
+    })
 }
 
 /// `cpuEvictTimeWindowSeconds`, at least the 1 s collect interval (koordlet takes a
@@ -415,14 +418,8 @@ mod tests {
         assert_eq!(c.cpu_suppress_threshold_percent, 40);
         assert_eq!(c.cpu_suppress_min_percent, None);
         assert_eq!(c.cpu_suppress_policy, CpuSuppressPolicy::Cpuset);
-        assert_eq!(
-            (
-                c.memory_evict_threshold_percent,
-                c.memory_evict_lower_percent
-            ),
-            (80, 78)
-        );
-        assert!(!c.memory_evict_invalid);
+        let m = c.memory_evict.expect("BEMemoryEvict applied");
+        assert_eq!((m.threshold_percent, m.lower_percent), (80, 78));
         assert_eq!(
             c.cpu_usage_evict,
             Some(CpuUsageEvictConfig {
@@ -469,7 +466,7 @@ mod tests {
             ),
             (10, Some(5), CpuSuppressPolicy::CfsQuota)
         );
-        assert_eq!(c.memory_evict_threshold_percent, 90);
+        assert_eq!(c.memory_evict.map(|m| m.threshold_percent), Some(90));
         // Memory QoS is absent from this NodeSLO: every class off again.
         assert_eq!(c.memory_qos, MemoryQosClasses::default());
         assert_eq!(skipped.len(), 1);
@@ -527,13 +524,8 @@ mod tests {
             ),
             (0, Some(20), CpuSuppressPolicy::Cpuset)
         );
-        assert_eq!(
-            (
-                c.memory_evict_threshold_percent,
-                c.memory_evict_lower_percent
-            ),
-            (0, -2)
-        );
+        let m = c.memory_evict.expect("BEMemoryEvict applied");
+        assert_eq!((m.threshold_percent, m.lower_percent), (0, -2));
         assert_eq!(
             (
                 c.cpu_evict.usage_threshold_percent,
@@ -554,7 +546,7 @@ mod tests {
         let (c, skipped) = from_spec(&s, &prev, Strategies::default());
         assert!(c.enable, "enable keeps its previous value");
         assert_eq!(c.cpu_suppress_threshold_percent, 10);
-        assert_eq!(c.memory_evict_threshold_percent, 75);
+        assert_eq!(c.memory_evict.map(|m| m.threshold_percent), Some(75));
         // BECPUEvict is dropped; the window it shares with CPUEvict stays.
         assert_eq!(c.cpu_evict.satisfaction, None);
         assert_eq!(c.cpu_evict.window_seconds, 20);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::evict::policy_allows;
 use super::inputs::{PodUsage, UsageView};
-use crate::koordapi::QosConfig;
+use crate::koordapi::MemoryEvictConfig;
 use crate::pod::is_critical;
 
 /// The feature gate's name, in the eviction reason.
@@ -27,7 +27,7 @@ pub(crate) struct Trigger {
 /// None under the threshold; else the release target: capacity × (usage% − lower%),
 /// in koordlet's integer arithmetic.
 pub(crate) fn trigger(
-    cfg: &QosConfig,
+    cfg: MemoryEvictConfig,
     node_memory_bytes: f64,
     capacity_bytes: i64,
 ) -> Option<Trigger> {
@@ -35,11 +35,10 @@ pub(crate) fn trigger(
         return None;
     }
     let usage_percent = (node_memory_bytes as i64).saturating_mul(100) / capacity_bytes;
-    if usage_percent < cfg.memory_evict_threshold_percent {
+    if usage_percent < cfg.threshold_percent {
         return None;
     }
-    let release =
-        capacity_bytes.saturating_mul(usage_percent - cfg.memory_evict_lower_percent) / 100;
+    let release = capacity_bytes.saturating_mul(usage_percent - cfg.lower_percent) / 100;
     Some(Trigger {
         usage_percent,
         release_bytes: release as f64,
@@ -87,11 +86,10 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
     use std::sync::Arc;
 
-    fn cfg() -> QosConfig {
-        QosConfig {
-            memory_evict_threshold_percent: 70,
-            memory_evict_lower_percent: 68,
-            ..QosConfig::default()
+    fn cfg() -> MemoryEvictConfig {
+        MemoryEvictConfig {
+            threshold_percent: 70,
+            lower_percent: 68,
         }
     }
 
@@ -108,16 +106,16 @@ mod tests {
 
     #[test]
     fn trigger_at_the_threshold_releases_down_to_lower() {
-        assert_eq!(trigger(&cfg(), 690.0, 1000), None);
-        let t = trigger(&cfg(), 750.0, 1000).unwrap();
+        assert_eq!(trigger(cfg(), 690.0, 1000), None);
+        let t = trigger(cfg(), 750.0, 1000).unwrap();
         assert_eq!(t.usage_percent, 75);
         assert!((t.release_bytes - 70.0).abs() < 1e-9);
-        assert!(trigger(&cfg(), 700.0, 1000).is_some());
+        assert!(trigger(cfg(), 700.0, 1000).is_some());
         // Whole percent, truncated as koordlet does: 70.9 % releases 1000 × (70 − 68) %.
-        let t = trigger(&cfg(), 709.0, 1000).unwrap();
+        let t = trigger(cfg(), 709.0, 1000).unwrap();
         assert_eq!((t.usage_percent, t.release_bytes), (70, 20.0));
-        assert_eq!(trigger(&cfg(), 699.9, 1000), None);
-        assert_eq!(trigger(&cfg(), 700.0, 0), None);
+        assert_eq!(trigger(cfg(), 699.9, 1000), None);
+        assert_eq!(trigger(cfg(), 700.0, 0), None);
     }
 
     /// A pod labelled koordinator's BE, with `mem` bytes used.

@@ -135,7 +135,7 @@ impl QosManager {
             cgroupReconcile = cfg.cgroup_reconcile_on(),
             cpuSuppressPolicy = cfg.cpu_suppress_policy.name(),
             cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent,
-            memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent,
+            memoryEvictThresholdPercent = cfg.memory_evict.map_or(-1, |m| m.threshold_percent),
             "QoS manager configuration changed; applied from this round on"
         );
         let suppress_off = was.cpu_suppress_on() && !cfg.cpu_suppress_on();
@@ -186,7 +186,9 @@ impl QosManager {
             debug!("memory evict: cooling down after the last eviction round");
             return;
         }
-        let cfg = &self.d.cfg;
+        let Some(cfg) = self.d.cfg.memory_evict else {
+            return;
+        };
         let capacity = self.d.capacity.memory_bytes;
         let Some(t) = memory_evict::trigger(cfg, view.node_memory_bytes, capacity) else {
             return;
@@ -200,7 +202,7 @@ impl QosManager {
             debug!(
                 nodeUsedBytes = view.node_memory_bytes as i64,
                 usagePercent = t.usage_percent,
-                thresholdPercent = cfg.memory_evict_threshold_percent,
+                thresholdPercent = cfg.threshold_percent,
                 candidates = victims.len(),
                 "memory evict: over the threshold, no pod left to evict"
             );
@@ -210,8 +212,8 @@ impl QosManager {
             capacityBytes = capacity,
             nodeUsedBytes = view.node_memory_bytes as i64,
             usagePercent = t.usage_percent,
-            thresholdPercent = cfg.memory_evict_threshold_percent,
-            lowerPercent = cfg.memory_evict_lower_percent,
+            thresholdPercent = cfg.threshold_percent,
+            lowerPercent = cfg.lower_percent,
             releaseBytes = t.release_bytes as i64,
             candidates = victims.len(),
             victims = picked.len(),
@@ -220,11 +222,11 @@ impl QosManager {
         for v in picked {
             let cause = format!(
                 "node memory usage {:.0}% >= threshold {}%",
-                t.usage_percent, cfg.memory_evict_threshold_percent
+                t.usage_percent, cfg.threshold_percent
             );
             info!(pod = %pod_ref(&v.pod), podUID = %pod_uid(&v.pod), usedBytes = v.memory_bytes as i64, releaseBytes = t.release_bytes as i64, cause,
                 "memory evict: evicting BestEffort pod using {}Mi, to release {}Mi down to {}%",
-                v.memory_bytes as i64 >> 20, t.release_bytes as i64 >> 20, cfg.memory_evict_lower_percent);
+                v.memory_bytes as i64 >> 20, t.release_bytes as i64 >> 20, cfg.lower_percent);
             self.kill(v, memory_evict::FEATURE);
         }
     }

@@ -2,11 +2,14 @@
 //! it after the node) turns its strategies into the QoS manager's configuration, with
 //! the switches of `--node-slo-file`, and hands it over at once; no restart. A value
 //! out of koordinator's range drops only its strategy, named with the field, the
-//! value and the range (`qosmanager/slo_spec.rs`); the others apply. Until a NodeSLO
+//! value and the range (`crate::koordapi`'s check); the others apply, and the same
+//! skipped value is warned about once, not again at each relist. Until a NodeSLO
 //! is seen the file's configuration applies; once one is, it stays when the NodeSLO
 //! is deleted, as koordlet's informer keeps its last object. While the apiserver
 //! refuses the watch (403, 404) the configuration in force stays too, and the watch
 //! retries.
+
+use std::collections::BTreeSet;
 
 use futures::StreamExt as _;
 use kube::api::Api;
@@ -33,9 +36,25 @@ pub(crate) struct NodeSloWatch {
     pub host_apps: watch::Sender<Vec<HostApp>>,
 }
 
+/// What the last NodeSLO read was warned about, so the same NodeSLO seen again (a
+/// relist, an unrelated change) says its skipped values at `-v=4` only, while a new or
+/// changed one is warned about.
+#[derive(Default)]
+struct Warned(BTreeSet<String>);
+
+impl Warned {
+    /// Keeps `now` as what is warned about; for each key, whether it is new.
+    fn renew(&mut self, now: &[String]) -> Vec<bool> {
+        let fresh = now.iter().map(|k| !self.0.contains(k)).collect();
+        self.0 = now.iter().cloned().collect();
+        fresh
+    }
+}
+
 impl NodeSloWatch {
     /// Runs until cancelled.
     pub(crate) async fn run(self, cancel: CancellationToken) {
+        let mut warned = (Warned::default(), Warned::default());
         let api: Api<NodeSLO> = Api::all(self.client.clone());
         let config =
             watcher::Config::default().fields(&format!("metadata.name={}", self.node_name));
@@ -48,7 +67,9 @@ impl NodeSloWatch {
                 event = events.next() => event,
             };
             match event {
-                Some(Ok(Event::Apply(slo) | Event::InitApply(slo))) => self.apply(&slo),
+                Some(Ok(Event::Apply(slo) | Event::InitApply(slo))) => {
+                    self.apply(&slo, &mut warned);
+                }
                 Some(Ok(Event::Delete(_))) => {
                     info!(node = %self.node_name, "NodeSLO deleted; the last one applied is kept, as koordlet keeps it");
                 }
@@ -63,11 +84,23 @@ impl NodeSloWatch {
         }
     }
 
-    fn apply(&self, slo: &NodeSLO) {
-        self.apply_host_apps(slo.spec.host_applications.as_ref());
+    fn apply(&self, slo: &NodeSLO, warned: &mut (Warned, Warned)) {
+        self.apply_host_apps(slo.spec.host_applications.as_ref(), &mut warned.1);
         let prev = self.tx.borrow().clone();
         let (cfg, skipped) = qos_config_from_spec(&slo.spec, &prev, self.strategies);
-        for s in &skipped {
+        let keys: Vec<String> = (skipped.iter())
+            .map(|s| {
+                format!(
+                    "{}/{}={}: {}",
+                    s.strategy, s.error.field, s.error.value, s.error.reason
+                )
+            })
+            .collect();
+        for (s, fresh) in skipped.iter().zip(warned.0.renew(&keys)) {
+            if !fresh {
+                debug!(node = %self.node_name, strategy = s.strategy, field = s.error.field, "NodeSLO strategy still skipped (warned when first seen)");
+                continue;
+            }
             warn!(
                 node = %self.node_name,
                 strategy = s.strategy,
@@ -86,7 +119,7 @@ impl NodeSloWatch {
             node = %self.node_name,
             enable = cfg.enable,
             cpuSuppressThresholdPercent = cfg.cpu_suppress_threshold_percent,
-            memoryEvictThresholdPercent = cfg.memory_evict_threshold_percent,
+            memoryEvictThresholdPercent = cfg.memory_evict.map_or(-1, |m| m.threshold_percent),
             skipped = skipped.len(),
             "NodeSLO read; the QoS manager follows its strategies"
         );
@@ -95,7 +128,7 @@ impl NodeSloWatch {
 
     /// The NodeSLO's host applications, each checked on its own; a `hostApplications`
     /// that is no list keeps the previous ones.
-    fn apply_host_apps(&self, raw: Option<&Value>) {
+    fn apply_host_apps(&self, raw: Option<&Value>, warned: &mut Warned) {
         let list = match raw {
             None | Some(Value::Null) => None,
             Some(Value::Array(a)) => Some(a.as_slice()),
@@ -112,7 +145,12 @@ impl NodeSloWatch {
             }
         };
         let (apps, errors) = parse_host_apps(list);
-        for e in &errors {
+        let keys: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        for (e, fresh) in errors.iter().zip(warned.renew(&keys)) {
+            if !fresh {
+                debug!(node = %self.node_name, error = %e, "NodeSLO host application still refused (warned when first seen)");
+                continue;
+            }
             warn!(node = %self.node_name, error = %e, "NodeSLO host application refused; the others are kept");
         }
         self.send_host_apps(apps);
@@ -132,5 +170,24 @@ impl NodeSloWatch {
             *now = cfg;
             changed
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Warned;
+
+    /// A relist brings the same NodeSLO back: its skipped values were warned about
+    /// and are not again; a value that changes, or comes back after being fixed, is.
+    #[test]
+    fn a_skipped_value_is_warned_about_once_until_it_changes() {
+        let mut w = Warned::default();
+        let first = ["CPUEvict/x=1: too big".to_string()];
+        assert_eq!(w.renew(&first), [true]);
+        assert_eq!(w.renew(&first), [false], "the same NodeSLO seen again");
+        let changed = ["CPUEvict/x=2: too big".to_string()];
+        assert_eq!(w.renew(&changed), [true]);
+        assert_eq!(w.renew(&[]), Vec::<bool>::new(), "fixed");
+        assert_eq!(w.renew(&changed), [true], "broken again");
     }
 }

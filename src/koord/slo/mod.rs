@@ -10,6 +10,7 @@ mod node_watch;
 mod nodemetric;
 mod report;
 mod slo_watch;
+mod warned;
 
 pub(crate) use node::NodeInfo;
 pub(crate) use node_watch::{NodeView, NodeWatch};

@@ -16,6 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::access::Refusal;
 use super::node::{CPU_NORMALIZATION_RATIO, Dropped, NodeInfo};
+use super::warned::Warned;
 
 /// What the QoS manager and the predictor read of the Node: None until it is read
 /// (and always in standalone mode).
@@ -28,11 +29,6 @@ pub(crate) struct NodeWatch {
     pub tx: watch::Sender<Option<NodeInfo>>,
 }
 
-/// The annotations already said to be unreadable (field, text), so that a Node
-/// update (every status heartbeat) does not warn again for the same text.
-#[derive(Default)]
-struct Said(Vec<(String, String)>);
-
 impl NodeWatch {
     /// Runs until cancelled.
     pub(crate) async fn run(self, cancel: CancellationToken) {
@@ -40,7 +36,7 @@ impl NodeWatch {
         let config =
             watcher::Config::default().fields(&format!("metadata.name={}", self.node_name));
         let mut events = std::pin::pin!(crate::kubeclient::relisting_watcher(api, config));
-        let mut said = Said::default();
+        let mut said = Warned::default();
         let mut failing = false;
         loop {
             let event = tokio::select! {
@@ -74,9 +70,9 @@ impl NodeWatch {
         }
     }
 
-    fn apply(&self, node: &Node, said: &mut Said) {
+    fn apply(&self, node: &Node, said: &mut Warned) {
         let (mut info, dropped) = NodeInfo::from_node(node);
-        said.warn_new(&self.node_name, &dropped);
+        warn_new(said, &self.node_name, &dropped);
         // An unreadable ratio keeps the one in force: koordlet's batchresource fails
         // its rule update on it and keeps the last ratio (the other annotations read
         // as absent when unreadable, as koordlet's callers read them).
@@ -103,20 +99,17 @@ impl NodeWatch {
     }
 }
 
-impl Said {
-    /// Warns of each dropped field not said with the same text before; forgets those
-    /// that are readable again.
-    fn warn_new(&mut self, node: &str, dropped: &[Dropped]) {
-        let now: Vec<(String, String)> = dropped
-            .iter()
-            .map(|d| (d.field.clone(), d.value.clone()))
-            .collect();
-        for (d, key) in dropped.iter().zip(&now) {
-            if !self.0.contains(key) {
-                warn!(node, field = %d.field, value = %d.value, reason = %d.error, "a Node annotation or allocatable entry cannot be read; ignored, as koordlet ignores it");
-            }
+/// Warns of each dropped field not said with the same text at the last reading (a
+/// Node update, every status heartbeat, would otherwise warn again); forgets those
+/// that are readable again.
+fn warn_new(said: &mut Warned, node: &str, dropped: &[Dropped]) {
+    let keys: Vec<String> = (dropped.iter())
+        .map(|d| format!("{}={}", d.field, d.value))
+        .collect();
+    for (d, fresh) in dropped.iter().zip(said.renew(&keys)) {
+        if fresh {
+            warn!(node, field = %d.field, value = %d.value, reason = %d.error, "a Node annotation or allocatable entry cannot be read; ignored, as koordlet ignores it");
         }
-        self.0 = now;
     }
 }
 
@@ -131,12 +124,19 @@ mod tests {
             value: v.into(),
             error: super::super::node::NodeFieldError::NotANumber(v.into()),
         };
-        let mut said = Said::default();
-        said.warn_new("n", &[d("x")]);
-        assert_eq!(said.0.len(), 1);
-        said.warn_new("n", &[d("x")]);
-        assert_eq!(said.0.len(), 1);
-        said.warn_new("n", &[]);
-        assert!(said.0.is_empty(), "readable again: a later bad text warns");
+        let keys = |ds: &[Dropped]| -> Vec<String> {
+            ds.iter()
+                .map(|d| format!("{}={}", d.field, d.value))
+                .collect()
+        };
+        let mut said = Warned::default();
+        warn_new(&mut said, "n", &[d("x")]);
+        assert_eq!(said.renew(&keys(&[d("x")])), [false], "the same text again");
+        warn_new(&mut said, "n", &[]);
+        assert_eq!(
+            said.renew(&keys(&[d("x")])),
+            [true],
+            "readable again: a later bad text warns"
+        );
     }
 }

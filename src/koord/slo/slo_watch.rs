@@ -9,8 +9,6 @@
 //! refuses the watch (403, 404) the configuration in force stays too, and the watch
 //! retries.
 
-use std::collections::BTreeSet;
-
 use futures::StreamExt as _;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
@@ -20,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::access::{Access, Refusal};
+use super::warned::Warned;
 use crate::koordapi::{
     HostApp, Kept, NodeSLO, QosConfig, Strategies, parse_host_apps, qos_config_from_spec,
 };
@@ -34,21 +33,6 @@ pub(crate) struct NodeSloWatch {
     pub tx: watch::Sender<QosConfig>,
     /// Where the NodeSLO's host applications go (the metric advisor).
     pub host_apps: watch::Sender<Vec<HostApp>>,
-}
-
-/// What the last NodeSLO read was warned about, so the same NodeSLO seen again (a
-/// relist, an unrelated change) says its skipped values at `-v=4` only, while a new or
-/// changed one is warned about.
-#[derive(Default)]
-struct Warned(BTreeSet<String>);
-
-impl Warned {
-    /// Keeps `now` as what is warned about; for each key, whether it is new.
-    fn renew(&mut self, now: &[String]) -> Vec<bool> {
-        let fresh = now.iter().map(|k| !self.0.contains(k)).collect();
-        self.0 = now.iter().cloned().collect();
-        fresh
-    }
 }
 
 impl NodeSloWatch {
@@ -170,24 +154,5 @@ impl NodeSloWatch {
             *now = cfg;
             changed
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Warned;
-
-    /// A relist brings the same NodeSLO back: its skipped values were warned about
-    /// and are not again; a value that changes, or comes back after being fixed, is.
-    #[test]
-    fn a_skipped_value_is_warned_about_once_until_it_changes() {
-        let mut w = Warned::default();
-        let first = ["CPUEvict/x=1: too big".to_string()];
-        assert_eq!(w.renew(&first), [true]);
-        assert_eq!(w.renew(&first), [false], "the same NodeSLO seen again");
-        let changed = ["CPUEvict/x=2: too big".to_string()];
-        assert_eq!(w.renew(&changed), [true]);
-        assert_eq!(w.renew(&[]), Vec::<bool>::new(), "fixed");
-        assert_eq!(w.renew(&changed), [true], "broken again");
     }
 }
